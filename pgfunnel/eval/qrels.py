@@ -1,0 +1,259 @@
+"""Judged queries: loading, validation, the dev/test split and the judging level.
+
+A judged-query file is JSON Lines, one query per line::
+
+    {"query_id": "q17", "query": "refund a monthly plan", "slice": "paraphrase",
+     "relevant": {"billing-faq#3": 2, "billing-faq#4": 1},
+     "history": ["what plans are there?"], "split": "dev"}
+
+``history`` and ``split`` are optional; keys this module does not know are ignored so
+that a file can carry notes for the people who judged it. An item id is either a
+document's citekey (document-level judging) or ``"<citekey>#<ordinal>"`` (chunk-level
+judging); one file uses one level.
+
+A grade is a non-negative integer. Items with grade 0 are judged *not* relevant (they
+are kept so that a pooled judgment can say "seen, not relevant"). A query with no
+item of grade >= 1 is a *no-answer* query: it has nothing to find, contributes to no
+ranking metric, and is counted per slice as ``n_noanswer``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pgfunnel.errors import ConfigError, InvalidInputError
+
+Split = Literal["dev", "test"]
+JudgingLevel = Literal["document", "chunk"]
+
+#: the name of the aggregate row over every slice; no slice may use it
+ALL_SLICE = "all"
+
+_SPLITS: tuple[str, ...] = ("dev", "test")
+
+
+@dataclass(frozen=True)
+class JudgedQuery:
+    """One query with its judgments.
+
+    ``relevant`` maps item id (citekey or ``citekey#ordinal``) to a graded relevance.
+    ``split`` is the split the file assigns, or ``None`` to let :func:`split_of` decide
+    by hash.
+    """
+
+    query_id: str
+    query: str
+    slice: str
+    relevant: Mapping[str, int]
+    history: tuple[str, ...] = ()
+    split: Split | None = None
+    #: the line of the file it came from (1-based), when loaded from a file
+    line: int | None = field(default=None, compare=False)
+
+    @property
+    def relevant_items(self) -> frozenset[str]:
+        """Item ids with grade >= 1: what a system is supposed to find."""
+        return frozenset(item for item, grade in self.relevant.items() if grade >= 1)
+
+    @property
+    def is_noanswer(self) -> bool:
+        """True when the query has no item of grade >= 1."""
+        return not self.relevant_items
+
+
+def _where(line: int | None) -> str:
+    return f"line {line}" if line is not None else "query"
+
+
+def parse_query(obj: Any, line: int | None = None) -> JudgedQuery:
+    """Validate one decoded JSON object and build a :class:`JudgedQuery`.
+
+    Raises :class:`InvalidInputError` naming ``line`` (when given) and the field at fault.
+    """
+    where = _where(line)
+    if not isinstance(obj, dict):
+        raise InvalidInputError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+
+    def text_field(name: str, *, allow_empty: bool) -> str:
+        if name not in obj:
+            raise InvalidInputError(f"{where}: missing required field {name!r}")
+        value = obj[name]
+        if not isinstance(value, str):
+            raise InvalidInputError(
+                f"{where}: field {name!r} must be a string, got {type(value).__name__}"
+            )
+        if not allow_empty and not value.strip():
+            raise InvalidInputError(f"{where}: field {name!r} must not be empty")
+        return value
+
+    query_id = text_field("query_id", allow_empty=False)
+    query = text_field("query", allow_empty=True)
+    slice_name = text_field("slice", allow_empty=False)
+    if slice_name == ALL_SLICE:
+        raise InvalidInputError(
+            f"{where}: field 'slice' may not be {ALL_SLICE!r}; that name is reserved for "
+            "the row over every slice"
+        )
+
+    if "relevant" not in obj:
+        raise InvalidInputError(f"{where}: missing required field 'relevant'")
+    raw_relevant = obj["relevant"]
+    if not isinstance(raw_relevant, dict):
+        raise InvalidInputError(
+            f"{where}: field 'relevant' must be an object mapping item id to grade, "
+            f"got {type(raw_relevant).__name__}"
+        )
+    relevant: dict[str, int] = {}
+    for item, grade in raw_relevant.items():
+        if not isinstance(item, str) or not item.strip():
+            raise InvalidInputError(f"{where}: field 'relevant' has an empty item id")
+        if isinstance(grade, bool) or not isinstance(grade, int) or grade < 0:
+            raise InvalidInputError(
+                f"{where}: field 'relevant' gives item {item!r} the grade {grade!r}; "
+                "a grade must be a non-negative integer"
+            )
+        relevant[item] = grade
+
+    history: tuple[str, ...] = ()
+    if obj.get("history") is not None:
+        raw_history = obj["history"]
+        if not isinstance(raw_history, list) or not all(isinstance(h, str) for h in raw_history):
+            raise InvalidInputError(f"{where}: field 'history' must be a list of strings")
+        history = tuple(raw_history)
+
+    split: Split | None = None
+    if obj.get("split") is not None:
+        raw_split = obj["split"]
+        if raw_split == "dev":
+            split = "dev"
+        elif raw_split == "test":
+            split = "test"
+        else:
+            raise InvalidInputError(
+                f"{where}: field 'split' must be 'dev' or 'test', got {raw_split!r}"
+            )
+
+    return JudgedQuery(
+        query_id=query_id,
+        query=query,
+        slice=slice_name,
+        relevant=relevant,
+        history=history,
+        split=split,
+        line=line,
+    )
+
+
+def load_queries(path: str | Path) -> list[JudgedQuery]:
+    """Read a judged-query JSONL file; blank lines are skipped.
+
+    Every problem is an :class:`InvalidInputError` that names the file, the 1-based
+    line number and the field: invalid JSON, a missing or mistyped field, a bad grade,
+    a duplicate ``query_id``.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInputError(f"{p}: cannot read judged queries: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise InvalidInputError(f"{p}: judged queries are not valid UTF-8: {exc}") from exc
+
+    queries: list[JudgedQuery] = []
+    first_line: dict[str, int] = {}
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise InvalidInputError(f"{p}: line {lineno}: invalid JSON: {exc.msg}") from exc
+        try:
+            q = parse_query(obj, lineno)
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"{p}: {exc}") from None
+        if q.query_id in first_line:
+            raise InvalidInputError(
+                f"{p}: line {lineno}: duplicate query_id {q.query_id!r} "
+                f"(first seen on line {first_line[q.query_id]})"
+            )
+        first_line[q.query_id] = lineno
+        queries.append(q)
+    return queries
+
+
+def split_of(query: str | JudgedQuery, test_fraction: float = 0.5, salt: str = "pgfunnel") -> Split:
+    """The split a query belongs to: ``"dev"`` or ``"test"``.
+
+    Given a :class:`JudgedQuery` whose file sets ``split``, that value wins. Otherwise
+    the answer is a pure function of ``salt`` and the query id (SHA-256), so it is the
+    same on every machine and run, and adding queries never moves existing ones.
+    About ``test_fraction`` of the ids land in ``"test"``.
+    """
+    if (
+        isinstance(test_fraction, bool)
+        or not isinstance(test_fraction, int | float)
+        or not 0.0 <= test_fraction <= 1.0
+    ):
+        raise ConfigError("test_fraction", f"must be between 0 and 1, got {test_fraction!r}")
+    if isinstance(query, JudgedQuery):
+        if query.split is not None:
+            return query.split
+        query_id = query.query_id
+    else:
+        query_id = query
+    digest = hashlib.sha256(f"{salt}\x00{query_id}".encode()).digest()
+    position = int.from_bytes(digest[:8], "big") / 2.0**64  # uniform in [0, 1)
+    return "test" if position < test_fraction else "dev"
+
+
+def select_split(
+    queries: Iterable[JudgedQuery],
+    split: Split,
+    test_fraction: float = 0.5,
+    salt: str = "pgfunnel",
+) -> list[JudgedQuery]:
+    """The queries that :func:`split_of` puts in ``split``, in their original order."""
+    if split not in _SPLITS:
+        raise ConfigError("split", f"must be 'dev' or 'test', got {split!r}")
+    return [q for q in queries if split_of(q, test_fraction, salt) == split]
+
+
+def judging_level(queries: Sequence[JudgedQuery]) -> JudgingLevel:
+    """``"chunk"`` if item ids are ``citekey#ordinal``, else ``"document"``.
+
+    Mixing the two in one set is an :class:`InvalidInputError`, as is a chunk key whose
+    ordinal is not an integer. A set with no judged items at all is document-level.
+    """
+    chunk_seen: tuple[str, str] | None = None
+    doc_seen: tuple[str, str] | None = None
+    for q in queries:
+        for item in q.relevant:
+            if "#" in item:
+                citekey, _, ordinal = item.rpartition("#")
+                if not citekey or not ordinal.lstrip("-").isdigit():
+                    raise InvalidInputError(
+                        f"query {q.query_id!r}: item {item!r} is not a chunk key "
+                        "of the form '<citekey>#<ordinal>'"
+                    )
+                chunk_seen = chunk_seen or (q.query_id, item)
+            else:
+                doc_seen = doc_seen or (q.query_id, item)
+            if chunk_seen and doc_seen:
+                raise InvalidInputError(
+                    "judged queries mix chunk-level and document-level items: "
+                    f"query {chunk_seen[0]!r} judges chunk {chunk_seen[1]!r}, "
+                    f"query {doc_seen[0]!r} judges document {doc_seen[1]!r}"
+                )
+    return "chunk" if chunk_seen else "document"
+
+
+def citekey_of(item_id: str) -> str:
+    """The document part of an item id (``"doc#3"`` → ``"doc"``; a citekey is itself)."""
+    citekey, sep, _ = item_id.rpartition("#")
+    return citekey if sep else item_id

@@ -1,0 +1,455 @@
+"""Evaluation reports: build one from runs, write it as JSON, Markdown and PNG charts.
+
+The harness runs every configuration over the judged queries and passes the rankings
+(and, per stage, the pools) to :func:`build_report`. Everything else here only formats
+what that computed. Charts use matplotlib's Agg canvas directly, so no display and no
+global pyplot state are involved.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pgfunnel.errors import ConfigError, InvalidInputError
+from pgfunnel.eval.metrics import (
+    N_NOANSWER,
+    N_QUERIES,
+    BootstrapResult,
+    aggregate,
+    metric_names,
+    paired_bootstrap,
+    pool_recall,
+    score_run,
+)
+from pgfunnel.eval.qrels import ALL_SLICE, JudgedQuery, Split, judging_level, select_split
+
+#: bumped when the JSON layout changes incompatibly
+REPORT_FORMAT = 1
+
+
+@dataclass
+class ConfigResult:
+    """What one configuration measured.
+
+    ``pool_recall`` maps stage name (in funnel order, e.g. ``"lexical@40"``,
+    ``"dense@40"``, ``"fused"``, ``"reranked"``, ``"capped"``) to slice to the mean pool
+    recall over that slice's answerable queries.
+    """
+
+    per_query: dict[str, dict[str, float]]
+    aggregates: dict[str, dict[str, float]]
+    pool_recall: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+@dataclass
+class EvalReport:
+    """Every configuration's results and their comparison against ``baseline``.
+
+    ``comparisons`` maps configuration → metric → slice (``"all"`` included) → paired
+    bootstrap of ``config − baseline`` over that slice's answerable queries.
+    """
+
+    k: int
+    judging_level: str
+    baseline: str
+    configs: dict[str, ConfigResult]
+    comparisons: dict[str, dict[str, dict[str, BootstrapResult]]] = field(default_factory=dict)
+    alpha: float = 0.05
+    n_resamples: int = 2000
+    seed: int = 0
+    #: the split these numbers were measured on, or None for all queries
+    split: str | None = None
+    #: free-form provenance the harness records (index version, config hashes, ...)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def slices(self) -> list[str]:
+        """Slice names in first-seen order across configurations, ``"all"`` last."""
+        names: list[str] = []
+        for result in self.configs.values():
+            for name in result.aggregates:
+                if name != ALL_SLICE and name not in names:
+                    names.append(name)
+        return [*names, ALL_SLICE]
+
+    @property
+    def stages(self) -> list[str]:
+        """Stage names with pool recall, in first-seen order across configurations."""
+        names: list[str] = []
+        for result in self.configs.values():
+            for stage in result.pool_recall:
+                if stage not in names:
+                    names.append(stage)
+        return names
+
+
+def build_report(
+    runs: Mapping[str, Mapping[str, Sequence[str]]],
+    queries: Sequence[JudgedQuery],
+    *,
+    k: int = 10,
+    baseline: str | None = None,
+    pools: Mapping[str, Mapping[str, Mapping[str, Sequence[str]]]] | None = None,
+    compare: Sequence[str] | None = None,
+    split: Split | None = None,
+    test_fraction: float = 0.5,
+    n_resamples: int = 2000,
+    seed: int = 0,
+    alpha: float = 0.05,
+    metadata: Mapping[str, Any] | None = None,
+) -> EvalReport:
+    """Score every configuration and compare each against the baseline.
+
+    ``runs``: configuration name → query id → final ranked item ids.
+    ``pools``: configuration name → stage name → query id → that stage's item ids.
+    ``compare``: metric names to bootstrap (default: ``ndcg@k``).
+    ``split``: keep only that split's queries (see :func:`~pgfunnel.eval.qrels.split_of`).
+    ``baseline`` defaults to the first configuration.
+    """
+    if not runs:
+        raise InvalidInputError("build_report needs at least one configuration")
+    if baseline is None:
+        baseline = next(iter(runs))
+    elif baseline not in runs:
+        raise ConfigError("baseline", f"{baseline!r} is not one of the configurations {list(runs)}")
+    if split is not None:
+        queries = select_split(queries, split, test_fraction)
+    level = judging_level(queries)
+    metrics = list(compare) if compare is not None else [metric_names(k)[0]]
+    known_metrics = set(metric_names(k))
+    for m in metrics:
+        if m not in known_metrics:
+            raise ConfigError("compare", f"{m!r} is not one of {sorted(known_metrics)}")
+
+    configs: dict[str, ConfigResult] = {}
+    for name, run in runs.items():
+        per_query = score_run(run, queries, k)
+        stage_rows: dict[str, dict[str, float]] = {}
+        for stage, stage_pools in (pools or {}).get(name, {}).items():
+            recall = pool_recall(stage_pools, queries)
+            rows = aggregate({q: {stage: v} for q, v in recall.items()}, queries)
+            stage_rows[stage] = {s: row[stage] for s, row in rows.items() if stage in row}
+        configs[name] = ConfigResult(per_query, aggregate(per_query, queries), stage_rows)
+
+    members: dict[str, list[str]] = {ALL_SLICE: []}
+    for q in queries:
+        if not q.is_noanswer:
+            members.setdefault(q.slice, []).append(q.query_id)
+            members[ALL_SLICE].append(q.query_id)
+    members[ALL_SLICE] = members.pop(ALL_SLICE)  # keep "all" last
+
+    comparisons: dict[str, dict[str, dict[str, BootstrapResult]]] = {}
+    base = configs[baseline].per_query
+    for name, result in configs.items():
+        if name == baseline:
+            continue
+        by_metric: dict[str, dict[str, BootstrapResult]] = {}
+        for metric in metrics:
+            by_slice: dict[str, BootstrapResult] = {}
+            for slice_name, ids in members.items():
+                if not ids:
+                    continue
+                a = {q: base[q][metric] for q in ids}
+                b = {q: result.per_query[q][metric] for q in ids}
+                by_slice[slice_name] = paired_bootstrap(a, b, n_resamples, seed, alpha)
+            by_metric[metric] = by_slice
+        comparisons[name] = by_metric
+
+    return EvalReport(
+        k=k,
+        judging_level=level,
+        baseline=baseline,
+        configs=configs,
+        comparisons=comparisons,
+        alpha=alpha,
+        n_resamples=n_resamples,
+        seed=seed,
+        split=split,
+        metadata=dict(metadata or {}),
+    )
+
+
+# ---------------------------------------------------------------------------- JSON
+
+
+def to_dict(report: EvalReport) -> dict[str, Any]:
+    """The report as plain JSON-ready data (the layout :func:`write_json` writes)."""
+    return {
+        "format": REPORT_FORMAT,
+        "k": report.k,
+        "judging_level": report.judging_level,
+        "split": report.split,
+        "baseline": report.baseline,
+        "bootstrap": {
+            "alpha": report.alpha,
+            "n_resamples": report.n_resamples,
+            "seed": report.seed,
+        },
+        "metadata": report.metadata,
+        "configs": {
+            name: {
+                "aggregates": result.aggregates,
+                "pool_recall": result.pool_recall,
+                "per_query": result.per_query,
+            }
+            for name, result in report.configs.items()
+        },
+        "comparisons": {
+            name: {
+                metric: {s: r._asdict() for s, r in by_slice.items()}
+                for metric, by_slice in by_metric.items()
+            }
+            for name, by_metric in report.comparisons.items()
+        },
+    }
+
+
+def from_dict(data: Mapping[str, Any]) -> EvalReport:
+    """Rebuild a report from :func:`to_dict`'s layout (e.g. to compare two runs' files)."""
+    try:
+        if data["format"] != REPORT_FORMAT:
+            raise InvalidInputError(f"report format {data['format']!r} is not {REPORT_FORMAT}")
+        boot = data["bootstrap"]
+        return EvalReport(
+            k=int(data["k"]),
+            judging_level=str(data["judging_level"]),
+            baseline=str(data["baseline"]),
+            configs={
+                name: ConfigResult(
+                    per_query=c["per_query"],
+                    aggregates=c["aggregates"],
+                    pool_recall=c["pool_recall"],
+                )
+                for name, c in data["configs"].items()
+            },
+            comparisons={
+                name: {
+                    metric: {
+                        s: BootstrapResult(r["mean_diff"], r["low"], r["high"])
+                        for s, r in by_slice.items()
+                    }
+                    for metric, by_slice in by_metric.items()
+                }
+                for name, by_metric in data["comparisons"].items()
+            },
+            alpha=float(boot["alpha"]),
+            n_resamples=int(boot["n_resamples"]),
+            seed=int(boot["seed"]),
+            split=data["split"],
+            metadata=dict(data["metadata"]),
+        )
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise InvalidInputError(f"not a pgfunnel evaluation report: missing or bad {exc}") from exc
+
+
+def write_json(report: EvalReport, path: str | Path) -> None:
+    """Write the report as UTF-8 JSON (strict: no NaN or infinity)."""
+    try:
+        text = json.dumps(to_dict(report), indent=2, ensure_ascii=False, allow_nan=False)
+    except ValueError as exc:
+        raise InvalidInputError(f"report holds a non-finite number: {exc}") from exc
+    Path(path).write_text(text + "\n", encoding="utf-8")
+
+
+def read_json(path: str | Path) -> EvalReport:
+    """Read a report that :func:`write_json` wrote."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidInputError(f"{p}: cannot read report: {exc}") from exc
+    if not isinstance(data, dict):
+        raise InvalidInputError(f"{p}: not a pgfunnel evaluation report")
+    return from_dict(data)
+
+
+# ------------------------------------------------------------------------ Markdown
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _num(value: float | None) -> str:
+    if value is None or math.isnan(value):
+        return "–"
+    return f"{value:.3f}"
+
+
+def _signed(value: float) -> str:
+    return f"{value:+.3f}"
+
+
+def _level_words(level: str) -> str:
+    return {"chunk": "per chunk", "document": "per document (citekey)"}.get(level, level)
+
+
+def to_markdown(report: EvalReport) -> str:
+    """A per-slice table per configuration, then the comparison against the baseline."""
+    k = report.k
+    ndcg, recall, mrr, found = metric_names(k)
+    stages = report.stages
+    confidence = round((1.0 - report.alpha) * 100.0, 2)
+    conf_text = f"{confidence:g}%"
+
+    lines: list[str] = ["# pgfunnel evaluation", ""]
+    lines.append(f"- judging: **{_level_words(report.judging_level)}**")
+    lines.append(f"- cutoff k: {k}")
+    lines.append(f"- queries: {report.split + ' split' if report.split else 'all (dev and test)'}")
+    lines.append(f"- baseline: `{_cell(report.baseline)}`")
+    for key, value in report.metadata.items():
+        lines.append(f"- {_cell(str(key))}: {_cell(str(value))}")
+    lines.append("")
+    lines.append(
+        "Pool recall is the share of relevant items a stage still holds: the ceiling for "
+        f"every later stage. Compare it with recall@{k} (what the final list kept). "
+        "Metric means are over answerable queries; no-answer queries are only counted."
+    )
+
+    for name, result in report.configs.items():
+        lines += ["", f"## Configuration `{_cell(name)}`", ""]
+        header = ["slice", "queries", "no-answer"]
+        header += [f"pool recall: {_cell(s)}" for s in stages]
+        header += [f"recall@{k}", f"nDCG@{k}", f"MRR@{k}", f"all found@{k}"]
+        lines.append("| " + " | ".join(header) + " |")
+        lines.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
+        for slice_name in report.slices:
+            row = result.aggregates.get(slice_name)
+            if row is None:
+                continue
+            label = f"**{_cell(slice_name)}**" if slice_name == ALL_SLICE else _cell(slice_name)
+            cells = [label, str(int(row[N_QUERIES])), str(int(row[N_NOANSWER]))]
+            cells += [_num(result.pool_recall.get(s, {}).get(slice_name)) for s in stages]
+            cells += [_num(row.get(m)) for m in (recall, ndcg, mrr, found)]
+            lines.append("| " + " | ".join(cells) + " |")
+
+    lines += ["", f"## Comparison against `{_cell(report.baseline)}`", ""]
+    if not report.comparisons:
+        lines.append("Only one configuration was evaluated; there is nothing to compare.")
+    else:
+        lines.append(
+            f"Δ is the mean per-query difference (configuration − baseline); the interval is "
+            f"a paired bootstrap {conf_text} interval over the slice's answerable queries "
+            f"({report.n_resamples} resamples, seed {report.seed}). An interval that contains "
+            "0 means this set of queries cannot tell the two apart."
+        )
+        lines.append("")
+        header = [
+            "configuration",
+            "metric",
+            "slice",
+            "queries",
+            "Δ",
+            f"{conf_text} interval",
+            "excludes 0",
+        ]
+        lines.append("| " + " | ".join(header) + " |")
+        lines.append("|---|---|---|---:|---:|---|---|")
+        base_rows = report.configs[report.baseline].aggregates
+        for name, by_metric in report.comparisons.items():
+            for metric, by_slice in by_metric.items():
+                for slice_name, r in by_slice.items():
+                    row = base_rows.get(slice_name, {})
+                    n = int(row.get(N_QUERIES, 0) - row.get(N_NOANSWER, 0))
+                    label = (
+                        f"**{_cell(slice_name)}**" if slice_name == ALL_SLICE else _cell(slice_name)
+                    )
+                    lines.append(
+                        f"| `{_cell(name)}` | {metric} | {label} | {n} | {_signed(r.mean_diff)} "
+                        f"| [{_signed(r.low)}, {_signed(r.high)}] "
+                        f"| {'yes' if r.excludes_zero else 'no'} |"
+                    )
+    return "\n".join(lines) + "\n"
+
+
+# -------------------------------------------------------------------------- charts
+
+
+def _new_figure(width: float, height: float) -> Any:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=100)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def plot_slices(report: EvalReport, path: str | Path) -> None:
+    """PNG: nDCG@k per slice, one bar per configuration in each slice's group."""
+    metric = metric_names(report.k)[0]
+    configs = list(report.configs)
+    if not configs:
+        raise InvalidInputError("the report has no configurations to plot")
+    # a slice of no-answer queries has no nDCG; leave it off the axis rather than draw 0
+    slices = [
+        s
+        for s in report.slices
+        if any(metric in r.aggregates.get(s, {}) for r in report.configs.values())
+    ]
+    fig = _new_figure(max(6.0, 1.1 * len(slices) * max(1, len(configs)) ** 0.5 + 2), 4.5)
+    ax = fig.add_subplot(1, 1, 1)
+    width = 0.8 / len(configs)
+    for i, name in enumerate(configs):
+        rows = report.configs[name].aggregates
+        xs: list[float] = []
+        ys: list[float] = []
+        for j, s in enumerate(slices):
+            value = rows.get(s, {}).get(metric)
+            if value is not None:
+                xs.append(j - 0.4 + width * (i + 0.5))
+                ys.append(value)
+        ax.bar(xs, ys, width=width, label=name)
+    ax.set_xticks(range(len(slices)))
+    ax.set_xticklabels(
+        slices, rotation=30 if len(slices) > 6 else 0, ha="right" if len(slices) > 6 else "center"
+    )
+    ax.set_ylim(0.0, 1.05)
+    ax.set_ylabel(f"nDCG@{report.k}")
+    ax.set_title(f"nDCG@{report.k} per slice (judged {_level_words(report.judging_level)})")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(str(path), format="png")
+
+
+def plot_pool_recall(
+    points: Mapping[str, Sequence[tuple[int, float]]],
+    path: str | Path,
+    title: str = "Pool recall vs depth",
+) -> None:
+    """PNG: mean pool recall against depth, one line per leg or configuration."""
+    if not points:
+        raise InvalidInputError("plot_pool_recall needs at least one line")
+    fig = _new_figure(6.5, 4.5)
+    ax = fig.add_subplot(1, 1, 1)
+    for name, series in points.items():
+        ordered = sorted(series)
+        ax.plot([d for d, _ in ordered], [r for _, r in ordered], marker="o", label=name)
+    ax.set_xlabel("depth")
+    ax.set_ylabel("pool recall (mean over answerable queries)")
+    ax.set_ylim(0.0, 1.02)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(str(path), format="png")
+
+
+__all__ = [
+    "REPORT_FORMAT",
+    "ConfigResult",
+    "EvalReport",
+    "build_report",
+    "from_dict",
+    "plot_pool_recall",
+    "plot_slices",
+    "read_json",
+    "to_dict",
+    "to_markdown",
+    "write_json",
+]

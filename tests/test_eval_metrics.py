@@ -1,0 +1,371 @@
+"""Tests for pgfunnel.eval: metrics (via ir-measures), bootstrap, split, floors, reports."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from pgfunnel.errors import ConfigError, InvalidInputError
+from pgfunnel.eval.metrics import (
+    BootstrapResult,
+    FloorViolation,
+    aggregate,
+    check_floors,
+    collapse_to_documents,
+    load_floors,
+    paired_bootstrap,
+    pool_recall,
+    pool_recall_curve,
+    score_run,
+)
+from pgfunnel.eval.qrels import JudgedQuery, judging_level, load_queries, split_of
+from pgfunnel.eval.report import (
+    build_report,
+    plot_pool_recall,
+    plot_slices,
+    read_json,
+    to_markdown,
+    write_json,
+)
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+LOG2_3 = math.log2(3)
+
+
+def jq(qid: str, slice_: str, relevant: dict[str, int], split: str | None = None) -> JudgedQuery:
+    return JudgedQuery(qid, f"text of {qid}", slice_, relevant, split=split)  # type: ignore[arg-type]
+
+
+# Hand-computed reference (trec_eval definitions: gain = grade, discount log2(rank + 1)).
+#  q1: judged {a:2, b:1, c:0}, ranked [x, a, b]
+#      DCG@3 = 2/log2(3) + 1/log2(4);  IDCG@3 = 2/log2(2) + 1/log2(3)
+#      recall@2 = |{a}| / |{a, b}| = 0.5;  RR = 1/2 (first relevant at rank 2)
+#  q2: judged {d:1}, ranked [d, e] -> nDCG 1, recall 1, RR 1
+#  q3: judged {f:3, g:1}, ranked [g, h, f]
+#      DCG@3 = 1/1 + 3/log2(4) = 2.5;  IDCG@3 = 3/1 + 1/log2(3);  recall@2 = 0.5;  RR = 1
+QUERIES = [
+    jq("q1", "paraphrase", {"a": 2, "b": 1, "c": 0}),
+    jq("q2", "identifier", {"d": 1}),
+    jq("q3", "paraphrase", {"f": 3, "g": 1}),
+    jq("q4", "no-answer", {}),
+    jq("q5", "no-answer", {"z": 0}),  # judged but not relevant: still no-answer
+]
+RUN = {"q1": ["x", "a", "b"], "q2": ["d", "e"], "q3": ["g", "h", "f"], "q4": ["y"]}
+
+
+def test_ir_measures_values_pinned_at_3() -> None:
+    got = score_run(RUN, QUERIES, k=3)
+    assert set(got) == {"q1", "q2", "q3"}
+    expected_ndcg = {
+        "q1": (2 / LOG2_3 + 1 / 2) / (2 + 1 / LOG2_3),
+        "q2": 1.0,
+        "q3": 2.5 / (3 + 1 / LOG2_3),
+    }
+    for qid, value in expected_ndcg.items():
+        assert got[qid]["ndcg@3"] == pytest.approx(value, abs=1e-9)
+    assert got["q1"]["mrr@3"] == pytest.approx(0.5, abs=1e-9)
+    assert got["q2"]["mrr@3"] == pytest.approx(1.0, abs=1e-9)
+    assert got["q3"]["mrr@3"] == pytest.approx(1.0, abs=1e-9)
+    assert got["q1"]["recall@3"] == pytest.approx(1.0, abs=1e-9)
+    assert got["q1"]["all_found@3"] == 1.0
+    assert got["q3"]["all_found@3"] == 1.0
+
+
+def test_ir_measures_values_pinned_at_2() -> None:
+    got = score_run(RUN, QUERIES, k=2)
+    assert got["q1"]["recall@2"] == pytest.approx(0.5, abs=1e-9)
+    assert got["q2"]["recall@2"] == pytest.approx(1.0, abs=1e-9)
+    assert got["q3"]["recall@2"] == pytest.approx(0.5, abs=1e-9)
+    assert got["q1"]["all_found@2"] == 0.0
+    assert got["q2"]["all_found@2"] == 1.0
+    # nDCG@2 of q1: (2/log2 3) / (2 + 1/log2 3)
+    assert got["q1"]["ndcg@2"] == pytest.approx((2 / LOG2_3) / (2 + 1 / LOG2_3), abs=1e-9)
+
+
+def test_order_is_the_given_order_not_item_ids() -> None:
+    # with equal scores trec_eval would tie-break by id; our scores are strictly descending
+    qs = [jq("q", "s", {"a": 1})]
+    assert score_run({"q": ["z", "a"]}, qs, k=10)["q"]["mrr@10"] == pytest.approx(0.5)
+    assert score_run({"q": ["a", "z"]}, qs, k=10)["q"]["mrr@10"] == pytest.approx(1.0)
+
+
+def test_missing_or_empty_run_scores_zero_and_duplicates_are_rejected() -> None:
+    qs = [jq("q1", "s", {"a": 1}), jq("q2", "s", {"b": 1})]
+    got = score_run({"q2": []}, qs, k=5)
+    for qid in ("q1", "q2"):
+        assert got[qid] == {"ndcg@5": 0.0, "recall@5": 0.0, "mrr@5": 0.0, "all_found@5": 0.0}
+    with pytest.raises(InvalidInputError, match="more than once"):
+        score_run({"q1": ["a", "a"]}, qs, k=5)
+    with pytest.raises(ConfigError, match="^k:"):
+        score_run({}, qs, k=0)
+
+
+def test_noanswer_queries_are_counted_not_scored() -> None:
+    per_query = score_run(RUN, QUERIES, k=3)
+    rows = aggregate(per_query, QUERIES)
+    assert list(rows) == ["paraphrase", "identifier", "no-answer", "all"]
+    assert rows["no-answer"] == {"n_queries": 2.0, "n_noanswer": 2.0}
+    assert rows["all"]["n_queries"] == 5.0
+    assert rows["all"]["n_noanswer"] == 2.0
+    assert rows["paraphrase"]["n_queries"] == 2.0
+    assert rows["paraphrase"]["mrr@3"] == pytest.approx(0.75)
+    assert rows["all"]["mrr@3"] == pytest.approx((0.5 + 1 + 1) / 3)
+    # pool recall likewise skips them
+    assert set(pool_recall(RUN, QUERIES)) == {"q1", "q2", "q3"}
+    # a set made only of no-answer queries works everywhere
+    only = [QUERIES[3], QUERIES[4]]
+    assert score_run(RUN, only) == {}
+    assert aggregate({}, only)["all"] == {"n_queries": 2.0, "n_noanswer": 2.0}
+
+
+def test_aggregate_rejects_unknown_query_ids() -> None:
+    with pytest.raises(InvalidInputError, match="not in the judged set"):
+        aggregate({"nope": {"ndcg@10": 1.0}}, QUERIES)
+
+
+def test_pool_recall_and_curve() -> None:
+    pools = {"q1": ["b", "x", "y", "a"], "q2": [], "q3": ["f"]}
+    assert pool_recall(pools, QUERIES) == {"q1": 1.0, "q2": 0.0, "q3": 0.5}
+    assert pool_recall(pools, QUERIES, depth=2) == {"q1": 0.5, "q2": 0.0, "q3": 0.5}
+    curve = pool_recall_curve(pools, QUERIES, [1, 4])
+    assert [d for d, _ in curve] == [1, 4]
+    assert [r for _, r in curve] == pytest.approx([1 / 3, 0.5])
+
+
+def test_collapse_to_documents() -> None:
+    assert collapse_to_documents(["d1#3", "d2#0", "d1#1", "d3"]) == ["d1", "d2", "d3"]
+
+
+def test_bootstrap_against_itself_is_exactly_zero() -> None:
+    a = {f"q{i}": (i * 0.37) % 1 for i in range(50)}
+    assert paired_bootstrap(a, dict(a)) == (0.0, 0.0, 0.0)
+    result = paired_bootstrap(a, a)
+    assert isinstance(result, BootstrapResult)
+    assert not result.excludes_zero
+
+
+def test_bootstrap_uniformly_better() -> None:
+    a = {f"q{i}": (i * 0.37) % 0.8 for i in range(40)}
+    b = {q: v + 0.1 for q, v in a.items()}
+    r = paired_bootstrap(a, b)
+    assert r.mean_diff == pytest.approx(0.1)
+    assert r.low == pytest.approx(0.1) and r.high == pytest.approx(0.1)
+    assert r.low > 0 and r.excludes_zero
+
+
+def test_bootstrap_noisy_difference_is_seeded_and_brackets_the_mean() -> None:
+    a = {f"q{i}": 0.5 for i in range(30)}
+    b = {f"q{i}": 0.5 + (0.3 if i % 3 else -0.2) for i in range(30)}
+    r1 = paired_bootstrap(a, b, seed=7)
+    r2 = paired_bootstrap(a, b, seed=7)
+    assert r1 == r2
+    assert r1.low < r1.mean_diff < r1.high
+    assert r1.mean_diff == pytest.approx((20 * 0.3 - 10 * 0.2) / 30)
+    assert r1.low > 0  # 20 of 30 queries improve by more than the 10 lose
+
+
+def test_bootstrap_needs_the_same_queries() -> None:
+    with pytest.raises(InvalidInputError, match="same query ids"):
+        paired_bootstrap({"a": 1.0}, {"b": 1.0})
+    with pytest.raises(InvalidInputError):
+        paired_bootstrap({}, {})
+
+
+def test_split_of_is_deterministic_and_balanced() -> None:
+    ids = [f"query-{i}" for i in range(1000)]
+    first = [split_of(q) for q in ids]
+    assert first == [split_of(q) for q in ids]
+    n_test = first.count("test")
+    assert 430 <= n_test <= 570
+    assert 150 <= [split_of(q, test_fraction=0.2) for q in ids].count("test") <= 250
+    assert [split_of(q, salt="other") for q in ids] != first
+
+
+def test_explicit_split_wins() -> None:
+    ids = [f"query-{i}" for i in range(20)]
+    for qid in ids:
+        forced = "dev" if split_of(qid) == "test" else "test"
+        assert split_of(jq(qid, "s", {}, split=forced)) == forced
+        assert split_of(jq(qid, "s", {})) == split_of(qid)
+    with pytest.raises(ConfigError, match="test_fraction"):
+        split_of("x", test_fraction=1.5)
+
+
+def test_floor_above_measured_value_is_a_violation(tmp_path: Path) -> None:
+    rows = aggregate(score_run(RUN, QUERIES, k=3), QUERIES)
+    path = tmp_path / "floors.json"
+    path.write_text(
+        json.dumps(
+            {
+                "paraphrase": {"mrr@3": 0.9, "ndcg@3": 0.1},
+                "identifier": {"ndcg@3": 1.0},
+                "missing-slice": {"ndcg@3": 0.2},
+            }
+        )
+    )
+    floors = load_floors(path)
+    violations = check_floors(rows, floors)
+    assert violations == [
+        FloorViolation("paraphrase", "mrr@3", 0.9, pytest.approx(0.75)),  # type: ignore[arg-type]
+        FloorViolation("missing-slice", "ndcg@3", 0.2, None),
+    ]
+    assert "paraphrase" in str(violations[0]) and "mrr@3" in str(violations[0])
+    assert "not measured" in str(violations[1])
+    assert check_floors(rows, {"paraphrase": {"mrr@3": 0.75}}) == []
+
+
+def test_load_floors_rejects_bad_values(tmp_path: Path) -> None:
+    path = tmp_path / "floors.json"
+    path.write_text('{"paraphrase": {"ndcg@10": "high"}}')
+    with pytest.raises(ConfigError, match="floors.*ndcg@10"):
+        load_floors(path)
+
+
+def _write_jsonl(path: Path, lines: list[str]) -> None:
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def test_load_queries_reads_and_ignores_unknown_keys(tmp_path: Path) -> None:
+    path = tmp_path / "q.jsonl"
+    _write_jsonl(
+        path,
+        [
+            json.dumps(
+                {
+                    "query_id": "a",
+                    "query": "x",
+                    "slice": "s",
+                    "relevant": {"d#1": 2},
+                    "history": ["h"],
+                    "split": "test",
+                    "note": "ignored",
+                }
+            ),
+            "",
+            json.dumps({"query_id": "b", "query": "y", "slice": "s", "relevant": {}}),
+        ],
+    )
+    qs = load_queries(path)
+    assert [q.query_id for q in qs] == ["a", "b"]
+    assert qs[0].history == ("h",) and qs[0].split == "test" and qs[0].line == 1
+    assert qs[1].is_noanswer and qs[1].line == 3
+    assert judging_level(qs) == "chunk"
+
+
+@pytest.mark.parametrize(
+    ("bad_line", "pattern"),
+    [
+        (
+            '{"query": "x", "slice": "s", "relevant": {}}',
+            "line 2: missing required field 'query_id'",
+        ),
+        (
+            '{"query_id": "b", "query": "x", "relevant": {}}',
+            "line 2: missing required field 'slice'",
+        ),
+        (
+            '{"query_id": "b", "query": "x", "slice": "s"}',
+            "line 2: missing required field 'relevant'",
+        ),
+        (
+            '{"query_id": "b", "query": "x", "slice": "s", "relevant": {"d": 1.5}}',
+            "line 2: .*grade",
+        ),
+        (
+            '{"query_id": "b", "query": "x", "slice": "s", "relevant": [], "x": 1}',
+            "line 2: .*relevant",
+        ),
+        (
+            '{"query_id": "b", "query": "x", "slice": "s", "relevant": {}, "split": "x"}',
+            "line 2: .*split",
+        ),
+        ('{"query_id": "a", "query": "x", "slice": "s", "relevant": {}}', "line 2: duplicate"),
+        ('{"query_id": "b", "query": 3, "slice": "s", "relevant": {}}', "line 2: field 'query'"),
+        ("{not json", "line 2: invalid JSON"),
+    ],
+)
+def test_load_queries_error_names_the_line(tmp_path: Path, bad_line: str, pattern: str) -> None:
+    path = tmp_path / "q.jsonl"
+    good = '{"query_id": "a", "query": "x", "slice": "s", "relevant": {"d": 1}}'
+    _write_jsonl(path, [good, bad_line])
+    with pytest.raises(InvalidInputError, match=pattern):
+        load_queries(path)
+
+
+def test_judging_level() -> None:
+    assert judging_level(QUERIES) == "document"
+    assert judging_level([jq("a", "s", {"doc#0": 1})]) == "chunk"
+    assert judging_level([jq("a", "s", {})]) == "document"
+    with pytest.raises(InvalidInputError, match="mix"):
+        judging_level([jq("a", "s", {"doc#0": 1}), jq("b", "s", {"doc": 1})])
+    with pytest.raises(InvalidInputError, match="chunk key"):
+        judging_level([jq("a", "s", {"doc#x": 1})])
+
+
+def _report_inputs() -> tuple[list[JudgedQuery], dict[str, dict[str, list[str]]]]:
+    queries = [
+        jq("i1", "identifier", {"kb#1": 1}),
+        jq("i2", "identifier", {"kb#2": 2, "kb#3": 1}),
+        jq("p1", "para|phrase", {"faq#0": 1}),
+        jq("p2", "para|phrase", {"faq#4": 1}),
+        jq("n1", "no-answer", {}),
+    ]
+    runs = {
+        "bm25": {"i1": ["kb#1"], "i2": ["x#0", "kb#3"], "p1": ["y#0"], "p2": ["faq#4"]},
+        "hybrid": {"i1": ["kb#1"], "i2": ["kb#2", "kb#3"], "p1": ["faq#0"], "p2": ["faq#4"]},
+    }
+    return queries, runs
+
+
+def test_report_writers(tmp_path: Path) -> None:
+    queries, runs = _report_inputs()
+    pools = {
+        name: {"fused": {q: r + ["kb#2", "faq#0"] for q, r in run.items()}, "capped": run}
+        for name, run in runs.items()
+    }
+    report = build_report(
+        runs, queries, k=3, pools=pools, n_resamples=500, metadata={"index_version": 4}
+    )
+    assert report.judging_level == "chunk"
+    assert report.baseline == "bm25"
+    assert report.configs["bm25"].pool_recall["fused"]["all"] == pytest.approx(1.0)
+    overall = report.comparisons["hybrid"]["ndcg@3"]["all"]
+    assert overall.mean_diff > 0
+
+    json_path = tmp_path / "report.json"
+    write_json(report, json_path)
+    data = json.loads(json_path.read_text(encoding="utf-8"))
+    assert data["judging_level"] == "chunk"
+    assert data["configs"]["hybrid"]["aggregates"]["no-answer"]["n_noanswer"] == 1
+    assert read_json(json_path) == report
+
+    md = to_markdown(report)
+    assert "per chunk" in md
+    for name in ("identifier", "para\\|phrase", "no-answer", "**all**", "`hybrid`"):
+        assert name in md
+    assert "pool recall: fused" in md and "pool recall: capped" in md
+    assert "95% interval" in md
+
+    slices_png = tmp_path / "slices.png"
+    plot_slices(report, slices_png)
+    pool_png = tmp_path / "pool.png"
+    curves = {"lexical": [(10, 0.4), (40, 0.7)], "dense": [(40, 0.8), (10, 0.5)]}
+    plot_pool_recall(curves, pool_png)
+    for out in (slices_png, pool_png):
+        assert out.exists()
+        assert out.read_bytes()[:8] == PNG_SIGNATURE
+
+
+def test_report_on_one_split_and_single_config() -> None:
+    queries, runs = _report_inputs()
+    report = build_report({"bm25": runs["bm25"]}, queries, k=3, split="dev")
+    kept = {q.query_id for q in queries if split_of(q) == "dev" and not q.is_noanswer}
+    assert set(report.configs["bm25"].per_query) == kept
+    assert report.split == "dev"
+    assert report.comparisons == {}
+    assert "nothing to compare" in to_markdown(report)
+    with pytest.raises(ConfigError, match="baseline"):
+        build_report(runs, queries, baseline="nope")
