@@ -1,0 +1,49 @@
+"""Alembic environment for pgfunnel.
+
+pgfunnel runs alembic programmatically (``pgfunnel init`` / ``pgfunnel migrate``) and
+hands it an open SQLAlchemy connection through ``config.attributes["connection"]``;
+the plain ``alembic`` command works too, with ``sqlalchemy.url`` or PGFUNNEL_DSN.
+"""
+
+from __future__ import annotations
+
+import os
+
+from alembic import context
+from pgfunnel.migrations.filters import include_name, include_object
+from sqlalchemy import Connection, create_engine, pool
+
+from pgfunnel.models import SCHEMA, Base
+
+config = context.config
+target_metadata = Base.metadata
+
+def run_with(connection: Connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        include_schemas=True,
+        include_object=include_object,
+        include_name=include_name,
+        version_table_schema=SCHEMA,
+        compare_type=True,
+        compare_server_default=False,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def _url() -> str:
+    url = config.get_main_option("sqlalchemy.url") or os.environ.get("PGFUNNEL_DSN", "")
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url[len("postgresql://"):]
+    return url
+
+
+connection = config.attributes.get("connection")
+if connection is not None:
+    run_with(connection)
+else:
+    engine = create_engine(_url(), poolclass=pool.NullPool)
+    with engine.connect() as conn:
+        run_with(conn)

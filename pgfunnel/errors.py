@@ -1,0 +1,131 @@
+"""One error hierarchy for everything pgfunnel raises.
+
+Every exception a caller can see derives from :class:`PgfunnelError`. Database
+errors are translated by SQLSTATE (see :func:`translate`) so that callers never
+have to import psycopg to tell "run `pgfunnel init`" apart from "bad parameter".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class PgfunnelError(Exception):
+    """Base class of every error pgfunnel raises on purpose."""
+
+    #: process exit status the CLI uses for this class of error
+    exit_code: int = 1
+
+
+class ConfigError(PgfunnelError):
+    """A setting or parameter has a value pgfunnel cannot use."""
+
+    def __init__(self, parameter: str, message: str) -> None:
+        self.parameter = parameter
+        super().__init__(f"{parameter}: {message}")
+
+
+class InvalidInputError(PgfunnelError):
+    """Query text, a vector or an ingest record is malformed."""
+
+
+class InvalidVectorError(InvalidInputError):
+    """A vector has the wrong dimension, NaN/Inf values, is zero, or is missing."""
+
+
+class InvalidDocumentError(InvalidInputError):
+    """An ingest record lacks a required field or has a malformed one."""
+
+
+class SchemaMissingError(PgfunnelError):
+    """The database has no pgfunnel schema (or an outdated one)."""
+
+    def __init__(self, detail: str = "") -> None:
+        msg = "the pgfunnel schema is not installed in this database; run `pgfunnel init`"
+        if detail:
+            msg += f" ({detail})"
+        super().__init__(msg)
+
+
+class ConnectionFailedError(PgfunnelError):
+    """The database could not be reached."""
+
+
+class NotFoundError(PgfunnelError):
+    """A named collection, index version or document does not exist."""
+
+
+class AccessError(PgfunnelError):
+    """The caller lacks a privilege, or passed no identity where one is required."""
+
+
+class ConflictError(PgfunnelError):
+    """Another writer holds the lock, or the operation contradicts current state."""
+
+
+class SearchTimeoutError(PgfunnelError):
+    """A search ran past its statement_timeout and was cancelled."""
+
+
+class ModelLoadError(PgfunnelError):
+    """An embedding or rerank model could not be loaded. Never silently skipped."""
+
+    def __init__(self, setting: str, model: str, cause: BaseException | str) -> None:
+        self.setting = setting
+        self.model = model
+        super().__init__(f"{setting}={model!r} could not be loaded: {cause}")
+
+
+class RerankError(PgfunnelError):
+    """The reranker produced output that cannot be trusted (e.g. a wrong score count)."""
+
+
+# SQLSTATE -> class. Codes raised by pgfunnel's own SQL use the class "PF" prefix
+# where Postgres lets us choose; the rest are Postgres' own.
+_SQLSTATE_MAP: dict[str, type[PgfunnelError]] = {
+    "3F000": SchemaMissingError,  # invalid_schema_name
+    "42883": SchemaMissingError,  # undefined_function (pgfunnel.* missing)
+    "42P01": SchemaMissingError,  # undefined_table
+    "22023": ConfigError,  # invalid_parameter_value
+    "22004": AccessError,  # null_value_not_allowed (NULL principals)
+    "22000": InvalidInputError,  # data_exception
+    "22P02": InvalidInputError,  # invalid_text_representation
+    "22021": InvalidInputError,  # character_not_in_repertoire (NUL, bad UTF-8)
+    "2200G": InvalidVectorError,  # most_specific_type_mismatch
+    "42501": AccessError,  # insufficient_privilege
+    "57014": SearchTimeoutError,  # query_canceled (statement_timeout)
+    "55P03": ConflictError,  # lock_not_available
+    "P0002": NotFoundError,  # no_data_found
+    "23505": ConflictError,  # unique_violation
+}
+
+
+def translate(exc: BaseException) -> PgfunnelError:
+    """Map a psycopg error to the matching :class:`PgfunnelError` subclass.
+
+    Messages raised by pgfunnel's SQL already name the parameter; they are kept
+    verbatim (without psycopg's CONTEXT lines) so the caller sees one clear line.
+    """
+    if isinstance(exc, PgfunnelError):
+        return exc
+    sqlstate: str | None = getattr(exc, "sqlstate", None)
+    diag: Any = getattr(exc, "diag", None)
+    primary = getattr(diag, "message_primary", None) or str(exc).splitlines()[0]
+    if sqlstate is None:
+        import psycopg
+
+        if isinstance(exc, psycopg.OperationalError):
+            return ConnectionFailedError(f"cannot connect to Postgres: {primary}")
+        return PgfunnelError(primary)
+    cls = _SQLSTATE_MAP.get(sqlstate, PgfunnelError)
+    if cls is SchemaMissingError:
+        if "pgfunnel" in primary or "vector" in primary:
+            return SchemaMissingError(primary)
+        return PgfunnelError(primary)
+    if cls is ConfigError:
+        parameter = primary.split(":", 1)[0] if ":" in primary else "parameter"
+        detail = primary.split(":", 1)[1].strip() if ":" in primary else primary
+        return ConfigError(parameter, detail)
+    err = cls(primary)
+    err.__cause__ = exc
+    return err

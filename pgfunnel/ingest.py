@@ -1,0 +1,452 @@
+"""Ingest: documents -> chunks -> vectors and BM25 postings, written with COPY.
+
+Each batch of documents is one transaction, so a document is always wholly
+present or wholly absent. Re-ingesting a citekey replaces its chunks; a chunk
+whose text is unchanged keeps its vector (content hash), so only new text is
+embedded. BM25 statistics are updated in the same transaction as the postings.
+"""
+
+from __future__ import annotations
+
+import string
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg import sql
+
+from pgfunnel.embedder import Embedder, check_vector
+from pgfunnel.errors import InvalidInputError, NotFoundError, PgfunnelError, translate
+from pgfunnel.sources import DEFAULT_CHUNK_WORDS, ChunkRecord, DocumentRecord, chunk_text
+
+DEFAULT_COLLECTION = "default"
+DEFAULT_ANALYZER = "english_v1"
+_STRIP = string.punctuation + "\u201c\u201d\u2018\u2019\u00ab\u00bb"
+
+ProgressFn = Callable[[str, int, int | None], None]
+
+
+@dataclass
+class IngestStats:
+    documents_seen: int = 0
+    documents_written: int = 0
+    documents_unchanged: int = 0
+    chunks_written: int = 0
+    chunks_removed: int = 0
+    chunks_embedded: int = 0
+    chunks_reused: int = 0
+    index_version: int | None = None
+    embed_seconds: float = 0.0
+    db_seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ActiveVersion:
+    id: int
+    version: int
+    embedding_model: str
+    dimensions: int
+    analyzer: str
+
+
+def collection_id(conn: psycopg.Connection[Any], name: str) -> int | None:
+    row = conn.execute("select id from pgfunnel.collection where name = %s", (name,)).fetchone()
+    return None if row is None else int(row[0])
+
+
+def require_collection(conn: psycopg.Connection[Any], name: str) -> int:
+    cid = collection_id(conn, name)
+    if cid is None:
+        raise NotFoundError(f"collection {name!r} does not exist "
+                            "(ingest into it first: pgfunnel ingest PATH --collection NAME)")
+    return cid
+
+
+def active_version(conn: psycopg.Connection[Any], coll_id: int) -> ActiveVersion | None:
+    row = conn.execute(
+        "select id, version, embedding_model, dimensions, analyzer from pgfunnel.index_version "
+        "where collection_id = %s and state = 'active'", (coll_id,)).fetchone()
+    return None if row is None else ActiveVersion(*row)
+
+
+def hnsw_index_name(version_id: int) -> str:
+    return f"embedding_hnsw_v{version_id}"
+
+
+def create_hnsw_index(conn: psycopg.Connection[Any], version_id: int, dimensions: int, *,
+                      concurrently: bool = False, m: int = 16, ef_construction: int = 64) -> None:
+    """The partial HNSW index of one version (its own dimension, its own rows)."""
+    conn.execute(sql.SQL(
+        "create index {conc} if not exists {name} on pgfunnel.embedding "
+        "using hnsw ((embedding::vector({dim})) vector_cosine_ops) "
+        "with (m = {m}, ef_construction = {efc}) where index_version_id = {vid}"
+    ).format(conc=sql.SQL("concurrently") if concurrently else sql.SQL(""),
+             name=sql.Identifier(hnsw_index_name(version_id)), dim=sql.Literal(dimensions),
+             m=sql.Literal(m), efc=sql.Literal(ef_construction), vid=sql.Literal(version_id)))
+
+
+class TermAnalyzer:
+    """Turns chunk text into BM25 terms through the database's own analyzer.
+
+    The SQL token pattern never spans whitespace, so a text's terms are the
+    concatenation of its whitespace-separated words' terms; each distinct word is
+    analysed once (in SQL, in bulk) and cached. Indexed terms and query terms thus
+    come from the same implementation, at a fraction of the cost of analysing
+    every chunk in SQL.
+    """
+
+    def __init__(self, conn: psycopg.Connection[Any], analyzer: str) -> None:
+        self.conn = conn
+        self.analyzer = analyzer
+        self.cache: dict[str, tuple[str, ...]] = {}
+
+    @staticmethod
+    def words(text: str) -> list[str]:
+        out = []
+        for w in text.split():
+            w = w.strip(_STRIP)
+            if w:
+                out.append(w)
+        return out
+
+    def prepare(self, texts: Iterable[str]) -> None:
+        unknown = {w for t in texts for w in self.words(t)} - self.cache.keys()
+        if not unknown:
+            return
+        ordered = sorted(unknown)
+        found: dict[int, list[str]] = {}
+        rows = self.conn.execute(
+            "select input_ordinal, term from pgfunnel.analyze_each(%s::text[], %s, false) "
+            "where term is not null", (ordered, self.analyzer)).fetchall()
+        for ordinal, term in rows:
+            found.setdefault(int(ordinal), []).append(str(term))
+        for i, w in enumerate(ordered, start=1):
+            self.cache[w] = tuple(found.get(i, ()))
+
+    def terms(self, text: str) -> Counter[str]:
+        counts: Counter[str] = Counter()
+        for w in self.words(text):
+            counts.update(self.cache[w])
+        return counts
+
+
+def _tsvector_literal(terms: Iterable[str]) -> str:
+    return " ".join("'" + t.replace("\\", "\\\\").replace("'", "''") + "'" for t in sorted(terms))
+
+
+def get_or_create_collection(conn: psycopg.Connection[Any], name: str, *, private: bool = False,
+                             analyzer: str = DEFAULT_ANALYZER) -> int:
+    cid = collection_id(conn, name)
+    if cid is not None:
+        return cid
+    row = conn.execute(
+        "insert into pgfunnel.collection (name, private, analyzer) values (%s, %s, %s) "
+        "on conflict (name) do update set name = excluded.name returning id",
+        (name, private, analyzer)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def create_version(conn: psycopg.Connection[Any], coll_id: int, model: str, dimensions: int,
+                   analyzer: str, state: str, params: dict[str, Any] | None = None) -> int:
+    from psycopg.types.json import Jsonb
+
+    row = conn.execute(
+        "insert into pgfunnel.index_version (collection_id, version, embedding_model, dimensions, "
+        " analyzer, state, params, activated_at) "
+        "select %s, coalesce(max(version), 0) + 1, %s, %s, %s, %s, %s, "
+        "       case when %s = 'active' then now() end "
+        "from pgfunnel.index_version where collection_id = %s returning id",
+        (coll_id, model, dimensions, analyzer, state, Jsonb(params or {}), state, coll_id),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def write_chunk_index(conn: psycopg.Connection[Any], version_id: int, analyzer: TermAnalyzer,
+                      chunk_ids: Sequence[int], texts: Sequence[str],
+                      vectors: np.ndarray | None, k1: float = 1.2, b: float = 0.75) -> None:
+    """Vectors, lexical rows and postings of chunks for one version, then its statistics."""
+    analyzer.prepare(texts)
+    term_counts = [analyzer.terms(t) for t in texts]
+    row = conn.execute("select weights_avg_length from pgfunnel.index_version where id = %s",
+                       (version_id,)).fetchone()
+    avg_ref = row[0] if row and row[0] else None
+    if avg_ref is None:
+        lengths = [sum(c.values()) for c in term_counts]
+        avg_ref = (sum(lengths) / len(lengths)) if lengths and sum(lengths) else 1.0
+    if vectors is not None:
+        with conn.cursor().copy(
+                "copy pgfunnel.embedding (index_version_id, chunk_id, embedding) "
+                "from stdin (format binary)") as cp:
+            cp.set_types(["int4", "int8", "vector"])
+            for cid, vec in zip(chunk_ids, vectors, strict=True):
+                cp.write_row((version_id, cid, vec))
+    with conn.cursor().copy(
+            "copy pgfunnel.lexical (index_version_id, chunk_id, length, terms) from stdin") as cp:
+        for cid, counts in zip(chunk_ids, term_counts, strict=True):
+            cp.write_row((version_id, cid, sum(counts.values()), _tsvector_literal(counts)))
+    with conn.cursor().copy(
+            "copy pgfunnel.posting (index_version_id, chunk_id, term, tf, weight) "
+            "from stdin") as cp:
+        for cid, counts in zip(chunk_ids, term_counts, strict=True):
+            length = sum(counts.values())
+            norm = k1 * (1 - b + b * length / avg_ref)
+            for term, tf in counts.items():
+                tf = min(tf, 32767)
+                cp.write_row((version_id, cid, term, tf, tf * (k1 + 1) / (tf + norm)))
+    conn.execute("select pgfunnel._bm25_add(%s, %s::bigint[])", (version_id, list(chunk_ids)))
+
+
+def refresh_weights_if_drifted(conn: psycopg.Connection[Any], version_id: int,
+                               tolerance: float = 0.25) -> bool:
+    """Recompute stored posting weights when the average length drifted (speed, not truth)."""
+    row = conn.execute(
+        "select total_length::float8 / nullif(chunk_count, 0), weights_avg_length "
+        "from pgfunnel.index_version where id = %s", (version_id,)).fetchone()
+    if not row or row[0] is None or row[1] is None:
+        return False
+    if abs(row[0] / row[1] - 1.0) <= tolerance:
+        return False
+    conn.execute("select pgfunnel.refresh_bm25_weights(%s)", (version_id,))
+    return True
+
+
+class Ingester:
+    """Writes documents into one collection's active index version."""
+
+    def __init__(self, conn: psycopg.Connection[Any], collection: str = DEFAULT_COLLECTION, *,
+                 embedder: Embedder | None = None, chunk_words: int = DEFAULT_CHUNK_WORDS,
+                 private: bool = False, batch_documents: int = 64,
+                 progress: ProgressFn | None = None) -> None:
+        from pgfunnel.db import require_schema
+
+        require_schema(conn)
+        if not conn.autocommit:
+            # each batch commits on its own; inside a caller's transaction it could not
+            from pgfunnel.errors import ConfigError
+
+            raise ConfigError("conn", "Ingester needs a connection in autocommit mode")
+        self.conn = conn
+        self.collection = collection
+        self.chunk_words = chunk_words
+        self.batch_documents = batch_documents
+        self.progress = progress
+        self.private = private
+        self._embedder = embedder
+        self.stats = IngestStats()
+        cid = collection_id(conn, collection)
+        version = active_version(conn, cid) if cid is not None else None
+        if version is not None and embedder is not None and (
+                embedder.dimensions != version.dimensions):
+            raise InvalidInputError(
+                f"embedding_model: {embedder.model_name!r} makes {embedder.dimensions}-dim "
+                f"vectors but collection {collection!r} is indexed with {version.embedding_model!r}"
+                f" ({version.dimensions} dims); use that model or run `pgfunnel reindex`")
+        self._analyzers: dict[str, TermAnalyzer] = {}
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            cid = collection_id(self.conn, self.collection)
+            version = active_version(self.conn, cid) if cid is not None else None
+            self._embedder = Embedder(version.embedding_model if version else "all-MiniLM-L6-v2")
+        return self._embedder
+
+    def _tick(self, stage: str, n: int, total: int | None = None) -> None:
+        if self.progress is not None:
+            self.progress(stage, n, total)
+
+    def ingest(self, records: Iterable[DocumentRecord],
+               vectors: dict[str, np.ndarray] | None = None) -> IngestStats:
+        """Ingest documents. ``vectors`` (citekey -> array of chunk vectors) skips the model."""
+        batch: list[DocumentRecord] = []
+        seen: set[str] = set()
+        for rec in records:
+            if rec.citekey in seen:
+                raise InvalidInputError(f"citekey {rec.citekey!r} appears twice in this ingest")
+            seen.add(rec.citekey)
+            batch.append(rec)
+            if len(batch) >= self.batch_documents:
+                self._ingest_batch(batch, vectors)
+                batch = []
+        if batch:
+            self._ingest_batch(batch, vectors)
+        self._finish()
+        return self.stats
+
+    def _version(self) -> tuple[int, ActiveVersion]:
+        coll = get_or_create_collection(self.conn, self.collection, private=self.private)
+        version = active_version(self.conn, coll)
+        if version is None:
+            analyzer_row = self.conn.execute(
+                "select analyzer from pgfunnel.collection where id = %s", (coll,)).fetchone()
+            analyzer = str(analyzer_row[0]) if analyzer_row else DEFAULT_ANALYZER
+            emb = self.embedder
+            vid = create_version(self.conn, coll, emb.model_name, emb.dimensions, analyzer,
+                                 "active")
+            version = active_version(self.conn, coll)
+            assert version is not None and version.id == vid
+            self.stats.notes.append(f"created index version {version.version} (active)")
+        return coll, version
+
+    def _ingest_batch(self, batch: list[DocumentRecord],
+                      vectors: dict[str, np.ndarray] | None) -> None:
+        import time
+
+        self.stats.documents_seen += len(batch)
+        try:
+            with self.conn.transaction():
+                # one writer per collection at a time; searches are never blocked
+                self.conn.execute("select pg_advisory_xact_lock(hashtext('pgfunnel:ingest:' || %s))",
+                                  (self.collection,))
+                coll, version = self._version()
+                self.stats.index_version = version.version
+                existing = {
+                    ck: (int(did), h) for ck, did, h in self.conn.execute(
+                        "select citekey, id, content_hash from pgfunnel.document "
+                        "where collection_id = %s and citekey = any(%s)",
+                        (coll, [r.citekey for r in batch])).fetchall()}
+                todo = [r for r in batch
+                        if r.citekey not in existing or existing[r.citekey][1] != r.content_hash()]
+                self.stats.documents_unchanged += len(batch) - len(todo)
+                if not todo:
+                    self._tick("documents", len(batch))
+                    return
+                chunked = [(r, chunk_text(r.text, self.chunk_words)) for r in todo]
+                new_texts: list[str] = []
+                new_vectors: list[np.ndarray | None] = []
+                reuse = self._reusable_vectors(version.id,
+                                               [existing[r.citekey][0] for r in todo
+                                                if r.citekey in existing])
+                for rec, chunks in chunked:
+                    given = vectors.get(rec.citekey) if vectors is not None else None
+                    if given is not None and len(given) != len(chunks):
+                        raise InvalidInputError(
+                            f"vectors for {rec.citekey!r}: {len(given)} given for "
+                            f"{len(chunks)} chunks")
+                    for i, ch in enumerate(chunks):
+                        new_texts.append(ch.text)
+                        if given is not None:
+                            new_vectors.append(check_vector(
+                                given[i], version.dimensions,
+                                parameter=f"vectors[{rec.citekey!r}][{i}]"))
+                        else:
+                            new_vectors.append(reuse.get(ch.content_hash()))
+                missing = [i for i, v in enumerate(new_vectors) if v is None]
+                self.stats.chunks_reused += len(new_vectors) - len(missing)
+                t0 = time.perf_counter()
+                if missing:
+                    embedded = self.embedder.embed(
+                        [new_texts[i] for i in missing],
+                        progress=lambda n: self._tick("embedding", n))
+                    for i, vec in zip(missing, embedded, strict=True):
+                        new_vectors[i] = vec
+                    self.stats.chunks_embedded += len(missing)
+                t1 = time.perf_counter()
+                self.stats.embed_seconds += t1 - t0
+                self._write(coll, version, chunked, new_texts, new_vectors,
+                            {ck: v[0] for ck, v in existing.items()})
+                self.stats.db_seconds += time.perf_counter() - t1
+        except psycopg.Error as exc:
+            raise translate(exc) from exc
+        self._tick("documents", len(batch))
+
+    def _reusable_vectors(self, version_id: int, document_ids: list[int]) -> dict[str, np.ndarray]:
+        if not document_ids:
+            return {}
+        rows = self.conn.execute(
+            "select c.content_hash, e.embedding from pgfunnel.chunk c "
+            "join pgfunnel.embedding e on e.chunk_id = c.id and e.index_version_id = %s "
+            "where c.document_id = any(%s)", (version_id, document_ids)).fetchall()
+        return {h: np.asarray(v, dtype=np.float32) for h, v in rows}
+
+    def _write(self, coll: int, version: ActiveVersion,
+               chunked: list[tuple[DocumentRecord, list[ChunkRecord]]], texts: list[str],
+               vectors: list[np.ndarray | None], existing: dict[str, int]) -> None:
+        from psycopg.types.json import Jsonb
+
+        conn = self.conn
+        private_row = conn.execute("select private from pgfunnel.collection where id = %s",
+                                   (coll,)).fetchone()
+        private = bool(private_row and private_row[0])
+        old_ids = [existing[r.citekey] for r, _ in chunked if r.citekey in existing]
+        if old_ids:
+            removed = conn.execute(
+                "select pgfunnel._remove_chunks(array(select id from pgfunnel.chunk "
+                "where document_id = any(%s)))", (old_ids,)).fetchone()
+            self.stats.chunks_removed += int(removed[0]) if removed else 0
+        doc_ids: dict[str, int] = {}
+        for rec, _ in chunked:
+            row = conn.execute(
+                "insert into pgfunnel.document as d (collection_id, citekey, title, metadata, "
+                " tenant, readers, is_public, language, valid_from, valid_to, content_hash) "
+                "values (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+                "on conflict (collection_id, citekey) do update set title = excluded.title, "
+                " metadata = excluded.metadata, tenant = excluded.tenant, "
+                " readers = excluded.readers, is_public = excluded.is_public, "
+                " language = excluded.language, valid_from = excluded.valid_from, "
+                " valid_to = excluded.valid_to, content_hash = excluded.content_hash, "
+                " updated_at = now() returning id",
+                (coll, rec.citekey, rec.title, Jsonb(rec.metadata), rec.tenant, rec.readers,
+                 not rec.readers and not private, rec.language, rec.valid_from, rec.valid_to,
+                 rec.content_hash())).fetchone()
+            assert row is not None
+            doc_ids[rec.citekey] = int(row[0])
+        n = len(texts)
+        ids = [int(r[0]) for r in conn.execute(
+            "select nextval(pg_get_serial_sequence('pgfunnel.chunk', 'id')) "
+            "from generate_series(1, %s)", (n,)).fetchall()]
+        with conn.cursor().copy(
+                "copy pgfunnel.chunk (id, document_id, collection_id, ordinal, heading, text, "
+                "token_count, content_hash) from stdin") as cp:
+            i = 0
+            for rec, chunks in chunked:
+                for ch in chunks:
+                    cp.write_row((ids[i], doc_ids[rec.citekey], coll, ch.ordinal, ch.heading,
+                                  ch.text, ch.token_count, ch.content_hash()))
+                    i += 1
+        analyzer = self._analyzers.setdefault(version.analyzer,
+                                              TermAnalyzer(conn, version.analyzer))
+        write_chunk_index(conn, version.id, analyzer, ids, texts,
+                          np.stack([v for v in vectors if v is not None]) if n else None)
+        self.stats.documents_written += len(chunked)
+        self.stats.chunks_written += n
+
+    def _finish(self) -> None:
+        cid = collection_id(self.conn, self.collection)
+        version = active_version(self.conn, cid) if cid is not None else None
+        if version is None:
+            return
+        with self.conn.transaction():
+            create_hnsw_index(self.conn, version.id, version.dimensions)
+            if refresh_weights_if_drifted(self.conn, version.id):
+                self.stats.notes.append("refreshed BM25 posting weights")
+        self.conn.execute("analyze pgfunnel.posting")
+        self.conn.execute("analyze pgfunnel.embedding")
+
+
+def delete_documents(conn: psycopg.Connection[Any], collection: str,
+                     citekeys: Sequence[str]) -> int:
+    """Delete documents and their chunks, keeping BM25 statistics exact."""
+    try:
+        with conn.transaction():
+            coll = require_collection(conn, collection)
+            conn.execute("select pg_advisory_xact_lock(hashtext('pgfunnel:ingest:' || %s))",
+                         (collection,))
+            conn.execute(
+                "select pgfunnel._remove_chunks(array(select c.id from pgfunnel.chunk c "
+                "join pgfunnel.document d on d.id = c.document_id "
+                "where d.collection_id = %s and d.citekey = any(%s)))", (coll, list(citekeys)))
+            cur = conn.execute("delete from pgfunnel.document where collection_id = %s "
+                               "and citekey = any(%s)", (coll, list(citekeys)))
+            return cur.rowcount
+    except psycopg.Error as exc:
+        raise translate(exc) from exc
+
+
+__all__ = ["Ingester", "IngestStats", "delete_documents", "PgfunnelError"]

@@ -1,0 +1,197 @@
+"""Install, upgrade and remove the pgfunnel schema.
+
+Tables come from alembic migrations (``migrations/``); SQL functions come from the
+files in ``sql/``, installed with ``create or replace`` after every upgrade so the
+functions always match the installed package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, create_engine, pool
+
+from pgfunnel.db import SCHEMA, connect, resolve_dsn
+from pgfunnel.errors import AccessError, PgfunnelError, translate
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def _resource_dir(name: str) -> Path:
+    # installed wheel: pgfunnel/<name>; source checkout: <repo>/<name>
+    for candidate in (PACKAGE_DIR / name, PACKAGE_DIR.parent / name):
+        if candidate.is_dir() and any(candidate.iterdir()):
+            return candidate
+    raise PgfunnelError(f"pgfunnel's {name}/ directory is missing from the installation")
+
+
+def sql_dir() -> Path:
+    return _resource_dir("sql")
+
+
+def migrations_dir() -> Path:
+    return _resource_dir("migrations")
+
+
+def sql_files() -> list[Path]:
+    return sorted(p for p in sql_dir().glob("*.sql"))
+
+
+def render_sql(text: str, vector_schema: str) -> str:
+    return text.replace("@vector_schema@", psycopg.sql.Identifier(vector_schema).as_string())
+
+
+def alembic_config() -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(migrations_dir()))
+    return cfg
+
+
+@contextmanager
+def _sa_connection(dsn: str) -> Iterator[Connection]:
+    engine = create_engine("postgresql+psycopg://", poolclass=pool.NullPool,
+                           creator=lambda: psycopg.connect(dsn))
+    with engine.begin() as conn:
+        yield conn
+    engine.dispose()
+
+
+def vector_schema(conn: psycopg.Connection[Any]) -> str | None:
+    row = conn.execute(
+        "select n.nspname from pg_extension e join pg_namespace n on n.oid = e.extnamespace "
+        "where e.extname = 'vector'"
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def ensure_extension(conn: psycopg.Connection[Any]) -> str:
+    """Create pgvector if missing; return the schema it lives in."""
+    schema = vector_schema(conn)
+    if schema is not None:
+        return schema
+    try:
+        conn.execute("create extension if not exists vector")
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise AccessError(
+            "the vector extension is not installed and this role may not create it; "
+            "ask a superuser to run `create extension vector`"
+        ) from exc
+    except psycopg.errors.UndefinedFile as exc:
+        raise PgfunnelError(
+            "pgvector (>= 0.8) is not available on this Postgres server; install it first"
+        ) from exc
+    schema = vector_schema(conn)
+    assert schema is not None
+    return schema
+
+
+def install_functions(conn: psycopg.Connection[Any]) -> int:
+    """(Re)install every SQL function from sql/ in one transaction."""
+    schema = vector_schema(conn)
+    if schema is None:
+        raise PgfunnelError("the vector extension is missing; run `pgfunnel init`")
+    files = sql_files()
+    for path in files:
+        conn.execute(render_sql(path.read_text(), schema).encode())
+    return len(files)
+
+
+def current_revision(conn: psycopg.Connection[Any]) -> str | None:
+    row = conn.execute("select to_regclass('pgfunnel.alembic_version') is not null").fetchone()
+    if not row or not row[0]:
+        return None
+    rev = conn.execute("select version_num from pgfunnel.alembic_version").fetchone()
+    return None if rev is None else str(rev[0])
+
+
+def head_revision() -> str:
+    script = ScriptDirectory.from_config(alembic_config())
+    head = script.get_current_head()
+    assert head is not None
+    return head
+
+
+def upgrade(dsn: str | None = None, revision: str = "head") -> None:
+    target = resolve_dsn(dsn)
+    cfg = alembic_config()
+    with _sa_connection(target) as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
+
+
+def downgrade(dsn: str | None = None, revision: str = "base") -> None:
+    target = resolve_dsn(dsn)
+    cfg = alembic_config()
+    with _sa_connection(target) as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, revision)
+
+
+def autogenerate_diff(dsn: str | None = None) -> list[Any]:
+    """What alembic's autogenerate would change; empty when the database matches the models."""
+    from alembic.autogenerate import compare_metadata
+
+    from pgfunnel.models import Base
+    target = resolve_dsn(dsn)
+    from pgfunnel.migrations.filters import include_name, include_object
+
+    with _sa_connection(target) as conn:
+        ctx = MigrationContext.configure(conn, opts={
+            "include_schemas": True,
+            "include_object": include_object,
+            "include_name": include_name,
+            "version_table_schema": SCHEMA,
+            "compare_type": True,
+        })
+        return list(compare_metadata(ctx, Base.metadata))
+
+
+def init(dsn: str | None = None, *, rls: bool = False) -> dict[str, Any]:
+    """Create the extension, the schema and tables (alembic), and the functions. Idempotent."""
+    target = resolve_dsn(dsn)
+    try:
+        with connect(target, register=False) as conn:
+            before = current_revision(conn)
+            vschema = ensure_extension(conn)
+            conn.execute(psycopg.sql.SQL("create schema if not exists {}").format(
+                psycopg.sql.Identifier(SCHEMA)))
+            conn.commit()
+        upgrade(target)
+        with connect(target) as conn:
+            install_functions(conn)
+            if rls:
+                from pgfunnel.security import enable_rls
+
+                enable_rls(conn)
+            conn.commit()
+            after = current_revision(conn)
+    except psycopg.Error as exc:
+        raise translate(exc) from exc
+    return {"revision_before": before, "revision": after, "vector_schema": vschema,
+            "created": before is None, "rls": rls}
+
+
+def migrate(dsn: str | None = None) -> dict[str, Any]:
+    """Upgrade an existing installation to this package's head and reinstall functions."""
+    target = resolve_dsn(dsn)
+    with connect(target, register=False) as conn:
+        before = current_revision(conn)
+    if before is None:
+        from pgfunnel.errors import SchemaMissingError
+
+        raise SchemaMissingError("no alembic revision found")
+    upgrade(target)
+    with connect(target) as conn:
+        install_functions(conn)
+        conn.commit()
+        after = current_revision(conn)
+    return {"revision_before": before, "revision": after}
+

@@ -1,0 +1,255 @@
+"""Reading documents from files, and cutting them into chunks.
+
+Formats: ``.md`` (sections by heading), ``.txt`` (paragraphs), ``.html`` (sections by
+h1-h4), ``.jsonl`` (one document per line: citekey, title, text, and optionally
+metadata, tenant, readers, language, valid_from, valid_to).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+from pgfunnel.errors import InvalidDocumentError
+
+SUPPORTED_SUFFIXES = (".md", ".markdown", ".txt", ".html", ".htm", ".jsonl")
+DEFAULT_CHUNK_WORDS = 200
+
+
+@dataclass
+class DocumentRecord:
+    citekey: str
+    text: str
+    title: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    tenant: str | None = None
+    readers: list[str] = field(default_factory=list)
+    language: str | None = None
+    valid_from: dt.datetime | None = None
+    valid_to: dt.datetime | None = None
+
+    def content_hash(self) -> str:
+        payload = json.dumps(
+            [self.title, self.text, self.metadata, self.tenant, sorted(self.readers),
+             self.language, _iso(self.valid_from), _iso(self.valid_to)],
+            sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(payload.encode()).hexdigest()
+
+
+@dataclass
+class ChunkRecord:
+    ordinal: int
+    heading: str
+    text: str
+    token_count: int
+
+    def content_hash(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+
+def _iso(value: dt.datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _parse_time(value: Any, name: str, where: str) -> dt.datetime | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise InvalidDocumentError(f"{where}: {name} must be an ISO 8601 string")
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise InvalidDocumentError(f"{where}: {name} {value!r} is not ISO 8601") from exc
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+
+def _check_text(value: str, name: str, where: str) -> str:
+    if "\x00" in value:
+        raise InvalidDocumentError(f"{where}: {name} contains a NUL byte")
+    return value
+
+
+def record_from_dict(obj: Any, where: str) -> DocumentRecord:
+    """Validate one JSON object into a DocumentRecord; errors name the place and field."""
+    if not isinstance(obj, dict):
+        raise InvalidDocumentError(f"{where}: expected a JSON object")
+    citekey = obj.get("citekey")
+    if not isinstance(citekey, str) or not citekey.strip():
+        raise InvalidDocumentError(f"{where}: missing or empty 'citekey'")
+    text = obj.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidDocumentError(f"{where}: missing or empty 'text' (citekey {citekey!r})")
+    title = obj.get("title") or ""
+    metadata = obj.get("metadata") or {}
+    if not isinstance(title, str):
+        raise InvalidDocumentError(f"{where}: 'title' must be a string")
+    if not isinstance(metadata, dict):
+        raise InvalidDocumentError(f"{where}: 'metadata' must be an object")
+    readers = obj.get("readers") or []
+    if not isinstance(readers, list) or not all(isinstance(r, str) and r for r in readers):
+        raise InvalidDocumentError(f"{where}: 'readers' must be a list of non-empty strings")
+    tenant = obj.get("tenant")
+    language = obj.get("language")
+    for name, value in (("tenant", tenant), ("language", language)):
+        if value is not None and not isinstance(value, str):
+            raise InvalidDocumentError(f"{where}: '{name}' must be a string or null")
+    rec = DocumentRecord(
+        citekey=_check_text(citekey.strip(), "citekey", where),
+        text=_check_text(text, "text", where),
+        title=_check_text(title, "title", where),
+        metadata=metadata,
+        tenant=tenant,
+        readers=list(readers),
+        language=language,
+        valid_from=_parse_time(obj.get("valid_from"), "valid_from", where),
+        valid_to=_parse_time(obj.get("valid_to"), "valid_to", where),
+    )
+    if rec.valid_from and rec.valid_to and rec.valid_to <= rec.valid_from:
+        raise InvalidDocumentError(f"{where}: valid_to must be after valid_from")
+    return rec
+
+
+class _HTMLText(HTMLParser):
+    """HTML -> markdown-ish text: headings become '## ' lines, scripts/nav are dropped."""
+
+    SKIP = {"script", "style", "nav", "header", "footer", "aside"}
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.out: list[str] = []
+        self.title = ""
+        self._skip = 0
+        self._in_title = False
+        self._heading: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in self.SKIP:
+            self._skip += 1
+        elif tag == "title":
+            self._in_title = True
+        elif tag in ("h1", "h2", "h3", "h4"):
+            self.out.append("\n\n## ")
+            self._heading = tag
+        elif tag in ("p", "div", "li", "br", "pre", "tr"):
+            self.out.append("\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in self.SKIP and self._skip:
+            self._skip -= 1
+        elif tag == "title":
+            self._in_title = False
+        elif tag == self._heading:
+            self.out.append("\n\n")
+            self._heading = None
+
+    def handle_data(self, data: str) -> None:
+        if self._in_title:
+            self.title += data
+        elif not self._skip:
+            self.out.append(data if self._heading is None else data.replace("\n", " "))
+
+
+def html_to_text(html: str) -> tuple[str, str]:
+    parser = _HTMLText()
+    parser.feed(html)
+    text = re.sub(r"\n{3,}", "\n\n", "".join(parser.out)).strip()
+    return parser.title.strip(), text
+
+
+def read_path(path: Path, root: Path | None = None) -> Iterator[DocumentRecord]:
+    """Documents from one file (or every supported file under a directory)."""
+    if path.is_dir():
+        for child in sorted(p for p in path.rglob("*") if p.suffix.lower() in SUPPORTED_SUFFIXES):
+            yield from read_path(child, root or path)
+        return
+    if not path.exists():
+        raise InvalidDocumentError(f"{path}: no such file or directory")
+    suffix = path.suffix.lower()
+    if suffix not in SUPPORTED_SUFFIXES:
+        raise InvalidDocumentError(
+            f"{path}: unsupported file type {suffix!r} (use {', '.join(SUPPORTED_SUFFIXES)})")
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidDocumentError(f"{path}: not valid UTF-8 ({exc.reason})") from exc
+    if suffix == ".jsonl":
+        for lineno, line in enumerate(raw.splitlines(), start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InvalidDocumentError(f"{where}: not valid JSON ({exc.msg})") from exc
+            yield record_from_dict(obj, where)
+        return
+    base = root if root is not None else path.parent
+    citekey = path.relative_to(base).with_suffix("").as_posix() if root else path.stem
+    if suffix in (".html", ".htm"):
+        title, text = html_to_text(raw)
+    else:
+        text = raw
+        m = re.search(r"^#\s+(.+)$", raw, flags=re.MULTILINE) if suffix != ".txt" else None
+        title = m.group(1).strip() if m else path.stem.replace("_", " ").replace("-", " ")
+    yield record_from_dict({"citekey": citekey, "title": title, "text": text}, str(path))
+
+
+def read_paths(paths: Iterable[Path]) -> Iterator[DocumentRecord]:
+    for p in paths:
+        yield from read_path(Path(p))
+
+
+_HEADING = re.compile(r"^(#{1,6})\s+(.*\S)\s*$")
+
+
+def _sections(text: str) -> list[tuple[str, str]]:
+    """(heading, body) pairs; markdown headings start sections."""
+    sections: list[tuple[str, list[str]]] = [("", [])]
+    for line in text.splitlines():
+        m = _HEADING.match(line)
+        if m:
+            sections.append((m.group(2).strip(), []))
+        else:
+            sections[-1][1].append(line)
+    return [(h, "\n".join(b).strip()) for h, b in sections if h or "\n".join(b).strip()]
+
+
+def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkRecord]:
+    """Cut a document into chunks of about ``chunk_words`` words along its sections.
+
+    A section longer than the target is split at paragraph boundaries, and a
+    paragraph longer than the target at word boundaries. The section heading is
+    kept at the top of each of its chunks, so a chunk reads on its own.
+    """
+    if chunk_words < 20:
+        raise ValueError("chunk_words must be at least 20")
+    chunks: list[ChunkRecord] = []
+    for heading, body in _sections(text):
+        paragraphs = [p.strip() for p in re.split(r"\n\s*\n", body) if p.strip()] or [""]
+        pieces: list[list[str]] = [[]]
+        for para in paragraphs:
+            words = para.split()
+            if len(pieces[-1]) + len(words) > chunk_words and pieces[-1]:
+                pieces.append([])
+            while len(words) > chunk_words:
+                room = chunk_words - len(pieces[-1])
+                pieces[-1].extend(words[:room])
+                words = words[room:]
+                pieces.append([])
+            pieces[-1].extend(words)
+        for words in pieces:
+            if not words and not heading:
+                continue
+            body_text = " ".join(words)
+            full = f"{heading}\n{body_text}".strip() if heading else body_text
+            if not full:
+                continue
+            chunks.append(ChunkRecord(len(chunks), heading, full, len(full.split())))
+    return chunks

@@ -1,0 +1,68 @@
+-- pgfunnel: base helpers shared by every other file.
+
+-- the version of the installed SQL functions, so the Python layer can tell an old install apart
+create or replace function pgfunnel.version()
+returns text
+language sql immutable parallel safe
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$ select '0.1.0'::text $$;
+
+-- raise invalid_parameter_value naming the parameter (Python maps 22023 to ConfigError)
+create or replace function pgfunnel._bad_parameter(parameter text, message text)
+returns void
+language plpgsql
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+begin
+    raise exception using errcode = '22023', message = parameter || ': ' || message;
+end
+$$;
+
+-- the id of a collection by name, or an error that names it
+create or replace function pgfunnel._collection_id(collection_name text)
+returns integer
+language plpgsql stable
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+declare
+    found_id integer;
+begin
+    if collection_name is null then
+        perform pgfunnel._bad_parameter('collection', 'must not be NULL');
+    end if;
+    select c.id into found_id from pgfunnel.collection c where c.name = collection_name;
+    if found_id is null then
+        raise exception using errcode = 'P0002',
+            message = format('collection %L does not exist', collection_name),
+            hint = 'ingest into it first: pgfunnel ingest PATH --collection NAME';
+    end if;
+    return found_id;
+end
+$$;
+
+-- the active index version of a collection (id, dimensions, analyzer)
+create or replace function pgfunnel._active_version(collection_id integer,
+    out version_id integer, out dimensions integer, out analyzer text,
+    out chunk_count bigint, out avg_length double precision,
+    out weights_avg_length double precision)
+language plpgsql stable
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+begin
+    select v.id, v.dimensions, v.analyzer, v.chunk_count,
+           case when v.chunk_count > 0 then v.total_length::float8 / v.chunk_count else 0 end,
+           v.weights_avg_length
+      into version_id, dimensions, analyzer, chunk_count, avg_length, weights_avg_length
+      from pgfunnel.index_version v
+     where v.collection_id = _active_version.collection_id and v.state = 'active';
+    if version_id is null then
+        raise exception using errcode = 'P0002',
+            message = format('collection id %s has no active index version', collection_id),
+            hint = 'run pgfunnel ingest (first ingest activates version 1) or pgfunnel versions activate';
+    end if;
+end
+$$;

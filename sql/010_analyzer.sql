@@ -1,0 +1,159 @@
+-- pgfunnel: the analyzer. One implementation, used at ingest and at query time,
+-- so that what a query is matched against is exactly what was indexed.
+--
+-- Rules (analyzer english_v1; simple_v1 is the same without stemming and stop words):
+--   * lower-case; a token is a run of letters/digits joined by '.', '_' or '-'
+--     (jsonb_path_exists, os.path.join, err-4029 are one token each)
+--   * a token joined by '.' or '_' is an identifier: it is kept whole (unstemmed)
+--     and its parts are indexed too, so the exact identifier outranks its parts
+--   * a token joined by '-' is kept joined without the hyphens (err-4029 -> err4029)
+--     and its parts are indexed too
+--   * a part mixing letters and digits is kept whole and split at letter/digit
+--     boundaries, so ERR-4029, err 4029 and err4029 share the terms err and 4029
+--   * alphabetic parts are stemmed (english snowball); stop words are dropped
+--   * query side only: question words and question glue are dropped
+
+-- analyzers this version of pgfunnel knows; a new name is a new index version
+create or replace function pgfunnel.analyzers()
+returns table (name text, stem_dictionary text, description text)
+language sql immutable parallel safe
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+    values ('english_v1', 'english_stem', 'identifier-aware, english snowball stemming, english stop words'),
+           ('simple_v1',  'simple',       'identifier-aware, no stemming, no stop words')
+$$;
+
+-- words that only frame a question; dropped from queries, never from documents
+create or replace function pgfunnel._question_words()
+returns text[]
+language sql immutable parallel safe
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+    select array['what', 'whats', 'how', 'why', 'when', 'where', 'which', 'who', 'whom', 'whose',
+                 'does', 'do', 'did', 'is', 'are', 'was', 'were', 'can', 'could', 'would',
+                 'should', 'will', 'shall', 'may', 'might', 'must', 'i', 'me', 'my', 'we', 'us',
+                 'you', 'your', 'mean', 'means', 'meaning', 'explain', 'tell', 'please', 'there',
+                 'any', 'a', 'an', 'the', 'to', 'of', 'in', 'on', 'for', 'about', 'with', 'and',
+                 'or', 'it', 'its', 'this', 'that', 'be']::text[]
+$$;
+
+-- every token of each input text, what it became, and why anything was dropped.
+-- Ingest analyses the distinct whitespace-separated words of a batch through this
+-- function (the token pattern never spans whitespace), so indexed terms and query
+-- terms come from one implementation.
+create or replace function pgfunnel.analyze_each(inputs text[], analyzer text default 'english_v1',
+                                                 for_query boolean default false)
+returns table (input_ordinal integer, token_position integer, token text, term text, dropped text)
+language plpgsql stable parallel safe
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+declare
+    stem_dict regdictionary;
+    question_words text[] := case when for_query then pgfunnel._question_words() else '{}' end;
+begin
+    select a.stem_dictionary::regdictionary into stem_dict
+      from pgfunnel.analyzers() a where a.name = analyzer;
+    if stem_dict is null then
+        perform pgfunnel._bad_parameter('analyzer',
+            format('unknown analyzer %L (known: %s)', analyzer,
+                   (select string_agg(a.name, ', ') from pgfunnel.analyzers() a)));
+    end if;
+    return query
+    with token as (
+        select i.ord::integer as inp, m.ord::integer as pos, m.match[1] as tok
+          from unnest(inputs) with ordinality as i(txt, ord),
+               regexp_matches(lower(coalesce(i.txt, '')),
+                              '[[:alnum:]]+(?:[._-][[:alnum:]]+)*', 'g')
+               with ordinality as m(match, ord)
+         -- a longer run is not a word anyone types; it would bloat the term index
+         where length(m.match[1]) <= 100
+    ),
+    piece as (
+        -- the whole compound form: identifiers as written, hyphenated forms joined
+        select t.inp, t.pos, 0 as sub, t.tok,
+               case when t.tok ~ '[._]' then t.tok else replace(t.tok, '-', '') end as piece,
+               'whole' as kind
+          from token t
+         where t.tok ~ '[._-]'
+        union all
+        -- each part of the compound (the token itself when it has no joiner)
+        select t.inp, t.pos, p.ord::integer, t.tok, p.part,
+               case when p.part ~ '^[[:alpha:]]+$' then 'word'
+                    when p.part ~ '^[[:digit:]]+$' then 'number'
+                    else 'mixed' end
+          from token t,
+               regexp_split_to_table(t.tok, '[._-]') with ordinality as p(part, ord)
+         where p.part <> ''
+    ),
+    expanded as (
+        select pc.inp, pc.pos, pc.sub, 0 as run, pc.tok, pc.piece, pc.kind from piece pc
+        union all
+        -- letter/digit runs of a mixed part: err4029 -> err, 4029
+        select pc.inp, pc.pos, pc.sub, r.ord::integer, pc.tok, r.m[1],
+               case when r.m[1] ~ '^[[:alpha:]]+$' then 'word' else 'number' end
+          from piece pc,
+               regexp_matches(pc.piece, '[[:alpha:]]+|[[:digit:]]+', 'g')
+               with ordinality as r(m, ord)
+         where pc.kind = 'mixed'
+    ),
+    analyzed as (
+        select e.*, e.kind = 'word' and e.piece = any (question_words) as is_question,
+               case when e.kind = 'word' then ts_lexize(stem_dict, e.piece) end as lexemes
+          from expanded e
+    )
+    select a.inp, a.pos, a.tok,
+           case
+               when a.is_question then null
+               when a.kind <> 'word' then a.piece
+               when a.lexemes is null or cardinality(a.lexemes) = 0 then null
+               else a.lexemes[1]
+           end,
+           case
+               when a.is_question then 'question word'
+               when a.kind = 'word' and (a.lexemes is null or cardinality(a.lexemes) = 0)
+                   then 'stop word'
+           end
+      from analyzed a
+     order by a.inp, a.pos, a.sub, a.run;
+end
+$$;
+
+-- every token of a text, what it became, and why anything was dropped
+create or replace function pgfunnel.analyze_tokens(input text, analyzer text default 'english_v1',
+                                                   for_query boolean default false)
+returns table (token_position integer, token text, term text, dropped text)
+language sql stable parallel safe
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+    select e.token_position, e.token, e.term, e.dropped
+      from pgfunnel.analyze_each(array[input], analyzer, for_query) e
+$$;
+
+-- the terms a text becomes (what the lexical leg sees), in order
+create or replace function pgfunnel.analyze(input text, analyzer text default 'english_v1',
+                                            for_query boolean default false)
+returns text[]
+language sql stable parallel safe
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+    select coalesce(array_agg(t.term order by t.token_position), '{}'::text[])
+      from pgfunnel.analyze_tokens(input, analyzer, for_query) t
+     where t.term is not null
+$$;
+
+-- the query words the analyzer dropped, so callers can say so instead of failing silently
+create or replace function pgfunnel.dropped_query_words(input text, analyzer text default 'english_v1')
+returns text[]
+language sql stable parallel safe
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+    select coalesce(array_agg(distinct t.token), '{}'::text[])
+      from pgfunnel.analyze_tokens(input, analyzer, true) t
+     where t.dropped is not null
+$$;

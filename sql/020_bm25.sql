@@ -1,0 +1,125 @@
+-- pgfunnel: BM25 statistics and scoring.
+--
+-- Postings store (version, chunk, term, tf) and a weight
+--     w = tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avg_len_ref))
+-- computed with a reference average length (index_version.weights_avg_length),
+-- so that an index on (version, term, weight desc) yields each term's best chunks
+-- first. The reference average drifts from the true one as chunks come and go;
+-- scoring never trusts the stored weight: every candidate's score is recomputed
+-- exactly from tf, length and the current statistics, and the stored weight is
+-- used only to bound what an unfetched chunk could score (see _lexical_leg).
+-- With avg_now > avg_ref a true weight is at most w * avg_now / avg_ref; with
+-- avg_now <= avg_ref it is at most w.
+
+-- BM25 idf (the non-negative form used by Lucene)
+create or replace function pgfunnel._bm25_idf(df bigint, n bigint)
+returns double precision
+language sql immutable parallel safe
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$ select ln(1.0 + (n - df + 0.5) / (df + 0.5)) $$;
+
+-- add freshly written lexical rows and postings of a version to its statistics
+create or replace function pgfunnel._bm25_add(version_id integer, chunk_ids bigint[])
+returns void
+language plpgsql
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+begin
+    -- term rows are locked in term order so concurrent writers cannot deadlock
+    insert into pgfunnel.term_stat as ts (index_version_id, term, df)
+    select version_id, p.term, count(*)
+      from pgfunnel.posting p
+     where p.index_version_id = version_id and p.chunk_id = any (chunk_ids)
+     group by p.term
+     order by p.term
+    on conflict (index_version_id, term) do update set df = ts.df + excluded.df;
+
+    update pgfunnel.index_version v
+       set chunk_count = v.chunk_count + s.n,
+           total_length = v.total_length + s.total,
+           weights_avg_length = coalesce(v.weights_avg_length,
+                                         s.total::float8 / nullif(s.n, 0))
+      from (select count(*) as n, coalesce(sum(l.length), 0) as total
+              from pgfunnel.lexical l
+             where l.index_version_id = version_id and l.chunk_id = any (chunk_ids)) s
+     where v.id = version_id;
+end
+$$;
+
+-- remove chunks (and everything indexed for them in every version), keeping statistics exact
+create or replace function pgfunnel._remove_chunks(chunk_ids bigint[])
+returns integer
+language plpgsql
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+declare
+    removed integer;
+begin
+    update pgfunnel.term_stat ts
+       set df = ts.df - g.n
+      from (select p.index_version_id, p.term, count(*) as n
+              from pgfunnel.posting p
+             where p.chunk_id = any (chunk_ids)
+             group by 1, 2
+             order by 1, 2) g
+     where ts.index_version_id = g.index_version_id and ts.term = g.term;
+    delete from pgfunnel.term_stat ts where ts.df <= 0;
+
+    update pgfunnel.index_version v
+       set chunk_count = v.chunk_count - s.n,
+           total_length = v.total_length - s.total
+      from (select l.index_version_id, count(*) as n, sum(l.length) as total
+              from pgfunnel.lexical l
+             where l.chunk_id = any (chunk_ids)
+             group by 1) s
+     where v.id = s.index_version_id;
+
+    delete from pgfunnel.chunk c where c.id = any (chunk_ids);
+    get diagnostics removed = row_count;
+    return removed;
+end
+$$;
+
+-- recompute stored posting weights against the current average length (speed only;
+-- scores are exact either way). Called after ingest when the average drifted.
+create or replace function pgfunnel.refresh_bm25_weights(version_id integer,
+                                                        k1 double precision default 1.2,
+                                                        b double precision default 0.75)
+returns bigint
+language plpgsql
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+declare
+    avg_len double precision;
+    updated bigint;
+begin
+    select v.total_length::float8 / nullif(v.chunk_count, 0) into avg_len
+      from pgfunnel.index_version v where v.id = version_id for update;
+    if avg_len is null then
+        return 0;
+    end if;
+    update pgfunnel.posting p
+       set weight = p.tf * (k1 + 1) / (p.tf + k1 * (1 - b + b * l.length / avg_len))
+      from pgfunnel.lexical l
+     where l.index_version_id = version_id and p.index_version_id = version_id
+       and l.chunk_id = p.chunk_id;
+    get diagnostics updated = row_count;
+    update pgfunnel.index_version v set weights_avg_length = avg_len where v.id = version_id;
+    return updated;
+end
+$$;
+
+-- BM25 statistics recounted from scratch, to check the maintained ones against
+create or replace function pgfunnel.bm25_recount(version_id integer)
+returns table (term text, df bigint)
+language sql stable
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+    select p.term, count(*) from pgfunnel.posting p
+     where p.index_version_id = version_id group by p.term
+$$;

@@ -1,0 +1,434 @@
+-- pgfunnel: fusion, the candidate pool, the per-source cap, and funnel_search.
+--
+-- candidates() runs both legs and fuses them into a pool of k * overfetch chunks;
+-- final() takes the pool in the order the caller settled on (fused order, or the
+-- reranker's), applies the per-citekey cap, cuts to k and writes the trace.
+-- funnel_search() is exactly final(candidates()) with no rerank in between.
+
+-- check the search parameters shared by candidates() and final(); errors name the parameter
+create or replace function pgfunnel._check_search_params(
+    k integer, principals text[], overfetch integer, per_source_cap integer)
+returns void
+language plpgsql immutable
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+begin
+    if k is null or k < 1 or k > 1000 then
+        perform pgfunnel._bad_parameter('k', format('must be between 1 and 1000, got %s', coalesce(k::text, 'NULL')));
+    end if;
+    if principals is null then
+        -- NULL must never mean "everyone": passing no principals ('{}') means public only
+        raise exception using errcode = '22004',
+            message = 'principals: must not be NULL; pass ''{}'' to see public documents only';
+    end if;
+    if overfetch is null or overfetch < 1 or overfetch > 100 then
+        perform pgfunnel._bad_parameter('overfetch', format('must be between 1 and 100, got %s', coalesce(overfetch::text, 'NULL')));
+    end if;
+    if per_source_cap is null or per_source_cap < 1 then
+        perform pgfunnel._bad_parameter('per_source_cap', format('must be at least 1, got %s', coalesce(per_source_cap::text, 'NULL')));
+    end if;
+end
+$$;
+
+-- both legs, fused: the candidate pool with every per-leg rank and score
+create or replace function pgfunnel.candidates(
+    query_text text,
+    query_embedding @vector_schema@.vector default null,
+    k integer default 10,
+    collection text default 'default',
+    principals text[] default '{}',
+    tenant text default null,
+    language text default null,
+    as_of timestamptz default now(),
+    metadata_filter jsonb default null,
+    fusion text default 'rrf',
+    rrf_k double precision default 60,
+    weights double precision[] default '{1,1}',
+    lexical_depth integer default null,
+    dense_depth integer default null,
+    overfetch integer default 4,
+    per_source_cap integer default 3,
+    ef_search integer default 100,
+    k1 double precision default 1.2,
+    b double precision default 0.75)
+returns table (
+    chunk_id bigint, document_id bigint, citekey text, title text, heading text, text text,
+    ordinal integer, metadata jsonb,
+    lexical_rank integer, lexical_score double precision,
+    dense_rank integer, dense_score double precision,
+    fused_rank integer, fused_score double precision)
+language plpgsql volatile
+security invoker
+set search_path = pg_catalog, pgfunnel, @vector_schema@
+as $$
+declare
+    coll_id integer;
+    ver record;
+    pool_size integer;
+    lex_depth integer;
+    den_depth integer;
+    q_terms text[] := '{}';
+    dropped text[];
+    w_lex double precision;
+    w_den double precision;
+begin
+    perform pgfunnel._check_search_params(k, principals, overfetch, per_source_cap);
+    if query_text is null and query_embedding is null then
+        perform pgfunnel._bad_parameter('query_text',
+            'query_text and query_embedding are both NULL; give at least one');
+    end if;
+    if length(query_text) > 10000 then
+        perform pgfunnel._bad_parameter('query_text',
+            format('is %s characters long; the limit is 10000', length(query_text)));
+    end if;
+    if fusion is null or fusion not in ('rrf', 'minmax', 'zscore') then
+        perform pgfunnel._bad_parameter('fusion',
+            format('unknown fusion %L (use rrf, minmax or zscore)', fusion));
+    end if;
+    if rrf_k is null or not (rrf_k > 0) or rrf_k = 'Infinity'::float8 then
+        perform pgfunnel._bad_parameter('rrf_k', format('must be a positive number, got %s', coalesce(rrf_k::text, 'NULL')));
+    end if;
+    if weights is null or cardinality(weights) <> 2 or array_position(weights, null) is not null
+       or exists (select 1 from unnest(weights) w where not (w >= 0) or w = 'Infinity'::float8)
+       or weights[1] + weights[2] = 0 then
+        perform pgfunnel._bad_parameter('weights',
+            format('must be two finite non-negative numbers {lexical,dense}, not both zero; got %s',
+                   coalesce(weights::text, 'NULL')));
+    end if;
+    if k1 is null or not (k1 >= 0) or k1 > 100 then
+        perform pgfunnel._bad_parameter('k1', format('must be between 0 and 100, got %s', coalesce(k1::text, 'NULL')));
+    end if;
+    if b is null or not (b >= 0 and b <= 1) then
+        perform pgfunnel._bad_parameter('b', format('must be between 0 and 1, got %s', coalesce(b::text, 'NULL')));
+    end if;
+    if ef_search is null or ef_search < 1 or ef_search > 1000 then
+        perform pgfunnel._bad_parameter('ef_search', format('must be between 1 and 1000, got %s', coalesce(ef_search::text, 'NULL')));
+    end if;
+    if as_of is null then
+        perform pgfunnel._bad_parameter('as_of', 'must not be NULL');
+    end if;
+
+    pool_size := k * overfetch;
+    lex_depth := coalesce(lexical_depth, greatest(pool_size, 40));
+    den_depth := coalesce(dense_depth, greatest(pool_size, 40));
+    if lex_depth < 1 or lex_depth > 10000 then
+        perform pgfunnel._bad_parameter('lexical_depth', format('must be between 1 and 10000, got %s', lex_depth));
+    end if;
+    if den_depth < 1 or den_depth > 10000 then
+        perform pgfunnel._bad_parameter('dense_depth', format('must be between 1 and 10000, got %s', den_depth));
+    end if;
+
+    coll_id := pgfunnel._collection_id(collection);
+    select * into ver from pgfunnel._active_version(coll_id);
+
+    if query_embedding is not null then
+        if @vector_schema@.vector_dims(query_embedding) <> ver.dimensions then
+            perform pgfunnel._bad_parameter('query_embedding',
+                format('has %s dimensions; the active index version of %L expects %s',
+                       @vector_schema@.vector_dims(query_embedding), collection, ver.dimensions));
+        end if;
+        if @vector_schema@.vector_norm(query_embedding) = 0 then
+            perform pgfunnel._bad_parameter('query_embedding',
+                'is the zero vector, which has no cosine similarity to anything');
+        end if;
+    end if;
+
+    if query_text is not null then
+        q_terms := pgfunnel.analyze(query_text, ver.analyzer, true);
+        dropped := pgfunnel.dropped_query_words(query_text, ver.analyzer);
+        if cardinality(q_terms) = 0 then
+            raise warning using message = format(
+                'pgfunnel: no searchable term left in query_text (dropped: %s); the lexical leg is empty',
+                coalesce(nullif(array_to_string(dropped, ', '), ''), 'nothing but punctuation'));
+        elsif cardinality(dropped) > 0 then
+            raise notice using message = format('pgfunnel: query words not searched: %s',
+                                                array_to_string(dropped, ', '));
+        end if;
+    end if;
+
+    -- a leg that cannot run (no text, no vector) has no vote
+    w_lex := case when query_text is null then 0 else weights[1] end;
+    w_den := case when query_embedding is null then 0 else weights[2] end;
+
+    return query
+    with lex as (
+        select l.chunk_id, l.score, l.rank
+          from pgfunnel._lexical_leg(ver.version_id, q_terms, lex_depth, k1, b, principals,
+                                     tenant, language, as_of, metadata_filter, coll_id) l
+         where query_text is not null
+    ),
+    den as (
+        select d.chunk_id, d.score, d.rank
+          from pgfunnel._dense_leg(ver.version_id, ver.dimensions, query_embedding, den_depth,
+                                   ef_search, principals, tenant, language, as_of,
+                                   metadata_filter, coll_id) d
+         where query_embedding is not null
+    ),
+    lex_stats as (
+        select min(score) as lo, max(score) as hi, avg(score) as mu, stddev_pop(score) as sd from lex
+    ),
+    den_stats as (
+        select min(score) as lo, max(score) as hi, avg(score) as mu, stddev_pop(score) as sd from den
+    ),
+    joined as (
+        select coalesce(l.chunk_id, d.chunk_id) as chunk_id,
+               l.rank as l_rank, l.score as l_score, d.rank as d_rank, d.score as d_score
+          from lex l full join den d on d.chunk_id = l.chunk_id
+    ),
+    fused as (
+        select j.*,
+               case fusion
+                   -- rrf: a leg that missed the chunk contributes 0
+                   when 'rrf' then
+                       coalesce(w_lex / (rrf_k + j.l_rank), 0) + coalesce(w_den / (rrf_k + j.d_rank), 0)
+                   -- minmax: scores scaled to [0,1] per leg (1 when a leg's scores are all
+                   -- equal); a leg that missed the chunk contributes 0
+                   when 'minmax' then
+                       w_lex * coalesce(case when ls.hi > ls.lo then (j.l_score - ls.lo) / (ls.hi - ls.lo)
+                                             else 1.0 end * (j.l_score is not null)::int, 0)
+                     + w_den * coalesce(case when ds.hi > ds.lo then (j.d_score - ds.lo) / (ds.hi - ds.lo)
+                                             else 1.0 end * (j.d_score is not null)::int, 0)
+                   -- zscore: standardised per leg (0 when a leg's scores are all equal); a
+                   -- leg that missed the chunk contributes its lowest listed z-score
+                   else
+                       w_lex * coalesce(case when ls.sd > 0 then (coalesce(j.l_score, ls.lo) - ls.mu) / ls.sd
+                                             else 0 end, 0)
+                     + w_den * coalesce(case when ds.sd > 0 then (coalesce(j.d_score, ds.lo) - ds.mu) / ds.sd
+                                             else 0 end, 0)
+               end as fused
+          from joined j, lex_stats ls, den_stats ds
+    ),
+    pool as (
+        select f.*, (row_number() over (order by f.fused desc, f.chunk_id))::integer as f_rank
+          from fused f
+         order by f.fused desc, f.chunk_id
+         limit pool_size
+    )
+    select p.chunk_id, ch.document_id, doc.citekey, doc.title, ch.heading, ch.text, ch.ordinal,
+           doc.metadata, p.l_rank, p.l_score, p.d_rank, p.d_score, p.f_rank, p.fused
+      from pool p
+      join pgfunnel.chunk ch on ch.id = p.chunk_id
+      join pgfunnel.document doc on doc.id = ch.document_id
+     order by p.f_rank;
+end
+$$;
+
+-- the pool in its final order -> cap per citekey -> first k; optionally traced
+create or replace function pgfunnel.final(
+    chunk_ids bigint[],
+    fused_ranks integer[],
+    fused_scores double precision[],
+    lexical_ranks integer[],
+    lexical_scores double precision[],
+    dense_ranks integer[],
+    dense_scores double precision[],
+    rerank_scores double precision[] default null,
+    k integer default 10,
+    collection text default 'default',
+    principals text[] default '{}',
+    tenant text default null,
+    language text default null,
+    as_of timestamptz default now(),
+    metadata_filter jsonb default null,
+    per_source_cap integer default 3,
+    trace boolean default false,
+    query_text text default null,
+    config jsonb default '{}')
+returns table (
+    chunk_id bigint, citekey text, title text, heading text, text text, ordinal integer,
+    metadata jsonb,
+    lexical_rank integer, lexical_score double precision,
+    dense_rank integer, dense_score double precision,
+    fused_rank integer, fused_score double precision,
+    rerank_rank integer, rerank_score double precision,
+    final_rank integer, search_id bigint)
+language plpgsql volatile
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+declare
+    coll_id integer;
+    n integer := coalesce(cardinality(chunk_ids), 0);
+    version_id integer;
+    vis text := pgfunnel._visible_sql();
+begin
+    perform pgfunnel._check_search_params(k, principals, 1, per_source_cap);
+    if coalesce(cardinality(fused_ranks), 0) <> n or coalesce(cardinality(fused_scores), 0) <> n
+       or coalesce(cardinality(lexical_ranks), 0) <> n or coalesce(cardinality(lexical_scores), 0) <> n
+       or coalesce(cardinality(dense_ranks), 0) <> n or coalesce(cardinality(dense_scores), 0) <> n
+       or (rerank_scores is not null and cardinality(rerank_scores) <> n) then
+        perform pgfunnel._bad_parameter('chunk_ids',
+            'the pool arrays (ids, ranks, scores, rerank scores) must all have the same length');
+    end if;
+    coll_id := pgfunnel._collection_id(collection);
+
+    if trace then
+        select v.id into version_id from pgfunnel.index_version v
+         where v.collection_id = coll_id and v.state = 'active';
+    end if;
+
+    -- visibility is checked again: the ids come from the caller and must not become a
+    -- way to read chunks the caller could not have found. The cap counts chunks per
+    -- source document (citekey) in pool order, so a capped chunk's slot goes to the
+    -- next chunk of another source.
+    return query execute format($q$
+        with pool as (
+            select u.pos::integer as pos, u.id, ch.document_id, d.citekey, d.title, ch.heading,
+                   ch.text, ch.ordinal, d.metadata, u.lr, u.ls, u.dr, u.ds, u.fr, u.fs, u.rs,
+                   (row_number() over (partition by ch.document_id order by u.pos))::integer as src_rank
+              from unnest($7::bigint[], $8::int[], $9::float8[], $10::int[], $11::float8[],
+                          $12::int[], $13::float8[],
+                          coalesce($14::float8[], array_fill(null::float8, array[$15])))
+                   with ordinality as u(id, fr, fs, lr, ls, dr, ds, rs, pos)
+              join pgfunnel.chunk ch on ch.id = u.id
+              join pgfunnel.document d on d.id = ch.document_id
+             where %s
+        ),
+        ranked as (
+            select p.*, case when p.src_rank <= $16 then
+                        (row_number() over (partition by p.src_rank <= $16 order by p.pos))::integer
+                        end as cap_rank
+              from pool p
+        ),
+        finalized as (
+            select r.*, case when r.cap_rank <= $17 then r.cap_rank end as final_rank
+              from ranked r
+        ),
+        logged as (
+            insert into pgfunnel.search_log (collection_id, index_version_id, config_hash, config,
+                                             query_text, principals, tenant)
+            select $6, coalesce($19, 0), md5(coalesce($20, '{}'::jsonb)::text),
+                   coalesce($20, '{}'::jsonb), $21, $1, $2
+             where $18
+            returning id
+        ),
+        traced as (
+            insert into pgfunnel.search_trace (search_id, chunk_id, lexical_rank, lexical_score,
+                                               dense_rank, dense_score, fused_rank, fused_score,
+                                               rerank_rank, rerank_score, final_rank, dropped)
+            select l.id, f.id, f.lr, f.ls, f.dr, f.ds, f.fr, f.fs,
+                   case when f.rs is not null then f.pos end, f.rs, f.final_rank,
+                   case when f.final_rank is not null then null
+                        when f.src_rank > $16 then 'cap'
+                        else 'below k' end
+              from finalized f, logged l
+        )
+        select f.id, f.citekey, f.title, f.heading, f.text, f.ordinal, f.metadata,
+               f.lr, f.ls, f.dr, f.ds, f.fr, f.fs,
+               case when f.rs is not null then f.pos end, f.rs,
+               f.final_rank, (select l.id from logged l)
+          from finalized f
+         where f.final_rank is not null
+         order by f.final_rank
+        $q$, vis)
+      using principals, tenant, language, as_of, metadata_filter, coll_id,
+            chunk_ids, fused_ranks, fused_scores, lexical_ranks, lexical_scores,
+            dense_ranks, dense_scores, rerank_scores, n, per_source_cap, k,
+            trace, version_id, config, query_text;
+end
+$$;
+
+-- the whole funnel without rerank: candidates, cap per citekey, first k
+create or replace function pgfunnel.funnel_search(
+    query_text text,
+    query_embedding @vector_schema@.vector default null,
+    k integer default 10,
+    collection text default 'default',
+    principals text[] default '{}',
+    tenant text default null,
+    language text default null,
+    as_of timestamptz default now(),
+    metadata_filter jsonb default null,
+    fusion text default 'rrf',
+    rrf_k double precision default 60,
+    weights double precision[] default '{1,1}',
+    lexical_depth integer default null,
+    dense_depth integer default null,
+    overfetch integer default 4,
+    per_source_cap integer default 3,
+    ef_search integer default 100,
+    k1 double precision default 1.2,
+    b double precision default 0.75,
+    trace boolean default false)
+returns table (
+    chunk_id bigint, citekey text, title text, heading text, text text, ordinal integer,
+    metadata jsonb,
+    lexical_rank integer, lexical_score double precision,
+    dense_rank integer, dense_score double precision,
+    fused_rank integer, fused_score double precision,
+    rerank_rank integer, rerank_score double precision,
+    final_rank integer, search_id bigint)
+language plpgsql volatile
+security invoker
+set search_path = pg_catalog, pgfunnel, @vector_schema@
+as $$
+declare
+    pool record;
+begin
+    select array_agg(c.chunk_id order by c.fused_rank) as ids,
+           array_agg(c.fused_rank order by c.fused_rank) as f_ranks,
+           array_agg(c.fused_score order by c.fused_rank) as f_scores,
+           array_agg(c.lexical_rank order by c.fused_rank) as l_ranks,
+           array_agg(c.lexical_score order by c.fused_rank) as l_scores,
+           array_agg(c.dense_rank order by c.fused_rank) as d_ranks,
+           array_agg(c.dense_score order by c.fused_rank) as d_scores
+      into pool
+      from pgfunnel.candidates(query_text, query_embedding, k, collection, principals, tenant,
+                               language, as_of, metadata_filter, fusion, rrf_k, weights,
+                               lexical_depth, dense_depth, overfetch, per_source_cap,
+                               ef_search, k1, b) c;
+    return query
+    select * from pgfunnel.final(
+        coalesce(pool.ids, '{}'), coalesce(pool.f_ranks, '{}'), coalesce(pool.f_scores, '{}'),
+        coalesce(pool.l_ranks, '{}'), coalesce(pool.l_scores, '{}'),
+        coalesce(pool.d_ranks, '{}'), coalesce(pool.d_scores, '{}'),
+        null, k, collection, principals, tenant, language, as_of, metadata_filter,
+        per_source_cap, trace, query_text,
+        case when trace then jsonb_build_object(
+            'fusion', fusion, 'rrf_k', rrf_k, 'weights', weights, 'lexical_depth', lexical_depth,
+            'dense_depth', dense_depth, 'overfetch', overfetch, 'per_source_cap', per_source_cap,
+            'ef_search', ef_search, 'k1', k1, 'b', b, 'k', k, 'rerank', false,
+            'metadata_filter', metadata_filter, 'language', language) end);
+end
+$$;
+
+-- funnel_search where applications look for it: in public, so that
+-- `select * from funnel_search(...)` works on a default search_path
+create or replace function public.funnel_search(
+    query_text text,
+    query_embedding @vector_schema@.vector default null,
+    k integer default 10,
+    collection text default 'default',
+    principals text[] default '{}',
+    tenant text default null,
+    language text default null,
+    as_of timestamptz default now(),
+    metadata_filter jsonb default null,
+    fusion text default 'rrf',
+    rrf_k double precision default 60,
+    weights double precision[] default '{1,1}',
+    lexical_depth integer default null,
+    dense_depth integer default null,
+    overfetch integer default 4,
+    per_source_cap integer default 3,
+    ef_search integer default 100,
+    k1 double precision default 1.2,
+    b double precision default 0.75,
+    trace boolean default false)
+returns table (
+    chunk_id bigint, citekey text, title text, heading text, text text, ordinal integer,
+    metadata jsonb,
+    lexical_rank integer, lexical_score double precision,
+    dense_rank integer, dense_score double precision,
+    fused_rank integer, fused_score double precision,
+    rerank_rank integer, rerank_score double precision,
+    final_rank integer, search_id bigint)
+language sql volatile
+security invoker
+set search_path = pg_catalog, pgfunnel, @vector_schema@
+as $$
+    select * from pgfunnel.funnel_search(query_text, query_embedding, k, collection, principals,
+        tenant, language, as_of, metadata_filter, fusion, rrf_k, weights, lexical_depth,
+        dense_depth, overfetch, per_source_cap, ef_search, k1, b, trace)
+$$;
