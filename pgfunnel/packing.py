@@ -1,0 +1,177 @@
+"""Lay ranked passages into a prompt: drop near-duplicates, respect a token budget,
+put the strongest passages at the edges.
+
+Input order is rank order (best first), e.g. the reranked final list. Every passage that
+does not make it is returned with the reason, so the trace can say why a retrieved chunk
+never reached the model.
+
+Token counting: pass ``count_tokens`` -- ideally :func:`tokenizer_counter` around the
+tokenizer of the model that will read the prompt. Without one, the estimate is
+``ceil(whitespace_words * 1.3)``, a rough average for English text under WordPiece/BPE
+tokenizers; it over-counts plain prose a little and under-counts code and identifiers,
+so leave some headroom in the budget when relying on it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, TypeVar
+
+from pgfunnel.errors import ConfigError, InvalidInputError
+
+__all__ = [
+    "PackResult",
+    "estimate_tokens",
+    "jaccard",
+    "pack_context",
+    "shingles",
+    "tokenizer_counter",
+]
+
+P = TypeVar("P")
+
+_ID_KEYS = ("id", "chunk_id", "corpus_id", "citekey")
+_SHINGLE_WORD_RE = re.compile(r"\w+")
+
+
+@dataclass
+class PackResult(Generic[P]):
+    """Passages to put in the prompt, in prompt order, and the ones left out (with why)."""
+
+    kept: list[P]
+    dropped: list[tuple[P, str]] = field(default_factory=list)
+    tokens_used: int = 0
+
+
+def estimate_tokens(text: str) -> int:
+    """Whitespace words x 1.3, rounded up (integer arithmetic, so 10 words is 13)."""
+    words = len(text.split())
+    return (words * 13 + 9) // 10
+
+
+def tokenizer_counter(tokenizer: Any) -> Callable[[str], int]:
+    """Token counter from a Hugging Face tokenizer (e.g. ``Reranker(...).tokenizer``).
+
+    Special tokens are left out: they are added once per prompt, not once per passage.
+    """
+    encode = getattr(tokenizer, "encode", None)
+    if not callable(encode):
+        raise ConfigError("count_tokens", "tokenizer has no encode() method")
+
+    def count(text: str) -> int:
+        return len(encode(text, add_special_tokens=False))
+
+    return count
+
+
+def shingles(text: str, size: int = 3) -> frozenset[tuple[str, ...]]:
+    """Word *size*-grams of *text*, lowercased; texts shorter than *size* give one shingle."""
+    words = [w.casefold() for w in _SHINGLE_WORD_RE.findall(text)]
+    if not words:
+        return frozenset()
+    if len(words) < size:
+        return frozenset({tuple(words)})
+    return frozenset(tuple(words[i : i + size]) for i in range(len(words) - size + 1))
+
+
+def jaccard(a: frozenset[Any], b: frozenset[Any]) -> float:
+    if not a and not b:
+        # Two empty texts are the same (empty) text.
+        return 1.0
+    return len(a & b) / len(a | b)
+
+
+def _text_of(passage: Any, index: int) -> str:
+    text = passage.get("text") if isinstance(passage, Mapping) else getattr(passage, "text", None)
+    if not isinstance(text, str):
+        raise InvalidInputError(f"passage at position {index} has no 'text' string")
+    return text
+
+
+def _id_of(passage: Any, index: int) -> str:
+    for key in _ID_KEYS:
+        value = passage.get(key) if isinstance(passage, Mapping) else getattr(passage, key, None)
+        if value is not None:
+            return str(value)
+    # No id field: the rank position is the only stable name the caller can map back.
+    return f"#{index}"
+
+
+def _edges(items: list[P]) -> list[P]:
+    # Ranks 1,3,5,... fill from the front and 2,4,6,... from the back, so the two best sit
+    # at the two ends and the weakest end up in the middle, where long prompts are read
+    # least reliably.
+    return items[0::2] + items[1::2][::-1]
+
+
+def pack_context(
+    passages: Sequence[P],
+    *,
+    token_budget: int,
+    count_tokens: Callable[[str], int] | None = None,
+    near_duplicate_threshold: float = 0.9,
+    order: Literal["edges", "rank"] = "edges",
+) -> PackResult[P]:
+    """Pack ranked *passages* (best first) into at most *token_budget* tokens.
+
+    1. Near-duplicates: a passage whose word-3-gram Jaccard similarity with a better-ranked
+       surviving passage is >= *near_duplicate_threshold* is dropped
+       (``"near-duplicate of <id>"``; id from ``id``/``chunk_id``/``corpus_id``/``citekey``,
+       else ``#<rank position>``).
+    2. Budget: passages are taken in rank order while they fit; one that does not fit is
+       dropped (``"over token budget"``) and smaller, lower-ranked ones may still fill the
+       remaining room.
+    3. Order: ``"edges"`` puts the best first and the second best last; ``"rank"`` keeps
+       rank order.
+    """
+    if isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < 0:
+        raise ConfigError("token_budget", f"must be an integer >= 0, got {token_budget!r}")
+    if not 0.0 < near_duplicate_threshold <= 1.0:
+        raise ConfigError(
+            "near_duplicate_threshold", f"must be in (0, 1], got {near_duplicate_threshold!r}"
+        )
+    if order not in ("edges", "rank"):
+        raise ConfigError("order", f"expected 'edges' or 'rank', got {order!r}")
+    counter = count_tokens if count_tokens is not None else estimate_tokens
+
+    texts = [_text_of(p, i) for i, p in enumerate(passages)]
+    dropped: list[tuple[int, str]] = []
+    unique: list[int] = []
+    unique_shingles: list[frozenset[tuple[str, ...]]] = []
+    for i, text in enumerate(texts):
+        sh = shingles(text)
+        twin = next(
+            (
+                j
+                for j, other in zip(unique, unique_shingles, strict=True)
+                if jaccard(sh, other) >= near_duplicate_threshold
+            ),
+            None,
+        )
+        if twin is not None:
+            dropped.append((i, f"near-duplicate of {_id_of(passages[twin], twin)}"))
+            continue
+        unique.append(i)
+        unique_shingles.append(sh)
+
+    kept: list[int] = []
+    used = 0
+    for i in unique:
+        cost = counter(texts[i])
+        if cost < 0:
+            raise ConfigError("count_tokens", f"returned a negative count ({cost})")
+        if used + cost > token_budget:
+            dropped.append((i, "over token budget"))
+            continue
+        kept.append(i)
+        used += cost
+
+    ordered = _edges(kept) if order == "edges" else kept
+    dropped.sort(key=lambda d: d[0])
+    return PackResult(
+        kept=[passages[i] for i in ordered],
+        dropped=[(passages[i], reason) for i, reason in dropped],
+        tokens_used=used,
+    )

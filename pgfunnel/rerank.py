@@ -1,0 +1,353 @@
+"""Cross-encoder reranking of the fused candidate pool.
+
+The search layer runs the candidate query, hands the pool's texts to :class:`Reranker`,
+and passes the new order to the final query (which applies the per-source cap). This
+module never touches the database.
+
+Two rules shape it:
+
+* **Fail loudly.** A rerank model that cannot be loaded raises
+  :class:`~pgfunnel.errors.ModelLoadError` naming the ``rerank_model`` setting and the
+  model id. Un-reranked results would look perfectly normal, so silently falling back
+  would hide the misconfiguration.
+* **Score what is shown.** The model scores :meth:`Reranker.snippet` of each text, the
+  same string the user sees, so the evidence a ranking was based on is visible.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pgfunnel.errors import ConfigError, ModelLoadError, RerankError
+
+__all__ = [
+    "DEFAULT_RERANK_MODEL",
+    "Reranker",
+    "make_snippet",
+    "resolve_device",
+    "should_skip",
+]
+
+DEFAULT_RERANK_MODEL = "cross-encoder/ms-marco-MiniLM-L6-v2"
+
+Backend = Literal["torch", "onnx"]
+
+_DEVICE_RE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
+_TRUTHY = {"1", "true", "yes", "on"}
+
+
+def _offline_env() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUTHY
+
+
+def resolve_device(device: str) -> str:
+    """Turn ``"auto"`` into CUDA, then MPS, then CPU; check an explicit device exists."""
+    import torch
+
+    if device == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        mps = getattr(torch.backends, "mps", None)
+        if mps is not None and mps.is_available():
+            return "mps"
+        return "cpu"
+    if not isinstance(device, str) or not _DEVICE_RE.match(device):
+        raise ConfigError(
+            "device", f"expected 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', got {device!r}"
+        )
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ConfigError("device", f"{device!r} requested but CUDA is not available")
+        if ":" in device:
+            index = int(device.split(":", 1)[1])
+            count = torch.cuda.device_count()
+            if index >= count:
+                raise ConfigError("device", f"{device!r} requested but only {count} CUDA device(s)")
+    if device == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise ConfigError("device", "'mps' requested but MPS is not available")
+    return device
+
+
+def make_snippet(text: str, max_chars: int) -> str:
+    """First *max_chars* characters of *text*, cut back to the last word boundary.
+
+    A single word longer than *max_chars* is cut hard, because returning nothing would
+    give the reranker an empty passage to score.
+    """
+    if len(text) <= max_chars:
+        return text
+    cut = text[:max_chars]
+    if text[max_chars].isspace():
+        # The cut already falls between two words.
+        return cut.rstrip()
+    boundary = max((i for i, ch in enumerate(cut) if ch.isspace()), default=-1)
+    if boundary <= 0:
+        return cut
+    return cut[:boundary].rstrip()
+
+
+def should_skip(fused_scores: Sequence[float], margin: float | None) -> bool:
+    """Optional rerank gate: skip the reranker when the fused top score is decisive.
+
+    True only when *margin* is set, there are at least two scores, and the best fused
+    score leads the second best by at least *margin*. Off by default (``margin=None``):
+    fused scores are not calibrated, so a margin has to be tuned on labelled queries.
+    """
+    if margin is None:
+        return False
+    if isinstance(margin, bool) or not math.isfinite(margin) or margin < 0:
+        raise ConfigError("margin", f"must be a finite number >= 0, got {margin!r}")
+    if len(fused_scores) < 2:
+        return False
+    # The caller may pass the pool in any order; the gate is about the two best scores.
+    top, second = sorted((float(s) for s in fused_scores), reverse=True)[:2]
+    return top - second >= margin
+
+
+def _positive_int(parameter: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(parameter, f"must be a positive integer, got {value!r}")
+    return value
+
+
+def _looks_like_path(model: str) -> bool:
+    # Hub ids are "owner/name"; anything anchored like a filesystem path is a path.
+    return model.startswith(("/", "./", "../", "~", "\\")) or bool(
+        re.match(r"^[A-Za-z]:[\\/]", model)
+    )
+
+
+def _half_precision_cuda(model: Any) -> None:  # pragma: no cover - needs a CUDA device
+    """Cast the loaded cross-encoder to fp16.
+
+    This is the only CUDA-specific step and it cannot run on CPU-only CI; the tests cover
+    the decision (``fp16`` resolution and validation), not this cast.
+    """
+    model.half()
+
+
+class Reranker:
+    """Cross-encoder reranker with the shape of ``CrossEncoder.rank``.
+
+    The model is loaded at construction so a bad ``rerank_model`` fails before the first
+    search, not in the middle of one.
+    """
+
+    def __init__(
+        self,
+        model: str = DEFAULT_RERANK_MODEL,
+        *,
+        device: str = "auto",
+        batch_size: int = 32,
+        max_length: int = 512,
+        fp16: bool | None = None,
+        backend: Backend = "torch",
+        snippet_chars: int = 1000,
+        local_files_only: bool | None = None,
+        onnx_file_name: str | None = None,
+    ) -> None:
+        if not isinstance(model, str) or not model.strip():
+            raise ConfigError("rerank_model", f"must be a model id or a local path, got {model!r}")
+        self.batch_size = _positive_int("batch_size", batch_size)
+        self.max_length = _positive_int("max_length", max_length)
+        self.snippet_chars = _positive_int("snippet_chars", snippet_chars)
+        if backend not in ("torch", "onnx"):
+            raise ConfigError("backend", f"expected 'torch' or 'onnx', got {backend!r}")
+        self.backend: Backend = backend
+        self.model_name = model
+        self.device = resolve_device(device)
+        self.fp16 = self._resolve_fp16(fp16)
+        if local_files_only is None:
+            # Offline mode means "never wait on the network"; make the loader agree up front.
+            local_files_only = _offline_env()
+        self.local_files_only = local_files_only
+        self._model = self._load(onnx_file_name)
+
+    # -- construction ---------------------------------------------------------------------
+
+    def _resolve_fp16(self, fp16: bool | None) -> bool:
+        on_cuda = self.device.startswith("cuda")
+        if fp16 is None:
+            return on_cuda and self.backend == "torch"
+        if fp16 and self.device == "cpu":
+            raise ConfigError("fp16", "half precision is not supported on CPU; use fp16=False")
+        if fp16 and self.backend != "torch":
+            raise ConfigError("fp16", "fp16 applies to the torch backend only")
+        return bool(fp16)
+
+    def _failure(self, cause: BaseException | str) -> ModelLoadError:
+        if isinstance(cause, str):
+            # Our own diagnosis is already specific; no generic hint needed.
+            return ModelLoadError("rerank_model", self.model_name, cause)
+        lines = str(cause).strip().splitlines()
+        detail = f"{type(cause).__name__}: {lines[0] if lines else ''}"
+        local = Path(self.model_name).expanduser().exists()
+        if not local and (self.local_files_only or _offline_env()):
+            detail += (
+                " -- running offline (HF_HUB_OFFLINE / local_files_only), so the model must"
+                " already be available locally: pass a local directory, or put the model in"
+                " the local Hugging Face cache before going offline"
+            )
+        elif not local:
+            detail += (
+                " -- the model is not a local directory; make sure the id is right and the"
+                " model is available locally or can be fetched"
+            )
+        return ModelLoadError("rerank_model", self.model_name, detail)
+
+    def _load(self, onnx_file_name: str | None) -> Any:
+        if _looks_like_path(self.model_name) and not Path(self.model_name).expanduser().exists():
+            # A path that does not exist must not be retried as a hub id.
+            raise self._failure(f"no such directory: {self.model_name}")
+        kwargs: dict[str, Any] = {
+            "device": self.device,
+            "max_length": self.max_length,
+            "local_files_only": self.local_files_only,
+            "backend": self.backend,
+        }
+        if self.backend == "onnx":
+            if not _onnx_available():
+                raise self._failure(
+                    "backend='onnx' needs the optional ONNX extra;"
+                    " install it with: pip install 'pgfunnel[onnx]'"
+                )
+            if onnx_file_name is not None:
+                # e.g. "onnx/model_qint8_avx512.onnx" picks the int8 export of a model.
+                kwargs["model_kwargs"] = {"file_name": onnx_file_name}
+        elif onnx_file_name is not None:
+            raise ConfigError("onnx_file_name", "only meaningful with backend='onnx'")
+        try:
+            from sentence_transformers import CrossEncoder
+
+            local = Path(self.model_name).expanduser()
+            target = str(local) if local.exists() else self.model_name
+            model = CrossEncoder(target, **kwargs)
+        except Exception as exc:
+            raise self._failure(exc) from exc
+        archs = getattr(
+            getattr(getattr(model, "model", None), "config", None), "architectures", None
+        )
+        if archs and not any(str(a).endswith("ForSequenceClassification") for a in archs):
+            # sentence-transformers quietly turns a bi-encoder into a cross-encoder with a
+            # random head; its scores would be noise that looks like a ranking.
+            raise self._failure(
+                f"checkpoint architecture {', '.join(map(str, archs))} is not a cross-encoder"
+                " (a sequence-classification model); is this a bi-encoder?"
+            )
+        num_labels = getattr(model, "num_labels", 1)
+        if num_labels != 1:
+            # A bi-encoder or classifier loads "successfully" with a fresh head; refuse it.
+            raise self._failure(
+                f"expected a cross-encoder with a single relevance output, got {num_labels}"
+                " labels (is this a bi-encoder?)"
+            )
+        if self.fp16:
+            _half_precision_cuda(model)
+        return model
+
+    # -- public API -----------------------------------------------------------------------
+
+    @property
+    def tokenizer(self) -> Any:
+        """The model's tokenizer, e.g. for :func:`pgfunnel.packing.tokenizer_counter`."""
+        return self._model.tokenizer
+
+    def snippet(self, text: str) -> str:
+        """The exact text shown to the user and scored by the model."""
+        return make_snippet(text, self.snippet_chars)
+
+    def predict(self, query: str, texts: Sequence[str]) -> list[float]:
+        """One relevance score per text (higher is better), in input order."""
+        texts = list(texts)
+        if not texts:
+            return []
+        pairs = [(query, self.snippet(t)) for t in texts]
+        raw = self._model.predict(
+            pairs,
+            batch_size=self.batch_size,
+            show_progress_bar=False,
+            convert_to_numpy=True,
+        )
+        try:
+            scores = [float(s) for s in _flatten(raw)]
+        except (TypeError, ValueError) as exc:
+            raise RerankError(f"reranker returned non-numeric scores: {exc}") from exc
+        if len(scores) != len(texts):
+            raise RerankError(
+                f"reranker returned {len(scores)} scores for {len(texts)} texts"
+                f" (model {self.model_name!r})"
+            )
+        bad = [i for i, s in enumerate(scores) if not math.isfinite(s)]
+        if bad:
+            # NaN breaks sorting silently; fp16 overflow is the usual cause.
+            raise RerankError(f"reranker returned non-finite scores at positions {bad[:5]}")
+        return scores
+
+    def rank(
+        self,
+        query: str,
+        documents: Sequence[str],
+        top_k: int | None = None,
+        return_documents: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Documents sorted by score (desc), ties by ``corpus_id`` (asc).
+
+        Each row has ``corpus_id`` (index into *documents*) and ``score``; with
+        ``return_documents=True`` also ``text``, the snippet that was scored.
+        """
+        if top_k is not None:
+            _positive_int("top_k", top_k)
+        documents = list(documents)
+        scores = self.predict(query, documents)
+        order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+        if top_k is not None:
+            order = order[:top_k]
+        rows: list[dict[str, Any]] = []
+        for i in order:
+            row: dict[str, Any] = {"corpus_id": i, "score": scores[i]}
+            if return_documents:
+                row["text"] = self.snippet(documents[i])
+            rows.append(row)
+        return rows
+
+    def __repr__(self) -> str:
+        return (
+            f"Reranker(model={self.model_name!r}, device={self.device!r}, backend={self.backend!r},"
+            f" fp16={self.fp16}, batch_size={self.batch_size}, max_length={self.max_length},"
+            f" snippet_chars={self.snippet_chars})"
+        )
+
+
+def _onnx_available() -> bool:
+    for name in ("onnxruntime", "optimum.onnxruntime"):
+        try:
+            if importlib.util.find_spec(name) is None:
+                return False
+        except ModuleNotFoundError:
+            # find_spec imports the parent package; a missing parent means missing extra.
+            return False
+    return True
+
+
+def _flatten(raw: Any) -> list[Any]:
+    if hasattr(raw, "tolist"):
+        raw = raw.tolist()
+    out: list[Any] = []
+    stack = [raw] if not isinstance(raw, list) else list(reversed(raw))
+    while stack:
+        item = stack.pop()
+        if hasattr(item, "tolist"):
+            item = item.tolist()
+        if isinstance(item, list | tuple):
+            stack.extend(reversed(item))
+        else:
+            out.append(item)
+    return out

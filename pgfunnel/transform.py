@@ -1,0 +1,565 @@
+"""Query transformations the caller opts into, each returning a record for the trace.
+
+None of these runs by default. Each one fixes a specific failure and has its own way to
+go wrong, so each returns what it did and why, and the search layer stores that next to
+the result:
+
+* :func:`multi_query` + :func:`rrf_merge` -- several phrasings of *one* need; agreement
+  between their lists is meaningful, so rank fusion is the right merge.
+* :func:`decompose` + :func:`round_robin_merge` -- *several* needs in one query; each
+  sub-query gets its share of the final list. RRF would reward compromise chunks that
+  half-match both parts, which is the wrong signal across different intents.
+* :class:`GuardedRewriter` -- a model's rewrite is only a proposal; a deterministic check
+  keeps identifiers, numbers, quoted text and qualifiers, and the original query wins on
+  any failure (missing token, exception, timeout, empty output).
+* :class:`FollowupResolver` -- a rule-based stand-alone rewrite for follow-up turns that
+  lack a topic, so it works offline with no model.
+
+Everything here is pure Python and deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import time
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from pgfunnel.errors import ConfigError
+
+__all__ = [
+    "STOPWORDS",
+    "Decomposition",
+    "FollowupResolver",
+    "GuardedRewriter",
+    "MultiQuery",
+    "Resolution",
+    "RewriteResult",
+    "content_words",
+    "decompose",
+    "multi_query",
+    "protected_tokens",
+    "round_robin_merge",
+    "rrf_merge",
+]
+
+K = TypeVar("K", bound=Hashable)
+
+# Function words, interrogatives and generic verbs: words that say how something is asked,
+# not what it is about. Kept small on purpose; a word missing here only makes the rules
+# below more conservative (a part or a turn looks like it has a topic).
+_STOPWORD_TEXT = """
+    a about above after again against all also am an and any are as at be been before being
+    below between both but by can could did do does doing done down during each either else
+    few for from further get gets getting got had has have having he her here hers him his
+    how i if in into is it its itself just me more most my no nor not now of off on once only
+    or other our ours out over own same she should so some such than that the their theirs
+    them then there these they this those through to too under until up very was we were what
+    when where which while who whom whose why will with would you your yours
+    work works working happen happens mean means use used using need needs want wants know
+    tell explain show please thanks thank ok okay hi hello
+    compare comparison difference versus vs between
+"""
+STOPWORDS: frozenset[str] = frozenset(_STOPWORD_TEXT.split())
+
+_WORD_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.'\-]*[A-Za-z0-9])?")
+_QUOTE_RE = re.compile(r"\"([^\"]+)\"|“([^”]+)”|`([^`]+)`")
+
+
+def _words(text: str) -> list[str]:
+    return _WORD_RE.findall(text)
+
+
+def _norm_word(word: str) -> str:
+    return word.casefold()
+
+
+def _is_identifier(word: str) -> bool:
+    """Identifiers and numbers: digits, ``_``, inner ``.``/``-``, or ALLCAPS (2+ letters)."""
+    if any(ch.isdigit() for ch in word) or "_" in word:
+        return True
+    if re.search(r"[A-Za-z0-9][.\-][A-Za-z0-9]", word):
+        return True
+    letters = [ch for ch in word if ch.isalpha()]
+    return len(letters) >= 2 and all(ch.isupper() for ch in letters)
+
+
+def _singular(word: str) -> str:
+    # Enough to let "plan" match "plans"; not a stemmer.
+    w = word.casefold()
+    if len(w) > 3 and w.endswith("s") and not w.endswith("ss"):
+        return w[:-1]
+    return w
+
+
+def content_words(text: str, *, extra_stopwords: Iterable[str] = ()) -> list[str]:
+    """Words of *text* that carry content, in order, lowercased (identifiers kept whole)."""
+    stop = STOPWORDS | {_norm_word(w) for w in extra_stopwords}
+    out: list[str] = []
+    for w in _words(text):
+        lw = _norm_word(w)
+        if _is_identifier(w) or (lw not in stop and len(lw) > 1):
+            out.append(lw)
+    return out
+
+
+# -- multi-query + RRF --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MultiQuery:
+    """Phrasings to search, after dropping empties and duplicates (original first)."""
+
+    queries: list[str]
+    dropped: list[str] = field(default_factory=list)
+    reason: str = ""
+
+
+def multi_query(phrasings: Sequence[str], *, max_queries: int | None = None) -> MultiQuery:
+    """Clean up a list of phrasings of one need; the caller searches each and calls
+    :func:`rrf_merge` on the result lists.
+
+    Duplicates are detected case- and whitespace-insensitively, so a paraphraser that
+    echoes the query does not double its vote in the fusion.
+    """
+    if max_queries is not None and (isinstance(max_queries, bool) or max_queries < 1):
+        raise ConfigError("max_queries", f"must be a positive integer, got {max_queries!r}")
+    seen: set[str] = set()
+    kept: list[str] = []
+    dropped: list[str] = []
+    for p in phrasings:
+        key = " ".join(str(p).split()).casefold()
+        if not key or key in seen or (max_queries is not None and len(kept) >= max_queries):
+            dropped.append(p)
+            continue
+        seen.add(key)
+        kept.append(str(p).strip())
+    if not kept:
+        reason = "no usable phrasing"
+    elif dropped:
+        reason = f"{len(kept)} phrasing(s) kept, {len(dropped)} dropped (empty, duplicate or cap)"
+    else:
+        reason = f"{len(kept)} phrasing(s) kept"
+    return MultiQuery(queries=kept, dropped=dropped, reason=reason)
+
+
+def rrf_merge(
+    ranked_lists: Sequence[Sequence[K]],
+    k: int = 60,
+    weights: Sequence[float] | None = None,
+) -> list[tuple[K, float]]:
+    """Reciprocal rank fusion: ``score(d) = sum_i w_i / (k + rank_i(d))``, ranks from 1.
+
+    Use it to merge lists that are views of *one* need (multi-query). A key repeated inside
+    one list counts once, at its best rank. Equal scores keep the order in which keys are
+    first met scanning rank by rank (rank 1 of every list in list order, then rank 2, ...),
+    so the result does not depend on set or dict iteration order.
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ConfigError("rrf_k", f"must be a positive integer, got {k!r}")
+    if weights is None:
+        weights = [1.0] * len(ranked_lists)
+    if len(weights) != len(ranked_lists):
+        raise ConfigError(
+            "weights", f"got {len(weights)} weight(s) for {len(ranked_lists)} ranked list(s)"
+        )
+    for w in weights:
+        if isinstance(w, bool) or not math.isfinite(w) or w < 0:
+            raise ConfigError("weights", f"each weight must be a finite number >= 0, got {w!r}")
+    scores: dict[K, float] = {}
+    first_seen: dict[K, int] = {}
+    depth = max((len(lst) for lst in ranked_lists), default=0)
+    counted: list[set[K]] = [set() for _ in ranked_lists]
+    for rank in range(depth):
+        for li, lst in enumerate(ranked_lists):
+            if rank >= len(lst):
+                continue
+            key = lst[rank]
+            if key in counted[li]:
+                continue
+            counted[li].add(key)
+            first_seen.setdefault(key, len(first_seen))
+            scores[key] = scores.get(key, 0.0) + weights[li] / (k + rank + 1)
+    return sorted(scores.items(), key=lambda kv: (-kv[1], first_seen[kv[0]]))
+
+
+# -- decomposition + round-robin ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Decomposition:
+    """Sub-queries to search separately; a single part means "not split"."""
+
+    parts: list[str]
+    reason: str
+
+    @property
+    def split(self) -> bool:
+        return len(self.parts) > 1
+
+
+_STRONG_SPLIT_RE = re.compile(r"(?<=\?)\s+|\s*;\s*")
+_AND_RE = re.compile(r",?\s+and\s+", re.IGNORECASE)
+
+
+def _mask_quotes(text: str) -> tuple[str, list[str]]:
+    """Replace quoted spans by placeholders so separators inside quotes never split."""
+    spans: list[str] = []
+
+    def repl(m: re.Match[str]) -> str:
+        spans.append(m.group(0))
+        return f"\x00{len(spans) - 1}\x00"
+
+    return _QUOTE_RE.sub(repl, text), spans
+
+
+def _unmask(text: str, spans: list[str]) -> str:
+    return re.sub(r"\x00(\d+)\x00", lambda m: spans[int(m.group(1))], text)
+
+
+def _part_profile(part: str, qualifiers: frozenset[str]) -> tuple[list[str], list[str]]:
+    topics: list[str] = []
+    quals: list[str] = []
+    for w in content_words(part):
+        (quals if _singular(w) in qualifiers or w in qualifiers else topics).append(w)
+    return topics, quals
+
+
+def decompose(query: str, max_parts: int = 3, *, qualifiers: Iterable[str] = ()) -> Decomposition:
+    """Split *query* into sub-queries only where its structure shows several needs.
+
+    Separators: ``?`` between questions and ``;`` (each side needs one content word), and
+    ``and`` between clauses (each side needs two topic words, or a topic word plus a
+    qualifier from *qualifiers*, e.g. plan names). "terms and conditions" therefore stays
+    whole. When exactly one distinct qualifier appears in the query, parts that have none
+    get it appended ("refund policy and fees on annual plans" -> the first part is about
+    annual plans too). More than *max_parts* parts: the tail is merged into the last part.
+    """
+    if isinstance(max_parts, bool) or not isinstance(max_parts, int) or max_parts < 1:
+        raise ConfigError("max_parts", f"must be a positive integer, got {max_parts!r}")
+    text = " ".join(query.split())
+    if not text:
+        return Decomposition(parts=[query], reason="empty query; not split")
+    qual_set = frozenset(_singular(q) for q in qualifiers) | frozenset(
+        q.casefold() for q in qualifiers
+    )
+    masked, spans = _mask_quotes(text)
+
+    parts: list[str] = []
+    reasons: list[str] = []
+    strong = [p for p in _STRONG_SPLIT_RE.split(masked) if p.strip()]
+    if len(strong) > 1 and all(content_words(_unmask(p, spans)) for p in strong):
+        reasons.append(f"{len(strong)} questions/clauses separated by '?' or ';'")
+    else:
+        strong = [masked]
+    for piece in strong:
+        pieces = [p for p in _AND_RE.split(piece) if p.strip()]
+        if len(pieces) > 1:
+            profiles = [_part_profile(_unmask(p, spans), qual_set) for p in pieces]
+            ok = all(len(t) >= 2 or (len(t) >= 1 and q) for t, q in profiles)
+            if ok:
+                reasons.append(f"'and' joins {len(pieces)} clauses that each have their own topic")
+                parts.extend(pieces)
+                continue
+            reasons.append("'and' joins words, not clauses; kept together")
+        parts.append(piece)
+
+    parts = [_unmask(p, spans).strip(" ,") for p in parts]
+    if len(parts) <= 1:
+        why = "; ".join(reasons) if reasons else "no multi-part structure detected"
+        return Decomposition(parts=[query], reason=f"not split: {why}")
+
+    if len(parts) > max_parts:
+        head, tail = parts[: max_parts - 1], parts[max_parts - 1 :]
+        parts = [*head, " and ".join(tail)] if max_parts > 1 else [text]
+        reasons.append(f"capped at max_parts={max_parts}")
+        if len(parts) == 1:
+            return Decomposition(parts=[query], reason="not split: max_parts=1")
+
+    quals_per_part = [_part_profile(p, qual_set)[1] for p in parts]
+    distinct = {_singular(q) for qs in quals_per_part for q in qs}
+    if len(distinct) == 1:
+        shared = next(q for qs in quals_per_part for q in qs)
+        missing = [i for i, qs in enumerate(quals_per_part) if not qs]
+        for i in missing:
+            parts[i] = f"{parts[i]} {shared}"
+        if missing:
+            reasons.append(f"shared qualifier {shared!r} added to {len(missing)} part(s)")
+    return Decomposition(parts=parts, reason="split: " + "; ".join(reasons))
+
+
+def round_robin_merge(lists: Sequence[Sequence[K]], k: int | None = None) -> list[K]:
+    """Interleave the sub-query lists so each keeps its share of the first *k* slots.
+
+    Round r takes, from each list in turn, its best item not already taken; a list whose
+    next item was already taken by another list skips ahead instead of losing its turn.
+    Use it for :func:`decompose`: the parts ask for different things, so agreement between
+    their lists is not a signal and each part should be guaranteed a place.
+    """
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+        raise ConfigError("k", f"must be a positive integer, got {k!r}")
+    limit = k if k is not None else sum(len(lst) for lst in lists)
+    pointers = [0] * len(lists)
+    seen: set[K] = set()
+    out: list[K] = []
+    while len(out) < limit:
+        progressed = False
+        for li, lst in enumerate(lists):
+            if len(out) >= limit:
+                break
+            while pointers[li] < len(lst) and lst[pointers[li]] in seen:
+                pointers[li] += 1
+            if pointers[li] < len(lst):
+                item = lst[pointers[li]]
+                pointers[li] += 1
+                seen.add(item)
+                out.append(item)
+                progressed = True
+        if not progressed:
+            break
+    return out
+
+
+# -- guarded rewrite ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RewriteResult:
+    """What :meth:`GuardedRewriter.rewrite` decided, for the trace."""
+
+    query: str
+    original: str
+    used_rewrite: bool
+    reason: str
+    proposed: str | None = None
+    protected: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
+    elapsed_s: float = 0.0
+
+
+def _squash(text: str) -> str:
+    """Spelling-normalise for comparison: casefold and drop separators."""
+    return re.sub(r"[\W_]+", "", text.casefold())
+
+
+def protected_tokens(query: str, protected_terms: Iterable[str] = ()) -> list[str]:
+    """Tokens a rewrite must keep: quoted text, identifiers, numbers, ALLCAPS words, and
+    any of *protected_terms* (e.g. plan names) that occur in *query*. Order of first
+    appearance, no duplicates."""
+    out: list[str] = []
+    for m in _QUOTE_RE.finditer(query):
+        phrase = next(g for g in m.groups() if g is not None).strip()
+        if phrase:
+            out.append(f'"{phrase}"')
+    unquoted = _QUOTE_RE.sub(" ", query)
+    terms = {_singular(t) for t in protected_terms} | {t.casefold() for t in protected_terms}
+    for w in _words(unquoted):
+        if _is_identifier(w) or w.casefold() in terms or _singular(w) in terms:
+            out.append(w)
+    seen: set[str] = set()
+    unique: list[str] = []
+    for t in out:
+        key = t.casefold()
+        if key not in seen:
+            seen.add(key)
+            unique.append(t)
+    return unique
+
+
+def _kept(token: str, rewrite: str) -> bool:
+    if token.startswith('"') and token.endswith('"') and len(token) > 1:
+        phrase = " ".join(token[1:-1].split()).casefold()
+        return phrase in " ".join(rewrite.split()).casefold()
+    target = _squash(token)
+    words = _words(rewrite)
+    # Accept re-spacings of an identifier ("ERR 4029", "err4029") by also comparing
+    # runs of up to three adjacent words; plain substring matching would let "4029"
+    # pass inside "40290".
+    forms: set[str] = set()
+    for i in range(len(words)):
+        for n in (1, 2, 3):
+            if i + n <= len(words):
+                forms.add(_squash("".join(words[i : i + n])))
+    return target in forms or _singular(token) in {_singular(w) for w in words}
+
+
+class GuardedRewriter:
+    """Wrap a query rewriter (e.g. a model call) so a bad rewrite can never reach search.
+
+    The rewrite is used only when it is non-empty, came back within *timeout_s*, and keeps
+    every protected token of the original. Otherwise the original query is searched and
+    the reason is recorded.
+    """
+
+    def __init__(
+        self,
+        rewriter: Callable[[str], str],
+        *,
+        timeout_s: float = 2.0,
+        protected_terms: Sequence[str] = (),
+    ) -> None:
+        if not callable(rewriter):
+            raise ConfigError("rewriter", "must be callable")
+        if isinstance(timeout_s, bool) or not math.isfinite(timeout_s) or timeout_s <= 0:
+            raise ConfigError("timeout_s", f"must be a positive number, got {timeout_s!r}")
+        self.rewriter = rewriter
+        self.timeout_s = float(timeout_s)
+        self.protected_terms = tuple(protected_terms)
+
+    def _call(self, query: str) -> tuple[str | None, BaseException | None, bool]:
+        box: dict[str, object] = {}
+
+        def target() -> None:
+            try:
+                box["value"] = self.rewriter(query)
+            except BaseException as exc:  # noqa: BLE001 - reported, never raised
+                box["error"] = exc
+
+        # A daemon thread: a rewriter stuck past the timeout is abandoned, and it must not
+        # keep the process alive at exit. Python cannot kill it, only stop waiting.
+        worker = threading.Thread(target=target, name="pgfunnel-rewrite", daemon=True)
+        worker.start()
+        worker.join(self.timeout_s)
+        if worker.is_alive():
+            return None, None, True
+        err = box.get("error")
+        if isinstance(err, BaseException):
+            return None, err, False
+        value = box.get("value")
+        return (value if isinstance(value, str) else None), None, False
+
+    def rewrite(self, query: str) -> RewriteResult:
+        protected = tuple(protected_tokens(query, self.protected_terms))
+        start = time.monotonic()
+        proposed, error, timed_out = self._call(query)
+        elapsed = time.monotonic() - start
+
+        def fallback(reason: str, missing: tuple[str, ...] = ()) -> RewriteResult:
+            return RewriteResult(
+                query=query,
+                original=query,
+                used_rewrite=False,
+                reason=f"fallback: {reason}",
+                proposed=proposed,
+                protected=protected,
+                missing=missing,
+                elapsed_s=elapsed,
+            )
+
+        if timed_out:
+            return fallback(f"rewriter timed out after {self.timeout_s:g}s")
+        if error is not None:
+            return fallback(f"rewriter raised {type(error).__name__}: {str(error)[:200]}")
+        if proposed is None:
+            return fallback("rewriter returned no text")
+        candidate = " ".join(proposed.split())
+        if not candidate:
+            return fallback("rewriter returned an empty query")
+        missing = tuple(t for t in protected if not _kept(t, candidate))
+        if missing:
+            return fallback("rewrite lost protected token(s) " + ", ".join(missing), missing)
+        if candidate == " ".join(query.split()):
+            return RewriteResult(
+                query=query,
+                original=query,
+                used_rewrite=False,
+                reason="rewrite identical to the original",
+                proposed=proposed,
+                protected=protected,
+                elapsed_s=elapsed,
+            )
+        return RewriteResult(
+            query=candidate,
+            original=query,
+            used_rewrite=True,
+            reason="rewritten; all protected tokens kept" if protected else "rewritten",
+            proposed=proposed,
+            protected=protected,
+            elapsed_s=elapsed,
+        )
+
+
+# -- follow-up resolution -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What :meth:`FollowupResolver.resolve` did, for the trace."""
+
+    query: str
+    original: str
+    carried_terms: list[str]
+    reason: str
+
+
+_FOLLOWUP_CUES = (
+    "what about",
+    "how about",
+    "and what about",
+    "and how about",
+    "what if",
+    "same for",
+    "and for",
+    "and with",
+)
+
+
+class FollowupResolver:
+    """Deterministic stand-alone rewrite for follow-up turns.
+
+    A query needs context when it has no topic word, or when it opens with a follow-up
+    cue ("what about ...", "how about ..."). Then the topic words of the latest earlier
+    turn that has any are put in front of it. A topic word is a content word that is not
+    a stopword and not one of *qualifiers*; when *topic_terms* is given, only those words
+    count as topics (a domain vocabulary makes the rule stricter and safer).
+    """
+
+    def __init__(
+        self,
+        topic_terms: Iterable[str] | None = None,
+        *,
+        qualifiers: Iterable[str] = (),
+        max_terms: int = 4,
+    ) -> None:
+        if isinstance(max_terms, bool) or not isinstance(max_terms, int) or max_terms < 1:
+            raise ConfigError("max_terms", f"must be a positive integer, got {max_terms!r}")
+        self.topic_terms: frozenset[str] | None = (
+            None if topic_terms is None else frozenset(_singular(t) for t in topic_terms)
+        )
+        self.qualifiers = frozenset(_singular(q) for q in qualifiers)
+        self.max_terms = max_terms
+
+    def topic_words(self, text: str) -> list[str]:
+        out: list[str] = []
+        for w in content_words(text):
+            s = _singular(w)
+            if s in self.qualifiers:
+                continue
+            if self.topic_terms is not None and s not in self.topic_terms:
+                continue
+            if w not in out:
+                out.append(w)
+        return out
+
+    def resolve(self, history: Sequence[str], query: str) -> Resolution:
+        own = self.topic_words(query)
+        lowered = " ".join(query.casefold().split())
+        cue = next((c for c in _FOLLOWUP_CUES if lowered.startswith(c + " ")), None)
+        if own and cue is None:
+            return Resolution(query, query, [], "has its own topic; unchanged")
+        for turn in reversed(history):
+            present = {_singular(w) for w in content_words(query)}
+            carried = [w for w in self.topic_words(turn) if _singular(w) not in present]
+            carried = carried[: self.max_terms]
+            if carried:
+                why = f"follow-up cue {cue!r}" if cue else "no topic word in the query"
+                return Resolution(
+                    query=f"{' '.join(carried)} {query}".strip(),
+                    original=query,
+                    carried_terms=carried,
+                    reason=f"{why}; carried {', '.join(carried)} from an earlier turn",
+                )
+        return Resolution(query, query, [], "no earlier turn has a topic word; unchanged")

@@ -1,0 +1,99 @@
+"""Context packing: dedupe, budget, edge order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from pgfunnel.errors import ConfigError, InvalidInputError
+from pgfunnel.packing import estimate_tokens, pack_context, tokenizer_counter
+
+
+@dataclass
+class Chunk:
+    id: str
+    text: str
+
+
+def _chunks(n: int, words: int = 5) -> list[Chunk]:
+    return [Chunk(f"c{i}", " ".join(f"w{i}_{j}" for j in range(words))) for i in range(n)]
+
+
+def test_edges_order_puts_best_first_and_second_last() -> None:
+    res = pack_context(_chunks(5), token_budget=10_000)
+    assert [c.id for c in res.kept] == ["c0", "c2", "c4", "c3", "c1"]
+    assert res.dropped == []
+    rank = pack_context(_chunks(5), token_budget=10_000, order="rank")
+    assert [c.id for c in rank.kept] == ["c0", "c1", "c2", "c3", "c4"]
+
+
+def test_near_duplicate_keeps_the_better_ranked_one() -> None:
+    base = "drain the queue then scale the consumer group to restart checkout safely today"
+    passages = [
+        {"id": "a", "text": base},
+        {"id": "b", "text": "never restart the database to fix a queue backlog"},
+        {"id": "c", "text": base + " now"},
+    ]
+    res = pack_context(passages, token_budget=10_000, near_duplicate_threshold=0.8)
+    assert [p["id"] for p in res.kept] == ["a", "b"]
+    assert res.dropped == [(passages[2], "near-duplicate of a")]
+    # With a strict threshold both survive.
+    strict = pack_context(passages, token_budget=10_000, near_duplicate_threshold=1.0)
+    assert len(strict.kept) == 3
+
+
+def test_budget_drops_what_does_not_fit_and_fills_the_rest() -> None:
+    passages = [
+        {"text": "one two three four five six seven eight nine ten"},  # 13 tokens
+        {"text": " ".join(["long"] * 40)},  # 52 tokens
+        {"text": "short one"},  # 3 tokens
+    ]
+    res = pack_context(passages, token_budget=20, order="rank")
+    assert [p["text"] for p in res.kept] == [passages[0]["text"], "short one"]
+    assert res.dropped == [(passages[1], "over token budget")]
+    assert res.tokens_used == 16
+    assert pack_context(passages, token_budget=0).kept == []
+
+
+def test_default_counter_is_words_times_1_3_rounded_up() -> None:
+    assert estimate_tokens("") == 0
+    assert estimate_tokens("one") == 2
+    assert estimate_tokens(" ".join(["w"] * 10)) == 13
+    assert estimate_tokens(" ".join(["w"] * 3)) == 4
+
+
+def test_custom_and_tokenizer_counters() -> None:
+    class FakeTokenizer:
+        def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+            assert add_special_tokens is False
+            return list(range(len(text)))
+
+    res = pack_context(
+        [{"text": "abcd"}, {"text": "efgh"}],
+        token_budget=5,
+        count_tokens=tokenizer_counter(FakeTokenizer()),
+    )
+    assert res.tokens_used == 4 and len(res.kept) == 1
+    assert res.dropped[0][1] == "over token budget"
+
+
+def test_real_tokenizer_counter() -> None:
+    from transformers import AutoTokenizer
+
+    from pgfunnel.tiny_models import bundled_tokenizer_path
+
+    tok = AutoTokenizer.from_pretrained(str(bundled_tokenizer_path()), local_files_only=True)
+    count = tokenizer_counter(tok)
+    assert count("hello world") == 2
+
+
+def test_validation() -> None:
+    with pytest.raises(ConfigError) as exc:
+        pack_context([], token_budget=-1)
+    assert exc.value.parameter == "token_budget"
+    with pytest.raises(ConfigError) as exc:
+        pack_context([], token_budget=1, near_duplicate_threshold=0)
+    assert exc.value.parameter == "near_duplicate_threshold"
+    with pytest.raises(InvalidInputError):
+        pack_context([{"body": "x"}], token_budget=10)

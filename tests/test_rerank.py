@@ -1,0 +1,265 @@
+"""Reranker and tiny models: CPU only, no database, no downloads."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pgfunnel.errors import ConfigError, ModelLoadError, RerankError
+from pgfunnel.rerank import Reranker, make_snippet, resolve_device, should_skip
+from pgfunnel.tiny_models import build_tiny_bi_encoder, build_tiny_cross_encoder
+
+DOCS = [
+    "Refunds for monthly plans are issued within 14 days of the request.",
+    "The annual plan includes a levy that is billed once a year.",
+    "ERR-4029 means the payment provider rejected the card.",
+    "Our office is closed on public holidays.",
+]
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Nothing in these tests may reach the network, whatever the test does.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def tiny_ce(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_cross_encoder(tmp_path_factory.mktemp("tiny-ce"))
+
+
+@pytest.fixture(scope="session")
+def reranker(tiny_ce: Path) -> Reranker:
+    return Reranker(str(tiny_ce), device="cpu", local_files_only=True)
+
+
+def _record_predict(monkeypatch: pytest.MonkeyPatch, r: Reranker, scores: Any = None) -> list[Any]:
+    """Replace the inner CrossEncoder.predict; record what it was asked to score."""
+    calls: list[Any] = []
+
+    def fake(pairs: Any, **kwargs: Any) -> Any:
+        calls.append(list(pairs))
+        if scores is not None:
+            return scores(pairs)
+        return [float(len(b)) for _, b in pairs]
+
+    monkeypatch.setattr(r._model, "predict", fake)
+    return calls
+
+
+# -- tiny models --------------------------------------------------------------------------
+
+
+def test_tiny_cross_encoder_loads_through_crossencoder(tiny_ce: Path, tmp_path: Path) -> None:
+    from sentence_transformers import CrossEncoder
+
+    a = CrossEncoder(str(tiny_ce), device="cpu", local_files_only=True)
+    pairs = [("refund policy", d) for d in DOCS]
+    sa = [float(x) for x in a.predict(pairs, show_progress_bar=False)]
+    assert len(sa) == len(DOCS) and all(math.isfinite(x) for x in sa)
+    # Same seed, same weights, same scores; another seed, other scores.
+    again = build_tiny_cross_encoder(tmp_path / "again")
+    sb = [float(x) for x in CrossEncoder(str(again), device="cpu").predict(pairs)]
+    assert sa == pytest.approx(sb)
+    other = build_tiny_cross_encoder(tmp_path / "other", seed=1)
+    sc = [float(x) for x in CrossEncoder(str(other), device="cpu").predict(pairs)]
+    assert sa != pytest.approx(sc)
+
+
+def test_tiny_bi_encoder_has_requested_dimension(tmp_path: Path) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    path = build_tiny_bi_encoder(tmp_path / "bi", dim=48)
+    model = SentenceTransformer(str(path), device="cpu")
+    emb = model.encode(["hello world", "refund policy"])
+    assert emb.shape == (2, 48)
+
+
+# -- construction and validation ----------------------------------------------------------
+
+
+def test_reranker_attributes(reranker: Reranker, tiny_ce: Path) -> None:
+    assert reranker.device == "cpu"
+    assert reranker.model_name == str(tiny_ce)
+    assert reranker.fp16 is False  # default off away from CUDA
+    assert reranker.tokenizer is not None
+
+
+def test_device_auto_falls_back_to_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    assert resolve_device("auto") == "cpu"
+
+
+def test_device_auto_prefers_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("auto") == "cuda"
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda:x", "CPU", ""])
+def test_bad_device_names_parameter(device: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        resolve_device(device)
+    assert exc.value.parameter == "device"
+
+
+def test_unavailable_cuda_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match="CUDA is not available"):
+        resolve_device("cuda:0")
+
+
+def test_fp16_on_cpu_is_config_error(tiny_ce: Path) -> None:
+    with pytest.raises(ConfigError) as exc:
+        Reranker(str(tiny_ce), device="cpu", fp16=True)
+    assert exc.value.parameter == "fp16"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "parameter"),
+    [
+        ({"batch_size": 0}, "batch_size"),
+        ({"max_length": -1}, "max_length"),
+        ({"snippet_chars": 0}, "snippet_chars"),
+        ({"backend": "tensorrt"}, "backend"),
+    ],
+)
+def test_invalid_settings_name_parameter(
+    tiny_ce: Path, kwargs: dict[str, Any], parameter: str
+) -> None:
+    with pytest.raises(ConfigError) as exc:
+        Reranker(str(tiny_ce), device="cpu", **kwargs)
+    assert exc.value.parameter == parameter
+
+
+def test_unknown_model_id_fails_loudly_and_fast() -> None:
+    start = time.monotonic()
+    with pytest.raises(ModelLoadError) as exc:
+        Reranker("pgfunnel-test/no-such-cross-encoder", device="cpu")
+    assert time.monotonic() - start < 30
+    assert exc.value.setting == "rerank_model"
+    assert exc.value.model == "pgfunnel-test/no-such-cross-encoder"
+    msg = str(exc.value)
+    assert "rerank_model" in msg and "pgfunnel-test/no-such-cross-encoder" in msg
+    assert "locally" in msg
+
+
+def test_nonexistent_path_fails_loudly(tmp_path: Path) -> None:
+    missing = str(tmp_path / "nope")
+    with pytest.raises(ModelLoadError) as exc:
+        Reranker(missing, device="cpu")
+    assert exc.value.setting == "rerank_model"
+    assert missing in str(exc.value)
+
+
+def test_bi_encoder_is_refused_as_rerank_model(tmp_path: Path) -> None:
+    path = build_tiny_bi_encoder(tmp_path / "bi", dim=32)
+    with pytest.raises(ModelLoadError, match="not a cross-encoder"):
+        Reranker(str(path), device="cpu")
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("onnxruntime") is not None, reason="ONNX extra is installed"
+)
+def test_onnx_backend_without_extra_says_how_to_install(tiny_ce: Path) -> None:
+    with pytest.raises(ModelLoadError, match=r"pip install 'pgfunnel\[onnx\]'"):
+        Reranker(str(tiny_ce), device="cpu", backend="onnx")
+
+
+# -- scoring ------------------------------------------------------------------------------
+
+
+def test_rank_sorts_by_score_with_real_model(reranker: Reranker) -> None:
+    rows = reranker.rank("how are refunds issued", DOCS, return_documents=True)
+    assert sorted(r["corpus_id"] for r in rows) == list(range(len(DOCS)))
+    scores = [r["score"] for r in rows]
+    assert scores == sorted(scores, reverse=True)
+    assert all(r["text"] == DOCS[r["corpus_id"]] for r in rows)
+    # Deterministic: same input, same output.
+    assert reranker.rank("how are refunds issued", DOCS, return_documents=True) == rows
+    assert [r["score"] for r in rows] == [
+        reranker.predict("how are refunds issued", DOCS)[r["corpus_id"]] for r in rows
+    ]
+
+
+def test_rank_ties_break_by_corpus_id_and_top_k(
+    reranker: Reranker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _record_predict(monkeypatch, reranker, scores=lambda pairs: [1.0, 3.0, 1.0, 3.0])
+    rows = reranker.rank("q", ["a", "b", "c", "d"])
+    assert [r["corpus_id"] for r in rows] == [1, 3, 0, 2]
+    assert "text" not in rows[0]
+    assert [r["corpus_id"] for r in reranker.rank("q", ["a", "b", "c", "d"], top_k=2)] == [1, 3]
+    with pytest.raises(ConfigError):
+        reranker.rank("q", ["a"], top_k=0)
+
+
+def test_zero_texts_never_calls_the_model(
+    reranker: Reranker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _record_predict(monkeypatch, reranker)
+    assert reranker.predict("q", []) == []
+    assert reranker.rank("q", []) == []
+    assert calls == []
+
+
+def test_score_count_mismatch_is_rerank_error(
+    reranker: Reranker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _record_predict(monkeypatch, reranker, scores=lambda pairs: [0.5] * (len(pairs) - 1))
+    with pytest.raises(RerankError, match="2 scores for 3 texts"):
+        reranker.predict("q", ["a", "b", "c"])
+
+
+def test_non_finite_score_is_rerank_error(
+    reranker: Reranker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _record_predict(monkeypatch, reranker, scores=lambda pairs: [0.5, float("nan")])
+    with pytest.raises(RerankError, match="non-finite"):
+        reranker.predict("q", ["a", "b"])
+
+
+def test_the_snippet_is_what_is_scored(tiny_ce: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    r = Reranker(str(tiny_ce), device="cpu", snippet_chars=20)
+    calls = _record_predict(monkeypatch, r)
+    long_text = "alpha beta gamma delta epsilon zeta eta theta"
+    rows = r.rank("greek letters", [long_text, "short"], return_documents=True)
+    scored = [b for _, b in calls[0]]
+    assert scored == [r.snippet(long_text), "short"]
+    assert scored[0] == "alpha beta gamma"
+    # What the caller shows is exactly what was scored.
+    assert {row["text"] for row in rows} == set(scored)
+    assert all(q == "greek letters" for q, _ in calls[0])
+
+
+def test_make_snippet_cuts_at_word_boundary() -> None:
+    assert make_snippet("short text", 100) == "short text"
+    assert make_snippet("alpha beta gamma", 10) == "alpha beta"  # cut lands on a space
+    assert make_snippet("alpha beta gamma", 12) == "alpha beta"
+    assert make_snippet("supercalifragilistic", 5) == "super"  # one long word: hard cut
+    assert len(make_snippet("word " * 1000, 1000)) <= 1000
+
+
+# -- gate ---------------------------------------------------------------------------------
+
+
+def test_should_skip_gate() -> None:
+    assert should_skip([0.9, 0.2], None) is False  # off by default
+    assert should_skip([0.9], 0.1) is False  # one candidate: nothing to decide
+    assert should_skip([], 0.1) is False
+    assert should_skip([1.0, 0.5, 0.25], 0.5) is True  # gap exactly the margin
+    assert should_skip([0.9, 0.6], 0.4) is False
+    assert should_skip([0.2, 0.9, 0.3], 0.5) is True  # unsorted input
+    with pytest.raises(ConfigError):
+        should_skip([0.9, 0.1], -1.0)

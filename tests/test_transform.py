@@ -1,0 +1,216 @@
+"""Query transformations: pure Python, deterministic, no model, no database."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from pgfunnel.errors import ConfigError
+from pgfunnel.transform import (
+    FollowupResolver,
+    GuardedRewriter,
+    decompose,
+    multi_query,
+    protected_tokens,
+    round_robin_merge,
+    rrf_merge,
+)
+
+PLANS = ("monthly", "annual", "trial")
+
+# -- multi-query + RRF --------------------------------------------------------------------
+
+
+def test_multi_query_drops_empties_and_duplicates() -> None:
+    mq = multi_query(["Reset password", "reset  PASSWORD", "", "recover account login"])
+    assert mq.queries == ["Reset password", "recover account login"]
+    assert mq.dropped == ["reset  PASSWORD", ""]
+    assert "dropped" in mq.reason
+    assert multi_query(["a b", "c d", "e f"], max_queries=2).queries == ["a b", "c d"]
+
+
+def test_rrf_merge_hand_computed() -> None:
+    merged = rrf_merge([["a", "b", "c"], ["b", "a", "d"]], k=60)
+    expected = {
+        "a": 1 / 61 + 1 / 62,
+        "b": 1 / 62 + 1 / 61,
+        "c": 1 / 63,
+        "d": 1 / 63,
+    }
+    assert [key for key, _ in merged] == ["a", "b", "c", "d"]  # ties: first met
+    for key, score in merged:
+        assert score == pytest.approx(expected[key])
+
+
+def test_rrf_merge_weights_and_small_k() -> None:
+    merged = dict(rrf_merge([["a", "b"], ["b", "a"]], k=1, weights=[2.0, 1.0]))
+    assert merged["a"] == pytest.approx(2 / 2 + 1 / 3)
+    assert merged["b"] == pytest.approx(2 / 3 + 1 / 2)
+    # A key repeated in one list counts once, at its best rank.
+    assert dict(rrf_merge([["x", "x"]], k=1)) == {"x": pytest.approx(0.5)}
+
+
+def test_rrf_merge_validates() -> None:
+    with pytest.raises(ConfigError) as exc:
+        rrf_merge([["a"]], k=0)
+    assert exc.value.parameter == "rrf_k"
+    with pytest.raises(ConfigError) as exc:
+        rrf_merge([["a"], ["b"]], weights=[1.0])
+    assert exc.value.parameter == "weights"
+
+
+# -- decomposition + round robin ----------------------------------------------------------
+
+
+def test_round_robin_gives_each_list_its_share() -> None:
+    a = ["a1", "shared", "a3", "a4"]
+    b = ["shared", "b2", "b3", "b4"]
+    merged = round_robin_merge([a, b], 4)
+    assert merged == ["a1", "shared", "a3", "b2"]
+    assert sum(x.startswith("a") for x in merged) >= 1
+    assert sum(x.startswith("b") for x in merged) >= 1
+    # Without k everything comes back once.
+    assert sorted(round_robin_merge([a, b])) == sorted(set(a + b))
+    # RRF, by contrast, puts the compromise item first.
+    assert rrf_merge([a, b])[0][0] == "shared"
+
+
+def test_round_robin_skips_a_taken_item_without_losing_the_turn() -> None:
+    assert round_robin_merge([["x", "y"], ["x", "z"]], 3) == ["x", "z", "y"]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "terms and conditions",
+        "difference between refunds and credits",
+        'search "salt and pepper" recipes',
+        "compare monthly and annual plans",
+        "how do refunds work",
+    ],
+)
+def test_decompose_leaves_single_intent_queries_whole(query: str) -> None:
+    d = decompose(query, qualifiers=PLANS)
+    assert d.parts == [query]
+    assert not d.split
+    assert d.reason.startswith("not split")
+
+
+def test_decompose_splits_clauses_with_their_own_qualifiers() -> None:
+    d = decompose("currency on monthly plans and levy on annual plans", qualifiers=PLANS)
+    assert d.parts == ["currency on monthly plans", "levy on annual plans"]
+    assert d.split and d.reason.startswith("split")
+
+
+def test_decompose_distributes_a_shared_qualifier() -> None:
+    d = decompose("refund policy and cancellation fees on annual plans", qualifiers=PLANS)
+    assert d.parts == ["refund policy annual", "cancellation fees on annual plans"]
+    assert "shared qualifier" in d.reason
+
+
+def test_decompose_question_marks_and_cap() -> None:
+    d = decompose("How do refunds work? What does ERR-4029 mean?")
+    assert d.parts == ["How do refunds work?", "What does ERR-4029 mean?"]
+    d = decompose("red apples and green pears and blue plums and white grapes", max_parts=2)
+    assert len(d.parts) == 2
+    assert d.parts[0] == "red apples"
+    assert "capped" in d.reason
+    with pytest.raises(ConfigError):
+        decompose("x", max_parts=0)
+
+
+# -- guarded rewrite ----------------------------------------------------------------------
+
+
+def test_protected_tokens() -> None:
+    toks = protected_tokens(
+        'what does ERR-4029 mean on "Pro plan" v2.3 with SSO for 42 monthly', PLANS
+    )
+    assert toks == ['"Pro plan"', "ERR-4029", "v2.3", "SSO", "42", "monthly"]
+    assert protected_tokens("how do refunds work") == []
+
+
+def test_rewrite_that_keeps_identifier_is_used() -> None:
+    g = GuardedRewriter(lambda q: "meaning of error code err-4029")
+    r = g.rewrite("what does ERR-4029 mean")
+    assert r.used_rewrite and r.query == "meaning of error code err-4029"
+    assert r.original == "what does ERR-4029 mean"
+    # Re-spaced identifiers survive too.
+    assert GuardedRewriter(lambda q: "error ERR 4029 meaning").rewrite("ERR-4029?").used_rewrite
+
+
+def test_rewrite_that_drops_identifier_falls_back() -> None:
+    g = GuardedRewriter(lambda q: "what does this error number mean")
+    r = g.rewrite("what does ERR-4029 mean")
+    assert not r.used_rewrite
+    assert r.query == "what does ERR-4029 mean"
+    assert r.missing == ("ERR-4029",)
+    assert "ERR-4029" in r.reason
+
+
+def test_rewrite_that_drops_a_plan_word_falls_back() -> None:
+    g = GuardedRewriter(lambda q: "refund policy", protected_terms=PLANS)
+    r = g.rewrite("refunds on monthly plans")
+    assert not r.used_rewrite and r.missing == ("monthly",)
+
+
+def test_rewriter_that_raises_falls_back() -> None:
+    def boom(q: str) -> str:
+        raise RuntimeError("model unavailable")
+
+    r = GuardedRewriter(boom).rewrite("what does ERR-4029 mean")
+    assert not r.used_rewrite and r.query == "what does ERR-4029 mean"
+    assert "RuntimeError" in r.reason
+
+
+def test_rewriter_that_times_out_falls_back() -> None:
+    release = threading.Event()
+
+    def slow(q: str) -> str:
+        release.wait(5)
+        return "too late ERR-4029"
+
+    start = time.monotonic()
+    r = GuardedRewriter(slow, timeout_s=0.2).rewrite("what does ERR-4029 mean")
+    release.set()
+    assert time.monotonic() - start < 2
+    assert not r.used_rewrite and "timed out" in r.reason
+
+
+def test_empty_rewrite_falls_back() -> None:
+    r = GuardedRewriter(lambda q: "   ").rewrite("how do refunds work")
+    assert not r.used_rewrite and "empty" in r.reason
+    with pytest.raises(ConfigError):
+        GuardedRewriter(lambda q: q, timeout_s=0)
+
+
+# -- follow-up resolution -----------------------------------------------------------------
+
+
+def test_followup_carries_the_topic() -> None:
+    res = FollowupResolver().resolve(["how do refunds work?"], "what about monthly plans?")
+    assert "refunds" in res.query and "monthly" in res.query
+    assert res.carried_terms == ["refunds"]
+    assert res.original == "what about monthly plans?"
+
+
+def test_followup_skips_turns_without_a_topic_and_respects_qualifiers() -> None:
+    r = FollowupResolver(qualifiers=("monthly", "annual", "plan"))
+    history = ["how do refunds work?", "and monthly plans?"]
+    res = r.resolve(history, "and annual plans?")
+    assert res.carried_terms == ["refunds"]
+    assert res.query == "refunds and annual plans?"
+
+
+def test_standalone_query_is_unchanged() -> None:
+    res = FollowupResolver().resolve(["how do refunds work?"], "how do I export my invoices")
+    assert res.query == "how do I export my invoices" and res.carried_terms == []
+
+
+def test_topic_terms_restrict_what_counts_as_topic() -> None:
+    r = FollowupResolver(topic_terms=["refund", "export", "invoice"])
+    res = r.resolve(["can I get a refund"], "is it different on monthly plans")
+    assert res.carried_terms == ["refund"]
+    assert r.resolve([], "what about monthly plans?").carried_terms == []
