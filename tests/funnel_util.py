@@ -1,0 +1,77 @@
+"""Helpers for the SQL funnel tests: tiny corpora ingested with precomputed vectors.
+
+The collection and its active index version are created up front with a made-up
+model name and dimension, so the Ingester never needs to load an embedding model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import psycopg
+
+from pgfunnel.ingest import Ingester, create_version, get_or_create_collection
+from pgfunnel.sources import DocumentRecord, chunk_text
+
+
+def unit(rng: np.random.Generator, dims: int) -> np.ndarray:
+    v = rng.standard_normal(dims).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+def make_collection(conn: psycopg.Connection[Any], name: str, dims: int,
+                    analyzer: str = "english_v1", private: bool = False) -> int:
+    coll = get_or_create_collection(conn, name, private=private, analyzer=analyzer)
+    return create_version(conn, coll, "random-unit", dims, analyzer, "active")
+
+
+def ingest(conn: psycopg.Connection[Any], records: Sequence[DocumentRecord], *,
+           collection: str = "t", dims: int = 16, seed: int = 0,
+           vectors: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """Ingest records with random unit vectors (or the given ones); returns the vectors."""
+    if conn.execute("select 1 from pgfunnel.collection where name = %s",
+                    (collection,)).fetchone() is None:
+        make_collection(conn, collection, dims)
+    rng = np.random.default_rng(seed)
+    if vectors is None:
+        vectors = {r.citekey: np.stack([unit(rng, dims) for _ in chunk_text(r.text)])
+                   for r in records}
+    Ingester(conn, collection).ingest(list(records), vectors=vectors)
+    return vectors
+
+
+def doc(citekey: str, text: str, **kw: Any) -> DocumentRecord:
+    return DocumentRecord(citekey=citekey, text=text, title=kw.pop("title", citekey), **kw)
+
+
+def active(conn: psycopg.Connection[Any], collection: str = "default") -> tuple[int, int, int]:
+    """(version id, collection id, dimensions) of a collection's active version."""
+    row = conn.execute(
+        "select v.id, c.id, v.dimensions from pgfunnel.index_version v "
+        "join pgfunnel.collection c on c.id = v.collection_id "
+        "where c.name = %s and v.state = 'active'", (collection,)).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1]), int(row[2])
+
+
+def chunk_id(conn: psycopg.Connection[Any], citekey: str, ordinal: int = 0,
+             collection: str = "default") -> int:
+    row = conn.execute(
+        "select ch.id from pgfunnel.chunk ch join pgfunnel.document d on d.id = ch.document_id "
+        "join pgfunnel.collection c on c.id = d.collection_id "
+        "where c.name = %s and d.citekey = %s and ch.ordinal = %s",
+        (collection, citekey, ordinal)).fetchone()
+    assert row is not None, (citekey, ordinal)
+    return int(row[0])
+
+
+def lexical(conn: psycopg.Connection[Any], query: str, collection: str = "default",
+            **kw: Any) -> list[tuple[Any, ...]]:
+    """funnel_search rows with the lexical leg only (no embedding)."""
+    args = {"k": 10, "collection": collection, **kw}
+    named = ", ".join(f"{k} => %({k})s" for k in args)
+    return conn.execute(
+        f"select chunk_id, citekey, lexical_rank, lexical_score, final_rank "
+        f"from pgfunnel.funnel_search(%(q)s, null, {named})", {"q": query, **args}).fetchall()

@@ -1,0 +1,162 @@
+"""The analyzer: identifiers as typed, whole-and-parts identifiers, dropped query words."""
+
+from __future__ import annotations
+
+import json
+import random
+import warnings
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from funnel_util import doc, ingest, lexical
+
+from pgfunnel.errors import ConfigError
+from pgfunnel.ingest import TermAnalyzer
+from pgfunnel.search import Funnel
+
+SAMPLE = Path(__file__).resolve().parent.parent / "pgfunnel" / "data" / "helpcenter.jsonl"
+
+
+def _error_code_docs() -> list[tuple[str, str]]:
+    """(citekey, code) of help-center documents about one ERR- code."""
+    out = []
+    for line in SAMPLE.read_text().splitlines():
+        d = json.loads(line)
+        if d["citekey"].startswith("err-"):
+            out.append((d["citekey"], d["citekey"].upper()))
+    return out
+
+
+def test_sample_has_error_code_documents() -> None:
+    codes = _error_code_docs()
+    assert len(codes) >= 3
+    assert all(code in SAMPLE.read_text() for _, code in codes)
+
+
+@pytest.mark.parametrize("spelling", ["{CODE}", "{code_space}", "{code_joined}", "{lower}"])
+def test_three_identifier_spellings_find_the_same_chunk(
+        sample_conn: psycopg.Connection[Any], spelling: str) -> None:
+    for citekey, code in _error_code_docs()[:4]:
+        letters, digits = code.split("-")
+        query = spelling.format(CODE=code, code_space=f"{letters.lower()} {digits}",
+                                code_joined=f"{letters.lower()}{digits}", lower=code.lower())
+        rows = lexical(sample_conn, query)
+        assert rows, query
+        assert rows[0][1] == citekey, (query, rows[:3])
+
+
+def test_spellings_share_terms(conn: psycopg.Connection[Any]) -> None:
+    def terms(text: str) -> list[str]:
+        return conn.execute("select pgfunnel.analyze(%s)", (text,)).fetchone()[0]
+
+    assert set(terms("ERR-4029")) == {"err4029", "err", "4029"}
+    assert set(terms("err4029")) == {"err4029", "err", "4029"}
+    assert terms("err 4029") == ["err", "4029"]
+
+
+def test_identifier_indexed_whole_and_in_parts(conn: psycopg.Connection[Any]) -> None:
+    terms = conn.execute("select pgfunnel.analyze('jsonb_path_exists')").fetchone()[0]
+    assert "jsonb_path_exists" in terms and {"jsonb", "path", "exist"} <= set(terms)
+    dotted = conn.execute("select pgfunnel.analyze('os.path.join')").fetchone()[0]
+    assert "os.path.join" in dotted and {"os", "path", "join"} <= set(dotted)
+
+    ingest(conn, [
+        doc("exact", "To test a JSON path use jsonb_path_exists in a where clause."),
+        # shares every part, several times over, but never the identifier itself
+        doc("parts", "A jsonb value has a path; whether a path exists in the jsonb depends "
+                     "on the path. jsonb path exists exists path jsonb."),
+        doc("other", "Unrelated text about refunds and invoices."),
+    ])
+    rows = lexical(conn, "jsonb_path_exists", collection="t")
+    assert [r[1] for r in rows[:2]] == ["exact", "parts"]
+    assert rows[0][3] > rows[1][3]
+
+
+def _capture(conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
+    seen: list[tuple[str, str]] = []
+    conn.add_notice_handler(
+        lambda d: seen.append((d.severity_nonlocalized or "", d.message_primary or "")))
+    return seen
+
+
+def test_question_words_dropped_and_reported(sample_conn: psycopg.Connection[Any]) -> None:
+    terms = sample_conn.execute(
+        "select pgfunnel.analyze('how do I get a refund', for_query => true)").fetchone()[0]
+    assert terms == ["get", "refund"]
+    # documents keep them: only the query side drops question words
+    doc_terms = sample_conn.execute(
+        "select pgfunnel.analyze('what does refund mean', 'simple_v1')").fetchone()[0]
+    assert doc_terms == ["what", "does", "refund", "mean"]
+    q_terms = sample_conn.execute(
+        "select pgfunnel.analyze('what does refund mean', 'simple_v1', true)").fetchone()[0]
+    assert q_terms == ["refund"]
+    dropped = sample_conn.execute(
+        "select pgfunnel.dropped_query_words('what is the refund window')").fetchone()[0]
+    assert set(dropped) == {"what", "is", "the"}
+
+    seen = _capture(sample_conn)
+    rows = lexical(sample_conn, "how do I get a refund")
+    assert rows
+    notices = [m for s, m in seen if s == "NOTICE" and "query words not searched" in m]
+    assert notices and all(w in notices[0] for w in ("how", "do", "i"))
+
+
+def test_dropped_words_become_a_python_warning(sample_db: str) -> None:
+    with Funnel(sample_db, embedder=None) as f, warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        resp = f.search("how do I get a refund", k=3)
+    assert resp.results
+    assert any("query words not searched" in n for n in resp.notices)
+    assert any("query words not searched" in str(w.message) for w in got)
+
+
+def test_query_losing_every_term_warns(sample_conn: psycopg.Connection[Any]) -> None:
+    seen = _capture(sample_conn)
+    rows = lexical(sample_conn, "what is the")
+    assert rows == []
+    warnings_seen = [m for s, m in seen if s == "WARNING"]
+    assert warnings_seen and "no searchable term" in warnings_seen[0]
+    seen.clear()
+    assert lexical(sample_conn, "?!?") == []
+    assert any(s == "WARNING" and "no searchable term" in m for s, m in seen)
+
+
+def test_unknown_analyzer_names_the_parameter(conn: psycopg.Connection[Any]) -> None:
+    with pytest.raises(psycopg.errors.InvalidParameterValue) as exc:
+        conn.execute("select pgfunnel.analyze('text', 'klingon_v1')")
+    assert exc.value.diag.message_primary.startswith("analyzer:")
+    assert "english_v1" in exc.value.diag.message_primary
+    from pgfunnel.errors import translate
+
+    err = translate(exc.value)
+    assert isinstance(err, ConfigError) and err.parameter == "analyzer"
+
+
+def _random_strings(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    alphabet = ("abcXYZ019_.-'\",;:!?()[]{}/\\@#$%^&*+=<>|~` \t\n"
+                "éÉßøçñ日本語Ωπ٣४\u00a0\u2003\u2019\u201c\u00ab\u2014\u00b7")
+    out = []
+    for _ in range(n):
+        out.append("".join(rng.choice(alphabet) for _ in range(rng.randint(0, 60))))
+    # identifier-heavy strings
+    for _ in range(n):
+        parts = [rng.choice(["err", "x9", "jsonb", "path", "4029", "os", "Ab3c", "ÉTÉ"])
+                 for _ in range(rng.randint(1, 4))]
+        out.append(rng.choice(["_", ".", "-", " ", "-.", "__"]).join(parts)
+                   + rng.choice(["", ".", ",", "?", "..."]))
+    return out
+
+
+@pytest.mark.parametrize("analyzer", ["english_v1", "simple_v1"])
+def test_python_term_analyzer_matches_sql(conn: psycopg.Connection[Any], analyzer: str) -> None:
+    texts = [json.loads(line)["text"] for line in SAMPLE.read_text().splitlines()]
+    texts += _random_strings(150, seed=7)
+    ta = TermAnalyzer(conn, analyzer)
+    ta.prepare(texts)
+    for text in texts:
+        sql_terms = conn.execute("select pgfunnel.analyze(%s, %s)", (text, analyzer)).fetchone()[0]
+        assert ta.terms(text) == Counter(sql_terms), text
