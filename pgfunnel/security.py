@@ -1,0 +1,313 @@
+"""Roles, grants and row-level security (``pgfunnel init --rls``), and the security
+checks ``pgfunnel doctor`` runs.
+
+Two NOLOGIN group roles carry the privileges; application login roles are made
+members of them (see docs/security.md):
+
+- ``pgfunnel_reader``: search. SELECT on the tables, INSERT on search_log/search_trace
+  (traces), EXECUTE on every pgfunnel function except the ones that write index data.
+- ``pgfunnel_writer``: ingest, delete, reindex. Every privilege on the tables.
+
+With RLS on, every row of document, chunk, embedding, lexical, posting, search_log
+and search_trace passes a policy (FORCEd, so the table owner is held to it too
+unless it is a superuser). Readers see only rows the principals in the
+transaction-local setting ``pgfunnel.principals`` may see; writers see every row.
+A missing setting means no rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import psycopg
+from psycopg import sql
+
+from pgfunnel.errors import AccessError, translate
+
+READER_ROLE = "pgfunnel_reader"
+WRITER_ROLE = "pgfunnel_writer"
+
+#: tables whose rows carry (or derive from) a document's readers
+RLS_TABLES = ("document", "chunk", "embedding", "lexical", "posting", "search_log",
+              "search_trace")
+#: tables a reader needs to read that hold no per-document content
+SHARED_TABLES = ("collection", "index_version", "term_stat", "qrel")
+#: functions only writers may run (they modify index data)
+WRITER_ONLY_FUNCTIONS = ("_bm25_add", "_remove_chunks", "refresh_bm25_weights")
+
+# One reader predicate, inlined into the policies. The settings are read in scalar
+# subqueries so Postgres evaluates them once per statement (an InitPlan), not per row.
+_PRINCIPALS = "(select pgfunnel._rls_principals())"
+_TENANT = "(select pgfunnel._rls_tenant())"
+_DOCUMENT_PREDICATE = (
+    f"{_PRINCIPALS} is not null"
+    f" and (is_public or readers operator(pg_catalog.&&) {_PRINCIPALS})"
+    f" and (tenant is null or tenant = {_TENANT})")
+# Tables keyed by chunk defer to chunk's policy (which defers to document's): RLS
+# applies inside policy subqueries, so one indexed lookup per row suffices.
+_CHUNK_PREDICATE = ("exists (select 1 from pgfunnel.document d "
+                    "where d.id = document_id)")
+_BY_CHUNK_PREDICATE = "exists (select 1 from pgfunnel.chunk c where c.id = chunk_id)"
+# A trace is readable by readers whose principals include all of the searcher's (so
+# it shows nothing they could not have found) and in a compatible tenant; it is
+# writable only under the principals actually searched with.
+_LOG_READ = (f"{_PRINCIPALS} is not null and principals operator(pg_catalog.<@) {_PRINCIPALS}"
+             f" and (tenant is null or tenant = {_TENANT})")
+_LOG_WRITE = (f"{_PRINCIPALS} is not null and principals operator(pg_catalog.<@) {_PRINCIPALS}"
+              f" and principals operator(pg_catalog.@>) {_PRINCIPALS}"
+              f" and tenant is not distinct from {_TENANT}")
+_TRACE_READ = ("exists (select 1 from pgfunnel.search_log l where l.id = search_id) and "
+               + _BY_CHUNK_PREDICATE)
+
+_READER_POLICIES: dict[str, tuple[str, str | None]] = {
+    # table: (select USING, insert WITH CHECK or None)
+    "document": (_DOCUMENT_PREDICATE, None),
+    "chunk": (_CHUNK_PREDICATE, None),
+    "embedding": (_BY_CHUNK_PREDICATE, None),
+    "lexical": (_BY_CHUNK_PREDICATE, None),
+    "posting": (_BY_CHUNK_PREDICATE, None),
+    "search_log": (_LOG_READ, _LOG_WRITE),
+    # the insert check cannot see the search_log row: final() inserts both in one
+    # statement, and a statement's CTEs do not see each other's writes (the FK holds)
+    "search_trace": (_TRACE_READ, _BY_CHUNK_PREDICATE),
+}
+
+
+@dataclass(frozen=True)
+class SecurityFinding:
+    """One result of :func:`security_findings`."""
+
+    level: Literal["error", "warning", "info"]
+    check: str
+    message: str
+
+
+def _ident(name: str) -> sql.Identifier:
+    return sql.Identifier(name)
+
+
+def _table(name: str) -> sql.Composed:
+    return sql.SQL("pgfunnel.{}").format(_ident(name))
+
+
+def ensure_roles(conn: psycopg.Connection[Any]) -> list[str]:
+    """Create the NOLOGIN group roles if missing; return the ones created.
+
+    Roles are cluster-wide, so this lives here and not in the SQL files that re-run
+    on every init. Needs CREATEROLE (or a superuser).
+    """
+    created = []
+    for role in (READER_ROLE, WRITER_ROLE):
+        exists = conn.execute("select 1 from pg_roles where rolname = %s", (role,)).fetchone()
+        if exists:
+            continue
+        try:
+            conn.execute(sql.SQL("create role {} nologin").format(_ident(role)))
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise AccessError(
+                f"cannot create role {role}: this role lacks CREATEROLE; ask an administrator to "
+                f"run `create role {role} nologin` and re-run `pgfunnel init --rls`") from exc
+        except psycopg.errors.DuplicateObject:
+            pass  # created concurrently by another init on the same cluster
+        created.append(role)
+    return created
+
+
+def grant_privileges(conn: psycopg.Connection[Any]) -> None:
+    """Grant the reader and writer roles exactly what they need in schema pgfunnel."""
+    r, w = _ident(READER_ROLE), _ident(WRITER_ROLE)
+    conn.execute(sql.SQL("grant usage on schema pgfunnel to {}, {}").format(r, w))
+    for table in RLS_TABLES + SHARED_TABLES:
+        if not _table_exists(conn, table):
+            continue
+        conn.execute(sql.SQL("grant select on {} to {}").format(_table(table), r))
+    for table in ("search_log", "search_trace"):
+        conn.execute(sql.SQL("grant insert on {} to {}").format(_table(table), r))
+    conn.execute(sql.SQL("grant select, insert, update, delete, truncate on all tables in "
+                         "schema pgfunnel to {}").format(w))
+    conn.execute(sql.SQL("grant usage, select, update on all sequences in schema pgfunnel "
+                         "to {}").format(w))
+    conn.execute(sql.SQL("grant usage on all sequences in schema pgfunnel to {}").format(r))
+    _grant_functions(conn)
+
+
+def _grant_functions(conn: psycopg.Connection[Any]) -> None:
+    # the same rule as sql/090_security.sql, for roles created after the functions
+    rows = conn.execute(
+        "select p.oid::regprocedure::text, p.proname from pg_proc p "
+        "where p.pronamespace = 'pgfunnel'::regnamespace").fetchall()
+    for sig, name in rows:
+        conn.execute(sql.SQL("grant execute on function {} to {}").format(
+            sql.SQL(sig), _ident(WRITER_ROLE)))
+        if name not in WRITER_ONLY_FUNCTIONS:
+            conn.execute(sql.SQL("grant execute on function {} to {}").format(
+                sql.SQL(sig), _ident(READER_ROLE)))
+    if conn.execute("select to_regprocedure('public.funnel_search(text, vector, integer, text, "
+                    "text[], text, text, timestamptz, jsonb, text, double precision, "
+                    "double precision[], integer, integer, integer, integer, integer, "
+                    "double precision, double precision, boolean)') is not null"
+                    ).fetchone() == (True,):
+        conn.execute(sql.SQL("grant execute on function public.funnel_search to {}, {}").format(
+            _ident(READER_ROLE), _ident(WRITER_ROLE)))
+
+
+def _table_exists(conn: psycopg.Connection[Any], table: str) -> bool:
+    row = conn.execute("select to_regclass(%s) is not null", (f"pgfunnel.{table}",)).fetchone()
+    return bool(row and row[0])
+
+
+def enable_rls(conn: psycopg.Connection[Any]) -> None:
+    """Create roles, grant privileges, and turn on FORCEd row-level security policies.
+
+    Idempotent: policies are dropped and recreated. The role running this (the
+    owner) is made a member of ``pgfunnel_writer`` so that FORCE does not lock it out
+    of its own tables.
+    """
+    try:
+        ensure_roles(conn)
+        grant_privileges(conn)
+        su = conn.execute("select rolsuper from pg_roles where rolname = current_user").fetchone()
+        if not (su and su[0]):
+            conn.execute(sql.SQL("grant {} to current_user").format(_ident(WRITER_ROLE)))
+        for table in RLS_TABLES:
+            t = _table(table)
+            for policy in ("pgfunnel_reader_select", "pgfunnel_reader_insert", "pgfunnel_writer_all"):
+                conn.execute(sql.SQL("drop policy if exists {} on {}").format(_ident(policy), t))
+            using, check = _READER_POLICIES[table]
+            conn.execute(sql.SQL("create policy pgfunnel_reader_select on {} for select to {} "
+                                 "using ({})").format(t, _ident(READER_ROLE), sql.SQL(using)))
+            if check is not None:
+                conn.execute(sql.SQL("create policy pgfunnel_reader_insert on {} for insert to {} "
+                                     "with check ({})").format(t, _ident(READER_ROLE),
+                                                               sql.SQL(check)))
+            conn.execute(sql.SQL("create policy pgfunnel_writer_all on {} for all to {} "
+                                 "using (true) with check (true)").format(t, _ident(WRITER_ROLE)))
+            conn.execute(sql.SQL("alter table {} enable row level security").format(t))
+            conn.execute(sql.SQL("alter table {} force row level security").format(t))
+    except psycopg.Error as exc:
+        raise translate(exc) from exc
+
+
+def disable_rls(conn: psycopg.Connection[Any]) -> None:
+    """Turn row-level security off again (policies are kept but inactive)."""
+    for table in RLS_TABLES:
+        t = _table(table)
+        conn.execute(sql.SQL("alter table {} no force row level security").format(t))
+        conn.execute(sql.SQL("alter table {} disable row level security").format(t))
+
+
+def rls_enabled(conn: psycopg.Connection[Any]) -> bool:
+    """Whether RLS mode is on (any pgfunnel content table has row security enabled)."""
+    row = conn.execute(
+        "select coalesce(bool_or(c.relrowsecurity), false) from pg_class c "
+        "where c.relnamespace = 'pgfunnel'::regnamespace and c.relname = any(%s)",
+        (list(RLS_TABLES),)).fetchone()
+    return bool(row and row[0])
+
+
+def grant_app_role(conn: psycopg.Connection[Any], role: str, *, writer: bool = False) -> None:
+    """Make an existing login role an application reader (or writer)."""
+    group = WRITER_ROLE if writer else READER_ROLE
+    try:
+        conn.execute(sql.SQL("grant {} to {}").format(_ident(group), _ident(role)))
+    except psycopg.Error as exc:
+        raise translate(exc) from exc
+
+
+def security_findings(conn: psycopg.Connection[Any],
+                      app_role: str | None = None) -> list[SecurityFinding]:
+    """What ``pgfunnel doctor`` reports about roles, RLS and grants.
+
+    Application roles are the members of ``pgfunnel_reader`` (and ``app_role`` if
+    given). Each must not own the tables, be a superuser, or have BYPASSRLS.
+    """
+    out: list[SecurityFinding] = []
+    rls = rls_enabled(conn)
+    owner_row = conn.execute(
+        "select pg_get_userbyid(c.relowner) from pg_class c "
+        "where c.oid = to_regclass('pgfunnel.document')").fetchone()
+    owner = owner_row[0] if owner_row else None
+
+    app_roles: set[str] = set()
+    if conn.execute("select 1 from pg_roles where rolname = %s", (READER_ROLE,)).fetchone():
+        app_roles.update(r for (r,) in conn.execute(
+            "select m.rolname from pg_auth_members a join pg_roles g on g.oid = a.roleid "
+            "join pg_roles m on m.oid = a.member where g.rolname = %s and m.rolcanlogin",
+            (READER_ROLE,)).fetchall())
+    if app_role:
+        app_roles.add(app_role)
+    for role in sorted(app_roles):
+        info = conn.execute("select rolsuper, rolbypassrls from pg_roles where rolname = %s",
+                            (role,)).fetchone()
+        if info is None:
+            out.append(SecurityFinding("error", "app_role", f"application role {role!r} does "
+                                       "not exist"))
+            continue
+        if role == owner:
+            out.append(SecurityFinding(
+                "error", "app_role_owner",
+                f"application role {role!r} owns the pgfunnel tables; owners can disable RLS and "
+                "grant themselves anything. Use a separate role (see docs/security.md)"))
+        if info[0]:
+            out.append(SecurityFinding(
+                "error", "app_role_superuser",
+                f"application role {role!r} is a superuser and bypasses every policy"))
+        elif info[1]:
+            out.append(SecurityFinding(
+                "error", "app_role_bypassrls",
+                f"application role {role!r} has BYPASSRLS; row-level security does not apply"))
+    if not app_roles:
+        out.append(SecurityFinding(
+            "info", "app_role", f"no login role is a member of {READER_ROLE}; searches run as "
+            "the owner (fine for one trusted application, see docs/security.md)"))
+
+    if rls:
+        rows = conn.execute(
+            "select c.relname, c.relrowsecurity, c.relforcerowsecurity from pg_class c "
+            "where c.relnamespace = 'pgfunnel'::regnamespace and c.relname = any(%s) "
+            "order by 1", (list(RLS_TABLES),)).fetchall()
+        for name, enabled, forced in rows:
+            if not enabled:
+                out.append(SecurityFinding("error", "rls_disabled",
+                                           f"RLS mode is on but pgfunnel.{name} has row "
+                                           "security disabled"))
+            elif not forced:
+                out.append(SecurityFinding("error", "rls_not_forced",
+                                           f"pgfunnel.{name} has row security without FORCE; "
+                                           "its owner bypasses the policies"))
+    else:
+        out.append(SecurityFinding("info", "rls", "RLS mode is off (access is enforced by "
+                                   "funnel_search's filters; `pgfunnel init --rls` adds policies)"))
+
+    for (sig,) in conn.execute(
+            "select p.oid::regprocedure::text from pg_proc p "
+            "where p.pronamespace = 'pgfunnel'::regnamespace and p.prosecdef order by 1"
+            ).fetchall():
+        out.append(SecurityFinding("error", "security_definer",
+                                   f"{sig} is SECURITY DEFINER; pgfunnel functions must be "
+                                   "SECURITY INVOKER"))
+    for (sig,) in conn.execute(
+            "select p.oid::regprocedure::text from pg_proc p "
+            "where p.pronamespace = 'pgfunnel'::regnamespace "
+            "and not exists (select 1 from pg_proc q where q.oid = p.oid "
+            "  and q.proconfig is not null and exists (select 1 from unnest(q.proconfig) s "
+            "  where s like 'search_path=%%')) order by 1").fetchall():
+        out.append(SecurityFinding("warning", "search_path",
+                                   f"{sig} has no pinned search_path"))
+    for sig, name in conn.execute(
+            "select p.oid::regprocedure::text, p.proname from pg_proc p "
+            "where (p.pronamespace = 'pgfunnel'::regnamespace "
+            "       or (p.pronamespace = 'public'::regnamespace and p.proname = 'funnel_search'))"
+            " and has_function_privilege('public', p.oid, 'execute') order by 1").fetchall():
+        level: Literal["error", "warning"] = (
+            "error" if name in WRITER_ONLY_FUNCTIONS else "warning")
+        out.append(SecurityFinding(level, "public_execute",
+                                   f"EXECUTE on {sig} is granted to PUBLIC; grant it to "
+                                   f"{READER_ROLE}/{WRITER_ROLE} instead (re-run `pgfunnel migrate`)"))
+    return out
+
+
+__all__ = ["SecurityFinding", "enable_rls", "disable_rls", "ensure_roles", "grant_privileges",
+           "grant_app_role", "rls_enabled", "security_findings", "READER_ROLE", "WRITER_ROLE",
+           "RLS_TABLES"]

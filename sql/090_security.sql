@@ -1,0 +1,94 @@
+-- pgfunnel: row-level security helpers and explicit EXECUTE grants.
+--
+-- The policies themselves are created by pgfunnel.security.enable_rls() (`pgfunnel init
+-- --rls`); this file only defines the functions they call, so it is safe to re-run on
+-- every init/migrate. The reader's identity comes from two transaction-local settings,
+-- set with set_config(..., true) / SET LOCAL, never from a session-level one:
+--   pgfunnel.principals  JSON array of strings, e.g. '["alice","team-a"]'
+--   pgfunnel.tenant      the tenant, '' for none
+-- A missing or empty principals setting makes every policy false: no rows, never all.
+
+-- the reader's principals from the transaction-local setting; NULL when it is not set
+create or replace function pgfunnel._rls_principals()
+returns text[]
+language plpgsql stable parallel safe
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+declare
+    raw text := current_setting('pgfunnel.principals', true);
+    parsed jsonb;
+begin
+    if raw is null or raw = '' then
+        return null;
+    end if;
+    begin
+        parsed := raw::jsonb;
+    exception when others then
+        parsed := null;
+    end;
+    if parsed is null or jsonb_typeof(parsed) <> 'array'
+       or exists (select 1 from jsonb_array_elements(parsed) e where jsonb_typeof(e) <> 'string') then
+        raise exception using errcode = '22023',
+            message = 'pgfunnel.principals: must be a JSON array of strings, e.g. ''["alice"]'''
+                      ' (set it with set_config(''pgfunnel.principals'', ..., true))';
+    end if;
+    return array(select jsonb_array_elements_text(parsed));
+end
+$$;
+
+-- the reader's tenant from the transaction-local setting; NULL when unset or ''
+create or replace function pgfunnel._rls_tenant()
+returns text
+language sql stable parallel safe
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$ select nullif(current_setting('pgfunnel.tenant', true), '') $$;
+
+-- the document policy: may the reader in the transaction-local settings see this row?
+-- (policies inline the same expression with the settings read once per statement)
+create or replace function pgfunnel._rls_document_visible(
+    is_public boolean, readers text[], tenant text)
+returns boolean
+language sql stable parallel safe
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+    select pgfunnel._rls_principals() is not null
+       and (is_public or readers operator(pg_catalog.&&) pgfunnel._rls_principals())
+       and (tenant is null or tenant = pgfunnel._rls_tenant())
+$$;
+
+-- EXECUTE is granted explicitly: nothing in schema pgfunnel runs for PUBLIC. Readers get
+-- the search path (every function except the ones that write index data); writers get
+-- all. The roles are created by pgfunnel.security.ensure_roles(); until they exist only
+-- the owner (and superusers) can call the functions.
+do $$
+declare
+    writer_only text[] := array['_bm25_add', '_remove_chunks', 'refresh_bm25_weights'];
+    f record;
+    has_reader boolean := exists (select 1 from pg_catalog.pg_roles where rolname = 'pgfunnel_reader');
+    has_writer boolean := exists (select 1 from pg_catalog.pg_roles where rolname = 'pgfunnel_writer');
+begin
+    execute 'revoke execute on all functions in schema pgfunnel from public';
+    execute 'revoke execute on function public.funnel_search from public';
+    for f in
+        select p.oid::regprocedure as sig, p.proname
+          from pg_catalog.pg_proc p
+         where p.pronamespace = 'pgfunnel'::regnamespace
+    loop
+        if has_writer then
+            execute format('grant execute on function %s to pgfunnel_writer', f.sig);
+        end if;
+        if has_reader and not (f.proname = any (writer_only)) then
+            execute format('grant execute on function %s to pgfunnel_reader', f.sig);
+        end if;
+    end loop;
+    if has_reader then
+        execute 'grant execute on function public.funnel_search to pgfunnel_reader';
+    end if;
+    if has_writer then
+        execute 'grant execute on function public.funnel_search to pgfunnel_writer';
+    end if;
+end
+$$;

@@ -1,0 +1,401 @@
+"""Access control: a hidden chunk never reaches a reader who may not see it.
+
+Each test has a positive control (the reader who may see the hidden chunk gets it
+first), so a filter that hid everything would fail too. RLS tests search as an
+application login role that is neither owner, superuser nor BYPASSRLS.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+
+from _security_helpers import DIM, Doc, create_app_role, ingest_docs, random_vectors, unit
+from pgfunnel import schema
+from pgfunnel.db import connect
+from pgfunnel.errors import AccessError, PgfunnelError
+from pgfunnel.search import Funnel
+
+QUERY = "refund monthly plan invoice"
+QVEC = unit(np.linspace(1.0, 2.0, DIM))
+
+
+def _corpus(n_public: int = 30) -> list[Doc]:
+    docs = [Doc("secret", "Refund monthly plan invoice. Refund of the monthly plan invoice.",
+                readers=["alice"], vector=QVEC)]
+    docs += [Doc(f"pub{i:03d}", f"Public note {i}: refund questions about a plan and billing.")
+             for i in range(n_public)]
+    return docs
+
+
+@pytest.fixture()
+def plain_db(db: str) -> str:
+    ingest_docs(db, _corpus())
+    return db
+
+
+@pytest.fixture()
+def rls_db(db: str) -> str:
+    schema.init(db, rls=True)
+    ingest_docs(db, _corpus())
+    return db
+
+
+@pytest.fixture()
+def app_dsn(rls_db: str) -> str:
+    return create_app_role(rls_db)
+
+
+def _funnel(source: Any, **kw: Any) -> Funnel:
+    return Funnel(source, embedder=None, **kw)
+
+
+def _keys(response: Any) -> list[str]:
+    return [r.citekey for r in response.results]
+
+
+@pytest.fixture()
+def app_conn(app_dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    with connect(app_dsn, autocommit=True) as c:
+        yield c
+
+
+# -- hidden top chunk ---------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["plain", "rls"])
+def test_hidden_top_chunk_legs_and_funnel(request: pytest.FixtureRequest, mode: str) -> None:
+    dsn = request.getfixturevalue("plain_db" if mode == "plain" else "app_dsn")
+    with connect(dsn, autocommit=True) as conn:
+        f = _funnel(conn)
+        alice = f.search(QUERY, query_embedding=QVEC, principals=["alice"], k=5)
+        assert _keys(alice)[0] == "secret"  # control: it really ranks first
+        for who in (["bob"], [], ["alice-not"]):
+            keys = _keys(f.search(QUERY, query_embedding=QVEC, principals=who, k=5))
+            assert "secret" not in keys and len(keys) == 5
+        # each leg on its own
+        for weights in ((1.0, 0.0), (0.0, 1.0)):
+            assert "secret" not in _keys(f.search(QUERY, query_embedding=QVEC, principals=["bob"],
+                                                  k=5, weights=weights))
+        # the candidate pool itself, through SQL, with the settings the API would set
+        with conn.transaction():
+            conn.execute("select set_config('pgfunnel.principals', '[\"bob\"]', true)")
+            pool = conn.execute("select citekey, lexical_rank, dense_rank from pgfunnel.candidates("
+                                "%s, %s, k => 20, principals => '{bob}')",
+                                (QUERY, QVEC)).fetchall()
+            sql_rows = conn.execute("select citekey from funnel_search(%s, %s, k => 50, "
+                                    "principals => '{bob}')", (QUERY, QVEC)).fetchall()
+        assert pool and "secret" not in [r[0] for r in pool]
+        assert sql_rows and "secret" not in [r[0] for r in sql_rows]
+
+
+@pytest.mark.parametrize("mode", ["plain", "rls"])
+def test_hidden_top_chunk_rerank_path(request: pytest.FixtureRequest, mode: str,
+                                      tmp_path: Any) -> None:
+    from pgfunnel.rerank import Reranker
+    from pgfunnel.tiny_models import build_tiny_cross_encoder
+
+    dsn = request.getfixturevalue("plain_db" if mode == "plain" else "app_dsn")
+    reranker = Reranker(str(build_tiny_cross_encoder(tmp_path / "ce")))
+    with connect(dsn, autocommit=True) as conn:
+        f = _funnel(conn, reranker=reranker)
+        alice = f.search(QUERY, query_embedding=QVEC, principals=["alice"], k=30)
+        assert alice.reranked and "secret" in _keys(alice)
+        bob = f.search(QUERY, query_embedding=QVEC, principals=["bob"], k=30)
+        assert bob.reranked and "secret" not in _keys(bob)
+        assert "secret" not in [c.citekey for c in bob.pool]
+        # final() re-checks visibility: feeding it the hidden chunk id returns nothing for it
+        secret_id = alice.pool[[c.citekey for c in alice.pool].index("secret")].chunk_id
+        with conn.transaction():
+            conn.execute("select set_config('pgfunnel.principals', '[\"bob\"]', true)")
+            rows = conn.execute(
+                "select citekey from pgfunnel.final(array[%s]::bigint[], '{1}', '{1}', '{1}', "
+                "'{1}', '{1}', '{1}', principals => '{bob}')", (secret_id,)).fetchall()
+        assert rows == []
+
+
+def test_hidden_chunk_not_in_trace_rows_read_by_another_reader(app_dsn: str) -> None:
+    with connect(app_dsn, autocommit=True) as conn:
+        f = _funnel(conn)
+        alice = f.search(QUERY, query_embedding=QVEC, principals=["alice"], k=5, trace=True)
+        assert alice.search_id is not None and _keys(alice)[0] == "secret"
+        bob = f.search(QUERY, query_embedding=QVEC, principals=["bob"], k=5, trace=True)
+        assert bob.search_id is not None
+
+        def traced(principals: list[str]) -> tuple[set[int], set[str]]:
+            with conn.transaction():
+                conn.execute("select set_config('pgfunnel.principals', %s, true)",
+                             (json.dumps(principals),))
+                logs = {r[0] for r in conn.execute("select id from pgfunnel.search_log")}
+                keys = {r[0] for r in conn.execute(
+                    "select d.citekey from pgfunnel.search_trace t "
+                    "join pgfunnel.chunk c on c.id = t.chunk_id "
+                    "join pgfunnel.document d on d.id = c.document_id")}
+                raw = conn.execute("select count(*) from pgfunnel.search_trace t where "
+                                   "t.search_id = %s", (alice.search_id,)).fetchone()
+            assert raw is not None
+            return logs, keys | ({"<alice-trace-rows>"} if raw[0] else set())
+
+        alice_logs, alice_keys = traced(["alice"])
+        assert alice.search_id in alice_logs and "secret" in alice_keys  # control
+        bob_logs, bob_keys = traced(["bob"])
+        assert alice.search_id not in bob_logs and bob.search_id in bob_logs
+        assert "secret" not in bob_keys and "<alice-trace-rows>" not in bob_keys
+        # a reader cannot write a log entry under someone else's principals
+        with pytest.raises(psycopg.Error), conn.transaction():
+            conn.execute("select set_config('pgfunnel.principals', '[\"bob\"]', true)")
+            conn.execute("insert into pgfunnel.search_log (collection_id, index_version_id, "
+                         "config_hash, config, principals) values (1, 1, 'x', '{}', '{alice}')")
+
+
+def test_cli_search_hides_chunk(app_dsn: str) -> None:
+    from typer.testing import CliRunner
+
+    from pgfunnel.cli.main import app
+
+    runner = CliRunner()
+    base = ["search", QUERY, "--lexical-only", "--json", "--dsn", app_dsn, "-k", "5"]
+    alice = runner.invoke(app, [*base, "-p", "alice"])
+    assert alice.exit_code == 0, alice.output
+    assert json.loads(alice.stdout)["results"][0]["citekey"] == "secret"
+    for extra in (["-p", "bob"], []):
+        res = runner.invoke(app, [*base, *extra])
+        assert res.exit_code == 0, res.output
+        keys = [r["citekey"] for r in json.loads(res.stdout)["results"]]
+        assert keys and "secret" not in keys
+
+
+def test_explain_hides_chunk_if_present(app_dsn: str) -> None:
+    with connect(app_dsn, autocommit=True) as conn:
+        exists = conn.execute("select count(*) from pg_proc where proname = 'explain' and "
+                              "pronamespace = 'pgfunnel'::regnamespace").fetchone()
+        if not exists or not exists[0]:
+            pytest.skip("pgfunnel.explain is not installed yet (sql/050_explain.sql)")
+        with conn.transaction():
+            conn.execute("select set_config('pgfunnel.principals', '[\"alice\"]', true)")
+            out_alice = conn.execute("select pgfunnel.explain(%s, principals => '{alice}')::text",
+                                     (QUERY,)).fetchone()
+        with conn.transaction():
+            conn.execute("select set_config('pgfunnel.principals', '[\"bob\"]', true)")
+            out_bob = conn.execute("select pgfunnel.explain(%s, principals => '{bob}')::text",
+                                   (QUERY,)).fetchone()
+        assert out_alice is not None and "secret" in str(out_alice[0])
+        assert out_bob is not None and "secret" not in str(out_bob[0])
+
+
+# -- missing principals -------------------------------------------------------------
+
+def test_null_principals_is_an_error(plain_db: str) -> None:
+    with connect(plain_db, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.NullValueNotAllowed):
+            conn.execute("select * from funnel_search(%s, principals => null)", (QUERY,))
+        with pytest.raises(PgfunnelError):
+            _funnel(conn).search(QUERY, principals=None)
+        empty = conn.execute("select citekey from funnel_search(%s, principals => '{}')",
+                             (QUERY,)).fetchall()
+        assert empty and "secret" not in [r[0] for r in empty]
+        assert conn.execute("select 1").fetchone() == (1,)
+
+
+def test_missing_rls_setting_gives_zero_rows(app_conn: psycopg.Connection[Any]) -> None:
+    conn = app_conn
+    for table in ("document", "chunk", "embedding", "lexical", "posting", "search_log",
+                  "search_trace"):
+        n = conn.execute(f"select count(*) from pgfunnel.{table}").fetchone()  # noqa: S608
+        assert n == (0,), table
+    # even funnel_search with alice's principals as a parameter finds nothing
+    assert conn.execute("select * from funnel_search(%s, %s, principals => '{alice}')",
+                        (QUERY, QVEC)).fetchall() == []
+    for bad in ("", "[]"):
+        with conn.transaction():
+            conn.execute("select set_config('pgfunnel.principals', %s, true)", (bad,))
+            n_docs = conn.execute("select count(*), count(*) filter (where not is_public) "
+                                  "from pgfunnel.document").fetchone()
+        assert n_docs is not None
+        if bad == "":
+            assert n_docs == (0, 0)
+        else:  # '[]': public only
+            assert n_docs[0] == 30 and n_docs[1] == 0
+    # malformed settings are an error, never all rows
+    for bad in ("null", "{alice}", "alice", '{"a": 1}', "[1, 2]"):
+        with pytest.raises(psycopg.errors.InvalidParameterValue), conn.transaction():
+            conn.execute("select set_config('pgfunnel.principals', %s, true)", (bad,))
+            conn.execute("select count(*) from pgfunnel.document")
+    # a session-level setting is ignored once the transaction that set it locally ends
+    with conn.transaction():
+        conn.execute("select set_config('pgfunnel.principals', '[\"alice\"]', true)")
+        assert conn.execute("select count(*) from pgfunnel.document").fetchone() == (31,)
+    assert conn.execute("select count(*) from pgfunnel.document").fetchone() == (0,)
+
+
+# -- shared pool --------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["plain", "rls"])
+def test_shared_pool_two_readers_no_foreign_rows(db: str, mode: str) -> None:
+    from psycopg_pool import ConnectionPool
+
+    if mode == "rls":
+        schema.init(db, rls=True)
+    rng = np.random.default_rng(3)
+    docs = [Doc(f"a{i:03d}", f"alpha shared topic words number {i}", readers=["alice"])
+            for i in range(40)]
+    docs += [Doc(f"b{i:03d}", f"bravo shared topic words number {i}", readers=["bob"])
+             for i in range(40)]
+    docs += [Doc(f"p{i:03d}", f"public shared topic words number {i}") for i in range(20)]
+    ingest_docs(db, docs, seed=4)
+    dsn = create_app_role(db) if mode == "rls" else db
+    allowed = {"alice": ("a", "p"), "bob": ("b", "p")}
+    foreign: list[str] = []
+    searched = [0]
+    lock = threading.Lock()
+    with ConnectionPool(dsn, min_size=2, max_size=2, open=True,
+                        kwargs={"autocommit": True}) as pool:
+        f = _funnel(pool)
+
+        def worker(reader: str, seed: int) -> None:
+            r = np.random.default_rng(seed)
+            for _ in range(500):
+                vec = unit(r.normal(size=DIM))
+                res = f.search("shared topic words", query_embedding=vec, principals=[reader],
+                               k=10, per_source_cap=1)
+                bad = [x.citekey for x in res.results if not x.citekey.startswith(allowed[reader])]
+                with lock:
+                    searched[0] += 1
+                    foreign.extend(bad)
+                assert len(res.results) == 10
+
+        threads = [threading.Thread(target=worker, args=(who, s))
+                   for who, s in (("alice", 1), ("bob", 2))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    del rng
+    assert searched[0] == 1000
+    assert foreign == []
+
+
+# -- filtered top-k completeness ------------------------------------------------------
+
+def test_filtered_topk_completeness_and_dense_recall(db: str) -> None:
+    n = 2000
+    vecs = random_vectors(n, seed=11)
+    docs = [Doc(f"d{i:04d}", f"document body {i} with common words",
+                readers=["rare"] if i % 100 == 0 else ["other"], vector=vecs[i])
+            for i in range(n)]
+    ingest_docs(db, docs)
+    visible = [i for i in range(n) if i % 100 == 0]  # 1%: 20 chunks
+    rng = np.random.default_rng(12)
+    recalls = []
+    with connect(db, autocommit=True) as conn:
+        f = _funnel(conn)
+        for _ in range(10):
+            q = unit(rng.normal(size=DIM))
+            for k in (5, 10, 50):
+                res = f.search(None, query_embedding=q, principals=["rare"], k=k,
+                               per_source_cap=1, dense_depth=k)
+                assert len(res.results) == min(k, len(visible))
+                exact = sorted(visible, key=lambda i: -float(vecs[i] @ q))[:k]
+                got = {r.citekey for r in res.results}
+                recalls.append(len(got & {f"d{i:04d}" for i in exact}) / len(exact))
+    assert float(np.mean(recalls)) >= 0.95
+
+
+# -- no error side channel -------------------------------------------------------------
+
+def test_hidden_row_cannot_make_a_filter_raise(db: str) -> None:
+    schema.init(db, rls=True)
+    ingest_docs(db, [
+        Doc("visible", "quarterly numbers report", readers=["bob"], metadata={"n": "5"}),
+        Doc("hidden", "quarterly numbers report", readers=["alice"],
+            metadata={"n": "not-a-number", "tags": "x"}),
+    ])
+    # control: without RLS (owner, superuser) the cast reaches the hidden row and raises
+    with connect(db, autocommit=True) as owner:
+        with pytest.raises(psycopg.errors.InvalidTextRepresentation):
+            owner.execute("select citekey from pgfunnel.document "
+                          "where (metadata->>'n')::int > 3").fetchall()
+    app = create_app_role(db)
+    with connect(app, autocommit=True) as conn, conn.transaction():
+        conn.execute("select set_config('pgfunnel.principals', '[\"bob\"]', true)")
+        rows = conn.execute("select citekey from pgfunnel.document "
+                            "where (metadata->>'n')::int > 3").fetchall()
+        assert rows == [("visible",)]
+        rows = conn.execute("select d.citekey from pgfunnel.chunk c join pgfunnel.document d "
+                            "on d.id = c.document_id where (d.metadata->>'n')::int > 3 "
+                            "and c.text like '%%quarterly%%'").fetchall()
+        assert rows == [("visible",)]
+        # funnel_search's metadata_filter is jsonb containment: it cannot raise on any value
+        res = conn.execute("select citekey from funnel_search('quarterly numbers', "
+                           "principals => '{bob}', metadata_filter => %s)",
+                           (Jsonb({"n": 5}),)).fetchall()
+        assert res == []
+
+
+# -- revoke vs search ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["plain", "rls"])
+def test_search_after_revoke_never_returns_document(db: str, mode: str) -> None:
+    if mode == "rls":
+        schema.init(db, rls=True)
+    docs = _corpus(10)
+    ingest_docs(db, docs)
+    dsn = create_app_role(db) if mode == "rls" else db
+    with connect(dsn, autocommit=True) as conn:
+        f = _funnel(conn)
+        assert _keys(f.search(QUERY, query_embedding=QVEC, principals=["bob"], k=3)) and \
+            "secret" not in _keys(f.search(QUERY, query_embedding=QVEC, principals=["bob"], k=3))
+        # grant bob, then revoke again; each change is a re-ingest that commits
+        docs[0].readers = ["alice", "bob"]
+        ingest_docs(db, docs)
+        assert _keys(f.search(QUERY, query_embedding=QVEC, principals=["bob"], k=3))[0] == "secret"
+        docs[0].readers = ["alice"]
+        ingest_docs(db, docs)  # committed before the next search starts
+        for _ in range(20):
+            assert "secret" not in _keys(f.search(QUERY, query_embedding=QVEC, principals=["bob"],
+                                                  k=3))
+
+
+# -- doctor checks ---------------------------------------------------------------------------
+
+def test_security_findings(db: str) -> None:
+    from pgfunnel.security import security_findings
+
+    with connect(db, autocommit=True) as conn:
+        checks = {f.check for f in security_findings(conn) if f.level == "error"}
+        assert "public_execute" not in checks and "security_definer" not in checks
+    schema.init(db, rls=True)
+    app = create_app_role(db)
+    app_user = psycopg.conninfo.conninfo_to_dict(app)["user"]
+    with connect(db, autocommit=True) as conn:
+        assert [f for f in security_findings(conn) if f.level == "error"] == []
+        conn.execute("alter table pgfunnel.posting no force row level security")
+        conn.execute(f'alter role "{app_user}" bypassrls')
+        conn.execute("create function pgfunnel.bad() returns int language sql security definer "
+                     "set search_path = pg_catalog as 'select 1'")
+        conn.execute("grant execute on function pgfunnel._remove_chunks to public")
+        errors = {f.check: f.message for f in security_findings(conn) if f.level == "error"}
+        assert set(errors) >= {"rls_not_forced", "app_role_bypassrls", "security_definer",
+                               "public_execute"}
+        assert "posting" in errors["rls_not_forced"] and app_user in errors["app_role_bypassrls"]
+        owner = conn.execute("select current_user").fetchone()
+        assert owner is not None
+        owner_findings = security_findings(conn, app_role=str(owner[0]))
+        assert {"app_role_owner", "app_role_superuser"} <= {f.check for f in owner_findings}
+
+
+def test_app_role_cannot_write_or_disable_rls(app_conn: psycopg.Connection[Any]) -> None:
+    for stmt in ("delete from pgfunnel.document",
+                 "alter table pgfunnel.document disable row level security",
+                 "select pgfunnel._remove_chunks('{1}')"):
+        with pytest.raises(psycopg.Error) as info:
+            app_conn.execute(stmt)
+        assert isinstance(info.value, psycopg.errors.InsufficientPrivilege), stmt
+    assert app_conn.execute("select 1").fetchone() == (1,)
+    assert AccessError  # the API maps 42501 to AccessError (errors.translate)
