@@ -1,0 +1,209 @@
+"""SQLAlchemy 2 access to the funnel: ``funnel_search`` as a typed table-valued function.
+
+>>> from sqlalchemy import select
+>>> from pgfunnel.models import Document
+>>> from pgfunnel.sqla import funnel_search_tvf
+>>> fs = funnel_search_tvf("refund annual plan", vector, k=5, principals=["alice"])
+>>> stmt = (select(fs.c.final_rank, fs.c.citekey, Document.language)
+...         .join(Document, Document.citekey == fs.c.citekey)
+...         .order_by(fs.c.final_rank))
+
+The function is called with named arguments (``k => 5``), so only the parameters you
+pass appear in the SQL and the rest keep the SQL defaults. Every value is a bound
+parameter; parameter *names* are checked against the function's signature, never
+interpolated from user input. Values may also be SQL expressions (e.g. a column of
+another table inside a ``lateral`` join).
+
+The result columns are typed (``chunk_id`` BigInteger, ``metadata`` JSONB, scores
+Float, ...) so joins and comparisons with the application's own tables type-check.
+Vectors go through pgvector's SQLAlchemy ``Vector`` type.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
+from pgvector.sqlalchemy import Vector
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    Engine,
+    Float,
+    Integer,
+    Text,
+    cast,
+    column,
+    create_engine,
+    func,
+    literal,
+    null,
+    select,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import ClauseElement, ColumnElement
+from sqlalchemy.sql.selectable import Select, TableValuedAlias
+from sqlalchemy.sql.visitors import InternalTraversal
+from sqlalchemy.types import TypeEngine
+
+from pgfunnel.errors import ConfigError
+
+__all__ = [
+    "FUNNEL_SEARCH_COLUMNS",
+    "FUNNEL_SEARCH_PARAMETERS",
+    "engine_from_dsn",
+    "funnel_search_tvf",
+    "identity_statement",
+    "named_arg",
+]
+
+#: result columns of ``pgfunnel.funnel_search`` with their SQLAlchemy types, in order
+FUNNEL_SEARCH_COLUMNS: tuple[tuple[str, TypeEngine[Any]], ...] = (
+    ("chunk_id", BigInteger()),
+    ("citekey", Text()),
+    ("title", Text()),
+    ("heading", Text()),
+    ("text", Text()),
+    ("ordinal", Integer()),
+    ("metadata", JSONB()),
+    ("lexical_rank", Integer()),
+    ("lexical_score", Float()),
+    ("dense_rank", Integer()),
+    ("dense_score", Float()),
+    ("fused_rank", Integer()),
+    ("fused_score", Float()),
+    ("rerank_rank", Integer()),
+    ("rerank_score", Float()),
+    ("final_rank", Integer()),
+    ("search_id", BigInteger()),
+)
+
+#: parameters of ``pgfunnel.funnel_search`` (besides query_text/query_embedding) and types
+FUNNEL_SEARCH_PARAMETERS: dict[str, TypeEngine[Any]] = {
+    "k": Integer(),
+    "collection": Text(),
+    "principals": ARRAY(Text()),
+    "tenant": Text(),
+    "language": Text(),
+    "as_of": DateTime(timezone=True),
+    "metadata_filter": JSONB(),
+    "fusion": Text(),
+    "rrf_k": Float(),
+    "weights": ARRAY(Float()),
+    "lexical_depth": Integer(),
+    "dense_depth": Integer(),
+    "overfetch": Integer(),
+    "per_source_cap": Integer(),
+    "ef_search": Integer(),
+    "k1": Float(),
+    "b": Float(),
+    "trace": Boolean(),
+}
+
+
+class named_arg(ColumnElement[Any]):  # noqa: N801 - reads like SQL, as func.* does
+    """``name => value``: a named argument in a SQL function call."""
+
+    __visit_name__ = "pgfunnel_named_arg"
+    inherit_cache = True
+    _traverse_internals = [
+        ("name", InternalTraversal.dp_string),
+        ("value", InternalTraversal.dp_clauseelement),
+    ]
+
+    def __init__(self, name: str, value: ColumnElement[Any]) -> None:
+        if not name.isidentifier() or not name.islower():
+            # the name is spliced into SQL text, so it must be a plain identifier
+            raise ConfigError("name", f"not a valid parameter name: {name!r}")
+        self.name = name
+        self.value = value
+        self.type = value.type
+
+
+@compiles(named_arg)
+def _compile_named_arg(element: named_arg, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"{element.name} => {compiler.process(element.value, **kw)}"
+
+
+def _bind(name: str, value: Any, type_: TypeEngine[Any]) -> ColumnElement[Any]:
+    if isinstance(value, ClauseElement):
+        return value  # type: ignore[return-value]
+    if value is None:
+        # SQL NULL (the JSON types would otherwise bind None as the JSON value 'null')
+        return cast(null(), type_)
+    # an explicit cast pins the overloaded/defaulted parameter's type for the planner
+    return cast(literal(value, type_), type_)
+
+
+def funnel_search_tvf(query_text: Any, query_embedding: Any = None, *,
+                      name: str = "fs", **params: Any) -> TableValuedAlias:
+    """``pgfunnel.funnel_search(...)`` as a table-valued function usable in ``select()``.
+
+    ``query_embedding`` is a sequence/ndarray of floats (bound as pgvector ``Vector``),
+    a SQL expression, or None (text only). ``params`` are funnel_search's named
+    parameters (``k``, ``principals``, ``collection``, ``metadata_filter``, ...);
+    ``principals`` is required because NULL/absent identity must never mean "everyone"
+    (pass ``[]`` for public documents only). ``name`` is the alias in the FROM clause.
+    """
+    unknown = sorted(set(params) - set(FUNNEL_SEARCH_PARAMETERS))
+    if unknown:
+        raise ConfigError(unknown[0], "unknown funnel_search parameter (known: "
+                          f"{', '.join(FUNNEL_SEARCH_PARAMETERS)})")
+    if "principals" not in params or params["principals"] is None:
+        raise ConfigError("principals", "is required; pass [] for public documents only")
+    if isinstance(params["principals"], str):
+        raise ConfigError("principals", "must be a list of strings, not one string")
+    args: list[ColumnElement[Any]] = [named_arg("query_text", _bind("query_text", query_text,
+                                                                     Text()))]
+    if query_embedding is not None:
+        if isinstance(query_embedding, ClauseElement):
+            emb: ColumnElement[Any] = query_embedding  # type: ignore[assignment]
+        else:
+            values = [float(x) for x in query_embedding]
+            emb = cast(literal(values, Vector(len(values))), Vector(len(values)))
+        args.append(named_arg("query_embedding", emb))
+    for key, value in params.items():
+        if key == "principals" and not isinstance(value, ClauseElement):
+            value = [str(p) for p in value]
+        if key == "weights" and not isinstance(value, ClauseElement):
+            value = [float(w) for w in value]
+        args.append(named_arg(key, _bind(key, value, FUNNEL_SEARCH_PARAMETERS[key])))
+    fn = func.pgfunnel.funnel_search(*args)
+    return fn.table_valued(*(column(n, t) for n, t in FUNNEL_SEARCH_COLUMNS), name=name)
+
+
+def identity_statement(principals: Sequence[str], tenant: str | None = None) -> Select[Any]:
+    """``select set_config('pgfunnel.principals', ..., true), ...`` for the current
+    transaction: what row-level security (``pgfunnel init --rls``) reads. Execute it in
+    the same transaction as the search; being transaction-local, a pooled connection
+    carries nothing to the next request."""
+    if principals is None or isinstance(principals, str):
+        raise ConfigError("principals", "must be a list of strings ([] for public only)")
+    return select(
+        func.set_config("pgfunnel.principals", json.dumps([str(p) for p in principals]), True),
+        func.set_config("pgfunnel.tenant", tenant or "", True),
+    )
+
+
+def engine_from_dsn(dsn: str | None = None, **engine_kwargs: Any) -> Engine:
+    """A SQLAlchemy engine (psycopg 3 driver) for a pgfunnel DSN.
+
+    ``dsn`` may be a URL or a ``key=value`` conninfo string (None: PGFUNNEL_DSN, then the
+    embedded server). Connections are opened by :func:`pgfunnel.db.connect`, so pgvector
+    adapters are registered and connection errors are pgfunnel errors.
+    """
+    from pgfunnel.db import connect, resolve_dsn
+
+    target = resolve_dsn(dsn)
+
+    def creator() -> psycopg.Connection[Any]:
+        return connect(target)
+
+    factory: Callable[[], Any] = creator
+    engine_kwargs.setdefault("pool_pre_ping", True)
+    return create_engine("postgresql+psycopg://", creator=factory, **engine_kwargs)
