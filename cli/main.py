@@ -220,7 +220,8 @@ def search(
     rerank_depth: Annotated[int | None, typer.Option(
         help="How many pool candidates the reranker scores (default: all).")] = None,
     trace: Annotated[bool, typer.Option(help="Record a trace (search_log).")] = False,
-    timeout_ms: Annotated[int | None, typer.Option(help="statement_timeout for the search.")] = None,
+    timeout_ms: Annotated[int | None, typer.Option(
+        help="statement_timeout for the search, in ms.")] = None,
     dsn: DsnOption = None,
     json_out: JsonOption = False,
 ) -> None:

@@ -43,7 +43,8 @@ def embedded_dsn(home: Path | None = None) -> str:
     try:
         # cleanup_mode=None: keep the server up after this process exits; the data
         # outlives the process either way, but a warm server makes the next command fast.
-        server = pgserver.get_server(home / "pgdata", cleanup_mode=None)
+        server = pgserver.get_server(  # type: ignore[attr-defined]
+            home / "pgdata", cleanup_mode=None)
     except Exception as exc:  # pgserver raises plain subprocess/OS errors
         raise ConnectionFailedError(
             f"could not start the embedded Postgres in {home / 'pgdata'}: {exc}"
@@ -90,7 +91,8 @@ def redact(dsn: str) -> str:
         return "<unparseable DSN>"
     if info.get("password"):
         info["password"] = "***"
-    return psycopg.conninfo.make_conninfo(**{k: v for k, v in info.items() if v is not None})
+    kept = {k: str(v) for k, v in info.items() if v is not None}
+    return psycopg.conninfo.make_conninfo("", **kept)
 
 
 def require_schema(conn: psycopg.Connection[Any]) -> None:

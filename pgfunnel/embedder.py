@@ -41,7 +41,8 @@ def pick_device(device: str = "auto") -> str:
 
     if torch.cuda.is_available():  # pragma: no cover - no GPU in CI
         return "cuda"
-    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():  # pragma: no cover
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():  # pragma: no cover - no Apple GPU in CI
         return "mps"
     return "cpu"
 
@@ -65,7 +66,9 @@ class Embedder:
                                               local_files_only=local_only or Path(path).exists())
         except Exception as exc:
             raise ModelLoadError("embedding_model", model, exc) from exc
-        dim = self._model.get_sentence_embedding_dimension()
+        get_dim = getattr(self._model, "get_embedding_dimension", None) or \
+            self._model.get_sentence_embedding_dimension
+        dim = get_dim()
         if not dim:
             raise ModelLoadError("embedding_model", model, "model reports no embedding dimension")
         self.dimensions = int(dim)
@@ -89,7 +92,8 @@ class Embedder:
         return out
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self.embed([text])[0]
+        vectors: np.ndarray = self.embed([text])
+        return np.asarray(vectors[0])
 
 
 def check_vector(vector: Any, dimensions: int | None = None,

@@ -302,8 +302,9 @@ class Ingester:
         try:
             with self.conn.transaction():
                 # one writer per collection at a time; searches are never blocked
-                self.conn.execute("select pg_advisory_xact_lock(hashtext('pgfunnel:ingest:' || %s))",
-                                  (self.collection,))
+                self.conn.execute(
+                    "select pg_advisory_xact_lock(hashtext('pgfunnel:ingest:' || %s))",
+                    (self.collection,))
                 coll, version = self._version()
                 self.stats.index_version = version.version
                 existing = {
@@ -363,7 +364,8 @@ class Ingester:
             "select c.content_hash, e.embedding from pgfunnel.chunk c "
             "join pgfunnel.embedding e on e.chunk_id = c.id and e.index_version_id = %s "
             "where c.document_id = any(%s)", (version_id, document_ids)).fetchall()
-        return {h: np.asarray(v, dtype=np.float32) for h, v in rows}
+        return {h: np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, dtype=np.float32)
+                for h, v in rows}
 
     def _write(self, coll: int, version: ActiveVersion,
                chunked: list[tuple[DocumentRecord, list[ChunkRecord]]], texts: list[str],

@@ -61,11 +61,13 @@ class SearchParams:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(kwargs) - known)
         if unknown:
-            raise ConfigError(unknown[0], f"unknown search parameter (known: {', '.join(sorted(known))})")
+            raise ConfigError(unknown[0], "unknown search parameter (known: "
+                              f"{', '.join(sorted(known))})")
         if "principals" in kwargs:
             p = kwargs["principals"]
             if p is None:
-                raise ConfigError("principals", "must not be None; pass [] for public documents only")
+                raise ConfigError("principals",
+                                  "must not be None; pass [] for public documents only")
             if isinstance(p, str):
                 raise ConfigError("principals", "must be a list of strings, not one string")
             kwargs["principals"] = tuple(str(x) for x in p)
@@ -289,6 +291,10 @@ class Funnel:
                      for f in dataclasses.fields(SearchParams)}, **params}
         p = SearchParams.build(**merged)
         query = check_query_text(query)
+        if query_embedding is not None:
+            # NaN, Inf, zero and malformed vectors fail here, before any SQL runs; the
+            # dimension is checked against the active index version below
+            check_vector(query_embedding)
         use_rerank = (self.reranker is not None) if rerank is None else rerank
         if use_rerank and self.reranker is None:
             raise ConfigError("rerank", "rerank requested but this Funnel has no reranker")

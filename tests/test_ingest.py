@@ -1,0 +1,182 @@
+"""Ingest: idempotent re-ingest, replacement, deletion, exact BM25 statistics, atomicity."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+
+from pgfunnel.errors import InvalidDocumentError, InvalidInputError, InvalidVectorError
+from pgfunnel.ingest import Ingester, delete_documents
+from pgfunnel.sources import DocumentRecord, chunk_text, read_path
+
+
+def _counts(conn: psycopg.Connection[Any]) -> tuple[int, int, int, int]:
+    row = conn.execute(
+        "select (select count(*) from pgfunnel.document), (select count(*) from pgfunnel.chunk),"
+        " (select count(*) from pgfunnel.embedding), (select count(*) from pgfunnel.posting)"
+    ).fetchone()
+    assert row is not None
+    return row
+
+
+def assert_stats_exact(conn: psycopg.Connection[Any]) -> None:
+    """Maintained BM25 statistics equal a recount done in plain SQL."""
+    drift = conn.execute("""
+        select count(*) from (
+            select coalesce(t.index_version_id, r.index_version_id), coalesce(t.term, r.term)
+              from pgfunnel.term_stat t
+              full join (select index_version_id, term, count(*) as df from pgfunnel.posting
+                          group by 1, 2) r
+                on r.index_version_id = t.index_version_id and r.term = t.term
+             where t.df is distinct from r.df) d""").fetchone()
+    assert drift is not None and drift[0] == 0, "term_stat.df differs from a recount"
+    bad = conn.execute("""
+        select count(*) from pgfunnel.index_version v
+         where (v.chunk_count, v.total_length) is distinct from
+               (select (count(*), coalesce(sum(l.length), 0))::record from pgfunnel.lexical l
+                 where l.index_version_id = v.id)""").fetchone()
+    assert bad is not None and bad[0] == 0, "chunk_count/total_length differ from a recount"
+
+
+def _random_vectors(records: list[DocumentRecord], dim: int = 384,
+                    seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for r in records:
+        v = rng.normal(size=(len(chunk_text(r.text)), dim)).astype(np.float32)
+        out[r.citekey] = v / np.linalg.norm(v, axis=1, keepdims=True)
+    return out
+
+
+def test_sample_corpus_stats_are_exact(sample_conn: psycopg.Connection[Any]) -> None:
+    docs, chunks, embeddings, postings = _counts(sample_conn)
+    assert docs > 100 and chunks >= docs and embeddings == chunks and postings > chunks
+    assert_stats_exact(sample_conn)
+
+
+def test_reingest_is_idempotent_and_reuses_vectors(sample_conn: psycopg.Connection[Any],
+                                                   embedder: Any) -> None:
+    sample = Path(__file__).resolve().parent.parent / "pgfunnel" / "data" / "helpcenter.jsonl"
+    before = _counts(sample_conn)
+    stats = Ingester(sample_conn, "default", embedder=embedder).ingest(read_path(sample))
+    assert stats.documents_unchanged == before[0] and stats.documents_written == 0
+    assert stats.chunks_embedded == 0
+    assert _counts(sample_conn) == before
+
+
+def test_replace_and_delete_keep_stats_exact(sample_conn: psycopg.Connection[Any],
+                                             embedder: Any) -> None:
+    sample = Path(__file__).resolve().parent.parent / "pgfunnel" / "data" / "helpcenter.jsonl"
+    originals = [r for r in read_path(sample) if r.citekey.startswith("guide-")]
+    guide = originals[0]
+    changed = DocumentRecord(citekey=guide.citekey, title=guide.title,
+                             text=guide.text + "\n\nA brand new closing paragraph about llamas.")
+    rows = [(guide.citekey,), (originals[1].citekey,)]
+    ing = Ingester(sample_conn, "default", embedder=embedder)
+    stats = ing.ingest([changed])
+    assert stats.documents_written == 1 and stats.chunks_reused >= 1
+    assert stats.chunks_embedded >= 1
+    n = sample_conn.execute("select count(*) from pgfunnel.chunk c join pgfunnel.document d "
+                            "on d.id = c.document_id where d.citekey = %s",
+                            (rows[0][0],)).fetchone()
+    assert n is not None and n[0] == len(chunk_text(changed.text))
+    assert_stats_exact(sample_conn)
+    llama = sample_conn.execute("select df from pgfunnel.term_stat where term = 'llama'").fetchone()
+    assert llama is not None and llama[0] == 1
+    assert delete_documents(sample_conn, "default", [rows[0][0], rows[1][0]]) == 2
+    assert_stats_exact(sample_conn)
+    gone = sample_conn.execute("select count(*) from pgfunnel.term_stat where term = 'llama'"
+                               ).fetchone()
+    assert gone is not None and gone[0] == 0
+
+
+def test_markdown_folder_ingest(conn: psycopg.Connection[Any], tmp_path: Path,
+                                embedder: Any) -> None:
+    (tmp_path / "guides").mkdir()
+    (tmp_path / "guides" / "setup.md").write_text(
+        "# Setup\n\n## Install\n\nRun the installer.\n\n## Configure\n\n" + "word " * 450)
+    (tmp_path / "notes.txt").write_text("Plain text notes about backups.\n\nSecond paragraph.")
+    (tmp_path / "page.html").write_text(
+        "<html><head><title>Status page</title></head><body><nav>menu</nav>"
+        "<h2>Uptime</h2><p>We report uptime monthly.</p></body></html>")
+    stats = Ingester(conn, "docs", embedder=embedder).ingest(read_path(tmp_path))
+    assert stats.documents_written == 3
+    keys = {r[0]: r[1] for r in conn.execute("select citekey, title from pgfunnel.document")}
+    assert keys == {"guides/setup": "Setup", "notes": "notes", "page": "Status page"}
+    headings = {r[0] for r in conn.execute("select heading from pgfunnel.chunk")}
+    assert {"Install", "Configure", "Uptime"} <= headings
+    again = Ingester(conn, "docs", embedder=embedder).ingest(read_path(tmp_path))
+    assert again.documents_unchanged == 3 and again.chunks_written == 0
+    assert_stats_exact(conn)
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"title": "x", "text": "y"}, "citekey"),
+    ({"citekey": "a", "title": "x"}, "text"),
+    ({"citekey": "a", "text": "  "}, "text"),
+    ({"citekey": "a", "text": "t", "readers": "alice"}, "readers"),
+    ({"citekey": "a", "text": "t", "valid_from": "yesterday"}, "valid_from"),
+])
+def test_bad_jsonl_lines_are_named_and_nothing_written(
+        conn: psycopg.Connection[Any], tmp_path: Path, embedder: Any,
+        bad: dict[str, Any], message: str) -> None:
+    path = tmp_path / "docs.jsonl"
+    good = {"citekey": "ok", "title": "fine", "text": "a fine document"}
+    path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    with pytest.raises(InvalidDocumentError, match=rf"docs.jsonl:2.*{message}"):
+        Ingester(conn, "c", embedder=embedder).ingest(list(read_path(path)))
+    assert _counts(conn) == (0, 0, 0, 0)
+
+
+@pytest.mark.parametrize("vector, message", [
+    (np.ones(12, dtype=np.float32), "dimensions"),
+    (np.full(384, np.nan, dtype=np.float32), "NaN"),
+    (np.concatenate([[np.inf], np.ones(383)]).astype(np.float32), "Inf"),
+    (np.zeros(384, dtype=np.float32), "zero"),
+])
+def test_bad_vectors_are_rejected_and_nothing_written(
+        sample_conn: psycopg.Connection[Any], vector: np.ndarray, message: str) -> None:
+    before = _counts(sample_conn)
+    recs = [DocumentRecord("fresh-1", "one short chunk"),
+            DocumentRecord("fresh-2", "another short chunk")]
+    vectors = _random_vectors(recs)
+    vectors["fresh-2"] = vector[None, :]
+    with pytest.raises(InvalidVectorError, match=message):
+        Ingester(sample_conn, "default").ingest(recs, vectors=vectors)
+    assert _counts(sample_conn) == before
+    assert_stats_exact(sample_conn)
+
+
+def test_failure_mid_batch_leaves_no_partial_document(conn: psycopg.Connection[Any]) -> None:
+    recs = [DocumentRecord(f"doc-{i}", f"document number {i} about invoices") for i in range(5)]
+    vectors = _random_vectors(recs)
+    Ingester(conn, "c").ingest(recs[:2], vectors={k: vectors[k] for k in ("doc-0", "doc-1")})
+    before = _counts(conn)
+    # a database-side failure after some rows of the batch were written: too-long title index?
+    # use a tenant value that violates nothing but a check we add for the test
+    conn.execute("alter table pgfunnel.chunk add constraint no_boom check (text !~ 'boom')")
+    boom = [DocumentRecord("doc-5", "fine text"), DocumentRecord("doc-6", "this will boom")]
+    with pytest.raises(Exception, match="no_boom"):
+        Ingester(conn, "c").ingest(boom, vectors=_random_vectors(boom, seed=1))
+    assert _counts(conn) == before
+    assert_stats_exact(conn)
+
+
+def test_duplicate_citekey_in_one_ingest_is_refused(conn: psycopg.Connection[Any]) -> None:
+    recs = [DocumentRecord("same", "one"), DocumentRecord("same", "two")]
+    with pytest.raises(InvalidInputError, match="twice"):
+        Ingester(conn, "c").ingest(recs, vectors=_random_vectors(recs))
+    assert _counts(conn) == (0, 0, 0, 0)
+
+
+def test_chunking_follows_sections_and_size() -> None:
+    text = "# Title\n\nIntro words.\n\n## Part A\n\n" + "alpha " * 450 + "\n\n## Part B\n\nshort"
+    chunks = chunk_text(text, chunk_words=200)
+    assert [c.heading for c in chunks] == ["Title", "Part A", "Part A", "Part A", "Part B"]
+    assert all(c.token_count <= 200 + len(c.heading.split()) for c in chunks)
+    assert [c.ordinal for c in chunks] == list(range(len(chunks)))

@@ -1,0 +1,109 @@
+"""Schema install, migrations round trip, and the errors a missing schema gives."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgfunnel import schema
+from pgfunnel.db import connect, require_schema
+from pgfunnel.errors import ConnectionFailedError, SchemaMissingError
+
+
+def _pg_dump_schema(dsn: str) -> str:
+    import pgserver
+
+    pg_dump = Path(pgserver.__file__).parent / "pginstall" / "bin" / "pg_dump"
+    out = subprocess.run([str(pg_dump), "--schema-only", "--no-owner", "--no-privileges",
+                          "--schema=pgfunnel", dsn], check=True, capture_output=True, text=True)
+    # restrict_key lines are random per dump (pg_dump >= 17.6); they are not schema
+    return "\n".join(line for line in out.stdout.splitlines()
+                     if not line.startswith(("\\restrict", "\\unrestrict")))
+
+
+def _tables(conn: psycopg.Connection[Any]) -> set[str]:
+    return {r[0] for r in conn.execute(
+        "select table_name from information_schema.tables where table_schema = 'pgfunnel'")}
+
+
+def test_init_is_idempotent(empty_db: str) -> None:
+    first = schema.init(empty_db)
+    assert first["created"] is True
+    with connect(empty_db) as conn:
+        before = _pg_dump_schema(empty_db)
+        assert {"collection", "document", "chunk", "index_version", "embedding", "posting",
+                "term_stat", "lexical", "search_log", "search_trace", "qrel"} <= _tables(conn)
+    second = schema.init(empty_db)
+    assert second["created"] is False and second["revision"] == first["revision"]
+    assert _pg_dump_schema(empty_db) == before
+
+
+def test_migrations_round_trip(empty_db: str) -> None:
+    with connect(empty_db, autocommit=True, register=False) as conn:
+        schema.ensure_extension(conn)
+        conn.execute("create schema pgfunnel")
+    schema.upgrade(empty_db, "head")
+    assert schema.autogenerate_diff(empty_db) == []
+    schema.downgrade(empty_db, "base")
+    with connect(empty_db, register=False) as conn:
+        assert _tables(conn) <= {"alembic_version"}
+        leftover = conn.execute(
+            "select count(*) from pg_proc where pronamespace = 'pgfunnel'::regnamespace"
+        ).fetchone()
+        assert leftover is not None and leftover[0] == 0
+    schema.upgrade(empty_db, "head")
+    assert schema.autogenerate_diff(empty_db) == []
+
+
+def test_upgraded_database_equals_fresh_one(server_dsn: str, empty_db: str, db: str) -> None:
+    # empty_db: built by the stepwise alembic upgrade; db: cloned from a fresh `init`
+    with connect(empty_db, autocommit=True, register=False) as conn:
+        schema.ensure_extension(conn)
+        conn.execute("create schema pgfunnel")
+    schema.upgrade(empty_db, "base")
+    for rev in _revisions_in_order():
+        schema.upgrade(empty_db, rev)
+    with connect(empty_db) as conn:
+        schema.install_functions(conn)
+        conn.commit()
+    assert _pg_dump_schema(empty_db) == _pg_dump_schema(db)
+
+
+def _revisions_in_order() -> list[str]:
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(schema.alembic_config())
+    return [rev.revision for rev in reversed(list(script.walk_revisions()))]
+
+
+def test_missing_schema_says_run_init(empty_db: str) -> None:
+    with connect(empty_db) as conn, pytest.raises(SchemaMissingError, match="pgfunnel init"):
+        require_schema(conn)
+
+
+def test_funnel_search_without_schema_says_run_init(empty_db: str) -> None:
+    from pgfunnel.search import Funnel
+
+    with pytest.raises(SchemaMissingError, match="pgfunnel init"):
+        Funnel(empty_db, embedder=None).search("refund")
+
+
+def test_unreachable_dsn_is_a_clear_error() -> None:
+    with pytest.raises(ConnectionFailedError, match="cannot connect"):
+        connect("postgresql://nobody@127.0.0.1:1/none?connect_timeout=2")
+
+
+def test_sql_files_follow_the_conventions() -> None:
+    import re
+
+    for path in schema.sql_files():
+        text = path.read_text()
+        for m in re.finditer(r"create or replace function ([\w.]+)\(", text):
+            body = text[m.start():text.find("$$;", m.start())]
+            assert "security invoker" in body, f"{path.name}: {m.group(1)} not security invoker"
+            assert "set search_path" in body, f"{path.name}: {m.group(1)} has no search_path"
+        assert "security definer" not in text.lower()
