@@ -1,0 +1,291 @@
+"""`pgfunnel reindex` and `pgfunnel versions ...`: build, validate, switch, roll back, compare."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pgfunnel.cli.common import (
+    EXIT_GATE,
+    CollectionOption,
+    DsnOption,
+    JsonOption,
+    console,
+    emit_json,
+    handle_errors,
+    out,
+)
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+VersionArg = Annotated[int, typer.Argument(help="Version number (as `versions list` shows it).")]
+
+
+def _quiet() -> None:
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+    warnings.filterwarnings("ignore", category=FutureWarning)
+
+
+class _Bars:
+    """Rich progress bars for the embedding and index-build stages of a reindex."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                 MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                                 disable=not enabled)
+        self.tasks: dict[str, Any] = {}
+
+    def __enter__(self) -> _Bars:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(None, None, None)
+
+    def __call__(self, stage: str, n: int, total: int | None) -> None:
+        if stage == "embedding-total":
+            self.tasks["embedding"] = self.progress.add_task("embedding chunks", total=total,
+                                                             completed=n)
+        elif stage == "embedding":
+            if "embedding" not in self.tasks:
+                self.tasks["embedding"] = self.progress.add_task("embedding chunks", total=None)
+            self.progress.advance(self.tasks["embedding"], n)
+        elif stage == "index":
+            if "index" not in self.tasks:
+                self.tasks["index"] = self.progress.add_task("building HNSW index", total=total)
+            self.progress.update(self.tasks["index"], completed=n, total=total)
+
+
+def _notice(text: str) -> None:
+    console.print(f"[yellow]notice from Postgres:[/yellow] {text}", highlight=False)
+
+
+def reindex(
+    collection: CollectionOption = "default",
+    model: Annotated[str | None, typer.Option(
+        help="Embedding model id or local path for the new version (default: the active "
+             "version's model).")] = None,
+    analyzer: Annotated[str | None, typer.Option(
+        help="Analyzer for the new version's BM25 terms: english_v1 or simple_v1 (default: "
+             "the active version's). `select * from pgfunnel.analyzers()` lists them.")] = None,
+    activate: Annotated[bool, typer.Option(
+        "--activate", help="Switch to the new version once it validates.")] = False,
+    maintenance_work_mem: Annotated[str | None, typer.Option(
+        help="maintenance_work_mem for the HNSW build, e.g. 256MB or 2GB. If the graph does "
+             "not fit, Postgres says so and the build slows down.")] = None,
+    batch_size: Annotated[int, typer.Option(
+        help="Chunks embedded and committed per batch (a killed run resumes from the last "
+             "committed batch).")] = 256,
+    m: Annotated[int, typer.Option(help="HNSW m (links per node).")] = 16,
+    ef_construction: Annotated[int, typer.Option(help="HNSW ef_construction.")] = 64,
+    dsn: DsnOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Build a new index version beside the active one (which keeps serving), validate it.
+
+    Re-embeds every chunk with the model, writes BM25 rows and statistics with the
+    analyzer, builds the HNSW index concurrently, then checks the index is valid, the
+    counts match the chunks, and HNSW recall@10 vs an exact scan is at least 0.95. A rerun
+    after an interruption resumes. Exit 1 if another reindex holds the collection, 3 if
+    validation fails.
+    """
+    from pgfunnel import versions
+    from pgfunnel.db import connect
+
+    _quiet()
+    with handle_errors(), connect(dsn, autocommit=True) as conn, _Bars(not json_out) as bars:
+        result = versions.reindex(
+            conn, collection, model=model, analyzer=analyzer, activate_after=activate,
+            maintenance_work_mem=maintenance_work_mem, batch_size=batch_size, m=m,
+            ef_construction=ef_construction, progress=bars, notice=_notice)
+    if json_out:
+        emit_json(result.to_json())
+        return
+    for note in result.notes:
+        out.print(f"  {note}")
+    v = result.validation
+    assert v is not None
+    out.print(f"version {result.version} of {collection!r}: {result.embedding_model} "
+              f"({result.dimensions} dims), analyzer {result.analyzer}; "
+              f"{result.chunks_embedded} chunks embedded"
+              + (f" (resumed after {result.chunks_before})" if result.resumed else ""))
+    out.print(f"validated: index valid, {v.collection_chunks} chunks covered, "
+              f"HNSW recall@10 {v.recall:.3f} on {v.sample} sample queries")
+    if result.activated:
+        out.print(f"[green]version {result.version} is active[/green]"
+                  + (f" (replaced {result.replaced}; `pgfunnel versions rollback` returns "
+                     "to it)" if result.replaced else ""))
+    else:
+        out.print(f"version {result.version} is ready. Compare it: pgfunnel versions compare "
+                  f"<active> {result.version} --last 100; switch: pgfunnel versions activate "
+                  f"{result.version}")
+
+
+versions_app = typer.Typer(help="List, activate, roll back, retire, drop and compare index "
+                                "versions.", no_args_is_help=True)
+
+
+@versions_app.command("list")
+def list_cmd(collection: CollectionOption = "default", dsn: DsnOption = None,
+             json_out: JsonOption = False) -> None:
+    """Every index version of a collection: state, model, analyzer, index, coverage."""
+    from pgfunnel import versions
+    from pgfunnel.db import connect
+
+    with handle_errors(), connect(dsn, autocommit=True) as conn:
+        infos = versions.list_versions(conn, collection)
+    if json_out:
+        emit_json([i.to_json() for i in infos])
+        return
+    table = Table(title=f"index versions of {collection!r}", title_justify="left")
+    for col in ("version", "state", "model", "dims", "analyzer", "chunks", "missing",
+                "hnsw index", "activated", "retired"):
+        table.add_column(col)
+    for i in infos:
+        idx = ("valid" if i.index_valid else "INVALID" if i.index_present else "missing")
+        table.add_row(str(i.version), i.state, i.embedding_model, str(i.dimensions), i.analyzer,
+                      str(i.chunk_count), str(i.missing_chunks),
+                      f"{idx} {i.index_bytes / 1e6:.1f} MB" if i.index_present else idx,
+                      f"{i.activated_at:%Y-%m-%d %H:%M}" if i.activated_at else "-",
+                      f"{i.retired_at:%Y-%m-%d %H:%M}" if i.retired_at else "-")
+    out.print(table)
+
+
+def _print_activation(act: Any, json_out: bool) -> None:
+    if json_out:
+        emit_json(act.to_json())
+        return
+    msg = f"version {act.activated} of {act.collection!r} is active"
+    if act.replaced is not None:
+        msg += f"; version {act.replaced} retired"
+    if act.caught_up:
+        msg += f"; {act.caught_up} chunks ingested since its build were indexed first"
+    out.print(msg)
+
+
+@versions_app.command("activate")
+def activate_cmd(version: VersionArg, collection: CollectionOption = "default",
+                 dsn: DsnOption = None, json_out: JsonOption = False) -> None:
+    """Switch searches to a ready or retired version, in one transaction.
+
+    Chunks ingested since the version was built are embedded and indexed first. The
+    previously active version becomes 'retired' (kept; `rollback` returns to it).
+    """
+    from pgfunnel import versions
+    from pgfunnel.db import connect
+
+    _quiet()
+    with handle_errors(), connect(dsn, autocommit=True) as conn:
+        act = versions.activate(conn, collection, version)
+    _print_activation(act, json_out)
+
+
+@versions_app.command("rollback")
+def rollback_cmd(collection: CollectionOption = "default", dsn: DsnOption = None,
+                 json_out: JsonOption = False) -> None:
+    """Activate the version the active one replaced (running it twice switches back)."""
+    from pgfunnel import versions
+    from pgfunnel.db import connect
+
+    _quiet()
+    with handle_errors(), connect(dsn, autocommit=True) as conn:
+        act = versions.rollback(conn, collection)
+    _print_activation(act, json_out)
+
+
+@versions_app.command("retire")
+def retire_cmd(version: VersionArg, collection: CollectionOption = "default",
+               dsn: DsnOption = None, json_out: JsonOption = False) -> None:
+    """Mark a ready version retired (kept and re-activatable). Refuses the active one."""
+    from pgfunnel import versions
+    from pgfunnel.db import connect
+
+    with handle_errors(), connect(dsn, autocommit=True) as conn:
+        info = versions.retire(conn, collection, version)
+    if json_out:
+        emit_json(info.to_json())
+    else:
+        out.print(f"version {version} of {collection!r} is retired.")
+
+
+@versions_app.command("drop")
+def drop_cmd(version: VersionArg, collection: CollectionOption = "default",
+             dsn: DsnOption = None, json_out: JsonOption = False) -> None:
+    """Drop a version's HNSW index and all its rows. Refuses the active version."""
+    from pgfunnel import versions
+    from pgfunnel.db import connect
+
+    with handle_errors(), connect(dsn, autocommit=True) as conn:
+        info = versions.drop(conn, collection, version)
+    if json_out:
+        emit_json({"dropped": info.version, "id": info.id, "collection": collection})
+    else:
+        out.print(f"version {version} of {collection!r} dropped "
+                  f"({info.chunk_count} chunks' rows, index {info.index_name}).")
+
+
+@versions_app.command("compare")
+def compare_cmd(
+    version_a: Annotated[int, typer.Argument(help="First version (usually the active one).")],
+    version_b: Annotated[int, typer.Argument(help="Second version (the candidate).")],
+    queries: Annotated[Path | None, typer.Option(
+        help="JSONL file of queries: the eval format with judgments (then nDCG is compared "
+             "too) or lines with a \"query\" field.")] = None,
+    last: Annotated[int | None, typer.Option(
+        "--last", help="Use the last N distinct logged searches (search_log) instead.")] = None,
+    k: Annotated[int, typer.Option("--k", "-k", help="Cutoff for overlap@k and nDCG@k.")] = 10,
+    show: Annotated[int, typer.Option(help="How many most-changed queries to list.")] = 10,
+    collection: CollectionOption = "default",
+    dsn: DsnOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """What users will see differently: overlap@k per query between two versions, and with
+    judged queries the nDCG@k change and its paired-bootstrap 95% interval."""
+    from pgfunnel import versions
+    from pgfunnel.db import connect
+    from pgfunnel.errors import ConfigError
+
+    _quiet()
+    with handle_errors():
+        if (queries is None) == (last is None):
+            raise ConfigError("queries", "give exactly one of --queries FILE or --last N")
+        with connect(dsn, autocommit=True) as conn:
+            if queries is not None:
+                qs, _ = versions.read_query_file(queries)
+            else:
+                assert last is not None
+                if last < 1:
+                    raise ConfigError("last", f"must be at least 1, got {last}")
+                qs = list(versions.last_queries(conn, collection, last))
+                if not qs:
+                    raise ConfigError("last", f"collection {collection!r} has no logged "
+                                      "searches (search with trace on to log them)")
+            cmp = versions.compare(conn, collection, version_a, version_b, qs, k=k)
+    if json_out:
+        emit_json(cmp.to_json())
+        return
+    out.print(f"{cmp.n_queries} queries, k={k}: mean overlap@{k} {cmp.mean_overlap:.3f}; "
+              f"{cmp.identical} identical top-{k}; top-1 changed for {cmp.top1_changed}")
+    if cmp.judged and cmp.ndcg_diff is not None:
+        out.print(f"nDCG@{k}: version {version_a} {cmp.ndcg_a:.4f} -> version {version_b} "
+                  f"{cmp.ndcg_b:.4f}; change {cmp.ndcg_diff:+.4f} "
+                  f"(95% paired bootstrap [{cmp.ndcg_low:+.4f}, {cmp.ndcg_high:+.4f}])")
+    changed = [d for d in cmp.per_query if d.overlap < 1.0][:show]
+    if changed:
+        table = Table(title="most changed queries", title_justify="left")
+        for col in ("query", f"overlap@{k}", f"only in {version_a}", f"only in {version_b}"):
+            table.add_column(col, overflow="fold")
+        for d in changed:
+            table.add_row(d.query, f"{d.overlap:.2f}", ", ".join(d.only_a[:3]),
+                          ", ".join(d.only_b[:3]))
+        out.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("reindex")(reindex)
+    app.add_typer(versions_app, name="versions")
+
+
+__all__ = ["register", "EXIT_GATE"]

@@ -1,0 +1,879 @@
+"""Index versions: build a new one beside the active one, validate, switch, roll back, compare.
+
+A version is one build of a collection's dense and lexical index (embedding model,
+dimensions, analyzer). Its life::
+
+    building --validate--> ready --activate--> active --(another activated)--> retired
+                                                 ^                              |
+                                                 +---------- activate ----------+
+
+* :func:`reindex` creates a version in state ``building`` (or resumes the one a killed
+  run left), embeds and indexes every chunk that has no row in it yet, one committed
+  batch at a time, builds its partial HNSW index with ``CREATE INDEX CONCURRENTLY``,
+  validates it and marks it ``ready``. The active version serves searches throughout.
+* :func:`activate` first embeds chunks ingested since the build (ingest writes only the
+  active version), then switches in one transaction (``pgfunnel.activate_version``).
+* :func:`rollback` activates the version the active one replaced.
+* :func:`compare` runs the funnel pinned to each of two versions: inside a transaction
+  that activates the version and is always rolled back, so nobody else ever sees it.
+
+One writer per collection: :func:`reindex` holds a session advisory lock; a second one
+fails at once with :class:`ConflictError` naming the holder.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from pgfunnel.embedder import Embedder
+from pgfunnel.errors import (
+    ConfigError,
+    ConflictError,
+    InvalidInputError,
+    NotFoundError,
+    PgfunnelError,
+    translate,
+)
+from pgfunnel.ingest import (
+    DEFAULT_ANALYZER,
+    TermAnalyzer,
+    active_version,
+    create_hnsw_index,
+    create_version,
+    hnsw_index_name,
+    require_collection,
+    write_chunk_index,
+)
+
+#: first key of the two-key advisory lock that serialises reindex per collection ("pgfu")
+REINDEX_LOCK_CLASS = 0x70676675
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+MIN_RECALL = 0.95
+RECALL_SAMPLE = 50
+RECALL_K = 10
+#: ef_search the validation uses: the funnel's own default, so recall is what searches get
+VALIDATION_EF_SEARCH = 100
+
+ProgressFn = Callable[[str, int, int | None], None]
+NoticeFn = Callable[[str], None]
+
+
+class ValidationFailed(PgfunnelError):
+    """A version failed its checks (invalid index, counts, recall); it stays 'building'."""
+
+    exit_code = 3
+
+
+@dataclass
+class VersionInfo:
+    id: int
+    version: int
+    state: str
+    embedding_model: str
+    dimensions: int
+    analyzer: str
+    chunk_count: int
+    created_at: Any
+    activated_at: Any
+    retired_at: Any
+    params: dict[str, Any]
+    index_name: str
+    index_present: bool
+    index_valid: bool
+    index_bytes: int
+    missing_chunks: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Validation:
+    ok: bool
+    index_valid: bool
+    collection_chunks: int
+    lexical_rows: int
+    embedding_rows: int
+    counted_chunks: int
+    missing: int
+    recall: float | None
+    sample: int
+    index_used: bool
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ReindexResult:
+    collection: str
+    version: int
+    version_id: int
+    embedding_model: str
+    dimensions: int
+    analyzer: str
+    resumed: bool
+    chunks_before: int
+    chunks_embedded: int
+    state: str
+    validation: Validation | None = None
+    activated: bool = False
+    replaced: int | None = None
+    notices: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Activation:
+    collection: str
+    activated: int
+    replaced: int | None
+    caught_up: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# -- helpers -------------------------------------------------------------------------
+
+def _db(fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except psycopg.Error as exc:
+        raise translate(exc) from exc
+
+
+def _version_row(conn: psycopg.Connection[Any], coll_id: int, version: int) -> VersionInfo:
+    for info in _versions(conn, coll_id):
+        if info.version == version:
+            return info
+    raise NotFoundError(f"version: the collection has no index version {version} "
+                        "(pgfunnel versions list shows them)")
+
+
+def _versions(conn: psycopg.Connection[Any], coll_id: int) -> list[VersionInfo]:
+    rows = conn.execute(
+        "select v.id, v.version, v.state, v.embedding_model, v.dimensions, v.analyzer, "
+        "       v.chunk_count, v.created_at, v.activated_at, v.retired_at, v.params, "
+        "       i.index_name, i.present, i.valid, i.size_bytes, c.missing "
+        "from pgfunnel.index_version v, pgfunnel.version_index(v.id) i, "
+        "     pgfunnel.version_coverage(v.id) c "
+        "where v.collection_id = %s order by v.version", (coll_id,)).fetchall()
+    return [VersionInfo(*r) for r in rows]
+
+
+def list_versions(conn: psycopg.Connection[Any], collection: str) -> list[VersionInfo]:
+    """Every version of a collection with its index state and how many chunks it misses."""
+    return list(_db(lambda: _versions(conn, require_collection(conn, collection))))
+
+
+def _lock_key(coll_id: int) -> tuple[int, int]:
+    return REINDEX_LOCK_CLASS, coll_id
+
+
+def lock_holder(conn: psycopg.Connection[Any], coll_id: int) -> dict[str, Any] | None:
+    """Who holds the reindex lock of a collection: pid, application_name, since."""
+    k1, k2 = _lock_key(coll_id)
+    row = conn.execute(
+        "select a.pid, a.application_name, a.backend_start, a.client_addr::text, a.state "
+        "from pg_locks l join pg_stat_activity a on a.pid = l.pid "
+        "where l.locktype = 'advisory' and l.granted and l.classid = %s::oid "
+        "  and l.objid = %s::oid and l.objsubid = 2 and l.database = "
+        "      (select oid from pg_database where datname = current_database())",
+        (k1, k2)).fetchone()
+    if row is None:
+        return None
+    return {"pid": row[0], "application_name": row[1], "since": row[2], "client_addr": row[3],
+            "state": row[4]}
+
+
+@contextmanager
+def writer_lock(conn: psycopg.Connection[Any], collection: str) -> Iterator[int]:
+    """Hold the collection's reindex lock (session-scoped), or fail at once naming the holder."""
+    coll_id = require_collection(conn, collection)
+    k1, k2 = _lock_key(coll_id)
+    got = conn.execute("select pg_try_advisory_lock(%s, %s)", (k1, k2)).fetchone()
+    if not got or not got[0]:
+        holder = lock_holder(conn, coll_id)
+        who = ("an unknown session" if holder is None else
+               f"pid {holder['pid']} ({holder['application_name'] or 'no application_name'}, "
+               f"connected since {holder['since']:%Y-%m-%d %H:%M:%S %Z})")
+        raise ConflictError(
+            f"collection {collection!r}: another reindex is running, held by {who}; "
+            "wait for it, or end it with pg_terminate_backend(pid) if it is stuck")
+    try:
+        yield coll_id
+    finally:
+        if not conn.closed:
+            conn.execute("select pg_advisory_unlock(%s, %s)", (k1, k2))
+
+
+def _missing_chunks(conn: psycopg.Connection[Any], coll_id: int, version_id: int,
+                    limit: int | None = None) -> list[tuple[int, str]]:
+    return [(int(a), str(b)) for a, b in conn.execute(
+        "select c.id, c.text from pgfunnel.chunk c where c.collection_id = %s "
+        "and not exists (select 1 from pgfunnel.lexical l "
+        "                where l.index_version_id = %s and l.chunk_id = c.id) "
+        "order by c.id limit %s", (coll_id, version_id, limit)).fetchall()]
+
+
+def _index_batch(conn: psycopg.Connection[Any], version_id: int, embedder: Embedder,
+                 analyzer: TermAnalyzer, batch: list[tuple[int, str]],
+                 progress: Callable[[int], None] | None = None) -> int:
+    """Embed and index a batch of chunks into a version, in the caller's transaction."""
+    vectors = embedder.embed([t for _, t in batch], progress=progress)
+    # a chunk deleted (re-ingested) meanwhile must not be written; the ones still there are
+    # locked against deletion until this batch commits
+    alive = {int(r[0]) for r in conn.execute(
+        "select id from pgfunnel.chunk where id = any(%s) for key share",
+        ([cid for cid, _ in batch],)).fetchall()}
+    keep = [i for i, (cid, _) in enumerate(batch) if cid in alive]
+    if not keep:
+        return 0
+    write_chunk_index(conn, version_id, analyzer, [batch[i][0] for i in keep],
+                      [batch[i][1] for i in keep], np.stack([vectors[i] for i in keep]))
+    return len(keep)
+
+
+def catch_up(conn: psycopg.Connection[Any], coll_id: int, version_id: int,
+             embedder: Embedder | None = None, analyzer: str | None = None,
+             batch_size: int = 256, progress: ProgressFn | None = None,
+             in_transaction: bool = False) -> int:
+    """Embed and index every chunk of the collection the version lacks; returns how many.
+
+    With ``in_transaction`` the caller's transaction holds everything (used right before a
+    switch, under the ingest lock); otherwise each batch commits on its own, so a killed
+    run keeps what it finished.
+    """
+    row = conn.execute("select embedding_model, analyzer, dimensions from pgfunnel.index_version "
+                       "where id = %s", (version_id,)).fetchone()
+    assert row is not None
+    done = 0
+    term_analyzer = TermAnalyzer(conn, analyzer or str(row[1]))
+    while True:
+        batch = _missing_chunks(conn, coll_id, version_id, batch_size)
+        if not batch:
+            return done
+        if embedder is None:
+            embedder = Embedder(str(row[0]))
+        if embedder.dimensions != int(row[2]):
+            raise InvalidInputError(
+                f"embedding_model: {embedder.model_name!r} makes {embedder.dimensions}-dim "
+                f"vectors but the version has {row[2]} dimensions")
+
+        def tick(n: int) -> None:
+            if progress is not None:
+                progress("embedding", n, None)
+
+        if in_transaction:
+            done += _index_batch(conn, version_id, embedder, term_analyzer, batch, tick)
+        else:
+            with conn.transaction():
+                done += _index_batch(conn, version_id, embedder, term_analyzer, batch, tick)
+
+
+def cleanup_invalid_indexes(conn: psycopg.Connection[Any]) -> list[str]:
+    """Drop the invalid HNSW indexes a killed concurrent build left in schema pgfunnel."""
+    names = [str(r[0]) for r in conn.execute(
+        "select c.relname from pg_index i join pg_class c on c.oid = i.indexrelid "
+        "where c.relnamespace = 'pgfunnel'::regnamespace "
+        "and c.relname like 'embedding\\_hnsw\\_v%%' "
+        "and not (i.indisvalid and i.indisready)").fetchall()]
+    for name in names:
+        # concurrently: the drop must not block searches on the embedding table either
+        conn.execute(sql.SQL("drop index concurrently if exists {}").format(
+            sql.Identifier("pgfunnel", name)))
+    return names
+
+
+def _set_maintenance_work_mem(conn: psycopg.Connection[Any], value: str | None) -> None:
+    if value is None:
+        return
+    try:
+        conn.execute("select set_config('maintenance_work_mem', %s, false)", (value,))
+    except psycopg.Error as exc:
+        raise ConfigError("maintenance_work_mem",
+                          f"{value!r} is not a valid memory size (e.g. 256MB, 2GB): "
+                          f"{getattr(exc.diag, 'message_primary', exc)}") from exc
+
+
+def build_index(conn: psycopg.Connection[Any], version_id: int, dimensions: int, *,
+                m: int = 16, ef_construction: int = 64, maintenance_work_mem: str | None = None,
+                progress: ProgressFn | None = None, notice: NoticeFn | None = None) -> list[str]:
+    """Build the version's partial HNSW index concurrently; returns the server's notices.
+
+    ``conn`` must be in autocommit mode (CREATE INDEX CONCURRENTLY cannot run in a
+    transaction). Progress comes from pg_stat_progress_create_index, read on a second
+    connection while the build runs.
+    """
+    if not conn.autocommit:
+        raise ConfigError("conn", "building an index concurrently needs an autocommit connection")
+    _set_maintenance_work_mem(conn, maintenance_work_mem)
+    notices: list[str] = []
+
+    def on_notice(diag: psycopg.errors.Diagnostic) -> None:
+        text = str(diag.message_primary or "")
+        for extra in (diag.message_detail, diag.message_hint):
+            if extra:
+                text += f" ({extra})"
+        notices.append(text)
+        if notice is not None:
+            notice(text)
+
+    backend_pid = conn.info.backend_pid
+    error: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            create_hnsw_index(conn, version_id, dimensions, concurrently=True, m=m,
+                              ef_construction=ef_construction)
+        except BaseException as exc:  # re-raised in the calling thread
+            error.append(exc)
+
+    conn.add_notice_handler(on_notice)
+    try:
+        worker = threading.Thread(target=run, name=f"pgfunnel-hnsw-v{version_id}", daemon=True)
+        worker.start()
+        watcher = _progress_connection(conn) if progress is not None else None
+        try:
+            while worker.is_alive():
+                worker.join(0.25)
+                if watcher is not None and progress is not None:
+                    row = watcher.execute(
+                        "select tuples_done, tuples_total, phase from "
+                        "pg_stat_progress_create_index where pid = %s",
+                        (backend_pid,)).fetchone()
+                    if row is not None:
+                        progress("index", int(row[0] or 0), int(row[1] or 0) or None)
+        finally:
+            if watcher is not None:
+                watcher.close()
+    finally:
+        conn.remove_notice_handler(on_notice)
+    if error:
+        exc = error[0]
+        if isinstance(exc, psycopg.Error):
+            raise translate(exc) from exc
+        raise exc
+    return notices
+
+
+def _progress_connection(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any] | None:
+    try:
+        params = conn.info.get_parameters()
+        if conn.info.password:
+            params["password"] = conn.info.password
+        return psycopg.connect(psycopg.conninfo.make_conninfo(**params), autocommit=True,
+                               connect_timeout=5)
+    except psycopg.Error:
+        return None  # progress is a nicety; the build goes on without it
+
+
+def validate(conn: psycopg.Connection[Any], version_id: int, *, sample: int = RECALL_SAMPLE,
+             k: int = RECALL_K, min_recall: float = MIN_RECALL,
+             ef_search: int = VALIDATION_EF_SEARCH) -> Validation:
+    """Index valid, counts equal to the chunks, HNSW recall@k vs an exact scan >= min_recall.
+
+    The queries are the vectors of a fixed sample of the version's own chunks. A HNSW
+    result counts as found when its distance is within the exact k-th distance (ties
+    between equal vectors are not misses).
+    """
+    cov = conn.execute("select * from pgfunnel.version_coverage(%s)", (version_id,)).fetchone()
+    idx = conn.execute("select * from pgfunnel.version_index(%s)", (version_id,)).fetchone()
+    dims_row = conn.execute("select dimensions from pgfunnel.index_version where id = %s",
+                            (version_id,)).fetchone()
+    assert cov is not None and idx is not None and dims_row is not None
+    dims = int(dims_row[0])
+    v = Validation(ok=False, index_valid=bool(idx[2]), collection_chunks=int(cov[0]),
+                   lexical_rows=int(cov[1]), embedding_rows=int(cov[2]),
+                   counted_chunks=int(cov[3]), missing=int(cov[4]), recall=None, sample=0,
+                   index_used=False)
+    if not v.index_valid:
+        v.problems.append(f"index {idx[0]} is {'invalid' if idx[1] else 'missing'}")
+    if v.missing or len({v.collection_chunks, v.lexical_rows, v.embedding_rows,
+                         v.counted_chunks}) != 1:
+        v.problems.append(
+            f"counts differ: {v.collection_chunks} chunks, {v.lexical_rows} lexical rows, "
+            f"{v.embedding_rows} embeddings, chunk_count {v.counted_chunks}, "
+            f"{v.missing} chunks missing")
+    if v.index_valid and v.embedding_rows:
+        v.recall, v.sample, v.index_used = _recall(conn, version_id, dims, sample, k, ef_search)
+        if not v.index_used:
+            v.problems.append("the HNSW index was not used by the recall probe")
+        if v.recall < min_recall:
+            v.problems.append(f"HNSW recall@{k} {v.recall:.3f} < {min_recall} "
+                              f"on {v.sample} sample queries (raise ef_construction or m)")
+    v.ok = not v.problems
+    return v
+
+
+def _recall(conn: psycopg.Connection[Any], version_id: int, dims: int, sample: int, k: int,
+            ef_search: int) -> tuple[float, int, bool]:
+    probes = conn.execute(
+        "select embedding from pgfunnel.embedding where index_version_id = %s "
+        "order by hashint8(chunk_id), chunk_id limit %s", (version_id, sample)).fetchall()
+    ann = sql.SQL(
+        "select embedding::vector({d}) <=> %(q)s::vector({d}) from pgfunnel.embedding "
+        "where index_version_id = {v} order by embedding::vector({d}) <=> %(q)s::vector({d}) "
+        "limit {k}").format(d=sql.Literal(dims), v=sql.Literal(version_id), k=sql.Literal(k))
+    exact = sql.SQL(
+        "select embedding <=> %(q)s from pgfunnel.embedding where index_version_id = {v} "
+        "order by 1 limit {k}").format(v=sql.Literal(version_id), k=sql.Literal(k))
+    total = 0.0
+    with conn.transaction(force_rollback=True):
+        conn.execute("select set_config('hnsw.ef_search', %s, true), "
+                     "set_config('hnsw.iterative_scan', 'off', true)", (str(ef_search),))
+        conn.execute("set local enable_seqscan = off")
+        conn.execute("set local enable_bitmapscan = off")
+        plan = conn.execute(sql.SQL("explain (format json) ") + ann,
+                            {"q": probes[0][0]}).fetchone()
+        used = plan is not None and hnsw_index_name(version_id) in json.dumps(plan[0])
+        ann_dists = [[float(r[0]) for r in conn.execute(ann, {"q": p[0]}).fetchall()]
+                     for p in probes]
+        conn.execute("set local enable_indexscan = off")
+        conn.execute("set local enable_seqscan = on")
+        for p, got in zip(probes, ann_dists, strict=True):
+            truth = [float(r[0]) for r in conn.execute(exact, {"q": p[0]}).fetchall()]
+            if not truth:
+                continue
+            bound = truth[-1] + 1e-6
+            total += min(sum(1 for d in got if d <= bound), len(truth)) / len(truth)
+    return (total / len(probes) if probes else 1.0), len(probes), used
+
+
+# -- reindex -------------------------------------------------------------------------
+
+def _building_version(conn: psycopg.Connection[Any], coll_id: int) -> VersionInfo | None:
+    for info in _versions(conn, coll_id):
+        if info.state == "building":
+            return info
+    return None
+
+
+def drop_version_rows(conn: psycopg.Connection[Any], version_id: int) -> None:
+    """Drop a version's HNSW index (concurrently) and then its rows. Autocommit connection."""
+    conn.execute(sql.SQL("drop index concurrently if exists {}").format(
+        sql.Identifier("pgfunnel", hnsw_index_name(version_id))))
+    with conn.transaction():
+        # cascades to embedding, lexical, posting and term_stat rows of the version
+        conn.execute("delete from pgfunnel.index_version where id = %s", (version_id,))
+
+
+def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None = None,
+            analyzer: str | None = None, activate_after: bool = False,
+            maintenance_work_mem: str | None = None, batch_size: int = 256, m: int = 16,
+            ef_construction: int = 64, embedder: Embedder | None = None,
+            progress: ProgressFn | None = None, notice: NoticeFn | None = None,
+            min_recall: float = MIN_RECALL) -> ReindexResult:
+    """Build (or resume) a new index version of ``collection`` beside the active one.
+
+    ``conn`` must be an autocommit connection; it holds the collection's reindex lock for
+    the whole run. Raises :class:`ValidationFailed` (exit code 3) when the built version
+    fails validation; it then stays in state 'building' for inspection or a rerun.
+    """
+    if not conn.autocommit:
+        raise ConfigError("conn", "reindex needs a connection in autocommit mode")
+    if batch_size < 1:
+        raise ConfigError("batch_size", f"must be at least 1, got {batch_size}")
+    if m < 2 or m > 100:
+        raise ConfigError("m", f"must be between 2 and 100, got {m}")
+    if ef_construction < 4 or ef_construction > 1000:
+        raise ConfigError("ef_construction", f"must be between 4 and 1000, got {ef_construction}")
+    from pgfunnel.db import require_schema
+
+    require_schema(conn)
+    _set_maintenance_work_mem(conn, maintenance_work_mem)
+    conn.execute("select set_config('application_name', %s, false)",
+                 (f"pgfunnel reindex {collection}"[:63],))
+    # a killed CLI must not leave its backend running a long statement with the lock held
+    with suppress(psycopg.Error):
+        conn.execute("set client_connection_check_interval = '2s'")
+    times: dict[str, float] = {}
+    with writer_lock(conn, collection) as coll_id:
+        notes: list[str] = []
+        dropped = cleanup_invalid_indexes(conn)
+        notes.extend(f"dropped invalid index {n} (left by an interrupted build)" for n in dropped)
+        active = active_version(conn, coll_id)
+        if analyzer is not None:
+            known = {str(r[0]) for r in conn.execute(
+                "select name from pgfunnel.analyzers()").fetchall()}
+            if analyzer not in known:
+                raise ConfigError("analyzer", f"unknown analyzer {analyzer!r} "
+                                              f"(known: {', '.join(sorted(known))})")
+        coll_row = conn.execute("select analyzer from pgfunnel.collection where id = %s",
+                                (coll_id,)).fetchone()
+        want_model = model or (active.embedding_model if active else DEFAULT_MODEL)
+        want_analyzer = analyzer or (active.analyzer if active else
+                                     str(coll_row[0]) if coll_row else DEFAULT_ANALYZER)
+        building = _building_version(conn, coll_id)
+        resumed = False
+        if building is not None:
+            if (building.embedding_model, building.analyzer) == (want_model, want_analyzer) and (
+                    building.params.get("m", 16), building.params.get("ef_construction", 64)
+            ) == (m, ef_construction):
+                resumed = True
+                notes.append(f"resuming version {building.version} "
+                             f"({building.chunk_count} chunks already indexed)")
+            else:
+                notes.append(f"dropped half-built version {building.version} "
+                             f"({building.embedding_model}, {building.analyzer}): "
+                             "this run asks for other settings")
+                drop_version_rows(conn, building.id)
+                building = None
+        t0 = time.perf_counter()
+        if embedder is None:
+            embedder = Embedder(want_model)
+        elif embedder.model_name != want_model and model is not None:
+            raise ConfigError("model", f"embedder is {embedder.model_name!r}, not {want_model!r}")
+        times["load_model"] = time.perf_counter() - t0
+        if building is None:
+            with conn.transaction():
+                vid = create_version(conn, coll_id, want_model, embedder.dimensions, want_analyzer,
+                                     "building", {"m": m, "ef_construction": ef_construction})
+            building = _version_row(conn, coll_id, _number_of(conn, vid))
+            notes.append(f"created version {building.version} (building)")
+        if building.dimensions != embedder.dimensions:
+            raise ConfigError("model", f"{want_model!r} makes {embedder.dimensions}-dim vectors; "
+                                       f"version {building.version} has {building.dimensions}")
+        result = ReindexResult(
+            collection=collection, version=building.version, version_id=building.id,
+            embedding_model=want_model, dimensions=embedder.dimensions, analyzer=want_analyzer,
+            resumed=resumed, chunks_before=building.chunk_count, chunks_embedded=0,
+            state="building", notes=notes)
+        total = int(conn.execute("select count(*) from pgfunnel.chunk where collection_id = %s",
+                                 (coll_id,)).fetchone()[0])  # type: ignore[index]
+        if progress is not None:
+            progress("embedding-total", building.chunk_count, total)
+        t0 = time.perf_counter()
+        result.chunks_embedded = catch_up(conn, coll_id, building.id, embedder, want_analyzer,
+                                          batch_size=batch_size, progress=progress)
+        times["embed_and_index_rows"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        conn.execute("select pgfunnel.refresh_bm25_weights(%s)", (building.id,))
+        conn.execute("analyze pgfunnel.embedding")
+        conn.execute("analyze pgfunnel.posting")
+        times["bm25_weights"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        result.notices = build_index(conn, building.id, embedder.dimensions, m=m,
+                                     ef_construction=ef_construction, progress=progress,
+                                     notice=notice)
+        times["hnsw_build"] = time.perf_counter() - t0
+        # chunks ingested during the build: the index takes them as ordinary inserts
+        result.chunks_embedded += catch_up(conn, coll_id, building.id, embedder, want_analyzer,
+                                           batch_size=batch_size, progress=progress)
+        t0 = time.perf_counter()
+        result.validation = validate(conn, building.id, min_recall=min_recall)
+        times["validate"] = time.perf_counter() - t0
+        result.seconds = times
+        if not result.validation.ok:
+            raise ValidationFailed(
+                f"version {building.version} of {collection!r} failed validation: "
+                + "; ".join(result.validation.problems)
+                + " (it stays 'building'; pgfunnel versions drop it or rerun reindex)")
+        with conn.transaction():
+            conn.execute(
+                "update pgfunnel.index_version set state = 'ready', params = params || %s "
+                "where id = %s and state = 'building'",
+                (Jsonb({"validation": {"recall": result.validation.recall,
+                                       "sample": result.validation.sample,
+                                       "chunks": result.validation.collection_chunks,
+                                       "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}}),
+                 building.id))
+        result.state = "ready"
+        if activate_after:
+            act = activate(conn, collection, building.version, embedder=embedder)
+            result.activated = True
+            result.replaced = act.replaced
+            result.state = "active"
+        return result
+
+
+def _number_of(conn: psycopg.Connection[Any], version_id: int) -> int:
+    row = conn.execute("select version from pgfunnel.index_version where id = %s",
+                       (version_id,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+# -- switching -----------------------------------------------------------------------
+
+def activate(conn: psycopg.Connection[Any], collection: str, version: int, *,
+             embedder: Embedder | None = None, batch_size: int = 256) -> Activation:
+    """Make ``version`` the active one, after indexing chunks it is missing.
+
+    Chunks ingested since the version was built are embedded first (committed batches,
+    no lock), then again under the ingest lock inside the switch transaction, so the
+    coverage check in ``pgfunnel.activate_version`` cannot fail on a race.
+    """
+    def body() -> Activation:
+        coll_id = require_collection(conn, collection)
+        info = _version_row(conn, coll_id, version)
+        if info.state == "active":
+            return Activation(collection, version, None, 0)
+        if info.state == "building":
+            raise PgfunnelError(
+                f"version {version} of {collection!r} is still building; finish it with "
+                "`pgfunnel reindex` (it resumes and validates)")
+        caught = 0
+        model = embedder
+        if info.missing_chunks:
+            if model is None or model.model_name != info.embedding_model:
+                model = Embedder(info.embedding_model)
+            if conn.autocommit:
+                caught += catch_up(conn, coll_id, info.id, model, batch_size=batch_size)
+        with conn.transaction():
+            conn.execute("select pg_advisory_xact_lock(hashtext('pgfunnel:ingest:' || %s))",
+                         (collection,))
+            if _missing_chunks(conn, coll_id, info.id, 1):
+                if model is None or model.model_name != info.embedding_model:
+                    model = Embedder(info.embedding_model)
+                caught += catch_up(conn, coll_id, info.id, model, batch_size=batch_size,
+                                   in_transaction=True)
+            row = conn.execute("select pgfunnel.activate_version(%s, %s)",
+                               (collection, version)).fetchone()
+        replaced = None if row is None or row[0] is None else int(row[0])
+        return Activation(collection, version, replaced, caught)
+
+    return _db(body)  # type: ignore[no-any-return]
+
+
+def rollback(conn: psycopg.Connection[Any], collection: str, *,
+             embedder: Embedder | None = None) -> Activation:
+    """Activate the version the active one replaced (again: toggles between the two)."""
+    def previous() -> int:
+        require_collection(conn, collection)
+        row = conn.execute("select pgfunnel.previous_version(%s)", (collection,)).fetchone()
+        if row is None or row[0] is None:
+            raise NotFoundError(f"collection {collection!r}: the active version replaced no "
+                                "other version; there is nothing to roll back to")
+        return int(row[0])
+
+    prev = _db(previous)
+    return activate(conn, collection, prev, embedder=embedder)
+
+
+def retire(conn: psycopg.Connection[Any], collection: str, version: int) -> VersionInfo:
+    """Mark a ready version retired (kept, droppable, re-activatable). Not the active one."""
+    def body() -> VersionInfo:
+        coll_id = require_collection(conn, collection)
+        info = _version_row(conn, coll_id, version)
+        if info.state == "active":
+            raise ConflictError(f"version {version} of {collection!r} is active; activate "
+                                "another version first (or pgfunnel versions rollback)")
+        if info.state == "building":
+            raise ConflictError(f"version {version} of {collection!r} is building; "
+                                "drop it instead")
+        with conn.transaction():
+            conn.execute("update pgfunnel.index_version set state = 'retired', "
+                         "retired_at = coalesce(retired_at, now()) where id = %s", (info.id,))
+        return _version_row(conn, coll_id, version)
+
+    return _db(body)  # type: ignore[no-any-return]
+
+
+def drop(conn: psycopg.Connection[Any], collection: str, version: int) -> VersionInfo:
+    """Drop a version's HNSW index and rows. Refuses the active version, and any version
+    while a reindex of the collection runs."""
+    def body() -> VersionInfo:
+        coll_id = require_collection(conn, collection)
+        info = _version_row(conn, coll_id, version)
+        if info.state == "active":
+            raise ConflictError(f"version {version} of {collection!r} is the active version; "
+                                "activate another one before dropping it")
+        with writer_lock(conn, collection):
+            drop_version_rows(conn, info.id)
+        return info
+
+    if not conn.autocommit:
+        raise ConfigError("conn", "drop needs an autocommit connection (DROP INDEX CONCURRENTLY)")
+    return _db(body)  # type: ignore[no-any-return]
+
+
+# -- compare -------------------------------------------------------------------------
+
+@contextmanager
+def pinned(conn: psycopg.Connection[Any], coll_id: int, version_id: int) -> Iterator[None]:
+    """Run searches on ``version_id`` as if it were active, in a transaction always rolled back.
+
+    Activation is transactional, so the temporary switch is invisible to every other
+    session; they keep seeing the committed active version. While it lasts, the rows of
+    the two versions involved are locked (an ingest or activation waits for it to end).
+    """
+    with conn.transaction(force_rollback=True):
+        conn.execute("update pgfunnel.index_version set state = 'retired' "
+                     "where collection_id = %s and state = 'active' and id <> %s",
+                     (coll_id, version_id))
+        conn.execute("update pgfunnel.index_version set state = 'active' where id = %s",
+                     (version_id,))
+        yield
+
+
+@dataclass
+class QueryDiff:
+    query_id: str
+    query: str
+    overlap: float
+    top1_same: bool
+    only_a: list[str]
+    only_b: list[str]
+    ndcg_a: float | None = None
+    ndcg_b: float | None = None
+
+
+@dataclass
+class Comparison:
+    collection: str
+    version_a: int
+    version_b: int
+    k: int
+    n_queries: int
+    mean_overlap: float
+    identical: int
+    top1_changed: int
+    judged: bool
+    ndcg_a: float | None = None
+    ndcg_b: float | None = None
+    ndcg_diff: float | None = None
+    ndcg_low: float | None = None
+    ndcg_high: float | None = None
+    per_query: list[QueryDiff] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def search_pinned(conn: psycopg.Connection[Any], collection: str, version: int,
+                  queries: Sequence[str], k: int = 10, embedder: Embedder | None = None,
+                  **params: Any) -> list[list[Any]]:
+    """The funnel's results (no rerank) for each query on one version, as if it were active."""
+    from pgfunnel.search import Funnel
+
+    def body() -> list[list[Any]]:
+        coll_id = require_collection(conn, collection)
+        info = _version_row(conn, coll_id, version)
+        if info.state == "building":
+            raise ConflictError(f"version {version} of {collection!r} is still building")
+        model = embedder if embedder is not None and embedder.model_name == info.embedding_model \
+            else Embedder(info.embedding_model)
+        vectors: Any = model.embed(list(queries)) if queries else []
+        out: list[list[Any]] = []
+        funnel = Funnel(conn, collection, embedder=None)
+        import warnings
+
+        with pinned(conn, coll_id, info.id), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # notices about dropped query words
+            for q, vec in zip(queries, vectors, strict=True):
+                out.append(funnel.search(q, query_embedding=vec, k=k, **params).results)
+        return out
+
+    return _db(body)  # type: ignore[no-any-return]
+
+
+def last_queries(conn: psycopg.Connection[Any], collection: str, n: int) -> list[str]:
+    """The texts of the last ``n`` distinct logged searches of a collection (newest first)."""
+    coll_id = _db(lambda: require_collection(conn, collection))
+    rows = conn.execute(
+        "select query_text from (select query_text, max(at) as at from pgfunnel.search_log "
+        "where collection_id = %s and query_text is not null and query_text <> '' "
+        "group by query_text) s order by at desc limit %s", (coll_id, n)).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def read_query_file(path: str | Path) -> tuple[list[Any], bool]:
+    """Queries from a JSONL file: judged (the eval format) when every line has judgments,
+    else the ``query`` field of each line (or the line itself when it is not JSON)."""
+    from pgfunnel.eval.qrels import load_queries
+
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInputError(f"queries: cannot read {p}: {exc}") from exc
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    objs: list[Any] = []
+    for ln in lines:
+        try:
+            objs.append(json.loads(ln))
+        except json.JSONDecodeError:
+            objs.append(ln)
+    if objs and all(isinstance(o, dict) and "relevant" in o for o in objs):
+        return load_queries(p), True
+    texts = [o.get("query") if isinstance(o, dict) else o for o in objs]
+    bad = [i + 1 for i, t in enumerate(texts) if not isinstance(t, str) or not t.strip()]
+    if bad:
+        raise InvalidInputError(f"queries: {p}: line {bad[0]} has no query text")
+    return [str(t) for t in texts], False
+
+
+def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, version_b: int,
+            queries: Sequence[Any], *, k: int = 10, n_resamples: int = 2000,
+            **params: Any) -> Comparison:
+    """What users would see differently: overlap@k per query between two versions, and with
+    judged queries (:class:`~pgfunnel.eval.qrels.JudgedQuery`) the nDCG@k change with its
+    paired-bootstrap 95% interval."""
+    from pgfunnel.eval.metrics import collapse_to_documents, paired_bootstrap, score_run
+    from pgfunnel.eval.qrels import JudgedQuery, judging_level
+
+    if k < 1:
+        raise ConfigError("k", f"must be at least 1, got {k}")
+    if not queries:
+        raise InvalidInputError("queries: no queries to compare on")
+    judged = all(isinstance(q, JudgedQuery) for q in queries)
+    texts = [q.query if isinstance(q, JudgedQuery) else str(q) for q in queries]
+    ids = [q.query_id if isinstance(q, JudgedQuery) else f"q{i + 1}"
+           for i, q in enumerate(queries)]
+    res_a = search_pinned(conn, collection, version_a, texts, k=k, **params)
+    res_b = search_pinned(conn, collection, version_b, texts, k=k, **params)
+    rank_a = {qid: [r.item_key for r in rs] for qid, rs in zip(ids, res_a, strict=True)}
+    rank_b = {qid: [r.item_key for r in rs] for qid, rs in zip(ids, res_b, strict=True)}
+    diffs: list[QueryDiff] = []
+    for qid, text in zip(ids, texts, strict=True):
+        a, b = rank_a[qid][:k], rank_b[qid][:k]
+        denom = max(len(a), len(b))
+        overlap = len(set(a) & set(b)) / denom if denom else 1.0
+        diffs.append(QueryDiff(qid, text, overlap, a[:1] == b[:1],
+                               [x for x in a if x not in b], [x for x in b if x not in a]))
+    cmp = Comparison(collection, version_a, version_b, k, len(diffs),
+                     float(np.mean([d.overlap for d in diffs])),
+                     sum(1 for qid in ids if rank_a[qid][:k] == rank_b[qid][:k]),
+                     sum(1 for d in diffs if not d.top1_same), judged)
+    if judged:
+        jq = list(queries)
+        if judging_level(jq) == "document":
+            rank_a = {q: collapse_to_documents(r) for q, r in rank_a.items()}
+            rank_b = {q: collapse_to_documents(r) for q, r in rank_b.items()}
+        sa, sb = score_run(rank_a, jq, k), score_run(rank_b, jq, k)
+        name = f"ndcg@{k}"
+        a_nd = {q: s[name] for q, s in sa.items()}
+        b_nd = {q: s[name] for q, s in sb.items()}
+        if a_nd:
+            boot = paired_bootstrap(a_nd, b_nd, n_resamples=n_resamples)
+            cmp.ndcg_a = float(np.mean(list(a_nd.values())))
+            cmp.ndcg_b = float(np.mean(list(b_nd.values())))
+            cmp.ndcg_diff, cmp.ndcg_low, cmp.ndcg_high = boot.mean_diff, boot.low, boot.high
+        for d in diffs:
+            d.ndcg_a, d.ndcg_b = a_nd.get(d.query_id), b_nd.get(d.query_id)
+    cmp.per_query = sorted(diffs, key=lambda d: (d.overlap, d.query_id))
+    return cmp
+
+
+__all__ = [
+    "Activation", "Comparison", "ReindexResult", "Validation", "ValidationFailed", "VersionInfo",
+    "activate", "build_index", "catch_up", "cleanup_invalid_indexes", "compare", "drop",
+    "last_queries", "list_versions", "lock_holder", "read_query_file", "reindex", "retire",
+    "rollback", "search_pinned", "validate", "writer_lock",
+]

@@ -1,0 +1,130 @@
+-- pgfunnel: index versions. Coverage of a version, the state of its HNSW index, and the
+-- activation switch.
+--
+-- Activation is one transaction: the old active version becomes 'retired', the target
+-- becomes 'active', and the target's params.activations records which version it
+-- replaced (rollback follows that record). Searches read the active version once per
+-- candidates() call (read committed: one statement, one snapshot), so a search that
+-- overlaps the commit runs wholly on the old or wholly on the new version.
+
+-- how completely a version covers its collection's chunks (every count should be equal)
+create or replace function pgfunnel.version_coverage(version_id integer,
+    out collection_chunks bigint, out lexical_rows bigint, out embedding_rows bigint,
+    out counted_chunks bigint, out missing bigint)
+language sql stable
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+    select (select count(*) from pgfunnel.chunk c where c.collection_id = v.collection_id),
+           (select count(*) from pgfunnel.lexical l where l.index_version_id = v.id),
+           (select count(*) from pgfunnel.embedding e where e.index_version_id = v.id),
+           v.chunk_count,
+           (select count(*) from pgfunnel.chunk c
+             where c.collection_id = v.collection_id
+               and not exists (select 1 from pgfunnel.lexical l
+                                where l.index_version_id = v.id and l.chunk_id = c.id))
+      from pgfunnel.index_version v
+     where v.id = version_coverage.version_id
+$$;
+
+-- the partial HNSW index of a version: its name, whether it exists, is valid, and its size
+create or replace function pgfunnel.version_index(version_id integer,
+    out index_name text, out present boolean, out valid boolean, out size_bytes bigint)
+language sql stable
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+    select 'embedding_hnsw_v' || version_index.version_id,
+           i.indexrelid is not null,
+           coalesce(i.indisvalid and i.indisready, false),
+           coalesce(pg_relation_size(i.indexrelid), 0)
+      from (select 1) one
+      left join pg_class c
+             on c.relname = 'embedding_hnsw_v' || version_index.version_id
+            and c.relnamespace = 'pgfunnel'::regnamespace
+      left join pg_index i on i.indexrelid = c.oid
+$$;
+
+-- make a ready or retired version the active one of its collection; returns the version
+-- number it replaced (NULL when none was active). Runs in the caller's transaction.
+create or replace function pgfunnel.activate_version(collection_name text, version_number integer)
+returns integer
+language plpgsql volatile
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+declare
+    coll_id integer;
+    target pgfunnel.index_version;
+    prev pgfunnel.index_version;
+    cov record;
+    idx record;
+begin
+    coll_id := pgfunnel._collection_id(collection_name);
+    if version_number is null then
+        perform pgfunnel._bad_parameter('version', 'must not be NULL');
+    end if;
+    -- the ingest lock: no chunk can be added between the coverage check and the switch
+    perform pg_advisory_xact_lock(hashtext('pgfunnel:ingest:' || collection_name));
+    select * into target from pgfunnel.index_version v
+     where v.collection_id = coll_id and v.version = version_number for update;
+    if target.id is null then
+        raise exception using errcode = 'P0002',
+            message = format('collection %L has no index version %s', collection_name, version_number),
+            hint = 'pgfunnel versions list shows the versions';
+    end if;
+    select * into prev from pgfunnel.index_version v
+     where v.collection_id = coll_id and v.state = 'active' for update;
+    if target.state = 'active' then
+        return target.version;
+    end if;
+    if target.state not in ('ready', 'retired') then
+        raise exception using errcode = '55000',
+            message = format('version %s of %L is %s; only a validated (ready) or retired version can be activated',
+                             version_number, collection_name, target.state),
+            hint = 'finish it with pgfunnel reindex (it resumes), which validates it';
+    end if;
+    select * into cov from pgfunnel.version_coverage(target.id);
+    if cov.missing <> 0 or cov.lexical_rows <> cov.collection_chunks
+       or cov.embedding_rows <> cov.collection_chunks or cov.counted_chunks <> cov.collection_chunks then
+        raise exception using errcode = '55000',
+            message = format('version %s of %L does not cover the collection: %s chunks, %s lexical rows, '
+                             '%s embedding rows, chunk_count %s, %s chunks missing',
+                             version_number, collection_name, cov.collection_chunks, cov.lexical_rows,
+                             cov.embedding_rows, cov.counted_chunks, cov.missing),
+            hint = 'pgfunnel versions activate catches up missing chunks before it switches';
+    end if;
+    select * into idx from pgfunnel.version_index(target.id);
+    if not idx.valid then
+        raise exception using errcode = '55000',
+            message = format('version %s of %L has no valid HNSW index (%s %s)', version_number,
+                             collection_name, idx.index_name,
+                             case when idx.present then 'is invalid' else 'is missing' end),
+            hint = 'rerun pgfunnel reindex: it drops invalid indexes and builds them again';
+    end if;
+
+    if prev.id is not null then
+        update pgfunnel.index_version v set state = 'retired', retired_at = now()
+         where v.id = prev.id;
+    end if;
+    update pgfunnel.index_version v
+       set state = 'active', activated_at = now(), retired_at = null,
+           params = v.params || jsonb_build_object('activations',
+               coalesce(v.params -> 'activations', '[]'::jsonb)
+               || jsonb_build_array(jsonb_build_object('at', now(), 'replaced', prev.version)))
+     where v.id = target.id;
+    return prev.version;
+end
+$$;
+
+-- the version the active one replaced when it was last activated (what rollback returns to)
+create or replace function pgfunnel.previous_version(collection_name text)
+returns integer
+language sql stable
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+    select (v.params -> 'activations' -> -1 ->> 'replaced')::integer
+      from pgfunnel.index_version v
+     where v.collection_id = pgfunnel._collection_id(collection_name) and v.state = 'active'
+$$;
