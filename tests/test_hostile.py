@@ -1,0 +1,152 @@
+"""Hostile input: a clear error or an empty answer, never a crash, a raw traceback or a
+broken connection; through the Python API, SQL funnel_search and the CLI."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+
+from _security_helpers import DIM, Doc, ingest_docs, unit
+from pgfunnel.db import connect
+from pgfunnel.errors import InvalidInputError, InvalidVectorError, PgfunnelError, SearchTimeoutError
+from pgfunnel.search import Funnel
+
+HOSTILE_TEXT: list[str] = [
+    "", " ", "!!", "\"refund", "'refund", "refund'\"", "a" * 10_000, "refund " * 150_000,
+    "refund\x00plan", "refund \udc80 plan", "&", "|", "!", "(", ")", ":", "*", "a & b | !c",
+    "!(refund", "refund:*", "refund:A", "(((", "<->", "refund <-> plan", "'; drop table "
+    "pgfunnel.document; --", "\" or 1=1 --", "$1", "%s", "%(x)s", "\\", "\\x00", "{}", "[]",
+    "null", "🔥 refund", "\u202erefund", "\t\n\r", "\ufeff",
+]
+HOSTILE_VECTORS: list[Any] = [
+    np.ones(DIM + 1), np.ones(DIM - 1), [float("nan")] * DIM, [float("inf")] * DIM,
+    [float("-inf")] + [1.0] * (DIM - 1), np.zeros(DIM), [], [[1.0] * DIM], "abc",
+    ["x"] * DIM, [None] * DIM,
+]
+
+
+@pytest.fixture(scope="module")
+def corpus_db(server_dsn: str, schema_template: str) -> Any:
+    import uuid
+
+    from conftest import _create_db, _drop_db
+
+    name = f"pgf_t_hostile_{uuid.uuid4().hex[:8]}"
+    dsn = _create_db(server_dsn, name, schema_template)
+    ingest_docs(dsn, [Doc(f"d{i:04d}", f"Refund plan billing invoice topic {i}. "
+                          "Common words appear in every document here.")
+                      for i in range(1500)], seed=5)
+    yield dsn
+    _drop_db(server_dsn, name)
+
+
+def _usable(conn: psycopg.Connection[Any]) -> None:
+    assert not conn.closed and not conn.broken
+    assert conn.execute("select count(*) > 0 from pgfunnel.document").fetchone() == (True,)
+
+
+@pytest.mark.parametrize("text", HOSTILE_TEXT, ids=range(len(HOSTILE_TEXT)))
+def test_hostile_text_through_funnel(corpus_db: str, text: str) -> None:
+    with connect(corpus_db, autocommit=True) as conn:
+        f = Funnel(conn, embedder=None)
+        try:
+            res = f.search(text, k=5)
+            assert isinstance(res.results, list)
+        except PgfunnelError as exc:
+            assert isinstance(exc, InvalidInputError)
+            assert str(exc).startswith("query_text:")
+        _usable(conn)
+
+
+@pytest.mark.parametrize("text", HOSTILE_TEXT, ids=range(len(HOSTILE_TEXT)))
+def test_hostile_text_through_sql(corpus_db: str, text: str) -> None:
+    with connect(corpus_db, autocommit=True) as conn:
+        try:
+            rows = conn.execute("select citekey from funnel_search(%s, k => 5)",
+                                (text,)).fetchall()
+            assert isinstance(rows, list)
+        except (psycopg.DataError, UnicodeEncodeError) as exc:
+            # NUL / a lone surrogate cannot be sent (the driver refuses); too long: 22023
+            assert "\x00" in text or "\udc80" in text or len(text) > 10_000, exc
+        _usable(conn)
+
+
+@pytest.mark.parametrize("text", HOSTILE_TEXT,
+                         ids=lambda t: repr(t)[:20])
+def test_hostile_text_through_cli(corpus_db: str, text: str) -> None:
+    from typer.testing import CliRunner
+
+    from pgfunnel.cli.main import app
+
+    res = CliRunner().invoke(app, ["search", text, "--lexical-only", "--dsn", corpus_db,
+                                   "-k", "3"])
+    assert res.exit_code in (0, 1), res.output
+    assert "Traceback" not in res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit)
+    if res.exit_code == 1:
+        assert "query_text" in res.output
+
+
+@pytest.mark.parametrize("vec", HOSTILE_VECTORS, ids=range(len(HOSTILE_VECTORS)))
+def test_hostile_vectors_rejected_before_sql(corpus_db: str, vec: Any) -> None:
+    wrong_dim = isinstance(vec, np.ndarray) and vec.shape == (DIM + 1,) or \
+        isinstance(vec, np.ndarray) and vec.shape == (DIM - 1,)
+    if wrong_dim:
+        # the expected dimension lives in the database: one catalog read, no search SQL
+        with connect(corpus_db, autocommit=True) as conn:
+            with pytest.raises(InvalidVectorError, match="dimensions"):
+                Funnel(conn, embedder=None).search("refund", query_embedding=vec)
+            _usable(conn)
+        return
+    dead = connect(corpus_db, autocommit=True)
+    dead.close()  # any SQL on it raises OperationalError, not InvalidVectorError
+    with pytest.raises(InvalidVectorError):
+        Funnel(dead, embedder=None).search("refund", query_embedding=vec)
+
+
+def test_none_vector_where_required(corpus_db: str) -> None:
+    dead = connect(corpus_db, autocommit=True)
+    dead.close()
+    with pytest.raises(InvalidInputError, match="query_text"):
+        Funnel(dead, embedder=None).search(None, query_embedding=None)
+    from pgfunnel.ingest import Ingester
+    from pgfunnel.sources import DocumentRecord
+
+    with connect(corpus_db, autocommit=True) as conn:
+        ing = Ingester(conn, "default")
+        for bad in ([None], [np.full(DIM, math.nan)], [np.zeros(DIM)], [np.ones(DIM + 3)]):
+            with pytest.raises(InvalidVectorError):
+                ing.ingest([DocumentRecord(citekey="bad-vec", text="short text")],
+                           vectors={"bad-vec": bad})  # type: ignore[dict-item]
+            assert conn.execute("select count(*) from pgfunnel.document "
+                                "where citekey = 'bad-vec'").fetchone() == (0,)
+        _usable(conn)
+
+
+def test_sql_rejects_zero_and_wrong_dim_vectors(corpus_db: str) -> None:
+    with connect(corpus_db, autocommit=True) as conn:
+        for vec in (np.zeros(DIM, dtype=np.float32), np.ones(DIM + 2, dtype=np.float32)):
+            with pytest.raises(psycopg.errors.InvalidParameterValue, match="query_embedding"):
+                conn.execute("select * from funnel_search('refund', %s)", (vec,))
+            _usable(conn)
+
+
+def test_statement_timeout_cancels_and_connection_survives(corpus_db: str) -> None:
+    with connect(corpus_db, autocommit=True) as conn:
+        f = Funnel(conn, embedder=None)
+        with pytest.raises(SearchTimeoutError):
+            f.search("refund plan billing invoice common words appear document",
+                     query_embedding=unit(np.ones(DIM)), k=1000, lexical_depth=1500,
+                     dense_depth=1000, overfetch=1, per_source_cap=1, statement_timeout_ms=1)
+        # transaction-local: the timeout did not stay on the connection
+        assert conn.execute("show statement_timeout").fetchone() == ("0",)
+        assert f.search("refund", k=3).results
+        # a pathological statement under a transaction-local timeout
+        with pytest.raises(psycopg.errors.QueryCanceled), conn.transaction():
+            conn.execute("select set_config('statement_timeout', '50', true)")
+            conn.execute("select pg_sleep(5)")
+        _usable(conn)
