@@ -78,6 +78,9 @@ def reindex(
     batch_size: Annotated[int, typer.Option(
         help="Chunks embedded and committed per batch (a killed run resumes from the last "
              "committed batch).")] = 256,
+    reembed: Annotated[bool, typer.Option(
+        "--reembed", help="Compute vectors again even when a version with the same model "
+                          "exists (by default its vectors are copied).")] = False,
     m: Annotated[int, typer.Option(help="HNSW m (links per node).")] = 16,
     ef_construction: Annotated[int, typer.Option(help="HNSW ef_construction.")] = 64,
     dsn: DsnOption = None,
@@ -99,7 +102,7 @@ def reindex(
         result = versions.reindex(
             conn, collection, model=model, analyzer=analyzer, activate_after=activate,
             maintenance_work_mem=maintenance_work_mem, batch_size=batch_size, m=m,
-            ef_construction=ef_construction, progress=bars, notice=_notice)
+            ef_construction=ef_construction, progress=bars, notice=_notice, reembed=reembed)
     if json_out:
         emit_json(result.to_json())
         return
@@ -109,7 +112,7 @@ def reindex(
     assert v is not None
     out.print(f"version {result.version} of {collection!r}: {result.embedding_model} "
               f"({result.dimensions} dims), analyzer {result.analyzer}; "
-              f"{result.chunks_embedded} chunks embedded"
+              f"{result.chunks_embedded} chunks indexed"
               + (f" (resumed after {result.chunks_before})" if result.resumed else ""))
     out.print(f"validated: index valid, {v.collection_chunks} chunks covered, "
               f"HNSW recall@10 {v.recall:.3f} on {v.sample} sample queries")

@@ -150,6 +150,13 @@ class Activation:
 
 # -- helpers -------------------------------------------------------------------------
 
+def as_array(value: Any) -> np.ndarray:
+    """A fetched vector as float32 numpy (pgvector's adapter returns a Vector object)."""
+    if hasattr(value, "to_numpy"):
+        value = value.to_numpy()
+    return np.asarray(value, dtype=np.float32)
+
+
 def _db(fn: Callable[[], Any]) -> Any:
     try:
         return fn()
@@ -231,11 +238,32 @@ def _missing_chunks(conn: psycopg.Connection[Any], coll_id: int, version_id: int
         "order by c.id limit %s", (coll_id, version_id, limit)).fetchall()]
 
 
-def _index_batch(conn: psycopg.Connection[Any], version_id: int, embedder: Embedder,
+def _index_batch(conn: psycopg.Connection[Any], version_id: int,
+                 embedder: Embedder | Callable[[], Embedder] | None,
                  analyzer: TermAnalyzer, batch: list[tuple[int, str]],
-                 progress: Callable[[int], None] | None = None) -> int:
-    """Embed and index a batch of chunks into a version, in the caller's transaction."""
-    vectors = embedder.embed([t for _, t in batch], progress=progress)
+                 progress: Callable[[int], None] | None = None,
+                 reuse_from: int | None = None) -> int:
+    """Embed and index a batch of chunks into a version, in the caller's transaction.
+
+    ``reuse_from``: a version made with the same model; its vectors are copied instead of
+    computing them again (an analyzer-only reindex then costs no model time).
+    """
+    found: dict[int, np.ndarray] = {}
+    if reuse_from is not None:
+        found = {int(c): as_array(v) for c, v in conn.execute(
+            "select chunk_id, embedding from pgfunnel.embedding where index_version_id = %s "
+            "and chunk_id = any(%s)", (reuse_from, [cid for cid, _ in batch])).fetchall()}
+    todo = [i for i, (cid, _) in enumerate(batch) if cid not in found]
+    vectors: list[np.ndarray | None] = [found.get(cid) for cid, _ in batch]
+    if todo:
+        model = embedder() if callable(embedder) and not isinstance(embedder, Embedder) \
+            else embedder
+        if model is None:
+            raise PgfunnelError("internal: chunks to embed but no embedder")
+        for i, vec in zip(todo, model.embed([batch[i][1] for i in todo]), strict=True):
+            vectors[i] = vec
+    if progress is not None:
+        progress(len(batch))
     # a chunk deleted (re-ingested) meanwhile must not be written; the ones still there are
     # locked against deletion until this batch commits
     alive = {int(r[0]) for r in conn.execute(
@@ -245,14 +273,15 @@ def _index_batch(conn: psycopg.Connection[Any], version_id: int, embedder: Embed
     if not keep:
         return 0
     write_chunk_index(conn, version_id, analyzer, [batch[i][0] for i in keep],
-                      [batch[i][1] for i in keep], np.stack([vectors[i] for i in keep]))
+                      [batch[i][1] for i in keep],
+                      np.stack([v for i in keep if (v := vectors[i]) is not None]))
     return len(keep)
 
 
 def catch_up(conn: psycopg.Connection[Any], coll_id: int, version_id: int,
              embedder: Embedder | None = None, analyzer: str | None = None,
              batch_size: int = 256, progress: ProgressFn | None = None,
-             in_transaction: bool = False) -> int:
+             in_transaction: bool = False, reuse_from: int | None = None) -> int:
     """Embed and index every chunk of the collection the version lacks; returns how many.
 
     With ``in_transaction`` the caller's transaction holds everything (used right before a
@@ -264,26 +293,34 @@ def catch_up(conn: psycopg.Connection[Any], coll_id: int, version_id: int,
     assert row is not None
     done = 0
     term_analyzer = TermAnalyzer(conn, analyzer or str(row[1]))
+    loaded: list[Embedder] = [embedder] if embedder is not None else []
+
+    def model() -> Embedder:
+        # loaded on first need: a reindex that reuses vectors may never need the model
+        if not loaded:
+            loaded.append(Embedder(str(row[0])))
+        if loaded[0].dimensions != int(row[2]):
+            raise InvalidInputError(
+                f"embedding_model: {loaded[0].model_name!r} makes {loaded[0].dimensions}-dim "
+                f"vectors but the version has {row[2]} dimensions")
+        return loaded[0]
+
     while True:
         batch = _missing_chunks(conn, coll_id, version_id, batch_size)
         if not batch:
             return done
-        if embedder is None:
-            embedder = Embedder(str(row[0]))
-        if embedder.dimensions != int(row[2]):
-            raise InvalidInputError(
-                f"embedding_model: {embedder.model_name!r} makes {embedder.dimensions}-dim "
-                f"vectors but the version has {row[2]} dimensions")
 
         def tick(n: int) -> None:
             if progress is not None:
                 progress("embedding", n, None)
 
         if in_transaction:
-            done += _index_batch(conn, version_id, embedder, term_analyzer, batch, tick)
+            done += _index_batch(conn, version_id, model, term_analyzer, batch, tick,
+                                 reuse_from)
         else:
             with conn.transaction():
-                done += _index_batch(conn, version_id, embedder, term_analyzer, batch, tick)
+                done += _index_batch(conn, version_id, model, term_analyzer, batch, tick,
+                                     reuse_from)
 
 
 def cleanup_invalid_indexes(conn: psycopg.Connection[Any]) -> list[str]:
@@ -478,7 +515,7 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
             maintenance_work_mem: str | None = None, batch_size: int = 256, m: int = 16,
             ef_construction: int = 64, embedder: Embedder | None = None,
             progress: ProgressFn | None = None, notice: NoticeFn | None = None,
-            min_recall: float = MIN_RECALL) -> ReindexResult:
+            min_recall: float = MIN_RECALL, reembed: bool = False) -> ReindexResult:
     """Build (or resume) a new index version of ``collection`` beside the active one.
 
     ``conn`` must be an autocommit connection; it holds the collection's reindex lock for
@@ -534,24 +571,34 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
                              "this run asks for other settings")
                 drop_version_rows(conn, building.id)
                 building = None
+        # vectors of a version made with the same model are copied, not computed again
+        source = None if reembed else next(
+            (v for v in sorted(_versions(conn, coll_id), key=lambda v: v.state != "active")
+             if v.embedding_model == want_model and v.state in ("active", "ready", "retired")
+             and (building is None or v.id != building.id)), None)
         t0 = time.perf_counter()
-        if embedder is None:
-            embedder = Embedder(want_model)
-        elif embedder.model_name != want_model and model is not None:
+        if embedder is not None and embedder.model_name != want_model:
             raise ConfigError("model", f"embedder is {embedder.model_name!r}, not {want_model!r}")
+        if embedder is None and source is None:
+            embedder = Embedder(want_model)
+        dims = embedder.dimensions if embedder is not None else (
+            source.dimensions if source is not None else 0)
         times["load_model"] = time.perf_counter() - t0
         if building is None:
             with conn.transaction():
-                vid = create_version(conn, coll_id, want_model, embedder.dimensions, want_analyzer,
+                vid = create_version(conn, coll_id, want_model, dims, want_analyzer,
                                      "building", {"m": m, "ef_construction": ef_construction})
             building = _version_row(conn, coll_id, _number_of(conn, vid))
             notes.append(f"created version {building.version} (building)")
-        if building.dimensions != embedder.dimensions:
-            raise ConfigError("model", f"{want_model!r} makes {embedder.dimensions}-dim vectors; "
+        if building.dimensions != dims:
+            raise ConfigError("model", f"{want_model!r} makes {dims}-dim vectors; "
                                        f"version {building.version} has {building.dimensions}")
+        if source is not None:
+            notes.append(f"vectors copied from version {source.version} (same model "
+                         f"{want_model}); --reembed computes them again")
         result = ReindexResult(
             collection=collection, version=building.version, version_id=building.id,
-            embedding_model=want_model, dimensions=embedder.dimensions, analyzer=want_analyzer,
+            embedding_model=want_model, dimensions=dims, analyzer=want_analyzer,
             resumed=resumed, chunks_before=building.chunk_count, chunks_embedded=0,
             state="building", notes=notes)
         total = int(conn.execute("select count(*) from pgfunnel.chunk where collection_id = %s",
@@ -559,8 +606,10 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
         if progress is not None:
             progress("embedding-total", building.chunk_count, total)
         t0 = time.perf_counter()
+        reuse = source.id if source is not None else None
         result.chunks_embedded = catch_up(conn, coll_id, building.id, embedder, want_analyzer,
-                                          batch_size=batch_size, progress=progress)
+                                          batch_size=batch_size, progress=progress,
+                                          reuse_from=reuse)
         times["embed_and_index_rows"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         conn.execute("select pgfunnel.refresh_bm25_weights(%s)", (building.id,))
@@ -568,13 +617,14 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
         conn.execute("analyze pgfunnel.posting")
         times["bm25_weights"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        result.notices = build_index(conn, building.id, embedder.dimensions, m=m,
+        result.notices = build_index(conn, building.id, dims, m=m,
                                      ef_construction=ef_construction, progress=progress,
                                      notice=notice)
         times["hnsw_build"] = time.perf_counter() - t0
         # chunks ingested during the build: the index takes them as ordinary inserts
         result.chunks_embedded += catch_up(conn, coll_id, building.id, embedder, want_analyzer,
-                                           batch_size=batch_size, progress=progress)
+                                           batch_size=batch_size, progress=progress,
+                                           reuse_from=reuse)
         t0 = time.perf_counter()
         result.validation = validate(conn, building.id, min_recall=min_recall)
         times["validate"] = time.perf_counter() - t0
@@ -629,20 +679,21 @@ def activate(conn: psycopg.Connection[Any], collection: str, version: int, *,
                 f"version {version} of {collection!r} is still building; finish it with "
                 "`pgfunnel reindex` (it resumes and validates)")
         caught = 0
-        model = embedder
-        if info.missing_chunks:
-            if model is None or model.model_name != info.embedding_model:
-                model = Embedder(info.embedding_model)
-            if conn.autocommit:
-                caught += catch_up(conn, coll_id, info.id, model, batch_size=batch_size)
+        model = embedder if embedder is not None and \
+            embedder.model_name == info.embedding_model else None
+        cur = active_version(conn, coll_id)
+        # the active version has vectors of every chunk ingest wrote; same model: copy them
+        reuse = cur.id if cur is not None and cur.embedding_model == info.embedding_model \
+            else None
+        if info.missing_chunks and conn.autocommit:
+            caught += catch_up(conn, coll_id, info.id, model, batch_size=batch_size,
+                               reuse_from=reuse)
         with conn.transaction():
             conn.execute("select pg_advisory_xact_lock(hashtext('pgfunnel:ingest:' || %s))",
                          (collection,))
             if _missing_chunks(conn, coll_id, info.id, 1):
-                if model is None or model.model_name != info.embedding_model:
-                    model = Embedder(info.embedding_model)
                 caught += catch_up(conn, coll_id, info.id, model, batch_size=batch_size,
-                                   in_transaction=True)
+                                   in_transaction=True, reuse_from=reuse)
             row = conn.execute("select pgfunnel.activate_version(%s, %s)",
                                (collection, version)).fetchone()
         replaced = None if row is None or row[0] is None else int(row[0])

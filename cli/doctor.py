@@ -1,0 +1,40 @@
+"""`pgfunnel doctor`: check the database pgfunnel runs on and say what to fix."""
+
+from __future__ import annotations
+
+import typer
+from pgfunnel.cli.common import EXIT_GATE, DsnOption, JsonOption, emit_json, handle_errors, out
+from rich.table import Table
+
+_STYLE = {"error": "red", "warning": "yellow", "info": "dim"}
+
+
+def doctor(dsn: DsnOption = None, json_out: JsonOption = False) -> None:
+    """Check pgvector's version, invalid indexes, the active versions' HNSW indexes, index
+    size vs shared_buffers, row security and roles. Exit 3 when any finding is an error."""
+    from pgfunnel.db import connect
+    from pgfunnel.doctor import run_checks, worst
+
+    with handle_errors(), connect(dsn, autocommit=True) as conn:
+        findings = run_checks(conn)
+    level = worst(findings)
+    if json_out:
+        emit_json({"ok": level != "error", "worst": level,
+                   "findings": [f.to_json() for f in findings]})
+    else:
+        table = Table(title="pgfunnel doctor", title_justify="left")
+        for col in ("level", "check", "finding"):
+            table.add_column(col, overflow="fold")
+        for f in findings:
+            style = _STYLE[f.level]
+            table.add_row(f"[{style}]{f.level}[/{style}]", f.check, f.message)
+        out.print(table)
+        n_err = sum(f.level == "error" for f in findings)
+        n_warn = sum(f.level == "warning" for f in findings)
+        out.print(f"{n_err} errors, {n_warn} warnings")
+    if level == "error":
+        raise typer.Exit(EXIT_GATE)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("doctor")(doctor)

@@ -1,0 +1,253 @@
+"""`pgfunnel doctor`: a list of independent checks, each returning findings.
+
+A check is a function ``(conn) -> list[Finding]``. Levels: ``error`` (something is broken
+or unsafe; the CLI exits 3), ``warning`` (works, but fix it), ``info`` (state worth
+seeing). A check that itself fails becomes an ``error`` finding naming the check, so
+one broken check never hides the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import psycopg
+
+Level = Literal["error", "warning", "info"]
+LEVELS: tuple[Level, ...] = ("error", "warning", "info")
+
+MIN_PGVECTOR = (0, 8, 0)
+#: HNSW fixes landed in 0.8.2 and 0.8.3 (iterative scan and build correctness)
+RECOMMENDED_PGVECTOR = (0, 8, 3)
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: Level
+    check: str
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+Check = Callable[[psycopg.Connection[Any]], list[Finding]]
+
+
+def _parse_version(text: str) -> tuple[int, ...]:
+    parts: list[int] = []
+    for p in text.split("."):
+        digits = "".join(ch for ch in p if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def check_pgvector(conn: psycopg.Connection[Any]) -> list[Finding]:
+    row = conn.execute("select extversion from pg_extension where extname = 'vector'").fetchone()
+    if row is None:
+        return [Finding("error", "pgvector", "the vector extension is not installed in this "
+                        "database; run `pgfunnel init`")]
+    version = str(row[0])
+    v = _parse_version(version)
+    if v < MIN_PGVECTOR:
+        return [Finding("error", "pgvector", f"pgvector {version} is too old: pgfunnel needs "
+                        "0.8 or later (iterative index scans)")]
+    if v < RECOMMENDED_PGVECTOR:
+        return [Finding("warning", "pgvector", f"pgvector {version}: upgrade to 0.8.3 or later "
+                        "for the HNSW fixes of 0.8.2 and 0.8.3")]
+    return [Finding("info", "pgvector", f"pgvector {version}")]
+
+
+def check_schema(conn: psycopg.Connection[Any]) -> list[Finding]:
+    row = conn.execute("select to_regclass('pgfunnel.collection') is not null, "
+                       "to_regprocedure('pgfunnel.version()') is not null").fetchone()
+    if row is None or not row[0] or not row[1]:
+        return [Finding("error", "schema", "the pgfunnel schema is not installed; run "
+                        "`pgfunnel init`")]
+    from pgfunnel import schema
+
+    found: list[Finding] = []
+    current = schema.current_revision(conn)
+    head = schema.head_revision()
+    if current != head:
+        found.append(Finding("error", "schema", f"schema revision {current} is behind {head}; "
+                             "run `pgfunnel migrate`"))
+    else:
+        found.append(Finding("info", "schema", f"schema at revision {current}"))
+    if conn.execute("select to_regprocedure('pgfunnel.activate_version(text, integer)')"
+                    ).fetchone() == (None,):
+        found.append(Finding("warning", "schema", "SQL functions are older than this package; "
+                             "run `pgfunnel migrate` to refresh them"))
+    return found
+
+
+def check_invalid_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
+    rows = conn.execute(
+        "select c.relname from pg_index i join pg_class c on c.oid = i.indexrelid "
+        "where c.relnamespace = 'pgfunnel'::regnamespace "
+        "and not (i.indisvalid and i.indisready) order by 1").fetchall()
+    return [Finding("error", "invalid_index",
+                    f"index pgfunnel.{r[0]} is invalid (an interrupted concurrent build); "
+                    "`pgfunnel reindex` drops and rebuilds it, or DROP INDEX CONCURRENTLY it")
+            for r in rows]
+
+
+def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
+    """Each collection's active version: an HNSW index that exists, fits the version's
+    dimensions and covers exactly its rows; and versions that miss chunks."""
+    found: list[Finding] = []
+    rows = conn.execute(
+        "select c.name, v.id, v.version, v.dimensions, i.present, i.valid, "
+        "       pg_get_indexdef(to_regclass('pgfunnel.' || i.index_name)), cov.missing, "
+        "       cov.embedding_rows, cov.collection_chunks "
+        "from pgfunnel.collection c "
+        "join pgfunnel.index_version v on v.collection_id = c.id and v.state = 'active' "
+        "cross join lateral pgfunnel.version_index(v.id) i "
+        "cross join lateral pgfunnel.version_coverage(v.id) cov order by c.name").fetchall()
+    for name, vid, version, dims, present, valid, indexdef, missing, emb_rows, chunks in rows:
+        where = f"collection {name!r}, active version {version}"
+        if not present:
+            found.append(Finding("error", "active_index",
+                                 f"{where}: HNSW index embedding_hnsw_v{vid} is missing; dense "
+                                 "searches scan every vector (rerun `pgfunnel reindex`)"))
+            continue
+        if not valid:
+            continue  # reported by check_invalid_indexes
+        text = str(indexdef or "")
+        if f"vector({dims})" not in text or f"index_version_id = {vid}" not in text:
+            found.append(Finding("error", "active_index",
+                                 f"{where}: index embedding_hnsw_v{vid} does not match the "
+                                 f"version ({dims} dims): {text}"))
+        if missing or emb_rows != chunks:
+            found.append(Finding("warning", "active_index",
+                                 f"{where}: {missing} of {chunks} chunks have no rows in it "
+                                 f"({emb_rows} vectors); re-ingest them or run "
+                                 "`pgfunnel reindex`"))
+    none = conn.execute(
+        "select c.name from pgfunnel.collection c where not exists (select 1 from "
+        "pgfunnel.index_version v where v.collection_id = c.id and v.state = 'active') "
+        "order by 1").fetchall()
+    for (name,) in none:
+        found.append(Finding("error", "active_index", f"collection {name!r} has no active index "
+                             "version; searches fail (pgfunnel versions activate N)"))
+    orphans = conn.execute(
+        "select c.relname from pg_class c where c.relnamespace = 'pgfunnel'::regnamespace "
+        "and c.relkind = 'i' and c.relname ~ '^embedding_hnsw_v[0-9]+$' and not exists ("
+        "select 1 from pgfunnel.index_version v "
+        "where 'embedding_hnsw_v' || v.id = c.relname)").fetchall()
+    for (rel,) in orphans:
+        found.append(Finding("warning", "active_index",
+                             f"index pgfunnel.{rel} belongs to no index version; drop it"))
+    if not found and rows:
+        found.append(Finding("info", "active_index",
+                             f"{len(rows)} active version(s), each with a valid HNSW index"))
+    return found
+
+
+def check_index_memory(conn: psycopg.Connection[Any]) -> list[Finding]:
+    """Active HNSW indexes should fit in shared_buffers, or searches read from disk."""
+    row = conn.execute(
+        "select coalesce(sum(i.size_bytes), 0), "
+        "       (select setting::bigint * pg_size_bytes(coalesce(nullif(unit, ''), '1')) "
+        "          from pg_settings where name = 'shared_buffers') "
+        "from pgfunnel.index_version v cross join lateral pgfunnel.version_index(v.id) i "
+        "where v.state = 'active'").fetchone()
+    if row is None:
+        return []
+    size, buffers = int(row[0]), int(row[1])
+    msg = (f"active HNSW indexes {size / 2**20:.1f} MiB; shared_buffers "
+           f"{buffers / 2**20:.0f} MiB")
+    if size > buffers:
+        return [Finding("warning", "index_memory", msg + ": the indexes do not fit, searches "
+                        "will read from disk; raise shared_buffers (or use halfvec)")]
+    if size > 0.7 * buffers:
+        return [Finding("warning", "index_memory", msg + ": over 70% of shared_buffers")]
+    return [Finding("info", "index_memory", msg)]
+
+
+def check_row_security(conn: psycopg.Connection[Any]) -> list[Finding]:
+    rows = conn.execute(
+        "select c.relname, c.relrowsecurity, c.relforcerowsecurity, "
+        "       (select count(*) from pg_policy p where p.polrelid = c.oid) "
+        "from pg_class c where c.relnamespace = 'pgfunnel'::regnamespace and c.relkind = 'r' "
+        "and c.relname in ('collection', 'document', 'chunk', 'embedding', 'lexical', "
+        "                  'posting', 'search_log', 'search_trace') order by 1").fetchall()
+    found: list[Finding] = []
+    enabled = [r[0] for r in rows if r[1]]
+    for rel, on, force, policies in rows:
+        if on and not policies:
+            found.append(Finding("error", "row_security", f"pgfunnel.{rel} has row security on "
+                                 "but no policy: every non-owner read returns nothing"))
+        elif on and not force:
+            found.append(Finding("warning", "row_security", f"pgfunnel.{rel} has row security "
+                                 "on but not FORCEd: the table owner bypasses it"))
+    if not enabled:
+        found.append(Finding("info", "row_security", "row-level security is off (visibility is "
+                             "enforced inside the search functions); `pgfunnel init --rls` "
+                             "turns it on"))
+    else:
+        found.append(Finding("info", "row_security",
+                             f"row-level security on for {', '.join(enabled)}"))
+    return found
+
+
+def check_security(conn: psycopg.Connection[Any]) -> list[Finding]:
+    """Roles, grants and RLS details from pgfunnel.security, when that module is there."""
+    try:
+        from pgfunnel.security import security_findings
+    except ImportError:
+        return []
+    out: list[Finding] = []
+    for f in security_findings(conn):
+        level = str(getattr(f, "level", "warning"))
+        out.append(Finding(level if level in LEVELS else "warning",  # type: ignore[arg-type,unused-ignore]
+                           f"security.{getattr(f, 'check', 'finding')}",
+                           str(getattr(f, "message", f))))
+    return out
+
+
+CHECKS: tuple[tuple[str, Check], ...] = (
+    ("pgvector", check_pgvector),
+    ("schema", check_schema),
+    ("invalid_index", check_invalid_indexes),
+    ("active_index", check_active_indexes),
+    ("index_memory", check_index_memory),
+    ("row_security", check_row_security),
+    ("security", check_security),
+)
+#: checks that need the pgfunnel schema (skipped, not failed, when it is missing)
+NEEDS_SCHEMA = {"active_index", "index_memory", "security"}
+
+
+def run_checks(conn: psycopg.Connection[Any],
+               checks: Sequence[tuple[str, Check]] = CHECKS) -> list[Finding]:
+    """Run every check; each in its own rolled-back transaction so one failure is contained."""
+    findings: list[Finding] = []
+    have_schema = True
+    for name, check in checks:
+        if name in NEEDS_SCHEMA and not have_schema:
+            continue
+        try:
+            with conn.transaction(force_rollback=True):
+                got = check(conn)
+        except psycopg.Error as exc:
+            got = [Finding("error", name, f"the check failed: "
+                           f"{getattr(exc.diag, 'message_primary', None) or exc}")]
+        if name == "schema" and any(f.level == "error" and "not installed" in f.message
+                                    for f in got):
+            have_schema = False
+        findings.extend(got)
+    return findings
+
+
+def worst(findings: Sequence[Finding]) -> Level | None:
+    for level in LEVELS:
+        if any(f.level == level for f in findings):
+            return level
+    return None
+
+
+__all__ = ["CHECKS", "Finding", "check_active_indexes", "check_index_memory",
+           "check_invalid_indexes", "check_pgvector", "check_row_security", "check_schema",
+           "check_security", "run_checks", "worst"]
