@@ -155,6 +155,9 @@ class SearchResponse:
     rerank_skipped_reason: str | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
     search_id: int | None = None
+    #: query transformations applied (rewrite, follow-up, multi-query, decomposition),
+    #: each a dict with its reason; also stored in search_log.config["transforms"] when traced
+    transforms: list[dict[str, Any]] = field(default_factory=list)
 
 
 _RESULT_COLUMNS = ("chunk_id, citekey, title, heading, text, ordinal, metadata, lexical_rank, "
@@ -222,6 +225,7 @@ class Funnel:
     def __init__(self, source: Any = None, collection: str = "default", *,
                  embedder: Embedder | str | None = "auto", reranker: Any = None,
                  rerank_depth: int | None = None, rerank_gate_margin: float | None = None,
+                 rewriter: Any = None, followup: Any = None,
                  **defaults: Any) -> None:
         self._source = source
         self._own_conn: psycopg.Connection[Any] | None = None
@@ -233,6 +237,11 @@ class Funnel:
             raise ConfigError("rerank_depth", f"must be at least 1, got {rerank_depth}")
         self.rerank_depth = rerank_depth
         self.rerank_gate_margin = rerank_gate_margin
+        # opt-in query hooks (pgfunnel.transform): a GuardedRewriter or any callable
+        # str -> str (guarded with the collection's protected terms), and a
+        # FollowupResolver used when search() is given ``history``
+        self.rewriter = rewriter
+        self.followup = followup
         self.defaults = SearchParams.build(collection=collection, **defaults)
 
     # -- connections ---------------------------------------------------------------
@@ -248,7 +257,9 @@ class Funnel:
                 yield conn
             return
         if self._own_conn is None or self._own_conn.closed:
-            self._own_conn = connect(src)
+            # autocommit: each search runs in its own explicit transaction; without it an
+            # implicit outer transaction would swallow (and finally roll back) the trace
+            self._own_conn = connect(src, autocommit=True)
         yield self._own_conn
 
     def close(self) -> None:
@@ -285,8 +296,32 @@ class Funnel:
 
     # -- search ----------------------------------------------------------------------
     def search(self, query: str | None, *, query_embedding: Any = None,
-               rerank: bool | None = None, **params: Any) -> SearchResponse:
-        """One search. ``rerank`` defaults to on when a reranker was given."""
+               rerank: bool | None = None, history: Sequence[str] | None = None,
+               **params: Any) -> SearchResponse:
+        """One search. ``rerank`` defaults to on when a reranker was given.
+
+        ``history`` (earlier turns, oldest first) lets the ``followup`` hook complete a
+        follow-up question; the ``rewriter`` hook runs after it. Both are recorded in
+        ``SearchResponse.transforms`` (and the trace).
+        """
+        return self._search(query, query_embedding=query_embedding, rerank=rerank,
+                            history=history, transforms=[], **params)
+
+    def search_multi(self, phrasings: Sequence[str], **kwargs: Any) -> SearchResponse:
+        """Several phrasings of one need, each searched, merged with RRF (then capped)."""
+        from pgfunnel.query_plans import search_multi
+
+        return search_multi(self, phrasings, **kwargs)
+
+    def search_decomposed(self, query: str, **kwargs: Any) -> SearchResponse:
+        """A multi-intent query split on visible structure, parts merged round-robin."""
+        from pgfunnel.query_plans import search_decomposed
+
+        return search_decomposed(self, query, **kwargs)
+
+    def _search(self, query: str | None, *, query_embedding: Any = None,
+                rerank: bool | None = None, history: Sequence[str] | None = None,
+                transforms: list[dict[str, Any]], **params: Any) -> SearchResponse:
         merged = {**{f.name: getattr(self.defaults, f.name)
                      for f in dataclasses.fields(SearchParams)}, **params}
         p = SearchParams.build(**merged)
@@ -303,6 +338,10 @@ class Funnel:
         timings: dict[str, float] = {}
         notices: list[str] = []
         with self.connection() as conn:
+            if query is not None and (history is not None or self.rewriter is not None):
+                from pgfunnel.query_plans import apply_query_hooks
+
+                query = apply_query_hooks(self, conn, query, history, transforms)
             t0 = time.perf_counter()
             vector: np.ndarray | None = None
             if query_embedding is not None:
@@ -317,17 +356,25 @@ class Funnel:
                 # nothing to search with: an empty answer, said out loud
                 notices.append("pgfunnel: empty query; nothing searched")
                 warnings.warn(notices[-1], stacklevel=2)
-                return SearchResponse(query, [], notices=notices, timings_ms=timings)
+                return SearchResponse(query, [], notices=notices, timings_ms=timings,
+                                      transforms=transforms)
             handler = _NoticeCollector(notices)
             conn.add_notice_handler(handler)
             try:
                 if use_rerank:
-                    response = self._search_reranked(conn, query, vector, p, timings)
+                    response = self._search_reranked(conn, query, vector, p, timings,
+                                                     transforms=transforms)
+                elif transforms and p.trace:
+                    # final(candidates()) is funnel_search by definition; two steps let
+                    # the transformations go into the trace's config
+                    response = self._search_reranked(conn, query, vector, p, timings,
+                                                     transforms=transforms, use_model=False)
                 else:
                     response = self._search_plain(conn, query, vector, p, timings)
             finally:
                 conn.remove_notice_handler(handler)
         response.notices = notices
+        response.transforms = transforms
         for note in notices:
             warnings.warn(note, stacklevel=2)
         return response
@@ -398,7 +445,9 @@ class Funnel:
 
     def _search_reranked(self, conn: psycopg.Connection[Any], query: str | None,
                          vector: np.ndarray | None, p: SearchParams,
-                         timings: dict[str, float]) -> SearchResponse:
+                         timings: dict[str, float], *,
+                         transforms: Sequence[Mapping[str, Any]] = (),
+                         use_model: bool = True) -> SearchResponse:
         from pgfunnel.rerank import should_skip
 
         t0 = time.perf_counter()
@@ -408,7 +457,9 @@ class Funnel:
         timings["candidates"] = (t1 - t0) * 1000
         depth = len(pool) if self.rerank_depth is None else min(self.rerank_depth, len(pool))
         skipped: str | None = None
-        if not pool:
+        if not use_model:
+            skipped = "rerank off"
+        elif not pool:
             skipped = "no candidates"
         elif query is None or not query.strip():
             skipped = "no query text to rerank against"
@@ -432,11 +483,14 @@ class Funnel:
         t2 = time.perf_counter()
         timings["rerank"] = (t2 - t1) * 1000
         with self._transaction(conn, p):
+            notes: dict[str, Any] = {"rerank_skipped": skipped} if skipped and use_model else {}
+            if transforms:
+                notes["transforms"] = list(transforms)
             results = self.final(conn, query, ordered, p, reranked=skipped is None,
-                                 notes={"rerank_skipped": skipped} if skipped else None)
+                                 notes=notes or None)
         timings["final"] = (time.perf_counter() - t2) * 1000
         return SearchResponse(query, results, pool=ordered, reranked=skipped is None,
-                              rerank_skipped_reason=skipped,
+                              rerank_skipped_reason=skipped if use_model else None,
                               search_id=results[0].search_id if results else None,
                               timings_ms=timings)
 

@@ -1,0 +1,180 @@
+"""Query transformations wired into :class:`pgfunnel.search.Funnel` (all opt-in).
+
+* :func:`apply_query_hooks` -- the ``followup`` and ``rewriter`` hooks of ``Funnel.search``.
+* :func:`search_multi` -- several phrasings of one need, merged with RRF.
+* :func:`search_decomposed` -- a multi-intent query split into parts, merged round-robin.
+
+Each step appends a record (what it did and why) to ``SearchResponse.transforms``; with
+``trace=True`` the same records are stored in ``search_log.config["transforms"]`` of
+every search the step ran. The merges re-apply the per-source cap, because each
+sub-search is capped on its own and their union could otherwise hold more chunks of
+one source than ``per_source_cap``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from pgfunnel.errors import ConfigError, InvalidInputError
+from pgfunnel.transform import (
+    FollowupResolver,
+    GuardedRewriter,
+    decompose,
+    multi_query,
+    round_robin_merge,
+    rrf_merge,
+)
+
+if TYPE_CHECKING:
+    from pgfunnel.search import Funnel, Result, SearchResponse
+
+__all__ = ["apply_query_hooks", "collection_settings", "search_decomposed", "search_multi"]
+
+DEFAULT_REWRITE_TIMEOUT_S = 2.0
+
+
+def collection_settings(conn: psycopg.Connection[Any], collection: str) -> dict[str, Any]:
+    """``collection.settings`` (jsonb); ``protected_terms`` and ``qualifiers`` are read here."""
+    row = conn.execute("select settings from pgfunnel.collection where name = %s",
+                       (collection,)).fetchone()
+    return dict(row[0]) if row and row[0] else {}
+
+
+def _terms(settings: dict[str, Any], key: str) -> list[str]:
+    value = settings.get(key) or []
+    if not isinstance(value, list):
+        raise ConfigError(key, f"collection setting must be a list of words, got {value!r}")
+    return [str(v) for v in value]
+
+
+def apply_query_hooks(funnel: Funnel, conn: psycopg.Connection[Any], query: str,
+                      history: Sequence[str] | None, transforms: list[dict[str, Any]]) -> str:
+    """Follow-up resolution (when ``history`` is given), then the guarded rewrite."""
+    settings: dict[str, Any] | None = None
+
+    def coll_settings() -> dict[str, Any]:
+        nonlocal settings
+        if settings is None:
+            settings = collection_settings(conn, funnel.collection)
+        return settings
+
+    if history is not None:
+        resolver = funnel.followup
+        if resolver is None:
+            # passing history is the opt-in; the deterministic resolver is the default
+            resolver = FollowupResolver(qualifiers=_terms(coll_settings(), "qualifiers"))
+        res = resolver.resolve(list(history), query)
+        transforms.append({"step": "followup", "original": res.original, "query": res.query,
+                           "carried_terms": list(res.carried_terms), "reason": res.reason})
+        query = res.query
+    if funnel.rewriter is not None:
+        guard = funnel.rewriter
+        if not isinstance(guard, GuardedRewriter):
+            # a bare callable (e.g. an LLM client) is always guarded: protected tokens
+            # plus the collection's plan/qualifier words must survive the rewrite
+            s = coll_settings()
+            guard = GuardedRewriter(guard, timeout_s=DEFAULT_REWRITE_TIMEOUT_S,
+                                    protected_terms=_terms(s, "protected_terms")
+                                    + _terms(s, "qualifiers"))
+        r = guard.rewrite(query)
+        transforms.append({"step": "rewrite", "original": r.original, "query": r.query,
+                           "used_rewrite": r.used_rewrite, "reason": r.reason,
+                           "proposed": r.proposed, "protected": list(r.protected),
+                           "missing": list(r.missing), "elapsed_s": round(r.elapsed_s, 4)})
+        query = r.query
+    return query
+
+
+def _cap_and_cut(results: Sequence[Result], k: int, cap: int) -> list[Result]:
+    per_source: dict[str, int] = {}
+    out: list[Result] = []
+    for r in results:
+        if per_source.get(r.citekey, 0) >= cap:
+            continue
+        per_source[r.citekey] = per_source.get(r.citekey, 0) + 1
+        out.append(dataclasses.replace(r, final_rank=len(out) + 1))
+        if len(out) == k:
+            break
+    return out
+
+
+def _combine(funnel: Funnel, query: str, responses: list[SearchResponse],
+             merged: list[Result], record: dict[str, Any]) -> SearchResponse:
+    from pgfunnel.search import SearchResponse
+
+    timings: dict[str, float] = {}
+    for resp in responses:
+        for key, ms in resp.timings_ms.items():
+            timings[key] = timings.get(key, 0.0) + ms
+    record["search_ids"] = [resp.search_id for resp in responses]
+    record["merged"] = [r.chunk_id for r in merged]
+    notices = [n for resp in responses for n in resp.notices]
+    transforms = [t for resp in responses[:1] for t in resp.transforms
+                  if t.get("step") != record["step"]]
+    return SearchResponse(query, merged, notices=list(dict.fromkeys(notices)),
+                          reranked=bool(responses) and all(r.reranked for r in responses),
+                          timings_ms=timings, transforms=[*transforms, record])
+
+
+def _k_and_cap(funnel: Funnel, params: dict[str, Any]) -> tuple[int, int]:
+    k = int(params.get("k", funnel.defaults.k))
+    cap = int(params.get("per_source_cap", funnel.defaults.per_source_cap))
+    if k < 1:
+        raise ConfigError("k", f"must be at least 1, got {k}")
+    return k, cap
+
+
+def search_multi(funnel: Funnel, phrasings: Sequence[str], *, rrf_k: int = 60,
+                 max_queries: int | None = None, **params: Any) -> SearchResponse:
+    """Search each phrasing of one need and merge the result lists with RRF.
+
+    Each phrasing is a full search (rerank included, if on). The merged list is capped
+    per source and cut to ``k``; each Result keeps the per-stage ranks of the phrasing
+    it was first found by, and ``final_rank`` is its place in the merged list.
+    """
+    mq = multi_query(phrasings, max_queries=max_queries)
+    if not mq.queries:
+        raise InvalidInputError("phrasings: no usable phrasing (all empty or duplicates)")
+    k, cap = _k_and_cap(funnel, params)
+    record: dict[str, Any] = {"step": "multi_query", "queries": mq.queries,
+                              "dropped": list(mq.dropped), "reason": mq.reason,
+                              "merge": "rrf", "rrf_k": rrf_k}
+    responses = [funnel._search(q, transforms=[{**record, "part": i}], **params)
+                 for i, q in enumerate(mq.queries)]
+    by_id: dict[int, Result] = {}
+    for resp in responses:
+        for r in resp.results:
+            by_id.setdefault(r.chunk_id, r)
+    fused = rrf_merge([[r.chunk_id for r in resp.results] for resp in responses], k=rrf_k)
+    merged = _cap_and_cut([by_id[cid] for cid, _ in fused], k, cap)
+    return _combine(funnel, mq.queries[0], responses, merged, record)
+
+
+def search_decomposed(funnel: Funnel, query: str, *, max_parts: int = 3,
+                      qualifiers: Sequence[str] | None = None, **params: Any) -> SearchResponse:
+    """Split ``query`` where its structure shows several needs; merge the parts round-robin.
+
+    ``qualifiers`` (plan names and the like) default to the collection setting
+    ``qualifiers``. A query that is not split is searched as is (and says so in its
+    transform record). Round-robin, not RRF: each part keeps its share of the first k.
+    """
+    if qualifiers is None:
+        with funnel.connection() as conn:
+            qualifiers = _terms(collection_settings(conn, funnel.collection), "qualifiers")
+    d = decompose(query, max_parts, qualifiers=qualifiers)
+    k, cap = _k_and_cap(funnel, params)
+    record: dict[str, Any] = {"step": "decompose", "parts": list(d.parts), "reason": d.reason,
+                              "merge": "round_robin", "max_parts": max_parts}
+    responses = [funnel._search(part, transforms=[{**record, "part": i}], **params)
+                 for i, part in enumerate(d.parts)]
+    by_id: dict[int, Result] = {}
+    for resp in responses:
+        for r in resp.results:
+            by_id.setdefault(r.chunk_id, r)
+    order = round_robin_merge([[r.chunk_id for r in resp.results] for resp in responses])
+    merged = _cap_and_cut([by_id[cid] for cid in order], k, cap)
+    return _combine(funnel, query, responses, merged, record)

@@ -1,0 +1,288 @@
+"""Funnel (candidate -> rerank -> final) against the real database: rerank-off parity
+with funnel_search, a real tiny cross-encoder, the pinned rerank-before-cap order, the
+failure modes of the rerank step, and the opt-in query transformations."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgfunnel.db import connect
+from pgfunnel.errors import ModelLoadError, RerankError
+from pgfunnel.ingest import Ingester
+from pgfunnel.rerank import Reranker
+from pgfunnel.search import Funnel, Result
+from pgfunnel.sources import DocumentRecord
+from pgfunnel.tiny_models import build_tiny_cross_encoder
+from pgfunnel.transform import GuardedRewriter
+
+
+@pytest.fixture(scope="module")
+def tiny_reranker(tmp_path_factory: pytest.TempPathFactory) -> Reranker:
+    path = build_tiny_cross_encoder(tmp_path_factory.mktemp("ce") / "tiny")
+    return Reranker(str(path), device="cpu")
+
+
+class Counting:
+    """Delegates to a real reranker and counts model calls; ``drop`` loses rows."""
+
+    def __init__(self, inner: Any, drop: int = 0) -> None:
+        self.inner = inner
+        self.calls = 0
+        self.drop = drop
+        self.model_name = inner.model_name
+
+    def rank(self, query: str, documents: Sequence[str]) -> list[dict[str, Any]]:
+        self.calls += 1
+        rows = self.inner.rank(query, documents)
+        return rows[: len(rows) - self.drop]
+
+
+def _cap_and_cut(chunks: Sequence[Any], k: int, cap: int) -> list[int]:
+    seen: dict[str, int] = {}
+    out: list[int] = []
+    for c in chunks:
+        if seen.get(c.citekey, 0) < cap and len(out) < k:
+            seen[c.citekey] = seen.get(c.citekey, 0) + 1
+            out.append(c.chunk_id)
+    return out
+
+
+# -- rerank off: exactly funnel_search ------------------------------------------------
+
+
+def test_rerank_off_returns_exactly_funnel_search(sample_conn: psycopg.Connection[Any],
+                                                  embedder: Any, tiny_reranker: Reranker) -> None:
+    q = "refund window on annual plans"
+    vec = embedder.embed_query(q)
+    expected = sample_conn.execute(
+        "select * from pgfunnel.funnel_search(%s, %s, k => 7, principals => '{}')",
+        (q, vec)).fetchall()
+    assert len(expected) == 7
+    plain = Funnel(sample_conn, embedder=embedder).search(q, k=7, principals=[])
+    assert [dataclasses.astuple(r) for r in plain.results] == [tuple(r) for r in expected]
+    off = Funnel(sample_conn, embedder=embedder, reranker=tiny_reranker).search(
+        q, k=7, principals=[], rerank=False)
+    assert [dataclasses.astuple(r) for r in off.results] == [tuple(r) for r in expected]
+    assert not off.reranked and all(r.rerank_rank is None for r in off.results)
+
+
+# -- rerank on: a real (tiny) CrossEncoder reorders the pool and nothing else ----------
+
+
+def test_tiny_cross_encoder_reorders_the_pool_only(sample_conn: psycopg.Connection[Any],
+                                                   embedder: Any,
+                                                   tiny_reranker: Reranker) -> None:
+    q = "how do I change the billing currency"
+    funnel = Funnel(sample_conn, embedder=embedder, reranker=tiny_reranker)
+    resp = funnel.search(q, k=5, principals=[], per_source_cap=2)
+    assert resp.reranked and resp.rerank_skipped_reason is None
+    vec = embedder.embed_query(q)
+    cands = sample_conn.execute(
+        "select chunk_id, fused_rank, fused_score, text from pgfunnel.candidates("
+        "%s, %s, k => 5, principals => '{}', per_source_cap => 2)", (q, vec)).fetchall()
+    # same candidates with the same fused ranks/scores: rerank only changes the order
+    assert sorted((c.chunk_id, c.fused_rank, c.fused_score) for c in resp.pool) == sorted(
+        (c[0], c[1], c[2]) for c in cands)
+    # the new order is the model's, scoring exactly the shown snippets
+    scores = tiny_reranker.predict(q, [c.text for c in resp.pool])
+    assert [c.rerank_score for c in resp.pool] == pytest.approx(scores)
+    assert scores == sorted(scores, reverse=True)
+    assert [c.rerank_rank for c in resp.pool] == list(range(1, len(resp.pool) + 1))
+    # the final query capped and cut the reranked order
+    assert [r.chunk_id for r in resp.results] == _cap_and_cut(resp.pool, 5, 2)
+    assert [r.final_rank for r in resp.results] == [1, 2, 3, 4, 5]
+    assert all(r.rerank_score is not None for r in resp.results)
+
+
+# -- pinned: rerank happens before the per-source cap ---------------------------------
+
+
+class PreferMarker:
+    """Deterministic scorer: chunks containing ``marker`` first, others keep their order."""
+
+    model_name = "test/prefer-marker"
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def rank(self, query: str, documents: Sequence[str]) -> list[dict[str, Any]]:
+        scores = [(10.0 if self.marker in d else 0.0) - i / 100 for i, d in enumerate(documents)]
+        order = sorted(range(len(documents)), key=lambda i: -scores[i])
+        return [{"corpus_id": i, "score": scores[i]} for i in order]
+
+
+def _sections(topic: str, n: int, extra: str = "") -> str:
+    return "\n\n".join(
+        f"## {topic} part {i}\n\nGlacier backup restore steps for glacier backup restore "
+        f"jobs, glacier backup restore retries and glacier restore limits, section {i}. {extra}"
+        for i in range(1, n + 1))
+
+
+@pytest.fixture()
+def cap_conn(db: str, embedder: Any) -> Iterator[psycopg.Connection[Any]]:
+    with connect(db, autocommit=True) as conn:
+        Ingester(conn, "default", embedder=embedder, chunk_words=20).ingest([
+            DocumentRecord("alpha", _sections("Alpha", 4), title="Alpha"),
+            DocumentRecord("beta", _sections("Beta", 4), title="Beta"),
+            DocumentRecord("gamma", "## Gamma\n\nA lighthouse keeper note that mentions a "
+                           "glacier once, among many unrelated words about tides and lamps.",
+                           title="Gamma"),
+        ])
+        yield conn
+
+
+def test_rerank_before_cap_lets_a_third_source_in(cap_conn: psycopg.Connection[Any]) -> None:
+    k, cap = 4, 2
+    funnel = Funnel(cap_conn, embedder=None, reranker=PreferMarker("lighthouse"))
+    resp = funnel.search("glacier backup restore", k=k, principals=[], per_source_cap=cap)
+    by_key = {c.citekey for c in resp.pool}
+    assert by_key == {"alpha", "beta", "gamma"}
+    gamma = next(c for c in resp.pool if c.citekey == "gamma")
+    assert gamma.fused_rank > k  # in fused order it was far outside the first k
+    # actual (rerank, then cap, then cut): the promoted third source is first
+    assert resp.results[0].citekey == "gamma"
+    assert {r.citekey for r in resp.results} == {"alpha", "beta", "gamma"}
+    assert len(resp.results) == k
+    # swapped (cap and cut in fused order, then rerank those k): gamma never gets in
+    fused_order = sorted(resp.pool, key=lambda c: c.fused_rank)
+    capped = {c.chunk_id: c for c in fused_order if c.chunk_id in
+              set(_cap_and_cut(fused_order, k, cap))}
+    swapped_texts = list(capped.values())
+    reranked = PreferMarker("lighthouse").rank("q", [c.text for c in swapped_texts])
+    swapped = [swapped_texts[row["corpus_id"]].chunk_id for row in reranked]
+    assert "gamma" not in {capped[i].citekey for i in swapped}
+    assert swapped != [r.chunk_id for r in resp.results]
+
+
+# -- failure modes of the rerank step ----------------------------------------------------
+
+
+def test_zero_candidates_means_no_model_call(sample_conn: psycopg.Connection[Any],
+                                             tiny_reranker: Reranker) -> None:
+    counting = Counting(tiny_reranker)
+    funnel = Funnel(sample_conn, embedder=None, reranker=counting)
+    resp = funnel.search("qzxvbnmw", k=5, principals=[])
+    assert resp.results == [] and resp.pool == []
+    assert counting.calls == 0
+    assert not resp.reranked and resp.rerank_skipped_reason == "no candidates"
+
+
+def test_score_count_mismatch_is_a_hard_error(sample_conn: psycopg.Connection[Any],
+                                              embedder: Any, tiny_reranker: Reranker) -> None:
+    funnel = Funnel(sample_conn, embedder=embedder, reranker=Counting(tiny_reranker, drop=1))
+    with pytest.raises(RerankError, match="scores for"):
+        funnel.search("refund annual plan", k=5, principals=[])
+
+
+def test_gate_skips_the_model_and_says_so_in_the_trace(sample_conn: psycopg.Connection[Any],
+                                                        embedder: Any,
+                                                        tiny_reranker: Reranker) -> None:
+    counting = Counting(tiny_reranker)
+    funnel = Funnel(sample_conn, embedder=embedder, reranker=counting, rerank_gate_margin=0.0)
+    resp = funnel.search("refund annual plan", k=5, principals=[], trace=True)
+    assert counting.calls == 0 and not resp.reranked
+    assert resp.rerank_skipped_reason is not None and resp.rerank_skipped_reason.startswith("gate")
+    row = sample_conn.execute("select config from pgfunnel.search_log where id = %s",
+                              (resp.search_id,)).fetchone()
+    assert row is not None and row[0]["rerank_skipped"].startswith("gate")
+    assert row[0]["rerank"] is False
+    # the gate off (default): the model runs
+    Funnel(sample_conn, embedder=embedder, reranker=counting).search(
+        "refund annual plan", k=5, principals=[])
+    assert counting.calls == 1
+
+
+def test_wrong_model_id_raises_naming_the_setting(tmp_path: Path) -> None:
+    with pytest.raises(ModelLoadError) as info:
+        Reranker("pgfunnel-test/no-such-cross-encoder", device="cpu", local_files_only=True)
+    assert info.value.setting == "rerank_model"
+    assert "pgfunnel-test/no-such-cross-encoder" in str(info.value)
+    with pytest.raises(ModelLoadError, match="rerank_model"):
+        Reranker(str(tmp_path / "missing"), device="cpu")
+
+
+# -- opt-in query transformations --------------------------------------------------------
+
+
+def _logged_transforms(conn: psycopg.Connection[Any], search_id: int | None) -> Any:
+    row = conn.execute("select config -> 'transforms' from pgfunnel.search_log where id = %s",
+                       (search_id,)).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def test_search_multi_merges_phrasings_with_rrf(sample_conn: psycopg.Connection[Any],
+                                                embedder: Any) -> None:
+    funnel = Funnel(sample_conn, embedder=embedder)
+    phrasings = ["refund on an annual plan", "money back for a yearly subscription",
+                 "Refund on an annual plan"]
+    resp = funnel.search_multi(phrasings, k=6, principals=[], per_source_cap=1, trace=True)
+    rec = resp.transforms[-1]
+    assert rec["step"] == "multi_query" and len(rec["queries"]) == 2  # duplicate dropped
+    assert [r.final_rank for r in resp.results] == list(range(1, 7))
+    citekeys = [r.citekey for r in resp.results]
+    assert len(set(citekeys)) == len(citekeys)  # the cap holds across the merged list
+    singles = [funnel.search(q, k=6, principals=[], per_source_cap=1) for q in rec["queries"]]
+    from pgfunnel.transform import rrf_merge
+
+    fused = [cid for cid, _ in rrf_merge([[r.chunk_id for r in s.results] for s in singles])]
+    assert [r.chunk_id for r in resp.results] == fused[:6]
+    for sid in rec["search_ids"]:
+        assert _logged_transforms(sample_conn, sid)[0]["step"] == "multi_query"
+
+
+def test_search_decomposed_gives_each_part_its_share(sample_conn: psycopg.Connection[Any],
+                                                     embedder: Any) -> None:
+    funnel = Funnel(sample_conn, embedder=embedder)
+    q = "currency on monthly plans and levy on annual plans"
+    resp = funnel.search_decomposed(q, qualifiers=["monthly", "annual"], k=4, principals=[])
+    rec = resp.transforms[-1]
+    assert rec["step"] == "decompose" and len(rec["parts"]) == 2
+    tops = [funnel.search(p, k=4, principals=[]).results for p in rec["parts"]]
+    assert tops[0][0].chunk_id != tops[1][0].chunk_id
+    # round-robin: slot 1 is part 1's best, slot 2 part 2's best
+    assert [r.chunk_id for r in resp.results[:2]] == [tops[0][0].chunk_id, tops[1][0].chunk_id]
+    whole = funnel.search_decomposed("terms and conditions", k=3, principals=[])
+    assert whole.transforms[-1]["parts"] == ["terms and conditions"]
+
+
+def test_guarded_rewrite_keeps_err_code_or_falls_back(sample_conn: psycopg.Connection[Any],
+                                                      embedder: Any) -> None:
+    q = "what does ERR-4029 mean"
+    lossy = Funnel(sample_conn, embedder=embedder, rewriter=lambda s: "error code meaning")
+    resp = lossy.search(q, k=3, principals=[], trace=True)
+    assert resp.query == q
+    rec = resp.transforms[0]
+    assert rec["step"] == "rewrite" and not rec["used_rewrite"]
+    assert "ERR-4029" in rec["missing"] and rec["reason"].startswith("fallback")
+    assert _logged_transforms(sample_conn, resp.search_id)[0]["missing"] == ["ERR-4029"]
+
+    keeps = Funnel(sample_conn, embedder=embedder, rewriter=GuardedRewriter(
+        lambda s: "meaning of error err 4029", timeout_s=5))
+    resp = keeps.search(q, k=3, principals=[])
+    assert resp.query == "meaning of error err 4029" and resp.transforms[0]["used_rewrite"]
+
+
+def test_followup_carries_the_topic_into_the_trace(sample_conn: psycopg.Connection[Any],
+                                                   embedder: Any) -> None:
+    funnel = Funnel(sample_conn, embedder=embedder)
+    resp = funnel.search("what about monthly plans?", history=["how do refunds work?"],
+                         k=3, principals=[], trace=True)
+    assert resp.query == "refunds what about monthly plans?"
+    assert resp.results[0].citekey == "refunds-monthly"
+    logged = _logged_transforms(sample_conn, resp.search_id)
+    assert logged[0]["step"] == "followup" and logged[0]["carried_terms"] == ["refunds"]
+    # without history nothing is transformed and nothing is recorded
+    assert funnel.search("what about monthly plans?", k=3, principals=[]).transforms == []
+
+
+def test_result_fields_are_typed(sample_conn: psycopg.Connection[Any], embedder: Any) -> None:
+    r = Funnel(sample_conn, embedder=embedder).search("refund", k=1, principals=[]).results[0]
+    assert isinstance(r, Result) and r.item_key == f"{r.citekey}#{r.ordinal}"
+    assert r.fused_rank >= 1 and (r.lexical_rank is not None or r.dense_rank is not None)

@@ -1,0 +1,98 @@
+"""funnel_search as a typed table-valued function inside SQLAlchemy select()."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+from sqlalchemy import Column, MetaData, Table, Text, insert, select
+from sqlalchemy.orm import Session
+
+from pgfunnel.errors import ConfigError
+from pgfunnel.models import Chunk, Document
+from pgfunnel.search import Funnel
+from pgfunnel.sqla import engine_from_dsn, funnel_search_tvf, identity_statement
+
+
+def test_tvf_rows_equal_the_search_api(sample_db: str, embedder: Any) -> None:
+    q = "refund window on annual plans"
+    vec = embedder.embed_query(q)
+    fs = funnel_search_tvf(q, vec, k=6, principals=["alice"], per_source_cap=1)
+    engine = engine_from_dsn(sample_db)
+    try:
+        with Session(engine) as s:
+            s.execute(identity_statement(["alice"]))
+            rows = s.execute(select(fs).order_by(fs.c.final_rank)).all()
+        with Funnel(sample_db, embedder=embedder) as funnel:
+            api = funnel.search(q, k=6, principals=["alice"], per_source_cap=1).results
+        assert [tuple(r) for r in rows] == [dataclasses.astuple(r) for r in api]
+        assert len({r.citekey for r in rows}) == 6
+    finally:
+        engine.dispose()
+
+
+def test_tvf_joins_orm_models_and_application_tables(sample_db: str, embedder: Any) -> None:
+    engine = engine_from_dsn(sample_db)
+    app_meta = MetaData(schema="public")
+    bookmark = Table("bookmark", app_meta, Column("citekey", Text, primary_key=True),
+                     Column("note", Text))
+    try:
+        app_meta.create_all(engine)
+        with Session(engine) as s:
+            s.execute(insert(bookmark).values(citekey="refunds-annual", note="pinned by ops"))
+            q = "refund annual plan"
+            fs = funnel_search_tvf(q, embedder.embed_query(q), k=5, principals=[])
+            stmt = (select(fs.c.final_rank, fs.c.citekey, fs.c.metadata, Document.language,
+                           Chunk.token_count, bookmark.c.note)
+                    .join(Chunk, Chunk.id == fs.c.chunk_id)
+                    .join(Document, Document.id == Chunk.document_id)
+                    .outerjoin(bookmark, bookmark.c.citekey == fs.c.citekey)
+                    .order_by(fs.c.final_rank))
+            rows = s.execute(stmt).all()
+            s.commit()
+        assert rows[0].citekey == "refunds-annual" and rows[0].note == "pinned by ops"
+        assert all(r.note is None for r in rows[1:])
+        assert isinstance(rows[0].metadata, dict) and rows[0].metadata["plan"] == "annual"
+        assert rows[0].language == "en" and rows[0].token_count > 0
+    finally:
+        engine.dispose()
+
+
+def test_tvf_lateral_query_text_from_an_application_table(sample_db: str) -> None:
+    engine = engine_from_dsn(sample_db)
+    meta = MetaData(schema="public")
+    saved = Table("saved_query", meta, Column("name", Text, primary_key=True),
+                  Column("q", Text))
+    try:
+        meta.create_all(engine)
+        with Session(engine) as s:
+            s.execute(insert(saved), [{"name": "a", "q": "refund annual"},
+                                      {"name": "b", "q": "two factor authentication"}])
+            fs = funnel_search_tvf(saved.c.q, k=1, principals=[]).lateral()
+            rows = s.execute(select(saved.c.name, fs.c.citekey).select_from(saved).join(
+                fs, fs.c.final_rank == 1).order_by(saved.c.name)).all()
+        assert [r.name for r in rows] == ["a", "b"]
+        assert rows[0].citekey.startswith("refunds")
+        assert rows[0].citekey != rows[1].citekey
+    finally:
+        engine.dispose()
+
+
+def test_named_args_only_for_what_was_passed() -> None:
+    from sqlalchemy.dialects import postgresql
+
+    fs = funnel_search_tvf("x", [0.1, 0.2, 0.3], k=3, principals=["a"], metadata_filter=None)
+    sql = str(select(fs).compile(dialect=postgresql.dialect()))
+    assert "query_text =>" in sql and "k =>" in sql and "principals =>" in sql
+    assert "VECTOR(3)" in sql and "CAST(NULL AS JSONB)" in sql
+    assert "fusion =>" not in sql and "overfetch =>" not in sql
+
+
+def test_bad_arguments_name_the_parameter() -> None:
+    with pytest.raises(ConfigError, match="principals"):
+        funnel_search_tvf("x", k=3)
+    with pytest.raises(ConfigError, match="principals"):
+        funnel_search_tvf("x", principals="alice")
+    with pytest.raises(ConfigError, match="fuson"):
+        funnel_search_tvf("x", principals=[], fuson="rrf")
