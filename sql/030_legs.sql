@@ -19,10 +19,16 @@ as $$
 $$;
 
 -- lexical leg: exact BM25 top-`depth` over the visible chunks of a version.
--- Each round fetches every query term's `fetch_depth` best postings by stored weight,
--- scores the union exactly, and stops once no unfetched chunk can beat the
--- depth-th score (threshold algorithm); otherwise it fetches deeper. When the
--- filter leaves few chunks visible it scores those chunks directly instead.
+-- 1. approximate: one pass over the (term, weight) index sums idf * stored weight per
+--    chunk for every chunk holding a query term (index-only, no per-chunk lookups).
+--    Stored weights were computed with the reference average length avg_ref, so a
+--    chunk's true score is at most its approximate score * max(1, avg_now / avg_ref).
+-- 2. exact: the best n approximate chunks are checked for visibility and scored
+--    exactly from tf, length and the current statistics. If the depth-th exact score
+--    is at least the bound of the (n+1)-th approximate chunk, no chunk further down can
+--    enter the top depth (rank-safe); otherwise n grows and step 2 repeats.
+-- The bound holds for the k1/b the weights were stored with (1.2/0.75, see
+-- write_chunk_index); other values score every candidate exactly.
 create or replace function pgfunnel._lexical_leg(
     version_id integer, query_terms text[], depth integer,
     k1 double precision, b double precision,
@@ -37,113 +43,89 @@ declare
     n_chunks bigint;
     avg_now double precision;
     avg_ref double precision;
-    ratio double precision;
+    hi double precision;
     q_terms text[];
     q_idf double precision[];
-    max_df bigint;
-    fetch_depth integer := greatest(depth * 2, 64);
+    appr_ids bigint[];
+    appr_scores double precision[];
+    n_appr integer;
+    n integer := greatest(2 * depth, 64);
     ids bigint[];
     scores double precision[];
-    bound double precision;
-    visible_count integer;
-    vis text := pgfunnel._visible_sql();
-    score_expr text := 'sum(q.idf * p.tf * ($10 + 1) / (p.tf + $10 * (1 - $11 + $11 * l.length / $12)))';
+    exact_all boolean := k1 <> 1.2 or b <> 0.75;
 begin
     select v.chunk_count, v.total_length::float8 / nullif(v.chunk_count, 0), v.weights_avg_length
       into n_chunks, avg_now, avg_ref
-      from pgfunnel.index_version v where v.id = version_id;
-    if coalesce(n_chunks, 0) = 0 or cardinality(query_terms) = 0 then
+      from pgfunnel.index_version v where v.id = _lexical_leg.version_id;
+    if coalesce(n_chunks, 0) = 0 or coalesce(cardinality(query_terms), 0) = 0 then
         return;
     end if;
-    ratio := greatest(1.0, avg_now / coalesce(avg_ref, avg_now));
+    -- relative slack also covers float4 rounding of stored weights
+    hi := greatest(1.0, avg_now / coalesce(avg_ref, avg_now)) * (1 + 1e-6);
 
+    -- each distinct query term once, with its idf
     select array_agg(ts.term order by ts.term),
-           array_agg(pgfunnel._bm25_idf(ts.df, n_chunks) order by ts.term),
-           max(ts.df)
-      into q_terms, q_idf, max_df
+           array_agg(pgfunnel._bm25_idf(ts.df, n_chunks) order by ts.term)
+      into q_terms, q_idf
       from pgfunnel.term_stat ts
-     where ts.index_version_id = version_id
-       and ts.term = any (array(select distinct unnest(query_terms)));
+     where ts.index_version_id = _lexical_leg.version_id and ts.term = any (query_terms);
     if q_terms is null then
         return;
     end if;
 
+    -- 1. approximate scores of every chunk holding a query term: the best n + 1 of them
+    --    (a top-n sort; the loop below comes back here for more only when it must)
+    <<approx>>
     loop
-        execute format($q$
-            with q as (select * from unnest($7::text[], $8::float8[]) as q(term, idf)),
-            fetched as (
-                select q.term, t.chunk_id, t.weight, t.pos
-                  from q, lateral (
-                      select p.chunk_id, p.weight, row_number() over (order by p.weight desc) as pos
-                        from pgfunnel.posting p
-                       where p.index_version_id = %1$s and p.term = q.term
-                       order by p.weight desc
-                       limit $9) t
-            ),
-            scored as (
-                select c.chunk_id, %3$s as score
-                  from (select distinct f.chunk_id from fetched f) c
-                  join pgfunnel.lexical l on l.index_version_id = %1$s and l.chunk_id = c.chunk_id
-                  join pgfunnel.posting p on p.index_version_id = %1$s and p.chunk_id = c.chunk_id
-                  join q on q.term = p.term
-                  join pgfunnel.chunk ch on ch.id = c.chunk_id
-                  join pgfunnel.document d on d.id = ch.document_id
-                 where %2$s
-                 group by c.chunk_id
+        select array_agg(a.chunk_id order by a.s desc, a.chunk_id),
+               array_agg(a.s order by a.s desc, a.chunk_id)
+          into appr_ids, appr_scores
+          from (select p.chunk_id, sum(q.idf * p.weight) as s
+                  from unnest(q_terms, q_idf) as q(term, idf),
+                       lateral (select p.chunk_id, p.weight from pgfunnel.posting p
+                                 where p.index_version_id = _lexical_leg.version_id
+                                   and p.term = q.term) p
+                 group by p.chunk_id
                  order by 2 desc, 1
-                 limit $13
-            )
-            select (select array_agg(s.chunk_id order by s.score desc, s.chunk_id) from scored s),
-                   (select array_agg(s.score order by s.score desc, s.chunk_id) from scored s),
-                   (select coalesce(sum(q.idf * f.weight), 0)
-                      from fetched f join q on q.term = f.term
-                     where f.pos = $9)
-            $q$, version_id, vis, score_expr)
-          into ids, scores, bound
-         using principals, tenant, language, as_of, metadata_filter, collection_id,
-               q_terms, q_idf, fetch_depth, k1, b, avg_now, depth;
-        -- a term whose postings were all fetched adds nothing to the bound; one cut at
-        -- fetch_depth bounds every unfetched chunk by its fetch_depth-th weight
-        bound := bound * ratio * (1 + 1e-9);
-        exit when fetch_depth >= max_df;
-        exit when coalesce(cardinality(ids), 0) >= depth and scores[depth] >= bound;
-
-        if coalesce(cardinality(ids), 0) < depth then
-            -- few visible chunks: count them (up to a limit) and, if few, score them all
-            execute format('select count(*) from (select 1 from pgfunnel.document d
-                              join pgfunnel.chunk ch on ch.document_id = d.id
-                             where %s limit 5000) v', vis)
-               into visible_count
-              using principals, tenant, language, as_of, metadata_filter, collection_id;
-            if visible_count < 5000 then
-                return query execute format($q$
-                    with q as (select * from unnest($7::text[], $8::float8[]) as q(term, idf)),
-                    scored as (
-                        select ch.id as chunk_id, %3$s as score
-                          from pgfunnel.document d
-                          join pgfunnel.chunk ch on ch.document_id = d.id
-                          join pgfunnel.lexical l on l.index_version_id = %1$s and l.chunk_id = ch.id
-                          join pgfunnel.posting p on p.index_version_id = %1$s and p.chunk_id = ch.id
-                                                 and p.term = any ($7)
-                          join q on q.term = p.term
-                         where %2$s
-                         group by ch.id)
-                    select s.chunk_id, s.score,
-                           (row_number() over (order by s.score desc, s.chunk_id))::integer
-                      from scored s order by s.score desc, s.chunk_id limit $13
-                    $q$, version_id, vis, score_expr)
-                  using principals, tenant, language, as_of, metadata_filter, collection_id,
-                        q_terms, q_idf, fetch_depth, k1, b, avg_now, depth;
-                return;
-            end if;
+                 limit case when exact_all then null else n + 1 end) a;
+        n_appr := coalesce(cardinality(appr_ids), 0);
+        if exact_all then
+            n := n_appr;
         end if;
-        fetch_depth := fetch_depth * 4;
+
+        -- 2. exact scores of the best n, until the bound proves nothing below can enter
+        select array_agg(x.id order by x.sc desc, x.id), array_agg(x.sc order by x.sc desc, x.id)
+          into ids, scores
+          from (select c.id,
+                       (select sum(q_idf[array_position(q_terms, p.term)] * p.tf * (k1 + 1)
+                                   / (p.tf + k1 * (1 - b + b * l.length / avg_now)))
+                          from pgfunnel.posting p
+                         where p.index_version_id = _lexical_leg.version_id
+                           and p.chunk_id = c.id and p.term = any (q_terms)) as sc
+                  from unnest(appr_ids[1:n]) as c(id)
+                  join pgfunnel.chunk ch on ch.id = c.id
+                  join pgfunnel.document d on d.id = ch.document_id
+                  join pgfunnel.lexical l on l.index_version_id = _lexical_leg.version_id
+                                         and l.chunk_id = c.id
+                 where d.collection_id = _lexical_leg.collection_id
+                   and (d.is_public or d.readers operator(pg_catalog.&&) principals)
+                   and (d.tenant is null or d.tenant = _lexical_leg.tenant)
+                   and (_lexical_leg.language is null or d.language = _lexical_leg.language)
+                   and (d.valid_from is null or d.valid_from <= as_of)
+                   and (d.valid_to is null or d.valid_to > as_of)
+                   and (metadata_filter is null
+                        or d.metadata operator(pg_catalog.@>) metadata_filter)
+                 order by 2 desc, 1
+                 limit depth) x;
+        exit approx when n >= n_appr;
+        exit approx when coalesce(cardinality(ids), 0) >= depth
+                    and scores[depth] >= appr_scores[n + 1] * hi;
+        n := n * 4;
     end loop;
 
     return query
     select u.id, u.sc, u.ord::integer
-      from unnest(ids, scores) with ordinality as u(id, sc, ord)
-     where u.ord <= depth;
+      from unnest(ids, scores) with ordinality as u(id, sc, ord);
 end
 $$;
 

@@ -1,0 +1,228 @@
+"""The lexical leg is exact BM25: scores and top-depth sets against an independent reference."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from typing import Any
+
+import psycopg
+import pytest
+from funnel_util import active, doc, ingest
+
+from pgfunnel.ingest import delete_documents
+
+K1, B = 1.2, 0.75
+
+
+def _terms(conn: psycopg.Connection[Any], text: str, for_query: bool = False) -> list[str]:
+    return list(conn.execute("select pgfunnel.analyze(%s, 'english_v1', %s)",
+                             (text, for_query)).fetchone()[0])
+
+
+class Reference:
+    """BM25 computed in Python from the chunk texts, sharing nothing with the SQL scorer."""
+
+    def __init__(self, conn: psycopg.Connection[Any], collection: str) -> None:
+        rows = conn.execute(
+            "select ch.id, ch.text, d.is_public and d.tenant is null "
+            "from pgfunnel.chunk ch join pgfunnel.document d on d.id = ch.document_id "
+            "join pgfunnel.collection c on c.id = d.collection_id where c.name = %s",
+            (collection,)).fetchall()
+        self.tf: dict[int, Counter[str]] = {}
+        self.visible: set[int] = set()
+        for cid, text, public in rows:
+            self.tf[int(cid)] = Counter(_terms(conn, text))
+            if public:
+                self.visible.add(int(cid))
+        self.n = len(self.tf)
+        self.length = {c: sum(t.values()) for c, t in self.tf.items()}
+        self.avg = sum(self.length.values()) / self.n
+        self.df: Counter[str] = Counter()
+        for t in self.tf.values():
+            self.df.update(t.keys())
+
+    def idf(self, term: str) -> float:
+        df = self.df[term]
+        return math.log(1 + (self.n - df + 0.5) / (df + 0.5))
+
+    def score(self, chunk: int, terms: set[str]) -> float:
+        s = 0.0
+        for t in terms:
+            tf = self.tf[chunk][t]
+            if tf:
+                s += self.idf(t) * tf * (K1 + 1) / (
+                    tf + K1 * (1 - B + B * self.length[chunk] / self.avg))
+        return s
+
+    def top(self, terms: set[str], depth: int) -> list[tuple[int, float]]:
+        scored = [(c, self.score(c, terms)) for c in self.visible
+                  if any(self.tf[c][t] for t in terms)]
+        scored.sort(key=lambda x: (-x[1], x[0]))
+        return scored[:depth]
+
+
+def leg(conn: psycopg.Connection[Any], collection: str, query: str,
+        depth: int) -> list[tuple[int, float, int]]:
+    vid, cid, _ = active(conn, collection)
+    return [(int(a), float(b), int(c)) for a, b, c in conn.execute(
+        "select chunk_id, score, rank from pgfunnel._lexical_leg(%s, "
+        "pgfunnel.analyze(%s, 'english_v1', true), %s, 1.2, 0.75, '{}'::text[], null, null, "
+        "now(), null, %s)", (vid, query, depth, cid)).fetchall()]
+
+
+def assert_matches(ref: Reference, got: list[tuple[int, float, int]], terms: set[str],
+                   depth: int) -> None:
+    want = ref.top(terms, depth)
+    assert len(got) == len(want), (len(got), len(want))
+    assert [r for _, _, r in got] == list(range(1, len(got) + 1))
+    for (gid, gscore, _), (wid, wscore) in zip(got, want, strict=True):
+        # every returned score is the exact score of that chunk
+        exact = ref.score(gid, terms)
+        assert abs(gscore - exact) <= 1e-6 * max(abs(exact), 1e-12), (gid, gscore, exact)
+        assert abs(gscore - wscore) <= 1e-6 * abs(wscore)
+    # the set is the reference's exact top-depth; only exact float ties at the cut may differ
+    if want:
+        cut = want[-1][1]
+        differ = {g for g, _, _ in got} ^ {w for w, _ in want}
+        assert all(abs(ref.score(c, terms) - cut) <= 1e-9 * cut for c in differ), differ
+
+
+QUERIES = ["refund annual plan", "how do I export my invoices", "ERR-4321",
+           "plan", "account workspace owner", "the charge card billing plan account"]
+
+
+@pytest.mark.parametrize("depth", [5, 40])
+def test_sample_scores_equal_reference(sample_conn: psycopg.Connection[Any], depth: int) -> None:
+    ref = Reference(sample_conn, "default")
+    for q in QUERIES:
+        terms = set(_terms(sample_conn, q, True))
+        assert terms
+        assert_matches(ref, leg(sample_conn, "default", q, depth), terms, depth)
+
+
+def _zipf_corpus(n_docs: int, seed: int, mean_words: int) -> list[Any]:
+    rng = random.Random(seed)
+    vocab = ["".join(rng.choice("bcdfghjklmnpqrstvwz") + rng.choice("aeiou")
+                     for _ in range(3)) for _ in range(300)]
+    weights = [1 / (i + 1) for i in range(len(vocab))]
+    docs = []
+    for i in range(n_docs):
+        words = rng.choices(vocab, weights, k=max(5, int(rng.gauss(mean_words, mean_words / 3))))
+        docs.append(doc(f"z{seed}-{i}", " ".join(words)))
+    return docs, vocab
+
+
+def _queries(vocab: list[str]) -> list[str]:
+    # the most common words (df in the hundreds) mixed with rarer ones
+    return [vocab[0], f"{vocab[0]} {vocab[1]}", f"{vocab[0]} {vocab[1]} {vocab[2]} {vocab[3]}",
+            f"{vocab[2]} {vocab[150]}", f"{vocab[250]}", f"{vocab[5]} {vocab[40]} {vocab[299]}"]
+
+
+def test_common_terms_rank_safe(conn: psycopg.Connection[Any]) -> None:
+    docs, vocab = _zipf_corpus(400, seed=1, mean_words=60)
+    ingest(conn, docs)
+    ref = Reference(conn, "t")
+    df_max = max(ref.df.values())
+    assert df_max > 200  # the leg must go past the first round of postings
+    for q in _queries(vocab):
+        terms = set(_terms(conn, q, True))
+        for depth in (1, 10, 40):
+            assert_matches(ref, leg(conn, "t", q, depth), terms, depth)
+
+
+def _recount(conn: psycopg.Connection[Any], collection: str) -> tuple[Counter[str], int, int]:
+    ref = Reference(conn, collection)
+    return ref.df, ref.n, sum(ref.length.values())
+
+
+def _stored(conn: psycopg.Connection[Any], collection: str) -> tuple[Counter[str], int, int]:
+    vid, _, _ = active(conn, collection)
+    df = Counter({t: int(n) for t, n in conn.execute(
+        "select term, df from pgfunnel.term_stat where index_version_id = %s", (vid,))})
+    row = conn.execute("select chunk_count, total_length from pgfunnel.index_version "
+                       "where id = %s", (vid,)).fetchone()
+    assert row is not None
+    recount = Counter({t: int(n) for t, n in conn.execute(
+        "select term, df from pgfunnel.bm25_recount(%s)", (vid,))})
+    assert recount == df
+    return df, int(row[0]), int(row[1])
+
+
+def test_statistics_exact_through_replace_and_delete(conn: psycopg.Connection[Any]) -> None:
+    docs, vocab = _zipf_corpus(60, seed=2, mean_words=40)
+    ingest(conn, docs)
+    assert _stored(conn, "t") == _recount(conn, "t")
+
+    # replace: a changed document is re-ingested (its old chunks leave the statistics)
+    changed = [doc(docs[0].citekey, f"{vocab[7]} entirely new text " * 30),
+               doc(docs[1].citekey, "short")]
+    ingest(conn, changed, seed=5)
+    assert _stored(conn, "t") == _recount(conn, "t")
+
+    # delete
+    delete_documents(conn, "t", [docs[2].citekey, docs[3].citekey, docs[0].citekey])
+    stored = _stored(conn, "t")
+    assert stored == _recount(conn, "t")
+    assert all(n > 0 for n in stored[0].values())  # no zero-df rows left behind
+
+
+def test_stale_and_refreshed_weights_stay_exact(conn: psycopg.Connection[Any]) -> None:
+    short, vocab = _zipf_corpus(200, seed=3, mean_words=30)
+    ingest(conn, short)
+    vid, _, _ = active(conn, "t")
+    # longer documents move the average length by less than the ingest's refresh
+    # tolerance, so the stored weights stay computed with the old average
+    longer = [doc(f"long-{i}", " ".join(random.Random(i).choices(vocab[:60], k=40)))
+              for i in range(120)]
+    ingest(conn, longer, seed=4)
+    avg_now, avg_ref = conn.execute(
+        "select total_length::float8 / chunk_count, weights_avg_length "
+        "from pgfunnel.index_version where id = %s", (vid,)).fetchone()
+    assert avg_now > avg_ref * 1.05  # weights are stale, upward drift
+    ref = Reference(conn, "t")
+    for q in _queries(vocab):
+        terms = set(_terms(conn, q, True))
+        assert_matches(ref, leg(conn, "t", q, 20), terms, 20)
+
+    # downward drift: delete the long ones again, weights now reference a larger average
+    conn.execute("select pgfunnel.refresh_bm25_weights(%s)", (vid,))
+    delete_documents(conn, "t", [d.citekey for d in longer[:100]])
+    avg_now, avg_ref = conn.execute(
+        "select total_length::float8 / chunk_count, weights_avg_length "
+        "from pgfunnel.index_version where id = %s", (vid,)).fetchone()
+    assert avg_now < avg_ref * 0.97
+    ref = Reference(conn, "t")
+    for q in _queries(vocab):
+        terms = set(_terms(conn, q, True))
+        assert_matches(ref, leg(conn, "t", q, 20), terms, 20)
+
+    # refreshed: weights match the current average again, results still exact
+    assert conn.execute("select pgfunnel.refresh_bm25_weights(%s)", (vid,)).fetchone()[0] > 0
+    avg_now, avg_ref = conn.execute(
+        "select total_length::float8 / chunk_count, weights_avg_length "
+        "from pgfunnel.index_version where id = %s", (vid,)).fetchone()
+    assert avg_ref == pytest.approx(avg_now)
+    for q in _queries(vocab):
+        terms = set(_terms(conn, q, True))
+        assert_matches(ref, leg(conn, "t", q, 20), terms, 20)
+
+
+def test_non_default_k1_b_exact(conn: psycopg.Connection[Any]) -> None:
+    docs, vocab = _zipf_corpus(150, seed=6, mean_words=40)
+    ingest(conn, docs)
+    vid, cid, _ = active(conn, "t")
+    global K1, B
+    try:
+        K1, B = 2.0, 0.3
+        ref = Reference(conn, "t")
+        for q in _queries(vocab)[:3]:
+            terms = set(_terms(conn, q, True))
+            got = [(int(a), float(b), int(c)) for a, b, c in conn.execute(
+                "select chunk_id, score, rank from pgfunnel._lexical_leg(%s, "
+                "pgfunnel.analyze(%s, 'english_v1', true), 15, 2.0, 0.3, '{}'::text[], null, "
+                "null, now(), null, %s)", (vid, q, cid)).fetchall()]
+            assert_matches(ref, got, terms, 15)
+    finally:
+        K1, B = 1.2, 0.75
