@@ -1,0 +1,170 @@
+"""`pgfunnel eval`: run configurations over judged queries; tables, JSON, charts, floors."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pgfunnel.cli.common import (
+    EXIT_GATE,
+    CollectionOption,
+    DsnOption,
+    JsonOption,
+    console,
+    emit_json,
+    handle_errors,
+    out,
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.command(name="eval")(evaluate)
+
+
+def evaluate(
+    queries: Annotated[Path, typer.Argument(help="Judged queries (JSON Lines).")],
+    dsn: DsnOption = None,
+    collection: CollectionOption = "default",
+    config: Annotated[list[str] | None, typer.Option(
+        "--config", help='A configuration NAME=JSON of search parameters, e.g. '
+                         'minmax=\'{"fusion": "minmax"}\'. Repeatable; the first is the '
+                         'baseline.')] = None,
+    preset: Annotated[str | None, typer.Option(
+        "--preset", help="Named configurations: default, lexical, dense, all-fusions. "
+                         "Default: 'default' when no --config is given.")] = None,
+    k: Annotated[int, typer.Option("--k", help="Cutoff for the metrics and the search.")] = 10,
+    split: Annotated[str | None, typer.Option(
+        "--split", help="Evaluate only the dev or the test split.")] = None,
+    floors: Annotated[Path | None, typer.Option(
+        "--floors", help="Per-slice floors (JSON); exit 3 when any is not met.")] = None,
+    out_dir: Annotated[Path | None, typer.Option(
+        "--out", help="Write report.json, report.md, slices.png and pool_recall.png here.")] = None,
+    qualifiers: Annotated[str | None, typer.Option(
+        "--qualifiers", help="Comma-separated words that qualify a topic (plan names...), "
+                             "for follow-up resolution and decomposition.")] = None,
+    principal: Annotated[list[str] | None, typer.Option(
+        "--principal", help="Search as this reader (repeatable). Default: public only.")] = None,
+    trace: Annotated[bool, typer.Option(
+        "--trace", help="Trace the searches (search_log/search_trace) for stage recall in "
+                        "the database.")] = False,
+    store_qrels: Annotated[bool, typer.Option(
+        "--store-qrels", help="Also load the judged queries into pgfunnel.qrel.")] = False,
+    json_out: JsonOption = False,
+) -> None:
+    """Evaluate configurations: per-slice nDCG/recall/MRR with the pool recall of each stage."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from pgfunnel.db import connect
+    from pgfunnel.errors import ConfigError
+    from pgfunnel.eval.harness import (
+        Harness,
+        parse_config_arg,
+        preset_configs,
+    )
+    from pgfunnel.eval.harness import (
+        store_qrels as store,
+    )
+    from pgfunnel.eval.metrics import check_floors, load_floors
+    from pgfunnel.eval.qrels import load_queries
+    from pgfunnel.eval.report import plot_pool_recall, plot_slices, to_dict, to_markdown, write_json
+
+    with handle_errors():
+        if split not in (None, "dev", "test"):
+            raise ConfigError("split", f"must be dev or test, got {split!r}")
+        judged = load_queries(queries)
+        configs = []
+        if preset is not None or not config:
+            configs += preset_configs(preset or "default")
+        configs += [parse_config_arg(c) for c in config or []]
+        if qualifiers:
+            words = tuple(w.strip() for w in qualifiers.split(",") if w.strip())
+            configs = [dataclasses.replace(c, qualifiers=c.qualifiers or words)
+                       for c in configs]
+        floor_spec = load_floors(floors) if floors is not None else None
+        conn = connect(dsn, autocommit=True)
+        try:
+            if store_qrels:
+                n = store(conn, collection, judged)
+                console.print(f"stored {n} judgments of {len(judged)} queries in pgfunnel.qrel")
+            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                          console=console, transient=True, disable=json_out) as progress:
+                task = progress.add_task("evaluating", total=None)
+
+                def tick(name: str, done: int, total: int) -> None:
+                    progress.update(task, description=f"evaluating {name}", completed=done,
+                                    total=total)
+
+                harness = Harness(conn, collection, k=k, principals=principal or [],
+                                  trace=trace, progress=tick)
+                result = harness.run(judged, configs, split=split)  # type: ignore[arg-type]
+        finally:
+            conn.close()
+        report = result.report
+        violations = check_floors(report.configs[report.baseline].aggregates, floor_spec) \
+            if floor_spec is not None else []
+        markdown = to_markdown(report)
+        if out_dir is not None:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            write_json(report, out_dir / "report.json")
+            (out_dir / "report.md").write_text(markdown, encoding="utf-8")
+            plot_slices(report, out_dir / "slices.png")
+            plot_pool_recall(result.curves, out_dir / "pool_recall.png",
+                             title=f"Pool recall vs depth ({report.judging_level} judging)")
+    if json_out:
+        data: dict[str, Any] = to_dict(report)
+        data["floor_violations"] = [str(v) for v in violations]
+        emit_json(data)
+    else:
+        _print_tables(report, k)
+        if out_dir is not None:
+            out.print(f"wrote {out_dir}/report.json, report.md, slices.png, pool_recall.png")
+    if floor_spec is not None:
+        if violations:
+            for v in violations:
+                console.print(f"[red]floor:[/red] {v}", highlight=False)
+            raise typer.Exit(EXIT_GATE)
+        console.print(f"floors: all {sum(len(m) for m in floor_spec.values())} met "
+                      f"(configuration {report.baseline!r})")
+
+
+def _print_tables(report: Any, k: int) -> None:
+    from rich.table import Table
+
+    from pgfunnel.eval.metrics import N_NOANSWER, N_QUERIES, metric_names
+
+    ndcg, recall, mrr, found = metric_names(k)
+    out.print(f"judging: {report.judging_level}; split: {report.split or 'all'}; k={k}")
+    for name, res in report.configs.items():
+        table = Table(title=f"{name}: pool recall per stage | final metrics",
+                      title_justify="left")
+        table.add_column("slice", no_wrap=True, min_width=10)
+        table.add_column("n", justify="right", no_wrap=True)
+        for stage in report.stages:
+            table.add_column(stage, justify="right")
+        for col in (recall, ndcg, mrr, found):
+            table.add_column(col.replace("all_found", "found"), justify="right")
+        for s in report.slices:
+            row = res.aggregates.get(s)
+            if row is None:
+                continue
+            n = f"{int(row[N_QUERIES])}" + (f" ({int(row[N_NOANSWER])} na)"
+                                              if row[N_NOANSWER] else "")
+            cells = [s, n]
+            cells += [_fmt(res.pool_recall.get(st, {}).get(s)) for st in report.stages]
+            cells += [_fmt(row.get(m)) for m in (recall, ndcg, mrr, found)]
+            table.add_row(*cells)
+        out.print(table)
+    for name, by_metric in report.comparisons.items():
+        for metric, by_slice in by_metric.items():
+            parts = [f"{s}: {r.mean_diff:+.3f} [{r.low:+.3f}, {r.high:+.3f}]"
+                     for s, r in by_slice.items()]
+            out.print(f"{name} − {report.baseline} ({metric}): " + "; ".join(parts))
+
+
+def _fmt(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+__all__ = ["register"]

@@ -1,0 +1,547 @@
+"""The evaluation harness: run configurations against a collection and build the report.
+
+A configuration is a name and a dict of :class:`pgfunnel.search.SearchParams` fields
+(``fusion``, ``weights``, ``rrf_k``, ``lexical_depth``, ``dense_depth``, ``overfetch``,
+``per_source_cap``, ...) plus these harness keys:
+
+- ``rerank`` (bool), ``rerank_model`` (str), ``rerank_depth`` (int): rerank the fused pool
+  with a cross-encoder before the cap, as :meth:`Funnel.search` does;
+- ``followup`` (bool, default true): a query with a ``history`` is first made stand-alone
+  by :class:`pgfunnel.transform.FollowupResolver`;
+- ``decompose`` (bool, default false): split multi-part questions with
+  :func:`pgfunnel.transform.decompose`, search each part and interleave the parts' final
+  lists with :func:`pgfunnel.transform.round_robin_merge`;
+- ``qualifiers`` (list of str): words such as plan names that qualify a topic rather
+  than being one, passed to the follow-up resolver and to decomposition.
+
+Per query the harness records the final ranking and the pool of every stage:
+
+``lexical`` / ``dense``
+    each leg at its own depth (``lexical_depth`` / ``dense_depth``, default
+    ``max(k × overfetch, 40)``), in leg order. ``candidates()`` only returns the fused
+    pool, so the legs are read from one extra ``candidates()`` call with ``overfetch``
+    large enough that the pool is the whole union of both legs (RRF, weights 1:1, so
+    every chunk of either leg scores above zero and is kept); a row with
+    ``lexical_rank`` set is in the lexical leg, one with ``dense_rank`` set in the dense
+    leg. No SQL is added for evaluation. That call is shared by configurations whose
+    legs are the same (same depths, filters, BM25 and HNSW settings).
+``fused``
+    the configuration's candidate pool (``k × overfetch``), in fused order.
+``reranked``
+    the pool after the reranker (only for configurations with ``rerank``).
+``capped``
+    the pool after the per-citekey cap, before the cut to k (``final()`` with
+    k = pool size); its first k items are the final results.
+
+With document-level judgments every ranking and pool is collapsed to citekeys
+(:func:`~pgfunnel.eval.metrics.collapse_to_documents`); with chunk-level judgments
+items are ``citekey#ordinal``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import psycopg
+
+from pgfunnel.errors import ConfigError, InvalidInputError, NotFoundError, translate
+from pgfunnel.eval.metrics import collapse_to_documents, pool_recall_curve
+from pgfunnel.eval.qrels import JudgedQuery, Split, judging_level, select_split
+from pgfunnel.eval.report import EvalReport, build_report
+from pgfunnel.search import Candidate, Funnel, SearchParams
+
+#: harness keys a configuration may carry besides the search parameters
+HARNESS_KEYS: frozenset[str] = frozenset(
+    {"rerank", "rerank_model", "rerank_depth", "rerank_gate_margin", "followup", "decompose",
+     "qualifiers"})
+
+#: stage names, in funnel order
+STAGES: tuple[str, ...] = ("lexical", "dense", "fused", "reranked", "capped")
+
+#: named sets of configurations for ``pgfunnel eval --preset``
+PRESETS: dict[str, dict[str, dict[str, Any]]] = {
+    "default": {"default": {}},
+    "lexical": {"lexical": {"weights": [1, 0]}},
+    "dense": {"dense": {"weights": [0, 1]}},
+    "all-fusions": {
+        "lexical": {"weights": [1, 0]},
+        "dense": {"weights": [0, 1]},
+        "rrf": {"fusion": "rrf"},
+        "minmax": {"fusion": "minmax"},
+        "zscore": {"fusion": "zscore"},
+    },
+}
+
+ProgressFn = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """One named configuration: search parameters plus the harness keys."""
+
+    name: str
+    search: dict[str, Any]
+    rerank: bool = False
+    rerank_model: str | None = None
+    rerank_depth: int | None = None
+    rerank_gate_margin: float | None = None
+    followup: bool = True
+    decompose: bool = False
+    qualifiers: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, name: str, raw: Mapping[str, Any]) -> EvalConfig:
+        """Validate a configuration dict; unknown keys are a ConfigError naming them."""
+        if not isinstance(raw, Mapping):
+            raise ConfigError("config", f"{name}: must be a JSON object of search parameters")
+        search = {k: v for k, v in raw.items() if k not in HARNESS_KEYS}
+        for key in ("collection", "principals", "tenant", "trace", "k"):
+            if key in search:
+                raise ConfigError("config", f"{name}: {key!r} is set by the harness, not per "
+                                  "configuration")
+        try:
+            SearchParams.build(**search)
+        except ConfigError as exc:
+            raise ConfigError("config", f"{name}: {exc}") from None
+        except (TypeError, ValueError) as exc:
+            raise ConfigError("config", f"{name}: {exc}") from None
+        quals = raw.get("qualifiers", ())
+        if isinstance(quals, str) or not all(isinstance(q, str) for q in quals):
+            raise ConfigError("config", f"{name}: 'qualifiers' must be a list of strings")
+        depth = raw.get("rerank_depth")
+        if depth is not None and (not isinstance(depth, int) or depth < 1):
+            raise ConfigError("config", f"{name}: 'rerank_depth' must be a positive integer")
+        return cls(name=name, search=search, rerank=bool(raw.get("rerank", False)),
+                   rerank_model=raw.get("rerank_model"), rerank_depth=depth,
+                   rerank_gate_margin=raw.get("rerank_gate_margin"),
+                   followup=bool(raw.get("followup", True)),
+                   decompose=bool(raw.get("decompose", False)), qualifiers=tuple(quals))
+
+    def as_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = dict(self.search)
+        d.update(rerank=self.rerank, followup=self.followup, decompose=self.decompose)
+        if self.rerank:
+            d.update(rerank_model=self.rerank_model, rerank_depth=self.rerank_depth,
+                     rerank_gate_margin=self.rerank_gate_margin)
+        if self.qualifiers:
+            d["qualifiers"] = list(self.qualifiers)
+        return d
+
+    def config_hash(self) -> str:
+        text = json.dumps(self.as_dict(), sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def parse_config_arg(arg: str) -> EvalConfig:
+    """``NAME=JSON`` from the command line, e.g. ``minmax={"fusion": "minmax"}``."""
+    name, sep, text = arg.partition("=")
+    if not sep or not name.strip():
+        raise ConfigError("config", f"expected NAME=JSON, got {arg!r}")
+    try:
+        raw = json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise ConfigError("config", f"{name}: not valid JSON ({exc.msg})") from None
+    return EvalConfig.from_dict(name.strip(), raw)
+
+
+def preset_configs(preset: str) -> list[EvalConfig]:
+    if preset not in PRESETS:
+        raise ConfigError("preset", f"unknown preset {preset!r} (use {', '.join(PRESETS)})")
+    return [EvalConfig.from_dict(n, c) for n, c in PRESETS[preset].items()]
+
+
+@dataclass
+class QueryRun:
+    """What one configuration did for one query."""
+
+    text: str
+    final: list[str]
+    stages: dict[str, list[str]]
+    top_fused_score: float | None
+    parts: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass
+class HarnessResult:
+    report: EvalReport
+    runs: dict[str, dict[str, QueryRun]]
+    queries: list[JudgedQuery]
+    curves: dict[str, list[tuple[int, float]]]
+
+
+class Harness:
+    """Runs configurations over judged queries against one collection.
+
+    ``source`` is what :class:`~pgfunnel.search.Funnel` takes (connection, pool or DSN).
+    ``principals``/``tenant`` are the reader every search runs as (default: public only).
+    """
+
+    def __init__(self, source: Any, collection: str = "default", *, k: int = 10,
+                 principals: Sequence[str] = (), tenant: str | None = None,
+                 embedder: Any = "auto", trace: bool = False,
+                 progress: ProgressFn | None = None) -> None:
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 1000:
+            raise ConfigError("k", f"must be an integer between 1 and 1000, got {k!r}")
+        self.funnel = Funnel(source, collection, embedder=embedder)
+        self.collection = collection
+        self.k = k
+        self.principals = tuple(principals)
+        self.tenant = tenant
+        self.trace = trace
+        self.progress = progress
+        self._vectors: dict[str, np.ndarray | None] = {}
+        self._legs: dict[tuple[Any, ...], tuple[list[Candidate], list[Candidate]]] = {}
+        self._rerankers: dict[str, Any] = {}
+
+    # -- pieces -----------------------------------------------------------------------
+    def _vector(self, conn: psycopg.Connection[Any], text: str) -> np.ndarray | None:
+        if text not in self._vectors:
+            emb = self.funnel.embedder_for(conn, self.collection)
+            self._vectors[text] = emb.embed_query(text) if emb is not None and text.strip() \
+                else None
+        return self._vectors[text]
+
+    def _reranker(self, cfg: EvalConfig) -> Any:
+        from pgfunnel.rerank import DEFAULT_RERANK_MODEL, Reranker
+
+        model = cfg.rerank_model or DEFAULT_RERANK_MODEL
+        if model not in self._rerankers:
+            self._rerankers[model] = Reranker(model)
+        return self._rerankers[model]
+
+    def _params(self, cfg: EvalConfig) -> SearchParams:
+        return SearchParams.build(**{**cfg.search, "k": self.k, "collection": self.collection,
+                                     "principals": list(self.principals),
+                                     "tenant": self.tenant, "trace": self.trace})
+
+    def _legs_for(self, conn: psycopg.Connection[Any], text: str, vector: np.ndarray | None,
+                  p: SearchParams) -> tuple[list[Candidate], list[Candidate]]:
+        """Each leg at its full depth, from one candidates() call over their union."""
+        pool = p.k * p.overfetch
+        lex_depth = p.lexical_depth or max(pool, 40)
+        den_depth = p.dense_depth or max(pool, 40)
+        key = (text, lex_depth, den_depth, p.k1, p.b, p.ef_search, p.language,
+               json.dumps(p.metadata_filter, sort_keys=True, default=str), str(p.as_of))
+        if key not in self._legs:
+            union = lex_depth + den_depth
+            k = min(1000, union)
+            overfetch = math.ceil(union / k)
+            if overfetch > 100:
+                raise ConfigError("lexical_depth", "legs deeper than 100,000 together cannot "
+                                  "be evaluated")
+            lp = SearchParams.build(**{**_fields(p), "k": k, "overfetch": overfetch,
+                                       "fusion": "rrf", "weights": (1.0, 1.0),
+                                       "lexical_depth": lex_depth, "dense_depth": den_depth})
+            with self.funnel._transaction(conn, lp):
+                rows = self.funnel.candidates(conn, text, vector, lp)
+            lex = sorted((c for c in rows if c.lexical_rank is not None),
+                         key=lambda c: c.lexical_rank or 0)
+            den = sorted((c for c in rows if c.dense_rank is not None),
+                         key=lambda c: c.dense_rank or 0)
+            self._legs[key] = (lex, den)
+        return self._legs[key]
+
+    def _search_one(self, conn: psycopg.Connection[Any], text: str, cfg: EvalConfig,
+                    p: SearchParams, level: str) -> tuple[list[str], dict[str, list[str]],
+                                                          float | None]:
+        def keys(items: Sequence[Any]) -> list[str]:
+            ids = [f"{c.citekey}#{c.ordinal}" for c in items]
+            return collapse_to_documents(ids) if level == "document" else ids
+
+        vector = self._vector(conn, text)
+        if vector is None and not text.strip():
+            return [], {s: [] for s in STAGES if s != "reranked" or cfg.rerank}, None
+        lex, den = self._legs_for(conn, text, vector, p)
+        with self.funnel._transaction(conn, p):
+            pool = self.funnel.candidates(conn, text, vector, p)
+        ordered = list(pool)
+        reranked = False
+        if cfg.rerank and pool:
+            from pgfunnel.rerank import should_skip
+
+            if not should_skip([c.fused_score for c in pool], cfg.rerank_gate_margin):
+                reranker = self._reranker(cfg)
+                depth = len(pool) if cfg.rerank_depth is None else min(cfg.rerank_depth,
+                                                                       len(pool))
+                head = pool[:depth]
+                ranked = reranker.rank(text, [c.text for c in head])
+                for pos, item in enumerate(ranked, start=1):
+                    cand = head[int(item["corpus_id"])]
+                    cand.rerank_score = float(item["score"])
+                    cand.rerank_rank = pos
+                ordered = [head[int(item["corpus_id"])] for item in ranked] + pool[depth:]
+                reranked = True
+        capped: list[Any] = []
+        if ordered:
+            cp = dataclasses_replace(p, k=min(1000, len(ordered)))
+            with self.funnel._transaction(conn, cp):
+                capped = self.funnel.final(conn, text, ordered, cp, reranked=reranked)
+        stages = {"lexical": keys(lex), "dense": keys(den), "fused": keys(pool)}
+        if cfg.rerank:
+            stages["reranked"] = keys(ordered)
+        stages["capped"] = keys(capped)
+        final = keys(capped[: self.k])
+        top = pool[0].fused_score if pool else None
+        return final, stages, top
+
+    def run_query(self, conn: psycopg.Connection[Any], q: JudgedQuery, cfg: EvalConfig,
+                  level: str) -> QueryRun:
+        from pgfunnel.transform import FollowupResolver, decompose, round_robin_merge
+
+        t0 = time.perf_counter()
+        text = q.query
+        if cfg.followup and q.history:
+            text = FollowupResolver(qualifiers=cfg.qualifiers).resolve(q.history, text).query
+        parts = [text]
+        if cfg.decompose:
+            parts = decompose(text, qualifiers=cfg.qualifiers).parts
+        p = self._params(cfg)
+        finals: list[list[str]] = []
+        stages: dict[str, list[str]] = {}
+        tops: list[float] = []
+        for part in parts:
+            final, part_stages, top = self._search_one(conn, part, cfg, p, level)
+            finals.append(final)
+            if top is not None:
+                tops.append(top)
+            for stage, items in part_stages.items():
+                # a decomposed query's stage pool is the union of its parts' pools
+                merged = stages.setdefault(stage, [])
+                merged.extend(i for i in items if i not in merged)
+        final = finals[0] if len(finals) == 1 else round_robin_merge(finals, self.k)
+        return QueryRun(text=text, final=list(final[: self.k]), stages=stages,
+                        top_fused_score=max(tops) if tops else None,
+                        parts=parts if len(parts) > 1 else [],
+                        seconds=time.perf_counter() - t0)
+
+    # -- the whole run ------------------------------------------------------------------
+    def run(self, queries: Sequence[JudgedQuery], configs: Sequence[EvalConfig], *,
+            split: Split | None = None, baseline: str | None = None,
+            n_resamples: int = 2000, seed: int = 0) -> HarnessResult:
+        """Run every configuration over the (split's) queries and build the report."""
+        if not configs:
+            raise ConfigError("config", "give at least one configuration")
+        names = [c.name for c in configs]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ConfigError("config", f"configuration name {dupes[0]!r} is used twice")
+        selected = list(queries) if split is None else select_split(queries, split)
+        if not selected:
+            raise InvalidInputError("no judged queries to evaluate"
+                                    + (f" in the {split} split" if split else ""))
+        level = judging_level(selected)
+        runs: dict[str, dict[str, QueryRun]] = {c.name: {} for c in configs}
+        total = len(selected) * len(configs)
+        done = 0
+        with self.funnel.connection() as conn:
+            version = self._index_version(conn)
+            for cfg in configs:
+                for q in selected:
+                    try:
+                        runs[cfg.name][q.query_id] = self.run_query(conn, q, cfg, level)
+                    except psycopg.Error as exc:
+                        raise translate(exc) from exc
+                    done += 1
+                    if self.progress is not None:
+                        self.progress(cfg.name, done, total)
+
+        rankings = {name: {qid: r.final for qid, r in by_q.items()} for name, by_q in runs.items()}
+        pools: dict[str, dict[str, dict[str, list[str]]]] = {}
+        for name, by_q in runs.items():
+            stage_pools: dict[str, dict[str, list[str]]] = {}
+            for stage in STAGES:
+                if any(stage in r.stages for r in by_q.values()):
+                    stage_pools[stage] = {qid: r.stages.get(stage, []) for qid, r in by_q.items()}
+            pools[name] = stage_pools
+        metadata: dict[str, Any] = {
+            "collection": self.collection,
+            "index_version": version,
+            "configs": {c.name: {"hash": c.config_hash(), **c.as_dict()} for c in configs},
+            "leg_depths": {c.name: _leg_depths(self._params(c)) for c in configs},
+            "pools": "lexical/dense: each leg at its depth; fused: k x overfetch; capped: "
+                     "after the per-citekey cap, before the cut to k",
+            "mean_seconds_per_query": {
+                name: round(sum(r.seconds for r in by_q.values()) / max(1, len(by_q)), 4)
+                for name, by_q in runs.items()},
+            "no_answer_top_fused_score": _noanswer_scores(runs, selected),
+        }
+        report = build_report(rankings, selected, k=self.k, baseline=baseline, pools=pools,
+                              n_resamples=n_resamples, seed=seed, metadata=metadata)
+        report.split = split
+        curves = self._curves(runs, selected)
+        return HarnessResult(report=report, runs=runs, queries=selected, curves=curves)
+
+    def _curves(self, runs: Mapping[str, Mapping[str, QueryRun]],
+                queries: Sequence[JudgedQuery]) -> dict[str, list[tuple[int, float]]]:
+        """Pool recall against depth: each leg (from the first configuration) and each
+        configuration's capped list."""
+        curves: dict[str, list[tuple[int, float]]] = {}
+        if not runs:
+            return curves
+        first = next(iter(runs.values()))
+        longest = max((len(p) for r in first.values() for p in r.stages.values()), default=1)
+        depths = sorted({d for d in (1, 3, 5, 10, 20, 40, 80, 160, 320, 640, 1000)
+                         if d <= max(longest, 1)} | {1})
+        for leg in ("lexical", "dense"):
+            pools = {qid: r.stages.get(leg, []) for qid, r in first.items()}
+            curves[f"{leg} leg"] = pool_recall_curve(pools, queries, depths)
+        for name, by_q in runs.items():
+            pools = {qid: r.stages.get("capped", []) for qid, r in by_q.items()}
+            curves[f"{name} (final order)"] = pool_recall_curve(pools, queries, depths)
+        return curves
+
+    def _index_version(self, conn: psycopg.Connection[Any]) -> dict[str, Any]:
+        row = conn.execute(
+            "select v.version, v.embedding_model, v.analyzer, v.chunk_count "
+            "from pgfunnel.index_version v join pgfunnel.collection c on c.id = v.collection_id "
+            "where c.name = %s and v.state = 'active'", (self.collection,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"collection {self.collection!r} does not exist or has no "
+                                "active index version")
+        return {"version": row[0], "embedding_model": row[1], "analyzer": row[2],
+                "chunks": row[3]}
+
+
+def _fields(p: SearchParams) -> dict[str, Any]:
+    import dataclasses
+
+    return {f.name: getattr(p, f.name) for f in dataclasses.fields(p)}
+
+
+def dataclasses_replace(p: SearchParams, **changes: Any) -> SearchParams:
+    return SearchParams.build(**{**_fields(p), **changes})
+
+
+def _leg_depths(p: SearchParams) -> dict[str, int]:
+    pool = p.k * p.overfetch
+    return {"lexical": p.lexical_depth or max(pool, 40), "dense": p.dense_depth or max(pool, 40),
+            "fused": pool}
+
+
+def _noanswer_scores(runs: Mapping[str, Mapping[str, QueryRun]],
+                     queries: Sequence[JudgedQuery]) -> dict[str, dict[str, float | None]]:
+    """Mean top fused score of no-answer vs answerable queries: can a threshold tell them
+    apart? (None when a group is empty.)"""
+    out: dict[str, dict[str, float | None]] = {}
+    noanswer = {q.query_id for q in queries if q.is_noanswer}
+    if not noanswer:
+        return out
+    for name, by_q in runs.items():
+        na = [r.top_fused_score for qid, r in by_q.items()
+              if qid in noanswer and r.top_fused_score is not None]
+        ans = [r.top_fused_score for qid, r in by_q.items()
+               if qid not in noanswer and r.top_fused_score is not None]
+        out[name] = {"no_answer": round(sum(na) / len(na), 5) if na else None,
+                     "answerable": round(sum(ans) / len(ans), 5) if ans else None}
+    return out
+
+
+# -- qrels inside the database -------------------------------------------------------------
+
+def store_qrels(conn: psycopg.Connection[Any], collection: str,
+                queries: Sequence[JudgedQuery]) -> int:
+    """Upsert judged queries into ``pgfunnel.qrel``; returns the number of (query, item) rows."""
+    row = conn.execute("select id from pgfunnel.collection where name = %s",
+                       (collection,)).fetchone()
+    if row is None:
+        raise NotFoundError(f"collection {collection!r} does not exist")
+    coll = int(row[0])
+    rows = [(coll, q.query_id, item, q.query, q.slice, grade)
+            for q in queries for item, grade in q.relevant.items()]
+    try:
+        with conn.transaction(), conn.cursor() as cur:
+            cur.execute("delete from pgfunnel.qrel where collection_id = %s and query_id = any(%s)",
+                        (coll, [q.query_id for q in queries]))
+            cur.executemany(
+                "insert into pgfunnel.qrel (collection_id, query_id, item, query, slice, grade) "
+                "values (%s, %s, %s, %s, %s, %s)", rows)
+    except psycopg.Error as exc:
+        raise translate(exc) from exc
+    return len(rows)
+
+
+# Stage recall from traced searches: for each judged query, the latest traced search
+# whose query text is the judged text; a relevant item (citekey, or citekey#ordinal) is
+# "in" a stage when one of its chunks is in the trace with that stage's rank. The trace
+# holds the fused pool, so "lexical"/"dense" here mean "in the pool via that leg".
+_STAGE_RECALL_SQL = """
+with judged as (
+    select distinct query_id, query, slice from pgfunnel.qrel where collection_id = %(c)s
+),
+searches as (
+    select distinct on (j.query_id) j.query_id, j.slice, l.id as search_id
+      from judged j
+      join pgfunnel.search_log l on l.collection_id = %(c)s and l.query_text = j.query
+     order by j.query_id, l.id desc
+),
+hits as (
+    select s.query_id, s.slice, r.item,
+           coalesce(bool_or(t.lexical_rank is not null), false) as lexical,
+           coalesce(bool_or(t.dense_rank is not null), false) as dense,
+           coalesce(bool_or(t.chunk_id is not null), false) as fused,
+           coalesce(bool_or(t.dropped is distinct from 'cap'
+                            and t.chunk_id is not null), false) as capped,
+           coalesce(bool_or(t.final_rank is not null), false) as final
+      from searches s
+      join pgfunnel.qrel r on r.collection_id = %(c)s and r.query_id = s.query_id
+                          and r.grade >= 1
+      left join (pgfunnel.search_trace t
+                 join pgfunnel.chunk ch on ch.id = t.chunk_id
+                 join pgfunnel.document d on d.id = ch.document_id)
+             on t.search_id = s.search_id
+            and (r.item = d.citekey or r.item = d.citekey || '#' || ch.ordinal)
+     group by s.query_id, s.slice, r.item
+),
+per_query as (
+    select query_id, slice, avg(lexical::int) as lexical, avg(dense::int) as dense,
+           avg(fused::int) as fused, avg(capped::int) as capped, avg(final::int) as final
+      from hits group by query_id, slice
+)
+select slice, count(*), avg(lexical), avg(dense), avg(fused), avg(capped), avg(final)
+  from per_query group by rollup (slice)
+ order by slice nulls last
+"""
+
+
+def stage_recall_in_db(conn: psycopg.Connection[Any], collection: str
+                       ) -> dict[str, dict[str, float]]:
+    """Per-slice (and ``all``) mean stage recall computed in Postgres from qrel and the
+    search trace (run the searches with tracing on). Keys per slice: ``n_queries``,
+    ``lexical``, ``dense``, ``fused``, ``capped``, ``final``."""
+    row = conn.execute("select id from pgfunnel.collection where name = %s",
+                       (collection,)).fetchone()
+    if row is None:
+        raise NotFoundError(f"collection {collection!r} does not exist")
+    out: dict[str, dict[str, float]] = {}
+    try:
+        for slice_name, n, *vals in conn.execute(_STAGE_RECALL_SQL, {"c": int(row[0])}):
+            out[slice_name if slice_name is not None else "all"] = {
+                "n_queries": float(n),
+                **{s: float(v) for s, v in zip(("lexical", "dense", "fused", "capped",
+                                                "final"), vals, strict=True)}}
+    except psycopg.Error as exc:
+        raise translate(exc) from exc
+    return out
+
+
+__all__ = [
+    "HARNESS_KEYS",
+    "PRESETS",
+    "STAGES",
+    "EvalConfig",
+    "Harness",
+    "HarnessResult",
+    "QueryRun",
+    "parse_config_arg",
+    "preset_configs",
+    "stage_recall_in_db",
+    "store_qrels",
+]

@@ -1,0 +1,142 @@
+"""The evaluation harness and `pgfunnel eval` on the sample help-center corpus."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pgfunnel.data import __file__ as _data_init
+from pgfunnel.errors import ConfigError
+from pgfunnel.eval.harness import EvalConfig, Harness, parse_config_arg, preset_configs
+from pgfunnel.eval.qrels import JudgedQuery, load_queries
+
+DATA = Path(_data_init).resolve().parent
+QUERIES = DATA / "helpcenter_queries.jsonl"
+FLOORS = DATA.parent / "eval" / "floors_helpcenter.json"
+
+
+def _subset(per_slice: int = 2) -> list[JudgedQuery]:
+    """A few queries of every slice: enough to exercise each path, fast to run."""
+    seen: dict[str, int] = {}
+    out = []
+    for q in load_queries(QUERIES):
+        if seen.get(q.slice, 0) < per_slice:
+            seen[q.slice] = seen.get(q.slice, 0) + 1
+            out.append(q)
+    return out
+
+
+def _write(path: Path, queries: list[JudgedQuery]) -> Path:
+    rows = [{"query_id": q.query_id, "query": q.query, "slice": q.slice,
+             "relevant": dict(q.relevant), "history": list(q.history)} for q in queries]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_config_validation_names_the_problem() -> None:
+    assert parse_config_arg('mm={"fusion": "minmax", "weights": [1, 2]}').search == {
+        "fusion": "minmax", "weights": [1, 2]}
+    with pytest.raises(ConfigError, match="fuzion"):
+        parse_config_arg('bad={"fuzion": "rrf"}')
+    with pytest.raises(ConfigError, match="NAME=JSON"):
+        parse_config_arg('{"fusion": "rrf"}')
+    with pytest.raises(ConfigError, match="set by the harness"):
+        EvalConfig.from_dict("x", {"k": 5})
+    with pytest.raises(ConfigError, match="preset"):
+        preset_configs("nope")
+    assert [c.name for c in preset_configs("all-fusions")] == [
+        "lexical", "dense", "rrf", "minmax", "zscore"]
+
+
+def test_eval_cli_tables_floors_and_self_bootstrap(sample_db: str, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from pgfunnel.cli.main import app
+
+    queries = _write(tmp_path / "q.jsonl", _subset())
+    floors = tmp_path / "floors.json"
+    # identifier lookups score well above 0 on this corpus; a floor of 1.01 cannot be met
+    floors.write_text(json.dumps({"identifier": {"recall@10": 0.01, "ndcg@10": 1.01}}))
+    out_dir = tmp_path / "out"
+    res = CliRunner().invoke(app, [
+        "eval", str(queries), "--dsn", sample_db, "--config", "a={}", "--config", "b={}",
+        "--floors", str(floors), "--out", str(out_dir)])
+    assert res.exit_code == 3, res.output
+    text = res.output
+    # a per-slice table with the pool recall of every stage next to the final metrics
+    for word in ("identifier", "paraphrase", "followup", "twopart", "noanswer",
+                 "pool recall per stage", "lexical", "dense", "fused", "capped",
+                 "ndcg@10"):
+        assert word in text, word
+    assert "ndcg@10 = " in text and "below its floor of 1.01" in text
+    assert "recall@10" in text and "floor of 0.01" not in text
+    for name in ("report.json", "report.md", "slices.png", "pool_recall.png"):
+        assert (out_dir / name).stat().st_size > 0
+    report: dict[str, Any] = json.loads((out_dir / "report.json").read_text())
+    assert report["judging_level"] == "document"
+    # a configuration against itself: every slice's interval is exactly [0, 0]
+    by_slice = report["comparisons"]["b"]["ndcg@10"]
+    assert set(by_slice) >= {"identifier", "paraphrase", "all"}
+    for r in by_slice.values():
+        assert (r["mean_diff"], r["low"], r["high"]) == (0.0, 0.0, 0.0)
+    # pool recall never rises along the funnel (legs -> fused -> capped)
+    pools = report["configs"]["a"]["pool_recall"]
+    fused = pools["fused"]["all"]
+    assert pools["capped"]["all"] <= fused <= 1.0
+    assert max(pools["lexical"]["all"], pools["dense"]["all"]) > 0.5
+    ndcg_all = report["configs"]["a"]["aggregates"]["all"]["ndcg@10"]
+    assert 0.3 < ndcg_all <= 1.0
+
+    # the same run gated by a floor just below what it measured passes
+    floors.write_text(json.dumps({"all": {"ndcg@10": round(ndcg_all - 0.01, 4)}}))
+    res = CliRunner().invoke(app, ["eval", str(queries), "--dsn", sample_db, "--floors",
+                                   str(floors), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["floor_violations"] == []
+
+
+def test_stage_recall_in_database_matches_harness(sample_db: str) -> None:
+    from pgfunnel.db import connect
+    from pgfunnel.eval.harness import stage_recall_in_db, store_qrels
+
+    # stand-alone queries only: the database matches a judged query to the traced search
+    # with the same text, and a resolved follow-up is searched with other text
+    queries = [q for q in _subset(3) if not q.history and q.slice in ("identifier",
+                                                                       "paraphrase")]
+    with connect(sample_db, autocommit=True) as conn:
+        assert store_qrels(conn, "default", queries) == sum(len(q.relevant) for q in queries)
+        result = Harness(conn, "default", k=5, trace=True).run(
+            queries, [EvalConfig.from_dict("default", {"overfetch": 2})])
+        in_db = stage_recall_in_db(conn, "default")
+    pools = result.report.configs["default"].pool_recall
+    assert in_db["all"]["n_queries"] == len(queries)
+    for slice_name in ("identifier", "paraphrase", "all"):
+        assert in_db[slice_name]["fused"] == pytest.approx(pools["fused"][slice_name])
+        assert in_db[slice_name]["capped"] == pytest.approx(pools["capped"][slice_name])
+
+
+def test_followup_and_decomposition_change_the_searched_text(sample_db: str) -> None:
+    plans = ["annual", "monthly", "enterprise", "trial"]
+    queries = [q for q in _subset(1) if q.slice in ("followup", "twopart")]
+    cfg = EvalConfig.from_dict("t", {"decompose": True, "qualifiers": plans})
+    plain = EvalConfig.from_dict("p", {"followup": False})
+    result = Harness(sample_db, "default").run(queries, [cfg, plain])
+    follow = next(q for q in queries if q.slice == "followup")
+    two = next(q for q in queries if q.slice == "twopart")
+    assert result.runs["t"][follow.query_id].text != follow.query  # history carried in
+    assert result.runs["p"][follow.query_id].text == follow.query
+    assert len(result.runs["t"][two.query_id].parts) == 2
+
+
+@pytest.mark.slow
+def test_helpcenter_benchmark_meets_its_floors(sample_db: str) -> None:
+    from typer.testing import CliRunner
+
+    from pgfunnel.cli.main import app
+
+    res = CliRunner().invoke(app, ["eval", str(QUERIES), "--dsn", sample_db,
+                                   "--floors", str(FLOORS)])
+    assert res.exit_code == 0, res.output
