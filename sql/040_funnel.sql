@@ -135,8 +135,12 @@ begin
     end if;
 
     if query_text is not null then
-        q_terms := pgfunnel.analyze(query_text, ver.analyzer, true);
-        dropped := pgfunnel.dropped_query_words(query_text, ver.analyzer);
+        -- one pass of the analyzer gives both the terms and the dropped words
+        select coalesce(array_agg(t.term order by t.token_position)
+                            filter (where t.term is not null), '{}'),
+               coalesce(array_agg(distinct t.token) filter (where t.dropped is not null), '{}')
+          into q_terms, dropped
+          from pgfunnel.analyze_tokens(query_text, ver.analyzer, true) t;
         if cardinality(q_terms) = 0 then
             raise warning using message = format(
                 'pgfunnel: no searchable term left in query_text (dropped: %s); the lexical leg is empty',
@@ -251,7 +255,7 @@ declare
     coll_id integer;
     n integer := coalesce(cardinality(chunk_ids), 0);
     version_id integer;
-    vis text := pgfunnel._visible_sql();
+    log_id bigint;
 begin
     perform pgfunnel._check_search_params(k, principals, 1, per_source_cap);
     if coalesce(cardinality(fused_ranks), 0) <> n or coalesce(cardinality(fused_scores), 0) <> n
@@ -263,69 +267,101 @@ begin
     end if;
     coll_id := pgfunnel._collection_id(collection);
 
-    if trace then
-        select v.id into version_id from pgfunnel.index_version v
-         where v.collection_id = coll_id and v.state = 'active';
-    end if;
-
     -- visibility is checked again: the ids come from the caller and must not become a
     -- way to read chunks the caller could not have found. The cap counts chunks per
     -- source document (citekey) in pool order, so a capped chunk's slot goes to the
-    -- next chunk of another source.
-    return query execute format($q$
+    -- next chunk of another source. Static SQL (plan cached per session).
+    if not trace then
+        return query
         with pool as (
             select u.pos::integer as pos, u.id, ch.document_id, d.citekey, d.title, ch.heading,
                    ch.text, ch.ordinal, d.metadata, u.lr, u.ls, u.dr, u.ds, u.fr, u.fs, u.rs,
                    (row_number() over (partition by ch.document_id order by u.pos))::integer as src_rank
-              from unnest($7::bigint[], $8::int[], $9::float8[], $10::int[], $11::float8[],
-                          $12::int[], $13::float8[],
-                          coalesce($14::float8[], array_fill(null::float8, array[$15])))
+              from unnest(chunk_ids, fused_ranks, fused_scores, lexical_ranks, lexical_scores,
+                          dense_ranks, dense_scores,
+                          coalesce(rerank_scores, array_fill(null::float8, array[n])))
                    with ordinality as u(id, fr, fs, lr, ls, dr, ds, rs, pos)
               join pgfunnel.chunk ch on ch.id = u.id
               join pgfunnel.document d on d.id = ch.document_id
-             where %s
+             where d.collection_id = coll_id
+               and (d.is_public or d.readers operator(pg_catalog.&&) principals)
+               and (d.tenant is null or d.tenant = final.tenant)
+               and (final.language is null or d.language = final.language)
+               and (d.valid_from is null or d.valid_from <= as_of)
+               and (d.valid_to is null or d.valid_to > as_of)
+               and (metadata_filter is null or d.metadata operator(pg_catalog.@>) metadata_filter)
         ),
         ranked as (
-            select p.*, case when p.src_rank <= $16 then
-                        (row_number() over (partition by p.src_rank <= $16 order by p.pos))::integer
-                        end as cap_rank
+            select p.*, (row_number() over (partition by p.src_rank <= per_source_cap
+                                            order by p.pos))::integer as cap_rank
               from pool p
-        ),
-        finalized as (
-            select r.*, case when r.cap_rank <= $17 then r.cap_rank end as final_rank
-              from ranked r
-        ),
-        logged as (
-            insert into pgfunnel.search_log (collection_id, index_version_id, config_hash, config,
-                                             query_text, principals, tenant)
-            select $6, coalesce($19, 0), md5(coalesce($20, '{}'::jsonb)::text),
-                   coalesce($20, '{}'::jsonb), $21, $1, $2
-             where $18
-            returning id
-        ),
-        traced as (
-            insert into pgfunnel.search_trace (search_id, chunk_id, lexical_rank, lexical_score,
-                                               dense_rank, dense_score, fused_rank, fused_score,
-                                               rerank_rank, rerank_score, final_rank, dropped)
-            select l.id, f.id, f.lr, f.ls, f.dr, f.ds, f.fr, f.fs,
-                   case when f.rs is not null then f.pos end, f.rs, f.final_rank,
-                   case when f.final_rank is not null then null
-                        when f.src_rank > $16 then 'cap'
-                        else 'below k' end
-              from finalized f, logged l
         )
-        select f.id, f.citekey, f.title, f.heading, f.text, f.ordinal, f.metadata,
-               f.lr, f.ls, f.dr, f.ds, f.fr, f.fs,
-               case when f.rs is not null then f.pos end, f.rs,
-               f.final_rank, (select l.id from logged l)
+        select r.id, r.citekey, r.title, r.heading, r.text, r.ordinal, r.metadata,
+               r.lr, r.ls, r.dr, r.ds, r.fr, r.fs,
+               case when r.rs is not null then r.pos end, r.rs,
+               r.cap_rank, null::bigint
+          from ranked r
+         where r.src_rank <= per_source_cap and r.cap_rank <= k
+         order by r.cap_rank;
+        return;
+    end if;
+
+    select v.id into version_id from pgfunnel.index_version v
+     where v.collection_id = coll_id and v.state = 'active';
+    insert into pgfunnel.search_log (collection_id, index_version_id, config_hash, config,
+                                     query_text, principals, tenant)
+    values (coll_id, coalesce(version_id, 0), md5(coalesce(config, '{}'::jsonb)::text),
+            coalesce(config, '{}'::jsonb), query_text, principals, tenant)
+    returning id into log_id;
+
+    return query
+    with pool as (
+        select u.pos::integer as pos, u.id, ch.document_id, d.citekey, d.title, ch.heading,
+               ch.text, ch.ordinal, d.metadata, u.lr, u.ls, u.dr, u.ds, u.fr, u.fs, u.rs,
+               (row_number() over (partition by ch.document_id order by u.pos))::integer as src_rank
+          from unnest(chunk_ids, fused_ranks, fused_scores, lexical_ranks, lexical_scores,
+                      dense_ranks, dense_scores,
+                      coalesce(rerank_scores, array_fill(null::float8, array[n])))
+               with ordinality as u(id, fr, fs, lr, ls, dr, ds, rs, pos)
+          join pgfunnel.chunk ch on ch.id = u.id
+          join pgfunnel.document d on d.id = ch.document_id
+         where d.collection_id = coll_id
+           and (d.is_public or d.readers operator(pg_catalog.&&) principals)
+           and (d.tenant is null or d.tenant = final.tenant)
+           and (final.language is null or d.language = final.language)
+           and (d.valid_from is null or d.valid_from <= as_of)
+           and (d.valid_to is null or d.valid_to > as_of)
+           and (metadata_filter is null or d.metadata operator(pg_catalog.@>) metadata_filter)
+    ),
+    ranked as (
+        select p.*, case when p.src_rank <= per_source_cap then
+                    (row_number() over (partition by p.src_rank <= per_source_cap
+                                        order by p.pos))::integer
+                    end as cap_rank
+          from pool p
+    ),
+    finalized as (
+        select r.*, case when r.cap_rank <= k then r.cap_rank end as f_rank
+          from ranked r
+    ),
+    traced as (
+        insert into pgfunnel.search_trace (search_id, chunk_id, lexical_rank, lexical_score,
+                                           dense_rank, dense_score, fused_rank, fused_score,
+                                           rerank_rank, rerank_score, final_rank, dropped)
+        select log_id, f.id, f.lr, f.ls, f.dr, f.ds, f.fr, f.fs,
+               case when f.rs is not null then f.pos end, f.rs, f.f_rank,
+               case when f.f_rank is not null then null
+                    when f.src_rank > per_source_cap then 'cap'
+                    else 'below k' end
           from finalized f
-         where f.final_rank is not null
-         order by f.final_rank
-        $q$, vis)
-      using principals, tenant, language, as_of, metadata_filter, coll_id,
-            chunk_ids, fused_ranks, fused_scores, lexical_ranks, lexical_scores,
-            dense_ranks, dense_scores, rerank_scores, n, per_source_cap, k,
-            trace, version_id, config, query_text;
+    )
+    select f.id, f.citekey, f.title, f.heading, f.text, f.ordinal, f.metadata,
+           f.lr, f.ls, f.dr, f.ds, f.fr, f.fs,
+           case when f.rs is not null then f.pos end, f.rs,
+           f.f_rank, log_id
+      from finalized f
+     where f.f_rank is not null
+     order by f.f_rank;
 end
 $$;
 

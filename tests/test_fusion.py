@@ -1,0 +1,108 @@
+"""Fusion: fused scores equal hand-computed values from the per-leg ranks and scores."""
+
+from __future__ import annotations
+
+import random
+import statistics
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+from funnel_util import doc, ingest, unit
+
+DIMS = 16
+COLS = "chunk_id, lexical_rank, lexical_score, dense_rank, dense_score, fused_rank, fused_score"
+
+
+@pytest.fixture()
+def corpus(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+    rng = random.Random(4)
+    vocab = [f"{a}{b}" for a in ("ka", "lo", "mi", "su", "te") for b in ("ra", "po", "ne", "vi")]
+    docs = [doc(f"f{i}", " ".join(rng.choices(vocab, k=rng.randint(8, 40)))) for i in range(120)]
+    ingest(conn, docs, dims=DIMS, seed=2)
+    return conn
+
+
+def _candidates(conn: psycopg.Connection[Any], q: str | None, v: np.ndarray | None,
+                **kw: Any) -> list[tuple[Any, ...]]:
+    args = {"k": 10, "collection": "t", "lexical_depth": 15, "dense_depth": 15, **kw}
+    named = ", ".join(f"{k} => %({k})s" for k in args)
+    return conn.execute(f"select {COLS} from pgfunnel.candidates(%(q)s, %(v)s, {named})",
+                        {"q": q, "v": v, **args}).fetchall()
+
+
+def _expected(rows: list[tuple[Any, ...]], fusion: str, w: tuple[float, float],
+              rrf_k: float) -> dict[int, float]:
+    # the pool (k * overfetch = 40) holds every row of both legs (depth 15 each)
+    lex = [r[2] for r in rows if r[1] is not None]
+    den = [r[4] for r in rows if r[3] is not None]
+    out = {}
+    for cid, lr, ls, dr, ds, _, _ in rows:
+        if fusion == "rrf":
+            f = (w[0] / (rrf_k + lr) if lr else 0.0) + (w[1] / (rrf_k + dr) if dr else 0.0)
+        elif fusion == "minmax":
+            def mm(x: float | None, xs: list[float]) -> float:
+                if x is None:
+                    return 0.0  # fill: a leg that missed the chunk adds nothing
+                return (x - min(xs)) / (max(xs) - min(xs)) if max(xs) > min(xs) else 1.0
+            f = w[0] * mm(ls, lex) + w[1] * mm(ds, den)
+        else:
+            def z(x: float | None, xs: list[float]) -> float:
+                sd = statistics.pstdev(xs) if xs else 0.0
+                if not xs or sd == 0:
+                    return 0.0
+                # fill: a leg that missed the chunk gives its lowest listed z-score
+                return ((min(xs) if x is None else x) - statistics.fmean(xs)) / sd
+            f = w[0] * z(ls, lex) + w[1] * z(ds, den)
+        out[cid] = f
+    return out
+
+
+@pytest.mark.parametrize("fusion", ["rrf", "minmax", "zscore"])
+@pytest.mark.parametrize("weights,rrf_k", [((1.0, 1.0), 60.0), ((2.0, 0.5), 10.0),
+                                           ((0.0, 1.0), 1.0), ((1.0, 3.0), 200.0)])
+def test_fused_scores_hand_computed(corpus: psycopg.Connection[Any], fusion: str,
+                                    weights: tuple[float, float], rrf_k: float) -> None:
+    rng = np.random.default_rng(1)
+    for q in ("kara lopo", "sune", "tevi mira kapo"):
+        v = unit(rng, DIMS)
+        rows = _candidates(corpus, q, v, fusion=fusion, weights=list(weights), rrf_k=rrf_k)
+        assert len({r[0] for r in rows}) == len(rows) > 15
+        # every leg row is in the pool, so the hand computation sees the same leg lists
+        assert sum(r[1] is not None for r in rows) == 15
+        assert sum(r[3] is not None for r in rows) == 15
+        want = _expected(rows, fusion, weights, rrf_k)
+        for r in rows:
+            assert r[6] == pytest.approx(want[r[0]], rel=1e-9, abs=1e-12), (fusion, r)
+        # order: fused score descending, ties by chunk id; fused_rank is that order
+        order = sorted(rows, key=lambda r: (-r[6], r[0]))
+        assert [r[0] for r in rows] == [r[0] for r in order]
+        assert [r[5] for r in rows] == list(range(1, len(rows) + 1))
+
+
+def test_ties_break_by_chunk_id_and_are_deterministic(corpus: psycopg.Connection[Any]) -> None:
+    v = unit(np.random.default_rng(8), DIMS)
+    # equal weights and rrf: a chunk only at lexical rank r ties with one only at dense rank r
+    rows = _candidates(corpus, "kara", v, fusion="rrf", weights=[1, 1])
+    by_score: dict[float, list[int]] = {}
+    for r in rows:
+        by_score.setdefault(r[6], []).append(r[0])
+    ties = [ids for ids in by_score.values() if len(ids) > 1]
+    assert ties, "expected at least one exact tie"
+    for ids in ties:
+        assert ids == sorted(ids)
+    for _ in range(3):
+        assert _candidates(corpus, "kara", v, fusion="rrf", weights=[1, 1]) == rows
+
+
+def test_leg_without_input_has_no_vote(corpus: psycopg.Connection[Any]) -> None:
+    rows = _candidates(corpus, "kara lopo", None, fusion="minmax")
+    assert rows and all(r[3] is None for r in rows)
+    want = _expected(rows, "minmax", (1.0, 0.0), 60)
+    assert all(r[6] == pytest.approx(want[r[0]]) for r in rows)
+    v = unit(np.random.default_rng(2), DIMS)
+    rows = _candidates(corpus, None, v, fusion="zscore")
+    assert rows and all(r[1] is None for r in rows)
+    want = _expected(rows, "zscore", (0.0, 1.0), 60)
+    assert all(r[6] == pytest.approx(want[r[0]]) for r in rows)
