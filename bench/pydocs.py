@@ -682,6 +682,169 @@ def build(
     return counts
 
 
+# --------------------------------------------------------------------------- run
+
+VECTORS_FILE = "vectors.npz"
+
+
+def corpus_records(path: Path) -> list[Any]:
+    """The corpus as pgfunnel DocumentRecords (validated like `pgfunnel ingest` does)."""
+    from pgfunnel.sources import record_from_dict
+
+    return [record_from_dict(obj, f"{path}: document {i + 1}")
+            for i, obj in enumerate(load_corpus(path))]
+
+
+def cached_vectors(records: list[Any], cache: Path, embedder: Any,
+                   chunk_words: int = CHUNK_WORDS) -> tuple[dict[str, Any], float, int]:
+    """Per-citekey chunk vectors, embedding only chunks whose text hash is not cached.
+
+    The cache is an ``.npz`` of ``hashes`` (sha256 of the chunk text, the same hash
+    pgfunnel uses) and ``vectors``, so a rerun on the same corpus embeds nothing.
+    Returns (vectors by citekey, seconds spent embedding, chunks embedded).
+    """
+    import time
+
+    import numpy as np
+
+    from pgfunnel.sources import chunk_text
+
+    known: dict[str, Any] = {}
+    if cache.exists():
+        data = np.load(cache)
+        if int(data["vectors"].shape[1]) == embedder.dimensions:
+            known = dict(zip((str(h) for h in data["hashes"]), data["vectors"], strict=True))
+    chunked = {r.citekey: chunk_text(r.text, chunk_words) for r in records}
+    todo: dict[str, str] = {}
+    for chunks in chunked.values():
+        for ch in chunks:
+            h = ch.content_hash()
+            if h not in known:
+                todo[h] = ch.text
+    seconds = 0.0
+    if todo:
+        log(f"embedding {len(todo)} chunks ({len(known)} cached) with {embedder.model_name}")
+        t0 = time.perf_counter()
+        done = [0]
+
+        def tick(n: int) -> None:
+            done[0] += n
+            if done[0] % 640 < n:
+                log(f"  embedded {done[0]}/{len(todo)}")
+
+        items = list(todo.items())
+        step = 512
+        for start in range(0, len(items), step):
+            part = items[start:start + step]
+            vecs = embedder.embed([t for _, t in part], progress=tick)
+            known.update(zip((h for h, _ in part), vecs, strict=True))
+            # saved after every slice, so an interrupted run resumes where it stopped
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            hashes = sorted(known)
+            np.savez(cache, hashes=np.array(hashes),
+                     vectors=np.stack([known[h] for h in hashes]).astype(np.float32))
+        seconds = time.perf_counter() - t0
+    out = {ck: np.stack([known[ch.content_hash()] for ch in chunks])
+           for ck, chunks in chunked.items() if chunks}
+    return out, seconds, len(todo)
+
+
+RUN_CONFIGS: dict[str, dict[str, Any]] = {
+    "lexical": {"weights": [1, 0]},
+    "dense": {"weights": [0, 1]},
+    "rrf": {"fusion": "rrf"},
+    "minmax": {"fusion": "minmax"},
+    "zscore": {"fusion": "zscore"},
+    "rrf, no cap": {"fusion": "rrf", "per_source_cap": 1000},
+    "minmax, no cap": {"fusion": "minmax", "per_source_cap": 1000},
+}
+PEER = "supabase-hybrid"
+
+
+def _peer_runs(conn: Any, queries: list[Any], embedder: Any, k: int) -> dict[str, list[str]]:
+    """The Supabase-style hybrid_search peer's rankings, collapsed to citekeys."""
+    import peers
+
+    from pgfunnel.eval.metrics import collapse_to_documents
+
+    out: dict[str, list[str]] = {}
+    for q in queries:
+        rows = peers.hybrid_search(conn, q.query, embedder.embed_query(q.query), k)
+        out[q.query_id] = collapse_to_documents([f"{c}#{o}" for c, o in rows])
+    return out
+
+
+def run(data_dir: Path, out_dir: Path, dsn: str | None = None, collection: str = "pydocs",
+        k: int = 10) -> str:
+    """Ingest the corpus (cached vectors), evaluate every configuration and the peer on
+    the dev and the test split; write report_{split}.{json,md} and PNGs; return markdown."""
+    import sys as _sys
+
+    _sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import peers
+
+    from pgfunnel.db import connect
+    from pgfunnel.embedder import Embedder
+    from pgfunnel.eval.harness import EvalConfig, Harness
+    from pgfunnel.eval.qrels import load_queries as load_judged
+    from pgfunnel.eval.qrels import select_split
+    from pgfunnel.eval.report import build_report, plot_slices, to_markdown, write_json
+    from pgfunnel.ingest import Ingester
+
+    embedder = Embedder()
+    records = corpus_records(data_dir / "corpus.jsonl")
+    vectors, embed_s, n_embedded = cached_vectors(records, data_dir / VECTORS_FILE, embedder)
+    log(f"vectors: {n_embedded} embedded in {embed_s:.0f}s, the rest from the cache")
+    with connect(dsn, autocommit=True) as conn:
+        stats = Ingester(conn, collection, embedder=embedder).ingest(records, vectors=vectors)
+        log(f"ingest: {stats.chunks_written} chunks written, {stats.documents_unchanged} "
+            f"documents unchanged, db {stats.db_seconds:.1f}s")
+        log(f"peer table: {peers.build_peer(conn, collection)} rows")
+        judged = load_judged(data_dir / "queries.jsonl")
+        configs = [EvalConfig.from_dict(n, c) for n, c in RUN_CONFIGS.items()]
+        out_dir.mkdir(parents=True, exist_ok=True)
+        parts: list[str] = []
+        for split in ("dev", "test"):
+            result = Harness(conn, collection, k=k, embedder=embedder,
+                             progress=lambda n, d, t: log(f"  {n} {d}/{t}") if d % 100 == 0
+                             else None).run(judged, configs, split=split)  # type: ignore[arg-type]
+            selected = select_split(judged, split)  # type: ignore[arg-type]
+            rankings = {name: {qid: r.final for qid, r in by_q.items()}
+                        for name, by_q in result.runs.items()}
+            rankings[PEER] = _peer_runs(conn, selected, embedder, k)
+            pools = {name: {st: {qid: r.stages.get(st, []) for qid, r in by_q.items()}
+                            for st in ("lexical", "dense", "fused", "capped")}
+                     for name, by_q in result.runs.items()}
+            report = build_report(rankings, selected, k=k, baseline=PEER, pools=pools,
+                                  metadata={"corpus": str(data_dir), "split": split})
+            report.split = split
+            write_json(report, out_dir / f"pydocs_{split}.json")
+            md = to_markdown(report)
+            (out_dir / f"pydocs_{split}.md").write_text(md, encoding="utf-8")
+            plot_slices(report, out_dir / f"pydocs_slices_{split}.png")
+            parts.append(summary_table(report, split))
+    return "\n".join(parts)
+
+
+def summary_table(report: Any, split: str) -> str:
+    """One row per configuration: nDCG@k per slice, recall@k and fused-pool recall (all)."""
+    k = report.k
+    slices = report.slices
+    lines = [f"### pydocs, {split} split (nDCG@{k} per slice)", "",
+             "| configuration | " + " | ".join(slices) + f" | recall@{k} all | pool recall "
+             "fused all | pool recall capped all |",
+             "|---|" + "---:|" * (len(slices) + 3)]
+    for name, res in report.configs.items():
+        cells = [f"{res.aggregates.get(s, {}).get(f'ndcg@{k}', float('nan')):.3f}"
+                 for s in slices]
+        pr = res.pool_recall
+        cells.append(f"{res.aggregates['all'].get(f'recall@{k}', float('nan')):.3f}")
+        cells.append(f"{pr.get('fused', {}).get('all', float('nan')):.3f}")
+        cells.append(f"{pr.get('capped', {}).get('all', float('nan')):.3f}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 # --------------------------------------------------------------------------- CLI
 
 
@@ -694,7 +857,16 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--per-slice", type=int, default=150, help="max queries per slice")
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--docs", type=Path, default=None, help="html/ dir of the Python docs")
+    r = sub.add_parser("run", help="ingest into collection 'pydocs' and evaluate every "
+                                   "configuration and the Supabase-style peer")
+    r.add_argument("--data", type=Path, default=Path("bench/data/pydocs"))
+    r.add_argument("--out", type=Path, default=Path("bench/out"))
+    r.add_argument("--dsn", default=None)
+    r.add_argument("--k", type=int, default=10)
     args = parser.parse_args(argv)
+    if args.command == "run":
+        print(run(args.data, args.out, dsn=args.dsn, k=args.k))
+        return 0
     if args.command == "build":
         counts = build(
             args.out,
