@@ -172,7 +172,8 @@ def enable_rls(conn: psycopg.Connection[Any]) -> None:
             conn.execute(sql.SQL("grant {} to current_user").format(_ident(WRITER_ROLE)))
         for table in RLS_TABLES:
             t = _table(table)
-            for policy in ("pgfunnel_reader_select", "pgfunnel_reader_insert", "pgfunnel_writer_all"):
+            for policy in ("pgfunnel_reader_select", "pgfunnel_reader_insert",
+                           "pgfunnel_writer_all"):
                 conn.execute(sql.SQL("drop policy if exists {} on {}").format(_ident(policy), t))
             using, check = _READER_POLICIES[table]
             conn.execute(sql.SQL("create policy pgfunnel_reader_select on {} for select to {} "
@@ -304,7 +305,8 @@ def security_findings(conn: psycopg.Connection[Any],
             "error" if name in WRITER_ONLY_FUNCTIONS else "warning")
         out.append(SecurityFinding(level, "public_execute",
                                    f"EXECUTE on {sig} is granted to PUBLIC; grant it to "
-                                   f"{READER_ROLE}/{WRITER_ROLE} instead (re-run `pgfunnel migrate`)"))
+                                   f"{READER_ROLE}/{WRITER_ROLE} instead "
+                                   "(re-run `pgfunnel migrate`)"))
     return out
 
 

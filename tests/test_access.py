@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
+from _security_helpers import DIM, Doc, create_app_role, ingest_docs, random_vectors, unit
 from psycopg.types.json import Jsonb
 
-from _security_helpers import DIM, Doc, create_app_role, ingest_docs, random_vectors, unit
 from pgfunnel import schema
 from pgfunnel.db import connect
 from pgfunnel.errors import AccessError, PgfunnelError
@@ -155,9 +155,8 @@ def test_hidden_chunk_not_in_trace_rows_read_by_another_reader(app_dsn: str) -> 
 
 
 def test_cli_search_hides_chunk(app_dsn: str) -> None:
-    from typer.testing import CliRunner
-
     from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
 
     runner = CliRunner()
     base = ["search", QUERY, "--lexical-only", "--json", "--dsn", app_dsn, "-k", "5"]
@@ -317,10 +316,10 @@ def test_hidden_row_cannot_make_a_filter_raise(db: str) -> None:
             metadata={"n": "not-a-number", "tags": "x"}),
     ])
     # control: without RLS (owner, superuser) the cast reaches the hidden row and raises
-    with connect(db, autocommit=True) as owner:
-        with pytest.raises(psycopg.errors.InvalidTextRepresentation):
-            owner.execute("select citekey from pgfunnel.document "
-                          "where (metadata->>'n')::int > 3").fetchall()
+    with connect(db, autocommit=True) as owner, \
+            pytest.raises(psycopg.errors.InvalidTextRepresentation):
+        owner.execute("select citekey from pgfunnel.document "
+                      "where (metadata->>'n')::int > 3").fetchall()
     app = create_app_role(db)
     with connect(app, autocommit=True) as conn, conn.transaction():
         conn.execute("select set_config('pgfunnel.principals', '[\"bob\"]', true)")
@@ -399,3 +398,74 @@ def test_app_role_cannot_write_or_disable_rls(app_conn: psycopg.Connection[Any])
         assert isinstance(info.value, psycopg.errors.InsufficientPrivilege), stmt
     assert app_conn.execute("select 1").fetchone() == (1,)
     assert AccessError  # the API maps 42501 to AccessError (errors.translate)
+
+
+# -- ORM and the example web app ---------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["plain", "rls"])
+def test_orm_hides_chunk(request: pytest.FixtureRequest, mode: str) -> None:
+    from sqlalchemy import select
+    from sqlalchemy.orm import Session
+
+    from pgfunnel.models import Document
+    from pgfunnel.sqla import engine_from_dsn, funnel_search_tvf, identity_statement
+
+    dsn = request.getfixturevalue("plain_db" if mode == "plain" else "app_dsn")
+    engine = engine_from_dsn(dsn)
+    try:
+        def run(principals: list[str]) -> tuple[list[str], list[str]]:
+            fs = funnel_search_tvf(QUERY, QVEC, k=5, principals=principals)
+            with Session(engine) as s:
+                s.execute(identity_statement(principals))
+                found = [r.citekey for r in s.execute(
+                    select(fs.c.citekey).order_by(fs.c.final_rank)).all()]
+                docs = [d for (d,) in s.execute(select(Document.citekey)).all()]
+                s.commit()
+            return found, docs
+
+        found, docs = run(["alice"])
+        assert found[0] == "secret" and "secret" in docs
+        found, docs = run(["bob"])
+        assert found and "secret" not in found
+        if mode == "rls":  # a plain ORM query, no filter written: RLS alone hides it
+            assert docs and "secret" not in docs
+    finally:
+        engine.dispose()
+
+
+def test_example_webapp_hides_chunk(app_dsn: str) -> None:
+    import importlib.util
+    from pathlib import Path
+
+    from fastapi.testclient import TestClient
+
+    path = Path(__file__).resolve().parent.parent / "examples" / "webapp" / "app.py"
+    if not path.exists():
+        pytest.skip("examples/webapp/app.py is not there yet")
+    spec = importlib.util.spec_from_file_location("pgf_example_webapp", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    class FixedEmbedder:  # stands in for a model: these tests' vectors are not a model's
+        model_name = "random-vectors-16"
+        dimensions = DIM
+
+        def embed_query(self, text: str) -> np.ndarray:
+            return QVEC
+
+    app = module.create_app(app_dsn, embedder=FixedEmbedder())
+    with TestClient(app) as client:
+        alice = client.get("/search", params={"q": QUERY, "k": 5},
+                           headers={"X-Principals": "alice"})
+        assert alice.status_code == 200, alice.text
+        assert alice.json()["results"][0]["citekey"] == "secret"
+        for header in ("bob", ""):
+            res = client.get("/search", params={"q": QUERY, "k": 5},
+                             headers={"X-Principals": header})
+            assert res.status_code == 200, res.text
+            keys = [r["citekey"] for r in res.json()["results"]]
+            assert keys and "secret" not in keys
+        assert client.get("/search", params={"q": QUERY}).status_code == 401
+        doc = client.get("/documents/secret", headers={"X-Principals": "bob"})
+        assert doc.status_code in (403, 404) and "Refund monthly" not in doc.text

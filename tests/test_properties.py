@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _security_helpers import DIM, Doc, ingest_docs, unit
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _security_helpers import DIM, Doc, ingest_docs, unit
 from pgfunnel.db import connect
 from pgfunnel.sources import chunk_text
 
@@ -122,7 +122,8 @@ def test_search_properties(prop_db: str, reranker: Any, case: dict[str, Any]) ->
     # how many visible chunks there are bounds what the cap/k allow; the funnel fills up to it
     visible_docs = [d for d in case["docs"]
                     if _visible(d, case["principals"], case["tenant"], case["color"])]
-    n_chunks = {id(d): len(chunk_text(doc.text, 200)) for d, doc in zip(case["docs"], docs)}
+    n_chunks = {id(d): len(chunk_text(doc.text, 200)) for d, doc in zip(case["docs"], docs,
+                                                                      strict=True)}
     best = sum(min(n_chunks[id(d)], case["cap"]) for d in visible_docs)
     assert len(a.results) == min(case["k"], best)
     assert len(r1.results) == min(case["k"], best)
