@@ -23,6 +23,7 @@ fails at once with :class:`ConflictError` naming the holder.
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -714,6 +715,10 @@ def rollback(conn: psycopg.Connection[Any], collection: str, *,
         return int(row[0])
 
     prev = _db(previous)
+    coll_id = require_collection(conn, collection)
+    if prev not in {v.version for v in _versions(conn, coll_id)}:
+        raise NotFoundError(f"collection {collection!r}: version {prev}, which the active "
+                            "version replaced, was dropped; nothing to roll back to")
     return activate(conn, collection, prev, embedder=embedder)
 
 
@@ -819,7 +824,7 @@ def search_pinned(conn: psycopg.Connection[Any], collection: str, version: int,
         if info.state == "building":
             raise ConflictError(f"version {version} of {collection!r} is still building")
         model = embedder if embedder is not None and embedder.model_name == info.embedding_model \
-            else Embedder(info.embedding_model)
+            else _cached_embedder(info.embedding_model)
         vectors: Any = model.embed(list(queries)) if queries else []
         out: list[list[Any]] = []
         funnel = Funnel(conn, collection, embedder=None)
@@ -832,6 +837,12 @@ def search_pinned(conn: psycopg.Connection[Any], collection: str, version: int,
         return out
 
     return _db(body)  # type: ignore[no-any-return]
+
+
+@functools.lru_cache(maxsize=2)
+def _cached_embedder(model: str) -> Embedder:
+    # compare embeds the queries once per version; two versions often share a model
+    return Embedder(model)
 
 
 def last_queries(conn: psycopg.Connection[Any], collection: str, n: int) -> list[str]:

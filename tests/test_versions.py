@@ -1,0 +1,293 @@
+"""Index versions: reindex, validate, activate/rollback/retire/drop, compare, one writer,
+kill -9 mid-build, and searches while the active version flips."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from typer.testing import CliRunner
+
+from pgfunnel import versions
+from pgfunnel.db import connect
+from pgfunnel.errors import ConfigError, ConflictError, PgfunnelError
+from pgfunnel.search import Funnel
+
+ROOT = Path(__file__).resolve().parent.parent
+QUERIES = ROOT / "pgfunnel" / "data" / "helpcenter_queries.jsonl"
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
+    from pgfunnel.tiny_models import build_tiny_bi_encoder
+
+    return str(build_tiny_bi_encoder(tmp_path_factory.mktemp("tiny-bi") / "model", dim=64))
+
+
+@pytest.fixture(scope="session")
+def tiny_embedder(tiny_model: str) -> Any:
+    from pgfunnel.embedder import Embedder
+
+    return Embedder(tiny_model)
+
+
+def _state(conn: psycopg.Connection[Any]) -> dict[int, str]:
+    return {int(v): str(s) for v, s in conn.execute(
+        "select version, state from pgfunnel.index_version order by version").fetchall()}
+
+
+def _top(dsn: str, query: str, embedder: Any) -> list[tuple[int, Any, Any]]:
+    with Funnel(dsn, "default", embedder=embedder) as f:
+        return [(r.chunk_id, r.lexical_rank, r.dense_rank) for r in f.search(query, k=5).results]
+
+
+def _invalid_indexes(conn: psycopg.Connection[Any]) -> list[str]:
+    return [r[0] for r in conn.execute(
+        "select c.relname from pg_index i join pg_class c on c.oid = i.indexrelid "
+        "where c.relnamespace = 'pgfunnel'::regnamespace and not i.indisvalid").fetchall()]
+
+
+def test_analyzer_reindex_activate_rollback_retire_drop(sample_db: str, embedder: Any) -> None:
+    with connect(sample_db, autocommit=True) as conn:
+        chunks = conn.execute("select count(*) from pgfunnel.chunk").fetchone()[0]  # type: ignore[index]
+        res = versions.reindex(conn, "default", analyzer="simple_v1")
+        assert res.state == "ready" and res.version == 2 and res.analyzer == "simple_v1"
+        assert any("copied from version 1" in n for n in res.notes)
+        v = res.validation
+        assert v is not None and v.ok and v.index_valid and v.index_used
+        assert v.recall is not None and v.recall >= 0.95 and v.sample == 50
+        assert v.lexical_rows == v.embedding_rows == v.collection_chunks == chunks
+        # exact BM25 statistics: term_stat equals a recount from the postings
+        diff = conn.execute(
+            "select count(*) from pgfunnel.bm25_recount(%s) r full join (select term, df from "
+            "pgfunnel.term_stat where index_version_id = %s) t using (term) "
+            "where r.df is distinct from t.df", (res.version_id, res.version_id)).fetchone()
+        assert diff == (0,)
+        assert _state(conn) == {1: "active", 2: "ready"}
+
+        lex_sql = ("select array_agg(lexical_score order by final_rank) from "
+                   "funnel_search('refunds billing', collection => 'default')")
+        lex_before = conn.execute(lex_sql).fetchone()
+        act = versions.activate(conn, "default", 2)
+        assert (act.activated, act.replaced) == (2, 1)
+        assert _state(conn) == {1: "retired", 2: "active"}
+        analyzer = conn.execute("select analyzer from pgfunnel._active_version("
+                                "pgfunnel._collection_id('default'))").fetchone()
+        assert analyzer == ("simple_v1",)
+        # no stemming now: other BM25 terms, other lexical scores
+        assert conn.execute(lex_sql).fetchone() != lex_before
+
+        assert versions.rollback(conn, "default").activated == 1
+        assert _state(conn) == {1: "active", 2: "retired"}
+        assert versions.rollback(conn, "default").activated == 2  # toggles back
+        assert versions.rollback(conn, "default").activated == 1
+
+        with pytest.raises(ConflictError, match="active version"):
+            versions.drop(conn, "default", 1)
+        with pytest.raises(ConflictError, match="active"):
+            versions.retire(conn, "default", 1)
+        versions.drop(conn, "default", 2)
+        assert _state(conn) == {1: "active"}
+        assert conn.execute("select to_regclass(%s)", (f"pgfunnel.embedding_hnsw_v"
+                                                        f"{res.version_id}",)).fetchone() == (None,)
+        assert conn.execute("select count(*) from pgfunnel.posting where index_version_id = %s",
+                            (res.version_id,)).fetchone() == (0,)
+        with pytest.raises(PgfunnelError, match="nothing to roll back"):
+            versions.rollback(conn, "default")
+
+
+def test_activation_catches_up_chunks_ingested_after_the_build(sample_db: str,
+                                                                embedder: Any) -> None:
+    from pgfunnel.ingest import Ingester
+    from pgfunnel.sources import DocumentRecord
+
+    with connect(sample_db, autocommit=True) as conn:
+        versions.reindex(conn, "default", analyzer="simple_v1")
+        Ingester(conn, "default", embedder=embedder).ingest([DocumentRecord(
+            citekey="late-doc", title="Late", text="Zanzibar quokka migration guide. " * 5)])
+        info = {v.version: v for v in versions.list_versions(conn, "default")}
+        assert info[2].missing_chunks > 0
+        # the SQL switch itself refuses a version that does not cover the collection
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState), conn.transaction():
+            conn.execute("select pgfunnel.activate_version('default', 2)")
+        act = versions.activate(conn, "default", 2)
+        assert act.caught_up == info[2].missing_chunks
+        cov = conn.execute("select * from pgfunnel.version_coverage(%s)", (info[2].id,)).fetchone()
+        assert cov is not None and cov[0] == cov[1] == cov[2] == cov[3] and cov[4] == 0
+    assert _top(sample_db, "zanzibar quokka", embedder)[0][1] == 1
+
+
+def test_second_writer_is_refused_naming_the_holder(sample_db: str) -> None:
+    from pgfunnel.cli.main import app
+
+    with connect(sample_db, autocommit=True) as holder:
+        holder.execute("set application_name = 'someone else''s reindex'")
+        with versions.writer_lock(holder, "default"):
+            result = CliRunner().invoke(app, ["reindex", "--dsn", sample_db,
+                                              "--analyzer", "simple_v1"])
+            assert result.exit_code == 1, result.output
+            text = " ".join(result.output.split())
+            assert f"pid {holder.info.backend_pid}" in text
+            assert "someone else's reindex" in text
+            with connect(sample_db, autocommit=True) as other, \
+                    pytest.raises(ConflictError, match="another reindex"):
+                versions.reindex(other, "default", analyzer="simple_v1")
+        # released: the same command now runs
+        result = CliRunner().invoke(app, ["reindex", "--dsn", sample_db, "--analyzer",
+                                          "simple_v1", "--json"])
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.output[result.output.index("{"):])["state"] == "ready"
+
+
+def test_bad_options_are_config_errors(sample_db: str) -> None:
+    with connect(sample_db, autocommit=True) as conn:
+        with pytest.raises(ConfigError, match="analyzer"):
+            versions.reindex(conn, "default", analyzer="klingon_v1")
+        with pytest.raises(ConfigError, match="maintenance_work_mem"):
+            versions.reindex(conn, "default", analyzer="simple_v1",
+                             maintenance_work_mem="lots")
+        with pytest.raises(PgfunnelError, match="no index version 9"):
+            versions.activate(conn, "default", 9)
+
+
+def test_small_maintenance_work_mem_notice_is_shown(sample_db: str) -> None:
+    seen: list[str] = []
+    with connect(sample_db, autocommit=True) as conn:
+        res = versions.reindex(conn, "default", analyzer="simple_v1",
+                               maintenance_work_mem="64kB", notice=seen.append)
+    assert any("maintenance_work_mem" in n for n in seen), seen
+    assert seen == res.notices and res.state == "ready"
+
+
+def test_compare_versions_differing_in_analyzer_and_in_model(sample_db: str, tiny_model: str,
+                                                             tiny_embedder: Any) -> None:
+    from pgfunnel.cli.main import app
+
+    with connect(sample_db, autocommit=True) as conn:
+        versions.reindex(conn, "default", analyzer="simple_v1")
+        res3 = versions.reindex(conn, "default", model=tiny_model, embedder=tiny_embedder)
+        assert res3.dimensions == 64 and res3.validation is not None and res3.validation.ok
+        before = _state(conn)
+    runner = CliRunner()
+    out = runner.invoke(app, ["versions", "compare", "1", "2", "--queries", str(QUERIES),
+                              "--dsn", sample_db, "--json"])
+    assert out.exit_code == 0, out.output
+    cmp = json.loads(out.output[out.output.index("{"):])
+    assert cmp["judged"] and cmp["n_queries"] == 97
+    assert 0.3 < cmp["mean_overlap"] < 1.0  # analyzers differ, yet mostly agree
+    assert cmp["ndcg_low"] <= cmp["ndcg_diff"] <= cmp["ndcg_high"]
+    text = runner.invoke(app, ["versions", "compare", "1", "3", "--queries", str(QUERIES),
+                               "--dsn", sample_db])
+    assert text.exit_code == 0, text.output
+    flat = " ".join(text.output.split())
+    assert "mean overlap@10" in flat and "nDCG@10: version 1" in flat
+    assert "paired bootstrap" in flat
+    with connect(sample_db, autocommit=True) as conn:
+        cmp13 = versions.compare(conn, "default", 1, 3, versions.read_query_file(QUERIES)[0])
+        assert _state(conn) == before  # pinned searches leave no trace
+    # a random tiny model is far worse than MiniLM: a clearly negative change
+    assert cmp13.mean_overlap < cmp["mean_overlap"]
+    assert cmp13.ndcg_diff is not None and cmp13.ndcg_high is not None and cmp13.ndcg_high < 0
+
+
+def test_compare_last_logged_searches(sample_db: str, embedder: Any) -> None:
+    from pgfunnel.cli.main import app
+
+    with Funnel(sample_db, "default", embedder=embedder) as f:
+        for q in ("refund a monthly plan", "reset my password", "ERR-4321"):
+            f.search(q, k=5, trace=True)
+    with connect(sample_db, autocommit=True) as conn:
+        assert set(versions.last_queries(conn, "default", 10)) == {
+            "refund a monthly plan", "reset my password", "ERR-4321"}
+        versions.reindex(conn, "default", analyzer="simple_v1")
+    out = CliRunner().invoke(app, ["versions", "compare", "1", "2", "--last", "2",
+                                   "--dsn", sample_db, "--json"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output[out.output.index("{"):])["n_queries"] == 2
+    bad = CliRunner().invoke(app, ["versions", "compare", "1", "2", "--dsn", sample_db])
+    assert bad.exit_code == 1 and "exactly one of" in bad.output
+
+
+def test_kill_9_mid_build_then_rerun_resumes_and_cleans(sample_db: str, embedder: Any,
+                                                        tiny_model: str,
+                                                        tiny_embedder: Any) -> None:
+    before = _top(sample_db, "cancel my subscription", embedder)
+    env = dict(os.environ, PGFUNNEL_DSN=sample_db)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgfunnel.cli.main", "reindex", "--model", tiny_model,
+         "--batch-size", "2", "--json"], env=env, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    killed_at = 0
+    with connect(sample_db, autocommit=True) as conn:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            row = conn.execute("select chunk_count from pgfunnel.index_version "
+                               "where state = 'building'").fetchone()
+            if row is not None and row[0] >= 10:
+                proc.send_signal(signal.SIGKILL)
+                killed_at = int(row[0])
+                break
+            time.sleep(0.02)
+        proc.wait(30)
+        assert killed_at, "the reindex finished before it could be killed"
+        # the killed client's backend goes away and frees the lock
+        coll_id = conn.execute("select id from pgfunnel.collection").fetchone()[0]  # type: ignore[index]
+        for _ in range(100):
+            if versions.lock_holder(conn, coll_id) is None:
+                break
+            time.sleep(0.1)
+        assert _state(conn) == {1: "active", 2: "building"}
+        assert _top(sample_db, "cancel my subscription", embedder) == before
+
+        # and an index build interrupted half-way: cancel a concurrent build -> invalid index
+        vid = conn.execute("select id from pgfunnel.index_version where version = 2"
+                           ).fetchone()[0]  # type: ignore[index]
+        # a row whose vector cannot be cast to the index's dimension makes the build fail
+        # after its catalog entry committed, as a killed build would leave it
+        bogus = conn.execute("select c.id from pgfunnel.chunk c where not exists (select 1 "
+                             "from pgfunnel.lexical l where l.index_version_id = %s and "
+                             "l.chunk_id = c.id) limit 1", (vid,)).fetchone()[0]  # type: ignore[index]
+        conn.execute("insert into pgfunnel.embedding values (%s, %s, '[1,2,3]')", (vid, bogus))
+        with pytest.raises(psycopg.errors.DataException):
+            conn.execute(f"create index concurrently embedding_hnsw_v{vid} on pgfunnel.embedding "
+                         "using hnsw ((embedding::vector(64)) vector_cosine_ops) "
+                         f"where index_version_id = {vid}")
+        conn.execute("delete from pgfunnel.embedding where index_version_id = %s and chunk_id = %s",
+                     (vid, bogus))
+        assert _invalid_indexes(conn) == [f"embedding_hnsw_v{vid}"]
+
+        done_before = conn.execute("select chunk_count from pgfunnel.index_version "
+                                   "where version = 2").fetchone()[0]  # type: ignore[index]
+        res = versions.reindex(conn, "default", model=tiny_model, embedder=tiny_embedder)
+        assert res.resumed and res.version == 2 and res.chunks_before == done_before
+        total = conn.execute("select count(*) from pgfunnel.chunk").fetchone()[0]  # type: ignore[index]
+        assert res.chunks_embedded == total - done_before
+        assert any(f"dropped invalid index embedding_hnsw_v{vid}" in n for n in res.notes)
+        assert res.state == "ready" and _invalid_indexes(conn) == []
+        assert _state(conn) == {1: "active", 2: "ready"}
+    assert _top(sample_db, "cancel my subscription", embedder) == before
+
+
+def test_searches_while_switching_see_one_version_wholly(sample_db: str) -> None:
+    spec = importlib.util.spec_from_file_location("switch_under_load",
+                                                  ROOT / "bench" / "switch_under_load.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    counts = bench.run(sample_db, "default", searches=500, n_queries=30)
+    assert counts["searches"] == 500
+    assert counts["errors"] == 0, counts["first_errors"]
+    assert counts["empty"] == 0 and counts["mixed"] == 0
+    assert counts["switches_during_searches"] >= 20
+    # both versions served, and answers could be told apart
+    assert counts["version_a"] > 0 and counts["version_b"] > 0
+    assert counts["ambiguous"] < counts["searches"] // 2
