@@ -1,4 +1,4 @@
-"""Latency of funnel_search against its own legs and against Supabase's documented RRF hybrid_search.
+"""Latency of funnel_search vs its own legs and vs the RRF hybrid_search Supabase documents.
 
     python bench/pydocs.py build --out bench/data/pydocs          # real documentation text
     python bench/funnel_latency.py [--chunks 7000] [--vectors minilm|random] [--queries 300]
@@ -65,7 +65,8 @@ language sql
 as $$
 with full_text as (
     select id,
-           row_number() over(order by ts_rank_cd(fts, websearch_to_tsquery(query_text)) desc) as rank_ix
+           row_number() over(
+               order by ts_rank_cd(fts, websearch_to_tsquery(query_text)) desc) as rank_ix
     from bench_documents
     where fts @@ websearch_to_tsquery(query_text)
     order by rank_ix
@@ -185,15 +186,15 @@ def build_db(dsn: str, docs: list[Any], chunks: list[list[str]], vecs: np.ndarra
         have = conn.execute("select count(*) from bench_documents").fetchone()
         if not have or have[0] != len(vecs):
             conn.execute("truncate bench_documents")
+            rows = conn.execute(
+                "select c.id, c.text, e.embedding from pgfunnel.chunk c "
+                "join pgfunnel.embedding e on e.chunk_id = c.id "
+                "join pgfunnel.collection k on k.id = c.collection_id "
+                "where k.name = %s order by c.id", (COLLECTION,)).fetchall()
             with conn.cursor().copy(
                     "copy bench_documents (id, content, embedding) from stdin "
                     "(format binary)") as cp:
                 cp.set_types(["int8", "text", "vector"])
-                rows = conn.execute(
-                    "select c.id, c.text, e.embedding from pgfunnel.chunk c "
-                    "join pgfunnel.embedding e on e.chunk_id = c.id "
-                    "join pgfunnel.collection k on k.id = c.collection_id "
-                    "where k.name = %s order by c.id", (COLLECTION,)).fetchall()
                 for r in rows:
                     cp.write_row(r)
             conn.execute("vacuum analyze bench_documents")
@@ -229,8 +230,9 @@ def run(dsn: str, queries: list[str], qvecs: np.ndarray, repeats: int) -> dict[s
         assert vs is not None
         conn.execute(f"set search_path = public, pgfunnel, {vs[0]}")
         ver = conn.execute(
-            "select v.id, c.id, v.analyzer from pgfunnel.index_version v join pgfunnel.collection c "
-            "on c.id = v.collection_id where c.name = %s and v.state = 'active'",
+            "select v.id, c.id, v.analyzer from pgfunnel.index_version v "
+            "join pgfunnel.collection c on c.id = v.collection_id "
+            "where c.name = %s and v.state = 'active'",
             (COLLECTION,)).fetchone()
         assert ver is not None
         vid, cid, analyzer = ver
@@ -280,7 +282,8 @@ def report(times: dict[str, list[float]], n_chunks: int, vectors: str, n_queries
         lines.append(f"| {k} | {p50[k]:.2f} | {p95[k]:.2f} |")
     both = [a + b for a, b in zip(times["lexical"], times["dense"], strict=True)]
     lines += ["", "| ratio | p50 | p95 |", "|---|---:|---:|",
-              f"| hybrid_search / funnel_search | {p50['hybrid_search'] / p50['funnel_search']:.1f}x"
+              "| hybrid_search / funnel_search | "
+              f"{p50['hybrid_search'] / p50['funnel_search']:.1f}x"
               f" | {p95['hybrid_search'] / p95['funnel_search']:.1f}x |",
               f"| funnel_search / (lexical + dense) | "
               f"{p50['funnel_search'] / statistics.median(both):.2f} | "

@@ -77,7 +77,7 @@ def assert_matches(ref: Reference, got: list[tuple[int, float, int]], terms: set
     want = ref.top(terms, depth)
     assert len(got) == len(want), (len(got), len(want))
     assert [r for _, _, r in got] == list(range(1, len(got) + 1))
-    for (gid, gscore, _), (wid, wscore) in zip(got, want, strict=True):
+    for (gid, gscore, _), (_wid, wscore) in zip(got, want, strict=True):
         # every returned score is the exact score of that chunk
         exact = ref.score(gid, terms)
         assert abs(gscore - exact) <= 1e-6 * max(abs(exact), 1e-12), (gid, gscore, exact)

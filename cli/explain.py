@@ -1,0 +1,70 @@
+"""`pgfunnel explain`: why a chunk did or did not come back for a query."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from pgfunnel.cli.common import (
+    CollectionOption,
+    DsnOption,
+    JsonOption,
+    console,
+    emit_json,
+    handle_errors,
+    out,
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.command(name="explain")(explain_command)
+
+
+def explain_command(
+    query: Annotated[str, typer.Argument(help="The query text.")],
+    chunks: Annotated[list[str], typer.Argument(
+        help="Chunk ids or CITEKEY#ORDINAL (ordinal 0-based), one or more.")],
+    k: Annotated[int, typer.Option("--k", "-k", help="How many chunks the search returns.")] = 10,
+    collection: CollectionOption = "default",
+    principal: Annotated[list[str] | None, typer.Option(
+        "--principal", "-p", help="A principal or group of the reader (repeatable). "
+                                  "None given: public documents only.")] = None,
+    tenant: Annotated[str | None, typer.Option(help="The reader's tenant.")] = None,
+    fusion: Annotated[str, typer.Option(help="rrf, minmax or zscore.")] = "rrf",
+    overfetch: Annotated[int, typer.Option(help="Pool size = k x overfetch.")] = 4,
+    per_source_cap: Annotated[int, typer.Option(help="Max chunks per citekey.")] = 3,
+    lexical_only: Annotated[bool, typer.Option(help="Skip the dense leg.")] = False,
+    dsn: DsnOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Say for each chunk whether it came back for the query, and if not, which stage lost it."""
+    import warnings
+
+    from pgfunnel.explain import explain
+    from pgfunnel.search import Funnel
+
+    with handle_errors(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        funnel = Funnel(dsn, collection, embedder=None if lexical_only else "auto")
+        try:
+            found = [explain(funnel, query, c, k=k, principals=principal or [], tenant=tenant,
+                             fusion=fusion, overfetch=overfetch, per_source_cap=per_source_cap)
+                     for c in chunks]
+        finally:
+            funnel.close()
+    if json_out:
+        emit_json([e.as_dict() for e in found])
+        return
+    for note in found[0].notices if found else []:
+        console.print(f"[yellow]warning:[/yellow] {note}", highlight=False)
+    for e in found:
+        def show(x: object) -> str:
+            return "-" if x is None else (f"{x:.4f}" if isinstance(x, float) else str(x))
+
+        out.print(f"[bold]{e.target}[/bold]: {e.verdict}", highlight=False)
+        out.print(f"  lexical rank {show(e.lexical_rank)} (depth {show(e.lexical_depth)}, "
+                  f"BM25 {show(e.lexical_exact_score)})  dense rank {show(e.dense_rank)} "
+                  f"(depth {show(e.dense_depth)}, cosine {show(e.dense_exact_score)})  "
+                  f"fused rank {show(e.fused_rank)} of pool {e.pool_size}  "
+                  f"final rank {show(e.final_rank)}", highlight=False)
+        out.print(f"  {e.reason}", highlight=False)

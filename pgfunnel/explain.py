@@ -1,0 +1,118 @@
+"""Why a chunk did or did not come back for a query: the Python side of pgfunnel.explain()."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import psycopg
+
+from pgfunnel.errors import ConfigError, NotFoundError, translate
+from pgfunnel.search import Funnel, SearchParams, check_query_text
+
+_TARGET = re.compile(r"^(?P<citekey>.+)#(?P<ordinal>\d+)$")
+_ARGS = ("k", "collection", "principals", "tenant", "language", "metadata_filter", "fusion",
+         "rrf_k", "weights", "lexical_depth", "dense_depth", "overfetch", "per_source_cap",
+         "ef_search", "k1", "b")
+
+
+@dataclass
+class Explanation:
+    target: str
+    chunk_id: int | None
+    verdict: str
+    lexical_rank: int | None
+    lexical_score: float | None
+    lexical_exact_score: float | None
+    lexical_depth: int | None
+    dense_rank: int | None
+    dense_score: float | None
+    dense_exact_score: float | None
+    dense_depth: int | None
+    fused_rank: int | None
+    fused_score: float | None
+    pool_size: int
+    final_rank: int | None
+    citekey: str | None
+    reason: str
+    notices: list[str]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def resolve_target(conn: psycopg.Connection[Any], target: str, collection: str) -> int | None:
+    """A chunk id, or CITEKEY#ORDINAL (0-based) looked up in the collection.
+
+    A citekey that does not resolve gives None: explain() then answers as for a chunk the
+    caller cannot see, so this lookup tells nothing more than explain() itself would.
+    """
+    if target.isdigit():
+        return int(target)
+    m = _TARGET.match(target)
+    if m is None:
+        raise ConfigError("chunk", f"{target!r} is neither a chunk id nor CITEKEY#ORDINAL")
+    row = conn.execute(
+        "select ch.id from pgfunnel.chunk ch join pgfunnel.document d on d.id = ch.document_id "
+        "join pgfunnel.collection c on c.id = d.collection_id "
+        "where c.name = %s and d.citekey = %s and ch.ordinal = %s",
+        (collection, m["citekey"], int(m["ordinal"]))).fetchone()
+    return None if row is None else int(row[0])
+
+
+def explain(funnel: Funnel, query: str | None, target: str, *,
+            query_embedding: Any = None, **params: Any) -> Explanation:
+    """Follow one chunk through the funnel for a query, with the funnel's search parameters."""
+    import dataclasses
+
+    merged = {**{f.name: getattr(funnel.defaults, f.name)
+                 for f in dataclasses.fields(SearchParams)}, **params}
+    p = SearchParams.build(**merged)
+    query = check_query_text(query)
+    notices: list[str] = []
+    with funnel.connection() as conn:
+        vector: np.ndarray | None = None
+        if query_embedding is not None:
+            from pgfunnel.embedder import check_vector
+
+            vector = check_vector(query_embedding)
+        elif query is not None and query.strip():
+            emb = funnel.embedder_for(conn, p.collection)
+            if emb is not None:
+                vector = emb.embed_query(query)
+        args = p.sql_args()
+        args.update(query_text=query, query_embedding=vector, as_of=p.as_of)
+        named = ", ".join(f"{n} => %({n})s" for n in _ARGS)
+
+        def collect(diag: psycopg.errors.Diagnostic) -> None:
+            if (diag.message_primary or "").startswith("pgfunnel:"):
+                notices.append(diag.message_primary or "")
+
+        conn.add_notice_handler(collect)
+        try:
+            with conn.transaction():
+                cid = resolve_target(conn, target, p.collection)
+                args["chunk_id"] = cid if cid is not None else -1
+                row = conn.execute(
+                    "select verdict, lexical_rank, lexical_score, lexical_exact_score, "
+                    "lexical_depth_used, dense_rank, dense_score, dense_exact_score, "
+                    "dense_depth_used, fused_rank, fused_score, pool_size, final_rank, "
+                    "citekey, reason from pgfunnel.explain(query_text => %(query_text)s, "
+                    "query_embedding => %(query_embedding)b, chunk_id => %(chunk_id)s, "
+                    f"as_of => coalesce(%(as_of)s, now()), {named})", args).fetchone()
+        except psycopg.Error as exc:
+            raise translate(exc) from exc
+        finally:
+            conn.remove_notice_handler(collect)
+    if row is None:  # pragma: no cover - explain() always returns one row
+        raise NotFoundError("explain returned nothing")
+    names = ("verdict", "lexical_rank", "lexical_score", "lexical_exact_score", "lexical_depth",
+             "dense_rank", "dense_score", "dense_exact_score", "dense_depth", "fused_rank",
+             "fused_score", "pool_size", "final_rank", "citekey", "reason")
+    values: dict[str, Any] = dict(zip(names, row, strict=True))
+    return Explanation(target=target, chunk_id=cid, notices=notices, **values)
+
+
+__all__ = ["Explanation", "explain", "resolve_target"]

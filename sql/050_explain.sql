@@ -1,0 +1,227 @@
+-- pgfunnel: explain, the answer to "why did chunk X (not) come back for this query".
+--
+-- It reruns the funnel with the caller's parameters and follows one chunk through it:
+-- the legs at their depths, fusion, the pool of k * overfetch, the per-citekey cap and
+-- the cut at k. It runs with the caller's rights and visibility: a chunk the caller
+-- cannot see gets exactly the answer a chunk id that does not exist gets.
+
+-- one chunk's way through the funnel for one query: a verdict, every stage's rank and
+-- score, and a sentence saying why
+create or replace function pgfunnel.explain(
+    query_text text,
+    query_embedding @vector_schema@.vector default null,
+    chunk_id bigint default null,
+    k integer default 10,
+    collection text default 'default',
+    principals text[] default '{}',
+    tenant text default null,
+    language text default null,
+    as_of timestamptz default now(),
+    metadata_filter jsonb default null,
+    fusion text default 'rrf',
+    rrf_k double precision default 60,
+    weights double precision[] default '{1,1}',
+    lexical_depth integer default null,
+    dense_depth integer default null,
+    overfetch integer default 4,
+    per_source_cap integer default 3,
+    ef_search integer default 100,
+    k1 double precision default 1.2,
+    b double precision default 0.75)
+returns table (
+    verdict text,
+    lexical_rank integer, lexical_score double precision, lexical_exact_score double precision,
+    lexical_depth_used integer,
+    dense_rank integer, dense_score double precision, dense_exact_score double precision,
+    dense_depth_used integer,
+    fused_rank integer, fused_score double precision, pool_size integer,
+    final_rank integer, citekey text, reason text)
+language plpgsql volatile
+security invoker
+set search_path = pg_catalog, pgfunnel, @vector_schema@
+as $$
+declare
+    coll_id integer;
+    ver record;
+    pool_n integer;
+    lex_d integer;
+    den_d integer;
+    wide integer;
+    found_doc bigint;
+    found_key text;
+    ids bigint[];
+    row_pos integer;
+    hit record;
+    pool record;
+    lex_last double precision;
+    den_last double precision;
+    n_lex integer;
+    n_den integer;
+    ahead integer;
+    q_terms text[];
+begin
+    perform pgfunnel._check_search_params(k, principals, overfetch, per_source_cap);
+    if explain.chunk_id is null then
+        perform pgfunnel._bad_parameter('chunk_id', 'must not be NULL');
+    end if;
+    coll_id := pgfunnel._collection_id(collection);
+    select * into ver from pgfunnel._active_version(coll_id);
+    pool_n := k * overfetch;
+    lex_d := coalesce(explain.lexical_depth, greatest(pool_n, 40));
+    den_d := coalesce(explain.dense_depth, greatest(pool_n, 40));
+    pool_size := pool_n;
+    lexical_depth_used := case when query_text is not null then lex_d end;
+    dense_depth_used := case when query_embedding is not null then den_d end;
+
+    -- the same visibility as every leg: invisible and nonexistent are one answer
+    select d.id, d.citekey into found_doc, found_key
+      from pgfunnel.chunk ch
+      join pgfunnel.document d on d.id = ch.document_id
+     where ch.id = explain.chunk_id
+       and d.collection_id = coll_id
+       and (d.is_public or d.readers operator(pg_catalog.&&) principals)
+       and (d.tenant is null or d.tenant = explain.tenant)
+       and (explain.language is null or d.language = explain.language)
+       and (d.valid_from is null or d.valid_from <= as_of)
+       and (d.valid_to is null or d.valid_to > as_of)
+       and (metadata_filter is null or d.metadata operator(pg_catalog.@>) metadata_filter);
+
+    -- the fused list of every leg row: same depths (so the same leg answers and the
+    -- same fused scores), a pool wide enough to hold all of them; its first pool_n
+    -- rows are exactly candidates()' pool. Parameters are validated here as in a search.
+    wide := least(100, greatest(overfetch, ceil((lex_d + den_d)::numeric / k)::integer));
+    create temp table if not exists _pgfunnel_explain (
+        pos integer, chunk_id bigint, document_id bigint, citekey text,
+        lexical_rank integer, lexical_score double precision,
+        dense_rank integer, dense_score double precision,
+        fused_rank integer, fused_score double precision) on commit drop;
+    truncate _pgfunnel_explain;
+    insert into _pgfunnel_explain
+    select c.fused_rank, c.chunk_id, c.document_id, c.citekey, c.lexical_rank, c.lexical_score,
+           c.dense_rank, c.dense_score, c.fused_rank, c.fused_score
+      from pgfunnel.candidates(query_text, query_embedding, k, collection, principals, tenant,
+                               explain.language, as_of, metadata_filter, fusion, rrf_k, weights,
+                               lex_d, den_d, wide, per_source_cap, ef_search, k1, b) c;
+
+    if found_doc is null then
+        verdict := 'filtered out or does not exist';
+        pool_size := pool_n;
+        reason := format('chunk %s does not exist in collection %L, or is not visible with '
+                         'these principals, tenant, language, as_of and metadata filter',
+                         explain.chunk_id, collection);
+        return next;
+        return;
+    end if;
+    citekey := found_key;
+
+    select max(e.lexical_score) filter (where e.lexical_rank = lex_d),
+           max(e.dense_score) filter (where e.dense_rank = den_d),
+           count(e.lexical_rank), count(e.dense_rank)
+      into lex_last, den_last, n_lex, n_den
+      from _pgfunnel_explain e;
+
+    -- exact scores, whatever the depth
+    if query_text is not null then
+        select coalesce(array_agg(t.term), '{}') into q_terms
+          from pgfunnel.analyze_tokens(query_text, ver.analyzer, true) t where t.term is not null;
+        select sum(pgfunnel._bm25_idf(ts.df, ver.chunk_count) * p.tf * (k1 + 1)
+                   / (p.tf + k1 * (1 - b + b * l.length / ver.avg_length)))
+          into lexical_exact_score
+          from pgfunnel.posting p
+          join pgfunnel.term_stat ts on ts.index_version_id = p.index_version_id
+                                    and ts.term = p.term
+          join pgfunnel.lexical l on l.index_version_id = p.index_version_id
+                                 and l.chunk_id = p.chunk_id
+         where p.index_version_id = ver.version_id and p.chunk_id = explain.chunk_id
+           and p.term = any (array(select distinct unnest(q_terms)));
+        lexical_exact_score := coalesce(lexical_exact_score, 0);
+    end if;
+    if query_embedding is not null then
+        select 1 - (e.embedding <=> query_embedding) into dense_exact_score
+          from pgfunnel.embedding e
+         where e.index_version_id = ver.version_id and e.chunk_id = explain.chunk_id;
+    end if;
+
+    select * into hit from _pgfunnel_explain e where e.chunk_id = explain.chunk_id;
+    if hit.chunk_id is null then
+        verdict := 'in no leg at its depth';
+        reason := format('not in the lexical top %s%s nor in the dense top %s%s; raise '
+                         'lexical_depth/dense_depth or rephrase the query',
+            coalesce(lexical_depth_used::text, '(no query text)'),
+            case when query_text is null then ''
+                 when lexical_exact_score = 0 then ' (it shares no query term)'
+                 else format(' (its BM25 score %s, the %s-th has %s)',
+                             round(lexical_exact_score::numeric, 4), n_lex,
+                             coalesce(round(lex_last::numeric, 4)::text, '-')) end,
+            coalesce(dense_depth_used::text, '(no query embedding)'),
+            case when query_embedding is null or dense_exact_score is null then ''
+                 else format(' (its cosine similarity %s, the %s-th has %s)',
+                             round(dense_exact_score::numeric, 4), n_den,
+                             coalesce(round(den_last::numeric, 4)::text, '-')) end);
+        return next;
+        return;
+    end if;
+
+    lexical_rank := hit.lexical_rank;
+    lexical_score := hit.lexical_score;
+    dense_rank := hit.dense_rank;
+    dense_score := hit.dense_score;
+    fused_rank := hit.fused_rank;
+    fused_score := hit.fused_score;
+
+    if hit.fused_rank > pool_n then
+        verdict := 'not in pool';
+        reason := format('lexical rank %s, dense rank %s, but fused rank %s is beyond the pool '
+                         'of %s (k %s x overfetch %s); raise overfetch',
+                         coalesce(hit.lexical_rank::text, '-'), coalesce(hit.dense_rank::text, '-'),
+                         hit.fused_rank, pool_n, k, overfetch);
+        return next;
+        return;
+    end if;
+
+    -- the pool through final(): the cap per citekey, then the cut at k
+    select array_agg(e.chunk_id order by e.pos) as ids,
+           array_agg(e.fused_rank order by e.pos) as fr,
+           array_agg(e.fused_score order by e.pos) as fs,
+           array_agg(e.lexical_rank order by e.pos) as lr,
+           array_agg(e.lexical_score order by e.pos) as ls,
+           array_agg(e.dense_rank order by e.pos) as dr,
+           array_agg(e.dense_score order by e.pos) as ds
+      into pool
+      from _pgfunnel_explain e where e.pos <= pool_n;
+    select f.final_rank into final_rank
+      from pgfunnel.final(pool.ids, pool.fr, pool.fs, pool.lr, pool.ls, pool.dr, pool.ds,
+                          null, k, collection, principals, tenant, explain.language, as_of,
+                          metadata_filter, per_source_cap, false) f
+     where f.chunk_id = explain.chunk_id;
+
+    if final_rank is not null then
+        verdict := 'returned';
+        reason := format('returned at rank %s (fused rank %s of a pool of %s; lexical rank %s, '
+                         'dense rank %s)', final_rank, hit.fused_rank, pool_n,
+                         coalesce(hit.lexical_rank::text, '-'), coalesce(hit.dense_rank::text, '-'));
+        return next;
+        return;
+    end if;
+
+    select count(*) into ahead from _pgfunnel_explain e
+     where e.pos < hit.pos and e.document_id = hit.document_id;
+    if ahead >= per_source_cap then
+        verdict := 'capped';
+        reason := format('fused rank %s is in the pool, but %s chunks of %L rank above it and '
+                         'per_source_cap is %s', hit.fused_rank, ahead, found_key, per_source_cap);
+    else
+        verdict := 'cut at k';
+        reason := format('fused rank %s is in the pool and not capped, but %s chunks come '
+                         'before it after the per-source cap and k is %s',
+                         hit.fused_rank,
+                         (select count(*) from (
+                             select row_number() over (partition by e.document_id
+                                                       order by e.pos) as src_rank
+                               from _pgfunnel_explain e where e.pos < hit.pos) o
+                           where o.src_rank <= per_source_cap),
+                         k);
+    end if;
+    return next;
+end
+$$;

@@ -1,0 +1,281 @@
+"""funnel_search end to end: cap, candidates/final equivalence, one-leg searches, parameter
+errors, visibility of the best chunk, and the trace."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+from funnel_util import active, doc, ingest, unit
+
+DIMS = 16
+RESULT = ("chunk_id, citekey, title, heading, text, ordinal, metadata, lexical_rank, "
+          "lexical_score, dense_rank, dense_score, fused_rank, fused_score, rerank_rank, "
+          "rerank_score, final_rank")
+
+
+def _paras(word: str, n: int) -> str:
+    # n paragraphs of ~150 words each, so the chunker makes n chunks
+    return "\n\n".join(f"{word} section {i} " + " ".join([word, "filler"] * 75) for i in range(n))
+
+
+@pytest.fixture()
+def corpus(conn: psycopg.Connection[Any]) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    docs = [doc("big", _paras("zephyr", 8))]
+    docs += [doc(f"small{i}", f"zephyr appears once here, with other words {i}") for i in range(6)]
+    docs += [doc(f"noise{i}", f"unrelated text about apples and pears {i}") for i in range(20)]
+    docs.append(doc("secret", "zephyr zephyr zephyr the private zephyr runbook",
+                    readers=["alice"]))
+    vecs = ingest(conn, docs, dims=DIMS)
+    assert len(vecs["big"]) == 8
+    return vecs
+
+
+def _search(conn: psycopg.Connection[Any], q: str | None, v: Any, **kw: Any) -> list[Any]:
+    args = {"collection": "t", **kw}
+    named = ", ".join(f"{k} => %({k})s" for k in args)
+    return conn.execute(f"select {RESULT}, search_id from funnel_search(%(q)s, %(v)s, {named})",
+                        {"q": q, "v": v, **args}).fetchall()
+
+
+def test_cap_with_dominant_source(conn: psycopg.Connection[Any], corpus: Any) -> None:
+    q = corpus["big"][0]
+    for cap in (1, 3):
+        rows = _search(conn, "zephyr", q, k=8, per_source_cap=cap)
+        keys = [r[1] for r in rows]
+        assert keys.count("big") == cap
+        assert len(rows) == 8
+        # other sources were promoted into the slots the cap freed
+        assert len({k for k in keys if k.startswith("small")}) >= 8 - cap - 1
+        assert [r[15] for r in rows] == list(range(1, 9))
+    # without the cap the dominant source takes over the top
+    rows = _search(conn, "zephyr", q, k=8, per_source_cap=100)
+    assert [r[1] for r in rows].count("big") >= 6
+
+
+def test_funnel_search_equals_final_of_candidates(conn: psycopg.Connection[Any],
+                                                  corpus: Any) -> None:
+    v = corpus["small2"][0]
+    for kw in ({}, {"fusion": "minmax", "k": 4}, {"fusion": "zscore", "per_source_cap": 1}):
+        got = _search(conn, "zephyr words", v, **kw)
+        args = {"collection": "t", **kw}
+        named = ", ".join(f"{k} => %({k})s" for k in args)
+        pool = conn.execute(
+            f"select chunk_id, fused_rank, fused_score, lexical_rank, lexical_score, dense_rank, "
+            f"dense_score from pgfunnel.candidates(%(q)s, %(v)s, {named}) order by fused_rank",
+            {"q": "zephyr words", "v": v, **args}).fetchall()
+        cols = list(zip(*pool, strict=True))
+        fin_args = {k: val for k, val in kw.items() if k in ("k", "per_source_cap")}
+        fin_named = "".join(f", {k} => %({k})s" for k in fin_args)
+        want = conn.execute(
+            f"select {RESULT}, search_id from pgfunnel.final(%(ids)s, %(fr)s, %(fs)s, %(lr)s, "
+            f"%(ls)s, %(dr)s, %(ds)s, collection => 't'{fin_named})",
+            {"ids": list(cols[0]), "fr": list(cols[1]), "fs": list(cols[2]),
+             "lr": list(cols[3]), "ls": list(cols[4]), "dr": list(cols[5]),
+             "ds": list(cols[6]), **fin_args}).fetchall()
+        assert got == want and got
+
+
+def test_one_leg_searches(conn: psycopg.Connection[Any], corpus: Any) -> None:
+    rows = _search(conn, "zephyr", None)
+    assert rows and all(r[9] is None and r[7] is not None for r in rows)
+    rows = _search(conn, None, corpus["noise3"][0])
+    assert rows and all(r[7] is None and r[9] is not None for r in rows)
+    assert rows[0][1] == "noise3"
+
+
+BAD = [
+    ({"k": 0}, "k"), ({"fusion": "x"}, "fusion"), ({"weights": [1.0]}, "weights"),
+    ({"weights": [1.0, 1.0, 1.0]}, "weights"), ({"weights": [-1.0, 1.0]}, "weights"),
+    ({"rrf_k": 0.0}, "rrf_k"), ({"rrf_k": -5.0}, "rrf_k"), ({"overfetch": 0}, "overfetch"),
+    ({"per_source_cap": 0}, "per_source_cap"), ({"ef_search": 0}, "ef_search"),
+    ({"k1": -1.0}, "k1"), ({"b": 2.0}, "b"), ({"lexical_depth": 0}, "lexical_depth"),
+]
+
+
+@pytest.mark.parametrize("kw,param", BAD, ids=[p + str(i) for i, (_, p) in enumerate(BAD)])
+def test_bad_parameter_names_it(conn: psycopg.Connection[Any], corpus: Any, kw: dict[str, Any],
+                                param: str) -> None:
+    with pytest.raises(psycopg.errors.InvalidParameterValue) as exc:
+        _search(conn, "zephyr", corpus["big"][0], **kw)
+    assert exc.value.diag.message_primary.startswith(f"{param}:")
+
+
+def test_other_bad_inputs_name_the_problem(conn: psycopg.Connection[Any], corpus: Any) -> None:
+    with pytest.raises(psycopg.errors.NoDataFound) as nf:
+        _search(conn, "zephyr", None, collection="nope")
+    assert "nope" in nf.value.diag.message_primary
+    with pytest.raises(psycopg.errors.InvalidParameterValue) as dim:
+        _search(conn, "zephyr", np.ones(DIMS + 1, dtype=np.float32))
+    assert dim.value.diag.message_primary.startswith("query_embedding:")
+    assert str(DIMS) in dim.value.diag.message_primary
+    with pytest.raises(psycopg.errors.InvalidParameterValue) as zero:
+        _search(conn, "zephyr", np.zeros(DIMS, dtype=np.float32))
+    assert zero.value.diag.message_primary.startswith("query_embedding:")
+    with pytest.raises(psycopg.errors.NullValueNotAllowed) as nul:
+        conn.execute("select * from funnel_search('zephyr', null, 5, collection => 't', "
+                     "principals => null)")
+    assert nul.value.diag.message_primary.startswith("principals:")
+    with pytest.raises(psycopg.errors.InvalidParameterValue) as both:
+        _search(conn, None, None)
+    assert both.value.diag.message_primary.startswith("query_text:")
+
+
+def test_hidden_best_chunk_never_returned(conn: psycopg.Connection[Any], corpus: Any) -> None:
+    secret_v = corpus["secret"][0]
+    q = "private zephyr runbook"
+    for who in ([], ["bob"]):
+        for fusion in ("rrf", "minmax", "zscore"):
+            rows = _search(conn, q, secret_v, principals=who, fusion=fusion, k=20)
+            assert rows and "secret" not in [r[1] for r in rows]
+        pool = conn.execute(
+            "select citekey from pgfunnel.candidates(%s, %s, 20, collection => 't', "
+            "principals => %s)", (q, secret_v, who)).fetchall()
+        assert "secret" not in [r[0] for r in pool]
+    rows = _search(conn, q, secret_v, principals=["alice"])
+    assert rows[0][1] == "secret" and rows[0][7] == 1 and rows[0][9] == 1
+
+
+def test_trace_records_every_pool_candidate(conn: psycopg.Connection[Any], corpus: Any) -> None:
+    v = corpus["big"][1]
+    rows = _search(conn, "zephyr", v, k=4, per_source_cap=2, trace=True)
+    sid = rows[0][16]
+    assert sid is not None and all(r[16] == sid for r in rows)
+    vid, coll, _ = active(conn, "t")
+    log = conn.execute("select collection_id, index_version_id, config_hash, config "
+                       "from pgfunnel.search_log where id = %s", (sid,)).fetchone()
+    assert log[0] == coll and log[1] == vid
+    assert log[2] == conn.execute("select md5(%s::jsonb::text)",
+                                  (json.dumps(log[3]),)).fetchone()[0]
+    assert log[3]["per_source_cap"] == 2 and log[3]["k"] == 4
+    trace = conn.execute("select chunk_id, fused_rank, final_rank, dropped from "
+                         "pgfunnel.search_trace where search_id = %s order by fused_rank",
+                         (sid,)).fetchall()
+    pool = conn.execute("select chunk_id, fused_rank, citekey from pgfunnel.candidates("
+                        "'zephyr', %s, 4, collection => 't') order by fused_rank",
+                        (v,)).fetchall()
+    assert [(t[0], t[1]) for t in trace] == [(p[0], p[1]) for p in pool]
+    reasons = {t[3] for t in trace}
+    assert reasons == {None, "cap", "below k"}
+    returned = [t for t in trace if t[3] is None]
+    assert sorted(t[2] for t in returned) == [1, 2, 3, 4]
+    assert {r[0] for r in rows} == {t[0] for t in returned}
+    # 'cap' exactly for chunks of a source already holding per_source_cap chunks above them
+    seen: dict[str, int] = {}
+    for (cid, _, key), t in zip(pool, trace, strict=True):
+        seen[key] = seen.get(key, 0) + 1
+        assert (t[3] == "cap") == (seen[key] > 2), (cid, key, t)
+    assert conn.execute("select count(*) from pgfunnel.search_log").fetchone()[0] == 1
+    _search(conn, "zephyr", v)  # no trace: nothing written
+    assert conn.execute("select count(*) from pgfunnel.search_log").fetchone()[0] == 1
+
+
+# -- explain ------------------------------------------------------------------------------
+
+EXPLAIN = ("verdict, lexical_rank, lexical_score, lexical_exact_score, dense_rank, dense_score, "
+           "dense_exact_score, fused_rank, fused_score, pool_size, final_rank, citekey, reason")
+
+
+def _explain(conn: psycopg.Connection[Any], q: str | None, v: Any, chunk: int,
+             **kw: Any) -> dict[str, Any]:
+    args = {"collection": "t", **kw}
+    named = "".join(f", {k} => %({k})s" for k in args)
+    cur = conn.execute(f"select {EXPLAIN} from pgfunnel.explain(%(q)s, %(v)s, %(c)s{named})",
+                       {"q": q, "v": v, "c": chunk, **args})
+    rows = cur.fetchall()
+    assert len(rows) == 1
+    return dict(zip([d.name for d in cur.description], rows[0], strict=True))
+
+
+def _ids(conn: psycopg.Connection[Any], key: str) -> list[int]:
+    return [int(r[0]) for r in conn.execute(
+        "select ch.id from pgfunnel.chunk ch join pgfunnel.document d on d.id = ch.document_id "
+        "where d.citekey = %s order by ch.ordinal", (key,)).fetchall()]
+
+
+def test_explain_verdicts(conn: psycopg.Connection[Any], corpus: Any) -> None:
+    v = corpus["big"][0]
+    rows = _search(conn, "zephyr", v, k=4, per_source_cap=2)
+    pool = conn.execute("select chunk_id, fused_rank, citekey, lexical_rank, dense_rank from "
+                        "pgfunnel.candidates('zephyr', %s, 4, collection => 't') "
+                        "order by fused_rank", (v,)).fetchall()
+    # returned: ranks agree with the search
+    for r in rows:
+        e = _explain(conn, "zephyr", v, r[0], k=4, per_source_cap=2)
+        assert e["verdict"] == "returned" and e["final_rank"] == r[15]
+        assert (e["fused_rank"], e["lexical_rank"], e["dense_rank"]) == (r[11], r[7], r[9])
+        assert e["lexical_exact_score"] == pytest.approx(r[8], rel=1e-9)
+        assert e["dense_exact_score"] == pytest.approx(r[10], abs=1e-6)
+    returned = {r[0] for r in rows}
+    seen: dict[str, int] = {}
+    verdicts = set()
+    for cid, fr, key, _, _ in pool:
+        seen[key] = seen.get(key, 0) + 1
+        if cid in returned:
+            continue
+        e = _explain(conn, "zephyr", v, cid, k=4, per_source_cap=2)
+        want = "capped" if seen[key] > 2 else "cut at k"
+        assert e["verdict"] == want, (cid, key, e)
+        assert e["fused_rank"] == fr and e["final_rank"] is None and e["pool_size"] == 16
+        verdicts.add(want)
+    assert verdicts == {"capped", "cut at k"}
+
+    # not in pool: in a leg at its depth, fused beyond k * overfetch
+    e = _explain(conn, "zephyr", v, pool[3][0], k=1, overfetch=2, per_source_cap=5)
+    assert e["verdict"] == "not in pool" and e["fused_rank"] > 2 and e["pool_size"] == 2
+    assert "overfetch" in e["reason"]
+
+    # in no leg at its depth: exact scores are still given
+    noise = _ids(conn, "noise4")[0]
+    e = _explain(conn, "zephyr apples", v, noise, lexical_depth=1, dense_depth=1)
+    assert e["verdict"] == "in no leg at its depth"
+    assert e["lexical_rank"] is None and e["dense_rank"] is None and e["fused_rank"] is None
+    wide = conn.execute("select lexical_score from pgfunnel.candidates('zephyr apples', %s, 40, "
+                        "collection => 't', lexical_depth => 100) where chunk_id = %s",
+                        (v, noise)).fetchone()
+    assert e["lexical_exact_score"] == pytest.approx(wide[0], rel=1e-9) and wide[0] > 0
+    assert e["dense_exact_score"] == pytest.approx(float(corpus["noise4"][0] @ v), abs=1e-5)
+
+
+def test_explain_reveals_nothing_about_hidden_chunks(conn: psycopg.Connection[Any],
+                                                     corpus: Any) -> None:
+    secret = _ids(conn, "secret")[0]
+    v = corpus["secret"][0]
+    missing = conn.execute("select max(id) + 1000 from pgfunnel.chunk").fetchone()[0]
+    hidden = _explain(conn, "private zephyr runbook", v, secret, principals=["bob"])
+    gone = _explain(conn, "private zephyr runbook", v, missing, principals=["bob"])
+    assert hidden["verdict"] == gone["verdict"] == "filtered out or does not exist"
+    assert {k: val for k, val in hidden.items() if k != "reason"} == \
+        {k: val for k, val in gone.items() if k != "reason"}
+    assert hidden["reason"].replace(str(secret), "X") == gone["reason"].replace(str(missing), "X")
+    assert all(hidden[c] is None for c in ("lexical_exact_score", "dense_exact_score",
+                                           "citekey", "fused_rank"))
+    seen = _explain(conn, "private zephyr runbook", v, secret, principals=["alice"])
+    assert seen["verdict"] == "returned" and seen["final_rank"] == 1
+
+
+def test_explain_python_and_cli(db: str, conn: psycopg.Connection[Any], corpus: Any) -> None:
+    from typer.testing import CliRunner
+
+    from pgfunnel.cli.main import app
+    from pgfunnel.explain import explain
+    from pgfunnel.search import Funnel
+
+    with Funnel(conn, "t", embedder=None) as f:
+        e = explain(f, "zephyr section", "big#1", k=3)
+        assert e.chunk_id == _ids(conn, "big")[1] and e.verdict in ("returned", "capped",
+                                                                     "cut at k", "not in pool")
+        assert explain(f, "zephyr", "nope#0").verdict == "filtered out or does not exist"
+    res = CliRunner().invoke(app, ["explain", "zephyr", "big#0", str(_ids(conn, "noise1")[0]),
+                                   "--dsn", db, "--collection", "t", "--lexical-only",
+                                   "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert [o["verdict"] for o in out] == ["returned", "in no leg at its depth"]
+    res = CliRunner().invoke(app, ["explain", "zephyr", "not a target", "--dsn", db,
+                                   "--collection", "t", "--lexical-only"])
+    assert res.exit_code == 1 and "chunk" in res.output
