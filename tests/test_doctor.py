@@ -1,0 +1,80 @@
+"""`pgfunnel doctor`: findings on a healthy database and on broken ones; exit code 3."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg
+import pytest
+from typer.testing import CliRunner
+
+from pgfunnel.db import connect
+from pgfunnel.doctor import Finding, check_pgvector, run_checks, worst
+
+
+def _doctor(dsn: str) -> tuple[int, dict[str, Any]]:
+    from pgfunnel.cli.main import app
+
+    result = CliRunner().invoke(app, ["doctor", "--dsn", dsn, "--json"])
+    return result.exit_code, json.loads(result.output[result.output.index("{"):])
+
+
+def _checks(report: dict[str, Any], level: str) -> set[str]:
+    return {f["check"] for f in report["findings"] if f["level"] == level}
+
+
+def test_healthy_database_has_no_errors(sample_db: str) -> None:
+    code, report = _doctor(sample_db)
+    assert code == 0 and report["ok"], report
+    assert _checks(report, "error") == set()
+    names = {f["check"] for f in report["findings"]}
+    assert {"pgvector", "schema", "active_index", "index_memory", "row_security"} <= names
+    # the bundled pgvector is 0.8.2: below 0.8.3 it warns
+    with connect(sample_db, autocommit=True) as conn:
+        version = conn.execute("select extversion from pg_extension where extname = 'vector'"
+                               ).fetchone()[0]  # type: ignore[index]
+        [finding] = check_pgvector(conn)
+    expected = "warning" if tuple(int(x) for x in version.split(".")[:3]) < (0, 8, 3) else "info"
+    assert finding.level == expected and version in finding.message
+
+
+def test_invalid_and_missing_indexes_are_errors_with_exit_3(sample_db: str) -> None:
+    with connect(sample_db, autocommit=True) as conn:
+        vid = conn.execute("select id from pgfunnel.index_version where state = 'active'"
+                           ).fetchone()[0]  # type: ignore[index]
+        conn.execute(f"drop index pgfunnel.embedding_hnsw_v{vid}")
+        code, report = _doctor(sample_db)
+        assert code == 3 and not report["ok"]
+        assert any(f["check"] == "active_index" and "missing" in f["message"]
+                   for f in report["findings"])
+        # an invalid index (a concurrent build that failed half-way)
+        conn.execute("create table pgfunnel.t_dup (x int)")
+        conn.execute("insert into pgfunnel.t_dup values (1), (1)")
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            conn.execute("create unique index concurrently t_dup_x on pgfunnel.t_dup (x)")
+        code, report = _doctor(sample_db)
+        assert code == 3
+        assert any(f["check"] == "invalid_index" and "t_dup_x" in f["message"]
+                   for f in report["findings"])
+
+
+def test_row_security_without_policy_is_an_error(sample_db: str) -> None:
+    with connect(sample_db, autocommit=True) as conn:
+        conn.execute("alter table pgfunnel.chunk enable row level security")
+        findings = run_checks(conn)
+    rs = [f for f in findings if f.check == "row_security"]
+    assert any(f.level == "error" and "pgfunnel.chunk" in f.message for f in rs)
+    assert worst(findings) == "error"
+
+
+def test_schema_missing_is_reported_not_raised(empty_db: str) -> None:
+    code, report = _doctor(empty_db)
+    assert code == 3
+    assert "schema" in _checks(report, "error") or "pgvector" in _checks(report, "error")
+
+
+def test_worst_level_order() -> None:
+    assert worst([]) is None
+    assert worst([Finding("info", "a", "x"), Finding("warning", "b", "y")]) == "warning"
+    assert worst([Finding("warning", "b", "y"), Finding("error", "c", "z")]) == "error"
