@@ -170,22 +170,36 @@ def test_cli_search_hides_chunk(app_dsn: str) -> None:
         assert keys and "secret" not in keys
 
 
-def test_explain_hides_chunk_if_present(app_dsn: str) -> None:
-    with connect(app_dsn, autocommit=True) as conn:
+@pytest.mark.parametrize("mode", ["plain", "rls"])
+def test_explain_hides_chunk(request: pytest.FixtureRequest, mode: str) -> None:
+    dsn = request.getfixturevalue("plain_db" if mode == "plain" else "app_dsn")
+    owner_dsn = request.getfixturevalue("plain_db" if mode == "plain" else "rls_db")
+    with connect(owner_dsn, autocommit=True) as owner:
+        row = owner.execute("select c.id from pgfunnel.chunk c join pgfunnel.document d "
+                            "on d.id = c.document_id where d.citekey = 'secret'").fetchone()
+        missing = owner.execute("select max(id) + 1000 from pgfunnel.chunk").fetchone()
+    assert row is not None and missing is not None
+    with connect(dsn, autocommit=True) as conn:
         exists = conn.execute("select count(*) from pg_proc where proname = 'explain' and "
                               "pronamespace = 'pgfunnel'::regnamespace").fetchone()
         if not exists or not exists[0]:
-            pytest.skip("pgfunnel.explain is not installed yet (sql/050_explain.sql)")
-        with conn.transaction():
-            conn.execute("select set_config('pgfunnel.principals', '[\"alice\"]', true)")
-            out_alice = conn.execute("select pgfunnel.explain(%s, principals => '{alice}')::text",
-                                     (QUERY,)).fetchone()
-        with conn.transaction():
-            conn.execute("select set_config('pgfunnel.principals', '[\"bob\"]', true)")
-            out_bob = conn.execute("select pgfunnel.explain(%s, principals => '{bob}')::text",
-                                   (QUERY,)).fetchone()
-        assert out_alice is not None and "secret" in str(out_alice[0])
-        assert out_bob is not None and "secret" not in str(out_bob[0])
+            pytest.skip("pgfunnel.explain is not installed (sql/050_explain.sql)")
+
+        def explain(principals: list[str], chunk_id: int) -> list[Any]:
+            with conn.transaction():
+                conn.execute("select set_config('pgfunnel.principals', %s, true)",
+                             (json.dumps(principals),))
+                return conn.execute(
+                    "select * from pgfunnel.explain(%s, %s, chunk_id => %s, k => 5, "
+                    "principals => %s)", (QUERY, QVEC, chunk_id, principals)).fetchall()
+
+        alice = explain(["alice"], row[0])
+        assert "secret" in str(alice)  # control
+        bob = explain(["bob"], row[0])
+        assert "secret" not in str(bob) and "Refund monthly" not in str(bob)
+        # a hidden chunk gets exactly the answer a chunk that does not exist gets
+        assert str(bob).replace(str(row[0]), "ID") == \
+            str(explain(["bob"], missing[0])).replace(str(missing[0]), "ID")
 
 
 # -- missing principals -------------------------------------------------------------
