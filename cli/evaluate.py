@@ -130,12 +130,16 @@ def evaluate(
 
 
 def _print_tables(report: Any, k: int) -> None:
+    from rich.console import Console
     from rich.table import Table
 
     from pgfunnel.eval.metrics import N_NOANSWER, N_QUERIES, metric_names
 
+    # wide enough for every stage column: a narrow terminal wraps lines but never cuts
+    # a header or a slice name
+    wide = Console(width=max(out.width, 150), highlight=False)
     ndcg, recall, mrr, found = metric_names(k)
-    out.print(f"judging: {report.judging_level}; split: {report.split or 'all'}; k={k}")
+    wide.print(f"judging: {report.judging_level}; split: {report.split or 'all'}; k={k}")
     for name, res in report.configs.items():
         table = Table(title=f"{name}: pool recall per stage | final metrics",
                       title_justify="left")
@@ -155,12 +159,12 @@ def _print_tables(report: Any, k: int) -> None:
             cells += [_fmt(res.pool_recall.get(st, {}).get(s)) for st in report.stages]
             cells += [_fmt(row.get(m)) for m in (recall, ndcg, mrr, found)]
             table.add_row(*cells)
-        out.print(table)
+        wide.print(table)
     for name, by_metric in report.comparisons.items():
         for metric, by_slice in by_metric.items():
             parts = [f"{s}: {r.mean_diff:+.3f} [{r.low:+.3f}, {r.high:+.3f}]"
                      for s, r in by_slice.items()]
-            out.print(f"{name} − {report.baseline} ({metric}): " + "; ".join(parts))
+            wide.print(f"{name} − {report.baseline} ({metric}): " + "; ".join(parts))
 
 
 def _fmt(value: float | None) -> str:
