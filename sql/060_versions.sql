@@ -109,8 +109,13 @@ begin
     end if;
     update pgfunnel.index_version v
        set state = 'active', activated_at = now(), retired_at = null,
+           -- the last 20 activations are kept: rollback needs only the latest
            params = v.params || jsonb_build_object('activations',
-               coalesce(v.params -> 'activations', '[]'::jsonb)
+               (select coalesce(jsonb_agg(h.e order by h.o), '[]'::jsonb)
+                  from (select a.e, a.o
+                          from jsonb_array_elements(coalesce(v.params -> 'activations', '[]'::jsonb))
+                               with ordinality as a(e, o)
+                         order by a.o desc limit 19) h)
                || jsonb_build_array(jsonb_build_object('at', now(), 'replaced', prev.version)))
      where v.id = target.id;
     return prev.version;
