@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-
 from _security_helpers import DIM, Doc, ingest_docs, unit
+
 from pgfunnel.db import connect
 from pgfunnel.errors import InvalidInputError, InvalidVectorError, PgfunnelError, SearchTimeoutError
 from pgfunnel.search import Funnel
@@ -78,9 +78,8 @@ def test_hostile_text_through_sql(corpus_db: str, text: str) -> None:
 @pytest.mark.parametrize("text", HOSTILE_TEXT,
                          ids=lambda t: repr(t)[:20])
 def test_hostile_text_through_cli(corpus_db: str, text: str) -> None:
-    from typer.testing import CliRunner
-
     from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
 
     res = CliRunner().invoke(app, ["search", text, "--lexical-only", "--dsn", corpus_db,
                                    "-k", "3"])
