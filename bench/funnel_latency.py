@@ -310,7 +310,7 @@ def plot(times: dict[str, list[float]]) -> None:
     except ImportError:  # pragma: no cover
         return
     fig, ax = plt.subplots(figsize=(7, 3.5))
-    ax.boxplot(list(times.values()), labels=list(times), showfliers=False)
+    ax.boxplot(list(times.values()), tick_labels=list(times), showfliers=False)
     ax.set_ylabel("ms per query")
     ax.set_title("funnel_search vs legs vs hybrid_search")
     fig.tight_layout()
