@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from funnel_util import active, doc, ingest, unit
+from funnel_util import active, doc, ingest
 
 DIMS = 16
 RESULT = ("chunk_id, citekey, title, heading, text, ordinal, metadata, lexical_rank, "
@@ -24,7 +24,6 @@ def _paras(word: str, n: int) -> str:
 
 @pytest.fixture()
 def corpus(conn: psycopg.Connection[Any]) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
     docs = [doc("big", _paras("zephyr", 8))]
     docs += [doc(f"small{i}", f"zephyr appears once here, with other words {i}") for i in range(6)]
     docs += [doc(f"noise{i}", f"unrelated text about apples and pears {i}") for i in range(20)]
@@ -259,9 +258,9 @@ def test_explain_reveals_nothing_about_hidden_chunks(conn: psycopg.Connection[An
 
 
 def test_explain_python_and_cli(db: str, conn: psycopg.Connection[Any], corpus: Any) -> None:
+    from pgfunnel.cli.main import app
     from typer.testing import CliRunner
 
-    from pgfunnel.cli.main import app
     from pgfunnel.explain import explain
     from pgfunnel.search import Funnel
 
