@@ -154,3 +154,24 @@ def sample_conn(sample_db: str) -> Iterator[psycopg.Connection[Any]]:
 
     with connect(sample_db, autocommit=True) as c:
         yield c
+
+
+@pytest.fixture(autouse=True)
+def _drop_login_roles_made_by_the_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Roles are cluster-wide; a test's app roles must not leak into the next test."""
+    yield
+    if "server_dsn" not in request.fixturenames:
+        return
+    server = request.getfixturevalue("server_dsn")
+    with psycopg.connect(server, autocommit=True) as conn:
+        roles = [r[0] for r in conn.execute(
+            "select rolname from pg_roles where rolname like 'pgf\\_app\\_%'")]
+        for role in roles:
+            for (dbname,) in conn.execute(
+                    "select datname from pg_database where datallowconn").fetchall():
+                try:
+                    with psycopg.connect(_with_db(server, dbname), autocommit=True) as c:
+                        c.execute(sql.SQL("drop owned by {} cascade").format(sql.Identifier(role)))
+                except psycopg.Error:
+                    continue
+            conn.execute(sql.SQL("drop role if exists {}").format(sql.Identifier(role)))
