@@ -190,15 +190,21 @@ def write_chunk_index(conn: psycopg.Connection[Any], version_id: int, analyzer: 
             "copy pgfunnel.lexical (index_version_id, chunk_id, length, terms) from stdin") as cp:
         for cid, counts in zip(chunk_ids, term_counts, strict=True):
             cp.write_row((version_id, cid, sum(counts.values()), _tsvector_literal(counts)))
+    rows: list[tuple[str, int, int, float]] = []
+    for cid, counts in zip(chunk_ids, term_counts, strict=True):
+        length = sum(counts.values())
+        norm = k1 * (1 - b + b * length / avg_ref)
+        for term, tf in counts.items():
+            tf = min(tf, 32767)
+            rows.append((term, cid, tf, tf * (k1 + 1) / (tf + norm)))
+    # in index order: the posting index is (version, term, chunk), so sorted rows touch
+    # each index page once instead of at random
+    rows.sort()
     with conn.cursor().copy(
-            "copy pgfunnel.posting (index_version_id, chunk_id, term, tf, weight) "
+            "copy pgfunnel.posting (index_version_id, term, chunk_id, tf, weight) "
             "from stdin") as cp:
-        for cid, counts in zip(chunk_ids, term_counts, strict=True):
-            length = sum(counts.values())
-            norm = k1 * (1 - b + b * length / avg_ref)
-            for term, tf in counts.items():
-                tf = min(tf, 32767)
-                cp.write_row((version_id, cid, term, tf, tf * (k1 + 1) / (tf + norm)))
+        for term, cid, tf, weight in rows:
+            cp.write_row((version_id, term, cid, tf, weight))
     conn.execute("select pgfunnel._bm25_add(%s, %s::bigint[])", (version_id, list(chunk_ids)))
 
 

@@ -24,6 +24,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    PrimaryKeyConstraint,
     SmallInteger,
     Text,
     UniqueConstraint,
@@ -201,21 +202,23 @@ class TermStat(Base):
 
 
 class Posting(Base):
-    """(version, term, chunk) with the term frequency and a precomputed BM25 weight."""
+    """(version, term, chunk) with the term frequency and a precomputed BM25 weight.
+
+    One index serves both reads: a term's postings (version, term) with their
+    weights, and a chunk's tf for a term (version, term, chunk). No foreign keys:
+    per-row FK triggers doubled the cost of writing postings, and every deletion
+    path (``pgfunnel._remove_chunks``, dropping a version) deletes postings itself.
+    """
 
     __tablename__ = "posting"
     __table_args__ = (
-        Index("posting_by_weight", "index_version_id", "term", text("weight desc"),
-              postgresql_include=["chunk_id"]),
+        PrimaryKeyConstraint("index_version_id", "term", "chunk_id",
+                             postgresql_include=["tf", "weight"]),
     )
 
-    index_version_id: Mapped[int] = mapped_column(
-        Integer, ForeignKey("index_version.id", ondelete="CASCADE"), primary_key=True
-    )
-    chunk_id: Mapped[int] = mapped_column(
-        BigInteger, ForeignKey("chunk.id", ondelete="CASCADE"), primary_key=True
-    )
-    term: Mapped[str] = mapped_column(Text, primary_key=True)
+    index_version_id: Mapped[int] = mapped_column(Integer)
+    term: Mapped[str] = mapped_column(Text)
+    chunk_id: Mapped[int] = mapped_column(BigInteger)
     tf: Mapped[int] = mapped_column(SmallInteger, nullable=False)
     weight: Mapped[float] = mapped_column(REAL, nullable=False)
 

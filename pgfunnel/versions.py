@@ -507,7 +507,9 @@ def drop_version_rows(conn: psycopg.Connection[Any], version_id: int) -> None:
     conn.execute(sql.SQL("drop index concurrently if exists {}").format(
         sql.Identifier("pgfunnel", hnsw_index_name(version_id))))
     with conn.transaction():
-        # cascades to embedding, lexical, posting and term_stat rows of the version
+        # posting has no foreign keys (they doubled ingest cost): delete it explicitly;
+        # the rest cascades to embedding, lexical and term_stat rows of the version
+        conn.execute("delete from pgfunnel.posting where index_version_id = %s", (version_id,))
         conn.execute("delete from pgfunnel.index_version where id = %s", (version_id,))
 
 

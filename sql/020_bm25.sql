@@ -1,13 +1,12 @@
 -- pgfunnel: BM25 statistics and scoring.
 --
--- Postings store (version, chunk, term, tf) and a weight
+-- Postings store (version, term, chunk, tf) and a weight
 --     w = tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avg_len_ref))
--- computed with a reference average length (index_version.weights_avg_length),
--- so that an index on (version, term, weight desc) yields each term's best chunks
--- first. The reference average drifts from the true one as chunks come and go;
--- scoring never trusts the stored weight: every candidate's score is recomputed
--- exactly from tf, length and the current statistics, and the stored weight is
--- used only to bound what an unfetched chunk could score (see _lexical_leg).
+-- computed with a reference average length (index_version.weights_avg_length).
+-- The reference average drifts from the true one as chunks come and go; scoring
+-- never trusts the stored weight for a returned score: candidates are rescored
+-- exactly from tf, length and the current statistics, and the stored weights only
+-- rank candidates and bound what an unscored chunk could reach (see _lexical_leg).
 -- With avg_now > avg_ref a true weight is at most w * avg_now / avg_ref; with
 -- avg_now <= avg_ref it is at most w.
 
@@ -19,6 +18,20 @@ security invoker
 set search_path = pg_catalog, pgfunnel
 as $$ select ln(1.0 + (n - df + 0.5) / (df + 0.5)) $$;
 
+-- the distinct terms of chunks, per version, read from their lexical rows (posting is
+-- keyed by term first, so the chunk's terms come from lexical.terms)
+create or replace function pgfunnel._chunk_terms(chunk_ids bigint[])
+returns table (index_version_id integer, chunk_id bigint, term text)
+language sql stable
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+    select l.index_version_id, l.chunk_id, t.term
+      from pgfunnel.lexical l,
+           unnest(pg_catalog.tsvector_to_array(l.terms)) as t(term)
+     where l.chunk_id = any (chunk_ids)
+$$;
+
 -- add freshly written lexical rows and postings of a version to its statistics
 create or replace function pgfunnel._bm25_add(version_id integer, chunk_ids bigint[])
 returns void
@@ -29,11 +42,11 @@ as $$
 begin
     -- term rows are locked in term order so concurrent writers cannot deadlock
     insert into pgfunnel.term_stat as ts (index_version_id, term, df)
-    select version_id, p.term, count(*)
-      from pgfunnel.posting p
-     where p.index_version_id = version_id and p.chunk_id = any (chunk_ids)
-     group by p.term
-     order by p.term
+    select version_id, ct.term, count(*)
+      from pgfunnel._chunk_terms(chunk_ids) ct
+     where ct.index_version_id = version_id
+     group by ct.term
+     order by ct.term
     on conflict (index_version_id, term) do update set df = ts.df + excluded.df;
 
     update pgfunnel.index_version v
@@ -58,11 +71,19 @@ as $$
 declare
     removed integer;
 begin
+    with gone as (
+        select * from pgfunnel._chunk_terms(chunk_ids)
+    ),
+    dropped_postings as (
+        delete from pgfunnel.posting p
+         using gone g
+         where p.index_version_id = g.index_version_id and p.term = g.term
+           and p.chunk_id = g.chunk_id
+    )
     update pgfunnel.term_stat ts
        set df = ts.df - g.n
-      from (select p.index_version_id, p.term, count(*) as n
-              from pgfunnel.posting p
-             where p.chunk_id = any (chunk_ids)
+      from (select g.index_version_id, g.term, count(*) as n
+              from gone g
              group by 1, 2
              order by 1, 2) g
      where ts.index_version_id = g.index_version_id and ts.term = g.term;

@@ -273,24 +273,14 @@ def upgrade() -> None:
     op.create_table(
         "posting",
         sa.Column("index_version_id", sa.Integer(), nullable=False),
-        sa.Column("chunk_id", sa.BigInteger(), nullable=False),
         sa.Column("term", sa.Text(), nullable=False),
+        sa.Column("chunk_id", sa.BigInteger(), nullable=False),
         sa.Column("tf", sa.SmallInteger(), nullable=False),
         sa.Column("weight", sa.REAL(), nullable=False),
-        sa.ForeignKeyConstraint(["chunk_id"], ["pgfunnel.chunk.id"], ondelete="CASCADE"),
-        sa.ForeignKeyConstraint(
-            ["index_version_id"], ["pgfunnel.index_version.id"], ondelete="CASCADE"
+        sa.PrimaryKeyConstraint(
+            "index_version_id", "term", "chunk_id", postgresql_include=["tf", "weight"]
         ),
-        sa.PrimaryKeyConstraint("index_version_id", "chunk_id", "term"),
         schema="pgfunnel",
-    )
-    op.create_index(
-        "posting_by_weight",
-        "posting",
-        ["index_version_id", "term", sa.literal_column("weight desc")],
-        unique=False,
-        schema="pgfunnel",
-        postgresql_include=["chunk_id"],
     )
 
 
@@ -309,12 +299,6 @@ def downgrade() -> None:
             end loop;
         end $$
         """
-    )
-    op.drop_index(
-        "posting_by_weight",
-        table_name="posting",
-        schema="pgfunnel",
-        postgresql_include=["chunk_id"],
     )
     op.drop_table("posting", schema="pgfunnel")
     op.drop_index(op.f("ix_pgfunnel_lexical_chunk_id"), table_name="lexical", schema="pgfunnel")
