@@ -52,9 +52,8 @@ def test_config_validation_names_the_problem() -> None:
 
 
 def test_eval_cli_tables_floors_and_self_bootstrap(sample_db: str, tmp_path: Path) -> None:
-    from typer.testing import CliRunner
-
     from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
 
     queries = _write(tmp_path / "q.jsonl", _subset())
     floors = tmp_path / "floors.json"
@@ -133,9 +132,8 @@ def test_followup_and_decomposition_change_the_searched_text(sample_db: str) -> 
 
 @pytest.mark.slow
 def test_helpcenter_benchmark_meets_its_floors(sample_db: str) -> None:
-    from typer.testing import CliRunner
-
     from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
 
     res = CliRunner().invoke(app, ["eval", str(QUERIES), "--dsn", sample_db,
                                    "--floors", str(FLOORS)])
