@@ -169,16 +169,10 @@ def create_version(conn: psycopg.Connection[Any], coll_id: int, model: str, dime
 
 def write_chunk_index(conn: psycopg.Connection[Any], version_id: int, analyzer: TermAnalyzer,
                       chunk_ids: Sequence[int], texts: Sequence[str],
-                      vectors: np.ndarray | None, k1: float = 1.2, b: float = 0.75) -> None:
+                      vectors: np.ndarray | None) -> None:
     """Vectors, lexical rows and postings of chunks for one version, then its statistics."""
     analyzer.prepare(texts)
     term_counts = [analyzer.terms(t) for t in texts]
-    row = conn.execute("select weights_avg_length from pgfunnel.index_version where id = %s",
-                       (version_id,)).fetchone()
-    avg_ref = row[0] if row and row[0] else None
-    if avg_ref is None:
-        lengths = [sum(c.values()) for c in term_counts]
-        avg_ref = (sum(lengths) / len(lengths)) if lengths and sum(lengths) else 1.0
     if vectors is not None:
         with conn.cursor().copy(
                 "copy pgfunnel.embedding (index_version_id, chunk_id, embedding) "
@@ -190,36 +184,20 @@ def write_chunk_index(conn: psycopg.Connection[Any], version_id: int, analyzer: 
             "copy pgfunnel.lexical (index_version_id, chunk_id, length, terms) from stdin") as cp:
         for cid, counts in zip(chunk_ids, term_counts, strict=True):
             cp.write_row((version_id, cid, sum(counts.values()), _tsvector_literal(counts)))
-    rows: list[tuple[str, int, int, float]] = []
+    rows: list[tuple[str, int, int, int]] = []
     for cid, counts in zip(chunk_ids, term_counts, strict=True):
         length = sum(counts.values())
-        norm = k1 * (1 - b + b * length / avg_ref)
-        for term, tf in counts.items():
-            tf = min(tf, 32767)
-            rows.append((term, cid, tf, tf * (k1 + 1) / (tf + norm)))
+        rows.extend((term, cid, min(tf, 32767), length) for term, tf in counts.items())
     # in index order: the posting index is (version, term, chunk), so sorted rows touch
     # each index page once instead of at random
     rows.sort()
     with conn.cursor().copy(
-            "copy pgfunnel.posting (index_version_id, term, chunk_id, tf, weight) "
-            "from stdin") as cp:
-        for term, cid, tf, weight in rows:
-            cp.write_row((version_id, term, cid, tf, weight))
+            "copy pgfunnel.posting (index_version_id, term, chunk_id, tf, length) "
+            "from stdin (format binary)") as cp:
+        cp.set_types(["int4", "text", "int8", "int2", "int4"])
+        for term, cid, tf, length in rows:
+            cp.write_row((version_id, term, cid, tf, length))
     conn.execute("select pgfunnel._bm25_add(%s, %s::bigint[])", (version_id, list(chunk_ids)))
-
-
-def refresh_weights_if_drifted(conn: psycopg.Connection[Any], version_id: int,
-                               tolerance: float = 0.25) -> bool:
-    """Recompute stored posting weights when the average length drifted (speed, not truth)."""
-    row = conn.execute(
-        "select total_length::float8 / nullif(chunk_count, 0), weights_avg_length "
-        "from pgfunnel.index_version where id = %s", (version_id,)).fetchone()
-    if not row or row[0] is None or row[1] is None:
-        return False
-    if abs(row[0] / row[1] - 1.0) <= tolerance:
-        return False
-    conn.execute("select pgfunnel.refresh_bm25_weights(%s)", (version_id,))
-    return True
 
 
 class Ingester:
@@ -432,8 +410,6 @@ class Ingester:
             return
         with self.conn.transaction():
             create_hnsw_index(self.conn, version.id, version.dimensions)
-            if refresh_weights_if_drifted(self.conn, version.id):
-                self.stats.notes.append("refreshed BM25 posting weights")
         self.conn.execute("analyze pgfunnel.posting")
         self.conn.execute("analyze pgfunnel.embedding")
 

@@ -13,7 +13,6 @@ from typing import Any
 
 from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
-    REAL,
     BigInteger,
     Boolean,
     CheckConstraint,
@@ -156,8 +155,6 @@ class IndexVersion(Base):
     # BM25 corpus statistics, kept exact by every insert and delete of the version's chunks
     chunk_count: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default=text("0"))
     total_length: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default=text("0"))
-    # average length the stored posting weights were computed with (see sql/020_bm25.sql)
-    weights_avg_length: Mapped[float | None] = mapped_column(Float)
 
 
 class Embedding(Base):
@@ -202,25 +199,27 @@ class TermStat(Base):
 
 
 class Posting(Base):
-    """(version, term, chunk) with the term frequency and a precomputed BM25 weight.
+    """(version, term, chunk) with the term frequency and the chunk's length.
 
-    One index serves both reads: a term's postings (version, term) with their
-    weights, and a chunk's tf for a term (version, term, chunk). No foreign keys:
-    per-row FK triggers doubled the cost of writing postings, and every deletion
-    path (``pgfunnel._remove_chunks``, dropping a version) deletes postings itself.
+    One index serves the lexical leg: an index-only scan of a query term's
+    postings yields everything exact BM25 needs (tf, length; idf and the average
+    length come from the statistics), so scores are exact with no join and no
+    stored weight that could go stale. No foreign keys: per-row FK triggers
+    doubled the cost of writing postings, and every deletion path
+    (``pgfunnel._remove_chunks``, dropping a version) deletes postings itself.
     """
 
     __tablename__ = "posting"
     __table_args__ = (
         PrimaryKeyConstraint("index_version_id", "term", "chunk_id",
-                             postgresql_include=["tf", "weight"]),
+                             postgresql_include=["tf", "length"]),
     )
 
     index_version_id: Mapped[int] = mapped_column(Integer)
     term: Mapped[str] = mapped_column(Text)
     chunk_id: Mapped[int] = mapped_column(BigInteger)
     tf: Mapped[int] = mapped_column(SmallInteger, nullable=False)
-    weight: Mapped[float] = mapped_column(REAL, nullable=False)
+    length: Mapped[int] = mapped_column(Integer, nullable=False)
 
 
 class SearchLog(Base):

@@ -34,7 +34,7 @@ RLS_TABLES = ("document", "chunk", "embedding", "lexical", "posting", "search_lo
 #: tables a reader needs to read that hold no per-document content
 SHARED_TABLES = ("collection", "index_version", "term_stat", "qrel")
 #: functions only writers may run (they modify index data)
-WRITER_ONLY_FUNCTIONS = ("_bm25_add", "_remove_chunks", "refresh_bm25_weights")
+WRITER_ONLY_FUNCTIONS = ("_bm25_add", "_remove_chunks")
 
 # One reader predicate, inlined into the policies. The settings are read in scalar
 # subqueries so Postgres evaluates them once per statement (an InitPlan), not per row.

@@ -615,10 +615,9 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
                                           reuse_from=reuse)
         times["embed_and_index_rows"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        conn.execute("select pgfunnel.refresh_bm25_weights(%s)", (building.id,))
         conn.execute("analyze pgfunnel.embedding")
         conn.execute("analyze pgfunnel.posting")
-        times["bm25_weights"] = time.perf_counter() - t0
+        times["analyze"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         result.notices = build_index(conn, building.id, dims, m=m,
                                      ef_construction=ef_construction, progress=progress,

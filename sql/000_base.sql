@@ -46,17 +46,15 @@ $$;
 -- the active index version of a collection (id, dimensions, analyzer)
 create or replace function pgfunnel._active_version(collection_id integer,
     out version_id integer, out dimensions integer, out analyzer text,
-    out chunk_count bigint, out avg_length double precision,
-    out weights_avg_length double precision)
+    out chunk_count bigint, out avg_length double precision)
 language plpgsql stable
 security invoker
 set search_path = pg_catalog, pgfunnel
 as $$
 begin
     select v.id, v.dimensions, v.analyzer, v.chunk_count,
-           case when v.chunk_count > 0 then v.total_length::float8 / v.chunk_count else 0 end,
-           v.weights_avg_length
-      into version_id, dimensions, analyzer, chunk_count, avg_length, weights_avg_length
+           case when v.chunk_count > 0 then v.total_length::float8 / v.chunk_count else 0 end
+      into version_id, dimensions, analyzer, chunk_count, avg_length
       from pgfunnel.index_version v
      where v.collection_id = _active_version.collection_id and v.state = 'active';
     if version_id is null then

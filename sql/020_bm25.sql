@@ -1,14 +1,10 @@
--- pgfunnel: BM25 statistics and scoring.
+-- pgfunnel: BM25 statistics.
 --
--- Postings store (version, term, chunk, tf) and a weight
---     w = tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avg_len_ref))
--- computed with a reference average length (index_version.weights_avg_length).
--- The reference average drifts from the true one as chunks come and go; scoring
--- never trusts the stored weight for a returned score: candidates are rescored
--- exactly from tf, length and the current statistics, and the stored weights only
--- rank candidates and bound what an unscored chunk could reach (see _lexical_leg).
--- With avg_now > avg_ref a true weight is at most w * avg_now / avg_ref; with
--- avg_now <= avg_ref it is at most w.
+-- A posting is (version, term, chunk, tf, chunk length); the statistics are the
+-- document frequency per term (term_stat) and the chunk count and total length per
+-- version (index_version). Every insert, replacement and delete of chunks updates
+-- them in the same transaction, so BM25 scores are always computed from exact
+-- current statistics (see _lexical_leg).
 
 -- BM25 idf (the non-negative form used by Lucene)
 create or replace function pgfunnel._bm25_idf(df bigint, n bigint)
@@ -51,9 +47,7 @@ begin
 
     update pgfunnel.index_version v
        set chunk_count = v.chunk_count + s.n,
-           total_length = v.total_length + s.total,
-           weights_avg_length = coalesce(v.weights_avg_length,
-                                         s.total::float8 / nullif(s.n, 0))
+           total_length = v.total_length + s.total
       from (select count(*) as n, coalesce(sum(l.length), 0) as total
               from pgfunnel.lexical l
              where l.index_version_id = version_id and l.chunk_id = any (chunk_ids)) s
@@ -101,36 +95,6 @@ begin
     delete from pgfunnel.chunk c where c.id = any (chunk_ids);
     get diagnostics removed = row_count;
     return removed;
-end
-$$;
-
--- recompute stored posting weights against the current average length (speed only;
--- scores are exact either way). Called after ingest when the average drifted.
-create or replace function pgfunnel.refresh_bm25_weights(version_id integer,
-                                                        k1 double precision default 1.2,
-                                                        b double precision default 0.75)
-returns bigint
-language plpgsql
-security invoker
-set search_path = pg_catalog, pgfunnel
-as $$
-declare
-    avg_len double precision;
-    updated bigint;
-begin
-    select v.total_length::float8 / nullif(v.chunk_count, 0) into avg_len
-      from pgfunnel.index_version v where v.id = version_id for update;
-    if avg_len is null then
-        return 0;
-    end if;
-    update pgfunnel.posting p
-       set weight = p.tf * (k1 + 1) / (p.tf + k1 * (1 - b + b * l.length / avg_len))
-      from pgfunnel.lexical l
-     where l.index_version_id = version_id and p.index_version_id = version_id
-       and l.chunk_id = p.chunk_id;
-    get diagnostics updated = row_count;
-    update pgfunnel.index_version v set weights_avg_length = avg_len where v.id = version_id;
-    return updated;
 end
 $$;
 

@@ -19,16 +19,10 @@ as $$
 $$;
 
 -- lexical leg: exact BM25 top-`depth` over the visible chunks of a version.
--- 1. approximate: one pass over the (term, weight) index sums idf * stored weight per
---    chunk for every chunk holding a query term (index-only, no per-chunk lookups).
---    Stored weights were computed with the reference average length avg_ref, so a
---    chunk's true score is at most its approximate score * max(1, avg_now / avg_ref).
--- 2. exact: the best n approximate chunks are checked for visibility and scored
---    exactly from tf, length and the current statistics. If the depth-th exact score
---    is at least the bound of the (n+1)-th approximate chunk, no chunk further down can
---    enter the top depth (rank-safe); otherwise n grows and step 2 repeats.
--- The bound holds for the k1/b the weights were stored with (1.2/0.75, see
--- write_chunk_index); other values score every candidate exactly.
+-- One index-only scan over each query term's postings yields tf and chunk length, so
+-- every matching chunk is scored exactly from the current statistics, with no join
+-- and no stored score to go stale. Visibility is checked on the best-scored chunks
+-- in score order; when too few of them are visible, it fetches deeper.
 create or replace function pgfunnel._lexical_leg(
     version_id integer, query_terms text[], depth integer,
     k1 double precision, b double precision,
@@ -41,27 +35,23 @@ set search_path = pg_catalog, pgfunnel
 as $$
 declare
     n_chunks bigint;
-    avg_now double precision;
-    avg_ref double precision;
-    hi double precision;
+    avg_len double precision;
     q_terms text[];
     q_idf double precision[];
-    appr_ids bigint[];
-    appr_scores double precision[];
-    n_appr integer;
-    n integer := greatest(2 * depth, 64);
-    ids bigint[];
-    scores double precision[];
-    exact_all boolean := k1 <> 1.2 or b <> 0.75;
+    cand_ids bigint[];
+    cand_scores double precision[];
+    n_cand integer;
+    fetch_n integer := greatest(2 * depth, 64);
+    checked integer := 0;
+    ids bigint[] := '{}';
+    scores double precision[] := '{}';
 begin
-    select v.chunk_count, v.total_length::float8 / nullif(v.chunk_count, 0), v.weights_avg_length
-      into n_chunks, avg_now, avg_ref
+    select v.chunk_count, v.total_length::float8 / nullif(v.chunk_count, 0)
+      into n_chunks, avg_len
       from pgfunnel.index_version v where v.id = _lexical_leg.version_id;
     if coalesce(n_chunks, 0) = 0 or coalesce(cardinality(query_terms), 0) = 0 then
         return;
     end if;
-    -- relative slack also covers float4 rounding of stored weights
-    hi := greatest(1.0, avg_now / coalesce(avg_ref, avg_now)) * (1 + 1e-6);
 
     -- each distinct query term once, with its idf
     select array_agg(ts.term order by ts.term),
@@ -73,40 +63,32 @@ begin
         return;
     end if;
 
-    -- 1. approximate scores of every chunk holding a query term: the best n + 1 of them
-    --    (a top-n sort; the loop below comes back here for more only when it must)
-    <<approx>>
+    -- exact scores of the chunks holding a query term, the best `fetch_n` first; when
+    -- the filter hides too many of them, fetch deeper and check the next ones
     loop
         select array_agg(a.chunk_id order by a.s desc, a.chunk_id),
                array_agg(a.s order by a.s desc, a.chunk_id)
-          into appr_ids, appr_scores
-          from (select p.chunk_id, sum(q.idf * p.weight) as s
+          into cand_ids, cand_scores
+          from (select p.chunk_id,
+                       sum(q.idf * p.tf * (k1 + 1)
+                           / (p.tf + k1 * (1 - b + b * p.length / avg_len))) as s
                   from unnest(q_terms, q_idf) as q(term, idf),
-                       lateral (select p.chunk_id, p.weight from pgfunnel.posting p
+                       lateral (select p.chunk_id, p.tf, p.length from pgfunnel.posting p
                                  where p.index_version_id = _lexical_leg.version_id
                                    and p.term = q.term) p
                  group by p.chunk_id
                  order by 2 desc, 1
-                 limit case when exact_all then null else n + 1 end) a;
-        n_appr := coalesce(cardinality(appr_ids), 0);
-        if exact_all then
-            n := n_appr;
-        end if;
+                 limit fetch_n) a;
+        n_cand := coalesce(cardinality(cand_ids), 0);
 
-        -- 2. exact scores of the best n, until the bound proves nothing below can enter
-        select array_agg(x.id order by x.sc desc, x.id), array_agg(x.sc order by x.sc desc, x.id)
+        select ids || coalesce(array_agg(v.id order by v.ord), '{}'),
+               scores || coalesce(array_agg(v.sc order by v.ord), '{}')
           into ids, scores
-          from (select c.id,
-                       (select sum(q_idf[array_position(q_terms, p.term)] * p.tf * (k1 + 1)
-                                   / (p.tf + k1 * (1 - b + b * l.length / avg_now)))
-                          from pgfunnel.posting p
-                         where p.index_version_id = _lexical_leg.version_id
-                           and p.chunk_id = c.id and p.term = any (q_terms)) as sc
-                  from unnest(appr_ids[1:n]) as c(id)
+          from (select c.id, c.sc, c.ord
+                  from unnest(cand_ids[checked + 1:n_cand], cand_scores[checked + 1:n_cand])
+                       with ordinality as c(id, sc, ord)
                   join pgfunnel.chunk ch on ch.id = c.id
                   join pgfunnel.document d on d.id = ch.document_id
-                  join pgfunnel.lexical l on l.index_version_id = _lexical_leg.version_id
-                                         and l.chunk_id = c.id
                  where d.collection_id = _lexical_leg.collection_id
                    and (d.is_public or d.readers operator(pg_catalog.&&) principals)
                    and (d.tenant is null or d.tenant = _lexical_leg.tenant)
@@ -115,12 +97,11 @@ begin
                    and (d.valid_to is null or d.valid_to > as_of)
                    and (metadata_filter is null
                         or d.metadata operator(pg_catalog.@>) metadata_filter)
-                 order by 2 desc, 1
-                 limit depth) x;
-        exit approx when n >= n_appr;
-        exit approx when coalesce(cardinality(ids), 0) >= depth
-                    and scores[depth] >= appr_scores[n + 1] * hi;
-        n := n * 4;
+                 order by c.ord
+                 limit depth - cardinality(ids)) v;
+        exit when cardinality(ids) >= depth or n_cand < fetch_n;
+        checked := n_cand;
+        fetch_n := fetch_n * 4;
     end loop;
 
     return query

@@ -125,7 +125,7 @@ begin
         select coalesce(array_agg(t.term), '{}') into q_terms
           from pgfunnel.analyze_tokens(query_text, ver.analyzer, true) t where t.term is not null;
         select sum(pgfunnel._bm25_idf(ts.df, ver.chunk_count) * p.tf * (k1 + 1)
-                   / (p.tf + k1 * (1 - b + b * l.length / ver.avg_length)))
+                   / (p.tf + k1 * (1 - b + b * p.length / ver.avg_length)))
           into lexical_exact_score
           from pgfunnel.posting p
           join pgfunnel.term_stat ts on ts.index_version_id = p.index_version_id

@@ -126,7 +126,6 @@ def upgrade() -> None:
         sa.Column("retired_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("chunk_count", sa.BigInteger(), server_default=sa.text("0"), nullable=False),
         sa.Column("total_length", sa.BigInteger(), server_default=sa.text("0"), nullable=False),
-        sa.Column("weights_avg_length", sa.Float(), nullable=True),
         sa.CheckConstraint(
             "state in ('building', 'ready', 'active', 'retired')", name="index_version_state"
         ),
@@ -276,9 +275,9 @@ def upgrade() -> None:
         sa.Column("term", sa.Text(), nullable=False),
         sa.Column("chunk_id", sa.BigInteger(), nullable=False),
         sa.Column("tf", sa.SmallInteger(), nullable=False),
-        sa.Column("weight", sa.REAL(), nullable=False),
+        sa.Column("length", sa.Integer(), nullable=False),
         sa.PrimaryKeyConstraint(
-            "index_version_id", "term", "chunk_id", postgresql_include=["tf", "weight"]
+            "index_version_id", "term", "chunk_id", postgresql_include=["tf", "length"]
         ),
         schema="pgfunnel",
     )
