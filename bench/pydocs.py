@@ -795,6 +795,9 @@ def run(data_dir: Path, out_dir: Path, dsn: str | None = None, collection: str =
     records = corpus_records(data_dir / "corpus.jsonl")
     vectors, embed_s, n_embedded = cached_vectors(records, data_dir / VECTORS_FILE, embedder)
     log(f"vectors: {n_embedded} embedded in {embed_s:.0f}s, the rest from the cache")
+    from pgfunnel.schema import init as init_schema
+
+    init_schema(dsn)
     with connect(dsn, autocommit=True) as conn:
         stats = Ingester(conn, collection, embedder=embedder).ingest(records, vectors=vectors)
         log(f"ingest: {stats.chunks_written} chunks written, {stats.documents_unchanged} "

@@ -43,9 +43,9 @@ class SearchParams:
     language: str | None = None
     as_of: Any = None
     metadata_filter: Mapping[str, Any] | None = None
-    fusion: str = "rrf"
+    fusion: str = "minmax"
     rrf_k: float = 60.0
-    weights: tuple[float, float] = (1.0, 1.0)
+    weights: tuple[float, float] = (1.0, 0.7)
     lexical_depth: int | None = None
     dense_depth: int | None = None
     overfetch: int = 4
