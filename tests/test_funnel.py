@@ -34,6 +34,12 @@ def corpus(conn: psycopg.Connection[Any]) -> dict[str, np.ndarray]:
     return vecs
 
 
+# These tests exercise the cap, the pool and explain on a corpus built around rank
+# fusion; they pin RRF with equal weights so a change of the default fusion (tested in
+# test_fusion.py and measured in docs/tuning.md) does not move their fixtures.
+PINNED = {"fusion": "rrf", "weights": [1.0, 1.0]}
+
+
 def _search(conn: psycopg.Connection[Any], q: str | None, v: Any, **kw: Any) -> list[Any]:
     args = {"collection": "t", **kw}
     named = ", ".join(f"{k} => %({k})s" for k in args)
@@ -44,7 +50,7 @@ def _search(conn: psycopg.Connection[Any], q: str | None, v: Any, **kw: Any) -> 
 def test_cap_with_dominant_source(conn: psycopg.Connection[Any], corpus: Any) -> None:
     q = corpus["big"][0]
     for cap in (1, 3):
-        rows = _search(conn, "zephyr", q, k=8, per_source_cap=cap)
+        rows = _search(conn, "zephyr", q, k=8, per_source_cap=cap, **PINNED)
         keys = [r[1] for r in rows]
         assert keys.count("big") == cap
         assert len(rows) == 8
@@ -52,7 +58,7 @@ def test_cap_with_dominant_source(conn: psycopg.Connection[Any], corpus: Any) ->
         assert len({k for k in keys if k.startswith("small")}) >= 8 - cap - 1
         assert [r[15] for r in rows] == list(range(1, 9))
     # without the cap the dominant source takes over the top
-    rows = _search(conn, "zephyr", q, k=8, per_source_cap=100)
+    rows = _search(conn, "zephyr", q, k=8, per_source_cap=100, **PINNED)
     assert [r[1] for r in rows].count("big") >= 6
 
 
@@ -198,13 +204,14 @@ def _ids(conn: psycopg.Connection[Any], key: str) -> list[int]:
 
 def test_explain_verdicts(conn: psycopg.Connection[Any], corpus: Any) -> None:
     v = corpus["big"][0]
-    rows = _search(conn, "zephyr", v, k=4, per_source_cap=2)
+    rows = _search(conn, "zephyr", v, k=4, per_source_cap=2, **PINNED)
     pool = conn.execute("select chunk_id, fused_rank, citekey, lexical_rank, dense_rank from "
-                        "pgfunnel.candidates('zephyr', %s, 4, collection => 't') "
+                        "pgfunnel.candidates('zephyr', %s, 4, collection => 't', fusion => 'rrf', "
+                        "weights => '{1,1}') "
                         "order by fused_rank", (v,)).fetchall()
     # returned: ranks agree with the search
     for r in rows:
-        e = _explain(conn, "zephyr", v, r[0], k=4, per_source_cap=2)
+        e = _explain(conn, "zephyr", v, r[0], k=4, per_source_cap=2, **PINNED)
         assert e["verdict"] == "returned" and e["final_rank"] == r[15]
         assert (e["fused_rank"], e["lexical_rank"], e["dense_rank"]) == (r[11], r[7], r[9])
         assert e["lexical_exact_score"] == pytest.approx(r[8], rel=1e-9)
@@ -216,7 +223,7 @@ def test_explain_verdicts(conn: psycopg.Connection[Any], corpus: Any) -> None:
         seen[key] = seen.get(key, 0) + 1
         if cid in returned:
             continue
-        e = _explain(conn, "zephyr", v, cid, k=4, per_source_cap=2)
+        e = _explain(conn, "zephyr", v, cid, k=4, per_source_cap=2, **PINNED)
         want = "capped" if seen[key] > 2 else "cut at k"
         assert e["verdict"] == want, (cid, key, e)
         assert e["fused_rank"] == fr and e["final_rank"] is None and e["pool_size"] == 16
@@ -224,13 +231,13 @@ def test_explain_verdicts(conn: psycopg.Connection[Any], corpus: Any) -> None:
     assert verdicts == {"capped", "cut at k"}
 
     # not in pool: in a leg at its depth, fused beyond k * overfetch
-    e = _explain(conn, "zephyr", v, pool[3][0], k=1, overfetch=2, per_source_cap=5)
+    e = _explain(conn, "zephyr", v, pool[3][0], k=1, overfetch=2, per_source_cap=5, **PINNED)
     assert e["verdict"] == "not in pool" and e["fused_rank"] > 2 and e["pool_size"] == 2
     assert "overfetch" in e["reason"]
 
     # in no leg at its depth: exact scores are still given
     noise = _ids(conn, "noise4")[0]
-    e = _explain(conn, "zephyr apples", v, noise, lexical_depth=1, dense_depth=1)
+    e = _explain(conn, "zephyr apples", v, noise, lexical_depth=1, dense_depth=1, **PINNED)
     assert e["verdict"] == "in no leg at its depth"
     assert e["lexical_rank"] is None and e["dense_rank"] is None and e["fused_rank"] is None
     wide = conn.execute("select lexical_score from pgfunnel.candidates('zephyr apples', %s, 40, "

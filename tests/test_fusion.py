@@ -104,5 +104,6 @@ def test_leg_without_input_has_no_vote(corpus: psycopg.Connection[Any]) -> None:
     v = unit(np.random.default_rng(2), DIMS)
     rows = _candidates(corpus, None, v, fusion="zscore")
     assert rows and all(r[1] is None for r in rows)
-    want = _expected(rows, "zscore", (0.0, 1.0), 60)
+    # the default dense weight (0.7) applies; the missing lexical leg has weight 0
+    want = _expected(rows, "zscore", (0.0, 0.7), 60)
     assert all(r[6] == pytest.approx(want[r[0]]) for r in rows)
