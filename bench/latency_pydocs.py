@@ -1,0 +1,99 @@
+"""Latency on the pydocs benchmark collection with real MiniLM vectors, peers in one run.
+
+Run `python bench/pydocs.py run` first (it ingests collection `pydocs` and builds the
+Supabase-style peer table). Then:
+
+    python bench/latency_pydocs.py [--queries 150] [--repeats 3]
+
+Each query is timed once per system per repeat, systems interleaved on one warm
+connection, so machine noise hits all of them alike; ratios are the result to read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def pct(xs: list[float], p: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(p * len(s)))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=Path("bench/data/pydocs"))
+    ap.add_argument("--queries", type=int, default=150)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--dsn", default=None)
+    args = ap.parse_args()
+
+    from pgfunnel.db import connect
+    from pgfunnel.embedder import Embedder
+
+    queries = [json.loads(line)["query"] for line in
+               (args.data / "queries.jsonl").read_text().splitlines()][: args.queries]
+    emb = Embedder()
+    vecs = emb.embed(queries)
+    with connect(args.dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "select v.id, c.id, v.analyzer, v.chunk_count from pgfunnel.index_version v "
+            "join pgfunnel.collection c on c.id = v.collection_id "
+            "where c.name = 'pydocs' and v.state = 'active'").fetchone()
+        assert row is not None, "run bench/pydocs.py run first"
+        vid, cid, analyzer, n_chunks = row
+        stmts = {
+            "funnel_search": "select count(*) from funnel_search(%s, %b, collection => 'pydocs')",
+            "lexical leg": ("select count(*) from pgfunnel._lexical_leg(%s, "
+                            "pgfunnel.analyze(%s, %s, true), 40, 1.2, 0.75, '{}', null, null, "
+                            "now(), null, %s)"),
+            "dense leg": ("select count(*) from pgfunnel._dense_leg(%s, 384, %b, 40, 100, '{}', "
+                          "null, null, now(), null, %s)"),
+            "hybrid_search (Supabase-style)": (
+                "select count(*) from bench_peer.hybrid_search(%s, %b, 10)"),
+        }
+
+        def params(name: str, q: str, v: np.ndarray) -> tuple[Any, ...]:
+            if name == "lexical leg":
+                return (vid, q, analyzer, cid)
+            if name == "dense leg":
+                return (vid, v, cid)
+            return (q, v)
+
+        times: dict[str, list[float]] = {k: [] for k in stmts}
+        for q, v in zip(queries[:10], vecs[:10], strict=True):  # warm-up
+            for name, stmt in stmts.items():
+                conn.execute(stmt, params(name, q, v), prepare=True).fetchall()
+        for _ in range(args.repeats):
+            for q, v in zip(queries, vecs, strict=True):
+                for name, stmt in stmts.items():
+                    t0 = time.perf_counter()
+                    conn.execute(stmt, params(name, q, v), prepare=True).fetchall()
+                    times[name].append((time.perf_counter() - t0) * 1000)
+    p50 = {k: statistics.median(v) for k, v in times.items()}
+    print(f"pydocs collection: {n_chunks} chunks, all-MiniLM-L6-v2 vectors (384-dim); "
+          f"{len(queries)} index queries x {args.repeats} repeats, interleaved, one warm "
+          "connection\n")
+    print("| system | p50 ms | p95 ms | p50 vs funnel_search |")
+    print("|---|---:|---:|---:|")
+    for k, v in times.items():
+        print(f"| {k} | {p50[k]:.2f} | {pct(v, 0.95):.2f} | "
+              f"{p50[k] / p50['funnel_search']:.2f} |")
+    both = [a + b for a, b in zip(times["lexical leg"], times["dense leg"], strict=True)]
+    print(f"\nhybrid_search / funnel_search (p50): "
+          f"{p50['hybrid_search (Supabase-style)'] / p50['funnel_search']:.2f}x")
+    print(f"funnel_search / (lexical leg + dense leg) (p50): "
+          f"{p50['funnel_search'] / statistics.median(both):.2f}")
+
+
+if __name__ == "__main__":
+    main()
