@@ -72,7 +72,8 @@ def sample_queries(dsn: str, collection: str, n: int) -> list[tuple[str, list[fl
 
 
 def expected_answers(dsn: str, collection: str, version: int,
-                     queries: list[tuple[str, list[float]]], k: int) -> list[list[list[Any]]]:
+                     queries: list[tuple[str, list[float]]], k: int,
+                     ef_search: int = 100) -> list[list[list[Any]]]:
     import numpy as np
 
     from pgfunnel import versions
@@ -90,7 +91,8 @@ def expected_answers(dsn: str, collection: str, version: int,
         with versions.pinned(conn, coll_id, vid), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # notices about stop words not searched
             return [_signature(funnel.search(q, query_embedding=np.asarray(v, dtype=np.float32),
-                                             k=k).results) for q, v in queries]
+                                             k=k, ef_search=ef_search).results)
+                    for q, v in queries]
 
 
 def searcher(spec_path: str, out_path: str) -> None:
@@ -113,7 +115,7 @@ def searcher(spec_path: str, out_path: str) -> None:
         t0 = time.time()
         try:
             res = funnel.search(text, query_embedding=np.asarray(vec, dtype=np.float32),
-                                k=spec["k"])
+                                k=spec["k"], ef_search=spec["ef_search"])
             records.append({"i": i, "q": qi, "sig": _signature(res.results), "error": None,
                             "t0": t0, "t1": time.time()})
         except Exception as exc:  # every error is counted, none may happen
@@ -124,7 +126,9 @@ def searcher(spec_path: str, out_path: str) -> None:
 
 
 def run(dsn: str, collection: str, searches: int = 500, k: int = 10,
-        n_queries: int = 40) -> dict[str, Any]:
+        n_queries: int = 40, ef_search: int = 100) -> dict[str, Any]:
+    """``ef_search`` at least the collection's chunk count makes the dense leg exhaustive,
+    so answers carry no approximate-search variation and any difference is a mix."""
     from pgfunnel import versions
     from pgfunnel.db import connect
 
@@ -136,13 +140,14 @@ def run(dsn: str, collection: str, searches: int = 500, k: int = 10,
     with connect(dsn, autocommit=True) as conn:
         conn.execute("analyze pgfunnel.embedding, pgfunnel.chunk, pgfunnel.document, "
                      "pgfunnel.posting, pgfunnel.lexical, pgfunnel.term_stat")
-    exp_a = expected_answers(dsn, collection, version_a, queries, k)
-    exp_b = expected_answers(dsn, collection, version_b, queries, k)
+    exp_a = expected_answers(dsn, collection, version_a, queries, k, ef_search)
+    exp_b = expected_answers(dsn, collection, version_b, queries, k, ef_search)
     with tempfile.TemporaryDirectory(prefix="pgfunnel-switch-") as tmp:
         spec = Path(tmp) / "spec.json"
         result_path = Path(tmp) / "records.json"
         spec.write_text(json.dumps({"dsn": dsn, "collection": collection, "queries": queries,
-                                    "searches": searches, "k": k}))
+                                    "searches": searches, "k": k,
+                                    "ef_search": ef_search}))
         env = dict(os.environ)
         proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--searcher",
                                  str(spec), str(result_path)], env=env)
