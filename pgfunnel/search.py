@@ -100,7 +100,9 @@ class SearchParams:
 
 
 @dataclass
-class Candidate:
+class _Ranked:
+    """A chunk with its rank and score in each stage up to fusion."""
+
     chunk_id: int
     citekey: str
     title: str
@@ -114,26 +116,21 @@ class Candidate:
     dense_score: float | None
     fused_rank: int
     fused_score: float
+
+
+@dataclass
+class Candidate(_Ranked):
+    """A member of the candidate pool (what ``candidates()`` returns)."""
+
     document_id: int = 0
     rerank_rank: int | None = None
     rerank_score: float | None = None
 
 
 @dataclass
-class Result:
-    chunk_id: int
-    citekey: str
-    title: str
-    heading: str
-    text: str
-    ordinal: int
-    metadata: dict[str, Any]
-    lexical_rank: int | None
-    lexical_score: float | None
-    dense_rank: int | None
-    dense_score: float | None
-    fused_rank: int
-    fused_score: float
+class Result(_Ranked):
+    """A returned chunk (what ``final()`` and ``funnel_search`` return)."""
+
     rerank_rank: int | None
     rerank_score: float | None
     final_rank: int

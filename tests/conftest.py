@@ -113,31 +113,28 @@ def sample_template(server_dsn: str, schema_template: str, embedder: Any) -> str
     return name
 
 
+def _fresh_db(server: str, template: str | None) -> Iterator[str]:
+    name = f"pgf_t_{uuid.uuid4().hex[:10]}"
+    yield _create_db(server, name, template)
+    _drop_db(server, name)
+
+
 @pytest.fixture()
 def empty_db(server_dsn: str) -> Iterator[str]:
     """A fresh database without the pgfunnel schema (vector extension not created)."""
-    name = f"pgf_t_{uuid.uuid4().hex[:10]}"
-    dsn = _create_db(server_dsn, name)
-    yield dsn
-    _drop_db(server_dsn, name)
+    yield from _fresh_db(server_dsn, None)
 
 
 @pytest.fixture()
 def db(server_dsn: str, schema_template: str) -> Iterator[str]:
     """A fresh database with the pgfunnel schema and no data."""
-    name = f"pgf_t_{uuid.uuid4().hex[:10]}"
-    dsn = _create_db(server_dsn, name, schema_template)
-    yield dsn
-    _drop_db(server_dsn, name)
+    yield from _fresh_db(server_dsn, schema_template)
 
 
 @pytest.fixture()
 def sample_db(server_dsn: str, sample_template: str) -> Iterator[str]:
     """A fresh database holding the sample help-center corpus in collection 'default'."""
-    name = f"pgf_t_{uuid.uuid4().hex[:10]}"
-    dsn = _create_db(server_dsn, name, sample_template)
-    yield dsn
-    _drop_db(server_dsn, name)
+    yield from _fresh_db(server_dsn, sample_template)
 
 
 @pytest.fixture()
