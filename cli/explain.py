@@ -30,7 +30,7 @@ def explain_command(
         "--principal", "-p", help="A principal or group of the reader (repeatable). "
                                   "None given: public documents only.")] = None,
     tenant: Annotated[str | None, typer.Option(help="The reader's tenant.")] = None,
-    fusion: Annotated[str, typer.Option(help="rrf, minmax or zscore.")] = "rrf",
+    fusion: Annotated[str, typer.Option(help="minmax (default), rrf or zscore.")] = "minmax",
     overfetch: Annotated[int, typer.Option(help="Pool size = k x overfetch.")] = 4,
     per_source_cap: Annotated[int, typer.Option(help="Max chunks per citekey.")] = 3,
     lexical_only: Annotated[bool, typer.Option(help="Skip the dense leg.")] = False,

@@ -169,6 +169,7 @@ def delete(
     citekeys: Annotated[list[str], typer.Argument(help="Citekeys of the documents to delete.")],
     collection: CollectionOption = "default",
     dsn: DsnOption = None,
+    json_out: JsonOption = False,
 ) -> None:
     """Delete documents and their chunks (BM25 statistics stay exact)."""
     from pgfunnel.db import connect, require_schema
@@ -177,7 +178,11 @@ def delete(
     with handle_errors(), connect(dsn, autocommit=True) as conn:
         require_schema(conn)
         n = delete_documents(conn, collection, citekeys)
-    out.print(f"{n} documents deleted.")
+    if json_out:
+        emit_json({"collection": collection, "deleted": n,
+                   "not_found": len(set(citekeys)) - n})
+    else:
+        out.print(f"{n} documents deleted.")
 
 
 def _results_table(title: str, results: list[Any], show_rerank: bool = False) -> Table:
