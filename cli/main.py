@@ -188,11 +188,13 @@ def delete(
 def _results_table(title: str, results: list[Any], show_rerank: bool = False) -> Table:
     table = Table(title=title, title_justify="left", show_lines=False)
     for col in ("#", "citekey", "lex", "dense", "fused"):
-        table.add_column(col, justify="left" if col == "citekey" else "right", no_wrap=True,
-                         min_width=len(col))
+        if col == "citekey":
+            table.add_column(col, no_wrap=True, overflow="ellipsis", min_width=16, max_width=22)
+        else:
+            table.add_column(col, justify="right", no_wrap=True, min_width=max(3, len(col)))
     if show_rerank:
         table.add_column("rerank", justify="right")
-    table.add_column("text", overflow="ellipsis", no_wrap=True, max_width=48)
+    table.add_column("text", overflow="ellipsis", no_wrap=True, max_width=36)
     for r in results:
         row = [str(r.final_rank), r.citekey, str(r.lexical_rank or "-"), str(r.dense_rank or "-"),
                str(r.fused_rank)]
@@ -299,7 +301,7 @@ def demo(
         code = codes[0].split("-")[1] if codes else "4029"
         funnel = Funnel(dsn, "demo")
         out.print("[bold]3. searches[/bold] (lex/dense = rank in each leg, fused = rank after "
-                  "RRF, # = rank after the per-citekey cap)")
+                  "fusion, # = rank after the per-citekey cap)")
         for label, template in DEMO_QUERIES:
             q = template.format(code=code)
             with warnings.catch_warnings():
