@@ -56,3 +56,16 @@ def emit_json(obj: Any) -> None:
 def run(fn: Callable[[], T]) -> T:
     with handle_errors():
         return fn()
+
+# Options shared by the commands that run the funnel (search, explain): declared once so
+# their defaults cannot drift apart from each other or from the SQL functions'.
+PrincipalOption = Annotated[
+    list[str] | None,
+    typer.Option("--principal", "-p", help="A principal or group of the reader (repeatable). "
+                                           "None given: public documents only."),
+]
+TenantOption = Annotated[str | None, typer.Option(help="The reader's tenant.")]
+FusionOption = Annotated[str, typer.Option(help="minmax (default), rrf or zscore.")]
+OverfetchOption = Annotated[int, typer.Option(help="Pool size = k x overfetch.")]
+CapOption = Annotated[int, typer.Option(help="Max chunks per citekey.")]
+LexicalOnlyOption = Annotated[bool, typer.Option(help="Skip the dense leg.")]

@@ -6,9 +6,15 @@ from typing import Annotated
 
 import typer
 from pgfunnel.cli.common import (
+    CapOption,
     CollectionOption,
     DsnOption,
+    FusionOption,
     JsonOption,
+    LexicalOnlyOption,
+    OverfetchOption,
+    PrincipalOption,
+    TenantOption,
     console,
     emit_json,
     handle_errors,
@@ -26,14 +32,12 @@ def explain_command(
         help="Chunk ids or CITEKEY#ORDINAL (ordinal 0-based), one or more.")],
     k: Annotated[int, typer.Option("--k", "-k", help="How many chunks the search returns.")] = 10,
     collection: CollectionOption = "default",
-    principal: Annotated[list[str] | None, typer.Option(
-        "--principal", "-p", help="A principal or group of the reader (repeatable). "
-                                  "None given: public documents only.")] = None,
-    tenant: Annotated[str | None, typer.Option(help="The reader's tenant.")] = None,
-    fusion: Annotated[str, typer.Option(help="minmax (default), rrf or zscore.")] = "minmax",
-    overfetch: Annotated[int, typer.Option(help="Pool size = k x overfetch.")] = 4,
-    per_source_cap: Annotated[int, typer.Option(help="Max chunks per citekey.")] = 3,
-    lexical_only: Annotated[bool, typer.Option(help="Skip the dense leg.")] = False,
+    principal: PrincipalOption = None,
+    tenant: TenantOption = None,
+    fusion: FusionOption = "minmax",
+    overfetch: OverfetchOption = 4,
+    per_source_cap: CapOption = 3,
+    lexical_only: LexicalOnlyOption = False,
     dsn: DsnOption = None,
     json_out: JsonOption = False,
 ) -> None:

@@ -10,9 +10,15 @@ from typing import Annotated, Any
 
 import typer
 from pgfunnel.cli.common import (
+    CapOption,
     CollectionOption,
     DsnOption,
+    FusionOption,
     JsonOption,
+    LexicalOnlyOption,
+    OverfetchOption,
+    PrincipalOption,
+    TenantOption,
     console,
     emit_json,
     handle_errors,
@@ -210,17 +216,15 @@ def search(
     query: Annotated[str, typer.Argument(help="The query text.")],
     k: Annotated[int, typer.Option("--k", "-k", help="How many chunks to return.")] = 10,
     collection: CollectionOption = "default",
-    principal: Annotated[list[str] | None, typer.Option(
-        "--principal", "-p", help="A principal or group of the reader (repeatable). "
-                                  "None given: public documents only.")] = None,
-    tenant: Annotated[str | None, typer.Option(help="The reader's tenant.")] = None,
-    fusion: Annotated[str, typer.Option(help="minmax (default), rrf or zscore.")] = "minmax",
+    principal: PrincipalOption = None,
+    tenant: TenantOption = None,
+    fusion: FusionOption = "minmax",
     rrf_k: Annotated[float, typer.Option(help="RRF constant.")] = 60.0,
     lexical_weight: Annotated[float, typer.Option(help="Weight of the BM25 leg.")] = 1.0,
     dense_weight: Annotated[float, typer.Option(help="Weight of the dense leg.")] = 0.7,
-    overfetch: Annotated[int, typer.Option(help="Pool size = k x overfetch.")] = 4,
-    per_source_cap: Annotated[int, typer.Option(help="Max chunks per citekey.")] = 3,
-    lexical_only: Annotated[bool, typer.Option(help="Skip the dense leg.")] = False,
+    overfetch: OverfetchOption = 4,
+    per_source_cap: CapOption = 3,
+    lexical_only: LexicalOnlyOption = False,
     rerank: Annotated[bool, typer.Option(help="Rerank the pool with a cross-encoder.")] = False,
     rerank_model: Annotated[str, typer.Option(
         help="Cross-encoder model id or local path.")] = "cross-encoder/ms-marco-MiniLM-L6-v2",
