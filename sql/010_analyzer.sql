@@ -49,6 +49,9 @@ returns table (input_ordinal integer, token_position integer, token text, term t
 language plpgsql stable parallel safe
 security invoker
 set search_path = pg_catalog, pgfunnel
+-- the custom plan is estimated cheaper, so plpgsql would re-plan this statement on every
+-- call: planning it costs about three times what running it on a query does
+set plan_cache_mode = force_generic_plan
 as $$
 declare
     stem_dict regdictionary;

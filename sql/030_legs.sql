@@ -18,23 +18,62 @@ as $$
         || ' and ($5::jsonb is null or d.metadata operator(pg_catalog.@>) $5))'
 $$;
 
--- lexical leg: exact BM25 top-`depth` over the visible chunks of a version.
--- One index-only scan over each query term's postings yields tf and chunk length, so
--- every matching chunk is scored exactly from the current statistics, with no join
--- and no stored score to go stale. Visibility is checked on the best-scored chunks
--- in score order; when too few of them are visible, it fetches deeper.
-create or replace function pgfunnel._lexical_leg(
-    version_id integer, query_terms text[], depth integer,
-    k1 double precision, b double precision,
+-- Why these functions force generic plans: a custom plan is estimated cheaper than a
+-- generic one for every statement below (the planner knows the array lengths), so
+-- plpgsql would re-plan each statement on every search, which costs more than running
+-- it. The generic plans were checked: index scans driven by the id arrays.
+--
+-- The leg functions are stable: the whole search reads one snapshot, so a search that
+-- overlaps a version switch or an ingest commit sees either side of it, never both.
+
+-- the visible chunks among `ids` (given in rank order), in that order, at most `need`
+create or replace function pgfunnel._visible_prefix(
+    ids bigint[], scores double precision[], need integer,
     principals text[], tenant text, language text, as_of timestamptz,
-    metadata_filter jsonb, collection_id integer)
-returns table (chunk_id bigint, score double precision, rank integer)
+    metadata_filter jsonb, collection_id integer,
+    out chunk_ids bigint[], out kept_scores double precision[])
 language plpgsql stable
 security invoker
 set search_path = pg_catalog, pgfunnel
+set plan_cache_mode = force_generic_plan
+as $$
+begin
+    select coalesce(array_agg(v.id order by v.ord), '{}'),
+           coalesce(array_agg(v.sc order by v.ord), '{}')
+      into chunk_ids, kept_scores
+      from (select c.id, c.sc, c.ord
+              from unnest(ids, scores) with ordinality as c(id, sc, ord)
+              join pgfunnel.chunk ch on ch.id = c.id
+              join pgfunnel.document d on d.id = ch.document_id
+             where d.collection_id = _visible_prefix.collection_id
+               and (d.is_public or d.readers operator(pg_catalog.&&) principals)
+               and (d.tenant is null or d.tenant = _visible_prefix.tenant)
+               and (_visible_prefix.language is null or d.language = _visible_prefix.language)
+               and (d.valid_from is null or d.valid_from <= as_of)
+               and (d.valid_to is null or d.valid_to > as_of)
+               and (metadata_filter is null or d.metadata operator(pg_catalog.@>) metadata_filter)
+             order by c.ord
+             limit need) v;
+end
+$$;
+
+-- lexical leg: exact BM25 top-`depth` over the visible chunks of a version, as arrays
+-- in rank order. One index-only scan over each query term's postings yields tf and
+-- chunk length, so every matching chunk is scored exactly from the current
+-- statistics, with no join and no stored score to go stale. Visibility is checked on
+-- the best-scored chunks in score order; when too few are visible, it reads deeper.
+create or replace function pgfunnel._lexical_hits(
+    version_id integer, query_terms text[], depth integer,
+    k1 double precision, b double precision,
+    principals text[], tenant text, language text, as_of timestamptz,
+    metadata_filter jsonb, collection_id integer,
+    out chunk_ids bigint[], out scores double precision[])
+language plpgsql stable
+security invoker
+set search_path = pg_catalog, pgfunnel
+set plan_cache_mode = force_generic_plan
 as $$
 declare
-    n_chunks bigint;
     avg_len double precision;
     q_terms text[];
     q_idf double precision[];
@@ -43,28 +82,27 @@ declare
     n_cand integer;
     fetch_n integer := greatest(2 * depth, 64);
     checked integer := 0;
-    ids bigint[] := '{}';
-    scores double precision[] := '{}';
+    upto integer;
+    vis record;
 begin
-    select v.chunk_count, v.total_length::float8 / nullif(v.chunk_count, 0)
-      into n_chunks, avg_len
-      from pgfunnel.index_version v where v.id = _lexical_leg.version_id;
-    if coalesce(n_chunks, 0) = 0 or coalesce(cardinality(query_terms), 0) = 0 then
+    chunk_ids := '{}';
+    scores := '{}';
+    if coalesce(cardinality(query_terms), 0) = 0 then
+        return;
+    end if;
+    -- the version's statistics and each distinct query term once, with its idf
+    select v.total_length::float8 / nullif(v.chunk_count, 0),
+           array_agg(ts.term order by ts.term),
+           array_agg(pgfunnel._bm25_idf(ts.df, v.chunk_count) order by ts.term)
+      into avg_len, q_terms, q_idf
+      from pgfunnel.index_version v
+      join pgfunnel.term_stat ts on ts.index_version_id = v.id
+     where v.id = _lexical_hits.version_id and ts.term = any (query_terms)
+     group by v.id;
+    if q_terms is null or avg_len is null then
         return;
     end if;
 
-    -- each distinct query term once, with its idf
-    select array_agg(ts.term order by ts.term),
-           array_agg(pgfunnel._bm25_idf(ts.df, n_chunks) order by ts.term)
-      into q_terms, q_idf
-      from pgfunnel.term_stat ts
-     where ts.index_version_id = _lexical_leg.version_id and ts.term = any (query_terms);
-    if q_terms is null then
-        return;
-    end if;
-
-    -- exact scores of the chunks holding a query term, the best `fetch_n` first; when
-    -- the filter hides too many of them, fetch deeper and check the next ones
     loop
         select array_agg(a.chunk_id order by a.s desc, a.chunk_id),
                array_agg(a.s order by a.s desc, a.chunk_id)
@@ -74,97 +112,139 @@ begin
                            / (p.tf + k1 * (1 - b + b * p.length / avg_len))) as s
                   from unnest(q_terms, q_idf) as q(term, idf),
                        lateral (select p.chunk_id, p.tf, p.length from pgfunnel.posting p
-                                 where p.index_version_id = _lexical_leg.version_id
+                                 where p.index_version_id = _lexical_hits.version_id
                                    and p.term = q.term) p
                  group by p.chunk_id
                  order by 2 desc, 1
                  limit fetch_n) a;
         n_cand := coalesce(cardinality(cand_ids), 0);
-
-        select ids || coalesce(array_agg(v.id order by v.ord), '{}'),
-               scores || coalesce(array_agg(v.sc order by v.ord), '{}')
-          into ids, scores
-          from (select c.id, c.sc, c.ord
-                  from unnest(cand_ids[checked + 1:n_cand], cand_scores[checked + 1:n_cand])
-                       with ordinality as c(id, sc, ord)
-                  join pgfunnel.chunk ch on ch.id = c.id
-                  join pgfunnel.document d on d.id = ch.document_id
-                 where d.collection_id = _lexical_leg.collection_id
-                   and (d.is_public or d.readers operator(pg_catalog.&&) principals)
-                   and (d.tenant is null or d.tenant = _lexical_leg.tenant)
-                   and (_lexical_leg.language is null or d.language = _lexical_leg.language)
-                   and (d.valid_from is null or d.valid_from <= as_of)
-                   and (d.valid_to is null or d.valid_to > as_of)
-                   and (metadata_filter is null
-                        or d.metadata operator(pg_catalog.@>) metadata_filter)
-                 order by c.ord
-                 limit depth - cardinality(ids)) v;
-        exit when cardinality(ids) >= depth or n_cand < fetch_n;
-        checked := n_cand;
+        -- check only as many as are still missing; most searches need one check
+        while checked < n_cand and cardinality(chunk_ids) < depth loop
+            upto := least(n_cand, checked + depth - cardinality(chunk_ids));
+            select * into vis
+              from pgfunnel._visible_prefix(cand_ids[checked + 1:upto], cand_scores[checked + 1:upto],
+                                            depth - cardinality(chunk_ids), principals, tenant,
+                                            language, as_of, metadata_filter, collection_id);
+            chunk_ids := chunk_ids || vis.chunk_ids;
+            scores := scores || vis.kept_scores;
+            checked := upto;
+        end loop;
+        exit when cardinality(chunk_ids) >= depth or n_cand < fetch_n;
         fetch_n := fetch_n * 4;
     end loop;
-
-    return query
-    select u.id, u.sc, u.ord::integer
-      from unnest(ids, scores) with ordinality as u(id, sc, ord);
 end
 $$;
 
--- dense leg: cosine similarity top-`depth` over the visible chunks of a version,
--- through the version's partial HNSW index with an iterative scan; when the
--- filter leaves too few rows for the index scan to find, an exact scan answers.
+-- the lexical leg as rows (chunk, score, rank)
+create or replace function pgfunnel._lexical_leg(
+    version_id integer, query_terms text[], depth integer,
+    k1 double precision, b double precision,
+    principals text[], tenant text, language text, as_of timestamptz,
+    metadata_filter jsonb, collection_id integer)
+returns table (chunk_id bigint, score double precision, rank integer)
+language sql stable
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+    select u.id, u.sc, u.ord::integer
+      from pgfunnel._lexical_hits(version_id, query_terms, depth, k1, b, principals, tenant,
+                                  language, as_of, metadata_filter, collection_id) h,
+           unnest(h.chunk_ids, h.scores) with ordinality as u(id, sc, ord)
+$$;
+
+-- dense leg: cosine similarity top-`depth` over the visible chunks of a version, as
+-- arrays in rank order. The version's partial HNSW index serves only a query that
+-- names the version and the dimensions literally, so that query is built per search;
+-- it is kept to one table because planning it is then cheap. Visibility is checked
+-- afterwards in distance order; when the filter hides part of the nearest rows the
+-- index is read deeper (iterative scan), and when it hides nearly all of them an
+-- exact scan of the visible rows answers, so the leg returns min(depth, visible) rows.
+create or replace function pgfunnel._dense_hits(
+    version_id integer, dimensions integer, query_embedding @vector_schema@.vector,
+    depth integer, ef_search integer,
+    principals text[], tenant text, language text, as_of timestamptz,
+    metadata_filter jsonb, collection_id integer,
+    out chunk_ids bigint[], out scores double precision[])
+language plpgsql stable
+security invoker
+set search_path = pg_catalog, pgfunnel, @vector_schema@
+set plan_cache_mode = force_generic_plan
+as $$
+declare
+    ann_sql text;
+    n integer := depth;
+    n_raw integer;
+    raw_ids bigint[];
+    raw_scores double precision[];
+    vis record;
+begin
+    -- transaction-local, so a pooled connection keeps no setting from this search. The
+    -- first read asks for at most ef_search rows, which one plain HNSW search returns;
+    -- pgvector's iterative scan (which costs about a quarter more per search) is turned
+    -- on only for a deeper read
+    perform set_config('hnsw.ef_search', least(greatest(ef_search, depth), 1000)::text, true);
+    perform set_config('hnsw.iterative_scan', 'off', true);
+    ann_sql := format($q$
+        select array_agg(s.chunk_id order by s.dist, s.chunk_id),
+               array_agg(1 - s.dist order by s.dist, s.chunk_id)
+          from (select e.chunk_id, e.embedding::vector(%1$s) <=> $1::vector(%1$s) as dist
+                  from pgfunnel.embedding e
+                 where e.index_version_id = %2$s
+                 order by e.embedding::vector(%1$s) <=> $1::vector(%1$s)
+                 limit $2) s
+        $q$, dimensions, version_id);
+
+    for pass in 1..2 loop
+        execute ann_sql into raw_ids, raw_scores using query_embedding, n;
+        n_raw := coalesce(cardinality(raw_ids), 0);
+        select * into vis
+          from pgfunnel._visible_prefix(raw_ids, raw_scores, depth, principals, tenant, language,
+                                        as_of, metadata_filter, collection_id);
+        chunk_ids := vis.chunk_ids;
+        scores := vis.kept_scores;
+        if cardinality(chunk_ids) >= depth or n_raw < n then
+            -- enough rows, or the version has no more rows than were read
+            return;
+        end if;
+        -- read deep enough to expect `depth` visible rows at the visible share just
+        -- seen; a share so small that this means thousands of rows goes exact instead
+        n := ceil(1.5 * depth * n / greatest(cardinality(chunk_ids), 1))::integer;
+        exit when cardinality(chunk_ids) = 0 or n > greatest(2000, 10 * depth);
+        perform set_config('hnsw.iterative_scan', 'relaxed_order', true);
+    end loop;
+
+    -- a selective filter: rank the visible rows exactly
+    execute format($q$
+        select coalesce(array_agg(s.chunk_id order by s.dist, s.chunk_id), '{}'),
+               coalesce(array_agg(1 - s.dist order by s.dist, s.chunk_id), '{}')
+          from (select e.chunk_id, e.embedding <=> $7 as dist
+                  from pgfunnel.embedding e
+                  join pgfunnel.chunk ch on ch.id = e.chunk_id
+                  join pgfunnel.document d on d.id = ch.document_id
+                 where e.index_version_id = %1$s and %2$s
+                 order by e.embedding <=> $7, e.chunk_id
+                 limit $8) s
+        $q$, version_id, pgfunnel._visible_sql())
+      into chunk_ids, scores
+      using principals, tenant, language, as_of, metadata_filter, collection_id,
+            query_embedding, depth;
+end
+$$;
+
+-- the dense leg as rows (chunk, score, rank)
 create or replace function pgfunnel._dense_leg(
     version_id integer, dimensions integer, query_embedding @vector_schema@.vector,
     depth integer, ef_search integer,
     principals text[], tenant text, language text, as_of timestamptz,
     metadata_filter jsonb, collection_id integer)
 returns table (chunk_id bigint, score double precision, rank integer)
-language plpgsql volatile
+language sql stable
 security invoker
 set search_path = pg_catalog, pgfunnel, @vector_schema@
 as $$
-declare
-    vis text := pgfunnel._visible_sql();
-    ids bigint[];
-    scores double precision[];
-begin
-    -- transaction-local, so a pooled connection keeps no setting from this search
-    perform set_config('hnsw.ef_search', least(greatest(ef_search, depth), 1000)::text, true);
-    perform set_config('hnsw.iterative_scan', 'relaxed_order', true);
-
-    execute format($q$
-        select array_agg(s.chunk_id order by s.dist, s.chunk_id),
-               array_agg(1 - s.dist order by s.dist, s.chunk_id)
-          from (select e.chunk_id, e.embedding::vector(%1$s) <=> $7::vector(%1$s) as dist
-                  from pgfunnel.embedding e
-                  join pgfunnel.chunk ch on ch.id = e.chunk_id
-                  join pgfunnel.document d on d.id = ch.document_id
-                 where e.index_version_id = %2$s and %3$s
-                 order by e.embedding::vector(%1$s) <=> $7::vector(%1$s)
-                 limit $8) s
-        $q$, dimensions, version_id, vis)
-      into ids, scores
-      using principals, tenant, language, as_of, metadata_filter, collection_id,
-            query_embedding, depth;
-
-    if coalesce(cardinality(ids), 0) >= depth then
-        return query
-        select u.id, u.sc, u.ord::integer from unnest(ids, scores) with ordinality as u(id, sc, ord);
-        return;
-    end if;
-
-    -- the index scan came up short (a selective filter): rank the visible rows exactly
-    return query execute format($q$
-        select e.chunk_id, 1 - (e.embedding <=> $7),
-               (row_number() over (order by e.embedding <=> $7, e.chunk_id))::integer
-          from pgfunnel.embedding e
-          join pgfunnel.chunk ch on ch.id = e.chunk_id
-          join pgfunnel.document d on d.id = ch.document_id
-         where e.index_version_id = %1$s and %2$s
-         order by e.embedding <=> $7, e.chunk_id
-         limit $8
-        $q$, version_id, vis)
-      using principals, tenant, language, as_of, metadata_filter, collection_id,
-            query_embedding, depth;
-end
+    select u.id, u.sc, u.ord::integer
+      from pgfunnel._dense_hits(version_id, dimensions, query_embedding, depth, ef_search,
+                                principals, tenant, language, as_of, metadata_filter,
+                                collection_id) h,
+           unnest(h.chunk_ids, h.scores) with ordinality as u(id, sc, ord)
 $$;

@@ -31,40 +31,28 @@ begin
 end
 $$;
 
--- both legs, fused: the candidate pool with every per-leg rank and score
-create or replace function pgfunnel.candidates(
-    query_text text,
-    query_embedding @vector_schema@.vector default null,
-    k integer default 10,
-    collection text default 'default',
-    principals text[] default '{}',
-    tenant text default null,
-    language text default null,
-    as_of timestamptz default now(),
-    metadata_filter jsonb default null,
-    fusion text default 'minmax',
-    rrf_k double precision default 60,
-    weights double precision[] default '{1,0.7}',
-    lexical_depth integer default null,
-    dense_depth integer default null,
-    overfetch integer default 4,
-    per_source_cap integer default 3,
-    ef_search integer default 100,
-    k1 double precision default 1.2,
-    b double precision default 0.75)
-returns table (
-    chunk_id bigint, document_id bigint, citekey text, title text, heading text, text text,
-    ordinal integer, metadata jsonb,
-    lexical_rank integer, lexical_score double precision,
-    dense_rank integer, dense_score double precision,
-    fused_rank integer, fused_score double precision)
-language plpgsql volatile
+-- both legs, fused: the pool of k * overfetch chunks as arrays in fused order, with
+-- every per-leg rank and score. Stable, so both legs read one snapshot.
+create or replace function pgfunnel._pool(
+    query_text text, query_embedding @vector_schema@.vector, k integer, collection text,
+    principals text[], tenant text, language text, as_of timestamptz, metadata_filter jsonb,
+    fusion text, rrf_k double precision, weights double precision[],
+    lexical_depth integer, dense_depth integer, overfetch integer, per_source_cap integer,
+    ef_search integer, k1 double precision, b double precision,
+    out chunk_ids bigint[], out fused_ranks integer[], out fused_scores double precision[],
+    out lexical_ranks integer[], out lexical_scores double precision[],
+    out dense_ranks integer[], out dense_scores double precision[])
+language plpgsql stable
 security invoker
 set search_path = pg_catalog, pgfunnel, @vector_schema@
+-- a custom plan would be re-made on every search (see 030_legs.sql)
+set plan_cache_mode = force_generic_plan
 as $$
 declare
     coll_id integer;
-    ver record;
+    version_id integer;
+    dims integer;
+    analyzer_name text;
     pool_size integer;
     lex_depth integer;
     den_depth integer;
@@ -72,6 +60,16 @@ declare
     dropped text[];
     w_lex double precision;
     w_den double precision;
+    lex record;
+    den record;
+    l_lo double precision;
+    l_hi double precision;
+    l_mu double precision;
+    l_sd double precision;
+    d_lo double precision;
+    d_hi double precision;
+    d_mu double precision;
+    d_sd double precision;
 begin
     perform pgfunnel._check_search_params(k, principals, overfetch, per_source_cap);
     if query_text is null and query_embedding is null then
@@ -89,9 +87,10 @@ begin
     if rrf_k is null or not (rrf_k > 0) or rrf_k = 'Infinity'::float8 then
         perform pgfunnel._bad_parameter('rrf_k', format('must be a positive number, got %s', coalesce(rrf_k::text, 'NULL')));
     end if;
-    if weights is null or cardinality(weights) <> 2 or array_position(weights, null) is not null
-       or exists (select 1 from unnest(weights) w where not (w >= 0) or w = 'Infinity'::float8)
-       or weights[1] + weights[2] = 0 then
+    if weights is null or cardinality(weights) <> 2 or array_ndims(weights) <> 1
+       or not coalesce(weights[1] >= 0 and weights[2] >= 0
+                       and weights[1] < 'Infinity'::float8 and weights[2] < 'Infinity'::float8
+                       and weights[1] + weights[2] > 0, false) then
         perform pgfunnel._bad_parameter('weights',
             format('must be two finite non-negative numbers {lexical,dense}, not both zero; got %s',
                    coalesce(weights::text, 'NULL')));
@@ -119,14 +118,20 @@ begin
         perform pgfunnel._bad_parameter('dense_depth', format('must be between 1 and 10000, got %s', den_depth));
     end if;
 
-    coll_id := pgfunnel._collection_id(collection);
-    select * into ver from pgfunnel._active_version(coll_id);
+    select c.id, v.id, v.dimensions, v.analyzer into coll_id, version_id, dims, analyzer_name
+      from pgfunnel.collection c
+      join pgfunnel.index_version v on v.collection_id = c.id and v.state = 'active'
+     where c.name = collection;
+    if version_id is null then
+        -- raises the error that names what is missing: the collection or its active version
+        perform pgfunnel._active_version(pgfunnel._collection_id(collection));
+    end if;
 
     if query_embedding is not null then
-        if @vector_schema@.vector_dims(query_embedding) <> ver.dimensions then
+        if @vector_schema@.vector_dims(query_embedding) <> dims then
             perform pgfunnel._bad_parameter('query_embedding',
                 format('has %s dimensions; the active index version of %L expects %s',
-                       @vector_schema@.vector_dims(query_embedding), collection, ver.dimensions));
+                       @vector_schema@.vector_dims(query_embedding), collection, dims));
         end if;
         if @vector_schema@.vector_norm(query_embedding) = 0 then
             perform pgfunnel._bad_parameter('query_embedding',
@@ -140,7 +145,7 @@ begin
                             filter (where t.term is not null), '{}'),
                coalesce(array_agg(distinct t.token) filter (where t.dropped is not null), '{}')
           into q_terms, dropped
-          from pgfunnel.analyze_tokens(query_text, ver.analyzer, true) t;
+          from pgfunnel.analyze_each(array[query_text], analyzer_name, true) t;
         if cardinality(q_terms) = 0 then
             raise warning using message = format(
                 'pgfunnel: no searchable term left in query_text (dropped: %s); the lexical leg is empty',
@@ -149,73 +154,118 @@ begin
             raise notice using message = format('pgfunnel: query words not searched: %s',
                                                 array_to_string(dropped, ', '));
         end if;
+        select * into lex
+          from pgfunnel._lexical_hits(version_id, q_terms, lex_depth, k1, b, principals, tenant,
+                                      language, as_of, metadata_filter, coll_id);
+    else
+        select '{}'::bigint[] as chunk_ids, '{}'::float8[] as scores into lex;
+    end if;
+    if query_embedding is not null then
+        select * into den
+          from pgfunnel._dense_hits(version_id, dims, query_embedding, den_depth, ef_search,
+                                    principals, tenant, language, as_of, metadata_filter, coll_id);
+    else
+        select '{}'::bigint[] as chunk_ids, '{}'::float8[] as scores into den;
     end if;
 
     -- a leg that cannot run (no text, no vector) has no vote
     w_lex := case when query_text is null then 0 else weights[1] end;
     w_den := case when query_embedding is null then 0 else weights[2] end;
+    -- each leg's scores come best first, so its range is its two ends
+    l_hi := lex.scores[1];
+    l_lo := lex.scores[cardinality(lex.scores)];
+    d_hi := den.scores[1];
+    d_lo := den.scores[cardinality(den.scores)];
+    if fusion = 'zscore' then
+        select avg(x), stddev_pop(x) into l_mu, l_sd from unnest(lex.scores) x;
+        select avg(x), stddev_pop(x) into d_mu, d_sd from unnest(den.scores) x;
+    end if;
 
-    return query
-    with lex as (
-        select l.chunk_id, l.score, l.rank
-          from pgfunnel._lexical_leg(ver.version_id, q_terms, lex_depth, k1, b, principals,
-                                     tenant, language, as_of, metadata_filter, coll_id) l
-         where query_text is not null
-    ),
-    den as (
-        select d.chunk_id, d.score, d.rank
-          from pgfunnel._dense_leg(ver.version_id, ver.dimensions, query_embedding, den_depth,
-                                   ef_search, principals, tenant, language, as_of,
-                                   metadata_filter, coll_id) d
-         where query_embedding is not null
-    ),
-    lex_stats as (
-        select min(score) as lo, max(score) as hi, avg(score) as mu, stddev_pop(score) as sd from lex
-    ),
-    den_stats as (
-        select min(score) as lo, max(score) as hi, avg(score) as mu, stddev_pop(score) as sd from den
-    ),
-    joined as (
-        select coalesce(l.chunk_id, d.chunk_id) as chunk_id,
-               l.rank as l_rank, l.score as l_score, d.rank as d_rank, d.score as d_score
-          from lex l full join den d on d.chunk_id = l.chunk_id
-    ),
-    fused as (
-        select j.*,
-               case fusion
-                   -- rrf: a leg that missed the chunk contributes 0
-                   when 'rrf' then
-                       coalesce(w_lex / (rrf_k + j.l_rank), 0) + coalesce(w_den / (rrf_k + j.d_rank), 0)
-                   -- minmax: scores scaled to [0,1] per leg (1 when a leg's scores are all
-                   -- equal); a leg that missed the chunk contributes 0
-                   when 'minmax' then
-                       w_lex * coalesce(case when ls.hi > ls.lo then (j.l_score - ls.lo) / (ls.hi - ls.lo)
-                                             else 1.0 end * (j.l_score is not null)::int, 0)
-                     + w_den * coalesce(case when ds.hi > ds.lo then (j.d_score - ds.lo) / (ds.hi - ds.lo)
-                                             else 1.0 end * (j.d_score is not null)::int, 0)
-                   -- zscore: standardised per leg (0 when a leg's scores are all equal); a
-                   -- leg that missed the chunk contributes its lowest listed z-score
-                   else
-                       w_lex * coalesce(case when ls.sd > 0 then (coalesce(j.l_score, ls.lo) - ls.mu) / ls.sd
-                                             else 0 end, 0)
-                     + w_den * coalesce(case when ds.sd > 0 then (coalesce(j.d_score, ds.lo) - ds.mu) / ds.sd
-                                             else 0 end, 0)
-               end as fused
-          from joined j, lex_stats ls, den_stats ds
-    ),
-    pool as (
-        select f.*, (row_number() over (order by f.fused desc, f.chunk_id))::integer as f_rank
-          from fused f
-         order by f.fused desc, f.chunk_id
-         limit pool_size
-    )
-    select p.chunk_id, ch.document_id, doc.citekey, doc.title, ch.heading, ch.text, ch.ordinal,
-           doc.metadata, p.l_rank, p.l_score, p.d_rank, p.d_score, p.f_rank, p.fused
-      from pool p
-      join pgfunnel.chunk ch on ch.id = p.chunk_id
-      join pgfunnel.document doc on doc.id = ch.document_id
-     order by p.f_rank;
+    select coalesce(array_agg(f.chunk_id order by f.fused desc, f.chunk_id), '{}'),
+           coalesce(array_agg(f.f_rank order by f.fused desc, f.chunk_id), '{}'),
+           coalesce(array_agg(f.fused order by f.fused desc, f.chunk_id), '{}'),
+           coalesce(array_agg(f.l_rank order by f.fused desc, f.chunk_id), '{}'),
+           coalesce(array_agg(f.l_score order by f.fused desc, f.chunk_id), '{}'),
+           coalesce(array_agg(f.d_rank order by f.fused desc, f.chunk_id), '{}'),
+           coalesce(array_agg(f.d_score order by f.fused desc, f.chunk_id), '{}')
+      into chunk_ids, fused_ranks, fused_scores, lexical_ranks, lexical_scores,
+           dense_ranks, dense_scores
+      from (select j.*, (row_number() over (order by j.fused desc, j.chunk_id))::integer as f_rank
+              from (select coalesce(l.id, d.id) as chunk_id,
+                           l.rk::integer as l_rank, l.sc as l_score,
+                           d.rk::integer as d_rank, d.sc as d_score,
+                           case fusion
+                               -- rrf: a leg that missed the chunk contributes 0
+                               when 'rrf' then
+                                   coalesce(w_lex / (rrf_k + l.rk), 0) + coalesce(w_den / (rrf_k + d.rk), 0)
+                               -- minmax: scores scaled to [0,1] per leg (1 when a leg's scores
+                               -- are all equal); a leg that missed the chunk contributes 0
+                               when 'minmax' then
+                                   w_lex * coalesce(case when l_hi > l_lo then (l.sc - l_lo) / (l_hi - l_lo)
+                                                         else 1.0 end * (l.sc is not null)::int, 0)
+                                 + w_den * coalesce(case when d_hi > d_lo then (d.sc - d_lo) / (d_hi - d_lo)
+                                                         else 1.0 end * (d.sc is not null)::int, 0)
+                               -- zscore: standardised per leg (0 when a leg's scores are all
+                               -- equal); a leg that missed the chunk contributes its lowest
+                               -- listed z-score
+                               else
+                                   w_lex * coalesce(case when l_sd > 0 then (coalesce(l.sc, l_lo) - l_mu) / l_sd
+                                                         else 0 end, 0)
+                                 + w_den * coalesce(case when d_sd > 0 then (coalesce(d.sc, d_lo) - d_mu) / d_sd
+                                                         else 0 end, 0)
+                           end as fused
+                      from unnest(lex.chunk_ids, lex.scores) with ordinality as l(id, sc, rk)
+                      full join unnest(den.chunk_ids, den.scores) with ordinality as d(id, sc, rk)
+                        on d.id = l.id) j
+             order by j.fused desc, j.chunk_id
+             limit pool_size) f;
 end
+$$;
+
+-- both legs, fused: the candidate pool with every per-leg rank and score
+create or replace function pgfunnel.candidates(
+    query_text text,
+    query_embedding @vector_schema@.vector default null,
+    k integer default 10,
+    collection text default 'default',
+    principals text[] default '{}',
+    tenant text default null,
+    language text default null,
+    as_of timestamptz default now(),
+    metadata_filter jsonb default null,
+    fusion text default 'minmax',
+    rrf_k double precision default 60,
+    weights double precision[] default '{1,0.7}',
+    lexical_depth integer default null,
+    dense_depth integer default null,
+    overfetch integer default 4,
+    per_source_cap integer default 3,
+    ef_search integer default 100,
+    k1 double precision default 1.2,
+    b double precision default 0.75
+)
+returns table (
+    chunk_id bigint, document_id bigint, citekey text, title text, heading text, text text,
+    ordinal integer, metadata jsonb,
+    lexical_rank integer, lexical_score double precision,
+    dense_rank integer, dense_score double precision,
+    fused_rank integer, fused_score double precision)
+language sql stable
+security invoker
+set search_path = pg_catalog, pgfunnel, @vector_schema@
+as $$
+    select u.id, ch.document_id, doc.citekey, doc.title, ch.heading, ch.text, ch.ordinal,
+           doc.metadata, u.lr, u.ls, u.dr, u.ds, u.fr, u.fs
+      from pgfunnel._pool(query_text, query_embedding, k, collection, principals, tenant,
+                          language, as_of, metadata_filter, fusion, rrf_k, weights,
+                          lexical_depth, dense_depth, overfetch, per_source_cap, ef_search,
+                          k1, b) p,
+           unnest(p.chunk_ids, p.fused_ranks, p.fused_scores, p.lexical_ranks,
+                  p.lexical_scores, p.dense_ranks, p.dense_scores)
+               as u(id, fr, fs, lr, ls, dr, ds)
+      join pgfunnel.chunk ch on ch.id = u.id
+      join pgfunnel.document doc on doc.id = ch.document_id
+     order by u.fr
 $$;
 
 -- the pool in its final order -> cap per citekey -> first k; optionally traced
@@ -250,6 +300,7 @@ returns table (
 language plpgsql volatile
 security invoker
 set search_path = pg_catalog, pgfunnel
+set plan_cache_mode = force_generic_plan
 as $$
 declare
     coll_id integer;
@@ -398,34 +449,27 @@ returns table (
 language plpgsql volatile
 security invoker
 set search_path = pg_catalog, pgfunnel, @vector_schema@
+set plan_cache_mode = force_generic_plan
 as $$
-declare
-    pool record;
 begin
-    select array_agg(c.chunk_id order by c.fused_rank) as ids,
-           array_agg(c.fused_rank order by c.fused_rank) as f_ranks,
-           array_agg(c.fused_score order by c.fused_rank) as f_scores,
-           array_agg(c.lexical_rank order by c.fused_rank) as l_ranks,
-           array_agg(c.lexical_score order by c.fused_rank) as l_scores,
-           array_agg(c.dense_rank order by c.fused_rank) as d_ranks,
-           array_agg(c.dense_score order by c.fused_rank) as d_scores
-      into pool
-      from pgfunnel.candidates(query_text, query_embedding, k, collection, principals, tenant,
-                               language, as_of, metadata_filter, fusion, rrf_k, weights,
-                               lexical_depth, dense_depth, overfetch, per_source_cap,
-                               ef_search, k1, b) c;
+    -- one statement: the pool and the cap read the same snapshot
     return query
-    select * from pgfunnel.final(
-        coalesce(pool.ids, '{}'), coalesce(pool.f_ranks, '{}'), coalesce(pool.f_scores, '{}'),
-        coalesce(pool.l_ranks, '{}'), coalesce(pool.l_scores, '{}'),
-        coalesce(pool.d_ranks, '{}'), coalesce(pool.d_scores, '{}'),
-        null, k, collection, principals, tenant, language, as_of, metadata_filter,
-        per_source_cap, trace, query_text,
-        case when trace then jsonb_build_object(
-            'fusion', fusion, 'rrf_k', rrf_k, 'weights', weights, 'lexical_depth', lexical_depth,
-            'dense_depth', dense_depth, 'overfetch', overfetch, 'per_source_cap', per_source_cap,
-            'ef_search', ef_search, 'k1', k1, 'b', b, 'k', k, 'rerank', false,
-            'metadata_filter', metadata_filter, 'language', language) end);
+    select f.*
+      from pgfunnel._pool(query_text, query_embedding, k, collection, principals, tenant,
+                          language, as_of, metadata_filter, fusion, rrf_k, weights,
+                          lexical_depth, dense_depth, overfetch, per_source_cap, ef_search,
+                          k1, b) p,
+           pgfunnel.final(p.chunk_ids, p.fused_ranks, p.fused_scores, p.lexical_ranks,
+                          p.lexical_scores, p.dense_ranks, p.dense_scores,
+                          null, k, collection, principals, tenant, language, as_of,
+                          metadata_filter, per_source_cap, trace, query_text,
+                          case when trace then jsonb_build_object(
+                              'fusion', fusion, 'rrf_k', rrf_k, 'weights', weights,
+                              'lexical_depth', lexical_depth, 'dense_depth', dense_depth,
+                              'overfetch', overfetch, 'per_source_cap', per_source_cap,
+                              'ef_search', ef_search, 'k1', k1, 'b', b, 'k', k,
+                              'rerank', false, 'metadata_filter', metadata_filter,
+                              'language', language) end) f;
 end
 $$;
 

@@ -3,9 +3,9 @@
 --
 -- Activation is one transaction: the old active version becomes 'retired', the target
 -- becomes 'active', and the target's params.activations records which version it
--- replaced (rollback follows that record). Searches read the active version once per
--- candidates() call (read committed: one statement, one snapshot), so a search that
--- overlaps the commit runs wholly on the old or wholly on the new version.
+-- replaced (rollback follows that record). A search reads the active version once, in
+-- the stable _pool() whose statements all share the calling statement's snapshot, so a
+-- search that overlaps the commit runs wholly on the old or wholly on the new version.
 
 -- how completely a version covers its collection's chunks (every count should be equal)
 create or replace function pgfunnel.version_coverage(version_id integer,

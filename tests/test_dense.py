@@ -91,8 +91,32 @@ def test_metadata_filter_inside_the_leg(conn: psycopg.Connection[Any]) -> None:
 
 def test_search_settings_are_transaction_local(conn: psycopg.Connection[Any]) -> None:
     _corpus(conn, 50)
-    before = conn.execute("show hnsw.ef_search").fetchone()[0]
+    before = [conn.execute(f"show hnsw.{name}").fetchone()[0]
+              for name in ("ef_search", "iterative_scan")]
     with conn.transaction():
         _dense(conn, unit(np.random.default_rng(1), DIMS), 10, [])
-        assert conn.execute("show hnsw.iterative_scan").fetchone()[0] == "relaxed_order"
-    assert conn.execute("show hnsw.ef_search").fetchone()[0] == before
+        assert conn.execute("show hnsw.ef_search").fetchone()[0] == "100"
+    after = [conn.execute(f"show hnsw.{name}").fetchone()[0]
+             for name in ("ef_search", "iterative_scan")]
+    assert after == before
+
+
+def test_partial_filter_reads_deeper_and_keeps_recall(conn: psycopg.Connection[Any]) -> None:
+    # alice sees one document in three: the nearest `depth` rows hold too few visible
+    # ones, so the leg reads the index deeper (iterative scan) rather than going exact
+    vecs = _corpus(conn, 900, private_every=3)
+    alice = {int(cid) for (cid,) in conn.execute(
+        "select ch.id from pgfunnel.chunk ch join pgfunnel.document d "
+        "on d.id = ch.document_id where d.readers @> '{alice}'").fetchall()}
+    assert 250 <= len(alice) <= 350
+    ids = np.array(sorted(alice))
+    mat = np.stack([vecs[i] for i in ids])
+    rng = np.random.default_rng(21)
+    recalls = []
+    for _ in range(15):
+        q = unit(rng, DIMS)
+        got = _dense(conn, q, 40, ["alice"])
+        assert len(got) == 40 and {g for g, _, _ in got} <= alice
+        exact = set(ids[np.argsort(-(mat @ q))[:40]].tolist())
+        recalls.append(len(exact & {g for g, _, _ in got}) / 40)
+    assert float(np.mean(recalls)) >= 0.95, recalls
