@@ -6,7 +6,8 @@ Supabase-style peer table). Then:
     python bench/latency_pydocs.py [--queries 150] [--repeats 3]
 
 Each query is timed once per system per repeat, systems interleaved on one warm
-connection, so machine noise hits all of them alike; ratios are the result to read.
+connection (the order rotating from query to query), so machine noise and CPU-cache
+warmth hit all of them alike; ratios are the result to read.
 """
 
 from __future__ import annotations
@@ -73,9 +74,13 @@ def main() -> None:
         for q, v in zip(queries[:10], vecs[:10], strict=True):  # warm-up
             for name, stmt in stmts.items():
                 conn.execute(stmt, params(name, q, v), prepare=True).fetchall()
+        names = list(stmts)
         for _ in range(args.repeats):
-            for q, v in zip(queries, vecs, strict=True):
-                for name, stmt in stmts.items():
+            for i, (q, v) in enumerate(zip(queries, vecs, strict=True)):
+                # rotate who goes first: the first system to search a vector pays for
+                # bringing the index pages it visits into the CPU caches
+                for name in names[i % len(names):] + names[:i % len(names)]:
+                    stmt = stmts[name]
                     t0 = time.perf_counter()
                     conn.execute(stmt, params(name, q, v), prepare=True).fetchall()
                     times[name].append((time.perf_counter() - t0) * 1000)
