@@ -11,12 +11,14 @@ from __future__ import annotations
 import string
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from itertools import chain
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import psycopg
 from psycopg import sql
+from psycopg.copy import QueuedLibpqWriter
 
 from pgfunnel.embedder import Embedder, check_vector
 from pgfunnel.errors import InvalidInputError, NotFoundError, PgfunnelError, translate
@@ -102,6 +104,8 @@ class TermAnalyzer:
     def __init__(self, conn: psycopg.Connection[Any], analyzer: str) -> None:
         self.conn = conn
         self.analyzer = analyzer
+        # keyed by the raw whitespace-separated word, punctuation and all, so the hot
+        # path is one dict lookup per word
         self.cache: dict[str, tuple[str, ...]] = {}
 
     @staticmethod
@@ -114,24 +118,25 @@ class TermAnalyzer:
         return out
 
     def prepare(self, texts: Iterable[str]) -> None:
-        unknown = {w for t in texts for w in self.words(t)} - self.cache.keys()
+        cache = self.cache
+        unknown = {w for t in texts for w in t.split() if w not in cache}
         if not unknown:
             return
-        ordered = sorted(unknown)
+        stripped = {w: w.strip(_STRIP) for w in unknown}
+        ordered = sorted({s for s in stripped.values() if s})
         found: dict[int, list[str]] = {}
-        rows = self.conn.execute(
-            "select input_ordinal, term from pgfunnel.analyze_each(%s::text[], %s, false) "
-            "where term is not null", (ordered, self.analyzer)).fetchall()
-        for ordinal, term in rows:
-            found.setdefault(int(ordinal), []).append(str(term))
-        for i, w in enumerate(ordered, start=1):
-            self.cache[w] = tuple(found.get(i, ()))
+        if ordered:
+            rows = self.conn.execute(
+                "select input_ordinal, term from pgfunnel.analyze_each(%s::text[], %s, false) "
+                "where term is not null", (ordered, self.analyzer)).fetchall()
+            for ordinal, term in rows:
+                found.setdefault(int(ordinal), []).append(str(term))
+        by_word = {w: tuple(found.get(i, ())) for i, w in enumerate(ordered, start=1)}
+        for raw, w in stripped.items():
+            cache[raw] = by_word.get(w, ())
 
     def terms(self, text: str) -> Counter[str]:
-        counts: Counter[str] = Counter()
-        for w in self.words(text):
-            counts.update(self.cache[w])
-        return counts
+        return Counter(chain.from_iterable(map(self.cache.__getitem__, text.split())))
 
 
 def _tsvector_literal(terms: Iterable[str]) -> str:
@@ -180,24 +185,47 @@ def write_chunk_index(conn: psycopg.Connection[Any], version_id: int, analyzer: 
             cp.set_types(["int4", "int8", "vector"])
             for cid, vec in zip(chunk_ids, vectors, strict=True):
                 cp.write_row((version_id, cid, vec))
+    lengths = [sum(counts.values()) for counts in term_counts]
     with conn.cursor().copy(
             "copy pgfunnel.lexical (index_version_id, chunk_id, length, terms) from stdin") as cp:
-        for cid, counts in zip(chunk_ids, term_counts, strict=True):
-            cp.write_row((version_id, cid, sum(counts.values()), _tsvector_literal(counts)))
-    rows: list[tuple[str, int, int, int]] = []
-    for cid, counts in zip(chunk_ids, term_counts, strict=True):
-        length = sum(counts.values())
-        rows.extend((term, cid, min(tf, 32767), length) for term, tf in counts.items())
-    # in index order: the posting index is (version, term, chunk), so sorted rows touch
-    # each index page once instead of at random
-    rows.sort()
-    with conn.cursor().copy(
-            "copy pgfunnel.posting (index_version_id, term, chunk_id, tf, length) "
-            "from stdin (format binary)") as cp:
-        cp.set_types(["int4", "text", "int8", "int2", "int4"])
-        for term, cid, tf, length in rows:
-            cp.write_row((version_id, term, cid, tf, length))
-    conn.execute("select pgfunnel._bm25_add(%s, %s::bigint[])", (version_id, list(chunk_ids)))
+        for cid, counts, length in zip(chunk_ids, term_counts, lengths, strict=True):
+            cp.write_row((version_id, cid, length, _tsvector_literal(counts)))
+    # postings grouped by term, in index order (version, term, chunk), so the index is
+    # written page by page instead of at random; a term's list length is its df
+    by_term: dict[str, list[str]] = {}
+    for cid, counts, length in sorted(zip(chunk_ids, term_counts, lengths, strict=True),
+                                      key=lambda row: row[0]):
+        tail = f"\t{cid}\t"
+        end = f"\t{length}\n"
+        for term, tf in counts.items():
+            line = tail + str(min(tf, 32767)) + end
+            if (rows := by_term.get(term)) is None:
+                by_term[term] = [line]
+            else:
+                rows.append(line)
+    terms = sorted(by_term)
+    prefix = f"{version_id}\t"
+    cur = conn.cursor()
+    # a writer thread sends while this one builds the next block, so the server's work
+    # (the posting index) overlaps with Python's
+    with cur.copy("copy pgfunnel.posting (index_version_id, term, chunk_id, tf, length) "
+                  "from stdin", writer=QueuedLibpqWriter(cur)) as cp:
+        for start in range(0, len(terms), 2048):
+            cp.write("".join([head + line for term in terms[start:start + 2048]
+                              for head in (prefix + _copy_text(term),)
+                              for line in by_term[term]]))
+    conn.execute("select pgfunnel._bm25_add(%s, %s::text[], %s::bigint[], %s, %s)",
+                 (version_id, terms, [len(by_term[t]) for t in terms], len(chunk_ids),
+                  sum(lengths)))
+
+
+def _copy_text(value: str) -> str:
+    """A value in COPY's text format. The analyzer's terms never hold a backslash, tab or
+    newline today; escaping keeps that a fact about the analyzer, not a requirement here."""
+    if "\\" in value or "\t" in value or "\n" in value or "\r" in value:
+        return (value.replace("\\", "\\\\").replace("\t", "\\t")
+                .replace("\n", "\\n").replace("\r", "\\r"))
+    return value
 
 
 class Ingester:
@@ -366,23 +394,30 @@ class Ingester:
                 "select pgfunnel._remove_chunks(array(select id from pgfunnel.chunk "
                 "where document_id = any(%s)))", (old_ids,)).fetchone()
             self.stats.chunks_removed += int(removed[0]) if removed else 0
-        doc_ids: dict[str, int] = {}
-        for rec, _ in chunked:
-            row = conn.execute(
+        # one statement for the whole batch: a round trip per document cost more than
+        # writing its chunks
+        doc_rows = [{"citekey": rec.citekey, "title": rec.title, "metadata": rec.metadata,
+                     "tenant": rec.tenant, "readers": list(rec.readers),
+                     "is_public": not rec.readers and not private, "language": rec.language,
+                     "valid_from": rec.valid_from.isoformat() if rec.valid_from else None,
+                     "valid_to": rec.valid_to.isoformat() if rec.valid_to else None,
+                     "content_hash": rec.content_hash()} for rec, _ in chunked]
+        doc_ids: dict[str, int] = {
+            str(ck): int(did) for did, ck in conn.execute(
                 "insert into pgfunnel.document as d (collection_id, citekey, title, metadata, "
                 " tenant, readers, is_public, language, valid_from, valid_to, content_hash) "
-                "values (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+                "select %s, r.citekey, r.title, r.metadata, r.tenant, r.readers, r.is_public, "
+                "       r.language, r.valid_from, r.valid_to, r.content_hash "
+                "  from jsonb_to_recordset(%s) as r(citekey text, title text, metadata jsonb, "
+                "       tenant text, readers text[], is_public boolean, language text, "
+                "       valid_from timestamptz, valid_to timestamptz, content_hash text) "
                 "on conflict (collection_id, citekey) do update set title = excluded.title, "
                 " metadata = excluded.metadata, tenant = excluded.tenant, "
                 " readers = excluded.readers, is_public = excluded.is_public, "
                 " language = excluded.language, valid_from = excluded.valid_from, "
                 " valid_to = excluded.valid_to, content_hash = excluded.content_hash, "
-                " updated_at = now() returning id",
-                (coll, rec.citekey, rec.title, Jsonb(rec.metadata), rec.tenant, rec.readers,
-                 not rec.readers and not private, rec.language, rec.valid_from, rec.valid_to,
-                 rec.content_hash())).fetchone()
-            assert row is not None
-            doc_ids[rec.citekey] = int(row[0])
+                " updated_at = now() returning d.id, d.citekey",
+                (coll, Jsonb(doc_rows))).fetchall()}
         n = len(texts)
         ids = [int(r[0]) for r in conn.execute(
             "select nextval(pg_get_serial_sequence('pgfunnel.chunk', 'id')) "

@@ -28,29 +28,33 @@ as $$
      where l.chunk_id = any (chunk_ids)
 $$;
 
--- add freshly written lexical rows and postings of a version to its statistics
-create or replace function pgfunnel._bm25_add(version_id integer, chunk_ids bigint[])
+-- the chunk-id form of 0.1.0; statistics now come with the postings that were written
+drop function if exists pgfunnel._bm25_add(integer, bigint[]);
+
+-- add freshly written postings of a version to its statistics: the document frequency
+-- of each term they hold, and the number and total length of the chunks. The writer
+-- passes the counts of exactly the rows it copied in the same transaction.
+create or replace function pgfunnel._bm25_add(version_id integer, terms text[], dfs bigint[],
+                                              n_chunks bigint, total_length bigint)
 returns void
 language plpgsql
 security invoker
 set search_path = pg_catalog, pgfunnel
 as $$
 begin
+    if cardinality(terms) <> cardinality(dfs) then
+        perform pgfunnel._bad_parameter('dfs', 'must have one count per term');
+    end if;
     -- term rows are locked in term order so concurrent writers cannot deadlock
     insert into pgfunnel.term_stat as ts (index_version_id, term, df)
-    select version_id, ct.term, count(*)
-      from pgfunnel._chunk_terms(chunk_ids) ct
-     where ct.index_version_id = version_id
-     group by ct.term
-     order by ct.term
+    select version_id, t.term, t.df
+      from unnest(terms, dfs) as t(term, df)
+     order by t.term
     on conflict (index_version_id, term) do update set df = ts.df + excluded.df;
 
     update pgfunnel.index_version v
-       set chunk_count = v.chunk_count + s.n,
-           total_length = v.total_length + s.total
-      from (select count(*) as n, coalesce(sum(l.length), 0) as total
-              from pgfunnel.lexical l
-             where l.index_version_id = version_id and l.chunk_id = any (chunk_ids)) s
+       set chunk_count = v.chunk_count + n_chunks,
+           total_length = v.total_length + _bm25_add.total_length
      where v.id = version_id;
 end
 $$;

@@ -180,3 +180,32 @@ def test_chunking_follows_sections_and_size() -> None:
     assert [c.heading for c in chunks] == ["Title", "Part A", "Part A", "Part A", "Part B"]
     assert all(c.token_count <= 200 + len(c.heading.split()) for c in chunks)
     assert [c.ordinal for c in chunks] == list(range(len(chunks)))
+
+
+def test_copy_text_escaping_round_trips(conn: psycopg.Connection[Any]) -> None:
+    from pgfunnel.ingest import _copy_text
+
+    values = ["plain", "back\\slash", "tab\there", "new\nline", "cr\rhere", "\\t literal"]
+    conn.execute("create temp table copied (v text)")
+    with conn.cursor().copy("copy copied (v) from stdin") as cp:
+        cp.write("".join(_copy_text(v) + "\n" for v in values))
+    assert [r[0] for r in conn.execute("select v from copied").fetchall()] == values
+
+
+def test_documents_of_a_batch_keep_their_fields(conn: psycopg.Connection[Any]) -> None:
+    import datetime as dt
+
+    when = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+    docs = [DocumentRecord(citekey="a", text="alpha text", title="A", metadata={"n": 1},
+                           tenant="t1", readers=["x", "y"], language="en",
+                           valid_from=when, valid_to=when + dt.timedelta(days=1)),
+            DocumentRecord(citekey="b", text="beta text", title="B")]
+    from funnel_util import ingest
+
+    ingest(conn, docs, dims=8)
+    rows = {r[0]: r[1:] for r in conn.execute(
+        "select citekey, title, metadata, tenant, readers, is_public, language, valid_from, "
+        "valid_to from pgfunnel.document order by citekey").fetchall()}
+    assert rows["a"] == ("A", {"n": 1}, "t1", ["x", "y"], False, "en", when,
+                         when + dt.timedelta(days=1))
+    assert rows["b"] == ("B", {}, None, [], True, None, None, None)
