@@ -11,8 +11,8 @@ from __future__ import annotations
 import string
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from itertools import chain
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import numpy as np

@@ -195,7 +195,7 @@ def test_copy_text_escaping_round_trips(conn: psycopg.Connection[Any]) -> None:
 def test_documents_of_a_batch_keep_their_fields(conn: psycopg.Connection[Any]) -> None:
     import datetime as dt
 
-    when = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+    when = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
     docs = [DocumentRecord(citekey="a", text="alpha text", title="A", metadata={"n": 1},
                            tenant="t1", readers=["x", "y"], language="en",
                            valid_from=when, valid_to=when + dt.timedelta(days=1)),
