@@ -58,16 +58,20 @@ end
 $$;
 
 -- lexical leg: exact BM25 top-`depth` over the visible chunks of a version, as arrays
--- in rank order. One index-only scan over each query term's postings yields tf and
--- chunk length, so every matching chunk is scored exactly from the current
--- statistics, with no join and no stored score to go stale. Visibility is checked on
--- the best-scored chunks in score order; when too few are visible, it reads deeper.
+-- in rank order, and the share of the checked candidates that were visible. One
+-- index-only scan over each query term's postings yields tf and chunk length, so every
+-- matching chunk is scored exactly from the current statistics, with no join and no
+-- stored score to go stale. Visibility is checked on the best-scored chunks in score
+-- order. When the filter hides most of them, reading deeper would check thousands of
+-- candidates one by one; instead, one query scores only visible chunks: by probing the
+-- postings of each visible chunk when they are few, or by joining every scored chunk
+-- to the filter when the postings are the smaller side.
 create or replace function pgfunnel._lexical_hits(
     version_id integer, query_terms text[], depth integer,
     k1 double precision, b double precision,
     principals text[], tenant text, language text, as_of timestamptz,
     metadata_filter jsonb, collection_id integer,
-    out chunk_ids bigint[], out scores double precision[])
+    out chunk_ids bigint[], out scores double precision[], out visible_share double precision)
 language plpgsql stable
 security invoker
 set search_path = pg_catalog, pgfunnel
@@ -75,6 +79,8 @@ set plan_cache_mode = force_generic_plan
 as $$
 declare
     avg_len double precision;
+    n_chunks bigint;
+    sum_df bigint;
     q_terms text[];
     q_idf double precision[];
     cand_ids bigint[];
@@ -87,14 +93,15 @@ declare
 begin
     chunk_ids := '{}';
     scores := '{}';
+    visible_share := 1;
     if coalesce(cardinality(query_terms), 0) = 0 then
         return;
     end if;
     -- the version's statistics and each distinct query term once, with its idf
-    select v.total_length::float8 / nullif(v.chunk_count, 0),
+    select v.total_length::float8 / nullif(v.chunk_count, 0), v.chunk_count, sum(ts.df),
            array_agg(ts.term order by ts.term),
            array_agg(pgfunnel._bm25_idf(ts.df, v.chunk_count) order by ts.term)
-      into avg_len, q_terms, q_idf
+      into avg_len, n_chunks, sum_df, q_terms, q_idf
       from pgfunnel.index_version v
       join pgfunnel.term_stat ts on ts.index_version_id = v.id
      where v.id = _lexical_hits.version_id and ts.term = any (query_terms)
@@ -118,9 +125,10 @@ begin
                  order by 2 desc, 1
                  limit fetch_n) a;
         n_cand := coalesce(cardinality(cand_ids), 0);
-        -- check only as many as are still missing; most searches need one check
+        -- first check only as many as are wanted (most searches need no more); when the
+        -- filter hid some of them, the rest of what was fetched is checked in one go
         while checked < n_cand and cardinality(chunk_ids) < depth loop
-            upto := least(n_cand, checked + depth - cardinality(chunk_ids));
+            upto := case when checked = 0 then least(n_cand, depth) else n_cand end;
             select * into vis
               from pgfunnel._visible_prefix(cand_ids[checked + 1:upto], cand_scores[checked + 1:upto],
                                             depth - cardinality(chunk_ids), principals, tenant,
@@ -128,10 +136,70 @@ begin
             chunk_ids := chunk_ids || vis.chunk_ids;
             scores := scores || vis.kept_scores;
             checked := upto;
+            visible_share := cardinality(chunk_ids)::float8 / checked;
+            exit when visible_share < 0.25;
         end loop;
         exit when cardinality(chunk_ids) >= depth or n_cand < fetch_n;
+        exit when visible_share < 0.25;
         fetch_n := fetch_n * 4;
     end loop;
+    if cardinality(chunk_ids) >= depth or (checked >= n_cand and n_cand < fetch_n) then
+        return;
+    end if;
+
+    -- a filter that hides most chunks (visible_share < 0.25)
+    if visible_share * n_chunks * cardinality(q_terms) <= sum_df then
+        -- few visible chunks: probe each one's postings of the query terms
+        select coalesce(array_agg(a.chunk_id order by a.s desc, a.chunk_id), '{}'),
+               coalesce(array_agg(a.s order by a.s desc, a.chunk_id), '{}')
+          into chunk_ids, scores
+          from (select p.chunk_id,
+                       sum(q.idf * p.tf * (k1 + 1)
+                           / (p.tf + k1 * (1 - b + b * p.length / avg_len))) as s
+                  from pgfunnel.document d
+                  join pgfunnel.chunk ch on ch.document_id = d.id
+                  cross join unnest(q_terms, q_idf) as q(term, idf)
+                  join pgfunnel.posting p
+                    on p.index_version_id = _lexical_hits.version_id and p.term = q.term
+                   and p.chunk_id = ch.id
+                 where d.collection_id = _lexical_hits.collection_id
+                   and (d.is_public or d.readers operator(pg_catalog.&&) principals)
+                   and (d.tenant is null or d.tenant = _lexical_hits.tenant)
+                   and (_lexical_hits.language is null or d.language = _lexical_hits.language)
+                   and (d.valid_from is null or d.valid_from <= as_of)
+                   and (d.valid_to is null or d.valid_to > as_of)
+                   and (metadata_filter is null
+                        or d.metadata operator(pg_catalog.@>) metadata_filter)
+                 group by p.chunk_id
+                 order by 2 desc, 1
+                 limit depth) a;
+    else
+        -- many visible chunks but fewer postings: score every match, keep the visible
+        select coalesce(array_agg(a.chunk_id order by a.s desc, a.chunk_id), '{}'),
+               coalesce(array_agg(a.s order by a.s desc, a.chunk_id), '{}')
+          into chunk_ids, scores
+          from (select m.chunk_id, m.s
+                  from (select p.chunk_id,
+                               sum(q.idf * p.tf * (k1 + 1)
+                                   / (p.tf + k1 * (1 - b + b * p.length / avg_len))) as s
+                          from unnest(q_terms, q_idf) as q(term, idf)
+                          join pgfunnel.posting p
+                            on p.index_version_id = _lexical_hits.version_id
+                           and p.term = q.term
+                         group by p.chunk_id) m
+                  join pgfunnel.chunk ch on ch.id = m.chunk_id
+                  join pgfunnel.document d on d.id = ch.document_id
+                 where d.collection_id = _lexical_hits.collection_id
+                   and (d.is_public or d.readers operator(pg_catalog.&&) principals)
+                   and (d.tenant is null or d.tenant = _lexical_hits.tenant)
+                   and (_lexical_hits.language is null or d.language = _lexical_hits.language)
+                   and (d.valid_from is null or d.valid_from <= as_of)
+                   and (d.valid_to is null or d.valid_to > as_of)
+                   and (metadata_filter is null
+                        or d.metadata operator(pg_catalog.@>) metadata_filter)
+                 order by m.s desc, m.chunk_id
+                 limit depth) a;
+    end if;
 end
 $$;
 
@@ -163,7 +231,7 @@ create or replace function pgfunnel._dense_hits(
     version_id integer, dimensions integer, query_embedding @vector_schema@.vector,
     depth integer, ef_search integer,
     principals text[], tenant text, language text, as_of timestamptz,
-    metadata_filter jsonb, collection_id integer,
+    metadata_filter jsonb, collection_id integer, expected_share double precision default 1,
     out chunk_ids bigint[], out scores double precision[])
 language plpgsql stable
 security invoker
@@ -172,7 +240,9 @@ set plan_cache_mode = force_generic_plan
 as $$
 declare
     ann_sql text;
-    n integer := depth;
+    -- the first read is sized by the visible share the caller expects (the lexical leg
+    -- has just measured it under the same filter); 1 when nothing is known
+    n integer := ceil(depth / greatest(least(coalesce(expected_share, 1), 1), 0.001))::integer;
     n_raw integer;
     raw_ids bigint[];
     raw_scores double precision[];
@@ -195,6 +265,10 @@ begin
         $q$, dimensions, version_id);
 
     for pass in 1..2 loop
+        exit when n > greatest(2000, 10 * depth);
+        if n > least(greatest(ef_search, depth), 1000) then
+            perform set_config('hnsw.iterative_scan', 'relaxed_order', true);
+        end if;
         execute ann_sql into raw_ids, raw_scores using query_embedding, n;
         n_raw := coalesce(cardinality(raw_ids), 0);
         select * into vis
@@ -208,9 +282,8 @@ begin
         end if;
         -- read deep enough to expect `depth` visible rows at the visible share just
         -- seen; a share so small that this means thousands of rows goes exact instead
-        n := ceil(1.5 * depth * n / greatest(cardinality(chunk_ids), 1))::integer;
-        exit when cardinality(chunk_ids) = 0 or n > greatest(2000, 10 * depth);
-        perform set_config('hnsw.iterative_scan', 'relaxed_order', true);
+        exit when cardinality(chunk_ids) = 0;
+        n := ceil(1.5 * depth * n / cardinality(chunk_ids))::integer;
     end loop;
 
     -- a selective filter: rank the visible rows exactly

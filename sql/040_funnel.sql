@@ -158,12 +158,14 @@ begin
           from pgfunnel._lexical_hits(version_id, q_terms, lex_depth, k1, b, principals, tenant,
                                       language, as_of, metadata_filter, coll_id);
     else
-        select '{}'::bigint[] as chunk_ids, '{}'::float8[] as scores into lex;
+        select '{}'::bigint[] as chunk_ids, '{}'::float8[] as scores, 1::float8 as visible_share
+          into lex;
     end if;
     if query_embedding is not null then
         select * into den
           from pgfunnel._dense_hits(version_id, dims, query_embedding, den_depth, ef_search,
-                                    principals, tenant, language, as_of, metadata_filter, coll_id);
+                                    principals, tenant, language, as_of, metadata_filter, coll_id,
+                                    coalesce(lex.visible_share, 1));
     else
         select '{}'::bigint[] as chunk_ids, '{}'::float8[] as scores into den;
     end if;

@@ -213,3 +213,28 @@ def test_non_default_k1_b_exact(conn: psycopg.Connection[Any]) -> None:
             assert_matches(ref, got, terms, 15)
     finally:
         K1, B = 1.2, 0.75
+
+
+@pytest.mark.parametrize("every", [20, 5])
+def test_selective_filter_scores_only_visible_chunks_exactly(
+        conn: psycopg.Connection[Any], every: int) -> None:
+    # alice reads one document in `every`: the leg's first candidates are mostly hidden,
+    # so it switches to scoring visible chunks only (by probing their postings when they
+    # are few, by filtering every scored match when the postings are fewer)
+    docs, vocab = _zipf_corpus(600, seed=8, mean_words=40)
+    for i, d in enumerate(docs):
+        d.readers = ["alice"] if i % every == 0 else ["bob"]
+    ingest(conn, docs)
+    ref = Reference(conn, "t")
+    ref.visible = {int(c) for (c,) in conn.execute(
+        "select ch.id from pgfunnel.chunk ch join pgfunnel.document d "
+        "on d.id = ch.document_id where d.readers @> '{alice}'").fetchall()}
+    vid, cid, _ = active(conn, "t")
+    for q in _queries(vocab) + [vocab[10], vocab[30], f"{vocab[8]} {vocab[60]}"]:
+        terms = set(_terms(conn, q, True))
+        got = [(int(a), float(b), int(c)) for a, b, c in conn.execute(
+            "select chunk_id, score, rank from pgfunnel._lexical_leg(%s, "
+            "pgfunnel.analyze(%s, 'english_v1', true), 40, 1.2, 0.75, '{alice}', null, null, "
+            "now(), null, %s)", (vid, q, cid)).fetchall()]
+        assert {g for g, _, _ in got} <= ref.visible
+        assert_matches(ref, got, terms, 40)

@@ -120,3 +120,29 @@ def test_partial_filter_reads_deeper_and_keeps_recall(conn: psycopg.Connection[A
         exact = set(ids[np.argsort(-(mat @ q))[:40]].tolist())
         recalls.append(len(exact & {g for g, _, _ in got}) / 40)
     assert float(np.mean(recalls)) >= 0.95, recalls
+
+
+@pytest.mark.parametrize("share", [1.0, 0.3, 0.01])
+def test_expected_share_sizes_the_first_read_not_the_answer(
+        conn: psycopg.Connection[Any], share: float) -> None:
+    # the lexical leg tells the dense leg what share of rows the filter let through; a
+    # wrong hint costs time, never rows
+    vecs = _corpus(conn, 600, private_every=4)
+    alice = {int(cid) for (cid,) in conn.execute(
+        "select ch.id from pgfunnel.chunk ch join pgfunnel.document d "
+        "on d.id = ch.document_id where d.readers @> '{alice}'").fetchall()}
+    ids = np.array(sorted(alice))
+    mat = np.stack([vecs[i] for i in ids])
+    vid, cid, dims = active(conn, "t")
+    rng = np.random.default_rng(4)
+    recalls = []
+    for _ in range(10):
+        q = unit(rng, DIMS)
+        got_ids, got_scores = conn.execute(
+            "select chunk_ids, scores from pgfunnel._dense_hits(%s, %s, %s, 40, 100, '{alice}', "
+            "null, null, now(), null, %s, %s)", (vid, dims, q, cid, share)).fetchone()
+        assert len(got_ids) == 40 and set(got_ids) <= alice
+        assert list(got_scores) == sorted(got_scores, reverse=True)
+        exact = set(ids[np.argsort(-(mat @ q))[:40]].tolist())
+        recalls.append(len(exact & set(got_ids)) / 40)
+    assert float(np.mean(recalls)) >= 0.95, recalls
