@@ -139,8 +139,9 @@ class TermAnalyzer:
         return Counter(chain.from_iterable(map(self.cache.__getitem__, text.split())))
 
 
-def _tsvector_literal(terms: Iterable[str]) -> str:
-    return " ".join("'" + t.replace("\\", "\\\\").replace("'", "''") + "'" for t in sorted(terms))
+def _tsvector_quote(term: str) -> str:
+    """One lexeme of a tsvector literal."""
+    return "'" + term.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
 def get_or_create_collection(conn: psycopg.Connection[Any], name: str, *, private: bool = False,
@@ -186,10 +187,11 @@ def write_chunk_index(conn: psycopg.Connection[Any], version_id: int, analyzer: 
             for cid, vec in zip(chunk_ids, vectors, strict=True):
                 cp.write_row((version_id, cid, vec))
     lengths = [sum(counts.values()) for counts in term_counts]
+    quoted = {t: _tsvector_quote(t) for t in set(chain.from_iterable(term_counts))}
     with conn.cursor().copy(
             "copy pgfunnel.lexical (index_version_id, chunk_id, length, terms) from stdin") as cp:
         for cid, counts, length in zip(chunk_ids, term_counts, lengths, strict=True):
-            cp.write_row((version_id, cid, length, _tsvector_literal(counts)))
+            cp.write_row((version_id, cid, length, " ".join([quoted[t] for t in sorted(counts)])))
     # postings grouped by term, in index order (version, term, chunk), so the index is
     # written page by page instead of at random; a term's list length is its df
     by_term: dict[str, list[str]] = {}

@@ -197,7 +197,9 @@ class TermStat(Base):
     index_version_id: Mapped[int] = mapped_column(
         Integer, ForeignKey("index_version.id", ondelete="CASCADE"), primary_key=True
     )
-    term: Mapped[str] = mapped_column(Text, primary_key=True)
+    # terms compare bytewise: a term dictionary has no use for linguistic order, and the
+    # "C" collation keeps btree inserts and lookups on memcmp whatever the database's is
+    term: Mapped[str] = mapped_column(Text(collation="C"), primary_key=True)
     df: Mapped[int] = mapped_column(Integer, nullable=False)
 
 
@@ -219,7 +221,7 @@ class Posting(Base):
     )
 
     index_version_id: Mapped[int] = mapped_column(Integer)
-    term: Mapped[str] = mapped_column(Text)
+    term: Mapped[str] = mapped_column(Text(collation="C"))
     chunk_id: Mapped[int] = mapped_column(BigInteger)
     tf: Mapped[int] = mapped_column(SmallInteger, nullable=False)
     length: Mapped[int] = mapped_column(Integer, nullable=False)

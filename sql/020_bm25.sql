@@ -49,7 +49,7 @@ begin
     insert into pgfunnel.term_stat as ts (index_version_id, term, df)
     select version_id, t.term, t.df
       from unnest(terms, dfs) as t(term, df)
-     order by t.term
+     order by t.term collate "C"
     on conflict (index_version_id, term) do update set df = ts.df + excluded.df;
 
     update pgfunnel.index_version v
