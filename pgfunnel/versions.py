@@ -54,6 +54,7 @@ from pgfunnel.ingest import (
     create_hnsw_index,
     create_version,
     hnsw_index_name,
+    refresh_table_stats,
     require_collection,
     write_chunk_index,
 )
@@ -615,8 +616,7 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
                                           reuse_from=reuse)
         times["embed_and_index_rows"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        conn.execute("analyze pgfunnel.embedding")
-        conn.execute("analyze pgfunnel.posting")
+        refresh_table_stats(conn)
         times["analyze"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         result.notices = build_index(conn, building.id, dims, m=m,
