@@ -1,22 +1,8 @@
 -- pgfunnel: the two retrieval legs. Access filters are applied inside each leg,
 -- before ranking, so a hidden chunk can neither appear nor push a visible one out.
 
--- the visibility predicate over document alias d. Parameters, by position:
--- $1 principals text[], $2 tenant, $3 language, $4 as_of, $5 metadata filter, $6 collection id
-create or replace function pgfunnel._visible_sql()
-returns text
-language sql immutable parallel safe
-security invoker
-set search_path = pg_catalog, pgfunnel
-as $$
-    select '(d.collection_id = $6'
-        || ' and (d.is_public or d.readers operator(pg_catalog.&&) $1)'
-        || ' and (d.tenant is null or d.tenant = $2)'
-        || ' and ($3::text is null or d.language = $3)'
-        || ' and (d.valid_from is null or d.valid_from <= $4)'
-        || ' and (d.valid_to is null or d.valid_to > $4)'
-        || ' and ($5::jsonb is null or d.metadata operator(pg_catalog.@>) $5))'
-$$;
+-- the dynamic-SQL predicate of 0.1.0; the selective-filter paths now use _visible_chunks
+drop function if exists pgfunnel._visible_sql();
 
 -- Why these functions force generic plans: a custom plan is estimated cheaper than a
 -- generic one for every statement below (the planner knows the array lengths), so
@@ -54,6 +40,34 @@ begin
                and (metadata_filter is null or d.metadata operator(pg_catalog.@>) metadata_filter)
              order by c.ord
              limit need) v;
+end
+$$;
+
+-- every visible chunk of a collection, for the paths taken when a filter hides most
+-- chunks (the visible documents come from two index scans: readers and public)
+create or replace function pgfunnel._visible_chunks(
+    principals text[], tenant text, language text, as_of timestamptz,
+    metadata_filter jsonb, collection_id integer)
+returns bigint[]
+language plpgsql stable
+security invoker
+set search_path = pg_catalog, pgfunnel
+set plan_cache_mode = force_generic_plan
+as $$
+declare
+    ids bigint[];
+begin
+    select coalesce(array_agg(ch.id), '{}') into ids
+      from pgfunnel.document d
+      join pgfunnel.chunk ch on ch.document_id = d.id
+     where d.collection_id = _visible_chunks.collection_id
+       and (d.is_public or d.readers operator(pg_catalog.&&) principals)
+       and (d.tenant is null or d.tenant = _visible_chunks.tenant)
+       and (_visible_chunks.language is null or d.language = _visible_chunks.language)
+       and (d.valid_from is null or d.valid_from <= as_of)
+       and (d.valid_to is null or d.valid_to > as_of)
+       and (metadata_filter is null or d.metadata operator(pg_catalog.@>) metadata_filter);
+    return ids;
 end
 $$;
 
@@ -137,17 +151,18 @@ begin
             scores := scores || vis.kept_scores;
             checked := upto;
             visible_share := cardinality(chunk_ids)::float8 / checked;
-            exit when visible_share < 0.25;
+            -- so few visible that even the next, four times deeper read would fall short
+            exit when visible_share * fetch_n * 4 < depth;
         end loop;
         exit when cardinality(chunk_ids) >= depth or n_cand < fetch_n;
-        exit when visible_share < 0.25;
+        exit when visible_share * fetch_n * 4 < depth;
         fetch_n := fetch_n * 4;
     end loop;
     if cardinality(chunk_ids) >= depth or (checked >= n_cand and n_cand < fetch_n) then
         return;
     end if;
 
-    -- a filter that hides most chunks (visible_share < 0.25)
+    -- a filter that hides nearly every chunk
     if visible_share * n_chunks * cardinality(q_terms) <= sum_df then
         -- few visible chunks: probe each one's postings of the query terms
         select coalesce(array_agg(a.chunk_id order by a.s desc, a.chunk_id), '{}'),
@@ -156,49 +171,30 @@ begin
           from (select p.chunk_id,
                        sum(q.idf * p.tf * (k1 + 1)
                            / (p.tf + k1 * (1 - b + b * p.length / avg_len))) as s
-                  from pgfunnel.document d
-                  join pgfunnel.chunk ch on ch.document_id = d.id
+                  from unnest(pgfunnel._visible_chunks(principals, tenant, language, as_of,
+                                                       metadata_filter, collection_id)) as v(id)
                   cross join unnest(q_terms, q_idf) as q(term, idf)
                   join pgfunnel.posting p
                     on p.index_version_id = _lexical_hits.version_id and p.term = q.term
-                   and p.chunk_id = ch.id
-                 where d.collection_id = _lexical_hits.collection_id
-                   and (d.is_public or d.readers operator(pg_catalog.&&) principals)
-                   and (d.tenant is null or d.tenant = _lexical_hits.tenant)
-                   and (_lexical_hits.language is null or d.language = _lexical_hits.language)
-                   and (d.valid_from is null or d.valid_from <= as_of)
-                   and (d.valid_to is null or d.valid_to > as_of)
-                   and (metadata_filter is null
-                        or d.metadata operator(pg_catalog.@>) metadata_filter)
+                   and p.chunk_id = v.id
                  group by p.chunk_id
                  order by 2 desc, 1
                  limit depth) a;
     else
         -- many visible chunks but fewer postings: score every match, keep the visible
-        select coalesce(array_agg(a.chunk_id order by a.s desc, a.chunk_id), '{}'),
-               coalesce(array_agg(a.s order by a.s desc, a.chunk_id), '{}')
-          into chunk_ids, scores
-          from (select m.chunk_id, m.s
-                  from (select p.chunk_id,
-                               sum(q.idf * p.tf * (k1 + 1)
-                                   / (p.tf + k1 * (1 - b + b * p.length / avg_len))) as s
-                          from unnest(q_terms, q_idf) as q(term, idf)
-                          join pgfunnel.posting p
-                            on p.index_version_id = _lexical_hits.version_id
-                           and p.term = q.term
-                         group by p.chunk_id) m
-                  join pgfunnel.chunk ch on ch.id = m.chunk_id
-                  join pgfunnel.document d on d.id = ch.document_id
-                 where d.collection_id = _lexical_hits.collection_id
-                   and (d.is_public or d.readers operator(pg_catalog.&&) principals)
-                   and (d.tenant is null or d.tenant = _lexical_hits.tenant)
-                   and (_lexical_hits.language is null or d.language = _lexical_hits.language)
-                   and (d.valid_from is null or d.valid_from <= as_of)
-                   and (d.valid_to is null or d.valid_to > as_of)
-                   and (metadata_filter is null
-                        or d.metadata operator(pg_catalog.@>) metadata_filter)
-                 order by m.s desc, m.chunk_id
-                 limit depth) a;
+        select array_agg(a.chunk_id order by a.s desc, a.chunk_id),
+               array_agg(a.s order by a.s desc, a.chunk_id)
+          into cand_ids, cand_scores
+          from (select p.chunk_id,
+                       sum(q.idf * p.tf * (k1 + 1)
+                           / (p.tf + k1 * (1 - b + b * p.length / avg_len))) as s
+                  from unnest(q_terms, q_idf) as q(term, idf)
+                  join pgfunnel.posting p
+                    on p.index_version_id = _lexical_hits.version_id and p.term = q.term
+                 group by p.chunk_id) a;
+        select v.chunk_ids, v.kept_scores into chunk_ids, scores
+          from pgfunnel._visible_prefix(cand_ids, cand_scores, depth, principals, tenant,
+                                        language, as_of, metadata_filter, collection_id) v;
     end if;
 end
 $$;
@@ -287,20 +283,16 @@ begin
     end loop;
 
     -- a selective filter: rank the visible rows exactly
-    execute format($q$
-        select coalesce(array_agg(s.chunk_id order by s.dist, s.chunk_id), '{}'),
-               coalesce(array_agg(1 - s.dist order by s.dist, s.chunk_id), '{}')
-          from (select e.chunk_id, e.embedding <=> $7 as dist
-                  from pgfunnel.embedding e
-                  join pgfunnel.chunk ch on ch.id = e.chunk_id
-                  join pgfunnel.document d on d.id = ch.document_id
-                 where e.index_version_id = %1$s and %2$s
-                 order by e.embedding <=> $7, e.chunk_id
-                 limit $8) s
-        $q$, version_id, pgfunnel._visible_sql())
+    select coalesce(array_agg(s.chunk_id order by s.dist, s.chunk_id), '{}'),
+           coalesce(array_agg(1 - s.dist order by s.dist, s.chunk_id), '{}')
       into chunk_ids, scores
-      using principals, tenant, language, as_of, metadata_filter, collection_id,
-            query_embedding, depth;
+      from (select e.chunk_id, e.embedding operator(@vector_schema@.<=>) query_embedding as dist
+              from pgfunnel.embedding e
+             where e.index_version_id = _dense_hits.version_id
+               and e.chunk_id = any (pgfunnel._visible_chunks(principals, tenant, language, as_of,
+                                                              metadata_filter, collection_id))
+             order by 2, 1
+             limit depth) s;
 end
 $$;
 

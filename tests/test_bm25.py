@@ -238,3 +238,31 @@ def test_selective_filter_scores_only_visible_chunks_exactly(
             "now(), null, %s)", (vid, q, cid)).fetchall()]
         assert {g for g, _, _ in got} <= ref.visible
         assert_matches(ref, got, terms, 40)
+
+
+def test_selective_filter_with_sparse_terms_checks_every_match(
+        conn: psycopg.Connection[Any]) -> None:
+    # 95 chunks hold a query term, alice reads one document in ten: fewer postings (95)
+    # than visible chunks x terms (200 x 2), so the leg scores every match and checks each
+    rng = random.Random(4)
+    filler = ["lorem", "ipsum", "dolor", "sit", "amet", "tempor", "incididunt", "labore"]
+    docs = []
+    for i in range(2000):
+        words = rng.choices(filler, k=rng.randint(8, 30))
+        if i < 50:
+            words += ["alpha"] * rng.randint(1, 3)
+        elif i < 95:
+            words += ["beta"] * rng.randint(1, 3)
+        docs.append(doc(f"s{i}", " ".join(words), readers=["alice"] if i % 10 == 0 else ["bob"]))
+    ingest(conn, docs)
+    ref = Reference(conn, "t")
+    ref.visible = {int(c) for (c,) in conn.execute(
+        "select ch.id from pgfunnel.chunk ch join pgfunnel.document d "
+        "on d.id = ch.document_id where d.readers @> '{alice}'").fetchall()}
+    vid, cid, _ = active(conn, "t")
+    got = [(int(a), float(b), int(c)) for a, b, c in conn.execute(
+        "select chunk_id, score, rank from pgfunnel._lexical_leg(%s, "
+        "pgfunnel.analyze('alpha beta', 'english_v1', true), 40, 1.2, 0.75, '{alice}', null, "
+        "null, now(), null, %s)", (vid, cid)).fetchall()]
+    assert len(got) == 10  # every visible match: 5 alpha and 5 beta documents
+    assert_matches(ref, got, {"alpha", "beta"}, 40)
