@@ -285,3 +285,15 @@ def test_explain_python_and_cli(db: str, conn: psycopg.Connection[Any], corpus: 
     res = CliRunner().invoke(app, ["explain", "zephyr", "not a target", "--dsn", db,
                                    "--collection", "t", "--lexical-only"])
     assert res.exit_code == 1 and "chunk" in res.output
+
+
+def test_untraced_search_runs_in_a_read_only_transaction(conn: psycopg.Connection[Any],
+                                                         corpus: Any) -> None:
+    # a hot standby or a read-only role can serve searches: nothing is written unless traced
+    want = _search(conn, "zephyr words", corpus["small2"][0])
+    with conn.transaction():
+        conn.execute("set transaction read only")
+        assert _search(conn, "zephyr words", corpus["small2"][0]) == want
+    with pytest.raises(psycopg.errors.ReadOnlySqlTransaction), conn.transaction():
+        conn.execute("set transaction read only")
+        _search(conn, "zephyr words", corpus["small2"][0], trace=True)
