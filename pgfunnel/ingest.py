@@ -11,6 +11,7 @@ from __future__ import annotations
 import string
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
@@ -180,16 +181,15 @@ def write_chunk_index(conn: psycopg.Connection[Any], version_id: int, analyzer: 
     analyzer.prepare(texts)
     term_counts = [analyzer.terms(t) for t in texts]
     if vectors is not None:
-        with conn.cursor().copy(
-                "copy pgfunnel.embedding (index_version_id, chunk_id, embedding) "
-                "from stdin (format binary)") as cp:
+        with _copy(conn, "copy pgfunnel.embedding (index_version_id, chunk_id, embedding) "
+                         "from stdin (format binary)") as cp:
             cp.set_types(["int4", "int8", "vector"])
             for cid, vec in zip(chunk_ids, vectors, strict=True):
                 cp.write_row((version_id, cid, vec))
     lengths = [sum(counts.values()) for counts in term_counts]
     quoted = {t: _tsvector_quote(t) for t in set(chain.from_iterable(term_counts))}
-    with conn.cursor().copy(
-            "copy pgfunnel.lexical (index_version_id, chunk_id, length, terms) from stdin") as cp:
+    with _copy(conn, "copy pgfunnel.lexical (index_version_id, chunk_id, length, terms) "
+                     "from stdin") as cp:
         for cid, counts, length in zip(chunk_ids, term_counts, lengths, strict=True):
             cp.write_row((version_id, cid, length, " ".join([quoted[t] for t in sorted(counts)])))
     # postings grouped by term, in index order (version, term, chunk), so the index is
@@ -207,11 +207,8 @@ def write_chunk_index(conn: psycopg.Connection[Any], version_id: int, analyzer: 
                 rows.append(line)
     terms = sorted(by_term)
     prefix = f"{version_id}\t"
-    cur = conn.cursor()
-    # a writer thread sends while this one builds the next block, so the server's work
-    # (the posting index) overlaps with Python's
-    with cur.copy("copy pgfunnel.posting (index_version_id, term, chunk_id, tf, length) "
-                  "from stdin", writer=QueuedLibpqWriter(cur)) as cp:
+    with _copy(conn, "copy pgfunnel.posting (index_version_id, term, chunk_id, tf, length) "
+                     "from stdin") as cp:
         for start in range(0, len(terms), 2048):
             cp.write("".join([head + line for term in terms[start:start + 2048]
                               for head in (prefix + _copy_text(term),)
@@ -219,6 +216,13 @@ def write_chunk_index(conn: psycopg.Connection[Any], version_id: int, analyzer: 
     conn.execute("select pgfunnel._bm25_add(%s, %s::text[], %s::bigint[], %s, %s)",
                  (version_id, terms, [len(by_term[t]) for t in terms], len(chunk_ids),
                   sum(lengths)))
+
+
+def _copy(conn: psycopg.Connection[Any], statement: str) -> AbstractContextManager[psycopg.Copy]:
+    """COPY FROM STDIN through a writer thread: the server works on one block (heap and
+    index inserts) while this thread builds the next, instead of the two taking turns."""
+    cur = conn.cursor()
+    return cur.copy(statement, writer=QueuedLibpqWriter(cur))
 
 
 def _copy_text(value: str) -> str:
@@ -338,6 +342,7 @@ class Ingester:
                 reuse = self._reusable_vectors(version.id,
                                                [existing[r.citekey][0] for r in todo
                                                 if r.citekey in existing])
+                labels: dict[int, str] = {}
                 for rec, chunks in chunked:
                     given = vectors.get(rec.citekey) if vectors is not None else None
                     if given is not None and len(given) != len(chunks):
@@ -347,11 +352,11 @@ class Ingester:
                     for i, ch in enumerate(chunks):
                         new_texts.append(ch.text)
                         if given is not None:
-                            new_vectors.append(check_vector(
-                                given[i], version.dimensions,
-                                parameter=f"vectors[{rec.citekey!r}][{i}]"))
+                            new_vectors.append(given[i])
+                            labels[len(new_vectors) - 1] = f"vectors[{rec.citekey!r}][{i}]"
                         else:
                             new_vectors.append(reuse.get(ch.content_hash()))
+                _check_given_vectors(new_vectors, labels, version.dimensions)
                 missing = [i for i, v in enumerate(new_vectors) if v is None]
                 self.stats.chunks_reused += len(new_vectors) - len(missing)
                 t0 = time.perf_counter()
@@ -424,9 +429,8 @@ class Ingester:
         ids = [int(r[0]) for r in conn.execute(
             "select nextval(pg_get_serial_sequence('pgfunnel.chunk', 'id')) "
             "from generate_series(1, %s)", (n,)).fetchall()]
-        with conn.cursor().copy(
-                "copy pgfunnel.chunk (id, document_id, collection_id, ordinal, heading, text, "
-                "token_count, content_hash) from stdin") as cp:
+        with _copy(conn, "copy pgfunnel.chunk (id, document_id, collection_id, ordinal, "
+                         "heading, text, token_count, content_hash) from stdin") as cp:
             i = 0
             for rec, chunks in chunked:
                 for ch in chunks:
@@ -448,6 +452,32 @@ class Ingester:
         with self.conn.transaction():
             create_hnsw_index(self.conn, version.id, version.dimensions)
         refresh_table_stats(self.conn)
+
+
+def _check_given_vectors(vectors: list[np.ndarray | None], labels: dict[int, str],
+                         dimensions: int) -> None:
+    """Validate caller-given vectors in place, in one array operation when they are sound.
+
+    Any failure is reported by check_vector on the first bad vector, so the error names
+    it (``vectors['key'][i]``) exactly as a one-by-one check would.
+    """
+    if not labels:
+        return
+    positions = sorted(labels)
+    try:
+        stacked = np.asarray([vectors[p] for p in positions], dtype=np.float32)
+        squared = np.einsum("ij,ij->i", stacked, stacked) if stacked.ndim == 2 else None
+        sound = (squared is not None and stacked.shape[1] == dimensions
+                 and bool(np.isfinite(stacked).all())
+                 and bool(((squared > 0) & np.isfinite(squared)).all()))
+    except (TypeError, ValueError):
+        sound = False
+    if not sound:
+        for p in positions:
+            vectors[p] = check_vector(vectors[p], dimensions, parameter=labels[p])
+        return
+    for p, row in zip(positions, stacked, strict=True):
+        vectors[p] = row
 
 
 def refresh_table_stats(conn: psycopg.Connection[Any]) -> None:
