@@ -270,33 +270,6 @@ as $$
      order by u.fr
 $$;
 
--- the per-source cap and the cut over a pool in its final order: chunks are counted
--- per source document (citekey) in pool order, so a capped chunk's slot goes to the next
--- chunk of another source; final_rank is null for a chunk capped or cut at k
-create or replace function pgfunnel._cap(ids bigint[], positions integer[],
-                                         per_source_cap integer, k integer)
-returns table (pos integer, id bigint, document_id bigint, citekey text, title text,
-               heading text, text text, ordinal integer, metadata jsonb,
-               source_rank integer, final_rank integer)
-language sql stable
-security invoker
-set search_path = pg_catalog, pgfunnel
-as $$
-    select r.pos, r.id, r.document_id, r.citekey, r.title, r.heading, r.text, r.ordinal,
-           r.metadata, r.src_rank,
-           case when r.src_rank <= per_source_cap
-                     and r.kept_rank <= k then r.kept_rank::integer end
-      from (select p.*, row_number() over (partition by p.src_rank <= per_source_cap
-                                           order by p.pos) as kept_rank
-              from (select u.pos, u.id, ch.document_id, d.citekey, d.title, ch.heading,
-                           ch.text, ch.ordinal, d.metadata,
-                           (row_number() over (partition by ch.document_id
-                                               order by u.pos))::integer as src_rank
-                      from unnest(ids, positions) as u(id, pos)
-                      join pgfunnel.chunk ch on ch.id = u.id
-                      join pgfunnel.document d on d.id = ch.document_id) p) r
-$$;
-
 -- the pool in its final order -> cap per citekey -> first k; optionally traced
 create or replace function pgfunnel.final(
     chunk_ids bigint[],
@@ -336,8 +309,6 @@ declare
     n integer := coalesce(cardinality(chunk_ids), 0);
     version_id integer;
     log_id bigint;
-    seen bigint[];
-    seen_pos integer[];
 begin
     perform pgfunnel._check_search_params(k, principals, 1, per_source_cap);
     if coalesce(cardinality(fused_ranks), 0) <> n or coalesce(cardinality(fused_scores), 0) <> n
@@ -348,63 +319,102 @@ begin
             'the pool arrays (ids, ranks, scores, rerank scores) must all have the same length');
     end if;
     coll_id := pgfunnel._collection_id(collection);
+
     -- visibility is checked again: the ids come from the caller and must not become a
-    -- way to read chunks the caller could not have found
-    select v.chunk_ids, v.kept_scores::integer[] into seen, seen_pos
-      from pgfunnel._visible_prefix(chunk_ids, (select array_agg(i::float8 order by i)
-                                                  from generate_series(1, n) i),
-                                    n, principals, tenant, language, as_of, metadata_filter,
-                                    coll_id) v;
-
-    if trace then
-        select v.id into version_id from pgfunnel.index_version v
-         where v.collection_id = coll_id and v.state = 'active';
-        insert into pgfunnel.search_log (collection_id, index_version_id, config_hash, config,
-                                         query_text, principals, tenant)
-        values (coll_id, coalesce(version_id, 0), md5(coalesce(config, '{}'::jsonb)::text),
-                coalesce(config, '{}'::jsonb), query_text, principals, tenant)
-        returning id into log_id;
-    end if;
-
+    -- way to read chunks the caller could not have found. The cap counts chunks per
+    -- source document (citekey) in pool order, so a capped chunk's slot goes to the
+    -- next chunk of another source. Static SQL (plan cached per session).
     if not trace then
         return query
-        select c.id, c.citekey, c.title, c.heading, c.text, c.ordinal, c.metadata,
-               lexical_ranks[c.pos], lexical_scores[c.pos], dense_ranks[c.pos],
-               dense_scores[c.pos], fused_ranks[c.pos], fused_scores[c.pos],
-               case when rerank_scores[c.pos] is not null then c.pos end, rerank_scores[c.pos],
-               c.final_rank, null::bigint
-          from pgfunnel._cap(seen, seen_pos, per_source_cap, k) c
-         where c.final_rank is not null
-         order by c.final_rank;
+        with pool as (
+            select u.pos::integer as pos, u.id, ch.document_id, d.citekey, d.title, ch.heading,
+                   ch.text, ch.ordinal, d.metadata, u.lr, u.ls, u.dr, u.ds, u.fr, u.fs, u.rs,
+                   (row_number() over (partition by ch.document_id order by u.pos))::integer as src_rank
+              from unnest(chunk_ids, fused_ranks, fused_scores, lexical_ranks, lexical_scores,
+                          dense_ranks, dense_scores,
+                          coalesce(rerank_scores, array_fill(null::float8, array[n])))
+                   with ordinality as u(id, fr, fs, lr, ls, dr, ds, rs, pos)
+              join pgfunnel.chunk ch on ch.id = u.id
+              join pgfunnel.document d on d.id = ch.document_id
+             where d.collection_id = coll_id
+               and (d.is_public or d.readers operator(pg_catalog.&&) principals)
+               and (d.tenant is null or d.tenant = final.tenant)
+               and (final.language is null or d.language = final.language)
+               and (d.valid_from is null or d.valid_from <= as_of)
+               and (d.valid_to is null or d.valid_to > as_of)
+               and (metadata_filter is null or d.metadata operator(pg_catalog.@>) metadata_filter)
+        ),
+        ranked as (
+            select p.*, (row_number() over (partition by p.src_rank <= per_source_cap
+                                            order by p.pos))::integer as cap_rank
+              from pool p
+        )
+        select r.id, r.citekey, r.title, r.heading, r.text, r.ordinal, r.metadata,
+               r.lr, r.ls, r.dr, r.ds, r.fr, r.fs,
+               case when r.rs is not null then r.pos end, r.rs,
+               r.cap_rank, null::bigint
+          from ranked r
+         where r.src_rank <= per_source_cap and r.cap_rank <= k
+         order by r.cap_rank;
         return;
     end if;
 
-    -- traced: every pool member is recorded, with why it was dropped
+    select v.id into version_id from pgfunnel.index_version v
+     where v.collection_id = coll_id and v.state = 'active';
+    insert into pgfunnel.search_log (collection_id, index_version_id, config_hash, config,
+                                     query_text, principals, tenant)
+    values (coll_id, coalesce(version_id, 0), md5(coalesce(config, '{}'::jsonb)::text),
+            coalesce(config, '{}'::jsonb), query_text, principals, tenant)
+    returning id into log_id;
+
     return query
-    with capped as (
-        select * from pgfunnel._cap(seen, seen_pos, per_source_cap, k)
+    with pool as (
+        select u.pos::integer as pos, u.id, ch.document_id, d.citekey, d.title, ch.heading,
+               ch.text, ch.ordinal, d.metadata, u.lr, u.ls, u.dr, u.ds, u.fr, u.fs, u.rs,
+               (row_number() over (partition by ch.document_id order by u.pos))::integer as src_rank
+          from unnest(chunk_ids, fused_ranks, fused_scores, lexical_ranks, lexical_scores,
+                      dense_ranks, dense_scores,
+                      coalesce(rerank_scores, array_fill(null::float8, array[n])))
+               with ordinality as u(id, fr, fs, lr, ls, dr, ds, rs, pos)
+          join pgfunnel.chunk ch on ch.id = u.id
+          join pgfunnel.document d on d.id = ch.document_id
+         where d.collection_id = coll_id
+           and (d.is_public or d.readers operator(pg_catalog.&&) principals)
+           and (d.tenant is null or d.tenant = final.tenant)
+           and (final.language is null or d.language = final.language)
+           and (d.valid_from is null or d.valid_from <= as_of)
+           and (d.valid_to is null or d.valid_to > as_of)
+           and (metadata_filter is null or d.metadata operator(pg_catalog.@>) metadata_filter)
+    ),
+    ranked as (
+        select p.*, case when p.src_rank <= per_source_cap then
+                    (row_number() over (partition by p.src_rank <= per_source_cap
+                                        order by p.pos))::integer
+                    end as cap_rank
+          from pool p
+    ),
+    finalized as (
+        select r.*, case when r.cap_rank <= k then r.cap_rank end as f_rank
+          from ranked r
     ),
     traced as (
         insert into pgfunnel.search_trace (search_id, chunk_id, lexical_rank, lexical_score,
                                            dense_rank, dense_score, fused_rank, fused_score,
                                            rerank_rank, rerank_score, final_rank, dropped)
-        select log_id, c.id, lexical_ranks[c.pos], lexical_scores[c.pos], dense_ranks[c.pos],
-               dense_scores[c.pos], fused_ranks[c.pos], fused_scores[c.pos],
-               case when rerank_scores[c.pos] is not null then c.pos end, rerank_scores[c.pos],
-               c.final_rank,
-               case when c.final_rank is not null then null
-                    when c.source_rank > per_source_cap then 'cap'
+        select log_id, f.id, f.lr, f.ls, f.dr, f.ds, f.fr, f.fs,
+               case when f.rs is not null then f.pos end, f.rs, f.f_rank,
+               case when f.f_rank is not null then null
+                    when f.src_rank > per_source_cap then 'cap'
                     else 'below k' end
-          from capped c
+          from finalized f
     )
-    select c.id, c.citekey, c.title, c.heading, c.text, c.ordinal, c.metadata,
-           lexical_ranks[c.pos], lexical_scores[c.pos], dense_ranks[c.pos],
-           dense_scores[c.pos], fused_ranks[c.pos], fused_scores[c.pos],
-           case when rerank_scores[c.pos] is not null then c.pos end, rerank_scores[c.pos],
-           c.final_rank, log_id
-      from capped c
-     where c.final_rank is not null
-     order by c.final_rank;
+    select f.id, f.citekey, f.title, f.heading, f.text, f.ordinal, f.metadata,
+           f.lr, f.ls, f.dr, f.ds, f.fr, f.fs,
+           case when f.rs is not null then f.pos end, f.rs,
+           f.f_rank, log_id
+      from finalized f
+     where f.f_rank is not null
+     order by f.f_rank;
 end
 $$;
 
