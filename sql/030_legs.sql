@@ -72,7 +72,8 @@ end
 $$;
 
 -- lexical leg: exact BM25 top-`depth` over the visible chunks of a version, as arrays
--- in rank order, and the share of the checked candidates that were visible. One
+-- in rank order, and the share of the checked candidates that were visible (1 when
+-- fewer than 20 were checked). One
 -- index-only scan over each query term's postings yields tf and chunk length, so every
 -- matching chunk is scored exactly from the current statistics, with no join and no
 -- stored score to go stale. Visibility is checked on the best-scored chunks in score
@@ -150,7 +151,10 @@ begin
             chunk_ids := chunk_ids || vis.chunk_ids;
             scores := scores || vis.kept_scores;
             checked := upto;
-            visible_share := cardinality(chunk_ids)::float8 / checked;
+            -- fewer than 20 checked tell too little to change course on (or to size
+            -- the dense leg's first read by)
+            visible_share := case when checked >= 20
+                                  then cardinality(chunk_ids)::float8 / checked else 1 end;
             -- so few visible that even the next, four times deeper read would fall short
             exit when visible_share * fetch_n * 4 < depth;
         end loop;
