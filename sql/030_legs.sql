@@ -140,6 +140,13 @@ begin
                  order by 2 desc, 1
                  limit fetch_n) a;
         n_cand := coalesce(cardinality(cand_ids), 0);
+        if fetch_n is null then
+            -- every match is scored (see below): keep the best visible ones
+            select v.chunk_ids, v.kept_scores into chunk_ids, scores
+              from pgfunnel._visible_prefix(cand_ids, cand_scores, depth, principals, tenant,
+                                            language, as_of, metadata_filter, collection_id) v;
+            return;
+        end if;
         -- first check only as many as are wanted (most searches need no more); when the
         -- filter hid some of them, the rest of what was fetched is checked in one go
         while checked < n_cand and cardinality(chunk_ids) < depth loop
@@ -158,16 +165,21 @@ begin
             -- so few visible that even the next, four times deeper read would fall short
             exit when visible_share * fetch_n * 4 < depth;
         end loop;
-        exit when cardinality(chunk_ids) >= depth or n_cand < fetch_n;
-        exit when visible_share * fetch_n * 4 < depth;
-        fetch_n := fetch_n * 4;
-    end loop;
-    if cardinality(chunk_ids) >= depth or (checked >= n_cand and n_cand < fetch_n) then
-        return;
-    end if;
+        if cardinality(chunk_ids) >= depth or (checked >= n_cand and n_cand < fetch_n) then
+            return;
+        end if;
+        if visible_share * fetch_n * 4 >= depth then
+            fetch_n := fetch_n * 4;
+            continue;
+        end if;
 
-    -- a filter that hides nearly every chunk
-    if visible_share * n_chunks * cardinality(q_terms) <= sum_df then
+        -- a filter that hides nearly every chunk
+        if visible_share * n_chunks * cardinality(q_terms) > sum_df then
+            -- many visible chunks but fewer postings: score every match (no limit) on the
+            -- next turn and keep the visible ones
+            fetch_n := null;
+            continue;
+        end if;
         -- few visible chunks: probe each one's postings of the query terms
         select coalesce(array_agg(a.chunk_id order by a.s desc, a.chunk_id), '{}'),
                coalesce(array_agg(a.s order by a.s desc, a.chunk_id), '{}')
@@ -184,22 +196,8 @@ begin
                  group by p.chunk_id
                  order by 2 desc, 1
                  limit depth) a;
-    else
-        -- many visible chunks but fewer postings: score every match, keep the visible
-        select array_agg(a.chunk_id order by a.s desc, a.chunk_id),
-               array_agg(a.s order by a.s desc, a.chunk_id)
-          into cand_ids, cand_scores
-          from (select p.chunk_id,
-                       sum(q.idf * p.tf * (k1 + 1)
-                           / (p.tf + k1 * (1 - b + b * p.length / avg_len))) as s
-                  from unnest(q_terms, q_idf) as q(term, idf)
-                  join pgfunnel.posting p
-                    on p.index_version_id = _lexical_hits.version_id and p.term = q.term
-                 group by p.chunk_id) a;
-        select v.chunk_ids, v.kept_scores into chunk_ids, scores
-          from pgfunnel._visible_prefix(cand_ids, cand_scores, depth, principals, tenant,
-                                        language, as_of, metadata_filter, collection_id) v;
-    end if;
+        return;
+    end loop;
 end
 $$;
 

@@ -215,6 +215,21 @@ def test_non_default_k1_b_exact(conn: psycopg.Connection[Any]) -> None:
         K1, B = 1.2, 0.75
 
 
+def _readable_by(conn: psycopg.Connection[Any], principal: str) -> set[int]:
+    return {int(c) for (c,) in conn.execute(
+        "select ch.id from pgfunnel.chunk ch join pgfunnel.document d "
+        "on d.id = ch.document_id where d.readers @> array[%s]", (principal,)).fetchall()}
+
+
+def _leg_as(conn: psycopg.Connection[Any], query: str, principals: list[str],
+            depth: int = 40) -> list[tuple[int, float, int]]:
+    vid, cid, _ = active(conn, "t")
+    return [(int(a), float(b), int(c)) for a, b, c in conn.execute(
+        "select chunk_id, score, rank from pgfunnel._lexical_leg(%s, "
+        "pgfunnel.analyze(%s, 'english_v1', true), %s, 1.2, 0.75, %s, null, null, now(), null, "
+        "%s)", (vid, query, depth, principals, cid)).fetchall()]
+
+
 @pytest.mark.parametrize("every", [20, 5])
 def test_selective_filter_scores_only_visible_chunks_exactly(
         conn: psycopg.Connection[Any], every: int) -> None:
@@ -226,16 +241,10 @@ def test_selective_filter_scores_only_visible_chunks_exactly(
         d.readers = ["alice"] if i % every == 0 else ["bob"]
     ingest(conn, docs)
     ref = Reference(conn, "t")
-    ref.visible = {int(c) for (c,) in conn.execute(
-        "select ch.id from pgfunnel.chunk ch join pgfunnel.document d "
-        "on d.id = ch.document_id where d.readers @> '{alice}'").fetchall()}
-    vid, cid, _ = active(conn, "t")
+    ref.visible = _readable_by(conn, "alice")
     for q in _queries(vocab) + [vocab[10], vocab[30], f"{vocab[8]} {vocab[60]}"]:
         terms = set(_terms(conn, q, True))
-        got = [(int(a), float(b), int(c)) for a, b, c in conn.execute(
-            "select chunk_id, score, rank from pgfunnel._lexical_leg(%s, "
-            "pgfunnel.analyze(%s, 'english_v1', true), 40, 1.2, 0.75, '{alice}', null, null, "
-            "now(), null, %s)", (vid, q, cid)).fetchall()]
+        got = _leg_as(conn, q, ["alice"])
         assert {g for g, _, _ in got} <= ref.visible
         assert_matches(ref, got, terms, 40)
 
@@ -256,13 +265,7 @@ def test_selective_filter_with_sparse_terms_checks_every_match(
         docs.append(doc(f"s{i}", " ".join(words), readers=["alice"] if i % 10 == 0 else ["bob"]))
     ingest(conn, docs)
     ref = Reference(conn, "t")
-    ref.visible = {int(c) for (c,) in conn.execute(
-        "select ch.id from pgfunnel.chunk ch join pgfunnel.document d "
-        "on d.id = ch.document_id where d.readers @> '{alice}'").fetchall()}
-    vid, cid, _ = active(conn, "t")
-    got = [(int(a), float(b), int(c)) for a, b, c in conn.execute(
-        "select chunk_id, score, rank from pgfunnel._lexical_leg(%s, "
-        "pgfunnel.analyze('alpha beta', 'english_v1', true), 40, 1.2, 0.75, '{alice}', null, "
-        "null, now(), null, %s)", (vid, cid)).fetchall()]
+    ref.visible = _readable_by(conn, "alice")
+    got = _leg_as(conn, "alpha beta", ["alice"])
     assert len(got) == 10  # every visible match: 5 alpha and 5 beta documents
     assert_matches(ref, got, {"alpha", "beta"}, 40)

@@ -101,25 +101,33 @@ def test_search_settings_are_transaction_local(conn: psycopg.Connection[Any]) ->
     assert after == before
 
 
+def _alice_recall(conn: psycopg.Connection[Any], vecs: dict[int, np.ndarray], seed: int,
+                  rounds: int, search: Any) -> float:
+    """Mean recall@40 of ``search(q) -> ids`` against an exact scan of alice's chunks;
+    every answer must be 40 chunks alice can read."""
+    alice = {int(cid) for (cid,) in conn.execute(
+        "select ch.id from pgfunnel.chunk ch join pgfunnel.document d "
+        "on d.id = ch.document_id where d.readers @> '{alice}'").fetchall()}
+    ids = np.array(sorted(alice))
+    mat = np.stack([vecs[i] for i in ids])
+    rng = np.random.default_rng(seed)
+    recalls = []
+    for _ in range(rounds):
+        q = unit(rng, DIMS)
+        got = list(search(q))
+        assert len(got) == 40 and set(got) <= alice
+        exact = set(ids[np.argsort(-(mat @ q))[:40]].tolist())
+        recalls.append(len(exact & set(got)) / 40)
+    return float(np.mean(recalls))
+
+
 def test_partial_filter_reads_deeper_and_keeps_recall(conn: psycopg.Connection[Any]) -> None:
     # alice sees one document in three: the nearest `depth` rows hold too few visible
     # ones, so the leg reads the index deeper (iterative scan) rather than going exact
     vecs = _corpus(conn, 900, private_every=3)
-    alice = {int(cid) for (cid,) in conn.execute(
-        "select ch.id from pgfunnel.chunk ch join pgfunnel.document d "
-        "on d.id = ch.document_id where d.readers @> '{alice}'").fetchall()}
-    assert 250 <= len(alice) <= 350
-    ids = np.array(sorted(alice))
-    mat = np.stack([vecs[i] for i in ids])
-    rng = np.random.default_rng(21)
-    recalls = []
-    for _ in range(15):
-        q = unit(rng, DIMS)
-        got = _dense(conn, q, 40, ["alice"])
-        assert len(got) == 40 and {g for g, _, _ in got} <= alice
-        exact = set(ids[np.argsort(-(mat @ q))[:40]].tolist())
-        recalls.append(len(exact & {g for g, _, _ in got}) / 40)
-    assert float(np.mean(recalls)) >= 0.95, recalls
+    recall = _alice_recall(conn, vecs, 21, 15,
+                           lambda q: [g for g, _, _ in _dense(conn, q, 40, ["alice"])])
+    assert recall >= 0.95
 
 
 @pytest.mark.parametrize("share", [1.0, 0.3, 0.01])
@@ -128,21 +136,13 @@ def test_expected_share_sizes_the_first_read_not_the_answer(
     # the lexical leg tells the dense leg what share of rows the filter let through; a
     # wrong hint costs time, never rows
     vecs = _corpus(conn, 600, private_every=4)
-    alice = {int(cid) for (cid,) in conn.execute(
-        "select ch.id from pgfunnel.chunk ch join pgfunnel.document d "
-        "on d.id = ch.document_id where d.readers @> '{alice}'").fetchall()}
-    ids = np.array(sorted(alice))
-    mat = np.stack([vecs[i] for i in ids])
     vid, cid, dims = active(conn, "t")
-    rng = np.random.default_rng(4)
-    recalls = []
-    for _ in range(10):
-        q = unit(rng, DIMS)
-        got_ids, got_scores = conn.execute(
+
+    def hits(q: np.ndarray) -> list[int]:
+        ids, scores = conn.execute(
             "select chunk_ids, scores from pgfunnel._dense_hits(%s, %s, %s, 40, 100, '{alice}', "
             "null, null, now(), null, %s, %s)", (vid, dims, q, cid, share)).fetchone()
-        assert len(got_ids) == 40 and set(got_ids) <= alice
-        assert list(got_scores) == sorted(got_scores, reverse=True)
-        exact = set(ids[np.argsort(-(mat @ q))[:40]].tolist())
-        recalls.append(len(exact & set(got_ids)) / 40)
-    assert float(np.mean(recalls)) >= 0.95, recalls
+        assert list(scores) == sorted(scores, reverse=True)
+        return [int(i) for i in ids]
+
+    assert _alice_recall(conn, vecs, 4, 10, hits) >= 0.95
