@@ -21,7 +21,8 @@ from psycopg import sql
 
 SETUP_SQL = """
 create schema if not exists bench_peer;
-drop table if exists bench_peer.docs;
+-- cascade: hybrid_search returns rows of this table and is recreated below
+drop table if exists bench_peer.docs cascade;
 create table bench_peer.docs (
     id bigint primary key,
     citekey text not null,
