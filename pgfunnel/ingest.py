@@ -330,8 +330,9 @@ class Ingester:
                         "select citekey, id, content_hash from pgfunnel.document "
                         "where collection_id = %s and citekey = any(%s)",
                         (coll, [r.citekey for r in batch])).fetchall()}
+                hashes = {r.citekey: r.content_hash() for r in batch}
                 todo = [r for r in batch
-                        if r.citekey not in existing or existing[r.citekey][1] != r.content_hash()]
+                        if r.citekey not in existing or existing[r.citekey][1] != hashes[r.citekey]]
                 self.stats.documents_unchanged += len(batch) - len(todo)
                 if not todo:
                     self._tick("documents", len(batch))
@@ -370,7 +371,7 @@ class Ingester:
                 t1 = time.perf_counter()
                 self.stats.embed_seconds += t1 - t0
                 self._write(coll, version, chunked, new_texts, new_vectors,
-                            {ck: v[0] for ck, v in existing.items()})
+                            {ck: v[0] for ck, v in existing.items()}, hashes)
                 self.stats.db_seconds += time.perf_counter() - t1
         except psycopg.Error as exc:
             raise translate(exc) from exc
@@ -388,7 +389,8 @@ class Ingester:
 
     def _write(self, coll: int, version: ActiveVersion,
                chunked: list[tuple[DocumentRecord, list[ChunkRecord]]], texts: list[str],
-               vectors: list[np.ndarray | None], existing: dict[str, int]) -> None:
+               vectors: list[np.ndarray | None], existing: dict[str, int],
+               hashes: dict[str, str]) -> None:
         from psycopg.types.json import Jsonb
 
         conn = self.conn
@@ -408,7 +410,7 @@ class Ingester:
                      "is_public": not rec.readers and not private, "language": rec.language,
                      "valid_from": rec.valid_from.isoformat() if rec.valid_from else None,
                      "valid_to": rec.valid_to.isoformat() if rec.valid_to else None,
-                     "content_hash": rec.content_hash()} for rec, _ in chunked]
+                     "content_hash": hashes[rec.citekey]} for rec, _ in chunked]
         doc_ids: dict[str, int] = {
             str(ck): int(did) for did, ck in conn.execute(
                 "insert into pgfunnel.document as d (collection_id, citekey, title, metadata, "
