@@ -750,8 +750,8 @@ def cached_vectors(records: list[Any], cache: Path, embedder: Any,
 
 
 RUN_CONFIGS: dict[str, dict[str, Any]] = {
-    "lexical": {"weights": [1, 0]},
-    "dense": {"weights": [0, 1]},
+    "lexical": {"fusion": "rrf", "weights": [1, 0]},  # the leg's own order
+    "dense": {"fusion": "rrf", "weights": [0, 1]},
     "rrf": {"fusion": "rrf"},
     "minmax": {"fusion": "minmax"},
     "zscore": {"fusion": "zscore"},

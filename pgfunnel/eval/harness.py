@@ -66,13 +66,19 @@ HARNESS_KEYS: frozenset[str] = frozenset(
 STAGES: tuple[str, ...] = ("lexical", "dense", "fused", "reranked", "capped")
 
 #: named sets of configurations for ``pgfunnel eval --preset``
+# A single leg's own order: rank fusion with the other leg's weight at 0 keeps every hit
+# of the leg ahead of the rest. (Min-max with a zero weight would not: it scales the
+# leg's last hit to 0, level with chunks the leg never found.)
+LEXICAL_ONLY: dict[str, Any] = {"fusion": "rrf", "weights": [1, 0]}
+DENSE_ONLY: dict[str, Any] = {"fusion": "rrf", "weights": [0, 1]}
+
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "default": {"default": {}},
-    "lexical": {"lexical": {"weights": [1, 0]}},
-    "dense": {"dense": {"weights": [0, 1]}},
+    "lexical": {"lexical": LEXICAL_ONLY},
+    "dense": {"dense": DENSE_ONLY},
     "all-fusions": {
-        "lexical": {"weights": [1, 0]},
-        "dense": {"weights": [0, 1]},
+        "lexical": LEXICAL_ONLY,
+        "dense": DENSE_ONLY,
         "rrf": {"fusion": "rrf"},
         "minmax": {"fusion": "minmax"},
         "zscore": {"fusion": "zscore"},
