@@ -109,15 +109,6 @@ class TermAnalyzer:
         # path is one dict lookup per word
         self.cache: dict[str, tuple[str, ...]] = {}
 
-    @staticmethod
-    def words(text: str) -> list[str]:
-        out = []
-        for w in text.split():
-            w = w.strip(_STRIP)
-            if w:
-                out.append(w)
-        return out
-
     def prepare(self, texts: Iterable[str]) -> None:
         cache = self.cache
         unknown = {w for t in texts for w in t.split() if w not in cache}

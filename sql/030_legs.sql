@@ -73,14 +73,14 @@ $$;
 
 -- lexical leg: exact BM25 top-`depth` over the visible chunks of a version, as arrays
 -- in rank order, and the share of the checked candidates that were visible (1 when
--- fewer than 20 were checked). One
--- index-only scan over each query term's postings yields tf and chunk length, so every
--- matching chunk is scored exactly from the current statistics, with no join and no
--- stored score to go stale. Visibility is checked on the best-scored chunks in score
--- order. When the filter hides most of them, reading deeper would check thousands of
--- candidates one by one; instead, one query scores only visible chunks: by probing the
--- postings of each visible chunk when they are few, or by joining every scored chunk
--- to the filter when the postings are the smaller side.
+-- fewer than 20 were checked). One index-only scan over each query term's postings
+-- yields tf and chunk length, so every matching chunk is scored exactly from the
+-- current statistics, with no join and no stored score to go stale. Visibility is
+-- checked on the best-scored chunks in score order, reading deeper while the visible
+-- share seen promises enough rows. When it is so small that reading deeper would check
+-- thousands of candidates one by one, only visible chunks are scored instead: by
+-- probing the postings of each visible chunk when visible chunks x query terms is the
+-- smaller number, or by scoring every match and checking each when postings are.
 create or replace function pgfunnel._lexical_hits(
     version_id integer, query_terms text[], depth integer,
     k1 double precision, b double precision,
@@ -279,7 +279,8 @@ begin
             return;
         end if;
         -- read deep enough to expect `depth` visible rows at the visible share just
-        -- seen; a share so small that this means thousands of rows goes exact instead
+        -- seen (the loop's first line sends a share that small that this means
+        -- thousands of rows, or none at all, to the exact scan)
         exit when cardinality(chunk_ids) = 0;
         n := ceil(1.5 * depth * n / cardinality(chunk_ids))::integer;
     end loop;
