@@ -57,6 +57,7 @@ declare
     lex_depth integer;
     den_depth integer;
     q_terms text[] := '{}';
+    q_positions integer[];
     dropped text[];
     w_lex double precision;
     w_den double precision;
@@ -143,8 +144,10 @@ begin
         -- one pass of the analyzer gives both the terms and the dropped words
         select coalesce(array_agg(t.term order by t.token_position)
                             filter (where t.term is not null), '{}'),
+               coalesce(array_agg(t.token_position order by t.token_position)
+                            filter (where t.term is not null), '{}'),
                coalesce(array_agg(distinct t.token) filter (where t.dropped is not null), '{}')
-          into q_terms, dropped
+          into q_terms, q_positions, dropped
           from pgfunnel.analyze_each(array[query_text], analyzer_name, true) t;
         if cardinality(q_terms) = 0 then
             raise warning using message = format(
@@ -173,6 +176,19 @@ begin
     -- a leg that cannot run (no text, no vector) has no vote
     w_lex := case when query_text is null then 0 else weights[1] end;
     w_den := case when query_embedding is null then 0 else weights[2] end;
+    -- Vocabulary mismatch: BM25 ranks on the query words the version holds and is blind
+    -- to the rest, so a query whose words are partly absent (a synonym, a product name
+    -- the documents never use) gets a lexical ranking built from its leftovers, usually
+    -- its commonest words. The lexical weight is scaled by the share of query words with
+    -- at least one indexed term (an identifier counts when its whole form or any part
+    -- is indexed). Only when both legs run: alone, a leg's weight changes no order.
+    if w_lex > 0 and w_den > 0 and cardinality(q_terms) > 0 then
+        select w_lex * (count(distinct q.pos) filter (where ts.term is not null))::float8
+                     / count(distinct q.pos)
+          into w_lex
+          from unnest(q_terms, q_positions) as q(term, pos)
+          left join pgfunnel.term_stat ts on ts.index_version_id = version_id and ts.term = q.term;
+    end if;
     -- each leg's scores come best first, so its range is its two ends
     l_hi := lex.scores[1];
     l_lo := lex.scores[cardinality(lex.scores)];

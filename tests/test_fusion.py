@@ -107,3 +107,25 @@ def test_leg_without_input_has_no_vote(corpus: psycopg.Connection[Any]) -> None:
     # the default dense weight (0.7) applies; the missing lexical leg has weight 0
     want = _expected(rows, "zscore", (0.0, 0.7), 60)
     assert all(r[6] == pytest.approx(want[r[0]]) for r in rows)
+
+
+@pytest.mark.parametrize("fusion", ["rrf", "minmax", "zscore"])
+def test_lexical_weight_scales_with_query_word_coverage(corpus: psycopg.Connection[Any],
+                                                         fusion: str) -> None:
+    v = unit(np.random.default_rng(5), DIMS)
+    # "zzqx" and "wovu" are in no chunk: two of four words are covered
+    rows = _candidates(corpus, "kara zzqx lopo wovu", v, fusion=fusion, weights=[1.0, 0.7])
+    want = _expected(rows, fusion, (0.5, 0.7), 60.0)
+    assert all(r[6] == pytest.approx(want[r[0]], rel=1e-9, abs=1e-12) for r in rows)
+    # the lexical leg itself is unchanged: the absent words only cost it weight
+    full = _candidates(corpus, "kara lopo", v, fusion=fusion, weights=[1.0, 0.7])
+    assert sorted((r[0], r[1], r[2]) for r in rows if r[1] is not None) == \
+        sorted((r[0], r[1], r[2]) for r in full if r[1] is not None)
+    # an identifier counts as covered when one of its parts is indexed
+    rows = _candidates(corpus, "kara_zzqx lopo", v, fusion=fusion, weights=[1.0, 0.7])
+    want = _expected(rows, fusion, (1.0, 0.7), 60.0)
+    assert all(r[6] == pytest.approx(want[r[0]], rel=1e-9, abs=1e-12) for r in rows)
+    # a fully covered query keeps the given weight
+    rows = _candidates(corpus, "kara lopo", v, fusion=fusion, weights=[1.0, 0.7])
+    want = _expected(rows, fusion, (1.0, 0.7), 60.0)
+    assert all(r[6] == pytest.approx(want[r[0]], rel=1e-9, abs=1e-12) for r in rows)
