@@ -504,7 +504,25 @@ _FOLLOWUP_CUES = (
     "same for",
     "and for",
     "and with",
+    # a question that opens with "and" continues the previous one
+    "and",
 )
+
+# openings whose pronoun points back to the previous turn ("is it different for ...",
+# "does that apply to ..."); they count as a cue only when the query names at most
+# _ANAPHORA_MAX_TOPICS topic words itself, because "is it possible to export invoices"
+# is a question of its own
+_ANAPHORA_CUES = (
+    "is it", "is that", "is this", "are they", "are those",
+    "does it", "does that", "does this", "do they", "do those",
+    "can it", "can they", "will it", "would it", "should it", "how does it", "how does that",
+)
+_ANAPHORA_MAX_TOPICS = 2
+
+# words that compare with something said before instead of naming a topic
+_RELATIONAL_WORDS = frozenset({
+    "different", "difference", "differ", "same", "similar", "possible", "also", "too", "else",
+    "other", "instead", "still", "otherwise", "again"})
 
 
 class FollowupResolver:
@@ -536,7 +554,7 @@ class FollowupResolver:
         out: list[str] = []
         for w in content_words(text):
             s = _singular(w)
-            if s in self.qualifiers:
+            if s in self.qualifiers or w in _RELATIONAL_WORDS:
                 continue
             if self.topic_terms is not None and s not in self.topic_terms:
                 continue
@@ -548,6 +566,8 @@ class FollowupResolver:
         own = self.topic_words(query)
         lowered = " ".join(query.casefold().split())
         cue = next((c for c in _FOLLOWUP_CUES if lowered.startswith(c + " ")), None)
+        if cue is None and len(own) <= _ANAPHORA_MAX_TOPICS:
+            cue = next((c for c in _ANAPHORA_CUES if lowered.startswith(c + " ")), None)
         if own and cue is None:
             return Resolution(query, query, [], "has its own topic; unchanged")
         for turn in reversed(history):

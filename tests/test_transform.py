@@ -214,3 +214,27 @@ def test_topic_terms_restrict_what_counts_as_topic() -> None:
     res = r.resolve(["can I get a refund"], "is it different on monthly plans")
     assert res.carried_terms == ["refund"]
     assert r.resolve([], "what about monthly plans?").carried_terms == []
+
+
+def test_and_opening_is_a_followup() -> None:
+    res = FollowupResolver().resolve(["how do I cancel?"], "and on the annual plan?")
+    assert res.carried_terms == ["cancel"]
+    assert res.query == "cancel and on the annual plan?"
+
+
+def test_pronoun_opening_carries_the_topic_only_for_short_queries() -> None:
+    r = FollowupResolver()
+    history = ["what happens when a payment fails?"]
+    res = r.resolve(history, "is it different for monthly plans?")
+    assert res.carried_terms == ["payment", "fails"]
+    # a pronoun opening that names its own subject is a question of its own
+    own = r.resolve(history, "is it possible to export my invoices as pdf?")
+    assert own.carried_terms == [] and own.query == "is it possible to export my invoices as pdf?"
+    # "and" must be its own word, not the start of one
+    assert r.resolve(history, "android app login").carried_terms == []
+
+
+def test_comparison_words_are_not_topics() -> None:
+    r = FollowupResolver()
+    assert r.topic_words("is it different or the same?") == []
+    assert r.topic_words("different invoices") == ["invoices"]
