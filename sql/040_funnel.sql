@@ -189,9 +189,13 @@ begin
           from unnest(q_terms, q_positions) as q(term, pos)
           left join pgfunnel.term_stat ts on ts.index_version_id = version_id and ts.term = q.term;
     end if;
-    -- each leg's scores come best first, so its range is its two ends
+    -- each leg's scores come best first, so its range is its two ends. A lexical leg
+    -- that returned fewer rows than its depth listed every visible chunk with a BM25
+    -- score; every other chunk scores 0, which is then its floor (its last row is a real
+    -- match, not a cut-off, and must not be scaled down to the level of non-matches)
     l_hi := lex.scores[1];
-    l_lo := lex.scores[cardinality(lex.scores)];
+    l_lo := case when cardinality(lex.scores) < lex_depth then 0
+                 else lex.scores[cardinality(lex.scores)] end;
     d_hi := den.scores[1];
     d_lo := den.scores[cardinality(den.scores)];
     if fusion = 'zscore' then
@@ -216,16 +220,17 @@ begin
                                -- rrf: a leg that missed the chunk contributes 0
                                when 'rrf' then
                                    coalesce(w_lex / (rrf_k + l.rk), 0) + coalesce(w_den / (rrf_k + d.rk), 0)
-                               -- minmax: scores scaled to [0,1] per leg (1 when a leg's scores
-                               -- are all equal); a leg that missed the chunk contributes 0
+                               -- minmax: scores scaled to [0,1] per leg from its floor (1 when
+                               -- a leg's scores are all equal); a leg that missed the chunk
+                               -- contributes 0
                                when 'minmax' then
                                    w_lex * coalesce(case when l_hi > l_lo then (l.sc - l_lo) / (l_hi - l_lo)
                                                          else 1.0 end * (l.sc is not null)::int, 0)
                                  + w_den * coalesce(case when d_hi > d_lo then (d.sc - d_lo) / (d_hi - d_lo)
                                                          else 1.0 end * (d.sc is not null)::int, 0)
                                -- zscore: standardised per leg (0 when a leg's scores are all
-                               -- equal); a leg that missed the chunk contributes its lowest
-                               -- listed z-score
+                               -- equal); a leg that missed the chunk contributes the z-score
+                               -- of its floor (the lowest listed score, or 0 as above)
                                else
                                    w_lex * coalesce(case when l_sd > 0 then (coalesce(l.sc, l_lo) - l_mu) / l_sd
                                                          else 0 end, 0)

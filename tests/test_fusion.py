@@ -33,28 +33,31 @@ def _candidates(conn: psycopg.Connection[Any], q: str | None, v: np.ndarray | No
 
 
 def _expected(rows: list[tuple[Any, ...]], fusion: str, w: tuple[float, float],
-              rrf_k: float) -> dict[int, float]:
+              rrf_k: float, lexical_depth: int = 15) -> dict[int, float]:
     # the pool (k * overfetch = 40) holds every row of both legs (depth 15 each)
     lex = [r[2] for r in rows if r[1] is not None]
     den = [r[4] for r in rows if r[3] is not None]
+    # a lexical list shorter than its depth holds every match: the rest score BM25 0
+    lex_floor = 0.0 if len(lex) < lexical_depth else min(lex, default=0.0)
+    den_floor = min(den, default=0.0)
     out = {}
     for cid, lr, ls, dr, ds, _, _ in rows:
         if fusion == "rrf":
             f = (w[0] / (rrf_k + lr) if lr else 0.0) + (w[1] / (rrf_k + dr) if dr else 0.0)
         elif fusion == "minmax":
-            def mm(x: float | None, xs: list[float]) -> float:
+            def mm(x: float | None, xs: list[float], lo: float) -> float:
                 if x is None:
                     return 0.0  # fill: a leg that missed the chunk adds nothing
-                return (x - min(xs)) / (max(xs) - min(xs)) if max(xs) > min(xs) else 1.0
-            f = w[0] * mm(ls, lex) + w[1] * mm(ds, den)
+                return (x - lo) / (max(xs) - lo) if max(xs) > lo else 1.0
+            f = w[0] * mm(ls, lex, lex_floor) + w[1] * mm(ds, den, den_floor)
         else:
-            def z(x: float | None, xs: list[float]) -> float:
+            def z(x: float | None, xs: list[float], lo: float) -> float:
                 sd = statistics.pstdev(xs) if xs else 0.0
                 if not xs or sd == 0:
                     return 0.0
-                # fill: a leg that missed the chunk gives its lowest listed z-score
-                return ((min(xs) if x is None else x) - statistics.fmean(xs)) / sd
-            f = w[0] * z(ls, lex) + w[1] * z(ds, den)
+                # fill: a leg that missed the chunk gives the z-score of its floor
+                return ((lo if x is None else x) - statistics.fmean(xs)) / sd
+            f = w[0] * z(ls, lex, lex_floor) + w[1] * z(ds, den, den_floor)
         out[cid] = f
     return out
 
@@ -129,3 +132,23 @@ def test_lexical_weight_scales_with_query_word_coverage(corpus: psycopg.Connecti
     rows = _candidates(corpus, "kara lopo", v, fusion=fusion, weights=[1.0, 0.7])
     want = _expected(rows, fusion, (1.0, 0.7), 60.0)
     assert all(r[6] == pytest.approx(want[r[0]], rel=1e-9, abs=1e-12) for r in rows)
+
+
+@pytest.mark.parametrize("fusion", ["rrf", "minmax", "zscore"])
+def test_short_lexical_list_is_scaled_from_zero(corpus: psycopg.Connection[Any],
+                                                fusion: str) -> None:
+    # a word in three chunks: the lexical leg (depth 15) lists every match, and every
+    # other chunk's BM25 score is 0, so 0 is the floor, not the third match's score
+    ingest(corpus, [doc("z1", "zorblat " * 3 + "kara"), doc("z2", "zorblat zorblat lopo"),
+                    doc("z3", "zorblat mira tevi sune kapo")], dims=DIMS, seed=9)
+    v = unit(np.random.default_rng(6), DIMS)
+    rows = _candidates(corpus, "zorblat", v, fusion=fusion, weights=[1.0, 0.7])
+    lex_rows = [r for r in rows if r[1] is not None]
+    assert len(lex_rows) == 3
+    want = _expected(rows, fusion, (1.0, 0.7), 60.0)
+    assert all(r[6] == pytest.approx(want[r[0]], rel=1e-9, abs=1e-12) for r in rows)
+    if fusion == "minmax":
+        # the third match keeps a lexical share above any chunk that matched nothing
+        last = max(lex_rows, key=lambda r: r[1])
+        top = max(r[2] for r in lex_rows)
+        assert last[6] >= last[2] / top - 1e-12 > 0.0
