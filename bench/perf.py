@@ -217,7 +217,7 @@ def bench_size(server: str, size: int, n_queries: int, k: int, clients: list[int
         with connect(dsn, autocommit=True) as conn:
             t0 = time.perf_counter()
             # the vectors are given, so no model is loaded; the version needs its dims
-            ing = Ingester(conn, "perf", embedder=_Dims(), batch_documents=2000)  # type: ignore[arg-type]
+            ing = Ingester(conn, "perf", embedder=_Dims())  # type: ignore[arg-type]
             stats = ing.ingest(records, vectors=vectors)
             total = time.perf_counter() - t0
             log(f"[{size}] ingest: {stats.chunks_written} chunks, db {stats.db_seconds:.1f}s, "

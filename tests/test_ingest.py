@@ -209,3 +209,26 @@ def test_documents_of_a_batch_keep_their_fields(conn: psycopg.Connection[Any]) -
     assert rows["a"] == ("A", {"n": 1}, "t1", ["x", "y"], False, "en", when,
                          when + dt.timedelta(days=1))
     assert rows["b"] == ("B", {}, None, [], True, None, None, None)
+
+
+def test_batches_end_at_the_document_or_the_chunk_limit(conn: psycopg.Connection[Any]) -> None:
+    from pgfunnel.errors import ConfigError
+
+    def batches(recs: list[DocumentRecord], **kw: Any) -> list[int]:
+        sizes: list[int] = []
+        Ingester(conn, kw.pop("collection"), progress=lambda stage, n, total: (
+            sizes.append(n) if stage == "documents" else None), **kw).ingest(
+                recs, vectors=_random_vectors(recs))
+        return sizes
+
+    short = [DocumentRecord(f"s{i}", f"short document {i}") for i in range(10)]
+    assert batches(short, collection="a", batch_chunks=3) == [3, 3, 3, 1]
+    assert batches(short, collection="b", batch_documents=4) == [4, 4, 2]
+    # about 450 words at 200 words a chunk: three chunks each, so two documents fill 6
+    long = [DocumentRecord(f"l{i}", " ".join(["word"] * 450)) for i in range(5)]
+    assert batches(long, collection="c", batch_chunks=6) == [2, 2, 1]
+    assert _counts(conn)[1] == 10 + 10 + 15
+    assert_stats_exact(conn)
+    for bad in ({"batch_chunks": 0}, {"batch_documents": -1}, {"chunk_words": 5}):
+        with pytest.raises(ConfigError, match=next(iter(bad))):
+            Ingester(conn, "d", **bad)
