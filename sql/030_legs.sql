@@ -71,9 +71,23 @@ begin
 end
 $$;
 
+-- the form without found_terms: a function's result columns cannot change in place
+do $$
+begin
+    if exists (select from pg_catalog.pg_proc p
+                where p.oid = pg_catalog.to_regprocedure(
+                          'pgfunnel._lexical_hits(integer, text[], integer, double precision, '
+                          'double precision, text[], text, text, timestamptz, jsonb, integer)')
+                  and not ('found_terms' = any (p.proargnames))) then
+        drop function pgfunnel._lexical_hits(integer, text[], integer, double precision,
+            double precision, text[], text, text, timestamptz, jsonb, integer);
+    end if;
+end
+$$;
+
 -- lexical leg: exact BM25 top-`depth` over the visible chunks of a version, as arrays
--- in rank order, and the share of the checked candidates that were visible (1 when
--- fewer than 20 were checked). One index-only scan over each query term's postings
+-- in rank order, the share of the checked candidates that were visible (1 when fewer
+-- than 20 were checked), and which query terms the version holds. One index-only scan over each query term's postings
 -- yields tf and chunk length, so every matching chunk is scored exactly from the
 -- current statistics, with no join and no stored score to go stale. Visibility is
 -- checked on the best-scored chunks in score order, reading deeper while the visible
@@ -86,7 +100,8 @@ create or replace function pgfunnel._lexical_hits(
     k1 double precision, b double precision,
     principals text[], tenant text, language text, as_of timestamptz,
     metadata_filter jsonb, collection_id integer,
-    out chunk_ids bigint[], out scores double precision[], out visible_share double precision)
+    out chunk_ids bigint[], out scores double precision[], out visible_share double precision,
+    out found_terms text[])
 language plpgsql stable
 security invoker
 set search_path = pg_catalog, pgfunnel
@@ -109,6 +124,7 @@ begin
     chunk_ids := '{}';
     scores := '{}';
     visible_share := 1;
+    found_terms := '{}';
     if coalesce(cardinality(query_terms), 0) = 0 then
         return;
     end if;
@@ -124,6 +140,7 @@ begin
     if q_terms is null or avg_len is null then
         return;
     end if;
+    found_terms := q_terms;
 
     loop
         select array_agg(a.chunk_id order by a.s desc, a.chunk_id),

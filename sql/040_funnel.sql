@@ -58,6 +58,9 @@ declare
     den_depth integer;
     q_terms text[] := '{}';
     q_positions integer[];
+    n_words integer := 0;
+    n_covered integer := 0;
+    word_covered boolean;
     dropped text[];
     w_lex double precision;
     w_den double precision;
@@ -161,7 +164,8 @@ begin
           from pgfunnel._lexical_hits(version_id, q_terms, lex_depth, k1, b, principals, tenant,
                                       language, as_of, metadata_filter, coll_id);
     else
-        select '{}'::bigint[] as chunk_ids, '{}'::float8[] as scores, 1::float8 as visible_share
+        select '{}'::bigint[] as chunk_ids, '{}'::float8[] as scores, 1::float8 as visible_share,
+               '{}'::text[] as found_terms
           into lex;
     end if;
     if query_embedding is not null then
@@ -183,11 +187,18 @@ begin
     -- at least one indexed term (an identifier counts when its whole form or any part
     -- is indexed). Only when both legs run: alone, a leg's weight changes no order.
     if w_lex > 0 and w_den > 0 and cardinality(q_terms) > 0 then
-        select w_lex * (count(distinct q.pos) filter (where ts.term is not null))::float8
-                     / count(distinct q.pos)
-          into w_lex
-          from unnest(q_terms, q_positions) as q(term, pos)
-          left join pgfunnel.term_stat ts on ts.index_version_id = version_id and ts.term = q.term;
+        -- terms come in word order; a word is covered when any of its terms was found
+        for i in 1..cardinality(q_terms) loop
+            if i = 1 or q_positions[i] <> q_positions[i - 1] then
+                n_words := n_words + 1;
+                word_covered := false;
+            end if;
+            if not word_covered and q_terms[i] = any (lex.found_terms) then
+                word_covered := true;
+                n_covered := n_covered + 1;
+            end if;
+        end loop;
+        w_lex := w_lex * n_covered / n_words;
     end if;
     -- each leg's scores come best first, so its range is its two ends. A lexical leg
     -- that returned fewer rows than its depth listed every visible chunk with a BM25
