@@ -22,7 +22,13 @@ from psycopg import sql
 from psycopg.copy import QueuedLibpqWriter
 
 from pgfunnel.embedder import Embedder, check_vector
-from pgfunnel.errors import InvalidInputError, NotFoundError, PgfunnelError, translate
+from pgfunnel.errors import (
+    ConfigError,
+    InvalidInputError,
+    NotFoundError,
+    PgfunnelError,
+    translate,
+)
 from pgfunnel.sources import DEFAULT_CHUNK_WORDS, ChunkRecord, DocumentRecord, chunk_text
 
 DEFAULT_COLLECTION = "default"
@@ -237,8 +243,6 @@ class Ingester:
         require_schema(conn)
         if not conn.autocommit:
             # each batch commits on its own; inside a caller's transaction it could not
-            from pgfunnel.errors import ConfigError
-
             raise ConfigError("conn", "Ingester needs a connection in autocommit mode")
         self.conn = conn
         self.collection = collection
@@ -252,8 +256,6 @@ class Ingester:
                                    ("batch_chunks", batch_chunks, 1),
                                    ("chunk_words", chunk_words, 20)):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                from pgfunnel.errors import ConfigError
-
                 raise ConfigError(name, f"must be an integer >= {least}, got {value!r}")
         self.batch_documents = batch_documents
         self.batch_chunks = batch_chunks

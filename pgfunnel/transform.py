@@ -498,13 +498,10 @@ class Resolution:
 _FOLLOWUP_CUES = (
     "what about",
     "how about",
-    "and what about",
-    "and how about",
     "what if",
     "same for",
-    "and for",
-    "and with",
-    # a question that opens with "and" continues the previous one
+    # a question that opens with "and" ("and for teams?", "and what about refunds?")
+    # continues the previous one
     "and",
 )
 

@@ -87,9 +87,10 @@ $$;
 
 -- lexical leg: exact BM25 top-`depth` over the visible chunks of a version, as arrays
 -- in rank order, the share of the checked candidates that were visible (1 when fewer
--- than 20 were checked), and which query terms the version holds. One index-only scan over each query term's postings
--- yields tf and chunk length, so every matching chunk is scored exactly from the
--- current statistics, with no join and no stored score to go stale. Visibility is
+-- than 20 were checked), and which query terms the version holds. One index-only scan
+-- over each query term's postings yields tf and chunk length, so every matching chunk
+-- is scored exactly from the current statistics, with no join and no stored score to
+-- go stale. Visibility is
 -- checked on the best-scored chunks in score order, reading deeper while the visible
 -- share seen promises enough rows. When it is so small that reading deeper would check
 -- thousands of candidates one by one, only visible chunks are scored instead: by

@@ -73,18 +73,13 @@ begin
     lexical_depth_used := case when query_text is not null then lex_d end;
     dense_depth_used := case when query_embedding is not null then den_d end;
 
-    -- the same visibility as every leg: invisible and nonexistent are one answer
+    -- the legs' own visibility check: invisible and nonexistent are one answer
     select d.id, d.citekey into found_doc, found_key
-      from pgfunnel.chunk ch
-      join pgfunnel.document d on d.id = ch.document_id
-     where ch.id = explain.chunk_id
-       and d.collection_id = coll_id
-       and (d.is_public or d.readers operator(pg_catalog.&&) principals)
-       and (d.tenant is null or d.tenant = explain.tenant)
-       and (explain.language is null or d.language = explain.language)
-       and (d.valid_from is null or d.valid_from <= as_of)
-       and (d.valid_to is null or d.valid_to > as_of)
-       and (metadata_filter is null or d.metadata operator(pg_catalog.@>) metadata_filter);
+      from pgfunnel._visible_prefix(array[explain.chunk_id], array[0::float8], 1, principals,
+                                    explain.tenant, explain.language, as_of, metadata_filter,
+                                    coll_id) v
+      join pgfunnel.chunk ch on ch.id = v.chunk_ids[1]
+      join pgfunnel.document d on d.id = ch.document_id;
 
     -- the fused list of every leg row: same depths (so the same leg answers and the
     -- same fused scores), a pool wide enough to hold all of them; its first pool_n
