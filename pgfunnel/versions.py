@@ -378,8 +378,10 @@ def build_index(conn: psycopg.Connection[Any], version_id: int, dimensions: int,
 
     def run() -> None:
         try:
+            # an explicit maintenance_work_mem is the caller's to keep, even when small
             create_hnsw_index(conn, version_id, dimensions, concurrently=True, m=m,
-                              ef_construction=ef_construction)
+                              ef_construction=ef_construction,
+                              size_memory=maintenance_work_mem is None)
         except BaseException as exc:  # re-raised in the calling thread
             error.append(exc)
 
@@ -620,8 +622,9 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
         times["analyze"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         result.notices = build_index(conn, building.id, dims, m=m,
-                                     ef_construction=ef_construction, progress=progress,
-                                     notice=notice)
+                                     ef_construction=ef_construction,
+                                     maintenance_work_mem=maintenance_work_mem,
+                                     progress=progress, notice=notice)
         times["hnsw_build"] = time.perf_counter() - t0
         # chunks ingested during the build: the index takes them as ordinary inserts
         result.chunks_embedded += catch_up(conn, coll_id, building.id, embedder, want_analyzer,

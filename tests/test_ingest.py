@@ -232,3 +232,38 @@ def test_batches_end_at_the_document_or_the_chunk_limit(conn: psycopg.Connection
     for bad in ({"batch_chunks": 0}, {"batch_documents": -1}, {"chunk_words": 5}):
         with pytest.raises(ConfigError, match=next(iter(bad))):
             Ingester(conn, "d", **bad)
+
+
+def test_hnsw_build_memory_holds_the_graph() -> None:
+    from pgfunnel.ingest import HNSW_BUILD_MEMORY_CAP_BYTES, hnsw_build_memory
+
+    # pgvector 0.8 reported a 384-dimension, m = 16 graph full after 7,451 tuples in 16MB
+    per_element = (hnsw_build_memory(10_000, 384, 16) - hnsw_build_memory(0, 384, 16)) / 10_000
+    assert 16 * 2**20 / 7451 <= per_element <= 1.1 * 16 * 2**20 / 7451
+    assert hnsw_build_memory(2000, 768, 16) > hnsw_build_memory(2000, 384, 16)
+    assert hnsw_build_memory(2000, 384, 32) > hnsw_build_memory(2000, 384, 16)
+    assert hnsw_build_memory(10**9, 384, 16) == HNSW_BUILD_MEMORY_CAP_BYTES
+
+
+def test_ingest_sizes_maintenance_work_mem_for_the_hnsw_build(
+        conn: psycopg.Connection[Any]) -> None:
+    # 64kB holds about 28 elements: without the sizing pgvector says the graph no longer
+    # fits and finishes the build on disk
+    conn.execute("set maintenance_work_mem = '64kB'")
+    notices: list[str] = []
+    conn.add_notice_handler(lambda d: notices.append(str(d.message_primary)))
+    docs = [DocumentRecord(f"d{i}", f"document number {i} about topic {i % 7}")
+            for i in range(300)]
+    Ingester(conn, "sized").ingest(docs, vectors=_random_vectors(docs))
+    assert not [n for n in notices if "maintenance_work_mem" in n], notices
+    row = conn.execute("select indisvalid from pg_index where indexrelid = "
+                       "'pgfunnel.embedding_hnsw_v1'::regclass").fetchone()
+    assert row == (True,)
+    # the raised setting was local to the build's transaction
+    assert conn.execute("show maintenance_work_mem").fetchone() == ("64kB",)
+    # the same build at the session's 64kB does spill, so the check above can fail
+    conn.execute("drop index pgfunnel.embedding_hnsw_v1")
+    from pgfunnel.ingest import create_hnsw_index
+
+    create_hnsw_index(conn, 1, 384, size_memory=False)
+    assert [n for n in notices if "maintenance_work_mem" in n], notices

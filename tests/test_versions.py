@@ -293,3 +293,14 @@ def test_searches_while_switching_see_one_version_wholly(sample_db: str) -> None
     # both versions served, and answers could be told apart
     assert counts["version_a"] > 0 and counts["version_b"] > 0
     assert counts["ambiguous"] < counts["searches"] // 2
+
+
+def test_reindex_sizes_maintenance_work_mem_unless_given(sample_db: str) -> None:
+    seen: list[str] = []
+    with connect(sample_db, autocommit=True) as conn:
+        conn.execute("set maintenance_work_mem = '64kB'")
+        res = versions.reindex(conn, "default", analyzer="simple_v1", notice=seen.append)
+        assert res.state == "ready"
+        assert not [n for n in seen if "maintenance_work_mem" in n], seen
+        # the concurrent build's session setting is put back afterwards
+        assert conn.execute("show maintenance_work_mem").fetchone() == ("64kB",)
