@@ -9,12 +9,14 @@ embedded. BM25 statistics are updated in the same transaction as the postings.
 from __future__ import annotations
 
 import string
+import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import psycopg
@@ -49,6 +51,8 @@ class IngestStats:
     chunks_reused: int = 0
     index_version: int | None = None
     embed_seconds: float = 0.0
+    # wall time of the batches less the model's time: chunking, analysis and writes,
+    # including any part of the next batch's preparation the writer had to wait for
     db_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -244,24 +248,41 @@ def create_version(conn: psycopg.Connection[Any], coll_id: int, model: str, dime
     return int(row[0])
 
 
-def write_chunk_index(conn: psycopg.Connection[Any], version_id: int, analyzer: TermAnalyzer,
-                      chunk_ids: Sequence[int], texts: Sequence[str],
-                      vectors: np.ndarray | None) -> None:
-    """Vectors, lexical rows and postings of chunks for one version, then its statistics."""
-    analyzer.prepare(texts)
+class IndexRows(NamedTuple):
+    """The lexical and posting rows of chunks as COPY text blocks, and their statistics.
+
+    Rows built before the index version is known (``version_id`` None) carry
+    ``_VERSION_MARK`` where the version id goes; :func:`write_chunk_index` fills it in.
+    """
+
+    version_id: int | None
+    lexical: list[str]
+    postings: list[str]
+    terms: list[str]
+    dfs: list[int]
+    total_length: int
+
+
+# Postgres text never holds NUL, so the mark cannot clash with a term
+_VERSION_MARK = "\x00"
+
+
+def index_rows(analyzer: TermAnalyzer, chunk_ids: Sequence[int], texts: Sequence[str],
+               version_id: int | None) -> IndexRows:
+    """The lexical and posting rows of chunks, built in Python alone (no query, so a
+    second thread can build them while the server writes other rows);
+    ``analyzer.prepare(texts)`` must have run."""
     term_counts = [analyzer.terms(t) for t in texts]
-    if vectors is not None:
-        with _copy(conn, "copy pgfunnel.embedding (index_version_id, chunk_id, embedding) "
-                         "from stdin (format binary)") as cp:
-            cp.set_types(["int4", "int8", "vector"])
-            for cid, vec in zip(chunk_ids, vectors, strict=True):
-                cp.write_row((version_id, cid, vec))
     lengths = [sum(counts.values()) for counts in term_counts]
-    quoted = {t: _tsvector_quote(t) for t in set(chain.from_iterable(term_counts))}
-    with _copy(conn, "copy pgfunnel.lexical (index_version_id, chunk_id, length, terms) "
-                     "from stdin") as cp:
-        for cid, counts, length in zip(chunk_ids, term_counts, lengths, strict=True):
-            cp.write_row((version_id, cid, length, " ".join([quoted[t] for t in sorted(counts)])))
+    quoted = {t: _copy_text(_tsvector_quote(t)) for t in set(chain.from_iterable(term_counts))}
+    prefix = (_VERSION_MARK if version_id is None else str(version_id)) + "\t"
+    lexical = ["".join([f"{prefix}{cid}\t{length}\t"
+                        + " ".join([quoted[t] for t in sorted(counts)]) + "\n"
+                        for cid, counts, length in zip(chunk_ids[start:start + 2048],
+                                                       term_counts[start:start + 2048],
+                                                       lengths[start:start + 2048],
+                                                       strict=True)])
+               for start in range(0, len(chunk_ids), 2048)]
     # postings grouped by term, in index order (version, term, chunk), so the index is
     # written page by page instead of at random; a term's list length is its df
     by_term: dict[str, list[str]] = {}
@@ -271,21 +292,47 @@ def write_chunk_index(conn: psycopg.Connection[Any], version_id: int, analyzer: 
         end = f"\t{length}\n"
         for term, tf in counts.items():
             line = tail + str(min(tf, 32767)) + end
-            if (rows := by_term.get(term)) is None:
+            if (lines := by_term.get(term)) is None:
                 by_term[term] = [line]
             else:
-                rows.append(line)
+                lines.append(line)
     terms = sorted(by_term)
-    prefix = f"{version_id}\t"
-    with _copy(conn, "copy pgfunnel.posting (index_version_id, term, chunk_id, tf, length) "
-                     "from stdin") as cp:
-        for start in range(0, len(terms), 2048):
-            cp.write("".join([head + line for term in terms[start:start + 2048]
-                              for head in (prefix + _copy_text(term),)
-                              for line in by_term[term]]))
+    postings = ["".join([head + line for term in terms[start:start + 2048]
+                         for head in (prefix + _copy_text(term),)
+                         for line in by_term[term]])
+                for start in range(0, len(terms), 2048)]
+    return IndexRows(version_id, lexical, postings, terms, [len(by_term[t]) for t in terms],
+                     sum(lengths))
+
+
+def write_chunk_index(conn: psycopg.Connection[Any], version_id: int, analyzer: TermAnalyzer,
+                      chunk_ids: Sequence[int], texts: Sequence[str],
+                      vectors: np.ndarray | None, rows: IndexRows | None = None) -> None:
+    """Vectors, lexical rows and postings of chunks for one version, then its statistics.
+
+    ``rows`` are the chunks' :func:`index_rows` when the caller built them already."""
+    if rows is None:
+        analyzer.prepare(texts)
+        rows = index_rows(analyzer, chunk_ids, texts, version_id)
+    if vectors is not None:
+        with _copy(conn, "copy pgfunnel.embedding (index_version_id, chunk_id, embedding) "
+                         "from stdin (format binary)") as cp:
+            cp.set_types(["int4", "int8", "vector"])
+            for cid, vec in zip(chunk_ids, vectors, strict=True):
+                cp.write_row((version_id, cid, vec))
+    stamp = str(version_id)
+    for statement, blocks in (
+            ("copy pgfunnel.lexical (index_version_id, chunk_id, length, terms) from stdin",
+             rows.lexical),
+            ("copy pgfunnel.posting (index_version_id, term, chunk_id, tf, length) from stdin",
+             rows.postings)):
+        with _copy(conn, statement) as cp:
+            for block in blocks:
+                # str.replace runs at memory speed; a version mark only leads a line
+                cp.write(block if rows.version_id is not None
+                         else block.replace(_VERSION_MARK, stamp))
     conn.execute("select pgfunnel._bm25_add(%s, %s::text[], %s::bigint[], %s, %s)",
-                 (version_id, terms, [len(by_term[t]) for t in terms], len(chunk_ids),
-                  sum(lengths)))
+                 (version_id, rows.terms, rows.dfs, len(chunk_ids), rows.total_length))
 
 
 def _copy(conn: psycopg.Connection[Any], statement: str) -> AbstractContextManager[psycopg.Copy]:
@@ -304,13 +351,88 @@ def _copy_text(value: str) -> str:
     return value
 
 
+def _reserve_chunk_ids(conn: psycopg.Connection[Any], n: int) -> list[int]:
+    return [int(r[0]) for r in conn.execute(
+        "select nextval(pg_get_serial_sequence('pgfunnel.chunk', 'id')) "
+        "from generate_series(1, %s)", (n,)).fetchall()]
+
+
+class _Prepared(NamedTuple):
+    """A batch chunked, hashed and analysed ahead of its transaction."""
+
+    analyzer: str
+    hashes: dict[str, str]
+    chunked: list[tuple[DocumentRecord, list[ChunkRecord]]]
+    texts: list[str]
+    ids: list[int]
+    rows: IndexRows
+
+
+def _result(future: Future[_Prepared] | None) -> _Prepared | None:
+    """The prepared batch, or None (the batch is then prepared in the writing
+    transaction, where a real problem with it is raised and named)."""
+    if future is None:
+        return None
+    try:
+        return future.result()
+    except Exception:  # noqa: BLE001 - the writing path reports it
+        return None
+
+
+class _Preparer:
+    """Prepares batches in one background thread on a second connection, for an
+    Ingester. Without a second connection (or an analyzer to expect) it prepares
+    nothing and batches are prepared in their transaction, as before."""
+
+    def __init__(self, ingester: Ingester, *, enabled: bool = True) -> None:
+        self.ingester = ingester
+        self.enabled = enabled
+        self.pool: ThreadPoolExecutor | None = None
+        self.conn: psycopg.Connection[Any] | None = None
+        self.analyzers: dict[str, TermAnalyzer] = {}
+        self.analyzer: str | None = None
+
+    def __enter__(self) -> _Preparer:
+        main = self.ingester.conn
+        row = main.execute(
+            "select coalesce((select v.analyzer from pgfunnel.index_version v "
+            "                  where v.collection_id = c.id and v.state = 'active'), c.analyzer) "
+            "from pgfunnel.collection c where c.name = %s", (self.ingester.collection,)).fetchone()
+        self.analyzer = str(row[0]) if row is not None and row[0] else DEFAULT_ANALYZER
+        if not self.enabled:
+            return self
+        try:
+            params = main.info.get_parameters()
+            if main.info.password:
+                params["password"] = main.info.password
+            self.conn = psycopg.connect(psycopg.conninfo.make_conninfo(**params),
+                                        autocommit=True, connect_timeout=5)
+        except psycopg.Error:
+            return self  # a server at its connection limit: ingest goes on in one thread
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgfunnel-ingest")
+        return self
+
+    def submit(self, batch: list[DocumentRecord]) -> Future[_Prepared] | None:
+        if self.pool is None or self.conn is None or self.analyzer is None:
+            return None
+        return self.pool.submit(self.ingester.prepare, self.conn, self.analyzers,
+                                self.analyzer, batch)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+        if self.conn is not None:
+            self.conn.close()
+
+
 class Ingester:
     """Writes documents into one collection's active index version."""
 
     def __init__(self, conn: psycopg.Connection[Any], collection: str = DEFAULT_COLLECTION, *,
                  embedder: Embedder | None = None, chunk_words: int = DEFAULT_CHUNK_WORDS,
                  private: bool = False, batch_documents: int = 2000,
-                 batch_chunks: int = 2000, progress: ProgressFn | None = None) -> None:
+                 batch_chunks: int = 2000, progress: ProgressFn | None = None,
+                 prepare_ahead: bool = True) -> None:
         from pgfunnel.db import require_schema
 
         require_schema(conn)
@@ -332,6 +454,8 @@ class Ingester:
                 raise ConfigError(name, f"must be an integer >= {least}, got {value!r}")
         self.batch_documents = batch_documents
         self.batch_chunks = batch_chunks
+        # chunk and analyse the next batch on a second connection while one is written
+        self.prepare_ahead = prepare_ahead
         self.progress = progress
         self.private = private
         self._embedder = embedder
@@ -361,6 +485,25 @@ class Ingester:
     def ingest(self, records: Iterable[DocumentRecord],
                vectors: dict[str, np.ndarray] | None = None) -> IngestStats:
         """Ingest documents. ``vectors`` (citekey -> array of chunk vectors) skips the model."""
+        started = time.perf_counter()
+        embed_before = self.stats.embed_seconds
+        with _Preparer(self, enabled=self.prepare_ahead) as preparer:
+            # while the server writes one batch, a second thread (with a connection of its
+            # own) chunks and analyses the next: two cores instead of taking turns
+            pending: tuple[list[DocumentRecord], Future[_Prepared] | None] | None = None
+            for batch in self._batches(records):
+                upcoming = (batch, preparer.submit(batch))
+                if pending is not None:
+                    self._ingest_batch(pending[0], vectors, _result(pending[1]))
+                pending = upcoming
+            if pending is not None:
+                self._ingest_batch(pending[0], vectors, _result(pending[1]))
+        self.stats.db_seconds += (time.perf_counter() - started
+                                  - (self.stats.embed_seconds - embed_before))
+        self._finish()
+        return self.stats
+
+    def _batches(self, records: Iterable[DocumentRecord]) -> Iterator[list[DocumentRecord]]:
         batch: list[DocumentRecord] = []
         batch_chunks = 0
         seen: set[str] = set()
@@ -373,13 +516,25 @@ class Ingester:
             # the transaction
             batch_chunks += 1 + rec.text.count(" ") // self.chunk_words
             if len(batch) >= self.batch_documents or batch_chunks >= self.batch_chunks:
-                self._ingest_batch(batch, vectors)
+                yield batch
                 batch = []
                 batch_chunks = 0
         if batch:
-            self._ingest_batch(batch, vectors)
-        self._finish()
-        return self.stats
+            yield batch
+
+    def prepare(self, conn: psycopg.Connection[Any], analyzers: dict[str, TermAnalyzer],
+                analyzer: str, batch: list[DocumentRecord]) -> _Prepared:
+        """Everything about a batch that needs no lock and no transaction: chunks, content
+        hashes, chunk ids (sequence values are never rolled back, so reserving them
+        outside the writing transaction is safe) and the lexical and posting rows."""
+        hashes = {r.citekey: r.content_hash() for r in batch}
+        chunked = [(r, chunk_text(r.text, self.chunk_words)) for r in batch]
+        texts = [ch.text for _, chunks in chunked for ch in chunks]
+        ids = _reserve_chunk_ids(conn, len(texts))
+        term_analyzer = analyzers.setdefault(analyzer, TermAnalyzer(conn, analyzer))
+        term_analyzer.prepare(texts)
+        return _Prepared(analyzer, hashes, chunked, texts, ids,
+                         index_rows(term_analyzer, ids, texts, None))
 
     def _version(self) -> tuple[int, ActiveVersion]:
         coll = get_or_create_collection(self.conn, self.collection, private=self.private)
@@ -396,10 +551,8 @@ class Ingester:
             self.stats.notes.append(f"created index version {version.version} (active)")
         return coll, version
 
-    def _ingest_batch(self, batch: list[DocumentRecord],
-                      vectors: dict[str, np.ndarray] | None) -> None:
-        import time
-
+    def _ingest_batch(self, batch: list[DocumentRecord], vectors: dict[str, np.ndarray] | None,
+                      prepared: _Prepared | None = None) -> None:
         self.stats.documents_seen += len(batch)
         try:
             with self.conn.transaction():
@@ -414,14 +567,21 @@ class Ingester:
                         "select citekey, id, content_hash from pgfunnel.document "
                         "where collection_id = %s and citekey = any(%s)",
                         (coll, [r.citekey for r in batch])).fetchall()}
-                hashes = {r.citekey: r.content_hash() for r in batch}
+                hashes = (prepared.hashes if prepared is not None
+                          else {r.citekey: r.content_hash() for r in batch})
                 todo = [r for r in batch
                         if r.citekey not in existing or existing[r.citekey][1] != hashes[r.citekey]]
                 self.stats.documents_unchanged += len(batch) - len(todo)
                 if not todo:
                     self._tick("documents", len(batch))
                     return
-                chunked = [(r, chunk_text(r.text, self.chunk_words)) for r in todo]
+                if prepared is not None and (len(todo) < len(batch)
+                                             or prepared.analyzer != version.analyzer):
+                    # rows were built for documents that turn out unchanged, or with
+                    # another analyzer than the version's (changed meanwhile)
+                    prepared = None
+                chunked = (prepared.chunked if prepared is not None
+                           else [(r, chunk_text(r.text, self.chunk_words)) for r in todo])
                 new_texts: list[str] = []
                 new_vectors: list[np.ndarray | None] = []
                 reuse = self._reusable_vectors(version.id,
@@ -455,8 +615,7 @@ class Ingester:
                 t1 = time.perf_counter()
                 self.stats.embed_seconds += t1 - t0
                 self._write(coll, version, chunked, new_texts, new_vectors,
-                            {ck: v[0] for ck, v in existing.items()}, hashes)
-                self.stats.db_seconds += time.perf_counter() - t1
+                            {ck: v[0] for ck, v in existing.items()}, hashes, prepared)
         except psycopg.Error as exc:
             raise translate(exc) from exc
         self._tick("documents", len(batch))
@@ -474,7 +633,7 @@ class Ingester:
     def _write(self, coll: int, version: ActiveVersion,
                chunked: list[tuple[DocumentRecord, list[ChunkRecord]]], texts: list[str],
                vectors: list[np.ndarray | None], existing: dict[str, int],
-               hashes: dict[str, str]) -> None:
+               hashes: dict[str, str], prepared: _Prepared | None = None) -> None:
         from psycopg.types.json import Jsonb
 
         conn = self.conn
@@ -512,9 +671,7 @@ class Ingester:
                 " updated_at = now() returning d.id, d.citekey",
                 (coll, Jsonb(doc_rows))).fetchall()}
         n = len(texts)
-        ids = [int(r[0]) for r in conn.execute(
-            "select nextval(pg_get_serial_sequence('pgfunnel.chunk', 'id')) "
-            "from generate_series(1, %s)", (n,)).fetchall()]
+        ids = prepared.ids if prepared is not None else _reserve_chunk_ids(conn, n)
         with _copy(conn, "copy pgfunnel.chunk (id, document_id, collection_id, ordinal, "
                          "heading, text, token_count, content_hash) from stdin") as cp:
             i = 0
@@ -526,7 +683,8 @@ class Ingester:
         analyzer = self._analyzers.setdefault(version.analyzer,
                                               TermAnalyzer(conn, version.analyzer))
         write_chunk_index(conn, version.id, analyzer, ids, texts,
-                          np.stack([v for v in vectors if v is not None]) if n else None)
+                          np.stack([v for v in vectors if v is not None]) if n else None,
+                          prepared.rows if prepared is not None else None)
         self.stats.documents_written += len(chunked)
         self.stats.chunks_written += n
 

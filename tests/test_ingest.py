@@ -267,3 +267,62 @@ def test_ingest_sizes_maintenance_work_mem_for_the_hnsw_build(
 
     create_hnsw_index(conn, 1, 384, size_memory=False)
     assert [n for n in notices if "maintenance_work_mem" in n], notices
+
+
+def _index_rows_by_citekey(conn: psycopg.Connection[Any], collection: str) -> dict[str, Any]:
+    """A collection's index, keyed by what does not depend on chunk ids."""
+    where = ("from pgfunnel.chunk c join pgfunnel.document d on d.id = c.document_id "
+             "join pgfunnel.collection k on k.id = d.collection_id and k.name = %s ")
+    postings = conn.execute(
+        "select d.citekey, c.ordinal, p.term, p.tf, p.length " + where
+        + "join pgfunnel.posting p on p.chunk_id = c.id order by 1, 2, 3",
+        (collection,)).fetchall()
+    lexical = conn.execute(
+        "select d.citekey, c.ordinal, l.length, l.terms::text " + where
+        + "join pgfunnel.lexical l on l.chunk_id = c.id order by 1, 2", (collection,)).fetchall()
+    stats = conn.execute(
+        "select t.term, t.df from pgfunnel.term_stat t join pgfunnel.index_version v "
+        "on v.id = t.index_version_id join pgfunnel.collection k on k.id = v.collection_id "
+        "where k.name = %s order by 1", (collection,)).fetchall()
+    totals = conn.execute(
+        "select v.chunk_count, v.total_length from pgfunnel.index_version v "
+        "join pgfunnel.collection k on k.id = v.collection_id where k.name = %s",
+        (collection,)).fetchall()
+    return {"postings": postings, "lexical": lexical, "stats": stats, "totals": totals}
+
+
+def test_batches_prepared_ahead_write_the_same_index(conn: psycopg.Connection[Any],
+                                                     embedder: Any) -> None:
+    docs = read_path(Path(__file__).resolve().parents[1] / "pgfunnel" / "data"
+                     / "helpcenter.jsonl")
+    records = list(docs)[:60]
+    vectors = _random_vectors(records)
+    used: list[bool] = []
+
+    class Recording(Ingester):
+        """Notes whether each batch was written from rows prepared ahead."""
+
+        def _write(self, *args: Any) -> None:
+            used.append(args[-1] is not None)
+            super()._write(*args)
+
+    Recording(conn, "ahead", batch_documents=10, embedder=embedder).ingest(records, vectors=vectors)
+    assert len(used) > 2 and all(used), used
+    used.clear()
+    Recording(conn, "inline", batch_documents=10, embedder=embedder, prepare_ahead=False).ingest(
+        records, vectors=vectors)
+    assert used and not any(used)
+    ahead, inline = (_index_rows_by_citekey(conn, c) for c in ("ahead", "inline"))
+    assert ahead["postings"] and ahead == inline
+    assert_stats_exact(conn)
+
+    # a batch mixing unchanged and changed documents is written the inline way
+    changed = [DocumentRecord(r.citekey, r.text + " appendix") if i % 3 == 0 else r
+               for i, r in enumerate(records)]
+    used.clear()
+    Recording(conn, "ahead", batch_documents=10, embedder=embedder).ingest(changed, vectors=_random_vectors(changed))
+    assert used and not all(used)
+    Recording(conn, "inline", batch_documents=10, embedder=embedder, prepare_ahead=False).ingest(
+        changed, vectors=_random_vectors(changed))
+    assert _index_rows_by_citekey(conn, "ahead") == _index_rows_by_citekey(conn, "inline")
+    assert_stats_exact(conn)
