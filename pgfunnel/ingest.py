@@ -415,7 +415,7 @@ class _Preparer:
     def submit(self, batch: list[DocumentRecord]) -> Future[_Prepared] | None:
         if self.pool is None or self.conn is None or self.analyzer is None:
             return None
-        return self.pool.submit(self.ingester.prepare, self.conn, self.analyzers,
+        return self.pool.submit(self.ingester._prepare, self.conn, self.analyzers,
                                 self.analyzer, batch)
 
     def __exit__(self, *exc: object) -> None:
@@ -522,8 +522,8 @@ class Ingester:
         if batch:
             yield batch
 
-    def prepare(self, conn: psycopg.Connection[Any], analyzers: dict[str, TermAnalyzer],
-                analyzer: str, batch: list[DocumentRecord]) -> _Prepared:
+    def _prepare(self, conn: psycopg.Connection[Any], analyzers: dict[str, TermAnalyzer],
+                 analyzer: str, batch: list[DocumentRecord]) -> _Prepared:
         """Everything about a batch that needs no lock and no transaction: chunks, content
         hashes, chunk ids (sequence values are never rolled back, so reserving them
         outside the writing transaction is safe) and the lexical and posting rows."""
