@@ -113,7 +113,11 @@ declare
     n_chunks bigint;
     sum_df bigint;
     q_terms text[];
-    q_idf double precision[];
+    -- idf x (k1 + 1) per term, and the length normalisation's two constants, folded once
+    -- here: per posting only tf / (tf + norm_base + norm_per_length x length) is left
+    q_weight double precision[];
+    norm_base double precision := k1 * (1 - b);
+    norm_per_length double precision;
     cand_ids bigint[];
     cand_scores double precision[];
     n_cand integer;
@@ -132,8 +136,8 @@ begin
     -- the version's statistics and each distinct query term once, with its idf
     select v.total_length::float8 / nullif(v.chunk_count, 0), v.chunk_count, sum(ts.df),
            array_agg(ts.term order by ts.term),
-           array_agg(pgfunnel._bm25_idf(ts.df, v.chunk_count) order by ts.term)
-      into avg_len, n_chunks, sum_df, q_terms, q_idf
+           array_agg(pgfunnel._bm25_idf(ts.df, v.chunk_count) * (k1 + 1) order by ts.term)
+      into avg_len, n_chunks, sum_df, q_terms, q_weight
       from pgfunnel.index_version v
       join pgfunnel.term_stat ts on ts.index_version_id = v.id
      where v.id = _lexical_hits.version_id and ts.term = any (query_terms)
@@ -142,15 +146,15 @@ begin
         return;
     end if;
     found_terms := q_terms;
+    norm_per_length := k1 * b / avg_len;
 
     loop
         select array_agg(a.chunk_id order by a.s desc, a.chunk_id),
                array_agg(a.s order by a.s desc, a.chunk_id)
           into cand_ids, cand_scores
           from (select p.chunk_id,
-                       sum(q.idf * p.tf * (k1 + 1)
-                           / (p.tf + k1 * (1 - b + b * p.length / avg_len))) as s
-                  from unnest(q_terms, q_idf) as q(term, idf),
+                       sum(q.weight * p.tf / (p.tf + norm_base + norm_per_length * p.length)) as s
+                  from unnest(q_terms, q_weight) as q(term, weight),
                        lateral (select p.chunk_id, p.tf, p.length from pgfunnel.posting p
                                  where p.index_version_id = _lexical_hits.version_id
                                    and p.term = q.term) p
@@ -203,11 +207,10 @@ begin
                coalesce(array_agg(a.s order by a.s desc, a.chunk_id), '{}')
           into chunk_ids, scores
           from (select p.chunk_id,
-                       sum(q.idf * p.tf * (k1 + 1)
-                           / (p.tf + k1 * (1 - b + b * p.length / avg_len))) as s
+                       sum(q.weight * p.tf / (p.tf + norm_base + norm_per_length * p.length)) as s
                   from unnest(pgfunnel._visible_chunks(principals, tenant, language, as_of,
                                                        metadata_filter, collection_id)) as v(id)
-                  cross join unnest(q_terms, q_idf) as q(term, idf)
+                  cross join unnest(q_terms, q_weight) as q(term, weight)
                   join pgfunnel.posting p
                     on p.index_version_id = _lexical_hits.version_id and p.term = q.term
                    and p.chunk_id = v.id
