@@ -113,11 +113,18 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
         model_name = model or (version.embedding_model if version else "all-MiniLM-L6-v2")
         embedder = Embedder(model_name)
         with _progress() if show_progress else _NullProgress() as progress:
-            docs = progress.add_task("documents", total=len(records))
-            emb = progress.add_task("embedding chunks", total=None)
+            docs: Any = progress.add_task("documents", total=len(records))
+            emb: Any = progress.add_task("embedding chunks", total=None)
+            index_task: list[Any] = []
 
             def tick(stage: str, n: int, total: int | None = None) -> None:
-                progress.advance(docs if stage == "documents" else emb, n)
+                if stage == "index":
+                    # a new version's HNSW graph, built once after its first rows
+                    if not index_task:
+                        index_task.append(progress.add_task("building HNSW index", total=total))
+                    progress.update(index_task[0], completed=n, total=total)
+                elif stage in ("documents", "embedding"):
+                    progress.advance(docs if stage == "documents" else emb, n)
 
             ingester = Ingester(conn, collection, embedder=embedder, chunk_words=chunk_words,
                                 private=private, progress=tick)
@@ -135,6 +142,9 @@ class _NullProgress:
         return 0
 
     def advance(self, *a: Any, **k: Any) -> None:
+        return None
+
+    def update(self, *a: Any, **k: Any) -> None:
         return None
 
 

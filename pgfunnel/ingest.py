@@ -9,11 +9,12 @@ embedded. BM25 statistics are updated in the same transaction as the postings.
 from __future__ import annotations
 
 import string
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any, NamedTuple
@@ -173,6 +174,51 @@ def create_hnsw_index(conn: psycopg.Connection[Any], version_id: int, dimensions
     finally:
         for name, value in restore:
             conn.execute("select set_config(%s, %s, false)", (name, value))
+
+
+def second_connection(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any] | None:
+    """An autocommit connection to the same server as ``conn``, or None when the server
+    refuses one (at its connection limit, say)."""
+    try:
+        params = conn.info.get_parameters()
+        if conn.info.password:
+            params["password"] = conn.info.password
+        return psycopg.connect(psycopg.conninfo.make_conninfo(**params), autocommit=True,
+                               connect_timeout=5)
+    except psycopg.Error:
+        return None
+
+
+@contextmanager
+def watch_index_build(conn: psycopg.Connection[Any],
+                      report: Callable[[int, int | None], None] | None) -> Iterator[None]:
+    """While the block builds an index on ``conn``, report (tuples done, total) from
+    pg_stat_progress_create_index every quarter second, read on a second connection.
+    Progress is a nicety: without a second connection the build goes on unreported."""
+    watcher = second_connection(conn) if report is not None else None
+    if watcher is None or report is None:
+        yield
+        return
+    backend_pid = conn.info.backend_pid
+    done = threading.Event()
+
+    def poll() -> None:
+        with suppress(psycopg.Error):
+            while not done.wait(0.25):
+                row = watcher.execute(
+                    "select tuples_done, tuples_total from pg_stat_progress_create_index "
+                    "where pid = %s", (backend_pid,)).fetchone()
+                if row is not None:
+                    report(int(row[0] or 0), int(row[1] or 0) or None)
+
+    thread = threading.Thread(target=poll, name="pgfunnel-index-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        watcher.close()
 
 
 class TermAnalyzer:
@@ -401,13 +447,8 @@ class _Preparer:
         self.analyzer = str(row[0]) if row is not None and row[0] else DEFAULT_ANALYZER
         if not self.enabled:
             return self
-        try:
-            params = main.info.get_parameters()
-            if main.info.password:
-                params["password"] = main.info.password
-            self.conn = psycopg.connect(psycopg.conninfo.make_conninfo(**params),
-                                        autocommit=True, connect_timeout=5)
-        except psycopg.Error:
+        self.conn = second_connection(main)
+        if self.conn is None:
             return self  # a server at its connection limit: ingest goes on in one thread
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgfunnel-ingest")
         return self
@@ -693,8 +734,22 @@ class Ingester:
         version = active_version(self.conn, cid) if cid is not None else None
         if version is None:
             return
-        with self.conn.transaction():
+        built = self.conn.execute("select to_regclass(%s) is not null",
+                                  (f"pgfunnel.{hnsw_index_name(version.id)}",)).fetchone()
+        # the first ingest of a version builds its graph here: minutes for 100k chunks
+        report = (None if built is None or built[0] or self.progress is None
+                  else lambda n, total: self._tick("index", n, total))
+        total: int | None = None
+        if report is not None:
+            chunks = self.conn.execute("select chunk_count from pgfunnel.index_version "
+                                       "where id = %s", (version.id,)).fetchone()
+            total = int(chunks[0]) if chunks else None
+            report(0, total)
+        with watch_index_build(self.conn, report), self.conn.transaction():
             create_hnsw_index(self.conn, version.id, version.dimensions)
+        if report is not None:
+            report(total or 0, total)
+        self._tick("analyze", 0)
         refresh_table_stats(self.conn)
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -56,6 +55,7 @@ from pgfunnel.ingest import (
     hnsw_index_name,
     refresh_table_stats,
     require_collection,
+    watch_index_build,
     write_chunk_index,
 )
 
@@ -373,55 +373,20 @@ def build_index(conn: psycopg.Connection[Any], version_id: int, dimensions: int,
         if notice is not None:
             notice(text)
 
-    backend_pid = conn.info.backend_pid
-    error: list[BaseException] = []
-
-    def run() -> None:
-        try:
+    report = (None if progress is None
+              else lambda n, total: progress("index", n, total))
+    conn.add_notice_handler(on_notice)
+    try:
+        with watch_index_build(conn, report):
             # an explicit maintenance_work_mem is the caller's to keep, even when small
             create_hnsw_index(conn, version_id, dimensions, concurrently=True, m=m,
                               ef_construction=ef_construction,
                               size_memory=maintenance_work_mem is None)
-        except BaseException as exc:  # re-raised in the calling thread
-            error.append(exc)
-
-    conn.add_notice_handler(on_notice)
-    try:
-        worker = threading.Thread(target=run, name=f"pgfunnel-hnsw-v{version_id}", daemon=True)
-        worker.start()
-        watcher = _progress_connection(conn) if progress is not None else None
-        try:
-            while worker.is_alive():
-                worker.join(0.25)
-                if watcher is not None and progress is not None:
-                    row = watcher.execute(
-                        "select tuples_done, tuples_total, phase from "
-                        "pg_stat_progress_create_index where pid = %s",
-                        (backend_pid,)).fetchone()
-                    if row is not None:
-                        progress("index", int(row[0] or 0), int(row[1] or 0) or None)
-        finally:
-            if watcher is not None:
-                watcher.close()
+    except psycopg.Error as exc:
+        raise translate(exc) from exc
     finally:
         conn.remove_notice_handler(on_notice)
-    if error:
-        exc = error[0]
-        if isinstance(exc, psycopg.Error):
-            raise translate(exc) from exc
-        raise exc
     return notices
-
-
-def _progress_connection(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any] | None:
-    try:
-        params = conn.info.get_parameters()
-        if conn.info.password:
-            params["password"] = conn.info.password
-        return psycopg.connect(psycopg.conninfo.make_conninfo(**params), autocommit=True,
-                               connect_timeout=5)
-    except psycopg.Error:
-        return None  # progress is a nicety; the build goes on without it
 
 
 def validate(conn: psycopg.Connection[Any], version_id: int, *, sample: int = RECALL_SAMPLE,

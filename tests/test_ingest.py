@@ -320,9 +320,28 @@ def test_batches_prepared_ahead_write_the_same_index(conn: psycopg.Connection[An
     changed = [DocumentRecord(r.citekey, r.text + " appendix") if i % 3 == 0 else r
                for i, r in enumerate(records)]
     used.clear()
-    Recording(conn, "ahead", batch_documents=10, embedder=embedder).ingest(changed, vectors=_random_vectors(changed))
+    Recording(conn, "ahead", batch_documents=10, embedder=embedder).ingest(
+        changed, vectors=_random_vectors(changed))
     assert used and not all(used)
     Recording(conn, "inline", batch_documents=10, embedder=embedder, prepare_ahead=False).ingest(
         changed, vectors=_random_vectors(changed))
     assert _index_rows_by_citekey(conn, "ahead") == _index_rows_by_citekey(conn, "inline")
     assert_stats_exact(conn)
+
+
+def test_first_ingest_reports_the_index_build(conn: psycopg.Connection[Any]) -> None:
+    stages: list[tuple[str, int, int | None]] = []
+    docs = [DocumentRecord(f"d{i}", f"document {i}") for i in range(30)]
+    Ingester(conn, "p", progress=lambda s, n, t=None: stages.append((s, n, t))).ingest(
+        docs, vectors=_random_vectors(docs))
+    names = [s for s, _, _ in stages]
+    # the build is announced with its size before it starts; ANALYZE comes after it
+    assert ("index", 0, 30) in stages and ("index", 30, 30) in stages
+    assert names.index("index") > max(i for i, s in enumerate(names) if s == "documents")
+    assert names[-1] == "analyze"
+    # a later ingest adds to the existing index: nothing to build
+    stages.clear()
+    more = [DocumentRecord("e0", "one more document")]
+    Ingester(conn, "p", progress=lambda s, n, t=None: stages.append((s, n, t))).ingest(
+        more, vectors=_random_vectors(more))
+    assert "index" not in [s for s, _, _ in stages]
