@@ -493,6 +493,8 @@ class Ingester:
                                    ("chunk_words", chunk_words, 20)):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ConfigError(name, f"must be an integer >= {least}, got {value!r}")
+        if not isinstance(prepare_ahead, bool):
+            raise ConfigError("prepare_ahead", f"must be True or False, got {prepare_ahead!r}")
         self.batch_documents = batch_documents
         self.batch_chunks = batch_chunks
         # chunk and analyse the next batch on a second connection while one is written

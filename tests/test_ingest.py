@@ -229,7 +229,8 @@ def test_batches_end_at_the_document_or_the_chunk_limit(conn: psycopg.Connection
     assert batches(long, collection="c", batch_chunks=6) == [2, 2, 1]
     assert _counts(conn)[1] == 10 + 10 + 15
     assert_stats_exact(conn)
-    for bad in ({"batch_chunks": 0}, {"batch_documents": -1}, {"chunk_words": 5}):
+    for bad in ({"batch_chunks": 0}, {"batch_documents": -1}, {"chunk_words": 5},
+                {"prepare_ahead": "no"}):
         with pytest.raises(ConfigError, match=next(iter(bad))):
             Ingester(conn, "d", **bad)
 
