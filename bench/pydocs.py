@@ -821,19 +821,19 @@ def run(data_dir: Path, out_dir: Path, dsn: str | None = None, collection: str =
             report = build_report(rankings, selected, k=k, baseline=PEER, pools=pools,
                                   metadata={"corpus": str(data_dir), "split": split})
             report.split = split
-            write_json(report, out_dir / f"pydocs_{split}.json")
+            write_json(report, out_dir / f"{collection}_{split}.json")
             md = to_markdown(report)
-            (out_dir / f"pydocs_{split}.md").write_text(md, encoding="utf-8")
-            plot_slices(report, out_dir / f"pydocs_slices_{split}.png")
-            parts.append(summary_table(report, split))
+            (out_dir / f"{collection}_{split}.md").write_text(md, encoding="utf-8")
+            plot_slices(report, out_dir / f"{collection}_slices_{split}.png")
+            parts.append(summary_table(report, split, collection))
     return "\n".join(parts)
 
 
-def summary_table(report: Any, split: str) -> str:
+def summary_table(report: Any, split: str, name: str = "pydocs") -> str:
     """One row per configuration: nDCG@k per slice, recall@k and fused-pool recall (all)."""
     k = report.k
     slices = report.slices
-    lines = [f"### pydocs, {split} split (nDCG@{k} per slice)", "",
+    lines = [f"### {name}, {split} split (nDCG@{k} per slice)", "",
              "| configuration | " + " | ".join(slices) + f" | recall@{k} all | pool recall "
              "fused all | pool recall capped all |",
              "|---|" + "---:|" * (len(slices) + 3)]

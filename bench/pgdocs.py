@@ -1,0 +1,165 @@
+"""Second dev benchmark, from the PostgreSQL 15 documentation (Debian ``postgresql-doc-15``).
+
+Built like ``bench/pydocs.py`` so the two can check each other: pages are the documents
+(DocBook HTML, navigation header and footer dropped), and the book's index
+(``bookindex.html``) gives the queries, each judged relevant to the pages its entry
+links to. Slices as in pydocs: identifier (names with ``_``, ``.`` or camelCase, such as
+``pg_stat_activity``), keyword (plain words and phrases), sub-entry ("parent child") and
+keyword wrapped as a question. Nothing of this corpus was used to choose pgfunnel's
+defaults; it is a check that they carry over to another product's documentation.
+
+    python bench/pgdocs.py build [--out bench/data/pgdocs]
+    python bench/pgdocs.py run [--data bench/data/pgdocs] [--out bench/out]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import pydocs  # noqa: E402
+from pydocs import IndexEntry, _classes, log  # noqa: E402
+
+DOC_PACKAGE = "postgresql-doc-15"
+DOC_ROOT = Path("/usr/share/doc/postgresql-doc-15/html")
+_NAVIGATION = {"navheader", "navfooter"}
+
+
+class DocBookPageParser(pydocs.PageParser):
+    """pydocs' page parser, with the content taken from the first top-level ``div`` that
+    is not DocBook's navigation header or footer (DocBook pages have no ``div.body``)."""
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if self._body_depth == 0 and tag == "div" and not (_NAVIGATION & _classes(attrs)):
+            self._body_depth = 1
+            return
+        super().handle_starttag(tag, attrs)
+
+
+class BookIndexParser(HTMLParser):
+    """``bookindex.html``: ``<dt>name, <a href>section</a>, ...</dt>`` entries, with
+    sub-entries in a nested ``<dd><dl>``."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.entries: list[IndexEntry] = []
+        self._dl_depth = 0
+        self._entry: IndexEntry | None = None
+        self._name: list[str] = []
+        self._in_link = False
+        self._named = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "dl":
+            self._dl_depth += 1
+        elif tag == "dt" and self._dl_depth in (1, 2):
+            self._entry = IndexEntry(name="")
+            if self._dl_depth == 1:
+                self.entries.append(self._entry)
+            elif self.entries:
+                self.entries[-1].subs.append(self._entry)
+            self._name = []
+            self._named = False
+        elif tag == "a" and self._entry is not None:
+            href = dict(attrs).get("href")
+            if href and "indexterm" in _classes(attrs):
+                self._entry.links.append(href)
+            self._named = True  # the name is the text before the first link
+            self._in_link = True
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "dl":
+            self._dl_depth -= 1
+        elif tag == "a":
+            self._in_link = False
+        elif tag == "dt" and self._entry is not None:
+            self._entry.name = " ".join("".join(self._name).split()).rstrip(", ").strip()
+            self._entry = None
+
+    def handle_data(self, data: str) -> None:
+        if self._entry is not None and not self._named and not self._in_link:
+            self._name.append(data)
+
+
+def parse_bookindex(html: str) -> list[IndexEntry]:
+    parser = BookIndexParser()
+    parser.feed(html)
+    parser.close()
+    return parser.entries
+
+
+def ensure_docs(explicit: Path | None) -> Path:
+    root = explicit or DOC_ROOT
+    if not (root / "bookindex.html").is_file():
+        raise SystemExit(f"PostgreSQL HTML docs not found under {root}; install them with: "
+                         f"sudo apt-get install -y {DOC_PACKAGE} (or pass --docs DIR)")
+    return root
+
+
+def build(out_dir: Path, per_slice: int = 150, seed: int = 0,
+          docs_root: Path | None = None) -> dict[str, int]:
+    """Write ``corpus.jsonl`` and ``queries.jsonl`` under ``out_dir``; return counts."""
+    root = ensure_docs(docs_root)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    original = pydocs.parse_page
+
+    def parse_docbook(html: str) -> tuple[str, str]:
+        parser = DocBookPageParser()
+        parser.feed(html)
+        parser.close()
+        return pydocs.clean_title(parser.title), parser.text()
+
+    templates = pydocs.QUESTION_TEMPLATES
+    # build_corpus reads pages through parse_page; wrap_question names the product
+    pydocs.parse_page = parse_docbook
+    pydocs.QUESTION_TEMPLATES = tuple(t.replace("in python", "in postgres") for t in templates)
+    try:
+        docs = [d for d in pydocs.build_corpus(root, seed=seed)
+                if d["citekey"] != "bookindex"]
+        keys = {str(d["citekey"]) for d in docs}
+        entries = parse_bookindex((root / "bookindex.html").read_text(encoding="utf-8"))
+        queries = pydocs.build_queries(entries, keys, per_slice=per_slice, seed=seed)
+    finally:
+        pydocs.parse_page = original
+        pydocs.QUESTION_TEMPLATES = templates
+    for d in docs:
+        d["metadata"] = {"section": str(d["citekey"]).split("-", 1)[0]}
+    log(f"index: {len(entries)} top-level entries")
+    pydocs.write_jsonl(out_dir / "corpus.jsonl", docs)
+    pydocs.write_jsonl(out_dir / "queries.jsonl", queries)
+    counts = {"docs": len(docs), "index_entries": len(entries), "queries": len(queries),
+              "chunks_estimate": sum(pydocs.estimate_chunks(str(d["text"])) for d in docs)}
+    for s in pydocs.SLICES:
+        counts[f"queries_{s}"] = sum(1 for q in queries if q["slice"] == s)
+    return counts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="pgdocs", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="build corpus.jsonl and queries.jsonl from the docs")
+    b.add_argument("--out", type=Path, default=Path("bench/data/pgdocs"))
+    b.add_argument("--per-slice", type=int, default=150)
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--docs", type=Path, default=None, help="html/ dir of the PostgreSQL docs")
+    r = sub.add_parser("run", help="ingest into collection 'pgdocs' and evaluate every "
+                                   "configuration and the Supabase-style peer")
+    r.add_argument("--data", type=Path, default=Path("bench/data/pgdocs"))
+    r.add_argument("--out", type=Path, default=Path("bench/out"))
+    r.add_argument("--dsn", default=None)
+    r.add_argument("--k", type=int, default=10)
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        print(pydocs.run(args.data, args.out, dsn=args.dsn, collection="pgdocs", k=args.k))
+        return 0
+    for key, value in build(args.out, args.per_slice, args.seed, args.docs).items():
+        log(f"  {key:<24} {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
