@@ -4,6 +4,7 @@ Run `python bench/pydocs.py run` first (it ingests collection `pydocs` and build
 Supabase-style peer table). Then:
 
     python bench/latency_pydocs.py [--queries 150] [--repeats 3]
+    python bench/latency_pydocs.py --collection pgdocs --data bench/data/pgdocs
 
 Each query is timed once per system per repeat, systems interleaved on one warm
 connection (the order rotating from query to query), so machine noise and CPU-cache
@@ -36,6 +37,8 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=150)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--dsn", default=None)
+    ap.add_argument("--collection", default="pydocs",
+                    help="pgdocs for bench/pgdocs.py's collection (with --data bench/data/pgdocs)")
     args = ap.parse_args()
 
     from pgfunnel.db import connect
@@ -49,11 +52,12 @@ def main() -> None:
         row = conn.execute(
             "select v.id, c.id, v.analyzer, v.chunk_count from pgfunnel.index_version v "
             "join pgfunnel.collection c on c.id = v.collection_id "
-            "where c.name = 'pydocs' and v.state = 'active'").fetchone()
-        assert row is not None, "run bench/pydocs.py run first"
+            "where c.name = %s and v.state = 'active'", (args.collection,)).fetchone()
+        assert row is not None, (f"no collection {args.collection!r}: run bench/pydocs.py run "
+                                 "(or bench/pgdocs.py run) first")
         vid, cid, analyzer, n_chunks = row
         stmts = {
-            "funnel_search": "select count(*) from funnel_search(%s, %b, collection => 'pydocs')",
+            "funnel_search": "select count(*) from funnel_search(%s, %b, collection => %s)",
             "lexical leg": ("select count(*) from pgfunnel._lexical_leg(%s, "
                             "pgfunnel.analyze(%s, %s, true), 40, 1.2, 0.75, '{}', null, null, "
                             "now(), null, %s)"),
@@ -68,6 +72,8 @@ def main() -> None:
                 return (vid, q, analyzer, cid)
             if name == "dense leg":
                 return (vid, v, cid)
+            if name == "funnel_search":
+                return (q, v, args.collection)
             return (q, v)
 
         times: dict[str, list[float]] = {k: [] for k in stmts}
@@ -85,7 +91,7 @@ def main() -> None:
                     conn.execute(stmt, params(name, q, v), prepare=True).fetchall()
                     times[name].append((time.perf_counter() - t0) * 1000)
     p50 = {k: statistics.median(v) for k, v in times.items()}
-    print(f"pydocs collection: {n_chunks} chunks, all-MiniLM-L6-v2 vectors (384-dim); "
+    print(f"{args.collection} collection: {n_chunks} chunks, all-MiniLM-L6-v2 vectors (384-dim); "
           f"{len(queries)} index queries x {args.repeats} repeats, interleaved, one warm "
           "connection\n")
     print("| system | p50 ms | p95 ms | p50 vs funnel_search |")
