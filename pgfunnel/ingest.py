@@ -409,7 +409,6 @@ class _Prepared(NamedTuple):
     analyzer: str
     hashes: dict[str, str]
     chunked: list[tuple[DocumentRecord, list[ChunkRecord]]]
-    texts: list[str]
     ids: list[int]
     rows: IndexRows
 
@@ -427,43 +426,42 @@ def _result(future: Future[_Prepared] | None) -> _Prepared | None:
 
 class _Preparer:
     """Prepares batches in one background thread on a second connection, for an
-    Ingester. Without a second connection (or an analyzer to expect) it prepares
-    nothing and batches are prepared in their transaction, as before."""
+    Ingester. Without a second connection it prepares nothing and batches are prepared
+    in their transaction, as before."""
 
     def __init__(self, ingester: Ingester, *, enabled: bool = True) -> None:
         self.ingester = ingester
         self.enabled = enabled
         self.pool: ThreadPoolExecutor | None = None
-        self.conn: psycopg.Connection[Any] | None = None
-        self.analyzers: dict[str, TermAnalyzer] = {}
-        self.analyzer: str | None = None
+        self.analyzer: TermAnalyzer | None = None  # on the second connection
 
     def __enter__(self) -> _Preparer:
+        if not self.enabled:
+            return self
         main = self.ingester.conn
+        conn = second_connection(main)
+        if conn is None:
+            return self  # a server at its connection limit: ingest goes on in one thread
+        # the analyzer the version has, or will be created with
         row = main.execute(
             "select coalesce((select v.analyzer from pgfunnel.index_version v "
             "                  where v.collection_id = c.id and v.state = 'active'), c.analyzer) "
             "from pgfunnel.collection c where c.name = %s", (self.ingester.collection,)).fetchone()
-        self.analyzer = str(row[0]) if row is not None and row[0] else DEFAULT_ANALYZER
-        if not self.enabled:
-            return self
-        self.conn = second_connection(main)
-        if self.conn is None:
-            return self  # a server at its connection limit: ingest goes on in one thread
+        self.analyzer = TermAnalyzer(conn, str(row[0]) if row is not None and row[0]
+                                     else DEFAULT_ANALYZER)
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgfunnel-ingest")
         return self
 
     def submit(self, batch: list[DocumentRecord]) -> Future[_Prepared] | None:
-        if self.pool is None or self.conn is None or self.analyzer is None:
+        if self.pool is None or self.analyzer is None:
             return None
-        return self.pool.submit(self.ingester._prepare, self.conn, self.analyzers,
-                                self.analyzer, batch)
+        return self.pool.submit(self.ingester._prepare, self.analyzer, batch)
 
     def __exit__(self, *exc: object) -> None:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
-        if self.conn is not None:
-            self.conn.close()
+        if self.analyzer is not None:
+            self.analyzer.conn.close()
 
 
 class Ingester:
@@ -565,19 +563,18 @@ class Ingester:
         if batch:
             yield batch
 
-    def _prepare(self, conn: psycopg.Connection[Any], analyzers: dict[str, TermAnalyzer],
-                 analyzer: str, batch: list[DocumentRecord]) -> _Prepared:
+    def _prepare(self, analyzer: TermAnalyzer, batch: list[DocumentRecord]) -> _Prepared:
         """Everything about a batch that needs no lock and no transaction: chunks, content
         hashes, chunk ids (sequence values are never rolled back, so reserving them
-        outside the writing transaction is safe) and the lexical and posting rows."""
+        outside the writing transaction is safe) and the lexical and posting rows, read
+        and reserved on the analyzer's own connection."""
         hashes = {r.citekey: r.content_hash() for r in batch}
         chunked = [(r, chunk_text(r.text, self.chunk_words)) for r in batch]
         texts = [ch.text for _, chunks in chunked for ch in chunks]
-        ids = _reserve_chunk_ids(conn, len(texts))
-        term_analyzer = analyzers.setdefault(analyzer, TermAnalyzer(conn, analyzer))
-        term_analyzer.prepare(texts)
-        return _Prepared(analyzer, hashes, chunked, texts, ids,
-                         index_rows(term_analyzer, ids, texts, None))
+        ids = _reserve_chunk_ids(analyzer.conn, len(texts))
+        analyzer.prepare(texts)
+        return _Prepared(analyzer.analyzer, hashes, chunked, ids,
+                         index_rows(analyzer, ids, texts, None))
 
     def _version(self) -> tuple[int, ActiveVersion]:
         coll = get_or_create_collection(self.conn, self.collection, private=self.private)
