@@ -14,7 +14,6 @@ defaults; it is a check that they carry over to another product's documentation.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
@@ -105,7 +104,6 @@ def build(out_dir: Path, per_slice: int = 150, seed: int = 0,
     """Write ``corpus.jsonl`` and ``queries.jsonl`` under ``out_dir``; return counts."""
     root = ensure_docs(docs_root)
     out_dir.mkdir(parents=True, exist_ok=True)
-    original = pydocs.parse_page
 
     def parse_docbook(html: str) -> tuple[str, str]:
         parser = DocBookPageParser()
@@ -113,19 +111,14 @@ def build(out_dir: Path, per_slice: int = 150, seed: int = 0,
         parser.close()
         return pydocs.clean_title(parser.title), parser.text()
 
-    templates = pydocs.QUESTION_TEMPLATES
-    # build_corpus reads pages through parse_page; wrap_question names the product
-    pydocs.parse_page = parse_docbook
-    pydocs.QUESTION_TEMPLATES = tuple(t.replace("in python", "in postgres") for t in templates)
-    try:
-        docs = [d for d in pydocs.build_corpus(root, seed=seed)
-                if d["citekey"] != "bookindex"]
-        keys = {str(d["citekey"]) for d in docs}
-        entries = parse_bookindex((root / "bookindex.html").read_text(encoding="utf-8"))
-        queries = pydocs.build_queries(entries, keys, per_slice=per_slice, seed=seed)
-    finally:
-        pydocs.parse_page = original
-        pydocs.QUESTION_TEMPLATES = templates
+    docs = [d for d in pydocs.build_corpus(root, seed=seed, parse=parse_docbook)
+            if d["citekey"] != "bookindex"]
+    keys = {str(d["citekey"]) for d in docs}
+    entries = parse_bookindex((root / "bookindex.html").read_text(encoding="utf-8"))
+    # the question templates name the product
+    templates = tuple(t.replace("in python", "in postgres") for t in pydocs.QUESTION_TEMPLATES)
+    queries = pydocs.build_queries(entries, keys, per_slice=per_slice, seed=seed,
+                                   templates=templates)
     for d in docs:
         d["metadata"] = {"section": str(d["citekey"]).split("-", 1)[0]}
     log(f"index: {len(entries)} top-level entries")
@@ -139,19 +132,8 @@ def build(out_dir: Path, per_slice: int = 150, seed: int = 0,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="pgdocs", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("build", help="build corpus.jsonl and queries.jsonl from the docs")
-    b.add_argument("--out", type=Path, default=Path("bench/data/pgdocs"))
-    b.add_argument("--per-slice", type=int, default=150)
-    b.add_argument("--seed", type=int, default=0)
-    b.add_argument("--docs", type=Path, default=None, help="html/ dir of the PostgreSQL docs")
-    r = sub.add_parser("run", help="ingest into collection 'pgdocs' and evaluate every "
-                                   "configuration and the Supabase-style peer")
-    r.add_argument("--data", type=Path, default=Path("bench/data/pgdocs"))
-    r.add_argument("--out", type=Path, default=Path("bench/out"))
-    r.add_argument("--dsn", default=None)
-    r.add_argument("--k", type=int, default=10)
+    parser, _ = pydocs.bench_parser("pgdocs", __doc__.split("\n\n")[0],
+                                    "the PostgreSQL docs")
     args = parser.parse_args(argv)
     if args.command == "run":
         print(pydocs.run(args.data, args.out, dsn=args.dsn, collection="pgdocs", k=args.k))

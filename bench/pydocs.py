@@ -24,7 +24,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
@@ -471,9 +471,9 @@ def assign_split(query_id: str) -> str:
     return "dev" if stable_hash(query_id) % 2 == 0 else "test"
 
 
-def wrap_question(term: str) -> str:
+def wrap_question(term: str, templates: tuple[str, ...] = QUESTION_TEMPLATES) -> str:
     """Wrap a keyword as a question; the template is chosen by a stable hash of the term."""
-    template = QUESTION_TEMPLATES[stable_hash(term) % len(QUESTION_TEMPLATES)]
+    template = templates[stable_hash(term) % len(templates)]
     return template.format(x=term)
 
 
@@ -544,7 +544,8 @@ def _sample(items: list[str], n: int, seed: int, slice_name: str) -> list[str]:
 
 
 def build_queries(
-    entries: Iterable[IndexEntry], corpus_keys: set[str], per_slice: int = 150, seed: int = 0
+    entries: Iterable[IndexEntry], corpus_keys: set[str], per_slice: int = 150, seed: int = 0,
+    templates: tuple[str, ...] = QUESTION_TEMPLATES
 ) -> list[dict[str, object]]:
     """Judged queries for all slices from parsed index entries."""
     cands = candidates_from_index(entries, corpus_keys)
@@ -563,7 +564,7 @@ def build_queries(
     for s in SLICES:
         source = usable["keyword"] if s == "question" else usable[s]
         for term in chosen[s]:
-            text = wrap_question(term) if s == "question" else term
+            text = wrap_question(term, templates) if s == "question" else term
             qid = make_query_id(s, text)
             queries.append(
                 {
@@ -582,7 +583,8 @@ def build_queries(
 
 
 def build_corpus(
-    root: Path, max_pages: int | None = None, seed: int = 0
+    root: Path, max_pages: int | None = None, seed: int = 0,
+    parse: Callable[[str], tuple[str, str]] = parse_page
 ) -> list[dict[str, object]]:
     paths = list(iter_page_paths(root))
     if max_pages is not None and max_pages < len(paths):
@@ -591,7 +593,7 @@ def build_corpus(
     skipped = 0
     for i, path in enumerate(paths, 1):
         rel = path.relative_to(root).as_posix()
-        title, text = parse_page(path.read_text(encoding="utf-8", errors="replace"))
+        title, text = parse(path.read_text(encoding="utf-8", errors="replace"))
         if word_count(text) < MIN_WORDS:
             skipped += 1
         else:
@@ -851,21 +853,29 @@ def summary_table(report: Any, split: str, name: str = "pydocs") -> str:
 # --------------------------------------------------------------------------- CLI
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="pydocs", description=__doc__.split("\n\n")[0])
+def bench_parser(name: str, description: str,
+                 docs: str) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """The command line of a docs benchmark (``build`` and ``run``), and its ``build``
+    subparser for options of that benchmark's own."""
+    parser = argparse.ArgumentParser(prog=name, description=description)
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build corpus.jsonl and queries.jsonl from the docs")
-    b.add_argument("--out", type=Path, default=Path("bench/data/pydocs"))
-    b.add_argument("--max-pages", type=int, default=None, help="sample this many pages")
+    b.add_argument("--out", type=Path, default=Path(f"bench/data/{name}"))
     b.add_argument("--per-slice", type=int, default=150, help="max queries per slice")
     b.add_argument("--seed", type=int, default=0)
-    b.add_argument("--docs", type=Path, default=None, help="html/ dir of the Python docs")
-    r = sub.add_parser("run", help="ingest into collection 'pydocs' and evaluate every "
+    b.add_argument("--docs", type=Path, default=None, help=f"html/ dir of {docs}")
+    r = sub.add_parser("run", help=f"ingest into collection '{name}' and evaluate every "
                                    "configuration and the Supabase-style peer")
-    r.add_argument("--data", type=Path, default=Path("bench/data/pydocs"))
+    r.add_argument("--data", type=Path, default=Path(f"bench/data/{name}"))
     r.add_argument("--out", type=Path, default=Path("bench/out"))
     r.add_argument("--dsn", default=None)
     r.add_argument("--k", type=int, default=10)
+    return parser, b
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser, b = bench_parser("pydocs", __doc__.split("\n\n")[0], "the Python docs")
+    b.add_argument("--max-pages", type=int, default=None, help="sample this many pages")
     args = parser.parse_args(argv)
     if args.command == "run":
         print(run(args.data, args.out, dsn=args.dsn, k=args.k))

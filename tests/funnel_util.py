@@ -6,7 +6,11 @@ model name and dimension, so the Ingester never needs to load an embedding model
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -75,3 +79,14 @@ def lexical(conn: psycopg.Connection[Any], query: str, collection: str = "defaul
     return conn.execute(
         f"select chunk_id, citekey, lexical_rank, lexical_score, final_rank "
         f"from pgfunnel.funnel_search(%(q)s, null, {named})", {"q": query, **args}).fetchall()
+
+
+def load_module(name: str, path: Path) -> ModuleType:
+    """A script that is not a package module (a benchmark, an example app), imported from
+    its file. It is registered in sys.modules first: dataclasses look their module up."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -448,18 +448,15 @@ def test_orm_hides_chunk(request: pytest.FixtureRequest, mode: str) -> None:
 
 
 def test_example_webapp_hides_chunk(app_dsn: str) -> None:
-    import importlib.util
     from pathlib import Path
 
     from fastapi.testclient import TestClient
+    from funnel_util import load_module
 
     path = Path(__file__).resolve().parent.parent / "examples" / "webapp" / "app.py"
     if not path.exists():
         pytest.skip("examples/webapp/app.py is not there yet")
-    spec = importlib.util.spec_from_file_location("pgf_example_webapp", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_module("pgf_example_webapp", path)
 
     class FixedEmbedder:  # stands in for a model: these tests' vectors are not a model's
         model_name = "random-vectors-16"

@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
+
+from funnel_util import load_module
 
 _BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_pgdocs", _BENCH / "pgdocs.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_pgdocs"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-pgdocs = _load()
+pgdocs = load_module("bench_pgdocs", _BENCH / "pgdocs.py")
 
 PAGE = """<html><head><title>CREATE INDEX</title></head><body id="docContent">
 <div class="navheader"><table><tr><th>NAVHEADER</th></tr></table></div>

@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from funnel_util import load_module
 
 _PATH = Path(__file__).resolve().parents[1] / "bench" / "pydocs.py"
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_pydocs", _PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_pydocs"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-pydocs = _load()
+pydocs = load_module("bench_pydocs", _PATH)
 
 PAGE = """<!DOCTYPE html>
 <html><head><title>json — JSON encoder and decoder &#8212; Python 3.11.2 documentation</title>

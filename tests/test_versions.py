@@ -3,7 +3,6 @@ kill -9 mid-build, and searches while the active version flips."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -15,6 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from funnel_util import load_module
 from typer.testing import CliRunner
 
 from pgfunnel import versions
@@ -278,11 +278,7 @@ def test_kill_9_mid_build_then_rerun_resumes_and_cleans(sample_db: str, embedder
 
 
 def test_searches_while_switching_see_one_version_wholly(sample_db: str) -> None:
-    spec = importlib.util.spec_from_file_location("switch_under_load",
-                                                  ROOT / "bench" / "switch_under_load.py")
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_module("switch_under_load", ROOT / "bench" / "switch_under_load.py")
     # ef_search above the chunk count: the dense leg is exhaustive, so a difference
     # between answers can only come from mixing versions, not from ANN approximation
     counts = bench.run(sample_db, "default", searches=500, n_queries=30, ef_search=1000)

@@ -3,13 +3,13 @@ the reader identity from the X-Principals header."""
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from funnel_util import load_module
 
 from pgfunnel.db import connect
 from pgfunnel.ingest import Ingester
@@ -26,11 +26,7 @@ SECRET = DocumentRecord(
 
 
 def _load_app_module() -> Any:
-    spec = importlib.util.spec_from_file_location("pgfunnel_example_webapp", APP)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module("pgfunnel_example_webapp", APP)
 
 
 @pytest.fixture()
