@@ -699,30 +699,32 @@ def corpus_records(path: Path) -> list[Any]:
 
 def cached_vectors(records: list[Any], cache: Path, embedder: Any,
                    chunk_words: int = CHUNK_WORDS) -> tuple[dict[str, Any], float, int]:
-    """Per-citekey chunk vectors, embedding only chunks whose text hash is not cached.
+    """Per-citekey chunk vectors, embedding only chunks whose input is not cached.
 
-    The cache is an ``.npz`` of ``hashes`` (sha256 of the chunk text, the same hash
-    pgfunnel uses) and ``vectors``, so a rerun on the same corpus embeds nothing.
+    Each chunk is embedded as pgfunnel's own ingest would embed it (``embedding_input``:
+    the page title above the chunk). The cache is an ``.npz`` of ``hashes`` (sha256 of
+    that input) and ``vectors``, so a rerun on the same corpus embeds nothing.
     Returns (vectors by citekey, seconds spent embedding, chunks embedded).
     """
     import time
 
     import numpy as np
 
-    from pgfunnel.sources import chunk_text
+    from pgfunnel.sources import chunk_text, embedding_input
 
     known: dict[str, Any] = {}
     if cache.exists():
         data = np.load(cache)
         if int(data["vectors"].shape[1]) == embedder.dimensions:
             known = dict(zip((str(h) for h in data["hashes"]), data["vectors"], strict=True))
-    chunked = {r.citekey: chunk_text(r.text, chunk_words) for r in records}
+    inputs = {r.citekey: [embedding_input(r.title, ch.text)
+                          for ch in chunk_text(r.text, chunk_words)] for r in records}
     todo: dict[str, str] = {}
-    for chunks in chunked.values():
-        for ch in chunks:
-            h = ch.content_hash()
+    for texts in inputs.values():
+        for text in texts:
+            h = hashlib.sha256(text.encode()).hexdigest()
             if h not in known:
-                todo[h] = ch.text
+                todo[h] = text
     seconds = 0.0
     if todo:
         log(f"embedding {len(todo)} chunks ({len(known)} cached) with {embedder.model_name}")
@@ -746,8 +748,8 @@ def cached_vectors(records: list[Any], cache: Path, embedder: Any,
             np.savez(cache, hashes=np.array(hashes),
                      vectors=np.stack([known[h] for h in hashes]).astype(np.float32))
         seconds = time.perf_counter() - t0
-    out = {ck: np.stack([known[ch.content_hash()] for ch in chunks])
-           for ck, chunks in chunked.items() if chunks}
+    out = {ck: np.stack([known[hashlib.sha256(t.encode()).hexdigest()] for t in texts])
+           for ck, texts in inputs.items() if texts}
     return out, seconds, len(todo)
 
 

@@ -32,7 +32,14 @@ from pgfunnel.errors import (
     PgfunnelError,
     translate,
 )
-from pgfunnel.sources import DEFAULT_CHUNK_WORDS, ChunkRecord, DocumentRecord, chunk_text
+from pgfunnel.sources import (
+    DEFAULT_CHUNK_WORDS,
+    DEFAULT_EMBED_INPUT,
+    ChunkRecord,
+    DocumentRecord,
+    chunk_text,
+    embedding_input,
+)
 
 DEFAULT_COLLECTION = "default"
 DEFAULT_ANALYZER = "english_v1"
@@ -65,6 +72,9 @@ class ActiveVersion:
     embedding_model: str
     dimensions: int
     analyzer: str
+    # what the embedder reads per chunk (sources.embedding_input); "text" for versions
+    # made before it was recorded
+    embed_input: str = "text"
 
 
 def collection_id(conn: psycopg.Connection[Any], name: str) -> int | None:
@@ -82,7 +92,8 @@ def require_collection(conn: psycopg.Connection[Any], name: str) -> int:
 
 def active_version(conn: psycopg.Connection[Any], coll_id: int) -> ActiveVersion | None:
     row = conn.execute(
-        "select id, version, embedding_model, dimensions, analyzer from pgfunnel.index_version "
+        "select id, version, embedding_model, dimensions, analyzer, "
+        "       coalesce(params ->> 'embed_input', 'text') from pgfunnel.index_version "
         "where collection_id = %s and state = 'active'", (coll_id,)).fetchone()
     return None if row is None else ActiveVersion(*row)
 
@@ -288,7 +299,8 @@ def create_version(conn: psycopg.Connection[Any], coll_id: int, model: str, dime
         "select %s, coalesce(max(version), 0) + 1, %s, %s, %s, %s, %s, "
         "       case when %s = 'active' then now() end "
         "from pgfunnel.index_version where collection_id = %s returning id",
-        (coll_id, model, dimensions, analyzer, state, Jsonb(params or {}), state, coll_id),
+        (coll_id, model, dimensions, analyzer, state,
+         Jsonb({"embed_input": DEFAULT_EMBED_INPUT, **(params or {})}), state, coll_id),
     ).fetchone()
     assert row is not None
     return int(row[0])
@@ -525,7 +537,12 @@ class Ingester:
 
     def ingest(self, records: Iterable[DocumentRecord],
                vectors: dict[str, np.ndarray] | None = None) -> IngestStats:
-        """Ingest documents. ``vectors`` (citekey -> array of chunk vectors) skips the model."""
+        """Ingest documents. ``vectors`` (citekey -> array of chunk vectors) skips the model.
+
+        Vectors you compute yourself should embed ``sources.embedding_input(title,
+        chunk.text)`` for each chunk of ``sources.chunk_text(text)``: that is what the
+        built-in embedder reads in a version made by this release.
+        """
         started = time.perf_counter()
         embed_before = self.stats.embed_seconds
         with _Preparer(self, enabled=self.prepare_ahead) as preparer:
@@ -603,8 +620,8 @@ class Ingester:
                 coll, version = self._version()
                 self.stats.index_version = version.version
                 existing = {
-                    ck: (int(did), h) for ck, did, h in self.conn.execute(
-                        "select citekey, id, content_hash from pgfunnel.document "
+                    ck: (int(did), h, t) for ck, did, h, t in self.conn.execute(
+                        "select citekey, id, content_hash, title from pgfunnel.document "
                         "where collection_id = %s and citekey = any(%s)",
                         (coll, [r.citekey for r in batch])).fetchall()}
                 hashes = (prepared.hashes if prepared is not None
@@ -623,10 +640,14 @@ class Ingester:
                 chunked = (prepared.chunked if prepared is not None
                            else [(r, chunk_text(r.text, self.chunk_words)) for r in todo])
                 new_texts: list[str] = []
+                embed_texts: list[str] = []
                 new_vectors: list[np.ndarray | None] = []
+                # a vector embedded with the title is stale once the title changes
                 reuse = self._reusable_vectors(version.id,
                                                [existing[r.citekey][0] for r in todo
-                                                if r.citekey in existing])
+                                                if r.citekey in existing and (
+                                                    version.embed_input == "text"
+                                                    or existing[r.citekey][2] == r.title)])
                 labels: dict[int, str] = {}
                 for rec, chunks in chunked:
                     given = vectors.get(rec.citekey) if vectors is not None else None
@@ -636,6 +657,8 @@ class Ingester:
                             f"{len(chunks)} chunks")
                     for i, ch in enumerate(chunks):
                         new_texts.append(ch.text)
+                        embed_texts.append(embedding_input(rec.title, ch.text,
+                                                           version.embed_input))
                         if given is not None:
                             new_vectors.append(given[i])
                             labels[len(new_vectors) - 1] = f"vectors[{rec.citekey!r}][{i}]"
@@ -647,7 +670,7 @@ class Ingester:
                 t0 = time.perf_counter()
                 if missing:
                     embedded = self.embedder.embed(
-                        [new_texts[i] for i in missing],
+                        [embed_texts[i] for i in missing],
                         progress=lambda n: self._tick("embedding", n))
                     for i, vec in zip(missing, embedded, strict=True):
                         new_vectors[i] = vec

@@ -21,6 +21,10 @@ from pgfunnel.errors import InvalidDocumentError
 
 SUPPORTED_SUFFIXES = (".md", ".markdown", ".txt", ".html", ".htm", ".jsonl")
 DEFAULT_CHUNK_WORDS = 200
+# what the embedder reads for a chunk, recorded per index version (params.embed_input);
+# versions made before it was recorded read the chunk text alone
+EMBED_INPUTS = ("title", "text")
+DEFAULT_EMBED_INPUT = "title"
 
 
 @dataclass
@@ -219,6 +223,29 @@ def _sections(text: str) -> list[tuple[str, str]]:
         else:
             sections[-1][1].append(line)
     return [(h, "\n".join(b).strip()) for h, b in sections if h or "\n".join(b).strip()]
+
+
+def embedding_input(title: str, chunk_text: str, embed_input: str = DEFAULT_EMBED_INPUT) -> str:
+    """The text the embedder reads for one chunk of a document titled ``title``.
+
+    ``"title"`` puts the title on a line above the chunk, unless the chunk's first line
+    is the title already: a chunk from the middle of a page otherwise does not say
+    what the page is about, and a question names the page's subject more often than
+    the section's wording (pydocs, dense leg alone: nDCG@10 0.493 -> 0.531 on dev).
+    ``"text"`` is the chunk alone. Lexical indexing always reads the chunk alone.
+    Compute vectors you pass to ``Ingester.ingest(vectors=...)`` from this text too,
+    or searches and stored vectors will not have been embedded alike.
+    """
+    if embed_input not in EMBED_INPUTS:
+        raise ValueError(f"embed_input must be one of {', '.join(EMBED_INPUTS)}, "
+                         f"not {embed_input!r}")
+    title = " ".join(title.split())
+    if embed_input == "text" or not title:
+        return chunk_text
+    first_line = chunk_text.split("\n", 1)[0].lstrip("#")
+    if " ".join(first_line.split()) == title:
+        return chunk_text
+    return f"{title}\n{chunk_text}"
 
 
 def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkRecord]:

@@ -58,6 +58,7 @@ from pgfunnel.ingest import (
     watch_index_build,
     write_chunk_index,
 )
+from pgfunnel.sources import DEFAULT_EMBED_INPUT, embedding_input
 
 #: first key of the two-key advisory lock that serialises reindex per collection ("pgfu")
 REINDEX_LOCK_CLASS = 0x70676675
@@ -232,9 +233,11 @@ def writer_lock(conn: psycopg.Connection[Any], collection: str) -> Iterator[int]
 
 
 def _missing_chunks(conn: psycopg.Connection[Any], coll_id: int, version_id: int,
-                    limit: int | None = None) -> list[tuple[int, str]]:
-    return [(int(a), str(b)) for a, b in conn.execute(
-        "select c.id, c.text from pgfunnel.chunk c where c.collection_id = %s "
+                    limit: int | None = None) -> list[tuple[int, str, str]]:
+    """(chunk id, text, document title) of chunks the version has not indexed yet."""
+    return [(int(a), str(b), str(t)) for a, b, t in conn.execute(
+        "select c.id, c.text, d.title from pgfunnel.chunk c "
+        "join pgfunnel.document d on d.id = c.document_id where c.collection_id = %s "
         "and not exists (select 1 from pgfunnel.lexical l "
         "                where l.index_version_id = %s and l.chunk_id = c.id) "
         "order by c.id limit %s", (coll_id, version_id, limit)).fetchall()]
@@ -242,27 +245,29 @@ def _missing_chunks(conn: psycopg.Connection[Any], coll_id: int, version_id: int
 
 def _index_batch(conn: psycopg.Connection[Any], version_id: int,
                  embedder: Embedder | Callable[[], Embedder] | None,
-                 analyzer: TermAnalyzer, batch: list[tuple[int, str]],
+                 analyzer: TermAnalyzer, batch: list[tuple[int, str, str]],
                  progress: Callable[[int], None] | None = None,
-                 reuse_from: int | None = None) -> int:
+                 reuse_from: int | None = None, embed_input: str = "text") -> int:
     """Embed and index a batch of chunks into a version, in the caller's transaction.
 
-    ``reuse_from``: a version made with the same model; its vectors are copied instead of
-    computing them again (an analyzer-only reindex then costs no model time).
+    ``reuse_from``: a version made with the same model and embedding input; its vectors
+    are copied instead of computing them again (an analyzer-only reindex then costs no
+    model time).
     """
     found: dict[int, np.ndarray] = {}
     if reuse_from is not None:
         found = {int(c): as_array(v) for c, v in conn.execute(
             "select chunk_id, embedding from pgfunnel.embedding where index_version_id = %s "
-            "and chunk_id = any(%s)", (reuse_from, [cid for cid, _ in batch])).fetchall()}
-    todo = [i for i, (cid, _) in enumerate(batch) if cid not in found]
-    vectors: list[np.ndarray | None] = [found.get(cid) for cid, _ in batch]
+            "and chunk_id = any(%s)", (reuse_from, [cid for cid, _, _ in batch])).fetchall()}
+    todo = [i for i, (cid, _, _) in enumerate(batch) if cid not in found]
+    vectors: list[np.ndarray | None] = [found.get(cid) for cid, _, _ in batch]
     if todo:
         model = embedder() if callable(embedder) and not isinstance(embedder, Embedder) \
             else embedder
         if model is None:
             raise PgfunnelError("internal: chunks to embed but no embedder")
-        for i, vec in zip(todo, model.embed([batch[i][1] for i in todo]), strict=True):
+        texts = [embedding_input(batch[i][2], batch[i][1], embed_input) for i in todo]
+        for i, vec in zip(todo, model.embed(texts), strict=True):
             vectors[i] = vec
     if progress is not None:
         progress(len(batch))
@@ -270,8 +275,8 @@ def _index_batch(conn: psycopg.Connection[Any], version_id: int,
     # locked against deletion until this batch commits
     alive = {int(r[0]) for r in conn.execute(
         "select id from pgfunnel.chunk where id = any(%s) for key share",
-        ([cid for cid, _ in batch],)).fetchall()}
-    keep = [i for i, (cid, _) in enumerate(batch) if cid in alive]
+        ([cid for cid, _, _ in batch],)).fetchall()}
+    keep = [i for i, (cid, _, _) in enumerate(batch) if cid in alive]
     if not keep:
         return 0
     write_chunk_index(conn, version_id, analyzer, [batch[i][0] for i in keep],
@@ -290,9 +295,11 @@ def catch_up(conn: psycopg.Connection[Any], coll_id: int, version_id: int,
     switch, under the ingest lock); otherwise each batch commits on its own, so a killed
     run keeps what it finished.
     """
-    row = conn.execute("select embedding_model, analyzer, dimensions from pgfunnel.index_version "
-                       "where id = %s", (version_id,)).fetchone()
+    row = conn.execute("select embedding_model, analyzer, dimensions, "
+                       "       coalesce(params ->> 'embed_input', 'text') "
+                       "from pgfunnel.index_version where id = %s", (version_id,)).fetchone()
     assert row is not None
+    embed_input = str(row[3])
     done = 0
     term_analyzer = TermAnalyzer(conn, analyzer or str(row[1]))
     loaded: list[Embedder] = [embedder] if embedder is not None else []
@@ -318,11 +325,11 @@ def catch_up(conn: psycopg.Connection[Any], coll_id: int, version_id: int,
 
         if in_transaction:
             done += _index_batch(conn, version_id, model, term_analyzer, batch, tick,
-                                 reuse_from)
+                                 reuse_from, embed_input)
         else:
             with conn.transaction():
                 done += _index_batch(conn, version_id, model, term_analyzer, batch, tick,
-                                     reuse_from)
+                                     reuse_from, embed_input)
 
 
 def cleanup_invalid_indexes(conn: psycopg.Connection[Any]) -> list[str]:
@@ -443,8 +450,11 @@ def _recall(conn: psycopg.Connection[Any], version_id: int, dims: int, sample: i
     with conn.transaction(force_rollback=True):
         conn.execute("select set_config('hnsw.ef_search', %s, true), "
                      "set_config('hnsw.iterative_scan', 'off', true)", (str(ef_search),))
+        # a small version's primary key scan plus a sort can look cheaper than the graph
+        # to the planner; the probe checks that the graph answers, so it rules both out
         conn.execute("set local enable_seqscan = off")
         conn.execute("set local enable_bitmapscan = off")
+        conn.execute("set local enable_sort = off")
         plan = conn.execute(sql.SQL("explain (format json) ") + ann,
                             {"q": probes[0][0]}).fetchone()
         used = plan is not None and hnsw_index_name(version_id) in json.dumps(plan[0])
@@ -452,6 +462,7 @@ def _recall(conn: psycopg.Connection[Any], version_id: int, dims: int, sample: i
                      for p in probes]
         conn.execute("set local enable_indexscan = off")
         conn.execute("set local enable_seqscan = on")
+        conn.execute("set local enable_sort = on")
         for p, got in zip(probes, ann_dists, strict=True):
             truth = [float(r[0]) for r in conn.execute(exact, {"q": p[0]}).fetchall()]
             if not truth:
@@ -531,8 +542,9 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
         resumed = False
         if building is not None:
             if (building.embedding_model, building.analyzer) == (want_model, want_analyzer) and (
-                    building.params.get("m", 16), building.params.get("ef_construction", 64)
-            ) == (m, ef_construction):
+                    building.params.get("m", 16), building.params.get("ef_construction", 64),
+                    building.params.get("embed_input", "text")
+            ) == (m, ef_construction, DEFAULT_EMBED_INPUT):
                 resumed = True
                 notes.append(f"resuming version {building.version} "
                              f"({building.chunk_count} chunks already indexed)")
@@ -542,10 +554,12 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
                              "this run asks for other settings")
                 drop_version_rows(conn, building.id)
                 building = None
-        # vectors of a version made with the same model are copied, not computed again
+        # vectors of a version made with the same model from the same input are copied,
+        # not computed again
         source = None if reembed else next(
             (v for v in sorted(_versions(conn, coll_id), key=lambda v: v.state != "active")
              if v.embedding_model == want_model and v.state in ("active", "ready", "retired")
+             and v.params.get("embed_input", "text") == DEFAULT_EMBED_INPUT
              and (building is None or v.id != building.id)), None)
         t0 = time.perf_counter()
         if embedder is not None and embedder.model_name != want_model:
