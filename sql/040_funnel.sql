@@ -58,9 +58,8 @@ declare
     den_depth integer;
     q_terms text[] := '{}';
     q_positions integer[];
-    n_words integer := 0;
-    n_covered integer := 0;
-    word_covered boolean;
+    -- the share of the query's idf the version holds (see below)
+    coverage double precision;
     dropped text[];
     w_lex double precision;
     w_den double precision;
@@ -183,22 +182,25 @@ begin
     -- Vocabulary mismatch: BM25 ranks on the query words the version holds and is blind
     -- to the rest, so a query whose words are partly absent (a synonym, a product name
     -- the documents never use) gets a lexical ranking built from its leftovers, usually
-    -- its commonest words. The lexical weight is scaled by the share of query words with
-    -- at least one indexed term (an identifier counts when its whole form or any part
-    -- is indexed). Only when both legs run: alone, a leg's weight changes no order.
+    -- its commonest words. The lexical weight is scaled by the share of the query's idf
+    -- that the version holds: a word with an indexed term (an identifier counts when
+    -- its whole form or any part is indexed) brings the idf of its rarest indexed term,
+    -- an absent word the idf of a term in no chunk. Absent words tend to be the
+    -- informative ones, so a count of words overstated what BM25 could still see when
+    -- only "plan" and "monthly" were left. Only when both legs run: alone, a leg's
+    -- weight changes no order.
     if w_lex > 0 and w_den > 0 and cardinality(q_terms) > 0 then
-        -- terms come in word order; a word is covered when any of its terms was found
-        for i in 1..cardinality(q_terms) loop
-            if i = 1 or q_positions[i] <> q_positions[i - 1] then
-                n_words := n_words + 1;
-                word_covered := false;
-            end if;
-            if not word_covered and q_terms[i] = any (lex.found_terms) then
-                word_covered := true;
-                n_covered := n_covered + 1;
-            end if;
-        end loop;
-        w_lex := w_lex * n_covered / n_words;
+        select sum(w.idf) filter (where w.covered) / sum(w.idf)
+          into coverage
+          from (select bool_or(q.term = any (lex.found_terms)) as covered,
+                       coalesce(max(pgfunnel._bm25_idf(ts.df, v.chunk_count)),
+                                pgfunnel._bm25_idf(0, v.chunk_count)) as idf
+                  from unnest(q_terms, q_positions) as q(term, word)
+                  join pgfunnel.index_version v on v.id = version_id
+                  left join pgfunnel.term_stat ts
+                    on ts.index_version_id = version_id and ts.term = q.term
+                 group by q.word, v.chunk_count) w;
+        w_lex := w_lex * coalesce(coverage, 0);
     end if;
     -- each leg's scores come best first, so its range is its two ends. A lexical leg
     -- that returned fewer rows than its depth listed every visible chunk with a BM25

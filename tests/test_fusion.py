@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 from typing import Any
@@ -112,13 +113,26 @@ def test_leg_without_input_has_no_vote(corpus: psycopg.Connection[Any]) -> None:
     assert all(r[6] == pytest.approx(want[r[0]]) for r in rows)
 
 
+def _idf(conn: psycopg.Connection[Any], term: str | None) -> float:
+    """BM25's idf of a term in the active version; of a term in no chunk for None."""
+    n = conn.execute("select chunk_count from pgfunnel.index_version where state = 'active'"
+                     ).fetchone()[0]  # type: ignore[index]
+    row = conn.execute("select df from pgfunnel.term_stat where term = %s", (term,)).fetchone()
+    df = 0 if row is None else row[0]
+    return math.log(1 + (n - df + 0.5) / (df + 0.5))
+
+
 @pytest.mark.parametrize("fusion", ["rrf", "minmax", "zscore"])
-def test_lexical_weight_scales_with_query_word_coverage(corpus: psycopg.Connection[Any],
-                                                         fusion: str) -> None:
+def test_lexical_weight_scales_with_query_idf_coverage(corpus: psycopg.Connection[Any],
+                                                       fusion: str) -> None:
     v = unit(np.random.default_rng(5), DIMS)
-    # "zzqx" and "wovu" are in no chunk: two of four words are covered
+    # "zzqx" and "wovu" are in no chunk: the weight is the share of the query's idf
+    # held by the two indexed words, each absent word counting a term in no chunk
     rows = _candidates(corpus, "kara zzqx lopo wovu", v, fusion=fusion, weights=[1.0, 0.7])
-    want = _expected(rows, fusion, (0.5, 0.7), 60.0)
+    held = _idf(corpus, "kara") + _idf(corpus, "lopo")
+    share = held / (held + 2 * _idf(corpus, None))
+    assert 0.05 < share < 0.5  # absent words are the rarest: less than their count share
+    want = _expected(rows, fusion, (share, 0.7), 60.0)
     assert all(r[6] == pytest.approx(want[r[0]], rel=1e-9, abs=1e-12) for r in rows)
     # the lexical leg itself is unchanged: the absent words only cost it weight
     full = _candidates(corpus, "kara lopo", v, fusion=fusion, weights=[1.0, 0.7])
