@@ -81,7 +81,8 @@ def reindex(
              "committed batch).")] = 256,
     reembed: Annotated[bool, typer.Option(
         "--reembed", help="Compute vectors again even when a version with the same model "
-                          "exists (by default its vectors are copied).")] = False,
+                          "and embedding input exists (by default its vectors are "
+                          "copied).")] = False,
     m: Annotated[int, typer.Option(help="HNSW m (links per node).")] = 16,
     ef_construction: Annotated[int, typer.Option(help="HNSW ef_construction.")] = 64,
     dsn: DsnOption = None,
