@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pgfunnel.db import connect
-from pgfunnel.doctor import Finding, check_pgvector, run_checks, worst
+from pgfunnel.doctor import Finding, check_active_indexes, check_pgvector, run_checks, worst
 
 
 def _doctor(dsn: str) -> tuple[int, dict[str, Any]]:
@@ -37,6 +37,14 @@ def test_healthy_database_has_no_errors(sample_db: str) -> None:
         [finding] = check_pgvector(conn)
     expected = "warning" if tuple(int(x) for x in version.split(".")[:3]) < (0, 8, 3) else "info"
     assert finding.level == expected and version in finding.message
+
+
+def test_a_version_that_predates_titles_is_pointed_to_reindex(sample_db: str) -> None:
+    with connect(sample_db, autocommit=True) as conn:
+        assert not [f for f in check_active_indexes(conn) if "document title" in f.message]
+        conn.execute("update pgfunnel.index_version set params = params - 'embed_input'")
+        [note] = [f for f in check_active_indexes(conn) if "document title" in f.message]
+    assert note.level == "info" and "pgfunnel reindex -c default --activate" in note.message
 
 
 def test_invalid_and_missing_indexes_are_errors_with_exit_3(sample_db: str) -> None:
