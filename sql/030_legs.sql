@@ -71,14 +71,15 @@ begin
 end
 $$;
 
--- the form without found_terms: a function's result columns cannot change in place
+-- the forms without found_terms or found_idf: a function's result columns cannot
+-- change in place
 do $$
 begin
     if exists (select from pg_catalog.pg_proc p
                 where p.oid = pg_catalog.to_regprocedure(
                           'pgfunnel._lexical_hits(integer, text[], integer, double precision, '
                           'double precision, text[], text, text, timestamptz, jsonb, integer)')
-                  and not ('found_terms' = any (p.proargnames))) then
+                  and not ('found_idf' = any (p.proargnames))) then
         drop function pgfunnel._lexical_hits(integer, text[], integer, double precision,
             double precision, text[], text, text, timestamptz, jsonb, integer);
     end if;
@@ -87,7 +88,8 @@ $$;
 
 -- lexical leg: exact BM25 top-`depth` over the visible chunks of a version, as arrays
 -- in rank order, the share of the checked candidates that were visible (1 when fewer
--- than 20 were checked), and which query terms the version holds. One index-only scan
+-- than 20 were checked), and which query terms the version holds with their idf (the
+-- funnel weighs the lexical leg by the share of the query's idf held). One index-only scan
 -- over each query term's postings yields tf and chunk length, so every matching chunk
 -- is scored exactly from the current statistics, with no join and no stored score to
 -- go stale. Visibility is
@@ -102,7 +104,7 @@ create or replace function pgfunnel._lexical_hits(
     principals text[], tenant text, language text, as_of timestamptz,
     metadata_filter jsonb, collection_id integer,
     out chunk_ids bigint[], out scores double precision[], out visible_share double precision,
-    out found_terms text[])
+    out found_terms text[], out found_idf double precision[])
 language plpgsql stable
 security invoker
 set search_path = pg_catalog, pgfunnel
@@ -130,19 +132,22 @@ begin
     scores := '{}';
     visible_share := 1;
     found_terms := '{}';
+    found_idf := '{}';
     if coalesce(cardinality(query_terms), 0) = 0 then
         return;
     end if;
     -- the version's statistics and each distinct query term once, with its idf
     select v.total_length::float8 / nullif(v.chunk_count, 0), v.chunk_count, sum(ts.df),
            array_agg(ts.term order by ts.term),
+           array_agg(pgfunnel._bm25_idf(ts.df, v.chunk_count) order by ts.term),
            array_agg(pgfunnel._bm25_idf(ts.df, v.chunk_count) * (k1 + 1) order by ts.term)
-      into avg_len, n_chunks, sum_df, q_terms, q_weight
+      into avg_len, n_chunks, sum_df, q_terms, found_idf, q_weight
       from pgfunnel.index_version v
       join pgfunnel.term_stat ts on ts.index_version_id = v.id
      where v.id = _lexical_hits.version_id and ts.term = any (query_terms)
      group by v.id;
     if q_terms is null or avg_len is null then
+        found_idf := '{}';
         return;
     end if;
     found_terms := q_terms;

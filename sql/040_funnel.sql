@@ -58,6 +58,7 @@ declare
     den_depth integer;
     q_terms text[] := '{}';
     q_positions integer[];
+    n_chunks bigint;
     -- the share of the query's idf the version holds (see below)
     coverage double precision;
     dropped text[];
@@ -121,7 +122,8 @@ begin
         perform pgfunnel._bad_parameter('dense_depth', format('must be between 1 and 10000, got %s', den_depth));
     end if;
 
-    select c.id, v.id, v.dimensions, v.analyzer into coll_id, version_id, dims, analyzer_name
+    select c.id, v.id, v.dimensions, v.analyzer, v.chunk_count
+      into coll_id, version_id, dims, analyzer_name, n_chunks
       from pgfunnel.collection c
       join pgfunnel.index_version v on v.collection_id = c.id and v.state = 'active'
      where c.name = collection;
@@ -164,7 +166,7 @@ begin
                                       language, as_of, metadata_filter, coll_id);
     else
         select '{}'::bigint[] as chunk_ids, '{}'::float8[] as scores, 1::float8 as visible_share,
-               '{}'::text[] as found_terms
+               '{}'::text[] as found_terms, '{}'::float8[] as found_idf
           into lex;
     end if;
     if query_embedding is not null then
@@ -192,14 +194,12 @@ begin
     if w_lex > 0 and w_den > 0 and cardinality(q_terms) > 0 then
         select sum(w.idf) filter (where w.covered) / sum(w.idf)
           into coverage
-          from (select bool_or(q.term = any (lex.found_terms)) as covered,
-                       coalesce(max(pgfunnel._bm25_idf(ts.df, v.chunk_count)),
-                                pgfunnel._bm25_idf(0, v.chunk_count)) as idf
+          from (select bool_or(f.idf is not null) as covered,
+                       coalesce(max(f.idf), pgfunnel._bm25_idf(0, n_chunks)) as idf
                   from unnest(q_terms, q_positions) as q(term, word)
-                  join pgfunnel.index_version v on v.id = version_id
-                  left join pgfunnel.term_stat ts
-                    on ts.index_version_id = version_id and ts.term = q.term
-                 group by q.word, v.chunk_count) w;
+                  left join unnest(lex.found_terms, lex.found_idf) as f(term, idf)
+                    on f.term = q.term
+                 group by q.word) w;
         w_lex := w_lex * coalesce(coverage, 0);
     end if;
     -- each leg's scores come best first, so its range is its two ends. A lexical leg
