@@ -717,14 +717,12 @@ def cached_vectors(records: list[Any], cache: Path, embedder: Any,
         data = np.load(cache)
         if int(data["vectors"].shape[1]) == embedder.dimensions:
             known = dict(zip((str(h) for h in data["hashes"]), data["vectors"], strict=True))
-    inputs = {r.citekey: [embedding_input(r.title, ch.text)
-                          for ch in chunk_text(r.text, chunk_words)] for r in records}
-    todo: dict[str, str] = {}
-    for texts in inputs.values():
-        for text in texts:
-            h = hashlib.sha256(text.encode()).hexdigest()
-            if h not in known:
-                todo[h] = text
+    # (hash, text) of each chunk's embedding input, per citekey
+    inputs = {r.citekey: [(hashlib.sha256(text.encode()).hexdigest(), text)
+                          for ch in chunk_text(r.text, chunk_words)
+                          for text in (embedding_input(r.title, ch.text),)]
+              for r in records}
+    todo = {h: text for pairs in inputs.values() for h, text in pairs if h not in known}
     seconds = 0.0
     if todo:
         log(f"embedding {len(todo)} chunks ({len(known)} cached) with {embedder.model_name}")
@@ -748,8 +746,7 @@ def cached_vectors(records: list[Any], cache: Path, embedder: Any,
             np.savez(cache, hashes=np.array(hashes),
                      vectors=np.stack([known[h] for h in hashes]).astype(np.float32))
         seconds = time.perf_counter() - t0
-    out = {ck: np.stack([known[hashlib.sha256(t.encode()).hexdigest()] for t in texts])
-           for ck, texts in inputs.items() if texts}
+    out = {ck: np.stack([known[h] for h, _ in pairs]) for ck, pairs in inputs.items() if pairs}
     return out, seconds, len(todo)
 
 
