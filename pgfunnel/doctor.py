@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 import psycopg
 
+from pgfunnel.sources import EMBED_TEXT_ALONE
+
 Level = Literal["error", "warning", "info"]
 LEVELS: tuple[Level, ...] = ("error", "warning", "info")
 
@@ -145,7 +147,8 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
     untitled = conn.execute(
         "select c.name, v.version from pgfunnel.collection c "
         "join pgfunnel.index_version v on v.collection_id = c.id and v.state = 'active' "
-        "where coalesce(v.params ->> 'embed_input', 'text') = 'text' order by 1").fetchall()
+        "where coalesce(v.params ->> 'embed_input', %(alone)s) = %(alone)s order by 1",
+        {"alone": EMBED_TEXT_ALONE}).fetchall()
     for name, version in untitled:
         found.append(Finding("info", "active_index",
                              f"collection {name!r}, active version {version} embeds chunks "

@@ -35,6 +35,7 @@ from pgfunnel.errors import (
 from pgfunnel.sources import (
     DEFAULT_CHUNK_WORDS,
     DEFAULT_EMBED_INPUT,
+    EMBED_TEXT_ALONE,
     ChunkRecord,
     DocumentRecord,
     chunk_text,
@@ -72,9 +73,8 @@ class ActiveVersion:
     embedding_model: str
     dimensions: int
     analyzer: str
-    # what the embedder reads per chunk (sources.embedding_input); "text" for versions
-    # made before it was recorded
-    embed_input: str = "text"
+    # what the embedder reads per chunk (sources.embedding_input)
+    embed_input: str = EMBED_TEXT_ALONE
 
 
 def collection_id(conn: psycopg.Connection[Any], name: str) -> int | None:
@@ -93,8 +93,8 @@ def require_collection(conn: psycopg.Connection[Any], name: str) -> int:
 def active_version(conn: psycopg.Connection[Any], coll_id: int) -> ActiveVersion | None:
     row = conn.execute(
         "select id, version, embedding_model, dimensions, analyzer, "
-        "       coalesce(params ->> 'embed_input', 'text') from pgfunnel.index_version "
-        "where collection_id = %s and state = 'active'", (coll_id,)).fetchone()
+        "       coalesce(params ->> 'embed_input', %s) from pgfunnel.index_version "
+        "where collection_id = %s and state = 'active'", (EMBED_TEXT_ALONE, coll_id)).fetchone()
     return None if row is None else ActiveVersion(*row)
 
 
@@ -652,7 +652,7 @@ class Ingester:
                 reuse = self._reusable_vectors(version.id,
                                                [existing[r.citekey][0] for r in todo
                                                 if r.citekey in existing and (
-                                                    version.embed_input == "text"
+                                                    version.embed_input == EMBED_TEXT_ALONE
                                                     or existing[r.citekey][2] == r.title)])
                 labels: dict[int, str] = {}
                 for rec, chunks in chunked:

@@ -23,8 +23,10 @@ SUPPORTED_SUFFIXES = (".md", ".markdown", ".txt", ".html", ".htm", ".jsonl")
 DEFAULT_CHUNK_WORDS = 200
 # what the embedder reads for a chunk, recorded per index version (params.embed_input);
 # versions made before it was recorded read the chunk text alone
-EMBED_INPUTS = ("title", "text")
-DEFAULT_EMBED_INPUT = "title"
+EMBED_WITH_TITLE = "title"
+EMBED_TEXT_ALONE = "text"
+EMBED_INPUTS = (EMBED_WITH_TITLE, EMBED_TEXT_ALONE)
+DEFAULT_EMBED_INPUT = EMBED_WITH_TITLE
 
 
 @dataclass
@@ -240,12 +242,17 @@ def embedding_input(title: str, chunk_text: str, embed_input: str = DEFAULT_EMBE
         raise ValueError(f"embed_input must be one of {', '.join(EMBED_INPUTS)}, "
                          f"not {embed_input!r}")
     title = " ".join(title.split())
-    if embed_input == "text" or not title:
+    if embed_input == EMBED_TEXT_ALONE or not title:
         return chunk_text
     first_line = chunk_text.split("\n", 1)[0].lstrip("#")
     if " ".join(first_line.split()) == title:
         return chunk_text
     return f"{title}\n{chunk_text}"
+
+
+def version_embed_input(params: dict[str, Any]) -> str:
+    """The embedding input an index version's ``params`` record (text alone when none)."""
+    return str(params.get("embed_input", EMBED_TEXT_ALONE))
 
 
 def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkRecord]:

@@ -58,7 +58,12 @@ from pgfunnel.ingest import (
     watch_index_build,
     write_chunk_index,
 )
-from pgfunnel.sources import DEFAULT_EMBED_INPUT, embedding_input
+from pgfunnel.sources import (
+    DEFAULT_EMBED_INPUT,
+    EMBED_TEXT_ALONE,
+    embedding_input,
+    version_embed_input,
+)
 
 #: first key of the two-key advisory lock that serialises reindex per collection ("pgfu")
 REINDEX_LOCK_CLASS = 0x70676675
@@ -247,7 +252,7 @@ def _index_batch(conn: psycopg.Connection[Any], version_id: int,
                  embedder: Embedder | Callable[[], Embedder] | None,
                  analyzer: TermAnalyzer, batch: list[tuple[int, str, str]],
                  progress: Callable[[int], None] | None = None,
-                 reuse_from: int | None = None, embed_input: str = "text") -> int:
+                 reuse_from: int | None = None, embed_input: str = EMBED_TEXT_ALONE) -> int:
     """Embed and index a batch of chunks into a version, in the caller's transaction.
 
     ``reuse_from``: a version made with the same model and embedding input; its vectors
@@ -296,8 +301,9 @@ def catch_up(conn: psycopg.Connection[Any], coll_id: int, version_id: int,
     run keeps what it finished.
     """
     row = conn.execute("select embedding_model, analyzer, dimensions, "
-                       "       coalesce(params ->> 'embed_input', 'text') "
-                       "from pgfunnel.index_version where id = %s", (version_id,)).fetchone()
+                       "       coalesce(params ->> 'embed_input', %s) "
+                       "from pgfunnel.index_version where id = %s",
+                       (EMBED_TEXT_ALONE, version_id)).fetchone()
     assert row is not None
     embed_input = str(row[3])
     done = 0
@@ -543,7 +549,7 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
         if building is not None:
             if (building.embedding_model, building.analyzer) == (want_model, want_analyzer) and (
                     building.params.get("m", 16), building.params.get("ef_construction", 64),
-                    building.params.get("embed_input", "text")
+                    version_embed_input(building.params)
             ) == (m, ef_construction, DEFAULT_EMBED_INPUT):
                 resumed = True
                 notes.append(f"resuming version {building.version} "
@@ -559,7 +565,7 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
         source = None if reembed else next(
             (v for v in sorted(_versions(conn, coll_id), key=lambda v: v.state != "active")
              if v.embedding_model == want_model and v.state in ("active", "ready", "retired")
-             and v.params.get("embed_input", "text") == DEFAULT_EMBED_INPUT
+             and version_embed_input(v.params) == DEFAULT_EMBED_INPUT
              and (building is None or v.id != building.id)), None)
         t0 = time.perf_counter()
         if embedder is not None and embedder.model_name != want_model:
