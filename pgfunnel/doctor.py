@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import psycopg
 
+from pgfunnel.ingest import version_hnsw_type
 from pgfunnel.sources import EMBED_TEXT_ALONE
 
 Level = Literal["error", "warning", "info"]
@@ -100,14 +101,15 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
     dimensions and covers exactly its rows; and versions that miss chunks."""
     found: list[Finding] = []
     rows = conn.execute(
-        "select c.name, v.id, v.version, v.dimensions, i.present, i.valid, "
+        "select c.name, v.id, v.version, v.dimensions, v.params, i.present, i.valid, "
         "       pg_get_indexdef(to_regclass('pgfunnel.' || i.index_name)), cov.missing, "
         "       cov.embedding_rows, cov.collection_chunks "
         "from pgfunnel.collection c "
         "join pgfunnel.index_version v on v.collection_id = c.id and v.state = 'active' "
         "cross join lateral pgfunnel.version_index(v.id) i "
         "cross join lateral pgfunnel.version_coverage(v.id) cov order by c.name").fetchall()
-    for name, vid, version, dims, present, valid, indexdef, missing, emb_rows, chunks in rows:
+    for name, vid, version, dims, params, present, valid, indexdef, missing, emb_rows, chunks \
+            in rows:
         where = f"collection {name!r}, active version {version}"
         if not present:
             found.append(Finding("error", "active_index",
@@ -117,10 +119,11 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
         if not valid:
             continue  # reported by check_invalid_indexes
         text = str(indexdef or "")
-        if f"vector({dims})" not in text or f"index_version_id = {vid}" not in text:
+        hnsw_type = version_hnsw_type(params or {})
+        if f"::{hnsw_type}({dims})" not in text or f"index_version_id = {vid}" not in text:
             found.append(Finding("error", "active_index",
                                  f"{where}: index embedding_hnsw_v{vid} does not match the "
-                                 f"version ({dims} dims): {text}"))
+                                 f"version ({dims} dims, {hnsw_type}): {text}"))
         if missing or emb_rows != chunks:
             found.append(Finding("warning", "active_index",
                                  f"{where}: {missing} of {chunks} chunks have no rows in it "

@@ -102,24 +102,44 @@ def hnsw_index_name(version_id: int) -> str:
     return f"embedding_hnsw_v{version_id}"
 
 
+# What the HNSW graph of a version stores, recorded in its params as "hnsw_type".
+# Versions made by this release store half-precision copies: on the pydocs corpus
+# (9,624 chunks, 384 dims) the index is 11 MB instead of 19 and an HNSW read 15 - 20%
+# faster, at the same recall@40 against an exact scan (0.964 both). The table keeps
+# full-precision vectors: the returned rows are ranked and scored on those, so only the
+# graph walk sees the rounding. A version without the key (made before) has a full
+# precision graph and keeps it.
+HNSW_HALFVEC = "halfvec"
+HNSW_VECTOR = "vector"
+HNSW_TYPES = (HNSW_HALFVEC, HNSW_VECTOR)
+DEFAULT_HNSW_TYPE = HNSW_HALFVEC
+
+
+def version_hnsw_type(params: dict[str, Any]) -> str:
+    """The type an index version's HNSW graph stores (full precision when unrecorded)."""
+    return str(params.get("hnsw_type", HNSW_VECTOR))
+
+
 # pgvector holds the graph in memory while it fits in maintenance_work_mem; measured
 # on pgvector 0.8, an element of a 384-dimension, m = 16 graph takes 2,250 bytes, about
-# 4 bytes per dimension plus 48 per link slot
-_GRAPH_BYTES_PER_DIMENSION = 4
+# 4 bytes per dimension (2 for halfvec) plus 48 per link slot
+_GRAPH_BYTES_PER_DIMENSION = {HNSW_VECTOR: 4, HNSW_HALFVEC: 2}
 _GRAPH_BYTES_PER_LINK = 48
 _GRAPH_SLACK_BYTES = 32 << 20
 # the automatic size stops here; a larger graph needs an explicit maintenance_work_mem
 HNSW_BUILD_MEMORY_CAP_BYTES = 8 << 30
 
 
-def hnsw_build_memory(rows: int, dimensions: int, m: int) -> int:
+def hnsw_build_memory(rows: int, dimensions: int, m: int,
+                      hnsw_type: str = DEFAULT_HNSW_TYPE) -> int:
     """Bytes of maintenance_work_mem that hold the whole HNSW graph of ``rows`` vectors."""
-    per_element = _GRAPH_BYTES_PER_DIMENSION * dimensions + _GRAPH_BYTES_PER_LINK * m
+    per_element = (_GRAPH_BYTES_PER_DIMENSION[hnsw_type] * dimensions
+                   + _GRAPH_BYTES_PER_LINK * m)
     return min(rows * per_element + _GRAPH_SLACK_BYTES, HNSW_BUILD_MEMORY_CAP_BYTES)
 
 
 def _build_memory_setting(conn: psycopg.Connection[Any], version_id: int, dimensions: int,
-                          m: int) -> str | None:
+                          m: int, hnsw_type: str) -> str | None:
     """A maintenance_work_mem (in kB) large enough for the version's graph, or None when
     the session's setting already is. A graph that outgrows it is finished tuple by tuple
     on disk, 2x slower here on 40k vectors, and parallel workers stop helping."""
@@ -129,8 +149,31 @@ def _build_memory_setting(conn: psycopg.Connection[Any], version_id: int, dimens
         (version_id,)).fetchone()
     if row is None:
         return None
-    wanted = hnsw_build_memory(int(row[0]), dimensions, m)
+    wanted = hnsw_build_memory(int(row[0]), dimensions, m, hnsw_type)
     return f"{wanted // 1024}kB" if wanted > int(row[1]) else None
+
+
+def hnsw_key(hnsw_type: str, dimensions: int, value: sql.Composable) -> sql.Composed:
+    """The expression an HNSW graph of ``hnsw_type`` indexes, applied to ``value`` (the
+    embedding column, or a query vector). Half precision stops at 65,504, so halfvec
+    graphs hold unit vectors: cosine distance does not change, and no vector of any scale
+    overflows."""
+    dim = sql.Literal(dimensions)
+    if hnsw_type == HNSW_HALFVEC:
+        return sql.SQL("l2_normalize({value})::halfvec({dim})").format(value=value, dim=dim)
+    return sql.SQL("{value}::vector({dim})").format(value=value, dim=dim)
+
+
+def hnsw_type_of(conn: psycopg.Connection[Any], version_id: int) -> str:
+    """The HNSW type version ``version_id`` records; an unknown one is refused, since it
+    is spliced into SQL as a type name."""
+    row = conn.execute("select params from pgfunnel.index_version where id = %s",
+                       (version_id,)).fetchone()
+    hnsw_type = version_hnsw_type(row[0] if row is not None and row[0] else {})
+    if hnsw_type not in HNSW_TYPES:
+        raise PgfunnelError(f"index version {version_id} records an unknown hnsw_type "
+                            f"{hnsw_type!r} (known: {', '.join(HNSW_TYPES)})")
+    return hnsw_type
 
 
 def create_hnsw_index(conn: psycopg.Connection[Any], version_id: int, dimensions: int, *,
@@ -141,16 +184,21 @@ def create_hnsw_index(conn: psycopg.Connection[Any], version_id: int, dimensions
     With ``size_memory``, maintenance_work_mem is raised for the build so the graph
     fits (see :func:`hnsw_build_memory`); it is never lowered. A parallel build keeps
     the graph in shared memory, which a container's small /dev/shm can refuse; the build
-    is then run again without parallel workers, in the backend's own memory.
+    is then run again without parallel workers, in the backend's own memory. The graph
+    stores the type the version records (:func:`version_hnsw_type`).
     """
+    hnsw_type = hnsw_type_of(conn, version_id)
     statement = sql.SQL(
         "create index {conc} if not exists {name} on pgfunnel.embedding "
-        "using hnsw ((embedding::vector({dim})) vector_cosine_ops) "
+        "using hnsw (({key}) {ops}) "
         "with (m = {m}, ef_construction = {efc}) where index_version_id = {vid}"
     ).format(conc=sql.SQL("concurrently") if concurrently else sql.SQL(""),
-             name=sql.Identifier(hnsw_index_name(version_id)), dim=sql.Literal(dimensions),
+             name=sql.Identifier(hnsw_index_name(version_id)),
+             key=hnsw_key(hnsw_type, dimensions, sql.Identifier("embedding")),
+             ops=sql.SQL(f"{hnsw_type}_cosine_ops"),
              m=sql.Literal(m), efc=sql.Literal(ef_construction), vid=sql.Literal(version_id))
-    memory = _build_memory_setting(conn, version_id, dimensions, m) if size_memory else None
+    memory = (_build_memory_setting(conn, version_id, dimensions, m, hnsw_type)
+              if size_memory else None)
     if not concurrently:
         # transaction-local settings; the savepoint lets the serial retry run in the
         # caller's transaction
@@ -300,7 +348,8 @@ def create_version(conn: psycopg.Connection[Any], coll_id: int, model: str, dime
         "       case when %s = 'active' then now() end "
         "from pgfunnel.index_version where collection_id = %s returning id",
         (coll_id, model, dimensions, analyzer, state,
-         Jsonb({"embed_input": DEFAULT_EMBED_INPUT, **(params or {})}), state, coll_id),
+         Jsonb({"embed_input": DEFAULT_EMBED_INPUT, "hnsw_type": DEFAULT_HNSW_TYPE,
+                **(params or {})}), state, coll_id),
     ).fetchone()
     assert row is not None
     return int(row[0])

@@ -48,13 +48,17 @@ from pgfunnel.errors import (
 )
 from pgfunnel.ingest import (
     DEFAULT_ANALYZER,
+    DEFAULT_HNSW_TYPE,
     TermAnalyzer,
     active_version,
     create_hnsw_index,
     create_version,
     hnsw_index_name,
+    hnsw_key,
+    hnsw_type_of,
     refresh_table_stats,
     require_collection,
+    version_hnsw_type,
     watch_index_build,
     write_chunk_index,
 )
@@ -445,10 +449,14 @@ def _recall(conn: psycopg.Connection[Any], version_id: int, dims: int, sample: i
     probes = conn.execute(
         "select embedding from pgfunnel.embedding where index_version_id = %s "
         "order by hashint8(chunk_id), chunk_id limit %s", (version_id, sample)).fetchall()
+    # ranked by the graph's own type, scored on the stored vectors as the dense leg does
+    hnsw_type = hnsw_type_of(conn, version_id)
     ann = sql.SQL(
-        "select embedding::vector({d}) <=> %(q)s::vector({d}) from pgfunnel.embedding "
-        "where index_version_id = {v} order by embedding::vector({d}) <=> %(q)s::vector({d}) "
-        "limit {k}").format(d=sql.Literal(dims), v=sql.Literal(version_id), k=sql.Literal(k))
+        "select embedding <=> %(q)s from pgfunnel.embedding where index_version_id = {v} "
+        "order by {key} <=> {query} limit {k}"
+    ).format(v=sql.Literal(version_id), k=sql.Literal(k),
+             key=hnsw_key(hnsw_type, dims, sql.Identifier("embedding")),
+             query=hnsw_key(hnsw_type, dims, sql.Placeholder("q")))
     exact = sql.SQL(
         "select embedding <=> %(q)s from pgfunnel.embedding where index_version_id = {v} "
         "order by 1 limit {k}").format(v=sql.Literal(version_id), k=sql.Literal(k))
@@ -549,8 +557,8 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
         if building is not None:
             if (building.embedding_model, building.analyzer) == (want_model, want_analyzer) and (
                     building.params.get("m", 16), building.params.get("ef_construction", 64),
-                    version_embed_input(building.params)
-            ) == (m, ef_construction, DEFAULT_EMBED_INPUT):
+                    version_embed_input(building.params), version_hnsw_type(building.params)
+            ) == (m, ef_construction, DEFAULT_EMBED_INPUT, DEFAULT_HNSW_TYPE):
                 resumed = True
                 notes.append(f"resuming version {building.version} "
                              f"({building.chunk_count} chunks already indexed)")

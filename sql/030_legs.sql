@@ -264,6 +264,7 @@ set plan_cache_mode = force_generic_plan
 as $$
 declare
     ann_sql text;
+    hnsw_key text;
     -- the first read is sized by the visible share the caller expects (the lexical leg
     -- has just measured it under the same filter); 1 when nothing is known
     n integer := ceil(depth / greatest(least(coalesce(expected_share, 1), 1), 0.001))::integer;
@@ -278,15 +279,27 @@ begin
     -- on only for a deeper read
     perform set_config('hnsw.ef_search', least(greatest(ef_search, depth), 1000)::text, true);
     perform set_config('hnsw.iterative_scan', 'off', true);
+    -- the graph walks what the version's index stores (pgfunnel.ingest.hnsw_key): unit
+    -- halfvecs for versions made now, full vectors for older ones. The rows it returns
+    -- are ranked and scored on the stored full-precision vectors.
+    select case coalesce(v.params ->> 'hnsw_type', 'vector')
+               when 'halfvec' then format('l2_normalize(%s)::halfvec(%s)', '%1$s', _dense_hits.dimensions)
+               when 'vector' then format('%s::vector(%s)', '%1$s', _dense_hits.dimensions)
+           end
+      into hnsw_key
+      from pgfunnel.index_version v where v.id = _dense_hits.version_id;
+    if hnsw_key is null then
+        raise exception 'pgfunnel: index version % records an unknown hnsw_type', version_id;
+    end if;
     ann_sql := format($q$
         select array_agg(s.chunk_id order by s.dist, s.chunk_id),
                array_agg(1 - s.dist order by s.dist, s.chunk_id)
-          from (select e.chunk_id, e.embedding::vector(%1$s) <=> $1::vector(%1$s) as dist
+          from (select e.chunk_id, e.embedding <=> $1 as dist
                   from pgfunnel.embedding e
-                 where e.index_version_id = %2$s
-                 order by e.embedding::vector(%1$s) <=> $1::vector(%1$s)
+                 where e.index_version_id = %s
+                 order by %s <=> %s
                  limit $2) s
-        $q$, dimensions, version_id);
+        $q$, version_id, format(hnsw_key, 'e.embedding'), format(hnsw_key, '$1'));
 
     for pass in 1..2 loop
         exit when n > greatest(2000, 10 * depth);

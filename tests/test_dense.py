@@ -146,3 +146,88 @@ def test_expected_share_sizes_the_first_read_not_the_answer(
         return [int(i) for i in ids]
 
     assert _alice_recall(conn, vecs, 4, 10, hits) >= 0.95
+
+
+def _indexdef(conn: psycopg.Connection[Any], vid: int) -> str:
+    row = conn.execute("select pg_get_indexdef(to_regclass(%s))",
+                       (f"pgfunnel.embedding_hnsw_v{vid}",)).fetchone()
+    return str(row[0]) if row else ""
+
+
+def test_new_versions_walk_a_unit_halfvec_graph(conn: psycopg.Connection[Any]) -> None:
+    from pgfunnel.versions import validate
+
+    _corpus(conn, 3000)  # on fewer rows the planner prefers an exact scan to any graph
+    vid, _, _ = active(conn, "t")
+    assert conn.execute("select params ->> 'hnsw_type' from pgfunnel.index_version "
+                        "where id = %s", (vid,)).fetchone() == ("halfvec",)
+    indexdef = _indexdef(conn, vid)
+    assert "l2_normalize(embedding)" in indexdef and "halfvec_cosine_ops" in indexdef, indexdef
+    # the graph answers (the probe checks the plan) with the recall of a full-precision one
+    checked = validate(conn, vid)
+    assert checked.ok and checked.index_used and (checked.recall or 0) >= 0.95, checked
+    # and the dense leg's own statement walks it (its expression matches the index's)
+    assert _graph_scans(conn, vid, lambda: _dense(conn, unit(np.random.default_rng(2), DIMS),
+                                                  40, [])) == 1
+
+
+def _graph_scans(conn: psycopg.Connection[Any], vid: int, search: Any) -> int:
+    """How many times ``search()`` scanned version ``vid``'s HNSW index."""
+    def scans() -> int:
+        conn.execute("select pg_stat_force_next_flush()")
+        conn.execute("select pg_stat_clear_snapshot()")
+        row = conn.execute("select idx_scan from pg_stat_user_indexes where indexrelid = "
+                           "to_regclass(%s)", (f"pgfunnel.embedding_hnsw_v{vid}",)).fetchone()
+        return int(row[0]) if row else 0
+
+    before = scans()
+    search()
+    return scans() - before
+
+
+def test_vectors_past_half_precision_range_are_indexed_and_scored_exactly(
+        conn: psycopg.Connection[Any]) -> None:
+    # components up to ~1e6 would overflow half precision (max 65,504) if cast as they are
+    rng = np.random.default_rng(17)
+    docs = [doc(f"d{i}", f"document number {i}") for i in range(200)]
+    vecs = {d.citekey: (unit(rng, DIMS) * 3e5)[None, :] for d in docs}
+    ingest(conn, docs, dims=DIMS, vectors=vecs)
+    by_id = {int(cid): vecs[ck][0] for cid, ck in conn.execute(
+        "select ch.id, d.citekey from pgfunnel.chunk ch join pgfunnel.document d "
+        "on d.id = ch.document_id").fetchall()}
+    q = unit(rng, DIMS) * 1e6
+    got = _dense(conn, q, 20, [])
+    assert len(got) == 20
+    for cid, score, _ in got:  # full-precision cosine of the stored vectors
+        v = by_id[cid]
+        assert score == pytest.approx(float(v @ q / np.linalg.norm(v) / np.linalg.norm(q)),
+                                      abs=1e-5)
+
+
+def test_a_full_precision_graph_of_an_older_version_keeps_serving(
+        conn: psycopg.Connection[Any]) -> None:
+    from pgfunnel.doctor import check_active_indexes
+    from pgfunnel.ingest import create_hnsw_index
+    from pgfunnel.versions import validate
+
+    vecs = _corpus(conn, 3000)
+    vid, _, dims = active(conn, "t")
+    # a version made before hnsw_type was recorded has a vector graph
+    conn.execute("update pgfunnel.index_version set params = params - 'hnsw_type' "
+                 "where id = %s", (vid,))
+    conn.execute(f"drop index pgfunnel.embedding_hnsw_v{vid}")
+    create_hnsw_index(conn, vid, dims)
+    assert "vector_cosine_ops" in _indexdef(conn, vid)
+    checked = validate(conn, vid)
+    assert checked.ok and checked.index_used and (checked.recall or 0) >= 0.95, checked
+    assert _graph_scans(conn, vid, lambda: _dense(conn, unit(np.random.default_rng(2), DIMS),
+                                                  40, [])) == 1
+    assert not [f for f in check_active_indexes(conn) if f.level == "error"]
+    q = unit(np.random.default_rng(8), DIMS)
+    got = _dense(conn, q, 10, [])
+    assert [g for g, _, _ in got] == sorted(vecs, key=lambda c: -float(vecs[c] @ q))[:10]
+    # the doctor notices a graph that is not what the version records
+    conn.execute("update pgfunnel.index_version set params = params || "
+                 "'{\"hnsw_type\": \"halfvec\"}' where id = %s", (vid,))
+    assert [f for f in check_active_indexes(conn)
+            if f.level == "error" and "does not match" in f.message]
