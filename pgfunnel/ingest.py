@@ -9,6 +9,7 @@ embedded. BM25 statistics are updated in the same transaction as the postings.
 from __future__ import annotations
 
 import string
+import sys
 import threading
 import time
 from collections import Counter
@@ -491,6 +492,39 @@ def _result(future: Future[_Prepared] | None) -> _Prepared | None:
         return None
 
 
+# Python hands the GIL over every 5 ms by default. While the preparing thread turns a
+# batch into rows (pure Python, CPU-bound), the threads that feed the server (the
+# writing thread and its COPY writer) wait up to that long at every hand-over, and the
+# server idles meanwhile. 10k one-chunk documents with given vectors, three interleaved
+# runs each: 1,842 chunks/s at 5 ms, 1,994 at 0.5 ms, 2,206 at 1 ms, 2,099 at 0.1 ms;
+# 30k: 1,866 -> 2,035.
+INGEST_SWITCH_INTERVAL_S = 0.001
+_switch_lock = threading.Lock()
+_switch_holders = 0
+_switch_saved = 0.0
+
+
+@contextmanager
+def _short_gil_switch() -> Iterator[None]:
+    """Lower ``sys.setswitchinterval`` to INGEST_SWITCH_INTERVAL_S while any ingest of this
+    process prepares ahead (never raising it), and put the previous value back when the
+    last one ends."""
+    global _switch_holders, _switch_saved
+    with _switch_lock:
+        if _switch_holders == 0:
+            _switch_saved = sys.getswitchinterval()
+            if _switch_saved > INGEST_SWITCH_INTERVAL_S:
+                sys.setswitchinterval(INGEST_SWITCH_INTERVAL_S)
+        _switch_holders += 1
+    try:
+        yield
+    finally:
+        with _switch_lock:
+            _switch_holders -= 1
+            if _switch_holders == 0:
+                sys.setswitchinterval(_switch_saved)
+
+
 class _Preparer:
     """Prepares batches in one background thread on a second connection, for an
     Ingester. Without a second connection it prepares nothing and batches are prepared
@@ -501,6 +535,7 @@ class _Preparer:
         self.enabled = enabled
         self.pool: ThreadPoolExecutor | None = None
         self.analyzer: TermAnalyzer | None = None  # on the second connection
+        self.switch: AbstractContextManager[None] | None = None
 
     def __enter__(self) -> _Preparer:
         if not self.enabled:
@@ -517,6 +552,8 @@ class _Preparer:
         self.analyzer = TermAnalyzer(conn, str(row[0]) if row is not None and row[0]
                                      else DEFAULT_ANALYZER)
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgfunnel-ingest")
+        self.switch = _short_gil_switch()
+        self.switch.__enter__()
         return self
 
     def submit(self, batch: list[DocumentRecord]) -> Future[_Prepared] | None:
@@ -526,7 +563,11 @@ class _Preparer:
 
     def __exit__(self, *exc: object) -> None:
         if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
+            try:
+                self.pool.shutdown(wait=True, cancel_futures=True)
+            finally:
+                if self.switch is not None:
+                    self.switch.__exit__(None, None, None)
         if self.analyzer is not None:
             self.analyzer.conn.close()
 

@@ -349,3 +349,41 @@ def test_first_ingest_reports_the_index_build(conn: psycopg.Connection[Any]) -> 
     Ingester(conn, "p", progress=lambda s, n, t=None: stages.append((s, n, t))).ingest(
         more, vectors=_random_vectors(more))
     assert "index" not in [s for s, _, _ in stages]
+
+
+def test_preparing_ahead_shortens_the_gil_switch_interval_for_the_ingest_only(
+        conn: psycopg.Connection[Any], embedder: Any) -> None:
+    import sys
+
+    from pgfunnel.ingest import INGEST_SWITCH_INTERVAL_S
+
+    records = [DocumentRecord(f"d{i}", f"document number {i} about topic {i % 7}")
+               for i in range(40)]
+    seen: list[float] = []
+
+    class Recording(Ingester):
+        def _write(self, *args: Any) -> None:
+            seen.append(sys.getswitchinterval())
+            super()._write(*args)
+
+    before = sys.getswitchinterval()
+    assert before > INGEST_SWITCH_INTERVAL_S  # Python's default, 5 ms
+    Recording(conn, "fast", batch_documents=10, embedder=embedder).ingest(
+        records, vectors=_random_vectors(records))
+    assert seen and set(seen) == {INGEST_SWITCH_INTERVAL_S}
+    assert sys.getswitchinterval() == before
+    # without a preparing thread there is no one to hand the GIL to
+    seen.clear()
+    Recording(conn, "inline", batch_documents=10, embedder=embedder, prepare_ahead=False).ingest(
+        records, vectors=_random_vectors(records))
+    assert seen and set(seen) == {before}
+
+    # a failing ingest puts it back too
+    class Failing(Ingester):
+        def _write(self, *args: Any) -> None:
+            raise RuntimeError("disk on fire")
+
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        Failing(conn, "failing", batch_documents=10, embedder=embedder).ingest(
+            records, vectors=_random_vectors(records))
+    assert sys.getswitchinterval() == before
