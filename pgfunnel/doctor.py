@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import psycopg
 
-from pgfunnel.ingest import version_hnsw_type
+from pgfunnel.ingest import HNSW_VECTOR, version_hnsw_type
 from pgfunnel.sources import EMBED_TEXT_ALONE
 
 Level = Literal["error", "warning", "info"]
@@ -158,6 +158,17 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
                              "without their document title (it predates titles); `pgfunnel "
                              f"reindex -c {name} --activate` embeds them with it, which "
                              "raised the dense leg's nDCG@10 on every benchmark here"))
+    full_precision = conn.execute(
+        "select c.name, v.version from pgfunnel.collection c "
+        "join pgfunnel.index_version v on v.collection_id = c.id and v.state = 'active' "
+        "where coalesce(v.params ->> 'hnsw_type', %(vector)s) = %(vector)s order by 1",
+        {"vector": HNSW_VECTOR}).fetchall()
+    for name, version in full_precision:
+        found.append(Finding("info", "active_index",
+                             f"collection {name!r}, active version {version} has a "
+                             "full-precision HNSW graph (it predates halfvec graphs); `pgfunnel "
+                             f"reindex -c {name} --activate` builds one about 40% smaller at "
+                             "the same recall"))
     return found
 
 

@@ -47,6 +47,22 @@ def test_a_version_that_predates_titles_is_pointed_to_reindex(sample_db: str) ->
     assert note.level == "info" and "pgfunnel reindex -c default --activate" in note.message
 
 
+def test_a_full_precision_graph_is_pointed_to_reindex(sample_db: str) -> None:
+    from pgfunnel.ingest import create_hnsw_index
+
+    with connect(sample_db, autocommit=True) as conn:
+        assert not [f for f in check_active_indexes(conn) if "full-precision" in f.message]
+        vid, dims = conn.execute("select id, dimensions from pgfunnel.index_version "
+                                 "where state = 'active'").fetchone()  # type: ignore[misc]
+        conn.execute("update pgfunnel.index_version set params = params - 'hnsw_type'")
+        conn.execute(f"drop index pgfunnel.embedding_hnsw_v{vid}")
+        create_hnsw_index(conn, vid, dims)
+        findings = check_active_indexes(conn)
+    [note] = [f for f in findings if "full-precision" in f.message]
+    assert note.level == "info" and "pgfunnel reindex -c default --activate" in note.message
+    assert worst(findings) != "error", findings
+
+
 def test_invalid_and_missing_indexes_are_errors_with_exit_3(sample_db: str) -> None:
     with connect(sample_db, autocommit=True) as conn:
         vid = conn.execute("select id from pgfunnel.index_version where state = 'active'"
