@@ -114,6 +114,8 @@ HNSW_HALFVEC = "halfvec"
 HNSW_VECTOR = "vector"
 HNSW_TYPES = (HNSW_HALFVEC, HNSW_VECTOR)
 DEFAULT_HNSW_TYPE = HNSW_HALFVEC
+# pgvector's limits for an HNSW index, per stored type
+HNSW_MAX_DIMENSIONS = {HNSW_HALFVEC: 4000, HNSW_VECTOR: 2000}
 
 
 def version_hnsw_type(params: dict[str, Any]) -> str:
@@ -342,15 +344,23 @@ def create_version(conn: psycopg.Connection[Any], coll_id: int, model: str, dime
                    analyzer: str, state: str, params: dict[str, Any] | None = None) -> int:
     from psycopg.types.json import Jsonb
 
+    params = {"embed_input": DEFAULT_EMBED_INPUT, "hnsw_type": DEFAULT_HNSW_TYPE,
+              **(params or {})}
+    hnsw_type = version_hnsw_type(params)
+    if hnsw_type not in HNSW_TYPES:
+        raise ConfigError("hnsw_type", f"unknown {hnsw_type!r} (known: {', '.join(HNSW_TYPES)})")
+    # refused before any row is written: pgvector would refuse the graph only after
+    if not 1 <= dimensions <= HNSW_MAX_DIMENSIONS[hnsw_type]:
+        raise ConfigError("dimensions", f"{model!r} makes {dimensions}-dimension vectors; an "
+                          f"HNSW index of {hnsw_type} takes 1 to "
+                          f"{HNSW_MAX_DIMENSIONS[hnsw_type]:,} dimensions")
     row = conn.execute(
         "insert into pgfunnel.index_version (collection_id, version, embedding_model, dimensions, "
         " analyzer, state, params, activated_at) "
         "select %s, coalesce(max(version), 0) + 1, %s, %s, %s, %s, %s, "
         "       case when %s = 'active' then now() end "
         "from pgfunnel.index_version where collection_id = %s returning id",
-        (coll_id, model, dimensions, analyzer, state,
-         Jsonb({"embed_input": DEFAULT_EMBED_INPUT, "hnsw_type": DEFAULT_HNSW_TYPE,
-                **(params or {})}), state, coll_id),
+        (coll_id, model, dimensions, analyzer, state, Jsonb(params), state, coll_id),
     ).fetchone()
     assert row is not None
     return int(row[0])

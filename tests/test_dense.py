@@ -231,3 +231,38 @@ def test_a_full_precision_graph_of_an_older_version_keeps_serving(
                  "'{\"hnsw_type\": \"halfvec\"}' where id = %s", (vid,))
     assert [f for f in check_active_indexes(conn)
             if f.level == "error" and "does not match" in f.message]
+
+
+def test_a_halfvec_graph_indexes_more_than_2000_dimensions(conn: psycopg.Connection[Any]) -> None:
+    # pgvector's HNSW takes up to 2,000 dimensions of vector and 4,000 of halfvec: a
+    # 3,072-dimension model (as some hosted ones are) gets a graph
+    dims = 3072
+    rng = np.random.default_rng(4)
+    docs = [doc(f"d{i}", f"document number {i}") for i in range(60)]
+    vecs = {d.citekey: unit(rng, dims)[None, :] for d in docs}
+    ingest(conn, docs, dims=dims, vectors=vecs)
+    vid, _, _ = active(conn, "t")
+    assert "halfvec(3072)" in _indexdef(conn, vid)
+    q = vecs["d7"][0]
+    [(best, score, rank)] = _dense(conn, q, 1, [])
+    assert rank == 1 and score == pytest.approx(1.0, abs=1e-5)
+    assert conn.execute("select d.citekey from pgfunnel.chunk ch join pgfunnel.document d "
+                        "on d.id = ch.document_id where ch.id = %s", (best,)).fetchone() == ("d7",)
+
+
+def test_more_dimensions_than_a_graph_takes_are_refused_before_any_row(
+        conn: psycopg.Connection[Any]) -> None:
+    from pgfunnel.errors import ConfigError
+    from pgfunnel.ingest import Ingester
+
+    class Wide:
+        model_name = "wide-model"
+        dimensions = 5000
+
+    rng = np.random.default_rng(1)
+    docs = [doc(f"d{i}", f"document {i}") for i in range(3)]
+    with pytest.raises(ConfigError, match=r"dimensions: 'wide-model' makes 5000-dimension.*4,000"):
+        Ingester(conn, "wide", embedder=Wide()).ingest(  # type: ignore[arg-type]
+            docs, vectors={d.citekey: unit(rng, 5000)[None, :] for d in docs})
+    assert conn.execute("select count(*) from pgfunnel.chunk").fetchone() == (0,)
+    assert conn.execute("select count(*) from pgfunnel.index_version").fetchone() == (0,)
