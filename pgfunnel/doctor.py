@@ -15,7 +15,7 @@ from typing import Any, Literal
 import psycopg
 
 from pgfunnel.ingest import HNSW_VECTOR, version_hnsw_type
-from pgfunnel.sources import EMBED_TEXT_ALONE
+from pgfunnel.sources import EMBED_TEXT_ALONE, version_embed_input
 
 Level = Literal["error", "warning", "info"]
 LEVELS: tuple[Level, ...] = ("error", "warning", "info")
@@ -147,28 +147,23 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
     if not found and rows:
         found.append(Finding("info", "active_index",
                              f"{len(rows)} active version(s), each with a valid HNSW index"))
-    untitled = conn.execute(
-        "select c.name, v.version from pgfunnel.collection c "
-        "join pgfunnel.index_version v on v.collection_id = c.id and v.state = 'active' "
-        "where coalesce(v.params ->> 'embed_input', %(alone)s) = %(alone)s order by 1",
-        {"alone": EMBED_TEXT_ALONE}).fetchall()
-    for name, version in untitled:
-        found.append(Finding("info", "active_index",
-                             f"collection {name!r}, active version {version} embeds chunks "
-                             "without their document title (it predates titles); `pgfunnel "
-                             f"reindex -c {name} --activate` embeds them with it, which "
-                             "raised the dense leg's nDCG@10 on every benchmark here"))
-    full_precision = conn.execute(
-        "select c.name, v.version from pgfunnel.collection c "
-        "join pgfunnel.index_version v on v.collection_id = c.id and v.state = 'active' "
-        "where coalesce(v.params ->> 'hnsw_type', %(vector)s) = %(vector)s order by 1",
-        {"vector": HNSW_VECTOR}).fetchall()
-    for name, version in full_precision:
-        found.append(Finding("info", "active_index",
-                             f"collection {name!r}, active version {version} has a "
-                             "full-precision HNSW graph (it predates halfvec graphs); `pgfunnel "
-                             f"reindex -c {name} --activate` builds one about 40% smaller at "
-                             "the same recall"))
+    # versions that predate a default: each is pointed to the reindex that brings it
+    for name, version, params in conn.execute(
+            "select c.name, v.version, v.params from pgfunnel.collection c "
+            "join pgfunnel.index_version v on v.collection_id = c.id and v.state = 'active' "
+            "order by 1").fetchall():
+        where = f"collection {name!r}, active version {version}"
+        reindex = f"`pgfunnel reindex -c {name} --activate`"
+        if version_embed_input(params or {}) == EMBED_TEXT_ALONE:
+            found.append(Finding("info", "active_index",
+                                 f"{where} embeds chunks without their document title (it "
+                                 f"predates titles); {reindex} embeds them with it, which "
+                                 "raised the dense leg's nDCG@10 on every benchmark here"))
+        if version_hnsw_type(params or {}) == HNSW_VECTOR:
+            found.append(Finding("info", "active_index",
+                                 f"{where} has a full-precision HNSW graph (it predates "
+                                 f"halfvec graphs); {reindex} builds one about 40% smaller "
+                                 "at the same recall"))
     return found
 
 
