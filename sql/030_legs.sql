@@ -283,8 +283,8 @@ begin
     -- halfvecs for versions made now, full vectors for older ones. The rows it returns
     -- are ranked and scored on the stored full-precision vectors.
     select case coalesce(v.params ->> 'hnsw_type', 'vector')
-               when 'halfvec' then format('l2_normalize(%s)::halfvec(%s)', '%1$s', _dense_hits.dimensions)
-               when 'vector' then format('%s::vector(%s)', '%1$s', _dense_hits.dimensions)
+               when 'halfvec' then 'l2_normalize(%1$s)::halfvec(' || _dense_hits.dimensions || ')'
+               when 'vector' then '%1$s::vector(' || _dense_hits.dimensions || ')'
            end
       into hnsw_key
       from pgfunnel.index_version v where v.id = _dense_hits.version_id;
