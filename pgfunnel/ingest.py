@@ -41,6 +41,7 @@ from pgfunnel.sources import (
     DocumentRecord,
     chunk_text,
     embedding_input,
+    version_embed_input,
 )
 
 DEFAULT_COLLECTION = "default"
@@ -93,10 +94,14 @@ def require_collection(conn: psycopg.Connection[Any], name: str) -> int:
 
 def active_version(conn: psycopg.Connection[Any], coll_id: int) -> ActiveVersion | None:
     row = conn.execute(
-        "select id, version, embedding_model, dimensions, analyzer, "
-        "       coalesce(params ->> 'embed_input', %s) from pgfunnel.index_version "
-        "where collection_id = %s and state = 'active'", (EMBED_TEXT_ALONE, coll_id)).fetchone()
-    return None if row is None else ActiveVersion(*row)
+        "select id, version, embedding_model, dimensions, analyzer, params "
+        "from pgfunnel.index_version where collection_id = %s and state = 'active'",
+        (coll_id,)).fetchone()
+    if row is None:
+        return None
+    vid, version, model, dimensions, analyzer, params = row
+    return ActiveVersion(int(vid), int(version), str(model), int(dimensions), str(analyzer),
+                         version_embed_input(params or {}))
 
 
 def hnsw_index_name(version_id: int) -> str:

@@ -304,12 +304,10 @@ def catch_up(conn: psycopg.Connection[Any], coll_id: int, version_id: int,
     switch, under the ingest lock); otherwise each batch commits on its own, so a killed
     run keeps what it finished.
     """
-    row = conn.execute("select embedding_model, analyzer, dimensions, "
-                       "       coalesce(params ->> 'embed_input', %s) "
-                       "from pgfunnel.index_version where id = %s",
-                       (EMBED_TEXT_ALONE, version_id)).fetchone()
+    row = conn.execute("select embedding_model, analyzer, dimensions, params "
+                       "from pgfunnel.index_version where id = %s", (version_id,)).fetchone()
     assert row is not None
-    embed_input = str(row[3])
+    embed_input = version_embed_input(row[3] or {})
     done = 0
     term_analyzer = TermAnalyzer(conn, analyzer or str(row[1]))
     loaded: list[Embedder] = [embedder] if embedder is not None else []
