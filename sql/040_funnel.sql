@@ -161,8 +161,7 @@ begin
             raise notice using message = format('pgfunnel: query words not searched: %s',
                                                 array_to_string(dropped, ', '));
         end if;
-        select * into lex
-          from pgfunnel._lexical_hits(version_id, q_terms, lex_depth, k1, b, principals, tenant,
+        lex := pgfunnel._lexical_hits(version_id, q_terms, lex_depth, k1, b, principals, tenant,
                                       language, as_of, metadata_filter, coll_id);
     else
         select '{}'::bigint[] as chunk_ids, '{}'::float8[] as scores, 1::float8 as visible_share,
@@ -170,8 +169,7 @@ begin
           into lex;
     end if;
     if query_embedding is not null then
-        select * into den
-          from pgfunnel._dense_hits(version_id, dims, query_embedding, den_depth, ef_search,
+        den := pgfunnel._dense_hits(version_id, dims, query_embedding, den_depth, ef_search,
                                     principals, tenant, language, as_of, metadata_filter, coll_id,
                                     coalesce(lex.visible_share, 1));
     else
