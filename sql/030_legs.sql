@@ -251,8 +251,9 @@ $$;
 
 -- dense leg: cosine similarity top-`depth` over the visible chunks of a version, as
 -- arrays in rank order. The version's partial HNSW index serves only a query that
--- names the version and the dimensions literally, so that query is built per search;
--- it is kept to one table because planning it is then cheap. Visibility is checked
+-- names the version and the dimensions literally, so that query is built per search
+-- (planning it costs about 0.25 ms; it is kept to one table so that it costs no more,
+-- see docs/tuning.md for what a cached plan would take). Visibility is checked
 -- afterwards in distance order; when the filter hides part of the nearest rows the
 -- index is read deeper (iterative scan), and when it hides nearly all of them an
 -- exact scan of the visible rows answers, so the leg returns min(depth, visible) rows.
