@@ -6,13 +6,23 @@
 -- them in the same transaction, so BM25 scores are always computed from exact
 -- current statistics (see _lexical_leg).
 
--- BM25 idf (the non-negative form used by Lucene)
+-- BM25 idf (the non-negative form used by Lucene), in float8.
+-- The one function without `set search_path`: a SET clause keeps Postgres from inlining a
+-- SQL function, and this one is called per query term on every search, where each
+-- non-inlined call cost about 9 us (inlined: 0.2 us). Every name in its body is
+-- schema-qualified instead (operator(pg_catalog.+) and so on), so the caller's
+-- search_path cannot change what it means. The explicit parentheses matter: operator()
+-- syntax gives every operator the same precedence.
 create or replace function pgfunnel._bm25_idf(df bigint, n bigint)
 returns double precision
 language sql immutable parallel safe
 security invoker
-set search_path = pg_catalog, pgfunnel
-as $$ select ln(1.0 + (n - df + 0.5) / (df + 0.5)) $$;
+as $$
+    select pg_catalog.ln(
+        1.0::pg_catalog.float8 operator(pg_catalog.+)
+        (((n operator(pg_catalog.-) df)::pg_catalog.float8 operator(pg_catalog.+) 0.5::pg_catalog.float8)
+         operator(pg_catalog./) (df::pg_catalog.float8 operator(pg_catalog.+) 0.5::pg_catalog.float8)))
+$$;
 
 -- the distinct terms of chunks, per version, read from their lexical rows (posting is
 -- keyed by term first, so the chunk's terms come from lexical.terms)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -97,6 +98,11 @@ def test_unreachable_dsn_is_a_clear_error() -> None:
         connect("postgresql://nobody@127.0.0.1:1/none?connect_timeout=2")
 
 
+#: SQL functions left without `set search_path` so that Postgres inlines them; their
+#: bodies qualify every name instead (checked below and in test_inlined_functions_inline)
+INLINED_FUNCTIONS = {"pgfunnel._bm25_idf"}
+
+
 def test_sql_files_follow_the_conventions() -> None:
     import re
 
@@ -105,5 +111,35 @@ def test_sql_files_follow_the_conventions() -> None:
         for m in re.finditer(r"create or replace function ([\w.]+)\(", text):
             body = text[m.start():text.find("$$;", m.start())]
             assert "security invoker" in body, f"{path.name}: {m.group(1)} not security invoker"
-            assert "set search_path" in body, f"{path.name}: {m.group(1)} has no search_path"
+            if m.group(1) in INLINED_FUNCTIONS:
+                code = body[body.index("$$"):]
+                assert "set search_path" not in body and "language sql" in body
+                # every operator and function of the body names its schema
+                assert not re.search(r"\s[-+*/]\s", code), f"{m.group(1)}: unqualified operator"
+                for call in re.findall(r"([\w.]+)\(", code):
+                    assert call.startswith("pg_catalog.") or call == "operator", (
+                        f"{m.group(1)}: unqualified call {call}")
+            else:
+                assert "set search_path" in body, f"{path.name}: {m.group(1)} has no search_path"
         assert "security definer" not in text.lower()
+
+
+def test_inlined_functions_inline(db: str) -> None:
+    """The SQL functions without a SET clause are inlined, under a hostile search_path too."""
+    with connect(db, autocommit=True) as conn:
+        conn.execute("create schema hostile")
+        # an operator that would shadow pg_catalog's if the body left + unqualified
+        conn.execute("create function hostile.evil_add(float8, float8) returns float8 "
+                     "language sql as 'select 1e6::float8'")
+        conn.execute("create operator hostile.+ (function = hostile.evil_add, "
+                     "leftarg = float8, rightarg = float8)")
+        conn.execute("set search_path = hostile, pg_catalog")
+        for name in INLINED_FUNCTIONS:
+            plan = "\n".join(r[0] for r in conn.execute(
+                f"explain verbose select {name}(g, 10000) from generate_series(0, 3) g"))
+            assert name.split(".")[1] not in plan, plan
+        got = [r[0] for r in conn.execute(
+            "select pgfunnel._bm25_idf(df, 10000) "
+            "from unnest(array[0, 1, 500, 10000]::bigint[]) df")]
+    want = [math.log(1 + (10000 - df + 0.5) / (df + 0.5)) for df in (0, 1, 500, 10000)]
+    assert got == pytest.approx(want, rel=1e-12)
