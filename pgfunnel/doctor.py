@@ -148,10 +148,7 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
         found.append(Finding("info", "active_index",
                              f"{len(rows)} active version(s), each with a valid HNSW index"))
     # versions that predate a default: each is pointed to the reindex that brings it
-    for name, version, params in conn.execute(
-            "select c.name, v.version, v.params from pgfunnel.collection c "
-            "join pgfunnel.index_version v on v.collection_id = c.id and v.state = 'active' "
-            "order by 1").fetchall():
+    for name, _vid, version, _dims, params, *_ in rows:
         where = f"collection {name!r}, active version {version}"
         reindex = f"`pgfunnel reindex -c {name} --activate`"
         if version_embed_input(params or {}) == EMBED_TEXT_ALONE:
