@@ -97,13 +97,15 @@ def _progress() -> Progress:
 
 
 def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_words: int,
-              model: str | None, private: bool, show_progress: bool = True) -> Any:
+              model: str | None, private: bool, show_progress: bool = True,
+              exclude: list[str] | None = None) -> Any:
     from pgfunnel.db import connect
     from pgfunnel.embedder import Embedder
     from pgfunnel.ingest import Ingester, active_version, collection_id
     from pgfunnel.sources import read_paths
 
-    records = list(read_paths(paths))  # validates every record before anything is written
+    # every record is validated before anything is written
+    records = list(read_paths(paths, exclude or []))
     with connect(dsn_value, autocommit=True) as conn:
         from pgfunnel.db import require_schema
 
@@ -160,6 +162,10 @@ def ingest(
     private: Annotated[bool, typer.Option(
         help="Create the collection private: documents without readers are visible to "
              "nobody instead of everyone in their tenant.")] = False,
+    exclude: Annotated[list[str] | None, typer.Option(
+        help="Glob of paths to leave out of a folder, relative to it; matches the whole "
+             "path ('*' crosses folders) or one part ('_sources'). Repeatable. Hidden "
+             "files and folders are always left out.")] = None,
     dsn: DsnOption = None,
     json_out: JsonOption = False,
 ) -> None:
@@ -167,7 +173,7 @@ def ingest(
     _quiet_warnings()
     with handle_errors():
         stats = do_ingest(dsn, paths, collection, chunk_words, model, private,
-                          show_progress=not json_out)
+                          show_progress=not json_out, exclude=exclude)
     if json_out:
         emit_json(stats.__dict__)
         return

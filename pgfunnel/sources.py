@@ -1,23 +1,25 @@
 """Reading documents from files, and cutting them into chunks.
 
-Formats: ``.md`` (sections by heading), ``.txt`` (paragraphs), ``.html`` (sections by
-h1-h4), ``.jsonl`` (one document per line: citekey, title, text, and optionally
-metadata, tenant, readers, language, valid_from, valid_to).
+Formats: ``.md`` (sections by heading), ``.txt`` (paragraphs), ``.html`` (the main
+content, sections by heading; see :mod:`pgfunnel.html_text`), ``.jsonl`` (one document
+per line: citekey, title, text, and optionally metadata, tenant, readers, language,
+valid_from, valid_to).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import fnmatch
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 from pgfunnel.errors import InvalidDocumentError
+from pgfunnel.html_text import html_to_text
 
 SUPPORTED_SUFFIXES = (".md", ".markdown", ".txt", ".html", ".htm", ".jsonl")
 DEFAULT_CHUNK_WORDS = 200
@@ -122,57 +124,29 @@ def record_from_dict(obj: Any, where: str) -> DocumentRecord:
     return rec
 
 
-class _HTMLText(HTMLParser):
-    """HTML -> markdown-ish text: headings become '## ' lines, scripts/nav are dropped."""
-
-    SKIP = {"script", "style", "nav", "header", "footer", "aside"}
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.out: list[str] = []
-        self.title = ""
-        self._skip = 0
-        self._in_title = False
-        self._heading: str | None = None
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in self.SKIP:
-            self._skip += 1
-        elif tag == "title":
-            self._in_title = True
-        elif tag in ("h1", "h2", "h3", "h4"):
-            self.out.append("\n\n## ")
-            self._heading = tag
-        elif tag in ("p", "div", "li", "br", "pre", "tr"):
-            self.out.append("\n")
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in self.SKIP and self._skip:
-            self._skip -= 1
-        elif tag == "title":
-            self._in_title = False
-        elif tag == self._heading:
-            self.out.append("\n\n")
-            self._heading = None
-
-    def handle_data(self, data: str) -> None:
-        if self._in_title:
-            self.title += data
-        elif not self._skip:
-            self.out.append(data if self._heading is None else data.replace("\n", " "))
+def _excluded(relative: Path, exclude: Sequence[str]) -> bool:
+    """Hidden paths, and paths a pattern matches whole (``*`` crosses folders) or in one
+    of their parts (``_sources`` leaves out every folder of that name)."""
+    parts = relative.parts
+    if any(part.startswith(".") for part in parts):
+        return True
+    whole = relative.as_posix()
+    return any(fnmatch.fnmatchcase(whole, pattern)
+               or any(fnmatch.fnmatchcase(part, pattern) for part in parts)
+               for pattern in exclude)
 
 
-def html_to_text(html: str) -> tuple[str, str]:
-    parser = _HTMLText()
-    parser.feed(html)
-    text = re.sub(r"\n{3,}", "\n\n", "".join(parser.out)).strip()
-    return parser.title.strip(), text
+def read_path(path: Path, root: Path | None = None,
+              exclude: Sequence[str] = ()) -> Iterator[DocumentRecord]:
+    """Documents from one file, or every supported file under a folder.
 
-
-def read_path(path: Path, root: Path | None = None) -> Iterator[DocumentRecord]:
-    """Documents from one file (or every supported file under a directory)."""
+    In a folder, hidden files and folders (.git, editor backups) are skipped, and so is
+    every path that one of the ``exclude`` glob patterns matches, relative to the folder.
+    """
     if path.is_dir():
-        for child in sorted(p for p in path.rglob("*") if p.suffix.lower() in SUPPORTED_SUFFIXES):
+        for child in sorted(p for p in path.rglob("*")
+                            if p.suffix.lower() in SUPPORTED_SUFFIXES and p.is_file()
+                            and not _excluded(p.relative_to(path), exclude)):
             yield from read_path(child, root or path)
         return
     if not path.exists():
@@ -207,9 +181,9 @@ def read_path(path: Path, root: Path | None = None) -> Iterator[DocumentRecord]:
     yield record_from_dict({"citekey": citekey, "title": title, "text": text}, str(path))
 
 
-def read_paths(paths: Iterable[Path]) -> Iterator[DocumentRecord]:
+def read_paths(paths: Iterable[Path], exclude: Sequence[str] = ()) -> Iterator[DocumentRecord]:
     for p in paths:
-        yield from read_path(Path(p))
+        yield from read_path(Path(p), exclude=exclude)
 
 
 _HEADING = re.compile(r"^(#{1,6})\s+(.*\S)\s*$")

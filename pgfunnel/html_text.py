@@ -1,0 +1,236 @@
+"""The readable text of an HTML page: its main content, without the site around it.
+
+A documentation page carries the same navigation bar, sidebar, breadcrumbs and footer
+on every page. Indexed with the page, that text lands in every page's first and last
+chunk: BM25 shrugs it off (its words are in every document), but the embedder does
+not, and those chunks all look alike to the dense leg. So only the main content is
+kept, found the way browsers' reader modes start: the element marked ``role="main"``,
+else ``<main>``, else the page's only ``<article>``, else the whole ``<body>``. Inside
+it, and in the fallback, page chrome is dropped: ``nav``, ``aside``, scripts and forms,
+the ARIA landmarks that are not content (navigation, banner, contentinfo,
+complementary, search), hidden elements, heading permalinks, and the classes that the
+common documentation generators give their navigation (Sphinx, DocBook, MkDocs,
+Docusaurus).
+
+The text comes out markdown-ish, which is what the chunker reads: headings become
+``## `` lines (each starts a section), list items ``- `` lines, table cells are joined
+with `` | ``, code blocks keep their lines and are indented by four spaces (so a ``#``
+comment in code never reads as a heading), and other whitespace collapses as a browser
+collapses it. The title is the first ``<h1>`` of the main content, whose wording is the
+page's own, else ``<title>``, which usually carries the site's name as well.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+
+__all__ = ["html_to_text"]
+
+# elements that never hold page content
+_DROP_TAGS = frozenset({
+    "script", "style", "noscript", "template", "nav", "aside", "form", "button", "select",
+    "input", "textarea", "svg", "iframe", "object", "canvas", "dialog",
+})  # fmt: skip
+# outside the main content these are the site's header and footer; inside it (an
+# article's header holds its title) they are kept
+_CHROME_TAGS = frozenset({"header", "footer"})
+_DROP_ROLES = frozenset({"navigation", "banner", "contentinfo", "complementary", "search"})
+# whole class tokens that documentation generators give to navigation and permalinks
+_DROP_CLASSES = frozenset({
+    "headerlink", "hash-link", "anchor-link", "anchorjs-link",  # heading permalinks
+    "sphinxsidebar", "sphinxsidebarwrapper", "related", "rst-footer-buttons",  # Sphinx
+    "navheader", "navfooter",  # DocBook
+    "md-sidebar", "md-header", "md-footer", "md-nav", "md-source",  # MkDocs Material
+    "wy-nav-side", "wy-breadcrumbs", "breadcrumbs", "breadcrumb",  # Read the Docs theme
+    "theme-doc-sidebar-container", "pagination-nav", "theme-doc-toc-desktop",  # Docusaurus
+    "skip-link", "skip-to-content", "visually-hidden", "sr-only",
+})  # fmt: skip
+_VOID_TAGS = frozenset({
+    "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param",
+    "source", "track", "wbr",
+})  # fmt: skip
+_HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
+# block elements: their text is a paragraph of its own
+_PARAGRAPH_TAGS = frozenset({
+    "p", "div", "section", "article", "main", "header", "footer", "blockquote", "figure",
+    "figcaption", "table", "ul", "ol", "dl", "details", "summary", "address", "hr",
+    "caption", "body",
+})  # fmt: skip
+_LINE_TAGS = frozenset({"li", "tr", "dt", "dd", "br"})
+_CELL_TAGS = frozenset({"td", "th"})
+_SPACE = re.compile(r"\s+")
+
+
+@dataclass
+class _Element:
+    tag: str
+    attrs: dict[str, str]
+    children: list[_Element | str] = field(default_factory=list)
+
+    def classes(self) -> set[str]:
+        return set(self.attrs.get("class", "").split())
+
+
+class _TreeBuilder(HTMLParser):
+    """A forgiving element tree: unknown end tags are ignored, unclosed ones close with
+    their parent, as browsers do for the malformed pages found in the wild."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.root = _Element("#document", {})
+        self._stack = [self.root]
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        element = _Element(tag, {k: v or "" for k, v in attrs})
+        self._stack[-1].children.append(element)
+        if tag not in _VOID_TAGS:
+            self._stack.append(element)
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._stack[-1].children.append(_Element(tag, {k: v or "" for k, v in attrs}))
+
+    def handle_endtag(self, tag: str) -> None:
+        for depth in range(len(self._stack) - 1, 0, -1):
+            if self._stack[depth].tag == tag:
+                del self._stack[depth:]
+                return
+
+    def handle_data(self, data: str) -> None:
+        self._stack[-1].children.append(data)
+
+
+def _is_dropped(element: _Element, inside_main: bool) -> bool:
+    if element.tag in _DROP_TAGS or (element.tag in _CHROME_TAGS and not inside_main):
+        return True
+    attrs = element.attrs
+    if "hidden" in attrs or attrs.get("aria-hidden") == "true":
+        return True
+    if attrs.get("role") in _DROP_ROLES:
+        return True
+    return not _DROP_CLASSES.isdisjoint(element.classes())
+
+
+def _find(element: _Element, match: str) -> list[_Element]:
+    """Elements under ``element`` (itself included) that match, outermost only."""
+    found: list[_Element] = []
+    stack = [element]
+    while stack:
+        node = stack.pop()
+        if (match == "role=main" and node.attrs.get("role") == "main") or node.tag == match:
+            found.append(node)
+            continue
+        stack.extend(c for c in reversed(node.children) if isinstance(c, _Element))
+    return found
+
+
+def _main_content(root: _Element) -> tuple[_Element, bool]:
+    """The element holding the page's content, and whether it was recognised as such."""
+    for match in ("role=main", "main"):
+        found = _find(root, match)
+        if found:
+            return found[0], True
+    articles = _find(root, "article")
+    if len(articles) == 1:
+        return articles[0], True
+    bodies = _find(root, "body")
+    return (bodies[0] if bodies else root), False
+
+
+class _Renderer:
+    def __init__(self, inside_main: bool) -> None:
+        self.inside_main = inside_main
+        self.blocks: list[str] = []  # finished paragraphs, headings and code blocks
+        self.line: list[str] = []  # the paragraph being written
+        self.first_h1: str | None = None
+        self._bullet = ""  # a list item's "- " whose text starts in a paragraph of its own
+
+    def _flush(self) -> None:
+        text = _SPACE.sub(" ", "".join(self.line)).strip()
+        # a line break inside a paragraph (li, tr, br) is kept as one
+        text = "\n".join(p.strip() for p in text.split("\x00") if p.strip())
+        self.line = []
+        if text == "-":
+            self._bullet = "- "
+        elif text:
+            self.blocks.append(self._bullet + text)
+            self._bullet = ""
+
+    def _text_of(self, element: _Element) -> str:
+        inner = _Renderer(self.inside_main)
+        inner.render_children(element)
+        inner._flush()
+        return " ".join(" ".join(inner.blocks).split())
+
+    def render_children(self, element: _Element) -> None:
+        for child in element.children:
+            if isinstance(child, str):
+                self.line.append(child)
+            else:
+                self.render(child)
+
+    def render(self, element: _Element) -> None:
+        if _is_dropped(element, self.inside_main):
+            return
+        tag = element.tag
+        if tag in ("title", "head"):
+            return
+        if tag in _HEADINGS:
+            self._flush()
+            heading = self._text_of(element)
+            if heading:
+                self.blocks.append(f"## {heading}")
+                if tag == "h1" and self.first_h1 is None:
+                    self.first_h1 = heading
+            return
+        if tag == "pre":
+            self._flush()
+            code = "".join(_raw_text(element)).strip("\n")
+            if code.strip():
+                self.blocks.append("\n".join("    " + line for line in code.splitlines()))
+            return
+        if tag in _PARAGRAPH_TAGS:
+            self._flush()
+            self.render_children(element)
+            self._flush()
+            return
+        if tag in _LINE_TAGS:
+            self.line.append("\x00- " if tag == "li" else "\x00")
+            self.render_children(element)
+            return
+        if tag in _CELL_TAGS:
+            self.render_children(element)
+            self.line.append(" | ")
+            return
+        self.render_children(element)
+
+
+def _raw_text(element: _Element) -> list[str]:
+    """The text of a code block as written (whitespace kept), chrome left out."""
+    parts: list[str] = []
+    for child in element.children:
+        if isinstance(child, str):
+            parts.append(child)
+        elif child.tag == "br":
+            parts.append("\n")
+        elif not _is_dropped(child, True):
+            parts.extend(_raw_text(child))
+    return parts
+
+
+def html_to_text(html: str) -> tuple[str, str]:
+    """(title, text) of an HTML page's main content; see the module docstring."""
+    builder = _TreeBuilder()
+    builder.feed(html)
+    builder.close()
+    titles = _find(builder.root, "title")
+    page_title = " ".join("".join(_raw_text(titles[0])).split()) if titles else ""
+    main, recognised = _main_content(builder.root)
+    renderer = _Renderer(inside_main=recognised)
+    renderer.render_children(main)
+    renderer._flush()
+    text = "\n\n".join(renderer.blocks)
+    # a table row's trailing cell separator
+    text = re.sub(r"\s*\|\s*$", "", text, flags=re.MULTILINE)
+    return renderer.first_h1 or page_title, text

@@ -1,0 +1,121 @@
+"""HTML ingest keeps a page's main content and drops the site around it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pgfunnel.html_text import html_to_text
+from pgfunnel.sources import chunk_text, read_path
+
+SPHINX_PAGE = """<!DOCTYPE html>
+<html><head><meta charset="utf-8">
+<title>os.path — Pathname tools — Example 3.11 documentation</title>
+<script>var x = "script text";</script><style>.a{color:red}</style></head>
+<body>
+<div class="related" role="navigation"><h3>Navigation</h3>
+<ul><li>index</li><li>modules |</li></ul></div>
+<div class="document"><div class="documentwrapper"><div class="bodywrapper">
+<div class="body" role="main">
+<section id="os-path"><h1>os.path — Pathname tools<a class="headerlink" href="#os-path">¶</a></h1>
+<p>This module implements   useful
+   functions on <code>pathnames</code>.</p>
+<dl class="py function"><dt class="sig">os.path.join(<em>path</em>, <em>*paths</em>)</dt>
+<dd><p>Join one or more path segments.</p></dd></dl>
+<div class="highlight"><pre># a comment, not a heading
+&gt;&gt;&gt; join("a", "b")
+'a/b'</pre></div>
+<ul><li><p>First point.</p></li><li>Second point.</li></ul>
+<table><tr><th>Operation</th><th>Result</th></tr><tr><td>x | y</td><td>union</td></tr></table>
+<p hidden>hidden text</p><span aria-hidden="true">decorative</span>
+</section></div></div></div>
+<div class="sphinxsidebar" role="navigation"><h3>Previous topic</h3><p>pathlib</p></div>
+</div>
+<div class="footer">© Copyright 2001-2026. Created using Sphinx.</div>
+</body></html>"""
+
+
+def test_sphinx_page_keeps_main_content_only() -> None:
+    title, text = html_to_text(SPHINX_PAGE)
+    assert title == "os.path — Pathname tools"
+    for chrome in ("Navigation", "modules", "Previous topic", "pathlib", "Copyright", "¶",
+                   "script text", "color:red", "hidden text", "decorative"):
+        assert chrome not in text, chrome
+    assert "This module implements useful functions on pathnames." in text
+    assert "os.path.join(path, *paths)" in text and "Join one or more path segments." in text
+    # code keeps its lines, indented, so its comment does not start a section
+    assert "    # a comment, not a heading\n    >>> join(\"a\", \"b\")\n    'a/b'" in text
+    assert [c.heading for c in chunk_text(text)] == ["os.path — Pathname tools"]
+    assert "- First point." in text and "- Second point." in text
+    assert "Operation | Result\nx | y | union" in text
+
+
+def test_docbook_page_without_main_drops_navigation_classes() -> None:
+    page = ("<html><head><title>CREATE INDEX</title></head><body>"
+            "<div class='navheader'><table><tr><td>Prev</td><td>Up</td></tr></table></div>"
+            "<div class='refentry'><h2>Synopsis</h2><pre>CREATE INDEX name ON table</pre>"
+            "<p>Builds an index.</p></div>"
+            "<div class='navfooter'>Next: CREATE LANGUAGE</div></body></html>")
+    title, text = html_to_text(page)
+    assert title == "CREATE INDEX"
+    assert text == "## Synopsis\n\n    CREATE INDEX name ON table\n\nBuilds an index."
+
+
+def test_site_header_and_footer_go_but_an_articles_header_stays() -> None:
+    page = ("<body><header><a>Site name</a> Docs Blog</header>"
+            "<main><article><header><h1>Release notes</h1></header>"
+            "<p>Version 2 adds <b>search</b>.</p><footer>Posted by Ann</footer></article></main>"
+            "<footer>Site footer</footer></body>")
+    title, text = html_to_text(page)
+    assert title == "Release notes"
+    assert text == "## Release notes\n\nVersion 2 adds search.\n\nPosted by Ann"
+
+
+def test_without_any_main_element_the_body_minus_chrome_is_kept() -> None:
+    page = ("<html><head><title>Status page</title></head><body><nav>menu</nav>"
+            "<header>Acme status</header><h2>Uptime</h2><p>We report uptime monthly.</p>"
+            "<aside>Related posts</aside><footer>contact</footer></body></html>")
+    title, text = html_to_text(page)
+    assert title == "Status page"
+    assert text == "## Uptime\n\nWe report uptime monthly."
+
+
+def test_malformed_html_loses_no_text() -> None:
+    page = ("<div><p>unclosed paragraph <b>bold <i>both</div></span><p>second</p>"
+            "<li>stray item<p>trailing text")
+    _, text = html_to_text(page)
+    for words in ("unclosed paragraph bold both", "second", "- stray item", "trailing text"):
+        assert words in text, words
+
+
+def test_two_articles_are_not_taken_for_the_main_content() -> None:
+    page = ("<body><p>Intro</p><article><h2>One</h2><p>first</p></article>"
+            "<article><h2>Two</h2><p>second</p></article></body>")
+    _, text = html_to_text(page)
+    assert text == "Intro\n\n## One\n\nfirst\n\n## Two\n\nsecond"
+
+
+def test_folder_ingest_skips_hidden_paths(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "notes.md").write_text("# Not a document\n")
+    (tmp_path / ".draft.md").write_text("# Hidden draft\n")
+    (tmp_path / "guide.html").write_text(SPHINX_PAGE)
+    docs = list(read_path(tmp_path))
+    assert [(d.citekey, d.title) for d in docs] == [("guide", "os.path — Pathname tools")]
+    assert "Previous topic" not in docs[0].text
+
+
+def test_folder_ingest_exclude_patterns(tmp_path: Path) -> None:
+    # a Sphinx build: pages, a copy of every source under _sources, index pages
+    (tmp_path / "_sources" / "library").mkdir(parents=True)
+    (tmp_path / "_sources" / "library" / "os.rst.txt").write_text("os\n==\n")
+    (tmp_path / "library").mkdir()
+    (tmp_path / "library" / "os.html").write_text(SPHINX_PAGE)
+    (tmp_path / "genindex-A.html").write_text("<h1>Index – A</h1>")
+    (tmp_path / "drafts").mkdir()
+    (tmp_path / "drafts" / "wip.md").write_text("# Work in progress\n")
+    everything = [d.citekey for d in read_path(tmp_path)]
+    assert everything == ["_sources/library/os.rst", "drafts/wip", "genindex-A", "library/os"]
+    kept = [d.citekey for d in read_path(tmp_path, exclude=["_sources", "genindex*", "drafts/*"])]
+    assert kept == ["library/os"]
+    # a pattern is matched relative to the folder, not against the folder's own path
+    assert [d.citekey for d in read_path(tmp_path / "library", exclude=["library"])] == ["os"]
