@@ -174,10 +174,12 @@ def read_path(path: Path, root: Path | None = None,
     citekey = path.relative_to(base).with_suffix("").as_posix() if root else path.stem
     if suffix in (".html", ".htm"):
         title, text = html_to_text(raw)
+    elif suffix == ".txt":
+        text, title = raw, path.stem.replace("_", " ").replace("-", " ")
     else:
-        text = raw
-        m = re.search(r"^#\s+(.+)$", raw, flags=re.MULTILINE) if suffix != ".txt" else None
-        title = m.group(1).strip() if m else path.stem.replace("_", " ").replace("-", " ")
+        fields, text = _front_matter(raw)
+        title = (fields.get("title") or _first_h1(text)
+                 or path.stem.replace("_", " ").replace("-", " "))
     yield record_from_dict({"citekey": citekey, "title": title, "text": text}, str(path))
 
 
@@ -187,13 +189,56 @@ def read_paths(paths: Iterable[Path], exclude: Sequence[str] = ()) -> Iterator[D
 
 
 _HEADING = re.compile(r"^(#{1,6})\s+(.*\S)\s*$")
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+# a YAML block at the top of a markdown file (Jekyll, Hugo, Docusaurus, MkDocs)
+_FRONT_MATTER = re.compile(r"\A\ufeff?---[ \t]*\n(.*?\n)?(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.S)
+
+
+def _front_matter(raw: str) -> tuple[dict[str, str], str]:
+    """The top-level ``key: value`` fields of a markdown file's front matter, and the
+    text after it (the block itself is not content)."""
+    m = _FRONT_MATTER.match(raw)
+    if not m:
+        return {}, raw
+    fields: dict[str, str] = {}
+    for line in (m.group(1) or "").splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() and not line[:1].isspace() and not line.startswith("-"):
+            fields[key.strip().lower()] = value.strip().strip("'\"").strip()
+    return fields, raw[m.end():]
+
+
+def _lines_outside_code(text: str) -> Iterator[tuple[str, bool]]:
+    """Each line, and whether it is markdown (not inside a fenced code block)."""
+    fence = ""
+    for line in text.splitlines():
+        m = _FENCE.match(line)
+        if not fence:
+            if m:
+                fence = m.group(1)
+            yield line, not fence
+        else:
+            closing = line.strip()
+            if m and closing[:1] == fence[0] and set(closing) == {fence[0]} \
+                    and len(closing) >= len(fence):
+                fence = ""
+            yield line, False
+
+
+def _first_h1(text: str) -> str:
+    for line, is_markdown in _lines_outside_code(text):
+        m = _HEADING.match(line) if is_markdown else None
+        if m and len(m.group(1)) == 1:
+            return m.group(2).strip()
+    return ""
 
 
 def _sections(text: str) -> list[tuple[str, str]]:
-    """(heading, body) pairs; markdown headings start sections."""
+    """(heading, body) pairs; markdown headings start sections (a ``#`` line inside a
+    fenced code block is code, not a heading)."""
     sections: list[tuple[str, list[str]]] = [("", [])]
-    for line in text.splitlines():
-        m = _HEADING.match(line)
+    for line, is_markdown in _lines_outside_code(text):
+        m = _HEADING.match(line) if is_markdown else None
         if m:
             sections.append((m.group(2).strip(), []))
         else:
