@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -60,6 +61,7 @@ def evaluate(
     from pgfunnel.errors import ConfigError
     from pgfunnel.eval.harness import (
         Harness,
+        missing_items_message,
         parse_config_arg,
         preset_configs,
     )
@@ -98,9 +100,15 @@ def evaluate(
 
                 harness = Harness(conn, collection, k=k, principals=principal or [],
                                   trace=trace, progress=tick)
-                result = harness.run(judged, configs, split=split)  # type: ignore[arg-type]
+                with warnings.catch_warnings():
+                    # said once below, in the CLI's own words
+                    warnings.filterwarnings("ignore", message="pgfunnel eval: .* judged items")
+                    result = harness.run(judged, configs, split=split)  # type: ignore[arg-type]
         finally:
             conn.close()
+        if result.missing_items:
+            console.print("[yellow]warning:[/yellow] " + missing_items_message(
+                result.missing_items, result.queries, collection), highlight=False)
         report = result.report
         violations = check_floors(report.configs[report.baseline].aggregates, floor_spec) \
             if floor_spec is not None else []

@@ -271,10 +271,16 @@ class Funnel:
 
     # -- embedding -----------------------------------------------------------------
     def _active_dimensions(self, conn: psycopg.Connection[Any], collection: str) -> tuple[str, int]:
-        row = conn.execute(
-            "select v.embedding_model, v.dimensions from pgfunnel.index_version v "
-            "join pgfunnel.collection c on c.id = v.collection_id "
-            "where c.name = %s and v.state = 'active'", (collection,)).fetchone()
+        try:
+            row = conn.execute(
+                "select v.embedding_model, v.dimensions from pgfunnel.index_version v "
+                "join pgfunnel.collection c on c.id = v.collection_id "
+                "where c.name = %s and v.state = 'active'", (collection,)).fetchone()
+        except psycopg.Error as exc:
+            # before `pgfunnel init` this is the first statement to find no schema
+            if not conn.autocommit:
+                conn.rollback()
+            raise translate(exc) from exc
         if row is None:
             from pgfunnel.errors import NotFoundError
 

@@ -97,6 +97,35 @@ def test_eval_cli_tables_floors_and_self_bootstrap(sample_db: str, tmp_path: Pat
     assert json.loads(res.stdout)["floor_violations"] == []
 
 
+def test_judged_items_missing_from_the_collection_are_named(sample_db: str,
+                                                           tmp_path: Path) -> None:
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    real = next(q for q in _subset(1) if q.relevant_items)
+    known = sorted(real.relevant_items)[0]
+    queries = [
+        JudgedQuery("q1", real.query, "identifier", {known: 1, "no-such-page": 1}),
+        JudgedQuery("q2", "vpn setup", "keyword", {"guides/vpn.html": 2, "gone": 0}),
+    ]
+    with pytest.warns(UserWarning, match=r"2 of 3 judged items are not in collection"):
+        result = Harness(sample_db, "default").run(queries, preset_configs("default"))
+    # grade-0 items are not looked for; the judged ones missing are listed in order
+    assert result.missing_items == ["guides/vpn.html", "no-such-page"]
+    assert result.report.metadata["judged_items_not_in_collection"] == result.missing_items
+
+    chunk_level = [JudgedQuery("c1", real.query, "identifier",
+                               {f"{known}#0": 1, f"{known}#9999": 1})]
+    with pytest.warns(UserWarning, match="1 of 2"):
+        result = Harness(sample_db, "default").run(chunk_level, preset_configs("default"))
+    assert result.missing_items == [f"{known}#9999"]
+
+    res = CliRunner().invoke(app, ["eval", str(_write(tmp_path / "q.jsonl", queries)),
+                                   "--dsn", sample_db])
+    assert res.exit_code == 0, res.output
+    assert "warning: pgfunnel eval: 2 of 3 judged items" in " ".join(res.output.split())
+
+
 def test_stage_recall_in_database_matches_harness(sample_db: str) -> None:
     from pgfunnel.db import connect
     from pgfunnel.eval.harness import stage_recall_in_db, store_qrels

@@ -87,10 +87,32 @@ def test_missing_schema_says_run_init(empty_db: str) -> None:
 
 
 def test_funnel_search_without_schema_says_run_init(empty_db: str) -> None:
+    import numpy as np
+
     from pgfunnel.search import Funnel
 
     with pytest.raises(SchemaMissingError, match="pgfunnel init"):
         Funnel(empty_db, embedder=None).search("refund")
+    # with a query vector the dimension check is the first statement to miss the schema
+    with pytest.raises(SchemaMissingError, match="pgfunnel init"):
+        Funnel(empty_db, embedder=None).search("refund", query_embedding=np.ones(384))
+
+
+@pytest.mark.parametrize("command", [["search", "refund"], ["explain", "refund", "a#0"],
+                                     ["eval", "QUERIES"]])
+def test_cli_without_schema_says_run_init(empty_db: str, tmp_path: Path,
+                                          command: list[str]) -> None:
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"query_id": "q", "query": "refund", "slice": "s", '
+                       '"relevant": {"a": 1}}\n')
+    args = [str(queries) if a == "QUERIES" else a for a in command]
+    res = CliRunner().invoke(app, [*args, "--dsn", empty_db])
+    assert res.exit_code == 1, res.output
+    assert "run `pgfunnel init`" in " ".join(res.output.split())
+    assert "Traceback" not in res.output
 
 
 def test_unreachable_dsn_is_a_clear_error() -> None:

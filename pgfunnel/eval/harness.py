@@ -44,13 +44,16 @@ import hashlib
 import json
 import math
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import psycopg
+from psycopg import sql
 
+from pgfunnel.db import require_schema
 from pgfunnel.errors import ConfigError, InvalidInputError, NotFoundError, translate
 from pgfunnel.eval.metrics import collapse_to_documents, pool_recall_curve
 from pgfunnel.eval.qrels import JudgedQuery, Split, judging_level, select_split
@@ -181,6 +184,9 @@ class HarnessResult:
     runs: dict[str, dict[str, QueryRun]]
     queries: list[JudgedQuery]
     curves: dict[str, list[tuple[int, float]]]
+    #: judged items (grade >= 1) that name no document or chunk of the collection: they
+    #: count as never found, which usually means the citekeys were written differently
+    missing_items: list[str] = field(default_factory=list)
 
 
 class Harness:
@@ -349,6 +355,7 @@ class Harness:
         done = 0
         with self.funnel.connection() as conn:
             version = self._index_version(conn)
+            missing = self._missing_items(conn, selected, level)
             for cfg in configs:
                 for q in selected:
                     try:
@@ -378,12 +385,16 @@ class Harness:
                 name: round(sum(r.seconds for r in by_q.values()) / max(1, len(by_q)), 4)
                 for name, by_q in runs.items()},
             "no_answer_top_fused_score": _noanswer_scores(runs, selected),
+            "judged_items_not_in_collection": missing,
         }
         report = build_report(rankings, selected, k=self.k, baseline=baseline, pools=pools,
                               n_resamples=n_resamples, seed=seed, metadata=metadata)
         report.split = split
         curves = self._curves(runs, selected)
-        return HarnessResult(report=report, runs=runs, queries=selected, curves=curves)
+        if missing:
+            warnings.warn(missing_items_message(missing, selected, self.collection), stacklevel=2)
+        return HarnessResult(report=report, runs=runs, queries=selected, curves=curves,
+                             missing_items=missing)
 
     def _curves(self, runs: Mapping[str, Mapping[str, QueryRun]],
                 queries: Sequence[JudgedQuery]) -> dict[str, list[tuple[int, float]]]:
@@ -404,7 +415,24 @@ class Harness:
             curves[f"{name} (final order)"] = pool_recall_curve(pools, queries, depths)
         return curves
 
+    def _missing_items(self, conn: psycopg.Connection[Any], queries: Sequence[JudgedQuery],
+                       level: str) -> list[str]:
+        """The judged items (grade >= 1) that no document or chunk of the collection has."""
+        items = sorted({item for q in queries for item in q.relevant_items})
+        if not items:
+            return []
+        key = ("d.citekey" if level == "document"
+               else "d.citekey || '#' || ch.ordinal::text")
+        present = {r[0] for r in conn.execute(
+            sql.SQL("select distinct {key} from pgfunnel.document d "
+                    "join pgfunnel.collection c on c.id = d.collection_id "
+                    "join pgfunnel.chunk ch on ch.document_id = d.id "
+                    "where c.name = %s and {key} = any(%s)").format(key=sql.SQL(key)),
+            (self.collection, items))}
+        return [item for item in items if item not in present]
+
     def _index_version(self, conn: psycopg.Connection[Any]) -> dict[str, Any]:
+        require_schema(conn)
         row = conn.execute(
             "select v.version, v.embedding_model, v.analyzer, v.chunk_count "
             "from pgfunnel.index_version v join pgfunnel.collection c on c.id = v.collection_id "
@@ -414,6 +442,15 @@ class Harness:
                                 "active index version")
         return {"version": row[0], "embedding_model": row[1], "analyzer": row[2],
                 "chunks": row[3]}
+
+
+def missing_items_message(missing: Sequence[str], queries: Sequence[JudgedQuery],
+                          collection: str) -> str:
+    judged = len({item for q in queries for item in q.relevant_items})
+    examples = ", ".join(repr(m) for m in missing[:5]) + (", ..." if len(missing) > 5 else "")
+    return (f"pgfunnel eval: {len(missing)} of {judged} judged items are not in collection "
+            f"{collection!r} ({examples}); they count as never found. A file's citekey is "
+            "its path relative to the folder ingested, without the suffix (docs/cli.md)")
 
 
 def _fields(p: SearchParams) -> dict[str, Any]:
