@@ -38,6 +38,9 @@ app = typer.Typer(
 import pgfunnel  # noqa: E402
 
 SAMPLE_CORPUS = Path(pgfunnel.__file__).resolve().parent / "data" / "helpcenter.jsonl"
+# two staff-only runbooks, so the demo can show one query answered for two readers
+DEMO_INTERNAL = SAMPLE_CORPUS.with_name("demo_internal.jsonl")
+DEMO_STAFF = "support-staff"
 
 
 def _quiet_warnings() -> None:
@@ -312,10 +315,11 @@ def demo(
         t0 = time.perf_counter()
         info = schema.init(dsn)
         out.print(f"[bold]1. init[/bold]: schema at revision {info['revision']}")
-        stats = do_ingest(dsn, [SAMPLE_CORPUS], "demo", 200, None, False)
+        stats = do_ingest(dsn, [SAMPLE_CORPUS, DEMO_INTERNAL], "demo", 200, None, False)
         out.print(f"[bold]2. ingest[/bold]: {stats.documents_written} written, "
                   f"{stats.documents_unchanged} unchanged, {stats.chunks_written} chunks "
-                  f"into collection 'demo'")
+                  f"into collection 'demo' (two of the documents are readable by "
+                  f"'{DEMO_STAFF}' only)")
         codes = [json.loads(line)["citekey"] for line in SAMPLE_CORPUS.read_text().splitlines()
                  if line.startswith('{"citekey": "err-')]
         code = codes[0].split("-")[1] if codes else "4029"
@@ -333,13 +337,22 @@ def demo(
             out.print(f"  pool {len(resp.pool) or k * 4} candidates; "
                       f"{resp.timings_ms.get('funnel_search', 0):.1f} ms in SQL, "
                       f"{resp.timings_ms.get('embed', 0):.1f} ms embedding the query\n")
+        q = f"ERR-{code}"
+        out.print(f"[bold]4. access[/bold]: {q!r} for a reader with no principals (public "
+                  f"documents only), then for principal '{DEMO_STAFF}'")
+        for principals in ([], [DEMO_STAFF]):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                resp = funnel.search(q, k=k, principals=principals)
+            out.print(_results_table(f"principals {principals}", resp.results))
         funnel.close()
         from pgfunnel.db import resolve_dsn
 
         out.print(f"done in {time.perf_counter() - t0:.1f}s. Try it in SQL:\n"
                   f"  psql '{resolve_dsn(dsn)}' -c \"select citekey, lexical_rank, "
                   "dense_rank, final_rank from funnel_search('err " + code + "', "
-                  "collection => 'demo', k => 5)\"", highlight=False, soft_wrap=True)
+                  "collection => 'demo', k => 5, principals => '{" + DEMO_STAFF + "}')\"",
+                  highlight=False, soft_wrap=True)
 
 
 def _register_subcommands() -> None:

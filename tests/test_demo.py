@@ -1,0 +1,48 @@
+"""`pgfunnel demo`, the README's main job, end to end on a fresh database."""
+
+from __future__ import annotations
+
+import json
+
+from pgfunnel.cli.main import DEMO_INTERNAL, DEMO_STAFF, SAMPLE_CORPUS
+
+
+def test_the_staff_runbook_is_about_the_code_the_demo_searches() -> None:
+    # the demo searches the first error code of the generated corpus; the staff-only
+    # runbook must be about that code or the access step shows nothing
+    code = next(json.loads(line)["citekey"] for line in SAMPLE_CORPUS.read_text().splitlines()
+                if line.startswith('{"citekey": "err-')).split("-")[1]
+    runbooks = [json.loads(line) for line in DEMO_INTERNAL.read_text().splitlines()]
+    assert any(f"ERR-{code}" in d["text"] for d in runbooks)
+    assert all(d["readers"] and DEMO_STAFF in d["readers"] for d in runbooks)
+
+
+def test_demo_runs_every_stage_and_hides_staff_documents(empty_db: str) -> None:
+    from typer.testing import CliRunner
+
+    from pgfunnel.cli.main import app
+    from pgfunnel.db import connect
+
+    res = CliRunner().invoke(app, ["demo", "--dsn", empty_db], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    text = res.output
+    for stage in ("1. init", "2. ingest", "3. searches", "4. access", "Try it in SQL"):
+        assert stage in text, stage
+    access = text[text.index("4. access"):text.index("Try it in SQL")]
+    public, staff = access.split(f"principals ['{DEMO_STAFF}']")
+    assert "runbook-err-" not in public
+    assert "runbook-err-" in staff
+    with connect(empty_db, autocommit=True) as conn:
+        rows = conn.execute(
+            "select citekey from funnel_search('err 6358', null, 5, collection => 'demo')"
+        ).fetchall()
+        assert rows and all(not r[0].startswith("runbook-") for r in rows)
+        rows = conn.execute(
+            "select citekey from funnel_search('err 6358', null, 5, collection => 'demo', "
+            "principals => %s)", ([DEMO_STAFF],)).fetchall()
+        assert rows[0][0] in ("err-6358", "runbook-err-6358")
+        assert "runbook-err-6358" in [r[0] for r in rows]
+    # run twice: nothing is written again
+    again = CliRunner().invoke(app, ["demo", "--dsn", empty_db], env={"COLUMNS": "200"})
+    assert again.exit_code == 0, again.output
+    assert "0 written" in again.output
