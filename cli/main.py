@@ -190,6 +190,35 @@ def ingest(
 
 
 @app.command()
+def embed(
+    text: Annotated[str, typer.Argument(help="The query text to embed.")],
+    collection: CollectionOption = "default",
+    model: Annotated[str | None, typer.Option(
+        help="Embedding model. Default: the collection's active index version's model "
+             "(searches must be embedded with the model their version was built with).")
+    ] = None,
+    dsn: DsnOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Print TEXT's embedding as a pgvector literal, for funnel_search in SQL (psql -v)."""
+    from pgfunnel.embedder import Embedder
+
+    _quiet_warnings()
+    with handle_errors():
+        if model is None:
+            from pgfunnel.search import Funnel
+
+            with Funnel(dsn, collection, embedder=None) as funnel:
+                model, _ = funnel.active_model()
+        vector = Embedder(model).embed_query(text)
+    literal = "[" + ",".join(f"{x:.8g}" for x in vector.tolist()) + "]"
+    if json_out:
+        emit_json({"model": model, "dimensions": len(vector), "embedding": vector.tolist()})
+    else:
+        print(literal)
+
+
+@app.command()
 def delete(
     citekeys: Annotated[list[str], typer.Argument(help="Citekeys of the documents to delete.")],
     collection: CollectionOption = "default",
@@ -208,6 +237,9 @@ def delete(
                    "not_found": len(set(citekeys)) - n})
     else:
         out.print(f"{n} documents deleted.")
+        if n < len(set(citekeys)):
+            out.print(f"{len(set(citekeys)) - n} of the citekeys given were not in collection "
+                      f"{collection!r}.", highlight=False)
 
 
 def _results_table(title: str, results: list[Any], show_rerank: bool = False) -> Table:

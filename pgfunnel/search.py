@@ -288,6 +288,12 @@ class Funnel:
                                 "index version (run `pgfunnel ingest`)")
         return str(row[0]), int(row[1])
 
+    def active_model(self, collection: str | None = None) -> tuple[str, int]:
+        """(embedding model, dimensions) of the collection's active index version: what a
+        query vector passed to ``funnel_search`` must be embedded with."""
+        with self.connection() as conn:
+            return self._active_dimensions(conn, collection or self.collection)
+
     def embedder_for(self, conn: psycopg.Connection[Any], collection: str) -> Embedder | None:
         if self._embedder_spec is None:
             return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from pgfunnel.cli.main import DEMO_INTERNAL, DEMO_STAFF, SAMPLE_CORPUS
 
@@ -18,9 +19,9 @@ def test_the_staff_runbook_is_about_the_code_the_demo_searches() -> None:
 
 
 def test_demo_runs_every_stage_and_hides_staff_documents(empty_db: str) -> None:
+    from pgfunnel.cli.main import app
     from typer.testing import CliRunner
 
-    from pgfunnel.cli.main import app
     from pgfunnel.db import connect
 
     res = CliRunner().invoke(app, ["demo", "--dsn", empty_db], env={"COLUMNS": "200"})
@@ -46,3 +47,39 @@ def test_demo_runs_every_stage_and_hides_staff_documents(empty_db: str) -> None:
     again = CliRunner().invoke(app, ["demo", "--dsn", empty_db], env={"COLUMNS": "200"})
     assert again.exit_code == 0, again.output
     assert "0 written" in again.output
+
+
+def test_embed_prints_the_vector_funnel_search_is_given(sample_db: str, embedder: Any) -> None:
+    import numpy as np
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.db import connect
+    from pgfunnel.search import Funnel
+
+    query = "get my money back on a monthly subscription"
+    res = CliRunner().invoke(app, ["embed", query, "--dsn", sample_db])
+    assert res.exit_code == 0, res.output
+    literal = res.stdout.strip()
+    values = np.array([float(x) for x in literal.strip("[]").split(",")])
+    assert values.shape == (384,)
+    assert np.allclose(values, embedder.embed_query(query), atol=1e-6)
+    # the literal, pasted into SQL, gives what the Python API gives for the text
+    with connect(sample_db, autocommit=True) as conn:
+        in_sql = [r[0] for r in conn.execute(
+            "select chunk_id from funnel_search(%s, %s::vector, 10)", (query, literal))]
+    in_python = [r.chunk_id for r in Funnel(sample_db).search(query, k=10).results]
+    assert in_sql == in_python
+
+    res = CliRunner().invoke(app, ["embed", query, "-c", "nope", "--dsn", sample_db])
+    assert res.exit_code == 1 and "'nope' does not exist" in res.output
+
+
+def test_delete_says_which_citekeys_were_not_there(sample_db: str) -> None:
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    res = CliRunner().invoke(app, ["delete", "err-6358", "no-such-doc", "--dsn", sample_db])
+    assert res.exit_code == 0, res.output
+    assert "1 documents deleted" in res.output
+    assert "1 of the citekeys given were not in collection 'default'" in res.output
