@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -62,8 +63,9 @@ class Embedder:
         try:
             from sentence_transformers import SentenceTransformer
 
-            self._model = SentenceTransformer(path, device=self.device,
-                                              local_files_only=local_only or Path(path).exists())
+            with quiet_local_loading(path):
+                self._model = SentenceTransformer(
+                    path, device=self.device, local_files_only=local_only or Path(path).exists())
         except Exception as exc:
             raise ModelLoadError("embedding_model", model, exc) from exc
         get_dim = getattr(self._model, "get_embedding_dimension", None) or \
@@ -94,6 +96,29 @@ class Embedder:
     def embed_query(self, text: str) -> np.ndarray:
         vectors: np.ndarray = self.embed([text])
         return np.asarray(vectors[0])
+
+
+@contextmanager
+def quiet_local_loading(path: str | Path) -> Iterator[None]:
+    """Load a model from a local folder without transformers' "Loading weights" bar.
+
+    That bar comes with every load, so every CLI command and every new process prints
+    it. Transformers can only switch it off together with the download bars, so it is
+    switched off only when ``path`` is a local folder, where nothing is downloaded.
+    """
+    try:
+        from transformers.utils import logging as transformers_logging
+    except ImportError:  # pragma: no cover - sentence-transformers depends on transformers
+        yield
+        return
+    if not Path(path).expanduser().exists() or not transformers_logging.is_progress_bar_enabled():
+        yield
+        return
+    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    try:
+        yield
+    finally:
+        transformers_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
 
 
 def check_vector(vector: Any, dimensions: int | None = None,

@@ -112,6 +112,9 @@ def explain(funnel: Funnel, query: str | None, target: str, *,
              "dense_rank", "dense_score", "dense_exact_score", "dense_depth", "fused_rank",
              "fused_score", "pool_size", "final_rank", "citekey", "reason")
     values: dict[str, Any] = dict(zip(names, row, strict=True))
+    if cid is None and isinstance(values["reason"], str):
+        # the SQL answered for the placeholder id; name the chunk as the caller wrote it
+        values["reason"] = values["reason"].replace("chunk -1 ", f"chunk {target} ", 1)
     return Explanation(target=target, chunk_id=cid, notices=notices, **values)
 
 

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from pgfunnel.embedder import quiet_local_loading
 from pgfunnel.errors import ConfigError, ModelLoadError, RerankError
 
 __all__ = [
@@ -229,7 +230,8 @@ class Reranker:
 
             local = Path(self.model_name).expanduser()
             target = str(local) if local.exists() else self.model_name
-            model = CrossEncoder(target, **kwargs)
+            with quiet_local_loading(target):
+                model = CrossEncoder(target, **kwargs)
         except Exception as exc:
             raise self._failure(exc) from exc
         archs = getattr(

@@ -85,3 +85,16 @@ def test_a_version_made_before_embed_input_keeps_embedding_text_alone(
                         "where id = %s", (res.version_id,)).fetchone() == ("title",)
     assert _close(_stored(conn, "refunds"),
                   embedder.embed([embedding_input(rec.title, c.text) for c in chunk_text(TEXT)]))
+
+
+def test_loading_the_bundled_model_prints_no_progress_bar(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    from transformers.utils import logging as transformers_logging
+
+    from pgfunnel.embedder import Embedder
+
+    assert transformers_logging.is_progress_bar_enabled()
+    Embedder()
+    assert "Loading weights" not in capfd.readouterr().err
+    # switched off for the load only: downloads elsewhere keep their bars
+    assert transformers_logging.is_progress_bar_enabled()

@@ -275,7 +275,10 @@ def test_explain_python_and_cli(db: str, conn: psycopg.Connection[Any], corpus: 
         e = explain(f, "zephyr section", "big#1", k=3)
         assert e.chunk_id == _ids(conn, "big")[1] and e.verdict in ("returned", "capped",
                                                                      "cut at k", "not in pool")
-        assert explain(f, "zephyr", "nope#0").verdict == "filtered out or does not exist"
+        missing = explain(f, "zephyr", "nope#0")
+        assert missing.verdict == "filtered out or does not exist"
+        assert missing.reason.startswith("chunk nope#0 does not exist")
+        assert "-1" not in missing.reason
     res = CliRunner().invoke(app, ["explain", "zephyr", "big#0", str(_ids(conn, "noise1")[0]),
                                    "--dsn", db, "--collection", "t", "--lexical-only",
                                    "--json"])
