@@ -105,10 +105,16 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
     from pgfunnel.db import connect
     from pgfunnel.embedder import Embedder
     from pgfunnel.ingest import Ingester, active_version, collection_id
-    from pgfunnel.sources import read_paths
+    from pgfunnel.sources import EmptyFileWarning, read_paths
 
     # every record is validated before anything is written
-    records = list(read_paths(paths, exclude or []))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", EmptyFileWarning)
+        records = list(read_paths(paths, exclude or []))
+    skipped = [str(w.message) for w in caught if issubclass(w.category, EmptyFileWarning)]
+    for w in caught:
+        if not issubclass(w.category, EmptyFileWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     with connect(dsn_value, autocommit=True) as conn:
         from pgfunnel.db import require_schema
 
@@ -133,7 +139,9 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
 
             ingester = Ingester(conn, collection, embedder=embedder, chunk_words=chunk_words,
                                 private=private, progress=tick)
-            return ingester.ingest(records)
+            stats = ingester.ingest(records)
+        stats.notes.extend(skipped)
+        return stats
 
 
 class _NullProgress:

@@ -13,6 +13,7 @@ import fnmatch
 import hashlib
 import json
 import re
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,6 +143,9 @@ def read_path(path: Path, root: Path | None = None,
 
     In a folder, hidden files and folders (.git, editor backups) are skipped, and so is
     every path that one of the ``exclude`` glob patterns matches, relative to the folder.
+    A file in a folder that holds no text (empty, or an HTML page with no content, such
+    as a redirect) is skipped with an :class:`EmptyFileWarning`; given by itself, it is
+    an error.
     """
     if path.is_dir():
         for child in sorted(p for p in path.rglob("*")
@@ -180,7 +184,14 @@ def read_path(path: Path, root: Path | None = None,
         fields, text = _front_matter(raw)
         title = (fields.get("title") or _first_h1(text)
                  or path.stem.replace("_", " ").replace("-", " "))
+    if root is not None and not text.strip():
+        warnings.warn(EmptyFileWarning(f"{path}: no text, skipped"), stacklevel=2)
+        return
     yield record_from_dict({"citekey": citekey, "title": title, "text": text}, str(path))
+
+
+class EmptyFileWarning(UserWarning):
+    """A file found in a folder held no text and was left out."""
 
 
 def read_paths(paths: Iterable[Path], exclude: Sequence[str] = ()) -> Iterator[DocumentRecord]:
@@ -279,13 +290,17 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
 
     A section longer than the target is split at paragraph boundaries, and a
     paragraph longer than the target at word boundaries. The section heading is
-    kept at the top of each of its chunks, so a chunk reads on its own.
+    kept at the top of each of its chunks, so a chunk reads on its own. A heading with
+    no text of its own (a page title right above its first section) goes above the
+    next section's first chunk instead of making a chunk of a few words that would
+    take a result's place without answering anything.
     """
     if chunk_words < 20:
         raise ValueError("chunk_words must be at least 20")
     chunks: list[ChunkRecord] = []
+    carried: list[str] = []  # headings of sections without text, for the next chunk
     for heading, body in _sections(text):
-        paragraphs = [p.strip() for p in re.split(r"\n\s*\n", body) if p.strip()] or [""]
+        paragraphs = [p.strip() for p in re.split(r"\n\s*\n", body) if p.strip()]
         pieces: list[list[str]] = [[]]
         for para in paragraphs:
             words = para.split()
@@ -297,12 +312,18 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
                 words = words[room:]
                 pieces.append([])
             pieces[-1].extend(words)
-        for words in pieces:
-            if not words and not heading:
-                continue
-            body_text = " ".join(words)
-            full = f"{heading}\n{body_text}".strip() if heading else body_text
-            if not full:
-                continue
+        pieces = [words for words in pieces if words]
+        if not pieces:
+            if heading:
+                carried.append(heading)
+            continue
+        for i, words in enumerate(pieces):
+            lead = [h for h in (carried if i == 0 else []) + [heading] if h]
+            full = "\n".join([*lead, " ".join(words)])
             chunks.append(ChunkRecord(len(chunks), heading, full, len(full.split())))
+        carried = []
+    if carried:
+        # only headings (an outline, or a title alone): one chunk keeps them searchable
+        full = "\n".join(carried)
+        chunks.append(ChunkRecord(len(chunks), carried[-1], full, len(full.split())))
     return chunks

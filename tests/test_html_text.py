@@ -119,3 +119,37 @@ def test_folder_ingest_exclude_patterns(tmp_path: Path) -> None:
     assert kept == ["library/os"]
     # a pattern is matched relative to the folder, not against the folder's own path
     assert [d.citekey for d in read_path(tmp_path / "library", exclude=["library"])] == ["os"]
+
+
+def test_files_without_text_are_skipped_in_a_folder_but_an_error_alone(tmp_path: Path) -> None:
+    import pytest
+
+    from pgfunnel.errors import InvalidDocumentError
+    from pgfunnel.sources import EmptyFileWarning
+
+    (tmp_path / "empty.md").write_text("  \n")
+    (tmp_path / "redirect.html").write_text(
+        '<html><head><meta http-equiv="refresh" content="0; url=new.html"></head></html>')
+    (tmp_path / "real.md").write_text("# Real\n\nSome text.\n")
+    with pytest.warns(EmptyFileWarning) as caught:
+        docs = list(read_path(tmp_path))
+    assert [d.citekey for d in docs] == ["real"]
+    assert sorted(str(w.message).split(": ")[0].rsplit("/", 1)[1] for w in caught) == [
+        "empty.md", "redirect.html"]
+    with pytest.raises(InvalidDocumentError, match="empty.md"):
+        list(read_path(tmp_path / "empty.md"))
+
+
+def test_cli_ingest_notes_skipped_files(db: str, tmp_path: Path) -> None:
+    import json
+
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    (tmp_path / "empty.md").write_text("")
+    (tmp_path / "real.md").write_text("# Real\n\nSome text.\n")
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path), "-c", "t", "--dsn", db, "--json"])
+    assert res.exit_code == 0, res.output
+    stats = json.loads(res.stdout)
+    assert stats["documents_written"] == 1
+    assert any("empty.md: no text, skipped" in note for note in stats["notes"])
