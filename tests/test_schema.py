@@ -165,3 +165,17 @@ def test_inlined_functions_inline(db: str) -> None:
             "from unnest(array[0, 1, 500, 10000]::bigint[]) df")]
     want = [math.log(1 + (10000 - df + 0.5) / (df + 0.5)) for df in (0, 1, 500, 10000)]
     assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_stop_embedded_stops_and_the_next_connection_starts_it_again(tmp_path: Path) -> None:
+    from pgfunnel.db import embedded_dsn, stop_embedded
+
+    home = tmp_path / "home"
+    with connect(embedded_dsn(home)) as conn:
+        assert conn.execute("select 1").fetchone() == (1,)
+    assert stop_embedded(home) is True
+    assert not (home / "pgdata" / "postmaster.pid").exists()
+    assert stop_embedded(home) is False
+    with connect(embedded_dsn(home)) as conn:
+        assert conn.execute("select 1").fetchone() == (1,)
+    assert stop_embedded(home) is True
