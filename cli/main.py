@@ -114,7 +114,7 @@ def _progress() -> Progress:
 
 def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_words: int,
               model: str | None, private: bool, show_progress: bool = True,
-              exclude: list[str] | None = None) -> Any:
+              exclude: list[str] | None = None, root: Path | None = None) -> Any:
     from pgfunnel.db import connect
     from pgfunnel.embedder import Embedder
     from pgfunnel.ingest import Ingester, active_version, collection_id
@@ -123,7 +123,7 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
     # every record is validated before anything is written
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", EmptyFileWarning)
-        records = list(read_paths(paths, exclude or []))
+        records = list(read_paths(paths, exclude or [], root))
     skipped = [str(w.message) for w in caught if issubclass(w.category, EmptyFileWarning)]
     for w in caught:
         if not issubclass(w.category, EmptyFileWarning):
@@ -190,6 +190,10 @@ def ingest(
         help="Glob of paths to leave out of a folder, relative to it; matches the whole "
              "path ('*' crosses folders) or one part ('_sources'). Repeatable. Hidden "
              "files and folders are always left out.")] = None,
+    root: Annotated[Path | None, typer.Option(
+        help="Citekeys are paths relative to this folder (default: each folder given; a "
+             "file given alone: its name without the suffix). Give the corpus folder to "
+             "re-ingest one of its files under the same citekey.")] = None,
     dsn: DsnOption = None,
     json_out: JsonOption = False,
 ) -> None:
@@ -197,7 +201,7 @@ def ingest(
     _quiet_warnings()
     with handle_errors():
         stats = do_ingest(dsn, paths, collection, chunk_words, model, private,
-                          show_progress=not json_out, exclude=exclude)
+                          show_progress=not json_out, exclude=exclude, root=root)
     if json_out:
         emit_json(stats.__dict__)
         return

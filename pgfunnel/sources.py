@@ -141,6 +141,9 @@ def read_path(path: Path, root: Path | None = None,
               exclude: Sequence[str] = ()) -> Iterator[DocumentRecord]:
     """Documents from one file, or every supported file under a folder.
 
+    A file's citekey is its path relative to ``root`` without the suffix; without a
+    ``root``, relative to the folder given, and a file given alone is its stem. Give
+    the corpus folder as ``root`` to re-ingest one file of it under the same citekey.
     In a folder, hidden files and folders (.git, editor backups) are skipped, and so is
     every path that one of the ``exclude`` glob patterns matches, relative to the folder.
     A file in a folder that holds no text (empty, or an HTML page with no content, such
@@ -148,11 +151,25 @@ def read_path(path: Path, root: Path | None = None,
     an error.
     """
     if path.is_dir():
+        base = root if root is not None else path
         for child in sorted(p for p in path.rglob("*")
                             if p.suffix.lower() in SUPPORTED_SUFFIXES and p.is_file()
                             and not _excluded(p.relative_to(path), exclude)):
-            yield from read_path(child, root or path)
+            yield from _read_file(child, _citekey(child, base), in_folder=True)
         return
+    citekey = _citekey(path, root) if root is not None else path.stem
+    yield from _read_file(path, citekey, in_folder=False)
+
+
+def _citekey(path: Path, root: Path) -> str:
+    try:
+        relative = path.resolve().relative_to(root.resolve())
+    except ValueError:
+        raise InvalidDocumentError(f"{path}: not inside the root folder {root}") from None
+    return relative.with_suffix("").as_posix()
+
+
+def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRecord]:
     if not path.exists():
         raise InvalidDocumentError(f"{path}: no such file or directory")
     suffix = path.suffix.lower()
@@ -174,8 +191,6 @@ def read_path(path: Path, root: Path | None = None,
                 raise InvalidDocumentError(f"{where}: not valid JSON ({exc.msg})") from exc
             yield record_from_dict(obj, where)
         return
-    base = root if root is not None else path.parent
-    citekey = path.relative_to(base).with_suffix("").as_posix() if root else path.stem
     if suffix in (".html", ".htm"):
         title, text = html_to_text(raw)
     elif suffix == ".txt":
@@ -184,8 +199,8 @@ def read_path(path: Path, root: Path | None = None,
         fields, text = _front_matter(raw)
         title = (fields.get("title") or _first_h1(text)
                  or path.stem.replace("_", " ").replace("-", " "))
-    if root is not None and not text.strip():
-        warnings.warn(EmptyFileWarning(f"{path}: no text, skipped"), stacklevel=2)
+    if in_folder and not text.strip():
+        warnings.warn(EmptyFileWarning(f"{path}: no text, skipped"), stacklevel=3)
         return
     yield record_from_dict({"citekey": citekey, "title": title, "text": text}, str(path))
 
@@ -194,9 +209,10 @@ class EmptyFileWarning(UserWarning):
     """A file found in a folder held no text and was left out."""
 
 
-def read_paths(paths: Iterable[Path], exclude: Sequence[str] = ()) -> Iterator[DocumentRecord]:
+def read_paths(paths: Iterable[Path], exclude: Sequence[str] = (),
+               root: Path | None = None) -> Iterator[DocumentRecord]:
     for p in paths:
-        yield from read_path(Path(p), exclude=exclude)
+        yield from read_path(Path(p), root=root, exclude=exclude)
 
 
 _HEADING = re.compile(r"^(#{1,6})\s+(.*\S)\s*$")

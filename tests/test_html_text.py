@@ -153,3 +153,19 @@ def test_cli_ingest_notes_skipped_files(db: str, tmp_path: Path) -> None:
     stats = json.loads(res.stdout)
     assert stats["documents_written"] == 1
     assert any("empty.md: no text, skipped" in note for note in stats["notes"])
+
+
+def test_root_gives_one_file_the_citekey_it_has_in_its_folder(tmp_path: Path) -> None:
+    import pytest
+
+    from pgfunnel.errors import InvalidDocumentError
+
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "expenses.md").write_text("# Expenses\n\nFile them monthly.\n")
+    assert [d.citekey for d in read_path(tmp_path)] == ["sub/expenses"]
+    assert [d.citekey for d in read_path(tmp_path / "sub" / "expenses.md")] == ["expenses"]
+    assert [d.citekey for d in read_path(tmp_path / "sub" / "expenses.md", root=tmp_path)
+            ] == ["sub/expenses"]
+    assert [d.citekey for d in read_path(tmp_path / "sub", root=tmp_path)] == ["sub/expenses"]
+    with pytest.raises(InvalidDocumentError, match="not inside the root folder"):
+        list(read_path(tmp_path / "sub" / "expenses.md", root=tmp_path / "elsewhere"))
