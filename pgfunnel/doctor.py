@@ -103,13 +103,13 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
     rows = conn.execute(
         "select c.name, v.id, v.version, v.dimensions, v.params, i.present, i.valid, "
         "       pg_get_indexdef(to_regclass('pgfunnel.' || i.index_name)), cov.missing, "
-        "       cov.embedding_rows, cov.collection_chunks "
+        "       cov.embedding_rows, cov.collection_chunks, v.analyzer "
         "from pgfunnel.collection c "
         "join pgfunnel.index_version v on v.collection_id = c.id and v.state = 'active' "
         "cross join lateral pgfunnel.version_index(v.id) i "
         "cross join lateral pgfunnel.version_coverage(v.id) cov order by c.name").fetchall()
-    for name, vid, version, dims, params, present, valid, indexdef, missing, emb_rows, chunks \
-            in rows:
+    for name, vid, version, dims, params, present, valid, indexdef, missing, emb_rows, chunks, \
+            _analyzer in rows:
         where = f"collection {name!r}, active version {version}"
         if not present:
             found.append(Finding("error", "active_index",
@@ -148,7 +148,7 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
         found.append(Finding("info", "active_index",
                              f"{len(rows)} active version(s), each with a valid HNSW index"))
     # versions that predate a default: each is pointed to the reindex that brings it
-    for name, _vid, version, _dims, params, *_ in rows:
+    for name, _vid, version, _dims, params, *_, analyzer in rows:
         where = f"collection {name!r}, active version {version}"
         reindex = f"`pgfunnel reindex -c {name} --activate`"
         if version_embed_input(params or {}) == EMBED_TEXT_ALONE:
@@ -156,6 +156,13 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
                                  f"{where} embeds chunks without their document title (it "
                                  f"predates titles); {reindex} embeds them with it, which "
                                  "raised the dense leg's nDCG@10 on every benchmark here"))
+        if analyzer in ("english_v1", "simple_v1"):
+            newer = analyzer.replace("_v1", "_v2")
+            found.append(Finding("info", "active_index",
+                                 f"{where} uses analyzer {analyzer}; `pgfunnel reindex -c "
+                                 f"{name} --analyzer {newer} --activate` also indexes the "
+                                 "inner names of dotted identifiers (quote_all in "
+                                 "csv.QUOTE_ALL), with no model time"))
         if version_hnsw_type(params or {}) == HNSW_VECTOR:
             found.append(Finding("info", "active_index",
                                  f"{where} has a full-precision HNSW graph (it predates "

@@ -45,7 +45,9 @@ from pgfunnel.sources import (
 )
 
 DEFAULT_COLLECTION = "default"
-DEFAULT_ANALYZER = "english_v1"
+# english_v2 indexes the inner names of dotted identifiers too (sql/010_analyzer.sql);
+# versions built with english_v1 keep it until reindexed
+DEFAULT_ANALYZER = "english_v2"
 _STRIP = string.punctuation + "\u201c\u201d\u2018\u2019\u00ab\u00bb"
 
 ProgressFn = Callable[[str, int, int | None], None]

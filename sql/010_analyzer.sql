@@ -12,6 +12,10 @@
 --     boundaries, so ERR-4029, err 4029 and err4029 share the terms err and 4029
 --   * alphabetic parts are stemmed (english snowball); stop words are dropped
 --   * query side only: question words and question glue are dropped
+--   * english_v2 and simple_v2 also index the inner names of a dotted identifier: each
+--     segment that is itself a compound (quote_all in csv.quote_all) and each run of two
+--     or more segments short of the whole (os.path and path.join in os.path.join), so a
+--     name typed with less qualification than the text gives it still matches whole
 
 -- analyzers this version of pgfunnel knows; a new name is a new index version
 create or replace function pgfunnel.analyzers()
@@ -21,7 +25,9 @@ security invoker
 set search_path = pg_catalog, pgfunnel
 as $$
     values ('english_v1', 'english_stem', 'identifier-aware, english snowball stemming, english stop words'),
-           ('simple_v1',  'simple',       'identifier-aware, no stemming, no stop words')
+           ('simple_v1',  'simple',       'identifier-aware, no stemming, no stop words'),
+           ('english_v2', 'english_stem', 'english_v1, and the inner names of dotted identifiers'),
+           ('simple_v2',  'simple',       'simple_v1, and the inner names of dotted identifiers')
 $$;
 
 -- words that only frame a question; dropped from queries, never from documents
@@ -56,6 +62,7 @@ as $$
 declare
     stem_dict regdictionary;
     question_words text[] := case when for_query then pgfunnel._question_words() else '{}' end;
+    inner_names boolean := analyzer in ('english_v2', 'simple_v2');
 begin
     select a.stem_dictionary::regdictionary into stem_dict
       from pgfunnel.analyzers() a where a.name = analyzer;
@@ -90,6 +97,22 @@ begin
           from token t,
                regexp_split_to_table(t.tok, '[._-]') with ordinality as p(part, ord)
          where p.part <> ''
+        union all
+        -- inner names of a dotted identifier (v2 analyzers): segments first..last, for
+        -- every run shorter than the whole that is a compound (two or more segments, or
+        -- one segment joined by '_' or '-')
+        select t.inp, t.pos, 1000 + 100 * r.first + r.last, t.tok,
+               case when r.name ~ '[._]' then r.name else replace(r.name, '-', '') end,
+               'whole'
+          from token t,
+               lateral (select string_to_array(t.tok, '.') as segs) d,
+               lateral (select f.first, l.last,
+                               array_to_string(d.segs[f.first:l.last], '.') as name
+                          from generate_series(1, cardinality(d.segs)) f(first),
+                               generate_series(f.first, cardinality(d.segs)) l(last)
+                         where l.last - f.first + 1 < cardinality(d.segs)) r
+         where inner_names and t.tok ~ '[.]' and cardinality(d.segs) <= 8
+           and (r.last > r.first or r.name ~ '[_-]')
     ),
     expanded as (
         select pc.inp, pc.pos, pc.sub, 0 as run, pc.tok, pc.piece, pc.kind from piece pc

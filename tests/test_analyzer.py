@@ -151,7 +151,7 @@ def _random_strings(n: int, seed: int) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("analyzer", ["english_v1", "simple_v1"])
+@pytest.mark.parametrize("analyzer", ["english_v1", "simple_v1", "english_v2", "simple_v2"])
 def test_python_term_analyzer_matches_sql(conn: psycopg.Connection[Any], analyzer: str) -> None:
     texts = [json.loads(line)["text"] for line in SAMPLE.read_text().splitlines()]
     texts += _random_strings(150, seed=7)
@@ -160,3 +160,43 @@ def test_python_term_analyzer_matches_sql(conn: psycopg.Connection[Any], analyze
     for text in texts:
         sql_terms = conn.execute("select pgfunnel.analyze(%s, %s)", (text, analyzer)).fetchone()[0]
         assert ta.terms(text) == Counter(sql_terms), text
+
+
+def _terms(conn: psycopg.Connection[Any], text: str, analyzer: str) -> list[str]:
+    row = conn.execute("select pgfunnel.analyze(%s, %s)", (text, analyzer)).fetchone()
+    assert row is not None
+    return list(row[0])
+
+
+def test_v2_indexes_the_inner_names_of_dotted_identifiers(conn: psycopg.Connection[Any]) -> None:
+    v1 = _terms(conn, "csv.QUOTE_ALL and os.path.join", "english_v1")
+    v2 = _terms(conn, "csv.QUOTE_ALL and os.path.join", "english_v2")
+    # v2 is v1 plus the inner names, nothing else changes
+    assert Counter(v2) - Counter(v1) == Counter(["quote_all", "os.path", "path.join"])
+    assert not Counter(v1) - Counter(v2)
+    assert set(_terms(conn, "xml.etree.ElementTree.fromstring", "simple_v2")) >= {
+        "xml.etree", "etree.elementtree", "elementtree.fromstring",
+        "xml.etree.elementtree", "etree.elementtree.fromstring"}
+    # undotted identifiers and hyphenated codes are as in v1
+    for text in ("jsonb_path_exists", "ERR-4029", "err 4029", "3.14"):
+        assert _terms(conn, text, "english_v2") == _terms(conn, text, "english_v1"), text
+
+
+@pytest.mark.parametrize("analyzer, first", [("english_v2", "csv"), ("english_v1", None)])
+def test_an_unqualified_name_finds_its_qualified_spelling(
+        conn: psycopg.Connection[Any], analyzer: str, first: str | None) -> None:
+    from funnel_util import make_collection
+
+    make_collection(conn, "t", 16, analyzer=analyzer)
+    ingest(conn, [
+        doc("csv", "The csv module defines constants. csv.QUOTE_ALL instructs writer objects "
+                   "to put every field in quotes."),
+        doc("quoting", "Quoting rules: quote a value, quoted values, quotes inside quotes, "
+                       "and when not to quote at all."),
+    ])
+    rows = lexical(conn, "QUOTE_ALL", collection="t")
+    if first is not None:
+        assert rows[0][1] == first
+    else:
+        # english_v1 indexes csv.quote_all whole and as csv / quot: the bare name is lost
+        assert "csv" not in [r[1] for r in rows[:1]]

@@ -47,6 +47,16 @@ def test_a_version_that_predates_titles_is_pointed_to_reindex(sample_db: str) ->
     assert note.level == "info" and "pgfunnel reindex -c default --activate" in note.message
 
 
+def test_a_version_with_a_v1_analyzer_is_pointed_to_its_v2(sample_db: str) -> None:
+    with connect(sample_db, autocommit=True) as conn:
+        # the sample collection was built with today's default
+        assert not [f for f in check_active_indexes(conn) if "analyzer" in f.message]
+        conn.execute("update pgfunnel.index_version set analyzer = 'simple_v1'")
+        [note] = [f for f in check_active_indexes(conn) if "analyzer" in f.message]
+    assert note.level == "info"
+    assert "pgfunnel reindex -c default --analyzer simple_v2 --activate" in note.message
+
+
 def test_a_full_precision_graph_is_pointed_to_reindex(sample_db: str) -> None:
     from pgfunnel.ingest import create_hnsw_index
 
