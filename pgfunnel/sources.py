@@ -306,17 +306,16 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
 
     A section longer than the target is split at paragraph boundaries, and a
     paragraph longer than the target at word boundaries. The section heading is
-    kept at the top of each of its chunks, so a chunk reads on its own. A heading with
-    no text of its own (a page title right above its first section) goes above the
-    next section's first chunk instead of making a chunk of a few words that would
-    take a result's place without answering anything.
+    kept at the top of each of its chunks, so a chunk reads on its own. A heading
+    without text of its own is a chunk by itself: moving it above the next section
+    was measured and lost (docs/tuning.md), since such a short chunk is a strong BM25
+    match for a query that names the section.
     """
     if chunk_words < 20:
         raise ValueError("chunk_words must be at least 20")
     chunks: list[ChunkRecord] = []
-    carried: list[str] = []  # headings of sections without text, for the next chunk
     for heading, body in _sections(text):
-        paragraphs = [p.strip() for p in re.split(r"\n\s*\n", body) if p.strip()]
+        paragraphs = [p.strip() for p in re.split(r"\n\s*\n", body) if p.strip()] or [""]
         pieces: list[list[str]] = [[]]
         for para in paragraphs:
             words = para.split()
@@ -328,18 +327,12 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
                 words = words[room:]
                 pieces.append([])
             pieces[-1].extend(words)
-        pieces = [words for words in pieces if words]
-        if not pieces:
-            if heading:
-                carried.append(heading)
-            continue
-        for i, words in enumerate(pieces):
-            lead = [h for h in (carried if i == 0 else []) + [heading] if h]
-            full = "\n".join([*lead, " ".join(words)])
+        for words in pieces:
+            if not words and not heading:
+                continue
+            body_text = " ".join(words)
+            full = f"{heading}\n{body_text}".strip() if heading else body_text
+            if not full:
+                continue
             chunks.append(ChunkRecord(len(chunks), heading, full, len(full.split())))
-        carried = []
-    if carried:
-        # only headings (an outline, or a title alone): one chunk keeps them searchable
-        full = "\n".join(carried)
-        chunks.append(ChunkRecord(len(chunks), carried[-1], full, len(full.split())))
     return chunks

@@ -49,7 +49,7 @@ $$;
 -- Ingest analyses the distinct whitespace-separated words of a batch through this
 -- function (the token pattern never spans whitespace), so indexed terms and query
 -- terms come from one implementation.
-create or replace function pgfunnel.analyze_each(inputs text[], analyzer text default 'english_v1',
+create or replace function pgfunnel.analyze_each(inputs text[], analyzer text default 'english_v2',
                                                  for_query boolean default false)
 returns table (input_ordinal integer, token_position integer, token text, term text, dropped text)
 language plpgsql stable parallel safe
@@ -148,7 +148,7 @@ end
 $$;
 
 -- every token of a text, what it became, and why anything was dropped
-create or replace function pgfunnel.analyze_tokens(input text, analyzer text default 'english_v1',
+create or replace function pgfunnel.analyze_tokens(input text, analyzer text default 'english_v2',
                                                    for_query boolean default false)
 returns table (token_position integer, token text, term text, dropped text)
 language sql stable parallel safe
@@ -160,7 +160,7 @@ as $$
 $$;
 
 -- the terms a text becomes (what the lexical leg sees), in order
-create or replace function pgfunnel.analyze(input text, analyzer text default 'english_v1',
+create or replace function pgfunnel.analyze(input text, analyzer text default 'english_v2',
                                             for_query boolean default false)
 returns text[]
 language sql stable parallel safe
@@ -173,7 +173,7 @@ as $$
 $$;
 
 -- the query words the analyzer dropped, so callers can say so instead of failing silently
-create or replace function pgfunnel.dropped_query_words(input text, analyzer text default 'english_v1')
+create or replace function pgfunnel.dropped_query_words(input text, analyzer text default 'english_v2')
 returns text[]
 language sql stable parallel safe
 security invoker

@@ -17,8 +17,11 @@ K1, B = 1.2, 0.75
 
 
 def _terms(conn: psycopg.Connection[Any], text: str, for_query: bool = False) -> list[str]:
-    return list(conn.execute("select pgfunnel.analyze(%s, 'english_v1', %s)",
-                             (text, for_query)).fetchone()[0])
+    # every test database here holds one collection: analyse as its active version does
+    return list(conn.execute(
+        "select pgfunnel.analyze(%s, coalesce((select v.analyzer from pgfunnel.index_version v "
+        "where v.state = 'active' order by v.id limit 1), 'english_v1'), %s)",
+        (text, for_query)).fetchone()[0])
 
 
 class Reference:
@@ -68,8 +71,9 @@ def leg(conn: psycopg.Connection[Any], collection: str, query: str,
     vid, cid, _ = active(conn, collection)
     return [(int(a), float(b), int(c)) for a, b, c in conn.execute(
         "select chunk_id, score, rank from pgfunnel._lexical_leg(%s, "
-        "pgfunnel.analyze(%s, 'english_v1', true), %s, 1.2, 0.75, '{}'::text[], null, null, "
-        "now(), null, %s)", (vid, query, depth, cid)).fetchall()]
+        "pgfunnel.analyze(%s, (select analyzer from pgfunnel.index_version where id = %s), "
+        "true), %s, 1.2, 0.75, '{}'::text[], null, null, now(), null, %s)",
+        (vid, query, vid, depth, cid)).fetchall()]
 
 
 def assert_matches(ref: Reference, got: list[tuple[int, float, int]], terms: set[str],
@@ -208,8 +212,9 @@ def test_non_default_k1_b_exact(conn: psycopg.Connection[Any]) -> None:
             terms = set(_terms(conn, q, True))
             got = [(int(a), float(b), int(c)) for a, b, c in conn.execute(
                 "select chunk_id, score, rank from pgfunnel._lexical_leg(%s, "
-                "pgfunnel.analyze(%s, 'english_v1', true), 15, 2.0, 0.3, '{}'::text[], null, "
-                "null, now(), null, %s)", (vid, q, cid)).fetchall()]
+                "pgfunnel.analyze(%s, (select analyzer from pgfunnel.index_version where id = %s), "
+                "true), 15, 2.0, 0.3, '{}'::text[], null, null, now(), null, %s)",
+                (vid, q, vid, cid)).fetchall()]
             assert_matches(ref, got, terms, 15)
     finally:
         K1, B = 1.2, 0.75
@@ -226,8 +231,9 @@ def _leg_as(conn: psycopg.Connection[Any], query: str, principals: list[str],
     vid, cid, _ = active(conn, "t")
     return [(int(a), float(b), int(c)) for a, b, c in conn.execute(
         "select chunk_id, score, rank from pgfunnel._lexical_leg(%s, "
-        "pgfunnel.analyze(%s, 'english_v1', true), %s, 1.2, 0.75, %s, null, null, now(), null, "
-        "%s)", (vid, query, depth, principals, cid)).fetchall()]
+        "pgfunnel.analyze(%s, (select analyzer from pgfunnel.index_version where id = %s), "
+        "true), %s, 1.2, 0.75, %s, null, null, now(), null, %s)",
+        (vid, query, vid, depth, principals, cid)).fetchall()]
 
 
 @pytest.mark.parametrize("every", [20, 5])

@@ -58,13 +58,3 @@ def test_a_thematic_break_is_not_front_matter(tmp_path: Path) -> None:
     (tmp_path / "d.md").write_text("# Title\n\nabove\n\n---\n\nbelow\n")
     (doc,) = read_path(tmp_path / "d.md")
     assert doc.title == "Title" and "above" in doc.text and "below" in doc.text
-
-
-def test_a_heading_without_text_goes_above_the_next_chunk() -> None:
-    chunks = chunk_text("# Errors\n\n## ERR-4029\n\nThe key expired.\n\n## ERR-5000\n\nOther.\n")
-    assert [(c.ordinal, c.heading, c.text) for c in chunks] == [
-        (0, "ERR-4029", "Errors\nERR-4029\nThe key expired."),
-        (1, "ERR-5000", "ERR-5000\nOther.")]
-    # nothing but headings: one chunk keeps their words
-    assert [c.text for c in chunk_text("# Outline\n\n## Part one\n")] == ["Outline\nPart one"]
-    assert all(c.text.strip() != c.heading for c in chunks)
