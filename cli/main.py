@@ -267,7 +267,8 @@ def delete(
                       f"{collection!r}.", highlight=False)
 
 
-def _results_table(title: str, results: list[Any], show_rerank: bool = False) -> Table:
+def _results_table(title: str, results: list[Any], show_rerank: bool = False,
+                   width: int | None = None) -> Table:
     table = Table(title=title, title_justify="left", show_lines=False)
     for col in ("#", "citekey", "lex", "dense", "fused"):
         if col == "citekey":
@@ -276,7 +277,13 @@ def _results_table(title: str, results: list[Any], show_rerank: bool = False) ->
             table.add_column(col, justify="right", no_wrap=True, min_width=max(3, len(col)))
     if show_rerank:
         table.add_column("rerank", justify="right")
-    table.add_column("text", overflow="ellipsis", no_wrap=True, max_width=36)
+    # Rich does not narrow a no_wrap column to fit, so a fixed width would push the table
+    # past the console and crop its right edge (80 columns when piped): the text column
+    # gets what the other columns leave.
+    citekey_width = min(22, max([16, *(len(r.citekey) for r in results)]))
+    others = 35 + citekey_width + (9 if show_rerank else 0)
+    table.add_column("text", overflow="ellipsis", no_wrap=True,
+                     max_width=max(8, min(80, (width or out.width) - others)))
     for r in results:
         row = [str(r.final_rank), r.citekey, str(r.lexical_rank or "-"), str(r.dense_rank or "-"),
                str(r.fused_rank)]
