@@ -196,6 +196,14 @@ def test_compare_versions_differing_in_analyzer_and_in_model(sample_db: str, tin
         assert _state(conn) == before  # pinned searches leave no trace
     # a random tiny model is far worse than MiniLM: a clearly negative change
     assert cmp13.mean_overlap < cmp["mean_overlap"]
+    # version 1 (active) scores what `pgfunnel eval` gives it: follow-ups resolved alike
+    from pgfunnel.eval.harness import Harness, preset_configs
+
+    queries = versions.read_query_file(QUERIES)[0]
+    assert any(q.history for q in queries)
+    evaluated = Harness(sample_db, "default").run(queries, preset_configs("default"))
+    (only,) = evaluated.report.configs.values()
+    assert cmp13.ndcg_a == pytest.approx(only.aggregates["all"]["ndcg@10"], abs=1e-9)
     assert cmp13.ndcg_diff is not None and cmp13.ndcg_high is not None and cmp13.ndcg_high < 0
 
 
