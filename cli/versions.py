@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import warnings
 from pathlib import Path
 from typing import Annotated, Any
@@ -106,6 +107,9 @@ def reindex(
             conn, collection, model=model, analyzer=analyzer, activate_after=activate,
             maintenance_work_mem=maintenance_work_mem, batch_size=batch_size, m=m,
             ef_construction=ef_construction, progress=bars, notice=_notice, reembed=reembed)
+        active = None if result.activated else next(
+            (i.version for i in versions.list_versions(conn, collection) if i.state == "active"),
+            None)
     if json_out:
         emit_json(result.to_json())
         return
@@ -119,14 +123,17 @@ def reindex(
               + (f" (resumed after {result.chunks_before})" if result.resumed else ""))
     out.print(f"validated: index valid, {v.collection_chunks} chunks covered, "
               f"HNSW recall@10 {v.recall:.3f} on {v.sample} sample queries")
+    # the hints are pasted as they are, so they name the collection
+    coll = f" -c {shlex.quote(collection)}"
     if result.activated:
         out.print(f"[green]version {result.version} is active[/green]"
-                  + (f" (replaced {result.replaced}; `pgfunnel versions rollback` returns "
-                     "to it)" if result.replaced else ""))
+                  + (f" (replaced {result.replaced}; `pgfunnel versions rollback{coll}` "
+                     "returns to it)" if result.replaced else ""), highlight=False)
     else:
         out.print(f"version {result.version} is ready. Compare it: pgfunnel versions compare "
-                  f"<active> {result.version} --last 100; switch: pgfunnel versions activate "
-                  f"{result.version}")
+                  f"{active if active is not None else '<active>'} {result.version}{coll} "
+                  f"--last 100; switch: pgfunnel versions activate {result.version}{coll}",
+                  highlight=False, soft_wrap=True)
 
 
 versions_app = typer.Typer(help="List, activate, roll back, retire, drop and compare index "
@@ -165,10 +172,11 @@ def _print_activation(act: Any, json_out: bool) -> None:
         return
     msg = f"version {act.activated} of {act.collection!r} is active"
     if act.replaced is not None:
-        msg += f"; version {act.replaced} retired"
+        msg += (f"; version {act.replaced} retired (`pgfunnel versions rollback -c "
+                f"{shlex.quote(act.collection)}` returns to it)")
     if act.caught_up:
         msg += f"; {act.caught_up} chunks ingested since its build were indexed first"
-    out.print(msg)
+    out.print(msg, highlight=False)
 
 
 @versions_app.command("activate")

@@ -148,6 +148,27 @@ def test_second_writer_is_refused_naming_the_holder(sample_db: str) -> None:
         assert json.loads(result.output[result.output.index("{"):])["state"] == "ready"
 
 
+def test_reindex_hints_run_as_pasted(sample_db: str) -> None:
+    import shlex
+
+    from pgfunnel.cli.main import app
+
+    result = CliRunner().invoke(app, ["reindex", "--dsn", sample_db, "--analyzer", "simple_v1"],
+                                env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    hint = " ".join(result.output.split())
+    assert "pgfunnel versions compare 1 2 -c default --last 100" in hint
+    switch = hint[hint.index("switch: ") + len("switch: "):].strip()
+    args = shlex.split(switch)
+    assert args[:3] == ["pgfunnel", "versions", "activate"] and "-c" in args
+    switched = CliRunner().invoke(app, [*args[1:], "--dsn", sample_db])
+    assert switched.exit_code == 0, switched.output
+    assert "versions rollback -c default" in " ".join(switched.output.split())
+    with connect(sample_db, autocommit=True) as conn:
+        assert [i.version for i in versions.list_versions(conn, "default")
+                if i.state == "active"] == [2]
+
+
 def test_bad_options_are_config_errors(sample_db: str) -> None:
     with connect(sample_db, autocommit=True) as conn:
         with pytest.raises(ConfigError, match="analyzer"):
