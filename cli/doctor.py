@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 from pgfunnel.cli.common import EXIT_GATE, DsnOption, JsonOption, emit_json, handle_errors, out
 from rich.table import Table
@@ -9,14 +11,20 @@ from rich.table import Table
 _STYLE = {"error": "red", "warning": "yellow", "info": "dim"}
 
 
-def doctor(dsn: DsnOption = None, json_out: JsonOption = False) -> None:
+def doctor(
+    dsn: DsnOption = None,
+    json_out: JsonOption = False,
+    app_role: Annotated[str | None, typer.Option(
+        help="The role your application connects as: checked like the members of "
+             "pgfunnel_reader (not the owner, no superuser, no BYPASSRLS).")] = None,
+) -> None:
     """Check pgvector's version, invalid indexes, the active versions' HNSW indexes, index
     size vs shared_buffers, row security and roles. Exit 3 when any finding is an error."""
     from pgfunnel.db import connect
     from pgfunnel.doctor import run_checks, worst
 
     with handle_errors(), connect(dsn, autocommit=True) as conn:
-        findings = run_checks(conn)
+        findings = run_checks(conn, app_role=app_role)
     level = worst(findings)
     if json_out:
         emit_json({"ok": level != "error", "worst": level,

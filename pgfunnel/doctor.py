@@ -8,8 +8,10 @@ one broken check never hides the others.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import psycopg
@@ -46,6 +48,13 @@ def _parse_version(text: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
+def _is_embedded(conn: psycopg.Connection[Any]) -> bool:
+    """Whether this is pgfunnel's embedded server: it listens on a socket in its own data
+    directory."""
+    host = conn.info.host or ""
+    return host.startswith("/") and (Path(host) / "PG_VERSION").is_file()
+
+
 def check_pgvector(conn: psycopg.Connection[Any]) -> list[Finding]:
     row = conn.execute("select extversion from pg_extension where extname = 'vector'").fetchone()
     if row is None:
@@ -57,6 +66,11 @@ def check_pgvector(conn: psycopg.Connection[Any]) -> list[Finding]:
         return [Finding("error", "pgvector", f"pgvector {version} is too old: pgfunnel needs "
                         "0.8 or later (iterative index scans)")]
     if v < RECOMMENDED_PGVECTOR:
+        if _is_embedded(conn):
+            # nothing to upgrade in place: the embedded server's build comes with its wheel
+            return [Finding("info", "pgvector", f"pgvector {version} (the embedded server's "
+                            "build); on a server of your own use 0.8.3 or later for its HNSW "
+                            "fixes")]
         return [Finding("warning", "pgvector", f"pgvector {version}: upgrade to 0.8.3 or later "
                         "for the HNSW fixes of 0.8.2 and 0.8.3")]
     return [Finding("info", "pgvector", f"pgvector {version}")]
@@ -218,14 +232,17 @@ def check_row_security(conn: psycopg.Connection[Any]) -> list[Finding]:
     return found
 
 
-def check_security(conn: psycopg.Connection[Any]) -> list[Finding]:
-    """Roles, grants and RLS details from pgfunnel.security, when that module is there."""
+def check_security(conn: psycopg.Connection[Any], app_role: str | None = None
+                   ) -> list[Finding]:
+    """Roles, grants and RLS details from pgfunnel.security, when that module is there.
+    ``app_role`` is checked as an application role even when it is not a member of
+    pgfunnel_reader."""
     try:
         from pgfunnel.security import security_findings
     except ImportError:
         return []
     out: list[Finding] = []
-    for f in security_findings(conn):
+    for f in security_findings(conn, app_role=app_role):
         level = str(getattr(f, "level", "warning"))
         out.append(Finding(level if level in LEVELS else "warning",  # type: ignore[arg-type,unused-ignore]
                            f"security.{getattr(f, 'check', 'finding')}",
@@ -247,8 +264,13 @@ NEEDS_SCHEMA = {"active_index", "index_memory", "security"}
 
 
 def run_checks(conn: psycopg.Connection[Any],
-               checks: Sequence[tuple[str, Check]] = CHECKS) -> list[Finding]:
-    """Run every check; each in its own rolled-back transaction so one failure is contained."""
+               checks: Sequence[tuple[str, Check]] = CHECKS, *,
+               app_role: str | None = None) -> list[Finding]:
+    """Run every check; each in its own rolled-back transaction so one failure is contained.
+    ``app_role``: the role an application connects as, checked like pgfunnel_reader's members."""
+    if app_role:
+        checks = [(name, functools.partial(check_security, app_role=app_role)
+                   if check is check_security else check) for name, check in checks]
     findings: list[Finding] = []
     have_schema = True
     for name, check in checks:

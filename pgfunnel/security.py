@@ -35,6 +35,8 @@ RLS_TABLES = ("document", "chunk", "embedding", "lexical", "posting", "search_lo
 SHARED_TABLES = ("collection", "index_version", "term_stat", "qrel")
 #: functions only writers may run (they modify index data)
 WRITER_ONLY_FUNCTIONS = ("_bm25_add", "_remove_chunks")
+#: functions shipped without `set search_path` so Postgres inlines them (sql/020_bm25.sql)
+UNPINNED_BY_DESIGN = ("pgfunnel._bm25_idf(bigint,bigint)",)
 
 # One reader predicate, inlined into the policies. The settings are read in scalar
 # subqueries so Postgres evaluates them once per statement (an InitPlan), not per row.
@@ -294,8 +296,14 @@ def security_findings(conn: psycopg.Connection[Any],
             "and not exists (select 1 from pg_proc q where q.oid = p.oid "
             "  and q.proconfig is not null and exists (select 1 from unnest(q.proconfig) s "
             "  where s like 'search_path=%%')) order by 1").fetchall():
-        out.append(SecurityFinding("warning", "search_path",
-                                   f"{sig} has no pinned search_path"))
+        if sig in UNPINNED_BY_DESIGN:
+            out.append(SecurityFinding("info", "search_path",
+                                       f"{sig} has no pinned search_path by design: a SET clause "
+                                       "would keep Postgres from inlining it, and every name in "
+                                       "its body is schema-qualified"))
+        else:
+            out.append(SecurityFinding("warning", "search_path",
+                                       f"{sig} has no pinned search_path"))
     for sig, name in conn.execute(
             "select p.oid::regprocedure::text, p.proname from pg_proc p "
             "where (p.pronamespace = 'pgfunnel'::regnamespace "

@@ -125,6 +125,12 @@ def test_unreachable_dsn_is_a_clear_error() -> None:
 INLINED_FUNCTIONS = {"pgfunnel._bm25_idf"}
 
 
+def test_doctor_knows_the_inlined_functions() -> None:
+    from pgfunnel.security import UNPINNED_BY_DESIGN
+
+    assert {sig.split("(")[0] for sig in UNPINNED_BY_DESIGN} == INLINED_FUNCTIONS
+
+
 def test_sql_files_follow_the_conventions() -> None:
     import re
 
