@@ -43,6 +43,10 @@ class Explanation:
         return asdict(self)
 
 
+#: explain()'s verdict for a chunk that does not exist or that the caller cannot see
+HIDDEN_OR_MISSING = "filtered out or does not exist"
+
+
 def resolve_target(conn: psycopg.Connection[Any], target: str, collection: str) -> int | None:
     """A chunk id, or CITEKEY#ORDINAL (0-based) looked up in the collection.
 
@@ -112,9 +116,13 @@ def explain(funnel: Funnel, query: str | None, target: str, *,
              "dense_rank", "dense_score", "dense_exact_score", "dense_depth", "fused_rank",
              "fused_score", "pool_size", "final_rank", "citekey", "reason")
     values: dict[str, Any] = dict(zip(names, row, strict=True))
-    if cid is None and isinstance(values["reason"], str):
-        # the SQL answered for the placeholder id; name the chunk as the caller wrote it
-        values["reason"] = values["reason"].replace("chunk -1 ", f"chunk {target} ", 1)
+    if not target.isdigit() and values["verdict"] == HIDDEN_OR_MISSING:
+        # Name the chunk as the caller wrote it and keep the id the lookup found to
+        # ourselves: a citekey hidden from these principals must get exactly the answer
+        # of one that does not exist (the lookup itself is not filtered by principals).
+        values["reason"] = values["reason"].replace(f"chunk {args['chunk_id']} ",
+                                                    f"chunk {target} ", 1)
+        cid = None
     return Explanation(target=target, chunk_id=cid, notices=notices, **values)
 
 

@@ -279,6 +279,16 @@ def test_explain_python_and_cli(db: str, conn: psycopg.Connection[Any], corpus: 
         assert missing.verdict == "filtered out or does not exist"
         assert missing.reason.startswith("chunk nope#0 does not exist")
         assert "-1" not in missing.reason
+        # a citekey hidden from the caller answers exactly as one that does not exist
+        hidden = explain(f, "private zephyr runbook", "secret#0", principals=["bob"])
+        absent = explain(f, "private zephyr runbook", "nosuch#0", principals=["bob"])
+        assert hidden.verdict == absent.verdict == "filtered out or does not exist"
+        assert hidden.chunk_id is None and str(_ids(conn, "secret")[0]) not in hidden.reason
+        assert {k: v for k, v in hidden.as_dict().items() if k not in ("target", "reason")} == \
+            {k: v for k, v in absent.as_dict().items() if k not in ("target", "reason")}
+        assert hidden.reason.replace("secret#0", "X") == absent.reason.replace("nosuch#0", "X")
+        assert explain(f, "private zephyr runbook", "secret#0",
+                       principals=["alice"]).verdict == "returned"
     res = CliRunner().invoke(app, ["explain", "zephyr", "big#0", str(_ids(conn, "noise1")[0]),
                                    "--dsn", db, "--collection", "t", "--lexical-only",
                                    "--json"])
