@@ -13,8 +13,15 @@ from rich.console import Console
 
 from pgfunnel.errors import PgfunnelError
 
-console = Console(stderr=True)
+# errors, warnings and notes are one line each, however wide: the terminal wraps them,
+# and a log or a pipe keeps the line whole for grep
+console = Console(stderr=True, soft_wrap=True)
 out = Console()
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 chunk``, ``2 chunks`` (regular English nouns only)."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 DsnOption = Annotated[
     str | None,

@@ -23,6 +23,7 @@ from pgfunnel.cli.common import (
     emit_json,
     handle_errors,
     out,
+    plural,
 )
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -205,11 +206,12 @@ def ingest(
     if json_out:
         emit_json(stats.__dict__)
         return
-    out.print(f"{stats.documents_written} documents written, {stats.documents_unchanged} "
-              f"unchanged; {stats.chunks_written} chunks ({stats.chunks_embedded} embedded, "
-              f"{stats.chunks_reused} reused), {stats.chunks_removed} replaced; "
-              f"index version {stats.index_version}. "
-              f"embed {stats.embed_seconds:.1f}s, database {stats.db_seconds:.1f}s")
+    out.print(f"{plural(stats.documents_written, 'document')} written, "
+              f"{stats.documents_unchanged:,} unchanged; {plural(stats.chunks_written, 'chunk')} "
+              f"({stats.chunks_embedded:,} embedded, {stats.chunks_reused:,} reused), "
+              f"{stats.chunks_removed:,} replaced; index version {stats.index_version}. "
+              f"embed {stats.embed_seconds:.1f}s, database {stats.db_seconds:.1f}s",
+              highlight=False, soft_wrap=True)
     for note in stats.notes:
         out.print(f"  {note}")
 
