@@ -229,9 +229,13 @@ def embed(
 ) -> None:
     """Print TEXT's embedding as a pgvector literal, for funnel_search in SQL (psql -v)."""
     from pgfunnel.embedder import Embedder
+    from pgfunnel.errors import InvalidInputError
 
     _quiet_warnings()
     with handle_errors():
+        if not text.strip():
+            # the vector of nothing would search for nothing in particular
+            raise InvalidInputError("empty text: nothing to embed")
         if model is None:
             from pgfunnel.search import Funnel
 

@@ -199,7 +199,10 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
         fields, text = _front_matter(raw)
         title = (fields.get("title") or _first_h1(text)
                  or path.stem.replace("_", " ").replace("-", " "))
-    if in_folder and not text.strip():
+    if not text.strip():
+        if not in_folder:
+            what = "the page has no main text" if suffix in (".html", ".htm") else "it is empty"
+            raise InvalidDocumentError(f"{path}: no text to ingest ({what})")
         warnings.warn(EmptyFileWarning(f"{path}: no text, skipped"), stacklevel=3)
         return
     yield record_from_dict({"citekey": citekey, "title": title, "text": text}, str(path))

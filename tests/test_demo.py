@@ -73,6 +73,10 @@ def test_embed_prints_the_vector_funnel_search_is_given(sample_db: str, embedder
 
     res = CliRunner().invoke(app, ["embed", query, "-c", "nope", "--dsn", sample_db])
     assert res.exit_code == 1 and "'nope' does not exist" in res.output
+    for empty in ("", "  \n"):
+        res = CliRunner().invoke(app, ["embed", empty, "--dsn", sample_db])
+        assert res.exit_code == 1 and "empty text: nothing to embed" in res.output
+        assert "[" not in res.stdout
 
 
 def test_delete_says_which_citekeys_were_not_there(sample_db: str) -> None:

@@ -136,8 +136,10 @@ def test_files_without_text_are_skipped_in_a_folder_but_an_error_alone(tmp_path:
     assert [d.citekey for d in docs] == ["real"]
     assert sorted(str(w.message).split(": ")[0].rsplit("/", 1)[1] for w in caught) == [
         "empty.md", "redirect.html"]
-    with pytest.raises(InvalidDocumentError, match="empty.md"):
+    with pytest.raises(InvalidDocumentError, match=r"empty.md: no text to ingest \(it is empty"):
         list(read_path(tmp_path / "empty.md"))
+    with pytest.raises(InvalidDocumentError, match=r"redirect.html: .*no main text"):
+        list(read_path(tmp_path / "redirect.html"))
 
 
 def test_cli_ingest_notes_skipped_files(db: str, tmp_path: Path) -> None:
