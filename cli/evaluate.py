@@ -91,7 +91,8 @@ def evaluate(
                 n = store(conn, collection, judged)
                 console.print(f"stored {n} judgments of {len(judged)} queries in pgfunnel.qrel")
             with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                          console=console, transient=True, disable=json_out) as progress:
+                          console=console, transient=True,
+                          disable=json_out or not console.is_terminal) as progress:
                 task = progress.add_task("evaluating", total=None)
 
                 def tick(name: str, done: int, total: int) -> None:
@@ -131,7 +132,8 @@ def evaluate(
     if floor_spec is not None:
         if violations:
             for v in violations:
-                console.print(f"[red]floor:[/red] {v}", highlight=False)
+                console.print(f"[red]floor:[/red] configuration {report.baseline!r}, {v}",
+                              highlight=False)
             raise typer.Exit(EXIT_GATE)
         console.print(f"floors: all {sum(len(m) for m in floor_spec.values())} met "
                       f"(configuration {report.baseline!r})")

@@ -39,6 +39,21 @@ app = typer.Typer(
 import pgfunnel  # noqa: E402
 
 SAMPLE_CORPUS = Path(pgfunnel.__file__).resolve().parent / "data" / "helpcenter.jsonl"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        out.print(f"pgfunnel {pgfunnel.__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True,
+        help="Print pgfunnel's version and exit.")] = False,
+) -> None:
+    """Hybrid retrieval (BM25 + HNSW, fusion, per-source cap, rerank) inside Postgres."""
 # two staff-only runbooks, so the demo can show one query answered for two readers
 DEMO_INTERNAL = SAMPLE_CORPUS.with_name("demo_internal.jsonl")
 DEMO_STAFF = "support-staff"

@@ -28,3 +28,13 @@ def test_results_table_fits_the_console(width: int, show_rerank: bool, citekey: 
         # the right border is there: nothing was cropped
         assert len(line.rstrip()) <= width and line.rstrip()[-1] in "┓┃┩│┘", line
     assert "a long chunk" in captured.get()
+
+
+def test_version_flag() -> None:
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    import pgfunnel
+
+    res = CliRunner().invoke(app, ["--version"])
+    assert res.exit_code == 0 and res.output.strip() == f"pgfunnel {pgfunnel.__version__}"

@@ -71,6 +71,8 @@ def test_eval_cli_tables_floors_and_self_bootstrap(sample_db: str, tmp_path: Pat
                  "ndcg@10"):
         assert word in text, word
     assert "ndcg@10 = " in text and "below its floor of 1.01" in text
+    # the floor names the configuration it gated (the first), on one line
+    assert "floor: configuration 'a', slice 'identifier'" in text
     assert "recall@10" in text and "floor of 0.01" not in text
     for name in ("report.json", "report.md", "slices.png", "pool_recall.png"):
         assert (out_dir / name).stat().st_size > 0
