@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from pgfunnel.errors import ConfigError, InvalidVectorError, ModelLoadError
+from pgfunnel.errors import ConfigError, InvalidVectorError, ModelLoadError, model_load_detail
 
 DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 _BUNDLED_ALIASES = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
@@ -67,7 +67,8 @@ class Embedder:
                 self._model = SentenceTransformer(
                     path, device=self.device, local_files_only=local_only or Path(path).exists())
         except Exception as exc:
-            raise ModelLoadError("embedding_model", model, exc) from exc
+            raise ModelLoadError("embedding_model", model, model_load_detail(
+                exc, path, offline=local_only)) from exc
         get_dim = getattr(self._model, "get_embedding_dimension", None) or \
             self._model.get_sentence_embedding_dimension
         dim = get_dim()

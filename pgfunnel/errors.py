@@ -76,6 +76,23 @@ class ModelLoadError(PgfunnelError):
         super().__init__(f"{setting}={model!r} could not be loaded: {cause}")
 
 
+def model_load_detail(cause: BaseException, model: str, *, offline: bool) -> str:
+    """One line on why a model did not load and what to do: the loader's first line (the
+    libraries' messages run to several, with links), then the likely fix."""
+    from pathlib import Path
+
+    lines = str(cause).strip().splitlines()
+    detail = f"{type(cause).__name__}: {lines[0] if lines else ''}"
+    if Path(model).expanduser().exists():
+        return detail
+    if offline:
+        return detail + (" -- running offline (HF_HUB_OFFLINE / local_files_only), so the model"
+                         " must already be available locally: pass a local directory, or put"
+                         " the model in the local Hugging Face cache before going offline")
+    return detail + (" -- the model is not a local directory; make sure the id is right and"
+                     " the model is available locally or can be fetched")
+
+
 class RerankError(PgfunnelError):
     """The reranker produced output that cannot be trusted (e.g. a wrong score count)."""
 

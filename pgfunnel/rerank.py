@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pgfunnel.embedder import quiet_local_loading
-from pgfunnel.errors import ConfigError, ModelLoadError, RerankError
+from pgfunnel.errors import ConfigError, ModelLoadError, RerankError, model_load_detail
 
 __all__ = [
     "DEFAULT_RERANK_MODEL",
@@ -188,21 +188,8 @@ class Reranker:
         if isinstance(cause, str):
             # Our own diagnosis is already specific; no generic hint needed.
             return ModelLoadError("rerank_model", self.model_name, cause)
-        lines = str(cause).strip().splitlines()
-        detail = f"{type(cause).__name__}: {lines[0] if lines else ''}"
-        local = Path(self.model_name).expanduser().exists()
-        if not local and (self.local_files_only or _offline_env()):
-            detail += (
-                " -- running offline (HF_HUB_OFFLINE / local_files_only), so the model must"
-                " already be available locally: pass a local directory, or put the model in"
-                " the local Hugging Face cache before going offline"
-            )
-        elif not local:
-            detail += (
-                " -- the model is not a local directory; make sure the id is right and the"
-                " model is available locally or can be fetched"
-            )
-        return ModelLoadError("rerank_model", self.model_name, detail)
+        return ModelLoadError("rerank_model", self.model_name, model_load_detail(
+            cause, self.model_name, offline=self.local_files_only or _offline_env()))
 
     def _load(self, onnx_file_name: str | None) -> Any:
         if _looks_like_path(self.model_name) and not Path(self.model_name).expanduser().exists():

@@ -98,3 +98,15 @@ def test_loading_the_bundled_model_prints_no_progress_bar(
     assert "Loading weights" not in capfd.readouterr().err
     # switched off for the load only: downloads elsewhere keep their bars
     assert transformers_logging.is_progress_bar_enabled()
+
+
+def test_unknown_embedding_model_fails_in_one_line_with_the_fix(monkeypatch: Any) -> None:
+    from pgfunnel.embedder import Embedder
+    from pgfunnel.errors import ModelLoadError
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelLoadError) as exc:
+        Embedder("pgfunnel-test/no-such-embedder", device="cpu")
+    msg = str(exc.value)
+    assert msg.startswith("embedding_model='pgfunnel-test/no-such-embedder' could not be loaded")
+    assert "\n" not in msg and "available locally" in msg
