@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pydocs  # noqa: E402
-from pydocs import IndexEntry, _classes, log  # noqa: E402
+from pydocs import IndexEntry, _classes  # noqa: E402
 
 DOC_PACKAGE = "postgresql-doc-15"
 DOC_ROOT = Path("/usr/share/doc/postgresql-doc-15/html")
@@ -92,11 +92,8 @@ def parse_bookindex(html: str) -> list[IndexEntry]:
 
 
 def ensure_docs(explicit: Path | None) -> Path:
-    root = explicit or DOC_ROOT
-    if not (root / "bookindex.html").is_file():
-        raise SystemExit(f"PostgreSQL HTML docs not found under {root}; install them with: "
-                         f"sudo apt-get install -y {DOC_PACKAGE} (or pass --docs DIR)")
-    return root
+    return pydocs.docs_root_with("bookindex.html", explicit, DOC_ROOT, DOC_PACKAGE,
+                                 "PostgreSQL HTML docs")
 
 
 def build(out_dir: Path, per_slice: int = 150, seed: int = 0,
@@ -121,26 +118,12 @@ def build(out_dir: Path, per_slice: int = 150, seed: int = 0,
                                    templates=templates)
     for d in docs:
         d["metadata"] = {"section": str(d["citekey"]).split("-", 1)[0]}
-    log(f"index: {len(entries)} top-level entries")
-    pydocs.write_jsonl(out_dir / "corpus.jsonl", docs)
-    pydocs.write_jsonl(out_dir / "queries.jsonl", queries)
-    counts = {"docs": len(docs), "index_entries": len(entries), "queries": len(queries),
-              "chunks_estimate": sum(pydocs.estimate_chunks(str(d["text"])) for d in docs)}
-    for s in pydocs.SLICES:
-        counts[f"queries_{s}"] = sum(1 for q in queries if q["slice"] == s)
-    return counts
+    return pydocs.write_benchmark(out_dir, docs, entries, queries)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser, _ = pydocs.bench_parser("pgdocs", __doc__.split("\n\n")[0],
-                                    "the PostgreSQL docs")
-    args = parser.parse_args(argv)
-    if args.command == "run":
-        print(pydocs.run(args.data, args.out, dsn=args.dsn, collection="pgdocs", k=args.k))
-        return 0
-    for key, value in build(args.out, args.per_slice, args.seed, args.docs).items():
-        log(f"  {key:<24} {value}")
-    return 0
+    return pydocs.docs_bench_main("pgdocs", __doc__.split("\n\n")[0], "the PostgreSQL docs", build,
+                                  argv)
 
 
 if __name__ == "__main__":

@@ -872,6 +872,45 @@ def bench_parser(name: str, description: str,
     return parser, b
 
 
+def docs_root_with(index_page: str, explicit: Path | None, default: Path, package: str,
+                   what: str) -> Path:
+    """The docs folder (``explicit``, else ``default``) if it holds ``index_page``; else
+    exit naming the Debian package that provides it."""
+    root = explicit or default
+    if not (root / index_page).is_file():
+        raise SystemExit(f"{what} not found under {root}; install them with: "
+                         f"sudo apt-get install -y {package} (or pass --docs DIR)")
+    return root
+
+
+def write_benchmark(out_dir: Path, docs: list[dict[str, object]], entries: list[IndexEntry],
+                    queries: list[dict[str, object]]) -> dict[str, int]:
+    """Write a docs benchmark's ``corpus.jsonl`` and ``queries.jsonl``; return its counts
+    (for the benchmarks built on this one: pgdocs, djangodocs)."""
+    log(f"index: {len(entries)} top-level entries")
+    write_jsonl(out_dir / "corpus.jsonl", docs)
+    write_jsonl(out_dir / "queries.jsonl", queries)
+    counts = {"docs": len(docs), "index_entries": len(entries), "queries": len(queries),
+              "chunks_estimate": sum(estimate_chunks(str(d["text"])) for d in docs)}
+    for s in SLICES:
+        counts[f"queries_{s}"] = sum(1 for q in queries if q["slice"] == s)
+    return counts
+
+
+def docs_bench_main(name: str, description: str, docs: str,
+                    build_fn: Callable[[Path, int, int, Path | None], dict[str, int]],
+                    argv: list[str] | None = None) -> int:
+    """``build`` / ``run`` for a benchmark built on this one; its collection is ``name``."""
+    parser, _ = bench_parser(name, description, docs)
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        print(run(args.data, args.out, dsn=args.dsn, collection=name, k=args.k))
+        return 0
+    for key, value in build_fn(args.out, args.per_slice, args.seed, args.docs).items():
+        log(f"  {key:<24} {value}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser, b = bench_parser("pydocs", __doc__.split("\n\n")[0], "the Python docs")
     b.add_argument("--max-pages", type=int, default=None, help="sample this many pages")
