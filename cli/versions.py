@@ -100,6 +100,7 @@ def reindex(
     """
     from pgfunnel import versions
     from pgfunnel.db import connect
+    from pgfunnel.ingest import active_version, require_collection
 
     _quiet()
     with handle_errors(), connect(dsn, autocommit=True) as conn, _Bars(not json_out) as bars:
@@ -107,9 +108,10 @@ def reindex(
             conn, collection, model=model, analyzer=analyzer, activate_after=activate,
             maintenance_work_mem=maintenance_work_mem, batch_size=batch_size, m=m,
             ef_construction=ef_construction, progress=bars, notice=_notice, reembed=reembed)
-        active = None if result.activated else next(
-            (i.version for i in versions.list_versions(conn, collection) if i.state == "active"),
-            None)
+        # only its number: list_versions would also count each version's missing chunks
+        current = None if result.activated else active_version(
+            conn, require_collection(conn, collection))
+        active = current.version if current is not None else None
     if json_out:
         emit_json(result.to_json())
         return
