@@ -883,20 +883,17 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
     judged queries (:class:`~pgfunnel.eval.qrels.JudgedQuery`) the nDCG@k change with its
     paired-bootstrap 95% interval. A judged query with a history is made stand-alone first,
     as `pgfunnel eval` does by default, so both give a version the same nDCG@k."""
+    from pgfunnel.eval.harness import standalone_query
     from pgfunnel.eval.metrics import collapse_to_documents, paired_bootstrap, score_run
     from pgfunnel.eval.qrels import JudgedQuery, judging_level
-    from pgfunnel.transform import FollowupResolver
 
     if k < 1:
         raise ConfigError("k", f"must be at least 1, got {k}")
     if not queries:
         raise InvalidInputError("queries: no queries to compare on")
     judged = all(isinstance(q, JudgedQuery) for q in queries)
-    # a follow-up is searched as `pgfunnel eval` searches it by default: made stand-alone
-    # from its history first, so both tools give a version the same score
-    resolver = FollowupResolver()
-    texts = [(resolver.resolve(q.history, q.query).query if q.history else q.query)
-             if isinstance(q, JudgedQuery) else str(q) for q in queries]
+    # searched as `pgfunnel eval` searches them by default, so both give a version one score
+    texts = [standalone_query(q) if isinstance(q, JudgedQuery) else str(q) for q in queries]
     ids = [q.query_id if isinstance(q, JudgedQuery) else f"q{i + 1}"
            for i, q in enumerate(queries)]
     res_a = search_pinned(conn, collection, version_a, texts, k=k, **params)

@@ -306,12 +306,10 @@ class Harness:
 
     def run_query(self, conn: psycopg.Connection[Any], q: JudgedQuery, cfg: EvalConfig,
                   level: str) -> QueryRun:
-        from pgfunnel.transform import FollowupResolver, decompose, round_robin_merge
+        from pgfunnel.transform import decompose, round_robin_merge
 
         t0 = time.perf_counter()
-        text = q.query
-        if cfg.followup and q.history:
-            text = FollowupResolver(qualifiers=cfg.qualifiers).resolve(q.history, text).query
+        text = standalone_query(q, cfg.qualifiers) if cfg.followup else q.query
         parts = [text]
         if cfg.decompose:
             parts = decompose(text, qualifiers=cfg.qualifiers).parts
@@ -442,6 +440,16 @@ class Harness:
                                 "active index version")
         return {"version": row[0], "embedding_model": row[1], "analyzer": row[2],
                 "chunks": row[3]}
+
+
+def standalone_query(q: JudgedQuery, qualifiers: Sequence[str] = ()) -> str:
+    """The text a judged query is searched as: a follow-up made stand-alone from its
+    history by :class:`~pgfunnel.transform.FollowupResolver`, anything else as written."""
+    if not q.history:
+        return q.query
+    from pgfunnel.transform import FollowupResolver
+
+    return FollowupResolver(qualifiers=qualifiers).resolve(q.history, q.query).query
 
 
 def missing_items_message(missing: Sequence[str], queries: Sequence[JudgedQuery],
@@ -586,5 +594,6 @@ __all__ = [
     "parse_config_arg",
     "preset_configs",
     "stage_recall_in_db",
+    "standalone_query",
     "store_qrels",
 ]
