@@ -163,8 +163,10 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
                     if not index_task:
                         index_task.append(progress.add_task("building HNSW index", total=total))
                     progress.update(index_task[0], completed=n, total=total)
-                elif stage in ("documents", "embedding"):
-                    progress.advance(docs if stage == "documents" else emb, n)
+                elif stage == "embedding":
+                    progress.update(emb, advance=n, total=total)
+                elif stage == "documents":
+                    progress.advance(docs, n)
 
             ingester = Ingester(conn, collection, embedder=embedder, chunk_words=chunk_words,
                                 private=private, progress=tick)

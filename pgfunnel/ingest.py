@@ -626,6 +626,7 @@ class Ingester:
         self.private = private
         self._embedder = embedder
         self.stats = IngestStats()
+        self._embed_queued = 0
         cid = collection_id(conn, collection)
         version = active_version(conn, cid) if cid is not None else None
         if version is not None and embedder is not None and (
@@ -781,10 +782,14 @@ class Ingester:
                 self.stats.chunks_reused += len(new_vectors) - len(missing)
                 t0 = time.perf_counter()
                 if missing:
+                    # batches are chunked one at a time, so the number of chunks to embed
+                    # is known per batch: the total grows with each batch and comes first
+                    self._embed_queued += len(missing)
+                    self._tick("embedding", 0, self._embed_queued)
                     embedded = self.embedder.embed(
                         [embedding_input(new_titles[i], new_texts[i], version.embed_input)
                          for i in missing],
-                        progress=lambda n: self._tick("embedding", n))
+                        progress=lambda n: self._tick("embedding", n, self._embed_queued))
                     for i, vec in zip(missing, embedded, strict=True):
                         new_vectors[i] = vec
                     self.stats.chunks_embedded += len(missing)

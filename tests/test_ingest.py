@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -387,3 +388,19 @@ def test_preparing_ahead_shortens_the_gil_switch_interval_for_the_ingest_only(
         Failing(conn, "failing", batch_documents=10, embedder=embedder).ingest(
             records, vectors=_random_vectors(records))
     assert sys.getswitchinterval() == before
+
+
+def test_embedding_progress_carries_the_chunks_queued_so_far(
+        conn: psycopg.Connection[Any], embedder: Any) -> None:
+    ticks: list[tuple[int, int | None]] = []
+    docs = [DocumentRecord(f"d{i}", f"document {i} about topic {i % 3}") for i in range(5)]
+    stats = Ingester(conn, "p", embedder=embedder, batch_documents=2, prepare_ahead=False,
+                     progress=lambda s, n, t=None: ticks.append((n, t)) if s == "embedding"
+                     else None).ingest(docs)
+    # each batch announces its chunks (n = 0) before the model runs, so a bar has a total
+    assert ticks[0] == (0, 2)
+    announced = [t for n, t in ticks if n == 0]
+    assert announced == [2, 4, 5]
+    assert sum(n for n, _ in ticks) == stats.chunks_embedded == 5
+    for (n, total), done in zip(ticks, itertools.accumulate(n for n, _ in ticks), strict=True):
+        assert total is not None and done <= total
