@@ -402,5 +402,5 @@ def test_embedding_progress_carries_the_chunks_queued_so_far(
     announced = [t for n, t in ticks if n == 0]
     assert announced == [2, 4, 5]
     assert sum(n for n, _ in ticks) == stats.chunks_embedded == 5
-    for (n, total), done in zip(ticks, itertools.accumulate(n for n, _ in ticks), strict=True):
+    for (_n, total), done in zip(ticks, itertools.accumulate(n for n, _ in ticks), strict=True):
         assert total is not None and done <= total
