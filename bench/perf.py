@@ -182,7 +182,9 @@ def index_sizes(conn: Any, coll: str) -> dict[str, float]:
                        ("term_stat", "pgfunnel.term_stat"),
                        ("chunk (table+indexes)", "pgfunnel.chunk"),
                        ("embedding (table+indexes)", "pgfunnel.embedding")):
-        r = conn.execute("select pg_total_relation_size(%s::regclass)", (rel,)).fetchone()
+        # a partitioned table (posting) holds nothing itself: sum its partitions
+        r = conn.execute("select sum(pg_total_relation_size(relid)) "
+                         "from pg_partition_tree(%s::regclass)", (rel,)).fetchone()
         out[label] = float(r[0])
     r = conn.execute("select pg_relation_size(%s::regclass)",
                      (f"pgfunnel.embedding_hnsw_v{vid}",)).fetchone()

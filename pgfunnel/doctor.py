@@ -143,6 +143,18 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
                                  f"{where}: {missing} of {chunks} chunks have no rows in it "
                                  f"({emb_rows} vectors); re-ingest them or run "
                                  "`pgfunnel reindex`"))
+    unindexed = conn.execute(
+        "select c.name, v.version, v.id from pgfunnel.collection c "
+        "join pgfunnel.index_version v on v.collection_id = c.id and v.state = 'active' "
+        "where to_regclass('pgfunnel.posting_v' || v.id) is not null and not exists ("
+        "select 1 from pg_index x where x.indrelid = to_regclass('pgfunnel.posting_v' || v.id)) "
+        "order by 1").fetchall()
+    for name, version, vid in unindexed:
+        found.append(Finding("warning", "active_index",
+                             f"collection {name!r}, active version {version}: its postings "
+                             f"(pgfunnel.posting_v{vid}) have no index, so lexical searches "
+                             "scan them (an ingest stopped before building it); run the "
+                             f"ingest again (`pgfunnel ingest PATH -c {name}`), which builds it"))
     none = conn.execute(
         "select c.name from pgfunnel.collection c where not exists (select 1 from "
         "pgfunnel.index_version v where v.collection_id = c.id and v.state = 'active') "

@@ -65,7 +65,8 @@ class IngestStats:
     index_version: int | None = None
     embed_seconds: float = 0.0
     # wall time of the batches less the model's time: chunking, analysis and writes,
-    # including any part of the next batch's preparation the writer had to wait for
+    # including any part of the next batch's preparation the writer had to wait for,
+    # and the build of a new version's posting index
     db_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -370,7 +371,46 @@ def create_version(conn: psycopg.Connection[Any], coll_id: int, model: str, dime
         (coll_id, model, dimensions, analyzer, state, Jsonb(params), state, coll_id),
     ).fetchone()
     assert row is not None
-    return int(row[0])
+    version_id = int(row[0])
+    # made apart and attached: ATTACH takes a lock on the parent that searches and
+    # writes of other versions pass (CREATE TABLE ... PARTITION OF would block them)
+    partition = sql.Identifier("pgfunnel", posting_partition_name(version_id))
+    conn.execute(sql.SQL("create table {} (like pgfunnel.posting)").format(partition))
+    conn.execute(sql.SQL("alter table pgfunnel.posting attach partition {} for values in ({})")
+                 .format(partition, sql.Literal(version_id)))
+    return version_id
+
+
+def posting_partition_name(version_id: int) -> str:
+    return f"posting_v{version_id}"
+
+
+def posting_index_name(version_id: int) -> str:
+    return f"posting_v{version_id}_key"
+
+
+def create_posting_index(conn: psycopg.Connection[Any], version_id: int) -> bool:
+    """The index of a version's posting partition, if it has none yet; True when built.
+
+    A version's first postings go into its partition unindexed and the index is built
+    once after them: in one sorted pass that costs a fraction of inserting each posting
+    into an index (100k one-chunk documents: 4.5 s against 15 s). Until then the
+    lexical leg reads the partition by a scan, with the same results. Versions whose
+    postings predate partitioning (``posting_legacy``) have their index already.
+    """
+    partition = posting_partition_name(version_id)
+    row = conn.execute(
+        "select (select count(*) from pg_catalog.pg_index i where i.indrelid = c.oid) "
+        "from pg_catalog.pg_class c join pg_catalog.pg_namespace n on n.oid = c.relnamespace "
+        "where n.nspname = 'pgfunnel' and c.relname = %s", (partition,)).fetchone()
+    if row is None or int(row[0]) > 0:
+        return False
+    conn.execute(sql.SQL(
+        "create unique index if not exists {name} on {table} "
+        "(index_version_id, term, chunk_id) include (tf, length)").format(
+            name=sql.Identifier(posting_index_name(version_id)),
+            table=sql.Identifier("pgfunnel", partition)))
+    return True
 
 
 class IndexRows(NamedTuple):
@@ -874,6 +914,12 @@ class Ingester:
         version = active_version(self.conn, cid) if cid is not None else None
         if version is None:
             return
+        # the lexical index of a version's first postings is database-side ingest work
+        # (it stands in for per-posting index inserts), so it counts in db_seconds
+        started = time.perf_counter()
+        with self.conn.transaction():
+            create_posting_index(self.conn, version.id)
+        self.stats.db_seconds += time.perf_counter() - started
         built = self.conn.execute("select to_regclass(%s) is not null",
                                   (f"pgfunnel.{hnsw_index_name(version.id)}",)).fetchone()
         # the first ingest of a version builds its graph here: minutes for 100k chunks

@@ -23,7 +23,6 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
-    PrimaryKeyConstraint,
     SmallInteger,
     Text,
     UniqueConstraint,
@@ -212,17 +211,21 @@ class Posting(Base):
     stored weight that could go stale. No foreign keys: per-row FK triggers
     doubled the cost of writing postings, and every deletion path
     (``pgfunnel._remove_chunks``, dropping a version) deletes postings itself.
+
+    Partitioned by version (one partition per index version, made with it; see
+    ``pgfunnel.ingest.create_version``), so a new version's postings go in before
+    its index is built and a dropped version's go with one DROP. The parent has no
+    index of its own: each partition has a unique index on (index_version_id,
+    term, chunk_id) including tf and length, which is the key mapped here.
     """
 
     __tablename__ = "posting"
-    __table_args__ = (
-        PrimaryKeyConstraint("index_version_id", "term", "chunk_id",
-                             postgresql_include=["tf", "length"]),
-    )
+    __table_args__ = {"postgresql_partition_by": "LIST (index_version_id)"}
+    __mapper_args__ = {"primary_key": ["index_version_id", "term", "chunk_id"]}
 
-    index_version_id: Mapped[int] = mapped_column(Integer)
-    term: Mapped[str] = mapped_column(Text(collation="C"))
-    chunk_id: Mapped[int] = mapped_column(BigInteger)
+    index_version_id: Mapped[int] = mapped_column(Integer, nullable=False)
+    term: Mapped[str] = mapped_column(Text(collation="C"), nullable=False)
+    chunk_id: Mapped[int] = mapped_column(BigInteger, nullable=False)
     tf: Mapped[int] = mapped_column(SmallInteger, nullable=False)
     length: Mapped[int] = mapped_column(Integer, nullable=False)
 

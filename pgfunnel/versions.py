@@ -52,10 +52,12 @@ from pgfunnel.ingest import (
     TermAnalyzer,
     active_version,
     create_hnsw_index,
+    create_posting_index,
     create_version,
     hnsw_index_name,
     hnsw_key,
     hnsw_type_of,
+    posting_partition_name,
     refresh_table_stats,
     require_collection,
     version_hnsw_type,
@@ -498,8 +500,11 @@ def drop_version_rows(conn: psycopg.Connection[Any], version_id: int) -> None:
     conn.execute(sql.SQL("drop index concurrently if exists {}").format(
         sql.Identifier("pgfunnel", hnsw_index_name(version_id))))
     with conn.transaction():
-        # posting has no foreign keys (they doubled ingest cost): delete it explicitly;
-        # the rest cascades to embedding, lexical and term_stat rows of the version
+        # posting has no foreign keys (they doubled ingest cost): the version's partition
+        # goes whole, and a version from before partitioning loses its rows of
+        # posting_legacy; the rest cascades to embedding, lexical and term_stat rows
+        conn.execute(sql.SQL("drop table if exists {}").format(
+            sql.Identifier("pgfunnel", posting_partition_name(version_id))))
         conn.execute("delete from pgfunnel.posting where index_version_id = %s", (version_id,))
         conn.execute("delete from pgfunnel.index_version where id = %s", (version_id,))
 
@@ -608,6 +613,10 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
                                           batch_size=batch_size, progress=progress,
                                           reuse_from=reuse)
         times["embed_and_index_rows"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        with conn.transaction():
+            create_posting_index(conn, building.id)
+        times["posting_index"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         refresh_table_stats(conn)
         times["analyze"] = time.perf_counter() - t0

@@ -1,0 +1,189 @@
+"""Postings partitioned by index version: a version's own partition, indexed once after its
+first postings; the same lexical results with or without that index; a dropped version
+takes its partition along; and migration 0005 both ways with data in the tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import psycopg
+from funnel_util import ingest as ingest_records
+
+from pgfunnel import schema, security
+from pgfunnel.db import connect
+from pgfunnel.doctor import check_active_indexes
+from pgfunnel.ingest import Ingester, posting_index_name, posting_partition_name
+from pgfunnel.sources import DocumentRecord
+
+QUERIES = ("refund policy", "err 4029 billing", "password reset link", "invoice tax")
+
+
+def _records() -> list[DocumentRecord]:
+    topics = ["refund policy for monthly plans", "error ERR-4029 when billing fails",
+              "reset your password with the emailed link", "invoice and tax details",
+              "billing cycle and plan changes", "account security and passwords"]
+    return [DocumentRecord(f"doc{i}", f"{topics[i % len(topics)]}. Note {i} on "
+                           f"{topics[(i * 7) % len(topics)]}.") for i in range(60)]
+
+
+def _active_version_id(conn: psycopg.Connection[Any], collection: str = "t") -> int:
+    row = conn.execute("select v.id from pgfunnel.index_version v join pgfunnel.collection c "
+                       "on c.id = v.collection_id where c.name = %s and v.state = 'active'",
+                       (collection,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _partitions(conn: psycopg.Connection[Any]) -> dict[str, str]:
+    """Each partition of pgfunnel.posting with its bound."""
+    return {str(name): str(bound) for name, bound in conn.execute(
+        "select c.relname, pg_get_expr(c.relpartbound, c.oid) from pg_inherits i "
+        "join pg_class c on c.oid = i.inhrelid "
+        "where i.inhparent = 'pgfunnel.posting'::regclass").fetchall()}
+
+
+def _indexes(conn: psycopg.Connection[Any], table: str) -> list[str]:
+    return [str(r[0]) for r in conn.execute(
+        "select indexrelid::regclass::text from pg_index where indrelid = %s::regclass",
+        (f"pgfunnel.{table}",)).fetchall()]
+
+
+def _lexical(conn: psycopg.Connection[Any], collection: str = "t") -> list[Any]:
+    return [conn.execute(
+        "select array_agg(chunk_id order by final_rank), array_agg(lexical_score "
+        "order by final_rank) from funnel_search(%s, null, 10, collection => %s)",
+        (q, collection)).fetchone() for q in QUERIES]
+
+
+def test_a_version_has_its_own_partition_indexed_after_its_first_ingest(
+        conn: psycopg.Connection[Any]) -> None:
+    ingest_records(conn, _records())
+    vid = _active_version_id(conn)
+    part = posting_partition_name(vid)
+    assert _partitions(conn) == {part: f"FOR VALUES IN ({vid})"}
+    # the partition holds every posting of the version, and the index was built after them
+    n_part = conn.execute(f"select count(*) from pgfunnel.{part}").fetchone()
+    n_all = conn.execute("select count(*) from pgfunnel.posting where index_version_id = %s",
+                         (vid,)).fetchone()
+    assert n_part is not None and n_all is not None and n_part[0] == n_all[0] > 60
+    assert _indexes(conn, part) == [f"pgfunnel.{posting_index_name(vid)}"]
+    # the lexical leg reads it by that index
+    plan = conn.execute(
+        "explain (format json) select chunk_id, tf from pgfunnel.posting "
+        "where index_version_id = %s and term = 'refund'", (vid,)).fetchone()
+    assert plan is not None and posting_index_name(vid) in str(plan[0])
+    # a later ingest into the version writes through the index that exists
+    ingest_records(conn, [DocumentRecord("late", "a refund arrives late")])
+    assert _indexes(conn, part) == [f"pgfunnel.{posting_index_name(vid)}"]
+    hit = conn.execute("select count(*) from pgfunnel.posting p join pgfunnel.chunk c "
+                       "on c.id = p.chunk_id join pgfunnel.document d on d.id = c.document_id "
+                       "where d.citekey = 'late' and p.term = 'late'").fetchone()
+    assert hit == (1,)
+
+
+def test_lexical_results_do_not_depend_on_the_posting_index(
+        conn: psycopg.Connection[Any]) -> None:
+    vectors = ingest_records(conn, _records())
+    vid = _active_version_id(conn)
+    indexed = _lexical(conn)
+    assert all(ids for ids, _ in indexed)
+    # as after an ingest that stopped before building it
+    conn.execute(f"drop index pgfunnel.{posting_index_name(vid)}")
+    assert _lexical(conn) == indexed
+    warned = [f.message for f in check_active_indexes(conn) if f.level == "warning"]
+    assert any(posting_partition_name(vid) in m and "pgfunnel ingest" in m for m in warned)
+    # the next ingest, even of unchanged documents, builds it
+    Ingester(conn, "t").ingest(_records()[:1], vectors={"doc0": vectors["doc0"]})
+    assert _indexes(conn, posting_partition_name(vid)) == [
+        f"pgfunnel.{posting_index_name(vid)}"]
+    assert not [f for f in check_active_indexes(conn) if f.level == "warning"]
+    assert _lexical(conn) == indexed
+
+
+def test_reindex_indexes_the_new_partition_and_drop_removes_it(
+        sample_db: str, embedder: Any) -> None:
+    from pgfunnel import versions
+
+    with connect(sample_db, autocommit=True) as conn:
+        result = versions.reindex(conn, "default", analyzer="simple_v2", embedder=embedder)
+        part = posting_partition_name(result.version_id)
+        assert part in _partitions(conn)
+        assert _indexes(conn, part) == [f"pgfunnel.{posting_index_name(result.version_id)}"]
+        assert "posting_index" in result.seconds
+        versions.drop(conn, "default", result.version)
+        assert part not in _partitions(conn)
+        assert conn.execute("select to_regclass(%s)", (f"pgfunnel.{part}",)).fetchone() == (None,)
+        # the active version's postings are untouched
+        active = _active_version_id(conn, "default")
+        left = conn.execute("select count(*) from pgfunnel.posting where index_version_id = %s",
+                            (active,)).fetchone()
+        assert left is not None and left[0] > 1000
+
+
+def test_migration_0005_both_ways_keeps_postings_policies_and_results(db: str) -> None:
+    schema.init(db, rls=True)
+    with connect(db, autocommit=True) as conn:
+        ingest_records(conn, _records())
+        vid = _active_version_id(conn)
+        total = conn.execute("select count(*) from pgfunnel.posting").fetchone()
+        before = _lexical(conn)
+        policies = sorted(r[0] for r in conn.execute(
+            "select policyname from pg_policies where schemaname = 'pgfunnel' "
+            "and tablename = 'posting'").fetchall())
+        assert policies and security.rls_enabled(conn)
+
+    # down: one plain table again, holding the partition's rows, with its key and policies
+    schema.downgrade(db, "0004")
+    with connect(db, autocommit=True) as conn:
+        kind = conn.execute("select relkind, relrowsecurity, relforcerowsecurity from pg_class "
+                            "where oid = 'pgfunnel.posting'::regclass").fetchone()
+        assert kind == ("r", True, True)
+        assert conn.execute("select count(*) from pgfunnel.posting").fetchone() == total
+        assert _indexes(conn, "posting") == ["pgfunnel.posting_pkey"]
+        assert sorted(r[0] for r in conn.execute(
+            "select policyname from pg_policies where schemaname = 'pgfunnel' "
+            "and tablename = 'posting'").fetchall()) == policies
+        assert _lexical(conn) == before
+        # a version made under 0004 has no partition to go to later
+        conn.execute("insert into pgfunnel.index_version (collection_id, version, "
+                     "embedding_model, dimensions, analyzer, state) select collection_id, 99, "
+                     "embedding_model, dimensions, analyzer, 'retired' "
+                     "from pgfunnel.index_version where id = %s", (vid,))
+
+    # up: the old table becomes posting_legacy for the versions it holds; nothing is copied
+    schema.upgrade(db)
+    with connect(db, autocommit=True) as conn:
+        parts = _partitions(conn)
+        assert parts["posting_legacy"] == f"FOR VALUES IN ({vid})"
+        new = conn.execute("select id from pgfunnel.index_version where version = 99"
+                           ).fetchone()
+        assert new is not None and parts[posting_partition_name(new[0])] == (
+            f"FOR VALUES IN ({new[0]})")
+        assert conn.execute("select count(*) from pgfunnel.posting").fetchone() == total
+        kind = conn.execute("select relkind, relrowsecurity, relforcerowsecurity from pg_class "
+                            "where oid = 'pgfunnel.posting'::regclass").fetchone()
+        assert kind == ("p", True, True)
+        assert sorted(r[0] for r in conn.execute(
+            "select policyname from pg_policies where schemaname = 'pgfunnel' "
+            "and tablename = 'posting'").fetchall()) == policies
+        assert _lexical(conn) == before
+        # the legacy version still takes new documents, and the schema matches the models
+        ingest_records(conn, [DocumentRecord("after", "refund after the upgrade")],
+                       vectors={"after": np.ones((1, 16), dtype=np.float32) / 4})
+        total = conn.execute("select count(*) from pgfunnel.posting").fetchone()
+        after = _lexical(conn)
+    assert schema.autogenerate_diff(db) == []
+
+    # down again, now from posting_legacy: it is the table again, under the parent's rules
+    schema.downgrade(db, "0004")
+    with connect(db, autocommit=True) as conn:
+        kind = conn.execute("select relkind, relrowsecurity, relforcerowsecurity from pg_class "
+                            "where oid = 'pgfunnel.posting'::regclass").fetchone()
+        assert kind == ("r", True, True)
+        assert conn.execute("select count(*) from pgfunnel.posting").fetchone() == total
+        assert sorted(r[0] for r in conn.execute(
+            "select policyname from pg_policies where schemaname = 'pgfunnel' "
+            "and tablename = 'posting'").fetchall()) == policies
+        assert _lexical(conn) == after
+
