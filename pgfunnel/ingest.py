@@ -8,6 +8,7 @@ embedded. BM25 statistics are updated in the same transaction as the postings.
 
 from __future__ import annotations
 
+import re
 import string
 import sys
 import threading
@@ -506,11 +507,43 @@ def write_chunk_index(conn: psycopg.Connection[Any], version_id: int, analyzer: 
                  (version_id, rows.terms, rows.dfs, len(chunk_ids), rows.total_length))
 
 
-def _copy(conn: psycopg.Connection[Any], statement: str) -> AbstractContextManager[psycopg.Copy]:
+# the COPY statements ingest runs: table, column list, options
+_COPY_INTO = re.compile(r"copy pgfunnel\.(\w+) \(([\w, ]+)\) from stdin(.*)", re.DOTALL)
+
+
+@contextmanager
+def _copy(conn: psycopg.Connection[Any], statement: str) -> Iterator[psycopg.Copy]:
     """COPY FROM STDIN through a writer thread: the server works on one block (heap and
-    index inserts) while this thread builds the next, instead of the two taking turns."""
+    index inserts) while this thread builds the next, instead of the two taking turns.
+
+    Postgres refuses COPY FROM into a table whose row-level security applies to the
+    caller: any role but a superuser once `pgfunnel init --rls` has FORCEd it, the owner
+    and the `pgfunnel_writer` ingest roles included. For them the rows are copied into
+    a temporary table and moved on by one INSERT ... SELECT, which the policies check.
+    """
     cur = conn.cursor()
-    return cur.copy(statement, writer=QueuedLibpqWriter(cur))
+    match = _COPY_INTO.fullmatch(statement)
+    if match is None:
+        raise ValueError(f"not an ingest COPY statement: {statement!r}")
+    table, columns, options = match.groups()
+    target = sql.Identifier("pgfunnel", table)
+    active = conn.execute("select pg_catalog.row_security_active(%s::regclass)",
+                          (f"pgfunnel.{table}",)).fetchone()
+    if not (active and active[0]):
+        with cur.copy(statement, writer=QueuedLibpqWriter(cur)) as cp:
+            yield cp
+        return
+    stage = sql.Identifier(f"pgfunnel_stage_{table}")
+    cols = sql.SQL(", ").join(sql.Identifier(c.strip()) for c in columns.split(","))
+    conn.execute(sql.SQL("create temporary table if not exists {} (like {}) "
+                         "on commit delete rows").format(stage, target))
+    conn.execute(sql.SQL("truncate {}").format(stage))
+    with cur.copy(sql.SQL("copy {} ({}) from stdin").format(stage, cols) + sql.SQL(options),
+                  writer=QueuedLibpqWriter(cur)) as cp:
+        yield cp
+    conn.execute(sql.SQL("insert into {} ({}) select {} from {}").format(
+        target, cols, cols, stage))
+    conn.execute(sql.SQL("truncate {}").format(stage))
 
 
 def _copy_text(value: str) -> str:
@@ -922,19 +955,22 @@ class Ingester:
         self.stats.db_seconds += time.perf_counter() - started
         built = self.conn.execute("select to_regclass(%s) is not null",
                                   (f"pgfunnel.{hnsw_index_name(version.id)}",)).fetchone()
-        # the first ingest of a version builds its graph here: minutes for 100k chunks
-        report = (None if built is None or built[0] or self.progress is None
-                  else lambda n, total: self._tick("index", n, total))
-        total: int | None = None
-        if report is not None:
-            chunks = self.conn.execute("select chunk_count from pgfunnel.index_version "
-                                       "where id = %s", (version.id,)).fetchone()
-            total = int(chunks[0]) if chunks else None
-            report(0, total)
-        with watch_index_build(self.conn, report), self.conn.transaction():
-            create_hnsw_index(self.conn, version.id, version.dimensions)
-        if report is not None:
-            report(total or 0, total)
+        # the first ingest of a version builds its graph here: minutes for 100k chunks.
+        # Later ones leave it alone: CREATE INDEX, even IF NOT EXISTS, takes the table's
+        # owner, and an ingest job in pgfunnel_writer adds documents without being one.
+        if not (built and built[0]):
+            report = (None if self.progress is None
+                      else lambda n, total: self._tick("index", n, total))
+            total: int | None = None
+            if report is not None:
+                chunks = self.conn.execute("select chunk_count from pgfunnel.index_version "
+                                           "where id = %s", (version.id,)).fetchone()
+                total = int(chunks[0]) if chunks else None
+                report(0, total)
+            with watch_index_build(self.conn, report), self.conn.transaction():
+                create_hnsw_index(self.conn, version.id, version.dimensions)
+            if report is not None:
+                report(total or 0, total)
         self._tick("analyze", 0)
         refresh_table_stats(self.conn)
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import psycopg
+import pytest
 from funnel_util import ingest as ingest_records
 
 from pgfunnel import schema, security
@@ -187,3 +188,24 @@ def test_migration_0005_both_ways_keeps_postings_policies_and_results(db: str) -
             "and tablename = 'posting'").fetchall()) == policies
         assert _lexical(conn) == after
 
+
+def test_under_rls_an_ingest_role_adds_documents_and_readers_get_no_partition(
+        db: str) -> None:
+    from _security_helpers import create_app_role
+
+    schema.init(db, rls=True)
+    with connect(db, autocommit=True) as conn:
+        ingest_records(conn, _records())
+        before = conn.execute("select count(*) from pgfunnel.posting").fetchone()
+    writer = create_app_role(db, writer=True)
+    with connect(writer, autocommit=True) as conn:
+        ingest_records(conn, [DocumentRecord("w1", "refund written by the ingest job")],
+                       vectors={"w1": np.ones((1, 16), dtype=np.float32) / 4})
+        after = conn.execute("select count(*) from pgfunnel.posting").fetchone()
+        assert before is not None and after is not None and after[0] > before[0]
+        vid = _active_version_id(conn)
+    # a reader is granted the parent, where the policies are, and not its partitions
+    with connect(create_app_role(db), autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute(f"select count(*) from pgfunnel.{posting_partition_name(vid)}")
+        assert conn.execute("select count(*) from pgfunnel.posting").fetchone() == (0,)
