@@ -183,8 +183,9 @@ def index_sizes(conn: Any, coll: str) -> dict[str, float]:
                        ("chunk (table+indexes)", "pgfunnel.chunk"),
                        ("embedding (table+indexes)", "pgfunnel.embedding")):
         # a partitioned table (posting) holds nothing itself: sum its partitions
-        r = conn.execute("select sum(pg_total_relation_size(relid)) "
-                         "from pg_partition_tree(%s::regclass)", (rel,)).fetchone()
+        r = conn.execute("select coalesce((select sum(pg_total_relation_size(relid)) "
+                         "from pg_partition_tree(%s::regclass)), "
+                         "pg_total_relation_size(%s::regclass))", (rel, rel)).fetchone()
         out[label] = float(r[0])
     r = conn.execute("select pg_relation_size(%s::regclass)",
                      (f"pgfunnel.embedding_hnsw_v{vid}",)).fetchone()
