@@ -363,22 +363,25 @@ def create_version(conn: psycopg.Connection[Any], coll_id: int, model: str, dime
         raise ConfigError("dimensions", f"{model!r} makes {dimensions}-dimension vectors; an "
                           f"HNSW index of {hnsw_type} takes 1 to "
                           f"{HNSW_MAX_DIMENSIONS[hnsw_type]:,} dimensions")
-    row = conn.execute(
-        "insert into pgfunnel.index_version (collection_id, version, embedding_model, dimensions, "
-        " analyzer, state, params, activated_at) "
-        "select %s, coalesce(max(version), 0) + 1, %s, %s, %s, %s, %s, "
-        "       case when %s = 'active' then now() end "
-        "from pgfunnel.index_version where collection_id = %s returning id",
-        (coll_id, model, dimensions, analyzer, state, Jsonb(params), state, coll_id),
-    ).fetchone()
-    assert row is not None
-    version_id = int(row[0])
-    # made apart and attached: ATTACH takes a lock on the parent that searches and
-    # writes of other versions pass (CREATE TABLE ... PARTITION OF would block them)
-    partition = sql.Identifier("pgfunnel", posting_partition_name(version_id))
-    conn.execute(sql.SQL("create table {} (like pgfunnel.posting)").format(partition))
-    conn.execute(sql.SQL("alter table pgfunnel.posting attach partition {} for values in ({})")
-                 .format(partition, sql.Literal(version_id)))
+    # the version row and its posting partition exist together or not at all: a version
+    # without one could take no postings
+    with conn.transaction():
+        row = conn.execute(
+            "insert into pgfunnel.index_version (collection_id, version, embedding_model, "
+            " dimensions, analyzer, state, params, activated_at) "
+            "select %s, coalesce(max(version), 0) + 1, %s, %s, %s, %s, %s, "
+            "       case when %s = 'active' then now() end "
+            "from pgfunnel.index_version where collection_id = %s returning id",
+            (coll_id, model, dimensions, analyzer, state, Jsonb(params), state, coll_id),
+        ).fetchone()
+        assert row is not None
+        version_id = int(row[0])
+        # made apart and attached: ATTACH takes a lock on the parent that searches and
+        # writes of other versions pass (CREATE TABLE ... PARTITION OF would block them)
+        partition = sql.Identifier("pgfunnel", posting_partition_name(version_id))
+        conn.execute(sql.SQL("create table {} (like pgfunnel.posting)").format(partition))
+        conn.execute(sql.SQL("alter table pgfunnel.posting attach partition {} "
+                             "for values in ({})").format(partition, sql.Literal(version_id)))
     return version_id
 
 

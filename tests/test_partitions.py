@@ -209,3 +209,25 @@ def test_under_rls_an_ingest_role_adds_documents_and_readers_get_no_partition(
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute(f"select count(*) from pgfunnel.{posting_partition_name(vid)}")
         assert conn.execute("select count(*) from pgfunnel.posting").fetchone() == (0,)
+
+
+def test_a_version_row_never_outlives_a_failed_partition(conn: psycopg.Connection[Any]) -> None:
+    from pgfunnel.errors import PgfunnelError
+    from pgfunnel.ingest import create_version, get_or_create_collection
+
+    coll = get_or_create_collection(conn, "t")
+    seq = conn.execute("select pg_get_serial_sequence('pgfunnel.index_version', 'id')"
+                       ).fetchone()
+    assert seq is not None and seq[0]
+    upcoming = conn.execute("select case when is_called then last_value + 1 else last_value "
+                            f"end from {seq[0]}").fetchone()
+    assert upcoming is not None
+    # a stray table where the next version's partition would go
+    conn.execute(f"create table pgfunnel.{posting_partition_name(upcoming[0])} (x int)")
+    try:
+        create_version(conn, coll, "random-unit", 16, "english_v2", "active")
+    except (psycopg.Error, PgfunnelError):
+        pass
+    else:
+        raise AssertionError("create_version should have failed")
+    assert conn.execute("select count(*) from pgfunnel.index_version").fetchone() == (0,)
