@@ -57,6 +57,18 @@ def _lexical(conn: psycopg.Connection[Any], collection: str = "t") -> list[Any]:
         (q, collection)).fetchone() for q in QUERIES]
 
 
+def _posting_security(conn: psycopg.Connection[Any]) -> Any:
+    """pgfunnel.posting's kind (r plain, p partitioned), row security on, forced."""
+    return conn.execute("select relkind, relrowsecurity, relforcerowsecurity from pg_class "
+                        "where oid = 'pgfunnel.posting'::regclass").fetchone()
+
+
+def _posting_policies(conn: psycopg.Connection[Any]) -> list[str]:
+    return sorted(str(r[0]) for r in conn.execute(
+        "select policyname from pg_policies where schemaname = 'pgfunnel' "
+        "and tablename = 'posting'").fetchall())
+
+
 def test_a_version_has_its_own_partition_indexed_after_its_first_ingest(
         conn: psycopg.Connection[Any]) -> None:
     ingest_records(conn, _records())
@@ -129,22 +141,17 @@ def test_migration_0005_both_ways_keeps_postings_policies_and_results(db: str) -
         vid = _active_version_id(conn)
         total = conn.execute("select count(*) from pgfunnel.posting").fetchone()
         before = _lexical(conn)
-        policies = sorted(r[0] for r in conn.execute(
-            "select policyname from pg_policies where schemaname = 'pgfunnel' "
-            "and tablename = 'posting'").fetchall())
+        policies = _posting_policies(conn)
         assert policies and security.rls_enabled(conn)
 
     # down: one plain table again, holding the partition's rows, with its key and policies
     schema.downgrade(db, "0004")
     with connect(db, autocommit=True) as conn:
-        kind = conn.execute("select relkind, relrowsecurity, relforcerowsecurity from pg_class "
-                            "where oid = 'pgfunnel.posting'::regclass").fetchone()
+        kind = _posting_security(conn)
         assert kind == ("r", True, True)
         assert conn.execute("select count(*) from pgfunnel.posting").fetchone() == total
         assert _indexes(conn, "posting") == ["pgfunnel.posting_pkey"]
-        assert sorted(r[0] for r in conn.execute(
-            "select policyname from pg_policies where schemaname = 'pgfunnel' "
-            "and tablename = 'posting'").fetchall()) == policies
+        assert _posting_policies(conn) == policies
         assert _lexical(conn) == before
         # a version made under 0004 has no partition to go to later
         conn.execute("insert into pgfunnel.index_version (collection_id, version, "
@@ -162,12 +169,9 @@ def test_migration_0005_both_ways_keeps_postings_policies_and_results(db: str) -
         assert new is not None and parts[posting_partition_name(new[0])] == (
             f"FOR VALUES IN ({new[0]})")
         assert conn.execute("select count(*) from pgfunnel.posting").fetchone() == total
-        kind = conn.execute("select relkind, relrowsecurity, relforcerowsecurity from pg_class "
-                            "where oid = 'pgfunnel.posting'::regclass").fetchone()
+        kind = _posting_security(conn)
         assert kind == ("p", True, True)
-        assert sorted(r[0] for r in conn.execute(
-            "select policyname from pg_policies where schemaname = 'pgfunnel' "
-            "and tablename = 'posting'").fetchall()) == policies
+        assert _posting_policies(conn) == policies
         assert _lexical(conn) == before
         # the legacy version still takes new documents, and the schema matches the models
         ingest_records(conn, [DocumentRecord("after", "refund after the upgrade")],
@@ -179,13 +183,10 @@ def test_migration_0005_both_ways_keeps_postings_policies_and_results(db: str) -
     # down again, now from posting_legacy: it is the table again, under the parent's rules
     schema.downgrade(db, "0004")
     with connect(db, autocommit=True) as conn:
-        kind = conn.execute("select relkind, relrowsecurity, relforcerowsecurity from pg_class "
-                            "where oid = 'pgfunnel.posting'::regclass").fetchone()
+        kind = _posting_security(conn)
         assert kind == ("r", True, True)
         assert conn.execute("select count(*) from pgfunnel.posting").fetchone() == total
-        assert sorted(r[0] for r in conn.execute(
-            "select policyname from pg_policies where schemaname = 'pgfunnel' "
-            "and tablename = 'posting'").fetchall()) == policies
+        assert _posting_policies(conn) == policies
         assert _lexical(conn) == after
 
 
