@@ -8,7 +8,6 @@ embedded. BM25 statistics are updated in the same transaction as the postings.
 
 from __future__ import annotations
 
-import re
 import string
 import sys
 import threading
@@ -489,18 +488,17 @@ def write_chunk_index(conn: psycopg.Connection[Any], version_id: int, analyzer: 
         analyzer.prepare(texts)
         rows = index_rows(analyzer, chunk_ids, texts, version_id)
     if vectors is not None:
-        with _copy(conn, "copy pgfunnel.embedding (index_version_id, chunk_id, embedding) "
-                         "from stdin (format binary)") as cp:
+        with _copy(conn, "embedding", ("index_version_id", "chunk_id", "embedding"),
+                   binary=True) as cp:
             cp.set_types(["int4", "int8", "vector"])
             for cid, vec in zip(chunk_ids, vectors, strict=True):
                 cp.write_row((version_id, cid, vec))
     stamp = str(version_id)
-    for statement, blocks in (
-            ("copy pgfunnel.lexical (index_version_id, chunk_id, length, terms) from stdin",
-             rows.lexical),
-            ("copy pgfunnel.posting (index_version_id, term, chunk_id, tf, length) from stdin",
+    for table, columns, blocks in (
+            ("lexical", ("index_version_id", "chunk_id", "length", "terms"), rows.lexical),
+            ("posting", ("index_version_id", "term", "chunk_id", "tf", "length"),
              rows.postings)):
-        with _copy(conn, statement) as cp:
+        with _copy(conn, table, columns) as cp:
             for block in blocks:
                 # str.replace runs at memory speed; a version mark only leads a line
                 cp.write(block if rows.version_id is not None
@@ -510,14 +508,12 @@ def write_chunk_index(conn: psycopg.Connection[Any], version_id: int, analyzer: 
                  (version_id, rows.terms, rows.dfs, len(chunk_ids), rows.total_length))
 
 
-# the COPY statements ingest runs: table, column list, options
-_COPY_INTO = re.compile(r"copy pgfunnel\.(\w+) \(([\w, ]+)\) from stdin(.*)", re.DOTALL)
-
-
 @contextmanager
-def _copy(conn: psycopg.Connection[Any], statement: str) -> Iterator[psycopg.Copy]:
-    """COPY FROM STDIN through a writer thread: the server works on one block (heap and
-    index inserts) while this thread builds the next, instead of the two taking turns.
+def _copy(conn: psycopg.Connection[Any], table: str, columns: Sequence[str], *,
+          binary: bool = False) -> Iterator[psycopg.Copy]:
+    """COPY FROM STDIN into ``pgfunnel.<table>`` through a writer thread: the server works
+    on one block (heap and index inserts) while this thread builds the next, instead of
+    the two taking turns.
 
     Postgres refuses COPY FROM into a table whose row-level security applies to the
     caller: any role but a superuser once `pgfunnel init --rls` has FORCEd it, the owner
@@ -525,28 +521,24 @@ def _copy(conn: psycopg.Connection[Any], statement: str) -> Iterator[psycopg.Cop
     a temporary table and moved on by one INSERT ... SELECT, which the policies check.
     """
     cur = conn.cursor()
-    match = _COPY_INTO.fullmatch(statement)
-    if match is None:
-        raise ValueError(f"not an ingest COPY statement: {statement!r}")
-    table, columns, options = match.groups()
     target = sql.Identifier("pgfunnel", table)
+    cols = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
+    options = sql.SQL(" (format binary)" if binary else "")
     active = conn.execute("select pg_catalog.row_security_active(%s::regclass)",
                           (f"pgfunnel.{table}",)).fetchone()
-    if not (active and active[0]):
-        with cur.copy(statement, writer=QueuedLibpqWriter(cur)) as cp:
-            yield cp
-        return
+    staged = bool(active and active[0])
     stage = sql.Identifier(f"pgfunnel_stage_{table}")
-    cols = sql.SQL(", ").join(sql.Identifier(c.strip()) for c in columns.split(","))
-    conn.execute(sql.SQL("create temporary table if not exists {} (like {}) "
-                         "on commit delete rows").format(stage, target))
-    conn.execute(sql.SQL("truncate {}").format(stage))
-    with cur.copy(sql.SQL("copy {} ({}) from stdin").format(stage, cols) + sql.SQL(options),
-                  writer=QueuedLibpqWriter(cur)) as cp:
+    if staged:
+        conn.execute(sql.SQL("create temporary table if not exists {} (like {}) "
+                             "on commit delete rows").format(stage, target))
+        conn.execute(sql.SQL("truncate {}").format(stage))
+    with cur.copy(sql.SQL("copy {} ({}) from stdin{}").format(
+            stage if staged else target, cols, options), writer=QueuedLibpqWriter(cur)) as cp:
         yield cp
-    conn.execute(sql.SQL("insert into {} ({}) select {} from {}").format(
-        target, cols, cols, stage))
-    conn.execute(sql.SQL("truncate {}").format(stage))
+    if staged:
+        conn.execute(sql.SQL("insert into {} ({}) select {} from {}").format(
+            target, cols, cols, stage))
+        conn.execute(sql.SQL("truncate {}").format(stage))
 
 
 def _copy_text(value: str) -> str:
@@ -929,8 +921,8 @@ class Ingester:
                 (coll, Jsonb(doc_rows))).fetchall()}
         n = len(texts)
         ids = prepared.ids if prepared is not None else _reserve_chunk_ids(conn, n)
-        with _copy(conn, "copy pgfunnel.chunk (id, document_id, collection_id, ordinal, "
-                         "heading, text, token_count, content_hash) from stdin") as cp:
+        with _copy(conn, "chunk", ("id", "document_id", "collection_id", "ordinal",
+                                   "heading", "text", "token_count", "content_hash")) as cp:
             i = 0
             for rec, chunks in chunked:
                 for ch in chunks:
