@@ -486,6 +486,44 @@ set search_path = pg_catalog, pgfunnel, @vector_schema@
 set plan_cache_mode = force_generic_plan
 as $$
 begin
+    if not trace then
+        -- final() over this pool, without what only an untrusted pool needs: the pool
+        -- comes from _pool in this statement, which kept only visible chunks, so the
+        -- visibility check is not repeated, and only the k chunks that are returned are
+        -- joined to their text and document (the cap needs just each chunk's document).
+        -- Same rows as final(candidates()) (tested); 5 - 6% of a search on pydocs.
+        -- The check comes first because `limit 0` would never run _pool, which checks.
+        perform pgfunnel._check_search_params(k, principals, overfetch, per_source_cap);
+        return query
+        with pool as (
+            select u.pos::integer as pos, u.id, u.lr, u.ls, u.dr, u.ds, u.fr, u.fs,
+                   (row_number() over (partition by ch.document_id order by u.pos))::integer
+                       as src_rank
+              from pgfunnel._pool(query_text, query_embedding, k, collection, principals,
+                                  tenant, language, as_of, metadata_filter, fusion, rrf_k,
+                                  weights, lexical_depth, dense_depth, overfetch,
+                                  per_source_cap, ef_search, k1, b) p,
+                   unnest(p.chunk_ids, p.fused_ranks, p.fused_scores, p.lexical_ranks,
+                          p.lexical_scores, p.dense_ranks, p.dense_scores)
+                       with ordinality as u(id, fr, fs, lr, ls, dr, ds, pos)
+              join pgfunnel.chunk ch on ch.id = u.id
+        ),
+        kept as (
+            select p.*, (row_number() over (order by p.pos))::integer as final_rank
+              from pool p
+             where p.src_rank <= per_source_cap
+             order by p.pos
+             limit k
+        )
+        select r.id, d.citekey, d.title, ch.heading, ch.text, ch.ordinal, d.metadata,
+               r.lr, r.ls, r.dr, r.ds, r.fr, r.fs, null::integer, null::float8,
+               r.final_rank, null::bigint
+          from kept r
+          join pgfunnel.chunk ch on ch.id = r.id
+          join pgfunnel.document d on d.id = ch.document_id
+         order by r.final_rank;
+        return;
+    end if;
     -- one statement: the pool and the cap read the same snapshot
     return query
     select f.*

@@ -83,6 +83,11 @@ def test_funnel_search_equals_final_of_candidates(conn: psycopg.Connection[Any],
              "lr": list(cols[3]), "ls": list(cols[4]), "dr": list(cols[5]),
              "ds": list(cols[6]), **fin_args}).fetchall()
         assert got == want and got
+        # a traced search goes through final() itself, the untraced one through its
+        # shortcut for a pool made in the same statement
+        traced = _search(conn, "zephyr words", v, trace=True, **kw)
+        assert [r[:-1] for r in traced] == [r[:-1] for r in got]
+        assert all(r[-1] is not None for r in traced)
 
 
 def test_one_leg_searches(conn: psycopg.Connection[Any], corpus: Any) -> None:
