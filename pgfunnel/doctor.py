@@ -138,6 +138,17 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
             found.append(Finding("error", "active_index",
                                  f"{where}: index embedding_hnsw_v{vid} does not match the "
                                  f"version ({dims} dims, {hnsw_type}): {text}"))
+        # the probe vector goes as an untyped literal, so the vector extension's schema
+        # need not be on this connection's search_path
+        cached = conn.execute(
+            "select to_regproc('pgfunnel._hnsw_walk') is null "
+            "or (pgfunnel._hnsw_walk(%s, %s, 0)).cached",
+            (vid, "[" + ",".join(["1"] * int(dims)) + "]")).fetchone()
+        if not (cached and cached[0]):
+            found.append(Finding("warning", "active_index",
+                                 f"{where}: its graph walk is planned on every search (about "
+                                 "0.2 ms more), not cached; run `pgfunnel init` as the schema "
+                                 "owner to cache it"))
         if missing or emb_rows != chunks:
             found.append(Finding("warning", "active_index",
                                  f"{where}: {missing} of {chunks} chunks have no rows in it "

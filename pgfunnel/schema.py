@@ -101,6 +101,10 @@ def install_functions(conn: psycopg.Connection[Any]) -> int:
     files = sql_files()
     for path in files:
         conn.execute(render_sql(path.read_text(), schema).encode())
+    # sql/ holds the walk function without any version's walk: write them back
+    from pgfunnel.ingest import refresh_hnsw_walks
+
+    refresh_hnsw_walks(conn)
     return len(files)
 
 

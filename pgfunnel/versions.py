@@ -58,6 +58,7 @@ from pgfunnel.ingest import (
     hnsw_key,
     hnsw_type_of,
     posting_partition_name,
+    refresh_hnsw_walks,
     refresh_table_stats,
     require_collection,
     version_hnsw_type,
@@ -507,6 +508,7 @@ def drop_version_rows(conn: psycopg.Connection[Any], version_id: int) -> None:
             sql.Identifier("pgfunnel", posting_partition_name(version_id))))
         conn.execute("delete from pgfunnel.posting where index_version_id = %s", (version_id,))
         conn.execute("delete from pgfunnel.index_version where id = %s", (version_id,))
+    refresh_hnsw_walks(conn)
 
 
 def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None = None,

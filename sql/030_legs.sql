@@ -249,11 +249,30 @@ as $$
            unnest(h.chunk_ids, h.scores) with ordinality as u(id, sc, ord)
 $$;
 
+-- the nearest `n` rows of a version by its graph, from a plan cached in the session;
+-- cached is false when this function holds no walk for the version, and the caller then
+-- plans the walk itself. The version's partial HNSW index serves only a query that
+-- names the version and its dimensions literally, so a cached walk is one static query
+-- per version: pgfunnel.ingest.refresh_hnsw_walks replaces this definition with one that
+-- holds a walk for each version with a graph (after every graph build or drop, and
+-- after `pgfunnel init`). This definition holds none.
+create or replace function pgfunnel._hnsw_walk(
+    version_id integer, query_embedding @vector_schema@.vector, n integer,
+    out chunk_ids bigint[], out scores double precision[], out cached boolean)
+language plpgsql stable
+security invoker
+set search_path = pg_catalog, pgfunnel, @vector_schema@
+set plan_cache_mode = force_generic_plan
+as $$
+begin
+    cached := false;
+end
+$$;
+
 -- dense leg: cosine similarity top-`depth` over the visible chunks of a version, as
--- arrays in rank order. The version's partial HNSW index serves only a query that
--- names the version and the dimensions literally, so that query is built per search
--- (planning it costs about 0.25 ms; it is kept to one table so that it costs no more,
--- see docs/tuning.md for what a cached plan would take). Visibility is checked
+-- arrays in rank order. The graph is walked from a cached plan (_hnsw_walk), or, for a
+-- version that has none cached, by a query built and planned per search (about 0.2 ms
+-- more; docs/tuning.md). Visibility is checked
 -- afterwards in distance order; when the filter hides part of the nearest rows the
 -- index is read deeper (iterative scan), and when it hides nearly all of them an
 -- exact scan of the visible rows answers, so the leg returns min(depth, visible) rows.
@@ -278,6 +297,7 @@ declare
     raw_ids bigint[];
     raw_scores double precision[];
     vis record;
+    walk record;
     setting text;
 begin
     -- transaction-local, so a pooled connection keeps no setting from this search. The
@@ -286,34 +306,41 @@ begin
     -- on only for a deeper read
     setting := set_config('hnsw.ef_search', least(greatest(ef_search, depth), 1000)::text, true);
     setting := set_config('hnsw.iterative_scan', 'off', true);
-    -- the graph walks what the version's index stores (pgfunnel.ingest.hnsw_key): unit
-    -- halfvecs for versions made now, full vectors for older ones. The rows it returns
-    -- are ranked and scored on the stored full-precision vectors.
-    select case coalesce(v.params ->> 'hnsw_type', 'vector')
-               when 'halfvec' then 'l2_normalize(%1$s)::halfvec(' || _dense_hits.dimensions || ')'
-               when 'vector' then '%1$s::vector(' || _dense_hits.dimensions || ')'
-           end
-      into hnsw_key
-      from pgfunnel.index_version v where v.id = _dense_hits.version_id;
-    if hnsw_key is null then
-        raise exception 'pgfunnel: index version % records an unknown hnsw_type', version_id;
-    end if;
-    ann_sql := format($q$
-        select array_agg(s.chunk_id order by s.dist, s.chunk_id),
-               array_agg(1 - s.dist order by s.dist, s.chunk_id)
-          from (select e.chunk_id, e.embedding <=> $1 as dist
-                  from pgfunnel.embedding e
-                 where e.index_version_id = %s
-                 order by %s <=> %s
-                 limit $2) s
-        $q$, version_id, format(hnsw_key, 'e.embedding'), format(hnsw_key, '$1'));
 
     for pass in 1..2 loop
         exit when n > greatest(2000, 10 * depth);
         if n > least(greatest(ef_search, depth), 1000) then
             setting := set_config('hnsw.iterative_scan', 'relaxed_order', true);
         end if;
-        execute ann_sql into raw_ids, raw_scores using query_embedding, n;
+        walk := pgfunnel._hnsw_walk(version_id, query_embedding, n);
+        raw_ids := walk.chunk_ids;
+        raw_scores := walk.scores;
+        if not walk.cached then
+            if ann_sql is null then
+                -- the graph walks what the version's index stores (pgfunnel.ingest.hnsw_key):
+                -- unit halfvecs for versions made now, full vectors for older ones. The rows
+                -- it returns are ranked and scored on the stored full-precision vectors.
+                select case coalesce(v.params ->> 'hnsw_type', 'vector')
+                           when 'halfvec' then 'l2_normalize(%1$s)::halfvec(' || _dense_hits.dimensions || ')'
+                           when 'vector' then '%1$s::vector(' || _dense_hits.dimensions || ')'
+                       end
+                  into hnsw_key
+                  from pgfunnel.index_version v where v.id = _dense_hits.version_id;
+                if hnsw_key is null then
+                    raise exception 'pgfunnel: index version % records an unknown hnsw_type', version_id;
+                end if;
+                ann_sql := format($q$
+                    select array_agg(s.chunk_id order by s.dist, s.chunk_id),
+                           array_agg(1 - s.dist order by s.dist, s.chunk_id)
+                      from (select e.chunk_id, e.embedding <=> $1 as dist
+                              from pgfunnel.embedding e
+                             where e.index_version_id = %s
+                             order by %s <=> %s
+                             limit $2) s
+                    $q$, version_id, format(hnsw_key, 'e.embedding'), format(hnsw_key, '$1'));
+            end if;
+            execute ann_sql into raw_ids, raw_scores using query_embedding, n;
+        end if;
         n_raw := coalesce(cardinality(raw_ids), 0);
         vis := pgfunnel._visible_prefix(raw_ids, raw_scores, depth, principals, tenant, language,
                                         as_of, metadata_filter, collection_id);

@@ -171,6 +171,50 @@ def test_new_versions_walk_a_unit_halfvec_graph(conn: psycopg.Connection[Any]) -
                                                   40, [])) == 1
 
 
+def test_the_graph_walk_runs_from_a_cached_plan_with_the_answer_of_a_planned_one(
+        conn: psycopg.Connection[Any]) -> None:
+    from pgfunnel.schema import install_functions
+
+    _corpus(conn, 3000)
+    vid, _, dims = active(conn, "t")
+    q = unit(np.random.default_rng(5), DIMS)
+    planned = ("select array_agg(chunk_id order by dist, chunk_id) from (select chunk_id, "
+               "embedding <=> %(q)s::vector as dist from pgfunnel.embedding "
+               f"where index_version_id = {vid} order by l2_normalize(embedding)::halfvec({dims}) "
+               f"<=> l2_normalize(%(q)s::vector)::halfvec({dims}) limit 40) s")
+    walk = "select chunk_ids, cached from pgfunnel._hnsw_walk(%(v)s, %(q)s::vector, 40)"
+    with conn.transaction():
+        conn.execute("set local hnsw.ef_search = 100")
+        want = conn.execute(planned, {"q": q}).fetchone()
+        got = conn.execute(walk, {"v": vid, "q": q}).fetchone()
+        assert got == (want[0], True) and len(want[0]) == 40  # type: ignore[index]
+        # a version without a graph has no cached walk (the leg plans one)
+        assert conn.execute(walk, {"v": vid + 1, "q": q}).fetchone() == (None, False)
+    # the cached walk scans the version's graph
+    assert _graph_scans(conn, vid, lambda: conn.execute(walk, {"v": vid, "q": q})) == 1
+    # `pgfunnel init` reinstalls sql/, which holds no walks, and writes them back
+    with conn.transaction():
+        install_functions(conn)
+    assert conn.execute(walk, {"v": vid, "q": q}).fetchone()[1] is True  # type: ignore[index]
+
+
+def test_a_role_that_cannot_replace_the_walks_gets_a_warning_and_planned_walks(
+        conn: psycopg.Connection[Any], db: str) -> None:
+    from _security_helpers import create_app_role
+
+    from pgfunnel.db import connect
+    from pgfunnel.ingest import refresh_hnsw_walks
+
+    _corpus(conn, 300)
+    vid, _, _ = active(conn, "t")
+    with connect(create_app_role(db, writer=True), autocommit=True) as writer:
+        with pytest.warns(UserWarning, match="pgfunnel init"):
+            assert refresh_hnsw_walks(writer) is False
+        # the connection is usable and the walk the owner cached is still there
+        assert writer.execute("select (pgfunnel._hnsw_walk(%s, array_fill(1, array[%s])"
+                              "::vector, 1)).cached", (vid, DIMS)).fetchone() == (True,)
+
+
 def _graph_scans(conn: psycopg.Connection[Any], vid: int, search: Any) -> int:
     """How many times ``search()`` scanned version ``vid``'s HNSW index."""
     def scans() -> int:

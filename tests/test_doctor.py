@@ -60,6 +60,25 @@ def test_a_version_that_predates_titles_is_pointed_to_reindex(sample_db: str) ->
     assert note.level == "info" and "pgfunnel reindex -c default --activate" in note.message
 
 
+def test_an_uncached_graph_walk_is_pointed_to_init(sample_db: str) -> None:
+    from pgfunnel.ingest import refresh_hnsw_walks
+
+    def uncached(conn: psycopg.Connection[Any]) -> list[Finding]:
+        return [f for f in check_active_indexes(conn) if "graph walk" in f.message]
+
+    with connect(sample_db, autocommit=True) as conn:
+        assert not uncached(conn)
+        # what sql/ installs before the walks are written back
+        conn.execute("create or replace function pgfunnel._hnsw_walk(version_id integer, "
+                     "query_embedding vector, n integer, out chunk_ids bigint[], "
+                     "out scores double precision[], out cached boolean) language plpgsql "
+                     "as $$ begin cached := false; end $$")
+        [note] = uncached(conn)
+        assert note.level == "warning" and "pgfunnel init" in note.message
+        assert refresh_hnsw_walks(conn)
+        assert not uncached(conn)
+
+
 def test_a_version_with_a_v1_analyzer_is_pointed_to_its_v2(sample_db: str) -> None:
     with connect(sample_db, autocommit=True) as conn:
         # the sample collection was built with today's default

@@ -95,8 +95,16 @@ def test_analyzer_reindex_activate_rollback_retire_drop(sample_db: str, embedder
             versions.drop(conn, "default", 1)
         with pytest.raises(ConflictError, match="active"):
             versions.retire(conn, "default", 1)
+        walks = ("select version_id from unnest(%s::integer[]) as version_id where "
+                 "(pgfunnel._hnsw_walk(version_id, array_fill(1, array[%s])::vector, 1)).cached")
+        dims = conn.execute("select dimensions from pgfunnel.index_version where id = 1"
+                            ).fetchone()[0]  # type: ignore[index]
+        assert conn.execute(walks, ([1, res.version_id], dims)).fetchall() == [
+            (1,), (res.version_id,)]
         versions.drop(conn, "default", 2)
         assert _state(conn) == {1: "active"}
+        # the dropped version's cached walk went with it
+        assert conn.execute(walks, ([1, res.version_id], dims)).fetchall() == [(1,)]
         assert conn.execute("select to_regclass(%s)", (f"pgfunnel.embedding_hnsw_v"
                                                         f"{res.version_id}",)).fetchone() == (None,)
         assert conn.execute("select count(*) from pgfunnel.posting where index_version_id = %s",
