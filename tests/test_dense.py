@@ -154,6 +154,36 @@ def _indexdef(conn: psycopg.Connection[Any], vid: int) -> str:
     return str(row[0]) if row else ""
 
 
+def test_few_visible_chunks_are_counted_and_scanned_exactly_not_walked_to(
+        conn: psycopg.Connection[Any]) -> None:
+    # 3,000 chunks, alice reads 1% of them (30). The lexical leg's guess of the share
+    # comes from a few dozen rows and runs high (1 of 40 = 0.025): a walk sized by it
+    # would read 1,600 rows for 40 visible ones. Under sqrt(0.7 x 40 x 3000) = 290
+    # visible chunks the leg lists them and ranks them exactly, without the graph.
+    vecs = _corpus(conn, 3000, private_every=100)
+    vid, cid, dims = active(conn, "t")
+    alice = sorted(int(cid_) for (cid_,) in conn.execute(
+        "select ch.id from pgfunnel.chunk ch join pgfunnel.document d "
+        "on d.id = ch.document_id where d.readers @> '{alice}'").fetchall())
+    assert len(alice) == 30
+    q = unit(np.random.default_rng(6), DIMS)
+
+    def hits(share: float) -> list[int]:
+        row = conn.execute(
+            "select chunk_ids from pgfunnel._dense_hits(%s, %s, %s, 40, 100, '{alice}', "
+            "null, null, now(), null, %s, %s)", (vid, dims, q, cid, share)).fetchone()
+        return [int(i) for i in row[0]]  # type: ignore[index]
+
+    exact = sorted(alice, key=lambda i: -float(vecs[i] @ q))
+    answers: dict[float, list[int]] = {}
+    for share in (0.025, 0.05):
+        assert _graph_scans(conn, vid, lambda s=share: answers.update({s: hits(s)})) == 0
+        assert answers[share] == exact  # every visible chunk, in exact order
+    # without a hint the leg walks first, sees how few rows are visible, and goes exact
+    assert _graph_scans(conn, vid, lambda: answers.update({1.0: hits(1.0)})) == 1
+    assert answers[1.0] == exact
+
+
 def test_new_versions_walk_a_unit_halfvec_graph(conn: psycopg.Connection[Any]) -> None:
     from pgfunnel.versions import validate
 
