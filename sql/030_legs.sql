@@ -48,11 +48,15 @@ begin
 end
 $$;
 
--- every visible chunk of a collection, for the paths taken when a filter hides most
--- chunks (the visible documents come from two index scans: readers and public)
+-- the form without max_n
+drop function if exists pgfunnel._visible_chunks(text[], text, text, timestamptz, jsonb, integer);
+
+-- the visible chunks of a collection (at most max_n of them; NULL: all), for the paths
+-- taken when a filter hides most chunks (the visible documents come from two index
+-- scans: readers and public)
 create or replace function pgfunnel._visible_chunks(
     principals text[], tenant text, language text, as_of timestamptz,
-    metadata_filter jsonb, collection_id integer)
+    metadata_filter jsonb, collection_id integer, max_n integer default null)
 returns bigint[]
 language plpgsql stable
 security invoker
@@ -62,16 +66,18 @@ as $$
 declare
     ids bigint[];
 begin
-    select coalesce(array_agg(ch.id), '{}') into ids
-      from pgfunnel.document d
-      join pgfunnel.chunk ch on ch.document_id = d.id
-     where d.collection_id = _visible_chunks.collection_id
-       and (d.is_public or d.readers operator(pg_catalog.&&) principals)
-       and (d.tenant is null or d.tenant = _visible_chunks.tenant)
-       and (_visible_chunks.language is null or d.language = _visible_chunks.language)
-       and (d.valid_from is null or d.valid_from <= as_of)
-       and (d.valid_to is null or d.valid_to > as_of)
-       and (metadata_filter is null or d.metadata operator(pg_catalog.@>) metadata_filter);
+    select coalesce(array_agg(v.id), '{}') into ids
+      from (select ch.id
+              from pgfunnel.document d
+              join pgfunnel.chunk ch on ch.document_id = d.id
+             where d.collection_id = _visible_chunks.collection_id
+               and (d.is_public or d.readers operator(pg_catalog.&&) principals)
+               and (d.tenant is null or d.tenant = _visible_chunks.tenant)
+               and (_visible_chunks.language is null or d.language = _visible_chunks.language)
+               and (d.valid_from is null or d.valid_from <= as_of)
+               and (d.valid_to is null or d.valid_to > as_of)
+               and (metadata_filter is null or d.metadata operator(pg_catalog.@>) metadata_filter)
+             limit max_n) v;
     return ids;
 end
 $$;
@@ -311,23 +317,28 @@ begin
     setting := set_config('hnsw.iterative_scan', 'off', true);
 
     -- The caller saw a filter hide chunks. A walk finds `depth` visible rows by reading
-    -- about depth / share rows and checking each (about 4 us a row here); listing the
-    -- visible chunks and scanning them exactly costs about 6 us per visible chunk. So up
-    -- to about sqrt(0.7 x depth x chunks) visible chunks the exact scan is cheaper (520 of
-    -- 10k, 1,670 of 100k at depth 40). When the caller's estimate says so, the visible
-    -- chunks are listed and counted: the estimate comes from a few dozen checked rows
-    -- (1 visible of 40 reads as 0.025 when the truth is 0.01), and a walk sized by the
-    -- high guess read 1,600 rows to find 16 (10k chunks, 1% visible: 21 ms against 1.2 ms
-    -- for the exact scan).
+    -- about depth / share rows and checking each, and a read past ef_search (iterative
+    -- scan) costs 15 - 30 us a row (10k - 100k random vectors here); listing the visible
+    -- chunks costs about 4 us each and ranking the listed ones exactly 2 - 3 us. So when
+    -- the visible chunks may be few, up to `few` = sqrt(2 x depth x chunks) of them are
+    -- listed (894 of 10k, 2,828 of 100k at depth 40), and if that is all of them they are
+    -- ranked exactly. The caller's share comes from a few dozen checked rows and is
+    -- coarse (1 visible of 40 reads as 0.025 when the truth is 0.01): a walk sized by it
+    -- read 1,600 rows to find 16 (10k chunks, 1% visible: 21 ms against 1.2 ms). So
+    -- listing is tried when that share puts the visible chunks under `few`, and the
+    -- listing's bound caps what a wrong guess costs (tried up to 1.5 x `few`, searches
+    -- with 20% visible lost 20% of the dense leg's time to lists that came out too long).
     if coalesce(expected_share, 1) < 1 then
         select v.chunk_count into n_chunks
           from pgfunnel.index_version v where v.id = _dense_hits.version_id;
-        few := ceil(sqrt(0.7 * depth * greatest(n_chunks, 1)))::integer;
+        few := ceil(sqrt(2 * depth * greatest(n_chunks, 1)))::integer;
         if expected_share * n_chunks <= few then
             visible := pgfunnel._visible_chunks(principals, tenant, language, as_of,
-                                                metadata_filter, collection_id);
+                                                metadata_filter, collection_id, few + 1);
             if cardinality(visible) > few then
-                n := ceil(depth * n_chunks::float8 / cardinality(visible))::integer;
+                -- more than `few` are visible: walk, expecting at least that share
+                n := least(n, ceil(depth * n_chunks::float8 / few)::integer);
+                visible := null;
             end if;
         end if;
     end if;
@@ -384,7 +395,7 @@ begin
         if n_chunks is null then
             select v.chunk_count into n_chunks
               from pgfunnel.index_version v where v.id = _dense_hits.version_id;
-            few := ceil(sqrt(0.7 * depth * greatest(n_chunks, 1)))::integer;
+            few := ceil(sqrt(2 * depth * greatest(n_chunks, 1)))::integer;
         end if;
         exit when cardinality(chunk_ids)::float8 / n_raw * n_chunks <= few;
         n := ceil(1.5 * depth * n / cardinality(chunk_ids))::integer;

@@ -158,7 +158,7 @@ def test_few_visible_chunks_are_counted_and_scanned_exactly_not_walked_to(
         conn: psycopg.Connection[Any]) -> None:
     # 3,000 chunks, alice reads 1% of them (30). The lexical leg's guess of the share
     # comes from a few dozen rows and runs high (1 of 40 = 0.025): a walk sized by it
-    # would read 1,600 rows for 40 visible ones. Under sqrt(0.7 x 40 x 3000) = 290
+    # would read 1,600 rows for 40 visible ones. Under sqrt(2 x 40 x 3000) = 490
     # visible chunks the leg lists them and ranks them exactly, without the graph.
     vecs = _corpus(conn, 3000, private_every=100)
     vid, cid, dims = active(conn, "t")
