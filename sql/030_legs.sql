@@ -328,18 +328,16 @@ begin
     -- listing is tried when that share puts the visible chunks under `few`, and the
     -- listing's bound caps what a wrong guess costs (tried up to 1.5 x `few`, searches
     -- with 20% visible lost 20% of the dense leg's time to lists that came out too long).
-    if coalesce(expected_share, 1) < 1 then
-        select v.chunk_count into n_chunks
-          from pgfunnel.index_version v where v.id = _dense_hits.version_id;
-        few := ceil(sqrt(2 * depth * greatest(n_chunks, 1)))::integer;
-        if expected_share * n_chunks <= few then
-            visible := pgfunnel._visible_chunks(principals, tenant, language, as_of,
-                                                metadata_filter, collection_id, few + 1);
-            if cardinality(visible) > few then
-                -- more than `few` are visible: walk, expecting at least that share
-                n := least(n, ceil(depth * n_chunks::float8 / few)::integer);
-                visible := null;
-            end if;
+    select v.chunk_count into n_chunks
+      from pgfunnel.index_version v where v.id = _dense_hits.version_id;
+    few := ceil(sqrt(2 * depth * greatest(n_chunks, 1)))::integer;
+    if coalesce(expected_share, 1) < 1 and expected_share * n_chunks <= few then
+        visible := pgfunnel._visible_chunks(principals, tenant, language, as_of,
+                                            metadata_filter, collection_id, few + 1);
+        if cardinality(visible) > few then
+            -- more than `few` are visible: walk, expecting at least that share
+            n := least(n, ceil(depth * n_chunks::float8 / few)::integer);
+            visible := null;
         end if;
     end if;
 
@@ -392,11 +390,6 @@ begin
         -- thousands of rows, or none at all, to the exact scan), unless that share puts
         -- the visible chunks under `few`, where the exact scan is cheaper (see above)
         exit when cardinality(chunk_ids) = 0;
-        if n_chunks is null then
-            select v.chunk_count into n_chunks
-              from pgfunnel.index_version v where v.id = _dense_hits.version_id;
-            few := ceil(sqrt(2 * depth * greatest(n_chunks, 1)))::integer;
-        end if;
         exit when cardinality(chunk_ids)::float8 / n_raw * n_chunks <= few;
         n := ceil(1.5 * depth * n / cardinality(chunk_ids))::integer;
     end loop;

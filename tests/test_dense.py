@@ -184,6 +184,25 @@ def test_few_visible_chunks_are_counted_and_scanned_exactly_not_walked_to(
     assert answers[1.0] == exact
 
 
+def test_a_low_share_guess_over_many_visible_chunks_walks_after_a_bounded_list(
+        conn: psycopg.Connection[Any]) -> None:
+    # alice reads 750 of 3,000 chunks, more than the 490 the leg would rank exactly; a
+    # hint of 1% makes it list them, and the list stops at 491, so it walks the graph
+    # (sized by at least 490 visible, not by the hint) and keeps the walk's recall
+    vecs = _corpus(conn, 3000, private_every=4)
+    vid, cid, dims = active(conn, "t")
+
+    def hits(q: np.ndarray) -> list[int]:
+        row = conn.execute(
+            "select chunk_ids from pgfunnel._dense_hits(%s, %s, %s, 40, 100, '{alice}', "
+            "null, null, now(), null, %s, 0.01)", (vid, dims, q, cid)).fetchone()
+        return [int(i) for i in row[0]]  # type: ignore[index]
+
+    q = unit(np.random.default_rng(9), DIMS)
+    assert _graph_scans(conn, vid, lambda: hits(q)) == 1
+    assert _alice_recall(conn, vecs, 5, 10, hits) >= 0.95
+
+
 def test_new_versions_walk_a_unit_halfvec_graph(conn: psycopg.Connection[Any]) -> None:
     from pgfunnel.versions import validate
 
