@@ -275,3 +275,35 @@ def test_selective_filter_with_sparse_terms_checks_every_match(
     got = _leg_as(conn, "alpha beta", ["alice"])
     assert len(got) == 10  # every visible match: 5 alpha and 5 beta documents
     assert_matches(ref, got, {"alpha", "beta"}, 40)
+
+
+def test_a_sampled_selective_filter_skips_scoring_every_posting(
+        conn: psycopg.Connection[Any]) -> None:
+    # seven words in nearly every one of 4,000 documents: over 20,000 postings, so the
+    # leg first samples the visibility of chunks holding the rarest query term. alice
+    # reads one document in a hundred; the sample finds almost none visible, the leg lists
+    # the 40 visible chunks (its visible share is then exact: 40 / 4,000) and probes only
+    # their postings, with the same scores as full scoring
+    rng = random.Random(11)
+    words = ["zorp", "quib", "flenn", "mork", "trazz", "velk", "plim", "drob"]
+    docs = [doc(f"c{i}", " ".join(rng.choices(words, k=rng.randint(16, 30))),
+                readers=["alice"] if i % 100 == 0 else ["bob"]) for i in range(4000)]
+    ingest(conn, docs)
+    ref = Reference(conn, "t")
+    ref.visible = _readable_by(conn, "alice")
+    query = "zorp quib flenn mork trazz velk plim"
+    terms = set(_terms(conn, query, True))
+    vid, cid, _ = active(conn, "t")
+    assert conn.execute("select sum(df) from pgfunnel.term_stat where index_version_id = %s "
+                        "and term = any(%s)", (vid, list(terms))).fetchone()[0] >= 20000  # type: ignore[index]
+    share = conn.execute(
+        "select visible_share from pgfunnel._lexical_hits(%s, %s, 40, 1.2, 0.75, '{alice}', "
+        "null, null, now(), null, %s)", (vid, sorted(terms), cid)).fetchone()
+    assert share == (40 / 4000,)
+    got = _leg_as(conn, query, ["alice"])
+    assert len(got) == 40 and {g for g, _, _ in got} == ref.visible
+    assert_matches(ref, got, terms, 40)
+    # a reader who sees everything gets the full scoring; the sample changes nothing
+    both = _leg_as(conn, query, ["alice", "bob"])
+    ref.visible = set(ref.tf)
+    assert_matches(ref, both, terms, 40)
