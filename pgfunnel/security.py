@@ -35,8 +35,11 @@ RLS_TABLES = ("document", "chunk", "embedding", "lexical", "posting", "search_lo
 SHARED_TABLES = ("collection", "index_version", "term_stat", "qrel")
 #: functions only writers may run (they modify index data)
 WRITER_ONLY_FUNCTIONS = ("_bm25_add", "_remove_chunks")
-#: functions shipped without `set search_path` so Postgres inlines them (sql/020_bm25.sql)
-UNPINNED_BY_DESIGN = ("pgfunnel._bm25_idf(bigint,bigint)",)
+#: functions shipped without `set search_path` so Postgres inlines them (sql/020_bm25.sql,
+#: sql/030_legs.sql)
+UNPINNED_BY_DESIGN = ("pgfunnel._bm25_idf(bigint,bigint)",
+                      "pgfunnel._document_visible(pgfunnel.document,text[],text,text,"
+                      "timestamp with time zone,jsonb)")
 
 # One reader predicate, inlined into the policies. The settings are read in scalar
 # subqueries so Postgres evaluates them once per statement (an InitPlan), not per row.

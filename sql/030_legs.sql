@@ -17,6 +17,27 @@ drop function if exists pgfunnel._visible_sql();
 -- The leg functions are stable: the whole search reads one snapshot, so a search that
 -- overlaps a version switch or an ingest commit sees either side of it, never both.
 
+-- whether a search may see a document: public or shared with one of the principals, in
+-- the tenant (or in none), in the language, valid at as_of, and holding the metadata
+-- filter. The one definition the legs and final() use (RLS policies apply on top). Like
+-- _bm25_idf it has no `set search_path`, so that Postgres inlines it into each query,
+-- where the planner sees the indexable predicates (document_readers_gin,
+-- document_public_idx) as if written there; every operator in it is schema-qualified.
+create or replace function pgfunnel._document_visible(
+    d pgfunnel.document, principals text[], tenant text, language text,
+    as_of timestamptz, metadata_filter jsonb)
+returns boolean
+language sql stable parallel safe
+security invoker
+as $$
+    select (d.is_public or d.readers operator(pg_catalog.&&) principals)
+       and (d.tenant is null or d.tenant operator(pg_catalog.=) tenant)
+       and (language is null or d.language operator(pg_catalog.=) language)
+       and (d.valid_from is null or d.valid_from operator(pg_catalog.<=) as_of)
+       and (d.valid_to is null or d.valid_to operator(pg_catalog.>) as_of)
+       and (metadata_filter is null or d.metadata operator(pg_catalog.@>) metadata_filter)
+$$;
+
 -- the visible chunks among `ids` (given in rank order), in that order, at most `need`
 create or replace function pgfunnel._visible_prefix(
     ids bigint[], scores double precision[], need integer,
@@ -37,12 +58,8 @@ begin
               join pgfunnel.chunk ch on ch.id = c.id
               join pgfunnel.document d on d.id = ch.document_id
              where d.collection_id = _visible_prefix.collection_id
-               and (d.is_public or d.readers operator(pg_catalog.&&) principals)
-               and (d.tenant is null or d.tenant = _visible_prefix.tenant)
-               and (_visible_prefix.language is null or d.language = _visible_prefix.language)
-               and (d.valid_from is null or d.valid_from <= as_of)
-               and (d.valid_to is null or d.valid_to > as_of)
-               and (metadata_filter is null or d.metadata operator(pg_catalog.@>) metadata_filter)
+               and pgfunnel._document_visible(d, principals, _visible_prefix.tenant, _visible_prefix.language,
+                                              as_of, metadata_filter)
              order by c.ord
              limit need) v;
 end
@@ -71,12 +88,8 @@ begin
               from pgfunnel.document d
               join pgfunnel.chunk ch on ch.document_id = d.id
              where d.collection_id = _visible_chunks.collection_id
-               and (d.is_public or d.readers operator(pg_catalog.&&) principals)
-               and (d.tenant is null or d.tenant = _visible_chunks.tenant)
-               and (_visible_chunks.language is null or d.language = _visible_chunks.language)
-               and (d.valid_from is null or d.valid_from <= as_of)
-               and (d.valid_to is null or d.valid_to > as_of)
-               and (metadata_filter is null or d.metadata operator(pg_catalog.@>) metadata_filter)
+               and pgfunnel._document_visible(d, principals, _visible_chunks.tenant, _visible_chunks.language,
+                                              as_of, metadata_filter)
              limit max_n) v;
     return ids;
 end

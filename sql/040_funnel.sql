@@ -369,12 +369,8 @@ begin
               join pgfunnel.chunk ch on ch.id = u.id
               join pgfunnel.document d on d.id = ch.document_id
              where d.collection_id = coll_id
-               and (d.is_public or d.readers operator(pg_catalog.&&) principals)
-               and (d.tenant is null or d.tenant = final.tenant)
-               and (final.language is null or d.language = final.language)
-               and (d.valid_from is null or d.valid_from <= as_of)
-               and (d.valid_to is null or d.valid_to > as_of)
-               and (metadata_filter is null or d.metadata operator(pg_catalog.@>) metadata_filter)
+               and pgfunnel._document_visible(d, principals, final.tenant, final.language,
+                                              as_of, metadata_filter)
         ),
         ranked as (
             select p.*, (row_number() over (partition by p.src_rank <= per_source_cap
@@ -411,12 +407,8 @@ begin
           join pgfunnel.chunk ch on ch.id = u.id
           join pgfunnel.document d on d.id = ch.document_id
          where d.collection_id = coll_id
-           and (d.is_public or d.readers operator(pg_catalog.&&) principals)
-           and (d.tenant is null or d.tenant = final.tenant)
-           and (final.language is null or d.language = final.language)
-           and (d.valid_from is null or d.valid_from <= as_of)
-           and (d.valid_to is null or d.valid_to > as_of)
-           and (metadata_filter is null or d.metadata operator(pg_catalog.@>) metadata_filter)
+           and pgfunnel._document_visible(d, principals, final.tenant, final.language,
+                                          as_of, metadata_filter)
     ),
     ranked as (
         select p.*, case when p.src_rank <= per_source_cap then

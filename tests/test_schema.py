@@ -122,7 +122,14 @@ def test_unreachable_dsn_is_a_clear_error() -> None:
 
 #: SQL functions left without `set search_path` so that Postgres inlines them; their
 #: bodies qualify every name instead (checked below and in test_inlined_functions_inline)
-INLINED_FUNCTIONS = {"pgfunnel._bm25_idf"}
+INLINED_FUNCTIONS = {"pgfunnel._bm25_idf", "pgfunnel._document_visible"}
+#: a query calling each, for the plan check
+_INLINE_PROBES = {
+    "pgfunnel._bm25_idf": "select pgfunnel._bm25_idf(g, 10000) from generate_series(0, 3) g",
+    "pgfunnel._document_visible": (
+        "select d.id from pgfunnel.document d where pgfunnel._document_visible("
+        "d, '{alice}', 't1', 'en', now(), '{\"a\": 1}')"),
+}
 
 
 def test_doctor_knows_the_inlined_functions() -> None:
@@ -162,10 +169,15 @@ def test_inlined_functions_inline(db: str) -> None:
         conn.execute("create operator hostile.+ (function = hostile.evil_add, "
                      "leftarg = float8, rightarg = float8)")
         conn.execute("set search_path = hostile, pg_catalog")
-        for name in INLINED_FUNCTIONS:
-            plan = "\n".join(r[0] for r in conn.execute(
-                f"explain verbose select {name}(g, 10000) from generate_series(0, 3) g"))
+        assert set(_INLINE_PROBES) == INLINED_FUNCTIONS
+        for name, probe in _INLINE_PROBES.items():
+            plan = "\n".join(r[0] for r in conn.execute(f"explain verbose {probe}"))
             assert name.split(".")[1] not in plan, plan
+        # inlined, the visibility test is the indexable predicate itself
+        plan = "\n".join(r[0] for r in conn.execute(
+            "explain select d.id from pgfunnel.document d where "
+            "pgfunnel._document_visible(d, '{alice}', null, null, now(), null)"))
+        assert "readers && '{alice}'::text[]" in plan, plan
         got = [r[0] for r in conn.execute(
             "select pgfunnel._bm25_idf(df, 10000) "
             "from unnest(array[0, 1, 500, 10000]::bigint[]) df")]
