@@ -81,6 +81,36 @@ def _revisions_in_order() -> list[str]:
     return [rev.revision for rev in reversed(list(script.walk_revisions()))]
 
 
+def test_pgvector_in_a_schema_of_its_own_serves_both_legs_and_the_cached_walk(
+        empty_db: str) -> None:
+    # hosted Postgres often keeps extensions in a schema of their own (Supabase:
+    # `extensions`, on its default search_path); the functions and the generated graph
+    # walks name that schema (docs/cli.md: it must be on the connection's path)
+    import numpy as np
+    from funnel_util import active, doc, ingest, unit
+
+    with connect(empty_db, autocommit=True, register=False) as conn:
+        conn.execute("create schema ext")
+        conn.execute("create extension vector schema ext")
+        name = conn.execute("select current_database()").fetchone()[0]  # type: ignore[index]
+        conn.execute(f'alter database "{name}" set search_path = "$user", public, ext')
+    schema.init(empty_db)
+    with connect(empty_db, autocommit=True) as conn:
+        assert schema.vector_schema(conn) == "ext"
+        vecs = ingest(conn, [doc(f"d{i}", f"note {i} about refunds") for i in range(300)],
+                      dims=8)
+        vid, _, _ = active(conn, "t")
+        q = unit(np.random.default_rng(1), 8)
+        assert conn.execute("select cached from pgfunnel._hnsw_walk(%s, %s, 5)",
+                            (vid, q)).fetchone() == (True,)
+        rows = conn.execute("select lexical_rank, dense_rank from funnel_search('refunds', %s, "
+                            "5, collection => 't')", (q,)).fetchall()
+        assert len(rows) == 5 and all(r[0] is not None and r[1] is not None for r in rows)
+        best = max(vecs, key=lambda c: float(vecs[c][0] @ q))
+        assert conn.execute("select citekey from funnel_search(null, %s, 1, collection => 't')",
+                            (q,)).fetchone() == (best,)
+
+
 def test_missing_schema_says_run_init(empty_db: str) -> None:
     with connect(empty_db) as conn, pytest.raises(SchemaMissingError, match="pgfunnel init"):
         require_schema(conn)
