@@ -153,6 +153,7 @@ declare
     vis record;
     sample bigint[];
     probe_max integer;
+    next_n integer;
     visible bigint[];
 begin
     chunk_ids := '{}';
@@ -187,7 +188,8 @@ begin
     -- first: the visibility of the first 40 chunks (by id) holding the rarest query term.
     -- When it puts the visible chunks under what one pass would cost in probes, they are
     -- listed (at most that many, so a sample that misjudged costs little) and probed
-    -- directly. 20,000 postings is about 12 ms of scoring; the sample costs about 0.3 ms.
+    -- directly; when they are not few, the sample sizes the first read instead. 20,000
+    -- postings is about 12 ms of scoring; the sample costs about 0.3 ms.
     if sum_df >= 20000 then
         select array_agg(p.chunk_id) into sample
           from (select p.chunk_id from pgfunnel.posting p
@@ -211,10 +213,18 @@ begin
                     visible_share := cardinality(visible)::float8 / greatest(n_chunks, 1);
                     fetch_n := 0;
                 else
+                    -- more than probe_max are visible: a share of at least that sizes the read
                     visible := null;
+                    fetch_n := least(ceil(1.5 * depth * n_chunks / probe_max)::integer,
+                                     50 * depth);
                     visible_share := 1;
                 end if;
             else
+                -- not few: size the first read so that it likely holds `depth` visible
+                -- chunks, rather than scoring every posting again for each deeper read
+                -- (100k chunks, 10% visible: 107 -> 31 ms)
+                fetch_n := least(greatest(fetch_n, ceil(1.5 * depth / visible_share)::integer),
+                                 50 * depth);
                 visible_share := 1;
             end if;
         end if;
@@ -258,21 +268,35 @@ begin
             -- the dense leg's first read by)
             visible_share := case when checked >= 20
                                   then cardinality(chunk_ids)::float8 / checked else 1 end;
-            -- so few visible that even the next, four times deeper read would fall short
-            exit when visible_share * fetch_n * 4 < depth;
+            -- so few visible (under 3%) that no deeper read is taken (below): the rest of
+            -- this one need not be checked
+            exit when visible_share * 50 < 1.5;
         end loop;
         if cardinality(chunk_ids) >= depth or (checked >= n_cand and n_cand < fetch_n) then
             return;
         end if;
-        if visible_share * fetch_n * 4 >= depth then
-            fetch_n := fetch_n * 4;
+        -- read again, deep enough to expect `depth` visible chunks at the share seen, while
+        -- that is at most 50 x depth candidates to check (a share of 3% or more; 10%
+        -- visible used to take a four times deeper read, fall short of it and probe every
+        -- visible chunk: 100k chunks, 107 ms)
+        next_n := greatest(fetch_n * 2, ceil(1.5 * depth / greatest(visible_share, 0.001))::integer);
+        if next_n <= 50 * depth then
+            fetch_n := next_n;
             continue;
         end if;
 
-        -- a filter that hides nearly every chunk
-        if visible_share * n_chunks * cardinality(q_terms) > sum_df then
-            -- many visible chunks but fewer postings: score every match (no limit) on the
-            -- next turn and keep the visible ones
+        -- A filter that hides nearly every match read so far. Probe the visible chunks'
+        -- postings when visible chunks x query terms is the smaller number; otherwise score
+        -- every match (no limit) on the next turn and keep the visible ones. The visible
+        -- chunks are counted (listed up to that bound), not estimated from the matches
+        -- checked: those can hold none visible while a tenth of the collection is (100k
+        -- chunks: probing 10,000 chunks took 225 ms where scoring the 7,500 postings and
+        -- checking the matches takes a fraction of it).
+        visible := pgfunnel._visible_chunks(principals, tenant, language, as_of,
+                                            metadata_filter, collection_id,
+                                            (sum_df / cardinality(q_terms))::integer + 1);
+        if cardinality(visible) * cardinality(q_terms) > sum_df then
+            visible := null;
             fetch_n := null;
             continue;
         end if;
