@@ -152,6 +152,7 @@ declare
     upto integer;
     vis record;
     sample bigint[];
+    sample_share double precision;
     probe_max integer;
     next_n integer;
     visible bigint[];
@@ -203,8 +204,8 @@ begin
             vis := pgfunnel._visible_prefix(sample, array_fill(0::float8, array[cardinality(sample)]),
                                             cardinality(sample), principals, tenant, language,
                                             as_of, metadata_filter, collection_id);
-            visible_share := cardinality(vis.chunk_ids)::float8 / cardinality(sample);
-            if visible_share * n_chunks <= probe_max then
+            sample_share := cardinality(vis.chunk_ids)::float8 / cardinality(sample);
+            if sample_share * n_chunks <= probe_max then
                 visible := pgfunnel._visible_chunks(principals, tenant, language, as_of,
                                                     metadata_filter, collection_id,
                                                     probe_max + 1);
@@ -217,15 +218,13 @@ begin
                     visible := null;
                     fetch_n := least(ceil(1.5 * depth * n_chunks / probe_max)::integer,
                                      50 * depth);
-                    visible_share := 1;
                 end if;
             else
                 -- not few: size the first read so that it likely holds `depth` visible
                 -- chunks, rather than scoring every posting again for each deeper read
                 -- (100k chunks, 10% visible: 107 -> 31 ms)
-                fetch_n := least(greatest(fetch_n, ceil(1.5 * depth / visible_share)::integer),
+                fetch_n := least(greatest(fetch_n, ceil(1.5 * depth / sample_share)::integer),
                                  50 * depth);
-                visible_share := 1;
             end if;
         end if;
     end if;
@@ -304,15 +303,14 @@ begin
         exit;
     end loop;
 
-    -- few visible chunks: probe each one's postings of the query terms
+    -- few visible chunks (all of them listed above): probe each one's postings of the
+    -- query terms
     select coalesce(array_agg(a.chunk_id order by a.s desc, a.chunk_id), '{}'),
            coalesce(array_agg(a.s order by a.s desc, a.chunk_id), '{}')
       into chunk_ids, scores
       from (select p.chunk_id,
                    sum(q.weight * p.tf / (p.tf + norm_base + norm_per_length * p.length)) as s
-              from unnest(coalesce(visible,
-                                   pgfunnel._visible_chunks(principals, tenant, language, as_of,
-                                                            metadata_filter, collection_id))) as v(id)
+              from unnest(visible) as v(id)
               cross join unnest(q_terms, q_weight) as q(term, weight)
               join pgfunnel.posting p
                 on p.index_version_id = _lexical_hits.version_id and p.term = q.term
