@@ -242,7 +242,7 @@ def run(dsn: str, queries: list[str], qvecs: np.ndarray, repeats: int) -> dict[s
             "lexical": ("select count(*) from pgfunnel._lexical_leg(%s, "
                         "pgfunnel.analyze(%s, %s, true), 40, 1.2, 0.75, '{}', null, null, now(), "
                         "null, %s)"),
-            "dense": ("select count(*) from pgfunnel._dense_leg(%s, 384, %s, 40, 100, '{}', null, "
+            "dense": ("select count(*) from pgfunnel._dense_leg(%s, %s, 40, 100, '{}', null, "
                       "null, now(), null, %s)"),
             "hybrid_search": "select count(*) from hybrid_search(%s, %s, 10)",
         }

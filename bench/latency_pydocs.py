@@ -61,7 +61,7 @@ def main() -> None:
             "lexical leg": ("select count(*) from pgfunnel._lexical_leg(%s, "
                             "pgfunnel.analyze(%s, %s, true), 40, 1.2, 0.75, '{}', null, null, "
                             "now(), null, %s)"),
-            "dense leg": ("select count(*) from pgfunnel._dense_leg(%s, 384, %b, 40, 100, '{}', "
+            "dense leg": ("select count(*) from pgfunnel._dense_leg(%s, %b, 40, 100, '{}', "
                           "null, null, now(), null, %s)"),
             "hybrid_search (Supabase-style)": (
                 "select count(*) from bench_peer.hybrid_search(%s, %b, 10)"),

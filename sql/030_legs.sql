@@ -338,13 +338,51 @@ as $$
            unnest(h.chunk_ids, h.scores) with ordinality as u(id, sc, ord)
 $$;
 
+-- the nearest `n` rows of a version by its graph, by a query built and planned on this
+-- call (about 0.2 ms). The version's partial HNSW index serves only a query that names
+-- the version and its key expression literally. The graph walks what the version's index
+-- stores (pgfunnel.ingest.hnsw_key): unit halfvecs for versions made now, full vectors
+-- for older ones. The rows it returns are ranked and scored on the stored full-precision
+-- vectors.
+create or replace function pgfunnel._hnsw_walk_planned(
+    version_id integer, query_embedding @vector_schema@.vector, n integer,
+    out chunk_ids bigint[], out scores double precision[])
+language plpgsql stable
+security invoker
+set search_path = pg_catalog, pgfunnel, @vector_schema@
+set plan_cache_mode = force_generic_plan
+as $$
+declare
+    hnsw_key text;
+begin
+    select case coalesce(v.params ->> 'hnsw_type', 'vector')
+               when 'halfvec' then 'l2_normalize(%1$s)::halfvec(' || v.dimensions || ')'
+               when 'vector' then '%1$s::vector(' || v.dimensions || ')'
+           end
+      into hnsw_key
+      from pgfunnel.index_version v where v.id = _hnsw_walk_planned.version_id;
+    if hnsw_key is null then
+        raise exception 'pgfunnel: index version % records an unknown hnsw_type', version_id;
+    end if;
+    execute format($q$
+        select array_agg(s.chunk_id order by s.dist, s.chunk_id),
+               array_agg(1 - s.dist order by s.dist, s.chunk_id)
+          from (select e.chunk_id, e.embedding <=> $1 as dist
+                  from pgfunnel.embedding e
+                 where e.index_version_id = %s
+                 order by %s <=> %s
+                 limit $2) s
+        $q$, version_id, format(hnsw_key, 'e.embedding'), format(hnsw_key, '$1'))
+       into chunk_ids, scores using query_embedding, n;
+end
+$$;
+
 -- the nearest `n` rows of a version by its graph, from a plan cached in the session;
 -- cached is false when this function holds no walk for the version, and the caller then
--- plans the walk itself. The version's partial HNSW index serves only a query that
--- names the version and its dimensions literally, so a cached walk is one static query
--- per version: pgfunnel.ingest.refresh_hnsw_walks replaces this definition with one that
--- holds a walk for each version with a graph (after every graph build or drop, and
--- after `pgfunnel init`). This definition holds none.
+-- walks with _hnsw_walk_planned. A cached walk is one static query per version:
+-- pgfunnel.ingest.refresh_hnsw_walks replaces this definition with one that holds a walk
+-- for each version with a graph (after every graph build or drop, and after `pgfunnel
+-- init`). This definition holds none.
 create or replace function pgfunnel._hnsw_walk(
     version_id integer, query_embedding @vector_schema@.vector, n integer,
     out chunk_ids bigint[], out scores double precision[], out cached boolean)
@@ -358,18 +396,27 @@ begin
 end
 $$;
 
+-- the forms with dimensions (the walk reads them from the version) and without n_chunks
+drop function if exists pgfunnel._dense_hits(integer, integer, @vector_schema@.vector, integer,
+    integer, text[], text, text, timestamptz, jsonb, integer, double precision);
+drop function if exists pgfunnel._dense_hits(integer, integer, @vector_schema@.vector, integer,
+    integer, text[], text, text, timestamptz, jsonb, integer, double precision, bigint);
+drop function if exists pgfunnel._dense_leg(integer, integer, @vector_schema@.vector, integer,
+    integer, text[], text, text, timestamptz, jsonb, integer);
+
 -- dense leg: cosine similarity top-`depth` over the visible chunks of a version, as
 -- arrays in rank order. The graph is walked from a cached plan (_hnsw_walk), or, for a
--- version that has none cached, by a query built and planned per search (about 0.2 ms
--- more; docs/tuning.md). Visibility is checked
+-- version that has none cached, by a query planned per call (_hnsw_walk_planned). `n_chunks` is the version's chunk
+-- count when the caller has it (read here otherwise). Visibility is checked
 -- afterwards in distance order; when the filter hides part of the nearest rows the
 -- index is read deeper (iterative scan), and when it hides nearly all of them an
 -- exact scan of the visible rows answers, so the leg returns min(depth, visible) rows.
 create or replace function pgfunnel._dense_hits(
-    version_id integer, dimensions integer, query_embedding @vector_schema@.vector,
+    version_id integer, query_embedding @vector_schema@.vector,
     depth integer, ef_search integer,
     principals text[], tenant text, language text, as_of timestamptz,
     metadata_filter jsonb, collection_id integer, expected_share double precision default 1,
+    n_chunks bigint default null,
     out chunk_ids bigint[], out scores double precision[])
 language plpgsql stable
 security invoker
@@ -377,8 +424,6 @@ set search_path = pg_catalog, pgfunnel, @vector_schema@
 set plan_cache_mode = force_generic_plan
 as $$
 declare
-    ann_sql text;
-    hnsw_key text;
     -- the first read is sized by the visible share the caller expects (the lexical leg
     -- has just measured it under the same filter); 1 when nothing is known
     n integer := ceil(depth / greatest(least(coalesce(expected_share, 1), 1), 0.001))::integer;
@@ -388,7 +433,6 @@ declare
     vis record;
     walk record;
     setting text;
-    n_chunks bigint;
     few integer;
     visible bigint[];
 begin
@@ -411,8 +455,10 @@ begin
     -- listing is tried when that share puts the visible chunks under `few`, and the
     -- listing's bound caps what a wrong guess costs (tried up to 1.5 x `few`, searches
     -- with 20% visible lost 20% of the dense leg's time to lists that came out too long).
-    select v.chunk_count into n_chunks
-      from pgfunnel.index_version v where v.id = _dense_hits.version_id;
+    if n_chunks is null then
+        select v.chunk_count into n_chunks
+          from pgfunnel.index_version v where v.id = _dense_hits.version_id;
+    end if;
     few := ceil(sqrt(2 * depth * greatest(n_chunks, 1)))::integer;
     if coalesce(expected_share, 1) < 1 and expected_share * n_chunks <= few then
         visible := pgfunnel._visible_chunks(principals, tenant, language, as_of,
@@ -431,34 +477,11 @@ begin
             setting := set_config('hnsw.iterative_scan', 'relaxed_order', true);
         end if;
         walk := pgfunnel._hnsw_walk(version_id, query_embedding, n);
+        if not walk.cached then
+            walk := pgfunnel._hnsw_walk_planned(version_id, query_embedding, n);
+        end if;
         raw_ids := walk.chunk_ids;
         raw_scores := walk.scores;
-        if not walk.cached then
-            if ann_sql is null then
-                -- the graph walks what the version's index stores (pgfunnel.ingest.hnsw_key):
-                -- unit halfvecs for versions made now, full vectors for older ones. The rows
-                -- it returns are ranked and scored on the stored full-precision vectors.
-                select case coalesce(v.params ->> 'hnsw_type', 'vector')
-                           when 'halfvec' then 'l2_normalize(%1$s)::halfvec(' || _dense_hits.dimensions || ')'
-                           when 'vector' then '%1$s::vector(' || _dense_hits.dimensions || ')'
-                       end
-                  into hnsw_key
-                  from pgfunnel.index_version v where v.id = _dense_hits.version_id;
-                if hnsw_key is null then
-                    raise exception 'pgfunnel: index version % records an unknown hnsw_type', version_id;
-                end if;
-                ann_sql := format($q$
-                    select array_agg(s.chunk_id order by s.dist, s.chunk_id),
-                           array_agg(1 - s.dist order by s.dist, s.chunk_id)
-                      from (select e.chunk_id, e.embedding <=> $1 as dist
-                              from pgfunnel.embedding e
-                             where e.index_version_id = %s
-                             order by %s <=> %s
-                             limit $2) s
-                    $q$, version_id, format(hnsw_key, 'e.embedding'), format(hnsw_key, '$1'));
-            end if;
-            execute ann_sql into raw_ids, raw_scores using query_embedding, n;
-        end if;
         n_raw := coalesce(cardinality(raw_ids), 0);
         vis := pgfunnel._visible_prefix(raw_ids, raw_scores, depth, principals, tenant, language,
                                         as_of, metadata_filter, collection_id);
@@ -495,7 +518,7 @@ $$;
 
 -- the dense leg as rows (chunk, score, rank)
 create or replace function pgfunnel._dense_leg(
-    version_id integer, dimensions integer, query_embedding @vector_schema@.vector,
+    version_id integer, query_embedding @vector_schema@.vector,
     depth integer, ef_search integer,
     principals text[], tenant text, language text, as_of timestamptz,
     metadata_filter jsonb, collection_id integer)
@@ -505,7 +528,7 @@ security invoker
 set search_path = pg_catalog, pgfunnel, @vector_schema@
 as $$
     select u.id, u.sc, u.ord::integer
-      from pgfunnel._dense_hits(version_id, dimensions, query_embedding, depth, ef_search,
+      from pgfunnel._dense_hits(version_id, query_embedding, depth, ef_search,
                                 principals, tenant, language, as_of, metadata_filter,
                                 collection_id) h,
            unnest(h.chunk_ids, h.scores) with ordinality as u(id, sc, ord)

@@ -169,9 +169,9 @@ begin
           into lex;
     end if;
     if query_embedding is not null then
-        den := pgfunnel._dense_hits(version_id, dims, query_embedding, den_depth, ef_search,
+        den := pgfunnel._dense_hits(version_id, query_embedding, den_depth, ef_search,
                                     principals, tenant, language, as_of, metadata_filter, coll_id,
-                                    coalesce(lex.visible_share, 1));
+                                    coalesce(lex.visible_share, 1), n_chunks);
     else
         select '{}'::bigint[] as chunk_ids, '{}'::float8[] as scores into den;
     end if;

@@ -34,11 +34,11 @@ def _dense(conn: psycopg.Connection[Any], q: np.ndarray, depth: int, principals:
            metadata: Any = None) -> list[tuple[int, float, int]]:
     from psycopg.types.json import Jsonb
 
-    vid, cid, dims = active(conn, "t")
+    vid, cid, _ = active(conn, "t")
     return [(int(a), float(b), int(c)) for a, b, c in conn.execute(
-        "select chunk_id, score, rank from pgfunnel._dense_leg(%s, %s, %s, %s, 100, %s, null, "
+        "select chunk_id, score, rank from pgfunnel._dense_leg(%s, %s, %s, 100, %s, null, "
         "null, now(), %s, %s)",
-        (vid, dims, q, depth, principals, Jsonb(metadata) if metadata else None, cid)).fetchall()]
+        (vid, q, depth, principals, Jsonb(metadata) if metadata else None, cid)).fetchall()]
 
 
 def test_hnsw_recall_against_exact_scan(conn: psycopg.Connection[Any]) -> None:
@@ -136,12 +136,12 @@ def test_expected_share_sizes_the_first_read_not_the_answer(
     # the lexical leg tells the dense leg what share of rows the filter let through; a
     # wrong hint costs time, never rows
     vecs = _corpus(conn, 600, private_every=4)
-    vid, cid, dims = active(conn, "t")
+    vid, cid, _ = active(conn, "t")
 
     def hits(q: np.ndarray) -> list[int]:
         ids, scores = conn.execute(
-            "select chunk_ids, scores from pgfunnel._dense_hits(%s, %s, %s, 40, 100, '{alice}', "
-            "null, null, now(), null, %s, %s)", (vid, dims, q, cid, share)).fetchone()
+            "select chunk_ids, scores from pgfunnel._dense_hits(%s, %s, 40, 100, '{alice}', "
+            "null, null, now(), null, %s, %s)", (vid, q, cid, share)).fetchone()
         assert list(scores) == sorted(scores, reverse=True)
         return [int(i) for i in ids]
 
@@ -161,7 +161,7 @@ def test_few_visible_chunks_are_counted_and_scanned_exactly_not_walked_to(
     # would read 1,600 rows for 40 visible ones. Under sqrt(2 x 40 x 3000) = 490
     # visible chunks the leg lists them and ranks them exactly, without the graph.
     vecs = _corpus(conn, 3000, private_every=100)
-    vid, cid, dims = active(conn, "t")
+    vid, cid, _ = active(conn, "t")
     alice = sorted(int(cid_) for (cid_,) in conn.execute(
         "select ch.id from pgfunnel.chunk ch join pgfunnel.document d "
         "on d.id = ch.document_id where d.readers @> '{alice}'").fetchall())
@@ -170,8 +170,8 @@ def test_few_visible_chunks_are_counted_and_scanned_exactly_not_walked_to(
 
     def hits(share: float) -> list[int]:
         row = conn.execute(
-            "select chunk_ids from pgfunnel._dense_hits(%s, %s, %s, 40, 100, '{alice}', "
-            "null, null, now(), null, %s, %s)", (vid, dims, q, cid, share)).fetchone()
+            "select chunk_ids from pgfunnel._dense_hits(%s, %s, 40, 100, '{alice}', "
+            "null, null, now(), null, %s, %s)", (vid, q, cid, share)).fetchone()
         return [int(i) for i in row[0]]  # type: ignore[index]
 
     exact = sorted(alice, key=lambda i: -float(vecs[i] @ q))
@@ -190,12 +190,12 @@ def test_a_low_share_guess_over_many_visible_chunks_walks_after_a_bounded_list(
     # hint of 1% makes it list them, and the list stops at 491, so it walks the graph
     # (sized by at least 490 visible, not by the hint) and keeps the walk's recall
     vecs = _corpus(conn, 3000, private_every=4)
-    vid, cid, dims = active(conn, "t")
+    vid, cid, _ = active(conn, "t")
 
     def hits(q: np.ndarray) -> list[int]:
         row = conn.execute(
-            "select chunk_ids from pgfunnel._dense_hits(%s, %s, %s, 40, 100, '{alice}', "
-            "null, null, now(), null, %s, 0.01)", (vid, dims, q, cid)).fetchone()
+            "select chunk_ids from pgfunnel._dense_hits(%s, %s, 40, 100, '{alice}', "
+            "null, null, now(), null, %s, 0.01)", (vid, q, cid)).fetchone()
         return [int(i) for i in row[0]]  # type: ignore[index]
 
     q = unit(np.random.default_rng(9), DIMS)
@@ -239,8 +239,21 @@ def test_the_graph_walk_runs_from_a_cached_plan_with_the_answer_of_a_planned_one
         assert got == (want[0], True) and len(want[0]) == 40  # type: ignore[index]
         # a version without a graph has no cached walk (the leg plans one)
         assert conn.execute(walk, {"v": vid + 1, "q": q}).fetchone() == (None, False)
+        # the planned walk, the leg's fallback, gives the same answer
+        assert conn.execute("select chunk_ids from pgfunnel._hnsw_walk_planned(%s, %s, 40)",
+                            (vid, q)).fetchone() == want
     # the cached walk scans the version's graph
     assert _graph_scans(conn, vid, lambda: conn.execute(walk, {"v": vid, "q": q})) == 1
+    # with no walk cached (sql/'s definition) the leg walks the graph by the planned query,
+    # with the same rows
+    cached_answer = _dense(conn, q, 40, [])
+    conn.execute("create or replace function pgfunnel._hnsw_walk(version_id integer, "
+                 "query_embedding vector, n integer, out chunk_ids bigint[], "
+                 "out scores double precision[], out cached boolean) language plpgsql "
+                 "as $$ begin cached := false; end $$")
+    planned_answer: list[Any] = []
+    assert _graph_scans(conn, vid, lambda: planned_answer.extend(_dense(conn, q, 40, []))) == 1
+    assert planned_answer == cached_answer and len(cached_answer) == 40
     # `pgfunnel init` reinstalls sql/, which holds no walks, and writes them back
     with conn.transaction():
         install_functions(conn)
