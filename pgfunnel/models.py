@@ -74,6 +74,12 @@ class Document(Base):
         # with document_readers_gin, lets "is_public or readers && principals" be a
         # BitmapOr of two index scans instead of a scan of every document
         Index("document_public_idx", "collection_id", postgresql_where=text("is_public")),
+        # empty for a collection whose every document any search may see (public, no
+        # tenant, no validity bounds): one probe tells a search it can skip the
+        # per-chunk visibility check (pgfunnel._all_visible)
+        Index("document_restricted_idx", "collection_id",
+              postgresql_where=text("not is_public or tenant is not null "
+                                    "or valid_from is not null or valid_to is not null")),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)

@@ -38,6 +38,33 @@ as $$
        and (metadata_filter is null or d.metadata operator(pg_catalog.@>) metadata_filter)
 $$;
 
+-- whether every chunk of a collection is visible to a search with these filters: no
+-- language or metadata filter, and no document that a reader could be kept from
+-- (private, in a tenant, or with a validity bound; one probe of document_restricted_idx,
+-- which is empty for such a collection). The legs then take their best rows as they come
+-- instead of checking them one by one (two primary-key probes a row, about 0.25 ms per
+-- leg). Under RLS the probe sees what the reader's policies let it see, as the legs'
+-- own reads of postings and embeddings do.
+create or replace function pgfunnel._all_visible(
+    collection_id integer, language text, metadata_filter jsonb)
+returns boolean
+language plpgsql stable
+security invoker
+set search_path = pg_catalog, pgfunnel
+set plan_cache_mode = force_generic_plan
+as $$
+begin
+    if language is not null or metadata_filter is not null then
+        return false;
+    end if;
+    return not exists (
+        select from pgfunnel.document d
+         where d.collection_id = _all_visible.collection_id
+           and (not d.is_public or d.tenant is not null or d.valid_from is not null
+                or d.valid_to is not null));
+end
+$$;
+
 -- the visible chunks among `ids` (given in rank order), in that order, at most `need`
 create or replace function pgfunnel._visible_prefix(
     ids bigint[], scores double precision[], need integer,
@@ -122,11 +149,15 @@ $$;
 -- thousands of candidates one by one, only visible chunks are scored instead: by
 -- probing the postings of each visible chunk when visible chunks x query terms is the
 -- smaller number, or by scoring every match and checking each when postings are.
+-- `all_visible` (NULL: found out here) says every chunk may be seen (_all_visible); the
+-- best `depth` scored are then the answer, with no check.
+drop function if exists pgfunnel._lexical_hits(integer, text[], integer, double precision,
+    double precision, text[], text, text, timestamptz, jsonb, integer);
 create or replace function pgfunnel._lexical_hits(
     version_id integer, query_terms text[], depth integer,
     k1 double precision, b double precision,
     principals text[], tenant text, language text, as_of timestamptz,
-    metadata_filter jsonb, collection_id integer,
+    metadata_filter jsonb, collection_id integer, all_visible boolean default null,
     out chunk_ids bigint[], out scores double precision[], out visible_share double precision,
     out found_terms text[], out found_idf double precision[])
 language plpgsql stable
@@ -181,6 +212,12 @@ begin
     end if;
     found_terms := q_terms;
     norm_per_length := k1 * b / avg_len;
+    all_visible := coalesce(all_visible, pgfunnel._all_visible(collection_id, language,
+                                                                metadata_filter));
+    if all_visible then
+        fetch_n := depth;
+        sum_df := 0;  -- no sample: there is nothing to find out about visibility
+    end if;
 
     -- Under a filter that hides nearly every chunk, the first pass below (every posting
     -- of every query term scored, about 0.6 us each) is wasted: it finds almost nothing
@@ -245,6 +282,11 @@ begin
                  order by 2 desc, 1
                  limit fetch_n) a;
         n_cand := coalesce(cardinality(cand_ids), 0);
+        if all_visible then
+            chunk_ids := coalesce(cand_ids, '{}');
+            scores := coalesce(cand_scores, '{}');
+            return;
+        end if;
         if fetch_n is null then
             -- every match is scored (see below): keep the best visible ones
             vis := pgfunnel._visible_prefix(cand_ids, cand_scores, depth, principals, tenant,
@@ -396,10 +438,13 @@ begin
 end
 $$;
 
--- the forms with dimensions (the walk reads them from the version) and without n_chunks
+-- the forms with dimensions (the walk reads them from the version), without n_chunks,
+-- and without all_visible
 drop function if exists pgfunnel._dense_hits(integer, integer, @vector_schema@.vector, integer,
     integer, text[], text, text, timestamptz, jsonb, integer, double precision);
 drop function if exists pgfunnel._dense_hits(integer, integer, @vector_schema@.vector, integer,
+    integer, text[], text, text, timestamptz, jsonb, integer, double precision, bigint);
+drop function if exists pgfunnel._dense_hits(integer, @vector_schema@.vector, integer,
     integer, text[], text, text, timestamptz, jsonb, integer, double precision, bigint);
 drop function if exists pgfunnel._dense_leg(integer, integer, @vector_schema@.vector, integer,
     integer, text[], text, text, timestamptz, jsonb, integer);
@@ -407,7 +452,9 @@ drop function if exists pgfunnel._dense_leg(integer, integer, @vector_schema@.ve
 -- dense leg: cosine similarity top-`depth` over the visible chunks of a version, as
 -- arrays in rank order. The graph is walked from a cached plan (_hnsw_walk), or, for a
 -- version that has none cached, by a query planned per call (_hnsw_walk_planned). `n_chunks` is the version's chunk
--- count when the caller has it (read here otherwise). Visibility is checked
+-- count when the caller has it (read here otherwise). When every chunk may be seen
+-- (`all_visible`, found out here when NULL; see _all_visible) the walk's rows are the
+-- answer. Otherwise visibility is checked
 -- afterwards in distance order; when the filter hides part of the nearest rows the
 -- index is read deeper (iterative scan), and when it hides nearly all of them an
 -- exact scan of the visible rows answers, so the leg returns min(depth, visible) rows.
@@ -416,7 +463,7 @@ create or replace function pgfunnel._dense_hits(
     depth integer, ef_search integer,
     principals text[], tenant text, language text, as_of timestamptz,
     metadata_filter jsonb, collection_id integer, expected_share double precision default 1,
-    n_chunks bigint default null,
+    n_chunks bigint default null, all_visible boolean default null,
     out chunk_ids bigint[], out scores double precision[])
 language plpgsql stable
 security invoker
@@ -442,6 +489,11 @@ begin
     -- on only for a deeper read
     setting := set_config('hnsw.ef_search', least(greatest(ef_search, depth), 1000)::text, true);
     setting := set_config('hnsw.iterative_scan', 'off', true);
+    all_visible := coalesce(all_visible, pgfunnel._all_visible(collection_id, language,
+                                                                metadata_filter));
+    if all_visible then
+        n := depth;
+    end if;
 
     -- The caller saw a filter hide chunks. A walk finds `depth` visible rows by reading
     -- about depth / share rows and checking each, and a read past ef_search (iterative
@@ -460,7 +512,7 @@ begin
           from pgfunnel.index_version v where v.id = _dense_hits.version_id;
     end if;
     few := ceil(sqrt(2 * depth * greatest(n_chunks, 1)))::integer;
-    if coalesce(expected_share, 1) < 1 and expected_share * n_chunks <= few then
+    if not all_visible and coalesce(expected_share, 1) < 1 and expected_share * n_chunks <= few then
         visible := pgfunnel._visible_chunks(principals, tenant, language, as_of,
                                             metadata_filter, collection_id, few + 1);
         if cardinality(visible) > few then
@@ -479,6 +531,11 @@ begin
         walk := pgfunnel._hnsw_walk(version_id, query_embedding, n);
         if not walk.cached then
             walk := pgfunnel._hnsw_walk_planned(version_id, query_embedding, n);
+        end if;
+        if all_visible then
+            chunk_ids := coalesce(walk.chunk_ids, '{}');
+            scores := coalesce(walk.scores, '{}');
+            return;
         end if;
         raw_ids := walk.chunk_ids;
         raw_scores := walk.scores;

@@ -74,6 +74,7 @@ declare
     d_hi double precision;
     d_mu double precision;
     d_sd double precision;
+    all_visible boolean;
 begin
     perform pgfunnel._check_search_params(k, principals, overfetch, per_source_cap);
     if query_text is null and query_embedding is null then
@@ -144,6 +145,7 @@ begin
         end if;
     end if;
 
+    all_visible := pgfunnel._all_visible(coll_id, language, metadata_filter);
     if query_text is not null then
         -- one pass of the analyzer gives both the terms and the dropped words
         select coalesce(array_agg(t.term order by t.token_position)
@@ -162,7 +164,7 @@ begin
                                                 array_to_string(dropped, ', '));
         end if;
         lex := pgfunnel._lexical_hits(version_id, q_terms, lex_depth, k1, b, principals, tenant,
-                                      language, as_of, metadata_filter, coll_id);
+                                      language, as_of, metadata_filter, coll_id, all_visible);
     else
         select '{}'::bigint[] as chunk_ids, '{}'::float8[] as scores, 1::float8 as visible_share,
                '{}'::text[] as found_terms, '{}'::float8[] as found_idf
@@ -171,7 +173,7 @@ begin
     if query_embedding is not null then
         den := pgfunnel._dense_hits(version_id, query_embedding, den_depth, ef_search,
                                     principals, tenant, language, as_of, metadata_filter, coll_id,
-                                    coalesce(lex.visible_share, 1), n_chunks);
+                                    coalesce(lex.visible_share, 1), n_chunks, all_visible);
     else
         select '{}'::bigint[] as chunk_ids, '{}'::float8[] as scores into den;
     end if;

@@ -65,6 +65,7 @@ def server_dsn() -> Iterator[str]:
     server = pgserver.get_server(home / "pgdata", cleanup_mode="delete")
     yield str(server.get_uri())
     server.cleanup()
+    shutil.rmtree(home, ignore_errors=True)
 
 
 def _create_db(server: str, name: str, template: str | None = None) -> str:
