@@ -113,3 +113,36 @@ def test_a_document_made_private_is_hidden_at_once(
     alice = [r[0] for r in sample_conn.execute(
         "select citekey from funnel_search(%s, k => 5, principals => '{alice}')", (query,))]
     assert alice[0] == top
+
+
+def test_agrees_with_the_visibility_predicate_on_every_combination(
+        conn: psycopg.Connection[Any]) -> None:
+    """_all_visible must say yes exactly when _document_visible (the one definition the legs
+    apply) lets every search without language or metadata filter see the document, so a
+    column added to one and not the other fails here."""
+    ingest(conn, [doc("d0", "a note about refunds")])
+    _, coll_id, _ = active(conn, "t")
+    searches = [(principals, tenant, as_of)
+                for principals in ([], ["alice"], ["bob"])
+                for tenant in (None, "acme", "other")
+                for as_of in ("-infinity", "now", "infinity")]
+    combos = 0
+    for is_public in (True, False):
+        for readers in ([], ["alice"]):
+            for tenant in (None, "acme"):
+                for valid_from in (None, "-2 days", "+2 days"):
+                    for valid_to in (None, "+2 days", "-2 days"):
+                        with conn.transaction(force_rollback=True):
+                            conn.execute(
+                                "update pgfunnel.document set is_public = %s, readers = %s, "
+                                "tenant = %s, valid_from = now() + %s::interval, "
+                                "valid_to = now() + %s::interval",
+                                (is_public, readers, tenant, valid_from, valid_to))
+                            seen_by_all = all(conn.execute(
+                                "select pgfunnel._document_visible(d, %s, %s, null, "
+                                "%s::timestamptz, null) from pgfunnel.document d",
+                                (p, t, a)).fetchone() == (True,) for p, t, a in searches)
+                            assert _all_visible(conn, coll_id) == seen_by_all, (
+                                is_public, readers, tenant, valid_from, valid_to)
+                            combos += 1
+    assert combos == 72
