@@ -61,6 +61,11 @@ def check_pgvector(conn: psycopg.Connection[Any]) -> list[Finding]:
         return [Finding("error", "pgvector", "the vector extension is not installed in this "
                         "database; run `pgfunnel init`")]
     version = str(row[0])
+    from pgfunnel.schema import vector_path_problem
+
+    problem = vector_path_problem(conn)
+    if problem is not None:
+        return [Finding("error", "pgvector", problem)]
     v = _parse_version(version)
     if v < MIN_PGVECTOR:
         return [Finding("error", "pgvector", f"pgvector {version} is too old: pgfunnel needs "

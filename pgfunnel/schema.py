@@ -93,6 +93,27 @@ def ensure_extension(conn: psycopg.Connection[Any]) -> str:
     return schema
 
 
+def vector_path_problem(conn: psycopg.Connection[Any]) -> str | None:
+    """Why pgfunnel cannot use pgvector on this connection's search_path, or None.
+
+    The tables, ingest and the driver's vector adapters name the type `vector`
+    unqualified, so the schema pgvector lives in must be on the path (hosted Postgres
+    often keeps extensions in a schema of their own)."""
+    row = conn.execute(
+        "select n.nspname, n.nspname = any (current_schemas(false)), "
+        "current_setting('search_path') "
+        "from pg_extension e join pg_namespace n on n.oid = e.extnamespace "
+        "where e.extname = 'vector'").fetchone()
+    if row is None or row[1]:
+        return None
+    schema, _, path = row
+    quoted = psycopg.sql.Identifier(str(schema)).as_string()
+    return (f"pgvector is installed in schema {quoted}, which is not on this connection's "
+            f"search_path ({path}); pgfunnel needs it there. Add it for the role or the "
+            f"database, then reconnect: alter role current_user set search_path = "
+            f"{path}, {quoted}   (or: alter database ... set search_path = ...)")
+
+
 def install_functions(conn: psycopg.Connection[Any]) -> int:
     """(Re)install every SQL function from sql/ in one transaction."""
     schema = vector_schema(conn)
@@ -123,10 +144,21 @@ def head_revision() -> str:
     return head
 
 
+@contextmanager
+def _database_errors() -> Iterator[None]:
+    """SQLAlchemy wraps the driver's errors; callers get the PgfunnelError of the cause."""
+    from sqlalchemy.exc import DBAPIError
+
+    try:
+        yield
+    except DBAPIError as exc:
+        raise translate(exc.orig if exc.orig is not None else exc) from exc
+
+
 def upgrade(dsn: str | None = None, revision: str = "head") -> None:
     target = resolve_dsn(dsn)
     cfg = alembic_config()
-    with _sa_connection(target) as conn:
+    with _database_errors(), _sa_connection(target) as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
 
@@ -134,7 +166,7 @@ def upgrade(dsn: str | None = None, revision: str = "head") -> None:
 def downgrade(dsn: str | None = None, revision: str = "base") -> None:
     target = resolve_dsn(dsn)
     cfg = alembic_config()
-    with _sa_connection(target) as conn:
+    with _database_errors(), _sa_connection(target) as conn:
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, revision)
 
@@ -165,6 +197,9 @@ def init(dsn: str | None = None, *, rls: bool = False) -> dict[str, Any]:
         with connect(target, register=False) as conn:
             before = current_revision(conn)
             vschema = ensure_extension(conn)
+            problem = vector_path_problem(conn)
+            if problem is not None:
+                raise PgfunnelError(problem)
             conn.execute(psycopg.sql.SQL("create schema if not exists {}").format(
                 psycopg.sql.Identifier(SCHEMA)))
             conn.commit()
@@ -188,6 +223,9 @@ def migrate(dsn: str | None = None) -> dict[str, Any]:
     target = resolve_dsn(dsn)
     with connect(target, register=False) as conn:
         before = current_revision(conn)
+        problem = vector_path_problem(conn)
+    if problem is not None:
+        raise PgfunnelError(problem)
     if before is None:
         from pgfunnel.errors import SchemaMissingError
 

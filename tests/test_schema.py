@@ -12,7 +12,7 @@ import pytest
 
 from pgfunnel import schema
 from pgfunnel.db import connect, require_schema
-from pgfunnel.errors import ConnectionFailedError, SchemaMissingError
+from pgfunnel.errors import ConnectionFailedError, PgfunnelError, SchemaMissingError
 
 
 def _pg_dump_schema(dsn: str) -> str:
@@ -109,6 +109,50 @@ def test_pgvector_in_a_schema_of_its_own_serves_both_legs_and_the_cached_walk(
         best = max(vecs, key=lambda c: float(vecs[c][0] @ q))
         assert conn.execute("select citekey from funnel_search(null, %s, 1, collection => 't')",
                             (q,)).fetchone() == (best,)
+
+
+def test_pgvector_off_the_search_path_is_a_clear_error_before_anything_is_written(
+        empty_db: str) -> None:
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.doctor import check_pgvector
+
+    with connect(empty_db, autocommit=True, register=False) as conn:
+        conn.execute("create schema ext")
+        conn.execute("create extension vector schema ext")
+    with pytest.raises(PgfunnelError) as info:
+        schema.init(empty_db)
+    message = str(info.value)
+    assert 'schema "ext"' in message and "search_path" in message
+    assert "alter role current_user set search_path" in message
+    res = CliRunner().invoke(app, ["init", "--dsn", empty_db])
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    assert "search_path" in res.output
+    with connect(empty_db, autocommit=True, register=False) as conn:
+        assert conn.execute("select to_regnamespace('pgfunnel')").fetchone() == (None,)
+        [finding] = check_pgvector(conn)
+        assert finding.level == "error" and "search_path" in finding.message
+        # the fix the message gives, for this session: then init goes through
+        path = conn.execute("show search_path").fetchone()[0]  # type: ignore[index]
+        name = conn.execute("select current_database()").fetchone()[0]  # type: ignore[index]
+        conn.execute(f'alter database "{name}" set search_path = {path}, ext')
+    assert schema.init(empty_db)["created"] is True
+
+
+def test_a_failing_migration_is_a_pgfunnel_error_not_a_traceback(empty_db: str) -> None:
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    with connect(empty_db, autocommit=True, register=False) as conn:
+        conn.execute("create extension if not exists vector")
+        conn.execute("create schema pgfunnel")
+        conn.execute("create table pgfunnel.collection (something_else integer)")
+    with pytest.raises(PgfunnelError, match="collection"):
+        schema.init(empty_db)
+    res = CliRunner().invoke(app, ["init", "--dsn", empty_db])
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    assert "collection" in res.output
 
 
 def test_missing_schema_says_run_init(empty_db: str) -> None:
