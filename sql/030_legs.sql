@@ -532,20 +532,28 @@ begin
         if not walk.cached then
             walk := pgfunnel._hnsw_walk_planned(version_id, query_embedding, n);
         end if;
-        if all_visible then
-            chunk_ids := coalesce(walk.chunk_ids, '{}');
-            scores := coalesce(walk.scores, '{}');
-            return;
-        end if;
         raw_ids := walk.chunk_ids;
         raw_scores := walk.scores;
         n_raw := coalesce(cardinality(raw_ids), 0);
+        if all_visible then
+            if n_raw >= least(depth, n_chunks) then
+                chunk_ids := coalesce(raw_ids, '{}');
+                scores := coalesce(raw_scores, '{}');
+                return;
+            end if;
+            -- Fewer rows than asked while the version holds more: row-level security
+            -- filters the walk itself (a hidden document is hidden from the probe in
+            -- _all_visible too), so it found what the policies let through among the
+            -- rows it visited. Go on as under a filter: deeper, or exactly.
+            all_visible := false;
+        end if;
         vis := pgfunnel._visible_prefix(raw_ids, raw_scores, depth, principals, tenant, language,
                                         as_of, metadata_filter, collection_id);
         chunk_ids := vis.chunk_ids;
         scores := vis.kept_scores;
-        if cardinality(chunk_ids) >= depth or n_raw < n then
-            -- enough rows, or the version has no more rows than were read
+        -- enough rows, or the walk read every row of the version (a walk can come back
+        -- short of n while the version holds more: under row-level security)
+        if cardinality(chunk_ids) >= depth or n_raw >= n_chunks then
             return;
         end if;
         -- read deep enough to expect `depth` visible rows at the visible share just
@@ -553,7 +561,9 @@ begin
         -- thousands of rows, or none at all, to the exact scan), unless that share puts
         -- the visible chunks under `few`, where the exact scan is cheaper (see above)
         exit when cardinality(chunk_ids) = 0;
-        exit when cardinality(chunk_ids)::float8 / n_raw * n_chunks <= few;
+        -- (the share among the n rows asked for: a walk under row-level security
+        -- returns only the rows the policies let through)
+        exit when cardinality(chunk_ids)::float8 / greatest(n_raw, n) * n_chunks <= few;
         n := ceil(1.5 * depth * n / cardinality(chunk_ids))::integer;
     end loop;
 

@@ -146,3 +146,43 @@ def test_agrees_with_the_visibility_predicate_on_every_combination(
                                 is_public, readers, tenant, valid_from, valid_to)
                             combos += 1
     assert combos == 72
+
+
+def test_under_rls_a_caller_passing_all_visible_still_cannot_see_a_hidden_chunk(
+        db: str) -> None:
+    """The legs' all_visible argument is the caller's word, like principals; under RLS the
+    legs read postings and embeddings through the policies whatever it says."""
+    import numpy as np
+    from _security_helpers import DIM, Doc, create_app_role, ingest_docs, unit
+
+    from pgfunnel import schema
+    from pgfunnel.db import connect
+
+    query_vector = unit(np.linspace(1.0, 2.0, DIM))
+    schema.init(db, rls=True)
+    ingest_docs(db, [Doc("secret", "refund invoice refund invoice", readers=["alice"],
+                         vector=query_vector)]
+                + [Doc(f"pub{i}", f"public note {i} on a refund") for i in range(20)])
+    app = create_app_role(db)
+    with connect(db, autocommit=True) as owner:
+        version_id, coll_id, _ = active(owner)
+        secret = owner.execute(
+            "select ch.id from pgfunnel.chunk ch join pgfunnel.document d "
+            "on d.id = ch.document_id where d.citekey = 'secret'").fetchone()
+    assert secret is not None
+    with connect(app) as conn:
+        for reader, should_see in (("alice", True), ("bob", False)):
+            with conn.transaction():
+                conn.execute("select set_config('pgfunnel.principals', %s, true)",
+                             (f'["{reader}"]',))
+                lexical = conn.execute(
+                    "select chunk_ids from pgfunnel._lexical_hits(%s, '{refund,invoic}', 40, "
+                    "1.2, 0.75, '{alice}', null, null, now(), null, %s, true)",
+                    (version_id, coll_id)).fetchone()
+                dense = conn.execute(
+                    "select chunk_ids from pgfunnel._dense_hits(%s, %s, 40, 100, '{alice}', "
+                    "null, null, now(), null, %s, 1, null, true)",
+                    (version_id, query_vector, coll_id)).fetchone()
+            assert lexical is not None and dense is not None
+            assert (secret[0] in lexical[0]) is should_see, reader
+            assert (secret[0] in dense[0]) is should_see, reader
