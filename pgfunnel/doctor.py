@@ -278,17 +278,43 @@ def check_security(conn: psycopg.Connection[Any], app_role: str | None = None
     return out
 
 
+def check_statistics(conn: psycopg.Connection[Any]) -> list[Finding]:
+    """Chunks deleted around pgfunnel (a plain DELETE on its tables): their lexical rows and
+    embeddings go with them (foreign keys), their postings and BM25 statistics do not."""
+    found: list[Finding] = []
+    rows = conn.execute(
+        "select c.name, v.version, v.chunk_count, "
+        "       (select count(*) from pgfunnel.lexical l where l.index_version_id = v.id) "
+        "from pgfunnel.collection c "
+        "join pgfunnel.index_version v on v.collection_id = c.id and v.state = 'active' "
+        "order by c.name").fetchall()
+    for name, version, counted, indexed in rows:
+        if counted != indexed:
+            found.append(Finding(
+                "warning", "statistics",
+                f"collection {name!r}, active version {version}: BM25 statistics count "
+                f"{counted} chunks but {indexed} are indexed; chunks were deleted around "
+                "pgfunnel (a plain DELETE), which leaves their postings and statistics "
+                "behind. Delete with `pgfunnel delete` (or delete_documents), and run "
+                f"`pgfunnel reindex -c {name} --activate` to rebuild"))
+    if not found and rows:
+        found.append(Finding("info", "statistics",
+                             "BM25 statistics match the indexed chunks"))
+    return found
+
+
 CHECKS: tuple[tuple[str, Check], ...] = (
     ("pgvector", check_pgvector),
     ("schema", check_schema),
     ("invalid_index", check_invalid_indexes),
     ("active_index", check_active_indexes),
+    ("statistics", check_statistics),
     ("index_memory", check_index_memory),
     ("row_security", check_row_security),
     ("security", check_security),
 )
 #: checks that need the pgfunnel schema (skipped, not failed, when it is missing)
-NEEDS_SCHEMA = {"active_index", "index_memory", "security"}
+NEEDS_SCHEMA = {"active_index", "statistics", "index_memory", "security"}
 
 
 def run_checks(conn: psycopg.Connection[Any],
@@ -326,4 +352,4 @@ def worst(findings: Sequence[Finding]) -> Level | None:
 
 __all__ = ["CHECKS", "Finding", "check_active_indexes", "check_index_memory",
            "check_invalid_indexes", "check_pgvector", "check_row_security", "check_schema",
-           "check_security", "run_checks", "worst"]
+           "check_security", "check_statistics", "run_checks", "worst"]

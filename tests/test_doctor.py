@@ -15,6 +15,7 @@ from pgfunnel.doctor import (
     _is_embedded,
     check_active_indexes,
     check_pgvector,
+    check_statistics,
     run_checks,
     worst,
 )
@@ -36,7 +37,8 @@ def test_healthy_database_has_no_errors(sample_db: str) -> None:
     assert code == 0 and report["ok"], report
     assert _checks(report, "error") == set()
     names = {f["check"] for f in report["findings"]}
-    assert {"pgvector", "schema", "active_index", "index_memory", "row_security"} <= names
+    assert {"pgvector", "schema", "active_index", "statistics", "index_memory",
+            "row_security"} <= names
     # a clean install warns about nothing it ships itself (the inlined _bm25_idf is known)
     assert "security.search_path" not in _checks(report, "warning")
     # below 0.8.3 it warns, except on the embedded server (0.8.2), which has no upgrade
@@ -58,6 +60,20 @@ def test_a_version_that_predates_titles_is_pointed_to_reindex(sample_db: str) ->
         conn.execute("update pgfunnel.index_version set params = params - 'embed_input'")
         [note] = [f for f in check_active_indexes(conn) if "document title" in f.message]
     assert note.level == "info" and "pgfunnel reindex -c default --activate" in note.message
+
+
+def test_chunks_deleted_around_pgfunnel_are_pointed_to_delete_and_reindex(
+        sample_db: str) -> None:
+    with connect(sample_db, autocommit=True) as conn:
+        assert [f.level for f in check_statistics(conn)] == ["info"]
+        # a plain DELETE: chunks, lexical rows and embeddings go (foreign keys); postings
+        # and the statistics stay
+        conn.execute("delete from pgfunnel.document where citekey = "
+                     "(select min(citekey) from pgfunnel.document)")
+        [finding] = check_statistics(conn)
+    assert finding.level == "warning"
+    assert "pgfunnel delete" in finding.message
+    assert "pgfunnel reindex -c default --activate" in finding.message
 
 
 def test_an_uncached_graph_walk_is_pointed_to_init(sample_db: str) -> None:
