@@ -191,7 +191,9 @@ begin
     -- informative ones, so a count of words overstated what BM25 could still see when
     -- only "plan" and "monthly" were left. Only when both legs run: alone, a leg's
     -- weight changes no order.
-    if w_lex > 0 and w_den > 0 and cardinality(q_terms) > 0 then
+    -- (every query term held: every word covered, a share of exactly 1, no query needed)
+    if w_lex > 0 and w_den > 0 and cardinality(q_terms) > 0
+       and not q_terms operator(pg_catalog.<@) lex.found_terms then
         select sum(w.idf) filter (where w.covered) / sum(w.idf)
           into coverage
           from (select bool_or(f.idf is not null) as covered,
