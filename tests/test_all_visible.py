@@ -186,3 +186,22 @@ def test_under_rls_a_caller_passing_all_visible_still_cannot_see_a_hidden_chunk(
             assert lexical is not None and dense is not None
             assert (secret[0] in lexical[0]) is should_see, reader
             assert (secret[0] in dense[0]) is should_see, reader
+
+
+def test_off_under_rls(db: str) -> None:
+    """Under RLS the probe would have to pass every restricted document it cannot see
+    through the policy; the path is off there, even for a collection of public documents."""
+    from _security_helpers import Doc, create_app_role, ingest_docs
+
+    from pgfunnel import schema
+    from pgfunnel.db import connect
+
+    schema.init(db, rls=True)
+    ingest_docs(db, [Doc(f"pub{i}", f"public note {i}") for i in range(5)])
+    with connect(db, autocommit=True) as owner:
+        _, coll_id, _ = active(owner)
+    with connect(create_app_role(db)) as conn, conn.transaction():
+        conn.execute("select set_config('pgfunnel.principals', '[\"bob\"]', true)")
+        assert not _all_visible(conn, coll_id)
+        assert len(conn.execute("select * from funnel_search('public note', k => 3)"
+                                ).fetchall()) == 3
