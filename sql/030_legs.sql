@@ -218,7 +218,6 @@ begin
                                                                 metadata_filter));
     if all_visible then
         fetch_n := depth;
-        sum_df := 0;  -- no sample: there is nothing to find out about visibility
     end if;
 
     -- Under a filter that hides nearly every chunk, the first pass below (every posting
@@ -229,8 +228,9 @@ begin
     -- When it puts the visible chunks under what one pass would cost in probes, they are
     -- listed (at most that many, so a sample that misjudged costs little) and probed
     -- directly; when they are not few, the sample sizes the first read instead. 20,000
-    -- postings is about 12 ms of scoring; the sample costs about 0.3 ms.
-    if sum_df >= 20000 then
+    -- postings is about 12 ms of scoring; the sample costs about 0.3 ms. (Nothing to
+    -- find out when every chunk is visible.)
+    if not all_visible and sum_df >= 20000 then
         select array_agg(p.chunk_id) into sample
           from (select p.chunk_id from pgfunnel.posting p
                  where p.index_version_id = _lexical_hits.version_id
@@ -538,21 +538,15 @@ begin
         raw_scores := walk.scores;
         n_raw := coalesce(cardinality(raw_ids), 0);
         if all_visible then
-            if n_raw >= least(depth, n_chunks) then
-                chunk_ids := coalesce(raw_ids, '{}');
-                scores := coalesce(raw_scores, '{}');
-                return;
-            end if;
-            -- Fewer rows than asked while the version holds more: row-level security
-            -- filters the walk itself (a hidden document is hidden from the probe in
-            -- _all_visible too), so it found what the policies let through among the
-            -- rows it visited. Go on as under a filter: deeper, or exactly.
-            all_visible := false;
+            -- (a deeper read, after a walk came back short, asks for more than depth)
+            chunk_ids := coalesce(raw_ids[1:depth], '{}');
+            scores := coalesce(raw_scores[1:depth], '{}');
+        else
+            vis := pgfunnel._visible_prefix(raw_ids, raw_scores, depth, principals, tenant,
+                                            language, as_of, metadata_filter, collection_id);
+            chunk_ids := vis.chunk_ids;
+            scores := vis.kept_scores;
         end if;
-        vis := pgfunnel._visible_prefix(raw_ids, raw_scores, depth, principals, tenant, language,
-                                        as_of, metadata_filter, collection_id);
-        chunk_ids := vis.chunk_ids;
-        scores := vis.kept_scores;
         -- enough rows, or the walk read every row of the version (a walk can come back
         -- short of n while the version holds more: under row-level security)
         if cardinality(chunk_ids) >= depth or n_raw >= n_chunks then
