@@ -99,14 +99,15 @@ def vector_path_problem(conn: psycopg.Connection[Any]) -> str | None:
     The tables, ingest and the driver's vector adapters name the type `vector`
     unqualified, so the schema pgvector lives in must be on the path (hosted Postgres
     often keeps extensions in a schema of their own)."""
-    row = conn.execute(
-        "select n.nspname, n.nspname = any (current_schemas(false)), "
-        "current_setting('search_path') "
-        "from pg_extension e join pg_namespace n on n.oid = e.extnamespace "
-        "where e.extname = 'vector'").fetchone()
-    if row is None or row[1]:
+    schema = vector_schema(conn)
+    if schema is None:
         return None
-    schema, _, path = row
+    row = conn.execute("select %s = any (current_schemas(false)), "
+                       "current_setting('search_path')", (schema,)).fetchone()
+    assert row is not None
+    on_path, path = row
+    if on_path:
+        return None
     quoted = psycopg.sql.Identifier(str(schema)).as_string()
     return (f"pgvector is installed in schema {quoted}, which is not on this connection's "
             f"search_path ({path}); pgfunnel needs it there. Add it for the role or the "
