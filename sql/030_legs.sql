@@ -172,8 +172,14 @@ declare
     n_chunks bigint;
     sum_df bigint;
     q_terms text[];
-    -- idf x (k1 + 1) per term, and the length normalisation's two constants, folded once
-    -- here: per posting only tf / (tf + norm_base + norm_per_length x length) is left
+    -- idf x (k1 + 1) x 2^32 per term, and the length normalisation's two constants, folded
+    -- once here: per posting only tf / (tf + norm_base + norm_per_length x length) is left.
+    -- Each posting's share is rounded to a whole number of 2^-32 (0.2e-9, far below what
+    -- BM25 can tell apart), so a chunk's score is a sum of whole numbers: exact in float8
+    -- (each is below 2^43 even at k1 = 100, so a thousand terms stay below 2^53) and the
+    -- same in whatever order the plan adds a chunk's terms. Float sums
+    -- otherwise differ in their last bit with that order (a sort-based aggregate gives each
+    -- chunk its own), and copies of one text would rank by that bit instead of chunk id.
     q_weight double precision[];
     norm_base double precision := k1 * (1 - b);
     norm_per_length double precision;
@@ -202,7 +208,8 @@ begin
     select v.total_length::float8 / nullif(v.chunk_count, 0), v.chunk_count, sum(ts.df),
            array_agg(ts.term order by ts.term),
            array_agg(pgfunnel._bm25_idf(ts.df, v.chunk_count) order by ts.term),
-           array_agg(pgfunnel._bm25_idf(ts.df, v.chunk_count) * (k1 + 1) order by ts.term)
+           array_agg(pgfunnel._bm25_idf(ts.df, v.chunk_count) * (k1 + 1) * 4294967296.0::float8
+                     order by ts.term)
       into avg_len, n_chunks, sum_df, q_terms, found_idf, q_weight
       from pgfunnel.index_version v
       join pgfunnel.term_stat ts on ts.index_version_id = v.id
@@ -272,10 +279,10 @@ begin
         -- the sample above listed every visible chunk: probe them
         exit when fetch_n = 0;
         select array_agg(a.chunk_id order by a.s desc, a.chunk_id),
-               array_agg(a.s order by a.s desc, a.chunk_id)
+               array_agg(a.s / 4294967296.0::float8 order by a.s desc, a.chunk_id)
           into cand_ids, cand_scores
           from (select p.chunk_id,
-                       sum(q.weight * p.tf / (p.tf + norm_base + norm_per_length * p.length)) as s
+                       sum(round(q.weight * p.tf / (p.tf + norm_base + norm_per_length * p.length))) as s
                   from unnest(q_terms, q_weight) as q(term, weight),
                        lateral (select p.chunk_id, p.tf, p.length from pgfunnel.posting p
                                  where p.index_version_id = _lexical_hits.version_id
@@ -350,10 +357,10 @@ begin
     -- few visible chunks (all of them listed above): probe each one's postings of the
     -- query terms
     select coalesce(array_agg(a.chunk_id order by a.s desc, a.chunk_id), '{}'),
-           coalesce(array_agg(a.s order by a.s desc, a.chunk_id), '{}')
+           coalesce(array_agg(a.s / 4294967296.0::float8 order by a.s desc, a.chunk_id), '{}')
       into chunk_ids, scores
       from (select p.chunk_id,
-                   sum(q.weight * p.tf / (p.tf + norm_base + norm_per_length * p.length)) as s
+                   sum(round(q.weight * p.tf / (p.tf + norm_base + norm_per_length * p.length))) as s
               from unnest(visible) as v(id)
               cross join unnest(q_terms, q_weight) as q(term, weight)
               join pgfunnel.posting p

@@ -307,3 +307,27 @@ def test_a_sampled_selective_filter_skips_scoring_every_posting(
     both = _leg_as(conn, query, ["alice", "bob"])
     ref.visible = set(ref.tf)
     assert_matches(ref, both, terms, 40)
+
+
+@pytest.mark.parametrize("aggregate", ["hash", "sort"])
+def test_identical_chunks_tie_exactly_and_rank_by_chunk_id(conn: psycopg.Connection[Any],
+                                                           aggregate: str) -> None:
+    # Copies of one text score the same, so their order must be chunk id whatever order the
+    # plan adds a chunk's terms in (a sort-based aggregate gives each chunk its own order).
+    rng = random.Random(7)
+    vocab = [f"w{i}x" for i in range(40)]
+    base = " ".join(rng.choices(vocab, k=80))
+    docs = [doc(f"copy-{i}", base) for i in range(60)]
+    docs += [doc(f"other-{i}", " ".join(rng.choices(vocab, k=70))) for i in range(60)]
+    ingest(conn, docs)
+    if aggregate == "sort":
+        conn.execute("set enable_hashagg = off")
+    copies = {int(r[0]) for r in conn.execute(
+        "select ch.id from pgfunnel.chunk ch join pgfunnel.document d on d.id = ch.document_id "
+        "where d.citekey like 'copy-%%'")}
+    query = " ".join(vocab[:12])
+    got = leg(conn, "t", query, 200)
+    copy_rows = [(cid, score) for cid, score, _ in got if cid in copies]
+    assert len(copy_rows) == len(copies)
+    assert len({score for _, score in copy_rows}) == 1, sorted({s for _, s in copy_rows})
+    assert [cid for cid, _ in copy_rows] == sorted(copies)
