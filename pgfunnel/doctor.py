@@ -279,8 +279,9 @@ def check_security(conn: psycopg.Connection[Any], app_role: str | None = None
 
 
 def check_statistics(conn: psycopg.Connection[Any]) -> list[Finding]:
-    """Chunks deleted around pgfunnel (a plain DELETE on its tables): their lexical rows and
-    embeddings go with them (foreign keys), their postings and BM25 statistics do not."""
+    """Chunks deleted past the trigger that keeps postings and BM25 statistics exact
+    (TRUNCATE, the trigger disabled, session_replication_role = replica): their lexical
+    rows go, their postings and statistics stay."""
     found: list[Finding] = []
     rows = conn.execute(
         "select c.name, v.version, v.chunk_count, "
@@ -293,10 +294,10 @@ def check_statistics(conn: psycopg.Connection[Any]) -> list[Finding]:
             found.append(Finding(
                 "warning", "statistics",
                 f"collection {name!r}, active version {version}: BM25 statistics count "
-                f"{counted} chunks but {indexed} are indexed; chunks were deleted around "
-                "pgfunnel (a plain DELETE), which leaves their postings and statistics "
-                "behind. Delete with `pgfunnel delete` (or delete_documents), and run "
-                f"`pgfunnel reindex -c {name} --activate` to rebuild"))
+                f"{counted} chunks but {indexed} are indexed; chunks were deleted past the "
+                "trigger on pgfunnel.lexical that keeps postings and statistics exact "
+                "(TRUNCATE, the trigger disabled, or session_replication_role = replica). "
+                f"Run `pgfunnel reindex -c {name} --activate` to rebuild them"))
     if not found and rows:
         found.append(Finding("info", "statistics",
                              "BM25 statistics match the indexed chunks"))

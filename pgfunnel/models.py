@@ -215,8 +215,9 @@ class Posting(Base):
     postings yields everything exact BM25 needs (tf, length; idf and the average
     length come from the statistics), so scores are exact with no join and no
     stored weight that could go stale. No foreign keys: per-row FK triggers
-    doubled the cost of writing postings, and every deletion path
-    (``pgfunnel._remove_chunks``, dropping a version) deletes postings itself.
+    doubled the cost of writing postings. A chunk's postings go with its lexical
+    row (statement trigger ``lexical_deleted``, which also keeps the statistics),
+    a version's with its partition.
 
     Partitioned by version (one partition per index version, made with it; see
     ``pgfunnel.ingest.create_version``), so a new version's postings go in before

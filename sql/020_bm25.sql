@@ -24,19 +24,8 @@ as $$
          operator(pg_catalog./) (df::pg_catalog.float8 operator(pg_catalog.+) 0.5::pg_catalog.float8)))
 $$;
 
--- the distinct terms of chunks, per version, read from their lexical rows (posting is
--- keyed by term first, so the chunk's terms come from lexical.terms)
-create or replace function pgfunnel._chunk_terms(chunk_ids bigint[])
-returns table (index_version_id integer, chunk_id bigint, term text)
-language sql stable
-security invoker
-set search_path = pg_catalog, pgfunnel
-as $$
-    select l.index_version_id, l.chunk_id, t.term
-      from pgfunnel.lexical l,
-           unnest(pg_catalog.tsvector_to_array(l.terms)) as t(term)
-     where l.chunk_id = any (chunk_ids)
-$$;
+-- chunk terms were read through this before the trigger below took the deletes over
+drop function if exists pgfunnel._chunk_terms(bigint[]);
 
 -- the chunk-id form of 0.1.0; statistics now come with the postings that were written
 drop function if exists pgfunnel._bm25_add(integer, bigint[]);
@@ -69,7 +58,79 @@ begin
 end
 $$;
 
--- remove chunks (and everything indexed for them in every version), keeping statistics exact
+-- take deleted lexical rows out of the postings and the BM25 statistics of their version
+-- (statement trigger on pgfunnel.lexical; the deleted rows come as `gone_lexical`). A
+-- chunk's lexical rows go whenever the chunk does: through pgfunnel (_remove_chunks) and
+-- through a plain DELETE on pgfunnel.chunk or pgfunnel.document, which cascades here, so
+-- the statistics stay exact either way. Rows of a version that is itself being deleted
+-- (its postings and term_stat go with it) have nothing left to correct.
+create or replace function pgfunnel._lexical_deleted()
+returns trigger
+language plpgsql
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+declare
+    emptied_versions integer[];
+    emptied_terms text[];
+begin
+    with gone as (
+        select g.index_version_id, g.chunk_id, t.term
+          from gone_lexical g
+          join pgfunnel.index_version v on v.id = g.index_version_id,
+               unnest(pg_catalog.tsvector_to_array(g.terms)) as t(term)
+    ),
+    dropped_postings as (
+        delete from pgfunnel.posting p
+         using gone g
+         where p.index_version_id = g.index_version_id and p.term = g.term
+           and p.chunk_id = g.chunk_id
+    ),
+    -- term rows are updated in term order ("C", as _bm25_add locks them): no deadlock
+    counted as (
+        select g.index_version_id, g.term, count(*) as n
+          from gone g
+         group by 1, 2
+         order by g.index_version_id, g.term collate "C"
+    ),
+    lowered as (
+        update pgfunnel.term_stat ts
+           set df = ts.df - c.n
+          from counted c
+         where ts.index_version_id = c.index_version_id and ts.term = c.term
+        returning ts.index_version_id, ts.term, ts.df
+    )
+    select array_agg(l.index_version_id), array_agg(l.term)
+      into emptied_versions, emptied_terms
+      from lowered l
+     where l.df <= 0;
+    -- a second statement: one statement cannot both update a row and delete it
+    if emptied_terms is not null then
+        delete from pgfunnel.term_stat ts
+         using unnest(emptied_versions, emptied_terms) as e(version_id, term)
+         where ts.index_version_id = e.version_id and ts.term = e.term;
+    end if;
+
+    update pgfunnel.index_version v
+       set chunk_count = v.chunk_count - s.n,
+           total_length = v.total_length - s.total
+      from (select g.index_version_id, count(*) as n, sum(g.length) as total
+              from gone_lexical g
+             group by 1) s
+     where v.id = s.index_version_id;
+    return null;
+end
+$$;
+
+create or replace trigger lexical_deleted
+    after delete on pgfunnel.lexical
+    referencing old table as gone_lexical
+    for each statement execute function pgfunnel._lexical_deleted();
+
+-- remove chunks and everything indexed for them in every version: their lexical rows and
+-- embeddings cascade, and the trigger above takes the lexical rows out of the postings and
+-- statistics (once for the whole statement: Postgres collects a cascade's rows into one
+-- transition table)
 create or replace function pgfunnel._remove_chunks(chunk_ids bigint[])
 returns integer
 language plpgsql
@@ -79,33 +140,6 @@ as $$
 declare
     removed integer;
 begin
-    with gone as (
-        select * from pgfunnel._chunk_terms(chunk_ids)
-    ),
-    dropped_postings as (
-        delete from pgfunnel.posting p
-         using gone g
-         where p.index_version_id = g.index_version_id and p.term = g.term
-           and p.chunk_id = g.chunk_id
-    )
-    update pgfunnel.term_stat ts
-       set df = ts.df - g.n
-      from (select g.index_version_id, g.term, count(*) as n
-              from gone g
-             group by 1, 2
-             order by 1, 2) g
-     where ts.index_version_id = g.index_version_id and ts.term = g.term;
-    delete from pgfunnel.term_stat ts where ts.df <= 0;
-
-    update pgfunnel.index_version v
-       set chunk_count = v.chunk_count - s.n,
-           total_length = v.total_length - s.total
-      from (select l.index_version_id, count(*) as n, sum(l.length) as total
-              from pgfunnel.lexical l
-             where l.chunk_id = any (chunk_ids)
-             group by 1) s
-     where v.id = s.index_version_id;
-
     delete from pgfunnel.chunk c where c.id = any (chunk_ids);
     get diagnostics removed = row_count;
     return removed;

@@ -172,6 +172,40 @@ def test_statistics_exact_through_replace_and_delete(conn: psycopg.Connection[An
     assert all(n > 0 for n in stored[0].values())  # no zero-df rows left behind
 
 
+def _orphan_postings(conn: psycopg.Connection[Any]) -> int:
+    return int(conn.execute(
+        "select count(*) from pgfunnel.posting p where not exists (select 1 from "
+        "pgfunnel.lexical l where l.index_version_id = p.index_version_id "
+        "and l.chunk_id = p.chunk_id)").fetchone()[0])
+
+
+def test_plain_deletes_keep_statistics_exact(conn: psycopg.Connection[Any]) -> None:
+    # a web app deleting rows itself (SQL or an ORM) rather than through pgfunnel
+    docs, vocab = _zipf_corpus(80, seed=8, mean_words=40)
+    ingest(conn, docs)
+    conn.execute("delete from pgfunnel.document where citekey = any(%s)",
+                 ([d.citekey for d in docs[:10]],))
+    assert _stored(conn, "t") == _recount(conn, "t")
+    assert _orphan_postings(conn) == 0
+    conn.execute("delete from pgfunnel.chunk where id = (select min(id) from pgfunnel.chunk)")
+    assert _stored(conn, "t") == _recount(conn, "t")
+    # inside a transaction that rolls back, nothing changes
+    before = _stored(conn, "t")
+    with pytest.raises(RuntimeError), conn.transaction():
+        conn.execute("delete from pgfunnel.document where citekey = %s", (docs[20].citekey,))
+        assert _stored(conn, "t") == _recount(conn, "t") != before
+        raise RuntimeError("roll back")
+    assert _stored(conn, "t") == before == _recount(conn, "t")
+    ref = Reference(conn, "t")
+    for q in _queries(vocab):
+        terms = set(_terms(conn, q, True))
+        assert_matches(ref, leg(conn, "t", q, 20), terms, 20)
+    # a term whose every chunk went leaves no zero-df row behind
+    conn.execute("delete from pgfunnel.document")
+    assert _stored(conn, "t") == (Counter(), 0, 0)
+    assert _orphan_postings(conn) == 0
+
+
 def test_scores_stay_exact_as_the_average_length_drifts(conn: psycopg.Connection[Any]) -> None:
     short, vocab = _zipf_corpus(200, seed=3, mean_words=30)
     ingest(conn, short)
