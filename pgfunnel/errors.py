@@ -114,6 +114,7 @@ _SQLSTATE_MAP: dict[str, type[PgfunnelError]] = {
     "55P03": ConflictError,  # lock_not_available
     "P0002": NotFoundError,  # no_data_found
     "23505": ConflictError,  # unique_violation
+    "55000": ConflictError,  # object_not_in_prerequisite_state (version state, indexed column)
 }
 
 

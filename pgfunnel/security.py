@@ -34,7 +34,8 @@ RLS_TABLES = ("document", "chunk", "embedding", "lexical", "posting", "search_lo
 #: tables a reader needs to read that hold no per-document content
 SHARED_TABLES = ("collection", "index_version", "term_stat", "qrel")
 #: functions only writers may run (they modify index data)
-WRITER_ONLY_FUNCTIONS = ("_bm25_add", "_remove_chunks", "_lexical_deleted")
+WRITER_ONLY_FUNCTIONS = ("_bm25_add", "_remove_chunks", "_lexical_deleted",
+                         "_indexed_update_refused")
 #: functions shipped without `set search_path` so Postgres inlines them (sql/020_bm25.sql,
 #: sql/030_legs.sql)
 UNPINNED_BY_DESIGN = ("pgfunnel._bm25_idf(bigint,bigint)",

@@ -127,6 +127,42 @@ create or replace trigger lexical_deleted
     referencing old table as gone_lexical
     for each statement execute function pgfunnel._lexical_deleted();
 
+-- refuse to change in place what a chunk's postings, statistics and vectors were made
+-- from: its text, and which document and collection it belongs to. Search would go on
+-- matching the old words. Ingest never updates these; it replaces a changed document's
+-- chunks whole, index rows included.
+create or replace function pgfunnel._indexed_update_refused()
+returns trigger
+language plpgsql
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+begin
+    raise exception using
+        errcode = '55000',
+        message = format('%s %s: %s is indexed and cannot be updated in place',
+                         tg_table_name, old.id,
+                         case when tg_table_name = 'document' then 'its collection'
+                              else 'its text, document or collection' end),
+        hint = 're-ingest the document (pgfunnel ingest, or Ingester.ingest), which '
+               'replaces its chunks and their index rows together';
+end
+$$;
+
+create or replace trigger chunk_indexed_columns
+    before update of text, document_id, collection_id on pgfunnel.chunk
+    for each row
+    when (old.text is distinct from new.text
+          or old.document_id is distinct from new.document_id
+          or old.collection_id is distinct from new.collection_id)
+    execute function pgfunnel._indexed_update_refused();
+
+create or replace trigger document_collection
+    before update of collection_id on pgfunnel.document
+    for each row
+    when (old.collection_id is distinct from new.collection_id)
+    execute function pgfunnel._indexed_update_refused();
+
 -- remove chunks and everything indexed for them in every version: their lexical rows and
 -- embeddings cascade, and the trigger above takes the lexical rows out of the postings and
 -- statistics (once for the whole statement: Postgres collects a cascade's rows into one

@@ -65,7 +65,8 @@ $$;
 -- the owner (and superusers) can call the functions.
 do $$
 declare
-    writer_only text[] := array['_bm25_add', '_remove_chunks', '_lexical_deleted'];
+    writer_only text[] := array['_bm25_add', '_remove_chunks', '_lexical_deleted',
+                                '_indexed_update_refused'];
     f record;
     has_reader boolean := exists (select 1 from pg_catalog.pg_roles where rolname = 'pgfunnel_reader');
     has_writer boolean := exists (select 1 from pg_catalog.pg_roles where rolname = 'pgfunnel_writer');

@@ -206,6 +206,37 @@ def test_plain_deletes_keep_statistics_exact(conn: psycopg.Connection[Any]) -> N
     assert _orphan_postings(conn) == 0
 
 
+def test_indexed_columns_are_not_updated_in_place(conn: psycopg.Connection[Any]) -> None:
+    from pgfunnel.errors import ConflictError, translate
+
+    docs, _ = _zipf_corpus(20, seed=9, mean_words=30)
+    ingest(conn, docs)
+    before = _stored(conn, "t")
+    chunk_id, text = conn.execute("select id, text from pgfunnel.chunk order by id limit 1"
+                                  ).fetchone()
+    refused = [("update pgfunnel.chunk set text = 'entirely new words' where id = %s",
+                (chunk_id,)),
+               ("update pgfunnel.chunk set document_id = (select max(id) from "
+                "pgfunnel.document) where id = %s", (chunk_id,)),
+               ("update pgfunnel.document set collection_id = (select max(id) + 1 from "
+                "pgfunnel.collection) where id = (select min(id) from pgfunnel.document)", None)]
+    for statement, params in refused:
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as exc:
+            conn.execute(statement, params)
+        err = translate(exc.value)
+        assert isinstance(err, ConflictError)
+        assert "cannot be updated in place" in str(err)
+        assert "re-ingest" in (exc.value.diag.message_hint or "")
+    # what the index was not made from stays editable, and a no-op write of the text passes
+    conn.execute("update pgfunnel.chunk set heading = 'Renamed', text = text where id = %s",
+                 (chunk_id,))
+    conn.execute("update pgfunnel.document set title = 'Renamed', readers = '{bob}' "
+                 "where id = (select min(id) from pgfunnel.document)")
+    assert conn.execute("select text from pgfunnel.chunk where id = %s",
+                        (chunk_id,)).fetchone()[0] == text
+    assert _stored(conn, "t") == before
+
+
 def test_scores_stay_exact_as_the_average_length_drifts(conn: psycopg.Connection[Any]) -> None:
     short, vocab = _zipf_corpus(200, seed=3, mean_words=30)
     ingest(conn, short)
