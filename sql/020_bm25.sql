@@ -44,17 +44,21 @@ begin
     if cardinality(terms) <> cardinality(dfs) then
         perform pgfunnel._bad_parameter('dfs', 'must have one count per term');
     end if;
-    -- term rows are locked in term order so concurrent writers cannot deadlock
+    -- The version row first: every writer of a version's statistics (this, and the
+    -- deletion trigger below) locks it before any term row, so writers of one version
+    -- queue on it instead of deadlocking over term rows taken in different orders (a
+    -- transaction that deletes chunks and then adds postings, as ingest's replacement
+    -- does, would otherwise hold the version row while it waits for a term row).
+    update pgfunnel.index_version v
+       set chunk_count = v.chunk_count + n_chunks,
+           total_length = v.total_length + _bm25_add.total_length
+     where v.id = version_id;
+
     insert into pgfunnel.term_stat as ts (index_version_id, term, df)
     select version_id, t.term, t.df
       from unnest(terms, dfs) as t(term, df)
      order by t.term collate "C"
     on conflict (index_version_id, term) do update set df = ts.df + excluded.df;
-
-    update pgfunnel.index_version v
-       set chunk_count = v.chunk_count + n_chunks,
-           total_length = v.total_length + _bm25_add.total_length
-     where v.id = version_id;
 end
 $$;
 
@@ -74,6 +78,12 @@ declare
     emptied_versions integer[];
     emptied_terms text[];
 begin
+    -- the versions' rows first, in id order: see _bm25_add
+    perform 1 from pgfunnel.index_version v
+     where v.id in (select g.index_version_id from gone_lexical g)
+     order by v.id
+       for update;
+
     with gone as (
         select g.index_version_id, g.chunk_id, t.term
           from gone_lexical g
@@ -86,12 +96,10 @@ begin
          where p.index_version_id = g.index_version_id and p.term = g.term
            and p.chunk_id = g.chunk_id
     ),
-    -- term rows are updated in term order ("C", as _bm25_add locks them): no deadlock
     counted as (
         select g.index_version_id, g.term, count(*) as n
           from gone g
          group by 1, 2
-         order by g.index_version_id, g.term collate "C"
     ),
     lowered as (
         update pgfunnel.term_stat ts
