@@ -70,7 +70,14 @@ class SearchParams:
                                   "must not be None; pass [] for public documents only")
             if isinstance(p, str):
                 raise ConfigError("principals", "must be a list of strings, not one string")
+            if any(x is None for x in p):
+                # a caller's missing identity, not a principal named "None"
+                raise ConfigError("principals", f"must not contain None, got {list(p)!r}")
             kwargs["principals"] = tuple(str(x) for x in p)
+        mf = kwargs.get("metadata_filter")
+        if mf is not None and not isinstance(mf, Mapping):
+            raise ConfigError("metadata_filter",
+                              f"must be a mapping (a JSON object) or None, got {type(mf).__name__}")
         if "weights" in kwargs:
             kwargs["weights"] = tuple(float(w) for w in kwargs["weights"])
         params = cls(**kwargs)

@@ -6,8 +6,10 @@
 -- funnel_search() is exactly final(candidates()) with no rerank in between.
 
 -- check the search parameters shared by candidates() and final(); errors name the parameter
+drop function if exists pgfunnel._check_search_params(integer, text[], integer, integer);
 create or replace function pgfunnel._check_search_params(
-    k integer, principals text[], overfetch integer, per_source_cap integer)
+    k integer, principals text[], overfetch integer, per_source_cap integer,
+    metadata_filter jsonb)
 returns void
 language plpgsql immutable
 security invoker
@@ -21,6 +23,20 @@ begin
         -- NULL must never mean "everyone": passing no principals ('{}') means public only
         raise exception using errcode = '22004',
             message = 'principals: must not be NULL; pass ''{}'' to see public documents only';
+    end if;
+    if array_position(principals, null) is not null then
+        -- a NULL among them is a caller's missing identity, not a principal to match
+        raise exception using errcode = '22004',
+            message = format('principals: must not contain NULL, got %s', principals);
+    end if;
+    if metadata_filter is not null and jsonb_typeof(metadata_filter) <> 'object' then
+        -- a document's metadata is an object, which never contains an array, a scalar or
+        -- JSON null: such a filter would silently hide everything
+        perform pgfunnel._bad_parameter('metadata_filter',
+            format('must be a JSON object (or SQL NULL for no filter), got %s',
+                   case when jsonb_typeof(metadata_filter) = 'null' then 'JSON null'
+                        else format('a JSON %s: %s', jsonb_typeof(metadata_filter),
+                                    metadata_filter) end));
     end if;
     if overfetch is null or overfetch < 1 or overfetch > 100 then
         perform pgfunnel._bad_parameter('overfetch', format('must be between 1 and 100, got %s', coalesce(overfetch::text, 'NULL')));
@@ -76,7 +92,8 @@ declare
     d_sd double precision;
     all_visible boolean;
 begin
-    perform pgfunnel._check_search_params(k, principals, overfetch, per_source_cap);
+    perform pgfunnel._check_search_params(k, principals, overfetch, per_source_cap,
+                                              metadata_filter);
     if query_text is null and query_embedding is null then
         perform pgfunnel._bad_parameter('query_text',
             'query_text and query_embedding are both NULL; give at least one');
@@ -89,7 +106,8 @@ begin
         perform pgfunnel._bad_parameter('fusion',
             format('unknown fusion %L (use rrf, minmax or zscore)', fusion));
     end if;
-    if rrf_k is null or not (rrf_k > 0) or rrf_k = 'Infinity'::float8 then
+    -- NaN sorts above every number in Postgres, so it passes `> 0` and is named here
+    if rrf_k is null or not (rrf_k > 0) or rrf_k in ('Infinity'::float8, 'NaN'::float8) then
         perform pgfunnel._bad_parameter('rrf_k', format('must be a positive number, got %s', coalesce(rrf_k::text, 'NULL')));
     end if;
     if weights is null or cardinality(weights) <> 2 or array_ndims(weights) <> 1
@@ -346,7 +364,7 @@ declare
     version_id integer;
     log_id bigint;
 begin
-    perform pgfunnel._check_search_params(k, principals, 1, per_source_cap);
+    perform pgfunnel._check_search_params(k, principals, 1, per_source_cap, metadata_filter);
     if coalesce(cardinality(fused_ranks), 0) <> n or coalesce(cardinality(fused_scores), 0) <> n
        or coalesce(cardinality(lexical_ranks), 0) <> n or coalesce(cardinality(lexical_scores), 0) <> n
        or coalesce(cardinality(dense_ranks), 0) <> n or coalesce(cardinality(dense_scores), 0) <> n
@@ -489,7 +507,8 @@ begin
         -- joined to their text and document (the cap needs just each chunk's document).
         -- Same rows as final(candidates()) (tested); 5 - 6% of a search on pydocs.
         -- The check comes first because `limit 0` would never run _pool, which checks.
-        perform pgfunnel._check_search_params(k, principals, overfetch, per_source_cap);
+        perform pgfunnel._check_search_params(k, principals, overfetch, per_source_cap,
+                                              metadata_filter);
         return query
         with pool as (
             select u.pos::integer as pos, u.id, u.lr, u.ls, u.dr, u.ds, u.fr, u.fs,

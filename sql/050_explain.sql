@@ -60,7 +60,8 @@ declare
     ahead integer;
     q_terms text[];
 begin
-    perform pgfunnel._check_search_params(k, principals, overfetch, per_source_cap);
+    perform pgfunnel._check_search_params(k, principals, overfetch, per_source_cap,
+                                          metadata_filter);
     if explain.chunk_id is null then
         perform pgfunnel._bad_parameter('chunk_id', 'must not be NULL');
     end if;

@@ -20,7 +20,7 @@ from psycopg.types.json import Jsonb
 
 from pgfunnel import schema
 from pgfunnel.db import connect
-from pgfunnel.errors import AccessError, PgfunnelError
+from pgfunnel.errors import AccessError, ConfigError, PgfunnelError
 from pgfunnel.search import Funnel
 
 QUERY = "refund monthly plan invoice"
@@ -210,6 +210,11 @@ def test_null_principals_is_an_error(plain_db: str) -> None:
             conn.execute("select * from funnel_search(%s, principals => null)", (QUERY,))
         with pytest.raises(PgfunnelError):
             _funnel(conn).search(QUERY, principals=None)
+        # a None among them is a caller's missing identity, not a principal named "None"
+        with pytest.raises(ConfigError, match="principals: must not contain None"):
+            _funnel(conn).search(QUERY, principals=["alice", None])
+        with pytest.raises(ConfigError, match="metadata_filter"):
+            _funnel(conn).search(QUERY, principals=[], metadata_filter=["billing"])
         empty = conn.execute("select citekey from funnel_search(%s, principals => '{}')",
                              (QUERY,)).fetchall()
         assert empty and "secret" not in [r[0] for r in empty]

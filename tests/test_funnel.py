@@ -10,6 +10,7 @@ import numpy as np
 import psycopg
 import pytest
 from funnel_util import active, doc, ingest
+from psycopg.types.json import Jsonb
 
 DIMS = 16
 RESULT = ("chunk_id, citekey, title, heading, text, ordinal, metadata, lexical_rank, "
@@ -101,7 +102,10 @@ def test_one_leg_searches(conn: psycopg.Connection[Any], corpus: Any) -> None:
 BAD = [
     ({"k": 0}, "k"), ({"fusion": "x"}, "fusion"), ({"weights": [1.0]}, "weights"),
     ({"weights": [1.0, 1.0, 1.0]}, "weights"), ({"weights": [-1.0, 1.0]}, "weights"),
-    ({"rrf_k": 0.0}, "rrf_k"), ({"rrf_k": -5.0}, "rrf_k"), ({"overfetch": 0}, "overfetch"),
+    ({"rrf_k": 0.0}, "rrf_k"), ({"rrf_k": -5.0}, "rrf_k"), ({"rrf_k": float("nan")}, "rrf_k"),
+    ({"metadata_filter": Jsonb([1, 2])}, "metadata_filter"),
+    ({"metadata_filter": Jsonb("billing")}, "metadata_filter"),
+    ({"metadata_filter": Jsonb(None)}, "metadata_filter"), ({"overfetch": 0}, "overfetch"),
     ({"per_source_cap": 0}, "per_source_cap"), ({"ef_search": 0}, "ef_search"),
     ({"k1": -1.0}, "k1"), ({"b": 2.0}, "b"), ({"lexical_depth": 0}, "lexical_depth"),
 ]
@@ -130,6 +134,10 @@ def test_other_bad_inputs_name_the_problem(conn: psycopg.Connection[Any], corpus
         conn.execute("select * from funnel_search('zephyr', null, 5, collection => 't', "
                      "principals => null)")
     assert nul.value.diag.message_primary.startswith("principals:")
+    for principals in (["alice", None], [None]):
+        with pytest.raises(psycopg.errors.NullValueNotAllowed) as nul_elem:
+            _search(conn, "zephyr", None, principals=principals)
+        assert nul_elem.value.diag.message_primary.startswith("principals: must not contain NULL")
     with pytest.raises(psycopg.errors.InvalidParameterValue) as both:
         _search(conn, None, None)
     assert both.value.diag.message_primary.startswith("query_text:")
