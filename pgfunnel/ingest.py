@@ -40,6 +40,7 @@ from pgfunnel.sources import (
     EMBED_TEXT_ALONE,
     ChunkRecord,
     DocumentRecord,
+    check_record,
     chunk_text,
     embedding_input,
     version_embed_input,
@@ -835,6 +836,9 @@ class Ingester:
         batch_chunks = 0
         seen: set[str] = set()
         for rec in records:
+            # a DocumentRecord built in Python gets the checks a JSONL line gets, before
+            # its batch is written (a None reader used to surface as a TypeError)
+            check_record(rec, f"document {len(seen) + 1} (citekey {rec.citekey!r})")
             if rec.citekey in seen:
                 raise InvalidInputError(f"citekey {rec.citekey!r} appears twice in this ingest")
             seen.add(rec.citekey)

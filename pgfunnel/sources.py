@@ -14,7 +14,7 @@ import hashlib
 import json
 import re
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,6 +85,35 @@ def _check_text(value: str, name: str, where: str) -> str:
     return value
 
 
+def check_record(rec: DocumentRecord, where: str) -> None:
+    """The checks every record passes before it is written, however it was made (a JSONL
+    line, a file, or a DocumentRecord built in Python); errors name the place and field."""
+    if not isinstance(rec.citekey, str) or not rec.citekey.strip():
+        raise InvalidDocumentError(f"{where}: missing or empty 'citekey'")
+    if not isinstance(rec.text, str) or not rec.text.strip():
+        raise InvalidDocumentError(f"{where}: missing or empty 'text'")
+    if not isinstance(rec.title, str):
+        raise InvalidDocumentError(f"{where}: 'title' must be a string")
+    if not isinstance(rec.metadata, Mapping):
+        raise InvalidDocumentError(f"{where}: 'metadata' must be an object (a mapping)")
+    if not isinstance(rec.readers, (list, tuple)) or \
+            not all(isinstance(r, str) and r for r in rec.readers):
+        raise InvalidDocumentError(f"{where}: 'readers' must be a list of non-empty strings")
+    for name in ("tenant", "language"):
+        value = getattr(rec, name)
+        if value is not None and not isinstance(value, str):
+            raise InvalidDocumentError(f"{where}: '{name}' must be a string or null")
+    for name in ("valid_from", "valid_to"):
+        if getattr(rec, name) is not None and not isinstance(getattr(rec, name), dt.datetime):
+            raise InvalidDocumentError(f"{where}: '{name}' must be a datetime or null")
+    if rec.valid_from and rec.valid_to and rec.valid_to <= rec.valid_from:
+        raise InvalidDocumentError(f"{where}: valid_to must be after valid_from")
+    for name, value in (("citekey", rec.citekey), ("text", rec.text), ("title", rec.title),
+                        ("tenant", rec.tenant or ""), ("language", rec.language or ""),
+                        *(("readers", r) for r in rec.readers)):
+        _check_text(value, name, where)
+
+
 def record_from_dict(obj: Any, where: str) -> DocumentRecord:
     """Validate one JSON object into a DocumentRecord; errors name the place and field."""
     if not isinstance(obj, dict):
@@ -120,8 +149,7 @@ def record_from_dict(obj: Any, where: str) -> DocumentRecord:
         valid_from=_parse_time(obj.get("valid_from"), "valid_from", where),
         valid_to=_parse_time(obj.get("valid_to"), "valid_to", where),
     )
-    if rec.valid_from and rec.valid_to and rec.valid_to <= rec.valid_from:
-        raise InvalidDocumentError(f"{where}: valid_to must be after valid_from")
+    check_record(rec, where)
     return rec
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 import json
 from pathlib import Path
@@ -172,6 +173,30 @@ def test_duplicate_citekey_in_one_ingest_is_refused(conn: psycopg.Connection[Any
     recs = [DocumentRecord("same", "one"), DocumentRecord("same", "two")]
     with pytest.raises(InvalidInputError, match="twice"):
         Ingester(conn, "c").ingest(recs, vectors=_random_vectors(recs))
+    assert _counts(conn) == (0, 0, 0, 0)
+
+
+BAD_RECORDS = [
+    (DocumentRecord("  ", "text"), "missing or empty 'citekey'"),
+    (DocumentRecord("k", "   "), "missing or empty 'text'"),
+    (DocumentRecord("k", "nul\x00byte"), "text contains a NUL byte"),
+    (DocumentRecord("k", "text", readers=["alice", None]), "'readers' must be a list"),  # type: ignore[list-item]
+    (DocumentRecord("k", "text", readers=[""]), "'readers' must be a list"),
+    (DocumentRecord("k", "text", metadata=["a"]), "'metadata' must be an object"),  # type: ignore[arg-type]
+    (DocumentRecord("k", "text", tenant=7), "'tenant' must be a string"),  # type: ignore[arg-type]
+    (DocumentRecord("k", "text", valid_from=dt.datetime(2030, 1, 1, tzinfo=dt.UTC),
+                    valid_to=dt.datetime(2020, 1, 1, tzinfo=dt.UTC)),
+     "valid_to must be after valid_from"),
+]
+
+
+@pytest.mark.parametrize("bad,message", BAD_RECORDS, ids=[m for _, m in BAD_RECORDS])
+def test_records_built_in_python_are_checked_like_jsonl_lines(
+        conn: psycopg.Connection[Any], bad: DocumentRecord, message: str) -> None:
+    good = DocumentRecord("fine", "a fine document")
+    with pytest.raises(InvalidDocumentError, match=message) as exc:
+        Ingester(conn, "c").ingest([good, bad], vectors=_random_vectors([good]))
+    assert "document 2" in str(exc.value)
     assert _counts(conn) == (0, 0, 0, 0)
 
 
