@@ -32,6 +32,38 @@ from pgfunnel.errors import ConfigError, InvalidInputError, PgfunnelError, trans
 MAX_QUERY_CHARS = 10_000
 
 
+_INT_PARAMS = frozenset({"k", "overfetch", "per_source_cap", "ef_search"})
+_OPTIONAL_INT_PARAMS = frozenset({"lexical_depth", "dense_depth", "statement_timeout_ms"})
+_FLOAT_PARAMS = frozenset({"rrf_k", "k1", "b"})
+_STR_PARAMS = frozenset({"collection", "fusion"})
+_OPTIONAL_STR_PARAMS = frozenset({"tenant", "language"})
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
+def _checked(name: str, value: Any) -> Any:
+    """A value of the wrong type would reach Postgres as an argument no function takes
+    (a float k), which reads as a missing schema; name the parameter instead. Numpy
+    numbers become Python ones (psycopg does not adapt them)."""
+    if name in _INT_PARAMS or (name in _OPTIONAL_INT_PARAMS and value is not None):
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+            raise ConfigError(name, f"must be an integer, got {type(value).__name__} {value!r}")
+        return int(value)
+    if name in _FLOAT_PARAMS:
+        if not _is_number(value):
+            raise ConfigError(name, f"must be a number, got {type(value).__name__} {value!r}")
+        return float(value)
+    if name in _STR_PARAMS or (name in _OPTIONAL_STR_PARAMS and value is not None):
+        if not isinstance(value, str):
+            what = "a string" if name in _STR_PARAMS else "a string or None"
+            raise ConfigError(name, f"must be {what}, got {type(value).__name__} {value!r}")
+    elif name == "trace" and not isinstance(value, bool):
+        raise ConfigError(name, f"must be True or False, got {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class SearchParams:
     """Every knob of one search; defaults match the SQL functions' defaults."""
@@ -79,7 +111,12 @@ class SearchParams:
             raise ConfigError("metadata_filter",
                               f"must be a mapping (a JSON object) or None, got {type(mf).__name__}")
         if "weights" in kwargs:
-            kwargs["weights"] = tuple(float(w) for w in kwargs["weights"])
+            w = kwargs["weights"]
+            if isinstance(w, (str, bytes)) or not isinstance(w, Sequence) or \
+                    not all(_is_number(x) for x in w):
+                raise ConfigError("weights", f"must be two numbers [lexical, dense], got {w!r}")
+            kwargs["weights"] = tuple(float(x) for x in w)
+        kwargs = {name: _checked(name, value) for name, value in kwargs.items()}
         params = cls(**kwargs)
         if params.statement_timeout_ms is not None and params.statement_timeout_ms < 1:
             raise ConfigError("statement_timeout_ms", "must be a positive number of milliseconds")

@@ -286,3 +286,33 @@ def test_result_fields_are_typed(sample_conn: psycopg.Connection[Any], embedder:
     r = Funnel(sample_conn, embedder=embedder).search("refund", k=1, principals=[]).results[0]
     assert isinstance(r, Result) and r.item_key == f"{r.citekey}#{r.ordinal}"
     assert r.fused_rank >= 1 and (r.lexical_rank is not None or r.dense_rank is not None)
+
+
+@pytest.mark.parametrize("kw,name", [
+    ({"k": 10.5}, "k"), ({"k": "10"}, "k"), ({"k": True}, "k"),
+    ({"overfetch": 2.0}, "overfetch"), ({"lexical_depth": "80"}, "lexical_depth"),
+    ({"rrf_k": "60"}, "rrf_k"), ({"k1": None}, "k1"), ({"fusion": None}, "fusion"),
+    ({"collection": 3}, "collection"), ({"tenant": 5}, "tenant"), ({"trace": 1}, "trace"),
+    ({"weights": ["a", 1]}, "weights"), ({"weights": "11"}, "weights"),
+])
+def test_search_params_of_the_wrong_type_name_the_parameter(kw: dict[str, Any],
+                                                            name: str) -> None:
+    # a float k used to reach Postgres as an argument no function takes, reported as a
+    # missing schema ("run pgfunnel init")
+    from pgfunnel.errors import ConfigError
+    from pgfunnel.search import SearchParams
+
+    with pytest.raises(ConfigError) as exc:
+        SearchParams.build(**kw)
+    assert exc.value.parameter == name
+
+
+def test_search_params_accept_numpy_numbers_and_none_where_optional() -> None:
+    import numpy as np
+
+    from pgfunnel.search import SearchParams
+
+    p = SearchParams.build(k=np.int64(5), rrf_k=np.float32(30), k1=1, lexical_depth=None,
+                           tenant=None, weights=(np.float64(1), 0))
+    assert (p.k, p.rrf_k, p.k1, p.weights) == (5, 30.0, 1.0, (1.0, 0.0))
+    assert type(p.k) is int and type(p.rrf_k) is float
