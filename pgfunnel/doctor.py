@@ -283,6 +283,24 @@ def check_statistics(conn: psycopg.Connection[Any]) -> list[Finding]:
     (TRUNCATE, the trigger disabled, session_replication_role = replica): their lexical
     rows go, their postings and statistics stay."""
     found: list[Finding] = []
+    # the triggers that keep the index true to the rows (sql/020_bm25.sql)
+    triggers = dict(conn.execute(
+        "select t.tgname, t.tgenabled from pg_catalog.pg_trigger t "
+        "where t.tgrelid in ('pgfunnel.lexical'::regclass, 'pgfunnel.chunk'::regclass, "
+        "'pgfunnel.document'::regclass) and not t.tgisinternal").fetchall())
+    for name, guards in (("lexical_deleted", "keeps postings and BM25 statistics exact "
+                          "when chunks are deleted"),
+                         ("chunk_indexed_columns", "refuses in-place updates of indexed "
+                          "chunk text"),
+                         ("document_collection", "refuses moving a document to another "
+                          "collection in place")):
+        state = triggers.get(name)
+        if state is None or state == "D":
+            found.append(Finding(
+                "warning", "statistics",
+                f"trigger {name} ({guards}) is {'missing' if state is None else 'disabled'}: "
+                + ("run `pgfunnel migrate` to install it" if state is None else
+                   f"`alter table ... enable trigger {name}`")))
     rows = conn.execute(
         "select c.name, v.version, v.chunk_count, "
         "       (select count(*) from pgfunnel.lexical l where l.index_version_id = v.id) "
@@ -300,7 +318,7 @@ def check_statistics(conn: psycopg.Connection[Any]) -> list[Finding]:
                 f"Run `pgfunnel reindex -c {name} --activate` to rebuild them"))
     if not found and rows:
         found.append(Finding("info", "statistics",
-                             "BM25 statistics match the indexed chunks"))
+                             "BM25 statistics match the indexed chunks; their triggers are on"))
     return found
 
 

@@ -72,11 +72,17 @@ def test_chunks_deleted_past_the_trigger_are_pointed_to_reindex(sample_db: str) 
         assert [f.level for f in check_statistics(conn)] == ["info"]
         # with the trigger off (as under session_replication_role = replica) they drift
         conn.execute("alter table pgfunnel.lexical disable trigger lexical_deleted")
-        try:
-            conn.execute(delete_one)
-        finally:
-            conn.execute("alter table pgfunnel.lexical enable trigger lexical_deleted")
+        conn.execute(delete_one)
+        off, drift = check_statistics(conn)
+        assert off.level == "warning" and "lexical_deleted" in off.message
+        assert "disabled" in off.message
+        conn.execute("alter table pgfunnel.lexical enable trigger lexical_deleted")
         [finding] = check_statistics(conn)
+        assert finding is not None and finding.message == drift.message
+        conn.execute("drop trigger chunk_indexed_columns on pgfunnel.chunk")
+        missing = [f for f in check_statistics(conn) if "chunk_indexed_columns" in f.message]
+        assert [f.level for f in missing] == ["warning"]
+        assert "pgfunnel migrate" in missing[0].message
     assert finding.level == "warning"
     assert "pgfunnel reindex -c default --activate" in finding.message
 
