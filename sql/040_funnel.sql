@@ -363,6 +363,7 @@ declare
     n integer := coalesce(cardinality(chunk_ids), 0);
     version_id integer;
     log_id bigint;
+    dup_id bigint;
 begin
     perform pgfunnel._check_search_params(k, principals, 1, per_source_cap, metadata_filter);
     if coalesce(cardinality(fused_ranks), 0) <> n or coalesce(cardinality(fused_scores), 0) <> n
@@ -371,6 +372,18 @@ begin
        or (rerank_scores is not null and cardinality(rerank_scores) <> n) then
         perform pgfunnel._bad_parameter('chunk_ids',
             'the pool arrays (ids, ranks, scores, rerank scores) must all have the same length');
+    end if;
+    -- a chunk twice in the pool would come back twice, under two final ranks
+    if array_position(chunk_ids, null) is not null then
+        perform pgfunnel._bad_parameter('chunk_ids', 'must not contain NULL');
+    end if;
+    select u.id into dup_id
+      from unnest(chunk_ids) as u(id)
+     group by u.id
+    having count(*) > 1
+     limit 1;
+    if dup_id is not null then
+        perform pgfunnel._bad_parameter('chunk_ids', format('chunk %s appears more than once', dup_id));
     end if;
     coll_id := pgfunnel._collection_id(collection);
 

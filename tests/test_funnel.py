@@ -91,6 +91,19 @@ def test_funnel_search_equals_final_of_candidates(conn: psycopg.Connection[Any],
         assert all(r[-1] is not None for r in traced)
 
 
+def test_final_refuses_a_pool_with_a_chunk_twice_or_a_null(conn: psycopg.Connection[Any],
+                                                            corpus: Any) -> None:
+    ids = [r[0] for r in conn.execute("select id from pgfunnel.chunk order by id limit 3")]
+    ones = [1.0, 1.0, 1.0]
+    ranks = [1, 2, 3]
+    for pool, message in (([ids[0], ids[0], ids[1]], f"chunk {ids[0]} appears more than once"),
+                          ([None, ids[0], ids[1]], "must not contain NULL")):
+        with pytest.raises(psycopg.errors.InvalidParameterValue) as exc:
+            conn.execute("select * from pgfunnel.final(%s::bigint[], %s, %s, %s, %s, %s, %s, "
+                         "collection => 't')", (pool, ranks, ones, ranks, ones, ranks, ones))
+        assert exc.value.diag.message_primary == f"chunk_ids: {message}"
+
+
 def test_one_leg_searches(conn: psycopg.Connection[Any], corpus: Any) -> None:
     rows = _search(conn, "zephyr", None)
     assert rows and all(r[9] is None and r[7] is not None for r in rows)
