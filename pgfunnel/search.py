@@ -105,6 +105,9 @@ class SearchParams:
             if any(x is None for x in p):
                 # a caller's missing identity, not a principal named "None"
                 raise ConfigError("principals", f"must not contain None, got {list(p)!r}")
+            if any(x == "" for x in p):
+                raise ConfigError("principals",
+                                  f"must not contain an empty string, got {list(p)!r}")
             kwargs["principals"] = tuple(str(x) for x in p)
         mf = kwargs.get("metadata_filter")
         if mf is not None and not isinstance(mf, Mapping):

@@ -29,6 +29,11 @@ begin
         raise exception using errcode = '22004',
             message = format('principals: must not contain NULL, got %s', principals);
     end if;
+    if array_position(principals, '') is not null then
+        -- so is an empty one (no document can name it: ingest refuses empty readers)
+        perform pgfunnel._bad_parameter('principals',
+            format('must not contain an empty string, got %s', principals));
+    end if;
     if metadata_filter is not null and jsonb_typeof(metadata_filter) <> 'object' then
         -- a document's metadata is an object, which never contains an array, a scalar or
         -- JSON null: such a filter would silently hide everything

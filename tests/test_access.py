@@ -213,6 +213,8 @@ def test_null_principals_is_an_error(plain_db: str) -> None:
         # a None among them is a caller's missing identity, not a principal named "None"
         with pytest.raises(ConfigError, match="principals: must not contain None"):
             _funnel(conn).search(QUERY, principals=["alice", None])
+        with pytest.raises(ConfigError, match="principals: must not contain an empty string"):
+            _funnel(conn).search(QUERY, principals=[""])
         with pytest.raises(ConfigError, match="metadata_filter"):
             _funnel(conn).search(QUERY, principals=[], metadata_filter=["billing"])
         empty = conn.execute("select citekey from funnel_search(%s, principals => '{}')",

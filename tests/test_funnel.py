@@ -151,6 +151,9 @@ def test_other_bad_inputs_name_the_problem(conn: psycopg.Connection[Any], corpus
         with pytest.raises(psycopg.errors.NullValueNotAllowed) as nul_elem:
             _search(conn, "zephyr", None, principals=principals)
         assert nul_elem.value.diag.message_primary.startswith("principals: must not contain NULL")
+    with pytest.raises(psycopg.errors.InvalidParameterValue) as empty:
+        _search(conn, "zephyr", None, principals=["alice", ""])
+    assert empty.value.diag.message_primary.startswith("principals: must not contain an empty")
     with pytest.raises(psycopg.errors.InvalidParameterValue) as both:
         _search(conn, None, None)
     assert both.value.diag.message_primary.startswith("query_text:")
