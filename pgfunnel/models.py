@@ -58,7 +58,10 @@ class Collection(Base):
         DateTime(timezone=True), nullable=False, server_default=func.now()
     )
 
-    documents: Mapped[list[Document]] = relationship(back_populates="collection")
+    # the database cascades deletes (and its trigger keeps the BM25 statistics exact);
+    # without passive_deletes the ORM would first try to null the children's foreign key
+    documents: Mapped[list[Document]] = relationship(
+        back_populates="collection", cascade="all, delete-orphan", passive_deletes=True)
 
 
 class Document(Base):
@@ -105,7 +108,8 @@ class Document(Base):
     )
 
     collection: Mapped[Collection] = relationship(back_populates="documents")
-    chunks: Mapped[list[Chunk]] = relationship(back_populates="document")
+    chunks: Mapped[list[Chunk]] = relationship(
+        back_populates="document", cascade="all, delete-orphan", passive_deletes=True)
 
 
 class Chunk(Base):
