@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 from pgfunnel.cli.common import (
     EXIT_GATE,
+    EXIT_USAGE,
     CollectionOption,
     DsnOption,
     JsonOption,
@@ -241,6 +242,32 @@ def drop_cmd(version: VersionArg, collection: CollectionOption = "default",
         out.print(f"version {version} of {collection!r} dropped "
                   f"({info.chunk_count} chunks' rows; its HNSW index {info.index_name} is "
                   f"named by the version's id {info.id}, unique across collections).",
+                  highlight=False)
+
+
+@versions_app.command("drop-collection")
+def drop_collection_cmd(
+    collection: Annotated[str, typer.Argument(help="The collection to drop, whole.")],
+    yes: Annotated[bool, typer.Option("--yes", help="Confirm: every document, chunk, "
+                                                    "version and trace of it goes.")] = False,
+    dsn: DsnOption = None, json_out: JsonOption = False,
+) -> None:
+    """Drop a collection: its documents, chunks, every index version (HNSW indexes and
+    posting partitions included), traces and judged queries."""
+    from pgfunnel import versions
+    from pgfunnel.db import connect
+
+    if not yes:
+        console.print(f"[red]error:[/red] this drops collection {collection!r} and "
+                      "everything in it; pass --yes to confirm", highlight=False)
+        raise typer.Exit(EXIT_USAGE)
+    with handle_errors(), connect(dsn, autocommit=True) as conn:
+        result = versions.drop_collection(conn, collection)
+    if json_out:
+        emit_json(result)
+    else:
+        out.print(f"collection {collection!r} dropped: {result['documents']} documents, "
+                  f"versions {', '.join(map(str, result['versions'])) or 'none'}.",
                   highlight=False)
 
 

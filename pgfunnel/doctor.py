@@ -115,6 +115,26 @@ def check_invalid_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
             for r in rows]
 
 
+def check_orphans(conn: psycopg.Connection[Any]) -> list[Finding]:
+    """Posting partitions and HNSW indexes of index versions that no longer exist: what
+    deleting a collection or version row around pgfunnel leaves behind (no foreign key
+    reaches a table or an index)."""
+    rows = conn.execute(
+        "select c.relname, c.relkind from pg_catalog.pg_class c "
+        "where c.relnamespace = 'pgfunnel'::regnamespace "
+        "and c.relname ~ '^(posting_v|embedding_hnsw_v)[0-9]+$' "
+        "and not exists (select 1 from pgfunnel.index_version v "
+        "                 where v.id = substring(c.relname from '[0-9]+$')::integer) "
+        "order by 1").fetchall()
+    return [Finding("warning", "orphans",
+                    f"{'table' if kind in ('r', 'p') else 'index'} pgfunnel.{name} belongs to "
+                    "no index version (its collection or version was deleted around "
+                    "pgfunnel; `pgfunnel versions drop-collection` and `versions drop` remove "
+                    f"it with them): `drop {'table' if kind in ('r', 'p') else 'index'} "
+                    f"pgfunnel.{name}` frees its space")
+            for name, kind in rows]
+
+
 def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
     """Each collection's active version: an HNSW index that exists, fits the version's
     dimensions and covers exactly its rows; and versions that miss chunks."""
@@ -328,12 +348,13 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("invalid_index", check_invalid_indexes),
     ("active_index", check_active_indexes),
     ("statistics", check_statistics),
+    ("orphans", check_orphans),
     ("index_memory", check_index_memory),
     ("row_security", check_row_security),
     ("security", check_security),
 )
 #: checks that need the pgfunnel schema (skipped, not failed, when it is missing)
-NEEDS_SCHEMA = {"active_index", "statistics", "index_memory", "security"}
+NEEDS_SCHEMA = {"active_index", "statistics", "orphans", "index_memory", "security"}
 
 
 def run_checks(conn: psycopg.Connection[Any],
@@ -371,4 +392,4 @@ def worst(findings: Sequence[Finding]) -> Level | None:
 
 __all__ = ["CHECKS", "Finding", "check_active_indexes", "check_index_memory",
            "check_invalid_indexes", "check_pgvector", "check_row_security", "check_schema",
-           "check_security", "check_statistics", "run_checks", "worst"]
+           "check_orphans", "check_security", "check_statistics", "run_checks", "worst"]

@@ -765,6 +765,32 @@ def drop(conn: psycopg.Connection[Any], collection: str, version: int) -> Versio
     return _db(body)  # type: ignore[no-any-return]
 
 
+def drop_collection(conn: psycopg.Connection[Any], collection: str) -> dict[str, Any]:
+    """Drop a collection whole: each index version's HNSW index and posting partition (what
+    a plain DELETE of the collection row would leave behind), then its documents, chunks,
+    traces and judged queries. Refuses while a reindex of it runs. Autocommit connection."""
+    def body() -> dict[str, Any]:
+        coll_id = require_collection(conn, collection)
+        with writer_lock(conn, collection):
+            infos = _versions(conn, coll_id)
+            for info in infos:
+                drop_version_rows(conn, info.id)
+            with conn.transaction():
+                # an ingest of the collection finishes its batch first
+                conn.execute("select pg_advisory_xact_lock(hashtext('pgfunnel:ingest:' || %s))",
+                             (collection,))
+                row = conn.execute("select count(*) from pgfunnel.document "
+                                   "where collection_id = %s", (coll_id,)).fetchone()
+                conn.execute("delete from pgfunnel.collection where id = %s", (coll_id,))
+        return {"collection": collection, "versions": [i.version for i in infos],
+                "documents": int(row[0]) if row else 0}
+
+    if not conn.autocommit:
+        raise ConfigError("conn", "drop_collection needs an autocommit connection "
+                                  "(DROP INDEX CONCURRENTLY)")
+    return _db(body)  # type: ignore[no-any-return]
+
+
 # -- compare -------------------------------------------------------------------------
 
 @contextmanager

@@ -337,3 +337,52 @@ def test_reindex_sizes_maintenance_work_mem_unless_given(sample_db: str) -> None
         assert not [n for n in seen if "maintenance_work_mem" in n], seen
         # the concurrent build's session setting is put back afterwards
         assert conn.execute("show maintenance_work_mem").fetchone() == ("64kB",)
+
+
+def _relations(conn: psycopg.Connection[Any], version_id: int) -> list[str]:
+    return [r[0] for r in conn.execute(
+        "select c.relname from pg_class c where c.relnamespace = 'pgfunnel'::regnamespace "
+        "and c.relname in (%s, %s) order by 1",
+        (f"posting_v{version_id}", f"embedding_hnsw_v{version_id}")).fetchall()]
+
+
+def test_drop_collection_takes_its_tables_and_indexes_too(db: str) -> None:
+    from funnel_util import doc, ingest
+    from pgfunnel.cli.main import app
+
+    from pgfunnel.doctor import check_orphans
+
+    with connect(db, autocommit=True) as conn:
+        ingest(conn, [doc(f"a{i}", f"alpha text number {i}") for i in range(5)], collection="a")
+        ingest(conn, [doc(f"b{i}", f"beta text number {i}") for i in range(5)], collection="b")
+        vid_a, vid_b = (int(conn.execute(
+            "select v.id from pgfunnel.index_version v join pgfunnel.collection c "
+            "on c.id = v.collection_id where c.name = %s", (name,)).fetchone()[0])
+            for name in ("a", "b"))
+        assert len(_relations(conn, vid_a)) == 2
+
+        # the CLI asks for confirmation first
+        runner = CliRunner()
+        refused = runner.invoke(app, ["versions", "drop-collection", "a", "--dsn", db])
+        assert refused.exit_code == 2 and "--yes" in refused.output
+        done = runner.invoke(app, ["versions", "drop-collection", "a", "--yes", "--dsn", db,
+                                   "--json"])
+        assert done.exit_code == 0, done.output
+        assert json.loads(done.stdout) == {"collection": "a", "versions": [1], "documents": 5}
+
+        assert _relations(conn, vid_a) == []
+        assert conn.execute("select count(*) from pgfunnel.document d join "
+                            "pgfunnel.collection c on c.id = d.collection_id "
+                            "where c.name = 'a'").fetchone() == (0,)
+        assert check_orphans(conn) == []
+        # the other collection is untouched and searchable
+        assert conn.execute("select count(*) from funnel_search('beta', null, 5, "
+                            "collection => 'b')").fetchone() == (5,)
+
+        # a plain DELETE of a collection row leaves its partition and graph index behind,
+        # which doctor names
+        conn.execute("delete from pgfunnel.collection where name = 'b'")
+        found = check_orphans(conn)
+        assert sorted(f.message.split()[1] for f in found) == \
+            sorted(f"pgfunnel.{r}" for r in _relations(conn, vid_b))
+        assert len(found) == 2 and all(f.level == "warning" for f in found)
