@@ -64,3 +64,48 @@ def test_writers_of_one_version_queue_on_its_row(db: str, conn: psycopg.Connecti
         second.commit()
     assert _stored(conn, "t") == _recount(conn, "t")
     assert {r[0] for r in conn.execute("select citekey from pgfunnel.document")} == {"d2", "d3"}
+
+
+def test_plain_deletes_beside_an_ingest_that_replaces(db: str,
+                                                      conn: psycopg.Connection[Any]) -> None:
+    # an ingest's replacement deletes chunks and then adds postings in one transaction; a
+    # web app deletes other documents meanwhile. Both lock the version row first.
+    from pgfunnel.ingest import Ingester
+
+    rng = random.Random(12)
+    vocab = [f"t{i}x" for i in range(60)]
+    docs = [doc(f"d{i}", " ".join(rng.sample(vocab, 45))) for i in range(200)]
+    vectors = ingest(conn, docs)
+    errors: list[BaseException] = []
+    start = threading.Barrier(2)
+
+    def reingest() -> None:
+        try:
+            with connect(db, autocommit=True) as c:
+                start.wait()
+                for i in range(0, 100, 5):
+                    changed = [doc(d.citekey, " ".join(rng.sample(vocab, 45)))
+                               for d in docs[i:i + 5]]
+                    Ingester(c, "t", batch_documents=5, prepare_ahead=False).ingest(
+                        changed, vectors={d.citekey: vectors[d.citekey] for d in changed})
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    def delete() -> None:
+        try:
+            with connect(db, autocommit=True) as c:
+                start.wait()
+                for i in range(100, 190, 3):
+                    c.execute("delete from pgfunnel.document where citekey = any(%s)",
+                              ([d.citekey for d in docs[i:i + 3]],))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reingest), threading.Thread(target=delete)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert _stored(conn, "t") == _recount(conn, "t")
+    assert conn.execute("select count(*) from pgfunnel.document").fetchone() == (110,)
