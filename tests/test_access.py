@@ -448,6 +448,22 @@ def test_app_role_cannot_write_or_disable_rls(app_conn: psycopg.Connection[Any])
     assert AccessError  # the API maps 42501 to AccessError (errors.translate)
 
 
+def test_writer_role_plain_delete_keeps_statistics_under_rls(rls_db: str) -> None:
+    # the deletion trigger runs as the deleting writer, under the writer's all-rows policy
+    from test_bm25 import _orphan_postings
+    from test_ingest import assert_stats_exact
+
+    writer = create_app_role(rls_db, writer=True)
+    with connect(writer, autocommit=True) as conn:
+        gone = conn.execute("delete from pgfunnel.document where citekey = "
+                            "(select min(citekey) from pgfunnel.document) returning citekey"
+                            ).fetchall()
+        assert len(gone) == 1
+    with connect(rls_db, autocommit=True) as conn:
+        assert _orphan_postings(conn) == 0
+        assert_stats_exact(conn)
+
+
 # -- ORM and the example web app ---------------------------------------------------------
 
 @pytest.mark.parametrize("mode", ["plain", "rls"])

@@ -1,10 +1,12 @@
-"""Plain DELETEs from two sessions at once: the deletion trigger locks term rows in one
-order, so concurrent deleters wait for each other instead of deadlocking."""
+"""Plain DELETEs from two sessions at once, and beside an ingest: every writer of a
+version's statistics locks the version row before any term row, so concurrent writers
+wait for each other instead of deadlocking."""
 
 from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -14,6 +16,37 @@ from test_bm25 import _recount, _stored
 
 from pgfunnel.db import connect
 
+Job = Callable[[psycopg.Connection[Any]], None]
+
+
+def _together(db: str, *jobs: Job) -> list[BaseException]:
+    """Run each job on a connection of its own, all starting at once; what they raised."""
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(jobs))
+
+    def run(job: Job) -> None:
+        try:
+            with connect(db, autocommit=True) as c:
+                start.wait()
+                job(c)
+        except BaseException as exc:  # noqa: BLE001 - reported by the caller
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(job,)) for job in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
+def _deleter(keys: list[str], per_statement: int) -> Job:
+    def job(c: psycopg.Connection[Any]) -> None:
+        for i in range(0, len(keys), per_statement):
+            c.execute("delete from pgfunnel.document where citekey = any(%s)",
+                      (keys[i:i + per_statement],))
+    return job
+
 
 def test_concurrent_plain_deletes_neither_deadlock_nor_drift(db: str,
                                                              conn: psycopg.Connection[Any]) -> None:
@@ -22,31 +55,35 @@ def test_concurrent_plain_deletes_neither_deadlock_nor_drift(db: str,
     # every document holds most of the vocabulary, so two deletes share most term rows
     docs = [doc(f"d{i}", " ".join(rng.sample(vocab, 45))) for i in range(240)]
     ingest(conn, docs)
-    errors: list[BaseException] = []
-    start = threading.Barrier(2)
-
-    def deleter(keys: list[str]) -> None:
-        try:
-            with connect(db, autocommit=True) as c:
-                start.wait()
-                for i in range(0, len(keys), 6):
-                    # two documents per statement, in a shuffled order per session
-                    c.execute("delete from pgfunnel.document where citekey = any(%s)",
-                              (keys[i:i + 6],))
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-
     keys = [d.citekey for d in docs]
     rng.shuffle(keys)
-    # 220 of the 240 go; the rest are checked against a recount
-    threads = [threading.Thread(target=deleter, args=(keys[:110],)),
-               threading.Thread(target=deleter, args=(keys[110:220],))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    # 220 of the 240 go, six per statement; the rest are checked against a recount
+    errors = _together(db, _deleter(keys[:110], 6), _deleter(keys[110:220], 6))
     assert not errors, errors
     assert _stored(conn, "t") == _recount(conn, "t")
+
+
+def test_plain_deletes_beside_an_ingest_that_replaces(db: str,
+                                                      conn: psycopg.Connection[Any]) -> None:
+    # an ingest's replacement deletes chunks and then adds postings in one transaction; a
+    # web app deletes other documents meanwhile
+    from pgfunnel.ingest import Ingester
+
+    rng = random.Random(12)
+    vocab = [f"t{i}x" for i in range(60)]
+    docs = [doc(f"d{i}", " ".join(rng.sample(vocab, 45))) for i in range(200)]
+    vectors = ingest(conn, docs)
+
+    def reingest(c: psycopg.Connection[Any]) -> None:
+        for i in range(0, 100, 5):
+            changed = [doc(d.citekey, " ".join(rng.sample(vocab, 45))) for d in docs[i:i + 5]]
+            Ingester(c, "t", batch_documents=5, prepare_ahead=False).ingest(
+                changed, vectors={d.citekey: vectors[d.citekey] for d in changed})
+
+    errors = _together(db, reingest, _deleter([d.citekey for d in docs[100:190]], 3))
+    assert not errors, errors
+    assert _stored(conn, "t") == _recount(conn, "t")
+    assert conn.execute("select count(*) from pgfunnel.document").fetchone() == (110,)
 
 
 def test_writers_of_one_version_queue_on_its_row(db: str, conn: psycopg.Connection[Any]) -> None:
@@ -64,48 +101,3 @@ def test_writers_of_one_version_queue_on_its_row(db: str, conn: psycopg.Connecti
         second.commit()
     assert _stored(conn, "t") == _recount(conn, "t")
     assert {r[0] for r in conn.execute("select citekey from pgfunnel.document")} == {"d2", "d3"}
-
-
-def test_plain_deletes_beside_an_ingest_that_replaces(db: str,
-                                                      conn: psycopg.Connection[Any]) -> None:
-    # an ingest's replacement deletes chunks and then adds postings in one transaction; a
-    # web app deletes other documents meanwhile. Both lock the version row first.
-    from pgfunnel.ingest import Ingester
-
-    rng = random.Random(12)
-    vocab = [f"t{i}x" for i in range(60)]
-    docs = [doc(f"d{i}", " ".join(rng.sample(vocab, 45))) for i in range(200)]
-    vectors = ingest(conn, docs)
-    errors: list[BaseException] = []
-    start = threading.Barrier(2)
-
-    def reingest() -> None:
-        try:
-            with connect(db, autocommit=True) as c:
-                start.wait()
-                for i in range(0, 100, 5):
-                    changed = [doc(d.citekey, " ".join(rng.sample(vocab, 45)))
-                               for d in docs[i:i + 5]]
-                    Ingester(c, "t", batch_documents=5, prepare_ahead=False).ingest(
-                        changed, vectors={d.citekey: vectors[d.citekey] for d in changed})
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-
-    def delete() -> None:
-        try:
-            with connect(db, autocommit=True) as c:
-                start.wait()
-                for i in range(100, 190, 3):
-                    c.execute("delete from pgfunnel.document where citekey = any(%s)",
-                              ([d.citekey for d in docs[i:i + 3]],))
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=reingest), threading.Thread(target=delete)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
-    assert _stored(conn, "t") == _recount(conn, "t")
-    assert conn.execute("select count(*) from pgfunnel.document").fetchone() == (110,)
