@@ -101,8 +101,9 @@ def check_record(rec: DocumentRecord, where: str) -> None:
         raise InvalidDocumentError(f"{where}: 'readers' must be a list of non-empty strings")
     for name in ("tenant", "language"):
         value = getattr(rec, name)
-        if value is not None and not isinstance(value, str):
-            raise InvalidDocumentError(f"{where}: '{name}' must be a string or null")
+        # "" would be a tenant (or language) of its own that no search asks for
+        if value is not None and (not isinstance(value, str) or not value):
+            raise InvalidDocumentError(f"{where}: '{name}' must be a non-empty string or null")
     for name in ("valid_from", "valid_to"):
         if getattr(rec, name) is not None and not isinstance(getattr(rec, name), dt.datetime):
             raise InvalidDocumentError(f"{where}: '{name}' must be a datetime or null")
@@ -137,7 +138,7 @@ def record_from_dict(obj: Any, where: str) -> DocumentRecord:
     language = obj.get("language")
     for name, value in (("tenant", tenant), ("language", language)):
         if value is not None and not isinstance(value, str):
-            raise InvalidDocumentError(f"{where}: '{name}' must be a string or null")
+            raise InvalidDocumentError(f"{where}: '{name}' must be a non-empty string or null")
     rec = DocumentRecord(
         citekey=_check_text(citekey.strip(), "citekey", where),
         text=_check_text(text, "text", where),

@@ -183,7 +183,9 @@ BAD_RECORDS = [
     (DocumentRecord("k", "text", readers=["alice", None]), "'readers' must be a list"),  # type: ignore[list-item]
     (DocumentRecord("k", "text", readers=[""]), "'readers' must be a list"),
     (DocumentRecord("k", "text", metadata=["a"]), "'metadata' must be an object"),  # type: ignore[arg-type]
-    (DocumentRecord("k", "text", tenant=7), "'tenant' must be a string"),  # type: ignore[arg-type]
+    (DocumentRecord("k", "text", tenant=7), "'tenant' must be a non-empty string"),  # type: ignore[arg-type]
+    (DocumentRecord("k", "text", tenant=""), "'tenant' must be a non-empty string"),
+    (DocumentRecord("k", "text", language=""), "'language' must be a non-empty string"),
     (DocumentRecord("k", "text", valid_from=dt.datetime(2030, 1, 1, tzinfo=dt.UTC),
                     valid_to=dt.datetime(2020, 1, 1, tzinfo=dt.UTC)),
      "valid_to must be after valid_from"),
