@@ -79,10 +79,9 @@ def _parse_time(value: Any, name: str, where: str) -> dt.datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
-def _check_text(value: str, name: str, where: str) -> str:
+def _check_text(value: str, name: str, where: str) -> None:
     if "\x00" in value:
         raise InvalidDocumentError(f"{where}: {name} contains a NUL byte")
-    return value
 
 
 def check_record(rec: DocumentRecord, where: str) -> None:
@@ -125,28 +124,15 @@ def record_from_dict(obj: Any, where: str) -> DocumentRecord:
     text = obj.get("text")
     if not isinstance(text, str) or not text.strip():
         raise InvalidDocumentError(f"{where}: missing or empty 'text' (citekey {citekey!r})")
-    title = obj.get("title") or ""
-    metadata = obj.get("metadata") or {}
-    if not isinstance(title, str):
-        raise InvalidDocumentError(f"{where}: 'title' must be a string")
-    if not isinstance(metadata, dict):
-        raise InvalidDocumentError(f"{where}: 'metadata' must be an object")
-    readers = obj.get("readers") or []
-    if not isinstance(readers, list) or not all(isinstance(r, str) and r for r in readers):
-        raise InvalidDocumentError(f"{where}: 'readers' must be a list of non-empty strings")
-    tenant = obj.get("tenant")
-    language = obj.get("language")
-    for name, value in (("tenant", tenant), ("language", language)):
-        if value is not None and not isinstance(value, str):
-            raise InvalidDocumentError(f"{where}: '{name}' must be a non-empty string or null")
+    # the field checks are check_record's, below
     rec = DocumentRecord(
-        citekey=_check_text(citekey.strip(), "citekey", where),
-        text=_check_text(text, "text", where),
-        title=_check_text(title, "title", where),
-        metadata=metadata,
-        tenant=tenant,
-        readers=list(readers),
-        language=language,
+        citekey=citekey.strip(),
+        text=text,
+        title=obj.get("title") or "",
+        metadata=obj.get("metadata") or {},
+        tenant=obj.get("tenant"),
+        readers=obj.get("readers") or [],
+        language=obj.get("language"),
         valid_from=_parse_time(obj.get("valid_from"), "valid_from", where),
         valid_to=_parse_time(obj.get("valid_to"), "valid_to", where),
     )
