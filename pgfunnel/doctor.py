@@ -16,7 +16,12 @@ from typing import Any, Literal
 
 import psycopg
 
-from pgfunnel.ingest import HNSW_VECTOR, version_hnsw_type
+from pgfunnel.ingest import (
+    HNSW_INDEX_PREFIX,
+    HNSW_VECTOR,
+    POSTING_PARTITION_PREFIX,
+    version_hnsw_type,
+)
 from pgfunnel.sources import EMBED_TEXT_ALONE, version_embed_input
 
 Level = Literal["error", "warning", "info"]
@@ -122,10 +127,10 @@ def check_orphans(conn: psycopg.Connection[Any]) -> list[Finding]:
     rows = conn.execute(
         "select c.relname, c.relkind from pg_catalog.pg_class c "
         "where c.relnamespace = 'pgfunnel'::regnamespace "
-        "and c.relname ~ '^(posting_v|embedding_hnsw_v)[0-9]+$' "
+        "and c.relname ~ ('^(' || %s || '|' || %s || ')[0-9]+$') "
         "and not exists (select 1 from pgfunnel.index_version v "
         "                 where v.id = substring(c.relname from '[0-9]+$')::integer) "
-        "order by 1").fetchall()
+        "order by 1", (POSTING_PARTITION_PREFIX, HNSW_INDEX_PREFIX)).fetchall()
     return [Finding("warning", "orphans",
                     f"{'table' if kind in ('r', 'p') else 'index'} pgfunnel.{name} belongs to "
                     "no index version (its collection or version was deleted around "

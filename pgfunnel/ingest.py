@@ -109,8 +109,21 @@ def active_version(conn: psycopg.Connection[Any], coll_id: int) -> ActiveVersion
                          version_embed_input(params or {}))
 
 
+#: the names of a version's HNSW index and posting partition are these plus its id
+HNSW_INDEX_PREFIX = "embedding_hnsw_v"
+POSTING_PARTITION_PREFIX = "posting_v"
+
+
 def hnsw_index_name(version_id: int) -> str:
-    return f"embedding_hnsw_v{version_id}"
+    return f"{HNSW_INDEX_PREFIX}{version_id}"
+
+
+def ingest_lock(conn: psycopg.Connection[Any], collection: str) -> None:
+    """Wait for, then hold until the transaction ends, the collection's writer lock: one
+    ingest batch, delete or version switch of a collection at a time (searches never
+    wait). pgfunnel.activate_version takes the same lock in SQL."""
+    conn.execute("select pg_advisory_xact_lock(hashtext('pgfunnel:ingest:' || %s))",
+                 (collection,))
 
 
 # What the HNSW graph of a version stores, recorded in its params as "hnsw_type".
@@ -473,11 +486,11 @@ def create_version(conn: psycopg.Connection[Any], coll_id: int, model: str, dime
 
 
 def posting_partition_name(version_id: int) -> str:
-    return f"posting_v{version_id}"
+    return f"{POSTING_PARTITION_PREFIX}{version_id}"
 
 
 def posting_index_name(version_id: int) -> str:
-    return f"posting_v{version_id}_key"
+    return f"{posting_partition_name(version_id)}_key"
 
 
 def create_posting_index(conn: psycopg.Connection[Any], version_id: int) -> bool:
@@ -886,10 +899,7 @@ class Ingester:
         self.stats.documents_seen += len(batch)
         try:
             with self.conn.transaction():
-                # one writer per collection at a time; searches are never blocked
-                self.conn.execute(
-                    "select pg_advisory_xact_lock(hashtext('pgfunnel:ingest:' || %s))",
-                    (self.collection,))
+                ingest_lock(self.conn, self.collection)
                 coll, version = self._version()
                 self.stats.index_version = version.version
                 existing = {
@@ -1108,8 +1118,7 @@ def delete_documents(conn: psycopg.Connection[Any], collection: str,
     try:
         with conn.transaction():
             coll = require_collection(conn, collection)
-            conn.execute("select pg_advisory_xact_lock(hashtext('pgfunnel:ingest:' || %s))",
-                         (collection,))
+            ingest_lock(conn, collection)
             conn.execute(
                 "select pgfunnel._remove_chunks(array(select c.id from pgfunnel.chunk c "
                 "join pgfunnel.document d on d.id = c.document_id "

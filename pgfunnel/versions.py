@@ -57,6 +57,7 @@ from pgfunnel.ingest import (
     hnsw_index_name,
     hnsw_key,
     hnsw_type_of,
+    ingest_lock,
     posting_partition_name,
     refresh_hnsw_walks,
     refresh_table_stats,
@@ -696,8 +697,7 @@ def activate(conn: psycopg.Connection[Any], collection: str, version: int, *,
             caught += catch_up(conn, coll_id, info.id, model, batch_size=batch_size,
                                reuse_from=reuse)
         with conn.transaction():
-            conn.execute("select pg_advisory_xact_lock(hashtext('pgfunnel:ingest:' || %s))",
-                         (collection,))
+            ingest_lock(conn, collection)
             if _missing_chunks(conn, coll_id, info.id, 1):
                 caught += catch_up(conn, coll_id, info.id, model, batch_size=batch_size,
                                    in_transaction=True, reuse_from=reuse)
@@ -777,8 +777,7 @@ def drop_collection(conn: psycopg.Connection[Any], collection: str) -> dict[str,
                 drop_version_rows(conn, info.id)
             with conn.transaction():
                 # an ingest of the collection finishes its batch first
-                conn.execute("select pg_advisory_xact_lock(hashtext('pgfunnel:ingest:' || %s))",
-                             (collection,))
+                ingest_lock(conn, collection)
                 row = conn.execute("select count(*) from pgfunnel.document "
                                    "where collection_id = %s", (coll_id,)).fetchone()
                 conn.execute("delete from pgfunnel.collection where id = %s", (coll_id,))
