@@ -1,9 +1,18 @@
 """Performance benchmark: pgfunnel against its peers, in one run, on the same data.
 
-Corpus: the help-center sample's chunk texts repeated with variation (a few words swapped
-for words of other chunks, plus a per-copy token) up to ``--size`` chunks, one chunk per
-document, with random unit vectors (real embeddings of 100k chunks take hours on 2 cores;
-the embedding cost is measured separately on a sample and reported as chunks/s).
+Corpus: a base of chunk texts repeated with variation (a few words swapped for words of
+other chunks, plus a per-copy token) up to ``--size`` chunks, one chunk per document, with
+random unit vectors (real embeddings of 100k chunks take hours on 2 cores; the embedding
+cost is measured separately on a sample and reported as chunks/s). Two bases
+(``--base``), each with its own queries:
+
+- ``helpcenter`` (default, always at hand): the 224 chunks of the synthetic help-center
+  sample and its queries. A small vocabulary: at 100k chunks each text has ~450 near
+  copies and a query of four common words matches half the corpus, the hardest case for
+  exact BM25, whose cost follows the query terms' posting lists.
+- ``pydocs``: the 9,622 chunks of the Python 3.11 documentation (real text, built by
+  ``bench/pydocs.py build``) and its index-entry queries. At 100k each text has ~10 near
+  copies.
 
 Peers, per query, at 1 and 4 client connections (threads, one connection each):
 
@@ -17,7 +26,8 @@ Peers, per query, at 1 and 4 client connections (threads, one connection each):
 Also: ingest throughput (database side with precomputed vectors: COPY + analyzer +
 statistics; then the HNSW build) and index sizes per 100k chunks.
 
-    python bench/perf.py --size 10000 --size 100000 [--queries 200] [--out bench/out]
+    python bench/perf.py --size 10000 --size 100000 [--base pydocs] [--queries 200]
+        [--out bench/out]
 
 Prints a markdown table (ratios to funnel_search first) and writes PNG plots.
 """
@@ -56,18 +66,37 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def base_chunks() -> list[str]:
+BASES = ("helpcenter", "pydocs")
+PYDOCS_DATA = Path(__file__).resolve().parent / "data" / "pydocs"
+
+
+def _base_files(base: str) -> tuple[Path, Path]:
+    """The base's documents and its queries (JSONL, ``text`` and ``query`` fields)."""
+    if base == "helpcenter":
+        return DATA / "helpcenter.jsonl", DATA / "helpcenter_queries.jsonl"
+    if base == "pydocs":
+        corpus, judged = PYDOCS_DATA / "corpus.jsonl", PYDOCS_DATA / "queries.jsonl"
+        if not corpus.exists() or not judged.exists():
+            raise SystemExit(f"{corpus} is missing: build it first with "
+                             "`python bench/pydocs.py build` (needs python3.11-doc)")
+        return corpus, judged
+    raise SystemExit(f"unknown --base {base!r}: one of {', '.join(BASES)}")
+
+
+def base_chunks(base: str = "helpcenter") -> list[str]:
     texts: list[str] = []
-    for line in (DATA / "helpcenter.jsonl").read_text(encoding="utf-8").splitlines():
+    docs, _ = _base_files(base)
+    for line in docs.read_text(encoding="utf-8").splitlines():
         if line.strip():
             texts += [c.text for c in chunk_text(json.loads(line)["text"])]
     return texts
 
 
-def make_corpus(size: int, seed: int = 0) -> tuple[list[DocumentRecord], dict[str, Any]]:
+def make_corpus(size: int, seed: int = 0, base: str = "helpcenter"
+                ) -> tuple[list[DocumentRecord], dict[str, Any]]:
     """``size`` one-chunk documents; 1% readable by alice, the rest by bob."""
     rng = random.Random(seed)
-    texts = base_chunks()
+    texts = base_chunks(base)
     vocab = sorted({w for t in texts for w in t.split() if w.isalpha() and len(w) > 3})
     nrng = np.random.default_rng(seed)
     records: list[DocumentRecord] = []
@@ -85,11 +114,15 @@ def make_corpus(size: int, seed: int = 0) -> tuple[list[DocumentRecord], dict[st
     return records, vectors
 
 
-def queries(n: int, seed: int = 1) -> list[tuple[str, np.ndarray]]:
+def queries(n: int, seed: int = 1, base: str = "helpcenter") -> list[tuple[str, np.ndarray]]:
     rng = np.random.default_rng(seed)
+    _, judged = _base_files(base)
     texts = [json.loads(line)["query"] for line in
-             (DATA / "helpcenter_queries.jsonl").read_text().splitlines() if line.strip()]
+             judged.read_text(encoding="utf-8").splitlines() if line.strip()]
     texts = [t for t in texts if t.strip()]
+    if base != "helpcenter":
+        # a spread of the base's queries, the same ones in every run
+        texts = random.Random(seed).sample(texts, min(len(texts), n))
     out = []
     for i in range(n):
         v = rng.standard_normal(DIM).astype(np.float32)
@@ -205,8 +238,8 @@ def embed_rate(sample: int = 128) -> float:
     return len(texts) / (time.perf_counter() - t0)
 
 
-def bench_size(server: str, size: int, n_queries: int, k: int, clients: list[int]
-               ) -> dict[str, Any]:
+def bench_size(server: str, size: int, n_queries: int, k: int, clients: list[int],
+               base: str = "helpcenter") -> dict[str, Any]:
     from pgfunnel import schema
 
     name = f"pgf_perf_{size}_{uuid.uuid4().hex[:6]}"
@@ -216,7 +249,7 @@ def bench_size(server: str, size: int, n_queries: int, k: int, clients: list[int
         server.rsplit("/", 1)[0] + f"/{name}"
     try:
         schema.init(dsn)
-        records, vectors = make_corpus(size)
+        records, vectors = make_corpus(size, base=base)
         with connect(dsn, autocommit=True) as conn:
             t0 = time.perf_counter()
             # the vectors are given, so no model is loaded; the version needs its dims
@@ -227,7 +260,7 @@ def bench_size(server: str, size: int, n_queries: int, k: int, clients: list[int
                 f"total with HNSW build {total:.1f}s")
             sizes = index_sizes(conn, "perf")
             peers.build_peer(conn, "perf")
-        qs = queries(n_queries)
+        qs = queries(n_queries, base=base)
         results: dict[str, dict[int, dict[str, float]]] = {}
         for peer in PEERS:
             results[peer] = {}
@@ -236,7 +269,7 @@ def bench_size(server: str, size: int, n_queries: int, k: int, clients: list[int
                 r = results[peer][c]
                 log(f"[{size}] {peer:<26} x{c}: p50 {r['p50']:.1f} ms p95 {r['p95']:.1f} "
                     f"p99 {r['p99']:.1f} qps {r['qps']:.1f} min results {r['min_results']:.0f}")
-        return {"size": size, "ingest": {"chunks": stats.chunks_written,
+        return {"size": size, "base": base, "ingest": {"chunks": stats.chunks_written,
                                          "db_seconds": stats.db_seconds,
                                          "total_seconds": total,
                                          "hnsw_and_stats_seconds": total - stats.db_seconds},
@@ -258,7 +291,8 @@ class _Dims:
 
 
 def to_markdown(runs: list[dict[str, Any]], embed_cps: float | None) -> str:
-    lines = ["# pgfunnel performance", ""]
+    bases = sorted({run.get("base", "helpcenter") for run in runs})
+    lines = [f"# pgfunnel performance (corpus base: {', '.join(bases)})", ""]
     for run in runs:
         size = run["size"]
         lat = run["latency"]
@@ -332,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clients", type=int, action="append")
     ap.add_argument("--dsn", default=os.environ.get("PGFUNNEL_DSN"))
     ap.add_argument("--out", type=Path, default=Path("bench/out"))
+    ap.add_argument("--base", choices=BASES, default="helpcenter",
+                    help="the texts the corpus repeats, and their queries")
     ap.add_argument("--no-embed", action="store_true", help="skip the embedding-rate sample")
     args = ap.parse_args(argv)
     from pgfunnel.db import resolve_dsn
@@ -339,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     server = resolve_dsn(args.dsn)
     sizes = args.size or [10_000, 100_000]
     clients = args.clients or [1, 4]
-    runs = [bench_size(server, s, args.queries, args.k, clients) for s in sizes]
+    runs = [bench_size(server, s, args.queries, args.k, clients, args.base) for s in sizes]
     embed_cps = None if args.no_embed else embed_rate()
     md = to_markdown(runs, embed_cps)
     args.out.mkdir(parents=True, exist_ok=True)
