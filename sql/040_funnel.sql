@@ -1,6 +1,7 @@
 -- pgfunnel: fusion, the candidate pool, the per-source cap, and funnel_search.
 --
--- candidates() runs both legs and fuses them into a pool of k * overfetch chunks;
+-- candidates() runs both legs and fuses them into a pool of k * overfetch chunks (wider
+-- when the per-source cap could not fill k from it);
 -- final() takes the pool in the order the caller settled on (fused order, or the
 -- reranker's), applies the per-citekey cap, cuts to k and writes the trace.
 -- funnel_search() is exactly final(candidates()) with no rerank in between.
@@ -53,16 +54,32 @@ end
 $$;
 
 -- both legs, fused: the pool of k * overfetch chunks as arrays in fused order, with
--- every per-leg rank and score. Stable, so both legs read one snapshot.
+-- every per-leg rank and score and each chunk's document. Stable, so both legs read one
+-- snapshot.
+--
+-- A pool the per-source cap cannot fill k from (its chunks come from too few documents:
+-- one long document can hold every row of a leg) is widened while there may be more to
+-- find: the full legs are read four times deeper (those whose depth the caller left to
+-- the default) and the pool is four times larger, at most twice, and no further once a
+-- round brings no new document. Without that, a lexical-only search on pydocs for
+-- `test.support.warnings_helper module` returned 7 rows at k 10 while thousands of
+-- chunks of other pages match `module`. `refill` false keeps the depths and pool as
+-- given (explain, which replays a search at the depths it used). The depths and pool
+-- size used come back with the pool.
+drop function if exists pgfunnel._pool(text, @vector_schema@.vector, integer, text, text[], text,
+    text, timestamptz, jsonb, text, double precision, double precision[], integer, integer,
+    integer, integer, integer, double precision, double precision);
 create or replace function pgfunnel._pool(
     query_text text, query_embedding @vector_schema@.vector, k integer, collection text,
     principals text[], tenant text, language text, as_of timestamptz, metadata_filter jsonb,
     fusion text, rrf_k double precision, weights double precision[],
     lexical_depth integer, dense_depth integer, overfetch integer, per_source_cap integer,
-    ef_search integer, k1 double precision, b double precision,
+    ef_search integer, k1 double precision, b double precision, refill boolean default true,
     out chunk_ids bigint[], out fused_ranks integer[], out fused_scores double precision[],
     out lexical_ranks integer[], out lexical_scores double precision[],
-    out dense_ranks integer[], out dense_scores double precision[])
+    out dense_ranks integer[], out dense_scores double precision[],
+    out document_ids bigint[], out lexical_depth_used integer, out dense_depth_used integer,
+    out pool_size integer)
 language plpgsql stable
 security invoker
 set search_path = pg_catalog, pgfunnel, @vector_schema@
@@ -74,7 +91,6 @@ declare
     version_id integer;
     dims integer;
     analyzer_name text;
-    pool_size integer;
     lex_depth integer;
     den_depth integer;
     q_terms text[] := '{}';
@@ -96,6 +112,12 @@ declare
     d_mu double precision;
     d_sd double precision;
     all_visible boolean;
+    run_lexical boolean;
+    run_dense boolean;
+    capacity integer;
+    n_sources integer;
+    prev_sources integer := -1;
+    widened integer := 0;
 begin
     perform pgfunnel._check_search_params(k, principals, overfetch, per_source_cap,
                                               metadata_filter);
@@ -186,100 +208,146 @@ begin
             raise notice using message = format('pgfunnel: query words not searched: %s',
                                                 array_to_string(dropped, ', '));
         end if;
-        lex := pgfunnel._lexical_hits(version_id, q_terms, lex_depth, k1, b, principals, tenant,
-                                      language, as_of, metadata_filter, coll_id, all_visible);
-    else
+    end if;
+    -- a leg that does not run (no text, no vector) is empty; the others are read below
+    if query_text is null then
         select '{}'::bigint[] as chunk_ids, '{}'::float8[] as scores, 1::float8 as visible_share,
                '{}'::text[] as found_terms, '{}'::float8[] as found_idf
           into lex;
     end if;
-    if query_embedding is not null then
-        den := pgfunnel._dense_hits(version_id, query_embedding, den_depth, ef_search,
-                                    principals, tenant, language, as_of, metadata_filter, coll_id,
-                                    coalesce(lex.visible_share, 1), n_chunks, all_visible);
-    else
+    if query_embedding is null then
         select '{}'::bigint[] as chunk_ids, '{}'::float8[] as scores into den;
     end if;
+    run_lexical := query_text is not null;
+    run_dense := query_embedding is not null;
 
-    -- a leg that cannot run (no text, no vector) has no vote
-    w_lex := case when query_text is null then 0 else weights[1] end;
-    w_den := case when query_embedding is null then 0 else weights[2] end;
-    -- Vocabulary mismatch: BM25 ranks on the query words the version holds and is blind
-    -- to the rest, so a query whose words are partly absent (a synonym, a product name
-    -- the documents never use) gets a lexical ranking built from its leftovers, usually
-    -- its commonest words. The lexical weight is scaled by the share of the query's idf
-    -- that the version holds: a word with an indexed term (an identifier counts when
-    -- its whole form or any part is indexed) brings the idf of its rarest indexed term,
-    -- an absent word the idf of a term in no chunk. Absent words tend to be the
-    -- informative ones, so a count of words overstated what BM25 could still see when
-    -- only "plan" and "monthly" were left. Only when both legs run: alone, a leg's
-    -- weight changes no order.
-    -- (every query term held: every word covered, a share of exactly 1, no query needed)
-    if w_lex > 0 and w_den > 0 and cardinality(q_terms) > 0
-       and not q_terms operator(pg_catalog.<@) lex.found_terms then
-        select sum(w.idf) filter (where w.covered) / sum(w.idf)
-          into coverage
-          from (select bool_or(f.idf is not null) as covered,
-                       coalesce(max(f.idf), pgfunnel._bm25_idf(0, n_chunks)) as idf
-                  from unnest(q_terms, q_positions) as q(term, word)
-                  left join unnest(lex.found_terms, lex.found_idf) as f(term, idf)
-                    on f.term = q.term
-                 group by q.word) w;
-        w_lex := w_lex * coalesce(coverage, 0);
-    end if;
-    -- each leg's scores come best first, so its range is its two ends. A lexical leg
-    -- that returned fewer rows than its depth listed every visible chunk with a BM25
-    -- score; every other chunk scores 0, which is then its floor (its last row is a real
-    -- match, not a cut-off, and must not be scaled down to the level of non-matches)
-    l_hi := lex.scores[1];
-    l_lo := case when cardinality(lex.scores) < lex_depth then 0
-                 else lex.scores[cardinality(lex.scores)] end;
-    d_hi := den.scores[1];
-    d_lo := den.scores[cardinality(den.scores)];
-    if fusion = 'zscore' then
-        select avg(x), stddev_pop(x) into l_mu, l_sd from unnest(lex.scores) x;
-        select avg(x), stddev_pop(x) into d_mu, d_sd from unnest(den.scores) x;
-    end if;
+    loop
+        if run_lexical then
+            lex := pgfunnel._lexical_hits(version_id, q_terms, lex_depth, k1, b, principals, tenant,
+                                          language, as_of, metadata_filter, coll_id, all_visible);
+        end if;
+        if run_dense then
+            den := pgfunnel._dense_hits(version_id, query_embedding, den_depth, ef_search,
+                                        principals, tenant, language, as_of, metadata_filter, coll_id,
+                                        coalesce(lex.visible_share, 1), n_chunks, all_visible);
+        end if;
 
-    select coalesce(array_agg(f.chunk_id order by f.fused desc, f.chunk_id), '{}'),
-           coalesce(array_agg(f.f_rank order by f.fused desc, f.chunk_id), '{}'),
-           coalesce(array_agg(f.fused order by f.fused desc, f.chunk_id), '{}'),
-           coalesce(array_agg(f.l_rank order by f.fused desc, f.chunk_id), '{}'),
-           coalesce(array_agg(f.l_score order by f.fused desc, f.chunk_id), '{}'),
-           coalesce(array_agg(f.d_rank order by f.fused desc, f.chunk_id), '{}'),
-           coalesce(array_agg(f.d_score order by f.fused desc, f.chunk_id), '{}')
-      into chunk_ids, fused_ranks, fused_scores, lexical_ranks, lexical_scores,
-           dense_ranks, dense_scores
-      from (select j.*, (row_number() over (order by j.fused desc, j.chunk_id))::integer as f_rank
-              from (select coalesce(l.id, d.id) as chunk_id,
-                           l.rk::integer as l_rank, l.sc as l_score,
-                           d.rk::integer as d_rank, d.sc as d_score,
-                           case fusion
-                               -- rrf: a leg that missed the chunk contributes 0
-                               when 'rrf' then
-                                   coalesce(w_lex / (rrf_k + l.rk), 0) + coalesce(w_den / (rrf_k + d.rk), 0)
-                               -- minmax: scores scaled to [0,1] per leg from its floor (1 when
-                               -- a leg's scores are all equal); a leg that missed the chunk
-                               -- contributes 0
-                               when 'minmax' then
-                                   w_lex * coalesce(case when l_hi > l_lo then (l.sc - l_lo) / (l_hi - l_lo)
-                                                         else 1.0 end * (l.sc is not null)::int, 0)
-                                 + w_den * coalesce(case when d_hi > d_lo then (d.sc - d_lo) / (d_hi - d_lo)
-                                                         else 1.0 end * (d.sc is not null)::int, 0)
-                               -- zscore: standardised per leg (0 when a leg's scores are all
-                               -- equal); a leg that missed the chunk contributes the z-score
-                               -- of its floor (the lowest listed score, or 0 as above)
-                               else
-                                   w_lex * coalesce(case when l_sd > 0 then (coalesce(l.sc, l_lo) - l_mu) / l_sd
-                                                         else 0 end, 0)
-                                 + w_den * coalesce(case when d_sd > 0 then (coalesce(d.sc, d_lo) - d_mu) / d_sd
-                                                         else 0 end, 0)
-                           end as fused
-                      from unnest(lex.chunk_ids, lex.scores) with ordinality as l(id, sc, rk)
-                      full join unnest(den.chunk_ids, den.scores) with ordinality as d(id, sc, rk)
-                        on d.id = l.id) j
-             order by j.fused desc, j.chunk_id
-             limit pool_size) f;
+        -- a leg that cannot run (no text, no vector) has no vote
+        w_lex := case when query_text is null then 0 else weights[1] end;
+        w_den := case when query_embedding is null then 0 else weights[2] end;
+        -- Vocabulary mismatch: BM25 ranks on the query words the version holds and is blind
+        -- to the rest, so a query whose words are partly absent (a synonym, a product name
+        -- the documents never use) gets a lexical ranking built from its leftovers, usually
+        -- its commonest words. The lexical weight is scaled by the share of the query's idf
+        -- that the version holds: a word with an indexed term (an identifier counts when
+        -- its whole form or any part is indexed) brings the idf of its rarest indexed term,
+        -- an absent word the idf of a term in no chunk. Absent words tend to be the
+        -- informative ones, so a count of words overstated what BM25 could still see when
+        -- only "plan" and "monthly" were left. Only when both legs run: alone, a leg's
+        -- weight changes no order.
+        -- (every query term held: every word covered, a share of exactly 1, no query needed)
+        if w_lex > 0 and w_den > 0 and cardinality(q_terms) > 0
+           and not q_terms operator(pg_catalog.<@) lex.found_terms then
+            select sum(w.idf) filter (where w.covered) / sum(w.idf)
+              into coverage
+              from (select bool_or(f.idf is not null) as covered,
+                           coalesce(max(f.idf), pgfunnel._bm25_idf(0, n_chunks)) as idf
+                      from unnest(q_terms, q_positions) as q(term, word)
+                      left join unnest(lex.found_terms, lex.found_idf) as f(term, idf)
+                        on f.term = q.term
+                     group by q.word) w;
+            w_lex := w_lex * coalesce(coverage, 0);
+        end if;
+        -- each leg's scores come best first, so its range is its two ends. A lexical leg
+        -- that returned fewer rows than its depth listed every visible chunk with a BM25
+        -- score; every other chunk scores 0, which is then its floor (its last row is a real
+        -- match, not a cut-off, and must not be scaled down to the level of non-matches)
+        l_hi := lex.scores[1];
+        l_lo := case when cardinality(lex.scores) < lex_depth then 0
+                     else lex.scores[cardinality(lex.scores)] end;
+        d_hi := den.scores[1];
+        d_lo := den.scores[cardinality(den.scores)];
+        if fusion = 'zscore' then
+            select avg(x), stddev_pop(x) into l_mu, l_sd from unnest(lex.scores) x;
+            select avg(x), stddev_pop(x) into d_mu, d_sd from unnest(den.scores) x;
+        end if;
+
+        -- the pool, with each chunk's document (the cap counts per document)
+        select coalesce(array_agg(g.chunk_id order by g.f_rank), '{}'),
+               coalesce(array_agg(g.f_rank order by g.f_rank), '{}'),
+               coalesce(array_agg(g.fused order by g.f_rank), '{}'),
+               coalesce(array_agg(g.l_rank order by g.f_rank), '{}'),
+               coalesce(array_agg(g.l_score order by g.f_rank), '{}'),
+               coalesce(array_agg(g.d_rank order by g.f_rank), '{}'),
+               coalesce(array_agg(g.d_score order by g.f_rank), '{}'),
+               coalesce(array_agg(g.document_id order by g.f_rank), '{}'),
+               count(distinct g.document_id)
+          into chunk_ids, fused_ranks, fused_scores, lexical_ranks, lexical_scores,
+               dense_ranks, dense_scores, document_ids, n_sources
+          from (select f.*, ch.document_id
+                  from (select j.*, (row_number() over (order by j.fused desc, j.chunk_id))::integer as f_rank
+                          from (select coalesce(l.id, d.id) as chunk_id,
+                                       l.rk::integer as l_rank, l.sc as l_score,
+                                       d.rk::integer as d_rank, d.sc as d_score,
+                                       case fusion
+                                           -- rrf: a leg that missed the chunk contributes 0
+                                           when 'rrf' then
+                                               coalesce(w_lex / (rrf_k + l.rk), 0) + coalesce(w_den / (rrf_k + d.rk), 0)
+                                           -- minmax: scores scaled to [0,1] per leg from its floor (1 when
+                                           -- a leg's scores are all equal); a leg that missed the chunk
+                                           -- contributes 0
+                                           when 'minmax' then
+                                               w_lex * coalesce(case when l_hi > l_lo then (l.sc - l_lo) / (l_hi - l_lo)
+                                                                     else 1.0 end * (l.sc is not null)::int, 0)
+                                             + w_den * coalesce(case when d_hi > d_lo then (d.sc - d_lo) / (d_hi - d_lo)
+                                                                     else 1.0 end * (d.sc is not null)::int, 0)
+                                           -- zscore: standardised per leg (0 when a leg's scores are all
+                                           -- equal); a leg that missed the chunk contributes the z-score
+                                           -- of its floor (the lowest listed score, or 0 as above)
+                                           else
+                                               w_lex * coalesce(case when l_sd > 0 then (coalesce(l.sc, l_lo) - l_mu) / l_sd
+                                                                     else 0 end, 0)
+                                             + w_den * coalesce(case when d_sd > 0 then (coalesce(d.sc, d_lo) - d_mu) / d_sd
+                                                                     else 0 end, 0)
+                                       end as fused
+                                  from unnest(lex.chunk_ids, lex.scores) with ordinality as l(id, sc, rk)
+                                  full join unnest(den.chunk_ids, den.scores) with ordinality as d(id, sc, rk)
+                                    on d.id = l.id) j
+                         order by j.fused desc, j.chunk_id
+                         limit pool_size) f
+                  join pgfunnel.chunk ch on ch.id = f.chunk_id) g;
+        -- what the cap can return: at least one chunk per document, so k documents are
+        -- enough; fewer are counted out (at most per_source_cap chunks of each)
+        capacity := n_sources;
+        if n_sources < k then
+            select count(*) into capacity
+              from (select row_number() over (partition by d.id order by d.pos) as src_rank
+                      from unnest(document_ids) with ordinality as d(id, pos)) s
+             where s.src_rank <= per_source_cap;
+        end if;
+
+        -- a leg that returned fewer rows than its depth returned all it could find; a
+        -- depth the caller set is kept (the pool still widens within it)
+        run_lexical := query_text is not null and lexical_depth is null
+                       and coalesce(cardinality(lex.chunk_ids), 0) >= lex_depth
+                       and lex_depth < 10000;
+        run_dense := query_embedding is not null and dense_depth is null
+                     and coalesce(cardinality(den.chunk_ids), 0) >= den_depth
+                     and den_depth < 10000;
+        exit when capacity >= k or not refill or widened = 2 or n_sources <= prev_sources
+                  or (cardinality(chunk_ids) < pool_size and not run_lexical and not run_dense);
+        widened := widened + 1;
+        prev_sources := n_sources;
+        pool_size := pool_size * 4;
+        if run_lexical then
+            lex_depth := least(lex_depth * 4, 10000);
+        end if;
+        if run_dense then
+            den_depth := least(den_depth * 4, 10000);
+        end if;
+    end loop;
+    lexical_depth_used := case when query_text is not null then lex_depth end;
+    dense_depth_used := case when query_embedding is not null then den_depth end;
 end
 $$;
 
@@ -522,7 +590,8 @@ begin
         -- final() over this pool, without what only an untrusted pool needs: the pool
         -- comes from _pool in this statement, which kept only visible chunks, so the
         -- visibility check is not repeated, and only the k chunks that are returned are
-        -- joined to their text and document (the cap needs just each chunk's document).
+        -- joined to their text and document (the cap needs just each chunk's document,
+        -- which _pool looked up to size the pool).
         -- Same rows as final(candidates()) (tested); 5 - 6% of a search on pydocs.
         -- The check comes first because `limit 0` would never run _pool, which checks.
         perform pgfunnel._check_search_params(k, principals, overfetch, per_source_cap,
@@ -530,16 +599,14 @@ begin
         return query
         with pool as (
             select u.pos::integer as pos, u.id, u.lr, u.ls, u.dr, u.ds, u.fr, u.fs,
-                   (row_number() over (partition by ch.document_id order by u.pos))::integer
-                       as src_rank
+                   (row_number() over (partition by u.doc order by u.pos))::integer as src_rank
               from pgfunnel._pool(query_text, query_embedding, k, collection, principals,
                                   tenant, language, as_of, metadata_filter, fusion, rrf_k,
                                   weights, lexical_depth, dense_depth, overfetch,
                                   per_source_cap, ef_search, k1, b) p,
                    unnest(p.chunk_ids, p.fused_ranks, p.fused_scores, p.lexical_ranks,
-                          p.lexical_scores, p.dense_ranks, p.dense_scores)
-                       with ordinality as u(id, fr, fs, lr, ls, dr, ds, pos)
-              join pgfunnel.chunk ch on ch.id = u.id
+                          p.lexical_scores, p.dense_ranks, p.dense_scores, p.document_ids)
+                       with ordinality as u(id, fr, fs, lr, ls, dr, ds, doc, pos)
         ),
         kept as (
             select p.*, (row_number() over (order by p.pos))::integer as final_rank

@@ -1,9 +1,10 @@
 -- pgfunnel: explain, the answer to "why did chunk X (not) come back for this query".
 --
 -- It reruns the funnel with the caller's parameters and follows one chunk through it:
--- the legs at their depths, fusion, the pool of k * overfetch, the per-citekey cap and
--- the cut at k. It runs with the caller's rights and visibility: a chunk the caller
--- cannot see gets exactly the answer a chunk id that does not exist gets.
+-- the legs at their depths, fusion, the pool of k * overfetch (or the wider one the
+-- search took), the per-citekey cap and the cut at k. It runs with the caller's rights
+-- and visibility: a chunk the caller cannot see gets exactly the answer a chunk id that
+-- does not exist gets.
 
 -- one chunk's way through the funnel for one query: a verdict, every stage's rank and
 -- score, and a sentence saying why
@@ -46,7 +47,8 @@ declare
     pool_n integer;
     lex_d integer;
     den_d integer;
-    wide integer;
+    wide_k integer;
+    messages text;
     found_doc bigint;
     found_key text;
     ids bigint[];
@@ -82,22 +84,45 @@ begin
       join pgfunnel.chunk ch on ch.id = v.chunk_ids[1]
       join pgfunnel.document d on d.id = ch.document_id;
 
-    -- the fused list of every leg row: same depths (so the same leg answers and the
-    -- same fused scores), a pool wide enough to hold all of them; its first pool_n
-    -- rows are exactly candidates()' pool. Parameters are validated here as in a search.
-    wide := least(100, greatest(overfetch, ceil((lex_d + den_d)::numeric / k)::integer));
+    -- the depths and pool the search used: wider than asked when the per-source cap
+    -- could not fill k from the pool asked for (see _pool). Parameters are validated
+    -- here as in a search.
+    select coalesce(p.lexical_depth_used, lex_d), coalesce(p.dense_depth_used, den_d),
+           p.pool_size
+      into lex_d, den_d, pool_n
+      from pgfunnel._pool(query_text, query_embedding, k, collection, principals, tenant,
+                          explain.language, as_of, metadata_filter, fusion, rrf_k, weights,
+                          explain.lexical_depth, explain.dense_depth, overfetch, per_source_cap,
+                          ef_search, k1, b) p;
+    pool_size := pool_n;
+    lexical_depth_used := case when query_text is not null then lex_d end;
+    dense_depth_used := case when query_embedding is not null then den_d end;
+
+    -- the fused list of every leg row: the same depths (so the same leg answers and the
+    -- same fused scores) with no widening, in a pool that holds all of them; its first
+    -- pool_n rows are exactly the search's pool
+    wide_k := least(1000, lex_d + den_d);
     create temp table if not exists _pgfunnel_explain (
         pos integer, chunk_id bigint, document_id bigint, citekey text,
         lexical_rank integer, lexical_score double precision,
         dense_rank integer, dense_score double precision,
         fused_rank integer, fused_score double precision) on commit drop;
     truncate _pgfunnel_explain;
+    -- the first run has said what it had to about the query (dropped words); this one
+    -- would say it again
+    messages := current_setting('client_min_messages');
+    perform set_config('client_min_messages', 'error', true);
     insert into _pgfunnel_explain
-    select c.fused_rank, c.chunk_id, c.document_id, c.citekey, c.lexical_rank, c.lexical_score,
-           c.dense_rank, c.dense_score, c.fused_rank, c.fused_score
-      from pgfunnel.candidates(query_text, query_embedding, k, collection, principals, tenant,
-                               explain.language, as_of, metadata_filter, fusion, rrf_k, weights,
-                               lex_d, den_d, wide, per_source_cap, ef_search, k1, b) c;
+    select u.fr, u.id, u.doc, d.citekey, u.lr, u.ls, u.dr, u.ds, u.fr, u.fs
+      from pgfunnel._pool(query_text, query_embedding, wide_k, collection, principals, tenant,
+                          explain.language, as_of, metadata_filter, fusion, rrf_k, weights,
+                          lex_d, den_d, ceil((lex_d + den_d)::numeric / wide_k)::integer,
+                          per_source_cap, ef_search, k1, b, false) p,
+           unnest(p.chunk_ids, p.fused_ranks, p.fused_scores, p.lexical_ranks,
+                  p.lexical_scores, p.dense_ranks, p.dense_scores, p.document_ids)
+               as u(id, fr, fs, lr, ls, dr, ds, doc)
+      join pgfunnel.document d on d.id = u.doc;
+    perform set_config('client_min_messages', messages, true);
 
     if found_doc is null then
         verdict := 'filtered out or does not exist';
@@ -168,9 +193,11 @@ begin
     if hit.fused_rank > pool_n then
         verdict := 'not in pool';
         reason := format('lexical rank %s, dense rank %s, but fused rank %s is beyond the pool '
-                         'of %s (k %s x overfetch %s); raise overfetch',
+                         'of %s (k %s x overfetch %s%s); raise overfetch',
                          coalesce(hit.lexical_rank::text, '-'), coalesce(hit.dense_rank::text, '-'),
-                         hit.fused_rank, pool_n, k, overfetch);
+                         hit.fused_rank, pool_n, k, overfetch,
+                         case when pool_n > k * overfetch
+                              then ', widened so that the per-source cap could fill k' else '' end);
         return next;
         return;
     end if;

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from funnel_util import active, doc, ingest
+from funnel_util import active, doc, ingest, unit
 from psycopg.types.json import Jsonb
 
 DIMS = 16
@@ -339,3 +339,70 @@ def test_untraced_search_runs_in_a_read_only_transaction(conn: psycopg.Connectio
     with pytest.raises(psycopg.errors.ReadOnlySqlTransaction), conn.transaction():
         conn.execute("set transaction read only")
         _search(conn, "zephyr words", corpus["small2"][0], trace=True)
+
+
+def _pool_of(conn: psycopg.Connection[Any], q: str | None, v: Any, **kw: Any) -> list[Any]:
+    args = {"collection": "w", **kw}
+    named = ", ".join(f"{k} => %({k})s" for k in args)
+    return conn.execute(
+        f"select chunk_id, fused_rank, fused_score, lexical_rank, lexical_score, dense_rank, "
+        f"dense_score, citekey from pgfunnel.candidates(%(q)s, %(v)s, {named}) "
+        f"order by fused_rank", {"q": q, "v": v, **args}).fetchall()
+
+
+def _final_of(conn: psycopg.Connection[Any], pool: list[Any], **kw: Any) -> list[Any]:
+    cols = list(zip(*pool, strict=True))
+    named = "".join(f", {k} => %({k})s" for k in kw)
+    return conn.execute(
+        f"select {RESULT}, search_id from pgfunnel.final(%(ids)s, %(fr)s, %(fs)s, %(lr)s, "
+        f"%(ls)s, %(dr)s, %(ds)s, collection => 'w'{named})",
+        {"ids": list(cols[0]), "fr": list(cols[1]), "fs": list(cols[2]), "lr": list(cols[3]),
+         "ls": list(cols[4]), "dr": list(cols[5]), "ds": list(cols[6]), **kw}).fetchall()
+
+
+def test_pool_widens_until_the_cap_can_fill_k(conn: psycopg.Connection[Any]) -> None:
+    # One long document whose 50 chunks outrank, in both legs, the 12 one-chunk documents
+    # that also match: a pool of k x overfetch = 40 holds only the long one, from which
+    # the cap takes 3. The search must look deeper rather than return 3 rows.
+    rng = np.random.default_rng(7)
+    q = unit(rng, DIMS)
+    near = [q + 0.05 * unit(rng, DIMS) for _ in range(50)]
+    long_vecs = np.stack([v / np.linalg.norm(v) for v in near]).astype(np.float32)
+    others = {f"other{i}": (0.6 * q + unit(rng, DIMS)) for i in range(12)}
+    vectors = {"long": long_vecs,
+               **{key: (vec / np.linalg.norm(vec))[None, :].astype(np.float32)
+                  for key, vec in others.items()}}
+    docs = [doc("long", _paras("quasar", 50))]
+    docs += [doc(key, f"a quasar is mentioned once in this note about telescopes {i}")
+             for i, key in enumerate(others)]
+    ingest(conn, docs, collection="w", vectors=vectors)
+    assert len(_ids(conn, "long")) == 50
+
+    for text, vec in (("quasar", None), (None, q), ("quasar", q)):
+        rows = _search(conn, text, vec, collection="w", k=10)
+        keys = [r[1] for r in rows]
+        assert len(rows) == 10, (text, vec is not None, keys)
+        assert keys.count("long") == 3
+        assert [r[15] for r in rows] == list(range(1, 11))
+        # the pool is the wider one, and final() over it gives exactly the search's rows
+        pool = _pool_of(conn, text, vec, k=10)
+        assert len(pool) > 40 and len({p[7] for p in pool}) >= 4
+        assert _final_of(conn, pool, k=10) == rows
+        # explain replays the wider search
+        other = next(r for r in rows if r[1] != "long")
+        e = _explain(conn, text, vec, other[0], collection="w", k=10)
+        assert e["verdict"] == "returned" and e["final_rank"] == other[15]
+        assert e["pool_size"] >= len(pool) > 40
+        capped = next(p for p in pool if p[7] == "long" and p[0] not in {r[0] for r in rows})
+        assert _explain(conn, text, vec, capped[0], collection="w", k=10)["verdict"] == "capped"
+
+    # a pool the cap can fill k from is not widened
+    assert len(_pool_of(conn, "quasar", q, k=10, per_source_cap=10)) == 40
+    # no more to find: a reader who sees only two documents gets the 3 + 1 there are
+    conn.execute("update pgfunnel.document set readers = '{bob}', is_public = false "
+                 "where citekey in ('long', 'other0')")
+    conn.execute("update pgfunnel.document set readers = '{carol}', is_public = false "
+                 "where citekey not in ('long', 'other0') and collection_id = "
+                 "(select id from pgfunnel.collection where name = 'w')")
+    rows = _search(conn, "quasar", q, collection="w", k=10, principals=["bob"])
+    assert sorted(r[1] for r in rows) == ["long"] * 3 + ["other0"]

@@ -26,7 +26,8 @@ Per query the harness records the final ranking and the pool of every stage:
     leg. No SQL is added for evaluation. That call is shared by configurations whose
     legs are the same (same depths, filters, BM25 and HNSW settings).
 ``fused``
-    the configuration's candidate pool (``k × overfetch``), in fused order.
+    the configuration's candidate pool (``k × overfetch``, or wider where the search
+    widened it for the per-source cap), in fused order.
 ``reranked``
     the pool after the reranker (only for configurations with ``rerank``).
 ``capped``
