@@ -239,6 +239,17 @@ _FINAL_SQL = (f"select {_RESULT_COLUMNS} from pgfunnel.final("
               "query_text => %(query_text)s, config => %(config)s)")
 
 
+def rerank_head(pool_size: int, rerank_depth: int | None, p: SearchParams) -> int:
+    """How many candidates, from the top of the pool, the reranker scores.
+
+    ``rerank_depth`` when given; otherwise the pool as asked for, k x overfetch. A pool
+    that the search widened because the per-source cap could not fill k from it (up to
+    16x, see docs/sql.md) keeps its extra tail in fused order: it is there for the cap,
+    and scoring it would multiply the rerank cost of those searches."""
+    limit = p.k * p.overfetch if rerank_depth is None else rerank_depth
+    return min(limit, pool_size)
+
+
 def check_query_text(query: str | None) -> str | None:
     """Reject text Postgres cannot hold or that is absurdly long, before any SQL runs."""
     if query is None:
@@ -511,7 +522,7 @@ class Funnel:
             pool = self.candidates(conn, query, vector, p)
         t1 = time.perf_counter()
         timings["candidates"] = (t1 - t0) * 1000
-        depth = len(pool) if self.rerank_depth is None else min(self.rerank_depth, len(pool))
+        depth = rerank_head(len(pool), self.rerank_depth, p)
         skipped: str | None = None
         if not use_model:
             skipped = "rerank off"

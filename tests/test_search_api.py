@@ -160,6 +160,39 @@ def test_rerank_before_cap_lets_a_third_source_in(cap_conn: psycopg.Connection[A
     assert swapped != [r.chunk_id for r in resp.results]
 
 
+class Recording(PreferMarker):
+    """PreferMarker that keeps how many candidates each call scored."""
+
+    def __init__(self, marker: str) -> None:
+        super().__init__(marker)
+        self.sizes: list[int] = []
+
+    def rank(self, query: str, documents: Sequence[str]) -> list[dict[str, Any]]:
+        self.sizes.append(len(documents))
+        return super().rank(query, documents)
+
+
+def test_rerank_scores_the_pool_asked_for_when_it_was_widened_for_the_cap(
+        db: str, embedder: Any) -> None:
+    # a long document fills the lexical top 40 (k 10 x overfetch 4), so the pool is widened
+    # until other documents let the cap return 10; the reranker still scores 40
+    with connect(db, autocommit=True) as conn:
+        Ingester(conn, "default", embedder=embedder, chunk_words=20).ingest(
+            [DocumentRecord("alpha", _sections("Alpha", 60), title="Alpha")]
+            + [DocumentRecord(f"note{i}", f"## Note {i}\n\nA glacier is mentioned once here, "
+                              f"among words about tides and lamps {i}.", title=f"Note {i}")
+               for i in range(10)])
+        scorer = Recording("lighthouse")
+        resp = Funnel(conn, embedder=None, reranker=scorer).search(
+            "glacier backup restore", k=10, principals=[])
+        assert len(resp.pool) > 40 and scorer.sizes == [40]
+        assert len(resp.results) == 10
+        assert [r.citekey for r in resp.results].count("alpha") == 3
+        assert Funnel(conn, embedder=None, reranker=scorer, rerank_depth=50).search(
+            "glacier backup restore", k=10, principals=[]).reranked
+        assert scorer.sizes == [40, 50]
+
+
 # -- failure modes of the rerank step ----------------------------------------------------
 
 

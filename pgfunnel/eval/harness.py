@@ -59,7 +59,7 @@ from pgfunnel.errors import ConfigError, InvalidInputError, NotFoundError, trans
 from pgfunnel.eval.metrics import collapse_to_documents, pool_recall_curve
 from pgfunnel.eval.qrels import JudgedQuery, Split, judging_level, select_split
 from pgfunnel.eval.report import EvalReport, build_report
-from pgfunnel.search import Candidate, Funnel, SearchParams
+from pgfunnel.search import Candidate, Funnel, SearchParams, rerank_head
 
 #: harness keys a configuration may carry besides the search parameters
 HARNESS_KEYS: frozenset[str] = frozenset(
@@ -282,8 +282,7 @@ class Harness:
 
             if not should_skip([c.fused_score for c in pool], cfg.rerank_gate_margin):
                 reranker = self._reranker(cfg)
-                depth = len(pool) if cfg.rerank_depth is None else min(cfg.rerank_depth,
-                                                                       len(pool))
+                depth = rerank_head(len(pool), cfg.rerank_depth, p)
                 head = pool[:depth]
                 ranked = reranker.rank(text, [c.text for c in head])
                 for pos, item in enumerate(ranked, start=1):
