@@ -72,9 +72,6 @@ begin
     pool_n := k * overfetch;
     lex_d := coalesce(explain.lexical_depth, greatest(pool_n, 40));
     den_d := coalesce(explain.dense_depth, greatest(pool_n, 40));
-    pool_size := pool_n;
-    lexical_depth_used := case when query_text is not null then lex_d end;
-    dense_depth_used := case when query_embedding is not null then den_d end;
 
     -- the legs' own visibility check: invisible and nonexistent are one answer
     select d.id, d.citekey into found_doc, found_key
@@ -97,6 +94,15 @@ begin
     pool_size := pool_n;
     lexical_depth_used := case when query_text is not null then lex_d end;
     dense_depth_used := case when query_embedding is not null then den_d end;
+
+    if found_doc is null then
+        verdict := 'filtered out or does not exist';
+        reason := format('chunk %s does not exist in collection %L, or is not visible with '
+                         'these principals, tenant, language, as_of and metadata filter',
+                         explain.chunk_id, collection);
+        return next;
+        return;
+    end if;
 
     -- the fused list of every leg row: the same depths (so the same leg answers and the
     -- same fused scores) with no widening, in a pool that holds all of them; its first
@@ -124,15 +130,6 @@ begin
       join pgfunnel.document d on d.id = u.doc;
     perform set_config('client_min_messages', messages, true);
 
-    if found_doc is null then
-        verdict := 'filtered out or does not exist';
-        pool_size := pool_n;
-        reason := format('chunk %s does not exist in collection %L, or is not visible with '
-                         'these principals, tenant, language, as_of and metadata filter',
-                         explain.chunk_id, collection);
-        return next;
-        return;
-    end if;
     citekey := found_key;
 
     select max(e.lexical_score) filter (where e.lexical_rank = lex_d),
