@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -208,6 +209,41 @@ def test_chunking_follows_sections_and_size() -> None:
     assert [c.heading for c in chunks] == ["Title", "Part A", "Part A", "Part A", "Part B"]
     assert all(c.token_count <= 200 + len(c.heading.split()) for c in chunks)
     assert [c.ordinal for c in chunks] == list(range(len(chunks)))
+
+
+def test_postings_and_lexical_rows_equal_the_analyzers_counts(
+        conn: psycopg.Connection[Any]) -> None:
+    # the rows ingest builds in Python, recounted with the SQL analyzer itself: a posting
+    # per distinct term with its tf (capped at the smallint column), the length uncapped,
+    # and a chunk of stop words alone gets a lexical row with no postings
+    texts = {"ids": "Error ERR-4029, err 4029 and err4029 in os.path.join(a, b)",
+             "stops": "the and of the",
+             "repeats": "alpha beta alpha gamma alpha beta",
+             "long": "omega " * 33000 + "psi"}
+    docs = [DocumentRecord(citekey=k, text=t) for k, t in texts.items()]
+    rng = np.random.default_rng(0)
+    vectors = {d.citekey: rng.normal(size=(len(chunk_text(d.text, 40000)), 384)).astype(np.float32)
+               for d in docs}
+    Ingester(conn, "c", chunk_words=40000).ingest(docs, vectors=vectors)
+    rows = conn.execute("""
+        select d.citekey, v.analyzer, c.text, l.length, l.terms::text,
+               (select coalesce(jsonb_object_agg(p.term, p.tf), '{}') from pgfunnel.posting p
+                 where p.index_version_id = l.index_version_id and p.chunk_id = c.id)
+          from pgfunnel.document d join pgfunnel.chunk c on c.document_id = d.id
+          join pgfunnel.lexical l on l.chunk_id = c.id
+          join pgfunnel.index_version v on v.id = l.index_version_id""").fetchall()
+    assert sorted(r[0] for r in rows) == sorted(texts)
+    for citekey, analyzer, text, length, lexemes, postings in rows:
+        terms = conn.execute("select pgfunnel.analyze(%s, %s)", (text, analyzer)).fetchone()[0]
+        expected = {t: min(n, 32767) for t, n in Counter(terms).items()}
+        assert postings == expected, citekey
+        assert length == len(terms), citekey
+        assert lexemes == " ".join(f"'{t}'" for t in sorted(expected)), citekey
+    by_key = {r[0]: r for r in rows}
+    assert by_key["stops"][5] == {} and by_key["stops"][3] == 0
+    assert by_key["long"][5]["omega"] == 32767 and by_key["long"][3] == 33001
+    assert by_key["ids"][5]["err4029"] == 2  # ERR-4029 and err4029
+    assert_stats_exact(conn)
 
 
 def test_copy_text_escaping_round_trips(conn: psycopg.Connection[Any]) -> None:
