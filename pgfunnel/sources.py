@@ -1,7 +1,9 @@
 """Reading documents from files, and cutting them into chunks.
 
-Formats: ``.md`` (sections by heading), ``.txt`` (paragraphs), ``.html`` (the main
-content, sections by heading; see :mod:`pgfunnel.html_text`), ``.jsonl`` (one document
+Formats: ``.md`` (sections by heading), ``.rst`` (reStructuredText: sections by title,
+markup read as rendered; see :mod:`pgfunnel.rst_text`), ``.txt`` (paragraphs, or read as
+reStructuredText when it is that), ``.html`` (the main content, sections by heading; see
+:mod:`pgfunnel.html_text`), ``.jsonl`` (one document
 per line: citekey, title, text, and optionally metadata, tenant, readers, language,
 valid_from, valid_to).
 """
@@ -21,8 +23,9 @@ from typing import Any
 
 from pgfunnel.errors import InvalidDocumentError
 from pgfunnel.html_text import html_to_text
+from pgfunnel.rst_text import looks_like_rst, rst_to_text
 
-SUPPORTED_SUFFIXES = (".md", ".markdown", ".txt", ".html", ".htm", ".jsonl")
+SUPPORTED_SUFFIXES = (".md", ".markdown", ".rst", ".rest", ".txt", ".html", ".htm", ".jsonl")
 DEFAULT_CHUNK_WORDS = 200
 # what the embedder reads for a chunk, recorded per index version (params.embed_input);
 # versions made before it was recorded read the chunk text alone
@@ -208,6 +211,9 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
         return
     if suffix in (".html", ".htm"):
         title, text = html_to_text(raw)
+    elif suffix in (".rst", ".rest") or (suffix == ".txt" and looks_like_rst(raw)):
+        title, text = rst_to_text(raw)
+        title = title or path.stem.replace("_", " ").replace("-", " ")
     elif suffix == ".txt":
         text, title = raw, path.stem.replace("_", " ").replace("-", " ")
     else:

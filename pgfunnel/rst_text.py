@@ -1,0 +1,229 @@
+"""The readable text of a reStructuredText file, markdown-ish for the chunker.
+
+Sphinx projects (Python, Django, most of the Python ecosystem) keep their documentation
+in reStructuredText. Read as plain text, a page loses its sections (an RST title is a
+line underlined with punctuation, not a ``#`` line), so chunks straddle sections and
+carry no heading, and markup that is never displayed lands in the index: role names
+(``:func:`` before every function), comments, link targets, toctrees. This module does
+what a reader of the rendered page sees, closely enough for search, without docutils:
+
+- section titles (underlined, or over- and underlined) become ``#`` headings, levels in
+  the order their adornment styles first appear, as docutils assigns them; the first
+  title is the document's title;
+- roles and interpreted text keep their text (``:func:`os.path.join``` -> ``os.path.join``,
+  ``:ref:`the guide <guide>``` -> ``the guide``), inline literals and hyperlink
+  references keep their words;
+- directives keep their argument and content (a function's signature and description,
+  a note, a code block), except those that render no text of their own (``toctree``,
+  ``image``, ``include``, ``index``, ``raw``, ...); their option lines are dropped;
+  ``versionadded`` and friends read as Sphinx renders them ("New in version 3.2");
+- comments, link targets and substitution definitions are dropped; a paragraph's
+  closing ``::`` reads as ``:``; transitions are dropped;
+- literal blocks and code keep their lines, indented, so a ``#`` comment in code never
+  reads as a heading; inline markup inside them is left alone.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["looks_like_rst", "rst_to_text"]
+
+# an adornment: one punctuation character repeated (docutils allows any of these)
+_ADORNMENT = re.compile(r"^([!-/:-@\[-`{-~])\1{2,}\s*$")
+_DIRECTIVE = re.compile(r"^(\s*)\.\.\s+([\w:.+-]+)::(?:\s+(.*))?$")
+_EXPLICIT = re.compile(r"^(\s*)\.\.(?:\s|$)")
+_FOOTNOTE = re.compile(r"^(\s*)\.\.\s+\[[^\]]+\]\s+(.*)$")
+_OPTION = re.compile(r"^\s+:[\w -]+:(?:\s|$)")
+# directives whose content is not text a reader sees on the page
+_SILENT = frozenset({
+    "toctree", "image", "include", "literalinclude", "raw", "index", "highlight", "module",
+    "contents", "sectnum", "meta", "tabularcolumns", "testsetup",
+    "testcleanup", "currentmodule", "default-role", "role", "autosummary", "csv-table",
+    "graphviz", "digraph", "figure", "target-notes", "header", "footer", "sectionauthor",
+    "moduleauthor", "codeauthor", "program", "default-domain", "spelling:word-list",
+})  # fmt: skip
+_VERSION_WORDS = {"versionadded": "New in version", "versionchanged": "Changed in version",
+                  "deprecated": "Deprecated since version",
+                  "versionremoved": "Removed in version"}
+_CODE = frozenset({"code-block", "code", "sourcecode", "doctest", "testcode", "testoutput",
+                   "parsed-literal", "productionlist", "math"})
+# :role:`text`, :domain:role:`text`, and `text` (the default role)
+_ROLE = re.compile(r"(?<![\w`]):(?:[\w.+-]+:)+`([^`]+)`|(?<![\w`:])`([^`]+)`(?!`)(?:__?)?")
+_LITERAL = re.compile(r"``(.+?)``")
+_STRONG = re.compile(r"(?<![\w*])\*\*(?=\S)(.+?)(?<=\S)\*\*(?![\w*])")
+_EMPHASIS = re.compile(r"(?<![\w*])\*(?=[^\s*])([^*]+?)(?<=\S)\*(?![\w*])")
+_FOOTNOTE_REF = re.compile(r"\s?\[(?:#[\w-]*|\*|\d+|[\w-]+)\]_")
+_TITLED_TARGET = re.compile(r"^(.*?)\s*<[^<>]+>$")
+
+
+def looks_like_rst(text: str) -> bool:
+    """Whether a ``.txt`` file is reStructuredText (as Django's documentation is): it has
+    a section title underlined with punctuation, and an RST construct (a directive, a
+    role, or a literal-block ``::``)."""
+    lines = text.splitlines()
+    titled = any(_ADORNMENT.match(u) and t.strip() and not _ADORNMENT.match(t)
+                 and not t[:1].isspace() and len(u.rstrip()) >= len(t.rstrip())
+                 for t, u in zip(lines, lines[1:], strict=False))
+    return titled and bool(re.search(r"^\s*\.\. [\w:-]+::|:\w+:`|::\s*$", text, re.M))
+
+
+def rst_to_text(raw: str) -> tuple[str, str]:
+    """(title, text) of a reStructuredText document; the title is "" when it has none."""
+    lines = raw.replace("\t", "        ").splitlines()
+    styles: list[tuple[str, bool]] = []
+    out: list[str] = []
+    fields, start = _file_fields(lines)
+    title = fields.get("title", "")
+    paragraph: list[str] = []
+
+    def flush() -> None:
+        # inline markup may span the lines of a paragraph (a long link's text and URL)
+        if paragraph:
+            out.extend(_guard(line) for line in _inline("\n".join(paragraph)).split("\n"))
+            paragraph.clear()
+
+    literal_indent: int | None = None  # inside a literal block or code: lines kept as is
+    skip_indent: int | None = None  # inside a block that renders nothing
+    i = start
+    while i < len(lines):
+        line = lines[i]
+        stripped = line.strip()
+        indent = len(line) - len(line.lstrip())
+        if not stripped or indent > 0 or _DIRECTIVE.match(line) or _EXPLICIT.match(line) \
+                or _ADORNMENT.match(line) or _section_title(lines, i) is not None:
+            flush()
+        if skip_indent is not None or literal_indent is not None:
+            block = skip_indent if skip_indent is not None else literal_indent
+            assert block is not None
+            if not stripped or indent > block:
+                if literal_indent is not None:
+                    out.append("    " + line if stripped else "")
+                i += 1
+                continue
+            skip_indent = literal_indent = None
+        heading = _section_title(lines, i)
+        if heading is not None:
+            text, style, consumed = heading
+            if style not in styles:
+                styles.append(style)
+            level = min(styles.index(style) + 1, 6)
+            text = _inline(text)
+            title = title or text
+            out += ["", "#" * level + " " + text, ""]
+            i += consumed
+            continue
+        if _ADORNMENT.match(line) and not stripped.startswith(".."):
+            i += 1  # a transition, or an adornment we could not pair: nothing to read
+            continue
+        directive = _DIRECTIVE.match(line)
+        if directive:
+            name = directive.group(2).lower()
+            short = name.rsplit(":", 1)[-1]
+            argument = (directive.group(3) or "").strip()
+            i += 1
+            while i < len(lines) and _OPTION.match(lines[i]):
+                i += 1  # :options: of the directive
+            if short in _SILENT or name in _SILENT:
+                skip_indent = indent
+                continue
+            if short in _VERSION_WORDS:
+                version, _, rest = argument.partition(" ")
+                out.append(f"{_VERSION_WORDS[short]} {version}." + (f" {_inline(rest)}" if rest
+                                                                     else ""))
+            elif argument and short not in _CODE:
+                out.append(_inline(argument))
+            if short in _CODE:
+                literal_indent = indent
+            continue
+        footnote = _FOOTNOTE.match(line)
+        if footnote:
+            out.append(footnote.group(1) + _inline(footnote.group(2)))
+            i += 1
+            continue
+        if _EXPLICIT.match(line):
+            # a comment, a link target or a substitution definition, with its block
+            skip_indent = indent
+            i += 1
+            continue
+        if stripped == "::":
+            literal_indent = indent
+            i += 1
+            continue
+        if stripped.endswith("::"):
+            # "Example::" reads "Example:"; "Example ::" reads "Example"
+            text = line.rstrip()[:-2].rstrip()
+            text = text if line.rstrip()[:-2].endswith((" ", "\t")) else text + ":"
+            paragraph.append(text)
+            flush()
+            literal_indent = indent
+            i += 1
+            continue
+        if indent > 0:
+            out.append(_guard(_inline(line)))
+        else:
+            paragraph.append(line)
+        i += 1
+    flush()
+    return title, re.sub(r"\n{3,}", "\n\n", "\n".join(out)).strip() + "\n"
+
+
+_FIELD = re.compile(r"^:([\w -]+):(?:\s+(.*))?$")
+
+
+def _file_fields(lines: list[str]) -> tuple[dict[str, str], int]:
+    """A field list at the top of a file (after comments and targets only) is the file's
+    metadata in Sphinx, not text; its ``:title:`` names the document. Returns the fields
+    and the line after them."""
+    i = 0
+    while i < len(lines) and (not lines[i].strip() or lines[i].startswith(("..", " "))):
+        i += 1
+    fields: dict[str, str] = {}
+    while i < len(lines) and (m := _FIELD.match(lines[i])):
+        fields[m.group(1).strip().lower()] = (m.group(2) or "").strip()
+        i += 1
+    if not fields or (i < len(lines) and lines[i].strip()):
+        return {}, 0  # not a field list standing alone: text
+    return fields, i
+
+
+def _section_title(lines: list[str], i: int) -> tuple[str, tuple[str, bool], int] | None:
+    """The section title starting at line ``i``: (text, adornment style, lines used)."""
+    line = lines[i]
+    previous_blank = i == 0 or not lines[i - 1].strip()
+    over = _ADORNMENT.match(line)
+    if over and previous_blank and i + 2 < len(lines):
+        text, under = lines[i + 1], lines[i + 2]
+        under_match = _ADORNMENT.match(under)
+        if (text.strip() and not _ADORNMENT.match(text) and under_match
+                and under_match.group(1) == over.group(1)
+                and len(under.rstrip()) >= len(text.rstrip())):
+            return text.strip(), (over.group(1), True), 3
+    if (previous_blank and line.strip() and not line[:1].isspace() and not over
+            and i + 1 < len(lines) and not line.lstrip().startswith("..")):
+        under_match = _ADORNMENT.match(lines[i + 1])
+        if under_match and len(lines[i + 1].rstrip()) >= len(line.rstrip()):
+            return line.strip(), (under_match.group(1), False), 2
+    return None
+
+
+def _inline(text: str) -> str:
+    """Inline markup to the words a reader sees."""
+    text = _LITERAL.sub(r"\1", text)
+    text = _ROLE.sub(_role_text, text)
+    text = _EMPHASIS.sub(r"\1", _STRONG.sub(r"\1", text))
+    return _FOOTNOTE_REF.sub("", text)
+
+
+def _role_text(m: re.Match[str]) -> str:
+    inner = m.group(1) if m.group(1) is not None else m.group(2)
+    titled = _TITLED_TARGET.match(inner)
+    if titled and titled.group(1):
+        inner = titled.group(1)
+    # ~a.b.c shows as c and !a as a in Sphinx; the whole name is the better search term
+    return inner.lstrip("~!")
+
+
+def _guard(line: str) -> str:
+    """A text line that starts with ``#`` would read as a markdown heading."""
+    return " " + line if line.startswith("#") else line

@@ -1,0 +1,156 @@
+"""reStructuredText files (Sphinx sources): sections by title, markup read as rendered."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from pgfunnel.rst_text import looks_like_rst, rst_to_text
+from pgfunnel.sources import chunk_text, read_path
+
+PAGE = """\
+.. _os-path:
+
+=======================================
+:mod:`os.path` --- Common pathname ops
+=======================================
+
+.. module:: os.path
+   :synopsis: Operations on pathnames.
+
+**Source code:** :source:`Lib/posixpath.py`
+
+.. index:: single: path; operations
+
+This module implements useful functions on pathnames; see :ref:`the tutorial <tut-files>`
+and `the home page <https://python.org>`_ [#]_.
+
+.. toctree::
+   :maxdepth: 2
+
+   library/os
+
+Functions
+---------
+
+.. function:: join(path, *paths)
+
+   Join one or more path segments. Uses :func:`~os.path.normpath` and ``os.sep``.
+
+   .. versionchanged:: 3.6
+      Accepts a :term:`path-like object`.
+
+   Example::
+
+      >>> import os
+      # a comment in an example
+      >>> os.path.join("a", "b")
+
+.. note::
+
+   On Windows, the drive is reset.
+
+.. code-block:: python
+   :linenos:
+
+   # a comment in code
+   x = ":kbd:`kept as written`"
+
+..
+   A comment block,
+   never shown.
+
+----------
+
+Constants
+^^^^^^^^^
+
+.. data:: sep
+
+   The separator.
+
+.. [#] A footnote.
+"""
+
+
+def test_titles_become_sections_and_the_first_is_the_title() -> None:
+    title, text = rst_to_text(PAGE)
+    assert title == "os.path --- Common pathname ops"
+    headings = [line for line in text.splitlines() if line.startswith("#")]
+    # levels in the order the adornment styles first appear: overlined '=', '-', '^'
+    assert headings == ["# os.path --- Common pathname ops", "## Functions", "### Constants"]
+    chunks = chunk_text(text)
+    assert [c.heading for c in chunks] == [
+        "os.path --- Common pathname ops", "Functions", "Constants"]
+    functions = chunks[1].text
+    assert "join(path, *paths)" in functions and "Join one or more path segments" in functions
+    assert "Constants" not in functions and "sep The separator." in chunks[2].text
+
+
+def test_markup_reads_as_rendered() -> None:
+    _, text = rst_to_text(PAGE)
+    assert "Uses os.path.normpath and os.sep." in text
+    assert "see the tutorial\nand the home page." in text
+    assert "Source code: Lib/posixpath.py" in text
+    assert "Changed in version 3.6." in text and "Accepts a path-like object." in text
+    assert "Example:\n" in text and "On Windows, the drive is reset." in text
+    for hidden in (":func:", ":ref:", "tut-files", "https://", ".. ", "toctree", "maxdepth",
+                   "library/os", "synopsis", "single: path", "A comment block", "never shown",
+                   "linenos", "_os-path", "[#]", "----------"):
+        assert hidden not in text, hidden
+
+
+def test_code_keeps_its_lines_and_never_makes_a_heading() -> None:
+    _, text = rst_to_text(PAGE)
+    code = [line for line in text.splitlines() if "comment in" in line or "kept as" in line]
+    assert code == ["          # a comment in an example", "       # a comment in code",
+                    '       x = ":kbd:`kept as written`"']
+    assert [c.heading for c in chunk_text(text)].count("a comment in code") == 0
+
+
+def test_rst_and_txt_files_are_read_as_rst(tmp_path: Path) -> None:
+    (tmp_path / "ospath.rst").write_text(PAGE)
+    # Django keeps its reStructuredText documentation in .txt files
+    (tmp_path / "howto.txt").write_text(
+        "Writing views\n=============\n\nA view is a :term:`callable`::\n\n    def view(r):\n"
+        "        pass\n\nUsing templates\n---------------\n\nSee :doc:`templates`.\n")
+    (tmp_path / "notes.txt").write_text("Plain notes.\n\nNo markup: a :b: c.\n")
+    docs = {d.citekey: d for d in read_path(tmp_path)}
+    assert docs["ospath"].title == "os.path --- Common pathname ops"
+    assert docs["howto"].title == "Writing views"
+    assert [c.heading for c in chunk_text(docs["howto"].text)] == ["Writing views",
+                                                                   "Using templates"]
+    assert "A view is a callable:" in docs["howto"].text
+    assert docs["notes"].title == "notes" and docs["notes"].text.startswith("Plain notes.")
+
+
+def test_looks_like_rst_needs_a_title_and_markup() -> None:
+    assert looks_like_rst("Title\n=====\n\nText with :func:`x`.\n")
+    assert looks_like_rst("Title\n=====\n\n.. note::\n\n   Careful.\n")
+    assert not looks_like_rst("Title\n=====\n\nJust text.\n")  # a plain-text heading
+    assert not looks_like_rst("Text with :func:`x` but no title.\n")
+    assert not looks_like_rst("Short\n==\n\nExample::\n")  # underline shorter than title
+
+
+def test_hostile_rst_never_raises() -> None:
+    for raw in ("", "=====", "====\n====\n====", ".. ::", ".. x::", "``unclosed", ":r:`",
+                "Title\n=====\n" * 50, "\t.. code::\n\tx", "a\n" + "-" * 10000, "\x00"):
+        title, text = rst_to_text(raw)
+        assert isinstance(title, str) and isinstance(text, str)
+        chunk_text(text)
+
+
+def test_an_rst_folder_is_searchable(conn: psycopg.Connection[Any], tmp_path: Path) -> None:
+    from funnel_util import ingest
+
+    (tmp_path / "ospath.rst").write_text(PAGE)
+    ingest(conn, list(read_path(tmp_path)), dims=8)
+    rows = conn.execute(
+        "select c.heading from funnel_search('join path segments', null, 3, collection => 't')"
+        " f join pgfunnel.chunk c on c.id = f.chunk_id").fetchall()
+    assert rows[0][0] == "Functions"
+    # role names are not indexed: 'func' occurs only as markup
+    assert conn.execute("select count(*) from pgfunnel.posting where term in ('func', 'ref')"
+                        ).fetchone()[0] == 0
