@@ -172,14 +172,17 @@ as $$
      where t.term is not null
 $$;
 
--- the query words the analyzer dropped, so callers can say so instead of failing silently
+-- the query words the analyzer dropped whole, so callers can say so instead of failing
+-- silently; a word of which some part is searched (`s3` without its stop word `s`) is not one
 create or replace function pgfunnel.dropped_query_words(input text, analyzer text default 'english_v2')
 returns text[]
 language sql stable parallel safe
 security invoker
 set search_path = pg_catalog, pgfunnel
 as $$
-    select coalesce(array_agg(distinct t.token), '{}'::text[])
-      from pgfunnel.analyze_tokens(input, analyzer, true) t
-     where t.dropped is not null
+    select coalesce(array_agg(distinct w.token), '{}'::text[])
+      from (select t.token_position, t.token
+              from pgfunnel.analyze_tokens(input, analyzer, true) t
+             group by t.token_position, t.token
+            having bool_and(t.term is null)) w
 $$;

@@ -192,14 +192,17 @@ begin
 
     all_visible := pgfunnel._all_visible(coll_id, language, metadata_filter);
     if query_text is not null then
-        -- one pass of the analyzer gives both the terms and the dropped words
+        -- one pass of the analyzer gives both the terms and the words not searched: those
+        -- of which no part is left (`s3` loses its stop word `s` but is searched)
         select coalesce(array_agg(t.term order by t.token_position)
                             filter (where t.term is not null), '{}'),
                coalesce(array_agg(t.token_position order by t.token_position)
                             filter (where t.term is not null), '{}'),
-               coalesce(array_agg(distinct t.token) filter (where t.dropped is not null), '{}')
+               coalesce(array_agg(distinct t.token) filter (where t.unsearched), '{}')
           into q_terms, q_positions, dropped
-          from pgfunnel.analyze_each(array[query_text], analyzer_name, true) t;
+          from (select e.token_position, e.token, e.term,
+                       bool_and(e.term is null) over (partition by e.token_position) as unsearched
+                  from pgfunnel.analyze_each(array[query_text], analyzer_name, true) e) t;
         if cardinality(q_terms) = 0 then
             raise warning using message = format(
                 'pgfunnel: no searchable term left in query_text (dropped: %s); the lexical leg is empty',

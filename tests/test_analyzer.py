@@ -96,12 +96,21 @@ def test_question_words_dropped_and_reported(sample_conn: psycopg.Connection[Any
     dropped = sample_conn.execute(
         "select pgfunnel.dropped_query_words('what is the refund window')").fetchone()[0]
     assert set(dropped) == {"what", "is", "the"}
+    # a word is reported only when nothing of it is searched: s3 keeps s3 and 3 without
+    # its stop word s, a-team keeps ateam and team
+    partly = sample_conn.execute(
+        "select pgfunnel.dropped_query_words('does s3 work for the a-team')").fetchone()[0]
+    assert set(partly) == {"does", "for", "the"}
 
     seen = _capture(sample_conn)
     rows = lexical(sample_conn, "how do I get a refund")
     assert rows
     notices = [m for s, m in seen if s == "NOTICE" and "query words not searched" in m]
     assert notices and all(w in notices[0] for w in ("how", "do", "i"))
+    seen.clear()
+    lexical(sample_conn, "how do I get a refund on s3")
+    notices = [m for s, m in seen if s == "NOTICE" and "query words not searched" in m]
+    assert notices and "s3" not in notices[0].split(": ", 1)[1].split(", ")
 
 
 def test_dropped_words_become_a_python_warning(sample_db: str) -> None:
