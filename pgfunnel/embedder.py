@@ -82,16 +82,21 @@ class Embedder:
 
     def embed(self, texts: Sequence[str],
               progress: Callable[[int], None] | None = None) -> np.ndarray:
-        """Vectors for ``texts`` in batches; ``progress`` is told how many were done."""
+        """Vectors for ``texts`` in batches; ``progress`` is told how many were done.
+
+        Batches are formed longest text first, so a batch pads its texts to lengths
+        close to its longest: chunks of mixed length (prose and long code or JSON
+        examples) otherwise pad short texts to the longest one of their neighbours."""
         out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
         for start in range(0, len(texts), self.batch_size):
-            batch = list(texts[start:start + self.batch_size])
-            vecs = self._model.encode(batch, batch_size=self.batch_size,
+            positions = order[start:start + self.batch_size]
+            vecs = self._model.encode([texts[i] for i in positions], batch_size=self.batch_size,
                                       normalize_embeddings=True, convert_to_numpy=True,
                                       show_progress_bar=False)
-            out[start:start + len(batch)] = vecs
+            out[positions] = vecs
             if progress is not None:
-                progress(len(batch))
+                progress(len(positions))
         return out
 
     def embed_query(self, text: str) -> np.ndarray:

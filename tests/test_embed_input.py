@@ -110,3 +110,18 @@ def test_unknown_embedding_model_fails_in_one_line_with_the_fix(monkeypatch: Any
     msg = str(exc.value)
     assert msg.startswith("embedding_model='pgfunnel-test/no-such-embedder' could not be loaded")
     assert "\n" not in msg and "available locally" in msg
+
+
+def test_batches_formed_by_length_keep_each_vector_in_its_place(embedder: Any) -> None:
+    # texts of mixed lengths, in an order where length-sorted batches differ from the
+    # input's: every vector must still be the one its own text gets alone
+    texts = [("refund policy " * (n % 7 * 9 + 1)).strip() + f" {n}" for n in range(40)]
+    embedder.batch_size = 8
+    try:
+        seen: list[int] = []
+        together = embedder.embed(texts, progress=seen.append)
+    finally:
+        embedder.batch_size = 64
+    assert sum(seen) == len(texts) and len(seen) == 5
+    alone = np.stack([embedder.embed([t])[0] for t in texts])
+    assert np.abs(together - alone).max() < 1e-5
