@@ -218,6 +218,7 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
         text, title = raw, path.stem.replace("_", " ").replace("-", " ")
     else:
         fields, text = _front_matter(raw)
+        text = _setext_to_atx(text)
         title = (fields.get("title") or _first_h1(text)
                  or path.stem.replace("_", " ").replace("-", " "))
     if not text.strip():
@@ -274,6 +275,33 @@ def _lines_outside_code(text: str) -> Iterator[tuple[str, bool]]:
                     and len(closing) >= len(fence):
                 fence = ""
             yield line, False
+
+
+_SETEXT = re.compile(r"^ {0,3}(={2,}|-{2,})[ \t]*$")
+# lines that cannot be (the end of) a setext heading's paragraph
+_NOT_PARAGRAPH = re.compile(r"^(?: {0,3}(?:[-*+>|]|\d+[.)])(?:\s|$)| {4,}| {0,3}#|\s*$)")
+
+
+def _setext_to_atx(text: str) -> str:
+    """Markdown's underlined headings (``Title`` over ``=====`` or ``-----``, as many
+    READMEs write them) as ``#`` headings, which is what the chunker reads: the
+    paragraph directly above the underline is the heading, as in CommonMark."""
+    out: list[str] = []
+    paragraph_start: int | None = None  # index in out of the open paragraph's first line
+    for line, is_markdown in _lines_outside_code(text):
+        m = _SETEXT.match(line) if is_markdown else None
+        if m and paragraph_start is not None:
+            heading = " ".join(part.strip() for part in out[paragraph_start:])
+            del out[paragraph_start:]
+            out.append(("# " if m.group(1)[0] == "=" else "## ") + heading)
+            paragraph_start = None
+            continue
+        if not is_markdown or _NOT_PARAGRAPH.match(line):
+            paragraph_start = None
+        elif paragraph_start is None:
+            paragraph_start = len(out)
+        out.append(line)
+    return "\n".join(out)
 
 
 def _first_h1(text: str) -> str:

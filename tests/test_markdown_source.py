@@ -58,3 +58,40 @@ def test_a_thematic_break_is_not_front_matter(tmp_path: Path) -> None:
     (tmp_path / "d.md").write_text("# Title\n\nabove\n\n---\n\nbelow\n")
     (doc,) = read_path(tmp_path / "d.md")
     assert doc.title == "Title" and "above" in doc.text and "below" in doc.text
+
+
+README = """Project name
+============
+
+Intro line
+that wraps.
+
+Usage
+-----
+
+- a list item
+---
+
+```sh
+not a heading
+-------------
+```
+
+Text, then a rule:
+
+---
+
+More text.
+"""
+
+
+def test_underlined_headings_start_sections(tmp_path: Path) -> None:
+    (tmp_path / "README.md").write_text(README)
+    (doc,) = read_path(tmp_path / "README.md")
+    assert doc.title == "Project name"
+    chunks = chunk_text(doc.text)
+    assert [c.heading for c in chunks] == ["Project name", "Usage"]
+    usage = chunks[1].text
+    # a list item, code and a rule after a blank line are not headings
+    assert "a list item ---" in usage and "not a heading -------------" in usage
+    assert "More text." in usage and "=====" not in doc.text
