@@ -61,7 +61,7 @@ def looks_like_rst(text: str) -> bool:
     """Whether a ``.txt`` file is reStructuredText (as Django's documentation is): it has
     a section title underlined with punctuation, and an RST construct (a directive, a
     role, or a literal-block ``::``)."""
-    lines = text.splitlines()
+    lines = text.removeprefix("\ufeff").splitlines()
     titled = any(_ADORNMENT.match(u) and t.strip() and not _ADORNMENT.match(t)
                  and not t[:1].isspace() and len(u.rstrip()) >= len(t.rstrip())
                  for t, u in zip(lines, lines[1:], strict=False))
@@ -70,7 +70,7 @@ def looks_like_rst(text: str) -> bool:
 
 def rst_to_text(raw: str) -> tuple[str, str]:
     """(title, text) of a reStructuredText document; the title is "" when it has none."""
-    lines = raw.replace("\t", "        ").splitlines()
+    lines = raw.removeprefix("\ufeff").replace("\t", "        ").splitlines()
     styles: list[tuple[str, bool]] = []
     out: list[str] = []
     fields, start = _file_fields(lines)

@@ -134,6 +134,11 @@ def test_looks_like_rst_needs_a_title_and_markup() -> None:
     assert not looks_like_rst("Short\n==\n\nExample::\n")  # underline shorter than title
 
 
+def test_windows_line_ends_and_a_byte_order_mark_change_nothing() -> None:
+    assert rst_to_text("\ufeff" + PAGE.replace("\n", "\r\n")) == rst_to_text(PAGE)
+    assert looks_like_rst("\ufeffTitle\r\n=====\r\n\r\nSee :func:`x`.\r\n")
+
+
 def test_hostile_rst_never_raises() -> None:
     for raw in ("", "=====", "====\n====\n====", ".. ::", ".. x::", "``unclosed", ":r:`",
                 "Title\n=====\n" * 50, "\t.. code::\n\tx", "a\n" + "-" * 10000, "\x00"):
