@@ -209,3 +209,29 @@ def test_an_unqualified_name_finds_its_qualified_spelling(
     else:
         # english_v1 indexes csv.quote_all whole and as csv / quot: the bare name is lost
         assert "csv" not in [r[1] for r in rows[:1]]
+
+
+@pytest.mark.parametrize("analyzer", ["english_v1", "simple_v1", "english_v2", "simple_v2"])
+@pytest.mark.parametrize("for_query", [False, True])
+def test_plain_words_take_a_shorter_path_to_the_same_rows(conn: psycopg.Connection[Any],
+                                                          analyzer: str, for_query: bool) -> None:
+    # inputs without a digit or a joiner (. _ -) take the plain-word path; one input with
+    # a digit sends the whole call down the general path, whose rows for the other inputs
+    # must be the same
+    rng = random.Random(11)
+    words = ["What", "is", "the", "refund", "window", "Éclair", "naïve", "straße", "日本語",
+             "don't", "(annual)", "plan?", "How", "DO", "i", "a" * 101, "x" * 100, "ΩMEGA"]
+    seps = [" ", "  ", ", ", "; ", "! ", "\u00a0", "\u2014", "\n"]
+    inputs: list[str | None] = ["", None, "?!", "a" * 150]
+    for _ in range(120):
+        inputs.append("".join(rng.choice(words) + rng.choice(seps)
+                              for _ in range(rng.randint(1, 8))))
+    cols = "input_ordinal, token_position, token, term, dropped"
+    plain = conn.execute(f"select {cols} from pgfunnel.analyze_each(%s, %s, %s)",
+                         (inputs, analyzer, for_query)).fetchall()
+    general = conn.execute(f"select {cols} from pgfunnel.analyze_each(%s, %s, %s) "
+                           "where input_ordinal <= %s",
+                           (inputs + ["4029"], analyzer, for_query, len(inputs))).fetchall()
+    assert plain == general
+    assert any(r[4] == "stop word" for r in plain) or analyzer.startswith("simple")
+    assert any(r[4] == "question word" for r in plain) == for_query
