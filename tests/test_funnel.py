@@ -208,6 +208,24 @@ def test_trace_records_every_pool_candidate(conn: psycopg.Connection[Any], corpu
     assert conn.execute("select count(*) from pgfunnel.search_log").fetchone()[0] == 1
 
 
+def test_the_public_wrapper_traces_where_it_is_not_inlined(conn: psycopg.Connection[Any],
+                                                           corpus: Any) -> None:
+    # public.funnel_search is a stable SQL function so that Postgres inlines it; called in
+    # a select list it runs as a function of its own, and the traced search inside it
+    # still writes its log
+    v = corpus["big"][1]
+    rows = conn.execute("select (f).chunk_id, (f).search_id from (select funnel_search("
+                        "'zephyr', %s, 4, collection => 't', trace => true) f) s",
+                        (v,)).fetchall()
+    want = conn.execute("select chunk_id from pgfunnel.funnel_search('zephyr', %s, 4, "
+                        "collection => 't')", (v,)).fetchall()
+    assert [r[0] for r in rows] == [w[0] for w in want]
+    sid = rows[0][1]
+    assert sid is not None and all(r[1] == sid for r in rows)
+    assert conn.execute("select count(*) from pgfunnel.search_trace where search_id = %s",
+                        (sid,)).fetchone()[0] >= len(rows)
+
+
 # -- explain ------------------------------------------------------------------------------
 
 EXPLAIN = ("verdict, lexical_rank, lexical_score, lexical_exact_score, dense_rank, dense_score, "

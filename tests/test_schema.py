@@ -196,20 +196,23 @@ def test_unreachable_dsn_is_a_clear_error() -> None:
 
 #: SQL functions left without `set search_path` so that Postgres inlines them; their
 #: bodies qualify every name instead (checked below and in test_inlined_functions_inline)
-INLINED_FUNCTIONS = {"pgfunnel._bm25_idf", "pgfunnel._document_visible"}
+INLINED_FUNCTIONS = {"pgfunnel._bm25_idf", "pgfunnel._document_visible", "public.funnel_search"}
 #: a query calling each, for the plan check
 _INLINE_PROBES = {
     "pgfunnel._bm25_idf": "select pgfunnel._bm25_idf(g, 10000) from generate_series(0, 3) g",
     "pgfunnel._document_visible": (
         "select d.id from pgfunnel.document d where pgfunnel._document_visible("
         "d, '{alice}', 't1', 'en', now(), '{\"a\": 1}')"),
+    "public.funnel_search": "select * from public.funnel_search('refund', null, 3)",
 }
 
 
 def test_doctor_knows_the_inlined_functions() -> None:
     from pgfunnel.security import UNPINNED_BY_DESIGN
 
-    assert {sig.split("(")[0] for sig in UNPINNED_BY_DESIGN} == INLINED_FUNCTIONS
+    # doctor checks schema pgfunnel; public.funnel_search is the one wrapper outside it
+    assert {sig.split("(")[0] for sig in UNPINNED_BY_DESIGN} == {
+        f for f in INLINED_FUNCTIONS if f.startswith("pgfunnel.")}
 
 
 def test_sql_files_follow_the_conventions() -> None:
@@ -226,7 +229,7 @@ def test_sql_files_follow_the_conventions() -> None:
                 # every operator and function of the body names its schema
                 assert not re.search(r"\s[-+*/]\s", code), f"{m.group(1)}: unqualified operator"
                 for call in re.findall(r"([\w.]+)\(", code):
-                    assert call.startswith("pg_catalog.") or call == "operator", (
+                    assert call.startswith(("pg_catalog.", "pgfunnel.")) or call == "operator", (
                         f"{m.group(1)}: unqualified call {call}")
             else:
                 assert "set search_path" in body, f"{path.name}: {m.group(1)} has no search_path"
@@ -246,7 +249,11 @@ def test_inlined_functions_inline(db: str) -> None:
         assert set(_INLINE_PROBES) == INLINED_FUNCTIONS
         for name, probe in _INLINE_PROBES.items():
             plan = "\n".join(r[0] for r in conn.execute(f"explain verbose {probe}"))
-            assert name.split(".")[1] not in plan, plan
+            if name == "public.funnel_search":
+                # the wrapper is gone: the query calls what it wraps
+                assert "Function Call: pgfunnel.funnel_search(" in plan, plan
+            else:
+                assert name.split(".")[1] not in plan, plan
         # inlined, the visibility test is the indexable predicate itself
         plan = "\n".join(r[0] for r in conn.execute(
             "explain select d.id from pgfunnel.document d where "
