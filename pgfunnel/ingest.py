@@ -906,10 +906,60 @@ class Ingester:
             self.stats.notes.append(f"created index version {version.version} (active)")
         return coll, version
 
+    def _embed_outside(self, batch: list[DocumentRecord],
+                       vectors: dict[str, np.ndarray] | None,
+                       prepared: _Prepared | None) -> dict[str, np.ndarray]:
+        """The model's part of a batch, done before its transaction opens: vectors for the
+        chunks of new and changed documents that have none to reuse, by the text the
+        embedder reads.
+
+        Embedding a batch takes minutes on a CPU. Inside the transaction it held the
+        collection's writer lock that long and sat idle in a transaction, which managed
+        Postgres and poolers end (``idle_in_transaction_session_timeout``). The writing
+        transaction decides again what needs a vector and embeds only what this did
+        not foresee (a document changed in between)."""
+        needs = [r for r in batch if vectors is None or vectors.get(r.citekey) is None]
+        cid = collection_id(self.conn, self.collection) if needs else None
+        version = active_version(self.conn, cid) if cid is not None else None
+        existing = {} if cid is None else {
+            ck: (int(did), h, t) for ck, did, h, t in self.conn.execute(
+                "select citekey, id, content_hash, title from pgfunnel.document "
+                "where collection_id = %s and citekey = any(%s)",
+                (cid, [r.citekey for r in needs])).fetchall()}
+        hashes = (prepared.hashes if prepared is not None
+                  else {r.citekey: r.content_hash() for r in needs})
+        todo = [r for r in needs
+                if r.citekey not in existing or existing[r.citekey][1] != hashes[r.citekey]]
+        if not todo:
+            return {}
+        embed_input = version.embed_input if version is not None else DEFAULT_EMBED_INPUT
+        reuse = {} if version is None else self._reusable_vectors(
+            version.id, [existing[r.citekey][0] for r in todo
+                         if r.citekey in existing and (embed_input == EMBED_TEXT_ALONE
+                                                       or existing[r.citekey][2] == r.title)])
+        chunked = dict((r.citekey, chunks) for r, chunks in prepared.chunked) \
+            if prepared is not None else {}
+        texts = list(dict.fromkeys(
+            embedding_input(r.title, ch.text, embed_input) for r in todo
+            for ch in chunked.get(r.citekey) or chunk_text(r.text, self.chunk_words)
+            if ch.content_hash() not in reuse))
+        if not texts:
+            return {}
+        # batches are chunked one at a time, so the number of chunks to embed is known
+        # per batch: the total grows with each batch and comes first
+        self._embed_queued += len(texts)
+        self._tick("embedding", 0, self._embed_queued)
+        started = time.perf_counter()
+        embedded = self.embedder.embed(
+            texts, progress=lambda n: self._tick("embedding", n, self._embed_queued))
+        self.stats.embed_seconds += time.perf_counter() - started
+        return dict(zip(texts, embedded, strict=True))
+
     def _ingest_batch(self, batch: list[DocumentRecord], vectors: dict[str, np.ndarray] | None,
                       prepared: _Prepared | None = None) -> None:
         self.stats.documents_seen += len(batch)
         try:
+            ahead = self._embed_outside(batch, vectors, prepared)
             with self.conn.transaction():
                 ingest_lock(self.conn, self.collection)
                 coll, version = self._version()
@@ -961,21 +1011,26 @@ class Ingester:
                 _check_given_vectors(new_vectors, labels, version.dimensions)
                 missing = [i for i, v in enumerate(new_vectors) if v is None]
                 self.stats.chunks_reused += len(new_vectors) - len(missing)
-                t0 = time.perf_counter()
-                if missing:
-                    # batches are chunked one at a time, so the number of chunks to embed
-                    # is known per batch: the total grows with each batch and comes first
-                    self._embed_queued += len(missing)
+                unforeseen = []
+                for i in missing:
+                    vector = ahead.get(embedding_input(new_titles[i], new_texts[i],
+                                                       version.embed_input))
+                    if vector is None:
+                        unforeseen.append(i)
+                    else:
+                        new_vectors[i] = vector
+                if unforeseen:
+                    t0 = time.perf_counter()
+                    self._embed_queued += len(unforeseen)
                     self._tick("embedding", 0, self._embed_queued)
                     embedded = self.embedder.embed(
                         [embedding_input(new_titles[i], new_texts[i], version.embed_input)
-                         for i in missing],
+                         for i in unforeseen],
                         progress=lambda n: self._tick("embedding", n, self._embed_queued))
-                    for i, vec in zip(missing, embedded, strict=True):
+                    for i, vec in zip(unforeseen, embedded, strict=True):
                         new_vectors[i] = vec
-                    self.stats.chunks_embedded += len(missing)
-                t1 = time.perf_counter()
-                self.stats.embed_seconds += t1 - t0
+                    self.stats.embed_seconds += time.perf_counter() - t0
+                self.stats.chunks_embedded += len(missing)
                 self._write(coll, version, chunked, new_texts, new_vectors,
                             {ck: v[0] for ck, v in existing.items()}, hashes, prepared)
         except psycopg.Error as exc:

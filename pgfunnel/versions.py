@@ -68,7 +68,6 @@ from pgfunnel.ingest import (
 )
 from pgfunnel.sources import (
     DEFAULT_EMBED_INPUT,
-    EMBED_TEXT_ALONE,
     embedding_input,
     version_embed_input,
 )
@@ -256,17 +255,12 @@ def _missing_chunks(conn: psycopg.Connection[Any], coll_id: int, version_id: int
         "order by c.id limit %s", (coll_id, version_id, limit)).fetchall()]
 
 
-def _index_batch(conn: psycopg.Connection[Any], version_id: int,
-                 embedder: Embedder | Callable[[], Embedder] | None,
-                 analyzer: TermAnalyzer, batch: list[tuple[int, str, str]],
-                 progress: Callable[[int], None] | None = None,
-                 reuse_from: int | None = None, embed_input: str = EMBED_TEXT_ALONE) -> int:
-    """Embed and index a batch of chunks into a version, in the caller's transaction.
-
-    ``reuse_from``: a version made with the same model and embedding input; its vectors
-    are copied instead of computing them again (an analyzer-only reindex then costs no
-    model time).
-    """
+def _batch_vectors(conn: psycopg.Connection[Any], embedder: Embedder | Callable[[], Embedder],
+                   batch: list[tuple[int, str, str]], reuse_from: int | None,
+                   embed_input: str) -> list[np.ndarray]:
+    """A vector for each chunk of a batch: copied from ``reuse_from`` (a version made with
+    the same model and embedding input, so an analyzer-only reindex costs no model time),
+    else from the model."""
     found: dict[int, np.ndarray] = {}
     if reuse_from is not None:
         found = {int(c): as_array(v) for c, v in conn.execute(
@@ -277,13 +271,16 @@ def _index_batch(conn: psycopg.Connection[Any], version_id: int,
     if todo:
         model = embedder() if callable(embedder) and not isinstance(embedder, Embedder) \
             else embedder
-        if model is None:
-            raise PgfunnelError("internal: chunks to embed but no embedder")
         texts = [embedding_input(batch[i][2], batch[i][1], embed_input) for i in todo]
         for i, vec in zip(todo, model.embed(texts), strict=True):
             vectors[i] = vec
-    if progress is not None:
-        progress(len(batch))
+    return [v for v in vectors if v is not None]
+
+
+def _index_batch(conn: psycopg.Connection[Any], version_id: int, analyzer: TermAnalyzer,
+                 batch: list[tuple[int, str, str]], vectors: list[np.ndarray]) -> int:
+    """Index a batch of chunks with their vectors into a version, in the caller's
+    transaction; returns how many were written."""
     # a chunk deleted (re-ingested) meanwhile must not be written; the ones still there are
     # locked against deletion until this batch commits
     alive = {int(r[0]) for r in conn.execute(
@@ -293,8 +290,7 @@ def _index_batch(conn: psycopg.Connection[Any], version_id: int,
     if not keep:
         return 0
     write_chunk_index(conn, version_id, analyzer, [batch[i][0] for i in keep],
-                      [batch[i][1] for i in keep],
-                      np.stack([v for i in keep if (v := vectors[i]) is not None]))
+                      [batch[i][1] for i in keep], np.stack([vectors[i] for i in keep]))
     return len(keep)
 
 
@@ -330,18 +326,18 @@ def catch_up(conn: psycopg.Connection[Any], coll_id: int, version_id: int,
         batch = _missing_chunks(conn, coll_id, version_id, batch_size)
         if not batch:
             return done
-
-        def tick(n: int) -> None:
-            if progress is not None:
-                progress("embedding", n, None)
-
+        # the model runs before the batch's transaction opens: minutes idle in a
+        # transaction are what managed Postgres and poolers end
+        # (idle_in_transaction_session_timeout). In the caller's transaction (right before
+        # a switch) the chunks left are the few ingested since the catch-up before it.
+        vectors = _batch_vectors(conn, model, batch, reuse_from, embed_input)
+        if progress is not None:
+            progress("embedding", len(batch), None)
         if in_transaction:
-            done += _index_batch(conn, version_id, model, term_analyzer, batch, tick,
-                                 reuse_from, embed_input)
+            done += _index_batch(conn, version_id, term_analyzer, batch, vectors)
         else:
             with conn.transaction():
-                done += _index_batch(conn, version_id, model, term_analyzer, batch, tick,
-                                     reuse_from, embed_input)
+                done += _index_batch(conn, version_id, term_analyzer, batch, vectors)
 
 
 def cleanup_invalid_indexes(conn: psycopg.Connection[Any]) -> list[str]:

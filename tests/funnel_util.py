@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -90,3 +91,19 @@ def load_module(name: str, path: Path) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+class SlowEmbedder:
+    """The real embedder, half a second slower per call: a model on a slow CPU."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.model_name = inner.model_name
+        self.dimensions = inner.dimensions
+        self.calls = 0
+
+    def embed(self, texts: Any, progress: Any = None) -> np.ndarray:
+        self.calls += 1
+        time.sleep(0.5)
+        vectors: np.ndarray = self.inner.embed(texts, progress=progress)
+        return vectors

@@ -467,3 +467,24 @@ def test_embedding_progress_carries_the_chunks_queued_so_far(
     assert sum(n for n, _ in ticks) == stats.chunks_embedded == 5
     for (_n, total), done in zip(ticks, itertools.accumulate(n for n, _ in ticks), strict=True):
         assert total is not None and done <= total
+
+
+def test_the_model_runs_outside_the_writing_transaction(conn: psycopg.Connection[Any],
+                                                        embedder: Any) -> None:
+    # Managed Postgres and poolers end sessions that sit idle in a transaction (Supabase,
+    # RDS parameter groups: idle_in_transaction_session_timeout). Embedding a batch takes
+    # minutes on a CPU, so it must not happen while the batch's transaction is open
+    # holding the collection's writer lock.
+    from funnel_util import SlowEmbedder
+
+    conn.execute("set idle_in_transaction_session_timeout = '300ms'")
+    slow = SlowEmbedder(embedder)
+    docs = [DocumentRecord(f"d{i}", f"document {i} about topic {i % 3}") for i in range(5)]
+    stats = Ingester(conn, "slow", embedder=slow, batch_documents=2).ingest(docs)
+    assert stats.chunks_embedded == 5 and stats.documents_written == 5
+    assert slow.calls == 3  # one call per batch: nothing embedded twice
+    # a re-ingest with one changed document embeds only that one, still outside
+    docs[1] = DocumentRecord("d1", "document 1, rewritten")
+    again = Ingester(conn, "slow", embedder=slow, batch_documents=2).ingest(docs)
+    assert again.chunks_embedded == 1 and again.documents_unchanged == 4
+    assert_stats_exact(conn)

@@ -386,3 +386,20 @@ def test_drop_collection_takes_its_tables_and_indexes_too(db: str) -> None:
         assert sorted(f.message.split()[1] for f in found) == \
             sorted(f"pgfunnel.{r}" for r in _relations(conn, vid_b))
         assert len(found) == 2 and all(f.level == "warning" for f in found)
+
+
+def test_reindex_runs_the_model_outside_its_batch_transactions(sample_db: str,
+                                                               embedder: Any) -> None:
+    # as ingest: a batch's vectors are computed before its transaction opens, so a
+    # re-embedding reindex survives idle_in_transaction_session_timeout (managed Postgres)
+    from funnel_util import SlowEmbedder
+
+    slow = SlowEmbedder(embedder)
+    with connect(sample_db, autocommit=True) as conn:
+        conn.execute("set idle_in_transaction_session_timeout = '300ms'")
+        chunks = conn.execute("select count(*) from pgfunnel.chunk").fetchone()[0]  # type: ignore[index]
+        res = versions.reindex(conn, "default", reembed=True, embedder=slow,  # type: ignore[arg-type]
+                               batch_size=64)
+        assert res.state == "ready" and res.validation is not None and res.validation.ok
+        assert slow.calls == -(-chunks // 64)
+
