@@ -292,8 +292,9 @@ def create_hnsw_index(conn: psycopg.Connection[Any], version_id: int, dimensions
     is then run again without parallel workers, in the backend's own memory. The graph
     stores the type the version records (:func:`version_hnsw_type`).
     """
-    _build_hnsw_index(conn, version_id, dimensions, concurrently=concurrently, m=m,
-                      ef_construction=ef_construction, size_memory=size_memory)
+    with unbounded_statements(conn):
+        _build_hnsw_index(conn, version_id, dimensions, concurrently=concurrently, m=m,
+                          ef_construction=ef_construction, size_memory=size_memory)
     refresh_hnsw_walks(conn)
 
 
@@ -505,6 +506,28 @@ def posting_index_name(version_id: int) -> str:
     return f"{posting_partition_name(version_id)}_key"
 
 
+@contextmanager
+def unbounded_statements(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """Let index builds and VACUUM run as long as they need, then put the session's
+    ``statement_timeout`` back. A timeout set for the role or the database is meant for
+    queries (managed Postgres sets one); at 100k chunks the HNSW build alone takes
+    minutes, and the end of an ingest or a reindex would be cancelled. pg_dump does the
+    same for its own statements."""
+    row = conn.execute("select pg_catalog.current_setting('statement_timeout')").fetchone()
+    before = str(row[0]) if row else "0"
+    if before == "0":
+        yield
+        return
+    conn.execute("select pg_catalog.set_config('statement_timeout', '0', false)")
+    try:
+        yield
+    finally:
+        # a transaction that failed puts the setting back itself when it rolls back
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.INERROR:
+            conn.execute("select pg_catalog.set_config('statement_timeout', %s, false)",
+                         (before,))
+
+
 def create_posting_index(conn: psycopg.Connection[Any], version_id: int) -> bool:
     """The index of a version's posting partition, if it has none yet; True when built.
 
@@ -521,11 +544,12 @@ def create_posting_index(conn: psycopg.Connection[Any], version_id: int) -> bool
         "where n.nspname = 'pgfunnel' and c.relname = %s", (partition,)).fetchone()
     if row is None or int(row[0]) > 0:
         return False
-    conn.execute(sql.SQL(
-        "create unique index if not exists {name} on {table} "
-        "(index_version_id, term, chunk_id) include (tf, length)").format(
-            name=sql.Identifier(posting_index_name(version_id)),
-            table=sql.Identifier("pgfunnel", partition)))
+    with unbounded_statements(conn):
+        conn.execute(sql.SQL(
+            "create unique index if not exists {name} on {table} "
+            "(index_version_id, term, chunk_id) include (tf, length)").format(
+                name=sql.Identifier(posting_index_name(version_id)),
+                table=sql.Identifier("pgfunnel", partition)))
     return True
 
 
@@ -1174,9 +1198,10 @@ def refresh_table_stats(conn: psycopg.Connection[Any]) -> None:
     """
     in_transaction = conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
     command = "analyze" if in_transaction or not conn.autocommit else "vacuum (analyze)"
-    for table in ("posting", "lexical", "embedding", "chunk", "document"):
-        conn.execute(sql.SQL("{} {}").format(sql.SQL(command),
-                                             sql.Identifier("pgfunnel", table)))
+    with unbounded_statements(conn):
+        for table in ("posting", "lexical", "embedding", "chunk", "document"):
+            conn.execute(sql.SQL("{} {}").format(sql.SQL(command),
+                                                 sql.Identifier("pgfunnel", table)))
 
 
 def delete_documents(conn: psycopg.Connection[Any], collection: str,

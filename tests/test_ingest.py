@@ -488,3 +488,26 @@ def test_the_model_runs_outside_the_writing_transaction(conn: psycopg.Connection
     again = Ingester(conn, "slow", embedder=slow, batch_documents=2).ingest(docs)
     assert again.chunks_embedded == 1 and again.documents_unchanged == 4
     assert_stats_exact(conn)
+
+
+def test_index_builds_and_vacuum_outlive_a_statement_timeout(conn: psycopg.Connection[Any],
+                                                             embedder: Any) -> None:
+    # a role- or database-level statement_timeout (managed Postgres sets one) is meant
+    # for queries; the index builds at the end of an ingest run with none, and the
+    # session gets its own back. An event trigger records what CREATE INDEX ran under.
+    conn.execute("create table public.seen_timeout (tag text, setting text)")
+    conn.execute("create function public.seen_timeout() returns event_trigger language plpgsql "
+                 "as $$ begin insert into public.seen_timeout values (tg_tag, "
+                 "current_setting('statement_timeout')); end $$")
+    conn.execute("create event trigger seen_timeout on ddl_command_start "
+                 "when tag in ('CREATE INDEX') execute function public.seen_timeout()")
+    try:
+        conn.execute("set statement_timeout = '5min'")
+        docs = [DocumentRecord(f"d{i}", f"document {i} about topic {i % 3}") for i in range(5)]
+        Ingester(conn, "timed", embedder=embedder).ingest(docs)
+        seen = conn.execute("select setting from public.seen_timeout").fetchall()
+        # the version's posting index and its HNSW graph
+        assert len(seen) >= 2 and {s[0] for s in seen} == {"0"}
+        assert conn.execute("show statement_timeout").fetchone()[0] == "5min"
+    finally:
+        conn.execute("drop event trigger seen_timeout")
