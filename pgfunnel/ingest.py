@@ -930,6 +930,23 @@ class Ingester:
             self.stats.notes.append(f"created index version {version.version} (active)")
         return coll, version
 
+    def _changed_documents(self, coll: int, batch: list[DocumentRecord],
+                           prepared: _Prepared | None
+                           ) -> tuple[dict[str, tuple[int, str, str]], dict[str, str],
+                                      list[DocumentRecord]]:
+        """The batch's documents already stored (citekey -> id, content hash, title), the
+        content hash of each document, and the documents that are new or changed."""
+        existing = {
+            ck: (int(did), h, t) for ck, did, h, t in self.conn.execute(
+                "select citekey, id, content_hash, title from pgfunnel.document "
+                "where collection_id = %s and citekey = any(%s)",
+                (coll, [r.citekey for r in batch])).fetchall()}
+        hashes = (prepared.hashes if prepared is not None
+                  else {r.citekey: r.content_hash() for r in batch})
+        todo = [r for r in batch
+                if r.citekey not in existing or existing[r.citekey][1] != hashes[r.citekey]]
+        return existing, hashes, todo
+
     def _embed_outside(self, batch: list[DocumentRecord],
                        vectors: dict[str, np.ndarray] | None,
                        prepared: _Prepared | None) -> dict[str, np.ndarray]:
@@ -945,15 +962,11 @@ class Ingester:
         needs = [r for r in batch if vectors is None or vectors.get(r.citekey) is None]
         cid = collection_id(self.conn, self.collection) if needs else None
         version = active_version(self.conn, cid) if cid is not None else None
-        existing = {} if cid is None else {
-            ck: (int(did), h, t) for ck, did, h, t in self.conn.execute(
-                "select citekey, id, content_hash, title from pgfunnel.document "
-                "where collection_id = %s and citekey = any(%s)",
-                (cid, [r.citekey for r in needs])).fetchall()}
-        hashes = (prepared.hashes if prepared is not None
-                  else {r.citekey: r.content_hash() for r in needs})
-        todo = [r for r in needs
-                if r.citekey not in existing or existing[r.citekey][1] != hashes[r.citekey]]
+        if cid is None:
+            existing: dict[str, tuple[int, str, str]] = {}
+            todo = needs
+        else:
+            existing, _, todo = self._changed_documents(cid, needs, prepared)
         if not todo:
             return {}
         embed_input = version.embed_input if version is not None else DEFAULT_EMBED_INPUT
@@ -988,15 +1001,7 @@ class Ingester:
                 ingest_lock(self.conn, self.collection)
                 coll, version = self._version()
                 self.stats.index_version = version.version
-                existing = {
-                    ck: (int(did), h, t) for ck, did, h, t in self.conn.execute(
-                        "select citekey, id, content_hash, title from pgfunnel.document "
-                        "where collection_id = %s and citekey = any(%s)",
-                        (coll, [r.citekey for r in batch])).fetchall()}
-                hashes = (prepared.hashes if prepared is not None
-                          else {r.citekey: r.content_hash() for r in batch})
-                todo = [r for r in batch
-                        if r.citekey not in existing or existing[r.citekey][1] != hashes[r.citekey]]
+                existing, hashes, todo = self._changed_documents(coll, batch, prepared)
                 self.stats.documents_unchanged += len(batch) - len(todo)
                 if not todo:
                     self._tick("documents", len(batch))
