@@ -274,7 +274,12 @@ def _batch_vectors(conn: psycopg.Connection[Any], embedder: Embedder | Callable[
         texts = [embedding_input(batch[i][2], batch[i][1], embed_input) for i in todo]
         for i, vec in zip(todo, model.embed(texts), strict=True):
             vectors[i] = vec
-    return [v for v in vectors if v is not None]
+    complete: list[np.ndarray] = []
+    for vector in vectors:
+        if vector is None:
+            raise PgfunnelError("internal: a chunk of the batch got no vector")
+        complete.append(vector)
+    return complete
 
 
 def _index_batch(conn: psycopg.Connection[Any], version_id: int, analyzer: TermAnalyzer,
