@@ -349,3 +349,24 @@ def test_search_params_accept_numpy_numbers_and_none_where_optional() -> None:
                            tenant=None, weights=(np.float64(1), 0))
     assert (p.k, p.rrf_k, p.k1, p.weights) == (5, 30.0, 1.0, (1.0, 0.0))
     assert type(p.k) is int and type(p.rrf_k) is float
+
+
+@pytest.mark.parametrize("threshold", [None, 5])
+def test_a_connection_that_prepares_nothing_gets_nothing_prepared(
+        sample_db: str, embedder: Any, tiny_reranker: Reranker, threshold: int | None) -> None:
+    # behind a transaction pooler (PgBouncer in transaction mode) psycopg's advice is
+    # prepare_threshold=None: a statement prepared in one backend is missing in the next.
+    # Funnel's statements follow the connection's choice (psycopg's prepare=True yields to
+    # it), plain and reranked searches alike.
+    from pgvector.psycopg import register_vector
+
+    with psycopg.connect(sample_db, autocommit=True, prepare_threshold=threshold) as conn:
+        register_vector(conn)
+        plain = Funnel(conn, embedder=embedder)
+        reranked = Funnel(conn, embedder=embedder, reranker=tiny_reranker)
+        for q in ["refund window", "err 4029", "export my data"] * 2:
+            assert plain.search(q, k=3).results
+            assert reranked.search(q, k=3).reranked
+        prepared = conn.execute("select count(*) from pg_prepared_statements").fetchone()
+        assert prepared is not None
+        assert (prepared[0] == 0) == (threshold is None)
