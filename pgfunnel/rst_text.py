@@ -46,6 +46,16 @@ _SILENT = frozenset({
 _VERSION_WORDS = {"versionadded": "New in version", "versionchanged": "Changed in version",
                   "deprecated": "Deprecated since version",
                   "versionremoved": "Removed in version"}
+# Python objects Sphinx describes; it shows a bare name qualified by the module (and
+# the class, for a member described inside a class), and so does this module
+_PY_OBJECTS = frozenset({
+    "function", "class", "exception", "data", "attribute", "method", "classmethod",
+    "staticmethod", "decorator", "decoratormethod", "property", "type",
+    "coroutinefunction", "coroutinemethod", "abstractmethod",
+})  # fmt: skip
+_PY_NAME = re.compile(r"(?:(?:async|await|class|exception|final|abstract)\s+)*([A-Za-z_]\w*)")
+_PY_QUALNAME = re.compile(r"(?:(?:async|await|class|exception|final|abstract)\s+)*"
+                          r"([A-Za-z_][\w.]*)")
 _CODE = frozenset({"code-block", "code", "sourcecode", "doctest", "testcode", "testoutput",
                    "parsed-literal", "productionlist", "math"})
 # :role:`text`, :domain:role:`text`, and `text` (the default role)
@@ -83,6 +93,8 @@ def rst_to_text(raw: str) -> tuple[str, str]:
             out.extend(_guard(line) for line in _inline("\n".join(paragraph)).split("\n"))
             paragraph.clear()
 
+    module = ""  # the current module (``.. module::`` / ``.. currentmodule::``)
+    classes: list[tuple[int, str]] = []  # (indent, qualified name) of enclosing classes
     literal_indent: int | None = None  # inside a literal block or code: lines kept as is
     skip_indent: int | None = None  # inside a block that renders nothing
     i = start
@@ -102,6 +114,8 @@ def rst_to_text(raw: str) -> tuple[str, str]:
                 i += 1
                 continue
             skip_indent = literal_indent = None
+        while stripped and classes and indent <= classes[-1][0]:
+            classes.pop()  # past the content of the class described above
         heading = _section_title(lines, i)
         if heading is not None:
             text, style, consumed = heading
@@ -124,9 +138,16 @@ def rst_to_text(raw: str) -> tuple[str, str]:
             i += 1
             while i < len(lines) and _OPTION.match(lines[i]):
                 i += 1  # :options: of the directive
+            if short in ("module", "currentmodule") and name.split(":")[0] in (short, "py"):
+                module = "" if argument == "None" else argument
             if short in _SILENT or name in _SILENT:
                 skip_indent = indent
                 continue
+            if short in _PY_OBJECTS and name.split(":")[0] in (short, "py"):
+                argument = _qualified(argument, module, classes[-1][1] if classes else "")
+                if short in ("class", "exception"):
+                    described = _PY_QUALNAME.match(argument)
+                    classes.append((indent, described.group(1) if described else argument))
             if short in _VERSION_WORDS:
                 version, _, rest = argument.partition(" ")
                 out.append(f"{_VERSION_WORDS[short]} {version}." + (f" {_inline(rest)}" if rest
@@ -185,6 +206,21 @@ def _file_fields(lines: list[str]) -> tuple[dict[str, str], int]:
     if not fields or (i < len(lines) and lines[i].strip()):
         return {}, 0  # not a field list standing alone: text
     return fields, i
+
+
+def _qualified(signature: str, module: str, owner: str) -> str:
+    """A Python object's signature with its name as Sphinx shows it: a bare name gets the
+    enclosing class, else the current module, in front (``join(path, *paths)`` under
+    ``.. module:: os.path`` is ``os.path.join(path, *paths)``). A dotted name is left as
+    written."""
+    m = _PY_NAME.match(signature)
+    if not m or not (owner or module):
+        return signature
+    name_end = m.end(1)
+    if name_end < len(signature) and signature[name_end] == ".":
+        return signature  # already dotted: str.split, Popen.wait
+    prefix = owner or module
+    return signature[:m.start(1)] + prefix + "." + signature[m.start(1):]
 
 
 def _section_title(lines: list[str], i: int) -> tuple[str, tuple[str, bool], int] | None:

@@ -159,3 +159,26 @@ def test_an_rst_folder_is_searchable(conn: psycopg.Connection[Any], tmp_path: Pa
     # role names are not indexed: 'func' occurs only as markup
     assert conn.execute("select count(*) from pgfunnel.posting where term in ('func', 'ref')"
                         ).fetchone()[0] == 0
+
+
+def test_python_objects_are_named_as_sphinx_shows_them() -> None:
+    # a bare name is qualified by the module, and a member by its class, as on the page
+    # (and as users search for them: subprocess.Popen.wait); a dotted name stays as written
+    _, text = rst_to_text(
+        ".. module:: subprocess\n\n"
+        ".. function:: run(args, *, check=False)\n\n   Run a command.\n\n"
+        ".. class:: Popen(args, bufsize=-1)\n\n   Execute a child program.\n\n"
+        "   .. method:: wait(timeout=None)\n\n      Wait for the child.\n\n"
+        "   .. attribute:: returncode\n\n"
+        ".. data:: DEVNULL\n\n"
+        ".. method:: Popen.poll()\n\n"
+        ".. currentmodule:: None\n\n"
+        ".. function:: open(file)\n\n"
+        ".. c:function:: PyObject* PyList_New(Py_ssize_t len)\n")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    assert lines == ["subprocess.run(args, *, check=False)", "Run a command.",
+                     "subprocess.Popen(args, bufsize=-1)", "Execute a child program.",
+                     "subprocess.Popen.wait(timeout=None)", "Wait for the child.",
+                     "subprocess.Popen.returncode", "subprocess.DEVNULL", "Popen.poll()",
+                     "open(file)", "PyObject* PyList_New(Py_ssize_t len)"]
+    assert "os.path.join(path, *paths)" in rst_to_text(PAGE)[1]
