@@ -426,8 +426,11 @@ class TermAnalyzer:
         by_word: dict[str, tuple[str, ...]] = {}
         # words without a digit or a joiner go in a call of their own: the analyzer takes
         # a shorter path (about half the time) when no input of a call has one
-        plain = [w for w in distinct if not _DIGIT_OR_JOINER.search(w)]
-        for words in (plain, [w for w in distinct if _DIGIT_OR_JOINER.search(w)]):
+        plain: list[str] = []
+        general: list[str] = []
+        for w in distinct:
+            (general if _DIGIT_OR_JOINER.search(w) else plain).append(w)
+        for words in (plain, general):
             if not words:
                 continue
             found: dict[int, list[str]] = {}
@@ -970,10 +973,8 @@ class Ingester:
         if not todo:
             return {}
         embed_input = version.embed_input if version is not None else DEFAULT_EMBED_INPUT
-        reuse = {} if version is None else self._reusable_vectors(
-            version.id, [existing[r.citekey][0] for r in todo
-                         if r.citekey in existing and (embed_input == EMBED_TEXT_ALONE
-                                                       or existing[r.citekey][2] == r.title)])
+        reuse = {} if version is None else self._reusable_vectors(version.id, embed_input,
+                                                                  existing, todo)
         chunked = dict((r.citekey, chunks) for r, chunks in prepared.chunked) \
             if prepared is not None else {}
         texts = list(dict.fromkeys(
@@ -1016,12 +1017,7 @@ class Ingester:
                 new_texts: list[str] = []
                 new_titles: list[str] = []
                 new_vectors: list[np.ndarray | None] = []
-                # a vector embedded with the title is stale once the title changes
-                reuse = self._reusable_vectors(version.id,
-                                               [existing[r.citekey][0] for r in todo
-                                                if r.citekey in existing and (
-                                                    version.embed_input == EMBED_TEXT_ALONE
-                                                    or existing[r.citekey][2] == r.title)])
+                reuse = self._reusable_vectors(version.id, version.embed_input, existing, todo)
                 labels: dict[int, str] = {}
                 for rec, chunks in chunked:
                     given = vectors.get(rec.citekey) if vectors is not None else None
@@ -1066,7 +1062,15 @@ class Ingester:
             raise translate(exc) from exc
         self._tick("documents", len(batch))
 
-    def _reusable_vectors(self, version_id: int, document_ids: list[int]) -> dict[str, np.ndarray]:
+    def _reusable_vectors(self, version_id: int, embed_input: str,
+                          existing: dict[str, tuple[int, str, str]],
+                          todo: list[DocumentRecord]) -> dict[str, np.ndarray]:
+        """The stored vectors of the changed documents' chunks, by chunk content hash, for
+        chunk text that did not change."""
+        # a vector embedded with the title is stale once the title changes
+        document_ids = [existing[r.citekey][0] for r in todo
+                        if r.citekey in existing and (embed_input == EMBED_TEXT_ALONE
+                                                      or existing[r.citekey][2] == r.title)]
         if not document_ids:
             return {}
         rows = self.conn.execute(

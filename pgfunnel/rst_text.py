@@ -53,9 +53,8 @@ _PY_OBJECTS = frozenset({
     "staticmethod", "decorator", "decoratormethod", "property", "type",
     "coroutinefunction", "coroutinemethod", "abstractmethod",
 })  # fmt: skip
-_PY_NAME = re.compile(r"(?:(?:async|await|class|exception|final|abstract)\s+)*([A-Za-z_]\w*)")
-_PY_QUALNAME = re.compile(r"(?:(?:async|await|class|exception|final|abstract)\s+)*"
-                          r"([A-Za-z_][\w.]*)")
+_PY_NAME = re.compile(r"(?:(?:async|await|class|exception|final|abstract)\s+)*"
+                      r"([A-Za-z_][\w.]*)")
 _CODE = frozenset({"code-block", "code", "sourcecode", "doctest", "testcode", "testoutput",
                    "parsed-literal", "productionlist", "math"})
 # :role:`text`, :domain:role:`text`, and `text` (the default role)
@@ -146,7 +145,7 @@ def rst_to_text(raw: str) -> tuple[str, str]:
             if short in _PY_OBJECTS and name.split(":")[0] in (short, "py"):
                 argument = _qualified(argument, module, classes[-1][1] if classes else "")
                 if short in ("class", "exception"):
-                    described = _PY_QUALNAME.match(argument)
+                    described = _PY_NAME.match(argument)
                     classes.append((indent, described.group(1) if described else argument))
             if short in _VERSION_WORDS:
                 version, _, rest = argument.partition(" ")
@@ -214,13 +213,9 @@ def _qualified(signature: str, module: str, owner: str) -> str:
     ``.. module:: os.path`` is ``os.path.join(path, *paths)``). A dotted name is left as
     written."""
     m = _PY_NAME.match(signature)
-    if not m or not (owner or module):
-        return signature
-    name_end = m.end(1)
-    if name_end < len(signature) and signature[name_end] == ".":
-        return signature  # already dotted: str.split, Popen.wait
-    prefix = owner or module
-    return signature[:m.start(1)] + prefix + "." + signature[m.start(1):]
+    if not m or "." in m.group(1) or not (owner or module):
+        return signature  # no name, already dotted (str.split, Popen.wait), or no context
+    return signature[:m.start(1)] + (owner or module) + "." + signature[m.start(1):]
 
 
 def _section_title(lines: list[str], i: int) -> tuple[str, tuple[str, bool], int] | None:
