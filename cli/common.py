@@ -10,6 +10,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from typer.core import TyperCommand
 
 from pgfunnel.errors import PgfunnelError
 
@@ -22,6 +23,25 @@ out = Console()
 def plural(n: int, noun: str) -> str:
     """``1 chunk``, ``2 chunks`` (regular English nouns only)."""
     return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+class QueryTextCommand(TyperCommand):
+    """A command whose argument is query text. Looking up a command-line flag
+    (`--line-length`) is a common documentation search, and the shell hands it over as
+    an option, so an unknown option that resembles none of the command's own says how
+    to search for it."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        try:
+            return list(super().parse_args(ctx, args))
+        except Exception as exc:
+            # click's NoSuchOption, from click itself or the copy newer typers carry
+            option = getattr(exc, "option_name", None)
+            if isinstance(option, str) and isinstance(getattr(exc, "message", None), str) \
+                    and not getattr(exc, "possibilities", None):
+                exc.message += (f"; to search for text that starts with '-', put -- before "  # type: ignore[attr-defined]
+                                f"it: pgfunnel {ctx.info_name} -- {option}")
+            raise
+
 
 DsnOption = Annotated[
     str | None,

@@ -14,6 +14,7 @@ from pgfunnel.cli.common import (
     LexicalOnlyOption,
     OverfetchOption,
     PrincipalOption,
+    QueryTextCommand,
     TenantOption,
     console,
     emit_json,
@@ -23,7 +24,7 @@ from pgfunnel.cli.common import (
 
 
 def register(app: typer.Typer) -> None:
-    app.command(name="explain")(explain_command)
+    app.command(name="explain", cls=QueryTextCommand)(explain_command)
 
 
 def explain_command(

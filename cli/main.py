@@ -18,6 +18,7 @@ from pgfunnel.cli.common import (
     LexicalOnlyOption,
     OverfetchOption,
     PrincipalOption,
+    QueryTextCommand,
     TenantOption,
     console,
     emit_json,
@@ -233,7 +234,7 @@ def ingest(
         out.print(f"  {note}")
 
 
-@app.command()
+@app.command(cls=QueryTextCommand)
 def embed(
     text: Annotated[str, typer.Argument(help="The query text to embed.")],
     collection: CollectionOption = "default",
@@ -317,7 +318,7 @@ def _results_table(title: str, results: list[Any], show_rerank: bool = False,
     return table
 
 
-@app.command()
+@app.command(cls=QueryTextCommand)
 def search(
     query: Annotated[str, typer.Argument(help="The query text.")],
     k: Annotated[int, typer.Option("--k", "-k", help="How many chunks to return.")] = 10,

@@ -38,3 +38,32 @@ def test_version_flag() -> None:
 
     res = CliRunner().invoke(app, ["--version"])
     assert res.exit_code == 0 and res.output.strip() == f"pgfunnel {pgfunnel.__version__}"
+
+
+@pytest.mark.parametrize("command", ["search", "explain", "embed"])
+def test_a_flag_given_as_query_text_gets_a_hint(command: str) -> None:
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    res = CliRunner().invoke(app, [command, "--line-length"])
+    assert res.exit_code == 2
+    text = " ".join(res.output.replace("│", " ").split())
+    assert "No such option: --line-length" in text
+    assert f"put -- before it: pgfunnel {command} -- --line-length" in text
+    # a misspelt option of the command keeps click's suggestion and gets no hint
+    res = CliRunner().invoke(app, [command, "--colection", "x", "q"])
+    text = " ".join(res.output.replace("│", " ").split())
+    assert res.exit_code == 2 and "--collection" in text and "put --" not in text
+
+
+def test_query_text_after_double_dash_is_searched(sample_db: str) -> None:
+    import json
+
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    res = CliRunner().invoke(app, ["search", "--dsn", sample_db, "--lexical-only", "--json",
+                                   "--k", "3", "--", "--refund-policy"])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.output[res.output.index("{"):])["results"]
+    assert rows and all(r["lexical_rank"] is not None for r in rows)
