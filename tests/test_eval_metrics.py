@@ -255,12 +255,38 @@ def test_load_queries_reads_and_ignores_unknown_keys(tmp_path: Path) -> None:
     assert judging_level(qs) == "chunk"
 
 
+def test_load_queries_takes_lists_of_items_and_lines_without_ids(tmp_path: Path) -> None:
+    path = tmp_path / "q.jsonl"
+    _write_jsonl(path, [
+        json.dumps({"query": "reset password", "slice": "s", "relevant": ["faq", "account"]}),
+        json.dumps({"query": "reset password", "slice": "t", "relevant": {"faq": 2.0}}),
+        json.dumps({"query": "and on mobile?", "slice": "s", "relevant": [],
+                    "history": ["reset password"]}),
+        json.dumps({"query_id": "x1", "query": "refund", "slice": "s", "relevant": {"b": 1}}),
+    ])
+    qs = load_queries(path)
+    assert dict(qs[0].relevant) == {"faq": 1, "account": 1}
+    assert dict(qs[1].relevant) == {"faq": 2}
+    assert qs[2].is_noanswer and qs[3].query_id == "x1"
+    # ids made from the text (and history): the same wherever the line sits, and a
+    # repeat of a text is told apart
+    first = qs[0].query_id
+    assert first.startswith("q-") and len(first) == 14
+    assert qs[1].query_id == f"{first}-2"
+    assert qs[2].query_id not in (first, f"{first}-2")
+    _write_jsonl(path, [json.dumps({"query": "refund", "slice": "s", "relevant": []}),
+                        json.dumps({"query": "reset password", "slice": "s",
+                                    "relevant": ["faq"]})])
+    assert load_queries(path)[1].query_id == first
+    assert split_of(load_queries(path)[1]) == split_of(qs[0])
+
+
 @pytest.mark.parametrize(
     ("bad_line", "pattern"),
     [
         (
-            '{"query": "x", "slice": "s", "relevant": {}}',
-            "line 2: missing required field 'query_id'",
+            '{"query_id": "", "query": "x", "slice": "s", "relevant": {}}',
+            "line 2: field 'query_id' must not be empty",
         ),
         (
             '{"query_id": "b", "query": "x", "relevant": {}}',
@@ -275,8 +301,12 @@ def test_load_queries_reads_and_ignores_unknown_keys(tmp_path: Path) -> None:
             "line 2: .*grade",
         ),
         (
-            '{"query_id": "b", "query": "x", "slice": "s", "relevant": [], "x": 1}',
-            "line 2: .*relevant",
+            '{"query_id": "b", "query": "x", "slice": "s", "relevant": "d", "x": 1}',
+            "line 2: .*relevant.*list of item ids, got str",
+        ),
+        (
+            '{"query_id": "b", "query": "x", "slice": "s", "relevant": ["d", 7]}',
+            "line 2: field 'relevant' lists 7",
         ),
         (
             '{"query_id": "b", "query": "x", "slice": "s", "relevant": {}, "split": "x"}',

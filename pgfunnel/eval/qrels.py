@@ -6,8 +6,11 @@ A judged-query file is JSON Lines, one query per line::
      "relevant": {"billing-faq#3": 2, "billing-faq#4": 1},
      "history": ["what plans are there?"], "split": "dev"}
 
-``history`` and ``split`` are optional; keys this module does not know are ignored so
-that a file can carry notes for the people who judged it. An item id is either a
+``history``, ``split`` and ``query_id`` are optional; keys this module does not know are
+ignored so that a file can carry notes for the people who judged it. ``relevant`` may
+also be a list of item ids, each then of grade 1. A query without an id gets one made
+from its text and history (``q-`` and 12 hex digits), so its dev/test split does not
+move when lines are added or reordered. An item id is either a
 document's citekey (document-level judging) or ``"<citekey>#<ordinal>"`` (chunk-level
 judging); one file uses one level.
 
@@ -22,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -66,6 +69,13 @@ class JudgedQuery:
         return not self.relevant_items
 
 
+def derived_query_id(query: str, history: Sequence[str] = ()) -> str:
+    """The id of a judged query whose file gives none: made from its text and history, so
+    that it stays the same when lines are added or reordered."""
+    digest = hashlib.sha256("\x00".join([query, *history]).encode()).hexdigest()
+    return f"q-{digest[:12]}"
+
+
 def _where(line: int | None) -> str:
     return f"line {line}" if line is not None else "query"
 
@@ -91,7 +101,6 @@ def parse_query(obj: Any, line: int | None = None) -> JudgedQuery:
             raise InvalidInputError(f"{where}: field {name!r} must not be empty")
         return value
 
-    query_id = text_field("query_id", allow_empty=False)
     query = text_field("query", allow_empty=True)
     slice_name = text_field("slice", allow_empty=False)
     if slice_name == ALL_SLICE:
@@ -103,15 +112,26 @@ def parse_query(obj: Any, line: int | None = None) -> JudgedQuery:
     if "relevant" not in obj:
         raise InvalidInputError(f"{where}: missing required field 'relevant'")
     raw_relevant = obj["relevant"]
+    if isinstance(raw_relevant, list):
+        # the relevant items without grades: each is relevant, grade 1
+        for item in raw_relevant:
+            if not isinstance(item, str):
+                raise InvalidInputError(
+                    f"{where}: field 'relevant' lists {item!r}; a list of relevant items "
+                    "holds item ids (strings)"
+                )
+        raw_relevant = dict.fromkeys(raw_relevant, 1)
     if not isinstance(raw_relevant, dict):
         raise InvalidInputError(
-            f"{where}: field 'relevant' must be an object mapping item id to grade, "
-            f"got {type(raw_relevant).__name__}"
+            f"{where}: field 'relevant' must be an object mapping item id to grade or a "
+            f"list of item ids, got {type(raw_relevant).__name__}"
         )
     relevant: dict[str, int] = {}
     for item, grade in raw_relevant.items():
         if not isinstance(item, str) or not item.strip():
             raise InvalidInputError(f"{where}: field 'relevant' has an empty item id")
+        if isinstance(grade, float) and grade.is_integer():
+            grade = int(grade)  # 2.0 from a tool that writes every number as a float
         if isinstance(grade, bool) or not isinstance(grade, int) or grade < 0:
             raise InvalidInputError(
                 f"{where}: field 'relevant' gives item {item!r} the grade {grade!r}; "
@@ -137,6 +157,11 @@ def parse_query(obj: Any, line: int | None = None) -> JudgedQuery:
             raise InvalidInputError(
                 f"{where}: field 'split' must be 'dev' or 'test', got {raw_split!r}"
             )
+
+    if obj.get("query_id") is None:
+        query_id = derived_query_id(query, history)
+    else:
+        query_id = text_field("query_id", allow_empty=False)
 
     return JudgedQuery(
         query_id=query_id,
@@ -177,6 +202,13 @@ def load_queries(path: str | Path) -> list[JudgedQuery]:
             q = parse_query(obj, lineno)
         except InvalidInputError as exc:
             raise InvalidInputError(f"{p}: {exc}") from None
+        if q.query_id in first_line and obj.get("query_id") is None:
+            # the same text (and history) twice without ids: the later one is told apart
+            # by its position among the repeats
+            n = 2
+            while f"{q.query_id}-{n}" in first_line:
+                n += 1
+            q = replace(q, query_id=f"{q.query_id}-{n}")
         if q.query_id in first_line:
             raise InvalidInputError(
                 f"{p}: line {lineno}: duplicate query_id {q.query_id!r} "
