@@ -135,16 +135,24 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
     from pgfunnel.db import connect
     from pgfunnel.embedder import Embedder
     from pgfunnel.ingest import Ingester, active_version, collection_id
-    from pgfunnel.sources import EmptyFileWarning, read_paths
+    from pgfunnel.sources import EmptyFileWarning, OtherFilesWarning, read_paths
 
     # every record is validated before anything is written
+    left_out = (EmptyFileWarning, OtherFilesWarning)
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", EmptyFileWarning)
+        for category in left_out:
+            warnings.simplefilter("always", category)
         records = list(read_paths(paths, exclude or [], root))
-    skipped = [str(w.message) for w in caught if issubclass(w.category, EmptyFileWarning)]
+    skipped = [str(w.message) for w in caught if issubclass(w.category, left_out)]
     for w in caught:
-        if not issubclass(w.category, EmptyFileWarning):
+        if not issubclass(w.category, left_out):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if not records:
+        from pgfunnel.errors import InvalidDocumentError
+
+        raise InvalidDocumentError("nothing to ingest: no document in "
+                                   + ", ".join(str(p) for p in paths)
+                                   + "".join(f"; {note}" for note in skipped))
     with connect(dsn_value, autocommit=True) as conn:
         from pgfunnel.db import require_schema
 
@@ -196,7 +204,8 @@ class _NullProgress:
 @app.command()
 def ingest(
     paths: Annotated[list[Path], typer.Argument(
-        help="Files or folders (.md, .rst, .txt, .html, .jsonl). Folders are read recursively.")],
+        help="Files or folders (.md, .mdx, .rst, .txt, .html, .jsonl). Folders are read "
+             "recursively.")],
     collection: CollectionOption = "default",
     chunk_words: Annotated[int, typer.Option(help="Target chunk size in words.")] = 200,
     model: Annotated[str | None, typer.Option(

@@ -16,6 +16,7 @@ import hashlib
 import json
 import re
 import warnings
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,8 @@ from pgfunnel.errors import InvalidDocumentError
 from pgfunnel.html_text import html_to_text
 from pgfunnel.rst_text import looks_like_rst, rst_to_text
 
-SUPPORTED_SUFFIXES = (".md", ".markdown", ".rst", ".rest", ".txt", ".html", ".htm", ".jsonl")
+SUPPORTED_SUFFIXES = (".md", ".markdown", ".mdx", ".rst", ".rest", ".txt", ".html", ".htm",
+                      ".jsonl")
 DEFAULT_CHUNK_WORDS = 200
 # what the embedder reads for a chunk, recorded per index version (params.embed_input);
 # versions made before it was recorded read the chunk text alone
@@ -170,10 +172,23 @@ def read_path(path: Path, root: Path | None = None,
     """
     if path.is_dir():
         base = root if root is not None else path
-        for child in sorted(p for p in path.rglob("*")
-                            if p.suffix.lower() in SUPPORTED_SUFFIXES and p.is_file()
-                            and not _excluded(p.relative_to(path), exclude)):
-            yield from _read_file(child, _citekey(child, base), in_folder=True)
+        files = sorted(p for p in path.rglob("*")
+                       if p.is_file() and not _excluded(p.relative_to(path), exclude))
+        for child in files:
+            if child.suffix.lower() in SUPPORTED_SUFFIXES:
+                yield from _read_file(child, _citekey(child, base), in_folder=True)
+        # said, not silently skipped: a docs folder in a format pgfunnel does not read
+        # (.adoc, say) would otherwise look like an empty one
+        others = Counter(p.suffix.lower() or "(no suffix)" for p in files
+                         if p.suffix.lower() not in SUPPORTED_SUFFIXES)
+        if others:
+            kinds = ", ".join(f"{suffix} {n:,}" for suffix, n in others.most_common(6))
+            more = ", ..." if len(others) > 6 else ""
+            total = sum(others.values())
+            warnings.warn(OtherFilesWarning(
+                f"{path}: left out {total:,} file{'s' if total != 1 else ''} of other types "
+                f"({kinds}{more}); pgfunnel reads {', '.join(SUPPORTED_SUFFIXES)}"),
+                stacklevel=2)
         return
     citekey = _citekey(path, root) if root is not None else path.stem
     yield from _read_file(path, citekey, in_folder=False)
@@ -218,6 +233,8 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
         text, title = raw, path.stem.replace("_", " ").replace("-", " ")
     else:
         fields, text = _front_matter(raw)
+        if suffix == ".mdx":
+            text = _mdx_to_markdown(text)
         text = _setext_to_atx(text)
         title = (fields.get("title") or _first_h1(text)
                  or path.stem.replace("_", " ").replace("-", " "))
@@ -232,6 +249,10 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
 
 class EmptyFileWarning(UserWarning):
     """A file found in a folder held no text and was left out."""
+
+
+class OtherFilesWarning(UserWarning):
+    """A folder held files of types pgfunnel does not read; they were left out."""
 
 
 def read_paths(paths: Iterable[Path], exclude: Sequence[str] = (),
@@ -301,6 +322,44 @@ def _setext_to_atx(text: str) -> str:
         elif paragraph_start is None:
             paragraph_start = len(out)
         out.append(line)
+    return "\n".join(out)
+
+
+# MDX (Docusaurus, Nextra, Starlight): import/export statements, which run to the next
+# blank line; lines made only of JSX tags (<Tabs>, <TabItem value="x">, </Tabs>, <Foo />);
+# JSX comments; Docusaurus admonitions (:::tip, :::note Title, :::note[Title], :::)
+_MDX_ESM = re.compile(r"^(?:import|export)\s")
+_MDX_TAG_LINE = re.compile(r"^\s*(?:</?[A-Za-z][\w.:-]*(?:\s[^<>]*)?/?>\s*)+$")
+_MDX_COMMENT = re.compile(r"\{/\*.*?\*/\}")
+_ADMONITION = re.compile(r"^ {0,3}:{3,}\s*(?:[A-Za-z][\w-]*)?\s*(?:\[(.*)\]|(.*?))\s*$")
+
+
+def _mdx_to_markdown(text: str) -> str:
+    """The markdown of an MDX file: its code, imports and component markup out of the
+    text, the text inside components and admonitions kept (a tab's or a callout's
+    content is the page's content)."""
+    out: list[str] = []
+    in_statement = False
+    for line, is_markdown in _lines_outside_code(text):
+        if not is_markdown:
+            out.append(line)
+            continue
+        if in_statement:
+            in_statement = bool(line.strip())
+            if not in_statement:
+                out.append("")
+            continue
+        if _MDX_ESM.match(line):
+            in_statement = True
+            continue
+        line = _MDX_COMMENT.sub("", line)
+        if m := _ADMONITION.match(line):
+            # the admonition's title, if any, is a line of its text
+            out.append((m.group(1) or m.group(2) or "").strip())
+        elif _MDX_TAG_LINE.match(line):
+            out.append("")
+        else:
+            out.append(line)
     return "\n".join(out)
 
 

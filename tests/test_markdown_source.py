@@ -95,3 +95,89 @@ def test_underlined_headings_start_sections(tmp_path: Path) -> None:
     # a list item, code and a rule after a blank line are not headings
     assert "a list item ---" in usage and "not a heading -------------" in usage
     assert "More text." in usage and "=====" not in doc.text
+
+
+MDX_PAGE = """---
+title: Getting started
+---
+import Tabs from '@theme/Tabs';
+import {
+  TabItem,
+} from '@theme/TabItem';
+
+# Install
+
+Install the CLI with npm. {/* a JSX comment */}
+
+<Tabs groupId="pm">
+  <TabItem value="npm" label="npm">
+
+```bash
+# a comment, not a heading
+npm install -g widgetctl
+```
+
+  </TabItem>
+</Tabs>
+
+:::tip[Log in first]
+Run `widgetctl login` before anything else.
+:::
+
+export const meta = {
+  draft: false,
+};
+
+A List<String> stays in prose.
+"""
+
+
+def test_mdx_keeps_the_text_and_drops_imports_components_and_admonition_markers(
+        tmp_path: Path) -> None:
+    (tmp_path / "intro.mdx").write_text(MDX_PAGE)
+    [doc] = read_path(tmp_path)
+    assert doc.citekey == "intro" and doc.title == "Getting started"
+    for gone in ("import", "@theme", "TabItem", "<Tabs", "groupId", "JSX comment", ":::",
+                 "export", "draft"):
+        assert gone not in doc.text, gone
+    for kept in ("Install the CLI with npm.", "npm install -g widgetctl",
+                 "# a comment, not a heading", "Log in first", "Run `widgetctl login`",
+                 "A List<String> stays in prose."):
+        assert kept in doc.text, kept
+    # the code block's comment line starts no section
+    assert [c.heading for c in chunk_text(doc.text)] == ["Install"]
+
+
+def test_files_of_other_types_in_a_folder_are_named_not_silently_skipped(
+        tmp_path: Path) -> None:
+    import warnings
+
+    from pgfunnel.sources import OtherFilesWarning
+
+    (tmp_path / "a.md").write_text("# A\n\ntext\n")
+    (tmp_path / "b.adoc").write_text("= B\n")
+    (tmp_path / "img").mkdir()
+    for name in ("x.png", "y.png", "Makefile"):
+        (tmp_path / "img" / name).write_text("x")
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "HEAD").write_text("ref")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        docs = list(read_path(tmp_path))
+    assert [d.citekey for d in docs] == ["a"]
+    [note] = [str(w.message) for w in caught if issubclass(w.category, OtherFilesWarning)]
+    assert "left out 4 files of other types (.png 2, .adoc 1, (no suffix) 1)" in note
+    assert ".mdx" in note  # what it does read
+
+
+def test_cli_ingest_of_a_folder_with_nothing_to_read_is_an_error(db: str,
+                                                                 tmp_path: Path) -> None:
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    (tmp_path / "guide.adoc").write_text("= Guide\n\nText.\n")
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path), "-c", "t", "--dsn", db])
+    assert res.exit_code == 1
+    text = " ".join(res.output.split())
+    assert "nothing to ingest: no document in" in text
+    assert "left out 1 file of other types (.adoc 1)" in text
