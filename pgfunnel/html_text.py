@@ -17,7 +17,9 @@ The text comes out markdown-ish, which is what the chunker reads: headings becom
 with `` | ``, code blocks keep their lines and are indented by four spaces (so a ``#``
 comment in code never reads as a heading), and other whitespace collapses as a browser
 collapses it. The title is the first ``<h1>`` of the main content, whose wording is the
-page's own, else ``<title>``, which usually carries the site's name as well.
+page's own, else ``<title>``, which usually carries the site's name as well; when
+``<title>`` starts with the content's first heading followed by a separator
+(``File system | Node.js Documentation``), that heading.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ _DROP_CLASSES = frozenset({
     "theme-doc-sidebar-container", "pagination-nav", "theme-doc-toc-desktop",  # Docusaurus
     "skip-link", "skip-to-content", "visually-hidden", "sr-only",
 })  # fmt: skip
+# what a link to its own heading shows
+_PERMALINK_MARKS = frozenset({"#", "¶", "§", "🔗", "🔗\ufe0e"})
 _VOID_TAGS = frozenset({
     "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param",
     "source", "track", "wbr",
@@ -109,6 +113,10 @@ def _is_dropped(element: _Element, inside_main: bool) -> bool:
         return True
     if attrs.get("role") in _DROP_ROLES:
         return True
+    if element.tag == "a" and attrs.get("href", "").startswith("#") and \
+            "".join(_raw_text(element)).strip() in _PERMALINK_MARKS:
+        # a permalink without a class of its own (Node.js: <a class="mark" href="#x">#</a>)
+        return True
     return not _DROP_CLASSES.isdisjoint(element.classes())
 
 
@@ -144,6 +152,7 @@ class _Renderer:
         self.blocks: list[str] = []  # finished paragraphs, headings and code blocks
         self.line: list[str] = []  # the paragraph being written
         self.first_h1: str | None = None
+        self.first_heading: str | None = None
         self._bullet = ""  # a list item's "- " whose text starts in a paragraph of its own
 
     def _flush(self) -> None:
@@ -183,6 +192,8 @@ class _Renderer:
                 self.blocks.append(f"## {heading}")
                 if tag == "h1" and self.first_h1 is None:
                     self.first_h1 = heading
+                if self.first_heading is None:
+                    self.first_heading = heading
             return
         if tag == "pre":
             self._flush()
@@ -233,4 +244,18 @@ def html_to_text(html: str) -> tuple[str, str]:
     text = "\n\n".join(renderer.blocks)
     # a table row's trailing cell separator
     text = re.sub(r"\s*\|\s*$", "", text, flags=re.MULTILINE)
-    return renderer.first_h1 or page_title, text
+    return renderer.first_h1 or _without_site_name(page_title, renderer.first_heading), text
+
+
+# what separates a page's own title from the site's name in <title>
+_TITLE_SEPARATOR = re.compile(r"\s*[|—–·]|\s+-\s|:\s")
+
+
+def _without_site_name(page_title: str, first_heading: str | None) -> str:
+    """``<title>`` without the site's name when it starts with the content's first heading
+    ("File system | Node.js v20 Documentation" under a first heading "File system"): the
+    site's name in every title would head every chunk the embedder reads."""
+    if first_heading and page_title.startswith(first_heading) and \
+            _TITLE_SEPARATOR.match(page_title, len(first_heading)):
+        return first_heading
+    return page_title

@@ -174,9 +174,10 @@ def read_path(path: Path, root: Path | None = None,
         base = root if root is not None else path
         files = sorted(p for p in path.rglob("*")
                        if p.is_file() and not _excluded(p.relative_to(path), exclude))
-        for child in files:
-            if child.suffix.lower() in SUPPORTED_SUFFIXES:
-                yield from _read_file(child, _citekey(child, base), in_folder=True)
+        readable = [p for p in files if p.suffix.lower() in SUPPORTED_SUFFIXES]
+        _refuse_shared_citekeys(readable, base)
+        for child in readable:
+            yield from _read_file(child, _citekey(child, base), in_folder=True)
         # said, not silently skipped: a docs folder in a format pgfunnel does not read
         # (.adoc, say) would otherwise look like an empty one
         others = Counter(p.suffix.lower() or "(no suffix)" for p in files
@@ -192,6 +193,22 @@ def read_path(path: Path, root: Path | None = None,
         return
     citekey = _citekey(path, root) if root is not None else path.stem
     yield from _read_file(path, citekey, in_folder=False)
+
+
+def _refuse_shared_citekeys(files: Sequence[Path], base: Path) -> None:
+    """Two files that differ only in their suffix (a generator's ``fs.md`` beside its
+    ``fs.html``) would be one citekey: said before anything is read, with the way out."""
+    first: dict[str, Path] = {}
+    for path in files:
+        if path.suffix.lower() == ".jsonl":
+            continue  # its lines carry their own citekeys
+        key = _citekey(path, base)
+        if key in first:
+            raise InvalidDocumentError(
+                f"{first[key]} and {path} would both be citekey {key!r}: leave one kind out, "
+                f"e.g. --exclude '*{path.suffix}'")
+        first[key] = path
+    return None
 
 
 def _citekey(path: Path, root: Path) -> str:

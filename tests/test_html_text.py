@@ -171,3 +171,45 @@ def test_root_gives_one_file_the_citekey_it_has_in_its_folder(tmp_path: Path) ->
     assert [d.citekey for d in read_path(tmp_path / "sub", root=tmp_path)] == ["sub/expenses"]
     with pytest.raises(InvalidDocumentError, match="not inside the root folder"):
         list(read_path(tmp_path / "sub" / "expenses.md", root=tmp_path / "elsewhere"))
+
+
+NODE_STYLE = """<html><head><title>File system | Node.js v20.20.2 Documentation</title></head>
+<body><header><h1>Node.js v20.20.2 documentation</h1></header>
+<div id="column1" role="main">
+<h2>File system<span><a class="mark" href="#file-system" id="file-system">#</a></span></h2>
+<p>The <code>node:fs</code> module reads files. See <a href="#promises">#promises</a>.</p>
+<h3>fs.readFile(path)<a href="#fs_readfile">¶</a></h3><p>Reads a whole file.</p>
+</div></body></html>"""
+
+
+def test_permalinks_without_a_class_and_the_site_name_in_the_title_are_left_out() -> None:
+    title, text = html_to_text(NODE_STYLE)
+    # no <h1> in the main content: <title> starts with its first heading, then the site
+    assert title == "File system"
+    assert "## File system\n" in text + "\n" and "## fs.readFile(path)\n" in text + "\n"
+    assert "#\n" not in text and "¶" not in text
+    # a link in the text that shows more than a mark stays
+    assert "See #promises." in text
+
+
+def test_the_title_keeps_what_is_not_a_site_name() -> None:
+    page = ("<html><head><title>{}</title></head>"
+            "<body><main><h2>Foo</h2><p>x</p></main></body></html>")
+    assert html_to_text(page.format("Foo-bar guide"))[0] == "Foo-bar guide"
+    assert html_to_text(page.format("Foo - Acme docs"))[0] == "Foo"
+    assert html_to_text(page.format("Acme docs | Foo"))[0] == "Acme docs | Foo"
+
+
+def test_two_files_that_would_share_a_citekey_are_refused_with_the_way_out(
+        tmp_path: Path) -> None:
+    import pytest
+
+    from pgfunnel.errors import InvalidDocumentError
+
+    (tmp_path / "fs.html").write_text("<main><h1>File system</h1><p>x</p></main>")
+    (tmp_path / "fs.md").write_text("# File system\n\nx\n")
+    with pytest.raises(InvalidDocumentError,
+                       match=r"fs.html and .*fs.md would both be citekey 'fs': leave one kind "
+                             r"out, e.g. --exclude '\*.md'"):
+        list(read_path(tmp_path))
+    assert [d.citekey for d in read_path(tmp_path, exclude=["*.md"])] == ["fs"]
