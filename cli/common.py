@@ -24,6 +24,7 @@ def plural(n: int, noun: str) -> str:
     """``1 chunk``, ``2 chunks`` (regular English nouns only)."""
     return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
+
 class QueryTextCommand(TyperCommand):
     """A command whose argument is query text. Looking up a command-line flag
     (`--line-length`) is a common documentation search, and the shell hands it over as

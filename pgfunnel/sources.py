@@ -208,7 +208,6 @@ def _refuse_shared_citekeys(files: Sequence[Path], base: Path) -> None:
                 f"{first[key]} and {path} would both be citekey {key!r}: leave one kind out, "
                 f"e.g. --exclude '*{path.suffix}'")
         first[key] = path
-    return None
 
 
 def _citekey(path: Path, root: Path) -> str:
@@ -352,9 +351,9 @@ _ADMONITION = re.compile(r"^ {0,3}:{3,}\s*(?:[A-Za-z][\w-]*)?\s*(?:\[(.*)\]|(.*?
 
 
 def _mdx_to_markdown(text: str) -> str:
-    """The markdown of an MDX file: its code, imports and component markup out of the
-    text, the text inside components and admonitions kept (a tab's or a callout's
-    content is the page's content)."""
+    """The markdown of an MDX file: its imports, exports and component markup out of the
+    text; code blocks, and the text inside components and admonitions, kept (a tab's or
+    a callout's content is the page's content)."""
     out: list[str] = []
     in_statement = False
     for line, is_markdown in _lines_outside_code(text):
