@@ -251,6 +251,7 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
         fields, text = _front_matter(raw)
         if suffix == ".mdx":
             text = _mdx_to_markdown(text)
+        text = _unrendered_removed(text)
         text = _setext_to_atx(text)
         title = (fields.get("title") or _first_h1(text)
                  or path.stem.replace("_", " ").replace("-", " "))
@@ -338,6 +339,58 @@ def _setext_to_atx(text: str) -> str:
         elif paragraph_start is None:
             paragraph_start = len(out)
         out.append(line)
+    return "\n".join(out)
+
+
+# a reference link's definition ("[docs]: https://... "title""), which the page never
+# shows (a footnote's "[^1]: text" is shown)
+_LINK_DEFINITION = re.compile(
+    r"""^ {0,3}\[(?!\^)[^\]]+\]:\s*\S+(?:\s+(?:"[^"]*"|'[^']*'|\([^)]*\)))?\s*$""")
+
+
+_CODE_SPAN = re.compile(r"(`+).+?\1")
+
+
+def _comment_start(line: str) -> int:
+    """Where an HTML comment opens in a line of markdown, -1 if nowhere: ``<!--`` inside
+    a code span (`` `<!--` ``, in a page about HTML) is text."""
+    spans = [m.span() for m in _CODE_SPAN.finditer(line)]
+    start = line.find("<!--")
+    while start >= 0 and any(a <= start < b for a, b in spans):
+        start = line.find("<!--", start + 1)
+    return start
+
+
+def _unrendered_removed(text: str) -> str:
+    """Markdown without what its rendered page does not show: HTML comments (TODOs,
+    linter switches) and reference link definitions, whose URLs would be indexed as
+    words and take up the embedder's window."""
+    out: list[str] = []
+    in_comment = False
+    for line, is_markdown in _lines_outside_code(text):
+        if not is_markdown and not in_comment:
+            out.append(line)
+            continue
+        kept = ""
+        rest = line
+        while rest:
+            if in_comment:
+                end = rest.find("-->")
+                if end < 0:
+                    break
+                rest = rest[end + 3:]
+                in_comment = False
+            else:
+                start = _comment_start(rest)
+                if start < 0:
+                    kept += rest
+                    break
+                kept += rest[:start]
+                rest = rest[start + 4:]
+                in_comment = True
+        if kept.strip() and _LINK_DEFINITION.match(kept):
+            kept = ""
+        out.append(kept if kept.strip() or not line.strip() else "")
     return "\n".join(out)
 
 

@@ -181,3 +181,22 @@ def test_cli_ingest_of_a_folder_with_nothing_to_read_is_an_error(db: str,
     text = " ".join(res.output.split())
     assert "nothing to ingest: no document in" in text
     assert "left out 1 file of other types (.adoc 1)" in text
+
+
+def test_what_the_rendered_page_does_not_show_is_not_indexed(tmp_path: Path) -> None:
+    (tmp_path / "page.md").write_text(
+        "# Page\n\n"
+        "Shown <!-- todo: hidden-one --> text.\n"
+        "<!-- markdownlint-disable\nhidden-two\n-->\n"
+        "Use `<!--` to open a comment in HTML.\n\n"
+        "See [the guide][guide].\n\n"
+        "[guide]: https://example.com/hidden-three-path \"Guide\"\n"
+        "[^1]: A footnote is shown.\n\n"
+        "```html\n<!-- shown: code -->\n[ref]: https://shown.example\n```\n")
+    [doc] = read_path(tmp_path)
+    for gone in ("hidden-one", "hidden-two", "markdownlint", "hidden-three", "todo"):
+        assert gone not in doc.text, gone
+    for kept in ("Shown  text.", "Use `<!--` to open a comment in HTML.",
+                 "See [the guide][guide].", "[^1]: A footnote is shown.",
+                 "<!-- shown: code -->", "[ref]: https://shown.example"):
+        assert kept in doc.text, kept
