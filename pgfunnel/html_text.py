@@ -226,6 +226,11 @@ def _raw_text(element: _Element) -> list[str]:
         elif child.tag == "br":
             parts.append("\n")
         elif not _is_dropped(child, True):
+            if child.tag == "code" and element.tag == "pre" and parts and \
+                    not "".join(parts).endswith("\n"):
+                # a second listing in one block (Node.js: the ES module and the CommonJS
+                # form of an example) starts on a line of its own
+                parts.append("\n")
             parts.extend(_raw_text(child))
     return parts
 

@@ -179,6 +179,8 @@ NODE_STYLE = """<html><head><title>File system | Node.js v20.20.2 Documentation<
 <h2>File system<span><a class="mark" href="#file-system" id="file-system">#</a></span></h2>
 <p>The <code>node:fs</code> module reads files. See <a href="#promises">#promises</a>.</p>
 <h3>fs.readFile(path)<a href="#fs_readfile">¶</a></h3><p>Reads a whole file.</p>
+<pre><code class="mjs">import * as fs from 'node:fs';</code><code class="cjs">const fs = \
+require('node:fs');</code></pre>
 </div></body></html>"""
 
 
@@ -190,6 +192,8 @@ def test_permalinks_without_a_class_and_the_site_name_in_the_title_are_left_out(
     assert "#\n" not in text and "¶" not in text
     # a link in the text that shows more than a mark stays
     assert "See #promises." in text
+    # two listings in one block are two lines
+    assert "    import * as fs from 'node:fs';\n    const fs = require('node:fs');" in text
 
 
 def test_the_title_keeps_what_is_not_a_site_name() -> None:
