@@ -7,7 +7,27 @@ have to import psycopg to tell "run `pgfunnel init`" apart from "bad parameter".
 
 from __future__ import annotations
 
+import sys
+import warnings
+from pathlib import Path
 from typing import Any
+
+_PACKAGE_DIR = str(Path(__file__).resolve().parent)
+
+
+def warn_at_caller(message: str | Warning, category: type[Warning] = UserWarning) -> None:
+    """``warnings.warn`` naming the first line outside pgfunnel that led here (the
+    caller's ``funnel.search(...)``, not a line inside pgfunnel), wherever in the package
+    the warning starts; what Python 3.12's ``skip_file_prefixes`` does."""
+    level = 2  # the caller of this function
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        next_frame = frame.f_back
+        if next_frame is None:
+            break
+        frame = next_frame
+        level += 1
+    warnings.warn(message, category, stacklevel=level)
 
 
 class PgfunnelError(Exception):

@@ -13,7 +13,6 @@ import string
 import sys
 import threading
 import time
-import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -34,6 +33,7 @@ from pgfunnel.errors import (
     NotFoundError,
     PgfunnelError,
     translate,
+    warn_at_caller,
 )
 from pgfunnel.sources import (
     DEFAULT_CHUNK_WORDS,
@@ -273,9 +273,9 @@ def refresh_hnsw_walks(conn: psycopg.Connection[Any]) -> bool:
                 vschema=sql.Identifier(vschema),
                 body=sql.Literal(body.as_string(conn))))
     except psycopg.errors.InsufficientPrivilege:
-        warnings.warn("pgfunnel: this role may not replace pgfunnel._hnsw_walk, so the new "
-                      "graph is walked by a query planned per search; run `pgfunnel init` as "
-                      "the schema owner to cache it", stacklevel=2)
+        warn_at_caller("pgfunnel: this role may not replace pgfunnel._hnsw_walk, so the new "
+                       "graph is walked by a query planned per search; run `pgfunnel init` as "
+                       "the schema owner to cache it")
         return False
     return True
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -27,7 +26,13 @@ from psycopg.types.json import Jsonb
 
 from pgfunnel.db import connect, try_register_vector
 from pgfunnel.embedder import Embedder, check_vector
-from pgfunnel.errors import ConfigError, InvalidInputError, PgfunnelError, translate
+from pgfunnel.errors import (
+    ConfigError,
+    InvalidInputError,
+    PgfunnelError,
+    translate,
+    warn_at_caller,
+)
 
 MAX_QUERY_CHARS = 10_000
 
@@ -422,7 +427,7 @@ class Funnel:
             if vector is None and (query is None or not query.strip()):
                 # nothing to search with: an empty answer, said out loud
                 notices.append("pgfunnel: empty query; nothing searched")
-                warnings.warn(notices[-1], stacklevel=2)
+                warn_at_caller(notices[-1])
                 return SearchResponse(query, [], notices=notices, timings_ms=timings,
                                       transforms=transforms)
             handler = _NoticeCollector(notices)
@@ -443,7 +448,7 @@ class Funnel:
         response.notices = notices
         response.transforms = transforms
         for note in notices:
-            warnings.warn(note, stacklevel=2)
+            warn_at_caller(note)
         return response
 
     @contextmanager

@@ -15,14 +15,13 @@ import fnmatch
 import hashlib
 import json
 import re
-import warnings
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pgfunnel.errors import InvalidDocumentError
+from pgfunnel.errors import InvalidDocumentError, warn_at_caller
 from pgfunnel.html_text import html_to_text
 from pgfunnel.rst_text import looks_like_rst, rst_to_text
 
@@ -186,10 +185,10 @@ def read_path(path: Path, root: Path | None = None,
             kinds = ", ".join(f"{suffix} {n:,}" for suffix, n in others.most_common(6))
             more = ", ..." if len(others) > 6 else ""
             total = sum(others.values())
-            warnings.warn(OtherFilesWarning(
+            warn_at_caller(OtherFilesWarning(
                 f"{path}: left out {total:,} file{'s' if total != 1 else ''} of other types "
                 f"({kinds}{more}); pgfunnel reads {', '.join(SUPPORTED_SUFFIXES)}"),
-                stacklevel=2)
+                OtherFilesWarning)
         return
     citekey = _citekey(path, root) if root is not None else path.stem
     yield from _read_file(path, citekey, in_folder=False)
@@ -259,7 +258,7 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
         if not in_folder:
             what = "the page has no main text" if suffix in (".html", ".htm") else "it is empty"
             raise InvalidDocumentError(f"{path}: no text to ingest ({what})")
-        warnings.warn(EmptyFileWarning(f"{path}: no text, skipped"), stacklevel=3)
+        warn_at_caller(EmptyFileWarning(f"{path}: no text, skipped"), EmptyFileWarning)
         return
     yield record_from_dict({"citekey": citekey, "title": title, "text": text}, str(path))
 

@@ -165,7 +165,9 @@ def test_files_of_other_types_in_a_folder_are_named_not_silently_skipped(
         warnings.simplefilter("always")
         docs = list(read_path(tmp_path))
     assert [d.citekey for d in docs] == ["a"]
-    [note] = [str(w.message) for w in caught if issubclass(w.category, OtherFilesWarning)]
+    [warning] = [w for w in caught if issubclass(w.category, OtherFilesWarning)]
+    assert warning.filename == __file__
+    note = str(warning.message)
     assert "left out 4 files of other types (.png 2, .adoc 1, (no suffix) 1)" in note
     assert ".mdx" in note  # what it does read
 
