@@ -363,30 +363,34 @@ def _comment_start(line: str) -> int:
 def _unrendered_removed(text: str) -> str:
     """Markdown without what its rendered page does not show: HTML comments (TODOs,
     linter switches) and reference link definitions, whose URLs would be indexed as
-    words and take up the embedder's window."""
+    words and take up the embedder's window. As CommonMark reads them, a comment that
+    opens a line runs until ``-->``, over lines; one inside a line is a comment only
+    when it closes on that line, else its ``<!--`` is text."""
     out: list[str] = []
     in_comment = False
     for line, is_markdown in _lines_outside_code(text):
-        if not is_markdown and not in_comment:
+        if in_comment:
+            end = line.find("-->")
+            if end < 0:
+                out.append("")
+                continue
+            in_comment = False
+            line = line[end + 3:]
+        elif not is_markdown:
             out.append(line)
             continue
         kept = ""
         rest = line
-        while rest:
-            if in_comment:
-                end = rest.find("-->")
-                if end < 0:
-                    break
-                rest = rest[end + 3:]
-                in_comment = False
-            else:
-                start = _comment_start(rest)
-                if start < 0:
-                    kept += rest
-                    break
-                kept += rest[:start]
-                rest = rest[start + 4:]
-                in_comment = True
+        while (start := _comment_start(rest)) >= 0:
+            end = rest.find("-->", start + 4)
+            if end < 0:
+                if not (kept + rest[:start]).strip():
+                    in_comment = True  # a comment block: the lines up to its end go
+                    rest = rest[:start]
+                break
+            kept += rest[:start]
+            rest = rest[end + 3:]
+        kept += rest
         if kept.strip() and _LINK_DEFINITION.match(kept):
             kept = ""
         out.append(kept if kept.strip() or not line.strip() else "")

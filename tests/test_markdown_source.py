@@ -190,7 +190,8 @@ def test_what_the_rendered_page_does_not_show_is_not_indexed(tmp_path: Path) -> 
         "# Page\n\n"
         "Shown <!-- todo: hidden-one --> text.\n"
         "<!-- markdownlint-disable\nhidden-two\n-->\n"
-        "Use `<!--` to open a comment in HTML.\n\n"
+        "Use `<!--` to open a comment in HTML.\n"
+        "In prose, a lone <!-- that never closes is text.\n\n"
         "See [the guide][guide].\n\n"
         "[guide]: https://example.com/hidden-three-path \"Guide\"\n"
         "[^1]: A footnote is shown.\n\n"
@@ -199,6 +200,7 @@ def test_what_the_rendered_page_does_not_show_is_not_indexed(tmp_path: Path) -> 
     for gone in ("hidden-one", "hidden-two", "markdownlint", "hidden-three", "todo"):
         assert gone not in doc.text, gone
     for kept in ("Shown  text.", "Use `<!--` to open a comment in HTML.",
+                 "In prose, a lone <!-- that never closes is text.",
                  "See [the guide][guide].", "[^1]: A footnote is shown.",
                  "<!-- shown: code -->", "[ref]: https://shown.example"):
         assert kept in doc.text, kept
