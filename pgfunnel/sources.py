@@ -348,6 +348,11 @@ _LINK_DEFINITION = re.compile(
 
 
 _CODE_SPAN = re.compile(r"(`+).+?\1")
+# attribute lists (MkDocs attr_list, kramdown, Hugo, Docusaurus): a heading's trailing
+# "{#install}" or "{: .note }" names its anchor or style, and a line of one alone
+# styles the block before it; neither is shown
+_HEADING_ATTRIBUTES = re.compile(r"\s*\{\s*[#.:][^{}]*\}\s*$")
+_ATTRIBUTE_LINE = re.compile(r"^ {0,3}\{:[^{}]*\}\s*$")
 
 
 def _comment_start(line: str) -> int:
@@ -362,10 +367,11 @@ def _comment_start(line: str) -> int:
 
 def _unrendered_removed(text: str) -> str:
     """Markdown without what its rendered page does not show: HTML comments (TODOs,
-    linter switches) and reference link definitions, whose URLs would be indexed as
-    words and take up the embedder's window. As CommonMark reads them, a comment that
-    opens a line runs until ``-->``, over lines; one inside a line is a comment only
-    when it closes on that line, else its ``<!--`` is text."""
+    linter switches), reference link definitions, whose URLs would be indexed as words
+    and take up the embedder's window, and attribute lists (``## Install {#install}``).
+    As CommonMark reads them, a comment that opens a line runs until ``-->``, over
+    lines; one inside a line is a comment only when it closes on that line, else its
+    ``<!--`` is text."""
     out: list[str] = []
     in_comment = False
     for line, is_markdown in _lines_outside_code(text):
@@ -391,8 +397,10 @@ def _unrendered_removed(text: str) -> str:
             kept += rest[:start]
             rest = rest[end + 3:]
         kept += rest
-        if kept.strip() and _LINK_DEFINITION.match(kept):
+        if kept.strip() and (_LINK_DEFINITION.match(kept) or _ATTRIBUTE_LINE.match(kept)):
             kept = ""
+        elif _HEADING.match(kept):
+            kept = _HEADING_ATTRIBUTES.sub("", kept)
         out.append(kept if kept.strip() or not line.strip() else "")
     return "\n".join(out)
 

@@ -187,7 +187,9 @@ def test_cli_ingest_of_a_folder_with_nothing_to_read_is_an_error(db: str,
 
 def test_what_the_rendered_page_does_not_show_is_not_indexed(tmp_path: Path) -> None:
     (tmp_path / "page.md").write_text(
-        "# Page\n\n"
+        "# Page {#top}\n\n"
+        "## Install {: #install .wide }\n\nSteps.\n{: .note}\n\n"
+        "A set {a, b} is shown.\n\n"
         "Shown <!-- todo: hidden-one --> text.\n"
         "<!-- markdownlint-disable\nhidden-two\n-->\n"
         "Use `<!--` to open a comment in HTML.\n"
@@ -197,9 +199,13 @@ def test_what_the_rendered_page_does_not_show_is_not_indexed(tmp_path: Path) -> 
         "[^1]: A footnote is shown.\n\n"
         "```html\n<!-- shown: code -->\n[ref]: https://shown.example\n```\n")
     [doc] = read_path(tmp_path)
-    for gone in ("hidden-one", "hidden-two", "markdownlint", "hidden-three", "todo"):
+    assert doc.title == "Page"
+    assert [c.heading for c in chunk_text(doc.text)][:2] == ["Page", "Install"]
+    for gone in ("hidden-one", "hidden-two", "markdownlint", "hidden-three", "todo",
+                 "{#top}", "#install", ".wide", ".note"):
         assert gone not in doc.text, gone
     for kept in ("Shown  text.", "Use `<!--` to open a comment in HTML.",
+                 "A set {a, b} is shown.",
                  "In prose, a lone <!-- that never closes is text.",
                  "See [the guide][guide].", "[^1]: A footnote is shown.",
                  "<!-- shown: code -->", "[ref]: https://shown.example"):
