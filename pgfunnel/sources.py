@@ -23,7 +23,14 @@ from typing import Any
 
 from pgfunnel.errors import InvalidDocumentError, warn_at_caller
 from pgfunnel.html_text import html_to_text
-from pgfunnel.rst_text import looks_like_rst, rst_to_text
+from pgfunnel.rst_text import (
+    _CODE,
+    _SILENT,
+    _VERSION_WORDS,
+    _role_text,
+    looks_like_rst,
+    rst_to_text,
+)
 
 SUPPORTED_SUFFIXES = (".md", ".markdown", ".mdx", ".rst", ".rest", ".txt", ".html", ".htm",
                       ".jsonl")
@@ -250,6 +257,8 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
         fields, text = _front_matter(raw)
         if suffix == ".mdx":
             text = _mdx_to_markdown(text)
+        elif _MYST_HINT.search(text):
+            text = _myst_to_markdown(text)
         text = _unrendered_removed(text)
         text = _setext_to_atx(text)
         title = (fields.get("title") or _first_h1(text)
@@ -402,6 +411,82 @@ def _unrendered_removed(text: str) -> str:
         elif _HEADING.match(kept):
             kept = _HEADING_ATTRIBUTES.sub("", kept)
         out.append(kept if kept.strip() or not line.strip() else "")
+    return "\n".join(out)
+
+
+# MyST, the markdown of Sphinx projects (Jupyter Book, Black): directives in fences named
+# in braces ("```{note}", ":::{warning}"), roles ("{func}`os.path.join`") and targets
+# ("(install)="). Read as the rendered page reads: a directive that shows no text
+# (toctree, include, image...) goes, a code directive stays code, an admonition keeps its
+# argument (a title) and content without its fences and options, and a role keeps its
+# text. A fence named in braces that MyST does not know as text ("```{r}" in R Markdown,
+# "```{python}" in Quarto) stays a code block.
+_MYST_HINT = re.compile(r"^ {0,3}(?:`{3,}|:{3,})\{[A-Za-z]|\{[A-Za-z][\w:+.-]*\}`", re.M)
+_MYST_FENCE = re.compile(r"^( {0,3})(`{3,}|:{3,})\{([A-Za-z][\w:+.-]*)\}\s*(.*?)\s*$")
+_MYST_ROLE = re.compile(r"\{[A-Za-z][\w:+.-]*\}`([^`]+)`")
+_MYST_TARGET = re.compile(r"^ {0,3}\([^()\s]+\)=\s*$")
+_MYST_OPTION = re.compile(r"^\s*:[\w-]+:(?:\s|$)")
+_MYST_TEXT_DIRECTIVES = frozenset({
+    "note", "warning", "tip", "important", "hint", "caution", "attention", "danger",
+    "error", "seealso", "admonition", "rubric", "topic", "sidebar", "glossary", "epigraph",
+    "pull-quote", "highlights", "dropdown", "tab-set", "tab-item", "card", "grid",
+    "grid-item", "grid-item-card", "only", "centered", "hlist", "list-table", "table",
+    "div", "container", "margin", "deprecated", "versionadded", "versionchanged",
+    "versionremoved", "todo", "compound", "line-block", "parsed-literal",
+})  # fmt: skip
+
+
+def _myst_to_markdown(text: str) -> str:
+    """Markdown of a MyST file, see above; a directive's content is read the same way,
+    so a note inside a tab is still text."""
+    lines = text.splitlines()
+    out: list[str] = []
+    fence = ""
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        if fence:
+            closing = line.strip()
+            if closing[:1] == fence[0] and set(closing) == {fence[0]} and \
+                    len(closing) >= len(fence):
+                fence = ""
+            out.append(line)
+            continue
+        m = _MYST_FENCE.match(line)
+        if m is None:
+            plain = _FENCE.match(line)
+            if plain:
+                fence = plain.group(1)
+                out.append(line)
+            elif not _MYST_TARGET.match(line):
+                out.append(_MYST_ROLE.sub(_role_text, line))
+            continue
+        marker, name, argument = m.group(2), m.group(3), m.group(4)
+        body: list[str] = []
+        while i < len(lines):
+            closing = lines[i].strip()
+            i += 1
+            if closing[:1] == marker[0] and set(closing) == {marker[0]} and \
+                    len(closing) >= len(marker):
+                break
+            body.append(lines[i - 1])
+        # its options: a YAML block between --- lines, or :name: value lines
+        if body and body[0].strip() == "---":
+            end = next((j for j in range(1, len(body)) if body[j].strip() == "---"), 0)
+            body = body[end + 1:]
+        while body and _MYST_OPTION.match(body[0]):
+            body.pop(0)
+        short = name.rsplit(":", 1)[-1]
+        if short in _SILENT or name in _SILENT:
+            continue
+        if short in _CODE or short not in _MYST_TEXT_DIRECTIVES:
+            out += [f"```{argument if short in _CODE else name}", *body, "```"]
+            continue
+        heading = f"{_VERSION_WORDS[short]} {argument}." if short in _VERSION_WORDS \
+            else argument
+        out += ["", heading] if heading else [""]
+        out += [_myst_to_markdown("\n".join(body)), ""]
     return "\n".join(out)
 
 

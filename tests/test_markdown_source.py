@@ -210,3 +210,56 @@ def test_what_the_rendered_page_does_not_show_is_not_indexed(tmp_path: Path) -> 
                  "See [the guide][guide].", "[^1]: A footnote is shown.",
                  "<!-- shown: code -->", "[ref]: https://shown.example"):
         assert kept in doc.text, kept
+
+
+MYST_PAGE = """(getting-started)=
+# Getting started
+
+```{toctree}
+---
+maxdepth: 2
+hidden:
+---
+install
+usage
+```
+
+Read {doc}`the install guide <install>` and call {py:func}`~pkg.run`.
+
+````{note} Before you start
+:class: tip
+Configure it first.
+
+```{code-block} python
+# a comment, not a heading
+run()
+```
+````
+
+```{versionadded} 2.0
+```
+
+```{r}
+# R Markdown code stays code
+x <- 1
+```
+
+```{.python .numberLines}
+# pandoc attributes: code too
+```
+"""
+
+
+def test_myst_reads_as_its_rendered_page(tmp_path: Path) -> None:
+    (tmp_path / "start.md").write_text(MYST_PAGE)
+    [doc] = read_path(tmp_path)
+    for gone in ("(getting-started)=", "toctree", "maxdepth", "install\nusage", "{doc}",
+                 "{py:func}", "{note}", ":class:", "{code-block}", "{versionadded}"):
+        assert gone not in doc.text, gone
+    for kept in ("Read the install guide and call pkg.run.", "Before you start",
+                 "Configure it first.", "```python\n# a comment, not a heading\nrun()\n```",
+                 "New in version 2.0.", "# R Markdown code stays code",
+                 "```{.python .numberLines}"):
+        assert kept in doc.text, kept
+    # code comments start no section, inside a directive or not
+    assert [c.heading for c in chunk_text(doc.text)] == ["Getting started"]
