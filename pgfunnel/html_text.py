@@ -44,6 +44,7 @@ _DROP_CLASSES = frozenset({
     "headerlink", "hash-link", "anchor-link", "anchorjs-link",  # heading permalinks
     "sphinxsidebar", "sphinxsidebarwrapper", "related", "rst-footer-buttons",  # Sphinx
     "navheader", "navfooter",  # DocBook
+    "nav-panel",  # Texinfo 7 (Texinfo 6: class "header", see _CHROME_TAGS)
     "md-sidebar", "md-header", "md-footer", "md-nav", "md-source",  # MkDocs Material
     "wy-nav-side", "wy-breadcrumbs", "breadcrumbs", "breadcrumb",  # Read the Docs theme
     "theme-doc-sidebar-container", "pagination-nav", "theme-doc-toc-desktop",  # Docusaurus
@@ -106,7 +107,12 @@ class _TreeBuilder(HTMLParser):
 
 
 def _is_dropped(element: _Element, inside_main: bool) -> bool:
-    if element.tag in _DROP_TAGS or (element.tag in _CHROME_TAGS and not inside_main):
+    if element.tag in _DROP_TAGS:
+        return True
+    if not inside_main and (element.tag in _CHROME_TAGS
+                            or not _CHROME_TAGS.isdisjoint(element.classes())):
+        # a page without a main element marks its header and footer with a class as
+        # often as with the tag (Texinfo: <div class="header">Next: ... Up: ...</div>)
         return True
     attrs = element.attrs
     if "hidden" in attrs or attrs.get("aria-hidden") == "true":
@@ -253,14 +259,19 @@ def html_to_text(html: str) -> tuple[str, str]:
 
 
 # what separates a page's own title from the site's name in <title>
-_TITLE_SEPARATOR = re.compile(r"\s*[|—–·]|\s+-\s|:\s")
+_TITLE_SEPARATOR = re.compile(r"\s*[|—–·]|\s+-\s|:\s|\s+\(")
+# "2.6 ", "A.1 ", "12. ": a heading's section number, which <title> leaves out
+_SECTION_NUMBER = re.compile(r"^(?:\d+|[A-Z])(?:\.\d+)*\.?\s+")
 
 
 def _without_site_name(page_title: str, first_heading: str | None) -> str:
     """``<title>`` without the site's name when it starts with the content's first heading
-    ("File system | Node.js v20 Documentation" under a first heading "File system"): the
+    ("File system | Node.js v20 Documentation" under a first heading "File system"; a
+    Texinfo manual's "Closure Example (libffi: ...)" under "2.6 Closure Example"): the
     site's name in every title would head every chunk the embedder reads."""
-    if first_heading and page_title.startswith(first_heading) and \
-            _TITLE_SEPARATOR.match(page_title, len(first_heading)):
-        return first_heading
+    if not first_heading:
+        return page_title
+    for own in (first_heading, _SECTION_NUMBER.sub("", first_heading)):
+        if own and page_title.startswith(own) and _TITLE_SEPARATOR.match(page_title, len(own)):
+            return own
     return page_title

@@ -217,3 +217,23 @@ def test_two_files_that_would_share_a_citekey_are_refused_with_the_way_out(
                              r"out, e.g. --exclude '\*.md'"):
         list(read_path(tmp_path))
     assert [d.citekey for d in read_path(tmp_path, exclude=["*.md"])] == ["fs"]
+
+
+def test_texinfo_navigation_and_manual_name_are_left_out() -> None:
+    page = """<html><head><title>Closure Example (libffi: the portable foreign function
+interface library)</title></head><body>
+<div class="section" id="Closure-Example">
+<div class="header"><p>Next: <a href="Thread-Safety.html">Thread Safety</a>, Previous:
+<a href="The-Closure-API.html">The Closure API</a>, Up: <a href="Using-libffi.html">Using
+libffi</a> &nbsp; [<a href="Index.html">Index</a>]</p></div>
+<h3 class="section">2.6 Closure Example</h3>
+<p>A trivial example that creates a new <code>puts</code>.</p>
+<div class="nav-panel"><p>Next: Thread Safety</p></div>
+</div></body></html>"""
+    title, text = html_to_text(page)
+    assert title == "Closure Example"
+    assert text.startswith("## 2.6 Closure Example")
+    assert "Next:" not in text and "Previous" not in text and "Index" not in text
+    # inside a recognised main element a class named header is content
+    main = '<main><div class="header"><p>Card header text</p></div><p>x</p></main>'
+    assert "Card header text" in html_to_text(main)[1]
