@@ -362,6 +362,12 @@ _CODE_SPAN = re.compile(r"(`+).+?\1")
 # styles the block before it; neither is shown
 _HEADING_ATTRIBUTES = re.compile(r"\s*\{\s*[#.:][^{}]*\}\s*$")
 _ATTRIBUTE_LINE = re.compile(r"^ {0,3}\{:[^{}]*\}\s*$")
+# MkDocs Material (Python-Markdown extensions): an admonition's opening line
+# ('!!! note "Title"', '??? tip' when collapsible) and a content tab's ('=== "Linux"')
+# show their title only; a snippet line ('--8<-- "file.md"') pulls in another file
+_BLOCK_TITLE = re.compile(r'^\s*(?:(?:!!!|\?\?\?\+?)\s+[\w-]+(?:\s+[\w-]+)*\s*(?:"(.*)")?'
+                          r'|===\+?\s+"(.*)")\s*$')
+_SNIPPET = re.compile(r"""^\s*-{2,}8<-{2,}\s*(?:"[^"]*"|'[^']*')?\s*$""")
 
 
 def _comment_start(line: str) -> int:
@@ -377,7 +383,8 @@ def _comment_start(line: str) -> int:
 def _unrendered_removed(text: str) -> str:
     """Markdown without what its rendered page does not show: HTML comments (TODOs,
     linter switches), reference link definitions, whose URLs would be indexed as words
-    and take up the embedder's window, and attribute lists (``## Install {#install}``).
+    and take up the embedder's window, attribute lists (``## Install {#install}``) and
+    snippet lines; an admonition's or a tab's opening line becomes its title.
     As CommonMark reads them, a comment that opens a line runs until ``-->``, over
     lines; one inside a line is a comment only when it closes on that line, else its
     ``<!--`` is text."""
@@ -406,10 +413,13 @@ def _unrendered_removed(text: str) -> str:
             kept += rest[:start]
             rest = rest[end + 3:]
         kept += rest
-        if kept.strip() and (_LINK_DEFINITION.match(kept) or _ATTRIBUTE_LINE.match(kept)):
+        if kept.strip() and (_LINK_DEFINITION.match(kept) or _ATTRIBUTE_LINE.match(kept)
+                             or _SNIPPET.match(kept)):
             kept = ""
         elif _HEADING.match(kept):
             kept = _HEADING_ATTRIBUTES.sub("", kept)
+        elif m := _BLOCK_TITLE.match(kept):
+            kept = m.group(1) or m.group(2) or ""
         out.append(kept if kept.strip() or not line.strip() else "")
     return "\n".join(out)
 

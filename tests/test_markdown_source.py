@@ -190,6 +190,8 @@ def test_what_the_rendered_page_does_not_show_is_not_indexed(tmp_path: Path) -> 
         "# Page {#top}\n\n"
         "## Install {: #install .wide }\n\nSteps.\n{: .note}\n\n"
         "A set {a, b} is shown.\n\n"
+        "!!! warning \"Back up first\"\n    Copy the data.\n\n"
+        "=== \"Linux\"\n\n    apt install x\n\n--8<-- \"includes/abbreviations.md\"\n\n"
         "Shown <!-- todo: hidden-one --> text.\n"
         "<!-- markdownlint-disable\nhidden-two\n-->\n"
         "Use `<!--` to open a comment in HTML.\n"
@@ -202,10 +204,12 @@ def test_what_the_rendered_page_does_not_show_is_not_indexed(tmp_path: Path) -> 
     assert doc.title == "Page"
     assert [c.heading for c in chunk_text(doc.text)][:2] == ["Page", "Install"]
     for gone in ("hidden-one", "hidden-two", "markdownlint", "hidden-three", "todo",
-                 "{#top}", "#install", ".wide", ".note"):
+                 "{#top}", "#install", ".wide", ".note", "!!!", "===", "8<",
+                 "abbreviations"):
         assert gone not in doc.text, gone
     for kept in ("Shown  text.", "Use `<!--` to open a comment in HTML.",
-                 "A set {a, b} is shown.",
+                 "A set {a, b} is shown.", "Back up first\n    Copy the data.",
+                 "Linux\n\n    apt install x",
                  "In prose, a lone <!-- that never closes is text.",
                  "See [the guide][guide].", "[^1]: A footnote is shown.",
                  "<!-- shown: code -->", "[ref]: https://shown.example"):
