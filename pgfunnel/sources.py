@@ -33,7 +33,7 @@ from pgfunnel.rst_text import (
 )
 
 SUPPORTED_SUFFIXES = (".md", ".markdown", ".mdx", ".rst", ".rest", ".txt", ".html", ".htm",
-                      ".jsonl")
+                      ".ipynb", ".jsonl")
 DEFAULT_CHUNK_WORDS = 200
 # what the embedder reads for a chunk, recorded per index version (params.embed_input);
 # versions made before it was recorded read the chunk text alone
@@ -254,6 +254,8 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
     elif suffix == ".txt":
         text, title = raw, path.stem.replace("_", " ").replace("-", " ")
     else:
+        if suffix == ".ipynb":
+            raw = _notebook_to_markdown(raw, path)
         fields, text = _front_matter(raw)
         if suffix == ".mdx":
             text = _mdx_to_markdown(text)
@@ -270,6 +272,44 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
         warn_at_caller(EmptyFileWarning(f"{path}: no text, skipped"), EmptyFileWarning)
         return
     yield record_from_dict({"citekey": citekey, "title": title, "text": text}, str(path))
+
+
+def _notebook_to_markdown(raw: str, path: Path) -> str:
+    """A Jupyter notebook as markdown: its markdown cells as written, its code cells as
+    fenced blocks in the notebook's language, its outputs left out (they are what running
+    the code printed, often long, and not the page's prose)."""
+    try:
+        notebook = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise InvalidDocumentError(f"{path}: not a valid notebook ({exc.msg})") from exc
+    cells = notebook.get("cells") if isinstance(notebook, dict) else None
+    if not isinstance(cells, list):
+        raise InvalidDocumentError(f"{path}: not a valid notebook (no list of cells)")
+    metadata = notebook.get("metadata") or {}
+    language = ""
+    if isinstance(metadata, dict):
+        for key in ("language_info", "kernelspec"):
+            info = metadata.get(key)
+            if isinstance(info, dict) and isinstance(info.get("language") or info.get("name"),
+                                                     str):
+                language = str(info.get("language") or info.get("name"))
+                break
+    parts: list[str] = []
+    for cell in cells:
+        if not isinstance(cell, dict):
+            continue
+        source = cell.get("source", "")
+        text = "".join(source) if isinstance(source, list) else str(source)
+        if not text.strip():
+            continue
+        if cell.get("cell_type") == "markdown":
+            parts.append(text)
+        elif cell.get("cell_type") == "code":
+            # a fence longer than any run of backticks in the code
+            fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", text)),
+                                         default=0))
+            parts.append(f"{fence}{language}\n{text.rstrip()}\n{fence}")
+    return "\n\n".join(parts)
 
 
 class EmptyFileWarning(UserWarning):

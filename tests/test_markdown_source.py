@@ -267,3 +267,35 @@ def test_myst_reads_as_its_rendered_page(tmp_path: Path) -> None:
         assert kept in doc.text, kept
     # code comments start no section, inside a directive or not
     assert [c.heading for c in chunk_text(doc.text)] == ["Getting started"]
+
+
+def test_a_notebook_reads_as_its_markdown_and_code_without_outputs(tmp_path: Path) -> None:
+    import json
+
+    import pytest
+
+    from pgfunnel.errors import InvalidDocumentError
+
+    notebook = {
+        "metadata": {"kernelspec": {"name": "python3", "language": "python"}},
+        "nbformat": 4, "nbformat_minor": 5,
+        "cells": [
+            {"cell_type": "markdown", "metadata": {}, "source": ["# Fitting a model\n", "\n",
+                                                                 "Load the data first."]},
+            {"cell_type": "code", "metadata": {}, "execution_count": 1,
+             "source": "# a comment, not a heading\ndf = load()",
+             "outputs": [{"output_type": "stream", "name": "stdout",
+                          "text": ["OUTPUT-ONLY-TEXT\n"]}]},
+            {"cell_type": "raw", "metadata": {}, "source": "raw cell"},
+            {"cell_type": "markdown", "metadata": {}, "source": "## Plotting\n\nThen plot."},
+        ],
+    }
+    (tmp_path / "fit.ipynb").write_text(json.dumps(notebook))
+    [doc] = read_path(tmp_path)
+    assert doc.citekey == "fit" and doc.title == "Fitting a model"
+    assert "```python\n# a comment, not a heading\ndf = load()\n```" in doc.text
+    assert "OUTPUT-ONLY-TEXT" not in doc.text and "raw cell" not in doc.text
+    assert [c.heading for c in chunk_text(doc.text)] == ["Fitting a model", "Plotting"]
+    (tmp_path / "fit.ipynb").write_text("{not json")
+    with pytest.raises(InvalidDocumentError, match=r"fit.ipynb: not a valid notebook"):
+        list(read_path(tmp_path / "fit.ipynb"))
