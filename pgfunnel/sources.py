@@ -305,11 +305,16 @@ def _notebook_to_markdown(raw: str, path: Path) -> str:
         if cell.get("cell_type") == "markdown":
             parts.append(text)
         elif cell.get("cell_type") == "code":
-            # a fence longer than any run of backticks in the code
-            fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", text)),
-                                         default=0))
-            parts.append(f"{fence}{language}\n{text.rstrip()}\n{fence}")
+            parts.append("\n".join(_fenced(language, text.rstrip().split("\n"))))
     return "\n\n".join(parts)
+
+
+def _fenced(info: str, lines: list[str]) -> list[str]:
+    """Code lines as a fenced block, its fence longer than any run of backticks in them
+    (so a fence inside the code does not end the block)."""
+    longest = max((len(run) for line in lines for run in re.findall(r"`+", line)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [f"{fence}{info}", *lines, fence]
 
 
 class EmptyFileWarning(UserWarning):
@@ -531,7 +536,7 @@ def _myst_to_markdown(text: str) -> str:
         if short in _SILENT or name in _SILENT:
             continue
         if short in _CODE or short not in _MYST_TEXT_DIRECTIVES:
-            out += [f"```{argument if short in _CODE else name}", *body, "```"]
+            out += _fenced(argument if short in _CODE else name, body)
             continue
         heading = f"{_VERSION_WORDS[short]} {argument}." if short in _VERSION_WORDS \
             else argument

@@ -267,6 +267,12 @@ def test_myst_reads_as_its_rendered_page(tmp_path: Path) -> None:
         assert kept in doc.text, kept
     # code comments start no section, inside a directive or not
     assert [c.heading for c in chunk_text(doc.text)] == ["Getting started"]
+    # a code directive whose code holds a fence stays one block
+    (tmp_path / "start.md").write_text(
+        "# Fences\n\n````{code-block} markdown\n```python\n# not a heading\n```\n````\n")
+    [doc] = read_path(tmp_path)
+    assert "````markdown\n```python\n# not a heading\n```\n````" in doc.text
+    assert [c.heading for c in chunk_text(doc.text)] == ["Fences"]
 
 
 def test_a_notebook_reads_as_its_markdown_and_code_without_outputs(tmp_path: Path) -> None:
