@@ -204,8 +204,8 @@ class _NullProgress:
 @app.command()
 def ingest(
     paths: Annotated[list[Path], typer.Argument(
-        help="Files or folders (.md, .mdx, .rst, .txt, .html, .ipynb, .jsonl). Folders are "
-             "read recursively.")],
+        help="Files or folders (.md, .mdx, .rst, .adoc, .txt, .html, .ipynb, .jsonl). Folders "
+             "are read recursively.")],
     collection: CollectionOption = "default",
     chunk_words: Annotated[int, typer.Option(help="Target chunk size in words.")] = 200,
     model: Annotated[str | None, typer.Option(

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pgfunnel.asciidoc_text import asciidoc_to_text
 from pgfunnel.errors import InvalidDocumentError, warn_at_caller
 from pgfunnel.html_text import html_to_text
 from pgfunnel.rst_text import (
@@ -32,8 +33,8 @@ from pgfunnel.rst_text import (
     rst_to_text,
 )
 
-SUPPORTED_SUFFIXES = (".md", ".markdown", ".mdx", ".rst", ".rest", ".txt", ".html", ".htm",
-                      ".ipynb", ".jsonl")
+SUPPORTED_SUFFIXES = (".md", ".markdown", ".mdx", ".rst", ".rest", ".adoc", ".asciidoc", ".txt",
+                      ".html", ".htm", ".ipynb", ".jsonl")
 DEFAULT_CHUNK_WORDS = 200
 # what the embedder reads for a chunk, recorded per index version (params.embed_input);
 # versions made before it was recorded read the chunk text alone
@@ -250,6 +251,9 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
         title, text = html_to_text(raw)
     elif suffix in (".rst", ".rest") or (suffix == ".txt" and looks_like_rst(raw)):
         title, text = rst_to_text(raw)
+        title = title or path.stem.replace("_", " ").replace("-", " ")
+    elif suffix in (".adoc", ".asciidoc"):
+        title, text = asciidoc_to_text(raw)
         title = title or path.stem.replace("_", " ").replace("-", " ")
     elif suffix == ".txt":
         text, title = raw, path.stem.replace("_", " ").replace("-", " ")

@@ -155,7 +155,7 @@ def test_files_of_other_types_in_a_folder_are_named_not_silently_skipped(
     from pgfunnel.sources import OtherFilesWarning
 
     (tmp_path / "a.md").write_text("# A\n\ntext\n")
-    (tmp_path / "b.adoc").write_text("= B\n")
+    (tmp_path / "b.tex").write_text("\\section{B}\n")
     (tmp_path / "img").mkdir()
     for name in ("x.png", "y.png", "Makefile"):
         (tmp_path / "img" / name).write_text("x")
@@ -168,7 +168,7 @@ def test_files_of_other_types_in_a_folder_are_named_not_silently_skipped(
     [warning] = [w for w in caught if issubclass(w.category, OtherFilesWarning)]
     assert warning.filename == __file__
     note = str(warning.message)
-    assert "left out 4 files of other types (.png 2, .adoc 1, (no suffix) 1)" in note
+    assert "left out 4 files of other types (.png 2, .tex 1, (no suffix) 1)" in note
     assert ".mdx" in note  # what it does read
 
 
@@ -177,12 +177,12 @@ def test_cli_ingest_of_a_folder_with_nothing_to_read_is_an_error(db: str,
     from pgfunnel.cli.main import app
     from typer.testing import CliRunner
 
-    (tmp_path / "guide.adoc").write_text("= Guide\n\nText.\n")
+    (tmp_path / "guide.tex").write_text("\\section{Guide}\nText.\n")
     res = CliRunner().invoke(app, ["ingest", str(tmp_path), "-c", "t", "--dsn", db])
     assert res.exit_code == 1
     text = " ".join(res.output.split())
     assert "nothing to ingest: no document in" in text
-    assert "left out 1 file of other types (.adoc 1)" in text
+    assert "left out 1 file of other types (.tex 1)" in text
 
 
 def test_what_the_rendered_page_does_not_show_is_not_indexed(tmp_path: Path) -> None:

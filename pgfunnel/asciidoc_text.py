@@ -1,0 +1,110 @@
+"""The readable text of an AsciiDoc page (``.adoc``: Antora sites, Spring, Asciidoctor).
+
+Read the way its rendered page reads, without an AsciiDoc processor: section titles
+(``== Install``) become markdown headings, each starting a section; the document title
+(``= Guide``) is the title. Listing and literal blocks (``----``, ``....``) stay code,
+fenced, so a ``#`` comment in them never starts a section. What the page does not show
+goes: attribute entries (``:toc:``), line and block comments (``//``, ``////``), block
+attribute lines (``[source,java]``, ``[[anchor]]``), conditional and include directives
+and the other blocks' delimiters. Links and cross references keep their text
+(``https://example.com[the site]`` is ``the site``, ``<<install,Installing>>`` is
+``Installing``); an image keeps its alternative text.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["asciidoc_to_text"]
+
+_SECTION = re.compile(r"^(={1,6}|#{1,6})\s+(\S.*?)\s*(?:\1)?\s*$")
+_ATTRIBUTE_ENTRY = re.compile(r"^:!?[\w-]+!?:(?:\s.*)?$")
+_BLOCK_ATTRIBUTES = re.compile(r"^\[[^\[\]]*\]\s*$|^\[\[[^\[\]]*\]\]\s*$|^\[#[^\]]*\]\s*$")
+_SOURCE = re.compile(r"^\[source(?:,\s*([\w+#.-]+))?[^\]]*\]\s*$")
+_BLOCK_TITLE = re.compile(r"^\.([^.\s].*)$")
+_DIRECTIVE = re.compile(r"^(?:include|ifdef|ifndef|ifeval|endif|toc)::[^\[]*\[.*\]\s*$")
+_IMAGE = re.compile(r"^image::[^\[]*\[([^\],]*)[^\]]*\]\s*$")
+# delimiters of blocks whose content is code, prose, or nothing the page shows
+_CODE_DELIMITERS = ("----", "....")
+_COMMENT_DELIMITER = "////"
+_PROSE_DELIMITERS = ("====", "****", "____", "++++", "--", "|===", ",===", ":===")
+_LINK = re.compile(r"\b(?:link:([^\s\[\]]+)|mailto:([^\s\[\]]+)"
+                   r"|((?:https?|ftp|irc|file)://[^\s\[\]]+))\[([^\]]*)\]")
+_XREF = re.compile(r"<<([^,>]+)(?:,\s*([^>]+))?>>")
+_INLINE_XREF = re.compile(r"\bxref:[^\[\s]+\[([^\]]*)\]")
+_INLINE_IMAGE = re.compile(r"\bimage:[^\[\s]+\[([^\],]*)[^\]]*\]")
+_INLINE_ANCHOR = re.compile(r"\[\[[^\[\]]*\]\]|\banchor:[^\[\s]+\[[^\]]*\]")
+
+
+def asciidoc_to_text(raw: str) -> tuple[str, str]:
+    """(title, text) of an AsciiDoc page; see the module docstring."""
+    lines = raw.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    out: list[str] = []
+    title = ""
+    block = ""  # the delimiter of the block being read, if any
+    language = ""  # of the next listing block, from its [source,LANG] line
+    in_header = False  # the author and revision lines under the document title
+    for line in lines:
+        stripped = line.rstrip()
+        if in_header:
+            if stripped:
+                continue
+            in_header = False
+        if block:
+            if stripped == block:
+                if block in _CODE_DELIMITERS:
+                    out.append("```")
+                block = ""
+            elif block in _CODE_DELIMITERS:
+                out.append(line)
+            continue
+        if stripped in _CODE_DELIMITERS or (len(stripped) > 4
+                                            and set(stripped) in ({"-"}, {"."})):
+            block = stripped
+            out.append(f"```{language}")
+            language = ""
+            continue
+        if stripped == _COMMENT_DELIMITER or (len(stripped) > 4 and set(stripped) == {"/"}):
+            block = stripped
+            continue
+        if stripped in _PROSE_DELIMITERS or (len(stripped) > 4 and len(set(stripped)) == 1
+                                             and stripped[0] in "=*_+"):
+            # an example, sidebar, quote or open block: its content is text
+            out.append("")
+            continue
+        if stripped.startswith("//") or stripped == "+":
+            # a line comment; a list item's continuation mark
+            continue
+        if m := _SOURCE.match(stripped):
+            language = m.group(1) or ""
+            continue
+        if _ATTRIBUTE_ENTRY.match(stripped) or _BLOCK_ATTRIBUTES.match(stripped) \
+                or _DIRECTIVE.match(stripped):
+            continue
+        if m := _IMAGE.match(stripped):
+            out.append(m.group(1).strip())
+            continue
+        if m := _SECTION.match(stripped):
+            level = len(m.group(1))
+            heading = _inline(m.group(2))
+            if level == 1 and not title:
+                title = heading
+                in_header = not out or not any(o.strip() for o in out)
+            out.append(f"{'#' * level} {heading}")
+            continue
+        if m := _BLOCK_TITLE.match(stripped):
+            out.append(_inline(m.group(1)))
+            continue
+        out.append(_inline(line))
+    if block in _CODE_DELIMITERS:
+        out.append("```")
+    return title, "\n".join(out).strip("\n")
+
+
+def _inline(text: str) -> str:
+    """Links, cross references, images and anchors as the page shows them."""
+    text = _INLINE_ANCHOR.sub("", text)
+    text = _INLINE_IMAGE.sub(lambda m: m.group(1), text)
+    text = _INLINE_XREF.sub(lambda m: m.group(1), text)
+    text = _XREF.sub(lambda m: (m.group(2) or m.group(1)).strip(), text)
+    return _LINK.sub(lambda m: m.group(4) or m.group(1) or m.group(2) or m.group(3), text)

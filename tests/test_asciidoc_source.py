@@ -1,0 +1,85 @@
+"""AsciiDoc pages (.adoc) read the way their rendered page reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pgfunnel.asciidoc_text import asciidoc_to_text
+from pgfunnel.sources import chunk_text, read_path
+
+PAGE = """= Getting Started Guide
+Jane Doe <jane@example.com>
+v2.0, 2026-01-01
+:toc: left
+
+// a comment line
+This guide shows how to *install* the CLI. See https://example.com/docs[the docs] and
+<<config,Configuring>>; an array[0] index stays as written.
+
+[[install]]
+== Install
+
+.Install with apt
+[source,bash]
+----
+# a comment, not a heading
+apt install widget
+----
+
+NOTE: Run it as root.
++
+Then log in.
+
+////
+a block comment
+////
+
+[#config]
+=== Configure
+
+Download link:downloads/report.pdf[the report] or read xref:guide.adoc[the guide].
+
+image::diagram.png[Architecture diagram]
+
+include::partials/footer.adoc[]
+
+ifdef::backend-html5[]
+|===
+| Name | Value
+| retries | 3
+|===
+endif::[]
+"""
+
+
+def test_asciidoc_page_reads_as_rendered() -> None:
+    title, text = asciidoc_to_text(PAGE)
+    assert title == "Getting Started Guide"
+    for gone in ("Jane Doe", "v2.0", ":toc:", "a comment line", "[[install]]", "[source",
+                 "block comment", "[#config]", "include::", "footer", "ifdef", "endif",
+                 "https://example.com", "<<config", "link:", "xref:", "image::", "|==="):
+        assert gone not in text, gone
+    for kept in ("See the docs and\nConfiguring; an array[0] index stays as written.",
+                 "## Install", "Install with apt",
+                 "```bash\n# a comment, not a heading\napt install widget\n```",
+                 "NOTE: Run it as root.\nThen log in.", "### Configure",
+                 "Download the report or read the guide.", "Architecture diagram",
+                 "| retries | 3"):
+        assert kept in text, kept
+    assert [c.heading for c in chunk_text(text)] == [
+        "Getting Started Guide", "Install", "Configure"]
+
+
+def test_adoc_files_are_ingested_with_their_title(tmp_path: Path) -> None:
+    (tmp_path / "guide.adoc").write_text(PAGE)
+    (tmp_path / "notes.asciidoc").write_text("Plain text without a title.\n")
+    docs = {d.citekey: d for d in read_path(tmp_path)}
+    assert docs["guide"].title == "Getting Started Guide"
+    assert docs["notes"].title == "notes" and docs["notes"].text == "Plain text without a title."
+
+
+def test_an_unclosed_listing_stays_code_to_the_end() -> None:
+    _, text = asciidoc_to_text("== Run\n\n----\n# not a heading\n")
+    assert text.endswith("```\n# not a heading\n\n```") or text.endswith(
+        "```\n# not a heading\n```")
+    assert [c.heading for c in chunk_text(text)] == ["Run"]
