@@ -186,7 +186,7 @@ def read_path(path: Path, root: Path | None = None,
         for child in readable:
             yield from _read_file(child, _citekey(child, base), in_folder=True)
         # said, not silently skipped: a docs folder in a format pgfunnel does not read
-        # (.adoc, say) would otherwise look like an empty one
+        # (.tex, say) would otherwise look like an empty one
         others = Counter(p.suffix.lower() or "(no suffix)" for p in files
                          if p.suffix.lower() not in SUPPORTED_SUFFIXES)
         if others:
