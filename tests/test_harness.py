@@ -128,6 +128,31 @@ def test_judged_items_missing_from_the_collection_are_named(sample_db: str,
     assert "warning: pgfunnel eval: 2 of 3 judged items" in " ".join(res.output.split())
 
 
+def test_judged_items_written_as_file_names_are_matched_to_their_citekeys(
+        sample_db: str) -> None:
+    import warnings
+
+    real = next(q for q in _subset(1) if q.relevant_items)
+    known = sorted(real.relevant_items)[0]
+    as_written = JudgedQuery("q1", real.query, "identifier", {known: 1})
+    as_files = JudgedQuery("q1", real.query, "identifier",
+                           {f"./{known}.md": 1, "no-such-page.md": 1})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = Harness(sample_db, "default").run([as_files], preset_configs("default"))
+        baseline = Harness(sample_db, "default").run([as_written], preset_configs("default"))
+    messages = " ".join(str(w.message) for w in caught)
+    assert f"1 judged items were written as file names and matched to their citekeys " \
+           f"('./{known}.md' -> '{known}')" in messages
+    assert result.report.metadata["judged_items_respelled"] == {f"./{known}.md": known}
+    # an item that names no document stays missing, under its own spelling
+    assert result.missing_items == ["no-such-page.md"]
+    # the renamed judgment scores as the citekey does (one more relevant item, never found)
+    found = baseline.report.configs["default"].per_query["q1"]["recall@10"]
+    assert found > 0
+    assert result.report.configs["default"].per_query["q1"]["recall@10"] == found / 2
+
+
 def test_stage_recall_in_database_matches_harness(sample_db: str) -> None:
     from pgfunnel.db import connect
     from pgfunnel.eval.harness import stage_recall_in_db, store_qrels

@@ -41,6 +41,7 @@ items are ``citekey#ordinal``.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -353,6 +354,7 @@ class Harness:
         done = 0
         with self.funnel.connection() as conn:
             version = self._index_version(conn)
+            selected, respelled = self._with_citekey_spellings(conn, selected, level)
             missing = self._missing_items(conn, selected, level)
             for cfg in configs:
                 for q in selected:
@@ -384,11 +386,17 @@ class Harness:
                 for name, by_q in runs.items()},
             "no_answer_top_fused_score": _noanswer_scores(runs, selected),
             "judged_items_not_in_collection": missing,
+            "judged_items_respelled": respelled,
         }
         report = build_report(rankings, selected, k=self.k, baseline=baseline, pools=pools,
                               n_resamples=n_resamples, seed=seed, metadata=metadata)
         report.split = split
         curves = self._curves(runs, selected)
+        if respelled:
+            examples = ", ".join(f"{a!r} -> {b!r}" for a, b in list(respelled.items())[:3])
+            warnings.warn(f"pgfunnel eval: {len(respelled)} judged items were written as file "
+                          f"names and matched to their citekeys ({examples}"
+                          f"{', ...' if len(respelled) > 3 else ''})", stacklevel=2)
         if missing:
             warnings.warn(missing_items_message(missing, selected, self.collection), stacklevel=2)
         return HarnessResult(report=report, runs=runs, queries=selected, curves=curves,
@@ -413,21 +421,49 @@ class Harness:
             curves[f"{name} (final order)"] = pool_recall_curve(pools, queries, depths)
         return curves
 
-    def _missing_items(self, conn: psycopg.Connection[Any], queries: Sequence[JudgedQuery],
-                       level: str) -> list[str]:
-        """The judged items (grade >= 1) that no document or chunk of the collection has."""
-        items = sorted({item for q in queries for item in q.relevant_items})
+    def _present_items(self, conn: psycopg.Connection[Any], items: Sequence[str],
+                       level: str) -> set[str]:
+        """Those of ``items`` that a document (or chunk) of the collection has."""
         if not items:
-            return []
+            return set()
         key = ("d.citekey" if level == "document"
                else "d.citekey || '#' || ch.ordinal::text")
-        present = {r[0] for r in conn.execute(
+        return {r[0] for r in conn.execute(
             sql.SQL("select distinct {key} from pgfunnel.document d "
                     "join pgfunnel.collection c on c.id = d.collection_id "
                     "join pgfunnel.chunk ch on ch.document_id = d.id "
                     "where c.name = %s and {key} = any(%s)").format(key=sql.SQL(key)),
-            (self.collection, items))}
+            (self.collection, list(items)))}
+
+    def _missing_items(self, conn: psycopg.Connection[Any], queries: Sequence[JudgedQuery],
+                       level: str) -> list[str]:
+        """The judged items (grade >= 1) that no document or chunk of the collection has."""
+        items = sorted({item for q in queries for item in q.relevant_items})
+        present = self._present_items(conn, items, level)
         return [item for item in items if item not in present]
+
+    def _with_citekey_spellings(self, conn: psycopg.Connection[Any],
+                                queries: list[JudgedQuery], level: str
+                                ) -> tuple[list[JudgedQuery], dict[str, str]]:
+        """Judgments that name a document by its file (``guides/setup.md``,
+        ``./guides/setup.md#2``) where the collection has the citekey ``pgfunnel ingest``
+        gave it (the path without the suffix): those items renamed, and the renaming.
+        An item the collection has as written is never renamed."""
+        missing = self._missing_items(conn, queries, level)
+        spellings = {item: citekey_of_file_name(item) for item in missing}
+        spellings = {item: key for item, key in spellings.items() if key != item}
+        present = self._present_items(conn, sorted(set(spellings.values())), level)
+        renamed = {item: key for item, key in spellings.items() if key in present}
+        if not renamed:
+            return queries, {}
+        out = []
+        for q in queries:
+            relevant: dict[str, int] = {}
+            for item, grade in q.relevant.items():
+                key = renamed.get(item, item)
+                relevant[key] = max(grade, relevant.get(key, grade))
+            out.append(dataclasses.replace(q, relevant=relevant))
+        return out, renamed
 
     def _index_version(self, conn: psycopg.Connection[Any]) -> dict[str, Any]:
         require_schema(conn)
@@ -440,6 +476,22 @@ class Harness:
                                 "active index version")
         return {"version": row[0], "embedding_model": row[1], "analyzer": row[2],
                 "chunks": row[3]}
+
+
+def citekey_of_file_name(item: str) -> str:
+    """The citekey ``pgfunnel ingest`` gives the file an item names (``./guides/setup.md``
+    -> ``guides/setup``; ``guides\\setup.md#2`` -> ``guides/setup#2``), or the item as
+    written when it names no file pgfunnel reads."""
+    from pgfunnel.sources import SUPPORTED_SUFFIXES
+
+    base, sep, ordinal = item.rpartition("#")
+    if not sep or not ordinal.isdigit():
+        base, sep, ordinal = item, "", ""
+    path = base.replace("\\", "/").removeprefix("./")
+    dot = path.rfind(".")
+    if dot > path.rfind("/") and path[dot:].lower() in SUPPORTED_SUFFIXES:
+        path = path[:dot]
+    return path + sep + ordinal
 
 
 def standalone_query(q: JudgedQuery, qualifiers: Sequence[str] = ()) -> str:
@@ -462,8 +514,6 @@ def missing_items_message(missing: Sequence[str], queries: Sequence[JudgedQuery]
 
 
 def _fields(p: SearchParams) -> dict[str, Any]:
-    import dataclasses
-
     return {f.name: getattr(p, f.name) for f in dataclasses.fields(p)}
 
 
