@@ -25,7 +25,8 @@ def register(app: typer.Typer) -> None:
 
 
 def evaluate(
-    queries: Annotated[Path, typer.Argument(help="Judged queries (JSON Lines).")],
+    queries: Annotated[Path, typer.Argument(
+        help="Judged queries (JSON Lines); with --qrels, BEIR's queries.jsonl.")],
     dsn: DsnOption = None,
     collection: CollectionOption = "default",
     config: Annotated[list[str] | None, typer.Option(
@@ -50,6 +51,9 @@ def evaluate(
     trace: Annotated[bool, typer.Option(
         "--trace", help="Trace the searches (search_log/search_trace) for stage recall in "
                         "the database.")] = False,
+    qrels: Annotated[Path | None, typer.Option(
+        "--qrels", help="BEIR qrels (TSV: query-id, corpus-id, score): the judgments of the "
+                        "queries in QUERIES, a BEIR queries.jsonl.")] = None,
     store_qrels: Annotated[bool, typer.Option(
         "--store-qrels", help="Also load the judged queries into pgfunnel.qrel.")] = False,
     json_out: JsonOption = False,
@@ -69,13 +73,13 @@ def evaluate(
         store_qrels as store,
     )
     from pgfunnel.eval.metrics import check_floors, load_floors
-    from pgfunnel.eval.qrels import load_queries
+    from pgfunnel.eval.qrels import load_beir, load_queries
     from pgfunnel.eval.report import plot_pool_recall, plot_slices, to_dict, to_markdown, write_json
 
     with handle_errors():
         if split not in (None, "dev", "test"):
             raise ConfigError("split", f"must be dev or test, got {split!r}")
-        judged = load_queries(queries)
+        judged = load_queries(queries) if qrels is None else load_beir(queries, qrels)
         configs = []
         if preset is not None or not config:
             configs += preset_configs(preset or "default")
@@ -107,6 +111,12 @@ def evaluate(
                     result = harness.run(judged, configs, split=split)  # type: ignore[arg-type]
         finally:
             conn.close()
+        respelled = result.report.metadata.get("judged_items_respelled") or {}
+        if respelled:
+            examples = ", ".join(f"{a!r} -> {b!r}" for a, b in list(respelled.items())[:3])
+            console.print(f"[yellow]note:[/yellow] {len(respelled)} judged items were written "
+                          f"as file names and matched to their citekeys ({examples}"
+                          f"{', ...' if len(respelled) > 3 else ''})", highlight=False)
         if result.missing_items:
             console.print("[yellow]warning:[/yellow] " + missing_items_message(
                 result.missing_items, result.queries, collection), highlight=False)

@@ -131,6 +131,10 @@ def record_from_dict(obj: Any, where: str) -> DocumentRecord:
     if not isinstance(obj, dict):
         raise InvalidDocumentError(f"{where}: expected a JSON object")
     citekey = obj.get("citekey")
+    if citekey is None and isinstance(obj.get("_id"), str | int) \
+            and not isinstance(obj.get("_id"), bool):
+        # a BEIR corpus line ({"_id": ..., "title": ..., "text": ...}) as it comes
+        citekey = str(obj["_id"])
     if not isinstance(citekey, str) or not citekey.strip():
         raise InvalidDocumentError(f"{where}: missing or empty 'citekey'")
     text = obj.get("text")

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from pgfunnel.data import __file__ as _data_init
-from pgfunnel.errors import ConfigError
+from pgfunnel.errors import ConfigError, InvalidInputError
 from pgfunnel.eval.harness import EvalConfig, Harness, parse_config_arg, preset_configs
 from pgfunnel.eval.qrels import JudgedQuery, load_queries
 
@@ -194,3 +194,43 @@ def test_helpcenter_benchmark_meets_its_floors(sample_db: str) -> None:
     res = CliRunner().invoke(app, ["eval", str(QUERIES), "--dsn", sample_db,
                                    "--floors", str(FLOORS)])
     assert res.exit_code == 0, res.output
+
+
+def test_a_beir_benchmark_is_ingested_and_evaluated_as_it_comes(db: str, tmp_path: Path) -> None:
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.eval.qrels import BEIR_SLICE, load_beir
+
+    corpus = [
+        {"_id": "d1", "title": "Refunds", "text": "Annual plans are refunded pro rata."},
+        {"_id": "d2", "title": "Invoices", "text": "Invoices are emailed on the first day."},
+        {"_id": 3, "title": "VPN", "text": "Connect to the VPN with the desktop client."},
+    ]
+    (tmp_path / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in corpus))
+    (tmp_path / "queries.jsonl").write_text(
+        '{"_id": "q1", "text": "refund for an annual plan", "metadata": {}}\n'
+        '{"_id": "q2", "text": "when do invoices arrive", "metadata": {"slice": "billing"}}\n'
+        '{"_id": "q3", "text": "not judged in this split"}\n')
+    (tmp_path / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t2\n"
+                                       "q2\t3\t0\n")
+    judged = load_beir(tmp_path / "queries.jsonl", tmp_path / "test.tsv")
+    assert [(q.query_id, q.slice, dict(q.relevant)) for q in judged] == [
+        ("q1", BEIR_SLICE, {"d1": 1}), ("q2", "billing", {"d2": 2, "3": 0})]
+
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path / "corpus.jsonl"), "-c", "beir",
+                                   "--dsn", db])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(app, ["eval", str(tmp_path / "queries.jsonl"), "--qrels",
+                                   str(tmp_path / "test.tsv"), "-c", "beir", "--dsn", db,
+                                   "--json"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    aggregates = report["configs"]["default"]["aggregates"]
+    assert aggregates["all"]["n_queries"] == 2
+    assert aggregates["all"]["recall@10"] == 1.0  # three documents, k = 10
+    assert report["metadata"]["judged_items_not_in_collection"] == []
+
+    (tmp_path / "bad.tsv").write_text("q9\td1\t1\n")
+    with pytest.raises(InvalidInputError, match=r"1 judged query ids are not in"):
+        load_beir(tmp_path / "queries.jsonl", tmp_path / "bad.tsv")

@@ -219,6 +219,71 @@ def load_queries(path: str | Path) -> list[JudgedQuery]:
     return queries
 
 
+#: the slice of BEIR queries, which come without one
+BEIR_SLICE = "queries"
+
+
+def load_beir(queries_path: str | Path, qrels_path: str | Path) -> list[JudgedQuery]:
+    """Judged queries in BEIR's layout: ``queries.jsonl`` (``{"_id", "text"}`` per line;
+    a ``metadata.slice``, when a line has one, is its slice) and a qrels TSV (``query-id``,
+    ``corpus-id``, ``score``, with or without that header). Only the queries the qrels
+    judge are returned, in the order of the queries file; a grade is the score."""
+    qp, rp = Path(queries_path), Path(qrels_path)
+    judged: dict[str, dict[str, int]] = {}
+    try:
+        rows = rp.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInputError(f"{rp}: cannot read qrels: {exc}") from exc
+    for lineno, row in enumerate(rows, start=1):
+        fields = row.split("\t") if "\t" in row else row.split()
+        if not row.strip() or (lineno == 1 and fields[0] in ("query-id", "query_id", "qid")):
+            continue
+        if len(fields) == 4:  # TREC's "qid 0 docid grade"
+            fields = [fields[0], fields[2], fields[3]]
+        if len(fields) != 3:
+            raise InvalidInputError(f"{rp}: line {lineno}: expected query-id, corpus-id and "
+                                    f"score, got {row!r}")
+        try:
+            grade = int(float(fields[2]))
+        except ValueError:
+            raise InvalidInputError(f"{rp}: line {lineno}: score {fields[2]!r} is not a "
+                                    "number") from None
+        if grade < 0:
+            raise InvalidInputError(f"{rp}: line {lineno}: score {grade} is negative")
+        item = judged.setdefault(fields[0], {})
+        item[fields[1]] = max(grade, item.get(fields[1], grade))
+    try:
+        lines = qp.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInputError(f"{qp}: cannot read queries: {exc}") from exc
+    queries: list[JudgedQuery] = []
+    for lineno, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise InvalidInputError(f"{qp}: line {lineno}: invalid JSON: {exc.msg}") from exc
+        if not isinstance(obj, dict) or not isinstance(obj.get("text"), str) \
+                or not isinstance(obj.get("_id"), str | int):
+            raise InvalidInputError(f"{qp}: line {lineno}: expected a BEIR query "
+                                    '{"_id": ..., "text": ...}')
+        query_id = str(obj["_id"])
+        if query_id not in judged:
+            continue
+        metadata = obj.get("metadata")
+        slice_name = metadata.get("slice") if isinstance(metadata, dict) else None
+        if not isinstance(slice_name, str) or not slice_name.strip() or slice_name == ALL_SLICE:
+            slice_name = BEIR_SLICE
+        queries.append(JudgedQuery(query_id, obj["text"], slice_name, judged.pop(query_id),
+                                   line=lineno))
+    if judged:
+        some = ", ".join(repr(q) for q in list(judged)[:3])
+        raise InvalidInputError(f"{rp}: {len(judged)} judged query ids are not in {qp} "
+                                f"({some})")
+    return queries
+
+
 def split_of(query: str | JudgedQuery, test_fraction: float = 0.5, salt: str = "pgfunnel") -> Split:
     """The split a query belongs to: ``"dev"`` or ``"test"``.
 
