@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -174,6 +174,25 @@ def parse_query(obj: Any, line: int | None = None) -> JudgedQuery:
     )
 
 
+def _json_lines(path: Path, what: str) -> Iterator[tuple[int, Any]]:
+    """(line number, decoded value) of each non-blank line of a JSON Lines file; a file
+    that cannot be read or a line that is not JSON is an error naming the file (and line)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInputError(f"{path}: cannot read {what}: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise InvalidInputError(f"{path}: {what} are not valid UTF-8: {exc}") from exc
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise InvalidInputError(f"{path}: line {lineno}: invalid JSON: {exc.msg}") from exc
+        yield lineno, value
+
+
 def load_queries(path: str | Path) -> list[JudgedQuery]:
     """Read a judged-query JSONL file; blank lines are skipped.
 
@@ -182,22 +201,9 @@ def load_queries(path: str | Path) -> list[JudgedQuery]:
     a duplicate ``query_id``.
     """
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InvalidInputError(f"{p}: cannot read judged queries: {exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise InvalidInputError(f"{p}: judged queries are not valid UTF-8: {exc}") from exc
-
     queries: list[JudgedQuery] = []
     first_line: dict[str, int] = {}
-    for lineno, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise InvalidInputError(f"{p}: line {lineno}: invalid JSON: {exc.msg}") from exc
+    for lineno, obj in _json_lines(p, "judged queries"):
         try:
             q = parse_query(obj, lineno)
         except InvalidInputError as exc:
@@ -252,18 +258,8 @@ def load_beir(queries_path: str | Path, qrels_path: str | Path) -> list[JudgedQu
             raise InvalidInputError(f"{rp}: line {lineno}: score {grade} is negative")
         item = judged.setdefault(fields[0], {})
         item[fields[1]] = max(grade, item.get(fields[1], grade))
-    try:
-        lines = qp.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInputError(f"{qp}: cannot read queries: {exc}") from exc
     queries: list[JudgedQuery] = []
-    for lineno, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise InvalidInputError(f"{qp}: line {lineno}: invalid JSON: {exc.msg}") from exc
+    for lineno, obj in _json_lines(qp, "queries"):
         if not isinstance(obj, dict) or not isinstance(obj.get("text"), str) \
                 or not isinstance(obj.get("_id"), str | int):
             raise InvalidInputError(f"{qp}: line {lineno}: expected a BEIR query "
