@@ -129,15 +129,13 @@ def _progress() -> Progress:
                     TimeElapsedColumn(), console=console, transient=False)
 
 
-def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_words: int,
-              model: str | None, private: bool, show_progress: bool = True,
-              exclude: list[str] | None = None, root: Path | None = None) -> Any:
-    from pgfunnel.db import connect
-    from pgfunnel.embedder import Embedder
-    from pgfunnel.ingest import Ingester, active_version, collection_id
+def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | None
+                   ) -> tuple[list[Any], list[str]]:
+    """Every document the paths hold, validated, and the notes on what was left out;
+    paths that hold no document are an error."""
+    from pgfunnel.errors import InvalidDocumentError
     from pgfunnel.sources import EmptyFileWarning, OtherFilesWarning, read_paths
 
-    # every record is validated before anything is written
     left_out = (EmptyFileWarning, OtherFilesWarning)
     with warnings.catch_warnings(record=True) as caught:
         for category in left_out:
@@ -148,11 +146,32 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
         if not issubclass(w.category, left_out):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     if not records:
-        from pgfunnel.errors import InvalidDocumentError
-
         raise InvalidDocumentError("nothing to ingest: no document in "
                                    + ", ".join(str(p) for p in paths)
                                    + "".join(f"; {note}" for note in skipped))
+    return records, skipped
+
+
+def dry_run(paths: list[Path], chunk_words: int, exclude: list[str] | None,
+            root: Path | None) -> dict[str, Any]:
+    """What an ingest would read: each document's citekey, title, chunks and words."""
+    from pgfunnel.sources import chunk_text
+
+    records, skipped = read_documents(paths, exclude, root)
+    documents = [{"citekey": r.citekey, "title": r.title,
+                  "chunks": len(chunk_text(r.text, chunk_words)),
+                  "words": len(r.text.split())} for r in records]
+    return {"documents": documents, "chunks": sum(d["chunks"] for d in documents),
+            "words": sum(d["words"] for d in documents), "notes": skipped}
+
+
+def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_words: int,
+              model: str | None, private: bool, show_progress: bool = True,
+              exclude: list[str] | None = None, root: Path | None = None) -> Any:
+    from pgfunnel.db import connect
+    from pgfunnel.embedder import Embedder
+    from pgfunnel.ingest import Ingester, active_version, collection_id
+    records, skipped = read_documents(paths, exclude, root)
     with connect(dsn_value, autocommit=True) as conn:
         from pgfunnel.db import require_schema
 
@@ -222,11 +241,30 @@ def ingest(
         help="Citekeys are paths relative to this folder (default: each folder given; a "
              "file given alone: its name without the suffix). Give the corpus folder to "
              "re-ingest one of its files under the same citekey.")] = None,
+    dry_run_only: Annotated[bool, typer.Option(
+        "--dry-run", help="Read and chunk only: list each document's citekey, title and "
+                          "chunks, and what was left out; no database, no model.")] = False,
     dsn: DsnOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """Ingest documents: chunk, embed, index (BM25 + HNSW). Re-ingesting replaces by citekey."""
     _quiet_warnings()
+    if dry_run_only:
+        with handle_errors():
+            plan = dry_run(paths, chunk_words, exclude, root)
+        if json_out:
+            emit_json(plan)
+            return
+        table = Table("citekey", "title", "chunks", "words", box=None, pad_edge=False)
+        for d in plan["documents"]:
+            table.add_row(d["citekey"], d["title"], f"{d['chunks']:,}", f"{d['words']:,}")
+        out.print(table)
+        out.print(f"{plural(len(plan['documents']), 'document')}, "
+                  f"{plural(plan['chunks'], 'chunk')}, {plan['words']:,} words "
+                  "(dry run: nothing written)", highlight=False)
+        for note in plan["notes"]:
+            out.print(f"  {note}", highlight=False)
+        return
     with handle_errors():
         stats = do_ingest(dsn, paths, collection, chunk_words, model, private,
                           show_progress=not json_out, exclude=exclude, root=root)

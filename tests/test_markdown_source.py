@@ -305,3 +305,24 @@ def test_a_notebook_reads_as_its_markdown_and_code_without_outputs(tmp_path: Pat
     (tmp_path / "fit.ipynb").write_text("{not json")
     with pytest.raises(InvalidDocumentError, match=r"fit.ipynb: not a valid notebook"):
         list(read_path(tmp_path / "fit.ipynb"))
+
+
+def test_ingest_dry_run_lists_what_would_be_read_without_a_database(tmp_path: Path) -> None:
+    import json
+
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    (tmp_path / "guide.md").write_text("# Guide\n\n" + "word " * 450 + "\n\n## Next\n\nMore.\n")
+    (tmp_path / "logo.png").write_bytes(b"\x89PNG")
+    # a DSN that cannot be reached: the dry run must not try it
+    env = {"PGFUNNEL_DSN": "postgresql://nobody@127.0.0.1:1/none"}
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path), "--dry-run", "--json"], env=env)
+    assert res.exit_code == 0, res.output
+    plan = json.loads(res.stdout)
+    [doc] = plan["documents"]
+    assert doc["citekey"] == "guide" and doc["title"] == "Guide" and doc["chunks"] == 4
+    assert plan["chunks"] == 4 and doc["words"] == plan["words"] == 455
+    assert any("left out 1 file of other types (.png 1)" in n for n in plan["notes"])
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path), "--dry-run"], env=env)
+    assert res.exit_code == 0 and "1 document, 4 chunks, 455 words (dry run" in res.output
