@@ -14,6 +14,17 @@ from typing import Any
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parent)
 
+#: what ``json.loads`` raises on text it cannot read: a syntax error, or nesting deeper
+#: than Python's recursion limit (``[[[[...`` thousands deep), which is not a JSON error
+JSON_ERRORS = (ValueError, RecursionError)
+
+
+def json_problem(exc: BaseException) -> str:
+    """What was wrong with a JSON text, in a few words."""
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    return str(getattr(exc, "msg", exc))
+
 
 def warn_at_caller(message: str | Warning, category: type[Warning] = UserWarning) -> None:
     """``warnings.warn`` naming the first line outside pgfunnel that led here (the

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pgfunnel.asciidoc_text import asciidoc_to_text
-from pgfunnel.errors import InvalidDocumentError, warn_at_caller
+from pgfunnel.errors import JSON_ERRORS, InvalidDocumentError, json_problem, warn_at_caller
 from pgfunnel.html_text import html_to_text
 from pgfunnel.rst_text import (
     _CODE,
@@ -247,8 +247,9 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
             where = f"{path}:{lineno}"
             try:
                 obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InvalidDocumentError(f"{where}: not valid JSON ({exc.msg})") from exc
+            except JSON_ERRORS as exc:
+                raise InvalidDocumentError(f"{where}: not valid JSON ({json_problem(exc)})") \
+                    from None
             yield record_from_dict(obj, where)
         return
     if suffix in (".html", ".htm"):
@@ -288,8 +289,9 @@ def _notebook_to_markdown(raw: str, path: Path) -> str:
     the code printed, often long, and not the page's prose)."""
     try:
         notebook = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise InvalidDocumentError(f"{path}: not a valid notebook ({exc.msg})") from exc
+    except JSON_ERRORS as exc:
+        raise InvalidDocumentError(f"{path}: not a valid notebook ({json_problem(exc)})") \
+            from None
     cells = notebook.get("cells") if isinstance(notebook, dict) else None
     if not isinstance(cells, list):
         raise InvalidDocumentError(f"{path}: not a valid notebook (no list of cells)")

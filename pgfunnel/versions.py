@@ -39,6 +39,7 @@ from psycopg.types.json import Jsonb
 
 from pgfunnel.embedder import Embedder
 from pgfunnel.errors import (
+    JSON_ERRORS,
     ConfigError,
     ConflictError,
     InvalidInputError,
@@ -902,7 +903,7 @@ def read_query_file(path: str | Path) -> tuple[list[Any], bool]:
     for ln in lines:
         try:
             objs.append(json.loads(ln))
-        except json.JSONDecodeError:
+        except JSON_ERRORS:
             objs.append(ln)
     if objs and all(isinstance(o, dict) and "relevant" in o for o in objs):
         return load_queries(p), True

@@ -56,7 +56,14 @@ import psycopg
 from psycopg import sql
 
 from pgfunnel.db import require_schema
-from pgfunnel.errors import ConfigError, InvalidInputError, NotFoundError, translate
+from pgfunnel.errors import (
+    JSON_ERRORS,
+    ConfigError,
+    InvalidInputError,
+    NotFoundError,
+    json_problem,
+    translate,
+)
 from pgfunnel.eval.metrics import collapse_to_documents, pool_recall_curve
 from pgfunnel.eval.qrels import JudgedQuery, Split, judging_level, select_split
 from pgfunnel.eval.report import EvalReport, build_report
@@ -157,8 +164,8 @@ def parse_config_arg(arg: str) -> EvalConfig:
         raise ConfigError("config", f"expected NAME=JSON, got {arg!r}")
     try:
         raw = json.loads(text) if text.strip() else {}
-    except json.JSONDecodeError as exc:
-        raise ConfigError("config", f"{name}: not valid JSON ({exc.msg})") from None
+    except JSON_ERRORS as exc:
+        raise ConfigError("config", f"{name}: not valid JSON ({json_problem(exc)})") from None
     return EvalConfig.from_dict(name.strip(), raw)
 
 

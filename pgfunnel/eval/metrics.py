@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import ir_measures
 import numpy as np
 
-from pgfunnel.errors import ConfigError, InvalidInputError, PgfunnelError
+from pgfunnel.errors import JSON_ERRORS, ConfigError, InvalidInputError, PgfunnelError, json_problem
 from pgfunnel.eval.qrels import ALL_SLICE, JudgedQuery, citekey_of, split_of
 
 #: count keys in every row that :func:`aggregate` returns
@@ -344,8 +344,8 @@ def load_floors(path: str | Path) -> dict[str, dict[str, float]]:
         raw: Any = json.loads(p.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError("floors", f"cannot read {p}: {exc}") from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError("floors", f"{p} is not valid JSON: {exc}") from exc
+    except (*JSON_ERRORS, UnicodeDecodeError) as exc:
+        raise ConfigError("floors", f"{p} is not valid JSON: {json_problem(exc)}") from None
     if not isinstance(raw, dict):
         raise ConfigError("floors", f"{p}: expected an object of slices")
     floors: dict[str, dict[str, float]] = {}

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from pgfunnel.errors import ConfigError, InvalidInputError
+from pgfunnel.errors import JSON_ERRORS, ConfigError, InvalidInputError, json_problem
 
 Split = Literal["dev", "test"]
 JudgingLevel = Literal["document", "chunk"]
@@ -188,8 +188,9 @@ def _json_lines(path: Path, what: str) -> Iterator[tuple[int, Any]]:
             continue
         try:
             value = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise InvalidInputError(f"{path}: line {lineno}: invalid JSON: {exc.msg}") from exc
+        except JSON_ERRORS as exc:
+            raise InvalidInputError(f"{path}: line {lineno}: invalid JSON: "
+                                    f"{json_problem(exc)}") from None
         yield lineno, value
 
 

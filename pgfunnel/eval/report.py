@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pgfunnel.errors import ConfigError, InvalidInputError
+from pgfunnel.errors import JSON_ERRORS, ConfigError, InvalidInputError, json_problem
 from pgfunnel.eval.metrics import (
     N_NOANSWER,
     N_QUERIES,
@@ -261,8 +261,8 @@ def read_json(path: str | Path) -> EvalReport:
     p = Path(path)
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidInputError(f"{p}: cannot read report: {exc}") from exc
+    except (OSError, *JSON_ERRORS) as exc:
+        raise InvalidInputError(f"{p}: cannot read report: {json_problem(exc)}") from None
     if not isinstance(data, dict):
         raise InvalidInputError(f"{p}: not a pgfunnel evaluation report")
     return from_dict(data)

@@ -1,0 +1,49 @@
+"""Every format ingest reads, fed hostile files: a document or a named error, never a crash."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from pgfunnel.errors import InvalidDocumentError
+from pgfunnel.sources import SUPPORTED_SUFFIXES, read_path
+
+HOSTILE: dict[str, bytes] = {
+    "nul": b"# Title\n\ntext \x00 after a NUL\n",
+    "invalid-utf8": b"# Title\n\n\xff\xfe not UTF-8\n",
+    "long-line": b"x" * 1_000_000,
+    "unclosed": b"# T\n\n````{note}\n<!--\n----\n:::tip\n```\nimport x\n<div>\n[[a\n",
+    "markers-only": b"!!! \n=== \"\n--8<--\n{: }\n(x)=\n//\n////\n+\n:toc:\n",
+    "deep-json": b"[" * 5000 + b"]" * 5000,
+    "bom-crlf": "\ufeff= Title\r\n\r\n== Part\r\nText.\r\n".encode(),
+    "empty": b"",
+}
+
+
+@pytest.mark.parametrize("suffix", SUPPORTED_SUFFIXES)
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_file_gives_a_document_or_a_named_error(tmp_path: Path, suffix: str,
+                                                        name: str) -> None:
+    path = tmp_path / f"page{suffix}"
+    path.write_bytes(HOSTILE[name])
+    started = time.perf_counter()
+    try:
+        docs = list(read_path(path))
+    except InvalidDocumentError as exc:
+        assert str(path) in str(exc)
+    else:
+        assert all(d.citekey == "page" and d.text.strip() for d in docs) or suffix == ".jsonl"
+        assert all("\x00" not in d.text for d in docs) or name == "nul"
+    assert time.perf_counter() - started < 5
+
+
+def test_judged_queries_nested_too_deeply_are_a_named_error(tmp_path: Path) -> None:
+    from pgfunnel.errors import InvalidInputError
+    from pgfunnel.eval.qrels import load_queries
+
+    path = tmp_path / "q.jsonl"
+    path.write_bytes(HOSTILE["deep-json"] + b"\n")
+    with pytest.raises(InvalidInputError, match=r"line 1: invalid JSON: nested too deeply"):
+        load_queries(path)
