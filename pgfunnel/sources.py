@@ -138,13 +138,19 @@ def record_from_dict(obj: Any, where: str) -> DocumentRecord:
     if not isinstance(citekey, str) or not citekey.strip():
         raise InvalidDocumentError(f"{where}: missing or empty 'citekey'")
     text = obj.get("text")
+    title = obj.get("title")
+    if isinstance(text, str) and not text.strip() and isinstance(title, str) and title.strip():
+        # a document that is only its title (BEIR corpora have them: a paper without an
+        # abstract, "text": "") is searched by its title rather than refused; a line with
+        # no "text" at all is still an error (its text may sit under another name)
+        text = title
     if not isinstance(text, str) or not text.strip():
         raise InvalidDocumentError(f"{where}: missing or empty 'text' (citekey {citekey!r})")
     # the field checks are check_record's, below
     rec = DocumentRecord(
         citekey=citekey.strip(),
         text=text,
-        title=obj.get("title") or "",
+        title=title or "",
         metadata=obj.get("metadata") or {},
         tenant=obj.get("tenant"),
         readers=obj.get("readers") or [],

@@ -47,3 +47,19 @@ def test_judged_queries_nested_too_deeply_are_a_named_error(tmp_path: Path) -> N
     path.write_bytes(HOSTILE["deep-json"] + b"\n")
     with pytest.raises(InvalidInputError, match=r"line 1: invalid JSON: nested too deeply"):
         load_queries(path)
+
+
+def test_a_jsonl_document_that_is_only_its_title_is_searched_by_its_title() -> None:
+    from pgfunnel.sources import record_from_dict
+
+    rec = record_from_dict({"_id": "p7", "title": "Masks and transmission", "text": ""}, "x:1")
+    assert rec.citekey == "p7" and rec.text == rec.title == "Masks and transmission"
+    # no text field at all is a mistake more often than a title-only document
+    # ({"content": ...}): refused
+    with pytest.raises(InvalidDocumentError, match=r"x:2: missing or empty 'text'"):
+        record_from_dict({"citekey": "p8", "title": "Only a title", "content": "..."}, "x:2")
+    # neither text nor title: nothing to search, refused with the place and the field
+    with pytest.raises(InvalidDocumentError, match=r"x:3: missing or empty 'text'"):
+        record_from_dict({"_id": "p9", "title": " ", "text": ""}, "x:3")
+    with pytest.raises(InvalidDocumentError, match=r"x:4: missing or empty 'text'"):
+        record_from_dict({"citekey": "p10", "title": "T", "text": 5}, "x:4")
