@@ -68,6 +68,7 @@ def evaluate(
         missing_items_message,
         parse_config_arg,
         preset_configs,
+        respelled_items_message,
     )
     from pgfunnel.eval.harness import (
         store_qrels as store,
@@ -113,10 +114,8 @@ def evaluate(
             conn.close()
         respelled = result.report.metadata.get("judged_items_respelled") or {}
         if respelled:
-            examples = ", ".join(f"{a!r} -> {b!r}" for a, b in list(respelled.items())[:3])
-            console.print(f"[yellow]note:[/yellow] {len(respelled)} judged items were written "
-                          f"as file names and matched to their citekeys ({examples}"
-                          f"{', ...' if len(respelled) > 3 else ''})", highlight=False)
+            console.print("[yellow]note:[/yellow] " + respelled_items_message(respelled),
+                          highlight=False)
         if result.missing_items:
             console.print("[yellow]warning:[/yellow] " + missing_items_message(
                 result.missing_items, result.queries, collection), highlight=False)

@@ -983,6 +983,10 @@ class Ingester:
             if ch.content_hash() not in reuse))
         if not texts:
             return {}
+        return dict(zip(texts, self._embed(texts), strict=True))
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        """The model's vectors for ``texts``, with progress and the time it took."""
         # batches are chunked one at a time, so the number of chunks to embed is known
         # per batch: the total grows with each batch and comes first
         self._embed_queued += len(texts)
@@ -991,7 +995,7 @@ class Ingester:
         embedded = self.embedder.embed(
             texts, progress=lambda n: self._tick("embedding", n, self._embed_queued))
         self.stats.embed_seconds += time.perf_counter() - started
-        return dict(zip(texts, embedded, strict=True))
+        return embedded
 
     def _ingest_batch(self, batch: list[DocumentRecord], vectors: dict[str, np.ndarray] | None,
                       prepared: _Prepared | None = None) -> None:
@@ -1045,16 +1049,11 @@ class Ingester:
                     else:
                         new_vectors[i] = vector
                 if unforeseen:
-                    t0 = time.perf_counter()
-                    self._embed_queued += len(unforeseen)
-                    self._tick("embedding", 0, self._embed_queued)
-                    embedded = self.embedder.embed(
+                    embedded = self._embed(
                         [embedding_input(new_titles[i], new_texts[i], version.embed_input)
-                         for i in unforeseen],
-                        progress=lambda n: self._tick("embedding", n, self._embed_queued))
+                         for i in unforeseen])
                     for i, vec in zip(unforeseen, embedded, strict=True):
                         new_vectors[i] = vec
-                    self.stats.embed_seconds += time.perf_counter() - t0
                 self.stats.chunks_embedded += len(missing)
                 self._write(coll, version, chunked, new_texts, new_vectors,
                             {ck: v[0] for ck, v in existing.items()}, hashes, prepared)

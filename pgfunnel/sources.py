@@ -191,10 +191,11 @@ def read_path(path: Path, root: Path | None = None,
         base = root if root is not None else path
         files = sorted(p for p in path.rglob("*")
                        if p.is_file() and not _excluded(p.relative_to(path), exclude))
-        readable = [p for p in files if p.suffix.lower() in SUPPORTED_SUFFIXES]
-        _refuse_shared_citekeys(readable, base)
-        for child in readable:
-            yield from _read_file(child, _citekey(child, base), in_folder=True)
+        readable = [(p, _citekey(p, base)) for p in files
+                    if p.suffix.lower() in SUPPORTED_SUFFIXES]
+        _refuse_shared_citekeys(readable)
+        for child, citekey in readable:
+            yield from _read_file(child, citekey, in_folder=True)
         # said, not silently skipped: a docs folder in a format pgfunnel does not read
         # (.tex, say) would otherwise look like an empty one
         others = Counter(p.suffix.lower() or "(no suffix)" for p in files
@@ -212,14 +213,14 @@ def read_path(path: Path, root: Path | None = None,
     yield from _read_file(path, citekey, in_folder=False)
 
 
-def _refuse_shared_citekeys(files: Sequence[Path], base: Path) -> None:
-    """Two files that differ only in their suffix (a generator's ``fs.md`` beside its
-    ``fs.html``) would be one citekey: said before anything is read, with the way out."""
+def _refuse_shared_citekeys(files: Sequence[tuple[Path, str]]) -> None:
+    """Two files (with their citekeys) that differ only in their suffix (a generator's
+    ``fs.md`` beside its ``fs.html``) would be one citekey: said before anything is read,
+    with the way out."""
     first: dict[str, Path] = {}
-    for path in files:
+    for path, key in files:
         if path.suffix.lower() == ".jsonl":
             continue  # its lines carry their own citekeys
-        key = _citekey(path, base)
         if key in first:
             raise InvalidDocumentError(
                 f"{first[key]} and {path} would both be citekey {key!r}: leave one kind out, "
@@ -262,12 +263,12 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
         title, text = html_to_text(raw)
     elif suffix in (".rst", ".rest") or (suffix == ".txt" and looks_like_rst(raw)):
         title, text = rst_to_text(raw)
-        title = title or path.stem.replace("_", " ").replace("-", " ")
+        title = title or _title_from_file_name(path)
     elif suffix in (".adoc", ".asciidoc"):
         title, text = asciidoc_to_text(raw)
-        title = title or path.stem.replace("_", " ").replace("-", " ")
+        title = title or _title_from_file_name(path)
     elif suffix == ".txt":
-        text, title = raw, path.stem.replace("_", " ").replace("-", " ")
+        text, title = raw, _title_from_file_name(path)
     else:
         if suffix == ".ipynb":
             raw = _notebook_to_markdown(raw, path)
@@ -279,7 +280,7 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
         text = _unrendered_removed(text)
         text = _setext_to_atx(text)
         title = (fields.get("title") or _first_h1(text)
-                 or path.stem.replace("_", " ").replace("-", " "))
+                 or _title_from_file_name(path))
     if not text.strip():
         if not in_folder:
             what = "the page has no main text" if suffix in (".html", ".htm") else "it is empty"
@@ -333,6 +334,11 @@ def _fenced(info: str, lines: list[str]) -> list[str]:
     return [f"{fence}{info}", *lines, fence]
 
 
+def _title_from_file_name(path: Path) -> str:
+    """The title of a page that names none: its file name, words apart."""
+    return path.stem.replace("_", " ").replace("-", " ")
+
+
 class EmptyFileWarning(UserWarning):
     """A file found in a folder held no text and was left out."""
 
@@ -377,11 +383,16 @@ def _lines_outside_code(text: str) -> Iterator[tuple[str, bool]]:
                 fence = m.group(1)
             yield line, not fence
         else:
-            closing = line.strip()
-            if m and closing[:1] == fence[0] and set(closing) == {fence[0]} \
-                    and len(closing) >= len(fence):
+            if m and _closes_fence(line, fence):
                 fence = ""
             yield line, False
+
+
+def _closes_fence(line: str, fence: str) -> bool:
+    """Whether ``line`` closes a block opened by ``fence`` (a run of backticks, tildes or
+    colons): the same character, at least as many, nothing else."""
+    closing = line.strip()
+    return closing[:1] == fence[0] and set(closing) == {fence[0]} and len(closing) >= len(fence)
 
 
 _SETEXT = re.compile(r"^ {0,3}(={2,}|-{2,})[ \t]*$")
@@ -518,9 +529,7 @@ def _myst_to_markdown(text: str) -> str:
         line = lines[i]
         i += 1
         if fence:
-            closing = line.strip()
-            if closing[:1] == fence[0] and set(closing) == {fence[0]} and \
-                    len(closing) >= len(fence):
+            if _closes_fence(line, fence):
                 fence = ""
             out.append(line)
             continue
@@ -536,10 +545,8 @@ def _myst_to_markdown(text: str) -> str:
         marker, name, argument = m.group(2), m.group(3), m.group(4)
         body: list[str] = []
         while i < len(lines):
-            closing = lines[i].strip()
             i += 1
-            if closing[:1] == marker[0] and set(closing) == {marker[0]} and \
-                    len(closing) >= len(marker):
+            if _closes_fence(lines[i - 1], marker):
                 break
             body.append(lines[i - 1])
         # its options: a YAML block between --- lines, or :name: value lines

@@ -361,8 +361,7 @@ class Harness:
         done = 0
         with self.funnel.connection() as conn:
             version = self._index_version(conn)
-            selected, respelled = self._with_citekey_spellings(conn, selected, level)
-            missing = self._missing_items(conn, selected, level)
+            selected, respelled, missing = self._with_citekey_spellings(conn, selected, level)
             for cfg in configs:
                 for q in selected:
                     try:
@@ -400,10 +399,7 @@ class Harness:
         report.split = split
         curves = self._curves(runs, selected)
         if respelled:
-            examples = ", ".join(f"{a!r} -> {b!r}" for a, b in list(respelled.items())[:3])
-            warnings.warn(f"pgfunnel eval: {len(respelled)} judged items were written as file "
-                          f"names and matched to their citekeys ({examples}"
-                          f"{', ...' if len(respelled) > 3 else ''})", stacklevel=2)
+            warnings.warn(respelled_items_message(respelled), stacklevel=2)
         if missing:
             warnings.warn(missing_items_message(missing, selected, self.collection), stacklevel=2)
         return HarnessResult(report=report, runs=runs, queries=selected, curves=curves,
@@ -451,18 +447,19 @@ class Harness:
 
     def _with_citekey_spellings(self, conn: psycopg.Connection[Any],
                                 queries: list[JudgedQuery], level: str
-                                ) -> tuple[list[JudgedQuery], dict[str, str]]:
+                                ) -> tuple[list[JudgedQuery], dict[str, str], list[str]]:
         """Judgments that name a document by its file (``guides/setup.md``,
         ``./guides/setup.md#2``) where the collection has the citekey ``pgfunnel ingest``
-        gave it (the path without the suffix): those items renamed, and the renaming.
-        An item the collection has as written is never renamed."""
+        gave it (the path without the suffix): those items renamed, the renaming, and the
+        judged items still missing. An item the collection has as written is never
+        renamed."""
         missing = self._missing_items(conn, queries, level)
         spellings = {item: citekey_of_file_name(item) for item in missing}
         spellings = {item: key for item, key in spellings.items() if key != item}
         present = self._present_items(conn, sorted(set(spellings.values())), level)
         renamed = {item: key for item, key in spellings.items() if key in present}
         if not renamed:
-            return queries, {}
+            return queries, {}, missing
         out = []
         for q in queries:
             relevant: dict[str, int] = {}
@@ -470,7 +467,7 @@ class Harness:
                 key = renamed.get(item, item)
                 relevant[key] = max(grade, relevant.get(key, grade))
             out.append(dataclasses.replace(q, relevant=relevant))
-        return out, renamed
+        return out, renamed, [item for item in missing if item not in renamed]
 
     def _index_version(self, conn: psycopg.Connection[Any]) -> dict[str, Any]:
         require_schema(conn)
@@ -509,6 +506,12 @@ def standalone_query(q: JudgedQuery, qualifiers: Sequence[str] = ()) -> str:
     from pgfunnel.transform import FollowupResolver
 
     return FollowupResolver(qualifiers=qualifiers).resolve(q.history, q.query).query
+
+
+def respelled_items_message(respelled: Mapping[str, str]) -> str:
+    examples = ", ".join(f"{a!r} -> {b!r}" for a, b in list(respelled.items())[:3])
+    return (f"pgfunnel eval: {len(respelled)} judged items were written as file names and "
+            f"matched to their citekeys ({examples}{', ...' if len(respelled) > 3 else ''})")
 
 
 def missing_items_message(missing: Sequence[str], queries: Sequence[JudgedQuery],
