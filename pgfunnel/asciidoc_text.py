@@ -42,6 +42,7 @@ def asciidoc_to_text(raw: str) -> tuple[str, str]:
     out: list[str] = []
     title = ""
     block = ""  # the delimiter of the block being read, if any
+    block_is_code = False  # a listing or literal block, whatever its delimiter's length
     language = ""  # of the next listing block, from its [source,LANG] line
     in_header = False  # the author and revision lines under the document title
     for line in lines:
@@ -52,20 +53,20 @@ def asciidoc_to_text(raw: str) -> tuple[str, str]:
             in_header = False
         if block:
             if stripped == block:
-                if block in _CODE_DELIMITERS:
+                if block_is_code:
                     out.append("```")
                 block = ""
-            elif block in _CODE_DELIMITERS:
+            elif block_is_code:
                 out.append(line)
             continue
         if stripped in _CODE_DELIMITERS or (len(stripped) > 4
                                             and set(stripped) in ({"-"}, {"."})):
-            block = stripped
+            block, block_is_code = stripped, True
             out.append(f"```{language}")
             language = ""
             continue
         if stripped == _COMMENT_DELIMITER or (len(stripped) > 4 and set(stripped) == {"/"}):
-            block = stripped
+            block, block_is_code = stripped, False
             continue
         if stripped in _PROSE_DELIMITERS or (len(stripped) > 4 and len(set(stripped)) == 1
                                              and stripped[0] in "=*_+"):
@@ -89,14 +90,14 @@ def asciidoc_to_text(raw: str) -> tuple[str, str]:
             heading = _inline(m.group(2))
             if level == 1 and not title:
                 title = heading
-                in_header = not out or not any(o.strip() for o in out)
+                in_header = not any(o.strip() for o in out)
             out.append(f"{'#' * level} {heading}")
             continue
         if m := _BLOCK_TITLE.match(stripped):
             out.append(_inline(m.group(1)))
             continue
         out.append(_inline(line))
-    if block in _CODE_DELIMITERS:
+    if block and block_is_code:
         out.append("```")
     return title, "\n".join(out).strip("\n")
 

@@ -83,3 +83,9 @@ def test_an_unclosed_listing_stays_code_to_the_end() -> None:
     assert text.endswith("```\n# not a heading\n\n```") or text.endswith(
         "```\n# not a heading\n```")
     assert [c.heading for c in chunk_text(text)] == ["Run"]
+
+
+def test_a_listing_with_a_longer_delimiter_stays_code() -> None:
+    _, text = asciidoc_to_text("== Run\n\n------\n# code, not a heading\n------\n\nAfter.")
+    assert text == "## Run\n\n```\n# code, not a heading\n```\n\nAfter."
+    assert [c.heading for c in chunk_text(text)] == ["Run"]
