@@ -13,7 +13,7 @@ import string
 import sys
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager, suppress
@@ -434,11 +434,17 @@ class TermAnalyzer:
             if not words:
                 continue
             found: dict[int, list[str]] = {}
+            # one string split by the server: psycopg dumps a list of 20,000 strings as a
+            # text[] in Python, element by element (words hold no newline: split() ends them)
             rows = self.conn.execute(
-                "select input_ordinal, term from pgfunnel.analyze_each(%s::text[], %s, false) "
-                "where term is not null", (words, self.analyzer)).fetchall()
+                "select input_ordinal, term from pgfunnel.analyze_each("
+                "pg_catalog.string_to_array(%s, E'\\n'), %s, false) where term is not null",
+                ("\n".join(words), self.analyzer)).fetchall()
             for ordinal, term in rows:
-                found.setdefault(int(ordinal), []).append(str(term))
+                if (terms := found.get(ordinal)) is None:
+                    found[ordinal] = [term]
+                else:
+                    terms.append(term)
             by_word.update((w, tuple(found.get(i, ()))) for i, w in enumerate(words, start=1))
         for raw, w in stripped.items():
             cache[raw] = by_word.get(w, ())
@@ -599,10 +605,10 @@ def index_rows(analyzer: TermAnalyzer, chunk_ids: Sequence[int], texts: Sequence
     by_term: dict[str, list[str]] = {}
     for cid, counts, length in sorted(zip(chunk_ids, term_counts, lengths, strict=True),
                                       key=lambda row: row[0]):
-        tail = f"\t{cid}\t"
-        end = f"\t{length}\n"
+        # most terms occur once in a chunk: their line is the same string
+        once = f"\t{cid}\t1\t{length}\n"
         for term, tf in counts.items():
-            line = tail + str(min(tf, 32767)) + end
+            line = once if tf == 1 else f"\t{cid}\t{min(tf, 32767)}\t{length}\n"
             if (lines := by_term.get(term)) is None:
                 by_term[term] = [line]
             else:
@@ -696,6 +702,14 @@ def _reserve_chunk_ids(conn: psycopg.Connection[Any], n: int) -> list[int]:
         "from generate_series(1, %s)", (n,)).fetchall()]
 
 
+class _Analysed(NamedTuple):
+    """A batch chunked, its chunk ids reserved and its words analysed."""
+
+    chunked: list[tuple[DocumentRecord, list[ChunkRecord]]]
+    texts: list[str]
+    ids: list[int]
+
+
 class _Prepared(NamedTuple):
     """A batch chunked, hashed and analysed ahead of its transaction."""
 
@@ -751,14 +765,20 @@ def _short_gil_switch() -> Iterator[None]:
 
 
 class _Preparer:
-    """Prepares batches in one background thread on a second connection, for an
-    Ingester. Without a second connection it prepares nothing and batches are prepared
-    in their transaction, as before."""
+    """Prepares batches ahead of their transaction on a second connection, for an
+    Ingester, in two threads: one chunks a batch and analyses its words (mostly waiting
+    on the server) while the other builds the rows of the batch before it (Python).
+    Without a second connection it prepares nothing and batches are prepared in their
+    transaction, as before."""
+
+    # batches in flight ahead of the one being written: one in each thread
+    AHEAD = 2
 
     def __init__(self, ingester: Ingester, *, enabled: bool = True) -> None:
         self.ingester = ingester
         self.enabled = enabled
-        self.pool: ThreadPoolExecutor | None = None
+        self.analysing: ThreadPoolExecutor | None = None
+        self.building: ThreadPoolExecutor | None = None
         self.analyzer: TermAnalyzer | None = None  # on the second connection
         self.switch: AbstractContextManager[None] | None = None
 
@@ -776,25 +796,32 @@ class _Preparer:
             "from pgfunnel.collection c where c.name = %s", (self.ingester.collection,)).fetchone()
         self.analyzer = TermAnalyzer(conn, str(row[0]) if row is not None and row[0]
                                      else DEFAULT_ANALYZER)
-        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgfunnel-ingest")
+        # one thread each, so each stage takes the batches in order (chunk ids ascend
+        # with them, as in a single-threaded ingest)
+        self.analysing = ThreadPoolExecutor(max_workers=1,
+                                            thread_name_prefix="pgfunnel-ingest-analyse")
+        self.building = ThreadPoolExecutor(max_workers=1,
+                                           thread_name_prefix="pgfunnel-ingest-rows")
         self.switch = _short_gil_switch()
         self.switch.__enter__()
         return self
 
     def submit(self, batch: list[DocumentRecord]) -> Future[_Prepared] | None:
-        if self.pool is None or self.analyzer is None:
+        if self.analysing is None or self.building is None or self.analyzer is None:
             return None
-        return self.pool.submit(self.ingester._prepare, self.analyzer, batch)
+        analysed = self.analysing.submit(self.ingester._analyse, self.analyzer, batch)
+        return self.building.submit(self.ingester._prepare, self.analyzer, batch, analysed)
 
     def __exit__(self, *exc: object) -> None:
-        if self.pool is not None:
-            try:
-                self.pool.shutdown(wait=True, cancel_futures=True)
-            finally:
-                if self.switch is not None:
-                    self.switch.__exit__(None, None, None)
-        if self.analyzer is not None:
-            self.analyzer.conn.close()
+        try:
+            for pool in (self.analysing, self.building):
+                if pool is not None:
+                    pool.shutdown(wait=True, cancel_futures=True)
+        finally:
+            if self.switch is not None:
+                self.switch.__exit__(None, None, None)
+            if self.analyzer is not None:
+                self.analyzer.conn.close()
 
 
 class Ingester:
@@ -870,14 +897,15 @@ class Ingester:
         with _Preparer(self, enabled=self.prepare_ahead) as preparer:
             # while the server writes one batch, a second thread (with a connection of its
             # own) chunks and analyses the next: two cores instead of taking turns
-            pending: tuple[list[DocumentRecord], Future[_Prepared] | None] | None = None
+            pending: deque[tuple[list[DocumentRecord], Future[_Prepared] | None]] = deque()
             for batch in self._batches(records):
-                upcoming = (batch, preparer.submit(batch))
-                if pending is not None:
-                    self._ingest_batch(pending[0], vectors, _result(pending[1]))
-                pending = upcoming
-            if pending is not None:
-                self._ingest_batch(pending[0], vectors, _result(pending[1]))
+                pending.append((batch, preparer.submit(batch)))
+                if len(pending) > preparer.AHEAD:
+                    written, prepared = pending.popleft()
+                    self._ingest_batch(written, vectors, _result(prepared))
+            while pending:
+                written, prepared = pending.popleft()
+                self._ingest_batch(written, vectors, _result(prepared))
         self.stats.db_seconds += (time.perf_counter() - started
                                   - (self.stats.embed_seconds - embed_before))
         self._finish()
@@ -905,18 +933,27 @@ class Ingester:
         if batch:
             yield batch
 
-    def _prepare(self, analyzer: TermAnalyzer, batch: list[DocumentRecord]) -> _Prepared:
-        """Everything about a batch that needs no lock and no transaction: chunks, content
-        hashes, chunk ids (sequence values are never rolled back, so reserving them
-        outside the writing transaction is safe) and the lexical and posting rows, read
-        and reserved on the analyzer's own connection."""
-        hashes = {r.citekey: r.content_hash() for r in batch}
+    def _analyse(self, analyzer: TermAnalyzer, batch: list[DocumentRecord]) -> _Analysed:
+        """The first half of preparing a batch: chunks, chunk ids (sequence values are
+        never rolled back, so reserving them outside the writing transaction is safe) and
+        the analyzer's terms for the words not yet cached, read on the analyzer's own
+        connection. Mostly a wait on the server, so it runs beside the second half of
+        the batch before."""
         chunked = [(r, chunk_text(r.text, self.chunk_words)) for r in batch]
         texts = [ch.text for _, chunks in chunked for ch in chunks]
         ids = _reserve_chunk_ids(analyzer.conn, len(texts))
         analyzer.prepare(texts)
-        return _Prepared(analyzer.analyzer, hashes, chunked, ids,
-                         index_rows(analyzer, ids, texts, None))
+        return _Analysed(chunked, texts, ids)
+
+    def _prepare(self, analyzer: TermAnalyzer, batch: list[DocumentRecord],
+                 analysed: Future[_Analysed] | None = None) -> _Prepared:
+        """Everything about a batch that needs no lock and no transaction: its
+        :meth:`_analyse` (``analysed`` when it ran in a thread of its own), content
+        hashes, and the lexical and posting rows."""
+        ready = analysed.result() if analysed is not None else self._analyse(analyzer, batch)
+        hashes = {r.citekey: r.content_hash() for r in batch}
+        return _Prepared(analyzer.analyzer, hashes, ready.chunked, ready.ids,
+                         index_rows(analyzer, ready.ids, ready.texts, None))
 
     def _version(self) -> tuple[int, ActiveVersion]:
         coll = get_or_create_collection(self.conn, self.collection, private=self.private)

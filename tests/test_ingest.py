@@ -397,6 +397,53 @@ def test_batches_prepared_ahead_write_the_same_index(conn: psycopg.Connection[An
     assert_stats_exact(conn)
 
 
+def test_batches_analysed_beside_the_rows_of_the_one_before_keep_their_order(
+        conn: psycopg.Connection[Any], embedder: Any) -> None:
+    """The preparer analyses a batch's words while it builds the rows of the batch before
+    it; each stage still takes batches in order, so chunk ids ascend with the documents
+    as in a single-threaded ingest, and a batch's rows wait for its own analysis."""
+    import threading
+
+    records = [DocumentRecord(f"d{i:03}", f"document {i} names widget_{i} and ERR-{4000 + i}")
+               for i in range(70)]
+    analysed_in: list[str] = []
+    rows_in: list[str] = []
+    written_from_prepared: list[bool] = []
+
+    class Recording(Ingester):
+        def _write(self, *args: Any) -> None:
+            written_from_prepared.append(args[-1] is not None)
+            super()._write(*args)
+
+        def _analyse(self, *args: Any) -> Any:
+            analysed_in.append(threading.current_thread().name)
+            return super()._analyse(*args)
+
+        def _prepare(self, *args: Any) -> Any:
+            rows_in.append(threading.current_thread().name)
+            return super()._prepare(*args)
+
+    stats = Recording(conn, "ordered", batch_documents=10, embedder=embedder).ingest(
+        records, vectors=_random_vectors(records))
+    assert stats.chunks_written == 70
+    assert len(analysed_in) == len(rows_in) == 7
+    assert written_from_prepared == [True] * 7
+    # two threads, one per stage, neither of them the writing one
+    assert len(set(analysed_in)) == len(set(rows_in)) == 1
+    assert set(analysed_in) != set(rows_in)
+    assert threading.current_thread().name not in set(analysed_in) | set(rows_in)
+    by_id = [str(r[0]) for r in conn.execute(
+        "select d.citekey from pgfunnel.chunk c join pgfunnel.document d on d.id = c.document_id "
+        "order by c.id").fetchall()]
+    assert by_id == [r.citekey for r in records]
+    # every identifier went in with its own terms: no batch was built before its analysis
+    for i in (0, 35, 69):
+        hits = conn.execute("select citekey from pgfunnel.funnel_search(%s, null, 1, "
+                            "collection => 'ordered')", (f"widget_{i}",)).fetchall()
+        assert hits == [(f"d{i:03}",)]
+    assert_stats_exact(conn)
+
+
 def test_first_ingest_reports_the_index_build(conn: psycopg.Connection[Any]) -> None:
     stages: list[tuple[str, int, int | None]] = []
     docs = [DocumentRecord(f"d{i}", f"document {i}") for i in range(30)]
