@@ -895,8 +895,9 @@ class Ingester:
         started = time.perf_counter()
         embed_before = self.stats.embed_seconds
         with _Preparer(self, enabled=self.prepare_ahead) as preparer:
-            # while the server writes one batch, a second thread (with a connection of its
-            # own) chunks and analyses the next: two cores instead of taking turns
+            # while the server writes one batch, two threads (with a connection of their
+            # own) build the rows of the next and analyse the one after: the cores work
+            # at once instead of taking turns
             pending: deque[tuple[list[DocumentRecord], Future[_Prepared] | None]] = deque()
             for batch in self._batches(records):
                 pending.append((batch, preparer.submit(batch)))
