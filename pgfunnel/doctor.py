@@ -140,6 +140,22 @@ def check_orphans(conn: psycopg.Connection[Any]) -> list[Finding]:
             for name, kind in rows]
 
 
+def check_public_with_readers(conn: psycopg.Connection[Any]) -> list[Finding]:
+    """Documents that are public and carry readers: readable by everyone, whatever their
+    readers say. Written before migration 0007, whose constraint refuses them since."""
+    rows = conn.execute(
+        "select c.name, count(*), min(d.citekey) from pgfunnel.document d "
+        "join pgfunnel.collection c on c.id = d.collection_id "
+        "where d.is_public and cardinality(d.readers) > 0 group by c.name order by 1").fetchall()
+    return [Finding("error", "public_with_readers",
+                    f"collection {name!r}: {n} document(s) (first: {first!r}) are public and "
+                    "have readers, so everyone can read them; readers restrict only a "
+                    "document that is not public: `update pgfunnel.document set is_public = "
+                    "false where is_public and cardinality(readers) > 0` (or clear their "
+                    "readers to keep them public)")
+            for name, n, first in rows]
+
+
 def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
     """Each collection's active version: an HNSW index that exists, fits the version's
     dimensions and covers exactly its rows; and versions that miss chunks."""
@@ -357,9 +373,11 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("index_memory", check_index_memory),
     ("row_security", check_row_security),
     ("security", check_security),
+    ("public_with_readers", check_public_with_readers),
 )
 #: checks that need the pgfunnel schema (skipped, not failed, when it is missing)
-NEEDS_SCHEMA = {"active_index", "statistics", "orphans", "index_memory", "security"}
+NEEDS_SCHEMA = {"active_index", "statistics", "orphans", "index_memory", "security",
+                "public_with_readers"}
 
 
 def run_checks(conn: psycopg.Connection[Any],
@@ -397,4 +415,5 @@ def worst(findings: Sequence[Finding]) -> Level | None:
 
 __all__ = ["CHECKS", "Finding", "check_active_indexes", "check_index_memory",
            "check_invalid_indexes", "check_pgvector", "check_row_security", "check_schema",
-           "check_orphans", "check_security", "check_statistics", "run_checks", "worst"]
+           "check_orphans", "check_public_with_readers", "check_security", "check_statistics",
+           "run_checks", "worst"]

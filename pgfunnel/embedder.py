@@ -8,7 +8,6 @@ who have it (a model hub, or files on disk). A model that cannot be loaded raise
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -127,6 +126,11 @@ def quiet_local_loading(path: str | Path) -> Iterator[None]:
         transformers_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
 
 
+# the lengths a vector may have (the SQL functions check the same bounds)
+VECTOR_NORM_MIN = 1e-12
+VECTOR_NORM_MAX = 1e12
+
+
 def check_vector(vector: Any, dimensions: int | None = None,
                  parameter: str = "query_embedding") -> np.ndarray:
     """Validate a vector before any SQL runs: present, finite, non-zero, right size."""
@@ -145,7 +149,13 @@ def check_vector(vector: Any, dimensions: int | None = None,
     if not np.all(np.isfinite(arr)):
         bad = "NaN" if np.any(np.isnan(arr)) else "Inf"
         raise InvalidVectorError(f"{parameter}: contains {bad} values")
-    norm = float(np.linalg.norm(arr))
-    if norm == 0.0 or not math.isfinite(norm):
+    norm = float(np.linalg.norm(arr.astype(np.float64)))
+    if norm == 0.0:
         raise InvalidVectorError(f"{parameter}: is the zero vector, which has no direction")
+    # pgvector compares in single precision, where the squares of a far shorter or longer
+    # vector underflow or overflow and every chunk would score alike
+    if not VECTOR_NORM_MIN <= norm <= VECTOR_NORM_MAX:
+        raise InvalidVectorError(
+            f"{parameter}: has length (L2 norm) {norm:.3g}; cosine similarity in single "
+            f"precision needs {VECTOR_NORM_MIN:g} to {VECTOR_NORM_MAX:g} (normalise the vector)")
     return arr

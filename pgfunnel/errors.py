@@ -145,6 +145,7 @@ _SQLSTATE_MAP: dict[str, type[PgfunnelError]] = {
     "55P03": ConflictError,  # lock_not_available
     "P0002": NotFoundError,  # no_data_found
     "23505": ConflictError,  # unique_violation
+    "23514": InvalidInputError,  # check_violation
     "55000": ConflictError,  # object_not_in_prerequisite_state (version state, indexed column)
 }
 
@@ -175,6 +176,10 @@ def translate(exc: BaseException) -> PgfunnelError:
         parameter = primary.split(":", 1)[0] if ":" in primary else "parameter"
         detail = primary.split(":", 1)[1].strip() if ":" in primary else primary
         return ConfigError(parameter, detail)
+    if getattr(diag, "constraint_name", None) == "document_with_readers_is_not_public":
+        primary = ("document: readers restrict only a document that is not public, and this "
+                   "one would be public with readers (readable by everyone); set is_public = "
+                   "false with the readers, or clear the readers to keep it public")
     err = cls(primary)
     err.__cause__ = exc
     return err

@@ -83,6 +83,10 @@ class Document(Base):
         Index("document_restricted_idx", "collection_id",
               postgresql_where=text("not is_public or tenant is not null "
                                     "or valid_from is not null or valid_to is not null")),
+        # readers restrict only a document that is not public; giving a public document
+        # readers alone would leave it readable by everyone (migration 0007, NOT VALID)
+        CheckConstraint("not is_public or cardinality(readers) = 0",
+                        name="document_with_readers_is_not_public"),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)

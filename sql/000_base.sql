@@ -59,7 +59,10 @@ begin
      where v.collection_id = _active_version.collection_id and v.state = 'active';
     if version_id is null then
         raise exception using errcode = 'P0002',
-            message = format('collection id %s has no active index version', collection_id),
+            message = format('collection %L has no active index version',
+                             coalesce((select c.name from pgfunnel.collection c
+                                        where c.id = _active_version.collection_id),
+                                      'id ' || collection_id)),
             hint = 'run pgfunnel ingest (first ingest activates version 1) or pgfunnel versions activate';
     end if;
 end

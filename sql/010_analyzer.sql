@@ -78,29 +78,35 @@ begin
         -- against 0.2 ms).
         return query
         select i.ord::integer, m.ord::integer, m.match[1],
-               case when m.match[1] = any (question_words) then null
+               case when length(m.match[1]) > 100 then null
+                    when m.match[1] = any (question_words) then null
                     when cardinality(lx.lexemes) > 0 then lx.lexemes[1]
                end,
-               case when m.match[1] = any (question_words) then 'question word'
+               case when length(m.match[1]) > 100 then 'longer than 100 characters'
+                    when m.match[1] = any (question_words) then 'question word'
                     when coalesce(cardinality(lx.lexemes), 0) = 0 then 'stop word'
                end
           from unnest(inputs) with ordinality as i(txt, ord),
                regexp_matches(lower(coalesce(i.txt, '')), '[[:alnum:]]+', 'g')
                with ordinality as m(match, ord),
-               lateral (select ts_lexize(stem_dict, m.match[1]) as lexemes offset 0) lx
-         where length(m.match[1]) <= 100
+               lateral (select case when length(m.match[1]) <= 100
+                                    then ts_lexize(stem_dict, m.match[1]) end as lexemes
+                        offset 0) lx
          order by 1, 2;
         return;
     end if;
     return query
-    with token as (
+    with matched as (
         select i.ord::integer as inp, m.ord::integer as pos, m.match[1] as tok
           from unnest(inputs) with ordinality as i(txt, ord),
                regexp_matches(lower(coalesce(i.txt, '')),
                               '[[:alnum:]]+(?:[._-][[:alnum:]]+)*', 'g')
                with ordinality as m(match, ord)
-         -- a longer run is not a word anyone types; it would bloat the term index
-         where length(m.match[1]) <= 100
+    ),
+    token as (
+        -- a longer run is not a word anyone types; it would bloat the term index. It is
+        -- not searched, whole or in parts, and is reported (below)
+        select t.* from matched t where length(t.tok) <= 100
     ),
     piece as (
         -- the whole compound form: identifiers as written, hyphenated forms joined
@@ -138,6 +144,10 @@ begin
     expanded as (
         select pc.inp, pc.pos, pc.sub, 0 as run, pc.tok, pc.piece, pc.kind from piece pc
         union all
+        select t.inp, t.pos, 0, 0, t.tok, t.tok, 'too long'
+          from matched t
+         where length(t.tok) > 100
+        union all
         -- letter/digit runs of a mixed part: err4029 -> err, 4029
         select pc.inp, pc.pos, pc.sub, r.ord::integer, pc.tok, r.m[1],
                case when r.m[1] ~ '^[[:alpha:]]+$' then 'word' else 'number' end
@@ -153,13 +163,14 @@ begin
     )
     select a.inp, a.pos, a.tok,
            case
-               when a.is_question then null
+               when a.is_question or a.kind = 'too long' then null
                when a.kind <> 'word' then a.piece
                when a.lexemes is null or cardinality(a.lexemes) = 0 then null
                else a.lexemes[1]
            end,
            case
                when a.is_question then 'question word'
+               when a.kind = 'too long' then 'longer than 100 characters'
                when a.kind = 'word' and (a.lexemes is null or cardinality(a.lexemes) = 0)
                    then 'stop word'
            end

@@ -139,10 +139,11 @@ begin
     end if;
     if weights is null or cardinality(weights) <> 2 or array_ndims(weights) <> 1
        or not coalesce(weights[1] >= 0 and weights[2] >= 0
-                       and weights[1] < 'Infinity'::float8 and weights[2] < 'Infinity'::float8
+                       -- weights are relative; far beyond this a weighted score overflows
+                       and weights[1] <= 1e6 and weights[2] <= 1e6
                        and weights[1] + weights[2] > 0, false) then
         perform pgfunnel._bad_parameter('weights',
-            format('must be two finite non-negative numbers {lexical,dense}, not both zero; got %s',
+            format('must be two non-negative numbers up to 1e6 {lexical,dense}, not both zero; got %s',
                    coalesce(weights::text, 'NULL')));
     end if;
     if k1 is null or not (k1 >= 0) or k1 > 100 then
@@ -159,8 +160,10 @@ begin
     end if;
 
     pool_size := k * overfetch;
-    lex_depth := coalesce(lexical_depth, greatest(pool_size, 40));
-    den_depth := coalesce(dense_depth, greatest(pool_size, 40));
+    -- the default depth follows the pool up to the most a leg reads (k 1000 x overfetch
+    -- 11 is a pool of 11,000 that two legs of 10,000 still fill)
+    lex_depth := coalesce(lexical_depth, least(greatest(pool_size, 40), 10000));
+    den_depth := coalesce(dense_depth, least(greatest(pool_size, 40), 10000));
     if lex_depth < 1 or lex_depth > 10000 then
         perform pgfunnel._bad_parameter('lexical_depth', format('must be between 1 and 10000, got %s', lex_depth));
     end if;
@@ -188,6 +191,14 @@ begin
             perform pgfunnel._bad_parameter('query_embedding',
                 'is the zero vector, which has no cosine similarity to anything');
         end if;
+        -- pgvector compares in single precision: the squares of a much shorter or longer
+        -- vector underflow or overflow, and every chunk would score the same
+        if not (@vector_schema@.vector_norm(query_embedding) between 1e-12 and 1e12) then
+            perform pgfunnel._bad_parameter('query_embedding',
+                format('has length (L2 norm) %s; cosine similarity in single precision needs '
+                       'between 1e-12 and 1e12 (normalise the vector)',
+                       @vector_schema@.vector_norm(query_embedding)));
+        end if;
     end if;
 
     all_visible := pgfunnel._all_visible(coll_id, language, metadata_filter);
@@ -198,7 +209,11 @@ begin
                             filter (where t.term is not null), '{}'),
                coalesce(array_agg(t.token_position order by t.token_position)
                             filter (where t.term is not null), '{}'),
-               coalesce(array_agg(distinct t.token) filter (where t.unsearched), '{}')
+               coalesce(array_agg(distinct
+                                  case when length(t.token) > 100
+                                       then format('%s... (%s characters; a term has at most 100)',
+                                                   left(t.token, 20), length(t.token))
+                                       else t.token end) filter (where t.unsearched), '{}')
           into q_terms, q_positions, dropped
           from (select e.token_position, e.token, e.term,
                        bool_and(e.term is null) over (partition by e.token_position) as unsearched
@@ -442,6 +457,16 @@ declare
     dup_id bigint;
 begin
     perform pgfunnel._check_search_params(k, principals, 1, per_source_cap, metadata_filter);
+    if trace is null then
+        perform pgfunnel._bad_parameter('trace', 'must be true or false, not NULL');
+    end if;
+    if as_of is null then
+        perform pgfunnel._bad_parameter('as_of', 'must not be NULL');
+    end if;
+    if array_ndims(chunk_ids) > 1 then
+        perform pgfunnel._bad_parameter('chunk_ids',
+            format('must be a one-dimensional array, got %s dimensions', array_ndims(chunk_ids)));
+    end if;
     if coalesce(cardinality(fused_ranks), 0) <> n or coalesce(cardinality(fused_scores), 0) <> n
        or coalesce(cardinality(lexical_ranks), 0) <> n or coalesce(cardinality(lexical_scores), 0) <> n
        or coalesce(cardinality(dense_ranks), 0) <> n or coalesce(cardinality(dense_scores), 0) <> n
@@ -589,6 +614,10 @@ set search_path = pg_catalog, pgfunnel, @vector_schema@
 set plan_cache_mode = force_generic_plan
 as $$
 begin
+    if trace is null then
+        -- `not null` is null: the traced branch would run and write a trace
+        perform pgfunnel._bad_parameter('trace', 'must be true or false, not NULL');
+    end if;
     if not trace then
         -- final() over this pool, without what only an untrusted pool needs: the pool
         -- comes from _pool in this statement, which kept only visible chunks, so the

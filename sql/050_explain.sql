@@ -55,6 +55,15 @@ declare
     row_pos integer;
     hit record;
     pool record;
+    -- the wide pool, in fused order (see below)
+    w_ids bigint[];
+    w_docs bigint[];
+    w_lr integer[];
+    w_ls double precision[];
+    w_dr integer[];
+    w_ds double precision[];
+    w_fr integer[];
+    w_fs double precision[];
     lex_last double precision;
     den_last double precision;
     n_lex integer;
@@ -70,8 +79,8 @@ begin
     coll_id := pgfunnel._collection_id(collection);
     select * into ver from pgfunnel._active_version(coll_id);
     pool_n := k * overfetch;
-    lex_d := coalesce(explain.lexical_depth, greatest(pool_n, 40));
-    den_d := coalesce(explain.dense_depth, greatest(pool_n, 40));
+    lex_d := coalesce(explain.lexical_depth, least(greatest(pool_n, 40), 10000));
+    den_d := coalesce(explain.dense_depth, least(greatest(pool_n, 40), 10000));
 
     -- the legs' own visibility check: invisible and nonexistent are one answer
     select d.id, d.citekey into found_doc, found_key
@@ -108,26 +117,19 @@ begin
     -- same fused scores) with no widening, in a pool that holds all of them; its first
     -- pool_n rows are exactly the search's pool
     wide_k := least(1000, lex_d + den_d);
-    create temp table if not exists _pgfunnel_explain (
-        pos integer, chunk_id bigint, document_id bigint, citekey text,
-        lexical_rank integer, lexical_score double precision,
-        dense_rank integer, dense_score double precision,
-        fused_rank integer, fused_score double precision) on commit drop;
-    truncate _pgfunnel_explain;
     -- the first run has said what it had to about the query (dropped words); this one
     -- would say it again
     messages := current_setting('client_min_messages');
     perform set_config('client_min_messages', 'error', true);
-    insert into _pgfunnel_explain
-    select u.fr, u.id, u.doc, d.citekey, u.lr, u.ls, u.dr, u.ds, u.fr, u.fs
+    -- held in arrays, not a temporary table, so that explain runs where searches do: in
+    -- a read-only transaction and on a hot standby. Their order is the fused order.
+    select p.chunk_ids, p.document_ids, p.lexical_ranks, p.lexical_scores, p.dense_ranks,
+           p.dense_scores, p.fused_ranks, p.fused_scores
+      into w_ids, w_docs, w_lr, w_ls, w_dr, w_ds, w_fr, w_fs
       from pgfunnel._pool(query_text, query_embedding, wide_k, collection, principals, tenant,
                           explain.language, as_of, metadata_filter, fusion, rrf_k, weights,
                           lex_d, den_d, ceil((lex_d + den_d)::numeric / wide_k)::integer,
-                          per_source_cap, ef_search, k1, b, false) p,
-           unnest(p.chunk_ids, p.fused_ranks, p.fused_scores, p.lexical_ranks,
-                  p.lexical_scores, p.dense_ranks, p.dense_scores, p.document_ids)
-               as u(id, fr, fs, lr, ls, dr, ds, doc)
-      join pgfunnel.document d on d.id = u.doc;
+                          per_source_cap, ef_search, k1, b, false) p;
     perform set_config('client_min_messages', messages, true);
 
     citekey := found_key;
@@ -136,7 +138,9 @@ begin
            max(e.dense_score) filter (where e.dense_rank = den_d),
            count(e.lexical_rank), count(e.dense_rank)
       into lex_last, den_last, n_lex, n_den
-      from _pgfunnel_explain e;
+      from unnest(w_ids, w_docs, w_lr, w_ls, w_dr, w_ds, w_fr, w_fs)
+           as e(chunk_id, document_id, lexical_rank, lexical_score, dense_rank, dense_score,
+              fused_rank, fused_score);
 
     -- exact scores, whatever the depth
     if query_text is not null then
@@ -160,7 +164,11 @@ begin
          where e.index_version_id = ver.version_id and e.chunk_id = explain.chunk_id;
     end if;
 
-    select * into hit from _pgfunnel_explain e where e.chunk_id = explain.chunk_id;
+    select * into hit
+      from unnest(w_ids, w_docs, w_lr, w_ls, w_dr, w_ds, w_fr, w_fs)
+           as e(chunk_id, document_id, lexical_rank, lexical_score, dense_rank, dense_score,
+              fused_rank, fused_score)
+     where e.chunk_id = explain.chunk_id;
     if hit.chunk_id is null then
         verdict := 'in no leg at its depth';
         reason := format('not in the lexical top %s%s nor in the dense top %s%s; raise '
@@ -200,15 +208,10 @@ begin
     end if;
 
     -- the pool through final(): the cap per citekey, then the cut at k
-    select array_agg(e.chunk_id order by e.pos) as ids,
-           array_agg(e.fused_rank order by e.pos) as fr,
-           array_agg(e.fused_score order by e.pos) as fs,
-           array_agg(e.lexical_rank order by e.pos) as lr,
-           array_agg(e.lexical_score order by e.pos) as ls,
-           array_agg(e.dense_rank order by e.pos) as dr,
-           array_agg(e.dense_score order by e.pos) as ds
-      into pool
-      from _pgfunnel_explain e where e.pos <= pool_n;
+    select w_ids[:pool_n] as ids, w_fr[:pool_n] as fr, w_fs[:pool_n] as fs,
+           w_lr[:pool_n] as lr, w_ls[:pool_n] as ls, w_dr[:pool_n] as dr,
+           w_ds[:pool_n] as ds
+      into pool;
     select f.final_rank into final_rank
       from pgfunnel.final(pool.ids, pool.fr, pool.fs, pool.lr, pool.ls, pool.dr, pool.ds,
                           null, k, collection, principals, tenant, explain.language, as_of,
@@ -224,8 +227,11 @@ begin
         return;
     end if;
 
-    select count(*) into ahead from _pgfunnel_explain e
-     where e.pos < hit.pos and e.document_id = hit.document_id;
+    select count(*) into ahead
+      from unnest(w_ids, w_docs, w_lr, w_ls, w_dr, w_ds, w_fr, w_fs)
+           as e(chunk_id, document_id, lexical_rank, lexical_score, dense_rank, dense_score,
+              fused_rank, fused_score)
+     where e.fused_rank < hit.fused_rank and e.document_id = hit.document_id;
     if ahead >= per_source_cap then
         verdict := 'capped';
         reason := format('fused rank %s is in the pool, but %s chunks of %L rank above it and '
@@ -237,8 +243,11 @@ begin
                          hit.fused_rank,
                          (select count(*) from (
                              select row_number() over (partition by e.document_id
-                                                       order by e.pos) as src_rank
-                               from _pgfunnel_explain e where e.pos < hit.pos) o
+                                                       order by e.fused_rank) as src_rank
+                               from unnest(w_ids, w_docs, w_lr, w_ls, w_dr, w_ds, w_fr, w_fs)
+                                    as e(chunk_id, document_id, lexical_rank, lexical_score, dense_rank, dense_score,
+                                       fused_rank, fused_score)
+                              where e.fused_rank < hit.fused_rank) o
                            where o.src_rank <= per_source_cap),
                          k);
     end if;

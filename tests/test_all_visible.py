@@ -129,6 +129,8 @@ def test_agrees_with_the_visibility_predicate_on_every_combination(
     combos = 0
     for is_public in (True, False):
         for readers in ([], ["alice"]):
+            if is_public and readers:
+                continue  # refused since migration 0007 (document_with_readers_is_not_public)
             for tenant in (None, "acme"):
                 for valid_from in (None, "-2 days", "+2 days"):
                     for valid_to in (None, "+2 days", "-2 days"):
@@ -145,7 +147,7 @@ def test_agrees_with_the_visibility_predicate_on_every_combination(
                             assert _all_visible(conn, coll_id) == seen_by_all, (
                                 is_public, readers, tenant, valid_from, valid_to)
                             combos += 1
-    assert combos == 72
+    assert combos == 54
 
 
 def test_under_rls_a_caller_passing_all_visible_still_cannot_see_a_hidden_chunk(

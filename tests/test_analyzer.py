@@ -113,6 +113,39 @@ def test_question_words_dropped_and_reported(sample_conn: psycopg.Connection[Any
     assert notices and "s3" not in notices[0].split(": ", 1)[1].split(", ")
 
 
+def test_words_longer_than_a_term_are_reported_not_searched(
+        sample_conn: psycopg.Connection[Any]) -> None:
+    long_word = "x" * 101
+    long_compound = "ab-" * 40 + "z"  # its parts are short, the token is not
+    rows = sample_conn.execute(
+        "select token, term, dropped from pgfunnel.analyze_tokens(%s, 'english_v2', true)",
+        (f"refund {long_word} {long_compound} {'y' * 100}",)).fetchall()
+    assert ("refund", "refund", None) in rows
+    for token in (long_word, long_compound):
+        # one row for the whole token, no term of it or of its parts
+        assert [r for r in rows if r[0] == token] == [(token, None, "longer than 100 characters")]
+    # the limit itself is a term, and indexed terms are what they were
+    [(_, at_limit, why)] = [r for r in rows if r[0] == "y" * 100]
+    assert at_limit and why is None
+    assert sample_conn.execute("select pgfunnel.analyze(%s)",
+                               (f"refund {long_word}",)).fetchone()[0] == ["refund"]
+    # the plain-word path reports it too (no digit or joiner in the input)
+    plain = sample_conn.execute("select dropped from pgfunnel.analyze_tokens(%s)",
+                                (long_word,)).fetchall()
+    assert plain == [("longer than 100 characters",)]
+    assert sample_conn.execute("select pgfunnel.dropped_query_words(%s)",
+                               (f"refund {long_word}",)).fetchone()[0] == [long_word]
+
+    seen = _capture(sample_conn)
+    assert lexical(sample_conn, f"refund {long_word}")
+    [notice] = [m for s, m in seen if s == "NOTICE" and "query words not searched" in m]
+    assert "xxxxxxxxxxxxxxxxxxxx... (101 characters; a term has at most 100)" in notice
+    seen.clear()
+    assert not lexical(sample_conn, long_word)
+    [warning] = [m for s, m in seen if s == "WARNING"]
+    assert "101 characters" in warning and "punctuation" not in warning
+
+
 def test_dropped_words_become_a_python_warning(sample_db: str) -> None:
     with Funnel(sample_db, embedder=None) as f, warnings.catch_warnings(record=True) as got:
         warnings.simplefilter("always")

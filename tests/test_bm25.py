@@ -230,8 +230,8 @@ def test_indexed_columns_are_not_updated_in_place(conn: psycopg.Connection[Any])
     # what the index was not made from stays editable, and a no-op write of the text passes
     conn.execute("update pgfunnel.chunk set heading = 'Renamed', text = text where id = %s",
                  (chunk_id,))
-    conn.execute("update pgfunnel.document set title = 'Renamed', readers = '{bob}' "
-                 "where id = (select min(id) from pgfunnel.document)")
+    conn.execute("update pgfunnel.document set title = 'Renamed', readers = '{bob}', "
+                 "is_public = false where id = (select min(id) from pgfunnel.document)")
     assert conn.execute("select text from pgfunnel.chunk where id = %s",
                         (chunk_id,)).fetchone()[0] == text
     assert _stored(conn, "t") == before

@@ -185,3 +185,41 @@ def test_app_role_option_checks_the_named_role(sample_db: str) -> None:
     code, report = _doctor(sample_db)
     assert code == 0 and not any(c.startswith("security.app_role_") for c in
                                  _checks(report, "error"))
+
+
+def test_public_documents_with_readers_are_refused_and_older_ones_reported(
+        sample_db: str) -> None:
+    """Readers restrict only a document that is not public: giving a public document
+    readers alone used to leave it readable by everyone."""
+    from pgfunnel.errors import InvalidInputError, translate
+    from pgfunnel.search import Funnel
+
+    with connect(sample_db, autocommit=True) as conn:
+        key, text = conn.execute(
+            "select d.citekey, c.text from pgfunnel.document d join pgfunnel.chunk c "
+            "on c.document_id = d.id where d.is_public order by d.id limit 1").fetchone()
+        with pytest.raises(psycopg.errors.CheckViolation) as exc:
+            conn.execute("update pgfunnel.document set readers = '{hr-only}' "
+                         "where citekey = %s", (key,))
+        err = translate(exc.value)
+        assert isinstance(err, InvalidInputError) and "is_public = false" in str(err)
+        # with is_public the update goes through and the document is hidden at once
+        conn.execute("update pgfunnel.document set readers = '{hr-only}', is_public = false "
+                     "where citekey = %s", (key,))
+        query = " ".join(text.split()[:12])
+        with Funnel(conn, embedder=None) as f:
+            assert key not in [r.citekey for r in f.search(query, k=20).results]
+            assert key in [r.citekey for r in f.search(query, k=20,
+                                                        principals=["hr-only"]).results]
+        assert not [f for f in run_checks(conn) if f.check == "public_with_readers"]
+        # a row written before the constraint (migration 0007 adds it NOT VALID) is found
+        conn.execute("alter table pgfunnel.document "
+                     "drop constraint document_with_readers_is_not_public")
+        conn.execute("update pgfunnel.document set is_public = true where citekey = %s", (key,))
+        conn.execute("alter table pgfunnel.document add constraint "
+                     "document_with_readers_is_not_public "
+                     "check (not is_public or cardinality(readers) = 0) not valid")
+    code, report = _doctor(sample_db)
+    assert code == 3 and "public_with_readers" in _checks(report, "error")
+    [finding] = [f for f in report["findings"] if f["check"] == "public_with_readers"]
+    assert repr(key) in finding["message"] and "is_public = false" in finding["message"]

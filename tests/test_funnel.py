@@ -121,6 +121,10 @@ BAD = [
     ({"metadata_filter": Jsonb(None)}, "metadata_filter"), ({"overfetch": 0}, "overfetch"),
     ({"per_source_cap": 0}, "per_source_cap"), ({"ef_search": 0}, "ef_search"),
     ({"k1": -1.0}, "k1"), ({"b": 2.0}, "b"), ({"lexical_depth": 0}, "lexical_depth"),
+    # finite, but a weighted score would overflow
+    ({"weights": [1e308, 1e308]}, "weights"), ({"weights": [1.0, 2e6]}, "weights"),
+    # NULL would run the traced branch and write a trace
+    ({"trace": None}, "trace"), ({"as_of": None}, "as_of"),
 ]
 
 
@@ -157,6 +161,55 @@ def test_other_bad_inputs_name_the_problem(conn: psycopg.Connection[Any], corpus
     with pytest.raises(psycopg.errors.InvalidParameterValue) as both:
         _search(conn, None, None)
     assert both.value.diag.message_primary.startswith("query_text:")
+
+
+def test_a_pool_over_the_leg_limit_keeps_the_default_depth_at_the_limit(
+        conn: psycopg.Connection[Any], corpus: Any) -> None:
+    # k 1000 x overfetch 11 is a pool of 11,000; the default depth stops at 10,000, the
+    # most a leg reads, instead of failing on a lexical_depth the caller never gave
+    for q, v in (("zephyr", None), (None, corpus["big"][0]), ("zephyr", corpus["big"][0])):
+        rows = _search(conn, q, v, k=1000, overfetch=11)
+        assert rows and len(rows) == len({r[0] for r in rows})
+        assert rows == _search(conn, q, v, k=1000, overfetch=11, lexical_depth=10000,
+                               dense_depth=10000)
+    [verdict] = conn.execute(
+        "select verdict from pgfunnel.explain('zephyr', null, %s, k => 1000, overfetch => 11, "
+        "collection => 't')", (rows[0][0],)).fetchone()
+    assert verdict == "returned"
+    # a depth the caller sets is still checked
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="^lexical_depth:"):
+        _search(conn, "zephyr", None, lexical_depth=10001)
+
+
+def test_final_checks_what_funnel_search_checks(conn: psycopg.Connection[Any],
+                                               corpus: Any) -> None:
+    pool = conn.execute(
+        "select array_agg(chunk_id order by fused_rank), array_agg(fused_rank), "
+        "array_agg(fused_score), array_agg(lexical_rank), array_agg(lexical_score), "
+        "array_agg(dense_rank), array_agg(dense_score) "
+        "from pgfunnel.candidates('zephyr', null, 5, collection => 't')").fetchone()
+    final = ("select count(*) from pgfunnel.final(%s, %s, %s, %s, %s, %s, %s, "
+             "collection => 't', {})")
+    assert conn.execute(final.format("k => 5"), pool).fetchone()[0] == 5
+    for named, param in (("trace => null", "trace"), ("as_of => null", "as_of")):
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match=f"^{param}:"):
+            conn.execute(final.format(named), pool)
+    # nothing was traced on the way
+    assert conn.execute("select count(*) from pgfunnel.search_log").fetchone() == (0,)
+    ids = pool[0]
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="^chunk_ids:.*one-dim"):
+        conn.execute("select * from pgfunnel.final(%s::bigint[], '{1,2}', '{1,1}', '{1,1}', "
+                     "'{1,1}', '{1,1}', '{1,1}', collection => 't')",
+                     (f"{{{{{ids[0]}}},{{{ids[1]}}}}}",))
+
+
+def test_a_collection_without_an_active_version_is_named(conn: psycopg.Connection[Any],
+                                                        corpus: Any) -> None:
+    conn.execute("insert into pgfunnel.collection (name) values ('versionless')")
+    with pytest.raises(psycopg.errors.NoDataFound) as nf:
+        _search(conn, "zephyr", None, collection="versionless")
+    assert nf.value.diag.message_primary == \
+        "collection 'versionless' has no active index version"
 
 
 def test_hidden_best_chunk_never_returned(conn: psycopg.Connection[Any], corpus: Any) -> None:
@@ -276,6 +329,15 @@ def test_explain_verdicts(conn: psycopg.Connection[Any], corpus: Any) -> None:
         assert e["fused_rank"] == fr and e["final_rank"] is None and e["pool_size"] == 16
         verdicts.add(want)
     assert verdicts == {"capped", "cut at k"}
+
+    # explain writes nothing, so it answers the same in a read-only transaction (a hot
+    # standby, a read-only role), where searches run too
+    everything = [(cid, _explain(conn, "zephyr", v, cid, k=4, per_source_cap=2, **PINNED))
+                  for cid, *_ in pool]
+    with conn.transaction():
+        conn.execute("set transaction read only")
+        for cid, before in everything:
+            assert _explain(conn, "zephyr", v, cid, k=4, per_source_cap=2, **PINNED) == before
 
     # not in pool: in a leg at its depth, fused beyond k * overfetch
     e = _explain(conn, "zephyr", v, pool[3][0], k=1, overfetch=2, per_source_cap=5, **PINNED)

@@ -26,6 +26,8 @@ HOSTILE_VECTORS: list[Any] = [
     np.ones(DIM + 1), np.ones(DIM - 1), [float("nan")] * DIM, [float("inf")] * DIM,
     [float("-inf")] + [1.0] * (DIM - 1), np.zeros(DIM), [], [[1.0] * DIM], "abc",
     ["x"] * DIM, [None] * DIM,
+    # finite, but the squares underflow or overflow in pgvector's single precision
+    [1e-30] * DIM, [1e20] * DIM,
 ]
 
 
@@ -128,7 +130,8 @@ def test_none_vector_where_required(corpus_db: str) -> None:
 
 def test_sql_rejects_zero_and_wrong_dim_vectors(corpus_db: str) -> None:
     with connect(corpus_db, autocommit=True) as conn:
-        for vec in (np.zeros(DIM, dtype=np.float32), np.ones(DIM + 2, dtype=np.float32)):
+        for vec in (np.zeros(DIM, dtype=np.float32), np.ones(DIM + 2, dtype=np.float32),
+                    np.full(DIM, 1e-30, dtype=np.float32), np.full(DIM, 1e20, dtype=np.float32)):
             with pytest.raises(psycopg.errors.InvalidParameterValue, match="query_embedding"):
                 conn.execute("select * from funnel_search('refund', %s)", (vec,))
             _usable(conn)
