@@ -96,7 +96,9 @@ def explain(funnel: Funnel, query: str | None, target: str, *,
 
         conn.add_notice_handler(collect)
         try:
-            with conn.transaction():
+            # the reader's settings, as a search sets them: under row-level security the
+            # policies read them, and without them every chunk is hidden
+            with funnel._transaction(conn, p):
                 cid = resolve_target(conn, target, p.collection)
                 args["chunk_id"] = cid if cid is not None else -1
                 row = conn.execute(

@@ -60,11 +60,23 @@ _BY_CHUNK_PREDICATE = "exists (select 1 from pgfunnel.chunk c where c.id = chunk
 # writable only under the principals actually searched with.
 _LOG_READ = (f"{_PRINCIPALS} is not null and principals operator(pg_catalog.<@) {_PRINCIPALS}"
              f" and (tenant is null or tenant = {_TENANT})")
-_LOG_WRITE = (f"{_PRINCIPALS} is not null and principals operator(pg_catalog.<@) {_PRINCIPALS}"
-              f" and principals operator(pg_catalog.@>) {_PRINCIPALS}"
-              f" and tenant is not distinct from {_TENANT}")
+def _log_written_by_reader(log: str) -> str:
+    """A search_log row (``log`` its alias, or '' for the row itself) that the reader in
+    the settings could have written: exactly its principals and tenant, as itself."""
+    return (f"{_PRINCIPALS} is not null"
+            f" and {log}principals operator(pg_catalog.<@) {_PRINCIPALS}"
+            f" and {log}principals operator(pg_catalog.@>) {_PRINCIPALS}"
+            f" and {log}tenant is not distinct from {_TENANT}"
+            f" and {log}logged_by = current_user")
+
+
+_LOG_WRITE = _log_written_by_reader("")
 _TRACE_READ = ("exists (select 1 from pgfunnel.search_log l where l.id = search_id) and "
                + _BY_CHUNK_PREDICATE)
+# a trace row goes only into a search the reader logged itself, so no reader can add
+# rows to another's trace (or learn from a duplicate key what that trace holds)
+_TRACE_WRITE = ("exists (select 1 from pgfunnel.search_log l where l.id = search_id and "
+                + _log_written_by_reader("l.") + ") and " + _BY_CHUNK_PREDICATE)
 
 _READER_POLICIES: dict[str, tuple[str, str | None]] = {
     # table: (select USING, insert WITH CHECK or None)
@@ -74,9 +86,8 @@ _READER_POLICIES: dict[str, tuple[str, str | None]] = {
     "lexical": (_BY_CHUNK_PREDICATE, None),
     "posting": (_BY_CHUNK_PREDICATE, None),
     "search_log": (_LOG_READ, _LOG_WRITE),
-    # the insert check cannot see the search_log row: final() inserts both in one
-    # statement, and a statement's CTEs do not see each other's writes (the FK holds)
-    "search_trace": (_TRACE_READ, _BY_CHUNK_PREDICATE),
+    # final() logs the search in one statement and traces it in the next, which sees it
+    "search_trace": (_TRACE_READ, _TRACE_WRITE),
 }
 
 

@@ -152,6 +152,37 @@ def test_hidden_chunk_not_in_trace_rows_read_by_another_reader(app_dsn: str) -> 
             conn.execute("select set_config('pgfunnel.principals', '[\"bob\"]', true)")
             conn.execute("insert into pgfunnel.search_log (collection_id, index_version_id, "
                          "config_hash, config, principals) values (1, 1, 'x', '{}', '{alice}')")
+        # nor as another role than itself
+        with pytest.raises(psycopg.errors.InsufficientPrivilege), conn.transaction():
+            conn.execute("select set_config('pgfunnel.principals', '[\"bob\"]', true)")
+            conn.execute("insert into pgfunnel.search_log (collection_id, index_version_id, "
+                         "config_hash, config, principals, logged_by) "
+                         "values (1, 1, 'x', '{}', '{bob}', 'postgres')")
+        # nor add rows to another reader's trace: a forged row, or a duplicate key that
+        # would tell which chunks alice's search held, or a search id that does not exist,
+        # all meet the same refusal (the policy is checked before the keys)
+        with conn.transaction():
+            conn.execute("select set_config('pgfunnel.principals', '[\"alice\"]', true)")
+            public_id, secret_id = (conn.execute(
+                "select c.id from pgfunnel.chunk c join pgfunnel.document d "
+                "on d.id = c.document_id where d.citekey = %s", (key,)).fetchone()[0]
+                for key in ("pub000", "secret"))
+        missing = alice.search_id + bob.search_id + 1000
+        for search_id, chunk_id in ((alice.search_id, public_id), (alice.search_id, secret_id),
+                                    (missing, public_id)):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege) as refused, \
+                    conn.transaction():
+                conn.execute("select set_config('pgfunnel.principals', '[\"bob\"]', true)")
+                conn.execute("insert into pgfunnel.search_trace (search_id, chunk_id, "
+                             "fused_rank, fused_score, final_rank) values (%s, %s, 1, 9, 1)",
+                             (search_id, chunk_id))
+            assert "row-level security" in str(refused.value)
+        # bob's own trace takes rows (the traced searches above wrote theirs this way)
+        with conn.transaction():
+            conn.execute("select set_config('pgfunnel.principals', '[\"bob\"]', true)")
+            conn.execute("insert into pgfunnel.search_trace (search_id, chunk_id, fused_rank, "
+                         "fused_score, final_rank, dropped) values (%s, %s, 99, 0, null, "
+                         "'below k') on conflict do nothing", (bob.search_id, public_id))
 
 
 def test_cli_search_hides_chunk(app_dsn: str) -> None:
@@ -200,6 +231,24 @@ def test_explain_hides_chunk(request: pytest.FixtureRequest, mode: str) -> None:
         # a hidden chunk gets exactly the answer a chunk that does not exist gets
         assert str(bob).replace(str(row[0]), "ID") == \
             str(explain(["bob"], missing[0])).replace(str(missing[0]), "ID")
+
+    # the Python and CLI explain set the reader's settings the policies read, as a search
+    # does: alice's chunk is returned to her, and hidden from bob like a missing one
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.explain import explain as explain_chunk
+
+    with _funnel(dsn) as f:
+        assert explain_chunk(f, QUERY, "secret#0", query_embedding=QVEC, k=5,
+                             principals=["alice"]).verdict == "returned"
+        assert explain_chunk(f, QUERY, "secret#0", query_embedding=QVEC, k=5,
+                             principals=["bob"]).verdict == "filtered out or does not exist"
+    res = CliRunner().invoke(app, ["explain", QUERY, "pub000#0", "--lexical-only", "--json",
+                                   "--dsn", dsn])
+    assert res.exit_code == 0, res.output
+    [answer] = json.loads(res.stdout)
+    assert answer["verdict"] in ("returned", "cut at k", "capped")
 
 
 # -- missing principals -------------------------------------------------------------
@@ -530,3 +579,25 @@ def test_example_webapp_hides_chunk(app_dsn: str) -> None:
         assert client.get("/search", params={"q": QUERY}).status_code == 401
         doc = client.get("/documents/secret", headers={"X-Principals": "bob"})
         assert doc.status_code in (403, 404) and "Refund monthly" not in doc.text
+
+
+def test_eval_as_a_reader_under_rls_looks_for_judged_items_as_that_reader(
+        app_dsn: str) -> None:
+    """The harness checks that judged items exist as the reader its searches run as:
+    under row-level security nothing is visible without the reader's settings."""
+    import warnings
+
+    from pgfunnel.eval.harness import Harness, preset_configs
+    from pgfunnel.eval.qrels import JudgedQuery
+
+    queries = [JudgedQuery("q1", QUERY, "keyword", {"pub000": 1, "secret": 1})]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "not in collection" warning for alice
+        alice = Harness(app_dsn, principals=["alice"], embedder=None).run(
+            queries, preset_configs("default"))
+    assert alice.missing_items == []
+    # bob can never find alice's document: for him it is missing, and said so
+    with pytest.warns(UserWarning, match="1 of 2 judged items"):
+        bob = Harness(app_dsn, principals=["bob"], embedder=None).run(
+            queries, preset_configs("default"))
+    assert bob.missing_items == ["secret"]

@@ -431,12 +431,18 @@ class Harness:
             return set()
         key = ("d.citekey" if level == "document"
                else "d.citekey || '#' || ch.ordinal::text")
-        return {r[0] for r in conn.execute(
-            sql.SQL("select distinct {key} from pgfunnel.document d "
-                    "join pgfunnel.collection c on c.id = d.collection_id "
-                    "join pgfunnel.chunk ch on ch.document_id = d.id "
-                    "where c.name = %s and {key} = any(%s)").format(key=sql.SQL(key)),
-            (self.collection, list(items)))}
+        with conn.transaction():
+            # as the reader the searches run as: under row-level security the policies
+            # read these settings, and without them every document is hidden
+            conn.execute("select set_config('pgfunnel.principals', %s, true), "
+                         "set_config('pgfunnel.tenant', coalesce(%s, ''), true)",
+                         (json.dumps(list(self.principals)), self.tenant))
+            return {r[0] for r in conn.execute(
+                sql.SQL("select distinct {key} from pgfunnel.document d "
+                        "join pgfunnel.collection c on c.id = d.collection_id "
+                        "join pgfunnel.chunk ch on ch.document_id = d.id "
+                        "where c.name = %s and {key} = any(%s)").format(key=sql.SQL(key)),
+                (self.collection, list(items)))}
 
     def _missing_items(self, conn: psycopg.Connection[Any], queries: Sequence[JudgedQuery],
                        level: str) -> list[str]:
