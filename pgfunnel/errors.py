@@ -150,6 +150,22 @@ _SQLSTATE_MAP: dict[str, type[PgfunnelError]] = {
 }
 
 
+def string_list(value: Any, parameter: str) -> list[str]:
+    """``value`` as a list of strings, or a ConfigError naming ``parameter``. One string is
+    refused: iterated, ``"kb-ab"`` would be the keys ``k``, ``b``, ``-``, ``a``."""
+    if isinstance(value, (str, bytes)):
+        raise ConfigError(parameter, f"must be a list of strings, not one string: [{value!r}]")
+    try:
+        items = list(value)
+    except TypeError:
+        raise ConfigError(parameter, f"must be a list of strings, got "
+                          f"{type(value).__name__}") from None
+    bad = [item for item in items if not isinstance(item, str)]
+    if bad:
+        raise ConfigError(parameter, f"must hold only strings, got {bad[0]!r}")
+    return items
+
+
 def translate(exc: BaseException) -> PgfunnelError:
     """Map a psycopg error to the matching :class:`PgfunnelError` subclass.
 
@@ -158,6 +174,12 @@ def translate(exc: BaseException) -> PgfunnelError:
     """
     if isinstance(exc, PgfunnelError):
         return exc
+    orig = getattr(exc, "orig", None)
+    if isinstance(orig, BaseException) and getattr(orig, "sqlstate", None) is not None:
+        # SQLAlchemy wraps the driver's error (DBAPIError.orig): the SQLSTATE is there
+        err = translate(orig)
+        err.__cause__ = exc
+        return err
     sqlstate: str | None = getattr(exc, "sqlstate", None)
     diag: Any = getattr(exc, "diag", None)
     primary = getattr(diag, "message_primary", None) or str(exc).splitlines()[0]

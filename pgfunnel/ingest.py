@@ -32,6 +32,7 @@ from pgfunnel.errors import (
     InvalidInputError,
     NotFoundError,
     PgfunnelError,
+    string_list,
     translate,
     warn_at_caller,
 )
@@ -1253,6 +1254,7 @@ def refresh_table_stats(conn: psycopg.Connection[Any]) -> None:
 def delete_documents(conn: psycopg.Connection[Any], collection: str,
                      citekeys: Sequence[str]) -> int:
     """Delete documents and their chunks, keeping BM25 statistics exact."""
+    citekeys = string_list(citekeys, "citekeys")
     try:
         with conn.transaction():
             coll = require_collection(conn, collection)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from pgfunnel.errors import ConfigError, InvalidInputError
+from pgfunnel.errors import ConfigError, InvalidInputError, string_list
 from pgfunnel.transform import (
     FollowupResolver,
     GuardedRewriter,
@@ -136,7 +136,7 @@ def search_multi(funnel: Funnel, phrasings: Sequence[str], *, rrf_k: int = 60,
     per source and cut to ``k``; each Result keeps the per-stage ranks of the phrasing
     it was first found by, and ``final_rank`` is its place in the merged list.
     """
-    mq = multi_query(phrasings, max_queries=max_queries)
+    mq = multi_query(string_list(phrasings, "phrasings"), max_queries=max_queries)
     if not mq.queries:
         raise InvalidInputError("phrasings: no usable phrasing (all empty or duplicates)")
     k, cap = _k_and_cap(funnel, params)

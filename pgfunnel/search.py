@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -30,6 +31,7 @@ from pgfunnel.errors import (
     ConfigError,
     InvalidInputError,
     PgfunnelError,
+    string_list,
     translate,
     warn_at_caller,
 )
@@ -289,12 +291,18 @@ class Funnel:
                  **defaults: Any) -> None:
         self._source = source
         self._own_conn: psycopg.Connection[Any] | None = None
+        # one connection serves one search at a time: a search is a transaction, and two
+        # threads interleaving theirs on one connection nest them or leave one open
+        self._one_connection = threading.RLock()
         self.collection = collection
         self._embedder_spec = embedder
         self._embedder: Embedder | None = embedder if isinstance(embedder, Embedder) else None
         self.reranker = reranker
-        if rerank_depth is not None and rerank_depth < 1:
-            raise ConfigError("rerank_depth", f"must be at least 1, got {rerank_depth}")
+        if rerank_depth is not None and (isinstance(rerank_depth, bool)
+                                         or not isinstance(rerank_depth, int)
+                                         or rerank_depth < 1):
+            raise ConfigError("rerank_depth", f"must be an integer of at least 1, got "
+                                              f"{rerank_depth!r}")
         self.rerank_depth = rerank_depth
         self.rerank_gate_margin = rerank_gate_margin
         # opt-in query hooks (pgfunnel.transform): a GuardedRewriter or any callable
@@ -308,19 +316,23 @@ class Funnel:
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
         src = self._source
-        if isinstance(src, psycopg.Connection):
-            yield src
-            return
-        if src is not None and hasattr(src, "connection") and not isinstance(src, str):
+        if src is not None and hasattr(src, "connection") and not isinstance(src, str) \
+                and not isinstance(src, psycopg.Connection):
+            # a pool: a connection per thread, nothing to serialise
             with src.connection() as conn:
                 try_register_vector(conn)
                 yield conn
             return
-        if self._own_conn is None or self._own_conn.closed:
-            # autocommit: each search runs in its own explicit transaction; without it an
-            # implicit outer transaction would swallow (and finally roll back) the trace
-            self._own_conn = connect(src, autocommit=True)
-        yield self._own_conn
+        with self._one_connection:
+            if isinstance(src, psycopg.Connection):
+                yield src
+                return
+            if self._own_conn is None or self._own_conn.closed:
+                # autocommit: each search runs in its own explicit transaction; without
+                # it an implicit outer transaction would swallow (and finally roll back)
+                # the trace
+                self._own_conn = connect(src, autocommit=True)
+            yield self._own_conn
 
     def close(self) -> None:
         if self._own_conn is not None:
@@ -398,6 +410,8 @@ class Funnel:
                      for f in dataclasses.fields(SearchParams)}, **params}
         p = SearchParams.build(**merged)
         query = check_query_text(query)
+        if history is not None:
+            history = string_list(history, "history")
         if query_embedding is not None:
             # NaN, Inf, zero and malformed vectors fail here, before any SQL runs; the
             # dimension is checked against the active index version below

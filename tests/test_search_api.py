@@ -370,3 +370,79 @@ def test_a_connection_that_prepares_nothing_gets_nothing_prepared(
         prepared = conn.execute("select count(*) from pg_prepared_statements").fetchone()
         assert prepared is not None
         assert (prepared[0] == 0) == (threshold is None)
+
+
+def test_one_string_where_a_list_belongs_is_refused(sample_db: str) -> None:
+    """Iterated, "kb-ab" would be the citekeys k, b, -, a: one string is an error."""
+    from pgfunnel.errors import ConfigError
+    from pgfunnel.ingest import delete_documents
+
+    with connect(sample_db, autocommit=True) as conn:
+        before = conn.execute("select count(*) from pgfunnel.document").fetchone()
+        with pytest.raises(ConfigError, match=r"^citekeys: must be a list of strings"):
+            delete_documents(conn, "default", "kb-ab")  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match=r"^citekeys: must hold only strings"):
+            delete_documents(conn, "default", [1, 2])  # type: ignore[list-item]
+        assert conn.execute("select count(*) from pgfunnel.document").fetchone() == before
+        f = Funnel(conn, embedder=None)
+        with pytest.raises(ConfigError, match=r"^phrasings: must be a list of strings"):
+            f.search_multi("refund")  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match=r"^history: must be a list of strings"):
+            f.search("and for annual plans?", history="how do refunds work?")  # type: ignore[arg-type]
+        assert f.search("refund", history=["how do refunds work?"]).results
+
+
+def test_a_funnel_on_one_connection_serves_threads_one_search_at_a_time(
+        sample_db: str) -> None:
+    """A Funnel built from a DSN holds one connection; threads sharing it used to
+    interleave their transactions on it (raw errors, or a transaction left open)."""
+    import threading
+
+    errors: list[BaseException] = []
+    with Funnel(sample_db, embedder=None) as f:
+        expected = [r.chunk_id for r in f.search("refund annual plan", k=5).results]
+
+        def work() -> None:
+            try:
+                for _ in range(15):
+                    got = [r.chunk_id for r in f.search("refund annual plan", k=5,
+                                                        trace=True).results]
+                    assert got == expected
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors[:3]
+        with f.connection() as conn:
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    # every traced search committed: another session sees all 60 logs
+    with connect(sample_db, autocommit=True) as other:
+        assert other.execute("select count(*) from pgfunnel.search_log").fetchone() == (60,)
+
+
+def test_rerank_depth_must_be_a_positive_integer(sample_db: str) -> None:
+    from pgfunnel.errors import ConfigError
+
+    for bad in (0, 2.5, "3", True):
+        with pytest.raises(ConfigError, match=r"^rerank_depth: must be an integer"):
+            Funnel(sample_db, embedder=None, rerank_depth=bad)
+
+
+def test_translate_unwraps_sqlalchemy_errors(sample_db: str) -> None:
+    import sqlalchemy as sa
+
+    from pgfunnel.errors import NotFoundError, translate
+    from pgfunnel.sqla import engine_from_dsn
+
+    engine = engine_from_dsn(sample_db)
+    try:
+        with engine.connect() as conn, pytest.raises(sa.exc.DBAPIError) as exc:
+            conn.execute(sa.text("select * from funnel_search('refund', collection => 'nope')"))
+        err = translate(exc.value)
+        assert isinstance(err, NotFoundError) and "nope" in str(err)
+    finally:
+        engine.dispose()
