@@ -916,14 +916,7 @@ class Ingester:
     def _batches(self, records: Iterable[DocumentRecord]) -> Iterator[list[DocumentRecord]]:
         batch: list[DocumentRecord] = []
         batch_chunks = 0
-        seen: set[str] = set()
-        for rec in records:
-            # a DocumentRecord built in Python gets the checks a JSONL line gets, before
-            # its batch is written (a None reader used to surface as a TypeError)
-            check_record(rec, f"document {len(seen) + 1} (citekey {rec.citekey!r})")
-            if rec.citekey in seen:
-                raise InvalidInputError(f"citekey {rec.citekey!r} appears twice in this ingest")
-            seen.add(rec.citekey)
+        for rec in checked_records(records):
             batch.append(rec)
             # an estimate from the word count (chunks end at headings too); it only sizes
             # the transaction
@@ -1251,6 +1244,19 @@ def refresh_table_stats(conn: psycopg.Connection[Any]) -> None:
                                                  sql.Identifier("pgfunnel", table)))
 
 
+def checked_records(records: Iterable[DocumentRecord]) -> Iterator[DocumentRecord]:
+    """The records, each checked as an ingest checks it before its batch is written: the
+    checks a JSONL line gets (a DocumentRecord built in Python included: a None reader
+    used to surface as a TypeError), and a citekey given twice."""
+    seen: set[str] = set()
+    for rec in records:
+        check_record(rec, f"document {len(seen) + 1} (citekey {rec.citekey!r})")
+        if rec.citekey in seen:
+            raise InvalidInputError(f"citekey {rec.citekey!r} appears twice in this ingest")
+        seen.add(rec.citekey)
+        yield rec
+
+
 def delete_documents(conn: psycopg.Connection[Any], collection: str,
                      citekeys: Sequence[str]) -> int:
     """Delete documents and their chunks, keeping BM25 statistics exact."""
@@ -1270,4 +1276,4 @@ def delete_documents(conn: psycopg.Connection[Any], collection: str,
         raise translate(exc) from exc
 
 
-__all__ = ["Ingester", "IngestStats", "delete_documents", "PgfunnelError"]
+__all__ = ["Ingester", "IngestStats", "checked_records", "delete_documents", "PgfunnelError"]

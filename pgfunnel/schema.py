@@ -222,19 +222,23 @@ def init(dsn: str | None = None, *, rls: bool = False) -> dict[str, Any]:
 def migrate(dsn: str | None = None) -> dict[str, Any]:
     """Upgrade an existing installation to this package's head and reinstall functions."""
     target = resolve_dsn(dsn)
-    with connect(target, register=False) as conn:
-        before = current_revision(conn)
-        problem = vector_path_problem(conn)
-    if problem is not None:
-        raise PgfunnelError(problem)
-    if before is None:
-        from pgfunnel.errors import SchemaMissingError
+    try:
+        with connect(target, register=False) as conn:
+            before = current_revision(conn)
+            problem = vector_path_problem(conn)
+        if problem is not None:
+            raise PgfunnelError(problem)
+        if before is None:
+            from pgfunnel.errors import SchemaMissingError
 
-        raise SchemaMissingError("no alembic revision found")
-    upgrade(target)
-    with connect(target) as conn:
-        install_functions(conn)
-        conn.commit()
-        after = current_revision(conn)
+            raise SchemaMissingError("no alembic revision found")
+        upgrade(target)
+        with connect(target) as conn:
+            install_functions(conn)
+            conn.commit()
+            after = current_revision(conn)
+    except psycopg.Error as exc:
+        # a role that does not own the schema cannot read alembic_version, say
+        raise translate(exc) from exc
     return {"revision_before": before, "revision": after}
 

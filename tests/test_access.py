@@ -601,3 +601,16 @@ def test_eval_as_a_reader_under_rls_looks_for_judged_items_as_that_reader(
         bob = Harness(app_dsn, principals=["bob"], embedder=None).run(
             queries, preset_configs("default"))
     assert bob.missing_items == ["secret"]
+
+
+def test_migrate_as_a_reader_is_one_line_not_a_traceback(app_dsn: str) -> None:
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.errors import AccessError
+
+    with pytest.raises(AccessError, match="permission denied"):
+        schema.migrate(app_dsn)
+    res = CliRunner().invoke(app, ["migrate", "--dsn", app_dsn])
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    assert "permission denied" in res.output

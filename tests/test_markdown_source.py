@@ -326,3 +326,15 @@ def test_ingest_dry_run_lists_what_would_be_read_without_a_database(tmp_path: Pa
     assert any("left out 1 file of other types (.png 1)" in n for n in plan["notes"])
     res = CliRunner().invoke(app, ["ingest", str(tmp_path), "--dry-run"], env=env)
     assert res.exit_code == 0 and "1 document, 4 chunks, 455 words (dry run" in res.output
+
+
+def test_ingest_dry_run_stops_where_the_ingest_would(tmp_path: Path) -> None:
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    dup = tmp_path / "dup.jsonl"
+    dup.write_text('{"citekey":"b1","text":"one"}\n{"citekey":"b1","text":"two"}\n')
+    env = {"PGFUNNEL_DSN": "postgresql://nobody@127.0.0.1:1/none"}
+    res = CliRunner().invoke(app, ["ingest", str(dup), "--dry-run"], env=env)
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    assert "citekey 'b1' appears twice" in res.output
