@@ -120,6 +120,11 @@ class SearchParams:
         if mf is not None and not isinstance(mf, Mapping):
             raise ConfigError("metadata_filter",
                               f"must be a mapping (a JSON object) or None, got {type(mf).__name__}")
+        if mf is not None:
+            try:
+                json.dumps(mf, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise ConfigError("metadata_filter", f"is not JSON ({exc})") from None
         if "weights" in kwargs:
             w = kwargs["weights"]
             if isinstance(w, (str, bytes)) or not isinstance(w, Sequence) or \

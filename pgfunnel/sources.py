@@ -94,6 +94,31 @@ def _parse_time(value: Any, name: str, where: str) -> dt.datetime | None:
 def _check_text(value: str, name: str, where: str) -> None:
     if "\x00" in value:
         raise InvalidDocumentError(f"{where}: {name} contains a NUL byte")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidDocumentError(
+            f"{where}: {name} is not valid Unicode ({exc.reason} at character {exc.start})"
+        ) from None
+
+
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def _check_metadata(metadata: Mapping[str, Any], where: str) -> None:
+    """Metadata as Postgres' jsonb takes it: JSON types only, finite numbers, no NUL."""
+    try:
+        as_json = json.dumps(metadata, allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        # a date, a set, a NaN: jsonb has no such value
+        raise InvalidDocumentError(f"{where}: 'metadata' is not JSON ({exc})") from None
+    except RecursionError:
+        raise InvalidDocumentError(f"{where}: 'metadata' is nested too deeply") from None
+    # json escapes NUL as \u0000; a backslash typed before it is escaped (\\) in turn
+    if _JSON_NUL.search(as_json):
+        raise InvalidDocumentError(f"{where}: 'metadata' contains a NUL character, which "
+                                   "Postgres' jsonb cannot hold")
+    _check_text(as_json, "'metadata'", where)
 
 
 def check_record(rec: DocumentRecord, where: str) -> None:
@@ -107,6 +132,7 @@ def check_record(rec: DocumentRecord, where: str) -> None:
         raise InvalidDocumentError(f"{where}: 'title' must be a string")
     if not isinstance(rec.metadata, Mapping):
         raise InvalidDocumentError(f"{where}: 'metadata' must be an object (a mapping)")
+    _check_metadata(rec.metadata, where)
     if not isinstance(rec.readers, (list, tuple)) or \
             not all(isinstance(r, str) and r for r in rec.readers):
         raise InvalidDocumentError(f"{where}: 'readers' must be a list of non-empty strings")

@@ -184,6 +184,14 @@ BAD_RECORDS = [
     (DocumentRecord("k", "text", readers=["alice", None]), "'readers' must be a list"),  # type: ignore[list-item]
     (DocumentRecord("k", "text", readers=[""]), "'readers' must be a list"),
     (DocumentRecord("k", "text", metadata=["a"]), "'metadata' must be an object"),  # type: ignore[arg-type]
+    # what jsonb cannot hold, named before any batch is written
+    (DocumentRecord("k", "text", metadata={"on": dt.date(2026, 1, 1)}),
+     "'metadata' is not JSON .*date"),
+    (DocumentRecord("k", "text", metadata={"score": float("nan")}), "'metadata' is not JSON"),
+    (DocumentRecord("k", "text", metadata={"note": "a\x00b"}), "'metadata' contains a NUL"),
+    (DocumentRecord("k", "text", metadata={"note": "\udc80"}), "'metadata' is not valid Unicode"),
+    (DocumentRecord("k", "lone \udc80 surrogate"), "text is not valid Unicode"),
+    (DocumentRecord("k", "text", title="\ud800"), "title is not valid Unicode"),
     (DocumentRecord("k", "text", tenant=7), "'tenant' must be a non-empty string"),  # type: ignore[arg-type]
     (DocumentRecord("k", "text", tenant=""), "'tenant' must be a non-empty string"),
     (DocumentRecord("k", "text", language=""), "'language' must be a non-empty string"),

@@ -446,3 +446,15 @@ def test_translate_unwraps_sqlalchemy_errors(sample_db: str) -> None:
         assert isinstance(err, NotFoundError) and "nope" in str(err)
     finally:
         engine.dispose()
+
+
+def test_a_metadata_filter_jsonb_cannot_hold_is_named(sample_db: str) -> None:
+    import datetime as dt
+
+    from pgfunnel.errors import ConfigError
+
+    with Funnel(sample_db, embedder=None) as f:
+        for bad in ({"on": dt.date(2026, 1, 1)}, {"score": float("nan")}):
+            with pytest.raises(ConfigError, match=r"^metadata_filter: is not JSON"):
+                f.search("refund", metadata_filter=bad)
+        assert f.search("refund", metadata_filter={}).results
