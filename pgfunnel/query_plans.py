@@ -52,14 +52,16 @@ def _terms(settings: dict[str, Any], key: str) -> list[str]:
 
 
 def apply_query_hooks(funnel: Funnel, conn: psycopg.Connection[Any], query: str,
-                      history: Sequence[str] | None, transforms: list[dict[str, Any]]) -> str:
-    """Follow-up resolution (when ``history`` is given), then the guarded rewrite."""
+                      history: Sequence[str] | None, transforms: list[dict[str, Any]],
+                      collection: str) -> str:
+    """Follow-up resolution (when ``history`` is given), then the guarded rewrite, with
+    the settings of ``collection``, the one searched."""
     settings: dict[str, Any] | None = None
 
     def coll_settings() -> dict[str, Any]:
         nonlocal settings
         if settings is None:
-            settings = collection_settings(conn, funnel.collection)
+            settings = collection_settings(conn, collection)
         return settings
 
     if history is not None:
@@ -163,8 +165,9 @@ def search_decomposed(funnel: Funnel, query: str, *, max_parts: int = 3,
     transform record). Round-robin, not RRF: each part keeps its share of the first k.
     """
     if qualifiers is None:
+        searched = params.get("collection", funnel.defaults.collection)
         with funnel.connection() as conn:
-            qualifiers = _terms(collection_settings(conn, funnel.collection), "qualifiers")
+            qualifiers = _terms(collection_settings(conn, searched), "qualifiers")
     d = decompose(query, max_parts, qualifiers=qualifiers)
     k, cap = _k_and_cap(funnel, params)
     record: dict[str, Any] = {"step": "decompose", "parts": list(d.parts), "reason": d.reason,

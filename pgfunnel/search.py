@@ -432,7 +432,8 @@ class Funnel:
             if query is not None and (history is not None or self.rewriter is not None):
                 from pgfunnel.query_plans import apply_query_hooks
 
-                query = apply_query_hooks(self, conn, query, history, transforms)
+                query = apply_query_hooks(self, conn, query, history, transforms,
+                                          p.collection)
             t0 = time.perf_counter()
             vector: np.ndarray | None = None
             if query_embedding is not None:

@@ -458,6 +458,14 @@ class GuardedRewriter:
         candidate = " ".join(proposed.split())
         if not candidate:
             return fallback("rewriter returned an empty query")
+        from pgfunnel.errors import PgfunnelError
+        from pgfunnel.search import check_query_text
+
+        try:
+            # text the search would refuse (a NUL, over the length limit) is no rewrite
+            check_query_text(candidate)
+        except PgfunnelError as exc:
+            return fallback(f"rewrite is not a usable query ({exc})")
         missing = tuple(t for t in protected if not _kept(t, candidate))
         if missing:
             return fallback("rewrite lost protected token(s) " + ", ".join(missing), missing)

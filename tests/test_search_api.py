@@ -301,6 +301,15 @@ def test_guarded_rewrite_keeps_err_code_or_falls_back(sample_conn: psycopg.Conne
     resp = keeps.search(q, k=3, principals=[])
     assert resp.query == "meaning of error err 4029" and resp.transforms[0]["used_rewrite"]
 
+    # the guard protects the words of the collection searched, not of the Funnel's default
+    sample_conn.execute("update pgfunnel.collection set settings = settings || "
+                        "'{\"protected_terms\": [\"refund\"]}' where name = 'default'")
+    drop = Funnel(sample_conn, "elsewhere", embedder=embedder,
+                  rewriter=lambda s: "money back policy")
+    resp = drop.search("refund window", k=3, principals=[], collection="default")
+    assert resp.query == "refund window" and not resp.transforms[0]["used_rewrite"]
+    assert "refund" in resp.transforms[0]["missing"]
+
 
 def test_followup_carries_the_topic_into_the_trace(sample_conn: psycopg.Connection[Any],
                                                    embedder: Any) -> None:

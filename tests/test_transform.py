@@ -179,6 +179,13 @@ def test_rewriter_that_times_out_falls_back() -> None:
     assert not r.used_rewrite and "timed out" in r.reason
 
 
+def test_a_rewrite_the_search_would_refuse_falls_back() -> None:
+    for proposed, why in (("refund\x00policy", "NUL"), ("refund " + "word " * 3000, "limit")):
+        r = GuardedRewriter(lambda q, p=proposed: p).rewrite("how do refunds work")
+        assert not r.used_rewrite and r.query == "how do refunds work"
+        assert r.reason.startswith("fallback: rewrite is not a usable query") and why in r.reason
+
+
 def test_empty_rewrite_falls_back() -> None:
     r = GuardedRewriter(lambda q: "   ").rewrite("how do refunds work")
     assert not r.used_rewrite and "empty" in r.reason
