@@ -65,7 +65,10 @@ class IngestStats:
     chunks_written: int = 0
     chunks_removed: int = 0
     chunks_embedded: int = 0
+    # vectors kept from the chunk's previous version (same text), and vectors the caller
+    # passed in (``ingest(vectors=...)``)
     chunks_reused: int = 0
+    chunks_given: int = 0
     index_version: int | None = None
     embed_seconds: float = 0.0
     # wall time of the batches less the model's time: chunking, analysis and writes,
@@ -900,7 +903,9 @@ class Ingester:
             # own) build the rows of the next and analyse the one after: the cores work
             # at once instead of taking turns
             pending: deque[tuple[list[DocumentRecord], Future[_Prepared] | None]] = deque()
+            citekeys: set[str] = set()
             for batch in self._batches(records):
+                citekeys.update(r.citekey for r in batch)
                 pending.append((batch, preparer.submit(batch)))
                 if len(pending) > preparer.AHEAD:
                     written, prepared = pending.popleft()
@@ -911,6 +916,13 @@ class Ingester:
         self.stats.db_seconds += (time.perf_counter() - started
                                   - (self.stats.embed_seconds - embed_before))
         self._finish()
+        if vectors is not None and (unused := sorted(set(vectors) - citekeys)):
+            # a misspelt citekey would otherwise pass unnoticed: its document embedded by
+            # the model instead, its vectors dropped
+            note = (f"vectors given for {len(unused)} citekey(s) not in this ingest, not "
+                    f"used: {', '.join(map(repr, unused[:5]))}{', ...' if len(unused) > 5 else ''}")
+            self.stats.notes.append(note)
+            warn_at_caller(f"pgfunnel ingest: {note}")
         return self.stats
 
     def _batches(self, records: Iterable[DocumentRecord]) -> Iterator[list[DocumentRecord]]:
@@ -1071,7 +1083,8 @@ class Ingester:
                             new_vectors.append(reuse.get(ch.content_hash()))
                 _check_given_vectors(new_vectors, labels, version.dimensions)
                 missing = [i for i, v in enumerate(new_vectors) if v is None]
-                self.stats.chunks_reused += len(new_vectors) - len(missing)
+                self.stats.chunks_given += len(labels)
+                self.stats.chunks_reused += len(new_vectors) - len(missing) - len(labels)
                 unforeseen = []
                 for i in missing:
                     vector = ahead.get(embedding_input(new_titles[i], new_texts[i],

@@ -566,3 +566,22 @@ def test_index_builds_and_vacuum_outlive_a_statement_timeout(conn: psycopg.Conne
         assert conn.execute("show statement_timeout").fetchone()[0] == "5min"
     finally:
         conn.execute("drop event trigger seen_timeout")
+
+
+def test_given_vectors_are_counted_as_given_and_unused_ones_named(
+        conn: psycopg.Connection[Any], embedder: Any) -> None:
+    docs = [DocumentRecord(f"d{i}", f"document {i} about refunds") for i in range(3)]
+    vectors = _random_vectors(docs[:2])
+    vectors["d2-typo"] = vectors["d0"]
+    with pytest.warns(UserWarning, match=r"vectors given for 1 citekey\(s\) not in this "
+                                         r"ingest, not used: 'd2-typo'") as caught:
+        stats = Ingester(conn, "given", embedder=embedder).ingest(docs, vectors=vectors)
+    # the warning points at the caller's line
+    assert any(w.filename == __file__ for w in caught)
+    assert (stats.chunks_given, stats.chunks_reused, stats.chunks_embedded) == (2, 0, 1)
+    assert any("d2-typo" in n for n in stats.notes)
+    # a re-ingest of the same texts keeps their vectors: reused, not given
+    again = Ingester(conn, "given", embedder=embedder).ingest(
+        [DocumentRecord(d.citekey, d.text + " (edited)") if d.citekey == "d1" else d
+         for d in docs])
+    assert again.chunks_given == 0 and again.documents_unchanged == 2
