@@ -32,7 +32,13 @@ WRITER_ROLE = "pgfunnel_writer"
 RLS_TABLES = ("document", "chunk", "embedding", "lexical", "posting", "search_log",
               "search_trace")
 #: tables a reader needs to read that hold no per-document content
-SHARED_TABLES = ("collection", "index_version", "term_stat", "qrel")
+SHARED_TABLES = ("collection", "index_version", "qrel")
+#: tables readers may not read at all: term_stat lists every word of a collection (those of
+#: documents a reader cannot see included); searches read the df of their own terms
+#: through pgfunnel._term_df, the one SECURITY DEFINER function
+READER_DENIED_TABLES = ("term_stat",)
+#: SECURITY DEFINER by design (see READER_DENIED_TABLES)
+DEFINER_BY_DESIGN = ("pgfunnel._term_df(integer,text[])",)
 #: functions only writers may run (they modify index data)
 WRITER_ONLY_FUNCTIONS = ("_bm25_add", "_remove_chunks", "_lexical_deleted",
                          "_indexed_update_refused")
@@ -141,6 +147,9 @@ def grant_privileges(conn: psycopg.Connection[Any]) -> None:
         conn.execute(sql.SQL("grant select on {} to {}").format(_table(table), r))
     for table in ("search_log", "search_trace"):
         conn.execute(sql.SQL("grant insert on {} to {}").format(_table(table), r))
+    for table in READER_DENIED_TABLES:
+        # granted by earlier releases
+        conn.execute(sql.SQL("revoke all on {} from {}").format(_table(table), r))
     conn.execute(sql.SQL("grant select, insert, update, delete, truncate on all tables in "
                          "schema pgfunnel to {}").format(w))
     conn.execute(sql.SQL("grant usage, select, update on all sequences in schema pgfunnel "
@@ -302,9 +311,21 @@ def security_findings(conn: psycopg.Connection[Any],
             "select p.oid::regprocedure::text from pg_proc p "
             "where p.pronamespace = 'pgfunnel'::regnamespace and p.prosecdef order by 1"
             ).fetchall():
+        if sig in DEFINER_BY_DESIGN:
+            continue
         out.append(SecurityFinding("error", "security_definer",
                                    f"{sig} is SECURITY DEFINER; pgfunnel functions must be "
                                    "SECURITY INVOKER"))
+    if conn.execute("select 1 from pg_roles where rolname = %s", (READER_ROLE,)).fetchone():
+        for table in READER_DENIED_TABLES:
+            if _table_exists(conn, table) and conn.execute(
+                    "select has_table_privilege(%s, %s, 'select')",
+                    (READER_ROLE, f"pgfunnel.{table}")).fetchone() == (True,):
+                out.append(SecurityFinding(
+                    "warning", "reader_grants",
+                    f"{READER_ROLE} may read pgfunnel.{table}, which lists every word of a "
+                    "collection, those of documents a reader cannot see included (granted by "
+                    "an earlier release): re-run `pgfunnel init --rls`"))
     for (sig,) in conn.execute(
             "select p.oid::regprocedure::text from pg_proc p "
             "where p.pronamespace = 'pgfunnel'::regnamespace "

@@ -24,6 +24,23 @@ as $$
          operator(pg_catalog./) (df::pg_catalog.float8 operator(pg_catalog.+) 0.5::pg_catalog.float8)))
 $$;
 
+-- the document frequency of each of the terms asked for, in one index version.
+-- The one pgfunnel function that runs with its owner's rights, on purpose: readers may not read
+-- term_stat itself, which would list every word of the collection, the words of documents
+-- they cannot read included; a search needs the df of its own query terms only. Its body
+-- is one fixed read with a pinned search_path, so running it with the owner's rights
+-- lends nothing else.
+create or replace function pgfunnel._term_df(version_id integer, terms text[])
+returns table (term text, df integer)
+language sql stable parallel safe
+security definer
+set search_path = pg_catalog, pgfunnel
+as $$
+    select ts.term, ts.df
+      from pgfunnel.term_stat ts
+     where ts.index_version_id = _term_df.version_id and ts.term = any (_term_df.terms)
+$$;
+
 -- chunk terms were read through this before the trigger below took the deletes over
 drop function if exists pgfunnel._chunk_terms(bigint[]);
 

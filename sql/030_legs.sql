@@ -211,9 +211,9 @@ begin
            array_agg(pgfunnel._bm25_idf(ts.df, v.chunk_count) * (k1 + 1) * 4294967296.0::float8
                      order by ts.term)
       into avg_len, n_chunks, sum_df, q_terms, found_idf, q_weight
-      from pgfunnel.index_version v
-      join pgfunnel.term_stat ts on ts.index_version_id = v.id
-     where v.id = _lexical_hits.version_id and ts.term = any (query_terms)
+      from pgfunnel.index_version v,
+           pgfunnel._term_df(v.id, query_terms) ts
+     where v.id = _lexical_hits.version_id
      group by v.id;
     if q_terms is null or avg_len is null then
         found_idf := '{}';

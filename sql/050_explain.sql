@@ -150,8 +150,7 @@ begin
                    / (p.tf + k1 * (1 - b + b * p.length / ver.avg_length)))
           into lexical_exact_score
           from pgfunnel.posting p
-          join pgfunnel.term_stat ts on ts.index_version_id = p.index_version_id
-                                    and ts.term = p.term
+          join pgfunnel._term_df(ver.version_id, q_terms) ts on ts.term = p.term
           join pgfunnel.lexical l on l.index_version_id = p.index_version_id
                                  and l.chunk_id = p.chunk_id
          where p.index_version_id = ver.version_id and p.chunk_id = explain.chunk_id

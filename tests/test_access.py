@@ -614,3 +614,36 @@ def test_migrate_as_a_reader_is_one_line_not_a_traceback(app_dsn: str) -> None:
     res = CliRunner().invoke(app, ["migrate", "--dsn", app_dsn])
     assert res.exit_code == 1 and "Traceback" not in res.output, res.output
     assert "permission denied" in res.output
+
+
+def test_a_reader_cannot_list_the_vocabulary_but_searches_score_exactly(
+        rls_db: str, app_dsn: str) -> None:
+    """term_stat lists every word of a collection, alice's secret's included; readers get
+    the df of the terms they search through pgfunnel._term_df, never the table."""
+    from pgfunnel.security import grant_privileges, security_findings
+
+    with connect(rls_db, autocommit=True) as owner:
+        plain_scores = owner.execute(
+            "select citekey, lexical_score from funnel_search(%s, null, 5, "
+            "principals => '{alice}') order by final_rank", (QUERY,)).fetchall()
+        # an earlier release granted it; doctor says so, and init --rls takes it back
+        owner.execute("grant select on pgfunnel.term_stat to pgfunnel_reader")
+        assert any(f.check == "reader_grants" for f in security_findings(owner))
+        grant_privileges(owner)
+        assert not any(f.check in ("reader_grants", "security_definer")
+                       for f in security_findings(owner))
+    with connect(app_dsn, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege), conn.transaction():
+            conn.execute("select set_config('pgfunnel.principals', '[\"bob\"]', true)")
+            conn.execute("select term from pgfunnel.term_stat")
+        with conn.transaction():
+            conn.execute("select set_config('pgfunnel.principals', '[\"alice\"]', true)")
+            # the same exact BM25 scores as the owner's search
+            assert conn.execute(
+                "select citekey, lexical_score from funnel_search(%s, null, 5, "
+                "principals => '{alice}') order by final_rank", (QUERY,)).fetchall() \
+                == plain_scores
+            # the df of named terms only: nothing to enumerate
+            named = dict(conn.execute("select term, df from pgfunnel._term_df(1, %s)",
+                                      (["refund", "no-such-term"],)).fetchall())
+            assert set(named) == {"refund"} and named["refund"] > 0
