@@ -123,11 +123,16 @@ def _combine(funnel: Funnel, query: str, responses: list[SearchResponse],
 
 
 def _k_and_cap(funnel: Funnel, params: dict[str, Any]) -> tuple[int, int]:
-    k = int(params.get("k", funnel.defaults.k))
-    cap = int(params.get("per_source_cap", funnel.defaults.per_source_cap))
-    if k < 1:
-        raise ConfigError("k", f"must be at least 1, got {k}")
-    return k, cap
+    from pgfunnel.search import SearchParams
+
+    # the checks of a search, before any of the plan's searches runs
+    p = SearchParams.build(**{"k": funnel.defaults.k,
+                              "per_source_cap": funnel.defaults.per_source_cap,
+                              **{name: params[name] for name in ("k", "per_source_cap")
+                                 if name in params}})
+    if p.k < 1:
+        raise ConfigError("k", f"must be at least 1, got {p.k}")
+    return p.k, p.per_source_cap
 
 
 def search_multi(funnel: Funnel, phrasings: Sequence[str], *, rrf_k: int = 60,

@@ -13,6 +13,7 @@ and the cut to k (a second round trip): rerank happens before the cap.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import threading
 import time
@@ -125,6 +126,14 @@ class SearchParams:
                 json.dumps(mf, allow_nan=False)
             except (TypeError, ValueError) as exc:
                 raise ConfigError("metadata_filter", f"is not JSON ({exc})") from None
+        for name in ("tenant", "language"):
+            if kwargs.get(name) == "":
+                # ingest refuses "" for these: no document has it, so nothing would match
+                raise ConfigError(name, "must be a non-empty string or None, got ''")
+        as_of = kwargs.get("as_of")
+        if as_of is not None and not isinstance(as_of, (dt.datetime, dt.date)):
+            raise ConfigError("as_of", f"must be a datetime or None, got "
+                                       f"{type(as_of).__name__} {as_of!r}")
         if "weights" in kwargs:
             w = kwargs["weights"]
             if isinstance(w, (str, bytes)) or not isinstance(w, Sequence) or \

@@ -467,3 +467,20 @@ def test_a_metadata_filter_jsonb_cannot_hold_is_named(sample_db: str) -> None:
             with pytest.raises(ConfigError, match=r"^metadata_filter: is not JSON"):
                 f.search("refund", metadata_filter=bad)
         assert f.search("refund", metadata_filter={}).results
+
+
+def test_search_values_ingest_would_refuse_or_sql_cannot_take_are_named(
+        sample_db: str) -> None:
+    import datetime as dt
+
+    from pgfunnel.errors import ConfigError
+
+    with Funnel(sample_db, embedder=None) as f:
+        for kw, param in (({"tenant": ""}, "tenant"), ({"language": ""}, "language"),
+                          ({"as_of": "yesterday"}, "as_of"), ({"as_of": 5}, "as_of")):
+            with pytest.raises(ConfigError, match=f"^{param}: "):
+                f.search("refund", **kw)
+        assert f.search("refund", as_of=dt.datetime.now(dt.UTC)).results
+        for k in ("x", None, 2.5):
+            with pytest.raises(ConfigError, match="^k: must be an integer"):
+                f.search_multi(["refund", "money back"], k=k)
