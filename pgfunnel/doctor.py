@@ -279,7 +279,9 @@ def check_row_security(conn: psycopg.Connection[Any]) -> list[Finding]:
     rows = conn.execute(
         "select c.relname, c.relrowsecurity, c.relforcerowsecurity, "
         "       (select count(*) from pg_policy p where p.polrelid = c.oid) "
-        "from pg_class c where c.relnamespace = 'pgfunnel'::regnamespace and c.relkind = 'r' "
+        "from pg_class c where c.relnamespace = 'pgfunnel'::regnamespace "
+        # posting is partitioned (relkind p): its policies sit on the parent
+        "and c.relkind in ('r', 'p') "
         "and c.relname in ('collection', 'document', 'chunk', 'embedding', 'lexical', "
         "                  'posting', 'search_log', 'search_trace') order by 1").fetchall()
     found: list[Finding] = []

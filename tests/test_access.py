@@ -632,6 +632,10 @@ def test_a_reader_cannot_list_the_vocabulary_but_searches_score_exactly(
         grant_privileges(owner)
         assert not any(f.check in ("reader_grants", "security_definer")
                        for f in security_findings(owner))
+        from pgfunnel.doctor import check_row_security
+
+        [on] = [f.message for f in check_row_security(owner) if f.level == "info"]
+        assert "posting" in on and "search_trace" in on
     with connect(app_dsn, autocommit=True) as conn:
         with pytest.raises(psycopg.errors.InsufficientPrivilege), conn.transaction():
             conn.execute("select set_config('pgfunnel.principals', '[\"bob\"]', true)")
