@@ -505,9 +505,19 @@ def create_version(conn: psycopg.Connection[Any], coll_id: int, model: str, dime
         # made apart and attached: ATTACH takes a lock on the parent that searches and
         # writes of other versions pass (CREATE TABLE ... PARTITION OF would block them)
         partition = sql.Identifier("pgfunnel", posting_partition_name(version_id))
-        conn.execute(sql.SQL("create table {} (like pgfunnel.posting)").format(partition))
-        conn.execute(sql.SQL("alter table pgfunnel.posting attach partition {} "
-                             "for values in ({})").format(partition, sql.Literal(version_id)))
+        try:
+            conn.execute(sql.SQL("create table {} (like pgfunnel.posting)").format(partition))
+            conn.execute(sql.SQL("alter table pgfunnel.posting attach partition {} "
+                                 "for values in ({})").format(partition,
+                                                              sql.Literal(version_id)))
+        except psycopg.errors.InsufficientPrivilege as exc:
+            from pgfunnel.errors import AccessError
+
+            raise AccessError(
+                "a new index version (a collection's first ingest, or a reindex) creates "
+                "its posting partition and indexes, which takes the owner of the pgfunnel "
+                f"tables; {exc.diag.message_primary or exc} (run it as the owner: see "
+                "docs/security.md, Roles and grants)") from exc
     return version_id
 
 

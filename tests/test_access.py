@@ -513,6 +513,24 @@ def test_writer_role_plain_delete_keeps_statistics_under_rls(rls_db: str) -> Non
         assert_stats_exact(conn)
 
 
+def test_a_writer_making_a_new_version_is_told_it_takes_the_owner(rls_db: str) -> None:
+    from pgfunnel.errors import AccessError
+    from pgfunnel.ingest import Ingester
+    from pgfunnel.sources import DocumentRecord
+
+    writer = create_app_role(rls_db, writer=True)
+    docs = [DocumentRecord("n1", "a note for a new collection")]
+    with connect(writer, autocommit=True) as conn, \
+            pytest.raises(AccessError, match="takes the owner of the pgfunnel tables"):
+        Ingester(conn, "brand-new", embedder=None).ingest(docs,
+                                                          vectors={"n1": random_vectors(1, 0)})
+    with connect(rls_db, autocommit=True) as conn:
+        # nothing half made: no version row without its partition
+        assert conn.execute("select count(*) from pgfunnel.index_version v "
+                            "join pgfunnel.collection c on c.id = v.collection_id "
+                            "where c.name = 'brand-new'").fetchone() == (0,)
+
+
 # -- ORM and the example web app ---------------------------------------------------------
 
 @pytest.mark.parametrize("mode", ["plain", "rls"])
