@@ -11,10 +11,11 @@
 create or replace function pgfunnel.version_coverage(version_id integer,
     out collection_chunks bigint, out lexical_rows bigint, out embedding_rows bigint,
     out counted_chunks bigint, out missing bigint)
-language sql stable
+language plpgsql stable
 security invoker
 set search_path = pg_catalog, pgfunnel
 as $$
+begin
     select (select count(*) from pgfunnel.chunk c where c.collection_id = v.collection_id),
            (select count(*) from pgfunnel.lexical l where l.index_version_id = v.id),
            (select count(*) from pgfunnel.embedding e where e.index_version_id = v.id),
@@ -23,8 +24,15 @@ as $$
              where c.collection_id = v.collection_id
                and not exists (select 1 from pgfunnel.lexical l
                                 where l.index_version_id = v.id and l.chunk_id = c.id))
+      into collection_chunks, lexical_rows, embedding_rows, counted_chunks, missing
       from pgfunnel.index_version v
-     where v.id = version_coverage.version_id
+     where v.id = version_coverage.version_id;
+    if not found then
+        -- a row of NULLs would read as "nothing missing"
+        raise exception using errcode = 'P0002',
+            message = format('index version id %s does not exist', version_id);
+    end if;
+end
 $$;
 
 -- the partial HNSW index of a version: its name, whether it exists, is valid, and its size

@@ -131,6 +131,10 @@ def test_activation_catches_up_chunks_ingested_after_the_build(sample_db: str,
         assert act.caught_up == info[2].missing_chunks
         cov = conn.execute("select * from pgfunnel.version_coverage(%s)", (info[2].id,)).fetchone()
         assert cov is not None and cov[0] == cov[1] == cov[2] == cov[3] and cov[4] == 0
+        # a version that does not exist is said to, not a row of NULLs ("nothing missing")
+        with pytest.raises(psycopg.errors.NoDataFound, match="index version id 999999"), \
+                conn.transaction():
+            conn.execute("select * from pgfunnel.version_coverage(999999)")
     assert _top(sample_db, "zanzibar quokka", embedder)[0][1] == 1
 
 
