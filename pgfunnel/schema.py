@@ -207,9 +207,10 @@ def init(dsn: str | None = None, *, rls: bool = False) -> dict[str, Any]:
         upgrade(target)
         with connect(target) as conn:
             install_functions(conn)
-            if rls:
-                from pgfunnel.security import enable_rls
+            from pgfunnel.security import enable_rls, rls_enabled
 
+            # a database already in RLS mode gets this release's policies and grants too
+            if rls or rls_enabled(conn):
                 enable_rls(conn)
             conn.commit()
             after = current_revision(conn)
@@ -235,6 +236,11 @@ def migrate(dsn: str | None = None) -> dict[str, Any]:
         upgrade(target)
         with connect(target) as conn:
             install_functions(conn)
+            from pgfunnel.security import enable_rls, rls_enabled
+
+            # in RLS mode, this release's policies and grants (they change with releases)
+            if rls_enabled(conn):
+                enable_rls(conn)
             conn.commit()
             after = current_revision(conn)
     except psycopg.Error as exc:

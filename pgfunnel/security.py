@@ -325,7 +325,7 @@ def security_findings(conn: psycopg.Connection[Any],
                     "warning", "reader_grants",
                     f"{READER_ROLE} may read pgfunnel.{table}, which lists every word of a "
                     "collection, those of documents a reader cannot see included (granted by "
-                    "an earlier release): re-run `pgfunnel init --rls`"))
+                    "an earlier release): run `pgfunnel migrate` as the owner"))
     for (sig,) in conn.execute(
             "select p.oid::regprocedure::text from pg_proc p "
             "where p.pronamespace = 'pgfunnel'::regnamespace "

@@ -669,3 +669,22 @@ def test_a_reader_cannot_list_the_vocabulary_but_searches_score_exactly(
             named = dict(conn.execute("select term, df from pgfunnel._term_df(1, %s)",
                                       (["refund", "no-such-term"],)).fetchall())
             assert set(named) == {"refund"} and named["refund"] > 0
+
+
+def test_migrate_in_rls_mode_brings_the_policies_and_grants_up_to_date(rls_db: str) -> None:
+    """Policies and grants change with releases (the trace insert check, term_stat): an
+    upgrade by `pgfunnel migrate` (or `init`) installs them, not only `init --rls`."""
+    old_trace_check = "exists (select 1 from pgfunnel.chunk c where c.id = chunk_id)"
+    with connect(rls_db, autocommit=True) as conn:
+        conn.execute("drop policy pgfunnel_reader_insert on pgfunnel.search_trace")
+        conn.execute("create policy pgfunnel_reader_insert on pgfunnel.search_trace for insert "
+                     f"to pgfunnel_reader with check ({old_trace_check})")
+        conn.execute("grant select on pgfunnel.term_stat to pgfunnel_reader")
+    schema.migrate(rls_db)
+    with connect(rls_db, autocommit=True) as conn:
+        check = conn.execute("select with_check from pg_policies where tablename = "
+                             "'search_trace' and policyname = 'pgfunnel_reader_insert'"
+                             ).fetchone()[0]
+        assert "search_log" in check and "logged_by" in check
+        assert conn.execute("select has_table_privilege('pgfunnel_reader', "
+                            "'pgfunnel.term_stat', 'select')").fetchone() == (False,)
