@@ -188,6 +188,11 @@ def translate(exc: BaseException) -> PgfunnelError:
 
         if isinstance(exc, psycopg.OperationalError):
             return ConnectionFailedError(f"cannot connect to Postgres: {primary}")
+        if isinstance(exc, psycopg.DataError):
+            # refused by the client before it reached the server (a NUL in a text value)
+            err = InvalidInputError(primary)
+            err.__cause__ = exc
+            return err
         return PgfunnelError(primary)
     cls = _SQLSTATE_MAP.get(sqlstate, PgfunnelError)
     if cls is SchemaMissingError:

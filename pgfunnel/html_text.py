@@ -119,6 +119,11 @@ def _is_dropped(element: _Element, inside_main: bool) -> bool:
         return True
     if attrs.get("role") in _DROP_ROLES:
         return True
+    if element.tag == "table" and (attrs.get("summary", "").lower().startswith("navigation")
+                                   or "nav" in element.classes()):
+        # DocBook's older stylesheets (the Valgrind manual): <table class="nav"
+        # summary="Navigation header"> with Prev / Up / Next / Home links
+        return True
     if element.tag == "a" and attrs.get("href", "").startswith("#") and \
             "".join(_raw_text(element)).strip() in _PERMALINK_MARKS:
         # a permalink without a class of its own (Node.js: <a class="mark" href="#x">#</a>)

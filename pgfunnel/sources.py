@@ -262,6 +262,31 @@ def _citekey(path: Path, root: Path) -> str:
     return relative.with_suffix("").as_posix()
 
 
+# the encoding an HTML page declares in its first bytes: <meta charset>, the http-equiv
+# form, or an XML declaration (older manuals: ISO-8859-1, windows-1252)
+_HTML_CHARSET = re.compile(
+    rb"""<meta[^>]*?charset\s*=\s*["']?\s*([A-Za-z0-9._:-]+)"""
+    rb"""|<\?xml[^>]*?encoding\s*=\s*["']([A-Za-z0-9._:-]+)""", re.IGNORECASE)
+
+
+def _declared_html_encoding(data: bytes) -> str | None:
+    """The Python codec of the charset an HTML file declares, or None: a name Python does
+    not know is ignored."""
+    import codecs
+
+    m = _HTML_CHARSET.search(data[:4096])
+    if m is None:
+        return None
+    name = (m.group(1) or m.group(2)).decode("ascii")
+    try:
+        codec = codecs.lookup(name).name
+    except LookupError:
+        return None
+    # browsers read a page labelled latin-1 or ascii as windows-1252 (WHATWG Encoding),
+    # whose 0x80 - 0x9f are the curly quotes and dashes such pages hold
+    return "cp1252" if codec in ("iso8859-1", "ascii") else codec
+
+
 def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRecord]:
     if not path.exists():
         raise InvalidDocumentError(f"{path}: no such file or directory")
@@ -269,10 +294,21 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
     if suffix not in SUPPORTED_SUFFIXES:
         raise InvalidDocumentError(
             f"{path}: unsupported file type {suffix!r} (use {', '.join(SUPPORTED_SUFFIXES)})")
+    data = path.read_bytes()
     try:
-        raw = path.read_text(encoding="utf-8")
+        raw = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InvalidDocumentError(f"{path}: not valid UTF-8 ({exc.reason})") from exc
+        # an HTML page may declare another charset; bytes that are valid UTF-8 are read
+        # as UTF-8 whatever the label says (a mislabelled page is the commoner mistake)
+        encoding = _declared_html_encoding(data) if suffix in (".html", ".htm") else None
+        if encoding is None:
+            raise InvalidDocumentError(f"{path}: not valid UTF-8 ({exc.reason})") from exc
+        try:
+            raw = data.decode(encoding)
+        except UnicodeDecodeError as exc2:
+            raise InvalidDocumentError(f"{path}: not valid UTF-8, nor the {encoding} it "
+                                       f"declares ({exc2.reason})") from exc2
+    raw = raw.removeprefix("\ufeff")
     if suffix == ".jsonl":
         for lineno, line in enumerate(raw.splitlines(), start=1):
             if not line.strip():
@@ -532,7 +568,8 @@ def _unrendered_removed(text: str) -> str:
 _MYST_HINT = re.compile(r"^ {0,3}(?:`{3,}|:{3,})\{[A-Za-z]|\{[A-Za-z][\w:+.-]*\}`", re.M)
 _MYST_FENCE = re.compile(r"^( {0,3})(`{3,}|:{3,})\{([A-Za-z][\w:+.-]*)\}\s*(.*?)\s*$")
 _MYST_ROLE = re.compile(r"\{[A-Za-z][\w:+.-]*\}`([^`]+)`")
-_MYST_TARGET = re.compile(r"^ {0,3}\([^()\s]+\)=\s*$")
+# a target's label may hold spaces: `(SSL Certificate Verification)=` (pip's docs)
+_MYST_TARGET = re.compile(r"^ {0,3}\((?=[^()\n]*\S)[^()\n]+\)=\s*$")
 _MYST_OPTION = re.compile(r"^\s*:[\w-]+:(?:\s|$)")
 _MYST_TEXT_DIRECTIVES = frozenset({
     "note", "warning", "tip", "important", "hint", "caution", "attention", "danger",

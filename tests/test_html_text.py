@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from pgfunnel.errors import InvalidDocumentError
 from pgfunnel.html_text import html_to_text
 from pgfunnel.sources import chunk_text, read_path
 
@@ -237,3 +240,41 @@ libffi</a> &nbsp; [<a href="Index.html">Index</a>]</p></div>
     # inside a recognised main element a class named header is content
     main = '<main><div class="header"><p>Card header text</p></div><p>x</p></main>'
     assert "Card header text" in html_to_text(main)[1]
+
+
+def test_pages_in_a_declared_charset_are_read_in_it(tmp_path: Path) -> None:
+    # older manuals (libxslt's) declare ISO-8859-1 and hold Windows-1252 quotes
+    (tmp_path / "news.html").write_bytes(
+        '<html><head><meta http-equiv="Content-Type" content="text/html; '
+        'charset=ISO-8859-1"><title>News</title></head><body><h1>News</h1>'
+        '<p>Caf\u00e9 cr\u00e8me \u201cquoted\u201d</p></body></html>'.encode("cp1252"))
+    (tmp_path / "euro.html").write_bytes(
+        b'<?xml version="1.0" encoding="iso-8859-15"?><html><body><h1>Euro</h1>'
+        b"<p>\xa4 sign</p></body></html>")
+    # valid UTF-8 is read as UTF-8 whatever the label says
+    (tmp_path / "mislabelled.html").write_bytes(
+        '<html><meta charset="iso-8859-1"><body><h1>M</h1><p>\u00e9t\u00e9</p></body>'
+        "</html>".encode())
+    texts = {r.citekey: r.text for r in read_path(tmp_path)}
+    assert texts["news"].endswith("Caf\u00e9 cr\u00e8me \u201cquoted\u201d")
+    assert texts["euro"].endswith("\u20ac sign")
+    assert texts["mislabelled"].endswith("\u00e9t\u00e9")
+    # bytes that fit neither are still a named error
+    (tmp_path / "broken.html").write_bytes(b'<html><meta charset="utf-8"><p>\xff\xfe</p>')
+    with pytest.raises(InvalidDocumentError, match="broken.html: not valid UTF-8"):
+        list(read_path(tmp_path / "broken.html"))
+
+
+def test_docbook_navigation_tables_are_not_content() -> None:
+    page = ('<html><head><title>Quick Start</title></head><body>'
+            '<div><table class="nav" summary="Navigation header"><tr><td><a href="p.html">'
+            '<img src="prev.png" alt="Prev"></a></td><th>User Manual</th></tr></table></div>'
+            '<div class="article"><h1>Quick Start</h1><p>Memcheck finds memory errors.</p>'
+            '<table summary="Options"><tr><td>--leak-check</td><td>full</td></tr></table></div>'
+            '<div><table summary="Navigation footer"><tr><td><a href="p.html">&lt;&lt; '
+            'Previous page</a></td><td><a href="index.html">Home</a></td></tr></table></div>'
+            '</body></html>')
+    title, text = html_to_text(page)
+    assert title == "Quick Start"
+    assert "User Manual" not in text and "Previous page" not in text and "Home" not in text
+    assert "Memcheck finds memory errors." in text and "--leak-check" in text

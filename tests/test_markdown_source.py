@@ -273,6 +273,14 @@ def test_myst_reads_as_its_rendered_page(tmp_path: Path) -> None:
     [doc] = read_path(tmp_path)
     assert "````markdown\n```python\n# not a heading\n```\n````" in doc.text
     assert [c.heading for c in chunk_text(doc.text)] == ["Fences"]
+    # a target's label may hold spaces (pip's docs); it is no text either
+    (tmp_path / "start.md").write_text(
+        "(SSL Certificate Verification)=\n\n# HTTPS Certificates\n\nBy default pip "
+        "verifies certificates.\n\n```{note}\nUse --cert.\n```\n\n"
+        "(see the note)= is text inside a paragraph.\n")
+    [doc] = read_path(tmp_path)
+    assert "SSL Certificate Verification" not in doc.text
+    assert "(see the note)= is text inside a paragraph." in doc.text
 
 
 def test_a_notebook_reads_as_its_markdown_and_code_without_outputs(tmp_path: Path) -> None:

@@ -48,6 +48,10 @@ def test_http_search_returns_ranked_results(client: TestClient) -> None:
     assert body["results"][0]["citekey"] == "refunds-annual"
     # the ORM join added the document's own columns
     assert body["results"][0]["language"] == "en"
+    # a NUL byte, which Postgres text cannot hold, is the client's mistake: 400, not 503
+    bad = client.get("/search", params={"q": "refund\x00plan"}, headers={"X-Principals": "alice"})
+    assert bad.status_code == 400, bad.text
+    assert "NUL" in bad.json()["detail"]
 
 
 def test_private_document_only_for_its_readers(client: TestClient) -> None:
