@@ -158,7 +158,7 @@ def _print_tables(report: Any, k: int) -> None:
     # a header or a slice name
     wide = Console(width=max(out.width, 150), highlight=False)
     ndcg, recall, mrr, found = metric_names(k)
-    wide.print(f"judging: {report.judging_level}; split: {report.split or 'all'}; k={k}")
+    wide.print(f"judging: per {report.judging_level}; split: {report.split or 'all'}; k={k}")
     for name, res in report.configs.items():
         table = Table(title=f"{name}: pool recall per stage | final metrics",
                       title_justify="left")

@@ -534,6 +534,11 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
         raise ConfigError("m", f"must be between 2 and 100, got {m}")
     if ef_construction < 4 or ef_construction > 1000:
         raise ConfigError("ef_construction", f"must be between 4 and 1000, got {ef_construction}")
+    if ef_construction < 2 * m:
+        # pgvector's own rule, which it checks only when the graph is built: after every
+        # chunk was embedded
+        raise ConfigError("ef_construction", f"must be at least 2 x m ({2 * m} for m {m}), "
+                                             f"got {ef_construction}")
     from pgfunnel.db import require_schema
 
     require_schema(conn)
@@ -714,17 +719,23 @@ def activate(conn: psycopg.Connection[Any], collection: str, version: int, *,
 def rollback(conn: psycopg.Connection[Any], collection: str, *,
              embedder: Embedder | None = None) -> Activation:
     """Activate the version the active one replaced (again: toggles between the two)."""
-    def previous() -> int:
-        require_collection(conn, collection)
-        row = conn.execute("select pgfunnel.previous_version(%s)", (collection,)).fetchone()
-        if row is None or row[0] is None:
+    def previous() -> tuple[int, int | None]:
+        coll = require_collection(conn, collection)
+        row = conn.execute("select v.params -> 'activations' -> -1 from pgfunnel.index_version v "
+                           "where v.collection_id = %s and v.state = 'active'", (coll,)).fetchone()
+        entry = row[0] if row is not None and isinstance(row[0], dict) else {}
+        if entry.get("replaced") is None:
             raise NotFoundError(f"collection {collection!r}: the active version replaced no "
                                 "other version; there is nothing to roll back to")
-        return int(row[0])
+        replaced_id = entry.get("replaced_id")
+        return int(entry["replaced"]), None if replaced_id is None else int(replaced_id)
 
-    prev = _db(previous)
+    prev, prev_id = _db(previous)
     coll_id = require_collection(conn, collection)
-    if prev not in {v.version for v in _versions(conn, coll_id)}:
+    # by id where the history has it: a dropped version's number goes to the next build,
+    # which is not the version the active one replaced
+    if not any(v.version == prev and (prev_id is None or v.id == prev_id)
+               for v in _versions(conn, coll_id)):
         raise NotFoundError(f"collection {collection!r}: version {prev}, which the active "
                             "version replaced, was dropped; nothing to roll back to")
     return activate(conn, collection, prev, embedder=embedder)

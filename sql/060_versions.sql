@@ -124,7 +124,10 @@ begin
                           from jsonb_array_elements(coalesce(v.params -> 'activations', '[]'::jsonb))
                                with ordinality as a(e, o)
                          order by a.o desc limit 19) h)
-               || jsonb_build_array(jsonb_build_object('at', now(), 'replaced', prev.version)))
+               -- the id too: a dropped version's number is given again to the next build,
+               -- and rollback must not take that one for the version it replaced
+               || jsonb_build_array(jsonb_build_object('at', now(), 'replaced', prev.version,
+                                                       'replaced_id', prev.id)))
      where v.id = target.id;
     return prev.version;
 end

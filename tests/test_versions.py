@@ -111,6 +111,13 @@ def test_analyzer_reindex_activate_rollback_retire_drop(sample_db: str, embedder
                             (res.version_id,)).fetchone() == (0,)
         with pytest.raises(PgfunnelError, match="nothing to roll back"):
             versions.rollback(conn, "default")
+        # a new build takes the dropped version's number; it is still not what version 1
+        # replaced, and rollback must not put it live untried
+        again = versions.reindex(conn, "default", analyzer="simple_v2")
+        assert again.version == 2 and again.version_id != res.version_id
+        with pytest.raises(PgfunnelError, match="was dropped; nothing to roll back"):
+            versions.rollback(conn, "default")
+        assert _state(conn) == {1: "active", 2: "ready"}
 
 
 def test_activation_catches_up_chunks_ingested_after_the_build(sample_db: str,
@@ -190,6 +197,10 @@ def test_bad_options_are_config_errors(sample_db: str) -> None:
                              maintenance_work_mem="lots")
         with pytest.raises(PgfunnelError, match="no index version 9"):
             versions.activate(conn, "default", 9)
+        # pgvector's rule for the pair, refused before anything is embedded or written
+        with pytest.raises(ConfigError, match=r"^ef_construction: must be at least 2 x m"):
+            versions.reindex(conn, "default", m=16, ef_construction=8)
+        assert conn.execute("select count(*) from pgfunnel.index_version").fetchone() == (1,)
 
 
 def test_small_maintenance_work_mem_notice_is_shown(sample_db: str) -> None:
