@@ -67,6 +67,10 @@ def _checked(name: str, value: Any) -> Any:
         if not isinstance(value, str):
             what = "a string" if name in _STR_PARAMS else "a string or None"
             raise ConfigError(name, f"must be {what}, got {type(value).__name__} {value!r}")
+        if value == "" and name in _OPTIONAL_STR_PARAMS:
+            # ingest refuses "" for a tenant or language: no document has it, so nothing
+            # would match
+            raise ConfigError(name, "must be a non-empty string or None, got ''")
     elif name == "trace" and not isinstance(value, bool):
         raise ConfigError(name, f"must be True or False, got {value!r}")
     return value
@@ -126,10 +130,6 @@ class SearchParams:
                 json.dumps(mf, allow_nan=False)
             except (TypeError, ValueError) as exc:
                 raise ConfigError("metadata_filter", f"is not JSON ({exc})") from None
-        for name in ("tenant", "language"):
-            if kwargs.get(name) == "":
-                # ingest refuses "" for these: no document has it, so nothing would match
-                raise ConfigError(name, "must be a non-empty string or None, got ''")
         as_of = kwargs.get("as_of")
         if as_of is not None and not isinstance(as_of, (dt.datetime, dt.date)):
             raise ConfigError("as_of", f"must be a datetime or None, got "

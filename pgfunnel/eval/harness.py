@@ -431,12 +431,10 @@ class Harness:
             return set()
         key = ("d.citekey" if level == "document"
                else "d.citekey || '#' || ch.ordinal::text")
-        with conn.transaction():
-            # as the reader the searches run as: under row-level security the policies
-            # read these settings, and without them every document is hidden
-            conn.execute("select set_config('pgfunnel.principals', %s, true), "
-                         "set_config('pgfunnel.tenant', coalesce(%s, ''), true)",
-                         (json.dumps(list(self.principals)), self.tenant))
+        # as the reader the searches run as: under row-level security the policies read
+        # its settings, and without them every document is hidden
+        reader = SearchParams.build(principals=self.principals, tenant=self.tenant)
+        with self.funnel._transaction(conn, reader):
             return {r[0] for r in conn.execute(
                 sql.SQL("select distinct {key} from pgfunnel.document d "
                         "join pgfunnel.collection c on c.id = d.collection_id "
