@@ -297,6 +297,7 @@ def compare_cmd(
         if (queries is None) == (last is None):
             raise ConfigError("queries", "give exactly one of --queries FILE or --last N")
         with connect(dsn, autocommit=True) as conn:
+            versions.require_pin_privilege(conn)
             if queries is not None:
                 qs, _ = versions.read_query_file(queries)
             else:

@@ -40,6 +40,7 @@ from psycopg.types.json import Jsonb
 from pgfunnel.embedder import Embedder
 from pgfunnel.errors import (
     JSON_ERRORS,
+    AccessError,
     ConfigError,
     ConflictError,
     InvalidInputError,
@@ -805,6 +806,21 @@ def drop_collection(conn: psycopg.Connection[Any], collection: str) -> dict[str,
 
 # -- compare -------------------------------------------------------------------------
 
+def require_pin_privilege(conn: psycopg.Connection[Any]) -> None:
+    """Refuse a role that cannot pin a version (see :func:`pinned`) before any work is done.
+
+    A reader would otherwise fail only at the first pinned search, and with row-level
+    security on, ``compare --last`` would first tell it that nothing was ever logged."""
+    row = conn.execute("select pg_catalog.has_table_privilege("
+                       "'pgfunnel.index_version', 'UPDATE'), current_user").fetchone()
+    if row is not None and not row[0]:
+        raise AccessError(
+            f"role {row[1]!r} cannot compare versions: a comparison makes each version "
+            "active inside a rolled-back transaction, which needs UPDATE on "
+            "pgfunnel.index_version. Run it as the tables' owner or a member of "
+            "pgfunnel_writer")
+
+
 @contextmanager
 def pinned(conn: psycopg.Connection[Any], coll_id: int, version_id: int) -> Iterator[None]:
     """Run searches on ``version_id`` as if it were active, in a transaction always rolled back.
@@ -864,6 +880,7 @@ def search_pinned(conn: psycopg.Connection[Any], collection: str, version: int,
 
     def body() -> list[list[Any]]:
         coll_id = require_collection(conn, collection)
+        require_pin_privilege(conn)
         info = _version_row(conn, coll_id, version)
         if info.state == "building":
             raise ConflictError(f"version {version} of {collection!r} is still building")
@@ -983,6 +1000,6 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
 __all__ = [
     "Activation", "Comparison", "ReindexResult", "Validation", "ValidationFailed", "VersionInfo",
     "activate", "build_index", "catch_up", "cleanup_invalid_indexes", "compare", "drop",
-    "last_queries", "list_versions", "lock_holder", "read_query_file", "reindex", "retire",
-    "rollback", "search_pinned", "validate", "writer_lock",
+    "last_queries", "list_versions", "lock_holder", "read_query_file", "reindex",
+    "require_pin_privilege", "retire", "rollback", "search_pinned", "validate", "writer_lock",
 ]

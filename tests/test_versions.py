@@ -269,6 +269,28 @@ def test_compare_last_logged_searches(sample_db: str, embedder: Any) -> None:
     assert bad.exit_code == 1 and "exactly one of" in bad.output
 
 
+def test_compare_as_a_reader_names_the_privilege_it_lacks(sample_db: str) -> None:
+    """A reader cannot pin a version; compare says so up front, for --last too (which under
+    RLS would otherwise report that nothing was ever logged)."""
+    from _security_helpers import create_app_role
+    from pgfunnel.cli.main import app
+
+    from pgfunnel.errors import AccessError
+
+    reader = create_app_role(sample_db)
+    writer = create_app_role(sample_db, writer=True)
+    with connect(reader, autocommit=True) as conn, \
+            pytest.raises(AccessError, match="pgfunnel_writer"):
+        versions.search_pinned(conn, "default", 1, ["refund"])
+    for args in (["--last", "5"], ["--queries", "missing.jsonl"]):
+        out = CliRunner().invoke(app, ["versions", "compare", "1", "1", *args, "--dsn", reader])
+        assert out.exit_code == 1 and "needs UPDATE on pgfunnel.index_version" in out.output, \
+            out.output
+    with connect(writer, autocommit=True) as conn:
+        versions.require_pin_privilege(conn)  # a writer may
+        assert len(versions.search_pinned(conn, "default", 1, ["refund"], k=3)[0]) == 3
+
+
 def test_kill_9_mid_build_then_rerun_resumes_and_cleans(sample_db: str, embedder: Any,
                                                         tiny_model: str,
                                                         tiny_embedder: Any) -> None:
