@@ -19,7 +19,9 @@ comment in code never reads as a heading), and other whitespace collapses as a b
 collapses it. The title is the first ``<h1>`` of the main content, whose wording is the
 page's own, else ``<title>``, which usually carries the site's name as well; when
 ``<title>`` starts with the content's first heading followed by a separator
-(``File system | Node.js Documentation``), that heading.
+(``File system | Node.js Documentation``), that heading. An ``<h1>`` that ``<title>`` does
+not mention, where ``<title>`` is a later heading of the page, is a site banner: the
+title is that heading.
 """
 
 from __future__ import annotations
@@ -164,6 +166,7 @@ class _Renderer:
         self.line: list[str] = []  # the paragraph being written
         self.first_h1: str | None = None
         self.first_heading: str | None = None
+        self.headings: list[str] = []
         self._bullet = ""  # a list item's "- " whose text starts in a paragraph of its own
 
     def _flush(self) -> None:
@@ -201,6 +204,7 @@ class _Renderer:
             heading = self._text_of(element)
             if heading:
                 self.blocks.append(f"## {heading}")
+                self.headings.append(heading)
                 if tag == "h1" and self.first_h1 is None:
                     self.first_h1 = heading
                 if self.first_heading is None:
@@ -260,7 +264,22 @@ def html_to_text(html: str) -> tuple[str, str]:
     text = "\n\n".join(renderer.blocks)
     # a table row's trailing cell separator
     text = re.sub(r"\s*\|\s*$", "", text, flags=re.MULTILINE)
-    return renderer.first_h1 or _without_site_name(page_title, renderer.first_heading), text
+    return _page_title(renderer, page_title), text
+
+
+def _page_title(renderer: _Renderer, page_title: str) -> str:
+    """The first ``<h1>``, unless it is a banner: a site whose every page opens with its
+    name in an ``<h1>`` (libxslt's "The XSLT C library for GNOME") names the page in
+    ``<title>``, and that title is one of the page's later headings."""
+    h1 = renderer.first_h1
+    if h1 is None:
+        return _without_site_name(page_title, renderer.first_heading)
+    if page_title and h1.casefold() not in page_title.casefold():
+        own = page_title.casefold()
+        for heading in renderer.headings:
+            if heading != h1 and heading.casefold() == own:
+                return heading
+    return h1
 
 
 # what separates a page's own title from the site's name in <title>

@@ -207,6 +207,17 @@ def test_the_title_keeps_what_is_not_a_site_name() -> None:
     assert html_to_text(page.format("Acme docs | Foo"))[0] == "Acme docs | Foo"
 
 
+def test_a_banner_h1_on_every_page_does_not_become_every_title() -> None:
+    # libxslt's pages: the site's name in an <h1>, the page's own name in <title> and an <h2>
+    page = ("<html><head><title>{title}</title></head><body>"
+            "<h1>The XSLT C library for GNOME</h1><h2>Writing extensions</h2>"
+            "<p>Extensions are bound to a namespace.</p></body></html>")
+    assert html_to_text(page.format(title="Writing extensions"))[0] == "Writing extensions"
+    # a <title> that names the <h1>, or that is no heading of the page, leaves the <h1>
+    for title in ("The XSLT C library for GNOME: extensions", "libxslt"):
+        assert html_to_text(page.format(title=title))[0] == "The XSLT C library for GNOME"
+
+
 def test_two_files_that_would_share_a_citekey_are_refused_with_the_way_out(
         tmp_path: Path) -> None:
     import pytest
