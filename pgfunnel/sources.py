@@ -330,7 +330,8 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
         title, text = asciidoc_to_text(raw)
         title = title or _title_from_file_name(path)
     elif suffix == ".txt":
-        text, title = raw, _title_from_file_name(path)
+        first_heading, text = _underlined_headings(raw)
+        title = first_heading or _title_from_file_name(path)
     else:
         if suffix == ".ipynb":
             raw = _notebook_to_markdown(raw, path)
@@ -482,6 +483,52 @@ def _setext_to_atx(text: str) -> str:
             paragraph_start = len(out)
         out.append(line)
     return "\n".join(out)
+
+
+# a plain-text heading's underline (or overline): one punctuation character, three or more
+_TEXT_ADORNMENT = re.compile(r"^([=\-~^*#+])\1{2,}[ \t]*$")
+
+
+def _underlined_headings(text: str) -> tuple[str | None, str]:
+    """Plain text's underlined headings (a line alone over ``=====``, ``-----``, ``~~~~``...,
+    optionally also overlined, as release notes, specs and READMEs write them) as ``#``
+    headings, so that they start sections and no rule of punctuation is indexed. Levels
+    follow the order in which the underline styles first appear, as in reStructuredText.
+    Returns the first heading when the text opens with it (the document's title) and the
+    text. A rule under a paragraph of several lines is left alone: in plain text that is a
+    separator more often than a heading."""
+    lines = text.removeprefix("\ufeff").splitlines()
+    out: list[str] = []
+    styles: list[str] = []
+    title: str | None = None
+    seen_text = False
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        under = _TEXT_ADORNMENT.match(lines[i + 1]) if i + 1 < len(lines) else None
+        stripped = line.strip()
+        alone = not out or not out[-1].strip() or (
+            _TEXT_ADORNMENT.match(out[-1]) is not None and (len(out) < 2 or not out[-2].strip()))
+        if under and stripped and not line[:1].isspace() and alone \
+                and not _TEXT_ADORNMENT.match(line) \
+                and len(lines[i + 1].strip()) >= min(len(stripped), 3 + len(stripped) // 2):
+            style = under.group(1)
+            if out and _TEXT_ADORNMENT.match(out[-1]):
+                style = "over" + style
+                out.pop()
+            if style not in styles:
+                styles.append(style)
+            out.append("#" * min(styles.index(style) + 1, 6) + " " + stripped)
+            if not seen_text:
+                title = stripped
+            seen_text = True
+            i += 2
+            continue
+        if stripped and not _TEXT_ADORNMENT.match(line):
+            seen_text = True
+        out.append(line)
+        i += 1
+    return title, "\n".join(out)
 
 
 # a reference link's definition ("[docs]: https://... "title""), which the page never

@@ -182,3 +182,29 @@ def test_python_objects_are_named_as_sphinx_shows_them() -> None:
                      "subprocess.Popen.returncode", "subprocess.DEVNULL", "Popen.poll()",
                      "open(file)", "PyObject* PyList_New(Py_ssize_t len)"]
     assert "os.path.join(path, *paths)" in rst_to_text(PAGE)[1]
+
+
+def test_plain_text_underlined_headings_start_sections(tmp_path: Path) -> None:
+    """A .txt that is not reStructuredText (release notes, specs) still has underlined
+    headings: they become sections and the title, and no rule of '=' is indexed."""
+    notes = tmp_path / "2.38.2.txt"
+    notes.write_text(
+        "Git 2.38.2 Release Notes\n========================\n\n"
+        "This is to backport various fixes.\n\n\n"
+        "Fixes since v2.38.1\n-------------------\n\n"
+        " * \"git remote rename\" failed to rename a remote without a fetch refspec.\n\n"
+        "A paragraph of two lines\nfollowed by a rule is a separator\n----------\n\nend\n",
+        encoding="utf-8")
+    (doc,) = read_path(notes)
+    assert doc.title == "Git 2.38.2 Release Notes"
+    assert "====" not in doc.text and "-------------------" not in doc.text
+    assert "followed by a rule is a separator\n----------" in doc.text
+    headings = [c.heading for c in chunk_text(doc.text, chunk_words=20)]
+    assert headings[0] == "Git 2.38.2 Release Notes"
+    assert "Fixes since v2.38.1" in headings
+    # overlined titles too; a .txt that opens with prose keeps its file name as title
+    spec = tmp_path / "triggers.txt"
+    spec.write_text("Draft.\n\n========\nTRIGGERS\n========\n\nIntro\n-----\n\nA trigger.\n",
+                    encoding="utf-8")
+    (doc,) = read_path(spec)
+    assert doc.title == "triggers" and "# TRIGGERS\n" in doc.text and "## Intro\n" in doc.text
