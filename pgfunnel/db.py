@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import subprocess
 import warnings
 from collections.abc import Iterator
@@ -89,8 +90,18 @@ def stop_embedded(home: Path | None = None) -> bool:
     return True
 
 
-def resolve_dsn(dsn: str | None = None) -> str:
-    return dsn or os.environ.get("PGFUNNEL_DSN") or embedded_dsn()
+# a SQLAlchemy URL's driver suffix ("postgresql+psycopg://"), which libpq does not read
+_SQLALCHEMY_SCHEME = re.compile(r"^(postgres(?:ql)?)\+[a-z0-9_]+://", re.IGNORECASE)
+
+
+def resolve_dsn(dsn: Any = None) -> str:
+    """The DSN to connect to: ``dsn`` (a libpq URL or ``key=value`` string, a SQLAlchemy
+    URL, string or object, whose driver suffix is dropped), else PGFUNNEL_DSN, else the
+    embedded server."""
+    if dsn is not None and not isinstance(dsn, str) and hasattr(dsn, "render_as_string"):
+        dsn = dsn.render_as_string(hide_password=False)  # a sqlalchemy.URL
+    target = dsn or os.environ.get("PGFUNNEL_DSN") or embedded_dsn()
+    return _SQLALCHEMY_SCHEME.sub(lambda m: "postgresql://", target, count=1)
 
 
 def connect(dsn: str | None = None, *, autocommit: bool = False,
@@ -110,14 +121,33 @@ def connect(dsn: str | None = None, *, autocommit: bool = False,
 
 
 def try_register_vector(conn: psycopg.Connection[Any]) -> bool:
-    """Register pgvector's types if the extension exists; report whether it does."""
+    """Register pgvector's types if the extension exists; report whether it does.
+
+    A connection that has them already is left alone: registering looks four types up,
+    four transactions, which a pool would otherwise repeat at every checkout. Psycopg
+    leaves the connection in the transaction state it found it in."""
+    if conn.adapters.types.get("vector") is not None:
+        return True
     try:
         register_vector(conn)
         return True
     except psycopg.ProgrammingError:
-        if not conn.autocommit:
-            conn.rollback()
         return False
+    except psycopg.Error as exc:
+        raise translate(exc) from exc
+
+
+@contextmanager
+def own_transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """Run a lookup so that it leaves no transaction open: on a connection without
+    autocommit the first statement would begin one that nothing commits (the connection
+    idle in transaction, a later search a mere savepoint whose trace is never committed).
+    Inside the application's own transaction it is a savepoint."""
+    if conn.autocommit:
+        yield
+    else:
+        with conn.transaction():
+            yield
 
 
 def redact(dsn: str) -> str:

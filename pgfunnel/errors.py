@@ -150,6 +150,11 @@ _SQLSTATE_MAP: dict[str, type[PgfunnelError]] = {
 }
 
 
+# the server ended the session: admin_shutdown, crash_shutdown, cannot_connect_now,
+# idle_session_timeout (the 08 class is the connection's own failures)
+_CONNECTION_LOST = frozenset({"57P01", "57P02", "57P03", "57P05"})
+
+
 def string_list(value: Any, parameter: str) -> list[str]:
     """``value`` as a list of strings, or a ConfigError naming ``parameter``. One string is
     refused: iterated, ``"kb-ab"`` would be the keys ``k``, ``b``, ``-``, ``a``."""
@@ -175,8 +180,9 @@ def translate(exc: BaseException) -> PgfunnelError:
     if isinstance(exc, PgfunnelError):
         return exc
     orig = getattr(exc, "orig", None)
-    if isinstance(orig, BaseException) and getattr(orig, "sqlstate", None) is not None:
-        # SQLAlchemy wraps the driver's error (DBAPIError.orig): the SQLSTATE is there
+    if isinstance(orig, BaseException):
+        # SQLAlchemy wraps the driver's error (DBAPIError.orig): the SQLSTATE is there, and
+        # an error psycopg raised before sending anything (a NUL in a value) is its class
         err = translate(orig)
         err.__cause__ = exc
         return err
@@ -186,6 +192,11 @@ def translate(exc: BaseException) -> PgfunnelError:
     if sqlstate is None:
         import psycopg
 
+        if type(exc).__name__ in ("PoolTimeout", "TooManyRequests"):
+            # psycopg_pool's: the pool is exhausted, not the server unreachable
+            err = ConnectionFailedError(f"no connection free in the pool: {primary}")
+            err.__cause__ = exc
+            return err
         if isinstance(exc, psycopg.OperationalError):
             return ConnectionFailedError(f"cannot connect to Postgres: {primary}")
         if isinstance(exc, psycopg.DataError):
@@ -194,6 +205,15 @@ def translate(exc: BaseException) -> PgfunnelError:
             err.__cause__ = exc
             return err
         return PgfunnelError(primary)
+    if sqlstate.startswith("08") or sqlstate in _CONNECTION_LOST:
+        err = ConnectionFailedError(f"lost the connection to Postgres: {primary}")
+        err.__cause__ = exc
+        return err
+    if sqlstate == "22000" and primary.endswith("not allowed in vector"):
+        # pgvector's own check of a vector's values ("NaN not allowed in vector")
+        err = InvalidVectorError(primary)
+        err.__cause__ = exc
+        return err
     cls = _SQLSTATE_MAP.get(sqlstate, PgfunnelError)
     if cls is SchemaMissingError:
         if "pgfunnel" in primary or "vector" in primary:

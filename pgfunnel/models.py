@@ -30,6 +30,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
+from sqlalchemy.ext.mutable import MutableDict, MutableList
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 SCHEMA = "pgfunnel"
@@ -95,12 +96,17 @@ class Document(Base):
     )
     citekey: Mapped[str] = mapped_column(Text, nullable=False)
     title: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("''"))
+    # Mutable*: an admin screen revokes a reader with doc.readers.remove(...); a plain
+    # ARRAY would not see the change, and the session would write nothing (the reader
+    # keeps access). MutableDict tracks the top level of the metadata, not nested values.
     metadata_: Mapped[dict[str, Any]] = mapped_column(
-        "metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")
+        "metadata", MutableDict.as_mutable(JSONB()), nullable=False,
+        server_default=text("'{}'::jsonb")
     )
     tenant: Mapped[str | None] = mapped_column(Text)
     readers: Mapped[list[str]] = mapped_column(
-        ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")
+        MutableList.as_mutable(ARRAY(Text)), nullable=False,
+        server_default=text("'{}'::text[]")
     )
     is_public: Mapped[bool] = mapped_column(Boolean, nullable=False)
     language: Mapped[str | None] = mapped_column(Text)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import math
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -26,11 +27,12 @@ import numpy as np
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pgfunnel.db import connect, try_register_vector
+from pgfunnel.db import connect, own_transaction, try_register_vector
 from pgfunnel.embedder import Embedder, check_vector
 from pgfunnel.errors import (
     ConfigError,
     InvalidInputError,
+    InvalidVectorError,
     PgfunnelError,
     string_list,
     translate,
@@ -76,6 +78,27 @@ def _checked(name: str, value: Any) -> Any:
     return value
 
 
+def check_principals(value: Any) -> tuple[str, ...]:
+    """The reader's principals as a tuple of strings, or a ConfigError naming what is
+    wrong. Any iterable is read once (a generator used up by a first check would leave a
+    reader with no principals: public documents only, silently)."""
+    if value is None:
+        raise ConfigError("principals", "must not be None; pass [] for public documents only")
+    if isinstance(value, (str, bytes)):
+        raise ConfigError("principals", "must be a list of strings, not one string")
+    try:
+        items = list(value)
+    except TypeError:
+        raise ConfigError("principals", "must be a list of strings, got "
+                          f"{type(value).__name__}") from None
+    if any(x is None for x in items):
+        # a caller's missing identity, not a principal named "None"
+        raise ConfigError("principals", f"must not contain None, got {items!r}")
+    if any(x == "" for x in items):
+        raise ConfigError("principals", f"must not contain an empty string, got {items!r}")
+    return tuple(str(x) for x in items)
+
+
 @dataclass(frozen=True)
 class SearchParams:
     """Every knob of one search; defaults match the SQL functions' defaults."""
@@ -108,19 +131,7 @@ class SearchParams:
             raise ConfigError(unknown[0], "unknown search parameter (known: "
                               f"{', '.join(sorted(known))})")
         if "principals" in kwargs:
-            p = kwargs["principals"]
-            if p is None:
-                raise ConfigError("principals",
-                                  "must not be None; pass [] for public documents only")
-            if isinstance(p, str):
-                raise ConfigError("principals", "must be a list of strings, not one string")
-            if any(x is None for x in p):
-                # a caller's missing identity, not a principal named "None"
-                raise ConfigError("principals", f"must not contain None, got {list(p)!r}")
-            if any(x == "" for x in p):
-                raise ConfigError("principals",
-                                  f"must not contain an empty string, got {list(p)!r}")
-            kwargs["principals"] = tuple(str(x) for x in p)
+            kwargs["principals"] = check_principals(kwargs["principals"])
         mf = kwargs.get("metadata_filter")
         if mf is not None and not isinstance(mf, Mapping):
             raise ConfigError("metadata_filter",
@@ -311,6 +322,7 @@ class Funnel:
         self.collection = collection
         self._embedder_spec = embedder
         self._embedder: Embedder | None = embedder if isinstance(embedder, Embedder) else None
+        self._loading = threading.Lock()
         self.reranker = reranker
         if rerank_depth is not None and (isinstance(rerank_depth, bool)
                                          or not isinstance(rerank_depth, int)
@@ -318,6 +330,11 @@ class Funnel:
             raise ConfigError("rerank_depth", f"must be an integer of at least 1, got "
                                               f"{rerank_depth!r}")
         self.rerank_depth = rerank_depth
+        if rerank_gate_margin is not None and (
+                isinstance(rerank_gate_margin, bool) or not _is_number(rerank_gate_margin)
+                or not math.isfinite(rerank_gate_margin) or rerank_gate_margin < 0):
+            raise ConfigError("rerank_gate_margin", "must be a finite number >= 0 or None, "
+                              f"got {rerank_gate_margin!r}")
         self.rerank_gate_margin = rerank_gate_margin
         # opt-in query hooks (pgfunnel.transform): a GuardedRewriter or any callable
         # str -> str (guarded with the collection's protected terms), and a
@@ -333,12 +350,25 @@ class Funnel:
         if src is not None and hasattr(src, "connection") and not isinstance(src, str) \
                 and not isinstance(src, psycopg.Connection):
             # a pool: a connection per thread, nothing to serialise
-            with src.connection() as conn:
-                try_register_vector(conn)
+            try:
+                pooled = src.connection()
+                conn = pooled.__enter__()
+            except psycopg.Error as exc:  # an exhausted pool, a server gone
+                raise translate(exc) from exc
+            try:
+                try_register_vector(conn)  # once per connection
                 yield conn
+            except BaseException as exc:
+                if not pooled.__exit__(type(exc), exc, exc.__traceback__):
+                    raise
+            else:
+                pooled.__exit__(None, None, None)
             return
         with self._one_connection:
             if isinstance(src, psycopg.Connection):
+                # the application's connection: the vector type is needed to send a query
+                # embedding, and pgfunnel.db.connect is not the only way to open one
+                try_register_vector(src)
                 yield src
                 return
             if self._own_conn is None or self._own_conn.closed:
@@ -361,14 +391,13 @@ class Funnel:
     # -- embedding -----------------------------------------------------------------
     def _active_dimensions(self, conn: psycopg.Connection[Any], collection: str) -> tuple[str, int]:
         try:
-            row = conn.execute(
-                "select v.embedding_model, v.dimensions from pgfunnel.index_version v "
-                "join pgfunnel.collection c on c.id = v.collection_id "
-                "where c.name = %s and v.state = 'active'", (collection,)).fetchone()
+            with own_transaction(conn):
+                row = conn.execute(
+                    "select v.embedding_model, v.dimensions from pgfunnel.index_version v "
+                    "join pgfunnel.collection c on c.id = v.collection_id "
+                    "where c.name = %s and v.state = 'active'", (collection,)).fetchone()
         except psycopg.Error as exc:
             # before `pgfunnel init` this is the first statement to find no schema
-            if not conn.autocommit:
-                conn.rollback()
             raise translate(exc) from exc
         if row is None:
             from pgfunnel.errors import NotFoundError
@@ -384,13 +413,38 @@ class Funnel:
             return self._active_dimensions(conn, collection or self.collection)
 
     def embedder_for(self, conn: psycopg.Connection[Any], collection: str) -> Embedder | None:
+        """The query embedder, loaded on first use; threads arriving meanwhile wait for
+        that one load instead of each loading the model."""
         if self._embedder_spec is None:
             return None
         if self._embedder is None:
-            model, _ = self._active_dimensions(conn, collection)
-            spec = self._embedder_spec
-            self._embedder = Embedder(model if spec == "auto" else str(spec))
+            with self._loading:
+                if self._embedder is None:
+                    model, _ = self._active_dimensions(conn, collection)
+                    spec = self._embedder_spec
+                    self._embedder = Embedder(model if spec == "auto" else str(spec))
         return self._embedder
+
+    def _replace_embedder(self, used: Embedder, model: str, conn: psycopg.Connection[Any],
+                          collection: str) -> None:
+        with self._loading:
+            if self._embedder is used:
+                self._embedder = Embedder(model or self._active_dimensions(conn, collection)[0])
+
+    def _follow_model_change(self, conn: psycopg.Connection[Any], collection: str,
+                             used: Embedder) -> bool:
+        """After the active index version refused a query vector's dimensions: whether
+        the model changed and ``embedder="auto"`` can follow it; an error naming the
+        model the Funnel should have when it cannot."""
+        model, dims = self._active_dimensions(conn, collection)
+        if model == used.model_name:
+            return False  # refused for another reason
+        if self._embedder_spec == "auto":
+            return True
+        raise InvalidVectorError(
+            f"query_embedding: this Funnel embeds queries with {used.model_name!r}, but the "
+            f"active index version of {collection!r} was built with {model!r} ({dims} "
+            "dimensions); create the Funnel with that model, or embedder='auto'")
 
     # -- search ----------------------------------------------------------------------
     def search(self, query: str | None, *, query_embedding: Any = None,
@@ -445,9 +499,11 @@ class Funnel:
                                           p.collection)
             t0 = time.perf_counter()
             vector: np.ndarray | None = None
+            emb: Embedder | None = None
             if query_embedding is not None:
-                _, dims = self._active_dimensions(conn, p.collection)
-                vector = check_vector(query_embedding, dims)
+                # its dimensions are checked by the search itself, against the version
+                # it reads: no lookup here
+                vector = check_vector(query_embedding)
             elif query is not None and query.strip():
                 emb = self.embedder_for(conn, p.collection)
                 if emb is not None:
@@ -461,17 +517,29 @@ class Funnel:
                                       transforms=transforms)
             handler = _NoticeCollector(notices)
             conn.add_notice_handler(handler)
+            seen: dict[str, Any] = {}
             try:
-                if use_rerank:
-                    response = self._search_reranked(conn, query, vector, p, timings,
-                                                     transforms=transforms)
-                elif transforms and p.trace:
-                    # final(candidates()) is funnel_search by definition; two steps let
-                    # the transformations go into the trace's config
-                    response = self._search_reranked(conn, query, vector, p, timings,
-                                                     transforms=transforms, use_model=False)
-                else:
-                    response = self._search_plain(conn, query, vector, p, timings)
+                try:
+                    response = self._run(conn, query, vector, p, timings, use_rerank,
+                                         transforms, seen)
+                    stale = emb is not None and self._embedder_spec == "auto" and \
+                        seen.get("model") not in (None, emb.model_name)
+                except InvalidVectorError:
+                    if emb is None or not self._follow_model_change(conn, p.collection, emb):
+                        raise
+                    stale = True
+                if stale and emb is not None and query is not None:
+                    # another version, built with another model, went live since the
+                    # model was loaded (a refused dimension, or the same dimension and
+                    # vectors that mean nothing to it): once more with its model
+                    self._replace_embedder(emb, str(seen.get("model") or ""), conn,
+                                           p.collection)
+                    notices.clear()
+                    reloaded = self.embedder_for(conn, p.collection)
+                    assert reloaded is not None
+                    vector = reloaded.embed_query(query)
+                    response = self._run(conn, query, vector, p, timings, use_rerank,
+                                         transforms, {})
             finally:
                 conn.remove_notice_handler(handler)
         response.notices = notices
@@ -480,18 +548,47 @@ class Funnel:
             warn_at_caller(note)
         return response
 
+    def _run(self, conn: psycopg.Connection[Any], query: str | None, vector: np.ndarray | None,
+             p: SearchParams, timings: dict[str, float], use_rerank: bool,
+             transforms: list[dict[str, Any]], seen: dict[str, Any]) -> SearchResponse:
+        if use_rerank:
+            return self._search_reranked(conn, query, vector, p, timings,
+                                         transforms=transforms, seen=seen)
+        if transforms and p.trace:
+            # final(candidates()) is funnel_search by definition; two steps let the
+            # transformations go into the trace's config
+            return self._search_reranked(conn, query, vector, p, timings,
+                                         transforms=transforms, use_model=False, seen=seen)
+        return self._search_plain(conn, query, vector, p, timings, seen)
+
     @contextmanager
-    def _transaction(self, conn: psycopg.Connection[Any], p: SearchParams) -> Iterator[None]:
+    def _transaction(self, conn: psycopg.Connection[Any], p: SearchParams,
+                     seen: dict[str, Any] | None = None) -> Iterator[None]:
+        """The search's transaction, with the reader's settings. ``seen`` receives the
+        embedding model of the collection's active version (``seen["model"]``), read in
+        the same statement as the settings."""
         try:
-            with conn.transaction():
-                # transaction-local: a pooled connection carries nothing to the next request
-                conn.execute(
+            # pipelined: BEGIN, the settings, the search and COMMIT go out together, one
+            # round trip to the server instead of four
+            with conn.pipeline(), conn.transaction():
+                # transaction-local: a pooled connection carries nothing to the next
+                # request; without statement_timeout_ms the session's own timeout stands
+                settings = conn.execute(
                     "select set_config('pgfunnel.principals', %s, true), "
                     "set_config('pgfunnel.tenant', coalesce(%s, ''), true), "
-                    "set_config('statement_timeout', %s, true)",
+                    "set_config('statement_timeout', "
+                    "coalesce(%s, pg_catalog.current_setting('statement_timeout')), true), "
+                    "(select v.embedding_model from pgfunnel.index_version v "
+                    "join pgfunnel.collection c on c.id = v.collection_id "
+                    "where c.name = %s and v.state = 'active')",
                     (json.dumps(list(p.principals)), p.tenant,
-                     str(p.statement_timeout_ms or 0)), prepare=True)
+                     None if p.statement_timeout_ms is None else str(p.statement_timeout_ms),
+                     p.collection),
+                    prepare=True)
                 yield
+                if seen is not None:
+                    row = settings.fetchone()
+                    seen["model"] = row[3] if row is not None else None
         except psycopg.Error as exc:
             raise translate(exc) from exc
 
@@ -503,11 +600,12 @@ class Funnel:
 
     def _search_plain(self, conn: psycopg.Connection[Any], query: str | None,
                       vector: np.ndarray | None, p: SearchParams,
-                      timings: dict[str, float]) -> SearchResponse:
+                      timings: dict[str, float],
+                      seen: dict[str, Any] | None = None) -> SearchResponse:
         args = self._base_args(query, vector, p)
         args["trace"] = p.trace
         t0 = time.perf_counter()
-        with self._transaction(conn, p):
+        with self._transaction(conn, p, seen):
             rows = conn.execute(_FUNNEL_SQL, args, prepare=True).fetchall()
         timings["funnel_search"] = (time.perf_counter() - t0) * 1000
         results = [Result(*r) for r in rows]
@@ -548,11 +646,12 @@ class Funnel:
                          vector: np.ndarray | None, p: SearchParams,
                          timings: dict[str, float], *,
                          transforms: Sequence[Mapping[str, Any]] = (),
-                         use_model: bool = True) -> SearchResponse:
+                         use_model: bool = True,
+                         seen: dict[str, Any] | None = None) -> SearchResponse:
         from pgfunnel.rerank import should_skip
 
         t0 = time.perf_counter()
-        with self._transaction(conn, p):
+        with self._transaction(conn, p, seen):
             pool = self.candidates(conn, query, vector, p)
         t1 = time.perf_counter()
         timings["candidates"] = (t1 - t0) * 1000

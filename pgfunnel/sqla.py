@@ -52,6 +52,7 @@ from sqlalchemy.sql.visitors import InternalTraversal
 from sqlalchemy.types import TypeEngine
 
 from pgfunnel.errors import ConfigError
+from pgfunnel.search import check_principals
 
 __all__ = [
     "FUNNEL_SEARCH_COLUMNS",
@@ -156,8 +157,10 @@ def funnel_search_tvf(query_text: Any, query_embedding: Any = None, *,
                           f"{', '.join(FUNNEL_SEARCH_PARAMETERS)})")
     if "principals" not in params or params["principals"] is None:
         raise ConfigError("principals", "is required; pass [] for public documents only")
-    if isinstance(params["principals"], str):
-        raise ConfigError("principals", "must be a list of strings, not one string")
+    for key in ("tenant", "language"):
+        if params.get(key) == "":
+            # no document has it, so nothing would match: a caller's mistake, as in Funnel
+            raise ConfigError(key, "must be a non-empty string or None, got ''")
     args: list[ColumnElement[Any]] = [named_arg("query_text", _bind("query_text", query_text,
                                                                      Text()))]
     if query_embedding is not None:
@@ -169,7 +172,7 @@ def funnel_search_tvf(query_text: Any, query_embedding: Any = None, *,
         args.append(named_arg("query_embedding", emb))
     for key, value in params.items():
         if key == "principals" and not isinstance(value, ClauseElement):
-            value = [str(p) for p in value]
+            value = list(check_principals(value))
         if key == "weights" and not isinstance(value, ClauseElement):
             value = [float(w) for w in value]
         args.append(named_arg(key, _bind(key, value, FUNNEL_SEARCH_PARAMETERS[key])))
@@ -182,19 +185,19 @@ def identity_statement(principals: Sequence[str], tenant: str | None = None) -> 
     transaction: what row-level security (``pgfunnel init --rls``) reads. Execute it in
     the same transaction as the search; being transaction-local, a pooled connection
     carries nothing to the next request."""
-    if principals is None or isinstance(principals, str):
-        raise ConfigError("principals", "must be a list of strings ([] for public only)")
     return select(
-        func.set_config("pgfunnel.principals", json.dumps([str(p) for p in principals]), True),
+        func.set_config("pgfunnel.principals", json.dumps(list(check_principals(principals))),
+                        True),
         func.set_config("pgfunnel.tenant", tenant or "", True),
     )
 
 
-def engine_from_dsn(dsn: str | None = None, **engine_kwargs: Any) -> Engine:
+def engine_from_dsn(dsn: Any = None, **engine_kwargs: Any) -> Engine:
     """A SQLAlchemy engine (psycopg 3 driver) for a pgfunnel DSN.
 
-    ``dsn`` may be a URL or a ``key=value`` conninfo string (None: PGFUNNEL_DSN, then the
-    embedded server). Connections are opened by :func:`pgfunnel.db.connect`, so pgvector
+    ``dsn`` may be a URL or a ``key=value`` conninfo string, or a SQLAlchemy URL
+    (``postgresql+psycopg://...``, as a string or ``sqlalchemy.URL``; None: PGFUNNEL_DSN,
+    then the embedded server). Connections are opened by :func:`pgfunnel.db.connect`, so pgvector
     adapters are registered and connection errors are pgfunnel errors.
     """
     from pgfunnel.db import connect, resolve_dsn

@@ -530,6 +530,10 @@ _RELATIONAL_WORDS = frozenset({
     "other", "instead", "still", "otherwise", "again"})
 
 
+# the longest word the analyzer indexes or searches (longer ones are dropped and reported)
+_MAX_TERM_CHARS = 100
+
+
 class FollowupResolver:
     """Deterministic stand-alone rewrite for follow-up turns.
 
@@ -558,6 +562,10 @@ class FollowupResolver:
     def topic_words(self, text: str) -> list[str]:
         out: list[str] = []
         for w in content_words(text):
+            if len(w) > _MAX_TERM_CHARS:
+                # the analyzer searches no word this long; carried into a follow-up it
+                # would only make the query too long to search at all
+                continue
             s = _singular(w)
             if s in self.qualifiers or w in _RELATIONAL_WORDS:
                 continue

@@ -20,6 +20,19 @@ begin
 end
 $$;
 
+-- raise most_specific_type_mismatch for an unusable vector, naming the parameter (Python
+-- maps 2200G to InvalidVectorError, as it names a vector it refuses before any SQL runs)
+create or replace function pgfunnel._bad_vector(parameter text, message text)
+returns void
+language plpgsql
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+begin
+    raise exception using errcode = '2200G', message = parameter || ': ' || message;
+end
+$$;
+
 -- the id of a collection by name, or an error that names it
 create or replace function pgfunnel._collection_id(collection_name text)
 returns integer

@@ -184,19 +184,19 @@ begin
 
     if query_embedding is not null then
         if @vector_schema@.vector_dims(query_embedding) <> dims then
-            perform pgfunnel._bad_parameter('query_embedding',
+            perform pgfunnel._bad_vector('query_embedding',
                 format('has %s dimensions; the active index version of %L expects %s',
                        @vector_schema@.vector_dims(query_embedding), collection, dims));
         end if;
         q_norm := @vector_schema@.vector_norm(query_embedding);
         if q_norm = 0 then
-            perform pgfunnel._bad_parameter('query_embedding',
+            perform pgfunnel._bad_vector('query_embedding',
                 'is the zero vector, which has no cosine similarity to anything');
         end if;
         -- pgvector compares in single precision: the squares of a much shorter or longer
         -- vector underflow or overflow, and every chunk would score the same
         if not (q_norm between 1e-12 and 1e12) then
-            perform pgfunnel._bad_parameter('query_embedding',
+            perform pgfunnel._bad_vector('query_embedding',
                 format('has length (L2 norm) %s; cosine similarity in single precision needs '
                        'between 1e-12 and 1e12 (normalise the vector)', q_norm));
         end if;

@@ -132,7 +132,7 @@ def test_sql_rejects_zero_and_wrong_dim_vectors(corpus_db: str) -> None:
     with connect(corpus_db, autocommit=True) as conn:
         for vec in (np.zeros(DIM, dtype=np.float32), np.ones(DIM + 2, dtype=np.float32),
                     np.full(DIM, 1e-30, dtype=np.float32), np.full(DIM, 1e20, dtype=np.float32)):
-            with pytest.raises(psycopg.errors.InvalidParameterValue, match="query_embedding"):
+            with pytest.raises(psycopg.errors.MostSpecificTypeMismatch, match="query_embedding"):
                 conn.execute("select * from funnel_search('refund', %s)", (vec,))
             _usable(conn)
 

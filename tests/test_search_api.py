@@ -13,10 +13,10 @@ import psycopg
 import pytest
 
 from pgfunnel.db import connect
-from pgfunnel.errors import ModelLoadError, RerankError
+from pgfunnel.errors import ConfigError, ModelLoadError, RerankError
 from pgfunnel.ingest import Ingester
 from pgfunnel.rerank import Reranker
-from pgfunnel.search import Funnel, Result
+from pgfunnel.search import Funnel, Result, SearchParams
 from pgfunnel.sources import DocumentRecord
 from pgfunnel.tiny_models import build_tiny_cross_encoder
 from pgfunnel.transform import GuardedRewriter
@@ -484,3 +484,75 @@ def test_search_values_ingest_would_refuse_or_sql_cannot_take_are_named(
         for k in ("x", None, 2.5):
             with pytest.raises(ConfigError, match="^k: must be an integer"):
                 f.search_multi(["refund", "money back"], k=k)
+
+
+def test_funnel_on_an_applications_own_psycopg_connection(sample_db: str, embedder: Any) -> None:
+    """A connection opened with psycopg.connect (no pgvector types registered, autocommit
+    off): searches that send a vector work, each search commits its trace, and neither a
+    lookup nor a search leaves the connection in a transaction."""
+    with psycopg.connect(sample_db) as conn:
+        funnel = Funnel(conn, "default", embedder=embedder)
+        first = funnel.search("refund on an annual plan", k=3, trace=True)
+        again = funnel.search("refund on an annual plan", k=3,
+                              query_embedding=embedder.embed_query("refund on an annual plan"))
+        assert [r.chunk_id for r in first.results] == [r.chunk_id for r in again.results]
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        with psycopg.connect(sample_db, autocommit=True) as other:
+            assert other.execute("select count(*) from pgfunnel.search_log where id = %s",
+                                 (first.search_id,)).fetchone() == (1,)
+
+
+def test_session_statement_timeout_stands_unless_the_search_sets_one(sample_db: str) -> None:
+    with connect(sample_db, autocommit=True) as conn:
+        funnel = Funnel(conn, "default", embedder=None)
+        conn.execute("set statement_timeout = '60s'")  # a DBA's guard against runaways
+        with funnel._transaction(conn, SearchParams.build()):
+            assert conn.execute("show statement_timeout").fetchone() == ("1min",)
+        with funnel._transaction(conn, SearchParams.build(statement_timeout_ms=1500)):
+            assert conn.execute("show statement_timeout").fetchone() == ("1500ms",)
+        assert conn.execute("show statement_timeout").fetchone() == ("1min",)
+
+
+def test_principals_from_a_generator_are_read_once(sample_db: str) -> None:
+    with Funnel(sample_db, "default", embedder=None) as funnel:
+        as_list = funnel.search("refund annual plan", k=5, principals=["alice"])
+        as_generator = funnel.search("refund annual plan", k=5,
+                                     principals=(p for p in ["alice"]))
+    assert [r.chunk_id for r in as_generator.results] == [r.chunk_id for r in as_list.results]
+    with pytest.raises(ConfigError, match="principals"):
+        SearchParams.build(principals=42)
+
+
+def test_a_pool_registers_the_vector_type_once_per_connection(
+        sample_db: str, embedder: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from psycopg_pool import ConnectionPool
+
+    import pgfunnel.db
+
+    registered: list[int] = []
+    real = pgfunnel.db.register_vector
+    monkeypatch.setattr(pgfunnel.db, "register_vector",
+                        lambda conn: (registered.append(id(conn)), real(conn)))
+    with ConnectionPool(sample_db, min_size=1, max_size=1, kwargs={"autocommit": True}) as pool:
+        funnel = Funnel(pool, "default", embedder=embedder)
+        for _ in range(3):
+            assert funnel.search("refund on an annual plan", k=3).results
+    assert len(registered) == 1
+
+
+def test_an_exhausted_pool_is_a_pgfunnel_error(sample_db: str) -> None:
+    from psycopg_pool import ConnectionPool
+
+    from pgfunnel.errors import ConnectionFailedError
+
+    with ConnectionPool(sample_db, min_size=1, max_size=1, timeout=0.2,
+                        kwargs={"autocommit": True}) as pool, pool.connection():
+        funnel = Funnel(pool, "default", embedder=None)
+        with pytest.raises(ConnectionFailedError, match="no connection free in the pool"):
+            funnel.search("refund", k=3)
+
+
+def test_rerank_gate_margin_is_checked_when_the_funnel_is_built(sample_db: str) -> None:
+    for bad in ("0.5", -1.0, float("nan"), True):
+        with pytest.raises(ConfigError, match="rerank_gate_margin"):
+            Funnel(sample_db, "default", embedder=None, rerank_gate_margin=bad)

@@ -98,6 +98,39 @@ def test_bad_arguments_name_the_parameter() -> None:
         funnel_search_tvf("x", principals="alice")
     with pytest.raises(ConfigError, match="fuson"):
         funnel_search_tvf("x", principals=[], fuson="rrf")
+    # the checks Funnel makes: no principal named "None", no tenant nobody has
+    with pytest.raises(ConfigError, match="principals: must not contain None"):
+        funnel_search_tvf("x", principals=[None])
+    with pytest.raises(ConfigError, match="tenant"):
+        funnel_search_tvf("x", principals=[], tenant="")
+    with pytest.raises(ConfigError, match="principals"):
+        identity_statement([""])
+
+
+def test_revoking_a_reader_in_place_through_the_orm_is_saved(sample_db: str) -> None:
+    """doc.readers.remove(...) is how an admin screen revokes access: the session must see
+    the change (a plain ARRAY column would not, and the reader would keep access)."""
+    from sqlalchemy import update
+
+    engine = engine_from_dsn(sample_db.replace("postgresql://", "postgresql+psycopg://", 1))
+    with Session(engine) as session:
+        doc = session.scalars(select(Document).order_by(Document.citekey)).first()
+        assert doc is not None
+        session.execute(update(Document).where(Document.id == doc.id)
+                        .values(is_public=False, readers=["alice", "mallory"]))
+        session.commit()
+        session.refresh(doc)
+        doc.readers.remove("mallory")
+        doc.metadata_["reviewed"] = True
+        session.commit()
+        doc_id = doc.id
+    with Session(engine) as session:
+        again = session.get(Document, doc_id)
+        assert again is not None
+        assert again.readers == ["alice"] and again.metadata_.get("reviewed") is True
+        fs = funnel_search_tvf(again.title, k=50, principals=["mallory"])
+        assert again.citekey not in session.scalars(select(fs.c.citekey)).all()
+    engine.dispose()
 
 
 def test_orm_delete_of_a_document_keeps_the_index_exact(sample_db: str) -> None:
@@ -122,3 +155,16 @@ def test_orm_delete_of_a_document_keeps_the_index_exact(sample_db: str) -> None:
                             (citekey,)).fetchone() == (0,)
         assert _orphan_postings(conn) == 0
         assert_stats_exact(conn)
+
+
+def test_translate_reads_a_sqlalchemy_wrapped_client_side_error(sample_db: str) -> None:
+    # psycopg refuses a NUL before sending anything: no SQLSTATE, only the error's class
+    from sqlalchemy.exc import DBAPIError
+
+    from pgfunnel.errors import InvalidInputError, translate
+
+    engine = engine_from_dsn(sample_db)
+    with Session(engine) as session, pytest.raises(DBAPIError) as caught:
+        session.execute(select(funnel_search_tvf("ref\x00und", k=3, principals=[]).c.citekey))
+    engine.dispose()
+    assert isinstance(translate(caught.value), InvalidInputError)

@@ -245,3 +245,9 @@ def test_comparison_words_are_not_topics() -> None:
     r = FollowupResolver()
     assert r.topic_words("is it different or the same?") == []
     assert r.topic_words("different invoices") == ["invoices"]
+
+
+def test_followup_does_not_carry_a_word_too_long_to_search() -> None:
+    # a pasted blob in an earlier turn must not make the follow-up too long to search
+    res = FollowupResolver().resolve([f"refund {'x' * 20_000} plan"], "what about it?")
+    assert res.query == "refund plan what about it?"

@@ -440,3 +440,39 @@ def test_reindex_runs_the_model_outside_its_batch_transactions(sample_db: str,
         assert res.state == "ready" and res.validation is not None and res.validation.ok
         assert slow.calls == -(-chunks // 64)
 
+
+
+def test_an_auto_funnel_follows_the_active_versions_model(sample_db: str, tiny_model: str,
+                                                          tmp_path: Path) -> None:
+    """A long-lived Funnel with embedder="auto" embeds with the model of the version that
+    is active now: after a switch to another model of the same dimension (where the SQL
+    cannot tell) as of another dimension (which the SQL refuses)."""
+    from pgfunnel.embedder import Embedder
+    from pgfunnel.errors import InvalidVectorError
+    from pgfunnel.tiny_models import build_tiny_bi_encoder
+
+    other = str(build_tiny_bi_encoder(tmp_path / "other", dim=64, seed=1))
+    with connect(sample_db, autocommit=True) as conn:
+        versions.reindex(conn, "default", model=tiny_model, activate_after=True)
+        versions.reindex(conn, "default", model=other)
+    query = "how do I get a refund on an annual plan"
+
+    def fresh() -> list[int]:
+        with Funnel(sample_db, "default") as f:
+            return [r.chunk_id for r in f.search(query, k=5).results]
+
+    with Funnel(sample_db, "default") as funnel:
+        assert [r.chunk_id for r in funnel.search(query, k=5).results] == fresh()
+        assert funnel._embedder is not None and funnel._embedder.model_name == tiny_model
+        with connect(sample_db, autocommit=True) as conn:
+            versions.activate(conn, "default", 3)  # same dimension, another model
+        assert [r.chunk_id for r in funnel.search(query, k=5).results] == fresh()
+        assert funnel._embedder.model_name == other
+        with connect(sample_db, autocommit=True) as conn:
+            versions.activate(conn, "default", 1)  # all-MiniLM-L6-v2, 384 dimensions
+        assert [r.chunk_id for r in funnel.search(query, k=5).results] == fresh()
+        assert funnel._embedder.model_name != other
+    # a Funnel given its model does not switch: it says which model the version needs
+    with Funnel(sample_db, "default", embedder=Embedder(tiny_model)) as pinned_model, \
+            pytest.raises(InvalidVectorError, match="create the Funnel with that model"):
+        pinned_model.search(query, k=5)
