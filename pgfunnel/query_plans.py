@@ -135,13 +135,15 @@ def _k_and_cap(funnel: Funnel, params: dict[str, Any]) -> tuple[int, int]:
     return p.k, p.per_source_cap
 
 
-def search_multi(funnel: Funnel, phrasings: Sequence[str], *, rrf_k: int = 60,
+def search_multi(funnel: Funnel, phrasings: Sequence[str], *, merge_rrf_k: int = 60,
                  max_queries: int | None = None, **params: Any) -> SearchResponse:
     """Search each phrasing of one need and merge the result lists with RRF.
 
-    Each phrasing is a full search (rerank included, if on). The merged list is capped
-    per source and cut to ``k``; each Result keeps the per-stage ranks of the phrasing
-    it was first found by, and ``final_rank`` is its place in the merged list.
+    Each phrasing is a full search (rerank included, if on), with ``params`` (its
+    ``rrf_k`` too: ``merge_rrf_k`` is the merge's own constant). All of them read one
+    snapshot, so one index version. The merged list is capped per source and cut to
+    ``k``; each Result keeps the per-stage ranks of the phrasing it was first found by,
+    and ``final_rank`` is its place in the merged list.
     """
     mq = multi_query(string_list(phrasings, "phrasings"), max_queries=max_queries)
     if not mq.queries:
@@ -149,14 +151,15 @@ def search_multi(funnel: Funnel, phrasings: Sequence[str], *, rrf_k: int = 60,
     k, cap = _k_and_cap(funnel, params)
     record: dict[str, Any] = {"step": "multi_query", "queries": mq.queries,
                               "dropped": list(mq.dropped), "reason": mq.reason,
-                              "merge": "rrf", "rrf_k": rrf_k}
-    responses = [funnel._search(q, transforms=[{**record, "part": i}], **params)
-                 for i, q in enumerate(mq.queries)]
+                              "merge": "rrf", "merge_rrf_k": merge_rrf_k}
+    with funnel._one_snapshot() as conn:
+        responses = [funnel._search(q, transforms=[{**record, "part": i}], plan_conn=conn, **params)
+                     for i, q in enumerate(mq.queries)]
     by_id: dict[int, Result] = {}
     for resp in responses:
         for r in resp.results:
             by_id.setdefault(r.chunk_id, r)
-    fused = rrf_merge([[r.chunk_id for r in resp.results] for resp in responses], k=rrf_k)
+    fused = rrf_merge([[r.chunk_id for r in resp.results] for resp in responses], k=merge_rrf_k)
     merged = _cap_and_cut([by_id[cid] for cid, _ in fused], k, cap)
     return _combine(funnel, mq.queries[0], responses, merged, record)
 
@@ -177,8 +180,10 @@ def search_decomposed(funnel: Funnel, query: str, *, max_parts: int = 3,
     k, cap = _k_and_cap(funnel, params)
     record: dict[str, Any] = {"step": "decompose", "parts": list(d.parts), "reason": d.reason,
                               "merge": "round_robin", "max_parts": max_parts}
-    responses = [funnel._search(part, transforms=[{**record, "part": i}], **params)
-                 for i, part in enumerate(d.parts)]
+    with funnel._one_snapshot() as conn:
+        responses = [funnel._search(part, transforms=[{**record, "part": i}], plan_conn=conn,
+                                    **params)
+                     for i, part in enumerate(d.parts)]
     by_id: dict[int, Result] = {}
     for resp in responses:
         for r in resp.results:

@@ -19,7 +19,7 @@ import math
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -268,7 +268,8 @@ _FINAL_SQL = (f"select {_RESULT_COLUMNS} from pgfunnel.final("
               "tenant => %(tenant)s, language => %(language)s, "
               "as_of => coalesce(%(as_of)s, now()), metadata_filter => %(metadata_filter)s, "
               "per_source_cap => %(per_source_cap)s, trace => %(trace)s, "
-              "query_text => %(query_text)s, config => %(config)s)")
+              "query_text => %(query_text)s, config => %(config)s, "
+              "index_version_id => %(index_version_id)s)")
 
 
 def rerank_head(pool_size: int, rerank_depth: int | None, p: SearchParams) -> int:
@@ -471,9 +472,28 @@ class Funnel:
 
         return search_decomposed(self, query, **kwargs)
 
+    @contextmanager
+    def _one_snapshot(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection in one repeatable-read transaction, for the searches of one plan
+        (search_multi's phrasings, a decomposed query's parts): a version switch that
+        commits between two of them must not give one merged answer from two versions.
+        Inside the application's own transaction, that transaction is the scope."""
+        with self.connection() as conn:
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                yield conn
+                return
+            try:
+                with conn.transaction():
+                    conn.execute("set transaction isolation level repeatable read")
+                    yield conn
+            except psycopg.Error as exc:
+                raise translate(exc) from exc
+
     def _search(self, query: str | None, *, query_embedding: Any = None,
                 rerank: bool | None = None, history: Sequence[str] | None = None,
-                transforms: list[dict[str, Any]], **params: Any) -> SearchResponse:
+                transforms: list[dict[str, Any]],
+                plan_conn: psycopg.Connection[Any] | None = None,
+                **params: Any) -> SearchResponse:
         merged = {**{f.name: getattr(self.defaults, f.name)
                      for f in dataclasses.fields(SearchParams)}, **params}
         p = SearchParams.build(**merged)
@@ -491,7 +511,7 @@ class Funnel:
             raise InvalidInputError("query_text: give query text or a query embedding")
         timings: dict[str, float] = {}
         notices: list[str] = []
-        with self.connection() as conn:
+        with nullcontext(plan_conn) if plan_conn is not None else self.connection() as conn:
             if query is not None and (history is not None or self.rewriter is not None):
                 from pgfunnel.query_plans import apply_query_hooks
 
@@ -563,14 +583,20 @@ class Funnel:
 
     @contextmanager
     def _transaction(self, conn: psycopg.Connection[Any], p: SearchParams,
-                     seen: dict[str, Any] | None = None) -> Iterator[None]:
+                     seen: dict[str, Any] | None = None, *,
+                     one_snapshot: bool = False) -> Iterator[None]:
         """The search's transaction, with the reader's settings. ``seen`` receives the
-        embedding model of the collection's active version (``seen["model"]``), read in
-        the same statement as the settings."""
+        embedding model and the id of the collection's active version (``seen["model"]``,
+        ``seen["version_id"]``), read in the same statement as the settings;
+        ``one_snapshot`` makes every statement of the transaction read one snapshot
+        (repeatable read), so that version is the one the search reads."""
+        top_level = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         try:
             # pipelined: BEGIN, the settings, the search and COMMIT go out together, one
             # round trip to the server instead of four
             with conn.pipeline(), conn.transaction():
+                if one_snapshot and top_level:
+                    conn.execute("set transaction isolation level repeatable read")
                 # transaction-local: a pooled connection carries nothing to the next
                 # request; without statement_timeout_ms the session's own timeout stands
                 settings = conn.execute(
@@ -578,9 +604,10 @@ class Funnel:
                     "set_config('pgfunnel.tenant', coalesce(%s, ''), true), "
                     "set_config('statement_timeout', "
                     "coalesce(%s, pg_catalog.current_setting('statement_timeout')), true), "
-                    "(select v.embedding_model from pgfunnel.index_version v "
+                    "v.embedding_model, v.id "
+                    "from (select 1) one left join (pgfunnel.index_version v "
                     "join pgfunnel.collection c on c.id = v.collection_id "
-                    "where c.name = %s and v.state = 'active')",
+                    "and c.name = %s) on v.state = 'active'",
                     (json.dumps(list(p.principals)), p.tenant,
                      None if p.statement_timeout_ms is None else str(p.statement_timeout_ms),
                      p.collection),
@@ -588,7 +615,7 @@ class Funnel:
                 yield
                 if seen is not None:
                     row = settings.fetchone()
-                    seen["model"] = row[3] if row is not None else None
+                    seen["model"], seen["version_id"] = (row[3], row[4]) if row else (None, None)
         except psycopg.Error as exc:
             raise translate(exc) from exc
 
@@ -619,8 +646,11 @@ class Funnel:
         return [Candidate(*r) for r in rows]
 
     def final(self, conn: psycopg.Connection[Any], query: str | None, ordered: Sequence[Candidate],
-              p: SearchParams, *, reranked: bool, notes: Mapping[str, Any] | None = None
-              ) -> list[Result]:
+              p: SearchParams, *, reranked: bool, notes: Mapping[str, Any] | None = None,
+              index_version_id: int | None = None) -> list[Result]:
+        """The pool in its final order, capped and cut to k (``pgfunnel.final``); a trace
+        names ``index_version_id``, the version the pool was read from (default: the
+        active one now)."""
         config = p.config()
         config.update(rerank=reranked, rerank_depth=self.rerank_depth,
                       rerank_model=getattr(self.reranker, "model_name", None), **(notes or {}))
@@ -638,7 +668,7 @@ class Funnel:
             "metadata_filter": Jsonb(dict(p.metadata_filter))
             if p.metadata_filter is not None else None,
             "per_source_cap": p.per_source_cap, "trace": p.trace, "query_text": query,
-            "config": Jsonb(config),
+            "config": Jsonb(config), "index_version_id": index_version_id,
         }
         return [Result(*r) for r in conn.execute(_FINAL_SQL, args, prepare=True).fetchall()]
 
@@ -651,7 +681,8 @@ class Funnel:
         from pgfunnel.rerank import should_skip
 
         t0 = time.perf_counter()
-        with self._transaction(conn, p, seen):
+        seen = {} if seen is None else seen
+        with self._transaction(conn, p, seen, one_snapshot=True):
             pool = self.candidates(conn, query, vector, p)
         t1 = time.perf_counter()
         timings["candidates"] = (t1 - t0) * 1000
@@ -687,7 +718,7 @@ class Funnel:
             if transforms:
                 notes["transforms"] = list(transforms)
             results = self.final(conn, query, ordered, p, reranked=skipped is None,
-                                 notes=notes or None)
+                                 notes=notes or None, index_version_id=seen.get("version_id"))
         timings["final"] = (time.perf_counter() - t2) * 1000
         return SearchResponse(query, results, pool=ordered, reranked=skipped is None,
                               rerank_skipped_reason=skipped if use_model else None,

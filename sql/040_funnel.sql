@@ -417,6 +417,10 @@ as $$
 $$;
 
 -- the pool in its final order -> cap per citekey -> first k; optionally traced
+-- (index_version_id came later: the trace names the version the pool was read from)
+drop function if exists pgfunnel.final(bigint[], integer[], double precision[], integer[],
+    double precision[], integer[], double precision[], double precision[], integer, text,
+    text[], text, text, timestamptz, jsonb, integer, boolean, text, jsonb);
 create or replace function pgfunnel.final(
     chunk_ids bigint[],
     fused_ranks integer[],
@@ -436,7 +440,8 @@ create or replace function pgfunnel.final(
     per_source_cap integer default 3,
     trace boolean default false,
     query_text text default null,
-    config jsonb default '{}')
+    config jsonb default '{}',
+    index_version_id integer default null)
 returns table (
     chunk_id bigint, citekey text, title text, heading text, text text, ordinal integer,
     metadata jsonb,
@@ -524,8 +529,19 @@ begin
         return;
     end if;
 
-    select v.id into version_id from pgfunnel.index_version v
-     where v.collection_id = coll_id and v.state = 'active';
+    if final.index_version_id is not null then
+        -- the version the caller read the pool from: a switch that committed while a
+        -- reranker ran must not relabel the trace
+        select v.id into version_id from pgfunnel.index_version v
+         where v.id = final.index_version_id and v.collection_id = coll_id;
+        if version_id is null then
+            perform pgfunnel._bad_parameter('index_version_id',
+                format('%s is not an index version of %L', final.index_version_id, collection));
+        end if;
+    else
+        select v.id into version_id from pgfunnel.index_version v
+         where v.collection_id = coll_id and v.state = 'active';
+    end if;
     insert into pgfunnel.search_log (collection_id, index_version_id, config_hash, config,
                                      query_text, principals, tenant)
     values (coll_id, coalesce(version_id, 0), md5(coalesce(config, '{}'::jsonb)::text),

@@ -140,11 +140,11 @@ def test_other_bad_inputs_name_the_problem(conn: psycopg.Connection[Any], corpus
     with pytest.raises(psycopg.errors.NoDataFound) as nf:
         _search(conn, "zephyr", None, collection="nope")
     assert "nope" in nf.value.diag.message_primary
-    with pytest.raises(psycopg.errors.InvalidParameterValue) as dim:
+    with pytest.raises(psycopg.errors.MostSpecificTypeMismatch) as dim:
         _search(conn, "zephyr", np.ones(DIMS + 1, dtype=np.float32))
     assert dim.value.diag.message_primary.startswith("query_embedding:")
     assert str(DIMS) in dim.value.diag.message_primary
-    with pytest.raises(psycopg.errors.InvalidParameterValue) as zero:
+    with pytest.raises(psycopg.errors.MostSpecificTypeMismatch) as zero:
         _search(conn, "zephyr", np.zeros(DIMS, dtype=np.float32))
     assert zero.value.diag.message_primary.startswith("query_embedding:")
     with pytest.raises(psycopg.errors.NullValueNotAllowed) as nul:

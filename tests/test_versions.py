@@ -476,3 +476,53 @@ def test_an_auto_funnel_follows_the_active_versions_model(sample_db: str, tiny_m
     with Funnel(sample_db, "default", embedder=Embedder(tiny_model)) as pinned_model, \
             pytest.raises(InvalidVectorError, match="create the Funnel with that model"):
         pinned_model.search(query, k=5)
+
+
+class _SwitchingReranker:
+    """A reranker (the CrossEncoder.rank shape) that, the first time it runs, has another
+    session put version 2 live: a switch that commits in the middle of a search."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.calls = 0
+
+    def rank(self, query: str, documents: list[str]) -> list[dict[str, Any]]:
+        self.calls += 1
+        if self.calls == 1:
+            with connect(self.dsn, autocommit=True) as other:
+                versions.activate(other, "default", 2)
+        return [{"corpus_id": i, "score": float(-i)} for i in range(len(documents))]
+
+
+def test_a_switch_during_the_rerank_does_not_relabel_the_trace(sample_db: str) -> None:
+    with connect(sample_db, autocommit=True) as conn:
+        versions.reindex(conn, "default", analyzer="simple_v1")
+        ids = dict(conn.execute("select version, id from pgfunnel.index_version").fetchall())
+    query = "refund on an annual plan"
+    with Funnel(sample_db, "default", embedder=None) as plain:
+        on_v1 = {r.chunk_id: r.lexical_score for r in plain.search(query, k=5).results}
+    with Funnel(sample_db, "default", embedder=None,
+                reranker=_SwitchingReranker(sample_db)) as funnel:
+        resp = funnel.search(query, k=5, trace=True)
+    assert {r.chunk_id: r.lexical_score for r in resp.results} == on_v1  # read from v1
+    with connect(sample_db, autocommit=True) as conn:
+        assert _state(conn)[2] == "active"
+        logged = conn.execute("select index_version_id from pgfunnel.search_log where id = %s",
+                              (resp.search_id,)).fetchone()
+    assert logged == (ids[1],)
+
+
+def test_search_multi_reads_one_version_across_its_phrasings(sample_db: str) -> None:
+    with connect(sample_db, autocommit=True) as conn:
+        versions.reindex(conn, "default", analyzer="simple_v1")
+        ids = dict(conn.execute("select version, id from pgfunnel.index_version").fetchall())
+    reranker = _SwitchingReranker(sample_db)
+    with Funnel(sample_db, "default", embedder=None, reranker=reranker) as funnel:
+        funnel.search_multi(["refund on an annual plan", "money back for a yearly plan",
+                             "cancel and get my money back"], k=5, trace=True)
+    assert reranker.calls == 3
+    with connect(sample_db, autocommit=True) as conn:
+        assert _state(conn)[2] == "active"  # the switch committed during the first phrasing
+        logged = conn.execute("select distinct index_version_id from pgfunnel.search_log"
+                              ).fetchall()
+    assert logged == [(ids[1],)]
