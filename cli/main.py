@@ -385,7 +385,9 @@ def search(
     rerank_model: Annotated[str, typer.Option(
         help="Cross-encoder model id or local path.")] = "cross-encoder/ms-marco-MiniLM-L6-v2",
     rerank_depth: Annotated[int | None, typer.Option(
-        help="How many pool candidates the reranker scores (default: all).")] = None,
+        help="How many pool candidates the reranker scores (default: k x overfetch, the "
+             "pool as asked; a pool the search widened for the per-source cap keeps its "
+             "tail in fused order).")] = None,
     trace: Annotated[bool, typer.Option(help="Record a trace (search_log).")] = False,
     timeout_ms: Annotated[int | None, typer.Option(
         help="statement_timeout for the search, in ms.")] = None,

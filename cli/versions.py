@@ -77,7 +77,8 @@ def reindex(
         "--activate", help="Switch to the new version once it validates.")] = False,
     maintenance_work_mem: Annotated[str | None, typer.Option(
         help="maintenance_work_mem for the HNSW build, e.g. 256MB or 2GB (default: what "
-             "the graph needs, ~230MB per 100k 384-dim chunks). If the graph does not fit, "
+             "the graph needs, ~180MB per 100k 384-dim chunks, ~250MB for a vector graph). "
+             "If the graph does not fit, "
              "Postgres says so and the build slows down.")] = None,
     batch_size: Annotated[int, typer.Option(
         help="Chunks embedded and committed per batch (a killed run resumes from the last "

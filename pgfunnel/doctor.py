@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import psycopg
+from psycopg import sql
 
 from pgfunnel.ingest import (
     HNSW_INDEX_PREFIX,
@@ -321,6 +322,30 @@ def check_security(conn: psycopg.Connection[Any], app_role: str | None = None
     return out
 
 
+def check_orphan_rows(conn: psycopg.Connection[Any]) -> list[Finding]:
+    """Rows whose parent is gone: what deleting with ``session_replication_role = replica``
+    leaves, since that skips the foreign keys' cascades as well as the triggers. Such
+    chunks still count in the BM25 statistics, and searches drop them from the results
+    (a search then returns fewer than k)."""
+    found: list[Finding] = []
+    for table, parent, key in (("chunk", "document", "document_id"),
+                               ("lexical", "chunk", "chunk_id"),
+                               ("embedding", "chunk", "chunk_id")):
+        row = conn.execute(sql.SQL(
+            "select count(*) from pgfunnel.{} t where not exists "
+            "(select 1 from pgfunnel.{} p where p.id = t.{})").format(
+                sql.Identifier(table), sql.Identifier(parent), sql.Identifier(key))).fetchone()
+        n = int(row[0]) if row else 0
+        if n:
+            found.append(Finding(
+                "warning", "orphans",
+                f"{n} row(s) of pgfunnel.{table} belong to no {parent} (deleted with "
+                "session_replication_role = replica, which skips the cascades and the "
+                "triggers): delete them, then `pgfunnel reindex --activate` the collections "
+                "concerned to make the BM25 statistics exact again"))
+    return found
+
+
 def check_statistics(conn: psycopg.Connection[Any]) -> list[Finding]:
     """Chunks deleted past the trigger that keeps postings and BM25 statistics exact
     (TRUNCATE, the trigger disabled, session_replication_role = replica): their lexical
@@ -372,14 +397,39 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("active_index", check_active_indexes),
     ("statistics", check_statistics),
     ("orphans", check_orphans),
+    ("orphan_rows", check_orphan_rows),
     ("index_memory", check_index_memory),
     ("row_security", check_row_security),
     ("security", check_security),
     ("public_with_readers", check_public_with_readers),
 )
 #: checks that need the pgfunnel schema (skipped, not failed, when it is missing)
-NEEDS_SCHEMA = {"active_index", "statistics", "orphans", "index_memory", "security",
-                "public_with_readers"}
+NEEDS_SCHEMA = {"active_index", "statistics", "orphans", "orphan_rows", "index_memory",
+                "security", "public_with_readers"}
+#: checks that count rows, which row-level security would hide from the role running them
+COUNTS_ROWS = {"schema", "active_index", "statistics", "orphans", "orphan_rows",
+               "public_with_readers"}
+
+
+def _held_to_row_security(conn: psycopg.Connection[Any]) -> str | None:
+    """The current role's name when row-level security is on and hides rows from it (not
+    a superuser, not BYPASSRLS, not a member of pgfunnel_writer); else None."""
+    from pgfunnel.security import WRITER_ROLE
+
+    try:
+        with conn.transaction(force_rollback=True):
+            row = conn.execute(
+                "select r.rolname, r.rolsuper or r.rolbypassrls "
+                "or pg_catalog.pg_has_role(r.oid, w.oid, 'MEMBER'), "
+                "coalesce((select bool_or(c.relrowsecurity) from pg_catalog.pg_class c "
+                "          where c.oid = 'pgfunnel.chunk'::regclass), false) "
+                "from pg_roles r left join pg_roles w on w.rolname = %s "
+                "where r.rolname = current_user", (WRITER_ROLE,)).fetchone()
+    except psycopg.Error:
+        return None  # no schema yet: the schema check says so
+    if row is None or row[1] or not row[2]:
+        return None
+    return str(row[0])
 
 
 def run_checks(conn: psycopg.Connection[Any],
@@ -392,8 +442,19 @@ def run_checks(conn: psycopg.Connection[Any],
                    if check is check_security else check) for name, check in checks]
     findings: list[Finding] = []
     have_schema = True
+    held = _held_to_row_security(conn)
+    if held is not None:
+        # a reader sees no row without its principals: every count would be wrong, and a
+        # "statistics count 7 chunks but 0 are indexed" would send it to reindex
+        findings.append(Finding(
+            "error", "doctor_role",
+            f"role {held!r} is held to row-level security, which hides the rows doctor "
+            "counts: run `pgfunnel doctor` as the tables' owner or a member of "
+            "pgfunnel_writer (the checks that count rows were skipped)"))
     for name, check in checks:
         if name in NEEDS_SCHEMA and not have_schema:
+            continue
+        if held is not None and name in COUNTS_ROWS:
             continue
         try:
             with conn.transaction(force_rollback=True):

@@ -90,6 +90,14 @@ class AccessError(PgfunnelError):
     """The caller lacks a privilege, or passed no identity where one is required."""
 
 
+class MissingIdentityError(AccessError, ConfigError):
+    """A search was given no reader identity (``principals=None``, or a None among them):
+    refused, never read as "everyone". Both an access error and a bad ``principals``."""
+
+    def __init__(self, message: str) -> None:
+        ConfigError.__init__(self, "principals", message)
+
+
 class ConflictError(PgfunnelError):
     """Another writer holds the lock, or the operation contradicts current state."""
 

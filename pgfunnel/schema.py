@@ -201,6 +201,10 @@ def init(dsn: str | None = None, *, rls: bool = False) -> dict[str, Any]:
             problem = vector_path_problem(conn)
             if problem is not None:
                 raise PgfunnelError(problem)
+            if rls:
+                from pgfunnel.security import check_rls_setup
+
+                check_rls_setup(conn)
             conn.execute(psycopg.sql.SQL("create schema if not exists {}").format(
                 psycopg.sql.Identifier(SCHEMA)))
             conn.commit()
@@ -210,14 +214,16 @@ def init(dsn: str | None = None, *, rls: bool = False) -> dict[str, Any]:
             from pgfunnel.security import enable_rls, rls_enabled
 
             # a database already in RLS mode gets this release's policies and grants too
-            if rls or rls_enabled(conn):
+            rls_on = rls or rls_enabled(conn)
+            if rls_on:
                 enable_rls(conn)
             conn.commit()
             after = current_revision(conn)
     except psycopg.Error as exc:
         raise translate(exc) from exc
+    # "rls": whether row-level security is on now (asked for, or on from an earlier init)
     return {"revision_before": before, "revision": after, "vector_schema": vschema,
-            "created": before is None, "rls": rls}
+            "created": before is None, "rls": rls_on}
 
 
 def migrate(dsn: str | None = None) -> dict[str, Any]:

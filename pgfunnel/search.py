@@ -27,13 +27,15 @@ import numpy as np
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pgfunnel.db import connect, own_transaction, try_register_vector
+from pgfunnel.db import connect, own_transaction, require_schema, try_register_vector
 from pgfunnel.embedder import Embedder, check_vector
 from pgfunnel.errors import (
     ConfigError,
     InvalidInputError,
     InvalidVectorError,
+    MissingIdentityError,
     PgfunnelError,
+    SchemaMissingError,
     string_list,
     translate,
     warn_at_caller,
@@ -83,7 +85,7 @@ def check_principals(value: Any) -> tuple[str, ...]:
     wrong. Any iterable is read once (a generator used up by a first check would leave a
     reader with no principals: public documents only, silently)."""
     if value is None:
-        raise ConfigError("principals", "must not be None; pass [] for public documents only")
+        raise MissingIdentityError("must not be None; pass [] for public documents only")
     if isinstance(value, (str, bytes)):
         raise ConfigError("principals", "must be a list of strings, not one string")
     try:
@@ -93,7 +95,7 @@ def check_principals(value: Any) -> tuple[str, ...]:
                           f"{type(value).__name__}") from None
     if any(x is None for x in items):
         # a caller's missing identity, not a principal named "None"
-        raise ConfigError("principals", f"must not contain None, got {items!r}")
+        raise MissingIdentityError(f"must not contain None, got {items!r}")
     if any(x == "" for x in items):
         raise ConfigError("principals", f"must not contain an empty string, got {items!r}")
     return tuple(str(x) for x in items)
@@ -529,6 +531,11 @@ class Funnel:
                 if emb is not None:
                     vector = emb.embed_query(query)
             timings["embed"] = (time.perf_counter() - t0) * 1000
+            if vector is not None and conn.adapters.types.get("vector") is None:
+                # no vector type to send the query vector as: no extension, so no schema
+                require_schema(conn)
+                raise SchemaMissingError("the vector extension is missing from this "
+                                         "database: run `pgfunnel init`")
             if vector is None and (query is None or not query.strip()):
                 # nothing to search with: an empty answer, said out loud
                 notices.append("pgfunnel: empty query; nothing searched")

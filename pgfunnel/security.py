@@ -183,6 +183,43 @@ def _table_exists(conn: psycopg.Connection[Any], table: str) -> bool:
     return bool(row and row[0])
 
 
+def check_rls_setup(conn: psycopg.Connection[Any]) -> None:
+    """Refuse, before anything is written, a role that could not finish ``enable_rls``: one
+    that must create the roles without CREATEROLE, or (Postgres 16 and later) must join
+    an existing ``pgfunnel_writer`` without ADMIN OPTION on it. A failure half-way would
+    leave the schema installed and row-level security off."""
+    row = conn.execute(
+        "select r.rolsuper, r.rolcreaterole, current_user, "
+        "pg_catalog.current_setting('server_version_num')::int, "
+        "exists (select 1 from pg_roles w where w.rolname = %s), "
+        "exists (select 1 from pg_roles w where w.rolname = %s), "
+        "exists (select 1 from pg_auth_members m join pg_roles w on w.oid = m.roleid "
+        "        where w.rolname = %s and m.member = r.oid), "
+        "exists (select 1 from pg_auth_members m join pg_roles w on w.oid = m.roleid "
+        "        where w.rolname = %s and m.member = r.oid and m.admin_option) "
+        "from pg_roles r where r.rolname = current_user",
+        (READER_ROLE, WRITER_ROLE, WRITER_ROLE, WRITER_ROLE)).fetchone()
+    if row is None:
+        return
+    superuser, createrole, me, version, reader_exists, writer_exists, member, admin = row
+    if superuser:
+        return
+    if not (reader_exists and writer_exists) and not createrole:
+        raise AccessError(
+            f"`init --rls` creates the roles {READER_ROLE} and {WRITER_ROLE}, and role {me!r} "
+            "lacks CREATEROLE: ask an administrator to create them (`create role "
+            f"{READER_ROLE} nologin; create role {WRITER_ROLE} nologin`) or to grant "
+            "CREATEROLE, then run it again")
+    if writer_exists and not member and version >= 160000 and not admin:
+        raise AccessError(
+            f"`init --rls` makes role {me!r} a member of {WRITER_ROLE} (so that forced "
+            "row-level security does not lock the owner out of its tables), and on "
+            "Postgres 16 or later that needs ADMIN OPTION on the existing role: ask a "
+            f"superuser to run `grant {WRITER_ROLE} to {me} with admin option, inherit "
+            "false, set false` (or simply `grant "
+            f"{WRITER_ROLE} to {me}`), then run it again")
+
+
 def enable_rls(conn: psycopg.Connection[Any]) -> None:
     """Create roles, grant privileges, and turn on FORCEd row-level security policies.
 
@@ -193,8 +230,10 @@ def enable_rls(conn: psycopg.Connection[Any]) -> None:
     try:
         ensure_roles(conn)
         grant_privileges(conn)
-        su = conn.execute("select rolsuper from pg_roles where rolname = current_user").fetchone()
-        if not (su and su[0]):
+        su = conn.execute("select rolsuper, pg_catalog.pg_has_role(current_user, %s, 'MEMBER') "
+                          "from pg_roles where rolname = current_user",
+                          (WRITER_ROLE,)).fetchone()
+        if not (su and (su[0] or su[1])):
             conn.execute(sql.SQL("grant {} to current_user").format(_ident(WRITER_ROLE)))
         for table in RLS_TABLES:
             t = _table(table)

@@ -51,7 +51,7 @@ from sqlalchemy.sql.selectable import Select, TableValuedAlias
 from sqlalchemy.sql.visitors import InternalTraversal
 from sqlalchemy.types import TypeEngine
 
-from pgfunnel.errors import ConfigError
+from pgfunnel.errors import ConfigError, MissingIdentityError
 from pgfunnel.search import check_principals
 
 __all__ = [
@@ -156,7 +156,7 @@ def funnel_search_tvf(query_text: Any, query_embedding: Any = None, *,
         raise ConfigError(unknown[0], "unknown funnel_search parameter (known: "
                           f"{', '.join(FUNNEL_SEARCH_PARAMETERS)})")
     if "principals" not in params or params["principals"] is None:
-        raise ConfigError("principals", "is required; pass [] for public documents only")
+        raise MissingIdentityError("is required; pass [] for public documents only")
     for key in ("tenant", "language"):
         if params.get(key) == "":
             # no document has it, so nothing would match: a caller's mistake, as in Funnel

@@ -20,7 +20,7 @@ from psycopg.types.json import Jsonb
 
 from pgfunnel import schema
 from pgfunnel.db import connect
-from pgfunnel.errors import AccessError, ConfigError, PgfunnelError
+from pgfunnel.errors import AccessError, ConfigError
 from pgfunnel.search import Funnel
 
 QUERY = "refund monthly plan invoice"
@@ -257,10 +257,12 @@ def test_null_principals_is_an_error(plain_db: str) -> None:
     with connect(plain_db, autocommit=True) as conn:
         with pytest.raises(psycopg.errors.NullValueNotAllowed):
             conn.execute("select * from funnel_search(%s, principals => null)", (QUERY,))
-        with pytest.raises(PgfunnelError):
+        # a missing identity: refused as an access error that names the parameter
+        with pytest.raises(AccessError) as missing:
             _funnel(conn).search(QUERY, principals=None)
+        assert isinstance(missing.value, ConfigError) and missing.value.parameter == "principals"
         # a None among them is a caller's missing identity, not a principal named "None"
-        with pytest.raises(ConfigError, match="principals: must not contain None"):
+        with pytest.raises(AccessError, match="principals: must not contain None"):
             _funnel(conn).search(QUERY, principals=["alice", None])
         with pytest.raises(ConfigError, match="principals: must not contain an empty string"):
             _funnel(conn).search(QUERY, principals=[""])

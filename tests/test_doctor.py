@@ -14,6 +14,7 @@ from pgfunnel.doctor import (
     Finding,
     _is_embedded,
     check_active_indexes,
+    check_orphan_rows,
     check_pgvector,
     check_statistics,
     run_checks,
@@ -223,3 +224,35 @@ def test_public_documents_with_readers_are_refused_and_older_ones_reported(
     assert code == 3 and "public_with_readers" in _checks(report, "error")
     [finding] = [f for f in report["findings"] if f["check"] == "public_with_readers"]
     assert repr(key) in finding["message"] and "is_public = false" in finding["message"]
+
+
+def test_deletes_in_replica_mode_leave_orphans_that_doctor_names(sample_db: str) -> None:
+    # replica mode skips the foreign keys' cascades too: the chunks stay, parentless
+    with connect(sample_db, autocommit=True) as conn:
+        assert check_orphan_rows(conn) == []
+        conn.execute("set session_replication_role = replica")
+        conn.execute("delete from pgfunnel.document where citekey = "
+                     "(select min(citekey) from pgfunnel.document)")
+        conn.execute("reset session_replication_role")
+        found = check_orphan_rows(conn)
+    assert found and {f.level for f in found} == {"warning"}
+    assert "pgfunnel.chunk belong to no document" in found[0].message
+    _, report = _doctor(sample_db)
+    assert "orphans" in _checks(report, "warning")
+
+
+def test_doctor_as_a_reader_under_rls_says_whom_to_run_it_as(sample_db: str) -> None:
+    from _security_helpers import create_app_role
+
+    from pgfunnel.security import enable_rls
+
+    with connect(sample_db) as conn:
+        enable_rls(conn)
+        conn.commit()
+    reader = create_app_role(sample_db)
+    code, report = _doctor(reader)
+    assert "doctor_role" in _checks(report, "error") and code != 0
+    # no count made under row-level security: no advice to reindex a healthy collection
+    assert not any("reindex" in f["message"] for f in report["findings"])
+    _, as_owner = _doctor(sample_db)
+    assert "doctor_role" not in _checks(as_owner, "error")

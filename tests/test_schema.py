@@ -287,3 +287,36 @@ def test_stop_embedded_stops_and_the_next_connection_starts_it_again(tmp_path: P
     with connect(embedded_dsn(home)) as conn:
         assert conn.execute("select 1").fetchone() == (1,)
     assert stop_embedded(home) is True
+
+
+def test_init_rls_refuses_up_front_an_owner_that_could_not_finish(empty_db: str) -> None:
+    """On Postgres 16+, joining an existing pgfunnel_writer takes ADMIN OPTION on it: without
+    it `init --rls` must stop before writing anything (it used to leave the schema installed
+    and row-level security off), and name the grant that lets it through."""
+    import uuid
+
+    from _security_helpers import with_user
+    from psycopg import sql as pgsql
+
+    from pgfunnel.errors import AccessError
+    from pgfunnel.security import ensure_roles, rls_enabled
+
+    owner = f"pgf_owner_{uuid.uuid4().hex[:8]}"
+    with connect(empty_db, autocommit=True) as su:
+        ensure_roles(su)  # as after `init --rls` on another database of the cluster
+        su.execute(pgsql.SQL("create role {} login createrole").format(pgsql.Identifier(owner)))
+        su.execute(pgsql.SQL("alter database {} owner to {}").format(
+            pgsql.Identifier(su.info.dbname), pgsql.Identifier(owner)))
+        su.execute(pgsql.SQL("alter schema public owner to {}").format(pgsql.Identifier(owner)))
+        su.execute("create extension if not exists vector")
+    as_owner = with_user(empty_db, owner)
+    with pytest.raises(AccessError, match="with admin option"):
+        schema.init(as_owner, rls=True)
+    with connect(empty_db, autocommit=True) as su:
+        assert su.execute("select count(*) from pg_namespace where nspname = 'pgfunnel'"
+                          ).fetchone() == (0,)
+        su.execute(pgsql.SQL("grant pgfunnel_writer to {} with admin option, inherit false, "
+                             "set false").format(pgsql.Identifier(owner)))
+    schema.init(as_owner, rls=True)
+    with connect(as_owner, autocommit=True) as conn:
+        assert rls_enabled(conn)

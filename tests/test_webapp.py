@@ -77,3 +77,41 @@ def test_missing_identity_is_refused_not_everyone(client: TestClient) -> None:
     assert r.status_code == 401
     assert "X-Principals" in r.json()["detail"]
     assert client.get("/documents/nope", headers={"X-Principals": "a"}).status_code == 404
+
+
+def test_documents_follow_the_search_rules_and_odd_input_is_a_client_error(
+        client: TestClient, sample_db: str) -> None:
+    # a document out of its validity window is hidden from search: /documents says 403 too
+    with connect(sample_db, autocommit=True) as conn:
+        conn.execute("update pgfunnel.document set valid_to = '2000-01-01' "
+                     "where citekey = 'audit-zebra'")
+    assert client.get("/documents/audit-zebra",
+                      headers={"X-Principals": "team-a"}).status_code == 403
+    assert client.get("/documents/audit%00zebra", headers={"X-Principals": "a"}).status_code == 400
+    assert client.get("/search", params={"q": "   "}, headers={"X-Principals": ""}
+                      ).status_code == 400
+    # a UTF-8 principal (the server hands header bytes over read as Latin-1)
+    with connect(sample_db, autocommit=True) as conn:
+        conn.execute("update pgfunnel.document set valid_to = null, readers = '{café}' "
+                     "where citekey = 'audit-zebra'")
+    ok = client.get("/documents/audit-zebra",
+                    headers={"X-Principals": "café".encode()})
+    assert ok.status_code == 200
+
+
+def test_after_a_model_change_the_app_loads_the_new_model(
+        sample_db: str, tmp_path: Path) -> None:
+    from pgfunnel import versions
+    from pgfunnel.tiny_models import build_tiny_bi_encoder
+
+    tiny = str(build_tiny_bi_encoder(tmp_path / "tiny", dim=64))
+    app = _load_app_module().create_app(sample_db)  # loads the active model at startup
+    with TestClient(app) as c:
+        assert app.state.embedder is not None
+        params = {"q": "refund on an annual plan", "k": 3}
+        assert c.get("/search", params=params, headers={"X-Principals": ""}).status_code == 200
+        with connect(sample_db, autocommit=True) as conn:
+            versions.reindex(conn, "default", model=tiny, activate_after=True)
+        after = c.get("/search", params=params, headers={"X-Principals": ""})
+        assert after.status_code == 200 and after.json()["results"]
+        assert app.state.embedder.model_name == tiny

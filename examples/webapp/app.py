@@ -17,18 +17,20 @@ treated as "everyone".
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
-from sqlalchemy import Engine, or_, select
+from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import Session
 
 from pgfunnel.embedder import Embedder
 from pgfunnel.errors import (
     ConfigError,
     InvalidInputError,
+    InvalidVectorError,
     NotFoundError,
     PgfunnelError,
     translate,
@@ -39,12 +41,26 @@ from pgfunnel.sqla import engine_from_dsn, funnel_search_tvf, identity_statement
 SNIPPET_CHARS = 300
 
 
+def _header_text(value: str) -> str:
+    """A header as the UTF-8 it was sent in: HTTP servers hand header values over as
+    Latin-1, so "café" would arrive as "cafÃ©" and never match a principal."""
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        return value
+
+
 def parse_principals(header: str | None) -> list[str]:
     """``"alice, team-a"`` -> ``["alice", "team-a"]``; a missing header is refused."""
     if header is None:
         raise HTTPException(status_code=401, detail="X-Principals header is required "
                             "(an empty value means public documents only)")
-    return [p.strip() for p in header.split(",") if p.strip()]
+    return [p.strip() for p in _header_text(header).split(",") if p.strip()]
+
+
+def parse_tenant(header: str | None) -> str | None:
+    tenant = _header_text(header).strip() if header is not None else ""
+    return tenant or None
 
 
 def session(request: Request) -> Iterator[Session]:
@@ -65,11 +81,37 @@ def create_app(dsn: str | None = None, *, embedder: Embedder | None = None,
     """Build the app. Nothing connects until startup; ``dsn`` None means PGFUNNEL_DSN."""
     coll_name = collection or os.environ.get("PGFUNNEL_COLLECTION", "default")
 
+    loading = threading.Lock()
+
+    def active_model(s: Session) -> str:
+        model = s.execute(
+            select(IndexVersion.embedding_model)
+            .join(Collection, Collection.id == IndexVersion.collection_id)
+            .where(Collection.name == coll_name, IndexVersion.state == "active")
+        ).scalar_one_or_none()
+        if model is None:
+            raise HTTPException(404, f"collection {coll_name!r} has no active index")
+        return str(model)
+
+    def load_embedder(app: FastAPI, s: Session, stale: Embedder | None = None) -> Embedder:
+        """The active index version's model, loaded once: requests that arrive while it
+        loads wait for that load rather than each loading a copy."""
+        with loading:
+            emb: Embedder | None = app.state.embedder
+            if emb is None or emb is stale:
+                emb = Embedder(active_model(s))
+                app.state.embedder = emb
+            return emb
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = engine_from_dsn(dsn)
         app.state.engine = engine
         app.state.embedder = embedder
+        if embedder is None:
+            # load the model at startup, not on the first requests
+            with suppress(HTTPException, PgfunnelError), Session(engine) as s:
+                load_embedder(app, s)
         try:
             yield
         finally:
@@ -79,25 +121,16 @@ def create_app(dsn: str | None = None, *, embedder: Embedder | None = None,
 
     def query_embedder(request: Request, s: Session) -> Embedder:
         emb: Embedder | None = request.app.state.embedder
-        if emb is None:
-            # the model the active index version was built with, loaded once
-            model = s.execute(
-                select(IndexVersion.embedding_model)
-                .join(Collection, Collection.id == IndexVersion.collection_id)
-                .where(Collection.name == coll_name, IndexVersion.state == "active")
-            ).scalar_one_or_none()
-            if model is None:
-                raise HTTPException(404, f"collection {coll_name!r} has no active index")
-            emb = Embedder(model)
-            request.app.state.embedder = emb
-        return emb
+        return emb if emb is not None else load_embedder(request.app, s)
 
     @app.exception_handler(PgfunnelError)
     async def pgfunnel_error(request: Request, exc: PgfunnelError) -> Any:
         from fastapi.responses import JSONResponse
 
-        status = 400 if isinstance(exc, (ConfigError, InvalidInputError)) else (
-            404 if isinstance(exc, NotFoundError) else 503)
+        # a vector the index cannot use is the server's model out of step, not the client
+        status = 503 if isinstance(exc, InvalidVectorError) else (
+            400 if isinstance(exc, (ConfigError, InvalidInputError)) else (
+                404 if isinstance(exc, NotFoundError) else 503))
         return JSONResponse({"detail": str(exc)}, status_code=status)
 
     @app.get("/search")
@@ -107,28 +140,38 @@ def create_app(dsn: str | None = None, *, embedder: Embedder | None = None,
                x_principals: PrincipalsHeader = None,
                x_tenant: TenantHeader = None) -> dict[str, Any]:
         principals = parse_principals(x_principals)
-        vector = query_embedder(request, s).embed_query(q)
-        fs = funnel_search_tvf(q, vector, k=k, collection=coll_name, principals=principals,
-                               tenant=x_tenant)
-        # the application's own tables join like any other: here chunk and document
-        stmt = (select(fs.c.final_rank, fs.c.chunk_id, fs.c.citekey, fs.c.title,
-                       fs.c.heading, fs.c.text, fs.c.fused_score, fs.c.lexical_rank,
-                       fs.c.dense_rank, Document.language, Document.updated_at)
-                .join(Chunk, Chunk.id == fs.c.chunk_id)
-                .join(Document, Document.id == Chunk.document_id)
-                .order_by(fs.c.final_rank))
+        tenant = parse_tenant(x_tenant)
+        if not q.strip():
+            raise HTTPException(400, "q: empty query")
+        emb = query_embedder(request, s)
+
+        def run(vector: Any) -> list[Any]:
+            fs = funnel_search_tvf(q, vector, k=k, collection=coll_name,
+                                   principals=principals, tenant=tenant)
+            # the application's own tables join like any other: here chunk and document
+            stmt = (select(fs.c.final_rank, fs.c.chunk_id, fs.c.citekey, fs.c.title,
+                           fs.c.heading, fs.c.text, fs.c.fused_score, fs.c.lexical_rank,
+                           fs.c.dense_rank, Document.language, Document.updated_at)
+                    .join(Chunk, Chunk.id == fs.c.chunk_id)
+                    .join(Document, Document.id == Chunk.document_id)
+                    .order_by(fs.c.final_rank))
+            try:
+                # same transaction: row-level security (if enabled) reads these settings
+                s.execute(identity_statement(principals, tenant))
+                found = list(s.execute(stmt).all())
+                s.commit()
+                return found
+            except Exception as exc:
+                s.rollback()
+                raise translate(exc) from exc
+
         try:
-            # same transaction: row-level security (if enabled) reads these settings
-            s.execute(identity_statement(principals, x_tenant))
-            rows = s.execute(stmt).all()
-            s.commit()
-        except PgfunnelError:
-            raise
-        except Exception as exc:
-            orig = getattr(exc, "orig", None)
-            if orig is not None:
-                raise translate(orig) from exc
-            raise
+            rows = run(emb.embed_query(q))
+        except InvalidVectorError:
+            # another index version, built with another model, went live: load it once
+            if emb.model_name == active_model(s):
+                raise
+            rows = run(load_embedder(request.app, s, stale=emb).embed_query(q))
         return {
             "query": q,
             "k": k,
@@ -146,19 +189,21 @@ def create_app(dsn: str | None = None, *, embedder: Embedder | None = None,
     def document(citekey: str, s: SessionDep, x_principals: PrincipalsHeader = None,
                  x_tenant: TenantHeader = None) -> dict[str, Any]:
         principals = parse_principals(x_principals)
-        s.execute(identity_statement(principals, x_tenant))
+        tenant = parse_tenant(x_tenant)
+        if "\x00" in citekey:
+            raise HTTPException(400, "citekey: contains a NUL byte")
+        s.execute(identity_statement(principals, tenant))
         doc = s.execute(
             select(Document).join(Collection, Collection.id == Document.collection_id)
             .where(Collection.name == coll_name, Document.citekey == citekey)
         ).scalar_one_or_none()
         if doc is None:
             raise HTTPException(404, f"no document {citekey!r}")
-        visible = s.execute(
-            select(Document.id).where(
-                Document.id == doc.id,
-                or_(Document.is_public, Document.readers.overlap(principals)),
-                or_(Document.tenant.is_(None), Document.tenant == x_tenant))
-        ).first() is not None
+        # the rule every search applies (access, tenant, validity now), not a copy of it
+        visible = bool(s.execute(text(
+            "select pgfunnel._document_visible(d, :principals, :tenant, null, now(), null) "
+            "from pgfunnel.document d where d.id = :id"),
+            {"principals": principals, "tenant": tenant, "id": doc.id}).scalar())
         if not visible:
             # saying "forbidden" reveals that the citekey exists; fine for this example,
             # return 404 instead where even existence is confidential
