@@ -136,6 +136,35 @@ def test_genindex_parser_entries_links_and_subentries() -> None:
     ]
 
 
+DL_GENINDEX = """<html><body><table class="indextable genindextable"><tr><td>
+<dl>
+  <dt><a href="core/exceptions.html#sqlalchemy.exc.ArgumentError">ArgumentError</a></dt>
+  <dt>as_uuid</dt>
+  <dd><dl>
+    <dt><a href="dialects/postgresql.html#p.UUID.params.as_uuid">(UUID parameter)</a>,
+        <a href="core/type_basics.html#t.Uuid.params.as_uuid">[1]</a></dt>
+  </dl></dd>
+  <dt></dt>
+</dl></td></tr></table></body></html>
+"""
+
+
+def test_the_older_dl_genindex_layout_is_read_too() -> None:
+    entries = pydocs.parse_genindex(DL_GENINDEX)
+    assert [e.name for e in entries] == ["ArgumentError", "as_uuid"]
+    assert entries[0].links == ["core/exceptions.html#sqlalchemy.exc.ArgumentError"]
+    [sub] = entries[1].subs
+    assert sub.name == "(UUID parameter)" and len(sub.links) == 2
+
+
+def test_an_index_without_entries_stops_the_build() -> None:
+    import pytest
+
+    with pytest.raises(SystemExit, match="no entries"):
+        pydocs.build_queries(pydocs.parse_genindex("<html><p>no index</p></html>"),
+                             CORPUS_KEYS)
+
+
 def test_identifier_query_strips_parens_and_decoration() -> None:
     assert pydocs.identifier_query("dumps() (in module json)") == "dumps"
     assert pydocs.identifier_query("os.path.join()") == "os.path.join"
