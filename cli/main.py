@@ -376,8 +376,11 @@ def search(
     tenant: TenantOption = None,
     fusion: FusionOption = "minmax",
     rrf_k: Annotated[float, typer.Option(help="RRF constant.")] = 60.0,
-    lexical_weight: Annotated[float, typer.Option(help="Weight of the BM25 leg.")] = 1.0,
-    dense_weight: Annotated[float, typer.Option(help="Weight of the dense leg.")] = 0.7,
+    lexical_weight: Annotated[float | None, typer.Option(
+        help="Weight of the BM25 leg (default 1).")] = None,
+    dense_weight: Annotated[float | None, typer.Option(
+        help="Weight of the dense leg (default 0.7; 0.2 for min-max fusion of a query that "
+             "is one identifier).")] = None,
     overfetch: OverfetchOption = 4,
     per_source_cap: CapOption = 3,
     lexical_only: LexicalOnlyOption = False,
@@ -410,7 +413,10 @@ def search(
             warnings.simplefilter("ignore")
             response = funnel.search(
                 query, k=k, principals=principal or [], tenant=tenant, fusion=fusion,
-                rrf_k=rrf_k, weights=(lexical_weight, dense_weight), overfetch=overfetch,
+                rrf_k=rrf_k, weights=None if lexical_weight is None and dense_weight is None
+                else (1.0 if lexical_weight is None else lexical_weight,
+                      0.7 if dense_weight is None else dense_weight),
+                overfetch=overfetch,
                 per_source_cap=per_source_cap, trace=trace, statement_timeout_ms=timeout_ms)
         funnel.close()
     if json_out:

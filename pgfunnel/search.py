@@ -114,7 +114,9 @@ class SearchParams:
     metadata_filter: Mapping[str, Any] | None = None
     fusion: str = "minmax"
     rrf_k: float = 60.0
-    weights: tuple[float, float] = (1.0, 0.7)
+    #: None: {1, 0.7}, or {1, 0.2} for min-max fusion of a query that is one identifier
+    #: (``pgfunnel._default_weights``, docs/tuning.md)
+    weights: tuple[float, float] | None = None
     lexical_depth: int | None = None
     dense_depth: int | None = None
     overfetch: int = 4
@@ -147,7 +149,7 @@ class SearchParams:
         if as_of is not None and not isinstance(as_of, (dt.datetime, dt.date)):
             raise ConfigError("as_of", f"must be a datetime or None, got "
                                        f"{type(as_of).__name__} {as_of!r}")
-        if "weights" in kwargs:
+        if kwargs.get("weights") is not None:
             w = kwargs["weights"]
             if isinstance(w, (str, bytes)) or not isinstance(w, Sequence) or \
                     not all(_is_number(x) for x in w):
@@ -166,7 +168,8 @@ class SearchParams:
             "tenant": self.tenant, "language": self.language,
             "metadata_filter": Jsonb(dict(self.metadata_filter))
             if self.metadata_filter is not None else None,
-            "fusion": self.fusion, "rrf_k": self.rrf_k, "weights": list(self.weights),
+            "fusion": self.fusion, "rrf_k": self.rrf_k,
+            "weights": None if self.weights is None else list(self.weights),
             "lexical_depth": self.lexical_depth, "dense_depth": self.dense_depth,
             "overfetch": self.overfetch, "per_source_cap": self.per_source_cap,
             "ef_search": self.ef_search, "k1": self.k1, "b": self.b,

@@ -66,6 +66,36 @@ $$;
 -- chunks of other pages match `module`. `refill` false keeps the depths and pool as
 -- given (explain, which replays a search at the depths it used). The depths and pool
 -- size used come back with the pool.
+-- whether a query is one identifier as typed (snake_case, dotted, ::, camelCase or an
+-- acronym run into a word, a trailing "()"): `get_attribute_history`, `os.path.join`,
+-- `DBAPIError`, `BZ2Compressor`, `dumps()`; `unpickle` and two words are not
+create or replace function pgfunnel._identifier_query(query_text text)
+returns boolean
+language sql immutable parallel safe
+security invoker
+set search_path = pg_catalog
+as $$
+    select coalesce(btrim(query_text) ~ '^\S+$'
+           and (btrim(query_text) ~ '[[:alnum:]]_[[:alnum:]]|\w\.\w|::|[a-z][A-Z]|\(\)$'
+                or btrim(query_text) ~ '^[A-Z][A-Z0-9]*[A-Z][a-z]'), false)
+$$;
+
+-- the fusion weights a search uses when it gives none: {1,0.7}, and for min-max fusion of
+-- a query that is one identifier {1,0.2}. The dense model reads a bare identifier poorly
+-- (nDCG@10 of the dense leg alone on identifier queries: 0.32 - 0.81 over five doc sets),
+-- while BM25 finds the chunk that defines it, and at 0.7 a chunk that both legs rank
+-- moderately outscored it (docs/tuning.md has the measurements)
+create or replace function pgfunnel._default_weights(query_text text, fusion text)
+returns double precision[]
+language sql immutable parallel safe
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+    select case when fusion = 'minmax' and pgfunnel._identifier_query(query_text)
+                then '{1,0.2}'::double precision[]
+                else '{1,0.7}'::double precision[] end
+$$;
+
 drop function if exists pgfunnel._pool(text, @vector_schema@.vector, integer, text, text[], text,
     text, timestamptz, jsonb, text, double precision, double precision[], integer, integer,
     integer, integer, integer, double precision, double precision);
@@ -137,6 +167,9 @@ begin
     -- NaN sorts above every number in Postgres, so it passes `> 0` and is named here
     if rrf_k is null or not (rrf_k > 0) or rrf_k in ('Infinity'::float8, 'NaN'::float8) then
         perform pgfunnel._bad_parameter('rrf_k', format('must be a positive number, got %s', coalesce(rrf_k::text, 'NULL')));
+    end if;
+    if fusion is not null and weights is null then
+        weights := pgfunnel._default_weights(query_text, fusion);
     end if;
     if weights is null or cardinality(weights) <> 2 or array_ndims(weights) <> 1
        or not coalesce(weights[1] >= 0 and weights[2] >= 0
@@ -383,7 +416,7 @@ create or replace function pgfunnel.candidates(
     metadata_filter jsonb default null,
     fusion text default 'minmax',
     rrf_k double precision default 60,
-    weights double precision[] default '{1,0.7}',
+    weights double precision[] default null,
     lexical_depth integer default null,
     dense_depth integer default null,
     overfetch integer default 4,
@@ -608,7 +641,7 @@ create or replace function pgfunnel.funnel_search(
     metadata_filter jsonb default null,
     fusion text default 'minmax',
     rrf_k double precision default 60,
-    weights double precision[] default '{1,0.7}',
+    weights double precision[] default null,
     lexical_depth integer default null,
     dense_depth integer default null,
     overfetch integer default 4,
@@ -685,7 +718,9 @@ begin
                           null, k, collection, principals, tenant, language, as_of,
                           metadata_filter, per_source_cap, trace, query_text,
                           case when trace then jsonb_build_object(
-                              'fusion', fusion, 'rrf_k', rrf_k, 'weights', weights,
+                              'fusion', fusion, 'rrf_k', rrf_k,
+                              'weights', coalesce(weights,
+                                                  pgfunnel._default_weights(query_text, fusion)),
                               'lexical_depth', lexical_depth, 'dense_depth', dense_depth,
                               'overfetch', overfetch, 'per_source_cap', per_source_cap,
                               'ef_search', ef_search, 'k1', k1, 'b', b, 'k', k,
@@ -712,7 +747,7 @@ create or replace function public.funnel_search(
     metadata_filter jsonb default null,
     fusion text default 'minmax',
     rrf_k double precision default 60,
-    weights double precision[] default '{1,0.7}',
+    weights double precision[] default null,
     lexical_depth integer default null,
     dense_depth integer default null,
     overfetch integer default 4,

@@ -21,7 +21,7 @@ create or replace function pgfunnel.explain(
     metadata_filter jsonb default null,
     fusion text default 'minmax',
     rrf_k double precision default 60,
-    weights double precision[] default '{1,0.7}',
+    weights double precision[] default null,
     lexical_depth integer default null,
     dense_depth integer default null,
     overfetch integer default 4,

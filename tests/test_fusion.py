@@ -166,3 +166,23 @@ def test_short_lexical_list_is_scaled_from_zero(corpus: psycopg.Connection[Any],
         last = max(lex_rows, key=lambda r: r[1])
         top = max(r[2] for r in lex_rows)
         assert last[6] >= last[2] / top - 1e-12 > 0.0
+
+
+def test_default_weights_trust_bm25_more_for_a_query_that_is_one_identifier(
+        corpus: psycopg.Connection[Any]) -> None:
+    rng = np.random.default_rng(3)
+    shaped = {q: corpus.execute("select pgfunnel._identifier_query(%s)", (q,)).fetchone()[0]
+              for q in ("kara_lopo", "sune.tevi", "KaraLopo", "DBAPIError", "kara()",
+                        "kara lopo", "sune", "ERR-4029", "err4029", "")}
+    assert [q for q, yes in shaped.items() if yes] == [
+        "kara_lopo", "sune.tevi", "KaraLopo", "DBAPIError", "kara()"]
+    for q, want_minmax in (("kara_lopo", (1.0, 0.2)), ("sune.tevi", (1.0, 0.2)),
+                           ("kara lopo", (1.0, 0.7)), ("sune", (1.0, 0.7))):
+        v = unit(rng, DIMS)
+        for fusion, want in (("minmax", want_minmax), ("rrf", (1.0, 0.7)),
+                             ("zscore", (1.0, 0.7))):
+            rows = _candidates(corpus, q, v, fusion=fusion)
+            assert rows == _candidates(corpus, q, v, fusion=fusion, weights=list(want)), (q, fusion)
+            expected = _expected(rows, fusion, want, 60.0)
+            for r in rows:
+                assert r[6] == pytest.approx(expected[r[0]], rel=1e-9, abs=1e-12), (q, fusion)
