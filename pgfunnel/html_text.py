@@ -51,6 +51,7 @@ _DROP_CLASSES = frozenset({
     "wy-nav-side", "wy-breadcrumbs", "breadcrumbs", "breadcrumb",  # Read the Docs theme
     "theme-doc-sidebar-container", "pagination-nav", "theme-doc-toc-desktop",  # Docusaurus
     "skip-link", "skip-to-content", "visually-hidden", "sr-only",
+    "viewcode-link",  # Sphinx: "[source]" beside a signature
 })  # fmt: skip
 # what a link to its own heading shows
 _PERMALINK_MARKS = frozenset({"#", "¶", "§", "🔗", "🔗\ufe0e"})
@@ -66,6 +67,17 @@ _PARAGRAPH_TAGS = frozenset({
     "caption", "body",
 })  # fmt: skip
 _LINE_TAGS = frozenset({"li", "tr", "dt", "dd", "br"})
+# Sphinx's description lists of API objects (<dl class="py method">, <dl class="function">
+# in older themes) and glossaries: each term starts a section, so that each object's (or
+# term's) description is a chunk of its own under its signature, not a slice of a
+# 200-word window that starts in the middle of the one before
+_OBJECT_TYPES = frozenset({
+    "class", "function", "method", "classmethod", "staticmethod", "attribute", "property",
+    "data", "exception", "decorator", "decoratormethod", "module", "describe", "option",
+    "cmdoption", "envvar", "type", "member", "macro", "var", "struct", "union", "enum",
+    "enumerator", "setting", "templatetag", "templatefilter", "fieldlookup", "django-admin",
+})  # fmt: skip
+_TERM_LISTS = frozenset({"glossary"})
 _CELL_TAGS = frozenset({"td", "th"})
 _SPACE = re.compile(r"\s+")
 
@@ -210,6 +222,21 @@ class _Renderer:
                 if self.first_heading is None:
                     self.first_heading = heading
             return
+        if tag == "dl" and _terms_are_sections(element):
+            self._flush()
+            for child in element.children:
+                if isinstance(child, str):
+                    self.line.append(child)
+                elif child.tag == "dt" and not _is_dropped(child, self.inside_main):
+                    self._flush()
+                    term = self._text_of(child)
+                    if term:
+                        self.blocks.append(f"## {term}")
+                        self.headings.append(term)
+                else:
+                    self.render(child)
+            self._flush()
+            return
         if tag == "pre":
             self._flush()
             code = "".join(_raw_text(element)).strip("\n")
@@ -230,6 +257,21 @@ class _Renderer:
             self.line.append(" | ")
             return
         self.render_children(element)
+
+
+def _terms_are_sections(dl: _Element) -> bool:
+    """A description list whose terms are API objects (Sphinx 4+ marks each signature
+    ``dt.sig-object``; older Sphinx names the object type in the list's class and gives
+    the term an id) or glossary entries."""
+    classes = dl.classes()
+    if not _TERM_LISTS.isdisjoint(classes):
+        return True
+    terms = [c for c in dl.children if isinstance(c, _Element) and c.tag == "dt"]
+    if not terms:
+        return False
+    if any("sig-object" in t.classes() for t in terms):
+        return True
+    return not _OBJECT_TYPES.isdisjoint(classes) and all("id" in t.attrs for t in terms)
 
 
 def _raw_text(element: _Element) -> list[str]:

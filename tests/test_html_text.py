@@ -289,3 +289,30 @@ def test_docbook_navigation_tables_are_not_content() -> None:
     assert title == "Quick Start"
     assert "User Manual" not in text and "Previous page" not in text and "Home" not in text
     assert "Memcheck finds memory errors." in text and "--leak-check" in text
+
+
+def test_api_objects_and_glossary_terms_start_sections() -> None:
+    from pgfunnel.sources import chunk_text
+
+    page = """<html><head><title>Session API</title></head><body><div role="main">
+    <h1>Session API</h1><p>How sessions work.</p>
+    <dl class="py class"><dt class="sig sig-object py" id="s.Session">class s.Session(bind)
+      <a class="viewcode-link" href="_modules/s.html">[source]</a></dt>
+      <dd><p>Manages persistence.</p>
+        <dl class="py method"><dt class="sig sig-object py" id="s.Session.merge">
+          merge(instance)</dt><dd><p>Copies the state of an instance.</p></dd></dl>
+      </dd></dl>
+    <dl class="function"><dt id="os.path.join">os.path.join(a, *p)</dt>
+      <dd><p>Joins paths.</p></dd></dl>
+    <dl class="glossary"><dt id="term-lazy">lazy loading</dt><dd><p>Loads on access.</p></dd></dl>
+    <dl class="field-list simple"><dt>Parameters</dt><dd><p>bind</p></dd></dl>
+    </div></body></html>"""
+    title, text = html_to_text(page)
+    assert title == "Session API"
+    sections = {c.heading: c.text for c in chunk_text(text)}
+    assert sections["class s.Session(bind)"].endswith("Manages persistence.")
+    assert "Copies the state" in sections["merge(instance)"]
+    assert "Joins paths." in sections["os.path.join(a, *p)"]
+    assert "Loads on access." in sections["lazy loading"]
+    # a field list is not a list of objects: its terms stay text
+    assert "Parameters" not in sections and "[source]" not in text
