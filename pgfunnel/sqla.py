@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from pgvector.sqlalchemy import Vector
@@ -54,9 +54,13 @@ from sqlalchemy.types import TypeEngine
 from pgfunnel.errors import ConfigError, MissingIdentityError
 from pgfunnel.search import check_principals
 
+if TYPE_CHECKING:  # greenlet (the web extra) is needed only to use an async engine
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
 __all__ = [
     "FUNNEL_SEARCH_COLUMNS",
     "FUNNEL_SEARCH_PARAMETERS",
+    "async_engine_from_dsn",
     "engine_from_dsn",
     "funnel_search_tvf",
     "identity_statement",
@@ -190,6 +194,25 @@ def identity_statement(principals: Sequence[str], tenant: str | None = None) -> 
                         True),
         func.set_config("pgfunnel.tenant", tenant or "", True),
     )
+
+
+def async_engine_from_dsn(dsn: Any = None, **engine_kwargs: Any) -> AsyncEngine:
+    """An asyncio SQLAlchemy engine (psycopg 3's async driver) for a pgfunnel DSN, as
+    :func:`engine_from_dsn` takes it. Needs ``greenlet`` (the ``web`` extra).
+    :func:`funnel_search_tvf` and :func:`identity_statement` build plain statements, so
+    ``await session.execute(...)`` runs them; the query vector is bound through
+    pgvector's SQLAlchemy type, which needs no adapter on the connection."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from pgfunnel.db import resolve_dsn
+
+    target = resolve_dsn(dsn)
+
+    async def creator() -> psycopg.AsyncConnection[Any]:
+        return await psycopg.AsyncConnection.connect(target, connect_timeout=10)
+
+    engine_kwargs.setdefault("pool_pre_ping", True)
+    return create_async_engine("postgresql+psycopg://", async_creator=creator, **engine_kwargs)
 
 
 def engine_from_dsn(dsn: Any = None, **engine_kwargs: Any) -> Engine:

@@ -168,3 +168,33 @@ def test_translate_reads_a_sqlalchemy_wrapped_client_side_error(sample_db: str) 
         session.execute(select(funnel_search_tvf("ref\x00und", k=3, principals=[]).c.citekey))
     engine.dispose()
     assert isinstance(translate(caught.value), InvalidInputError)
+
+
+def test_the_tvf_runs_on_an_async_engine(sample_db: str, embedder: Any) -> None:
+    """FastAPI apps are often async: the same statements through AsyncSession give the
+    rows the sync path gives."""
+    import asyncio
+
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    from pgfunnel.sqla import async_engine_from_dsn
+
+    vector = embedder.embed_query("refund on an annual plan")
+    fs = funnel_search_tvf("refund on an annual plan", vector, k=5, principals=["alice"])
+    stmt = select(fs.c.chunk_id, fs.c.final_rank).order_by(fs.c.final_rank)
+
+    async def search() -> list[Any]:
+        engine = async_engine_from_dsn(sample_db)
+        try:
+            async with AsyncSession(engine) as session:
+                await session.execute(identity_statement(["alice"]))
+                return list((await session.execute(stmt)).all())
+        finally:
+            await engine.dispose()
+
+    engine = engine_from_dsn(sample_db)
+    with Session(engine) as session:
+        session.execute(identity_statement(["alice"]))
+        expected = list(session.execute(stmt).all())
+    engine.dispose()
+    assert asyncio.run(search()) == expected and len(expected) == 5
