@@ -431,22 +431,22 @@ class Funnel:
                     self._embedder = Embedder(model if spec == "auto" else str(spec))
         return self._embedder
 
-    def _replace_embedder(self, used: Embedder, model: str, conn: psycopg.Connection[Any],
-                          collection: str) -> None:
+    def _replace_embedder(self, used: Embedder, model: str) -> None:
         with self._loading:
             if self._embedder is used:
-                self._embedder = Embedder(model or self._active_dimensions(conn, collection)[0])
+                self._embedder = Embedder(model)
 
     def _follow_model_change(self, conn: psycopg.Connection[Any], collection: str,
-                             used: Embedder) -> bool:
-        """After the active index version refused a query vector's dimensions: whether
-        the model changed and ``embedder="auto"`` can follow it; an error naming the
-        model the Funnel should have when it cannot."""
+                             used: Embedder) -> str | None:
+        """After the active index version refused a query vector's dimensions: the model
+        it now has when that changed and ``embedder="auto"`` can follow it, None when it
+        was refused for another reason; an error naming the model the Funnel should have
+        when it cannot follow."""
         model, dims = self._active_dimensions(conn, collection)
         if model == used.model_name:
-            return False  # refused for another reason
+            return None
         if self._embedder_spec == "auto":
-            return True
+            return model
         raise InvalidVectorError(
             f"query_embedding: this Funnel embeds queries with {used.model_name!r}, but the "
             f"active index version of {collection!r} was built with {model!r} ({dims} "
@@ -552,18 +552,19 @@ class Funnel:
                 try:
                     response = self._run(conn, query, vector, p, timings, use_rerank,
                                          transforms, seen)
-                    stale = emb is not None and self._embedder_spec == "auto" and \
-                        seen.get("model") not in (None, emb.model_name)
+                    active = seen.get("model")
+                    new_model = active if emb is not None and self._embedder_spec == "auto" \
+                        and active not in (None, emb.model_name) else None
                 except InvalidVectorError:
-                    if emb is None or not self._follow_model_change(conn, p.collection, emb):
+                    new_model = None if emb is None else \
+                        self._follow_model_change(conn, p.collection, emb)
+                    if new_model is None:
                         raise
-                    stale = True
-                if stale and emb is not None and query is not None:
+                if new_model is not None and emb is not None and query is not None:
                     # another version, built with another model, went live since the
                     # model was loaded (a refused dimension, or the same dimension and
                     # vectors that mean nothing to it): once more with its model
-                    self._replace_embedder(emb, str(seen.get("model") or ""), conn,
-                                           p.collection)
+                    self._replace_embedder(emb, str(new_model))
                     notices.clear()
                     reloaded = self.embedder_for(conn, p.collection)
                     assert reloaded is not None
