@@ -186,3 +186,40 @@ def test_default_weights_trust_bm25_more_for_a_query_that_is_one_identifier(
             expected = _expected(rows, fusion, want, 60.0)
             for r in rows:
                 assert r[6] == pytest.approx(expected[r[0]], rel=1e-9, abs=1e-12), (q, fusion)
+
+
+def test_default_weights_let_the_dense_leg_lead_when_the_best_lexical_match_holds_little(
+        conn: psycopg.Connection[Any]) -> None:
+    # four rare words, each in a chunk of its own: every word is indexed (the version
+    # holds the whole query), but the best lexical match holds a quarter of its idf
+    filler = ["kara lopo", "sune tevi", "mira kapo", "lone sura"]
+    docs = [doc(f"w{i}", f"{word} {filler[i]} kara")
+            for i, word in enumerate(("vardump", "plimsoe", "gribnak", "tuvolo"))]
+    docs += [doc("both", "zorblat quennix kara lopo")]
+    docs += [doc(f"f{i}", f"{filler[i % 4]} {filler[(i + 1) % 4]}") for i in range(12)]
+    ingest(conn, docs, dims=DIMS, seed=11)
+    v = unit(np.random.default_rng(12), DIMS)
+
+    scattered = "vardump plimsoe gribnak tuvolo"
+    rows = _candidates(conn, scattered, v, fusion="minmax")
+    assert rows == _candidates(conn, scattered, v, fusion="minmax", weights=[0.7, 1.0])
+    assert rows != _candidates(conn, scattered, v, fusion="minmax", weights=[1.0, 0.7])
+    want = _expected(rows, "minmax", (0.7, 1.0), 60.0)
+    assert all(r[6] == pytest.approx(want[r[0]], rel=1e-9, abs=1e-12) for r in rows)
+    # the trace records the weights the search used
+    sid = conn.execute("select search_id from funnel_search(%s, %s, k => 3, collection => 't', "
+                       "trace => true) limit 1", (scattered, v)).fetchone()[0]  # type: ignore[index]
+    assert conn.execute("select config -> 'weights' from pgfunnel.search_log where id = %s",
+                        (sid,)).fetchone() == ([0.7, 1.0],)
+
+    # the best match holding half the query or more (here all of it) keeps {1,0.7}
+    held = "zorblat quennix"
+    rows = _candidates(conn, held, v, fusion="minmax")
+    assert rows == _candidates(conn, held, v, fusion="minmax", weights=[1.0, 0.7])
+    # only min-max fusion, and only weights left to the default, follow the rule
+    for fusion in ("rrf", "zscore"):
+        assert _candidates(conn, scattered, v, fusion=fusion) == \
+            _candidates(conn, scattered, v, fusion=fusion, weights=[1.0, 0.7])
+    given = _candidates(conn, scattered, v, fusion="minmax", weights=[1.0, 0.7])
+    want = _expected(given, "minmax", (1.0, 0.7), 60.0)
+    assert all(r[6] == pytest.approx(want[r[0]], rel=1e-9, abs=1e-12) for r in given)

@@ -265,7 +265,11 @@ def test_search_multi_merges_phrasings_with_rrf(sample_conn: psycopg.Connection[
     from pgfunnel.transform import rrf_merge
 
     fused = [cid for cid, _ in rrf_merge([[r.chunk_id for r in s.results] for s in singles])]
-    assert [r.chunk_id for r in resp.results] == fused[:6]
+    citekey_of = {r.chunk_id: r.citekey for s in singles for r in s.results}
+    # the merged list, capped at one chunk per source, then cut to k
+    capped = [cid for i, cid in enumerate(fused)
+              if citekey_of[cid] not in {citekey_of[c] for c in fused[:i]}]
+    assert [r.chunk_id for r in resp.results] == capped[:6]
     for sid in rec["search_ids"]:
         assert _logged_transforms(sample_conn, sid)[0]["step"] == "multi_query"
 
