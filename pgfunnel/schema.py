@@ -191,6 +191,16 @@ def autogenerate_diff(dsn: str | None = None) -> list[Any]:
         return list(compare_metadata(ctx, Base.metadata))
 
 
+def _rls_on(conn: psycopg.Connection[Any]) -> bool:
+    """Whether an existing pgfunnel schema is in RLS mode (False when there is none)."""
+    row = conn.execute("select to_regnamespace('pgfunnel') is not null").fetchone()
+    if not (row and row[0]):
+        return False
+    from pgfunnel.security import rls_enabled
+
+    return rls_enabled(conn)
+
+
 def init(dsn: str | None = None, *, rls: bool = False) -> dict[str, Any]:
     """Create the extension, the schema and tables (alembic), and the functions. Idempotent."""
     target = resolve_dsn(dsn)
@@ -201,9 +211,11 @@ def init(dsn: str | None = None, *, rls: bool = False) -> dict[str, Any]:
             problem = vector_path_problem(conn)
             if problem is not None:
                 raise PgfunnelError(problem)
-            if rls:
+            if rls or _rls_on(conn):
                 from pgfunnel.security import check_rls_setup
 
+                # a database already in RLS mode gets this release's policies below:
+                # refuse a role that could not finish that, before anything is written
                 check_rls_setup(conn)
             conn.execute(psycopg.sql.SQL("create schema if not exists {}").format(
                 psycopg.sql.Identifier(SCHEMA)))
@@ -233,6 +245,10 @@ def migrate(dsn: str | None = None) -> dict[str, Any]:
         with connect(target, register=False) as conn:
             before = current_revision(conn)
             problem = vector_path_problem(conn)
+            if problem is None and _rls_on(conn):
+                from pgfunnel.security import check_rls_setup
+
+                check_rls_setup(conn)
         if problem is not None:
             raise PgfunnelError(problem)
         if before is None:

@@ -114,8 +114,9 @@ class SearchParams:
     metadata_filter: Mapping[str, Any] | None = None
     fusion: str = "minmax"
     rrf_k: float = 60.0
-    #: None: {1, 0.7}, or {1, 0.2} for min-max fusion of a query that is one identifier
-    #: (``pgfunnel._default_weights``, docs/tuning.md)
+    #: None: {1, 0.7}; under min-max, {1, 0.2} for a query that is one identifier
+    #: (``pgfunnel._default_weights``) and {0.7, 1} when the best lexical match holds under
+    #: 0.4 of the query's idf (``pgfunnel._pool``; docs/tuning.md)
     weights: tuple[float, float] | None = None
     lexical_depth: int | None = None
     dense_depth: int | None = None
@@ -535,7 +536,15 @@ class Funnel:
                     vector = emb.embed_query(query)
             timings["embed"] = (time.perf_counter() - t0) * 1000
             if vector is not None and conn.adapters.types.get("vector") is None:
-                # no vector type to send the query vector as: no extension, so no schema
+                # no vector type to send the query vector as: the extension is missing,
+                # or it lives in a schema this connection's search_path leaves out
+                from pgfunnel.schema import vector_path_problem
+
+                problem = vector_path_problem(conn)
+                if problem is not None:
+                    if not conn.autocommit:
+                        conn.rollback()
+                    raise ConfigError("search_path", problem)
                 require_schema(conn)
                 raise SchemaMissingError("the vector extension is missing from this "
                                          "database: run `pgfunnel init`")

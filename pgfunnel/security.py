@@ -17,13 +17,14 @@ A missing setting means no rows.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import psycopg
 from psycopg import sql
 
-from pgfunnel.errors import AccessError, translate
+from pgfunnel.errors import AccessError, ConflictError, translate
 
 READER_ROLE = "pgfunnel_reader"
 WRITER_ROLE = "pgfunnel_writer"
@@ -220,12 +221,123 @@ def check_rls_setup(conn: psycopg.Connection[Any]) -> None:
             f"{WRITER_ROLE} to {me}`), then run it again")
 
 
+#: the policy names pgfunnel owns on each RLS table
+_POLICY_NAMES = ("pgfunnel_reader_select", "pgfunnel_reader_insert", "pgfunnel_writer_all")
+
+
+def _wanted_policies(table: str) -> dict[str, sql.Composed]:
+    """The CREATE POLICY statements a table should carry, by policy name."""
+    t = _table(table)
+    using, check = _READER_POLICIES[table]
+    wanted = {"pgfunnel_reader_select": sql.SQL(
+        "create policy pgfunnel_reader_select on {} for select to {} using ({})").format(
+            t, _ident(READER_ROLE), sql.SQL(using))}
+    if check is not None:
+        wanted["pgfunnel_reader_insert"] = sql.SQL(
+            "create policy pgfunnel_reader_insert on {} for insert to {} with check ({})"
+        ).format(t, _ident(READER_ROLE), sql.SQL(check))
+    wanted["pgfunnel_writer_all"] = sql.SQL(
+        "create policy pgfunnel_writer_all on {} for all to {} using (true) with check (true)"
+    ).format(t, _ident(WRITER_ROLE))
+    return wanted
+
+
+def _installed_policies(conn: psycopg.Connection[Any], table: str) -> dict[str, tuple[str, str]]:
+    """pgfunnel's policies on a table as installed: name -> (its comment, a digest of what
+    Postgres holds: command, roles, USING and WITH CHECK as deparsed)."""
+    rows = conn.execute(
+        "select p.polname, coalesce(pg_catalog.obj_description(p.oid, 'pg_policy'), ''), "
+        "pg_catalog.md5(concat_ws(e'\\x1f', p.polcmd::text, p.polpermissive::text, "
+        "(select pg_catalog.string_agg(r::regrole::text, ',' order by r::regrole::text) "
+        "   from pg_catalog.unnest(p.polroles) r), "
+        "pg_catalog.pg_get_expr(p.polqual, p.polrelid), "
+        "pg_catalog.pg_get_expr(p.polwithcheck, p.polrelid))) "
+        "from pg_catalog.pg_policy p where p.polrelid = %s::regclass and p.polname = any(%s)",
+        (f"pgfunnel.{table}", list(_POLICY_NAMES))).fetchall()
+    return {name: (comment, digest) for name, comment, digest in rows}
+
+
+def _statement_digest(conn: psycopg.Connection[Any], statement: sql.Composed) -> str:
+    row = conn.execute("select pg_catalog.md5(%s)", (statement.as_string(conn),)).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def _rls_changes(conn: psycopg.Connection[Any]) -> dict[str, dict[str, sql.Composed | None]]:
+    """What enable_rls must change, per table: policies to (re)create (or, as None, drop),
+    with "" standing for row security to switch on. A policy is current when its
+    comment names the digest of this release's statement and the digest of what
+    Postgres held right after creating it, so one edited by hand is made again."""
+    flags = dict(conn.execute(
+        "select c.relname, c.relrowsecurity and c.relforcerowsecurity from pg_catalog.pg_class c "
+        "where c.relnamespace = 'pgfunnel'::regnamespace and c.relname = any(%s)",
+        (list(RLS_TABLES),)).fetchall())
+    changes: dict[str, dict[str, sql.Composed | None]] = {}
+    for table in RLS_TABLES:
+        wanted = _wanted_policies(table)
+        installed = _installed_policies(conn, table)
+        todo: dict[str, sql.Composed | None] = {}
+        for name in _POLICY_NAMES:
+            statement = wanted.get(name)
+            if statement is None:
+                if name in installed:
+                    todo[name] = None
+                continue
+            comment, digest = installed.get(name, ("", ""))
+            if comment != f"pgfunnel {_statement_digest(conn, statement)} {digest}":
+                todo[name] = statement
+        if not flags.get(table, False):
+            todo[""] = None
+        if todo:
+            changes[table] = todo
+    return changes
+
+
+def _lock_for_policy_change(conn: psycopg.Connection[Any], tables: list[str]) -> None:
+    """Take ACCESS EXCLUSIVE on the tables whose policies change, without deadlocking the
+    searches that run meanwhile. A search takes its table locks one by one as it reaches
+    each table, so a change that held `document` and waited for `chunk` while a search
+    held `chunk` and waited for `document` was a deadlock, and Postgres cancelled the
+    search. Here each attempt waits at most half of `deadlock_timeout` (so the wait
+    gives up before any search's deadlock check runs), inside a savepoint that releases
+    what it got, and tries again shortly."""
+    row = conn.execute("select least(300, greatest(10, pg_catalog.date_part('epoch', "
+                       "pg_catalog.current_setting('deadlock_timeout')::interval) * 500))::int"
+                       ).fetchone()
+    wait_ms = int(row[0]) if row else 300
+    previous = conn.execute("select pg_catalog.current_setting('lock_timeout')").fetchone()
+    statement = sql.SQL("lock table {} in access exclusive mode").format(
+        sql.SQL(", ").join(_table(t) for t in tables))
+    deadline = time.monotonic() + 60
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            with conn.transaction():
+                conn.execute("select pg_catalog.set_config('lock_timeout', %s, true)",
+                             (f"{wait_ms}ms",))
+                conn.execute(statement)
+            break
+        except psycopg.errors.LockNotAvailable as exc:
+            if time.monotonic() > deadline:
+                raise ConflictError(
+                    f"could not lock {', '.join(tables)} for a moment in 60 s to update their "
+                    "row-level security policies: long transactions hold them; run it again "
+                    "when they end") from exc
+            time.sleep(min(0.05 * attempt, 0.5))
+    conn.execute("select pg_catalog.set_config('lock_timeout', %s, true)",
+                 (previous[0] if previous else "0",))
+
+
 def enable_rls(conn: psycopg.Connection[Any]) -> None:
     """Create roles, grant privileges, and turn on FORCEd row-level security policies.
 
-    Idempotent: policies are dropped and recreated. The role running this (the
-    owner) is made a member of ``pgfunnel_writer`` so that FORCE does not lock it out
-    of its own tables.
+    Idempotent: a policy that is already this release's is left alone, so running
+    ``init`` or ``migrate`` again on a database in RLS mode takes no table lock that
+    searches would wait for. Policies that change are replaced under a lock taken
+    without deadlocking running searches (:func:`_lock_for_policy_change`). The role
+    running this (the owner) is made a member of ``pgfunnel_writer`` so that FORCE does
+    not lock it out of its own tables. Must run inside a transaction (the caller commits).
     """
     try:
         ensure_roles(conn)
@@ -235,20 +347,23 @@ def enable_rls(conn: psycopg.Connection[Any]) -> None:
                           (WRITER_ROLE,)).fetchone()
         if not (su and (su[0] or su[1])):
             conn.execute(sql.SQL("grant {} to current_user").format(_ident(WRITER_ROLE)))
-        for table in RLS_TABLES:
+        changes = _rls_changes(conn)
+        if not changes:
+            return
+        _lock_for_policy_change(conn, list(changes))
+        for table, todo in changes.items():
             t = _table(table)
-            for policy in ("pgfunnel_reader_select", "pgfunnel_reader_insert",
-                           "pgfunnel_writer_all"):
-                conn.execute(sql.SQL("drop policy if exists {} on {}").format(_ident(policy), t))
-            using, check = _READER_POLICIES[table]
-            conn.execute(sql.SQL("create policy pgfunnel_reader_select on {} for select to {} "
-                                 "using ({})").format(t, _ident(READER_ROLE), sql.SQL(using)))
-            if check is not None:
-                conn.execute(sql.SQL("create policy pgfunnel_reader_insert on {} for insert to {} "
-                                     "with check ({})").format(t, _ident(READER_ROLE),
-                                                               sql.SQL(check)))
-            conn.execute(sql.SQL("create policy pgfunnel_writer_all on {} for all to {} "
-                                 "using (true) with check (true)").format(t, _ident(WRITER_ROLE)))
+            for name, statement in todo.items():
+                if not name:
+                    continue
+                conn.execute(sql.SQL("drop policy if exists {} on {}").format(_ident(name), t))
+                if statement is None:
+                    continue
+                conn.execute(statement)
+                installed = _installed_policies(conn, table)[name][1]
+                conn.execute(sql.SQL("comment on policy {} on {} is {}").format(
+                    _ident(name), t,
+                    sql.Literal(f"pgfunnel {_statement_digest(conn, statement)} {installed}")))
             conn.execute(sql.SQL("alter table {} enable row level security").format(t))
             conn.execute(sql.SQL("alter table {} force row level security").format(t))
     except psycopg.Error as exc:

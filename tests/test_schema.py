@@ -172,6 +172,21 @@ def test_funnel_search_without_schema_says_run_init(empty_db: str) -> None:
         Funnel(empty_db, embedder=None).search("refund", query_embedding=np.ones(384))
 
 
+def test_search_with_pgvector_off_the_search_path_names_the_path(db: str) -> None:
+    import numpy as np
+
+    from pgfunnel.errors import ConfigError
+    from pgfunnel.search import Funnel
+
+    # hosted Postgres often keeps extensions in a schema of their own
+    with connect(db, autocommit=True) as conn:
+        conn.execute("create schema ext")
+        conn.execute("alter extension vector set schema ext")
+    off_path = psycopg.conninfo.make_conninfo(db, options="-c search_path=public")
+    with pytest.raises(ConfigError, match='pgvector is installed in schema "?ext"?'):
+        Funnel(off_path, embedder=None).search("refund", query_embedding=np.ones(384))
+
+
 @pytest.mark.parametrize("command", [["search", "refund"], ["explain", "refund", "a#0"],
                                      ["eval", "QUERIES"]])
 def test_cli_without_schema_says_run_init(empty_db: str, tmp_path: Path,
@@ -320,3 +335,44 @@ def test_init_rls_refuses_up_front_an_owner_that_could_not_finish(empty_db: str)
     schema.init(as_owner, rls=True)
     with connect(as_owner, autocommit=True) as conn:
         assert rls_enabled(conn)
+
+
+def test_init_and_migrate_in_rls_mode_name_the_grant_an_owner_lacks(empty_db: str) -> None:
+    """A database in RLS mode whose tables belong to a role outside pgfunnel_writer (what
+    `pg_restore --no-owner` of an RLS database as a plain role gives): plain `init` and
+    `migrate` renew the policies, so they check first, and name the grant rather than
+    failing half-way with Postgres' bare "permission denied to grant role"."""
+    import uuid
+
+    from _security_helpers import with_user
+    from psycopg import sql as pgsql
+
+    from pgfunnel.errors import AccessError
+
+    owner = f"pgf_owner_{uuid.uuid4().hex[:8]}"
+    schema.init(empty_db, rls=True)  # as the superuser
+    with connect(empty_db, autocommit=True) as su:
+        ident = pgsql.Identifier(owner)
+        su.execute(pgsql.SQL("create role {} login").format(ident))
+        su.execute(pgsql.SQL("alter database {} owner to {}").format(
+            pgsql.Identifier(su.info.dbname), ident))
+        su.execute(pgsql.SQL("alter schema pgfunnel owner to {}").format(ident))
+        rels = su.execute("select c.oid::regclass::text from pg_class c "
+                          "where c.relnamespace = 'pgfunnel'::regnamespace "
+                          "and c.relkind in ('r', 'p')").fetchall()
+        for (rel,) in rels:
+            su.execute(pgsql.SQL("alter table {} owner to {}").format(pgsql.SQL(rel), ident))
+        funcs = su.execute("select p.oid::regprocedure::text from pg_proc p "
+                           "where p.pronamespace = 'pgfunnel'::regnamespace "
+                           "or p.oid = 'public.funnel_search'::regproc").fetchall()
+        for (fn,) in funcs:
+            su.execute(pgsql.SQL("alter function {} owner to {}").format(pgsql.SQL(fn), ident))
+    as_owner = with_user(empty_db, owner)
+    with pytest.raises(AccessError, match=f"grant pgfunnel_writer to {owner}"):
+        schema.init(as_owner)
+    with pytest.raises(AccessError, match=f"grant pgfunnel_writer to {owner}"):
+        schema.migrate(as_owner)
+    with connect(empty_db, autocommit=True) as su:
+        su.execute(pgsql.SQL("grant pgfunnel_writer to {}").format(pgsql.Identifier(owner)))
+    schema.init(as_owner)
+    schema.migrate(as_owner)
