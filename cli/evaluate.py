@@ -33,8 +33,9 @@ def evaluate(
         "--config", help='A configuration NAME=JSON of search parameters, e.g. '
                          'minmax=\'{"fusion": "minmax"}\'. Repeatable; the first is the '
                          'baseline.')] = None,
-    preset: Annotated[str | None, typer.Option(
-        "--preset", help="Named configurations: default, lexical, dense, all-fusions. "
+    preset: Annotated[list[str] | None, typer.Option(
+        "--preset", help="Named configurations: default, lexical, dense, all-fusions "
+                         "(default first, then lexical, dense, rrf, zscore). Repeatable. "
                          "Default: 'default' when no --config is given.")] = None,
     k: Annotated[int, typer.Option("--k", help="Cutoff for the metrics and the search.")] = 10,
     split: Annotated[str | None, typer.Option(
@@ -82,9 +83,13 @@ def evaluate(
             raise ConfigError("split", f"must be dev or test, got {split!r}")
         judged = load_queries(queries) if qrels is None else load_beir(queries, qrels)
         configs = []
-        if preset is not None or not config:
-            configs += preset_configs(preset or "default")
-        configs += [parse_config_arg(c) for c in config or []]
+        if preset or not config:
+            configs += preset_configs(*(preset or ["default"]))
+        for extra in (parse_config_arg(c) for c in config or []):
+            if any(c.name == extra.name for c in configs):
+                raise ConfigError("config", f"two configurations are named {extra.name!r}; "
+                                            "give each --config a name of its own")
+            configs.append(extra)
         if qualifiers:
             words = tuple(w.strip() for w in qualifiers.split(",") if w.strip())
             configs = [dataclasses.replace(c, qualifiers=c.qualifiers or words)

@@ -184,7 +184,7 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
         embedder = Embedder(model_name)
         with _progress() if show_progress else _NullProgress() as progress:
             docs: Any = progress.add_task("documents", total=len(records))
-            emb: Any = progress.add_task("embedding chunks", total=None)
+            emb: Any = progress.add_task("embedding (distinct texts)", total=None)
             index_task: list[Any] = []
 
             def tick(stage: str, n: int, total: int | None = None) -> None:
@@ -377,10 +377,12 @@ def search(
     fusion: FusionOption = "minmax",
     rrf_k: Annotated[float, typer.Option(help="RRF constant.")] = 60.0,
     lexical_weight: Annotated[float | None, typer.Option(
-        help="Weight of the BM25 leg (default 1).")] = None,
+        help="Weight of the BM25 leg (default 1; 0.7 for min-max fusion when the best "
+             "lexical match holds under 0.4 of the query).")] = None,
     dense_weight: Annotated[float | None, typer.Option(
-        help="Weight of the dense leg (default 0.7; 0.2 for min-max fusion of a query that "
-             "is one identifier).")] = None,
+        help="Weight of the dense leg (default 0.7; under min-max fusion 0.2 for a query "
+             "that is one identifier, 1 when the best lexical match holds under 0.4 of the "
+             "query).")] = None,
     overfetch: OverfetchOption = 4,
     per_source_cap: CapOption = 3,
     lexical_only: LexicalOnlyOption = False,

@@ -48,7 +48,10 @@ def test_config_validation_names_the_problem() -> None:
     with pytest.raises(ConfigError, match="preset"):
         preset_configs("nope")
     assert [c.name for c in preset_configs("all-fusions")] == [
-        "lexical", "dense", "rrf", "minmax", "zscore"]
+        "default", "lexical", "dense", "rrf", "zscore"]
+    # presets add up in order, a name two of them share once
+    assert [c.name for c in preset_configs("lexical", "default", "all-fusions")] == [
+        "lexical", "default", "dense", "rrf", "zscore"]
 
 
 def test_eval_cli_tables_floors_and_self_bootstrap(sample_db: str, tmp_path: Path) -> None:

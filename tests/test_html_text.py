@@ -316,3 +316,43 @@ def test_api_objects_and_glossary_terms_start_sections() -> None:
     assert "Loads on access." in sections["lazy loading"]
     # a field list is not a list of objects: its terms stay text
     assert "Parameters" not in sections and "[source]" not in text
+
+
+def test_a_sphinx_build_folder_leaves_out_its_generated_pages(tmp_path: Path) -> None:
+    import warnings
+
+    from pgfunnel.sources import OtherFilesWarning, read_path
+
+    def page(title: str, text: str) -> str:
+        return (f"<html><head><title>{title}</title></head><body><div role=\"main\">"
+                f"<h1>{title}</h1><p>{text}</p></div></body></html>")
+
+    build = tmp_path / "html"
+    (build / "_sources").mkdir(parents=True)
+    (build / "_modules" / "kombu").mkdir(parents=True)
+    (build / "_static").mkdir()
+    (build / "guide").mkdir()
+    (build / "index.html").write_text(page("Welcome", "Start here."))
+    (build / "guide" / "routing.html").write_text(page("Routing", "Queues and exchanges."))
+    (build / "_sources" / "index.rst.txt").write_text("Welcome\n=======\n\nStart here.\n")
+    (build / "_modules" / "kombu" / "queue.html").write_text(page("kombu.queue", "class Queue"))
+    (build / "_static" / "basic.css").write_text("body {}")
+    for name in ("genindex.html", "genindex-Q.html", "py-modindex.html", "search.html"):
+        (build / name).write_text(page(name, "Index entries."))
+    (build / "objects.inv").write_bytes(b"# Sphinx inventory version 2\n")
+    (build / "searchindex.js").write_text("Search.setIndex({})")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        keys = [d.citekey for d in read_path(build)]
+    assert keys == ["guide/routing", "index"]
+    notes = [str(w.message) for w in caught if issubclass(w.category, OtherFilesWarning)]
+    assert any("a Sphinx build; left out its 6 generated pages" in n for n in notes), notes
+    # the same files without the build's inventory are an ordinary folder: all read
+    (build / "objects.inv").unlink()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert len(list(read_path(build))) == 8
+    # a generated folder given by itself is read
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert [d.citekey for d in read_path(build / "_modules")] == ["kombu/queue"]

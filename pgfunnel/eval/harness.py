@@ -88,11 +88,13 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "default": {"default": {}},
     "lexical": {"lexical": LEXICAL_ONLY},
     "dense": {"dense": DENSE_ONLY},
+    # the default (min-max fusion) first: it is the baseline the others are compared
+    # with and the configuration --floors gates
     "all-fusions": {
+        "default": {},
         "lexical": LEXICAL_ONLY,
         "dense": DENSE_ONLY,
         "rrf": {"fusion": "rrf"},
-        "minmax": {"fusion": "minmax"},
         "zscore": {"fusion": "zscore"},
     },
 }
@@ -169,10 +171,16 @@ def parse_config_arg(arg: str) -> EvalConfig:
     return EvalConfig.from_dict(name.strip(), raw)
 
 
-def preset_configs(preset: str) -> list[EvalConfig]:
-    if preset not in PRESETS:
-        raise ConfigError("preset", f"unknown preset {preset!r} (use {', '.join(PRESETS)})")
-    return [EvalConfig.from_dict(n, c) for n, c in PRESETS[preset].items()]
+def preset_configs(*presets: str) -> list[EvalConfig]:
+    """The configurations of one or more presets, in order; a name two presets share
+    (``--preset all-fusions --preset lexical``) is run once."""
+    configs: dict[str, EvalConfig] = {}
+    for preset in presets:
+        if preset not in PRESETS:
+            raise ConfigError("preset", f"unknown preset {preset!r} (use {', '.join(PRESETS)})")
+        for name, params in PRESETS[preset].items():
+            configs.setdefault(name, EvalConfig.from_dict(name, params))
+    return list(configs.values())
 
 
 @dataclass
