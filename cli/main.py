@@ -134,7 +134,12 @@ def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | No
     """Every document the paths hold, validated, and the notes on what was left out;
     paths that hold no document are an error."""
     from pgfunnel.errors import InvalidDocumentError
-    from pgfunnel.sources import EmptyFileWarning, OtherFilesWarning, read_paths
+    from pgfunnel.sources import (
+        EmptyFileWarning,
+        OtherFilesWarning,
+        drop_repeated_blocks,
+        read_paths,
+    )
 
     left_out = (EmptyFileWarning, OtherFilesWarning)
     with warnings.catch_warnings(record=True) as caught:
@@ -149,7 +154,8 @@ def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | No
         raise InvalidDocumentError("nothing to ingest: no document in "
                                    + ", ".join(str(p) for p in paths)
                                    + "".join(f"; {note}" for note in skipped))
-    return records, skipped
+    records, boilerplate = drop_repeated_blocks(records)
+    return records, skipped + boilerplate
 
 
 def dry_run(paths: list[Path], chunk_words: int, exclude: list[str] | None,

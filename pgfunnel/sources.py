@@ -17,7 +17,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -760,6 +760,52 @@ def _sections(text: str) -> list[tuple[str, str]]:
         else:
             sections[-1][1].append(line)
     return [(h, "\n".join(b).strip()) for h, b in sections if h or "\n".join(b).strip()]
+
+
+_BLOCK_SPLIT = re.compile(r"\n[ \t]*\n")
+
+
+def _prose_block(block: str) -> str | None:
+    """A paragraph as the repeated-block check compares it (whitespace collapsed), or None
+    for what it leaves alone: headings, code and short lines."""
+    stripped = block.strip()
+    if (not stripped or stripped.startswith(("#", "```", "~~~"))
+            or block.startswith(("    ", "\t"))):
+        return None
+    words = stripped.split()
+    return " ".join(words) if len(words) >= 6 else None
+
+
+def drop_repeated_blocks(records: Sequence[DocumentRecord], *, min_documents: int = 10,
+                         share: float = 0.5) -> tuple[list[DocumentRecord], list[str]]:
+    """Leave out paragraphs that recur word for word on at least ``share`` of the documents
+    (and on ``min_documents`` or more): a site's banner, cookie notice or "you are reading
+    an old version" box that the page's main content holds. Kept, it is the first chunk's
+    text on every page, and a search for its words returned the same paragraph once per
+    page (Celery's docs: one banner on 347 of 348 pages). Headings, code and blocks under
+    six words are never dropped, nor a document's last remaining paragraph. Returns the
+    records (changed ones replaced) and one note per paragraph left out."""
+    if len(records) < min_documents:
+        return list(records), []
+    seen: Counter[str] = Counter()
+    for rec in records:
+        seen.update({b for b in map(_prose_block, _BLOCK_SPLIT.split(rec.text)) if b})
+    bar = max(min_documents, share * len(records))
+    repeated = {b for b, n in seen.items() if n >= bar}
+    if not repeated:
+        return list(records), []
+    out: list[DocumentRecord] = []
+    for rec in records:
+        blocks = _BLOCK_SPLIT.split(rec.text)
+        kept = [b for b in blocks if _prose_block(b) not in repeated]
+        if len(kept) == len(blocks) or not any(b.strip() for b in kept):
+            out.append(rec)
+            continue
+        out.append(replace(rec, text="\n\n".join(b.strip("\n") for b in kept if b.strip())))
+    notes = [f"left out a paragraph found on {seen[b]:,} of {len(records):,} documents "
+             f"(site boilerplate): {b[:70]!r}{'...' if len(b) > 70 else ''}"
+             for b in sorted(repeated, key=lambda b: -seen[b])]
+    return out, notes
 
 
 def embedding_input(title: str, chunk_text: str, embed_input: str = DEFAULT_EMBED_INPUT) -> str:

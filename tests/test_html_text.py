@@ -356,3 +356,34 @@ def test_a_sphinx_build_folder_leaves_out_its_generated_pages(tmp_path: Path) ->
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert [d.citekey for d in read_path(build / "_modules")] == ["kombu/queue"]
+
+
+def test_a_paragraph_on_most_pages_is_left_out_as_boilerplate() -> None:
+    from pgfunnel.sources import DocumentRecord, chunk_text, drop_repeated_blocks
+
+    banner = ("This document describes the current stable version of Celery (5.2). "
+              "For development docs, go here.")
+    records = [DocumentRecord(f"p{i}", f"## Page {i}\n\n{banner}\n\nText of page {i} about "
+                                       f"topic {i} and nothing else.\n\n    code line\n")
+               for i in range(12)]
+    # a page whose only paragraph is the banner keeps it: no document is emptied
+    records.append(DocumentRecord("only", banner))
+    # repeated below the bar: on 3 of 13 pages
+    note = "Note that this paragraph is shared by only three of the pages."
+    records = [DocumentRecord(r.citekey, r.text + f"\n\n{note}") if i < 3 else r
+               for i, r in enumerate(records)]
+    out, notes = drop_repeated_blocks(records)
+    assert len(notes) == 1 and "found on 13 of 13 documents" in notes[0]
+    assert banner[:40] in notes[0]
+    by_key = {r.citekey: r for r in out}
+    assert banner not in by_key["p5"].text
+    assert "Text of page 5" in by_key["p5"].text and "    code line" in by_key["p5"].text
+    assert [c.heading for c in chunk_text(by_key["p5"].text)] == ["Page 5"]
+    assert by_key["only"].text == banner
+    assert note in by_key["p0"].text
+    # headings and code repeat on every page of a site too, and stay
+    same = [DocumentRecord(f"q{i}", f"## Parameters\n\n    import celery\n\nBody {i}.")
+            for i in range(12)]
+    assert drop_repeated_blocks(same) == (same, [])
+    # too few documents to tell boilerplate from content
+    assert drop_repeated_blocks(records[:5]) == (records[:5], [])
