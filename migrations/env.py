@@ -1,8 +1,11 @@
 """Alembic environment for pgfunnel.
 
 pgfunnel runs alembic programmatically (``pgfunnel init`` / ``pgfunnel migrate``) and
-hands it an open SQLAlchemy connection through ``config.attributes["connection"]``;
-the plain ``alembic`` command works too, with ``sqlalchemy.url`` or PGFUNNEL_DSN.
+hands it an open SQLAlchemy connection through ``config.attributes["connection"]``.
+The plain ``alembic`` command works too, with ``sqlalchemy.url`` or PGFUNNEL_DSN, on a
+database that already has the ``pgfunnel`` schema and the vector extension (what
+``pgfunnel init`` creates first; on an empty database run that instead). Alembic moves
+the tables only: ``pgfunnel migrate`` also installs the SQL functions of the release.
 """
 
 from __future__ import annotations
