@@ -77,8 +77,15 @@ def ensure_extension(conn: psycopg.Connection[Any]) -> str:
     schema = vector_schema(conn)
     if schema is not None:
         return schema
+    # in public when it is on the path: otherwise Postgres picks the path's first schema,
+    # which with `search_path = app, public` is the application's own, and a `drop
+    # schema app cascade` in its migrations or tests would take pgvector, and pgfunnel's
+    # tables with it
+    row = conn.execute("select 'public' = any (current_schemas(false))").fetchone()
+    in_public = bool(row and row[0])
     try:
-        conn.execute("create extension if not exists vector")
+        conn.execute("create extension if not exists vector schema public" if in_public
+                     else "create extension if not exists vector")
     except psycopg.errors.InsufficientPrivilege as exc:
         raise AccessError(
             "the vector extension is not installed and this role may not create it; "

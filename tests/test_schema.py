@@ -376,3 +376,14 @@ def test_init_and_migrate_in_rls_mode_name_the_grant_an_owner_lacks(empty_db: st
         su.execute(pgsql.SQL("grant pgfunnel_writer to {}").format(pgsql.Identifier(owner)))
     schema.init(as_owner)
     schema.migrate(as_owner)
+
+
+def test_init_puts_pgvector_in_public_rather_than_the_apps_first_schema(empty_db: str) -> None:
+    with connect(empty_db, autocommit=True) as conn:
+        conn.execute("create schema app")
+        conn.execute(psycopg.sql.SQL("alter database {} set search_path = app, public").format(
+            psycopg.sql.Identifier(conn.info.dbname)))
+    assert schema.init(empty_db)["vector_schema"] == "public"
+    with connect(empty_db, autocommit=True) as conn:
+        conn.execute("drop schema app cascade")  # the application's own schema, say in a test
+        assert conn.execute("select to_regclass('pgfunnel.chunk') is not null").fetchone() == (True,)
