@@ -76,7 +76,14 @@ def evaluate(
     )
     from pgfunnel.eval.metrics import check_floors, load_floors
     from pgfunnel.eval.qrels import load_beir, load_queries
-    from pgfunnel.eval.report import plot_pool_recall, plot_slices, to_dict, to_markdown, write_json
+    from pgfunnel.eval.report import (
+        plot_pool_recall,
+        plot_slices,
+        to_dict,
+        to_markdown,
+        write_json,
+        write_runs,
+    )
 
     with handle_errors():
         if split not in (None, "dev", "test"):
@@ -135,6 +142,7 @@ def evaluate(
             plot_slices(report, out_dir / "slices.png")
             plot_pool_recall(result.curves, out_dir / "pool_recall.png",
                              title=f"Pool recall vs depth ({report.judging_level} judging)")
+            write_runs(result, out_dir / "runs.jsonl")
     if json_out:
         data: dict[str, Any] = to_dict(report)
         data["floor_violations"] = [str(v) for v in violations]
@@ -142,7 +150,8 @@ def evaluate(
     else:
         _print_tables(report, k)
         if out_dir is not None:
-            out.print(f"wrote {out_dir}/report.json, report.md, slices.png, pool_recall.png")
+            out.print(f"wrote {out_dir}/report.json, report.md, runs.jsonl, slices.png, "
+                      "pool_recall.png")
     if floor_spec is not None:
         if violations:
             for v in violations:

@@ -531,8 +531,15 @@ class Funnel:
                 # it reads: no lookup here
                 vector = check_vector(query_embedding)
             elif query is not None and query.strip():
+                loading = self._embedder is None
                 emb = self.embedder_for(conn, p.collection)
                 if emb is not None:
+                    if loading:
+                        # the first search of a Funnel loads the model (seconds): timed
+                        # apart from the query's embedding
+                        t_load = time.perf_counter()
+                        timings["model_load"] = (t_load - t0) * 1000
+                        t0 = t_load
                     vector = emb.embed_query(query)
             timings["embed"] = (time.perf_counter() - t0) * 1000
             if vector is not None and conn.adapters.types.get("vector") is None:

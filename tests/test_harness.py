@@ -93,6 +93,12 @@ def test_eval_cli_tables_floors_and_self_bootstrap(sample_db: str, tmp_path: Pat
     assert max(pools["lexical"]["all"], pools["dense"]["all"]) > 0.5
     ndcg_all = report["configs"]["a"]["aggregates"]["all"]["ndcg@10"]
     assert 0.3 < ndcg_all <= 1.0
+    # runs.jsonl: the ranked items behind every score, per configuration and query
+    runs = [json.loads(line) for line in (out_dir / "runs.jsonl").read_text().splitlines()]
+    assert {r["config"] for r in runs} == {"a", "b"}
+    assert len(runs) == 2 * len(_subset())  # no-answer queries included
+    first = next(r for r in runs if r["config"] == "a" and r["final"])
+    assert len(first["final"]) <= 10 and set(first["stages"]) >= {"fused", "capped"}
 
     # the same run gated by a floor just below what it measured passes
     floors.write_text(json.dumps({"all": {"ndcg@10": round(ndcg_all - 0.01, 4)}}))

@@ -386,4 +386,5 @@ def test_init_puts_pgvector_in_public_rather_than_the_apps_first_schema(empty_db
     assert schema.init(empty_db)["vector_schema"] == "public"
     with connect(empty_db, autocommit=True) as conn:
         conn.execute("drop schema app cascade")  # the application's own schema, say in a test
-        assert conn.execute("select to_regclass('pgfunnel.chunk') is not null").fetchone() == (True,)
+        row = conn.execute("select to_regclass('pgfunnel.chunk') is not null").fetchone()
+        assert row == (True,)

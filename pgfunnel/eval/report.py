@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pgfunnel.errors import JSON_ERRORS, ConfigError, InvalidInputError, json_problem
 from pgfunnel.eval.metrics import (
@@ -27,6 +27,9 @@ from pgfunnel.eval.metrics import (
     score_run,
 )
 from pgfunnel.eval.qrels import ALL_SLICE, JudgedQuery, Split, judging_level, select_split
+
+if TYPE_CHECKING:  # the harness imports this module
+    from pgfunnel.eval.harness import HarnessResult
 
 #: bumped when the JSON layout changes incompatibly
 REPORT_FORMAT = 1
@@ -254,6 +257,19 @@ def write_json(report: EvalReport, path: str | Path) -> None:
     except ValueError as exc:
         raise InvalidInputError(f"report holds a non-finite number: {exc}") from exc
     Path(path).write_text(text + "\n", encoding="utf-8")
+
+
+def write_runs(result: HarnessResult, path: str | Path) -> None:
+    """One JSON line per configuration and query: what was searched and the ranked items
+    each stage held (the final top k first), for reading why a query lost."""
+    slices = {q.query_id: q.slice for q in result.queries}
+    with Path(path).open("w", encoding="utf-8") as fh:
+        for config, runs in result.runs.items():
+            for query_id, run in runs.items():
+                fh.write(json.dumps({"config": config, "query_id": query_id,
+                                     "slice": slices.get(query_id), "searched": run.text,
+                                     "final": run.final, "stages": run.stages,
+                                     "parts": run.parts}, ensure_ascii=False) + "\n")
 
 
 def read_json(path: str | Path) -> EvalReport:
