@@ -16,11 +16,15 @@ from typing import Any, Literal
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import dict_row
 
 from pgfunnel.ingest import (
     HNSW_INDEX_PREFIX,
+    HNSW_TYPES,
     HNSW_VECTOR,
     POSTING_PARTITION_PREFIX,
+    hnsw_build_memory_setting,
+    hnsw_index_statement,
     version_hnsw_type,
 )
 from pgfunnel.sources import EMBED_TEXT_ALONE, version_embed_input
@@ -157,30 +161,61 @@ def check_public_with_readers(conn: psycopg.Connection[Any]) -> list[Finding]:
             for name, n, first in rows]
 
 
+def _rebuild_hnsw_advice(conn: psycopg.Connection[Any], vid: int, dims: int,
+                         params: dict[str, Any]) -> str:
+    """How the owner rebuilds a version's missing HNSW index in place: the statement
+    ingest and reindex run, concurrently so searches go on (a reindex would embed and
+    index a whole new version)."""
+    hnsw_type = version_hnsw_type(params)
+    if hnsw_type not in HNSW_TYPES:
+        return (f"the version records an unknown hnsw_type {hnsw_type!r}; "
+                "`pgfunnel reindex` builds a new version")
+    m, efc = int(params.get("m", 16)), int(params.get("ef_construction", 64))
+    statement = hnsw_index_statement(vid, dims, hnsw_type, concurrently=True, m=m,
+                                     ef_construction=efc).as_string(conn)
+    memory = hnsw_build_memory_setting(conn, vid, dims, m, hnsw_type)
+    setting = f"`set maintenance_work_mem = '{memory}'`, then " if memory else ""
+    return ("rebuild it for this version as the tables' owner, outside a transaction "
+            f"(searches go on meanwhile): {setting}`{statement}`; then `pgfunnel init` "
+            "caches its graph walk")
+
+
 def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
     """Each collection's active version: an HNSW index that exists, fits the version's
     dimensions and covers exactly its rows; and versions that miss chunks."""
     found: list[Finding] = []
-    rows = conn.execute(
-        "select c.name, v.id, v.version, v.dimensions, v.params, i.present, i.valid, "
-        "       pg_get_indexdef(to_regclass('pgfunnel.' || i.index_name)), cov.missing, "
-        "       cov.embedding_rows, cov.collection_chunks, v.analyzer "
+    rows = conn.cursor(row_factory=dict_row).execute(
+        "select c.name, c.id as cid, v.id as vid, v.version, v.dimensions as dims, v.params, "
+        "       i.present, i.valid, "
+        "       pg_get_indexdef(to_regclass('pgfunnel.' || i.index_name)) as indexdef, "
+        "       cov.missing, cov.embedding_rows, cov.collection_chunks as chunks, v.analyzer, "
+        "       (select count(*) from pgfunnel.chunk k where k.collection_id = c.id "
+        "         and not exists (select 1 from pgfunnel.embedding e "
+        "                          where e.index_version_id = v.id and e.chunk_id = k.id)"
+        "       ) as without_vector, "
+        # vectors whose chunk is gone or in another collection: the HNSW index and
+        # the counts carry them, no search returns them
+        "       (select count(*) from pgfunnel.embedding e where e.index_version_id = v.id "
+        "         and not exists (select 1 from pgfunnel.chunk k "
+        "                          where k.id = e.chunk_id and k.collection_id = c.id)"
+        "       ) as orphan_vectors "
         "from pgfunnel.collection c "
         "join pgfunnel.index_version v on v.collection_id = c.id and v.state = 'active' "
         "cross join lateral pgfunnel.version_index(v.id) i "
         "cross join lateral pgfunnel.version_coverage(v.id) cov order by c.name").fetchall()
-    for name, vid, version, dims, params, present, valid, indexdef, missing, emb_rows, chunks, \
-            _analyzer in rows:
-        where = f"collection {name!r}, active version {version}"
-        if not present:
+    for r in rows:
+        name, vid, dims, params = r["name"], r["vid"], int(r["dims"]), r["params"] or {}
+        where = f"collection {name!r}, active version {r['version']}"
+        if not r["present"]:
             found.append(Finding("error", "active_index",
                                  f"{where}: HNSW index embedding_hnsw_v{vid} is missing; dense "
-                                 "searches scan every vector (rerun `pgfunnel reindex`)"))
+                                 "searches scan every vector; "
+                                 + _rebuild_hnsw_advice(conn, vid, dims, params)))
             continue
-        if not valid:
+        if not r["valid"]:
             continue  # reported by check_invalid_indexes
-        text = str(indexdef or "")
-        hnsw_type = version_hnsw_type(params or {})
+        text = str(r["indexdef"] or "")
+        hnsw_type = version_hnsw_type(params)
         if f"::{hnsw_type}({dims})" not in text or f"index_version_id = {vid}" not in text:
             found.append(Finding("error", "active_index",
                                  f"{where}: index embedding_hnsw_v{vid} does not match the "
@@ -190,17 +225,30 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
         cached = conn.execute(
             "select to_regproc('pgfunnel._hnsw_walk') is null "
             "or (pgfunnel._hnsw_walk(%s, %s, 0)).cached",
-            (vid, "[" + ",".join(["1"] * int(dims)) + "]")).fetchone()
+            (vid, "[" + ",".join(["1"] * dims) + "]")).fetchone()
         if not (cached and cached[0]):
             found.append(Finding("warning", "active_index",
                                  f"{where}: its graph walk is planned on every search (about "
                                  "0.2 ms more), not cached; run `pgfunnel init` as the schema "
                                  "owner to cache it"))
-        if missing or emb_rows != chunks:
+        uncovered = max(int(r["missing"]), int(r["without_vector"]))
+        if uncovered:
             found.append(Finding("warning", "active_index",
-                                 f"{where}: {missing} of {chunks} chunks have no rows in it "
-                                 f"({emb_rows} vectors); re-ingest them or run "
-                                 "`pgfunnel reindex`"))
+                                 f"{where}: {uncovered} of {r['chunks']} chunks have no rows in "
+                                 f"it ({r['missing']} no postings, {r['without_vector']} no "
+                                 "vector); re-ingest them or run `pgfunnel reindex`"))
+        if r["orphan_vectors"]:
+            delete = sql.SQL(
+                "delete from pgfunnel.embedding e where e.index_version_id = {} and not exists "
+                "(select 1 from pgfunnel.chunk k where k.id = e.chunk_id and "
+                "k.collection_id = {})").format(sql.Literal(vid), sql.Literal(r["cid"]))
+            found.append(Finding("warning", "active_index",
+                                 f"{where}: {r['orphan_vectors']} of its {r['embedding_rows']} "
+                                 "vectors belong to no chunk of the collection (their chunks "
+                                 "were deleted past the cascades, as under "
+                                 "session_replication_role = replica); no search returns them, "
+                                 "they only fill its HNSW index: "
+                                 f"`{delete.as_string(conn)}` removes them"))
     unindexed = conn.execute(
         "select c.name, v.version, v.id from pgfunnel.collection c "
         "join pgfunnel.index_version v on v.collection_id = c.id and v.state = 'active' "
@@ -232,10 +280,11 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
         found.append(Finding("info", "active_index",
                              f"{len(rows)} active version(s), each with a valid HNSW index"))
     # versions that predate a default: each is pointed to the reindex that brings it
-    for name, _vid, version, _dims, params, *_, analyzer in rows:
-        where = f"collection {name!r}, active version {version}"
+    for r in rows:
+        name, params, analyzer = r["name"], r["params"] or {}, r["analyzer"]
+        where = f"collection {name!r}, active version {r['version']}"
         reindex = f"`pgfunnel reindex -c {name} --activate`"
-        if version_embed_input(params or {}) == EMBED_TEXT_ALONE:
+        if version_embed_input(params) == EMBED_TEXT_ALONE:
             found.append(Finding("info", "active_index",
                                  f"{where} embeds chunks without their document title (it "
                                  f"predates titles); {reindex} embeds them with it, which "
@@ -247,7 +296,7 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
                                  f"{name} --analyzer {newer} --activate` also indexes the "
                                  "inner names of dotted identifiers (quote_all in "
                                  "csv.QUOTE_ALL), with no model time"))
-        if version_hnsw_type(params or {}) == HNSW_VECTOR:
+        if version_hnsw_type(params) == HNSW_VECTOR:
             found.append(Finding("info", "active_index",
                                  f"{where} has a full-precision HNSW graph (it predates "
                                  f"halfvec graphs); {reindex} builds one about 40% smaller "

@@ -256,3 +256,41 @@ def test_doctor_as_a_reader_under_rls_says_whom_to_run_it_as(sample_db: str) -> 
     assert not any("reindex" in f["message"] for f in report["findings"])
     _, as_owner = _doctor(sample_db)
     assert "doctor_role" not in _checks(as_owner, "error")
+
+
+def test_a_missing_hnsw_index_names_the_statement_that_rebuilds_it(sample_db: str) -> None:
+    from pgfunnel.ingest import refresh_hnsw_walks
+
+    with connect(sample_db, autocommit=True) as conn:
+        vid = conn.execute("select id from pgfunnel.index_version where state = 'active'"
+                           ).fetchone()[0]  # type: ignore[index]
+        before = conn.execute("select pg_get_indexdef(%s::regclass)",
+                              (f"pgfunnel.embedding_hnsw_v{vid}",)).fetchone()
+        conn.execute(f"drop index pgfunnel.embedding_hnsw_v{vid}")
+        [finding] = [f for f in check_active_indexes(conn) if "missing" in f.message]
+        assert finding.level == "error" and "pgfunnel reindex" not in finding.message
+        statements = [s for s in finding.message.split("`")[1::2]
+                      if s.startswith(("set ", "create "))]
+        assert statements[-1].startswith("create index concurrently")
+        for statement in statements:
+            conn.execute(statement)
+        after = conn.execute("select pg_get_indexdef(%s::regclass)",
+                             (f"pgfunnel.embedding_hnsw_v{vid}",)).fetchone()
+        assert after == before
+        refresh_hnsw_walks(conn)  # what the `pgfunnel init` it names does
+        assert worst(check_active_indexes(conn)) == "info"
+
+
+def test_vectors_of_no_chunk_are_counted_with_their_delete(sample_db: str) -> None:
+    with connect(sample_db, autocommit=True) as conn:
+        conn.execute("set session_replication_role = replica")
+        conn.execute("delete from pgfunnel.chunk where id = (select min(id) from pgfunnel.chunk)")
+        conn.execute("reset session_replication_role")
+        vectors = conn.execute("select count(*) from pgfunnel.embedding").fetchone()[0]  # type: ignore[index]
+        [finding] = [f for f in check_active_indexes(conn) if f.level == "warning"]
+        assert f"1 of its {vectors} vectors belong to no chunk of the collection" in finding.message
+        assert "chunks have no rows" not in finding.message
+        delete = finding.message.split("`")[-2]
+        assert delete.startswith("delete from pgfunnel.embedding")
+        conn.execute(delete)
+        assert worst(check_active_indexes(conn)) == "info"
