@@ -377,21 +377,26 @@ def check_orphan_rows(conn: psycopg.Connection[Any]) -> list[Finding]:
     chunks still count in the BM25 statistics, and searches drop them from the results
     (a search then returns fewer than k)."""
     found: list[Finding] = []
-    for table, parent, key in (("chunk", "document", "document_id"),
-                               ("lexical", "chunk", "chunk_id"),
-                               ("embedding", "chunk", "chunk_id")):
-        row = conn.execute(sql.SQL(
-            "select count(*) from pgfunnel.{} t where not exists "
-            "(select 1 from pgfunnel.{} p where p.id = t.{})").format(
-                sql.Identifier(table), sql.Identifier(parent), sql.Identifier(key))).fetchone()
+    for table, parent, orphan in (
+            ("chunk", "document", "pgfunnel.chunk c where not exists "
+             "(select 1 from pgfunnel.document d where d.id = c.document_id)"),
+            ("lexical", "chunk", "pgfunnel.lexical l where not exists "
+             "(select 1 from pgfunnel.chunk c where c.id = l.chunk_id)"),
+            ("embedding", "chunk", "pgfunnel.embedding e where not exists "
+             "(select 1 from pgfunnel.chunk c where c.id = e.chunk_id)")):
+        row = conn.execute("select count(*) from " + orphan).fetchone()
         n = int(row[0]) if row else 0
         if n:
+            # a plain DELETE fires what replica mode skipped: a chunk's cascade to its
+            # index rows, and the trigger on lexical that takes them out of the postings
+            # and statistics, so nothing needs rebuilding afterwards
             found.append(Finding(
                 "warning", "orphans",
                 f"{n} row(s) of pgfunnel.{table} belong to no {parent} (deleted with "
                 "session_replication_role = replica, which skips the cascades and the "
-                "triggers): delete them, then `pgfunnel reindex --activate` the collections "
-                "concerned to make the BM25 statistics exact again"))
+                f"triggers): `delete from {orphan}` removes them; run it with "
+                "session_replication_role back to origin, and the cascades and the trigger "
+                "on pgfunnel.lexical keep the BM25 statistics exact, so nothing needs rebuilding"))
     return found
 
 

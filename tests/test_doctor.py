@@ -294,3 +294,21 @@ def test_vectors_of_no_chunk_are_counted_with_their_delete(sample_db: str) -> No
         assert delete.startswith("delete from pgfunnel.embedding")
         conn.execute(delete)
         assert worst(check_active_indexes(conn)) == "info"
+
+
+def test_orphan_rows_are_deleted_with_statistics_kept_exact(sample_db: str) -> None:
+    from pgfunnel.doctor import check_orphans
+
+    with connect(sample_db, autocommit=True) as conn:
+        conn.execute("set session_replication_role = replica")
+        conn.execute("delete from pgfunnel.document where citekey = "
+                     "(select min(citekey) from pgfunnel.document)")
+        conn.execute("reset session_replication_role")
+        found = check_orphan_rows(conn)
+        assert found and not any("pgfunnel reindex" in f.message for f in found)
+        for finding in found:
+            conn.execute(finding.message.split("`")[1])
+        assert check_orphan_rows(conn) == [] and check_orphans(conn) == []
+        # the delete's cascades and trigger kept the counts and term_stat exact
+        assert [f.level for f in check_statistics(conn)] == ["info"]
+        assert worst(check_active_indexes(conn)) == "info"
