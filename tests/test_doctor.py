@@ -20,6 +20,7 @@ from pgfunnel.doctor import (
     run_checks,
     worst,
 )
+from pgfunnel.search import Funnel
 
 
 def _doctor(dsn: str, *extra: str) -> tuple[int, dict[str, Any]]:
@@ -312,3 +313,39 @@ def test_orphan_rows_are_deleted_with_statistics_kept_exact(sample_db: str) -> N
         # the delete's cascades and trigger kept the counts and term_stat exact
         assert [f.level for f in check_statistics(conn)] == ["info"]
         assert worst(check_active_indexes(conn)) == "info"
+
+
+def test_term_stat_drift_is_found_and_reindex_repairs_it(sample_db: str) -> None:
+    from pgfunnel import versions
+
+    with connect(sample_db, autocommit=True) as conn:
+        assert [f.level for f in check_statistics(conn)] == ["info"]
+        vid = conn.execute("select id from pgfunnel.index_version where state = 'active'"
+                           ).fetchone()[0]  # type: ignore[index]
+        # a word of the corpus, and its most common term
+        gone, skewed = "refund", conn.execute(
+            "select term from pgfunnel.term_stat where index_version_id = %s "
+            "order by df desc, term limit 1", (vid,)).fetchone()[0]  # type: ignore[index]
+        conn.execute("delete from pgfunnel.term_stat where index_version_id = %s "
+                     "and term = %s", (vid, gone))
+        conn.execute("update pgfunnel.term_stat set df = df + 3 where index_version_id = %s "
+                     "and term = %s", (vid, skewed))
+        with Funnel(conn, embedder=None) as f:
+            assert f.search(gone, k=5).results == []
+        [finding] = check_statistics(conn)
+        assert finding.level == "error"
+        assert "2 term(s)" in finding.message
+        assert "1 of them have no statistics row" in finding.message
+        assert f"{gone!r} (no row vs " in finding.message and f"{skewed!r} (" in finding.message
+        assert "pgfunnel reindex -c default --activate" in finding.message
+        # df alone wrong: scores skew, nothing goes unsearchable
+        conn.execute("insert into pgfunnel.term_stat (index_version_id, term, df) "
+                     "select %s, term, df from pgfunnel.bm25_recount(%s) where term = %s",
+                     (vid, vid, gone))
+        [finding] = check_statistics(conn)
+        assert finding.level == "warning" and "1 term(s)" in finding.message
+        # the fix named: a reindex builds exact statistics
+        versions.reindex(conn, "default", activate_after=True)
+        assert [f.level for f in check_statistics(conn)] == ["info"]
+        with Funnel(conn, embedder=None) as f:
+            assert f.search(gone, k=5).results
