@@ -488,6 +488,205 @@ def _term_stat_drift(conn: psycopg.Connection[Any]) -> list[Finding]:
     return found
 
 
+# What a role holds in schema pgfunnel, against what it should: one row per wanted
+# privilege. %(tables)s/%(table_privileges)s pair tables with a privilege each; every table
+# but a partition (reached through its parent) is wanted with %(every_table)s; functions
+# with EXECUTE, but those named in %(skip_functions)s.
+_HELD_PRIVILEGES = """
+select w.kind, w.object, w.privilege, w.held from (
+  select 0 as ord, 'schema' as kind, 'pgfunnel' as object, 'USAGE' as privilege,
+         pg_catalog.has_schema_privilege(%(role)s, 'pgfunnel', 'USAGE') as held
+  union all
+  select 1, 'table', c.oid::regclass::text, t.privilege,
+         pg_catalog.has_table_privilege(%(role)s, c.oid, t.privilege)
+    from unnest(%(tables)s::text[], %(table_privileges)s::text[]) as t(relname, privilege)
+    join pg_catalog.pg_class c on c.relname = t.relname
+     and c.relnamespace = 'pgfunnel'::regnamespace
+  union all
+  select 1, 'table', c.oid::regclass::text, p.privilege,
+         pg_catalog.has_table_privilege(%(role)s, c.oid, p.privilege)
+    from pg_catalog.pg_class c, pg_catalog.unnest(%(every_table)s::text[]) as p(privilege)
+   where c.relnamespace = 'pgfunnel'::regnamespace and c.relkind in ('r', 'p')
+     and not c.relispartition
+  union all
+  select 2, 'sequence', c.oid::regclass::text, p.privilege,
+         pg_catalog.has_sequence_privilege(%(role)s, c.oid, p.privilege)
+    from pg_catalog.pg_class c, pg_catalog.unnest(%(sequence_privileges)s::text[])
+         as p(privilege)
+   where c.relnamespace = 'pgfunnel'::regnamespace and c.relkind = 'S'
+  union all
+  select 3, 'function', p.oid::regprocedure::text, 'EXECUTE',
+         pg_catalog.has_function_privilege(%(role)s, p.oid, 'EXECUTE')
+    from pg_catalog.pg_proc p join pg_catalog.pg_namespace n on n.oid = p.pronamespace
+   where (n.nspname = 'pgfunnel' and p.proname <> all (%(skip_functions)s::text[]))
+      or (n.nspname = 'public' and p.proname = 'funnel_search')
+) w order by w.ord, w.object, w.privilege
+"""
+
+#: functions listed per finding; past that, `pgfunnel migrate` is the one fix named
+_LISTED_FUNCTIONS = 5
+
+
+@dataclass(frozen=True)
+class _Wanted:
+    """The privileges one role needs in schema pgfunnel (what grant_privileges gives)."""
+
+    tables: tuple[tuple[str, str], ...] = ()
+    every_table: tuple[str, ...] = ()
+    sequences: tuple[str, ...] = ()
+    skip_functions: tuple[str, ...] = ()
+
+
+def _wanted(role: str) -> _Wanted:
+    from pgfunnel.security import (
+        RLS_TABLES,
+        SHARED_TABLES,
+        WRITER_ONLY_FUNCTIONS,
+        WRITER_ROLE,
+    )
+
+    if role == WRITER_ROLE:
+        return _Wanted(every_table=("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE"),
+                       sequences=("USAGE", "SELECT", "UPDATE"))
+    return _Wanted(tables=tuple((t, "SELECT") for t in RLS_TABLES + SHARED_TABLES)
+                   + (("search_log", "INSERT"), ("search_trace", "INSERT")),
+                   sequences=("USAGE",), skip_functions=WRITER_ONLY_FUNCTIONS)
+
+
+def _held_privileges(conn: psycopg.Connection[Any], role: str, wanted: _Wanted
+                     ) -> list[tuple[str, str, str, bool]]:
+    """(kind, object, privilege, held) for each privilege ``role`` should hold."""
+    return [(str(k), str(o), str(p), bool(h)) for k, o, p, h in conn.execute(
+        _HELD_PRIVILEGES, {"role": role,
+                           "tables": [t for t, _ in wanted.tables],
+                           "table_privileges": [p for _, p in wanted.tables],
+                           "every_table": list(wanted.every_table),
+                           "sequence_privileges": list(wanted.sequences),
+                           "skip_functions": list(wanted.skip_functions)}).fetchall()]
+
+
+def _grouped(missing: Sequence[tuple[str, str, str, bool]]
+             ) -> dict[tuple[str, str], list[str]]:
+    groups: dict[tuple[str, str], list[str]] = {}
+    for kind, obj, privilege, _ in missing:
+        groups.setdefault((kind, privilege), []).append(obj)
+    return groups
+
+
+def _quote_ident(conn: psycopg.Connection[Any], name: str) -> str:
+    """``name`` as SQL, quoted only where Postgres needs it, for statements shown to
+    people (sql.Identifier quotes every name)."""
+    row = conn.execute("select pg_catalog.quote_ident(%s)", (name,)).fetchone()
+    return str(row[0]) if row else sql.Identifier(name).as_string(conn)
+
+
+def _grant(conn: psycopg.Connection[Any], kind: str, privilege: str, objects: Sequence[str],
+           role: str) -> str:
+    # the objects come from the catalog as regclass/regprocedure text, quoted as needed
+    on = {"schema": "schema ", "sequence": "sequence ", "function": "function "}.get(kind, "")
+    return f"grant {privilege.lower()} on {on}{', '.join(objects)} to {_quote_ident(conn, role)}"
+
+
+def _role_privilege_findings(conn: psycopg.Connection[Any], role: str, rls: bool
+                             ) -> list[Finding]:
+    from pgfunnel.security import WRITER_ROLE
+
+    held = _held_privileges(conn, role, _wanted(role))
+    if not rls and not any(h for kind, _, _, h in held if kind in ("schema", "table")):
+        # roles are cluster-wide: another database's `init --rls` made them, and this one
+        # never granted them its tables, on purpose (see below)
+        return [Finding("info", "privileges",
+                        f"{role} holds no privilege on this database's pgfunnel tables: RLS "
+                        "mode is off here, so its members cannot use pgfunnel in it "
+                        "(`pgfunnel init --rls` grants them with the policies)")]
+    uses = ("ingests, deletes and reindexes" if role == WRITER_ROLE else "searches")
+    found: list[Finding] = []
+    for (kind, privilege), objects in _grouped([h for h in held if not h[3]]).items():
+        listed = objects[:_LISTED_FUNCTIONS] if kind == "function" else objects
+        more = f" and {len(objects) - len(listed)} more" if len(objects) > len(listed) else ""
+        need = ("traced searches (they log the search)"
+                if role != WRITER_ROLE and (privilege == "INSERT" or kind == "sequence")
+                else uses)
+        if rls or kind == "function":
+            # migrate reinstalls sql/090_security.sql, which grants EXECUTE whenever the
+            # roles exist, and in RLS mode grants everything else again (enable_rls)
+            fix = "run `pgfunnel migrate` as the schema owner, which grants it again"
+        else:
+            # migrate grants these only with the policies: without them, SELECT would let
+            # every member of a cluster-wide role read every row of this database
+            fix = ("RLS mode is off, where `pgfunnel migrate` grants the roles no table "
+                   "privileges (without the policies they would read every row); as the "
+                   f"schema owner: `{_grant(conn, kind, privilege, objects, role)}`")
+        found.append(Finding(
+            "error", "privileges",
+            f"{role} lacks {privilege} on {kind} {', '.join(listed)}{more}: {need} by its "
+            f"members fail with permission denied; {fix}"))
+    return found
+
+
+def check_privileges(conn: psycopg.Connection[Any], app_role: str | None = None
+                     ) -> list[Finding]:
+    """What pgfunnel_reader and pgfunnel_writer hold against what grant_privileges gives
+    them (when they exist), and whether ``app_role`` may search: a member of one of them
+    under row-level security (the policies name the roles), or holding the reader's
+    privileges itself without it. A few catalog queries (has_*_privilege by role name)."""
+    from pgfunnel.security import READER_ROLE, WRITER_ROLE, rls_enabled
+
+    rls = rls_enabled(conn)
+    roles = [r for (r,) in conn.execute(
+        "select rolname from pg_catalog.pg_roles where rolname = any(%s) order by 1",
+        ([READER_ROLE, WRITER_ROLE],)).fetchall()]
+    found: list[Finding] = []
+    for role in roles:
+        found.extend(_role_privilege_findings(conn, role, rls))
+    if app_role:
+        found.extend(_app_role_findings(conn, app_role, rls, roles))
+    if not found and roles:
+        found.append(Finding("info", "privileges",
+                             f"{' and '.join(roles)} hold every privilege pgfunnel grants them"))
+    return found
+
+
+def _app_role_findings(conn: psycopg.Connection[Any], app_role: str, rls: bool,
+                       roles: Sequence[str]) -> list[Finding]:
+    from pgfunnel.security import READER_ROLE, WRITER_ROLE
+
+    row = conn.execute(
+        "select r.rolsuper or pg_catalog.pg_has_role(r.oid, c.relowner, 'USAGE'), "
+        "coalesce(pg_catalog.pg_has_role(r.oid, %s::name, 'USAGE'), false) "
+        "or coalesce(pg_catalog.pg_has_role(r.oid, %s::name, 'USAGE'), false) "
+        "from pg_catalog.pg_roles r, pg_catalog.pg_class c "
+        "where r.rolname = %s and c.oid = 'pgfunnel.document'::regclass",
+        (READER_ROLE if READER_ROLE in roles else None,
+         WRITER_ROLE if WRITER_ROLE in roles else None, app_role)).fetchone()
+    # a missing role, a superuser or an owner: security.app_role* says so
+    if row is None or row[0]:
+        return []
+    member = bool(row[1])
+    who = _quote_ident(conn, app_role)
+    join = f"`grant {READER_ROLE} to {who}`"
+    if rls:
+        if member or READER_ROLE not in roles:
+            return []
+        return [Finding("error", "privileges",
+                        f"application role {app_role!r} is not a member of {READER_ROLE} (nor "
+                        f"{WRITER_ROLE}): the row-level security policies name those roles, so "
+                        f"its searches fail with permission denied or find nothing; {join}")]
+    missing = [h for h in _held_privileges(conn, app_role, _wanted(READER_ROLE)) if not h[3]]
+    if not missing:
+        return []
+    kind, obj, privilege, _ = missing[0]
+    more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+    reader_complete = READER_ROLE in roles and not [
+        h for h in _held_privileges(conn, READER_ROLE, _wanted(READER_ROLE)) if not h[3]]
+    fix = (join if reader_complete and not member else
+           f"as the schema owner, `pgfunnel init --rls` (it grants {READER_ROLE} what a search "
+           f"needs, with the policies), then {join}")
+    return [Finding("error", "privileges",
+                    f"application role {app_role!r} lacks {privilege} on {kind} {obj}{more}: "
+                    f"its searches fail with permission denied; {fix}")]
+
+
 CHECKS: tuple[tuple[str, Check], ...] = (
     ("pgvector", check_pgvector),
     ("schema", check_schema),
@@ -499,11 +698,12 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("index_memory", check_index_memory),
     ("row_security", check_row_security),
     ("security", check_security),
+    ("privileges", check_privileges),
     ("public_with_readers", check_public_with_readers),
 )
 #: checks that need the pgfunnel schema (skipped, not failed, when it is missing)
 NEEDS_SCHEMA = {"active_index", "statistics", "orphans", "orphan_rows", "index_memory",
-                "security", "public_with_readers"}
+                "security", "privileges", "public_with_readers"}
 #: checks that count rows, which row-level security would hide from the role running them
 COUNTS_ROWS = {"schema", "active_index", "statistics", "orphans", "orphan_rows",
                "public_with_readers"}
@@ -536,8 +736,10 @@ def run_checks(conn: psycopg.Connection[Any],
     """Run every check; each in its own rolled-back transaction so one failure is contained.
     ``app_role``: the role an application connects as, checked like pgfunnel_reader's members."""
     if app_role:
-        checks = [(name, functools.partial(check_security, app_role=app_role)
-                   if check is check_security else check) for name, check in checks]
+        takes_role: dict[Check, Check] = {
+            check_security: functools.partial(check_security, app_role=app_role),
+            check_privileges: functools.partial(check_privileges, app_role=app_role)}
+        checks = [(name, takes_role.get(check, check)) for name, check in checks]
     findings: list[Finding] = []
     have_schema = True
     held = _held_to_row_security(conn)
@@ -576,5 +778,5 @@ def worst(findings: Sequence[Finding]) -> Level | None:
 
 __all__ = ["CHECKS", "Finding", "check_active_indexes", "check_index_memory",
            "check_invalid_indexes", "check_pgvector", "check_row_security", "check_schema",
-           "check_orphans", "check_public_with_readers", "check_security", "check_statistics",
-           "run_checks", "worst"]
+           "check_orphans", "check_privileges", "check_public_with_readers", "check_security",
+           "check_statistics", "run_checks", "worst"]

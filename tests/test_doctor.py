@@ -349,3 +349,116 @@ def test_term_stat_drift_is_found_and_reindex_repairs_it(sample_db: str) -> None
         assert [f.level for f in check_statistics(conn)] == ["info"]
         with Funnel(conn, embedder=None) as f:
             assert f.search(gone, k=5).results
+
+
+def _search_as(dsn: str) -> None:
+    """One lexical search, as the role in ``dsn``; raises what Postgres raises."""
+    with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction():
+        conn.execute("select set_config('pgfunnel.principals', '[]', true)")
+        conn.execute("select count(*) from funnel_search('refund billing', "
+                     "collection => 'default')").fetchone()
+
+
+def _errors(report: dict[str, Any], check: str) -> list[str]:
+    return [f["message"] for f in report["findings"]
+            if f["level"] == "error" and f["check"] == check]
+
+
+def test_lost_privileges_under_rls_are_errors_that_migrate_repairs(sample_db: str) -> None:
+    from _security_helpers import create_app_role
+
+    from pgfunnel import schema
+    from pgfunnel.security import enable_rls
+
+    with connect(sample_db) as conn:
+        enable_rls(conn)
+        conn.commit()
+    reader = create_app_role(sample_db)
+    webapp = psycopg.conninfo.conninfo_to_dict(reader)["user"]
+    _search_as(reader)
+    code, report = _doctor(sample_db, "--app-role", webapp)
+    assert code == 0 and _errors(report, "privileges") == [], [
+        f for f in report["findings"] if f["level"] == "error"]
+    with connect(sample_db, autocommit=True) as conn:
+        conn.execute("revoke execute on function pgfunnel._term_df(integer,text[]) "
+                     "from pgfunnel_reader")
+        conn.execute("revoke select on pgfunnel.chunk from pgfunnel_reader")
+        conn.execute("revoke insert on pgfunnel.search_log from pgfunnel_reader")
+        conn.execute("revoke delete on pgfunnel.document from pgfunnel_writer")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        _search_as(reader)
+    code, report = _doctor(sample_db, "--app-role", webapp)
+    errors = _errors(report, "privileges")
+    assert code == 3
+    for role, privilege, obj in (("pgfunnel_reader", "EXECUTE", "pgfunnel._term_df"),
+                                 ("pgfunnel_reader", "SELECT", "pgfunnel.chunk"),
+                                 ("pgfunnel_reader", "INSERT", "pgfunnel.search_log"),
+                                 ("pgfunnel_writer", "DELETE", "pgfunnel.document")):
+        [message] = [m for m in errors if m.startswith(f"{role} lacks {privilege} ") and obj in m]
+        assert "`pgfunnel migrate` as the schema owner" in message
+    assert len(errors) == 4, errors
+    # schema usage, and the application role's membership
+    with connect(sample_db, autocommit=True) as conn:
+        conn.execute("revoke usage on schema pgfunnel from pgfunnel_reader")
+        conn.execute(f"revoke pgfunnel_reader from {webapp}")
+    _, report = _doctor(sample_db, "--app-role", webapp)
+    errors = _errors(report, "privileges")
+    assert any(m.startswith("pgfunnel_reader lacks USAGE on schema pgfunnel") for m in errors)
+    [member] = [m for m in errors if "application role" in m]
+    assert f"`grant pgfunnel_reader to {webapp}`" in member
+    # the fix named: migrate grants again all the roles' privileges; the membership is
+    # the one thing left
+    schema.migrate(sample_db)
+    _, report = _doctor(sample_db, "--app-role", webapp)
+    assert _errors(report, "privileges") == [member]
+    with connect(sample_db, autocommit=True) as conn:
+        conn.execute(f"grant pgfunnel_reader to {webapp}")
+    code, report = _doctor(sample_db, "--app-role", webapp)
+    assert code == 0 and _errors(report, "privileges") == []
+    _search_as(reader)
+
+
+def test_privileges_without_rls_name_a_fix_that_works(sample_db: str) -> None:
+    from _security_helpers import create_app_role
+
+    from pgfunnel import schema
+    from pgfunnel.doctor import check_privileges
+    from pgfunnel.security import ensure_roles
+
+    with connect(sample_db, autocommit=True) as conn:
+        # roles of another database's `init --rls` (they are cluster-wide): this one never
+        # granted them its tables, and that is no error
+        ensure_roles(conn)
+        found = check_privileges(conn)
+        assert [f.level for f in found] == ["info", "info"], found
+        assert all("RLS mode is off" in f.message for f in found)
+    reader = create_app_role(sample_db)  # grant_privileges, no policies
+    webapp = psycopg.conninfo.conninfo_to_dict(reader)["user"]
+    _search_as(reader)
+    with connect(sample_db, autocommit=True) as conn:
+        assert [f.level for f in check_privileges(conn, webapp)] == ["info"]
+        conn.execute("revoke select on pgfunnel.chunk from pgfunnel_reader")
+        conn.execute("revoke execute on function pgfunnel._term_df(integer,text[]) "
+                     "from pgfunnel_reader")
+        found = check_privileges(conn, webapp)
+        [table, function] = [f.message for f in found
+                             if f.message.startswith("pgfunnel_reader lacks ")]
+        assert "SELECT on table pgfunnel.chunk:" in table
+        assert "EXECUTE on function pgfunnel._term_df(integer,text[]):" in function
+        [app] = [f.message for f in found if "application role" in f.message]
+        assert {f.level for f in found} == {"error"}
+        # outside RLS mode migrate grants EXECUTE again, not table privileges
+        assert "pgfunnel migrate" in function and "pgfunnel migrate` grants the roles no" in table
+        assert "pgfunnel init --rls" in app
+        grant = table.rsplit("`", 2)[1]
+        assert grant == "grant select on pgfunnel.chunk to pgfunnel_reader"
+        conn.execute(grant)
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        _search_as(reader)
+    schema.migrate(sample_db)
+    _search_as(reader)
+    with connect(sample_db, autocommit=True) as conn:
+        assert [f.level for f in check_privileges(conn, webapp)] == ["info"]
+        conn.execute(f"revoke pgfunnel_reader from {webapp}")
+        [app] = check_privileges(conn, webapp)
+    assert app.level == "error" and app.message.endswith(f"`grant pgfunnel_reader to {webapp}`")
