@@ -709,25 +709,66 @@ COUNTS_ROWS = {"schema", "active_index", "statistics", "orphans", "orphan_rows",
                "public_with_readers"}
 
 
-def _held_to_row_security(conn: psycopg.Connection[Any]) -> str | None:
-    """The current role's name when row-level security is on and hides rows from it (not
-    a superuser, not BYPASSRLS, not a member of pgfunnel_writer); else None."""
+@dataclass(frozen=True)
+class _HeldRole:
+    """The role running doctor, held to row-level security."""
+
+    name: str
+    #: it owns the tables, but their row security is FORCEd
+    owner: bool
+    writer_exists: bool
+
+
+def _held_to_row_security(conn: psycopg.Connection[Any]) -> _HeldRole | None:
+    """The current role when row-level security is on and hides rows from it (not a
+    superuser, not BYPASSRLS, not a member of pgfunnel_writer, not the owner of a table
+    whose row security is not FORCEd); else None."""
     from pgfunnel.security import WRITER_ROLE
 
     try:
         with conn.transaction(force_rollback=True):
             row = conn.execute(
                 "select r.rolname, r.rolsuper or r.rolbypassrls "
-                "or pg_catalog.pg_has_role(r.oid, w.oid, 'MEMBER'), "
-                "coalesce((select bool_or(c.relrowsecurity) from pg_catalog.pg_class c "
-                "          where c.oid = 'pgfunnel.chunk'::regclass), false) "
-                "from pg_roles r left join pg_roles w on w.rolname = %s "
-                "where r.rolname = current_user", (WRITER_ROLE,)).fetchone()
+                "or coalesce(pg_catalog.pg_has_role(r.oid, w.oid, 'MEMBER'), false), "
+                "c.relrowsecurity, pg_catalog.pg_has_role(r.oid, c.relowner, 'USAGE'), "
+                "c.relforcerowsecurity, w.oid is not null "
+                "from pg_roles r left join pg_roles w on w.rolname = %s, "
+                "pg_catalog.pg_class c "
+                "where r.rolname = current_user and c.oid = 'pgfunnel.chunk'::regclass",
+                (WRITER_ROLE,)).fetchone()
     except psycopg.Error:
         return None  # no schema yet: the schema check says so
-    if row is None or row[1] or not row[2]:
+    if row is None:
         return None
-    return str(row[0])
+    name, exempt, on, owner, forced, writer_exists = row
+    if exempt or not on or (owner and not forced):
+        return None
+    return _HeldRole(str(name), bool(owner), bool(writer_exists))
+
+
+def _held_role_finding(conn: psycopg.Connection[Any], held: _HeldRole) -> Finding:
+    if not held.owner:
+        return Finding(
+            "error", "doctor_role",
+            f"role {held.name!r} is held to row-level security, which hides the rows doctor "
+            "counts: run `pgfunnel doctor` as the tables' owner or a member of "
+            "pgfunnel_writer (the checks that count rows were skipped)")
+    # the owner outside pgfunnel_writer: what `pg_restore --no-owner` of a database in
+    # RLS mode leaves, since role memberships are not part of a dump. Running as the
+    # owner cannot help, and joining pgfunnel_writer takes a superuser (or ADMIN OPTION
+    # on it) from Postgres 16 on.
+    from pgfunnel.security import READER_ROLE, WRITER_ROLE
+
+    who = _quote_ident(conn, held.name)
+    create = ("" if held.writer_exists else
+              f"`create role {READER_ROLE} nologin; create role {WRITER_ROLE} nologin`, then ")
+    return Finding(
+        "error", "doctor_role",
+        f"role {held.name!r} owns the pgfunnel tables, but their row-level security is "
+        f"FORCEd and it is not a member of {WRITER_ROLE}, so the policies hide every row from "
+        "it, its own searches and ingests included (as after `pg_restore --no-owner` of a "
+        f"database in RLS mode): a superuser must run {create}`grant {WRITER_ROLE} to {who}`; "
+        f"then `pgfunnel init` as {held.name} (the checks that count rows were skipped)")
 
 
 def run_checks(conn: psycopg.Connection[Any],
@@ -746,11 +787,7 @@ def run_checks(conn: psycopg.Connection[Any],
     if held is not None:
         # a reader sees no row without its principals: every count would be wrong, and a
         # "statistics count 7 chunks but 0 are indexed" would send it to reindex
-        findings.append(Finding(
-            "error", "doctor_role",
-            f"role {held!r} is held to row-level security, which hides the rows doctor "
-            "counts: run `pgfunnel doctor` as the tables' owner or a member of "
-            "pgfunnel_writer (the checks that count rows were skipped)"))
+        findings.append(_held_role_finding(conn, held))
     for name, check in checks:
         if name in NEEDS_SCHEMA and not have_schema:
             continue

@@ -462,3 +462,35 @@ def test_privileges_without_rls_name_a_fix_that_works(sample_db: str) -> None:
         conn.execute(f"revoke pgfunnel_reader from {webapp}")
         [app] = check_privileges(conn, webapp)
     assert app.level == "error" and app.message.endswith(f"`grant pgfunnel_reader to {webapp}`")
+
+
+def test_an_owner_held_to_forced_rls_is_told_to_join_the_writers(sample_db: str) -> None:
+    """After `pg_restore --no-owner` of a database in RLS mode the restoring role owns the
+    tables, and FORCE holds it to the policies: running as the owner is no fix."""
+    import uuid
+
+    from _security_helpers import with_user
+    from psycopg import sql
+
+    from pgfunnel.security import enable_rls
+
+    owner = f"pgf_app_{uuid.uuid4().hex[:8]}"
+    with connect(sample_db, autocommit=True) as conn:
+        enable_rls(conn)
+        conn.execute(sql.SQL("create role {} login").format(sql.Identifier(owner)))
+        conn.execute(sql.SQL("alter schema pgfunnel owner to {}").format(sql.Identifier(owner)))
+        for (table,) in conn.execute(
+                "select c.oid::regclass::text from pg_class c "
+                "where c.relnamespace = 'pgfunnel'::regnamespace and c.relkind in ('r', 'p')"
+                ).fetchall():
+            conn.execute(sql.SQL("alter table {} owner to {}").format(
+                sql.SQL(table), sql.Identifier(owner)))
+    code, report = _doctor(with_user(sample_db, owner))
+    [message] = _errors(report, "doctor_role")
+    assert code == 3 and "owns the pgfunnel tables" in message
+    assert f"a superuser must run `grant pgfunnel_writer to {owner}`" in message
+    assert "run `pgfunnel doctor` as the tables' owner" not in message
+    with connect(sample_db, autocommit=True) as conn:
+        conn.execute(sql.SQL("grant pgfunnel_writer to {}").format(sql.Identifier(owner)))
+    _, report = _doctor(with_user(sample_db, owner))
+    assert _errors(report, "doctor_role") == []
