@@ -16,10 +16,12 @@ def doctor(
     json_out: JsonOption = False,
     app_role: Annotated[str | None, typer.Option(
         help="The role your application connects as: checked like the members of "
-             "pgfunnel_reader (not the owner, no superuser, no BYPASSRLS).")] = None,
+             "pgfunnel_reader (not the owner, no superuser, no BYPASSRLS), and that it may "
+             "search (a member of pgfunnel_reader under RLS).")] = None,
 ) -> None:
-    """Check pgvector's version, invalid indexes, the active versions' HNSW indexes, index
-    size vs shared_buffers, row security and roles. Exit 3 when any finding is an error."""
+    """Check pgvector's version, invalid indexes, the active versions' HNSW indexes, BM25
+    statistics, index size vs shared_buffers, row security, roles and their privileges.
+    Exit 3 when any finding is an error."""
     from pgfunnel.db import connect
     from pgfunnel.doctor import run_checks, worst
 

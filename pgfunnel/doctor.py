@@ -16,11 +16,15 @@ from typing import Any, Literal
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import dict_row
 
 from pgfunnel.ingest import (
     HNSW_INDEX_PREFIX,
+    HNSW_TYPES,
     HNSW_VECTOR,
     POSTING_PARTITION_PREFIX,
+    hnsw_build_memory_setting,
+    hnsw_index_statement,
     version_hnsw_type,
 )
 from pgfunnel.sources import EMBED_TEXT_ALONE, version_embed_input
@@ -157,30 +161,61 @@ def check_public_with_readers(conn: psycopg.Connection[Any]) -> list[Finding]:
             for name, n, first in rows]
 
 
+def _rebuild_hnsw_advice(conn: psycopg.Connection[Any], vid: int, dims: int,
+                         params: dict[str, Any]) -> str:
+    """How the owner rebuilds a version's missing HNSW index in place: the statement
+    ingest and reindex run, concurrently so searches go on (a reindex would embed and
+    index a whole new version)."""
+    hnsw_type = version_hnsw_type(params)
+    if hnsw_type not in HNSW_TYPES:
+        return (f"the version records an unknown hnsw_type {hnsw_type!r}; "
+                "`pgfunnel reindex` builds a new version")
+    m, efc = int(params.get("m", 16)), int(params.get("ef_construction", 64))
+    statement = hnsw_index_statement(vid, dims, hnsw_type, concurrently=True, m=m,
+                                     ef_construction=efc).as_string(conn)
+    memory = hnsw_build_memory_setting(conn, vid, dims, m, hnsw_type)
+    setting = f"`set maintenance_work_mem = '{memory}'`, then " if memory else ""
+    return ("rebuild it for this version as the tables' owner, outside a transaction "
+            f"(searches go on meanwhile): {setting}`{statement}`; then `pgfunnel init` "
+            "caches its graph walk")
+
+
 def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
     """Each collection's active version: an HNSW index that exists, fits the version's
     dimensions and covers exactly its rows; and versions that miss chunks."""
     found: list[Finding] = []
-    rows = conn.execute(
-        "select c.name, v.id, v.version, v.dimensions, v.params, i.present, i.valid, "
-        "       pg_get_indexdef(to_regclass('pgfunnel.' || i.index_name)), cov.missing, "
-        "       cov.embedding_rows, cov.collection_chunks, v.analyzer "
+    rows = conn.cursor(row_factory=dict_row).execute(
+        "select c.name, c.id as cid, v.id as vid, v.version, v.dimensions as dims, v.params, "
+        "       i.present, i.valid, "
+        "       pg_get_indexdef(to_regclass('pgfunnel.' || i.index_name)) as indexdef, "
+        "       cov.missing, cov.embedding_rows, cov.collection_chunks as chunks, v.analyzer, "
+        "       (select count(*) from pgfunnel.chunk k where k.collection_id = c.id "
+        "         and not exists (select 1 from pgfunnel.embedding e "
+        "                          where e.index_version_id = v.id and e.chunk_id = k.id)"
+        "       ) as without_vector, "
+        # vectors whose chunk is gone or in another collection: the HNSW index and
+        # the counts carry them, no search returns them
+        "       (select count(*) from pgfunnel.embedding e where e.index_version_id = v.id "
+        "         and not exists (select 1 from pgfunnel.chunk k "
+        "                          where k.id = e.chunk_id and k.collection_id = c.id)"
+        "       ) as orphan_vectors "
         "from pgfunnel.collection c "
         "join pgfunnel.index_version v on v.collection_id = c.id and v.state = 'active' "
         "cross join lateral pgfunnel.version_index(v.id) i "
         "cross join lateral pgfunnel.version_coverage(v.id) cov order by c.name").fetchall()
-    for name, vid, version, dims, params, present, valid, indexdef, missing, emb_rows, chunks, \
-            _analyzer in rows:
-        where = f"collection {name!r}, active version {version}"
-        if not present:
+    for r in rows:
+        name, vid, dims, params = r["name"], r["vid"], int(r["dims"]), r["params"] or {}
+        where = f"collection {name!r}, active version {r['version']}"
+        if not r["present"]:
             found.append(Finding("error", "active_index",
                                  f"{where}: HNSW index embedding_hnsw_v{vid} is missing; dense "
-                                 "searches scan every vector (rerun `pgfunnel reindex`)"))
+                                 "searches scan every vector; "
+                                 + _rebuild_hnsw_advice(conn, vid, dims, params)))
             continue
-        if not valid:
+        if not r["valid"]:
             continue  # reported by check_invalid_indexes
-        text = str(indexdef or "")
-        hnsw_type = version_hnsw_type(params or {})
+        text = str(r["indexdef"] or "")
+        hnsw_type = version_hnsw_type(params)
         if f"::{hnsw_type}({dims})" not in text or f"index_version_id = {vid}" not in text:
             found.append(Finding("error", "active_index",
                                  f"{where}: index embedding_hnsw_v{vid} does not match the "
@@ -190,17 +225,30 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
         cached = conn.execute(
             "select to_regproc('pgfunnel._hnsw_walk') is null "
             "or (pgfunnel._hnsw_walk(%s, %s, 0)).cached",
-            (vid, "[" + ",".join(["1"] * int(dims)) + "]")).fetchone()
+            (vid, "[" + ",".join(["1"] * dims) + "]")).fetchone()
         if not (cached and cached[0]):
             found.append(Finding("warning", "active_index",
                                  f"{where}: its graph walk is planned on every search (about "
                                  "0.2 ms more), not cached; run `pgfunnel init` as the schema "
                                  "owner to cache it"))
-        if missing or emb_rows != chunks:
+        uncovered = max(int(r["missing"]), int(r["without_vector"]))
+        if uncovered:
             found.append(Finding("warning", "active_index",
-                                 f"{where}: {missing} of {chunks} chunks have no rows in it "
-                                 f"({emb_rows} vectors); re-ingest them or run "
-                                 "`pgfunnel reindex`"))
+                                 f"{where}: {uncovered} of {r['chunks']} chunks have no rows in "
+                                 f"it ({r['missing']} no postings, {r['without_vector']} no "
+                                 "vector); re-ingest them or run `pgfunnel reindex`"))
+        if r["orphan_vectors"]:
+            delete = sql.SQL(
+                "delete from pgfunnel.embedding e where e.index_version_id = {} and not exists "
+                "(select 1 from pgfunnel.chunk k where k.id = e.chunk_id and "
+                "k.collection_id = {})").format(sql.Literal(vid), sql.Literal(r["cid"]))
+            found.append(Finding("warning", "active_index",
+                                 f"{where}: {r['orphan_vectors']} of its {r['embedding_rows']} "
+                                 "vectors belong to no chunk of the collection (their chunks "
+                                 "were deleted past the cascades, as under "
+                                 "session_replication_role = replica); no search returns them, "
+                                 "they only fill its HNSW index: "
+                                 f"`{delete.as_string(conn)}` removes them"))
     unindexed = conn.execute(
         "select c.name, v.version, v.id from pgfunnel.collection c "
         "join pgfunnel.index_version v on v.collection_id = c.id and v.state = 'active' "
@@ -232,10 +280,11 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
         found.append(Finding("info", "active_index",
                              f"{len(rows)} active version(s), each with a valid HNSW index"))
     # versions that predate a default: each is pointed to the reindex that brings it
-    for name, _vid, version, _dims, params, *_, analyzer in rows:
-        where = f"collection {name!r}, active version {version}"
+    for r in rows:
+        name, params, analyzer = r["name"], r["params"] or {}, r["analyzer"]
+        where = f"collection {name!r}, active version {r['version']}"
         reindex = f"`pgfunnel reindex -c {name} --activate`"
-        if version_embed_input(params or {}) == EMBED_TEXT_ALONE:
+        if version_embed_input(params) == EMBED_TEXT_ALONE:
             found.append(Finding("info", "active_index",
                                  f"{where} embeds chunks without their document title (it "
                                  f"predates titles); {reindex} embeds them with it, which "
@@ -247,7 +296,7 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
                                  f"{name} --analyzer {newer} --activate` also indexes the "
                                  "inner names of dotted identifiers (quote_all in "
                                  "csv.QUOTE_ALL), with no model time"))
-        if version_hnsw_type(params or {}) == HNSW_VECTOR:
+        if version_hnsw_type(params) == HNSW_VECTOR:
             found.append(Finding("info", "active_index",
                                  f"{where} has a full-precision HNSW graph (it predates "
                                  f"halfvec graphs); {reindex} builds one about 40% smaller "
@@ -328,21 +377,26 @@ def check_orphan_rows(conn: psycopg.Connection[Any]) -> list[Finding]:
     chunks still count in the BM25 statistics, and searches drop them from the results
     (a search then returns fewer than k)."""
     found: list[Finding] = []
-    for table, parent, key in (("chunk", "document", "document_id"),
-                               ("lexical", "chunk", "chunk_id"),
-                               ("embedding", "chunk", "chunk_id")):
-        row = conn.execute(sql.SQL(
-            "select count(*) from pgfunnel.{} t where not exists "
-            "(select 1 from pgfunnel.{} p where p.id = t.{})").format(
-                sql.Identifier(table), sql.Identifier(parent), sql.Identifier(key))).fetchone()
+    for table, parent, orphan in (
+            ("chunk", "document", "pgfunnel.chunk c where not exists "
+             "(select 1 from pgfunnel.document d where d.id = c.document_id)"),
+            ("lexical", "chunk", "pgfunnel.lexical l where not exists "
+             "(select 1 from pgfunnel.chunk c where c.id = l.chunk_id)"),
+            ("embedding", "chunk", "pgfunnel.embedding e where not exists "
+             "(select 1 from pgfunnel.chunk c where c.id = e.chunk_id)")):
+        row = conn.execute("select count(*) from " + orphan).fetchone()
         n = int(row[0]) if row else 0
         if n:
+            # a plain DELETE fires what replica mode skipped: a chunk's cascade to its
+            # index rows, and the trigger on lexical that takes them out of the postings
+            # and statistics, so nothing needs rebuilding afterwards
             found.append(Finding(
                 "warning", "orphans",
                 f"{n} row(s) of pgfunnel.{table} belong to no {parent} (deleted with "
                 "session_replication_role = replica, which skips the cascades and the "
-                "triggers): delete them, then `pgfunnel reindex --activate` the collections "
-                "concerned to make the BM25 statistics exact again"))
+                f"triggers): `delete from {orphan}` removes them; run it with "
+                "session_replication_role back to origin, and the cascades and the trigger "
+                "on pgfunnel.lexical keep the BM25 statistics exact, so nothing needs rebuilding"))
     return found
 
 
@@ -384,10 +438,253 @@ def check_statistics(conn: psycopg.Connection[Any]) -> list[Finding]:
                 "trigger on pgfunnel.lexical that keeps postings and statistics exact "
                 "(TRUNCATE, the trigger disabled, or session_replication_role = replica). "
                 f"Run `pgfunnel reindex -c {name} --activate` to rebuild them"))
+    found.extend(_term_stat_drift(conn))
     if not found and rows:
         found.append(Finding("info", "statistics",
-                             "BM25 statistics match the indexed chunks; their triggers are on"))
+                             "BM25 statistics match the indexed chunks and a recount of the "
+                             "postings; their triggers are on"))
     return found
+
+
+#: terms named per drifted version
+_DRIFT_EXAMPLES = 5
+
+
+def _term_stat_drift(conn: psycopg.Connection[Any]) -> list[Finding]:
+    """Each active version's term_stat against a recount from its postings
+    (pgfunnel.bm25_recount): they differ only when term_stat was written around pgfunnel.
+    A term without its row is never searched (the lexical leg takes a query's terms from
+    term_stat); a wrong df skews every score of the term. About 0.3 s per 10k chunks."""
+    found: list[Finding] = []
+    rows = conn.execute(
+        "select c.name, v.version, d.n, d.unsearchable, d.terms, d.kept, d.counted "
+        "from pgfunnel.collection c "
+        "join pgfunnel.index_version v on v.collection_id = c.id and v.state = 'active' "
+        "cross join lateral ("
+        "  select count(*) as n, "
+        "         count(*) filter (where coalesce(t.df, 0) <= 0 and r.df > 0) as unsearchable, "
+        "         (array_agg(term order by term))[1:%(k)s] as terms, "
+        "         (array_agg(t.df order by term))[1:%(k)s] as kept, "
+        "         (array_agg(r.df order by term))[1:%(k)s] as counted "
+        "    from pgfunnel.bm25_recount(v.id) r "
+        "    full join (select s.term, s.df from pgfunnel.term_stat s "
+        "                where s.index_version_id = v.id) t using (term) "
+        "   where r.df is distinct from t.df) d "
+        "where d.n > 0 order by c.name", {"k": _DRIFT_EXAMPLES}).fetchall()
+    for name, version, n, unsearchable, terms, kept, counted in rows:
+        examples = ", ".join(f"{term!r} ({'no row' if k is None else k} vs {c or 0})"
+                             for term, k, c in zip(terms, kept, counted, strict=True))
+        more = f" and {n - len(terms)} more" if n > len(terms) else ""
+        hidden = (f"; {unsearchable} of them have no statistics row, so searches never match "
+                  "them" if unsearchable else "")
+        found.append(Finding(
+            "error" if unsearchable else "warning", "statistics",
+            f"collection {name!r}, active version {version}: {n} term(s) have a document "
+            "frequency in pgfunnel.term_stat that differs from a recount of the postings "
+            f"(pgfunnel.bm25_recount), e.g. {examples}{more} (term_stat vs recount){hidden}. "
+            "term_stat was written around pgfunnel, which has no function that repairs it: "
+            f"`pgfunnel reindex -c {name} --activate` builds a version with exact statistics "
+            "(copying the vectors when the model is unchanged)"))
+    return found
+
+
+# What a role holds in schema pgfunnel, against what it should: one row per wanted
+# privilege. %(tables)s/%(table_privileges)s pair tables with a privilege each; every table
+# but a partition (reached through its parent) is wanted with %(every_table)s; functions
+# with EXECUTE, but those named in %(skip_functions)s.
+_HELD_PRIVILEGES = """
+select w.kind, w.object, w.privilege, w.held from (
+  select 0 as ord, 'schema' as kind, 'pgfunnel' as object, 'USAGE' as privilege,
+         pg_catalog.has_schema_privilege(%(role)s, 'pgfunnel', 'USAGE') as held
+  union all
+  select 1, 'table', c.oid::regclass::text, t.privilege,
+         pg_catalog.has_table_privilege(%(role)s, c.oid, t.privilege)
+    from unnest(%(tables)s::text[], %(table_privileges)s::text[]) as t(relname, privilege)
+    join pg_catalog.pg_class c on c.relname = t.relname
+     and c.relnamespace = 'pgfunnel'::regnamespace
+  union all
+  select 1, 'table', c.oid::regclass::text, p.privilege,
+         pg_catalog.has_table_privilege(%(role)s, c.oid, p.privilege)
+    from pg_catalog.pg_class c, pg_catalog.unnest(%(every_table)s::text[]) as p(privilege)
+   where c.relnamespace = 'pgfunnel'::regnamespace and c.relkind in ('r', 'p')
+     and not c.relispartition
+  union all
+  select 2, 'sequence', c.oid::regclass::text, p.privilege,
+         pg_catalog.has_sequence_privilege(%(role)s, c.oid, p.privilege)
+    from pg_catalog.pg_class c, pg_catalog.unnest(%(sequence_privileges)s::text[])
+         as p(privilege)
+   where c.relnamespace = 'pgfunnel'::regnamespace and c.relkind = 'S'
+  union all
+  select 3, 'function', p.oid::regprocedure::text, 'EXECUTE',
+         pg_catalog.has_function_privilege(%(role)s, p.oid, 'EXECUTE')
+    from pg_catalog.pg_proc p join pg_catalog.pg_namespace n on n.oid = p.pronamespace
+   where (n.nspname = 'pgfunnel' and p.proname <> all (%(skip_functions)s::text[]))
+      or (n.nspname = 'public' and p.proname = 'funnel_search')
+) w order by w.ord, w.object, w.privilege
+"""
+
+#: functions listed per finding; past that, `pgfunnel migrate` is the one fix named
+_LISTED_FUNCTIONS = 5
+
+
+@dataclass(frozen=True)
+class _Wanted:
+    """The privileges one role needs in schema pgfunnel (what grant_privileges gives)."""
+
+    tables: tuple[tuple[str, str], ...] = ()
+    every_table: tuple[str, ...] = ()
+    sequences: tuple[str, ...] = ()
+    skip_functions: tuple[str, ...] = ()
+
+
+def _wanted(role: str) -> _Wanted:
+    from pgfunnel.security import (
+        RLS_TABLES,
+        SHARED_TABLES,
+        WRITER_ONLY_FUNCTIONS,
+        WRITER_ROLE,
+    )
+
+    if role == WRITER_ROLE:
+        return _Wanted(every_table=("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE"),
+                       sequences=("USAGE", "SELECT", "UPDATE"))
+    return _Wanted(tables=tuple((t, "SELECT") for t in RLS_TABLES + SHARED_TABLES)
+                   + (("search_log", "INSERT"), ("search_trace", "INSERT")),
+                   sequences=("USAGE",), skip_functions=WRITER_ONLY_FUNCTIONS)
+
+
+def _held_privileges(conn: psycopg.Connection[Any], role: str, wanted: _Wanted
+                     ) -> list[tuple[str, str, str, bool]]:
+    """(kind, object, privilege, held) for each privilege ``role`` should hold."""
+    return [(str(k), str(o), str(p), bool(h)) for k, o, p, h in conn.execute(
+        _HELD_PRIVILEGES, {"role": role,
+                           "tables": [t for t, _ in wanted.tables],
+                           "table_privileges": [p for _, p in wanted.tables],
+                           "every_table": list(wanted.every_table),
+                           "sequence_privileges": list(wanted.sequences),
+                           "skip_functions": list(wanted.skip_functions)}).fetchall()]
+
+
+def _grouped(missing: Sequence[tuple[str, str, str, bool]]
+             ) -> dict[tuple[str, str], list[str]]:
+    groups: dict[tuple[str, str], list[str]] = {}
+    for kind, obj, privilege, _ in missing:
+        groups.setdefault((kind, privilege), []).append(obj)
+    return groups
+
+
+def _quote_ident(conn: psycopg.Connection[Any], name: str) -> str:
+    """``name`` as SQL, quoted only where Postgres needs it, for statements shown to
+    people (sql.Identifier quotes every name)."""
+    row = conn.execute("select pg_catalog.quote_ident(%s)", (name,)).fetchone()
+    return str(row[0]) if row else sql.Identifier(name).as_string(conn)
+
+
+def _grant(conn: psycopg.Connection[Any], kind: str, privilege: str, objects: Sequence[str],
+           role: str) -> str:
+    # the objects come from the catalog as regclass/regprocedure text, quoted as needed
+    on = {"schema": "schema ", "sequence": "sequence ", "function": "function "}.get(kind, "")
+    return f"grant {privilege.lower()} on {on}{', '.join(objects)} to {_quote_ident(conn, role)}"
+
+
+def _role_privilege_findings(conn: psycopg.Connection[Any], role: str, rls: bool
+                             ) -> list[Finding]:
+    from pgfunnel.security import WRITER_ROLE
+
+    held = _held_privileges(conn, role, _wanted(role))
+    if not rls and not any(h for kind, _, _, h in held if kind in ("schema", "table")):
+        # roles are cluster-wide: another database's `init --rls` made them, and this one
+        # never granted them its tables, on purpose (see below)
+        return [Finding("info", "privileges",
+                        f"{role} holds no privilege on this database's pgfunnel tables: RLS "
+                        "mode is off here, so its members cannot use pgfunnel in it "
+                        "(`pgfunnel init --rls` grants them with the policies)")]
+    uses = ("ingests, deletes and reindexes" if role == WRITER_ROLE else "searches")
+    found: list[Finding] = []
+    for (kind, privilege), objects in _grouped([h for h in held if not h[3]]).items():
+        listed = objects[:_LISTED_FUNCTIONS] if kind == "function" else objects
+        more = f" and {len(objects) - len(listed)} more" if len(objects) > len(listed) else ""
+        need = ("traced searches (they log the search)"
+                if role != WRITER_ROLE and (privilege == "INSERT" or kind == "sequence")
+                else uses)
+        if rls or kind == "function":
+            # migrate reinstalls sql/090_security.sql, which grants EXECUTE whenever the
+            # roles exist, and in RLS mode grants everything else again (enable_rls)
+            fix = "run `pgfunnel migrate` as the schema owner, which grants it again"
+        else:
+            # migrate grants these only with the policies: without them, SELECT would let
+            # every member of a cluster-wide role read every row of this database
+            fix = ("RLS mode is off, where `pgfunnel migrate` grants the roles no table "
+                   "privileges (without the policies they would read every row); as the "
+                   f"schema owner: `{_grant(conn, kind, privilege, objects, role)}`")
+        found.append(Finding(
+            "error", "privileges",
+            f"{role} lacks {privilege} on {kind} {', '.join(listed)}{more}: {need} by its "
+            f"members fail with permission denied; {fix}"))
+    return found
+
+
+def check_privileges(conn: psycopg.Connection[Any], app_role: str | None = None
+                     ) -> list[Finding]:
+    """What pgfunnel_reader and pgfunnel_writer hold against what grant_privileges gives
+    them (when they exist), and whether ``app_role`` may search: a member of one of them
+    under row-level security (the policies name the roles), or holding the reader's
+    privileges itself without it. A few catalog queries (has_*_privilege by role name)."""
+    from pgfunnel.security import READER_ROLE, WRITER_ROLE, rls_enabled
+
+    rls = rls_enabled(conn)
+    roles = [r for (r,) in conn.execute(
+        "select rolname from pg_catalog.pg_roles where rolname = any(%s) order by 1",
+        ([READER_ROLE, WRITER_ROLE],)).fetchall()]
+    found: list[Finding] = []
+    for role in roles:
+        found.extend(_role_privilege_findings(conn, role, rls))
+    if app_role:
+        found.extend(_app_role_findings(conn, app_role, rls, roles))
+    if not found and roles:
+        found.append(Finding("info", "privileges",
+                             f"{' and '.join(roles)} hold every privilege pgfunnel grants them"))
+    return found
+
+
+def _app_role_findings(conn: psycopg.Connection[Any], app_role: str, rls: bool,
+                       roles: Sequence[str]) -> list[Finding]:
+    from pgfunnel.security import READER_ROLE, WRITER_ROLE
+
+    row = conn.execute(
+        "select r.rolsuper or pg_catalog.pg_has_role(r.oid, c.relowner, 'USAGE'), "
+        "coalesce(pg_catalog.pg_has_role(r.oid, %s::name, 'USAGE'), false) "
+        "or coalesce(pg_catalog.pg_has_role(r.oid, %s::name, 'USAGE'), false) "
+        "from pg_catalog.pg_roles r, pg_catalog.pg_class c "
+        "where r.rolname = %s and c.oid = 'pgfunnel.document'::regclass",
+        (READER_ROLE if READER_ROLE in roles else None,
+         WRITER_ROLE if WRITER_ROLE in roles else None, app_role)).fetchone()
+    # a missing role, a superuser or an owner: security.app_role* says so
+    if row is None or row[0]:
+        return []
+    member = bool(row[1])
+    who = _quote_ident(conn, app_role)
+    join = f"`grant {READER_ROLE} to {who}`"
+    if rls:
+        if member or READER_ROLE not in roles:
+            return []
+        return [Finding("error", "privileges",
+                        f"application role {app_role!r} is not a member of {READER_ROLE} (nor "
+                        f"{WRITER_ROLE}): the row-level security policies name those roles, so "
+                        f"its searches fail with permission denied or find nothing; {join}")]
+    missing = [h for h in _held_privileges(conn, app_role, _wanted(READER_ROLE)) if not h[3]]
+    if not missing:
+        return []
+    kind, obj, privilege, _ = missing[0]
+    more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+    reader_complete = READER_ROLE in roles and not [
+        h for h in _held_privileges(conn, READER_ROLE, _wanted(READER_ROLE)) if not h[3]]
+    fix = (join if reader_complete and not member else
+           f"as the schema owner, `pgfunnel init --rls` (it grants {READER_ROLE} what a search "
+           f"needs, with the policies), then {join}")
+    return [Finding("error", "privileges",
+                    f"application role {app_role!r} lacks {privilege} on {kind} {obj}{more}: "
+                    f"its searches fail with permission denied; {fix}")]
 
 
 CHECKS: tuple[tuple[str, Check], ...] = (
@@ -401,35 +698,77 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("index_memory", check_index_memory),
     ("row_security", check_row_security),
     ("security", check_security),
+    ("privileges", check_privileges),
     ("public_with_readers", check_public_with_readers),
 )
 #: checks that need the pgfunnel schema (skipped, not failed, when it is missing)
 NEEDS_SCHEMA = {"active_index", "statistics", "orphans", "orphan_rows", "index_memory",
-                "security", "public_with_readers"}
+                "security", "privileges", "public_with_readers"}
 #: checks that count rows, which row-level security would hide from the role running them
 COUNTS_ROWS = {"schema", "active_index", "statistics", "orphans", "orphan_rows",
                "public_with_readers"}
 
 
-def _held_to_row_security(conn: psycopg.Connection[Any]) -> str | None:
-    """The current role's name when row-level security is on and hides rows from it (not
-    a superuser, not BYPASSRLS, not a member of pgfunnel_writer); else None."""
+@dataclass(frozen=True)
+class _HeldRole:
+    """The role running doctor, held to row-level security."""
+
+    name: str
+    #: it owns the tables, but their row security is FORCEd
+    owner: bool
+    writer_exists: bool
+
+
+def _held_to_row_security(conn: psycopg.Connection[Any]) -> _HeldRole | None:
+    """The current role when row-level security is on and hides rows from it (not a
+    superuser, not BYPASSRLS, not a member of pgfunnel_writer, not the owner of a table
+    whose row security is not FORCEd); else None."""
     from pgfunnel.security import WRITER_ROLE
 
     try:
         with conn.transaction(force_rollback=True):
             row = conn.execute(
                 "select r.rolname, r.rolsuper or r.rolbypassrls "
-                "or pg_catalog.pg_has_role(r.oid, w.oid, 'MEMBER'), "
-                "coalesce((select bool_or(c.relrowsecurity) from pg_catalog.pg_class c "
-                "          where c.oid = 'pgfunnel.chunk'::regclass), false) "
-                "from pg_roles r left join pg_roles w on w.rolname = %s "
-                "where r.rolname = current_user", (WRITER_ROLE,)).fetchone()
+                "or coalesce(pg_catalog.pg_has_role(r.oid, w.oid, 'MEMBER'), false), "
+                "c.relrowsecurity, pg_catalog.pg_has_role(r.oid, c.relowner, 'USAGE'), "
+                "c.relforcerowsecurity, w.oid is not null "
+                "from pg_roles r left join pg_roles w on w.rolname = %s, "
+                "pg_catalog.pg_class c "
+                "where r.rolname = current_user and c.oid = 'pgfunnel.chunk'::regclass",
+                (WRITER_ROLE,)).fetchone()
     except psycopg.Error:
         return None  # no schema yet: the schema check says so
-    if row is None or row[1] or not row[2]:
+    if row is None:
         return None
-    return str(row[0])
+    name, exempt, on, owner, forced, writer_exists = row
+    if exempt or not on or (owner and not forced):
+        return None
+    return _HeldRole(str(name), bool(owner), bool(writer_exists))
+
+
+def _held_role_finding(conn: psycopg.Connection[Any], held: _HeldRole) -> Finding:
+    if not held.owner:
+        return Finding(
+            "error", "doctor_role",
+            f"role {held.name!r} is held to row-level security, which hides the rows doctor "
+            "counts: run `pgfunnel doctor` as the tables' owner or a member of "
+            "pgfunnel_writer (the checks that count rows were skipped)")
+    # the owner outside pgfunnel_writer: what `pg_restore --no-owner` of a database in
+    # RLS mode leaves, since role memberships are not part of a dump. Running as the
+    # owner cannot help, and joining pgfunnel_writer takes a superuser (or ADMIN OPTION
+    # on it) from Postgres 16 on.
+    from pgfunnel.security import READER_ROLE, WRITER_ROLE
+
+    who = _quote_ident(conn, held.name)
+    create = ("" if held.writer_exists else
+              f"`create role {READER_ROLE} nologin; create role {WRITER_ROLE} nologin`, then ")
+    return Finding(
+        "error", "doctor_role",
+        f"role {held.name!r} owns the pgfunnel tables, but their row-level security is "
+        f"FORCEd and it is not a member of {WRITER_ROLE}, so the policies hide every row from "
+        "it, its own searches and ingests included (as after `pg_restore --no-owner` of a "
+        f"database in RLS mode): a superuser must run {create}`grant {WRITER_ROLE} to {who}`; "
+        f"then `pgfunnel init` as {held.name} (the checks that count rows were skipped)")
 
 
 def run_checks(conn: psycopg.Connection[Any],
@@ -438,19 +777,17 @@ def run_checks(conn: psycopg.Connection[Any],
     """Run every check; each in its own rolled-back transaction so one failure is contained.
     ``app_role``: the role an application connects as, checked like pgfunnel_reader's members."""
     if app_role:
-        checks = [(name, functools.partial(check_security, app_role=app_role)
-                   if check is check_security else check) for name, check in checks]
+        takes_role: dict[Check, Check] = {
+            check_security: functools.partial(check_security, app_role=app_role),
+            check_privileges: functools.partial(check_privileges, app_role=app_role)}
+        checks = [(name, takes_role.get(check, check)) for name, check in checks]
     findings: list[Finding] = []
     have_schema = True
     held = _held_to_row_security(conn)
     if held is not None:
         # a reader sees no row without its principals: every count would be wrong, and a
         # "statistics count 7 chunks but 0 are indexed" would send it to reindex
-        findings.append(Finding(
-            "error", "doctor_role",
-            f"role {held!r} is held to row-level security, which hides the rows doctor "
-            "counts: run `pgfunnel doctor` as the tables' owner or a member of "
-            "pgfunnel_writer (the checks that count rows were skipped)"))
+        findings.append(_held_role_finding(conn, held))
     for name, check in checks:
         if name in NEEDS_SCHEMA and not have_schema:
             continue
@@ -478,5 +815,5 @@ def worst(findings: Sequence[Finding]) -> Level | None:
 
 __all__ = ["CHECKS", "Finding", "check_active_indexes", "check_index_memory",
            "check_invalid_indexes", "check_pgvector", "check_row_security", "check_schema",
-           "check_orphans", "check_public_with_readers", "check_security", "check_statistics",
-           "run_checks", "worst"]
+           "check_orphans", "check_privileges", "check_public_with_readers", "check_security",
+           "check_statistics", "run_checks", "worst"]

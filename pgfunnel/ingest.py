@@ -169,8 +169,8 @@ def hnsw_build_memory(rows: int, dimensions: int, m: int,
     return min(rows * per_element + _GRAPH_SLACK_BYTES, HNSW_BUILD_MEMORY_CAP_BYTES)
 
 
-def _build_memory_setting(conn: psycopg.Connection[Any], version_id: int, dimensions: int,
-                          m: int, hnsw_type: str) -> str | None:
+def hnsw_build_memory_setting(conn: psycopg.Connection[Any], version_id: int,
+                              dimensions: int, m: int, hnsw_type: str) -> str | None:
     """A maintenance_work_mem (in kB) large enough for the version's graph, or None when
     the session's setting already is. A graph that outgrows it is finished tuple by tuple
     on disk, 2x slower here on 40k vectors, and parallel workers stop helping."""
@@ -302,11 +302,13 @@ def create_hnsw_index(conn: psycopg.Connection[Any], version_id: int, dimensions
     refresh_hnsw_walks(conn)
 
 
-def _build_hnsw_index(conn: psycopg.Connection[Any], version_id: int, dimensions: int, *,
-                      concurrently: bool, m: int, ef_construction: int,
-                      size_memory: bool) -> None:
-    hnsw_type = hnsw_type_of(conn, version_id)
-    statement = sql.SQL(
+def hnsw_index_statement(version_id: int, dimensions: int, hnsw_type: str, *,
+                         concurrently: bool, m: int = 16,
+                         ef_construction: int = 64) -> sql.Composed:
+    """The CREATE INDEX of one version's partial HNSW index (``doctor`` shows it as the
+    fix for a missing one, so both build the same index). ``hnsw_type`` must be one of
+    HNSW_TYPES: it is spliced in as a type name."""
+    return sql.SQL(
         "create index {conc} if not exists {name} on pgfunnel.embedding "
         "using hnsw (({key}) {ops}) "
         "with (m = {m}, ef_construction = {efc}) where index_version_id = {vid}"
@@ -315,7 +317,16 @@ def _build_hnsw_index(conn: psycopg.Connection[Any], version_id: int, dimensions
              key=hnsw_key(hnsw_type, dimensions, sql.Identifier("embedding")),
              ops=sql.SQL(f"{hnsw_type}_cosine_ops"),
              m=sql.Literal(m), efc=sql.Literal(ef_construction), vid=sql.Literal(version_id))
-    memory = (_build_memory_setting(conn, version_id, dimensions, m, hnsw_type)
+
+
+def _build_hnsw_index(conn: psycopg.Connection[Any], version_id: int, dimensions: int, *,
+                      concurrently: bool, m: int, ef_construction: int,
+                      size_memory: bool) -> None:
+    hnsw_type = hnsw_type_of(conn, version_id)
+    statement = hnsw_index_statement(version_id, dimensions, hnsw_type,
+                                     concurrently=concurrently, m=m,
+                                     ef_construction=ef_construction)
+    memory = (hnsw_build_memory_setting(conn, version_id, dimensions, m, hnsw_type)
               if size_memory else None)
     if not concurrently:
         # transaction-local settings; the savepoint lets the serial retry run in the

@@ -20,6 +20,7 @@ from pgfunnel.doctor import (
     run_checks,
     worst,
 )
+from pgfunnel.search import Funnel
 
 
 def _doctor(dsn: str, *extra: str) -> tuple[int, dict[str, Any]]:
@@ -256,3 +257,240 @@ def test_doctor_as_a_reader_under_rls_says_whom_to_run_it_as(sample_db: str) -> 
     assert not any("reindex" in f["message"] for f in report["findings"])
     _, as_owner = _doctor(sample_db)
     assert "doctor_role" not in _checks(as_owner, "error")
+
+
+def test_a_missing_hnsw_index_names_the_statement_that_rebuilds_it(sample_db: str) -> None:
+    from pgfunnel.ingest import refresh_hnsw_walks
+
+    with connect(sample_db, autocommit=True) as conn:
+        vid = conn.execute("select id from pgfunnel.index_version where state = 'active'"
+                           ).fetchone()[0]  # type: ignore[index]
+        before = conn.execute("select pg_get_indexdef(%s::regclass)",
+                              (f"pgfunnel.embedding_hnsw_v{vid}",)).fetchone()
+        conn.execute(f"drop index pgfunnel.embedding_hnsw_v{vid}")
+        [finding] = [f for f in check_active_indexes(conn) if "missing" in f.message]
+        assert finding.level == "error" and "pgfunnel reindex" not in finding.message
+        statements = [s for s in finding.message.split("`")[1::2]
+                      if s.startswith(("set ", "create "))]
+        assert statements[-1].startswith("create index concurrently")
+        for statement in statements:
+            conn.execute(statement)
+        after = conn.execute("select pg_get_indexdef(%s::regclass)",
+                             (f"pgfunnel.embedding_hnsw_v{vid}",)).fetchone()
+        assert after == before
+        refresh_hnsw_walks(conn)  # what the `pgfunnel init` it names does
+        assert worst(check_active_indexes(conn)) == "info"
+
+
+def test_vectors_of_no_chunk_are_counted_with_their_delete(sample_db: str) -> None:
+    with connect(sample_db, autocommit=True) as conn:
+        conn.execute("set session_replication_role = replica")
+        conn.execute("delete from pgfunnel.chunk where id = (select min(id) from pgfunnel.chunk)")
+        conn.execute("reset session_replication_role")
+        vectors = conn.execute("select count(*) from pgfunnel.embedding").fetchone()[0]  # type: ignore[index]
+        [finding] = [f for f in check_active_indexes(conn) if f.level == "warning"]
+        assert f"1 of its {vectors} vectors belong to no chunk of the collection" in finding.message
+        assert "chunks have no rows" not in finding.message
+        delete = finding.message.split("`")[-2]
+        assert delete.startswith("delete from pgfunnel.embedding")
+        conn.execute(delete)
+        assert worst(check_active_indexes(conn)) == "info"
+
+
+def test_orphan_rows_are_deleted_with_statistics_kept_exact(sample_db: str) -> None:
+    from pgfunnel.doctor import check_orphans
+
+    with connect(sample_db, autocommit=True) as conn:
+        conn.execute("set session_replication_role = replica")
+        conn.execute("delete from pgfunnel.document where citekey = "
+                     "(select min(citekey) from pgfunnel.document)")
+        conn.execute("reset session_replication_role")
+        found = check_orphan_rows(conn)
+        assert found and not any("pgfunnel reindex" in f.message for f in found)
+        for finding in found:
+            conn.execute(finding.message.split("`")[1])
+        assert check_orphan_rows(conn) == [] and check_orphans(conn) == []
+        # the delete's cascades and trigger kept the counts and term_stat exact
+        assert [f.level for f in check_statistics(conn)] == ["info"]
+        assert worst(check_active_indexes(conn)) == "info"
+
+
+def test_term_stat_drift_is_found_and_reindex_repairs_it(sample_db: str) -> None:
+    from pgfunnel import versions
+
+    with connect(sample_db, autocommit=True) as conn:
+        assert [f.level for f in check_statistics(conn)] == ["info"]
+        vid = conn.execute("select id from pgfunnel.index_version where state = 'active'"
+                           ).fetchone()[0]  # type: ignore[index]
+        # a word of the corpus, and its most common term
+        gone, skewed = "refund", conn.execute(
+            "select term from pgfunnel.term_stat where index_version_id = %s "
+            "order by df desc, term limit 1", (vid,)).fetchone()[0]  # type: ignore[index]
+        conn.execute("delete from pgfunnel.term_stat where index_version_id = %s "
+                     "and term = %s", (vid, gone))
+        conn.execute("update pgfunnel.term_stat set df = df + 3 where index_version_id = %s "
+                     "and term = %s", (vid, skewed))
+        with Funnel(conn, embedder=None) as f:
+            assert f.search(gone, k=5).results == []
+        [finding] = check_statistics(conn)
+        assert finding.level == "error"
+        assert "2 term(s)" in finding.message
+        assert "1 of them have no statistics row" in finding.message
+        assert f"{gone!r} (no row vs " in finding.message and f"{skewed!r} (" in finding.message
+        assert "pgfunnel reindex -c default --activate" in finding.message
+        # df alone wrong: scores skew, nothing goes unsearchable
+        conn.execute("insert into pgfunnel.term_stat (index_version_id, term, df) "
+                     "select %s, term, df from pgfunnel.bm25_recount(%s) where term = %s",
+                     (vid, vid, gone))
+        [finding] = check_statistics(conn)
+        assert finding.level == "warning" and "1 term(s)" in finding.message
+        # the fix named: a reindex builds exact statistics
+        versions.reindex(conn, "default", activate_after=True)
+        assert [f.level for f in check_statistics(conn)] == ["info"]
+        with Funnel(conn, embedder=None) as f:
+            assert f.search(gone, k=5).results
+
+
+def _search_as(dsn: str) -> None:
+    """One lexical search, as the role in ``dsn``; raises what Postgres raises."""
+    with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction():
+        conn.execute("select set_config('pgfunnel.principals', '[]', true)")
+        conn.execute("select count(*) from funnel_search('refund billing', "
+                     "collection => 'default')").fetchone()
+
+
+def _errors(report: dict[str, Any], check: str) -> list[str]:
+    return [f["message"] for f in report["findings"]
+            if f["level"] == "error" and f["check"] == check]
+
+
+def test_lost_privileges_under_rls_are_errors_that_migrate_repairs(sample_db: str) -> None:
+    from _security_helpers import create_app_role
+
+    from pgfunnel import schema
+    from pgfunnel.security import enable_rls
+
+    with connect(sample_db) as conn:
+        enable_rls(conn)
+        conn.commit()
+    reader = create_app_role(sample_db)
+    webapp = psycopg.conninfo.conninfo_to_dict(reader)["user"]
+    _search_as(reader)
+    code, report = _doctor(sample_db, "--app-role", webapp)
+    assert code == 0 and _errors(report, "privileges") == [], [
+        f for f in report["findings"] if f["level"] == "error"]
+    with connect(sample_db, autocommit=True) as conn:
+        conn.execute("revoke execute on function pgfunnel._term_df(integer,text[]) "
+                     "from pgfunnel_reader")
+        conn.execute("revoke select on pgfunnel.chunk from pgfunnel_reader")
+        conn.execute("revoke insert on pgfunnel.search_log from pgfunnel_reader")
+        conn.execute("revoke delete on pgfunnel.document from pgfunnel_writer")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        _search_as(reader)
+    code, report = _doctor(sample_db, "--app-role", webapp)
+    errors = _errors(report, "privileges")
+    assert code == 3
+    for role, privilege, obj in (("pgfunnel_reader", "EXECUTE", "pgfunnel._term_df"),
+                                 ("pgfunnel_reader", "SELECT", "pgfunnel.chunk"),
+                                 ("pgfunnel_reader", "INSERT", "pgfunnel.search_log"),
+                                 ("pgfunnel_writer", "DELETE", "pgfunnel.document")):
+        [message] = [m for m in errors if m.startswith(f"{role} lacks {privilege} ") and obj in m]
+        assert "`pgfunnel migrate` as the schema owner" in message
+    assert len(errors) == 4, errors
+    # schema usage, and the application role's membership
+    with connect(sample_db, autocommit=True) as conn:
+        conn.execute("revoke usage on schema pgfunnel from pgfunnel_reader")
+        conn.execute(f"revoke pgfunnel_reader from {webapp}")
+    _, report = _doctor(sample_db, "--app-role", webapp)
+    errors = _errors(report, "privileges")
+    assert any(m.startswith("pgfunnel_reader lacks USAGE on schema pgfunnel") for m in errors)
+    [member] = [m for m in errors if "application role" in m]
+    assert f"`grant pgfunnel_reader to {webapp}`" in member
+    # the fix named: migrate grants again all the roles' privileges; the membership is
+    # the one thing left
+    schema.migrate(sample_db)
+    _, report = _doctor(sample_db, "--app-role", webapp)
+    assert _errors(report, "privileges") == [member]
+    with connect(sample_db, autocommit=True) as conn:
+        conn.execute(f"grant pgfunnel_reader to {webapp}")
+    code, report = _doctor(sample_db, "--app-role", webapp)
+    assert code == 0 and _errors(report, "privileges") == []
+    _search_as(reader)
+
+
+def test_privileges_without_rls_name_a_fix_that_works(sample_db: str) -> None:
+    from _security_helpers import create_app_role
+
+    from pgfunnel import schema
+    from pgfunnel.doctor import check_privileges
+    from pgfunnel.security import ensure_roles
+
+    with connect(sample_db, autocommit=True) as conn:
+        # roles of another database's `init --rls` (they are cluster-wide): this one never
+        # granted them its tables, and that is no error
+        ensure_roles(conn)
+        found = check_privileges(conn)
+        assert [f.level for f in found] == ["info", "info"], found
+        assert all("RLS mode is off" in f.message for f in found)
+    reader = create_app_role(sample_db)  # grant_privileges, no policies
+    webapp = psycopg.conninfo.conninfo_to_dict(reader)["user"]
+    _search_as(reader)
+    with connect(sample_db, autocommit=True) as conn:
+        assert [f.level for f in check_privileges(conn, webapp)] == ["info"]
+        conn.execute("revoke select on pgfunnel.chunk from pgfunnel_reader")
+        conn.execute("revoke execute on function pgfunnel._term_df(integer,text[]) "
+                     "from pgfunnel_reader")
+        found = check_privileges(conn, webapp)
+        [table, function] = [f.message for f in found
+                             if f.message.startswith("pgfunnel_reader lacks ")]
+        assert "SELECT on table pgfunnel.chunk:" in table
+        assert "EXECUTE on function pgfunnel._term_df(integer,text[]):" in function
+        [app] = [f.message for f in found if "application role" in f.message]
+        assert {f.level for f in found} == {"error"}
+        # outside RLS mode migrate grants EXECUTE again, not table privileges
+        assert "pgfunnel migrate" in function and "pgfunnel migrate` grants the roles no" in table
+        assert "pgfunnel init --rls" in app
+        grant = table.rsplit("`", 2)[1]
+        assert grant == "grant select on pgfunnel.chunk to pgfunnel_reader"
+        conn.execute(grant)
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        _search_as(reader)
+    schema.migrate(sample_db)
+    _search_as(reader)
+    with connect(sample_db, autocommit=True) as conn:
+        assert [f.level for f in check_privileges(conn, webapp)] == ["info"]
+        conn.execute(f"revoke pgfunnel_reader from {webapp}")
+        [app] = check_privileges(conn, webapp)
+    assert app.level == "error" and app.message.endswith(f"`grant pgfunnel_reader to {webapp}`")
+
+
+def test_an_owner_held_to_forced_rls_is_told_to_join_the_writers(sample_db: str) -> None:
+    """After `pg_restore --no-owner` of a database in RLS mode the restoring role owns the
+    tables, and FORCE holds it to the policies: running as the owner is no fix."""
+    import uuid
+
+    from _security_helpers import with_user
+    from psycopg import sql
+
+    from pgfunnel.security import enable_rls
+
+    owner = f"pgf_app_{uuid.uuid4().hex[:8]}"
+    with connect(sample_db, autocommit=True) as conn:
+        enable_rls(conn)
+        conn.execute(sql.SQL("create role {} login").format(sql.Identifier(owner)))
+        conn.execute(sql.SQL("alter schema pgfunnel owner to {}").format(sql.Identifier(owner)))
+        for (table,) in conn.execute(
+                "select c.oid::regclass::text from pg_class c "
+                "where c.relnamespace = 'pgfunnel'::regnamespace and c.relkind in ('r', 'p')"
+                ).fetchall():
+            conn.execute(sql.SQL("alter table {} owner to {}").format(
+                sql.SQL(table), sql.Identifier(owner)))
+    code, report = _doctor(with_user(sample_db, owner))
+    [message] = _errors(report, "doctor_role")
+    assert code == 3 and "owns the pgfunnel tables" in message
+    assert f"a superuser must run `grant pgfunnel_writer to {owner}`" in message
+    assert "run `pgfunnel doctor` as the tables' owner" not in message
+    with connect(sample_db, autocommit=True) as conn:
+        conn.execute(sql.SQL("grant pgfunnel_writer to {}").format(sql.Identifier(owner)))
+    _, report = _doctor(with_user(sample_db, owner))
+    assert _errors(report, "doctor_role") == []
