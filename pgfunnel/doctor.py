@@ -9,6 +9,7 @@ one broken check never hides the others.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -216,7 +217,10 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
             continue  # reported by check_invalid_indexes
         text = str(r["indexdef"] or "")
         hnsw_type = version_hnsw_type(params)
-        if f"::{hnsw_type}({dims})" not in text or f"index_version_id = {vid}" not in text:
+        # pg_get_indexdef qualifies the type with pgvector's schema when that schema is
+        # off this connection's search_path (reported by its own check): not a mismatch
+        typed = re.search(rf"::(?:\S+\.)?{re.escape(hnsw_type)}\({int(dims)}\)", text)
+        if typed is None or f"index_version_id = {vid}" not in text:
             found.append(Finding("error", "active_index",
                                  f"{where}: index embedding_hnsw_v{vid} does not match the "
                                  f"version ({dims} dims, {hnsw_type}): {text}"))

@@ -494,3 +494,23 @@ def test_an_owner_held_to_forced_rls_is_told_to_join_the_writers(sample_db: str)
         conn.execute(sql.SQL("grant pgfunnel_writer to {}").format(sql.Identifier(owner)))
     _, report = _doctor(with_user(sample_db, owner))
     assert _errors(report, "doctor_role") == []
+
+
+def test_pgvector_off_the_path_is_one_error_not_an_index_mismatch(sample_db: str) -> None:
+    with connect(sample_db, autocommit=True) as conn:
+        conn.execute("create schema ext")
+        conn.execute("alter extension vector set schema ext")
+    # installed as a database whose extensions live in ext would be
+    from pgfunnel import schema
+
+    schema.migrate(psycopg.conninfo.make_conninfo(sample_db,
+                                                  options="-c search_path=public,ext"))
+    off_path = psycopg.conninfo.make_conninfo(sample_db, options="-c search_path=public")
+    with connect(off_path, autocommit=True) as conn:
+        # the index definition now names ext.halfvec: the same index, qualified
+        assert "ext.halfvec" in conn.execute(
+            "select pg_get_indexdef(c.oid) from pg_class c "
+            "where c.relname ~ '^embedding_hnsw_v'").fetchone()[0]  # type: ignore[index]
+        assert [f for f in check_active_indexes(conn) if f.level == "error"] == []
+        [finding] = check_pgvector(conn)
+        assert finding.level == "error" and "search_path" in finding.message
