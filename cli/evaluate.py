@@ -43,7 +43,8 @@ def evaluate(
     floors: Annotated[Path | None, typer.Option(
         "--floors", help="Per-slice floors (JSON); exit 3 when any is not met.")] = None,
     out_dir: Annotated[Path | None, typer.Option(
-        "--out", help="Write report.json, report.md, slices.png and pool_recall.png here.")] = None,
+        "--out", help="Write report.json, report.md, runs.jsonl (each query's ranked items "
+                      "per stage), slices.png and pool_recall.png here.")] = None,
     qualifiers: Annotated[str | None, typer.Option(
         "--qualifiers", help="Comma-separated words that qualify a topic (plan names...), "
                              "for follow-up resolution and decomposition.")] = None,

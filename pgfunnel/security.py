@@ -18,6 +18,7 @@ A missing setting means no rows.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -177,6 +178,14 @@ def _grant_functions(conn: psycopg.Connection[Any]) -> None:
                     ).fetchone() == (True,):
         conn.execute(sql.SQL("grant execute on function public.funnel_search to {}, {}").format(
             _ident(READER_ROLE), _ident(WRITER_ROLE)))
+
+
+def _oids(conn: psycopg.Connection[Any], signatures: Sequence[str]) -> set[int]:
+    """The functions' oids (the schema-qualified signatures of those that exist)."""
+    rows = conn.execute("select pg_catalog.to_regprocedure(s)::oid "
+                        "from pg_catalog.unnest(%s::text[]) s",
+                        (list(signatures),)).fetchall()
+    return {int(r[0]) for r in rows if r[0] is not None}
 
 
 def _table_exists(conn: psycopg.Connection[Any], table: str) -> bool:
@@ -461,11 +470,15 @@ def security_findings(conn: psycopg.Connection[Any],
         out.append(SecurityFinding("info", "rls", "RLS mode is off (access is enforced by "
                                    "funnel_search's filters; `pgfunnel init --rls` adds policies)"))
 
-    for (sig,) in conn.execute(
-            "select p.oid::regprocedure::text from pg_proc p "
-            "where p.pronamespace = 'pgfunnel'::regnamespace and p.prosecdef order by 1"
+    # by oid: a signature's text drops "pgfunnel." (in its name and its types) when the
+    # schema is on this connection's search_path
+    definer_by_design = _oids(conn, DEFINER_BY_DESIGN)
+    unpinned_by_design = _oids(conn, UNPINNED_BY_DESIGN)
+    for oid, sig in conn.execute(
+            "select p.oid, p.oid::regprocedure::text from pg_proc p "
+            "where p.pronamespace = 'pgfunnel'::regnamespace and p.prosecdef order by 2"
             ).fetchall():
-        if sig in DEFINER_BY_DESIGN:
+        if oid in definer_by_design:
             continue
         out.append(SecurityFinding("error", "security_definer",
                                    f"{sig} is SECURITY DEFINER; pgfunnel functions must be "
@@ -480,13 +493,13 @@ def security_findings(conn: psycopg.Connection[Any],
                     f"{READER_ROLE} may read pgfunnel.{table}, which lists every word of a "
                     "collection, those of documents a reader cannot see included (granted by "
                     "an earlier release): run `pgfunnel migrate` as the owner"))
-    for (sig,) in conn.execute(
-            "select p.oid::regprocedure::text from pg_proc p "
+    for oid, sig in conn.execute(
+            "select p.oid, p.oid::regprocedure::text from pg_proc p "
             "where p.pronamespace = 'pgfunnel'::regnamespace "
             "and not exists (select 1 from pg_proc q where q.oid = p.oid "
             "  and q.proconfig is not null and exists (select 1 from unnest(q.proconfig) s "
-            "  where s like 'search_path=%%')) order by 1").fetchall():
-        if sig in UNPINNED_BY_DESIGN:
+            "  where s like 'search_path=%%')) order by 2").fetchall():
+        if oid in unpinned_by_design:
             out.append(SecurityFinding("info", "search_path",
                                        f"{sig} has no pinned search_path by design: a SET clause "
                                        "would keep Postgres from inlining it, and every name in "

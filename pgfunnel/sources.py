@@ -783,7 +783,8 @@ def drop_repeated_blocks(records: Sequence[DocumentRecord], *, min_documents: in
     an old version" box that the page's main content holds. Kept, it is the first chunk's
     text on every page, and a search for its words returned the same paragraph once per
     page (Celery's docs: one banner on 347 of 348 pages). Headings, code and blocks under
-    six words are never dropped, nor a document's last remaining paragraph. Returns the
+    six words are never dropped, and a document that holds nothing but repeated
+    paragraphs (and headings) keeps them. Returns the
     records (changed ones replaced) and one note per paragraph left out."""
     if len(records) < min_documents:
         return list(records), []
@@ -798,7 +799,10 @@ def drop_repeated_blocks(records: Sequence[DocumentRecord], *, min_documents: in
     for rec in records:
         blocks = _BLOCK_SPLIT.split(rec.text)
         kept = [b for b in blocks if _prose_block(b) not in repeated]
-        if len(kept) == len(blocks) or not any(b.strip() for b in kept):
+        # a document made of nothing but repeated paragraphs (and headings) keeps them:
+        # no document is emptied of its text
+        if len(kept) == len(blocks) or all(not b.strip() or b.strip().startswith("#")
+                                           for b in kept):
             out.append(rec)
             continue
         out.append(replace(rec, text="\n\n".join(b.strip("\n") for b in kept if b.strip())))

@@ -514,3 +514,14 @@ def test_pgvector_off_the_path_is_one_error_not_an_index_mismatch(sample_db: str
         assert [f for f in check_active_indexes(conn) if f.level == "error"] == []
         [finding] = check_pgvector(conn)
         assert finding.level == "error" and "search_path" in finding.message
+
+
+def test_pgfunnel_on_the_search_path_raises_no_false_security_findings(sample_db: str) -> None:
+    # regprocedure text drops "pgfunnel." (in names and types) when the schema is on the
+    # path: the by-design SECURITY DEFINER _term_df was reported as an error then
+    on_path = psycopg.conninfo.make_conninfo(
+        sample_db, options="-c search_path=pgfunnel,public")
+    code, report = _doctor(on_path)
+    assert code == 0 and report["ok"], [f for f in report["findings"] if f["level"] == "error"]
+    assert "security.security_definer" not in _checks(report, "error")
+    assert "security.search_path" not in _checks(report, "warning")

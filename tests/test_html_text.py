@@ -366,20 +366,23 @@ def test_a_paragraph_on_most_pages_is_left_out_as_boilerplate() -> None:
     records = [DocumentRecord(f"p{i}", f"## Page {i}\n\n{banner}\n\nText of page {i} about "
                                        f"topic {i} and nothing else.\n\n    code line\n")
                for i in range(12)]
-    # a page whose only paragraph is the banner keeps it: no document is emptied
+    # a page whose only paragraph is the banner keeps it (under its heading too): no
+    # document is emptied of its text
     records.append(DocumentRecord("only", banner))
+    records.append(DocumentRecord("headed", f"# Only banner\n\n{banner}"))
     # repeated below the bar: on 3 of 13 pages
     note = "Note that this paragraph is shared by only three of the pages."
     records = [DocumentRecord(r.citekey, r.text + f"\n\n{note}") if i < 3 else r
                for i, r in enumerate(records)]
     out, notes = drop_repeated_blocks(records)
-    assert len(notes) == 1 and "found on 13 of 13 documents" in notes[0]
+    assert len(notes) == 1 and "found on 14 of 14 documents" in notes[0]
     assert banner[:40] in notes[0]
     by_key = {r.citekey: r for r in out}
     assert banner not in by_key["p5"].text
     assert "Text of page 5" in by_key["p5"].text and "    code line" in by_key["p5"].text
     assert [c.heading for c in chunk_text(by_key["p5"].text)] == ["Page 5"]
     assert by_key["only"].text == banner
+    assert banner in by_key["headed"].text
     assert note in by_key["p0"].text
     # headings and code repeat on every page of a site too, and stay
     same = [DocumentRecord(f"q{i}", f"## Parameters\n\n    import celery\n\nBody {i}.")
