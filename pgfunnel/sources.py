@@ -228,15 +228,18 @@ def read_path(path: Path, root: Path | None = None,
     """
     if path.is_dir():
         base = root if root is not None else path
-        generated = SPHINX_GENERATED if _is_sphinx_build(path) else ()
         files = sorted(p for p in path.rglob("*")
                        if p.is_file() and not _excluded(p.relative_to(path), exclude))
-        if generated:
-            left = [p for p in files if _excluded(p.relative_to(path), generated)]
+        # the folder itself, or any folder under it, may be a Sphinx build's root
+        builds = sorted({p.parent for p in files
+                         if p.name == "objects.inv" and _is_sphinx_build(p.parent)})
+        for build in builds:
+            left = [p for p in files if p.is_relative_to(build)
+                    and _excluded(p.relative_to(build), SPHINX_GENERATED)]
             pages = sum(1 for p in left if p.suffix.lower() in SUPPORTED_SUFFIXES)
             if pages:
                 warn_at_caller(OtherFilesWarning(
-                    f"{path}: a Sphinx build; left out its {pages:,} generated pages "
+                    f"{build}: a Sphinx build; left out its {pages:,} generated pages "
                     "(_sources: each page's source again, _modules: highlighted source code, "
                     "genindex, py-modindex, search); ingest such a folder by itself to "
                     "index it"), OtherFilesWarning)

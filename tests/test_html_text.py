@@ -347,6 +347,10 @@ def test_a_sphinx_build_folder_leaves_out_its_generated_pages(tmp_path: Path) ->
     assert keys == ["guide/routing", "index"]
     notes = [str(w.message) for w in caught if issubclass(w.category, OtherFilesWarning)]
     assert any("a Sphinx build; left out its 6 generated pages" in n for n in notes), notes
+    # a build inside the folder given is recognised too
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert [d.citekey for d in read_path(tmp_path)] == ["html/guide/routing", "html/index"]
     # the same files without the build's inventory are an ordinary folder: all read
     (build / "objects.inv").unlink()
     with warnings.catch_warnings():
