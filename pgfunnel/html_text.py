@@ -198,6 +198,16 @@ class _Renderer:
         inner._flush()
         return " ".join(" ".join(inner.blocks).split())
 
+    def _term_heading(self, terms: list[str]) -> None:
+        """The terms gathered so far as one section heading (then forgotten)."""
+        if not terms:
+            return
+        self._flush()
+        heading = " / ".join(terms)
+        self.blocks.append(f"## {heading}")
+        self.headings.append(heading)
+        terms.clear()
+
     def render_children(self, element: _Element) -> None:
         for child in element.children:
             if isinstance(child, str):
@@ -224,17 +234,27 @@ class _Renderer:
             return
         if tag == "dl" and _terms_are_sections(element):
             self._flush()
+            # Terms in a row share the description that follows them (a glossary's
+            # `expire`, `expired`, `expires`, `expiring` over one definition; an
+            # object's overloaded signatures): one section headed by all of them. Each
+            # term its own section left the first ones as chunks of one word, and the
+            # definition under the last spelling only (SQLAlchemy's docs: the glossary
+            # entry a keyword such as "Expiring" is judged to, outside BM25's top 10)
+            terms: list[str] = []
             for child in element.children:
+                if isinstance(child, str) and terms and not child.strip():
+                    continue
+                if isinstance(child, _Element) and child.tag == "dt":
+                    if not _is_dropped(child, self.inside_main) and (
+                            term := self._text_of(child)):
+                        terms.append(term)
+                    continue
+                self._term_heading(terms)
                 if isinstance(child, str):
                     self.line.append(child)
-                elif child.tag == "dt" and not _is_dropped(child, self.inside_main):
-                    self._flush()
-                    term = self._text_of(child)
-                    if term:
-                        self.blocks.append(f"## {term}")
-                        self.headings.append(term)
                 else:
                     self.render(child)
+            self._term_heading(terms)
             self._flush()
             return
         if tag == "pre":

@@ -318,6 +318,26 @@ def test_api_objects_and_glossary_terms_start_sections() -> None:
     assert "Parameters" not in sections and "[source]" not in text
 
 
+def test_glossary_terms_over_one_definition_are_one_section() -> None:
+    from pgfunnel.sources import chunk_text
+
+    page = """<html><head><title>Glossary</title></head><body><div role="main">
+    <h1>Glossary</h1>
+    <dl class="glossary simple">
+      <dt id="term-expire">expire</dt>
+      <dt id="term-expired">expired</dt>
+      <dt id="term-expiring">expiring</dt>
+      <dd><p>Marks the loaded state of an object as stale.</p></dd>
+      <dt id="term-lazy">lazy loading</dt><dd><p>Loads on access.</p></dd>
+    </dl></div></body></html>"""
+    _, text = html_to_text(page)
+    sections = {c.heading: c.text for c in chunk_text(text)}
+    # every spelling heads the definition they share; none is a chunk of one word
+    assert sections["expire / expired / expiring"].endswith("as stale.")
+    assert "Loads on access." in sections["lazy loading"]
+    assert not {"expire", "expired", "expiring"} & set(sections)
+
+
 def test_a_sphinx_build_folder_leaves_out_its_generated_pages(tmp_path: Path) -> None:
     import warnings
 
