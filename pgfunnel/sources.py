@@ -791,11 +791,20 @@ def drop_repeated_blocks(records: Sequence[DocumentRecord], *, min_documents: in
     records (changed ones replaced) and one note per paragraph left out."""
     if len(records) < min_documents:
         return list(records), []
-    seen: Counter[str] = Counter()
+    # counted by hash, so a large corpus is not held a second time as a set of its
+    # paragraphs; the few that recur are then named by text
+    seen: Counter[int] = Counter()
     for rec in records:
-        seen.update({b for b in map(_prose_block, _BLOCK_SPLIT.split(rec.text)) if b})
+        seen.update({hash(b) for b in map(_prose_block, _BLOCK_SPLIT.split(rec.text)) if b})
     bar = max(min_documents, share * len(records))
-    repeated = {b for b, n in seen.items() if n >= bar}
+    hot = {h for h, n in seen.items() if n >= bar}
+    if not hot:
+        return list(records), []
+    counts: Counter[str] = Counter()
+    for rec in records:
+        counts.update({b for b in map(_prose_block, _BLOCK_SPLIT.split(rec.text))
+                       if b and hash(b) in hot})
+    repeated = {b for b, n in counts.items() if n >= bar}
     if not repeated:
         return list(records), []
     out: list[DocumentRecord] = []
@@ -809,9 +818,9 @@ def drop_repeated_blocks(records: Sequence[DocumentRecord], *, min_documents: in
             out.append(rec)
             continue
         out.append(replace(rec, text="\n\n".join(b.strip("\n") for b in kept if b.strip())))
-    notes = [f"left out a paragraph found on {seen[b]:,} of {len(records):,} documents "
+    notes = [f"left out a paragraph found on {counts[b]:,} of {len(records):,} documents "
              f"(site boilerplate): {b[:70]!r}{'...' if len(b) > 70 else ''}"
-             for b in sorted(repeated, key=lambda b: -seen[b])]
+             for b in sorted(repeated, key=lambda b: -counts[b])]
     return out, notes
 
 
