@@ -302,7 +302,8 @@ def _rls_changes(conn: psycopg.Connection[Any]) -> dict[str, dict[str, sql.Compo
     return changes
 
 
-def _lock_for_policy_change(conn: psycopg.Connection[Any], tables: list[str]) -> None:
+def _lock_for_policy_change(conn: psycopg.Connection[Any], tables: list[str],
+                            give_up_after: float = 60.0) -> None:
     """Take ACCESS EXCLUSIVE on the tables whose policies change, without deadlocking the
     searches that run meanwhile. A search takes its table locks one by one as it reaches
     each table, so a change that held `document` and waited for `chunk` while a search
@@ -317,7 +318,7 @@ def _lock_for_policy_change(conn: psycopg.Connection[Any], tables: list[str]) ->
     previous = conn.execute("select pg_catalog.current_setting('lock_timeout')").fetchone()
     statement = sql.SQL("lock table {} in access exclusive mode").format(
         sql.SQL(", ").join(_table(t) for t in tables))
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + give_up_after
     attempt = 0
     while True:
         attempt += 1
@@ -330,9 +331,9 @@ def _lock_for_policy_change(conn: psycopg.Connection[Any], tables: list[str]) ->
         except psycopg.errors.LockNotAvailable as exc:
             if time.monotonic() > deadline:
                 raise ConflictError(
-                    f"could not lock {', '.join(tables)} for a moment in 60 s to update their "
-                    "row-level security policies: long transactions hold them; run it again "
-                    "when they end") from exc
+                    f"could not lock {', '.join(tables)} for a moment in {give_up_after:g} s "
+                    "to update their row-level security policies: long transactions hold "
+                    "them; run it again when they end") from exc
             time.sleep(min(0.05 * attempt, 0.5))
     conn.execute("select pg_catalog.set_config('lock_timeout', %s, true)",
                  (previous[0] if previous else "0",))

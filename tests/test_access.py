@@ -766,3 +766,24 @@ def test_enable_rls_replaces_only_policies_that_changed(rls_db: str, app_dsn: st
         # the reader's view is the policy's again: bob does not get alice's chunk
         assert "secret" not in _keys(_funnel(conn).search(QUERY, query_embedding=QVEC,
                                                           principals=["bob"], k=5))
+
+
+def test_a_policy_change_waits_for_long_transactions_then_says_so(rls_db: str) -> None:
+    from pgfunnel.errors import ConflictError
+    from pgfunnel.security import _lock_for_policy_change
+
+    with connect(rls_db) as holder, connect(rls_db) as changer:
+        holder.execute("select count(*) from pgfunnel.chunk")  # idle in transaction after
+        with pytest.raises(ConflictError, match="long transactions hold them"):
+            _lock_for_policy_change(changer, ["document", "chunk"], give_up_after=1.0)
+        changer.rollback()
+        # nothing was left locked by the attempts: the holder's session goes on, and
+        # once it ends the lock is taken
+        holder.execute("select count(*) from pgfunnel.document")
+        holder.rollback()
+        _lock_for_policy_change(changer, ["document", "chunk"], give_up_after=1.0)
+        assert changer.execute(
+            "select count(*) from pg_locks where pid = pg_backend_pid() "
+            "and mode = 'AccessExclusiveLock' and relation in "
+            "('pgfunnel.document'::regclass, 'pgfunnel.chunk'::regclass)").fetchone() == (2,)
+        changer.rollback()
