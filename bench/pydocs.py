@@ -333,23 +333,48 @@ class IndexEntry:
     subs: list[IndexEntry] = field(default_factory=list)
 
 
-class GenindexParser(HTMLParser):
-    """Parse Sphinx ``genindex`` pages (``table.indextable`` of nested ``ul``/``li``)."""
+def _entry_name(parts: list[str]) -> str:
+    return _WS.sub(" ", _LINK_NUMBER.sub("", "".join(parts))).strip()
+
+
+class _IndexTableParser(HTMLParser):
+    """Hands a genindex layout's parser (``_start``/``_end``) only the tags inside
+    ``table.indextable``; the entries it finds go to ``entries``."""
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.entries: list[IndexEntry] = []
         self._table_depth = 0
-        self._ul_depth = 0
-        self._stack: list[tuple[IndexEntry, list[str], int]] = []  # entry, text parts, ul depth
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag == "table":
             if self._table_depth or "indextable" in _classes(attrs):
                 self._table_depth += 1
-            return
-        if not self._table_depth:
-            return
+        elif self._table_depth:
+            self._start(tag, attrs)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "table" and self._table_depth:
+            self._table_depth -= 1
+        elif self._table_depth:
+            self._end(tag)
+
+    def _start(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        raise NotImplementedError
+
+    def _end(self, tag: str) -> None:
+        raise NotImplementedError
+
+
+class GenindexParser(_IndexTableParser):
+    """Parse Sphinx ``genindex`` pages (``table.indextable`` of nested ``ul``/``li``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._ul_depth = 0
+        self._stack: list[tuple[IndexEntry, list[str], int]] = []  # entry, text parts, ul depth
+
+    def _start(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag == "ul":
             self._ul_depth += 1
         elif tag == "li":
@@ -364,44 +389,31 @@ class GenindexParser(HTMLParser):
             if href:
                 self._stack[-1][0].links.append(href)
 
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "table" and self._table_depth:
-            self._table_depth -= 1
-            return
-        if not self._table_depth:
-            return
+    def _end(self, tag: str) -> None:
         if tag == "ul":
             self._ul_depth -= 1
         elif tag == "li" and self._stack:
             entry, parts, _ = self._stack.pop()
-            entry.name = _WS.sub(" ", _LINK_NUMBER.sub("", "".join(parts))).strip()
+            entry.name = _entry_name(parts)
 
     def handle_data(self, data: str) -> None:
         if self._table_depth and self._stack and self._stack[-1][2] == self._ul_depth:
             self._stack[-1][1].append(data)
 
 
-class DlGenindexParser(HTMLParser):
+class DlGenindexParser(_IndexTableParser):
     """The older genindex layout (``table.indextable`` of ``dl``/``dt``/``dd``, as
     SQLAlchemy's theme writes it): a first-level ``dt`` is an entry, a ``dt`` of a nested
     ``dl`` a sub-entry of the entry before it."""
 
     def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.entries: list[IndexEntry] = []
-        self._table_depth = 0
+        super().__init__()
         self._dl_depth = 0
         self._current: IndexEntry | None = None
         self._parts: list[str] = []
         self._top: IndexEntry | None = None
 
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "table":
-            if self._table_depth or "indextable" in _classes(attrs):
-                self._table_depth += 1
-            return
-        if not self._table_depth:
-            return
+    def _start(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag == "dl":
             self._dl_depth += 1
         elif tag == "dt":
@@ -417,16 +429,11 @@ class DlGenindexParser(HTMLParser):
             if href:
                 self._current.links.append(href)
 
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "table" and self._table_depth:
-            self._table_depth -= 1
-            return
-        if not self._table_depth:
-            return
+    def _end(self, tag: str) -> None:
         if tag == "dl":
             self._dl_depth -= 1
         elif tag == "dt" and self._current is not None:
-            self._current.name = _WS.sub(" ", _LINK_NUMBER.sub("", "".join(self._parts))).strip()
+            self._current.name = _entry_name(self._parts)
             self._current = None
 
     def handle_data(self, data: str) -> None:
