@@ -143,6 +143,8 @@ declare
     -- match holds (see below)
     coverage double precision;
     best_coverage double precision;
+    check_held boolean;
+    check_best boolean;
     weights_given boolean := weights is not null;
     dropped text[];
     q_norm double precision;
@@ -300,22 +302,43 @@ begin
                                         coalesce(lex.visible_share, 1), n_chunks, all_visible);
         end if;
 
+        -- Two shares of the query's idf, counted per word, read in one pass when either
+        -- rule below needs one: `coverage`, what the version holds, and `best_coverage`,
+        -- what the best lexical match holds. A word with an indexed term (an identifier
+        -- counts when its whole form or any part is indexed) brings the idf of its rarest
+        -- indexed term, an absent word the idf of a term in no chunk.
+        --
         -- Default weights, second rule (min-max fusion; the first, for a query that is one
         -- identifier, is _default_weights): when the best lexical match holds under 0.4 of
         -- the query's idf, less than one half of a two-part question, BM25 matched the
         -- query's leftovers (`coupon for the enterprise plan` -> `enterprise plan`), and the
-        -- legs swap roles: {0.7,1}. Absent words count at the idf of a term in no chunk, as
-        -- below. One probe of the postings of that chunk; a one-word query's best match
-        -- holds its word, so it is not probed. Measured on six sets (docs/tuning.md): the
-        -- help center's paraphrases 0.778 -> 0.809 (dense alone 0.813), no slice of the
-        -- five documentation sets moved (their queries are index entries, which the best
-        -- match nearly always holds).
-        if not weights_given and fusion = 'minmax' and widened = 0
-           and query_embedding is not null and cardinality(lex.chunk_ids) > 0
-           and q_positions[1] <> q_positions[cardinality(q_positions)] then
-            select sum(w.idf) filter (where w.in_best) / sum(w.idf)
-              into best_coverage
-              from (select bool_or(f.idf is not null
+        -- legs swap roles: {0.7,1}. One probe of the postings of that chunk; a one-word
+        -- query's best match holds its word, so it is not probed. Measured on six sets
+        -- (docs/tuning.md): the help center's paraphrases 0.778 -> 0.809 (dense alone
+        -- 0.813), no slice of the five documentation sets moved (their queries are index
+        -- entries, which the best match nearly always holds).
+        --
+        -- Vocabulary mismatch: BM25 ranks on the query words the version holds and is blind
+        -- to the rest, so a query whose words are partly absent (a synonym, a product name
+        -- the documents never use) gets a lexical ranking built from its leftovers, usually
+        -- its commonest words. The lexical weight is scaled by the share of the query's idf
+        -- that the version holds. Absent words tend to be the informative ones, so a count
+        -- of words overstated what BM25 could still see when only "plan" and "monthly"
+        -- were left. Only when both legs run: alone, a leg's weight changes no order.
+        -- (every query term held: every word covered, a share of exactly 1, no read needed)
+        check_best := not weights_given and fusion = 'minmax' and widened = 0
+                      and query_embedding is not null and cardinality(lex.chunk_ids) > 0
+                      and q_positions[1] <> q_positions[cardinality(q_positions)];
+        check_held := query_text is not null and query_embedding is not null
+                      and weights[1] > 0 and weights[2] > 0 and cardinality(q_terms) > 0
+                      and not q_terms operator(pg_catalog.<@) lex.found_terms;
+        best_coverage := null;
+        if check_best or check_held then
+            select sum(w.idf) filter (where w.held) / sum(w.idf),
+                   sum(w.idf) filter (where w.in_best) / sum(w.idf)
+              into coverage, best_coverage
+              from (select bool_or(f.idf is not null) as held,
+                           bool_or(check_best and f.idf is not null
                                    and exists (select from pgfunnel.posting p
                                                 where p.index_version_id = version_id
                                                   and p.term = q.term
@@ -325,35 +348,15 @@ begin
                       left join unnest(lex.found_terms, lex.found_idf) as f(term, idf)
                         on f.term = q.term
                      group by q.word) w;
-            if best_coverage < 0.4 then
-                weights := '{0.7,1}';
-            end if;
+        end if;
+        if best_coverage < 0.4 then
+            weights := '{0.7,1}';
         end if;
         weights_used := weights;
         -- a leg that cannot run (no text, no vector) has no vote
         w_lex := case when query_text is null then 0 else weights[1] end;
         w_den := case when query_embedding is null then 0 else weights[2] end;
-        -- Vocabulary mismatch: BM25 ranks on the query words the version holds and is blind
-        -- to the rest, so a query whose words are partly absent (a synonym, a product name
-        -- the documents never use) gets a lexical ranking built from its leftovers, usually
-        -- its commonest words. The lexical weight is scaled by the share of the query's idf
-        -- that the version holds: a word with an indexed term (an identifier counts when
-        -- its whole form or any part is indexed) brings the idf of its rarest indexed term,
-        -- an absent word the idf of a term in no chunk. Absent words tend to be the
-        -- informative ones, so a count of words overstated what BM25 could still see when
-        -- only "plan" and "monthly" were left. Only when both legs run: alone, a leg's
-        -- weight changes no order.
-        -- (every query term held: every word covered, a share of exactly 1, no query needed)
-        if w_lex > 0 and w_den > 0 and cardinality(q_terms) > 0
-           and not q_terms operator(pg_catalog.<@) lex.found_terms then
-            select sum(w.idf) filter (where w.covered) / sum(w.idf)
-              into coverage
-              from (select bool_or(f.idf is not null) as covered,
-                           coalesce(max(f.idf), pgfunnel._bm25_idf(0, n_chunks)) as idf
-                      from unnest(q_terms, q_positions) as q(term, word)
-                      left join unnest(lex.found_terms, lex.found_idf) as f(term, idf)
-                        on f.term = q.term
-                     group by q.word) w;
+        if check_held then
             w_lex := w_lex * coalesce(coverage, 0);
         end if;
         -- each leg's scores come best first, so its range is its two ends. A lexical leg
