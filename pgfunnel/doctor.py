@@ -543,18 +543,18 @@ class _Wanted:
 
 def _wanted(role: str) -> _Wanted:
     from pgfunnel.security import (
-        RLS_TABLES,
-        SHARED_TABLES,
+        READER_SEQUENCE_PRIVILEGES,
+        READER_TABLE_PRIVILEGES,
         WRITER_ONLY_FUNCTIONS,
         WRITER_ROLE,
+        WRITER_SEQUENCE_PRIVILEGES,
+        WRITER_TABLE_PRIVILEGES,
     )
 
     if role == WRITER_ROLE:
-        return _Wanted(every_table=("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE"),
-                       sequences=("USAGE", "SELECT", "UPDATE"))
-    return _Wanted(tables=tuple((t, "SELECT") for t in RLS_TABLES + SHARED_TABLES)
-                   + (("search_log", "INSERT"), ("search_trace", "INSERT")),
-                   sequences=("USAGE",), skip_functions=WRITER_ONLY_FUNCTIONS)
+        return _Wanted(every_table=WRITER_TABLE_PRIVILEGES, sequences=WRITER_SEQUENCE_PRIVILEGES)
+    return _Wanted(tables=READER_TABLE_PRIVILEGES, sequences=READER_SEQUENCE_PRIVILEGES,
+                   skip_functions=WRITER_ONLY_FUNCTIONS)
 
 
 def _held_privileges(conn: psycopg.Connection[Any], role: str, wanted: _Wanted

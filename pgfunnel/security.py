@@ -139,24 +139,40 @@ def ensure_roles(conn: psycopg.Connection[Any]) -> list[str]:
     return created
 
 
+#: what the roles hold in schema pgfunnel besides USAGE on it and EXECUTE on its functions;
+#: grant_privileges gives it and `pgfunnel doctor` checks it. The reader: SELECT on the
+#: tables a search reads, INSERT where traced searches log
+READER_TABLE_PRIVILEGES: tuple[tuple[str, str], ...] = (
+    tuple((table, "SELECT") for table in RLS_TABLES + SHARED_TABLES)
+    + (("search_log", "INSERT"), ("search_trace", "INSERT")))
+READER_SEQUENCE_PRIVILEGES = ("USAGE",)
+#: the writer: these on every table of the schema
+WRITER_TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE")
+WRITER_SEQUENCE_PRIVILEGES = ("USAGE", "SELECT", "UPDATE")
+
+
+def _privileges(names: Sequence[str]) -> sql.Composable:
+    return sql.SQL(", ").join(sql.SQL(name) for name in names)
+
+
 def grant_privileges(conn: psycopg.Connection[Any]) -> None:
     """Grant the reader and writer roles exactly what they need in schema pgfunnel."""
     r, w = _ident(READER_ROLE), _ident(WRITER_ROLE)
     conn.execute(sql.SQL("grant usage on schema pgfunnel to {}, {}").format(r, w))
-    for table in RLS_TABLES + SHARED_TABLES:
+    for table, privilege in READER_TABLE_PRIVILEGES:
         if not _table_exists(conn, table):
             continue
-        conn.execute(sql.SQL("grant select on {} to {}").format(_table(table), r))
-    for table in ("search_log", "search_trace"):
-        conn.execute(sql.SQL("grant insert on {} to {}").format(_table(table), r))
+        conn.execute(sql.SQL("grant {} on {} to {}").format(
+            sql.SQL(privilege), _table(table), r))
     for table in READER_DENIED_TABLES:
         # granted by earlier releases
         conn.execute(sql.SQL("revoke all on {} from {}").format(_table(table), r))
-    conn.execute(sql.SQL("grant select, insert, update, delete, truncate on all tables in "
-                         "schema pgfunnel to {}").format(w))
-    conn.execute(sql.SQL("grant usage, select, update on all sequences in schema pgfunnel "
-                         "to {}").format(w))
-    conn.execute(sql.SQL("grant usage on all sequences in schema pgfunnel to {}").format(r))
+    conn.execute(sql.SQL("grant {} on all tables in schema pgfunnel to {}").format(
+        _privileges(WRITER_TABLE_PRIVILEGES), w))
+    conn.execute(sql.SQL("grant {} on all sequences in schema pgfunnel to {}").format(
+        _privileges(WRITER_SEQUENCE_PRIVILEGES), w))
+    conn.execute(sql.SQL("grant {} on all sequences in schema pgfunnel to {}").format(
+        _privileges(READER_SEQUENCE_PRIVILEGES), r))
     _grant_functions(conn)
 
 
