@@ -775,8 +775,9 @@ def cached_vectors(records: list[Any], cache: Path, embedder: Any,
     """Per-citekey chunk vectors, embedding only chunks whose input is not cached.
 
     Each chunk is embedded as pgfunnel's own ingest would embed it (``embedding_input``:
-    the page title above the chunk). The cache is an ``.npz`` of ``hashes`` (sha256 of
-    that input) and ``vectors``, so a rerun on the same corpus embeds nothing.
+    the page title and the headings the chunk sits under, above the chunk). The cache is
+    an ``.npz`` of ``hashes`` (sha256 of that input) and ``vectors``, so a rerun on the
+    same corpus embeds nothing.
     Returns (vectors by citekey, seconds spent embedding, chunks embedded).
     """
     import time
@@ -793,7 +794,8 @@ def cached_vectors(records: list[Any], cache: Path, embedder: Any,
     # (hash, text) of each chunk's embedding input, per citekey
     inputs = {r.citekey: [(hashlib.sha256(text.encode()).hexdigest(), text)
                           for ch in chunk_text(r.text, chunk_words)
-                          for text in (embedding_input(r.title, ch.text),)]
+                          for text in (embedding_input(r.title, ch.text,
+                                                       section_path=ch.section_path),)]
               for r in records}
     todo = {h: text for pairs in inputs.values() for h, text in pairs if h not in known}
     seconds = 0.0

@@ -89,6 +89,12 @@ def reindex(
                           "copied).")] = False,
     m: Annotated[int, typer.Option(help="HNSW m (links per node).")] = 16,
     ef_construction: Annotated[int, typer.Option(help="HNSW ef_construction.")] = 64,
+    embed_input: Annotated[str | None, typer.Option(
+        help="What the model reads per chunk: title (the document title above the chunk; "
+             "the default for new collections), section (the title and the headings the "
+             "chunk's section sits under), text (the chunk alone). Default: the active "
+             "version's. Vectors of chunks that read the same either way are copied.")
+    ] = None,
     dsn: DsnOption = None,
     json_out: JsonOption = False,
 ) -> None:
@@ -109,7 +115,8 @@ def reindex(
         result = versions.reindex(
             conn, collection, model=model, analyzer=analyzer, activate_after=activate,
             maintenance_work_mem=maintenance_work_mem, batch_size=batch_size, m=m,
-            ef_construction=ef_construction, progress=bars, notice=_notice, reembed=reembed)
+            ef_construction=ef_construction, progress=bars, notice=_notice, reembed=reembed,
+            embed_input=embed_input)
         # only its number: list_versions would also count each version's missing chunks
         current = None if result.activated else active_version(
             conn, require_collection(conn, collection))

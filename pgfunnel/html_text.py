@@ -12,16 +12,20 @@ complementary, search), hidden elements, heading permalinks, and the classes tha
 common documentation generators give their navigation (Sphinx, DocBook, MkDocs,
 Docusaurus).
 
-The text comes out markdown-ish, which is what the chunker reads: headings become
-``## `` lines (each starts a section), list items ``- `` lines, table cells are joined
-with `` | ``, code blocks keep their lines and are indented by four spaces (so a ``#``
-comment in code never reads as a heading), and other whitespace collapses as a browser
-collapses it. The title is the first ``<h1>`` of the main content, whose wording is the
-page's own, else ``<title>``, which usually carries the site's name as well; when
-``<title>`` starts with the content's first heading followed by a separator
-(``File system | Node.js Documentation``), that heading. An ``<h1>`` that ``<title>`` does
-not mention, where ``<title>`` is a later heading of the page, is a site banner: the
-title is that heading.
+The text comes out markdown-ish, which is what the chunker reads: ``<hN>`` headings become
+``#`` lines of their level (each starts a section, and the chunker keeps the headings a
+section sits under); an API object's signature or a glossary term becomes a heading of the
+lowest level (it heads its own section but is never the section of another, so a method
+sits under the page's sections rather than under its class's signature); list items
+become ``- `` lines, table cells are joined with `` | ``, code blocks keep their lines and
+are indented by four spaces (so a ``#`` comment in code never reads as a heading), and
+other whitespace collapses as a browser collapses it.
+
+The title is the first ``<h1>`` of the main content, whose wording is the page's own, else
+``<title>``, which usually carries the site's name as well; when ``<title>`` starts with
+the content's first heading followed by a separator (``File system | Node.js
+Documentation``), that heading. An ``<h1>`` is a site banner, and the title is a later
+heading of the page, when ``<title>`` is that heading and does not mention the ``<h1>``.
 """
 
 from __future__ import annotations
@@ -179,6 +183,11 @@ class _Renderer:
         self.first_h1: str | None = None
         self.first_heading: str | None = None
         self.headings: list[str] = []
+        # the level of the last <hN> seen, and how deep in API-object lists the renderer
+        # is: an object's signature is a heading one level below its enclosing section
+        # (a method below its class), so that a chunk can carry where it sits
+        self._level = 1
+        self._term_depth = 0
         self._bullet = ""  # a list item's "- " whose text starts in a paragraph of its own
 
     def _flush(self) -> None:
@@ -204,7 +213,7 @@ class _Renderer:
             return
         self._flush()
         heading = " / ".join(terms)
-        self.blocks.append(f"## {heading}")
+        self.blocks.append(f"###### {heading}")
         self.headings.append(heading)
         terms.clear()
 
@@ -225,7 +234,8 @@ class _Renderer:
             self._flush()
             heading = self._text_of(element)
             if heading:
-                self.blocks.append(f"## {heading}")
+                self._level = int(tag[1])
+                self.blocks.append(f"{'#' * self._level} {heading}")
                 self.headings.append(heading)
                 if tag == "h1" and self.first_h1 is None:
                     self.first_h1 = heading
@@ -241,6 +251,7 @@ class _Renderer:
             # definition under the last spelling only (SQLAlchemy's docs: the glossary
             # entry a keyword such as "Expiring" is judged to, outside BM25's top 10)
             terms: list[str] = []
+            self._term_depth += 1
             for child in element.children:
                 if isinstance(child, str) and terms and not child.strip():
                     continue
@@ -256,6 +267,7 @@ class _Renderer:
                     self.render(child)
             self._term_heading(terms)
             self._flush()
+            self._term_depth -= 1
             return
         if tag == "pre":
             self._flush()

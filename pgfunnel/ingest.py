@@ -39,6 +39,7 @@ from pgfunnel.errors import (
 from pgfunnel.sources import (
     DEFAULT_CHUNK_WORDS,
     DEFAULT_EMBED_INPUT,
+    EMBED_INPUTS,
     EMBED_TEXT_ALONE,
     ChunkRecord,
     DocumentRecord,
@@ -856,10 +857,16 @@ class Ingester:
                  embedder: Embedder | None = None, chunk_words: int = DEFAULT_CHUNK_WORDS,
                  private: bool = False, batch_documents: int = 2000,
                  batch_chunks: int = 2000, progress: ProgressFn | None = None,
-                 prepare_ahead: bool = True) -> None:
+                 prepare_ahead: bool = True, embed_input: str = DEFAULT_EMBED_INPUT) -> None:
         from pgfunnel.db import require_schema
 
         require_schema(conn)
+        if embed_input not in EMBED_INPUTS:
+            raise ConfigError("embed_input", f"unknown {embed_input!r} "
+                                             f"(known: {', '.join(EMBED_INPUTS)})")
+        # what a new collection's first version embeds; a version keeps its own, and
+        # `reindex --embed-input` changes it
+        self.embed_input = embed_input
         if not conn.autocommit:
             # each batch commits on its own; inside a caller's transaction it could not
             raise ConfigError("conn", "Ingester needs a connection in autocommit mode")
@@ -992,7 +999,7 @@ class Ingester:
             analyzer = str(analyzer_row[0]) if analyzer_row else DEFAULT_ANALYZER
             emb = self.embedder
             vid = create_version(self.conn, coll, emb.model_name, emb.dimensions, analyzer,
-                                 "active")
+                                 "active", {"embed_input": self.embed_input})
             version = active_version(self.conn, coll)
             assert version is not None and version.id == vid
             self.stats.notes.append(f"created index version {version.version} (active)")
@@ -1043,9 +1050,9 @@ class Ingester:
         chunked = dict((r.citekey, chunks) for r, chunks in prepared.chunked) \
             if prepared is not None else {}
         texts = list(dict.fromkeys(
-            embedding_input(r.title, ch.text, embed_input) for r in todo
+            embedding_input(r.title, ch.text, embed_input, ch.section_path) for r in todo
             for ch in chunked.get(r.citekey) or chunk_text(r.text, self.chunk_words)
-            if ch.content_hash() not in reuse))
+            if _reused(reuse, ch, embed_input) is None))
         if not texts:
             return {}
         return dict(zip(texts, self._embed(texts), strict=True))
@@ -1085,6 +1092,7 @@ class Ingester:
                            else [(r, chunk_text(r.text, self.chunk_words)) for r in todo])
                 new_texts: list[str] = []
                 new_titles: list[str] = []
+                new_paths: list[str] = []
                 new_vectors: list[np.ndarray | None] = []
                 reuse = self._reusable_vectors(version.id, version.embed_input, existing, todo)
                 labels: dict[int, str] = {}
@@ -1097,11 +1105,12 @@ class Ingester:
                     for i, ch in enumerate(chunks):
                         new_texts.append(ch.text)
                         new_titles.append(rec.title)
+                        new_paths.append(ch.section_path)
                         if given is not None:
                             new_vectors.append(given[i])
                             labels[len(new_vectors) - 1] = f"vectors[{rec.citekey!r}][{i}]"
                         else:
-                            new_vectors.append(reuse.get(ch.content_hash()))
+                            new_vectors.append(_reused(reuse, ch, version.embed_input))
                 _check_given_vectors(new_vectors, labels, version.dimensions)
                 missing = [i for i, v in enumerate(new_vectors) if v is None]
                 self.stats.chunks_given += len(labels)
@@ -1109,15 +1118,15 @@ class Ingester:
                 unforeseen = []
                 for i in missing:
                     vector = ahead.get(embedding_input(new_titles[i], new_texts[i],
-                                                       version.embed_input))
+                                                       version.embed_input, new_paths[i]))
                     if vector is None:
                         unforeseen.append(i)
                     else:
                         new_vectors[i] = vector
                 if unforeseen:
                     embedded = self._embed(
-                        [embedding_input(new_titles[i], new_texts[i], version.embed_input)
-                         for i in unforeseen])
+                        [embedding_input(new_titles[i], new_texts[i], version.embed_input,
+                                         new_paths[i]) for i in unforeseen])
                     for i, vec in zip(unforeseen, embedded, strict=True):
                         new_vectors[i] = vec
                 self.stats.chunks_embedded += len(missing)
@@ -1188,12 +1197,13 @@ class Ingester:
         n = len(texts)
         ids = prepared.ids if prepared is not None else _reserve_chunk_ids(conn, n)
         with _copy(conn, "chunk", ("id", "document_id", "collection_id", "ordinal",
-                                   "heading", "text", "token_count", "content_hash")) as cp:
+                                   "heading", "section_path", "text", "token_count",
+                                   "content_hash")) as cp:
             i = 0
             for rec, chunks in chunked:
                 for ch in chunks:
                     cp.write_row((ids[i], doc_ids[rec.citekey], coll, ch.ordinal, ch.heading,
-                                  ch.text, ch.token_count, ch.content_hash()))
+                                  ch.section_path, ch.text, ch.token_count, ch.content_hash()))
                     i += 1
         analyzer = self._analyzers.setdefault(version.analyzer,
                                               TermAnalyzer(conn, version.analyzer))
@@ -1234,6 +1244,15 @@ class Ingester:
                 report(total or 0, total)
         self._tick("analyze", 0)
         refresh_table_stats(self.conn)
+
+
+def _reused(stored: dict[str, np.ndarray], chunk: ChunkRecord,
+            embed_input: str) -> np.ndarray | None:
+    """The stored vector (by chunk content hash) this chunk can keep, if any."""
+    for key in chunk.vector_keys(embed_input):
+        if key in stored:
+            return stored[key]
+    return None
 
 
 def _check_given_vectors(vectors: list[np.ndarray | None], labels: dict[int, str],

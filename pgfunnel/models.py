@@ -137,6 +137,8 @@ class Chunk(Base):
     )
     ordinal: Mapped[int] = mapped_column(Integer, nullable=False)
     heading: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("''"))
+    # the headings the chunk's section sits under, outermost first, joined by " > "
+    section_path: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("''"))
     text: Mapped[str] = mapped_column(Text, nullable=False)
     token_count: Mapped[int] = mapped_column(Integer, nullable=False)
     content_hash: Mapped[str] = mapped_column(Text, nullable=False)

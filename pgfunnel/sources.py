@@ -38,10 +38,17 @@ SUPPORTED_SUFFIXES = (".md", ".markdown", ".mdx", ".rst", ".rest", ".adoc", ".as
 DEFAULT_CHUNK_WORDS = 200
 # what the embedder reads for a chunk, recorded per index version (params.embed_input);
 # versions made before it was recorded read the chunk text alone
+EMBED_WITH_SECTION_PATH = "section"
 EMBED_WITH_TITLE = "title"
 EMBED_TEXT_ALONE = "text"
-EMBED_INPUTS = (EMBED_WITH_TITLE, EMBED_TEXT_ALONE)
+EMBED_INPUTS = (EMBED_WITH_SECTION_PATH, EMBED_WITH_TITLE, EMBED_TEXT_ALONE)
 DEFAULT_EMBED_INPUT = EMBED_WITH_TITLE
+
+
+# part of a document's content hash: raised when the same text comes out as other chunks,
+# or its chunks carry more, so that the next ingest rewrites documents stored before
+# (2: chunks keep their section path). Unchanged chunks keep their vectors.
+_CHUNKING = 2
 
 
 @dataclass
@@ -58,7 +65,7 @@ class DocumentRecord:
 
     def content_hash(self) -> str:
         payload = json.dumps(
-            [self.title, self.text, self.metadata, self.tenant, sorted(self.readers),
+            [_CHUNKING, self.title, self.text, self.metadata, self.tenant, sorted(self.readers),
              self.language, _iso(self.valid_from), _iso(self.valid_to)],
             sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(payload.encode()).hexdigest()
@@ -70,9 +77,23 @@ class ChunkRecord:
     heading: str
     text: str
     token_count: int
+    # the headings the chunk's section sits under, outermost first, joined by " > "
+    section_path: str = ""
 
     def content_hash(self) -> str:
-        return hashlib.sha256(self.text.encode()).hexdigest()
+        # the path is part of what a chunk's vector was embedded from; a chunk with none
+        # hashes as it did before paths were kept, so its stored vector is still reused
+        payload = self.text if not self.section_path else f"{self.text}\x00{self.section_path}"
+        return hashlib.sha256(payload.encode()).hexdigest()
+
+    def vector_keys(self, embed_input: str) -> tuple[str, ...]:
+        """The stored content hashes whose vector this chunk can reuse under an index
+        version embedding ``embed_input``: its own, and where the path is not embedded,
+        the hash of the same text stored before paths were kept."""
+        own = self.content_hash()
+        if embed_input == EMBED_WITH_SECTION_PATH or not self.section_path:
+            return (own,)
+        return (own, hashlib.sha256(self.text.encode()).hexdigest())
 
 
 def _iso(value: dt.datetime | None) -> str | None:
@@ -752,17 +773,25 @@ def _first_h1(text: str) -> str:
     return ""
 
 
-def _sections(text: str) -> list[tuple[str, str]]:
-    """(heading, body) pairs; markdown headings start sections (a ``#`` line inside a
-    fenced code block is code, not a heading)."""
-    sections: list[tuple[str, list[str]]] = [("", [])]
+def _sections(text: str) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(heading, body, enclosing headings) triples; markdown headings start sections (a
+    ``#`` line inside a fenced code block is code, not a heading). The enclosing headings
+    are those of higher level above the section, outermost first."""
+    sections: list[tuple[str, list[str], tuple[str, ...]]] = [("", [], ())]
+    open_headings: list[tuple[int, str]] = []
     for line, is_markdown in _lines_outside_code(text):
         m = _HEADING.match(line) if is_markdown else None
         if m:
-            sections.append((m.group(2).strip(), []))
+            level = len(m.group(1))
+            while open_headings and open_headings[-1][0] >= level:
+                open_headings.pop()
+            heading = m.group(2).strip()
+            sections.append((heading, [], tuple(h for _, h in open_headings)))
+            open_headings.append((level, heading))
         else:
             sections[-1][1].append(line)
-    return [(h, "\n".join(b).strip()) for h, b in sections if h or "\n".join(b).strip()]
+    return [(h, "\n".join(b).strip(), path) for h, b, path in sections
+            if h or "\n".join(b).strip()]
 
 
 _BLOCK_SPLIT = re.compile(r"\n[ \t]*\n")
@@ -824,22 +853,44 @@ def drop_repeated_blocks(records: Sequence[DocumentRecord], *, min_documents: in
     return out, notes
 
 
-def embedding_input(title: str, chunk_text: str, embed_input: str = DEFAULT_EMBED_INPUT) -> str:
+_PATH_PART_WORDS = 12
+
+
+def embedding_input(title: str, chunk_text: str, embed_input: str = DEFAULT_EMBED_INPUT,
+                    section_path: str = "") -> str:
     """The text the embedder reads for one chunk of a document titled ``title``.
 
-    ``"title"`` puts the title on a line above the chunk, unless the chunk's first line
-    is the title already: a chunk from the middle of a page otherwise does not say
-    what the page is about, and a question names the page's subject more often than
-    the section's wording (pydocs, dense leg alone: nDCG@10 0.493 -> 0.531 on dev).
-    ``"text"`` is the chunk alone. Lexical indexing always reads the chunk alone.
-    Compute vectors you pass to ``Ingester.ingest(vectors=...)`` from this text too,
-    or searches and stored vectors will not have been embedded alike.
+    ``"title"`` (the default) puts the title on a line above the chunk, unless the
+    chunk's first line is the title already: a chunk from the middle of a page otherwise
+    does not say what the page is about, and a question names the page's subject more
+    often than the section's wording (pydocs, dense leg alone: nDCG@10 0.493 -> 0.531 on
+    dev). ``"section"`` writes that line as a path: the title, then the headings the
+    chunk's section sits under (``section_path``, outermost first, those equal to the
+    title left out, a signature cut to its name), so that an option documented under
+    several commands reads differently under each. With no such heading it is the same
+    text as ``"title"``. It is not the default: it raised the dense leg on one
+    documentation set and lowered it on two (docs/tuning.md). ``"text"`` is the chunk
+    alone. Lexical indexing always reads the chunk alone. Compute vectors you pass to
+    ``Ingester.ingest(vectors=...)`` from this text too, with the version's input, or
+    searches and stored vectors will not have been embedded alike.
     """
     if embed_input not in EMBED_INPUTS:
         raise ValueError(f"embed_input must be one of {', '.join(EMBED_INPUTS)}, "
                          f"not {embed_input!r}")
     title = " ".join(title.split())
-    if embed_input == EMBED_TEXT_ALONE or not title:
+    if embed_input == EMBED_TEXT_ALONE:
+        return chunk_text
+    above = []
+    if embed_input == EMBED_WITH_SECTION_PATH:
+        for part in section_path.split(" > "):
+            # an API object's signature names it before its parameters, which would
+            # outweigh a short chunk below it
+            part = " ".join(part.split("(", 1)[0].split()[:_PATH_PART_WORDS])
+            if part and part != title and part not in above:
+                above.append(part)
+    if above:
+        return " > ".join([title, *above] if title else above) + "\n" + chunk_text
+    if not title:
         return chunk_text
     first_line = chunk_text.split("\n", 1)[0].lstrip("#")
     if " ".join(first_line.split()) == title:
@@ -857,7 +908,9 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
 
     A section longer than the target is split at paragraph boundaries, and a
     paragraph longer than the target at word boundaries. The section heading is
-    kept at the top of each of its chunks, so a chunk reads on its own. A heading
+    kept at the top of each of its chunks, so a chunk reads on its own, and the headings
+    of higher level above it are the chunk's ``section_path`` (outermost first), which
+    the embedder reads too (``embedding_input``). A heading
     without text of its own is a chunk by itself: moving it above the next section
     was measured and lost (docs/tuning.md), since such a short chunk is a strong BM25
     match for a query that names the section.
@@ -865,7 +918,7 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
     if chunk_words < 20:
         raise ValueError("chunk_words must be at least 20")
     chunks: list[ChunkRecord] = []
-    for heading, body in _sections(text):
+    for heading, body, path in _sections(text):
         paragraphs = [p.strip() for p in re.split(r"\n\s*\n", body) if p.strip()] or [""]
         pieces: list[list[str]] = [[]]
         for para in paragraphs:
@@ -885,5 +938,6 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
             full = f"{heading}\n{body_text}".strip() if heading else body_text
             if not full:
                 continue
-            chunks.append(ChunkRecord(len(chunks), heading, full, len(full.split())))
+            chunks.append(ChunkRecord(len(chunks), heading, full, len(full.split()),
+                                      " > ".join(path)))
     return chunks

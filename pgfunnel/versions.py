@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import psycopg
@@ -70,6 +70,8 @@ from pgfunnel.ingest import (
 )
 from pgfunnel.sources import (
     DEFAULT_EMBED_INPUT,
+    EMBED_INPUTS,
+    EMBED_TEXT_ALONE,
     embedding_input,
     version_embed_input,
 )
@@ -246,11 +248,20 @@ def writer_lock(conn: psycopg.Connection[Any], collection: str) -> Iterator[int]
             conn.execute("select pg_advisory_unlock(%s, %s)", (k1, k2))
 
 
+class _PendingChunk(NamedTuple):
+    """A chunk a version has not indexed yet, with what its embedding input is made of."""
+
+    id: int
+    text: str
+    title: str
+    section_path: str
+
+
 def _missing_chunks(conn: psycopg.Connection[Any], coll_id: int, version_id: int,
-                    limit: int | None = None) -> list[tuple[int, str, str]]:
-    """(chunk id, text, document title) of chunks the version has not indexed yet."""
-    return [(int(a), str(b), str(t)) for a, b, t in conn.execute(
-        "select c.id, c.text, d.title from pgfunnel.chunk c "
+                    limit: int | None = None) -> list[_PendingChunk]:
+    """The chunks the version has not indexed yet, in id order."""
+    return [_PendingChunk(int(a), str(b), str(t), str(p)) for a, b, t, p in conn.execute(
+        "select c.id, c.text, d.title, c.section_path from pgfunnel.chunk c "
         "join pgfunnel.document d on d.id = c.document_id where c.collection_id = %s "
         "and not exists (select 1 from pgfunnel.lexical l "
         "                where l.index_version_id = %s and l.chunk_id = c.id) "
@@ -258,22 +269,34 @@ def _missing_chunks(conn: psycopg.Connection[Any], coll_id: int, version_id: int
 
 
 def _batch_vectors(conn: psycopg.Connection[Any], embedder: Embedder | Callable[[], Embedder],
-                   batch: list[tuple[int, str, str]], reuse_from: int | None,
+                   batch: list[_PendingChunk], reuse_from: int | None,
                    embed_input: str) -> list[np.ndarray]:
     """A vector for each chunk of a batch: copied from ``reuse_from`` (a version made with
-    the same model and embedding input, so an analyzer-only reindex costs no model time),
-    else from the model."""
+    the same model, so an analyzer-only reindex costs no model time) where that version
+    embedded the same text for the chunk, else from the model."""
     found: dict[int, np.ndarray] = {}
     if reuse_from is not None:
-        found = {int(c): as_array(v) for c, v in conn.execute(
-            "select chunk_id, embedding from pgfunnel.embedding where index_version_id = %s "
-            "and chunk_id = any(%s)", (reuse_from, [cid for cid, _, _ in batch])).fetchall()}
-    todo = [i for i, (cid, _, _) in enumerate(batch) if cid not in found]
-    vectors: list[np.ndarray | None] = [found.get(cid) for cid, _, _ in batch]
+        params = conn.execute("select params from pgfunnel.index_version where id = %s",
+                              (reuse_from,)).fetchone()
+        source_input = version_embed_input(params[0] if params and params[0] else {})
+        # a version that embedded another input holds vectors of other text, except for
+        # the chunks where both inputs come out the same (no section path, say)
+        same = {ch.id for ch in batch
+                if source_input == embed_input or
+                embedding_input(ch.title, ch.text, source_input, ch.section_path)
+                == embedding_input(ch.title, ch.text, embed_input, ch.section_path)}
+        if same:
+            found = {int(c): as_array(v) for c, v in conn.execute(
+                "select chunk_id, embedding from pgfunnel.embedding "
+                "where index_version_id = %s and chunk_id = any(%s)",
+                (reuse_from, list(same))).fetchall()}
+    todo = [i for i, ch in enumerate(batch) if ch.id not in found]
+    vectors: list[np.ndarray | None] = [found.get(ch.id) for ch in batch]
     if todo:
         model = embedder() if callable(embedder) and not isinstance(embedder, Embedder) \
             else embedder
-        texts = [embedding_input(batch[i][2], batch[i][1], embed_input) for i in todo]
+        texts = [embedding_input(batch[i].title, batch[i].text, embed_input,
+                                 batch[i].section_path) for i in todo]
         for i, vec in zip(todo, model.embed(texts), strict=True):
             vectors[i] = vec
     complete: list[np.ndarray] = []
@@ -285,19 +308,19 @@ def _batch_vectors(conn: psycopg.Connection[Any], embedder: Embedder | Callable[
 
 
 def _index_batch(conn: psycopg.Connection[Any], version_id: int, analyzer: TermAnalyzer,
-                 batch: list[tuple[int, str, str]], vectors: list[np.ndarray]) -> int:
+                 batch: list[_PendingChunk], vectors: list[np.ndarray]) -> int:
     """Index a batch of chunks with their vectors into a version, in the caller's
     transaction; returns how many were written."""
     # a chunk deleted (re-ingested) meanwhile must not be written; the ones still there are
     # locked against deletion until this batch commits
     alive = {int(r[0]) for r in conn.execute(
         "select id from pgfunnel.chunk where id = any(%s) for key share",
-        ([cid for cid, _, _ in batch],)).fetchall()}
-    keep = [i for i, (cid, _, _) in enumerate(batch) if cid in alive]
+        ([ch.id for ch in batch],)).fetchall()}
+    keep = [i for i, ch in enumerate(batch) if ch.id in alive]
     if not keep:
         return 0
-    write_chunk_index(conn, version_id, analyzer, [batch[i][0] for i in keep],
-                      [batch[i][1] for i in keep], np.stack([vectors[i] for i in keep]))
+    write_chunk_index(conn, version_id, analyzer, [batch[i].id for i in keep],
+                      [batch[i].text for i in keep], np.stack([vectors[i] for i in keep]))
     return len(keep)
 
 
@@ -520,8 +543,13 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
             maintenance_work_mem: str | None = None, batch_size: int = 256, m: int = 16,
             ef_construction: int = 64, embedder: Embedder | None = None,
             progress: ProgressFn | None = None, notice: NoticeFn | None = None,
-            min_recall: float = MIN_RECALL, reembed: bool = False) -> ReindexResult:
+            min_recall: float = MIN_RECALL, reembed: bool = False,
+            embed_input: str | None = None) -> ReindexResult:
     """Build (or resume) a new index version of ``collection`` beside the active one.
+
+    ``embed_input`` is what the new version embeds per chunk (``sources.EMBED_INPUTS``;
+    default: the active version's, or the title for a version that embedded the chunk
+    alone).
 
     ``conn`` must be an autocommit connection; it holds the collection's reindex lock for
     the whole run. Raises :class:`ValidationFailed` (exit code 3) when the built version
@@ -535,6 +563,9 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
         raise ConfigError("m", f"must be between 2 and 100, got {m}")
     if ef_construction < 4 or ef_construction > 1000:
         raise ConfigError("ef_construction", f"must be between 4 and 1000, got {ef_construction}")
+    if embed_input is not None and embed_input not in EMBED_INPUTS:
+        raise ConfigError("embed_input", f"unknown {embed_input!r} "
+                                         f"(known: {', '.join(EMBED_INPUTS)})")
     if ef_construction < 2 * m:
         # pgvector's own rule, which it checks only when the graph is built: after every
         # chunk was embedded
@@ -566,13 +597,17 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
         want_model = model or (active.embedding_model if active else DEFAULT_MODEL)
         want_analyzer = analyzer or (active.analyzer if active else
                                      str(coll_row[0]) if coll_row else DEFAULT_ANALYZER)
+        # a version that embedded the chunk alone predates titles: its reindex moves on
+        want_input = embed_input or (
+            active.embed_input if active and active.embed_input != EMBED_TEXT_ALONE
+            else DEFAULT_EMBED_INPUT)
         building = _building_version(conn, coll_id)
         resumed = False
         if building is not None:
             if (building.embedding_model, building.analyzer) == (want_model, want_analyzer) and (
                     building.params.get("m", 16), building.params.get("ef_construction", 64),
                     version_embed_input(building.params), version_hnsw_type(building.params)
-            ) == (m, ef_construction, DEFAULT_EMBED_INPUT, DEFAULT_HNSW_TYPE):
+            ) == (m, ef_construction, want_input, DEFAULT_HNSW_TYPE):
                 resumed = True
                 notes.append(f"resuming version {building.version} "
                              f"({building.chunk_count} chunks already indexed)")
@@ -582,12 +617,14 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
                              "this run asks for other settings")
                 drop_version_rows(conn, building.id)
                 building = None
-        # vectors of a version made with the same model from the same input are copied,
-        # not computed again
+        # vectors of a version made with the same model are copied, not computed again,
+        # for every chunk whose embedding input is the same text in both (all of them when
+        # the version embedded the same kind of input)
         source = None if reembed else next(
-            (v for v in sorted(_versions(conn, coll_id), key=lambda v: v.state != "active")
+            (v for v in sorted(_versions(conn, coll_id),
+                               key=lambda v: (version_embed_input(v.params) != want_input,
+                                              v.state != "active"))
              if v.embedding_model == want_model and v.state in ("active", "ready", "retired")
-             and version_embed_input(v.params) == DEFAULT_EMBED_INPUT
              and (building is None or v.id != building.id)), None)
         t0 = time.perf_counter()
         if embedder is not None and embedder.model_name != want_model:
@@ -600,15 +637,21 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
         if building is None:
             with conn.transaction():
                 vid = create_version(conn, coll_id, want_model, dims, want_analyzer,
-                                     "building", {"m": m, "ef_construction": ef_construction})
+                                     "building", {"m": m, "ef_construction": ef_construction,
+                                                  "embed_input": want_input})
             building = _version_row(conn, coll_id, _number_of(conn, vid))
             notes.append(f"created version {building.version} (building)")
         if building.dimensions != dims:
             raise ConfigError("model", f"{want_model!r} makes {dims}-dim vectors; "
                                        f"version {building.version} has {building.dimensions}")
         if source is not None:
+            same_input = version_embed_input(source.params) == want_input
             notes.append(f"vectors copied from version {source.version} (same model "
-                         f"{want_model}); --reembed computes them again")
+                         f"{want_model}"
+                         + ("" if same_input else
+                            f", for chunks whose embedding input is the same under its "
+                            f"{version_embed_input(source.params)!r} input")
+                         + "); --reembed computes them again")
         result = ReindexResult(
             collection=collection, version=building.version, version_id=building.id,
             embedding_model=want_model, dimensions=dims, analyzer=want_analyzer,

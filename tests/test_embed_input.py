@@ -1,7 +1,9 @@
-"""What the embedder reads per chunk: the document title above the chunk, per version."""
+"""What the embedder reads per chunk: the document title (and, opted in, the section path)
+above the chunk, per version."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import numpy as np
@@ -9,6 +11,7 @@ import psycopg
 import pytest
 
 from pgfunnel import versions
+from pgfunnel.errors import ConfigError
 from pgfunnel.ingest import Ingester
 from pgfunnel.sources import DocumentRecord, chunk_text, embedding_input
 
@@ -38,8 +41,95 @@ def test_embedding_input_puts_the_title_above_the_chunk() -> None:
     assert embedding_input("  Refunds \n on  plans", "Body") == "Refunds on plans\nBody"
     assert embedding_input("", "Body") == "Body"
     assert embedding_input("Refunds", "Body", "text") == "Body"
+    assert embedding_input("Refunds", "Body", "title", "Plans > Annual") == "Refunds\nBody"
     with pytest.raises(ValueError, match="embed_input"):
         embedding_input("Refunds", "Body", "summary")
+
+
+def test_embedding_input_writes_the_sections_above_the_chunk_as_a_path() -> None:
+    assert embedding_input("CLI", "-Q, --queues\nQueues to purge.", "section",
+                           "CLI > purge") == "CLI > purge\n-Q, --queues\nQueues to purge."
+    # no section, or only the title: the same text as with the title alone
+    for path in ("", "CLI", " CLI "):
+        assert embedding_input("CLI", "Body", "section", path) == \
+            embedding_input("CLI", "Body", "title")
+    assert embedding_input("", "Body", "section", "Setup > Linux") == "Setup > Linux\nBody"
+    # a signature in the path is named, not spelt out with its parameters
+    assert embedding_input("m", "Body", "section",
+                           "Reference > class m.Cluster(nodes, cmd=None, env=None)") == \
+        "m > Reference > class m.Cluster\nBody"
+    long_heading = " ".join(f"w{i}" for i in range(30))
+    assert embedding_input("T", "B", "section", long_heading) == \
+        "T > " + " ".join(f"w{i}" for i in range(12)) + "\nB"
+
+
+def test_markdown_chunks_know_the_headings_above_their_section() -> None:
+    text = ("# Guide\n\nIntro.\n\n## Install\n\nSteps.\n\n### On Linux\n\napt.\n\n"
+            "#### Debian\n\ndeb.\n\n## Upgrade\n\nRun migrate.")
+    assert [(c.heading, c.section_path) for c in chunk_text(text)] == [
+        ("Guide", ""), ("Install", "Guide"), ("On Linux", "Guide > Install"),
+        ("Debian", "Guide > Install > On Linux"), ("Upgrade", "Guide")]
+
+
+NESTED = ("Plans compared.\n\n## Annual\n\nBilled once a year.\n\n"
+          "### Refunds\n\nWithin 30 days of the renewal.")
+
+
+def test_ingest_embeds_and_keeps_each_chunks_section_path(conn: psycopg.Connection[Any],
+                                                          embedder: Any) -> None:
+    rec = DocumentRecord(citekey="plans", title="Plans", text=NESTED)
+    chunks = chunk_text(NESTED)
+    assert [c.section_path for c in chunks] == ["", "", "Annual"]
+    Ingester(conn, "docs", embedder=embedder, embed_input="section").ingest([rec])
+    assert conn.execute("select params ->> 'embed_input' from pgfunnel.index_version"
+                        ).fetchone() == ("section",)
+    assert [r[0] for r in conn.execute(
+        "select section_path from pgfunnel.chunk order by ordinal")] == ["", "", "Annual"]
+    expected = embedder.embed([embedding_input("Plans", c.text, "section", c.section_path)
+                               for c in chunks])
+    assert _close(_stored(conn, "plans"), expected)
+    assert not _close(_stored(conn, "plans")[2:],
+                      embedder.embed([embedding_input("Plans", chunks[2].text)]))
+
+    # the refunds section moves under another heading, its words unchanged: its vector
+    # was embedded from the old path, so it is embedded again; the others are reused
+    moved = NESTED.replace("## Annual\n\nBilled once a year.",
+                           "## Annual\n\nBilled once a year.\n\n## Monthly\n\nBilled monthly.")
+    stats = Ingester(conn, "docs", embedder=embedder).ingest(
+        [DocumentRecord(citekey="plans", title="Plans", text=moved)])
+    assert (stats.chunks_reused, stats.chunks_embedded) == (2, 2)
+    assert conn.execute("select section_path from pgfunnel.chunk where heading = 'Refunds'"
+                        ).fetchone() == ("Monthly",)
+
+
+def test_reindex_to_section_paths_embeds_only_chunks_under_a_heading(
+        conn: psycopg.Connection[Any], embedder: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    Ingester(conn, "docs", embedder=embedder).ingest(
+        [DocumentRecord(citekey="plans", title="Plans", text=NESTED)])
+    with pytest.raises(ConfigError, match="embed_input"):
+        versions.reindex(conn, "docs", embedder=embedder, embed_input="summary")
+    embedded: list[str] = []
+    model_embed = embedder.embed
+
+    def counting_embed(texts: list[str], **kwargs: Any) -> np.ndarray:
+        embedded.extend(texts)
+        return model_embed(texts, **kwargs)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(embedder, "embed", counting_embed)
+    res = versions.reindex(conn, "docs", activate_after=True, embedder=embedder,
+                           embed_input="section")
+    assert res.chunks_embedded == 3
+    # two chunks read the same either way and are copied; the one under "Annual" is not
+    assert embedded == ["Plans > Annual\nRefunds\nWithin 30 days of the renewal."]
+    assert any("copied from version 1" in n and "'title'" in n for n in res.notes)
+    chunks = chunk_text(NESTED)
+    assert _close(_stored(conn, "plans"), embedder.embed(
+        [embedding_input("Plans", c.text, "section", c.section_path) for c in chunks]))
+    # a later reindex keeps the active version's input
+    again = versions.reindex(conn, "docs", embedder=embedder, analyzer="simple_v2")
+    assert conn.execute("select params ->> 'embed_input' from pgfunnel.index_version "
+                        "where id = %s", (again.version_id,)).fetchone() == ("section",)
+    assert any("copied from version 2 (same model all-MiniLM-L6-v2)" in n for n in again.notes)
 
 
 def test_ingest_embeds_the_title_with_each_chunk(conn: psycopg.Connection[Any],
@@ -80,7 +170,8 @@ def test_a_version_made_before_embed_input_keeps_embedding_text_alone(
 
     # a reindex makes a version that reads the title, so it cannot copy these vectors
     res = versions.reindex(conn, "default", activate_after=True, embedder=embedder)
-    assert not any("copied from version" in n for n in res.notes)
+    assert res.chunks_embedded == conn.execute("select count(*) from pgfunnel.chunk"
+                                               ).fetchone()[0]  # type: ignore[index]
     assert conn.execute("select params ->> 'embed_input' from pgfunnel.index_version "
                         "where id = %s", (res.version_id,)).fetchone() == ("title",)
     assert _close(_stored(conn, "refunds"),
@@ -125,3 +216,43 @@ def test_batches_formed_by_length_keep_each_vector_in_its_place(embedder: Any) -
     assert sum(seen) == len(texts) and len(seen) == 5
     alone = np.stack([embedder.embed([t])[0] for t in texts])
     assert np.abs(together - alone).max() < 1e-5
+
+
+@pytest.mark.parametrize(("embed_input", "reused", "embedded"), [("section", 2, 1),
+                                                                 ("title", 3, 0)])
+def test_the_first_ingest_after_upgrading_stores_section_paths_and_keeps_vectors(
+        conn: psycopg.Connection[Any], embedder: Any, embed_input: str, reused: int,
+        embedded: int) -> None:
+    rec = DocumentRecord(citekey="plans", title="Plans", text=NESTED)
+    Ingester(conn, "docs", embedder=embedder, embed_input=embed_input).ingest([rec])
+    # as the release before section paths stored it: no path, the text's own hash, and a
+    # document hash of its own
+    for (chunk_id, text) in conn.execute("select id, text from pgfunnel.chunk").fetchall():
+        conn.execute("update pgfunnel.chunk set section_path = '', content_hash = %s "
+                     "where id = %s", (hashlib.sha256(text.encode()).hexdigest(), chunk_id))
+    conn.execute("update pgfunnel.document set content_hash = 'before'")
+    stats = Ingester(conn, "docs", embedder=embedder).ingest([rec])
+    # the same text is a changed document once, so its chunks get their paths; a vector
+    # is embedded again only where the version embeds the path
+    assert (stats.documents_written, stats.chunks_reused, stats.chunks_embedded) == \
+        (1, reused, embedded)
+    assert [r[0] for r in conn.execute(
+        "select section_path from pgfunnel.chunk order by ordinal")] == ["", "", "Annual"]
+    assert Ingester(conn, "docs", embedder=embedder).ingest([rec]).documents_unchanged == 1
+    with pytest.raises(ConfigError, match="embed_input"):
+        Ingester(conn, "docs", embed_input="summary")
+
+
+def test_activation_embeds_chunks_ingested_since_the_build_with_its_own_input(
+        sample_conn: psycopg.Connection[Any], embedder: Any) -> None:
+    conn = sample_conn
+    # the active version predates titles; a title version is built beside it
+    conn.execute("update pgfunnel.index_version set params = params - 'embed_input'")
+    built = versions.reindex(conn, "default", embedder=embedder)
+    rec = DocumentRecord(citekey="refunds", title="Refunds on annual plans", text=TEXT)
+    Ingester(conn, "default", embedder=embedder).ingest([rec])  # into the active one only
+    versions.activate(conn, "default", built.version, embedder=embedder)
+    # the active version holds vectors of the chunk alone: copying them would have put
+    # vectors of another text into the title version
+    assert _close(_stored(conn, "refunds"),
+                  embedder.embed([embedding_input(rec.title, c.text) for c in chunk_text(TEXT)]))

@@ -70,7 +70,7 @@ def test_site_header_and_footer_go_but_an_articles_header_stays() -> None:
             "<footer>Site footer</footer></body>")
     title, text = html_to_text(page)
     assert title == "Release notes"
-    assert text == "## Release notes\n\nVersion 2 adds search.\n\nPosted by Ann"
+    assert text == "# Release notes\n\nVersion 2 adds search.\n\nPosted by Ann"
 
 
 def test_without_any_main_element_the_body_minus_chrome_is_kept() -> None:
@@ -246,7 +246,7 @@ libffi</a> &nbsp; [<a href="Index.html">Index</a>]</p></div>
 </div></body></html>"""
     title, text = html_to_text(page)
     assert title == "Closure Example"
-    assert text.startswith("## 2.6 Closure Example")
+    assert text.startswith("### 2.6 Closure Example")
     assert "Next:" not in text and "Previous" not in text and "Index" not in text
     # inside a recognised main element a class named header is content
     main = '<main><div class="header"><p>Card header text</p></div><p>x</p></main>'
@@ -414,3 +414,36 @@ def test_a_paragraph_on_most_pages_is_left_out_as_boilerplate() -> None:
     assert drop_repeated_blocks(same) == (same, [])
     # too few documents to tell boilerplate from content
     assert drop_repeated_blocks(records[:5]) == (records[:5], [])
+
+
+def test_headings_keep_their_level_and_chunks_know_the_sections_they_sit_in() -> None:
+    from pgfunnel.sources import chunk_text
+
+    page = """<html><head><title>CLI</title></head><body><div role="main">
+    <h1>Command line</h1><p>Every command.</p>
+    <h2>worker</h2><p>Starts a worker.</p>
+    <dl class="std option"><dt class="sig sig-object std" id="w-Q">-Q, --queues</dt>
+      <dd><p>Queues to consume from.</p></dd></dl>
+    <h3>Pool options</h3><p>Pool sizes.</p>
+    <h2>purge</h2>
+    <dl class="std option"><dt class="sig sig-object std" id="p-Q">-Q, --queues</dt>
+      <dd><p>Queues to purge.</p></dd></dl>
+    <dl class="py class"><dt class="sig sig-object py" id="m.Cluster">class m.Cluster(nodes)</dt>
+      <dd><p>A cluster.</p>
+        <dl class="py method"><dt class="sig sig-object py" id="m.Cluster.getpids">
+          getpids()</dt><dd><p>Process ids.</p></dd></dl></dd></dl>
+    </div></body></html>"""
+    _, text = html_to_text(page)
+    assert "# Command line\n" in text and "\n## worker\n" in text
+    assert "\n### Pool options\n" in text
+    # an API object's signature heads its section at the lowest level
+    assert "\n###### -Q, --queues\n" in text and "\n###### getpids()\n" in text
+    paths = [(c.heading, c.section_path) for c in chunk_text(text)]
+    # the same option under two commands: each chunk says which command it belongs to
+    assert ("-Q, --queues", "Command line > worker") in paths
+    assert ("-Q, --queues", "Command line > purge") in paths
+    assert ("Pool options", "Command line > worker") in paths
+    # an object's signature is never the section of another: a method sits under the
+    # page's sections, not under its class's signature
+    assert ("getpids()", "Command line > purge") in paths
+
