@@ -25,7 +25,8 @@ The title is the first ``<h1>`` of the main content, whose wording is the page's
 ``<title>``, which usually carries the site's name as well; when ``<title>`` starts with
 the content's first heading followed by a separator (``File system | Node.js
 Documentation``), that heading. An ``<h1>`` is a site banner, and the title is a later
-heading of the page, when ``<title>`` is that heading and does not mention the ``<h1>``.
+heading of the page, when ``<title>`` is that heading and does not mention the ``<h1>``,
+or when ``<title>`` is that heading, a separator and the ``<h1>`` (Django's theme).
 """
 
 from __future__ import annotations
@@ -343,16 +344,24 @@ def html_to_text(html: str) -> tuple[str, str]:
 
 def _page_title(renderer: _Renderer, page_title: str) -> str:
     """The first ``<h1>``, unless it is a banner: a site whose every page opens with its
-    name in an ``<h1>`` (libxslt's "The XSLT C library for GNOME") names the page in
-    ``<title>``, and that title is one of the page's later headings."""
+    name in an ``<h1>`` names the page in ``<title>``, either as one of the page's later
+    headings (libxslt's "The XSLT C library for GNOME") or as a later heading followed by
+    a separator and that name (Django's "FAQ: General — Django 3.2 documentation" under
+    an ``<h1>`` "Django 3.2 documentation")."""
     h1 = renderer.first_h1
     if h1 is None:
         return _without_site_name(page_title, renderer.first_heading)
-    if page_title and h1.casefold() not in page_title.casefold():
-        own = page_title.casefold()
-        for heading in renderer.headings:
-            if heading != h1 and heading.casefold() == own:
-                return heading
+    own = page_title.casefold()
+    banner = h1.casefold()
+    for heading in renderer.headings:
+        if heading == h1 or not page_title:
+            continue
+        later = heading.casefold()
+        if banner not in own and later == own:
+            return heading
+        rest = own[len(later):]
+        if own.startswith(later) and _TITLE_SEPARATOR.match(rest) and banner in rest:
+            return heading
     return h1
 
 

@@ -447,3 +447,19 @@ def test_headings_keep_their_level_and_chunks_know_the_sections_they_sit_in() ->
     # page's sections, not under its class's signature
     assert ("getpids()", "Command line > purge") in paths
 
+
+def test_a_site_banner_h1_named_after_the_page_in_title_is_not_the_title() -> None:
+    # Django's theme: the site's name in an <h1> above every page, the page's own <h1>
+    # later, and <title> "page — site"
+    page = """<html><head><title>FAQ: General &#8212; Django 3.2 documentation</title></head>
+    <body><div id="hd"><h1><a href="../index.html">Django 3.2 documentation</a></h1>
+    <div id="global-nav">Home | Table of contents | Index | Modules</div></div>
+    <div id="bd"><div class="section"><h1>FAQ: General</h1>
+    <h2>Why does this project exist?</h2><p>A newspaper needed it.</p></div></div>
+    </body></html>"""
+    assert html_to_text(page)[0] == "FAQ: General"
+    # a Sphinx page whose own <h1> opens <title> keeps it
+    sphinx = """<html><head><title>Tasks &#8212; Celery 5.2 documentation</title></head>
+    <body><div role="main"><h1>Tasks</h1><h2>Celery 5.2 documentation</h2>
+    <p>Tasks are the building blocks.</p></div></body></html>"""
+    assert html_to_text(sphinx)[0] == "Tasks"
