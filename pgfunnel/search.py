@@ -210,6 +210,8 @@ class Candidate(_Ranked):
     document_id: int = 0
     rerank_rank: int | None = None
     rerank_score: float | None = None
+    #: the headings the chunk's section sits under, outermost first, " > "-joined
+    section_path: str = ""
 
 
 @dataclass
@@ -220,6 +222,8 @@ class Result(_Ranked):
     rerank_score: float | None
     final_rank: int
     search_id: int | None = None
+    #: the headings the chunk's section sits under, outermost first, " > "-joined
+    section_path: str = ""
 
     @property
     def item_key(self) -> str:
@@ -244,10 +248,10 @@ class SearchResponse:
 
 _RESULT_COLUMNS = ("chunk_id, citekey, title, heading, text, ordinal, metadata, lexical_rank, "
                    "lexical_score, dense_rank, dense_score, fused_rank, fused_score, "
-                   "rerank_rank, rerank_score, final_rank, search_id")
+                   "rerank_rank, rerank_score, final_rank, search_id, section_path")
 _CANDIDATE_COLUMNS = ("chunk_id, citekey, title, heading, text, ordinal, metadata, lexical_rank, "
                       "lexical_score, dense_rank, dense_score, fused_rank, fused_score, "
-                      "document_id")
+                      "document_id, section_path")
 _ARG_NAMES = ("k", "collection", "principals", "tenant", "language", "metadata_filter", "fusion",
               "rrf_k", "weights", "lexical_depth", "dense_depth", "overfetch", "per_source_cap",
               "ef_search", "k1", "b")
@@ -670,7 +674,13 @@ class Funnel:
                    vector: np.ndarray | None, p: SearchParams) -> list[Candidate]:
         rows = conn.execute(_CANDIDATES_SQL, self._base_args(query, vector, p),
                             prepare=True).fetchall()
-        return [Candidate(*r) for r in rows]
+        pool = []
+        for row in rows:
+            # section_path comes after the dataclass's rerank fields, which the pool lacks
+            candidate = Candidate(*row[:-1])
+            candidate.section_path = row[-1]
+            pool.append(candidate)
+        return pool
 
     def final(self, conn: psycopg.Connection[Any], query: str | None, ordered: Sequence[Candidate],
               p: SearchParams, *, reranked: bool, notes: Mapping[str, Any] | None = None,

@@ -86,6 +86,7 @@ FUNNEL_SEARCH_COLUMNS: tuple[tuple[str, TypeEngine[Any]], ...] = (
     ("rerank_score", Float()),
     ("final_rank", Integer()),
     ("search_id", BigInteger()),
+    ("section_path", Text()),
 )
 
 #: parameters of ``pgfunnel.funnel_search`` (besides query_text/query_embedding) and types

@@ -452,6 +452,24 @@ begin
 end
 $$;
 
+-- the forms without section_path: a function's result columns cannot change in place
+do $$
+declare
+    f regprocedure;
+begin
+    for f in select p.oid::regprocedure from pg_catalog.pg_proc p
+              where ((p.pronamespace = 'pgfunnel'::regnamespace
+                      and p.proname in ('candidates', 'final', 'funnel_search'))
+                     or (p.pronamespace = 'public'::regnamespace
+                         and p.proname = 'funnel_search'))
+                and p.proretset
+                and not ('section_path' = any (p.proargnames))
+    loop
+        execute format('drop function %s', f);
+    end loop;
+end
+$$;
+
 -- both legs, fused: the candidate pool with every per-leg rank and score
 create or replace function pgfunnel.candidates(
     query_text text,
@@ -479,13 +497,13 @@ returns table (
     ordinal integer, metadata jsonb,
     lexical_rank integer, lexical_score double precision,
     dense_rank integer, dense_score double precision,
-    fused_rank integer, fused_score double precision)
+    fused_rank integer, fused_score double precision, section_path text)
 language sql stable
 security invoker
 set search_path = pg_catalog, pgfunnel, @vector_schema@
 as $$
     select u.id, ch.document_id, doc.citekey, doc.title, ch.heading, ch.text, ch.ordinal,
-           doc.metadata, u.lr, u.ls, u.dr, u.ds, u.fr, u.fs
+           doc.metadata, u.lr, u.ls, u.dr, u.ds, u.fr, u.fs, ch.section_path
       from pgfunnel._pool(query_text, query_embedding, k, collection, principals, tenant,
                           language, as_of, metadata_filter, fusion, rrf_k, weights,
                           lexical_depth, dense_depth, overfetch, per_source_cap, ef_search,
@@ -531,7 +549,7 @@ returns table (
     dense_rank integer, dense_score double precision,
     fused_rank integer, fused_score double precision,
     rerank_rank integer, rerank_score double precision,
-    final_rank integer, search_id bigint)
+    final_rank integer, search_id bigint, section_path text)
 language plpgsql volatile
 security invoker
 set search_path = pg_catalog, pgfunnel
@@ -584,7 +602,8 @@ begin
         return query
         with pool as (
             select u.pos::integer as pos, u.id, ch.document_id, d.citekey, d.title, ch.heading,
-                   ch.text, ch.ordinal, d.metadata, u.lr, u.ls, u.dr, u.ds, u.fr, u.fs, u.rs,
+                   ch.section_path, ch.text, ch.ordinal, d.metadata,
+                   u.lr, u.ls, u.dr, u.ds, u.fr, u.fs, u.rs,
                    (row_number() over (partition by ch.document_id order by u.pos))::integer as src_rank
               from unnest(chunk_ids, fused_ranks, fused_scores, lexical_ranks, lexical_scores,
                           dense_ranks, dense_scores,
@@ -604,7 +623,7 @@ begin
         select r.id, r.citekey, r.title, r.heading, r.text, r.ordinal, r.metadata,
                r.lr, r.ls, r.dr, r.ds, r.fr, r.fs,
                case when r.rs is not null then r.pos end, r.rs,
-               r.cap_rank, null::bigint
+               r.cap_rank, null::bigint, r.section_path
           from ranked r
          where r.src_rank <= per_source_cap and r.cap_rank <= k
          order by r.cap_rank;
@@ -633,7 +652,8 @@ begin
     return query
     with pool as (
         select u.pos::integer as pos, u.id, ch.document_id, d.citekey, d.title, ch.heading,
-               ch.text, ch.ordinal, d.metadata, u.lr, u.ls, u.dr, u.ds, u.fr, u.fs, u.rs,
+               ch.section_path, ch.text, ch.ordinal, d.metadata,
+               u.lr, u.ls, u.dr, u.ds, u.fr, u.fs, u.rs,
                (row_number() over (partition by ch.document_id order by u.pos))::integer as src_rank
           from unnest(chunk_ids, fused_ranks, fused_scores, lexical_ranks, lexical_scores,
                       dense_ranks, dense_scores,
@@ -670,7 +690,7 @@ begin
     select f.id, f.citekey, f.title, f.heading, f.text, f.ordinal, f.metadata,
            f.lr, f.ls, f.dr, f.ds, f.fr, f.fs,
            case when f.rs is not null then f.pos end, f.rs,
-           f.f_rank, log_id
+           f.f_rank, log_id, f.section_path
       from finalized f
      where f.f_rank is not null
      order by f.f_rank;
@@ -706,7 +726,7 @@ returns table (
     dense_rank integer, dense_score double precision,
     fused_rank integer, fused_score double precision,
     rerank_rank integer, rerank_score double precision,
-    final_rank integer, search_id bigint)
+    final_rank integer, search_id bigint, section_path text)
 language plpgsql volatile
 security invoker
 set search_path = pg_catalog, pgfunnel, @vector_schema@
@@ -748,7 +768,7 @@ begin
         )
         select r.id, d.citekey, d.title, ch.heading, ch.text, ch.ordinal, d.metadata,
                r.lr, r.ls, r.dr, r.ds, r.fr, r.fs, null::integer, null::float8,
-               r.final_rank, null::bigint
+               r.final_rank, null::bigint, ch.section_path
           from kept r
           join pgfunnel.chunk ch on ch.id = r.id
           join pgfunnel.document d on d.id = ch.document_id
@@ -811,7 +831,7 @@ returns table (
     dense_rank integer, dense_score double precision,
     fused_rank integer, fused_score double precision,
     rerank_rank integer, rerank_score double precision,
-    final_rank integer, search_id bigint)
+    final_rank integer, search_id bigint, section_path text)
 language sql stable
 security invoker
 as $$

@@ -43,6 +43,29 @@ def test_init_is_idempotent(empty_db: str) -> None:
     assert _pg_dump_schema(empty_db) == before
 
 
+def test_migrate_replaces_search_functions_whose_result_columns_changed(
+        empty_db: str) -> None:
+    schema.init(empty_db)
+    args = ("text, vector, integer, text, text[], text, text, timestamptz, jsonb, text, "
+            "double precision, double precision[], integer, integer, integer, integer, "
+            "integer, double precision, double precision, boolean")
+    fresh = _pg_dump_schema(empty_db)
+    with connect(empty_db, autocommit=True) as conn:
+        # public.funnel_search as a release before section_path returned it: create or
+        # replace cannot change a result type, only a drop can
+        conn.execute(f"drop function public.funnel_search({args})")
+        conn.execute(f"create function public.funnel_search({args}) "
+                     "returns table (chunk_id bigint, heading text) language sql "
+                     "as 'select 1::bigint, null::text'")
+    schema.migrate(empty_db)
+    with connect(empty_db, autocommit=True) as conn:
+        names = conn.execute(
+            "select p.proargnames from pg_proc p where p.oid = "
+            f"'public.funnel_search({args})'::regprocedure").fetchone()
+        assert names is not None and "section_path" in names[0]
+    assert _pg_dump_schema(empty_db) == fresh
+
+
 def test_migrations_round_trip(empty_db: str) -> None:
     with connect(empty_db, autocommit=True, register=False) as conn:
         schema.ensure_extension(conn)

@@ -560,3 +560,26 @@ def test_rerank_gate_margin_is_checked_when_the_funnel_is_built(sample_db: str) 
     for bad in ("0.5", -1.0, float("nan"), True):
         with pytest.raises(ConfigError, match="rerank_gate_margin"):
             Funnel(sample_db, "default", embedder=None, rerank_gate_margin=bad)
+
+
+def test_results_carry_the_headings_their_section_sits_under(
+        conn: psycopg.Connection[Any], embedder: Any) -> None:
+    text = ("# Backups\n\nHow backups work.\n\n## Glacier\n\nCold storage tier.\n\n"
+            "### Restore limits\n\nA glacier restore takes up to twelve hours.")
+    Ingester(conn, "default", embedder=embedder).ingest(
+        [DocumentRecord("backups", text, title="Backups")])
+    vector = embedder.embed_query("glacier restore hours")
+    (sql_path,) = conn.execute(
+        "select section_path from funnel_search('glacier restore hours', %s, 1)",
+        (vector,)).fetchone()  # type: ignore[misc]
+    assert sql_path == "Backups > Glacier"
+    funnel = Funnel(conn, embedder=embedder)
+    resp = funnel.search("glacier restore hours", k=3, principals=[])
+    top = resp.results[0]
+    assert (top.heading, top.section_path) == ("Restore limits", "Backups > Glacier")
+    # the reranked path (candidates, then final) returns the same, and so does its pool
+    reranked = Funnel(conn, embedder=embedder, reranker=PreferMarker("twelve")).search(
+        "glacier restore hours", k=3, principals=[])
+    assert reranked.results[0].section_path == "Backups > Glacier"
+    assert {c.chunk_id: c.section_path for c in reranked.pool}[top.chunk_id] == \
+        "Backups > Glacier"
