@@ -868,8 +868,8 @@ def embedding_input(title: str, chunk_text: str, embed_input: str = DEFAULT_EMBE
     chunk's section sits under (``section_path``, outermost first, those equal to the
     title left out, a signature cut to its name), so that an option documented under
     several commands reads differently under each. With no such heading it is the same
-    text as ``"title"``. It is not the default: it raised the dense leg on one
-    documentation set and lowered it on two (docs/tuning.md). ``"text"`` is the chunk
+    text as ``"title"``. It is not the default: it raised the dense leg on two
+    documentation sets and lowered it on two (docs/tuning.md). ``"text"`` is the chunk
     alone. Lexical indexing always reads the chunk alone. Compute vectors you pass to
     ``Ingester.ingest(vectors=...)`` from this text too, with the version's input, or
     searches and stored vectors will not have been embedded alike.

@@ -51,10 +51,13 @@ def _indexes(conn: psycopg.Connection[Any], table: str) -> list[str]:
 
 
 def _lexical(conn: psycopg.Connection[Any], collection: str = "t") -> list[Any]:
+    # the first 10 of the lexical pool, read through _pool rather than funnel_search: the
+    # schema is downgraded below chunk columns that this release's result rows carry
+    # (section_path, 0008), while the pool reads only what 0004 already had
     return [conn.execute(
-        "select array_agg(chunk_id order by final_rank), array_agg(lexical_score "
-        "order by final_rank) from funnel_search(%s, null, 10, collection => %s)",
-        (q, collection)).fetchone() for q in QUERIES]
+        "select p.chunk_ids[1:10], p.lexical_scores[1:10] from pgfunnel._pool("
+        "%s, null, 10, %s, '{}', null, null, now(), null, 'minmax', 60, null, null, null, "
+        "4, 3, 100, 1.2, 0.75) p", (q, collection)).fetchone() for q in QUERIES]
 
 
 def _posting_security(conn: psycopg.Connection[Any]) -> Any:
@@ -141,6 +144,7 @@ def test_migration_0005_both_ways_keeps_postings_policies_and_results(db: str) -
         vid = _active_version_id(conn)
         total = conn.execute("select count(*) from pgfunnel.posting").fetchone()
         before = _lexical(conn)
+        assert all(ids and len(ids) >= 2 for ids, _ in before)
         policies = _posting_policies(conn)
         assert policies and security.rls_enabled(conn)
 

@@ -2,6 +2,8 @@
 joined by " > "), kept so that a reindex embeds a chunk from the same input as ingest did
 (`params.embed_input = "section"`: the document title, then this path, above the chunk).
 Rows written before it hold '' and embed as before until their document is re-ingested.
+The search functions return the column: after a downgrade below this revision, install the
+earlier release's functions (its `pgfunnel init`), or searches fail on the missing column.
 
 Revision ID: 0008
 Revises: 0007
