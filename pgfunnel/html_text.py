@@ -184,11 +184,9 @@ class _Renderer:
         self.first_h1: str | None = None
         self.first_heading: str | None = None
         self.headings: list[str] = []
-        # the level of the last <hN> seen, and how deep in API-object lists the renderer
-        # is: an object's signature is a heading one level below its enclosing section
-        # (a method below its class), so that a chunk can carry where it sits
+        # the level of the last <hN> seen; an API object's signature or a glossary term is
+        # a heading of the lowest level (######), so it is never the section of another
         self._level = 1
-        self._term_depth = 0
         self._bullet = ""  # a list item's "- " whose text starts in a paragraph of its own
 
     def _flush(self) -> None:
@@ -252,7 +250,6 @@ class _Renderer:
             # definition under the last spelling only (SQLAlchemy's docs: the glossary
             # entry a keyword such as "Expiring" is judged to, outside BM25's top 10)
             terms: list[str] = []
-            self._term_depth += 1
             for child in element.children:
                 if isinstance(child, str) and terms and not child.strip():
                     continue
@@ -268,7 +265,6 @@ class _Renderer:
                     self.render(child)
             self._term_heading(terms)
             self._flush()
-            self._term_depth -= 1
             return
         if tag == "pre":
             self._flush()

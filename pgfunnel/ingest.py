@@ -41,6 +41,8 @@ from pgfunnel.sources import (
     DEFAULT_EMBED_INPUT,
     EMBED_INPUTS,
     EMBED_TEXT_ALONE,
+    EMBED_WITH_SECTION_PATH,
+    TEXT_KEY_PREFIX,
     ChunkRecord,
     DocumentRecord,
     check_record,
@@ -921,8 +923,10 @@ class Ingester:
         """Ingest documents. ``vectors`` (citekey -> array of chunk vectors) skips the model.
 
         Vectors you compute yourself should embed ``sources.embedding_input(title,
-        chunk.text)`` for each chunk of ``sources.chunk_text(text)``: that is what the
-        built-in embedder reads in a version made by this release.
+        chunk.text, embed_input, chunk.section_path)`` for each chunk of
+        ``sources.chunk_text(text)``, with the active version's ``embed_input``
+        (``"title"`` unless it was made otherwise): that is what the built-in embedder
+        reads.
         """
         started = time.perf_counter()
         embed_before = self.stats.embed_seconds
@@ -1044,7 +1048,7 @@ class Ingester:
             existing, _, todo = self._changed_documents(cid, needs, prepared)
         if not todo:
             return {}
-        embed_input = version.embed_input if version is not None else DEFAULT_EMBED_INPUT
+        embed_input = version.embed_input if version is not None else self.embed_input
         reuse = {} if version is None else self._reusable_vectors(version.id, embed_input,
                                                                   existing, todo)
         chunked = dict((r.citekey, chunks) for r, chunks in prepared.chunked) \
@@ -1139,18 +1143,25 @@ class Ingester:
     def _reusable_vectors(self, version_id: int, embed_input: str,
                           existing: dict[str, tuple[int, str, str]],
                           todo: list[DocumentRecord]) -> dict[str, np.ndarray]:
-        """The stored vectors of the changed documents' chunks, by chunk content hash, for
-        chunk text that did not change."""
+        """The stored vectors of the changed documents' chunks, for chunks whose embedding
+        input did not change, keyed as ``ChunkRecord.vector_key`` keys a new chunk: by
+        content hash (text and section path) where the version embeds the path, else by
+        the hash of the text alone."""
         # a vector embedded with the title is stale once the title changes
         document_ids = [existing[r.citekey][0] for r in todo
                         if r.citekey in existing and (embed_input == EMBED_TEXT_ALONE
                                                       or existing[r.citekey][2] == r.title)]
         if not document_ids:
             return {}
+        key = sql.SQL("c.content_hash" if embed_input == EMBED_WITH_SECTION_PATH else
+                      "%(prefix)s || encode(sha256(convert_to(c.text, 'UTF8')), 'hex')")
         rows = self.conn.execute(
-            "select c.content_hash, e.embedding from pgfunnel.chunk c "
-            "join pgfunnel.embedding e on e.chunk_id = c.id and e.index_version_id = %s "
-            "where c.document_id = any(%s)", (version_id, document_ids)).fetchall()
+            sql.SQL("select {}, e.embedding from pgfunnel.chunk c "
+                    "join pgfunnel.embedding e on e.chunk_id = c.id "
+                    " and e.index_version_id = %(version)s "
+                    "where c.document_id = any(%(documents)s)").format(key),
+            {"prefix": TEXT_KEY_PREFIX, "version": version_id, "documents": document_ids}
+        ).fetchall()
         return {h: np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, dtype=np.float32)
                 for h, v in rows}
 
@@ -1248,11 +1259,8 @@ class Ingester:
 
 def _reused(stored: dict[str, np.ndarray], chunk: ChunkRecord,
             embed_input: str) -> np.ndarray | None:
-    """The stored vector (by chunk content hash) this chunk can keep, if any."""
-    for key in chunk.vector_keys(embed_input):
-        if key in stored:
-            return stored[key]
-    return None
+    """The stored vector this chunk can keep, if any (``_reusable_vectors``' keys)."""
+    return stored.get(chunk.vector_key(embed_input))
 
 
 def _check_given_vectors(vectors: list[np.ndarray | None], labels: dict[int, str],

@@ -71,6 +71,10 @@ class DocumentRecord:
         return hashlib.sha256(payload.encode()).hexdigest()
 
 
+# keys of stored vectors by the hash of the chunk text alone (ChunkRecord.vector_key)
+TEXT_KEY_PREFIX = "text:"
+
+
 @dataclass
 class ChunkRecord:
     ordinal: int
@@ -86,14 +90,14 @@ class ChunkRecord:
         payload = self.text if not self.section_path else f"{self.text}\x00{self.section_path}"
         return hashlib.sha256(payload.encode()).hexdigest()
 
-    def vector_keys(self, embed_input: str) -> tuple[str, ...]:
-        """The stored content hashes whose vector this chunk can reuse under an index
-        version embedding ``embed_input``: its own, and where the path is not embedded,
-        the hash of the same text stored before paths were kept."""
-        own = self.content_hash()
-        if embed_input == EMBED_WITH_SECTION_PATH or not self.section_path:
-            return (own,)
-        return (own, hashlib.sha256(self.text.encode()).hexdigest())
+    def vector_key(self, embed_input: str) -> str:
+        """The key of the stored vector this chunk can reuse under an index version
+        embedding ``embed_input`` (``Ingester._reusable_vectors`` keys them alike): its
+        content hash where the version embeds the path, else the hash of its text alone,
+        so that a renamed parent heading costs no model time there."""
+        if embed_input == EMBED_WITH_SECTION_PATH:
+            return self.content_hash()
+        return TEXT_KEY_PREFIX + hashlib.sha256(self.text.encode()).hexdigest()
 
 
 def _iso(value: dt.datetime | None) -> str | None:
@@ -866,7 +870,8 @@ def embedding_input(title: str, chunk_text: str, embed_input: str = DEFAULT_EMBE
     often than the section's wording (pydocs, dense leg alone: nDCG@10 0.493 -> 0.531 on
     dev). ``"section"`` writes that line as a path: the title, then the headings the
     chunk's section sits under (``section_path``, outermost first, those equal to the
-    title left out, a signature cut to its name), so that an option documented under
+    title left out; each cut at its first ``(``, so a signature reads as its name, and to
+    12 words), so that an option documented under
     several commands reads differently under each. With no such heading it is the same
     text as ``"title"``. It is not the default: it raised the dense leg on two
     documentation sets and lowered it on two (docs/tuning.md). ``"text"`` is the chunk
@@ -910,7 +915,7 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
     paragraph longer than the target at word boundaries. The section heading is
     kept at the top of each of its chunks, so a chunk reads on its own, and the headings
     of higher level above it are the chunk's ``section_path`` (outermost first), which
-    the embedder reads too (``embedding_input``). A heading
+    a version embedding ``"section"`` reads too (``embedding_input``). A heading
     without text of its own is a chunk by itself: moving it above the next section
     was measured and lost (docs/tuning.md), since such a short chunk is a strong BM25
     match for a query that names the section.

@@ -256,3 +256,20 @@ def test_activation_embeds_chunks_ingested_since_the_build_with_its_own_input(
     # vectors of another text into the title version
     assert _close(_stored(conn, "refunds"),
                   embedder.embed([embedding_input(rec.title, c.text) for c in chunk_text(TEXT)]))
+
+
+def test_a_renamed_parent_heading_costs_model_time_only_where_the_path_is_embedded(
+        conn: psycopg.Connection[Any], embedder: Any) -> None:
+    renamed = NESTED.replace("## Annual", "## Yearly")
+    for collection, embed_input, embedded in (("t", "title", 1), ("s", "section", 2)):
+        ingester = Ingester(conn, collection, embedder=embedder, embed_input=embed_input)
+        ingester.ingest([DocumentRecord(citekey="plans", title="Plans", text=NESTED)])
+        stats = Ingester(conn, collection, embedder=embedder).ingest(
+            [DocumentRecord(citekey="plans", title="Plans", text=renamed)])
+        # the "Yearly" chunk's text changed; "Refunds" kept its words under a new parent,
+        # which only a section version embeds
+        assert (stats.chunks_embedded, stats.chunks_reused) == (embedded, 3 - embedded)
+        assert conn.execute(
+            "select c.section_path from pgfunnel.chunk c join pgfunnel.collection k "
+            "on k.id = c.collection_id where k.name = %s and c.heading = 'Refunds'",
+            (collection,)).fetchone() == ("Yearly",)
