@@ -775,7 +775,7 @@ def cached_vectors(records: list[Any], cache: Path, embedder: Any,
     """Per-citekey chunk vectors, embedding only chunks whose input is not cached.
 
     Each chunk is embedded as pgfunnel's own ingest would embed it (``embedding_input``:
-    the page title and the headings the chunk sits under, above the chunk). The cache is
+    the page title above the chunk). The cache is
     an ``.npz`` of ``hashes`` (sha256 of that input) and ``vectors``, so a rerun on the
     same corpus embeds nothing.
     Returns (vectors by citekey, seconds spent embedding, chunks embedded).

@@ -93,7 +93,8 @@ def reindex(
         help="What the model reads per chunk: title (the document title above the chunk; "
              "the default for new collections), section (the title and the headings the "
              "chunk's section sits under), text (the chunk alone). Default: the active "
-             "version's. Vectors of chunks that read the same either way are copied.")
+             "version's (title if it embeds the chunk alone). Vectors of chunks that read "
+             "the same either way are copied.")
     ] = None,
     dsn: DsnOption = None,
     json_out: JsonOption = False,
