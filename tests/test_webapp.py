@@ -19,8 +19,9 @@ APP = Path(__file__).resolve().parent.parent / "examples" / "webapp" / "app.py"
 SECRET = DocumentRecord(
     citekey="audit-zebra",
     title="Zebra audit checklist",
-    text="The quarterly zebra audit checklist lists every vault key holder, the zebra "
-         "badge rotation and the escrow reconciliation steps for the finance team.",
+    text="# Audits\n\n## Quarterly\n\nThe quarterly zebra audit checklist lists every "
+         "vault key holder, the zebra badge rotation and the escrow reconciliation steps "
+         "for the finance team.",
     readers=["team-a"],
 )
 
@@ -59,6 +60,8 @@ def test_private_document_only_for_its_readers(client: TestClient) -> None:
     allowed = client.get("/search", params=q, headers={"X-Principals": "alice, team-a"})
     assert allowed.status_code == 200
     assert allowed.json()["results"][0]["citekey"] == "audit-zebra"
+    assert (allowed.json()["results"][0]["section_path"],
+            allowed.json()["results"][0]["heading"]) == ("Audits", "Quarterly")
 
     denied = client.get("/search", params=q, headers={"X-Principals": "bob"})
     assert denied.status_code == 200

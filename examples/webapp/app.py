@@ -150,7 +150,8 @@ def create_app(dsn: str | None = None, *, embedder: Embedder | None = None,
                                    principals=principals, tenant=tenant)
             # the application's own tables join like any other: here chunk and document
             stmt = (select(fs.c.final_rank, fs.c.chunk_id, fs.c.citekey, fs.c.title,
-                           fs.c.heading, fs.c.text, fs.c.fused_score, fs.c.lexical_rank,
+                           fs.c.section_path, fs.c.heading, fs.c.text, fs.c.fused_score,
+                           fs.c.lexical_rank,
                            fs.c.dense_rank, Document.language, Document.updated_at)
                     .join(Chunk, Chunk.id == fs.c.chunk_id)
                     .join(Document, Document.id == Chunk.document_id)
@@ -177,7 +178,8 @@ def create_app(dsn: str | None = None, *, embedder: Embedder | None = None,
             "k": k,
             "results": [
                 {"rank": r.final_rank, "chunk_id": r.chunk_id, "citekey": r.citekey,
-                 "title": r.title, "heading": r.heading, "snippet": r.text[:SNIPPET_CHARS],
+                 "title": r.title, "section_path": r.section_path, "heading": r.heading,
+                 "snippet": r.text[:SNIPPET_CHARS],
                  "fused_score": r.fused_score, "lexical_rank": r.lexical_rank,
                  "dense_rank": r.dense_rank, "language": r.language,
                  "updated_at": r.updated_at.isoformat() if r.updated_at else None}
