@@ -184,9 +184,6 @@ class _Renderer:
         self.first_h1: str | None = None
         self.first_heading: str | None = None
         self.headings: list[str] = []
-        # the level of the last <hN> seen; an API object's signature or a glossary term is
-        # a heading of the lowest level (######), so it is never the section of another
-        self._level = 1
         self._bullet = ""  # a list item's "- " whose text starts in a paragraph of its own
 
     def _flush(self) -> None:
@@ -212,6 +209,8 @@ class _Renderer:
             return
         self._flush()
         heading = " / ".join(terms)
+        # the lowest level: an object's signature or a glossary term heads its own section
+        # but is never the section of another
         self.blocks.append(f"###### {heading}")
         self.headings.append(heading)
         terms.clear()
@@ -233,8 +232,7 @@ class _Renderer:
             self._flush()
             heading = self._text_of(element)
             if heading:
-                self._level = int(tag[1])
-                self.blocks.append(f"{'#' * self._level} {heading}")
+                self.blocks.append(f"{'#' * int(tag[1])} {heading}")
                 self.headings.append(heading)
                 if tag == "h1" and self.first_h1 is None:
                     self.first_h1 = heading
@@ -347,10 +345,12 @@ def _page_title(renderer: _Renderer, page_title: str) -> str:
     h1 = renderer.first_h1
     if h1 is None:
         return _without_site_name(page_title, renderer.first_heading)
+    if not page_title:
+        return h1
     own = page_title.casefold()
     banner = h1.casefold()
     for heading in renderer.headings:
-        if heading == h1 or not page_title:
+        if heading == h1:
             continue
         later = heading.casefold()
         if banner not in own and later == own:

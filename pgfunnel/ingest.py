@@ -39,12 +39,12 @@ from pgfunnel.errors import (
 from pgfunnel.sources import (
     DEFAULT_CHUNK_WORDS,
     DEFAULT_EMBED_INPUT,
-    EMBED_INPUTS,
     EMBED_TEXT_ALONE,
     EMBED_WITH_SECTION_PATH,
     TEXT_KEY_PREFIX,
     ChunkRecord,
     DocumentRecord,
+    check_embed_input,
     check_record,
     chunk_text,
     embedding_input,
@@ -863,9 +863,7 @@ class Ingester:
         from pgfunnel.db import require_schema
 
         require_schema(conn)
-        if embed_input not in EMBED_INPUTS:
-            raise ConfigError("embed_input", f"unknown {embed_input!r} "
-                                             f"(known: {', '.join(EMBED_INPUTS)})")
+        check_embed_input(embed_input)
         # what a new collection's first version embeds; a version keeps its own, and
         # `reindex --embed-input` changes it
         self.embed_input = embed_input

@@ -22,7 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from pgfunnel.asciidoc_text import asciidoc_to_text
-from pgfunnel.errors import JSON_ERRORS, InvalidDocumentError, json_problem, warn_at_caller
+from pgfunnel.errors import (
+    JSON_ERRORS,
+    ConfigError,
+    InvalidDocumentError,
+    json_problem,
+    warn_at_caller,
+)
 from pgfunnel.html_text import html_to_text
 from pgfunnel.rst_text import (
     _CODE,
@@ -901,6 +907,13 @@ def embedding_input(title: str, chunk_text: str, embed_input: str = DEFAULT_EMBE
     if " ".join(first_line.split()) == title:
         return chunk_text
     return f"{title}\n{chunk_text}"
+
+
+def check_embed_input(embed_input: str) -> None:
+    """Refuse an embedding input that is none of ``EMBED_INPUTS`` (ConfigError)."""
+    if embed_input not in EMBED_INPUTS:
+        raise ConfigError("embed_input", f"unknown {embed_input!r} "
+                                         f"(known: {', '.join(EMBED_INPUTS)})")
 
 
 def version_embed_input(params: dict[str, Any]) -> str:

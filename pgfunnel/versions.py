@@ -70,8 +70,8 @@ from pgfunnel.ingest import (
 )
 from pgfunnel.sources import (
     DEFAULT_EMBED_INPUT,
-    EMBED_INPUTS,
     EMBED_TEXT_ALONE,
+    check_embed_input,
     embedding_input,
     version_embed_input,
 )
@@ -269,16 +269,15 @@ def _missing_chunks(conn: psycopg.Connection[Any], coll_id: int, version_id: int
 
 
 def _batch_vectors(conn: psycopg.Connection[Any], embedder: Embedder | Callable[[], Embedder],
-                   batch: list[_PendingChunk], reuse_from: int | None,
+                   batch: list[_PendingChunk], reuse_from: tuple[int, str] | None,
                    embed_input: str) -> list[np.ndarray]:
-    """A vector for each chunk of a batch: copied from ``reuse_from`` (a version made with
-    the same model, so an analyzer-only reindex costs no model time) where that version
-    embedded the same text for the chunk, else from the model."""
+    """A vector for each chunk of a batch: copied from ``reuse_from`` (the id and embedding
+    input of a version made with the same model, so an analyzer-only reindex costs no
+    model time) where that version embedded the same text for the chunk, else from the
+    model."""
     found: dict[int, np.ndarray] = {}
     if reuse_from is not None:
-        params = conn.execute("select params from pgfunnel.index_version where id = %s",
-                              (reuse_from,)).fetchone()
-        source_input = version_embed_input(params[0] if params and params[0] else {})
+        source_id, source_input = reuse_from
         # a version that embedded another input holds vectors of other text, except for
         # the chunks where both inputs come out the same (no section path, say)
         same = {ch.id for ch in batch
@@ -289,7 +288,7 @@ def _batch_vectors(conn: psycopg.Connection[Any], embedder: Embedder | Callable[
             found = {int(c): as_array(v) for c, v in conn.execute(
                 "select chunk_id, embedding from pgfunnel.embedding "
                 "where index_version_id = %s and chunk_id = any(%s)",
-                (reuse_from, list(same))).fetchall()}
+                (source_id, list(same))).fetchall()}
     todo = [i for i, ch in enumerate(batch) if ch.id not in found]
     vectors: list[np.ndarray | None] = [found.get(ch.id) for ch in batch]
     if todo:
@@ -338,6 +337,12 @@ def catch_up(conn: psycopg.Connection[Any], coll_id: int, version_id: int,
                        "from pgfunnel.index_version where id = %s", (version_id,)).fetchone()
     assert row is not None
     embed_input = version_embed_input(row[3] or {})
+    # the version copied from and what it embedded, read once for every batch
+    source: tuple[int, str] | None = None
+    if reuse_from is not None:
+        params = conn.execute("select params from pgfunnel.index_version where id = %s",
+                              (reuse_from,)).fetchone()
+        source = (reuse_from, version_embed_input(params[0] if params and params[0] else {}))
     done = 0
     term_analyzer = TermAnalyzer(conn, analyzer or str(row[1]))
     loaded: list[Embedder] = [embedder] if embedder is not None else []
@@ -360,7 +365,7 @@ def catch_up(conn: psycopg.Connection[Any], coll_id: int, version_id: int,
         # transaction are what managed Postgres and poolers end
         # (idle_in_transaction_session_timeout). In the caller's transaction (right before
         # a switch) the chunks left are the few ingested since the catch-up before it.
-        vectors = _batch_vectors(conn, model, batch, reuse_from, embed_input)
+        vectors = _batch_vectors(conn, model, batch, source, embed_input)
         if progress is not None:
             progress("embedding", len(batch), None)
         if in_transaction:
@@ -563,9 +568,8 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
         raise ConfigError("m", f"must be between 2 and 100, got {m}")
     if ef_construction < 4 or ef_construction > 1000:
         raise ConfigError("ef_construction", f"must be between 4 and 1000, got {ef_construction}")
-    if embed_input is not None and embed_input not in EMBED_INPUTS:
-        raise ConfigError("embed_input", f"unknown {embed_input!r} "
-                                         f"(known: {', '.join(EMBED_INPUTS)})")
+    if embed_input is not None:
+        check_embed_input(embed_input)
     if ef_construction < 2 * m:
         # pgvector's own rule, which it checks only when the graph is built: after every
         # chunk was embedded
