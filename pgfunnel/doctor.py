@@ -733,7 +733,7 @@ def _held_to_row_security(conn: psycopg.Connection[Any]) -> _HeldRole | None:
         with conn.transaction(force_rollback=True):
             row = conn.execute(
                 "select r.rolname, r.rolsuper or r.rolbypassrls "
-                "or coalesce(pg_catalog.pg_has_role(r.oid, w.oid, 'MEMBER'), false), "
+                "or coalesce(pg_catalog.pg_has_role(r.oid, w.oid, 'USAGE'), false), "
                 "c.relrowsecurity, pg_catalog.pg_has_role(r.oid, c.relowner, 'USAGE'), "
                 "c.relforcerowsecurity, w.oid is not null "
                 "from pg_roles r left join pg_roles w on w.rolname = %s, "

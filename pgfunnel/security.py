@@ -37,10 +37,11 @@ RLS_TABLES = ("document", "chunk", "embedding", "lexical", "posting", "search_lo
 SHARED_TABLES = ("collection", "index_version", "qrel")
 #: tables readers may not read at all: term_stat lists every word of a collection (those of
 #: documents a reader cannot see included); searches read the df of their own terms
-#: through pgfunnel._term_df, the one SECURITY DEFINER function
+#: through pgfunnel._term_df, one of the two SECURITY DEFINER functions
 READER_DENIED_TABLES = ("term_stat",)
-#: SECURITY DEFINER by design (see READER_DENIED_TABLES)
-DEFINER_BY_DESIGN = ("pgfunnel._term_df(integer,text[])",)
+#: SECURITY DEFINER by design: _term_df (see READER_DENIED_TABLES) and the deletion
+#: trigger (sql/020_bm25.sql says why)
+DEFINER_BY_DESIGN = ("pgfunnel._term_df(integer,text[])", "pgfunnel._lexical_deleted()")
 #: functions only writers may run (they modify index data)
 WRITER_ONLY_FUNCTIONS = ("_bm25_add", "_remove_chunks", "_lexical_deleted",
                          "_indexed_update_refused")
@@ -211,23 +212,24 @@ def _table_exists(conn: psycopg.Connection[Any], table: str) -> bool:
 
 def check_rls_setup(conn: psycopg.Connection[Any]) -> None:
     """Refuse, before anything is written, a role that could not finish ``enable_rls``: one
-    that must create the roles without CREATEROLE, or (Postgres 16 and later) must join
-    an existing ``pgfunnel_writer`` without ADMIN OPTION on it. A failure half-way would
-    leave the schema installed and row-level security off."""
+    that must create the roles without CREATEROLE, or that must be granted an existing
+    ``pgfunnel_writer`` and may not grant it: without ADMIN OPTION on it (Postgres 16 and
+    later), or without either that or CREATEROLE (15). A failure half-way would leave the
+    schema installed and row-level security off."""
     row = conn.execute(
         "select r.rolsuper, r.rolcreaterole, current_user, "
         "pg_catalog.current_setting('server_version_num')::int, "
         "exists (select 1 from pg_roles w where w.rolname = %s), "
-        "exists (select 1 from pg_roles w where w.rolname = %s), "
-        "exists (select 1 from pg_auth_members m join pg_roles w on w.oid = m.roleid "
-        "        where w.rolname = %s and m.member = r.oid), "
-        "exists (select 1 from pg_auth_members m join pg_roles w on w.oid = m.roleid "
-        "        where w.rolname = %s and m.member = r.oid and m.admin_option) "
-        "from pg_roles r where r.rolname = current_user",
-        (READER_ROLE, WRITER_ROLE, WRITER_ROLE, WRITER_ROLE)).fetchone()
+        "w.oid is not null, "
+        "coalesce(pg_catalog.pg_has_role(r.oid, w.oid, 'USAGE'), false), "
+        "exists (select 1 from pg_auth_members m "
+        "        where m.roleid = w.oid and m.member = r.oid and m.admin_option) "
+        "from pg_roles r left join pg_roles w on w.rolname = %s "
+        "where r.rolname = current_user",
+        (READER_ROLE, WRITER_ROLE)).fetchone()
     if row is None:
         return
-    superuser, createrole, me, version, reader_exists, writer_exists, member, admin = row
+    superuser, createrole, me, version, reader_exists, writer_exists, uses, admin = row
     if superuser:
         return
     if not (reader_exists and writer_exists) and not createrole:
@@ -236,14 +238,12 @@ def check_rls_setup(conn: psycopg.Connection[Any]) -> None:
             "lacks CREATEROLE: ask an administrator to create them (`create role "
             f"{READER_ROLE} nologin; create role {WRITER_ROLE} nologin`) or to grant "
             "CREATEROLE, then run it again")
-    if writer_exists and not member and version >= 160000 and not admin:
+    if writer_exists and not uses and not admin and (version >= 160000 or not createrole):
         raise AccessError(
-            f"`init --rls` makes role {me!r} a member of {WRITER_ROLE} (so that forced "
-            "row-level security does not lock the owner out of its tables), and on "
-            "Postgres 16 or later that needs ADMIN OPTION on the existing role: ask a "
-            f"superuser to run `grant {WRITER_ROLE} to {me} with admin option, inherit "
-            "false, set false` (or simply `grant "
-            f"{WRITER_ROLE} to {me}`), then run it again")
+            f"`init --rls` grants role {me!r} the privileges of {WRITER_ROLE} (so that "
+            "forced row-level security does not lock the owner out of its tables), and "
+            f"{me!r} may not grant that role: ask a superuser to run `grant {WRITER_ROLE} "
+            f"to {me}` (or `... with admin option`), then run it again")
 
 
 #: the policy names pgfunnel owns on each RLS table
@@ -368,11 +368,7 @@ def enable_rls(conn: psycopg.Connection[Any]) -> None:
     try:
         ensure_roles(conn)
         grant_privileges(conn)
-        su = conn.execute("select rolsuper, pg_catalog.pg_has_role(current_user, %s, 'MEMBER') "
-                          "from pg_roles where rolname = current_user",
-                          (WRITER_ROLE,)).fetchone()
-        if not (su and (su[0] or su[1])):
-            conn.execute(sql.SQL("grant {} to current_user").format(_ident(WRITER_ROLE)))
+        _grant_writer_to_owner(conn)
         changes = _rls_changes(conn)
         if not changes:
             return
@@ -394,6 +390,32 @@ def enable_rls(conn: psycopg.Connection[Any]) -> None:
             conn.execute(sql.SQL("alter table {} force row level security").format(t))
     except psycopg.Error as exc:
         raise translate(exc) from exc
+
+
+def _grant_writer_to_owner(conn: psycopg.Connection[Any]) -> None:
+    """Make sure the role running ``enable_rls`` holds pgfunnel_writer's privileges, so
+    the forced policies do not lock it out of its own tables.
+
+    The policies follow privileges (USAGE), not bare membership: on Postgres 16 and later
+    a CREATEROLE role that creates pgfunnel_writer is made a member with ADMIN OPTION but
+    without INHERIT, which counts as membership and passes no policy. Before this check
+    read membership, such an owner could write nothing after ``init --rls``."""
+    row = conn.execute("select rolsuper, pg_catalog.pg_has_role(current_user, %s, 'USAGE'), "
+                       "pg_catalog.current_setting('server_version_num')::int "
+                       "from pg_roles where rolname = current_user",
+                       (WRITER_ROLE,)).fetchone()
+    if row is None or row[0] or row[1]:
+        return
+    # 16 and later: explicit, so that a NOINHERIT owner gets the privileges too
+    inherit = sql.SQL(" with inherit true") if int(row[2]) >= 160000 else sql.SQL("")
+    conn.execute(sql.SQL("grant {} to current_user{}").format(_ident(WRITER_ROLE), inherit))
+    held = conn.execute("select pg_catalog.pg_has_role(current_user, %s, 'USAGE')",
+                        (WRITER_ROLE,)).fetchone()
+    if not (held and held[0]):
+        raise AccessError(
+            f"`init --rls` granted {WRITER_ROLE} to the current role, which still does not "
+            "hold its privileges, so forced row-level security would lock it out of its "
+            f"own tables: ask a superuser to run `grant {WRITER_ROLE} to <this role>`")
 
 
 def disable_rls(conn: psycopg.Connection[Any]) -> None:

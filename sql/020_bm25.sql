@@ -25,7 +25,8 @@ as $$
 $$;
 
 -- the document frequency of each of the terms asked for, in one index version.
--- The one pgfunnel function that runs with its owner's rights, on purpose: readers may not read
+-- One of the two pgfunnel functions that run with their owner's rights (the other is
+-- _lexical_deleted, below), on purpose: readers may not read
 -- term_stat itself, which would list every word of the collection, the words of documents
 -- they cannot read included; a search needs the df of its own query terms only. Its body
 -- is one fixed read with a pinned search_path, so running it with the owner's rights
@@ -85,10 +86,17 @@ $$;
 -- through a plain DELETE on pgfunnel.chunk or pgfunnel.document, which cascades here, so
 -- the statistics stay exact either way. Rows of a version that is itself being deleted
 -- (its postings and term_stat go with it) have nothing left to correct.
+-- It runs with its owner's rights, the second exception: a role that may only delete
+-- documents (an app's admin screen) starts the cascade, and before Postgres 18 an AFTER
+-- trigger runs as the role that fires it, which may not update the statistics (42501 on
+-- index_version); from 18 on it runs as the role that queued the event, the cascade's
+-- owner. As the owner it behaves the same on every version. It changes only what the
+-- deleted rows in its transition table account for, and a trigger function cannot be
+-- called on its own.
 create or replace function pgfunnel._lexical_deleted()
 returns trigger
 language plpgsql
-security invoker
+security definer
 set search_path = pg_catalog, pgfunnel
 as $$
 declare

@@ -254,7 +254,7 @@ def test_doctor_knows_the_inlined_functions() -> None:
 
 
 # functions that run with the owner's rights, and why: see their comment in sql/
-DEFINER_FUNCTIONS = ("pgfunnel._term_df",)
+DEFINER_FUNCTIONS = ("pgfunnel._term_df", "pgfunnel._lexical_deleted")
 
 
 def test_sql_files_follow_the_conventions() -> None:
@@ -265,7 +265,7 @@ def test_sql_files_follow_the_conventions() -> None:
         for m in re.finditer(r"create or replace function ([\w.]+)\(", text):
             body = text[m.start():text.find("$$;", m.start())]
             if m.group(1) in DEFINER_FUNCTIONS:
-                # the one exception, on purpose (sql/020_bm25.sql says why)
+                # the exceptions, on purpose (sql/020_bm25.sql says why)
                 assert "security definer" in body and "set search_path" in body
                 continue
             assert "security invoker" in body, f"{path.name}: {m.group(1)} not security invoker"
@@ -327,18 +327,29 @@ def test_stop_embedded_stops_and_the_next_connection_starts_it_again(tmp_path: P
     assert stop_embedded(home) is True
 
 
+def _server_version(dsn: str) -> int:
+    with connect(dsn, autocommit=True) as conn:
+        row = conn.execute("select current_setting('server_version_num')::int").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def test_init_rls_refuses_up_front_an_owner_that_could_not_finish(empty_db: str) -> None:
     """On Postgres 16+, joining an existing pgfunnel_writer takes ADMIN OPTION on it: without
     it `init --rls` must stop before writing anything (it used to leave the schema installed
-    and row-level security off), and name the grant that lets it through."""
+    and row-level security off), and name the grant that lets it through. With ADMIN OPTION
+    alone (no INHERIT: what Postgres 16+ gives a CREATEROLE role for a role it creates) the
+    owner must end up able to write and read its own rows under the forced policies."""
     import uuid
 
-    from _security_helpers import with_user
+    from _security_helpers import Doc, ingest_docs, with_user
     from psycopg import sql as pgsql
 
     from pgfunnel.errors import AccessError
     from pgfunnel.security import ensure_roles, rls_enabled
 
+    if _server_version(empty_db) < 160000:
+        pytest.skip("before Postgres 16 CREATEROLE alone may grant any role: nothing to refuse")
     owner = f"pgf_owner_{uuid.uuid4().hex[:8]}"
     with connect(empty_db, autocommit=True) as su:
         ensure_roles(su)  # as after `init --rls` on another database of the cluster
@@ -358,6 +369,50 @@ def test_init_rls_refuses_up_front_an_owner_that_could_not_finish(empty_db: str)
     schema.init(as_owner, rls=True)
     with connect(as_owner, autocommit=True) as conn:
         assert rls_enabled(conn)
+        # membership without INHERIT passes no policy: this ingest used to fail with
+        # "new row violates row-level security policy"
+        assert conn.execute("select pg_has_role(current_user, 'pgfunnel_writer', 'USAGE')"
+                            ).fetchone() == (True,)
+    ingest_docs(as_owner, [Doc("mine", "the owner's own document", readers=["x"])])
+    with connect(as_owner, autocommit=True) as conn:
+        assert conn.execute("select citekey from pgfunnel.document").fetchall() == [("mine",)]
+
+
+def test_a_delete_only_role_deletes_documents_with_statistics_kept_exact(sample_db: str
+                                                                          ) -> None:
+    """docs/security.md: USAGE on the schema plus SELECT and DELETE on pgfunnel.document is
+    enough to delete documents. The cascade's deletion trigger updates statistics the role
+    may not touch itself; before Postgres 18 an AFTER trigger ran as the role that fired
+    it, so this failed there (42501 on index_version) until the trigger ran as its owner."""
+    import uuid
+
+    from _security_helpers import with_user
+    from psycopg import sql as pgsql
+    from test_bm25 import _orphan_postings
+    from test_ingest import assert_stats_exact
+
+    name = f"pgf_deleter_{uuid.uuid4().hex[:8]}"
+    role = pgsql.Identifier(name)
+    with connect(sample_db, autocommit=True) as su:
+        su.execute(pgsql.SQL("create role {} login").format(role))
+        su.execute(pgsql.SQL("grant usage on schema pgfunnel to {}").format(role))
+        su.execute(pgsql.SQL("grant select, delete on pgfunnel.document to {}").format(role))
+        citekey = su.execute("select citekey from pgfunnel.document order by citekey limit 1"
+                             ).fetchone()
+        assert citekey is not None
+    try:
+        with connect(with_user(sample_db, name), autocommit=True) as deleter:
+            assert deleter.execute("delete from pgfunnel.document where citekey = %s",
+                                   citekey).rowcount == 1
+        with connect(sample_db, autocommit=True) as su:
+            assert su.execute("select count(*) from pgfunnel.document where citekey = %s",
+                              citekey).fetchone() == (0,)
+            assert _orphan_postings(su) == 0
+            assert_stats_exact(su)
+    finally:
+        with connect(sample_db, autocommit=True) as su:
+            su.execute(pgsql.SQL("drop owned by {}").format(role))
+            su.execute(pgsql.SQL("drop role {}").format(role))
 
 
 def test_init_and_migrate_in_rls_mode_name_the_grant_an_owner_lacks(empty_db: str) -> None:
