@@ -321,23 +321,33 @@ def test_hnsw_build_memory_holds_the_graph() -> None:
     assert hnsw_build_memory(10**9, 384, 16) == HNSW_BUILD_MEMORY_CAP_BYTES
 
 
+def _smallest_maintenance_work_mem(conn: psycopg.Connection[Any]) -> str:
+    """64kB from Postgres 17 on, 1MB before."""
+    row = conn.execute("select min_val::int from pg_settings "
+                       "where name = 'maintenance_work_mem'").fetchone()
+    assert row is not None
+    return "64kB" if int(row[0]) < 1024 else "1MB"
+
+
 def test_ingest_sizes_maintenance_work_mem_for_the_hnsw_build(
         conn: psycopg.Connection[Any]) -> None:
-    # 64kB holds about 28 elements: without the sizing pgvector says the graph no longer
-    # fits and finishes the build on disk
-    conn.execute("set maintenance_work_mem = '64kB'")
+    # the smallest setting the server takes: 64kB (Postgres 17+) holds about 28 elements,
+    # 1MB (earlier) about 460; without the sizing pgvector says the graph no longer fits
+    # and finishes the build on disk
+    smallest = _smallest_maintenance_work_mem(conn)
+    conn.execute(f"set maintenance_work_mem = '{smallest}'")
     notices: list[str] = []
     conn.add_notice_handler(lambda d: notices.append(str(d.message_primary)))
     docs = [DocumentRecord(f"d{i}", f"document number {i} about topic {i % 7}")
-            for i in range(300)]
+            for i in range(300 if smallest == "64kB" else 1000)]
     Ingester(conn, "sized").ingest(docs, vectors=_random_vectors(docs))
     assert not [n for n in notices if "maintenance_work_mem" in n], notices
     row = conn.execute("select indisvalid from pg_index where indexrelid = "
                        "'pgfunnel.embedding_hnsw_v1'::regclass").fetchone()
     assert row == (True,)
     # the raised setting was local to the build's transaction
-    assert conn.execute("show maintenance_work_mem").fetchone() == ("64kB",)
-    # the same build at the session's 64kB does spill, so the check above can fail
+    assert conn.execute("show maintenance_work_mem").fetchone() == (smallest,)
+    # the same build at the session's setting does spill, so the check above can fail
     conn.execute("drop index pgfunnel.embedding_hnsw_v1")
     from pgfunnel.ingest import create_hnsw_index
 
