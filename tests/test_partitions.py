@@ -194,6 +194,65 @@ def test_migration_0005_both_ways_keeps_postings_policies_and_results(db: str) -
         assert _lexical(conn) == after
 
 
+def _posting_access(conn: psycopg.Connection[Any]) -> Any:
+    """pgfunnel.posting's policies (name, permissive or restrictive, command, roles, using)
+    and the privileges granted on it (grantee, privilege, grantable), grantor aside."""
+    policies = conn.execute(
+        "select policyname, permissive, cmd, roles::text[], qual from pg_policies "
+        "where schemaname = 'pgfunnel' and tablename = 'posting' order by 1").fetchall()
+    grants = conn.execute(
+        "select distinct g.rolname, a.privilege_type, a.is_grantable from pg_class c, "
+        "aclexplode(c.relacl) a join pg_roles g on g.oid = a.grantee "
+        "where c.oid = 'pgfunnel.posting'::regclass and a.grantee <> c.relowner "
+        "order by 1, 2").fetchall()
+    return policies, grants
+
+
+def test_migration_0005_both_ways_keeps_restrictive_policies_and_grant_options(db: str) -> None:
+    import uuid
+
+    from psycopg import sql
+
+    tag = uuid.uuid4().hex[:8]
+    # names that only survive when quoted; pgf_app_ roles are dropped after the test
+    reader, heir = f'pgf_app_{tag} "r"', f"pgf_app_{tag}_h"
+    narrow, wide = 'narrow "v"', "wide"
+    with connect(db, autocommit=True) as conn:
+        ingest_records(conn, _records())
+    # down to a plain table, then up again: posting_legacy, then down from it
+    schema.downgrade(db, "0004")
+    with connect(db, autocommit=True) as conn:
+        r, h = sql.Identifier(reader), sql.Identifier(heir)
+        for role in (r, h):
+            conn.execute(sql.SQL("create role {}").format(role))
+        conn.execute(sql.SQL("grant usage on schema pgfunnel to {}").format(r))
+        conn.execute(sql.SQL("grant select on pgfunnel.posting to {} with grant option"
+                             ).format(r))
+        conn.execute(sql.SQL("set role {}").format(r))
+        conn.execute(sql.SQL("grant select on pgfunnel.posting to {}").format(h))
+        conn.execute("reset role")
+        conn.execute(sql.SQL("create policy {} on pgfunnel.posting as restrictive for select "
+                             "to {} using (index_version_id < 0)").format(
+                                 sql.Identifier(narrow), r))
+        conn.execute(sql.SQL("create policy {} on pgfunnel.posting as permissive for select "
+                             "to {}, {} using (true)").format(sql.Identifier(wide), r, h))
+        access = _posting_access(conn)
+        policies, grants = access
+        assert [(p[0], p[1]) for p in policies if p[0] in (narrow, wide)] == [
+            (narrow, "RESTRICTIVE"), (wide, "PERMISSIVE")]
+        assert (reader, "SELECT", True) in grants and (heir, "SELECT", False) in grants
+
+    schema.upgrade(db)
+    with connect(db, autocommit=True) as conn:
+        assert _posting_security(conn)[0] == "p"
+        assert _posting_access(conn) == access
+
+    schema.downgrade(db, "0004")
+    with connect(db, autocommit=True) as conn:
+        assert _posting_security(conn)[0] == "r"
+        assert _posting_access(conn) == access
+
+
 def test_under_rls_an_ingest_role_adds_documents_and_readers_get_no_partition(
         db: str) -> None:
     from _security_helpers import create_app_role

@@ -45,12 +45,16 @@ def _access_of_posting() -> list[str]:
     Postgres prints a policy's columns qualified by the table's name at that moment."""
     bind = op.get_bind()
     out: list[str] = []
-    for name, cmd, roles, qual, check in bind.execute(text(
-            "select policyname, cmd, roles, qual, with_check from pg_policies "
-            "where schemaname = 'pgfunnel' and tablename = 'posting' order by policyname")):
-        to = ", ".join('"' + r.replace('"', '""') + '"' if r != "public" else "public"
-                       for r in roles)
-        statement = f'create policy "{name}" on pgfunnel.posting for {cmd.lower()} to {to}'
+    # names come back quoted by Postgres itself, so that any role or policy name survives;
+    # a restrictive policy made permissive would be OR-ed in and widen what a role reads
+    for name, permissive, cmd, to, qual, check in bind.execute(text(
+            "select quote_ident(policyname), permissive, cmd, "
+            "(select string_agg(quote_ident(r), ', ') from unnest(roles) r), qual, with_check "
+            "from pg_policies where schemaname = 'pgfunnel' and tablename = 'posting' "
+            "order by policyname")):
+        kind = "restrictive" if permissive == "RESTRICTIVE" else "permissive"
+        statement = (f"create policy {name} on pgfunnel.posting as {kind} "
+                     f"for {cmd.lower()} to {to}")
         if qual is not None:
             statement += f" using ({qual})"
         if check is not None:
@@ -63,11 +67,13 @@ def _access_of_posting() -> list[str]:
         out.append("alter table pgfunnel.posting enable row level security")
     if force:
         out.append("alter table pgfunnel.posting force row level security")
-    for grantee, privilege in bind.execute(text(
-            "select g.rolname, a.privilege_type from pg_class c, "
+    # a grant option dropped here would take away what the role may pass on
+    for grantee, privilege, grantable in bind.execute(text(
+            "select quote_ident(g.rolname), a.privilege_type, a.is_grantable from pg_class c, "
             "aclexplode(c.relacl) a join pg_roles g on g.oid = a.grantee "
             "where c.oid = cast('pgfunnel.posting' as regclass) and a.grantee <> c.relowner")):
-        out.append(f'grant {privilege} on pgfunnel.posting to "{grantee}"')
+        option = " with grant option" if grantable else ""
+        out.append(f"grant {privilege} on pgfunnel.posting to {grantee}{option}")
     return out
 
 
@@ -116,17 +122,19 @@ def downgrade() -> None:
         op.execute("alter index pgfunnel.posting_legacy_pkey rename to posting_pkey")
         # what was set on the parent since (`pgfunnel init --rls`, grants) is what holds
         for (name,) in bind.execute(text(
-                "select policyname from pg_policies where schemaname = 'pgfunnel' "
+                "select quote_ident(policyname) from pg_policies where schemaname = 'pgfunnel' "
                 "and tablename = 'posting'")).all():
-            op.execute(f'drop policy "{name}" on pgfunnel.posting')
+            op.execute(f"drop policy {name} on pgfunnel.posting")
         op.execute("alter table pgfunnel.posting no force row level security")
         op.execute("alter table pgfunnel.posting disable row level security")
         for (grantee,) in bind.execute(text(
-                "select distinct g.rolname from pg_class c, aclexplode(c.relacl) a "
+                "select distinct quote_ident(g.rolname) from pg_class c, aclexplode(c.relacl) a "
                 "join pg_roles g on g.oid = a.grantee "
                 "where c.oid = cast('pgfunnel.posting' as regclass) "
                 "and a.grantee <> c.relowner")).all():
-            op.execute(f'revoke all on pgfunnel.posting from "{grantee}"')
+            # every grantee's grants go and the parent's come back below, so cascading to
+            # what a grantee with grant option passed on takes nothing that stays
+            op.execute(f"revoke all on pgfunnel.posting from {grantee} cascade")
         for statement in access:
             op.execute(statement)
     else:
