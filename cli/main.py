@@ -178,7 +178,8 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
               exclude: list[str] | None = None, root: Path | None = None) -> Any:
     from pgfunnel.db import connect
     from pgfunnel.embedder import Embedder
-    from pgfunnel.ingest import Ingester, active_version, collection_id
+    from pgfunnel.errors import InvalidInputError
+    from pgfunnel.ingest import Ingester, active_version, collection_id, same_model
     records, skipped = read_documents(paths, exclude, root)
     with connect(dsn_value, autocommit=True) as conn:
         from pgfunnel.db import require_schema
@@ -186,6 +187,12 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
         require_schema(conn)
         cid = collection_id(conn, collection)
         version = active_version(conn, cid) if cid is not None else None
+        if version is not None and model and not same_model(model, version.embedding_model):
+            # refused before the model loads (seconds); Ingester refuses it too
+            raise InvalidInputError(
+                f"--model: collection {collection!r} is indexed with "
+                f"{version.embedding_model!r}, not {model!r}; leave --model out, or change "
+                "the collection's model with `pgfunnel reindex --model`")
         model_name = model or (version.embedding_model if version else "all-MiniLM-L6-v2")
         embedder = Embedder(model_name)
         with _progress() if show_progress else _NullProgress() as progress:
@@ -234,10 +241,12 @@ def ingest(
         help="Files or folders (.md, .mdx, .rst, .adoc, .txt, .html, .ipynb, .jsonl). Folders "
              "are read recursively.")],
     collection: CollectionOption = "default",
-    chunk_words: Annotated[int, typer.Option(help="Target chunk size in words.")] = 200,
+    chunk_words: Annotated[int, typer.Option(
+        min=20, help="Target chunk size in words (at least 20).")] = 200,
     model: Annotated[str | None, typer.Option(
         help="Embedding model for a new collection (default all-MiniLM-L6-v2, bundled). "
-             "An existing collection uses its active index version's model.")] = None,
+             "An existing collection uses its active index version's model; naming another "
+             "is refused (change it with `pgfunnel reindex --model`).")] = None,
     private: Annotated[bool, typer.Option(
         help="Create the collection private: documents without readers are visible to "
              "nobody instead of everyone in their tenant.")] = False,

@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 from pgvector.psycopg import register_vector
 
-from pgfunnel.errors import ConnectionFailedError, SchemaMissingError, translate
+from pgfunnel.errors import ConfigError, ConnectionFailedError, SchemaMissingError, translate
 
 SCHEMA = "pgfunnel"
 
@@ -111,10 +111,17 @@ def connect(dsn: str | None = None, *, autocommit: bool = False,
     try:
         conn = psycopg.connect(target, autocommit=autocommit, connect_timeout=10)
     except psycopg.OperationalError as exc:
+        # every line: libpq puts the cause ("Connection refused", "password authentication
+        # failed") on the first and a hint on the last
+        detail = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
         raise ConnectionFailedError(
-            f"cannot connect to Postgres at {redact(target)}: "
-            f"{str(exc).strip().splitlines()[-1] if str(exc).strip() else exc}"
+            f"cannot connect to Postgres at {redact(target)}: {detail or type(exc).__name__}"
         ) from exc
+    except psycopg.ProgrammingError as exc:
+        # libpq could not parse the connection string: nothing was sent
+        raise ConfigError("dsn", f"not a valid connection string ({str(exc).strip()}); use "
+                          "a URL such as postgresql://user@host:5432/dbname or key=value "
+                          "pairs") from exc
     if register:
         try_register_vector(conn)
     return conn

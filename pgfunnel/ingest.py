@@ -19,6 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, field
 from itertools import chain
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -476,11 +477,28 @@ def _tsvector_quote(term: str) -> str:
     return "'" + term.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
+#: a collection name is typed on command lines and in SQL calls: one short line
+MAX_COLLECTION_NAME = 200
+
+
+def check_collection_name(name: object) -> None:
+    """Refuse a name no one could type back: empty or blank, over MAX_COLLECTION_NAME
+    characters, or holding a control character (ConfigError)."""
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError("collection", f"must be a non-empty name, got {name!r}")
+    if len(name) > MAX_COLLECTION_NAME:
+        raise ConfigError("collection", f"must be at most {MAX_COLLECTION_NAME} characters, "
+                          f"got {len(name)}")
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
+        raise ConfigError("collection", f"must not hold control characters, got {name!r}")
+
+
 def get_or_create_collection(conn: psycopg.Connection[Any], name: str, *, private: bool = False,
                              analyzer: str = DEFAULT_ANALYZER) -> int:
     cid = collection_id(conn, name)
     if cid is not None:
         return cid
+    check_collection_name(name)
     row = conn.execute(
         "insert into pgfunnel.collection (name, private, analyzer) values (%s, %s, %s) "
         "on conflict (name) do update set name = excluded.name returning id",
@@ -533,6 +551,13 @@ def create_version(conn: psycopg.Connection[Any], coll_id: int, model: str, dime
                 f"tables; {exc.diag.message_primary or exc} (run it as the owner: see "
                 "docs/security.md, Roles and grants)") from exc
     return version_id
+
+
+def same_model(a: str, b: str) -> bool:
+    """Whether two embedding-model names name the same model: equal, or equal after the
+    hub organisation or the folder (``sentence-transformers/all-MiniLM-L6-v2``,
+    ``all-MiniLM-L6-v2`` and a local copy in ``.../all-MiniLM-L6-v2`` are one model)."""
+    return a == b or Path(a.rstrip("/")).name == Path(b.rstrip("/")).name
 
 
 def posting_partition_name(version_id: int) -> str:
@@ -895,6 +920,8 @@ class Ingester:
         self.stats = IngestStats()
         self._embed_queued = 0
         cid = collection_id(conn, collection)
+        if cid is None:
+            check_collection_name(collection)  # before a model loads or a file is read
         version = active_version(conn, cid) if cid is not None else None
         if version is not None and embedder is not None and (
                 embedder.dimensions != version.dimensions):
@@ -902,6 +929,14 @@ class Ingester:
                 f"embedding_model: {embedder.model_name!r} makes {embedder.dimensions}-dim "
                 f"vectors but collection {collection!r} is indexed with {version.embedding_model!r}"
                 f" ({version.dimensions} dims); use that model or run `pgfunnel reindex`")
+        if version is not None and embedder is not None and not same_model(
+                embedder.model_name, version.embedding_model):
+            # same size, other model: its vectors would sit beside the version's in one
+            # graph, each near its own model's neighbours, and nothing would say so
+            raise InvalidInputError(
+                f"embedding_model: collection {collection!r} is indexed with "
+                f"{version.embedding_model!r}, not {embedder.model_name!r}; ingest with that "
+                "model, or change the collection's model with `pgfunnel reindex --model`")
         self._analyzers: dict[str, TermAnalyzer] = {}
 
     @property

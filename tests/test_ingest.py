@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from pgfunnel.errors import InvalidDocumentError, InvalidInputError, InvalidVectorError
-from pgfunnel.ingest import Ingester, delete_documents
+from pgfunnel.ingest import Ingester, delete_documents, get_or_create_collection
 from pgfunnel.sources import DocumentRecord, chunk_text, read_path
 
 
@@ -595,3 +595,69 @@ def test_given_vectors_are_counted_as_given_and_unused_ones_named(
         [DocumentRecord(d.citekey, d.text + " (edited)") if d.citekey == "d1" else d
          for d in docs])
     assert again.chunks_given == 0 and again.documents_unchanged == 2
+
+
+def test_another_model_of_the_same_size_is_refused_on_an_existing_collection(
+        sample_db: str, embedder: Any, tmp_path: Path) -> None:
+    """A model with the version's dimension but another name used to embed into the
+    version's graph unnoticed (`ingest --model` on an existing collection): refused, by the
+    CLI before the model loads and by Ingester, and nothing is written."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.db import connect
+    from pgfunnel.errors import InvalidInputError
+    from pgfunnel.ingest import same_model
+
+    class Renamed:
+        model_name = "/models/another-384-dim-model"
+        dimensions = embedder.dimensions
+
+        def embed(self, texts: Any, progress: Any = None) -> Any:
+            raise AssertionError("nothing may be embedded")
+
+    (tmp_path / "yak.md").write_text("# Yaks\n\nYak grooming twice a year.")
+    with connect(sample_db, autocommit=True) as conn:
+        before = conn.execute("select count(*) from pgfunnel.chunk").fetchone()
+        with pytest.raises(InvalidInputError, match="indexed with 'all-MiniLM-L6-v2'"):
+            Ingester(conn, "default", embedder=Renamed())  # type: ignore[arg-type]
+        res = CliRunner().invoke(app, ["ingest", str(tmp_path), "--model", "/models/other",
+                                       "--dsn", sample_db])
+        assert res.exit_code == 1, res.output
+        assert "--model: collection 'default' is indexed with 'all-MiniLM-L6-v2'" in res.output
+        assert "Traceback" not in res.output
+        assert conn.execute("select count(*) from pgfunnel.chunk").fetchone() == before
+    # the same model under its hub name or in a folder of its name is the same model
+    assert same_model("sentence-transformers/all-MiniLM-L6-v2", "all-MiniLM-L6-v2")
+    assert same_model("/opt/models/all-MiniLM-L6-v2/", "all-MiniLM-L6-v2")
+    assert not same_model("/tmp/tiny384", "all-MiniLM-L6-v2")
+
+
+@pytest.mark.parametrize("name, message", [
+    ("", "non-empty"), ("   ", "non-empty"), ("x" * 201, "at most 200"),
+    ("tab\there", "control characters")])
+def test_a_collection_name_no_one_could_type_back_is_refused(conn: psycopg.Connection[Any],
+                                                             name: str, message: str) -> None:
+    from pgfunnel.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=f"collection: .*{message}"):
+        Ingester(conn, name)
+    with pytest.raises(ConfigError, match=message):
+        get_or_create_collection(conn, name)
+    assert conn.execute("select count(*) from pgfunnel.collection").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_chunk_words_under_20_is_a_usage_error_with_or_without_dry_run(
+        tmp_path: Path, dry_run: bool) -> None:
+    # the dry run used to end in a traceback (ValueError from chunk_text)
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    (tmp_path / "a.md").write_text("# A\n\nSome words here.")
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path), "--chunk-words", "5",
+                                   *(["--dry-run"] if dry_run else []), "--dsn", "bogus"],
+                           env={"COLUMNS": "200"})
+    assert res.exit_code == 2, res.output
+    assert "--chunk-words" in res.output and "20" in res.output
+    assert "Traceback" not in res.output

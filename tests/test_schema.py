@@ -228,8 +228,24 @@ def test_cli_without_schema_says_run_init(empty_db: str, tmp_path: Path,
 
 
 def test_unreachable_dsn_is_a_clear_error() -> None:
-    with pytest.raises(ConnectionFailedError, match="cannot connect"):
+    # the cause libpq gives is kept, not only its closing hint
+    with pytest.raises(ConnectionFailedError, match="cannot connect.*Connection refused"):
         connect("postgresql://nobody@127.0.0.1:1/none?connect_timeout=2")
+
+
+@pytest.mark.parametrize("command", [["search", "x"], ["doctor"], ["versions", "list"]])
+def test_a_malformed_dsn_is_one_clear_line_from_every_command(command: list[str]) -> None:
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="dsn: not a valid connection string"):
+        connect("bogus")
+    res = CliRunner().invoke(app, [*command, "--dsn", "bogus"])
+    assert res.exit_code == 1, res.output
+    assert "not a valid connection string" in res.output
+    assert "Traceback" not in res.output
 
 
 #: SQL functions left without `set search_path` so that Postgres inlines them; their
