@@ -5,7 +5,15 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from pgfunnel.cli.common import EXIT_GATE, DsnOption, JsonOption, emit_json, handle_errors, out
+from pgfunnel.cli.common import (
+    EXIT_GATE,
+    DsnOption,
+    JsonOption,
+    emit_json,
+    handle_errors,
+    out,
+    plural,
+)
 from rich.table import Table
 
 _STYLE = {"error": "red", "warning": "yellow", "info": "dim"}
@@ -41,7 +49,7 @@ def doctor(
         out.print(table)
         n_err = sum(f.level == "error" for f in findings)
         n_warn = sum(f.level == "warning" for f in findings)
-        out.print(f"{n_err} errors, {n_warn} warnings")
+        out.print(f"{plural(n_err, 'error')}, {plural(n_warn, 'warning')}")
     if level == "error":
         raise typer.Exit(EXIT_GATE)
 

@@ -349,10 +349,11 @@ def delete(
         emit_json({"collection": collection, "deleted": n,
                    "not_found": len(set(citekeys)) - n})
     else:
-        out.print(f"{n} documents deleted.")
+        out.print(f"{plural(n, 'document')} deleted.")
         if n < len(set(citekeys)):
-            out.print(f"{len(set(citekeys)) - n} of the citekeys given were not in collection "
-                      f"{collection!r}.", highlight=False)
+            missing = len(set(citekeys)) - n
+            out.print(f"{missing} of the citekeys given {'was' if missing == 1 else 'were'} "
+                      f"not in collection {collection!r}.", highlight=False)
 
 
 def _results_table(title: str, results: list[Any], show_rerank: bool = False,

@@ -18,6 +18,7 @@ from pgfunnel.cli.common import (
     emit_json,
     handle_errors,
     out,
+    plural,
 )
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -187,7 +188,8 @@ def _print_activation(act: Any, json_out: bool) -> None:
         msg += (f"; version {act.replaced} retired (`pgfunnel versions rollback -c "
                 f"{shlex.quote(act.collection)}` returns to it)")
     if act.caught_up:
-        msg += f"; {act.caught_up} chunks ingested since its build were indexed first"
+        msg += (f"; {plural(act.caught_up, 'chunk')} ingested since its build "
+                f"{'was' if act.caught_up == 1 else 'were'} indexed first")
     out.print(msg, highlight=False)
 
 

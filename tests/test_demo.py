@@ -89,5 +89,5 @@ def test_delete_says_which_citekeys_were_not_there(sample_db: str) -> None:
 
     res = CliRunner().invoke(app, ["delete", "err-6358", "no-such-doc", "--dsn", sample_db])
     assert res.exit_code == 0, res.output
-    assert "1 documents deleted" in res.output
-    assert "1 of the citekeys given were not in collection 'default'" in res.output
+    assert "1 document deleted" in res.output
+    assert "1 of the citekeys given was not in collection 'default'" in res.output
