@@ -273,7 +273,9 @@ begin
         if cardinality(q_terms) = 0 then
             raise warning using message = format(
                 'pgfunnel: no searchable term left in query_text (dropped: %s); the lexical leg is empty',
-                coalesce(nullif(array_to_string(dropped, ', '), ''), 'nothing but punctuation'));
+                coalesce(nullif(array_to_string(dropped, ', '), ''),
+                         case when pg_catalog.btrim(query_text, E' \t\n\r\f\v') = ''
+                              then 'the query is empty' else 'nothing but punctuation' end));
         elsif cardinality(dropped) > 0 then
             raise notice using message = format('pgfunnel: query words not searched: %s',
                                                 array_to_string(dropped, ', '));

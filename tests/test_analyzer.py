@@ -165,7 +165,11 @@ def test_query_losing_every_term_warns(sample_conn: psycopg.Connection[Any]) -> 
     assert warnings_seen and "no searchable term" in warnings_seen[0]
     seen.clear()
     assert lexical(sample_conn, "?!?") == []
-    assert any(s == "WARNING" and "no searchable term" in m for s, m in seen)
+    assert any(s == "WARNING" and "nothing but punctuation" in m for s, m in seen)
+    seen.clear()
+    # an empty query is not punctuation: the SQL warning says what the API and CLI say
+    assert lexical(sample_conn, " \n") == []
+    assert any(s == "WARNING" and "the query is empty" in m for s, m in seen), seen
 
 
 def test_unknown_analyzer_names_the_parameter(conn: psycopg.Connection[Any]) -> None:
