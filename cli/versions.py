@@ -268,11 +268,19 @@ def drop_collection_cmd(
     from pgfunnel import versions
     from pgfunnel.db import connect
 
-    if not yes:
-        console.print(f"[red]error:[/red] this drops collection {collection!r} and "
-                      "everything in it; pass --yes to confirm", highlight=False)
-        raise typer.Exit(EXIT_USAGE)
     with handle_errors(), connect(dsn, autocommit=True) as conn:
+        if not yes:
+            # a misspelt name is said to be one before the confirmation is asked for
+            from pgfunnel.db import require_schema
+
+            require_schema(conn)
+            coll_id = versions.require_collection(conn, collection)
+            row = conn.execute("select count(*) from pgfunnel.document where collection_id = %s",
+                               (coll_id,)).fetchone()
+            held = plural(int(row[0]) if row else 0, "document")
+            console.print(f"[red]error:[/red] this drops collection {collection!r} and "
+                          f"everything in it ({held}); pass --yes to confirm", highlight=False)
+            raise typer.Exit(EXIT_USAGE)
         result = versions.drop_collection(conn, collection)
     if json_out:
         emit_json(result)

@@ -408,8 +408,15 @@ def test_drop_collection_takes_its_tables_and_indexes_too(db: str) -> None:
 
         # the CLI asks for confirmation first
         runner = CliRunner()
-        refused = runner.invoke(app, ["versions", "drop-collection", "a", "--dsn", db])
+        refused = runner.invoke(app, ["versions", "drop-collection", "a", "--dsn", db],
+                                env={"COLUMNS": "200"})
         assert refused.exit_code == 2 and "--yes" in refused.output
+        assert "(5 documents)" in refused.output
+        # a name that is no collection is said to be none before confirmation is asked
+        misspelt = runner.invoke(app, ["versions", "drop-collection", "aa", "--dsn", db],
+                                 env={"COLUMNS": "200"})
+        assert misspelt.exit_code == 1 and "--yes" not in misspelt.output, misspelt.output
+        assert "aa" in misspelt.output
         done = runner.invoke(app, ["versions", "drop-collection", "a", "--yes", "--dsn", db,
                                    "--json"])
         assert done.exit_code == 0, done.output
