@@ -165,18 +165,33 @@ def list_cmd(collection: CollectionOption = "default", dsn: DsnOption = None,
     if json_out:
         emit_json([i.to_json() for i in infos])
         return
-    table = Table(title=f"index versions of {collection!r}", title_justify="left")
-    for col in ("version", "state", "model", "dims", "analyzer", "chunks", "missing",
-                "hnsw index", "activated", "retired"):
-        table.add_column(col)
+    rows = []
     for i in infos:
         idx = ("valid" if i.index_valid else "INVALID" if i.index_present else "missing")
-        table.add_row(str(i.version), i.state, i.embedding_model, str(i.dimensions), i.analyzer,
-                      str(i.chunk_count), str(i.missing_chunks),
-                      f"{idx} {i.index_bytes / 1e6:.1f} MB" if i.index_present else idx,
-                      f"{i.activated_at:%Y-%m-%d %H:%M}" if i.activated_at else "-",
-                      f"{i.retired_at:%Y-%m-%d %H:%M}" if i.retired_at else "-")
-    out.print(table)
+        rows.append({"version": str(i.version), "state": i.state, "model": i.embedding_model,
+                     "dims": str(i.dimensions), "analyzer": i.analyzer,
+                     "chunks": str(i.chunk_count), "missing": str(i.missing_chunks),
+                     "hnsw index": (f"{idx} {i.index_bytes / 1e6:.1f} MB" if i.index_present
+                                    else idx),
+                     "activated": f"{i.activated_at:%Y-%m-%d %H:%M}" if i.activated_at else "-",
+                     "retired": f"{i.retired_at:%Y-%m-%d %H:%M}" if i.retired_at else "-"})
+    table = Table(title=f"index versions of {collection!r}", title_justify="left")
+    for col in rows[0] if rows else ("version", "state", "model"):
+        table.add_column(col, no_wrap=True)
+    for row in rows:
+        table.add_row(*row.values())
+    columns = list(rows[0]) if rows else []
+    needed = 1 + sum(3 + max(len(c), *(len(r[c]) for r in rows)) for c in columns)
+    if needed <= out.width:
+        out.print(table)
+        return
+    # too narrow for the table (80 columns cut every header to "vers…", "acti…"): one
+    # line per version instead
+    out.print(f"index versions of {collection!r}", highlight=False)
+    for row in rows:
+        rest = ", ".join(f"{name} {value}" for name, value in row.items()
+                         if name not in ("version", "state") and value != "-")
+        out.print(f"  version {row['version']} ({row['state']}): {rest}", highlight=False)
 
 
 def _print_activation(act: Any, json_out: bool) -> None:

@@ -541,3 +541,23 @@ def test_search_multi_reads_one_version_across_its_phrasings(sample_db: str) -> 
         logged = conn.execute("select distinct index_version_id from pgfunnel.search_log"
                               ).fetchall()
     assert logged == [(ids[1],)]
+
+
+def test_versions_list_reads_at_80_columns(sample_db: str) -> None:
+    """At 80 columns the table cut every header and value ("vers…", "acti…"); a terminal
+    too narrow for it gets one line per version instead, with nothing cut."""
+    from pgfunnel.cli.main import app
+
+    with connect(sample_db, autocommit=True) as conn:
+        res = versions.reindex(conn, "default", analyzer="simple_v1")
+        versions.activate(conn, "default", res.version)
+    narrow = CliRunner().invoke(app, ["versions", "list", "--dsn", sample_db],
+                                env={"COLUMNS": "80"})
+    assert narrow.exit_code == 0, narrow.output
+    flat = " ".join(narrow.output.split())
+    assert "…" not in narrow.output
+    assert "version 1 (retired): model all-MiniLM-L6-v2, dims 384, analyzer english_v2" in flat
+    assert "version 2 (active):" in flat and "analyzer simple_v1" in flat
+    wide = CliRunner().invoke(app, ["versions", "list", "--dsn", sample_db],
+                              env={"COLUMNS": "200"})
+    assert "┃ version ┃ state" in wide.output and "…" not in wide.output
