@@ -826,8 +826,11 @@ def cached_vectors(records: list[Any], cache: Path, embedder: Any,
 
 
 RUN_CONFIGS: dict[str, dict[str, Any]] = {
-    "lexical": {"fusion": "rrf", "weights": [1, 0]},  # the leg's own order
-    "dense": {"fusion": "rrf", "weights": [0, 1]},
+    # one leg alone, as the eval presets run it (pgfunnel.eval.harness.LEXICAL_ONLY /
+    # DENSE_ONLY): the other leg does not run, so its hits cannot fill the list; rank
+    # fusion keeps the leg's own order
+    "lexical": {"legs": "lexical", "fusion": "rrf", "weights": [1, 0]},
+    "dense": {"legs": "dense", "fusion": "rrf", "weights": [0, 1]},
     "rrf": {"fusion": "rrf"},
     "minmax": {"fusion": "minmax"},
     "zscore": {"fusion": "zscore"},
@@ -891,8 +894,10 @@ def run(data_dir: Path, out_dir: Path, dsn: str | None = None, collection: str =
             rankings = {name: {qid: r.final for qid, r in by_q.items()}
                         for name, by_q in result.runs.items()}
             rankings[PEER] = _peer_runs(conn, selected, embedder, k)
+            # a single-leg configuration has no pool for the leg it does not run
             pools = {name: {st: {qid: r.stages.get(st, []) for qid, r in by_q.items()}
-                            for st in ("lexical", "dense", "fused", "capped")}
+                            for st in ("lexical", "dense", "fused", "capped")
+                            if any(st in r.stages for r in by_q.values())}
                      for name, by_q in result.runs.items()}
             report = build_report(rankings, selected, k=k, baseline=PEER, pools=pools,
                                   metadata={"corpus": str(data_dir), "split": split})

@@ -52,6 +52,11 @@ def test_config_validation_names_the_problem() -> None:
     # presets add up in order, a name two of them share once
     assert [c.name for c in preset_configs("lexical", "default", "all-fusions")] == [
         "lexical", "default", "dense", "rrf", "zscore"]
+    # which legs run: both (the default), or one of them alone
+    assert EvalConfig.from_dict("x", {}).legs == "both"
+    assert [c.legs for c in preset_configs("lexical", "dense")] == ["lexical", "dense"]
+    with pytest.raises(ConfigError, match="'legs' must be one of both, lexical, dense"):
+        EvalConfig.from_dict("x", {"legs": "bm25"})
 
 
 def test_eval_cli_tables_floors_and_self_bootstrap(sample_db: str, tmp_path: Path) -> None:
@@ -160,6 +165,71 @@ def test_judged_items_written_as_file_names_are_matched_to_their_citekeys(
     found = baseline.report.configs["default"].per_query["q1"]["recall@10"]
     assert found > 0
     assert result.report.configs["default"].per_query["q1"]["recall@10"] == found / 2
+
+
+#: a paraphrase none of whose words is in the help center's BM25 index: the lexical
+#: leg finds nothing, the dense leg finds the refund articles
+NO_LEXICAL_MATCH = "how can I obtain a reimbursement"
+
+
+def test_the_lexical_preset_never_returns_what_only_the_dense_leg_found(
+        sample_db: str, embedder: Any) -> None:
+    import warnings
+
+    from pgfunnel.search import Funnel
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the query's stop words, named by a notice
+        assert Funnel(sample_db, embedder=None).search(NO_LEXICAL_MATCH).results == []
+    harness = Harness(sample_db, "default", embedder=embedder)
+    # judged relevant: what the dense leg alone returns, so a list the dense leg filled
+    # would score
+    probe = JudgedQuery("p", NO_LEXICAL_MATCH, "paraphrase", {"refunds-annual": 1})
+    found = harness.run([probe], preset_configs("dense")).runs["dense"]["p"].final
+    assert found
+    q = JudgedQuery("q", NO_LEXICAL_MATCH, "paraphrase", {item: 1 for item in found})
+    kw = JudgedQuery("kw", "refund annual plan", "keyword", {"refunds-annual": 1})
+    result = harness.run([q, kw], preset_configs("lexical", "dense"))
+
+    lexical = result.runs["lexical"]
+    # nothing matched lexically, so nothing comes back: no dense hit fills the list
+    assert lexical["q"].final == []
+    assert lexical["q"].stages == {"lexical": [], "fused": [], "capped": []}
+    assert lexical["q"].top_fused_score is None
+    assert result.report.configs["lexical"].per_query["q"]["ndcg@10"] == 0.0
+    assert result.report.configs["dense"].per_query["q"]["ndcg@10"] == 1.0
+    # a query the lexical leg does match returns its hits and nothing else
+    assert lexical["kw"].final and set(lexical["kw"].final) <= set(lexical["kw"].stages["lexical"])
+    # the leg that did not run has no pool recall (shown as not measured), the other has
+    pools = result.report.configs["lexical"].pool_recall
+    assert "lexical" in pools and "dense" not in pools
+    assert result.report.metadata["leg_depths"]["lexical"] == {"lexical": 40, "fused": 40}
+    # each leg's recall curve comes from the configuration that ran it
+    assert {"lexical leg", "dense leg"} <= set(result.curves)
+
+
+def test_the_dense_preset_never_returns_what_only_the_lexical_leg_found(
+        sample_db: str, embedder: Any) -> None:
+    from pgfunnel.eval.harness import DENSE_ONLY
+
+    kw = JudgedQuery("kw", "refund annual plan", "keyword",
+                     {"refunds-annual": 1, "refunds-enterprise": 1, "refunds-trial": 1})
+    # a dense leg shorter than the pool (two chunks for a pool of 40): the lexical leg
+    # finds every refund article, and none of those the dense leg missed may fill the list
+    shallow = EvalConfig.from_dict("dense", {**DENSE_ONLY, "dense_depth": 2})
+    both = EvalConfig.from_dict("both", {"fusion": "rrf", "dense_depth": 2})
+    result = Harness(sample_db, "default", embedder=embedder).run([kw], [shallow, both])
+    dense = result.runs["dense"]["kw"]
+    lexical_only = set(result.runs["both"]["kw"].stages["lexical"]) - set(dense.stages["dense"])
+    assert lexical_only and not lexical_only & set(dense.final)
+    assert dense.final and set(dense.final) <= set(dense.stages["dense"])
+    assert len(dense.final) <= 2
+    assert "lexical" not in dense.stages
+    pools = result.report.configs["dense"].pool_recall
+    assert "dense" in pools and "lexical" not in pools
+    # the single-leg configuration records which leg it ran; a two-leg one is unchanged
+    configs = result.report.metadata["configs"]
+    assert configs["dense"]["legs"] == "dense" and "legs" not in configs["both"]
 
 
 def test_stage_recall_in_database_matches_harness(sample_db: str) -> None:

@@ -282,3 +282,13 @@ def test_build_end_to_end_on_a_tiny_docs_tree(tmp_path: Path) -> None:
     queries = pydocs.load_queries(out / "queries.jsonl")
     assert {q["query"] for q in queries} == {"dumps"}
     assert counts["docs"] == 1 and counts["queries_identifier"] == 1
+
+
+def test_run_configs_measure_each_leg_as_the_eval_presets_do() -> None:
+    from pgfunnel.eval.harness import DENSE_ONLY, LEXICAL_ONLY, EvalConfig
+
+    # one leg alone: the other does not run, so its hits cannot fill the list
+    assert pydocs.RUN_CONFIGS["lexical"] == LEXICAL_ONLY
+    assert pydocs.RUN_CONFIGS["dense"] == DENSE_ONLY
+    for name, raw in pydocs.RUN_CONFIGS.items():
+        EvalConfig.from_dict(name, raw)

@@ -12,13 +12,19 @@ A configuration is a name and a dict of :class:`pgfunnel.search.SearchParams` fi
   :func:`pgfunnel.transform.decompose`, search each part and interleave the parts' final
   lists with :func:`pgfunnel.transform.round_robin_merge`;
 - ``qualifiers`` (list of str): words such as plan names that qualify a topic rather
-  than being one, passed to the follow-up resolver and to decomposition.
+  than being one, passed to the follow-up resolver and to decomposition;
+- ``legs`` (``"both"``, the default, ``"lexical"`` or ``"dense"``): which legs run. With
+  one leg the search gets no query embedding (lexical) or no query text (dense), as
+  ``funnel_search`` does with a NULL argument, so the other leg contributes nothing. A
+  zero weight is not the same: the leg still runs and its hits fill the list, at fused
+  score 0, whenever the weighted leg has fewer chunks than the pool.
 
 Per query the harness records the final ranking and the pool of every stage:
 
 ``lexical`` / ``dense``
     each leg at its own depth (``lexical_depth`` / ``dense_depth``, default
-    ``max(k × overfetch, 40)``), in leg order. ``candidates()`` only returns the fused
+    ``max(k × overfetch, 40)``), in leg order; a single-leg configuration has no pool
+    for the leg it does not run. ``candidates()`` only returns the fused
     pool, so the legs are read from one extra ``candidates()`` call with ``overfetch``
     large enough that the pool is the whole union of both legs (RRF, weights 1:1, so
     every chunk of either leg scores above zero and is kept); a row with
@@ -72,17 +78,21 @@ from pgfunnel.search import Candidate, Funnel, SearchParams, rerank_head
 #: harness keys a configuration may carry besides the search parameters
 HARNESS_KEYS: frozenset[str] = frozenset(
     {"rerank", "rerank_model", "rerank_depth", "rerank_gate_margin", "followup", "decompose",
-     "qualifiers"})
+     "qualifiers", "legs"})
+
+#: values of the ``legs`` harness key
+LEGS: tuple[str, ...] = ("both", "lexical", "dense")
 
 #: stage names, in funnel order
 STAGES: tuple[str, ...] = ("lexical", "dense", "fused", "reranked", "capped")
 
 #: named sets of configurations for ``pgfunnel eval --preset``
-# A single leg's own order: rank fusion with the other leg's weight at 0 keeps every hit
-# of the leg ahead of the rest. (Min-max with a zero weight would not: it scales the
-# leg's last hit to 0, level with chunks the leg never found.)
-LEXICAL_ONLY: dict[str, Any] = {"fusion": "rrf", "weights": [1, 0]}
-DENSE_ONLY: dict[str, Any] = {"fusion": "rrf", "weights": [0, 1]}
+# A single leg alone: the other leg does not run (no query embedding, or no query text),
+# so none of its hits can fill the list when the leg has fewer chunks than k. (A zero
+# weight alone let them in, at fused score 0, ordered by chunk id.) Rank fusion keeps the
+# leg's own order: 1 / (rrf_k + rank) never ties.
+LEXICAL_ONLY: dict[str, Any] = {"legs": "lexical", "fusion": "rrf", "weights": [1, 0]}
+DENSE_ONLY: dict[str, Any] = {"legs": "dense", "fusion": "rrf", "weights": [0, 1]}
 
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "default": {"default": {}},
@@ -115,6 +125,21 @@ class EvalConfig:
     followup: bool = True
     decompose: bool = False
     qualifiers: tuple[str, ...] = ()
+    legs: str = "both"
+
+    @property
+    def runs_lexical(self) -> bool:
+        return self.legs != "dense"
+
+    @property
+    def runs_dense(self) -> bool:
+        return self.legs != "lexical"
+
+    def stages(self) -> tuple[str, ...]:
+        """The stages this configuration has, in funnel order."""
+        return tuple(s for s in STAGES
+                     if (s != "lexical" or self.runs_lexical) and (s != "dense" or self.runs_dense)
+                     and (s != "reranked" or self.rerank))
 
     @classmethod
     def from_dict(cls, name: str, raw: Mapping[str, Any]) -> EvalConfig:
@@ -138,11 +163,16 @@ class EvalConfig:
         depth = raw.get("rerank_depth")
         if depth is not None and (not isinstance(depth, int) or depth < 1):
             raise ConfigError("config", f"{name}: 'rerank_depth' must be a positive integer")
+        legs = raw.get("legs", "both")
+        if legs not in LEGS:
+            raise ConfigError("config", f"{name}: 'legs' must be one of {', '.join(LEGS)}, "
+                              f"got {legs!r}")
         return cls(name=name, search=search, rerank=bool(raw.get("rerank", False)),
                    rerank_model=raw.get("rerank_model"), rerank_depth=depth,
                    rerank_gate_margin=raw.get("rerank_gate_margin"),
                    followup=bool(raw.get("followup", True)),
-                   decompose=bool(raw.get("decompose", False)), qualifiers=tuple(quals))
+                   decompose=bool(raw.get("decompose", False)), qualifiers=tuple(quals),
+                   legs=legs)
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = dict(self.search)
@@ -152,6 +182,9 @@ class EvalConfig:
                      rerank_gate_margin=self.rerank_gate_margin)
         if self.qualifiers:
             d["qualifiers"] = list(self.qualifiers)
+        if self.legs != "both":
+            # only when set: a two-leg configuration keeps the hash it always had
+            d["legs"] = self.legs
         return d
 
     def config_hash(self) -> str:
@@ -251,13 +284,17 @@ class Harness:
                                      "principals": list(self.principals),
                                      "tenant": self.tenant, "trace": self.trace})
 
-    def _legs_for(self, conn: psycopg.Connection[Any], text: str, vector: np.ndarray | None,
-                  p: SearchParams) -> tuple[list[Candidate], list[Candidate]]:
-        """Each leg at its full depth, from one candidates() call over their union."""
+    def _legs_for(self, conn: psycopg.Connection[Any], text: str, query_text: str | None,
+                  vector: np.ndarray | None, p: SearchParams
+                  ) -> tuple[list[Candidate], list[Candidate]]:
+        """Each leg at its full depth, from one candidates() call over their union.
+        ``query_text`` / ``vector`` are what the configuration searches with (None: that
+        leg does not run, and its list is empty); ``text`` is the query they came from."""
         pool = p.k * p.overfetch
         lex_depth = p.lexical_depth or max(pool, 40)
         den_depth = p.dense_depth or max(pool, 40)
-        key = (text, lex_depth, den_depth, p.k1, p.b, p.ef_search, p.language,
+        key = (text, query_text is not None, vector is not None, lex_depth, den_depth, p.k1,
+               p.b, p.ef_search, p.language,
                json.dumps(p.metadata_filter, sort_keys=True, default=str), str(p.as_of))
         if key not in self._legs:
             union = lex_depth + den_depth
@@ -270,7 +307,7 @@ class Harness:
                                        "fusion": "rrf", "weights": (1.0, 1.0),
                                        "lexical_depth": lex_depth, "dense_depth": den_depth})
             with self.funnel._transaction(conn, lp):
-                rows = self.funnel.candidates(conn, text, vector, lp)
+                rows = self.funnel.candidates(conn, query_text, vector, lp)
             lex = sorted((c for c in rows if c.lexical_rank is not None),
                          key=lambda c: c.lexical_rank or 0)
             den = sorted((c for c in rows if c.dense_rank is not None),
@@ -285,12 +322,15 @@ class Harness:
             ids = [f"{c.citekey}#{c.ordinal}" for c in items]
             return collapse_to_documents(ids) if level == "document" else ids
 
-        vector = self._vector(conn, text)
-        if vector is None and not text.strip():
-            return [], {s: [] for s in STAGES if s != "reranked" or cfg.rerank}, None
-        lex, den = self._legs_for(conn, text, vector, p)
+        # a leg the configuration leaves out gets nothing to search with: no query text
+        # (dense only) or no query embedding (lexical only), so it adds nothing to the pool
+        query_text = text if cfg.runs_lexical and text.strip() else None
+        vector = self._vector(conn, text) if cfg.runs_dense else None
+        if query_text is None and vector is None:
+            return [], {s: [] for s in cfg.stages()}, None
+        lex, den = self._legs_for(conn, text, query_text, vector, p)
         with self.funnel._transaction(conn, p):
-            pool = self.funnel.candidates(conn, text, vector, p)
+            pool = self.funnel.candidates(conn, query_text, vector, p)
         ordered = list(pool)
         reranked = False
         if cfg.rerank and pool:
@@ -310,12 +350,14 @@ class Harness:
         capped: list[Any] = []
         if ordered:
             cp = dataclasses_replace(p, k=min(1000, len(ordered)))
+            # the judged text goes into a trace either way, so stage_recall_in_db finds it
+            notes = {"legs": cfg.legs} if cfg.legs != "both" else None
             with self.funnel._transaction(conn, cp):
-                capped = self.funnel.final(conn, text, ordered, cp, reranked=reranked)
-        stages = {"lexical": keys(lex), "dense": keys(den), "fused": keys(pool)}
-        if cfg.rerank:
-            stages["reranked"] = keys(ordered)
-        stages["capped"] = keys(capped)
+                capped = self.funnel.final(conn, text, ordered, cp, reranked=reranked,
+                                           notes=notes)
+        found = {"lexical": keys(lex), "dense": keys(den), "fused": keys(pool),
+                 "reranked": keys(ordered), "capped": keys(capped)}
+        stages = {s: found[s] for s in cfg.stages()}
         final = keys(capped[: self.k])
         top = pool[0].fused_score if pool else None
         return final, stages, top
@@ -392,7 +434,7 @@ class Harness:
             "collection": self.collection,
             "index_version": version,
             "configs": {c.name: {"hash": c.config_hash(), **c.as_dict()} for c in configs},
-            "leg_depths": {c.name: _leg_depths(self._params(c)) for c in configs},
+            "leg_depths": {c.name: _leg_depths(self._params(c), c) for c in configs},
             "pools": "lexical/dense: each leg at its depth; fused: k x overfetch; capped: "
                      "after the per-citekey cap, before the cut to k",
             "mean_seconds_per_query": {
@@ -415,17 +457,21 @@ class Harness:
 
     def _curves(self, runs: Mapping[str, Mapping[str, QueryRun]],
                 queries: Sequence[JudgedQuery]) -> dict[str, list[tuple[int, float]]]:
-        """Pool recall against depth: each leg (from the first configuration) and each
-        configuration's capped list."""
+        """Pool recall against depth: each leg (from the first configuration that runs
+        it; none for a leg no configuration runs) and each configuration's capped list."""
         curves: dict[str, list[tuple[int, float]]] = {}
         if not runs:
             return curves
-        first = next(iter(runs.values()))
-        longest = max((len(p) for r in first.values() for p in r.stages.values()), default=1)
+        longest = max((len(p) for by_q in runs.values() for r in by_q.values()
+                       for p in r.stages.values()), default=1)
         depths = sorted({d for d in (1, 3, 5, 10, 20, 40, 80, 160, 320, 640, 1000)
                          if d <= max(longest, 1)} | {1})
         for leg in ("lexical", "dense"):
-            pools = {qid: r.stages.get(leg, []) for qid, r in first.items()}
+            ran = next((by_q for by_q in runs.values()
+                        if any(leg in r.stages for r in by_q.values())), None)
+            if ran is None:
+                continue
+            pools = {qid: r.stages.get(leg, []) for qid, r in ran.items()}
             curves[f"{leg} leg"] = pool_recall_curve(pools, queries, depths)
         for name, by_q in runs.items():
             pools = {qid: r.stages.get("capped", []) for qid, r in by_q.items()}
@@ -543,10 +589,12 @@ def dataclasses_replace(p: SearchParams, **changes: Any) -> SearchParams:
     return SearchParams.build(**{**_fields(p), **changes})
 
 
-def _leg_depths(p: SearchParams) -> dict[str, int]:
+def _leg_depths(p: SearchParams, cfg: EvalConfig) -> dict[str, int]:
+    """The depth of each leg the configuration runs, and the pool's."""
     pool = p.k * p.overfetch
-    return {"lexical": p.lexical_depth or max(pool, 40), "dense": p.dense_depth or max(pool, 40),
-            "fused": pool}
+    depths = {"lexical": p.lexical_depth or max(pool, 40), "dense": p.dense_depth or max(pool, 40),
+              "fused": pool}
+    return {stage: d for stage, d in depths.items() if stage in cfg.stages()}
 
 
 def _noanswer_scores(runs: Mapping[str, Mapping[str, QueryRun]],
@@ -656,7 +704,10 @@ def stage_recall_in_db(conn: psycopg.Connection[Any], collection: str
 
 
 __all__ = [
+    "DENSE_ONLY",
     "HARNESS_KEYS",
+    "LEGS",
+    "LEXICAL_ONLY",
     "PRESETS",
     "STAGES",
     "EvalConfig",
