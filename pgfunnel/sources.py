@@ -369,6 +369,7 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
                                        f"declares ({exc2.reason})") from exc2
     raw = raw.removeprefix("\ufeff")
     if suffix == ".jsonl":
+        first_line: dict[str, int] = {}
         for lineno, line in enumerate(raw.splitlines(), start=1):
             if not line.strip():
                 continue
@@ -378,7 +379,12 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
             except JSON_ERRORS as exc:
                 raise InvalidDocumentError(f"{where}: not valid JSON ({json_problem(exc)})") \
                     from None
-            yield record_from_dict(obj, where)
+            record = record_from_dict(obj, where)
+            # the ingest refuses a citekey given twice too, but can no longer say where
+            if (first := first_line.setdefault(record.citekey, lineno)) != lineno:
+                raise InvalidDocumentError(f"{where}: citekey {record.citekey!r} is already "
+                                           f"on line {first}")
+            yield record
         return
     if suffix in (".html", ".htm"):
         title, text = html_to_text(raw)
