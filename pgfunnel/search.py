@@ -36,6 +36,7 @@ from pgfunnel.errors import (
     MissingIdentityError,
     PgfunnelError,
     SchemaMissingError,
+    SearchTimeoutError,
     string_list,
     translate,
     warn_at_caller,
@@ -648,7 +649,15 @@ class Funnel:
                     row = settings.fetchone()
                     seen["model"], seen["version_id"] = (row[3], row[4]) if row else (None, None)
         except psycopg.Error as exc:
-            raise translate(exc) from exc
+            error = translate(exc)
+            if isinstance(error, SearchTimeoutError) and p.statement_timeout_ms is not None:
+                # Postgres only says "canceling statement due to statement timeout": name
+                # the limit that did it (the CLI's --timeout-ms)
+                raise SearchTimeoutError(
+                    f"the search ran past its time limit (statement_timeout_ms = "
+                    f"{p.statement_timeout_ms} ms; --timeout-ms in the CLI) "
+                    f"and was cancelled ({error})") from exc
+            raise error from exc
 
     def _base_args(self, query: str | None, vector: np.ndarray | None,
                    p: SearchParams) -> dict[str, Any]:

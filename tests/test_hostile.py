@@ -140,7 +140,7 @@ def test_sql_rejects_zero_and_wrong_dim_vectors(corpus_db: str) -> None:
 def test_statement_timeout_cancels_and_connection_survives(corpus_db: str) -> None:
     with connect(corpus_db, autocommit=True) as conn:
         f = Funnel(conn, embedder=None)
-        with pytest.raises(SearchTimeoutError):
+        with pytest.raises(SearchTimeoutError, match="statement_timeout_ms = 1 ms"):
             f.search("refund plan billing invoice common words appear document",
                      query_embedding=unit(np.ones(DIM)), k=1000, lexical_depth=1500,
                      dense_depth=1000, overfetch=1, per_source_cap=1, statement_timeout_ms=1)
