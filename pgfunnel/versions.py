@@ -782,10 +782,14 @@ def rollback(conn: psycopg.Connection[Any], collection: str, *,
     coll_id = require_collection(conn, collection)
     # by id where the history has it: a dropped version's number goes to the next build,
     # which is not the version the active one replaced
-    if not any(v.version == prev and (prev_id is None or v.id == prev_id)
-               for v in _versions(conn, coll_id)):
-        raise NotFoundError(f"collection {collection!r}: version {prev}, which the active "
-                            "version replaced, was dropped; nothing to roll back to")
+    found = _versions(conn, coll_id)
+    if not any(v.version == prev and (prev_id is None or v.id == prev_id) for v in found):
+        # `versions list` may well show a version of that number: say which one it is
+        reused = any(v.version == prev for v in found)
+        raise NotFoundError(
+            f"collection {collection!r}: version {prev}, which the active version replaced, "
+            "was dropped" + (f" (the version {prev} listed now is a later build that took "
+                             "its number)" if reused else "") + "; nothing to roll back to")
     return activate(conn, collection, prev, embedder=embedder)
 
 
