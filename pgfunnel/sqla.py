@@ -176,9 +176,12 @@ def funnel_search_tvf(query_text: Any, query_embedding: Any = None, *,
             emb = cast(literal(values, Vector(len(values))), Vector(len(values)))
         args.append(named_arg("query_embedding", emb))
     for key, value in params.items():
+        if key == "as_of" and value is None:
+            # "now", as in Funnel.search: left to the SQL default, which refuses NULL
+            continue
         if key == "principals" and not isinstance(value, ClauseElement):
             value = list(check_principals(value))
-        if key == "weights" and not isinstance(value, ClauseElement):
+        if key == "weights" and value is not None and not isinstance(value, ClauseElement):
             value = [float(w) for w in value]
         args.append(named_arg(key, _bind(key, value, FUNNEL_SEARCH_PARAMETERS[key])))
     fn = func.pgfunnel.funnel_search(*args)

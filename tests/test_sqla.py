@@ -32,6 +32,23 @@ def test_tvf_rows_equal_the_search_api(sample_db: str, embedder: Any) -> None:
         engine.dispose()
 
 
+def test_tvf_none_means_the_default_for_weights_and_now_for_as_of(sample_db: str) -> None:
+    """Documented: None is SQL NULL, the parameter's default. weights=None crashed in
+    Python (iterating None) and as_of=None reached SQL, which refuses a NULL as_of."""
+    engine = engine_from_dsn(sample_db)
+    try:
+        with Session(engine) as s:
+            def citekeys(**params: Any) -> list[str]:
+                fs = funnel_search_tvf("refund window on annual plans", k=5, principals=[],
+                                       **params)
+                return list(s.scalars(select(fs.c.citekey).order_by(fs.c.final_rank)))
+
+            plain = citekeys()
+            assert plain and citekeys(weights=None, as_of=None) == plain
+    finally:
+        engine.dispose()
+
+
 def test_tvf_joins_orm_models_and_application_tables(sample_db: str, embedder: Any) -> None:
     engine = engine_from_dsn(sample_db)
     app_meta = MetaData(schema="public")
