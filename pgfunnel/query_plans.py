@@ -145,6 +145,10 @@ def search_multi(funnel: Funnel, phrasings: Sequence[str], *, merge_rrf_k: int =
     ``k``; each Result keeps the per-stage ranks of the phrasing it was first found by,
     and ``final_rank`` is its place in the merged list.
     """
+    if isinstance(merge_rrf_k, bool) or not isinstance(merge_rrf_k, int) or merge_rrf_k < 1:
+        # checked before any phrasing is searched, under its own name (rrf_k is the
+        # searches' constant, also accepted here)
+        raise ConfigError("merge_rrf_k", f"must be a positive integer, got {merge_rrf_k!r}")
     mq = multi_query(string_list(phrasings, "phrasings"), max_queries=max_queries)
     if not mq.queries:
         raise InvalidInputError("phrasings: no usable phrasing (all empty or duplicates)")
@@ -172,6 +176,11 @@ def search_decomposed(funnel: Funnel, query: str, *, max_parts: int = 3,
     ``qualifiers``. A query that is not split is searched as is (and says so in its
     transform record). Round-robin, not RRF: each part keeps its share of the first k.
     """
+    if not isinstance(query, str):
+        raise InvalidInputError(f"query: must be a string, got {type(query).__name__}")
+    if qualifiers is not None:
+        # one string would be read character by character
+        qualifiers = string_list(qualifiers, "qualifiers")
     if qualifiers is None:
         searched = params.get("collection", funnel.defaults.collection)
         with funnel.connection() as conn:

@@ -81,6 +81,10 @@ def _checked(name: str, value: Any) -> Any:
     return value
 
 
+#: the largest statement_timeout Postgres takes (milliseconds, a 32-bit integer)
+_MAX_TIMEOUT_MS = 2_147_483_647
+
+
 def check_principals(value: Any) -> tuple[str, ...]:
     """The reader's principals as a tuple of strings, or a ConfigError naming what is
     wrong. Any iterable is read once (a generator used up by a first check would leave a
@@ -99,7 +103,10 @@ def check_principals(value: Any) -> tuple[str, ...]:
         raise MissingIdentityError(f"must not contain None, got {items!r}")
     if any(x == "" for x in items):
         raise ConfigError("principals", f"must not contain an empty string, got {items!r}")
-    return tuple(str(x) for x in items)
+    if not all(isinstance(x, str) for x in items):
+        # str() would turn b"alice" into "b'alice'", a principal no document names
+        raise ConfigError("principals", f"must hold only strings, got {items!r}")
+    return tuple(items)
 
 
 @dataclass(frozen=True)
@@ -159,8 +166,12 @@ class SearchParams:
             kwargs["weights"] = tuple(float(x) for x in w)
         kwargs = {name: _checked(name, value) for name, value in kwargs.items()}
         params = cls(**kwargs)
-        if params.statement_timeout_ms is not None and params.statement_timeout_ms < 1:
-            raise ConfigError("statement_timeout_ms", "must be a positive number of milliseconds")
+        if params.statement_timeout_ms is not None and not (
+                1 <= params.statement_timeout_ms <= _MAX_TIMEOUT_MS):
+            # Postgres' own refusal of a larger one read as a garbled ConfigError
+            raise ConfigError("statement_timeout_ms", "must be a positive number of "
+                              f"milliseconds up to {_MAX_TIMEOUT_MS}, got "
+                              f"{params.statement_timeout_ms}")
         return params
 
     def sql_args(self) -> dict[str, Any]:
@@ -681,8 +692,12 @@ class Funnel:
 
     def candidates(self, conn: psycopg.Connection[Any], query: str | None,
                    vector: np.ndarray | None, p: SearchParams) -> list[Candidate]:
-        rows = conn.execute(_CANDIDATES_SQL, self._base_args(query, vector, p),
-                            prepare=True).fetchall()
+        try:
+            rows = conn.execute(_CANDIDATES_SQL, self._base_args(query, vector, p),
+                                prepare=True).fetchall()
+        except psycopg.Error as exc:
+            # a public method: its errors are pgfunnel's, as search()'s are
+            raise translate(exc) from exc
         pool = []
         for row in rows:
             # section_path comes after the dataclass's rerank fields, which the pool lacks
@@ -716,7 +731,10 @@ class Funnel:
             "per_source_cap": p.per_source_cap, "trace": p.trace, "query_text": query,
             "config": Jsonb(config), "index_version_id": index_version_id,
         }
-        return [Result(*r) for r in conn.execute(_FINAL_SQL, args, prepare=True).fetchall()]
+        try:
+            return [Result(*r) for r in conn.execute(_FINAL_SQL, args, prepare=True).fetchall()]
+        except psycopg.Error as exc:
+            raise translate(exc) from exc
 
     def _search_reranked(self, conn: psycopg.Connection[Any], query: str | None,
                          vector: np.ndarray | None, p: SearchParams,

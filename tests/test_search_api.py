@@ -583,3 +583,36 @@ def test_results_carry_the_headings_their_section_sits_under(
     assert reranked.results[0].section_path == "Backups > Glacier"
     assert {c.chunk_id: c.section_path for c in reranked.pool}[top.chunk_id] == \
         "Backups > Glacier"
+
+
+def test_api_input_mistakes_found_by_qa_are_named_errors(sample_db: str) -> None:
+    """Each of these used to pass silently or raise a raw error (QA pass on the API)."""
+    from pgfunnel.errors import InvalidInputError, NotFoundError, PgfunnelError
+
+    # a bytes principal was stored as "b'alice'", matching nothing
+    with pytest.raises(ConfigError, match="principals: must hold only strings"):
+        SearchParams.build(principals=[b"alice"])
+    with pytest.raises(ConfigError, match="principals: must hold only strings"):
+        SearchParams.build(principals=["alice", 1])
+    # Postgres' refusal of a timeout past its maximum came back as a garbled ConfigError
+    with pytest.raises(ConfigError, match="statement_timeout_ms: .* up to 2147483647"):
+        SearchParams.build(statement_timeout_ms=10**12)
+    with Funnel(sample_db, embedder=None) as funnel:
+        # the public pool / final methods raised psycopg's own errors
+        with funnel.connection() as conn:
+            with pytest.raises(NotFoundError):
+                funnel.candidates(conn, "refund", None, SearchParams.build(collection="nope"))
+            conn.rollback()
+            with pytest.raises(ConfigError, match="k"):
+                funnel.candidates(conn, "refund", None, SearchParams(k=0))
+            conn.rollback()
+            with pytest.raises(PgfunnelError):
+                funnel.final(conn, "refund", [], SearchParams(k=0), reranked=False)
+            conn.rollback()
+        # checked before any phrasing is searched, under its own name
+        with pytest.raises(ConfigError, match="merge_rrf_k: must be a positive integer"):
+            funnel.search_multi(["a refund", "money back"], merge_rrf_k=0, k=3)
+        with pytest.raises(InvalidInputError, match="query: must be a string"):
+            funnel.search_decomposed(None)  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match="qualifiers: must be a list of strings"):
+            funnel.search_decomposed("refund and invoices", qualifiers="monthly")
