@@ -233,8 +233,11 @@ begin
      where e.fused_rank < hit.fused_rank and e.document_id = hit.document_id;
     if ahead >= per_source_cap then
         verdict := 'capped';
-        reason := format('fused rank %s is in the pool, but %s chunks of %L rank above it and '
-                         'per_source_cap is %s', hit.fused_rank, ahead, found_key, per_source_cap);
+        reason := format('fused rank %s is in the pool, but %s of %L %s above it and '
+                         'per_source_cap is %s', hit.fused_rank,
+                         case when ahead = 1 then '1 chunk' else ahead || ' chunks' end,
+                         found_key, case when ahead = 1 then 'ranks' else 'rank' end,
+                         per_source_cap);
     else
         verdict := 'cut at k';
         reason := format('fused rank %s is in the pool and not capped, but %s chunks come '

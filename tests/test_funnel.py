@@ -326,6 +326,9 @@ def test_explain_verdicts(conn: psycopg.Connection[Any], corpus: Any) -> None:
         e = _explain(conn, "zephyr", v, cid, k=4, per_source_cap=2, **PINNED)
         want = "capped" if seen[key] > 2 else "cut at k"
         assert e["verdict"] == want, (cid, key, e)
+        if want == "capped":
+            # every chunk of its source above it is counted, in agreeing number
+            assert f"but {seen[key] - 1} chunks of '{key}' rank above it" in e["reason"], e
         assert e["fused_rank"] == fr and e["final_rank"] is None and e["pool_size"] == 16
         verdicts.add(want)
     assert verdicts == {"capped", "cut at k"}
