@@ -7,6 +7,8 @@ have to import psycopg to tell "run `pgfunnel init`" apart from "bad parameter".
 
 from __future__ import annotations
 
+import functools
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -179,6 +181,19 @@ def string_list(value: Any, parameter: str) -> list[str]:
     return items
 
 
+# Postgres' "function pgfunnel.candidates(unknown, trace => boolean) does not exist"
+_WRONG_CALL = re.compile(r"function pgfunnel\.(\w+)\(.*\) does not exist")
+
+
+@functools.cache
+def _shipped_functions() -> frozenset[str]:
+    """The names of the functions this release's sql/ files create in schema pgfunnel."""
+    from pgfunnel.schema import sql_files
+
+    return frozenset(name for path in sql_files() for name in re.findall(
+        r"create or replace function pgfunnel\.(\w+)\(", path.read_text()))
+
+
 def translate(exc: BaseException) -> PgfunnelError:
     """Map a psycopg error to the matching :class:`PgfunnelError` subclass.
 
@@ -224,6 +239,16 @@ def translate(exc: BaseException) -> PgfunnelError:
         return err
     cls = _SQLSTATE_MAP.get(sqlstate, PgfunnelError)
     if cls is SchemaMissingError:
+        called = _WRONG_CALL.match(primary) if sqlstate == "42883" else None
+        if called is not None and called.group(1) in _shipped_functions():
+            # the function is one this release ships: the call's argument names or types
+            # are wrong (or the database has an older release's functions), not the schema
+            err = ConfigError(
+                "arguments", f"{primary}: no pgfunnel.{called.group(1)} takes these "
+                "arguments; check their names and types (docs/sql.md), and run `pgfunnel "
+                "migrate` if the database has an older release's functions")
+            err.__cause__ = exc
+            return err
         if "pgfunnel" in primary or "vector" in primary:
             return SchemaMissingError(primary)
         return PgfunnelError(primary)

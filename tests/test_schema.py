@@ -482,3 +482,18 @@ def test_init_puts_pgvector_in_public_rather_than_the_apps_first_schema(empty_db
         conn.execute("drop schema app cascade")  # the application's own schema, say in a test
         row = conn.execute("select to_regclass('pgfunnel.chunk') is not null").fetchone()
         assert row == (True,)
+
+
+def test_a_wrong_call_of_a_shipped_function_is_not_a_missing_schema(db: str) -> None:
+    """42883 on a function this release ships means the call's arguments are wrong; it was
+    reported as "the pgfunnel schema is not installed; run `pgfunnel init`"."""
+    from pgfunnel.errors import ConfigError, translate
+
+    with connect(db, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.UndefinedFunction) as wrong:
+            conn.execute("select * from pgfunnel.candidates('x', trace => true)")
+        with pytest.raises(psycopg.errors.UndefinedFunction) as missing:
+            conn.execute("select pgfunnel.no_such_function(1)")
+    err = translate(wrong.value)
+    assert isinstance(err, ConfigError) and "no pgfunnel.candidates takes these" in str(err)
+    assert isinstance(translate(missing.value), SchemaMissingError)
