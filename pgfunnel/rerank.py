@@ -18,18 +18,25 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import operator
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from pgfunnel.embedder import quiet_local_loading
-from pgfunnel.errors import ConfigError, ModelLoadError, RerankError, model_load_detail
+from pgfunnel.errors import (
+    ConfigError,
+    ModelLoadError,
+    RerankError,
+    model_load_detail,
+)
 
 __all__ = [
     "DEFAULT_RERANK_MODEL",
     "Reranker",
+    "checked_ranking",
     "make_snippet",
     "resolve_device",
     "should_skip",
@@ -124,6 +131,50 @@ def _looks_like_path(model: str) -> bool:
     return model.startswith(("/", "./", "../", "~", "\\")) or bool(
         re.match(r"^[A-Za-z]:[\\/]", model)
     )
+
+
+def checked_ranking(ranked: object, count: int) -> list[tuple[int, float]]:
+    """A reranker's ``rank()`` output for *count* candidates as ``(corpus_id, score)``
+    pairs in its order, or a :class:`RerankError` saying what it returned wrong: not one
+    row per candidate, a row without ``corpus_id``/``score``, a ``corpus_id`` out of range
+    or given twice, a score that is not a finite number. A custom reranker's mistake would
+    otherwise surface as an IndexError, as an error about an argument the caller never
+    passed, or as a NaN score in the results."""
+    try:
+        rows = list(ranked)  # type: ignore[call-overload]
+    except TypeError:
+        raise RerankError(f"reranker returned {type(ranked).__name__}, not a list of rows "
+                          "with corpus_id and score") from None
+    if len(rows) != count:
+        raise RerankError(f"reranker returned {len(rows)} scores for {count} candidates")
+    out: list[tuple[int, float]] = []
+    seen: set[int] = set()
+    for pos, row in enumerate(rows, start=1):
+        if not isinstance(row, Mapping) or "corpus_id" not in row or "score" not in row:
+            raise RerankError(f"reranker returned row {pos} without corpus_id and score: "
+                              f"{row!r}")
+        raw_id, raw_score = row["corpus_id"], row["score"]
+        try:
+            if isinstance(raw_id, bool):
+                raise TypeError
+            corpus_id = operator.index(raw_id)
+        except TypeError:
+            raise RerankError(f"reranker returned corpus_id {raw_id!r}, not an integer") from None
+        if not 0 <= corpus_id < count:
+            raise RerankError(f"reranker returned corpus_id {corpus_id} for {count} candidates"
+                              f" (expected 0..{count - 1})")
+        if corpus_id in seen:
+            raise RerankError(f"reranker returned corpus_id {corpus_id} more than once")
+        seen.add(corpus_id)
+        try:
+            score = float(raw_score) if not isinstance(raw_score, (str, bytes, bool)) else None
+        except (TypeError, ValueError):
+            score = None
+        if score is None or not math.isfinite(score):
+            raise RerankError(f"reranker returned score {raw_score!r} for corpus_id {corpus_id}"
+                              " (scores must be finite numbers)")
+        out.append((corpus_id, score))
+    return out
 
 
 def _half_precision_cuda(model: Any) -> None:  # pragma: no cover - needs a CUDA device
