@@ -195,7 +195,7 @@ class Reranker:
 
     def __init__(
         self,
-        model: str = DEFAULT_RERANK_MODEL,
+        model: str | os.PathLike[str] = DEFAULT_RERANK_MODEL,
         *,
         device: str = "auto",
         batch_size: int = 32,
@@ -206,8 +206,14 @@ class Reranker:
         local_files_only: bool | None = None,
         onnx_file_name: str | None = None,
     ) -> None:
+        # a path object (what pgfunnel.tiny_models builds) is a local path, whatever it
+        # looks like: never retried as a hub id
+        self._is_path = isinstance(model, os.PathLike)
+        if self._is_path:
+            model = os.fspath(model)
         if not isinstance(model, str) or not model.strip():
-            raise ConfigError("rerank_model", f"must be a model id or a local path, got {model!r}")
+            raise ConfigError("rerank_model", "must be a model id (str) or a local path (str or"
+                              f" os.PathLike), got {model!r}")
         self.batch_size = _positive_int("batch_size", batch_size)
         self.max_length = _positive_int("max_length", max_length)
         self.snippet_chars = _positive_int("snippet_chars", snippet_chars)
@@ -243,7 +249,8 @@ class Reranker:
             cause, self.model_name, offline=self.local_files_only or _offline_env()))
 
     def _load(self, onnx_file_name: str | None) -> Any:
-        if _looks_like_path(self.model_name) and not Path(self.model_name).expanduser().exists():
+        is_path = self._is_path or _looks_like_path(self.model_name)
+        if is_path and not Path(self.model_name).expanduser().exists():
             # A path that does not exist must not be retried as a hub id.
             raise self._failure(f"no such directory: {self.model_name}")
         kwargs: dict[str, Any] = {

@@ -170,6 +170,16 @@ def test_bi_encoder_is_refused_as_rerank_model(tmp_path: Path) -> None:
         Reranker(str(path), device="cpu")
 
 
+def test_a_path_object_is_accepted_as_the_model(tiny_ce: Path, tmp_path: Path) -> None:
+    # what build_tiny_cross_encoder returns; it was refused as "not a local path"
+    r = Reranker(tiny_ce, device="cpu", local_files_only=True)
+    assert r.model_name == str(tiny_ce)
+    assert len(r.predict("refund", DOCS)) == len(DOCS)
+    # a path object is a path even when it does not look like one: never tried as a hub id
+    with pytest.raises(ModelLoadError, match="no such directory"):
+        Reranker(Path("no-such-dir") / "model", device="cpu")
+
+
 @pytest.mark.skipif(
     importlib.util.find_spec("onnxruntime") is not None, reason="ONNX extra is installed"
 )
