@@ -21,13 +21,14 @@ import math
 import operator
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from pgfunnel.embedder import quiet_local_loading
 from pgfunnel.errors import (
     ConfigError,
+    InvalidInputError,
     ModelLoadError,
     RerankError,
     model_load_detail,
@@ -131,6 +132,26 @@ def _looks_like_path(model: str) -> bool:
     return model.startswith(("/", "./", "../", "~", "\\")) or bool(
         re.match(r"^[A-Za-z]:[\\/]", model)
     )
+
+
+def _checked_inputs(query: object, documents: object) -> tuple[str, list[str]]:
+    """The query and the documents as a list, or an InvalidInputError naming which is
+    wrong. One string is refused as the documents: iterated, ``"abc"`` would be three
+    one-character documents."""
+    if not isinstance(query, str):
+        raise InvalidInputError(f"query: must be a str, got {type(query).__name__}")
+    if isinstance(documents, (str, bytes)):
+        raise InvalidInputError(f"documents: must be a sequence of str, not one "
+                                f"{type(documents).__name__}: pass [{documents!r}]")
+    if not isinstance(documents, Iterable):
+        raise InvalidInputError(f"documents: must be a sequence of str, got "
+                                f"{type(documents).__name__}")
+    texts = list(documents)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise InvalidInputError(f"documents: item {i} must be a str, got "
+                                    f"{type(text).__name__}")
+    return query, texts
 
 
 def checked_ranking(ranked: object, count: int) -> list[tuple[int, float]]:
@@ -313,7 +334,10 @@ class Reranker:
 
     def predict(self, query: str, texts: Sequence[str]) -> list[float]:
         """One relevance score per text (higher is better), in input order."""
-        texts = list(texts)
+        query, texts = _checked_inputs(query, texts)
+        return self._predict(query, texts)
+
+    def _predict(self, query: str, texts: list[str]) -> list[float]:
         if not texts:
             return []
         pairs = [(query, self.snippet(t)) for t in texts]
@@ -352,8 +376,8 @@ class Reranker:
         """
         if top_k is not None:
             _positive_int("top_k", top_k)
-        documents = list(documents)
-        scores = self.predict(query, documents)
+        query, documents = _checked_inputs(query, documents)
+        scores = self._predict(query, documents)
         order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
         if top_k is not None:
             order = order[:top_k]

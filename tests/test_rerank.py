@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pgfunnel.errors import ConfigError, ModelLoadError, RerankError
+from pgfunnel.errors import ConfigError, InvalidInputError, ModelLoadError, RerankError
 from pgfunnel.rerank import Reranker, checked_ranking, make_snippet, resolve_device, should_skip
 from pgfunnel.tiny_models import build_tiny_bi_encoder, build_tiny_cross_encoder
 
@@ -274,6 +274,29 @@ def test_should_skip_gate() -> None:
     assert should_skip([0.2, 0.9, 0.3], 0.5) is True  # unsorted input
     with pytest.raises(ConfigError):
         should_skip([0.9, 0.1], -1.0)
+
+
+# -- inputs -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("query", "documents", "match"),
+    [
+        (None, ["a"], r"^query: must be a str, got NoneType$"),
+        (b"q", ["a"], r"^query: must be a str, got bytes$"),
+        ("q", ["a", None], r"^documents: item 1 must be a str, got NoneType$"),
+        ("q", "abc", r"^documents: must be a sequence of str, not one str: pass \['abc'\]$"),
+        ("q", 3, r"^documents: must be a sequence of str, got int$"),
+    ],
+)
+def test_bad_inputs_are_refused_before_the_model(
+    reranker: Reranker, monkeypatch: pytest.MonkeyPatch, query: Any, documents: Any, match: str
+) -> None:
+    calls = _record_predict(monkeypatch, reranker)
+    for method in (reranker.rank, reranker.predict):
+        with pytest.raises(InvalidInputError, match=match):
+            method(query, documents)
+    assert calls == []
 
 
 # -- a reranker's output, as the search consumes it ------------------------------------------
