@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, field
@@ -908,8 +908,9 @@ class Ingester:
                                    ("chunk_words", chunk_words, 20)):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ConfigError(name, f"must be an integer >= {least}, got {value!r}")
-        if not isinstance(prepare_ahead, bool):
-            raise ConfigError("prepare_ahead", f"must be True or False, got {prepare_ahead!r}")
+        for name, flag in (("prepare_ahead", prepare_ahead), ("private", private)):
+            if not isinstance(flag, bool):
+                raise ConfigError(name, f"must be True or False, got {flag!r}")
         self.batch_documents = batch_documents
         self.batch_chunks = batch_chunks
         # chunk and analyse the next batch on a second connection while one is written
@@ -961,6 +962,7 @@ class Ingester:
         (``"title"`` unless it was made otherwise): that is what the built-in embedder
         reads.
         """
+        _check_ingest_arguments(records, vectors)
         started = time.perf_counter()
         embed_before = self.stats.embed_seconds
         with _Preparer(self, enabled=self.prepare_ahead) as preparer:
@@ -1336,6 +1338,21 @@ def refresh_table_stats(conn: psycopg.Connection[Any]) -> None:
         for table in ("posting", "lexical", "embedding", "chunk", "document"):
             conn.execute(sql.SQL("{} {}").format(sql.SQL(command),
                                                  sql.Identifier("pgfunnel", table)))
+
+
+def _check_ingest_arguments(records: object, vectors: object) -> None:
+    """Refuse ``ingest`` arguments of the wrong shape before anything is written: one
+    record where an iterable of them belongs, vectors not keyed by citekey (each was a raw
+    TypeError or AttributeError from deep inside a batch)."""
+    if isinstance(records, DocumentRecord):
+        raise ConfigError("records", "must be an iterable of DocumentRecord, got one "
+                          "DocumentRecord: pass [record]")
+    if isinstance(records, (str, bytes)) or not isinstance(records, Iterable):
+        raise ConfigError("records", "must be an iterable of DocumentRecord, got "
+                          f"{type(records).__name__}")
+    if vectors is not None and not isinstance(vectors, Mapping):
+        raise ConfigError("vectors", "must be a mapping citekey -> array of chunk vectors "
+                          f"({{'a': [[...]]}}), got {type(vectors).__name__}")
 
 
 def checked_records(records: Iterable[DocumentRecord]) -> Iterator[DocumentRecord]:

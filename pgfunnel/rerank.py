@@ -18,18 +18,26 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import operator
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from pgfunnel.embedder import quiet_local_loading
-from pgfunnel.errors import ConfigError, ModelLoadError, RerankError, model_load_detail
+from pgfunnel.errors import (
+    ConfigError,
+    InvalidInputError,
+    ModelLoadError,
+    RerankError,
+    model_load_detail,
+)
 
 __all__ = [
     "DEFAULT_RERANK_MODEL",
     "Reranker",
+    "checked_ranking",
     "make_snippet",
     "resolve_device",
     "should_skip",
@@ -126,6 +134,70 @@ def _looks_like_path(model: str) -> bool:
     )
 
 
+def _checked_inputs(query: object, documents: object) -> tuple[str, list[str]]:
+    """The query and the documents as a list, or an InvalidInputError naming which is
+    wrong. One string is refused as the documents: iterated, ``"abc"`` would be three
+    one-character documents."""
+    if not isinstance(query, str):
+        raise InvalidInputError(f"query: must be a str, got {type(query).__name__}")
+    if isinstance(documents, (str, bytes)):
+        raise InvalidInputError(f"documents: must be a sequence of str, not one "
+                                f"{type(documents).__name__}: pass [{documents!r}]")
+    if not isinstance(documents, Iterable):
+        raise InvalidInputError(f"documents: must be a sequence of str, got "
+                                f"{type(documents).__name__}")
+    texts = list(documents)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise InvalidInputError(f"documents: item {i} must be a str, got "
+                                    f"{type(text).__name__}")
+    return query, texts
+
+
+def checked_ranking(ranked: object, count: int) -> list[tuple[int, float]]:
+    """A reranker's ``rank()`` output for *count* candidates as ``(corpus_id, score)``
+    pairs in its order, or a :class:`RerankError` saying what it returned wrong: not one
+    row per candidate, a row without ``corpus_id``/``score``, a ``corpus_id`` out of range
+    or given twice, a score that is not a finite number. A custom reranker's mistake would
+    otherwise surface as an IndexError, as an error about an argument the caller never
+    passed, or as a NaN score in the results."""
+    try:
+        rows = list(ranked)  # type: ignore[call-overload]
+    except TypeError:
+        raise RerankError(f"reranker returned {type(ranked).__name__}, not a list of rows "
+                          "with corpus_id and score") from None
+    if len(rows) != count:
+        raise RerankError(f"reranker returned {len(rows)} scores for {count} candidates")
+    out: list[tuple[int, float]] = []
+    seen: set[int] = set()
+    for pos, row in enumerate(rows, start=1):
+        if not isinstance(row, Mapping) or "corpus_id" not in row or "score" not in row:
+            raise RerankError(f"reranker returned row {pos} without corpus_id and score: "
+                              f"{row!r}")
+        raw_id, raw_score = row["corpus_id"], row["score"]
+        try:
+            if isinstance(raw_id, bool):
+                raise TypeError
+            corpus_id = operator.index(raw_id)
+        except TypeError:
+            raise RerankError(f"reranker returned corpus_id {raw_id!r}, not an integer") from None
+        if not 0 <= corpus_id < count:
+            raise RerankError(f"reranker returned corpus_id {corpus_id} for {count} candidates"
+                              f" (expected 0..{count - 1})")
+        if corpus_id in seen:
+            raise RerankError(f"reranker returned corpus_id {corpus_id} more than once")
+        seen.add(corpus_id)
+        try:
+            score = float(raw_score) if not isinstance(raw_score, (str, bytes, bool)) else None
+        except (TypeError, ValueError):
+            score = None
+        if score is None or not math.isfinite(score):
+            raise RerankError(f"reranker returned score {raw_score!r} for corpus_id {corpus_id}"
+                              " (scores must be finite numbers)")
+        out.append((corpus_id, score))
+    return out
+
+
 def _half_precision_cuda(model: Any) -> None:  # pragma: no cover - needs a CUDA device
     """Cast the loaded cross-encoder to fp16.
 
@@ -144,7 +216,7 @@ class Reranker:
 
     def __init__(
         self,
-        model: str = DEFAULT_RERANK_MODEL,
+        model: str | os.PathLike[str] = DEFAULT_RERANK_MODEL,
         *,
         device: str = "auto",
         batch_size: int = 32,
@@ -155,8 +227,14 @@ class Reranker:
         local_files_only: bool | None = None,
         onnx_file_name: str | None = None,
     ) -> None:
+        # a path object (what pgfunnel.tiny_models builds) is a local path, whatever it
+        # looks like: never retried as a hub id
+        self._is_path = isinstance(model, os.PathLike)
+        if self._is_path:
+            model = os.fspath(model)
         if not isinstance(model, str) or not model.strip():
-            raise ConfigError("rerank_model", f"must be a model id or a local path, got {model!r}")
+            raise ConfigError("rerank_model", "must be a model id (str) or a local path (str or"
+                              f" os.PathLike), got {model!r}")
         self.batch_size = _positive_int("batch_size", batch_size)
         self.max_length = _positive_int("max_length", max_length)
         self.snippet_chars = _positive_int("snippet_chars", snippet_chars)
@@ -192,7 +270,8 @@ class Reranker:
             cause, self.model_name, offline=self.local_files_only or _offline_env()))
 
     def _load(self, onnx_file_name: str | None) -> Any:
-        if _looks_like_path(self.model_name) and not Path(self.model_name).expanduser().exists():
+        is_path = self._is_path or _looks_like_path(self.model_name)
+        if is_path and not Path(self.model_name).expanduser().exists():
             # A path that does not exist must not be retried as a hub id.
             raise self._failure(f"no such directory: {self.model_name}")
         kwargs: dict[str, Any] = {
@@ -255,7 +334,10 @@ class Reranker:
 
     def predict(self, query: str, texts: Sequence[str]) -> list[float]:
         """One relevance score per text (higher is better), in input order."""
-        texts = list(texts)
+        query, texts = _checked_inputs(query, texts)
+        return self._predict(query, texts)
+
+    def _predict(self, query: str, texts: list[str]) -> list[float]:
         if not texts:
             return []
         pairs = [(query, self.snippet(t)) for t in texts]
@@ -294,8 +376,8 @@ class Reranker:
         """
         if top_k is not None:
             _positive_int("top_k", top_k)
-        documents = list(documents)
-        scores = self.predict(query, documents)
+        query, documents = _checked_inputs(query, documents)
+        scores = self._predict(query, documents)
         order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
         if top_k is not None:
             order = order[:top_k]

@@ -742,7 +742,7 @@ class Funnel:
                          transforms: Sequence[Mapping[str, Any]] = (),
                          use_model: bool = True,
                          seen: dict[str, Any] | None = None) -> SearchResponse:
-        from pgfunnel.rerank import should_skip
+        from pgfunnel.rerank import checked_ranking, should_skip
 
         t0 = time.perf_counter()
         seen = {} if seen is None else seen
@@ -763,18 +763,16 @@ class Funnel:
         ordered = list(pool)
         if skipped is None:
             head = pool[:depth]
-            ranked = self.reranker.rank(query, [c.text for c in head])
-            if len(ranked) != len(head):
-                from pgfunnel.errors import RerankError
-
-                raise RerankError(f"reranker returned {len(ranked)} scores for {len(head)} "
-                                  "candidates")
-            for pos, item in enumerate(ranked, start=1):
-                cand = head[int(item["corpus_id"])]
-                cand.rerank_score = float(item["score"])
+            # a custom reranker's output is checked as a whole before any candidate is
+            # touched: one row per candidate, each corpus_id once, finite scores
+            ranked = checked_ranking(self.reranker.rank(query, [c.text for c in head]),
+                                     len(head))
+            for pos, (corpus_id, score) in enumerate(ranked, start=1):
+                cand = head[corpus_id]
+                cand.rerank_score = score
                 cand.rerank_rank = pos
             # reranked head first, in the reranker's order; the unscored tail keeps fused order
-            ordered = [head[int(item["corpus_id"])] for item in ranked] + pool[depth:]
+            ordered = [head[corpus_id] for corpus_id, _ in ranked] + pool[depth:]
         t2 = time.perf_counter()
         timings["rerank"] = (t2 - t1) * 1000
         with self._transaction(conn, p):

@@ -307,6 +307,46 @@ def test_batches_end_at_the_document_or_the_chunk_limit(conn: psycopg.Connection
             Ingester(conn, "d", **bad)
 
 
+def test_private_must_be_a_bool(conn: psycopg.Connection[Any]) -> None:
+    from pgfunnel.errors import ConfigError
+
+    # was accepted
+    with pytest.raises(ConfigError, match=r"^private: must be True or False, got 'yes'$"):
+        Ingester(conn, "shape", private="yes")  # type: ignore[arg-type]
+
+
+def _nothing_written(conn: psycopg.Connection[Any]) -> None:
+    assert _counts(conn) == (0, 0, 0, 0)
+    assert conn.execute("select count(*) from pgfunnel.collection where name = 'shape'"
+                        ).fetchone() == (0,)
+
+
+def test_vectors_must_be_a_mapping(conn: psycopg.Connection[Any]) -> None:
+    from pgfunnel.errors import ConfigError
+
+    # was a raw AttributeError: 'list' object has no attribute 'get'
+    vec = np.ones((1, 384), dtype=np.float32)
+    with pytest.raises(ConfigError, match=r"^vectors: must be a mapping citekey -> array of "
+                       r"chunk vectors \(\{'a': \[\[\.\.\.\]\]\}\), got list$"):
+        Ingester(conn, "shape").ingest([DocumentRecord("a", "one short document")],
+                                       vectors=[vec])  # type: ignore[arg-type]
+    _nothing_written(conn)
+
+
+def test_records_must_be_an_iterable_of_records(conn: psycopg.Connection[Any]) -> None:
+    from pgfunnel.errors import ConfigError
+
+    # was a raw TypeError: 'DocumentRecord' object is not iterable
+    ingester = Ingester(conn, "shape")
+    with pytest.raises(ConfigError, match=r"^records: must be an iterable of DocumentRecord, "
+                       r"got one DocumentRecord: pass \[record\]$"):
+        ingester.ingest(DocumentRecord("a", "one short document"))  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"^records: must be an iterable of DocumentRecord, "
+                       r"got NoneType$"):
+        ingester.ingest(None)  # type: ignore[arg-type]
+    _nothing_written(conn)
+
+
 def test_hnsw_build_memory_holds_the_graph() -> None:
     from pgfunnel.ingest import HNSW_BUILD_MEMORY_CAP_BYTES, hnsw_build_memory
 

@@ -8,10 +8,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
-from pgfunnel.errors import ConfigError, ModelLoadError, RerankError
-from pgfunnel.rerank import Reranker, make_snippet, resolve_device, should_skip
+from pgfunnel.errors import ConfigError, InvalidInputError, ModelLoadError, RerankError
+from pgfunnel.rerank import Reranker, checked_ranking, make_snippet, resolve_device, should_skip
 from pgfunnel.tiny_models import build_tiny_bi_encoder, build_tiny_cross_encoder
 
 DOCS = [
@@ -169,6 +170,16 @@ def test_bi_encoder_is_refused_as_rerank_model(tmp_path: Path) -> None:
         Reranker(str(path), device="cpu")
 
 
+def test_a_path_object_is_accepted_as_the_model(tiny_ce: Path, tmp_path: Path) -> None:
+    # what build_tiny_cross_encoder returns; it was refused as "not a local path"
+    r = Reranker(tiny_ce, device="cpu", local_files_only=True)
+    assert r.model_name == str(tiny_ce)
+    assert len(r.predict("refund", DOCS)) == len(DOCS)
+    # a path object is a path even when it does not look like one: never tried as a hub id
+    with pytest.raises(ModelLoadError, match="no such directory"):
+        Reranker(Path("no-such-dir") / "model", device="cpu")
+
+
 @pytest.mark.skipif(
     importlib.util.find_spec("onnxruntime") is not None, reason="ONNX extra is installed"
 )
@@ -263,3 +274,67 @@ def test_should_skip_gate() -> None:
     assert should_skip([0.2, 0.9, 0.3], 0.5) is True  # unsorted input
     with pytest.raises(ConfigError):
         should_skip([0.9, 0.1], -1.0)
+
+
+# -- inputs -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("query", "documents", "match"),
+    [
+        (None, ["a"], r"^query: must be a str, got NoneType$"),
+        (b"q", ["a"], r"^query: must be a str, got bytes$"),
+        ("q", ["a", None], r"^documents: item 1 must be a str, got NoneType$"),
+        ("q", "abc", r"^documents: must be a sequence of str, not one str: pass \['abc'\]$"),
+        ("q", 3, r"^documents: must be a sequence of str, got int$"),
+    ],
+)
+def test_bad_inputs_are_refused_before_the_model(
+    reranker: Reranker, monkeypatch: pytest.MonkeyPatch, query: Any, documents: Any, match: str
+) -> None:
+    calls = _record_predict(monkeypatch, reranker)
+    for method in (reranker.rank, reranker.predict):
+        with pytest.raises(InvalidInputError, match=match):
+            method(query, documents)
+    assert calls == []
+
+
+# -- a reranker's output, as the search consumes it ------------------------------------------
+
+
+def test_checked_ranking_accepts_a_permutation() -> None:
+    rows = [{"corpus_id": 2, "score": 3.0}, {"corpus_id": 0, "score": 2}, {"corpus_id": 1,
+            "score": -1.5}]
+    assert checked_ranking(rows, 3) == [(2, 3.0), (0, 2.0), (1, -1.5)]
+    assert checked_ranking([], 0) == []
+    assert checked_ranking([{"corpus_id": np.int64(0), "score": np.float32(0.5)}], 1) == [
+        (0, 0.5)]
+
+
+@pytest.mark.parametrize(
+    ("rows", "match"),
+    [
+        ([{"corpus_id": 0, "score": 1.0}], r"^reranker returned 1 scores for 2 candidates$"),
+        ([{"corpus_id": 0, "score": 1.0}, {"corpus_id": 2, "score": 0.5}],
+         r"^reranker returned corpus_id 2 for 2 candidates \(expected 0\.\.1\)$"),
+        ([{"corpus_id": 0, "score": 1.0}, {"corpus_id": -1, "score": 0.5}],
+         r"^reranker returned corpus_id -1 for 2 candidates \(expected 0\.\.1\)$"),
+        ([{"corpus_id": 1, "score": 1.0}, {"corpus_id": 1, "score": 0.5}],
+         r"^reranker returned corpus_id 1 more than once$"),
+        ([{"corpus_id": 0, "score": 1.0}, {"corpus_id": 1, "score": float("nan")}],
+         r"^reranker returned score nan for corpus_id 1 \(scores must be finite numbers\)$"),
+        ([{"corpus_id": 0, "score": float("inf")}, {"corpus_id": 1, "score": 0.5}],
+         r"^reranker returned score inf for corpus_id 0"),
+        ([{"corpus_id": 0, "score": "high"}, {"corpus_id": 1, "score": 0.5}],
+         r"^reranker returned score 'high' for corpus_id 0"),
+        ([{"corpus_id": 0, "score": 1.0}, {"corpus_id": 1.0, "score": 0.5}],
+         r"^reranker returned corpus_id 1\.0, not an integer$"),
+        ([{"corpus_id": 0, "score": 1.0}, {"score": 0.5}],
+         r"^reranker returned row 2 without corpus_id and score: \{'score': 0\.5\}$"),
+        ([{"corpus_id": 0, "score": 1.0}, (1, 0.5)],
+         r"^reranker returned row 2 without corpus_id and score: \(1, 0\.5\)$"),
+    ],
+)
+def test_checked_ranking_refuses_what_it_cannot_trust(rows: Any, match: str) -> None:
+    with pytest.raises(RerankError, match=match):
+        checked_ranking(rows, 2)

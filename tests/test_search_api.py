@@ -213,6 +213,37 @@ def test_score_count_mismatch_is_a_hard_error(sample_conn: psycopg.Connection[An
         funnel.search("refund annual plan", k=5, principals=[])
 
 
+class Garbling:
+    """A custom reranker whose rows are right in number but wrong in content."""
+
+    model_name = "test/garbling"
+
+    def __init__(self, garble: Any) -> None:
+        self.garble = garble
+
+    def rank(self, query: str, documents: Sequence[str]) -> list[dict[str, Any]]:
+        rows = [{"corpus_id": i, "score": float(len(documents) - i)}
+                for i in range(len(documents))]
+        self.garble(rows)
+        return rows
+
+
+@pytest.mark.parametrize(("garble", "match"), [
+    (lambda rows: rows[-1].update(corpus_id=len(rows)),
+     r"^reranker returned corpus_id \d+ for \d+ candidates \(expected 0\.\.\d+\)$"),
+    (lambda rows: rows[-1].update(corpus_id=0), r"^reranker returned corpus_id 0 more than once$"),
+    (lambda rows: rows[1].update(score=float("nan")),
+     r"^reranker returned score nan for corpus_id 1 \(scores must be finite numbers\)$"),
+], ids=["out-of-range", "duplicate", "nan"])
+def test_a_custom_rerankers_bad_rows_are_a_rerank_error(
+        sample_conn: psycopg.Connection[Any], embedder: Any, garble: Any, match: str) -> None:
+    # were: a raw IndexError, "ConfigError(chunk_ids): chunk .. appears more than once",
+    # and a result with rerank_score=nan
+    funnel = Funnel(sample_conn, embedder=embedder, reranker=Garbling(garble))
+    with pytest.raises(RerankError, match=match):
+        funnel.search("refund annual plan", k=5, principals=[])
+
+
 def test_gate_skips_the_model_and_says_so_in_the_trace(sample_conn: psycopg.Connection[Any],
                                                         embedder: Any,
                                                         tiny_reranker: Reranker) -> None:

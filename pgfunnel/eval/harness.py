@@ -334,18 +334,19 @@ class Harness:
         ordered = list(pool)
         reranked = False
         if cfg.rerank and pool:
-            from pgfunnel.rerank import should_skip
+            from pgfunnel.rerank import checked_ranking, should_skip
 
             if not should_skip([c.fused_score for c in pool], cfg.rerank_gate_margin):
                 reranker = self._reranker(cfg)
                 depth = rerank_head(len(pool), cfg.rerank_depth, p)
                 head = pool[:depth]
-                ranked = reranker.rank(text, [c.text for c in head])
-                for pos, item in enumerate(ranked, start=1):
-                    cand = head[int(item["corpus_id"])]
-                    cand.rerank_score = float(item["score"])
+                ranked = checked_ranking(reranker.rank(text, [c.text for c in head]),
+                                         len(head))
+                for pos, (corpus_id, score) in enumerate(ranked, start=1):
+                    cand = head[corpus_id]
+                    cand.rerank_score = score
                     cand.rerank_rank = pos
-                ordered = [head[int(item["corpus_id"])] for item in ranked] + pool[depth:]
+                ordered = [head[corpus_id] for corpus_id, _ in ranked] + pool[depth:]
                 reranked = True
         capped: list[Any] = []
         if ordered:
