@@ -221,7 +221,14 @@ def translate(exc: BaseException) -> PgfunnelError:
             err.__cause__ = exc
             return err
         if isinstance(exc, psycopg.OperationalError):
-            return ConnectionFailedError(f"cannot connect to Postgres: {primary}")
+            # no SQLSTATE: libpq's own failure, either opening a connection or on one that
+            # was open ("the connection is closed", "consuming input failed: server closed
+            # the connection unexpectedly") - the second is not a failure to connect
+            opening = primary.startswith(("connection failed", "connection to server"))
+            what = "cannot connect to Postgres" if opening else "lost the connection to Postgres"
+            err = ConnectionFailedError(f"{what}: {primary}")
+            err.__cause__ = exc
+            return err
         if isinstance(exc, psycopg.DataError):
             # refused by the client before it reached the server (a NUL in a text value)
             err = InvalidInputError(primary)

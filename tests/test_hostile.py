@@ -152,3 +152,22 @@ def test_statement_timeout_cancels_and_connection_survives(corpus_db: str) -> No
             conn.execute("select set_config('statement_timeout', '50', true)")
             conn.execute("select pg_sleep(5)")
         _usable(conn)
+
+
+def test_a_connection_lost_mid_session_is_not_called_a_failure_to_connect(
+        corpus_db: str) -> None:
+    """A search on a connection the server terminated said "cannot connect to Postgres";
+    the connection had been open, and losing it is what happened."""
+    from pgfunnel.errors import ConnectionFailedError, translate
+
+    with connect(corpus_db, autocommit=True) as victim, \
+            connect(corpus_db, autocommit=True) as admin:
+        admin.execute("select pg_terminate_backend(%s)", (victim.info.backend_pid,))
+        for _ in range(2):  # the server's notice first, then libpq's "connection is closed"
+            with pytest.raises(psycopg.Error) as caught:
+                victim.execute("select 1")
+            err = translate(caught.value)
+            assert isinstance(err, ConnectionFailedError)
+            assert str(err).startswith("lost the connection to Postgres"), err
+    with pytest.raises(ConnectionFailedError, match="cannot connect to Postgres"):
+        connect("postgresql://nobody@127.0.0.1:1/none?connect_timeout=2")
