@@ -393,9 +393,11 @@ def search(
     fusion: FusionOption = "minmax",
     rrf_k: Annotated[float, typer.Option(help="RRF constant.")] = 60.0,
     lexical_weight: Annotated[float | None, typer.Option(
+        min=0, max=1e6,
         help="Weight of the BM25 leg (default 1; 0.7 for min-max fusion when the best "
              "lexical match holds under 0.4 of the query).")] = None,
     dense_weight: Annotated[float | None, typer.Option(
+        min=0, max=1e6,
         help="Weight of the dense leg (default 0.7; under min-max fusion 0.2 for a query "
              "that is one identifier, 1 when the best lexical match holds under 0.4 of the "
              "query).")] = None,

@@ -67,3 +67,15 @@ def test_query_text_after_double_dash_is_searched(sample_db: str) -> None:
     assert res.exit_code == 0, res.output
     rows = json.loads(res.output[res.output.index("{"):])["results"]
     assert rows and all(r["lexical_rank"] is not None for r in rows)
+
+
+@pytest.mark.parametrize("flag", ["--lexical-weight", "--dense-weight"])
+def test_a_negative_weight_is_a_usage_error_naming_the_flag(flag: str) -> None:
+    # it reached the library and came back as "weights: ... got {-1,0.7}"
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    res = CliRunner().invoke(app, ["search", "refund", flag, "-1", "--dsn", "bogus"],
+                             env={"COLUMNS": "200"})
+    assert res.exit_code == 2, res.output
+    assert flag in res.output and "weights:" not in res.output
