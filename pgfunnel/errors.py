@@ -165,6 +165,14 @@ _SQLSTATE_MAP: dict[str, type[PgfunnelError]] = {
 _CONNECTION_LOST = frozenset({"57P01", "57P02", "57P03", "57P05"})
 
 
+def positive_int(parameter: str, value: object) -> int:
+    """``value`` if it is a positive int (a bool is not one), else a ConfigError naming
+    ``parameter``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(parameter, f"must be a positive integer, got {value!r}")
+    return value
+
+
 def string_list(value: Any, parameter: str) -> list[str]:
     """``value`` as a list of strings, or a ConfigError naming ``parameter``. One string is
     refused: iterated, ``"kb-ab"`` would be the keys ``k``, ``b``, ``-``, ``a``."""

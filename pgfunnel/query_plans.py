@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from pgfunnel.errors import ConfigError, InvalidInputError, string_list
+from pgfunnel.errors import ConfigError, InvalidInputError, positive_int, string_list
 from pgfunnel.transform import (
     FollowupResolver,
     GuardedRewriter,
@@ -145,10 +145,9 @@ def search_multi(funnel: Funnel, phrasings: Sequence[str], *, merge_rrf_k: int =
     ``k``; each Result keeps the per-stage ranks of the phrasing it was first found by,
     and ``final_rank`` is its place in the merged list.
     """
-    if isinstance(merge_rrf_k, bool) or not isinstance(merge_rrf_k, int) or merge_rrf_k < 1:
-        # checked before any phrasing is searched, under its own name (rrf_k is the
-        # searches' constant, also accepted here)
-        raise ConfigError("merge_rrf_k", f"must be a positive integer, got {merge_rrf_k!r}")
+    # checked before any phrasing is searched, under its own name (rrf_k is the searches'
+    # constant, also accepted here)
+    positive_int("merge_rrf_k", merge_rrf_k)
     mq = multi_query(string_list(phrasings, "phrasings"), max_queries=max_queries)
     if not mq.queries:
         raise InvalidInputError("phrasings: no usable phrasing (all empty or duplicates)")

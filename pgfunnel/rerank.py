@@ -32,6 +32,7 @@ from pgfunnel.errors import (
     ModelLoadError,
     RerankError,
     model_load_detail,
+    positive_int,
 )
 
 __all__ = [
@@ -119,12 +120,6 @@ def should_skip(fused_scores: Sequence[float], margin: float | None) -> bool:
     # The caller may pass the pool in any order; the gate is about the two best scores.
     top, second = sorted((float(s) for s in fused_scores), reverse=True)[:2]
     return top - second >= margin
-
-
-def _positive_int(parameter: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(parameter, f"must be a positive integer, got {value!r}")
-    return value
 
 
 def _looks_like_path(model: str) -> bool:
@@ -235,9 +230,9 @@ class Reranker:
         if not isinstance(model, str) or not model.strip():
             raise ConfigError("rerank_model", "must be a model id (str) or a local path (str or"
                               f" os.PathLike), got {model!r}")
-        self.batch_size = _positive_int("batch_size", batch_size)
-        self.max_length = _positive_int("max_length", max_length)
-        self.snippet_chars = _positive_int("snippet_chars", snippet_chars)
+        self.batch_size = positive_int("batch_size", batch_size)
+        self.max_length = positive_int("max_length", max_length)
+        self.snippet_chars = positive_int("snippet_chars", snippet_chars)
         if backend not in ("torch", "onnx"):
             raise ConfigError("backend", f"expected 'torch' or 'onnx', got {backend!r}")
         self.backend: Backend = backend
@@ -375,7 +370,7 @@ class Reranker:
         ``return_documents=True`` also ``text``, the snippet that was scored.
         """
         if top_k is not None:
-            _positive_int("top_k", top_k)
+            positive_int("top_k", top_k)
         query, documents = _checked_inputs(query, documents)
         scores = self._predict(query, documents)
         order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))

@@ -28,7 +28,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from pgfunnel.errors import ConfigError
+from pgfunnel.errors import ConfigError, positive_int
 
 __all__ = [
     "STOPWORDS",
@@ -158,8 +158,7 @@ def rrf_merge(
     first met scanning rank by rank (rank 1 of every list in list order, then rank 2, ...),
     so the result does not depend on set or dict iteration order.
     """
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ConfigError("rrf_k", f"must be a positive integer, got {k!r}")
+    positive_int("rrf_k", k)
     if weights is None:
         weights = [1.0] * len(ranked_lists)
     if len(weights) != len(ranked_lists):
@@ -238,8 +237,7 @@ def decompose(query: str, max_parts: int = 3, *, qualifiers: Iterable[str] = ())
     get it appended ("refund policy and fees on annual plans" -> the first part is about
     annual plans too). More than *max_parts* parts: the tail is merged into the last part.
     """
-    if isinstance(max_parts, bool) or not isinstance(max_parts, int) or max_parts < 1:
-        raise ConfigError("max_parts", f"must be a positive integer, got {max_parts!r}")
+    positive_int("max_parts", max_parts)
     text = " ".join(query.split())
     if not text:
         return Decomposition(parts=[query], reason="empty query; not split")
@@ -299,8 +297,8 @@ def round_robin_merge(lists: Sequence[Sequence[K]], k: int | None = None) -> lis
     Use it for :func:`decompose`: the parts ask for different things, so agreement between
     their lists is not a signal and each part should be guaranteed a place.
     """
-    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
-        raise ConfigError("k", f"must be a positive integer, got {k!r}")
+    if k is not None:
+        positive_int("k", k)
     limit = k if k is not None else sum(len(lst) for lst in lists)
     pointers = [0] * len(lists)
     seen: set[K] = set()
@@ -551,8 +549,7 @@ class FollowupResolver:
         qualifiers: Iterable[str] = (),
         max_terms: int = 4,
     ) -> None:
-        if isinstance(max_terms, bool) or not isinstance(max_terms, int) or max_terms < 1:
-            raise ConfigError("max_terms", f"must be a positive integer, got {max_terms!r}")
+        positive_int("max_terms", max_terms)
         self.topic_terms: frozenset[str] | None = (
             None if topic_terms is None else frozenset(_singular(t) for t in topic_terms)
         )
