@@ -41,14 +41,13 @@ from pgfunnel.sources import (
     DEFAULT_CHUNK_WORDS,
     DEFAULT_EMBED_INPUT,
     EMBED_TEXT_ALONE,
-    EMBED_WITH_SECTION_PATH,
-    TEXT_KEY_PREFIX,
     ChunkRecord,
     DocumentRecord,
     check_embed_input,
     check_record,
     chunk_text,
     embedding_input,
+    vector_key,
     version_embed_input,
 )
 
@@ -1091,7 +1090,7 @@ class Ingester:
         texts = list(dict.fromkeys(
             embedding_input(r.title, ch.text, embed_input, ch.section_path) for r in todo
             for ch in chunked.get(r.citekey) or chunk_text(r.text, self.chunk_words)
-            if _reused(reuse, ch, embed_input) is None))
+            if _reused(reuse, r.title, ch, embed_input) is None))
         if not texts:
             return {}
         return dict(zip(texts, self._embed(texts), strict=True))
@@ -1149,7 +1148,7 @@ class Ingester:
                             new_vectors.append(given[i])
                             labels[len(new_vectors) - 1] = f"vectors[{rec.citekey!r}][{i}]"
                         else:
-                            new_vectors.append(_reused(reuse, ch, version.embed_input))
+                            new_vectors.append(_reused(reuse, rec.title, ch, version.embed_input))
                 _check_given_vectors(new_vectors, labels, version.dimensions)
                 missing = [i for i, v in enumerate(new_vectors) if v is None]
                 self.stats.chunks_given += len(labels)
@@ -1178,27 +1177,21 @@ class Ingester:
     def _reusable_vectors(self, version_id: int, embed_input: str,
                           existing: dict[str, tuple[int, str, str]],
                           todo: list[DocumentRecord]) -> dict[str, np.ndarray]:
-        """The stored vectors of the changed documents' chunks, for chunks whose embedding
-        input did not change, keyed as ``ChunkRecord.vector_key`` keys a new chunk: by
-        content hash (text and section path) where the version embeds the path, else by
-        the hash of the text alone."""
-        # a vector embedded with the title is stale once the title changes
-        document_ids = [existing[r.citekey][0] for r in todo
-                        if r.citekey in existing and (embed_input == EMBED_TEXT_ALONE
-                                                      or existing[r.citekey][2] == r.title)]
+        """The stored vectors of the changed documents' chunks by ``vector_key``: the
+        hash of what the embedder read for them (title, section path and text as the
+        version's ``embed_input`` has it), so a new chunk reuses a vector only when the
+        model would read the same words for it."""
+        document_ids = [existing[r.citekey][0] for r in todo if r.citekey in existing]
         if not document_ids:
             return {}
-        key = sql.SQL("c.content_hash" if embed_input == EMBED_WITH_SECTION_PATH else
-                      "%(prefix)s || encode(sha256(convert_to(c.text, 'UTF8')), 'hex')")
         rows = self.conn.execute(
-            sql.SQL("select {}, e.embedding from pgfunnel.chunk c "
-                    "join pgfunnel.embedding e on e.chunk_id = c.id "
-                    " and e.index_version_id = %(version)s "
-                    "where c.document_id = any(%(documents)s)").format(key),
-            {"prefix": TEXT_KEY_PREFIX, "version": version_id, "documents": document_ids}
-        ).fetchall()
-        return {h: np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, dtype=np.float32)
-                for h, v in rows}
+            "select d.title, c.text, c.section_path, e.embedding from pgfunnel.chunk c "
+            "join pgfunnel.document d on d.id = c.document_id "
+            "join pgfunnel.embedding e on e.chunk_id = c.id and e.index_version_id = %s "
+            "where c.document_id = any(%s)", (version_id, document_ids)).fetchall()
+        return {vector_key(title, text, embed_input, path):
+                np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, dtype=np.float32)
+                for title, text, path, v in rows}
 
     def _write(self, coll: int, version: ActiveVersion,
                chunked: list[tuple[DocumentRecord, list[ChunkRecord]]], texts: list[str],
@@ -1292,10 +1285,11 @@ class Ingester:
         refresh_table_stats(self.conn)
 
 
-def _reused(stored: dict[str, np.ndarray], chunk: ChunkRecord,
+def _reused(stored: dict[str, np.ndarray], title: str, chunk: ChunkRecord,
             embed_input: str) -> np.ndarray | None:
-    """The stored vector this chunk can keep, if any (``_reusable_vectors``' keys)."""
-    return stored.get(chunk.vector_key(embed_input))
+    """The stored vector this chunk of a document titled ``title`` can keep, if any
+    (``_reusable_vectors``' keys)."""
+    return stored.get(chunk.vector_key(title, embed_input))
 
 
 def _check_given_vectors(vectors: list[np.ndarray | None], labels: dict[int, str],

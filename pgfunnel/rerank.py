@@ -87,21 +87,29 @@ def resolve_device(device: str) -> str:
 
 
 def make_snippet(text: str, max_chars: int) -> str:
-    """First *max_chars* characters of *text*, cut back to the last word boundary.
+    """The start of *text* up to *max_chars* characters, cut back to the last word boundary.
 
-    A single word longer than *max_chars* is cut hard, because returning nothing would
-    give the reranker an empty passage to score.
+    A run of whitespace counts as one character: the model reads it as one separator,
+    and the indentation of a code block would otherwise take the words' place. The text
+    is returned as written, line breaks and all. A first word longer than *max_chars*
+    is cut hard, because returning nothing would give the reranker an empty passage to
+    score.
     """
-    if len(text) <= max_chars:
+    used = end = 0
+    for word in _WORD.finditer(text):
+        cost = len(word.group()) + (1 if end else 0)
+        if used + cost > max_chars:
+            break
+        used += cost
+        end = word.end()
+    else:
         return text
-    cut = text[:max_chars]
-    if text[max_chars].isspace():
-        # The cut already falls between two words.
-        return cut.rstrip()
-    boundary = max((i for i, ch in enumerate(cut) if ch.isspace()), default=-1)
-    if boundary <= 0:
-        return cut
-    return cut[:boundary].rstrip()
+    if end == 0:
+        return text.lstrip()[:max_chars]
+    return text[:end]
+
+
+_WORD = re.compile(r"\S+")
 
 
 def should_skip(fused_scores: Sequence[float], margin: float | None) -> bool:

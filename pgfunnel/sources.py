@@ -53,8 +53,9 @@ DEFAULT_EMBED_INPUT = EMBED_WITH_TITLE
 
 # part of a document's content hash: raised when the same text comes out as other chunks,
 # or its chunks carry more, so that the next ingest rewrites documents stored before
-# (2: chunks keep their section path). Unchanged chunks keep their vectors.
-_CHUNKING = 2
+# (2: chunks keep their section path; 3: their line breaks and indentation). Unchanged
+# chunks keep their vectors (ChunkRecord.vector_key ignores whitespace).
+_CHUNKING = 3
 
 
 @dataclass
@@ -77,10 +78,6 @@ class DocumentRecord:
         return hashlib.sha256(payload.encode()).hexdigest()
 
 
-# keys of stored vectors by the hash of the chunk text alone (ChunkRecord.vector_key)
-TEXT_KEY_PREFIX = "text:"
-
-
 @dataclass
 class ChunkRecord:
     ordinal: int
@@ -92,18 +89,27 @@ class ChunkRecord:
 
     def content_hash(self) -> str:
         # the path is part of what a chunk's vector was embedded from; a chunk with none
-        # hashes as it did before paths were kept, so its stored vector is still reused
+        # hashes as it did before paths were kept
         payload = self.text if not self.section_path else f"{self.text}\x00{self.section_path}"
         return hashlib.sha256(payload.encode()).hexdigest()
 
-    def vector_key(self, embed_input: str) -> str:
-        """The key of the stored vector this chunk can reuse under an index version
-        embedding ``embed_input`` (``Ingester._reusable_vectors`` keys them alike): its
-        content hash where the version embeds the path, else the hash of its text alone,
-        so that a renamed parent heading costs no model time there."""
-        if embed_input == EMBED_WITH_SECTION_PATH:
-            return self.content_hash()
-        return TEXT_KEY_PREFIX + hashlib.sha256(self.text.encode()).hexdigest()
+    def vector_key(self, title: str, embed_input: str) -> str:
+        """The key of the stored vector this chunk of a document titled ``title`` can
+        reuse under an index version embedding ``embed_input``: ``vector_key``."""
+        return vector_key(title, self.text, embed_input, self.section_path)
+
+
+def vector_key(title: str, text: str, embed_input: str, section_path: str = "") -> str:
+    """The key a chunk's vector is stored and reused under: the hash of what the
+    embedder reads for it (``embedding_input``) with its whitespace collapsed.
+
+    Whitespace is left out because the models pgfunnel ships with and defaults to
+    (BERT-style WordPiece tokenizers, as all-MiniLM-L6-v2 and ms-marco-MiniLM use) read any
+    run of spaces, tabs and line breaks as one separator, so the same words give the same
+    vector; chunks stored single-spaced before line breaks were kept reuse their vectors.
+    ``pgfunnel reindex`` embeds every chunk anew, for a model that reads whitespace."""
+    read = embedding_input(title, text, embed_input, section_path)
+    return hashlib.sha256(" ".join(read.split()).encode()).hexdigest()
 
 
 def _iso(value: dt.datetime | None) -> str | None:
@@ -806,8 +812,18 @@ def _sections(text: str) -> list[tuple[str, str, tuple[str, ...]]]:
             open_headings.append((level, heading))
         else:
             sections[-1][1].append(line)
-    return [(h, "\n".join(b).strip(), path) for h, b, path in sections
+    # blank lines at either end go, the first line's indentation stays (a section may
+    # open with an indented code block)
+    return [(h, _trim_blank_lines(b), path) for h, b, path in sections
             if h or "\n".join(b).strip()]
+
+
+def _trim_blank_lines(lines: list[str]) -> str:
+    """Lines joined, less blank lines at either end; the first line keeps its indentation
+    (a section may open with an indented code block)."""
+    first = next((i for i, line in enumerate(lines) if line.strip()), len(lines))
+    last = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].strip()), -1)
+    return "\n".join(lines[first:last + 1]).rstrip()
 
 
 _BLOCK_SPLIT = re.compile(r"\n[ \t]*\n")
@@ -938,30 +954,57 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
     without text of its own is a chunk by itself: moving it above the next section
     was measured and lost (docs/tuning.md), since such a short chunk is a strong BM25
     match for a query that names the section.
+
+    A chunk's text is the document's text as written: line breaks, a blank line between
+    paragraphs and the indentation of code stay (trailing spaces go), so a result shows
+    code as code. Where the chunks fall depends on the words alone, so chunks differ from
+    the single-spaced ones of earlier releases in whitespace only.
     """
     if chunk_words < 20:
         raise ValueError("chunk_words must be at least 20")
     chunks: list[ChunkRecord] = []
     for heading, body, path in _sections(text):
-        paragraphs = [p.strip() for p in re.split(r"\n\s*\n", body) if p.strip()] or [""]
+        # a piece is a list of paragraph slices; a paragraph longer than the target is
+        # sliced at word boundaries
         pieces: list[list[str]] = [[]]
-        for para in paragraphs:
-            words = para.split()
-            if len(pieces[-1]) + len(words) > chunk_words and pieces[-1]:
+        filled = 0
+        for para in _paragraphs(body):
+            spans = [m.span() for m in _WORD.finditer(para)]
+            if filled + len(spans) > chunk_words and filled:
                 pieces.append([])
-            while len(words) > chunk_words:
-                room = chunk_words - len(pieces[-1])
-                pieces[-1].extend(words[:room])
-                words = words[room:]
+                filled = 0
+            start = 0
+            while len(spans) - start > chunk_words:
+                pieces[-1].append(_word_slice(para, spans, start, start + chunk_words))
+                start += chunk_words
                 pieces.append([])
-            pieces[-1].extend(words)
-        for words in pieces:
-            if not words and not heading:
+            if start < len(spans):
+                pieces[-1].append(_word_slice(para, spans, start, len(spans)))
+                filled += len(spans) - start
+        for piece in pieces:
+            body_text = "\n\n".join(piece)
+            if not body_text and not heading:
                 continue
-            body_text = " ".join(words)
-            full = f"{heading}\n{body_text}".strip() if heading else body_text
-            if not full:
-                continue
+            full = f"{heading}\n{body_text}" if heading and body_text else heading or body_text
             chunks.append(ChunkRecord(len(chunks), heading, full, len(full.split()),
                                       " > ".join(path)))
     return chunks
+
+
+_WORD = re.compile(r"\S+")
+
+
+def _paragraphs(body: str) -> list[str]:
+    """A section's paragraphs (split at blank lines), each with its lines' indentation
+    and without trailing spaces."""
+    paragraphs = []
+    for para in re.split(r"\n\s*\n", body):
+        if para.strip():
+            paragraphs.append("\n".join(line.rstrip() for line in para.split("\n")))
+    return paragraphs
+
+
+def _word_slice(para: str, spans: list[tuple[int, int]], start: int, end: int) -> str:
+    """Words ``start`` to ``end`` of a paragraph, with the whitespace between them as
+    written; a slice that opens the paragraph keeps its first line's indentation."""
+    return para[0 if start == 0 else spans[start][0]:spans[end - 1][1]]

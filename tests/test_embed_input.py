@@ -273,3 +273,39 @@ def test_a_renamed_parent_heading_costs_model_time_only_where_the_path_is_embedd
             "select c.section_path from pgfunnel.chunk c join pgfunnel.collection k "
             "on k.id = c.collection_id where k.name = %s and c.heading = 'Refunds'",
             (collection,)).fetchone() == ("Yearly",)
+
+
+CODE = ("Clients retry failed calls.\n\n## Configure\n\nSet the limit:\n\n"
+        "    client = Client(\n        retries=3,\n    )\n\nThen call it as before.")
+
+
+@pytest.mark.parametrize("embed_input", ["title", "section", "text"])
+def test_chunks_stored_single_spaced_keep_their_vectors_when_they_gain_line_breaks(
+        conn: psycopg.Connection[Any], embedder: Any, embed_input: str) -> None:
+    rec = DocumentRecord(citekey="retries", title="Retries", text=CODE)
+    Ingester(conn, "docs", embedder=embedder, embed_input=embed_input).ingest([rec])
+    kept = _stored(conn, "retries")
+    # as releases before line breaks were kept stored it: the heading on a line of its
+    # own, then the words single-spaced, under a document hash of its own (the same terms,
+    # so the lexical rows stay right while the guard against text updates is off)
+    conn.execute("alter table pgfunnel.chunk disable trigger chunk_indexed_columns")
+    for chunk_id, heading, text in conn.execute(
+            "select id, heading, text from pgfunnel.chunk").fetchall():
+        body = text.split("\n", 1)[1] if heading else text
+        flat = f"{heading}\n{' '.join(body.split())}" if heading else " ".join(body.split())
+        conn.execute("update pgfunnel.chunk set text = %s where id = %s", (flat, chunk_id))
+    conn.execute("alter table pgfunnel.chunk enable trigger chunk_indexed_columns")
+    conn.execute("update pgfunnel.document set content_hash = 'before'")
+    assert conn.execute("select count(*) from pgfunnel.chunk where text like '%%\n    %%'"
+                        ).fetchone() == (0,)
+    stats = Ingester(conn, "docs", embedder=embedder).ingest([rec])
+    # the document is rewritten with its line breaks; the model reads the same words
+    assert (stats.documents_written, stats.chunks_embedded, stats.chunks_reused) == (1, 0, 2)
+    assert [r[0] for r in conn.execute("select text from pgfunnel.chunk order by ordinal")] \
+        == [c.text for c in chunk_text(CODE)]
+    assert "\n    client = Client(\n        retries=3," in chunk_text(CODE)[1].text
+    assert np.array_equal(_stored(conn, "retries"), kept)
+    # and what it read for them is what a fresh embedding of the new text gives
+    assert _close(kept, embedder.embed([embedding_input(rec.title, c.text, embed_input,
+                                                        c.section_path)
+                                        for c in chunk_text(CODE)]))

@@ -219,6 +219,51 @@ def test_chunking_follows_sections_and_size() -> None:
     assert [c.ordinal for c in chunks] == list(range(len(chunks)))
 
 
+CODE_DOC = ("# Retries\n\nSet the limit in the client:\n\n"
+            "    client = Client(\n        retries=3,   \n        backoff=0.5,\n    )\n\n"
+            "A second paragraph\nover two lines.")
+
+
+def test_chunks_keep_line_breaks_and_code_indentation() -> None:
+    (chunk,) = chunk_text(CODE_DOC)
+    # as written, less the trailing spaces; a blank line between paragraphs
+    assert chunk.text == ("Retries\nSet the limit in the client:\n\n"
+                          "    client = Client(\n        retries=3,\n        backoff=0.5,\n"
+                          "    )\n\nA second paragraph\nover two lines.")
+    assert chunk.token_count == len(chunk.text.split())
+    # a section that opens with code keeps its first line's indentation
+    (code,) = chunk_text("## Example\n\n\n    x = 1\n    y = 2\n\n")
+    assert code.text == "Example\n    x = 1\n    y = 2"
+    # a paragraph longer than the target is cut between words, its line breaks kept
+    lines = "\n".join(f"    call_{i}(a, b)" for i in range(30))
+    parts = chunk_text(lines, chunk_words=20)
+    assert [len(p.text.split()) for p in parts] == [20, 20, 20]
+    assert parts[0].text.startswith("    call_0(a, b)\n    call_1(a, b)")
+    assert parts[1].text.startswith("call_10(a, b)\n    call_11(a, b)")
+    assert "\n".join(p.text for p in parts).split() == lines.split()
+
+
+def test_chunk_boundaries_depend_on_the_words_and_paragraphs_alone() -> None:
+    # the same document with other whitespace inside its paragraphs (spaces for line
+    # breaks, runs of spaces and tabs, indentation, trailing blanks): the chunks hold the
+    # same words in the same places, so a stored vector can follow them (vector_key)
+    rng = np.random.default_rng(7)
+    words = [f"w{i}" for i in range(60)]
+    for _ in range(30):
+        paras = []
+        for _ in range(int(rng.integers(1, 12))):
+            n = int(rng.integers(1, 90))
+            paras.append([str(w) for w in rng.choice(words, n)])
+        plain = "# Head\n\n" + "\n\n".join(" ".join(p) for p in paras)
+        seps = [" ", "  ", "\t", "\n", "\n    ", " \n", "\u00a0"]
+        varied = "# Head\n\n" + "\n \n\n".join(
+            "  " + "".join(w + str(rng.choice(seps)) for w in p) + "  " for p in paras)
+        for size in (20, 57, 200):
+            a, b = chunk_text(plain, size), chunk_text(varied, size)
+            assert [(c.heading, c.token_count, " ".join(c.text.split())) for c in a] == \
+                [(c.heading, c.token_count, " ".join(c.text.split())) for c in b]
+
+
 def test_postings_and_lexical_rows_equal_the_analyzers_counts(
         conn: psycopg.Connection[Any]) -> None:
     # the rows ingest builds in Python, recounted with the SQL analyzer itself: a posting

@@ -93,7 +93,7 @@ def test_underlined_headings_start_sections(tmp_path: Path) -> None:
     assert [c.heading for c in chunks] == ["Project name", "Usage"]
     usage = chunks[1].text
     # a list item, code and a rule after a blank line are not headings
-    assert "a list item ---" in usage and "not a heading -------------" in usage
+    assert "- a list item\n---\n" in usage and "not a heading\n-------------\n" in usage
     assert "More text." in usage and "=====" not in doc.text
 
 

@@ -262,6 +262,14 @@ def test_make_snippet_cuts_at_word_boundary() -> None:
     assert len(make_snippet("word " * 1000, 1000)) <= 1000
 
 
+
+def test_a_snippet_counts_a_run_of_whitespace_once_and_keeps_it() -> None:
+    code = "def f():\n        return 1\n\nmore words here"
+    # "def f(): return 1 more" is 22 characters: the indentation does not use the budget
+    assert make_snippet(code, 22) == "def f():\n        return 1\n\nmore"
+    assert make_snippet(code, 21) == "def f():\n        return 1"
+    assert make_snippet("   supercalifragilistic", 5) == "super"
+
 # -- gate ---------------------------------------------------------------------------------
 
 
