@@ -919,6 +919,7 @@ class Ingester:
         self._embedder = embedder
         self.stats = IngestStats()
         self._embed_queued = 0
+        self._unchanged_given: list[str] = []
         cid = collection_id(conn, collection)
         if cid is None:
             check_collection_name(collection)  # before a model loads or a file is read
@@ -962,6 +963,11 @@ class Ingester:
         reads.
         """
         _check_ingest_arguments(records, vectors)
+        # each call reports its own work: a stats object handed out before is not changed
+        self.stats = IngestStats()
+        self._embed_queued = 0
+        kept_given: list[str] = []
+        self._unchanged_given = kept_given
         started = time.perf_counter()
         embed_before = self.stats.embed_seconds
         with _Preparer(self, enabled=self.prepare_ahead) as preparer:
@@ -989,6 +995,12 @@ class Ingester:
                     f"used: {', '.join(map(repr, unused[:5]))}{', ...' if len(unused) > 5 else ''}")
             self.stats.notes.append(note)
             warn_at_caller(f"pgfunnel ingest: {note}")
+        if kept_given:
+            # re-running a pipeline with its vectors is the usual case: a note, no warning
+            self.stats.notes.append(
+                f"vectors given for {len(kept_given)} unchanged document(s) were checked and "
+                f"not written (their stored chunks and vectors are current): "
+                f"{', '.join(map(repr, kept_given[:5]))}{', ...' if len(kept_given) > 5 else ''}")
         return self.stats
 
     def _batches(self, records: Iterable[DocumentRecord]) -> Iterator[list[DocumentRecord]]:
@@ -1118,6 +1130,9 @@ class Ingester:
                 self.stats.index_version = version.version
                 existing, hashes, todo = self._changed_documents(coll, batch, prepared)
                 self.stats.documents_unchanged += len(batch) - len(todo)
+                if vectors is not None and len(todo) < len(batch):
+                    self._check_unchanged_given(batch, todo, vectors, version.dimensions,
+                                                prepared)
                 if not todo:
                     self._tick("documents", len(batch))
                     return
@@ -1136,10 +1151,8 @@ class Ingester:
                 labels: dict[int, str] = {}
                 for rec, chunks in chunked:
                     given = vectors.get(rec.citekey) if vectors is not None else None
-                    if given is not None and len(given) != len(chunks):
-                        raise InvalidInputError(
-                            f"vectors for {rec.citekey!r}: {len(given)} given for "
-                            f"{len(chunks)} chunks")
+                    if given is not None:
+                        _check_vector_count(rec.citekey, given, chunks)
                     for i, ch in enumerate(chunks):
                         new_texts.append(ch.text)
                         new_titles.append(rec.title)
@@ -1173,6 +1186,24 @@ class Ingester:
         except psycopg.Error as exc:
             raise translate(exc) from exc
         self._tick("documents", len(batch))
+
+    def _check_unchanged_given(self, batch: list[DocumentRecord], todo: list[DocumentRecord],
+                               vectors: Mapping[str, np.ndarray], dimensions: int,
+                               prepared: _Prepared | None) -> None:
+        """Vectors given for documents found unchanged are not written, but they are
+        checked as for a changed one: a wrong count, size or NaN in them is a bug in the
+        caller's pipeline whether or not this run needed them."""
+        changed = {r.citekey for r in todo}
+        chunked = dict((r.citekey, c) for r, c in prepared.chunked) if prepared else {}
+        for rec in batch:
+            given = vectors.get(rec.citekey)
+            if rec.citekey in changed or given is None:
+                continue
+            chunks = chunked.get(rec.citekey) or chunk_text(rec.text, self.chunk_words)
+            _check_vector_count(rec.citekey, given, chunks)
+            _check_given_vectors(list(given), {i: f"vectors[{rec.citekey!r}][{i}]"
+                                               for i in range(len(chunks))}, dimensions)
+            self._unchanged_given.append(rec.citekey)
 
     def _reusable_vectors(self, version_id: int, embed_input: str,
                           existing: dict[str, tuple[int, str, str]],
@@ -1290,6 +1321,12 @@ def _reused(stored: dict[str, np.ndarray], title: str, chunk: ChunkRecord,
     """The stored vector this chunk of a document titled ``title`` can keep, if any
     (``_reusable_vectors``' keys)."""
     return stored.get(chunk.vector_key(title, embed_input))
+
+
+def _check_vector_count(citekey: str, given: Any, chunks: Sequence[ChunkRecord]) -> None:
+    if len(given) != len(chunks):
+        raise InvalidInputError(f"vectors for {citekey!r}: {len(given)} given for "
+                                f"{len(chunks)} chunks")
 
 
 def _check_given_vectors(vectors: list[np.ndarray | None], labels: dict[int, str],

@@ -240,17 +240,19 @@ begin
                          per_source_cap);
     else
         verdict := 'cut at k';
-        reason := format('fused rank %s is in the pool and not capped, but %s chunks come '
-                         'before it after the per-source cap and k is %s',
+        -- the chunks that stay in the window above it once the cap has run
+        select count(*) into ahead
+          from (select row_number() over (partition by e.document_id
+                                          order by e.fused_rank) as src_rank
+                  from unnest(w_ids, w_docs, w_lr, w_ls, w_dr, w_ds, w_fr, w_fs)
+                       as e(chunk_id, document_id, lexical_rank, lexical_score, dense_rank, dense_score,
+                          fused_rank, fused_score)
+                 where e.fused_rank < hit.fused_rank) o
+         where o.src_rank <= per_source_cap;
+        reason := format('fused rank %s is in the pool and not capped, but %s before it '
+                         'after the per-source cap and k is %s',
                          hit.fused_rank,
-                         (select count(*) from (
-                             select row_number() over (partition by e.document_id
-                                                       order by e.fused_rank) as src_rank
-                               from unnest(w_ids, w_docs, w_lr, w_ls, w_dr, w_ds, w_fr, w_fs)
-                                    as e(chunk_id, document_id, lexical_rank, lexical_score, dense_rank, dense_score,
-                                       fused_rank, fused_score)
-                              where e.fused_rank < hit.fused_rank) o
-                           where o.src_rank <= per_source_cap),
+                         case when ahead = 1 then '1 chunk comes' else ahead || ' chunks come' end,
                          k);
     end if;
     return next;

@@ -319,8 +319,10 @@ def test_explain_verdicts(conn: psycopg.Connection[Any], corpus: Any) -> None:
     returned = {r[0] for r in rows}
     seen: dict[str, int] = {}
     verdicts = set()
+    kept_above = 0  # chunks above this one in the pool that the cap keeps
     for cid, fr, key, _, _ in pool:
         seen[key] = seen.get(key, 0) + 1
+        kept_before, kept_above = kept_above, kept_above + (seen[key] <= 2)
         if cid in returned:
             continue
         e = _explain(conn, "zephyr", v, cid, k=4, per_source_cap=2, **PINNED)
@@ -329,9 +331,17 @@ def test_explain_verdicts(conn: psycopg.Connection[Any], corpus: Any) -> None:
         if want == "capped":
             # every chunk of its source above it is counted, in agreeing number
             assert f"but {seen[key] - 1} chunks of '{key}' rank above it" in e["reason"], e
+        else:
+            # k chunks stay above it once the cap has run
+            assert kept_before >= 4 and (f"but {kept_before} chunks come before it after the "
+                                         "per-source cap and k is 4") in e["reason"], e
         assert e["fused_rank"] == fr and e["final_rank"] is None and e["pool_size"] == 16
         verdicts.add(want)
     assert verdicts == {"capped", "cut at k"}
+    second = _explain(conn, "zephyr", v, pool[1][0], k=1, per_source_cap=2, **PINNED)
+    assert second["verdict"] == "cut at k" and second["fused_rank"] == 2
+    assert "but 1 chunk comes before it after the per-source cap and k is 1" in \
+        second["reason"]
 
     # explain writes nothing, so it answers the same in a read-only transaction (a hot
     # standby, a read-only role), where searches run too

@@ -682,6 +682,41 @@ def test_given_vectors_are_counted_as_given_and_unused_ones_named(
     assert again.chunks_given == 0 and again.documents_unchanged == 2
 
 
+def test_each_ingest_call_reports_its_own_stats(conn: psycopg.Connection[Any],
+                                                embedder: Any) -> None:
+    ingester = Ingester(conn, "calls", embedder=embedder)
+    doc = DocumentRecord("d0", "document about refunds")
+    first = ingester.ingest([doc])
+    second = ingester.ingest([doc])
+    third = ingester.ingest([doc])
+    assert (first.documents_written, first.documents_unchanged, first.chunks_embedded) == \
+        (1, 0, 1)
+    # not running totals, and a stats object handed out before stays as it was
+    assert (second.documents_written, second.documents_unchanged) == (0, 1)
+    assert third.documents_unchanged == 1 and third is not second
+    assert first.documents_unchanged == 0 and first.documents_written == 1
+
+
+def test_vectors_given_for_an_unchanged_document_are_checked_and_noted(
+        conn: psycopg.Connection[Any], embedder: Any) -> None:
+    docs = [DocumentRecord(f"d{i}", f"document {i} about refunds") for i in range(2)]
+    vectors = _random_vectors(docs)
+    Ingester(conn, "given", embedder=embedder).ingest(docs, vectors=vectors)
+    stored = conn.execute("select count(*), sum(vector_dims(embedding)) from pgfunnel.embedding"
+                          ).fetchone()
+    for bad, match in ((np.full((1, 384), np.nan, dtype=np.float32), "d0.*(NaN|finite)"),
+                       (np.ones((1, 3), dtype=np.float32), r"d0.*\b384\b"),
+                       (np.ones((2, 384), dtype=np.float32), r"'d0': 2 given for 1 chunks")):
+        with pytest.raises((InvalidVectorError, InvalidInputError), match=match):
+            Ingester(conn, "given", embedder=embedder).ingest(docs, vectors={**vectors, "d0": bad})
+    again = Ingester(conn, "given", embedder=embedder).ingest(docs, vectors=vectors)
+    assert again.documents_unchanged == 2 and again.chunks_given == 0
+    assert any("2 unchanged document(s) were checked and not written" in n and "'d0'" in n
+               for n in again.notes)
+    assert conn.execute("select count(*), sum(vector_dims(embedding)) from pgfunnel.embedding"
+                        ).fetchone() == stored
+
+
 def test_another_model_of_the_same_size_is_refused_on_an_existing_collection(
         sample_db: str, embedder: Any, tmp_path: Path) -> None:
     """A model with the version's dimension but another name used to embed into the

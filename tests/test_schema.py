@@ -210,8 +210,8 @@ def test_search_with_pgvector_off_the_search_path_names_the_path(db: str) -> Non
         Funnel(off_path, embedder=None).search("refund", query_embedding=np.ones(384))
 
 
-@pytest.mark.parametrize("command", [["search", "refund"], ["explain", "refund", "a#0"],
-                                     ["eval", "QUERIES"]])
+@pytest.mark.parametrize("command", [["search", "refund"], ["search", "refund", "--lexical-only"],
+                                     ["explain", "refund", "a#0"], ["eval", "QUERIES"]])
 def test_cli_without_schema_says_run_init(empty_db: str, tmp_path: Path,
                                           command: list[str]) -> None:
     from pgfunnel.cli.main import app
@@ -225,6 +225,22 @@ def test_cli_without_schema_says_run_init(empty_db: str, tmp_path: Path,
     assert res.exit_code == 1, res.output
     assert "run `pgfunnel init`" in " ".join(res.output.split())
     assert "Traceback" not in res.output
+
+
+def test_cli_without_schema_prints_one_error_line(empty_db: str) -> None:
+    # psycopg logs a note when the failed statement aborted its pipeline; with nothing
+    # configuring logging, Python prints it to stderr above the CLI's own error line
+    # (pytest's log capture hides it, so the command runs as a user runs it)
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-c", "from pgfunnel.cli.main import app; app()",
+                          "search", "refund", "--lexical-only", "--dsn", empty_db],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: the pgfunnel schema is not "
+                                                   "installed"), res.stderr
 
 
 def test_unreachable_dsn_is_a_clear_error() -> None:
