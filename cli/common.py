@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Annotated, Any, TypeVar
 
@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from typer.core import TyperCommand
 
-from pgfunnel.errors import PgfunnelError
+from pgfunnel.errors import ConfigError, PgfunnelError
 
 # errors, warnings and notes are one line each, however wide: the terminal wraps them,
 # and a log or a pipe keeps the line whole for grep
@@ -80,10 +80,20 @@ T = TypeVar("T")
 
 
 @contextmanager
-def handle_errors() -> Iterator[None]:
-    """PgfunnelError -> one clear line on stderr and exit 1; never a traceback."""
+def handle_errors(flags: Mapping[str, str] | None = None) -> Iterator[None]:
+    """PgfunnelError -> one clear line on stderr and exit 1; never a traceback. ``flags``
+    maps the library's parameter names to the command's options, so that an error about
+    a value the user typed names the flag they typed it with (``--per-source-cap``, not
+    ``per_source_cap``)."""
     try:
         yield
+    except ConfigError as exc:
+        if flags is None or exc.parameter not in flags:
+            console.print(f"[red]error:[/red] {exc}", highlight=False, markup=True)
+        else:
+            console.print(f"[red]error:[/red] {flags[exc.parameter]}: {exc.detail}",
+                          highlight=False, markup=True)
+        raise typer.Exit(getattr(exc, "exit_code", EXIT_ERROR)) from None
     except PgfunnelError as exc:
         console.print(f"[red]error:[/red] {exc}", highlight=False, markup=True)
         raise typer.Exit(getattr(exc, "exit_code", EXIT_ERROR)) from None
@@ -99,6 +109,11 @@ def emit_json(obj: Any) -> None:
 def run(fn: Callable[[], T]) -> T:
     with handle_errors():
         return fn()
+
+# the search parameters that search and explain take as options, by the library's name
+FUNNEL_FLAGS = {"k": "--k", "collection": "--collection", "principals": "--principal",
+                "tenant": "--tenant", "fusion": "--fusion", "overfetch": "--overfetch",
+                "per_source_cap": "--per-source-cap"}
 
 # Options shared by the commands that run the funnel (search, explain): declared once so
 # their defaults cannot drift apart from each other or from the SQL functions'.

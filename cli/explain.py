@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 from pgfunnel.cli.common import (
+    FUNNEL_FLAGS,
     CapOption,
     CollectionOption,
     DsnOption,
@@ -48,7 +49,7 @@ def explain_command(
     from pgfunnel.explain import explain
     from pgfunnel.search import Funnel
 
-    with handle_errors(), warnings.catch_warnings():
+    with handle_errors(FUNNEL_FLAGS), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         funnel = Funnel(dsn, collection, embedder=None if lexical_only else "auto")
         try:

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 from pgfunnel.cli.common import (
+    FUNNEL_FLAGS,
     CapOption,
     CollectionOption,
     DsnOption,
@@ -421,7 +422,9 @@ def search(
     from pgfunnel.search import Funnel
 
     _quiet_warnings()
-    with handle_errors():
+    with handle_errors({**FUNNEL_FLAGS, "rrf_k": "--rrf-k",
+                        "weights": "--lexical-weight / --dense-weight",
+                        "rerank_depth": "--rerank-depth", "statement_timeout_ms": "--timeout-ms"}):
         reranker = None
         if rerank:
             from pgfunnel.rerank import Reranker

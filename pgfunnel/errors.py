@@ -55,6 +55,9 @@ class ConfigError(PgfunnelError):
 
     def __init__(self, parameter: str, message: str) -> None:
         self.parameter = parameter
+        # what is wrong with the value, for a caller that names the parameter its own way
+        # (the CLI names its flag)
+        self.detail = message
         super().__init__(f"{parameter}: {message}")
 
 

@@ -79,3 +79,27 @@ def test_a_negative_weight_is_a_usage_error_naming_the_flag(flag: str) -> None:
                              env={"COLUMNS": "200"})
     assert res.exit_code == 2, res.output
     assert flag in res.output and "weights:" not in res.output
+
+
+@pytest.mark.parametrize(("command", "args", "said"), [
+    ("search", ["--per-source-cap", "0"], "--per-source-cap: must be at least 1"),
+    ("search", ["--timeout-ms", "0"], "--timeout-ms: must be a positive number"),
+    ("search", ["-k", "0"], "--k: must be between 1 and 1000"),
+    ("search", ["--rrf-k", "0"], "--rrf-k: must be a positive number"),
+    ("search", ["-p", ""], "--principal: must not contain an empty string"),
+    ("search", ["--lexical-weight", "0", "--dense-weight", "0"],
+     "--lexical-weight / --dense-weight: must be two non-negative numbers"),
+    ("explain", ["--overfetch", "0"], "--overfetch: must be between 1 and 100"),
+])
+def test_a_bad_search_option_is_named_by_its_flag(sample_db: str, command: str,
+                                                  args: list[str], said: str) -> None:
+    # the library checks the values and names its parameters (per_source_cap); the CLI
+    # names the flag the user typed instead
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    target = ["refund", "refunds-annual#0"] if command == "explain" else ["refund"]
+    res = CliRunner().invoke(app, [command, *target, "--lexical-only", *args,
+                                   "--dsn", sample_db], env={"COLUMNS": "200"})
+    assert res.exit_code == 1, res.output
+    assert f"error: {said}" in res.output, res.output
