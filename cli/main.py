@@ -194,11 +194,13 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
                 f"--model: collection {collection!r} is indexed with "
                 f"{version.embedding_model!r}, not {model!r}; leave --model out, or change "
                 "the collection's model with `pgfunnel reindex --model`")
-        model_name = model or (version.embedding_model if version else "all-MiniLM-L6-v2")
-        embedder = Embedder(model_name)
+        # a collection with an active version gets its model when a chunk needs a vector:
+        # re-ingesting unchanged or reworded sources then takes no model load (about 10 s
+        # of importing torch and sentence-transformers); a new collection needs it at once
+        embedder = None if version is not None else Embedder(model or "all-MiniLM-L6-v2")
         with _progress() if show_progress else _NullProgress() as progress:
             docs: Any = progress.add_task("documents", total=len(records))
-            emb: Any = progress.add_task("embedding (distinct texts)", total=None)
+            emb: list[Any] = []
             index_task: list[Any] = []
 
             def tick(stage: str, n: int, total: int | None = None) -> None:
@@ -208,7 +210,11 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
                         index_task.append(progress.add_task("building HNSW index", total=total))
                     progress.update(index_task[0], completed=n, total=total)
                 elif stage == "embedding":
-                    progress.update(emb, advance=n, total=total)
+                    # shown once something is queued for the model, not as "0/?" when
+                    # every chunk kept its vector
+                    if not emb:
+                        emb.append(progress.add_task("embedding (distinct texts)", total=total))
+                    progress.update(emb[0], advance=n, total=total)
                 elif stage == "documents":
                     progress.advance(docs, n)
 

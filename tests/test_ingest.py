@@ -781,3 +781,36 @@ def test_chunk_words_under_20_is_a_usage_error_with_or_without_dry_run(
     assert res.exit_code == 2, res.output
     assert "--chunk-words" in res.output and "20" in res.output
     assert "Traceback" not in res.output
+
+
+def test_cli_reingest_loads_no_model_when_no_chunk_needs_a_vector(db: str,
+                                                                   tmp_path: Path) -> None:
+    # importing torch and sentence-transformers and loading the model took about 10 s of
+    # every `pgfunnel ingest`, also of one that finds every document unchanged
+    import os
+    import subprocess
+    import sys
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.md").write_text("# Refunds\n\nAsk within 30 days of the renewal.\n")
+    (folder / "b.md").write_text("# Invoices\n\nDownload them under Billing.\n")
+    script = ("import sys\nfrom pgfunnel.cli.main import app\ntry:\n    app()\n"
+              "except SystemExit as exc:\n    code = exc.code\nelse:\n    code = 0\n"
+              "print('model loaded' if 'sentence_transformers' in sys.modules else "
+              "'no model', code, file=sys.stderr)\n")
+
+    def ingest() -> str:
+        res = subprocess.run([sys.executable, "-c", script, "ingest", str(folder), "-c", "lazy",
+                              "--dsn", db], capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        return res.stderr.strip().splitlines()[-1] + " | " + res.stdout
+
+    assert ingest().startswith("model loaded 0")          # a new collection: every chunk
+    second = ingest()
+    assert second.startswith("no model 0") and "2 unchanged" in second, second
+    (folder / "b.md").write_text("# Invoices\n\nDownload them under Billing, Invoices.\n")
+    third = ingest()                                      # one chunk needs the model
+    assert third.startswith("model loaded 0") and "1 embedded" in third, third
+    with psycopg.connect(db) as check:
+        assert check.execute("select count(*) from pgfunnel.embedding").fetchone() == (2,)
