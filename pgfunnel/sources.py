@@ -956,9 +956,10 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
     match for a query that names the section.
 
     A chunk's text is the document's text as written: line breaks, a blank line between
-    paragraphs and the indentation of code stay (trailing spaces go), so a result shows
-    code as code. Where the chunks fall depends on the words alone, so chunks differ from
-    the single-spaced ones of earlier releases in whitespace only.
+    paragraphs and the indentation of code stay (trailing spaces go, and a run of more
+    than 64 spaces or tabs is cut to 64), so a result shows code as code. Where the
+    chunks fall depends on the words alone, so chunks differ from the single-spaced ones
+    of earlier releases in whitespace only.
     """
     if chunk_words < 20:
         raise ValueError("chunk_words must be at least 20")
@@ -994,12 +995,20 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
 _WORD = re.compile(r"\S+")
 
 
+# a run of spaces or tabs longer than this is cut to this length: indentation and
+# aligned columns stay, while a document padded with megabytes of blanks does not come
+# back padded in every search result
+_MAX_BLANK_RUN = 64
+_LONG_BLANK_RUN = re.compile(rf"[^\S\n]{{{_MAX_BLANK_RUN + 1},}}")
+
+
 def _paragraphs(body: str) -> list[str]:
     """A section's paragraphs (split at blank lines), each with its lines' indentation
     and without trailing spaces."""
     paragraphs = []
     for para in re.split(r"\n\s*\n", body):
         if para.strip():
+            para = _LONG_BLANK_RUN.sub(lambda run: run.group()[:_MAX_BLANK_RUN], para)
             paragraphs.append("\n".join(line.rstrip() for line in para.split("\n")))
     return paragraphs
 

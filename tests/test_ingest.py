@@ -241,6 +241,10 @@ def test_chunks_keep_line_breaks_and_code_indentation() -> None:
     assert parts[0].text.startswith("    call_0(a, b)\n    call_1(a, b)")
     assert parts[1].text.startswith("call_10(a, b)\n    call_11(a, b)")
     assert "\n".join(p.text for p in parts).split() == lines.split()
+    # blanks are kept as written up to a run of 64: a padded document is not returned
+    # padded (5 MB of spaces between two words)
+    (padded,) = chunk_text("a" + " " * 5_000_000 + "b\n" + " " * 200 + "c d")
+    assert padded.text == "a" + " " * 64 + "b\n" + " " * 64 + "c d"
 
 
 def test_chunk_boundaries_depend_on_the_words_and_paragraphs_alone() -> None:
