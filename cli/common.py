@@ -87,15 +87,10 @@ def handle_errors(flags: Mapping[str, str] | None = None) -> Iterator[None]:
     ``per_source_cap``)."""
     try:
         yield
-    except ConfigError as exc:
-        if flags is None or exc.parameter not in flags:
-            console.print(f"[red]error:[/red] {exc}", highlight=False, markup=True)
-        else:
-            console.print(f"[red]error:[/red] {flags[exc.parameter]}: {exc.detail}",
-                          highlight=False, markup=True)
-        raise typer.Exit(getattr(exc, "exit_code", EXIT_ERROR)) from None
     except PgfunnelError as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False, markup=True)
+        said = (f"{flags[exc.parameter]}: {exc.detail}"
+                if isinstance(exc, ConfigError) and flags and exc.parameter in flags else exc)
+        console.print(f"[red]error:[/red] {said}", highlight=False, markup=True)
         raise typer.Exit(getattr(exc, "exit_code", EXIT_ERROR)) from None
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/yellow]")

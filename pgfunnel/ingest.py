@@ -966,10 +966,8 @@ class Ingester:
         # each call reports its own work: a stats object handed out before is not changed
         self.stats = IngestStats()
         self._embed_queued = 0
-        kept_given: list[str] = []
-        self._unchanged_given = kept_given
+        self._unchanged_given = []
         started = time.perf_counter()
-        embed_before = self.stats.embed_seconds
         with _Preparer(self, enabled=self.prepare_ahead) as preparer:
             # while the server writes one batch, two threads (with a connection of their
             # own) build the rows of the next and analyse the one after: the cores work
@@ -986,7 +984,7 @@ class Ingester:
                 written, prepared = pending.popleft()
                 self._ingest_batch(written, vectors, _result(prepared))
         self.stats.db_seconds += (time.perf_counter() - started
-                                  - (self.stats.embed_seconds - embed_before))
+                                  - self.stats.embed_seconds)
         self._finish()
         if vectors is not None and (unused := sorted(set(vectors) - citekeys)):
             # a misspelt citekey would otherwise pass unnoticed: its document embedded by
@@ -995,12 +993,12 @@ class Ingester:
                     f"used: {', '.join(map(repr, unused[:5]))}{', ...' if len(unused) > 5 else ''}")
             self.stats.notes.append(note)
             warn_at_caller(f"pgfunnel ingest: {note}")
-        if kept_given:
+        if kept := self._unchanged_given:
             # re-running a pipeline with its vectors is the usual case: a note, no warning
             self.stats.notes.append(
-                f"vectors given for {len(kept_given)} unchanged document(s) were checked and "
+                f"vectors given for {len(kept)} unchanged document(s) were checked and "
                 f"not written (their stored chunks and vectors are current): "
-                f"{', '.join(map(repr, kept_given[:5]))}{', ...' if len(kept_given) > 5 else ''}")
+                f"{', '.join(map(repr, kept[:5]))}{', ...' if len(kept) > 5 else ''}")
         return self.stats
 
     def _batches(self, records: Iterable[DocumentRecord]) -> Iterator[list[DocumentRecord]]:

@@ -305,6 +305,21 @@ def rerank_head(pool_size: int, rerank_depth: int | None, p: SearchParams) -> in
     return min(limit, pool_size)
 
 
+def rerank_pool(reranker: Any, query: str, pool: list[Candidate], depth: int) -> list[Candidate]:
+    """The pool with its first ``depth`` candidates scored by ``reranker`` and put in its
+    order (``rerank_score`` and ``rerank_rank`` set), the unscored tail in fused order.
+    A custom reranker's output is checked as a whole before any candidate is touched:
+    one row per candidate, each corpus_id once, finite scores."""
+    from pgfunnel.rerank import checked_ranking
+
+    head = pool[:depth]
+    ranked = checked_ranking(reranker.rank(query, [c.text for c in head]), len(head))
+    for pos, (corpus_id, score) in enumerate(ranked, start=1):
+        head[corpus_id].rerank_score = score
+        head[corpus_id].rerank_rank = pos
+    return [head[corpus_id] for corpus_id, _ in ranked] + pool[depth:]
+
+
 def check_query_text(query: str | None) -> str | None:
     """Reject text Postgres cannot hold or that is absurdly long, before any SQL runs."""
     if query is None:
@@ -742,7 +757,7 @@ class Funnel:
                          transforms: Sequence[Mapping[str, Any]] = (),
                          use_model: bool = True,
                          seen: dict[str, Any] | None = None) -> SearchResponse:
-        from pgfunnel.rerank import checked_ranking, should_skip
+        from pgfunnel.rerank import should_skip
 
         t0 = time.perf_counter()
         seen = {} if seen is None else seen
@@ -761,18 +776,8 @@ class Funnel:
         elif should_skip([c.fused_score for c in pool], self.rerank_gate_margin):
             skipped = f"gate: top fused score leads by >= {self.rerank_gate_margin}"
         ordered = list(pool)
-        if skipped is None:
-            head = pool[:depth]
-            # a custom reranker's output is checked as a whole before any candidate is
-            # touched: one row per candidate, each corpus_id once, finite scores
-            ranked = checked_ranking(self.reranker.rank(query, [c.text for c in head]),
-                                     len(head))
-            for pos, (corpus_id, score) in enumerate(ranked, start=1):
-                cand = head[corpus_id]
-                cand.rerank_score = score
-                cand.rerank_rank = pos
-            # reranked head first, in the reranker's order; the unscored tail keeps fused order
-            ordered = [head[corpus_id] for corpus_id, _ in ranked] + pool[depth:]
+        if skipped is None and query is not None:  # no text is a reason to skip, above
+            ordered = rerank_pool(self.reranker, query, pool, depth)
         t2 = time.perf_counter()
         timings["rerank"] = (t2 - t1) * 1000
         with self._transaction(conn, p):

@@ -69,6 +69,7 @@ declare
     n_lex integer;
     n_den integer;
     ahead integer;
+    kept_above integer;
     q_terms text[];
 begin
     perform pgfunnel._check_search_params(k, principals, overfetch, per_source_cap,
@@ -241,7 +242,7 @@ begin
     else
         verdict := 'cut at k';
         -- the chunks that stay in the window above it once the cap has run
-        select count(*) into ahead
+        select count(*) into kept_above
           from (select row_number() over (partition by e.document_id
                                           order by e.fused_rank) as src_rank
                   from unnest(w_ids, w_docs, w_lr, w_ls, w_dr, w_ds, w_fr, w_fs)
@@ -252,7 +253,8 @@ begin
         reason := format('fused rank %s is in the pool and not capped, but %s before it '
                          'after the per-source cap and k is %s',
                          hit.fused_rank,
-                         case when ahead = 1 then '1 chunk comes' else ahead || ' chunks come' end,
+                         case when kept_above = 1 then '1 chunk comes'
+                              else kept_above || ' chunks come' end,
                          k);
     end if;
     return next;

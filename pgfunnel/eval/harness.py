@@ -73,7 +73,7 @@ from pgfunnel.errors import (
 from pgfunnel.eval.metrics import collapse_to_documents, pool_recall_curve
 from pgfunnel.eval.qrels import JudgedQuery, Split, judging_level, select_split
 from pgfunnel.eval.report import EvalReport, build_report
-from pgfunnel.search import Candidate, Funnel, SearchParams, rerank_head
+from pgfunnel.search import Candidate, Funnel, SearchParams, rerank_head, rerank_pool
 
 #: harness keys a configuration may carry besides the search parameters
 HARNESS_KEYS: frozenset[str] = frozenset(
@@ -334,19 +334,11 @@ class Harness:
         ordered = list(pool)
         reranked = False
         if cfg.rerank and pool:
-            from pgfunnel.rerank import checked_ranking, should_skip
+            from pgfunnel.rerank import should_skip
 
             if not should_skip([c.fused_score for c in pool], cfg.rerank_gate_margin):
-                reranker = self._reranker(cfg)
                 depth = rerank_head(len(pool), cfg.rerank_depth, p)
-                head = pool[:depth]
-                ranked = checked_ranking(reranker.rank(text, [c.text for c in head]),
-                                         len(head))
-                for pos, (corpus_id, score) in enumerate(ranked, start=1):
-                    cand = head[corpus_id]
-                    cand.rerank_score = score
-                    cand.rerank_rank = pos
-                ordered = [head[corpus_id] for corpus_id, _ in ranked] + pool[depth:]
+                ordered = rerank_pool(self._reranker(cfg), text, pool, depth)
                 reranked = True
         capped: list[Any] = []
         if ordered:
