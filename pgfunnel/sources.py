@@ -53,9 +53,10 @@ DEFAULT_EMBED_INPUT = EMBED_WITH_TITLE
 
 # part of a document's content hash: raised when the same text comes out as other chunks,
 # or its chunks carry more, so that the next ingest rewrites documents stored before
-# (2: chunks keep their section path; 3: their line breaks and indentation). Unchanged
-# chunks keep their vectors (ChunkRecord.vector_key ignores whitespace).
-_CHUNKING = 3
+# (2: chunks keep their section path; 3: their line breaks and indentation; 4: a code
+# block cut between chunks is fenced in each). Unchanged chunks keep their vectors
+# (ChunkRecord.vector_key ignores whitespace).
+_CHUNKING = 4
 
 
 @dataclass
@@ -982,7 +983,7 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
             if start < len(spans):
                 pieces[-1].append(_word_slice(para, spans, start, len(spans)))
                 filled += len(spans) - start
-        for piece in pieces:
+        for piece in _fences_closed_per_piece(pieces):
             body_text = "\n\n".join(piece)
             if not body_text and not heading:
                 continue
@@ -993,6 +994,40 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
 
 
 _WORD = re.compile(r"\S+")
+
+
+def _fences_closed_per_piece(pieces: list[list[str]]) -> list[list[str]]:
+    """The pieces of a section, with a fenced code block cut between two pieces closed at
+    the end of the first and opened again, with its info string, at the top of the next.
+
+    Otherwise the second chunk opens with bare code and ends with the block's closing
+    fence, which a markdown renderer reads as an opening one: its code renders as prose
+    and what follows as code. The fence lines are added after the words are counted, so
+    boundaries do not move. A block the document leaves unclosed stays unclosed in its
+    last chunk, and no fence is open before a section's first piece (``_sections``)."""
+    out: list[list[str]] = []
+    opener = fence = ""  # the line that opened the block still open and its fence run
+    filled = [i for i, piece in enumerate(pieces) if piece]
+    for i, piece in enumerate(pieces):
+        if not piece:
+            out.append(piece)
+            continue
+        reopened = opener
+        for para in piece:
+            for line in para.split("\n"):
+                m = _FENCE.match(line)
+                if not fence:
+                    if m:
+                        opener, fence = line.strip(), m.group(1)
+                elif m and _closes_fence(line, fence):
+                    opener = fence = ""
+        piece = list(piece)
+        if reopened:
+            piece[0] = f"{reopened}\n{piece[0]}"
+        if fence and i != filled[-1]:
+            piece[-1] = f"{piece[-1]}\n{fence}"
+        out.append(piece)
+    return out
 
 
 # a run of spaces or tabs longer than this is cut to this length: indentation and

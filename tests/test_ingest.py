@@ -247,6 +247,47 @@ def test_chunks_keep_line_breaks_and_code_indentation() -> None:
     assert padded.text == "a" + " " * 64 + "b\n" + " " * 64 + "c d"
 
 
+def test_a_code_block_cut_between_chunks_is_fenced_in_each() -> None:
+    def code(name: str) -> str:
+        return "\n".join(f"{name}_{i}(a)" for i in range(12))
+
+    doc = (f"# Setup\n\nRun this first:\n\n```python\n{code('a')}\n\n{code('b')}\n\n"
+           f"{code('c')}\n```\n\nThen read the log.")
+    parts = chunk_text(doc, chunk_words=20)
+    # the block is cut twice: the first chunk closes it, the next reopens it with its
+    # info string and closes it, the last reopens it and closes it where the document does
+    assert len(parts) == 3
+    assert parts[0].text.endswith("a_11(a)\n```")
+    assert parts[1].text.startswith("Setup\n```python\nb_0(a)")
+    assert parts[1].text.endswith("\n```")
+    assert parts[2].text.startswith("Setup\n```python\nc_0(a)")
+    assert parts[2].text.endswith("```\n\nThen read the log.")
+    for part in parts:
+        fences = [line for line in part.text.split("\n") if line.startswith("```")]
+        assert len(fences) % 2 == 0, part.text
+
+    # boundaries and words as without the added fences
+    def words(text: str) -> list[str]:
+        return [w for w in text.split()[1:] if not w.startswith("```")]  # less the heading
+
+    assert sum((words(p.text) for p in parts), []) == words(chunk_text(doc)[0].text)
+    assert [p.token_count for p in parts] == [len(p.text.split()) for p in parts]
+    # a bare fence reopened is not read as the block's end; tildes and longer fences
+    # close with their own run; a block the document leaves open stays open
+    lines = "\n".join(f"x{i}" for i in range(30))
+    for opener in ("```", "~~~~sh", "````"):
+        run = opener.rstrip("sh")
+        parts = chunk_text(f"{opener}\n{lines}\n{run}\n\nAfter it.", chunk_words=20)
+        assert [p.text.split("\n")[0] for p in parts] == [opener, opener]
+        assert parts[0].text.endswith(f"x18\n{run}")
+        assert parts[1].text.endswith(f"x29\n{run}\n\nAfter it.")
+    parts = chunk_text(f"```\n{lines}", chunk_words=20)
+    assert parts[0].text.endswith("x18\n```") and parts[1].text.endswith("x29")
+    # code indented instead of fenced, and prose, are left as they were
+    indented = chunk_text("Intro\n\n" + lines.replace("\n", "\n    "), 20)
+    assert len(indented) == 3 and not any("```" in p.text for p in indented)
+
+
 def test_chunk_boundaries_depend_on_the_words_and_paragraphs_alone() -> None:
     # the same document with other whitespace inside its paragraphs (spaces for line
     # breaks, runs of spaces and tabs, indentation, trailing blanks): the chunks hold the
