@@ -88,8 +88,10 @@ def handle_errors(flags: Mapping[str, str] | None = None) -> Iterator[None]:
     try:
         yield
     except PgfunnelError as exc:
-        said = (f"{flags[exc.parameter]}: {exc.detail}"
-                if isinstance(exc, ConfigError) and flags and exc.parameter in flags else exc)
+        said: object = exc
+        if isinstance(exc, ConfigError) and flags and exc.parameter in flags:
+            # the library's "or None" is, on the command line, the flag left out
+            said = f"{flags[exc.parameter]}: {exc.detail.replace(' or None', ' or left out')}"
         console.print(f"[red]error:[/red] {said}", highlight=False, markup=True)
         raise typer.Exit(getattr(exc, "exit_code", EXIT_ERROR)) from None
     except KeyboardInterrupt:

@@ -213,7 +213,8 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
                     # shown once something is queued for the model, not as "0/?" when
                     # every chunk kept its vector
                     if not emb:
-                        emb.append(progress.add_task("embedding (distinct texts)", total=total))
+                        emb.append(progress.add_task("embedding (texts queued so far)",
+                                                     total=total))
                     progress.update(emb[0], advance=n, total=total)
                 elif stage == "documents":
                     progress.advance(docs, n)

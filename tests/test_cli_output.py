@@ -90,6 +90,7 @@ def test_a_negative_weight_is_a_usage_error_naming_the_flag(flag: str) -> None:
     ("search", ["--lexical-weight", "0", "--dense-weight", "0"],
      "--lexical-weight / --dense-weight: must be two non-negative numbers"),
     ("explain", ["--overfetch", "0"], "--overfetch: must be between 1 and 100"),
+    ("search", ["--tenant", ""], "--tenant: must be a non-empty string or left out, got ''"),
 ])
 def test_a_bad_search_option_is_named_by_its_flag(sample_db: str, command: str,
                                                   args: list[str], said: str) -> None:
