@@ -39,15 +39,21 @@ class _Bars:
                                  MofNCompleteColumn(), TimeElapsedColumn(), console=console,
                                  disable=not enabled)
         self.tasks: dict[str, Any] = {}
+        self.started = False
 
     def __enter__(self) -> _Bars:
-        self.progress.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.progress.__exit__(None, None, None)
+        if self.started:
+            self.progress.stop()
 
     def __call__(self, stage: str, n: int, total: int | None) -> None:
+        if not self.started:
+            # the display starts with its first report: a reindex that fails before one
+            # prints its error alone, not below an empty progress line
+            self.progress.start()
+            self.started = True
         if stage == "embedding-total":
             self.tasks["embedding"] = self.progress.add_task("embedding chunks", total=total,
                                                              completed=n)

@@ -587,7 +587,9 @@ class Funnel:
                 raise SchemaMissingError("the vector extension is missing from this "
                                          "database: run `pgfunnel init`")
             if vector is None and (query is None or not query.strip()):
-                # nothing to search with: an empty answer, said out loud
+                # nothing to search with: an empty answer, said out loud, from a collection
+                # that exists (a wrong name or a missing schema is an error all the same)
+                self._active_dimensions(conn, p.collection)
                 notices.append("pgfunnel: empty query; nothing searched")
                 warn_at_caller(notices[-1])
                 return SearchResponse(query, [], notices=notices, timings_ms=timings,

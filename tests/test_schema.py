@@ -193,6 +193,23 @@ def test_funnel_search_without_schema_says_run_init(empty_db: str) -> None:
     # with a query vector the dimension check is the first statement to miss the schema
     with pytest.raises(SchemaMissingError, match="pgfunnel init"):
         Funnel(empty_db, embedder=None).search("refund", query_embedding=np.ones(384))
+    # an empty query searches nothing, but still says that there is nothing to search in
+    for empty in ("", "   "):
+        with pytest.raises(SchemaMissingError, match="pgfunnel init"):
+            Funnel(empty_db, embedder=None).search(empty)
+
+
+def test_an_empty_query_on_a_missing_collection_is_an_error(db: str) -> None:
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.errors import NotFoundError
+    from pgfunnel.search import Funnel
+
+    with pytest.raises(NotFoundError, match="'nosuch' does not exist"):
+        Funnel(db, "nosuch", embedder=None).search("")
+    res = CliRunner().invoke(app, ["search", "", "-c", "nosuch", "--dsn", db])
+    assert res.exit_code == 1 and "'nosuch' does not exist" in res.output, res.output
 
 
 def test_search_with_pgvector_off_the_search_path_names_the_path(db: str) -> None:
@@ -211,7 +228,8 @@ def test_search_with_pgvector_off_the_search_path_names_the_path(db: str) -> Non
 
 
 @pytest.mark.parametrize("command", [["search", "refund"], ["search", "refund", "--lexical-only"],
-                                     ["explain", "refund", "a#0"], ["eval", "QUERIES"]])
+                                     ["search", ""], ["explain", "refund", "a#0"],
+                                     ["eval", "QUERIES"], ["reindex"]])
 def test_cli_without_schema_says_run_init(empty_db: str, tmp_path: Path,
                                           command: list[str]) -> None:
     from pgfunnel.cli.main import app
@@ -225,6 +243,7 @@ def test_cli_without_schema_says_run_init(empty_db: str, tmp_path: Path,
     assert res.exit_code == 1, res.output
     assert "run `pgfunnel init`" in " ".join(res.output.split())
     assert "Traceback" not in res.output
+    assert res.output.startswith("error:"), res.output  # no empty progress line above it
 
 
 def test_cli_without_schema_prints_one_error_line(empty_db: str) -> None:
