@@ -706,8 +706,8 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("public_with_readers", check_public_with_readers),
 )
 #: checks that need the pgfunnel schema (skipped, not failed, when it is missing)
-NEEDS_SCHEMA = {"active_index", "statistics", "orphans", "orphan_rows", "index_memory",
-                "security", "privileges", "public_with_readers"}
+NEEDS_SCHEMA = {"invalid_index", "active_index", "statistics", "orphans", "orphan_rows",
+                "index_memory", "row_security", "security", "privileges", "public_with_readers"}
 #: checks that count rows, which row-level security would hide from the role running them
 COUNTS_ROWS = {"schema", "active_index", "statistics", "orphans", "orphan_rows",
                "public_with_readers"}
