@@ -171,8 +171,9 @@ begin
      where e.chunk_id = explain.chunk_id;
     if hit.chunk_id is null then
         verdict := 'in no leg at its depth';
-        reason := format('not in the lexical top %s%s nor in the dense top %s%s; raise '
-                         'lexical_depth/dense_depth or rephrase the query',
+        -- a leg that did not run, or a chunk holding no query term, is not reached by
+        -- any depth: the advice names the depths that could reach it
+        reason := format('not in the lexical top %s%s nor in the dense top %s%s; %s',
             coalesce(lexical_depth_used::text, '(no query text)'),
             case when query_text is null then ''
                  when lexical_exact_score = 0 then ' (it shares no query term)'
@@ -183,7 +184,13 @@ begin
             case when query_embedding is null or dense_exact_score is null then ''
                  else format(' (its cosine similarity %s, the %s-th has %s)',
                              round(dense_exact_score::numeric, 4), n_den,
-                             coalesce(round(den_last::numeric, 4)::text, '-')) end);
+                             coalesce(round(den_last::numeric, 4)::text, '-')) end,
+            case when lexical_exact_score > 0 and query_embedding is not null
+                     then 'raise lexical_depth/dense_depth or rephrase the query'
+                 when lexical_exact_score > 0 then 'raise lexical_depth or rephrase the query'
+                 when query_embedding is not null then 'raise dense_depth or rephrase the query'
+                 else 'no depth reaches it: the query needs one of its words, or an embedding '
+                      'for the dense leg' end);
         return next;
         return;
     end if;

@@ -367,6 +367,18 @@ def test_explain_verdicts(conn: psycopg.Connection[Any], corpus: Any) -> None:
                         (v, noise)).fetchone()
     assert e["lexical_exact_score"] == pytest.approx(wide[0], rel=1e-9) and wide[0] > 0
     assert e["dense_exact_score"] == pytest.approx(float(corpus["noise4"][0] @ v), abs=1e-5)
+    assert e["reason"].endswith("raise lexical_depth/dense_depth or rephrase the query"), e
+    # the advice names only the depths that can reach the chunk: none, when it holds no
+    # query term and there is no embedding
+    e = _explain(conn, "zephyr", None, noise, lexical_depth=1, **PINNED)
+    assert e["verdict"] == "in no leg at its depth" and e["lexical_exact_score"] == 0
+    assert "(it shares no query term)" in e["reason"]
+    assert e["reason"].endswith("no depth reaches it: the query needs one of its words, or "
+                                "an embedding for the dense leg"), e
+    e = _explain(conn, "zephyr", v, noise, lexical_depth=1, dense_depth=1, **PINNED)
+    assert e["reason"].endswith("; raise dense_depth or rephrase the query"), e
+    e = _explain(conn, "zephyr apples", None, noise, lexical_depth=1, **PINNED)
+    assert e["reason"].endswith("; raise lexical_depth or rephrase the query"), e
 
 
 def test_explain_reveals_nothing_about_hidden_chunks(conn: psycopg.Connection[Any],
