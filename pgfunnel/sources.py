@@ -53,8 +53,9 @@ DEFAULT_EMBED_INPUT = EMBED_WITH_TITLE
 
 # part of a document's content hash: raised when the same text comes out as other chunks,
 # or its chunks carry more, so that the next ingest rewrites documents stored before
-# (2: chunks keep their section path; 3: their line breaks and indentation; 4: a code
-# block cut between chunks is fenced in each). Unchanged chunks keep their vectors
+# (2: chunks keep their section path; 3: their line breaks and indentation; 4: code and
+# tables are cut between lines, a fenced block cut between chunks is fenced in each, and
+# blank lines between paragraphs are kept). Unchanged chunks keep their vectors
 # (ChunkRecord.vector_key ignores whitespace).
 _CHUNKING = 4
 
@@ -947,44 +948,55 @@ def version_embed_input(params: dict[str, Any]) -> str:
 def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkRecord]:
     """Cut a document into chunks of about ``chunk_words`` words along its sections.
 
-    A section longer than the target is split at paragraph boundaries, and a
-    paragraph longer than the target at word boundaries. The section heading is
-    kept at the top of each of its chunks, so a chunk reads on its own, and the headings
-    of higher level above it are the chunk's ``section_path`` (outermost first), which
-    a version embedding ``"section"`` reads too (``embedding_input``). A heading
+    A section longer than the target is split at paragraph boundaries, a paragraph of
+    prose longer than the target at word boundaries, and a block of code (fenced, or
+    indented four spaces) or a table longer than the target between its lines. The
+    section heading
+    is kept at the top of each of its chunks, so a chunk reads on its own, and the
+    headings of higher level above it are the chunk's ``section_path`` (outermost first),
+    which a version embedding ``"section"`` reads too (``embedding_input``). A heading
     without text of its own is a chunk by itself: moving it above the next section
     was measured and lost (docs/tuning.md), since such a short chunk is a strong BM25
     match for a query that names the section.
 
-    A chunk's text is the document's text as written: line breaks, a blank line between
-    paragraphs and the indentation of code stay (trailing spaces go, and a run of more
-    than 64 spaces or tabs is cut to 64), so a result shows code as code. Where the
-    chunks fall depends on the words alone, so chunks differ from the single-spaced ones
-    of earlier releases in whitespace only.
+    A chunk's text is the document's text as written: line breaks, the blank lines
+    between paragraphs (up to two in a row) and the indentation of code stay (trailing
+    spaces go, and a run of more than 64 spaces or tabs is cut to 64), so a result shows
+    code as code. A fenced block cut between chunks is closed at the end of one and
+    opened again at the top of the next. Outside code and tables, where the chunks fall
+    depends on the words alone, so chunks differ from the single-spaced ones of earlier
+    releases in whitespace only.
     """
     if chunk_words < 20:
         raise ValueError("chunk_words must be at least 20")
     chunks: list[ChunkRecord] = []
     for heading, body, path in _sections(text):
-        # a piece is a list of paragraph slices; a paragraph longer than the target is
-        # sliced at word boundaries
-        pieces: list[list[str]] = [[]]
+        # a piece is the text of one chunk below its heading, as (paragraph or slice of
+        # one, blank lines above it) pairs
+        pieces: list[list[tuple[str, int]]] = [[]]
         filled = 0
-        for para in _paragraphs(body):
-            spans = [m.span() for m in _WORD.finditer(para)]
-            if filled + len(spans) > chunk_words and filled:
+        fence = ""  # the fence run of the code block open above this paragraph
+        for para, blank_lines in _paragraphs(body):
+            # str.split and the \S+ pattern break at the same characters (str.isspace)
+            n_words = len(para.split())
+            if filled + n_words > chunk_words and filled:
                 pieces.append([])
                 filled = 0
-            start = 0
-            while len(spans) - start > chunk_words:
-                pieces[-1].append(_word_slice(para, spans, start, start + chunk_words))
-                start += chunk_words
-                pieces.append([])
-            if start < len(spans):
-                pieces[-1].append(_word_slice(para, spans, start, len(spans)))
-                filled += len(spans) - start
-        for piece in _fences_closed_per_piece(pieces):
-            body_text = "\n\n".join(piece)
+            if n_words <= chunk_words:
+                pieces[-1].append((para, blank_lines))
+                filled += n_words
+            else:
+                by_line = bool(fence) or _lines_stay_whole(para)
+                parts = (_line_slices if by_line else _word_slices)(para, chunk_words)
+                for part in parts[:-1]:
+                    pieces[-1].append((part, blank_lines))
+                    pieces.append([])
+                pieces[-1].append((parts[-1], blank_lines))
+                filled = len(parts[-1].split())
+            fence = _fence_after(para, fence)[1]
+        bodies = ["".join(("\n" * (1 + blank) if i else "") + part
+                          for i, (part, blank) in enumerate(piece)) for piece in pieces]
+        for body_text in _fences_closed_per_piece(bodies):
             if not body_text and not heading:
                 continue
             full = f"{heading}\n{body_text}" if heading and body_text else heading or body_text
@@ -994,9 +1006,35 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
 
 
 _WORD = re.compile(r"\S+")
+# a fence line as the chunker reads one inside a section: at any indentation, since a
+# fenced block nested in a list item is indented with the item
+_ANY_FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})")
 
 
-def _fences_closed_per_piece(pieces: list[list[str]]) -> list[list[str]]:
+def _fence_after(text: str, fence: str, opener: str = "") -> tuple[str, str]:
+    """The (opening line, fence run) of the fenced block still open after ``text``'s
+    lines, given the one open before them (``""`` for none)."""
+    for line in text.split("\n"):
+        m = _ANY_FENCE.match(line)
+        if not fence:
+            if m:
+                opener, fence = line.strip(), m.group(1)
+        elif m and _closes_fence(line, fence):
+            opener = fence = ""
+    return opener, fence
+
+
+def _lines_stay_whole(para: str) -> bool:
+    """Whether a paragraph is cut between its lines rather than its words: it holds a
+    fence line, every line is indented by four spaces or a tab (code, as the HTML and
+    reST readers write it), or every line is a row of a table."""
+    lines = para.split("\n")
+    return any(_ANY_FENCE.match(line) for line in lines) or \
+        all(line.startswith(("    ", "\t")) for line in lines) or \
+        all(line.lstrip().startswith("|") for line in lines)
+
+
+def _fences_closed_per_piece(bodies: list[str]) -> list[str]:
     """The pieces of a section, with a fenced code block cut between two pieces closed at
     the end of the first and opened again, with its info string, at the top of the next.
 
@@ -1005,28 +1043,20 @@ def _fences_closed_per_piece(pieces: list[list[str]]) -> list[list[str]]:
     and what follows as code. The fence lines are added after the words are counted, so
     boundaries do not move. A block the document leaves unclosed stays unclosed in its
     last chunk, and no fence is open before a section's first piece (``_sections``)."""
-    out: list[list[str]] = []
-    opener = fence = ""  # the line that opened the block still open and its fence run
-    filled = [i for i, piece in enumerate(pieces) if piece]
-    for i, piece in enumerate(pieces):
-        if not piece:
-            out.append(piece)
+    out: list[str] = []
+    opener = fence = ""
+    last = max((i for i, body in enumerate(bodies) if body), default=-1)
+    for i, body in enumerate(bodies):
+        if not body:
+            out.append(body)
             continue
         reopened = opener
-        for para in piece:
-            for line in para.split("\n"):
-                m = _FENCE.match(line)
-                if not fence:
-                    if m:
-                        opener, fence = line.strip(), m.group(1)
-                elif m and _closes_fence(line, fence):
-                    opener = fence = ""
-        piece = list(piece)
+        opener, fence = _fence_after(body, fence, opener)
         if reopened:
-            piece[0] = f"{reopened}\n{piece[0]}"
-        if fence and i != filled[-1]:
-            piece[-1] = f"{piece[-1]}\n{fence}"
-        out.append(piece)
+            body = f"{reopened}\n{body}"
+        if fence and i != last:
+            body = f"{body}\n{fence}"
+        out.append(body)
     return out
 
 
@@ -1035,20 +1065,55 @@ def _fences_closed_per_piece(pieces: list[list[str]]) -> list[list[str]]:
 # back padded in every search result
 _MAX_BLANK_RUN = 64
 _LONG_BLANK_RUN = re.compile(rf"[^\S\n]{{{_MAX_BLANK_RUN + 1},}}")
+# blank lines kept in a row between two paragraphs: two, as between Python functions
+_MAX_BLANK_LINES = 2
+_PARAGRAPH_BREAK = re.compile(r"(\n\s*\n)")
 
 
-def _paragraphs(body: str) -> list[str]:
+def _paragraphs(body: str) -> list[tuple[str, int]]:
     """A section's paragraphs (split at blank lines), each with its lines' indentation
-    and without trailing spaces."""
+    and without trailing spaces, and the number of blank lines above it (at most two)."""
     paragraphs = []
-    for para in re.split(r"\n\s*\n", body):
-        if para.strip():
-            para = _LONG_BLANK_RUN.sub(lambda run: run.group()[:_MAX_BLANK_RUN], para)
-            paragraphs.append("\n".join(line.rstrip() for line in para.split("\n")))
+    blank = 0
+    for i, part in enumerate(_PARAGRAPH_BREAK.split(body)):
+        if i % 2:
+            blank += part.count("\n") - 1
+        elif part.strip():
+            part = _LONG_BLANK_RUN.sub(lambda run: run.group()[:_MAX_BLANK_RUN], part)
+            paragraphs.append(("\n".join(line.rstrip() for line in part.split("\n")),
+                               min(blank, _MAX_BLANK_LINES)))
+            blank = 0
     return paragraphs
 
 
-def _word_slice(para: str, spans: list[tuple[int, int]], start: int, end: int) -> str:
-    """Words ``start`` to ``end`` of a paragraph, with the whitespace between them as
-    written; a slice that opens the paragraph keeps its first line's indentation."""
-    return para[0 if start == 0 else spans[start][0]:spans[end - 1][1]]
+def _word_slices(para: str, chunk_words: int) -> list[str]:
+    """A paragraph cut every ``chunk_words`` words, with the whitespace between the words
+    of a slice as written; the first slice keeps its first line's indentation."""
+    spans = [m.span() for m in _WORD.finditer(para)]
+    return [para[0 if start == 0 else spans[start][0]:
+                 spans[min(start + chunk_words, len(spans)) - 1][1]]
+            for start in range(0, len(spans), chunk_words)]
+
+
+def _line_slices(code: str, chunk_words: int) -> list[str]:
+    """A block of code or a table cut between lines into slices of at most
+    ``chunk_words`` words, each line whole with its indentation; a line longer than that
+    alone is cut between its words."""
+    slices: list[str] = []
+    lines: list[str] = []
+    filled = 0
+    for line in code.split("\n"):
+        n_words = len(line.split())
+        if filled + n_words > chunk_words and lines:
+            slices.append("\n".join(lines))
+            lines, filled = [], 0
+        if n_words > chunk_words:
+            *whole, rest = _word_slices(line, chunk_words)
+            slices.extend(whole)
+            lines, filled = [rest], len(rest.split())
+        else:
+            lines.append(line)
+            filled += n_words
+    if lines:
+        slices.append("\n".join(lines))
+    return slices

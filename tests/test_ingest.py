@@ -234,13 +234,36 @@ def test_chunks_keep_line_breaks_and_code_indentation() -> None:
     # a section that opens with code keeps its first line's indentation
     (code,) = chunk_text("## Example\n\n\n    x = 1\n    y = 2\n\n")
     assert code.text == "Example\n    x = 1\n    y = 2"
-    # a paragraph longer than the target is cut between words, its line breaks kept
+    # a block of code longer than the target is cut between lines, each kept whole with
+    # its indentation
     lines = "\n".join(f"    call_{i}(a, b)" for i in range(30))
     parts = chunk_text(lines, chunk_words=20)
     assert [len(p.text.split()) for p in parts] == [20, 20, 20]
     assert parts[0].text.startswith("    call_0(a, b)\n    call_1(a, b)")
-    assert parts[1].text.startswith("call_10(a, b)\n    call_11(a, b)")
-    assert "\n".join(p.text for p in parts).split() == lines.split()
+    assert parts[1].text.startswith("    call_10(a, b)\n    call_11(a, b)")
+    assert "\n".join(p.text for p in parts) == lines
+    # so is a fenced block without a blank line, even where it holds 3-word lines a
+    # 20-word cut would halve (fences closed and reopened at the cut)
+    fenced = "```python\n" + "\n".join(f"value = compute({i})" for i in range(15)) + "\n```"
+    parts = chunk_text(fenced, chunk_words=20)
+    assert [p.text.split("\n")[1:-1] for p in parts] == \
+        [[f"value = compute({i})" for i in range(j, min(j + 6, 15))] for j in (0, 6, 12)]
+    # and a table, between its rows
+    table = "| key | value |\n|---|---|\n" + "\n".join(f"| k{i} | v {i} w |" for i in range(20))
+    parts = chunk_text(table, chunk_words=20)
+    assert all(line.startswith("|") and line.endswith("|")
+               for p in parts for line in p.text.split("\n")), [p.text for p in parts]
+    assert "\n".join(p.text for p in parts) == table
+    # a paragraph of prose longer than the target is cut between words, its line breaks
+    # kept
+    prose = "\n".join(f"word{i} more{i}" for i in range(15))
+    parts = chunk_text(prose, chunk_words=20)
+    assert [len(p.text.split()) for p in parts] == [20, 10]
+    assert parts[1].text.startswith("word10 more10\nword11")
+    # blank lines between paragraphs as written, two in a row at most (PEP 8 code)
+    two_defs = "    def a():\n        pass\n\n\n    def b():\n        pass"
+    (spaced,) = chunk_text(f"{two_defs}\n\n\n\n\nEnd.")
+    assert spaced.text == f"{two_defs}\n\n\nEnd."
     # blanks are kept as written up to a run of 64: a padded document is not returned
     # padded (5 MB of spaces between two words)
     (padded,) = chunk_text("a" + " " * 5_000_000 + "b\n" + " " * 200 + "c d")
@@ -283,6 +306,14 @@ def test_a_code_block_cut_between_chunks_is_fenced_in_each() -> None:
         assert parts[1].text.endswith(f"x29\n{run}\n\nAfter it.")
     parts = chunk_text(f"```\n{lines}", chunk_words=20)
     assert parts[0].text.endswith("x18\n```") and parts[1].text.endswith("x29")
+    # a fence indented with a list item is a fence too
+    items = "\n".join(f"    key_{i}: value {i}" for i in range(30))
+    parts = chunk_text(f"1. Set up:\n\n    ```yaml\n{items}\n    ```\n\n2. Run it.", 20)
+    code = parts[1:-1]
+    assert [p.text for p in (parts[0], parts[-1])] == ["1. Set up:", "2. Run it."]
+    assert len(code) == 5 and all(p.text.count("```") == 2 for p in code), parts
+    assert [p.text.split("\n")[0].strip() for p in code] == ["```yaml"] * 5
+    assert sum((p.text.split("\n")[1:-1] for p in code), []) == items.split("\n")
     # code indented instead of fenced, and prose, are left as they were
     indented = chunk_text("Intro\n\n" + lines.replace("\n", "\n    "), 20)
     assert len(indented) == 3 and not any("```" in p.text for p in indented)
