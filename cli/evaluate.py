@@ -19,6 +19,10 @@ from pgfunnel.cli.common import (
     out,
 )
 
+# the harness's parameters that eval takes as options, by the library's name
+EVAL_FLAGS = {"k": "--k", "split": "--split", "config": "--config", "preset": "--preset",
+              "principals": "--principal", "floors": "--floors", "qualifiers": "--qualifiers"}
+
 
 def register(app: typer.Typer) -> None:
     app.command(name="eval")(evaluate)
@@ -86,7 +90,7 @@ def evaluate(
         write_runs,
     )
 
-    with handle_errors():
+    with handle_errors(EVAL_FLAGS):
         if split not in (None, "dev", "test"):
             raise ConfigError("split", f"must be dev or test, got {split!r}")
         judged = load_queries(queries) if qrels is None else load_beir(queries, qrels)

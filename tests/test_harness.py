@@ -313,3 +313,20 @@ def test_a_beir_benchmark_is_ingested_and_evaluated_as_it_comes(db: str, tmp_pat
     (tmp_path / "bad.tsv").write_text("q9\td1\t1\n")
     with pytest.raises(InvalidInputError, match=r"1 judged query ids are not in"):
         load_beir(tmp_path / "queries.jsonl", tmp_path / "bad.tsv")
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--k", "0"], "--k: must be an integer between 1 and 1000"),
+    (["--split", "train"], "--split: must be dev or test"),
+    (["--config", 'x={"fusion": "borda"}'], "--config: x: fusion: unknown fusion 'borda'"),
+    (["--config", 'x={"weights": [1]}'], "--config: x: weights: must be two non-negative"),
+])
+def test_a_bad_eval_option_is_named_by_its_flag_and_configuration(
+        sample_db: str, args: list[str], said: str) -> None:
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    res = CliRunner().invoke(app, ["eval", str(QUERIES), "--dsn", sample_db, *args],
+                             env={"COLUMNS": "200"})
+    assert res.exit_code == 1, res.output
+    assert f"error: {said}" in " ".join(res.output.split()), res.output
