@@ -195,7 +195,12 @@ def test_the_lexical_preset_never_returns_what_only_the_dense_leg_found(
     # nothing matched lexically, so nothing comes back: no dense hit fills the list
     assert lexical["q"].final == []
     assert lexical["q"].stages == {"lexical": [], "fused": [], "capped": []}
-    assert lexical["q"].top_fused_score is None
+    assert lexical["q"].top_score is None
+    # one leg alone fuses by RRF, whose top score is 1/61 for every query: the report
+    # gives the leg's own score instead (BM25; cosine similarity)
+    assert lexical["kw"].top_score is not None and lexical["kw"].top_score > 1
+    dense_tops = [r.top_score for r in result.runs["dense"].values()]
+    assert len(set(dense_tops)) == 2 and all(0 < t <= 1 for t in dense_tops), dense_tops
     assert result.report.configs["lexical"].per_query["q"]["ndcg@10"] == 0.0
     assert result.report.configs["dense"].per_query["q"]["ndcg@10"] == 1.0
     # a query the lexical leg does match returns its hits and nothing else

@@ -223,7 +223,7 @@ class QueryRun:
     text: str
     final: list[str]
     stages: dict[str, list[str]]
-    top_fused_score: float | None
+    top_score: float | None
     parts: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -352,7 +352,10 @@ class Harness:
                  "reranked": keys(ordered), "capped": keys(capped)}
         stages = {s: found[s] for s in cfg.stages()}
         final = keys(capped[: self.k])
-        top = pool[0].fused_score if pool else None
+        # a one-leg configuration fuses with RRF, whose top score is the same for every
+        # query: its leg's own top score (BM25, cosine) is what could tell queries apart
+        top = None if not pool else pool[0].lexical_score if cfg.legs == "lexical" else \
+            pool[0].dense_score if cfg.legs == "dense" else pool[0].fused_score
         return final, stages, top
 
     def run_query(self, conn: psycopg.Connection[Any], q: JudgedQuery, cfg: EvalConfig,
@@ -379,7 +382,7 @@ class Harness:
                 merged.extend(i for i in items if i not in merged)
         final = finals[0] if len(finals) == 1 else round_robin_merge(finals, self.k)
         return QueryRun(text=text, final=list(final[: self.k]), stages=stages,
-                        top_fused_score=max(tops) if tops else None,
+                        top_score=max(tops) if tops else None,
                         parts=parts if len(parts) > 1 else [],
                         seconds=time.perf_counter() - t0)
 
@@ -440,7 +443,7 @@ class Harness:
             "mean_seconds_per_query": {
                 name: round(sum(r.seconds for r in by_q.values()) / max(1, len(by_q)), 4)
                 for name, by_q in runs.items()},
-            "no_answer_top_fused_score": _noanswer_scores(runs, selected),
+            "no_answer_top_score": _noanswer_scores(runs, selected),
             "judged_items_not_in_collection": missing,
             "judged_items_respelled": respelled,
         }
@@ -599,17 +602,17 @@ def _leg_depths(p: SearchParams, cfg: EvalConfig) -> dict[str, int]:
 
 def _noanswer_scores(runs: Mapping[str, Mapping[str, QueryRun]],
                      queries: Sequence[JudgedQuery]) -> dict[str, dict[str, float | None]]:
-    """Mean top fused score of no-answer vs answerable queries: can a threshold tell them
-    apart? (None when a group is empty.)"""
+    """Mean top score (fused, or the leg's own for a one-leg configuration) of no-answer
+    vs answerable queries: can a threshold tell them apart? (None when a group is empty.)"""
     out: dict[str, dict[str, float | None]] = {}
     noanswer = {q.query_id for q in queries if q.is_noanswer}
     if not noanswer:
         return out
     for name, by_q in runs.items():
-        na = [r.top_fused_score for qid, r in by_q.items()
-              if qid in noanswer and r.top_fused_score is not None]
-        ans = [r.top_fused_score for qid, r in by_q.items()
-               if qid not in noanswer and r.top_fused_score is not None]
+        na = [r.top_score for qid, r in by_q.items()
+              if qid in noanswer and r.top_score is not None]
+        ans = [r.top_score for qid, r in by_q.items()
+               if qid not in noanswer and r.top_score is not None]
         out[name] = {"no_answer": round(sum(na) / len(na), 5) if na else None,
                      "answerable": round(sum(ans) / len(ans), 5) if ans else None}
     return out
