@@ -951,10 +951,10 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
     A section longer than the target is split at paragraph boundaries, a paragraph of
     prose longer than the target at word boundaries, and a block of code (fenced, or
     indented four spaces) or a table longer than the target between its lines. The
-    section heading
-    is kept at the top of each of its chunks, so a chunk reads on its own, and the
-    headings of higher level above it are the chunk's ``section_path`` (outermost first),
-    which a version embedding ``"section"`` reads too (``embedding_input``). A heading
+    section heading is kept at the top of each of its chunks, so a chunk reads on its
+    own, and the headings of higher level above it are the chunk's ``section_path``
+    (outermost first), which a version embedding ``"section"`` reads too
+    (``embedding_input``). A heading
     without text of its own is a chunk by itself: moving it above the next section
     was measured and lost (docs/tuning.md), since such a short chunk is a strong BM25
     match for a query that names the section.
