@@ -66,10 +66,18 @@ def resolve_target(conn: psycopg.Connection[Any], target: str, collection: str) 
     return None if row is None else int(row[0])
 
 
-def explain(funnel: Funnel, query: str | None, target: str, *,
+def explain(funnel: Funnel, query: str | None, target: str | int, *,
             query_embedding: Any = None, **params: Any) -> Explanation:
-    """Follow one chunk through the funnel for a query, with the funnel's search parameters."""
+    """Follow one chunk through the funnel for a query, with the funnel's search parameters.
+    ``target`` is a chunk id (an int, as a result's ``chunk_id``, or its digits) or
+    ``CITEKEY#ORDINAL``."""
     import dataclasses
+
+    if isinstance(target, (int, np.integer)) and not isinstance(target, bool):
+        target = str(int(target))
+    elif not isinstance(target, str):
+        raise ConfigError("chunk", f"must be a chunk id or CITEKEY#ORDINAL, got "
+                                   f"{type(target).__name__} {target!r}")
 
     merged = {**{f.name: getattr(funnel.defaults, f.name)
                  for f in dataclasses.fields(SearchParams)}, **params}

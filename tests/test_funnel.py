@@ -399,9 +399,12 @@ def test_explain_reveals_nothing_about_hidden_chunks(conn: psycopg.Connection[An
 
 
 def test_explain_python_and_cli(db: str, conn: psycopg.Connection[Any], corpus: Any) -> None:
+    import dataclasses
+
     from pgfunnel.cli.main import app
     from typer.testing import CliRunner
 
+    from pgfunnel.errors import ConfigError
     from pgfunnel.explain import explain
     from pgfunnel.search import Funnel
 
@@ -409,6 +412,11 @@ def test_explain_python_and_cli(db: str, conn: psycopg.Connection[Any], corpus: 
         e = explain(f, "zephyr section", "big#1", k=3)
         assert e.chunk_id == _ids(conn, "big")[1] and e.verdict in ("returned", "capped",
                                                                      "cut at k", "not in pool")
+        # a result's chunk_id as it comes (an int) names the same chunk
+        assert explain(f, "zephyr section", e.chunk_id, k=3) == \
+            dataclasses.replace(e, target=str(e.chunk_id))
+        with pytest.raises(ConfigError, match="chunk: must be a chunk id or CITEKEY#ORDINAL"):
+            explain(f, "zephyr section", 1.5, k=3)  # type: ignore[arg-type]
         missing = explain(f, "zephyr", "nope#0")
         assert missing.verdict == "filtered out or does not exist"
         assert missing.reason.startswith("chunk nope#0 does not exist")
