@@ -200,6 +200,7 @@ def create_app(dsn: str | None = None, *, embedder: Embedder | None = None,
             .where(Collection.name == coll_name, Document.citekey == citekey)
         ).scalar_one_or_none()
         if doc is None:
+            # under row-level security a document hidden from the reader is not found
             raise HTTPException(404, f"no document {citekey!r}")
         # the rule every search applies (access, tenant, validity now), not a copy of it
         visible = bool(s.execute(text(
