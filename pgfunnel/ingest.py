@@ -29,8 +29,10 @@ from psycopg.copy import QueuedLibpqWriter
 
 from pgfunnel.embedder import Embedder, check_vector
 from pgfunnel.errors import (
+    AccessError,
     ConfigError,
     InvalidInputError,
+    InvalidVectorError,
     NotFoundError,
     PgfunnelError,
     string_list,
@@ -72,7 +74,11 @@ class IngestStats:
     # passed in (``ingest(vectors=...)``)
     chunks_reused: int = 0
     chunks_given: int = 0
+    # the active version's number within its collection (1, 2, ...; what the CLI and
+    # `pgfunnel versions` show) and its id (pgfunnel.index_version.id, what the SQL
+    # functions that take a version, such as bm25_recount, expect)
     index_version: int | None = None
+    index_version_id: int | None = None
     embed_seconds: float = 0.0
     # wall time of the batches less the model's time: chunking, analysis and writes,
     # including any part of the next batch's preparation the writer had to wait for,
@@ -965,6 +971,10 @@ class Ingester:
         reads.
         """
         _check_ingest_arguments(records, vectors)
+        if vectors:
+            coll = collection_id(self.conn, self.collection)
+            version = None if coll is None else active_version(self.conn, coll)
+            _check_vectors_up_front(vectors, None if version is None else version.dimensions)
         # each call reports its own work: a stats object handed out before is not changed
         self.stats = IngestStats()
         self._embed_queued = 0
@@ -1128,6 +1138,7 @@ class Ingester:
                 ingest_lock(self.conn, self.collection)
                 coll, version = self._version()
                 self.stats.index_version = version.version
+                self.stats.index_version_id = version.id
                 existing, hashes, todo = self._changed_documents(coll, batch, prepared)
                 self.stats.documents_unchanged += len(batch) - len(todo)
                 if vectors is not None and len(todo) < len(batch):
@@ -1329,6 +1340,43 @@ def _check_vector_count(citekey: str, given: Any, chunks: Sequence[ChunkRecord])
                                 f"{len(chunks)} chunks")
 
 
+def _check_vectors_up_front(vectors: Mapping[str, Any], dimensions: int | None) -> None:
+    """Every given vector checked before the first batch is written (finite, non-zero,
+    one row per chunk, the active index version's ``dimensions``, or for a new collection
+    the same throughout): a bad vector for a document late in the input was refused only
+    after the batches before it had committed. That each document has a vector per chunk
+    is checked by its batch, before it writes."""
+    dims: tuple[int, str] | None = None
+    for citekey, given in vectors.items():
+        try:
+            one_row = np.ndim(given) == 1 and len(given) > 0 and \
+                not isinstance(given[0], (Sequence, np.ndarray))
+        except (TypeError, ValueError):
+            one_row = False
+        if one_row:
+            raise InvalidInputError(
+                f"vectors for {citekey!r}: one vector of {len(given)} numbers; give an array "
+                "with one row per chunk of the document (shape (chunks, dimensions)), even "
+                "for a document of one chunk")
+        try:
+            rows = list(given)
+        except TypeError:
+            raise InvalidInputError(
+                f"vectors for {citekey!r}: must be an array with one row per chunk, got "
+                f"{type(given).__name__}") from None
+        if not rows:
+            continue
+        first = check_vector(rows[0], dimensions, parameter=f"vectors[{citekey!r}][0]")
+        if dims is None:
+            dims = (first.size, citekey)
+        elif first.size != dims[0]:
+            raise InvalidVectorError(
+                f"vectors[{citekey!r}][0]: has {first.size} dimensions, while "
+                f"vectors[{dims[1]!r}] have {dims[0]}; every vector comes from one model")
+        _check_given_vectors(rows, {i: f"vectors[{citekey!r}][{i}]" for i in range(len(rows))},
+                             dims[0])
+
+
 def _check_given_vectors(vectors: list[np.ndarray | None], labels: dict[int, str],
                          dimensions: int) -> None:
     """Validate caller-given vectors in place, in one array operation when they are sound.
@@ -1406,6 +1454,12 @@ def delete_documents(conn: psycopg.Connection[Any], collection: str,
     try:
         with conn.transaction():
             coll = require_collection(conn, collection)
+            row = conn.execute("select current_user, pg_catalog.has_table_privilege("
+                               "'pgfunnel.document', 'DELETE')").fetchone()
+            if row is not None and not row[1]:
+                # the first statement to fail would name an internal function
+                raise AccessError(f"role {row[0]!r} may not delete documents: it lacks DELETE "
+                                  "on pgfunnel.document (members of pgfunnel_writer have it)")
             ingest_lock(conn, collection)
             conn.execute(
                 "select pgfunnel._remove_chunks(array(select c.id from pgfunnel.chunk c "

@@ -25,7 +25,7 @@ from typing import Any, Literal
 import psycopg
 from psycopg import sql
 
-from pgfunnel.errors import AccessError, ConflictError, translate
+from pgfunnel.errors import AccessError, ConflictError, NotFoundError, translate
 
 READER_ROLE = "pgfunnel_reader"
 WRITER_ROLE = "pgfunnel_writer"
@@ -439,6 +439,10 @@ def grant_app_role(conn: psycopg.Connection[Any], role: str, *, writer: bool = F
     """Make an existing login role an application reader (or writer)."""
     group = WRITER_ROLE if writer else READER_ROLE
     try:
+        if conn.execute("select from pg_catalog.pg_roles where rolname = %s",
+                        (role,)).fetchone() is None:
+            raise NotFoundError(f"role {role!r} does not exist: create it first "
+                                f"(create role ... login), then grant it {group}")
         conn.execute(sql.SQL("grant {} to {}").format(_ident(group), _ident(role)))
     except psycopg.Error as exc:
         raise translate(exc) from exc

@@ -496,7 +496,15 @@ def test_app_role_cannot_write_or_disable_rls(app_conn: psycopg.Connection[Any])
             app_conn.execute(stmt)
         assert isinstance(info.value, psycopg.errors.InsufficientPrivilege), stmt
     assert app_conn.execute("select 1").fetchone() == (1,)
-    assert AccessError  # the API maps 42501 to AccessError (errors.translate)
+    # through the API the refusal names what the role lacks, not the first internal
+    # function it could not run
+    from pgfunnel.ingest import delete_documents
+
+    collection = app_conn.execute("select min(name) from pgfunnel.collection").fetchone()[0]
+    with pytest.raises(AccessError, match="may not delete documents: it lacks DELETE on "
+                                          "pgfunnel.document") as refused:
+        delete_documents(app_conn, collection, ["secret"])
+    assert "_remove_chunks" not in str(refused.value)
 
 
 def test_writer_role_plain_delete_keeps_statistics_under_rls(rls_db: str) -> None:
@@ -791,3 +799,14 @@ def test_a_policy_change_waits_for_long_transactions_then_says_so(rls_db: str) -
             "and mode = 'AccessExclusiveLock' and relation in "
             "('pgfunnel.document'::regclass, 'pgfunnel.chunk'::regclass)").fetchone() == (2,)
         changer.rollback()
+
+
+def test_granting_a_role_that_does_not_exist_names_it(rls_db: str) -> None:
+    from pgfunnel.errors import NotFoundError
+    from pgfunnel.security import grant_app_role
+
+    with connect(rls_db, autocommit=True) as conn:
+        with pytest.raises(NotFoundError, match="role 'nosuchrole' does not exist: create it "
+                                                "first .* then grant it pgfunnel_reader"):
+            grant_app_role(conn, "nosuchrole")
+        assert conn.execute("select 1").fetchone() == (1,)

@@ -155,6 +155,26 @@ def test_bad_vectors_are_rejected_and_nothing_written(
     assert_stats_exact(sample_conn)
 
 
+@pytest.mark.parametrize("late, error, message", [
+    (np.full((1, 384), np.nan, dtype=np.float32), InvalidVectorError,
+     r"vectors\['doc-2'\]\[0\]: contains NaN"),
+    (np.ones((1, 12), dtype=np.float32), InvalidVectorError,
+     r"vectors\['doc-2'\]\[0\]: has 12 dimensions, while vectors\['doc-0'\] have 384"),
+    (np.ones(384, dtype=np.float32), InvalidInputError,
+     r"vectors for 'doc-2': one vector of 384 numbers; give an array with one row per chunk"),
+    (7, InvalidInputError, r"vectors for 'doc-2': must be an array with one row per chunk"),
+])
+def test_a_bad_vector_late_in_the_input_is_refused_before_any_batch_is_written(
+        conn: psycopg.Connection[Any], late: Any, error: type[Exception], message: str) -> None:
+    # one document per batch: a per-batch check alone would commit doc-0 and doc-1 first
+    recs = [DocumentRecord(f"doc-{i}", f"document number {i} about invoices") for i in range(3)]
+    vectors = _random_vectors(recs)
+    vectors["doc-2"] = late
+    with pytest.raises(error, match=message):
+        Ingester(conn, "c", batch_documents=1).ingest(recs, vectors=vectors)
+    assert _counts(conn) == (0, 0, 0, 0)
+
+
 def test_failure_mid_batch_leaves_no_partial_document(conn: psycopg.Connection[Any]) -> None:
     recs = [DocumentRecord(f"doc-{i}", f"document number {i} about invoices") for i in range(5)]
     vectors = _random_vectors(recs)
@@ -751,6 +771,10 @@ def test_given_vectors_are_counted_as_given_and_unused_ones_named(
     assert any(w.filename == __file__ for w in caught)
     assert (stats.chunks_given, stats.chunks_reused, stats.chunks_embedded) == (2, 0, 1)
     assert any("d2-typo" in n for n in stats.notes)
+    # the version by its number in the collection, and by the id SQL functions take
+    assert (stats.index_version, stats.index_version_id) == conn.execute(
+        "select v.version, v.id from pgfunnel.index_version v join pgfunnel.collection c "
+        "on c.id = v.collection_id where c.name = 'given' and v.state = 'active'").fetchone()
     # a re-ingest of the same texts keeps their vectors: reused, not given
     again = Ingester(conn, "given", embedder=embedder).ingest(
         [DocumentRecord(d.citekey, d.text + " (edited)") if d.citekey == "d1" else d
