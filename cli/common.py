@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -19,20 +18,6 @@ from pgfunnel.errors import ConfigError, PgfunnelError
 # and a log or a pipe keeps the line whole for grep
 console = Console(stderr=True, soft_wrap=True)
 out = Console()
-
-
-class _ErrorAlreadyRaised(logging.Filter):
-    """psycopg logs "error ignored terminating <Pipeline ...>: pipeline aborted" when a
-    statement inside a pipeline fails: the failure itself is raised, and the CLI reports
-    it as one clear line, so this second line before it (Python's last-resort handler
-    prints it when nothing configured logging) only looks like a second problem."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.msg == "error ignored terminating %r: %s"
-                    and "pipeline aborted" in record.getMessage())
-
-
-logging.getLogger("psycopg").addFilter(_ErrorAlreadyRaised())
 
 
 def plural(n: int, noun: str) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import logging
 import math
 import threading
 import time
@@ -43,6 +44,20 @@ from pgfunnel.errors import (
 )
 
 MAX_QUERY_CHARS = 10_000
+
+
+class _ErrorAlreadyRaised(logging.Filter):
+    """psycopg logs "error ignored terminating <Pipeline ...>: pipeline aborted" when a
+    statement inside a pipeline fails (a search runs in one): the failure itself is
+    raised, so this line, which Python's last-resort handler prints to stderr when nothing
+    configured logging, only looks like a second problem above the real one."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.msg == "error ignored terminating %r: %s"
+                    and "pipeline aborted" in record.getMessage())
+
+
+logging.getLogger("psycopg").addFilter(_ErrorAlreadyRaised())
 
 
 _INT_PARAMS = frozenset({"k", "overfetch", "per_source_cap", "ef_search"})

@@ -262,6 +262,19 @@ def test_cli_without_schema_prints_one_error_line(empty_db: str) -> None:
                                                    "installed"), res.stderr
 
 
+def test_python_search_without_schema_raises_without_a_psycopg_log_line(empty_db: str) -> None:
+    # the same note, from a library user's script: only the raised error is printed
+    import subprocess
+    import sys
+
+    script = ("from pgfunnel.search import Funnel\n"
+              f"Funnel({empty_db!r}, embedder=None).search('refund')\n")
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 1
+    assert "SchemaMissingError" in res.stderr and "pipeline" not in res.stderr, res.stderr
+
+
 def test_unreachable_dsn_is_a_clear_error() -> None:
     # the cause libpq gives is kept, not only its closing hint
     with pytest.raises(ConnectionFailedError, match="cannot connect.*Connection refused"):
