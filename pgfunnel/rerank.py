@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pgfunnel.embedder import quiet_local_loading
+from pgfunnel.embedder import BUNDLED_ALIASES, quiet_local_loading
 from pgfunnel.errors import (
     ConfigError,
     InvalidInputError,
@@ -294,6 +294,14 @@ class Reranker:
                 kwargs["model_kwargs"] = {"file_name": onnx_file_name}
         elif onnx_file_name is not None:
             raise ConfigError("onnx_file_name", "only meaningful with backend='onnx'")
+        if self.model_name.lower() in BUNDLED_ALIASES:
+            # the bundled embedding model by name: refused here, where it would otherwise
+            # be looked up on the hub as a cross-encoder (a network wait, then a generic
+            # failure) instead of being recognised as the bi-encoder it is
+            raise self._failure(
+                f"{self.model_name!r} is pgfunnel's embedding model (a bi-encoder), not a "
+                "cross-encoder; pass a cross-encoder such as "
+                "cross-encoder/ms-marco-MiniLM-L6-v2, or a local directory of one")
         try:
             from sentence_transformers import CrossEncoder
 

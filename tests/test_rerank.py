@@ -168,6 +168,12 @@ def test_bi_encoder_is_refused_as_rerank_model(tmp_path: Path) -> None:
     path = build_tiny_bi_encoder(tmp_path / "bi", dim=32)
     with pytest.raises(ModelLoadError, match="not a cross-encoder"):
         Reranker(str(path), device="cpu")
+    # the bundled embedding model by its name: refused at once, not looked up on the hub
+    for name in ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"):
+        with pytest.raises(ModelLoadError, match="embedding model .*bi-encoder.*not a "
+                                                 "cross-encoder") as exc:
+            Reranker(name, device="cpu")
+        assert exc.value.setting == "rerank_model" and exc.value.model == name
 
 
 def test_a_path_object_is_accepted_as_the_model(tiny_ce: Path, tmp_path: Path) -> None:
