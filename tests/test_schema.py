@@ -268,11 +268,23 @@ def test_python_search_without_schema_raises_without_a_psycopg_log_line(empty_db
     import sys
 
     script = ("from pgfunnel.search import Funnel\n"
-              f"Funnel({empty_db!r}, embedder=None).search('refund')\n")
+              "try:\n"
+              f"    Funnel({empty_db!r}, embedder=None).search('refund')\n"
+              "except Exception as exc:\n"
+              "    print(type(exc).__name__)\n")
     res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=120)
-    assert res.returncode == 1
-    assert "SchemaMissingError" in res.stderr and "pipeline" not in res.stderr, res.stderr
+    assert res.returncode == 0 and res.stdout.strip() == "SchemaMissingError", res
+    assert res.stderr == "", res.stderr
+    # the note psycopg logs when an aborted pipeline closes (whether one is logged above
+    # depends on when the pipeline is torn down): dropped once pgfunnel.search is loaded,
+    # printed by Python's last-resort handler otherwise
+    note = ("import logging\n{}logging.getLogger('psycopg').warning("
+            "'error ignored terminating %r: %s', 'P', 'pipeline aborted')\n")
+    for loaded, printed in (("", True), ("import pgfunnel.search\n", False)):
+        res = subprocess.run([sys.executable, "-c", note.format(loaded)], capture_output=True,
+                             text=True, timeout=120)
+        assert ("error ignored terminating" in res.stderr) is printed, res.stderr
 
 
 def test_unreachable_dsn_is_a_clear_error() -> None:
