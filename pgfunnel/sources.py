@@ -490,7 +490,11 @@ def read_paths(paths: Iterable[Path], exclude: Sequence[str] = (),
 
 
 _HEADING = re.compile(r"^(#{1,6})\s+(.*\S)\s*$")
-_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+# a backtick fence's info string holds no backtick: "```foo``` at the start of a line" is
+# inline code (CommonMark)
+_FENCE = re.compile(r"^ {0,3}(`{3,}(?=[^`]*$)|~{3,})")
+# a line that is nothing but a fence run: a block's closing line
+_FENCE_ONLY = re.compile(r"^[ \t]*(?:`{3,}|~{3,})[ \t]*$")
 # a YAML block at the top of a markdown file (Jekyll, Hugo, Docusaurus, MkDocs)
 _FRONT_MATTER = re.compile(r"\A\ufeff?---[ \t]*\n(.*?\n)?(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.S)
 
@@ -831,6 +835,19 @@ def _trim_blank_lines(lines: list[str]) -> str:
 _BLOCK_SPLIT = re.compile(r"\n[ \t]*\n")
 
 
+def _prose_blocks(blocks: list[str]) -> list[str | None]:
+    """``_prose_block`` of each block of a document, None too for every block inside a
+    fenced code block: a paragraph of code after a blank line is code, and dropping it
+    (with its closing fence) left the rest of the page as code."""
+    keys: list[str | None] = []
+    fence = ""
+    for block in blocks:
+        in_code = bool(fence) or any(_FENCE.match(line) for line in block.split("\n"))
+        keys.append(None if in_code else _prose_block(block))
+        fence = _fence_after(block, fence)[1]
+    return keys
+
+
 def _prose_block(block: str) -> str | None:
     """A paragraph as the repeated-block check compares it (whitespace collapsed), or None
     for what it leaves alone: headings, code and short lines."""
@@ -858,14 +875,14 @@ def drop_repeated_blocks(records: Sequence[DocumentRecord], *, min_documents: in
     # paragraphs; the few that recur are then named by text
     seen: Counter[int] = Counter()
     for rec in records:
-        seen.update({hash(b) for b in map(_prose_block, _BLOCK_SPLIT.split(rec.text)) if b})
+        seen.update({hash(b) for b in _prose_blocks(_BLOCK_SPLIT.split(rec.text)) if b})
     bar = max(min_documents, share * len(records))
     hot = {h for h, n in seen.items() if n >= bar}
     if not hot:
         return list(records), []
     counts: Counter[str] = Counter()
     for rec in records:
-        counts.update({b for b in map(_prose_block, _BLOCK_SPLIT.split(rec.text))
+        counts.update({b for b in _prose_blocks(_BLOCK_SPLIT.split(rec.text))
                        if b and hash(b) in hot})
     repeated = {b for b, n in counts.items() if n >= bar}
     if not repeated:
@@ -873,7 +890,8 @@ def drop_repeated_blocks(records: Sequence[DocumentRecord], *, min_documents: in
     out: list[DocumentRecord] = []
     for rec in records:
         blocks = _BLOCK_SPLIT.split(rec.text)
-        kept = [b for b in blocks if _prose_block(b) not in repeated]
+        kept = [b for b, key in zip(blocks, _prose_blocks(blocks), strict=True)
+                if key not in repeated]
         # a document made of nothing but repeated paragraphs (and headings) keeps them:
         # no document is emptied of its text
         if len(kept) == len(blocks) or all(not b.strip() or b.strip().startswith("#")
@@ -979,7 +997,9 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
         for para, blank_lines in _paragraphs(body):
             # str.split and the \S+ pattern break at the same characters (str.isspace)
             n_words = len(para.split())
-            if filled + n_words > chunk_words and filled:
+            # a block's closing fence stays with its code: alone at the top of the next
+            # chunk it would be reopened as an empty block
+            if filled + n_words > chunk_words and filled and not _FENCE_ONLY.match(para):
                 pieces.append([])
                 filled = 0
             if n_words <= chunk_words:
@@ -1006,16 +1026,13 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
 
 
 _WORD = re.compile(r"\S+")
-# a fence line as the chunker reads one inside a section: at any indentation, since a
-# fenced block nested in a list item is indented with the item
-_ANY_FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})")
 
 
 def _fence_after(text: str, fence: str, opener: str = "") -> tuple[str, str]:
     """The (opening line, fence run) of the fenced block still open after ``text``'s
     lines, given the one open before them (``""`` for none)."""
     for line in text.split("\n"):
-        m = _ANY_FENCE.match(line)
+        m = _FENCE.match(line)
         if not fence:
             if m:
                 opener, fence = line.strip(), m.group(1)
@@ -1029,7 +1046,7 @@ def _lines_stay_whole(para: str) -> bool:
     fence line, every line is indented by four spaces or a tab (code, as the HTML and
     reST readers write it), or every line is a row of a table."""
     lines = para.split("\n")
-    return any(_ANY_FENCE.match(line) for line in lines) or \
+    return any(_FENCE.match(line) for line in lines) or \
         all(line.startswith(("    ", "\t")) for line in lines) or \
         all(line.lstrip().startswith("|") for line in lines)
 
@@ -1104,7 +1121,7 @@ def _line_slices(code: str, chunk_words: int) -> list[str]:
     filled = 0
     for line in code.split("\n"):
         n_words = len(line.split())
-        if filled + n_words > chunk_words and lines:
+        if filled + n_words > chunk_words and lines and not _FENCE_ONLY.match(line):
             slices.append("\n".join(lines))
             lines, filled = [], 0
         if n_words > chunk_words:

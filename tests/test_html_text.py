@@ -412,6 +412,13 @@ def test_a_paragraph_on_most_pages_is_left_out_as_boilerplate() -> None:
     same = [DocumentRecord(f"q{i}", f"## Parameters\n\n    import celery\n\nBody {i}.")
             for i in range(12)]
     assert drop_repeated_blocks(same) == (same, [])
+    # so does a paragraph of code inside a fenced block, after a blank line in it: left
+    # out, it took the block's closing fence and left the rest of the page as code
+    fenced = [DocumentRecord(f"f{i}", f"Example {i} of the plotting helpers here:\n\n```python\n"
+                             f"import numpy as np\n\ndata = load_data('a', 'b', 'c', 'd', 'e')"
+                             f"\nplot(data)\n```\n\nMore words about page {i}.")
+              for i in range(12)]
+    assert drop_repeated_blocks(fenced) == (fenced, [])
     # too few documents to tell boilerplate from content
     assert drop_repeated_blocks(records[:5]) == (records[:5], [])
 

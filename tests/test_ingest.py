@@ -326,14 +326,23 @@ def test_a_code_block_cut_between_chunks_is_fenced_in_each() -> None:
         assert parts[1].text.endswith(f"x29\n{run}\n\nAfter it.")
     parts = chunk_text(f"```\n{lines}", chunk_words=20)
     assert parts[0].text.endswith("x18\n```") and parts[1].text.endswith("x29")
-    # a fence indented with a list item is a fence too
+    # a fenced block indented under a list item is cut between its lines too, but not
+    # fenced again: reopened at the top of a chunk, out of its list, its indented closing
+    # line would no longer close it; its lines, indented, read as code on their own
     items = "\n".join(f"    key_{i}: value {i}" for i in range(30))
     parts = chunk_text(f"1. Set up:\n\n    ```yaml\n{items}\n    ```\n\n2. Run it.", 20)
     code = parts[1:-1]
     assert [p.text for p in (parts[0], parts[-1])] == ["1. Set up:", "2. Run it."]
-    assert len(code) == 5 and all(p.text.count("```") == 2 for p in code), parts
-    assert [p.text.split("\n")[0].strip() for p in code] == ["```yaml"] * 5
-    assert sum((p.text.split("\n")[1:-1] for p in code), []) == items.split("\n")
+    assert "\n".join(p.text for p in code) == f"    ```yaml\n{items}\n    ```"
+    assert all(line.startswith("    ") for p in code for line in p.text.split("\n"))
+    # a closing fence never starts a chunk alone (it would be reopened as an empty block)
+    exact = "```sh\n" + "\n".join(f"step {i} now" for i in range(10)) + "\n```\n\nDone."
+    parts = chunk_text(exact, chunk_words=31)  # the closing fence is the 32nd word
+    assert [p.text for p in parts] == [exact.split("\n\n")[0], "Done."]
+    # "```foo``` ..." at the start of a line is inline code, not a fence: the heading
+    # after it still starts a section
+    inline = "```foo``` is inline code.\n\n## Next\n\nMore text."
+    assert [p.heading for p in chunk_text(inline)] == ["", "Next"]
     # code indented instead of fenced, and prose, are left as they were
     indented = chunk_text("Intro\n\n" + lines.replace("\n", "\n    "), 20)
     assert len(indented) == 3 and not any("```" in p.text for p in indented)
