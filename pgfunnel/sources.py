@@ -1008,6 +1008,10 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
             else:
                 by_line = bool(fence) or _lines_stay_whole(para)
                 parts = (_line_slices if by_line else _word_slices)(para, chunk_words)
+                if by_line and (header := _table_header(para)):
+                    # rows without their header and delimiter row are not a table to a
+                    # renderer, only lines of pipes; repeated after the words are counted
+                    parts[1:] = [f"{header}\n{part}" for part in parts[1:]]
                 for part in parts[:-1]:
                     pieces[-1].append((part, blank_lines))
                     pieces.append([])
@@ -1049,6 +1053,19 @@ def _lines_stay_whole(para: str) -> bool:
     return any(_FENCE.match(line) for line in lines) or \
         all(line.startswith(("    ", "\t")) for line in lines) or \
         all(line.lstrip().startswith("|") for line in lines)
+
+
+_TABLE_DELIMITER = re.compile(r"^\s*\|?(?:\s*:?-+:?\s*\|)+\s*(?::?-+:?\s*)?$")
+
+
+def _table_header(para: str) -> str | None:
+    """A markdown table's header row and delimiter row (``| a | b |`` over
+    ``|---|---|``), or None for a paragraph that is not such a table."""
+    lines = para.split("\n", 2)
+    if len(lines) == 3 and lines[0].lstrip().startswith("|") and \
+            _TABLE_DELIMITER.match(lines[1]):
+        return f"{lines[0]}\n{lines[1]}"
+    return None
 
 
 def _fences_closed_per_piece(bodies: list[str]) -> list[str]:

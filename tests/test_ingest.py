@@ -15,7 +15,7 @@ import pytest
 
 from pgfunnel.errors import InvalidDocumentError, InvalidInputError, InvalidVectorError
 from pgfunnel.ingest import Ingester, delete_documents, get_or_create_collection
-from pgfunnel.sources import DocumentRecord, chunk_text, read_path
+from pgfunnel.sources import DocumentRecord, _table_header, chunk_text, read_path
 
 
 def _counts(conn: psycopg.Connection[Any]) -> tuple[int, int, int, int]:
@@ -268,12 +268,14 @@ def test_chunks_keep_line_breaks_and_code_indentation() -> None:
     parts = chunk_text(fenced, chunk_words=20)
     assert [p.text.split("\n")[1:-1] for p in parts] == \
         [[f"value = compute({i})" for i in range(j, min(j + 6, 15))] for j in (0, 6, 12)]
-    # and a table, between its rows
-    table = "| key | value |\n|---|---|\n" + "\n".join(f"| k{i} | v {i} w |" for i in range(20))
-    parts = chunk_text(table, chunk_words=20)
-    assert all(line.startswith("|") and line.endswith("|")
-               for p in parts for line in p.text.split("\n")), [p.text for p in parts]
-    assert "\n".join(p.text for p in parts) == table
+    # and a table, between its rows, its header and delimiter rows repeated at the top of
+    # each chunk it goes on in (rows alone do not render as a table)
+    header = "| key | value |\n|:---|---:|"
+    rows = [f"| k{i} | v {i} w |" for i in range(20)]
+    parts = chunk_text(header + "\n" + "\n".join(rows), chunk_words=20)
+    assert len(parts) > 2 and all(p.text.startswith(header + "\n") for p in parts)
+    assert sum((p.text.split("\n")[2:] for p in parts), []) == rows
+    assert _table_header("| a |\nnot a delimiter\n| b |") is None
     # a paragraph of prose longer than the target is cut between words, its line breaks
     # kept
     prose = "\n".join(f"word{i} more{i}" for i in range(15))
