@@ -1349,8 +1349,8 @@ def _check_vectors_up_front(vectors: Mapping[str, Any], dimensions: int | None) 
     is checked by its batch, before it writes.
 
     Float arrays of rows are checked together, a block of documents at a time (100,000
-    one-chunk documents in under a second here); anything else, and any block holding a
-    bad vector, is checked document by document, so the error names the vector."""
+    one-chunk documents in under a second here); anything else document by document. A
+    bad vector is named either way (``_check_given_vectors``)."""
     dims: tuple[int, str] | None = None if dimensions is None else (dimensions, "")
     block: list[tuple[str, np.ndarray]] = []
     rows_in_block = 0
@@ -1362,26 +1362,22 @@ def _check_vectors_up_front(vectors: Mapping[str, Any], dimensions: int | None) 
             block.append((citekey, given))
             rows_in_block += given.shape[0]
             if rows_in_block >= 8192:
-                _check_vector_block(block, dims)
+                _check_vector_block(block, dims[0])
                 block, rows_in_block = [], 0
         else:
             dims = _check_document_vectors(citekey, given, dimensions, dims)
     if block:
         assert dims is not None
-        _check_vector_block(block, dims)
+        _check_vector_block(block, dims[0])
 
 
-def _check_vector_block(block: list[tuple[str, np.ndarray]], dims: tuple[int, str]) -> None:
-    """Documents' float vectors of one size, checked at once; a block with a bad one is
-    checked again document by document to name it."""
-    stacked = np.concatenate([a for _, a in block]).astype(np.float64)
-    with np.errstate(over="ignore", invalid="ignore"):
-        norms = np.sqrt(np.einsum("ij,ij->i", stacked, stacked))
-    if bool(np.isfinite(stacked).all()) and \
-            bool(((norms >= VECTOR_NORM_MIN) & (norms <= VECTOR_NORM_MAX)).all()):
-        return
-    for citekey, given in block:
-        _check_document_vectors(citekey, given, dims[0], dims)
+def _check_vector_block(block: list[tuple[str, np.ndarray]], dimensions: int) -> None:
+    """Documents' float vectors of one size, checked in one array operation
+    (``_check_given_vectors``)."""
+    rows: list[np.ndarray | None] = [row for _, given in block for row in given]
+    labels = dict(enumerate(f"vectors[{citekey!r}][{i}]"
+                            for citekey, given in block for i in range(len(given))))
+    _check_given_vectors(rows, labels, dimensions)
 
 
 def _check_document_vectors(citekey: str, given: Any, dimensions: int | None,
@@ -1431,10 +1427,13 @@ def _check_given_vectors(vectors: list[np.ndarray | None], labels: dict[int, str
     positions = sorted(labels)
     try:
         stacked = np.asarray([vectors[p] for p in positions], dtype=np.float32)
-        squared = np.einsum("ij,ij->i", stacked, stacked) if stacked.ndim == 2 else None
-        sound = (squared is not None and stacked.shape[1] == dimensions
-                 and bool(np.isfinite(stacked).all())
-                 and bool(((squared > 0) & np.isfinite(squared)).all()))
+        sound = stacked.ndim == 2 and stacked.shape[1] == dimensions \
+            and bool(np.isfinite(stacked).all())
+        if sound:
+            # the lengths check_vector allows, measured as it measures them
+            wide = stacked.astype(np.float64)
+            norms = np.sqrt(np.einsum("ij,ij->i", wide, wide))
+            sound = bool(((norms >= VECTOR_NORM_MIN) & (norms <= VECTOR_NORM_MAX)).all())
     except (TypeError, ValueError):
         sound = False
     if not sound:

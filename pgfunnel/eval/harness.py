@@ -411,16 +411,16 @@ class Harness:
             for cfg in configs:
                 for q in selected:
                     try:
-                        try:
-                            runs[cfg.name][q.query_id] = self.run_query(conn, q, cfg, level)
-                        except psycopg.Error as exc:
-                            raise translate(exc) from exc
-                    except ConfigError as exc:
-                        # a value the configuration gave, refused by the search: say which
-                        # configuration gave it
-                        if exc.parameter not in cfg.search:
+                        runs[cfg.name][q.query_id] = self.run_query(conn, q, cfg, level)
+                    except (psycopg.Error, ConfigError) as exc:
+                        err = translate(exc)
+                        if isinstance(err, ConfigError) and err.parameter in cfg.search:
+                            # a value the configuration gave, refused by the search: say
+                            # which configuration gave it
+                            raise ConfigError("config", f"{cfg.name}: {err}") from exc
+                        if err is exc:
                             raise
-                        raise ConfigError("config", f"{cfg.name}: {exc}") from exc
+                        raise err from exc
                     done += 1
                     if self.progress is not None:
                         self.progress(cfg.name, done, total)
