@@ -18,6 +18,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -55,9 +56,9 @@ DEFAULT_EMBED_INPUT = EMBED_WITH_TITLE
 # or its chunks carry more, so that the next ingest rewrites documents stored before
 # (2: chunks keep their section path; 3: their line breaks and indentation; 4: code and
 # tables are cut between lines, a fenced block cut between chunks is fenced in each, and
-# blank lines between paragraphs are kept). Unchanged chunks keep their vectors
-# (ChunkRecord.vector_key ignores whitespace).
-_CHUNKING = 4
+# blank lines between paragraphs are kept; 5: a blank line under the heading). Unchanged
+# chunks keep their vectors (ChunkRecord.vector_key ignores whitespace).
+_CHUNKING = 5
 
 
 @dataclass
@@ -967,11 +968,12 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
     """Cut a document into chunks of about ``chunk_words`` words along its sections.
 
     A section longer than the target is split at paragraph boundaries, a paragraph of
-    prose longer than the target at word boundaries, and a block of code (fenced, or
-    indented four spaces) or a table longer than the target between its lines. The
-    section heading is kept at the top of each of its chunks, so a chunk reads on its
-    own, and the headings of higher level above it are the chunk's ``section_path``
-    (outermost first), which a version embedding ``"section"`` reads too
+    prose longer than the target at word boundaries (a list between its items, an item
+    longer than the target between its words), and a block of code (fenced, or indented
+    four spaces) or a table longer than the target between its lines. The
+    section heading is kept at the top of each of its chunks, over a blank line, so a
+    chunk reads on its own, and the headings of higher level above it are the chunk's
+    ``section_path`` (outermost first), which a version embedding ``"section"`` reads too
     (``embedding_input``). A heading
     without text of its own is a chunk by itself: moving it above the next section
     was measured and lost (docs/tuning.md), since such a short chunk is a strong BM25
@@ -981,9 +983,7 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
     between paragraphs (up to two in a row) and the indentation of code stay (trailing
     spaces go, and a run of more than 64 spaces or tabs is cut to 64), so a result shows
     code as code. A fenced block cut between chunks is closed at the end of one and
-    opened again at the top of the next. Outside code and tables, where the chunks fall
-    depends on the words alone, so chunks differ from the single-spaced ones of earlier
-    releases in whitespace only.
+    opened again at the top of the next.
     """
     if chunk_words < 20:
         raise ValueError("chunk_words must be at least 20")
@@ -1007,7 +1007,7 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
                 filled += n_words
             else:
                 by_line = bool(fence) or _lines_stay_whole(para)
-                parts = (_line_slices if by_line else _word_slices)(para, chunk_words)
+                parts = (_line_slices if by_line else _prose_slices)(para, chunk_words)
                 if by_line and (header := _table_header(para)):
                     # rows without their header and delimiter row are not a table to a
                     # renderer, only lines of pipes; repeated after the words are counted
@@ -1023,7 +1023,10 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
         for body_text in _fences_closed_per_piece(bodies):
             if not body_text and not heading:
                 continue
-            full = f"{heading}\n{body_text}" if heading and body_text else heading or body_text
+            # a blank line below the heading: on the next line a renderer would join it to
+            # the paragraph, and to code indented four spaces (as the HTML and reST
+            # readers write code), making both one paragraph of prose
+            full = f"{heading}\n\n{body_text}" if heading and body_text else heading or body_text
             chunks.append(ChunkRecord(len(chunks), heading, full, len(full.split()),
                                       " > ".join(path)))
     return chunks
@@ -1133,21 +1136,47 @@ def _line_slices(code: str, chunk_words: int) -> list[str]:
     """A block of code or a table cut between lines into slices of at most
     ``chunk_words`` words, each line whole with its indentation; a line longer than that
     alone is cut between its words."""
+    return _packed(code.split("\n"), chunk_words)
+
+
+# a line that starts an item of a markdown (or plain-text) list, at any depth
+_LIST_ITEM = re.compile(r"^[ \t]*(?:[-*+]|\d{1,9}[.)])[ \t]+\S", re.M)
+
+
+def _prose_slices(para: str, chunk_words: int) -> list[str]:
+    """A paragraph of prose cut into slices of at most ``chunk_words`` words: between the
+    items of a list it holds (a changelog, a list of options), so each item stays whole
+    in one chunk and no chunk ends on the next item's bare marker; between words where it
+    is not a list, or within an item longer than that."""
+    starts = [m.start() for m in _LIST_ITEM.finditer(para) if m.start() > 0]
+    if not starts:
+        return _word_slices(para, chunk_words)
+    bounds = [0, *starts, len(para) + 1]
+    return _packed([para[a:b - 1] for a, b in pairwise(bounds)], chunk_words)
+
+
+def _packed(units: list[str], chunk_words: int) -> list[str]:
+    """Consecutive units (lines, list items) joined by line breaks into slices of at most
+    ``chunk_words`` words, each unit whole; a unit longer than a slice is cut between
+    words, from the end of the slice before. A closing fence never starts a slice (it
+    stays with its code)."""
     slices: list[str] = []
-    lines: list[str] = []
+    taken: list[str] = []
     filled = 0
-    for line in code.split("\n"):
-        n_words = len(line.split())
-        if filled + n_words > chunk_words and lines and not _FENCE_ONLY.match(line):
-            slices.append("\n".join(lines))
-            lines, filled = [], 0
+    for unit in units:
+        n_words = len(unit.split())
         if n_words > chunk_words:
-            *whole, rest = _word_slices(line, chunk_words)
+            # cut between words, going on from the units taken: an item's introduction
+            # stays with its first words rather than making a chunk of a few words
+            *whole, rest = _word_slices("\n".join([*taken, unit]), chunk_words)
             slices.extend(whole)
-            lines, filled = [rest], len(rest.split())
-        else:
-            lines.append(line)
-            filled += n_words
-    if lines:
-        slices.append("\n".join(lines))
+            taken, filled = [rest], len(rest.split())
+            continue
+        if filled + n_words > chunk_words and taken and not _FENCE_ONLY.match(unit):
+            slices.append("\n".join(taken))
+            taken, filled = [], 0
+        taken.append(unit)
+        filled += n_words
+    if taken:
+        slices.append("\n".join(taken))
     return slices

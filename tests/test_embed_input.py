@@ -120,7 +120,7 @@ def test_reindex_to_section_paths_embeds_only_chunks_under_a_heading(
                            embed_input="section")
     assert res.chunks_embedded == 3
     # two chunks read the same either way and are copied; the one under "Annual" is not
-    assert embedded == ["Plans > Annual\nRefunds\nWithin 30 days of the renewal."]
+    assert embedded == ["Plans > Annual\nRefunds\n\nWithin 30 days of the renewal."]
     assert any("copied from version 1" in n and "'title'" in n for n in res.notes)
     chunks = chunk_text(NESTED)
     assert _close(_stored(conn, "plans"), embedder.embed(

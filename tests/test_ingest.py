@@ -247,13 +247,13 @@ CODE_DOC = ("# Retries\n\nSet the limit in the client:\n\n"
 def test_chunks_keep_line_breaks_and_code_indentation() -> None:
     (chunk,) = chunk_text(CODE_DOC)
     # as written, less the trailing spaces; a blank line between paragraphs
-    assert chunk.text == ("Retries\nSet the limit in the client:\n\n"
+    assert chunk.text == ("Retries\n\nSet the limit in the client:\n\n"
                           "    client = Client(\n        retries=3,\n        backoff=0.5,\n"
                           "    )\n\nA second paragraph\nover two lines.")
     assert chunk.token_count == len(chunk.text.split())
     # a section that opens with code keeps its first line's indentation
     (code,) = chunk_text("## Example\n\n\n    x = 1\n    y = 2\n\n")
-    assert code.text == "Example\n    x = 1\n    y = 2"
+    assert code.text == "Example\n\n    x = 1\n    y = 2"
     # a block of code longer than the target is cut between lines, each kept whole with
     # its indentation
     lines = "\n".join(f"    call_{i}(a, b)" for i in range(30))
@@ -292,6 +292,58 @@ def test_chunks_keep_line_breaks_and_code_indentation() -> None:
     assert padded.text == "a" + " " * 64 + "b\n" + " " * 64 + "c d"
 
 
+def _rendered_blocks(markdown: str) -> list[tuple[str, str]]:
+    """The top-level blocks a CommonMark renderer makes of a chunk: (kind, text)."""
+    from markdown_it import MarkdownIt
+
+    tokens = MarkdownIt("commonmark").enable("table").parse(markdown)
+    blocks = []
+    for i, tok in enumerate(tokens):
+        if tok.level != 0 or tok.nesting == -1:
+            continue
+        kind = tok.type.removesuffix("_open")
+        text = tokens[i + 1].content if tok.nesting == 1 else tok.content
+        blocks.append((kind, text.strip()))
+    return blocks
+
+
+def test_a_chunk_heading_renders_apart_from_the_code_or_prose_below_it() -> None:
+    # the HTML and reST readers write code indented four spaces; on the line right below
+    # the heading it would be read as the heading's paragraph going on
+    html_like = "## Example\n\n    import os\n    os.getcwd()\n\nReturns the directory."
+    (chunk,) = chunk_text(html_like)
+    assert _rendered_blocks(chunk.text) == [
+        ("paragraph", "Example"), ("code_block", "import os\nos.getcwd()"),
+        ("paragraph", "Returns the directory.")]
+    # and in every chunk of a section cut in several, prose first
+    prose = "## Limits\n\n" + " ".join(f"w{i}" for i in range(30)) + "\n\n    x = 1"
+    parts = chunk_text(prose, chunk_words=20)
+    assert [_rendered_blocks(p.text) for p in parts] == [
+        [("paragraph", "Limits"), ("paragraph", " ".join(f"w{i}" for i in range(20)))],
+        [("paragraph", "Limits"), ("paragraph", " ".join(f"w{i}" for i in range(20, 30))),
+         ("code_block", "x = 1")]]
+
+
+def test_a_long_list_is_cut_between_its_items() -> None:
+    # a changelog: one paragraph of 12 items of 9 words; cut between words, chunks would
+    # end on the next item's bare marker and split items in two
+    items = [f"- item{i} " + " ".join(f"w{i}x{j}" for j in range(7)) for i in range(12)]
+    parts = chunk_text("## Changes\n\n" + "\n".join(items), chunk_words=30)
+    bodies = [p.text.removeprefix("Changes\n\n").split("\n") for p in parts]
+    assert bodies == [items[i:i + 3] for i in range(0, 12, 3)]
+    assert all(_rendered_blocks(p.text)[1][0] == "bullet_list" for p in parts)
+    # an item longer than a chunk is cut between its words, from its introduction on;
+    # the items after it are whole again
+    numbered = "Steps:\n1. first " + "x " * 40 + "\n2. second step\n   wrapped\n3. third"
+    parts = chunk_text(numbered, chunk_words=20)
+    assert [p.text for p in parts] == [
+        "Steps:\n1. first" + " x" * 17, ("x " * 20).strip(),
+        "x x x\n2. second step\n   wrapped\n3. third"]
+    # prose without items is cut between words as before
+    prose = " ".join(f"w{i}" for i in range(50))
+    assert [len(p.text.split()) for p in chunk_text(prose, chunk_words=20)] == [20, 20, 10]
+
+
 def test_a_code_block_cut_between_chunks_is_fenced_in_each() -> None:
     def code(name: str) -> str:
         return "\n".join(f"{name}_{i}(a)" for i in range(12))
@@ -303,9 +355,9 @@ def test_a_code_block_cut_between_chunks_is_fenced_in_each() -> None:
     # info string and closes it, the last reopens it and closes it where the document does
     assert len(parts) == 3
     assert parts[0].text.endswith("a_11(a)\n```")
-    assert parts[1].text.startswith("Setup\n```python\nb_0(a)")
+    assert parts[1].text.startswith("Setup\n\n```python\nb_0(a)")
     assert parts[1].text.endswith("\n```")
-    assert parts[2].text.startswith("Setup\n```python\nc_0(a)")
+    assert parts[2].text.startswith("Setup\n\n```python\nc_0(a)")
     assert parts[2].text.endswith("```\n\nThen read the log.")
     for part in parts:
         fences = [line for line in part.text.split("\n") if line.startswith("```")]
