@@ -1051,11 +1051,12 @@ def _fence_after(text: str, fence: str, opener: str = "") -> tuple[str, str]:
 def _lines_stay_whole(para: str) -> bool:
     """Whether a paragraph is cut between its lines rather than its words: it holds a
     fence line, every line is indented by four spaces or a tab (code, as the HTML and
-    reST readers write it), or every line is a row of a table."""
+    reST readers write it), or every line is a row of a table (cells parted by ``|``,
+    with or without pipes at either end, as the HTML reader writes a table's rows)."""
     lines = para.split("\n")
     return any(_FENCE.match(line) for line in lines) or \
         all(line.startswith(("    ", "\t")) for line in lines) or \
-        all(line.lstrip().startswith("|") for line in lines)
+        all("|" in line for line in lines)
 
 
 _TABLE_DELIMITER = re.compile(r"^\s*\|?(?:\s*:?-+:?\s*\|)+\s*(?::?-+:?\s*)?$")
@@ -1063,10 +1064,10 @@ _TABLE_DELIMITER = re.compile(r"^\s*\|?(?:\s*:?-+:?\s*\|)+\s*(?::?-+:?\s*)?$")
 
 def _table_header(para: str) -> str | None:
     """A markdown table's header row and delimiter row (``| a | b |`` over
-    ``|---|---|``), or None for a paragraph that is not such a table."""
+    ``|---|---|``, or ``a | b`` over ``--- | ---``), or None for a paragraph that is not
+    such a table."""
     lines = para.split("\n", 2)
-    if len(lines) == 3 and lines[0].lstrip().startswith("|") and \
-            _TABLE_DELIMITER.match(lines[1]):
+    if len(lines) == 3 and "|" in lines[0] and _TABLE_DELIMITER.match(lines[1]):
         return f"{lines[0]}\n{lines[1]}"
     return None
 

@@ -276,6 +276,16 @@ def test_chunks_keep_line_breaks_and_code_indentation() -> None:
     assert len(parts) > 2 and all(p.text.startswith(header + "\n") for p in parts)
     assert sum((p.text.split("\n")[2:] for p in parts), []) == rows
     assert _table_header("| a |\nnot a delimiter\n| b |") is None
+    # GFM tables need no pipes at either end; the HTML reader writes a table's rows as
+    # cells parted by " | " without a delimiter row: both are cut between rows
+    bare_header = "key | value\n:--- | ---:"
+    bare_rows = [f"k{i} | v {i} w" for i in range(20)]
+    parts = chunk_text(bare_header + "\n" + "\n".join(bare_rows), chunk_words=20)
+    assert len(parts) > 2 and all(p.text.startswith(bare_header + "\n") for p in parts)
+    assert sum((p.text.split("\n")[2:] for p in parts), []) == bare_rows
+    assert all(_rendered_blocks(p.text)[0][0] == "table" for p in parts)
+    parts = chunk_text("\n".join(bare_rows), chunk_words=20)
+    assert len(parts) > 2 and sum((p.text.split("\n") for p in parts), []) == bare_rows
     # a paragraph of prose longer than the target is cut between words, its line breaks
     # kept
     prose = "\n".join(f"word{i} more{i}" for i in range(15))
