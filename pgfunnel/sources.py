@@ -1136,7 +1136,7 @@ def _word_slices(para: str, chunk_words: int) -> list[str]:
 def _line_slices(code: str, chunk_words: int) -> list[str]:
     """A block of code or a table cut between lines into slices of at most
     ``chunk_words`` words, each line whole with its indentation; a line longer than that
-    alone is cut between its words."""
+    is cut between its words, going on from the lines before it (``_packed``)."""
     return _packed(code.split("\n"), chunk_words)
 
 
