@@ -56,9 +56,10 @@ DEFAULT_EMBED_INPUT = EMBED_WITH_TITLE
 # or its chunks carry more, so that the next ingest rewrites documents stored before
 # (2: chunks keep their section path; 3: their line breaks and indentation; 4: code and
 # tables are cut between lines, a fenced block cut between chunks is fenced in each, and
-# blank lines between paragraphs are kept; 5: a blank line under the heading). Unchanged
+# blank lines between paragraphs are kept; 5: a blank line under the heading; 6: a piece
+# of a list item loses the item's indentation, and cuts move off block markers). Unchanged
 # chunks keep their vectors (ChunkRecord.vector_key ignores whitespace).
-_CHUNKING = 5
+_CHUNKING = 6
 
 
 @dataclass
@@ -983,7 +984,10 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
     between paragraphs (up to two in a row) and the indentation of code stay (trailing
     spaces go, and a run of more than 64 spaces or tabs is cut to 64), so a result shows
     code as code. A fenced block cut between chunks is closed at the end of one and
-    opened again at the top of the next.
+    opened again at the top of the next, at its indentation. A chunk that starts inside
+    a list item has the item's indentation taken off its lines (else an item's second
+    paragraph would render as code), and a cut between words moves back off a word that
+    would open a block at the top of a chunk (``-``, ``1.``, ``#``).
     """
     if chunk_words < 20:
         raise ValueError("chunk_words must be at least 20")
@@ -992,6 +996,8 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
         # a piece is the text of one chunk below its heading, as (paragraph or slice of
         # one, blank lines above it) pairs
         pieces: list[list[tuple[str, int]]] = [[]]
+        # whether a piece starts inside a paragraph, with a slice of it other than the first
+        mid_paragraph = [False]
         filled = 0
         fence = ""  # the fence run of the code block open above this paragraph
         for para, blank_lines in _paragraphs(body):
@@ -1001,6 +1007,7 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
             # chunk it would be reopened as an empty block
             if filled + n_words > chunk_words and filled and not _FENCE_ONLY.match(para):
                 pieces.append([])
+                mid_paragraph.append(False)
                 filled = 0
             if n_words <= chunk_words:
                 pieces[-1].append((para, blank_lines))
@@ -1015,12 +1022,14 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
                 for part in parts[:-1]:
                     pieces[-1].append((part, blank_lines))
                     pieces.append([])
+                    mid_paragraph.append(True)
                 pieces[-1].append((parts[-1], blank_lines))
                 filled = len(parts[-1].split())
             fence = _fence_after(para, fence)[1]
         bodies = ["".join(("\n" * (1 + blank) if i else "") + part
                           for i, (part, blank) in enumerate(piece)) for piece in pieces]
-        for body_text in _fences_closed_per_piece(bodies):
+        bodies = _fences_closed_per_piece(_list_indentation_removed(bodies, mid_paragraph))
+        for body_text in bodies:
             if not body_text and not heading:
                 continue
             # a blank line below the heading: on the next line a renderer would join it to
@@ -1042,7 +1051,8 @@ def _fence_after(text: str, fence: str, opener: str = "") -> tuple[str, str]:
         m = _FENCE.match(line)
         if not fence:
             if m:
-                opener, fence = line.strip(), m.group(1)
+                # with its indentation, which the closing line added at a cut repeats
+                opener, fence = line.rstrip(), m.group(1)
         elif m and _closes_fence(line, fence):
             opener = fence = ""
     return opener, fence
@@ -1093,9 +1103,86 @@ def _fences_closed_per_piece(bodies: list[str]) -> list[str]:
         if reopened:
             body = f"{reopened}\n{body}"
         if fence and i != last:
-            body = f"{body}\n{fence}"
+            # at the opener's indentation: at column 0 a closing line under a list item
+            # would end the item and open a second, empty block
+            body = f"{body}\n{opener[:len(opener) - len(opener.lstrip())]}{fence}"
         out.append(body)
     return out
+
+
+# a list item's marker and the spaces after it: its content starts where they end
+_LIST_MARKER = re.compile(r"^( *)(?:[-*+]|\d{1,9}[.)])( +|$)")
+
+
+def _spaces_before(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _list_indentation_removed(bodies: list[str], mid_paragraph: list[bool]) -> list[str]:
+    """The pieces of a section, each that starts inside a list item with the indentation
+    of the items it starts in taken off its lines, up to the first paragraph that the
+    list does not hold.
+
+    Cut out of its item, a nested item or an item's second paragraph indented four
+    spaces or more would start the chunk as a code block. Indentation is all this
+    changes, so boundaries and vectors (``vector_key``) stay; code indented within an
+    item keeps the four spaces that make it code, and a fenced block cut between two
+    pieces loses the same indentation in both, so its fences still pair up.
+    ``mid_paragraph`` tells which pieces start inside a paragraph (their first line
+    goes on from the piece before)."""
+    out: list[str] = []
+    columns: list[int] = []  # content columns of the list items open, outermost first
+    fence = ""  # the fenced block open, and the indentation taken off its opening line
+    fence_take = 0
+    for body, goes_on in zip(bodies, mid_paragraph, strict=True):
+        lines = body.split("\n")
+        take: int | None = fence_take if fence else None
+        # the words of a paragraph cut between them go on at the margin: that paragraph's
+        # other lines can stay as they are (no indentation makes them code)
+        lazy = goes_on and not fence and not _spaces_before(lines[0])
+        for i, line in enumerate(lines):
+            if not line.strip():
+                continue
+            indent = _spaces_before(line)
+            if fence:
+                if _closes_fence(line, fence):
+                    fence = ""
+            else:
+                paragraph_start = not goes_on if i == 0 else not lines[i - 1].strip()
+                lazy = lazy and not (i and paragraph_start)
+                columns[:], holder = _open_items(columns, line, paragraph_start)
+                if take is None:
+                    take = holder
+                elif take and paragraph_start and not indent:
+                    take = 0  # a paragraph at the margin: the list has ended
+                # a fence is indented less than four spaces past the item that holds it
+                if m := _FENCE.match(line[min(holder, indent):]):
+                    fence, fence_take = m.group(1), take
+            if take and not lazy:
+                lines[i] = line[min(take, indent):]
+        out.append("\n".join(lines))
+    return out
+
+
+def _open_items(columns: list[int], line: str, paragraph_start: bool) -> tuple[list[int], int]:
+    """The content columns of the list items open after ``line``, given those open
+    before it, and the column of the innermost item that holds the line (0 for none).
+
+    A paragraph, or an item marker, less indented than an item's content ends that
+    item; a marker indented less than four spaces past the item that holds it starts
+    an item (further in, it is code)."""
+    indent = _spaces_before(line)
+    marker = _LIST_MARKER.match(line)
+    held = list(columns)
+    if paragraph_start or marker:
+        while held and held[-1] > indent:
+            held.pop()
+    holder = held[-1] if held else 0
+    if marker and indent - holder < 4:
+        gap = len(marker.group(2))
+        # more than four spaces after the marker: the content is code, one space in
+        held.append(marker.end() - (gap - 1 if gap > 4 or not gap else 0))
+    return held, holder
 
 
 # a run of spaces or tabs longer than this is cut to this length: indentation and
@@ -1124,13 +1211,31 @@ def _paragraphs(body: str) -> list[tuple[str, int]]:
     return paragraphs
 
 
+# a word that, first on a line, opens a block of its own: a list item, a heading, a
+# quote, a rule or a code fence
+_OPENS_BLOCK = re.compile(r"[-*+#]|#{2,6}|\d{1,9}[.)]|>.*|[-*_]{3,}|(?:`{3,}|~{3,}).*")
+
+
 def _word_slices(para: str, chunk_words: int) -> list[str]:
     """A paragraph cut every ``chunk_words`` words, with the whitespace between the words
-    of a slice as written; the first slice keeps its first line's indentation."""
+    of a slice as written; the first slice keeps its first line's indentation.
+
+    A cut before a word that would open a block at the top of a chunk (``-``, ``>=``,
+    ``1.``: a list, a quote) moves back a word or a few, so the next slice reads as
+    the prose it was."""
     spans = [m.span() for m in _WORD.finditer(para)]
-    return [para[0 if start == 0 else spans[start][0]:
-                 spans[min(start + chunk_words, len(spans)) - 1][1]]
-            for start in range(0, len(spans), chunk_words)]
+    if not spans:
+        return []
+    starts = [0]
+    while starts[-1] + chunk_words < len(spans):
+        cut = starts[-1] + chunk_words
+        back = cut
+        while back > starts[-1] + chunk_words // 2 and \
+                _OPENS_BLOCK.fullmatch(para, *spans[back]):
+            back -= 1
+        starts.append(cut if _OPENS_BLOCK.fullmatch(para, *spans[back]) else back)
+    return [para[0 if start == 0 else spans[start][0]:spans[end - 1][1]]
+            for start, end in pairwise([*starts, len(spans)])]
 
 
 def _line_slices(code: str, chunk_words: int) -> list[str]:
@@ -1167,6 +1272,10 @@ def _packed(units: list[str], chunk_words: int) -> list[str]:
     for unit in units:
         n_words = len(unit.split())
         if n_words > chunk_words:
+            if taken and chunk_words - filled < max(4, chunk_words // 10):
+                # too little room left for more than the unit's marker and a word or two
+                slices.append("\n".join(taken))
+                taken, filled = [], 0
             # cut between words, going on from the units taken: an item's introduction
             # stays with its first words rather than making a chunk of a few words
             *whole, rest = _word_slices("\n".join([*taken, unit]), chunk_words)

@@ -354,6 +354,68 @@ def test_a_long_list_is_cut_between_its_items() -> None:
     assert [len(p.text.split()) for p in chunk_text(prose, chunk_words=20)] == [20, 20, 10]
 
 
+def test_a_chunk_cut_inside_a_list_item_does_not_start_as_code() -> None:
+    # an item's second paragraph and its nested items are indented four spaces (as in
+    # the Python docs' "*   item" style, or two past a "- " marker); cut out of the item,
+    # at the top of a chunk, that indentation would make them a code block
+    def words(tag: str, n: int) -> str:
+        return " ".join(f"{tag}{i}" for i in range(n))
+
+    for marker, step in (("- ", "  "), ("*   ", "    ")):
+        inner = step + marker
+        doc = (f"## Install\n\n{marker}{words('first', 11)}\n\n"
+               f"{step}  {words('more', 11)}\n\n"
+               f"{inner}{words('nested', 8)}\n{inner}{words('sibling', 8)}\n\n"
+               f"{step}{' ' * len(marker)}    call({', '.join('abcdefghijk')})\n\n"
+               f"{marker}{words('second', 11)}\n\nAfter the list.")
+        parts = chunk_text(doc, chunk_words=20)
+        kinds = [[kind for kind, _ in _rendered_blocks(p.text)][1:] for p in parts]
+        assert kinds == [["bullet_list"], ["paragraph"], ["bullet_list"], ["code_block"],
+                         ["bullet_list", "paragraph"]], (marker, [p.text for p in parts])
+        # only indentation changes: the words, and so the chunks' vectors, stay
+        assert " ".join(p.text.removeprefix("Install\n\n") for p in parts).split() == \
+            doc.removeprefix("## Install").split()
+        # the code keeps four spaces past the item it is in
+        assert parts[3].text == "Install\n\n    call(a, b, c, d, e, f, g, h, i, j, k)"
+    # a list begun after the margin keeps its own nesting
+    doc = ("- " + words("a", 19) + "\n\n    " + words("b", 19) + "\n\nText.\n\n- top\n"
+           "  - nested\n\n    nested paragraph")
+    parts = chunk_text(doc, chunk_words=20)
+    assert [p.text for p in parts[1:]] == [
+        f"  {words('b', 19)}\n\nText.", "- top\n  - nested\n\n    nested paragraph"]
+    # a paragraph cut between its words goes on at the margin: its lines stay as written
+    doc = "- " + words("a", 10) + "\n  " + words("c", 20) + "\n  end\n\n    " + words("d", 5)
+    parts = chunk_text(doc, chunk_words=20)
+    assert parts[1].text == "c9 " + " ".join(f"c{i}" for i in range(10, 20)) + \
+        "\n  end\n\n  " + words("d", 5)
+
+
+def test_a_cut_between_words_does_not_start_a_chunk_with_a_block_marker() -> None:
+    # "-", ">=" or "1." first on a line would make the rest of the chunk a list item or
+    # a quote: the cut moves back a word
+    for marker in ("-", ">=", "1.", "+", "```", "#"):
+        prose = " ".join(f"w{i}" for i in range(20)) + f" {marker} " + \
+            " ".join(f"v{i}" for i in range(10))
+        parts = chunk_text(prose, chunk_words=20)
+        assert [len(p.text.split()) for p in parts] == [19, 12], marker
+        assert parts[1].text.startswith(f"w19 {marker} v0"), marker
+        assert all(_rendered_blocks(p.text)[0][0] == "paragraph" for p in parts), marker
+    # a run of markers moves it back no further than half a chunk
+    parts = chunk_text(" ".join(["w"] * 5 + ["-"] * 40), chunk_words=20)
+    assert [len(p.text.split()) for p in parts] == [20, 20, 5]
+
+
+def test_a_long_item_after_a_nearly_full_chunk_starts_the_next_one() -> None:
+    # the items before it fill all but a word of the chunk: joined to them, the long
+    # item would leave only its bare marker at the chunk's end
+    first = "- " + " ".join(f"a{i}" for i in range(18))  # 19 words
+    long_item = "- " + " ".join(f"b{i}" for i in range(30))
+    parts = chunk_text(f"{first}\n{long_item}", chunk_words=20)
+    assert parts[0].text == first
+    assert parts[1].text.startswith("- b0 b1")
+    assert not any(p.text.split("\n")[-1].strip() in ("-", "*", "1.") for p in parts)
+
+
 def test_a_code_block_cut_between_chunks_is_fenced_in_each() -> None:
     def code(name: str) -> str:
         return "\n".join(f"{name}_{i}(a)" for i in range(12))
@@ -390,15 +452,25 @@ def test_a_code_block_cut_between_chunks_is_fenced_in_each() -> None:
         assert parts[1].text.endswith(f"x29\n{run}\n\nAfter it.")
     parts = chunk_text(f"```\n{lines}", chunk_words=20)
     assert parts[0].text.endswith("x18\n```") and parts[1].text.endswith("x29")
-    # a fenced block indented under a list item is cut between its lines too, but not
-    # fenced again: reopened at the top of a chunk, out of its list, its indented closing
-    # line would no longer close it; its lines, indented, read as code on their own
+    # a fenced block indented under a list item is cut between its lines too; out of
+    # their list, its pieces lose the item's indentation (else the fence lines would be
+    # code themselves) and are fenced again
     items = "\n".join(f"    key_{i}: value {i}" for i in range(30))
     parts = chunk_text(f"1. Set up:\n\n    ```yaml\n{items}\n    ```\n\n2. Run it.", 20)
-    code = parts[1:-1]
+    code = [_rendered_blocks(p.text) for p in parts[1:-1]]
     assert [p.text for p in (parts[0], parts[-1])] == ["1. Set up:", "2. Run it."]
-    assert "\n".join(p.text for p in code) == f"    ```yaml\n{items}\n    ```"
-    assert all(line.startswith("    ") for p in code for line in p.text.split("\n"))
+    assert all(len(blocks) == 1 and blocks[0][0] == "fence" for blocks in code)
+    assert "\n".join(blocks[0][1] for blocks in code) == items.replace("    ", "")
+    # one indented less than four spaces is closed where it was cut at its own
+    # indentation: at the margin the closing line would end the item and open a second,
+    # empty block
+    steps = "\n".join(f"  run step {i}" for i in range(30))
+    parts = chunk_text(f"- Install:\n  ```sh\n{steps}\n  ```\n\nDone.", 20)
+    assert parts[0].text.startswith("- Install:\n  ```sh\n  run step 0")
+    assert [kind for kind, _ in _rendered_blocks(parts[0].text)] == ["bullet_list"]
+    assert all([kind for kind, _ in _rendered_blocks(p.text)] == ["fence"]
+               for p in parts[1:-1])
+    assert parts[-1].text.endswith("  ```\n\nDone.")
     # a closing fence never starts a chunk alone (it would be reopened as an empty block)
     exact = "```sh\n" + "\n".join(f"step {i} now" for i in range(10)) + "\n```\n\nDone."
     parts = chunk_text(exact, chunk_words=31)  # the closing fence is the 32nd word
