@@ -57,7 +57,8 @@ DEFAULT_EMBED_INPUT = EMBED_WITH_TITLE
 # (2: chunks keep their section path; 3: their line breaks and indentation; 4: code and
 # tables are cut between lines, a fenced block cut between chunks is fenced in each, and
 # blank lines between paragraphs are kept; 5: a blank line under the heading; 6: a piece
-# of a list item loses the item's indentation, and cuts move off block markers). Unchanged
+# of a list item loses the item's indentation, cuts move off block markers, and a quote
+# is cut between its lines and stays quoted). Unchanged
 # chunks keep their vectors (ChunkRecord.vector_key ignores whitespace).
 _CHUNKING = 6
 
@@ -1254,11 +1255,30 @@ def _prose_slices(para: str, chunk_words: int) -> list[str]:
     items of a list it holds (a changelog, a list of options), so each item stays whole
     in one chunk and no chunk ends on the next item's bare marker; between words where it
     is not a list, or within an item longer than that."""
+    lines = para.split("\n")
+    if all(_QUOTE_MARKS.match(line) for line in lines):
+        return _quote_slices(lines, chunk_words)
     starts = [m.start() for m in _LIST_ITEM.finditer(para) if m.start() > 0]
     if not starts:
         return _word_slices(para, chunk_words)
     bounds = [0, *starts, len(para) + 1]
     return _packed([para[a:b - 1] for a, b in pairwise(bounds)], chunk_words)
+
+
+# the ">" marks that open a line of a block quote, nested ones too
+_QUOTE_MARKS = re.compile(r" {0,3}>(?: {0,4}>)* ?")
+
+
+def _quote_slices(lines: list[str], chunk_words: int) -> list[str]:
+    """A block quote cut between its lines where they fit, each slice marked as quoted:
+    a line cut between words goes on in the next slice under its own ``>`` marks, which
+    it would otherwise lose, leaving the chunk's first line outside the quote."""
+    slices = _packed(lines, chunk_words)
+    for i in range(1, len(slices)):
+        if not _QUOTE_MARKS.match(slices[i]):
+            marks = _QUOTE_MARKS.match(slices[i - 1].rsplit("\n", 1)[-1])
+            slices[i] = f"{marks.group() if marks else '> '}{slices[i]}"
+    return slices
 
 
 def _packed(units: list[str], chunk_words: int) -> list[str]:

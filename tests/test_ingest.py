@@ -405,6 +405,24 @@ def test_a_cut_between_words_does_not_start_a_chunk_with_a_block_marker() -> Non
     assert [len(p.text.split()) for p in parts] == [20, 20, 5]
 
 
+def test_a_block_quote_cut_between_chunks_stays_quoted_in_each() -> None:
+    # cut between words, the next chunk's first line would lose its ">" and render as a
+    # paragraph above the rest of the quote
+    lines = ["> " + " ".join(f"l{i}w{j}" for j in range(8)) for i in range(3)]
+    doc = "\n".join([*lines, "> " + " ".join(f"long{j}" for j in range(30)),
+                     "> > nested " + " ".join(f"n{j}" for j in range(30))])
+    parts = chunk_text(doc, chunk_words=20)
+    assert len(parts) > 3
+    for p in parts:
+        assert [kind for kind, _ in _rendered_blocks(p.text)] == ["blockquote"], p.text
+    # whole lines stay whole: the first chunk ends at a line's end, not mid-line
+    assert parts[0].text == "\n".join(lines[:2])
+    # a nested quote's slice keeps both marks; the words are the quote's, in order
+    assert parts[-1].text.startswith("> > n")
+    assert [w for p in parts for w in p.text.split() if w != ">"] == \
+        [w for w in doc.split() if w != ">"]
+
+
 def test_a_long_item_after_a_nearly_full_chunk_starts_the_next_one() -> None:
     # the items before it fill all but a word of the chunk: joined to them, the long
     # item would leave only its bare marker at the chunk's end
