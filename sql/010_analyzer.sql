@@ -20,14 +20,17 @@
 -- analyzers this version of pgfunnel knows; a new name is a new index version
 create or replace function pgfunnel.analyzers()
 returns table (name text, stem_dictionary text, description text)
-language sql immutable parallel safe
+language plpgsql immutable parallel safe
 security invoker
 set search_path = pg_catalog, pgfunnel
 as $$
-    values ('english_v1', 'english_stem', 'identifier-aware, english snowball stemming, english stop words'),
+begin
+    return query
+    values ('english_v1'::text, 'english_stem'::text, 'identifier-aware, english snowball stemming, english stop words'::text),
            ('simple_v1',  'simple',       'identifier-aware, no stemming, no stop words'),
            ('english_v2', 'english_stem', 'english_v1, and the inner names of dotted identifiers'),
-           ('simple_v2',  'simple',       'simple_v1, and the inner names of dotted identifiers')
+           ('simple_v2',  'simple',       'simple_v1, and the inner names of dotted identifiers');
+end
 $$;
 
 -- words that only frame a question; dropped from queries, never from documents

@@ -33,13 +33,17 @@ $$;
 -- lends nothing else.
 create or replace function pgfunnel._term_df(version_id integer, terms text[])
 returns table (term text, df integer)
-language sql stable parallel safe
+language plpgsql stable parallel safe
 security definer
 set search_path = pg_catalog, pgfunnel
+set plan_cache_mode = force_generic_plan
 as $$
+begin
+    return query
     select ts.term, ts.df
       from pgfunnel.term_stat ts
-     where ts.index_version_id = _term_df.version_id and ts.term = any (_term_df.terms)
+     where ts.index_version_id = _term_df.version_id and ts.term = any (_term_df.terms);
+end
 $$;
 
 -- chunk terms were read through this before the trigger below took the deletes over

@@ -71,13 +71,15 @@ $$;
 -- `DBAPIError`, `BZ2Compressor`, `dumps()`; `unpickle` and two words are not
 create or replace function pgfunnel._identifier_query(query_text text)
 returns boolean
-language sql immutable parallel safe
+language plpgsql immutable parallel safe
 security invoker
 set search_path = pg_catalog
 as $$
-    select coalesce(btrim(query_text) ~ '^\S+$'
+begin
+    return coalesce(btrim(query_text) ~ '^\S+$'
            and (btrim(query_text) ~ '[[:alnum:]]_[[:alnum:]]|\w\.\w|::|[a-z][A-Z]|\(\)$'
-                or btrim(query_text) ~ '^[A-Z][A-Z0-9]*[A-Z][a-z]'), false)
+                or btrim(query_text) ~ '^[A-Z][A-Z0-9]*[A-Z][a-z]'), false);
+end
 $$;
 
 -- the fusion weights a search uses when it gives none: {1,0.7}, and for min-max fusion of
@@ -87,13 +89,15 @@ $$;
 -- moderately outscored it (docs/tuning.md has the measurements)
 create or replace function pgfunnel._default_weights(query_text text, fusion text)
 returns double precision[]
-language sql immutable parallel safe
+language plpgsql immutable parallel safe
 security invoker
 set search_path = pg_catalog, pgfunnel
 as $$
-    select case when fusion = 'minmax' and pgfunnel._identifier_query(query_text)
+begin
+    return case when fusion = 'minmax' and pgfunnel._identifier_query(query_text)
                 then '{1,0.2}'::double precision[]
-                else '{1,0.7}'::double precision[] end
+                else '{1,0.7}'::double precision[] end;
+end
 $$;
 
 drop function if exists pgfunnel._pool(text, @vector_schema@.vector, integer, text, text[], text,
