@@ -86,7 +86,10 @@ $$;
 -- a query that is one identifier {1,0.2}. The dense model reads a bare identifier poorly
 -- (nDCG@10 of the dense leg alone on identifier queries: 0.32 - 0.81 over five doc sets),
 -- while BM25 finds the chunk that defines it, and at 0.7 a chunk that both legs rank
--- moderately outscored it (docs/tuning.md has the measurements)
+-- moderately outscored it (docs/tuning.md has the measurements).
+-- This helper, _identifier_query, _term_df and analyzers() are plpgsql rather than sql:
+-- with a SET clause Postgres cannot inline them, and before 18 it plans a sql function's
+-- body again at every call, where plpgsql keeps the plan for the session
 create or replace function pgfunnel._default_weights(query_text text, fusion text)
 returns double precision[]
 language plpgsql immutable parallel safe
