@@ -986,9 +986,12 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
     spaces go, and a run of more than 64 spaces or tabs is cut to 64), so a result shows
     code as code. A fenced block cut between chunks is closed at the end of one and
     opened again at the top of the next, at its indentation. A chunk that starts inside
-    a list item has the item's indentation taken off its lines (else an item's second
-    paragraph would render as code), and a cut between words moves back off a word that
-    would open a block at the top of a chunk (``-``, ``1.``, ``#``).
+    a list item whose content is indented four columns or more (``*   item``, a nested
+    item), or with a fenced block of an item, has the item's indentation taken off its
+    lines (else an item's second paragraph would render as code); under a narrower item
+    (``- ``) a block indented four spaces stays as written, since converters write code
+    so after a list. A cut between words moves back off a word that would open a block
+    at the top of a chunk (``-``, ``1.``, ``#``).
     """
     if chunk_words < 20:
         raise ValueError("chunk_words must be at least 20")
@@ -1122,7 +1125,8 @@ def _spaces_before(line: str) -> int:
 def _list_indentation_removed(bodies: list[str], mid_paragraph: list[bool]) -> list[str]:
     """The pieces of a section, each that starts inside a list item with the indentation
     of the items it starts in taken off its lines, up to the first paragraph that the
-    list does not hold.
+    list does not hold: where that indentation is four columns or more, or the piece
+    starts with a fenced block.
 
     Cut out of its item, a nested item or an item's second paragraph indented four
     spaces or more would start the chunk as a code block. Indentation is all this
@@ -1153,7 +1157,14 @@ def _list_indentation_removed(bodies: list[str], mid_paragraph: list[bool]) -> l
                 lazy = lazy and not (i and paragraph_start)
                 columns[:], holder = _open_items(columns, line, paragraph_start)
                 if take is None:
-                    take = holder
+                    # under an item whose content starts four columns in or more
+                    # ("*   item", a nested item) its indentation is what holds the block
+                    # in the item; under a narrower one ("- ", "1. ") a block indented
+                    # four spaces may as well be code that a converter indented (the
+                    # HTML and RST readers write code so after a list), and it stays
+                    # code; a fence says what it is
+                    fenced = _FENCE.match(line[min(holder, indent):])
+                    take = holder if holder >= 4 or fenced else 0
                 elif take and paragraph_start and not indent:
                     take = 0  # a paragraph at the margin: the list has ended
                 # a fence is indented less than four spaces past the item that holds it

@@ -355,13 +355,13 @@ def test_a_long_list_is_cut_between_its_items() -> None:
 
 
 def test_a_chunk_cut_inside_a_list_item_does_not_start_as_code() -> None:
-    # an item's second paragraph and its nested items are indented four spaces (as in
-    # the Python docs' "*   item" style, or two past a "- " marker); cut out of the item,
-    # at the top of a chunk, that indentation would make them a code block
+    # an item's second paragraph and its nested items are indented four spaces or more
+    # (the "*   item" style, or a "- " list nested in one); cut out of the item, at the
+    # top of a chunk, that indentation would make them a code block
     def words(tag: str, n: int) -> str:
         return " ".join(f"{tag}{i}" for i in range(n))
 
-    for marker, step in (("- ", "  "), ("*   ", "    ")):
+    for marker, step in (("*   ", "    "), ("1.  ", "    ")):
         inner = step + marker
         doc = (f"## Install\n\n{marker}{words('first', 11)}\n\n"
                f"{step}  {words('more', 11)}\n\n"
@@ -370,24 +370,38 @@ def test_a_chunk_cut_inside_a_list_item_does_not_start_as_code() -> None:
                f"{marker}{words('second', 11)}\n\nAfter the list.")
         parts = chunk_text(doc, chunk_words=20)
         kinds = [[kind for kind, _ in _rendered_blocks(p.text)][1:] for p in parts]
-        assert kinds == [["bullet_list"], ["paragraph"], ["bullet_list"], ["code_block"],
-                         ["bullet_list", "paragraph"]], (marker, [p.text for p in parts])
+        items = "ordered_list" if marker[0].isdigit() else "bullet_list"
+        assert kinds == [[items], ["paragraph"], [items], ["code_block"],
+                         [items, "paragraph"]], (marker, [p.text for p in parts])
         # only indentation changes: the words, and so the chunks' vectors, stay
         assert " ".join(p.text.removeprefix("Install\n\n") for p in parts).split() == \
             doc.removeprefix("## Install").split()
         # the code keeps four spaces past the item it is in
         assert parts[3].text == "Install\n\n    call(a, b, c, d, e, f, g, h, i, j, k)"
+    # under a narrow item ("- ", "1. ") a block indented four spaces may be code that a
+    # converter indented after a list (pgfunnel's HTML and RST readers do): it stays
+    # as written, and code; a list nested two spaces in is a list at the top of a chunk
+    for marker in ("- ", "1. "):
+        code = "    x = compute(1, 2)\n    >>> print(x)\n    3"
+        doc = (f"{marker}{words('first', 19)}\n\n{code}\n\n  - {words('nested', 8)}"
+               f"\n  - {words('sibling', 10)}")
+        parts = chunk_text(doc, chunk_words=20)
+        assert [p.text for p in parts[1:]] == [
+            code, f"  - {words('nested', 8)}\n  - {words('sibling', 10)}"], marker
+        assert [kind for kind, _ in _rendered_blocks(parts[1].text)] == ["code_block"]
+        assert [kind for kind, _ in _rendered_blocks(parts[2].text)] == ["bullet_list"]
     # a list begun after the margin keeps its own nesting
-    doc = ("- " + words("a", 19) + "\n\n    " + words("b", 19) + "\n\nText.\n\n- top\n"
+    doc = ("*   " + words("a", 19) + "\n\n      " + words("b", 19) + "\n\nText.\n\n- top\n"
            "  - nested\n\n    nested paragraph")
     parts = chunk_text(doc, chunk_words=20)
     assert [p.text for p in parts[1:]] == [
         f"  {words('b', 19)}\n\nText.", "- top\n  - nested\n\n    nested paragraph"]
     # a paragraph cut between its words goes on at the margin: its lines stay as written
-    doc = "- " + words("a", 10) + "\n  " + words("c", 20) + "\n  end\n\n    " + words("d", 5)
+    doc = ("*   " + words("a", 10) + "\n    " + words("c", 20) + "\n    end\n\n      "
+           + words("d", 5))
     parts = chunk_text(doc, chunk_words=20)
     assert parts[1].text == "c9 " + " ".join(f"c{i}" for i in range(10, 20)) + \
-        "\n  end\n\n  " + words("d", 5)
+        "\n    end\n\n  " + words("d", 5)
 
 
 def test_a_cut_between_words_does_not_start_a_chunk_with_a_block_marker() -> None:
