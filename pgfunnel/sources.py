@@ -1165,8 +1165,10 @@ def _list_indentation_removed(bodies: list[str], mid_paragraph: list[bool]) -> l
                     # code; a fence says what it is
                     fenced = _FENCE.match(line[min(holder, indent):])
                     take = holder if holder >= 4 or fenced else 0
-                elif take and paragraph_start and not indent:
-                    take = 0  # a paragraph at the margin: the list has ended
+                elif take and not indent and (paragraph_start or _LIST_MARKER.match(line)):
+                    # a paragraph or an item at the margin: the list, or the item
+                    # that held the piece's start, has ended
+                    take = 0
                 # a fence is indented less than four spaces past the item that holds it
                 if m := _FENCE.match(line[min(holder, indent):]):
                     fence, fence_take = m.group(1), take

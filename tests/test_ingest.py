@@ -503,6 +503,13 @@ def test_a_code_block_cut_between_chunks_is_fenced_in_each() -> None:
     assert all([kind for kind, _ in _rendered_blocks(p.text)] == ["fence"]
                for p in parts[1:-1])
     assert parts[-1].text.endswith("  ```\n\nDone.")
+    # a piece that starts with an item's fenced block loses the item's indentation up to
+    # the next item at the margin, whose own lines stay as written
+    intro = "- " + " ".join(f"w{i}" for i in range(18))
+    doc = f"{intro}\n\n  ```python\n  x = 1\n  ```\n- Then run it\n  from the top."
+    parts = chunk_text(doc, 20)
+    assert [p.text for p in parts] == [
+        intro, "```python\nx = 1\n```\n- Then run it\n  from the top."]
     # a closing fence never starts a chunk alone (it would be reopened as an empty block)
     exact = "```sh\n" + "\n".join(f"step {i} now" for i in range(10)) + "\n```\n\nDone."
     parts = chunk_text(exact, chunk_words=31)  # the closing fence is the 32nd word
