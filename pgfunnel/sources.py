@@ -1165,10 +1165,12 @@ def _list_indentation_removed(bodies: list[str], mid_paragraph: list[bool]) -> l
                     # code; a fence says what it is
                     fenced = _FENCE.match(line[min(holder, indent):])
                     take = holder if holder >= 4 or fenced else 0
-                elif take and not indent and (paragraph_start or _LIST_MARKER.match(line)):
-                    # a paragraph or an item at the margin: the list, or the item
-                    # that held the piece's start, has ended
-                    take = 0
+                elif take and indent < take:
+                    # a paragraph or an item left of the item that held the piece's
+                    # start: that item has ended (at the margin, the list), and what is
+                    # taken is no more than the item now holding the line, so nested
+                    # items below keep their depth under it
+                    take = min(take, holder)
                 # a fence is indented less than four spaces past the item that holds it
                 if m := _FENCE.match(line[min(holder, indent):]):
                     fence, fence_take = m.group(1), take

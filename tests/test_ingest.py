@@ -396,6 +396,14 @@ def test_a_chunk_cut_inside_a_list_item_does_not_start_as_code() -> None:
     parts = chunk_text(doc, chunk_words=20)
     assert [p.text for p in parts[1:]] == [
         f"  {words('b', 19)}\n\nText.", "- top\n  - nested\n\n    nested paragraph"]
+    # a nested list cut inside its deepest items: the piece loses their indentation,
+    # and an item less deep after them keeps its depth relative to what follows it
+    deep = "\n".join(f"    - c{i} x y z" for i in range(8))
+    parts = chunk_text(f"- a\n  - b\n{deep}\n  - d x y z\n    - e x y z", chunk_words=20)
+    assert [p.text for p in parts[1:]] == [
+        "\n".join(f"- c{i} x y z" for i in range(3, 7)), "- c7 x y z\n- d x y z\n  - e x y z"]
+    assert all([kind for kind, _ in _rendered_blocks(p.text)] == ["bullet_list"]
+               for p in parts)
     # a paragraph cut between its words goes on at the margin: its lines stay as written
     doc = ("*   " + words("a", 10) + "\n    " + words("c", 20) + "\n    end\n\n      "
            + words("d", 5))
