@@ -1124,9 +1124,9 @@ def _spaces_before(line: str) -> int:
 
 def _list_indentation_removed(bodies: list[str], mid_paragraph: list[bool]) -> list[str]:
     """The pieces of a section, each that starts inside a list item with the indentation
-    of the items it starts in taken off its lines, up to the first paragraph that the
-    list does not hold: where that indentation is four columns or more, or the piece
-    starts with a fenced block.
+    of the item it starts in taken off its lines (where that is four columns or more, or
+    the piece starts with a fenced block), as far as the items holding each line reach:
+    a line further left loses only its own holder's indentation, one at the margin none.
 
     Cut out of its item, a nested item or an item's second paragraph indented four
     spaces or more would start the chunk as a code block. Indentation is all this
