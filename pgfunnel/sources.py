@@ -1156,6 +1156,8 @@ def _list_indentation_removed(bodies: list[str], mid_paragraph: list[bool]) -> l
                 paragraph_start = not goes_on if i == 0 else not lines[i - 1].strip()
                 lazy = lazy and not (i and paragraph_start)
                 columns[:], holder = _open_items(columns, line, paragraph_start)
+                # a fence is indented less than four spaces past the item that holds it
+                opens_fence = _FENCE.match(line[min(holder, indent):])
                 if take is None:
                     # under an item whose content starts four columns in or more
                     # ("*   item", a nested item) its indentation is what holds the block
@@ -1163,17 +1165,15 @@ def _list_indentation_removed(bodies: list[str], mid_paragraph: list[bool]) -> l
                     # four spaces may as well be code that a converter indented (the
                     # HTML and RST readers write code so after a list), and it stays
                     # code; a fence says what it is
-                    fenced = _FENCE.match(line[min(holder, indent):])
-                    take = holder if holder >= 4 or fenced else 0
+                    take = holder if holder >= 4 or opens_fence else 0
                 elif take and indent < take:
                     # a paragraph or an item left of the item that held the piece's
                     # start: that item has ended (at the margin, the list), and what is
                     # taken is no more than the item now holding the line, so nested
                     # items below keep their depth under it
                     take = min(take, holder)
-                # a fence is indented less than four spaces past the item that holds it
-                if m := _FENCE.match(line[min(holder, indent):]):
-                    fence, fence_take = m.group(1), take
+                if opens_fence:
+                    fence, fence_take = opens_fence.group(1), take
             if take and not lazy:
                 lines[i] = line[min(take, indent):]
         out.append("\n".join(lines))
@@ -1245,11 +1245,9 @@ def _word_slices(para: str, chunk_words: int) -> list[str]:
     starts = [0]
     while starts[-1] + chunk_words < len(spans):
         cut = starts[-1] + chunk_words
-        back = cut
-        while back > starts[-1] + chunk_words // 2 and \
-                _OPENS_BLOCK.fullmatch(para, *spans[back]):
-            back -= 1
-        starts.append(cut if _OPENS_BLOCK.fullmatch(para, *spans[back]) else back)
+        # the nearest word at or before the cut, back to half a chunk, that opens no block
+        starts.append(next((back for back in range(cut, starts[-1] + chunk_words // 2 - 1, -1)
+                            if not _OPENS_BLOCK.fullmatch(para, *spans[back])), cut))
     return [para[0 if start == 0 else spans[start][0]:spans[end - 1][1]]
             for start, end in pairwise([*starts, len(spans)])]
 
