@@ -58,9 +58,21 @@ DEFAULT_EMBED_INPUT = EMBED_WITH_TITLE
 # tables are cut between lines, a fenced block cut between chunks is fenced in each, and
 # blank lines between paragraphs are kept; 5: a blank line under the heading; 6: a piece
 # of a list item loses the item's indentation, cuts move off block markers, and a quote
-# is cut between its lines and stays quoted). Unchanged
+# is cut between its lines and stays quoted; 7: a heading that starts like a list item, a
+# quote or another block, `1. Install`, has its marker escaped, and a raw HTML block is
+# cut between its lines). Unchanged
 # chunks keep their vectors (ChunkRecord.vector_key ignores whitespace).
-_CHUNKING = 6
+CHUNKING_VERSION = 7
+# a document's content hash starts with the chunking version it was chunked by, so that
+# `pgfunnel doctor` and ingest can tell documents stored by an older pgfunnel apart
+_CHUNKING_MARK = re.compile(r"c(\d+):")
+
+
+def chunking_version(content_hash: str) -> int:
+    """The chunking version a stored document content hash was made under (6 for a hash
+    without one: version 7 began to record it)."""
+    m = _CHUNKING_MARK.match(content_hash)
+    return int(m.group(1)) if m else 6
 
 
 @dataclass
@@ -77,10 +89,11 @@ class DocumentRecord:
 
     def content_hash(self) -> str:
         payload = json.dumps(
-            [_CHUNKING, self.title, self.text, self.metadata, self.tenant, sorted(self.readers),
+            [CHUNKING_VERSION, self.title, self.text, self.metadata, self.tenant,
+             sorted(self.readers),
              self.language, _iso(self.valid_from), _iso(self.valid_to)],
             sort_keys=True, ensure_ascii=False)
-        return hashlib.sha256(payload.encode()).hexdigest()
+        return f"c{CHUNKING_VERSION}:{hashlib.sha256(payload.encode()).hexdigest()}"
 
 
 @dataclass
@@ -1039,13 +1052,35 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
             # a blank line below the heading: on the next line a renderer would join it to
             # the paragraph, and to code indented four spaces (as the HTML and reST
             # readers write code), making both one paragraph of prose
-            full = f"{heading}\n\n{body_text}" if heading and body_text else heading or body_text
+            top = _heading_line(heading)
+            full = f"{top}\n\n{body_text}" if top and body_text else top or body_text
             chunks.append(ChunkRecord(len(chunks), heading, full, len(full.split()),
                                       " > ".join(path)))
     return chunks
 
 
 _WORD = re.compile(r"\S+")
+
+# what a heading's text can start with that, alone on a chunk's first line, a Markdown
+# renderer reads as another block: a list item (`1. Install`, `- Notes`), a heading, a
+# quote, a rule, a code fence or an HTML block
+_HEADING_OPENS_BLOCK = re.compile(
+    r"(?:[-*+]|#{1,6}|\d{1,9}[.)])(?:[ \t]|$)|>|[-*_](?:[ \t]*[-*_]){2,}[ \t]*$"
+    r"|`{3}|~{3}|<[A-Za-z/!?]")
+_LEADING_DIGITS = re.compile(r"\d*")
+
+
+def _heading_line(heading: str) -> str:
+    """A section heading as a chunk's first line: its text, with a leading block marker
+    escaped (`1\\. Install`, `\\- Notes`), so that it renders as the line of text it is
+    rather than as a one-item list. The analyzer reads both alike; ``heading`` keeps the
+    text unescaped."""
+    if not _HEADING_OPENS_BLOCK.match(heading):
+        return heading
+    # CommonMark escapes ASCII punctuation only: a number's marker is the `.` or `)`
+    digits = _LEADING_DIGITS.match(heading)
+    at = digits.end() if digits else 0
+    return f"{heading[:at]}\\{heading[at:]}"
 
 
 def _fence_after(text: str, fence: str, opener: str = "") -> tuple[str, str]:
@@ -1062,15 +1097,26 @@ def _fence_after(text: str, fence: str, opener: str = "") -> tuple[str, str]:
     return opener, fence
 
 
+# the start of a raw HTML block, as CommonMark reads one (its kinds 1, 2 and 6): a
+# comment, or a block-level tag such as a README's <table>, <details> or <p align=...>
+_HTML_BLOCK = re.compile(
+    r" {0,3}(?:<!--|</?(?:address|article|aside|blockquote|body|caption|center|col|colgroup"
+    r"|dd|details|dialog|dir|div|dl|dt|fieldset|figcaption|figure|footer|form|h[1-6]|head"
+    r"|header|hr|html|iframe|legend|li|main|menu|nav|ol|optgroup|option|p|pre|script"
+    r"|section|style|summary|table|tbody|td|textarea|tfoot|th|thead|tr|ul)(?:[\s/>]|$))",
+    re.IGNORECASE)
+
+
 def _lines_stay_whole(para: str) -> bool:
     """Whether a paragraph is cut between its lines rather than its words: it holds a
     fence line, every line is indented by four spaces or a tab (code, as the HTML and
-    reST readers write it), or every line is a row of a table (cells parted by ``|``,
-    with or without pipes at either end, as the HTML reader writes a table's rows)."""
+    reST readers write it), every line is a row of a table (cells parted by ``|``,
+    with or without pipes at either end, as the HTML reader writes a table's rows), or it
+    is a raw HTML block (a cut between words left a row or a tag in two)."""
     lines = para.split("\n")
     return any(_FENCE.match(line) for line in lines) or \
         all(line.startswith(("    ", "\t")) for line in lines) or \
-        all("|" in line for line in lines)
+        all("|" in line for line in lines) or bool(_HTML_BLOCK.match(lines[0]))
 
 
 _TABLE_DELIMITER = re.compile(r"^\s*\|?(?:\s*:?-+:?\s*\|)+\s*(?::?-+:?\s*)?$")

@@ -334,6 +334,44 @@ def test_a_chunk_heading_renders_apart_from_the_code_or_prose_below_it() -> None
          ("code_block", "x = 1")]]
 
 
+def test_a_heading_that_starts_like_a_block_renders_as_its_text() -> None:
+    from html import escape
+
+    from markdown_it import MarkdownIt
+
+    render = MarkdownIt("commonmark").render
+    # numbered sections ("1. Whetting Your Appetite" in the Python tutorial) and headings
+    # such as "- Notes" would render as a one-item list at the top of every chunk
+    for heading in ("1. Install", "10) Run", "- Notes", "+ Extras", "# of users",
+                    "> Quoted", "--- rules", "* * *", "```", "~~~ tilde", "<div> tag"):
+        (with_body, alone) = chunk_text(f"## {heading}\n\nSome text.\n\n## {heading}")
+        assert with_body.heading == alone.heading == heading
+        assert render(alone.text) == f"<p>{escape(heading, quote=False)}</p>\n"
+        assert render(with_body.text) == \
+            f"<p>{escape(heading, quote=False)}</p>\n<p>Some text.</p>\n"
+    # nothing else is escaped: "3.1." and a number alone open no block
+    for heading in ("3.1. Using Python", "2024", "-flag", "<3", "#tag", "Plain"):
+        (chunk,) = chunk_text(f"## {heading}\n\nSome text.")
+        assert chunk.text == f"{heading}\n\nSome text."
+
+
+def test_a_raw_html_block_is_cut_between_its_lines() -> None:
+    # READMEs write option tables and <details> in HTML; cut between words, a row (and
+    # a tag) was split across two chunks
+    rows = [f"<tr><td>opt{i}</td><td>" + " ".join(f"w{i}x{j}" for j in range(8))
+            + "</td></tr>" for i in range(8)]
+    doc = "## Options\n\nIntro.\n\n<TABLE>\n" + "\n".join(rows) + "\n</TABLE>\n\nAfter."
+    parts = chunk_text(doc, chunk_words=30)
+    lines = doc.split("\n")
+    bodies = [p.text.removeprefix("Options\n\n") for p in parts]
+    assert all(line in lines for body in bodies for line in body.split("\n") if line)
+    assert " ".join(bodies).split() == doc.removeprefix("## Options").split()
+    assert [_rendered_blocks(b)[0][0] for b in bodies[1:]] == ["html_block"] * 3
+    # a paragraph that only starts with an inline tag is prose, cut between words
+    prose = "<kbd>Ctrl</kbd> " + " ".join(f"w{i}" for i in range(40))
+    assert [len(p.text.split()) for p in chunk_text(prose, chunk_words=20)] == [20, 20, 1]
+
+
 def test_a_long_list_is_cut_between_its_items() -> None:
     # a changelog: one paragraph of 12 items of 9 words; cut between words, chunks would
     # end on the next item's bare marker and split items in two
