@@ -28,7 +28,7 @@ from pgfunnel.ingest import (
     hnsw_index_statement,
     version_hnsw_type,
 )
-from pgfunnel.sources import EMBED_TEXT_ALONE, version_embed_input
+from pgfunnel.sources import CHUNKING_VERSION, EMBED_TEXT_ALONE, version_embed_input
 
 Level = Literal["error", "warning", "info"]
 LEVELS: tuple[Level, ...] = ("error", "warning", "info")
@@ -160,6 +160,39 @@ def check_public_with_readers(conn: psycopg.Connection[Any]) -> list[Finding]:
                     "false where is_public and cardinality(readers) > 0` (or clear their "
                     "readers to keep them public)")
             for name, n, first in rows]
+
+
+def check_chunking(conn: psycopg.Connection[Any]) -> list[Finding]:
+    """Documents chunked by another pgfunnel than this one. A release that changes how
+    text is cut into chunks (its chunking version) rewrites each document once, at the
+    next ingest of its source, even when the source did not change; this says so before
+    that ingest takes longer than usual."""
+    rows = conn.execute(
+        "select c.name, count(*) filter (where v.chunking < %(current)s), "
+        "       count(*) filter (where v.chunking > %(current)s), min(v.chunking) "
+        "  from pgfunnel.document d join pgfunnel.collection c on c.id = d.collection_id, "
+        "       lateral (select coalesce(substring(d.content_hash from '^c([0-9]+):')::integer, "
+        "                                6) as chunking) v "
+        " group by c.name having count(*) filter (where v.chunking <> %(current)s) > 0 "
+        " order by 1", {"current": CHUNKING_VERSION}).fetchall()
+    findings: list[Finding] = []
+    for name, older, newer, oldest in rows:
+        if older:
+            findings.append(Finding(
+                "info", "chunking",
+                f"collection {name!r}: {older} document(s) were chunked by an older pgfunnel "
+                f"(chunking version {'6 or older' if oldest <= 6 else oldest}, now "
+                f"{CHUNKING_VERSION}); searches use them as they are, and the next ingest of "
+                "their sources rewrites each once, even if unchanged (vectors are kept "
+                "wherever the model reads the same words)"))
+        if newer:
+            findings.append(Finding(
+                "warning", "chunking",
+                f"collection {name!r}: {newer} document(s) were chunked by a newer pgfunnel "
+                f"than this one (chunking version {CHUNKING_VERSION}): ingesting their "
+                "sources with this one rewrites them in its older chunking; upgrade "
+                "pgfunnel where you ingest"))
+    return findings
 
 
 def _rebuild_hnsw_advice(conn: psycopg.Connection[Any], vid: int, dims: int,
@@ -704,13 +737,15 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("security", check_security),
     ("privileges", check_privileges),
     ("public_with_readers", check_public_with_readers),
+    ("chunking", check_chunking),
 )
 #: checks that need the pgfunnel schema (skipped, not failed, when it is missing)
 NEEDS_SCHEMA = {"invalid_index", "active_index", "statistics", "orphans", "orphan_rows",
-                "index_memory", "row_security", "security", "privileges", "public_with_readers"}
+                "index_memory", "row_security", "security", "privileges", "public_with_readers",
+                "chunking"}
 #: checks that count rows, which row-level security would hide from the role running them
 COUNTS_ROWS = {"schema", "active_index", "statistics", "orphans", "orphan_rows",
-               "public_with_readers"}
+               "public_with_readers", "chunking"}
 
 
 @dataclass(frozen=True)
@@ -817,7 +852,7 @@ def worst(findings: Sequence[Finding]) -> Level | None:
     return None
 
 
-__all__ = ["CHECKS", "Finding", "check_active_indexes", "check_index_memory",
+__all__ = ["CHECKS", "Finding", "check_active_indexes", "check_chunking", "check_index_memory",
            "check_invalid_indexes", "check_pgvector", "check_row_security", "check_schema",
            "check_orphans", "check_privileges", "check_public_with_readers", "check_security",
            "check_statistics", "run_checks", "worst"]

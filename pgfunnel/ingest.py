@@ -41,6 +41,7 @@ from pgfunnel.errors import (
     warn_at_caller,
 )
 from pgfunnel.sources import (
+    CHUNKING_VERSION,
     DEFAULT_CHUNK_WORDS,
     DEFAULT_EMBED_INPUT,
     EMBED_TEXT_ALONE,
@@ -49,6 +50,7 @@ from pgfunnel.sources import (
     check_embed_input,
     check_record,
     chunk_text,
+    chunking_version,
     embedding_input,
     vector_key,
     version_embed_input,
@@ -929,6 +931,7 @@ class Ingester:
         self.stats = IngestStats()
         self._embed_queued = 0
         self._unchanged_given: list[str] = []
+        self._rechunked = 0
         cid = collection_id(conn, collection)
         if cid is None:
             check_collection_name(collection)  # before a model loads or a file is read
@@ -980,6 +983,7 @@ class Ingester:
         self.stats = IngestStats()
         self._embed_queued = 0
         self._unchanged_given = []
+        self._rechunked = 0
         started = time.perf_counter()
         with _Preparer(self, enabled=self.prepare_ahead) as preparer:
             # while the server writes one batch, two threads (with a connection of their
@@ -1006,6 +1010,12 @@ class Ingester:
                     f"used: {', '.join(map(repr, unused[:5]))}{', ...' if len(unused) > 5 else ''}")
             self.stats.notes.append(note)
             warn_at_caller(f"pgfunnel ingest: {note}")
+        if self._rechunked:
+            # sources that did not change are rewritten too: say why, once
+            self.stats.notes.append(
+                f"{self._rechunked} document(s) had been chunked by an older pgfunnel and "
+                f"were chunked again (chunking version {CHUNKING_VERSION}); their vectors "
+                "were kept wherever the model reads the same words")
         if kept := self._unchanged_given:
             # re-running a pipeline with its vectors is the usual case: a note, no warning
             self.stats.notes.append(
@@ -1141,6 +1151,9 @@ class Ingester:
                 self.stats.index_version = version.version
                 self.stats.index_version_id = version.id
                 existing, hashes, todo = self._changed_documents(coll, batch, prepared)
+                self._rechunked += sum(
+                    1 for r in todo if r.citekey in existing
+                    and chunking_version(existing[r.citekey][1]) < CHUNKING_VERSION)
                 self.stats.documents_unchanged += len(batch) - len(todo)
                 if vectors is not None and len(todo) < len(batch):
                     self._check_unchanged_given(batch, todo, vectors, version.dimensions,

@@ -14,6 +14,7 @@ from pgfunnel.doctor import (
     Finding,
     _is_embedded,
     check_active_indexes,
+    check_chunking,
     check_orphan_rows,
     check_pgvector,
     check_statistics,
@@ -527,3 +528,35 @@ def test_pgfunnel_on_the_search_path_raises_no_false_security_findings(sample_db
     assert code == 0 and report["ok"], [f for f in report["findings"] if f["level"] == "error"]
     assert "security.security_definer" not in _checks(report, "error")
     assert "security.search_path" not in _checks(report, "warning")
+
+
+def test_documents_chunked_by_an_older_pgfunnel_are_named_and_chunked_again_once(
+        sample_db: str, embedder: Any) -> None:
+    from pgfunnel.cli.main import SAMPLE_CORPUS
+
+    from pgfunnel.ingest import Ingester
+    from pgfunnel.sources import CHUNKING_VERSION, read_path
+
+    with connect(sample_db, autocommit=True) as conn:
+        assert check_chunking(conn) == []
+        # two documents as a pgfunnel before chunking version 7 stored them: a bare
+        # sha256, no version mark
+        conn.execute("update pgfunnel.document set content_hash = substring(content_hash "
+                     "from position(':' in content_hash) + 1) "
+                     "where id in (select id from pgfunnel.document order by id limit 2)")
+        [finding] = check_chunking(conn)
+        assert finding.level == "info"
+        assert "'default': 2 document(s)" in finding.message
+        assert "6 or older" in finding.message and f"now {CHUNKING_VERSION}" in finding.message
+        # the next ingest of the unchanged sources rewrites those two, says why, and
+        # needs no model: their chunks read the same
+        stats = Ingester(conn, "default", embedder=embedder).ingest(read_path(SAMPLE_CORPUS))
+        assert stats.documents_written == 2 and stats.chunks_embedded == 0
+        assert any("2 document(s) had been chunked by an older pgfunnel" in note
+                   for note in stats.notes), stats.notes
+        assert check_chunking(conn) == []
+        # a document from a newer pgfunnel is a warning: this one would chunk it back
+        conn.execute("update pgfunnel.document set content_hash = 'c999:' || content_hash "
+                     "where id = (select min(id) from pgfunnel.document)")
+        [newer] = check_chunking(conn)
+        assert newer.level == "warning" and "newer pgfunnel" in newer.message
