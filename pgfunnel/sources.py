@@ -1067,7 +1067,6 @@ _WORD = re.compile(r"\S+")
 _HEADING_OPENS_BLOCK = re.compile(
     r"(?:[-*+]|#{1,6}|\d{1,9}[.)])(?:[ \t]|$)|>|[-*_](?:[ \t]*[-*_]){2,}[ \t]*$"
     r"|`{3}|~{3}|<[A-Za-z/!?]")
-_LEADING_DIGITS = re.compile(r"\d*")
 
 
 def _heading_line(heading: str) -> str:
@@ -1078,8 +1077,7 @@ def _heading_line(heading: str) -> str:
     if not _HEADING_OPENS_BLOCK.match(heading):
         return heading
     # CommonMark escapes ASCII punctuation only: a number's marker is the `.` or `)`
-    digits = _LEADING_DIGITS.match(heading)
-    at = digits.end() if digits else 0
+    at = len(heading) - len(heading.lstrip("0123456789"))
     return f"{heading[:at]}\\{heading[at:]}"
 
 
