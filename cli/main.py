@@ -100,6 +100,8 @@ def migrate(dsn: DsnOption = None, json_out: JsonOption = False) -> None:
         emit_json(result)
     else:
         out.print(f"schema at revision {result['revision']} (was {result['revision_before']}).")
+        for note in result["notes"]:
+            out.print(f"note: {note}", highlight=False)
 
 
 @app.command()

@@ -532,7 +532,7 @@ def test_pgfunnel_on_the_search_path_raises_no_false_security_findings(sample_db
 
 def test_documents_chunked_by_an_older_pgfunnel_are_named_and_chunked_again_once(
         sample_db: str, embedder: Any) -> None:
-    from pgfunnel.cli.main import SAMPLE_CORPUS
+    from pgfunnel.cli.main import SAMPLE_CORPUS, app
 
     from pgfunnel.ingest import Ingester
     from pgfunnel.sources import CHUNKING_VERSION, read_path
@@ -548,6 +548,11 @@ def test_documents_chunked_by_an_older_pgfunnel_are_named_and_chunked_again_once
         assert finding.level == "info"
         assert "'default': 2 document(s)" in finding.message
         assert "6 or older" in finding.message and f"now {CHUNKING_VERSION}" in finding.message
+        # the upgrade itself says so too
+        migrated = CliRunner().invoke(app, ["migrate", "--dsn", sample_db])
+        assert migrated.exit_code == 0, migrated.output
+        assert "note: collection 'default': 2 document(s) were chunked by an older" in \
+            " ".join(migrated.output.split())
         # the next ingest of the unchanged sources rewrites those two, says why, and
         # needs no model: their chunks read the same
         stats = Ingester(conn, "default", embedder=embedder).ingest(read_path(SAMPLE_CORPUS))
