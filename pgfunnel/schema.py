@@ -272,13 +272,13 @@ def migrate(dsn: str | None = None) -> dict[str, Any]:
                 enable_rls(conn)
             conn.commit()
             after = current_revision(conn)
-            from pgfunnel.doctor import _held_to_row_security, check_chunking
+            from pgfunnel.doctor import check_chunking, run_checks
 
             # an upgrade that changes the chunking makes the next ingest rewrite every
-            # document once: said here, where the upgrade is done (by a role that sees
-            # every document: counts under row security would be partial)
-            notes = ([] if _held_to_row_security(conn) is not None
-                     else [f.message for f in check_chunking(conn)])
+            # document once: said here, where the upgrade is done (run_checks skips the
+            # count for a role that row security would show only part of the documents)
+            notes = [f.message for f in run_checks(conn, [("chunking", check_chunking)])
+                     if f.check == "chunking"]
     except psycopg.Error as exc:
         # a role that does not own the schema cannot read alembic_version, say
         raise translate(exc) from exc
