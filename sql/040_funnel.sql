@@ -507,10 +507,15 @@ returns table (
     lexical_rank integer, lexical_score double precision,
     dense_rank integer, dense_score double precision,
     fused_rank integer, fused_score double precision, section_path text)
-language sql stable
+-- plpgsql, as funnel_search: before Postgres 18 a SQL function with a SET clause is
+-- parsed and planned again at every call, while plpgsql keeps its plan per session
+language plpgsql stable
 security invoker
 set search_path = pg_catalog, pgfunnel, @vector_schema@
+set plan_cache_mode = force_generic_plan
 as $$
+begin
+    return query
     select u.id, ch.document_id, doc.citekey, doc.title, ch.heading, ch.text, ch.ordinal,
            doc.metadata, u.lr, u.ls, u.dr, u.ds, u.fr, u.fs, ch.section_path
       from pgfunnel._pool(query_text, query_embedding, k, collection, principals, tenant,
@@ -522,7 +527,8 @@ as $$
                as u(id, fr, fs, lr, ls, dr, ds)
       join pgfunnel.chunk ch on ch.id = u.id
       join pgfunnel.document doc on doc.id = ch.document_id
-     order by u.fr
+     order by u.fr;
+end
 $$;
 
 -- the pool in its final order -> cap per citekey -> first k; optionally traced
