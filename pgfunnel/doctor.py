@@ -28,7 +28,13 @@ from pgfunnel.ingest import (
     hnsw_index_statement,
     version_hnsw_type,
 )
-from pgfunnel.sources import CHUNKING_VERSION, EMBED_TEXT_ALONE, version_embed_input
+from pgfunnel.sources import (
+    CHUNKING_MARK,
+    CHUNKING_VERSION,
+    EMBED_TEXT_ALONE,
+    UNMARKED_CHUNKING,
+    version_embed_input,
+)
 
 Level = Literal["error", "warning", "info"]
 LEVELS: tuple[Level, ...] = ("error", "warning", "info")
@@ -171,17 +177,19 @@ def check_chunking(conn: psycopg.Connection[Any]) -> list[Finding]:
         "select c.name, count(*) filter (where v.chunking < %(current)s), "
         "       count(*) filter (where v.chunking > %(current)s), min(v.chunking) "
         "  from pgfunnel.document d join pgfunnel.collection c on c.id = d.collection_id, "
-        "       lateral (select coalesce(substring(d.content_hash from '^c([0-9]+):')::integer, "
-        "                                6) as chunking) v "
+        "       lateral (select coalesce(substring(d.content_hash from %(mark)s)::integer, "
+        "                                %(unmarked)s) as chunking) v "
         " group by c.name having count(*) filter (where v.chunking <> %(current)s) > 0 "
-        " order by 1", {"current": CHUNKING_VERSION}).fetchall()
+        " order by 1", {"current": CHUNKING_VERSION, "mark": CHUNKING_MARK,
+                        "unmarked": UNMARKED_CHUNKING}).fetchall()
     findings: list[Finding] = []
     for name, older, newer, oldest in rows:
         if older:
             findings.append(Finding(
                 "info", "chunking",
                 f"collection {name!r}: {older} document(s) were chunked by an older pgfunnel "
-                f"(chunking version {'6 or older' if oldest <= 6 else oldest}, now "
+                f"(chunking version "
+                f"{f'{oldest} or older' if oldest <= UNMARKED_CHUNKING else oldest}, now "
                 f"{CHUNKING_VERSION}); searches use them as they are, and the next ingest of "
                 "their sources rewrites each once, even if unchanged (vectors are kept "
                 "wherever the model reads the same words)"))

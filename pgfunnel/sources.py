@@ -64,15 +64,18 @@ DEFAULT_EMBED_INPUT = EMBED_WITH_TITLE
 # chunks keep their vectors (ChunkRecord.vector_key ignores whitespace).
 CHUNKING_VERSION = 7
 # a document's content hash starts with the chunking version it was chunked by, so that
-# `pgfunnel doctor` and ingest can tell documents stored by an older pgfunnel apart
-_CHUNKING_MARK = re.compile(r"c(\d+):")
+# `pgfunnel doctor` and ingest can tell documents stored by an older pgfunnel apart (the
+# pattern reads the same in Python and in Postgres' regular expressions); a hash without
+# the mark is from version 6 or before, which did not record it
+CHUNKING_MARK = r"^c([0-9]+):"
+UNMARKED_CHUNKING = 6
 
 
 def chunking_version(content_hash: str) -> int:
-    """The chunking version a stored document content hash was made under (6 for a hash
-    without one: version 7 began to record it)."""
-    m = _CHUNKING_MARK.match(content_hash)
-    return int(m.group(1)) if m else 6
+    """The chunking version a stored document content hash was made under
+    (``UNMARKED_CHUNKING`` for a hash from before the version was recorded)."""
+    m = re.match(CHUNKING_MARK, content_hash)
+    return int(m.group(1)) if m else UNMARKED_CHUNKING
 
 
 @dataclass
