@@ -1066,10 +1066,9 @@ _WORD = re.compile(r"\S+")
 
 # what a heading's text can start with that, alone on a chunk's first line, a Markdown
 # renderer reads as another block: a list item (`1. Install`, `- Notes`), a heading, a
-# quote, a rule, a code fence or an HTML block
+# quote, a rule or a code fence (an HTML block: _HTML_BLOCK)
 _HEADING_OPENS_BLOCK = re.compile(
-    r"(?:[-*+]|#{1,6}|\d{1,9}[.)])(?:[ \t]|$)|>|[-*_](?:[ \t]*[-*_]){2,}[ \t]*$"
-    r"|`{3}|~{3}|<[A-Za-z/!?]")
+    r"(?:[-*+]|#{1,6}|\d{1,9}[.)])(?:[ \t]|$)|>|[-*_](?:[ \t]*[-*_]){2,}[ \t]*$|`{3}|~{3}")
 
 
 def _heading_line(heading: str) -> str:
@@ -1077,7 +1076,7 @@ def _heading_line(heading: str) -> str:
     escaped (`1\\. Install`, `\\- Notes`), so that it renders as the line of text it is
     rather than as a one-item list. The analyzer reads both alike; ``heading`` keeps the
     text unescaped."""
-    if not _HEADING_OPENS_BLOCK.match(heading):
+    if not (_HEADING_OPENS_BLOCK.match(heading) or _HTML_BLOCK.match(heading)):
         return heading
     # CommonMark escapes ASCII punctuation only: a number's marker is the `.` or `)`
     at = len(heading) - len(heading.lstrip("0123456789"))

@@ -350,7 +350,8 @@ def test_a_heading_that_starts_like_a_block_renders_as_its_text() -> None:
         assert render(with_body.text) == \
             f"<p>{escape(heading, quote=False)}</p>\n<p>Some text.</p>\n"
     # nothing else is escaped: "3.1." and a number alone open no block
-    for heading in ("3.1. Using Python", "2024", "-flag", "<3", "#tag", "Plain"):
+    for heading in ("3.1. Using Python", "2024", "-flag", "<3", "#tag", "Plain",
+                    "<b>Bold</b> words"):
         (chunk,) = chunk_text(f"## {heading}\n\nSome text.")
         assert chunk.text == f"{heading}\n\nSome text."
 
