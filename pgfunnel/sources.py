@@ -69,6 +69,8 @@ CHUNKING_VERSION = 7
 # the mark is from version 6 or before, which did not record it
 CHUNKING_MARK = r"^c([0-9]+):"
 UNMARKED_CHUNKING = 6
+# how this version's hashes start
+CHUNKING_PREFIX = f"c{CHUNKING_VERSION}:"
 
 
 def chunking_version(content_hash: str) -> int:
@@ -96,7 +98,7 @@ class DocumentRecord:
              sorted(self.readers),
              self.language, _iso(self.valid_from), _iso(self.valid_to)],
             sort_keys=True, ensure_ascii=False)
-        return f"c{CHUNKING_VERSION}:{hashlib.sha256(payload.encode()).hexdigest()}"
+        return CHUNKING_PREFIX + hashlib.sha256(payload.encode()).hexdigest()
 
 
 @dataclass
