@@ -1051,13 +1051,13 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
         bodies = ["".join(("\n" * (1 + blank) if i else "") + part
                           for i, (part, blank) in enumerate(piece)) for piece in pieces]
         bodies = _fences_closed_per_piece(_list_indentation_removed(bodies, mid_paragraph))
+        top = _heading_line(heading)
         for body_text in bodies:
             if not body_text and not heading:
                 continue
             # a blank line below the heading: on the next line a renderer would join it to
             # the paragraph, and to code indented four spaces (as the HTML and reST
             # readers write code), making both one paragraph of prose
-            top = _heading_line(heading)
             full = f"{top}\n\n{body_text}" if top and body_text else top or body_text
             chunks.append(ChunkRecord(len(chunks), heading, full, len(full.split()),
                                       " > ".join(path)))
