@@ -576,7 +576,7 @@ class Funnel:
                 # its dimensions are checked by the search itself, against the version
                 # it reads: no lookup here
                 vector = check_vector(query_embedding)
-            elif query is not None and query.strip():
+            elif query is not None and query.strip() and not _dense_weight_zero(p):
                 loading = self._embedder is None
                 emb = self.embedder_for(conn, p.collection)
                 if emb is not None:
@@ -602,13 +602,10 @@ class Funnel:
                 raise SchemaMissingError("the vector extension is missing from this "
                                          "database: run `pgfunnel init`")
             if vector is None and (query is None or not query.strip()):
-                # nothing to search with: an empty answer, said out loud, from a collection
-                # that exists (a wrong name or a missing schema is an error all the same)
-                self._active_dimensions(conn, p.collection)
-                notices.append("pgfunnel: empty query; nothing searched")
-                warn_at_caller(notices[-1])
-                return SearchResponse(query, [], notices=notices, timings_ms=timings,
-                                      transforms=transforms)
+                # nothing to search with: the search runs all the same, so that its
+                # parameters and collection are checked as for any query, and answers
+                # empty with the analyzer's warning that the query is empty
+                query = query or ""
             handler = _NoticeCollector(notices)
             conn.add_notice_handler(handler)
             seen: dict[str, Any] = {}
@@ -808,6 +805,12 @@ class Funnel:
                               rerank_skipped_reason=skipped if use_model else None,
                               search_id=results[0].search_id if results else None,
                               timings_ms=timings)
+
+
+def _dense_weight_zero(p: SearchParams) -> bool:
+    """Whether the search gives the dense leg weight 0, so that it does not run (_pool)
+    and the query needs no embedding."""
+    return p.weights is not None and len(p.weights) == 2 and p.weights[1] == 0
 
 
 class _NoticeCollector:

@@ -168,6 +168,8 @@ declare
     d_mu double precision;
     d_sd double precision;
     all_visible boolean;
+    lexical_on boolean;
+    dense_on boolean;
     run_lexical boolean;
     run_dense boolean;
     capacity integer;
@@ -217,6 +219,18 @@ begin
     if as_of is null then
         perform pgfunnel._bad_parameter('as_of', 'must not be NULL');
     end if;
+    -- A leg with weight 0 has no vote: its rows could only fill the pool behind the
+    -- others at a fused score of 0, in chunk-id order, so it is not run (`{1,0}` is the
+    -- lexical leg alone, as `query_embedding => null` would be). When that leaves no leg
+    -- to run, the weights are what is wrong.
+    lexical_on := query_text is not null and weights[1] > 0;
+    dense_on := query_embedding is not null and weights[2] > 0;
+    if not (lexical_on or dense_on) then
+        perform pgfunnel._bad_parameter('weights',
+            format('%s gives weight 0 to the %s leg, the only one this search can run (%s is NULL)',
+                   weights, case when query_text is null then 'dense' else 'lexical' end,
+                   case when query_text is null then 'query_text' else 'query_embedding' end));
+    end if;
 
     pool_size := k * overfetch;
     -- the default depth follows the pool up to the most a leg reads (k 1000 x overfetch
@@ -261,7 +275,7 @@ begin
     end if;
 
     all_visible := pgfunnel._all_visible(coll_id, language, metadata_filter);
-    if query_text is not null then
+    if lexical_on then
         -- one pass of the analyzer gives both the terms and the words not searched: those
         -- of which no part is left (`s3` loses its stop word `s` but is searched)
         select coalesce(array_agg(t.term order by t.token_position)
@@ -288,17 +302,18 @@ begin
                                                 array_to_string(dropped, ', '));
         end if;
     end if;
-    -- a leg that does not run (no text, no vector) is empty; the others are read below
-    if query_text is null then
+    -- a leg that does not run (no text, no vector, weight 0) is empty; the others are
+    -- read below
+    if not lexical_on then
         select '{}'::bigint[] as chunk_ids, '{}'::float8[] as scores, 1::float8 as visible_share,
                '{}'::text[] as found_terms, '{}'::float8[] as found_idf
           into lex;
     end if;
-    if query_embedding is null then
+    if not dense_on then
         select '{}'::bigint[] as chunk_ids, '{}'::float8[] as scores into den;
     end if;
-    run_lexical := query_text is not null;
-    run_dense := query_embedding is not null;
+    run_lexical := lexical_on;
+    run_dense := dense_on;
 
     loop
         if run_lexical then
@@ -336,10 +351,9 @@ begin
         -- were left. Only when both legs run: alone, a leg's weight changes no order.
         -- (every query term held: every word covered, a share of exactly 1, no read needed)
         check_best := not weights_given and fusion = 'minmax' and widened = 0
-                      and query_embedding is not null and cardinality(lex.chunk_ids) > 0
+                      and dense_on and cardinality(lex.chunk_ids) > 0
                       and q_positions[1] <> q_positions[cardinality(q_positions)];
-        check_held := query_text is not null and query_embedding is not null
-                      and weights[1] > 0 and weights[2] > 0 and cardinality(q_terms) > 0
+        check_held := lexical_on and dense_on and cardinality(q_terms) > 0
                       and not q_terms operator(pg_catalog.<@) lex.found_terms;
         best_coverage := null;
         if check_best or check_held then
@@ -362,9 +376,9 @@ begin
             weights := '{0.7,1}';
         end if;
         weights_used := weights;
-        -- a leg that cannot run (no text, no vector) has no vote
-        w_lex := case when query_text is null then 0 else weights[1] end;
-        w_den := case when query_embedding is null then 0 else weights[2] end;
+        -- a leg that does not run has no vote
+        w_lex := case when lexical_on then weights[1] else 0 end;
+        w_den := case when dense_on then weights[2] else 0 end;
         if check_held then
             w_lex := w_lex * coalesce(coverage, 0);
         end if;
@@ -438,10 +452,10 @@ begin
 
         -- a leg that returned fewer rows than its depth returned all it could find; a
         -- depth the caller set is kept (the pool still widens within it)
-        run_lexical := query_text is not null and lexical_depth is null
+        run_lexical := lexical_on and lexical_depth is null
                        and coalesce(cardinality(lex.chunk_ids), 0) >= lex_depth
                        and lex_depth < 10000;
-        run_dense := query_embedding is not null and dense_depth is null
+        run_dense := dense_on and dense_depth is null
                      and coalesce(cardinality(den.chunk_ids), 0) >= den_depth
                      and den_depth < 10000;
         exit when capacity >= k or not refill or widened = 2 or n_sources <= prev_sources
@@ -456,8 +470,8 @@ begin
             den_depth := least(den_depth * 4, 10000);
         end if;
     end loop;
-    lexical_depth_used := case when query_text is not null then lex_depth end;
-    dense_depth_used := case when query_embedding is not null then den_depth end;
+    lexical_depth_used := case when lexical_on then lex_depth end;
+    dense_depth_used := case when dense_on then den_depth end;
 end
 $$;
 

@@ -71,6 +71,11 @@ declare
     ahead integer;
     kept_above integer;
     q_terms text[];
+    -- the legs the search ran: a leg with weight 0 is not run (see _pool)
+    lexical_on boolean;
+    dense_on boolean;
+    lexical_off text;
+    dense_off text;
 begin
     perform pgfunnel._check_search_params(k, principals, overfetch, per_source_cap,
                                           metadata_filter);
@@ -102,8 +107,13 @@ begin
                           explain.lexical_depth, explain.dense_depth, overfetch, per_source_cap,
                           ef_search, k1, b) p;
     pool_size := pool_n;
-    lexical_depth_used := case when query_text is not null then lex_d end;
-    dense_depth_used := case when query_embedding is not null then den_d end;
+    -- the weights passed the search's checks above; NULL ones are never 0
+    lexical_on := query_text is not null and coalesce(weights[1] > 0, true);
+    dense_on := query_embedding is not null and coalesce(weights[2] > 0, true);
+    lexical_off := case when query_text is null then '(no query text)' else '(not run: weight 0)' end;
+    dense_off := case when query_embedding is null then '(no query embedding)' else '(not run: weight 0)' end;
+    lexical_depth_used := case when lexical_on then lex_d end;
+    dense_depth_used := case when dense_on then den_d end;
 
     if found_doc is null then
         verdict := 'filtered out or does not exist';
@@ -174,21 +184,22 @@ begin
         -- a leg that did not run, or a chunk holding no query term, is not reached by
         -- any depth: the advice names the depths that could reach it
         reason := format('not in the lexical top %s%s nor in the dense top %s%s; %s',
-            coalesce(lexical_depth_used::text, '(no query text)'),
-            case when query_text is null then ''
+            coalesce(lexical_depth_used::text, lexical_off),
+            case when not lexical_on then ''
                  when lexical_exact_score = 0 then ' (it shares no query term)'
                  else format(' (its BM25 score %s, the %s-th has %s)',
                              round(lexical_exact_score::numeric, 4), n_lex,
                              coalesce(round(lex_last::numeric, 4)::text, '-')) end,
-            coalesce(dense_depth_used::text, '(no query embedding)'),
-            case when query_embedding is null or dense_exact_score is null then ''
+            coalesce(dense_depth_used::text, dense_off),
+            case when not dense_on or dense_exact_score is null then ''
                  else format(' (its cosine similarity %s, the %s-th has %s)',
                              round(dense_exact_score::numeric, 4), n_den,
                              coalesce(round(den_last::numeric, 4)::text, '-')) end,
-            case when lexical_exact_score > 0 and query_embedding is not null
+            case when lexical_exact_score > 0 and lexical_on and dense_on
                      then 'raise lexical_depth/dense_depth or rephrase the query'
-                 when lexical_exact_score > 0 then 'raise lexical_depth or rephrase the query'
-                 when query_embedding is not null then 'raise dense_depth or rephrase the query'
+                 when lexical_exact_score > 0 and lexical_on then 'raise lexical_depth or rephrase the query'
+                 when dense_on then 'raise dense_depth or rephrase the query'
+                 when lexical_exact_score > 0 then 'give the lexical leg a weight above 0'
                  else 'no depth reaches it: the query needs one of its words, or an embedding '
                       'for the dense leg' end);
         return next;

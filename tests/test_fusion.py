@@ -65,7 +65,7 @@ def _expected(rows: list[tuple[Any, ...]], fusion: str, w: tuple[float, float],
 
 @pytest.mark.parametrize("fusion", ["rrf", "minmax", "zscore"])
 @pytest.mark.parametrize("weights,rrf_k", [((1.0, 1.0), 60.0), ((2.0, 0.5), 10.0),
-                                           ((0.0, 1.0), 1.0), ((1.0, 3.0), 200.0)])
+                                           ((0.1, 1.0), 1.0), ((1.0, 3.0), 200.0)])
 def test_fused_scores_hand_computed(corpus: psycopg.Connection[Any], fusion: str,
                                     weights: tuple[float, float], rrf_k: float) -> None:
     rng = np.random.default_rng(1)
@@ -111,6 +111,54 @@ def test_leg_without_input_has_no_vote(corpus: psycopg.Connection[Any]) -> None:
     # the default dense weight (0.7) applies; the missing lexical leg has weight 0
     want = _expected(rows, "zscore", (0.0, 0.7), 60)
     assert all(r[6] == pytest.approx(want[r[0]]) for r in rows)
+
+
+@pytest.mark.parametrize("fusion", ["rrf", "minmax", "zscore"])
+def test_a_leg_with_weight_zero_is_not_run(corpus: psycopg.Connection[Any], fusion: str) -> None:
+    # Its rows had a fused score of 0 and filled the pool behind the other leg's in
+    # chunk-id order; when it was the only leg with rows, the whole answer came in
+    # chunk-id order instead of the leg's own.
+    v = unit(np.random.default_rng(5), DIMS)
+    for weights, on, off in (([1, 0], 1, 3), ([0, 1], 3, 1)):
+        rows = _candidates(corpus, "kara lopo", v, fusion=fusion, weights=weights)
+        assert len(rows) == 15 and all(r[off] is None for r in rows), (weights, rows)
+        # the running leg's own order, ranks 1..15
+        assert [r[on] for r in rows] == list(range(1, 16)), (weights, rows)
+    # text whose every word is unindexed, and a dense leg of weight 0: nothing to fill with
+    rows = _candidates(corpus, "zzzunknown", v, fusion=fusion, weights=[1, 0])
+    assert rows == []
+    alone = _candidates(corpus, "kara lopo", None, fusion=fusion, weights=[1, 0])
+    assert [r[0] for r in alone] == [r[0] for r in
+                                     _candidates(corpus, "kara lopo", v, fusion=fusion,
+                                                 weights=[1, 0])]
+
+
+@pytest.mark.parametrize("q, v, weights, leg", [("kara", None, [0, 1], "lexical"),
+                                                (None, "vector", [1, 0], "dense")])
+def test_weight_zero_on_the_only_leg_that_can_run_names_weights(
+        corpus: psycopg.Connection[Any], q: str | None, v: str | None,
+        weights: list[int], leg: str) -> None:
+    vec = unit(np.random.default_rng(6), DIMS) if v else None
+    with pytest.raises(psycopg.errors.InvalidParameterValue) as exc:
+        _candidates(corpus, q, vec, weights=weights)
+    msg = exc.value.diag.message_primary or ""
+    assert msg.startswith("weights:") and f"weight 0 to the {leg} leg" in msg, msg
+
+
+def test_explain_names_a_leg_not_run_for_its_weight(corpus: psycopg.Connection[Any]) -> None:
+    v = unit(np.random.default_rng(7), DIMS)
+    dense = _candidates(corpus, "kara", v, weights=[0, 1], dense_depth=5, k=1, overfetch=5)
+    in_pool = {r[0] for r in dense}
+    lexical_only = [r[0] for r in _candidates(corpus, "kara", None, lexical_depth=40)]
+    missing = next(c for c in lexical_only if c not in in_pool)
+    row = corpus.execute(
+        "select verdict, reason, lexical_depth_used, dense_depth_used from pgfunnel.explain("
+        "'kara', %s, %s, k => 1, overfetch => 5, collection => 't', weights => '{0,1}', "
+        "dense_depth => 5)", (v, missing)).fetchone()
+    assert row is not None
+    verdict, reason, lex_used, den_used = row
+    assert verdict == "in no leg at its depth" and lex_used is None and den_used == 5
+    assert "lexical top (not run: weight 0)" in reason and "raise dense_depth" in reason, reason
 
 
 def _idf(conn: psycopg.Connection[Any], term: str | None) -> float:

@@ -647,3 +647,28 @@ def test_api_input_mistakes_found_by_qa_are_named_errors(sample_db: str) -> None
             funnel.search_decomposed(None)  # type: ignore[arg-type]
         with pytest.raises(ConfigError, match="qualifiers: must be a list of strings"):
             funnel.search_decomposed("refund and invoices", qualifiers="monthly")
+
+
+def test_an_empty_query_is_checked_like_any_other(sample_db: str) -> None:
+    from pgfunnel.errors import ConfigError
+
+    with Funnel(sample_db, embedder=None) as f:
+        for empty in ("", "  \n"):
+            for kw, param in (({"k": 0}, "k"), ({"fusion": "bogus"}, "fusion"),
+                              ({"weights": [-1, 1]}, "weights")):
+                with pytest.raises(ConfigError, match=f"^{param}: "):
+                    f.search(empty, **kw)
+            with pytest.warns(UserWarning, match="the query is empty"):
+                response = f.search(empty)
+            assert response.results == []
+            assert any("the query is empty" in n for n in response.notices)
+
+
+def test_a_dense_weight_of_zero_needs_no_query_embedding(sample_db: str) -> None:
+    # embedder "auto" loads the model on the first search that needs a vector
+    with Funnel(sample_db) as f:
+        lexical = f.search("refund annual plan", weights=[1, 0], k=5)
+        assert f._embedder is None
+        assert lexical.results and all(r.dense_rank is None for r in lexical.results)
+        assert [r.lexical_rank for r in lexical.results] == sorted(
+            r.lexical_rank for r in lexical.results)
