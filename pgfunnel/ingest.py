@@ -57,9 +57,10 @@ from pgfunnel.sources import (
 )
 
 DEFAULT_COLLECTION = "default"
-# english_v2 indexes the inner names of dotted identifiers too (sql/010_analyzer.sql);
-# versions built with english_v1 keep it until reindexed
-DEFAULT_ANALYZER = "english_v2"
+# english_v3: identifier-aware with the inner names of dotted identifiers, over
+# Unicode-folded text (sql/010_analyzer.sql); versions built with an older analyzer keep
+# it until reindexed
+DEFAULT_ANALYZER = "english_v3"
 _STRIP = string.punctuation + "\u201c\u201d\u2018\u2019\u00ab\u00bb"
 
 ProgressFn = Callable[[str, int, int | None], None]

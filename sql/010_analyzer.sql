@@ -16,6 +16,10 @@
 --     segment that is itself a compound (quote_all in csv.quote_all) and each run of two
 --     or more segments short of the whole (os.path and path.join in os.path.join), so a
 --     name typed with less qualification than the text gives it still matches whole
+--   * english_v3 and simple_v3 (the v2 rules) first fold Unicode (_unicode_fold): one
+--     visible text has one set of terms whether it came composed or decomposed (macOS
+--     and some HTML write é as e + a combining accent), in full-width or ligature forms,
+--     or with invisible soft hyphens and zero-width characters inside its words
 
 -- analyzers this version of pgfunnel knows; a new name is a new index version
 create or replace function pgfunnel.analyzers()
@@ -29,7 +33,9 @@ begin
     values ('english_v1'::text, 'english_stem'::text, 'identifier-aware, english snowball stemming, english stop words'::text),
            ('simple_v1',  'simple',       'identifier-aware, no stemming, no stop words'),
            ('english_v2', 'english_stem', 'english_v1, and the inner names of dotted identifiers'),
-           ('simple_v2',  'simple',       'simple_v1, and the inner names of dotted identifiers');
+           ('simple_v2',  'simple',       'simple_v1, and the inner names of dotted identifiers'),
+           ('english_v3', 'english_stem', 'english_v2, with Unicode folded (NFKC, no soft hyphens or zero-width characters)'),
+           ('simple_v3',  'simple',       'simple_v2, with Unicode folded (NFKC, no soft hyphens or zero-width characters)');
 end
 $$;
 
@@ -48,11 +54,34 @@ as $$
                  'or', 'it', 'its', 'this', 'that', 'be']::text[]
 $$;
 
+-- each text in the form v3 analyzers read: Unicode compatibility normalization (NFKC:
+-- composed accents, `ﬁ` as `fi`, full-width `ｒｅｆ` as `ref`), then without the
+-- characters that are invisible inside a word (soft hyphen, zero-width space, non-joiner
+-- and joiner, word joiner, byte-order mark), which would otherwise split it. A database
+-- whose encoding is not UTF-8 holds no text to fold (Postgres normalizes only UTF-8).
+create or replace function pgfunnel._unicode_fold(inputs text[])
+returns text[]
+language plpgsql immutable parallel safe
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+begin
+    if getdatabaseencoding() <> 'UTF8' then
+        return inputs;
+    end if;
+    return array(select translate(normalize(i.txt, nfkc),
+                                  chr(173) || chr(8203) || chr(8204) || chr(8205) || chr(8288)
+                                  || chr(65279), '')
+                   from unnest(inputs) with ordinality as i(txt, ord)
+                  order by i.ord);
+end
+$$;
+
 -- every token of each input text, what it became, and why anything was dropped.
 -- Ingest analyses the distinct whitespace-separated words of a batch through this
 -- function (the token pattern never spans whitespace), so indexed terms and query
 -- terms come from one implementation.
-create or replace function pgfunnel.analyze_each(inputs text[], analyzer text default 'english_v2',
+create or replace function pgfunnel.analyze_each(inputs text[], analyzer text default 'english_v3',
                                                  for_query boolean default false)
 returns table (input_ordinal integer, token_position integer, token text, term text, dropped text)
 language plpgsql stable parallel safe
@@ -65,7 +94,7 @@ as $$
 declare
     stem_dict regdictionary;
     question_words text[] := case when for_query then pgfunnel._question_words() else '{}' end;
-    inner_names boolean := analyzer in ('english_v2', 'simple_v2');
+    inner_names boolean := analyzer in ('english_v2', 'simple_v2', 'english_v3', 'simple_v3');
 begin
     select a.stem_dictionary::regdictionary into stem_dict
       from pgfunnel.analyzers() a where a.name = analyzer;
@@ -73,6 +102,9 @@ begin
         perform pgfunnel._bad_parameter('analyzer',
             format('unknown analyzer %L (known: %s)', analyzer,
                    (select string_agg(a.name, ', ') from pgfunnel.analyzers() a)));
+    end if;
+    if analyzer in ('english_v3', 'simple_v3') then
+        inputs := pgfunnel._unicode_fold(inputs);
     end if;
     if not exists (select 1 from unnest(inputs) as i(txt) where i.txt ~ '[[:digit:]._-]') then
         -- No digit and no joiner in any input: every token is a plain word, which is its
@@ -190,7 +222,7 @@ end
 $$;
 
 -- every token of a text, what it became, and why anything was dropped
-create or replace function pgfunnel.analyze_tokens(input text, analyzer text default 'english_v2',
+create or replace function pgfunnel.analyze_tokens(input text, analyzer text default 'english_v3',
                                                    for_query boolean default false)
 returns table (token_position integer, token text, term text, dropped text)
 language sql stable parallel safe
@@ -202,7 +234,7 @@ as $$
 $$;
 
 -- the terms a text becomes (what the lexical leg sees), in order
-create or replace function pgfunnel.analyze(input text, analyzer text default 'english_v2',
+create or replace function pgfunnel.analyze(input text, analyzer text default 'english_v3',
                                             for_query boolean default false)
 returns text[]
 language sql stable parallel safe
@@ -216,7 +248,7 @@ $$;
 
 -- the query words the analyzer dropped whole, so callers can say so instead of failing
 -- silently; a word of which some part is searched (`s3` without its stop word `s`) is not one
-create or replace function pgfunnel.dropped_query_words(input text, analyzer text default 'english_v2')
+create or replace function pgfunnel.dropped_query_words(input text, analyzer text default 'english_v3')
 returns text[]
 language sql stable parallel safe
 security invoker

@@ -109,14 +109,19 @@ def test_an_uncached_graph_walk_is_pointed_to_init(sample_db: str) -> None:
         assert not uncached(conn)
 
 
-def test_a_version_with_a_v1_analyzer_is_pointed_to_its_v2(sample_db: str) -> None:
+def test_a_version_with_an_older_analyzer_is_pointed_to_its_v3(sample_db: str) -> None:
     with connect(sample_db, autocommit=True) as conn:
         # the sample collection was built with today's default
         assert not [f for f in check_active_indexes(conn) if "analyzer" in f.message]
-        conn.execute("update pgfunnel.index_version set analyzer = 'simple_v1'")
-        [note] = [f for f in check_active_indexes(conn) if "analyzer" in f.message]
-    assert note.level == "info"
-    assert "pgfunnel reindex -c default --analyzer simple_v2 --activate" in note.message
+        notes = {}
+        for older in ("simple_v1", "english_v2"):
+            conn.execute("update pgfunnel.index_version set analyzer = %s", (older,))
+            [notes[older]] = [f for f in check_active_indexes(conn) if "analyzer" in f.message]
+    assert {n.level for n in notes.values()} == {"info"}
+    assert "pgfunnel reindex -c default --analyzer simple_v3 --activate" in notes["simple_v1"].message
+    assert "inner names" in notes["simple_v1"].message
+    assert "pgfunnel reindex -c default --analyzer english_v3 --activate" in notes["english_v2"].message
+    assert "inner names" not in notes["english_v2"].message
 
 
 def test_a_full_precision_graph_is_pointed_to_reindex(sample_db: str) -> None:
