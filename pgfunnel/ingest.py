@@ -767,15 +767,18 @@ def _reserve_chunk_ids(conn: psycopg.Connection[Any], n: int) -> list[int]:
 
 
 class _Analysed(NamedTuple):
-    """A batch chunked, its chunk ids reserved and its words analysed."""
+    """A batch hashed, and its new and changed documents chunked, their chunk ids
+    reserved and their words analysed."""
 
+    hashes: dict[str, str]
     chunked: list[tuple[DocumentRecord, list[ChunkRecord]]]
     texts: list[str]
     ids: list[int]
 
 
 class _Prepared(NamedTuple):
-    """A batch chunked, hashed and analysed ahead of its transaction."""
+    """A batch hashed, and its new and changed documents (as they stood when it was
+    prepared) chunked and analysed, ahead of its transaction."""
 
     analyzer: str
     hashes: dict[str, str]
@@ -1041,16 +1044,27 @@ class Ingester:
             yield batch
 
     def _analyse(self, analyzer: TermAnalyzer, batch: list[DocumentRecord]) -> _Analysed:
-        """The first half of preparing a batch: chunks, chunk ids (sequence values are
-        never rolled back, so reserving them outside the writing transaction is safe) and
-        the analyzer's terms for the words not yet cached, read on the analyzer's own
+        """The first half of preparing a batch: content hashes, and for the documents
+        that are new or changed by them, chunks, chunk ids (sequence values are never
+        rolled back, so reserving them outside the writing transaction is safe) and the
+        analyzer's terms for the words not yet cached, read on the analyzer's own
         connection. Mostly a wait on the server, so it runs beside the second half of
-        the batch before."""
-        chunked = [(r, chunk_text(r.text, self.chunk_words)) for r in batch]
+        the batch before. Unchanged documents are left out before the costly part (a
+        re-run over an unchanged 2 MB file analysed all of it to write nothing); the
+        writing transaction decides again, and prepares the batch itself when it finds
+        other documents changed."""
+        hashes = {r.citekey: r.content_hash(self.chunk_words) for r in batch}
+        stored = dict(analyzer.conn.execute(
+            "select d.citekey, d.content_hash from pgfunnel.document d "
+            "join pgfunnel.collection c on c.id = d.collection_id "
+            "where c.name = %s and d.citekey = any(%s)",
+            (self.collection, list(hashes))).fetchall())
+        chunked = [(r, chunk_text(r.text, self.chunk_words)) for r in batch
+                   if stored.get(r.citekey) != hashes[r.citekey]]
         texts = [ch.text for _, chunks in chunked for ch in chunks]
-        ids = _reserve_chunk_ids(analyzer.conn, len(texts))
+        ids = _reserve_chunk_ids(analyzer.conn, len(texts)) if texts else []
         analyzer.prepare(texts)
-        return _Analysed(chunked, texts, ids)
+        return _Analysed(hashes, chunked, texts, ids)
 
     def _prepare(self, analyzer: TermAnalyzer, batch: list[DocumentRecord],
                  analysed: Future[_Analysed] | None = None) -> _Prepared:
@@ -1058,8 +1072,7 @@ class Ingester:
         :meth:`_analyse` (``analysed`` when it ran in a thread of its own), content
         hashes, and the lexical and posting rows."""
         ready = analysed.result() if analysed is not None else self._analyse(analyzer, batch)
-        hashes = {r.citekey: r.content_hash() for r in batch}
-        return _Prepared(analyzer.analyzer, hashes, ready.chunked, ready.ids,
+        return _Prepared(analyzer.analyzer, ready.hashes, ready.chunked, ready.ids,
                          index_rows(analyzer, ready.ids, ready.texts, None))
 
     def _version(self) -> tuple[int, ActiveVersion]:
@@ -1089,7 +1102,7 @@ class Ingester:
                 "where collection_id = %s and citekey = any(%s)",
                 (coll, [r.citekey for r in batch])).fetchall()}
         hashes = (prepared.hashes if prepared is not None
-                  else {r.citekey: r.content_hash() for r in batch})
+                  else {r.citekey: r.content_hash(self.chunk_words) for r in batch})
         todo = [r for r in batch
                 if r.citekey not in existing or existing[r.citekey][1] != hashes[r.citekey]]
         return existing, hashes, todo
@@ -1162,10 +1175,12 @@ class Ingester:
                 if not todo:
                     self._tick("documents", len(batch))
                     return
-                if prepared is not None and (len(todo) < len(batch)
-                                             or prepared.analyzer != version.analyzer):
-                    # rows were built for documents that turn out unchanged, or with
-                    # another analyzer than the version's (changed meanwhile)
+                if prepared is not None and (
+                        [r.citekey for r, _ in prepared.chunked] != [r.citekey for r in todo]
+                        or prepared.analyzer != version.analyzer):
+                    # rows were built for other documents than those that turn out new or
+                    # changed, or with another analyzer than the version's (each changed
+                    # meanwhile)
                     prepared = None
                 chunked = (prepared.chunked if prepared is not None
                            else [(r, chunk_text(r.text, self.chunk_words)) for r in todo])

@@ -814,15 +814,46 @@ def test_batches_prepared_ahead_write_the_same_index(conn: psycopg.Connection[An
     assert ahead["postings"] and ahead == inline
     assert_stats_exact(conn)
 
-    # a batch mixing unchanged and changed documents is written the inline way
+    # a batch mixing unchanged and changed documents is prepared for the changed ones only
     changed = [DocumentRecord(r.citekey, r.text + " appendix") if i % 3 == 0 else r
                for i, r in enumerate(records)]
+    prepared_for: list[list[str]] = []
+
+    class Preparing(Recording):
+        def _analyse(self, *args: Any) -> Any:
+            ready = super()._analyse(*args)
+            prepared_for.append([r.citekey for r, _ in ready.chunked])
+            return ready
+
     used.clear()
-    Recording(conn, "ahead", batch_documents=10, embedder=embedder).ingest(
-        changed, vectors=_random_vectors(changed))
-    assert used and not all(used)
+    new_vectors = _random_vectors(changed)
+    Preparing(conn, "ahead", batch_documents=10, embedder=embedder).ingest(
+        changed, vectors=new_vectors)
+    assert used and all(used)
+    assert [ck for batch in prepared_for for ck in batch] == [
+        r.citekey for i, r in enumerate(changed) if i % 3 == 0]
     Recording(conn, "inline", batch_documents=10, embedder=embedder, prepare_ahead=False).ingest(
-        changed, vectors=_random_vectors(changed))
+        changed, vectors=new_vectors)
+    assert _index_rows_by_citekey(conn, "ahead") == _index_rows_by_citekey(conn, "inline")
+    assert_stats_exact(conn)
+
+    # a document that changes between the preparing and the writing: the writing
+    # transaction finds other documents to write than were prepared, and builds the rows
+    from pgfunnel.db import connect
+
+    class Racing(Recording):
+        def _analyse(self, *args: Any) -> Any:
+            ready = super()._analyse(*args)
+            if not used:
+                with connect(conn.info.dsn, autocommit=True) as other:
+                    other.execute("update pgfunnel.document set content_hash = 'stale' "
+                                  "where citekey = %s", (records[1].citekey,))
+            return ready
+
+    used.clear()
+    Racing(conn, "ahead", batch_documents=10, embedder=embedder).ingest(
+        changed, vectors=new_vectors)
+    assert used[0] is False and all(used[1:]), used
     assert _index_rows_by_citekey(conn, "ahead") == _index_rows_by_citekey(conn, "inline")
     assert_stats_exact(conn)
 
@@ -1046,6 +1077,44 @@ def test_vectors_given_for_an_unchanged_document_are_checked_and_noted(
                for n in again.notes)
     assert conn.execute("select count(*), sum(vector_dims(embedding)) from pgfunnel.embedding"
                         ).fetchone() == stored
+
+
+def test_another_chunk_size_chunks_unchanged_documents_again(
+        conn: psycopg.Connection[Any], embedder: Any) -> None:
+    """The chunk size is part of what a stored document was written from: a re-ingest
+    with another --chunk-words used to find every document unchanged and keep the old
+    chunks, silently."""
+    text = " ".join(f"word{i}" for i in range(600))
+    docs = [DocumentRecord("long", text), DocumentRecord("short", "a short note")]
+
+    def chunks() -> int:
+        row = conn.execute("select count(*) from pgfunnel.chunk c join pgfunnel.document d "
+                           "on d.id = c.document_id where d.citekey = 'long'").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    first = Ingester(conn, "sized", embedder=embedder).ingest(docs)
+    at_default = chunks()
+    smaller = Ingester(conn, "sized", embedder=embedder, chunk_words=100).ingest(docs)
+    assert (smaller.documents_written, smaller.documents_unchanged) == (2, 0)
+    assert chunks() > at_default
+    again = Ingester(conn, "sized", embedder=embedder, chunk_words=100).ingest(docs)
+    assert (again.documents_written, again.documents_unchanged) == (0, 2)
+    back = Ingester(conn, "sized", embedder=embedder).ingest(docs)
+    assert back.documents_written == 2 and chunks() == at_default
+    assert first.documents_written == 2
+    assert_stats_exact(conn)
+    # hashes made at the default size are the ones made before the size counted, so an
+    # upgrade does not chunk every stored document again
+    import hashlib
+
+    from pgfunnel.sources import CHUNKING_PREFIX, CHUNKING_VERSION
+
+    doc = docs[0]
+    before = json.dumps([CHUNKING_VERSION, "", text, {}, None, [], None, None, None],
+                        sort_keys=True, ensure_ascii=False)
+    assert doc.content_hash() == doc.content_hash(200) == (
+        CHUNKING_PREFIX + hashlib.sha256(before.encode()).hexdigest()) != doc.content_hash(100)
 
 
 def test_another_model_of_the_same_size_is_refused_on_an_existing_collection(
