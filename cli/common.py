@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from typer.core import TyperCommand
 
-from pgfunnel.errors import ConfigError, PgfunnelError
+from pgfunnel.errors import ConfigError, ModelLoadError, PgfunnelError
 
 # errors, warnings and notes are one line each, however wide: the terminal wraps them,
 # and a log or a pipe keeps the line whole for grep
@@ -63,6 +63,14 @@ EXIT_GATE = 3  # a check ran and failed (eval floors, doctor findings, validatio
 
 T = TypeVar("T")
 
+# options every command that connects has, by the library's name
+COMMON_FLAGS = {"dsn": "--dsn (or PGFUNNEL_DSN)"}
+# the options of the commands that build an index version (ingest, reindex)
+INDEX_FLAGS = {"embedding_model": "--model", "analyzer": "--analyzer",
+               "embed_input": "--embed-input", "maintenance_work_mem": "--maintenance-work-mem",
+               "batch_size": "--batch-size", "m": "--m", "ef_construction": "--ef-construction",
+               "chunk_words": "--chunk-words"}
+
 
 @contextmanager
 def handle_errors(flags: Mapping[str, str] | None = None) -> Iterator[None]:
@@ -70,13 +78,16 @@ def handle_errors(flags: Mapping[str, str] | None = None) -> Iterator[None]:
     maps the library's parameter names to the command's options, so that an error about
     a value the user typed names the flag they typed it with (``--per-source-cap``, not
     ``per_source_cap``)."""
+    flags = {**COMMON_FLAGS, **(flags or {})}
     try:
         yield
     except PgfunnelError as exc:
         said: object = exc
-        if isinstance(exc, ConfigError) and flags and exc.parameter in flags:
+        if isinstance(exc, ConfigError) and exc.parameter in flags:
             # the library's "or None" is, on the command line, the flag left out
             said = f"{flags[exc.parameter]}: {exc.detail.replace(' or None', ' or left out')}"
+        elif isinstance(exc, ModelLoadError) and exc.setting in flags:
+            said = f"{flags[exc.setting]}: {str(exc).removeprefix(exc.setting + '=')}"
         console.print(f"[red]error:[/red] {said}", highlight=False, markup=True)
         raise typer.Exit(getattr(exc, "exit_code", EXIT_ERROR)) from None
     except KeyboardInterrupt:

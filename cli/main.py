@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 from pgfunnel.cli.common import (
     FUNNEL_FLAGS,
+    INDEX_FLAGS,
     CapOption,
     CollectionOption,
     DsnOption,
@@ -292,7 +293,7 @@ def ingest(
         for note in plan["notes"]:
             out.print(f"  {note}", highlight=False)
         return
-    with handle_errors():
+    with handle_errors(INDEX_FLAGS):
         stats = do_ingest(dsn, paths, collection, chunk_words, model, private,
                           show_progress=not json_out, exclude=exclude, root=root)
     if json_out:
@@ -433,7 +434,8 @@ def search(
     _quiet_warnings()
     with handle_errors({**FUNNEL_FLAGS, "rrf_k": "--rrf-k",
                         "weights": "--lexical-weight / --dense-weight",
-                        "rerank_depth": "--rerank-depth", "statement_timeout_ms": "--timeout-ms"}):
+                        "rerank_depth": "--rerank-depth", "statement_timeout_ms": "--timeout-ms",
+                        "rerank_model": "--rerank-model", "query_text": "QUERY"}):
         reranker = None
         if rerank:
             from pgfunnel.rerank import Reranker

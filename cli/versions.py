@@ -11,6 +11,7 @@ import typer
 from pgfunnel.cli.common import (
     EXIT_GATE,
     EXIT_USAGE,
+    INDEX_FLAGS,
     CollectionOption,
     DsnOption,
     JsonOption,
@@ -120,7 +121,8 @@ def reindex(
     from pgfunnel.ingest import active_version, require_collection
 
     _quiet()
-    with handle_errors(), connect(dsn, autocommit=True) as conn, _Bars(not json_out) as bars:
+    with handle_errors(INDEX_FLAGS), connect(dsn, autocommit=True) as conn, \
+            _Bars(not json_out) as bars:
         result = versions.reindex(
             conn, collection, model=model, analyzer=analyzer, activate_after=activate,
             maintenance_work_mem=maintenance_work_mem, batch_size=batch_size, m=m,
@@ -130,6 +132,9 @@ def reindex(
         current = None if result.activated else active_version(
             conn, require_collection(conn, collection))
         active = current.version if current is not None else None
+        # searches are logged only with tracing on: without any, --last has nothing to
+        # compare, and the hint names a query file instead
+        logged = not result.activated and bool(versions.last_queries(conn, collection, 1))
     if json_out:
         emit_json(result.to_json())
         return
@@ -150,9 +155,10 @@ def reindex(
                   + (f" (replaced {result.replaced}; `pgfunnel versions rollback{coll}` "
                      "returns to it)" if result.replaced else ""), highlight=False)
     else:
+        source = "--last 100" if logged else "--queries QUERIES.jsonl"
         out.print(f"version {result.version} is ready. Compare it: pgfunnel versions compare "
                   f"{active if active is not None else '<active>'} {result.version}{coll} "
-                  f"--last 100; switch: pgfunnel versions activate {result.version}{coll}",
+                  f"{source}; switch: pgfunnel versions activate {result.version}{coll}",
                   highlight=False, soft_wrap=True)
 
 
@@ -334,22 +340,24 @@ def compare_cmd(
     from pgfunnel.errors import ConfigError
 
     _quiet()
-    with handle_errors():
-        if (queries is None) == (last is None):
-            raise ConfigError("queries", "give exactly one of --queries FILE or --last N")
-        with connect(dsn, autocommit=True) as conn:
-            versions.require_pin_privilege(conn)
-            if queries is not None:
-                qs, _ = versions.read_query_file(queries)
-            else:
-                assert last is not None
-                if last < 1:
-                    raise ConfigError("last", f"must be at least 1, got {last}")
-                qs = list(versions.last_queries(conn, collection, last))
-                if not qs:
-                    raise ConfigError("last", f"collection {collection!r} has no logged "
-                                      "searches (search with trace on to log them)")
-            cmp = versions.compare(conn, collection, version_a, version_b, qs, k=k)
+    if (queries is None) == (last is None):
+        raise typer.BadParameter("give exactly one of --queries FILE or --last N")
+    with handle_errors({"last": "--last", "queries": "--queries"}), \
+            connect(dsn, autocommit=True) as conn:
+        versions.require_pin_privilege(conn)
+        if queries is not None:
+            qs, _ = versions.read_query_file(queries)
+        else:
+            assert last is not None
+            if last < 1:
+                raise ConfigError("last", f"must be at least 1, got {last}")
+            qs = list(versions.last_queries(conn, collection, last))
+            if not qs:
+                raise ConfigError("last", f"collection {collection!r} has no logged "
+                                  "searches (searches are logged with `pgfunnel search "
+                                  "--trace` or `trace => true`); compare with --queries "
+                                  "FILE instead")
+        cmp = versions.compare(conn, collection, version_a, version_b, qs, k=k)
     if json_out:
         emit_json(cmp.to_json())
         return

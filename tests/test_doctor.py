@@ -118,10 +118,11 @@ def test_a_version_with_an_older_analyzer_is_pointed_to_its_v3(sample_db: str) -
             conn.execute("update pgfunnel.index_version set analyzer = %s", (older,))
             [notes[older]] = [f for f in check_active_indexes(conn) if "analyzer" in f.message]
     assert {n.level for n in notes.values()} == {"info"}
-    assert "pgfunnel reindex -c default --analyzer simple_v3 --activate" in notes["simple_v1"].message
-    assert "inner names" in notes["simple_v1"].message
-    assert "pgfunnel reindex -c default --analyzer english_v3 --activate" in notes["english_v2"].message
-    assert "inner names" not in notes["english_v2"].message
+    v1, v2 = notes["simple_v1"].message, notes["english_v2"].message
+    assert "pgfunnel reindex -c default --analyzer simple_v3 --activate" in v1
+    assert "inner names" in v1
+    assert "pgfunnel reindex -c default --analyzer english_v3 --activate" in v2
+    assert "inner names" not in v2
 
 
 def test_a_full_precision_graph_is_pointed_to_reindex(sample_db: str) -> None:

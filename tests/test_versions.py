@@ -173,11 +173,23 @@ def test_reindex_hints_run_as_pasted(sample_db: str) -> None:
 
     from pgfunnel.cli.main import app
 
+    # nothing logged yet: --last would have nothing to compare, the hint names a file
     result = CliRunner().invoke(app, ["reindex", "--dsn", sample_db, "--analyzer", "simple_v1"],
                                 env={"COLUMNS": "300"})
     assert result.exit_code == 0, result.output
     hint = " ".join(result.output.split())
-    assert "pgfunnel versions compare 1 2 -c default --last 100" in hint
+    assert "pgfunnel versions compare 1 2 -c default --queries QUERIES.jsonl" in hint
+    last = CliRunner().invoke(app, ["versions", "compare", "1", "2", "--last", "5",
+                                    "--dsn", sample_db], env={"COLUMNS": "300"})
+    said = " ".join(last.output.split())
+    assert last.exit_code == 1 and said.startswith("error: --last:"), said
+    assert "pgfunnel search --trace" in said and "--queries FILE" in said
+    with Funnel(sample_db, "default", embedder=None) as f:
+        f.search("refund", trace=True)
+    result = CliRunner().invoke(app, ["reindex", "--dsn", sample_db, "--analyzer", "simple_v2"],
+                                env={"COLUMNS": "300"})
+    hint = " ".join(result.output.split())
+    assert "pgfunnel versions compare 1 3 -c default --last 100" in hint
     switch = hint[hint.index("switch: ") + len("switch: "):].strip()
     args = shlex.split(switch)
     assert args[:3] == ["pgfunnel", "versions", "activate"] and "-c" in args
@@ -186,7 +198,23 @@ def test_reindex_hints_run_as_pasted(sample_db: str) -> None:
     assert "versions rollback -c default" in " ".join(switched.output.split())
     with connect(sample_db, autocommit=True) as conn:
         assert [i.version for i in versions.list_versions(conn, "default")
-                if i.state == "active"] == [2]
+                if i.state == "active"] == [3]
+
+
+def test_reindex_errors_name_the_option_typed(sample_db: str) -> None:
+    from pgfunnel.cli.main import app
+
+    for args, flag in ((["--analyzer", "klingon_v1"], "--analyzer"),
+                       (["--maintenance-work-mem", "lots"], "--maintenance-work-mem"),
+                       (["--model", "/no/such/model"], "--model")):
+        result = CliRunner().invoke(app, ["reindex", "--dsn", sample_db, *args],
+                                    env={"COLUMNS": "300", "HF_HUB_OFFLINE": "1"})
+        said = " ".join(result.output.split())
+        assert result.exit_code == 1 and said.startswith(f"error: {flag}: "), said
+    result = CliRunner().invoke(app, ["search", "refund", "--dsn", "not a dsn"],
+                                env={"COLUMNS": "300"})
+    said = " ".join(result.output.split())
+    assert result.exit_code == 1 and said.startswith("error: --dsn (or PGFUNNEL_DSN): "), said
 
 
 def test_bad_options_are_config_errors(sample_db: str) -> None:
@@ -271,8 +299,9 @@ def test_compare_last_logged_searches(sample_db: str, embedder: Any) -> None:
                                    "--dsn", sample_db, "--json"])
     assert out.exit_code == 0, out.output
     assert json.loads(out.output[out.output.index("{"):])["n_queries"] == 2
+    # a usage error, as click's own
     bad = CliRunner().invoke(app, ["versions", "compare", "1", "2", "--dsn", sample_db])
-    assert bad.exit_code == 1 and "exactly one of" in bad.output
+    assert bad.exit_code == 2 and "exactly one of" in bad.output
 
 
 def test_compare_as_a_reader_names_the_privilege_it_lacks(sample_db: str) -> None:
