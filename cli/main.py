@@ -527,10 +527,17 @@ def demo(
         funnel.close()
         from pgfunnel.db import resolve_dsn
 
-        out.print(f"done in {time.perf_counter() - t0:.1f}s. Try it in SQL:\n"
-                  f"  psql '{resolve_dsn(dsn)}' -c \"select citekey, lexical_rank, "
-                  "dense_rank, final_rank from funnel_search('err " + code + "', "
-                  "collection => 'demo', k => 5, principals => '{" + DEMO_STAFF + "}')\"",
+        # the query's vector comes from `pgfunnel embed`: without it (NULL) funnel_search
+        # runs the lexical leg alone, another search than the one above. psql substitutes
+        # its variables in a script it reads, not in -c.
+        out.print(f"done in {time.perf_counter() - t0:.1f}s. The same search in SQL "
+                  "(pgfunnel on the PATH: `. .venv/bin/activate`):\n"
+                  f"  psql '{resolve_dsn(dsn)}' -v q=\"$(pgfunnel embed '{q}' -c demo)\" "
+                  "<<'SQL'\n"
+                  "  select citekey, lexical_rank, dense_rank, final_rank\n"
+                  f"    from funnel_search('{q}', :'q', collection => 'demo', k => {k},\n"
+                  "                       principals => '{" + DEMO_STAFF + "}');\n"
+                  "SQL",
                   highlight=False, soft_wrap=True)
 
 

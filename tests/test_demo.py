@@ -27,9 +27,9 @@ def test_demo_runs_every_stage_and_hides_staff_documents(empty_db: str) -> None:
     res = CliRunner().invoke(app, ["demo", "--dsn", empty_db], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     text = res.output
-    for stage in ("1. init", "2. ingest", "3. searches", "4. access", "Try it in SQL"):
+    for stage in ("1. init", "2. ingest", "3. searches", "4. access", "The same search in SQL"):
         assert stage in text, stage
-    access = text[text.index("4. access"):text.index("Try it in SQL")]
+    access = text[text.index("4. access"):text.index("The same search in SQL")]
     public, staff = access.split(f"principals ['{DEMO_STAFF}']")
     assert "runbook-err-" not in public
     assert "runbook-err-" in staff
@@ -43,6 +43,23 @@ def test_demo_runs_every_stage_and_hides_staff_documents(empty_db: str) -> None:
             "principals => %s)", ([DEMO_STAFF],)).fetchall()
         assert rows[0][0] in ("err-6358", "runbook-err-6358")
         assert "runbook-err-6358" in [r[0] for r in rows]
+    # the SQL it prints, with the vector `pgfunnel embed` prints, is the search it showed
+    import re
+
+    from pgfunnel.search import Funnel
+
+    script = text[text.index("<<'SQL'") + len("<<'SQL'"):text.rindex("SQL")]
+    query = re.search(r"pgfunnel embed '([^']+)' -c demo", text)
+    k = re.search(r"k => (\d+)", script)
+    assert query is not None and k is not None, text
+    literal = CliRunner().invoke(app, ["embed", query[1], "-c", "demo", "--dsn", empty_db])
+    assert literal.exit_code == 0, literal.output
+    with connect(empty_db, autocommit=True) as conn:
+        in_sql = [r[0] for r in conn.execute(script.replace(":'q'", "%s::vector"),
+                                             (literal.stdout.strip(),))]
+    with Funnel(empty_db, "demo") as funnel:
+        shown = funnel.search(query[1], k=int(k[1]), principals=[DEMO_STAFF])
+    assert in_sql == [r.citekey for r in shown.results] and "runbook-err-6358" in in_sql
     # run twice: nothing is written again
     again = CliRunner().invoke(app, ["demo", "--dsn", empty_db], env={"COLUMNS": "200"})
     assert again.exit_code == 0, again.output
