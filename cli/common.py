@@ -106,7 +106,8 @@ def run(fn: Callable[[], T]) -> T:
 # the search parameters that search and explain take as options, by the library's name
 FUNNEL_FLAGS = {"k": "--k", "collection": "--collection", "principals": "--principal",
                 "tenant": "--tenant", "fusion": "--fusion", "overfetch": "--overfetch",
-                "per_source_cap": "--per-source-cap"}
+                "per_source_cap": "--per-source-cap", "lexical_depth": "--lexical-depth",
+                "dense_depth": "--dense-depth"}
 
 # Options shared by the commands that run the funnel (search, explain): declared once so
 # their defaults cannot drift apart from each other or from the SQL functions'.
@@ -120,3 +121,7 @@ FusionOption = Annotated[str, typer.Option(help="minmax (default), rrf or zscore
 OverfetchOption = Annotated[int, typer.Option(help="Pool size = k x overfetch.")]
 CapOption = Annotated[int, typer.Option(help="Max chunks per citekey.")]
 LexicalOnlyOption = Annotated[bool, typer.Option(help="Skip the dense leg.")]
+LexicalDepthOption = Annotated[int | None, typer.Option(
+    help="Rows the lexical leg reads (default: k x overfetch, at least 40).")]
+DenseDepthOption = Annotated[int | None, typer.Option(
+    help="Rows the dense leg reads (default: k x overfetch, at least 40).")]

@@ -9,9 +9,11 @@ from pgfunnel.cli.common import (
     FUNNEL_FLAGS,
     CapOption,
     CollectionOption,
+    DenseDepthOption,
     DsnOption,
     FusionOption,
     JsonOption,
+    LexicalDepthOption,
     LexicalOnlyOption,
     OverfetchOption,
     PrincipalOption,
@@ -39,6 +41,8 @@ def explain_command(
     fusion: FusionOption = "minmax",
     overfetch: OverfetchOption = 4,
     per_source_cap: CapOption = 3,
+    lexical_depth: LexicalDepthOption = None,
+    dense_depth: DenseDepthOption = None,
     lexical_only: LexicalOnlyOption = False,
     dsn: DsnOption = None,
     json_out: JsonOption = False,
@@ -54,7 +58,8 @@ def explain_command(
         funnel = Funnel(dsn, collection, embedder=None if lexical_only else "auto")
         try:
             found = [explain(funnel, query, c, k=k, principals=principal or [], tenant=tenant,
-                             fusion=fusion, overfetch=overfetch, per_source_cap=per_source_cap)
+                             fusion=fusion, overfetch=overfetch, per_source_cap=per_source_cap,
+                             lexical_depth=lexical_depth, dense_depth=dense_depth)
                      for c in chunks]
         finally:
             funnel.close()

@@ -14,9 +14,11 @@ from pgfunnel.cli.common import (
     INDEX_FLAGS,
     CapOption,
     CollectionOption,
+    DenseDepthOption,
     DsnOption,
     FusionOption,
     JsonOption,
+    LexicalDepthOption,
     LexicalOnlyOption,
     OverfetchOption,
     PrincipalOption,
@@ -414,6 +416,8 @@ def search(
              "query).")] = None,
     overfetch: OverfetchOption = 4,
     per_source_cap: CapOption = 3,
+    lexical_depth: LexicalDepthOption = None,
+    dense_depth: DenseDepthOption = None,
     lexical_only: LexicalOnlyOption = False,
     rerank: Annotated[bool, typer.Option(help="Rerank the pool with a cross-encoder.")] = False,
     rerank_model: Annotated[str, typer.Option(
@@ -450,8 +454,9 @@ def search(
                 rrf_k=rrf_k, weights=None if lexical_weight is None and dense_weight is None
                 else (1.0 if lexical_weight is None else lexical_weight,
                       0.7 if dense_weight is None else dense_weight),
-                overfetch=overfetch,
-                per_source_cap=per_source_cap, trace=trace, statement_timeout_ms=timeout_ms)
+                overfetch=overfetch, per_source_cap=per_source_cap,
+                lexical_depth=lexical_depth, dense_depth=dense_depth, trace=trace,
+                statement_timeout_ms=timeout_ms)
         funnel.close()
     if json_out:
         emit_json({"query": query, "notices": response.notices,

@@ -90,6 +90,8 @@ def test_a_negative_weight_is_a_usage_error_naming_the_flag(flag: str) -> None:
     ("search", ["--lexical-weight", "0", "--dense-weight", "0"],
      "--lexical-weight / --dense-weight: must be two non-negative numbers"),
     ("explain", ["--overfetch", "0"], "--overfetch: must be between 1 and 100"),
+    ("search", ["--lexical-depth", "0"], "--lexical-depth: must be between 1 and 10000"),
+    ("explain", ["--dense-depth", "20000"], "--dense-depth: must be between 1 and 10000"),
     ("search", ["--tenant", ""], "--tenant: must be a non-empty string or left out, got ''"),
 ])
 def test_a_bad_search_option_is_named_by_its_flag(sample_db: str, command: str,
@@ -104,3 +106,21 @@ def test_a_bad_search_option_is_named_by_its_flag(sample_db: str, command: str,
                                    "--dsn", sample_db], env={"COLUMNS": "200"})
     assert res.exit_code == 1, res.output
     assert f"error: {said}" in res.output, res.output
+
+
+def test_the_leg_depths_explain_advises_are_options(sample_db: str) -> None:
+    import json
+
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    res = CliRunner().invoke(app, ["search", "refund monthly plan", "--lexical-only", "--json",
+                                   "--lexical-depth", "3", "-k", "10", "--dsn", sample_db])
+    assert res.exit_code == 0, res.output
+    ranks = [r["lexical_rank"] for r in json.loads(res.stdout)["results"]]
+    assert ranks and max(ranks) <= 3
+    res = CliRunner().invoke(app, ["explain", "refund monthly plan", "refunds-annual#0",
+                                   "--lexical-only", "--lexical-depth", "1", "--json",
+                                   "--dsn", sample_db])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)[0]["lexical_depth"] == 1
