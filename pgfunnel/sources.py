@@ -226,6 +226,9 @@ def record_from_dict(obj: Any, where: str) -> DocumentRecord:
             and not isinstance(obj.get("_id"), bool):
         # a BEIR corpus line ({"_id": ..., "title": ..., "text": ...}) as it comes
         citekey = str(obj["_id"])
+    if citekey is not None and not isinstance(citekey, str):
+        raise InvalidDocumentError(f"{where}: 'citekey' must be a string, got "
+                                   f"{type(citekey).__name__} {citekey!r}")
     if not isinstance(citekey, str) or not citekey.strip():
         raise InvalidDocumentError(f"{where}: missing or empty 'citekey'")
     text = obj.get("text")
@@ -291,6 +294,13 @@ def read_path(path: Path, root: Path | None = None,
     as a redirect) is skipped with an :class:`EmptyFileWarning`; given by itself, it is
     an error.
     """
+    for _, rec in _read_path_records(path, root, exclude):
+        yield rec
+
+
+def _read_path_records(path: Path, root: Path | None,
+                       exclude: Sequence[str]) -> Iterator[tuple[Path, DocumentRecord]]:
+    """read_path's records, each with the file it came from."""
     if path.is_dir():
         base = root if root is not None else path
         files = sorted(p for p in path.rglob("*")
@@ -312,9 +322,10 @@ def read_path(path: Path, root: Path | None = None,
             files = [p for p in files if p not in left_out]
         readable = [(p, _citekey(p, base)) for p in files
                     if p.suffix.lower() in SUPPORTED_SUFFIXES]
-        _refuse_shared_citekeys(readable)
+        _refuse_shared_citekeys(readable, path)
         for child, citekey in readable:
-            yield from _read_file(child, citekey, in_folder=True)
+            for rec in _read_file(child, citekey, in_folder=True):
+                yield child, rec
         # said, not silently skipped: a docs folder in a format pgfunnel does not read
         # (.tex, say) would otherwise look like an empty one
         others = Counter(p.suffix.lower() or "(no suffix)" for p in files
@@ -329,10 +340,11 @@ def read_path(path: Path, root: Path | None = None,
                 OtherFilesWarning)
         return
     citekey = _citekey(path, root) if root is not None else path.stem
-    yield from _read_file(path, citekey, in_folder=False)
+    for rec in _read_file(path, citekey, in_folder=False):
+        yield path, rec
 
 
-def _refuse_shared_citekeys(files: Sequence[tuple[Path, str]]) -> None:
+def _refuse_shared_citekeys(files: Sequence[tuple[Path, str]], folder: Path) -> None:
     """Two files (with their citekeys) that differ only in their suffix (a generator's
     ``fs.md`` beside its ``fs.html``) would be one citekey: said before anything is read,
     with the way out."""
@@ -341,9 +353,11 @@ def _refuse_shared_citekeys(files: Sequence[tuple[Path, str]]) -> None:
         if path.suffix.lower() == ".jsonl":
             continue  # its lines carry their own citekeys
         if key in first:
+            # the one file, as --exclude matches it (relative to the folder): a pattern
+            # such as '*.rst' would leave out every other .rst file too
             raise InvalidDocumentError(
-                f"{first[key]} and {path} would both be citekey {key!r}: leave one kind out, "
-                f"e.g. --exclude '*{path.suffix}'")
+                f"{first[key]} and {path} would both be citekey {key!r}: leave one out, "
+                f"e.g. --exclude '{path.relative_to(folder).as_posix()}'")
         first[key] = path
 
 
@@ -395,12 +409,16 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
         # as UTF-8 whatever the label says (a mislabelled page is the commoner mistake)
         encoding = _declared_html_encoding(data) if suffix in (".html", ".htm") else None
         if encoding is None:
-            raise InvalidDocumentError(f"{path}: not valid UTF-8 ({exc.reason})") from exc
+            raise InvalidDocumentError(
+                f"{path}: not valid UTF-8 (byte {exc.start}: {exc.reason}); convert it to "
+                "UTF-8 (iconv -f latin1 -t utf-8, say), or leave it out with --exclude") from exc
         try:
             raw = data.decode(encoding)
         except UnicodeDecodeError as exc2:
             raise InvalidDocumentError(f"{path}: not valid UTF-8, nor the {encoding} it "
-                                       f"declares ({exc2.reason})") from exc2
+                                       f"declares (byte {exc2.start}: {exc2.reason}); "
+                                       "convert it to UTF-8, or leave it out with "
+                                       "--exclude") from exc2
     raw = raw.removeprefix("\ufeff")
     if suffix == ".jsonl":
         first_line: dict[str, int] = {}
@@ -511,8 +529,24 @@ class OtherFilesWarning(UserWarning):
 
 def read_paths(paths: Iterable[Path], exclude: Sequence[str] = (),
                root: Path | None = None) -> Iterator[DocumentRecord]:
+    """The documents of several files and folders (read_path each). A path given twice is
+    read once; two sources of one citekey (a JSONL line and a file, two folders read
+    without a common root) are an error naming both, before the second is ingested."""
+    read: set[Path] = set()
+    origin: dict[str, Path] = {}
     for p in paths:
-        yield from read_path(Path(p), root=root, exclude=exclude)
+        resolved = Path(p).resolve()
+        if resolved in read:
+            continue
+        read.add(resolved)
+        for source, rec in _read_path_records(Path(p), root, exclude):
+            first = origin.setdefault(rec.citekey, source)
+            if first != source:
+                raise InvalidDocumentError(
+                    f"{first} and {source} both give citekey {rec.citekey!r}: ingest them "
+                    "into separate collections, give --root so that files' citekeys are "
+                    "their paths, or leave one out")
+            yield rec
 
 
 _HEADING = re.compile(r"^(#{1,6})\s+(.*\S)\s*$")

@@ -120,6 +120,7 @@ def test_markdown_folder_ingest(conn: psycopg.Connection[Any], tmp_path: Path,
 
 @pytest.mark.parametrize("bad, message", [
     ({"title": "x", "text": "y"}, "citekey"),
+    ({"citekey": 5, "text": "y"}, "'citekey' must be a string, got int 5"),
     ({"citekey": "a", "title": "x"}, "text"),
     ({"citekey": "a", "text": "  "}, "text"),
     ({"citekey": "a", "text": "t", "readers": "alice"}, "readers"),
@@ -1214,3 +1215,17 @@ def test_cli_reingest_loads_no_model_when_no_chunk_needs_a_vector(db: str,
     assert third.startswith("model loaded 0") and "1 embedded" in third, third
     with psycopg.connect(db) as check:
         assert check.execute("select count(*) from pgfunnel.embedding").fetchone() == (2,)
+
+
+def test_two_sources_of_one_citekey_are_named_and_one_path_twice_is_read_once(
+        tmp_path: Path) -> None:
+    from pgfunnel.sources import read_paths
+
+    (tmp_path / "r.rst").write_text("Title\n=====\n\nA page.\n")
+    (tmp_path / "lines.jsonl").write_text('{"citekey": "r", "text": "a line"}\n')
+    (tmp_path / "a.md").write_text("# A\n\ntext\n")
+    with pytest.raises(InvalidDocumentError, match=r"lines.jsonl and .*r.rst both give "
+                                                  r"citekey 'r'"):
+        list(read_paths([tmp_path / "lines.jsonl", tmp_path / "r.rst"]))
+    one = tmp_path / "a.md"
+    assert [d.citekey for d in read_paths([one, one, tmp_path / "." / "a.md"])] == ["a"]
