@@ -979,6 +979,17 @@ class Ingester:
         reads.
         """
         _check_ingest_arguments(records, vectors)
+        if self.private:
+            # private is a collection's setting, made when it is created: documents
+            # without readers asked to be private would go in public, unsaid
+            row = self.conn.execute("select private from pgfunnel.collection where name = %s",
+                                    (self.collection,)).fetchone()
+            if row is not None and not row[0]:
+                raise ConfigError(
+                    "private", f"collection {self.collection!r} exists and is public, and "
+                    "private applies when a collection is created (its documents without "
+                    "readers would be public); give the documents readers, or ingest them "
+                    "into a new collection")
         if vectors:
             coll = collection_id(self.conn, self.collection)
             version = None if coll is None else active_version(self.conn, coll)

@@ -1229,3 +1229,32 @@ def test_two_sources_of_one_citekey_are_named_and_one_path_twice_is_read_once(
         list(read_paths([tmp_path / "lines.jsonl", tmp_path / "r.rst"]))
     one = tmp_path / "a.md"
     assert [d.citekey for d in read_paths([one, one, tmp_path / "." / "a.md"])] == ["a"]
+
+
+def test_private_on_an_existing_public_collection_is_refused(
+        conn: psycopg.Connection[Any], tmp_path: Path, embedder: Any) -> None:
+    """Documents without readers asked to be private would have gone into the public
+    collection, visible to every reader."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.errors import ConfigError
+
+    docs = [DocumentRecord("open", "an open document")]
+    Ingester(conn, "pub", embedder=embedder).ingest(docs, vectors=_random_vectors(docs))
+    secret = [DocumentRecord("secret", "a document meant for nobody")]
+    with pytest.raises(ConfigError, match="^private: collection 'pub' exists and is public"):
+        Ingester(conn, "pub", embedder=embedder, private=True).ingest(
+            secret, vectors=_random_vectors(secret))
+    (tmp_path / "secret.md").write_text("# Secret\n\nmeant for nobody\n")
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path / "secret.md"), "-c", "pub",
+                                   "--private", "--dsn", conn.info.dsn],
+                             env={"COLUMNS": "300"})
+    assert res.exit_code == 1 and "error: --private: collection" in res.output, res.output
+    assert conn.execute("select count(*) from pgfunnel.document where citekey = 'secret'"
+                        ).fetchone() == (0,)
+    # a private collection takes more of its kind
+    Ingester(conn, "priv", embedder=embedder, private=True).ingest(
+        secret, vectors=_random_vectors(secret))
+    Ingester(conn, "priv", embedder=embedder, private=True).ingest(
+        docs, vectors=_random_vectors(docs))
