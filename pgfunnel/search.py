@@ -459,6 +459,22 @@ class Funnel:
                                 "index version (run `pgfunnel ingest`)")
         return str(row[0]), int(row[1])
 
+    def _check_params(self, conn: psycopg.Connection[Any], query: str, p: SearchParams) -> None:
+        """The search's parameter values, checked by the function the search checks them
+        with (``pgfunnel._check_funnel_params``), and the collection it searches."""
+        args = p.sql_args()
+        try:
+            with own_transaction(conn):
+                conn.execute(
+                    "select pgfunnel._check_funnel_params(%(query_text)s, %(k)s, "
+                    "%(principals)s, %(overfetch)s, %(per_source_cap)s, %(metadata_filter)s, "
+                    "%(fusion)s, %(rrf_k)s, %(weights)s, %(lexical_depth)s, %(dense_depth)s, "
+                    "%(ef_search)s, %(k1)s, %(b)s, coalesce(%(as_of)s, now()))",
+                    {**args, "query_text": query, "as_of": p.as_of})
+        except psycopg.Error as exc:
+            raise translate(exc) from exc
+        self._active_dimensions(conn, p.collection)
+
     def active_model(self, collection: str | None = None) -> tuple[str, int]:
         """(embedding model, dimensions) of the collection's active index version: what a
         query vector passed to ``funnel_search`` must be embedded with."""
@@ -578,6 +594,10 @@ class Funnel:
                 vector = check_vector(query_embedding)
             elif query is not None and query.strip() and not _dense_weight_zero(p):
                 loading = self._embedder is None
+                if loading and self._embedder_spec is not None:
+                    # the search checks its values too, but only after the model has
+                    # loaded (seconds on a CPU): a bad one is told before that
+                    self._check_params(conn, query, p)
                 emb = self.embedder_for(conn, p.collection)
                 if emb is not None:
                     if loading:

@@ -53,6 +53,66 @@ begin
 end
 $$;
 
+-- every search parameter's value, checked as a search checks it (true, or an error naming
+-- the parameter); the API runs it before the model loads on the first search, so a bad
+-- value is not told only seconds later
+create or replace function pgfunnel._check_funnel_params(
+    query_text text, k integer, principals text[], overfetch integer, per_source_cap integer,
+    metadata_filter jsonb, fusion text, rrf_k double precision, weights double precision[],
+    lexical_depth integer, dense_depth integer, ef_search integer,
+    k1 double precision, b double precision, as_of timestamptz)
+returns boolean
+language plpgsql immutable
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+begin
+    perform pgfunnel._check_search_params(k, principals, overfetch, per_source_cap,
+                                          metadata_filter);
+    if length(query_text) > 10000 then
+        perform pgfunnel._bad_parameter('query_text',
+            format('is %s characters long; the limit is 10000', length(query_text)));
+    end if;
+    if fusion is null or fusion not in ('rrf', 'minmax', 'zscore') then
+        perform pgfunnel._bad_parameter('fusion',
+            format('unknown fusion %L (use rrf, minmax or zscore)', fusion));
+    end if;
+    -- NaN sorts above every number in Postgres, so it passes `> 0` and is named here
+    if rrf_k is null or not (rrf_k > 0) or rrf_k in ('Infinity'::float8, 'NaN'::float8) then
+        perform pgfunnel._bad_parameter('rrf_k', format('must be a positive number, got %s', coalesce(rrf_k::text, 'NULL')));
+    end if;
+    -- NULL picks the defaults (_default_weights), which pass
+    if weights is not null and (cardinality(weights) <> 2 or array_ndims(weights) <> 1
+       or not coalesce(weights[1] >= 0 and weights[2] >= 0
+                       -- weights are relative; far beyond this a weighted score overflows
+                       and weights[1] <= 1e6 and weights[2] <= 1e6
+                       and weights[1] + weights[2] > 0, false)) then
+        perform pgfunnel._bad_parameter('weights',
+            format('must be two non-negative numbers up to 1e6 {lexical,dense}, not both zero; got %s',
+                   coalesce(weights::text, 'NULL')));
+    end if;
+    if k1 is null or not (k1 >= 0) or k1 > 100 then
+        perform pgfunnel._bad_parameter('k1', format('must be between 0 and 100, got %s', coalesce(k1::text, 'NULL')));
+    end if;
+    if b is null or not (b >= 0 and b <= 1) then
+        perform pgfunnel._bad_parameter('b', format('must be between 0 and 1, got %s', coalesce(b::text, 'NULL')));
+    end if;
+    if ef_search is null or ef_search < 1 or ef_search > 1000 then
+        perform pgfunnel._bad_parameter('ef_search', format('must be between 1 and 1000, got %s', coalesce(ef_search::text, 'NULL')));
+    end if;
+    if as_of is null then
+        perform pgfunnel._bad_parameter('as_of', 'must not be NULL');
+    end if;
+    if lexical_depth < 1 or lexical_depth > 10000 then
+        perform pgfunnel._bad_parameter('lexical_depth', format('must be between 1 and 10000, got %s', lexical_depth));
+    end if;
+    if dense_depth < 1 or dense_depth > 10000 then
+        perform pgfunnel._bad_parameter('dense_depth', format('must be between 1 and 10000, got %s', dense_depth));
+    end if;
+    return true;
+end
+$$;
+
 -- both legs, fused: the pool of k * overfetch chunks as arrays in fused order, with
 -- every per-leg rank and score and each chunk's document. Stable, so both legs read one
 -- snapshot.
@@ -168,6 +228,7 @@ declare
     d_mu double precision;
     d_sd double precision;
     all_visible boolean;
+    checked boolean;
     lexical_on boolean;
     dense_on boolean;
     run_lexical boolean;
@@ -177,47 +238,16 @@ declare
     prev_sources integer := -1;
     widened integer := 0;
 begin
-    perform pgfunnel._check_search_params(k, principals, overfetch, per_source_cap,
-                                              metadata_filter);
+    checked := pgfunnel._check_funnel_params(query_text, k, principals, overfetch, per_source_cap,
+                                             metadata_filter, fusion, rrf_k, weights,
+                                             lexical_depth, dense_depth, ef_search, k1, b,
+                                             as_of);
     if query_text is null and query_embedding is null then
         perform pgfunnel._bad_parameter('query_text',
             'query_text and query_embedding are both NULL; give at least one');
     end if;
-    if length(query_text) > 10000 then
-        perform pgfunnel._bad_parameter('query_text',
-            format('is %s characters long; the limit is 10000', length(query_text)));
-    end if;
-    if fusion is null or fusion not in ('rrf', 'minmax', 'zscore') then
-        perform pgfunnel._bad_parameter('fusion',
-            format('unknown fusion %L (use rrf, minmax or zscore)', fusion));
-    end if;
-    -- NaN sorts above every number in Postgres, so it passes `> 0` and is named here
-    if rrf_k is null or not (rrf_k > 0) or rrf_k in ('Infinity'::float8, 'NaN'::float8) then
-        perform pgfunnel._bad_parameter('rrf_k', format('must be a positive number, got %s', coalesce(rrf_k::text, 'NULL')));
-    end if;
-    if fusion is not null and weights is null then
+    if weights is null then
         weights := pgfunnel._default_weights(query_text, fusion);
-    end if;
-    if weights is null or cardinality(weights) <> 2 or array_ndims(weights) <> 1
-       or not coalesce(weights[1] >= 0 and weights[2] >= 0
-                       -- weights are relative; far beyond this a weighted score overflows
-                       and weights[1] <= 1e6 and weights[2] <= 1e6
-                       and weights[1] + weights[2] > 0, false) then
-        perform pgfunnel._bad_parameter('weights',
-            format('must be two non-negative numbers up to 1e6 {lexical,dense}, not both zero; got %s',
-                   coalesce(weights::text, 'NULL')));
-    end if;
-    if k1 is null or not (k1 >= 0) or k1 > 100 then
-        perform pgfunnel._bad_parameter('k1', format('must be between 0 and 100, got %s', coalesce(k1::text, 'NULL')));
-    end if;
-    if b is null or not (b >= 0 and b <= 1) then
-        perform pgfunnel._bad_parameter('b', format('must be between 0 and 1, got %s', coalesce(b::text, 'NULL')));
-    end if;
-    if ef_search is null or ef_search < 1 or ef_search > 1000 then
-        perform pgfunnel._bad_parameter('ef_search', format('must be between 1 and 1000, got %s', coalesce(ef_search::text, 'NULL')));
-    end if;
-    if as_of is null then
-        perform pgfunnel._bad_parameter('as_of', 'must not be NULL');
     end if;
     -- A leg with weight 0 has no vote: its rows could only fill the pool behind the
     -- others at a fused score of 0, in chunk-id order, so it is not run (`{1,0}` is the
@@ -237,12 +267,6 @@ begin
     -- 11 is a pool of 11,000 that two legs of 10,000 still fill)
     lex_depth := coalesce(lexical_depth, least(greatest(pool_size, 40), 10000));
     den_depth := coalesce(dense_depth, least(greatest(pool_size, 40), 10000));
-    if lex_depth < 1 or lex_depth > 10000 then
-        perform pgfunnel._bad_parameter('lexical_depth', format('must be between 1 and 10000, got %s', lex_depth));
-    end if;
-    if den_depth < 1 or den_depth > 10000 then
-        perform pgfunnel._bad_parameter('dense_depth', format('must be between 1 and 10000, got %s', den_depth));
-    end if;
 
     select c.id, v.id, v.dimensions, v.analyzer, v.chunk_count
       into coll_id, version_id, dims, analyzer_name, n_chunks

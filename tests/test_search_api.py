@@ -672,3 +672,19 @@ def test_a_dense_weight_of_zero_needs_no_query_embedding(sample_db: str) -> None
         assert lexical.results and all(r.dense_rank is None for r in lexical.results)
         assert [r.lexical_rank for r in lexical.results] == sorted(
             r.lexical_rank for r in lexical.results)
+
+
+def test_a_bad_value_is_told_before_the_model_loads(sample_db: str) -> None:
+    from pgfunnel.errors import ConfigError, NotFoundError
+
+    with Funnel(sample_db) as f:
+        for kw, param in (({"k": 0}, "k"), ({"fusion": "bogus"}, "fusion"),
+                          ({"rrf_k": 0}, "rrf_k"), ({"weights": [0, 0]}, "weights"),
+                          ({"lexical_depth": 0}, "lexical_depth"), ({"b": 2}, "b")):
+            with pytest.raises(ConfigError, match=f"^{param}: "):
+                f.search("refund", **kw)
+        with pytest.raises(NotFoundError, match="'nosuch'"):
+            f.search("refund", collection="nosuch")
+        # nothing above needed the model, and it was not loaded
+        assert f._embedder is None
+        assert f.search("refund", k=3).results and f._embedder is not None
