@@ -34,6 +34,45 @@ def resolve_model_path(model: str) -> str:
     return model
 
 
+def hub_unreachable(model: str) -> str | None:
+    """Why a model id that is neither a local directory nor in the local Hugging Face cache
+    cannot be fetched now (the model hub cannot be reached), or None. The loaders retry
+    their downloads for about a minute before they give up; one request says the same at
+    once. None also when the hub answers, whatever it answers: the loader then says what
+    is wrong with the id."""
+    if Path(model).expanduser().exists() or os.environ.get("HF_HUB_OFFLINE") == "1":
+        return None
+    try:
+        from huggingface_hub import model_info, try_to_load_from_cache
+    except ImportError:  # pragma: no cover - both come with sentence-transformers
+        return None
+    try:
+        if isinstance(try_to_load_from_cache(model, "config.json"), str):
+            return None
+    except Exception:  # noqa: BLE001 - an id the cache cannot name: the loader says why
+        return None
+    try:
+        model_info(model, timeout=10)
+    except Exception as exc:  # noqa: BLE001 - sorted out below
+        if not _no_connection(exc):
+            # the hub answered (not found, gated): the loader says what is wrong
+            return None
+        return (f"it is not a local directory nor in the local Hugging Face cache, and the "
+                f"model hub cannot be reached ({type(exc).__name__}: {exc}); put the model "
+                "in the cache or a local directory, or set HF_HUB_OFFLINE=1 so that a missing "
+                "model fails at once")
+    return None
+
+
+def _no_connection(exc: BaseException) -> bool:
+    """Whether a request failed for want of a connection (no route, no name, a timeout)
+    rather than with an answer. By class name: huggingface_hub's HTTP client is httpx or
+    requests, or a vendored copy of either, depending on its version."""
+    names = {c.__name__ for c in type(exc).__mro__}
+    return bool(names & {"TransportError", "ConnectionError", "Timeout"}) or isinstance(
+        exc, (ConnectionError, TimeoutError, OSError)) and not names & {"HTTPError"}
+
+
 def pick_device(device: str = "auto") -> str:
     if device != "auto":
         return device
@@ -59,6 +98,8 @@ class Embedder:
         self.device = pick_device(device)
         path = resolve_model_path(model)
         local_only = not Path(path).exists() and os.environ.get("HF_HUB_OFFLINE") == "1"
+        if (unreachable := hub_unreachable(path)) is not None:
+            raise ModelLoadError("embedding_model", model, unreachable)
         try:
             from sentence_transformers import SentenceTransformer
 

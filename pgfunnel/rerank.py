@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pgfunnel.embedder import BUNDLED_ALIASES, quiet_local_loading
+from pgfunnel.embedder import BUNDLED_ALIASES, hub_unreachable, quiet_local_loading
 from pgfunnel.errors import (
     ConfigError,
     InvalidInputError,
@@ -302,6 +302,8 @@ class Reranker:
                 f"{self.model_name!r} is pgfunnel's embedding model (a bi-encoder), not a "
                 "cross-encoder; pass a cross-encoder such as "
                 "cross-encoder/ms-marco-MiniLM-L6-v2, or a local directory of one")
+        if not self.local_files_only and (unreachable := hub_unreachable(self.model_name)):
+            raise self._failure(unreachable)
         try:
             from sentence_transformers import CrossEncoder
 

@@ -352,3 +352,36 @@ def test_checked_ranking_accepts_a_permutation() -> None:
 def test_checked_ranking_refuses_what_it_cannot_trust(rows: Any, match: str) -> None:
     with pytest.raises(RerankError, match=match):
         checked_ranking(rows, 2)
+
+
+def test_a_model_the_hub_cannot_send_fails_at_once_naming_the_way_out() -> None:
+    """Offline, a hub id that is not in the cache used to retry its downloads for about a
+    minute before failing; one request to the hub says the same at once. The hub here is
+    an address that refuses connections."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env["HF_ENDPOINT"] = "http://127.0.0.1:9"
+    code = ("from pgfunnel.errors import ModelLoadError\n"
+            "from pgfunnel.rerank import Reranker\n"
+            "from pgfunnel.embedder import Embedder\n"
+            "for load, setting in ((lambda: Reranker('pgfunnel-test/not-cached', device='cpu'),"
+            " 'rerank_model'), (lambda: Embedder('pgfunnel-test/not-cached'), "
+            "'embedding_model')):\n"
+            "    try:\n"
+            "        load()\n"
+            "    except ModelLoadError as exc:\n"
+            "        assert exc.setting == setting, exc\n"
+            "        print(exc)\n")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 2, done.stdout
+    for line in lines:
+        assert "model hub cannot be reached" in line and "HF_HUB_OFFLINE=1" in line, line
+    # no download was attempted, so none was retried
+    assert "Retrying" not in done.stderr, done.stderr
