@@ -54,7 +54,8 @@ def resolve_target(conn: psycopg.Connection[Any], target: str, collection: str) 
     caller cannot see, so this lookup tells nothing more than explain() itself would.
     """
     if target.isdigit():
-        return int(target)
+        # past bigint no chunk can have it; sent as numeric, it matched no function
+        return int(target) if int(target) < 2**63 else None
     m = _TARGET.match(target)
     if m is None:
         raise ConfigError("chunk", f"{target!r} is neither a chunk id nor CITEKEY#ORDINAL")

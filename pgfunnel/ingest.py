@@ -502,6 +502,10 @@ def check_collection_name(name: object) -> None:
                           f"got {len(name)}")
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
         raise ConfigError("collection", f"must not hold control characters, got {name!r}")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigError("collection", f"is not valid UTF-8 ({exc.reason}): {name!r}") from None
 
 
 def get_or_create_collection(conn: psycopg.Connection[Any], name: str, *, private: bool = False,
@@ -936,6 +940,8 @@ class Ingester:
         self._embed_queued = 0
         self._unchanged_given: list[str] = []
         self._rechunked = 0
+        # before the lookup: a NUL in it failed there with the driver's error
+        check_collection_name(collection)
         cid = collection_id(conn, collection)
         if cid is None:
             check_collection_name(collection)  # before a model loads or a file is read
@@ -1519,12 +1525,23 @@ def checked_records(records: Iterable[DocumentRecord]) -> Iterator[DocumentRecor
     """The records, each checked as an ingest checks it before its batch is written: the
     checks a JSONL line gets (a DocumentRecord built in Python included: a None reader
     used to surface as a TypeError), and a citekey given twice."""
-    seen: set[str] = set()
+    seen: dict[str, int] = {}
     for rec in records:
-        check_record(rec, f"document {len(seen) + 1} (citekey {rec.citekey!r})")
+        n = len(seen) + 1
+        if not isinstance(rec, DocumentRecord):
+            raise InvalidInputError(
+                f"document {n}: expected a pgfunnel.sources.DocumentRecord, got "
+                f"{type(rec).__name__} (pgfunnel.sources.record_from_dict reads a dict as "
+                "a JSONL line is read)")
+        check_record(rec, f"document {n} (citekey {rec.citekey!r})")
         if rec.citekey in seen:
-            raise InvalidInputError(f"citekey {rec.citekey!r} appears twice in this ingest")
-        seen.add(rec.citekey)
+            # checked as the records stream in, batch by batch: say what is already in
+            raise InvalidInputError(
+                f"citekey {rec.citekey!r} appears twice in this ingest (documents "
+                f"{seen[rec.citekey]} and {n}); each batch is written in a transaction of "
+                "its own, so batches that were complete before document "
+                f"{n} stay written")
+        seen[rec.citekey] = n
         yield rec
 
 

@@ -71,6 +71,32 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
 
 
+#: the range of the SQL functions' integer arguments
+_INT32 = (-2_147_483_648, 2_147_483_647)
+
+
+def _check_sql_text(name: str, value: str) -> None:
+    """Text Postgres cannot hold (a NUL byte, a lone surrogate), named by its parameter
+    before it reaches the driver, whose errors name neither."""
+    if "\x00" in value:
+        raise ConfigError(name, f"contains a NUL byte, which Postgres text cannot hold: {value!r}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigError(name, f"is not valid UTF-8 ({exc.reason}): {value!r}") from None
+
+
+def _holds_nul(value: Any) -> bool:
+    """Whether a JSON-like value holds a NUL in any string, key or value."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, Mapping):
+        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(_holds_nul(v) for v in value)
+    return False
+
+
 def _checked(name: str, value: Any) -> Any:
     """A value of the wrong type would reach Postgres as an argument no function takes
     (a float k), which reads as a missing schema; name the parameter instead. Numpy
@@ -78,6 +104,11 @@ def _checked(name: str, value: Any) -> Any:
     if name in _INT_PARAMS or (name in _OPTIONAL_INT_PARAMS and value is not None):
         if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
             raise ConfigError(name, f"must be an integer, got {type(value).__name__} {value!r}")
+        if not _INT32[0] <= int(value) <= _INT32[1] and name != "statement_timeout_ms":
+            # psycopg would send it as a bigint, and the call would match no function
+            # (the timeout's own check, in build, says more)
+            raise ConfigError(name, f"must be at most {_INT32[1]:,} (a 32-bit integer), got "
+                                    f"{int(value):,}")
         return int(value)
     if name in _FLOAT_PARAMS:
         if not _is_number(value):
@@ -91,6 +122,7 @@ def _checked(name: str, value: Any) -> Any:
             # ingest refuses "" for a tenant or language: no document has it, so nothing
             # would match
             raise ConfigError(name, "must be a non-empty string or None, got ''")
+        _check_sql_text(name, value)
     elif name == "trace" and not isinstance(value, bool):
         raise ConfigError(name, f"must be True or False, got {value!r}")
     return value
@@ -121,6 +153,8 @@ def check_principals(value: Any) -> tuple[str, ...]:
     if not all(isinstance(x, str) for x in items):
         # str() would turn b"alice" into "b'alice'", a principal no document names
         raise ConfigError("principals", f"must hold only strings, got {items!r}")
+    for item in items:
+        _check_sql_text("principals", item)
     return tuple(items)
 
 
@@ -166,9 +200,15 @@ class SearchParams:
                               f"must be a mapping (a JSON object) or None, got {type(mf).__name__}")
         if mf is not None:
             try:
-                json.dumps(mf, allow_nan=False)
+                as_json = json.dumps(mf, allow_nan=False, ensure_ascii=False)
             except (TypeError, ValueError) as exc:
                 raise ConfigError("metadata_filter", f"is not JSON ({exc})") from None
+            # jsonb holds no NUL (\u0000) and no lone surrogate; no document's metadata
+            # has one (ingest refuses them), so the filter could match nothing
+            _check_sql_text("metadata_filter", as_json)
+            if _holds_nul(mf):
+                raise ConfigError("metadata_filter", "contains a NUL character (\\u0000), "
+                                                     f"which jsonb cannot hold: {mf!r}")
         as_of = kwargs.get("as_of")
         if as_of is not None and not isinstance(as_of, (dt.datetime, dt.date)):
             raise ConfigError("as_of", f"must be a datetime or None, got "

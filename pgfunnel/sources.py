@@ -156,6 +156,12 @@ def _parse_time(value: Any, name: str, where: str) -> dt.datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
+#: the most UTF-8 bytes of a citekey, tenant, language or reader: each is a key of a
+#: document index (btree or GIN), whose entries Postgres limits to about 2.7 kB; a longer
+#: one failed the whole batch with the index's error, naming neither document nor field
+MAX_KEY_BYTES = 1000
+
+
 def _check_text(value: str, name: str, where: str) -> None:
     if "\x00" in value:
         raise InvalidDocumentError(f"{where}: {name} contains a NUL byte")
@@ -209,12 +215,22 @@ def check_record(rec: DocumentRecord, where: str) -> None:
     for name in ("valid_from", "valid_to"):
         if getattr(rec, name) is not None and not isinstance(getattr(rec, name), dt.datetime):
             raise InvalidDocumentError(f"{where}: '{name}' must be a datetime or null")
-    if rec.valid_from and rec.valid_to and rec.valid_to <= rec.valid_from:
-        raise InvalidDocumentError(f"{where}: valid_to must be after valid_from")
+    if rec.valid_from and rec.valid_to:
+        if (rec.valid_from.tzinfo is None) != (rec.valid_to.tzinfo is None):
+            # Python cannot order them, and Postgres reads the naive one in the server's
+            # time zone, so which comes first depends on where it runs
+            raise InvalidDocumentError(f"{where}: valid_from and valid_to must both have a "
+                                       "time zone or both have none")
+        if rec.valid_to <= rec.valid_from:
+            raise InvalidDocumentError(f"{where}: valid_to must be after valid_from")
     for name, value in (("citekey", rec.citekey), ("text", rec.text), ("title", rec.title),
                         ("tenant", rec.tenant or ""), ("language", rec.language or ""),
                         *(("readers", r) for r in rec.readers)):
         _check_text(value, name, where)
+        if name not in ("text", "title") and len(value.encode("utf-8")) > MAX_KEY_BYTES:
+            raise InvalidDocumentError(
+                f"{where}: {name} is {len(value.encode('utf-8')):,} bytes long; the limit is "
+                f"{MAX_KEY_BYTES:,} (it is a key of a document index): {value[:40]!r}...")
 
 
 def record_from_dict(obj: Any, where: str) -> DocumentRecord:

@@ -419,6 +419,8 @@ def test_explain_python_and_cli(db: str, conn: psycopg.Connection[Any], corpus: 
             explain(f, "zephyr section", 1.5, k=3)  # type: ignore[arg-type]
         missing = explain(f, "zephyr", "nope#0")
         assert missing.verdict == "filtered out or does not exist"
+        # an id past bigint is one no chunk has (it matched no function before)
+        assert explain(f, "zephyr", "9" * 20).verdict == "filtered out or does not exist"
         assert missing.reason.startswith("chunk nope#0 does not exist")
         assert "-1" not in missing.reason
         # a citekey hidden from the caller answers exactly as one that does not exist

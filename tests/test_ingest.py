@@ -13,7 +13,12 @@ import numpy as np
 import psycopg
 import pytest
 
-from pgfunnel.errors import InvalidDocumentError, InvalidInputError, InvalidVectorError
+from pgfunnel.errors import (
+    ConfigError,
+    InvalidDocumentError,
+    InvalidInputError,
+    InvalidVectorError,
+)
 from pgfunnel.ingest import Ingester, delete_documents, get_or_create_collection
 from pgfunnel.sources import DocumentRecord, _table_header, chunk_text, read_path
 
@@ -193,9 +198,15 @@ def test_failure_mid_batch_leaves_no_partial_document(conn: psycopg.Connection[A
 
 def test_duplicate_citekey_in_one_ingest_is_refused(conn: psycopg.Connection[Any]) -> None:
     recs = [DocumentRecord("same", "one"), DocumentRecord("same", "two")]
-    with pytest.raises(InvalidInputError, match="twice"):
+    with pytest.raises(InvalidInputError, match=r"twice in this ingest \(documents 1 and 2\)"):
         Ingester(conn, "c").ingest(recs, vectors=_random_vectors(recs))
     assert _counts(conn) == (0, 0, 0, 0)
+    with pytest.raises(InvalidInputError, match="document 1: expected a pgfunnel.sources."
+                                                "DocumentRecord, got dict"):
+        Ingester(conn, "c").ingest([{"citekey": "a", "text": "t"}])  # type: ignore[list-item]
+    for name in ("a\x00b", "de\ud800"):
+        with pytest.raises(ConfigError, match="^collection: "):
+            Ingester(conn, name)
 
 
 BAD_RECORDS = [
@@ -219,6 +230,14 @@ BAD_RECORDS = [
     (DocumentRecord("k", "text", valid_from=dt.datetime(2030, 1, 1, tzinfo=dt.UTC),
                     valid_to=dt.datetime(2020, 1, 1, tzinfo=dt.UTC)),
      "valid_to must be after valid_from"),
+    (DocumentRecord("k", "text", valid_from=dt.datetime(2020, 1, 1),
+                    valid_to=dt.datetime(2021, 1, 1, tzinfo=dt.UTC)),
+     "valid_from and valid_to must both have a time zone or both have none"),
+    # keys of document indexes: longer ones failed the batch with the index's error
+    (DocumentRecord("k" * 1001, "text"), "citekey is 1,001 bytes long; the limit is 1,000"),
+    (DocumentRecord("k", "text", tenant="t" * 600 + "é" * 201),
+     "tenant is 1,002 bytes long"),
+    (DocumentRecord("k", "text", readers=["ok", "r" * 3000]), "readers is 3,000 bytes long"),
 ]
 
 

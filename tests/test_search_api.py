@@ -688,3 +688,22 @@ def test_a_bad_value_is_told_before_the_model_loads(sample_db: str) -> None:
         # nothing above needed the model, and it was not loaded
         assert f._embedder is None
         assert f.search("refund", k=3).results and f._embedder is not None
+
+
+def test_values_the_driver_or_sql_cannot_take_are_named_before_any_sql(
+        sample_db: str) -> None:
+    from pgfunnel.errors import ConfigError
+
+    with Funnel(sample_db, embedder=None) as f:
+        for kw, param in (({"tenant": "a\ud800"}, "tenant"), ({"collection": "d\ud800"},
+                                                              "collection"),
+                          ({"principals": ["\udcff"]}, "principals"),
+                          ({"language": "e\x00n"}, "language"),
+                          ({"principals": ["a\x00"]}, "principals"),
+                          ({"metadata_filter": {"a": "b\x00"}}, "metadata_filter"),
+                          ({"metadata_filter": {"a": ["\ud800"]}}, "metadata_filter"),
+                          # beyond int32 the call used to match no function and say so
+                          ({"per_source_cap": 2**35}, "per_source_cap"),
+                          ({"k": 2**40}, "k"), ({"lexical_depth": -2**33}, "lexical_depth")):
+            with pytest.raises(ConfigError, match=f"^{param}: "):
+                f.search("refund", **kw)
