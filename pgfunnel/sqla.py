@@ -22,7 +22,7 @@ Vectors go through pgvector's SQLAlchemy ``Vector`` type.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -51,8 +51,9 @@ from sqlalchemy.sql.selectable import Select, TableValuedAlias
 from sqlalchemy.sql.visitors import InternalTraversal
 from sqlalchemy.types import TypeEngine
 
+from pgfunnel.embedder import check_vector
 from pgfunnel.errors import ConfigError, MissingIdentityError
-from pgfunnel.search import check_principals
+from pgfunnel.search import SearchParams, check_principals, check_query_text
 
 if TYPE_CHECKING:  # greenlet (the web extra) is needed only to use an async engine
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -162,27 +163,33 @@ def funnel_search_tvf(query_text: Any, query_embedding: Any = None, *,
                           f"{', '.join(FUNNEL_SEARCH_PARAMETERS)})")
     if "principals" not in params or params["principals"] is None:
         raise MissingIdentityError("is required; pass [] for public documents only")
-    for key in ("tenant", "language"):
-        if params.get(key) == "":
-            # no document has it, so nothing would match: a caller's mistake, as in Funnel
-            raise ConfigError(key, "must be a non-empty string or None, got ''")
+    # values given as Python values are checked as Funnel.search checks them (types, the
+    # ranges SQL's integers take, text Postgres can hold), and bound as it binds them: a
+    # float k used to be rounded by the driver, "1,2" as weights failed in float()
+    plain = {key: value for key, value in params.items()
+             if not isinstance(value, ClauseElement) and key != "metadata_filter"}
+    checked = SearchParams.build(**plain)
+    if isinstance(params.get("metadata_filter"), Mapping):
+        SearchParams.build(metadata_filter=params["metadata_filter"])
+    if query_text is not None and not isinstance(query_text, ClauseElement):
+        check_query_text(query_text)
     args: list[ColumnElement[Any]] = [named_arg("query_text", _bind("query_text", query_text,
                                                                      Text()))]
     if query_embedding is not None:
         if isinstance(query_embedding, ClauseElement):
             emb: ColumnElement[Any] = query_embedding  # type: ignore[assignment]
         else:
-            values = [float(x) for x in query_embedding]
+            values = [float(x) for x in check_vector(query_embedding)]
             emb = cast(literal(values, Vector(len(values))), Vector(len(values)))
         args.append(named_arg("query_embedding", emb))
     for key, value in params.items():
         if key == "as_of" and value is None:
             # "now", as in Funnel.search: left to the SQL default, which refuses NULL
             continue
-        if key == "principals" and not isinstance(value, ClauseElement):
-            value = list(check_principals(value))
-        if key == "weights" and value is not None and not isinstance(value, ClauseElement):
-            value = [float(w) for w in value]
+        if key in plain:
+            value = getattr(checked, key)
+            if isinstance(value, tuple):
+                value = list(value)
         args.append(named_arg(key, _bind(key, value, FUNNEL_SEARCH_PARAMETERS[key])))
     fn = func.pgfunnel.funnel_search(*args)
     return fn.table_valued(*(column(n, t) for n, t in FUNNEL_SEARCH_COLUMNS), name=name)

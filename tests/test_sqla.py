@@ -176,15 +176,36 @@ def test_orm_delete_of_a_document_keeps_the_index_exact(sample_db: str) -> None:
 
 def test_translate_reads_a_sqlalchemy_wrapped_client_side_error(sample_db: str) -> None:
     # psycopg refuses a NUL before sending anything: no SQLSTATE, only the error's class
+    from sqlalchemy import literal
     from sqlalchemy.exc import DBAPIError
 
     from pgfunnel.errors import InvalidInputError, translate
 
+    # given as a Python str, the tvf refuses it before any statement is built
+    with pytest.raises(InvalidInputError, match="^query_text: contains a NUL"):
+        funnel_search_tvf("ref\x00und", k=3, principals=[])
     engine = engine_from_dsn(sample_db)
     with Session(engine) as session, pytest.raises(DBAPIError) as caught:
-        session.execute(select(funnel_search_tvf("ref\x00und", k=3, principals=[]).c.citekey))
+        # a SQL expression is the caller's own, passed on as it is
+        session.execute(select(funnel_search_tvf(literal("ref\x00und"), k=3,
+                                                 principals=[]).c.citekey))
     engine.dispose()
     assert isinstance(translate(caught.value), InvalidInputError)
+
+
+def test_the_tvf_checks_python_values_as_the_search_api_does() -> None:
+    import numpy as np
+
+    from pgfunnel.errors import ConfigError, InvalidVectorError
+
+    for kw, param in (({"k": 2.6}, "k"), ({"k": "3"}, "k"), ({"weights": "1,2"}, "weights"),
+                      ({"tenant": ""}, "tenant"), ({"per_source_cap": 2**40}, "per_source_cap"),
+                      ({"metadata_filter": {"a": "b\x00"}}, "metadata_filter")):
+        with pytest.raises(ConfigError, match=f"^{param}: "):
+            funnel_search_tvf("refund", principals=[], **kw)
+    for vector in (np.ones((2, 384)), np.full(384, np.nan), np.zeros(384)):
+        with pytest.raises(InvalidVectorError, match="^query_embedding: "):
+            funnel_search_tvf("refund", vector, principals=[])
 
 
 def test_the_tvf_runs_on_an_async_engine(sample_db: str, embedder: Any) -> None:
