@@ -16,6 +16,9 @@ security invoker
 set search_path = pg_catalog, pgfunnel
 as $$
 begin
+    if version_id is null then
+        perform pgfunnel._bad_parameter('version_id', 'must not be NULL');
+    end if;
     select (select count(*) from pgfunnel.chunk c where c.collection_id = v.collection_id),
            (select count(*) from pgfunnel.lexical l where l.index_version_id = v.id),
            (select count(*) from pgfunnel.embedding e where e.index_version_id = v.id),

@@ -143,6 +143,9 @@ def test_activation_catches_up_chunks_ingested_after_the_build(sample_db: str,
         with pytest.raises(psycopg.errors.NoDataFound, match="index version id 999999"), \
                 conn.transaction():
             conn.execute("select * from pgfunnel.version_coverage(999999)")
+        with pytest.raises(psycopg.errors.InvalidParameterValue,
+                           match="^version_id: must not be NULL"), conn.transaction():
+            conn.execute("select * from pgfunnel.version_coverage(null)")
     assert _top(sample_db, "zanzibar quokka", embedder)[0][1] == 1
 
 
