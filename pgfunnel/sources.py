@@ -197,7 +197,15 @@ def check_record(rec: DocumentRecord, where: str) -> None:
     line, a file, or a DocumentRecord built in Python); errors name the place and field."""
     if not isinstance(rec.citekey, str) or not rec.citekey.strip():
         raise InvalidDocumentError(f"{where}: missing or empty 'citekey'")
-    if not isinstance(rec.text, str) or not rec.text.strip():
+    if rec.citekey != rec.citekey.strip():
+        # JSONL lines and files give it stripped: ' a1 ' would be another document than
+        # 'a1', which no re-ingest of that source would replace
+        raise InvalidDocumentError(f"{where}: 'citekey' {rec.citekey!r} has leading or "
+                                   "trailing whitespace")
+    if not isinstance(rec.text, str) or not any(
+            ch.isprintable() and not ch.isspace() for ch in rec.text):
+        # whitespace, or only invisible characters (zero-width spaces, controls): nothing
+        # a search could match or a reader could see
         raise InvalidDocumentError(f"{where}: missing or empty 'text'")
     if not isinstance(rec.title, str):
         raise InvalidDocumentError(f"{where}: 'title' must be a string")

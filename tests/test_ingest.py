@@ -212,6 +212,8 @@ def test_duplicate_citekey_in_one_ingest_is_refused(conn: psycopg.Connection[Any
 BAD_RECORDS = [
     (DocumentRecord("  ", "text"), "missing or empty 'citekey'"),
     (DocumentRecord("k", "   "), "missing or empty 'text'"),
+    (DocumentRecord("k", "\u200b\u200b\x01\n"), "missing or empty 'text'"),
+    (DocumentRecord(" k ", "text"), "'citekey' ' k ' has leading or trailing whitespace"),
     (DocumentRecord("k", "nul\x00byte"), "text contains a NUL byte"),
     (DocumentRecord("k", "text", readers=["alice", None]), "'readers' must be a list"),  # type: ignore[list-item]
     (DocumentRecord("k", "text", readers=[""]), "'readers' must be a list"),
