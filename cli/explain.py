@@ -78,4 +78,7 @@ def explain_command(
                   f"(depth {show(e.dense_depth)}, cosine {show(e.dense_exact_score)})  "
                   f"fused rank {show(e.fused_rank)} of pool {e.pool_size}  "
                   f"final rank {show(e.final_rank)}", highlight=False)
-        out.print(f"  {e.reason}", highlight=False)
+        # the reason names SQL's parameters; here they are this command's options
+        reason = e.reason.replace("lexical_depth", "--lexical-depth") \
+            .replace("dense_depth", "--dense-depth")
+        out.print(f"  {reason}", highlight=False)

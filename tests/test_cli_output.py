@@ -124,3 +124,17 @@ def test_the_leg_depths_explain_advises_are_options(sample_db: str) -> None:
                                    "--dsn", sample_db])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)[0]["lexical_depth"] == 1
+
+
+def test_explain_advises_the_depth_options_by_their_flags(sample_db: str) -> None:
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    # a chunk the lexical leg holds below depth 1
+    res = CliRunner().invoke(app, ["explain", "refund monthly plan", "refunds-annual#0",
+                                   "--lexical-only", "--lexical-depth", "1", "--dsn", sample_db],
+                             env={"COLUMNS": "300"})
+    assert res.exit_code == 0, res.output
+    said = " ".join(res.output.split())
+    assert "in no leg at its depth" in said, said
+    assert "raise --lexical-depth" in said and "lexical_depth" not in said, said
