@@ -25,6 +25,12 @@ begin
         raise exception using errcode = '22004',
             message = 'principals: must not be NULL; pass ''{}'' to see public documents only';
     end if;
+    if array_ndims(principals) > 1 then
+        -- Postgres' own refusal ("searching for elements in multidimensional arrays is not
+        -- supported") would name neither the parameter nor the fix
+        perform pgfunnel._bad_parameter('principals',
+            format('must be a one-dimensional array of principals, got %s', principals));
+    end if;
     if array_position(principals, null) is not null then
         -- a NULL among them is a caller's missing identity, not a principal to match
         raise exception using errcode = '22004',

@@ -268,6 +268,12 @@ def test_null_principals_is_an_error(plain_db: str) -> None:
             _funnel(conn).search(QUERY, principals=[""])
         with pytest.raises(ConfigError, match="metadata_filter"):
             _funnel(conn).search(QUERY, principals=[], metadata_filter=["billing"])
+        # a two-dimensional array from SQL: Postgres' own error named neither
+        with pytest.raises(psycopg.errors.InvalidParameterValue,
+                           match="^principals: must be a one-dimensional array"), \
+                conn.transaction():
+            conn.execute("select * from funnel_search(%s, principals => '{{alice,bob}}')",
+                         (QUERY,))
         empty = conn.execute("select citekey from funnel_search(%s, principals => '{}')",
                              (QUERY,)).fetchall()
         assert empty and "secret" not in [r[0] for r in empty]
