@@ -168,6 +168,18 @@ _SQLSTATE_MAP: dict[str, type[PgfunnelError]] = {
 _CONNECTION_LOST = frozenset({"57P01", "57P02", "57P03", "57P05"})
 
 
+def check_sql_text(parameter: str, value: str) -> None:
+    """Text Postgres cannot hold (a NUL byte, a lone surrogate), a ConfigError naming
+    ``parameter`` before it reaches the driver, whose errors name neither."""
+    if "\x00" in value:
+        raise ConfigError(parameter,
+                          f"contains a NUL byte, which Postgres text cannot hold: {value!r}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigError(parameter, f"is not valid UTF-8 ({exc.reason}): {value!r}") from None
+
+
 def positive_int(parameter: str, value: object) -> int:
     """``value`` if it is a positive int (a bool is not one), else a ConfigError naming
     ``parameter``."""

@@ -36,6 +36,7 @@ from pgfunnel.errors import (
     InvalidVectorError,
     NotFoundError,
     PgfunnelError,
+    check_sql_text,
     string_list,
     translate,
     warn_at_caller,
@@ -502,10 +503,7 @@ def check_collection_name(name: object) -> None:
                           f"got {len(name)}")
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
         raise ConfigError("collection", f"must not hold control characters, got {name!r}")
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ConfigError("collection", f"is not valid UTF-8 ({exc.reason}): {name!r}") from None
+    check_sql_text("collection", name)
 
 
 def get_or_create_collection(conn: psycopg.Connection[Any], name: str, *, private: bool = False,
@@ -940,11 +938,10 @@ class Ingester:
         self._embed_queued = 0
         self._unchanged_given: list[str] = []
         self._rechunked = 0
-        # before the lookup: a NUL in it failed there with the driver's error
+        # before the lookup (a NUL in it failed there with the driver's error), and so
+        # before a model loads or a file is read
         check_collection_name(collection)
         cid = collection_id(conn, collection)
-        if cid is None:
-            check_collection_name(collection)  # before a model loads or a file is read
         version = active_version(conn, cid) if cid is not None else None
         if version is not None and embedder is not None and (
                 embedder.dimensions != version.dimensions):

@@ -38,10 +38,12 @@ from pgfunnel.errors import (
     PgfunnelError,
     SchemaMissingError,
     SearchTimeoutError,
+    check_sql_text,
     string_list,
     translate,
     warn_at_caller,
 )
+from pgfunnel.sources import JSON_NUL
 
 MAX_QUERY_CHARS = 10_000
 
@@ -75,28 +77,6 @@ def _is_number(value: Any) -> bool:
 _INT32 = (-2_147_483_648, 2_147_483_647)
 
 
-def _check_sql_text(name: str, value: str) -> None:
-    """Text Postgres cannot hold (a NUL byte, a lone surrogate), named by its parameter
-    before it reaches the driver, whose errors name neither."""
-    if "\x00" in value:
-        raise ConfigError(name, f"contains a NUL byte, which Postgres text cannot hold: {value!r}")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ConfigError(name, f"is not valid UTF-8 ({exc.reason}): {value!r}") from None
-
-
-def _holds_nul(value: Any) -> bool:
-    """Whether a JSON-like value holds a NUL in any string, key or value."""
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, Mapping):
-        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return any(_holds_nul(v) for v in value)
-    return False
-
-
 def _checked(name: str, value: Any) -> Any:
     """A value of the wrong type would reach Postgres as an argument no function takes
     (a float k), which reads as a missing schema; name the parameter instead. Numpy
@@ -122,7 +102,7 @@ def _checked(name: str, value: Any) -> Any:
             # ingest refuses "" for a tenant or language: no document has it, so nothing
             # would match
             raise ConfigError(name, "must be a non-empty string or None, got ''")
-        _check_sql_text(name, value)
+        check_sql_text(name, value)
     elif name == "trace" and not isinstance(value, bool):
         raise ConfigError(name, f"must be True or False, got {value!r}")
     return value
@@ -154,7 +134,7 @@ def check_principals(value: Any) -> tuple[str, ...]:
         # str() would turn b"alice" into "b'alice'", a principal no document names
         raise ConfigError("principals", f"must hold only strings, got {items!r}")
     for item in items:
-        _check_sql_text("principals", item)
+        check_sql_text("principals", item)
     return tuple(items)
 
 
@@ -205,8 +185,8 @@ class SearchParams:
                 raise ConfigError("metadata_filter", f"is not JSON ({exc})") from None
             # jsonb holds no NUL (\u0000) and no lone surrogate; no document's metadata
             # has one (ingest refuses them), so the filter could match nothing
-            _check_sql_text("metadata_filter", as_json)
-            if _holds_nul(mf):
+            check_sql_text("metadata_filter", as_json)
+            if JSON_NUL.search(as_json):
                 raise ConfigError("metadata_filter", "contains a NUL character (\\u0000), "
                                                      f"which jsonb cannot hold: {mf!r}")
         as_of = kwargs.get("as_of")
@@ -501,7 +481,8 @@ class Funnel:
 
     def _check_params(self, conn: psycopg.Connection[Any], query: str, p: SearchParams) -> None:
         """The search's parameter values, checked by the function the search checks them
-        with (``pgfunnel._check_funnel_params``), and the collection it searches."""
+        with (``pgfunnel._check_funnel_params``); loading the model looks the collection
+        up next."""
         args = p.sql_args()
         try:
             with own_transaction(conn):
@@ -513,7 +494,6 @@ class Funnel:
                     {**args, "query_text": query, "as_of": p.as_of})
         except psycopg.Error as exc:
             raise translate(exc) from exc
-        self._active_dimensions(conn, p.collection)
 
     def active_model(self, collection: str | None = None) -> tuple[str, int]:
         """(embedding model, dimensions) of the collection's active index version: what a

@@ -173,7 +173,9 @@ def _check_text(value: str, name: str, where: str) -> None:
         ) from None
 
 
-_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+#: a NUL in JSON text as json.dumps writes it (\u0000; a backslash typed before it is
+#: escaped in turn), which Postgres' jsonb cannot hold
+JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 def _check_metadata(metadata: Mapping[str, Any], where: str) -> None:
@@ -186,7 +188,7 @@ def _check_metadata(metadata: Mapping[str, Any], where: str) -> None:
     except RecursionError:
         raise InvalidDocumentError(f"{where}: 'metadata' is nested too deeply") from None
     # json escapes NUL as \u0000; a backslash typed before it is escaped (\\) in turn
-    if _JSON_NUL.search(as_json):
+    if JSON_NUL.search(as_json):
         raise InvalidDocumentError(f"{where}: 'metadata' contains a NUL character, which "
                                    "Postgres' jsonb cannot hold")
     _check_text(as_json, "'metadata'", where)
@@ -235,10 +237,10 @@ def check_record(rec: DocumentRecord, where: str) -> None:
                         ("tenant", rec.tenant or ""), ("language", rec.language or ""),
                         *(("readers", r) for r in rec.readers)):
         _check_text(value, name, where)
-        if name not in ("text", "title") and len(value.encode("utf-8")) > MAX_KEY_BYTES:
+        if name not in ("text", "title") and (size := len(value.encode("utf-8"))) > MAX_KEY_BYTES:
             raise InvalidDocumentError(
-                f"{where}: {name} is {len(value.encode('utf-8')):,} bytes long; the limit is "
-                f"{MAX_KEY_BYTES:,} (it is a key of a document index): {value[:40]!r}...")
+                f"{where}: {name} is {size:,} bytes long; the limit is {MAX_KEY_BYTES:,} (it "
+                f"is a key of a document index): {value[:40]!r}...")
 
 
 def record_from_dict(obj: Any, where: str) -> DocumentRecord:

@@ -99,21 +99,20 @@ begin
     -- the depths and pool the search used: wider than asked when the per-source cap
     -- could not fill k from the pool asked for (see _pool). Parameters are validated
     -- here as in a search.
-    select coalesce(p.lexical_depth_used, lex_d), coalesce(p.dense_depth_used, den_d),
-           p.pool_size
-      into lex_d, den_d, pool_n
+    select p.lexical_depth_used, p.dense_depth_used, p.pool_size
+      into lexical_depth_used, dense_depth_used, pool_n
       from pgfunnel._pool(query_text, query_embedding, k, collection, principals, tenant,
                           explain.language, as_of, metadata_filter, fusion, rrf_k, weights,
                           explain.lexical_depth, explain.dense_depth, overfetch, per_source_cap,
                           ef_search, k1, b) p;
     pool_size := pool_n;
-    -- the weights passed the search's checks above; NULL ones are never 0
-    lexical_on := query_text is not null and coalesce(weights[1] > 0, true);
-    dense_on := query_embedding is not null and coalesce(weights[2] > 0, true);
+    -- _pool reports a depth only for a leg it ran (no text, no vector or weight 0: not run)
+    lexical_on := lexical_depth_used is not null;
+    dense_on := dense_depth_used is not null;
+    lex_d := coalesce(lexical_depth_used, lex_d);
+    den_d := coalesce(dense_depth_used, den_d);
     lexical_off := case when query_text is null then '(no query text)' else '(not run: weight 0)' end;
     dense_off := case when query_embedding is null then '(no query embedding)' else '(not run: weight 0)' end;
-    lexical_depth_used := case when lexical_on then lex_d end;
-    dense_depth_used := case when dense_on then den_d end;
 
     if found_doc is null then
         verdict := 'filtered out or does not exist';
