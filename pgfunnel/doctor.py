@@ -169,6 +169,38 @@ def check_public_with_readers(conn: psycopg.Connection[Any]) -> list[Finding]:
             for name, n, first in rows]
 
 
+def check_unfindable_documents(conn: psycopg.Connection[Any]) -> list[Finding]:
+    """Documents no search can find because of their own access fields: a tenant or
+    language of '', a NULL or '' reader as their only reader, or a validity range that
+    ends before it starts. Written before migration 0010, whose constraints refuse them
+    since (ingest never wrote them)."""
+    rows = conn.execute(
+        "select c.name, count(*), min(d.citekey), "
+        "       count(*) filter (where d.tenant = ''), count(*) filter (where d.language = ''), "
+        "       count(*) filter (where array_position(d.readers, null) is not null "
+        "                           or array_position(d.readers, '') is not null), "
+        "       count(*) filter (where d.valid_to <= d.valid_from) "
+        "  from pgfunnel.document d join pgfunnel.collection c on c.id = d.collection_id "
+        " where d.tenant = '' or d.language = '' or d.valid_to <= d.valid_from "
+        "    or array_position(d.readers, null) is not null "
+        "    or array_position(d.readers, '') is not null "
+        " group by c.name order by 1").fetchall()
+    findings = []
+    for name, n, first, tenant, language, readers, validity in rows:
+        what = [f"{count} {label}" for count, label in (
+            (tenant, "with tenant ''"), (language, "with language ''"),
+            (readers, "with a NULL or '' reader"),
+            (validity, "with valid_to not after valid_from")) if count]
+        findings.append(Finding(
+            "warning", "unfindable_documents",
+            f"collection {name!r}: {n} document(s) (first: {first!r}; {', '.join(what)}) "
+            "were written by hand with values ingest refuses: searches ask for no tenant or "
+            "language '', a NULL or '' reader matches no principal, and a reversed validity "
+            "range is valid at no time. Set them to NULL (or a real value), or re-ingest "
+            "the documents"))
+    return findings
+
+
 def check_chunking(conn: psycopg.Connection[Any]) -> list[Finding]:
     """Documents chunked by another pgfunnel than this one. A release that changes how
     text is cut into chunks (its chunking version) rewrites each document once, at the
@@ -752,15 +784,16 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("security", check_security),
     ("privileges", check_privileges),
     ("public_with_readers", check_public_with_readers),
+    ("unfindable_documents", check_unfindable_documents),
     ("chunking", check_chunking),
 )
 #: checks that need the pgfunnel schema (skipped, not failed, when it is missing)
 NEEDS_SCHEMA = {"invalid_index", "active_index", "statistics", "orphans", "orphan_rows",
                 "index_memory", "row_security", "security", "privileges", "public_with_readers",
-                "chunking"}
+                "unfindable_documents", "chunking"}
 #: checks that count rows, which row-level security would hide from the role running them
 COUNTS_ROWS = {"schema", "active_index", "statistics", "orphans", "orphan_rows",
-               "public_with_readers", "chunking"}
+               "public_with_readers", "unfindable_documents", "chunking"}
 
 
 @dataclass(frozen=True)
@@ -870,4 +903,4 @@ def worst(findings: Sequence[Finding]) -> Level | None:
 __all__ = ["CHECKS", "Finding", "check_active_indexes", "check_chunking", "check_index_memory",
            "check_invalid_indexes", "check_pgvector", "check_row_security", "check_schema",
            "check_orphans", "check_privileges", "check_public_with_readers", "check_security",
-           "check_statistics", "run_checks", "worst"]
+           "check_statistics", "check_unfindable_documents", "run_checks", "worst"]

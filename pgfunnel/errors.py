@@ -141,6 +141,27 @@ class RerankError(PgfunnelError):
     """The reranker produced output that cannot be trusted (e.g. a wrong score count)."""
 
 
+#: the document table's CHECK constraints (migrations 0007 and 0010), said as what to do
+_CONSTRAINT_MESSAGES = {
+    "document_with_readers_is_not_public": (
+        "document: readers restrict only a document that is not public, and this one would "
+        "be public with readers (readable by everyone); set is_public = false with the "
+        "readers, or clear the readers to keep it public"),
+    "document_tenant_not_empty": (
+        "document: tenant must be NULL (no tenant) or a non-empty string; '' would be a "
+        "tenant no search can ask for"),
+    "document_language_not_empty": (
+        "document: language must be NULL or a non-empty string; '' would be a language no "
+        "search can ask for"),
+    "document_readers_named": (
+        "document: readers must be non-empty strings; a NULL or '' reader matches no "
+        "principal"),
+    "document_validity_ordered": (
+        "document: valid_to must be after valid_from (the document would be valid at no "
+        "time); set either to NULL for an open bound"),
+}
+
+
 # SQLSTATE -> class. Codes raised by pgfunnel's own SQL use the class "PF" prefix
 # where Postgres lets us choose; the rest are Postgres' own.
 _SQLSTATE_MAP: dict[str, type[PgfunnelError]] = {
@@ -286,10 +307,7 @@ def translate(exc: BaseException) -> PgfunnelError:
         parameter = primary.split(":", 1)[0] if ":" in primary else "parameter"
         detail = primary.split(":", 1)[1].strip() if ":" in primary else primary
         return ConfigError(parameter, detail)
-    if getattr(diag, "constraint_name", None) == "document_with_readers_is_not_public":
-        primary = ("document: readers restrict only a document that is not public, and this "
-                   "one would be public with readers (readable by everyone); set is_public = "
-                   "false with the readers, or clear the readers to keep it public")
+    primary = _CONSTRAINT_MESSAGES.get(getattr(diag, "constraint_name", None) or "", primary)
     err = cls(primary)
     err.__cause__ = exc
     return err

@@ -88,6 +88,14 @@ class Document(Base):
         # readers alone would leave it readable by everyone (migration 0007, NOT VALID)
         CheckConstraint("not is_public or cardinality(readers) = 0",
                         name="document_with_readers_is_not_public"),
+        # what ingest refuses, refused for hand-written rows too: each would leave a
+        # document no search finds (migration 0010, NOT VALID)
+        CheckConstraint("tenant <> ''", name="document_tenant_not_empty"),
+        CheckConstraint("language <> ''", name="document_language_not_empty"),
+        CheckConstraint("array_position(readers, null) is null "
+                        "and array_position(readers, '') is null",
+                        name="document_readers_named"),
+        CheckConstraint("valid_to > valid_from", name="document_validity_ordered"),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)

@@ -134,6 +134,9 @@ def test_agrees_with_the_visibility_predicate_on_every_combination(
             for tenant in (None, "acme"):
                 for valid_from in (None, "-2 days", "+2 days"):
                     for valid_to in (None, "+2 days", "-2 days"):
+                        if valid_from and valid_to and \
+                                int(valid_to.split()[0]) <= int(valid_from.split()[0]):
+                            continue  # valid at no time: refused since migration 0010
                         with conn.transaction(force_rollback=True):
                             conn.execute(
                                 "update pgfunnel.document set is_public = %s, readers = %s, "
@@ -147,7 +150,7 @@ def test_agrees_with_the_visibility_predicate_on_every_combination(
                             assert _all_visible(conn, coll_id) == seen_by_all, (
                                 is_public, readers, tenant, valid_from, valid_to)
                             combos += 1
-    assert combos == 54
+    assert combos == 36
 
 
 def test_under_rls_a_caller_passing_all_visible_still_cannot_see_a_hidden_chunk(

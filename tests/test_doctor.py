@@ -236,6 +236,44 @@ def test_public_documents_with_readers_are_refused_and_older_ones_reported(
     assert repr(key) in finding["message"] and "is_public = false" in finding["message"]
 
 
+@pytest.mark.parametrize(("column", "value", "constraint"), [
+    ("tenant", "''", "document_tenant_not_empty"),
+    ("language", "''", "document_language_not_empty"),
+    ("readers", "'{NULL}'", "document_readers_named"),
+    ("readers", "'{alice,\"\"}'", "document_readers_named"),
+    ("valid_to", "now() - interval '1 day'", "document_validity_ordered"),
+])
+def test_hand_written_values_ingest_refuses_are_refused_and_older_ones_reported(
+        sample_db: str, column: str, value: str, constraint: str) -> None:
+    """A document with a tenant or language of '', a NULL or '' reader, or a validity range
+    that ends before it starts is one no search finds; ingest refuses them, and since
+    migration 0010 so does the table."""
+    from pgfunnel.errors import InvalidInputError, translate
+
+    update = f"update pgfunnel.document set is_public = false, valid_from = now(), " \
+             f"{column} = {value} where citekey = %s"
+    with connect(sample_db, autocommit=True) as conn:
+        key = conn.execute("select min(citekey) from pgfunnel.document").fetchone()[0]  # type: ignore[index]
+        with pytest.raises(psycopg.errors.CheckViolation) as exc:
+            conn.execute(update, (key,))
+        err = translate(exc.value)
+        assert isinstance(err, InvalidInputError)
+        assert str(err).startswith(f"document: {column} "), err
+        assert not [f for f in run_checks(conn) if f.check == "unfindable_documents"]
+        # a row written before the constraint (migration 0010 adds it NOT VALID) is found
+        [definition] = conn.execute(
+            "select pg_get_constraintdef(oid) from pg_constraint where conname = %s",
+            (constraint,)).fetchone() or ()
+        assert "NOT VALID" in definition
+        conn.execute(f"alter table pgfunnel.document drop constraint {constraint}")
+        conn.execute(update, (key,))
+        conn.execute(f"alter table pgfunnel.document add constraint {constraint} {definition}")
+    code, report = _doctor(sample_db)
+    assert code == 0 and "unfindable_documents" in _checks(report, "warning")
+    [finding] = [f for f in report["findings"] if f["check"] == "unfindable_documents"]
+    assert repr(key) in finding["message"] and "1 document(s)" in finding["message"]
+
+
 def test_deletes_in_replica_mode_leave_orphans_that_doctor_names(sample_db: str) -> None:
     # replica mode skips the foreign keys' cascades too: the chunks stay, parentless
     with connect(sample_db, autocommit=True) as conn:
