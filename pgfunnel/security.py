@@ -34,11 +34,18 @@ WRITER_ROLE = "pgfunnel_writer"
 RLS_TABLES = ("document", "chunk", "embedding", "lexical", "posting", "search_log",
               "search_trace")
 #: tables a reader needs to read that hold no per-document content
-SHARED_TABLES = ("collection", "index_version", "qrel")
-#: tables readers may not read at all: term_stat lists every word of a collection (those of
-#: documents a reader cannot see included); searches read the df of their own terms
-#: through pgfunnel._term_df, one of the two SECURITY DEFINER functions
-READER_DENIED_TABLES = ("term_stat",)
+SHARED_TABLES = ("collection", "index_version")
+#: tables readers may not read at all, with what they would give away: term_stat lists
+#: every word of a collection (those of documents a reader cannot see included; searches
+#: read the df of their own terms through pgfunnel._term_df, one of the two SECURITY
+#: DEFINER functions); qrel holds evaluation judgments, the citekeys of documents a reader
+#: cannot see and the queries that should find them, and no search reads it
+READER_DENIED_TABLES: dict[str, str] = {
+    "term_stat": "which lists every word of a collection, those of documents a reader "
+                 "cannot see included",
+    "qrel": "which names judged documents (those a reader cannot see included) and the "
+            "queries that should find them",
+}
 #: SECURITY DEFINER by design: _term_df (see READER_DENIED_TABLES) and the deletion
 #: trigger (sql/020_bm25.sql says why)
 DEFINER_BY_DESIGN = ("pgfunnel._term_df(integer,text[])", "pgfunnel._lexical_deleted()")
@@ -533,9 +540,8 @@ def security_findings(conn: psycopg.Connection[Any],
                     (READER_ROLE, f"pgfunnel.{table}")).fetchone() == (True,):
                 out.append(SecurityFinding(
                     "warning", "reader_grants",
-                    f"{READER_ROLE} may read pgfunnel.{table}, which lists every word of a "
-                    "collection, those of documents a reader cannot see included (granted by "
-                    "an earlier release): run `pgfunnel migrate` as the owner"))
+                    f"{READER_ROLE} may read pgfunnel.{table}, {READER_DENIED_TABLES[table]} "
+                    "(granted by an earlier release): run `pgfunnel migrate` as the owner"))
     for oid, sig in conn.execute(
             "select p.oid, p.oid::regprocedure::text from pg_proc p "
             "where p.pronamespace = 'pgfunnel'::regnamespace "

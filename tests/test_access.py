@@ -691,6 +691,30 @@ def test_a_reader_cannot_list_the_vocabulary_but_searches_score_exactly(
             assert set(named) == {"refund"} and named["refund"] > 0
 
 
+def test_a_reader_cannot_read_judgments_that_name_hidden_documents(
+        rls_db: str, app_dsn: str) -> None:
+    """qrel (`pgfunnel eval --store-qrels`) names judged documents and the queries that
+    should find them, alice's secret's included, outside row-level security: readers
+    were granted it, so bob learnt the citekey and topic of a document he cannot see."""
+    from pgfunnel.eval.harness import store_qrels
+    from pgfunnel.eval.qrels import JudgedQuery
+    from pgfunnel.security import grant_privileges, security_findings
+
+    with connect(rls_db, autocommit=True) as owner:
+        store_qrels(owner, "default", [JudgedQuery("q1", "alice's refund dispute", "keyword",
+                                                   {"secret": 1})])
+        # an earlier release granted it; doctor says so, and init --rls takes it back
+        owner.execute("grant select on pgfunnel.qrel to pgfunnel_reader")
+        assert any(f.check == "reader_grants" and "qrel" in f.message
+                   for f in security_findings(owner))
+        grant_privileges(owner)
+        assert not any(f.check == "reader_grants" for f in security_findings(owner))
+    with connect(app_dsn, autocommit=True) as conn, pytest.raises(
+            psycopg.errors.InsufficientPrivilege), conn.transaction():
+        conn.execute("select set_config('pgfunnel.principals', '[\"bob\"]', true)")
+        conn.execute("select item, query from pgfunnel.qrel")
+
+
 def test_migrate_in_rls_mode_brings_the_policies_and_grants_up_to_date(rls_db: str) -> None:
     """Policies and grants change with releases (the trace insert check, term_stat): an
     upgrade by `pgfunnel migrate` (or `init`) installs them, not only `init --rls`."""
