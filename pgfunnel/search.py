@@ -373,6 +373,29 @@ def check_query_text(query: str | None) -> str | None:
     return query
 
 
+def _check_source(source: Any) -> Any:
+    """A Funnel's ``source`` as given, if it is one it can use: None, a DSN (a string or a
+    SQLAlchemy URL), a psycopg Connection or a (synchronous) connection pool. Anything
+    else failed only at the first search, with a TypeError from deep in the DSN parsing."""
+    if (source is None or isinstance(source, (str, psycopg.Connection))
+            or hasattr(source, "render_as_string")):
+        return source
+    kind = f"{type(source).__module__}.{type(source).__qualname__}"
+    from psycopg_pool import AsyncConnectionPool
+
+    if isinstance(source, (psycopg.AsyncConnection, AsyncConnectionPool)):
+        raise ConfigError("source", f"a Funnel is synchronous, got {kind}: give it a DSN, "
+                          "a psycopg Connection or a psycopg_pool.ConnectionPool (run it "
+                          "in a worker thread from async code)")
+    if hasattr(source, "connection"):
+        return source  # a pool: psycopg_pool.ConnectionPool or one shaped like it
+    hint = (": for a SQLAlchemy engine, run pgfunnel.sqla.funnel_search_tvf in its "
+            "sessions, or give the Funnel the engine's DSN"
+            if hasattr(source, "raw_connection") else "")
+    raise ConfigError("source", "must be a DSN, a psycopg Connection or a "
+                      f"psycopg_pool.ConnectionPool, got {kind}{hint}")
+
+
 class Funnel:
     """Search one collection: candidate query, optional rerank, final query.
 
@@ -387,7 +410,7 @@ class Funnel:
                  rerank_depth: int | None = None, rerank_gate_margin: float | None = None,
                  rewriter: Any = None, followup: Any = None,
                  **defaults: Any) -> None:
-        self._source = source
+        self._source = _check_source(source)
         self._own_conn: psycopg.Connection[Any] | None = None
         # one connection serves one search at a time: a search is a transaction, and two
         # threads interleaving theirs on one connection nest them or leave one open

@@ -707,3 +707,26 @@ def test_values_the_driver_or_sql_cannot_take_are_named_before_any_sql(
                           ({"k": 2**40}, "k"), ({"lexical_depth": -2**33}, "lexical_depth")):
             with pytest.raises(ConfigError, match=f"^{param}: "):
                 f.search("refund", **kw)
+
+
+def test_a_source_the_funnel_cannot_use_is_refused_at_construction(sample_db: str) -> None:
+    """A web app has a SQLAlchemy engine (or async pieces) at hand: given one, the Funnel
+    was built, and its first search raised a bare TypeError from the DSN parsing."""
+    from psycopg_pool import AsyncConnectionPool
+
+    from pgfunnel.sqla import engine_from_dsn
+
+    engine = engine_from_dsn(sample_db)
+    try:
+        with pytest.raises(ConfigError, match="source: .*SQLAlchemy engine.*funnel_search_tvf"):
+            Funnel(engine, embedder=None)
+    finally:
+        engine.dispose()
+    pool = AsyncConnectionPool(sample_db, open=False)
+    with pytest.raises(ConfigError, match="source: a Funnel is synchronous"):
+        Funnel(pool, embedder=None)
+    with pytest.raises(ConfigError, match="source: must be a DSN"):
+        Funnel(42, embedder=None)
+    # what it takes still works
+    with Funnel(sample_db, embedder=None) as funnel:
+        assert funnel.search("refund", k=1, principals=[]).results
