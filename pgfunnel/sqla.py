@@ -199,7 +199,12 @@ def identity_statement(principals: Sequence[str], tenant: str | None = None) -> 
     """``select set_config('pgfunnel.principals', ..., true), ...`` for the current
     transaction: what row-level security (``pgfunnel init --rls``) reads. Execute it in
     the same transaction as the search; being transaction-local, a pooled connection
-    carries nothing to the next request."""
+    carries nothing to the next request. ``tenant`` is checked as a search's is (``""``
+    also means none, as in the setting)."""
+    if tenant is not None and tenant != "":
+        # a NUL or a number reached the driver unnamed, as a DataError or a missing
+        # set_config(text, integer, boolean)
+        tenant = SearchParams.build(tenant=tenant).tenant
     return select(
         func.set_config("pgfunnel.principals", json.dumps(list(check_principals(principals))),
                         True),

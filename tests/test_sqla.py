@@ -236,3 +236,13 @@ def test_the_tvf_runs_on_an_async_engine(sample_db: str, embedder: Any) -> None:
         expected = list(session.execute(stmt).all())
     engine.dispose()
     assert asyncio.run(search()) == expected and len(expected) == 5
+
+
+@pytest.mark.parametrize("tenant", ["ac\x00me", 5, ["acme"], "a\ud800"])
+def test_identity_statement_checks_the_tenant_as_a_search_does(tenant: Any) -> None:
+    """The principals were checked and the tenant was not: a NUL reached the driver as a
+    DataError, a number made set_config(text, integer, boolean), which does not exist."""
+    with pytest.raises(ConfigError, match="^tenant: "):
+        identity_statement(["alice"], tenant)
+    # none, as in the setting
+    assert identity_statement(["alice"], "").compile().params["set_config_7"] == ""
