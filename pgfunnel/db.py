@@ -110,21 +110,27 @@ def connect(dsn: str | None = None, *, autocommit: bool = False,
     target = resolve_dsn(dsn)
     try:
         conn = psycopg.connect(target, autocommit=autocommit, connect_timeout=10)
-    except psycopg.OperationalError as exc:
-        # every line: libpq puts the cause ("Connection refused", "password authentication
-        # failed") on the first and a hint on the last
-        detail = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-        raise ConnectionFailedError(
-            f"cannot connect to Postgres at {redact(target)}: {detail or type(exc).__name__}"
-        ) from exc
-    except psycopg.ProgrammingError as exc:
-        # libpq could not parse the connection string: nothing was sent
-        raise ConfigError("dsn", f"not a valid connection string ({str(exc).strip()}); use "
-                          "a URL such as postgresql://user@host:5432/dbname or key=value "
-                          "pairs") from exc
+    except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
+        raise connect_error(target, exc) from exc
     if register:
         try_register_vector(conn)
     return conn
+
+
+def connect_error(target: str, exc: psycopg.Error) -> ConfigError | ConnectionFailedError:
+    """What a failed psycopg connect to ``target`` means, as a pgfunnel error (the
+    password redacted): the server could not be reached or refused us, or libpq could
+    not parse the connection string."""
+    if isinstance(exc, psycopg.ProgrammingError):
+        # libpq could not parse the connection string: nothing was sent
+        return ConfigError("dsn", f"not a valid connection string ({str(exc).strip()}); use "
+                           "a URL such as postgresql://user@host:5432/dbname or key=value "
+                           "pairs")
+    # every line: libpq puts the cause ("Connection refused", "password authentication
+    # failed") on the first and a hint on the last
+    detail = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    return ConnectionFailedError(
+        f"cannot connect to Postgres at {redact(target)}: {detail or type(exc).__name__}")
 
 
 def try_register_vector(conn: psycopg.Connection[Any]) -> bool:

@@ -214,18 +214,23 @@ def identity_statement(principals: Sequence[str], tenant: str | None = None) -> 
 
 def async_engine_from_dsn(dsn: Any = None, **engine_kwargs: Any) -> AsyncEngine:
     """An asyncio SQLAlchemy engine (psycopg 3's async driver) for a pgfunnel DSN, as
-    :func:`engine_from_dsn` takes it. Needs ``greenlet`` (the ``web`` extra).
+    :func:`engine_from_dsn` takes it. Needs ``greenlet`` (the ``web`` extra). A connection
+    that fails is a pgfunnel error, as from :func:`engine_from_dsn`.
     :func:`funnel_search_tvf` and :func:`identity_statement` build plain statements, so
     ``await session.execute(...)`` runs them; the query vector is bound through
     pgvector's SQLAlchemy type, which needs no adapter on the connection."""
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    from pgfunnel.db import resolve_dsn
+    from pgfunnel.db import connect_error, resolve_dsn
 
     target = resolve_dsn(dsn)
 
     async def creator() -> psycopg.AsyncConnection[Any]:
-        return await psycopg.AsyncConnection.connect(target, connect_timeout=10)
+        try:
+            return await psycopg.AsyncConnection.connect(target, connect_timeout=10)
+        except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
+            # as engine_from_dsn's: a pgfunnel error, the password redacted
+            raise connect_error(target, exc) from exc
 
     engine_kwargs.setdefault("pool_pre_ping", True)
     return create_async_engine("postgresql+psycopg://", async_creator=creator, **engine_kwargs)

@@ -246,3 +246,32 @@ def test_identity_statement_checks_the_tenant_as_a_search_does(tenant: Any) -> N
         identity_statement(["alice"], tenant)
     # none, as in the setting
     assert identity_statement(["alice"], "").compile().params["set_config_7"] == ""
+
+
+def test_a_failed_connection_is_the_same_pgfunnel_error_sync_and_async(sample_db: str) -> None:
+    """engine_from_dsn's connections fail as ConnectionFailedError (password redacted);
+    async_engine_from_dsn's came out as SQLAlchemy's OperationalError with libpq's text."""
+    import asyncio
+
+    import psycopg
+
+    from pgfunnel.errors import ConnectionFailedError
+    from pgfunnel.sqla import async_engine_from_dsn
+
+    info = psycopg.conninfo.conninfo_to_dict(sample_db)
+    info.update(user="no_such_role_here", password="hunter2")
+    bad = psycopg.conninfo.make_conninfo(**{k: v for k, v in info.items() if v is not None})
+
+    async def connect() -> None:
+        engine = async_engine_from_dsn(bad)
+        try:
+            async with engine.connect():
+                pass
+        finally:
+            await engine.dispose()
+
+    for attempt in (lambda: engine_from_dsn(bad).connect().close(),
+                    lambda: asyncio.run(connect())):
+        with pytest.raises(ConnectionFailedError, match="no_such_role_here") as caught:
+            attempt()
+        assert "hunter2" not in str(caught.value)
