@@ -224,6 +224,23 @@ def test_load_floors_rejects_bad_values(tmp_path: Path) -> None:
         load_floors(path)
 
 
+def test_files_written_with_a_byte_order_mark_read_as_without(tmp_path: Path) -> None:
+    """Windows editors start UTF-8 files with a BOM; ingest skips it, and so does eval
+    (its first line was 'invalid JSON: Unexpected UTF-8 BOM', its qrels header a score)."""
+    from pgfunnel.eval.qrels import load_beir
+
+    line = '{"query_id": "a", "query": "x", "slice": "s", "relevant": {"d": 1}}'
+    (tmp_path / "q.jsonl").write_text(line + "\r\n", encoding="utf-8-sig")
+    assert [q.query_id for q in load_queries(tmp_path / "q.jsonl")] == ["a"]
+    (tmp_path / "floors.json").write_text('{"s": {"ndcg@10": 0.5}}', encoding="utf-8-sig")
+    assert load_floors(tmp_path / "floors.json") == {"s": {"ndcg@10": 0.5}}
+    (tmp_path / "queries.jsonl").write_text('{"_id": "q1", "text": "x"}\n', encoding="utf-8-sig")
+    (tmp_path / "test.tsv").write_text("query-id\tcorpus-id\tscore\r\nq1\td1\t2\r\n",
+                                       encoding="utf-8-sig")
+    judged = load_beir(tmp_path / "queries.jsonl", tmp_path / "test.tsv")
+    assert [(q.query_id, dict(q.relevant)) for q in judged] == [("q1", {"d1": 2})]
+
+
 def _write_jsonl(path: Path, lines: list[str]) -> None:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 

@@ -341,7 +341,7 @@ def load_floors(path: str | Path) -> dict[str, dict[str, float]]:
     """
     p = Path(path)
     try:
-        raw: Any = json.loads(p.read_text(encoding="utf-8"))
+        raw: Any = json.loads(p.read_text(encoding="utf-8").removeprefix("\ufeff"))
     except OSError as exc:
         raise ConfigError("floors", f"cannot read {p}: {exc}") from exc
     except (*JSON_ERRORS, UnicodeDecodeError) as exc:

@@ -183,6 +183,8 @@ def _json_lines(path: Path, what: str) -> Iterator[tuple[int, Any]]:
         raise InvalidInputError(f"{path}: cannot read {what}: {exc}") from exc
     except UnicodeDecodeError as exc:
         raise InvalidInputError(f"{path}: {what} are not valid UTF-8: {exc}") from exc
+    # a byte-order mark, as Windows editors write one, is not part of the first line
+    text = text.removeprefix("\ufeff")
     for lineno, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
@@ -238,7 +240,7 @@ def load_beir(queries_path: str | Path, qrels_path: str | Path) -> list[JudgedQu
     qp, rp = Path(queries_path), Path(qrels_path)
     judged: dict[str, dict[str, int]] = {}
     try:
-        rows = rp.read_text(encoding="utf-8").splitlines()
+        rows = rp.read_text(encoding="utf-8").removeprefix("\ufeff").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInputError(f"{rp}: cannot read qrels: {exc}") from exc
     for lineno, row in enumerate(rows, start=1):
