@@ -331,6 +331,18 @@ def test_load_queries_takes_lists_of_items_and_lines_without_ids(tmp_path: Path)
         ),
         ('{"query_id": "a", "query": "x", "slice": "s", "relevant": {}}', "line 2: duplicate"),
         ('{"query_id": "b", "query": 3, "slice": "s", "relevant": {}}', "line 2: field 'query'"),
+        # text Postgres cannot hold: named here, not by the driver (NUL) or a traceback
+        # (a lone surrogate, when the query id was made from the text)
+        ('{"query": "x\\u0000y", "slice": "s", "relevant": {}}',
+         "line 2: field 'query' contains a NUL"),
+        ('{"query": "x\\ud800y", "slice": "s", "relevant": {}}',
+         "line 2: field 'query' is not valid Unicode"),
+        ('{"query": "x", "slice": "s\\ud800", "relevant": {}}', "line 2: field 'slice'"),
+        ('{"query": "x", "slice": "s", "relevant": ["d\\u0000"]}', "line 2: field 'relevant'"),
+        ('{"query": "x", "slice": "s", "relevant": [], "history": ["\\udfff"]}',
+         "line 2: field 'history'"),
+        ('{"query_id": "b\\u0000", "query": "x", "slice": "s", "relevant": {}}',
+         "line 2: field 'query_id'"),
         ("{not json", "line 2: invalid JSON"),
     ],
 )

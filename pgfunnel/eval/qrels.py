@@ -80,6 +80,18 @@ def _where(line: int | None) -> str:
     return f"line {line}" if line is not None else "query"
 
 
+def _check_text(value: str, name: str, where: str) -> None:
+    """Text Postgres cannot hold (a NUL, a lone surrogate) is refused here, naming the line
+    and the field; it failed later with the driver's error naming neither, or a traceback."""
+    if "\x00" in value:
+        raise InvalidInputError(f"{where}: field {name!r} contains a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInputError(f"{where}: field {name!r} is not valid Unicode ({exc.reason} "
+                                f"at character {exc.start})") from None
+
+
 def parse_query(obj: Any, line: int | None = None) -> JudgedQuery:
     """Validate one decoded JSON object and build a :class:`JudgedQuery`.
 
@@ -99,6 +111,7 @@ def parse_query(obj: Any, line: int | None = None) -> JudgedQuery:
             )
         if not allow_empty and not value.strip():
             raise InvalidInputError(f"{where}: field {name!r} must not be empty")
+        _check_text(value, name, where)
         return value
 
     query = text_field("query", allow_empty=True)
@@ -130,6 +143,7 @@ def parse_query(obj: Any, line: int | None = None) -> JudgedQuery:
     for item, grade in raw_relevant.items():
         if not isinstance(item, str) or not item.strip():
             raise InvalidInputError(f"{where}: field 'relevant' has an empty item id")
+        _check_text(item, "relevant", where)
         if isinstance(grade, float) and grade.is_integer():
             grade = int(grade)  # 2.0 from a tool that writes every number as a float
         if isinstance(grade, bool) or not isinstance(grade, int) or grade < 0:
@@ -144,6 +158,8 @@ def parse_query(obj: Any, line: int | None = None) -> JudgedQuery:
         raw_history = obj["history"]
         if not isinstance(raw_history, list) or not all(isinstance(h, str) for h in raw_history):
             raise InvalidInputError(f"{where}: field 'history' must be a list of strings")
+        for turn in raw_history:
+            _check_text(turn, "history", where)
         history = tuple(raw_history)
 
     split: Split | None = None
@@ -259,6 +275,8 @@ def load_beir(queries_path: str | Path, qrels_path: str | Path) -> list[JudgedQu
                                     "number") from None
         if grade < 0:
             raise InvalidInputError(f"{rp}: line {lineno}: score {grade} is negative")
+        for name, value in (("query-id", fields[0]), ("corpus-id", fields[1])):
+            _check_text(value, name, f"{rp}: line {lineno}")
         item = judged.setdefault(fields[0], {})
         item[fields[1]] = max(grade, item.get(fields[1], grade))
     queries: list[JudgedQuery] = []
@@ -274,6 +292,8 @@ def load_beir(queries_path: str | Path, qrels_path: str | Path) -> list[JudgedQu
         slice_name = metadata.get("slice") if isinstance(metadata, dict) else None
         if not isinstance(slice_name, str) or not slice_name.strip() or slice_name == ALL_SLICE:
             slice_name = BEIR_SLICE
+        for name, value in (("text", obj["text"]), ("metadata.slice", slice_name)):
+            _check_text(value, name, f"{qp}: line {lineno}")
         queries.append(JudgedQuery(query_id, obj["text"], slice_name, judged.pop(query_id),
                                    line=lineno))
     if judged:
