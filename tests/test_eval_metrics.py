@@ -354,6 +354,31 @@ def test_load_queries_error_names_the_line(tmp_path: Path, bad_line: str, patter
         load_queries(path)
 
 
+def test_a_file_that_mixes_levels_or_holds_nothing_is_named_with_its_lines(
+        tmp_path: Path) -> None:
+    """The errors named a query id, which for a line without one was made up (q-3f2a...);
+    an empty file said only 'no judged queries to evaluate', naming no file."""
+    from pgfunnel.eval.qrels import load_beir
+
+    path = tmp_path / "q.jsonl"
+    _write_jsonl(path, ['{"query": "x", "slice": "s", "relevant": ["a#1"]}',
+                        '{"query": "y", "slice": "s", "relevant": ["b"]}'])
+    with pytest.raises(InvalidInputError, match=r"q\.jsonl: judged queries mix .*line 1 "
+                       r"\(query 'q-[0-9a-f]{12}'\) judges chunk 'a#1', line 2 .* judges "
+                       "document 'b'"):
+        load_queries(path)
+    _write_jsonl(path, ['{"query": "x", "slice": "s", "relevant": ["a#b"]}'])
+    with pytest.raises(InvalidInputError, match=r"q\.jsonl: line 1 .*'a#b' is not a chunk key"):
+        load_queries(path)
+    path.write_text("\n  \n", encoding="utf-8")
+    with pytest.raises(InvalidInputError, match=r"q\.jsonl: no judged queries in the file"):
+        load_queries(path)
+    (tmp_path / "queries.jsonl").write_text('{"_id": "q1", "text": "x"}\n')
+    (tmp_path / "test.tsv").write_text("query-id\tcorpus-id\tscore\n")
+    with pytest.raises(InvalidInputError, match=r"test\.tsv: no judgments in the file"):
+        load_beir(tmp_path / "queries.jsonl", tmp_path / "test.tsv")
+
+
 def test_judging_level() -> None:
     assert judging_level(QUERIES) == "document"
     assert judging_level([jq("a", "s", {"doc#0": 1})]) == "chunk"

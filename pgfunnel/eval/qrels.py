@@ -241,6 +241,12 @@ def load_queries(path: str | Path) -> list[JudgedQuery]:
             )
         first_line[q.query_id] = lineno
         queries.append(q)
+    if not queries:
+        raise InvalidInputError(f"{p}: no judged queries in the file (it is empty or blank)")
+    try:
+        judging_level(queries)  # one level per file, every chunk key well formed
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"{p}: {exc}") from None
     return queries
 
 
@@ -279,6 +285,8 @@ def load_beir(queries_path: str | Path, qrels_path: str | Path) -> list[JudgedQu
             _check_text(value, name, f"{rp}: line {lineno}")
         item = judged.setdefault(fields[0], {})
         item[fields[1]] = max(grade, item.get(fields[1], grade))
+    if not judged:
+        raise InvalidInputError(f"{rp}: no judgments in the file (it is empty or only a header)")
     queries: list[JudgedQuery] = []
     for lineno, obj in _json_lines(qp, "queries"):
         if not isinstance(obj, dict) or not isinstance(obj.get("text"), str) \
@@ -349,22 +357,25 @@ def judging_level(queries: Sequence[JudgedQuery]) -> JudgingLevel:
     chunk_seen: tuple[str, str] | None = None
     doc_seen: tuple[str, str] | None = None
     for q in queries:
+        # a file's line says where to look; a made-up id (q-3f2a...) would not
+        where = f"line {q.line} (query {q.query_id!r})" if q.line is not None \
+            else f"query {q.query_id!r}"
         for item in q.relevant:
             if "#" in item:
                 citekey, _, ordinal = item.rpartition("#")
                 if not citekey or not ordinal.lstrip("-").isdigit():
                     raise InvalidInputError(
-                        f"query {q.query_id!r}: item {item!r} is not a chunk key "
+                        f"{where}: item {item!r} is not a chunk key "
                         "of the form '<citekey>#<ordinal>'"
                     )
-                chunk_seen = chunk_seen or (q.query_id, item)
+                chunk_seen = chunk_seen or (where, item)
             else:
-                doc_seen = doc_seen or (q.query_id, item)
+                doc_seen = doc_seen or (where, item)
             if chunk_seen and doc_seen:
                 raise InvalidInputError(
                     "judged queries mix chunk-level and document-level items: "
-                    f"query {chunk_seen[0]!r} judges chunk {chunk_seen[1]!r}, "
-                    f"query {doc_seen[0]!r} judges document {doc_seen[1]!r}"
+                    f"{chunk_seen[0]} judges chunk {chunk_seen[1]!r}, "
+                    f"{doc_seen[0]} judges document {doc_seen[1]!r}"
                 )
     return "chunk" if chunk_seen else "document"
 
