@@ -379,6 +379,38 @@ def test_a_file_that_mixes_levels_or_holds_nothing_is_named_with_its_lines(
         load_beir(tmp_path / "queries.jsonl", tmp_path / "test.tsv")
 
 
+@pytest.mark.parametrize(("qrels", "said"), [
+    ("q1\td1\t0.7\n", r"line 1: score '0.7' is not a whole number"),  # was cut to 0
+    ("q1\td1\tinf\n", r"line 1: score 'inf' is not a whole number"),  # was a traceback
+    ("q1\td1\tnan\n", r"line 1: score 'nan' is not a whole number"),
+    ("q1\td1\tx\n", r"line 1: score 'x' is not a number"),
+])
+def test_beir_scores_that_are_not_grades_are_refused(tmp_path: Path, qrels: str,
+                                                      said: str) -> None:
+    from pgfunnel.eval.qrels import load_beir
+
+    (tmp_path / "queries.jsonl").write_text('{"_id": "q1", "text": "x"}\n')
+    (tmp_path / "test.tsv").write_text(qrels)
+    with pytest.raises(InvalidInputError, match=said):
+        load_beir(tmp_path / "queries.jsonl", tmp_path / "test.tsv")
+
+
+def test_beir_trailing_tab_and_duplicate_query_ids(tmp_path: Path) -> None:
+    from pgfunnel.eval.qrels import load_beir
+
+    (tmp_path / "queries.jsonl").write_text('{"_id": "q1", "text": "x"}\n'
+                                            '{"_id": "q2", "text": "y"}\n')
+    (tmp_path / "test.tsv").write_text("q1\td1\t2.0\t\n")  # a trailing tab, a float grade
+    judged = load_beir(tmp_path / "queries.jsonl", tmp_path / "test.tsv")
+    assert [(q.query_id, dict(q.relevant)) for q in judged] == [("q1", {"d1": 2})]
+    # a judged id twice: the second line was dropped without a word
+    (tmp_path / "queries.jsonl").write_text('{"_id": "q1", "text": "x"}\n'
+                                            '{"_id": "q1", "text": "y"}\n')
+    with pytest.raises(InvalidInputError, match=r"line 2: duplicate _id 'q1' \(first seen "
+                                                r"on line 1\)"):
+        load_beir(tmp_path / "queries.jsonl", tmp_path / "test.tsv")
+
+
 def test_judging_level() -> None:
     assert judging_level(QUERIES) == "document"
     assert judging_level([jq("a", "s", {"doc#0": 1})]) == "chunk"

@@ -266,6 +266,7 @@ def load_beir(queries_path: str | Path, qrels_path: str | Path) -> list[JudgedQu
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInputError(f"{rp}: cannot read qrels: {exc}") from exc
     for lineno, row in enumerate(rows, start=1):
+        row = row.rstrip()  # a trailing tab made a fourth, empty field: read as TREC's
         fields = row.split("\t") if "\t" in row else row.split()
         if not row.strip() or (lineno == 1 and fields[0] in ("query-id", "query_id", "qid")):
             continue
@@ -275,10 +276,16 @@ def load_beir(queries_path: str | Path, qrels_path: str | Path) -> list[JudgedQu
             raise InvalidInputError(f"{rp}: line {lineno}: expected query-id, corpus-id and "
                                     f"score, got {row!r}")
         try:
-            grade = int(float(fields[2]))
+            score = float(fields[2])
         except ValueError:
             raise InvalidInputError(f"{rp}: line {lineno}: score {fields[2]!r} is not a "
                                     "number") from None
+        # a grade is a whole number, as in the JSONL format: 0.7 was cut to 0 (judged not
+        # relevant) without a word, and inf was a traceback
+        if not score.is_integer():
+            raise InvalidInputError(f"{rp}: line {lineno}: score {fields[2]!r} is not a whole "
+                                    "number; a grade is a non-negative integer")
+        grade = int(score)
         if grade < 0:
             raise InvalidInputError(f"{rp}: line {lineno}: score {grade} is negative")
         for name, value in (("query-id", fields[0]), ("corpus-id", fields[1])):
@@ -288,14 +295,20 @@ def load_beir(queries_path: str | Path, qrels_path: str | Path) -> list[JudgedQu
     if not judged:
         raise InvalidInputError(f"{rp}: no judgments in the file (it is empty or only a header)")
     queries: list[JudgedQuery] = []
+    first_line: dict[str, int] = {}
     for lineno, obj in _json_lines(qp, "queries"):
         if not isinstance(obj, dict) or not isinstance(obj.get("text"), str) \
                 or not isinstance(obj.get("_id"), str | int):
             raise InvalidInputError(f"{qp}: line {lineno}: expected a BEIR query "
                                     '{"_id": ..., "text": ...}')
         query_id = str(obj["_id"])
+        if query_id in first_line:
+            # the later line was skipped without a word: which text do the qrels judge?
+            raise InvalidInputError(f"{qp}: line {lineno}: duplicate _id {query_id!r} (first "
+                                    f"seen on line {first_line[query_id]})")
         if query_id not in judged:
             continue
+        first_line[query_id] = lineno
         metadata = obj.get("metadata")
         slice_name = metadata.get("slice") if isinstance(metadata, dict) else None
         if not isinstance(slice_name, str) or not slice_name.strip() or slice_name == ALL_SLICE:
