@@ -59,6 +59,33 @@ def test_config_validation_names_the_problem() -> None:
         EvalConfig.from_dict("x", {"legs": "bm25"})
 
 
+@pytest.mark.parametrize(("raw", "said"), [
+    # bool("false") is True: follow-up resolution stayed on, the reranker was switched on
+    ({"followup": "false"}, "x: 'followup' must be true or false, got 'false'"),
+    ({"rerank": "no"}, "x: 'rerank' must be true or false, got 'no'"),
+    ({"decompose": 1}, "x: 'decompose' must be true or false, got 1"),
+    ({"qualifiers": 5}, "x: 'qualifiers' must be a list of strings"),  # was a TypeError
+    ({"qualifiers": "pro"}, "x: 'qualifiers' must be a list of strings"),
+    ({"rerank_depth": True}, "x: 'rerank_depth' must be a positive integer"),
+    ({"rerank_model": 5}, "x: 'rerank_model' must be a model id"),
+    ({"rerank_gate_margin": "0.1"}, "x: 'rerank_gate_margin' must be a finite number"),
+])
+def test_harness_keys_of_the_wrong_type_are_refused(raw: dict[str, Any], said: str) -> None:
+    with pytest.raises(ConfigError, match=said):
+        EvalConfig.from_dict("x", raw)
+
+
+def test_a_configuration_of_the_wrong_type_is_a_one_line_cli_error() -> None:
+    """Refused before any connection (the DSN here reaches nothing)."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    res = CliRunner().invoke(app, ["eval", str(QUERIES), "--dsn", "postgresql://nobody@/x",
+                                   "--config", 'x={"qualifiers": 5}'])
+    assert res.exit_code == 1, res.output
+    assert "error: --config: x: 'qualifiers' must be a list of strings" in res.output
+
+
 def test_eval_cli_tables_floors_and_self_bootstrap(sample_db: str, tmp_path: Path) -> None:
     from pgfunnel.cli.main import app
     from typer.testing import CliRunner

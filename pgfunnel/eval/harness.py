@@ -157,21 +157,36 @@ class EvalConfig:
             raise ConfigError("config", f"{name}: {exc}") from None
         except (TypeError, ValueError) as exc:
             raise ConfigError("config", f"{name}: {exc}") from None
+        # JSON's own types, checked: bool("false") is True, so {"followup": "false"} kept
+        # follow-up resolution on and {"rerank": "no"} turned the reranker on
+        for key in ("rerank", "followup", "decompose"):
+            if key in raw and not isinstance(raw[key], bool):
+                raise ConfigError("config", f"{name}: {key!r} must be true or false, got "
+                                  f"{raw[key]!r}")
         quals = raw.get("qualifiers", ())
-        if isinstance(quals, str) or not all(isinstance(q, str) for q in quals):
+        if not isinstance(quals, list | tuple) or not all(isinstance(q, str) for q in quals):
             raise ConfigError("config", f"{name}: 'qualifiers' must be a list of strings")
         depth = raw.get("rerank_depth")
-        if depth is not None and (not isinstance(depth, int) or depth < 1):
+        if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int)
+                                  or depth < 1):
             raise ConfigError("config", f"{name}: 'rerank_depth' must be a positive integer")
+        model = raw.get("rerank_model")
+        if model is not None and (not isinstance(model, str) or not model.strip()):
+            raise ConfigError("config", f"{name}: 'rerank_model' must be a model id or a "
+                              f"local path (a string), got {model!r}")
+        margin = raw.get("rerank_gate_margin")
+        if margin is not None and (isinstance(margin, bool) or not isinstance(margin, int | float)
+                                   or not math.isfinite(margin) or margin < 0):
+            raise ConfigError("config", f"{name}: 'rerank_gate_margin' must be a finite number "
+                              f">= 0, got {margin!r}")
         legs = raw.get("legs", "both")
         if legs not in LEGS:
             raise ConfigError("config", f"{name}: 'legs' must be one of {', '.join(LEGS)}, "
                               f"got {legs!r}")
-        return cls(name=name, search=search, rerank=bool(raw.get("rerank", False)),
-                   rerank_model=raw.get("rerank_model"), rerank_depth=depth,
-                   rerank_gate_margin=raw.get("rerank_gate_margin"),
-                   followup=bool(raw.get("followup", True)),
-                   decompose=bool(raw.get("decompose", False)), qualifiers=tuple(quals),
+        return cls(name=name, search=search, rerank=raw.get("rerank", False),
+                   rerank_model=model, rerank_depth=depth, rerank_gate_margin=margin,
+                   followup=raw.get("followup", True),
+                   decompose=raw.get("decompose", False), qualifiers=tuple(quals),
                    legs=legs)
 
     def as_dict(self) -> dict[str, Any]:
