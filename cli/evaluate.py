@@ -21,7 +21,8 @@ from pgfunnel.cli.common import (
 
 # the harness's parameters that eval takes as options, by the library's name
 EVAL_FLAGS = {"k": "--k", "split": "--split", "config": "--config", "preset": "--preset",
-              "principals": "--principal", "floors": "--floors", "qualifiers": "--qualifiers"}
+              "principals": "--principal", "floors": "--floors", "qualifiers": "--qualifiers",
+              "out": "--out"}
 
 
 def register(app: typer.Typer) -> None:
@@ -107,6 +108,10 @@ def evaluate(
             configs = [dataclasses.replace(c, qualifiers=c.qualifiers or words)
                        for c in configs]
         floor_spec = load_floors(floors) if floors is not None else None
+        if out_dir is not None:
+            # before the searches, which take minutes: a path that cannot be a folder was a
+            # traceback after all of them had run
+            _writable(out_dir)
         conn = connect(dsn, autocommit=True)
         try:
             if store_qrels:
@@ -141,13 +146,17 @@ def evaluate(
             if floor_spec is not None else []
         markdown = to_markdown(report)
         if out_dir is not None:
-            out_dir.mkdir(parents=True, exist_ok=True)
-            write_json(report, out_dir / "report.json")
-            (out_dir / "report.md").write_text(markdown, encoding="utf-8")
-            plot_slices(report, out_dir / "slices.png")
-            plot_pool_recall(result.curves, out_dir / "pool_recall.png",
-                             title=f"Pool recall vs depth ({report.judging_level} judging)")
-            write_runs(result, out_dir / "runs.jsonl")
+            try:
+                out_dir.mkdir(parents=True, exist_ok=True)
+                write_json(report, out_dir / "report.json")
+                (out_dir / "report.md").write_text(markdown, encoding="utf-8")
+                plot_slices(report, out_dir / "slices.png")
+                plot_pool_recall(result.curves, out_dir / "pool_recall.png",
+                                 title=f"Pool recall vs depth ({report.judging_level} judging)")
+                write_runs(result, out_dir / "runs.jsonl")
+            except OSError as exc:
+                raise ConfigError("out", f"cannot write the report in {out_dir}: "
+                                  f"{exc.strerror or exc}") from None
     if json_out:
         data: dict[str, Any] = to_dict(report)
         data["floor_violations"] = [str(v) for v in violations]
@@ -165,6 +174,21 @@ def evaluate(
             raise typer.Exit(EXIT_GATE)
         console.print(f"floors: all {sum(len(m) for m in floor_spec.values())} met "
                       f"(configuration {report.baseline!r})")
+
+
+def _writable(folder: Path) -> None:
+    """``folder`` made if missing; a ConfigError for ``--out`` when it cannot be one."""
+    import tempfile
+
+    from pgfunnel.errors import ConfigError
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise ConfigError("out", f"cannot write the report in {folder}: "
+                          f"{exc.strerror or exc}") from None
 
 
 def _print_tables(report: Any, k: int) -> None:

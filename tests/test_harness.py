@@ -362,3 +362,17 @@ def test_a_bad_eval_option_is_named_by_its_flag_and_configuration(
                              env={"COLUMNS": "200"})
     assert res.exit_code == 1, res.output
     assert f"error: {said}" in " ".join(res.output.split()), res.output
+
+
+def test_an_out_path_that_cannot_be_a_folder_is_refused_before_searching(tmp_path: Path) -> None:
+    """It was a FileExistsError traceback, after every search had run; now a one-line error
+    before connecting (the DSN here reaches nothing)."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    a_file = tmp_path / "report"
+    a_file.write_text("")
+    res = CliRunner().invoke(app, ["eval", str(QUERIES), "--dsn", "postgresql://nobody@/x",
+                                   "--out", str(a_file)], env={"COLUMNS": "300"})
+    assert res.exit_code == 1, res.output
+    assert f"error: --out: cannot write the report in {a_file}" in " ".join(res.output.split())
