@@ -376,3 +376,17 @@ def test_an_out_path_that_cannot_be_a_folder_is_refused_before_searching(tmp_pat
                                    "--out", str(a_file)], env={"COLUMNS": "300"})
     assert res.exit_code == 1, res.output
     assert f"error: --out: cannot write the report in {a_file}" in " ".join(res.output.split())
+
+
+def test_pool_recall_curves_reach_the_end_of_the_longest_pool() -> None:
+    """A leg of 40 chunks collapses to fewer documents (34 here): the curve stopped at the
+    last preset depth below that (20), so a relevant document at rank 25 never showed."""
+    from pgfunnel.eval.harness import QueryRun
+
+    pool = [f"d{i}" for i in range(1, 35)]
+    runs = {"default": {"q": QueryRun(text="x", final=pool[:10], top_score=None,
+                                      stages={"lexical": pool, "capped": pool})}}
+    queries = [JudgedQuery("q", "x", "s", {"d25": 1})]
+    curves = Harness.__new__(Harness)._curves(runs, queries)
+    assert curves["lexical leg"][-1] == (34, 1.0)
+    assert curves["default (final order)"][-2:] == [(20, 0.0), (34, 1.0)]

@@ -482,8 +482,10 @@ class Harness:
             return curves
         longest = max((len(p) for by_q in runs.values() for r in by_q.values()
                        for p in r.stages.values()), default=1)
+        # the longest pool itself is the last point: without it a pool of 34 documents
+        # (40 chunks collapsed) ended the lines at 20, hiding what ranks 21-34 held
         depths = sorted({d for d in (1, 3, 5, 10, 20, 40, 80, 160, 320, 640, 1000)
-                         if d <= max(longest, 1)} | {1})
+                         if d <= max(longest, 1)} | {1, max(longest, 1)})
         for leg in ("lexical", "dense"):
             ran = next((by_q for by_q in runs.values()
                         if any(leg in r.stages for r in by_q.values())), None)
