@@ -222,6 +222,9 @@ def test_load_floors_rejects_bad_values(tmp_path: Path) -> None:
     path.write_text('{"paraphrase": {"ndcg@10": "high"}}')
     with pytest.raises(ConfigError, match="floors.*ndcg@10"):
         load_floors(path)
+    path.write_text('{\n  "paraphrase": {"ndcg@10": 0.5},\n}\n')
+    with pytest.raises(ConfigError, match=r"not valid JSON \(line 3, column 1\)"):
+        load_floors(path)
 
 
 def test_files_written_with_a_byte_order_mark_read_as_without(tmp_path: Path) -> None:

@@ -345,7 +345,10 @@ def load_floors(path: str | Path) -> dict[str, dict[str, float]]:
     except OSError as exc:
         raise ConfigError("floors", f"cannot read {p}: {exc}") from exc
     except (*JSON_ERRORS, UnicodeDecodeError) as exc:
-        raise ConfigError("floors", f"{p} is not valid JSON: {json_problem(exc)}") from None
+        # a floors file spans lines: say where (json's message alone named no position)
+        at = f" (line {exc.lineno}, column {exc.colno})" \
+            if isinstance(exc, json.JSONDecodeError) else ""
+        raise ConfigError("floors", f"{p} is not valid JSON{at}: {json_problem(exc)}") from None
     if not isinstance(raw, dict):
         raise ConfigError("floors", f"{p}: expected an object of slices")
     floors: dict[str, dict[str, float]] = {}
