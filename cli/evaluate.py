@@ -37,7 +37,8 @@ def evaluate(
     config: Annotated[list[str] | None, typer.Option(
         "--config", help='A configuration NAME=JSON of search parameters, e.g. '
                          'minmax=\'{"fusion": "minmax"}\'. Repeatable; the first is the '
-                         'baseline.')] = None,
+                         'baseline, unless --preset is also given: the presets\' '
+                         'configurations come first, wherever each flag stands.')] = None,
     preset: Annotated[list[str] | None, typer.Option(
         "--preset", help="Named configurations: default, lexical, dense, all-fusions "
                          "(default first, then lexical, dense, rrf, zscore). Repeatable. "
