@@ -977,7 +977,9 @@ def read_query_file(path: str | Path) -> tuple[list[Any], bool]:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise InvalidInputError(f"queries: cannot read {p}: {exc}") from exc
-    lines = [ln for ln in text.splitlines() if ln.strip()]
+    # with a BOM the first line was no JSON, so a judged file was read as plain queries
+    # and that line's JSON searched as text
+    lines = [ln for ln in text.removeprefix("\ufeff").splitlines() if ln.strip()]
     objs: list[Any] = []
     for ln in lines:
         try:

@@ -242,6 +242,11 @@ def test_files_written_with_a_byte_order_mark_read_as_without(tmp_path: Path) ->
                                        encoding="utf-8-sig")
     judged = load_beir(tmp_path / "queries.jsonl", tmp_path / "test.tsv")
     assert [(q.query_id, dict(q.relevant)) for q in judged] == [("q1", {"d1": 2})]
+    # versions compare --queries: judged, not the first line's JSON searched as text
+    from pgfunnel.versions import read_query_file
+
+    queries, is_judged = read_query_file(tmp_path / "q.jsonl")
+    assert is_judged and [q.query_id for q in queries] == ["a"]
 
 
 def _write_jsonl(path: Path, lines: list[str]) -> None:
