@@ -189,16 +189,23 @@ _SQLSTATE_MAP: dict[str, type[PgfunnelError]] = {
 _CONNECTION_LOST = frozenset({"57P01", "57P02", "57P03", "57P05"})
 
 
-def check_sql_text(parameter: str, value: str) -> None:
-    """Text Postgres cannot hold (a NUL byte, a lone surrogate), a ConfigError naming
-    ``parameter`` before it reaches the driver, whose errors name neither."""
+def text_problem(value: str) -> str | None:
+    """Why Postgres text cannot hold ``value`` (a NUL byte, a lone surrogate), said to
+    follow the name of the field, or None. Each caller raises its own error class naming
+    the field and place: the driver's own errors name neither."""
     if "\x00" in value:
-        raise ConfigError(parameter,
-                          f"contains a NUL byte, which Postgres text cannot hold: {value!r}")
+        return "contains a NUL byte, which Postgres text cannot hold"
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise ConfigError(parameter, f"is not valid UTF-8 ({exc.reason}): {value!r}") from None
+        return f"is not valid Unicode ({exc.reason} at character {exc.start})"
+    return None
+
+
+def check_sql_text(parameter: str, value: str) -> None:
+    """Text Postgres cannot hold, a ConfigError naming ``parameter`` (:func:`text_problem`)."""
+    if (problem := text_problem(value)) is not None:
+        raise ConfigError(parameter, f"{problem}: {value!r}")
 
 
 def positive_int(parameter: str, value: object) -> int:

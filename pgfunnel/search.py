@@ -40,6 +40,7 @@ from pgfunnel.errors import (
     SearchTimeoutError,
     check_sql_text,
     string_list,
+    text_problem,
     translate,
     warn_at_caller,
 )
@@ -361,15 +362,11 @@ def check_query_text(query: str | None) -> str | None:
         return None
     if not isinstance(query, str):
         raise InvalidInputError(f"query_text: must be a string, got {type(query).__name__}")
-    if "\x00" in query:
-        raise InvalidInputError("query_text: contains a NUL byte, which Postgres text cannot hold")
     if len(query) > MAX_QUERY_CHARS:
         raise InvalidInputError(
             f"query_text: is {len(query)} characters long; the limit is {MAX_QUERY_CHARS}")
-    try:
-        query.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidInputError(f"query_text: is not valid UTF-8 ({exc.reason})") from exc
+    if (problem := text_problem(query)) is not None:
+        raise InvalidInputError(f"query_text: {problem}")
     return query
 
 

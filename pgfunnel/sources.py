@@ -28,6 +28,7 @@ from pgfunnel.errors import (
     ConfigError,
     InvalidDocumentError,
     json_problem,
+    text_problem,
     warn_at_caller,
 )
 from pgfunnel.html_text import html_to_text
@@ -163,14 +164,8 @@ MAX_KEY_BYTES = 1000
 
 
 def _check_text(value: str, name: str, where: str) -> None:
-    if "\x00" in value:
-        raise InvalidDocumentError(f"{where}: {name} contains a NUL byte")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidDocumentError(
-            f"{where}: {name} is not valid Unicode ({exc.reason} at character {exc.start})"
-        ) from None
+    if (problem := text_problem(value)) is not None:
+        raise InvalidDocumentError(f"{where}: {name} {problem}")
 
 
 #: a NUL in JSON text as json.dumps writes it (\u0000; a backslash typed before it is

@@ -29,7 +29,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from pgfunnel.errors import JSON_ERRORS, ConfigError, InvalidInputError, json_problem
+from pgfunnel.errors import (
+    JSON_ERRORS,
+    ConfigError,
+    InvalidInputError,
+    json_problem,
+    text_problem,
+)
 
 Split = Literal["dev", "test"]
 JudgingLevel = Literal["document", "chunk"]
@@ -83,13 +89,8 @@ def _where(line: int | None) -> str:
 def _check_text(value: str, name: str, where: str) -> None:
     """Text Postgres cannot hold (a NUL, a lone surrogate) is refused here, naming the line
     and the field; it failed later with the driver's error naming neither, or a traceback."""
-    if "\x00" in value:
-        raise InvalidInputError(f"{where}: field {name!r} contains a NUL character")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidInputError(f"{where}: field {name!r} is not valid Unicode ({exc.reason} "
-                                f"at character {exc.start})") from None
+    if (problem := text_problem(value)) is not None:
+        raise InvalidInputError(f"{where}: field {name!r} {problem}")
 
 
 def parse_query(obj: Any, line: int | None = None) -> JudgedQuery:
