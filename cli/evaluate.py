@@ -226,6 +226,8 @@ def _print_tables(report: Any, k: int) -> None:
     for name, by_metric in report.comparisons.items():
         for metric, by_slice in by_metric.items():
             parts = [f"{s}: {r.mean_diff:+.3f} [{r.low:+.3f}, {r.high:+.3f}]"
+                     + (f" ({r.n} {'query' if r.n == 1 else 'queries'}: too few to tell)"
+                        if r.too_few_queries else "")
                      for s, r in by_slice.items()]
             wide.print(f"{name} − {report.baseline} ({metric}): " + "; ".join(parts))
 

@@ -141,7 +141,7 @@ def test_collapse_to_documents() -> None:
 
 def test_bootstrap_against_itself_is_exactly_zero() -> None:
     a = {f"q{i}": (i * 0.37) % 1 for i in range(50)}
-    assert paired_bootstrap(a, dict(a)) == (0.0, 0.0, 0.0)
+    assert paired_bootstrap(a, dict(a)) == (0.0, 0.0, 0.0, 50)
     result = paired_bootstrap(a, a)
     assert isinstance(result, BootstrapResult)
     assert not result.excludes_zero
@@ -154,6 +154,25 @@ def test_bootstrap_uniformly_better() -> None:
     assert r.mean_diff == pytest.approx(0.1)
     assert r.low == pytest.approx(0.1) and r.high == pytest.approx(0.1)
     assert r.low > 0 and r.excludes_zero
+
+
+def test_bootstrap_of_too_few_queries_decides_nothing() -> None:
+    """One query resamples to a single point, which "excluded 0"; a handful give an
+    interval far narrower than the real uncertainty. Under MIN_BOOTSTRAP_QUERIES the
+    interval is still reported, but it never says the configurations differ."""
+    from pgfunnel.eval.metrics import MIN_BOOTSTRAP_QUERIES
+    from pgfunnel.eval.report import _decision
+
+    one = paired_bootstrap({"q": 0.5}, {"q": 0.37})
+    assert one.low == one.high == pytest.approx(-0.13) and one.n == 1
+    assert one.too_few_queries and not one.excludes_zero
+    assert _decision(one) == "no: 1 query, too few to tell"
+    few = {f"q{i}": 0.1 * i for i in range(MIN_BOOTSTRAP_QUERIES - 1)}
+    r = paired_bootstrap(few, {q: v + 0.2 + 0.01 * (int(q[1:]) % 3) for q, v in few.items()})
+    assert r.low > 0 and not r.excludes_zero and _decision(r).startswith("no: 9 queries")
+    enough = {f"q{i}": 0.05 * i for i in range(MIN_BOOTSTRAP_QUERIES)}
+    r = paired_bootstrap(enough, {q: v + 0.2 for q, v in enough.items()})
+    assert r.excludes_zero and _decision(r) == "yes"
 
 
 def test_bootstrap_noisy_difference_is_seeded_and_brackets_the_mean() -> None:

@@ -229,17 +229,31 @@ def aggregate(
     return out
 
 
+#: fewer paired queries than this and a percentile bootstrap cannot decide anything: one
+#: query resamples to a single point ([-0.13, -0.13] "excluded 0"), and with a handful the
+#: interval is far narrower than the difference's real uncertainty
+MIN_BOOTSTRAP_QUERIES = 10
+
+
 class BootstrapResult(NamedTuple):
-    """Paired bootstrap of ``b − a``: the observed mean difference and its interval."""
+    """Paired bootstrap of ``b − a``: the observed mean difference, its interval, and the
+    number of paired queries it resampled."""
 
     mean_diff: float
     low: float
     high: float
+    n: int = MIN_BOOTSTRAP_QUERIES
+
+    @property
+    def too_few_queries(self) -> bool:
+        """Under :data:`MIN_BOOTSTRAP_QUERIES` paired queries: the interval decides nothing."""
+        return self.n < MIN_BOOTSTRAP_QUERIES
 
     @property
     def excludes_zero(self) -> bool:
-        """True when the whole interval lies on one side of zero."""
-        return self.low > 0.0 or self.high < 0.0
+        """True when the whole interval lies on one side of zero and there were enough
+        queries for the interval to mean it."""
+        return not self.too_few_queries and (self.low > 0.0 or self.high < 0.0)
 
 
 def paired_bootstrap(
@@ -254,7 +268,9 @@ def paired_bootstrap(
     Both mappings must score the same query ids. Queries are resampled with
     replacement ``n_resamples`` times from a seeded generator, so the result is
     deterministic; the interval is the ``alpha/2`` and ``1 − alpha/2`` percentiles of the
-    resampled means. Identical inputs give exactly ``(0.0, 0.0, 0.0)``.
+    resampled means. Identical inputs give exactly ``(0.0, 0.0, 0.0, n)``. Under
+    :data:`MIN_BOOTSTRAP_QUERIES` queries the interval is computed but ``excludes_zero``
+    is False: it is too narrow to trust.
     """
     if set(a) != set(b):
         only_a = sorted(set(a) - set(b))
@@ -277,7 +293,7 @@ def paired_bootstrap(
     observed = float(diffs.mean())
     if np.all(diffs == diffs[0]):
         # every resample has the same mean; skip the float noise of summing it
-        return BootstrapResult(observed, observed, observed)
+        return BootstrapResult(observed, observed, observed, len(diffs))
 
     rng = np.random.default_rng(seed)
     n = len(diffs)
@@ -288,7 +304,7 @@ def paired_bootstrap(
         idx = rng.integers(0, n, size=(stop - start, n))
         means[start:stop] = diffs[idx].mean(axis=1)
     low, high = np.quantile(means, [alpha / 2.0, 1.0 - alpha / 2.0])
-    return BootstrapResult(observed, float(low), float(high))
+    return BootstrapResult(observed, float(low), float(high), n)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pgfunnel.errors import JSON_ERRORS, ConfigError, InvalidInputError, json_problem
 from pgfunnel.eval.metrics import (
+    MIN_BOOTSTRAP_QUERIES,
     N_NOANSWER,
     N_QUERIES,
     BootstrapResult,
@@ -233,7 +234,9 @@ def from_dict(data: Mapping[str, Any]) -> EvalReport:
             comparisons={
                 name: {
                     metric: {
-                        s: BootstrapResult(r["mean_diff"], r["low"], r["high"])
+                        # reports written before n was recorded: taken as enough queries
+                        s: BootstrapResult(r["mean_diff"], r["low"], r["high"],
+                                           int(r.get("n", MIN_BOOTSTRAP_QUERIES)))
                         for s, r in by_slice.items()
                     }
                     for metric, by_slice in by_metric.items()
@@ -352,7 +355,8 @@ def to_markdown(report: EvalReport) -> str:
             f"Δ is the mean per-query difference (configuration − baseline); the interval is "
             f"a paired bootstrap {conf_text} interval over the slice's answerable queries "
             f"({report.n_resamples} resamples, seed {report.seed}). An interval that contains "
-            "0 means this set of queries cannot tell the two apart."
+            "0 means this set of queries cannot tell the two apart, and so does a slice of "
+            f"fewer than {MIN_BOOTSTRAP_QUERIES} queries, whatever its interval."
         )
         lines.append("")
         header = [
@@ -378,9 +382,15 @@ def to_markdown(report: EvalReport) -> str:
                     lines.append(
                         f"| `{_cell(name)}` | {metric} | {label} | {n} | {_signed(r.mean_diff)} "
                         f"| [{_signed(r.low)}, {_signed(r.high)}] "
-                        f"| {'yes' if r.excludes_zero else 'no'} |"
+                        f"| {_decision(r)} |"
                     )
     return "\n".join(lines) + "\n"
+
+
+def _decision(r: BootstrapResult) -> str:
+    if r.too_few_queries:
+        return f"no: {r.n} {'query' if r.n == 1 else 'queries'}, too few to tell"
+    return "yes" if r.excludes_zero else "no"
 
 
 # -------------------------------------------------------------------------- charts
