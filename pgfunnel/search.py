@@ -327,7 +327,7 @@ _FINAL_SQL = (f"select {_RESULT_COLUMNS} from pgfunnel.final("
               "as_of => coalesce(%(as_of)s, now()), metadata_filter => %(metadata_filter)s, "
               "per_source_cap => %(per_source_cap)s, trace => %(trace)s, "
               "query_text => %(query_text)s, config => %(config)s, "
-              "index_version_id => %(index_version_id)s)")
+              "index_version_id => %(index_version_id)s, log_notes => %(log_notes)s)")
 
 
 def rerank_head(pool_size: int, rerank_depth: int | None, p: SearchParams) -> int:
@@ -797,10 +797,12 @@ class Funnel:
 
     def final(self, conn: psycopg.Connection[Any], query: str | None, ordered: Sequence[Candidate],
               p: SearchParams, *, reranked: bool, notes: Mapping[str, Any] | None = None,
-              index_version_id: int | None = None) -> list[Result]:
+              index_version_id: int | None = None,
+              log_notes: Mapping[str, Any] | None = None) -> list[Result]:
         """The pool in its final order, capped and cut to k (``pgfunnel.final``); a trace
         names ``index_version_id``, the version the pool was read from (default: the
-        active one now)."""
+        active one now). ``notes`` join the traced search's config (and so its config
+        hash); ``log_notes`` go into its ``search_log.notes``, outside the config."""
         config = p.config()
         config.update(rerank=reranked, rerank_depth=self.rerank_depth,
                       rerank_model=getattr(self.reranker, "model_name", None), **(notes or {}))
@@ -819,6 +821,7 @@ class Funnel:
             if p.metadata_filter is not None else None,
             "per_source_cap": p.per_source_cap, "trace": p.trace, "query_text": query,
             "config": Jsonb(config), "index_version_id": index_version_id,
+            "log_notes": Jsonb(dict(log_notes)) if log_notes is not None else None,
         }
         try:
             return [Result(*r) for r in conn.execute(_FINAL_SQL, args, prepare=True).fetchall()]

@@ -576,10 +576,14 @@ end
 $$;
 
 -- the pool in its final order -> cap per citekey -> first k; optionally traced
--- (index_version_id came later: the trace names the version the pool was read from)
+-- (index_version_id came later: the trace names the version the pool was read from; then
+-- log_notes: what the caller wants kept with the search_log row, outside its config)
 drop function if exists pgfunnel.final(bigint[], integer[], double precision[], integer[],
     double precision[], integer[], double precision[], double precision[], integer, text,
     text[], text, text, timestamptz, jsonb, integer, boolean, text, jsonb);
+drop function if exists pgfunnel.final(bigint[], integer[], double precision[], integer[],
+    double precision[], integer[], double precision[], double precision[], integer, text,
+    text[], text, text, timestamptz, jsonb, integer, boolean, text, jsonb, integer);
 create or replace function pgfunnel.final(
     chunk_ids bigint[],
     fused_ranks integer[],
@@ -600,7 +604,8 @@ create or replace function pgfunnel.final(
     trace boolean default false,
     query_text text default null,
     config jsonb default '{}',
-    index_version_id integer default null)
+    index_version_id integer default null,
+    log_notes jsonb default null)
 returns table (
     chunk_id bigint, citekey text, title text, heading text, text text, ordinal integer,
     metadata jsonb,
@@ -631,6 +636,10 @@ begin
     if array_ndims(chunk_ids) > 1 then
         perform pgfunnel._bad_parameter('chunk_ids',
             format('must be a one-dimensional array, got %s dimensions', array_ndims(chunk_ids)));
+    end if;
+    if log_notes is not null and jsonb_typeof(log_notes) <> 'object' then
+        perform pgfunnel._bad_parameter('log_notes',
+            format('must be a JSON object, got %s', jsonb_typeof(log_notes)));
     end if;
     if coalesce(cardinality(fused_ranks), 0) <> n or coalesce(cardinality(fused_scores), 0) <> n
        or coalesce(cardinality(lexical_ranks), 0) <> n or coalesce(cardinality(lexical_scores), 0) <> n
@@ -703,9 +712,10 @@ begin
          where v.collection_id = coll_id and v.state = 'active';
     end if;
     insert into pgfunnel.search_log (collection_id, index_version_id, config_hash, config,
-                                     query_text, principals, tenant)
+                                     query_text, principals, tenant, notes)
     values (coll_id, coalesce(version_id, 0), md5(coalesce(config, '{}'::jsonb)::text),
-            coalesce(config, '{}'::jsonb), query_text, principals, tenant)
+            coalesce(config, '{}'::jsonb), query_text, principals, tenant,
+            coalesce(log_notes, '{}'::jsonb))
     returning id into log_id;
 
     return query

@@ -104,6 +104,24 @@ def test_final_refuses_a_pool_with_a_chunk_twice_or_a_null(conn: psycopg.Connect
         assert exc.value.diag.message_primary == f"chunk_ids: {message}"
 
 
+def test_final_keeps_log_notes_outside_the_config(conn: psycopg.Connection[Any],
+                                                 corpus: Any) -> None:
+    ids = [r[0] for r in conn.execute("select id from pgfunnel.chunk order by id limit 2")]
+    pool = (ids, [1, 2], [1.0, 0.5], [1, 2], [1.0, 0.5], [1, 2], [1.0, 0.5])
+    call = ("select search_id from pgfunnel.final(%s::bigint[], %s, %s, %s, %s, %s, %s, "
+            "collection => 't', trace => true, config => '{\"fusion\": \"rrf\"}', "
+            "log_notes => %s::jsonb)")
+    [search_id] = {r[0] for r in conn.execute(call, (*pool, '{"run": "r1"}'))}
+    [search_id_2] = {r[0] for r in conn.execute(call, (*pool, '{"run": "r2"}'))}
+    rows = conn.execute("select notes, config_hash from pgfunnel.search_log "
+                        "where id in (%s, %s) order by id", (search_id, search_id_2)).fetchall()
+    assert [r[0] for r in rows] == [{"run": "r1"}, {"run": "r2"}]
+    assert rows[0][1] == rows[1][1]  # the same configuration, whatever the notes
+    with pytest.raises(psycopg.errors.InvalidParameterValue) as exc:
+        conn.execute(call, (*pool, "[1]"))
+    assert exc.value.diag.message_primary == "log_notes: must be a JSON object, got array"
+
+
 def test_one_leg_searches(conn: psycopg.Connection[Any], corpus: Any) -> None:
     rows = _search(conn, "zephyr", None)
     assert rows and all(r[9] is None and r[7] is not None for r in rows)

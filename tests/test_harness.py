@@ -284,6 +284,30 @@ def test_stage_recall_in_database_matches_harness(sample_db: str) -> None:
         assert in_db[slice_name]["capped"] == pytest.approx(pools["capped"][slice_name])
 
 
+def test_stage_recall_in_database_finds_followups_and_decomposed_parts(sample_db: str) -> None:
+    """A resolved follow-up is searched with other text than the judged one, and a
+    decomposed query with several searches: the database matched neither by text, so those
+    queries dropped out of its stage recall without a word."""
+    from pgfunnel.db import connect
+    from pgfunnel.eval.harness import stage_recall_in_db, store_qrels
+
+    plans = ["annual", "monthly", "enterprise", "trial"]
+    queries = [q for q in _subset(2) if q.slice in ("followup", "twopart")]
+    assert {q.slice for q in queries} == {"followup", "twopart"}
+    cfg = EvalConfig.from_dict("t", {"decompose": True, "qualifiers": plans, "overfetch": 2})
+    with connect(sample_db, autocommit=True) as conn:
+        store_qrels(conn, "default", queries)
+        result = Harness(conn, "default", k=5, trace=True).run(queries, [cfg])
+        in_db = stage_recall_in_db(conn, "default")
+    assert any(r.text != q.query for q in queries for r in [result.runs["t"][q.query_id]])
+    assert any(r.parts for r in result.runs["t"].values())
+    pools = result.report.configs["t"].pool_recall
+    assert in_db["all"]["n_queries"] == len(queries)
+    for slice_name in ("followup", "twopart", "all"):
+        assert in_db[slice_name]["fused"] == pytest.approx(pools["fused"][slice_name])
+        assert in_db[slice_name]["capped"] == pytest.approx(pools["capped"][slice_name])
+
+
 def test_followup_and_decomposition_change_the_searched_text(sample_db: str) -> None:
     plans = ["annual", "monthly", "enterprise", "trial"]
     queries = [q for q in _subset(1) if q.slice in ("followup", "twopart")]

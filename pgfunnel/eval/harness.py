@@ -52,6 +52,7 @@ import hashlib
 import json
 import math
 import time
+import uuid
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -331,8 +332,8 @@ class Harness:
         return self._legs[key]
 
     def _search_one(self, conn: psycopg.Connection[Any], text: str, cfg: EvalConfig,
-                    p: SearchParams, level: str) -> tuple[list[str], dict[str, list[str]],
-                                                          float | None]:
+                    p: SearchParams, level: str, log: Mapping[str, str]
+                    ) -> tuple[list[str], dict[str, list[str]], float | None]:
         def keys(items: Sequence[Any]) -> list[str]:
             ids = [f"{c.citekey}#{c.ordinal}" for c in items]
             return collapse_to_documents(ids) if level == "document" else ids
@@ -358,11 +359,13 @@ class Harness:
         capped: list[Any] = []
         if ordered:
             cp = dataclasses_replace(p, k=min(1000, len(ordered)))
-            # the judged text goes into a trace either way, so stage_recall_in_db finds it
+            # the judged query's id and this run of it go into a trace's log notes, so
+            # stage_recall_in_db finds the searches of a resolved follow-up (other text)
+            # and of every part of a decomposed query
             notes = {"legs": cfg.legs} if cfg.legs != "both" else None
             with self.funnel._transaction(conn, cp):
                 capped = self.funnel.final(conn, text, ordered, cp, reranked=reranked,
-                                           notes=notes)
+                                           notes=notes, log_notes=log)
         found = {"lexical": keys(lex), "dense": keys(den), "fused": keys(pool),
                  "reranked": keys(ordered), "capped": keys(capped)}
         stages = {s: found[s] for s in cfg.stages()}
@@ -386,8 +389,9 @@ class Harness:
         finals: list[list[str]] = []
         stages: dict[str, list[str]] = {}
         tops: list[float] = []
+        log = {"judged_query": q.query_id, "search_group": f"{uuid.uuid4()}"}
         for part in parts:
-            final, part_stages, top = self._search_one(conn, part, cfg, p, level)
+            final, part_stages, top = self._search_one(conn, part, cfg, p, level, log)
             finals.append(final)
             if top is not None:
                 tops.append(top)
@@ -659,19 +663,32 @@ def store_qrels(conn: psycopg.Connection[Any], collection: str,
     return len(rows)
 
 
-# Stage recall from traced searches: for each judged query, the latest traced search
-# whose query text is the judged text; a relevant item (citekey, or citekey#ordinal) is
-# "in" a stage when one of its chunks is in the trace with that stage's rank. The trace
-# holds the fused pool, so "lexical"/"dense" here mean "in the pool via that leg".
+# Stage recall from traced searches: for each judged query, the latest traced search the
+# harness logged for its id (notes.judged_query), or else whose query text is the judged
+# text (searches made outside the harness), with the other searches of the same run of it
+# (notes.search_group: the parts of a decomposed query); a relevant item (citekey, or
+# citekey#ordinal) is "in" a stage when one of its chunks is in one of those traces with
+# that stage's rank. The trace holds the fused pool, so "lexical"/"dense" here mean "in
+# the pool via that leg".
 _STAGE_RECALL_SQL = """
 with judged as (
     select distinct query_id, query, slice from pgfunnel.qrel where collection_id = %(c)s
 ),
-searches as (
-    select distinct on (j.query_id) j.query_id, j.slice, l.id as search_id
+latest as (
+    select distinct on (j.query_id) j.query_id, j.slice, l.id as search_id,
+           l.notes ->> 'search_group' as search_group
       from judged j
-      join pgfunnel.search_log l on l.collection_id = %(c)s and l.query_text = j.query
+      join pgfunnel.search_log l
+        on l.collection_id = %(c)s
+       and (l.notes ->> 'judged_query' = j.query_id
+            or (l.query_text = j.query and not l.notes ? 'judged_query'))
      order by j.query_id, l.id desc
+),
+searches as (
+    select s.query_id, s.slice, coalesce(g.id, s.search_id) as search_id
+      from latest s
+      left join pgfunnel.search_log g
+        on g.collection_id = %(c)s and g.notes ->> 'search_group' = s.search_group
 ),
 hits as (
     select s.query_id, s.slice, r.item,
