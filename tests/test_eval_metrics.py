@@ -21,7 +21,7 @@ from pgfunnel.eval.metrics import (
     pool_recall_curve,
     score_run,
 )
-from pgfunnel.eval.qrels import JudgedQuery, judging_level, load_queries, split_of
+from pgfunnel.eval.qrels import JudgedQuery, citekey_of, judging_level, load_queries, split_of
 from pgfunnel.eval.report import (
     build_report,
     plot_pool_recall,
@@ -394,8 +394,14 @@ def test_a_file_that_mixes_levels_or_holds_nothing_is_named_with_its_lines(
                        r"\(query 'q-[0-9a-f]{12}'\) judges chunk 'a#1', line 2 .* judges "
                        "document 'b'"):
         load_queries(path)
-    _write_jsonl(path, ['{"query": "x", "slice": "s", "relevant": ["a#b"]}'])
-    with pytest.raises(InvalidInputError, match=r"q\.jsonl: line 1 .*'a#b' is not a chunk key"):
+    # a citekey may hold a '#' (C# docs): only '#' and digits at the end make a chunk key
+    _write_jsonl(path, ['{"query": "x", "slice": "s", "relevant": ["c#-intro", "faq#b"]}'])
+    assert judging_level(load_queries(path)) == "document"
+    assert [citekey_of(i) for i in ("c#-intro", "c#-intro#2", "doc#3", "#3", "a#b#")] == \
+        ["c#-intro", "c#-intro", "doc", "#3", "a#b#"]
+    assert collapse_to_documents(["c#-intro#0", "c#-intro#4", "d#1"]) == ["c#-intro", "d"]
+    _write_jsonl(path, ['{"query": "x", "slice": "s", "relevant": ["a#1", "a#b"]}'])
+    with pytest.raises(InvalidInputError, match=r"mix .*judges chunk 'a#1'.*document 'a#b'"):
         load_queries(path)
     path.write_text("\n  \n", encoding="utf-8")
     with pytest.raises(InvalidInputError, match=r"q\.jsonl: no judged queries in the file"):
@@ -444,8 +450,9 @@ def test_judging_level() -> None:
     assert judging_level([jq("a", "s", {})]) == "document"
     with pytest.raises(InvalidInputError, match="mix"):
         judging_level([jq("a", "s", {"doc#0": 1}), jq("b", "s", {"doc": 1})])
-    with pytest.raises(InvalidInputError, match="chunk key"):
-        judging_level([jq("a", "s", {"doc#x": 1})])
+    assert judging_level([jq("a", "s", {"doc#x": 1})]) == "document"  # a citekey with '#'
+    with pytest.raises(InvalidInputError, match="mix"):
+        judging_level([jq("a", "s", {"doc#0": 1, "doc#x": 1})])
 
 
 def _report_inputs() -> tuple[list[JudgedQuery], dict[str, dict[str, list[str]]]]:

@@ -72,7 +72,7 @@ from pgfunnel.errors import (
     translate,
 )
 from pgfunnel.eval.metrics import collapse_to_documents, pool_recall_curve
-from pgfunnel.eval.qrels import JudgedQuery, Split, judging_level, select_split
+from pgfunnel.eval.qrels import JudgedQuery, Split, chunk_key, judging_level, select_split
 from pgfunnel.eval.report import EvalReport, build_report
 from pgfunnel.search import Candidate, Funnel, SearchParams, rerank_head, rerank_pool
 
@@ -570,9 +570,8 @@ def citekey_of_file_name(item: str) -> str:
     written when it names no file pgfunnel reads."""
     from pgfunnel.sources import SUPPORTED_SUFFIXES
 
-    base, sep, ordinal = item.rpartition("#")
-    if not sep or not ordinal.isdigit():
-        base, sep, ordinal = item, "", ""
+    key = chunk_key(item)
+    base, sep, ordinal = (key[0], "#", str(key[1])) if key is not None else (item, "", "")
     path = base.replace("\\", "/").removeprefix("./")
     dot = path.rfind(".")
     if dot > path.rfind("/") and path[dot:].lower() in SUPPORTED_SUFFIXES:

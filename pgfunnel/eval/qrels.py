@@ -362,11 +362,22 @@ def select_split(
     return [q for q in queries if split_of(q, test_fraction, salt) == split]
 
 
-def judging_level(queries: Sequence[JudgedQuery]) -> JudgingLevel:
-    """``"chunk"`` if item ids are ``citekey#ordinal``, else ``"document"``.
+def chunk_key(item_id: str) -> tuple[str, int] | None:
+    """``(citekey, ordinal)`` when ``item_id`` is a chunk key (``doc#3``), else None: a
+    citekey may hold a ``#`` itself (``c#-intro``, ``faq#billing``), so only a final
+    ``#`` followed by digits makes a chunk key."""
+    citekey, sep, ordinal = item_id.rpartition("#")
+    if sep and citekey and ordinal.isascii() and ordinal.isdigit():
+        return citekey, int(ordinal)
+    return None
 
-    Mixing the two in one set is an :class:`InvalidInputError`, as is a chunk key whose
-    ordinal is not an integer. A set with no judged items at all is document-level.
+
+def judging_level(queries: Sequence[JudgedQuery]) -> JudgingLevel:
+    """``"chunk"`` if item ids are chunk keys (``citekey#ordinal``, :func:`chunk_key`),
+    else ``"document"``.
+
+    Mixing the two in one set is an :class:`InvalidInputError`. A set with no judged items
+    at all is document-level.
     """
     chunk_seen: tuple[str, str] | None = None
     doc_seen: tuple[str, str] | None = None
@@ -375,13 +386,7 @@ def judging_level(queries: Sequence[JudgedQuery]) -> JudgingLevel:
         where = f"line {q.line} (query {q.query_id!r})" if q.line is not None \
             else f"query {q.query_id!r}"
         for item in q.relevant:
-            if "#" in item:
-                citekey, _, ordinal = item.rpartition("#")
-                if not citekey or not ordinal.lstrip("-").isdigit():
-                    raise InvalidInputError(
-                        f"{where}: item {item!r} is not a chunk key "
-                        "of the form '<citekey>#<ordinal>'"
-                    )
+            if chunk_key(item) is not None:
                 chunk_seen = chunk_seen or (where, item)
             else:
                 doc_seen = doc_seen or (where, item)
@@ -395,6 +400,7 @@ def judging_level(queries: Sequence[JudgedQuery]) -> JudgingLevel:
 
 
 def citekey_of(item_id: str) -> str:
-    """The document part of an item id (``"doc#3"`` → ``"doc"``; a citekey is itself)."""
-    citekey, sep, _ = item_id.rpartition("#")
-    return citekey if sep else item_id
+    """The document part of an item id (``"doc#3"`` → ``"doc"``; a citekey, ``c#-intro``
+    included, is itself)."""
+    key = chunk_key(item_id)
+    return key[0] if key is not None else item_id
