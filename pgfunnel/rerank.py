@@ -45,6 +45,11 @@ __all__ = [
 ]
 
 DEFAULT_RERANK_MODEL = "cross-encoder/ms-marco-MiniLM-L6-v2"
+# tokens per (query, snippet) pair when max_length is not given (or the model's own
+# limit, if smaller)
+DEFAULT_MAX_LENGTH = 512
+# a tokenizer without a limit reports a huge sentinel as its model_max_length
+_NO_LIMIT = 1_000_000
 
 Backend = Literal["torch", "onnx"]
 
@@ -223,7 +228,7 @@ class Reranker:
         *,
         device: str = "auto",
         batch_size: int = 32,
-        max_length: int = 512,
+        max_length: int | None = None,
         fp16: bool | None = None,
         backend: Backend = "torch",
         snippet_chars: int = 1000,
@@ -239,7 +244,11 @@ class Reranker:
             raise ConfigError("rerank_model", "must be a model id (str) or a local path (str or"
                               f" os.PathLike), got {model!r}")
         self.batch_size = positive_int("batch_size", batch_size)
-        self.max_length = positive_int("max_length", max_length)
+        # None: DEFAULT_MAX_LENGTH, or the model's own limit when that is smaller (set
+        # once the model is loaded and its limit known)
+        self.max_length = (DEFAULT_MAX_LENGTH if max_length is None
+                           else positive_int("max_length", max_length))
+        self._max_length_given = max_length is not None
         self.snippet_chars = positive_int("snippet_chars", snippet_chars)
         if backend not in ("torch", "onnx"):
             raise ConfigError("backend", f"expected 'torch' or 'onnx', got {backend!r}")
@@ -277,9 +286,10 @@ class Reranker:
         if is_path and not Path(self.model_name).expanduser().exists():
             # A path that does not exist must not be retried as a hub id.
             raise self._failure(f"no such directory: {self.model_name}")
+        # loaded without max_length: sentence-transformers then reports the model's own
+        # limit (its tokenizer's, capped at its position embeddings), checked below
         kwargs: dict[str, Any] = {
             "device": self.device,
-            "max_length": self.max_length,
             "local_files_only": self.local_files_only,
             "backend": self.backend,
         }
@@ -330,9 +340,26 @@ class Reranker:
                 f"expected a cross-encoder with a single relevance output, got {num_labels}"
                 " labels (is this a bi-encoder?)"
             )
+        self._apply_max_length(model)
         if self.fp16:
             _half_precision_cuda(model)
         return model
+
+    def _apply_max_length(self, model: Any) -> None:
+        """Set the model's truncation length to ``max_length``. A length past the model's
+        own limit (its position embeddings) is refused here: torch would otherwise fail in
+        the middle of a search, on the first pair long enough to reach it."""
+        limit = _model_token_limit(model)
+        if limit is not None and self.max_length > limit:
+            if self._max_length_given:
+                raise ConfigError(
+                    "max_length", f"{self.max_length} is more than the {limit} tokens "
+                    f"model {self.model_name!r} can read; use max_length <= {limit}")
+            self.max_length = limit
+        if isinstance(getattr(type(model), "max_seq_length", None), property):
+            model.max_seq_length = self.max_length  # sentence-transformers >= 5
+        else:
+            model.max_length = self.max_length
 
     # -- public API -----------------------------------------------------------------------
 
@@ -408,6 +435,20 @@ class Reranker:
             f" fp16={self.fp16}, batch_size={self.batch_size}, max_length={self.max_length},"
             f" snippet_chars={self.snippet_chars})"
         )
+
+
+def _model_token_limit(model: Any) -> int | None:
+    """The most tokens a loaded cross-encoder can read: its tokenizer's
+    ``model_max_length``, capped at the config's ``max_position_embeddings``; None when
+    neither says."""
+    limits: list[int] = []
+    tokenizer_limit = getattr(getattr(model, "tokenizer", None), "model_max_length", None)
+    config = getattr(getattr(model, "model", None), "config", None)
+    positions = getattr(config, "max_position_embeddings", None)
+    for value in (tokenizer_limit, positions):
+        if isinstance(value, int) and not isinstance(value, bool) and 0 < value < _NO_LIMIT:
+            limits.append(value)
+    return min(limits) if limits else None
 
 
 def _onnx_available() -> bool:

@@ -385,3 +385,48 @@ def test_a_model_the_hub_cannot_send_fails_at_once_naming_the_way_out() -> None:
         assert "model hub cannot be reached" in line and "HF_HUB_OFFLINE=1" in line, line
     # no download was attempted, so none was retried
     assert "Retrying" not in done.stderr, done.stderr
+
+
+# -- max_length and the model's own limit -----------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def short_ce(tiny_ce: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny cross-encoder with 64 position embeddings (its tokenizer says 512)."""
+    import shutil
+
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    path = tmp_path_factory.mktemp("short-ce")
+    shutil.copytree(tiny_ce, path, dirs_exist_ok=True)
+    config = AutoConfig.from_pretrained(str(tiny_ce))
+    config.max_position_embeddings = 64
+    AutoModelForSequenceClassification.from_config(config).save_pretrained(str(path))
+    return path
+
+
+def test_default_max_length_follows_a_shorter_model(short_ce: Path) -> None:
+    # 512 tokens would overrun the model's 64 positions: torch failed on the first long
+    # pair, in the middle of a search
+    r = Reranker(str(short_ce), device="cpu", snippet_chars=100_000, local_files_only=True)
+    assert r.max_length == 64
+    scores = r.predict("refund", ["word " * 2000, "short"])
+    assert len(scores) == 2 and all(math.isfinite(s) for s in scores)
+
+
+def test_max_length_over_the_model_limit_is_config_error(short_ce: Path, tiny_ce: Path) -> None:
+    with pytest.raises(ConfigError, match="64 tokens") as exc:
+        Reranker(str(short_ce), device="cpu", max_length=128, local_files_only=True)
+    assert exc.value.parameter == "max_length"
+    with pytest.raises(ConfigError) as exc:
+        Reranker(str(tiny_ce), device="cpu", max_length=100_000, local_files_only=True)
+    assert exc.value.parameter == "max_length"
+
+
+def test_explicit_max_length_truncates(tiny_ce: Path) -> None:
+    r = Reranker(str(tiny_ce), device="cpu", max_length=16, snippet_chars=100_000,
+                 local_files_only=True)
+    assert r.max_length == 16
+    # the same first 16 tokens, whatever follows: truncation happened
+    a, b = r.predict("refund", ["word " * 50, "word " * 50 + "levy " * 500])
+    assert a == pytest.approx(b, abs=1e-5)
