@@ -430,3 +430,11 @@ def test_explicit_max_length_truncates(tiny_ce: Path) -> None:
     # the same first 16 tokens, whatever follows: truncation happened
     a, b = r.predict("refund", ["word " * 50, "word " * 50 + "levy " * 500])
     assert a == pytest.approx(b, abs=1e-5)
+
+
+def test_lone_surrogate_is_invalid_input_naming_where(reranker: Reranker) -> None:
+    # the tokenizer said only "TypeError: TextInputSequence must be str"
+    with pytest.raises(InvalidInputError, match=r"documents: item 1 is not valid Unicode"):
+        reranker.rank("refund", ["fine", "bad \ud800 text"])
+    with pytest.raises(InvalidInputError, match=r"query: is not valid Unicode"):
+        reranker.predict("bad \udfff", ["fine"])
