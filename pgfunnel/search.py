@@ -17,6 +17,7 @@ import datetime as dt
 import json
 import logging
 import math
+import os
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -416,6 +417,14 @@ class Funnel:
         self._embedder_spec = embedder
         self._embedder: Embedder | None = embedder if isinstance(embedder, Embedder) else None
         self._loading = threading.Lock()
+        if reranker is not None and not callable(getattr(reranker, "rank", None)):
+            # a model id or path given here instead of a loaded model failed only at the
+            # first search, with "AttributeError: 'str' object has no attribute 'rank'"
+            hint = (f": to load a model, pass reranker=pgfunnel.rerank.Reranker({reranker!r})"
+                    if isinstance(reranker, (str, os.PathLike)) else "")
+            raise ConfigError("reranker", "must be an object with rank(query, documents), "
+                              f"such as pgfunnel.rerank.Reranker, or None; got "
+                              f"{type(reranker).__name__}{hint}")
         self.reranker = reranker
         if rerank_depth is not None and (isinstance(rerank_depth, bool)
                                          or not isinstance(rerank_depth, int)

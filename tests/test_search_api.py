@@ -730,3 +730,17 @@ def test_a_source_the_funnel_cannot_use_is_refused_at_construction(sample_db: st
     # what it takes still works
     with Funnel(sample_db, embedder=None) as funnel:
         assert funnel.search("refund", k=1, principals=[]).results
+
+
+@pytest.mark.parametrize("reranker", ["cross-encoder/ms-marco-MiniLM-L6-v2", 3, object()])
+def test_funnel_refuses_a_reranker_without_rank(reranker: Any) -> None:
+    # a model id given as the reranker failed only at the first search, with
+    # "AttributeError: 'str' object has no attribute 'rank'"
+    from pgfunnel.errors import ConfigError
+    from pgfunnel.search import Funnel
+
+    with pytest.raises(ConfigError) as exc:
+        Funnel("postgresql:///unused", reranker=reranker)
+    assert exc.value.parameter == "reranker"
+    if isinstance(reranker, str):
+        assert "Reranker('cross-encoder/ms-marco-MiniLM-L6-v2')" in str(exc.value)
