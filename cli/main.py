@@ -420,8 +420,9 @@ def search(
     dense_depth: DenseDepthOption = None,
     lexical_only: LexicalOnlyOption = False,
     rerank: Annotated[bool, typer.Option(help="Rerank the pool with a cross-encoder.")] = False,
-    rerank_model: Annotated[str, typer.Option(
-        help="Cross-encoder model id or local path.")] = "cross-encoder/ms-marco-MiniLM-L6-v2",
+    rerank_model: Annotated[str | None, typer.Option(
+        help="Cross-encoder model id or local path (default "
+             "cross-encoder/ms-marco-MiniLM-L6-v2); needs --rerank.")] = None,
     rerank_depth: Annotated[int | None, typer.Option(
         help="How many pool candidates the reranker scores (default: k x overfetch, the "
              "pool as asked; a pool the search widened for the per-source cap keeps its "
@@ -433,6 +434,7 @@ def search(
     json_out: JsonOption = False,
 ) -> None:
     """Search a collection and print the results with per-leg ranks."""
+    from pgfunnel.errors import ConfigError
     from pgfunnel.search import Funnel
 
     _quiet_warnings()
@@ -441,10 +443,15 @@ def search(
                         "rerank_depth": "--rerank-depth", "statement_timeout_ms": "--timeout-ms",
                         "rerank_model": "--rerank-model", "query_text": "QUERY"}):
         reranker = None
+        if not rerank and (rerank_model is not None or rerank_depth is not None):
+            # without --rerank they were ignored: results that were never reranked,
+            # with nothing to say so
+            raise ConfigError("rerank_model" if rerank_model is not None else "rerank_depth",
+                              "applies only with --rerank; add --rerank to rerank the pool")
         if rerank:
-            from pgfunnel.rerank import Reranker
+            from pgfunnel.rerank import DEFAULT_RERANK_MODEL, Reranker
 
-            reranker = Reranker(rerank_model)
+            reranker = Reranker(rerank_model or DEFAULT_RERANK_MODEL)
         funnel = Funnel(dsn, collection, embedder=None if lexical_only else "auto",
                         reranker=reranker, rerank_depth=rerank_depth)
         with warnings.catch_warnings():

@@ -138,3 +138,18 @@ def test_explain_advises_the_depth_options_by_their_flags(sample_db: str) -> Non
     said = " ".join(res.output.split())
     assert "in no leg at its depth" in said, said
     assert "raise --lexical-depth" in said and "lexical_depth" not in said, said
+
+
+@pytest.mark.parametrize(("args", "flag"), [
+    (["--rerank-model", "/some/cross-encoder"], "--rerank-model"),
+    (["--rerank-depth", "5"], "--rerank-depth"),
+])
+def test_rerank_options_without_rerank_are_an_error(args: list[str], flag: str) -> None:
+    # they were ignored: the results were never reranked and nothing said so
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    res = CliRunner().invoke(app, ["search", "refund", *args, "--dsn", "bogus"],
+                             env={"COLUMNS": "200"})
+    assert res.exit_code == 1, res.output
+    assert f"{flag}: applies only with --rerank" in res.output
