@@ -14,6 +14,8 @@ so leave some headroom in the budget when relying on it.
 
 from __future__ import annotations
 
+import math
+import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -99,6 +101,28 @@ def _id_of(passage: Any, index: int) -> str:
     return f"#{index}"
 
 
+def _checked_count(value: object) -> int:
+    """A token count from ``count_tokens``: an integer >= 0 (a finite float is rounded
+    up), else a ConfigError. NaN compared as "fits" with any budget, so every passage was
+    kept; None failed with a bare TypeError."""
+    not_a_count = ConfigError("count_tokens", f"returned {value!r}, not a token count")
+    if isinstance(value, (bool, str, bytes)):
+        raise not_a_count
+    try:
+        count = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        try:
+            number = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise not_a_count from None
+        if not math.isfinite(number):
+            raise not_a_count from None
+        count = math.ceil(number)
+    if count < 0:
+        raise ConfigError("count_tokens", f"returned a negative count ({value!r})")
+    return count
+
+
 def _edges(items: list[P]) -> list[P]:
     # Ranks 1,3,5,... fill from the front and 2,4,6,... from the back, so the two best sit
     # at the two ends and the weakest end up in the middle, where long prompts are read
@@ -159,9 +183,7 @@ def pack_context(
     kept: list[int] = []
     used = 0
     for i in unique:
-        cost = counter(texts[i])
-        if cost < 0:
-            raise ConfigError("count_tokens", f"returned a negative count ({cost})")
+        cost = _checked_count(counter(texts[i]))
         if used + cost > token_budget:
             dropped.append((i, "over token budget"))
             continue

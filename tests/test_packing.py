@@ -97,3 +97,22 @@ def test_validation() -> None:
     assert exc.value.parameter == "near_duplicate_threshold"
     with pytest.raises(InvalidInputError):
         pack_context([{"body": "x"}], token_budget=10)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), None, "3", True])
+def test_count_tokens_must_return_a_count(bad: object) -> None:
+    # NaN compared as "fits" with any budget, so every passage was kept over budget
+    passages = [{"id": i, "text": f"passage number {i} about refunds"} for i in range(3)]
+    with pytest.raises(ConfigError) as exc:
+        pack_context(passages, token_budget=1, count_tokens=lambda _t: bad)  # type: ignore[arg-type,return-value]
+    assert exc.value.parameter == "count_tokens"
+
+
+def test_count_tokens_may_return_numpy_ints_and_floats() -> None:
+    import numpy as np
+
+    passages = [{"id": 1, "text": "a"}, {"id": 2, "text": "b c"}]
+    res = pack_context(passages, token_budget=3, count_tokens=lambda t: np.int64(len(t)))
+    assert res.tokens_used == 1 and type(res.tokens_used) is int  # "b c" (3) did not fit
+    res = pack_context(passages, token_budget=3, count_tokens=lambda t: len(t) / 2)
+    assert res.tokens_used == 1 + 2 and type(res.tokens_used) is int  # 0.5 -> 1, 1.5 -> 2
