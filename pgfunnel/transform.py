@@ -65,7 +65,10 @@ _STOPWORD_TEXT = """
 """
 STOPWORDS: frozenset[str] = frozenset(_STOPWORD_TEXT.split())
 
-_WORD_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.'\-]*[A-Za-z0-9])?")
+# letters and digits of any script: an ASCII-only pattern cut "Rückerstattung" into "R"
+# and "ckerstattung", and found no word at all in a Greek or Russian query (which then
+# counted as a follow-up with no topic of its own)
+_WORD_RE = re.compile(r"[^\W_](?:[\w.'\-]*[^\W_])?")
 _QUOTE_RE = re.compile(r"\"([^\"]+)\"|“([^”]+)”|`([^`]+)`")
 
 

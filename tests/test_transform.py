@@ -11,6 +11,7 @@ from pgfunnel.errors import ConfigError
 from pgfunnel.transform import (
     FollowupResolver,
     GuardedRewriter,
+    content_words,
     decompose,
     multi_query,
     protected_tokens,
@@ -251,3 +252,28 @@ def test_followup_does_not_carry_a_word_too_long_to_search() -> None:
     # a pasted blob in an earlier turn must not make the follow-up too long to search
     res = FollowupResolver().resolve([f"refund {'x' * 20_000} plan"], "what about it?")
     assert res.query == "refund plan what about it?"
+
+
+def test_words_of_any_script_are_words() -> None:
+    # the word pattern was ASCII-only: accented words were cut apart and a Greek,
+    # Russian or Chinese query had no words at all
+    assert content_words("Rückerstattung für Jahrespläne") == [
+        "rückerstattung", "für", "jahrespläne"]
+    assert content_words("remboursement élevé") == ["remboursement", "élevé"]
+
+
+@pytest.mark.parametrize("query", [
+    "Как экспортировать счета?",
+    "Πώς λειτουργούν οι επιστροφές χρημάτων;",
+    "如何导出发票？",
+])
+def test_a_non_latin_query_with_its_own_topic_is_not_a_follow_up(query: str) -> None:
+    # it counted as a turn with no topic word, and got "refunds" put in front of it
+    res = FollowupResolver().resolve(["how do refunds work?"], query)
+    assert res.query == query and res.carried_terms == []
+
+
+def test_a_non_latin_topic_is_carried_and_protected() -> None:
+    res = FollowupResolver().resolve(["Как работают возвраты?"], "what about monthly plans?")
+    assert "возвраты" in res.carried_terms
+    assert protected_tokens("refund año", ["año"]) == ["año"]
