@@ -35,7 +35,13 @@ __all__ = [
 P = TypeVar("P")
 
 _ID_KEYS = ("id", "chunk_id", "corpus_id", "citekey")
-_SHINGLE_WORD_RE = re.compile(r"\w+")
+# scripts written without spaces between words (Han, kana, Thai, Lao, Myanmar, Khmer):
+# each character counts as a word, or a whole paragraph would be one word -- a 2-token
+# estimate for 800 characters of Chinese, and one shingle that no near-duplicate shares
+_UNSPACED = ("\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf"
+             "\u4e00-\u9fff\uf900-\ufaff")
+_UNSPACED_RE = re.compile(f"[{_UNSPACED}]")
+_SHINGLE_WORD_RE = re.compile(f"[{_UNSPACED}]|[^\\W{_UNSPACED}]+")
 
 
 @dataclass
@@ -48,9 +54,12 @@ class PackResult(Generic[P]):
 
 
 def estimate_tokens(text: str) -> int:
-    """Whitespace words x 1.3, rounded up (integer arithmetic, so 10 words is 13)."""
-    words = len(text.split())
-    return (words * 13 + 9) // 10
+    """Whitespace words x 1.3, rounded up (integer arithmetic, so 10 words is 13), plus
+    one token per character of a script written without spaces (Chinese, Japanese, Thai,
+    ...), which tokenizers split into about a token per character or more."""
+    unspaced = len(_UNSPACED_RE.findall(text))
+    words = len(_UNSPACED_RE.sub(" ", text).split()) if unspaced else len(text.split())
+    return (words * 13 + 9) // 10 + unspaced
 
 
 def tokenizer_counter(tokenizer: Any) -> Callable[[str], int]:

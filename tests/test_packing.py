@@ -116,3 +116,22 @@ def test_count_tokens_may_return_numpy_ints_and_floats() -> None:
     assert res.tokens_used == 1 and type(res.tokens_used) is int  # "b c" (3) did not fit
     res = pack_context(passages, token_budget=3, count_tokens=lambda t: len(t) / 2)
     assert res.tokens_used == 1 + 2 and type(res.tokens_used) is int  # 0.5 -> 1, 1.5 -> 2
+
+
+def test_text_without_spaces_is_counted_per_character() -> None:
+    # 800 characters of Chinese were one "word": an estimate of 2 tokens, so a budget
+    # of 50 let the whole passage in
+    zh = "退款政策适用于所有月度计划用户在购买后十四天内可以申请全额退款超过期限则不予退款" * 20
+    assert estimate_tokens(zh) == len(zh)
+    assert estimate_tokens("返金は月額プランの購入後14日以内に申請できます") == 22 + 2
+    assert estimate_tokens("ten words here and there and more words to count") == 13
+    res = pack_context([{"id": 1, "text": zh}], token_budget=50)
+    assert res.kept == [] and res.dropped[0][1] == "over token budget"
+
+
+def test_near_duplicates_without_spaces_are_found() -> None:
+    # each passage was one shingle, so one changed character made them unrelated
+    zh = "退款政策适用于所有月度计划用户在购买后十四天内可以申请全额退款超过期限则不予退款" * 5
+    res = pack_context([{"id": 1, "text": zh}, {"id": 2, "text": zh[:-1] + "。"}],
+                       token_budget=10_000)
+    assert [reason for _, reason in res.dropped] == ["near-duplicate of 1"]
