@@ -28,7 +28,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from pgfunnel.errors import ConfigError, positive_int
+from pgfunnel.errors import ConfigError, InvalidInputError, positive_int, string_list
 
 __all__ = [
     "STOPWORDS",
@@ -130,6 +130,8 @@ def multi_query(phrasings: Sequence[str], *, max_queries: int | None = None) -> 
     """
     if max_queries is not None and (isinstance(max_queries, bool) or max_queries < 1):
         raise ConfigError("max_queries", f"must be a positive integer, got {max_queries!r}")
+    # one string iterated as its characters, None searched as the text "None"
+    phrasings = string_list(phrasings, "phrasings")
     seen: set[str] = set()
     kept: list[str] = []
     dropped: list[str] = []
@@ -241,6 +243,9 @@ def decompose(query: str, max_parts: int = 3, *, qualifiers: Iterable[str] = ())
     annual plans too). More than *max_parts* parts: the tail is merged into the last part.
     """
     positive_int("max_parts", max_parts)
+    if not isinstance(query, str):
+        raise InvalidInputError(f"query: must be a str, got {type(query).__name__}")
+    qualifiers = string_list(qualifiers, "qualifiers")
     text = " ".join(query.split())
     if not text:
         return Decomposition(parts=[query], reason="empty query; not split")
@@ -408,7 +413,7 @@ class GuardedRewriter:
             raise ConfigError("timeout_s", f"must be a positive number, got {timeout_s!r}")
         self.rewriter = rewriter
         self.timeout_s = float(timeout_s)
-        self.protected_terms = tuple(protected_terms)
+        self.protected_terms = tuple(string_list(protected_terms, "protected_terms"))
 
     def _call(self, query: str) -> tuple[str | None, BaseException | None, bool]:
         box: dict[str, object] = {}
@@ -433,6 +438,8 @@ class GuardedRewriter:
         return (value if isinstance(value, str) else None), None, False
 
     def rewrite(self, query: str) -> RewriteResult:
+        if not isinstance(query, str):
+            raise InvalidInputError(f"query: must be a str, got {type(query).__name__}")
         protected = tuple(protected_tokens(query, self.protected_terms))
         start = time.monotonic()
         proposed, error, timed_out = self._call(query)
@@ -554,9 +561,10 @@ class FollowupResolver:
     ) -> None:
         positive_int("max_terms", max_terms)
         self.topic_terms: frozenset[str] | None = (
-            None if topic_terms is None else frozenset(_singular(t) for t in topic_terms)
+            None if topic_terms is None
+            else frozenset(_singular(t) for t in string_list(topic_terms, "topic_terms"))
         )
-        self.qualifiers = frozenset(_singular(q) for q in qualifiers)
+        self.qualifiers = frozenset(_singular(q) for q in string_list(qualifiers, "qualifiers"))
         self.max_terms = max_terms
 
     def topic_words(self, text: str) -> list[str]:
@@ -576,6 +584,10 @@ class FollowupResolver:
         return out
 
     def resolve(self, history: Sequence[str], query: str) -> Resolution:
+        # one string was read as turns of one character each (no topic found, silently)
+        history = string_list(history, "history")
+        if not isinstance(query, str):
+            raise InvalidInputError(f"query: must be a str, got {type(query).__name__}")
         own = self.topic_words(query)
         lowered = " ".join(query.casefold().split())
         cue = next((c for c in _FOLLOWUP_CUES if lowered.startswith(c + " ")), None)

@@ -277,3 +277,22 @@ def test_a_non_latin_topic_is_carried_and_protected() -> None:
     res = FollowupResolver().resolve(["Как работают возвраты?"], "what about monthly plans?")
     assert "возвраты" in res.carried_terms
     assert protected_tokens("refund año", ["año"]) == ["año"]
+
+
+def test_one_string_where_a_list_is_expected_is_config_error() -> None:
+    # iterated, one string was a list of one-character items: a history with no topic,
+    # protected terms "m", "o", "n", ..., three phrasings "a", "b", "c"
+    cases = [
+        (lambda: FollowupResolver().resolve("how do refunds work?", "and for annual?"),
+         "history"),
+        (lambda: FollowupResolver().resolve(None, "and for annual?"), "history"),  # type: ignore[arg-type]
+        (lambda: GuardedRewriter(str.upper, protected_terms="monthly"), "protected_terms"),
+        (lambda: multi_query("abc"), "phrasings"),
+        (lambda: multi_query(["a", None]), "phrasings"),  # type: ignore[list-item]
+        (lambda: decompose("a and b", qualifiers="monthly"), "qualifiers"),
+        (lambda: FollowupResolver(qualifiers="annual"), "qualifiers"),
+    ]
+    for call, parameter in cases:
+        with pytest.raises(ConfigError) as exc:
+            call()
+        assert exc.value.parameter == parameter
