@@ -33,6 +33,7 @@ from pgfunnel.errors import (
     RerankError,
     model_load_detail,
     positive_int,
+    text_problem,
 )
 
 __all__ = [
@@ -148,7 +149,7 @@ def _checked_inputs(query: object, documents: object) -> tuple[str, list[str]]:
     one-character documents."""
     if not isinstance(query, str):
         raise InvalidInputError(f"query: must be a str, got {type(query).__name__}")
-    if (problem := _unicode_problem(query)) is not None:
+    if (problem := text_problem(query)) is not None:
         raise InvalidInputError(f"query: {problem}")
     if isinstance(documents, (str, bytes)):
         raise InvalidInputError(f"documents: must be a sequence of str, not one "
@@ -161,19 +162,9 @@ def _checked_inputs(query: object, documents: object) -> tuple[str, list[str]]:
         if not isinstance(text, str):
             raise InvalidInputError(f"documents: item {i} must be a str, got "
                                     f"{type(text).__name__}")
-        if (problem := _unicode_problem(text)) is not None:
+        if (problem := text_problem(text)) is not None:
             raise InvalidInputError(f"documents: item {i} {problem}")
     return query, texts
-
-
-def _unicode_problem(text: str) -> str | None:
-    """Why the tokenizer cannot read *text* (a lone surrogate), or None; it would fail
-    with a bare ``TypeError: TextInputSequence must be str`` naming neither."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return f"is not valid Unicode ({exc.reason} at character {exc.start})"
-    return None
 
 
 def checked_ranking(ranked: object, count: int) -> list[tuple[int, float]]:
