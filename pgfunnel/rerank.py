@@ -118,6 +118,19 @@ def make_snippet(text: str, max_chars: int) -> str:
 _WORD = re.compile(r"\S+")
 
 
+def check_gate_margin(margin: object, parameter: str = "margin") -> float | None:
+    """A rerank gate's margin: None (no gate) or a finite number > 0, else a ConfigError
+    naming ``parameter``. A margin of 0 would skip the reranker on every search (the top
+    score always leads the second by at least 0)."""
+    if margin is None:
+        return None
+    if isinstance(margin, bool) or not isinstance(margin, int | float) \
+            or not math.isfinite(margin) or margin <= 0:
+        raise ConfigError(parameter, "must be a finite number > 0, or None for no gate (0 "
+                          f"would skip the reranker on every search), got {margin!r}")
+    return float(margin)
+
+
 def should_skip(fused_scores: Sequence[float], margin: float | None) -> bool:
     """Optional rerank gate: skip the reranker when the fused top score is decisive.
 
@@ -125,11 +138,8 @@ def should_skip(fused_scores: Sequence[float], margin: float | None) -> bool:
     score leads the second best by at least *margin*. Off by default (``margin=None``):
     fused scores are not calibrated, so a margin has to be tuned on labelled queries.
     """
-    if margin is None:
-        return False
-    if isinstance(margin, bool) or not math.isfinite(margin) or margin < 0:
-        raise ConfigError("margin", f"must be a finite number >= 0, got {margin!r}")
-    if len(fused_scores) < 2:
+    margin = check_gate_margin(margin)
+    if margin is None or len(fused_scores) < 2:
         return False
     # The caller may pass the pool in any order; the gate is about the two best scores.
     top, second = sorted((float(s) for s in fused_scores), reverse=True)[:2]

@@ -16,7 +16,6 @@ import dataclasses
 import datetime as dt
 import json
 import logging
-import math
 import os
 import threading
 import time
@@ -45,6 +44,7 @@ from pgfunnel.errors import (
     translate,
     warn_at_caller,
 )
+from pgfunnel.rerank import check_gate_margin
 from pgfunnel.sources import JSON_NUL
 
 MAX_QUERY_CHARS = 10_000
@@ -432,12 +432,7 @@ class Funnel:
             raise ConfigError("rerank_depth", f"must be an integer of at least 1, got "
                                               f"{rerank_depth!r}")
         self.rerank_depth = rerank_depth
-        if rerank_gate_margin is not None and (
-                isinstance(rerank_gate_margin, bool) or not _is_number(rerank_gate_margin)
-                or not math.isfinite(rerank_gate_margin) or rerank_gate_margin < 0):
-            raise ConfigError("rerank_gate_margin", "must be a finite number >= 0 or None, "
-                              f"got {rerank_gate_margin!r}")
-        self.rerank_gate_margin = rerank_gate_margin
+        self.rerank_gate_margin = check_gate_margin(rerank_gate_margin, "rerank_gate_margin")
         # opt-in query hooks (pgfunnel.transform): a GuardedRewriter or any callable
         # str -> str (guarded with the collection's protected terms), and a
         # FollowupResolver used when search() is given ``history``

@@ -248,7 +248,10 @@ def test_gate_skips_the_model_and_says_so_in_the_trace(sample_conn: psycopg.Conn
                                                         embedder: Any,
                                                         tiny_reranker: Reranker) -> None:
     counting = Counting(tiny_reranker)
-    funnel = Funnel(sample_conn, embedder=embedder, reranker=counting, rerank_gate_margin=0.0)
+    # 0 would skip every search, so it is refused; the smallest gap still gates
+    with pytest.raises(ConfigError, match="rerank_gate_margin: must be a finite number > 0"):
+        Funnel(sample_conn, embedder=embedder, reranker=counting, rerank_gate_margin=0.0)
+    funnel = Funnel(sample_conn, embedder=embedder, reranker=counting, rerank_gate_margin=1e-12)
     resp = funnel.search("refund annual plan", k=5, principals=[], trace=True)
     assert counting.calls == 0 and not resp.reranked
     assert resp.rerank_skipped_reason is not None and resp.rerank_skipped_reason.startswith("gate")

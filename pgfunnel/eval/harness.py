@@ -74,6 +74,7 @@ from pgfunnel.errors import (
 from pgfunnel.eval.metrics import collapse_to_documents, pool_recall_curve
 from pgfunnel.eval.qrels import JudgedQuery, Split, chunk_key, judging_level, select_split
 from pgfunnel.eval.report import EvalReport, build_report
+from pgfunnel.rerank import check_gate_margin
 from pgfunnel.search import Candidate, Funnel, SearchParams, rerank_head, rerank_pool
 
 #: harness keys a configuration may carry besides the search parameters
@@ -175,11 +176,10 @@ class EvalConfig:
         if model is not None and (not isinstance(model, str) or not model.strip()):
             raise ConfigError("config", f"{name}: 'rerank_model' must be a model id or a "
                               f"local path (a string), got {model!r}")
-        margin = raw.get("rerank_gate_margin")
-        if margin is not None and (isinstance(margin, bool) or not isinstance(margin, int | float)
-                                   or not math.isfinite(margin) or margin < 0):
-            raise ConfigError("config", f"{name}: 'rerank_gate_margin' must be a finite number "
-                              f">= 0, got {margin!r}")
+        try:
+            margin = check_gate_margin(raw.get("rerank_gate_margin"), "rerank_gate_margin")
+        except ConfigError as exc:
+            raise ConfigError("config", f"{name}: 'rerank_gate_margin' {exc.detail}") from None
         legs = raw.get("legs", "both")
         if legs not in LEGS:
             raise ConfigError("config", f"{name}: 'legs' must be one of {', '.join(LEGS)}, "
