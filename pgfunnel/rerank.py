@@ -392,14 +392,15 @@ class Reranker:
         query, texts = _checked_inputs(query, texts)
         return self._predict(query, texts)
 
-    def _predict(self, query: str, texts: list[str]) -> list[float]:
+    def _predict(self, query: str, texts: list[str], batch_size: int | None = None,
+                 show_progress_bar: bool = False) -> list[float]:
         if not texts:
             return []
         pairs = [(query, self.snippet(t)) for t in texts]
         raw = self._model.predict(
             pairs,
-            batch_size=self.batch_size,
-            show_progress_bar=False,
+            batch_size=batch_size or self.batch_size,
+            show_progress_bar=show_progress_bar,
             convert_to_numpy=True,
         )
         try:
@@ -423,16 +424,22 @@ class Reranker:
         documents: Sequence[str],
         top_k: int | None = None,
         return_documents: bool = False,
+        batch_size: int | None = None,
+        show_progress_bar: bool | None = None,
     ) -> list[dict[str, Any]]:
         """Documents sorted by score (desc), ties by ``corpus_id`` (asc).
 
         Each row has ``corpus_id`` (index into *documents*) and ``score``; with
         ``return_documents=True`` also ``text``, the snippet that was scored.
+        ``batch_size`` (default: the Reranker's) and ``show_progress_bar`` are
+        ``CrossEncoder.rank``'s, so code written for it runs unchanged.
         """
         if top_k is not None:
             positive_int("top_k", top_k)
+        if batch_size is not None:
+            positive_int("batch_size", batch_size)
         query, documents = _checked_inputs(query, documents)
-        scores = self._predict(query, documents)
+        scores = self._predict(query, documents, batch_size, bool(show_progress_bar))
         order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
         if top_k is not None:
             order = order[:top_k]

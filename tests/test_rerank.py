@@ -208,6 +208,14 @@ def test_rank_sorts_by_score_with_real_model(reranker: Reranker) -> None:
     assert [r["score"] for r in rows] == [
         reranker.predict("how are refunds issued", DOCS)[r["corpus_id"]] for r in rows
     ]
+    # CrossEncoder.rank's batch_size and show_progress_bar are taken, as code written for
+    # it passes them; the batch size does not change the scores
+    again = reranker.rank("how are refunds issued", DOCS, return_documents=True,
+                          batch_size=1, show_progress_bar=False)
+    assert [r["corpus_id"] for r in again] == [r["corpus_id"] for r in rows]
+    assert [r["score"] for r in again] == pytest.approx(scores, abs=1e-5)
+    with pytest.raises(ConfigError, match="batch_size"):
+        reranker.rank("q", DOCS, batch_size=0)
 
 
 def test_rank_ties_break_by_corpus_id_and_top_k(
