@@ -805,8 +805,20 @@ def retire(conn: psycopg.Connection[Any], collection: str, version: int) -> Vers
             raise ConflictError(f"version {version} of {collection!r} is building; "
                                 "drop it instead")
         with conn.transaction():
-            conn.execute("update pgfunnel.index_version set state = 'retired', "
-                         "retired_at = coalesce(retired_at, now()) where id = %s", (info.id,))
+            # the state is checked again by the update itself: an activation of this
+            # version that commits after the read above would otherwise be retired, and
+            # the collection left with no active version
+            done = conn.execute(
+                "update pgfunnel.index_version set state = 'retired', "
+                "retired_at = coalesce(retired_at, now()) "
+                "where id = %s and state in ('ready', 'retired') returning id",
+                (info.id,)).fetchone()
+        if done is None:
+            now = _version_row(conn, coll_id, version)
+            raise ConflictError(f"version {version} of {collection!r} is {now.state} now "
+                                "(a concurrent switch); only a ready version can be "
+                                "retired" + (": activate another version first"
+                                             if now.state == "active" else ""))
         return _version_row(conn, coll_id, version)
 
     return _db(body)  # type: ignore[no-any-return]

@@ -594,3 +594,46 @@ def test_versions_list_reads_at_80_columns(sample_db: str) -> None:
     wide = CliRunner().invoke(app, ["versions", "list", "--dsn", sample_db],
                               env={"COLUMNS": "200"})
     assert "┃ version ┃ state" in wide.output and "…" not in wide.output
+
+
+def _in_thread(fn: Any) -> tuple[Any, list[Any]]:
+    import threading
+
+    out: list[Any] = []
+
+    def run() -> None:
+        try:
+            out.append(fn())
+        except Exception as exc:  # noqa: BLE001 - handed to the test
+            out.append(exc)
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t, out
+
+
+def _wait_for_lock_wait(conn: psycopg.Connection[Any], app: str) -> None:
+    for _ in range(200):
+        row = conn.execute("select count(*) from pg_stat_activity where application_name = %s "
+                           "and wait_event_type = 'Lock'", (app,)).fetchone()
+        if row and row[0]:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{app} never waited for a lock")
+
+
+def test_retire_racing_an_activation_does_not_retire_the_active_version(
+        sample_db: str) -> None:
+    with connect(sample_db, autocommit=True) as conn:
+        versions.reindex(conn, "default", analyzer="simple_v1")
+        with connect(sample_db) as switcher, \
+                connect(sample_db, autocommit=True) as other:
+            other.execute("set application_name = 'racing-retire'")
+            # an activation of version 2 in flight when retire reads it as 'ready'
+            switcher.execute("select pgfunnel.activate_version('default', 2)")
+            t, out = _in_thread(lambda: versions.retire(other, "default", 2))
+            _wait_for_lock_wait(conn, "racing-retire")
+            switcher.commit()
+            t.join(30)
+        assert isinstance(out[0], ConflictError) and "is active now" in str(out[0])
+        assert _state(conn) == {1: "retired", 2: "active"}
