@@ -741,6 +741,10 @@ def activate(conn: psycopg.Connection[Any], collection: str, version: int, *,
             raise PgfunnelError(
                 f"version {version} of {collection!r} is still building; finish it with "
                 "`pgfunnel reindex` (it resumes and validates)")
+        if info.params.get("dropping"):
+            raise ConflictError(
+                f"version {version} of {collection!r} is being dropped (or its drop was "
+                f"interrupted: `pgfunnel versions drop {version} -c {collection}` finishes it)")
         caught = 0
         model = embedder if embedder is not None and \
             embedder.model_name == info.embedding_model else None
@@ -834,6 +838,20 @@ def drop(conn: psycopg.Connection[Any], collection: str, version: int) -> Versio
             raise ConflictError(f"version {version} of {collection!r} is the active version; "
                                 "activate another one before dropping it")
         with writer_lock(conn, collection):
+            with conn.transaction():
+                # the ingest lock waits for an activation in flight, and the mark keeps
+                # any later one off this version (pgfunnel.activate_version refuses it):
+                # the state read above may be stale, and dropping a version activated
+                # meanwhile left the collection with no active version
+                ingest_lock(conn, collection)
+                row = conn.execute("select state from pgfunnel.index_version where id = %s "
+                                   "for update", (info.id,)).fetchone()
+                if row is not None and row[0] == "active":
+                    raise ConflictError(
+                        f"version {version} of {collection!r} is the active version now (a "
+                        "concurrent switch); activate another one before dropping it")
+                conn.execute("update pgfunnel.index_version set params = params || "
+                             "jsonb_build_object('dropping', now()) where id = %s", (info.id,))
             drop_version_rows(conn, info.id)
         return info
 

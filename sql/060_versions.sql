@@ -84,6 +84,14 @@ begin
             message = format('collection %L has no index version %s', collection_name, version_number),
             hint = 'pgfunnel versions list shows the versions';
     end if;
+    if target.params ? 'dropping' then
+        -- pgfunnel versions drop marks the version under this lock before it drops the
+        -- index and the rows: activated meanwhile, the collection would lose its active one
+        raise exception using errcode = '55000',
+            message = format('version %s of %L is being dropped', version_number, collection_name),
+            hint = format('a drop that was interrupted is finished by pgfunnel versions drop %s -c %s',
+                          version_number, collection_name);
+    end if;
     select * into prev from pgfunnel.index_version v
      where v.collection_id = coll_id and v.state = 'active' for update;
     if target.state = 'active' then

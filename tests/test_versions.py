@@ -637,3 +637,32 @@ def test_retire_racing_an_activation_does_not_retire_the_active_version(
             t.join(30)
         assert isinstance(out[0], ConflictError) and "is active now" in str(out[0])
         assert _state(conn) == {1: "retired", 2: "active"}
+
+
+def test_drop_racing_an_activation_does_not_drop_the_active_version(sample_db: str) -> None:
+    with connect(sample_db, autocommit=True) as conn:
+        versions.reindex(conn, "default", analyzer="simple_v1")
+        with connect(sample_db) as switcher, \
+                connect(sample_db, autocommit=True) as other:
+            other.execute("set application_name = 'racing-drop'")
+            switcher.execute("select pgfunnel.activate_version('default', 2)")
+            t, out = _in_thread(lambda: versions.drop(other, "default", 2))
+            _wait_for_lock_wait(conn, "racing-drop")
+            switcher.commit()
+            t.join(30)
+        assert isinstance(out[0], ConflictError) and "active version now" in str(out[0])
+        assert _state(conn) == {1: "retired", 2: "active"}
+        info = {v.version: v for v in versions.list_versions(conn, "default")}
+        assert info[2].index_valid and info[2].missing_chunks == 0
+        # a version marked by a drop (one interrupted before its rows went) is not
+        # activated: its index may be half dropped
+        versions.activate(conn, "default", 1)
+        conn.execute("update pgfunnel.index_version set params = params || "
+                     "'{\"dropping\": \"2026-01-01\"}' where id = %s", (info[2].id,))
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState,
+                           match="version 2 of 'default' is being dropped"), conn.transaction():
+            conn.execute("select pgfunnel.activate_version('default', 2)")
+        with pytest.raises(ConflictError, match="versions drop 2 -c default"):
+            versions.activate(conn, "default", 2)
+        versions.drop(conn, "default", 2)
+        assert _state(conn) == {1: "active"}
