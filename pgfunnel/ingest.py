@@ -32,6 +32,7 @@ from pgfunnel.embedder import VECTOR_NORM_MAX, VECTOR_NORM_MIN, Embedder, check_
 from pgfunnel.errors import (
     AccessError,
     ConfigError,
+    ConflictError,
     InvalidInputError,
     InvalidVectorError,
     NotFoundError,
@@ -1093,6 +1094,7 @@ class Ingester:
         coll = get_or_create_collection(self.conn, self.collection, private=self.private)
         version = active_version(self.conn, coll)
         if version is None:
+            self._refuse_versionless(coll)
             analyzer_row = self.conn.execute(
                 "select analyzer from pgfunnel.collection where id = %s", (coll,)).fetchone()
             analyzer = str(analyzer_row[0]) if analyzer_row else DEFAULT_ANALYZER
@@ -1103,6 +1105,28 @@ class Ingester:
             assert version is not None and version.id == vid
             self.stats.notes.append(f"created index version {version.version} (active)")
         return coll, version
+
+    def _refuse_versionless(self, coll: int) -> None:
+        """A collection that has documents or versions but no active version (one retired
+        or dropped by hand, a drop-collection cut short) is not new: the version its
+        ingest would create would hold only this ingest's changed documents, and searches
+        would lose every other one without a word."""
+        states = [f"{v} {s}" for v, s in self.conn.execute(
+            "select version, state from pgfunnel.index_version where collection_id = %s "
+            "order by version", (coll,)).fetchall()]
+        row = self.conn.execute("select count(*) from pgfunnel.chunk where collection_id = %s",
+                                (coll,)).fetchone()
+        chunks = int(row[0]) if row else 0
+        if not states and not chunks:
+            return
+        name = self.collection
+        raise ConflictError(
+            f"collection {name!r} has no active index version but holds {chunks} chunk(s)"
+            + (f" and versions ({', '.join(states)})" if states else "")
+            + "; a new version from this ingest would cover only its own documents. "
+            + (f"Activate one first (pgfunnel versions activate N -c {name}), or build one "
+               f"over every chunk (pgfunnel reindex -c {name} --activate)" if states else
+               f"Build one over every chunk first (pgfunnel reindex -c {name} --activate)"))
 
     def _changed_documents(self, coll: int, batch: list[DocumentRecord],
                            prepared: _Prepared | None

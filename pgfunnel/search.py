@@ -499,8 +499,16 @@ class Funnel:
         if row is None:
             from pgfunnel.errors import NotFoundError
 
-            raise NotFoundError(f"collection {collection!r} does not exist or has no active "
-                                "index version (run `pgfunnel ingest`)")
+            with own_transaction(conn):
+                exists = conn.execute("select 1 from pgfunnel.collection where name = %s",
+                                      (collection,)).fetchone()
+            if exists:
+                raise NotFoundError(
+                    f"collection {collection!r} has no active index version (pgfunnel "
+                    f"versions list -c {collection} shows them; pgfunnel versions activate "
+                    "N switches to one)")
+            raise NotFoundError(f"collection {collection!r} does not exist (run `pgfunnel "
+                                "ingest` into it first)")
         return str(row[0]), int(row[1])
 
     def _check_params(self, conn: psycopg.Connection[Any], query: str, p: SearchParams) -> None:

@@ -76,7 +76,7 @@ begin
                              coalesce((select c.name from pgfunnel.collection c
                                         where c.id = _active_version.collection_id),
                                       'id ' || collection_id)),
-            hint = 'run pgfunnel ingest (first ingest activates version 1) or pgfunnel versions activate';
+            hint = 'pgfunnel versions activate N (pgfunnel versions list shows them); a new collection gets version 1 from its first ingest';
     end if;
 end
 $$;

@@ -666,3 +666,27 @@ def test_drop_racing_an_activation_does_not_drop_the_active_version(sample_db: s
             versions.activate(conn, "default", 2)
         versions.drop(conn, "default", 2)
         assert _state(conn) == {1: "active"}
+
+
+def test_ingest_into_a_collection_left_without_an_active_version_is_refused(
+        sample_db: str, embedder: Any) -> None:
+    from pgfunnel.errors import NotFoundError
+    from pgfunnel.ingest import Ingester
+    from pgfunnel.sources import DocumentRecord
+
+    with connect(sample_db, autocommit=True) as conn:
+        # what a race, a hand-made update or a drop cut short can leave
+        conn.execute("update pgfunnel.index_version set state = 'retired'")
+        doc = DocumentRecord(citekey="late-doc", title="Late", text="Zanzibar quokka guide. " * 5)
+        with pytest.raises(ConflictError, match=r"no active index version but holds \d+ chunk"
+                                                r".*versions \(1 retired\).*versions activate N"):
+            Ingester(conn, "default", embedder=embedder).ingest([doc])
+        # no version 2 holding this document alone was made active
+        assert _state(conn) == {1: "retired"}
+        # the search's advice is to activate one, not to ingest (which is refused above)
+        with Funnel(sample_db, "default") as f, \
+                pytest.raises(NotFoundError, match="has no active index version .*versions list"):
+            f.search("refund")
+        versions.activate(conn, "default", 1)
+        Ingester(conn, "default", embedder=embedder).ingest([doc])
+        assert _state(conn) == {1: "active"}
