@@ -41,19 +41,31 @@ $$;
 -- the partial HNSW index of a version: its name, whether it exists, is valid, and its size
 create or replace function pgfunnel.version_index(version_id integer,
     out index_name text, out present boolean, out valid boolean, out size_bytes bigint)
-language sql stable
+language plpgsql stable
 security invoker
 set search_path = pg_catalog, pgfunnel
 as $$
+begin
+    if version_id is null then
+        perform pgfunnel._bad_parameter('version_id', 'must not be NULL');
+    end if;
+    if not exists (select 1 from pgfunnel.index_version v
+                    where v.id = version_index.version_id) then
+        -- present = false would read as "the version's index is missing"
+        raise exception using errcode = 'P0002',
+            message = format('index version id %s does not exist', version_id);
+    end if;
     select 'embedding_hnsw_v' || version_index.version_id,
            i.indexrelid is not null,
            coalesce(i.indisvalid and i.indisready, false),
            coalesce(pg_relation_size(i.indexrelid), 0)
+      into index_name, present, valid, size_bytes
       from (select 1) one
       left join pg_class c
              on c.relname = 'embedding_hnsw_v' || version_index.version_id
             and c.relnamespace = 'pgfunnel'::regnamespace
-      left join pg_index i on i.indexrelid = c.oid
+      left join pg_index i on i.indexrelid = c.oid;
+end
 $$;
 
 -- make a ready or retired version the active one of its collection; returns the version

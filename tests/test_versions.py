@@ -146,6 +146,15 @@ def test_activation_catches_up_chunks_ingested_after_the_build(sample_db: str,
         with pytest.raises(psycopg.errors.InvalidParameterValue,
                            match="^version_id: must not be NULL"), conn.transaction():
             conn.execute("select * from pgfunnel.version_coverage(null)")
+        # and so is version_index, whose present = false read as "its index is missing"
+        with pytest.raises(psycopg.errors.NoDataFound, match="index version id 999999"), \
+                conn.transaction():
+            conn.execute("select * from pgfunnel.version_index(999999)")
+        with pytest.raises(psycopg.errors.InvalidParameterValue,
+                           match="^version_id: must not be NULL"), conn.transaction():
+            conn.execute("select * from pgfunnel.version_index(null)")
+        idx = conn.execute("select * from pgfunnel.version_index(%s)", (info[2].id,)).fetchone()
+        assert idx is not None and idx[0] == f"embedding_hnsw_v{info[2].id}" and idx[1] and idx[2]
     assert _top(sample_db, "zanzibar quokka", embedder)[0][1] == 1
 
 
