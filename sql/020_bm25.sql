@@ -222,10 +222,22 @@ $$;
 -- BM25 statistics recounted from scratch, to check the maintained ones against
 create or replace function pgfunnel.bm25_recount(version_id integer)
 returns table (term text, df bigint)
-language sql stable
+language plpgsql stable
 security invoker
 set search_path = pg_catalog, pgfunnel
 as $$
-    select p.term, count(*) from pgfunnel.posting p
-     where p.index_version_id = version_id group by p.term
+begin
+    if version_id is null then
+        perform pgfunnel._bad_parameter('version_id', 'must not be NULL');
+    end if;
+    if not exists (select 1 from pgfunnel.index_version v
+                    where v.id = bm25_recount.version_id) then
+        -- no rows would read as "no term_stat row differs" for a mistyped id
+        raise exception using errcode = 'P0002',
+            message = format('index version id %s does not exist', version_id);
+    end if;
+    return query
+        select p.term, count(*) from pgfunnel.posting p
+         where p.index_version_id = bm25_recount.version_id group by p.term;
+end
 $$;

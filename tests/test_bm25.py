@@ -396,3 +396,14 @@ def test_identical_chunks_tie_exactly_and_rank_by_chunk_id(conn: psycopg.Connect
     assert len(copy_rows) == len(copies)
     assert len({score for _, score in copy_rows}) == 1, sorted({s for _, s in copy_rows})
     assert [cid for cid, _ in copy_rows] == sorted(copies)
+
+
+def test_recount_of_a_version_that_does_not_exist_is_an_error(
+        conn: psycopg.Connection[Any]) -> None:
+    # no rows would read as "term_stat matches the postings" for a mistyped id
+    with pytest.raises(psycopg.errors.NoDataFound, match="index version id 999999"), \
+            conn.transaction():
+        conn.execute("select * from pgfunnel.bm25_recount(999999)")
+    with pytest.raises(psycopg.errors.InvalidParameterValue,
+                       match="^version_id: must not be NULL"), conn.transaction():
+        conn.execute("select * from pgfunnel.bm25_recount(null)")
