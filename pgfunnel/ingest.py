@@ -994,6 +994,10 @@ class Ingester:
                     "private applies when a collection is created (its documents without "
                     "readers would be public); give the documents readers, or ingest them "
                     "into a new collection")
+        existing = collection_id(self.conn, self.collection)
+        if existing is not None and active_version(self.conn, existing) is None:
+            # before any model time is spent; the batch's transaction checks it again
+            self._refuse_versionless(existing)
         if vectors:
             coll = collection_id(self.conn, self.collection)
             version = None if coll is None else active_version(self.conn, coll)

@@ -692,6 +692,10 @@ def test_ingest_into_a_collection_left_without_an_active_version_is_refused(
             Ingester(conn, "default", embedder=embedder).ingest([doc])
         # no version 2 holding this document alone was made active
         assert _state(conn) == {1: "retired"}
+        # and the batch's own check, for a switch after the up-front one
+        with pytest.raises(ConflictError, match="no active index version"), conn.transaction():
+            Ingester(conn, "default", embedder=embedder)._version()
+        assert _state(conn) == {1: "retired"}
         # the search's advice is to activate one, not to ingest (which is refused above)
         with Funnel(sample_db, "default") as f, \
                 pytest.raises(NotFoundError, match="has no active index version .*versions list"):
