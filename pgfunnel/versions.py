@@ -239,13 +239,22 @@ def writer_lock(conn: psycopg.Connection[Any], collection: str) -> Iterator[int]
                f"pid {holder['pid']} ({holder['application_name'] or 'no application_name'}, "
                f"connected since {holder['since']:%Y-%m-%d %H:%M:%S %Z})")
         raise ConflictError(
-            f"collection {collection!r}: another reindex is running, held by {who}; "
-            "wait for it, or end it with pg_terminate_backend(pid) if it is stuck")
+            f"collection {collection!r}: another reindex (or version drop) is running, held "
+            f"by {who}; wait for it, or end it with pg_terminate_backend(pid) if it is stuck")
     try:
         yield coll_id
     finally:
         if not conn.closed:
             conn.execute("select pg_advisory_unlock(%s, %s)", (k1, k2))
+
+
+def _name_session(conn: psycopg.Connection[Any], what: str) -> None:
+    """Name the session that will hold the writer lock (a second writer's error names it),
+    and have its backend notice within seconds that a killed CLI is gone: a DROP INDEX
+    CONCURRENTLY or a build waiting on old transactions held the lock until they ended."""
+    conn.execute("select set_config('application_name', %s, false)", (what[:63],))
+    with suppress(psycopg.Error):
+        conn.execute("set client_connection_check_interval = '2s'")
 
 
 class _PendingChunk(NamedTuple):
@@ -579,11 +588,8 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
 
     require_schema(conn)
     _set_maintenance_work_mem(conn, maintenance_work_mem)
-    conn.execute("select set_config('application_name', %s, false)",
-                 (f"pgfunnel reindex {collection}"[:63],))
     # a killed CLI must not leave its backend running a long statement with the lock held
-    with suppress(psycopg.Error):
-        conn.execute("set client_connection_check_interval = '2s'")
+    _name_session(conn, f"pgfunnel reindex {collection}")
     times: dict[str, float] = {}
     with writer_lock(conn, collection) as coll_id:
         notes: list[str] = []
@@ -837,6 +843,7 @@ def drop(conn: psycopg.Connection[Any], collection: str, version: int) -> Versio
         if info.state == "active":
             raise ConflictError(f"version {version} of {collection!r} is the active version; "
                                 "activate another one before dropping it")
+        _name_session(conn, f"pgfunnel versions drop {collection}")
         with writer_lock(conn, collection):
             with conn.transaction():
                 # the ingest lock waits for an activation in flight, and the mark keeps
@@ -866,6 +873,7 @@ def drop_collection(conn: psycopg.Connection[Any], collection: str) -> dict[str,
     traces and judged queries. Refuses while a reindex of it runs. Autocommit connection."""
     def body() -> dict[str, Any]:
         coll_id = require_collection(conn, collection)
+        _name_session(conn, f"pgfunnel versions drop-collection {collection}")
         with writer_lock(conn, collection):
             infos = _versions(conn, coll_id)
             for info in infos:

@@ -641,9 +641,11 @@ def test_retire_racing_an_activation_does_not_retire_the_active_version(
             # an activation of version 2 in flight when retire reads it as 'ready'
             switcher.execute("select pgfunnel.activate_version('default', 2)")
             t, out = _in_thread(lambda: versions.retire(other, "default", 2))
-            _wait_for_lock_wait(conn, "racing-retire")
-            switcher.commit()
-            t.join(30)
+            try:
+                _wait_for_lock_wait(conn, "racing-retire")
+            finally:
+                switcher.commit()
+                t.join(30)
         assert isinstance(out[0], ConflictError) and "is active now" in str(out[0])
         assert _state(conn) == {1: "retired", 2: "active"}
 
@@ -653,12 +655,14 @@ def test_drop_racing_an_activation_does_not_drop_the_active_version(sample_db: s
         versions.reindex(conn, "default", analyzer="simple_v1")
         with connect(sample_db) as switcher, \
                 connect(sample_db, autocommit=True) as other:
-            other.execute("set application_name = 'racing-drop'")
             switcher.execute("select pgfunnel.activate_version('default', 2)")
             t, out = _in_thread(lambda: versions.drop(other, "default", 2))
-            _wait_for_lock_wait(conn, "racing-drop")
-            switcher.commit()
-            t.join(30)
+            try:
+                # the drop names its session
+                _wait_for_lock_wait(conn, "pgfunnel versions drop default")
+            finally:
+                switcher.commit()
+                t.join(30)
         assert isinstance(out[0], ConflictError) and "active version now" in str(out[0])
         assert _state(conn) == {1: "retired", 2: "active"}
         info = {v.version: v for v in versions.list_versions(conn, "default")}
@@ -703,3 +707,21 @@ def test_ingest_into_a_collection_left_without_an_active_version_is_refused(
         versions.activate(conn, "default", 1)
         Ingester(conn, "default", embedder=embedder).ingest([doc])
         assert _state(conn) == {1: "active"}
+
+
+def test_a_drop_holding_the_writer_lock_is_named(sample_db: str) -> None:
+    with connect(sample_db, autocommit=True) as conn:
+        versions.reindex(conn, "default", analyzer="simple_v1")
+        with connect(sample_db) as reader, connect(sample_db, autocommit=True) as dropper:
+            # an open transaction that read the table: DROP INDEX CONCURRENTLY waits for it
+            reader.execute("select count(*) from pgfunnel.embedding")
+            t, out = _in_thread(lambda: versions.drop(dropper, "default", 2))
+            try:
+                _wait_for_lock_wait(conn, "pgfunnel versions drop default")
+                with pytest.raises(ConflictError, match=r"another reindex \(or version drop\)"
+                                                        r".*\(pgfunnel versions drop default,"):
+                    versions.reindex(conn, "default", analyzer="english_v2")
+            finally:
+                reader.rollback()
+                t.join(30)
+        assert not isinstance(out[0], Exception) and _state(conn) == {1: "active"}
