@@ -218,6 +218,8 @@ def _print_activation(act: Any, json_out: bool) -> None:
     if act.caught_up:
         msg += (f"; {plural(act.caught_up, 'chunk')} ingested since its build "
                 f"{'was' if act.caught_up == 1 else 'were'} indexed first")
+    if act.index_built:
+        msg += "; its HNSW index, missing or invalid, was built first"
     out.print(msg, highlight=False)
 
 

@@ -162,6 +162,8 @@ class Activation:
     activated: int
     replaced: int | None
     caught_up: int
+    #: the version's HNSW index was missing or invalid and was built before the switch
+    index_built: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -751,6 +753,20 @@ def activate(conn: psycopg.Connection[Any], collection: str, version: int, *,
             raise ConflictError(
                 f"version {version} of {collection!r} is being dropped (or its drop was "
                 f"interrupted: `pgfunnel versions drop {version} -c {collection}` finishes it)")
+        index_built = False
+        present, valid = conn.execute("select present, valid from pgfunnel.version_index(%s)",
+                                      (info.id,)).fetchone() or (False, False)
+        if not valid and conn.autocommit:
+            # a ready or retired version whose graph was dropped by hand or whose rebuild
+            # was cut short: no reindex would build it (that makes a new version), so the
+            # switch does, as it catches up chunks, under the lock drop and reindex take
+            with writer_lock(conn, collection):
+                if present:
+                    conn.execute(sql.SQL("drop index concurrently if exists {}").format(
+                        sql.Identifier("pgfunnel", hnsw_index_name(info.id))))
+                build_index(conn, info.id, info.dimensions, m=int(info.params.get("m", 16)),
+                            ef_construction=int(info.params.get("ef_construction", 64)))
+            index_built = True
         caught = 0
         model = embedder if embedder is not None and \
             embedder.model_name == info.embedding_model else None
@@ -769,7 +785,7 @@ def activate(conn: psycopg.Connection[Any], collection: str, version: int, *,
             row = conn.execute("select pgfunnel.activate_version(%s, %s)",
                                (collection, version)).fetchone()
         replaced = None if row is None or row[0] is None else int(row[0])
-        return Activation(collection, version, replaced, caught)
+        return Activation(collection, version, replaced, caught, index_built)
 
     return _db(body)  # type: ignore[no-any-return]
 

@@ -131,7 +131,8 @@ begin
             message = format('version %s of %L has no valid HNSW index (%s %s)', version_number,
                              collection_name, idx.index_name,
                              case when idx.present then 'is invalid' else 'is missing' end),
-            hint = 'rerun pgfunnel reindex: it drops invalid indexes and builds them again';
+            hint = format('pgfunnel versions activate %s -c %s builds it before it switches',
+                          version_number, collection_name);
     end if;
 
     if prev.id is not null then

@@ -725,3 +725,32 @@ def test_a_drop_holding_the_writer_lock_is_named(sample_db: str) -> None:
                 reader.rollback()
                 t.join(30)
         assert not isinstance(out[0], Exception) and _state(conn) == {1: "active"}
+
+
+def test_activate_builds_a_missing_or_invalid_index_first(sample_db: str) -> None:
+    """A ready version whose graph was dropped (by hand, or a rebuild cut short) could not
+    be activated, and the advice was a reindex, which makes a new version instead."""
+    from pgfunnel.ingest import hnsw_index_name
+
+    with connect(sample_db, autocommit=True) as conn:
+        res = versions.reindex(conn, "default", analyzer="simple_v1")
+        vid = conn.execute("select id from pgfunnel.index_version where collection_id = "
+                           "(select id from pgfunnel.collection where name = 'default') "
+                           "and version = %s", (res.version,)).fetchone()[0]  # type: ignore[index]
+        conn.execute(f"drop index pgfunnel.{hnsw_index_name(vid)}")
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as exc, \
+                conn.transaction():
+            conn.execute("select pgfunnel.activate_version('default', %s)", (res.version,))
+        assert exc.value.diag.message_hint == (
+            f"pgfunnel versions activate {res.version} -c default builds it before it switches")
+        act = versions.activate(conn, "default", res.version)
+        assert act.index_built and act.replaced == 1
+        assert conn.execute("select present, valid from pgfunnel.version_index(%s)",
+                            (vid,)).fetchone() == (True, True)
+        # the graph is used: the dense leg of the new active version finds rows
+        assert conn.execute("select count(*) from pgfunnel.funnel_search(null, "
+                            "(select embedding from pgfunnel.embedding limit 1), 5)"
+                            ).fetchone()[0] == 5  # type: ignore[index]
+        # an active or valid version is left alone
+        again = versions.activate(conn, "default", 1)
+        assert not again.index_built
