@@ -73,11 +73,13 @@ INDEX_FLAGS = {"embedding_model": "--model", "analyzer": "--analyzer",
 
 
 @contextmanager
-def handle_errors(flags: Mapping[str, str] | None = None) -> Iterator[None]:
+def handle_errors(flags: Mapping[str, str] | None = None,
+                  interrupted: str | None = None) -> Iterator[None]:
     """PgfunnelError -> one clear line on stderr and exit 1; never a traceback. ``flags``
     maps the library's parameter names to the command's options, so that an error about
     a value the user typed names the flag they typed it with (``--per-source-cap``, not
-    ``per_source_cap``)."""
+    ``per_source_cap``). ``interrupted`` says, after Ctrl-C, what was kept and how to go
+    on."""
     flags = {**COMMON_FLAGS, **(flags or {})}
     try:
         yield
@@ -91,7 +93,8 @@ def handle_errors(flags: Mapping[str, str] | None = None) -> Iterator[None]:
         console.print(f"[red]error:[/red] {said}", highlight=False, markup=True)
         raise typer.Exit(getattr(exc, "exit_code", EXIT_ERROR)) from None
     except KeyboardInterrupt:
-        console.print("[yellow]interrupted[/yellow]")
+        console.print("[yellow]interrupted[/yellow]"
+                      + (f": {interrupted}" if interrupted else ""), highlight=False)
         raise typer.Exit(130) from None
 
 

@@ -295,7 +295,9 @@ def ingest(
         for note in plan["notes"]:
             out.print(f"  {note}", highlight=False)
         return
-    with handle_errors(INDEX_FLAGS):
+    stopped = ("the batches written before it stay (each is all or nothing); the same "
+               "ingest again skips the documents already in, unchanged, and goes on")
+    with handle_errors(INDEX_FLAGS, interrupted=stopped):
         stats = do_ingest(dsn, paths, collection, chunk_words, model, private,
                           show_progress=not json_out, exclude=exclude, root=root)
     if json_out:

@@ -121,7 +121,9 @@ def reindex(
     from pgfunnel.ingest import active_version, require_collection
 
     _quiet()
-    with handle_errors(INDEX_FLAGS), connect(dsn, autocommit=True) as conn, \
+    stopped = ("the version being built stays 'building', with what it wrote; the same "
+               "`pgfunnel reindex` resumes it (`pgfunnel versions drop N` discards it)")
+    with handle_errors(INDEX_FLAGS, interrupted=stopped), connect(dsn, autocommit=True) as conn, \
             _Bars(not json_out) as bars:
         result = versions.reindex(
             conn, collection, model=model, analyzer=analyzer, activate_after=activate,

@@ -153,3 +153,18 @@ def test_rerank_options_without_rerank_are_an_error(args: list[str], flag: str) 
                              env={"COLUMNS": "200"})
     assert res.exit_code == 1, res.output
     assert f"{flag}: applies only with --rerank" in res.output
+
+
+def test_ctrl_c_says_what_was_kept_and_how_to_go_on(capsys: pytest.CaptureFixture[str]) -> None:
+    """A long ingest or reindex stopped with Ctrl-C said only "interrupted"; it now says
+    what stays written and which command goes on."""
+    import typer
+    from pgfunnel.cli.common import handle_errors
+
+    with pytest.raises(typer.Exit) as stop, handle_errors(interrupted="rerun to resume"):
+        raise KeyboardInterrupt
+    assert stop.value.exit_code == 130
+    assert capsys.readouterr().err.strip() == "interrupted: rerun to resume"
+    with pytest.raises(typer.Exit), handle_errors():
+        raise KeyboardInterrupt
+    assert capsys.readouterr().err.strip() == "interrupted"
