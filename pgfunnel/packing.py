@@ -15,6 +15,7 @@ so leave some headroom in the budget when relying on it.
 from __future__ import annotations
 
 import math
+import numbers
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -161,7 +162,9 @@ def pack_context(
     """
     if isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < 0:
         raise ConfigError("token_budget", f"must be an integer >= 0, got {token_budget!r}")
-    if not 0.0 < near_duplicate_threshold <= 1.0:
+    if isinstance(near_duplicate_threshold, bool) or \
+            not isinstance(near_duplicate_threshold, numbers.Real) or \
+            not 0.0 < near_duplicate_threshold <= 1.0:
         raise ConfigError(
             "near_duplicate_threshold", f"must be in (0, 1], got {near_duplicate_threshold!r}"
         )

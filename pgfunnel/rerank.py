@@ -164,7 +164,8 @@ def _checked_inputs(query: object, documents: object) -> tuple[str, list[str]]:
     if isinstance(documents, (str, bytes)):
         raise InvalidInputError(f"documents: must be a sequence of str, not one "
                                 f"{type(documents).__name__}: pass [{documents!r}]")
-    if not isinstance(documents, Iterable):
+    if not isinstance(documents, Iterable) or isinstance(documents, Mapping):
+        # a dict iterates its keys: ranked by them, the scores would answer another question
         raise InvalidInputError(f"documents: must be a sequence of str, got "
                                 f"{type(documents).__name__}")
     texts = list(documents)
@@ -281,6 +282,9 @@ class Reranker:
 
     def _resolve_fp16(self, fp16: bool | None) -> bool:
         on_cuda = self.device.startswith("cuda")
+        if fp16 is not None and not isinstance(fp16, bool):
+            # "yes" or 1 read as a request for half precision, and on CPU its error said so
+            raise ConfigError("fp16", f"must be True, False or None (auto), got {fp16!r}")
         if fp16 is None:
             return on_cuda and self.backend == "torch"
         if fp16 and self.device == "cpu":

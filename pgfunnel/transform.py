@@ -21,6 +21,7 @@ Everything here is pure Python and deterministic.
 from __future__ import annotations
 
 import math
+import numbers
 import re
 import threading
 import time
@@ -128,8 +129,8 @@ def multi_query(phrasings: Sequence[str], *, max_queries: int | None = None) -> 
     Duplicates are detected case- and whitespace-insensitively, so a paraphraser that
     echoes the query does not double its vote in the fusion.
     """
-    if max_queries is not None and (isinstance(max_queries, bool) or max_queries < 1):
-        raise ConfigError("max_queries", f"must be a positive integer, got {max_queries!r}")
+    if max_queries is not None:
+        positive_int("max_queries", max_queries)
     # one string iterated as its characters, None searched as the text "None"
     phrasings = string_list(phrasings, "phrasings")
     seen: set[str] = set()
@@ -171,7 +172,8 @@ def rrf_merge(
             "weights", f"got {len(weights)} weight(s) for {len(ranked_lists)} ranked list(s)"
         )
     for w in weights:
-        if isinstance(w, bool) or not math.isfinite(w) or w < 0:
+        if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w) \
+                or w < 0:
             raise ConfigError("weights", f"each weight must be a finite number >= 0, got {w!r}")
     scores: dict[K, float] = {}
     first_seen: dict[K, int] = {}

@@ -92,9 +92,10 @@ def test_validation() -> None:
     with pytest.raises(ConfigError) as exc:
         pack_context([], token_budget=-1)
     assert exc.value.parameter == "token_budget"
-    with pytest.raises(ConfigError) as exc:
-        pack_context([], token_budget=1, near_duplicate_threshold=0)
-    assert exc.value.parameter == "near_duplicate_threshold"
+    for threshold in (0, "0.5", None, True):
+        with pytest.raises(ConfigError) as exc:
+            pack_context([], token_budget=1, near_duplicate_threshold=threshold)  # type: ignore[arg-type]
+        assert exc.value.parameter == "near_duplicate_threshold"
     with pytest.raises(InvalidInputError):
         pack_context([{"body": "x"}], token_budget=10)
 

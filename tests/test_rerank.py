@@ -125,6 +125,9 @@ def test_fp16_on_cpu_is_config_error(tiny_ce: Path) -> None:
     with pytest.raises(ConfigError) as exc:
         Reranker(str(tiny_ce), device="cpu", fp16=True)
     assert exc.value.parameter == "fp16"
+    # "yes" was taken as a request for half precision (and said it was not supported)
+    with pytest.raises(ConfigError, match=r"^fp16: must be True, False or None"):
+        Reranker(str(tiny_ce), device="cpu", fp16="yes")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -313,6 +316,8 @@ def test_should_skip_gate() -> None:
         ("q", ["a", None], r"^documents: item 1 must be a str, got NoneType$"),
         ("q", "abc", r"^documents: must be a sequence of str, not one str: pass \['abc'\]$"),
         ("q", 3, r"^documents: must be a sequence of str, got int$"),
+        # a dict iterates its keys: they were what got ranked
+        ("q", {"k1": "refunds"}, r"^documents: must be a sequence of str, got dict$"),
     ],
 )
 def test_bad_inputs_are_refused_before_the_model(

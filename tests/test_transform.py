@@ -291,6 +291,9 @@ def test_one_string_where_a_list_is_expected_is_config_error() -> None:
         (lambda: multi_query(["a", None]), "phrasings"),  # type: ignore[list-item]
         (lambda: decompose("a and b", qualifiers="monthly"), "qualifiers"),
         (lambda: FollowupResolver(qualifiers="annual"), "qualifiers"),
+        # numbers as text, or a fraction of a query: bare TypeErrors, or accepted
+        (lambda: rrf_merge([["a"], ["b"]], weights=["1", "1"]), "weights"),  # type: ignore[list-item]
+        (lambda: multi_query(["a", "b"], max_queries=2.5), "max_queries"),  # type: ignore[arg-type]
     ]
     for call, parameter in cases:
         with pytest.raises(ConfigError) as exc:
