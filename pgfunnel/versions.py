@@ -697,7 +697,15 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
                                            batch_size=batch_size, progress=progress,
                                            reuse_from=reuse)
         t0 = time.perf_counter()
-        result.validation = validate(conn, building.id, min_recall=min_recall)
+        with conn.transaction():
+            # an ingest that committed after that catch-up would fail the count check
+            # ("counts differ", the version left 'building'): under the ingest lock none
+            # can, and whatever arrived since is caught up first (usually nothing)
+            ingest_lock(conn, collection)
+            result.chunks_embedded += catch_up(conn, coll_id, building.id, embedder,
+                                               want_analyzer, batch_size=batch_size,
+                                               in_transaction=True, reuse_from=reuse)
+            result.validation = validate(conn, building.id, min_recall=min_recall)
         times["validate"] = time.perf_counter() - t0
         result.seconds = times
         if not result.validation.ok:

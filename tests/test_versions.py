@@ -754,3 +754,34 @@ def test_activate_builds_a_missing_or_invalid_index_first(sample_db: str) -> Non
         # an active or valid version is left alone
         again = versions.activate(conn, "default", 1)
         assert not again.index_built
+
+
+def test_an_ingest_right_before_validation_does_not_fail_the_reindex(
+        sample_db: str, embedder: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A document ingested after reindex's last catch-up and before its validation was a
+    chunk the version lacked: validation failed ("counts differ") and the version stayed
+    'building'. The catch-up the validation runs under the ingest lock takes it in."""
+    from pgfunnel.ingest import Ingester
+    from pgfunnel.sources import DocumentRecord
+
+    real_catch_up = versions.catch_up
+    arrived: list[str] = []
+
+    def catch_up_then_an_ingest_commits(*args: Any, **kwargs: Any) -> int:
+        done = real_catch_up(*args, **kwargs)
+        if not kwargs.get("in_transaction"):
+            # another writer, on its own connection, right after each unlocked catch-up
+            key = f"late-{len(arrived)}"
+            with connect(sample_db, autocommit=True) as other:
+                Ingester(other, "default", embedder=embedder).ingest([DocumentRecord(
+                    citekey=key, title="Late", text="Zanzibar quokka migration guide. " * 5)])
+            arrived.append(key)
+        return done
+
+    monkeypatch.setattr(versions, "catch_up", catch_up_then_an_ingest_commits)
+    with connect(sample_db, autocommit=True) as conn:
+        res = versions.reindex(conn, "default", analyzer="simple_v1", embedder=embedder)
+        assert res.state == "ready" and res.validation is not None and res.validation.ok
+        assert len(arrived) >= 2  # one of them after the build's catch-up
+        info = {v.version: v for v in versions.list_versions(conn, "default")}
+        assert info[res.version].missing_chunks == 0
