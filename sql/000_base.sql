@@ -33,6 +33,26 @@ begin
 end
 $$;
 
+-- an error for a NULL or unknown index version id: each function that takes one would
+-- otherwise answer as if for a version with nothing in it (no rows, NULLs, "absent")
+create or replace function pgfunnel._require_version(version_id integer)
+returns void
+language plpgsql stable
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+begin
+    if version_id is null then
+        perform pgfunnel._bad_parameter('version_id', 'must not be NULL');
+    end if;
+    if not exists (select 1 from pgfunnel.index_version v
+                    where v.id = _require_version.version_id) then
+        raise exception using errcode = 'P0002',
+            message = format('index version id %s does not exist', version_id);
+    end if;
+end
+$$;
+
 -- the id of a collection by name, or an error that names it
 create or replace function pgfunnel._collection_id(collection_name text)
 returns integer

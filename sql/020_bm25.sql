@@ -227,15 +227,8 @@ security invoker
 set search_path = pg_catalog, pgfunnel
 as $$
 begin
-    if version_id is null then
-        perform pgfunnel._bad_parameter('version_id', 'must not be NULL');
-    end if;
-    if not exists (select 1 from pgfunnel.index_version v
-                    where v.id = bm25_recount.version_id) then
-        -- no rows would read as "no term_stat row differs" for a mistyped id
-        raise exception using errcode = 'P0002',
-            message = format('index version id %s does not exist', version_id);
-    end if;
+    -- no rows would read as "no term_stat row differs" for a mistyped id
+    perform pgfunnel._require_version(version_id);
     return query
         select p.term, count(*) from pgfunnel.posting p
          where p.index_version_id = bm25_recount.version_id group by p.term;

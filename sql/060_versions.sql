@@ -16,9 +16,8 @@ security invoker
 set search_path = pg_catalog, pgfunnel
 as $$
 begin
-    if version_id is null then
-        perform pgfunnel._bad_parameter('version_id', 'must not be NULL');
-    end if;
+    -- a row of NULLs would read as "nothing missing"
+    perform pgfunnel._require_version(version_id);
     select (select count(*) from pgfunnel.chunk c where c.collection_id = v.collection_id),
            (select count(*) from pgfunnel.lexical l where l.index_version_id = v.id),
            (select count(*) from pgfunnel.embedding e where e.index_version_id = v.id),
@@ -30,11 +29,6 @@ begin
       into collection_chunks, lexical_rows, embedding_rows, counted_chunks, missing
       from pgfunnel.index_version v
      where v.id = version_coverage.version_id;
-    if not found then
-        -- a row of NULLs would read as "nothing missing"
-        raise exception using errcode = 'P0002',
-            message = format('index version id %s does not exist', version_id);
-    end if;
 end
 $$;
 
@@ -46,15 +40,8 @@ security invoker
 set search_path = pg_catalog, pgfunnel
 as $$
 begin
-    if version_id is null then
-        perform pgfunnel._bad_parameter('version_id', 'must not be NULL');
-    end if;
-    if not exists (select 1 from pgfunnel.index_version v
-                    where v.id = version_index.version_id) then
-        -- present = false would read as "the version's index is missing"
-        raise exception using errcode = 'P0002',
-            message = format('index version id %s does not exist', version_id);
-    end if;
+    -- present = false would read as "the version's index is missing"
+    perform pgfunnel._require_version(version_id);
     select 'embedding_hnsw_v' || version_index.version_id,
            i.indexrelid is not null,
            coalesce(i.indisvalid and i.indisready, false),
