@@ -384,12 +384,6 @@ def load_floors(path: str | Path) -> dict[str, dict[str, float]]:
                 raise ConfigError(
                     "floors", f"{p}: slice {slice_name!r} metric {metric!r} is not finite"
                 )
-            if not 0.0 <= value <= 1.0:
-                # every metric eval reports is a fraction: 85 could never be met, and the
-                # gate would fail every run without saying the floor was mistyped
-                raise ConfigError(
-                    "floors", f"{p}: slice {slice_name!r} metric {metric!r}: {value!r} is "
-                    "outside [0, 1], where every metric lies (for 85% write 0.85)")
             row[metric] = float(value)
         floors[slice_name] = row
     return floors
