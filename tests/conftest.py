@@ -24,6 +24,13 @@ from psycopg import sql
 
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
+# rich fixes a console's width from COLUMNS when the console is made (the CLI's are made
+# at import): exported by the caller's shell, it would override the widths the CLI tests
+# set with CliRunner(env={"COLUMNS": ...}), and their layout checks would fail on a wide
+# terminal only
+for _size in ("COLUMNS", "LINES"):
+    os.environ.pop(_size, None)
+
 SAMPLE = Path(__file__).resolve().parent.parent / "pgfunnel" / "data" / "helpcenter.jsonl"
 
 
