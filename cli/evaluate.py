@@ -156,8 +156,7 @@ def evaluate(
                                  title=f"Pool recall vs depth ({report.judging_level} judging)")
                 write_runs(result, out_dir / "runs.jsonl")
             except OSError as exc:
-                raise ConfigError("out", f"cannot write the report in {out_dir}: "
-                                  f"{exc.strerror or exc}") from None
+                raise _unwritable(out_dir, exc) from None
     if json_out:
         data: dict[str, Any] = to_dict(report)
         data["floor_violations"] = [str(v) for v in violations]
@@ -177,19 +176,22 @@ def evaluate(
                       f"(configuration {report.baseline!r})")
 
 
+def _unwritable(folder: Path, exc: OSError) -> Exception:
+    from pgfunnel.errors import ConfigError
+
+    return ConfigError("out", f"cannot write the report in {folder}: {exc.strerror or exc}")
+
+
 def _writable(folder: Path) -> None:
     """``folder`` made if missing; a ConfigError for ``--out`` when it cannot be one."""
     import tempfile
-
-    from pgfunnel.errors import ConfigError
 
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as exc:
-        raise ConfigError("out", f"cannot write the report in {folder}: "
-                          f"{exc.strerror or exc}") from None
+        raise _unwritable(folder, exc) from None
 
 
 def _print_tables(report: Any, k: int) -> None:
@@ -197,6 +199,7 @@ def _print_tables(report: Any, k: int) -> None:
     from rich.table import Table
 
     from pgfunnel.eval.metrics import N_NOANSWER, N_QUERIES, metric_names
+    from pgfunnel.eval.report import too_few_label
 
     # wide enough for every stage column: a narrow terminal wraps lines but never cuts
     # a header or a slice name
@@ -226,8 +229,7 @@ def _print_tables(report: Any, k: int) -> None:
     for name, by_metric in report.comparisons.items():
         for metric, by_slice in by_metric.items():
             parts = [f"{s}: {r.mean_diff:+.3f} [{r.low:+.3f}, {r.high:+.3f}]"
-                     + (f" ({r.n} {'query' if r.n == 1 else 'queries'}: too few to tell)"
-                        if r.too_few_queries else "")
+                     + (f" ({too_few})" if (too_few := too_few_label(r)) else "")
                      for s, r in by_slice.items()]
             wide.print(f"{name} − {report.baseline} ({metric}): " + "; ".join(parts))
 

@@ -79,6 +79,7 @@ def explain_command(
                   f"fused rank {show(e.fused_rank)} of pool {e.pool_size}  "
                   f"final rank {show(e.final_rank)}", highlight=False)
         # the reason names SQL's parameters; here they are this command's options
-        reason = e.reason.replace("lexical_depth", "--lexical-depth") \
-            .replace("dense_depth", "--dense-depth")
+        reason = e.reason
+        for parameter in ("lexical_depth", "dense_depth"):
+            reason = reason.replace(parameter, FUNNEL_FLAGS[parameter])
         out.print(f"  {reason}", highlight=False)

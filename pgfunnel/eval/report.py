@@ -387,9 +387,16 @@ def to_markdown(report: EvalReport) -> str:
     return "\n".join(lines) + "\n"
 
 
+def too_few_label(r: BootstrapResult) -> str | None:
+    """``"4 queries, too few to tell"`` for a comparison over too few queries, else None."""
+    if not r.too_few_queries:
+        return None
+    return f"{r.n} {'query' if r.n == 1 else 'queries'}, too few to tell"
+
+
 def _decision(r: BootstrapResult) -> str:
-    if r.too_few_queries:
-        return f"no: {r.n} {'query' if r.n == 1 else 'queries'}, too few to tell"
+    if (too_few := too_few_label(r)) is not None:
+        return f"no: {too_few}"
     return "yes" if r.excludes_zero else "no"
 
 
