@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import numbers
 import operator
 import os
 import re
@@ -124,7 +125,7 @@ def check_gate_margin(margin: object, parameter: str = "margin") -> float | None
     score always leads the second by at least 0)."""
     if margin is None:
         return None
-    if isinstance(margin, bool) or not isinstance(margin, int | float) \
+    if isinstance(margin, bool) or not isinstance(margin, numbers.Real) \
             or not math.isfinite(margin) or margin <= 0:
         raise ConfigError(parameter, "must be a finite number > 0, or None for no gate (0 "
                           f"would skip the reranker on every search), got {margin!r}")

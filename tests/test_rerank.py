@@ -299,6 +299,7 @@ def test_should_skip_gate() -> None:
     assert should_skip([0.2, 0.9, 0.3], 0.5) is True  # unsorted input
     with pytest.raises(ConfigError):
         should_skip([0.9, 0.1], -1.0)
+    assert should_skip([0.9, 0.1], np.float32(0.5)) is True  # numpy numbers, as before
     # 0 is not a gate: every top score leads the second by at least 0
     for bad in (0, 0.0, float("nan"), True, "0.1"):
         with pytest.raises(ConfigError, match="margin: must be a finite number > 0"):
