@@ -995,12 +995,11 @@ class Ingester:
                     "readers would be public); give the documents readers, or ingest them "
                     "into a new collection")
         existing = collection_id(self.conn, self.collection)
-        if existing is not None and active_version(self.conn, existing) is None:
+        version = None if existing is None else active_version(self.conn, existing)
+        if existing is not None and version is None:
             # before any model time is spent; the batch's transaction checks it again
             self._refuse_versionless(existing)
         if vectors:
-            coll = collection_id(self.conn, self.collection)
-            version = None if coll is None else active_version(self.conn, coll)
             _check_vectors_up_front(vectors, None if version is None else version.dimensions)
         # each call reports its own work: a stats object handed out before is not changed
         self.stats = IngestStats()
