@@ -762,14 +762,12 @@ def activate(conn: psycopg.Connection[Any], collection: str, version: int, *,
                 f"version {version} of {collection!r} is being dropped (or its drop was "
                 f"interrupted: `pgfunnel versions drop {version} -c {collection}` finishes it)")
         index_built = False
-        present, valid = conn.execute("select present, valid from pgfunnel.version_index(%s)",
-                                      (info.id,)).fetchone() or (False, False)
-        if not valid and conn.autocommit:
+        if not info.index_valid and conn.autocommit:
             # a ready or retired version whose graph was dropped by hand or whose rebuild
             # was cut short: no reindex would build it (that makes a new version), so the
             # switch does, as it catches up chunks, under the lock drop and reindex take
             with writer_lock(conn, collection):
-                if present:
+                if info.index_present:
                     conn.execute(sql.SQL("drop index concurrently if exists {}").format(
                         sql.Identifier("pgfunnel", hnsw_index_name(info.id))))
                 build_index(conn, info.id, info.dimensions, m=int(info.params.get("m", 16)),
