@@ -347,6 +347,8 @@ def _build_hnsw_index(conn: psycopg.Connection[Any], version_id: int, dimensions
         # transaction-local settings; the savepoint lets the serial retry run in the
         # caller's transaction
         with conn.transaction():
+            if index_built_meanwhile(conn, hnsw_index_name(version_id)):
+                return
             if memory is not None:
                 conn.execute("select set_config('maintenance_work_mem', %s, true)", (memory,))
             try:
@@ -614,19 +616,44 @@ def create_posting_index(conn: psycopg.Connection[Any], version_id: int) -> bool
     postings predate partitioning (``posting_legacy``) have their index already.
     """
     partition = posting_partition_name(version_id)
-    row = conn.execute(
-        "select (select count(*) from pg_catalog.pg_index i where i.indrelid = c.oid) "
-        "from pg_catalog.pg_class c join pg_catalog.pg_namespace n on n.oid = c.relnamespace "
-        "where n.nspname = 'pgfunnel' and c.relname = %s", (partition,)).fetchone()
-    if row is None or int(row[0]) > 0:
-        return False
-    with unbounded_statements(conn):
-        conn.execute(sql.SQL(
-            "create unique index if not exists {name} on {table} "
-            "(index_version_id, term, chunk_id) include (tf, length)").format(
-                name=sql.Identifier(posting_index_name(version_id)),
-                table=sql.Identifier("pgfunnel", partition)))
+    with conn.transaction():
+        take_index_build_lock(conn, posting_index_name(version_id))
+        row = conn.execute(
+            "select (select count(*) from pg_catalog.pg_index i where i.indrelid = c.oid) "
+            "from pg_catalog.pg_class c join pg_catalog.pg_namespace n "
+            "on n.oid = c.relnamespace where n.nspname = 'pgfunnel' and c.relname = %s",
+            (partition,)).fetchone()
+        if row is None or int(row[0]) > 0:
+            return False
+        with unbounded_statements(conn):
+            conn.execute(sql.SQL(
+                "create unique index if not exists {name} on {table} "
+                "(index_version_id, term, chunk_id) include (tf, length)").format(
+                    name=sql.Identifier(posting_index_name(version_id)),
+                    table=sql.Identifier("pgfunnel", partition)))
     return True
+
+
+def take_index_build_lock(conn: psycopg.Connection[Any], index_name: str) -> None:
+    """Hold, until the transaction ends, the lock that lets one session at a time build
+    the named index. Two first ingests of a new collection finish at about the same
+    time, and both find its indexes missing: without the lock the second CREATE INDEX
+    IF NOT EXISTS misses the first one's uncommitted index and fails on its name
+    (pg_class_relname_nsp_index) after the first commits."""
+    conn.execute("select pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext(%s))",
+                 (f"pgfunnel:index:{index_name}",))
+
+
+def index_built_meanwhile(conn: psycopg.Connection[Any], index_name: str) -> bool:
+    """Take the index's build lock (:func:`take_index_build_lock`), then tell whether
+    the index exists: another session may have built it while this one waited. Read
+    from pg_class by a query of its own, whose snapshot is taken after the wait."""
+    take_index_build_lock(conn, index_name)
+    row = conn.execute(
+        "select exists (select from pg_catalog.pg_class c "
+        "where c.relnamespace = 'pgfunnel'::pg_catalog.regnamespace and c.relname = %s)",
+        (index_name,)).fetchone()
+    return bool(row and row[0])
 
 
 class IndexRows(NamedTuple):

@@ -1279,3 +1279,68 @@ def test_private_on_an_existing_public_collection_is_refused(
         secret, vectors=_random_vectors(secret))
     Ingester(conn, "priv", embedder=embedder, private=True).ingest(
         docs, vectors=_random_vectors(docs))
+
+
+def _built_while_another_build_is_uncommitted(db: str, build: Any) -> list[BaseException]:
+    """What a second session's build raised when it started while the first session's
+    build of the same index was done but not yet committed (two first ingests of one new
+    collection reaching their index builds together)."""
+    import threading
+    import time
+
+    from pgfunnel.db import connect
+
+    errors: list[BaseException] = []
+
+    def second() -> None:
+        try:
+            with connect(db, autocommit=True) as c:
+                build(c)
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            errors.append(exc)
+
+    with connect(db) as first:
+        with first.transaction():
+            build(first)
+            thread = threading.Thread(target=second)
+            thread.start()
+            # long enough for the second build to reach the catalog (or the lock)
+            time.sleep(1.5)
+        thread.join(60)
+    assert not thread.is_alive()
+    return errors
+
+
+def test_a_second_session_building_the_same_hnsw_index_waits_and_finds_it_built(
+        db: str, conn: psycopg.Connection[Any]) -> None:
+    from funnel_util import active, doc, ingest
+
+    from pgfunnel.ingest import create_hnsw_index, hnsw_index_name
+
+    ingest(conn, [doc(f"d{i}", f"text number {i}") for i in range(50)])
+    vid, _, dims = active(conn, "t")
+    conn.execute(f"drop index pgfunnel.{hnsw_index_name(vid)}")
+    errors = _built_while_another_build_is_uncommitted(
+        db, lambda c: create_hnsw_index(c, vid, dims))
+    # without the build lock: UniqueViolation on pg_class_relname_nsp_index
+    assert not errors, errors
+    assert conn.execute("select count(*) from pg_index where indexrelid = %s::regclass "
+                        "and indisvalid", (f"pgfunnel.{hnsw_index_name(vid)}",)).fetchone() == (1,)
+
+
+def test_a_second_session_building_the_same_posting_index_waits_and_finds_it_built(
+        db: str, conn: psycopg.Connection[Any]) -> None:
+    from funnel_util import active, doc, ingest, lexical
+
+    from pgfunnel.ingest import create_posting_index, posting_index_name
+
+    ingest(conn, [doc(f"d{i}", f"text number {i}") for i in range(50)])
+    vid, _, _ = active(conn, "t")
+    conn.execute(f"drop index pgfunnel.{posting_index_name(vid)}")
+    built: list[bool] = []
+    errors = _built_while_another_build_is_uncommitted(
+        db, lambda c: built.append(create_posting_index(c, vid)))
+    assert not errors, errors
+    # the first session built it; the second found it there
+    assert built == [True, False]
+    assert lexical(conn, "number", "t")
