@@ -337,6 +337,7 @@ def hnsw_index_statement(version_id: int, dimensions: int, hnsw_type: str, *,
 def _build_hnsw_index(conn: psycopg.Connection[Any], version_id: int, dimensions: int, *,
                       concurrently: bool, m: int, ef_construction: int,
                       size_memory: bool) -> None:
+    name = hnsw_index_name(version_id)
     hnsw_type = hnsw_type_of(conn, version_id)
     statement = hnsw_index_statement(version_id, dimensions, hnsw_type,
                                      concurrently=concurrently, m=m,
@@ -347,7 +348,8 @@ def _build_hnsw_index(conn: psycopg.Connection[Any], version_id: int, dimensions
         # transaction-local settings; the savepoint lets the serial retry run in the
         # caller's transaction
         with conn.transaction():
-            if index_built_meanwhile(conn, hnsw_index_name(version_id)):
+            take_index_build_lock(conn, name)
+            if index_state(conn, name) is not None:
                 return
             if memory is not None:
                 conn.execute("select set_config('maintenance_work_mem', %s, true)", (memory,))
@@ -360,25 +362,94 @@ def _build_hnsw_index(conn: psycopg.Connection[Any], version_id: int, dimensions
             conn.execute("select set_config('max_parallel_maintenance_workers', '0', true)")
             conn.execute(statement)
         return
-    # CREATE INDEX CONCURRENTLY runs outside a transaction: session settings, restored
-    restore = [(name, str(value)) for name, value in conn.execute(
-        "select name, current_setting(name) from unnest(array['maintenance_work_mem', "
-        "'max_parallel_maintenance_workers']) as name").fetchall()]
-    try:
-        if memory is not None:
-            conn.execute("select set_config('maintenance_work_mem', %s, false)", (memory,))
-        try:
-            conn.execute(statement)
+    with index_build_session_lock(conn, name):
+        state = index_state(conn, name)
+        if state:
             return
-        except (psycopg.errors.DiskFull, psycopg.errors.OutOfMemory):
-            # the failed concurrent build left an invalid index behind
-            conn.execute(sql.SQL("drop index concurrently if exists {}").format(
-                sql.Identifier("pgfunnel", hnsw_index_name(version_id))))
-        conn.execute("select set_config('max_parallel_maintenance_workers', '0', false)")
-        conn.execute(statement)
+        if state is not None:
+            # invalid, and nobody is building it (its builder would hold the lock): what
+            # an interrupted concurrent build leaves, which IF NOT EXISTS would keep
+            _drop_index_concurrently(conn, name)
+        # CREATE INDEX CONCURRENTLY runs outside a transaction: session settings, restored
+        restore = [(setting, str(value)) for setting, value in conn.execute(
+            "select name, current_setting(name) from unnest(array['maintenance_work_mem', "
+            "'max_parallel_maintenance_workers']) as name").fetchall()]
+        try:
+            if memory is not None:
+                conn.execute("select set_config('maintenance_work_mem', %s, false)", (memory,))
+            try:
+                conn.execute(statement)
+                return
+            except (psycopg.errors.DiskFull, psycopg.errors.OutOfMemory):
+                # the failed concurrent build left an invalid index behind
+                _drop_index_concurrently(conn, name)
+            conn.execute("select set_config('max_parallel_maintenance_workers', '0', false)")
+            conn.execute(statement)
+        finally:
+            for setting, value in restore:
+                conn.execute("select set_config(%s, %s, false)", (setting, value))
+
+
+def _drop_index_concurrently(conn: psycopg.Connection[Any], name: str) -> None:
+    conn.execute(sql.SQL("drop index concurrently if exists {}").format(
+        sql.Identifier("pgfunnel", name)))
+
+
+def index_state(conn: psycopg.Connection[Any], index_name: str) -> bool | None:
+    """Whether an index of schema pgfunnel is valid (True), there but invalid (False: a
+    concurrent build in progress or cut short), or absent (None). Read by a query of its
+    own, so from a snapshot taken after any wait for its build lock."""
+    row = conn.execute(
+        "select i.indisvalid and i.indisready from pg_catalog.pg_class c "
+        "join pg_catalog.pg_index i on i.indexrelid = c.oid "
+        "where c.relnamespace = 'pgfunnel'::pg_catalog.regnamespace and c.relname = %s",
+        (index_name,)).fetchone()
+    return None if row is None else bool(row[0])
+
+
+def _index_build_key(index_name: str) -> str:
+    return f"pgfunnel:index:{index_name}"
+
+
+def take_index_build_lock(conn: psycopg.Connection[Any], index_name: str) -> None:
+    """Hold, until the transaction ends, the lock that lets one session at a time build
+    the named index. Two first ingests of a new collection finish at about the same
+    time, and both find its indexes missing: without the lock the second CREATE INDEX
+    IF NOT EXISTS misses the first one's uncommitted index and fails on its name
+    (pg_class_relname_nsp_index) after the first commits."""
+    conn.execute("select pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext(%s))",
+                 (_index_build_key(index_name),))
+
+
+def try_index_build_lock(conn: psycopg.Connection[Any], index_name: str) -> bool:
+    """Take the index's build lock for the session if no other session holds it."""
+    row = conn.execute("select pg_catalog.pg_try_advisory_lock(pg_catalog.hashtext(%s))",
+                       (_index_build_key(index_name),)).fetchone()
+    return bool(row and row[0])
+
+
+def release_index_build_lock(conn: psycopg.Connection[Any], index_name: str) -> None:
+    if not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+        conn.execute("select pg_catalog.pg_advisory_unlock(pg_catalog.hashtext(%s))",
+                     (_index_build_key(index_name),))
+
+
+@contextmanager
+def index_build_session_lock(conn: psycopg.Connection[Any], index_name: str,
+                             poll_seconds: float = 0.25) -> Iterator[None]:
+    """Hold the index's build lock for the session while a concurrent build runs.
+
+    Taken by polling, outside any transaction: a session blocked in
+    pg_advisory_lock holds a snapshot, and the concurrent build it waits for waits in
+    turn for every older snapshot to end (a deadlock). The lock also tells
+    :func:`pgfunnel.versions.cleanup_invalid_indexes` that an invalid index is one being
+    built, not one left by a killed build."""
+    while not try_index_build_lock(conn, index_name):
+        time.sleep(poll_seconds)
+    try:
+        yield
     finally:
-        for name, value in restore:
-            conn.execute("select set_config(%s, %s, false)", (name, value))
+        release_index_build_lock(conn, index_name)
 
 
 def second_connection(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any] | None:
@@ -632,28 +703,6 @@ def create_posting_index(conn: psycopg.Connection[Any], version_id: int) -> bool
                     name=sql.Identifier(posting_index_name(version_id)),
                     table=sql.Identifier("pgfunnel", partition)))
     return True
-
-
-def take_index_build_lock(conn: psycopg.Connection[Any], index_name: str) -> None:
-    """Hold, until the transaction ends, the lock that lets one session at a time build
-    the named index. Two first ingests of a new collection finish at about the same
-    time, and both find its indexes missing: without the lock the second CREATE INDEX
-    IF NOT EXISTS misses the first one's uncommitted index and fails on its name
-    (pg_class_relname_nsp_index) after the first commits."""
-    conn.execute("select pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext(%s))",
-                 (f"pgfunnel:index:{index_name}",))
-
-
-def index_built_meanwhile(conn: psycopg.Connection[Any], index_name: str) -> bool:
-    """Take the index's build lock (:func:`take_index_build_lock`), then tell whether
-    the index exists: another session may have built it while this one waited. Read
-    from pg_class by a query of its own, whose snapshot is taken after the wait."""
-    take_index_build_lock(conn, index_name)
-    row = conn.execute(
-        "select exists (select from pg_catalog.pg_class c "
-        "where c.relnamespace = 'pgfunnel'::pg_catalog.regnamespace and c.relname = %s)",
-        (index_name,)).fetchone()
-    return bool(row and row[0])
 
 
 class IndexRows(NamedTuple):
@@ -1392,6 +1441,13 @@ class Ingester:
         self.stats.documents_written += len(chunked)
         self.stats.chunks_written += n
 
+    def _embedding_table_shared(self, version_id: int) -> bool:
+        """Whether pgfunnel.embedding holds versions other than this one (of this or
+        another collection)."""
+        row = self.conn.execute("select exists (select from pgfunnel.index_version "
+                                "where id <> %s)", (version_id,)).fetchone()
+        return bool(row and row[0])
+
     def _finish(self) -> None:
         cid = collection_id(self.conn, self.collection)
         version = active_version(self.conn, cid) if cid is not None else None
@@ -1403,12 +1459,13 @@ class Ingester:
         with self.conn.transaction():
             create_posting_index(self.conn, version.id)
         self.stats.db_seconds += time.perf_counter() - started
-        built = self.conn.execute("select to_regclass(%s) is not null",
-                                  (f"pgfunnel.{hnsw_index_name(version.id)}",)).fetchone()
+        state = index_state(self.conn, hnsw_index_name(version.id))
         # the first ingest of a version builds its graph here: minutes for 100k chunks.
         # Later ones leave it alone: CREATE INDEX, even IF NOT EXISTS, takes the table's
         # owner, and an ingest job in pgfunnel_writer adds documents without being one.
-        if not (built and built[0]):
+        # An invalid graph is a concurrent build in progress (waited for) or cut short
+        # (built again).
+        if not state:
             report = (None if self.progress is None
                       else lambda n, total: self._tick("index", n, total))
             total: int | None = None
@@ -1417,12 +1474,26 @@ class Ingester:
                                            "where id = %s", (version.id,)).fetchone()
                 total = int(chunks[0]) if chunks else None
                 report(0, total)
-            with watch_index_build(self.conn, report), self.conn.transaction():
-                create_hnsw_index(self.conn, version.id, version.dimensions)
+            # A plain CREATE INDEX holds a SHARE lock on pgfunnel.embedding until it
+            # ends, and every write of every collection waits behind it. When the table
+            # holds other versions, whose ingests, deletes and reindexes that would stall,
+            # the graph is built concurrently: a second pass over the table, no lock on
+            # their writes. An invalid graph can only be replaced that way too.
+            concurrently = state is False or self._embedding_table_shared(version.id)
+            with watch_index_build(self.conn, report):
+                if concurrently:
+                    create_hnsw_index(self.conn, version.id, version.dimensions,
+                                      concurrently=True)
+                else:
+                    with self.conn.transaction():
+                        create_hnsw_index(self.conn, version.id, version.dimensions)
             if report is not None:
                 report(total or 0, total)
         self._tick("analyze", 0)
-        refresh_table_stats(self.conn)
+        if skipped := refresh_table_stats(self.conn):
+            self.stats.notes.append(
+                f"planner statistics of {', '.join('pgfunnel.' + t for t in skipped)} left "
+                "to autovacuum: another session is building an index on it")
 
 
 def _reused(stored: dict[str, np.ndarray], title: str, chunk: ChunkRecord,
@@ -1541,20 +1612,37 @@ def _check_given_vectors(vectors: list[np.ndarray | None], labels: dict[int, str
         vectors[p] = row
 
 
-def refresh_table_stats(conn: psycopg.Connection[Any]) -> None:
-    """Planner statistics and visibility maps after a bulk write.
+def refresh_table_stats(conn: psycopg.Connection[Any]) -> list[str]:
+    """Planner statistics and visibility maps after a bulk write; returns the tables
+    skipped because another session held them.
 
     VACUUM marks the freshly written pages all-visible, so the lexical leg's scans of the
     posting index are index-only in fact, not only in plan (on 100k fresh chunks a
     common-term query read 54k heap pages without it: 43 ms instead of 29). It cannot run
     inside a transaction; there, ANALYZE alone is done and autovacuum catches up later.
+    A table another session is building an index on (another collection's graph, for
+    minutes) is skipped rather than waited for; autovacuum refreshes it later.
     """
     in_transaction = conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
-    command = "analyze" if in_transaction or not conn.autocommit else "vacuum (analyze)"
-    with unbounded_statements(conn):
-        for table in ("posting", "lexical", "embedding", "chunk", "document"):
-            conn.execute(sql.SQL("{} {}").format(sql.SQL(command),
-                                                 sql.Identifier("pgfunnel", table)))
+    command = ("analyze (skip_locked)" if in_transaction or not conn.autocommit
+               else "vacuum (analyze, skip_locked)")
+    skipped: list[str] = []
+
+    def on_notice(diag: psycopg.errors.Diagnostic) -> None:
+        # "skipping vacuum of "embedding" --- lock not available"; the table is the one
+        # being processed, so the message's wording need not be parsed
+        if diag.sqlstate == "55P03":
+            skipped.append(current)
+
+    conn.add_notice_handler(on_notice)
+    try:
+        with unbounded_statements(conn):
+            for current in ("posting", "lexical", "embedding", "chunk", "document"):
+                conn.execute(sql.SQL("{} {}").format(sql.SQL(command),
+                                                     sql.Identifier("pgfunnel", current)))
+    finally:
+        conn.remove_notice_handler(on_notice)
+    return sorted(set(skipped))
 
 
 def _check_ingest_arguments(records: object, vectors: object) -> None:

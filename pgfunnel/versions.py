@@ -59,11 +59,14 @@ from pgfunnel.ingest import (
     hnsw_index_name,
     hnsw_key,
     hnsw_type_of,
+    index_state,
     ingest_lock,
     posting_partition_name,
     refresh_hnsw_walks,
     refresh_table_stats,
+    release_index_build_lock,
     require_collection,
+    try_index_build_lock,
     version_hnsw_type,
     watch_index_build,
     write_chunk_index,
@@ -387,17 +390,31 @@ def catch_up(conn: psycopg.Connection[Any], coll_id: int, version_id: int,
 
 
 def cleanup_invalid_indexes(conn: psycopg.Connection[Any]) -> list[str]:
-    """Drop the invalid HNSW indexes a killed concurrent build left in schema pgfunnel."""
+    """Drop the invalid HNSW indexes a killed concurrent build left in schema pgfunnel.
+
+    An index that another session is building concurrently is invalid too, until its
+    build ends: its builder holds the index's build lock, so it is left alone (dropping
+    it waited for the build to finish and then removed the finished graph of another
+    collection's reindex or activation)."""
     names = [str(r[0]) for r in conn.execute(
         "select c.relname from pg_index i join pg_class c on c.oid = i.indexrelid "
         "where c.relnamespace = 'pgfunnel'::regnamespace "
         "and c.relname like 'embedding\\_hnsw\\_v%%' "
         "and not (i.indisvalid and i.indisready)").fetchall()]
+    dropped = []
     for name in names:
-        # concurrently: the drop must not block searches on the embedding table either
-        conn.execute(sql.SQL("drop index concurrently if exists {}").format(
-            sql.Identifier("pgfunnel", name)))
-    return names
+        if not try_index_build_lock(conn, name):
+            continue
+        try:
+            # the build may have ended (valid) between the list and the lock
+            if index_state(conn, name) is False:
+                # concurrently: the drop must not block searches on the embedding table
+                conn.execute(sql.SQL("drop index concurrently if exists {}").format(
+                    sql.Identifier("pgfunnel", name)))
+                dropped.append(name)
+        finally:
+            release_index_build_lock(conn, name)
+    return dropped
 
 
 def _set_maintenance_work_mem(conn: psycopg.Connection[Any], value: str | None) -> None:

@@ -1,0 +1,208 @@
+"""Index builds beside other sessions: two builds of one index, a build beside other
+collections' writers, and an invalid index that is being built versus one left by a
+build that was cut short. Each runs real sessions on one Postgres."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+from funnel_util import active, doc, ingest, lexical, unit
+
+from pgfunnel.db import connect
+from pgfunnel.ingest import (
+    Ingester,
+    create_hnsw_index,
+    create_posting_index,
+    hnsw_index_name,
+    index_state,
+    posting_index_name,
+)
+from pgfunnel.versions import cleanup_invalid_indexes
+
+
+def _in_thread(db: str, job: Callable[[psycopg.Connection[Any]], None]
+               ) -> tuple[threading.Thread, list[BaseException], list[int]]:
+    """Start ``job`` on an autocommit connection of its own; (thread, what it raised,
+    its backend pid once connected)."""
+    errors: list[BaseException] = []
+    pids: list[int] = []
+
+    def run() -> None:
+        try:
+            with connect(db, autocommit=True) as c:
+                pids.append(c.info.backend_pid)
+                job(c)
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, errors, pids
+
+
+def _wait_until_blocked(conn: psycopg.Connection[Any], pids: list[int], what: str) -> None:
+    """Wait until the thread's session waits on a lock while running ``what``."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if pids and conn.execute(
+                "select 1 from pg_stat_activity where pid = %s and wait_event_type = 'Lock' "
+                "and query ilike %s", (pids[0], f"%{what}%")).fetchone():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the other session never waited in {what!r}")
+
+
+def _built_while_another_build_is_uncommitted(db: str, build: Any) -> list[BaseException]:
+    """What a second session's build raised when it started while the first session's
+    build of the same index was done but not yet committed (two first ingests of one new
+    collection reaching their index builds together)."""
+    with connect(db) as first:
+        with first.transaction():
+            build(first)
+            thread, errors, _ = _in_thread(db, build)
+            # long enough for the second build to reach the catalog (or the lock)
+            time.sleep(1.5)
+        thread.join(60)
+    assert not thread.is_alive()
+    return errors
+
+
+def test_a_second_session_building_the_same_hnsw_index_waits_and_finds_it_built(
+        db: str, conn: psycopg.Connection[Any]) -> None:
+    ingest(conn, [doc(f"d{i}", f"text number {i}") for i in range(50)])
+    vid, _, dims = active(conn, "t")
+    conn.execute(f"drop index pgfunnel.{hnsw_index_name(vid)}")
+    errors = _built_while_another_build_is_uncommitted(
+        db, lambda c: create_hnsw_index(c, vid, dims))
+    # without the build lock: UniqueViolation on pg_class_relname_nsp_index
+    assert not errors, errors
+    assert index_state(conn, hnsw_index_name(vid)) is True
+
+
+def test_a_second_session_building_the_same_posting_index_waits_and_finds_it_built(
+        db: str, conn: psycopg.Connection[Any]) -> None:
+    ingest(conn, [doc(f"d{i}", f"text number {i}") for i in range(50)])
+    vid, _, _ = active(conn, "t")
+    conn.execute(f"drop index pgfunnel.{posting_index_name(vid)}")
+    built: list[bool] = []
+    errors = _built_while_another_build_is_uncommitted(
+        db, lambda c: built.append(create_posting_index(c, vid)))
+    assert not errors, errors
+    # the first session built it; the second found it there
+    assert built == [True, False]
+    assert lexical(conn, "number", "t")
+
+
+def _open_write(db: str, collection: str) -> psycopg.Connection[Any]:
+    """A session in the middle of a write to a collection's embeddings (a web app's
+    delete, say), its transaction left open."""
+    writer = connect(db)
+    writer.execute("delete from pgfunnel.document d using pgfunnel.collection c "
+                   "where c.id = d.collection_id and c.name = %s and d.citekey = 'd0'",
+                   (collection,))
+    return writer
+
+
+def test_the_first_graph_of_a_collection_sharing_the_table_lets_other_writes_pass(
+        db: str, conn: psycopg.Connection[Any]) -> None:
+    for name in ("a", "c"):
+        ingest(conn, [doc(f"d{i}", f"text number {i}") for i in range(40)], collection=name)
+    writer = _open_write(db, "c")
+    try:
+        # collection b's first ingest reaches its graph build, which waits for the
+        # open write of collection c to end (every index build does)
+        thread, errors, pids = _in_thread(db, lambda c: ingest(
+            c, [doc(f"b{i}", f"other words {i}") for i in range(40)], collection="b", seed=1))
+        _wait_until_blocked(conn, pids, "create index")
+        # a plain CREATE INDEX, queued for its SHARE lock, made this write of
+        # collection a wait for the whole build
+        with connect(db, autocommit=True) as other:
+            other.execute("set lock_timeout = '2s'")
+            added = doc("a-new", "a document added meanwhile")
+            stats = Ingester(other, "a").ingest([added], vectors={"a-new": unit_rows(1)})
+        # its closing VACUUM ANALYZE skipped the table being built on instead of waiting
+        assert any("pgfunnel.embedding" in n and "autovacuum" in n for n in stats.notes), \
+            stats.notes
+    finally:
+        writer.rollback()
+        writer.close()
+    thread.join(120)
+    assert not errors, errors
+    vid, _, _ = active(conn, "b")
+    assert index_state(conn, hnsw_index_name(vid)) is True
+    assert [cid for cid, *_ in lexical(conn, "meanwhile", "a")]
+
+
+def test_an_invalid_graph_that_another_session_is_building_is_not_cleaned_up(
+        db: str, conn: psycopg.Connection[Any]) -> None:
+    ingest(conn, [doc(f"d{i}", f"text number {i}") for i in range(40)], collection="a")
+    vid, _, dims = active(conn, "a")
+    name = hnsw_index_name(vid)
+    conn.execute(f"drop index pgfunnel.{name}")
+    writer = _open_write(db, "a")
+    try:
+        # a concurrent build (a reindex or an activation of collection a) waits for the
+        # open write with its index made and still invalid
+        thread, errors, pids = _in_thread(
+            db, lambda c: create_hnsw_index(c, vid, dims, concurrently=True))
+        _wait_until_blocked(conn, pids, "create index")
+        assert index_state(conn, name) is False
+        # another collection's reindex starts by cleaning up invalid graphs: it used to
+        # wait for this build to end and then drop the finished graph (here the build
+        # waits for the open write, so the wait is cut short instead)
+        conn.execute("set lock_timeout = '3s'")
+        assert cleanup_invalid_indexes(conn) == []
+    finally:
+        writer.rollback()
+        writer.close()
+    thread.join(120)
+    assert not errors, errors
+    assert index_state(conn, name) is True
+
+
+def test_a_graph_whose_concurrent_build_was_cut_short_is_built_again_by_the_next_ingest(
+        db: str, conn: psycopg.Connection[Any]) -> None:
+    ingest(conn, [doc(f"d{i}", f"text number {i}") for i in range(40)], collection="a")
+    vid, _, dims = active(conn, "a")
+    name = hnsw_index_name(vid)
+    conn.execute(f"drop index pgfunnel.{name}")
+    writer = _open_write(db, "a")
+    try:
+        thread, errors, pids = _in_thread(
+            db, lambda c: create_hnsw_index(c, vid, dims, concurrently=True))
+        _wait_until_blocked(conn, pids, "create index")
+        conn.execute("select pg_cancel_backend(%s)", (pids[0],))
+        thread.join(60)
+    finally:
+        writer.rollback()
+        writer.close()
+    assert errors and isinstance(errors[0], psycopg.errors.QueryCanceled), errors
+    assert index_state(conn, name) is False
+    # the next ingest finds the invalid graph with nobody building it, and rebuilds it
+    ingest(conn, [doc("d-late", "one more text")], collection="a", seed=3)
+    assert index_state(conn, name) is True
+    # and a reindex's clean-up drops such a leftover, with nobody building it
+    conn.execute("update pg_index set indisvalid = false where indexrelid = %s::regclass",
+                 (f"pgfunnel.{name}",))
+    assert cleanup_invalid_indexes(conn) == [name]
+
+
+def unit_rows(n: int, dims: int = 16) -> Any:
+    rng = np.random.default_rng(5)
+    return np.stack([unit(rng, dims) for _ in range(n)])
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_first_ingest_builds_a_valid_graph_either_way(
+        db: str, conn: psycopg.Connection[Any], shared: bool) -> None:
+    if shared:
+        ingest(conn, [doc("x", "another collection")], collection="other")
+    ingest(conn, [doc(f"d{i}", f"text number {i}") for i in range(30)], collection="t")
+    vid, _, _ = active(conn, "t")
+    assert index_state(conn, hnsw_index_name(vid)) is True
