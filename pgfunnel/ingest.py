@@ -1620,8 +1620,12 @@ def refresh_table_stats(conn: psycopg.Connection[Any]) -> list[str]:
     posting index are index-only in fact, not only in plan (on 100k fresh chunks a
     common-term query read 54k heap pages without it: 43 ms instead of 29). It cannot run
     inside a transaction; there, ANALYZE alone is done and autovacuum catches up later.
-    A table another session is building an index on (another collection's graph, for
-    minutes) is skipped rather than waited for; autovacuum refreshes it later.
+
+    The tables are shared by every collection, so a table another session holds in a
+    conflicting mode (another collection's concurrent HNSW build or index drop, another
+    ingest's VACUUM, a posting partition being attached) is skipped, not waited for:
+    waiting held up a one-document ingest for the whole of another collection's index
+    build, or failed it under a ``lock_timeout``. Autovacuum catches up with a skipped one.
     """
     in_transaction = conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
     command = ("analyze (skip_locked)" if in_transaction or not conn.autocommit
