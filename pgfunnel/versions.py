@@ -556,10 +556,34 @@ def _building_version(conn: psycopg.Connection[Any], coll_id: int) -> VersionInf
     return None
 
 
+def _detach_posting_partition(conn: psycopg.Connection[Any], version_id: int) -> None:
+    """Detach a version's posting partition from ``pgfunnel.posting`` concurrently.
+
+    ``posting`` is shared by every collection: dropping an attached partition takes an
+    ACCESS EXCLUSIVE lock on it, which waits for every open transaction that read or wrote
+    any collection's postings, and every search and ingest of every collection queued
+    behind it meanwhile. DETACH ... CONCURRENTLY takes a lock that searches and writes
+    pass, and waits for them instead. A detach cut short leaves the partition pending;
+    it is finished here (FINALIZE) on the next try. Autocommit connection."""
+    row = conn.execute(
+        "select i.inhdetachpending from pg_catalog.pg_inherits i "
+        "join pg_catalog.pg_class c on c.oid = i.inhrelid "
+        "where i.inhparent = 'pgfunnel.posting'::regclass "
+        "and c.relnamespace = 'pgfunnel'::regnamespace and c.relname = %s",
+        (posting_partition_name(version_id),)).fetchone()
+    if row is None:
+        return
+    conn.execute(sql.SQL("alter table pgfunnel.posting detach partition {} {}").format(
+        sql.Identifier("pgfunnel", posting_partition_name(version_id)),
+        sql.SQL("finalize" if row[0] else "concurrently")))
+
+
 def drop_version_rows(conn: psycopg.Connection[Any], version_id: int) -> None:
-    """Drop a version's HNSW index (concurrently) and then its rows. Autocommit connection."""
+    """Drop a version's HNSW index (concurrently), detach its posting partition
+    (concurrently), and then its rows. Autocommit connection."""
     conn.execute(sql.SQL("drop index concurrently if exists {}").format(
         sql.Identifier("pgfunnel", hnsw_index_name(version_id))))
+    _detach_posting_partition(conn, version_id)
     with conn.transaction():
         # posting has no foreign keys (they doubled ingest cost): the version's partition
         # goes whole, and a version from before partitioning loses its rows of

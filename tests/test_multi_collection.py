@@ -3,6 +3,7 @@ maintenance does must not hold up or fail another's searches and writes."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -29,3 +30,69 @@ def test_an_ingest_does_not_wait_for_another_collections_index_build(
     assert conn.execute(
         "select count(*) from pgfunnel.document d join pgfunnel.collection c "
         "on c.id = d.collection_id where c.name = 'b'").fetchone() == (2,)
+
+
+def _waiting(conn: psycopg.Connection[Any], app: str) -> bool:
+    row = conn.execute("select count(*) from pg_stat_activity where application_name = %s "
+                       "and wait_event_type = 'Lock'", (app,)).fetchone()
+    return bool(row and row[0])
+
+
+def test_dropping_a_collection_does_not_queue_other_collections_searches(
+        db: str, conn: psycopg.Connection[Any]) -> None:
+    import threading
+
+    from pgfunnel import versions
+
+    for name in ("a", "b", "c"):
+        ingest(conn, [doc(f"{name}1", f"shared words in {name}")], collection=name)
+    dropped: list[Any] = []
+    with connect(db) as reader, connect(db, autocommit=True) as searcher:
+        # a long transaction that read collection b's postings (a report, a search whose
+        # rerank holds its snapshot while the model runs)
+        reader.execute("select count(*) from pgfunnel.posting p join pgfunnel.index_version v "
+                       "on v.id = p.index_version_id join pgfunnel.collection c "
+                       "on c.id = v.collection_id where c.name = 'b'")
+
+        def drop() -> None:
+            with connect(db, autocommit=True) as c:
+                dropped.append(versions.drop_collection(c, "a"))
+
+        thread = threading.Thread(target=drop)
+        thread.start()
+        app = "pgfunnel versions drop-collection a"  # the drop's application_name
+        deadline = time.monotonic() + 10
+        while not _waiting(conn, app) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _waiting(conn, app), "the drop never waited for the open transaction"
+        # the drop waits for the reader; a search of collection c must not wait behind it
+        searcher.execute("set lock_timeout = '1s'")
+        rows = searcher.execute("select citekey from pgfunnel.funnel_search("
+                                "'shared words', null, collection => 'c')").fetchall()
+        assert rows == [("c1",)]
+        reader.rollback()
+        thread.join(10)
+    assert dropped and dropped[0]["collection"] == "a"
+    assert conn.execute("select count(*) from pg_inherits "
+                        "where inhparent = 'pgfunnel.posting'::regclass").fetchone() == (2,)
+    assert conn.execute("select to_regclass('pgfunnel.posting_v1')").fetchone() == (None,)
+
+
+def test_a_drop_cut_short_mid_detach_is_finished_by_the_next(
+        db: str, conn: psycopg.Connection[Any]) -> None:
+    from pgfunnel import versions
+
+    ingest(conn, [doc("a1", "alpha words")], collection="a")
+    with connect(db) as reader, connect(db, autocommit=True) as detacher:
+        reader.execute("select count(*) from pgfunnel.posting")
+        detacher.execute("set statement_timeout = '500ms'")
+        # the detach's second phase waits for the reader and is cancelled: it is left pending
+        with contextlib.suppress(psycopg.errors.QueryCanceled):
+            detacher.execute("alter table pgfunnel.posting detach partition "
+                             "pgfunnel.posting_v1 concurrently")
+        reader.rollback()
+    assert conn.execute("select inhdetachpending from pg_inherits where inhrelid = "
+                        "'pgfunnel.posting_v1'::regclass").fetchone() == (True,)
+    versions.drop_collection(conn, "a")
+    assert conn.execute("select to_regclass('pgfunnel.posting_v1')").fetchone() == (None,)
+    assert conn.execute("select count(*) from pgfunnel.collection").fetchone() == (0,)
