@@ -148,8 +148,10 @@ def reindex(
               f"({result.dimensions} dims), analyzer {result.analyzer}; "
               f"{result.chunks_embedded} chunks indexed"
               + (f" (resumed after {result.chunks_before})" if result.resumed else ""))
-    out.print(f"validated: index valid, {v.collection_chunks} chunks covered, "
-              f"HNSW recall@10 {v.recall:.3f} on {v.sample} sample queries")
+    # an empty collection (every document deleted) has no chunk to sample the recall with
+    recall = ("no recall sample (no chunks)" if v.recall is None
+              else f"HNSW recall@10 {v.recall:.3f} on {v.sample} sample queries")
+    out.print(f"validated: index valid, {v.collection_chunks} chunks covered, {recall}")
     # the hints are pasted as they are, so they name the collection
     coll = f" -c {shlex.quote(collection)}"
     if result.activated:

@@ -96,3 +96,20 @@ def test_a_drop_cut_short_mid_detach_is_finished_by_the_next(
     versions.drop_collection(conn, "a")
     assert conn.execute("select to_regclass('pgfunnel.posting_v1')").fetchone() == (None,)
     assert conn.execute("select count(*) from pgfunnel.collection").fetchone() == (0,)
+
+
+def test_reindex_of_a_collection_emptied_by_deletes_prints_its_report(
+        db: str, conn: psycopg.Connection[Any]) -> None:
+    # a tenant's collection whose documents were all deleted: the report crashed on the
+    # recall it has no chunk to measure (TypeError on None.__format__)
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.ingest import delete_documents
+
+    ingest(conn, [doc("a1", "alpha words")], collection="a")
+    delete_documents(conn, "a", ["a1"])
+    res = CliRunner().invoke(app, ["reindex", "-c", "a", "--analyzer", "simple_v1",
+                                   "--dsn", db])
+    assert res.exit_code == 0, res.output
+    assert "validated: index valid, 0 chunks covered, no recall sample" in res.output
