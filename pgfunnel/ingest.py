@@ -1100,7 +1100,13 @@ class Ingester:
                 self._ingest_batch(written, vectors, _result(prepared))
         self.stats.db_seconds += (time.perf_counter() - started
                                   - self.stats.embed_seconds)
-        self._finish()
+        try:
+            self._finish()
+        except psycopg.Error as exc:
+            # the batches are committed; what failed is the index build or the statistics
+            # refresh after them (a role's lock_timeout, say): a pgfunnel error, as a
+            # batch's failure is, not the driver's
+            raise translate(exc) from exc
         if vectors is not None and (unused := sorted(set(vectors) - citekeys)):
             # a misspelt citekey would otherwise pass unnoticed: its document embedded by
             # the model instead, its vectors dropped

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import psycopg
+import pytest
 from funnel_util import doc, ingest
 
 from pgfunnel.db import connect
@@ -113,3 +114,21 @@ def test_reindex_of_a_collection_emptied_by_deletes_prints_its_report(
                                    "--dsn", db])
     assert res.exit_code == 0, res.output
     assert "validated: index valid, 0 chunks covered, no recall sample" in res.output
+
+
+def test_a_database_error_at_the_end_of_an_ingest_is_a_pgfunnel_error(
+        conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    # the statistics refresh after the batches escaped as psycopg's LockNotAvailable under
+    # a role's lock_timeout, though everything pgfunnel raises is a PgfunnelError
+    import pgfunnel.ingest
+    from pgfunnel.errors import ConflictError
+
+    ingest(conn, [doc("a1", "alpha words")], collection="a")
+
+    def refresh(c: psycopg.Connection[Any]) -> None:
+        c.execute("do $$ begin raise exception using errcode = '55P03', "
+                  "message = 'canceling statement due to lock timeout'; end $$")
+
+    monkeypatch.setattr(pgfunnel.ingest, "refresh_table_stats", refresh)
+    with pytest.raises(ConflictError, match="lock timeout"):
+        ingest(conn, [doc("a2", "more alpha words")], collection="a")
