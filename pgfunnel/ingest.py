@@ -222,8 +222,10 @@ def hnsw_type_of(conn: psycopg.Connection[Any], version_id: int) -> str:
     return hnsw_type
 
 
-# the versions whose graph walk refresh_hnsw_walks caches, newest first; an older one
-# plans its walk per search (correct, about 0.2 ms slower)
+# the versions whose graph walk refresh_hnsw_walks caches: active versions first, then
+# the newest others (ready, retired, building). One left out plans its walk per search
+# (correct, about 0.2 ms slower); newest-first alone let a database of many collections
+# push their active versions out behind newer ready and retired ones.
 MAX_CACHED_WALKS = 32
 # serialises rewrites of pgfunnel._hnsw_walk: concurrent CREATE OR REPLACE of one
 # function fails with "tuple concurrently updated"
@@ -275,7 +277,8 @@ def refresh_hnsw_walks(conn: psycopg.Connection[Any]) -> bool:
                 "join pg_catalog.pg_class c on c.relname = 'embedding_hnsw_v' || v.id "
                 " and c.relnamespace = 'pgfunnel'::regnamespace "
                 "join pg_catalog.pg_index i on i.indexrelid = c.oid and i.indisvalid "
-                "order by v.id desc limit %s", (MAX_CACHED_WALKS,)).fetchall()
+                "order by v.state = 'active' desc, v.id desc limit %s",
+                (MAX_CACHED_WALKS,)).fetchall()
             branches = [
                 _WALK_BRANCH.format(
                     keyword=sql.SQL("if" if i == 0 else "elsif"), vid=sql.Literal(int(vid)),

@@ -372,3 +372,25 @@ def test_more_dimensions_than_a_graph_takes_are_refused_before_any_row(
             docs, vectors={d.citekey: unit(rng, 5000)[None, :] for d in docs})
     assert conn.execute("select count(*) from pgfunnel.chunk").fetchone() == (0,)
     assert conn.execute("select count(*) from pgfunnel.index_version").fetchone() == (0,)
+
+
+def test_the_walk_cache_keeps_active_versions_before_newer_inactive_ones(
+        conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    import pgfunnel.ingest as ingest_module
+    from pgfunnel.ingest import create_hnsw_index, create_version, refresh_hnsw_walks
+
+    for name in ("a", "b"):
+        ingest(conn, [doc(f"{name}{i}", f"text {i}") for i in range(20)], collection=name)
+    a_active, _, dims = active(conn, "a")
+    b_active, b_coll, _ = active(conn, "b")
+    # a newer version of b that is ready (a reindex waiting to be activated), with a graph
+    ready = create_version(conn, b_coll, "random-unit", dims, "english_v1", "ready")
+    create_hnsw_index(conn, ready, dims)
+    monkeypatch.setattr(ingest_module, "MAX_CACHED_WALKS", 2)
+    assert refresh_hnsw_walks(conn)
+    q = unit(np.random.default_rng(3), dims)
+    cached = {vid: conn.execute("select cached from pgfunnel._hnsw_walk(%s, %s::vector, 10)",
+                                (vid, q)).fetchone()[0]  # type: ignore[index]
+              for vid in (a_active, b_active, ready)}
+    # newest first would have cached b's two versions and left a's active one out
+    assert cached == {a_active: True, b_active: True, ready: False}
