@@ -107,7 +107,12 @@ class ConflictError(PgfunnelError):
     """Another writer holds the lock, or the operation contradicts current state."""
 
 
-class SearchTimeoutError(PgfunnelError):
+class StatementTimeoutError(PgfunnelError):
+    """A statement ran past ``statement_timeout`` (the session's, role's or database's)
+    and was cancelled: an ingest, reindex or version command, or a search."""
+
+
+class SearchTimeoutError(StatementTimeoutError):
     """A search ran past its statement_timeout and was cancelled."""
 
 
@@ -245,11 +250,14 @@ def _shipped_functions() -> frozenset[str]:
         r"create or replace function pgfunnel\.(\w+)\(", path.read_text()))
 
 
-def translate(exc: BaseException) -> PgfunnelError:
+def translate(exc: BaseException, *, searching: bool = True) -> PgfunnelError:
     """Map a psycopg error to the matching :class:`PgfunnelError` subclass.
 
     Messages raised by pgfunnel's SQL already name the parameter; they are kept
     verbatim (without psycopg's CONTEXT lines) so the caller sees one clear line.
+    Outside a search (``searching=False``: ingest, reindex, versions) a statement
+    timeout is a :class:`StatementTimeoutError` that names the setting and how to lift
+    it for the job, not a :class:`SearchTimeoutError`.
     """
     if isinstance(exc, PgfunnelError):
         return exc
@@ -257,7 +265,17 @@ def translate(exc: BaseException) -> PgfunnelError:
     if isinstance(orig, BaseException):
         # SQLAlchemy wraps the driver's error (DBAPIError.orig): the SQLSTATE is there, and
         # an error psycopg raised before sending anything (a NUL in a value) is its class
-        err = translate(orig)
+        err = translate(orig, searching=searching)
+        err.__cause__ = exc
+        return err
+    if not searching and getattr(exc, "sqlstate", None) == "57014":
+        primary = (getattr(getattr(exc, "diag", None), "message_primary", None)
+                   or str(exc).splitlines()[0])
+        hint = (": it ran past statement_timeout (this session's, role's or database's "
+                "setting, meant for queries); lift it for this job, e.g. "
+                "PGOPTIONS='-c statement_timeout=0' for the CLI"
+                if "statement timeout" in primary else "")
+        err = StatementTimeoutError(primary + hint)
         err.__cause__ = exc
         return err
     sqlstate: str | None = getattr(exc, "sqlstate", None)

@@ -1109,7 +1109,7 @@ class Ingester:
             # the batches are committed; what failed is the index build or the statistics
             # refresh after them (a role's lock_timeout, say): a pgfunnel error, as a
             # batch's failure is, not the driver's
-            raise translate(exc) from exc
+            raise translate(exc, searching=False) from exc
         if vectors is not None and (unused := sorted(set(vectors) - citekeys)):
             # a misspelt citekey would otherwise pass unnoticed: its document embedded by
             # the model instead, its vectors dropped
@@ -1351,7 +1351,7 @@ class Ingester:
                 self._write(coll, version, chunked, new_texts, new_vectors,
                             {ck: v[0] for ck, v in existing.items()}, hashes, prepared)
         except psycopg.Error as exc:
-            raise translate(exc) from exc
+            raise translate(exc, searching=False) from exc
         self._tick("documents", len(batch))
 
     def _check_unchanged_given(self, batch: list[DocumentRecord], todo: list[DocumentRecord],
@@ -1719,7 +1719,7 @@ def delete_documents(conn: psycopg.Connection[Any], collection: str,
                                "and citekey = any(%s)", (coll, list(citekeys)))
             return cur.rowcount
     except psycopg.Error as exc:
-        raise translate(exc) from exc
+        raise translate(exc, searching=False) from exc
 
 
 __all__ = ["Ingester", "IngestStats", "checked_records", "delete_documents", "PgfunnelError"]

@@ -185,7 +185,7 @@ def _db(fn: Callable[[], Any]) -> Any:
     try:
         return fn()
     except psycopg.Error as exc:
-        raise translate(exc) from exc
+        raise translate(exc, searching=False) from exc
 
 
 def _version_row(conn: psycopg.Connection[Any], coll_id: int, version: int) -> VersionInfo:
@@ -461,7 +461,7 @@ def build_index(conn: psycopg.Connection[Any], version_id: int, dimensions: int,
                               ef_construction=ef_construction,
                               size_memory=maintenance_work_mem is None)
     except psycopg.Error as exc:
-        raise translate(exc) from exc
+        raise translate(exc, searching=False) from exc
     finally:
         conn.remove_notice_handler(on_notice)
     return notices

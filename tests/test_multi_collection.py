@@ -7,11 +7,17 @@ import contextlib
 import time
 from typing import Any
 
+import numpy as np
 import psycopg
 import pytest
-from funnel_util import doc, ingest
+from funnel_util import doc, ingest, unit
 
 from pgfunnel.db import connect
+
+
+def _unit_rows(n: int, dims: int = 16) -> Any:
+    rng = np.random.default_rng(7)
+    return np.stack([unit(rng, dims) for _ in range(n)])
 
 
 def test_an_ingest_does_not_wait_for_another_collections_index_build(
@@ -132,3 +138,21 @@ def test_a_database_error_at_the_end_of_an_ingest_is_a_pgfunnel_error(
     monkeypatch.setattr(pgfunnel.ingest, "refresh_table_stats", refresh)
     with pytest.raises(ConflictError, match="lock timeout"):
         ingest(conn, [doc("a2", "more alpha words")], collection="a")
+
+
+def test_an_ingest_past_statement_timeout_names_the_setting_not_a_search(
+        db: str, conn: psycopg.Connection[Any]) -> None:
+    from pgfunnel.errors import SearchTimeoutError, StatementTimeoutError
+    from pgfunnel.ingest import Ingester
+
+    ingest(conn, [doc("a1", "alpha words here")], collection="a")
+    with connect(db) as holder, connect(db, autocommit=True) as writer:
+        # a role's statement_timeout meets a table held by a long transaction
+        holder.execute("lock table pgfunnel.document in access exclusive mode")
+        writer.execute("set statement_timeout = '300ms'")
+        ing = Ingester(writer, "a", prepare_ahead=False)
+        with pytest.raises(StatementTimeoutError, match="statement_timeout") as caught:
+            ing.ingest([doc("a2", "more alpha words")], vectors={"a2": _unit_rows(1)})
+        assert not isinstance(caught.value, SearchTimeoutError)
+        assert "PGOPTIONS" in str(caught.value)
+        holder.rollback()
