@@ -124,8 +124,10 @@ def test_the_first_graph_of_a_collection_sharing_the_table_lets_other_writes_pas
         # collection a wait for the whole build
         with connect(db, autocommit=True) as other:
             other.execute("set lock_timeout = '2s'")
-            added = doc("a-new", "a document added meanwhile")
-            stats = Ingester(other, "a").ingest([added], vectors={"a-new": unit_rows(1)})
+            # a tenth of the collection: enough for the ingest to refresh statistics
+            added = [doc(f"a-new{i}", f"a document added meanwhile {i}") for i in range(6)]
+            stats = Ingester(other, "a").ingest(
+                added, vectors={d.citekey: unit_rows(1) for d in added})
         # its closing VACUUM ANALYZE skipped the table being built on instead of waiting
         assert any("pgfunnel.embedding" in n and "autovacuum" in n for n in stats.notes), \
             stats.notes
@@ -206,3 +208,38 @@ def test_a_first_ingest_builds_a_valid_graph_either_way(
     ingest(conn, [doc(f"d{i}", f"text number {i}") for i in range(30)], collection="t")
     vid, _, _ = active(conn, "t")
     assert index_state(conn, hnsw_index_name(vid)) is True
+
+
+def _maintenance_counts(conn: psycopg.Connection[Any], table: str) -> tuple[int, int]:
+    conn.execute("select pg_stat_clear_snapshot()")
+    row = conn.execute("select vacuum_count + autovacuum_count, analyze_count "
+                       "from pg_stat_user_tables where schemaname = 'pgfunnel' "
+                       "and relname = %s", (table,)).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def test_a_small_ingest_vacuums_its_partition_and_leaves_the_shared_statistics(
+        conn: psycopg.Connection[Any]) -> None:
+    # ANALYZE of the shared tables costs about a second on a 100k-chunk database: ten
+    # times a one-document ingest, which used to pay it every time
+    conn.execute("alter table pgfunnel.embedding set (autovacuum_enabled = off)")
+    ingest(conn, [doc(f"d{i}", f"text number {i}") for i in range(100)], collection="a")
+    vid, _, _ = active(conn, "a")
+    partition = f"posting_v{vid}"
+    shared_before = _maintenance_counts(conn, "embedding")
+    partition_before = _maintenance_counts(conn, partition)
+    stats = Ingester(conn, "a").ingest([doc("one", "one more text")],
+                                       vectors={"one": unit_rows(1)})
+    assert stats.chunks_written == 1
+    assert _maintenance_counts(conn, "embedding") == shared_before
+    assert _maintenance_counts(conn, partition)[0] == partition_before[0] + 1
+    # its postings' pages are all-visible: the lexical leg's scan reads no heap page
+    plan = "\n".join(str(r[0]) for r in conn.execute(
+        "explain (analyze, costs off) select chunk_id from pgfunnel.posting "
+        "where index_version_id = %s and term = 'one'", (vid,)).fetchall())
+    assert "Index Only Scan" in plan and "Heap Fetches: 0" in plan, plan
+    # a tenth of the version or more refreshes the shared tables' statistics
+    more = [doc(f"m{i}", f"more text {i}") for i in range(15)]
+    Ingester(conn, "a").ingest(more, vectors={d.citekey: unit_rows(1) for d in more})
+    assert _maintenance_counts(conn, "embedding")[1] == shared_before[1] + 1
