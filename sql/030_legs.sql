@@ -440,7 +440,9 @@ $$;
 -- walks with _hnsw_walk_planned. A cached walk is one static query per version:
 -- pgfunnel.ingest.refresh_hnsw_walks replaces this definition with one that holds a walk
 -- for each version with a graph (after every graph build or drop, and after `pgfunnel
--- init`). This definition holds none.
+-- init`). This definition holds none. Sorting is off in it (see
+-- pgfunnel.ingest._WALK_FUNCTION): a generic plan would otherwise sort a small version's
+-- every row instead of walking its graph.
 create or replace function pgfunnel._hnsw_walk(
     version_id integer, query_embedding @vector_schema@.vector, n integer,
     out chunk_ids bigint[], out scores double precision[], out cached boolean)
@@ -448,6 +450,7 @@ language plpgsql stable
 security invoker
 set search_path = pg_catalog, pgfunnel, @vector_schema@
 set plan_cache_mode = force_generic_plan
+set enable_sort = off
 as $$
 begin
     cached := false;

@@ -394,3 +394,24 @@ def test_the_walk_cache_keeps_active_versions_before_newer_inactive_ones(
               for vid in (a_active, b_active, ready)}
     # newest first would have cached b's two versions and left a's active one out
     assert cached == {a_active: True, b_active: True, ready: False}
+
+
+@pytest.mark.parametrize("first_ef_search", [40, 400])
+def test_the_cached_walk_of_a_small_version_walks_its_graph_whatever_the_first_search(
+        db: str, conn: psycopg.Connection[Any], first_ef_search: int) -> None:
+    from pgfunnel.db import connect
+
+    _corpus(conn, 2000)
+    vid, cid, _ = active(conn, "t")
+    rng = np.random.default_rng(9)
+    leg = ("select count(*) from pgfunnel._dense_leg(%s, %s, 40, %s, '{}', null, null, "
+           "now(), null, %s)")
+    # a fresh session: its first search fixes the walk's generic plan for the session
+    with connect(db, autocommit=True) as session:
+        session.execute(leg, (vid, unit(rng, DIMS), first_ef_search, cid))
+
+        def search() -> None:
+            assert session.execute(leg, (vid, unit(rng, DIMS), 100, cid)).fetchone() == (40,)
+
+        # a generic plan read `limit n` as 2,000 / 10 rows and sorted all 2,000 instead
+        assert _graph_scans(session, vid, search) == 1
