@@ -81,7 +81,7 @@ def evaluate(
     from pgfunnel.eval.harness import (
         store_qrels as store,
     )
-    from pgfunnel.eval.metrics import check_floors, load_floors
+    from pgfunnel.eval.metrics import check_floors, load_floors, metric_names
     from pgfunnel.eval.qrels import load_beir, load_queries
     from pgfunnel.eval.report import (
         plot_pool_recall,
@@ -109,6 +109,16 @@ def evaluate(
             configs = [dataclasses.replace(c, qualifiers=c.qualifiers or words)
                        for c in configs]
         floor_spec = load_floors(floors) if floors is not None else None
+        if floor_spec is not None:
+            # a misspelt or other-cutoff metric can never be measured: say so before the
+            # searches (minutes), not as an unmet floor after them
+            measured = metric_names(k)
+            for slice_name, metric_floors in floor_spec.items():
+                for metric in metric_floors:
+                    if metric not in measured:
+                        raise ConfigError(
+                            "floors", f"{floors}: slice {slice_name!r}: {metric!r} is not a "
+                            f"metric eval reports at --k {k} ({', '.join(measured)})")
         if out_dir is not None:
             # before the searches, which take minutes: a path that cannot be a folder was a
             # traceback after all of them had run

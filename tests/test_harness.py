@@ -86,6 +86,22 @@ def test_a_configuration_of_the_wrong_type_is_a_one_line_cli_error() -> None:
     assert "error: --config: x: 'qualifiers' must be a list of strings" in res.output
 
 
+@pytest.mark.parametrize(("metric", "k"), [("ndgc@10", "10"), ("ndcg@20", "10")])
+def test_a_floor_on_a_metric_eval_does_not_report_is_refused_before_any_search(
+        tmp_path: Path, metric: str, k: str) -> None:
+    """Refused before any connection (the DSN here reaches nothing); it used to be an
+    unmet floor after every search had run."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    floors = tmp_path / "floors.json"
+    floors.write_text(json.dumps({"all": {"recall@10": 0.5, metric: 0.5}}))
+    res = CliRunner().invoke(app, ["eval", str(QUERIES), "--dsn", "postgresql://nobody@/x",
+                                   "--floors", str(floors), "--k", k])
+    assert res.exit_code == 1, res.output
+    assert f"slice 'all': '{metric}' is not a metric eval reports at --k 10" in res.output
+
+
 def test_eval_cli_tables_floors_and_self_bootstrap(sample_db: str, tmp_path: Path) -> None:
     from pgfunnel.cli.main import app
     from typer.testing import CliRunner
