@@ -290,6 +290,11 @@ class _Dims:
         raise RuntimeError("perf corpus vectors are precomputed; nothing should be embedded")
 
 
+def _cell(value: float | None) -> str:
+    """A table cell; '-' for a figure not measured (no --clients 4 run)."""
+    return "-" if value is None else f"{value:.1f}"
+
+
 def to_markdown(runs: list[dict[str, Any]], embed_cps: float | None) -> str:
     bases = sorted({run.get("base", "helpcenter") for run in runs})
     lines = [f"# pgfunnel performance (corpus base: {', '.join(bases)})", ""]
@@ -306,8 +311,8 @@ def to_markdown(runs: list[dict[str, Any]], embed_cps: float | None) -> str:
             four = by_c.get(4, {})
             lines.append(
                 f"| {peer} | {one['p50']:.1f} | {one['p95']:.1f} | {one['p99']:.1f} | "
-                f"{one['qps']:.1f} | {four.get('qps', float('nan')):.1f} | "
-                f"{four.get('p50', float('nan')):.1f} | {one['p50'] / base:.2f} | "
+                f"{one['qps']:.1f} | {_cell(four.get('qps'))} | "
+                f"{_cell(four.get('p50'))} | {one['p50'] / base:.2f} | "
                 f"{one['min_results']:.0f} |")
         ing = run["ingest"]
         lines += ["", f"Ingest (precomputed vectors): database side (COPY, analyzer, "
