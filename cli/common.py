@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -32,15 +33,28 @@ class QueryTextCommand(TyperCommand):
     to search for it."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        given = list(args)  # click consumes the list it parses
         try:
             return list(super().parse_args(ctx, args))
         except Exception as exc:
+            message = getattr(exc, "message", None)
+            if not isinstance(message, str):
+                raise
             # click's NoSuchOption, from click itself or the copy newer typers carry
             option = getattr(exc, "option_name", None)
-            if isinstance(option, str) and isinstance(getattr(exc, "message", None), str) \
-                    and not getattr(exc, "possibilities", None):
-                exc.message += (f"; to search for text that starts with '-', put -- before "  # type: ignore[attr-defined]
-                                f"it: pgfunnel {ctx.info_name} -- {option}")
+            if isinstance(option, str) and not getattr(exc, "possibilities", None):
+                # the command as typed, the rest of it kept before the --
+                rest = [a for a in given if a != option]
+                exc.message = (  # type: ignore[attr-defined]
+                    f"{message}; to search for text that starts with '-', put -- before it: "
+                    f"pgfunnel {ctx.info_name} {shlex.join([*rest, '--', option])}")
+            elif message.startswith("Got unexpected extra argument") and "--" in given:
+                # options typed after the -- are query words to click
+                at = given.index("--")
+                before, text, moved = given[:at], given[at + 1:at + 2], given[at + 2:]
+                exc.message = (  # type: ignore[attr-defined]
+                    f"{message}; everything after -- is query text, so options go before "
+                    f"it: pgfunnel {ctx.info_name} {shlex.join([*before, *moved, '--', *text])}")
             raise
 
 

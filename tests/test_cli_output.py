@@ -50,6 +50,18 @@ def test_a_flag_given_as_query_text_gets_a_hint(command: str) -> None:
     text = " ".join(res.output.replace("│", " ").split())
     assert "No such option: --line-length" in text
     assert f"put -- before it: pgfunnel {command} -- --line-length" in text
+    # the rest of the command is kept, before the --
+    res = CliRunner().invoke(app, [command, "--line-length", "-c", "demo"])
+    text = " ".join(res.output.replace("│", " ").split())
+    assert f"put -- before it: pgfunnel {command} -c demo -- --line-length" in text, text
+    if command == "explain":
+        return  # its second argument (the chunk) takes a word after the query
+    # options typed after the -- are query words: say to move them
+    res = CliRunner().invoke(app, [command, "--", "--line-length", "-c", "demo"])
+    text = " ".join(res.output.replace("│", " ").split())
+    assert res.exit_code == 2
+    assert (f"everything after -- is query text, so options go before it: "
+            f"pgfunnel {command} -c demo -- --line-length") in text, text
     # a misspelt option of the command keeps click's suggestion and gets no hint
     res = CliRunner().invoke(app, [command, "--colection", "x", "q"])
     text = " ".join(res.output.replace("│", " ").split())
