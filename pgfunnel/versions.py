@@ -63,7 +63,7 @@ from pgfunnel.ingest import (
     ingest_lock,
     posting_partition_name,
     refresh_hnsw_walks,
-    refresh_table_stats,
+    refresh_stats_after_write,
     release_index_build_lock,
     require_collection,
     try_index_build_lock,
@@ -725,7 +725,8 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
             create_posting_index(conn, building.id)
         times["posting_index"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        refresh_table_stats(conn)
+        refresh_stats_after_write(conn, building.id,
+                                  building.chunk_count + result.chunks_embedded)
         times["analyze"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         result.notices = build_index(conn, building.id, dims, m=m,
