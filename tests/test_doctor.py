@@ -7,6 +7,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from funnel_util import doc, ingest
 from typer.testing import CliRunner
 
 from pgfunnel.db import connect
@@ -609,3 +610,22 @@ def test_documents_chunked_by_an_older_pgfunnel_are_named_and_chunked_again_once
                      "where id = (select min(id) from pgfunnel.document)")
         [newer] = check_chunking(conn)
         assert newer.level == "warning" and "newer pgfunnel" in newer.message
+
+
+def test_walks_past_the_cache_limit_are_not_pointed_to_init(
+        conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    # more collections than the walk cache holds (32): doctor warned, for each one left
+    # out, to run `pgfunnel init`, which caches the same 32 again
+    import pgfunnel.doctor as doctor_module
+    import pgfunnel.ingest as ingest_module
+    from pgfunnel.ingest import refresh_hnsw_walks
+
+    for name in ("a", "b", "c"):
+        ingest(conn, [doc(f"{name}1", "some words")], collection=name)
+    monkeypatch.setattr(ingest_module, "MAX_CACHED_WALKS", 2)
+    monkeypatch.setattr(doctor_module, "MAX_CACHED_WALKS", 2, raising=False)
+    assert refresh_hnsw_walks(conn)
+    walks = [f for f in check_active_indexes(conn) if "graph walk" in f.message]
+    assert [f.level for f in walks] == ["info"]
+    assert "pgfunnel init" not in walks[0].message
+    assert "1 active version(s)" in walks[0].message and "'a'" in walks[0].message
