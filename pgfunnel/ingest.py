@@ -225,7 +225,11 @@ def hnsw_type_of(conn: psycopg.Connection[Any], version_id: int) -> str:
 # the versions whose graph walk refresh_hnsw_walks caches: active versions first, then
 # the newest others (ready, retired, building). One left out plans its walk per search
 # (correct, about 0.2 ms slower); newest-first alone let a database of many collections
-# push their active versions out behind newer ready and retired ones.
+# push their active versions out behind newer ready and retired ones. A larger limit was
+# measured and not adopted (bench/many_collections.py, 172 collections on 2 shared cores):
+# 256 cached all 172 (function text 16 KB -> 87 KB, each rewrite 7 -> 23 ms, a session's
+# first walk 10.5 - 11.4 ms either way), but a dense search of a collection it added to the
+# cache stayed within this machine's noise (2.4 - 3.0 ms uncached, 2.6 - 2.7 ms cached).
 MAX_CACHED_WALKS = 32
 # serialises rewrites of pgfunnel._hnsw_walk: concurrent CREATE OR REPLACE of one
 # function fails with "tuple concurrently updated"
