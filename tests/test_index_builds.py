@@ -124,8 +124,8 @@ def test_the_first_graph_of_a_collection_sharing_the_table_lets_other_writes_pas
         # collection a wait for the whole build
         with connect(db, autocommit=True) as other:
             other.execute("set lock_timeout = '2s'")
-            # a tenth of the collection: enough for the ingest to refresh statistics
-            added = [doc(f"a-new{i}", f"a document added meanwhile {i}") for i in range(6)]
+            # a tenth of the database: enough for the ingest to refresh the shared tables
+            added = [doc(f"a-new{i}", f"a document added meanwhile {i}") for i in range(20)]
             stats = Ingester(other, "a").ingest(
                 added, vectors={d.citekey: unit_rows(1) for d in added})
         # its closing VACUUM ANALYZE skipped the table being built on instead of waiting
