@@ -415,3 +415,25 @@ def test_the_cached_walk_of_a_small_version_walks_its_graph_whatever_the_first_s
 
         # a generic plan read `limit n` as 2,000 / 10 rows and sorted all 2,000 instead
         assert _graph_scans(session, vid, search) == 1
+
+
+def test_the_planned_walk_of_a_small_version_walks_its_graph(
+        conn: psycopg.Connection[Any]) -> None:
+    # a version the walk cache does not hold (past its 32) is walked by a query planned
+    # per search; at 2,000 chunks of all-MiniLM's 384 dimensions that plan, even with the
+    # limit known, sorted every row
+    dims = 384
+    rng = np.random.default_rng(4)
+    docs = [doc(f"d{i}", f"document number {i}") for i in range(2000)]
+    ingest(conn, docs, dims=dims, vectors={d.citekey: unit(rng, dims)[None, :] for d in docs})
+    vid, _, _ = active(conn, "t")
+
+    def walk() -> None:
+        with conn.transaction():
+            conn.execute("set local hnsw.ef_search = 100")
+            row = conn.execute("select cardinality(chunk_ids) from "
+                               "pgfunnel._hnsw_walk_planned(%s, %s, 40)",
+                               (vid, unit(rng, dims))).fetchone()
+        assert row == (40,)
+
+    assert _graph_scans(conn, vid, walk) == 1
