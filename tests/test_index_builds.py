@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -141,28 +142,38 @@ def test_the_first_graph_of_a_collection_sharing_the_table_lets_other_writes_pas
     assert [cid for cid, *_ in lexical(conn, "meanwhile", "a")]
 
 
-def test_an_invalid_graph_that_another_session_is_building_is_not_cleaned_up(
-        db: str, conn: psycopg.Connection[Any]) -> None:
+@contextmanager
+def _a_concurrent_build_kept_waiting(
+        db: str, conn: psycopg.Connection[Any]
+) -> Iterator[tuple[str, threading.Thread, list[BaseException], list[int]]]:
+    """Collection a's graph dropped and built again concurrently by another session (a
+    reindex or an activation), which waits for an open write of collection a with its
+    index made and still invalid; the write ends with the block. Yields the index name
+    and the builder's thread, errors and pid."""
     ingest(conn, [doc(f"d{i}", f"text number {i}") for i in range(40)], collection="a")
     vid, _, dims = active(conn, "a")
     name = hnsw_index_name(vid)
     conn.execute(f"drop index pgfunnel.{name}")
     writer = _open_write(db, "a")
     try:
-        # a concurrent build (a reindex or an activation of collection a) waits for the
-        # open write with its index made and still invalid
         thread, errors, pids = _in_thread(
             db, lambda c: create_hnsw_index(c, vid, dims, concurrently=True))
         _wait_until_blocked(conn, pids, "create index")
+        yield name, thread, errors, pids
+    finally:
+        writer.rollback()
+        writer.close()
+
+
+def test_an_invalid_graph_that_another_session_is_building_is_not_cleaned_up(
+        db: str, conn: psycopg.Connection[Any]) -> None:
+    with _a_concurrent_build_kept_waiting(db, conn) as (name, thread, errors, _):
         assert index_state(conn, name) is False
         # another collection's reindex starts by cleaning up invalid graphs: it used to
         # wait for this build to end and then drop the finished graph (here the build
         # waits for the open write, so the wait is cut short instead)
         conn.execute("set lock_timeout = '3s'")
         assert cleanup_invalid_indexes(conn) == []
-    finally:
-        writer.rollback()
-        writer.close()
     thread.join(120)
     assert not errors, errors
     assert index_state(conn, name) is True
@@ -170,20 +181,9 @@ def test_an_invalid_graph_that_another_session_is_building_is_not_cleaned_up(
 
 def test_a_graph_whose_concurrent_build_was_cut_short_is_built_again_by_the_next_ingest(
         db: str, conn: psycopg.Connection[Any]) -> None:
-    ingest(conn, [doc(f"d{i}", f"text number {i}") for i in range(40)], collection="a")
-    vid, _, dims = active(conn, "a")
-    name = hnsw_index_name(vid)
-    conn.execute(f"drop index pgfunnel.{name}")
-    writer = _open_write(db, "a")
-    try:
-        thread, errors, pids = _in_thread(
-            db, lambda c: create_hnsw_index(c, vid, dims, concurrently=True))
-        _wait_until_blocked(conn, pids, "create index")
+    with _a_concurrent_build_kept_waiting(db, conn) as (name, thread, errors, pids):
         conn.execute("select pg_cancel_backend(%s)", (pids[0],))
         thread.join(60)
-    finally:
-        writer.rollback()
-        writer.close()
     assert errors and isinstance(errors[0], psycopg.errors.QueryCanceled), errors
     assert index_state(conn, name) is False
     # the next ingest finds the invalid graph with nobody building it, and rebuilds it
