@@ -245,6 +245,39 @@ def init(dsn: str | None = None, *, rls: bool = False) -> dict[str, Any]:
             "created": before is None, "rls": rls_on}
 
 
+#: said after an upgrade, beside the finding: migrations 0007 and 0010 add their checks
+#: NOT VALID, so rows written before them stay, and any later UPDATE of one is refused
+_REFUSED_ON_UPDATE = ("; until then any UPDATE of such a document (its metadata or readers, "
+                      "say) fails on the check constraint that refuses these values")
+
+
+def _upgrade_notes(conn: psycopg.Connection[Any]) -> list[str]:
+    """What an upgrade leaves for the owner to act on, from doctor's checks: documents
+    chunked by an older pgfunnel (the next ingest rewrites each once), and documents
+    written by hand with values the table's check constraints now refuse (they stay,
+    unchecked, and an UPDATE of one fails until it is fixed). run_checks skips the counts
+    for a role that row security would show only part of the documents."""
+    from pgfunnel.doctor import (
+        check_chunking,
+        check_public_with_readers,
+        check_unfindable_documents,
+        run_checks,
+    )
+
+    checks = [("chunking", check_chunking),
+              ("public_with_readers", check_public_with_readers),
+              ("unfindable_documents", check_unfindable_documents)]
+    notes = []
+    for f in run_checks(conn, checks):
+        if f.message.startswith("the check failed"):
+            continue
+        if f.check == "chunking":
+            notes.append(f.message)
+        elif f.check in ("public_with_readers", "unfindable_documents"):
+            notes.append(f.message + _REFUSED_ON_UPDATE)
+    return notes
+
+
 def migrate(dsn: str | None = None) -> dict[str, Any]:
     """Upgrade an existing installation to this package's head and reinstall functions."""
     target = resolve_dsn(dsn)
@@ -272,13 +305,7 @@ def migrate(dsn: str | None = None) -> dict[str, Any]:
                 enable_rls(conn)
             conn.commit()
             after = current_revision(conn)
-            from pgfunnel.doctor import check_chunking, run_checks
-
-            # an upgrade that changes the chunking makes the next ingest rewrite every
-            # document once: said here, where the upgrade is done (run_checks skips the
-            # count for a role that row security would show only part of the documents)
-            notes = [f.message for f in run_checks(conn, [("chunking", check_chunking)])
-                     if f.check == "chunking"]
+            notes = _upgrade_notes(conn)
     except psycopg.Error as exc:
         # a role that does not own the schema cannot read alembic_version, say
         raise translate(exc) from exc

@@ -557,3 +557,35 @@ def test_a_wrong_call_of_a_shipped_function_is_not_a_missing_schema(db: str) -> 
     err = translate(wrong.value)
     assert isinstance(err, ConfigError) and "no pgfunnel.candidates takes these" in str(err)
     assert isinstance(translate(missing.value), SchemaMissingError)
+
+
+def test_migrate_names_older_rows_its_check_constraints_let_stay(sample_db: str) -> None:
+    """Migrations 0007 and 0010 add their checks NOT VALID: a document written by hand
+    before them stays, and the next UPDATE of it (of any column) is refused. The upgrade
+    says so, naming the document, instead of leaving it to a later doctor run."""
+    with connect(sample_db, autocommit=True) as conn:
+        first, second = (r[0] for r in conn.execute(
+            "select citekey from pgfunnel.document order by citekey limit 2"))
+        assert schema.migrate(sample_db)["notes"] == []
+        # two rows as a release before the constraints wrote them
+        defs = dict(conn.execute(
+            "select conname, pg_get_constraintdef(oid) from pg_constraint "
+            "where conname in ('document_with_readers_is_not_public', "
+            "'document_tenant_not_empty')").fetchall())
+        assert len(defs) == 2
+        for name in defs:
+            conn.execute(f"alter table pgfunnel.document drop constraint {name}")
+        conn.execute("update pgfunnel.document set is_public = true, readers = '{hr}' "
+                     "where citekey = %s", (first,))
+        conn.execute("update pgfunnel.document set tenant = '' where citekey = %s", (second,))
+        for name, definition in defs.items():
+            conn.execute(f"alter table pgfunnel.document add constraint {name} {definition}")
+        # what the notes warn of: an unrelated update of such a row fails
+        with pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute("update pgfunnel.document set metadata = '{\"a\": 1}' "
+                         "where citekey = %s", (second,))
+    notes = schema.migrate(sample_db)["notes"]
+    assert len(notes) == 2, notes
+    assert repr(first) in notes[0] and "is_public = false" in notes[0]
+    assert repr(second) in notes[1] and "with tenant ''" in notes[1]
+    assert all("UPDATE of such a document" in n for n in notes)
