@@ -87,6 +87,11 @@ def init(
     elif result["created"]:
         out.print(f"pgfunnel schema installed (revision {result['revision']}, "
                   f"vector in schema {result['vector_schema']}).")
+    elif result["revision_before"] != result["revision"]:
+        out.print(f"pgfunnel schema upgraded to revision {result['revision']} (was "
+                  f"{result['revision_before']}); functions refreshed.")
+        for note in result["notes"]:
+            out.print(f"note: {note}", highlight=False)
     else:
         out.print(f"pgfunnel schema already installed (revision {result['revision']}); "
                   "functions refreshed.")

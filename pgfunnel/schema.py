@@ -238,11 +238,13 @@ def init(dsn: str | None = None, *, rls: bool = False) -> dict[str, Any]:
                 enable_rls(conn)
             conn.commit()
             after = current_revision(conn)
+            # init on an older schema is an upgrade: it says what migrate would
+            notes = _upgrade_notes(conn) if before is not None and before != after else []
     except psycopg.Error as exc:
         raise translate(exc) from exc
     # "rls": whether row-level security is on now (asked for, or on from an earlier init)
     return {"revision_before": before, "revision": after, "vector_schema": vschema,
-            "created": before is None, "rls": rls_on}
+            "created": before is None, "rls": rls_on, "notes": notes}
 
 
 #: said after an upgrade, beside the finding: migrations 0007 and 0010 add their checks

@@ -589,3 +589,26 @@ def test_migrate_names_older_rows_its_check_constraints_let_stay(sample_db: str)
     assert repr(first) in notes[0] and "is_public = false" in notes[0]
     assert repr(second) in notes[1] and "with tenant ''" in notes[1]
     assert all("UPDATE of such a document" in n for n in notes)
+
+
+def test_init_on_an_older_schema_says_it_upgraded_it(sample_db: str) -> None:
+    """`pgfunnel init` is idempotent, and on an older release's schema it is an upgrade:
+    it said "already installed (revision 0010)" after migrating, and gave none of the
+    notes migrate gives."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    head = schema.head_revision()
+    schema.downgrade(sample_db, "0009")
+    with connect(sample_db, autocommit=True) as conn:
+        # a document as a release before chunking version 7 stored it
+        conn.execute("update pgfunnel.document set content_hash = substring(content_hash "
+                     "from position(':' in content_hash) + 1) "
+                     "where id = (select min(id) from pgfunnel.document)")
+    ran = CliRunner().invoke(app, ["init", "--dsn", sample_db])
+    assert ran.exit_code == 0, ran.output
+    said = " ".join(ran.output.split())
+    assert f"upgraded to revision {head} (was 0009)" in said, said
+    assert "note: collection 'default': 1 document(s) were chunked by an older" in said
+    again = CliRunner().invoke(app, ["init", "--dsn", sample_db, "--json"])
+    assert again.exit_code == 0 and '"notes": []' in again.output
