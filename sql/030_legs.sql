@@ -202,6 +202,7 @@ declare
     probe_max integer;
     next_n integer;
     visible bigint[];
+    scoring text;
 begin
     chunk_ids := '{}';
     scores := '{}';
@@ -282,21 +283,48 @@ begin
         end if;
     end if;
 
+    -- The scoring statement reads the partitioned posting table. Its cached generic plan
+    -- prunes to the version's partition only when it runs, after locking and setting up
+    -- every partition: about 18 us each, so with a collection per customer (400
+    -- versions) the lexical leg of a 2,000-chunk collection took 8 ms instead of 0.9.
+    -- Past a few partitions the statement is planned per search instead (about 0.08 ms),
+    -- which prunes to the one partition before anything is locked. Both forms must stay
+    -- the same statement.
+    if (select count(*) from pg_catalog.pg_inherits i
+         where i.inhparent = 'pgfunnel.posting'::pg_catalog.regclass) > 8 then
+        scoring := $q$
+            select array_agg(a.chunk_id order by a.s desc, a.chunk_id),
+                   array_agg(a.s / 4294967296.0::float8 order by a.s desc, a.chunk_id)
+              from (select p.chunk_id,
+                           sum(round(q.weight * p.tf / (p.tf + $3 + $4 * p.length))) as s
+                      from unnest($1, $2) as q(term, weight),
+                           lateral (select p.chunk_id, p.tf, p.length from pgfunnel.posting p
+                                     where p.index_version_id = $5
+                                       and p.term = q.term) p
+                     group by p.chunk_id
+                     order by 2 desc, 1
+                     limit $6) a$q$;
+    end if;
     loop
         -- the sample above listed every visible chunk: probe them
         exit when fetch_n = 0;
-        select array_agg(a.chunk_id order by a.s desc, a.chunk_id),
-               array_agg(a.s / 4294967296.0::float8 order by a.s desc, a.chunk_id)
-          into cand_ids, cand_scores
-          from (select p.chunk_id,
-                       sum(round(q.weight * p.tf / (p.tf + norm_base + norm_per_length * p.length))) as s
-                  from unnest(q_terms, q_weight) as q(term, weight),
-                       lateral (select p.chunk_id, p.tf, p.length from pgfunnel.posting p
-                                 where p.index_version_id = _lexical_hits.version_id
-                                   and p.term = q.term) p
-                 group by p.chunk_id
-                 order by 2 desc, 1
-                 limit fetch_n) a;
+        if scoring is not null then
+            execute scoring into cand_ids, cand_scores
+              using q_terms, q_weight, norm_base, norm_per_length, version_id, fetch_n;
+        else
+            select array_agg(a.chunk_id order by a.s desc, a.chunk_id),
+                   array_agg(a.s / 4294967296.0::float8 order by a.s desc, a.chunk_id)
+              into cand_ids, cand_scores
+              from (select p.chunk_id,
+                           sum(round(q.weight * p.tf / (p.tf + norm_base + norm_per_length * p.length))) as s
+                      from unnest(q_terms, q_weight) as q(term, weight),
+                           lateral (select p.chunk_id, p.tf, p.length from pgfunnel.posting p
+                                     where p.index_version_id = _lexical_hits.version_id
+                                       and p.term = q.term) p
+                     group by p.chunk_id
+                     order by 2 desc, 1
+                     limit fetch_n) a;
+        end if;
         n_cand := coalesce(cardinality(cand_ids), 0);
         if all_visible then
             chunk_ids := coalesce(cand_ids, '{}');

@@ -295,3 +295,37 @@ def test_a_version_row_never_outlives_a_failed_partition(conn: psycopg.Connectio
     else:
         raise AssertionError("create_version should have failed")
     assert conn.execute("select count(*) from pgfunnel.index_version").fetchone() == (0,)
+
+
+def test_with_many_partitions_a_search_locks_and_scores_its_own_partition_only(
+        conn: psycopg.Connection[Any]) -> None:
+    # a collection per customer: the scoring statement's cached generic plan locked and
+    # set up every version's partition before pruning to one (400 versions: 8 ms of a
+    # lexical leg that takes 0.9); past a few partitions it is planned per search
+    from funnel_util import doc, ingest, lexical
+
+    from pgfunnel.ingest import create_version, get_or_create_collection
+
+    ingest(conn, [doc(f"d{i}", f"refund policy for plan {i} annual refund")
+                  for i in range(30)], collection="t")
+    few = lexical(conn, "annual refund plan 7", "t", k=20)
+
+    def partitions_locked() -> int:
+        with conn.transaction():
+            lexical(conn, "annual refund plan 7", "t", k=20)
+            row = conn.execute(
+                "select count(*) from pg_locks l join pg_inherits i on i.inhrelid = l.relation "
+                "where l.pid = pg_backend_pid() "
+                "and i.inhparent = 'pgfunnel.posting'::regclass").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    for i in range(12):
+        with conn.transaction():
+            coll = get_or_create_collection(conn, f"customer{i}")
+            create_version(conn, coll, "random-unit", 16, "english_v1", "active")
+    assert conn.execute("select count(*) from pg_inherits "
+                        "where inhparent = 'pgfunnel.posting'::regclass").fetchone() == (13,)
+    assert partitions_locked() == 1
+    # the statement planned per search scores exactly as the cached one did
+    assert lexical(conn, "annual refund plan 7", "t", k=20) == few
