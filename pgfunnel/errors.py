@@ -268,9 +268,10 @@ def translate(exc: BaseException, *, searching: bool = True) -> PgfunnelError:
         err = translate(orig, searching=searching)
         err.__cause__ = exc
         return err
-    if not searching and getattr(exc, "sqlstate", None) == "57014":
-        primary = (getattr(getattr(exc, "diag", None), "message_primary", None)
-                   or str(exc).splitlines()[0])
+    sqlstate: str | None = getattr(exc, "sqlstate", None)
+    diag: Any = getattr(exc, "diag", None)
+    primary = getattr(diag, "message_primary", None) or str(exc).splitlines()[0]
+    if not searching and sqlstate == "57014":
         hint = (": it ran past statement_timeout (this session's, role's or database's "
                 "setting, meant for queries); lift it for this job, e.g. "
                 "PGOPTIONS='-c statement_timeout=0' for the CLI"
@@ -278,9 +279,6 @@ def translate(exc: BaseException, *, searching: bool = True) -> PgfunnelError:
         err = StatementTimeoutError(primary + hint)
         err.__cause__ = exc
         return err
-    sqlstate: str | None = getattr(exc, "sqlstate", None)
-    diag: Any = getattr(exc, "diag", None)
-    primary = getattr(diag, "message_primary", None) or str(exc).splitlines()[0]
     if sqlstate is None:
         import psycopg
 
