@@ -1474,6 +1474,10 @@ class Ingester:
             return
         # the lexical index of a version's first postings is database-side ingest work
         # (it stands in for per-posting index inserts), so it counts in db_seconds
+        row = self.conn.execute("select chunk_count from pgfunnel.index_version where id = %s",
+                                (version.id,)).fetchone()
+        counted = int(row[0]) if row else None
+        version_chunks = counted or 0
         started = time.perf_counter()
         with self.conn.transaction():
             first_postings = create_posting_index(self.conn, version.id)
@@ -1487,11 +1491,8 @@ class Ingester:
         if not state:
             report = (None if self.progress is None
                       else lambda n, total: self._tick("index", n, total))
-            total: int | None = None
+            total = counted
             if report is not None:
-                chunks = self.conn.execute("select chunk_count from pgfunnel.index_version "
-                                           "where id = %s", (version.id,)).fetchone()
-                total = int(chunks[0]) if chunks else None
                 report(0, total)
             # A plain CREATE INDEX holds a SHARE lock on pgfunnel.embedding until it
             # ends, and every write of every collection waits behind it. When the table
@@ -1521,9 +1522,6 @@ class Ingester:
         # chunks in a database of 170 spent 2 - 5 s there, growing with the number of
         # collections. A write under a tenth of the database refreshes its own version's
         # partition (and, where the server can, the posting table's own statistics alone).
-        row = self.conn.execute("select chunk_count from pgfunnel.index_version where id = %s",
-                                (version.id,)).fetchone()
-        version_chunks = int(row[0]) if row else 0
         written = self.stats.chunks_written
         if (first_postings or not state or written >= STATS_REFRESH_SHARE * version_chunks):
             skipped = refresh_stats_after_write(self.conn, version.id, written)
@@ -1660,12 +1658,17 @@ def vacuum_posting_partition(conn: psycopg.Connection[Any], version_id: int) -> 
     """VACUUM one version's posting partition (the pages an ingest just wrote become
     all-visible); returns it when another session held it and it was skipped. Versions
     whose postings predate partitioning are left to autovacuum."""
+    partition = _own_posting_partition(conn, version_id)
+    return [] if partition is None else _maintain("vacuum (skip_locked)", [partition], conn)
+
+
+def _own_posting_partition(conn: psycopg.Connection[Any], version_id: int) -> str | None:
+    """The name of the version's posting partition, or None for a version whose postings
+    predate partitioning (they share ``posting_legacy``)."""
     partition = posting_partition_name(version_id)
     row = conn.execute("select pg_catalog.to_regclass(%s) is not null",
                        (f"pgfunnel.{partition}",)).fetchone()
-    if not (row and row[0]):
-        return []
-    return _maintain("vacuum (skip_locked)", [partition], conn)
+    return partition if row and row[0] else None
 
 
 def refresh_stats_after_write(conn: psycopg.Connection[Any], version_id: int,
@@ -1691,16 +1694,13 @@ def refresh_version_stats(conn: psycopg.Connection[Any], version_id: int) -> lis
     again. The shared tables are left to autovacuum, as after a small ingest. Versions
     whose postings predate partitioning, and connections inside a transaction, get
     :func:`refresh_table_stats`."""
-    partition = posting_partition_name(version_id)
     in_transaction = (conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
                       or not conn.autocommit)
-    row = conn.execute("select pg_catalog.to_regclass(%s) is not null, "
-                       "pg_catalog.current_setting('server_version_num')::int >= 180000",
-                       (f"pgfunnel.{partition}",)).fetchone()
-    if in_transaction or not (row and row[0]):
+    partition = None if in_transaction else _own_posting_partition(conn, version_id)
+    if partition is None:
         return refresh_table_stats(conn)
     skipped = _maintain("vacuum (analyze, skip_locked)", [partition], conn)
-    if row[1]:
+    if conn.info.server_version >= 180000:
         skipped += _maintain("analyze (skip_locked)", ["posting"], conn, only=True)
     return sorted(set(skipped))
 
