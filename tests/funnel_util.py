@@ -47,6 +47,21 @@ def ingest(conn: psycopg.Connection[Any], records: Sequence[DocumentRecord], *,
     return vectors
 
 
+def wait_for_lock_wait(conn: psycopg.Connection[Any], application_name: str,
+                       statement: str = "", timeout_s: float = 10) -> None:
+    """Wait until the session named ``application_name`` waits on a lock (in a statement
+    holding ``statement``, when given): the moment a race test lets the other side go."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if conn.execute("select 1 from pg_stat_activity where application_name = %s "
+                        "and wait_event_type = 'Lock' and query ilike %s",
+                        (application_name, f"%{statement}%")).fetchone():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{application_name} never waited for a lock"
+                         + (f" in {statement!r}" if statement else ""))
+
+
 def doc(citekey: str, text: str, **kw: Any) -> DocumentRecord:
     return DocumentRecord(citekey=citekey, text=text, title=kw.pop("title", citekey), **kw)
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from funnel_util import active, doc, ingest, lexical, unit
+from funnel_util import active, doc, ingest, lexical, unit, wait_for_lock_wait
 
 from pgfunnel.db import connect
 from pgfunnel.ingest import (
@@ -26,17 +26,21 @@ from pgfunnel.ingest import (
 )
 from pgfunnel.versions import cleanup_invalid_indexes
 
+THREAD_SESSION = "index-build-test"
+
 
 def _in_thread(db: str, job: Callable[[psycopg.Connection[Any]], None]
                ) -> tuple[threading.Thread, list[BaseException], list[int]]:
-    """Start ``job`` on an autocommit connection of its own; (thread, what it raised,
-    its backend pid once connected)."""
+    """Start ``job`` on an autocommit connection of its own, named ``THREAD_SESSION``;
+    (thread, what it raised, its backend pid once connected)."""
     errors: list[BaseException] = []
     pids: list[int] = []
 
     def run() -> None:
         try:
             with connect(db, autocommit=True) as c:
+                c.execute("select set_config('application_name', %s, false)",
+                          (THREAD_SESSION,))
                 pids.append(c.info.backend_pid)
                 job(c)
         except BaseException as exc:  # noqa: BLE001 - reported to the test
@@ -45,18 +49,6 @@ def _in_thread(db: str, job: Callable[[psycopg.Connection[Any]], None]
     thread = threading.Thread(target=run)
     thread.start()
     return thread, errors, pids
-
-
-def _wait_until_blocked(conn: psycopg.Connection[Any], pids: list[int], what: str) -> None:
-    """Wait until the thread's session waits on a lock while running ``what``."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if pids and conn.execute(
-                "select 1 from pg_stat_activity where pid = %s and wait_event_type = 'Lock' "
-                "and query ilike %s", (pids[0], f"%{what}%")).fetchone():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"the other session never waited in {what!r}")
 
 
 def _built_while_another_build_is_uncommitted(db: str, build: Any) -> list[BaseException]:
@@ -120,7 +112,7 @@ def test_the_first_graph_of_a_collection_sharing_the_table_lets_other_writes_pas
         # open write of collection c to end (every index build does)
         thread, errors, pids = _in_thread(db, lambda c: ingest(
             c, [doc(f"b{i}", f"other words {i}") for i in range(40)], collection="b", seed=1))
-        _wait_until_blocked(conn, pids, "create index")
+        wait_for_lock_wait(conn, THREAD_SESSION, "create index", timeout_s=60)
         # a plain CREATE INDEX, queued for its SHARE lock, made this write of
         # collection a wait for the whole build
         with connect(db, autocommit=True) as other:
@@ -158,7 +150,7 @@ def _a_concurrent_build_kept_waiting(
     try:
         thread, errors, pids = _in_thread(
             db, lambda c: create_hnsw_index(c, vid, dims, concurrently=True))
-        _wait_until_blocked(conn, pids, "create index")
+        wait_for_lock_wait(conn, THREAD_SESSION, "create index", timeout_s=60)
         yield name, thread, errors, pids
     finally:
         writer.rollback()

@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from funnel_util import load_module
+from funnel_util import load_module, wait_for_lock_wait
 from typer.testing import CliRunner
 
 from pgfunnel import versions
@@ -621,16 +621,6 @@ def _in_thread(fn: Any) -> tuple[Any, list[Any]]:
     return t, out
 
 
-def _wait_for_lock_wait(conn: psycopg.Connection[Any], app: str) -> None:
-    for _ in range(200):
-        row = conn.execute("select count(*) from pg_stat_activity where application_name = %s "
-                           "and wait_event_type = 'Lock'", (app,)).fetchone()
-        if row and row[0]:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{app} never waited for a lock")
-
-
 def test_retire_racing_an_activation_does_not_retire_the_active_version(
         sample_db: str) -> None:
     with connect(sample_db, autocommit=True) as conn:
@@ -642,7 +632,7 @@ def test_retire_racing_an_activation_does_not_retire_the_active_version(
             switcher.execute("select pgfunnel.activate_version('default', 2)")
             t, out = _in_thread(lambda: versions.retire(other, "default", 2))
             try:
-                _wait_for_lock_wait(conn, "racing-retire")
+                wait_for_lock_wait(conn, "racing-retire")
             finally:
                 switcher.commit()
                 t.join(30)
@@ -659,7 +649,7 @@ def test_drop_racing_an_activation_does_not_drop_the_active_version(sample_db: s
             t, out = _in_thread(lambda: versions.drop(other, "default", 2))
             try:
                 # the drop names its session
-                _wait_for_lock_wait(conn, "pgfunnel versions drop default")
+                wait_for_lock_wait(conn, "pgfunnel versions drop default")
             finally:
                 switcher.commit()
                 t.join(30)
@@ -717,7 +707,7 @@ def test_a_drop_holding_the_writer_lock_is_named(sample_db: str) -> None:
             reader.execute("select count(*) from pgfunnel.embedding")
             t, out = _in_thread(lambda: versions.drop(dropper, "default", 2))
             try:
-                _wait_for_lock_wait(conn, "pgfunnel versions drop default")
+                wait_for_lock_wait(conn, "pgfunnel versions drop default")
                 with pytest.raises(ConflictError, match=r"another reindex \(or version drop\)"
                                                         r".*\(pgfunnel versions drop default,"):
                     versions.reindex(conn, "default", analyzer="english_v2")
