@@ -25,6 +25,7 @@ from pgfunnel.ingest import (
     HNSW_VECTOR,
     MAX_CACHED_WALKS,
     POSTING_PARTITION_PREFIX,
+    VERSIONS_WITH_VALID_GRAPH,
     hnsw_build_memory_setting,
     hnsw_index_statement,
     version_hnsw_type,
@@ -284,11 +285,7 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
         "cross join lateral pgfunnel.version_coverage(v.id) cov order by c.name").fetchall()
     # more versions with a graph than the walk cache holds: those left out plan their
     # walk per search, and `pgfunnel init` would not change that
-    graphs = conn.execute(
-        "select count(*) from pgfunnel.index_version v "
-        "join pg_catalog.pg_class c on c.relname = 'embedding_hnsw_v' || v.id "
-        " and c.relnamespace = 'pgfunnel'::regnamespace "
-        "join pg_catalog.pg_index i on i.indexrelid = c.oid and i.indisvalid").fetchone()
+    graphs = conn.execute("select count(*) " + VERSIONS_WITH_VALID_GRAPH).fetchone()
     over_cache = bool(graphs and int(graphs[0]) > MAX_CACHED_WALKS)
     past_cache: list[str] = []
     for r in rows:
@@ -317,13 +314,14 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
             "select to_regproc('pgfunnel._hnsw_walk') is null "
             "or (pgfunnel._hnsw_walk(%s, %s, 0)).cached",
             (vid, "[" + ",".join(["1"] * dims) + "]")).fetchone()
-        if not (cached and cached[0]) and over_cache:
-            past_cache.append(name)
-        elif not (cached and cached[0]):
-            found.append(Finding("warning", "active_index",
-                                 f"{where}: its graph walk is planned on every search (about "
-                                 "0.2 ms more), not cached; run `pgfunnel init` as the schema "
-                                 "owner to cache it"))
+        if not (cached and cached[0]):
+            if over_cache:
+                past_cache.append(name)
+            else:
+                found.append(Finding("warning", "active_index",
+                                     f"{where}: its graph walk is planned on every search "
+                                     "(about 0.2 ms more), not cached; run `pgfunnel init` as "
+                                     "the schema owner to cache it"))
         uncovered = max(int(r["missing"]), int(r["without_vector"]))
         if uncovered:
             found.append(Finding("warning", "active_index",

@@ -231,6 +231,12 @@ def hnsw_type_of(conn: psycopg.Connection[Any], version_id: int) -> str:
 # first walk 10.5 - 11.4 ms either way), but a dense search of a collection it added to the
 # cache stayed within this machine's noise (2.4 - 3.0 ms uncached, 2.6 - 2.7 ms cached).
 MAX_CACHED_WALKS = 32
+#: the FROM clause of the versions whose HNSW index exists and is valid (alias v)
+VERSIONS_WITH_VALID_GRAPH = (
+    "from pgfunnel.index_version v "
+    "join pg_catalog.pg_class c on c.relname = 'embedding_hnsw_v' || v.id "
+    " and c.relnamespace = 'pgfunnel'::regnamespace "
+    "join pg_catalog.pg_index i on i.indexrelid = c.oid and i.indisvalid ")
 # serialises rewrites of pgfunnel._hnsw_walk: concurrent CREATE OR REPLACE of one
 # function fails with "tuple concurrently updated"
 _WALKS_LOCK_KEY = 0x7067_6677  # "pgfw"
@@ -283,11 +289,8 @@ def refresh_hnsw_walks(conn: psycopg.Connection[Any]) -> bool:
             conn.execute("select pg_advisory_xact_lock(%s)", (_WALKS_LOCK_KEY,))
             rows = conn.execute(
                 "select v.id, v.dimensions, coalesce(v.params ->> 'hnsw_type', 'vector') "
-                "from pgfunnel.index_version v "
-                "join pg_catalog.pg_class c on c.relname = 'embedding_hnsw_v' || v.id "
-                " and c.relnamespace = 'pgfunnel'::regnamespace "
-                "join pg_catalog.pg_index i on i.indexrelid = c.oid and i.indisvalid "
-                "order by v.state = 'active' desc, v.id desc limit %s",
+                + VERSIONS_WITH_VALID_GRAPH
+                + "order by v.state = 'active' desc, v.id desc limit %s",
                 (MAX_CACHED_WALKS,)).fetchall()
             branches = [
                 _WALK_BRANCH.format(
