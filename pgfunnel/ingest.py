@@ -1533,7 +1533,7 @@ class Ingester:
         if skipped:
             self.stats.notes.append(
                 f"planner statistics of {', '.join('pgfunnel.' + t for t in skipped)} left "
-                "to autovacuum: another session is building an index on it")
+                "to autovacuum: another session held it (an index build or a VACUUM, say)")
 
 
 def _reused(stored: dict[str, np.ndarray], title: str, chunk: ChunkRecord,
