@@ -119,7 +119,40 @@ def _combine(funnel: Funnel, query: str, responses: list[SearchResponse],
                   if t.get("step") != record["step"]]
     return SearchResponse(query, merged, notices=list(dict.fromkeys(notices)),
                           reranked=bool(responses) and all(r.reranked for r in responses),
-                          timings_ms=timings, transforms=[*transforms, record])
+                          timings_ms=timings, transforms=[*transforms, record],
+                          index_version_id=responses[0].index_version_id if responses
+                          else None)
+
+
+#: How many times a plan's searches run before they are run in one transaction instead.
+PLAN_ATTEMPTS = 3
+
+
+def _search_parts(funnel: Funnel, texts: Sequence[str], record: dict[str, Any],
+                  params: dict[str, Any]) -> list[SearchResponse]:
+    """Each of a plan's texts searched on its own, all of them from one index version.
+
+    A merged answer must not mix two versions. Each search runs in its own short
+    transaction and says which version it read; when a version switch committed between
+    them, the plan runs again. One repeatable-read transaction around them all would give
+    the same guarantee, but it would stay open while the model embeds and reranks each
+    text (seconds on a CPU, and the first search of a Funnel loads the model), which a
+    role's idle_in_transaction_session_timeout ends and which holds back vacuum. Only a
+    plan that keeps meeting switches falls back to it.
+    """
+    for attempt in range(PLAN_ATTEMPTS):
+        responses = [funnel._search(text, transforms=[{**record, "part": i}],
+                                    exact_version=True, **params)
+                     for i, text in enumerate(texts)]
+        if len({resp.index_version_id for resp in responses}) <= 1:
+            if attempt:
+                record["version_switches"] = attempt
+            return responses
+    record["version_switches"] = PLAN_ATTEMPTS
+    with funnel._one_snapshot() as conn:
+        return [funnel._search(text, transforms=[{**record, "part": i}], plan_conn=conn,
+                               exact_version=True, **params)
+                for i, text in enumerate(texts)]
 
 
 def _k_and_cap(funnel: Funnel, params: dict[str, Any]) -> tuple[int, int]:
@@ -155,9 +188,7 @@ def search_multi(funnel: Funnel, phrasings: Sequence[str], *, merge_rrf_k: int =
     record: dict[str, Any] = {"step": "multi_query", "queries": mq.queries,
                               "dropped": list(mq.dropped), "reason": mq.reason,
                               "merge": "rrf", "merge_rrf_k": merge_rrf_k}
-    with funnel._one_snapshot() as conn:
-        responses = [funnel._search(q, transforms=[{**record, "part": i}], plan_conn=conn, **params)
-                     for i, q in enumerate(mq.queries)]
+    responses = _search_parts(funnel, mq.queries, record, params)
     by_id: dict[int, Result] = {}
     for resp in responses:
         for r in resp.results:
@@ -188,10 +219,7 @@ def search_decomposed(funnel: Funnel, query: str, *, max_parts: int = 3,
     k, cap = _k_and_cap(funnel, params)
     record: dict[str, Any] = {"step": "decompose", "parts": list(d.parts), "reason": d.reason,
                               "merge": "round_robin", "max_parts": max_parts}
-    with funnel._one_snapshot() as conn:
-        responses = [funnel._search(part, transforms=[{**record, "part": i}], plan_conn=conn,
-                                    **params)
-                     for i, part in enumerate(d.parts)]
+    responses = _search_parts(funnel, d.parts, record, params)
     by_id: dict[int, Result] = {}
     for resp in responses:
         for r in resp.results:

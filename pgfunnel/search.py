@@ -293,6 +293,9 @@ class SearchResponse:
     #: query transformations applied (rewrite, follow-up, multi-query, decomposition),
     #: each a dict with its reason; also stored in search_log.config["transforms"] when traced
     transforms: list[dict[str, Any]] = field(default_factory=list)
+    #: the id of the index version the search read (``pgfunnel.index_version.id``): the
+    #: one version every search of a merged plan read
+    index_version_id: int | None = None
 
 
 _RESULT_COLUMNS = ("chunk_id, citekey, title, heading, text, ordinal, metadata, lexical_rank, "
@@ -613,6 +616,7 @@ class Funnel:
                 rerank: bool | None = None, history: Sequence[str] | None = None,
                 transforms: list[dict[str, Any]],
                 plan_conn: psycopg.Connection[Any] | None = None,
+                exact_version: bool = False,
                 **params: Any) -> SearchResponse:
         merged = {**{f.name: getattr(self.defaults, f.name)
                      for f in dataclasses.fields(SearchParams)}, **params}
@@ -684,7 +688,7 @@ class Funnel:
             try:
                 try:
                     response = self._run(conn, query, vector, p, timings, use_rerank,
-                                         transforms, seen)
+                                         transforms, seen, exact_version)
                     active = seen.get("model")
                     new_model = active if emb is not None and self._embedder_spec == "auto" \
                         and active not in (None, emb.model_name) else None
@@ -702,19 +706,22 @@ class Funnel:
                     reloaded = self.embedder_for(conn, p.collection)
                     assert reloaded is not None
                     vector = reloaded.embed_query(query)
+                    seen = {}
                     response = self._run(conn, query, vector, p, timings, use_rerank,
-                                         transforms, {})
+                                         transforms, seen, exact_version)
             finally:
                 conn.remove_notice_handler(handler)
         response.notices = notices
         response.transforms = transforms
+        response.index_version_id = seen.get("version_id")
         for note in notices:
             warn_at_caller(note)
         return response
 
     def _run(self, conn: psycopg.Connection[Any], query: str | None, vector: np.ndarray | None,
              p: SearchParams, timings: dict[str, float], use_rerank: bool,
-             transforms: list[dict[str, Any]], seen: dict[str, Any]) -> SearchResponse:
+             transforms: list[dict[str, Any]], seen: dict[str, Any],
+             exact_version: bool = False) -> SearchResponse:
         if use_rerank:
             return self._search_reranked(conn, query, vector, p, timings,
                                          transforms=transforms, seen=seen)
@@ -723,7 +730,8 @@ class Funnel:
             # transformations go into the trace's config
             return self._search_reranked(conn, query, vector, p, timings,
                                          transforms=transforms, use_model=False, seen=seen)
-        return self._search_plain(conn, query, vector, p, timings, seen)
+        return self._search_plain(conn, query, vector, p, timings, seen,
+                                  exact_version=exact_version)
 
     @contextmanager
     def _transaction(self, conn: psycopg.Connection[Any], p: SearchParams,
@@ -780,11 +788,16 @@ class Funnel:
     def _search_plain(self, conn: psycopg.Connection[Any], query: str | None,
                       vector: np.ndarray | None, p: SearchParams,
                       timings: dict[str, float],
-                      seen: dict[str, Any] | None = None) -> SearchResponse:
+                      seen: dict[str, Any] | None = None, *,
+                      exact_version: bool = False) -> SearchResponse:
+        """``exact_version``: the version ``seen`` names is the one the search read (one
+        snapshot for the settings and the search), as a plan that compares its searches'
+        versions needs; otherwise a switch committing between the two statements of the
+        transaction can make it name the next one."""
         args = self._base_args(query, vector, p)
         args["trace"] = p.trace
         t0 = time.perf_counter()
-        with self._transaction(conn, p, seen):
+        with self._transaction(conn, p, seen, one_snapshot=exact_version):
             rows = conn.execute(_FUNNEL_SQL, args, prepare=True).fetchall()
         timings["funnel_search"] = (time.perf_counter() - t0) * 1000
         results = [Result(*r) for r in rows]

@@ -575,14 +575,42 @@ def test_search_multi_reads_one_version_across_its_phrasings(sample_db: str) -> 
         ids = dict(conn.execute("select version, id from pgfunnel.index_version").fetchall())
     reranker = _SwitchingReranker(sample_db)
     with Funnel(sample_db, "default", embedder=None, reranker=reranker) as funnel:
-        funnel.search_multi(["refund on an annual plan", "money back for a yearly plan",
-                             "cancel and get my money back"], k=5, trace=True)
-    assert reranker.calls == 3
+        resp = funnel.search_multi(["refund on an annual plan", "money back for a yearly plan",
+                                    "cancel and get my money back"], k=5, trace=True)
+    # the switch committed during the first phrasing's rerank: the other two read version
+    # 2, so the plan ran again, every phrasing on version 2
+    assert reranker.calls == 6
+    record = resp.transforms[-1]
+    assert record["version_switches"] == 1
+    assert resp.index_version_id == ids[2]
     with connect(sample_db, autocommit=True) as conn:
-        assert _state(conn)[2] == "active"  # the switch committed during the first phrasing
-        logged = conn.execute("select distinct index_version_id from pgfunnel.search_log"
-                              ).fetchall()
-    assert logged == [(ids[1],)]
+        assert _state(conn)[2] == "active"
+        logged = conn.execute("select distinct index_version_id from pgfunnel.search_log "
+                              "where id = any(%s)", (record["search_ids"],)).fetchall()
+    assert logged == [(ids[2],)]
+
+
+class _SlowReranker:
+    """A reranker that takes its time, as a cross-encoder on a CPU does."""
+
+    def rank(self, query: str, documents: list[str]) -> list[dict[str, Any]]:
+        time.sleep(0.6)
+        return [{"corpus_id": i, "score": float(-i)} for i in range(len(documents))]
+
+
+def test_a_plans_model_calls_run_outside_any_transaction(
+        sample_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The phrasings of one plan used to share one repeatable-read transaction, left idle
+    # while the model reranked each of them: a role's idle_in_transaction_session_timeout
+    # shorter than a rerank ended the connection in the middle of the plan.
+    monkeypatch.setenv("PGOPTIONS", "-c idle_in_transaction_session_timeout=300")
+    with Funnel(sample_db, "default", embedder=None, reranker=_SlowReranker()) as funnel:
+        multi = funnel.search_multi(["refund on an annual plan", "money back"], k=3)
+        parts = funnel.search_decomposed("currency on monthly plans and levy on annual plans",
+                                         qualifiers=["monthly", "annual"], k=4)
+    assert multi.reranked and len(multi.results) == 3
+    assert parts.reranked and len(parts.transforms[-1]["parts"]) == 2
+    assert multi.index_version_id is not None
 
 
 def test_versions_list_reads_at_80_columns(sample_db: str) -> None:
