@@ -278,7 +278,16 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
         "       (select count(*) from pgfunnel.embedding e where e.index_version_id = v.id "
         "         and not exists (select 1 from pgfunnel.chunk k "
         "                          where k.id = e.chunk_id and k.collection_id = c.id)"
-        "       ) as orphan_vectors "
+        "       ) as orphan_vectors, "
+        # Chinese or Japanese runs longer than a pair, which v4 analyzers split (counted
+        # up to 1,000); the pattern is that of pgfunnel._cjk_bigrams
+        "       case when v.analyzer in ('english_v3', 'simple_v3') "
+        "             and pg_catalog.getdatabaseencoding() = 'UTF8' "
+        "            then (select count(*) from (select 1 from pgfunnel.term_stat t "
+        "                   where t.index_version_id = v.id and char_length(t.term) > 2 "
+        r"                    and t.term ~ '[\u3040-\u30fa\u30fc-\u30ff\u3400-\u4dbf"
+        r"\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f]' limit 1000) x) "
+        "            else 0 end as cjk_terms "
         "from pgfunnel.collection c "
         "join pgfunnel.index_version v on v.collection_id = c.id and v.state = 'active' "
         "cross join lateral pgfunnel.version_index(v.id) i "
@@ -388,15 +397,26 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
                                  f"predates titles); {reindex} embeds them with it, which "
                                  "raised the dense leg's nDCG@10 on every benchmark here"))
         if analyzer in ("english_v1", "simple_v1", "english_v2", "simple_v2"):
-            newer = analyzer[:-1] + "3"
+            newer = analyzer[:-1] + "4"
             gains = ("also indexes the inner names of dotted identifiers (quote_all in "
                      "csv.QUOTE_ALL) and " if analyzer.endswith("_v1") else "")
             found.append(Finding("info", "active_index",
                                  f"{where} uses analyzer {analyzer}; `pgfunnel reindex -c "
                                  f"{name} --analyzer {newer} --activate` {gains}folds "
                                  "Unicode (an accent typed composed matches one stored "
-                                 "decomposed, full-width letters their plain form), with no "
+                                 "decomposed, full-width letters their plain form) and reads "
+                                 "Chinese and Japanese as pairs of characters, with no "
                                  "model time"))
+        elif analyzer in ("english_v3", "simple_v3") and r["cjk_terms"]:
+            # v4 differs from v3 only on Chinese and Japanese text: only a collection
+            # holding some is told
+            found.append(Finding("info", "active_index",
+                                 f"{where} uses analyzer {analyzer} and holds Chinese or "
+                                 f"Japanese text ({r['cjk_terms']} terms of it), each run of "
+                                 "which is one term, found only by the same whole run; "
+                                 f"`pgfunnel reindex -c {name} --analyzer "
+                                 f"{analyzer[:-1]}4 --activate` indexes it as pairs of "
+                                 "characters, with no model time"))
         if version_hnsw_type(params) == HNSW_VECTOR:
             found.append(Finding("info", "active_index",
                                  f"{where} has a full-precision HNSW graph (it predates "

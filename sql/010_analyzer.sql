@@ -20,6 +20,9 @@
 --     visible text has one set of terms whether it came composed or decomposed (macOS
 --     and some HTML write é as e + a combining accent), in full-width or ligature forms,
 --     or with invisible soft hyphens and zero-width characters inside its words
+--   * english_v4 and simple_v4 (the v3 rules) also read each run of Han, Hiragana or
+--     Katakana characters as its overlapping pairs of characters (_cjk_bigrams): those
+--     scripts put no space between words, so under v3 a whole sentence was one term
 
 -- analyzers this version of pgfunnel knows; a new name is a new index version
 create or replace function pgfunnel.analyzers()
@@ -35,7 +38,9 @@ begin
            ('english_v2', 'english_stem', 'english_v1, and the inner names of dotted identifiers'),
            ('simple_v2',  'simple',       'simple_v1, and the inner names of dotted identifiers'),
            ('english_v3', 'english_stem', 'english_v2, with Unicode folded (NFKC, no soft hyphens or zero-width characters)'),
-           ('simple_v3',  'simple',       'simple_v2, with Unicode folded (NFKC, no soft hyphens or zero-width characters)');
+           ('simple_v3',  'simple',       'simple_v2, with Unicode folded (NFKC, no soft hyphens or zero-width characters)'),
+           ('english_v4', 'english_stem', 'english_v3, with Chinese and Japanese text indexed as pairs of characters'),
+           ('simple_v4',  'simple',       'simple_v3, with Chinese and Japanese text indexed as pairs of characters');
 end
 $$;
 
@@ -77,11 +82,53 @@ begin
 end
 $$;
 
+-- each text in the form v4 analyzers read: every run of Han, Hiragana or Katakana
+-- characters replaced by its overlapping pairs of characters (a lone character by itself),
+-- spaced apart. Those scripts put no space between words, so to the token rules a
+-- sentence in them is one token, and a query matched only a chunk holding the very same
+-- run. Without a dictionary of the language, pairs are how search engines index it
+-- (Lucene's CJK bigrams): a two-character word is one term, and a longer word's pairs are
+-- all in every chunk that holds it. Hangul is written with spaces and keeps its words. A
+-- database whose encoding is not UTF-8 holds none of these characters.
+create or replace function pgfunnel._cjk_bigrams(inputs text[])
+returns text[]
+language plpgsql immutable parallel safe
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+declare
+    -- Hiragana and Katakana (without the middle dot, a punctuation mark), the CJK
+    -- unified ideographs with extension A, compatibility ideographs, extensions B and on
+    cjk constant text := '\u3040-\u30fa\u30fc-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff'
+                         '\U00020000-\U0003134f';
+begin
+    if getdatabaseencoding() <> 'UTF8'
+       or not exists (select 1 from unnest(inputs) as i(txt) where i.txt ~ ('[' || cjk || ']')) then
+        return inputs;
+    end if;
+    return array(
+        select case when i.txt !~ ('[' || cjk || ']') then i.txt
+                    else (select string_agg(
+                                     case when r.m[1] !~ ('^[' || cjk || ']') then r.m[1]
+                                          when char_length(r.m[1]) = 1 then ' ' || r.m[1] || ' '
+                                          else ' ' || (select string_agg(substr(r.m[1], g, 2), ' '
+                                                                         order by g)
+                                                         from generate_series(1, char_length(r.m[1]) - 1) g)
+                                               || ' '
+                                     end, '' order by r.ord)
+                            from regexp_matches(i.txt, '[' || cjk || ']+|[^' || cjk || ']+', 'g')
+                                 with ordinality as r(m, ord))
+               end
+          from unnest(inputs) with ordinality as i(txt, ord)
+         order by i.ord);
+end
+$$;
+
 -- every token of each input text, what it became, and why anything was dropped.
 -- Ingest analyses the distinct whitespace-separated words of a batch through this
 -- function (the token pattern never spans whitespace), so indexed terms and query
 -- terms come from one implementation.
-create or replace function pgfunnel.analyze_each(inputs text[], analyzer text default 'english_v3',
+create or replace function pgfunnel.analyze_each(inputs text[], analyzer text default 'english_v4',
                                                  for_query boolean default false)
 returns table (input_ordinal integer, token_position integer, token text, term text, dropped text)
 language plpgsql stable parallel safe
@@ -94,7 +141,8 @@ as $$
 declare
     stem_dict regdictionary;
     question_words text[] := case when for_query then pgfunnel._question_words() else '{}' end;
-    inner_names boolean := analyzer in ('english_v2', 'simple_v2', 'english_v3', 'simple_v3');
+    inner_names boolean := analyzer in ('english_v2', 'simple_v2', 'english_v3', 'simple_v3',
+                                        'english_v4', 'simple_v4');
 begin
     select a.stem_dictionary::regdictionary into stem_dict
       from pgfunnel.analyzers() a where a.name = analyzer;
@@ -103,8 +151,11 @@ begin
             format('unknown analyzer %L (known: %s)', analyzer,
                    (select string_agg(a.name, ', ') from pgfunnel.analyzers() a)));
     end if;
-    if analyzer in ('english_v3', 'simple_v3') then
+    if analyzer in ('english_v3', 'simple_v3', 'english_v4', 'simple_v4') then
         inputs := pgfunnel._unicode_fold(inputs);
+    end if;
+    if analyzer in ('english_v4', 'simple_v4') then
+        inputs := pgfunnel._cjk_bigrams(inputs);
     end if;
     if not exists (select 1 from unnest(inputs) as i(txt) where i.txt ~ '[[:digit:]._-]') then
         -- No digit and no joiner in any input: every token is a plain word, which is its
@@ -222,7 +273,7 @@ end
 $$;
 
 -- every token of a text, what it became, and why anything was dropped
-create or replace function pgfunnel.analyze_tokens(input text, analyzer text default 'english_v3',
+create or replace function pgfunnel.analyze_tokens(input text, analyzer text default 'english_v4',
                                                    for_query boolean default false)
 returns table (token_position integer, token text, term text, dropped text)
 language sql stable parallel safe
@@ -234,7 +285,7 @@ as $$
 $$;
 
 -- the terms a text becomes (what the lexical leg sees), in order
-create or replace function pgfunnel.analyze(input text, analyzer text default 'english_v3',
+create or replace function pgfunnel.analyze(input text, analyzer text default 'english_v4',
                                             for_query boolean default false)
 returns text[]
 language sql stable parallel safe
@@ -248,7 +299,7 @@ $$;
 
 -- the query words the analyzer dropped whole, so callers can say so instead of failing
 -- silently; a word of which some part is searched (`s3` without its stop word `s`) is not one
-create or replace function pgfunnel.dropped_query_words(input text, analyzer text default 'english_v3')
+create or replace function pgfunnel.dropped_query_words(input text, analyzer text default 'english_v4')
 returns text[]
 language sql stable parallel safe
 security invoker

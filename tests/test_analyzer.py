@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -203,10 +204,10 @@ def _random_strings(n: int, seed: int) -> list[str]:
 
 
 @pytest.mark.parametrize("analyzer", ["english_v1", "simple_v1", "english_v2", "simple_v2",
-                                      "english_v3", "simple_v3"])
+                                      "english_v3", "simple_v3", "english_v4", "simple_v4"])
 def test_python_term_analyzer_matches_sql(conn: psycopg.Connection[Any], analyzer: str) -> None:
     texts = [json.loads(line)["text"] for line in SAMPLE.read_text().splitlines()]
-    texts += _random_strings(150, seed=7)
+    texts += _random_strings(150, seed=7) + _CJK_TEXTS
     ta = TermAnalyzer(conn, analyzer)
     ta.prepare(texts)
     for text in texts:
@@ -259,6 +260,60 @@ def test_v3_reads_one_visible_text_as_one_set_of_terms(conn: psycopg.Connection[
             assert _terms(conn, text, analyzer) == _terms(conn, text, older), text
 
 
+# Chinese and Japanese, alone, mixed with Latin identifiers and punctuation, and full-width
+_CJK_TEXTS = ["数据库索引的性能", "如何创建索引？PostgreSQL数据库的索引类型。",
+              "インデックスを作成する (CREATE INDEX) と検索が速くなります",
+              "库 and 表, err-4029 错误代码：ERR-4029", "ｶﾀｶﾅ と ひらがな・カタカナ",
+              "한국어 텍스트 검색", "𠮷野家 の 牛丼"]
+
+
+@pytest.mark.parametrize("analyzer", ["english_v4", "simple_v4"])
+def test_v4_reads_chinese_and_japanese_as_pairs_of_characters(
+        conn: psycopg.Connection[Any], analyzer: str) -> None:
+    assert _terms(conn, "数据库索引的性能", analyzer) == [
+        "数据", "据库", "库索", "索引", "引的", "的性", "性能"]
+    # a lone character is its own term; Latin text next to a run is a word of its own
+    assert _terms(conn, "库", analyzer) == ["库"]
+    assert _terms(conn, "PostgreSQL数据库", analyzer) == ["postgresql", "数据", "据库"]
+    # half-width katakana is folded first; the middle dot is punctuation, not a character
+    assert _terms(conn, "ｶﾀｶﾅ・ひらがな", analyzer) == ["カタ", "タカ", "カナ", "ひら", "らが",
+                                                   "がな"]
+    # Hangul is written with spaces: its words stay whole
+    assert _terms(conn, "한국어 텍스트", analyzer) == ["한국어", "텍스트"]
+    # identifiers keep their rules beside Chinese text
+    older = analyzer.replace("_v4", "_v3")
+    assert _terms(conn, "错误 ERR-4029 os.path.join", analyzer) == \
+        ["错误"] + _terms(conn, "ERR-4029 os.path.join", older)
+    # text without those scripts reads as under v3
+    texts = [json.loads(line)["text"] for line in SAMPLE.read_text().splitlines()]
+    cjk = re.compile("[\u3040-\u30fa\u30fc-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+                     "\uff66-\uff9f\U00020000-\U0003134f]")
+    others = [t for t in texts + _random_strings(100, seed=5) if not cjk.search(t)]
+    assert len(others) > 200
+    for text in others + ["한국어 텍스트 검색"]:
+        assert _terms(conn, text, analyzer) == _terms(conn, text, older), text
+
+
+def test_a_chinese_word_finds_the_sentence_that_holds_it_under_v4(
+        conn: psycopg.Connection[Any]) -> None:
+    from funnel_util import make_collection
+
+    records = [doc("perf", "数据库索引的性能取决于索引类型。"),
+               doc("backup", "如何备份数据库？使用转储工具。"),
+               doc("ja", "インデックスを作成すると検索が速くなります。"),
+               doc("en", "How to create an index in PostgreSQL.")]
+    for name, analyzer in (("v4", "english_v4"), ("v3", "english_v3")):
+        make_collection(conn, name, 16, analyzer=analyzer)
+        ingest(conn, records, collection=name)
+    assert [r[1] for r in lexical(conn, "索引", collection="v4")] == ["perf"]
+    assert [r[1] for r in lexical(conn, "数据库", collection="v4")][:2] in (
+        ["perf", "backup"], ["backup", "perf"])
+    assert [r[1] for r in lexical(conn, "インデックス 作成", collection="v4")] == ["ja"]
+    assert [r[1] for r in lexical(conn, "index", collection="v4")] == ["en"]
+    # under v3 each sentence was one term: a word inside it found nothing
+    assert lexical(conn, "索引", collection="v3") == []
+
+
 def test_a_decomposed_accent_finds_its_composed_spelling_under_v3(
         conn: psycopg.Connection[Any]) -> None:
     import unicodedata
@@ -298,7 +353,7 @@ def test_an_unqualified_name_finds_its_qualified_spelling(
 
 
 @pytest.mark.parametrize("analyzer", ["english_v1", "simple_v1", "english_v2", "simple_v2",
-                                      "english_v3", "simple_v3"])
+                                      "english_v3", "simple_v3", "english_v4", "simple_v4"])
 @pytest.mark.parametrize("for_query", [False, True])
 def test_plain_words_take_a_shorter_path_to_the_same_rows(conn: psycopg.Connection[Any],
                                                           analyzer: str, for_query: bool) -> None:
