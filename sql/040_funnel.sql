@@ -218,6 +218,7 @@ declare
     best_coverage double precision;
     check_held boolean;
     check_best boolean;
+    best_terms text[];
     weights_given boolean := weights is not null;
     dropped text[];
     q_norm double precision;
@@ -386,16 +387,35 @@ begin
         check_held := lexical_on and dense_on and cardinality(q_terms) > 0
                       and not q_terms operator(pg_catalog.<@) lex.found_terms;
         best_coverage := null;
+        if check_best then
+            -- the query terms the best match holds, read apart from the shares below: it
+            -- reads the partitioned posting table, so past 8 partitions it is planned per
+            -- search, pruned to the version's partition before anything is locked (see
+            -- _lexical_hits); the cached plan locked every version's partition on every
+            -- search (400 with a collection per customer). Both forms must stay the same
+            -- statement.
+            if exists (select from pg_catalog.pg_inherits i
+                        where i.inhparent = 'pgfunnel.posting'::pg_catalog.regclass
+                       offset 8) then
+                execute $q$
+                    select coalesce(array_agg(p.term), '{}') from pgfunnel.posting p
+                     where p.index_version_id = $1 and p.term = any ($2)
+                       and p.chunk_id = $3$q$
+                   into best_terms using version_id, q_terms, lex.chunk_ids[1];
+            else
+                select coalesce(array_agg(p.term), '{}') into best_terms
+                  from pgfunnel.posting p
+                 where p.index_version_id = version_id and p.term = any (q_terms)
+                   and p.chunk_id = lex.chunk_ids[1];
+            end if;
+        end if;
         if check_best or check_held then
             select sum(w.idf) filter (where w.held) / sum(w.idf),
                    sum(w.idf) filter (where w.in_best) / sum(w.idf)
               into coverage, best_coverage
               from (select bool_or(f.idf is not null) as held,
                            bool_or(check_best and f.idf is not null
-                                   and exists (select from pgfunnel.posting p
-                                                where p.index_version_id = version_id
-                                                  and p.term = q.term
-                                                  and p.chunk_id = lex.chunk_ids[1])) as in_best,
+                                   and q.term = any (best_terms)) as in_best,
                            coalesce(max(f.idf), pgfunnel._bm25_idf(0, n_chunks)) as idf
                       from unnest(q_terms, q_positions) as q(term, word)
                       left join unnest(lex.found_terms, lex.found_idf) as f(term, idf)

@@ -4,6 +4,7 @@ takes its partition along; and migration 0005 both ways with data in the tables.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -297,6 +298,37 @@ def test_a_version_row_never_outlives_a_failed_partition(conn: psycopg.Connectio
     assert conn.execute("select count(*) from pgfunnel.index_version").fetchone() == (0,)
 
 
+def _posting_partitions_locked(conn: psycopg.Connection[Any],
+                               search: Callable[[psycopg.Connection[Any]], object]) -> int:
+    """How many posting partitions this session holds a lock on after ``search(conn)``
+    runs in a transaction of its own (the locks last until it ends)."""
+    with conn.transaction():
+        search(conn)
+        row = conn.execute(
+            "select count(*) from pg_locks l join pg_inherits i on i.inhrelid = l.relation "
+            "where l.pid = pg_backend_pid() "
+            "and i.inhparent = 'pgfunnel.posting'::regclass").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _add_empty_versions(conn: psycopg.Connection[Any], n: int) -> None:
+    """A collection per customer: ``n`` more collections, each with an empty active
+    version (and its posting partition)."""
+    from pgfunnel.ingest import create_version, get_or_create_collection
+
+    before = conn.execute("select count(*) from pg_inherits "
+                          "where inhparent = 'pgfunnel.posting'::regclass").fetchone()
+    assert before is not None
+    for i in range(n):
+        with conn.transaction():
+            coll = get_or_create_collection(conn, f"customer{i}")
+            create_version(conn, coll, "random-unit", 16, "english_v1", "active")
+    assert conn.execute("select count(*) from pg_inherits "
+                        "where inhparent = 'pgfunnel.posting'::regclass").fetchone() == (
+                            before[0] + n,)
+
+
 def test_with_many_partitions_a_search_locks_and_scores_its_own_partition_only(
         conn: psycopg.Connection[Any]) -> None:
     # a collection per customer: the scoring statement's cached generic plan locked and
@@ -304,28 +336,92 @@ def test_with_many_partitions_a_search_locks_and_scores_its_own_partition_only(
     # lexical leg that takes 0.9); past a few partitions it is planned per search
     from funnel_util import doc, ingest, lexical
 
-    from pgfunnel.ingest import create_version, get_or_create_collection
-
     ingest(conn, [doc(f"d{i}", f"refund policy for plan {i} annual refund")
                   for i in range(30)], collection="t")
     few = lexical(conn, "annual refund plan 7", "t", k=20)
-
-    def partitions_locked() -> int:
-        with conn.transaction():
-            lexical(conn, "annual refund plan 7", "t", k=20)
-            row = conn.execute(
-                "select count(*) from pg_locks l join pg_inherits i on i.inhrelid = l.relation "
-                "where l.pid = pg_backend_pid() "
-                "and i.inhparent = 'pgfunnel.posting'::regclass").fetchone()
-        assert row is not None
-        return int(row[0])
-
-    for i in range(12):
-        with conn.transaction():
-            coll = get_or_create_collection(conn, f"customer{i}")
-            create_version(conn, coll, "random-unit", 16, "english_v1", "active")
-    assert conn.execute("select count(*) from pg_inherits "
-                        "where inhparent = 'pgfunnel.posting'::regclass").fetchone() == (13,)
-    assert partitions_locked() == 1
+    _add_empty_versions(conn, 12)
+    assert _posting_partitions_locked(
+        conn, lambda c: lexical(c, "annual refund plan 7", "t", k=20)) == 1
     # the statement planned per search scores exactly as the cached one did
     assert lexical(conn, "annual refund plan 7", "t", k=20) == few
+
+
+def test_with_many_partitions_a_filtered_search_samples_and_probes_its_own_partition_only(
+        conn: psycopg.Connection[Any]) -> None:
+    # alice reads one document in a hundred of 5,000 that all hold the four query words
+    # (20,000 postings and more): the lexical leg samples the visibility of the rarest
+    # term's first chunks, lists the 50 visible ones and probes their postings. Those two
+    # statements read the posting table too; with many partitions each is planned per
+    # search, like the scoring statement, or its cached plan locks every partition
+    import random
+
+    from funnel_util import active, doc, ingest, lexical
+
+    rng = random.Random(3)
+    words = ["zorp", "quib", "flenn", "mork"]
+    ingest(conn, [doc(f"c{i}", " ".join(words + rng.choices(words + ["lorem", "ipsum"],
+                                                            k=rng.randint(2, 12))),
+                      readers=["alice"] if i % 100 == 0 else ["bob"]) for i in range(5000)],
+           collection="t")
+    query = "zorp quib flenn mork"
+    vid, cid, _ = active(conn, "t")
+    terms = conn.execute("select pgfunnel.analyze(%s, 'english_v1', true)", (query,)
+                         ).fetchone()
+    assert terms is not None and len(terms[0]) == 4
+    sum_df = conn.execute("select sum(df) from pgfunnel.term_stat where index_version_id = %s "
+                          "and term = any(%s)", (vid, terms[0])).fetchone()
+    assert sum_df is not None and sum_df[0] >= 20000
+
+    def share(c: psycopg.Connection[Any]) -> Any:
+        return c.execute(
+            "select visible_share from pgfunnel._lexical_hits(%s, %s, 40, 1.2, 0.75, '{alice}', "
+            "null, null, now(), null, %s)", (vid, terms[0], cid)).fetchone()
+
+    def search(c: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+        return lexical(c, query, "t", k=20, principals=["alice"])
+
+    # the sample found the visible chunks few and all of them were listed (the share is
+    # exact only then), so the postings were probed
+    assert share(conn) == (50 / 5000,)
+    few = search(conn)
+    assert len(few) == 20 and {r[1] for r in few} <= {f"c{i}" for i in range(0, 5000, 100)}
+    _add_empty_versions(conn, 12)
+    assert _posting_partitions_locked(conn, share) == 1
+    assert _posting_partitions_locked(conn, search) == 1
+    assert share(conn) == (50 / 5000,)
+    assert search(conn) == few
+
+
+def test_with_many_partitions_a_hybrid_search_probes_its_best_match_in_its_own_partition_only(
+        conn: psycopg.Connection[Any]) -> None:
+    # with both legs and default weights the funnel probes which query terms the best
+    # lexical match holds (the weights swap when it holds under 0.4 of the query's idf):
+    # a read of the posting table, planned per search like the lexical leg's
+    from funnel_util import doc, ingest, unit
+
+    ingest(conn, [doc(f"d{i}", f"refund policy for plan {i} annual refund")
+                  for i in range(30)], collection="t")
+    qvec = unit(np.random.default_rng(5), 16)
+    query = "annual refund quasar"
+
+    def weights(c: psycopg.Connection[Any]) -> Any:
+        return c.execute(
+            "select p.weights_used from pgfunnel._pool(%s, %s, 10, 't', '{}', null, null, "
+            "now(), null, 'minmax', 60, null, null, null, 4, 3, 100, 1.2, 0.75) p",
+            (query, qvec)).fetchone()
+
+    def search(c: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+        return c.execute("select chunk_id, lexical_rank, dense_rank, fused_rank, fused_score "
+                         "from pgfunnel.funnel_search(%s, %s, k => 10, collection => 't')",
+                         (query, qvec)).fetchall()
+
+    # the best match holds "annual" and "refund", which every chunk holds, and not the
+    # word no chunk holds: the probe found the terms it holds, and the legs swapped
+    assert weights(conn) == ([0.7, 1.0],)
+    before = search(conn)
+    assert before and all(r[1] is not None and r[2] is not None for r in before[:3])
+    _add_empty_versions(conn, 12)
+    assert _posting_partitions_locked(conn, weights) == 1
+    assert _posting_partitions_locked(conn, search) == 1
+    assert weights(conn) == ([0.7, 1.0],)
+    assert search(conn) == before
