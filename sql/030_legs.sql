@@ -313,7 +313,11 @@ begin
     loop
         -- the sample above listed every visible chunk: probe them
         exit when fetch_n = 0;
-        -- (planned per search past 8 partitions: see above)
+        -- (planned per search past 8 partitions: see above). Each term's postings are
+        -- fenced (offset 0) to one index range read: where the terms are common, the cached
+        -- plan turned from about 4 partitions on to reading every posting of the version's
+        -- partition and joining the terms by hash (10,000 chunks, a reader who sees one in
+        -- five: 18.9 ms against 9.2 with the fence at 5 partitions, the same at 1)
         if per_search then
             execute $q$
                 select array_agg(a.chunk_id order by a.s desc, a.chunk_id),
@@ -323,7 +327,7 @@ begin
                           from unnest($1, $2) as q(term, weight),
                                lateral (select p.chunk_id, p.tf, p.length from pgfunnel.posting p
                                          where p.index_version_id = $5
-                                           and p.term = q.term) p
+                                           and p.term = q.term offset 0) p
                          group by p.chunk_id
                          order by 2 desc, 1
                          limit $6) a$q$
@@ -338,7 +342,7 @@ begin
                       from unnest(q_terms, q_weight) as q(term, weight),
                            lateral (select p.chunk_id, p.tf, p.length from pgfunnel.posting p
                                      where p.index_version_id = _lexical_hits.version_id
-                                       and p.term = q.term) p
+                                       and p.term = q.term offset 0) p
                      group by p.chunk_id
                      order by 2 desc, 1
                      limit fetch_n) a;
