@@ -448,7 +448,8 @@ def search(
     with handle_errors({**FUNNEL_FLAGS, "rrf_k": "--rrf-k",
                         "weights": "--lexical-weight / --dense-weight",
                         "rerank_depth": "--rerank-depth", "statement_timeout_ms": "--timeout-ms",
-                        "rerank_model": "--rerank-model", "query_text": "QUERY"}):
+                        "rerank_model": "--rerank-model", "query_text": "QUERY",
+                        "trace": "--trace"}):
         reranker = None
         if not rerank and (rerank_model is not None or rerank_depth is not None):
             # without --rerank they were ignored: results that were never reranked,

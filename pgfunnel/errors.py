@@ -107,6 +107,22 @@ class ConflictError(PgfunnelError):
     """Another writer holds the lock, or the operation contradicts current state."""
 
 
+class ReadOnlyError(PgfunnelError):
+    """The operation writes, and the connection's transaction is read-only: a hot standby
+    (a read replica), ``default_transaction_read_only = on`` for the role or database, or
+    ``SET TRANSACTION READ ONLY``. Untraced searches and ``explain`` run there; ingest,
+    reindex, version commands, ``init`` and ``migrate`` need the primary."""
+
+
+class TraceReadOnlyError(ReadOnlyError, ConfigError):
+    """A traced search (``trace=True``) in a read-only transaction: the trace is written to
+    search_log and search_trace. Both a read-only error and a ``trace`` the connection
+    cannot honour, refused before the search runs."""
+
+    def __init__(self, message: str) -> None:
+        ConfigError.__init__(self, "trace", message)
+
+
 class StatementTimeoutError(PgfunnelError):
     """A statement ran past ``statement_timeout`` (the session's, role's or database's)
     and was cancelled: an ingest, reindex or version command, or a search."""
@@ -187,6 +203,12 @@ _SQLSTATE_MAP: dict[str, type[PgfunnelError]] = {
     "23514": InvalidInputError,  # check_violation
     "55000": ConflictError,  # object_not_in_prerequisite_state (version state, indexed column)
 }
+
+
+#: said after Postgres' "cannot execute INSERT in a read-only transaction"
+READ_ONLY_HINT = ("; the transaction is read-only (a hot standby, "
+                  "default_transaction_read_only = on for the role or database, or SET "
+                  "TRANSACTION READ ONLY): run it on the primary, in a read-write transaction")
 
 
 # the server ended the session: admin_shutdown, crash_shutdown, cannot_connect_now,
@@ -309,6 +331,12 @@ def translate(exc: BaseException, *, searching: bool = True) -> PgfunnelError:
     if sqlstate == "22000" and primary.endswith("not allowed in vector"):
         # pgvector's own check of a vector's values ("NaN not allowed in vector")
         err = InvalidVectorError(primary)
+        err.__cause__ = exc
+        return err
+    if sqlstate == "25006":  # read_only_sql_transaction
+        # pgfunnel's own check of a traced search names `trace` (sql/040_funnel.sql)
+        err = (TraceReadOnlyError(primary.split(":", 1)[1].strip())
+               if primary.startswith("trace:") else ReadOnlyError(primary + READ_ONLY_HINT))
         err.__cause__ = exc
         return err
     cls = _SQLSTATE_MAP.get(sqlstate, PgfunnelError)

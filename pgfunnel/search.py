@@ -530,6 +530,17 @@ class Funnel:
         except psycopg.Error as exc:
             raise translate(exc) from exc
 
+    def _check_trace_writable(self, conn: psycopg.Connection[Any]) -> None:
+        """A TraceReadOnlyError when this connection's transaction is read-only (a hot
+        standby, default_transaction_read_only, the application's own read-only
+        transaction): a trace is written to search_log (``pgfunnel._check_trace_writable``,
+        which traced searches also run in SQL)."""
+        try:
+            with own_transaction(conn):
+                conn.execute("select pgfunnel._check_trace_writable()")
+        except psycopg.Error as exc:
+            raise translate(exc) from exc
+
     def active_model(self, collection: str | None = None) -> tuple[str, int]:
         """(embedding model, dimensions) of the collection's active index version: what a
         query vector passed to ``funnel_search`` must be embedded with."""
@@ -636,6 +647,10 @@ class Funnel:
         timings: dict[str, float] = {}
         notices: list[str] = []
         with nullcontext(plan_conn) if plan_conn is not None else self.connection() as conn:
+            if p.trace:
+                # on a read replica the trace's insert would fail only after the model
+                # loaded, embedded and reranked, and the pool was read
+                self._check_trace_writable(conn)
             if query is not None and (history is not None or self.rewriter is not None):
                 from pgfunnel.query_plans import apply_query_hooks
 

@@ -119,6 +119,27 @@ begin
 end
 $$;
 
+-- a trace writes search_log and search_trace: in a read-only transaction (a hot standby,
+-- default_transaction_read_only, set transaction read only) a traced search is refused
+-- before it runs, with the reason, instead of "cannot execute INSERT in a read-only
+-- transaction" once the search is done. SQLSTATE 25006, the error Postgres gives there.
+create or replace function pgfunnel._check_trace_writable()
+returns void
+language plpgsql stable
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+begin
+    if current_setting('transaction_read_only')::boolean then
+        raise exception using errcode = '25006',
+            message = 'trace: a traced search writes search_log and search_trace, and this '
+                      'transaction is read-only (a hot standby, default_transaction_read_only '
+                      '= on, or set transaction read only); search with tracing off here, '
+                      'or trace on the primary';
+    end if;
+end
+$$;
+
 -- both legs, fused: the pool of k * overfetch chunks as arrays in fused order, with
 -- every per-leg rank and score and each chunk's document. Stable, so both legs read one
 -- snapshot.
@@ -718,6 +739,7 @@ begin
         return;
     end if;
 
+    perform pgfunnel._check_trace_writable();
     if final.index_version_id is not null then
         -- the version the caller read the pool from: a switch that committed while a
         -- reranker ran must not relabel the trace
@@ -864,6 +886,8 @@ begin
          order by r.final_rank;
         return;
     end if;
+    -- refused before the search runs, not by final()'s insert after it
+    perform pgfunnel._check_trace_writable();
     -- one statement: the pool and the cap read the same snapshot
     return query
     select f.*
