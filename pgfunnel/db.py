@@ -22,7 +22,14 @@ from typing import Any
 import psycopg
 from pgvector.psycopg import register_vector
 
-from pgfunnel.errors import ConfigError, ConnectionFailedError, SchemaMissingError, translate
+from pgfunnel.errors import (
+    READ_ONLY_HINT,
+    ConfigError,
+    ConnectionFailedError,
+    ReadOnlyError,
+    SchemaMissingError,
+    translate,
+)
 
 SCHEMA = "pgfunnel"
 
@@ -185,6 +192,21 @@ def require_schema(conn: psycopg.Connection[Any]) -> None:
         if not conn.autocommit:
             conn.rollback()
         raise SchemaMissingError()
+
+
+def refuse_read_only(conn: psycopg.Connection[Any], what: str) -> None:
+    """A ReadOnlyError naming ``what`` when this connection's transactions are read-only (a
+    hot standby, ``default_transaction_read_only = on``, the caller's read-only
+    transaction): said before ``what`` loads a model or embeds a batch, not by its first
+    write after them."""
+    try:
+        with own_transaction(conn):
+            row = conn.execute("select pg_catalog.current_setting('transaction_read_only')"
+                               ).fetchone()
+    except psycopg.Error as exc:
+        raise translate(exc, searching=False) from exc
+    if row is not None and row[0] == "on":
+        raise ReadOnlyError(f"{what} writes to the database{READ_ONLY_HINT}")
 
 
 @contextmanager

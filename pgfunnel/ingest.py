@@ -1075,6 +1075,10 @@ class Ingester:
         reads.
         """
         _check_ingest_arguments(records, vectors)
+        # on a read replica the first write would fail after a batch was embedded
+        from pgfunnel.db import refuse_read_only
+
+        refuse_read_only(self.conn, "ingest")
         if self.private:
             # private is a collection's setting, made when it is created: documents
             # without readers asked to be private would go in public, unsaid

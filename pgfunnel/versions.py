@@ -627,9 +627,11 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
         # chunk was embedded
         raise ConfigError("ef_construction", f"must be at least 2 x m ({2 * m} for m {m}), "
                                              f"got {ef_construction}")
-    from pgfunnel.db import require_schema
+    from pgfunnel.db import refuse_read_only, require_schema
 
     require_schema(conn)
+    # on a read replica the version row's insert would fail after the model loaded
+    refuse_read_only(conn, "reindex")
     _set_maintenance_work_mem(conn, maintenance_work_mem)
     # a killed CLI must not leave its backend running a long statement with the lock held
     _name_session(conn, f"pgfunnel reindex {collection}")

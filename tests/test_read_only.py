@@ -19,6 +19,7 @@ from pgfunnel.db import connect
 from pgfunnel.errors import ConfigError, PgfunnelError, ReadOnlyError, TraceReadOnlyError
 from pgfunnel.rerank import Reranker
 from pgfunnel.search import Funnel
+from pgfunnel.sources import DocumentRecord
 from pgfunnel.tiny_models import build_tiny_cross_encoder
 
 QUERIES = ("refund on a monthly plan", "ERR-4029", "export my data as csv")
@@ -211,6 +212,49 @@ def test_a_traced_search_in_a_read_only_transaction_is_refused_before_it_runs(
     assert res.exit_code == 1, res.output
     assert "error: --trace: a traced search writes search_log" in res.output
     assert "Traceback" not in res.output
+
+
+def test_what_writes_says_it_needs_the_primary(sample_db: str, embedder: Any) -> None:
+    """Ingest embedded its first batch before its first write failed on a replica, reindex
+    left psycopg's traceback, and init, migrate and the version commands printed only
+    "cannot execute ... in a read-only transaction"."""
+    from pgfunnel import schema, versions
+    from pgfunnel.ingest import Ingester, delete_documents
+
+    ro = read_only(sample_db)
+
+    class NoModel:
+        model_name = embedder.model_name
+        dimensions = embedder.dimensions
+
+        def embed(self, *args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("the model ran before the read-only refusal")
+
+        embed_documents = embed_query = embed
+
+    with connect(ro, autocommit=True) as conn:
+        with pytest.raises(ReadOnlyError, match="^ingest writes to the database; the "
+                                                "transaction is read-only"):
+            Ingester(conn, embedder=NoModel()).ingest(  # type: ignore[arg-type]
+                [DocumentRecord(citekey="new", title="New", text="zanzibar quokka")])
+        with pytest.raises(ReadOnlyError, match="^reindex writes to the database"):
+            versions.reindex(conn, "default", analyzer="simple_v3")
+        with pytest.raises(ReadOnlyError, match="run it on the primary"):
+            delete_documents(conn, "default", ["refunds-annual"])
+    for step in (schema.init, schema.migrate):
+        with pytest.raises(ReadOnlyError, match="in a read-only transaction; the transaction is "
+                                                "read-only .*run it on the primary"):
+            step(ro)
+
+    from pgfunnel.cli.main import app as cli
+
+    res = CliRunner().invoke(cli, ["reindex", "--dsn", ro, "--analyzer", "simple_v3"])
+    assert res.exit_code == 1, res.output
+    assert res.output.startswith("error: reindex writes to the database"), res.output
+    with connect(sample_db, autocommit=True) as conn:
+        assert conn.execute("select count(*) from pgfunnel.index_version").fetchone() == (1,)
+        assert conn.execute("select count(*) from pgfunnel.document where citekey = 'new'"
+                            ).fetchone() == (0,)
 
 
 def test_doctor_runs_on_a_read_only_connection(sample_db: str, tmp_path: Path) -> None:
