@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, ParamSpec, TypeVar
 
 import numpy as np
 import psycopg
@@ -186,6 +186,23 @@ def _db(fn: Callable[[], Any]) -> Any:
         return fn()
     except psycopg.Error as exc:
         raise translate(exc, searching=False) from exc
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _translated(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+    """``fn`` whose database errors are PgfunnelErrors (as :func:`_db`'s callers' are), for
+    a function too long to be one ``body``: the CLI reports those in one line, and any
+    other error escaped it with a traceback."""
+    @functools.wraps(fn)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return fn(*args, **kwargs)
+        except psycopg.Error as exc:
+            raise translate(exc, searching=False) from exc
+    return wrapper
 
 
 def _version_row(conn: psycopg.Connection[Any], coll_id: int, version: int) -> VersionInfo:
@@ -595,6 +612,7 @@ def drop_version_rows(conn: psycopg.Connection[Any], version_id: int) -> None:
     refresh_hnsw_walks(conn)
 
 
+@_translated
 def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None = None,
             analyzer: str | None = None, activate_after: bool = False,
             maintenance_work_mem: str | None = None, batch_size: int = 256, m: int = 16,

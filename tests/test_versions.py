@@ -229,6 +229,28 @@ def test_reindex_errors_name_the_option_typed(sample_db: str) -> None:
     assert result.exit_code == 1 and said.startswith("error: --dsn (or PGFUNNEL_DSN): "), said
 
 
+def test_a_database_error_in_reindex_is_a_pgfunnel_error(sample_db: str) -> None:
+    """reindex let the driver's errors through, where every other version command
+    translates them: the CLI printed a traceback (here a lock_timeout while another
+    session holds index_version)."""
+    from pgfunnel.cli.main import app
+
+    impatient = psycopg.conninfo.make_conninfo(sample_db, options="-c lock_timeout=200")
+    with connect(sample_db) as holder:
+        holder.execute("lock table pgfunnel.index_version in exclusive mode")
+        with connect(impatient, autocommit=True) as conn, \
+                pytest.raises(ConflictError, match="lock timeout"):
+            versions.reindex(conn, "default", analyzer="simple_v3")
+        result = CliRunner().invoke(app, ["reindex", "--dsn", impatient, "--analyzer",
+                                          "simple_v3"], env={"COLUMNS": "300"})
+        holder.rollback()
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("error: canceling statement due to lock timeout"), \
+        result.output
+    with connect(sample_db, autocommit=True) as conn:
+        assert _state(conn) == {1: "active"}
+
+
 def test_bad_options_are_config_errors(sample_db: str) -> None:
     with connect(sample_db, autocommit=True) as conn:
         with pytest.raises(ConfigError, match="analyzer"):
