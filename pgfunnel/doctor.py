@@ -121,6 +121,18 @@ def check_schema(conn: psycopg.Connection[Any]) -> list[Finding]:
                     ).fetchone() == (None,):
         found.append(Finding("warning", "schema", "SQL functions are older than this package; "
                              "run `pgfunnel migrate` to refresh them"))
+    # the wrapper lives in schema public, so a dump of schema pgfunnel alone (pg_dump -n
+    # pgfunnel) leaves it out, and `funnel_search(...)` on a default path finds nothing
+    if conn.execute("select not exists (select from pg_catalog.pg_proc p "
+                    "where p.proname = 'funnel_search' "
+                    "and p.pronamespace = pg_catalog.to_regnamespace('public'))").fetchone() \
+            == (True,):
+        found.append(Finding(
+            "warning", "schema",
+            "public.funnel_search is missing, the wrapper that lets `funnel_search(...)` run "
+            "on a default search_path (a dump of schema pgfunnel alone, `pg_dump -n "
+            "pgfunnel`, leaves it out); `pgfunnel.funnel_search(...)` works meanwhile. Run "
+            "`pgfunnel init` as the schema owner to create it"))
     return found
 
 
