@@ -32,9 +32,16 @@ QUERIES = ("refund on a monthly plan", "ERR-4029", "export my data as csv")
 
 
 def pg_bin(name: str) -> str:
-    """A client program of the embedded server's build (pg_dump 18 dumps 15 - 18)."""
+    """A client program of the tested server's version: PGFUNNEL_TEST_PGBIN (which
+    scripts/test-pg16 sets, since a dump made by pg_dump 18 sets parameters a Postgres 16
+    server refuses on restore), else the embedded server's build."""
+    import os
+
     import pgserver
 
+    where = os.environ.get("PGFUNNEL_TEST_PGBIN")
+    if where:
+        return str(Path(where) / name)
     return str(Path(pgserver.__file__).parent / "pginstall" / "bin" / name)
 
 
