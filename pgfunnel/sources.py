@@ -61,9 +61,10 @@ DEFAULT_EMBED_INPUT = EMBED_WITH_TITLE
 # of a list item loses the item's indentation, cuts move off block markers, and a quote
 # is cut between its lines and stays quoted; 7: a heading that starts like a list item, a
 # quote or another block, `1. Install`, has its marker escaped, and a raw HTML block is
-# cut between its lines). Unchanged
+# cut between its lines; 8: each Chinese or Japanese character counts as a word, so text
+# in those scripts, written without spaces, is cut to size too). Unchanged
 # chunks keep their vectors (ChunkRecord.vector_key ignores whitespace).
-CHUNKING_VERSION = 7
+CHUNKING_VERSION = 8
 # a document's content hash starts with the chunking version it was chunked by, so that
 # `pgfunnel doctor` and ingest can tell documents stored by an older pgfunnel apart (the
 # pattern reads the same in Python and in Postgres' regular expressions); a hash without
@@ -1084,7 +1085,7 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
         fence = ""  # the fence run of the code block open above this paragraph
         for para, blank_lines in _paragraphs(body):
             # str.split and the \S+ pattern break at the same characters (str.isspace)
-            n_words = len(para.split())
+            n_words = count_words(para)
             # a block's closing fence stays with its code: alone at the top of the next
             # chunk it would be reopened as an empty block
             if filled + n_words > chunk_words and filled and not _FENCE_ONLY.match(para):
@@ -1106,7 +1107,7 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
                     pieces.append([])
                     mid_paragraph.append(True)
                 pieces[-1].append((parts[-1], blank_lines))
-                filled = len(parts[-1].split())
+                filled = count_words(parts[-1])
             fence = _fence_after(para, fence)[1]
         bodies = ["".join(("\n" * (1 + blank) if i else "") + part
                           for i, (part, blank) in enumerate(piece)) for piece in pieces]
@@ -1119,12 +1120,28 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
             # the paragraph, and to code indented four spaces (as the HTML and reST
             # readers write code), making both one paragraph of prose
             full = f"{top}\n\n{body_text}" if top and body_text else top or body_text
-            chunks.append(ChunkRecord(len(chunks), heading, full, len(full.split()),
+            chunks.append(ChunkRecord(len(chunks), heading, full, count_words(full),
                                       " > ".join(path)))
     return chunks
 
 
-_WORD = re.compile(r"\S+")
+# Han, Hiragana and Katakana (full and half width): scripts written without spaces
+# between words, whose characters each count as a word (the SQL analyzer's v4 pairs read
+# the same ranges, sql/010_analyzer.sql)
+_CJK_CHARS = ("\u3040-\u30fa\u30fc-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+              "\uff66-\uff9f\U00020000-\U0003134f")
+_CJK = re.compile(f"[{_CJK_CHARS}]")
+# a word: one such character, or a run of other characters up to whitespace (for text
+# without those scripts, what str.split gives: both break at str.isspace)
+_WORD = re.compile(f"[{_CJK_CHARS}]|[^\\s{_CJK_CHARS}]+")
+
+
+def count_words(text: str) -> int:
+    """The words of ``text`` as chunk sizes count them: whitespace-separated, and each
+    Chinese or Japanese character one (a paragraph of them has no spaces to count)."""
+    if text.isascii() or _CJK.search(text) is None:
+        return len(text.split())
+    return len(_WORD.findall(text))
 
 # what a heading's text can start with that, alone on a chunk's first line, a Markdown
 # renderer reads as another block: a list item (`1. Install`, `- Notes`), a heading, a
@@ -1411,7 +1428,7 @@ def _packed(units: list[str], chunk_words: int) -> list[str]:
     taken: list[str] = []
     filled = 0
     for unit in units:
-        n_words = len(unit.split())
+        n_words = count_words(unit)
         if n_words > chunk_words:
             if taken and chunk_words - filled < max(4, chunk_words // 10):
                 # too little room left for more than the unit's marker and a word or two
@@ -1421,7 +1438,7 @@ def _packed(units: list[str], chunk_words: int) -> list[str]:
             # stays with its first words rather than making a chunk of a few words
             *whole, rest = _word_slices("\n".join([*taken, unit]), chunk_words)
             slices.extend(whole)
-            taken, filled = [rest], len(rest.split())
+            taken, filled = [rest], count_words(rest)
             continue
         if filled + n_words > chunk_words and taken and not _FENCE_ONLY.match(unit):
             slices.append("\n".join(taken))

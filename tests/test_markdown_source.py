@@ -355,3 +355,37 @@ def test_ingest_dry_run_stops_where_the_ingest_would(tmp_path: Path) -> None:
     assert res.exit_code == 1 and "Traceback" not in res.output, res.output
     said = " ".join(res.output.split())
     assert f"{tmp_path / 'b1.md'} and {dup} both give citekey 'b1'" in said, said
+
+
+def test_chinese_and_japanese_text_is_cut_to_size_by_character() -> None:
+    # written without spaces, a paragraph of them was one word to str.split: a whole
+    # section came out as one chunk, past what the embedder and the reranker read
+    sentence = "数据库索引的性能取决于索引类型。"
+    chunks = chunk_text("# 索引\n\n" + sentence * 40, chunk_words=200)
+    bodies = [c.text.split("\n\n", 1)[1] for c in chunks]
+    assert len(chunks) == 4 and "".join(bodies) == sentence * 40
+    assert all(c.text.startswith("索引\n\n") for c in chunks)
+    # each character is a word (a full stop too): 200 a chunk, under its heading
+    assert [len(b) for b in bodies] == [200, 200, 200, 40]
+    assert [c.token_count for c in chunks] == [202, 202, 202, 42]
+    japanese = chunk_text("インデックスを作成すると検索が速くなります。" * 30, chunk_words=100)
+    assert [len(c.text) for c in japanese] == [100] * 6 + [60]
+    # beside other text, a character is a word and a run of other letters is one
+    from pgfunnel.sources import count_words
+
+    assert count_words("PostgreSQL数据库 is fast") == 6
+
+
+def test_text_without_chinese_or_japanese_counts_and_cuts_as_split_does() -> None:
+    import random
+    import re
+
+    from pgfunnel.sources import _WORD, count_words
+
+    rng = random.Random(5)
+    alphabet = "ab c\tdé\n fü-ß.  Ω\u00a0x1\u2003 ëя 한국"
+    for _ in range(300):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 80)))
+        assert count_words(text) == len(text.split())
+        assert [m.span() for m in _WORD.finditer(text)] == \
+            [m.span() for m in re.finditer(r"\S+", text)]
