@@ -293,8 +293,10 @@ class SearchResponse:
     #: query transformations applied (rewrite, follow-up, multi-query, decomposition),
     #: each a dict with its reason; also stored in search_log.config["transforms"] when traced
     transforms: list[dict[str, Any]] = field(default_factory=list)
-    #: the id of the index version the search read (``pgfunnel.index_version.id``): the
-    #: one version every search of a merged plan read
+    #: the id of the collection's active index version (``pgfunnel.index_version.id``), read
+    #: in the search's transaction: the version a reranked search and every search of a
+    #: merged plan read; a plain search reads it in a statement of its own, so a switch
+    #: committing between the two can make it name the new version
     index_version_id: int | None = None
 
 
