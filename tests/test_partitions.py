@@ -466,3 +466,67 @@ def test_with_a_few_partitions_common_terms_are_read_by_index_range(
             conn.execute("select chunk_ids from pgfunnel._lexical_hits(%s, %s, 40, 1.2, 0.75, "
                          "'{dave}', null, null, now(), null, %s)", (vid, terms[0], cid))
         assert seq_scans() == before
+
+
+def test_few_visible_chunks_are_scored_by_probes_or_by_hash_as_counts_decide(
+        conn: psycopg.Connection[Any]) -> None:
+    # After the sample lists every visible chunk, they are scored either by one index
+    # probe per chunk and term (when the terms' postings far outnumber those pairs) or by
+    # reading the terms' postings and matching the visible chunks by hash (else: 1,000
+    # visible of 100,000 chunks, two terms, took 2.8 ms probed against 0.5 by hash). Both
+    # give the best visible chunks, scored exactly.
+    import random
+
+    from funnel_util import active, doc, ingest
+
+    rng = random.Random(3)
+    words = ["zorp", "quib", "flenn", "mork"]
+
+    def readers(i: int) -> list[str]:
+        return ["few"] * (i % 100 == 0) + ["some"] * (i % 8 == 0) or ["bob"]
+
+    ingest(conn, [doc(f"c{i}", " ".join(words + rng.choices(words + ["lorem", "ipsum"],
+                                                            k=rng.randint(2, 12))),
+                      readers=readers(i)) for i in range(5000)], collection="t")
+    vid, cid, _ = active(conn, "t")
+    terms = conn.execute("select pgfunnel.analyze('zorp quib flenn mork', 'english_v1', true)"
+                         ).fetchone()
+    assert terms is not None and len(terms[0]) == 4
+    everyone = conn.execute(
+        "select chunk_ids, scores from pgfunnel._lexical_hits(%s, %s, 5000, 1.2, 0.75, "
+        "'{few,some,bob}', null, null, now(), null, %s)", (vid, terms[0], cid)).fetchone()
+    assert everyone is not None and len(everyone[0]) == 5000
+    owner = dict(conn.execute("select k.id, d.readers from pgfunnel.chunk k "
+                              "join pgfunnel.document d on d.id = k.document_id").fetchall())
+
+    def index_scans() -> int:
+        row = conn.execute("select idx_scan from pg_stat_xact_user_tables "
+                           "where relid = %s::regclass", (f"pgfunnel.posting_v{vid}",)
+                           ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def hits(c: psycopg.Connection[Any], reader: str) -> Any:
+        return c.execute(
+            "select chunk_ids, scores, visible_share from pgfunnel._lexical_hits(%s, %s, 40, "
+            "1.2, 0.75, %s, null, null, now(), null, %s)", (vid, terms[0], [reader], cid)
+        ).fetchone()
+
+    found = {}
+    for reader, visible, probes in (("few", 50, True), ("some", 625, False)):
+        expected = [(c, s) for c, s in zip(*everyone, strict=True) if reader in owner[c]][:40]
+        with conn.transaction():
+            before = index_scans()
+            found[reader] = hits(conn, reader)
+            scans = index_scans() - before
+        assert found[reader] is not None
+        # every visible chunk was listed (the share is exact only then)
+        assert found[reader][2] == visible / 5000
+        assert list(zip(found[reader][0], found[reader][1], strict=True)) == expected
+        # 50 x 4 probes, or one range read per term (and the sample's)
+        assert (scans >= 200) if probes else (scans < 20), (reader, scans)
+    # past 8 partitions each form is planned per search: the same rows, one partition locked
+    _add_empty_versions(conn, 12)
+    for reader in ("few", "some"):
+        assert _posting_partitions_locked(conn, lambda c, r=reader: hits(c, r)) == 1
+        assert hits(conn, reader) == found[reader]
