@@ -236,7 +236,7 @@ begin
     end if;
 
     -- Three statements below read the partitioned posting table: the sample, the scoring
-    -- and the probe of visible chunks. A cached generic plan prunes to the version's
+    -- and the scoring of the visible chunks. A cached generic plan prunes to the version's
     -- partition only when it runs, after locking and setting up every partition: about
     -- 18 us each, so with a collection per customer (400 versions) the scoring statement
     -- of a 2,000-chunk collection took 8 ms instead of 0.9, and the lexical leg of a
@@ -418,10 +418,10 @@ begin
     -- four terms, 28,616 postings: about 1 ms against 3.2 - 10 ms for the hash join that a
     -- plan knowing the arrays' lengths, and the cached plan from two partitions on, chose.
     -- Otherwise the terms' postings are read by range and the visible chunks matched by
-    -- hash (both sides fenced: left to choose, the cached plan probed 625 visible chunks
-    -- of 5,000 one by one, 7,971 index searches): a probe costs about 1.4 us and a posting read and matched about 0.15 us
-    -- (100,000 chunks, 1,000 visible, two terms, 3,182 postings: 0.5 ms against 2.8 ms
-    -- for the probes).
+    -- hash, both sides fenced (left to choose, the cached plan probed 625 visible chunks of
+    -- 5,000 one by one: 7,971 index searches). A probe costs about 1.4 us, a posting read
+    -- and matched about 0.15 us (100,000 chunks, 1,000 visible, two terms, 3,182
+    -- postings: 0.5 ms against 2.8 ms for the probes).
     if sum_df > 9 * cardinality(visible) * cardinality(q_terms) then
         if per_search then
             execute $q$
