@@ -34,6 +34,7 @@ from pgfunnel.sources import (
     CHUNKING_MARK,
     CHUNKING_PREFIX,
     CHUNKING_VERSION,
+    CJK_CHAR_RANGES,
     EMBED_TEXT_ALONE,
     UNMARKED_CHUNKING,
     version_embed_input,
@@ -292,18 +293,18 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
         "                          where k.id = e.chunk_id and k.collection_id = c.id)"
         "       ) as orphan_vectors, "
         # Chinese or Japanese runs longer than a pair, which v4 analyzers split (counted
-        # up to 1,000); the pattern is that of pgfunnel._cjk_bigrams
+        # up to 1,000)
         "       case when v.analyzer in ('english_v3', 'simple_v3') "
         "             and pg_catalog.getdatabaseencoding() = 'UTF8' "
         "            then (select count(*) from (select 1 from pgfunnel.term_stat t "
         "                   where t.index_version_id = v.id and char_length(t.term) > 2 "
-        r"                    and t.term ~ '[\u3040-\u30fa\u30fc-\u30ff\u3400-\u4dbf"
-        r"\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f]' limit 1000) x) "
+        "                     and t.term ~ %(cjk)s limit 1000) x) "
         "            else 0 end as cjk_terms "
         "from pgfunnel.collection c "
         "join pgfunnel.index_version v on v.collection_id = c.id and v.state = 'active' "
         "cross join lateral pgfunnel.version_index(v.id) i "
-        "cross join lateral pgfunnel.version_coverage(v.id) cov order by c.name").fetchall()
+        "cross join lateral pgfunnel.version_coverage(v.id) cov order by c.name",
+        {"cjk": f"[{CJK_CHAR_RANGES}]"}).fetchall()
     # more versions with a graph than the walk cache holds: those left out plan their
     # walk per search, and `pgfunnel init` would not change that
     graphs = conn.execute("select count(*) " + VERSIONS_WITH_VALID_GRAPH).fetchone()

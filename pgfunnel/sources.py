@@ -1127,13 +1127,15 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
 
 # Han, Hiragana and Katakana (full and half width): scripts written without spaces
 # between words, whose characters each count as a word (the SQL analyzer's v4 pairs read
-# the same ranges, sql/010_analyzer.sql)
-_CJK_CHARS = ("\u3040-\u30fa\u30fc-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
-              "\uff66-\uff9f\U00020000-\U0003134f")
-_CJK = re.compile(f"[{_CJK_CHARS}]")
+# the same ranges, sql/010_analyzer.sql, after folding half width to full). Written as
+# escapes, which Python's and Postgres' regular expressions both read, so that doctor
+# can send them to a database of any encoding.
+CJK_CHAR_RANGES = (r"\u3040-\u30fa\u30fc-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+                   r"\uff66-\uff9f\U00020000-\U0003134f")
+_CJK = re.compile(f"[{CJK_CHAR_RANGES}]")
 # a word: one such character, or a run of other characters up to whitespace (for text
 # without those scripts, what str.split gives: both break at str.isspace)
-_WORD = re.compile(f"[{_CJK_CHARS}]|[^\\s{_CJK_CHARS}]+")
+_WORD = re.compile(f"[{CJK_CHAR_RANGES}]|[^\\s{CJK_CHAR_RANGES}]+")
 
 
 def count_words(text: str) -> int:
