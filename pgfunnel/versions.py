@@ -181,21 +181,13 @@ def as_array(value: Any) -> np.ndarray:
     return np.asarray(value, dtype=np.float32)
 
 
-def _db(fn: Callable[[], Any]) -> Any:
-    try:
-        return fn()
-    except psycopg.Error as exc:
-        raise translate(exc, searching=False) from exc
-
-
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
 def _translated(fn: Callable[_P, _R]) -> Callable[_P, _R]:
-    """``fn`` whose database errors are PgfunnelErrors (as :func:`_db`'s callers' are), for
-    a function too long to be one ``body``: the CLI reports those in one line, and any
-    other error escaped it with a traceback."""
+    """``fn`` whose database errors are PgfunnelErrors: the CLI reports those in one
+    line, and any other error escaped it with a traceback."""
     @functools.wraps(fn)
     def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         try:
@@ -203,6 +195,11 @@ def _translated(fn: Callable[_P, _R]) -> Callable[_P, _R]:
         except psycopg.Error as exc:
             raise translate(exc, searching=False) from exc
     return wrapper
+
+
+def _db(fn: Callable[[], _R]) -> _R:
+    """``fn()``, its database errors translated (a body too short for a function)."""
+    return _translated(fn)()
 
 
 def _version_row(conn: psycopg.Connection[Any], coll_id: int, version: int) -> VersionInfo:
@@ -855,7 +852,7 @@ def activate(conn: psycopg.Connection[Any], collection: str, version: int, *,
         replaced = None if row is None or row[0] is None else int(row[0])
         return Activation(collection, version, replaced, caught, index_built)
 
-    return _db(body)  # type: ignore[no-any-return]
+    return _db(body)
 
 
 def rollback(conn: psycopg.Connection[Any], collection: str, *,
@@ -915,7 +912,7 @@ def retire(conn: psycopg.Connection[Any], collection: str, version: int) -> Vers
                                              if now.state == "active" else ""))
         return _version_row(conn, coll_id, version)
 
-    return _db(body)  # type: ignore[no-any-return]
+    return _db(body)
 
 
 def drop(conn: psycopg.Connection[Any], collection: str, version: int) -> VersionInfo:
@@ -948,7 +945,7 @@ def drop(conn: psycopg.Connection[Any], collection: str, version: int) -> Versio
 
     if not conn.autocommit:
         raise ConfigError("conn", "drop needs an autocommit connection (DROP INDEX CONCURRENTLY)")
-    return _db(body)  # type: ignore[no-any-return]
+    return _db(body)
 
 
 def drop_collection(conn: psycopg.Connection[Any], collection: str) -> dict[str, Any]:
@@ -974,7 +971,7 @@ def drop_collection(conn: psycopg.Connection[Any], collection: str) -> dict[str,
     if not conn.autocommit:
         raise ConfigError("conn", "drop_collection needs an autocommit connection "
                                   "(DROP INDEX CONCURRENTLY)")
-    return _db(body)  # type: ignore[no-any-return]
+    return _db(body)
 
 
 # -- compare -------------------------------------------------------------------------
@@ -1070,7 +1067,7 @@ def search_pinned(conn: psycopg.Connection[Any], collection: str, version: int,
                 out.append(funnel.search(q, query_embedding=vec, k=k, **params).results)
         return out
 
-    return _db(body)  # type: ignore[no-any-return]
+    return _db(body)
 
 
 @functools.lru_cache(maxsize=2)
