@@ -106,6 +106,7 @@ as $$
 declare
     emptied_versions integer[];
     emptied_terms text[];
+    gone_version integer;
 begin
     -- the versions' rows first, in id order: see _bm25_add
     perform 1 from pgfunnel.index_version v
@@ -113,17 +114,32 @@ begin
      order by v.id
        for update;
 
+    -- Each version's postings by a statement that names the version: planned with the
+    -- version as a join key, the delete locked every version's posting partition, so a
+    -- document deleted or replaced in one collection held a lock on every other
+    -- collection's partition until commit, and waited for (or blocked) the index build
+    -- and the drop of a version anywhere in the database.
+    for gone_version in
+        select distinct g.index_version_id
+          from gone_lexical g
+          join pgfunnel.index_version v on v.id = g.index_version_id
+         order by 1
+    loop
+        execute format(
+            'delete from pgfunnel.posting p
+              using (select g.chunk_id, t.term
+                       from gone_lexical g,
+                            unnest(pg_catalog.tsvector_to_array(g.terms)) as t(term)
+                      where g.index_version_id = %1$s) g
+              where p.index_version_id = %1$s and p.term = g.term
+                and p.chunk_id = g.chunk_id', gone_version);
+    end loop;
+
     with gone as (
-        select g.index_version_id, g.chunk_id, t.term
+        select g.index_version_id, t.term
           from gone_lexical g
           join pgfunnel.index_version v on v.id = g.index_version_id,
                unnest(pg_catalog.tsvector_to_array(g.terms)) as t(term)
-    ),
-    dropped_postings as (
-        delete from pgfunnel.posting p
-         using gone g
-         where p.index_version_id = g.index_version_id and p.term = g.term
-           and p.chunk_id = g.chunk_id
     ),
     counted as (
         select g.index_version_id, g.term, count(*) as n

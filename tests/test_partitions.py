@@ -11,6 +11,7 @@ import numpy as np
 import psycopg
 import pytest
 from funnel_util import ingest as ingest_records
+from psycopg import sql
 
 from pgfunnel import schema, security
 from pgfunnel.db import connect
@@ -530,3 +531,50 @@ def test_few_visible_chunks_are_scored_by_probes_or_by_hash_as_counts_decide(
     for reader in ("few", "some"):
         assert _posting_partitions_locked(conn, lambda c, r=reader: hits(c, r)) == 1
         assert hits(conn, reader) == found[reader]
+
+
+
+def _statistics_match_postings(conn: psycopg.Connection[Any], collection: str) -> bool:
+    version = _active_version_id(conn, collection)
+    stored = conn.execute("select term, df from pgfunnel.term_stat "
+                          "where index_version_id = %s order by term", (version,)).fetchall()
+    recount = conn.execute("select term, df from pgfunnel.bm25_recount(%s) order by term",
+                           (version,)).fetchall()
+    return stored == recount
+
+
+def test_a_document_deleted_in_one_collection_leaves_other_partitions_unlocked(
+        db: str, conn: psycopg.Connection[Any]) -> None:
+    # the statistics trigger deleted postings by a join on the version, which locked every
+    # version's partition: one tenant's delete waited for another's index build or drop
+    from funnel_util import doc, ingest
+
+    for name in ("t", "other"):
+        ingest(conn, [doc(f"d{i}", f"refund policy for plan {i} annual refund {name}")
+                      for i in range(30)], collection=name)
+    _add_empty_versions(conn, 3)
+
+    def delete(c: psycopg.Connection[Any]) -> None:
+        c.execute("delete from pgfunnel.document d using pgfunnel.collection c "
+                  "where c.id = d.collection_id and c.name = 't' and d.citekey = 'd3'")
+
+    assert _posting_partitions_locked(conn, delete) == 1
+    assert _statistics_match_postings(conn, "t")
+
+    # another collection's partition held exclusively (a version being dropped there)
+    other = posting_partition_name(_active_version_id(conn, "other"))
+    with connect(db) as holder, connect(db, autocommit=True) as deleter:
+        holder.execute(sql.SQL("lock table {} in access exclusive mode").format(
+            sql.Identifier("pgfunnel", other)))
+        deleter.execute("set lock_timeout = '2s'")
+        delete_citekey = ("delete from pgfunnel.document d using pgfunnel.collection c "
+                          "where c.id = d.collection_id and c.name = 't' "
+                          "and d.citekey = %s")
+        assert deleter.execute(delete_citekey, ("d4",)).rowcount == 1
+        holder.rollback()
+
+    # one statement across collections corrects each version's statistics
+    conn.execute("delete from pgfunnel.document where citekey in ('d5', 'd6')")
+    assert _statistics_match_postings(conn, "t")
+    assert _statistics_match_postings(conn, "other")
+    assert conn.execute("select count(*) from pgfunnel.document").fetchone() == (54,)
