@@ -395,7 +395,7 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
     if past_cache:
         found.append(Finding("info", "active_index",
                              f"{len(past_cache)} active version(s) plan their graph walk on "
-                             f"every search (about 0.2 ms more), not cached: pgfunnel caches "
+                             f"every search (0.2 - 0.4 ms more), not cached: pgfunnel caches "
                              f"the walks of {MAX_CACHED_WALKS} versions, active ones first, "
                              f"and {int(graphs[0]) if graphs else 0} versions have a graph "
                              f"(e.g. {', '.join(map(repr, past_cache[:5]))})"))

@@ -223,14 +223,15 @@ def hnsw_type_of(conn: psycopg.Connection[Any], version_id: int) -> str:
 
 
 # the versions whose graph walk refresh_hnsw_walks caches: active versions first, then
-# the newest others (ready, retired, building). One left out plans its walk per search
-# (correct, about 0.2 ms slower); newest-first alone let a database of many collections
-# push their active versions out behind newer ready and retired ones. A larger limit was
-# measured and not adopted (bench/many_collections.py, 172 collections on 2 shared cores):
-# 256 cached all 172 (function text 16 KB -> 87 KB, each rewrite 7 -> 23 ms, a session's
-# first walk 10.5 - 11.4 ms either way), but a dense search of a collection it added to the
-# cache stayed within this machine's noise (2.4 - 3.0 ms uncached, 2.6 - 2.7 ms cached).
-MAX_CACHED_WALKS = 32
+# the newest others (ready, retired, building). One left out plans its walk per search:
+# correct, but the plan weighs every version's partial HNSW index on the shared embedding
+# table. With 200 more collections (each with its graph) a 2,000-chunk collection left out
+# took 1.21 - 1.27 ms a dense leg against 0.90 - 0.97 ms cached, and funnel_search
+# 3.3 - 3.6 against 3.05 - 3.14 ms (three rounds alternating, 280 searches each); a
+# session's first search compiles the larger function, 16 - 18 against 12 - 14 ms, and
+# each rewrite takes 23 ms instead of 7. Newest-first alone let a database of many
+# collections push their active versions out behind newer ready and retired ones.
+MAX_CACHED_WALKS = 256
 #: the FROM clause of the versions whose HNSW index exists and is valid (alias v)
 VERSIONS_WITH_VALID_GRAPH = (
     "from pgfunnel.index_version v "

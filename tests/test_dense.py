@@ -396,6 +396,18 @@ def test_the_walk_cache_keeps_active_versions_before_newer_inactive_ones(
     assert cached == {a_active: True, b_active: True, ready: False}
 
 
+def test_the_walk_cache_holds_the_active_versions_of_forty_collections(
+        conn: psycopg.Connection[Any]) -> None:
+    # a version left out plans its walk per search, weighing every version's partial
+    # HNSW index: a collection per customer should not make the older customers pay that
+    for i in range(40):
+        ingest(conn, [doc(f"d{i}", f"text {i}")], collection=f"customer{i}")
+    versions = [active(conn, f"customer{i}")[0] for i in range(40)]
+    q = unit(np.random.default_rng(3), 16)
+    assert all(conn.execute("select cached from pgfunnel._hnsw_walk(%s, %s::vector, 10)",
+                            (vid, q)).fetchone() == (True,) for vid in versions)
+
+
 @pytest.mark.parametrize("first_ef_search", [40, 400])
 def test_the_cached_walk_of_a_small_version_walks_its_graph_whatever_the_first_search(
         db: str, conn: psycopg.Connection[Any], first_ef_search: int) -> None:
@@ -419,7 +431,7 @@ def test_the_cached_walk_of_a_small_version_walks_its_graph_whatever_the_first_s
 
 def test_the_planned_walk_of_a_small_version_walks_its_graph(
         conn: psycopg.Connection[Any]) -> None:
-    # a version the walk cache does not hold (past its 32) is walked by a query planned
+    # a version the walk cache does not hold (past its 256) is walked by a query planned
     # per search; at 2,000 chunks of all-MiniLM's 384 dimensions that plan, even with the
     # limit known, sorted every row
     dims = 384
