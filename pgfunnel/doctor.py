@@ -36,6 +36,7 @@ from pgfunnel.sources import (
     CHUNKING_VERSION,
     CJK_CHAR_RANGES,
     EMBED_TEXT_ALONE,
+    HANGUL_CHAR_RANGES,
     UNMARKED_CHUNKING,
     version_embed_input,
 )
@@ -292,19 +293,26 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
         "         and not exists (select 1 from pgfunnel.chunk k "
         "                          where k.id = e.chunk_id and k.collection_id = c.id)"
         "       ) as orphan_vectors, "
-        # Chinese or Japanese runs longer than a pair, which v4 analyzers split (counted
-        # up to 1,000)
+        # Chinese or Japanese runs longer than a pair, which v4 and v5 analyzers split,
+        # and Korean words longer than a pair, which v5 analyzers split (counted up to
+        # 1,000 each)
         "       case when v.analyzer in ('english_v3', 'simple_v3') "
         "             and pg_catalog.getdatabaseencoding() = 'UTF8' "
         "            then (select count(*) from (select 1 from pgfunnel.term_stat t "
         "                   where t.index_version_id = v.id and char_length(t.term) > 2 "
         "                     and t.term ~ %(cjk)s limit 1000) x) "
-        "            else 0 end as cjk_terms "
+        "            else 0 end as cjk_terms, "
+        "       case when v.analyzer in ('english_v3', 'simple_v3', 'english_v4', 'simple_v4') "
+        "             and pg_catalog.getdatabaseencoding() = 'UTF8' "
+        "            then (select count(*) from (select 1 from pgfunnel.term_stat t "
+        "                   where t.index_version_id = v.id and char_length(t.term) > 2 "
+        "                     and t.term ~ %(hangul)s limit 1000) x) "
+        "            else 0 end as hangul_terms "
         "from pgfunnel.collection c "
         "join pgfunnel.index_version v on v.collection_id = c.id and v.state = 'active' "
         "cross join lateral pgfunnel.version_index(v.id) i "
         "cross join lateral pgfunnel.version_coverage(v.id) cov order by c.name",
-        {"cjk": f"[{CJK_CHAR_RANGES}]"}).fetchall()
+        {"cjk": f"[{CJK_CHAR_RANGES}]", "hangul": f"[{HANGUL_CHAR_RANGES}]"}).fetchall()
     # more versions with a graph than the walk cache holds: those left out plan their
     # walk per search, and `pgfunnel init` would not change that
     graphs = conn.execute("select count(*) " + VERSIONS_WITH_VALID_GRAPH).fetchone()
@@ -410,7 +418,7 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
                                  f"predates titles); {reindex} embeds them with it, which "
                                  "raised the dense leg's nDCG@10 on every benchmark here"))
         if analyzer in ("english_v1", "simple_v1", "english_v2", "simple_v2"):
-            newer = analyzer[:-1] + "4"
+            newer = analyzer[:-1] + "5"
             gains = ("also indexes the inner names of dotted identifiers (quote_all in "
                      "csv.QUOTE_ALL) and " if analyzer.endswith("_v1") else "")
             found.append(Finding("info", "active_index",
@@ -418,17 +426,20 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
                                  f"{name} --analyzer {newer} --activate` {gains}folds "
                                  "Unicode (an accent typed composed matches one stored "
                                  "decomposed, full-width letters their plain form) and reads "
-                                 "Chinese and Japanese as pairs of characters, with no "
-                                 "model time"))
-        elif analyzer in ("english_v3", "simple_v3") and r["cjk_terms"]:
-            # v4 differs from v3 only on Chinese and Japanese text: only a collection
-            # holding some is told
+                                 "Chinese, Japanese and Korean words as pairs of characters, "
+                                 "with no model time"))
+        elif r["cjk_terms"] or r["hangul_terms"]:
+            # v5 differs from v3 only on Chinese, Japanese and Korean text, and from v4
+            # only on Korean: only a collection holding some is told
+            held = [f"{what} text ({n} terms of it, {each})" for what, n, each in (
+                ("Chinese or Japanese", r["cjk_terms"], "each a whole run of characters"),
+                ("Korean", r["hangul_terms"], "each a word with its particles and endings"))
+                if n]
             found.append(Finding("info", "active_index",
-                                 f"{where} uses analyzer {analyzer} and holds Chinese or "
-                                 f"Japanese text ({r['cjk_terms']} terms of it), each run of "
-                                 "which is one term, found only by the same whole run; "
+                                 f"{where} uses analyzer {analyzer} and holds "
+                                 f"{' and '.join(held)}, found only by the same whole form; "
                                  f"`pgfunnel reindex -c {name} --analyzer "
-                                 f"{analyzer[:-1]}4 --activate` indexes it as pairs of "
+                                 f"{analyzer[:-1]}5 --activate` indexes it as pairs of "
                                  "characters, with no model time"))
         if version_hnsw_type(params) == HNSW_VECTOR:
             found.append(Finding("info", "active_index",

@@ -59,10 +59,10 @@ from pgfunnel.sources import (
 )
 
 DEFAULT_COLLECTION = "default"
-# english_v4: identifier-aware with the inner names of dotted identifiers, over
-# Unicode-folded text, Chinese and Japanese as pairs of characters (sql/010_analyzer.sql);
-# versions built with an older analyzer keep it until reindexed
-DEFAULT_ANALYZER = "english_v4"
+# english_v5: identifier-aware with the inner names of dotted identifiers, over
+# Unicode-folded text, Chinese, Japanese and Korean words as pairs of characters
+# (sql/010_analyzer.sql); versions built with an older analyzer keep it until reindexed
+DEFAULT_ANALYZER = "english_v5"
 _STRIP = string.punctuation + "\u201c\u201d\u2018\u2019\u00ab\u00bb"
 
 ProgressFn = Callable[[str, int, int | None], None]

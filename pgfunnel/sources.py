@@ -1133,6 +1133,10 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
 CJK_CHAR_RANGES = (r"\u3040-\u30fa\u30fc-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
                    r"\uff66-\uff9f\U00020000-\U0003134f")
 _CJK = re.compile(f"[{CJK_CHAR_RANGES}]")
+# Hangul syllables, conjoining jamo (with extensions A and B) and compatibility jamo, which
+# the v5 analyzers read as pairs (sql/010_analyzer.sql). Korean is written with spaces, so
+# the chunker counts its words as any other; doctor reads these to find Korean terms.
+HANGUL_CHAR_RANGES = r"\uac00-\ud7a3\u1100-\u11ff\ua960-\ua97f\ud7b0-\ud7ff\u3131-\u318e"
 # a word: one such character, or a run of other characters up to whitespace (for text
 # without those scripts, what str.split gives: both break at str.isspace)
 _WORD = re.compile(f"[{CJK_CHAR_RANGES}]|[^\\s{CJK_CHAR_RANGES}]+")

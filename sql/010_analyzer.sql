@@ -21,8 +21,11 @@
 --     and some HTML write é as e + a combining accent), in full-width or ligature forms,
 --     or with invisible soft hyphens and zero-width characters inside its words
 --   * english_v4 and simple_v4 (the v3 rules) also read each run of Han, Hiragana or
---     Katakana characters as its overlapping pairs of characters (_cjk_bigrams): those
+--     Katakana characters as its overlapping pairs of characters (_character_pairs): those
 --     scripts put no space between words, so under v3 a whole sentence was one term
+--   * english_v5 and simple_v5 (the v4 rules) also read each run of Hangul inside a word
+--     as its pairs: Korean writes a word's particles and endings onto it (데이터베이스를,
+--     "the database" as an object), so under v4 the bare word found none of its forms
 
 -- analyzers this version of pgfunnel knows; a new name is a new index version
 create or replace function pgfunnel.analyzers()
@@ -40,7 +43,9 @@ begin
            ('english_v3', 'english_stem', 'english_v2, with Unicode folded (NFKC, no soft hyphens or zero-width characters)'),
            ('simple_v3',  'simple',       'simple_v2, with Unicode folded (NFKC, no soft hyphens or zero-width characters)'),
            ('english_v4', 'english_stem', 'english_v3, with Chinese and Japanese text indexed as pairs of characters'),
-           ('simple_v4',  'simple',       'simple_v3, with Chinese and Japanese text indexed as pairs of characters');
+           ('simple_v4',  'simple',       'simple_v3, with Chinese and Japanese text indexed as pairs of characters'),
+           ('english_v5', 'english_stem', 'english_v4, with Korean words also indexed as pairs of characters'),
+           ('simple_v5',  'simple',       'simple_v4, with Korean words also indexed as pairs of characters');
 end
 $$;
 
@@ -82,41 +87,42 @@ begin
 end
 $$;
 
--- each text in the form v4 analyzers read: every run of Han, Hiragana or Katakana
--- characters replaced by its overlapping pairs of characters (a lone character by itself),
--- spaced apart. Those scripts put no space between words, so to the token rules a
--- sentence in them is one token, and a query matched only a chunk holding the very same
--- run. Without a dictionary of the language, pairs are how search engines index it
--- (Lucene's CJK bigrams): a two-character word is one term, and a longer word's pairs are
--- all in every chunk that holds it. Hangul is written with spaces and keeps its words. A
--- database whose encoding is not UTF-8 holds none of these characters.
-create or replace function pgfunnel._cjk_bigrams(inputs text[])
+-- the v4 analyzers' pairs before v5 shared them
+drop function if exists pgfunnel._cjk_bigrams(text[]);
+
+-- each text with every run of the given characters (`chars`, the inside of a regular
+-- expression's bracket) replaced by its overlapping pairs of characters (a lone
+-- character by itself), spaced apart. v4 analyzers pass Han, Hiragana and Katakana:
+-- those scripts put no space between words, so to the token rules a sentence in them is
+-- one token, and a query matched only a chunk holding the very same run. v5 adds Hangul:
+-- Korean puts spaces between words but writes particles and endings onto them, so
+-- 데이터베이스 (database) and 데이터베이스를 (the database, as an object) were two terms.
+-- Without a dictionary of the language, pairs are how search engines index these
+-- scripts (Lucene's CJK bigrams, which take Hangul too): a two-character word is one
+-- term, and a longer word's pairs are all in every chunk that holds it. A database whose
+-- encoding is not UTF-8 holds none of these characters.
+create or replace function pgfunnel._character_pairs(inputs text[], chars text)
 returns text[]
 language plpgsql immutable parallel safe
 security invoker
 set search_path = pg_catalog, pgfunnel
 as $$
-declare
-    -- Hiragana and Katakana (without the middle dot, a punctuation mark), the CJK
-    -- unified ideographs with extension A, compatibility ideographs, extensions B and on
-    cjk constant text := '\u3040-\u30fa\u30fc-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff'
-                         '\U00020000-\U0003134f';
 begin
     if getdatabaseencoding() <> 'UTF8'
-       or not exists (select 1 from unnest(inputs) as i(txt) where i.txt ~ ('[' || cjk || ']')) then
+       or not exists (select 1 from unnest(inputs) as i(txt) where i.txt ~ ('[' || chars || ']')) then
         return inputs;
     end if;
     return array(
-        select case when i.txt !~ ('[' || cjk || ']') then i.txt
+        select case when i.txt !~ ('[' || chars || ']') then i.txt
                     else (select string_agg(
-                                     case when r.m[1] !~ ('^[' || cjk || ']') then r.m[1]
+                                     case when r.m[1] !~ ('^[' || chars || ']') then r.m[1]
                                           when char_length(r.m[1]) = 1 then ' ' || r.m[1] || ' '
                                           else ' ' || (select string_agg(substr(r.m[1], g, 2), ' '
                                                                          order by g)
                                                          from generate_series(1, char_length(r.m[1]) - 1) g)
                                                || ' '
                                      end, '' order by r.ord)
-                            from regexp_matches(i.txt, '[' || cjk || ']+|[^' || cjk || ']+', 'g')
+                            from regexp_matches(i.txt, '[' || chars || ']+|[^' || chars || ']+', 'g')
                                  with ordinality as r(m, ord))
                end
           from unnest(inputs) with ordinality as i(txt, ord)
@@ -128,7 +134,7 @@ $$;
 -- Ingest analyses the distinct whitespace-separated words of a batch through this
 -- function (the token pattern never spans whitespace), so indexed terms and query
 -- terms come from one implementation.
-create or replace function pgfunnel.analyze_each(inputs text[], analyzer text default 'english_v4',
+create or replace function pgfunnel.analyze_each(inputs text[], analyzer text default 'english_v5',
                                                  for_query boolean default false)
 returns table (input_ordinal integer, token_position integer, token text, term text, dropped text)
 language plpgsql stable parallel safe
@@ -142,7 +148,13 @@ declare
     stem_dict regdictionary;
     question_words text[] := case when for_query then pgfunnel._question_words() else '{}' end;
     inner_names boolean := analyzer in ('english_v2', 'simple_v2', 'english_v3', 'simple_v3',
-                                        'english_v4', 'simple_v4');
+                                        'english_v4', 'simple_v4', 'english_v5', 'simple_v5');
+    -- Hiragana and Katakana (without the middle dot, a punctuation mark), the CJK
+    -- unified ideographs with extension A, compatibility ideographs, extensions B and on
+    cjk constant text := '\u3040-\u30fa\u30fc-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff'
+                         '\U00020000-\U0003134f';
+    -- Hangul syllables, conjoining jamo (with extensions A and B) and compatibility jamo
+    hangul constant text := '\uac00-\ud7a3\u1100-\u11ff\ua960-\ua97f\ud7b0-\ud7ff\u3131-\u318e';
 begin
     select a.stem_dictionary::regdictionary into stem_dict
       from pgfunnel.analyzers() a where a.name = analyzer;
@@ -151,11 +163,14 @@ begin
             format('unknown analyzer %L (known: %s)', analyzer,
                    (select string_agg(a.name, ', ') from pgfunnel.analyzers() a)));
     end if;
-    if analyzer in ('english_v3', 'simple_v3', 'english_v4', 'simple_v4') then
+    if analyzer in ('english_v3', 'simple_v3', 'english_v4', 'simple_v4', 'english_v5',
+                    'simple_v5') then
         inputs := pgfunnel._unicode_fold(inputs);
     end if;
     if analyzer in ('english_v4', 'simple_v4') then
-        inputs := pgfunnel._cjk_bigrams(inputs);
+        inputs := pgfunnel._character_pairs(inputs, cjk);
+    elsif analyzer in ('english_v5', 'simple_v5') then
+        inputs := pgfunnel._character_pairs(inputs, cjk || hangul);
     end if;
     if not exists (select 1 from unnest(inputs) as i(txt) where i.txt ~ '[[:digit:]._-]') then
         -- No digit and no joiner in any input: every token is a plain word, which is its
@@ -273,7 +288,7 @@ end
 $$;
 
 -- every token of a text, what it became, and why anything was dropped
-create or replace function pgfunnel.analyze_tokens(input text, analyzer text default 'english_v4',
+create or replace function pgfunnel.analyze_tokens(input text, analyzer text default 'english_v5',
                                                    for_query boolean default false)
 returns table (token_position integer, token text, term text, dropped text)
 language sql stable parallel safe
@@ -285,7 +300,7 @@ as $$
 $$;
 
 -- the terms a text becomes (what the lexical leg sees), in order
-create or replace function pgfunnel.analyze(input text, analyzer text default 'english_v4',
+create or replace function pgfunnel.analyze(input text, analyzer text default 'english_v5',
                                             for_query boolean default false)
 returns text[]
 language sql stable parallel safe
@@ -299,7 +314,7 @@ $$;
 
 -- the query words the analyzer dropped whole, so callers can say so instead of failing
 -- silently; a word of which some part is searched (`s3` without its stop word `s`) is not one
-create or replace function pgfunnel.dropped_query_words(input text, analyzer text default 'english_v4')
+create or replace function pgfunnel.dropped_query_words(input text, analyzer text default 'english_v5')
 returns text[]
 language sql stable parallel safe
 security invoker

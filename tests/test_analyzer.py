@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import unicodedata
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -204,7 +205,8 @@ def _random_strings(n: int, seed: int) -> list[str]:
 
 
 @pytest.mark.parametrize("analyzer", ["english_v1", "simple_v1", "english_v2", "simple_v2",
-                                      "english_v3", "simple_v3", "english_v4", "simple_v4"])
+                                      "english_v3", "simple_v3", "english_v4", "simple_v4",
+                                      "english_v5", "simple_v5"])
 def test_python_term_analyzer_matches_sql(conn: psycopg.Connection[Any], analyzer: str) -> None:
     texts = [json.loads(line)["text"] for line in SAMPLE.read_text().splitlines()]
     texts += _random_strings(150, seed=7) + _CJK_TEXTS
@@ -264,7 +266,8 @@ def test_v3_reads_one_visible_text_as_one_set_of_terms(conn: psycopg.Connection[
 _CJK_TEXTS = ["数据库索引的性能", "如何创建索引？PostgreSQL数据库的索引类型。",
               "インデックスを作成する (CREATE INDEX) と検索が速くなります",
               "库 and 表, err-4029 错误代码：ERR-4029", "ｶﾀｶﾅ と ひらがな・カタカナ",
-              "한국어 텍스트 검색", "𠮷野家 の 牛丼"]
+              "한국어 텍스트 검색", "𠮷野家 の 牛丼", "데이터베이스를 백업하는 방법은?",
+              "ㅋㅋ 그 책은 PostgreSQL로 써요", "인덱스(index)와 err-4029 오류"]
 
 
 @pytest.mark.parametrize("analyzer", ["english_v4", "simple_v4"])
@@ -314,6 +317,51 @@ def test_a_chinese_word_finds_the_sentence_that_holds_it_under_v4(
     assert lexical(conn, "索引", collection="v3") == []
 
 
+@pytest.mark.parametrize("analyzer", ["english_v5", "simple_v5"])
+def test_v5_reads_korean_words_as_pairs_of_characters(
+        conn: psycopg.Connection[Any], analyzer: str) -> None:
+    older = analyzer.replace("_v5", "_v4")
+    assert _terms(conn, "데이터베이스를 백업", analyzer) == [
+        "데이", "이터", "터베", "베이", "이스", "스를", "백업"]
+    # a one-syllable word is itself; pairs never cross the space between two words
+    assert _terms(conn, "그 책", analyzer) == ["그", "책"]
+    # Latin text beside Hangul is a word of its own, and identifiers keep their rules
+    assert _terms(conn, "PostgreSQL로", analyzer) == ["postgresql", "로"]
+    assert _terms(conn, "오류 ERR-4029 os.path.join", analyzer) == \
+        ["오류"] + _terms(conn, "ERR-4029 os.path.join", older)
+    # conjoining jamo are composed into syllables first (NFKC), half-width jamo folded
+    decomposed = unicodedata.normalize("NFD", "데이터")
+    assert decomposed != "데이터"
+    assert _terms(conn, decomposed, analyzer) == _terms(conn, "데이터", analyzer)
+    # Chinese and Japanese read as under v4, and text without Hangul gets its v4 terms
+    texts = [json.loads(line)["text"] for line in SAMPLE.read_text().splitlines()]
+    hangul = re.compile("[\uac00-\ud7a3\u1100-\u11ff\ua960-\ua97f\ud7b0-\ud7ff"
+                        "\u3131-\u318e\uffa0-\uffdc]")
+    others = [t for t in texts + _random_strings(100, seed=6) + _CJK_TEXTS
+              if not hangul.search(t)]
+    assert len(others) > 200
+    for text in others:
+        assert _terms(conn, text, analyzer) == _terms(conn, text, older), text
+
+
+def test_a_korean_word_finds_its_forms_with_particles_under_v5(
+        conn: psycopg.Connection[Any]) -> None:
+    from funnel_util import make_collection
+
+    records = [doc("backup", "데이터베이스를 백업하려면 덤프 도구를 사용하세요."),
+               doc("index", "인덱스는 검색 속도를 높입니다."),
+               doc("en", "How to back up a database.")]
+    for name, analyzer in (("v5", "english_v5"), ("v4", "english_v4")):
+        make_collection(conn, name, 16, analyzer=analyzer)
+        ingest(conn, records, collection=name)
+    # the bare word finds the sentence that holds it with a particle (-를) written on
+    assert [r[1] for r in lexical(conn, "데이터베이스", collection="v5")] == ["backup"]
+    assert [r[1] for r in lexical(conn, "인덱스가 뭐예요", collection="v5")][:1] == ["index"]
+    assert [r[1] for r in lexical(conn, "database", collection="v5")] == ["en"]
+    # under v4 the word and its form with the particle were two unrelated terms
+    assert lexical(conn, "데이터베이스", collection="v4") == []
+
+
 def test_a_decomposed_accent_finds_its_composed_spelling_under_v3(
         conn: psycopg.Connection[Any]) -> None:
     import unicodedata
@@ -353,7 +401,8 @@ def test_an_unqualified_name_finds_its_qualified_spelling(
 
 
 @pytest.mark.parametrize("analyzer", ["english_v1", "simple_v1", "english_v2", "simple_v2",
-                                      "english_v3", "simple_v3", "english_v4", "simple_v4"])
+                                      "english_v3", "simple_v3", "english_v4", "simple_v4",
+                                      "english_v5", "simple_v5"])
 @pytest.mark.parametrize("for_query", [False, True])
 def test_plain_words_take_a_shorter_path_to_the_same_rows(conn: psycopg.Connection[Any],
                                                           analyzer: str, for_query: bool) -> None:

@@ -110,7 +110,7 @@ def test_an_uncached_graph_walk_is_pointed_to_init(sample_db: str) -> None:
         assert not uncached(conn)
 
 
-def test_a_version_with_an_older_analyzer_is_pointed_to_its_v4(sample_db: str) -> None:
+def test_a_version_with_an_older_analyzer_is_pointed_to_its_v5(sample_db: str) -> None:
     with connect(sample_db, autocommit=True) as conn:
         # the sample collection was built with today's default
         assert not [f for f in check_active_indexes(conn) if "analyzer" in f.message]
@@ -120,13 +120,13 @@ def test_a_version_with_an_older_analyzer_is_pointed_to_its_v4(sample_db: str) -
             [notes[older]] = [f for f in check_active_indexes(conn) if "analyzer" in f.message]
     assert {n.level for n in notes.values()} == {"info"}
     v1, v2 = notes["simple_v1"].message, notes["english_v2"].message
-    assert "pgfunnel reindex -c default --analyzer simple_v4 --activate" in v1
+    assert "pgfunnel reindex -c default --analyzer simple_v5 --activate" in v1
     assert "inner names" in v1
-    assert "pgfunnel reindex -c default --analyzer english_v4 --activate" in v2
+    assert "pgfunnel reindex -c default --analyzer english_v5 --activate" in v2
     assert "inner names" not in v2
 
 
-def test_a_v3_version_is_pointed_to_v4_only_when_it_holds_chinese_or_japanese(
+def test_a_v3_version_is_pointed_to_v5_only_when_it_holds_chinese_or_japanese(
         conn: psycopg.Connection[Any]) -> None:
     from funnel_util import make_collection
 
@@ -138,8 +138,25 @@ def test_a_v3_version_is_pointed_to_v4_only_when_it_holds_chinese_or_japanese(
     assert analyzer_notes() == []
     ingest(conn, [doc("zh", "数据库索引的性能取决于索引类型。")])
     [note] = analyzer_notes()
-    assert "pgfunnel reindex -c t --analyzer english_v4 --activate" in note
-    assert "Chinese or Japanese" in note
+    assert "pgfunnel reindex -c t --analyzer english_v5 --activate" in note
+    assert "Chinese or Japanese" in note and "Korean" not in note
+
+
+def test_a_v4_version_is_pointed_to_v5_only_when_it_holds_korean(
+        conn: psycopg.Connection[Any]) -> None:
+    from funnel_util import make_collection
+
+    def analyzer_notes() -> list[str]:
+        return [f.message for f in check_active_indexes(conn) if "analyzer" in f.message]
+
+    make_collection(conn, "t", 16, analyzer="simple_v4")
+    # Chinese reads the same under v4 and v5, and so do Korean words of two syllables
+    ingest(conn, [doc("zh", "数据库索引的性能取决于索引类型。"), doc("ko", "검색 방법")])
+    assert analyzer_notes() == []
+    ingest(conn, [doc("ko2", "데이터베이스를 백업하는 방법")])
+    [note] = analyzer_notes()
+    assert "pgfunnel reindex -c t --analyzer simple_v5 --activate" in note
+    assert "Korean text (2 terms of it" in note and "Chinese" not in note
 
 
 def test_a_full_precision_graph_is_pointed_to_reindex(sample_db: str) -> None:
