@@ -229,7 +229,8 @@ def hnsw_type_of(conn: psycopg.Connection[Any], version_id: int) -> str:
 # took 1.21 - 1.27 ms a dense leg against 0.90 - 0.97 ms cached, and funnel_search
 # 3.3 - 3.6 against 3.05 - 3.14 ms (three rounds alternating, 280 searches each); a
 # session's first search compiles the larger function, 16 - 18 against 12 - 14 ms, and
-# each rewrite takes 23 ms instead of 7. Newest-first alone let a database of many
+# each rewrite takes 23 ms instead of 7; each compiled branch holds ~13 KB of a session's
+# memory (docs/tuning.md, "Many collections"). Newest-first alone let a database of many
 # collections push their active versions out behind newer ready and retired ones.
 MAX_CACHED_WALKS = 256
 #: the FROM clause of the versions whose HNSW index exists and is valid (alias v)
