@@ -267,6 +267,7 @@ language plpgsql stable
 security invoker
 set search_path = pg_catalog, pgfunnel, {vschema}
 set plan_cache_mode = force_generic_plan
+set jit = off
 set enable_sort = off
 as {body}""")
 

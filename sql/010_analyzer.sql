@@ -143,6 +143,7 @@ set search_path = pg_catalog, pgfunnel
 -- the custom plan is estimated cheaper, so plpgsql would re-plan this statement on every
 -- call: planning it costs about three times what running it on a query does
 set plan_cache_mode = force_generic_plan
+set jit = off
 as $$
 declare
     stem_dict regdictionary;

@@ -37,6 +37,7 @@ language plpgsql stable parallel safe
 security definer
 set search_path = pg_catalog, pgfunnel
 set plan_cache_mode = force_generic_plan
+set jit = off
 as $$
 begin
     return query

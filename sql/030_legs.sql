@@ -9,6 +9,16 @@ drop function if exists pgfunnel._visible_sql();
 -- plpgsql would re-plan each statement on every search, which costs more than running
 -- it. The generic plans were checked: index scans driven by the id arrays.
 --
+-- Why they set jit = off: Postgres compiles a statement to machine code when its
+-- estimated cost passes jit_above_cost (100,000), and a generic plan over a large
+-- collection is estimated far above what it runs (a query for one rare identifier is
+-- priced like one for every chunk). Where the server has JIT (on by default before
+-- Postgres 19, in most packaged and managed servers), compiling took 350 - 400 ms of a
+-- 10 ms search: on PostgreSQL 15 with JIT, 100k chunks, 97 help-center queries x 2,
+-- funnel_search with jit on took p50 34.1 / p95 390 / mean 96 ms against 31.6 / 66 /
+-- 29 ms with it off (`ERR-4321`: 390 against 9 ms). Every function that runs per search
+-- sets it off for the statements it plans and runs; nested calls inherit it.
+--
 -- Helper functions are called in plpgsql assignments (`vis := pgfunnel._visible_prefix(...)`),
 -- not `select ... into ... from f(...)`: an assignment evaluates the call directly, while
 -- the select starts an executor and stores the one result row in a tuplestore. Across
@@ -53,6 +63,7 @@ language plpgsql stable
 security invoker
 set search_path = pg_catalog, pgfunnel
 set plan_cache_mode = force_generic_plan
+set jit = off
 as $$
 begin
     if language is not null or metadata_filter is not null
@@ -83,6 +94,7 @@ language plpgsql stable
 security invoker
 set search_path = pg_catalog, pgfunnel
 set plan_cache_mode = force_generic_plan
+set jit = off
 set join_collapse_limit = 1
 as $$
 begin
@@ -115,6 +127,7 @@ language plpgsql stable
 security invoker
 set search_path = pg_catalog, pgfunnel
 set plan_cache_mode = force_generic_plan
+set jit = off
 as $$
 declare
     ids bigint[];
@@ -173,6 +186,7 @@ language plpgsql stable
 security invoker
 set search_path = pg_catalog, pgfunnel
 set plan_cache_mode = force_generic_plan
+set jit = off
 as $$
 declare
     avg_len double precision;
@@ -522,6 +536,7 @@ language plpgsql stable
 security invoker
 set search_path = pg_catalog, pgfunnel, @vector_schema@
 set plan_cache_mode = force_generic_plan
+set jit = off
 set enable_sort = off
 as $$
 declare
@@ -564,6 +579,7 @@ language plpgsql stable
 security invoker
 set search_path = pg_catalog, pgfunnel, @vector_schema@
 set plan_cache_mode = force_generic_plan
+set jit = off
 set enable_sort = off
 as $$
 begin
@@ -602,6 +618,7 @@ language plpgsql stable
 security invoker
 set search_path = pg_catalog, pgfunnel, @vector_schema@
 set plan_cache_mode = force_generic_plan
+set jit = off
 as $$
 declare
     -- the first read is sized by the visible share the caller expects (the lexical leg

@@ -222,6 +222,7 @@ security invoker
 set search_path = pg_catalog, pgfunnel, @vector_schema@
 -- a custom plan would be re-made on every search (see 030_legs.sql)
 set plan_cache_mode = force_generic_plan
+set jit = off
 as $$
 declare
     coll_id integer;
@@ -598,6 +599,7 @@ language plpgsql stable
 security invoker
 set search_path = pg_catalog, pgfunnel, @vector_schema@
 set plan_cache_mode = force_generic_plan
+set jit = off
 as $$
 begin
     return query
@@ -659,6 +661,7 @@ language plpgsql volatile
 security invoker
 set search_path = pg_catalog, pgfunnel
 set plan_cache_mode = force_generic_plan
+set jit = off
 as $$
 declare
     coll_id integer;
@@ -842,6 +845,7 @@ language plpgsql volatile
 security invoker
 set search_path = pg_catalog, pgfunnel, @vector_schema@
 set plan_cache_mode = force_generic_plan
+set jit = off
 as $$
 begin
     if trace is null then

@@ -40,6 +40,8 @@ returns table (
 language plpgsql volatile
 security invoker
 set search_path = pg_catalog, pgfunnel, @vector_schema@
+-- it reruns the search (see 030_legs.sql on jit)
+set jit = off
 as $$
 declare
     coll_id integer;

@@ -359,6 +359,23 @@ def test_sql_files_follow_the_conventions() -> None:
             f"function {name}(" in text for name in DEFINER_FUNCTIONS)
 
 
+def test_every_function_that_runs_per_search_turns_jit_off(conn: psycopg.Connection[Any]) -> None:
+    # a generic plan over a large collection is priced far above what it runs, and where
+    # the server has JIT it compiled statements of a 10 ms search for 350 - 400 ms
+    from funnel_util import doc, ingest
+
+    ingest(conn, [doc("d1", "refund policy")])  # a graph, so a generated cached walk
+    config = {name: list(cfg or []) for name, cfg in conn.execute(
+        "select proname, proconfig from pg_proc "
+        "where pronamespace = 'pgfunnel'::regnamespace").fetchall()}
+    per_search = {name for name, cfg in config.items()
+                  if "plan_cache_mode=force_generic_plan" in cfg}
+    assert {"funnel_search", "candidates", "final", "_pool", "_lexical_hits", "_dense_hits",
+            "_hnsw_walk", "_hnsw_walk_planned"} <= per_search
+    for name in per_search | {"explain"}:
+        assert "jit=off" in config[name], name
+
+
 def test_inlined_functions_inline(db: str) -> None:
     """The SQL functions without a SET clause are inlined, under a hostile search_path too."""
     with connect(db, autocommit=True) as conn:
