@@ -122,3 +122,18 @@ class SlowEmbedder:
         time.sleep(0.5)
         vectors: np.ndarray = self.inner.embed(texts, progress=progress)
         return vectors
+
+
+def pg_bin(name: str) -> str:
+    """A client program of the tested server's version: PGFUNNEL_TEST_PGBIN (which
+    scripts/test-pg16 sets, since a dump made by pg_dump 18 sets parameters a Postgres 16
+    server refuses on restore, and its schema dump of a Postgres 15 server writes column
+    options that differ between two equal databases), else the embedded server's build."""
+    import os
+
+    import pgserver
+
+    where = os.environ.get("PGFUNNEL_TEST_PGBIN")
+    if where:
+        return str(Path(where) / name)
+    return str(Path(pgserver.__file__).parent / "pginstall" / "bin" / name)

@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 from _security_helpers import create_app_role, with_user
-from funnel_util import doc, ingest, make_collection
+from funnel_util import doc, ingest, make_collection, pg_bin
 from psycopg import sql
 
 from pgfunnel import schema, versions
@@ -29,20 +29,6 @@ from pgfunnel.security import enable_rls
 from pgfunnel.sources import DocumentRecord
 
 QUERIES = ("refund on a monthly plan", "ERR-4029", "export my data as csv")
-
-
-def pg_bin(name: str) -> str:
-    """A client program of the tested server's version: PGFUNNEL_TEST_PGBIN (which
-    scripts/test-pg16 sets, since a dump made by pg_dump 18 sets parameters a Postgres 16
-    server refuses on restore), else the embedded server's build."""
-    import os
-
-    import pgserver
-
-    where = os.environ.get("PGFUNNEL_TEST_PGBIN")
-    if where:
-        return str(Path(where) / name)
-    return str(Path(pgserver.__file__).parent / "pginstall" / "bin" / name)
 
 
 def _with_db(dsn: str, dbname: str) -> str:

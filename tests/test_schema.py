@@ -16,10 +16,9 @@ from pgfunnel.errors import ConnectionFailedError, PgfunnelError, SchemaMissingE
 
 
 def _pg_dump_schema(dsn: str) -> str:
-    import pgserver
+    from funnel_util import pg_bin
 
-    pg_dump = Path(pgserver.__file__).parent / "pginstall" / "bin" / "pg_dump"
-    out = subprocess.run([str(pg_dump), "--schema-only", "--no-owner", "--no-privileges",
+    out = subprocess.run([pg_bin("pg_dump"), "--schema-only", "--no-owner", "--no-privileges",
                           "--schema=pgfunnel", dsn], check=True, capture_output=True, text=True)
     # restrict_key lines are random per dump (pg_dump >= 17.6); they are not schema
     return "\n".join(line for line in out.stdout.splitlines()
