@@ -126,18 +126,19 @@ def test_a_version_with_an_older_analyzer_is_pointed_to_its_v5(sample_db: str) -
     assert "inner names" not in v2
 
 
+def _analyzer_notes(conn: psycopg.Connection[Any]) -> list[str]:
+    return [f.message for f in check_active_indexes(conn) if "analyzer" in f.message]
+
+
 def test_a_v3_version_is_pointed_to_v5_only_when_it_holds_chinese_or_japanese(
         conn: psycopg.Connection[Any]) -> None:
     from funnel_util import make_collection
 
-    def analyzer_notes() -> list[str]:
-        return [f.message for f in check_active_indexes(conn) if "analyzer" in f.message]
-
     make_collection(conn, "t", 16, analyzer="english_v3")
     ingest(conn, [doc("en", "How to create an index in PostgreSQL.")])
-    assert analyzer_notes() == []
+    assert _analyzer_notes(conn) == []
     ingest(conn, [doc("zh", "数据库索引的性能取决于索引类型。")])
-    [note] = analyzer_notes()
+    [note] = _analyzer_notes(conn)
     assert "pgfunnel reindex -c t --analyzer english_v5 --activate" in note
     assert "Chinese or Japanese" in note and "Korean" not in note
 
@@ -146,15 +147,12 @@ def test_a_v4_version_is_pointed_to_v5_only_when_it_holds_korean(
         conn: psycopg.Connection[Any]) -> None:
     from funnel_util import make_collection
 
-    def analyzer_notes() -> list[str]:
-        return [f.message for f in check_active_indexes(conn) if "analyzer" in f.message]
-
     make_collection(conn, "t", 16, analyzer="simple_v4")
     # Chinese reads the same under v4 and v5, and so do Korean words of two syllables
     ingest(conn, [doc("zh", "数据库索引的性能取决于索引类型。"), doc("ko", "검색 방법")])
-    assert analyzer_notes() == []
+    assert _analyzer_notes(conn) == []
     ingest(conn, [doc("ko2", "데이터베이스를 백업하는 방법")])
-    [note] = analyzer_notes()
+    [note] = _analyzer_notes(conn)
     assert "pgfunnel reindex -c t --analyzer simple_v5 --activate" in note
     assert "Korean text (2 terms of it" in note and "Chinese" not in note
 
