@@ -30,6 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import perf  # noqa: E402
+from latency_pydocs import pct  # noqa: E402
 
 from pgfunnel import schema  # noqa: E402
 from pgfunnel.db import connect  # noqa: E402
@@ -37,11 +38,6 @@ from pgfunnel.ingest import Ingester  # noqa: E402
 
 _SEARCH = ("select count(*) from funnel_search(%s, %s, 10, collection => 'perf', "
            "principals => %s)")
-
-
-def _pct(xs: list[float], p: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(p * len(s)))]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         for mode in ("on", "off"):
             t_ = times[mode]
             print(f"session jit = {mode:<3}: p50 {statistics.median(t_):6.1f} ms  "
-                  f"p95 {_pct(t_, 0.95):6.1f}  mean {statistics.mean(t_):6.1f}")
+                  f"p95 {pct(t_, 0.95):6.1f}  mean {statistics.mean(t_):6.1f}")
         ratio = statistics.mean(times["on"]) / statistics.mean(times["off"])
         print(f"on / off, mean: {ratio:.2f}x")
         for s in sessions.values():
