@@ -554,9 +554,11 @@ def test_a_document_deleted_in_one_collection_leaves_other_partitions_unlocked(
                       for i in range(30)], collection=name)
     _add_empty_versions(conn, 3)
 
+    delete_in_t = ("delete from pgfunnel.document d using pgfunnel.collection c "
+                   "where c.id = d.collection_id and c.name = 't' and d.citekey = %s")
+
     def delete(c: psycopg.Connection[Any]) -> None:
-        c.execute("delete from pgfunnel.document d using pgfunnel.collection c "
-                  "where c.id = d.collection_id and c.name = 't' and d.citekey = 'd3'")
+        c.execute(delete_in_t, ("d3",))
 
     assert _posting_partitions_locked(conn, delete) == 1
     assert _statistics_match_postings(conn, "t")
@@ -567,10 +569,7 @@ def test_a_document_deleted_in_one_collection_leaves_other_partitions_unlocked(
         holder.execute(sql.SQL("lock table {} in access exclusive mode").format(
             sql.Identifier("pgfunnel", other)))
         deleter.execute("set lock_timeout = '2s'")
-        delete_citekey = ("delete from pgfunnel.document d using pgfunnel.collection c "
-                          "where c.id = d.collection_id and c.name = 't' "
-                          "and d.citekey = %s")
-        assert deleter.execute(delete_citekey, ("d4",)).rowcount == 1
+        assert deleter.execute(delete_in_t, ("d4",)).rowcount == 1
         holder.rollback()
 
     # one statement across collections corrects each version's statistics
