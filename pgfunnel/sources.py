@@ -62,9 +62,11 @@ DEFAULT_EMBED_INPUT = EMBED_WITH_TITLE
 # is cut between its lines and stays quoted; 7: a heading that starts like a list item, a
 # quote or another block, `1. Install`, has its marker escaped, and a raw HTML block is
 # cut between its lines; 8: each Chinese or Japanese character counts as a word, so text
-# in those scripts, written without spaces, is cut to size too). Unchanged
+# in those scripts, written without spaces, is cut to size too; 9: each character
+# cluster of Thai, Lao, Khmer or Burmese counts as a word, for the same reason, and a cut
+# falls between clusters, never between a letter and its marks). Unchanged
 # chunks keep their vectors (ChunkRecord.vector_key ignores whitespace).
-CHUNKING_VERSION = 8
+CHUNKING_VERSION = 9
 # a document's content hash starts with the chunking version it was chunked by, so that
 # `pgfunnel doctor` and ingest can tell documents stored by an older pgfunnel apart (the
 # pattern reads the same in Python and in Postgres' regular expressions); a hash without
@@ -1132,20 +1134,49 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
 # can send them to a database of any encoding.
 CJK_CHAR_RANGES = (r"\u3040-\u30fa\u30fc-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
                    r"\uff66-\uff9f\U00020000-\U0003134f")
-_CJK = re.compile(f"[{CJK_CHAR_RANGES}]")
 # Hangul syllables, conjoining jamo (with extensions A and B) and compatibility jamo, which
 # the v5 analyzers read as pairs (sql/010_analyzer.sql). Korean is written with spaces, so
 # the chunker counts its words as any other; doctor reads these to find Korean terms.
 HANGUL_CHAR_RANGES = r"\uac00-\ud7a3\u1100-\u11ff\ua960-\ua97f\ud7b0-\ud7ff\u3131-\u318e"
-# a word: one such character, or a run of other characters up to whitespace (for text
-# without those scripts, what str.split gives: both break at str.isspace)
-_WORD = re.compile(f"[{CJK_CHAR_RANGES}]|[^\\s{CJK_CHAR_RANGES}]+")
+# Thai, Lao, Myanmar (with Extended-A and -B) and Khmer (with its symbols): written
+# without spaces between words too, but a letter carries vowel signs and tone marks
+# written as characters of their own, so a word of the chunker's is a character cluster:
+# a letter and the marks after it
+_CLUSTER_SCRIPTS = (r"\u0e00-\u0e7f\u0e80-\u0eff\u1000-\u109f\ua9e0-\ua9ff\uaa60-\uaa7f"
+                    r"\u1780-\u17ff\u19e0-\u19ff")
+# the combining marks (general category Mn or Mc) of those blocks as of Unicode 15.1,
+# written out rather than read from unicodedata, whose version follows Python's: chunks
+# and content hashes must not change with the Python that ingests (U+0ECE, Lao yamakkan,
+# is a mark from Unicode 15.0, unassigned in Python 3.11's 14.0). A test checks the list.
+_CLUSTER_MARKS = (r"\u0e31\u0e34-\u0e3a\u0e47-\u0e4e"  # Thai
+                  r"\u0eb1\u0eb4-\u0ebc\u0ec8-\u0ece"  # Lao
+                  r"\u102b-\u103e\u1056-\u1059\u105e-\u1060\u1062-\u1064\u1067-\u106d"
+                  r"\u1071-\u1074\u1082-\u108d\u108f\u109a-\u109d\ua9e5\uaa7b-\uaa7d"  # Myanmar
+                  r"\u17b4-\u17d3\u17dd")  # Khmer
+# a consonant stacked below the one before it: Myanmar's virama or Khmer's coeng and the
+# character after it, unless that is a mark (a mark after a virama is a mark like others)
+_STACKED = f"[\\u1039\\u17d2](?![{_CLUSTER_MARKS}])[{_CLUSTER_SCRIPTS}]"
+# what a cluster holds after its first character: marks, stacked consonants, and a
+# zero-width space, non-joiner or joiner (they mark word breaks or shape the cluster, and
+# are no word of their own)
+_CLUSTER_TAIL = f"{_STACKED}|[{_CLUSTER_MARKS}\\u200b-\\u200d]"
+# text that counts other than by its spaces
+_UNSPACED = re.compile(f"[{CJK_CHAR_RANGES}{_CLUSTER_SCRIPTS}]")
+# a word: one Chinese or Japanese character, a cluster of those scripts, or a run of
+# other characters up to whitespace (for text without those scripts, what str.split
+# gives: both break at str.isspace). Marks and stacked consonants never open a word: after
+# a run of other characters, which has no letter of theirs to carry them, they stay in it.
+_WORD = re.compile(f"[{CJK_CHAR_RANGES}]"
+                   f"|(?:{_STACKED}|[{_CLUSTER_SCRIPTS}])(?:{_CLUSTER_TAIL})*"
+                   f"|(?:[^\\s{CJK_CHAR_RANGES}{_CLUSTER_SCRIPTS}]+|{_CLUSTER_TAIL})+")
 
 
 def count_words(text: str) -> int:
-    """The words of ``text`` as chunk sizes count them: whitespace-separated, and each
-    Chinese or Japanese character one (a paragraph of them has no spaces to count)."""
-    if text.isascii() or _CJK.search(text) is None:
+    """The words of ``text`` as chunk sizes count them: whitespace-separated, each
+    Chinese or Japanese character one, and each character cluster of Thai, Lao, Khmer or
+    Burmese one, a letter with its vowel signs and tone marks (a paragraph of those
+    scripts has no spaces to count)."""
+    if text.isascii() or _UNSPACED.search(text) is None:
         return len(text.split())
     return len(_WORD.findall(text))
 
