@@ -274,11 +274,57 @@ def _rebuild_hnsw_advice(conn: psycopg.Connection[Any], vid: int, dims: int,
             "caches its graph walk")
 
 
+_V6_ANALYZERS = ("english_v6", "simple_v6")
+# Thai, Lao, Burmese and Khmer letters and marks (which v6 reads as pairs of characters),
+# and the scripts of India and Sri Lanka (whose words a virama or vowel sign cut apart
+# before v6): the analyzer's own ranges, sql/010_analyzer.sql
+_UNSPACED_CHAR_RANGES = (r"\u0e01-\u0e3a\u0e40-\u0e4e\u0e81-\u0edf\u1000-\u103f\u1050-\u108f"
+                         r"\u109a-\u109d\u1780-\u17d3\u17d7\u17dc-\u17dd\uaa60-\uaa7f"
+                         r"\ua9e0-\ua9fe")
+_INDIC_CHAR_RANGES = r"\u0900-\u0dff"
+# (probe, characters, terms longer than this count, analyzers that read them otherwise
+# than v6): each counts up to 1,000 of an active version's terms
+_SCRIPT_PROBES: tuple[tuple[str, str, int, tuple[str, ...]], ...] = (
+    # a Chinese or Japanese run longer than a pair: v4 and later split it
+    ("cjk", CJK_CHAR_RANGES, 2, ("english_v3", "simple_v3")),
+    # a Korean word longer than a pair: v5 and later split it
+    ("hangul", HANGUL_CHAR_RANGES, 2,
+     ("english_v3", "simple_v3", "english_v4", "simple_v4")),
+    # any term of these scripts: before v6 it is a fragment between two marks
+    ("unspaced", f"{_UNSPACED_CHAR_RANGES}{_INDIC_CHAR_RANGES}", 1,
+     ("english_v3", "simple_v3", "english_v4", "simple_v4", "english_v5", "simple_v5")),
+)
+_SCRIPT_NOTES = (
+    ("cjk", "Chinese or Japanese", "each a whole run of characters"),
+    ("hangul", "Korean", "each a word with its particles and endings"),
+    ("unspaced", "Thai, Lao, Burmese, Khmer or Indic",
+     "each a fragment of text between two marks"),
+)
+
+
+def _script_term_count(probe: str) -> sql.Composed:
+    """The select-list item counting an active version's terms of one script probe."""
+    return sql.SQL(
+        "case when v.analyzer = any({analyzers}) "
+        "      and pg_catalog.getdatabaseencoding() = 'UTF8' "
+        "     then (select count(*) from (select 1 from pgfunnel.term_stat t "
+        "            where t.index_version_id = v.id and char_length(t.term) > {shortest} "
+        "              and t.term ~ {chars} limit 1000) x) "
+        "     else 0 end as {alias}").format(
+        analyzers=sql.Placeholder(f"{probe}_analyzers"),
+        shortest=sql.Placeholder(f"{probe}_shortest"), chars=sql.Placeholder(probe),
+        alias=sql.Identifier(f"{probe}_terms"))
+
+
 def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
     """Each collection's active version: an HNSW index that exists, fits the version's
     dimensions and covers exactly its rows; and versions that miss chunks."""
     found: list[Finding] = []
-    rows = conn.cursor(row_factory=dict_row).execute(
+    # a "C" collation: Postgres' [[:alpha:]] and lower() then know ASCII letters only
+    row = conn.execute("select pg_catalog.lower('\u00c9') = '\u00e9' "
+                       "and '\u00e9' ~ '[[:alpha:]]'").fetchone()
+    ascii_only_locale = not (row and row[0])
+    rows = conn.cursor(row_factory=dict_row).execute(sql.SQL(
         "select c.name, c.id as cid, v.id as vid, v.version, v.dimensions as dims, v.params, "
         "       i.present, i.valid, "
         "       pg_get_indexdef(to_regclass('pgfunnel.' || i.index_name)) as indexdef, "
@@ -293,26 +339,22 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
         "         and not exists (select 1 from pgfunnel.chunk k "
         "                          where k.id = e.chunk_id and k.collection_id = c.id)"
         "       ) as orphan_vectors, "
-        # Chinese or Japanese runs longer than a pair, which v4 and v5 analyzers split,
-        # and Korean words longer than a pair, which v5 analyzers split (counted up to
-        # 1,000 each)
-        "       case when v.analyzer in ('english_v3', 'simple_v3') "
-        "             and pg_catalog.getdatabaseencoding() = 'UTF8' "
-        "            then (select count(*) from (select 1 from pgfunnel.term_stat t "
-        "                   where t.index_version_id = v.id and char_length(t.term) > 2 "
-        "                     and t.term ~ %(cjk)s limit 1000) x) "
-        "            else 0 end as cjk_terms, "
-        "       case when v.analyzer in ('english_v3', 'simple_v3', 'english_v4', 'simple_v4') "
-        "             and pg_catalog.getdatabaseencoding() = 'UTF8' "
-        "            then (select count(*) from (select 1 from pgfunnel.term_stat t "
-        "                   where t.index_version_id = v.id and char_length(t.term) > 2 "
-        "                     and t.term ~ %(hangul)s limit 1000) x) "
-        "            else 0 end as hangul_terms "
+        "       {script_terms}, "
+        # non-ASCII text, which an analyzer before v6 mangles where the database's
+        # collation reads ASCII letters only
+        "       %(ascii_only_locale)s and exists ("
+        "         select 1 from pgfunnel.chunk k where k.collection_id = c.id "
+        "            and k.text ~ '[^\\u0001-\\u007f]') as non_ascii "
         "from pgfunnel.collection c "
         "join pgfunnel.index_version v on v.collection_id = c.id and v.state = 'active' "
         "cross join lateral pgfunnel.version_index(v.id) i "
-        "cross join lateral pgfunnel.version_coverage(v.id) cov order by c.name",
-        {"cjk": f"[{CJK_CHAR_RANGES}]", "hangul": f"[{HANGUL_CHAR_RANGES}]"}).fetchall()
+        "cross join lateral pgfunnel.version_coverage(v.id) cov order by c.name"
+    ).format(script_terms=sql.SQL(", ").join(
+        _script_term_count(name) for name, *_ in _SCRIPT_PROBES)),
+        {"ascii_only_locale": ascii_only_locale,
+         **{f"{name}{key}": value for name, chars, shortest, analyzers in _SCRIPT_PROBES
+            for key, value in (("", f"[{chars}]"), ("_shortest", shortest),
+                               ("_analyzers", list(analyzers)))}}).fetchall()
     # more versions with a graph than the walk cache holds: those left out plan their
     # walk per search, and `pgfunnel init` would not change that
     graphs = conn.execute("select count(*) " + VERSIONS_WITH_VALID_GRAPH).fetchone()
@@ -420,8 +462,17 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
                                  f"{where} embeds chunks without their document title (it "
                                  f"predates titles); {reindex} embeds them with it, which "
                                  "raised the dense leg's nDCG@10 on every benchmark here"))
-        if analyzer in ("english_v1", "simple_v1", "english_v2", "simple_v2"):
-            newer = analyzer[:-1] + "5"
+        newer = f"{analyzer.split('_')[0]}_v6"
+        if analyzer not in _V6_ANALYZERS and ascii_only_locale and r["non_ascii"]:
+            found.append(Finding("warning", "active_index",
+                                 f"{where} uses analyzer {analyzer} and holds non-ASCII text, "
+                                 "but this database's collation reads only ASCII letters as "
+                                 "letters: accented letters are cut out of its words (café "
+                                 "is indexed as caf) and words of other scripts are not "
+                                 f"indexed at all; `pgfunnel reindex -c {name} --analyzer "
+                                 f"{newer} --activate` reads every script whatever the "
+                                 "locale, with no model time"))
+        elif analyzer in ("english_v1", "simple_v1", "english_v2", "simple_v2"):
             gains = ("also indexes the inner names of dotted identifiers (quote_all in "
                      "csv.QUOTE_ALL) and " if analyzer.endswith("_v1") else "")
             found.append(Finding("info", "active_index",
@@ -429,21 +480,18 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
                                  f"{name} --analyzer {newer} --activate` {gains}folds "
                                  "Unicode (an accent typed composed matches one stored "
                                  "decomposed, full-width letters their plain form) and reads "
-                                 "Chinese, Japanese and Korean words as pairs of characters, "
-                                 "with no model time"))
-        elif r["cjk_terms"] or r["hangul_terms"]:
-            # v5 differs from v3 only on Chinese, Japanese and Korean text, and from v4
-            # only on Korean: only a collection holding some is told
-            held = [f"{what} text ({n} terms of it, {each})" for what, n, each in (
-                ("Chinese or Japanese", r["cjk_terms"], "each a whole run of characters"),
-                ("Korean", r["hangul_terms"], "each a word with its particles and endings"))
-                if n]
+                                 "Chinese, Japanese, Korean, Thai, Lao, Burmese and Khmer "
+                                 "words as pairs of characters, with no model time"))
+        elif held := [f"{what} text ({r[f'{probe}_terms']} terms of it, {each})"
+                      for probe, what, each in _SCRIPT_NOTES if r[f"{probe}_terms"]]:
+            # v6 differs from v3 only on these scripts, from v4 on all but Chinese and
+            # Japanese, from v5 on the last: only a collection holding some is told
             found.append(Finding("info", "active_index",
                                  f"{where} uses analyzer {analyzer} and holds "
                                  f"{' and '.join(held)}, found only by the same whole form; "
-                                 f"`pgfunnel reindex -c {name} --analyzer "
-                                 f"{analyzer[:-1]}5 --activate` indexes it as pairs of "
-                                 "characters, with no model time"))
+                                 f"`pgfunnel reindex -c {name} --analyzer {newer} --activate` "
+                                 "indexes it as v6 reads it (docs/sql.md), with no model "
+                                 "time"))
         if version_hnsw_type(params) == HNSW_VECTOR:
             found.append(Finding("info", "active_index",
                                  f"{where} has a full-precision HNSW graph (it predates "

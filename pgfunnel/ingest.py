@@ -59,10 +59,11 @@ from pgfunnel.sources import (
 )
 
 DEFAULT_COLLECTION = "default"
-# english_v5: identifier-aware with the inner names of dotted identifiers, over
-# Unicode-folded text, Chinese, Japanese and Korean words as pairs of characters
+# english_v6: identifier-aware with the inner names of dotted identifiers, over
+# Unicode-folded text, words of every script read alike whatever the database's locale,
+# Chinese, Japanese, Korean, Thai, Lao, Burmese and Khmer words as pairs of characters
 # (sql/010_analyzer.sql); versions built with an older analyzer keep it until reindexed
-DEFAULT_ANALYZER = "english_v5"
+DEFAULT_ANALYZER = "english_v6"
 _STRIP = string.punctuation + "\u201c\u201d\u2018\u2019\u00ab\u00bb"
 
 ProgressFn = Callable[[str, int, int | None], None]

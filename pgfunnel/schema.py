@@ -45,8 +45,40 @@ def sql_files() -> list[Path]:
     return sorted(p for p in sql_dir().glob("*.sql"))
 
 
-def render_sql(text: str, vector_schema: str) -> str:
-    return text.replace("@vector_schema@", psycopg.sql.Identifier(vector_schema).as_string())
+def render_sql(text: str, vector_schema: str, case_collation: str = "default") -> str:
+    return (text.replace("@vector_schema@", psycopg.sql.Identifier(vector_schema).as_string())
+            .replace("@case_collation@", psycopg.sql.Identifier(case_collation).as_string()))
+
+
+# collations that lower every script's letters, in the order they are tried where the
+# database's own does not: Postgres' built-in one (17 and later, the same everywhere),
+# the C library's UTF-8 one under its two spellings, ICU's root locale
+CASE_COLLATIONS = ("pg_c_utf8", "C.utf8", "C.UTF-8", "und-x-icu")
+
+
+def case_collation(conn: psycopg.Connection[Any]) -> str:
+    """The collation the v6 analyzers lower text under: the database's own when it lowers
+    letters beyond ASCII (any UTF-8 locale, ICU or the built-in provider), else the first
+    of ``CASE_COLLATIONS`` that does. A database created with locale "C" lowers ASCII
+    only, so without this ``CAFÉ`` would not find ``café``. When none does (no ICU, a C
+    library without a UTF-8 locale, before Postgres 17) the database's is kept, and
+    `pgfunnel doctor` says what that costs."""
+    def lowers(collation: str | None) -> bool:
+        text: psycopg.sql.Composable = psycopg.sql.Literal("ÉΩД")
+        if collation is not None:
+            text = psycopg.sql.SQL("{} collate {}").format(text, psycopg.sql.Identifier(collation))
+        query = psycopg.sql.SQL("select pg_catalog.lower({}) = 'éωд'").format(text)
+        try:
+            with conn.transaction():
+                row = conn.execute(query).fetchone()
+        except psycopg.Error:
+            return False  # missing, for another encoding, or ICU not built in
+        return bool(row and row[0])
+
+    row = conn.execute("select pg_catalog.getdatabaseencoding() = 'UTF8'").fetchone()
+    if not (row and row[0]) or lowers(None):
+        return "default"
+    return next((name for name in CASE_COLLATIONS if lowers(name)), "default")
 
 
 def alembic_config() -> Config:
@@ -128,8 +160,9 @@ def install_functions(conn: psycopg.Connection[Any]) -> int:
     if schema is None:
         raise PgfunnelError("the vector extension is missing; run `pgfunnel init`")
     files = sql_files()
+    collation = case_collation(conn)
     for path in files:
-        conn.execute(render_sql(path.read_text(), schema).encode())
+        conn.execute(render_sql(path.read_text(), schema, collation).encode())
     # sql/ holds the walk function without any version's walk: write them back
     from pgfunnel.ingest import refresh_hnsw_walks
 

@@ -26,6 +26,14 @@
 --   * english_v5 and simple_v5 (the v4 rules) also read each run of Hangul inside a word
 --     as its pairs: Korean writes a word's particles and endings onto it (데이터베이스를,
 --     "the database" as an object), so under v4 the bare word found none of its forms
+--   * english_v6 and simple_v6 (the v5 rules) say what a word is themselves rather than
+--     asking the database's locale: a letter, mark or digit of any script (Unicode
+--     categories L, M, N; _nonword_chars). Under a "C" collation Postgres' [[:alnum:]]
+--     holds ASCII only (café became caf, Greek or Chinese nothing), and no locale counts
+--     every mark a word is written with (Thai tone marks, the Hindi virama split words).
+--     They lower case under a collation that knows non-ASCII letters whatever the
+--     database's is, and read each run of Thai, Lao, Burmese or Khmer as its pairs of
+--     characters, as v4 reads Chinese: those scripts put no space between words
 
 -- analyzers this version of pgfunnel knows; a new name is a new index version
 create or replace function pgfunnel.analyzers()
@@ -45,7 +53,9 @@ begin
            ('english_v4', 'english_stem', 'english_v3, with Chinese and Japanese text indexed as pairs of characters'),
            ('simple_v4',  'simple',       'simple_v3, with Chinese and Japanese text indexed as pairs of characters'),
            ('english_v5', 'english_stem', 'english_v4, with Korean words also indexed as pairs of characters'),
-           ('simple_v5',  'simple',       'simple_v4, with Korean words also indexed as pairs of characters');
+           ('simple_v5',  'simple',       'simple_v4, with Korean words also indexed as pairs of characters'),
+           ('english_v6', 'english_stem', 'english_v5, with words of every script read alike whatever the database locale, and Thai, Lao, Burmese and Khmer indexed as pairs of characters'),
+           ('simple_v6',  'simple',       'simple_v5, with words of every script read alike whatever the database locale, and Thai, Lao, Burmese and Khmer indexed as pairs of characters');
 end
 $$;
 
@@ -130,11 +140,86 @@ begin
 end
 $$;
 
+-- the characters that are never part of a word for the v6 analyzers, as the inside of a
+-- regular expression's bracket: ASCII's controls, spaces and punctuation, and every
+-- other code point whose Unicode category is a separator, punctuation, symbol, control,
+-- format or private-use character (Unicode 14.0.0, 345 ranges; written by
+-- scripts/unicode_word_class.py). Anything else, a letter, mark or digit of any script
+-- or a code point not yet assigned, is part of a word: the database's locale decides
+-- nothing.
+create or replace function pgfunnel._nonword_chars()
+returns text
+language sql immutable parallel safe
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+    select '\u0001-\u002f\u003a-\u0040\u005b-\u0060\u007b-\u007f'
+           '\u0080-\u00a9\u00ab-\u00b1\u00b4\u00b6-\u00b8\u00bb\u00bf\u00d7\u00f7\u02c2-\u02c5'
+           '\u02d2-\u02df\u02e5-\u02eb\u02ed\u02ef-\u02ff\u0375\u037e\u0384-\u0385\u0387\u03f6'
+           '\u0482\u055a-\u055f\u0589-\u058a\u058d-\u058f\u05be\u05c0\u05c3\u05c6\u05f3-\u05f4'
+           '\u0600-\u060f\u061b-\u061f\u066a-\u066d\u06d4\u06dd-\u06de\u06e9\u06fd-\u06fe'
+           '\u0700-\u070d\u070f\u07f6-\u07f9\u07fe-\u07ff\u0830-\u083e\u085e\u0888\u0890-\u0891'
+           '\u08e2\u0964-\u0965\u0970\u09f2-\u09f3\u09fa-\u09fb\u09fd\u0a76\u0af0-\u0af1\u0b70'
+           '\u0bf3-\u0bfa\u0c77\u0c7f\u0c84\u0d4f\u0d79\u0df4\u0e3f\u0e4f\u0e5a-\u0e5b'
+           '\u0f01-\u0f17\u0f1a-\u0f1f\u0f34\u0f36\u0f38\u0f3a-\u0f3d\u0f85\u0fbe-\u0fc5'
+           '\u0fc7-\u0fcc\u0fce-\u0fda\u104a-\u104f\u109e-\u109f\u10fb\u1360-\u1368\u1390-\u1399'
+           '\u1400\u166d-\u166e\u1680\u169b-\u169c\u16eb-\u16ed\u1735-\u1736\u17d4-\u17d6'
+           '\u17d8-\u17db\u1800-\u180a\u180e\u1940\u1944-\u1945\u19de-\u19ff\u1a1e-\u1a1f'
+           '\u1aa0-\u1aa6\u1aa8-\u1aad\u1b5a-\u1b6a\u1b74-\u1b7e\u1bfc-\u1bff\u1c3b-\u1c3f'
+           '\u1c7e-\u1c7f\u1cc0-\u1cc7\u1cd3\u1fbd\u1fbf-\u1fc1\u1fcd-\u1fcf\u1fdd-\u1fdf'
+           '\u1fed-\u1fef\u1ffd-\u1ffe\u2000-\u2064\u2066-\u206f\u207a-\u207e\u208a-\u208e'
+           '\u20a0-\u20c0\u2100-\u2101\u2103-\u2106\u2108-\u2109\u2114\u2116-\u2118\u211e-\u2123'
+           '\u2125\u2127\u2129\u212e\u213a-\u213b\u2140-\u2144\u214a-\u214d\u214f\u218a-\u218b'
+           '\u2190-\u2426\u2440-\u244a\u249c-\u24e9\u2500-\u2775\u2794-\u2b73\u2b76-\u2b95'
+           '\u2b97-\u2bff\u2ce5-\u2cea\u2cf9-\u2cfc\u2cfe-\u2cff\u2d70\u2e00-\u2e2e\u2e30-\u2e5d'
+           '\u2e80-\u2e99\u2e9b-\u2ef3\u2f00-\u2fd5\u2ff0-\u2ffb\u3000-\u3004\u3008-\u3020\u3030'
+           '\u3036-\u3037\u303d-\u303f\u309b-\u309c\u30a0\u30fb\u3190-\u3191\u3196-\u319f'
+           '\u31c0-\u31e3\u3200-\u321e\u322a-\u3247\u3250\u3260-\u327f\u328a-\u32b0\u32c0-\u33ff'
+           '\u4dc0-\u4dff\ua490-\ua4c6\ua4fe-\ua4ff\ua60d-\ua60f\ua673\ua67e\ua6f2-\ua6f7'
+           '\ua700-\ua716\ua720-\ua721\ua789-\ua78a\ua828-\ua82b\ua836-\ua839\ua874-\ua877'
+           '\ua8ce-\ua8cf\ua8f8-\ua8fa\ua8fc\ua92e-\ua92f\ua95f\ua9c1-\ua9cd\ua9de-\ua9df'
+           '\uaa5c-\uaa5f\uaa77-\uaa79\uaade-\uaadf\uaaf0-\uaaf1\uab5b\uab6a-\uab6b\uabeb'
+           '\ue000-\uf8ff\ufb29\ufbb2-\ufbc2\ufd3e-\ufd4f\ufdcf\ufdfc-\ufdff\ufe10-\ufe19'
+           '\ufe30-\ufe52\ufe54-\ufe66\ufe68-\ufe6b\ufeff\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40'
+           '\uff5b-\uff65\uffe0-\uffe6\uffe8-\uffee\ufff9-\ufffd\U00010100-\U00010102'
+           '\U00010137-\U0001013f\U00010179-\U00010189\U0001018c-\U0001018e\U00010190-\U0001019c'
+           '\U000101a0\U000101d0-\U000101fc\U0001039f\U000103d0\U0001056f\U00010857'
+           '\U00010877-\U00010878\U0001091f\U0001093f\U00010a50-\U00010a58\U00010a7f\U00010ac8'
+           '\U00010af0-\U00010af6\U00010b39-\U00010b3f\U00010b99-\U00010b9c\U00010ead'
+           '\U00010f55-\U00010f59\U00010f86-\U00010f89\U00011047-\U0001104d\U000110bb-\U000110c1'
+           '\U000110cd\U00011140-\U00011143\U00011174-\U00011175\U000111c5-\U000111c8\U000111cd'
+           '\U000111db\U000111dd-\U000111df\U00011238-\U0001123d\U000112a9\U0001144b-\U0001144f'
+           '\U0001145a-\U0001145b\U0001145d\U000114c6\U000115c1-\U000115d7\U00011641-\U00011643'
+           '\U00011660-\U0001166c\U000116b9\U0001173c-\U0001173f\U0001183b\U00011944-\U00011946'
+           '\U000119e2\U00011a3f-\U00011a46\U00011a9a-\U00011a9c\U00011a9e-\U00011aa2'
+           '\U00011c41-\U00011c45\U00011c70-\U00011c71\U00011ef7-\U00011ef8\U00011fd5-\U00011ff1'
+           '\U00011fff\U00012470-\U00012474\U00012ff1-\U00012ff2\U00013430-\U00013438'
+           '\U00016a6e-\U00016a6f\U00016af5\U00016b37-\U00016b3f\U00016b44-\U00016b45'
+           '\U00016e97-\U00016e9a\U00016fe2\U0001bc9c\U0001bc9f-\U0001bca3\U0001cf50-\U0001cfc3'
+           '\U0001d000-\U0001d0f5\U0001d100-\U0001d126\U0001d129-\U0001d164\U0001d16a-\U0001d16c'
+           '\U0001d173-\U0001d17a\U0001d183-\U0001d184\U0001d18c-\U0001d1a9\U0001d1ae-\U0001d1ea'
+           '\U0001d200-\U0001d241\U0001d245\U0001d300-\U0001d356\U0001d6c1\U0001d6db\U0001d6fb'
+           '\U0001d715\U0001d735\U0001d74f\U0001d76f\U0001d789\U0001d7a9\U0001d7c3'
+           '\U0001d800-\U0001d9ff\U0001da37-\U0001da3a\U0001da6d-\U0001da74\U0001da76-\U0001da83'
+           '\U0001da85-\U0001da8b\U0001e14f\U0001e2ff\U0001e95e-\U0001e95f\U0001ecac\U0001ecb0'
+           '\U0001ed2e\U0001eef0-\U0001eef1\U0001f000-\U0001f02b\U0001f030-\U0001f093'
+           '\U0001f0a0-\U0001f0ae\U0001f0b1-\U0001f0bf\U0001f0c1-\U0001f0cf\U0001f0d1-\U0001f0f5'
+           '\U0001f10d-\U0001f1ad\U0001f1e6-\U0001f202\U0001f210-\U0001f23b\U0001f240-\U0001f248'
+           '\U0001f250-\U0001f251\U0001f260-\U0001f265\U0001f300-\U0001f6d7\U0001f6dd-\U0001f6ec'
+           '\U0001f6f0-\U0001f6fc\U0001f700-\U0001f773\U0001f780-\U0001f7d8\U0001f7e0-\U0001f7eb'
+           '\U0001f7f0\U0001f800-\U0001f80b\U0001f810-\U0001f847\U0001f850-\U0001f859'
+           '\U0001f860-\U0001f887\U0001f890-\U0001f8ad\U0001f8b0-\U0001f8b1\U0001f900-\U0001fa53'
+           '\U0001fa60-\U0001fa6d\U0001fa70-\U0001fa74\U0001fa78-\U0001fa7c\U0001fa80-\U0001fa86'
+           '\U0001fa90-\U0001faac\U0001fab0-\U0001faba\U0001fac0-\U0001fac5\U0001fad0-\U0001fad9'
+           '\U0001fae0-\U0001fae7\U0001faf0-\U0001faf6\U0001fb00-\U0001fb92\U0001fb94-\U0001fbca'
+           '\U000e0001\U000e0020-\U000e007f\U000f0000-\U000ffffd\U00100000-\U0010fffd'
+$$;
+
 -- every token of each input text, what it became, and why anything was dropped.
 -- Ingest analyses the distinct whitespace-separated words of a batch through this
 -- function (the token pattern never spans whitespace), so indexed terms and query
 -- terms come from one implementation.
-create or replace function pgfunnel.analyze_each(inputs text[], analyzer text default 'english_v5',
+create or replace function pgfunnel.analyze_each(inputs text[], analyzer text default 'english_v6',
                                                  for_query boolean default false)
 returns table (input_ordinal integer, token_position integer, token text, term text, dropped text)
 language plpgsql stable parallel safe
@@ -149,13 +234,28 @@ declare
     stem_dict regdictionary;
     question_words text[] := case when for_query then pgfunnel._question_words() else '{}' end;
     inner_names boolean := analyzer in ('english_v2', 'simple_v2', 'english_v3', 'simple_v3',
-                                        'english_v4', 'simple_v4', 'english_v5', 'simple_v5');
+                                        'english_v4', 'simple_v4', 'english_v5', 'simple_v5',
+                                        'english_v6', 'simple_v6');
+    v6 constant boolean := analyzer in ('english_v6', 'simple_v6');
+    -- what a word is made of: v6 names it (_nonword_chars); before, the database's locale
+    -- did ([[:alnum:]], ASCII only under a "C" collation)
+    nonword constant text := case when v6 then pgfunnel._nonword_chars() end;
+    word_run constant text := case when v6 then '[^' || nonword || ']+' else '[[:alnum:]]+' end;
+    letter_run constant text := case when v6 then '[^0-9' || nonword || ']+'
+                                     else '[[:alpha:]]+' end;
+    digit_run constant text := case when v6 then '[0-9]+' else '[[:digit:]]+' end;
     -- Hiragana and Katakana (without the middle dot, a punctuation mark), the CJK
     -- unified ideographs with extension A, compatibility ideographs, extensions B and on
     cjk constant text := '\u3040-\u30fa\u30fc-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff'
                          '\U00020000-\U0003134f';
     -- Hangul syllables, conjoining jamo (with extensions A and B) and compatibility jamo
     hangul constant text := '\uac00-\ud7a3\u1100-\u11ff\ua960-\ua97f\ud7b0-\ud7ff\u3131-\u318e';
+    -- the letters and marks of Thai, Lao, Burmese (with Myanmar extended A and B) and
+    -- Khmer: their digits and punctuation are words and marks of their own
+    unspaced constant text := '\u0e01-\u0e3a\u0e40-\u0e4e\u0e81-\u0e82\u0e84\u0e86-\u0e8a'
+                              '\u0e8c-\u0ea3\u0ea5\u0ea7-\u0ebd\u0ec0-\u0ec4\u0ec6\u0ec8-\u0ecd'
+                              '\u0edc-\u0edf\u1000-\u103f\u1050-\u108f\u109a-\u109d\u1780-\u17d3'
+                              '\u17d7\u17dc-\u17dd\uaa60-\uaa76\uaa7a-\uaa7f\ua9e0-\ua9ef\ua9fa-\ua9fe';
 begin
     select a.stem_dictionary::regdictionary into stem_dict
       from pgfunnel.analyzers() a where a.name = analyzer;
@@ -165,15 +265,23 @@ begin
                    (select string_agg(a.name, ', ') from pgfunnel.analyzers() a)));
     end if;
     if analyzer in ('english_v3', 'simple_v3', 'english_v4', 'simple_v4', 'english_v5',
-                    'simple_v5') then
+                    'simple_v5', 'english_v6', 'simple_v6') then
         inputs := pgfunnel._unicode_fold(inputs);
     end if;
     if analyzer in ('english_v4', 'simple_v4') then
         inputs := pgfunnel._character_pairs(inputs, cjk);
     elsif analyzer in ('english_v5', 'simple_v5') then
         inputs := pgfunnel._character_pairs(inputs, cjk || hangul);
+    elsif v6 then
+        -- lower case under a collation that knows every script's letters (a "C" database
+        -- lowers ASCII only): the one `pgfunnel init` found for this database
+        inputs := array(select lower(i.txt collate @case_collation@) collate "default"
+                          from unnest(inputs) with ordinality as i(txt, ord)
+                         order by i.ord);
+        inputs := pgfunnel._character_pairs(inputs, cjk || hangul || unspaced);
     end if;
-    if not exists (select 1 from unnest(inputs) as i(txt) where i.txt ~ '[[:digit:]._-]') then
+    if not exists (select 1 from unnest(inputs) as i(txt)
+                    where i.txt ~ case when v6 then '[0-9._-]' else '[[:digit:]._-]' end) then
         -- No digit and no joiner in any input: every token is a plain word, which is its
         -- own only piece, so the compound machinery below would find nothing to do. This
         -- path gives the same rows in about half the time (a query of plain words: 0.07
@@ -189,7 +297,7 @@ begin
                     when coalesce(cardinality(lx.lexemes), 0) = 0 then 'stop word'
                end
           from unnest(inputs) with ordinality as i(txt, ord),
-               regexp_matches(lower(coalesce(i.txt, '')), '[[:alnum:]]+', 'g')
+               regexp_matches(lower(coalesce(i.txt, '')), word_run, 'g')
                with ordinality as m(match, ord),
                lateral (select case when length(m.match[1]) <= 100
                                     then ts_lexize(stem_dict, m.match[1]) end as lexemes
@@ -202,7 +310,7 @@ begin
         select i.ord::integer as inp, m.ord::integer as pos, m.match[1] as tok
           from unnest(inputs) with ordinality as i(txt, ord),
                regexp_matches(lower(coalesce(i.txt, '')),
-                              '[[:alnum:]]+(?:[._-][[:alnum:]]+)*', 'g')
+                              word_run || '(?:[._-]' || word_run || ')*', 'g')
                with ordinality as m(match, ord)
     ),
     token as (
@@ -220,8 +328,8 @@ begin
         union all
         -- each part of the compound (the token itself when it has no joiner)
         select t.inp, t.pos, p.ord::integer, t.tok, p.part,
-               case when p.part ~ '^[[:alpha:]]+$' then 'word'
-                    when p.part ~ '^[[:digit:]]+$' then 'number'
+               case when p.part ~ ('^' || letter_run || '$') then 'word'
+                    when p.part ~ ('^' || digit_run || '$') then 'number'
                     else 'mixed' end
           from token t,
                -- the joiners as one, split without a regular expression (a third of the
@@ -259,9 +367,9 @@ begin
         union all
         -- letter/digit runs of a mixed part: err4029 -> err, 4029
         select pc.inp, pc.pos, pc.sub, r.ord::integer, pc.tok, r.m[1],
-               case when r.m[1] ~ '^[[:alpha:]]+$' then 'word' else 'number' end
+               case when r.m[1] ~ ('^' || letter_run || '$') then 'word' else 'number' end
           from piece pc,
-               regexp_matches(pc.piece, '[[:alpha:]]+|[[:digit:]]+', 'g')
+               regexp_matches(pc.piece, letter_run || '|' || digit_run, 'g')
                with ordinality as r(m, ord)
          where pc.kind = 'mixed'
     ),
@@ -289,7 +397,7 @@ end
 $$;
 
 -- every token of a text, what it became, and why anything was dropped
-create or replace function pgfunnel.analyze_tokens(input text, analyzer text default 'english_v5',
+create or replace function pgfunnel.analyze_tokens(input text, analyzer text default 'english_v6',
                                                    for_query boolean default false)
 returns table (token_position integer, token text, term text, dropped text)
 language sql stable parallel safe
@@ -301,7 +409,7 @@ as $$
 $$;
 
 -- the terms a text becomes (what the lexical leg sees), in order
-create or replace function pgfunnel.analyze(input text, analyzer text default 'english_v5',
+create or replace function pgfunnel.analyze(input text, analyzer text default 'english_v6',
                                             for_query boolean default false)
 returns text[]
 language sql stable parallel safe
@@ -315,7 +423,7 @@ $$;
 
 -- the query words the analyzer dropped whole, so callers can say so instead of failing
 -- silently; a word of which some part is searched (`s3` without its stop word `s`) is not one
-create or replace function pgfunnel.dropped_query_words(input text, analyzer text default 'english_v5')
+create or replace function pgfunnel.dropped_query_words(input text, analyzer text default 'english_v6')
 returns text[]
 language sql stable parallel safe
 security invoker

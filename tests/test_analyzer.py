@@ -206,10 +206,10 @@ def _random_strings(n: int, seed: int) -> list[str]:
 
 @pytest.mark.parametrize("analyzer", ["english_v1", "simple_v1", "english_v2", "simple_v2",
                                       "english_v3", "simple_v3", "english_v4", "simple_v4",
-                                      "english_v5", "simple_v5"])
+                                      "english_v5", "simple_v5", "english_v6", "simple_v6"])
 def test_python_term_analyzer_matches_sql(conn: psycopg.Connection[Any], analyzer: str) -> None:
     texts = [json.loads(line)["text"] for line in SAMPLE.read_text().splitlines()]
-    texts += _random_strings(150, seed=7) + _CJK_TEXTS
+    texts += _random_strings(150, seed=7) + _CJK_TEXTS + _OTHER_SCRIPT_TEXTS
     ta = TermAnalyzer(conn, analyzer)
     ta.prepare(texts)
     for text in texts:
@@ -362,6 +362,132 @@ def test_a_korean_word_finds_its_forms_with_particles_under_v5(
     assert lexical(conn, "데이터베이스", collection="v4") == []
 
 
+# words written with marks (Thai tone marks and vowel signs, a Hindi virama), scripts
+# without spaces between words, and upper-case letters beyond ASCII
+_OTHER_SCRIPT_TEXTS = ["วิธีสำรองฐานข้อมูลของคุณ", "การค้นหาเอกสาร ERR-4029", "हिन्दी में खोज",
+                       "ຖານຂໍ້ມູນ", "ការស្វែងរកឯកសារ", "ဒေတာဘေ့စ်ကို ရှာဖွေခြင်း။",
+                       "CAFÉ Crème brûlée", "ΣΊΣΥΦΟΣ Ελληνικά", "Привет, МИР: os.path.join",
+                       "தமிழ் தேடல்", "Straße İstanbul ǅemal"]
+
+
+def _c_locale_db(server_dsn: str) -> str:
+    """A fresh database created with locale "C" (whose collation knows ASCII letters only),
+    with the pgfunnel schema."""
+    import uuid
+
+    from psycopg import sql
+
+    from pgfunnel import schema
+
+    name = f"pgf_t_c_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("create database {} template template0 locale 'C' "
+                              "encoding 'UTF8'").format(sql.Identifier(name)))
+    info = psycopg.conninfo.conninfo_to_dict(server_dsn)
+    info["dbname"] = name
+    dsn = psycopg.conninfo.make_conninfo(**{k: v for k, v in info.items() if v is not None})
+    schema.init(dsn)
+    return dsn
+
+
+def test_v6_nonword_characters_are_unicode_separators_punctuation_and_symbols(
+        conn: psycopg.Connection[Any]) -> None:
+    from funnel_util import load_module
+
+    uwc = load_module("unicode_word_class", SAMPLE.parents[2] / "scripts" /
+                      "unicode_word_class.py")
+    [[body]] = conn.execute("select pgfunnel._nonword_chars()").fetchall()
+    ascii_part = "\\u0001-\\u002f\\u003a-\\u0040\\u005b-\\u0060\\u007b-\\u007f"
+    assert body.startswith(ascii_part)
+    if unicodedata.unidata_version == "14.0.0":
+        # the Unicode version the constant was written from: exactly what the script gives
+        assert body == ascii_part + uwc.bracket_body(uwc.non_word_ranges())
+    else:
+        # a newer Unicode assigns more characters; those it had keep their categories
+        for first, last in re.findall(r"\\[uU]([0-9a-f]+)(?:-\\[uU]([0-9a-f]+))?",
+                                      body[len(ascii_part):]):
+            for cp in range(int(first, 16), int(last or first, 16) + 1):
+                assert uwc.is_non_word(cp), hex(cp)
+    # letters, marks and digits of every script are word characters; punctuation not
+    for ch, is_word in (("é", True), ("ж", True), ("\u0e49", True), ("\u094d", True),
+                        ("٣", True), ("数", True), ("—", False), ("«", False),
+                        ("\u3001", False), ("\u0964", False), ("😀", False)):
+        [[match]] = conn.execute("select %s ~ ('^[^' || pgfunnel._nonword_chars() || ']$')",
+                                 (ch,)).fetchall()
+        assert match is is_word, ch
+
+
+def test_v6_reads_every_script_alike_whatever_the_database_locale(
+        conn: psycopg.Connection[Any], server_dsn: str) -> None:
+    from psycopg import sql
+
+    texts = [json.loads(line)["text"] for line in SAMPLE.read_text().splitlines()][:60]
+    texts += _random_strings(100, seed=11) + _CJK_TEXTS + _OTHER_SCRIPT_TEXTS
+    dsn = _c_locale_db(server_dsn)
+    try:
+        with psycopg.connect(dsn, autocommit=True) as c_conn:
+            # the database this test runs in reads letters beyond ASCII, the "C" one not
+            assert conn.execute("select lower('É') = 'é'").fetchone() == (True,)
+            assert c_conn.execute("select lower('É') = 'é'").fetchone() == (False,)
+            for analyzer in ("english_v6", "simple_v6"):
+                for text in texts:
+                    assert _terms(c_conn, text, analyzer) == _terms(conn, text, analyzer), text
+            assert _terms(c_conn, "CAFÉ Привет", "english_v6") == ["café", "привет"]
+            # before v6 the "C" database cut accented letters out and dropped other scripts
+            assert _terms(c_conn, "CAFÉ Привет 数据库", "english_v5") == ["caf"]
+            assert _terms(conn, "CAFÉ Привет 数据库", "english_v5") == [
+                "café", "привет", "数据", "据库"]
+    finally:
+        with psycopg.connect(server_dsn, autocommit=True) as admin:
+            admin.execute(sql.SQL("drop database if exists {} with (force)").format(
+                sql.Identifier(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])))
+
+
+@pytest.mark.parametrize("analyzer", ["english_v6", "simple_v6"])
+def test_v6_keeps_marks_in_words_and_pairs_scripts_written_without_spaces(
+        conn: psycopg.Connection[Any], analyzer: str) -> None:
+    older = analyzer.replace("_v6", "_v5")
+    # the virama (्) and the Tamil pulli (்) are marks: under v5 they cut words apart
+    assert _terms(conn, "हिन्दी", analyzer) == ["हिन्दी"]
+    assert _terms(conn, "हिन्दी", older) == ["हिन", "दी"]
+    assert _terms(conn, "தமிழ்", analyzer) == ["தமிழ்"]
+    # Thai runs are read as pairs of characters, tone marks and vowel signs kept in them
+    assert _terms(conn, "ข้อมูล", analyzer) == ["ข้", "้อ", "อม", "มู", "ูล"]
+    # Burmese punctuation (၊ ။) and Thai digits are not letters of a pair
+    assert _terms(conn, "ရှာ။ ๑๒", analyzer) == ["ရှ", "ှာ", "๑๒"]
+    # Latin beside Thai is a word of its own; identifiers keep their rules
+    assert _terms(conn, "ค้นหาERR-4029", analyzer) == \
+        ["ค้", "้น", "นห", "หา"] + _terms(conn, "ERR-4029", older)
+    # text of letters and digits without marks reads as under v5 (in a UTF-8 locale)
+    texts = [json.loads(line)["text"] for line in SAMPLE.read_text().splitlines()]
+    marked = re.compile("[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u0900-\u0dff]")
+    others = [t for t in texts + _random_strings(100, seed=6) + _CJK_TEXTS
+              if not marked.search(t) and not any(
+                  unicodedata.category(ch).startswith("M")
+                  for ch in unicodedata.normalize("NFKC", t))]
+    assert len(others) > 200
+    for text in others:
+        assert _terms(conn, text, analyzer) == _terms(conn, text, older), text
+
+
+def test_a_thai_word_finds_the_sentence_that_holds_it_under_v6(
+        conn: psycopg.Connection[Any]) -> None:
+    from funnel_util import make_collection
+
+    records = [doc("backup", "วิธีสำรองฐานข้อมูลของคุณทุกวัน"),
+               doc("search", "การค้นหาเอกสารด้วยคำสำคัญ"),
+               doc("en", "How to back up a database.")]
+    for name, analyzer in (("v6", "english_v6"), ("v5", "english_v5")):
+        make_collection(conn, name, 16, analyzer=analyzer)
+        ingest(conn, records, collection=name)
+    assert [r[1] for r in lexical(conn, "ฐานข้อมูล", collection="v6")][:1] == ["backup"]
+    # all five pairs of the word against one the other sentence happens to share
+    assert [r[1] for r in lexical(conn, "เอกสาร", collection="v6")][:1] == ["search"]
+    assert [r[1] for r in lexical(conn, "database", collection="v6")] == ["en"]
+    # under v5 the word was matched only where a fragment between two marks equals it
+    assert lexical(conn, "เอกสาร", collection="v5") == []
+
+
 def test_a_decomposed_accent_finds_its_composed_spelling_under_v3(
         conn: psycopg.Connection[Any]) -> None:
     import unicodedata
@@ -402,7 +528,7 @@ def test_an_unqualified_name_finds_its_qualified_spelling(
 
 @pytest.mark.parametrize("analyzer", ["english_v1", "simple_v1", "english_v2", "simple_v2",
                                       "english_v3", "simple_v3", "english_v4", "simple_v4",
-                                      "english_v5", "simple_v5"])
+                                      "english_v5", "simple_v5", "english_v6", "simple_v6"])
 @pytest.mark.parametrize("for_query", [False, True])
 def test_plain_words_take_a_shorter_path_to_the_same_rows(conn: psycopg.Connection[Any],
                                                           analyzer: str, for_query: bool) -> None:

@@ -110,7 +110,7 @@ def test_an_uncached_graph_walk_is_pointed_to_init(sample_db: str) -> None:
         assert not uncached(conn)
 
 
-def test_a_version_with_an_older_analyzer_is_pointed_to_its_v5(sample_db: str) -> None:
+def test_a_version_with_an_older_analyzer_is_pointed_to_its_v6(sample_db: str) -> None:
     with connect(sample_db, autocommit=True) as conn:
         # the sample collection was built with today's default
         assert not [f for f in check_active_indexes(conn) if "analyzer" in f.message]
@@ -120,9 +120,9 @@ def test_a_version_with_an_older_analyzer_is_pointed_to_its_v5(sample_db: str) -
             [notes[older]] = [f for f in check_active_indexes(conn) if "analyzer" in f.message]
     assert {n.level for n in notes.values()} == {"info"}
     v1, v2 = notes["simple_v1"].message, notes["english_v2"].message
-    assert "pgfunnel reindex -c default --analyzer simple_v5 --activate" in v1
+    assert "pgfunnel reindex -c default --analyzer simple_v6 --activate" in v1
     assert "inner names" in v1
-    assert "pgfunnel reindex -c default --analyzer english_v5 --activate" in v2
+    assert "pgfunnel reindex -c default --analyzer english_v6 --activate" in v2
     assert "inner names" not in v2
 
 
@@ -130,7 +130,7 @@ def _analyzer_notes(conn: psycopg.Connection[Any]) -> list[str]:
     return [f.message for f in check_active_indexes(conn) if "analyzer" in f.message]
 
 
-def test_a_v3_version_is_pointed_to_v5_only_when_it_holds_chinese_or_japanese(
+def test_a_v3_version_is_pointed_to_v6_only_when_it_holds_chinese_or_japanese(
         conn: psycopg.Connection[Any]) -> None:
     from funnel_util import make_collection
 
@@ -139,11 +139,11 @@ def test_a_v3_version_is_pointed_to_v5_only_when_it_holds_chinese_or_japanese(
     assert _analyzer_notes(conn) == []
     ingest(conn, [doc("zh", "数据库索引的性能取决于索引类型。")])
     [note] = _analyzer_notes(conn)
-    assert "pgfunnel reindex -c t --analyzer english_v5 --activate" in note
+    assert "pgfunnel reindex -c t --analyzer english_v6 --activate" in note
     assert "Chinese or Japanese" in note and "Korean" not in note
 
 
-def test_a_v4_version_is_pointed_to_v5_only_when_it_holds_korean(
+def test_a_v4_version_is_pointed_to_v6_only_when_it_holds_korean(
         conn: psycopg.Connection[Any]) -> None:
     from funnel_util import make_collection
 
@@ -153,8 +153,47 @@ def test_a_v4_version_is_pointed_to_v5_only_when_it_holds_korean(
     assert _analyzer_notes(conn) == []
     ingest(conn, [doc("ko2", "데이터베이스를 백업하는 방법")])
     [note] = _analyzer_notes(conn)
-    assert "pgfunnel reindex -c t --analyzer simple_v5 --activate" in note
+    assert "pgfunnel reindex -c t --analyzer simple_v6 --activate" in note
     assert "Korean text (2 terms of it" in note and "Chinese" not in note
+
+
+def test_a_v5_version_is_pointed_to_v6_only_when_it_holds_thai_or_indic_text(
+        conn: psycopg.Connection[Any]) -> None:
+    from funnel_util import make_collection
+
+    make_collection(conn, "t", 16, analyzer="english_v5")
+    # Chinese and Korean read the same under v5 and v6
+    ingest(conn, [doc("zh", "数据库索引的性能取决于索引类型。"), doc("ko", "데이터베이스를 백업")])
+    assert _analyzer_notes(conn) == []
+    ingest(conn, [doc("hi", "हिन्दी में खोज")])
+    [note] = _analyzer_notes(conn)
+    assert "pgfunnel reindex -c t --analyzer english_v6 --activate" in note
+    assert "Thai, Lao, Burmese, Khmer or Indic text" in note and "Korean" not in note
+
+
+def test_an_ascii_only_collation_is_a_warning_for_collections_with_other_text(
+        server_dsn: str) -> None:
+    from funnel_util import make_collection
+    from test_analyzer import _c_locale_db
+
+    dsn = _c_locale_db(server_dsn)
+    try:
+        with connect(dsn, autocommit=True) as conn:
+            make_collection(conn, "v5", 16, analyzer="english_v5")
+            make_collection(conn, "v6", 16, analyzer="english_v6")
+            for name in ("v5", "v6"):
+                ingest(conn, [doc("en", "How to back up a database.")], collection=name)
+            assert [f for f in check_active_indexes(conn) if "analyzer" in f.message] == []
+            for name in ("v5", "v6"):
+                ingest(conn, [doc("fr", "Sauvegarder la base de données")], collection=name)
+            [warning] = [f for f in check_active_indexes(conn) if "analyzer" in f.message]
+    finally:
+        with psycopg.connect(server_dsn, autocommit=True) as admin:
+            admin.execute(psycopg.sql.SQL("drop database if exists {} with (force)").format(
+                psycopg.sql.Identifier(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])))
+    assert warning.level == "warning"
+    assert "collection 'v5'" in warning.message and "reads only ASCII letters" in warning.message
+    assert "pgfunnel reindex -c v5 --analyzer english_v6 --activate" in warning.message
 
 
 def test_a_full_precision_graph_is_pointed_to_reindex(sample_db: str) -> None:

@@ -648,7 +648,7 @@ def test_versions_list_reads_at_80_columns(sample_db: str) -> None:
     assert narrow.exit_code == 0, narrow.output
     flat = " ".join(narrow.output.split())
     assert "…" not in narrow.output
-    assert "version 1 (retired): model all-MiniLM-L6-v2, dims 384, analyzer english_v5" in flat
+    assert "version 1 (retired): model all-MiniLM-L6-v2, dims 384, analyzer english_v6" in flat
     assert "version 2 (active):" in flat and "analyzer simple_v1" in flat
     wide = CliRunner().invoke(app, ["versions", "list", "--dsn", sample_db],
                               env={"COLUMNS": "200"})
