@@ -30,6 +30,7 @@ from pgfunnel.ingest import (
     hnsw_index_statement,
     version_hnsw_type,
 )
+from pgfunnel.schema import case_collation
 from pgfunnel.sources import (
     CHUNKING_MARK,
     CHUNKING_PREFIX,
@@ -324,6 +325,8 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
     row = conn.execute("select pg_catalog.lower('\u00c9') = '\u00e9' "
                        "and '\u00e9' ~ '[[:alpha:]]'").fetchone()
     ascii_only_locale = not (row and row[0])
+    # what the v6 analyzers then lower case under (`pgfunnel init` chose the same)
+    lowers_ascii_only = ascii_only_locale and case_collation(conn) == "default"
     rows = conn.cursor(row_factory=dict_row).execute(sql.SQL(
         "select c.name, c.id as cid, v.id as vid, v.version, v.dimensions as dims, v.params, "
         "       i.present, i.valid, "
@@ -472,6 +475,18 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
                                  f"indexed at all; `pgfunnel reindex -c {name} --analyzer "
                                  f"{newer} --activate` reads every script whatever the "
                                  "locale, with no model time"))
+        elif analyzer in _V6_ANALYZERS and ascii_only_locale and r["non_ascii"] \
+                and lowers_ascii_only:
+            found.append(Finding("warning", "active_index",
+                                 f"{where} holds non-ASCII text, and neither this database's "
+                                 "collation nor any other this server has lowers letters "
+                                 "beyond ASCII (pg_c_utf8 comes with Postgres 17, C.utf8 "
+                                 "with the C library's UTF-8 locale, und-x-icu with ICU): "
+                                 f"its analyzer {analyzer} reads every script, but indexes "
+                                 "upper-case letters beyond ASCII as written, so CAFÉ does "
+                                 "not find café. A database created with a UTF-8 locale "
+                                 "(`create database ... locale 'C.UTF-8'`) does not have "
+                                 "this"))
         elif analyzer in ("english_v1", "simple_v1", "english_v2", "simple_v2"):
             gains = ("also indexes the inner names of dotted identifiers (quote_all in "
                      "csv.QUOTE_ALL) and " if analyzer.endswith("_v1") else "")

@@ -172,9 +172,11 @@ def test_a_v5_version_is_pointed_to_v6_only_when_it_holds_thai_or_indic_text(
 
 
 def test_an_ascii_only_collation_is_a_warning_for_collections_with_other_text(
-        server_dsn: str) -> None:
+        server_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from funnel_util import make_collection
     from test_analyzer import _c_locale_db
+
+    from pgfunnel import schema
 
     dsn = _c_locale_db(server_dsn)
     try:
@@ -187,6 +189,10 @@ def test_an_ascii_only_collation_is_a_warning_for_collections_with_other_text(
             for name in ("v5", "v6"):
                 ingest(conn, [doc("fr", "Sauvegarder la base de données")], collection=name)
             [warning] = [f for f in check_active_indexes(conn) if "analyzer" in f.message]
+            # a server with no collation that lowers beyond ASCII (none here: Postgres 17
+            # and later always have pg_c_utf8, so the choices are taken away)
+            monkeypatch.setattr(schema, "CASE_COLLATIONS", ())
+            unlowered = [f for f in check_active_indexes(conn) if "CAFÉ" in f.message]
     finally:
         with psycopg.connect(server_dsn, autocommit=True) as admin:
             admin.execute(psycopg.sql.SQL("drop database if exists {} with (force)").format(
@@ -194,6 +200,8 @@ def test_an_ascii_only_collation_is_a_warning_for_collections_with_other_text(
     assert warning.level == "warning"
     assert "collection 'v5'" in warning.message and "reads only ASCII letters" in warning.message
     assert "pgfunnel reindex -c v5 --analyzer english_v6 --activate" in warning.message
+    [note] = unlowered
+    assert note.level == "warning" and "collection 'v6'" in note.message
 
 
 def test_a_full_precision_graph_is_pointed_to_reindex(sample_db: str) -> None:
