@@ -25,6 +25,7 @@ import numbers
 import re
 import threading
 import time
+import unicodedata
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -66,10 +67,24 @@ _STOPWORD_TEXT = """
 """
 STOPWORDS: frozenset[str] = frozenset(_STOPWORD_TEXT.split())
 
-# letters and digits of any script: an ASCII-only pattern cut "Rückerstattung" into "R"
-# and "ckerstattung", and found no word at all in a Greek or Russian query (which then
-# counted as a follow-up with no topic of its own)
-_WORD_RE = re.compile(r"[^\W_](?:[\w.'\-]*[^\W_])?")
+
+
+def _combining_marks() -> str:
+    """The combining marks (Unicode categories Mn, Mc, Me) of the blocks where scripts
+    write vowel signs, viramas and tone marks, as the inside of a bracket expression:
+    Python's \\w leaves them out, and cut हिन्दी into ह, न and द."""
+    marks = [cp for lo, hi in ((0x0300, 0x036F), (0x0483, 0x0489), (0x0591, 0x07FF),
+                               (0x0900, 0x109F), (0x1700, 0x1DFF), (0x20D0, 0x20FF),
+                               (0xA800, 0xABFF), (0xFE00, 0xFE2F))
+             for cp in range(lo, hi + 1) if unicodedata.category(chr(cp)).startswith("M")]
+    return "".join(f"\\u{cp:04x}" for cp in marks)
+
+
+_MARKS = _combining_marks()
+# letters, digits and marks of any script: an ASCII-only pattern cut "Rückerstattung"
+# into "R" and "ckerstattung", and found no word at all in a Greek or Russian query (which
+# then counted as a follow-up with no topic of its own)
+_WORD_RE = re.compile(rf"[^\W_](?:[\w.'\-{_MARKS}]*(?:[^\W_]|[{_MARKS}]))?")
 _QUOTE_RE = re.compile(r"\"([^\"]+)\"|“([^”]+)”|`([^`]+)`")
 
 

@@ -260,12 +260,19 @@ def test_words_of_any_script_are_words() -> None:
     assert content_words("Rückerstattung für Jahrespläne") == [
         "rückerstattung", "für", "jahrespläne"]
     assert content_words("remboursement élevé") == ["remboursement", "élevé"]
+    # vowel signs, viramas and tone marks are part of their word (Python's \\w leaves
+    # marks out: हिन्दी came out as ह, न, द)
+    assert content_words("हिन्दी में खोज") == ["हिन्दी", "में", "खोज"]
+    assert content_words("தமிழ் தேடல்") == ["தமிழ்", "தேடல்"]
+    assert content_words("ฐานข้อมูล") == ["ฐานข้อมูล"]
 
 
 @pytest.mark.parametrize("query", [
     "Как экспортировать счета?",
     "Πώς λειτουργούν οι επιστροφές χρημάτων;",
     "如何导出发票？",
+    "चालान कैसे निर्यात करें?",
+    "วิธีส่งออกใบแจ้งหนี้",
 ])
 def test_a_non_latin_query_with_its_own_topic_is_not_a_follow_up(query: str) -> None:
     # it counted as a turn with no topic word, and got "refunds" put in front of it
