@@ -321,10 +321,13 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
     """Each collection's active version: an HNSW index that exists, fits the version's
     dimensions and covers exactly its rows; and versions that miss chunks."""
     found: list[Finding] = []
-    # a "C" collation: Postgres' [[:alpha:]] and lower() then know ASCII letters only
-    row = conn.execute("select pg_catalog.lower('\u00c9') = '\u00e9' "
-                       "and '\u00e9' ~ '[[:alpha:]]'").fetchone()
-    ascii_only_locale = not (row and row[0])
+    # a UTF-8 database of collation "C": Postgres' [[:alpha:]] and lower() then know
+    # ASCII letters only (É and é written as chr(): a literal would have to be converted
+    # to an encoding that may not hold them)
+    row = conn.execute("select pg_catalog.getdatabaseencoding() = 'UTF8' and not ("
+                       "pg_catalog.lower(pg_catalog.chr(201)) = pg_catalog.chr(233) "
+                       "and pg_catalog.chr(233) ~ '[[:alpha:]]')").fetchone()
+    ascii_only_locale = bool(row and row[0])
     # what the v6 analyzers then lower case under (`pgfunnel init` chose the same)
     lowers_ascii_only = ascii_only_locale and case_collation(conn) == "default"
     rows = conn.cursor(row_factory=dict_row).execute(sql.SQL(

@@ -20,7 +20,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, create_engine, pool
 
 from pgfunnel.db import SCHEMA, connect, resolve_dsn
-from pgfunnel.errors import AccessError, PgfunnelError, translate
+from pgfunnel.errors import AccessError, ConfigError, PgfunnelError, translate
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -64,10 +64,11 @@ def case_collation(conn: psycopg.Connection[Any]) -> str:
     library without a UTF-8 locale, before Postgres 17) the database's is kept, and
     `pgfunnel doctor` says what that costs."""
     def lowers(collation: str | None) -> bool:
-        text: psycopg.sql.Composable = psycopg.sql.Literal("ÉΩД")
+        # É, lowered to é (U+00C9, U+00E9)
+        text: psycopg.sql.Composable = psycopg.sql.SQL("pg_catalog.chr(201)")
         if collation is not None:
             text = psycopg.sql.SQL("{} collate {}").format(text, psycopg.sql.Identifier(collation))
-        query = psycopg.sql.SQL("select pg_catalog.lower({}) = 'éωд'").format(text)
+        query = psycopg.sql.SQL("select pg_catalog.lower({}) = pg_catalog.chr(233)").format(text)
         try:
             with conn.transaction():
                 row = conn.execute(query).fetchone()
@@ -241,11 +242,26 @@ def _rls_on(conn: psycopg.Connection[Any]) -> bool:
     return rls_enabled(conn)
 
 
+def _refuse_sql_ascii(conn: psycopg.Connection[Any]) -> None:
+    """A database of encoding SQL_ASCII (what initdb picks under locale C when none is
+    given) stores bytes without saying what they mean: Postgres cannot lower, normalize or
+    split its non-ASCII text, and the driver returns its text as bytes. Refused before
+    anything is written, with how to make a database pgfunnel can use."""
+    row = conn.execute("select pg_catalog.getdatabaseencoding()").fetchone()
+    if row is not None and row[0] in ("SQL_ASCII", b"SQL_ASCII"):
+        raise ConfigError(
+            "database", "its encoding is SQL_ASCII, which stores bytes without an encoding: "
+            "pgfunnel cannot read, lower or split its non-ASCII text. Create a UTF-8 "
+            "database and use that one: create database NAME template template0 encoding "
+            "'UTF8' locale 'C.UTF-8' (or another UTF-8 locale the server has)")
+
+
 def init(dsn: str | None = None, *, rls: bool = False) -> dict[str, Any]:
     """Create the extension, the schema and tables (alembic), and the functions. Idempotent."""
     target = resolve_dsn(dsn)
     try:
         with connect(target, register=False) as conn:
+            _refuse_sql_ascii(conn)
             before = current_revision(conn)
             vschema = ensure_extension(conn)
             problem = vector_path_problem(conn)

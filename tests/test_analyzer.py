@@ -370,9 +370,9 @@ _OTHER_SCRIPT_TEXTS = ["วิธีสำรองฐานข้อมูล�
                        "தமிழ் தேடல்", "Straße İstanbul ǅemal"]
 
 
-def _c_locale_db(server_dsn: str) -> str:
+def _c_locale_db(server_dsn: str, encoding: str = "UTF8", init: bool = True) -> str:
     """A fresh database created with locale "C" (whose collation knows ASCII letters only),
-    with the pgfunnel schema."""
+    with the pgfunnel schema unless ``init`` is false."""
     import uuid
 
     from psycopg import sql
@@ -382,12 +382,70 @@ def _c_locale_db(server_dsn: str) -> str:
     name = f"pgf_t_c_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(server_dsn, autocommit=True) as admin:
         admin.execute(sql.SQL("create database {} template template0 locale 'C' "
-                              "encoding 'UTF8'").format(sql.Identifier(name)))
+                              "encoding {}").format(sql.Identifier(name), sql.Literal(encoding)))
     info = psycopg.conninfo.conninfo_to_dict(server_dsn)
     info["dbname"] = name
     dsn = psycopg.conninfo.make_conninfo(**{k: v for k, v in info.items() if v is not None})
-    schema.init(dsn)
+    if init:
+        schema.init(dsn)
     return dsn
+
+
+def _drop_database(server_dsn: str, dsn: str) -> None:
+    from psycopg import sql
+
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("drop database if exists {} with (force)").format(
+            sql.Identifier(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])))
+
+
+def test_init_refuses_a_sql_ascii_database_before_writing_anything(server_dsn: str) -> None:
+    from pgfunnel import schema
+
+    # what initdb makes under locale C when no encoding is given: bytes of no encoding,
+    # whose text the driver returns as bytes (init failed on them, naming schema b'public')
+    dsn = _c_locale_db(server_dsn, "SQL_ASCII", init=False)
+    try:
+        with pytest.raises(ConfigError, match="SQL_ASCII.*encoding 'UTF8'") as err:
+            schema.init(dsn)
+        assert err.value.parameter == "database"
+        with psycopg.connect(dsn) as c:
+            assert c.execute("select count(*) from pg_extension where extname = 'vector'"
+                             ).fetchone() == (0,)
+            assert c.execute("select to_regnamespace('pgfunnel')").fetchone() == (None,)
+    finally:
+        _drop_database(server_dsn, dsn)
+
+
+@pytest.mark.parametrize(("encoding", "text", "terms"), [
+    # LATIN1's characters are their Unicode code points: the Unicode classes hold
+    ("LATIN1", "Crème brûlée «Zoë» ERR-4029",
+     ["crème", "brûlée", "zoë", "err4029", "err", "4029"]),
+    # WIN1251's are not (Ё is byte 0xA8, which is ¨ in Unicode): every non-ASCII
+    # character is a letter there, and the C collation lowers ASCII only
+    ("WIN1251", "Ёжик в тумане, ERR-4029", ["Ёжик", "в", "тумане", "err4029", "err", "4029"]),
+])
+def test_v6_in_a_single_byte_database(server_dsn: str, encoding: str, text: str,
+                                      terms: list[str]) -> None:
+    from funnel_util import make_collection
+
+    from pgfunnel.db import connect
+    from pgfunnel.doctor import check_active_indexes
+
+    dsn = _c_locale_db(server_dsn, encoding)
+    try:
+        with connect(dsn, autocommit=True) as c:
+            assert _terms(c, text, "simple_v6") == terms
+            make_collection(c, "t", 16, analyzer="english_v6")
+            ingest(c, [doc("d", text)])
+            assert [r[1] for r in lexical(c, terms[1], collection="t")] == ["d"]
+            # doctor reads the database without sending it characters it cannot hold
+            check_active_indexes(c)
+            if encoding == "LATIN1":
+                # before v6 the locale's [[:alnum:]] cut every accented letter out
+                assert _terms(c, "Crème brûlée", "simple_v5") == ["cr", "me", "br", "l", "e"]
+    finally:
+        _drop_database(server_dsn, dsn)
 
 
 def test_v6_nonword_characters_are_unicode_separators_punctuation_and_symbols(
@@ -419,8 +477,6 @@ def test_v6_nonword_characters_are_unicode_separators_punctuation_and_symbols(
 
 def test_v6_reads_every_script_alike_whatever_the_database_locale(
         conn: psycopg.Connection[Any], server_dsn: str) -> None:
-    from psycopg import sql
-
     texts = [json.loads(line)["text"] for line in SAMPLE.read_text().splitlines()][:60]
     texts += _random_strings(100, seed=11) + _CJK_TEXTS + _OTHER_SCRIPT_TEXTS
     dsn = _c_locale_db(server_dsn)
@@ -438,9 +494,7 @@ def test_v6_reads_every_script_alike_whatever_the_database_locale(
             assert _terms(conn, "CAFÉ Привет 数据库", "english_v5") == [
                 "café", "привет", "数据", "据库"]
     finally:
-        with psycopg.connect(server_dsn, autocommit=True) as admin:
-            admin.execute(sql.SQL("drop database if exists {} with (force)").format(
-                sql.Identifier(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])))
+        _drop_database(server_dsn, dsn)
 
 
 @pytest.mark.parametrize("analyzer", ["english_v6", "simple_v6"])

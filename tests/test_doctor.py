@@ -174,7 +174,7 @@ def test_a_v5_version_is_pointed_to_v6_only_when_it_holds_thai_or_indic_text(
 def test_an_ascii_only_collation_is_a_warning_for_collections_with_other_text(
         server_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from funnel_util import make_collection
-    from test_analyzer import _c_locale_db
+    from test_analyzer import _c_locale_db, _drop_database
 
     from pgfunnel import schema
 
@@ -194,9 +194,7 @@ def test_an_ascii_only_collation_is_a_warning_for_collections_with_other_text(
             monkeypatch.setattr(schema, "CASE_COLLATIONS", ())
             unlowered = [f for f in check_active_indexes(conn) if "CAFÉ" in f.message]
     finally:
-        with psycopg.connect(server_dsn, autocommit=True) as admin:
-            admin.execute(psycopg.sql.SQL("drop database if exists {} with (force)").format(
-                psycopg.sql.Identifier(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])))
+        _drop_database(server_dsn, dsn)
     assert warning.level == "warning"
     assert "collection 'v5'" in warning.message and "reads only ASCII letters" in warning.message
     assert "pgfunnel reindex -c v5 --analyzer english_v6 --activate" in warning.message
