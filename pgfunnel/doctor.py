@@ -244,8 +244,9 @@ def check_chunking(conn: psycopg.Connection[Any]) -> list[Finding]:
                 f"(chunking version "
                 f"{f'{oldest} or older' if oldest <= UNMARKED_CHUNKING else oldest}, now "
                 f"{CHUNKING_VERSION}); searches use them as they are, and the next ingest of "
-                "their sources rewrites each once, even if unchanged (vectors are kept "
-                "wherever the model reads the same words)"))
+                "their sources rewrites each that this version cuts otherwise, even if "
+                "unchanged (vectors are kept wherever the model reads the same words), and "
+                "only updates the stored hash of the others (from version 7 on)"))
         if newer:
             findings.append(Finding(
                 "warning", "chunking",

@@ -47,6 +47,7 @@ from pgfunnel.sources import (
     DEFAULT_CHUNK_WORDS,
     DEFAULT_EMBED_INPUT,
     EMBED_TEXT_ALONE,
+    UNMARKED_CHUNKING,
     ChunkRecord,
     DocumentRecord,
     check_embed_input,
@@ -1035,6 +1036,7 @@ class Ingester:
         self._embed_queued = 0
         self._unchanged_given: list[str] = []
         self._rechunked = 0
+        self._rehashed = 0
         # before the lookup (a NUL in it failed there with the driver's error), and so
         # before a model loads or a file is read
         check_collection_name(collection)
@@ -1106,6 +1108,7 @@ class Ingester:
         self._embed_queued = 0
         self._unchanged_given = []
         self._rechunked = 0
+        self._rehashed = 0
         started = time.perf_counter()
         with _Preparer(self, enabled=self.prepare_ahead) as preparer:
             # while the server writes one batch, two threads (with a connection of their
@@ -1138,6 +1141,11 @@ class Ingester:
                     f"used: {', '.join(map(repr, unused[:5]))}{', ...' if len(unused) > 5 else ''}")
             self.stats.notes.append(note)
             warn_at_caller(f"pgfunnel ingest: {note}")
+        if self._rehashed:
+            self.stats.notes.append(
+                f"{self._rehashed} document(s) chunked by an older pgfunnel come out the same "
+                f"under chunking version {CHUNKING_VERSION}: only their stored hash was "
+                "brought up to date")
         if self._rechunked:
             # sources that did not change are rewritten too: say why, once
             self.stats.notes.append(
@@ -1240,9 +1248,16 @@ class Ingester:
     def _changed_documents(self, coll: int, batch: list[DocumentRecord],
                            prepared: _Prepared | None
                            ) -> tuple[dict[str, tuple[int, str, str]], dict[str, str],
-                                      list[DocumentRecord]]:
+                                      list[DocumentRecord], dict[str, int]]:
         """The batch's documents already stored (citekey -> id, content hash, title), the
-        content hash of each document, and the documents that are new or changed."""
+        content hash of each document, the documents that are new or changed, and those
+        whose stored hash only needs bringing up to date (citekey -> document id).
+
+        A document stored by an older chunking version whose fields are the same and whose
+        chunks come out the same under this one is not changed: its stored hash is only
+        brought up to date, so a new chunking version rewrites only the
+        documents it cuts otherwise (version 9 changed Thai, Lao, Khmer and Burmese text
+        only), not every document of every collection."""
         existing = {
             ck: (int(did), h, t) for ck, did, h, t in self.conn.execute(
                 "select citekey, id, content_hash, title from pgfunnel.document "
@@ -1252,7 +1267,37 @@ class Ingester:
                   else {r.citekey: r.content_hash(self.chunk_words) for r in batch})
         todo = [r for r in batch
                 if r.citekey not in existing or existing[r.citekey][1] != hashes[r.citekey]]
-        return existing, hashes, todo
+        rehash = self._rechunked_alike(existing, todo, prepared)
+        if rehash:
+            todo = [r for r in todo if r.citekey not in rehash]
+        return existing, hashes, todo, rehash
+
+    def _rechunked_alike(self, existing: dict[str, tuple[int, str, str]],
+                         todo: list[DocumentRecord], prepared: _Prepared | None
+                         ) -> dict[str, int]:
+        """Of the documents about to be rewritten, those (citekey -> document id) that an
+        older chunking version stored with these very fields, and whose stored chunks
+        this version's chunking gives again, heading, text, section path and word count
+        alike."""
+        older = {r.citekey: r for r in todo if r.citekey in existing
+                 and UNMARKED_CHUNKING < (v := chunking_version(existing[r.citekey][1]))
+                 < CHUNKING_VERSION
+                 and r.content_hash(self.chunk_words, v) == existing[r.citekey][1]}
+        if not older:
+            return {}
+        ids = {existing[ck][0]: ck for ck in older}
+        stored: dict[str, list[tuple[str, str, str, int]]] = {ck: [] for ck in older}
+        for did, heading, text, path, words in self.conn.execute(
+                "select document_id, heading, text, section_path, token_count "
+                "from pgfunnel.chunk where document_id = any(%s) order by document_id, ordinal",
+                (list(ids),)).fetchall():
+            stored[ids[did]].append((heading, text, path, words))
+        chunked = dict((r.citekey, chunks) for r, chunks in prepared.chunked) \
+            if prepared is not None else {}
+        return {ck: existing[ck][0] for ck, rec in older.items()
+                if stored[ck] == [(ch.heading, ch.text, ch.section_path, ch.token_count)
+                                  for ch in chunked.get(ck)
+                                  or chunk_text(rec.text, self.chunk_words)]}
 
     def _embed_outside(self, batch: list[DocumentRecord],
                        vectors: dict[str, np.ndarray] | None,
@@ -1273,7 +1318,7 @@ class Ingester:
             existing: dict[str, tuple[int, str, str]] = {}
             todo = needs
         else:
-            existing, _, todo = self._changed_documents(cid, needs, prepared)
+            existing, _, todo, _ = self._changed_documents(cid, needs, prepared)
         if not todo:
             return {}
         embed_input = version.embed_input if version is not None else self.embed_input
@@ -1311,7 +1356,12 @@ class Ingester:
                 coll, version = self._version()
                 self.stats.index_version = version.version
                 self.stats.index_version_id = version.id
-                existing, hashes, todo = self._changed_documents(coll, batch, prepared)
+                existing, hashes, todo, rehash = self._changed_documents(coll, batch, prepared)
+                if rehash:
+                    self.conn.cursor().executemany(
+                        "update pgfunnel.document set content_hash = %s where id = %s",
+                        [(hashes[ck], did) for ck, did in rehash.items()])
+                    self._rehashed += len(rehash)
                 self._rechunked += sum(
                     1 for r in todo if r.citekey in existing
                     and chunking_version(existing[r.citekey][1]) < CHUNKING_VERSION)

@@ -304,7 +304,7 @@ _REFUSED_ON_UPDATE = ("; until then any UPDATE of such a document (its metadata 
 
 def _upgrade_notes(conn: psycopg.Connection[Any]) -> list[str]:
     """What an upgrade leaves for the owner to act on, from doctor's checks: documents
-    chunked by an older pgfunnel (the next ingest rewrites each once), and documents
+    chunked by an older pgfunnel (the next ingest rewrites those it cuts otherwise), and documents
     written by hand with values the table's check constraints now refuse (they stay,
     unchecked, and an UPDATE of one fails until it is fixed). run_checks skips the counts
     for a role that row security would show only part of the documents."""

@@ -96,18 +96,20 @@ class DocumentRecord:
     valid_from: dt.datetime | None = None
     valid_to: dt.datetime | None = None
 
-    def content_hash(self, chunk_words: int = DEFAULT_CHUNK_WORDS) -> str:
+    def content_hash(self, chunk_words: int = DEFAULT_CHUNK_WORDS,
+                     chunking: int = CHUNKING_VERSION) -> str:
         """What decides whether a stored document must be written again: its fields, the
         chunking version and the chunk size it is cut to. The size counts only when it is
         not the default, so documents chunked at the default keep the hashes they had
-        before the size was part of it."""
-        fields: list[Any] = [CHUNKING_VERSION, self.title, self.text, self.metadata,
+        before the size was part of it. ``chunking`` gives the hash an older version
+        (from 7, the first to mark it) made of the same fields."""
+        fields: list[Any] = [chunking, self.title, self.text, self.metadata,
                              self.tenant, sorted(self.readers), self.language,
                              _iso(self.valid_from), _iso(self.valid_to)]
         if chunk_words != DEFAULT_CHUNK_WORDS:
             fields.append({"chunk_words": chunk_words})
         payload = json.dumps(fields, sort_keys=True, ensure_ascii=False)
-        return CHUNKING_PREFIX + hashlib.sha256(payload.encode()).hexdigest()
+        return f"c{chunking}:" + hashlib.sha256(payload.encode()).hexdigest()
 
 
 @dataclass

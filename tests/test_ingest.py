@@ -1139,6 +1139,59 @@ def test_another_chunk_size_chunks_unchanged_documents_again(
         CHUNKING_PREFIX + hashlib.sha256(before.encode()).hexdigest()) != doc.content_hash(100)
 
 
+def test_an_older_chunking_version_rewrites_only_the_documents_it_cut_otherwise(
+        conn: psycopg.Connection[Any], embedder: Any) -> None:
+    """A new chunking version used to rewrite every stored document at its next ingest,
+    though version 9 cuts only Thai, Lao, Khmer and Burmese text otherwise: a document
+    whose fields are unchanged and whose stored chunks the new version gives again keeps
+    its rows, and only its hash is brought up to date."""
+    from pgfunnel.sources import CHUNKING_PREFIX, CHUNKING_VERSION
+
+    thai = "".join(["ฐานข้อมูล", "การค้นหา", "เอกสาร", "สำหรับ"] * 60)
+    docs = [DocumentRecord("en", "# Refunds\n\nRefunds take five days.", title="Refunds"),
+            DocumentRecord("long", " ".join(f"word{i}" for i in range(500))),
+            DocumentRecord("th", thai, title="ค้นหา")]
+    Ingester(conn, "t", embedder=embedder).ingest(docs)
+
+    def rows() -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for ck, cid in conn.execute(
+                "select d.citekey, c.id from pgfunnel.document d join pgfunnel.chunk c "
+                "on c.document_id = d.id order by c.id").fetchall():
+            out.setdefault(ck, []).append(cid)
+        return out
+
+    before = rows()
+    older = CHUNKING_VERSION - 1
+    # as the version before stored them: the same fields, its hash; the Thai document's
+    # chunks counted otherwise (that version counted a run of Thai as one word)
+    for d in docs:
+        conn.execute("update pgfunnel.document set content_hash = %s where citekey = %s",
+                     (d.content_hash(chunking=older), d.citekey))
+    conn.execute("update pgfunnel.chunk set token_count = 1 where document_id = "
+                 "(select id from pgfunnel.document where citekey = 'th')")
+    stats = Ingester(conn, "t", embedder=embedder).ingest(docs)
+    assert (stats.documents_written, stats.documents_unchanged) == (1, 2)
+    assert stats.chunks_embedded == 0
+    after = rows()
+    assert after["en"] == before["en"] and after["long"] == before["long"]
+    assert not set(after["th"]) & set(before["th"])
+    assert any("2 document(s) chunked by an older pgfunnel come out the same" in n
+               for n in stats.notes), stats.notes
+    assert any("1 document(s) had been chunked by an older pgfunnel" in n
+               for n in stats.notes), stats.notes
+    hashes = dict(conn.execute("select citekey, content_hash from pgfunnel.document"
+                               ).fetchall())
+    assert all(h.startswith(CHUNKING_PREFIX) for h in hashes.values())
+    assert hashes == {d.citekey: d.content_hash() for d in docs}
+    # a document whose fields changed is written whatever version stored it
+    changed = [DocumentRecord("en", "# Refunds\n\nRefunds take ten days.", title="Refunds")]
+    conn.execute("update pgfunnel.document set content_hash = %s where citekey = 'en'",
+                 (docs[0].content_hash(chunking=older),))
+    assert Ingester(conn, "t", embedder=embedder).ingest(changed).documents_written == 1
+    assert_stats_exact(conn)
+
+
 def test_another_model_of_the_same_size_is_refused_on_an_existing_collection(
         sample_db: str, embedder: Any, tmp_path: Path) -> None:
     """A model with the version's dimension but another name used to embed into the
