@@ -173,13 +173,13 @@ def dry_run(paths: list[Path], chunk_words: int, exclude: list[str] | None,
             root: Path | None) -> dict[str, Any]:
     """What an ingest would read: each document's citekey, title, chunks and words."""
     from pgfunnel.ingest import checked_records
-    from pgfunnel.sources import chunk_text
+    from pgfunnel.sources import chunk_text, count_words
 
     records, skipped = read_documents(paths, exclude, root)
     # the checks the ingest would stop at, before any of its batches
     documents = [{"citekey": r.citekey, "title": r.title,
                   "chunks": len(chunk_text(r.text, chunk_words)),
-                  "words": len(r.text.split())} for r in checked_records(records)]
+                  "words": count_words(r.text)} for r in checked_records(records)]
     return {"documents": documents, "chunks": sum(d["chunks"] for d in documents),
             "words": sum(d["words"] for d in documents), "notes": skipped}
 

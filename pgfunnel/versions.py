@@ -660,8 +660,15 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
             known = {str(r[0]) for r in conn.execute(
                 "select name from pgfunnel.analyzers()").fetchall()}
             if analyzer not in known:
+                from pgfunnel.schema import current_revision, head_revision
+
+                # a name this package knows, before `pgfunnel migrate` installed it (doctor
+                # points at the newest analyzer while it says the schema is behind)
+                behind = ("; the database's functions are older than this pgfunnel: run "
+                          "`pgfunnel migrate` first" if current_revision(conn) != head_revision()
+                          else "")
                 raise ConfigError("analyzer", f"unknown analyzer {analyzer!r} "
-                                              f"(known: {', '.join(sorted(known))})")
+                                              f"(known: {', '.join(sorted(known))}){behind}")
         coll_row = conn.execute("select analyzer from pgfunnel.collection where id = %s",
                                 (coll_id,)).fetchone()
         want_model = model or (active.embedding_model if active else DEFAULT_MODEL)

@@ -279,10 +279,20 @@ begin
         inputs := pgfunnel._character_pairs(inputs, cjk || hangul);
     elsif v6 then
         -- lower case under a collation that knows every script's letters (a "C" database
-        -- lowers ASCII only): the one `pgfunnel init` found for this database
-        inputs := array(select lower(i.txt collate @case_collation@) collate "default"
-                          from unnest(inputs) with ordinality as i(txt, ord)
-                         order by i.ord);
+        -- lowers ASCII only): the one `pgfunnel init` found for this database. Greek's
+        -- final sigma (ς, which Σ never lowers to) is read as σ, as search engines fold it
+        -- (Lucene's GreekLowerCaseFilter): ΛΟΓΟΣ finds λογος. Written with chr(), planned
+        -- only in a UTF-8 database: another encoding cannot hold the letter.
+        if getdatabaseencoding() = 'UTF8' then
+            inputs := array(select translate(lower(i.txt collate @case_collation@), chr(962),
+                                             chr(963)) collate "default"
+                              from unnest(inputs) with ordinality as i(txt, ord)
+                             order by i.ord);
+        else
+            inputs := array(select lower(i.txt collate @case_collation@) collate "default"
+                              from unnest(inputs) with ordinality as i(txt, ord)
+                             order by i.ord);
+        end if;
         inputs := pgfunnel._character_pairs(inputs, cjk || hangul || unspaced);
     end if;
     if not exists (select 1 from unnest(inputs) as i(txt)

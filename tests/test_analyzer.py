@@ -505,6 +505,9 @@ def test_v6_keeps_marks_in_words_and_pairs_scripts_written_without_spaces(
     assert _terms(conn, "हिन्दी", analyzer) == ["हिन्दी"]
     assert _terms(conn, "हिन्दी", older) == ["हिन", "दी"]
     assert _terms(conn, "தமிழ்", analyzer) == ["தமிழ்"]
+    # Greek's final sigma is read as the sigma that Σ lowers to
+    assert _terms(conn, "ΛΟΓΟΣ λογος", analyzer) == ["λογοσ", "λογοσ"]
+    assert _terms(conn, "ΛΟΓΟΣ λογος", older) == ["λογοσ", "λογος"]
     # Thai runs are read as pairs of characters, tone marks and vowel signs kept in them
     assert _terms(conn, "ข้อมูล", analyzer) == ["ข้", "้อ", "อม", "มู", "ูล"]
     # Burmese punctuation (၊ ။) and Thai digits are not letters of a pair

@@ -56,6 +56,27 @@ def _invalid_indexes(conn: psycopg.Connection[Any]) -> list[str]:
         "where c.relnamespace = 'pgfunnel'::regnamespace and not i.indisvalid").fetchall()]
 
 
+def test_an_analyzer_the_database_lacks_yet_says_to_migrate(sample_db: str,
+                                                              embedder: Any) -> None:
+    """Doctor on a schema behind this package points at the newest analyzer; the reindex
+    it suggests said only "unknown analyzer" until `pgfunnel migrate` had run."""
+    from pgfunnel.errors import ConfigError
+
+    with connect(sample_db, autocommit=True) as conn:
+        with pytest.raises(ConfigError, match="unknown analyzer 'english_v0'") as err:
+            versions.reindex(conn, "default", analyzer="english_v0", embedder=embedder)
+        assert "migrate" not in str(err.value)
+        # the functions and revision of the release before english_v6
+        conn.execute("update pgfunnel.alembic_version set version_num = '0012'")
+        conn.execute("create or replace function pgfunnel.analyzers() "
+                     "returns table (name text, stem_dictionary text, description text) "
+                     "language sql as $$ values ('english_v5'::text, 'english_stem'::text, "
+                     "''::text) $$")
+        with pytest.raises(ConfigError, match="run `pgfunnel migrate` first"):
+            versions.reindex(conn, "default", analyzer="english_v6", embedder=embedder)
+        assert _state(conn) == {1: "active"}
+
+
 def test_analyzer_reindex_activate_rollback_retire_drop(sample_db: str, embedder: Any) -> None:
     with connect(sample_db, autocommit=True) as conn:
         chunks = conn.execute("select count(*) from pgfunnel.chunk").fetchone()[0]  # type: ignore[index]
