@@ -182,6 +182,20 @@ def redact(dsn: str) -> str:
     return psycopg.conninfo.make_conninfo("", **kept)
 
 
+def sql_ascii_problem(conn: psycopg.Connection[Any]) -> str | None:
+    """Why pgfunnel cannot use this database, when its encoding is SQL_ASCII (what initdb
+    picks under locale C when none is given): it stores bytes without saying what they
+    mean, so Postgres cannot lower, normalize or split its non-ASCII text, and the driver
+    returns its text as bytes. None for any other encoding."""
+    row = conn.execute("select pg_catalog.getdatabaseencoding()").fetchone()
+    if row is None or row[0] not in ("SQL_ASCII", b"SQL_ASCII"):
+        return None
+    return ("its encoding is SQL_ASCII, which stores bytes without an encoding: pgfunnel "
+            "cannot read, lower or split its non-ASCII text. Create a UTF-8 database and use "
+            "that one: create database NAME template template0 encoding 'UTF8' locale "
+            "'C.UTF-8' (or another UTF-8 locale the server has)")
+
+
 def require_schema(conn: psycopg.Connection[Any]) -> None:
     """Raise SchemaMissingError unless ``pgfunnel init`` has run on this database."""
     row = conn.execute(
@@ -189,9 +203,11 @@ def require_schema(conn: psycopg.Connection[Any]) -> None:
         "to_regprocedure('pgfunnel.version()') is not null"
     ).fetchone()
     if row is None or not row[0] or not row[1]:
+        # `pgfunnel init` would refuse this one: say why here already
+        problem = sql_ascii_problem(conn)
         if not conn.autocommit:
             conn.rollback()
-        raise SchemaMissingError()
+        raise SchemaMissingError(f"init refuses this database: {problem}" if problem else "")
 
 
 def refuse_read_only(conn: psycopg.Connection[Any], what: str) -> None:

@@ -108,8 +108,12 @@ def check_schema(conn: psycopg.Connection[Any]) -> list[Finding]:
     row = conn.execute("select to_regclass('pgfunnel.collection') is not null, "
                        "to_regprocedure('pgfunnel.version()') is not null").fetchone()
     if row is None or not row[0] or not row[1]:
+        from pgfunnel.db import sql_ascii_problem
+
+        problem = sql_ascii_problem(conn)
         return [Finding("error", "schema", "the pgfunnel schema is not installed; run "
-                        "`pgfunnel init`")]
+                        "`pgfunnel init`" + (f" (init refuses this database: {problem})"
+                                             if problem else ""))]
     from pgfunnel import schema
 
     found: list[Finding] = []

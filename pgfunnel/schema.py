@@ -19,7 +19,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, create_engine, pool
 
-from pgfunnel.db import SCHEMA, connect, resolve_dsn
+from pgfunnel.db import SCHEMA, connect, resolve_dsn, sql_ascii_problem
 from pgfunnel.errors import AccessError, ConfigError, PgfunnelError, translate
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -243,17 +243,11 @@ def _rls_on(conn: psycopg.Connection[Any]) -> bool:
 
 
 def _refuse_sql_ascii(conn: psycopg.Connection[Any]) -> None:
-    """A database of encoding SQL_ASCII (what initdb picks under locale C when none is
-    given) stores bytes without saying what they mean: Postgres cannot lower, normalize or
-    split its non-ASCII text, and the driver returns its text as bytes. Refused before
-    anything is written, with how to make a database pgfunnel can use."""
-    row = conn.execute("select pg_catalog.getdatabaseencoding()").fetchone()
-    if row is not None and row[0] in ("SQL_ASCII", b"SQL_ASCII"):
-        raise ConfigError(
-            "database", "its encoding is SQL_ASCII, which stores bytes without an encoding: "
-            "pgfunnel cannot read, lower or split its non-ASCII text. Create a UTF-8 "
-            "database and use that one: create database NAME template template0 encoding "
-            "'UTF8' locale 'C.UTF-8' (or another UTF-8 locale the server has)")
+    """Refuse a SQL_ASCII database before anything is written (``db.sql_ascii_problem``),
+    with how to make one pgfunnel can use."""
+    problem = sql_ascii_problem(conn)
+    if problem is not None:
+        raise ConfigError("database", problem)
 
 
 def init(dsn: str | None = None, *, rls: bool = False) -> dict[str, Any]:
@@ -334,6 +328,7 @@ def migrate(dsn: str | None = None) -> dict[str, Any]:
     target = resolve_dsn(dsn)
     try:
         with connect(target, register=False) as conn:
+            _refuse_sql_ascii(conn)
             before = current_revision(conn)
             problem = vector_path_problem(conn)
             if problem is None and _rls_on(conn):

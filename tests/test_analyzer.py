@@ -409,10 +409,23 @@ def test_init_refuses_a_sql_ascii_database_before_writing_anything(server_dsn: s
         with pytest.raises(ConfigError, match="SQL_ASCII.*encoding 'UTF8'") as err:
             schema.init(dsn)
         assert err.value.parameter == "database"
+        with pytest.raises(ConfigError, match="SQL_ASCII"):
+            schema.migrate(dsn)
         with psycopg.connect(dsn) as c:
             assert c.execute("select count(*) from pg_extension where extname = 'vector'"
                              ).fetchone() == (0,)
             assert c.execute("select to_regnamespace('pgfunnel')").fetchone() == (None,)
+        # what ingest, search and doctor say on it: run init, which refuses it, and why
+        from pgfunnel.db import connect, require_schema
+        from pgfunnel.doctor import check_schema
+        from pgfunnel.errors import SchemaMissingError
+
+        with connect(dsn, autocommit=True) as c:
+            with pytest.raises(SchemaMissingError, match="init refuses this database: its "
+                                                         "encoding is SQL_ASCII"):
+                require_schema(c)
+            [finding] = check_schema(c)
+            assert finding.level == "error" and "encoding is SQL_ASCII" in finding.message
     finally:
         _drop_database(server_dsn, dsn)
 
