@@ -312,7 +312,9 @@ begin
                     when coalesce(cardinality(lx.lexemes), 0) = 0 then 'stop word'
                end
           from unnest(inputs) with ordinality as i(txt, ord),
-               regexp_matches(lower(coalesce(i.txt, '')), word_run, 'g')
+               -- v6 lowered its inputs above, under the collation init chose
+               regexp_matches(case when v6 then coalesce(i.txt, '')
+                                   else lower(coalesce(i.txt, '')) end, word_run, 'g')
                with ordinality as m(match, ord),
                lateral (select case when length(m.match[1]) <= 100
                                     then ts_lexize(stem_dict, m.match[1]) end as lexemes
@@ -324,7 +326,8 @@ begin
     with matched as (
         select i.ord::integer as inp, m.ord::integer as pos, m.match[1] as tok
           from unnest(inputs) with ordinality as i(txt, ord),
-               regexp_matches(lower(coalesce(i.txt, '')),
+               regexp_matches(case when v6 then coalesce(i.txt, '')
+                                   else lower(coalesce(i.txt, '')) end,
                               word_run || '(?:[._-]' || word_run || ')*', 'g')
                with ordinality as m(match, ord)
     ),
