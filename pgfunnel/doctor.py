@@ -289,22 +289,20 @@ _UNSPACED_CHAR_RANGES = (r"\u0e01-\u0e3a\u0e40-\u0e4e\u0e81-\u0edf\u1000-\u103f\
                          r"\ua9e0-\ua9fe")
 _INDIC_CHAR_RANGES = r"\u0900-\u0dff"
 # (probe, characters, terms longer than this count, analyzers that read them otherwise
-# than v6): each counts up to 1,000 of an active version's terms
-_SCRIPT_PROBES: tuple[tuple[str, str, int, tuple[str, ...]], ...] = (
+# than v6, the text as doctor names it, what each of its terms is under those): each
+# counts up to 1,000 of an active version's terms
+_SCRIPT_PROBES: tuple[tuple[str, str, int, tuple[str, ...], str, str], ...] = (
     # a Chinese or Japanese run longer than a pair: v4 and later split it
-    ("cjk", CJK_CHAR_RANGES, 2, ("english_v3", "simple_v3")),
+    ("cjk", CJK_CHAR_RANGES, 2, ("english_v3", "simple_v3"),
+     "Chinese or Japanese", "each a whole run of characters"),
     # a Korean word longer than a pair: v5 and later split it
     ("hangul", HANGUL_CHAR_RANGES, 2,
-     ("english_v3", "simple_v3", "english_v4", "simple_v4")),
+     ("english_v3", "simple_v3", "english_v4", "simple_v4"),
+     "Korean", "each a word with its particles and endings"),
     # any term of these scripts: before v6 it is a fragment between two marks
     ("unspaced", f"{_UNSPACED_CHAR_RANGES}{_INDIC_CHAR_RANGES}", 1,
-     ("english_v3", "simple_v3", "english_v4", "simple_v4", "english_v5", "simple_v5")),
-)
-_SCRIPT_NOTES = (
-    ("cjk", "Chinese or Japanese", "each a whole run of characters"),
-    ("hangul", "Korean", "each a word with its particles and endings"),
-    ("unspaced", "Thai, Lao, Burmese, Khmer or Indic",
-     "each a fragment of text between two marks"),
+     ("english_v3", "simple_v3", "english_v4", "simple_v4", "english_v5", "simple_v5"),
+     "Thai, Lao, Burmese, Khmer or Indic", "each a fragment of text between two marks"),
 )
 
 
@@ -363,7 +361,7 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
     ).format(script_terms=sql.SQL(", ").join(
         _script_term_count(name) for name, *_ in _SCRIPT_PROBES)),
         {"ascii_only_locale": ascii_only_locale,
-         **{f"{name}{key}": value for name, chars, shortest, analyzers in _SCRIPT_PROBES
+         **{f"{name}{key}": value for name, chars, shortest, analyzers, *_ in _SCRIPT_PROBES
             for key, value in (("", f"[{chars}]"), ("_shortest", shortest),
                                ("_analyzers", list(analyzers)))}}).fetchall()
     # more versions with a graph than the walk cache holds: those left out plan their
@@ -506,7 +504,7 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
                                  "Chinese, Japanese, Korean, Thai, Lao, Burmese and Khmer "
                                  "words as pairs of characters, with no model time"))
         elif held := [f"{what} text ({r[f'{probe}_terms']} terms of it, {each})"
-                      for probe, what, each in _SCRIPT_NOTES if r[f"{probe}_terms"]]:
+                      for probe, *_, what, each in _SCRIPT_PROBES if r[f"{probe}_terms"]]:
             # v6 differs from v3 only on these scripts, from v4 on all but Chinese and
             # Japanese, from v5 on the last: only a collection holding some is told
             found.append(Finding("info", "active_index",

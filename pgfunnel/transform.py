@@ -68,7 +68,6 @@ _STOPWORD_TEXT = """
 STOPWORDS: frozenset[str] = frozenset(_STOPWORD_TEXT.split())
 
 
-
 def _combining_marks() -> str:
     """The combining marks (Unicode categories Mn, Mc, Me) of the blocks where scripts
     write vowel signs, viramas and tone marks, as the inside of a bracket expression:

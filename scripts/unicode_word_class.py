@@ -13,12 +13,14 @@ from __future__ import annotations
 import sys
 import unicodedata
 
-NON_WORD_CATEGORIES = ("Z", "P", "S", "Cc", "Cf", "Co")
+# every separator, punctuation and symbol category (Z*, P*, S*), and these of the others
+NON_WORD_MAJOR_CLASSES = "ZPS"
+NON_WORD_CATEGORIES = ("Cc", "Cf", "Co")
 
 
 def is_non_word(code_point: int) -> bool:
     category = unicodedata.category(chr(code_point))
-    return category[0] in "ZPS" or category in NON_WORD_CATEGORIES
+    return category[0] in NON_WORD_MAJOR_CLASSES or category in NON_WORD_CATEGORIES
 
 
 def non_word_ranges(start: int = 0x80, stop: int = 0x110000) -> list[tuple[int, int]]:
