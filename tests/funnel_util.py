@@ -9,7 +9,9 @@ from __future__ import annotations
 import importlib.util
 import sys
 import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -137,3 +139,30 @@ def pg_bin(name: str) -> str:
     if where:
         return str(Path(where) / name)
     return str(Path(pgserver.__file__).parent / "pginstall" / "bin" / name)
+
+
+@contextmanager
+def c_locale_database(server_dsn: str, encoding: str = "UTF8",
+                      init: bool = True) -> Iterator[str]:
+    """The DSN of a fresh database created with locale "C" (whose collation knows ASCII
+    letters only) in ``encoding``, with the pgfunnel schema unless ``init`` is false;
+    dropped on leaving."""
+    from psycopg import sql
+
+    from pgfunnel import schema
+
+    name = f"pgf_t_c_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("create database {} template template0 locale 'C' "
+                              "encoding {}").format(sql.Identifier(name), sql.Literal(encoding)))
+    info = psycopg.conninfo.conninfo_to_dict(server_dsn)
+    info["dbname"] = name
+    try:
+        dsn = psycopg.conninfo.make_conninfo(**{k: v for k, v in info.items() if v is not None})
+        if init:
+            schema.init(dsn)
+        yield dsn
+    finally:
+        with psycopg.connect(server_dsn, autocommit=True) as admin:
+            admin.execute(sql.SQL("drop database if exists {} with (force)").format(
+                sql.Identifier(name)))

@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from funnel_util import doc, ingest, lexical
+from funnel_util import c_locale_database, doc, ingest, lexical
 
 from pgfunnel.errors import ConfigError
 from pgfunnel.ingest import TermAnalyzer
@@ -370,42 +370,12 @@ _OTHER_SCRIPT_TEXTS = ["วิธีสำรองฐานข้อมูล�
                        "தமிழ் தேடல்", "Straße İstanbul ǅemal"]
 
 
-def _c_locale_db(server_dsn: str, encoding: str = "UTF8", init: bool = True) -> str:
-    """A fresh database created with locale "C" (whose collation knows ASCII letters only),
-    with the pgfunnel schema unless ``init`` is false."""
-    import uuid
-
-    from psycopg import sql
-
-    from pgfunnel import schema
-
-    name = f"pgf_t_c_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(server_dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("create database {} template template0 locale 'C' "
-                              "encoding {}").format(sql.Identifier(name), sql.Literal(encoding)))
-    info = psycopg.conninfo.conninfo_to_dict(server_dsn)
-    info["dbname"] = name
-    dsn = psycopg.conninfo.make_conninfo(**{k: v for k, v in info.items() if v is not None})
-    if init:
-        schema.init(dsn)
-    return dsn
-
-
-def _drop_database(server_dsn: str, dsn: str) -> None:
-    from psycopg import sql
-
-    with psycopg.connect(server_dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("drop database if exists {} with (force)").format(
-            sql.Identifier(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])))
-
-
 def test_init_refuses_a_sql_ascii_database_before_writing_anything(server_dsn: str) -> None:
     from pgfunnel import schema
 
     # what initdb makes under locale C when no encoding is given: bytes of no encoding,
     # whose text the driver returns as bytes (init failed on them, naming schema b'public')
-    dsn = _c_locale_db(server_dsn, "SQL_ASCII", init=False)
-    try:
+    with c_locale_database(server_dsn, "SQL_ASCII", init=False) as dsn:
         with pytest.raises(ConfigError, match="SQL_ASCII.*encoding 'UTF8'") as err:
             schema.init(dsn)
         assert err.value.parameter == "database"
@@ -426,8 +396,6 @@ def test_init_refuses_a_sql_ascii_database_before_writing_anything(server_dsn: s
                 require_schema(c)
             [finding] = check_schema(c)
             assert finding.level == "error" and "encoding is SQL_ASCII" in finding.message
-    finally:
-        _drop_database(server_dsn, dsn)
 
 
 @pytest.mark.parametrize(("encoding", "text", "terms"), [
@@ -445,20 +413,16 @@ def test_v6_in_a_single_byte_database(server_dsn: str, encoding: str, text: str,
     from pgfunnel.db import connect
     from pgfunnel.doctor import check_active_indexes
 
-    dsn = _c_locale_db(server_dsn, encoding)
-    try:
-        with connect(dsn, autocommit=True) as c:
-            assert _terms(c, text, "simple_v6") == terms
-            make_collection(c, "t", 16, analyzer="english_v6")
-            ingest(c, [doc("d", text)])
-            assert [r[1] for r in lexical(c, terms[1], collection="t")] == ["d"]
-            # doctor reads the database without sending it characters it cannot hold
-            check_active_indexes(c)
-            if encoding == "LATIN1":
-                # before v6 the locale's [[:alnum:]] cut every accented letter out
-                assert _terms(c, "Crème brûlée", "simple_v5") == ["cr", "me", "br", "l", "e"]
-    finally:
-        _drop_database(server_dsn, dsn)
+    with c_locale_database(server_dsn, encoding) as dsn, connect(dsn, autocommit=True) as c:
+        assert _terms(c, text, "simple_v6") == terms
+        make_collection(c, "t", 16, analyzer="english_v6")
+        ingest(c, [doc("d", text)])
+        assert [r[1] for r in lexical(c, terms[1], collection="t")] == ["d"]
+        # doctor reads the database without sending it characters it cannot hold
+        check_active_indexes(c)
+        if encoding == "LATIN1":
+            # before v6 the locale's [[:alnum:]] cut every accented letter out
+            assert _terms(c, "Crème brûlée", "simple_v5") == ["cr", "me", "br", "l", "e"]
 
 
 def test_v6_nonword_characters_are_unicode_separators_punctuation_and_symbols(
@@ -492,22 +456,18 @@ def test_v6_reads_every_script_alike_whatever_the_database_locale(
         conn: psycopg.Connection[Any], server_dsn: str) -> None:
     texts = [json.loads(line)["text"] for line in SAMPLE.read_text().splitlines()][:60]
     texts += _random_strings(100, seed=11) + _CJK_TEXTS + _OTHER_SCRIPT_TEXTS
-    dsn = _c_locale_db(server_dsn)
-    try:
-        with psycopg.connect(dsn, autocommit=True) as c_conn:
-            # the database this test runs in reads letters beyond ASCII, the "C" one not
-            assert conn.execute("select lower('É') = 'é'").fetchone() == (True,)
-            assert c_conn.execute("select lower('É') = 'é'").fetchone() == (False,)
-            for analyzer in ("english_v6", "simple_v6"):
-                for text in texts:
-                    assert _terms(c_conn, text, analyzer) == _terms(conn, text, analyzer), text
-            assert _terms(c_conn, "CAFÉ Привет", "english_v6") == ["café", "привет"]
-            # before v6 the "C" database cut accented letters out and dropped other scripts
-            assert _terms(c_conn, "CAFÉ Привет 数据库", "english_v5") == ["caf"]
-            assert _terms(conn, "CAFÉ Привет 数据库", "english_v5") == [
-                "café", "привет", "数据", "据库"]
-    finally:
-        _drop_database(server_dsn, dsn)
+    with c_locale_database(server_dsn) as dsn, psycopg.connect(dsn, autocommit=True) as c_conn:
+        # the database this test runs in reads letters beyond ASCII, the "C" one not
+        assert conn.execute("select lower('É') = 'é'").fetchone() == (True,)
+        assert c_conn.execute("select lower('É') = 'é'").fetchone() == (False,)
+        for analyzer in ("english_v6", "simple_v6"):
+            for text in texts:
+                assert _terms(c_conn, text, analyzer) == _terms(conn, text, analyzer), text
+        assert _terms(c_conn, "CAFÉ Привет", "english_v6") == ["café", "привет"]
+        # before v6 the "C" database cut accented letters out and dropped other scripts
+        assert _terms(c_conn, "CAFÉ Привет 数据库", "english_v5") == ["caf"]
+        assert _terms(conn, "CAFÉ Привет 数据库", "english_v5") == [
+            "café", "привет", "数据", "据库"]
 
 
 @pytest.mark.parametrize("analyzer", ["english_v6", "simple_v6"])

@@ -173,28 +173,23 @@ def test_a_v5_version_is_pointed_to_v6_only_when_it_holds_thai_or_indic_text(
 
 def test_an_ascii_only_collation_is_a_warning_for_collections_with_other_text(
         server_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from funnel_util import make_collection
-    from test_analyzer import _c_locale_db, _drop_database
+    from funnel_util import c_locale_database, make_collection
 
     from pgfunnel import schema
 
-    dsn = _c_locale_db(server_dsn)
-    try:
-        with connect(dsn, autocommit=True) as conn:
-            make_collection(conn, "v5", 16, analyzer="english_v5")
-            make_collection(conn, "v6", 16, analyzer="english_v6")
-            for name in ("v5", "v6"):
-                ingest(conn, [doc("en", "How to back up a database.")], collection=name)
-            assert [f for f in check_active_indexes(conn) if "analyzer" in f.message] == []
-            for name in ("v5", "v6"):
-                ingest(conn, [doc("fr", "Sauvegarder la base de données")], collection=name)
-            [warning] = [f for f in check_active_indexes(conn) if "analyzer" in f.message]
-            # a server with no collation that lowers beyond ASCII (none here: Postgres 17
-            # and later always have pg_c_utf8, so the choices are taken away)
-            monkeypatch.setattr(schema, "CASE_COLLATIONS", ())
-            unlowered = [f for f in check_active_indexes(conn) if "CAFÉ" in f.message]
-    finally:
-        _drop_database(server_dsn, dsn)
+    with c_locale_database(server_dsn) as dsn, connect(dsn, autocommit=True) as conn:
+        make_collection(conn, "v5", 16, analyzer="english_v5")
+        make_collection(conn, "v6", 16, analyzer="english_v6")
+        for name in ("v5", "v6"):
+            ingest(conn, [doc("en", "How to back up a database.")], collection=name)
+        assert [f for f in check_active_indexes(conn) if "analyzer" in f.message] == []
+        for name in ("v5", "v6"):
+            ingest(conn, [doc("fr", "Sauvegarder la base de données")], collection=name)
+        [warning] = [f for f in check_active_indexes(conn) if "analyzer" in f.message]
+        # a server with no collation that lowers beyond ASCII (none here: Postgres 17
+        # and later always have pg_c_utf8, so the choices are taken away)
+        monkeypatch.setattr(schema, "CASE_COLLATIONS", ())
+        unlowered = [f for f in check_active_indexes(conn) if "CAFÉ" in f.message]
     assert warning.level == "warning"
     assert "collection 'v5'" in warning.message and "reads only ASCII letters" in warning.message
     assert "pgfunnel reindex -c v5 --analyzer english_v6 --activate" in warning.message
