@@ -334,7 +334,7 @@ def embed(
     from pgfunnel.errors import InvalidInputError
 
     _quiet_warnings()
-    with handle_errors():
+    with handle_errors({"embedding_model": "--model"}):
         if not text.strip():
             # the vector of nothing would search for nothing in particular
             raise InvalidInputError("empty text: nothing to embed")

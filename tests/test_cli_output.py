@@ -1,6 +1,7 @@
 """How the CLI lays out results: a table never runs past the console, whatever it holds."""
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -180,3 +181,20 @@ def test_ctrl_c_says_what_was_kept_and_how_to_go_on(capsys: pytest.CaptureFixtur
     with pytest.raises(typer.Exit), handle_errors():
         raise KeyboardInterrupt
     assert capsys.readouterr().err.strip() == "interrupted"
+
+
+def test_embed_names_the_model_flag_when_the_model_does_not_load(tmp_path: Path) -> None:
+    """An error about a value the user typed names the flag it was typed with (docs/cli.md,
+    exit codes): `--model`, not the library's `embedding_model`."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    missing = tmp_path / "no-such-model"
+    # --model given: the model is loaded before any database is reached
+    res = CliRunner().invoke(app, ["embed", "hello", "--model", str(missing),
+                                   "--dsn", "host=/nonexistent dbname=none"],
+                             env={"HF_HUB_OFFLINE": "1", "COLUMNS": "300"})
+    assert res.exit_code == 1, res.output
+    text = " ".join(res.output.split())
+    assert text.startswith("error: --model: "), text
+    assert "embedding_model" not in text
