@@ -335,7 +335,8 @@ def compare_cmd(
     last: Annotated[int | None, typer.Option(
         "--last", help="Use the last N distinct logged searches (search_log) instead.")] = None,
     k: Annotated[int, typer.Option("--k", "-k", help="Cutoff for overlap@k and nDCG@k.")] = 10,
-    show: Annotated[int, typer.Option(help="How many most-changed queries to list.")] = 10,
+    show: Annotated[int, typer.Option(min=0, help="How many most-changed queries to list.")
+                    ] = 10,
     collection: CollectionOption = "default",
     dsn: DsnOption = None,
     json_out: JsonOption = False,
@@ -349,7 +350,7 @@ def compare_cmd(
     _quiet()
     if (queries is None) == (last is None):
         raise typer.BadParameter("give exactly one of --queries FILE or --last N")
-    with handle_errors({"last": "--last", "queries": "--queries"}), \
+    with handle_errors({"k": "--k", "last": "--last", "queries": "--queries"}), \
             connect(dsn, autocommit=True) as conn:
         versions.require_pin_privilege(conn)
         if queries is not None:

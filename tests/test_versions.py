@@ -359,6 +359,23 @@ def test_compare_last_logged_searches(sample_db: str, embedder: Any) -> None:
     assert bad.exit_code == 2 and "exactly one of" in bad.output
 
 
+def test_compare_names_its_flags_and_refuses_a_negative_show(sample_db: str) -> None:
+    """A bad -k is named by its flag (docs/cli.md, exit codes), and --show takes no
+    negative count (a slice [:-1] would quietly leave out the most changed query)."""
+    from pgfunnel.cli.main import app
+
+    for k in ("0", "1001"):
+        out = CliRunner().invoke(app, ["versions", "compare", "1", "1", "--queries",
+                                       str(QUERIES), "-k", k, "--dsn", sample_db],
+                                 env={"COLUMNS": "300"})
+        assert out.exit_code == 1, out.output
+        assert out.output.startswith("error: --k: "), out.output
+    out = CliRunner().invoke(app, ["versions", "compare", "1", "1", "--queries", str(QUERIES),
+                                   "--show", "-1", "--dsn", sample_db],
+                             env={"COLUMNS": "300"})
+    assert out.exit_code == 2 and "--show" in out.output, out.output
+
+
 def test_compare_as_a_reader_names_the_privilege_it_lacks(sample_db: str) -> None:
     """A reader cannot pin a version; compare says so up front, for --last too (which under
     RLS would otherwise report that nothing was ever logged)."""
