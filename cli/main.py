@@ -501,7 +501,7 @@ DEMO_QUERIES = [
 @app.command()
 def demo(
     dsn: DsnOption = None,
-    k: Annotated[int, typer.Option("--k", "-k", help="Results per query.")] = 5,
+    k: Annotated[int, typer.Option("--k", "-k", min=1, max=1000, help="Results per query.")] = 5,
 ) -> None:
     """Init, ingest the bundled help-center corpus, and show what each stage did."""
     import json

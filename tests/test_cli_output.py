@@ -198,3 +198,16 @@ def test_embed_names_the_model_flag_when_the_model_does_not_load(tmp_path: Path)
     text = " ".join(res.output.split())
     assert text.startswith("error: --model: "), text
     assert "embedding_model" not in text
+
+
+@pytest.mark.parametrize("k", ["0", "1001"])
+def test_demo_refuses_a_k_out_of_range_before_it_starts(k: str) -> None:
+    """`demo -k 0` used to init and ingest (seconds of embedding) and then fail on the
+    first search with `k: ...`, not naming the flag; it is refused as it is parsed."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    res = CliRunner().invoke(app, ["demo", "-k", k, "--dsn", "host=/nonexistent dbname=none"],
+                             env={"COLUMNS": "300"})
+    assert res.exit_code == 2, res.output
+    assert "Invalid value for '--k' / '-k'" in res.output, res.output
