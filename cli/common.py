@@ -83,7 +83,8 @@ COMMON_FLAGS = {"dsn": "--dsn (or PGFUNNEL_DSN)"}
 INDEX_FLAGS = {"embedding_model": "--model", "analyzer": "--analyzer",
                "embed_input": "--embed-input", "maintenance_work_mem": "--maintenance-work-mem",
                "batch_size": "--batch-size", "m": "--m", "ef_construction": "--ef-construction",
-               "chunk_words": "--chunk-words", "private": "--private"}
+               "chunk_words": "--chunk-words", "private": "--private",
+               "collection": "--collection"}
 
 
 @contextmanager

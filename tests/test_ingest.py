@@ -1242,6 +1242,19 @@ def test_a_collection_name_no_one_could_type_back_is_refused(conn: psycopg.Conne
     assert conn.execute("select count(*) from pgfunnel.collection").fetchone() == (0,)
 
 
+def test_ingest_names_the_collection_flag_for_a_name_it_refuses(db: str,
+                                                                tmp_path: Path) -> None:
+    """The CLI names the flag a refused value was typed with (docs/cli.md, exit codes)."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    (tmp_path / "a.md").write_text("# A\n\nSome words here.")
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path), "-c", " ", "--dsn", db],
+                             env={"COLUMNS": "300"})
+    assert res.exit_code == 1, res.output
+    assert "error: --collection: must be a non-empty name" in res.output, res.output
+
+
 @pytest.mark.parametrize("dry_run", [True, False])
 def test_chunk_words_under_20_is_a_usage_error_with_or_without_dry_run(
         tmp_path: Path, dry_run: bool) -> None:
