@@ -33,7 +33,7 @@ def doctor(
     from pgfunnel.db import connect
     from pgfunnel.doctor import run_checks, worst
 
-    with handle_errors(), connect(dsn, autocommit=True) as conn:
+    with handle_errors({"app_role": "--app-role"}), connect(dsn, autocommit=True) as conn:
         findings = run_checks(conn, app_role=app_role)
     level = worst(findings)
     if json_out:

@@ -19,6 +19,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from pgfunnel.errors import ConfigError
 from pgfunnel.ingest import (
     HNSW_INDEX_PREFIX,
     HNSW_TYPES,
@@ -996,6 +997,10 @@ def run_checks(conn: psycopg.Connection[Any],
                app_role: str | None = None) -> list[Finding]:
     """Run every check; each in its own rolled-back transaction so one failure is contained.
     ``app_role``: the role an application connects as, checked like pgfunnel_reader's members."""
+    if app_role is not None and (not isinstance(app_role, str) or not app_role.strip()):
+        # an empty value (an unset variable in `--app-role "$APP_ROLE"`) would skip the
+        # role's checks and pass
+        raise ConfigError("app_role", f"must be a role name, got {app_role!r}")
     if app_role:
         takes_role: dict[Check, Check] = {
             check_security: functools.partial(check_security, app_role=app_role),

@@ -270,6 +270,22 @@ def test_app_role_option_checks_the_named_role(sample_db: str) -> None:
                                  _checks(report, "error"))
 
 
+def test_an_empty_app_role_is_refused_not_skipped(sample_db: str) -> None:
+    """`--app-role "$APP_ROLE"` with the variable unset checked no role and passed."""
+    from pgfunnel.cli.main import app
+
+    from pgfunnel.errors import ConfigError
+
+    for empty in ("", " "):
+        result = CliRunner().invoke(app, ["doctor", "--dsn", sample_db, "--app-role", empty],
+                                    env={"COLUMNS": "300"})
+        assert result.exit_code == 1, result.output
+        assert result.output.startswith("error: --app-role: must be a role name"), result.output
+    with connect(sample_db, autocommit=True) as conn, \
+            pytest.raises(ConfigError, match="app_role: must be a role name"):
+        run_checks(conn, app_role="")
+
+
 def test_public_documents_with_readers_are_refused_and_older_ones_reported(
         sample_db: str) -> None:
     """Readers restrict only a document that is not public: giving a public document
