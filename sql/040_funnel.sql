@@ -83,18 +83,22 @@ begin
         perform pgfunnel._bad_parameter('fusion',
             format('unknown fusion %L (use rrf, minmax or zscore)', fusion));
     end if;
-    -- NaN sorts above every number in Postgres, so it passes `> 0` and is named here
-    if rrf_k is null or not (rrf_k > 0) or rrf_k in ('Infinity'::float8, 'NaN'::float8) then
-        perform pgfunnel._bad_parameter('rrf_k', format('must be a positive number, got %s', coalesce(rrf_k::text, 'NULL')));
+    -- NaN sorts above every number in Postgres, so it passes `> 0` and is named here; far
+    -- above 1e6 a weight over (rrf_k + rank) underflows, which Postgres raises as an error
+    if rrf_k is null or not (rrf_k > 0 and rrf_k <= 1e6) then
+        perform pgfunnel._bad_parameter('rrf_k', format('must be a positive number up to 1e6, got %s', coalesce(rrf_k::text, 'NULL')));
     end if;
     -- NULL picks the defaults (_default_weights), which pass
     if weights is not null and (cardinality(weights) <> 2 or array_ndims(weights) <> 1
        or not coalesce(weights[1] >= 0 and weights[2] >= 0
-                       -- weights are relative; far beyond this a weighted score overflows
+                       -- weights are relative; far beyond this a weighted score overflows,
+                       -- and far below 1e-6 one underflows (an error in Postgres)
                        and weights[1] <= 1e6 and weights[2] <= 1e6
+                       and (weights[1] = 0 or weights[1] >= 1e-6)
+                       and (weights[2] = 0 or weights[2] >= 1e-6)
                        and weights[1] + weights[2] > 0, false)) then
         perform pgfunnel._bad_parameter('weights',
-            format('must be two non-negative numbers up to 1e6 {lexical,dense}, not both zero; got %s',
+            format('must be two numbers {lexical,dense}, each 0 or from 1e-6 to 1e6, not both zero; got %s',
                    coalesce(weights::text, 'NULL')));
     end if;
     if k1 is null or not (k1 >= 0) or k1 > 100 then

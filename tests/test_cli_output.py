@@ -101,7 +101,7 @@ def test_a_negative_weight_is_a_usage_error_naming_the_flag(flag: str) -> None:
     ("search", ["--rrf-k", "0"], "--rrf-k: must be a positive number"),
     ("search", ["-p", ""], "--principal: must not contain an empty string"),
     ("search", ["--lexical-weight", "0", "--dense-weight", "0"],
-     "--lexical-weight / --dense-weight: must be two non-negative numbers"),
+     "--lexical-weight / --dense-weight: must be two numbers"),
     ("explain", ["--overfetch", "0"], "--overfetch: must be between 1 and 100"),
     ("search", ["--lexical-depth", "0"], "--lexical-depth: must be between 1 and 10000"),
     ("explain", ["--dense-depth", "20000"], "--dense-depth: must be between 1 and 10000"),

@@ -391,7 +391,7 @@ def test_a_beir_benchmark_is_ingested_and_evaluated_as_it_comes(db: str, tmp_pat
     (["--k", "0"], "--k: must be an integer between 1 and 1000"),
     (["--split", "train"], "--split: must be dev or test"),
     (["--config", 'x={"fusion": "borda"}'], "--config: x: fusion: unknown fusion 'borda'"),
-    (["--config", 'x={"weights": [1]}'], "--config: x: weights: must be two non-negative"),
+    (["--config", 'x={"weights": [1]}'], "--config: x: weights: must be two numbers"),
 ])
 def test_a_bad_eval_option_is_named_by_its_flag_and_configuration(
         sample_db: str, args: list[str], said: str) -> None:

@@ -12,7 +12,13 @@ import pytest
 from _security_helpers import DIM, Doc, ingest_docs, unit
 
 from pgfunnel.db import connect
-from pgfunnel.errors import InvalidInputError, InvalidVectorError, PgfunnelError, SearchTimeoutError
+from pgfunnel.errors import (
+    ConfigError,
+    InvalidInputError,
+    InvalidVectorError,
+    PgfunnelError,
+    SearchTimeoutError,
+)
 from pgfunnel.search import Funnel
 
 HOSTILE_TEXT: list[str] = [
@@ -171,3 +177,26 @@ def test_a_connection_lost_mid_session_is_not_called_a_failure_to_connect(
             assert str(err).startswith("lost the connection to Postgres"), err
     with pytest.raises(ConnectionFailedError, match="cannot connect to Postgres"):
         connect("postgresql://nobody@127.0.0.1:1/none?connect_timeout=2")
+
+
+@pytest.mark.parametrize("fusion, weights, rrf_k, parameter", [
+    ("minmax", "{5e-324,5e-324}", 60, "weights"),
+    ("rrf", "{5e-324,1}", 60, "weights"),
+    ("zscore", "{1e-320,1}", 60, "weights"),
+    ("rrf", "{1,1}", 1e7, "rrf_k"),
+])
+def test_weights_or_rrf_k_a_fused_score_underflows_at_are_named(
+        corpus_db: str, fusion: str, weights: str, rrf_k: float, parameter: str) -> None:
+    """A weight far below 1e-6 (or one over a vast rrf_k) made a fused score underflow,
+    which Postgres raises: 22003 'value out of range: underflow' from deep in _pool."""
+    with connect(corpus_db, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match=f"^{parameter}:"):
+            conn.execute("select * from funnel_search('refund plan', %s, 5, fusion => %s, "
+                         "weights => %s, rrf_k => %s)",
+                         (unit(np.ones(DIM)), fusion, weights, rrf_k))
+        _usable(conn)
+        with pytest.raises(ConfigError, match=f"^{parameter}:"):
+            Funnel(conn, embedder=None).search(
+                "refund plan", query_embedding=unit(np.ones(DIM)), fusion=fusion,
+                weights=[float(w) for w in weights.strip("{}").split(",")], rrf_k=rrf_k)
+        _usable(conn)
