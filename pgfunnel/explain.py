@@ -12,7 +12,7 @@ import psycopg
 from pgfunnel.errors import ConfigError, NotFoundError, translate
 from pgfunnel.search import Funnel, SearchParams, check_query_text
 
-_TARGET = re.compile(r"^(?P<citekey>.+)#(?P<ordinal>\d+)$")
+_TARGET = re.compile(r"^(?P<citekey>.+)#(?P<ordinal>[0-9]+)$")
 _ARGS = ("k", "collection", "principals", "tenant", "language", "metadata_filter", "fusion",
          "rrf_k", "weights", "lexical_depth", "dense_depth", "overfetch", "per_source_cap",
          "ef_search", "k1", "b")
@@ -47,13 +47,19 @@ class Explanation:
 HIDDEN_OR_MISSING = "filtered out or does not exist"
 
 
+def _is_chunk_id(target: str) -> bool:
+    """ASCII digits only: str.isdigit() also holds for superscripts ('²'), which int()
+    refuses, and for other scripts' digits."""
+    return target.isascii() and target.isdigit()
+
+
 def resolve_target(conn: psycopg.Connection[Any], target: str, collection: str) -> int | None:
     """A chunk id, or CITEKEY#ORDINAL (0-based) looked up in the collection.
 
     A citekey that does not resolve gives None: explain() then answers as for a chunk the
     caller cannot see, so this lookup tells nothing more than explain() itself would.
     """
-    if target.isdigit():
+    if _is_chunk_id(target):
         # past bigint no chunk can have it; sent as numeric, it matched no function
         return int(target) if int(target) < 2**63 else None
     m = _TARGET.match(target)
@@ -127,10 +133,11 @@ def explain(funnel: Funnel, query: str | None, target: str | int, *,
              "dense_rank", "dense_score", "dense_exact_score", "dense_depth", "fused_rank",
              "fused_score", "pool_size", "final_rank", "citekey", "reason")
     values: dict[str, Any] = dict(zip(names, row, strict=True))
-    if not target.isdigit() and values["verdict"] == HIDDEN_OR_MISSING:
+    if (cid is None or not _is_chunk_id(target)) and values["verdict"] == HIDDEN_OR_MISSING:
         # Name the chunk as the caller wrote it and keep the id the lookup found to
         # ourselves: a citekey hidden from these principals must get exactly the answer
         # of one that does not exist (the lookup itself is not filtered by principals).
+        # An id past bigint was asked for as -1, which the caller did not write.
         values["reason"] = values["reason"].replace(f"chunk {args['chunk_id']} ",
                                                     f"chunk {target} ", 1)
         cid = None

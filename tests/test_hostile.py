@@ -200,3 +200,25 @@ def test_weights_or_rrf_k_a_fused_score_underflows_at_are_named(
                 "refund plan", query_embedding=unit(np.ones(DIM)), fusion=fusion,
                 weights=[float(w) for w in weights.strip("{}").split(",")], rrf_k=rrf_k)
         _usable(conn)
+
+
+@pytest.mark.parametrize("target, shown", [("²", None), ("x#²", None), ("١", None),
+                                           ("99999999999999999999", "99999999999999999999")])
+def test_explain_targets_that_are_not_ascii_digits_or_past_bigint(
+        corpus_db: str, target: str, shown: str | None) -> None:
+    """'²' passed str.isdigit() and int() raised a raw ValueError; an Arabic-Indic '١'
+    was read as chunk 1; an id past bigint was told as "chunk -1 does not exist"."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    res = CliRunner().invoke(app, ["explain", "refund", target, "--dsn", corpus_db,
+                                   "--lexical-only"])
+    assert "Traceback" not in res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.output
+    if shown is None:
+        assert res.exit_code == 1, res.output
+        assert "neither a chunk id nor CITEKEY#ORDINAL" in res.output, res.output
+    else:
+        assert res.exit_code == 0, res.output
+        assert f"chunk {shown} does not exist" in res.output, res.output
+        assert "-1" not in res.output, res.output
