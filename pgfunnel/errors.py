@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+import stat
 import sys
 import warnings
 from pathlib import Path
@@ -26,6 +27,26 @@ def json_problem(exc: BaseException) -> str:
     if isinstance(exc, RecursionError):
         return "nested too deeply"
     return str(getattr(exc, "msg", exc))
+
+
+def read_file_bytes(path: Path) -> bytes:
+    """A file's bytes. A path that is not a regular file (a named pipe, a device such as
+    /dev/zero, a socket; a link to one) raises OSError without reading it: a pipe waits
+    for a writer and a device may never end, so reading one hung."""
+    mode = path.stat().st_mode
+    if not stat.S_ISREG(mode):
+        kind = ("a folder" if stat.S_ISDIR(mode) else "a named pipe" if stat.S_ISFIFO(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                else "a socket" if stat.S_ISSOCK(mode) else "not a file")
+        raise OSError(f"not a regular file ({kind})")
+    return path.read_bytes()
+
+
+def read_file_text(path: Path) -> str:
+    """A UTF-8 file's text with its line ends read as ``Path.read_text`` reads them (``\r\n``
+    and ``\r`` as ``\n``), through :func:`read_file_bytes`; UnicodeDecodeError when it is
+    not UTF-8."""
+    return read_file_bytes(path).decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
 
 
 def warn_at_caller(message: str | Warning, category: type[Warning] = UserWarning) -> None:

@@ -28,6 +28,7 @@ from pgfunnel.errors import (
     ConfigError,
     InvalidDocumentError,
     json_problem,
+    read_file_bytes,
     text_problem,
     warn_at_caller,
 )
@@ -427,7 +428,10 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
     if suffix not in SUPPORTED_SUFFIXES:
         raise InvalidDocumentError(
             f"{path}: unsupported file type {suffix!r} (use {', '.join(SUPPORTED_SUFFIXES)})")
-    data = path.read_bytes()
+    try:
+        data = read_file_bytes(path)
+    except OSError as exc:
+        raise InvalidDocumentError(f"{path}: cannot read it: {exc.strerror or exc}") from None
     try:
         raw = data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -46,6 +46,7 @@ from pgfunnel.errors import (
     InvalidInputError,
     NotFoundError,
     PgfunnelError,
+    read_file_text,
     translate,
 )
 from pgfunnel.ingest import (
@@ -1100,7 +1101,7 @@ def read_query_file(path: str | Path) -> tuple[list[Any], bool]:
 
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_file_text(p)
     except OSError as exc:
         raise InvalidInputError(f"queries: cannot read {p}: {exc}") from exc
     # with a BOM the first line was no JSON, so a judged file was read as plain queries

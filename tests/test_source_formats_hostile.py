@@ -63,3 +63,28 @@ def test_a_jsonl_document_that_is_only_its_title_is_searched_by_its_title() -> N
         record_from_dict({"_id": "p9", "title": " ", "text": ""}, "x:3")
     with pytest.raises(InvalidDocumentError, match=r"x:4: missing or empty 'text'"):
         record_from_dict({"citekey": "p10", "title": "T", "text": 5}, "x:4")
+
+
+def test_a_pipe_or_a_device_given_by_name_is_refused_without_reading_it(
+        tmp_path: Path) -> None:
+    """A named pipe given to ingest or eval waited for a writer forever, and a link to
+    /dev/zero read without end; both are refused naming the path, unread."""
+    import os
+    import subprocess
+    import sys
+
+    pipe = tmp_path / "pipe.md"
+    os.mkfifo(pipe)
+    device = tmp_path / "zero.jsonl"
+    device.symlink_to("/dev/zero")
+    for args, path in ((["ingest", str(pipe), "--dry-run"], pipe),
+                       (["ingest", str(device), "--dry-run"], device),
+                       (["eval", str(pipe), "--dsn", "postgresql://nobody@127.0.0.1:1/x"],
+                        pipe)):
+        # a child process: a read that hangs is a timeout here, not a hung test run
+        res = subprocess.run([sys.executable, "-m", "pgfunnel.cli.main", *args],
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 1, (args, res.stdout, res.stderr)
+        out = res.stdout + res.stderr
+        assert f"{path}: cannot read" in out and "not a regular file" in out, out
+        assert "Traceback" not in out, out

@@ -22,7 +22,14 @@ from typing import Any, NamedTuple
 import ir_measures
 import numpy as np
 
-from pgfunnel.errors import JSON_ERRORS, ConfigError, InvalidInputError, PgfunnelError, json_problem
+from pgfunnel.errors import (
+    JSON_ERRORS,
+    ConfigError,
+    InvalidInputError,
+    PgfunnelError,
+    json_problem,
+    read_file_text,
+)
 from pgfunnel.eval.qrels import ALL_SLICE, JudgedQuery, citekey_of, split_of
 
 #: count keys in every row that :func:`aggregate` returns
@@ -357,7 +364,7 @@ def load_floors(path: str | Path) -> dict[str, dict[str, float]]:
     """
     p = Path(path)
     try:
-        raw: Any = json.loads(p.read_text(encoding="utf-8").removeprefix("\ufeff"))
+        raw: Any = json.loads(read_file_text(p).removeprefix("\ufeff"))
     except OSError as exc:
         raise ConfigError("floors", f"cannot read {p}: {exc}") from exc
     except (*JSON_ERRORS, UnicodeDecodeError) as exc:

@@ -34,6 +34,7 @@ from pgfunnel.errors import (
     ConfigError,
     InvalidInputError,
     json_problem,
+    read_file_text,
     text_problem,
 )
 
@@ -195,7 +196,7 @@ def _json_lines(path: Path, what: str) -> Iterator[tuple[int, Any]]:
     """(line number, decoded value) of each non-blank line of a JSON Lines file; a file
     that cannot be read or a line that is not JSON is an error naming the file (and line)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_file_text(path)
     except OSError as exc:
         raise InvalidInputError(f"{path}: cannot read {what}: {exc}") from exc
     except UnicodeDecodeError as exc:
@@ -263,7 +264,7 @@ def load_beir(queries_path: str | Path, qrels_path: str | Path) -> list[JudgedQu
     qp, rp = Path(queries_path), Path(qrels_path)
     judged: dict[str, dict[str, int]] = {}
     try:
-        rows = rp.read_text(encoding="utf-8").removeprefix("\ufeff").splitlines()
+        rows = read_file_text(rp).removeprefix("\ufeff").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInputError(f"{rp}: cannot read qrels: {exc}") from exc
     for lineno, row in enumerate(rows, start=1):
