@@ -190,7 +190,13 @@ def check_vector(vector: Any, dimensions: int | None = None,
     if vector is None:
         raise InvalidVectorError(f"{parameter}: a vector is required, got None")
     try:
-        arr = np.asarray(vector, dtype=np.float32)
+        raw = np.asarray(vector)
+        # complex numbers lost their imaginary part and strings were parsed ("1" as 1.0)
+        # by the cast to float32, without a word
+        if raw.dtype.kind not in "biufO":
+            raise InvalidVectorError(f"{parameter}: must hold real numbers, got {raw.dtype} "
+                                     "values")
+        arr = np.asarray(raw, dtype=np.float32)
     except (TypeError, ValueError) as exc:
         raise InvalidVectorError(f"{parameter}: not a numeric vector ({exc})") from exc
     if arr.ndim != 1 or arr.size == 0:

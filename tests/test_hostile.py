@@ -34,6 +34,8 @@ HOSTILE_VECTORS: list[Any] = [
     ["x"] * DIM, [None] * DIM,
     # finite, but the squares underflow or overflow in pgvector's single precision
     [1e-30] * DIM, [1e20] * DIM,
+    # the cast to float32 dropped the imaginary part and parsed the strings, unsaid
+    np.ones(DIM, dtype=complex), np.array(["1"] * DIM),
 ]
 
 
@@ -125,7 +127,8 @@ def test_none_vector_where_required(corpus_db: str) -> None:
 
     with connect(corpus_db, autocommit=True) as conn:
         ing = Ingester(conn, "default")
-        for bad in ([None], [np.full(DIM, math.nan)], [np.zeros(DIM)], [np.ones(DIM + 3)]):
+        for bad in ([None], [np.full(DIM, math.nan)], [np.zeros(DIM)], [np.ones(DIM + 3)],
+                    [np.ones(DIM, dtype=complex)], np.ones((1, DIM), dtype=complex)):
             with pytest.raises(InvalidVectorError):
                 ing.ingest([DocumentRecord(citekey="bad-vec", text="short text")],
                            vectors={"bad-vec": bad})  # type: ignore[dict-item]
