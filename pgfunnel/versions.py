@@ -1085,12 +1085,17 @@ def _cached_embedder(model: str) -> Embedder:
 
 
 def last_queries(conn: psycopg.Connection[Any], collection: str, n: int) -> list[str]:
-    """The texts of the last ``n`` distinct logged searches of a collection (newest first)."""
+    """The texts of the last ``n`` distinct logged searches of a collection (newest first).
+    A text a search could not take (over its 10,000 characters: ``final()`` logs whatever
+    ``query_text`` its caller passes) is left out; replayed, it failed the whole compare."""
+    from pgfunnel.search import MAX_QUERY_CHARS
+
     coll_id = _db(lambda: require_collection(conn, collection))
     rows = conn.execute(
         "select query_text from (select query_text, max(at) as at from pgfunnel.search_log "
         "where collection_id = %s and query_text is not null and query_text <> '' "
-        "group by query_text) s order by at desc limit %s", (coll_id, n)).fetchall()
+        "and length(query_text) <= %s group by query_text) s order by at desc limit %s",
+        (coll_id, MAX_QUERY_CHARS, n)).fetchall()
     return [str(r[0]) for r in rows]
 
 

@@ -376,6 +376,19 @@ def test_compare_names_its_flags_and_refuses_a_negative_show(sample_db: str) -> 
     assert out.exit_code == 2 and "--show" in out.output, out.output
 
 
+def test_compare_last_leaves_out_a_logged_text_no_search_could_take(sample_db: str) -> None:
+    """final() logs any query_text its caller passes; replayed by compare --last, a text over
+    the 10,000 characters a search takes failed the whole compare ("query_text: is 20000
+    characters long")."""
+    with connect(sample_db, autocommit=True) as conn:
+        cid = conn.execute("select min(id) from pgfunnel.chunk").fetchone()[0]  # type: ignore[index]
+        for text in ("a" * 20_000, "refund a monthly plan"):
+            conn.execute("select * from pgfunnel.final(array[%s]::bigint[], '{1}', '{1}', "
+                         "'{1}', '{1}', '{NULL}', '{NULL}', trace => true, query_text => %s)",
+                         (cid, text)).fetchall()
+        assert versions.last_queries(conn, "default", 10) == ["refund a monthly plan"]
+
+
 def test_compare_as_a_reader_names_the_privilege_it_lacks(sample_db: str) -> None:
     """A reader cannot pin a version; compare says so up front, for --last too (which under
     RLS would otherwise report that nothing was ever logged)."""
