@@ -11,14 +11,17 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from typer.core import TyperCommand
 
 from pgfunnel.errors import ConfigError, ModelLoadError, PgfunnelError
 
 # errors, warnings and notes are one line each, however wide: the terminal wraps them,
-# and a log or a pipe keeps the line whole for grep
-console = Console(stderr=True, soft_wrap=True)
-out = Console()
+# and a log or a pipe keeps the line whole for grep. Markup only where a print asks for it
+# (markup=True, with what it interpolates escaped): a citekey, title, query or collection
+# name holding '[/x]' made rich raise MarkupError, and '[red]x' printed as a red 'x'
+console = Console(stderr=True, soft_wrap=True, markup=False)
+out = Console(markup=False)
 
 
 def plural(n: int, noun: str) -> str:
@@ -105,11 +108,12 @@ def handle_errors(flags: Mapping[str, str] | None = None,
             said = f"{flags[exc.parameter]}: {exc.detail.replace(' or None', ' or left out')}"
         elif isinstance(exc, ModelLoadError) and exc.setting in flags:
             said = f"{flags[exc.setting]}: {str(exc).removeprefix(exc.setting + '=')}"
-        console.print(f"[red]error:[/red] {said}", highlight=False, markup=True)
+        console.print(f"[red]error:[/red] {escape(str(said))}", highlight=False, markup=True)
         raise typer.Exit(getattr(exc, "exit_code", EXIT_ERROR)) from None
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/yellow]"
-                      + (f": {interrupted}" if interrupted else ""), highlight=False)
+                      + (f": {escape(interrupted)}" if interrupted else ""), highlight=False,
+                      markup=True)
         raise typer.Exit(130) from None
 
 

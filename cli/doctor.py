@@ -15,6 +15,7 @@ from pgfunnel.cli.common import (
     plural,
 )
 from rich.table import Table
+from rich.text import Text
 
 _STYLE = {"error": "red", "warning": "yellow", "info": "dim"}
 
@@ -45,7 +46,7 @@ def doctor(
             table.add_column(col, overflow="fold")
         for f in findings:
             style = _STYLE[f.level]
-            table.add_row(f"[{style}]{f.level}[/{style}]", f.check, f.message)
+            table.add_row(Text(f.level, style=style), f.check, f.message)
         out.print(table)
         n_err = sum(f.level == "error" for f in findings)
         n_warn = sum(f.level == "warning" for f in findings)

@@ -18,6 +18,7 @@ from pgfunnel.cli.common import (
     handle_errors,
     out,
 )
+from rich.markup import escape
 
 # the harness's parameters that eval takes as options, by the library's name
 EVAL_FLAGS = {"k": "--k", "split": "--split", "config": "--config", "preset": "--preset",
@@ -147,11 +148,11 @@ def evaluate(
             conn.close()
         respelled = result.report.metadata.get("judged_items_respelled") or {}
         if respelled:
-            console.print("[yellow]note:[/yellow] " + respelled_items_message(respelled),
-                          highlight=False)
+            console.print("[yellow]note:[/yellow] " + escape(respelled_items_message(respelled)),
+                          highlight=False, markup=True)
         if result.missing_items:
-            console.print("[yellow]warning:[/yellow] " + missing_items_message(
-                result.missing_items, result.queries, collection), highlight=False)
+            console.print("[yellow]warning:[/yellow] " + escape(missing_items_message(
+                result.missing_items, result.queries, collection)), highlight=False, markup=True)
         report = result.report
         violations = check_floors(report.configs[report.baseline].aggregates, floor_spec) \
             if floor_spec is not None else []
@@ -179,8 +180,9 @@ def evaluate(
     if floor_spec is not None:
         if violations:
             for v in violations:
-                console.print(f"[red]floor:[/red] configuration {report.baseline!r}, {v}",
-                              highlight=False)
+                console.print("[red]floor:[/red] "
+                              + escape(f"configuration {report.baseline!r}, {v}"),
+                              highlight=False, markup=True)
             raise typer.Exit(EXIT_GATE)
         console.print(f"floors: all {sum(len(m) for m in floor_spec.values())} met "
                       f"(configuration {report.baseline!r})")
@@ -213,7 +215,7 @@ def _print_tables(report: Any, k: int) -> None:
 
     # wide enough for every stage column: a narrow terminal wraps lines but never cuts
     # a header or a slice name
-    wide = Console(width=max(out.width, 150), highlight=False)
+    wide = Console(width=max(out.width, 150), highlight=False, markup=False)
     ndcg, recall, mrr, found = metric_names(k)
     wide.print(f"judging: per {report.judging_level}; split: {report.split or 'all'}; k={k}")
     for name, res in report.configs.items():

@@ -24,6 +24,7 @@ from pgfunnel.cli.common import (
     handle_errors,
     out,
 )
+from rich.markup import escape
 
 
 def register(app: typer.Typer) -> None:
@@ -67,12 +68,13 @@ def explain_command(
         emit_json([e.as_dict() for e in found])
         return
     for note in found[0].notices if found else []:
-        console.print(f"[yellow]warning:[/yellow] {note}", highlight=False)
+        console.print(f"[yellow]warning:[/yellow] {escape(note)}", highlight=False, markup=True)
     for e in found:
         def show(x: object) -> str:
             return "-" if x is None else (f"{x:.4f}" if isinstance(x, float) else str(x))
 
-        out.print(f"[bold]{e.target}[/bold]: {e.verdict}", highlight=False)
+        out.print(f"[bold]{escape(str(e.target))}[/bold]: {e.verdict}", highlight=False,
+                  markup=True)
         out.print(f"  lexical rank {show(e.lexical_rank)} (depth {show(e.lexical_depth)}, "
                   f"BM25 {show(e.lexical_exact_score)})  dense rank {show(e.dense_rank)} "
                   f"(depth {show(e.dense_depth)}, cosine {show(e.dense_exact_score)})  "

@@ -30,6 +30,7 @@ from pgfunnel.cli.common import (
     out,
     plural,
 )
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -479,7 +480,7 @@ def search(
                    "results": [r.__dict__ for r in response.results]})
         return
     for note in response.notices:
-        console.print(f"[yellow]warning:[/yellow] {note}", highlight=False)
+        console.print(f"[yellow]warning:[/yellow] {escape(note)}", highlight=False, markup=True)
     if not response.results:
         out.print("no results.")
         return
@@ -513,18 +514,18 @@ def demo(
     with handle_errors():
         t0 = time.perf_counter()
         info = schema.init(dsn)
-        out.print(f"[bold]1. init[/bold]: schema at revision {info['revision']}")
+        out.print(f"[bold]1. init[/bold]: schema at revision {info['revision']}", markup=True)
         stats = do_ingest(dsn, [SAMPLE_CORPUS, DEMO_INTERNAL], "demo", 200, None, False)
         out.print(f"[bold]2. ingest[/bold]: {stats.documents_written} written, "
                   f"{stats.documents_unchanged} unchanged, {stats.chunks_written} chunks "
                   f"into collection 'demo' (two of the documents are readable by "
-                  f"'{DEMO_STAFF}' only)")
+                  f"'{DEMO_STAFF}' only)", markup=True)
         codes = [json.loads(line)["citekey"] for line in SAMPLE_CORPUS.read_text().splitlines()
                  if line.startswith('{"citekey": "err-')]
         code = codes[0].split("-")[1] if codes else "4029"
         funnel = Funnel(dsn, "demo")
         out.print("[bold]3. searches[/bold] (lex/dense = rank in each leg, fused = rank after "
-                  "fusion, # = rank after the per-citekey cap)")
+                  "fusion, # = rank after the per-citekey cap)", markup=True)
         for label, template in DEMO_QUERIES:
             q = template.format(code=code)
             with warnings.catch_warnings():
@@ -532,13 +533,13 @@ def demo(
                 resp = funnel.search(q, k=k, trace=True)
             out.print(_results_table(f"{label}: {q!r}", resp.results))
             for note in resp.notices:
-                out.print(f"  [yellow]{note}[/yellow]", highlight=False)
+                out.print(f"  [yellow]{escape(note)}[/yellow]", highlight=False, markup=True)
             out.print(f"  pool {len(resp.pool) or k * 4} candidates; "
                       f"{resp.timings_ms.get('funnel_search', 0):.1f} ms in SQL, "
                       f"{resp.timings_ms.get('embed', 0):.1f} ms embedding the query\n")
         q = f"ERR-{code}"
         out.print(f"[bold]4. access[/bold]: {q!r} for a reader with no principals (public "
-                  f"documents only), then for principal '{DEMO_STAFF}'")
+                  f"documents only), then for principal '{DEMO_STAFF}'", markup=True)
         for principals in ([], [DEMO_STAFF]):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")

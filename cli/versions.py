@@ -21,6 +21,7 @@ from pgfunnel.cli.common import (
     out,
     plural,
 )
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -69,7 +70,8 @@ class _Bars:
 
 
 def _notice(text: str) -> None:
-    console.print(f"[yellow]notice from Postgres:[/yellow] {text}", highlight=False)
+    console.print(f"[yellow]notice from Postgres:[/yellow] {escape(text)}", highlight=False,
+                  markup=True)
 
 
 def reindex(
@@ -157,8 +159,9 @@ def reindex(
     coll = f" -c {shlex.quote(collection)}"
     if result.activated:
         out.print(f"[green]version {result.version} is active[/green]"
-                  + (f" (replaced {result.replaced}; `pgfunnel versions rollback{coll}` "
-                     "returns to it)" if result.replaced else ""), highlight=False)
+                  + escape(f" (replaced {result.replaced}; `pgfunnel versions rollback{coll}` "
+                           "returns to it)" if result.replaced else ""), highlight=False,
+                  markup=True)
     else:
         source = "--last 100" if logged else "--queries QUERIES.jsonl"
         out.print(f"version {result.version} is ready. Compare it: pgfunnel versions compare "
@@ -313,8 +316,9 @@ def drop_collection_cmd(
             row = conn.execute("select count(*) from pgfunnel.document where collection_id = %s",
                                (coll_id,)).fetchone()
             held = plural(int(row[0]) if row else 0, "document")
-            console.print(f"[red]error:[/red] this drops collection {collection!r} and "
-                          f"everything in it ({held}); pass --yes to confirm", highlight=False)
+            console.print("[red]error:[/red] " + escape(
+                f"this drops collection {collection!r} and everything in it ({held}); pass "
+                "--yes to confirm"), highlight=False, markup=True)
             raise typer.Exit(EXIT_USAGE)
         result = versions.drop_collection(conn, collection)
     if json_out:

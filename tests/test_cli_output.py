@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 from pgfunnel.cli.main import _results_table
 from rich.console import Console
+from typer.testing import CliRunner
 
 
 def _result(rank: int, citekey: str) -> SimpleNamespace:
@@ -211,3 +212,28 @@ def test_demo_refuses_a_k_out_of_range_before_it_starts(k: str) -> None:
                              env={"COLUMNS": "300"})
     assert res.exit_code == 2, res.output
     assert "Invalid value for '--k' / '-k'" in res.output, res.output
+
+
+def test_text_that_looks_like_rich_markup_prints_as_written(sample_db: str,
+                                                           tmp_path: Path) -> None:
+    """A collection name, query, citekey or title holding '[/x]' made rich raise MarkupError
+    (a traceback), and '[red]x' printed as a red 'x': output is no longer read as markup."""
+    from pgfunnel.cli.main import app
+
+    corpus = tmp_path / "markup.jsonl"
+    corpus.write_text('{"citekey": "[/x]", "title": "[red]t[/y]", "text": "refund markup"}\n')
+    for args, shown in ((["ingest", str(corpus), "--dry-run"], ("[/x]", "[red]t[/y]")),
+                        (["search", "refund", "-c", "[/x]", "--lexical-only", "--dsn",
+                          sample_db], ("collection '[/x]' does not exist",)),
+                        (["search", "refund", "-c", "[red]nope", "--lexical-only", "--dsn",
+                          sample_db], ("collection '[red]nope' does not exist",)),
+                        (["explain", "refund", "[/x]#0", "--lexical-only", "--dsn",
+                          sample_db], ("[/x]#0",))):
+        res = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+        assert res.exception is None or isinstance(res.exception, SystemExit), \
+            (args, res.exception)
+        for text in shown:
+            assert text in res.output, (args, res.output)
+    # the CLI's own styling still renders: doctor's levels are styled, not printed as tags
+    res = CliRunner().invoke(app, ["doctor", "--dsn", sample_db], env={"COLUMNS": "200"})
+    assert "info" in res.output and "[/" not in res.output, res.output
