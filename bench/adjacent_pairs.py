@@ -147,7 +147,9 @@ def main() -> None:
     args = ap.parse_args()
 
     corpus = [json.loads(line) for line in (args.data / "corpus.jsonl").read_text().splitlines()]
-    queries = [json.loads(line) for line in (args.data / "queries.jsonl").read_text().splitlines()]
+    # queries with no answer have no nDCG; follow-ups are searched as typed (no history)
+    queries = [q for line in (args.data / "queries.jsonl").read_text().splitlines()
+               if (q := json.loads(line))["relevant"]]
     chunks = [(d, c) for d in corpus for c in chunk_text(d["text"])]
     citekeys = [d["citekey"] for d, _ in chunks]
     with connect(None, autocommit=True) as conn:
