@@ -286,7 +286,12 @@ def ingest(
     """Ingest documents: chunk, embed, index (BM25 + HNSW). Re-ingesting replaces by citekey."""
     _quiet_warnings()
     if dry_run_only:
-        with handle_errors():
+        from pgfunnel.ingest import check_collection_name
+
+        with handle_errors(INDEX_FLAGS):
+            # the name a real run would refuse, refused here too: a dry run that passes
+            # promises the ingest would start
+            check_collection_name(collection)
             plan = dry_run(paths, chunk_words, exclude, root)
         if json_out:
             emit_json(plan)

@@ -1255,6 +1255,19 @@ def test_ingest_names_the_collection_flag_for_a_name_it_refuses(db: str,
     assert "error: --collection: must be a non-empty name" in res.output, res.output
 
 
+def test_dry_run_refuses_the_collection_name_a_real_run_refuses(tmp_path: Path) -> None:
+    """A dry run that passed with `-c ""` promised an ingest that then refused the name."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    (tmp_path / "a.md").write_text("# A\n\nSome words here.")
+    for name in ("", " ", "a\tb"):
+        res = CliRunner().invoke(app, ["ingest", str(tmp_path), "-c", name, "--dry-run"],
+                                 env={"COLUMNS": "300"})
+        assert res.exit_code == 1, (name, res.output)
+        assert "error: --collection: must " in res.output, res.output
+
+
 @pytest.mark.parametrize("dry_run", [True, False])
 def test_chunk_words_under_20_is_a_usage_error_with_or_without_dry_run(
         tmp_path: Path, dry_run: bool) -> None:
