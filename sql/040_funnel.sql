@@ -685,6 +685,12 @@ begin
         perform pgfunnel._bad_parameter('chunk_ids',
             format('must be a one-dimensional array, got %s dimensions', array_ndims(chunk_ids)));
     end if;
+    -- the text a search takes, no more: a traced final() logs it, and `versions compare
+    -- --last` replays what was logged
+    if length(query_text) > 10000 then
+        perform pgfunnel._bad_parameter('query_text',
+            format('is %s characters long; the limit is 10000', length(query_text)));
+    end if;
     if log_notes is not null and jsonb_typeof(log_notes) <> 'object' then
         perform pgfunnel._bad_parameter('log_notes',
             format('must be a JSON object, got %s', jsonb_typeof(log_notes)));

@@ -209,7 +209,8 @@ def test_final_checks_what_funnel_search_checks(conn: psycopg.Connection[Any],
     final = ("select count(*) from pgfunnel.final(%s, %s, %s, %s, %s, %s, %s, "
              "collection => 't', {})")
     assert conn.execute(final.format("k => 5"), pool).fetchone()[0] == 5
-    for named, param in (("trace => null", "trace"), ("as_of => null", "as_of")):
+    for named, param in (("trace => null", "trace"), ("as_of => null", "as_of"),
+                         ("trace => true, query_text => repeat('a', 10001)", "query_text")):
         with pytest.raises(psycopg.errors.InvalidParameterValue, match=f"^{param}:"):
             conn.execute(final.format(named), pool)
     # nothing was traced on the way
