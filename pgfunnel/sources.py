@@ -198,6 +198,15 @@ def _check_metadata(metadata: Mapping[str, Any], where: str) -> None:
 def check_record(rec: DocumentRecord, where: str) -> None:
     """The checks every record passes before it is written, however it was made (a JSONL
     line, a file, or a DocumentRecord built in Python); errors name the place and field."""
+    # what a JSONL line is told (record_from_dict): the type first, then emptiness
+    for name in ("citekey", "text"):
+        value = getattr(rec, name)
+        if value is not None and not isinstance(value, str):
+            raise InvalidDocumentError(f"{where}: '{name}' must be a string, got "
+                                       f"{type(value).__name__} {value!r:.40}")
+        if value is not None:
+            # text that is not valid Unicode (a lone surrogate) is said to be that, not empty
+            _check_text(value, name, where)
     if not isinstance(rec.citekey, str) or not rec.citekey.strip():
         raise InvalidDocumentError(f"{where}: missing or empty 'citekey'")
     if rec.citekey != rec.citekey.strip():

@@ -225,6 +225,10 @@ BAD_RECORDS = [
     (DocumentRecord("k", "text", metadata={"note": "a\x00b"}), "'metadata' contains a NUL"),
     (DocumentRecord("k", "text", metadata={"note": "\udc80"}), "'metadata' is not valid Unicode"),
     (DocumentRecord("k", "lone \udc80 surrogate"), "text is not valid Unicode"),
+    # said as a JSONL line is told, not as "missing or empty"
+    (DocumentRecord("k", "\udc80"), "text is not valid Unicode"),
+    (DocumentRecord(5, "text"), "'citekey' must be a string, got int 5"),  # type: ignore[arg-type]
+    (DocumentRecord("k", b"text"), "'text' must be a string, got bytes"),  # type: ignore[arg-type]
     (DocumentRecord("k", "text", title="\ud800"), "title is not valid Unicode"),
     (DocumentRecord("k", "text", tenant=7), "'tenant' must be a non-empty string"),  # type: ignore[arg-type]
     (DocumentRecord("k", "text", tenant=""), "'tenant' must be a non-empty string"),
