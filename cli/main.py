@@ -195,8 +195,10 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
     records, skipped = read_documents(paths, exclude, root)
     with connect(dsn_value, autocommit=True) as conn:
         from pgfunnel.db import require_schema
+        from pgfunnel.schema import require_current_schema
 
         require_schema(conn)
+        require_current_schema(conn)  # before the model loads
         cid = collection_id(conn, collection)
         version = active_version(conn, cid) if cid is not None else None
         if version is not None and model and not same_model(model, version.embedding_model):

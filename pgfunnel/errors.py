@@ -104,6 +104,15 @@ class SchemaMissingError(PgfunnelError):
         super().__init__(msg)
 
 
+class SchemaOutdatedError(SchemaMissingError):
+    """The database's pgfunnel schema is an older release's: `pgfunnel migrate` upgrades it."""
+
+    def __init__(self, revision: str, head: str) -> None:
+        PgfunnelError.__init__(
+            self, f"the pgfunnel schema is at revision {revision}, older than this "
+                  f"pgfunnel's {head}: run `pgfunnel migrate` first")
+
+
 class ConnectionFailedError(PgfunnelError):
     """The database could not be reached."""
 

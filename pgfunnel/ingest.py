@@ -1000,8 +1000,12 @@ class Ingester:
                  batch_chunks: int = 2000, progress: ProgressFn | None = None,
                  prepare_ahead: bool = True, embed_input: str = DEFAULT_EMBED_INPUT) -> None:
         from pgfunnel.db import require_schema
+        from pgfunnel.schema import require_current_schema
 
         require_schema(conn)
+        # this release's analyzers and columns: an older schema failed mid-ingest (a new
+        # collection's default analyzer unknown, named as an --analyzer ingest lacks)
+        require_current_schema(conn)
         check_embed_input(embed_input)
         # what a new collection's first version embeds; a version keeps its own, and
         # `reindex --embed-input` changes it

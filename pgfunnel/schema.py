@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, create_engine, pool
 
 from pgfunnel.db import SCHEMA, connect, resolve_dsn, sql_ascii_problem
-from pgfunnel.errors import AccessError, ConfigError, PgfunnelError, translate
+from pgfunnel.errors import AccessError, ConfigError, PgfunnelError, SchemaOutdatedError, translate
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -184,6 +185,29 @@ def head_revision() -> str:
     head = script.get_current_head()
     assert head is not None
     return head
+
+
+@lru_cache(maxsize=1)
+def _revisions() -> tuple[str, frozenset[str]]:
+    """This package's head revision and every revision its migrations hold."""
+    script = ScriptDirectory.from_config(alembic_config())
+    return head_revision(), frozenset(s.revision for s in script.walk_revisions())
+
+
+def require_current_schema(conn: psycopg.Connection[Any]) -> None:
+    """Raise SchemaOutdatedError when the schema is an older release's (one whose revision
+    this package's migrations hold, short of their head): what writes with this release's
+    code (ingest) needs its analyzers, columns and functions, which `pgfunnel migrate`
+    installs. A schema from a newer release, or none, is left to the caller's checks."""
+    revision = current_revision(conn)
+    if revision is None:
+        return
+    head, known = _revisions()
+    if revision == head or revision not in known:
+        return
+    if not conn.autocommit:
+        conn.rollback()
+    raise SchemaOutdatedError(revision, head)
 
 
 @contextmanager

@@ -628,3 +628,32 @@ def test_init_on_an_older_schema_says_it_upgraded_it(sample_db: str) -> None:
     assert "note: collection 'default': 1 document(s) were chunked by an older" in said
     again = CliRunner().invoke(app, ["init", "--dsn", sample_db, "--json"])
     assert again.exit_code == 0 and '"notes": []' in again.output
+
+
+def test_ingest_on_an_older_schema_says_to_migrate(db: str, tmp_path: Path) -> None:
+    """Ingest with this release on a schema an older one installed: a new collection took
+    this release's default analyzer, which the older functions lack, and failed after
+    loading the model and embedding, as `--analyzer: unknown analyzer 'english_v6'` (a flag
+    ingest does not have). Now ingest names the revisions and `pgfunnel migrate`."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.errors import SchemaOutdatedError
+    from pgfunnel.ingest import Ingester
+
+    head = schema.head_revision()
+    schema.downgrade(db, "0011")
+    (tmp_path / "a.md").write_text("# Notes\n\nA refund takes five days.\n")
+    ran = CliRunner().invoke(app, ["ingest", str(tmp_path), "-c", "fresh", "--dsn", db])
+    said = " ".join(ran.output.split())
+    assert ran.exit_code == 1, said
+    assert (f"the pgfunnel schema is at revision 0011, older than this pgfunnel's {head}: "
+            "run `pgfunnel migrate` first") in said
+    assert "--analyzer" not in said
+    with connect(db, autocommit=True) as conn:
+        with pytest.raises(SchemaOutdatedError, match="pgfunnel migrate"):
+            Ingester(conn, "fresh")
+        assert conn.execute("select count(*) from pgfunnel.collection").fetchone() == (0,)
+    schema.migrate(db)
+    with connect(db, autocommit=True) as conn:
+        Ingester(conn, "fresh")  # refused no more
