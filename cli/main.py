@@ -468,6 +468,26 @@ def search(
             from pgfunnel.rerank import DEFAULT_RERANK_MODEL, Reranker
 
             reranker = Reranker(rerank_model or DEFAULT_RERANK_MODEL)
+        import psycopg
+
+        from pgfunnel.db import connect
+        from pgfunnel.schema import outdated_revision
+
+        # searches run on an older release's functions until migrate: say so, as ingest
+        # (which refuses) and doctor (an error) do; before the search, which can fail on
+        # a function the older release lacks (--trace)
+        with connect(dsn, autocommit=True) as conn:
+            try:
+                behind = outdated_revision(conn)
+            except psycopg.errors.InsufficientPrivilege:
+                behind = None  # a reader role may not read the schema's revision
+        stale = None if behind is None else (
+            f"pgfunnel: the schema is at revision {behind[0]}, older than this pgfunnel's "
+            f"{behind[1]}: this search runs the older release's functions; run "
+            "`pgfunnel migrate`")
+        if stale and not json_out:
+            console.print(f"[yellow]warning:[/yellow] {escape(stale)}", highlight=False,
+                          markup=True)
         funnel = Funnel(dsn, collection, embedder=None if lexical_only else "auto",
                         reranker=reranker, rerank_depth=rerank_depth)
         with warnings.catch_warnings():
@@ -482,6 +502,8 @@ def search(
                 statement_timeout_ms=timeout_ms)
         funnel.close()
     if json_out:
+        if stale:
+            response.notices.append(stale)
         emit_json({"query": query, "notices": response.notices,
                    "search_id": response.search_id, "timings_ms": response.timings_ms,
                    "results": [r.__dict__ for r in response.results]})

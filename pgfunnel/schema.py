@@ -199,15 +199,23 @@ def require_current_schema(conn: psycopg.Connection[Any]) -> None:
     this package's migrations hold, short of their head): what writes with this release's
     code (ingest) needs its analyzers, columns and functions, which `pgfunnel migrate`
     installs. A schema from a newer release, or none, is left to the caller's checks."""
-    revision = current_revision(conn)
-    if revision is None:
-        return
-    head, known = _revisions()
-    if revision == head or revision not in known:
+    behind = outdated_revision(conn)
+    if behind is None:
         return
     if not conn.autocommit:
         conn.rollback()
-    raise SchemaOutdatedError(revision, head)
+    raise SchemaOutdatedError(*behind)
+
+
+def outdated_revision(conn: psycopg.Connection[Any]) -> tuple[str, str] | None:
+    """(the schema's revision, this package's head) when the schema is an older release's:
+    one whose revision this package's migrations hold, short of their head. None at the
+    head, for a newer release's schema, or none."""
+    revision = current_revision(conn)
+    if revision is None:
+        return None
+    head, known = _revisions()
+    return None if revision == head or revision not in known else (revision, head)
 
 
 @contextmanager

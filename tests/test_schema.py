@@ -657,3 +657,24 @@ def test_ingest_on_an_older_schema_says_to_migrate(db: str, tmp_path: Path) -> N
     schema.migrate(db)
     with connect(db, autocommit=True) as conn:
         Ingester(conn, "fresh")  # refused no more
+
+
+def test_search_on_an_older_schema_says_to_migrate(sample_db: str) -> None:
+    """`pgfunnel search` after upgrading the package but before `pgfunnel migrate` ran the
+    older release's functions and said nothing of it (only doctor did)."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    head = schema.head_revision()
+    schema.downgrade(sample_db, "0011")
+    args = ["search", "refund", "--lexical-only", "--dsn", sample_db]
+    ran = CliRunner().invoke(app, args)
+    said = " ".join(ran.output.split())
+    assert ran.exit_code == 0, said
+    assert (f"the schema is at revision 0011, older than this pgfunnel's {head}: this search "
+            "runs the older release's functions; run `pgfunnel migrate`") in said
+    ran = CliRunner().invoke(app, [*args, "--json"])
+    assert ran.exit_code == 0 and "run `pgfunnel migrate`" in ran.output
+    schema.migrate(sample_db)
+    ran = CliRunner().invoke(app, args)
+    assert ran.exit_code == 0 and "migrate" not in ran.output, ran.output
