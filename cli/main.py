@@ -468,8 +468,6 @@ def search(
             from pgfunnel.rerank import DEFAULT_RERANK_MODEL, Reranker
 
             reranker = Reranker(rerank_model or DEFAULT_RERANK_MODEL)
-        import psycopg
-
         from pgfunnel.db import connect
         from pgfunnel.schema import outdated_revision
 
@@ -477,10 +475,7 @@ def search(
         # (which refuses) and doctor (an error) do; before the search, which can fail on
         # a function the older release lacks (--trace)
         with connect(dsn, autocommit=True) as conn:
-            try:
-                behind = outdated_revision(conn)
-            except psycopg.errors.InsufficientPrivilege:
-                behind = None  # a reader role may not read the schema's revision
+            behind = outdated_revision(conn)
         stale = None if behind is None else (
             f"pgfunnel: the schema is at revision {behind[0]}, older than this pgfunnel's "
             f"{behind[1]}: this search runs the older release's functions; run "

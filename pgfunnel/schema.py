@@ -210,7 +210,13 @@ def require_current_schema(conn: psycopg.Connection[Any]) -> None:
 def outdated_revision(conn: psycopg.Connection[Any]) -> tuple[str, str] | None:
     """(the schema's revision, this package's head) when the schema is an older release's:
     one whose revision this package's migrations hold, short of their head. None at the
-    head, for a newer release's schema, or none."""
+    head, for a newer release's schema, none, or a role that may not read the revision
+    (without RLS mode an application's role holds only the grants it was given)."""
+    row = conn.execute("select pg_catalog.has_table_privilege("
+                       "pg_catalog.to_regclass('pgfunnel.alembic_version'), 'select')"
+                       ).fetchone()
+    if row is None or not row[0]:
+        return None
     revision = current_revision(conn)
     if revision is None:
         return None
