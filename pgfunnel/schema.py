@@ -181,17 +181,17 @@ def current_revision(conn: psycopg.Connection[Any]) -> str | None:
 
 
 def head_revision() -> str:
-    script = ScriptDirectory.from_config(alembic_config())
-    head = script.get_current_head()
-    assert head is not None
-    return head
+    return _revisions()[0]
 
 
 @lru_cache(maxsize=1)
 def _revisions() -> tuple[str, frozenset[str]]:
-    """This package's head revision and every revision its migrations hold."""
+    """This package's head revision and every revision its migrations hold, read from
+    its migration scripts once (they do not change while it runs)."""
     script = ScriptDirectory.from_config(alembic_config())
-    return head_revision(), frozenset(s.revision for s in script.walk_revisions())
+    head = script.get_current_head()
+    assert head is not None
+    return head, frozenset(s.revision for s in script.walk_revisions())
 
 
 def require_current_schema(conn: psycopg.Connection[Any]) -> None:
