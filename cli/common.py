@@ -24,6 +24,12 @@ console = Console(stderr=True, soft_wrap=True, markup=False)
 out = Console(markup=False)
 
 
+def labelled(label: str, style: str, text: str) -> None:
+    """One line on stderr: ``label:`` in ``style``, then ``text`` as written (a name or
+    query in it is never read as markup)."""
+    console.print(f"[{style}]{label}:[/{style}] {escape(text)}", highlight=False, markup=True)
+
+
 def plural(n: int, noun: str) -> str:
     """``1 chunk``, ``2 chunks`` (regular English nouns only)."""
     return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
@@ -108,7 +114,7 @@ def handle_errors(flags: Mapping[str, str] | None = None,
             said = f"{flags[exc.parameter]}: {exc.detail.replace(' or None', ' or left out')}"
         elif isinstance(exc, ModelLoadError) and exc.setting in flags:
             said = f"{flags[exc.setting]}: {str(exc).removeprefix(exc.setting + '=')}"
-        console.print(f"[red]error:[/red] {escape(str(said))}", highlight=False, markup=True)
+        labelled("error", "red", str(said))
         raise typer.Exit(getattr(exc, "exit_code", EXIT_ERROR)) from None
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/yellow]"

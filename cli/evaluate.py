@@ -16,9 +16,9 @@ from pgfunnel.cli.common import (
     console,
     emit_json,
     handle_errors,
+    labelled,
     out,
 )
-from rich.markup import escape
 
 # the harness's parameters that eval takes as options, by the library's name
 EVAL_FLAGS = {"k": "--k", "split": "--split", "config": "--config", "preset": "--preset",
@@ -148,11 +148,10 @@ def evaluate(
             conn.close()
         respelled = result.report.metadata.get("judged_items_respelled") or {}
         if respelled:
-            console.print("[yellow]note:[/yellow] " + escape(respelled_items_message(respelled)),
-                          highlight=False, markup=True)
+            labelled("note", "yellow", respelled_items_message(respelled))
         if result.missing_items:
-            console.print("[yellow]warning:[/yellow] " + escape(missing_items_message(
-                result.missing_items, result.queries, collection)), highlight=False, markup=True)
+            labelled("warning", "yellow", missing_items_message(
+                result.missing_items, result.queries, collection))
         report = result.report
         violations = check_floors(report.configs[report.baseline].aggregates, floor_spec) \
             if floor_spec is not None else []
@@ -180,9 +179,7 @@ def evaluate(
     if floor_spec is not None:
         if violations:
             for v in violations:
-                console.print("[red]floor:[/red] "
-                              + escape(f"configuration {report.baseline!r}, {v}"),
-                              highlight=False, markup=True)
+                labelled("floor", "red", f"configuration {report.baseline!r}, {v}")
             raise typer.Exit(EXIT_GATE)
         console.print(f"floors: all {sum(len(m) for m in floor_spec.values())} met "
                       f"(configuration {report.baseline!r})")

@@ -19,9 +19,9 @@ from pgfunnel.cli.common import (
     PrincipalOption,
     QueryTextCommand,
     TenantOption,
-    console,
     emit_json,
     handle_errors,
+    labelled,
     out,
 )
 from rich.markup import escape
@@ -68,7 +68,7 @@ def explain_command(
         emit_json([e.as_dict() for e in found])
         return
     for note in found[0].notices if found else []:
-        console.print(f"[yellow]warning:[/yellow] {escape(note)}", highlight=False, markup=True)
+        labelled("warning", "yellow", note)
     for e in found:
         def show(x: object) -> str:
             return "-" if x is None else (f"{x:.4f}" if isinstance(x, float) else str(x))

@@ -27,6 +27,7 @@ from pgfunnel.cli.common import (
     console,
     emit_json,
     handle_errors,
+    labelled,
     out,
     plural,
 )
@@ -481,8 +482,7 @@ def search(
             f"{behind[1]}: this search runs the older release's functions; run "
             "`pgfunnel migrate`")
         if stale and not json_out:
-            console.print(f"[yellow]warning:[/yellow] {escape(stale)}", highlight=False,
-                          markup=True)
+            labelled("warning", "yellow", stale)
         funnel = Funnel(dsn, collection, embedder=None if lexical_only else "auto",
                         reranker=reranker, rerank_depth=rerank_depth)
         with warnings.catch_warnings():
@@ -504,7 +504,7 @@ def search(
                    "results": [r.__dict__ for r in response.results]})
         return
     for note in response.notices:
-        console.print(f"[yellow]warning:[/yellow] {escape(note)}", highlight=False, markup=True)
+        labelled("warning", "yellow", note)
     if not response.results:
         out.print("no results.")
         return

@@ -18,6 +18,7 @@ from pgfunnel.cli.common import (
     console,
     emit_json,
     handle_errors,
+    labelled,
     out,
     plural,
 )
@@ -70,8 +71,7 @@ class _Bars:
 
 
 def _notice(text: str) -> None:
-    console.print(f"[yellow]notice from Postgres:[/yellow] {escape(text)}", highlight=False,
-                  markup=True)
+    labelled("notice from Postgres", "yellow", text)
 
 
 def reindex(
@@ -316,9 +316,8 @@ def drop_collection_cmd(
             row = conn.execute("select count(*) from pgfunnel.document where collection_id = %s",
                                (coll_id,)).fetchone()
             held = plural(int(row[0]) if row else 0, "document")
-            console.print("[red]error:[/red] " + escape(
-                f"this drops collection {collection!r} and everything in it ({held}); pass "
-                "--yes to confirm"), highlight=False, markup=True)
+            labelled("error", "red", f"this drops collection {collection!r} and everything in "
+                     f"it ({held}); pass --yes to confirm")
             raise typer.Exit(EXIT_USAGE)
         result = versions.drop_collection(conn, collection)
     if json_out:
