@@ -243,11 +243,12 @@ def check_record(rec: DocumentRecord, where: str) -> None:
                                        "time zone or both have none")
         if rec.valid_to <= rec.valid_from:
             raise InvalidDocumentError(f"{where}: valid_to must be after valid_from")
-    for name, value in (("citekey", rec.citekey), ("text", rec.text), ("title", rec.title),
+    for name, value in (("citekey", rec.citekey), ("title", rec.title),
                         ("tenant", rec.tenant or ""), ("language", rec.language or ""),
                         *(("readers", r) for r in rec.readers)):
-        _check_text(value, name, where)
-        if name not in ("text", "title") and (size := len(value.encode("utf-8"))) > MAX_KEY_BYTES:
+        if name != "citekey":  # the citekey's text was checked first, with the text's
+            _check_text(value, name, where)
+        if name != "title" and (size := len(value.encode("utf-8"))) > MAX_KEY_BYTES:
             raise InvalidDocumentError(
                 f"{where}: {name} is {size:,} bytes long; the limit is {MAX_KEY_BYTES:,} (it "
                 f"is a key of a document index): {value[:40]!r}...")
