@@ -191,9 +191,10 @@ def check_vector(vector: Any, dimensions: int | None = None,
         raise InvalidVectorError(f"{parameter}: a vector is required, got None")
     try:
         raw = np.asarray(vector)
-        # complex numbers lost their imaginary part and strings were parsed ("1" as 1.0)
-        # by the cast to float32, without a word
-        if raw.dtype.kind not in "biufO":
+        # complex numbers lost their imaginary part, strings were parsed ("1" as 1.0) and
+        # booleans became 0 and 1 (a bit mask, not an embedding) by the cast to float32,
+        # without a word
+        if raw.dtype.kind not in "iufO":
             raise InvalidVectorError(f"{parameter}: must hold real numbers, got {raw.dtype} "
                                      "values")
         arr = np.asarray(raw, dtype=np.float32)

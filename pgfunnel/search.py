@@ -122,6 +122,10 @@ def check_principals(value: Any) -> tuple[str, ...]:
         raise MissingIdentityError("must not be None; pass [] for public documents only")
     if isinstance(value, (str, bytes)):
         raise ConfigError("principals", "must be a list of strings, not one string")
+    if isinstance(value, Mapping):
+        # iterated, a mapping gives its keys: {"user": "alice"} would search as "user"
+        raise ConfigError("principals", "must be a list of strings, got a "
+                          f"{type(value).__name__} (pass its values or keys as a list)")
     try:
         items = list(value)
     except TypeError:

@@ -36,6 +36,8 @@ HOSTILE_VECTORS: list[Any] = [
     [1e-30] * DIM, [1e20] * DIM,
     # the cast to float32 dropped the imaginary part and parsed the strings, unsaid
     np.ones(DIM, dtype=complex), np.array(["1"] * DIM),
+    # and booleans became 0.0 and 1.0: a bit mask searched as if it were an embedding
+    np.ones(DIM, dtype=bool), [True] * DIM,
 ]
 
 
@@ -128,7 +130,8 @@ def test_none_vector_where_required(corpus_db: str) -> None:
     with connect(corpus_db, autocommit=True) as conn:
         ing = Ingester(conn, "default")
         for bad in ([None], [np.full(DIM, math.nan)], [np.zeros(DIM)], [np.ones(DIM + 3)],
-                    [np.ones(DIM, dtype=complex)], np.ones((1, DIM), dtype=complex)):
+                    [np.ones(DIM, dtype=complex)], np.ones((1, DIM), dtype=complex),
+                    [np.ones(DIM, dtype=bool)]):
             with pytest.raises(InvalidVectorError):
                 ing.ingest([DocumentRecord(citekey="bad-vec", text="short text")],
                            vectors={"bad-vec": bad})  # type: ignore[dict-item]

@@ -628,6 +628,10 @@ def test_api_input_mistakes_found_by_qa_are_named_errors(sample_db: str) -> None
         SearchParams.build(principals=[b"alice"])
     with pytest.raises(ConfigError, match="principals: must hold only strings"):
         SearchParams.build(principals=["alice", 1])
+    # iterated, a mapping gave its keys: the reader searched as "user", not "alice"
+    with pytest.raises(ConfigError, match="principals: must be a list of strings, got a dict"):
+        SearchParams.build(principals={"user": "alice"})
+    assert SearchParams.build(principals={"alice", "team-a"}).principals  # a set is a list
     # Postgres' refusal of a timeout past its maximum came back as a garbled ConfigError
     with pytest.raises(ConfigError, match="statement_timeout_ms: .* up to 2147483647"):
         SearchParams.build(statement_timeout_ms=10**12)
