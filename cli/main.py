@@ -109,7 +109,12 @@ def migrate(dsn: DsnOption = None, json_out: JsonOption = False) -> None:
     if json_out:
         emit_json(result)
     else:
-        out.print(f"schema at revision {result['revision']} (was {result['revision_before']}).")
+        if result["revision_before"] == result["revision"]:
+            out.print(f"schema already at revision {result['revision']}, this release's; "
+                      "functions refreshed.")
+        else:
+            out.print(f"schema upgraded to revision {result['revision']} (was "
+                      f"{result['revision_before']}); functions refreshed.")
         for note in result["notes"]:
             out.print(f"note: {note}", highlight=False)
 

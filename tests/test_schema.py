@@ -607,6 +607,24 @@ def test_migrate_names_older_rows_its_check_constraints_let_stay(sample_db: str)
     assert all("UPDATE of such a document" in n for n in notes)
 
 
+def test_migrate_says_whether_it_upgraded(sample_db: str) -> None:
+    """On a current schema migrate said "schema at revision 0013 (was 0013)"."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    head = schema.head_revision()
+    ran = CliRunner().invoke(app, ["migrate", "--dsn", sample_db])
+    assert ran.exit_code == 0, ran.output
+    said = " ".join(ran.output.split())
+    assert said == f"schema already at revision {head}, this release's; functions refreshed.", said
+    schema.downgrade(sample_db, "0009")
+    ran = CliRunner().invoke(app, ["migrate", "--dsn", sample_db])
+    assert ran.exit_code == 0, ran.output
+    said = " ".join(ran.output.split())
+    assert said.startswith(f"schema upgraded to revision {head} (was 0009); functions "
+                           "refreshed."), said
+
+
 def test_init_on_an_older_schema_says_it_upgraded_it(sample_db: str) -> None:
     """`pgfunnel init` is idempotent, and on an older release's schema it is an upgrade:
     it said "already installed (revision 0010)" after migrating, and gave none of the
