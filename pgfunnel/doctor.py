@@ -462,18 +462,29 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
                              "graph, about 0.9 ms a search at 600. Customers kept in one "
                              "collection and told apart by tenant cost nothing of this "
                              "(docs/tuning.md, \"Many collections in one database\")"))
-    # versions that predate a default: each is pointed to the reindex that brings it
+    # versions that predate a default: each is pointed to the reindex that brings it, or
+    # to a retired version that has it (after a rollback, say), which needs no embedding
+    retired: dict[int, list[dict[str, Any]]] = {}
+    for v in conn.cursor(row_factory=dict_row).execute(
+            "select collection_id as cid, version, analyzer, embedding_model as model, params "
+            "from pgfunnel.index_version where state = 'retired' "
+            "and not coalesce(params ? 'dropping', false) order by version desc"):
+        retired.setdefault(int(v["cid"]), []).append(v)
     for r in rows:
         name, params, analyzer = r["name"], r["params"] or {}, r["analyzer"]
         where = f"collection {name!r}, active version {r['version']}"
         reindex = f"`pgfunnel reindex -c {name} --activate`"
+        # what the findings below ask a reindex for, as tests of a version
+        wanted: list[Callable[[dict[str, Any]], bool]] = []
         if version_embed_input(params) == EMBED_TEXT_ALONE:
+            wanted.append(lambda v: version_embed_input(v["params"] or {}) != EMBED_TEXT_ALONE)
             found.append(Finding("info", "active_index",
                                  f"{where} embeds chunks without their document title (it "
                                  f"predates titles); {reindex} embeds them with it, which "
                                  "raised the dense leg's nDCG@10 on every benchmark here"))
         newer = f"{analyzer.split('_')[0]}_v6"
         if analyzer not in _V6_ANALYZERS and ascii_only_locale and r["non_ascii"]:
+            wanted.append(lambda v: v["analyzer"] in _V6_ANALYZERS)
             found.append(Finding("warning", "active_index",
                                  f"{where} uses analyzer {analyzer} and holds non-ASCII text, "
                                  "but this database's collation reads only ASCII letters as "
@@ -495,6 +506,7 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
                                  "(`create database ... locale 'C.UTF-8'`) does not have "
                                  "this"))
         elif analyzer in ("english_v1", "simple_v1", "english_v2", "simple_v2"):
+            wanted.append(lambda v: v["analyzer"] in _V6_ANALYZERS)
             gains = ("also indexes the inner names of dotted identifiers (quote_all in "
                      "csv.QUOTE_ALL) and " if analyzer.endswith("_v1") else "")
             found.append(Finding("info", "active_index",
@@ -508,6 +520,7 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
                       for probe, *_, what, each in _SCRIPT_PROBES if r[f"{probe}_terms"]]:
             # v6 differs from v3 only on these scripts, from v4 on all but Chinese and
             # Japanese, from v5 on the last: only a collection holding some is told
+            wanted.append(lambda v: v["analyzer"] in _V6_ANALYZERS)
             found.append(Finding("info", "active_index",
                                  f"{where} uses analyzer {analyzer} and holds "
                                  f"{' and '.join(held)}, found only by the same whole form; "
@@ -519,6 +532,17 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
                                  f"{where} has a full-precision HNSW graph (it predates "
                                  f"halfvec graphs); {reindex} builds one about 40% smaller "
                                  "at the same recall"))
+            wanted.append(lambda v: version_hnsw_type(v["params"] or {}) != HNSW_VECTOR)
+        has_all = [v for v in retired.get(int(r["cid"]), []) if all(w(v) for w in wanted)]
+        if wanted and has_all:
+            v = has_all[0]
+            found.append(Finding("info", "active_index",
+                                 f"{where}: retired version {v['version']} (model "
+                                 f"{v['model']}, analyzer {v['analyzer']}) already has what "
+                                 "the notes above would reindex for; `pgfunnel versions "
+                                 f"activate {v['version']} -c {name}` switches to it without "
+                                 "embedding the collection again (it first catches up chunks "
+                                 "ingested since it was retired)"))
     return found
 
 

@@ -126,6 +126,26 @@ def test_a_version_with_an_older_analyzer_is_pointed_to_its_v6(sample_db: str) -
     assert "inner names" not in v2
 
 
+def test_a_retired_version_with_what_a_reindex_would_bring_is_named(sample_db: str) -> None:
+    """After a switch back to an older version, doctor sent the user to a reindex (a
+    whole new build) although the version switched away from was there to activate."""
+    from pgfunnel import versions
+
+    with connect(sample_db, autocommit=True) as conn:
+        # vectors are copied from version 1: an analyzer change embeds nothing
+        res = versions.reindex(conn, "default", analyzer="english_v2")
+        versions.activate(conn, "default", res.version)
+        notes = [f.message for f in check_active_indexes(conn)]
+        assert any("--analyzer english_v6" in n for n in notes), notes
+        [named] = [n for n in notes if "retired version" in n]
+        assert "retired version 1 (model" in named and "analyzer english_v6" in named
+        assert "`pgfunnel versions activate 1 -c default`" in named
+        # a retired version that lacks it too is not offered
+        conn.execute("update pgfunnel.index_version set analyzer = 'english_v1' "
+                     "where version = 1")
+        assert not [f for f in check_active_indexes(conn) if "retired version" in f.message]
+
+
 def _analyzer_notes(conn: psycopg.Connection[Any]) -> list[str]:
     return [f.message for f in check_active_indexes(conn) if "analyzer" in f.message]
 
