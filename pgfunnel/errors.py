@@ -113,6 +113,11 @@ class SchemaOutdatedError(SchemaMissingError):
                   f"pgfunnel's {head}: run `pgfunnel migrate` first")
 
 
+class SchemaOutdatedWarning(UserWarning):
+    """A search ran on the functions an older pgfunnel release installed: the package was
+    upgraded and `pgfunnel migrate` has not run yet."""
+
+
 class ConnectionFailedError(PgfunnelError):
     """The database could not be reached."""
 

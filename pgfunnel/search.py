@@ -37,6 +37,7 @@ from pgfunnel.errors import (
     MissingIdentityError,
     PgfunnelError,
     SchemaMissingError,
+    SchemaOutdatedWarning,
     SearchTimeoutError,
     check_sql_text,
     string_list,
@@ -422,6 +423,8 @@ class Funnel:
         # one connection serves one search at a time: a search is a transaction, and two
         # threads interleaving theirs on one connection nest them or leave one open
         self._one_connection = threading.RLock()
+        # whether the schema's revision was compared with this package's (first search)
+        self._schema_checked = False
         self.collection = collection
         self._embedder_spec = embedder
         self._embedder: Embedder | None = embedder if isinstance(embedder, Embedder) else None
@@ -493,6 +496,25 @@ class Funnel:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _warn_if_schema_outdated(self, conn: psycopg.Connection[Any]) -> None:
+        """After the package is upgraded, searches run the older release's functions until
+        `pgfunnel migrate`: said once per Funnel, at its first search (one catalog read),
+        before the search, which may fail on what the older functions lack."""
+        from pgfunnel.schema import outdated_revision
+
+        try:
+            with own_transaction(conn):
+                behind = outdated_revision(conn)
+        except psycopg.Error:
+            # an aborted transaction, say: the search itself will say what is wrong
+            return
+        self._schema_checked = True
+        if behind is not None:
+            warn_at_caller(SchemaOutdatedWarning(
+                f"the pgfunnel schema is at revision {behind[0]}, older than this "
+                f"pgfunnel's {behind[1]}: searches run the older release's functions; "
+                "run `pgfunnel migrate`"))
 
     # -- embedding -----------------------------------------------------------------
     def _active_dimensions(self, conn: psycopg.Connection[Any], collection: str) -> tuple[str, int]:
@@ -653,6 +675,8 @@ class Funnel:
         timings: dict[str, float] = {}
         notices: list[str] = []
         with nullcontext(plan_conn) if plan_conn is not None else self.connection() as conn:
+            if not self._schema_checked:
+                self._warn_if_schema_outdated(conn)
             if p.trace:
                 # on a read replica the trace's insert would fail only after the model
                 # loaded, embedded and reranked, and the pool was read

@@ -696,3 +696,26 @@ def test_search_on_an_older_schema_says_to_migrate(sample_db: str) -> None:
     schema.migrate(sample_db)
     ran = CliRunner().invoke(app, args)
     assert ran.exit_code == 0 and "migrate" not in ran.output, ran.output
+
+
+def test_funnel_on_an_older_schema_warns_once(sample_db: str) -> None:
+    """The Python API said nothing either: searches ran the older functions unsaid."""
+    import warnings
+
+    from pgfunnel.errors import SchemaOutdatedWarning
+    from pgfunnel.search import Funnel
+
+    head = schema.head_revision()
+    schema.downgrade(sample_db, "0011")
+    with Funnel(sample_db, embedder=None) as funnel:
+        with pytest.warns(SchemaOutdatedWarning, match=f"revision 0011, older than this "
+                          f"pgfunnel's {head}: .* run `pgfunnel migrate`"):
+            assert funnel.search("refund").results
+        # once per Funnel: the check is a catalog read a web app need not pay per search
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", SchemaOutdatedWarning)
+            assert funnel.search("refund").results
+    schema.migrate(sample_db)
+    with Funnel(sample_db, embedder=None) as funnel, warnings.catch_warnings():
+        warnings.simplefilter("error", SchemaOutdatedWarning)
+        assert funnel.search("refund").results
