@@ -280,6 +280,33 @@ def test_the_dense_preset_never_returns_what_only_the_lexical_leg_found(
     assert configs["dense"]["legs"] == "dense" and "legs" not in configs["both"]
 
 
+def test_seconds_per_query_charge_each_configuration_its_own_search(
+        sample_db: str, embedder: Any) -> None:
+    """The work a run shares (a query's embedding, each leg at its full depth for the
+    stage pools) went to the first configuration that met it: on Werkzeug's docs the
+    report gave the default 0.055 s a query and RRF, the same search, 0.0075 s."""
+    import copy
+    import time
+
+    delay = 0.2
+    slow = copy.copy(embedder)
+
+    def embed_query(text: str) -> Any:
+        time.sleep(delay)
+        return embedder.embed_query(text)
+
+    slow.embed_query = embed_query
+    configs = [EvalConfig.from_dict("lex", {"legs": "lexical"}),
+               EvalConfig.from_dict("a", {}), EvalConfig.from_dict("b", {})]
+    result = Harness(sample_db, "default", embedder=slow).run(_subset(1), configs)
+    seconds = result.report.metadata["mean_seconds_per_query"]
+    # both two-leg configurations search with the query's vector: each pays its
+    # embedding once, whichever came first; the lexical leg alone needs none
+    assert seconds["a"] >= delay and seconds["b"] >= delay, seconds
+    assert abs(seconds["a"] - seconds["b"]) < delay / 2, seconds
+    assert seconds["lex"] < delay, seconds
+
+
 def test_stage_recall_in_database_matches_harness(sample_db: str) -> None:
     from pgfunnel.db import connect
     from pgfunnel.eval.harness import stage_recall_in_db, store_qrels

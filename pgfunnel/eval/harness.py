@@ -278,13 +278,24 @@ class Harness:
         self._vectors: dict[str, np.ndarray | None] = {}
         self._legs: dict[tuple[Any, ...], tuple[list[Candidate], list[Candidate]]] = {}
         self._rerankers: dict[str, Any] = {}
+        # QueryRun.seconds is what the configuration's own search took: the work the run
+        # does once and shares (loading a model, a query's embedding, each leg at its full
+        # depth for the stage pools) is left out of whichever configuration met it first,
+        # and a query's embedding is charged to every configuration that searches with it
+        self._embed_seconds: dict[str, float] = {}
+        self._shared_seconds = 0.0
 
     # -- pieces -----------------------------------------------------------------------
     def _vector(self, conn: psycopg.Connection[Any], text: str) -> np.ndarray | None:
         if text not in self._vectors:
-            emb = self.funnel.embedder_for(conn, self.collection)
+            started = time.perf_counter()
+            emb = self.funnel.embedder_for(conn, self.collection)  # loads the model once
+            loaded = time.perf_counter()
             self._vectors[text] = emb.embed_query(text) if emb is not None and text.strip() \
                 else None
+            done = time.perf_counter()
+            self._embed_seconds[text] = done - loaded
+            self._shared_seconds += done - started
         return self._vectors[text]
 
     def _reranker(self, cfg: EvalConfig) -> Any:
@@ -292,7 +303,9 @@ class Harness:
 
         model = cfg.rerank_model or DEFAULT_RERANK_MODEL
         if model not in self._rerankers:
+            started = time.perf_counter()
             self._rerankers[model] = Reranker(model)
+            self._shared_seconds += time.perf_counter() - started
         return self._rerankers[model]
 
     def _params(self, cfg: EvalConfig) -> SearchParams:
@@ -313,6 +326,7 @@ class Harness:
                p.b, p.ef_search, p.language,
                json.dumps(p.metadata_filter, sort_keys=True, default=str), str(p.as_of))
         if key not in self._legs:
+            started = time.perf_counter()
             union = lex_depth + den_depth
             k = min(1000, union)
             overfetch = math.ceil(union / k)
@@ -329,6 +343,7 @@ class Harness:
             den = sorted((c for c in rows if c.dense_rank is not None),
                          key=lambda c: c.dense_rank or 0)
             self._legs[key] = (lex, den)
+            self._shared_seconds += time.perf_counter() - started
         return self._legs[key]
 
     def _search_one(self, conn: psycopg.Connection[Any], text: str, cfg: EvalConfig,
@@ -381,6 +396,7 @@ class Harness:
         from pgfunnel.transform import decompose, round_robin_merge
 
         t0 = time.perf_counter()
+        shared_before = self._shared_seconds
         text = standalone_query(q, cfg.qualifiers) if cfg.followup else q.query
         parts = [text]
         if cfg.decompose:
@@ -400,10 +416,13 @@ class Harness:
                 merged = stages.setdefault(stage, [])
                 merged.extend(i for i in items if i not in merged)
         final = finals[0] if len(finals) == 1 else round_robin_merge(finals, self.k)
+        embedding = sum(self._embed_seconds.get(part, 0.0) for part in parts) \
+            if cfg.runs_dense else 0.0
+        seconds = time.perf_counter() - t0 - (self._shared_seconds - shared_before) + embedding
         return QueryRun(text=text, final=list(final[: self.k]), stages=stages,
                         top_score=max(tops) if tops else None,
                         parts=parts if len(parts) > 1 else [],
-                        seconds=time.perf_counter() - t0)
+                        seconds=max(0.0, seconds))
 
     # -- the whole run ------------------------------------------------------------------
     def run(self, queries: Sequence[JudgedQuery], configs: Sequence[EvalConfig], *,
