@@ -299,6 +299,10 @@ def record_from_dict(obj: Any, where: str) -> DocumentRecord:
 #: (nDCG@10 0.023 lower)
 SPHINX_GENERATED = ("_sources", "_modules", "_static", "genindex*.html", "py-modindex.html",
                     "np-modindex.html", "search.html")
+#: generated at the build's root only: the "Page Not Found" page of sphinx-notfound-page
+#: (common on hosted docs; on Werkzeug's it reached a top 10). A page of that name deeper
+#: down is the author's own
+SPHINX_GENERATED_AT_ROOT = ("404.html",)
 
 
 def _is_sphinx_build(folder: Path) -> bool:
@@ -347,13 +351,15 @@ def _read_path_records(path: Path, root: Path | None,
                          if p.name == "objects.inv" and _is_sphinx_build(p.parent)})
         for build in builds:
             left = [p for p in files if p.is_relative_to(build)
-                    and _excluded(p.relative_to(build), SPHINX_GENERATED)]
+                    and (_excluded(p.relative_to(build), SPHINX_GENERATED)
+                         or p.relative_to(build).as_posix() in SPHINX_GENERATED_AT_ROOT)]
             pages = sum(1 for p in left if p.suffix.lower() in SUPPORTED_SUFFIXES)
             if pages:
                 warn_at_caller(OtherFilesWarning(
                     f"{build}: a Sphinx build; left out its {pages:,} generated pages "
                     "(_sources: each page's source again, _modules: highlighted source code, "
-                    "genindex, py-modindex, search); ingest such a folder by itself to "
+                    "genindex, py-modindex, search, a 404 page); ingest such a folder by "
+                    "itself to "
                     "index it"), OtherFilesWarning)
             left_out = set(left)
             files = [p for p in files if p not in left_out]

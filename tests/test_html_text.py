@@ -362,23 +362,28 @@ def test_a_sphinx_build_folder_leaves_out_its_generated_pages(tmp_path: Path) ->
     (build / "_static" / "basic.css").write_text("body {}")
     for name in ("genindex.html", "genindex-Q.html", "py-modindex.html", "search.html"):
         (build / name).write_text(page(name, "Index entries."))
+    # sphinx-notfound-page's, at the root; a page of that name deeper down is content
+    (build / "404.html").write_text(page("Page Not Found", "Unfortunately we couldn't find "
+                                         "the content you were looking for."))
+    (build / "guide" / "404.html").write_text(page("HTTP 404", "When a route is missing."))
     (build / "objects.inv").write_bytes(b"# Sphinx inventory version 2\n")
     (build / "searchindex.js").write_text("Search.setIndex({})")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         keys = [d.citekey for d in read_path(build)]
-    assert keys == ["guide/routing", "index"]
+    assert keys == ["guide/404", "guide/routing", "index"]
     notes = [str(w.message) for w in caught if issubclass(w.category, OtherFilesWarning)]
-    assert any("a Sphinx build; left out its 6 generated pages" in n for n in notes), notes
+    assert any("a Sphinx build; left out its 7 generated pages" in n for n in notes), notes
     # a build inside the folder given is recognised too
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        assert [d.citekey for d in read_path(tmp_path)] == ["html/guide/routing", "html/index"]
+        assert [d.citekey for d in read_path(tmp_path)] == \
+            ["html/guide/404", "html/guide/routing", "html/index"]
     # the same files without the build's inventory are an ordinary folder: all read
     (build / "objects.inv").unlink()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        assert len(list(read_path(build))) == 8
+        assert len(list(read_path(build))) == 10
     # a generated folder given by itself is read
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
