@@ -34,7 +34,8 @@ def register(app: typer.Typer) -> None:
 def explain_command(
     query: Annotated[str, typer.Argument(help="The query text.")],
     chunks: Annotated[list[str], typer.Argument(
-        help="Chunk ids or CITEKEY#ORDINAL (ordinal 0-based), one or more.")],
+        help="Chunk ids, CITEKEY#ORDINAL (ordinal 0-based), or a document's CITEKEY "
+             "(its furthest chunk is explained), one or more.")],
     k: Annotated[int, typer.Option("--k", "-k", help="How many chunks the search returns.")] = 10,
     collection: CollectionOption = "default",
     principal: PrincipalOption = None,

@@ -53,6 +53,26 @@ def _is_chunk_id(target: str) -> bool:
     return target.isascii() and target.isdigit()
 
 
+def is_document_target(target: str) -> bool:
+    """Neither a chunk id nor CITEKEY#ORDINAL: a document's citekey."""
+    return not _is_chunk_id(target) and _TARGET.match(target) is None
+
+
+def document_chunks(conn: psycopg.Connection[Any], citekey: str, p: SearchParams) -> list[int]:
+    """The chunk ids of a document that a search with ``p`` may see, in order. Filtered
+    like the search (and by the row-level security policies, if on): a document hidden
+    from the reader has no chunks here, exactly as one that does not exist."""
+    rows = conn.execute(
+        "select ch.id from pgfunnel.chunk ch join pgfunnel.document d on d.id = ch.document_id "
+        "join pgfunnel.collection c on c.id = d.collection_id "
+        "where c.name = %s and d.citekey = %s and pgfunnel._document_visible(d, %s::text[], "
+        "%s, %s, coalesce(%s, now()), %s::jsonb) order by ch.ordinal",
+        (p.collection, citekey, list(p.principals), p.tenant, p.language, p.as_of,
+         None if p.metadata_filter is None else psycopg.types.json.Jsonb(p.metadata_filter))
+    ).fetchall()
+    return [int(r[0]) for r in rows]
+
+
 def resolve_target(conn: psycopg.Connection[Any], target: str, collection: str) -> int | None:
     """A chunk id, or CITEKEY#ORDINAL (0-based) looked up in the collection.
 
@@ -76,14 +96,17 @@ def resolve_target(conn: psycopg.Connection[Any], target: str, collection: str) 
 def explain(funnel: Funnel, query: str | None, target: str | int, *,
             query_embedding: Any = None, **params: Any) -> Explanation:
     """Follow one chunk through the funnel for a query, with the funnel's search parameters.
-    ``target`` is a chunk id (an int, as a result's ``chunk_id``, or its digits) or
-    ``CITEKEY#ORDINAL``."""
+    ``target`` is a chunk id (an int, as a result's ``chunk_id``, or its digits),
+    ``CITEKEY#ORDINAL``, or a document's ``CITEKEY``: then each of its chunks the reader
+    may see is followed and the one that got furthest is explained (returned first, then
+    the best fused rank, then the best rank in a leg), the reason saying of how many."""
     import dataclasses
 
     if isinstance(target, (int, np.integer)) and not isinstance(target, bool):
         target = str(int(target))
     elif not isinstance(target, str):
-        raise ConfigError("chunk", f"must be a chunk id or CITEKEY#ORDINAL, got "
+        raise ConfigError("chunk", f"must be a chunk id or CITEKEY#ORDINAL, or a document's "
+                                   f"CITEKEY, got "
                                    f"{type(target).__name__} {target!r}")
 
     merged = {**{f.name: getattr(funnel.defaults, f.name)
@@ -114,34 +137,58 @@ def explain(funnel: Funnel, query: str | None, target: str | int, *,
             # the reader's settings, as a search sets them: under row-level security the
             # policies read them, and without them every chunk is hidden
             with funnel._transaction(conn, p):
-                cid = resolve_target(conn, target, p.collection)
-                args["chunk_id"] = cid if cid is not None else -1
-                row = conn.execute(
-                    "select verdict, lexical_rank, lexical_score, lexical_exact_score, "
-                    "lexical_depth_used, dense_rank, dense_score, dense_exact_score, "
-                    "dense_depth_used, fused_rank, fused_score, pool_size, final_rank, "
-                    "citekey, reason from pgfunnel.explain(query_text => %(query_text)s, "
-                    "query_embedding => %(query_embedding)b, chunk_id => %(chunk_id)s, "
-                    f"as_of => coalesce(%(as_of)s, now()), {named})", args).fetchone()
+                document = is_document_target(target)
+                if document:
+                    ids: list[int | None] = list(document_chunks(conn, target, p)) or [None]
+                else:
+                    ids = [resolve_target(conn, target, p.collection)]
+                found = []
+                for cid in ids:
+                    args["chunk_id"] = cid if cid is not None else -1
+                    row = conn.execute(
+                        "select verdict, lexical_rank, lexical_score, lexical_exact_score, "
+                        "lexical_depth_used, dense_rank, dense_score, dense_exact_score, "
+                        "dense_depth_used, fused_rank, fused_score, pool_size, final_rank, "
+                        "citekey, reason from pgfunnel.explain(query_text => %(query_text)s, "
+                        "query_embedding => %(query_embedding)b, chunk_id => %(chunk_id)s, "
+                        f"as_of => coalesce(%(as_of)s, now()), {named})", args).fetchone()
+                    if row is None:  # pragma: no cover - explain() always returns one row
+                        raise NotFoundError("explain returned nothing")
+                    found.append((cid, row))
+                    # a notice per chunk would repeat the analyzer's one for the query
+                    del notices[1:]
         except psycopg.Error as exc:
             raise translate(exc) from exc
         finally:
             conn.remove_notice_handler(collect)
-    if row is None:  # pragma: no cover - explain() always returns one row
-        raise NotFoundError("explain returned nothing")
     names = ("verdict", "lexical_rank", "lexical_score", "lexical_exact_score", "lexical_depth",
              "dense_rank", "dense_score", "dense_exact_score", "dense_depth", "fused_rank",
              "fused_score", "pool_size", "final_rank", "citekey", "reason")
-    values: dict[str, Any] = dict(zip(names, row, strict=True))
+    explained = [(cid, dict(zip(names, row, strict=True))) for cid, row in found]
+    cid, values = min(explained, key=lambda e: _how_far(e[1]))
+    if document and cid is not None and len(explained) > 1:
+        values["reason"] = (f"the furthest of the {len(explained)} chunks of {target!r} "
+                            f"(chunk {cid}): {values['reason']}")
     if (cid is None or not _is_chunk_id(target)) and values["verdict"] == HIDDEN_OR_MISSING:
         # Name the chunk as the caller wrote it and keep the id the lookup found to
         # ourselves: a citekey hidden from these principals must get exactly the answer
         # of one that does not exist (the lookup itself is not filtered by principals).
         # An id past bigint was asked for as -1, which the caller did not write.
-        values["reason"] = values["reason"].replace(f"chunk {args['chunk_id']} ",
-                                                    f"chunk {target} ", 1)
+        asked = cid if cid is not None else -1
+        values["reason"] = values["reason"].replace(
+            f"chunk {asked} ", f"document {target} " if document else f"chunk {target} ", 1)
         cid = None
     return Explanation(target=target, chunk_id=cid, notices=notices, **values)
 
 
-__all__ = ["Explanation", "explain", "resolve_target"]
+def _how_far(values: dict[str, Any]) -> tuple[float, float, float]:
+    """Order of a document's chunks by how far each got: returned (by final rank), then in
+    the pool (by fused rank), then by the better of its ranks in the legs."""
+    missing = float("inf")
+    legs = [r for r in (values["lexical_rank"], values["dense_rank"]) if r is not None]
+    return (values["final_rank"] if values["final_rank"] is not None else missing,
+            values["fused_rank"] if values["fused_rank"] is not None else missing,
+            min(legs) if legs else missing)
+
+
+__all__ = ["Explanation", "document_chunks", "explain", "is_document_target", "resolve_target"]

@@ -244,6 +244,11 @@ def test_explain_hides_chunk(request: pytest.FixtureRequest, mode: str) -> None:
                              principals=["alice"]).verdict == "returned"
         assert explain_chunk(f, QUERY, "secret#0", query_embedding=QVEC, k=5,
                              principals=["bob"]).verdict == "filtered out or does not exist"
+        # the document as a whole: its chunks are looked up as the search sees them
+        assert explain_chunk(f, QUERY, "secret", query_embedding=QVEC, k=5,
+                             principals=["alice"]).verdict == "returned"
+        assert explain_chunk(f, QUERY, "secret", query_embedding=QVEC, k=5,
+                             principals=["bob"]).verdict == "filtered out or does not exist"
     res = CliRunner().invoke(app, ["explain", QUERY, "pub000#0", "--lexical-only", "--json",
                                    "--dsn", dsn])
     assert res.exit_code == 0, res.output
