@@ -322,9 +322,14 @@ def ingest(
     if json_out:
         emit_json(stats.__dict__)
         return
+    # the progress bar counts the texts the model read; chunks that repeat another's text
+    # share its vector, and the summary says so rather than leave the two counts apart
+    shared = stats.chunks_embedded - stats.texts_embedded
+    as_texts = (f" as {plural(stats.texts_embedded, 'distinct text')}"
+                if stats.texts_embedded and shared > 0 else "")
     out.print(f"{plural(stats.documents_written, 'document')} written, "
               f"{stats.documents_unchanged:,} unchanged; {plural(stats.chunks_written, 'chunk')} "
-              f"({stats.chunks_embedded:,} embedded, {stats.chunks_reused:,} reused), "
+              f"({stats.chunks_embedded:,} embedded{as_texts}, {stats.chunks_reused:,} reused), "
               f"{stats.chunks_removed:,} replaced; index version {stats.index_version}. "
               f"embed {stats.embed_seconds:.1f}s, database {stats.db_seconds:.1f}s",
               highlight=False, soft_wrap=True)

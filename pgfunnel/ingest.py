@@ -82,6 +82,9 @@ class IngestStats:
     # passed in (``ingest(vectors=...)``)
     chunks_reused: int = 0
     chunks_given: int = 0
+    # texts the model read: chunks whose embedding input is the same text (an object
+    # documented twice, a repeated boilerplate section) are embedded once
+    texts_embedded: int = 0
     # the active version's number within its collection (1, 2, ...; what the CLI and
     # `pgfunnel versions` show) and its id (pgfunnel.index_version.id, what the SQL
     # functions that take a version, such as bm25_recount, expect)
@@ -1343,6 +1346,7 @@ class Ingester:
         # batches are chunked one at a time, so the number of chunks to embed is known
         # per batch: the total grows with each batch and comes first
         self._embed_queued += len(texts)
+        self.stats.texts_embedded += len(texts)
         self._tick("embedding", 0, self._embed_queued)
         started = time.perf_counter()
         embedded = self.embedder.embed(

@@ -1288,6 +1288,26 @@ def test_chunk_words_under_20_is_a_usage_error_with_or_without_dry_run(
     assert "Traceback" not in res.output
 
 
+def test_cli_ingest_says_when_chunks_shared_a_text(db: str, tmp_path: Path) -> None:
+    """The progress bar counts the texts the model read, the summary the chunks: an object
+    documented on two pages read "902/902" above "916 embedded", as if 14 were lost."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    page = "# Request\n\nThe request object holds the headers and the body of a call.\n"
+    (tmp_path / "a.md").write_text(page)
+    (tmp_path / "b.md").write_text(page)
+    (tmp_path / "c.md").write_text("# Response\n\nThe response object.\n")
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path), "-c", "twice", "--dsn", db],
+                             env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    said = " ".join(res.output.split())
+    assert "3 chunks (3 embedded as 2 distinct texts, 0 reused)" in said, said
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path), "-c", "twice", "--dsn", db,
+                                   "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["texts_embedded"] == 0
+
+
 def test_cli_reingest_loads_no_model_when_no_chunk_needs_a_vector(db: str,
                                                                    tmp_path: Path) -> None:
     # importing torch and sentence-transformers and loading the model took about 10 s of
