@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import psycopg
+from psycopg.types.json import Jsonb
 
 from pgfunnel.errors import ConfigError, NotFoundError, translate
 from pgfunnel.search import Funnel, SearchParams, check_query_text
@@ -68,7 +69,7 @@ def document_chunks(conn: psycopg.Connection[Any], citekey: str, p: SearchParams
         "where c.name = %s and d.citekey = %s and pgfunnel._document_visible(d, %s::text[], "
         "%s, %s, coalesce(%s, now()), %s::jsonb) order by ch.ordinal",
         (p.collection, citekey, list(p.principals), p.tenant, p.language, p.as_of,
-         None if p.metadata_filter is None else psycopg.types.json.Jsonb(p.metadata_filter))
+         None if p.metadata_filter is None else Jsonb(p.metadata_filter))
     ).fetchall()
     return [int(r[0]) for r in rows]
 

@@ -487,6 +487,9 @@ def test_explain_a_document_follows_its_furthest_chunk(conn: psycopg.Connection[
         hidden = explain(f, "private zephyr runbook", "secret", principals=["bob"])
         absent = explain(f, "private zephyr runbook", "nosuch", principals=["bob"])
         seen = explain(f, "private zephyr runbook", "secret", principals=["alice"])
+        # the search's other filters hide it the same way
+        assert explain(f, "zephyr section", "big", k=3, metadata_filter={"no": "such"}
+                       ).verdict == "filtered out or does not exist"
     assert hidden.verdict == absent.verdict == "filtered out or does not exist"
     assert {k: v for k, v in hidden.as_dict().items() if k not in ("target", "reason")} == \
         {k: v for k, v in absent.as_dict().items() if k not in ("target", "reason")}
