@@ -333,7 +333,15 @@ def html_to_text(html: str) -> tuple[str, str]:
     text = "\n\n".join(renderer.blocks)
     # a table row's trailing cell separator
     text = re.sub(r"\s*\|\s*$", "", text, flags=re.MULTILINE)
+    if _SPHINX_NO_TITLE.match(page_title):
+        # Sphinx's placeholder for a source with no title (Buildbot's release notes):
+        # "<no title>" heading every chunk would tell the embedder nothing
+        return renderer.first_heading or "", text
     return _page_title(renderer, page_title), text
+
+
+# "<no title> — Buildbot 3.7 documentation"
+_SPHINX_NO_TITLE = re.compile(r"<no title>(?:$|\s*[|—–·]|\s+-\s)", re.IGNORECASE)
 
 
 def _page_title(renderer: _Renderer, page_title: str) -> str:

@@ -305,9 +305,30 @@ SPHINX_GENERATED = ("_sources", "_modules", "_static", "genindex*.html", "py-mod
 SPHINX_GENERATED_AT_ROOT = ("404.html",)
 
 
+def _is_module_index(page: Path, build: Path) -> bool:
+    """A domain index Sphinx generated at the build's root under a name of the project's
+    choosing (Buildbot's bb-cfg.html, bb-step.html, ..., py-apiindex.html): a table of
+    links with no text of its own, which ranked for every name it lists."""
+    return (page.parent == build and page.suffix.lower() in (".html", ".htm")
+            and _holds_marker(page, b"modindextable"))
+
+
 def _is_sphinx_build(folder: Path) -> bool:
-    """A Sphinx HTML build's root: its inventory and search index lie there."""
-    return (folder / "objects.inv").is_file() and (folder / "searchindex.js").is_file()
+    """A Sphinx HTML build's root: its inventory and search index lie there, or (as in
+    distribution packages that strip both, Debian's BIND manual) its general index page
+    is Sphinx's index table."""
+    if (folder / "objects.inv").is_file() and (folder / "searchindex.js").is_file():
+        return True
+    return _holds_marker(folder / "genindex.html", b"genindextable")
+
+
+def _holds_marker(page: Path, marker: bytes) -> bool:
+    """Whether a page's first 256 KiB hold ``marker``: Sphinx's index tables open early."""
+    try:
+        with page.open("rb") as handle:
+            return marker in handle.read(256 * 1024)
+    except OSError:
+        return False
 
 
 def _excluded(relative: Path, exclude: Sequence[str]) -> bool:
@@ -348,11 +369,13 @@ def _read_path_records(path: Path, root: Path | None,
                        if p.is_file() and not _excluded(p.relative_to(path), exclude))
         # the folder itself, or any folder under it, may be a Sphinx build's root
         builds = sorted({p.parent for p in files
-                         if p.name == "objects.inv" and _is_sphinx_build(p.parent)})
+                         if p.name in ("objects.inv", "genindex.html")
+                         and _is_sphinx_build(p.parent)})
         for build in builds:
             left = [p for p in files if p.is_relative_to(build)
                     and (_excluded(p.relative_to(build), SPHINX_GENERATED)
-                         or p.relative_to(build).as_posix() in SPHINX_GENERATED_AT_ROOT)]
+                         or p.relative_to(build).as_posix() in SPHINX_GENERATED_AT_ROOT
+                         or _is_module_index(p, build))]
             pages = sum(1 for p in left if p.suffix.lower() in SUPPORTED_SUFFIXES)
             if pages:
                 warn_at_caller(OtherFilesWarning(

@@ -390,6 +390,45 @@ def test_a_sphinx_build_folder_leaves_out_its_generated_pages(tmp_path: Path) ->
         assert [d.citekey for d in read_path(build / "_modules")] == ["kombu/queue"]
 
 
+def test_a_sphinx_build_stripped_of_its_inventory_is_known_by_its_index_table(
+        tmp_path: Path) -> None:
+    # Debian's packaged manuals (BIND's ARM) drop objects.inv and searchindex.js; the
+    # general index is still Sphinx's table, and a project's own domain indexes (Buildbot's
+    # bb-cfg.html) sit at the root under names Sphinx does not fix
+    import warnings
+
+    from pgfunnel.sources import OtherFilesWarning, read_path
+
+    def page(title: str, body: str) -> str:
+        return (f"<html><head><title>{title}</title></head><body><div role=\"main\">"
+                f"<h1>{title}</h1>{body}</div></body></html>")
+
+    build = tmp_path / "arm"
+    (build / "reference").mkdir(parents=True)
+    (build / "index.html").write_text(page("BIND 9", "<p>The reference manual.</p>"))
+    (build / "reference" / "options.html").write_text(
+        page("Options", "<p>The options statement; see the modindextable note.</p>"))
+    (build / "genindex.html").write_text(page("Index", '<table class="indextable '
+                                              'genindextable"><tr><td>allow-query</td>'
+                                              '</tr></table>'))
+    (build / "bb-cfg.html").write_text(page("Config index", '<table class="indextable '
+                                            'modindextable"><tr><td>workers</td></tr>'
+                                            '</table>'))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        keys = [d.citekey for d in read_path(build)]
+    # a page deeper down that merely names the table class is the author's own
+    assert keys == ["index", "reference/options"]
+    notes = [str(w.message) for w in caught if issubclass(w.category, OtherFilesWarning)]
+    assert any("left out its 2 generated pages" in n for n in notes), notes
+    # a genindex.html of the author's own, not Sphinx's table, leaves the folder ordinary
+    (build / "genindex.html").write_text(page("Index", "<p>Our own index of terms.</p>"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert [d.citekey for d in read_path(build)] == \
+            ["bb-cfg", "genindex", "index", "reference/options"]
+
+
 def test_a_paragraph_on_most_pages_is_left_out_as_boilerplate() -> None:
     from pgfunnel.sources import DocumentRecord, chunk_text, drop_repeated_blocks
 
@@ -478,3 +517,13 @@ def test_a_site_banner_h1_named_after_the_page_in_title_is_not_the_title() -> No
     <body><div role="main"><h1>Tasks</h1><h2>Celery 5.2 documentation</h2>
     <p>Tasks are the building blocks.</p></div></body></html>"""
     assert html_to_text(sphinx)[0] == "Tasks"
+    # Sphinx's placeholder for a source with no title names nothing: the first heading
+    # there is does; with none the title is left empty, and ingest names the page by its file
+    untitled = """<html><head><title>&lt;no title&gt; &#8212; Buildbot 3.7 documentation
+    </title></head><body><div role="main"><h2>Release Notes for 3.7.0</h2>
+    <p>Worker fixes.</p></div></body></html>"""
+    assert html_to_text(untitled)[0] == "Release Notes for 3.7.0"
+    assert html_to_text(untitled.replace("<h2>Release Notes for 3.7.0</h2>", ""))[0] == ""
+    # a title that only begins with the words is the author's
+    assert html_to_text(untitled.replace("&lt;no title&gt;", "&lt;no title&gt;s in HTML")
+                        )[0].startswith("<no title>s in HTML")
