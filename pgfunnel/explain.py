@@ -59,19 +59,22 @@ def is_document_target(target: str) -> bool:
     return not _is_chunk_id(target) and _TARGET.match(target) is None
 
 
-def document_chunks(conn: psycopg.Connection[Any], citekey: str, p: SearchParams) -> list[int]:
-    """The chunk ids of a document that a search with ``p`` may see, in order. Filtered
+def document_chunks(conn: psycopg.Connection[Any], citekey: str,
+                    p: SearchParams) -> list[tuple[int, int]]:
+    """The (chunk id, ordinal) of each chunk of a document that a search with ``p`` may
+    see, in order. Filtered
     like the search (and by the row-level security policies, if on): a document hidden
     from the reader has no chunks here, exactly as one that does not exist."""
     rows = conn.execute(
-        "select ch.id from pgfunnel.chunk ch join pgfunnel.document d on d.id = ch.document_id "
+        "select ch.id, ch.ordinal from pgfunnel.chunk ch "
+        "join pgfunnel.document d on d.id = ch.document_id "
         "join pgfunnel.collection c on c.id = d.collection_id "
         "where c.name = %s and d.citekey = %s and pgfunnel._document_visible(d, %s::text[], "
         "%s, %s, coalesce(%s, now()), %s::jsonb) order by ch.ordinal",
         (p.collection, citekey, list(p.principals), p.tenant, p.language, p.as_of,
          None if p.metadata_filter is None else Jsonb(p.metadata_filter))
     ).fetchall()
-    return [int(r[0]) for r in rows]
+    return [(int(r[0]), int(r[1])) for r in rows]
 
 
 def resolve_target(conn: psycopg.Connection[Any], target: str, collection: str) -> int | None:
@@ -139,8 +142,10 @@ def explain(funnel: Funnel, query: str | None, target: str | int, *,
             # policies read them, and without them every chunk is hidden
             with funnel._transaction(conn, p):
                 document = is_document_target(target)
+                ordinals: dict[int, int] = {}
                 if document:
-                    ids: list[int | None] = list(document_chunks(conn, target, p)) or [None]
+                    ordinals = dict(document_chunks(conn, target, p))
+                    ids: list[int | None] = list(ordinals) or [None]
                 else:
                     ids = [resolve_target(conn, target, p.collection)]
                 found = []
@@ -168,8 +173,11 @@ def explain(funnel: Funnel, query: str | None, target: str | int, *,
     explained = [(cid, dict(zip(names, row, strict=True))) for cid, row in found]
     cid, values = min(explained, key=lambda e: _how_far(e[1]))
     if document and cid is not None and len(explained) > 1:
+        # the ordinal is the name a reader can pass back (CITEKEY#ORDINAL); the id is
+        # what search results show
         values["reason"] = (f"the furthest of the {len(explained)} chunks of {target!r} "
-                            f"(chunk {cid}): {values['reason']}")
+                            f"({target}#{ordinals[cid]}, chunk id {cid}): "
+                            f"{values['reason']}")
     if (cid is None or not _is_chunk_id(target)) and values["verdict"] == HIDDEN_OR_MISSING:
         # Name the chunk as the caller wrote it and keep the id the lookup found to
         # ourselves: a citekey hidden from these principals must get exactly the answer

@@ -480,8 +480,9 @@ def test_explain_a_document_follows_its_furthest_chunk(conn: psycopg.Connection[
     assert len(big) > 1 and whole.target == "big" and whole.chunk_id == furthest.chunk_id
     assert (whole.verdict, whole.final_rank, whole.fused_rank) == \
         (furthest.verdict, furthest.final_rank, furthest.fused_rank)
-    assert whole.reason == (f"the furthest of the {len(big)} chunks of 'big' (chunk "
-                            f"{furthest.chunk_id}): {furthest.reason}")
+    ordinal = big.index(furthest.chunk_id)
+    assert whole.reason == (f"the furthest of the {len(big)} chunks of 'big' (big#{ordinal}, "
+                            f"chunk id {furthest.chunk_id}): {furthest.reason}")
     # a document hidden from the reader answers exactly as one that does not exist
     with Funnel(conn, "t", embedder=None) as f:
         hidden = explain(f, "private zephyr runbook", "secret", principals=["bob"])
