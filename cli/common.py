@@ -153,3 +153,105 @@ LexicalDepthOption = Annotated[int | None, typer.Option(
     help="Rows the lexical leg reads (default: k x overfetch, at least 40).")]
 DenseDepthOption = Annotated[int | None, typer.Option(
     help="Rows the dense leg reads (default: k x overfetch, at least 40).")]
+
+
+class LogProgress:
+    """Progress for a log or a pipe, where rich draws nothing until the work is done: one
+    line per task at most every ``every`` seconds, and each task's last count at the end.
+    Takes the calls the CLI makes on rich's ``Progress``."""
+
+    def __init__(self, label: str, every: float = 10.0,
+                 clock: Callable[[], float] | None = None) -> None:
+        import time
+
+        self.label = label
+        self.every = every
+        self.clock = clock or time.monotonic
+        self.started = self.clock()
+        self.last_line = self.started
+        self.tasks: list[dict[str, Any]] = []
+
+    def __enter__(self) -> LogProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            for task in self.tasks:
+                if task["said"] != (task["completed"], task["total"]):
+                    self._say(task)
+
+    def start(self) -> None:
+        return None
+
+    def stop(self) -> None:
+        self.__exit__(None, None, None)
+
+    def add_task(self, description: str, total: float | None = None,
+                 completed: float = 0, **_: Any) -> int:
+        self.tasks.append({"description": description, "total": total,
+                           "completed": completed, "said": None})
+        return len(self.tasks) - 1
+
+    def update(self, task_id: int, *, completed: float | None = None,
+               total: float | None = None, advance: float | None = None,
+               description: str | None = None, **_: Any) -> None:
+        task = self.tasks[task_id]
+        if description is not None:
+            task["description"] = description
+        if total is not None:
+            task["total"] = total
+        if completed is not None:
+            task["completed"] = completed
+        if advance:
+            task["completed"] += advance
+        now = self.clock()
+        if now - self.last_line >= self.every:
+            self.last_line = now
+            self._say(task)
+
+    def advance(self, task_id: int, advance: float = 1) -> None:
+        self.update(task_id, advance=advance)
+
+    def _say(self, task: dict[str, Any]) -> None:
+        done, total = task["completed"], task["total"]
+        task["said"] = (done, total)
+        count = f"{int(done):,}" if total is None else f"{int(done):,}/{int(total):,}"
+        share = f" ({done / total:.0%})" if total else ""
+        elapsed = int(self.clock() - self.started)
+        console.print(f"{self.label}: {task['description']} {count}{share}, "
+                      f"{elapsed // 60}:{elapsed % 60:02d} elapsed", highlight=False)
+
+
+def progress_display(label: str, transient: bool = False) -> Any:
+    """rich's bars on a terminal; on a log or a pipe, a line now and then (LogProgress)."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    if not console.is_terminal:
+        return LogProgress(label)
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=console, transient=transient)
+
+
+class NullProgress:
+    """Progress that shows nothing (--json: stdout is the answer, stderr stays quiet)."""
+
+    def __enter__(self) -> NullProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def add_task(self, *a: Any, **k: Any) -> int:
+        return 0
+
+    def advance(self, *a: Any, **k: Any) -> None:
+        return None
+
+    def update(self, *a: Any, **k: Any) -> None:
+        return None

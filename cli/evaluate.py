@@ -13,11 +13,13 @@ from pgfunnel.cli.common import (
     CollectionOption,
     DsnOption,
     JsonOption,
+    NullProgress,
     console,
     emit_json,
     handle_errors,
     labelled,
     out,
+    progress_display,
 )
 
 # the harness's parameters that eval takes as options, by the library's name
@@ -68,7 +70,6 @@ def evaluate(
     json_out: JsonOption = False,
 ) -> None:
     """Evaluate configurations: per-slice nDCG/recall/MRR with the pool recall of each stage."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from pgfunnel.db import connect
     from pgfunnel.errors import ConfigError
@@ -129,9 +130,8 @@ def evaluate(
             if store_qrels:
                 n = store(conn, collection, judged)
                 console.print(f"stored {n} judgments of {len(judged)} queries in pgfunnel.qrel")
-            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                          console=console, transient=True,
-                          disable=json_out or not console.is_terminal) as progress:
+            with (NullProgress() if json_out else progress_display("eval", transient=True)
+                  ) as progress:
                 task = progress.add_task("evaluating", total=None)
 
                 def tick(name: str, done: int, total: int) -> None:

@@ -20,19 +20,19 @@ from pgfunnel.cli.common import (
     JsonOption,
     LexicalDepthOption,
     LexicalOnlyOption,
+    NullProgress,
     OverfetchOption,
     PrincipalOption,
     QueryTextCommand,
     TenantOption,
-    console,
     emit_json,
     handle_errors,
     labelled,
     out,
     plural,
+    progress_display,
 )
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 app = typer.Typer(
@@ -142,9 +142,8 @@ def stop() -> None:
               else f"no embedded Postgres running in {home}", highlight=False)
 
 
-def _progress() -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=console, transient=False)
+def _progress() -> Any:
+    return progress_display("ingest")
 
 
 def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | None
@@ -217,7 +216,7 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
         # re-ingesting unchanged or reworded sources then takes no model load (about 10 s
         # of importing torch and sentence-transformers); a new collection needs it at once
         embedder = None if version is not None else Embedder(model or "all-MiniLM-L6-v2")
-        with _progress() if show_progress else _NullProgress() as progress:
+        with _progress() if show_progress else NullProgress() as progress:
             docs: Any = progress.add_task("documents", total=len(records))
             emb: list[Any] = []
             index_task: list[Any] = []
@@ -243,23 +242,6 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
             stats = ingester.ingest(records)
         stats.notes.extend(skipped)
         return stats
-
-
-class _NullProgress:
-    def __enter__(self) -> _NullProgress:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def add_task(self, *a: Any, **k: Any) -> int:
-        return 0
-
-    def advance(self, *a: Any, **k: Any) -> None:
-        return None
-
-    def update(self, *a: Any, **k: Any) -> None:
-        return None
 
 
 @app.command()

@@ -21,9 +21,10 @@ from pgfunnel.cli.common import (
     labelled,
     out,
     plural,
+    progress_display,
 )
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 from rich.table import Table
 
 VersionArg = Annotated[int, typer.Argument(help="Version number (as `versions list` shows it).")]
@@ -38,9 +39,8 @@ class _Bars:
     """Rich progress bars for the embedding and index-build stages of a reindex."""
 
     def __init__(self, enabled: bool) -> None:
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
-                                 MofNCompleteColumn(), TimeElapsedColumn(), console=console,
-                                 disable=not enabled)
+        self.progress: Any = (progress_display("reindex") if enabled
+                              else Progress(console=console, disable=True))
         self.tasks: dict[str, Any] = {}
         self.started = False
 

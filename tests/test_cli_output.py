@@ -237,3 +237,33 @@ def test_text_that_looks_like_rich_markup_prints_as_written(sample_db: str,
     # the CLI's own styling still renders: doctor's levels are styled, not printed as tags
     res = CliRunner().invoke(app, ["doctor", "--dsn", sample_db], env={"COLUMNS": "200"})
     assert "info" in res.output and "[/" not in res.output, res.output
+
+
+def test_progress_on_a_log_is_a_line_now_and_then() -> None:
+    # rich draws nothing on a pipe until the work is done: an hour's ingest into a log
+    # showed nothing for an hour
+    import io
+
+    from pgfunnel.cli import common
+    from rich.console import Console
+
+    now = [0.0]
+    saved = common.console
+    common.console = Console(file=io.StringIO(), width=200, markup=False)
+    try:
+        with common.LogProgress("reindex", every=10, clock=lambda: now[0]) as progress:
+            task = progress.add_task("embedding chunks", total=400)
+            for _ in range(40):
+                now[0] += 1.5
+                progress.advance(task, 10)
+            other = progress.add_task("building HNSW index", total=None)
+            progress.update(other, completed=7)
+        lines = common.console.file.getvalue().splitlines()  # type: ignore[attr-defined]
+    finally:
+        common.console = saved
+    # a line once 10 s have passed since the last (at 10.5, 21, ... 52.5 s of 60), then
+    # each task's last count once
+    assert lines[0] == "reindex: embedding chunks 70/400 (18%), 0:10 elapsed", lines
+    assert len(lines) == 5 + 2, lines
+    assert lines[-2:] == ["reindex: embedding chunks 400/400 (100%), 1:00 elapsed",
+                          "reindex: building HNSW index 7, 1:00 elapsed"], lines

@@ -1303,6 +1303,9 @@ def test_cli_ingest_says_when_chunks_shared_a_text(db: str, tmp_path: Path) -> N
     assert res.exit_code == 0, res.output
     said = " ".join(res.output.split())
     assert "3 chunks (3 embedded as 2 distinct texts, 0 reused)" in said, said
+    # not a terminal, so no bars: each stage's last count as a line of its own
+    assert "ingest: documents 3/3 (100%)" in said and "ingest: embedding (texts queued so " \
+        "far) 2/2 (100%)" in said, said
     res = CliRunner().invoke(app, ["ingest", str(tmp_path), "-c", "twice", "--dsn", db,
                                    "--json"])
     assert res.exit_code == 0 and json.loads(res.stdout)["texts_embedded"] == 0
