@@ -154,6 +154,7 @@ def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | No
     from pgfunnel.sources import (
         EmptyFileWarning,
         OtherFilesWarning,
+        drop_gathering_pages,
         drop_repeated_blocks,
         read_paths,
     )
@@ -172,7 +173,8 @@ def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | No
                                    + ", ".join(str(p) for p in paths)
                                    + "".join(f"; {note}" for note in skipped))
     records, boilerplate = drop_repeated_blocks(records)
-    return records, skipped + boilerplate
+    records, gathering = drop_gathering_pages(records)
+    return records, skipped + boilerplate + gathering
 
 
 def dry_run(paths: list[Path], chunk_words: int, exclude: list[str] | None,
