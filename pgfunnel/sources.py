@@ -381,9 +381,8 @@ def _read_path_records(path: Path, root: Path | None,
                 warn_at_caller(OtherFilesWarning(
                     f"{build}: a Sphinx build; left out its {pages:,} generated pages "
                     "(_sources: each page's source again, _modules: highlighted source code, "
-                    "genindex, py-modindex, search, a 404 page); ingest such a folder by "
-                    "itself to "
-                    "index it"), OtherFilesWarning)
+                    "genindex, py-modindex and other domain indexes, search, a 404 page); "
+                    "ingest such a folder by itself to index it"), OtherFilesWarning)
             left_out = set(left)
             files = [p for p in files if p not in left_out]
         readable = [(p, _citekey(p, base)) for p in files
