@@ -93,7 +93,7 @@ def init(
         out.print(f"pgfunnel schema upgraded to revision {result['revision']} (was "
                   f"{result['revision_before']}); functions refreshed.")
         for note in result["notes"]:
-            out.print(f"note: {note}", highlight=False)
+            out.print(f"note: {note}", highlight=False, soft_wrap=True)
     else:
         out.print(f"pgfunnel schema already installed (revision {result['revision']}); "
                   "functions refreshed.")
@@ -116,7 +116,7 @@ def migrate(dsn: DsnOption = None, json_out: JsonOption = False) -> None:
             out.print(f"schema upgraded to revision {result['revision']} (was "
                       f"{result['revision_before']}); functions refreshed.")
         for note in result["notes"]:
-            out.print(f"note: {note}", highlight=False)
+            out.print(f"note: {note}", highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -296,7 +296,7 @@ def ingest(
                   f"{plural(plan['chunks'], 'chunk')}, {plan['words']:,} words "
                   "(dry run: nothing written)", highlight=False)
         for note in plan["notes"]:
-            out.print(f"  {note}", highlight=False)
+            out.print(f"  {note}", highlight=False, soft_wrap=True)
         return
     stopped = ("the batches written before it stay (each is all or nothing); the same "
                "ingest again skips the documents already in, unchanged, and goes on")
@@ -318,7 +318,7 @@ def ingest(
               f"embed {stats.embed_seconds:.1f}s, database {stats.db_seconds:.1f}s",
               highlight=False, soft_wrap=True)
     for note in stats.notes:
-        out.print(f"  {note}")
+        out.print(f"  {note}", highlight=False, soft_wrap=True)
 
 
 @app.command(cls=QueryTextCommand)

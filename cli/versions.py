@@ -144,7 +144,7 @@ def reindex(
         emit_json(result.to_json())
         return
     for note in result.notes:
-        out.print(f"  {note}")
+        out.print(f"  {note}", highlight=False, soft_wrap=True)
     v = result.validation
     assert v is not None
     out.print(f"version {result.version} of {collection!r}: {result.embedding_model} "

@@ -518,6 +518,12 @@ def test_a_page_gathering_the_others_whole_is_left_out(tmp_path: Path) -> None:
     dry = json.loads(res.stdout)
     assert "full" not in [d["citekey"] for d in dry["documents"]]
     assert any(n.startswith("left out 'full': it gathers 8") for n in dry["notes"])
+    # a note is one line however narrow the console, for a log to grep
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path), "--dry-run"],
+                             env={"COLUMNS": "80"})
+    assert any(line.startswith("  left out 'full': it gathers 8") and
+               line.endswith("ingest it by itself to index it")
+               for line in res.stdout.splitlines()), res.stdout
     res = CliRunner().invoke(app, ["ingest", str(tmp_path / "full.md"), "--dry-run", "--json"])
     assert [d["citekey"] for d in json.loads(res.stdout)["documents"]] == ["full"]
 
