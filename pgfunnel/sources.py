@@ -508,6 +508,7 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
         return
     if suffix in (".html", ".htm"):
         title, text = html_to_text(raw)
+        title = title or _title_from_file_name(path)
     elif suffix in (".rst", ".rest") or (suffix == ".txt" and looks_like_rst(raw)):
         title, text = rst_to_text(raw)
         title = title or _title_from_file_name(path)

@@ -575,13 +575,22 @@ def test_a_site_banner_h1_named_after_the_page_in_title_is_not_the_title() -> No
     <body><div role="main"><h1>Tasks</h1><h2>Celery 5.2 documentation</h2>
     <p>Tasks are the building blocks.</p></div></body></html>"""
     assert html_to_text(sphinx)[0] == "Tasks"
+
+
+def test_sphinx_no_title_placeholder_is_not_a_title(tmp_path: Path) -> None:
+    from pgfunnel.sources import read_path
+
     # Sphinx's placeholder for a source with no title names nothing: the first heading
-    # there is does; with none the title is left empty, and ingest names the page by its file
+    # there is does; with none the title is left empty, and ingest names the page by its
+    # file, as for the other formats
     untitled = """<html><head><title>&lt;no title&gt; &#8212; Buildbot 3.7 documentation
     </title></head><body><div role="main"><h2>Release Notes for 3.7.0</h2>
     <p>Worker fixes.</p></div></body></html>"""
     assert html_to_text(untitled)[0] == "Release Notes for 3.7.0"
     assert html_to_text(untitled.replace("<h2>Release Notes for 3.7.0</h2>", ""))[0] == ""
+    page = tmp_path / "release_notes-3.7.html"
+    page.write_text(untitled.replace("<h2>Release Notes for 3.7.0</h2>", ""))
+    assert [r.title for r in read_path(page)] == ["release notes 3.7"]
     # a title that only begins with the words is the author's
     assert html_to_text(untitled.replace("&lt;no title&gt;", "&lt;no title&gt;s in HTML")
                         )[0].startswith("<no title>s in HTML")
