@@ -153,20 +153,21 @@ def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | No
     from pgfunnel.errors import InvalidDocumentError
     from pgfunnel.sources import (
         EmptyFileWarning,
+        GuessedEncodingWarning,
         OtherFilesWarning,
         drop_gathering_pages,
         drop_repeated_blocks,
         read_paths,
     )
 
-    left_out = (EmptyFileWarning, OtherFilesWarning)
+    noted = (EmptyFileWarning, OtherFilesWarning, GuessedEncodingWarning)
     with warnings.catch_warnings(record=True) as caught:
-        for category in left_out:
+        for category in noted:
             warnings.simplefilter("always", category)
         records = list(read_paths(paths, exclude or [], root))
-    skipped = [str(w.message) for w in caught if issubclass(w.category, left_out)]
+    skipped = [str(w.message) for w in caught if issubclass(w.category, noted)]
     for w in caught:
-        if not issubclass(w.category, left_out):
+        if not issubclass(w.category, noted):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     if not records:
         raise InvalidDocumentError("nothing to ingest: no document in "

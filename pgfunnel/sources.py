@@ -10,6 +10,7 @@ valid_from, valid_to).
 
 from __future__ import annotations
 
+import codecs
 import datetime as dt
 import fnmatch
 import hashlib
@@ -441,6 +442,18 @@ _HTML_CHARSET = re.compile(
     rb"""|<\?xml[^>]*?encoding\s*=\s*["']([A-Za-z0-9._:-]+)""", re.IGNORECASE)
 
 
+def _c1_as_is(exc: UnicodeError) -> tuple[str, int]:
+    """WHATWG's windows-1252 maps the five bytes Python's cp1252 leaves undefined (0x81,
+    0x8d, 0x8f, 0x90, 0x9d) to the C1 controls of the same number."""
+    if not isinstance(exc, UnicodeDecodeError):  # pragma: no cover - registered for decoding
+        raise exc
+    return "".join(chr(b) for b in exc.object[exc.start:exc.end]), exc.end
+
+
+_WHATWG_C1 = "pgfunnel-whatwg-c1"
+codecs.register_error(_WHATWG_C1, _c1_as_is)
+
+
 def _declared_html_encoding(data: bytes) -> str | None:
     """The Python codec of the charset an HTML file declares, or None: a name Python does
     not know is ignored."""
@@ -475,18 +488,38 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
     except UnicodeDecodeError as exc:
         # an HTML page may declare another charset; bytes that are valid UTF-8 are read
         # as UTF-8 whatever the label says (a mislabelled page is the commoner mistake)
-        encoding = _declared_html_encoding(data) if suffix in (".html", ".htm") else None
-        if encoding is None:
+        html = suffix in (".html", ".htm")
+        encoding = _declared_html_encoding(data) if html else None
+        if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+            # a byte order mark says what it is whatever else is declared (WHATWG): the
+            # UTF-16 that Windows tools (PowerShell's Out-File) write
+            try:
+                raw = data.decode("utf-16")
+            except UnicodeDecodeError as exc2:
+                raise InvalidDocumentError(f"{path}: starts with a UTF-16 byte order mark but "
+                                           f"is not UTF-16 (byte {exc2.start}: {exc2.reason})"
+                                           "; convert it to UTF-8, or leave it out with "
+                                           "--exclude") from exc2
+        elif html and _HTML_CHARSET.search(data[:4096]) is None:
+            # what a browser shows for a page that declares no charset (WHATWG's fallback
+            # in Western locales); refused, it stopped the ingest of a whole manual
+            # (libxslt's) at one page with a name in Latin-1
+            raw = data.decode("cp1252", errors=_WHATWG_C1)
+            warn_at_caller(GuessedEncodingWarning(
+                f"{path}: declares no charset and is not UTF-8 (byte {exc.start}); read as "
+                "windows-1252, as browsers read it"), GuessedEncodingWarning)
+        elif encoding is None:
             raise InvalidDocumentError(
                 f"{path}: not valid UTF-8 (byte {exc.start}: {exc.reason}); convert it to "
                 "UTF-8 (iconv -f latin1 -t utf-8, say), or leave it out with --exclude") from exc
-        try:
-            raw = data.decode(encoding)
-        except UnicodeDecodeError as exc2:
-            raise InvalidDocumentError(f"{path}: not valid UTF-8, nor the {encoding} it "
-                                       f"declares (byte {exc2.start}: {exc2.reason}); "
-                                       "convert it to UTF-8, or leave it out with "
-                                       "--exclude") from exc2
+        else:
+            try:
+                raw = data.decode(encoding)
+            except UnicodeDecodeError as exc2:
+                raise InvalidDocumentError(f"{path}: not valid UTF-8, nor the {encoding} it "
+                                           f"declares (byte {exc2.start}: {exc2.reason}); "
+                                           "convert it to UTF-8, or leave it out with "
+                                           "--exclude") from exc2
     raw = raw.removeprefix("\ufeff")
     if suffix == ".jsonl":
         first_line: dict[str, int] = {}
@@ -590,6 +623,10 @@ def _title_from_file_name(path: Path) -> str:
 
 class EmptyFileWarning(UserWarning):
     """A file found in a folder held no text and was left out."""
+
+
+class GuessedEncodingWarning(UserWarning):
+    """An HTML page declared no charset and was not UTF-8: it was read as windows-1252."""
 
 
 class OtherFilesWarning(UserWarning):

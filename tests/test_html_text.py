@@ -279,6 +279,49 @@ def test_pages_in_a_declared_charset_are_read_in_it(tmp_path: Path) -> None:
         list(read_path(tmp_path / "broken.html"))
 
 
+def test_a_page_declaring_no_charset_is_read_as_browsers_read_it(tmp_path: Path) -> None:
+    # libxslt's manual: no charset, a contributor's name in Latin-1; refused, the ingest
+    # of the whole folder stopped at it
+    import codecs
+    import json
+    import warnings
+
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.sources import GuessedEncodingWarning
+
+    page = (b'<html><head><meta http-equiv="Content-Type" content="text/html"><title>News'
+            b"</title></head><body><h1>News</h1><p>Fix typos (Jan Pokorn\xfd), \x93quoted"
+            b"\x94 \x81</p></body></html>")
+    (tmp_path / "news.html").write_bytes(page)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        (rec,) = read_path(tmp_path / "news.html")
+    assert rec.text.endswith("Fix typos (Jan Pokorn\u00fd), \u201cquoted\u201d \x81")
+    (note,) = [str(w.message) for w in caught
+               if issubclass(w.category, GuessedEncodingWarning)]
+    first_bad = page.index(b"\xfd")
+    assert note.endswith(f"news.html: declares no charset and is not UTF-8 (byte "
+                         f"{first_bad}); read as windows-1252, as browsers read it")
+    # the CLI says so among its notes
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path), "--dry-run", "--json"])
+    assert res.exit_code == 0, res.output
+    assert any("read as windows-1252" in n for n in json.loads(res.stdout)["notes"])
+    # a byte order mark says UTF-16, in any format (PowerShell's Out-File writes it)
+    (tmp_path / "notes.md").write_bytes("# Notes\n\nCaf\u00e9 \u2014 done.\n".encode("utf-16"))
+    (doc,) = read_path(tmp_path / "notes.md")
+    assert (doc.title, doc.text) == ("Notes", "# Notes\n\nCaf\u00e9 \u2014 done.")
+    (tmp_path / "odd.md").write_bytes(codecs.BOM_UTF16_LE + b"\x00\xd8")
+    with pytest.raises(InvalidDocumentError, match=r"odd.md: starts with a UTF-16 byte order "
+                                                   r"mark but is not UTF-16"):
+        list(read_path(tmp_path / "odd.md"))
+    # a page that declares a charset its bytes do not fit stays an error
+    (tmp_path / "news.html").write_bytes(b'<meta charset="utf-8"><p>Pokorn\xfd</p>')
+    with pytest.raises(InvalidDocumentError, match="nor the utf-8 it declares"):
+        list(read_path(tmp_path / "news.html"))
+
+
 def test_docbook_navigation_tables_are_not_content() -> None:
     page = ('<html><head><title>Quick Start</title></head><body>'
             '<div><table class="nav" summary="Navigation header"><tr><td><a href="p.html">'
