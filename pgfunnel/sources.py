@@ -413,18 +413,41 @@ def _read_path_records(path: Path, root: Path | None,
 def _refuse_shared_citekeys(files: Sequence[tuple[Path, str]], folder: Path) -> None:
     """Two files (with their citekeys) that differ only in their suffix (a generator's
     ``fs.md`` beside its ``fs.html``) would be one citekey: said before anything is read,
-    with the way out."""
+    with the way out, for every such pair at once (Node.js's docs ship each of their 60
+    API pages twice, and one pair per run was 60 runs)."""
     first: dict[str, Path] = {}
+    clashes: list[tuple[Path, Path, str]] = []
     for path, key in files:
         if path.suffix.lower() == ".jsonl":
             continue  # its lines carry their own citekeys
         if key in first:
-            # the one file, as --exclude matches it (relative to the folder): a pattern
-            # such as '*.rst' would leave out every other .rst file too
-            raise InvalidDocumentError(
-                f"{first[key]} and {path} would both be citekey {key!r}: leave one out, "
-                f"e.g. --exclude '{path.relative_to(folder).as_posix()}'")
-        first[key] = path
+            clashes.append((first[key], path, key))
+        else:
+            first[key] = path
+    if not clashes:
+        return
+    earlier, later, key = clashes[0]
+    said = f"{earlier} and {later} would both be citekey {key!r}"
+    if len(clashes) == 1:
+        # the one file, as --exclude matches it (relative to the folder): a pattern
+        # such as '*.rst' would leave out every other .rst file too
+        raise InvalidDocumentError(f"{said}: leave one out, e.g. --exclude "
+                                   f"'{later.relative_to(folder).as_posix()}'")
+    suffixes = Counter(p.suffix for _, p, _ in clashes)
+    suffix = suffixes.most_common(1)[0][0]
+    twins = [p.relative_to(folder) for _, p, _ in clashes if p.suffix == suffix]
+    parents = {p.parent.as_posix() for p in twins}
+    pattern = (f"{parents.pop()}/*{suffix}" if len(parents) == 1 and "." not in parents
+               else f"*{suffix}")
+    caught = sum(1 for p, _ in files
+                 if fnmatch.fnmatchcase(p.relative_to(folder).as_posix(), pattern))
+    others = caught - len(twins)
+    also = (f"; it also leaves out {others:,} {'file' if others == 1 else 'files'} "
+            "without a twin" if others > 0 else "")
+    raise InvalidDocumentError(
+        f"{said}, and {len(clashes) - 1:,} more pairs of files share a citekey "
+        f"({len(twins):,} of them a {suffix} beside another format): leave one kind out, "
+        f"e.g. --exclude '{pattern}'{also}")
 
 
 def _citekey(path: Path, root: Path) -> str:

@@ -233,6 +233,27 @@ def test_two_files_that_would_share_a_citekey_are_refused_with_the_way_out(
         list(read_path(tmp_path))
     # the exclusion it names leaves out that one file, not every .md
     assert sorted(d.citekey for d in read_path(tmp_path, exclude=["fs.md"])) == ["fs", "other"]
+    # many pairs (Node.js ships each API page as .md and .html): all said at once, with a
+    # pattern that leaves out one kind, and what else it would leave out
+    api = tmp_path / "api"
+    api.mkdir()
+    for name in ("fs", "net", "http"):
+        (api / f"{name}.html").write_text(f"<main><h1>{name}</h1><p>x</p></main>")
+        (api / f"{name}.md").write_text(f"# {name}\n\nx\n")
+    (api / "README.md").write_text("# API\n\nThe pages.\n")
+    with pytest.raises(InvalidDocumentError,
+                       match=r"api/fs.html and .*api/fs.md would both be citekey 'api/fs', and "
+                             r"3 more pairs of files share a citekey \(4 of them a .md beside "
+                             r"another format\): leave one kind out, e.g. --exclude '\*.md'; "
+                             r"it also leaves out 2 files without a twin$"):
+        list(read_path(tmp_path))
+    (tmp_path / "fs.md").unlink()
+    with pytest.raises(InvalidDocumentError,
+                       match=r", and 2 more pairs .* --exclude 'api/\*.md'; it also leaves "
+                             r"out 1 file without a twin$"):
+        list(read_path(tmp_path))
+    assert sorted(d.citekey for d in read_path(tmp_path, exclude=["api/*.md"])) == \
+        ["api/fs", "api/http", "api/net", "fs", "other"]
 
 
 def test_texinfo_navigation_and_manual_name_are_left_out() -> None:
