@@ -80,9 +80,10 @@ def explain_command(
                   f"BM25 {show(e.lexical_exact_score)})  dense rank {show(e.dense_rank)} "
                   f"(depth {show(e.dense_depth)}, cosine {show(e.dense_exact_score)})  "
                   f"fused rank {show(e.fused_rank)} of pool {e.pool_size}  "
-                  f"final rank {show(e.final_rank)}", highlight=False)
+                  f"final rank {show(e.final_rank)}", highlight=False, soft_wrap=True)
         # the reason names SQL's parameters; here they are this command's options
         reason = e.reason
         for parameter in ("lexical_depth", "dense_depth"):
             reason = reason.replace(parameter, FUNNEL_FLAGS[parameter])
-        out.print(f"  {reason}", highlight=False)
+        # one line each, for a log or a pipe to keep whole (the terminal wraps it)
+        out.print(f"  {reason}", highlight=False, soft_wrap=True)

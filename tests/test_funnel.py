@@ -460,9 +460,14 @@ def test_explain_python_and_cli(db: str, conn: psycopg.Connection[Any], corpus: 
     assert [o["verdict"] for o in out] == ["returned", "in no leg at its depth"]
     # neither a chunk id nor CITEKEY#ORDINAL: a document, answered as a missing one
     res = CliRunner().invoke(app, ["explain", "zephyr", "not a target", "--dsn", db,
-                                   "--collection", "t", "--lexical-only"])
+                                   "--collection", "t", "--lexical-only"],
+                             env={"COLUMNS": "40"})
     assert res.exit_code == 0 and "document not a target does not exist" in \
         " ".join(res.output.split()), res.output
+    # each line whole however narrow the console, for a log to grep
+    reason = [line for line in res.stdout.splitlines() if "does not exist" in line]
+    assert len(reason) == 1 and reason[0].startswith("  document not a target does not exist")
+    assert len(reason[0]) > 40, res.stdout
 
 
 def test_explain_a_document_follows_its_furthest_chunk(conn: psycopg.Connection[Any],
