@@ -1113,17 +1113,19 @@ def drop_gathering_pages(records: Sequence[DocumentRecord], *, min_documents: in
     in the pages it gathered, and two copies of one manual (a versioned tree ingested
     twice) do not count as gathering each other. Returns the records kept and one note
     per document left out."""
-    keys = [{k for k in _prose_blocks(_BLOCK_SPLIT.split(rec.text)) if k} for rec in records]
+    # by hash, so a large corpus is not held a second time as sets of its paragraphs
+    keys = [{hash(k) for k in _prose_blocks(_BLOCK_SPLIT.split(rec.text)) if k}
+            for rec in records]
     owners: dict[int, list[int]] = {}
     for i, own in enumerate(keys):
         for key in own:
-            owners.setdefault(hash(key), []).append(i)
+            owners.setdefault(key, []).append(i)
     smaller_share: dict[int, float] = {}
     for i, own in enumerate(keys):
         if len(own) < min_paragraphs:
             continue
-        in_smaller = sum(1 for key in own if len(owners[hash(key)]) <= _GATHERED_COPIES
-                         and any(2 * len(keys[j]) <= len(own) for j in owners[hash(key)]))
+        in_smaller = sum(1 for key in own if len(owners[key]) <= _GATHERED_COPIES
+                         and any(2 * len(keys[j]) <= len(own) for j in owners[key]))
         if in_smaller >= share * len(own):
             smaller_share[i] = in_smaller / len(own)
     if not smaller_share:
@@ -1134,8 +1136,8 @@ def drop_gathering_pages(records: Sequence[DocumentRecord], *, min_documents: in
             continue
         held: Counter[int] = Counter()
         for key in own:
-            if len(owners[hash(key)]) <= _GATHERED_COPIES:
-                held.update(i for i in owners[hash(key)]
+            if len(owners[key]) <= _GATHERED_COPIES:
+                held.update(i for i in owners[key]
                             if i in smaller_share and 2 * len(own) <= len(keys[i]))
         gathered.update(i for i, n in held.items() if n >= share * len(own))
     dropped = sorted(i for i, n in gathered.items() if n >= min_documents)
