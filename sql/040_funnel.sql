@@ -242,6 +242,7 @@ declare
     -- match holds (see below)
     coverage double precision;
     best_coverage double precision;
+    rarest_missed double precision;
     check_held boolean;
     check_best boolean;
     best_terms text[];
@@ -393,7 +394,11 @@ begin
         -- identifier, is _default_weights): when the best lexical match holds under 0.4 of
         -- the query's idf, less than one half of a two-part question, BM25 matched the
         -- query's leftovers (`coupon for the enterprise plan` -> `enterprise plan`), and the
-        -- legs swap roles: {0.7,1}. One probe of the postings of that chunk; a one-word
+        -- legs swap roles: {0.7,1}. So they do when the best match lacks the query's rarest
+        -- word that the version holds, and that word is 0.4 or more of the query's idf:
+        -- the query's common words outvoted the one that decides it (`clang command line
+        -- option -fPIE`: chunks holding the four common words scored 13 - 14, the
+        -- option's own four-word chunk 10.8). One probe of the postings of that chunk; a one-word
         -- query's best match holds its word, so it is not probed. Measured on six sets
         -- (docs/tuning.md): the help center's paraphrases 0.778 -> 0.809 (dense alone
         -- 0.813), no slice of the five documentation sets moved (their queries are index
@@ -413,6 +418,7 @@ begin
         check_held := lexical_on and dense_on and cardinality(q_terms) > 0
                       and not q_terms operator(pg_catalog.<@) lex.found_terms;
         best_coverage := null;
+        rarest_missed := null;
         if check_best then
             -- the query terms the best match holds, read apart from the shares below: it
             -- reads the partitioned posting table, so past 8 partitions it is planned per
@@ -437,8 +443,13 @@ begin
         end if;
         if check_best or check_held then
             select sum(w.idf) filter (where w.held) / sum(w.idf),
-                   sum(w.idf) filter (where w.in_best) / sum(w.idf)
-              into coverage, best_coverage
+                   sum(w.idf) filter (where w.in_best) / sum(w.idf),
+                   -- the share of the rarest held word when the best match lacks it (of
+                   -- two equally rare words, one it holds counts as the rarest)
+                   (array_agg(case when w.in_best then 0 else w.idf end
+                              order by w.idf desc, w.in_best desc)
+                       filter (where w.held))[1] / sum(w.idf)
+              into coverage, best_coverage, rarest_missed
               from (select bool_or(f.idf is not null) as held,
                            bool_or(check_best and f.idf is not null
                                    and q.term = any (best_terms)) as in_best,
@@ -448,7 +459,7 @@ begin
                         on f.term = q.term
                      group by q.word) w;
         end if;
-        if best_coverage < 0.4 then
+        if best_coverage < 0.4 or (check_best and rarest_missed >= 0.4) then
             weights := '{0.7,1}';
         end if;
         weights_used := weights;

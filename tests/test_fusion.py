@@ -271,3 +271,42 @@ def test_default_weights_let_the_dense_leg_lead_when_the_best_lexical_match_hold
     given = _candidates(conn, scattered, v, fusion="minmax", weights=[1.0, 0.7])
     want = _expected(given, "minmax", (1.0, 0.7), 60.0)
     assert all(r[6] == pytest.approx(want[r[0]], rel=1e-9, abs=1e-12) for r in given)
+
+
+def test_default_weights_let_the_dense_leg_lead_when_common_words_outvote_the_rarest(
+        conn: psycopg.Connection[Any]) -> None:
+    # `clang command line option -fPIE`: chunks holding the entry's common words outscored
+    # the option's own short chunk, while the best match still held over half the idf
+    common = "kara lopo"
+    docs = [doc("common", f"{common} {common}")]
+    docs += [doc(f"c{i}", f"{common.split()[i % 2]} mira kapo tevo lune") for i in range(10)]
+    docs += [doc("rare", "quoxil mira kapo tevo lune sura")]
+    docs += [doc(f"f{i}", "mira kapo tevo lune sura dorn") for i in range(8)]
+    ingest(conn, docs, dims=DIMS, seed=13)
+    v = unit(np.random.default_rng(14), DIMS)
+
+    def citekey(chunk_id: int) -> str:
+        return str(conn.execute("select d.citekey from pgfunnel.chunk ch join "
+                                "pgfunnel.document d on d.id = ch.document_id "
+                                "where ch.id = %s", (chunk_id,)).fetchone()[0])  # type: ignore[index]
+
+    query = f"{common} quoxil"
+    rows = _candidates(conn, query, v, fusion="minmax")
+    best = min((r for r in rows if r[1] is not None), key=lambda r: r[1])
+    assert citekey(best[0]) == "common"  # the premise: the rarest word is not in it
+    shares = dict(conn.execute(
+        "select term, pgfunnel._bm25_idf(df, 20) from pgfunnel._term_df("
+        "(select a.version_id from pgfunnel.collection c, pgfunnel._active_version(c.id) a "
+        "where c.name = 't'), %s)", (query.split(),)).fetchall())
+    assert shares["quoxil"] / sum(shares.values()) >= 0.4
+    assert rows == _candidates(conn, query, v, fusion="minmax", weights=[0.7, 1.0])
+    assert rows != _candidates(conn, query, v, fusion="minmax", weights=[1.0, 0.7])
+    want = _expected(rows, "minmax", (0.7, 1.0), 60.0)
+    assert all(r[6] == pytest.approx(want[r[0]], rel=1e-9, abs=1e-12) for r in rows)
+    # the rarest word in the best match: {1,0.7}
+    held = f"{common} mira"
+    assert _candidates(conn, held, v, fusion="minmax") == \
+        _candidates(conn, held, v, fusion="minmax", weights=[1.0, 0.7])
+    # only min-max fusion with weights left to the default follows the rule
+    assert _candidates(conn, query, v, fusion="rrf") == \
+        _candidates(conn, query, v, fusion="rrf", weights=[1.0, 0.7])
