@@ -142,10 +142,6 @@ def stop() -> None:
               else f"no embedded Postgres running in {home}", highlight=False)
 
 
-def _progress() -> Any:
-    return progress_display("ingest")
-
-
 def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | None
                    ) -> tuple[list[Any], list[str]]:
     """Every document the paths hold, validated, and the notes on what was left out;
@@ -219,7 +215,7 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
         # re-ingesting unchanged or reworded sources then takes no model load (about 10 s
         # of importing torch and sentence-transformers); a new collection needs it at once
         embedder = None if version is not None else Embedder(model or "all-MiniLM-L6-v2")
-        with _progress() if show_progress else NullProgress() as progress:
+        with progress_display("ingest") if show_progress else NullProgress() as progress:
             docs: Any = progress.add_task("documents", total=len(records))
             emb: list[Any] = []
             index_task: list[Any] = []

@@ -62,9 +62,9 @@ def is_document_target(target: str) -> bool:
 def document_chunks(conn: psycopg.Connection[Any], citekey: str,
                     p: SearchParams) -> list[tuple[int, int]]:
     """The (chunk id, ordinal) of each chunk of a document that a search with ``p`` may
-    see, in order. Filtered
-    like the search (and by the row-level security policies, if on): a document hidden
-    from the reader has no chunks here, exactly as one that does not exist."""
+    see, in order. Filtered like the search (and by the row-level security policies, if
+    on): a document hidden from the reader has no chunks here, exactly as one that does
+    not exist."""
     rows = conn.execute(
         "select ch.id, ch.ordinal from pgfunnel.chunk ch "
         "join pgfunnel.document d on d.id = ch.document_id "

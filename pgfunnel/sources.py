@@ -477,14 +477,9 @@ _WHATWG_C1 = "pgfunnel-whatwg-c1"
 codecs.register_error(_WHATWG_C1, _c1_as_is)
 
 
-def _declared_html_encoding(data: bytes) -> str | None:
-    """The Python codec of the charset an HTML file declares, or None: a name Python does
-    not know is ignored."""
-    import codecs
-
-    m = _HTML_CHARSET.search(data[:4096])
-    if m is None:
-        return None
+def _declared_html_encoding(m: re.Match[bytes]) -> str | None:
+    """The Python codec of the charset an HTML file declares (``m``, a match of
+    _HTML_CHARSET), or None: a name Python does not know is ignored."""
     name = (m.group(1) or m.group(2)).decode("ascii")
     try:
         codec = codecs.lookup(name).name
@@ -512,7 +507,8 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
         # an HTML page may declare another charset; bytes that are valid UTF-8 are read
         # as UTF-8 whatever the label says (a mislabelled page is the commoner mistake)
         html = suffix in (".html", ".htm")
-        encoding = _declared_html_encoding(data) if html else None
+        declared = _HTML_CHARSET.search(data[:4096]) if html else None
+        encoding = _declared_html_encoding(declared) if declared else None
         if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
             # a byte order mark says what it is whatever else is declared (WHATWG): the
             # UTF-16 that Windows tools (PowerShell's Out-File) write
@@ -523,7 +519,7 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
                                            f"is not UTF-16 (byte {exc2.start}: {exc2.reason})"
                                            "; convert it to UTF-8, or leave it out with "
                                            "--exclude") from exc2
-        elif html and _HTML_CHARSET.search(data[:4096]) is None:
+        elif html and declared is None:
             # what a browser shows for a page that declares no charset (WHATWG's fallback
             # in Western locales); refused, it stopped the ingest of a whole manual
             # (libxslt's) at one page with a name in Latin-1
@@ -1145,8 +1141,8 @@ def drop_gathering_pages(records: Sequence[DocumentRecord], *, min_documents: in
              f"whole ({smaller_share[i]:.0%} of its paragraphs are theirs), as a "
              "single-page or print edition does, and ranked above each of them; ingest it "
              "by itself to index it" for i in dropped]
-    kept = set(range(len(records))) - set(dropped)
-    return [records[i] for i in sorted(kept)], notes
+    left_out = set(dropped)
+    return [rec for i, rec in enumerate(records) if i not in left_out], notes
 
 
 _PATH_PART_WORDS = 12

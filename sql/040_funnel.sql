@@ -398,8 +398,8 @@ begin
         -- word that the version holds, and that word is 0.4 or more of the query's idf:
         -- the query's common words outvoted the one that decides it (`clang command line
         -- option -fPIE`: chunks holding the four common words scored 13 - 14, the
-        -- option's own four-word chunk 10.8). One probe of the postings of that chunk; a one-word
-        -- query's best match holds its word, so it is not probed. Measured on six sets
+        -- option's own four-word chunk 10.8). One probe of the postings of that chunk; a
+        -- one-word query's best match holds its word, so it is not probed. Measured on six sets
         -- (docs/tuning.md): the help center's paraphrases 0.778 -> 0.809 (dense alone
         -- 0.813), no slice of the five documentation sets moved (their queries are index
         -- entries, which the best match nearly always holds).
