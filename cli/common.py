@@ -90,7 +90,8 @@ T = TypeVar("T")
 COMMON_FLAGS = {"dsn": "--dsn (or PGFUNNEL_DSN)"}
 # the options of the commands that build an index version (ingest, reindex)
 INDEX_FLAGS = {"embedding_model": "--model", "analyzer": "--analyzer",
-               "embed_input": "--embed-input", "maintenance_work_mem": "--maintenance-work-mem",
+               "embed_input": "--embed-input", "lexical_input": "--lexical-input",
+               "maintenance_work_mem": "--maintenance-work-mem",
                "batch_size": "--batch-size", "m": "--m", "ef_construction": "--ef-construction",
                "chunk_words": "--chunk-words", "private": "--private",
                "collection": "--collection"}

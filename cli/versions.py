@@ -108,6 +108,11 @@ def reindex(
              "version's (title if it embeds the chunk alone). Vectors of chunks that read "
              "the same either way are copied.")
     ] = None,
+    lexical_input: Annotated[str | None, typer.Option(
+        help="What BM25 indexes per chunk: title (the document title above the chunk; the "
+             "default) or text (the chunk alone, as versions made before the choice was "
+             "recorded index it).")
+    ] = None,
     dsn: DsnOption = None,
     json_out: JsonOption = False,
 ) -> None:
@@ -132,7 +137,7 @@ def reindex(
             conn, collection, model=model, analyzer=analyzer, activate_after=activate,
             maintenance_work_mem=maintenance_work_mem, batch_size=batch_size, m=m,
             ef_construction=ef_construction, progress=bars, notice=_notice, reembed=reembed,
-            embed_input=embed_input)
+            embed_input=embed_input, lexical_input=lexical_input)
         # only its number: list_versions would also count each version's missing chunks
         current = None if result.activated else active_version(
             conn, require_collection(conn, collection))

@@ -46,17 +46,22 @@ from pgfunnel.sources import (
     CHUNKING_VERSION,
     DEFAULT_CHUNK_WORDS,
     DEFAULT_EMBED_INPUT,
+    DEFAULT_LEXICAL_INPUT,
     EMBED_TEXT_ALONE,
+    LEXICAL_TEXT_ALONE,
     UNMARKED_CHUNKING,
     ChunkRecord,
     DocumentRecord,
     check_embed_input,
+    check_lexical_input,
     check_record,
     chunk_text,
     chunking_version,
     embedding_input,
+    lexical_input,
     vector_key,
     version_embed_input,
+    version_lexical_input,
 )
 
 DEFAULT_COLLECTION = "default"
@@ -107,6 +112,8 @@ class ActiveVersion:
     analyzer: str
     # what the embedder reads per chunk (sources.embedding_input)
     embed_input: str = EMBED_TEXT_ALONE
+    # what BM25 indexes per chunk (sources.lexical_input)
+    lexical_input: str = LEXICAL_TEXT_ALONE
 
 
 def collection_id(conn: psycopg.Connection[Any], name: str) -> int | None:
@@ -131,7 +138,7 @@ def active_version(conn: psycopg.Connection[Any], coll_id: int) -> ActiveVersion
         return None
     vid, version, model, dimensions, analyzer, params = row
     return ActiveVersion(int(vid), int(version), str(model), int(dimensions), str(analyzer),
-                         version_embed_input(params or {}))
+                         version_embed_input(params or {}), version_lexical_input(params or {}))
 
 
 #: the names of a version's HNSW index and posting partition are these plus its id
@@ -622,8 +629,8 @@ def create_version(conn: psycopg.Connection[Any], coll_id: int, model: str, dime
                    analyzer: str, state: str, params: dict[str, Any] | None = None) -> int:
     from psycopg.types.json import Jsonb
 
-    params = {"embed_input": DEFAULT_EMBED_INPUT, "hnsw_type": DEFAULT_HNSW_TYPE,
-              **(params or {})}
+    params = {"embed_input": DEFAULT_EMBED_INPUT, "lexical_input": DEFAULT_LEXICAL_INPUT,
+              "hnsw_type": DEFAULT_HNSW_TYPE, **(params or {})}
     hnsw_type = version_hnsw_type(params)
     if hnsw_type not in HNSW_TYPES:
         raise ConfigError("hnsw_type", f"unknown {hnsw_type!r} (known: {', '.join(HNSW_TYPES)})")
@@ -875,8 +882,10 @@ class _Analysed(NamedTuple):
 
     hashes: dict[str, str]
     chunked: list[tuple[DocumentRecord, list[ChunkRecord]]]
+    # what BM25 reads of each chunk, under lexical_input
     texts: list[str]
     ids: list[int]
+    lexical_input: str
 
 
 class _Prepared(NamedTuple):
@@ -884,6 +893,7 @@ class _Prepared(NamedTuple):
     prepared) chunked and analysed, ahead of its transaction."""
 
     analyzer: str
+    lexical_input: str
     hashes: dict[str, str]
     chunked: list[tuple[DocumentRecord, list[ChunkRecord]]]
     ids: list[int]
@@ -1001,7 +1011,8 @@ class Ingester:
                  embedder: Embedder | None = None, chunk_words: int = DEFAULT_CHUNK_WORDS,
                  private: bool = False, batch_documents: int = 2000,
                  batch_chunks: int = 2000, progress: ProgressFn | None = None,
-                 prepare_ahead: bool = True, embed_input: str = DEFAULT_EMBED_INPUT) -> None:
+                 prepare_ahead: bool = True, embed_input: str = DEFAULT_EMBED_INPUT,
+                 lexical_input: str = DEFAULT_LEXICAL_INPUT) -> None:
         from pgfunnel.db import require_schema
         from pgfunnel.schema import require_current_schema
 
@@ -1013,6 +1024,9 @@ class Ingester:
         # what a new collection's first version embeds; a version keeps its own, and
         # `reindex --embed-input` changes it
         self.embed_input = embed_input
+        check_lexical_input(lexical_input)
+        # likewise what its BM25 indexes (`reindex --lexical-input`)
+        self.lexical_input = lexical_input
         if not conn.autocommit:
             # each batch commits on its own; inside a caller's transaction it could not
             raise ConfigError("conn", "Ingester needs a connection in autocommit mode")
@@ -1064,6 +1078,9 @@ class Ingester:
                 f"{version.embedding_model!r}, not {embedder.model_name!r}; ingest with that "
                 "model, or change the collection's model with `pgfunnel reindex --model`")
         self._analyzers: dict[str, TermAnalyzer] = {}
+        # what a batch prepared ahead of its transaction is analysed as: the version's
+        # lexical input as last seen (checked again when the batch is written)
+        self._lexical_seen = version.lexical_input if version is not None else lexical_input
 
     @property
     def embedder(self) -> Embedder:
@@ -1200,10 +1217,11 @@ class Ingester:
             (self.collection, list(hashes))).fetchall())
         chunked = [(r, chunk_text(r.text, self.chunk_words)) for r in batch
                    if stored.get(r.citekey) != hashes[r.citekey]]
-        texts = [ch.text for _, chunks in chunked for ch in chunks]
+        mode = self._lexical_seen
+        texts = [lexical_input(r.title, ch.text, mode) for r, chunks in chunked for ch in chunks]
         ids = _reserve_chunk_ids(analyzer.conn, len(texts)) if texts else []
         analyzer.prepare(texts)
-        return _Analysed(hashes, chunked, texts, ids)
+        return _Analysed(hashes, chunked, texts, ids, mode)
 
     def _prepare(self, analyzer: TermAnalyzer, batch: list[DocumentRecord],
                  analysed: Future[_Analysed] | None = None) -> _Prepared:
@@ -1211,8 +1229,8 @@ class Ingester:
         :meth:`_analyse` (``analysed`` when it ran in a thread of its own), content
         hashes, and the lexical and posting rows."""
         ready = analysed.result() if analysed is not None else self._analyse(analyzer, batch)
-        return _Prepared(analyzer.analyzer, ready.hashes, ready.chunked, ready.ids,
-                         index_rows(analyzer, ready.ids, ready.texts, None))
+        return _Prepared(analyzer.analyzer, ready.lexical_input, ready.hashes, ready.chunked,
+                         ready.ids, index_rows(analyzer, ready.ids, ready.texts, None))
 
     def _version(self) -> tuple[int, ActiveVersion]:
         coll = get_or_create_collection(self.conn, self.collection, private=self.private)
@@ -1224,10 +1242,12 @@ class Ingester:
             analyzer = str(analyzer_row[0]) if analyzer_row else DEFAULT_ANALYZER
             emb = self.embedder
             vid = create_version(self.conn, coll, emb.model_name, emb.dimensions, analyzer,
-                                 "active", {"embed_input": self.embed_input})
+                                 "active", {"embed_input": self.embed_input,
+                                            "lexical_input": self.lexical_input})
             version = active_version(self.conn, coll)
             assert version is not None and version.id == vid
             self.stats.notes.append(f"created index version {version.version} (active)")
+        self._lexical_seen = version.lexical_input
         return coll, version
 
     def _refuse_versionless(self, coll: int) -> None:
@@ -1382,10 +1402,11 @@ class Ingester:
                     return
                 if prepared is not None and (
                         [r.citekey for r, _ in prepared.chunked] != [r.citekey for r in todo]
-                        or prepared.analyzer != version.analyzer):
+                        or prepared.analyzer != version.analyzer
+                        or prepared.lexical_input != version.lexical_input):
                     # rows were built for other documents than those that turn out new or
-                    # changed, or with another analyzer than the version's (each changed
-                    # meanwhile)
+                    # changed, or with another analyzer or input than the version's (each
+                    # changed meanwhile)
                     prepared = None
                 chunked = (prepared.chunked if prepared is not None
                            else [(r, chunk_text(r.text, self.chunk_words)) for r in todo])
@@ -1523,7 +1544,9 @@ class Ingester:
                     i += 1
         analyzer = self._analyzers.setdefault(version.analyzer,
                                               TermAnalyzer(conn, version.analyzer))
-        write_chunk_index(conn, version.id, analyzer, ids, texts,
+        lexical_texts = [lexical_input(rec.title, ch.text, version.lexical_input)
+                         for rec, chunks in chunked for ch in chunks]
+        write_chunk_index(conn, version.id, analyzer, ids, lexical_texts,
                           np.stack([v for v in vectors if v is not None]) if n else None,
                           prepared.rows if prepared is not None else None)
         self.stats.documents_written += len(chunked)

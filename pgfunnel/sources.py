@@ -53,6 +53,12 @@ EMBED_WITH_TITLE = "title"
 EMBED_TEXT_ALONE = "text"
 EMBED_INPUTS = (EMBED_WITH_SECTION_PATH, EMBED_WITH_TITLE, EMBED_TEXT_ALONE)
 DEFAULT_EMBED_INPUT = EMBED_WITH_TITLE
+# what BM25 indexes for a chunk, recorded per index version (params.lexical_input);
+# versions made before it was recorded index the chunk text alone
+LEXICAL_WITH_TITLE = "title"
+LEXICAL_TEXT_ALONE = "text"
+LEXICAL_INPUTS = (LEXICAL_WITH_TITLE, LEXICAL_TEXT_ALONE)
+DEFAULT_LEXICAL_INPUT = LEXICAL_WITH_TITLE
 
 
 # part of a document's content hash: raised when the same text comes out as other chunks,
@@ -1163,7 +1169,7 @@ def embedding_input(title: str, chunk_text: str, embed_input: str = DEFAULT_EMBE
     several commands reads differently under each. With no such heading it is the same
     text as ``"title"``. It is not the default: it raised the dense leg on two
     documentation sets and lowered it on two (docs/tuning.md). ``"text"`` is the chunk
-    alone. Lexical indexing always reads the chunk alone. Compute vectors you pass to
+    alone. What BM25 indexes is ``lexical_input``'s. Compute vectors you pass to
     ``Ingester.ingest(vectors=...)`` from this text too, with the version's input, or
     searches and stored vectors will not have been embedded alike.
     """
@@ -1189,6 +1195,35 @@ def embedding_input(title: str, chunk_text: str, embed_input: str = DEFAULT_EMBE
     if " ".join(first_line.split()) == title:
         return chunk_text
     return f"{title}\n{chunk_text}"
+
+
+def lexical_input(title: str, chunk_text: str,
+                  lexical_input: str = DEFAULT_LEXICAL_INPUT) -> str:
+    """The text BM25 indexes for one chunk of a document titled ``title``.
+
+    ``"title"`` (the default) puts the title on a line above the chunk, unless the chunk
+    opens with it already, as the embedder reads it (``embedding_input(..., "title")``):
+    a chunk from the middle of a page does not name the page's subject, and a query
+    names it more often than not (``module tornado.ioloop`` against release notes whose
+    short sections are headed ``tornado.ioloop``). ``"text"`` is the chunk alone, as
+    versions made before the choice was recorded index it.
+    """
+    check_lexical_input(lexical_input)
+    if lexical_input == LEXICAL_TEXT_ALONE:
+        return chunk_text
+    return embedding_input(title, chunk_text, EMBED_WITH_TITLE)
+
+
+def check_lexical_input(lexical_input: str) -> None:
+    """Refuse a lexical input that is none of ``LEXICAL_INPUTS`` (ConfigError)."""
+    if lexical_input not in LEXICAL_INPUTS:
+        raise ConfigError("lexical_input", f"unknown {lexical_input!r} "
+                                           f"(known: {', '.join(LEXICAL_INPUTS)})")
+
+
+def version_lexical_input(params: dict[str, Any]) -> str:
+    """The lexical input an index version's ``params`` record (text alone when none)."""
+    return str(params.get("lexical_input", LEXICAL_TEXT_ALONE))
 
 
 def check_embed_input(embed_input: str) -> None:

@@ -74,10 +74,14 @@ from pgfunnel.ingest import (
 )
 from pgfunnel.sources import (
     DEFAULT_EMBED_INPUT,
+    DEFAULT_LEXICAL_INPUT,
     EMBED_TEXT_ALONE,
     check_embed_input,
+    check_lexical_input,
     embedding_input,
+    lexical_input,
     version_embed_input,
+    version_lexical_input,
 )
 
 #: first key of the two-key advisory lock that serialises reindex per collection ("pgfu")
@@ -336,7 +340,8 @@ def _batch_vectors(conn: psycopg.Connection[Any], embedder: Embedder | Callable[
 
 
 def _index_batch(conn: psycopg.Connection[Any], version_id: int, analyzer: TermAnalyzer,
-                 batch: list[_PendingChunk], vectors: list[np.ndarray]) -> int:
+                 batch: list[_PendingChunk], vectors: list[np.ndarray],
+                 lexical_mode: str) -> int:
     """Index a batch of chunks with their vectors into a version, in the caller's
     transaction; returns how many were written."""
     # a chunk deleted (re-ingested) meanwhile must not be written; the ones still there are
@@ -348,7 +353,9 @@ def _index_batch(conn: psycopg.Connection[Any], version_id: int, analyzer: TermA
     if not keep:
         return 0
     write_chunk_index(conn, version_id, analyzer, [batch[i].id for i in keep],
-                      [batch[i].text for i in keep], np.stack([vectors[i] for i in keep]))
+                      [lexical_input(batch[i].title, batch[i].text, lexical_mode)
+                       for i in keep],
+                      np.stack([vectors[i] for i in keep]))
     return len(keep)
 
 
@@ -366,6 +373,7 @@ def catch_up(conn: psycopg.Connection[Any], coll_id: int, version_id: int,
                        "from pgfunnel.index_version where id = %s", (version_id,)).fetchone()
     assert row is not None
     embed_input = version_embed_input(row[3] or {})
+    lexical_mode = version_lexical_input(row[3] or {})
     # the version copied from and what it embedded, read once for every batch
     source: tuple[int, str] | None = None
     if reuse_from is not None:
@@ -398,10 +406,12 @@ def catch_up(conn: psycopg.Connection[Any], coll_id: int, version_id: int,
         if progress is not None:
             progress("embedding", len(batch), None)
         if in_transaction:
-            done += _index_batch(conn, version_id, term_analyzer, batch, vectors)
+            done += _index_batch(conn, version_id, term_analyzer, batch, vectors,
+                                     lexical_mode)
         else:
             with conn.transaction():
-                done += _index_batch(conn, version_id, term_analyzer, batch, vectors)
+                done += _index_batch(conn, version_id, term_analyzer, batch, vectors,
+                                     lexical_mode)
 
 
 def cleanup_invalid_indexes(conn: psycopg.Connection[Any]) -> list[str]:
@@ -617,12 +627,14 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
             ef_construction: int = 64, embedder: Embedder | None = None,
             progress: ProgressFn | None = None, notice: NoticeFn | None = None,
             min_recall: float = MIN_RECALL, reembed: bool = False,
-            embed_input: str | None = None) -> ReindexResult:
+            embed_input: str | None = None, lexical_input: str | None = None) -> ReindexResult:
     """Build (or resume) a new index version of ``collection`` beside the active one.
 
     ``embed_input`` is what the new version embeds per chunk (``sources.EMBED_INPUTS``;
     default: the active version's, or the title for a version that embedded the chunk
-    alone).
+    alone). ``lexical_input`` is what its BM25 indexes per chunk (``sources.LEXICAL_INPUTS``;
+    default: the title above the chunk, whatever the active version indexes: a version
+    that indexed the chunk alone predates the choice).
 
     ``conn`` must be an autocommit connection; it holds the collection's reindex lock for
     the whole run. Raises :class:`ValidationFailed` (exit code 3) when the built version
@@ -638,6 +650,8 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
         raise ConfigError("ef_construction", f"must be between 4 and 1000, got {ef_construction}")
     if embed_input is not None:
         check_embed_input(embed_input)
+    if lexical_input is not None:
+        check_lexical_input(lexical_input)
     if ef_construction < 2 * m:
         # pgvector's own rule, which it checks only when the graph is built: after every
         # chunk was embedded
@@ -679,13 +693,15 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
         want_input = embed_input or (
             active.embed_input if active and active.embed_input != EMBED_TEXT_ALONE
             else DEFAULT_EMBED_INPUT)
+        want_lexical = lexical_input or DEFAULT_LEXICAL_INPUT
         building = _building_version(conn, coll_id)
         resumed = False
         if building is not None:
             if (building.embedding_model, building.analyzer) == (want_model, want_analyzer) and (
                     building.params.get("m", 16), building.params.get("ef_construction", 64),
-                    version_embed_input(building.params), version_hnsw_type(building.params)
-            ) == (m, ef_construction, want_input, DEFAULT_HNSW_TYPE):
+                    version_embed_input(building.params), version_hnsw_type(building.params),
+                    version_lexical_input(building.params)
+            ) == (m, ef_construction, want_input, DEFAULT_HNSW_TYPE, want_lexical):
                 resumed = True
                 notes.append(f"resuming version {building.version} "
                              f"({building.chunk_count} chunks already indexed)")
@@ -716,7 +732,8 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
             with conn.transaction():
                 vid = create_version(conn, coll_id, want_model, dims, want_analyzer,
                                      "building", {"m": m, "ef_construction": ef_construction,
-                                                  "embed_input": want_input})
+                                                  "embed_input": want_input,
+                                                  "lexical_input": want_lexical})
             building = _version_row(conn, coll_id, _number_of(conn, vid))
             notes.append(f"created version {building.version} (building)")
         if building.dimensions != dims:

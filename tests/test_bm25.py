@@ -11,7 +11,9 @@ import psycopg
 import pytest
 from funnel_util import active, doc, ingest
 
-from pgfunnel.ingest import delete_documents
+from pgfunnel.errors import ConfigError
+from pgfunnel.ingest import Ingester, create_version, delete_documents, get_or_create_collection
+from pgfunnel.sources import lexical_input
 
 K1, B = 1.2, 0.75
 
@@ -25,18 +27,21 @@ def _terms(conn: psycopg.Connection[Any], text: str, for_query: bool = False) ->
 
 
 class Reference:
-    """BM25 computed in Python from the chunk texts, sharing nothing with the SQL scorer."""
+    """BM25 computed in Python from the chunk texts (with their document titles where
+    the version indexes them), sharing nothing with the SQL scorer."""
 
     def __init__(self, conn: psycopg.Connection[Any], collection: str) -> None:
         rows = conn.execute(
-            "select ch.id, ch.text, d.is_public and d.tenant is null "
+            "select ch.id, d.title, ch.text, d.is_public and d.tenant is null, "
+            "       coalesce(v.params->>'lexical_input', 'text') "
             "from pgfunnel.chunk ch join pgfunnel.document d on d.id = ch.document_id "
-            "join pgfunnel.collection c on c.id = d.collection_id where c.name = %s",
-            (collection,)).fetchall()
+            "join pgfunnel.collection c on c.id = d.collection_id "
+            "join pgfunnel.index_version v on v.collection_id = c.id and v.state = 'active' "
+            "where c.name = %s", (collection,)).fetchall()
         self.tf: dict[int, Counter[str]] = {}
         self.visible: set[int] = set()
-        for cid, text, public in rows:
-            self.tf[int(cid)] = Counter(_terms(conn, text))
+        for cid, title, text, public, mode in rows:
+            self.tf[int(cid)] = Counter(_terms(conn, lexical_input(title, text, mode)))
             if public:
                 self.visible.add(int(cid))
         self.n = len(self.tf)
@@ -382,7 +387,8 @@ def test_identical_chunks_tie_exactly_and_rank_by_chunk_id(conn: psycopg.Connect
     rng = random.Random(7)
     vocab = [f"w{i}x" for i in range(40)]
     base = " ".join(rng.choices(vocab, k=80))
-    docs = [doc(f"copy-{i}", base) for i in range(60)]
+    # one title for all: BM25 indexes each chunk under its document's title
+    docs = [doc(f"copy-{i}", base, title="copy") for i in range(60)]
     docs += [doc(f"other-{i}", " ".join(rng.choices(vocab, k=70))) for i in range(60)]
     ingest(conn, docs)
     if aggregate == "sort":
@@ -396,6 +402,78 @@ def test_identical_chunks_tie_exactly_and_rank_by_chunk_id(conn: psycopg.Connect
     assert len(copy_rows) == len(copies)
     assert len({score for _, score in copy_rows}) == 1, sorted({s for _, s in copy_rows})
     assert [cid for cid, _ in copy_rows] == sorted(copies)
+
+
+def _lexical_length(conn: psycopg.Connection[Any], citekey: str) -> list[int]:
+    return [int(r[0]) for r in conn.execute(
+        "select l.length from pgfunnel.lexical l join pgfunnel.chunk ch on ch.id = l.chunk_id "
+        "join pgfunnel.document d on d.id = ch.document_id "
+        "join pgfunnel.index_version v on v.id = l.index_version_id and v.state = 'active' "
+        "where d.citekey = %s order by ch.ordinal", (citekey,))]
+
+
+def test_a_new_version_indexes_each_chunk_under_its_document_title(
+        conn: psycopg.Connection[Any]) -> None:
+    # the page's subject is in its title, and its later sections do not repeat it: a query
+    # naming the subject finds them by the title, as the dense leg does
+    body = "\n\n".join(f"## Part {i}\n\n" + " ".join(["lorem ipsum dolor"] * 70)
+                        for i in range(3))
+    ingest(conn, [doc("guide", body, title="Zanzibar ferry guide"),
+                  doc("opens", "Zanzibar ferry guide\n\nboarding starts at the pier",
+                      title="Zanzibar ferry guide"),
+                  doc("other", "boarding starts at the pier", title="Pier rules")])
+    vid, _, _ = active(conn, "t")
+    assert conn.execute("select params->>'lexical_input' from pgfunnel.index_version "
+                        "where id = %s", (vid,)).fetchone() == ("title",)
+    guide_chunks = {int(r[0]) for r in conn.execute(
+        "select ch.id from pgfunnel.chunk ch join pgfunnel.document d on d.id = ch.document_id "
+        "where d.citekey = 'guide'")}
+    assert len(guide_chunks) >= 3
+    found = {cid for cid, _, _ in leg(conn, "t", "zanzibar", 40)}
+    assert guide_chunks <= found
+    # a chunk that opens with the title holds it once, not twice; the title stands above
+    # every other chunk
+    assert _lexical_length(conn, "opens") == [len(_terms(conn, "Zanzibar ferry guide\n\n"
+                                                             "boarding starts at the pier"))]
+    assert _lexical_length(conn, "other") == [
+        len(_terms(conn, "boarding starts at the pier")) + len(_terms(conn, "Pier rules"))]
+
+
+def test_a_version_can_index_the_chunk_text_alone(conn: psycopg.Connection[Any]) -> None:
+    coll = get_or_create_collection(conn, "t", analyzer="english_v1")
+    create_version(conn, coll, "random-unit", 16, "english_v1", "active",
+                   {"lexical_input": "text"})
+    ingest(conn, [doc("guide", "boarding starts at the pier", title="Zanzibar ferry guide")])
+    assert leg(conn, "t", "zanzibar", 40) == []
+    assert _lexical_length(conn, "guide") == [len(_terms(conn, "boarding starts at the pier"))]
+    with pytest.raises(ConfigError, match="lexical_input: unknown 'body'"):
+        Ingester(conn, "u", lexical_input="body")
+
+
+def test_reindex_of_a_version_that_indexed_the_text_alone_adds_titles_without_the_model(
+        sample_conn: psycopg.Connection[Any]) -> None:
+    from pgfunnel import versions
+
+    conn = sample_conn
+    # a word of a title that no chunk holds, in any form its stem could take
+    title_word = next(w for (w,) in conn.execute(
+        "select w from pgfunnel.document d, regexp_split_to_table(lower(d.title), '\\W+') w "
+        "where length(w) > 5 and not exists (select 1 from pgfunnel.chunk ch "
+        "  where ch.text ilike '%%' || left(w, 5) || '%%') order by w").fetchall())
+    assert leg(conn, "default", title_word, 40)
+    text_alone = versions.reindex(conn, "default", activate_after=True, lexical_input="text")
+    # BM25's input is no reason to embed again
+    assert any("vectors copied from version 1" in n for n in text_alone.notes)
+    assert leg(conn, "default", title_word, 40) == []
+    # a version made before the choice was recorded indexed the text alone; its reindex
+    # moves on to titles
+    conn.execute("update pgfunnel.index_version set params = params - 'lexical_input' "
+                 "where id = %s", (text_alone.version_id,))
+    res = versions.reindex(conn, "default", activate_after=True)
+    assert any("vectors copied from version" in n for n in res.notes)
+    assert conn.execute("select params ->> 'lexical_input' from pgfunnel.index_version "
+                        "where id = %s", (res.version_id,)).fetchone() == ("title",)
+    assert leg(conn, "default", title_word, 40)
 
 
 def test_recount_of_a_version_that_does_not_exist_is_an_error(

@@ -66,6 +66,15 @@ def test_a_version_that_predates_titles_is_pointed_to_reindex(sample_db: str) ->
     assert note.level == "info" and "pgfunnel reindex -c default --activate" in note.message
 
 
+def test_a_version_whose_bm25_reads_the_text_alone_is_pointed_to_reindex(
+        sample_db: str) -> None:
+    with connect(sample_db, autocommit=True) as conn:
+        assert not [f for f in check_active_indexes(conn) if "for BM25" in f.message]
+        conn.execute("update pgfunnel.index_version set params = params - 'lexical_input'")
+        [note] = [f for f in check_active_indexes(conn) if "for BM25" in f.message]
+    assert note.level == "info" and "pgfunnel reindex -c default --activate" in note.message
+
+
 def test_chunks_deleted_past_the_trigger_are_pointed_to_reindex(sample_db: str) -> None:
     delete_one = ("delete from pgfunnel.document where citekey = "
                   "(select min(citekey) from pgfunnel.document)")
