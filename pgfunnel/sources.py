@@ -1214,11 +1214,14 @@ def lexical_input(title: str, chunk_text: str,
     return embedding_input(title, chunk_text, EMBED_WITH_TITLE)
 
 
+def _refuse_unknown(parameter: str, value: str, known: tuple[str, ...]) -> None:
+    if value not in known:
+        raise ConfigError(parameter, f"unknown {value!r} (known: {', '.join(known)})")
+
+
 def check_lexical_input(lexical_input: str) -> None:
     """Refuse a lexical input that is none of ``LEXICAL_INPUTS`` (ConfigError)."""
-    if lexical_input not in LEXICAL_INPUTS:
-        raise ConfigError("lexical_input", f"unknown {lexical_input!r} "
-                                           f"(known: {', '.join(LEXICAL_INPUTS)})")
+    _refuse_unknown("lexical_input", lexical_input, LEXICAL_INPUTS)
 
 
 def version_lexical_input(params: dict[str, Any]) -> str:
@@ -1228,9 +1231,7 @@ def version_lexical_input(params: dict[str, Any]) -> str:
 
 def check_embed_input(embed_input: str) -> None:
     """Refuse an embedding input that is none of ``EMBED_INPUTS`` (ConfigError)."""
-    if embed_input not in EMBED_INPUTS:
-        raise ConfigError("embed_input", f"unknown {embed_input!r} "
-                                         f"(known: {', '.join(EMBED_INPUTS)})")
+    _refuse_unknown("embed_input", embed_input, EMBED_INPUTS)
 
 
 def version_embed_input(params: dict[str, Any]) -> str:
