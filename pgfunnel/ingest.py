@@ -1544,8 +1544,10 @@ class Ingester:
                     i += 1
         analyzer = self._analyzers.setdefault(version.analyzer,
                                               TermAnalyzer(conn, version.analyzer))
-        lexical_texts = [lexical_input(rec.title, ch.text, version.lexical_input)
-                         for rec, chunks in chunked for ch in chunks]
+        # rows prepared ahead were analysed from these texts already
+        lexical_texts = [] if prepared is not None else [
+            lexical_input(rec.title, ch.text, version.lexical_input)
+            for rec, chunks in chunked for ch in chunks]
         write_chunk_index(conn, version.id, analyzer, ids, lexical_texts,
                           np.stack([v for v in vectors if v is not None]) if n else None,
                           prepared.rows if prepared is not None else None)
