@@ -185,6 +185,7 @@ def list_cmd(collection: CollectionOption = "default", dsn: DsnOption = None,
     """Every index version of a collection: state, model, analyzer, index, coverage."""
     from pgfunnel import versions
     from pgfunnel.db import connect
+    from pgfunnel.sources import version_embed_input, version_lexical_input
 
     with handle_errors(), connect(dsn, autocommit=True) as conn:
         infos = versions.list_versions(conn, collection)
@@ -196,6 +197,9 @@ def list_cmd(collection: CollectionOption = "default", dsn: DsnOption = None,
         idx = ("valid" if i.index_valid else "INVALID" if i.index_present else "missing")
         rows.append({"version": str(i.version), "state": i.state, "model": i.embedding_model,
                      "dims": str(i.dimensions), "analyzer": i.analyzer,
+                     # what the embedder and BM25 read per chunk
+                     "inputs": f"{version_embed_input(i.params)}/"
+                               f"{version_lexical_input(i.params)}",
                      "chunks": str(i.chunk_count), "missing": str(i.missing_chunks),
                      "hnsw index": (f"{idx} {i.index_bytes / 1e6:.1f} MB" if i.index_present
                                     else idx),
