@@ -1203,10 +1203,10 @@ def lexical_input(title: str, chunk_text: str,
 
     ``"title"`` (the default) puts the title on a line above the chunk, unless the chunk
     opens with it already, as the embedder reads it (``embedding_input(..., "title")``):
-    a chunk from the middle of a page does not name the page's subject, and a query
-    names it more often than not (``module tornado.ioloop`` against release notes whose
-    short sections are headed ``tornado.ioloop``). ``"text"`` is the chunk alone, as
-    versions made before the choice was recorded index it.
+    a chunk from the middle of a page does not name the page's subject, and queries
+    often do (``module tornado.ioloop``, which BM25 gave to release notes whose short
+    sections are headed ``tornado.ioloop``, not to the module's page). ``"text"`` is the
+    chunk alone, as versions made before the choice was recorded index it.
     """
     check_lexical_input(lexical_input)
     if lexical_input == LEXICAL_TEXT_ALONE:
