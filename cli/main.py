@@ -419,8 +419,8 @@ def search(
     dense_weight: Annotated[float | None, typer.Option(
         min=0, max=1e6,
         help="Weight of the dense leg (default 0.7; under min-max fusion 0.2 for a query "
-             "that is one identifier, 1 when the best lexical match holds under 0.4 of the "
-             "query).")] = None,
+             "that is one identifier or whose best lexical match holds its rare number, 1 "
+             "when the best lexical match holds under 0.4 of the query).")] = None,
     overfetch: OverfetchOption = 4,
     per_source_cap: CapOption = 3,
     lexical_depth: LexicalDepthOption = None,

@@ -243,6 +243,7 @@ declare
     coverage double precision;
     best_coverage double precision;
     rarest_missed double precision;
+    rarest_number_held double precision;
     check_held boolean;
     check_best boolean;
     best_terms text[];
@@ -399,10 +400,13 @@ begin
         -- the query's common words outvoted the one that decides it (`clang command line
         -- option -fPIE`: chunks holding the four common words scored 13 - 14, the
         -- option's own four-word chunk 10.8). One probe of the postings of that chunk; a
-        -- one-word query's best match holds its word, so it is not probed. Measured on six sets
-        -- (docs/tuning.md): the help center's paraphrases 0.778 -> 0.809 (dense alone
+        -- one-word query's best match holds its word, so it is not probed. Measured on six
+        -- sets (docs/tuning.md): the help center's paraphrases 0.778 -> 0.809 (dense alone
         -- 0.813), no slice of the five documentation sets moved (their queries are index
-        -- entries, which the best match nearly always holds).
+        -- entries, which the best match nearly always holds). The other way round, when
+        -- the best match holds the query's rarest word, and that word is a number and 0.4
+        -- or more of the query's idf, BM25 found the number that decides the query (`RFC
+        -- RFC 6125`), which the dense model reads poorly: the identifier weights {1,0.2}.
         --
         -- Vocabulary mismatch: BM25 ranks on the query words the version holds and is blind
         -- to the rest, so a query whose words are partly absent (a synonym, a product name
@@ -419,6 +423,7 @@ begin
                       and not q_terms operator(pg_catalog.<@) lex.found_terms;
         best_coverage := null;
         rarest_missed := null;
+        rarest_number_held := null;
         if check_best then
             -- the query terms the best match holds, read apart from the shares below: it
             -- reads the partitioned posting table, so past 8 partitions it is planned per
@@ -448,11 +453,18 @@ begin
                    -- two equally rare words, one it holds counts as the rarest)
                    (array_agg(case when w.in_best then 0 else w.idf end
                               order by w.idf desc, w.in_best desc)
+                       filter (where w.held))[1] / sum(w.idf),
+                   -- and of the rarest held word when it is a number and the best match
+                   -- holds it
+                   (array_agg(case when w.in_best and w.is_number then w.idf else 0 end
+                              order by w.idf desc, w.in_best desc)
                        filter (where w.held))[1] / sum(w.idf)
-              into coverage, best_coverage, rarest_missed
+              into coverage, best_coverage, rarest_missed, rarest_number_held
               from (select bool_or(f.idf is not null) as held,
                            bool_or(check_best and f.idf is not null
                                    and q.term = any (best_terms)) as in_best,
+                           -- `6125`, `3.11`; not `IMAP4_SSL` nor `v2`, whose parts are
+                           bool_and(q.term ~ '^[0-9.]+$') as is_number,
                            coalesce(max(f.idf), pgfunnel._bm25_idf(0, n_chunks)) as idf
                       from unnest(q_terms, q_positions) as q(term, word)
                       left join unnest(lex.found_terms, lex.found_idf) as f(term, idf)
@@ -461,6 +473,8 @@ begin
         end if;
         if best_coverage < 0.4 or (check_best and rarest_missed >= 0.4) then
             weights := '{0.7,1}';
+        elsif check_best and rarest_number_held >= 0.4 then
+            weights := '{1,0.2}';
         end if;
         weights_used := weights;
         -- a leg that does not run has no vote

@@ -273,6 +273,38 @@ def test_default_weights_let_the_dense_leg_lead_when_the_best_lexical_match_hold
     assert all(r[6] == pytest.approx(want[r[0]], rel=1e-9, abs=1e-12) for r in given)
 
 
+def test_default_weights_let_the_lexical_leg_lead_when_the_best_match_holds_a_rare_number(
+        conn: psycopg.Connection[Any]) -> None:
+    # `RFC RFC 6125`: the number decides the entry, BM25 finds the one chunk holding it,
+    # and the dense model reads digits poorly
+    docs = [doc("rfc6125", "rfc 6125 kapo tevo lune quoxil"), doc("code", "rfc kx4z lune")]
+    docs += [doc(f"r{i}", f"rfc mira kapo tevo lune sura {i % 3}") for i in range(12)]
+    ingest(conn, docs, dims=DIMS, seed=21)
+    v = unit(np.random.default_rng(22), DIMS)
+    query = "rfc 6125"
+    rows = _candidates(conn, query, v, fusion="minmax")
+    best = min((r for r in rows if r[1] is not None), key=lambda r: r[1])
+    assert conn.execute("select d.citekey from pgfunnel.chunk ch join pgfunnel.document d "
+                        "on d.id = ch.document_id where ch.id = %s",
+                        (best[0],)).fetchone() == ("rfc6125",)  # the premise
+    assert rows == _candidates(conn, query, v, fusion="minmax", weights=[1.0, 0.2])
+    assert rows != _candidates(conn, query, v, fusion="minmax", weights=[1.0, 0.7])
+    want = _expected(rows, "minmax", (1.0, 0.2), 60.0)
+    assert all(r[6] == pytest.approx(want[r[0]], rel=1e-9, abs=1e-12) for r in rows)
+    # as rare a word without a digit: the default {1,0.7}
+    word = "rfc quoxil"
+    assert _candidates(conn, word, v, fusion="minmax") == \
+        _candidates(conn, word, v, fusion="minmax", weights=[1.0, 0.7])
+    # a rare word with a digit in it is not a number: {1,0.7}
+    code = "rfc kx4z"
+    assert _candidates(conn, code, v, fusion="minmax") == \
+        _candidates(conn, code, v, fusion="minmax", weights=[1.0, 0.7])
+    # a number beside a rarer word: the word decides, {1,0.7}
+    beside = "1 quoxil"
+    assert _candidates(conn, beside, v, fusion="minmax") == \
+        _candidates(conn, beside, v, fusion="minmax", weights=[1.0, 0.7])
+
+
 def test_default_weights_let_the_dense_leg_lead_when_common_words_outvote_the_rarest(
         conn: psycopg.Connection[Any]) -> None:
     # `clang command line option -fPIE`: chunks holding the entry's common words outscored
