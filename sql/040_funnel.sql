@@ -463,7 +463,7 @@ begin
               from (select bool_or(f.idf is not null) as held,
                            bool_or(check_best and f.idf is not null
                                    and q.term = any (best_terms)) as in_best,
-                           -- `6125`, `3.11`; not `IMAP4_SSL` nor `v2`, whose parts are
+                           -- `6125`, `3.11`; not `IMAP4_SSL` nor `v2`, though parts of them are
                            bool_and(q.term ~ '^[0-9.]+$') as is_number,
                            coalesce(max(f.idf), pgfunnel._bm25_idf(0, n_chunks)) as idf
                       from unnest(q_terms, q_positions) as q(term, word)
