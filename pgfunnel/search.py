@@ -788,11 +788,14 @@ class Funnel:
         embedding model and the id of the collection's active version (``seen["model"]``,
         ``seen["version_id"]``), read in the same statement as the settings;
         ``one_snapshot`` makes every statement of the transaction read one snapshot
-        (repeatable read), so that version is the one the search reads."""
+        (repeatable read), so that version is the one the search reads.
+
+        The body should execute its statements and fetch their cursors after the block:
+        a fetch inside it syncs the pipeline there, a round trip more before COMMIT."""
         top_level = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         try:
             # pipelined: BEGIN, the settings, the search and COMMIT go out together, one
-            # round trip to the server instead of four
+            # round trip to the server instead of four; results are read once it is over
             with conn.pipeline(), conn.transaction():
                 if one_snapshot and top_level:
                     conn.execute("set transaction isolation level repeatable read")
@@ -812,9 +815,9 @@ class Funnel:
                      p.collection),
                     prepare=True)
                 yield
-                if seen is not None:
-                    row = settings.fetchone()
-                    seen["model"], seen["version_id"] = (row[3], row[4]) if row else (None, None)
+            if seen is not None:
+                row = settings.fetchone()
+                seen["model"], seen["version_id"] = (row[3], row[4]) if row else (None, None)
         except psycopg.Error as exc:
             error = translate(exc)
             if isinstance(error, SearchTimeoutError) and p.statement_timeout_ms is not None:
@@ -845,7 +848,8 @@ class Funnel:
         args["trace"] = p.trace
         t0 = time.perf_counter()
         with self._transaction(conn, p, seen, one_snapshot=exact_version):
-            rows = conn.execute(_FUNNEL_SQL, args, prepare=True).fetchall()
+            cursor = conn.execute(_FUNNEL_SQL, args, prepare=True)
+        rows = cursor.fetchall()
         timings["funnel_search"] = (time.perf_counter() - t0) * 1000
         results = [Result(*r) for r in rows]
         return SearchResponse(query, results, search_id=results[0].search_id if results else None,
@@ -854,11 +858,19 @@ class Funnel:
     def candidates(self, conn: psycopg.Connection[Any], query: str | None,
                    vector: np.ndarray | None, p: SearchParams) -> list[Candidate]:
         try:
-            rows = conn.execute(_CANDIDATES_SQL, self._base_args(query, vector, p),
-                                prepare=True).fetchall()
+            rows = self._execute_candidates(conn, query, vector, p).fetchall()
         except psycopg.Error as exc:
             # a public method: its errors are pgfunnel's, as search()'s are
             raise translate(exc) from exc
+        return self._pool_from_rows(rows)
+
+    def _execute_candidates(self, conn: psycopg.Connection[Any], query: str | None,
+                            vector: np.ndarray | None,
+                            p: SearchParams) -> psycopg.Cursor[Any]:
+        return conn.execute(_CANDIDATES_SQL, self._base_args(query, vector, p), prepare=True)
+
+    @staticmethod
+    def _pool_from_rows(rows: Sequence[Any]) -> list[Candidate]:
         pool = []
         for row in rows:
             # section_path comes after the dataclass's rerank fields, which the pool lacks
@@ -875,10 +887,21 @@ class Funnel:
         names ``index_version_id``, the version the pool was read from (default: the
         active one now). ``notes`` join the traced search's config (and so its config
         hash); ``log_notes`` go into its ``search_log.notes``, outside the config."""
+        args = self._final_args(query, ordered, p, reranked=reranked, notes=notes,
+                                index_version_id=index_version_id, log_notes=log_notes)
+        try:
+            return [Result(*r) for r in conn.execute(_FINAL_SQL, args, prepare=True).fetchall()]
+        except psycopg.Error as exc:
+            raise translate(exc) from exc
+
+    def _final_args(self, query: str | None, ordered: Sequence[Candidate], p: SearchParams, *,
+                    reranked: bool, notes: Mapping[str, Any] | None = None,
+                    index_version_id: int | None = None,
+                    log_notes: Mapping[str, Any] | None = None) -> dict[str, Any]:
         config = p.config()
         config.update(rerank=reranked, rerank_depth=self.rerank_depth,
                       rerank_model=getattr(self.reranker, "model_name", None), **(notes or {}))
-        args = {
+        return {
             "chunk_ids": [c.chunk_id for c in ordered],
             "fused_ranks": [c.fused_rank for c in ordered],
             "fused_scores": [c.fused_score for c in ordered],
@@ -895,10 +918,14 @@ class Funnel:
             "config": Jsonb(config), "index_version_id": index_version_id,
             "log_notes": Jsonb(dict(log_notes)) if log_notes is not None else None,
         }
-        try:
-            return [Result(*r) for r in conn.execute(_FINAL_SQL, args, prepare=True).fetchall()]
-        except psycopg.Error as exc:
-            raise translate(exc) from exc
+
+    def _execute_final(self, conn: psycopg.Connection[Any], query: str | None,
+                       ordered: Sequence[Candidate], p: SearchParams, *, reranked: bool,
+                       notes: Mapping[str, Any] | None = None,
+                       index_version_id: int | None = None) -> psycopg.Cursor[Any]:
+        return conn.execute(_FINAL_SQL, self._final_args(
+            query, ordered, p, reranked=reranked, notes=notes,
+            index_version_id=index_version_id), prepare=True)
 
     def _search_reranked(self, conn: psycopg.Connection[Any], query: str | None,
                          vector: np.ndarray | None, p: SearchParams,
@@ -911,7 +938,8 @@ class Funnel:
         t0 = time.perf_counter()
         seen = {} if seen is None else seen
         with self._transaction(conn, p, seen, one_snapshot=True):
-            pool = self.candidates(conn, query, vector, p)
+            cursor = self._execute_candidates(conn, query, vector, p)
+        pool = self._pool_from_rows(cursor.fetchall())
         t1 = time.perf_counter()
         timings["candidates"] = (t1 - t0) * 1000
         depth = rerank_head(len(pool), self.rerank_depth, p)
@@ -933,8 +961,10 @@ class Funnel:
             notes: dict[str, Any] = {"rerank_skipped": skipped} if skipped and use_model else {}
             if transforms:
                 notes["transforms"] = list(transforms)
-            results = self.final(conn, query, ordered, p, reranked=skipped is None,
-                                 notes=notes or None, index_version_id=seen.get("version_id"))
+            cursor = self._execute_final(conn, query, ordered, p, reranked=skipped is None,
+                                         notes=notes or None,
+                                         index_version_id=seen.get("version_id"))
+        results = [Result(*r) for r in cursor.fetchall()]
         timings["final"] = (time.perf_counter() - t2) * 1000
         return SearchResponse(query, results, pool=ordered, reranked=skipped is None,
                               rerank_skipped_reason=skipped if use_model else None,
