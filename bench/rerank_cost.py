@@ -1,6 +1,6 @@
-"""CPU cost of the rerank step: the whole search with rerank vs its bare parts.
+"""Cost of the rerank step: the whole search with rerank vs its bare parts.
 
-    python bench/rerank_cost.py [--dsn DSN] [--queries 40] [--repeats 3] [--device cpu]
+    python bench/rerank_cost.py [--dsn DSN] [--queries 40] [--repeats 3] [--device cpu] [--fp16]
 
 Model: the MiniLM-L6 cross-encoder architecture (``build_minilm_l6_cross_encoder``: 6
 layers, 384 hidden, 12 heads, the real tokenizer) with random weights. The cost of a
@@ -83,7 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--fp16", action="store_true", help="half precision (CUDA only)")
+    precision = ap.add_mutually_exclusive_group()
+    precision.add_argument("--fp16", action="store_true", help="half precision (CUDA only)")
+    precision.add_argument("--fp32", action="store_true", help="full precision (the default)")
     args = ap.parse_args(argv)
 
     warnings.simplefilter("ignore")
@@ -100,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         path = build_minilm_l6_cross_encoder(Path(tmp) / "minilm-l6-ce")
         reranker = Reranker(str(path), device=args.device, batch_size=args.batch_size,
-                            fp16=True if args.fp16 else None)
+                            fp16=True if args.fp16 else False if args.fp32 else None)
     import torch
 
     threads = torch.get_num_threads()
@@ -212,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     OUT.mkdir(parents=True, exist_ok=True)
     suffix = "" if reranker.device == "cpu" else f"_{reranker.device.split(':')[0]}"
+    if reranker.fp16:
+        suffix += "_fp16"
     (OUT / f"rerank_cost{suffix}.md").write_text(table + "\n")
     try:
         import matplotlib

@@ -87,7 +87,7 @@ def test_tiny_bi_encoder_has_requested_dimension(tmp_path: Path) -> None:
 def test_reranker_attributes(reranker: Reranker, tiny_ce: Path) -> None:
     assert reranker.device == "cpu"
     assert reranker.model_name == str(tiny_ce)
-    assert reranker.fp16 is False  # default off away from CUDA
+    assert reranker.fp16 is False  # full precision unless asked (on CUDA too)
     assert reranker.tokenizer is not None
 
 
