@@ -611,6 +611,12 @@ class FollowupResolver:
             cue = next((c for c in _ANAPHORA_CUES if lowered.startswith(c + " ")), None)
         if own and cue is None:
             return Resolution(query, query, [], "has its own topic; unchanged")
+        body = query
+        if cue == "and":
+            # "and on the enterprise plan?" continues the last question: left in after
+            # the carried topic ("deleted projects and on the enterprise plan?") its "and"
+            # joins two clauses that decompose() would search apart
+            body = query.split(None, 1)[1]
         for turn in reversed(history):
             present = {_singular(w) for w in content_words(query)}
             carried = [w for w in self.topic_words(turn) if _singular(w) not in present]
@@ -618,7 +624,7 @@ class FollowupResolver:
             if carried:
                 why = f"follow-up cue {cue!r}" if cue else "no topic word in the query"
                 return Resolution(
-                    query=f"{' '.join(carried)} {query}".strip(),
+                    query=f"{' '.join(carried)} {body}".strip(),
                     original=query,
                     carried_terms=carried,
                     reason=f"{why}; carried {', '.join(carried)} from an earlier turn",

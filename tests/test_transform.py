@@ -209,7 +209,7 @@ def test_followup_skips_turns_without_a_topic_and_respects_qualifiers() -> None:
     history = ["how do refunds work?", "and monthly plans?"]
     res = r.resolve(history, "and annual plans?")
     assert res.carried_terms == ["refunds"]
-    assert res.query == "refunds and annual plans?"
+    assert res.query == "refunds annual plans?"
 
 
 def test_standalone_query_is_unchanged() -> None:
@@ -227,7 +227,19 @@ def test_topic_terms_restrict_what_counts_as_topic() -> None:
 def test_and_opening_is_a_followup() -> None:
     res = FollowupResolver().resolve(["how do I cancel?"], "and on the annual plan?")
     assert res.carried_terms == ["cancel"]
-    assert res.query == "cancel and on the annual plan?"
+    # the opening "and" goes: it would join the carried topic to the rest as a second clause
+    assert res.query == "cancel on the annual plan?"
+    assert res.original == "and on the annual plan?"
+
+
+def test_resolved_and_followup_is_not_decomposed_apart() -> None:
+    res = FollowupResolver().resolve(["what happens to deleted projects?"],
+                                     "and on the enterprise plan?")
+    assert res.query == "deleted projects on the enterprise plan?"
+    assert decompose(res.query).parts == [res.query]
+    # an "and" that opens a question of its own cue is dropped the same way
+    what = FollowupResolver().resolve(["how do refunds work?"], "and what about trials?")
+    assert what.query == "refunds what about trials?"
 
 
 def test_pronoun_opening_carries_the_topic_only_for_short_queries() -> None:
