@@ -52,6 +52,13 @@ def pct(values: list[float], q: float) -> float:
     return ordered[idx]
 
 
+def helpcenter_queries(n: int) -> list[str]:
+    """The first ``n`` judged help-center queries' text."""
+    return [json.loads(line)["query"]
+            for line in (DATA / "helpcenter_queries.jsonl").read_text().splitlines()
+            if line.strip()][:n]
+
+
 def ensure_corpus(dsn: str | None) -> None:
     from pgfunnel.db import connect
     from pgfunnel.ingest import Ingester
@@ -95,9 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     from pgfunnel.tiny_models import build_minilm_l6_cross_encoder
 
     ensure_corpus(args.dsn)
-    queries = [json.loads(line)["query"]
-               for line in (DATA / "helpcenter_queries.jsonl").read_text().splitlines()
-               if line.strip()][: args.queries]
+    queries = helpcenter_queries(args.queries)
 
     with tempfile.TemporaryDirectory() as tmp:
         path = build_minilm_l6_cross_encoder(Path(tmp) / "minilm-l6-ce")

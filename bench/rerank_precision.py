@@ -19,7 +19,6 @@ Writes bench/out/rerank_precision.md.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -30,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from rerank_cost import DATA, POOLS, ensure_corpus, pct  # noqa: E402
+from rerank_cost import POOLS, ensure_corpus, helpcenter_queries, pct  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,9 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     from pgfunnel.tiny_models import build_minilm_l6_cross_encoder
 
     ensure_corpus(args.dsn)
-    queries = [json.loads(line)["query"]
-               for line in (DATA / "helpcenter_queries.jsonl").read_text().splitlines()
-               if line.strip()][: args.queries]
+    queries = helpcenter_queries(args.queries)
     with tempfile.TemporaryDirectory() as tmp:
         path = build_minilm_l6_cross_encoder(Path(tmp) / "minilm-l6-ce")
         models = {
