@@ -12,7 +12,8 @@
 #                              vectors; every check below compares devices, not quality)
 # Results go to $OUT (default bench/out/gpu). Each step runs on its own, under its own
 # time limit, so one failure still leaves the others' results. Name steps to run only
-# those: bench/gpu_check.sh [tests] [embed] [cost] [precision] [cpu] (default: all).
+# those: bench/gpu_check.sh [tests] [embed] [precision] [batch] [cost] [cpu] (default:
+# all).
 set -u
 cd "$(dirname "$0")/.."
 
@@ -37,7 +38,7 @@ if [ "${1:-}" = "--pack" ]; then
     exit 0
 fi
 
-steps=" ${*:-tests embed cost precision cpu} "
+steps=" ${*:-tests embed precision batch cost cpu} "
 want() { [[ $steps == *" $1 "* ]]; }
 OUT=${OUT:-bench/out/gpu}
 mkdir -p "$OUT"
@@ -81,6 +82,12 @@ if want precision; then
     step "rerank precision, fp16 against fp32, interleaved"
     timeout 120 python3 bench/rerank_precision.py --device cuda --queries 40 --repeats 4 \
         && cp bench/out/rerank_precision.md "$OUT/"
+fi
+
+if want batch; then
+    step "rerank batch size, 64 (a pool of 50 in one pass) against 32, interleaved"
+    timeout 120 python3 bench/rerank_precision.py --device cuda --compare batch \
+        --batch-size 64 --queries 40 --repeats 4 && cp bench/out/rerank_batch.md "$OUT/"
 fi
 
 if want cost; then

@@ -46,6 +46,7 @@ __all__ = [
     "DEFAULT_RERANK_MODEL",
     "Reranker",
     "checked_ranking",
+    "default_batch_size",
     "make_snippet",
     "resolve_device",
     "should_skip",
@@ -62,6 +63,17 @@ Backend = Literal["torch", "onnx"]
 
 _DEVICE_RE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 _TRUTHY = {"1", "true", "yes", "on"}
+
+
+def default_batch_size(device: str) -> int:
+    """Pairs per forward pass when none is given: 64 on CUDA, 32 elsewhere.
+
+    On a GPU a MiniLM-sized cross-encoder waits on kernel launches, not arithmetic, so a
+    pool of 50 in one pass instead of two took 0.81x the time (an H200, fp32, scores
+    identical; bench/rerank_precision.py --compare batch). On a CPU the larger batch pads
+    more pairs to its longest one: 1.06x there.
+    """
+    return 64 if device.startswith("cuda") else 32
 
 
 def _offline_env() -> bool:
@@ -243,7 +255,7 @@ class Reranker:
         model: str | os.PathLike[str] = DEFAULT_RERANK_MODEL,
         *,
         device: str = "auto",
-        batch_size: int = 32,
+        batch_size: int | None = None,
         max_length: int | None = None,
         fp16: bool | None = None,
         backend: Backend = "torch",
@@ -259,7 +271,8 @@ class Reranker:
         if not isinstance(model, str) or not model.strip():
             raise ConfigError("rerank_model", "must be a model id (str) or a local path (str or"
                               f" os.PathLike), got {model!r}")
-        self.batch_size = positive_int("batch_size", batch_size)
+        if batch_size is not None:
+            batch_size = positive_int("batch_size", batch_size)
         # None: DEFAULT_MAX_LENGTH, or the model's own limit when that is smaller (set
         # once the model is loaded and its limit known)
         self.max_length = (DEFAULT_MAX_LENGTH if max_length is None
@@ -271,6 +284,8 @@ class Reranker:
         self.backend: Backend = backend
         self.model_name = model
         self.device = resolve_device(device)
+        self.batch_size = (default_batch_size(self.device) if batch_size is None
+                           else batch_size)
         self.fp16 = self._resolve_fp16(fp16)
         if local_files_only is None:
             # Offline mode means "never wait on the network"; make the loader agree up front.

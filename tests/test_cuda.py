@@ -73,6 +73,7 @@ def _assert_same_order_where_decided(reference: list[float], other: list[float],
 def test_auto_device_picks_cuda_in_full_precision(tiny_ce: Path) -> None:
     reranker = Reranker(tiny_ce, device="auto", local_files_only=True)
     assert reranker.device == "cuda" and reranker.fp16 is False
+    assert reranker.batch_size == 64  # a pool of 50 in one forward pass
     weight = _first_parameter(reranker)
     assert weight.device.type == "cuda" and weight.dtype == torch.float32
 

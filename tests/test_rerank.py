@@ -12,7 +12,14 @@ import numpy as np
 import pytest
 
 from pgfunnel.errors import ConfigError, InvalidInputError, ModelLoadError, RerankError
-from pgfunnel.rerank import Reranker, checked_ranking, make_snippet, resolve_device, should_skip
+from pgfunnel.rerank import (
+    Reranker,
+    checked_ranking,
+    default_batch_size,
+    make_snippet,
+    resolve_device,
+    should_skip,
+)
 from pgfunnel.tiny_models import build_tiny_bi_encoder, build_tiny_cross_encoder
 
 DOCS = [
@@ -88,7 +95,19 @@ def test_reranker_attributes(reranker: Reranker, tiny_ce: Path) -> None:
     assert reranker.device == "cpu"
     assert reranker.model_name == str(tiny_ce)
     assert reranker.fp16 is False  # full precision unless asked (on CUDA too)
+    assert reranker.batch_size == 32
     assert reranker.tokenizer is not None
+
+
+@pytest.mark.parametrize(("device", "expected"),
+                         [("cpu", 32), ("mps", 32), ("cuda", 64), ("cuda:1", 64)])
+def test_default_batch_size_is_one_pass_for_a_pool_of_50_on_cuda_only(
+        device: str, expected: int) -> None:
+    assert default_batch_size(device) == expected
+
+
+def test_given_batch_size_is_kept(tiny_ce: Path) -> None:
+    assert Reranker(str(tiny_ce), device="cpu", batch_size=7).batch_size == 7
 
 
 def test_device_auto_falls_back_to_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
