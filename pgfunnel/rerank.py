@@ -119,6 +119,10 @@ def make_snippet(text: str, max_chars: int) -> str:
     is cut hard, because returning nothing would give the reranker an empty passage to
     score.
     """
+    if len(text) <= max_chars:
+        # what the loop counts (words, one per whitespace run) is never more than the
+        # text's length: the whole text fits, and most chunks are this short
+        return text
     used = end = 0
     for word in _WORD.finditer(text):
         cost = len(word.group()) + (1 if end else 0)

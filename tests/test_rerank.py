@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pgfunnel.errors import ConfigError, InvalidInputError, ModelLoadError, RerankError
 from pgfunnel.rerank import (
@@ -305,6 +307,17 @@ def test_a_snippet_counts_a_run_of_whitespace_once_and_keeps_it() -> None:
     assert make_snippet(code, 22) == "def f():\n        return 1\n\nmore"
     assert make_snippet(code, 21) == "def f():\n        return 1"
     assert make_snippet("   supercalifragilistic", 5) == "super"
+
+
+@given(st.text(alphabet=st.sampled_from("ab \n\t"), max_size=60), st.integers(1, 80))
+def test_a_text_within_the_budget_is_its_own_snippet(text: str, max_chars: int) -> None:
+    snippet = make_snippet(text, max_chars)
+    # a snippet is a prefix of the text (a hard cut of a first long word: of the text with
+    # its leading whitespace dropped) within the budget once whitespace runs count as one
+    assert text.startswith(snippet) or text.lstrip().startswith(snippet)
+    assert len(" ".join(snippet.split())) <= max_chars
+    if len(text) <= max_chars:
+        assert snippet == text
 
 # -- gate ---------------------------------------------------------------------------------
 
