@@ -887,10 +887,10 @@ class Funnel:
         names ``index_version_id``, the version the pool was read from (default: the
         active one now). ``notes`` join the traced search's config (and so its config
         hash); ``log_notes`` go into its ``search_log.notes``, outside the config."""
-        args = self._final_args(query, ordered, p, reranked=reranked, notes=notes,
-                                index_version_id=index_version_id, log_notes=log_notes)
         try:
-            return [Result(*r) for r in conn.execute(_FINAL_SQL, args, prepare=True).fetchall()]
+            return [Result(*r) for r in self._execute_final(
+                conn, query, ordered, p, reranked=reranked, notes=notes,
+                index_version_id=index_version_id, log_notes=log_notes).fetchall()]
         except psycopg.Error as exc:
             raise translate(exc) from exc
 
@@ -922,10 +922,11 @@ class Funnel:
     def _execute_final(self, conn: psycopg.Connection[Any], query: str | None,
                        ordered: Sequence[Candidate], p: SearchParams, *, reranked: bool,
                        notes: Mapping[str, Any] | None = None,
-                       index_version_id: int | None = None) -> psycopg.Cursor[Any]:
+                       index_version_id: int | None = None,
+                       log_notes: Mapping[str, Any] | None = None) -> psycopg.Cursor[Any]:
         return conn.execute(_FINAL_SQL, self._final_args(
             query, ordered, p, reranked=reranked, notes=notes,
-            index_version_id=index_version_id), prepare=True)
+            index_version_id=index_version_id, log_notes=log_notes), prepare=True)
 
     def _search_reranked(self, conn: psycopg.Connection[Any], query: str | None,
                          vector: np.ndarray | None, p: SearchParams,

@@ -75,7 +75,14 @@ from pgfunnel.eval.metrics import collapse_to_documents, pool_recall_curve
 from pgfunnel.eval.qrels import JudgedQuery, Split, chunk_key, judging_level, select_split
 from pgfunnel.eval.report import EvalReport, build_report
 from pgfunnel.rerank import check_gate_margin
-from pgfunnel.search import Candidate, Funnel, SearchParams, rerank_head, rerank_pool
+from pgfunnel.search import (
+    Candidate,
+    Funnel,
+    Result,
+    SearchParams,
+    rerank_head,
+    rerank_pool,
+)
 
 #: harness keys a configuration may carry besides the search parameters
 HARNESS_KEYS: frozenset[str] = frozenset(
@@ -337,7 +344,8 @@ class Harness:
                                        "fusion": "rrf", "weights": (1.0, 1.0),
                                        "lexical_depth": lex_depth, "dense_depth": den_depth})
             with self.funnel._transaction(conn, lp):
-                rows = self.funnel.candidates(conn, query_text, vector, lp)
+                cursor = self.funnel._execute_candidates(conn, query_text, vector, lp)
+            rows = self.funnel._pool_from_rows(cursor.fetchall())
             lex = sorted((c for c in rows if c.lexical_rank is not None),
                          key=lambda c: c.lexical_rank or 0)
             den = sorted((c for c in rows if c.dense_rank is not None),
@@ -361,7 +369,8 @@ class Harness:
             return [], {s: [] for s in cfg.stages()}, None
         lex, den = self._legs_for(conn, text, query_text, vector, p)
         with self.funnel._transaction(conn, p):
-            pool = self.funnel.candidates(conn, query_text, vector, p)
+            cursor = self.funnel._execute_candidates(conn, query_text, vector, p)
+        pool = self.funnel._pool_from_rows(cursor.fetchall())
         ordered = list(pool)
         reranked = False
         if cfg.rerank and pool:
@@ -379,8 +388,10 @@ class Harness:
             # and of every part of a decomposed query
             notes = {"legs": cfg.legs} if cfg.legs != "both" else None
             with self.funnel._transaction(conn, cp):
-                capped = self.funnel.final(conn, text, ordered, cp, reranked=reranked,
-                                           notes=notes, log_notes=log)
+                cursor = self.funnel._execute_final(conn, text, ordered, cp,
+                                                    reranked=reranked, notes=notes,
+                                                    log_notes=log)
+            capped = [Result(*r) for r in cursor.fetchall()]
         found = {"lexical": keys(lex), "dense": keys(den), "fused": keys(pool),
                  "reranked": keys(ordered), "capped": keys(capped)}
         stages = {s: found[s] for s in cfg.stages()}
