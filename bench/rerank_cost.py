@@ -91,9 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--batch-size", type=int, default=None,
                     help="pairs per forward pass (default: the Reranker's, 64 on CUDA, 32 else)")
-    precision = ap.add_mutually_exclusive_group()
-    precision.add_argument("--fp16", action="store_true", help="half precision (CUDA only)")
-    precision.add_argument("--fp32", action="store_true", help="full precision (the default)")
+    ap.add_argument("--fp16", action="store_true",
+                    help="half precision (CUDA only; full precision without it)")
     args = ap.parse_args(argv)
 
     warnings.simplefilter("ignore")
@@ -108,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         path = build_minilm_l6_cross_encoder(Path(tmp) / "minilm-l6-ce")
         reranker = Reranker(str(path), device=args.device, batch_size=args.batch_size,
-                            fp16=True if args.fp16 else False if args.fp32 else None)
+                            fp16=True if args.fp16 else None)
     import torch
 
     threads = torch.get_num_threads()
