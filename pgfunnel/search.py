@@ -160,7 +160,7 @@ class SearchParams:
     rrf_k: float = 60.0
     #: None: {1, 0.7}; under min-max, {1, 0.2} for a query that is one identifier
     #: (``pgfunnel._default_weights``) or whose best lexical match holds its rarest word,
-    #: a number and 0.4 or more of its idf, and {0.7, 1} when the best lexical
+    #: a number and 0.3 or more of its idf, and {0.7, 1} when the best lexical
     #: match holds under 0.4 of the query's idf or lacks its rarest word, one of 0.4 or
     #: more of its idf (``pgfunnel._pool``; docs/tuning.md)
     weights: tuple[float, float] | None = None

@@ -404,9 +404,11 @@ begin
         -- sets (docs/tuning.md): the help center's paraphrases 0.778 -> 0.809 (dense alone
         -- 0.813), no slice of the five documentation sets moved (their queries are index
         -- entries, which the best match nearly always holds). The other way round, when
-        -- the best match holds the query's rarest word, and that word is a number and 0.4
+        -- the best match holds the query's rarest word, and that word is a number and 0.3
         -- or more of the query's idf, BM25 found the number that decides the query (`RFC
         -- RFC 6125`), which the dense model reads poorly: the identifier weights {1,0.2}.
+        -- (0.3, not 0.4: Sphinx words a PEP's index entry `Python Enhancement Proposals
+        -- PEP 487`, where the number is the rarest word by far but 0.38 of the idf.)
         --
         -- Vocabulary mismatch: BM25 ranks on the query words the version holds and is blind
         -- to the rest, so a query whose words are partly absent (a synonym, a product name
@@ -473,7 +475,7 @@ begin
         end if;
         if best_coverage < 0.4 or (check_best and rarest_missed >= 0.4) then
             weights := '{0.7,1}';
-        elsif check_best and rarest_number_held >= 0.4 then
+        elsif check_best and rarest_number_held >= 0.3 then
             weights := '{1,0.2}';
         end if;
         weights_used := weights;

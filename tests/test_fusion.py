@@ -305,6 +305,38 @@ def test_default_weights_let_the_lexical_leg_lead_when_the_best_match_holds_a_ra
         _candidates(conn, beside, v, fusion="minmax", weights=[1.0, 0.7])
 
 
+def test_a_rare_number_leads_from_three_tenths_of_the_query(
+        conn: psycopg.Connection[Any]) -> None:
+    # Sphinx words a PEP's index entry `Python Enhancement Proposals PEP 487`: the number is
+    # by far the rarest word, yet under 0.4 of the query's idf
+    docs = [doc("target", "alpha beta gamma delta 777 pier")]
+    docs += [doc(f"{w}{i}", f"{w} harbour crane {i}") for w in ("alpha", "beta", "gamma", "delta")
+             for i in ("one", "two")]
+    docs += [doc(f"f{i}", f"harbour crane boat {i}") for i in "abcdefghijk"]
+    ingest(conn, docs, dims=DIMS, seed=23)
+    v = unit(np.random.default_rng(24), DIMS)
+
+    def number_share(query: str) -> float:
+        share = conn.execute(
+            "select max(t.idf) filter (where t.term = '777') / sum(t.idf) "
+            "from pgfunnel.index_version iv, lateral (select pgfunnel._bm25_idf(d.df, "
+            "iv.chunk_count) as idf, d.term from pgfunnel._term_df(iv.id, "
+            "pgfunnel.analyze(%s, iv.analyzer, true)) d) t where iv.state = 'active'",
+            (query,)).fetchone()[0]
+        return float(share)
+
+    three = "alpha beta gamma 777"
+    assert 0.3 <= number_share(three) < 0.4  # the premise: 0.33
+    rows = _candidates(conn, three, v, fusion="minmax")
+    assert rows == _candidates(conn, three, v, fusion="minmax", weights=[1.0, 0.2])
+    assert rows != _candidates(conn, three, v, fusion="minmax", weights=[1.0, 0.7])
+    # one more word as common: under 0.3 of the query, the number no longer decides it
+    four = "alpha beta gamma delta 777"
+    assert number_share(four) < 0.3
+    assert _candidates(conn, four, v, fusion="minmax") == \
+        _candidates(conn, four, v, fusion="minmax", weights=[1.0, 0.7])
+
+
 def test_default_weights_let_the_dense_leg_lead_when_common_words_outvote_the_rarest(
         conn: psycopg.Connection[Any]) -> None:
     # `clang command line option -fPIE`: chunks holding the entry's common words outscored
