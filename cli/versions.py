@@ -109,9 +109,10 @@ def reindex(
              "the same either way are copied.")
     ] = None,
     lexical_input: Annotated[str | None, typer.Option(
-        help="What BM25 indexes per chunk: title (the document title above the chunk; the "
-             "default) or text (the chunk alone, as versions made before the choice was "
-             "recorded index it).")
+        help="What BM25 indexes per chunk: title2 (the document title above the chunk, "
+             "counted twice; the default), title (counted once, as versions made before "
+             "title2 index it) or text (the chunk alone, as versions made before titles "
+             "index it).")
     ] = None,
     dsn: DsnOption = None,
     json_out: JsonOption = False,

@@ -55,10 +55,13 @@ EMBED_INPUTS = (EMBED_WITH_SECTION_PATH, EMBED_WITH_TITLE, EMBED_TEXT_ALONE)
 DEFAULT_EMBED_INPUT = EMBED_WITH_TITLE
 # what BM25 indexes for a chunk, recorded per index version (params.lexical_input);
 # versions made before it was recorded index the chunk text alone
+# ("title2": the title counts twice, a BM25F title weight of 2; versions made before it
+# count it once, "title")
+LEXICAL_TITLE_TWICE = "title2"
 LEXICAL_WITH_TITLE = "title"
 LEXICAL_TEXT_ALONE = "text"
-LEXICAL_INPUTS = (LEXICAL_WITH_TITLE, LEXICAL_TEXT_ALONE)
-DEFAULT_LEXICAL_INPUT = LEXICAL_WITH_TITLE
+LEXICAL_INPUTS = (LEXICAL_TITLE_TWICE, LEXICAL_WITH_TITLE, LEXICAL_TEXT_ALONE)
+DEFAULT_LEXICAL_INPUT = LEXICAL_TITLE_TWICE
 
 
 # part of a document's content hash: raised when the same text comes out as other chunks,
@@ -1201,17 +1204,24 @@ def lexical_input(title: str, chunk_text: str,
                   lexical_input: str = DEFAULT_LEXICAL_INPUT) -> str:
     """The text BM25 indexes for one chunk of a document titled ``title``.
 
-    ``"title"`` (the default) puts the title on a line above the chunk, unless the chunk
-    opens with it already, as the embedder reads it (``embedding_input(..., "title")``):
-    a chunk from the middle of a page does not name the page's subject, and queries
-    often do (``module tornado.ioloop``, which BM25 gave to release notes whose short
-    sections are headed ``tornado.ioloop``, not to the module's page). ``"text"`` is the
-    chunk alone, as versions made before the choice was recorded index it.
+    ``"title2"`` (the default) puts the title on two lines above the chunk, or on one when
+    the chunk opens with it already: the title's words count twice, a title weight of 2 as
+    in BM25F. A chunk from the middle of a page does not name the page's subject, and
+    queries often do (``module tornado.ioloop``, which BM25 gave to release notes whose
+    short sections are headed ``tornado.ioloop``, not to the module's page); counted twice,
+    the title outweighs a name that a section of another page mentions in passing
+    (docs/tuning.md). ``"title"`` puts it above the chunk once, as the embedder reads it
+    (``embedding_input(..., "title")``), as versions made before ``"title2"`` index it.
+    ``"text"`` is the chunk alone, as versions made before the title was indexed do.
     """
     check_lexical_input(lexical_input)
     if lexical_input == LEXICAL_TEXT_ALONE:
         return chunk_text
-    return embedding_input(title, chunk_text, EMBED_WITH_TITLE)
+    once = embedding_input(title, chunk_text, EMBED_WITH_TITLE)
+    title = " ".join(title.split())
+    if lexical_input == LEXICAL_TITLE_TWICE and title:
+        return f"{title}\n{once}"
+    return once
 
 
 def _refuse_unknown(parameter: str, value: str, known: tuple[str, ...]) -> None:

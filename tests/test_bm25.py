@@ -424,19 +424,48 @@ def test_a_new_version_indexes_each_chunk_under_its_document_title(
                   doc("other", "boarding starts at the pier", title="Pier rules")])
     vid, _, _ = active(conn, "t")
     assert conn.execute("select params->>'lexical_input' from pgfunnel.index_version "
-                        "where id = %s", (vid,)).fetchone() == ("title",)
+                        "where id = %s", (vid,)).fetchone() == ("title2",)
     guide_chunks = {int(r[0]) for r in conn.execute(
         "select ch.id from pgfunnel.chunk ch join pgfunnel.document d on d.id = ch.document_id "
         "where d.citekey = 'guide'")}
     assert len(guide_chunks) >= 3
     found = {cid for cid, _, _ in leg(conn, "t", "zanzibar", 40)}
     assert guide_chunks <= found
-    # a chunk that opens with the title holds it once, not twice; the title stands above
-    # every other chunk
-    assert _lexical_length(conn, "opens") == [len(_terms(conn, "Zanzibar ferry guide\n\n"
-                                                             "boarding starts at the pier"))]
+    # the title counts twice: a chunk that opens with it gets it once more, every other
+    # chunk twice
+    title = len(_terms(conn, "Zanzibar ferry guide"))
+    assert _lexical_length(conn, "opens") == [
+        title + len(_terms(conn, "Zanzibar ferry guide\n\nboarding starts at the pier"))]
     assert _lexical_length(conn, "other") == [
-        len(_terms(conn, "boarding starts at the pier")) + len(_terms(conn, "Pier rules"))]
+        len(_terms(conn, "boarding starts at the pier")) + 2 * len(_terms(conn, "Pier rules"))]
+
+
+def test_the_title_counted_twice_outweighs_a_name_mentioned_in_passing(
+        conn: psycopg.Connection[Any]) -> None:
+    # `module tornado.ioloop`: the module's page names it in its title, a release note in
+    # one short section; counted once, the short note outscored the page's sections
+    page = "callbacks timers sockets handles events loops run until stopped here"
+    note = "Zanzibar ferry now boards faster"
+    docs = [doc("page", page, title="Zanzibar ferry"),
+            doc("notes", note, title="Release notes")]
+    docs += [doc(f"filler{i}", f"unrelated harbour crane text number {i} " * 3)
+             for i in range(8)]
+    winners = {}
+    for mode in ("title", "title2"):
+        coll = get_or_create_collection(conn, mode, analyzer="english_v6")
+        create_version(conn, coll, "random-unit", 16, "english_v6", "active",
+                       {"lexical_input": mode})
+        ingest(conn, docs, collection=mode)
+        [(first, _, _), *_] = leg(conn, mode, "zanzibar ferry", 40)
+        winners[mode] = conn.execute(
+            "select d.citekey from pgfunnel.chunk ch join pgfunnel.document d "
+            "on d.id = ch.document_id where ch.id = %s", (first,)).fetchone()[0]
+    assert winners == {"title": "notes", "title2": "page"}
+    # the scores are BM25 over what each version indexed (the reference reads the mode)
+    ref = Reference(conn, "title2")
+    got = leg(conn, "title2", "zanzibar ferry", 40)
+    want = ref.score(got[0][0], set(_terms(conn, "zanzibar ferry", True)))
+    assert got[0][1] == pytest.approx(want, rel=1e-6)
 
 
 def test_a_version_can_index_the_chunk_text_alone(conn: psycopg.Connection[Any]) -> None:
@@ -472,7 +501,7 @@ def test_reindex_of_a_version_that_indexed_the_text_alone_adds_titles_without_th
     res = versions.reindex(conn, "default", activate_after=True)
     assert any("vectors copied from version" in n for n in res.notes)
     assert conn.execute("select params ->> 'lexical_input' from pgfunnel.index_version "
-                        "where id = %s", (res.version_id,)).fetchone() == ("title",)
+                        "where id = %s", (res.version_id,)).fetchone() == ("title2",)
     assert leg(conn, "default", title_word, 40)
 
 

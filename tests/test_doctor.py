@@ -75,6 +75,25 @@ def test_a_version_whose_bm25_reads_the_text_alone_is_pointed_to_reindex(
     assert note.level == "info" and "pgfunnel reindex -c default --activate" in note.message
 
 
+def test_a_version_that_counts_the_title_once_is_pointed_to_reindex(sample_db: str) -> None:
+    with connect(sample_db, autocommit=True) as conn:
+        assert not [f for f in check_active_indexes(conn) if "title once" in f.message]
+        conn.execute("update pgfunnel.index_version "
+                     "set params = params || '{\"lexical_input\": \"title\"}'")
+        [note] = [f for f in check_active_indexes(conn) if "title once" in f.message]
+        assert note.level == "info" and "pgfunnel reindex -c default --activate" in note.message
+        # after a switch back, the retired version that counts it twice needs no reindex
+        from pgfunnel import versions
+
+        res = versions.reindex(conn, "default", activate_after=True)
+        assert not [f for f in check_active_indexes(conn) if "title once" in f.message]
+        versions.rollback(conn, "default")
+        back = [f.message for f in check_active_indexes(conn)]
+        assert any("title once" in m for m in back)
+        assert any(f"retired version {res.version} " in m and "versions activate" in m
+                   for m in back)
+
+
 def test_chunks_deleted_past_the_trigger_are_pointed_to_reindex(sample_db: str) -> None:
     delete_one = ("delete from pgfunnel.document where citekey = "
                   "(select min(citekey) from pgfunnel.document)")
