@@ -617,8 +617,8 @@ class FollowupResolver:
             # the carried topic ("deleted projects and on the enterprise plan?") its "and"
             # joins two clauses that decompose() would search apart
             body = query.split(None, 1)[1]
+        present = {_singular(w) for w in content_words(query)}
         for turn in reversed(history):
-            present = {_singular(w) for w in content_words(query)}
             carried = [w for w in self.topic_words(turn) if _singular(w) not in present]
             carried = carried[: self.max_terms]
             if carried:
