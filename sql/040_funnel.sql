@@ -59,6 +59,25 @@ begin
 end
 $$;
 
+-- check the tenant and language filters: NULL (no filter) or a name. An empty string
+-- matches no document (ingest refuses it for both), so a search would come back empty
+-- without saying why.
+create or replace function pgfunnel._check_scope_params(tenant text, language text)
+returns void
+language plpgsql immutable
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+begin
+    if tenant = '' then
+        perform pgfunnel._bad_parameter('tenant', 'must be a non-empty string or NULL, got ''''');
+    end if;
+    if language = '' then
+        perform pgfunnel._bad_parameter('language', 'must be a non-empty string or NULL, got ''''');
+    end if;
+end
+$$;
+
 -- every search parameter's value, checked as a search checks it (true, or an error naming
 -- the parameter); the API runs it before the model loads on the first search, so a bad
 -- value is not told only seconds later
@@ -277,6 +296,7 @@ begin
                                              metadata_filter, fusion, rrf_k, weights,
                                              lexical_depth, dense_depth, ef_search, k1, b,
                                              as_of);
+    perform pgfunnel._check_scope_params(tenant, language);
     if query_text is null and query_embedding is null then
         perform pgfunnel._bad_parameter('query_text',
             'query_text and query_embedding are both NULL; give at least one');
@@ -702,6 +722,11 @@ declare
     dup_id bigint;
 begin
     perform pgfunnel._check_search_params(k, principals, 1, per_source_cap, metadata_filter);
+    perform pgfunnel._check_scope_params(tenant, language);
+    if chunk_ids is null then
+        -- as a NULL inside the pool is; an empty pool is '{}'
+        perform pgfunnel._bad_parameter('chunk_ids', 'must not be NULL; pass ''{}'' for an empty pool');
+    end if;
     if trace is null then
         perform pgfunnel._bad_parameter('trace', 'must be true or false, not NULL');
     end if;
@@ -899,6 +924,7 @@ begin
         -- The check comes first because `limit 0` would never run _pool, which checks.
         perform pgfunnel._check_search_params(k, principals, overfetch, per_source_cap,
                                               metadata_filter);
+        perform pgfunnel._check_scope_params(tenant, language);
         return query
         with pool as (
             select u.pos::integer as pos, u.id, u.lr, u.ls, u.dr, u.ds, u.fr, u.fs,

@@ -81,6 +81,7 @@ declare
 begin
     perform pgfunnel._check_search_params(k, principals, overfetch, per_source_cap,
                                           metadata_filter);
+    perform pgfunnel._check_scope_params(tenant, language);
     if explain.chunk_id is null then
         perform pgfunnel._bad_parameter('chunk_id', 'must not be NULL');
     end if;

@@ -102,6 +102,13 @@ def test_final_refuses_a_pool_with_a_chunk_twice_or_a_null(conn: psycopg.Connect
             conn.execute("select * from pgfunnel.final(%s::bigint[], %s, %s, %s, %s, %s, %s, "
                          "collection => 't')", (pool, ranks, ones, ranks, ones, ranks, ones))
         assert exc.value.diag.message_primary == f"chunk_ids: {message}"
+    # the whole pool NULL too (it returned no rows); an empty pool is '{}'
+    with pytest.raises(psycopg.errors.InvalidParameterValue) as exc:
+        conn.execute("select * from pgfunnel.final(null, null, null, null, null, null, null, "
+                     "collection => 't')")
+    assert exc.value.diag.message_primary.startswith("chunk_ids: must not be NULL")
+    assert conn.execute("select count(*) from pgfunnel.final('{}', '{}', '{}', '{}', '{}', "
+                        "'{}', '{}', collection => 't')").fetchone() == (0,)
 
 
 def test_final_keeps_log_notes_outside_the_config(conn: psycopg.Connection[Any],
@@ -143,6 +150,9 @@ BAD = [
     ({"weights": [1e308, 1e308]}, "weights"), ({"weights": [1.0, 2e6]}, "weights"),
     # NULL would run the traced branch and write a trace
     ({"trace": None}, "trace"), ({"as_of": None}, "as_of"),
+    # no document has an empty tenant or language (ingest refuses both): every search
+    # came back empty without a word
+    ({"tenant": ""}, "tenant"), ({"language": ""}, "language"),
 ]
 
 
