@@ -35,6 +35,39 @@ def plural(n: int, noun: str) -> str:
     return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
+def _as_query_text(params: list[Any], given: list[str]) -> list[str]:
+    """``given`` as a command line that runs: the command's own options (with their
+    values) first, then ``--`` and the other words: one query text where the query is the
+    command's only argument. The unknown option and whatever follows it are words of the
+    query, since the command cannot know whether a word after it was meant as its value
+    (`search refund --bogus 1` becomes `search -- 'refund --bogus 1'`)."""
+    arguments = [p for p in params if getattr(p, "param_type_name", None) == "argument"]
+    takes_value: dict[str, bool] = {}
+    for param in params:
+        if getattr(param, "param_type_name", None) == "option":
+            flag = bool(getattr(param, "is_flag", False) or getattr(param, "count", False))
+            for name in [*param.opts, *param.secondary_opts]:
+                takes_value[name] = not flag
+    options: list[str] = []
+    words: list[str] = []
+    i = 0
+    while i < len(given):
+        arg = given[i]
+        if arg == "--":
+            words.extend(given[i + 1:])
+            break
+        name = arg.split("=", 1)[0] if arg.startswith("--") else arg[:2]
+        if name in takes_value and (name == arg or takes_value[name]):
+            options.append(arg)
+            if takes_value[name] and name == arg and i + 1 < len(given):
+                options.append(given[i + 1])
+                i += 1
+        else:
+            words.append(arg)
+        i += 1
+    return [*options, "--", *([" ".join(words)] if len(arguments) == 1 else words)]
+
+
 class QueryTextCommand(TyperCommand):
     """A command whose argument is query text. Looking up a command-line flag
     (`--line-length`) is a common documentation search, and the shell hands it over as
@@ -52,11 +85,10 @@ class QueryTextCommand(TyperCommand):
             # click's NoSuchOption, from click itself or the copy newer typers carry
             option = getattr(exc, "option_name", None)
             if isinstance(option, str) and not getattr(exc, "possibilities", None):
-                # the command as typed, the rest of it kept before the --
-                rest = [a for a in given if a != option]
                 exc.message = (  # type: ignore[attr-defined]
                     f"{message}; to search for text that starts with '-', put -- before it: "
-                    f"pgfunnel {ctx.info_name} {shlex.join([*rest, '--', option])}")
+                    f"pgfunnel {ctx.info_name} "
+                    f"{shlex.join(_as_query_text(self.params, given))}")
             elif message.startswith("Got unexpected extra argument") and "--" in given:
                 # options typed after the -- are query words to click
                 at = given.index("--")
@@ -65,6 +97,15 @@ class QueryTextCommand(TyperCommand):
                     f"{message}; everything after -- is query text, so options go before "
                     f"it: pgfunnel {ctx.info_name} {shlex.join([*before, *moved, '--', *text])}")
             raise
+
+
+def refuse_dense_options(lexical_only: bool, **dense_options: object) -> None:
+    """--lexical-only turns the dense leg off: an option of that leg given with it is an
+    error, not dropped without a word (as the rerank options are without --rerank)."""
+    for name, value in dense_options.items():
+        if lexical_only and value is not None:
+            raise ConfigError(name, "applies only to the dense leg, which --lexical-only "
+                                    "turns off")
 
 
 DsnOption = Annotated[
@@ -99,12 +140,12 @@ INDEX_FLAGS = {"embedding_model": "--model", "analyzer": "--analyzer",
 
 @contextmanager
 def handle_errors(flags: Mapping[str, str] | None = None,
-                  interrupted: str | None = None) -> Iterator[None]:
+                  interrupted: str | Callable[[], str] | None = None) -> Iterator[None]:
     """PgfunnelError -> one clear line on stderr and exit 1; never a traceback. ``flags``
     maps the library's parameter names to the command's options, so that an error about
     a value the user typed names the flag they typed it with (``--per-source-cap``, not
     ``per_source_cap``). ``interrupted`` says, after Ctrl-C, what was kept and how to go
-    on."""
+    on (a function: worked out then)."""
     flags = {**COMMON_FLAGS, **(flags or {})}
     try:
         yield
@@ -118,8 +159,9 @@ def handle_errors(flags: Mapping[str, str] | None = None,
         labelled("error", "red", str(said))
         raise typer.Exit(getattr(exc, "exit_code", EXIT_ERROR)) from None
     except KeyboardInterrupt:
+        said_then = interrupted() if callable(interrupted) else interrupted
         console.print("[yellow]interrupted[/yellow]"
-                      + (f": {escape(interrupted)}" if interrupted else ""), highlight=False,
+                      + (f": {escape(said_then)}" if said_then else ""), highlight=False,
                       markup=True)
         raise typer.Exit(130) from None
 

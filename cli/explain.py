@@ -23,6 +23,7 @@ from pgfunnel.cli.common import (
     handle_errors,
     labelled,
     out,
+    refuse_dense_options,
 )
 from rich.markup import escape
 
@@ -57,6 +58,7 @@ def explain_command(
 
     with handle_errors(FUNNEL_FLAGS), warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        refuse_dense_options(lexical_only, dense_depth=dense_depth)
         funnel = Funnel(dsn, collection, embedder=None if lexical_only else "auto")
         try:
             found = [explain(funnel, query, c, k=k, principals=principal or [], tenant=tenant,

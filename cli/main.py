@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 import time
 import warnings
 from pathlib import Path
@@ -31,6 +32,7 @@ from pgfunnel.cli.common import (
     out,
     plural,
     progress_display,
+    refuse_dense_options,
 )
 from rich.markup import escape
 from rich.table import Table
@@ -403,6 +405,20 @@ def _results_table(title: str, results: list[Any], show_rerank: bool = False,
     return table
 
 
+def _weight(text: str) -> float:
+    """A leg's weight from the command line: 0 to 1e6, as the search takes it. Parsed
+    here rather than by a range, which read NaN as "must be at most 1000000"."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a number") from None
+    if math.isnan(value):
+        raise typer.BadParameter("must be a number from 0 to 1e6, not NaN")
+    if not 0 <= value <= 1e6:
+        raise typer.BadParameter(f"must be a number from 0 to 1e6, got {text}")
+    return value
+
+
 @app.command(cls=QueryTextCommand)
 def search(
     query: Annotated[str, typer.Argument(help="The query text.")],
@@ -413,11 +429,11 @@ def search(
     fusion: FusionOption = "minmax",
     rrf_k: Annotated[float, typer.Option(help="RRF constant.")] = 60.0,
     lexical_weight: Annotated[float | None, typer.Option(
-        min=0, max=1e6,
+        parser=_weight, metavar="<float>",
         help="Weight of the BM25 leg (default 1; 0.7 for min-max fusion when the best "
              "lexical match holds under 0.4 of the query).")] = None,
     dense_weight: Annotated[float | None, typer.Option(
-        min=0, max=1e6,
+        parser=_weight, metavar="<float>",
         help="Weight of the dense leg (default 0.7; under min-max fusion 0.2 for a query "
              "that is one identifier or whose best lexical match holds its rare number, 1 "
              "when the best lexical match holds under 0.4 of the query).")] = None,
@@ -449,8 +465,9 @@ def search(
                         "weights": "--lexical-weight / --dense-weight",
                         "rerank_depth": "--rerank-depth", "statement_timeout_ms": "--timeout-ms",
                         "rerank_model": "--rerank-model", "query_text": "QUERY",
-                        "trace": "--trace"}):
+                        "trace": "--trace", "dense_weight": "--dense-weight"}):
         reranker = None
+        refuse_dense_options(lexical_only, dense_weight=dense_weight, dense_depth=dense_depth)
         if not rerank and (rerank_model is not None or rerank_depth is not None):
             # without --rerank they were ignored: results that were never reranked,
             # with nothing to say so

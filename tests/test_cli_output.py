@@ -116,10 +116,65 @@ def test_a_bad_search_option_is_named_by_its_flag(sample_db: str, command: str,
     from typer.testing import CliRunner
 
     target = ["refund", "refunds-annual#0"] if command == "explain" else ["refund"]
-    res = CliRunner().invoke(app, [command, *target, "--lexical-only", *args,
+    # lexical only spares loading the model; a dense leg's option is refused with it
+    # (below), and checked before the model loads without it
+    legs = [] if {"--dense-weight", "--dense-depth"} & set(args) else ["--lexical-only"]
+    res = CliRunner().invoke(app, [command, *target, *legs, *args,
                                    "--dsn", sample_db], env={"COLUMNS": "200"})
     assert res.exit_code == 1, res.output
     assert f"error: {said}" in res.output, res.output
+
+
+@pytest.mark.parametrize(("command", "args"), [
+    ("search", ["--dense-weight", "1"]), ("search", ["--dense-depth", "50"]),
+    ("explain", ["--dense-depth", "50"]),
+])
+def test_a_dense_leg_option_with_lexical_only_is_refused(command: str, args: list[str]) -> None:
+    # the dense leg does not run: the option was dropped without a word
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    target = ["refund", "refunds-annual#0"] if command == "explain" else ["refund"]
+    res = CliRunner().invoke(app, [command, *target, "--lexical-only", *args, "--dsn", "bogus"],
+                             env={"COLUMNS": "200"})
+    assert res.exit_code == 1, res.output
+    assert (f"error: {args[0]}: applies only to the dense leg, which --lexical-only turns off"
+            in res.output), res.output
+
+
+@pytest.mark.parametrize(("value", "said"), [("nan", "not NaN"), ("-1", "got -1"),
+                                             ("2e6", "got 2e6"), ("x", "'x' is not a number")])
+def test_a_weight_out_of_range_says_what_is_wrong(value: str, said: str) -> None:
+    # NaN failed the range check as "must be at most 1000000"
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    res = CliRunner().invoke(app, ["search", "refund", "--lexical-weight", value, "--dsn",
+                                   "bogus"], env={"COLUMNS": "200"})
+    assert res.exit_code == 2, res.output
+    text = " ".join(res.output.replace("│", " ").split())
+    assert "--lexical-weight" in text and said in text, text
+
+
+def test_an_unknown_option_hint_is_a_command_that_runs(sample_db: str) -> None:
+    # it kept the words before the option and put the option alone after --, which
+    # failed again with "unexpected extra argument" and the same advice
+    import json
+    import shlex
+
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    res = CliRunner().invoke(app, ["search", "refund", "-c", "default", "--bogus", "1",
+                                   "--dsn", sample_db], env={"COLUMNS": "400"})
+    assert res.exit_code == 2
+    [line] = [x for x in res.output.splitlines() if "put -- before it" in x]
+    hint = line.replace("│", " ").split("put -- before it: pgfunnel ")[1].strip()
+    argv = shlex.split(hint)
+    assert argv[-2:] == ["--", "refund --bogus 1"], argv
+    rerun = CliRunner().invoke(app, [*argv[:-2], "--lexical-only", "--json", *argv[-2:]])
+    assert rerun.exit_code == 0, rerun.output
+    assert json.loads(rerun.output[rerun.output.index("{"):])["query"] == "refund --bogus 1"
 
 
 def test_the_leg_depths_explain_advises_are_options(sample_db: str) -> None:
