@@ -52,6 +52,11 @@ def test_config_validation_names_the_problem() -> None:
     # presets add up in order, a name two of them share once
     assert [c.name for c in preset_configs("lexical", "default", "all-fusions")] == [
         "lexical", "default", "dense", "rrf", "zscore"]
+    # one preset twice ran it once, compared with nothing; the error says how to compare
+    # a configuration with itself
+    with pytest.raises(ConfigError, match="given twice.*--config same="):
+        preset_configs("default", "default")
+    assert parse_config_arg("same={}").search == {}
     # which legs run: both (the default), or one of them alone
     assert EvalConfig.from_dict("x", {}).legs == "both"
     assert [c.legs for c in preset_configs("lexical", "dense")] == ["lexical", "dense"]

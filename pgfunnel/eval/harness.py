@@ -231,9 +231,14 @@ def preset_configs(*presets: str) -> list[EvalConfig]:
     """The configurations of one or more presets, in order; a name two presets share
     (``--preset all-fusions --preset lexical``) is run once."""
     configs: dict[str, EvalConfig] = {}
-    for preset in presets:
+    for at, preset in enumerate(presets):
         if preset not in PRESETS:
             raise ConfigError("preset", f"unknown preset {preset!r} (use {', '.join(PRESETS)})")
+        if preset in presets[:at]:
+            # run once, it would compare with nothing, which the repeat seemed to ask for
+            raise ConfigError("preset", f"{preset!r} is given twice; to compare a "
+                                        "configuration with itself, add a copy under a name "
+                                        "of its own: --config same='{}'")
         for name, params in PRESETS[preset].items():
             configs.setdefault(name, EvalConfig.from_dict(name, params))
     return list(configs.values())
