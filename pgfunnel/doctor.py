@@ -378,9 +378,13 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
         name, vid, dims, params = r["name"], r["vid"], int(r["dims"]), r["params"] or {}
         where = f"collection {name!r}, active version {r['version']}"
         if not r["present"]:
+            # as after a first ingest stopped before its indexes: running it again
+            # builds both (the unindexed postings below say the same)
             found.append(Finding("error", "active_index",
                                  f"{where}: HNSW index embedding_hnsw_v{vid} is missing; dense "
-                                 "searches scan every vector; "
+                                 "searches scan every vector; an ingest into the collection "
+                                 "by the tables' owner builds it (run the ingest again: "
+                                 f"`pgfunnel ingest PATH -c {name}`), or "
                                  + _rebuild_hnsw_advice(conn, vid, dims, params)))
             continue
         if not r["valid"]:

@@ -465,6 +465,21 @@ def test_a_missing_hnsw_index_names_the_statement_that_rebuilds_it(sample_db: st
         assert worst(check_active_indexes(conn)) == "info"
 
 
+def test_a_missing_hnsw_index_is_built_by_the_ingest_its_finding_names(conn: Any) -> None:
+    # a first ingest stopped before its indexes leaves this; doctor's error and its
+    # warning about the postings both name running the ingest again, which builds them
+    ingest(conn, [doc("a", "How to rotate an API key.")])
+    vid = conn.execute("select id from pgfunnel.index_version where state = 'active'"
+                       ).fetchone()[0]
+    conn.execute(f"drop index pgfunnel.embedding_hnsw_v{vid}")
+    [finding] = [f for f in check_active_indexes(conn) if "missing" in f.message]
+    assert finding.level == "error" and "`pgfunnel ingest PATH -c t`" in finding.message
+    ingest(conn, [doc("b", "How to revoke an API key.")], seed=1)
+    assert conn.execute("select to_regclass(%s) is not null",
+                        (f"pgfunnel.embedding_hnsw_v{vid}",)).fetchone()[0]
+    assert worst(check_active_indexes(conn)) == "info"
+
+
 def test_vectors_of_no_chunk_are_counted_with_their_delete(sample_db: str) -> None:
     with connect(sample_db, autocommit=True) as conn:
         conn.execute("set session_replication_role = replica")
