@@ -130,8 +130,19 @@ def reindex(
     from pgfunnel.ingest import active_version, require_collection
 
     _quiet()
-    stopped = ("the version being built stays 'building', with what it wrote; the same "
-               "`pgfunnel reindex` resumes it (`pgfunnel versions drop N` discards it)")
+    def stopped() -> str:
+        # the version's number is known only once the run has made it
+        try:
+            with connect(dsn, autocommit=True) as conn:
+                number = versions.building_version(conn, collection)
+        except Exception:  # noqa: BLE001 - a message after Ctrl-C must not raise
+            number = None
+        if number is None:
+            return "no version was made yet; nothing to discard"
+        return (f"version {number} stays 'building', with what it wrote; the same `pgfunnel "
+                f"reindex` resumes it (`pgfunnel versions drop {number} -c "
+                f"{shlex.quote(collection)}` discards it)")
+
     with handle_errors(INDEX_FLAGS, interrupted=stopped), connect(dsn, autocommit=True) as conn, \
             _Bars(not json_out) as bars:
         result = versions.reindex(

@@ -574,6 +574,16 @@ def _recall(conn: psycopg.Connection[Any], version_id: int, dims: int, sample: i
 
 # -- reindex -------------------------------------------------------------------------
 
+def building_version(conn: psycopg.Connection[Any], collection: str) -> int | None:
+    """The number of ``collection``'s version being built (state 'building'; at most one),
+    or None."""
+    row = conn.execute(
+        "select v.version from pgfunnel.index_version v join pgfunnel.collection c "
+        "on c.id = v.collection_id where c.name = %s and v.state = 'building'",
+        (collection,)).fetchone()
+    return int(row[0]) if row else None
+
+
 def _building_version(conn: psycopg.Connection[Any], coll_id: int) -> VersionInfo | None:
     for info in _versions(conn, coll_id):
         if info.state == "building":

@@ -122,6 +122,30 @@ def test_reindex_of_a_collection_emptied_by_deletes_prints_its_report(
     assert "validated: index valid, 0 chunks covered, no recall sample" in res.output
 
 
+def test_a_reindex_stopped_by_ctrl_c_names_the_version_it_left(
+        db: str, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    # it said "`pgfunnel versions drop N` discards it", with N as written
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    import pgfunnel.versions
+
+    ingest(conn, [doc("a1", "alpha words")], collection="a")
+
+    def ctrl_c(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt  # as if typed while the graph was being built
+
+    monkeypatch.setattr(pgfunnel.versions, "create_hnsw_index", ctrl_c)
+    res = CliRunner().invoke(app, ["reindex", "-c", "a", "--analyzer", "simple_v1",
+                                   "--dsn", db])
+    assert res.exit_code == 130, res.output
+    said = " ".join(res.output.split())
+    assert "version 2 stays 'building'" in said, said
+    assert "`pgfunnel versions drop 2 -c a` discards it" in said
+    assert conn.execute("select state from pgfunnel.index_version where version = 2"
+                        ).fetchone() == ("building",)
+
+
 def test_a_database_error_at_the_end_of_an_ingest_is_a_pgfunnel_error(
         conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch) -> None:
     # the statistics refresh after the batches escaped as psycopg's LockNotAvailable under
