@@ -672,8 +672,11 @@ class Funnel:
         use_rerank = (self.reranker is not None) if rerank is None else rerank
         if use_rerank and self.reranker is None:
             raise ConfigError("rerank", "rerank requested but this Funnel has no reranker")
-        if query is None and query_embedding is None and self._embedder_spec is None:
-            raise InvalidInputError("query_text: give query text or a query embedding")
+        if query is None and query_embedding is None:
+            # as funnel_search(NULL, NULL) is; with an embedder too, which has no text to
+            # embed (an empty string is a query, and answers empty with a warning)
+            raise InvalidInputError("query_text: give query text or a query embedding "
+                                    "(both are None)")
         timings: dict[str, float] = {}
         notices: list[str] = []
         with nullcontext(plan_conn) if plan_conn is not None else self.connection() as conn:

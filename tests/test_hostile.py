@@ -124,6 +124,10 @@ def test_none_vector_where_required(corpus_db: str) -> None:
     dead.close()
     with pytest.raises(InvalidInputError, match="query_text"):
         Funnel(dead, embedder=None).search(None, query_embedding=None)
+    # with an embedder too, as SQL refuses funnel_search(NULL, NULL): there is no text
+    # to embed (it answered empty, with the warning an empty string gets)
+    with pytest.raises(InvalidInputError, match="both are None"):
+        Funnel(dead, embedder="auto").search(None)
     from pgfunnel.ingest import Ingester
     from pgfunnel.sources import DocumentRecord
 
