@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from pgfunnel.errors import ConfigError, InvalidInputError, positive_int, string_list
+from pgfunnel.db import own_transaction
+from pgfunnel.errors import ConfigError, InvalidInputError, positive_int, string_list, translate
 from pgfunnel.transform import (
     FollowupResolver,
     GuardedRewriter,
@@ -38,9 +39,21 @@ DEFAULT_REWRITE_TIMEOUT_S = 2.0
 
 
 def collection_settings(conn: psycopg.Connection[Any], collection: str) -> dict[str, Any]:
-    """``collection.settings`` (jsonb); ``protected_terms`` and ``qualifiers`` are read here."""
-    row = conn.execute("select settings from pgfunnel.collection where name = %s",
-                       (collection,)).fetchone()
+    """``collection.settings`` (jsonb); ``protected_terms`` and ``qualifiers`` are read here.
+
+    In a transaction of its own, as every lookup of a search is: on an application's
+    connection without autocommit the statement began one that nothing committed, the
+    search's transaction became a savepoint inside it, and the reader's transaction-local
+    identity (what row-level security reads) outlived the search on that connection,
+    with its trace never committed."""
+    try:
+        with own_transaction(conn):
+            row = conn.execute("select settings from pgfunnel.collection where name = %s",
+                               (collection,)).fetchone()
+    except psycopg.Error as exc:
+        # the first statement of a search with a rewriter or history: before `pgfunnel
+        # init` it is the one that finds no schema
+        raise translate(exc) from exc
     return dict(row[0]) if row and row[0] else {}
 
 

@@ -540,6 +540,42 @@ def test_funnel_on_an_applications_own_psycopg_connection(sample_db: str, embedd
                                  (first.search_id,)).fetchone() == (1,)
 
 
+def test_query_hooks_leave_an_applications_connection_idle_with_no_identity(
+        sample_db: str) -> None:
+    """A rewriter, history (follow-ups) and decomposition read the collection's settings
+    first. That lookup began a transaction on a connection without autocommit that
+    nothing committed: the search became a savepoint in it, the reader's transaction-local
+    identity stayed set on the application's connection for its next request, and the
+    trace was never committed."""
+    from pgfunnel.errors import SchemaMissingError
+
+    with psycopg.connect(sample_db) as conn:
+        funnel = Funnel(conn, "default", embedder=None, rewriter=lambda q: q)
+        logged = []
+        for search in (
+                lambda: funnel.search("refund annual plan", principals=["alice"], k=2,
+                                      trace=True),
+                lambda: funnel.search("and for monthly?", principals=["alice"], k=2,
+                                      trace=True, history=["refund annual plan"]),
+                lambda: funnel.search_decomposed(
+                    "refund on annual plans and storage on trial plans",
+                    principals=["alice"], k=2, trace=True)):
+            logged.append(search().search_id)
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            assert conn.execute("select current_setting('pgfunnel.principals', true)"
+                                ).fetchone() in ((None,), ("",))
+            conn.rollback()
+        logged = logged[:2]  # search_decomposed answers with no search id of its own
+        with psycopg.connect(sample_db, autocommit=True) as other:
+            assert other.execute("select count(*) from pgfunnel.search_log where id = any(%s)",
+                                 (logged,)).fetchone() == (2,)
+    # and before `pgfunnel init` the lookup is the first statement: a pgfunnel error
+    with psycopg.connect(sample_db, autocommit=True) as conn:
+        conn.execute("drop schema pgfunnel cascade")
+    with pytest.raises(SchemaMissingError):
+        Funnel(sample_db, embedder=None).search("refund", history=["billing"])
+
+
 def test_session_statement_timeout_stands_unless_the_search_sets_one(sample_db: str) -> None:
     with connect(sample_db, autocommit=True) as conn:
         funnel = Funnel(conn, "default", embedder=None)
