@@ -176,13 +176,22 @@ class SearchParams:
 
     @classmethod
     def build(cls, **kwargs: Any) -> SearchParams:
+        """The parameters from keyword arguments; an unknown name is a ConfigError (the
+        constructor's TypeError would not name it as one), and the values are checked
+        as the constructor checks them."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(kwargs) - known)
         if unknown:
             raise ConfigError(unknown[0], "unknown search parameter (known: "
                               f"{', '.join(sorted(known))})")
-        if "principals" in kwargs:
-            kwargs["principals"] = check_principals(kwargs["principals"])
+        return cls(**kwargs)
+
+    def __post_init__(self) -> None:
+        # every way to make one is checked alike: build(), the constructor (candidates()
+        # and final() take a SearchParams; principals="alice" was searched as the
+        # principals a, l, i, c, e) and dataclasses.replace
+        kwargs = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        kwargs["principals"] = check_principals(kwargs["principals"])
         mf = kwargs.get("metadata_filter")
         if mf is not None and not isinstance(mf, Mapping):
             raise ConfigError("metadata_filter",
@@ -209,14 +218,13 @@ class SearchParams:
                 raise ConfigError("weights", f"must be two numbers [lexical, dense], got {w!r}")
             kwargs["weights"] = tuple(float(x) for x in w)
         kwargs = {name: _checked(name, value) for name, value in kwargs.items()}
-        params = cls(**kwargs)
-        if params.statement_timeout_ms is not None and not (
-                1 <= params.statement_timeout_ms <= _MAX_TIMEOUT_MS):
+        timeout = kwargs["statement_timeout_ms"]
+        if timeout is not None and not 1 <= timeout <= _MAX_TIMEOUT_MS:
             # Postgres' own refusal of a larger one read as a garbled ConfigError
             raise ConfigError("statement_timeout_ms", "must be a positive number of "
-                              f"milliseconds up to {_MAX_TIMEOUT_MS}, got "
-                              f"{params.statement_timeout_ms}")
-        return params
+                              f"milliseconds up to {_MAX_TIMEOUT_MS}, got {timeout}")
+        for name, value in kwargs.items():
+            object.__setattr__(self, name, value)  # frozen: the checked, normalised values
 
     def sql_args(self) -> dict[str, Any]:
         """Arguments shared by candidates() and funnel_search()."""

@@ -385,6 +385,27 @@ def test_search_params_of_the_wrong_type_name_the_parameter(kw: dict[str, Any],
     with pytest.raises(ConfigError) as exc:
         SearchParams.build(**kw)
     assert exc.value.parameter == name
+    # made directly, as callers of candidates() and final() make one, or replaced: the same
+    import dataclasses
+
+    with pytest.raises(ConfigError) as exc:
+        SearchParams(**kw)
+    assert exc.value.parameter == name
+    with pytest.raises(ConfigError) as exc:
+        dataclasses.replace(SearchParams(), **kw)
+    assert exc.value.parameter == name
+
+
+def test_search_params_made_directly_check_the_readers_identity() -> None:
+    # principals="support-staff" was searched as the principals s, u, p, o, r, t, ...
+    from pgfunnel.errors import ConfigError, MissingIdentityError
+    from pgfunnel.search import SearchParams
+
+    with pytest.raises(ConfigError, match="not one string"):
+        SearchParams(principals="support-staff")  # type: ignore[arg-type]
+    with pytest.raises(MissingIdentityError):
+        SearchParams(principals=None)  # type: ignore[arg-type]
+    assert SearchParams(principals=["a", "b"]).principals == ("a", "b")  # type: ignore[arg-type]
 
 
 def test_search_params_accept_numpy_numbers_and_none_where_optional() -> None:
