@@ -32,6 +32,7 @@ from pgfunnel.db import connect, own_transaction, require_schema, try_register_v
 from pgfunnel.embedder import Embedder, check_vector
 from pgfunnel.errors import (
     ConfigError,
+    ConnectionFailedError,
     InvalidInputError,
     InvalidVectorError,
     MissingIdentityError,
@@ -457,14 +458,29 @@ class Funnel:
         self.rerank_gate_margin = check_gate_margin(rerank_gate_margin, "rerank_gate_margin")
         # opt-in query hooks (pgfunnel.transform): a GuardedRewriter or any callable
         # str -> str (guarded with the collection's protected terms), and a
-        # FollowupResolver used when search() is given ``history``
+        # FollowupResolver used when search() is given ``history``. Checked here: the
+        # wrong kind of object failed only at a search with history, as an AttributeError
+        if rewriter is not None and not callable(rewriter) and not callable(
+                getattr(rewriter, "rewrite", None)):
+            raise ConfigError("rewriter", "must be a GuardedRewriter, a callable str -> str, "
+                              f"or None; got {type(rewriter).__name__}")
+        if followup is not None and not callable(getattr(followup, "resolve", None)):
+            raise ConfigError("followup", "must be an object with resolve(history, query), "
+                              "such as pgfunnel.transform.FollowupResolver, or None; got "
+                              f"{type(followup).__name__}")
         self.rewriter = rewriter
         self.followup = followup
+        self._closed = False
         self.defaults = SearchParams.build(collection=collection, **defaults)
 
     # -- connections ---------------------------------------------------------------
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        if self._closed:
+            # a search after close() (or its with block) opened a connection that nothing
+            # would close again
+            raise ConnectionFailedError("this Funnel was closed (close() or the end of its "
+                                        "with block); make a new one")
         src = self._source
         if src is not None and hasattr(src, "connection") and not isinstance(src, str) \
                 and not isinstance(src, psycopg.Connection):
@@ -498,6 +514,9 @@ class Funnel:
             yield self._own_conn
 
     def close(self) -> None:
+        """Close the connection the Funnel opened from a DSN (an application's own
+        connection or pool stays open); the Funnel searches no more."""
+        self._closed = True
         if self._own_conn is not None:
             self._own_conn.close()
 
@@ -677,7 +696,10 @@ class Funnel:
             # NaN, Inf, zero and malformed vectors fail here, before any SQL runs; the
             # dimension is checked against the active index version below
             check_vector(query_embedding)
-        use_rerank = (self.reranker is not None) if rerank is None else rerank
+        if rerank is not None and not isinstance(rerank, (bool, np.bool_)):
+            # "no" is a true value: it asked for a rerank
+            raise ConfigError("rerank", f"must be True, False or None, got {rerank!r}")
+        use_rerank = (self.reranker is not None) if rerank is None else bool(rerank)
         if use_rerank and self.reranker is None:
             raise ConfigError("rerank", "rerank requested but this Funnel has no reranker")
         if query is None and query_embedding is None:

@@ -396,6 +396,30 @@ def test_search_params_of_the_wrong_type_name_the_parameter(kw: dict[str, Any],
     assert exc.value.parameter == name
 
 
+def test_a_funnel_refuses_hooks_it_cannot_call_and_searches_no_more_once_closed(
+        sample_db: str) -> None:
+    from pgfunnel.errors import ConfigError, ConnectionFailedError
+
+    # a followup of the wrong kind failed only at a search with history (AttributeError)
+    with pytest.raises(ConfigError, match="^followup: "):
+        Funnel(sample_db, embedder=None, followup=5)
+    with pytest.raises(ConfigError, match="^rewriter: "):
+        Funnel(sample_db, embedder=None, rewriter="x")
+    with Funnel(sample_db, embedder=None) as f:
+        assert f.search("refund", k=1).results
+        # "no" is a true value: it asked for a rerank this Funnel cannot do
+        with pytest.raises(ConfigError, match="^rerank: must be True, False or None"):
+            f.search("refund", rerank="no")
+    # after the with block a search reopened a connection that nothing closed again
+    with connect(sample_db, autocommit=True) as watcher:
+        before = watcher.execute("select count(*) from pg_stat_activity "
+                                 "where datname = current_database()").fetchone()
+        with pytest.raises(ConnectionFailedError, match="closed"):
+            f.search("refund", k=1)
+        assert watcher.execute("select count(*) from pg_stat_activity "
+                               "where datname = current_database()").fetchone() == before
+
+
 def test_search_params_made_directly_check_the_readers_identity() -> None:
     # principals="support-staff" was searched as the principals s, u, p, o, r, t, ...
     from pgfunnel.errors import ConfigError, MissingIdentityError
