@@ -38,6 +38,7 @@ from pgfunnel.errors import (
     MissingIdentityError,
     PgfunnelError,
     SchemaMissingError,
+    SchemaOutdatedError,
     SchemaOutdatedWarning,
     SearchTimeoutError,
     check_sql_text,
@@ -436,6 +437,8 @@ class Funnel:
         self._one_connection = threading.RLock()
         # whether the schema's revision was compared with this package's (first search)
         self._schema_checked = False
+        # (revision, this release's head) when the schema is older: set with the check
+        self._schema_behind: tuple[str, str] | None = None
         self.collection = collection
         self._embedder_spec = embedder
         self._embedder: Embedder | None = embedder if isinstance(embedder, Embedder) else None
@@ -539,6 +542,7 @@ class Funnel:
             # an aborted transaction, say: the search itself will say what is wrong
             return
         self._schema_checked = True
+        self._schema_behind = behind
         if behind is not None:
             warn_at_caller(SchemaOutdatedWarning(
                 f"the pgfunnel schema is at revision {behind[0]}, older than this "
@@ -585,6 +589,11 @@ class Funnel:
                     "%(ef_search)s, %(k1)s, %(b)s, coalesce(%(as_of)s, now()))",
                     {**args, "query_text": query, "as_of": p.as_of})
         except psycopg.Error as exc:
+            if isinstance(exc, psycopg.errors.UndefinedFunction) and \
+                    self._schema_behind is not None:
+                # an older release's schema, from before this check: the search checks
+                # the values itself, if its functions take the call (else: run migrate)
+                return
             raise translate(exc) from exc
 
     def _check_trace_writable(self, conn: psycopg.Connection[Any]) -> None:
@@ -680,12 +689,24 @@ class Funnel:
             except psycopg.Error as exc:
                 raise translate(exc) from exc
 
-    def _search(self, query: str | None, *, query_embedding: Any = None,
-                rerank: bool | None = None, history: Sequence[str] | None = None,
-                transforms: list[dict[str, Any]],
-                plan_conn: psycopg.Connection[Any] | None = None,
-                exact_version: bool = False,
-                **params: Any) -> SearchResponse:
+    def _search(self, query: str | None, **kwargs: Any) -> SearchResponse:
+        try:
+            return self._search_once(query, **kwargs)
+        except PgfunnelError as exc:
+            cause = exc.__cause__
+            if self._schema_behind is not None and isinstance(cause, psycopg.Error) \
+                    and cause.sqlstate in ("42883", "42703"):
+                # a function or column of this release that an older release's functions
+                # lack: what fixes it is the migrate, not the call's arguments
+                raise SchemaOutdatedError(*self._schema_behind) from cause
+            raise
+
+    def _search_once(self, query: str | None, *, query_embedding: Any = None,
+                     rerank: bool | None = None, history: Sequence[str] | None = None,
+                     transforms: list[dict[str, Any]],
+                     plan_conn: psycopg.Connection[Any] | None = None,
+                     exact_version: bool = False,
+                     **params: Any) -> SearchResponse:
         merged = {**{f.name: getattr(self.defaults, f.name)
                      for f in dataclasses.fields(SearchParams)}, **params}
         p = SearchParams.build(**merged)

@@ -698,6 +698,27 @@ def test_search_on_an_older_schema_says_to_migrate(sample_db: str) -> None:
     assert ran.exit_code == 0 and "migrate" not in ran.output, ran.output
 
 
+def test_a_search_needing_what_an_older_schema_lacks_says_to_migrate(sample_db: str) -> None:
+    """A function this release calls that an older release's schema lacks (or one with
+    other arguments or columns) is an outdated schema, not "no pgfunnel.funnel_search
+    takes these arguments; check their names and types"."""
+    from pgfunnel.errors import SchemaOutdatedError, SchemaOutdatedWarning
+    from pgfunnel.search import Funnel
+
+    schema.downgrade(sample_db, "0009")
+    with Funnel(sample_db, embedder=None) as funnel:
+        with pytest.warns(SchemaOutdatedWarning):
+            assert funnel.search("refund").results
+        with connect(sample_db, autocommit=True) as conn:
+            conn.execute("drop function pgfunnel.funnel_search")
+        with pytest.raises(SchemaOutdatedError, match="revision 0009, .* run `pgfunnel "
+                                                      "migrate` first"):
+            funnel.search("refund")
+    schema.migrate(sample_db)
+    with Funnel(sample_db, embedder=None) as funnel:
+        assert funnel.search("refund").results
+
+
 def test_funnel_on_an_older_schema_warns_once(sample_db: str) -> None:
     """The Python API said nothing either: searches ran the older functions unsaid."""
     import warnings
