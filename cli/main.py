@@ -99,6 +99,12 @@ def init(
     else:
         out.print(f"pgfunnel schema already installed (revision {result['revision']}); "
                   "functions refreshed.")
+    if result["rls"] and not json_out:
+        # on an installed schema the lines above said nothing of it
+        out.print("row-level security is on: a role sees only the rows its transaction's "
+                  "pgfunnel.principals may read; give your application's login role "
+                  "`grant pgfunnel_reader to ROLE` (docs/security.md)", highlight=False,
+                  soft_wrap=True)
 
 
 @app.command()

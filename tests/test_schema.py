@@ -162,6 +162,20 @@ def test_pgvector_off_the_search_path_is_a_clear_error_before_anything_is_writte
     assert schema.init(empty_db)["created"] is True
 
 
+def test_init_rls_on_an_installed_schema_says_it_is_on(sample_db: str) -> None:
+    # it printed only "schema already installed ...; functions refreshed."
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    plain = CliRunner().invoke(app, ["init", "--dsn", sample_db])
+    assert plain.exit_code == 0 and "row-level security" not in plain.output
+    res = CliRunner().invoke(app, ["init", "--rls", "--dsn", sample_db])
+    said = " ".join(res.output.split())
+    assert res.exit_code == 0, said
+    assert "schema already installed" in said and "row-level security is on" in said
+    assert "grant pgfunnel_reader to ROLE" in said
+
+
 def test_a_failing_migration_is_a_pgfunnel_error_not_a_traceback(empty_db: str) -> None:
     from pgfunnel.cli.main import app
     from typer.testing import CliRunner
