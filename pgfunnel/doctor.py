@@ -343,6 +343,7 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
         "       i.present, i.valid, "
         "       pg_get_indexdef(to_regclass('pgfunnel.' || i.index_name)) as indexdef, "
         "       cov.missing, cov.embedding_rows, cov.collection_chunks as chunks, v.analyzer, "
+        "       v.embedding_model as model, "
         "       (select count(*) from pgfunnel.chunk k where k.collection_id = c.id "
         "         and not exists (select 1 from pgfunnel.embedding e "
         "                          where e.index_version_id = v.id and e.chunk_id = k.id)"
@@ -482,33 +483,42 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
         name, params, analyzer = r["name"], r["params"] or {}, r["analyzer"]
         where = f"collection {name!r}, active version {r['version']}"
         reindex = f"`pgfunnel reindex -c {name} --activate`"
-        # what the findings below ask a reindex for, as tests of a version
+        # what the findings below ask a reindex for, as tests of a version; a version
+        # that records the input was built with it on purpose (--embed-input text,
+        # --lexical-input text|title), one that records none predates the choice
         wanted: list[Callable[[dict[str, Any]], bool]] = []
+        analyzer_wanted = False
         if version_embed_input(params) == EMBED_TEXT_ALONE:
+            why = ("built with --embed-input text" if "embed_input" in params
+                   else "it predates titles")
             wanted.append(lambda v: version_embed_input(v["params"] or {}) != EMBED_TEXT_ALONE)
             found.append(Finding("info", "active_index",
-                                 f"{where} embeds chunks without their document title (it "
-                                 f"predates titles); {reindex} embeds them with it, which "
+                                 f"{where} embeds chunks without their document title "
+                                 f"({why}); {reindex} embeds them with it, which "
                                  "raised the dense leg's nDCG@10 on every benchmark here"))
         if version_lexical_input(params) == LEXICAL_TEXT_ALONE:
+            why = ("built with --lexical-input text" if "lexical_input" in params
+                   else "it predates that")
             wanted.append(
                 lambda v: version_lexical_input(v["params"] or {}) != LEXICAL_TEXT_ALONE)
             found.append(Finding("info", "active_index",
                                  f"{where} indexes chunks for BM25 without their document "
-                                 f"title (it predates that); {reindex} indexes them with it, "
+                                 f"title ({why}); {reindex} indexes them with it, "
                                  "with no model time (docs/tuning.md: default nDCG@10 on "
                                  "Tornado's docs 0.794 -> 0.832, on mypy's 0.920 -> 0.962)"))
         elif version_lexical_input(params) == LEXICAL_WITH_TITLE:
             wanted.append(
                 lambda v: version_lexical_input(v["params"] or {}) == LEXICAL_TITLE_TWICE)
             found.append(Finding("info", "active_index",
-                                 f"{where} counts the document title once in BM25 (it "
-                                 f"predates title2); {reindex} counts it twice, with no "
+                                 f"{where} counts the document title once in BM25 (the "
+                                 f"default before title2, or --lexical-input title); "
+                                 f"{reindex} counts it twice, with no "
                                  "model time (docs/tuning.md: default nDCG@10 on Tornado's "
                                  "docs 0.831 -> 0.868, pydocs 0.672 -> 0.677)"))
         newer = f"{analyzer.split('_')[0]}_v6"
         if analyzer not in _V6_ANALYZERS and ascii_only_locale and r["non_ascii"]:
             wanted.append(lambda v: v["analyzer"] in _V6_ANALYZERS)
+            analyzer_wanted = True
             found.append(Finding("warning", "active_index",
                                  f"{where} uses analyzer {analyzer} and holds non-ASCII text, "
                                  "but this database's collation reads only ASCII letters as "
@@ -531,6 +541,7 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
                                  "this"))
         elif analyzer in ("english_v1", "simple_v1", "english_v2", "simple_v2"):
             wanted.append(lambda v: v["analyzer"] in _V6_ANALYZERS)
+            analyzer_wanted = True
             gains = ("also indexes the inner names of dotted identifiers (quote_all in "
                      "csv.QUOTE_ALL) and " if analyzer.endswith("_v1") else "")
             found.append(Finding("info", "active_index",
@@ -545,6 +556,7 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
             # v6 differs from v3 only on these scripts, from v4 on all but Chinese and
             # Japanese, from v5 on the last: only a collection holding some is told
             wanted.append(lambda v: v["analyzer"] in _V6_ANALYZERS)
+            analyzer_wanted = True
             found.append(Finding("info", "active_index",
                                  f"{where} uses analyzer {analyzer} and holds "
                                  f"{' and '.join(held)}, found only by the same whole form; "
@@ -557,7 +569,13 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
                                  f"halfvec graphs); {reindex} builds one about 40% smaller "
                                  "at the same recall"))
             wanted.append(lambda v: version_hnsw_type(v["params"] or {}) != HNSW_VECTOR)
-        has_all = [v for v in retired.get(int(r["cid"]), []) if all(w(v) for w in wanted)]
+        # and what no note asks to change, as the active version has it: a retired
+        # version of another model or analyzer family is not what a reindex would build
+        family = analyzer.split("_")[0]
+        has_all = [v for v in retired.get(int(r["cid"]), [])
+                   if all(w(v) for w in wanted) and v["model"] == r["model"]
+                   and (v["analyzer"] == analyzer
+                        or (analyzer_wanted and v["analyzer"].split("_")[0] == family))]
         if wanted and has_all:
             v = has_all[0]
             found.append(Finding("info", "active_index",

@@ -72,7 +72,13 @@ def test_a_version_whose_bm25_reads_the_text_alone_is_pointed_to_reindex(
         assert not [f for f in check_active_indexes(conn) if "for BM25" in f.message]
         conn.execute("update pgfunnel.index_version set params = params - 'lexical_input'")
         [note] = [f for f in check_active_indexes(conn) if "for BM25" in f.message]
-    assert note.level == "info" and "pgfunnel reindex -c default --activate" in note.message
+        assert note.level == "info" and "pgfunnel reindex -c default --activate" in note.message
+        assert "(it predates that)" in note.message
+        # built so on purpose (reindex --lexical-input text): it said "it predates that"
+        conn.execute("update pgfunnel.index_version "
+                     "set params = params || '{\"lexical_input\": \"text\"}'")
+        [note] = [f for f in check_active_indexes(conn) if "for BM25" in f.message]
+        assert "(built with --lexical-input text)" in note.message
 
 
 def test_a_version_that_counts_the_title_once_is_pointed_to_reindex(sample_db: str) -> None:
@@ -172,6 +178,26 @@ def test_a_retired_version_with_what_a_reindex_would_bring_is_named(sample_db: s
         conn.execute("update pgfunnel.index_version set analyzer = 'english_v1' "
                      "where version = 1")
         assert not [f for f in check_active_indexes(conn) if "retired version" in f.message]
+
+
+def test_a_retired_version_of_another_analyzer_is_not_offered_for_the_title(
+        sample_db: str) -> None:
+    # the active simple_v6 version counted the title once; the retired english_v6 one was
+    # offered as having "what the notes above would reindex for", an analyzer switch
+    from pgfunnel import versions
+
+    with connect(sample_db, autocommit=True) as conn:
+        res = versions.reindex(conn, "default", analyzer="simple_v6", lexical_input="title",
+                               activate_after=True)
+        notes = [f.message for f in check_active_indexes(conn)]
+        assert any("title once" in n for n in notes), notes
+        assert not [n for n in notes if "retired version" in n], notes
+        # one of the same analyzer that counts it twice is offered
+        same = versions.reindex(conn, "default", analyzer="simple_v6")
+        versions.activate(conn, "default", same.version)
+        versions.activate(conn, "default", res.version)
+        [named] = [f.message for f in check_active_indexes(conn) if "retired version" in f.message]
+        assert f"retired version {same.version} " in named and "simple_v6" in named
 
 
 def _analyzer_notes(conn: psycopg.Connection[Any]) -> list[str]:
