@@ -15,6 +15,7 @@ import datetime as dt
 import fnmatch
 import hashlib
 import json
+import os
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -460,11 +461,19 @@ def _refuse_shared_citekeys(files: Sequence[tuple[Path, str]], folder: Path) -> 
 
 
 def _citekey(path: Path, root: Path) -> str:
-    try:
-        relative = path.resolve().relative_to(root.resolve())
-    except ValueError:
-        raise InvalidDocumentError(f"{path}: not inside the root folder {root}") from None
-    return relative.with_suffix("").as_posix()
+    """``path`` relative to ``root``, without its suffix. Read as written first: a file
+    in the folder that is a symbolic link to one elsewhere is the document at its own
+    place (resolved, it was "not inside the root folder" and stopped the ingest, and a
+    link to a file beside it took that file's citekey); then with links resolved, for a
+    root given through a link of its own."""
+    if path.suffix.lower() == ".jsonl":
+        return path.stem  # its lines carry their own citekeys
+    for inside, folder in ((Path(os.path.abspath(path)), Path(os.path.abspath(root))),
+                           (path.resolve(), root.resolve())):
+        if inside.is_relative_to(folder):
+            return inside.relative_to(folder).with_suffix("").as_posix()
+    raise InvalidDocumentError(f"{path}: not inside the root folder {root} (--root): a "
+                               "file's citekey is its path from there")
 
 
 # the encoding an HTML page declares in its first bytes: <meta charset>, the http-equiv
@@ -676,10 +685,14 @@ def read_paths(paths: Iterable[Path], exclude: Sequence[str] = (),
         for source, rec in _read_path_records(Path(p), root, exclude):
             first = origin.setdefault(rec.citekey, source)
             if first != source:
+                # --root makes a file's citekey its path, but a JSONL line names its own
+                root_helps = ".jsonl" not in (first.suffix.lower(), source.suffix.lower())
                 raise InvalidDocumentError(
                     f"{first} and {source} both give citekey {rec.citekey!r}: ingest them "
-                    "into separate collections, give --root so that files' citekeys are "
-                    "their paths, or leave one out")
+                    "into separate collections, "
+                    + ("give --root so that files' citekeys are their paths, "
+                       if root_helps else "change the citekey of the JSONL line, ")
+                    + "or leave one out")
             yield rec
 
 

@@ -176,6 +176,31 @@ def test_root_gives_one_file_the_citekey_it_has_in_its_folder(tmp_path: Path) ->
         list(read_path(tmp_path / "sub" / "expenses.md", root=tmp_path / "elsewhere"))
 
 
+def test_a_linked_file_in_a_folder_is_a_document_at_its_own_place(tmp_path: Path) -> None:
+    # resolved, a link to a file outside the folder was "not inside the root folder" and
+    # stopped the whole ingest, and a link to a file beside it took that file's citekey
+    from pgfunnel.sources import read_paths
+
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "shared.md").write_text("# Shared\n\nKept in another repository.\n")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "guide.md").write_text("# Guide\n\nRead this first.\n")
+    (docs / "shared.md").symlink_to(outside / "shared.md")
+    (docs / "start.md").symlink_to(docs / "guide.md")
+    assert sorted(d.citekey for d in read_path(docs)) == ["guide", "shared", "start"]
+    # a folder reached through a link of its own, with --root given as written
+    (tmp_path / "alias").symlink_to(docs)
+    assert [d.citekey for d in read_path(tmp_path / "alias" / "guide.md", root=docs)
+            ] == ["guide"]
+    # a JSONL file's lines name their citekeys: --root does not apply to it
+    lines = tmp_path / "extra.jsonl"
+    lines.write_text('{"citekey": "faq", "text": "Questions and answers."}\n')
+    assert sorted(d.citekey for d in read_paths([docs, lines], root=docs)) == [
+        "faq", "guide", "shared", "start"]
+
+
 NODE_STYLE = """<html><head><title>File system | Node.js v20.20.2 Documentation</title></head>
 <body><header><h1>Node.js v20.20.2 documentation</h1></header>
 <div id="column1" role="main">
