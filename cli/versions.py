@@ -119,7 +119,8 @@ def reindex(
 ) -> None:
     """Build a new index version beside the active one (which keeps serving), validate it.
 
-    Re-embeds every chunk with the model, writes BM25 rows and statistics with the
+    Embeds every chunk with the model (copies the vectors of a version of the same model
+    instead, unless --reembed), writes BM25 rows and statistics with the
     analyzer, builds the HNSW index concurrently, then checks the index is valid, the
     counts match the chunks, and HNSW recall@10 vs an exact scan is at least 0.95. A rerun
     after an interruption resumes. Exit 1 if another reindex holds the collection, 3 if
@@ -326,6 +327,7 @@ def drop_collection_cmd(
     posting partitions included), traces and judged queries."""
     from pgfunnel import versions
     from pgfunnel.db import connect
+    from pgfunnel.errors import NotFoundError
 
     with handle_errors(), connect(dsn, autocommit=True) as conn:
         if not yes:
@@ -333,7 +335,10 @@ def drop_collection_cmd(
             from pgfunnel.db import require_schema
 
             require_schema(conn)
-            coll_id = versions.require_collection(conn, collection)
+            coll_id = versions.collection_id(conn, collection)
+            if coll_id is None:
+                raise NotFoundError(f"collection {collection!r} does not exist: nothing to "
+                                    "drop")
             row = conn.execute("select count(*) from pgfunnel.document where collection_id = %s",
                                (coll_id,)).fetchone()
             held = plural(int(row[0]) if row else 0, "document")

@@ -391,7 +391,12 @@ def migrate(dsn: str | None = None) -> dict[str, Any]:
             after = current_revision(conn)
             notes = _upgrade_notes(conn)
     except psycopg.Error as exc:
-        # a role that does not own the schema cannot read alembic_version, say
-        raise translate(exc) from exc
+        error = translate(exc)
+        if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+            # a role that does not own the schema (a reader, a writer) cannot read
+            # alembic_version, and could not alter the tables or replace the functions
+            raise type(error)(f"{error}: run `pgfunnel migrate` as the role that owns the "
+                              "pgfunnel schema (the one that ran `pgfunnel init`)") from exc
+        raise error from exc
     return {"revision_before": before, "revision": after, "notes": notes}
 

@@ -286,6 +286,10 @@ def record_from_dict(obj: Any, where: str) -> DocumentRecord:
         # abstract, "text": "") is searched by its title rather than refused; a line with
         # no "text" at all is still an error (its text may sit under another name)
         text = title
+    if text is not None and not isinstance(text, str):
+        # as every other field of the wrong type is named (`"text": 5`)
+        raise InvalidDocumentError(f"{where}: 'text' must be a string, got "
+                                   f"{type(text).__name__} (citekey {citekey!r})")
     if not isinstance(text, str) or not text.strip():
         raise InvalidDocumentError(f"{where}: missing or empty 'text' (citekey {citekey!r})")
     # the field checks are check_record's, below

@@ -54,6 +54,7 @@ from pgfunnel.ingest import (
     DEFAULT_HNSW_TYPE,
     TermAnalyzer,
     active_version,
+    collection_id,
     create_hnsw_index,
     create_posting_index,
     create_version,
@@ -988,7 +989,11 @@ def drop_collection(conn: psycopg.Connection[Any], collection: str) -> dict[str,
     a plain DELETE of the collection row would leave behind), then its documents, chunks,
     traces and judged queries. Refuses while a reindex of it runs. Autocommit connection."""
     def body() -> dict[str, Any]:
-        coll_id = require_collection(conn, collection)
+        coll_id = collection_id(conn, collection)
+        if coll_id is None:
+            # "ingest into it first", as a search is told, is no advice for a drop
+            raise NotFoundError(f"collection {collection!r} does not exist: nothing to "
+                                "drop")
         _name_session(conn, f"pgfunnel versions drop-collection {collection}")
         with writer_lock(conn, collection):
             infos = _versions(conn, coll_id)

@@ -257,6 +257,20 @@ def test_what_writes_says_it_needs_the_primary(sample_db: str, embedder: Any) ->
                             ).fetchone() == (0,)
 
 
+def test_migrate_by_a_role_that_does_not_own_the_schema_says_whose_it_is(
+        sample_db: str) -> None:
+    # a reader got only "permission denied for table alembic_version"
+    from _security_helpers import create_app_role
+
+    from pgfunnel import schema
+    from pgfunnel.errors import AccessError
+
+    reader = create_app_role(sample_db)
+    with pytest.raises(AccessError, match="permission denied .*run `pgfunnel migrate` as the "
+                                          "role that owns the pgfunnel schema"):
+        schema.migrate(reader)
+
+
 def test_doctor_runs_on_a_read_only_connection(sample_db: str, tmp_path: Path) -> None:
     from pgfunnel.doctor import run_checks
 

@@ -61,7 +61,8 @@ def test_a_jsonl_document_that_is_only_its_title_is_searched_by_its_title() -> N
     # neither text nor title: nothing to search, refused with the place and the field
     with pytest.raises(InvalidDocumentError, match=r"x:3: missing or empty 'text'"):
         record_from_dict({"_id": "p9", "title": " ", "text": ""}, "x:3")
-    with pytest.raises(InvalidDocumentError, match=r"x:4: missing or empty 'text'"):
+    # a text of the wrong type is named as such, as every other field's is
+    with pytest.raises(InvalidDocumentError, match=r"x:4: 'text' must be a string, got int"):
         record_from_dict({"citekey": "p10", "title": "T", "text": 5}, "x:4")
 
 

@@ -535,7 +535,12 @@ def test_drop_collection_takes_its_tables_and_indexes_too(db: str) -> None:
         misspelt = runner.invoke(app, ["versions", "drop-collection", "aa", "--dsn", db],
                                  env={"COLUMNS": "200"})
         assert misspelt.exit_code == 1 and "--yes" not in misspelt.output, misspelt.output
-        assert "aa" in misspelt.output
+        assert "collection 'aa' does not exist: nothing to drop" in misspelt.output
+        # with --yes too: it said "ingest into it first", as a search is told
+        gone = runner.invoke(app, ["versions", "drop-collection", "aa", "--yes", "--dsn", db],
+                             env={"COLUMNS": "200"})
+        assert gone.exit_code == 1 and "nothing to drop" in gone.output, gone.output
+        assert "ingest" not in gone.output
         done = runner.invoke(app, ["versions", "drop-collection", "a", "--yes", "--dsn", db,
                                    "--json"])
         assert done.exit_code == 0, done.output
