@@ -220,12 +220,13 @@ as $$
               else '' end
 $$;
 
--- every token of each input text, what it became, and why anything was dropped.
--- Ingest analyses the distinct whitespace-separated words of a batch through this
--- function (the token pattern never spans whitespace), so indexed terms and query
--- terms come from one implementation.
-create or replace function pgfunnel.analyze_each(inputs text[], analyzer text default 'english_v6',
-                                                 for_query boolean default false)
+-- one pass of the analyzer over each input text, dropping `question_words` ('{}' for
+-- documents): every token, what it became, and why anything was dropped. Ingest
+-- analyses the distinct whitespace-separated words of a batch through analyze_each (the
+-- token pattern never spans whitespace), so indexed terms and query terms come from one
+-- implementation.
+create or replace function pgfunnel._analyze_pass(inputs text[], analyzer text,
+                                                  question_words text[])
 returns table (input_ordinal integer, token_position integer, token text, term text, dropped text)
 language plpgsql stable parallel safe
 security invoker
@@ -237,7 +238,6 @@ set jit = off
 as $$
 declare
     stem_dict regdictionary;
-    question_words text[] := case when for_query then pgfunnel._question_words() else '{}' end;
     inner_names boolean := analyzer in ('english_v2', 'simple_v2', 'english_v3', 'simple_v3',
                                         'english_v4', 'simple_v4', 'english_v5', 'simple_v5',
                                         'english_v6', 'simple_v6');
@@ -411,6 +411,48 @@ begin
            end
       from analyzed a
      order by a.inp, a.pos, a.sub, a.run;
+end
+$$;
+
+-- every token of each input text, what it became, and why anything was dropped. On the
+-- query side (`for_query`) question words are dropped only from a text that keeps some
+-- other term: `explain`, `tell` or `mean` alone is searched as a word (Werkzeug's
+-- `tell`, Hypothesis' `explain` phase) rather than left with nothing to search.
+-- (_pool runs the same two passes itself, the second only when the first leaves
+-- nothing: this wrapper's cost is off a search's path.)
+create or replace function pgfunnel.analyze_each(inputs text[], analyzer text default 'english_v6',
+                                                 for_query boolean default false)
+returns table (input_ordinal integer, token_position integer, token text, term text, dropped text)
+language plpgsql stable parallel safe
+security invoker
+set search_path = pg_catalog, pgfunnel
+set plan_cache_mode = force_generic_plan
+set jit = off
+as $$
+begin
+    if for_query is null then
+        perform pgfunnel._bad_parameter('for_query', 'must be true or false, not NULL');
+    end if;
+    if not for_query then
+        return query select * from pgfunnel._analyze_pass(inputs, analyzer, '{}');
+        return;
+    end if;
+    return query
+    with first_pass as (
+        select * from pgfunnel._analyze_pass(inputs, analyzer, pgfunnel._question_words())
+    ),
+    bare as (
+        -- inputs of which nothing is left but for question words
+        select f.input_ordinal from first_pass f
+         group by f.input_ordinal
+        having bool_and(f.term is null) and bool_or(f.dropped = 'question word')
+    )
+    select f.* from first_pass f
+     where f.input_ordinal <> all (array(select b.input_ordinal from bare b))
+    union all
+    select b.input_ordinal, w.token_position, w.token, w.term, w.dropped
+      from bare b,
+           lateral pgfunnel._analyze_pass(array[inputs[b.input_ordinal]], analyzer, '{}') w;
 end
 $$;
 

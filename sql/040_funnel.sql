@@ -256,6 +256,9 @@ declare
     den_depth integer;
     q_terms text[] := '{}';
     q_positions integer[];
+    -- a query of nothing but question words, read as words (below)
+    bare_terms text[];
+    bare_positions integer[];
     n_chunks bigint;
     -- the share of the query's idf the version holds, and the share its best lexical
     -- match holds (see below)
@@ -369,7 +372,23 @@ begin
           into q_terms, q_positions, dropped
           from (select e.token_position, e.token, e.term,
                        bool_and(e.term is null) over (partition by e.token_position) as unsearched
-                  from pgfunnel.analyze_each(array[query_text], analyzer_name, true) e) t;
+                  from pgfunnel._analyze_pass(array[query_text], analyzer_name,
+                                              pgfunnel._question_words()) e) t;
+        if cardinality(q_terms) = 0 and cardinality(dropped) > 0 then
+            -- nothing left: question words (`explain`, `tell`) are then searched as
+            -- words, as analyze_each(..., for_query => true) reads such a text
+            select coalesce(array_agg(w.term order by w.token_position)
+                                filter (where w.term is not null), '{}'),
+                   coalesce(array_agg(w.token_position order by w.token_position)
+                                filter (where w.term is not null), '{}')
+              into bare_terms, bare_positions
+              from pgfunnel._analyze_pass(array[query_text], analyzer_name, '{}') w;
+            if cardinality(bare_terms) > 0 then
+                q_terms := bare_terms;
+                q_positions := bare_positions;
+                dropped := '{}';
+            end if;
+        end if;
         if cardinality(q_terms) = 0 then
             raise warning using message = format(
                 'pgfunnel: no searchable term left in query_text (dropped: %s); the lexical leg is empty',

@@ -115,6 +115,40 @@ def test_question_words_dropped_and_reported(sample_conn: psycopg.Connection[Any
     assert notices and "s3" not in notices[0].split(": ", 1)[1].split(", ")
 
 
+def test_a_query_of_nothing_but_question_words_searches_them(
+        sample_conn: psycopg.Connection[Any]) -> None:
+    """`tell` (a file method), `explain` (a Hypothesis phase, a Postgres command) and
+    `mean` are question words in `what does X mean`; a query of nothing else lost every
+    term and searched nothing, with a warning."""
+    from funnel_util import doc, ingest
+
+    conn = sample_conn
+
+    ingest(conn, [doc("io", "The tell method returns the stream position."),
+                  doc("plan", "Explain shows the plan of a statement.")], collection="qw")
+    for query, term, citekey in (("tell", "tell", "io"), ("explain", "explain", "plan"),
+                                 ("Explain?", "explain", "plan")):
+        assert conn.execute("select pgfunnel.analyze(%s, for_query => true)",
+                            (query,)).fetchone()[0] == [term]
+        assert conn.execute("select pgfunnel.dropped_query_words(%s)",
+                            (query,)).fetchone()[0] == []
+        seen = _capture(conn)
+        rows = conn.execute("select citekey from funnel_search(%s, null, 5, collection => 'qw')",
+                            (query,)).fetchall()
+        assert rows and rows[0][0] == citekey
+        assert not [m for s, m in seen if "no searchable term" in m]
+    # with another word they frame the question, as before
+    assert conn.execute("select pgfunnel.analyze('explain the plan', for_query => true)"
+                        ).fetchone()[0] == ["plan"]
+    # nothing left either way: still the warning and no rows
+    seen = _capture(conn)
+    assert conn.execute("select count(*) from funnel_search('what is the', null, 5, "
+                        "collection => 'qw')").fetchone() == (0,)
+    assert [m for s, m in seen if s == "WARNING" and "no searchable term" in m]
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="^for_query: "):
+        conn.execute("select pgfunnel.analyze('tell', 'english_v6', null)")
+
+
 def test_words_longer_than_a_term_are_reported_not_searched(
         sample_conn: psycopg.Connection[Any]) -> None:
     long_word = "x" * 101
