@@ -58,7 +58,9 @@ def _expected(rows: list[tuple[Any, ...]], fusion: str, w: tuple[float, float],
                     return 0.0
                 # fill: a leg that missed the chunk gives the z-score of its floor
                 return ((lo if x is None else x) - statistics.fmean(xs)) / sd
-            f = w[0] * z(ls, lex, lex_floor) + w[1] * z(ds, den, den_floor)
+            # a short lexical list stands for its depth rows: past its matches, BM25 0
+            lex_rows = lex + [0.0] * (lexical_depth - len(lex)) if lex else lex
+            f = w[0] * z(ls, lex_rows, lex_floor) + w[1] * z(ds, den, den_floor)
         out[cid] = f
     return out
 
@@ -98,6 +100,26 @@ def test_ties_break_by_chunk_id_and_are_deterministic(corpus: psycopg.Connection
         assert ids == sorted(ids)
     for _ in range(3):
         assert _candidates(corpus, "kara", v, fusion="rrf", weights=[1, 1]) == rows
+
+
+@pytest.mark.parametrize("fusion", ["rrf", "minmax", "zscore"])
+def test_the_only_chunk_holding_a_word_leads_under_every_fusion(
+        corpus: psycopg.Connection[Any], fusion: str) -> None:
+    # under zscore one match had no spread: its z-score was 0, as every chunk's, and the
+    # only chunk holding the word fell out of the pool behind the dense leg's 15 rows
+    ingest(corpus, [doc("odd", "zorblax kara lopo")], dims=DIMS, seed=3)
+    v = unit(np.random.default_rng(5), DIMS)
+    rows = _candidates(corpus, "zorblax", v, fusion=fusion, weights=[1, 1])
+    assert sum(r[1] is not None for r in rows) == 1
+    [odd] = [r for r in rows if r[1] is not None]
+    # level with the dense leg's first under rrf and minmax (chunk id breaks the tie)
+    assert odd[5] <= 2, (fusion, odd)
+    if fusion == "zscore":
+        # one match among 15 rows of BM25 0: z = 14 / sqrt(14)
+        assert odd[6] == pytest.approx(math.sqrt(14) + _expected(rows, fusion, (0.0, 1.0),
+                                                                 60)[odd[0]], rel=1e-9)
+        want = _expected(rows, fusion, (1.0, 1.0), 60)
+        assert all(r[6] == pytest.approx(want[r[0]], rel=1e-9, abs=1e-12) for r in rows)
 
 
 def test_leg_without_input_has_no_vote(corpus: psycopg.Connection[Any]) -> None:
