@@ -787,6 +787,19 @@ begin
     if array_position(chunk_ids, null) is not null then
         perform pgfunnel._bad_parameter('chunk_ids', 'must not contain NULL');
     end if;
+    -- every pool chunk has a fused rank and score (a traced search failed on the trace's
+    -- not-null column; an untraced one returned the NULL)
+    if array_position(fused_ranks, null) is not null then
+        perform pgfunnel._bad_parameter('fused_ranks', 'must not contain NULL');
+    end if;
+    if array_position(fused_scores, null) is not null
+       or 'NaN'::float8 = any (fused_scores) then
+        perform pgfunnel._bad_parameter('fused_scores', 'must not contain NULL or NaN');
+    end if;
+    -- NULL is a chunk left unscored (the widened tail of a pool); NaN is no score
+    if 'NaN'::float8 = any (rerank_scores) then
+        perform pgfunnel._bad_parameter('rerank_scores', 'must not contain NaN');
+    end if;
     select u.id into dup_id
       from unnest(chunk_ids) as u(id)
      group by u.id

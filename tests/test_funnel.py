@@ -102,6 +102,22 @@ def test_final_refuses_a_pool_with_a_chunk_twice_or_a_null(conn: psycopg.Connect
             conn.execute("select * from pgfunnel.final(%s::bigint[], %s, %s, %s, %s, %s, %s, "
                          "collection => 't')", (pool, ranks, ones, ranks, ones, ranks, ones))
         assert exc.value.diag.message_primary == f"chunk_ids: {message}"
+    # a NULL fused rank or score, a NaN score: named (a traced call failed on the trace
+    # table's not-null column, an untraced one returned the NULL)
+    for arrays, param in ((([1, None, 3], ones), "fused_ranks"),
+                          (((ranks, [1.0, None, 1.0])), "fused_scores"),
+                          (((ranks, [1.0, float("nan"), 1.0])), "fused_scores")):
+        for trace in (False, True):
+            with pytest.raises(psycopg.errors.InvalidParameterValue) as exc:
+                conn.execute("select * from pgfunnel.final(%s::bigint[], %s, %s, %s, %s, %s, "
+                             "%s, collection => 't', trace => %s)",
+                             (ids, *arrays, ranks, ones, ranks, ones, trace))
+            assert exc.value.diag.message_primary.startswith(f"{param}: must not contain")
+    with pytest.raises(psycopg.errors.InvalidParameterValue) as exc:
+        conn.execute("select * from pgfunnel.final(%s::bigint[], %s, %s, %s, %s, %s, %s, "
+                     "rerank_scores => %s, collection => 't')",
+                     (ids, ranks, ones, ranks, ones, ranks, ones, [0.5, float("nan"), None]))
+    assert exc.value.diag.message_primary == "rerank_scores: must not contain NaN"
     # the whole pool NULL too (it returned no rows); an empty pool is '{}'
     with pytest.raises(psycopg.errors.InvalidParameterValue) as exc:
         conn.execute("select * from pgfunnel.final(null, null, null, null, null, null, null, "
