@@ -127,9 +127,6 @@ def evaluate(
             _writable(out_dir)
         conn = connect(dsn, autocommit=True)
         try:
-            if store_qrels:
-                n = store(conn, collection, judged)
-                console.print(f"stored {n} judgments of {len(judged)} queries in pgfunnel.qrel")
             with (NullProgress() if json_out else progress_display("eval", transient=True)
                   ) as progress:
                 task = progress.add_task("evaluating", total=None)
@@ -144,9 +141,14 @@ def evaluate(
                     # said once below, in the CLI's own words
                     warnings.filterwarnings("ignore", message="pgfunnel eval: .* judged items")
                     result = harness.run(judged, configs, split=split)  # type: ignore[arg-type]
+            respelled = result.report.metadata.get("judged_items_respelled") or {}
+            if store_qrels:
+                # under the citekeys the run matched file names to, or the stage recall
+                # read in the database found none of them
+                n = store(conn, collection, judged, respelled=respelled)
+                console.print(f"stored {n} judgments of {len(judged)} queries in pgfunnel.qrel")
         finally:
             conn.close()
-        respelled = result.report.metadata.get("judged_items_respelled") or {}
         if respelled:
             labelled("note", "yellow", respelled_items_message(respelled))
         if result.missing_items:

@@ -272,6 +272,16 @@ def _write_jsonl(path: Path, lines: list[str]) -> None:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+def test_a_query_longer_than_a_search_takes_is_refused_with_its_line(tmp_path: Path) -> None:
+    # it stopped the run at its search, minutes in, without naming the query
+    path = tmp_path / "q.jsonl"
+    _write_jsonl(path, [json.dumps({"query": "refund", "slice": "s", "relevant": ["a"]}),
+                        json.dumps({"query": "x" * 10_001, "slice": "s", "relevant": ["a"]})])
+    with pytest.raises(InvalidInputError, match=r"q.jsonl: line 2: field 'query' is 10,001 "
+                                                 r"characters long; a search takes at most "):
+        load_queries(path)
+
+
 def test_load_queries_reads_and_ignores_unknown_keys(tmp_path: Path) -> None:
     path = tmp_path / "q.jsonl"
     _write_jsonl(

@@ -332,6 +332,29 @@ def test_stage_recall_in_database_matches_harness(sample_db: str) -> None:
         assert in_db[slice_name]["capped"] == pytest.approx(pools["capped"][slice_name])
 
 
+def test_stored_judgments_use_the_citekey_a_file_name_was_matched_to(sample_db: str) -> None:
+    # `refunds-annual.md` was stored as written: the run matched it to `refunds-annual`
+    # and reported 1.0 at every stage, the database 0.0
+    import dataclasses
+
+    from pgfunnel.db import connect
+    from pgfunnel.eval.harness import stage_recall_in_db, store_qrels
+
+    [q] = [q for q in _subset(3) if q.slice == "identifier"][:1]
+    item = next(iter(q.relevant))
+    as_file = dataclasses.replace(q, relevant={f"{item}.md": 1})
+    with connect(sample_db, autocommit=True) as conn:
+        result = Harness(conn, "default", k=5, trace=True).run(
+            [as_file], [EvalConfig.from_dict("default", {})])
+        respelled = result.report.metadata["judged_items_respelled"]
+        assert respelled == {f"{item}.md": item}
+        store_qrels(conn, "default", [as_file], respelled=respelled)
+        assert conn.execute("select item from pgfunnel.qrel").fetchall() == [(item,)]
+        in_db = stage_recall_in_db(conn, "default")
+    pools = result.report.configs["default"].pool_recall
+    assert in_db["all"]["fused"] == pytest.approx(pools["fused"]["all"]) == 1.0
+
+
 def test_stage_recall_in_database_finds_followups_and_decomposed_parts(sample_db: str) -> None:
     """A resolved follow-up is searched with other text than the judged one, and a
     decomposed query with several searches: the database matched neither by text, so those

@@ -676,15 +676,26 @@ def _noanswer_scores(runs: Mapping[str, Mapping[str, QueryRun]],
 # -- qrels inside the database -------------------------------------------------------------
 
 def store_qrels(conn: psycopg.Connection[Any], collection: str,
-                queries: Sequence[JudgedQuery]) -> int:
-    """Upsert judged queries into ``pgfunnel.qrel``; returns the number of (query, item) rows."""
+                queries: Sequence[JudgedQuery],
+                respelled: Mapping[str, str] | None = None) -> int:
+    """Upsert judged queries into ``pgfunnel.qrel``; returns the number of (query, item) rows.
+    ``respelled`` renames judged items as a run matched them (a file name to its citekey:
+    the run's ``judged_items_respelled``), so the stage recall read in the database finds
+    them; two items of one query renamed alike keep the higher grade."""
     row = conn.execute("select id from pgfunnel.collection where name = %s",
                        (collection,)).fetchone()
     if row is None:
         raise NotFoundError(f"collection {collection!r} does not exist")
     coll = int(row[0])
-    rows = [(coll, q.query_id, item, q.query, q.slice, grade)
-            for q in queries for item, grade in q.relevant.items()]
+    renamed = respelled or {}
+    rows = []
+    for q in queries:
+        graded: dict[str, int] = {}
+        for item, grade in q.relevant.items():
+            key = renamed.get(item, item)
+            graded[key] = max(grade, graded.get(key, grade))
+        rows += [(coll, q.query_id, item, q.query, q.slice, grade)
+                 for item, grade in graded.items()]
     try:
         with conn.transaction(), conn.cursor() as cur:
             cur.execute("delete from pgfunnel.qrel where collection_id = %s and query_id = any(%s)",

@@ -117,6 +117,13 @@ def parse_query(obj: Any, line: int | None = None) -> JudgedQuery:
         return value
 
     query = text_field("query", allow_empty=True)
+    from pgfunnel.search import MAX_QUERY_CHARS
+
+    if len(query) > MAX_QUERY_CHARS:
+        # said here, with its line, rather than by the search, which stopped the run
+        # minutes in without naming the query
+        raise InvalidInputError(f"{where}: field 'query' is {len(query):,} characters long; "
+                                f"a search takes at most {MAX_QUERY_CHARS:,}")
     slice_name = text_field("slice", allow_empty=False)
     if slice_name == ALL_SLICE:
         raise InvalidInputError(
