@@ -577,13 +577,7 @@ class Harness:
         renamed = {item: key for item, key in spellings.items() if key in present}
         if not renamed:
             return queries, {}, missing
-        out = []
-        for q in queries:
-            relevant: dict[str, int] = {}
-            for item, grade in q.relevant.items():
-                key = renamed.get(item, item)
-                relevant[key] = max(grade, relevant.get(key, grade))
-            out.append(dataclasses.replace(q, relevant=relevant))
+        out = [dataclasses.replace(q, relevant=_renamed(q.relevant, renamed)) for q in queries]
         return out, renamed, [item for item in missing if item not in renamed]
 
     def _index_version(self, conn: psycopg.Connection[Any]) -> dict[str, Any]:
@@ -597,6 +591,16 @@ class Harness:
                                 "active index version")
         return {"version": row[0], "embedding_model": row[1], "analyzer": row[2],
                 "chunks": row[3]}
+
+
+def _renamed(relevant: Mapping[str, int], renamed: Mapping[str, str]) -> dict[str, int]:
+    """A query's judgments with items renamed; two items renamed alike keep the higher
+    grade."""
+    out: dict[str, int] = {}
+    for item, grade in relevant.items():
+        key = renamed.get(item, item)
+        out[key] = max(grade, out.get(key, grade))
+    return out
 
 
 def citekey_of_file_name(item: str) -> str:
@@ -687,15 +691,8 @@ def store_qrels(conn: psycopg.Connection[Any], collection: str,
     if row is None:
         raise NotFoundError(f"collection {collection!r} does not exist")
     coll = int(row[0])
-    renamed = respelled or {}
-    rows = []
-    for q in queries:
-        graded: dict[str, int] = {}
-        for item, grade in q.relevant.items():
-            key = renamed.get(item, item)
-            graded[key] = max(grade, graded.get(key, grade))
-        rows += [(coll, q.query_id, item, q.query, q.slice, grade)
-                 for item, grade in graded.items()]
+    rows = [(coll, q.query_id, item, q.query, q.slice, grade) for q in queries
+            for item, grade in _renamed(q.relevant, respelled or {}).items()]
     try:
         with conn.transaction(), conn.cursor() as cur:
             cur.execute("delete from pgfunnel.qrel where collection_id = %s and query_id = any(%s)",
