@@ -619,10 +619,6 @@ security invoker
 set search_path = pg_catalog, pgfunnel, @vector_schema@
 set plan_cache_mode = force_generic_plan
 set jit = off
--- set here so that what the body sets for the walk ends with this call: the caller's own
--- values (a `set local hnsw.ef_search` of its transaction) come back when it returns
-set hnsw.ef_search = 100
-set hnsw.iterative_scan = off
 as $$
 declare
     -- the first read is sized by the visible share the caller expects (the lexical leg
@@ -637,8 +633,7 @@ declare
     few integer;
     visible bigint[];
 begin
-    -- for this call only (the SET clauses above), so neither a pooled connection nor the
-    -- rest of the caller's transaction keeps a setting from this search. The
+    -- transaction-local, so a pooled connection keeps no setting from this search. The
     -- first read asks for at most ef_search rows, which one plain HNSW search returns;
     -- pgvector's iterative scan (which costs about a quarter more per search) is turned
     -- on only for a deeper read
