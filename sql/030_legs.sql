@@ -632,6 +632,14 @@ declare
     setting text;
     few integer;
     visible bigint[];
+    walked boolean := false;
+    -- the caller's values, put back at the end: its own transaction goes on with them
+    -- (pgvector's defaults when it set none: the settings do not exist before pgvector
+    -- loads). A function-level SET clause would do it, but Postgres refuses one on
+    -- pgvector's settings to a schema owner that is not a superuser.
+    caller_ef_search constant text := coalesce(current_setting('hnsw.ef_search', true), '40');
+    caller_iterative_scan constant text := coalesce(current_setting('hnsw.iterative_scan', true),
+                                                    'off');
 begin
     -- transaction-local, so a pooled connection keeps no setting from this search. The
     -- first read asks for at most ef_search rows, which one plain HNSW search returns;
@@ -698,7 +706,8 @@ begin
         -- enough rows, or the walk read every row of the version (a walk can come back
         -- short of n while the version holds more: under row-level security)
         if cardinality(chunk_ids) >= depth or n_raw >= n_chunks then
-            return;
+            walked := true;
+            exit;
         end if;
         -- read deep enough to expect `depth` visible rows at the visible share just
         -- seen (the loop's first line sends a share that small that this means
@@ -712,18 +721,23 @@ begin
     end loop;
 
     -- a selective filter: rank the visible rows exactly
-    select coalesce(array_agg(s.chunk_id order by s.dist, s.chunk_id), '{}'),
-           coalesce(array_agg(1 - s.dist order by s.dist, s.chunk_id), '{}')
-      into chunk_ids, scores
-      from (select e.chunk_id, e.embedding operator(@vector_schema@.<=>) query_embedding as dist
-              from pgfunnel.embedding e
-             where e.index_version_id = _dense_hits.version_id
-               and e.chunk_id = any (coalesce(visible,
-                                              pgfunnel._visible_chunks(principals, tenant, language,
-                                                                       as_of, metadata_filter,
-                                                                       collection_id)))
-             order by 2, 1
-             limit depth) s;
+    if not walked then
+        select coalesce(array_agg(s.chunk_id order by s.dist, s.chunk_id), '{}'),
+               coalesce(array_agg(1 - s.dist order by s.dist, s.chunk_id), '{}')
+          into chunk_ids, scores
+          from (select e.chunk_id, e.embedding operator(@vector_schema@.<=>) query_embedding as dist
+                  from pgfunnel.embedding e
+                 where e.index_version_id = _dense_hits.version_id
+                   and e.chunk_id = any (coalesce(visible,
+                                                  pgfunnel._visible_chunks(principals, tenant,
+                                                                           language, as_of,
+                                                                           metadata_filter,
+                                                                           collection_id)))
+                 order by 2, 1
+                 limit depth) s;
+    end if;
+    setting := set_config('hnsw.ef_search', caller_ef_search, true);
+    setting := set_config('hnsw.iterative_scan', caller_iterative_scan, true);
 end
 $$;
 

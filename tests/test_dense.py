@@ -95,10 +95,24 @@ def test_search_settings_are_transaction_local(conn: psycopg.Connection[Any]) ->
               for name in ("ef_search", "iterative_scan")]
     with conn.transaction():
         _dense(conn, unit(np.random.default_rng(1), DIMS), 10, [])
-        assert conn.execute("show hnsw.ef_search").fetchone()[0] == "100"
     after = [conn.execute(f"show hnsw.{name}").fetchone()[0]
              for name in ("ef_search", "iterative_scan")]
     assert after == before
+    # nor do they outlast the search in the caller's own transaction: its `set local`
+    # comes back (a deep read left 1000 and relaxed_order)
+    with conn.transaction():
+        conn.execute("set local hnsw.ef_search = 400")
+        conn.execute("set local hnsw.iterative_scan = strict_order")
+        _dense(conn, unit(np.random.default_rng(1), DIMS), 10, [])
+        conn.execute("select count(*) from funnel_search(null, %s, 5, collection => 't', "
+                     "dense_depth => 2000)", (unit(np.random.default_rng(2), DIMS),))
+        assert [conn.execute(f"show hnsw.{name}").fetchone()[0]
+                for name in ("ef_search", "iterative_scan")] == ["400", "strict_order"]
+    # and where it set none, pgvector's defaults
+    with conn.transaction():
+        _dense(conn, unit(np.random.default_rng(1), DIMS), 2000, [])
+        assert [conn.execute(f"show hnsw.{name}").fetchone()[0]
+                for name in ("ef_search", "iterative_scan")] == ["40", "off"]
 
 
 def _alice_recall(conn: psycopg.Connection[Any], vecs: dict[int, np.ndarray], seed: int,
