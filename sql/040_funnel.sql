@@ -533,18 +533,20 @@ begin
                      else lex.scores[cardinality(lex.scores)] end;
         d_hi := den.scores[1];
         d_lo := den.scores[cardinality(den.scores)];
-        if fusion = 'zscore' and cardinality(lex.scores) < lex_depth then
-            -- a short lexical list: its depth rows are its matches and, past them, chunks of
-            -- BM25 0, which the mean and spread count too. Over the matches alone, one
-            -- match (or equal ones) had no spread and every z-score was 0: the only chunk
-            -- holding a word the dense leg missed added nothing. And every chunk it did not
-            -- return sat (0 - mean) / stddev below, far under any dense z-score
-            select sum(x) / lex_depth,
-                   sqrt(greatest(sum(x * x) / lex_depth - (sum(x) / lex_depth) ^ 2, 0))
-              into l_mu, l_sd from unnest(lex.scores) x;
-            select avg(x), stddev_pop(x) into d_mu, d_sd from unnest(den.scores) x;
-        elsif fusion = 'zscore' then
-            select avg(x), stddev_pop(x) into l_mu, l_sd from unnest(lex.scores) x;
+        if fusion = 'zscore' then
+            if cardinality(lex.scores) < lex_depth then
+                -- a short lexical list: its depth rows are its matches and, past them,
+                -- chunks of BM25 0, which the mean and spread count too. Over the matches
+                -- alone, one match (or equal ones) had no spread and every z-score was 0:
+                -- the only chunk holding a word the dense leg missed added nothing. And
+                -- every chunk it did not return sat (0 - mean) / stddev below, far under
+                -- any dense z-score
+                select sum(x) / lex_depth,
+                       sqrt(greatest(sum(x * x) / lex_depth - (sum(x) / lex_depth) ^ 2, 0))
+                  into l_mu, l_sd from unnest(lex.scores) x;
+            else
+                select avg(x), stddev_pop(x) into l_mu, l_sd from unnest(lex.scores) x;
+            end if;
             select avg(x), stddev_pop(x) into d_mu, d_sd from unnest(den.scores) x;
         end if;
 
