@@ -286,6 +286,13 @@ def _rebuild_hnsw_advice(conn: psycopg.Connection[Any], vid: int, dims: int,
 
 
 _V6_ANALYZERS = ("english_v6", "simple_v6")
+
+
+def _has_v6_analyzer(version: dict[str, Any]) -> bool:
+    """What the analyzer notes of doctor ask a reindex for, as a test of a version."""
+    return version["analyzer"] in _V6_ANALYZERS
+
+
 # Thai, Lao, Burmese and Khmer letters and marks (which v6 reads as pairs of characters),
 # and the scripts of India and Sri Lanka (whose words a virama or vowel sign cut apart
 # before v6): the analyzer's own ranges, sql/010_analyzer.sql
@@ -487,7 +494,6 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
         # that records the input was built with it on purpose (--embed-input text,
         # --lexical-input text|title), one that records none predates the choice
         wanted: list[Callable[[dict[str, Any]], bool]] = []
-        analyzer_wanted = False
         if version_embed_input(params) == EMBED_TEXT_ALONE:
             why = ("built with --embed-input text" if "embed_input" in params
                    else "it predates titles")
@@ -517,8 +523,7 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
                                  "docs 0.831 -> 0.868, pydocs 0.672 -> 0.677)"))
         newer = f"{analyzer.split('_')[0]}_v6"
         if analyzer not in _V6_ANALYZERS and ascii_only_locale and r["non_ascii"]:
-            wanted.append(lambda v: v["analyzer"] in _V6_ANALYZERS)
-            analyzer_wanted = True
+            wanted.append(_has_v6_analyzer)
             found.append(Finding("warning", "active_index",
                                  f"{where} uses analyzer {analyzer} and holds non-ASCII text, "
                                  "but this database's collation reads only ASCII letters as "
@@ -540,8 +545,7 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
                                  "(`create database ... locale 'C.UTF-8'`) does not have "
                                  "this"))
         elif analyzer in ("english_v1", "simple_v1", "english_v2", "simple_v2"):
-            wanted.append(lambda v: v["analyzer"] in _V6_ANALYZERS)
-            analyzer_wanted = True
+            wanted.append(_has_v6_analyzer)
             gains = ("also indexes the inner names of dotted identifiers (quote_all in "
                      "csv.QUOTE_ALL) and " if analyzer.endswith("_v1") else "")
             found.append(Finding("info", "active_index",
@@ -555,8 +559,7 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
                       for probe, *_, what, each in _SCRIPT_PROBES if r[f"{probe}_terms"]]:
             # v6 differs from v3 only on these scripts, from v4 on all but Chinese and
             # Japanese, from v5 on the last: only a collection holding some is told
-            wanted.append(lambda v: v["analyzer"] in _V6_ANALYZERS)
-            analyzer_wanted = True
+            wanted.append(_has_v6_analyzer)
             found.append(Finding("info", "active_index",
                                  f"{where} uses analyzer {analyzer} and holds "
                                  f"{' and '.join(held)}, found only by the same whole form; "
@@ -575,7 +578,8 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
         has_all = [v for v in retired.get(int(r["cid"]), [])
                    if all(w(v) for w in wanted) and v["model"] == r["model"]
                    and (v["analyzer"] == analyzer
-                        or (analyzer_wanted and v["analyzer"].split("_")[0] == family))]
+                        or (_has_v6_analyzer in wanted
+                            and v["analyzer"].split("_")[0] == family))]
         if wanted and has_all:
             v = has_all[0]
             found.append(Finding("info", "active_index",
