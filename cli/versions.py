@@ -327,7 +327,6 @@ def drop_collection_cmd(
     posting partitions included), traces and judged queries."""
     from pgfunnel import versions
     from pgfunnel.db import connect
-    from pgfunnel.errors import NotFoundError
 
     with handle_errors(), connect(dsn, autocommit=True) as conn:
         if not yes:
@@ -335,10 +334,7 @@ def drop_collection_cmd(
             from pgfunnel.db import require_schema
 
             require_schema(conn)
-            coll_id = versions.collection_id(conn, collection)
-            if coll_id is None:
-                raise NotFoundError(f"collection {collection!r} does not exist: nothing to "
-                                    "drop")
+            coll_id = versions.collection_to_drop(conn, collection)
             row = conn.execute("select count(*) from pgfunnel.document where collection_id = %s",
                                (coll_id,)).fetchone()
             held = plural(int(row[0]) if row else 0, "document")

@@ -984,16 +984,21 @@ def drop(conn: psycopg.Connection[Any], collection: str, version: int) -> Versio
     return _db(body)
 
 
+def collection_to_drop(conn: psycopg.Connection[Any], collection: str) -> int:
+    """The id of the collection a drop names, or NotFoundError: "ingest into it first", as
+    a search is told, is no advice for a drop."""
+    coll_id = collection_id(conn, collection)
+    if coll_id is None:
+        raise NotFoundError(f"collection {collection!r} does not exist: nothing to drop")
+    return coll_id
+
+
 def drop_collection(conn: psycopg.Connection[Any], collection: str) -> dict[str, Any]:
     """Drop a collection whole: each index version's HNSW index and posting partition (what
     a plain DELETE of the collection row would leave behind), then its documents, chunks,
     traces and judged queries. Refuses while a reindex of it runs. Autocommit connection."""
     def body() -> dict[str, Any]:
-        coll_id = collection_id(conn, collection)
-        if coll_id is None:
-            # "ingest into it first", as a search is told, is no advice for a drop
-            raise NotFoundError(f"collection {collection!r} does not exist: nothing to "
-                                "drop")
+        coll_id = collection_to_drop(conn, collection)
         _name_session(conn, f"pgfunnel versions drop-collection {collection}")
         with writer_lock(conn, collection):
             infos = _versions(conn, coll_id)
