@@ -11,7 +11,8 @@
 --   * a part mixing letters and digits is kept whole and split at letter/digit
 --     boundaries, so ERR-4029, err 4029 and err4029 share the terms err and 4029
 --   * alphabetic parts are stemmed (english snowball); stop words are dropped
---   * query side only: question words and question glue are dropped
+--   * query side only: question words and question glue are dropped where they frame the
+--     question (_frames_question)
 --   * english_v2 and simple_v2 also index the inner names of a dotted identifier: each
 --     segment that is itself a compound (quote_all in csv.quote_all) and each run of two
 --     or more segments short of the whole (os.path and path.join in os.path.join), so a
@@ -72,6 +73,53 @@ as $$
                  'you', 'your', 'mean', 'means', 'meaning', 'explain', 'tell', 'please', 'there',
                  'any', 'a', 'an', 'the', 'to', 'of', 'in', 'on', 'for', 'about', 'with', 'and',
                  'or', 'it', 'its', 'this', 'that', 'be']::text[]
+$$;
+
+-- Whether a question word at `token_position` of a query frames the question rather than
+-- being what it asks about; first_content and last_content are the positions of the
+-- query's first and last tokens that are not question words (NULL: it has none). Glue
+-- (`what`, `how`, `is`, `the`, `you`) frames a question wherever it stands. Words that
+-- are also names of things frame one only where questions put them: a request (`explain`,
+-- `tell`, `please`) or a modal (`can`, `may`, `will`, `us`, `any`) in the run of question
+-- words that opens it (`can you explain`, `how may I`), `mean` closing it (`what does
+-- ERR-4029 mean`) or after its first word (`what is the meaning of`, `what do you mean
+-- by`). Elsewhere they are searched: `Greenwich Mean Time`, `which rows may be locked`,
+-- `mean squared error` (a query opening with such a word is read as a request: `explain
+-- WITH`, so `explain analyze` loses `explain`; written in capitals it is kept, below).
+create or replace function pgfunnel._frames_question(word text, token_position integer,
+                                                     first_content integer,
+                                                     last_content integer)
+returns boolean
+language sql immutable parallel safe
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+    select case
+               when word in ('mean', 'means', 'meaning')
+                   then first_content is null
+                        or token_position > last_content
+                        or (token_position > 1 and token_position < first_content)
+               when word in ('explain', 'tell', 'please', 'us', 'may', 'might', 'will', 'shall',
+                             'must', 'can', 'could', 'would', 'should', 'any')
+                   then first_content is null or token_position < first_content
+               else true
+           end
+$$;
+
+-- The words of each input written in capitals (two or more letters, upper case) in a
+-- text that also holds lower case, as `ordinal:word` in lower case: `EXPLAIN ANALYZE`,
+-- `US tax` or `use IN with a subquery` name a command, a country or a keyword, which a
+-- question word never is. A text in capitals throughout says nothing by it.
+create or replace function pgfunnel._capitalised_words(inputs text[])
+returns text[]
+language sql immutable parallel safe
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+    select coalesce(array_agg(distinct i.ord || ':' || lower(w.m[1])), '{}')
+      from unnest(inputs) with ordinality as i(txt, ord),
+           regexp_matches(i.txt, '\m([A-Z]{2,})\M', 'g') as w(m)
+     where i.txt ~ '[a-z]'
 $$;
 
 -- each text in the form v3 analyzers read: Unicode compatibility normalization (NFKC:
@@ -261,6 +309,8 @@ declare
                               '\u0e8c-\u0ea3\u0ea5\u0ea7-\u0ebd\u0ec0-\u0ec4\u0ec6\u0ec8-\u0ecd'
                               '\u0edc-\u0edf\u1000-\u103f\u1050-\u108f\u109a-\u109d\u1780-\u17d3'
                               '\u17d7\u17dc-\u17dd\uaa60-\uaa76\uaa7a-\uaa7f\ua9e0-\ua9ef\ua9fa-\ua9fe';
+    -- question words written in capitals, which are searched (_capitalised_words)
+    capitalised text[] := '{}';
 begin
     select a.stem_dictionary::regdictionary into stem_dict
       from pgfunnel.analyzers() a where a.name = analyzer;
@@ -272,6 +322,11 @@ begin
     if analyzer in ('english_v3', 'simple_v3', 'english_v4', 'simple_v4', 'english_v5',
                     'simple_v5', 'english_v6', 'simple_v6') then
         inputs := pgfunnel._unicode_fold(inputs);
+    end if;
+    -- read before v6 lowers its inputs (below); the test first spares most queries the
+    -- function's statement
+    if cardinality(question_words) > 0 and array_to_string(inputs, ' ') ~ '[A-Z][A-Z]' then
+        capitalised := pgfunnel._capitalised_words(inputs);
     end if;
     if analyzer in ('english_v4', 'simple_v4') then
         inputs := pgfunnel._character_pairs(inputs, cjk);
@@ -302,22 +357,33 @@ begin
         -- path gives the same rows in about half the time (a query of plain words: 0.07
         -- against 0.2 ms).
         return query
-        select i.ord::integer, m.ord::integer, m.match[1],
-               case when length(m.match[1]) > 100 then null
-                    when m.match[1] = any (question_words) then null
+        select t.inp, t.pos, t.tok,
+               case when length(t.tok) > 100 then null
+                    when t.is_question then null
                     when cardinality(lx.lexemes) > 0 then lx.lexemes[1]
                end,
-               case when length(m.match[1]) > 100 then 'longer than 100 characters'
-                    when m.match[1] = any (question_words) then 'question word'
+               case when length(t.tok) > 100 then 'longer than 100 characters'
+                    when t.is_question then 'question word'
                     when coalesce(cardinality(lx.lexemes), 0) = 0 then 'stop word'
                end
-          from unnest(inputs) with ordinality as i(txt, ord),
-               -- v6 lowered its inputs above, under the collation init chose
-               regexp_matches(case when v6 then coalesce(i.txt, '')
-                                   else lower(coalesce(i.txt, '')) end, word_run, 'g')
-               with ordinality as m(match, ord),
-               lateral (select case when length(m.match[1]) <= 100
-                                    then ts_lexize(stem_dict, m.match[1]) end as lexemes
+          from (select f.*,
+                       f.tok = any (question_words)
+                       and (f.inp || ':' || f.tok) <> all (capitalised)
+                       and pgfunnel._frames_question(f.tok, f.pos, f.first_content,
+                                                     f.last_content) as is_question
+                  from (select i.ord::integer as inp, m.ord::integer as pos, m.match[1] as tok,
+                               min(m.ord::integer) filter (where m.match[1] <> all (question_words))
+                                   over (partition by i.ord) as first_content,
+                               max(m.ord::integer) filter (where m.match[1] <> all (question_words))
+                                   over (partition by i.ord) as last_content
+                          from unnest(inputs) with ordinality as i(txt, ord),
+                               -- v6 lowered its inputs above, under the collation init chose
+                               regexp_matches(case when v6 then coalesce(i.txt, '')
+                                                   else lower(coalesce(i.txt, '')) end,
+                                              word_run, 'g')
+                               with ordinality as m(match, ord)) f) t,
+               lateral (select case when length(t.tok) <= 100
+                                    then ts_lexize(stem_dict, t.tok) end as lexemes
                         offset 0) lx
          order by 1, 2;
         return;
@@ -335,6 +401,14 @@ begin
         -- a longer run is not a word anyone types; it would bloat the term index. It is
         -- not searched, whole or in parts, and is reported (below)
         select t.* from matched t where length(t.tok) <= 100
+    ),
+    frame as (
+        -- where each query's words that are not question words begin and end
+        -- (_frames_question)
+        select t.inp, min(t.pos) filter (where t.tok <> all (question_words)) as first_content,
+               max(t.pos) filter (where t.tok <> all (question_words)) as last_content
+          from matched t
+         group by t.inp
     ),
     piece as (
         -- the whole compound form: identifiers as written, hyphenated forms joined
@@ -392,9 +466,14 @@ begin
          where pc.kind = 'mixed'
     ),
     analyzed as (
-        select e.*, e.kind = 'word' and e.piece = any (question_words) as is_question,
+        select e.*,
+               e.kind = 'word' and e.piece = any (question_words)
+               and (e.inp || ':' || e.piece) <> all (capitalised)
+               and pgfunnel._frames_question(e.piece, e.pos, fr.first_content,
+                                             fr.last_content) as is_question,
                case when e.kind = 'word' then ts_lexize(stem_dict, e.piece) end as lexemes
           from expanded e
+          join frame fr on fr.inp = e.inp
     )
     select a.inp, a.pos, a.tok,
            case

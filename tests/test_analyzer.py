@@ -149,6 +149,48 @@ def test_a_query_of_nothing_but_question_words_searches_them(
         conn.execute("select pgfunnel.analyze('tell', 'english_v6', null)")
 
 
+@pytest.mark.parametrize("analyzer", ["english_v6", "simple_v6", "english_v1"])
+@pytest.mark.parametrize("query, searched, not_searched", [
+    # words that also name things are searched where a question does not put them
+    ("Greenwich Mean Time", ["greenwich", "mean", "time"], []),
+    ("mean squared error", ["mean", "squared", "error"], []),
+    ("which rows may be locked", ["rows", "may", "locked"], ["which", "be"]),
+    ("refund for any plan", ["refund", "any", "plan"], ["for"]),
+    # ... and written in capitals, anywhere
+    ("EXPLAIN ANALYZE output", ["explain", "analyze", "output"], []),
+    ("US tax on refunds", ["us", "tax", "refunds"], ["on"]),
+    ("how do I use IN with a subquery", ["use", "in", "subquery"], ["how", "do", "i", "with", "a"]),
+    # where they frame the question they are dropped, as before
+    ("explain refund windows", ["refund", "windows"], ["explain"]),
+    ("can you tell us about refunds", ["refunds"], ["can", "you", "tell", "us", "about"]),
+    ("what does ERR-4029 mean", ["err-4029"], ["what", "does", "mean"]),
+    ("what is the meaning of proration", ["proration"], ["what", "is", "the", "meaning", "of"]),
+    ("what do you mean by proration", ["by", "proration"], ["what", "do", "you", "mean"]),
+    ("how may I pay", ["pay"], ["how", "may", "i"]),
+    # a query in capitals throughout says nothing by them
+    ("WHAT DOES REFUND MEAN", ["refund"], ["what", "does", "mean"]),
+])
+def test_question_words_are_dropped_only_where_they_frame_the_question(
+        sample_conn: psycopg.Connection[Any], analyzer: str, query: str,
+        searched: list[str], not_searched: list[str]) -> None:
+    """The query side dropped every listed word wherever it stood: `mean squared error`
+    searched `squared error`, `EXPLAIN ANALYZE` searched `analyze`, `US tax` `tax`."""
+    rows = sample_conn.execute(
+        "select token, term, dropped from pgfunnel.analyze_tokens(%s, %s, true)",
+        (query, analyzer)).fetchall()
+    question = {token for token, _term, dropped in rows if dropped == "question word"}
+    # a searched word may still be a stop word of the english analyzers (`in`, `any`)
+    stop = {token for token, _term, dropped in rows if dropped == "stop word"}
+    assert question == set(not_searched)
+    assert set(searched) <= {token for token, term, _d in rows if term is not None} | stop
+    assert not set(searched) & question
+    # the fast path (plain words) and the general one (a digit among the inputs) agree
+    both = sample_conn.execute(
+        "select input_ordinal, token, dropped from pgfunnel.analyze_each(%s, %s, true)",
+        ([query, "4029"], analyzer)).fetchall()
+    assert {t for i, t, d in both if i == 1 and d == "question word"} == set(not_searched)
+
+
 def test_words_longer_than_a_term_are_reported_not_searched(
         sample_conn: psycopg.Connection[Any]) -> None:
     long_word = "x" * 101
