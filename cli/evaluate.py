@@ -153,7 +153,8 @@ def evaluate(
             labelled("note", "yellow", respelled_items_message(respelled))
         if result.missing_items:
             labelled("warning", "yellow", missing_items_message(
-                result.missing_items, result.queries, collection))
+                result.missing_items, result.queries, collection,
+                result.citekeys_read_as_chunks))
         report = result.report
         violations = check_floors(report.configs[report.baseline].aggregates, floor_spec) \
             if floor_spec is not None else []

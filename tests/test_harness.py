@@ -485,3 +485,34 @@ def test_pool_recall_curves_reach_the_end_of_the_longest_pool() -> None:
     curves = Harness.__new__(Harness)._curves(runs, queries)
     assert curves["lexical leg"][-1] == (34, 1.0)
     assert curves["default (final order)"][-2:] == [(20, 0.0), (34, 1.0)]
+
+
+def test_a_citekey_ending_in_hash_and_digits_is_named_when_read_as_a_chunk_key(
+        sample_db: str) -> None:
+    """`tickets#42` (an issue or ticket id) judged per document reads as chunk 42 of
+    `tickets`: the warning called it missing from the collection, which it is not."""
+    from funnel_util import doc, ingest
+
+    from pgfunnel.db import connect
+
+    with connect(sample_db, autocommit=True) as conn:
+        ingest(conn, [doc("tickets#42", "The export button times out on large workspaces."),
+                      doc("tickets#7", "Refunds for annual plans are prorated.")],
+               collection="tickets")
+    queries = [JudgedQuery("q1", "export times out", "keyword", {"tickets#42": 1}),
+               JudgedQuery("q2", "annual refund", "keyword", {"tickets#7": 1})]
+    with pytest.warns(UserWarning) as caught:
+        result = Harness(sample_db, "tickets").run(queries, preset_configs("lexical"))
+    message = " ".join(str(w.message) for w in caught)
+    assert result.citekeys_read_as_chunks == ["tickets#42", "tickets#7"]
+    assert "2 of them are citekeys of documents in the collection ('tickets#42')" in message
+    assert "chunk 42 of 'tickets'" in message and "'tickets#42#<ordinal>'" in message
+    # judged per chunk, as the message says, they are found
+    chunk_level = [JudgedQuery("q1", "export times out", "keyword", {"tickets#42#0": 1})]
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        found = Harness(sample_db, "tickets").run(chunk_level, preset_configs("lexical"))
+    assert not [w for w in caught if "judged items" in str(w.message)]
+    assert found.missing_items == []
+    assert found.report.configs["lexical"].per_query["q1"]["recall@10"] == 1.0

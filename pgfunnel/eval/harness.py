@@ -265,6 +265,8 @@ class HarnessResult:
     #: judged items (grade >= 1) that name no document or chunk of the collection: they
     #: count as never found, which usually means the citekeys were written differently
     missing_items: list[str] = field(default_factory=list)
+    #: missing items that are citekeys of the collection's documents, read as chunk keys
+    citekeys_read_as_chunks: list[str] = field(default_factory=list)
 
 
 class Harness:
@@ -462,6 +464,10 @@ class Harness:
         with self.funnel.connection() as conn:
             version = self._index_version(conn)
             selected, respelled, missing = self._with_citekey_spellings(conn, selected, level)
+            # an item read as a chunk key that is a document's citekey (`repo#42`): the
+            # warning says how it was read, or it looks like a wrong name
+            citekeys_read_as_chunks = (sorted(self._present_items(conn, missing, "document"))
+                                       if level == "chunk" else [])
             for cfg in configs:
                 for q in selected:
                     try:
@@ -508,9 +514,11 @@ class Harness:
         if respelled:
             warnings.warn(respelled_items_message(respelled), stacklevel=2)
         if missing:
-            warnings.warn(missing_items_message(missing, selected, self.collection), stacklevel=2)
+            warnings.warn(missing_items_message(missing, selected, self.collection,
+                                                citekeys_read_as_chunks), stacklevel=2)
         return HarnessResult(report=report, runs=runs, queries=selected, curves=curves,
-                             missing_items=missing)
+                             missing_items=missing,
+                             citekeys_read_as_chunks=citekeys_read_as_chunks)
 
     def _curves(self, runs: Mapping[str, Mapping[str, QueryRun]],
                 queries: Sequence[JudgedQuery]) -> dict[str, list[tuple[int, float]]]:
@@ -635,12 +643,23 @@ def respelled_items_message(respelled: Mapping[str, str]) -> str:
 
 
 def missing_items_message(missing: Sequence[str], queries: Sequence[JudgedQuery],
-                          collection: str) -> str:
+                          collection: str, citekeys_read_as_chunks: Sequence[str] = ()) -> str:
     judged = len({item for q in queries for item in q.relevant_items})
     examples = ", ".join(repr(m) for m in missing[:5]) + (", ..." if len(missing) > 5 else "")
-    return (f"pgfunnel eval: {len(missing)} of {judged} judged items are not in collection "
-            f"{collection!r} ({examples}); they count as never found. A file's citekey is "
-            "its path relative to the folder ingested, without the suffix (docs/cli.md)")
+    message = (f"pgfunnel eval: {len(missing)} of {judged} judged items are not in collection "
+               f"{collection!r} ({examples}); they count as never found. ")
+    if citekeys_read_as_chunks:
+        # `repo#42` names a document, but an id ending in `#` and digits is a chunk key
+        first = citekeys_read_as_chunks[0]
+        citekey, ordinal = chunk_key(first) or (first, 0)
+        return message + (
+            f"{len(citekeys_read_as_chunks)} of them are citekeys of documents in the "
+            f"collection ({first!r}) but end in '#' and digits, so they were read as chunk "
+            f"keys ({first!r}: chunk {ordinal} of {citekey!r}). Judge such a document's "
+            f"chunks as {first + '#<ordinal>'!r}; a citekey ending in '#' and digits cannot "
+            "be judged as a whole document (docs/evaluation.md, judging level)")
+    return message + ("A file's citekey is its path relative to the folder ingested, "
+                      "without the suffix (docs/cli.md)")
 
 
 def _fields(p: SearchParams) -> dict[str, Any]:
