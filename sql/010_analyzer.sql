@@ -77,18 +77,20 @@ $$;
 
 -- Whether a question word at `token_position` of a query frames the question rather than
 -- being what it asks about; first_content and last_content are the positions of the
--- query's first and last tokens that are not question words (NULL: it has none). Glue
+-- query's first and last tokens that are not question words (NULL: it has none), first_do
+-- that of its first `do`, `does` or `did`. Glue
 -- (`what`, `how`, `is`, `the`, `you`) frames a question wherever it stands. Words that
 -- are also names of things frame one only where questions put them: a request (`explain`,
 -- `tell`, `please`) or a modal (`can`, `may`, `will`, `us`, `any`) in the run of question
--- words that opens it (`can you explain`, `how may I`), `mean` closing it (`what does
--- ERR-4029 mean`) or after its first word (`what is the meaning of`, `what do you mean
--- by`). Elsewhere they are searched: `Greenwich Mean Time`, `which rows may be locked`,
--- `mean squared error` (a query opening with such a word is read as a request: `explain
--- WITH`, so `explain analyze` loses `explain`; written in capitals it is kept, below).
+-- words that opens it (`can you explain`, `how may I`); `mean` in that run after its
+-- first word (`what is the meaning of`, `what do you mean by`) or closing a question
+-- asked with `do` (`what does ERR-4029 mean`). Elsewhere they are searched: `Greenwich
+-- Mean Time`, `what is the arithmetic mean`, `mean squared error`, `which rows may be
+-- locked` (a query opening with a request is read as one: `explain WITH`, so `explain
+-- analyze` loses `explain`; written in capitals it is kept, below).
 create or replace function pgfunnel._frames_question(word text, token_position integer,
                                                      first_content integer,
-                                                     last_content integer)
+                                                     last_content integer, first_do integer)
 returns boolean
 language sql immutable parallel safe
 security invoker
@@ -97,8 +99,11 @@ as $$
     select case
                when word in ('mean', 'means', 'meaning')
                    then first_content is null
-                        or token_position > last_content
                         or (token_position > 1 and token_position < first_content)
+                        -- closing a question asked with `do`: `what is the arithmetic
+                        -- mean` asks about the mean
+                        or (token_position > last_content
+                            and coalesce(first_do < first_content, false))
                when word in ('explain', 'tell', 'please', 'us', 'may', 'might', 'will', 'shall',
                              'must', 'can', 'could', 'would', 'should', 'any')
                    then first_content is null or token_position < first_content
@@ -370,12 +375,14 @@ begin
                        f.tok = any (question_words)
                        and (f.inp || ':' || f.tok) <> all (capitalised)
                        and pgfunnel._frames_question(f.tok, f.pos, f.first_content,
-                                                     f.last_content) as is_question
+                                                     f.last_content, f.first_do) as is_question
                   from (select i.ord::integer as inp, m.ord::integer as pos, m.match[1] as tok,
                                min(m.ord::integer) filter (where m.match[1] <> all (question_words))
                                    over (partition by i.ord) as first_content,
                                max(m.ord::integer) filter (where m.match[1] <> all (question_words))
-                                   over (partition by i.ord) as last_content
+                                   over (partition by i.ord) as last_content,
+                               min(m.ord::integer) filter (where m.match[1] in ('do', 'does', 'did'))
+                                   over (partition by i.ord) as first_do
                           from unnest(inputs) with ordinality as i(txt, ord),
                                -- v6 lowered its inputs above, under the collation init chose
                                regexp_matches(case when v6 then coalesce(i.txt, '')
@@ -406,7 +413,8 @@ begin
         -- where each query's words that are not question words begin and end
         -- (_frames_question)
         select t.inp, min(t.pos) filter (where t.tok <> all (question_words)) as first_content,
-               max(t.pos) filter (where t.tok <> all (question_words)) as last_content
+               max(t.pos) filter (where t.tok <> all (question_words)) as last_content,
+               min(t.pos) filter (where t.tok in ('do', 'does', 'did')) as first_do
           from matched t
          group by t.inp
     ),
@@ -470,7 +478,7 @@ begin
                e.kind = 'word' and e.piece = any (question_words)
                and (e.inp || ':' || e.piece) <> all (capitalised)
                and pgfunnel._frames_question(e.piece, e.pos, fr.first_content,
-                                             fr.last_content) as is_question,
+                                             fr.last_content, fr.first_do) as is_question,
                case when e.kind = 'word' then ts_lexize(stem_dict, e.piece) end as lexemes
           from expanded e
           join frame fr on fr.inp = e.inp

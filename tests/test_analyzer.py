@@ -154,6 +154,8 @@ def test_a_query_of_nothing_but_question_words_searches_them(
     # words that also name things are searched where a question does not put them
     ("Greenwich Mean Time", ["greenwich", "mean", "time"], []),
     ("mean squared error", ["mean", "squared", "error"], []),
+    ("arithmetic mean", ["arithmetic", "mean"], []),
+    ("what is the arithmetic mean", ["arithmetic", "mean"], ["what", "is", "the"]),
     ("which rows may be locked", ["rows", "may", "locked"], ["which", "be"]),
     ("refund for any plan", ["refund", "any", "plan"], ["for"]),
     # ... and written in capitals, anywhere
