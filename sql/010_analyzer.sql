@@ -75,6 +75,18 @@ as $$
                  'or', 'it', 'its', 'this', 'that', 'be']::text[]
 $$;
 
+-- the question words that also name things (`mean`, `explain`, `may`, `us`): the only ones
+-- dropped or searched by where they stand (_frames_question)
+create or replace function pgfunnel._naming_question_words()
+returns text[]
+language sql immutable parallel safe
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+    select array['mean', 'means', 'meaning', 'explain', 'tell', 'please', 'us', 'may', 'might',
+                 'will', 'shall', 'must', 'can', 'could', 'would', 'should', 'any']::text[]
+$$;
+
 -- Whether a question word at `token_position` of a query frames the question rather than
 -- being what it asks about; first_content and last_content are the positions of the
 -- query's first and last tokens that are not question words (NULL: it has none), first_do
@@ -104,8 +116,7 @@ as $$
                         -- mean` asks about the mean
                         or (token_position > last_content
                             and coalesce(first_do < first_content, false))
-               when word in ('explain', 'tell', 'please', 'us', 'may', 'might', 'will', 'shall',
-                             'must', 'can', 'could', 'would', 'should', 'any')
+               when word = any (pgfunnel._naming_question_words())
                    then first_content is null or token_position < first_content
                else true
            end
@@ -316,6 +327,11 @@ declare
                               '\u17d7\u17dc-\u17dd\uaa60-\uaa76\uaa7a-\uaa7f\ua9e0-\ua9ef\ua9fa-\ua9fe';
     -- question words written in capitals, which are searched (_capitalised_words)
     capitalised text[] := '{}';
+    -- per input, where its words that are not question words begin and end, and its
+    -- first `do` (_frames_question); left NULL for documents
+    first_content integer[];
+    last_content integer[];
+    first_do integer[];
 begin
     select a.stem_dictionary::regdictionary into stem_dict
       from pgfunnel.analyzers() a where a.name = analyzer;
@@ -355,6 +371,32 @@ begin
         end if;
         inputs := pgfunnel._character_pairs(inputs, cjk || hangul || unspaced);
     end if;
+    -- Where each query's words that are not question words begin and end
+    -- (_frames_question), over the tokens both paths below read (the compound pattern is
+    -- the plain one where there is no joiner). Read only for a text that holds a word
+    -- whose place counts (_naming_question_words; every other question word is dropped
+    -- wherever it stands), so documents and most queries skip the statement. The analyzer
+    -- reads such a word as a piece with no letter beside it; here a digit or `_` counts
+    -- as a boundary too, so the test errs only towards reading the frame.
+    if cardinality(question_words) > 0
+       and lower(array_to_string(inputs, ' '))
+           ~ ('(^|[^a-z])(' || array_to_string(pgfunnel._naming_question_words(), '|')
+              || ')([^a-z]|$)') then
+        select array_agg(f.first_content order by i.ord), array_agg(f.last_content order by i.ord),
+               array_agg(f.first_do order by i.ord)
+          into first_content, last_content, first_do
+          from unnest(inputs) with ordinality as i(txt, ord),
+               lateral (select min(m.ord::integer) filter (where m.match[1] <> all (question_words))
+                                   as first_content,
+                               max(m.ord::integer) filter (where m.match[1] <> all (question_words))
+                                   as last_content,
+                               min(m.ord::integer) filter (where m.match[1] in ('do', 'does', 'did'))
+                                   as first_do
+                          from regexp_matches(case when v6 then coalesce(i.txt, '')
+                                                   else lower(coalesce(i.txt, '')) end,
+                                              word_run || '(?:[._-]' || word_run || ')*', 'g')
+                               with ordinality as m(match, ord)) f;
+    end if;
     if not exists (select 1 from unnest(inputs) as i(txt)
                     where i.txt ~ case when v6 then '[0-9._-]' else '[[:digit:]._-]' end) then
         -- No digit and no joiner in any input: every token is a plain word, which is its
@@ -362,35 +404,30 @@ begin
         -- path gives the same rows in about half the time (a query of plain words: 0.07
         -- against 0.2 ms).
         return query
-        select t.inp, t.pos, t.tok,
-               case when length(t.tok) > 100 then null
-                    when t.is_question then null
+        select i.ord::integer, m.ord::integer, m.match[1],
+               case when length(m.match[1]) > 100 then null
+                    when lx.is_question then null
                     when cardinality(lx.lexemes) > 0 then lx.lexemes[1]
                end,
-               case when length(t.tok) > 100 then 'longer than 100 characters'
-                    when t.is_question then 'question word'
+               case when length(m.match[1]) > 100 then 'longer than 100 characters'
+                    when lx.is_question then 'question word'
                     when coalesce(cardinality(lx.lexemes), 0) = 0 then 'stop word'
                end
-          from (select f.*,
-                       f.tok = any (question_words)
-                       and (f.inp || ':' || f.tok) <> all (capitalised)
-                       and pgfunnel._frames_question(f.tok, f.pos, f.first_content,
-                                                     f.last_content, f.first_do) as is_question
-                  from (select i.ord::integer as inp, m.ord::integer as pos, m.match[1] as tok,
-                               min(m.ord::integer) filter (where m.match[1] <> all (question_words))
-                                   over (partition by i.ord) as first_content,
-                               max(m.ord::integer) filter (where m.match[1] <> all (question_words))
-                                   over (partition by i.ord) as last_content,
-                               min(m.ord::integer) filter (where m.match[1] in ('do', 'does', 'did'))
-                                   over (partition by i.ord) as first_do
-                          from unnest(inputs) with ordinality as i(txt, ord),
-                               -- v6 lowered its inputs above, under the collation init chose
-                               regexp_matches(case when v6 then coalesce(i.txt, '')
-                                                   else lower(coalesce(i.txt, '')) end,
-                                              word_run, 'g')
-                               with ordinality as m(match, ord)) f) t,
-               lateral (select case when length(t.tok) <= 100
-                                    then ts_lexize(stem_dict, t.tok) end as lexemes
+          from unnest(inputs) with ordinality as i(txt, ord),
+               -- v6 lowered its inputs above, under the collation init chose
+               regexp_matches(case when v6 then coalesce(i.txt, '')
+                                   else lower(coalesce(i.txt, '')) end, word_run, 'g')
+               with ordinality as m(match, ord),
+               lateral (select case when length(m.match[1]) <= 100
+                                    then ts_lexize(stem_dict, m.match[1]) end as lexemes,
+                               -- false at once for documents (no question words); no
+                               -- frame read (NULL), no word whose place counts
+                               m.match[1] = any (question_words)
+                               and (i.ord || ':' || m.match[1]) <> all (capitalised)
+                               and (first_content is null
+                                    or pgfunnel._frames_question(
+                                           m.match[1], m.ord::integer, first_content[i.ord],
+                                           last_content[i.ord], first_do[i.ord])) as is_question
                         offset 0) lx
          order by 1, 2;
         return;
@@ -408,15 +445,6 @@ begin
         -- a longer run is not a word anyone types; it would bloat the term index. It is
         -- not searched, whole or in parts, and is reported (below)
         select t.* from matched t where length(t.tok) <= 100
-    ),
-    frame as (
-        -- where each query's words that are not question words begin and end
-        -- (_frames_question)
-        select t.inp, min(t.pos) filter (where t.tok <> all (question_words)) as first_content,
-               max(t.pos) filter (where t.tok <> all (question_words)) as last_content,
-               min(t.pos) filter (where t.tok in ('do', 'does', 'did')) as first_do
-          from matched t
-         group by t.inp
     ),
     piece as (
         -- the whole compound form: identifiers as written, hyphenated forms joined
@@ -477,11 +505,11 @@ begin
         select e.*,
                e.kind = 'word' and e.piece = any (question_words)
                and (e.inp || ':' || e.piece) <> all (capitalised)
-               and pgfunnel._frames_question(e.piece, e.pos, fr.first_content,
-                                             fr.last_content, fr.first_do) as is_question,
+               and (first_content is null
+                    or pgfunnel._frames_question(e.piece, e.pos, first_content[e.inp],
+                                                 last_content[e.inp], first_do[e.inp])) as is_question,
                case when e.kind = 'word' then ts_lexize(stem_dict, e.piece) end as lexemes
           from expanded e
-          join frame fr on fr.inp = e.inp
     )
     select a.inp, a.pos, a.tok,
            case

@@ -158,6 +158,10 @@ def test_a_query_of_nothing_but_question_words_searches_them(
     ("what is the arithmetic mean", ["arithmetic", "mean"], ["what", "is", "the"]),
     ("which rows may be locked", ["rows", "may", "locked"], ["which", "be"]),
     ("refund for any plan", ["refund", "any", "plan"], ["for"]),
+    # ... or as part of a longer token
+    ("explain_analyze option", ["explain_analyze", "option"], []),
+    ("tell2 results", ["tell2", "results"], []),
+    ("how do I use explain-analyze", ["explain-analyze"], ["how", "do", "i"]),
     # ... and written in capitals, anywhere
     ("EXPLAIN ANALYZE output", ["explain", "analyze", "output"], []),
     ("US tax on refunds", ["us", "tax", "refunds"], ["on"]),
