@@ -158,6 +158,16 @@ def handle_errors(flags: Mapping[str, str] | None = None,
             said = f"{flags[exc.setting]}: {str(exc).removeprefix(exc.setting + '=')}"
         labelled("error", "red", str(said))
         raise typer.Exit(getattr(exc, "exit_code", EXIT_ERROR)) from None
+    except Exception as exc:
+        # a database error that a library path left untranslated (a role without USAGE on
+        # schema pgfunnel is refused by the checks that run before anything else): one
+        # line and exit 1 as for the rest, never a traceback
+        if not type(exc).__module__.startswith("psycopg"):
+            raise
+        from pgfunnel.errors import translate
+
+        labelled("error", "red", str(translate(exc, searching=False)))
+        raise typer.Exit(EXIT_ERROR) from None
     except KeyboardInterrupt:
         said_then = interrupted() if callable(interrupted) else interrupted
         console.print("[yellow]interrupted[/yellow]"

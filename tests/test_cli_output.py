@@ -322,3 +322,30 @@ def test_progress_on_a_log_is_a_line_now_and_then() -> None:
     assert len(lines) == 5 + 2, lines
     assert lines[-2:] == ["reindex: embedding chunks 400/400 (100%), 1:00 elapsed",
                           "reindex: building HNSW index 7, 1:00 elapsed"], lines
+
+
+@pytest.mark.parametrize("command", [
+    ["ingest", "pgfunnel/data/helpcenter.jsonl", "-c", "x"],
+    ["search", "refund", "--lexical-only"],
+])
+def test_a_role_without_usage_on_the_schema_gets_one_line_not_a_traceback(
+        db: str, command: list[str]) -> None:
+    """A login role that was granted nothing (not a reader, not a writer) runs a command:
+    Postgres refuses it `permission denied for schema pgfunnel`, which reached the user
+    as a psycopg traceback from the schema checks (`to_regclass` raises on a schema the
+    role may not use) instead of one `error:` line and exit 1."""
+    import uuid
+
+    import psycopg
+    from _security_helpers import with_user
+    from pgfunnel.cli.main import app
+    from psycopg import sql as pgsql
+    from typer.testing import CliRunner
+
+    role = f"pgf_app_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(db, autocommit=True) as su:
+        su.execute(pgsql.SQL("create role {} login").format(pgsql.Identifier(role)))
+    res = CliRunner().invoke(app, [*command, "--dsn", with_user(db, role)])
+    assert res.exit_code == 1, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+    assert "error: permission denied for schema pgfunnel" in res.output
