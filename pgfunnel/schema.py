@@ -322,7 +322,14 @@ def init(dsn: str | None = None, *, rls: bool = False) -> dict[str, Any]:
             # init on an older schema is an upgrade: it says what migrate would
             notes = _upgrade_notes(conn) if before is not None and before != after else []
     except psycopg.Error as exc:
-        raise translate(exc) from exc
+        error = translate(exc)
+        if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+            # as in migrate: a reader or writer that does not own the schema got only
+            # "permission denied for table alembic_version" (or "for database DB")
+            raise type(error)(f"{error}: run `pgfunnel init` as the role that owns the "
+                              "pgfunnel schema (the one that ran it first; on a new database, "
+                              "a role that may create schemas in it)") from exc
+        raise error from exc
     # "rls": whether row-level security is on now (asked for, or on from an earlier init)
     return {"revision_before": before, "revision": after, "vector_schema": vschema,
             "created": before is None, "rls": rls_on, "notes": notes}

@@ -271,6 +271,22 @@ def test_migrate_by_a_role_that_does_not_own_the_schema_says_whose_it_is(
         schema.migrate(reader)
 
 
+@pytest.mark.parametrize("writer", [False, True])
+def test_init_by_a_role_that_does_not_own_the_schema_says_whose_it_is(
+        sample_db: str, writer: bool) -> None:
+    # a reader got only "permission denied for table alembic_version", a pgfunnel_writer
+    # member "permission denied for database <name>", where migrate names the owner
+    from _security_helpers import create_app_role
+
+    from pgfunnel import schema
+    from pgfunnel.errors import AccessError
+
+    role = create_app_role(sample_db, writer=writer)
+    with pytest.raises(AccessError, match="permission denied .*run `pgfunnel init` as the "
+                                          "role that owns the pgfunnel schema"):
+        schema.init(role)
+
+
 def test_doctor_runs_on_a_read_only_connection(sample_db: str, tmp_path: Path) -> None:
     from pgfunnel.doctor import run_checks
 
