@@ -951,6 +951,25 @@ def retire(conn: psycopg.Connection[Any], collection: str, version: int) -> Vers
     return _db(body)
 
 
+def require_table_owner(conn: psycopg.Connection[Any], what: str) -> None:
+    """Refuse, before anything is written, a role that does not own the pgfunnel tables:
+    dropping a version drops its HNSW index and posting partition, which only their owner
+    may. A pgfunnel_writer member got Postgres' "must be owner of index ..." only after
+    the version had been marked as being dropped, which left a ready or retired version
+    that no `versions activate` would take."""
+    row = conn.execute(
+        "select r.rolsuper or pg_catalog.pg_has_role(current_user, c.relowner, 'USAGE'), "
+        "current_user, pg_catalog.pg_get_userbyid(c.relowner) "
+        "from pg_catalog.pg_class c, pg_catalog.pg_roles r "
+        "where c.oid = 'pgfunnel.embedding'::regclass and r.rolname = current_user"
+    ).fetchone()
+    if row is not None and not row[0]:
+        raise AccessError(
+            f"{what} drops HNSW indexes and posting partitions, which takes the owner of the "
+            f"pgfunnel tables ({row[2]!r}); role {row[1]!r} is not it: run it as the owner "
+            "(see docs/security.md, Roles and grants)")
+
+
 def drop(conn: psycopg.Connection[Any], collection: str, version: int) -> VersionInfo:
     """Drop a version's HNSW index and rows. Refuses the active version, and any version
     while a reindex of the collection runs."""
@@ -960,6 +979,7 @@ def drop(conn: psycopg.Connection[Any], collection: str, version: int) -> Versio
         if info.state == "active":
             raise ConflictError(f"version {version} of {collection!r} is the active version; "
                                 "activate another one before dropping it")
+        require_table_owner(conn, "versions drop")
         _name_session(conn, f"pgfunnel versions drop {collection}")
         with writer_lock(conn, collection):
             with conn.transaction():
@@ -999,6 +1019,7 @@ def drop_collection(conn: psycopg.Connection[Any], collection: str) -> dict[str,
     traces and judged queries. Refuses while a reindex of it runs. Autocommit connection."""
     def body() -> dict[str, Any]:
         coll_id = collection_to_drop(conn, collection)
+        require_table_owner(conn, "versions drop-collection")
         _name_session(conn, f"pgfunnel versions drop-collection {collection}")
         with writer_lock(conn, collection):
             infos = _versions(conn, coll_id)

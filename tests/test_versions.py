@@ -887,3 +887,34 @@ def test_an_ingest_right_before_validation_does_not_fail_the_reindex(
         assert len(arrived) >= 2  # one of them after the build's catch-up
         info = {v.version: v for v in versions.list_versions(conn, "default")}
         assert info[res.version].missing_chunks == 0
+
+
+@pytest.mark.parametrize("rls", [False, True])
+def test_a_writer_that_does_not_own_the_tables_cannot_leave_a_version_half_dropped(
+        sample_db: str, rls: bool) -> None:
+    """`versions drop` by a pgfunnel_writer member marked the version as being dropped,
+    then failed on `must be owner of index ...`: the version stayed marked, and no
+    `versions activate` would take it again. The role is refused before anything is
+    written, and so is `drop-collection`."""
+    from _security_helpers import create_app_role
+
+    from pgfunnel.errors import AccessError
+    from pgfunnel.security import enable_rls
+
+    with connect(sample_db, autocommit=True) as conn:
+        versions.reindex(conn, "default", analyzer="simple_v6")
+        if rls:
+            with conn.transaction():
+                enable_rls(conn)
+    writer = create_app_role(sample_db, writer=True)
+    with connect(writer, autocommit=True) as conn:
+        with pytest.raises(AccessError, match="takes the owner of the pgfunnel tables"):
+            versions.drop(conn, "default", 2)
+        with pytest.raises(AccessError, match="takes the owner of the pgfunnel tables"):
+            versions.drop_collection(conn, "default")
+    with connect(sample_db, autocommit=True) as conn:
+        params = conn.execute("select params from pgfunnel.index_version where version = 2"
+                              ).fetchone()
+        assert params is not None and "dropping" not in params[0]
+        assert versions.activate(conn, "default", 2).activated == 2
+        assert conn.execute("select count(*) from pgfunnel.document").fetchone() != (0,)
