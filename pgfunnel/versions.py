@@ -868,6 +868,18 @@ def activate(conn: psycopg.Connection[Any], collection: str, version: int, *,
                 build_index(conn, info.id, info.dimensions, m=int(info.params.get("m", 16)),
                             ef_construction=int(info.params.get("ef_construction", 64)))
             index_built = True
+        def dropped_meanwhile() -> ConflictError | None:
+            # the catch-up runs before any lock is taken: another operator's `versions
+            # drop` may mark or remove the version meanwhile (by id: a version built since
+            # may hold its number)
+            row = conn.execute("select params ? 'dropping' from pgfunnel.index_version "
+                               "where id = %s", (info.id,)).fetchone()
+            if row is not None and not row[0]:
+                return None
+            return ConflictError(
+                f"version {version} of {collection!r} was dropped by another session while "
+                "this activation indexed the chunks it lacked; nothing was switched")
+
         caught = 0
         model = embedder if embedder is not None and \
             embedder.model_name == info.embedding_model else None
@@ -876,10 +888,19 @@ def activate(conn: psycopg.Connection[Any], collection: str, version: int, *,
         reuse = cur.id if cur is not None and cur.embedding_model == info.embedding_model \
             else None
         if info.missing_chunks and conn.autocommit:
-            caught += catch_up(conn, coll_id, info.id, model, batch_size=batch_size,
-                               reuse_from=reuse)
+            try:
+                caught += catch_up(conn, coll_id, info.id, model, batch_size=batch_size,
+                                   reuse_from=reuse)
+            except (psycopg.Error, PgfunnelError) as exc:
+                gone = dropped_meanwhile()
+                if gone is not None:
+                    raise gone from exc
+                raise
         with conn.transaction():
             ingest_lock(conn, collection)
+            gone = dropped_meanwhile()
+            if gone is not None:
+                raise gone
             if _missing_chunks(conn, coll_id, info.id, 1):
                 caught += catch_up(conn, coll_id, info.id, model, batch_size=batch_size,
                                    in_transaction=True, reuse_from=reuse)

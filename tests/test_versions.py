@@ -918,3 +918,35 @@ def test_a_writer_that_does_not_own_the_tables_cannot_leave_a_version_half_dropp
         assert params is not None and "dropping" not in params[0]
         assert versions.activate(conn, "default", 2).activated == 2
         assert conn.execute("select count(*) from pgfunnel.document").fetchone() != (0,)
+
+
+def test_a_version_dropped_while_its_activation_catches_up_is_not_switched_to(
+        sample_db: str, embedder: Any, tiny_model: str) -> None:
+    """`versions activate V` embeds the chunks V lacks before it takes any lock; a
+    `versions drop V` run meanwhile by another operator went through, and the activation
+    then failed on `... violates foreign key constraint "embedding_index_version_id_fkey"`.
+    It now says that V was dropped meanwhile, and nothing is switched."""
+    from pgfunnel.embedder import Embedder
+    from pgfunnel.ingest import Ingester
+    from pgfunnel.sources import DocumentRecord
+
+    class DropsTheVersionFirst(Embedder):
+        dropped = False
+
+        def embed(self, texts: Any, **kwargs: Any) -> Any:
+            if not self.dropped:
+                self.dropped = True
+                with connect(sample_db, autocommit=True) as other:
+                    versions.drop(other, "default", 2)
+            return super().embed(texts, **kwargs)
+
+    with connect(sample_db, autocommit=True) as conn:
+        versions.reindex(conn, "default", model=tiny_model,
+                         embedder=Embedder(tiny_model))
+        Ingester(conn, "default", embedder=embedder).ingest(
+            [DocumentRecord(citekey="late", text="Ingested after version 2 was built.")])
+        with pytest.raises(ConflictError, match="version 2 of 'default' was dropped"):
+            versions.activate(conn, "default", 2, embedder=DropsTheVersionFirst(tiny_model))
+        states = conn.execute("select version, state from pgfunnel.index_version "
+                              "order by version").fetchall()
+    assert states == [(1, "active")]
