@@ -288,9 +288,40 @@ def _refuse_sql_ascii(conn: psycopg.Connection[Any]) -> None:
         raise ConfigError("database", problem)
 
 
+@contextmanager
+def _one_at_a_time(target: str) -> Iterator[None]:
+    """Hold, on a connection of its own, the database's lock for ``init`` and ``migrate``:
+    two run at once (two operators, two deploy jobs) raced each other's CREATE EXTENSION,
+    CREATE SCHEMA, migrations and function replacements, and one failed with `duplicate
+    key value violates unique constraint "pg_extension_name_index"`. The second now waits
+    for the first, then finds the schema installed. Session-level, so it spans the
+    several connections a run uses; released when its connection closes."""
+    try:
+        lock = connect(target, autocommit=True, register=False)
+    except psycopg.Error as exc:
+        raise translate(exc) from exc
+    with lock:
+        try:
+            lock.execute("select pg_catalog.pg_advisory_lock(pg_catalog.hashtext(%s))",
+                         (INIT_LOCK,))
+        except psycopg.Error as exc:
+            raise translate(exc) from exc
+        yield
+
+
+#: the key (hashed) of the advisory lock that init and migrate take
+INIT_LOCK = "pgfunnel:init"
+
+
 def init(dsn: str | None = None, *, rls: bool = False) -> dict[str, Any]:
-    """Create the extension, the schema and tables (alembic), and the functions. Idempotent."""
+    """Create the extension, the schema and tables (alembic), and the functions. Idempotent.
+    One init or migrate at a time per database: a second waits for the first."""
     target = resolve_dsn(dsn)
+    with _one_at_a_time(target):
+        return _init(target, rls=rls)
+
+
+def _init(target: str, *, rls: bool) -> dict[str, Any]:
     try:
         with connect(target, register=False) as conn:
             _refuse_sql_ascii(conn)
@@ -369,8 +400,14 @@ def _upgrade_notes(conn: psycopg.Connection[Any]) -> list[str]:
 
 
 def migrate(dsn: str | None = None) -> dict[str, Any]:
-    """Upgrade an existing installation to this package's head and reinstall functions."""
+    """Upgrade an existing installation to this package's head and reinstall functions.
+    One init or migrate at a time per database: a second waits for the first."""
     target = resolve_dsn(dsn)
+    with _one_at_a_time(target):
+        return _migrate(target)
+
+
+def _migrate(target: str) -> dict[str, Any]:
     try:
         with connect(target, register=False) as conn:
             _refuse_sql_ascii(conn)

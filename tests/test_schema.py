@@ -754,3 +754,32 @@ def test_funnel_on_an_older_schema_warns_once(sample_db: str) -> None:
     with Funnel(sample_db, embedder=None) as funnel, warnings.catch_warnings():
         warnings.simplefilter("error", SchemaOutdatedWarning)
         assert funnel.search("refund").results
+
+
+def test_concurrent_inits_on_a_new_database_all_succeed(empty_db: str) -> None:
+    """Two operators (or deploy jobs) running `pgfunnel init` at once on a new database:
+    all but one failed with `duplicate key value violates unique constraint
+    "pg_extension_name_index"` (their CREATE EXTENSION IF NOT EXISTS raced). A second
+    init now waits for the first, then finds the schema installed."""
+    import threading
+
+    from pgfunnel import schema as pgschema
+
+    barrier = threading.Barrier(3)
+    errors: list[BaseException] = []
+    results: list[dict[str, Any]] = []
+
+    def run(rls: bool) -> None:
+        barrier.wait()
+        try:
+            results.append(pgschema.init(empty_db, rls=rls))
+        except Exception as exc:  # noqa: BLE001 - collected and asserted on below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i == 1,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [], errors
+    assert sorted(r["created"] for r in results) == [False, False, True]
