@@ -208,7 +208,10 @@ def list_cmd(collection: CollectionOption = "default", dsn: DsnOption = None,
     rows = []
     for i in infos:
         idx = ("valid" if i.index_valid else "INVALID" if i.index_present else "missing")
-        rows.append({"version": str(i.version), "state": i.state, "model": i.embedding_model,
+        # a drop cut short (Ctrl-C, a lost connection) leaves the version marked: it looks
+        # ready or retired, but no activation takes it until `versions drop` finishes
+        state = f"{i.state}, drop unfinished" if i.params.get("dropping") else i.state
+        rows.append({"version": str(i.version), "state": state, "model": i.embedding_model,
                      "dims": str(i.dimensions), "analyzer": i.analyzer,
                      # what the embedder and BM25 read per chunk
                      "inputs": f"{version_embed_input(i.params)}/"
@@ -218,6 +221,7 @@ def list_cmd(collection: CollectionOption = "default", dsn: DsnOption = None,
                                     else idx),
                      "activated": f"{i.activated_at:%Y-%m-%d %H:%M}" if i.activated_at else "-",
                      "retired": f"{i.retired_at:%Y-%m-%d %H:%M}" if i.retired_at else "-"})
+    unfinished = [i.version for i in infos if i.params.get("dropping")]
     table = Table(title=f"index versions of {collection!r}", title_justify="left")
     for col in rows[0] if rows else ("version", "state", "model"):
         table.add_column(col, no_wrap=True)
@@ -227,14 +231,18 @@ def list_cmd(collection: CollectionOption = "default", dsn: DsnOption = None,
     needed = 1 + sum(3 + max(len(c), *(len(r[c]) for r in rows)) for c in columns)
     if needed <= out.width:
         out.print(table)
-        return
-    # too narrow for the table (80 columns cut every header to "vers…", "acti…"): one
-    # line per version instead
-    out.print(f"index versions of {collection!r}", highlight=False)
-    for row in rows:
-        rest = ", ".join(f"{name} {value}" for name, value in row.items()
-                         if name not in ("version", "state") and value != "-")
-        out.print(f"  version {row['version']} ({row['state']}): {rest}", highlight=False)
+    else:
+        # too narrow for the table (80 columns cut every header to "vers…", "acti…"): one
+        # line per version instead
+        out.print(f"index versions of {collection!r}", highlight=False)
+        for row in rows:
+            rest = ", ".join(f"{name} {value}" for name, value in row.items()
+                             if name not in ("version", "state") and value != "-")
+            out.print(f"  version {row['version']} ({row['state']}): {rest}", highlight=False)
+    for number in unfinished:
+        out.print(f"note: the drop of version {number} did not finish, and it cannot be "
+                  f"activated; `pgfunnel versions drop {number} -c {shlex.quote(collection)}` "
+                  "finishes it", highlight=False, soft_wrap=True)
 
 
 def _print_activation(act: Any, json_out: bool) -> None:

@@ -950,3 +950,40 @@ def test_a_version_dropped_while_its_activation_catches_up_is_not_switched_to(
         states = conn.execute("select version, state from pgfunnel.index_version "
                               "order by version").fetchall()
     assert states == [(1, "active")]
+
+
+def test_versions_list_names_a_drop_that_did_not_finish(sample_db: str) -> None:
+    """A `versions drop` cut short (here cancelled while DROP INDEX CONCURRENTLY waits for
+    an open transaction; Ctrl-C does the same) leaves the version marked as being dropped:
+    `versions activate` refuses it, but `versions list` showed it as plain `ready`."""
+    import threading
+
+    from pgfunnel.cli.main import app as cli
+
+    with connect(sample_db, autocommit=True) as conn:
+        versions.reindex(conn, "default", analyzer="simple_v6")
+    failed: list[BaseException] = []
+
+    def drop() -> None:
+        try:
+            with connect(sample_db, autocommit=True) as conn:
+                versions.drop(conn, "default", 2)
+        except Exception as exc:  # noqa: BLE001 - asserted on below
+            failed.append(exc)
+
+    with connect(sample_db, autocommit=True) as watcher, \
+            connect(sample_db) as blocker:
+        blocker.execute("select count(*) from pgfunnel.embedding")  # its transaction stays
+        t = threading.Thread(target=drop)
+        t.start()
+        wait_for_lock_wait(watcher, "pgfunnel versions drop default", "drop index")
+        watcher.execute("select pg_cancel_backend(pid) from pg_stat_activity "
+                        "where application_name = 'pgfunnel versions drop default'")
+        t.join()
+        blocker.rollback()
+    assert failed, "the drop was not cut short"
+    res = CliRunner().invoke(cli, ["versions", "list", "--dsn", sample_db],
+                             env={"COLUMNS": "300"})
+    assert res.exit_code == 0, res.output
+    assert "ready, drop unfinished" in res.output
+    assert "`pgfunnel versions drop 2 -c default` finishes it" in res.output
