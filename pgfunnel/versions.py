@@ -919,7 +919,14 @@ def rollback(conn: psycopg.Connection[Any], collection: str, *,
         coll = require_collection(conn, collection)
         row = conn.execute("select v.params -> 'activations' -> -1 from pgfunnel.index_version v "
                            "where v.collection_id = %s and v.state = 'active'", (coll,)).fetchone()
-        entry = row[0] if row is not None and isinstance(row[0], dict) else {}
+        if row is None:
+            # retired around pgfunnel, or a drop-collection cut short: "the active version
+            # replaced no other version" named a version that is not there
+            raise NotFoundError(
+                f"collection {collection!r} has no active version, so there is no switch to "
+                "roll back; activate one (pgfunnel versions list shows them: pgfunnel "
+                f"versions activate N -c {collection})")
+        entry = row[0] if isinstance(row[0], dict) else {}
         if entry.get("replaced") is None:
             raise NotFoundError(f"collection {collection!r}: the active version replaced no "
                                 "other version; there is nothing to roll back to")

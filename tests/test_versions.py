@@ -987,3 +987,15 @@ def test_versions_list_names_a_drop_that_did_not_finish(sample_db: str) -> None:
     assert res.exit_code == 0, res.output
     assert "ready, drop unfinished" in res.output
     assert "`pgfunnel versions drop 2 -c default` finishes it" in res.output
+
+
+def test_rollback_without_an_active_version_says_so(sample_db: str) -> None:
+    """A collection whose active version was retired around pgfunnel: rollback said "the
+    active version replaced no other version", of a version that is not there."""
+    from pgfunnel.errors import NotFoundError
+
+    with connect(sample_db, autocommit=True) as conn:
+        conn.execute("update pgfunnel.index_version set state = 'retired', "
+                     "retired_at = now() where state = 'active'")
+        with pytest.raises(NotFoundError, match="has no active version.*versions activate N"):
+            versions.rollback(conn, "default")
