@@ -1055,6 +1055,7 @@ class Ingester:
         self._embedder = embedder
         self.stats = IngestStats()
         self._embed_queued = 0
+        self._collection_seen: int | None = None
         self._unchanged_given: list[str] = []
         self._rechunked = 0
         self._rehashed = 0
@@ -1121,6 +1122,8 @@ class Ingester:
                     "readers would be public); give the documents readers, or ingest them "
                     "into a new collection")
         existing = collection_id(self.conn, self.collection)
+        # the collection this ingest writes: one dropped meanwhile is not made again
+        self._collection_seen = existing
         version = None if existing is None else active_version(self.conn, existing)
         if existing is not None and version is None:
             # before any model time is spent; the batch's transaction checks it again
@@ -1234,6 +1237,17 @@ class Ingester:
 
     def _version(self) -> tuple[int, ActiveVersion]:
         coll = get_or_create_collection(self.conn, self.collection, private=self.private)
+        if self._collection_seen is not None and coll != self._collection_seen:
+            # dropped (`versions drop-collection`) while this ingest embedded: making it
+            # again would make it with this ingest's settings, public unless asked
+            # otherwise, so a private collection's documents without readers came back
+            # readable by everyone. Refused; the transaction takes the new row back
+            raise ConflictError(
+                f"collection {self.collection!r} was dropped while this ingest ran (`pgfunnel "
+                "versions drop-collection`, or a DELETE of its row), with the batches this "
+                "ingest had written; nothing more is written. Ingest again to make it anew "
+                "(with --private for a private one)")
+        self._collection_seen = coll
         version = active_version(self.conn, coll)
         if version is None:
             self._refuse_versionless(coll)

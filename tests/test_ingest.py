@@ -1386,3 +1386,35 @@ def test_private_on_an_existing_public_collection_is_refused(
     Ingester(conn, "priv", embedder=embedder, private=True).ingest(
         docs, vectors=_random_vectors(docs))
 
+
+
+def test_an_ingest_does_not_make_again_a_private_collection_dropped_under_it(
+        db: str, embedder: Any) -> None:
+    """`versions drop-collection` run while an ingest into the collection embedded: the
+    ingest's next batch made the collection again with its own settings, public, so the
+    documents without readers of a private collection came back readable by everyone."""
+    from pgfunnel.db import connect
+    from pgfunnel.embedder import Embedder
+    from pgfunnel.errors import ConflictError
+    from pgfunnel.versions import drop_collection
+
+    class DropsTheCollectionFirst(Embedder):
+        dropped = False
+
+        def embed(self, texts: Any, **kwargs: Any) -> Any:
+            if not self.dropped:
+                self.dropped = True
+                with connect(db, autocommit=True) as other:
+                    drop_collection(other, "pv")
+            return super().embed(texts, **kwargs)
+
+    dropper = DropsTheCollectionFirst.__new__(DropsTheCollectionFirst)
+    dropper.__dict__.update(embedder.__dict__)
+    with connect(db, autocommit=True) as conn:
+        Ingester(conn, "pv", embedder=embedder, private=True).ingest(
+            [DocumentRecord(citekey="a", text="Salaries of the whole staff, by name.")])
+        with pytest.raises(ConflictError, match="'pv' was dropped while this ingest ran"):
+            Ingester(conn, "pv", embedder=dropper, prepare_ahead=False).ingest(
+                [DocumentRecord(citekey="b", text="Bonuses of the whole staff, by name.")])
+        assert conn.execute("select count(*) from pgfunnel.collection").fetchone() == (0,)
+        assert conn.execute("select count(*) from pgfunnel.document").fetchone() == (0,)
