@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -392,7 +393,7 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
                                  f"{where}: HNSW index embedding_hnsw_v{vid} is missing; dense "
                                  "searches scan every vector; an ingest into the collection "
                                  "by the tables' owner builds it (run the ingest again: "
-                                 f"`pgfunnel ingest PATH -c {name}`), or "
+                                 f"`pgfunnel ingest PATH -c {shlex.quote(name)}`), or "
                                  + _rebuild_hnsw_advice(conn, vid, dims, params)))
             continue
         if not r["valid"]:
@@ -449,14 +450,16 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
                              f"collection {name!r}, active version {version}: its postings "
                              f"(pgfunnel.posting_v{vid}) have no index, so lexical searches "
                              "scan them (an ingest stopped before building it); run the "
-                             f"ingest again (`pgfunnel ingest PATH -c {name}`), which builds it"))
+                             "ingest again (`pgfunnel ingest PATH -c "
+                             f"{shlex.quote(name)}`), which builds it"))
     none = conn.execute(
         "select c.name from pgfunnel.collection c where not exists (select 1 from "
         "pgfunnel.index_version v where v.collection_id = c.id and v.state = 'active') "
         "order by 1").fetchall()
     for (name,) in none:
         found.append(Finding("error", "active_index", f"collection {name!r} has no active index "
-                             "version; searches fail (pgfunnel versions activate N)"))
+                             "version; searches fail (pgfunnel versions activate N -c "
+                             f"{shlex.quote(name)})"))
     orphans = conn.execute(
         "select c.relname from pg_class c where c.relnamespace = 'pgfunnel'::regnamespace "
         "and c.relkind = 'i' and c.relname ~ '^embedding_hnsw_v[0-9]+$' and not exists ("
@@ -489,7 +492,7 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
     for r in rows:
         name, params, analyzer = r["name"], r["params"] or {}, r["analyzer"]
         where = f"collection {name!r}, active version {r['version']}"
-        reindex = f"`pgfunnel reindex -c {name} --activate`"
+        reindex = f"`pgfunnel reindex -c {shlex.quote(name)} --activate`"
         # what the findings below ask a reindex for, as tests of a version; a version
         # that records the input was built with it on purpose (--embed-input text,
         # --lexical-input text|title), one that records none predates the choice
@@ -529,7 +532,8 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
                                  "but this database's collation reads only ASCII letters as "
                                  "letters: accented letters are cut out of its words (café "
                                  "is indexed as caf) and words of other scripts are not "
-                                 f"indexed at all; `pgfunnel reindex -c {name} --analyzer "
+                                 "indexed at all; `pgfunnel reindex -c "
+                                 f"{shlex.quote(name)} --analyzer "
                                  f"{newer} --activate` reads every script whatever the "
                                  "locale, with no model time"))
         elif analyzer in _V6_ANALYZERS and ascii_only_locale and r["non_ascii"] \
@@ -563,7 +567,8 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
             found.append(Finding("info", "active_index",
                                  f"{where} uses analyzer {analyzer} and holds "
                                  f"{' and '.join(held)}, found only by the same whole form; "
-                                 f"`pgfunnel reindex -c {name} --analyzer {newer} --activate` "
+                                 "`pgfunnel reindex -c "
+                                 f"{shlex.quote(name)} --analyzer {newer} --activate` "
                                  "indexes it as v6 reads it (docs/sql.md), with no model "
                                  "time"))
         if version_hnsw_type(params) == HNSW_VECTOR:
@@ -586,7 +591,8 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
                                  f"{where}: retired version {v['version']} (model "
                                  f"{v['model']}, analyzer {v['analyzer']}) already has what "
                                  "the notes above would reindex for; `pgfunnel versions "
-                                 f"activate {v['version']} -c {name}` switches to it without "
+                                 f"activate {v['version']} -c "
+                                 f"{shlex.quote(name)}` switches to it without "
                                  "embedding the collection again (it first catches up chunks "
                                  "ingested since it was retired)"))
     return found
@@ -725,7 +731,7 @@ def check_statistics(conn: psycopg.Connection[Any]) -> list[Finding]:
                 f"{counted} chunks but {indexed} are indexed; chunks were deleted past the "
                 "trigger on pgfunnel.lexical that keeps postings and statistics exact "
                 "(TRUNCATE, the trigger disabled, or session_replication_role = replica). "
-                f"Run `pgfunnel reindex -c {name} --activate` to rebuild them"))
+                f"Run `pgfunnel reindex -c {shlex.quote(name)} --activate` to rebuild them"))
     found.extend(_term_stat_drift(conn))
     if not found and rows:
         found.append(Finding("info", "statistics",
@@ -771,7 +777,8 @@ def _term_stat_drift(conn: psycopg.Connection[Any]) -> list[Finding]:
             "frequency in pgfunnel.term_stat that differs from a recount of the postings "
             f"(pgfunnel.bm25_recount), e.g. {examples}{more} (term_stat vs recount){hidden}. "
             "term_stat was written around pgfunnel, which has no function that repairs it: "
-            f"`pgfunnel reindex -c {name} --activate` builds a version with exact statistics "
+            f"`pgfunnel reindex -c {shlex.quote(name)} --activate` builds a version with "
+            "exact statistics "
             "(copying the vectors when the model is unchanged)"))
     return found
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numbers
 import re
+import shlex
 import string
 import sys
 import threading
@@ -1282,9 +1283,11 @@ class Ingester:
             f"collection {name!r} has no active index version but holds {chunks} chunk(s)"
             + (f" and versions ({', '.join(states)})" if states else "")
             + "; a new version from this ingest would cover only its own documents. "
-            + (f"Activate one first (pgfunnel versions activate N -c {name}), or build one "
-               f"over every chunk (pgfunnel reindex -c {name} --activate)" if states else
-               f"Build one over every chunk first (pgfunnel reindex -c {name} --activate)"))
+            + (f"Activate one first (pgfunnel versions activate N -c {shlex.quote(name)}), "
+               f"or build one over every chunk (pgfunnel reindex -c {shlex.quote(name)} "
+               "--activate)" if states else
+               "Build one over every chunk first (pgfunnel reindex -c "
+               f"{shlex.quote(name)} --activate)"))
 
     def _changed_documents(self, coll: int, batch: list[DocumentRecord],
                            prepared: _Prepared | None

@@ -17,6 +17,7 @@ import datetime as dt
 import json
 import logging
 import os
+import shlex
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -569,8 +570,8 @@ class Funnel:
             if exists:
                 raise NotFoundError(
                     f"collection {collection!r} has no active index version (pgfunnel "
-                    f"versions list -c {collection} shows them; pgfunnel versions activate "
-                    "N switches to one)")
+                    f"versions list -c {shlex.quote(collection)} shows them; pgfunnel "
+                    "versions activate N switches to one)")
             raise NotFoundError(f"collection {collection!r} does not exist (run `pgfunnel "
                                 "ingest` into it first)")
         return str(row[0]), int(row[1])

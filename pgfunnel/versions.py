@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import json
+import shlex
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -855,7 +856,8 @@ def activate(conn: psycopg.Connection[Any], collection: str, version: int, *,
         if info.params.get("dropping"):
             raise ConflictError(
                 f"version {version} of {collection!r} is being dropped (or its drop was "
-                f"interrupted: `pgfunnel versions drop {version} -c {collection}` finishes it)")
+                f"interrupted: `pgfunnel versions drop {version} -c "
+                f"{shlex.quote(collection)}` finishes it)")
         index_built = False
         if not info.index_valid and conn.autocommit:
             # a ready or retired version whose graph was dropped by hand or whose rebuild
@@ -925,7 +927,7 @@ def rollback(conn: psycopg.Connection[Any], collection: str, *,
             raise NotFoundError(
                 f"collection {collection!r} has no active version, so there is no switch to "
                 "roll back; activate one (pgfunnel versions list shows them: pgfunnel "
-                f"versions activate N -c {collection})")
+                f"versions activate N -c {shlex.quote(collection)})")
         entry = row[0] if isinstance(row[0], dict) else {}
         if entry.get("replaced") is None:
             raise NotFoundError(f"collection {collection!r}: the active version replaced no "

@@ -1418,3 +1418,26 @@ def test_an_ingest_does_not_make_again_a_private_collection_dropped_under_it(
                 [DocumentRecord(citekey="b", text="Bonuses of the whole staff, by name.")])
         assert conn.execute("select count(*) from pgfunnel.collection").fetchone() == (0,)
         assert conn.execute("select count(*) from pgfunnel.document").fetchone() == (0,)
+
+
+def test_hints_name_a_collection_with_a_space_as_a_shell_reads_it(
+        db: str, embedder: Any) -> None:
+    """The commands that errors and doctor findings give to paste named collection
+    `my docs` as `-c my docs`, which a shell reads as collection `my` and a path `docs`;
+    the CLI's own hints quote it."""
+    from pgfunnel.db import connect
+    from pgfunnel.doctor import run_checks
+    from pgfunnel.errors import ConflictError
+
+    with connect(db, autocommit=True) as conn:
+        Ingester(conn, "my docs", embedder=embedder).ingest(
+            [DocumentRecord(citekey="a", text="Some words to index.")])
+        conn.execute("update pgfunnel.index_version set state = 'retired', "
+                     "retired_at = now() where state = 'active'")
+        with pytest.raises(ConflictError) as caught:
+            Ingester(conn, "my docs", embedder=embedder).ingest(
+                [DocumentRecord(citekey="b", text="More words.")])
+        assert "pgfunnel versions activate N -c 'my docs'" in str(caught.value)
+        findings = [f.message for f in run_checks(conn) if f.check == "active_index"]
+    assert any("-c 'my docs'" in m for m in findings), findings
+    assert not any("-c my docs" in m for m in findings), findings
