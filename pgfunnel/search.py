@@ -452,6 +452,12 @@ class Funnel:
             raise ConfigError("reranker", "must be an object with rank(query, documents), "
                               f"such as pgfunnel.rerank.Reranker, or None; got "
                               f"{type(reranker).__name__}{hint}")
+        if isinstance(reranker, type):
+            # the class itself (Reranker without parentheses) has a rank attribute too: it
+            # failed only at the first search, with a TypeError about a missing argument
+            raise ConfigError("reranker", f"must be a reranker object, got the class "
+                              f"{reranker.__name__} itself: make one first, e.g. "
+                              f"reranker={reranker.__name__}(...)")
         self.reranker = reranker
         if rerank_depth is not None and (isinstance(rerank_depth, bool)
                                          or not isinstance(rerank_depth, int)

@@ -832,3 +832,16 @@ def test_funnel_refuses_a_reranker_without_rank(reranker: Any) -> None:
     assert exc.value.parameter == "reranker"
     if isinstance(reranker, str):
         assert "Reranker('cross-encoder/ms-marco-MiniLM-L6-v2')" in str(exc.value)
+
+
+def test_funnel_refuses_the_reranker_class_itself() -> None:
+    # Reranker without parentheses has a rank attribute as well (an unbound method): it
+    # was taken, and the first search failed with "TypeError: Reranker.rank() missing 1
+    # required positional argument: 'documents'"
+    from pgfunnel.errors import ConfigError
+    from pgfunnel.rerank import Reranker
+    from pgfunnel.search import Funnel
+
+    with pytest.raises(ConfigError, match=r"the class Reranker itself.*Reranker\(\.\.\.\)") as exc:
+        Funnel("postgresql:///unused", reranker=Reranker)
+    assert exc.value.parameter == "reranker"
