@@ -102,6 +102,21 @@ def _text_of(passage: Any, index: int) -> str:
     return text
 
 
+def _passage_list(passages: object) -> list[Any]:
+    """The passages as a list, read once: a generator was used up by reading the texts,
+    and the drop reasons then failed to index it (TypeError); None and a string (its
+    characters) are refused by name."""
+    if passages is None or isinstance(passages, (str, bytes, Mapping)):
+        raise InvalidInputError("passages: must be a sequence of passages (dicts or objects "
+                                f"with 'text'), got {type(passages).__name__}")
+    try:
+        items = iter(passages)  # type: ignore[call-overload]
+    except TypeError:
+        raise InvalidInputError("passages: must be a sequence of passages, got "
+                                f"{type(passages).__name__}") from None
+    return list(items)
+
+
 def _id_of(passage: Any, index: int) -> str:
     for key in _ID_KEYS:
         value = passage.get(key) if isinstance(passage, Mapping) else getattr(passage, key, None)
@@ -170,7 +185,11 @@ def pack_context(
         )
     if order not in ("edges", "rank"):
         raise ConfigError("order", f"expected 'edges' or 'rank', got {order!r}")
+    if count_tokens is not None and not callable(count_tokens):
+        raise ConfigError("count_tokens", "must be a callable str -> int (e.g. tokenizer_counter"
+                          f"(tokenizer)) or None, got {type(count_tokens).__name__}")
     counter = count_tokens if count_tokens is not None else estimate_tokens
+    passages = _passage_list(passages)
 
     texts = [_text_of(p, i) for i, p in enumerate(passages)]
     dropped: list[tuple[int, str]] = []

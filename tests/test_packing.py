@@ -136,3 +136,22 @@ def test_near_duplicates_without_spaces_are_found() -> None:
     res = pack_context([{"id": 1, "text": zh}, {"id": 2, "text": zh[:-1] + "。"}],
                        token_budget=10_000)
     assert [reason for _, reason in res.dropped] == ["near-duplicate of 1"]
+
+
+def test_passages_may_be_any_iterable_and_are_checked() -> None:
+    # a generator was used up by reading the texts, and naming a near-duplicate's twin
+    # then failed with "TypeError: 'generator' object is not subscriptable"; None failed
+    # with a bare TypeError, and a non-callable count_tokens with "'str' object is not
+    # callable"
+    passages = [{"id": 1, "text": "refund policy for annual plans"},
+                {"id": 2, "text": "refund policy for annual plans"},
+                {"id": 3, "text": "password reset steps"}]
+    res = pack_context((p for p in passages), token_budget=100)
+    assert [p["id"] for p in res.kept] == [1, 3]
+    assert res.dropped == [(passages[1], "near-duplicate of 1")]
+    for bad in (None, "some text", {"text": "x"}, 42):
+        with pytest.raises(InvalidInputError, match="passages"):
+            pack_context(bad, token_budget=10)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError) as exc:
+        pack_context(passages, token_budget=10, count_tokens="tokenizer")  # type: ignore[arg-type]
+    assert exc.value.parameter == "count_tokens"
