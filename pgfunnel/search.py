@@ -56,13 +56,17 @@ MAX_QUERY_CHARS = 10_000
 
 class _ErrorAlreadyRaised(logging.Filter):
     """psycopg logs "error ignored terminating <Pipeline ...>: pipeline aborted" when a
-    statement inside a pipeline fails (a search runs in one): the failure itself is
-    raised, so this line, which Python's last-resort handler prints to stderr when nothing
-    configured logging, only looks like a second problem above the real one."""
+    statement inside a pipeline fails (a search runs in one), and "...: the connection is
+    lost" when the server ends the connection during one: the failure itself is raised
+    (psycopg logs this line only while another exception leaves the block), so this line,
+    which Python's last-resort handler prints to stderr when nothing configured logging,
+    only looks like a second problem above the real one."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.msg == "error ignored terminating %r: %s"
-                    and "pipeline aborted" in record.getMessage())
+        if record.msg != "error ignored terminating %r: %s":
+            return True
+        message = record.getMessage()
+        return not ("pipeline aborted" in message or "the connection is lost" in message)
 
 
 logging.getLogger("psycopg").addFilter(_ErrorAlreadyRaised())

@@ -845,3 +845,29 @@ def test_funnel_refuses_the_reranker_class_itself() -> None:
     with pytest.raises(ConfigError, match=r"the class Reranker itself.*Reranker\(\.\.\.\)") as exc:
         Funnel("postgresql:///unused", reranker=Reranker)
     assert exc.value.parameter == "reranker"
+
+
+def test_a_lost_connection_is_raised_without_psycopg_log_lines(sample_db: str) -> None:
+    # the server ending a Funnel's connection raised ConnectionFailedError, and printed
+    # "error ignored terminating <psycopg.Pipeline [BAD] ...>: the connection is lost"
+    # twice to stderr above it, as if a second problem
+    import subprocess
+    import sys
+
+    script = ("import psycopg\n"
+              "from pgfunnel.errors import ConnectionFailedError\n"
+              "from pgfunnel.search import Funnel\n"
+              f"dsn = {sample_db!r}\n"
+              "with psycopg.connect(dsn, autocommit=True) as conn, \\\n"
+              "        psycopg.connect(dsn, autocommit=True) as admin:\n"
+              "    funnel = Funnel(conn, embedder=None)\n"
+              "    funnel.search('refund', principals=[])\n"
+              "    admin.execute('select pg_terminate_backend(%s)', (conn.info.backend_pid,))\n"
+              "    try:\n"
+              "        funnel.search('refund', principals=[])\n"
+              "    except ConnectionFailedError as exc:\n"
+              "        print(type(exc).__name__)\n")
+    res = subprocess.run([sys.executable, "-W", "ignore", "-c", script], capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0 and res.stdout.strip() == "ConnectionFailedError", res
+    assert res.stderr == "", res.stderr
