@@ -44,6 +44,13 @@ class Explanation:
         return asdict(self)
 
 
+#: explain()'s notice when the Funnel has a reranker, which explain does not run
+RERANK_NOT_FOLLOWED = (
+    "pgfunnel: explain follows the search without the reranker (fused order to the cap "
+    "and the cut, as funnel.search(..., rerank=False)); this Funnel reranks the pool "
+    "before the cap, so its searches can return other chunks (compare the chunk's "
+    "rerank_rank in funnel.search(...).pool)")
+
 #: explain()'s verdict for a chunk that does not exist or that the caller cannot see
 HIDDEN_OR_MISSING = "filtered out or does not exist"
 
@@ -187,6 +194,10 @@ def explain(funnel: Funnel, query: str | None, target: str | int, *,
         values["reason"] = values["reason"].replace(
             f"chunk {asked} ", f"document {target} " if document else f"chunk {target} ", 1)
         cid = None
+    if funnel.reranker is not None:
+        # the SQL explain follows fused order to the cap and the cut: a reranking Funnel's
+        # searches reorder the pool before the cap, so they can return other chunks
+        notices.append(RERANK_NOT_FOLLOWED)
     return Explanation(target=target, chunk_id=cid, notices=notices, **values)
 
 
@@ -200,4 +211,5 @@ def _how_far(values: dict[str, Any]) -> tuple[float, float, float]:
             min(legs) if legs else missing)
 
 
-__all__ = ["Explanation", "document_chunks", "explain", "is_document_target", "resolve_target"]
+__all__ = ["RERANK_NOT_FOLLOWED", "Explanation", "document_chunks", "explain",
+           "is_document_target", "resolve_target"]

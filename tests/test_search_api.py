@@ -871,3 +871,40 @@ def test_a_lost_connection_is_raised_without_psycopg_log_lines(sample_db: str) -
                          text=True, timeout=120)
     assert res.returncode == 0 and res.stdout.strip() == "ConnectionFailedError", res
     assert res.stderr == "", res.stderr
+
+
+class _ReversingReranker:
+    """Puts the pool in reverse fused order: the reranked search returns other chunks."""
+
+    model_name = "reverse"
+
+    def rank(self, query: str, documents: Sequence[str], **_: Any) -> list[dict[str, Any]]:
+        n = len(documents)
+        return [{"corpus_id": n - 1 - i, "score": float(n - i)} for i in range(n)]
+
+
+def test_explain_says_it_does_not_follow_the_funnels_reranker(
+        sample_conn: psycopg.Connection[Any]) -> None:
+    # explain() on a reranking Funnel answered "cut at k" for the chunk that Funnel's
+    # search returned, and "returned" for one it did not, without a word about the rerank
+    import warnings
+
+    from pgfunnel.explain import RERANK_NOT_FOLLOWED, explain
+
+    query = "refund on an annual plan"
+    funnel = Funnel(sample_conn, embedder=None, reranker=_ReversingReranker())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the analyzer's note on the words not searched
+        returned = funnel.search(query, k=1, principals=[]).results[0]
+        unreranked = funnel.search(query, k=1, principals=[], rerank=False).results[0]
+    assert returned.chunk_id != unreranked.chunk_id
+    e = explain(funnel, query, returned.chunk_id, k=1, principals=[])
+    assert e.verdict != "returned"  # explained as the search without the reranker
+    assert RERANK_NOT_FOLLOWED in e.notices
+    assert "rerank=False" in RERANK_NOT_FOLLOWED
+    e = explain(funnel, query, unreranked.chunk_id, k=1, principals=[])
+    assert e.verdict == "returned" and RERANK_NOT_FOLLOWED in e.notices
+    # without a reranker there is nothing to say
+    plain = Funnel(sample_conn, embedder=None)
+    assert RERANK_NOT_FOLLOWED not in explain(plain, query, unreranked.chunk_id, k=1,
+                                              principals=[]).notices
