@@ -72,7 +72,19 @@ def tokenizer_counter(tokenizer: Any) -> Callable[[str], int]:
     if not callable(encode):
         raise ConfigError("count_tokens", "tokenizer has no encode() method")
 
+    # verbose=False: a Hugging Face tokenizer otherwise warns, for a passage longer than
+    # its model reads, that "running this sequence through the model will result in
+    # indexing errors"; counting runs no model. A tokenizer without the keyword is called
+    # without it.
+    quiet = True
+
     def count(text: str) -> int:
+        nonlocal quiet
+        if quiet:
+            try:
+                return len(encode(text, add_special_tokens=False, verbose=False))
+            except TypeError:
+                quiet = False
         return len(encode(text, add_special_tokens=False))
 
     return count
