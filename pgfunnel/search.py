@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import psycopg
+from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
 from pgfunnel.db import connect, own_transaction, require_schema, try_register_vector
@@ -384,6 +385,23 @@ def rerank_pool(reranker: Any, query: str, pool: list[Candidate], depth: int) ->
     return [head[corpus_id] for corpus_id, _ in ranked] + pool[depth:]
 
 
+@contextmanager
+def tuple_rows(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """The connection's rows as tuples inside the block, its own row factory put back
+    after: the Funnel reads its rows by position, and an application's connection or
+    pool opened with ``row_factory=dict_row`` (or namedtuple_row) failed every search
+    with KeyError 0 (or a namedtuple error)."""
+    factory = conn.row_factory
+    if factory is tuple_row:
+        yield
+        return
+    conn.row_factory = tuple_row
+    try:
+        yield
+    finally:
+        conn.row_factory = factory
+
+
 def check_query_text(query: str | None) -> str | None:
     """Reject text Postgres cannot hold or that is absurdly long, before any SQL runs."""
     if query is None:
@@ -506,7 +524,8 @@ class Funnel:
                 raise translate(exc) from exc
             try:
                 try_register_vector(conn)  # once per connection
-                yield conn
+                with tuple_rows(conn):
+                    yield conn
             except BaseException as exc:
                 if not pooled.__exit__(type(exc), exc, exc.__traceback__):
                     raise
@@ -518,14 +537,16 @@ class Funnel:
                 # the application's connection: the vector type is needed to send a query
                 # embedding, and pgfunnel.db.connect is not the only way to open one
                 try_register_vector(src)
-                yield src
+                with tuple_rows(src):
+                    yield src
                 return
             if self._own_conn is None or self._own_conn.closed:
                 # autocommit: each search runs in its own explicit transaction; without
                 # it an implicit outer transaction would swallow (and finally roll back)
                 # the trace
                 self._own_conn = connect(src, autocommit=True)
-            yield self._own_conn
+            with tuple_rows(self._own_conn):
+                yield self._own_conn
 
     def close(self) -> None:
         """Close the connection the Funnel opened from a DSN (an application's own
@@ -923,7 +944,8 @@ class Funnel:
     def candidates(self, conn: psycopg.Connection[Any], query: str | None,
                    vector: np.ndarray | None, p: SearchParams) -> list[Candidate]:
         try:
-            rows = self._execute_candidates(conn, query, vector, p).fetchall()
+            with tuple_rows(conn):
+                rows = self._execute_candidates(conn, query, vector, p).fetchall()
         except psycopg.Error as exc:
             # a public method: its errors are pgfunnel's, as search()'s are
             raise translate(exc) from exc
@@ -953,9 +975,10 @@ class Funnel:
         active one now). ``notes`` join the traced search's config (and so its config
         hash); ``log_notes`` go into its ``search_log.notes``, outside the config."""
         try:
-            return [Result(*r) for r in self._execute_final(
-                conn, query, ordered, p, reranked=reranked, notes=notes,
-                index_version_id=index_version_id, log_notes=log_notes).fetchall()]
+            with tuple_rows(conn):
+                return [Result(*r) for r in self._execute_final(
+                    conn, query, ordered, p, reranked=reranked, notes=notes,
+                    index_version_id=index_version_id, log_notes=log_notes).fetchall()]
         except psycopg.Error as exc:
             raise translate(exc) from exc
 

@@ -908,3 +908,42 @@ def test_explain_says_it_does_not_follow_the_funnels_reranker(
     plain = Funnel(sample_conn, embedder=None)
     assert RERANK_NOT_FOLLOWED not in explain(plain, query, unreranked.chunk_id, k=1,
                                               principals=[]).notices
+
+
+def test_connections_and_pools_with_another_row_factory(sample_db: str) -> None:
+    # an application's connection (or pool) opened with row_factory=dict_row failed every
+    # search with KeyError 0, and one with namedtuple_row with "duplicate field name:
+    # 'set_config'": the Funnel reads its rows by position
+    from psycopg.rows import dict_row, namedtuple_row
+    from psycopg_pool import ConnectionPool
+
+    from pgfunnel.explain import explain
+
+    expected = [r.chunk_id for r in Funnel(sample_db, embedder=None).search(
+        "refund", k=5, principals=[]).results]
+    for factory in (dict_row, namedtuple_row):
+        with psycopg.connect(sample_db, row_factory=factory) as conn:  # type: ignore[call-overload]
+            funnel = Funnel(conn, embedder=None, reranker=_ReversingReranker())
+            plain = funnel.search("refund", k=5, principals=[], rerank=False, trace=True)
+            assert [r.chunk_id for r in plain.results] == expected
+            reranked = funnel.search("refund", k=5, principals=[])
+            assert reranked.reranked and reranked.results
+            assert funnel.search_multi(["refund", "money back"], k=3, principals=[]).results
+            assert funnel.active_model()[1] == 384
+            assert explain(funnel, "refund", expected[0], k=5, principals=[]).verdict == \
+                "returned"
+            p = SearchParams.build(k=5, principals=[])
+            pool = funnel.candidates(conn, "refund", None, p)
+            assert [r.chunk_id for r in funnel.final(conn, "refund", pool, p,
+                                                     reranked=False)] == expected
+            # the application's own statements still get its rows
+            assert conn.row_factory is factory
+            row = conn.execute("select 1 as one").fetchone()
+            assert (row["one"] if factory is dict_row else row.one) == 1
+    with ConnectionPool(sample_db, kwargs={"row_factory": dict_row}, min_size=1,
+                        max_size=2) as pool:
+        funnel = Funnel(pool, embedder=None)
+        assert [r.chunk_id for r in funnel.search("refund", k=5,
+                                                  principals=[]).results] == expected
+        with pool.connection() as conn:
+            assert conn.execute("select 1 as one").fetchone() == {"one": 1}
