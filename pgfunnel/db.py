@@ -21,6 +21,7 @@ from typing import Any
 
 import psycopg
 from pgvector.psycopg import register_vector
+from psycopg.rows import tuple_row
 
 from pgfunnel.errors import (
     READ_ONLY_HINT,
@@ -155,6 +156,23 @@ def try_register_vector(conn: psycopg.Connection[Any]) -> bool:
         return False
     except psycopg.Error as exc:
         raise translate(exc) from exc
+
+
+@contextmanager
+def tuple_rows(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """The connection's rows as tuples inside the block, its own row factory put back
+    after: pgfunnel reads its rows by position, and an application's connection or pool
+    opened with ``row_factory=dict_row`` (or namedtuple_row) failed every search and
+    ingest with KeyError 0 (or a namedtuple error)."""
+    factory = conn.row_factory
+    if factory is tuple_row:
+        yield
+        return
+    conn.row_factory = tuple_row
+    try:
+        yield
+    finally:
+        conn.row_factory = factory
 
 
 @contextmanager

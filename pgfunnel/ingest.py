@@ -29,6 +29,7 @@ import psycopg
 from psycopg import sql
 from psycopg.copy import QueuedLibpqWriter
 
+from pgfunnel.db import tuple_rows
 from pgfunnel.embedder import VECTOR_NORM_MAX, VECTOR_NORM_MIN, Embedder, check_vector
 from pgfunnel.errors import (
     AccessError,
@@ -1017,10 +1018,11 @@ class Ingester:
         from pgfunnel.db import require_schema
         from pgfunnel.schema import require_current_schema
 
-        require_schema(conn)
-        # this release's analyzers and columns: an older schema failed mid-ingest (a new
-        # collection's default analyzer unknown, named as an --analyzer ingest lacks)
-        require_current_schema(conn)
+        with tuple_rows(conn):
+            require_schema(conn)
+            # this release's analyzers and columns: an older schema failed mid-ingest (a
+            # new collection's default analyzer unknown, named as an --analyzer ingest lacks)
+            require_current_schema(conn)
         check_embed_input(embed_input)
         # what a new collection's first version embeds; a version keeps its own, and
         # `reindex --embed-input` changes it
@@ -1063,8 +1065,9 @@ class Ingester:
         # before the lookup (a NUL in it failed there with the driver's error), and so
         # before a model loads or a file is read
         check_collection_name(collection)
-        cid = collection_id(conn, collection)
-        version = active_version(conn, cid) if cid is not None else None
+        with tuple_rows(conn):
+            cid = collection_id(conn, collection)
+            version = active_version(conn, cid) if cid is not None else None
         if version is not None and embedder is not None and (
                 embedder.dimensions != version.dimensions):
             raise InvalidInputError(
@@ -1087,8 +1090,9 @@ class Ingester:
     @property
     def embedder(self) -> Embedder:
         if self._embedder is None:
-            cid = collection_id(self.conn, self.collection)
-            version = active_version(self.conn, cid) if cid is not None else None
+            with tuple_rows(self.conn):
+                cid = collection_id(self.conn, self.collection)
+                version = active_version(self.conn, cid) if cid is not None else None
             self._embedder = Embedder(version.embedding_model if version else "all-MiniLM-L6-v2")
         return self._embedder
 
@@ -1106,6 +1110,12 @@ class Ingester:
         (``"title"`` unless it was made otherwise): that is what the built-in embedder
         reads.
         """
+        # rows are read by position, whatever row factory the connection was opened with
+        with tuple_rows(self.conn):
+            return self._ingest(records, vectors)
+
+    def _ingest(self, records: Iterable[DocumentRecord],
+                vectors: dict[str, np.ndarray] | None) -> IngestStats:
         _check_ingest_arguments(records, vectors)
         # on a read replica the first write would fail after a batch was embedded
         from pgfunnel.db import refuse_read_only
@@ -1905,7 +1915,7 @@ def delete_documents(conn: psycopg.Connection[Any], collection: str,
     """Delete documents and their chunks, keeping BM25 statistics exact."""
     citekeys = string_list(citekeys, "citekeys")
     try:
-        with conn.transaction():
+        with tuple_rows(conn), conn.transaction():
             coll = require_collection(conn, collection)
             row = conn.execute("select current_user, pg_catalog.has_table_privilege("
                                "'pgfunnel.document', 'DELETE')").fetchone()

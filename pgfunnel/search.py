@@ -27,10 +27,15 @@ from typing import Any
 
 import numpy as np
 import psycopg
-from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
-from pgfunnel.db import connect, own_transaction, require_schema, try_register_vector
+from pgfunnel.db import (
+    connect,
+    own_transaction,
+    require_schema,
+    try_register_vector,
+    tuple_rows,
+)
 from pgfunnel.embedder import Embedder, check_vector
 from pgfunnel.errors import (
     ConfigError,
@@ -383,23 +388,6 @@ def rerank_pool(reranker: Any, query: str, pool: list[Candidate], depth: int) ->
         head[corpus_id].rerank_score = score
         head[corpus_id].rerank_rank = pos
     return [head[corpus_id] for corpus_id, _ in ranked] + pool[depth:]
-
-
-@contextmanager
-def tuple_rows(conn: psycopg.Connection[Any]) -> Iterator[None]:
-    """The connection's rows as tuples inside the block, its own row factory put back
-    after: the Funnel reads its rows by position, and an application's connection or
-    pool opened with ``row_factory=dict_row`` (or namedtuple_row) failed every search
-    with KeyError 0 (or a namedtuple error)."""
-    factory = conn.row_factory
-    if factory is tuple_row:
-        yield
-        return
-    conn.row_factory = tuple_row
-    try:
-        yield
-    finally:
-        conn.row_factory = factory
 
 
 def check_query_text(query: str | None) -> str | None:

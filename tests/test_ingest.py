@@ -1441,3 +1441,18 @@ def test_hints_name_a_collection_with_a_space_as_a_shell_reads_it(
         findings = [f.message for f in run_checks(conn) if f.check == "active_index"]
     assert any("-c 'my docs'" in m for m in findings), findings
     assert not any("-c my docs" in m for m in findings), findings
+def test_ingest_and_delete_on_a_connection_with_another_row_factory(
+        conn: psycopg.Connection[Any], embedder: Any) -> None:
+    # an application's connection opened with row_factory=dict_row failed Ingester() and
+    # delete_documents with KeyError 0: pgfunnel reads its rows by position
+    from psycopg.rows import dict_row
+
+    conn.row_factory = dict_row  # type: ignore[assignment]
+    docs = [DocumentRecord(citekey="a", text="refund policy for the annual plan"),
+            DocumentRecord(citekey="b", text="how to reset a password")]
+    stats = Ingester(conn, "dicts", embedder=embedder).ingest(docs)
+    assert stats.documents_written == 2
+    assert Ingester(conn, "dicts").embedder.model_name == embedder.model_name
+    assert delete_documents(conn, "dicts", ["a"]) == 1
+    assert conn.row_factory is dict_row  # put back
+    assert conn.execute("select count(*) as n from pgfunnel.document").fetchone() == {"n": 1}
