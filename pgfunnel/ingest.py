@@ -29,7 +29,7 @@ import psycopg
 from psycopg import sql
 from psycopg.copy import QueuedLibpqWriter
 
-from pgfunnel.db import tuple_rows
+from pgfunnel.db import try_register_vector, tuple_rows
 from pgfunnel.embedder import VECTOR_NORM_MAX, VECTOR_NORM_MIN, Embedder, check_vector
 from pgfunnel.errors import (
     AccessError,
@@ -1020,6 +1020,11 @@ class Ingester:
 
         with tuple_rows(conn):
             require_schema(conn)
+            # the application's own connection, however it was opened (as a Funnel takes
+            # it): vectors are written through pgvector's types, and a connection that
+            # pgfunnel.db.connect did not open failed with KeyError "couldn't find the type
+            # 'vector' in the types registry"
+            try_register_vector(conn)
             # this release's analyzers and columns: an older schema failed mid-ingest (a
             # new collection's default analyzer unknown, named as an --analyzer ingest lacks)
             require_current_schema(conn)

@@ -1456,3 +1456,16 @@ def test_ingest_and_delete_on_a_connection_with_another_row_factory(
     assert delete_documents(conn, "dicts", ["a"]) == 1
     assert conn.row_factory is dict_row  # put back
     assert conn.execute("select count(*) as n from pgfunnel.document").fetchone() == {"n": 1}
+
+
+def test_ingest_on_a_connection_pgfunnel_did_not_open(db: str, embedder: Any) -> None:
+    # a plain psycopg connection (the application's own, as a Funnel takes one) failed
+    # with KeyError "couldn't find the type 'vector' in the types registry"
+    with psycopg.connect(db, autocommit=True) as plain:
+        stats = Ingester(plain, "plain", embedder=embedder).ingest(
+            [DocumentRecord(citekey="a", text="refund policy for the annual plan")])
+        assert stats.documents_written == 1 and stats.chunks_embedded == 1
+        stats = Ingester(plain, "plain").ingest(
+            [DocumentRecord(citekey="b", text="how to reset a password")],
+            vectors={"b": embedder.embed(["how to reset a password"])})
+        assert stats.chunks_given == 1
