@@ -163,16 +163,24 @@ def tuple_rows(conn: psycopg.Connection[Any]) -> Iterator[None]:
     """The connection's rows as tuples inside the block, its own row factory put back
     after: pgfunnel reads its rows by position, and an application's connection or pool
     opened with ``row_factory=dict_row`` (or namedtuple_row) failed every search and
-    ingest with KeyError 0 (or a namedtuple error)."""
+    ingest with KeyError 0 (or a namedtuple error). Likewise a ``cursor_factory`` of
+    ``psycopg.RawCursor`` (``$1`` placeholders) is ``psycopg.Cursor`` inside the block:
+    pgfunnel's statements are written with ``%s``, and failed with a TypeError or a
+    syntax error (ClientCursor, which binds ``%s`` on the client, is kept)."""
     factory = conn.row_factory
-    if factory is tuple_row:
+    cursors = conn.cursor_factory
+    raw = isinstance(cursors, type) and issubclass(cursors, psycopg.RawCursor)
+    if factory is tuple_row and not raw:
         yield
         return
     conn.row_factory = tuple_row
+    if raw:
+        conn.cursor_factory = psycopg.Cursor
     try:
         yield
     finally:
         conn.row_factory = factory
+        conn.cursor_factory = cursors
 
 
 @contextmanager

@@ -947,3 +947,25 @@ def test_connections_and_pools_with_another_row_factory(sample_db: str) -> None:
                                                   principals=[]).results] == expected
         with pool.connection() as conn:
             assert conn.execute("select 1 as one").fetchone() == {"one": 1}
+
+
+def test_a_connection_with_raw_cursors(sample_db: str) -> None:
+    # an application's connection opened with cursor_factory=psycopg.RawCursor ($1
+    # placeholders) failed every search with "TypeError: raw queries require a sequence of
+    # parameters" and an ingest with a syntax error at "%": pgfunnel writes %s
+    expected = [r.chunk_id for r in Funnel(sample_db, embedder=None).search(
+        "refund", k=5, principals=[]).results]
+    with psycopg.connect(sample_db, autocommit=True, cursor_factory=psycopg.RawCursor) as conn:
+        funnel = Funnel(conn, embedder=None, reranker=_ReversingReranker())
+        assert [r.chunk_id for r in funnel.search("refund", k=5, principals=[],
+                                                  rerank=False).results] == expected
+        assert funnel.search("refund", k=5, principals=[]).reranked
+        import numpy as np
+
+        vector = np.ones((1, 384), dtype=np.float32) / np.sqrt(384)
+        stats = Ingester(conn, "raw").ingest(
+            [DocumentRecord(citekey="a", text="refund policy for the annual plan")],
+            vectors={"a": vector})
+        assert stats.chunks_given == 1
+        assert conn.cursor_factory is psycopg.RawCursor  # put back
+        assert conn.execute("select $1::int", (7,)).fetchone() == (7,)
