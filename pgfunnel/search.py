@@ -522,6 +522,14 @@ class Funnel:
             return
         with self._one_connection:
             if isinstance(src, psycopg.Connection):
+                if src.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+                    # every statement would fail with "current transaction is aborted",
+                    # and psycopg logged a second error about the savepoint it could not
+                    # roll back (two lines on stderr) above the one raised
+                    raise PgfunnelError(
+                        "the connection's transaction is aborted (an earlier statement in "
+                        "it failed): roll it back (conn.rollback(), or leave its "
+                        "transaction block) before searching on it")
                 # the application's connection: the vector type is needed to send a query
                 # embedding, and pgfunnel.db.connect is not the only way to open one
                 try_register_vector(src)

@@ -969,3 +969,40 @@ def test_a_connection_with_raw_cursors(sample_db: str) -> None:
         assert stats.chunks_given == 1
         assert conn.cursor_factory is psycopg.RawCursor  # put back
         assert conn.execute("select $1::int", (7,)).fetchone() == (7,)
+
+
+def test_a_search_in_an_aborted_transaction_says_to_roll_it_back(sample_db: str) -> None:
+    # it raised psycopg's "current transaction is aborted" after psycopg had logged
+    # 'error ignored in rollback of <psycopg.Transaction ...>: savepoint "_pg3_1" does not
+    # exist' (and the same for the pipeline), two more errors that were not the problem
+    import logging
+
+    from pgfunnel.errors import PgfunnelError
+
+    class Collect(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.messages: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.messages.append(record.getMessage())
+
+    collect = Collect()
+    logging.getLogger("psycopg").addHandler(collect)
+    try:
+        with psycopg.connect(sample_db) as conn:
+            funnel = Funnel(conn, embedder=None)
+            with pytest.raises(psycopg.errors.DivisionByZero):
+                conn.execute("select 1/0")
+            for call in (lambda: funnel.search("refund", k=3, principals=[]),
+                         lambda: funnel.search_multi(["refund", "money back"], k=3,
+                                                     principals=[]),
+                         funnel.active_model):
+                with pytest.raises(PgfunnelError, match=r"transaction is aborted.*roll it "
+                                                        r"back \(conn\.rollback\(\)"):
+                    call()
+            conn.rollback()
+            assert funnel.search("refund", k=3, principals=[]).results
+    finally:
+        logging.getLogger("psycopg").removeHandler(collect)
+    assert collect.messages == []
