@@ -178,7 +178,8 @@ def pack_context(
     """Pack ranked *passages* (best first) into at most *token_budget* tokens.
 
     1. Near-duplicates: a passage whose word-3-gram Jaccard similarity with a better-ranked
-       surviving passage is >= *near_duplicate_threshold* is dropped
+       passage already kept (one the budget left out does not count) is
+       >= *near_duplicate_threshold* is dropped
        (``"near-duplicate of <id>"``; id from ``id``/``chunk_id``/``corpus_id``/``citekey``,
        else ``#<rank position>``).
     2. Budget: passages are taken in rank order while they fit; one that does not fit is
@@ -205,14 +206,20 @@ def pack_context(
 
     texts = [_text_of(p, i) for i, p in enumerate(passages)]
     dropped: list[tuple[int, str]] = []
-    unique: list[int] = []
-    unique_shingles: list[frozenset[tuple[str, ...]]] = []
+    # one pass in rank order: a passage is compared with the passages kept so far, and
+    # only those. Deduplicating first against every better-ranked passage dropped a
+    # passage as the near-duplicate of one that the budget then left out, so neither
+    # reached the prompt (the longer one over budget, the shorter one that fitted named
+    # its duplicate)
+    kept: list[int] = []
+    kept_shingles: list[frozenset[tuple[str, ...]]] = []
+    used = 0
     for i, text in enumerate(texts):
         sh = shingles(text)
         twin = next(
             (
                 j
-                for j, other in zip(unique, unique_shingles, strict=True)
+                for j, other in zip(kept, kept_shingles, strict=True)
                 if jaccard(sh, other) >= near_duplicate_threshold
             ),
             None,
@@ -220,17 +227,12 @@ def pack_context(
         if twin is not None:
             dropped.append((i, f"near-duplicate of {_id_of(passages[twin], twin)}"))
             continue
-        unique.append(i)
-        unique_shingles.append(sh)
-
-    kept: list[int] = []
-    used = 0
-    for i in unique:
-        cost = _checked_count(counter(texts[i]))
+        cost = _checked_count(counter(text))
         if used + cost > token_budget:
             dropped.append((i, "over token budget"))
             continue
         kept.append(i)
+        kept_shingles.append(sh)
         used += cost
 
     ordered = _edges(kept) if order == "edges" else kept

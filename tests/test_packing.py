@@ -188,3 +188,18 @@ def test_passages_may_be_any_iterable_and_are_checked() -> None:
     with pytest.raises(ConfigError) as exc:
         pack_context(passages, token_budget=10, count_tokens="tokenizer")  # type: ignore[arg-type]
     assert exc.value.parameter == "count_tokens"
+
+
+def test_a_passage_the_budget_left_out_does_not_remove_its_near_duplicate() -> None:
+    # deduplication ran against every better-ranked passage before the budget: "b" was
+    # dropped as a near-duplicate of "a", which the budget then dropped too, so their
+    # content never reached the prompt although "b" fitted
+    words = [f"w{i}" for i in range(100)]
+    a = {"id": "a", "text": " ".join(words)}        # 130 tokens (estimate)
+    b = {"id": "b", "text": " ".join(words[:97])}   # 127 tokens, Jaccard 0.97 with a
+    res = pack_context([a, b], token_budget=128)
+    assert res.kept == [b] and res.tokens_used == 127
+    assert res.dropped == [(a, "over token budget")]
+    # with room for both, the better-ranked one is kept and the other is its duplicate
+    res = pack_context([a, b], token_budget=1000)
+    assert res.kept == [a] and res.dropped == [(b, "near-duplicate of a")]
