@@ -451,6 +451,13 @@ class Funnel:
         # (revision, this release's head) when the schema is older: set with the check
         self._schema_behind: tuple[str, str] | None = None
         self.collection = collection
+        if (embedder is not None and not isinstance(embedder, (str, os.PathLike, Embedder))) \
+                or (isinstance(embedder, str) and not embedder.strip()):
+            # anything else was read as a model id at the first search: embedder=5 failed
+            # there as "embedding_model='5' could not be loaded", an object as its repr
+            raise ConfigError("embedder", "must be 'auto', None (text only), a "
+                              "pgfunnel.embedder.Embedder, or a model id or local path; got "
+                              f"{type(embedder).__name__} {embedder!r}")
         self._embedder_spec = embedder
         self._embedder: Embedder | None = embedder if isinstance(embedder, Embedder) else None
         self._loading = threading.Lock()

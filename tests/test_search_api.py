@@ -1006,3 +1006,15 @@ def test_a_search_in_an_aborted_transaction_says_to_roll_it_back(sample_db: str)
     finally:
         logging.getLogger("psycopg").removeHandler(collect)
     assert collect.messages == []
+
+
+@pytest.mark.parametrize("embedder", [5, "", b"all-MiniLM-L6-v2", object()])
+def test_funnel_refuses_an_embedder_of_the_wrong_kind(embedder: Any) -> None:
+    # taken as a model id, embedder=5 failed only at the first search, as
+    # "embedding_model='5' could not be loaded" (an object, under its repr)
+    with pytest.raises(ConfigError) as exc:
+        Funnel("postgresql:///unused", embedder=embedder)
+    assert exc.value.parameter == "embedder"
+    # what it takes: "auto", None, an Embedder, a model id or a local path
+    for fine in ("auto", None, "all-MiniLM-L6-v2", Path("/models/e5")):
+        Funnel("postgresql:///unused", embedder=fine)
