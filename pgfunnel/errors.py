@@ -8,6 +8,7 @@ have to import psycopg to tell "run `pgfunnel init`" apart from "bad parameter".
 from __future__ import annotations
 
 import functools
+import numbers
 import re
 import stat
 import sys
@@ -271,11 +272,11 @@ def check_sql_text(parameter: str, value: str) -> None:
 
 
 def positive_int(parameter: str, value: object) -> int:
-    """``value`` if it is a positive int (a bool is not one), else a ConfigError naming
-    ``parameter``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    """``value`` as an int if it is a positive integer (a numpy one too, as search
+    parameters take them; a bool is not one), else a ConfigError naming ``parameter``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
         raise ConfigError(parameter, f"must be a positive integer, got {value!r}")
-    return value
+    return int(value)
 
 
 def string_list(value: Any, parameter: str) -> list[str]:

@@ -193,7 +193,7 @@ def search_multi(funnel: Funnel, phrasings: Sequence[str], *, merge_rrf_k: int =
     """
     # checked before any phrasing is searched, under its own name (rrf_k is the searches'
     # constant, also accepted here)
-    positive_int("merge_rrf_k", merge_rrf_k)
+    merge_rrf_k = positive_int("merge_rrf_k", merge_rrf_k)
     mq = multi_query(string_list(phrasings, "phrasings"), max_queries=max_queries)
     if not mq.queries:
         raise InvalidInputError("phrasings: no usable phrasing (all empty or duplicates)")

@@ -461,9 +461,9 @@ class Reranker:
         ``CrossEncoder.rank``'s, so code written for it runs unchanged.
         """
         if top_k is not None:
-            positive_int("top_k", top_k)
+            top_k = positive_int("top_k", top_k)
         if batch_size is not None:
-            positive_int("batch_size", batch_size)
+            batch_size = positive_int("batch_size", batch_size)
         query, documents = _checked_inputs(query, documents)
         scores = self._predict(query, documents, batch_size, bool(show_progress_bar))
         order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))

@@ -477,11 +477,12 @@ class Funnel:
                               f"reranker={reranker.__name__}(...)")
         self.reranker = reranker
         if rerank_depth is not None and (isinstance(rerank_depth, bool)
-                                         or not isinstance(rerank_depth, int)
+                                         or not isinstance(rerank_depth, (int, np.integer))
                                          or rerank_depth < 1):
             raise ConfigError("rerank_depth", f"must be an integer of at least 1, got "
                                               f"{rerank_depth!r}")
-        self.rerank_depth = rerank_depth
+        # a numpy integer is taken, as search parameters take one
+        self.rerank_depth = None if rerank_depth is None else int(rerank_depth)
         self.rerank_gate_margin = check_gate_margin(rerank_gate_margin, "rerank_gate_margin")
         # opt-in query hooks (pgfunnel.transform): a GuardedRewriter or any callable
         # str -> str (guarded with the collection's protected terms), and a

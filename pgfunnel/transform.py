@@ -144,7 +144,7 @@ def multi_query(phrasings: Sequence[str], *, max_queries: int | None = None) -> 
     echoes the query does not double its vote in the fusion.
     """
     if max_queries is not None:
-        positive_int("max_queries", max_queries)
+        max_queries = positive_int("max_queries", max_queries)
     # one string iterated as its characters, None searched as the text "None"
     phrasings = string_list(phrasings, "phrasings")
     seen: set[str] = set()
@@ -178,7 +178,7 @@ def rrf_merge(
     first met scanning rank by rank (rank 1 of every list in list order, then rank 2, ...),
     so the result does not depend on set or dict iteration order.
     """
-    positive_int("rrf_k", k)
+    k = positive_int("rrf_k", k)
     if weights is None:
         weights = [1.0] * len(ranked_lists)
     if len(weights) != len(ranked_lists):
@@ -258,7 +258,7 @@ def decompose(query: str, max_parts: int = 3, *, qualifiers: Iterable[str] = ())
     get it appended ("refund policy and fees on annual plans" -> the first part is about
     annual plans too). More than *max_parts* parts: the tail is merged into the last part.
     """
-    positive_int("max_parts", max_parts)
+    max_parts = positive_int("max_parts", max_parts)
     if not isinstance(query, str):
         raise InvalidInputError(f"query: must be a str, got {type(query).__name__}")
     qualifiers = string_list(qualifiers, "qualifiers")
@@ -322,7 +322,7 @@ def round_robin_merge(lists: Sequence[Sequence[K]], k: int | None = None) -> lis
     their lists is not a signal and each part should be guaranteed a place.
     """
     if k is not None:
-        positive_int("k", k)
+        k = positive_int("k", k)
     limit = k if k is not None else sum(len(lst) for lst in lists)
     pointers = [0] * len(lists)
     seen: set[K] = set()
@@ -575,7 +575,7 @@ class FollowupResolver:
         qualifiers: Iterable[str] = (),
         max_terms: int = 4,
     ) -> None:
-        positive_int("max_terms", max_terms)
+        max_terms = positive_int("max_terms", max_terms)
         self.topic_terms: frozenset[str] | None = (
             None if topic_terms is None
             else frozenset(_singular(t) for t in string_list(topic_terms, "topic_terms"))

@@ -112,6 +112,26 @@ def test_given_batch_size_is_kept(tiny_ce: Path) -> None:
     assert Reranker(str(tiny_ce), device="cpu", batch_size=7).batch_size == 7
 
 
+def test_numpy_integers_are_taken_as_search_parameters_take_them(tiny_ce: Path) -> None:
+    # a batch size, snippet length, top_k or rerank_depth read from a numpy array (a sweep
+    # of settings) was refused as "must be a positive integer, got np.int64(8)", while
+    # Funnel.search takes k=np.int64(5)
+    from pgfunnel.search import Funnel
+
+    r = Reranker(str(tiny_ce), device="cpu", batch_size=np.int64(8),
+                 max_length=np.int32(64), snippet_chars=np.int64(200))
+    assert (r.batch_size, r.max_length, r.snippet_chars) == (8, 64, 200)
+    assert all(type(v) is int for v in (r.batch_size, r.max_length, r.snippet_chars))
+    rows = r.rank("refund", ["a refund", "a password", "an invoice"], top_k=np.int64(2),
+                  batch_size=np.int64(1))
+    assert len(rows) == 2
+    funnel = Funnel("postgresql:///unused", reranker=r, rerank_depth=np.int64(5))
+    assert funnel.rerank_depth == 5 and type(funnel.rerank_depth) is int
+    for bad in (np.float64(8), np.bool_(True), True):
+        with pytest.raises(ConfigError):
+            Reranker(str(tiny_ce), device="cpu", batch_size=bad)
+
+
 def test_device_auto_falls_back_to_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
