@@ -588,7 +588,8 @@ class Funnel:
     # -- embedding -----------------------------------------------------------------
     def _active_dimensions(self, conn: psycopg.Connection[Any], collection: str) -> tuple[str, int]:
         try:
-            with own_transaction(conn):
+            # embedder_for() takes the caller's connection, whatever its row factory
+            with tuple_rows(conn), own_transaction(conn):
                 row = conn.execute(
                     "select v.embedding_model, v.dimensions from pgfunnel.index_version v "
                     "join pgfunnel.collection c on c.id = v.collection_id "
@@ -599,7 +600,7 @@ class Funnel:
         if row is None:
             from pgfunnel.errors import NotFoundError
 
-            with own_transaction(conn):
+            with tuple_rows(conn), own_transaction(conn):
                 exists = conn.execute("select 1 from pgfunnel.collection where name = %s",
                                       (collection,)).fetchone()
             if exists:

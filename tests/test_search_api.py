@@ -933,6 +933,7 @@ def test_connections_and_pools_with_another_row_factory(sample_db: str) -> None:
             assert explain(funnel, "refund", expected[0], k=5, principals=[]).verdict == \
                 "returned"
             p = SearchParams.build(k=5, principals=[])
+            assert Funnel(conn).embedder_for(conn, "default") is not None
             pool = funnel.candidates(conn, "refund", None, p)
             assert [r.chunk_id for r in funnel.final(conn, "refund", pool, p,
                                                      reranked=False)] == expected
