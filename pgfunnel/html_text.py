@@ -57,7 +57,14 @@ _DROP_CLASSES = frozenset({
     "theme-doc-sidebar-container", "pagination-nav", "theme-doc-toc-desktop",  # Docusaurus
     "skip-link", "skip-to-content", "visually-hidden", "sr-only",
     "viewcode-link",  # Sphinx: "[source]" beside a signature
+    # a code block's line numbers (Pygments, as Sphinx and MkDocs write them: inline
+    # spans, or a table column beside the code; Chroma's table column, as Hugo writes
+    # it): inline, "1" was glued to the first word of each line ("1def f(x):")
+    "linenos", "linenodiv", "lineno", "lntd",
 })  # fmt: skip
+# the line numbers of Chroma's (Hugo's) code blocks, inline or in their own column:
+# dropped inside a code block only, where the short class names mean nothing else
+_CODE_LINE_NUMBERS = frozenset({"ln", "lnt"})
 # what a link to its own heading shows
 _PERMALINK_MARKS = frozenset({"#", "¶", "§", "🔗", "🔗\ufe0e"})
 _VOID_TAGS = frozenset({
@@ -309,7 +316,7 @@ def _raw_text(element: _Element) -> list[str]:
             parts.append(child)
         elif child.tag == "br":
             parts.append("\n")
-        elif not _is_dropped(child, True):
+        elif not _is_dropped(child, True) and _CODE_LINE_NUMBERS.isdisjoint(child.classes()):
             if child.tag == "code" and element.tag == "pre" and parts and \
                     not "".join(parts).endswith("\n"):
                 # a second listing in one block (Node.js: the ES module and the CommonJS

@@ -683,3 +683,29 @@ def test_sphinx_no_title_placeholder_is_not_a_title(tmp_path: Path) -> None:
     # a title that only begins with the words is the author's
     assert html_to_text(untitled.replace("&lt;no title&gt;", "&lt;no title&gt;s in HTML")
                         )[0].startswith("<no title>s in HTML")
+
+
+def test_code_line_numbers_are_not_glued_to_the_code() -> None:
+    # Pygments' inline numbers (Sphinx's :linenos:), its table column (MkDocs'
+    # codehilite) and Chroma's (Hugo) inline and table forms
+    page = """<main><h1>Code</h1>
+<div class="highlight"><pre><span></span><span class="linenos">1</span><span
+class="k">def</span> f(x):
+<span class="linenos">2</span>    return x</pre></div>
+<table class="highlighttable"><tr><td class="linenos"><div class="linenodiv"><pre>1
+2</pre></div></td><td class="code"><div><pre><code>import os
+print(os.sep)</code></pre></div></td></tr></table>
+<pre class="chroma"><code><span class="line"><span class="ln">1</span><span class="cl">ls -l
+</span></span><span class="line"><span class="ln">2</span><span
+class="cl">cd /tmp</span></span></code></pre>
+<table class="lntable"><tr><td class="lntd"><pre class="chroma"><code><span class="lnt">1
+</span></code></pre></td><td class="lntd-code"><pre class="chroma"><code>make all</code></pre></td>
+</tr></table>
+</main>"""
+    _, text = html_to_text(page)
+    assert "    def f(x):\n        return x" in text
+    assert "    import os\n    print(os.sep)" in text
+    assert "    ls -l\n    cd /tmp" in text
+    assert "    make all" in text
+    assert not any(line.strip() in ("1", "2") or line.lstrip().startswith(("1", "2"))
+                   for line in text.splitlines())
