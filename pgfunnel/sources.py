@@ -331,19 +331,22 @@ def _is_module_index(page: Path, build: Path) -> bool:
 def _is_sphinx_build(folder: Path) -> bool:
     """A Sphinx HTML build's root: its inventory and search index lie there, or (as in
     distribution packages that strip both, Debian's BIND manual) its general index page
-    is Sphinx's index table."""
+    is Sphinx's index table, or, where the index is split by letter (``html_split_index``:
+    Debian's MIT Kerberos manual, genindex-A.html, ...), Sphinx's list of those letters."""
     if (folder / "objects.inv").is_file() and (folder / "searchindex.js").is_file():
         return True
-    return _holds_marker(folder / "genindex.html", b"genindextable")
+    return _holds_marker(folder / "genindex.html", b"genindextable", b"genindex-jumpbox")
 
 
-def _holds_marker(page: Path, marker: bytes) -> bool:
-    """Whether a page's first 256 KiB hold ``marker``: Sphinx's index tables open early."""
+def _holds_marker(page: Path, *markers: bytes) -> bool:
+    """Whether a page's first 256 KiB hold one of ``markers``: Sphinx's index tables open
+    early."""
     try:
         with page.open("rb") as handle:
-            return marker in handle.read(256 * 1024)
+            head = handle.read(256 * 1024)
     except OSError:
         return False
+    return any(marker in head for marker in markers)
 
 
 def _excluded(relative: Path, exclude: Sequence[str]) -> bool:

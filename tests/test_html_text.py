@@ -709,3 +709,30 @@ class="cl">cd /tmp</span></span></code></pre>
     assert "    make all" in text
     assert not any(line.strip() in ("1", "2") or line.lstrip().startswith(("1", "2"))
                    for line in text.splitlines())
+
+
+def test_a_stripped_sphinx_build_with_its_index_split_by_letter_is_known(
+        tmp_path: Path) -> None:
+    # Debian's MIT Kerberos manual: no objects.inv nor searchindex.js, and
+    # html_split_index, so genindex.html lists the letters and each genindex-X.html
+    # holds a plain "indextable"
+    import warnings
+
+    def page(title: str, body: str) -> str:
+        return (f"<html><head><title>{title}</title></head><body><div role=\"main\">"
+                f"<h1>{title}</h1>{body}</div></body></html>")
+
+    build = tmp_path / "krb5"
+    build.mkdir()
+    (build / "index.html").write_text(page("MIT Kerberos", "<p>The documentation.</p>"))
+    (build / "genindex.html").write_text(page(
+        "Index", '<p>Index pages by letter:</p><div class="genindex-jumpbox"><p>'
+        '<a href="genindex-K.html"><strong>K</strong></a></p></div>'))
+    (build / "genindex-K.html").write_text(page(
+        "Index – K", '<table class="indextable"><tr><td>krb5_init_context</td></tr>'
+        '</table>'))
+    (build / "genindex-all.html").write_text(page("Index", "<p>krb5_init_context</p>"))
+    (build / "search.html").write_text(page("Search", "<p>Please activate JavaScript</p>"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert [d.citekey for d in read_path(build)] == ["index"]
