@@ -383,8 +383,8 @@ def _read_path_records(path: Path, root: Path | None,
     """read_path's records, each with the file it came from."""
     if path.is_dir():
         base = root if root is not None else path
-        files = sorted(p for p in path.rglob("*")
-                       if p.is_file() and not _excluded(p.relative_to(path), exclude))
+        files = sorted(p for p in _files_under(path)
+                       if not _excluded(p.relative_to(path), exclude))
         # the folder itself, or any folder under it, may be a Sphinx build's root
         builds = sorted({p.parent for p in files
                          if p.name in ("objects.inv", "genindex.html")
@@ -425,6 +425,37 @@ def _read_path_records(path: Path, root: Path | None,
     citekey = _citekey(path, root) if root is not None else path.stem
     for rec in _read_file(path, citekey, in_folder=False):
         yield path, rec
+
+
+def _files_under(folder: Path) -> list[Path]:
+    """The files under ``folder``, at the paths they have there. A symbolic link to a
+    folder outside it is read as a folder at the link's place (Debian's documentation
+    packages link theirs: borgbackup-doc/html -> ../borgbackup/html; not followed, the
+    package held "nothing to ingest", and a linked folder in a tree was left out without a
+    word); a link to a folder inside it is not (that folder is read at its own place), nor
+    is one back to a folder above (a loop), nor a second link to a folder already read.
+    Hidden folders are not walked: every path in them is left out."""
+    root = folder.resolve()
+    walked = {root}
+    files: list[Path] = []
+    for top, dirs, names in os.walk(folder, followlinks=True):
+        here = Path(top)
+        real = here.resolve()
+        kept = []
+        for name in sorted(dirs):
+            sub = here / name
+            if name.startswith("."):
+                continue
+            if sub.is_symlink():
+                target = sub.resolve()
+                if target in walked or target.is_relative_to(root) \
+                        or real.is_relative_to(target) or not target.is_dir():
+                    continue
+                walked.add(target)
+            kept.append(name)
+        dirs[:] = kept
+        files.extend(here / name for name in names if (here / name).is_file())
+    return files
 
 
 def _refuse_shared_citekeys(files: Sequence[tuple[Path, str]], folder: Path) -> None:

@@ -201,6 +201,29 @@ def test_a_linked_file_in_a_folder_is_a_document_at_its_own_place(tmp_path: Path
         "faq", "guide", "shared", "start"]
 
 
+
+def test_a_linked_folder_outside_the_folder_is_read_at_the_links_place(tmp_path: Path) -> None:
+    # Debian's documentation packages: borgbackup-doc/html -> ../borgbackup/html; not
+    # followed, the package held "nothing to ingest"
+    package = tmp_path / "borgbackup-doc"
+    package.mkdir()
+    manual = tmp_path / "borgbackup" / "html"
+    (manual / "usage").mkdir(parents=True)
+    (manual / "usage" / "create.md").write_text("# borg create\n\nCreate an archive.\n")
+    (package / "html").symlink_to(manual)
+    (package / "notes.md").write_text("# Notes\n\nPackaging notes.\n")
+    # a link back up (a loop), one back to the folder given and one to a folder inside it
+    # (read at its own place) are not followed
+    (manual / "usage" / "up").symlink_to(manual)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "back").symlink_to(package)
+    (package / "other").symlink_to(tmp_path / "other")
+    (package / "extra").mkdir()
+    (package / "extra" / "faq.md").write_text("# FAQ\n\nQuestions.\n")
+    (package / "alias").symlink_to(package / "extra")
+    assert sorted(d.citekey for d in read_path(package)) == [
+        "extra/faq", "html/usage/create", "notes"]
+
 NODE_STYLE = """<html><head><title>File system | Node.js v20.20.2 Documentation</title></head>
 <body><header><h1>Node.js v20.20.2 documentation</h1></header>
 <div id="column1" role="main">
