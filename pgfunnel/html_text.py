@@ -17,7 +17,9 @@ The text comes out markdown-ish, which is what the chunker reads: ``<hN>`` headi
 section sits under); an API object's signature or a glossary term becomes a heading of the
 lowest level (it heads its own section but is never the section of another, so a method
 sits under the page's sections rather than under its class's signature); list items
-become ``- `` lines, table cells are joined with `` | ``, code blocks keep their lines and
+become ``- `` lines, a table row is a line of its cells joined with `` | `` (a cell's
+paragraphs and lists are one cell; a cell holding code, a heading or a table keeps its
+blocks), code blocks keep their lines and
 are indented by four spaces (so a ``#`` comment in code never reads as a heading), and
 other whitespace collapses as a browser collapses it.
 
@@ -287,10 +289,36 @@ class _Renderer:
             self.render_children(element)
             return
         if tag in _CELL_TAGS:
-            self.render_children(element)
-            self.line.append(" | ")
+            if _holds_blocks(element):
+                # a layout cell (a code block beside its line numbers, a page's column):
+                # its blocks as they come, and a separator only after text left on the line
+                self.render_children(element)
+                if "".join(self.line).strip(" \t\n\x00"):
+                    self.line.append(" | ")
+            else:
+                # a cell's paragraphs and lists are one cell of the row (Sphinx writes
+                # <td><p>...</p></td>): flushed as blocks, each cell was a line of its own
+                # and the row was gone
+                self.line.append(self._text_of(element))
+                self.line.append(" | ")
             return
         self.render_children(element)
+
+
+# what a table cell holds that one line of a row cannot: code keeps its lines, headings
+# and tables their own blocks
+_CELL_BLOCKS = _HEADINGS | {"pre", "table"}
+
+
+def _holds_blocks(cell: _Element) -> bool:
+    """Whether a table cell holds code, a heading or a table (a layout table's cell)."""
+    stack = [c for c in cell.children if isinstance(c, _Element)]
+    while stack:
+        node = stack.pop()
+        if node.tag in _CELL_BLOCKS:
+            return True
+        stack.extend(c for c in node.children if isinstance(c, _Element))
+    return False
 
 
 def _terms_are_sections(dl: _Element) -> bool:
@@ -339,7 +367,8 @@ def html_to_text(html: str) -> tuple[str, str]:
     renderer._flush()
     text = "\n\n".join(renderer.blocks)
     # a table row's trailing cell separator
-    text = re.sub(r"\s*\|\s*$", "", text, flags=re.MULTILINE)
+    # (within its line: the blank line below a table stays)
+    text = re.sub(r"[ \t]*\|[ \t]*$", "", text, flags=re.MULTILINE)
     if _SPHINX_NO_TITLE.match(page_title):
         # Sphinx's placeholder for a source with no title (Buildbot's release notes):
         # "<no title>" heading every chunk would tell the embedder nothing

@@ -759,3 +759,25 @@ def test_a_stripped_sphinx_build_with_its_index_split_by_letter_is_known(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert [d.citekey for d in read_path(build)] == ["index"]
+
+
+def test_a_table_row_is_one_line_when_its_cells_hold_paragraphs() -> None:
+    # Sphinx writes every cell as <td><p>...</p></td> (Python's stdtypes, rsyslog's
+    # parameter tables); each cell came out as a line of its own, and the blank line
+    # below a table was lost
+    page = """<main><h1>Types</h1>
+<table class="docutils"><thead><tr><th class="head"><p>Operation</p></th>
+<th class="head"><p>Result</p></th></tr></thead>
+<tbody><tr><td><p><code>x or y</code></p></td><td><p>if <em>x</em> is false, then
+<em>y</em></p><ul><li><p>short-circuits</p></li></ul></td></tr>
+<tr><td><p><code>not x</code></p></td><td><p>True if x is false</p></td></tr></tbody></table>
+<p>These operators have lower priority.</p>
+<table class="highlighttable"><tr><td class="code"><div><pre>print(1)
+print(2)</pre></div></td></tr></table>
+<p>After the code.</p></main>"""
+    _, text = html_to_text(page)
+    assert ("Operation | Result\nx or y | if x is false, then y - short-circuits\n"
+            "not x | True if x is false\n\nThese operators have lower priority.") in text
+    assert "    print(1)\n    print(2)\n\nAfter the code." in text
+    chunks = chunk_text(text, chunk_words=20)
+    assert any("x or y | if x is false" in c.text for c in chunks)
