@@ -8,7 +8,8 @@ kept, found the way browsers' reader modes start: the element marked ``role="mai
 else ``<main>``, else the page's only ``<article>``, else the whole ``<body>``. Inside
 it, and in the fallback, page chrome is dropped: ``nav``, ``aside``, scripts and forms,
 the ARIA landmarks that are not content (navigation, banner, contentinfo,
-complementary, search), hidden elements, heading permalinks, and the classes that the
+complementary, search), hidden elements, heading permalinks, Sphinx's toctrees and
+docutils' tables of contents, and the classes that the
 common documentation generators give their navigation (Sphinx, DocBook, MkDocs,
 Docusaurus).
 
@@ -59,6 +60,10 @@ _DROP_CLASSES = frozenset({
     "theme-doc-sidebar-container", "pagination-nav", "theme-doc-toc-desktop",  # Docusaurus
     "skip-link", "skip-to-content", "visually-hidden", "sr-only",
     "viewcode-link",  # Sphinx: "[source]" beside a signature
+    # Sphinx's toctree: links to other pages, each title and section, written into a
+    # page (an index page, a chapter's first page) as the reST reader leaves out the
+    # directive; kept, aiohttp's "Client" page matched every method of the API it lists
+    "toctree-wrapper",
     # a code block's line numbers (Pygments, as Sphinx and MkDocs write them: inline
     # spans, or a table column beside the code; Chroma's table column, as Hugo writes
     # it): inline, "1" was glued to the first word of each line ("1def f(x):")
@@ -151,6 +156,10 @@ def _is_dropped(element: _Element, inside_main: bool) -> bool:
                                    or "nav" in element.classes()):
         # DocBook's older stylesheets (the Valgrind manual): <table class="nav"
         # summary="Navigation header"> with Prev / Up / Next / Home links
+        return True
+    if {"contents", "topic"} <= element.classes():
+        # docutils' table of contents of the page's own sections (``.. contents::``,
+        # as <nav class="contents"> in newer docutils, which _DROP_TAGS drops)
         return True
     if element.tag == "a" and attrs.get("href", "").startswith("#") and \
             "".join(_raw_text(element)).strip() in _PERMALINK_MARKS:

@@ -781,3 +781,25 @@ print(2)</pre></div></td></tr></table>
     assert "    print(1)\n    print(2)\n\nAfter the code." in text
     chunks = chunk_text(text, chunk_words=20)
     assert any("x or y | if x is false" in c.text for c in chunks)
+
+
+def test_toctrees_and_tables_of_contents_are_navigation() -> None:
+    # the reST reader leaves out `.. toctree::` and `.. contents::`; their rendered lists
+    # (every page title, section and API name below) made an index page match them all
+    page = """<html><head><title>Client</title></head><body><div role="main">
+<section id="client"><h1>Client</h1>
+<p>The page contains all information about the Client API:</p>
+<div class="toctree-wrapper compound"><ul>
+<li class="toctree-l1"><a href="client_quickstart.html">Quickstart</a><ul>
+<li class="toctree-l2"><a href="client_quickstart.html#make-a-request">Make a Request</a></li>
+</ul></li><li class="toctree-l1"><a href="reference.html">Reference</a><ul>
+<li class="toctree-l2"><a href="reference.html#Session.close">Session.close()</a></li>
+</ul></li></ul></div>
+<div class="contents topic" id="contents"><p class="topic-title">Contents</p>
+<ul><li><a href="#overview">Overview</a></li></ul></div>
+<section id="overview"><h2>Overview</h2><p>Sessions keep connections open.</p></section>
+</section></div></body></html>"""
+    title, text = html_to_text(page)
+    assert title == "Client"
+    assert text == ("# Client\n\nThe page contains all information about the Client API:\n\n"
+                    "## Overview\n\nSessions keep connections open.")
