@@ -614,18 +614,25 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
                                            f"on line {first}")
             yield record
         return
+    named = path
+    if suffix == ".txt" and (inner := Path(path.stem).suffix.lower()) in _SOURCE_COPY_SUFFIXES:
+        # Sphinx's copy of a page's source (_sources/guide.rst.txt, intro.md.txt) is read
+        # in the format its name gives, and named without it: as plain text its reST
+        # targets, roles and directives (and MyST's fences) were text, and a page without
+        # an underlined title was named "glossary.rst"
+        suffix, named = inner, Path(path.stem)
     if suffix in (".html", ".htm"):
         title, text = html_to_text(raw)
         title = title or _title_from_file_name(path)
     elif suffix in (".rst", ".rest") or (suffix == ".txt" and looks_like_rst(raw)):
         title, text = rst_to_text(raw)
-        title = title or _title_from_file_name(path)
+        title = title or _title_from_file_name(named)
     elif suffix in (".adoc", ".asciidoc"):
         title, text = asciidoc_to_text(raw)
-        title = title or _title_from_file_name(path)
+        title = title or _title_from_file_name(named)
     elif suffix == ".txt":
         first_heading, text = _underlined_headings(raw)
-        title = first_heading or _title_from_file_name(path)
+        title = first_heading or _title_from_file_name(named)
     else:
         if suffix == ".ipynb":
             raw = _notebook_to_markdown(raw, path)
@@ -637,7 +644,7 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
         text = _unrendered_removed(text)
         text = _setext_to_atx(text)
         title = (fields.get("title") or _first_h1(text)
-                 or _title_from_file_name(path))
+                 or _title_from_file_name(named))
     if not text.strip():
         if not in_folder:
             what = "the page has no main text" if suffix in (".html", ".htm") else "it is empty"
@@ -645,6 +652,11 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
         warn_at_caller(EmptyFileWarning(f"{path}: no text, skipped"), EmptyFileWarning)
         return
     yield record_from_dict({"citekey": citekey, "title": title, "text": text}, str(path))
+
+
+# the formats whose files Sphinx copies into _sources with ".txt" added
+_SOURCE_COPY_SUFFIXES = (".md", ".markdown", ".mdx", ".rst", ".rest", ".adoc", ".asciidoc",
+                         ".ipynb")
 
 
 def _notebook_to_markdown(raw: str, path: Path) -> str:

@@ -208,3 +208,33 @@ def test_plain_text_underlined_headings_start_sections(tmp_path: Path) -> None:
                     encoding="utf-8")
     (doc,) = read_path(spec)
     assert doc.title == "triggers" and "# TRIGGERS\n" in doc.text and "## Intro\n" in doc.text
+
+
+def test_sphinx_source_copies_are_read_in_the_format_their_name_gives(tmp_path: Path) -> None:
+    # a Sphinx build's _sources: guide.rst.txt, intro.md.txt; given by themselves (the
+    # cleanest text of a packaged manual), they were plain text
+    sources = tmp_path / "_sources"
+    sources.mkdir()
+    (sources / "powered_by.rst.txt").write_text(
+        ".. _aiohttp-powered-by:\n\nPowered by aiohttp\n==================\n\n"
+        "Web sites powered by aiohttp.\n\n"
+        "* `Home Assistant <https://home-assistant.io>`_\n")
+    (sources / "glossary.rst.txt").write_text(
+        ".. _aiohttp-glossary:\n\n\n.. glossary::\n\n   asyncio\n\n"
+        "      The library for writing single-threaded concurrent code.\n")
+    (sources / "overview.md.txt").write_text(
+        "# Overview\n\nIt gives you a class decorator:\n\n"
+        "```{include} ../README.md\n:start-after: 'code-begin -->'\n```\n\n"
+        "## Philosophy\n\nIt is about regular classes.\n")
+    docs = {d.citekey: d for d in read_path(sources)}
+    assert sorted(docs) == ["glossary.rst", "overview.md", "powered_by.rst"]
+    powered = docs["powered_by.rst"]
+    assert powered.title == "Powered by aiohttp"
+    assert "Home Assistant" in powered.text
+    assert ".. _" not in powered.text and "https://" not in powered.text
+    glossary = docs["glossary.rst"]
+    assert glossary.title == "glossary"
+    assert "asyncio" in glossary.text and ".. glossary::" not in glossary.text
+    overview = docs["overview.md"]
+    assert overview.title == "Overview"
+    assert "{include}" not in overview.text and "## Philosophy" in overview.text
