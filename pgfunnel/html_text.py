@@ -99,6 +99,11 @@ _OBJECT_TYPES = frozenset({
 _TERM_LISTS = frozenset({"glossary"})
 _CELL_TAGS = frozenset({"td", "th"})
 _SPACE = re.compile(r"\s+")
+# what ends a table cell in a paragraph being written: " | " once the row's line is done,
+# and nothing after its last cell. Dropped from the page's text afterwards, a trailing
+# "|" went from code lines too (a YAML "stderr: |", a shell pipe, a CMake signature)
+_CELL_END = "\x01"
+_TRAILING_CELL_ENDS = re.compile(r"(?:\s*\x01)+\s*$")
 
 
 @dataclass
@@ -206,8 +211,10 @@ class _Renderer:
 
     def _flush(self) -> None:
         text = _SPACE.sub(" ", "".join(self.line)).strip()
-        # a line break inside a paragraph (li, tr, br) is kept as one
-        text = "\n".join(p.strip() for p in text.split("\x00") if p.strip())
+        # a line break inside a paragraph (li, tr, br) is kept as one; a table row's cells
+        # are parted by " | ", without one after its last cell (nor its empty last cells)
+        lines = (_TRAILING_CELL_ENDS.sub("", p).strip() for p in text.split("\x00"))
+        text = "\n".join(line.replace(_CELL_END, "|") for line in lines if line)
         self.line = []
         if text == "-":
             self._bullet = "- "
@@ -303,13 +310,13 @@ class _Renderer:
                 # its blocks as they come, and a separator only after text left on the line
                 self.render_children(element)
                 if "".join(self.line).strip(" \t\n\x00"):
-                    self.line.append(" | ")
+                    self.line.append(f" {_CELL_END} ")
             else:
                 # a cell's paragraphs and lists are one cell of the row (Sphinx writes
                 # <td><p>...</p></td>): flushed as blocks, each cell was a line of its own
                 # and the row was gone
                 self.line.append(self._text_of(element))
-                self.line.append(" | ")
+                self.line.append(f" {_CELL_END} ")
             return
         self.render_children(element)
 
@@ -375,9 +382,6 @@ def html_to_text(html: str) -> tuple[str, str]:
     renderer.render_children(main)
     renderer._flush()
     text = "\n\n".join(renderer.blocks)
-    # a table row's trailing cell separator
-    # (within its line: the blank line below a table stays)
-    text = re.sub(r"[ \t]*\|[ \t]*$", "", text, flags=re.MULTILINE)
     if _SPHINX_NO_TITLE.match(page_title):
         # Sphinx's placeholder for a source with no title (Buildbot's release notes):
         # "<no title>" heading every chunk would tell the embedder nothing

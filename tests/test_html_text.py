@@ -803,3 +803,21 @@ def test_toctrees_and_tables_of_contents_are_navigation() -> None:
     assert title == "Client"
     assert text == ("# Client\n\nThe page contains all information about the Client API:\n\n"
                     "## Overview\n\nSessions keep connections open.")
+
+
+def test_a_code_line_ending_in_a_pipe_keeps_it() -> None:
+    # the trailing cell separator of a table row was taken off every line of the page,
+    # code included: a YAML block scalar, a Django Q expression, a mysql result table
+    page = """<main><h1>Config</h1>
+<pre>stderr: |
+  line one
+qs = (Q(a=1) |
+      Q(b=2))
++--------+
+| user() |
++--------+</pre>
+<table><tr><td><p>file</p></td><td><p>the path</p></td><td></td></tr></table></main>"""
+    _, text = html_to_text(page)
+    assert "    stderr: |\n      line one\n    qs = (Q(a=1) |\n" in text
+    assert "    | user() |\n" in text
+    assert text.endswith("\n\nfile | the path")
