@@ -6,7 +6,8 @@ chunk: BM25 shrugs it off (its words are in every document), but the embedder do
 not, and those chunks all look alike to the dense leg. So only the main content is
 kept, found the way browsers' reader modes start: the element marked ``role="main"``,
 else ``<main>``, else the page's only ``<article>``, else the whole ``<body>``. Inside
-it, and in the fallback, page chrome is dropped: ``nav``, ``aside``, scripts and forms,
+it, and in the fallback, page chrome is dropped: ``nav``, ``aside`` (but for the footnotes,
+citations, topics and sidebars docutils writes as ``<aside>``), scripts and forms,
 the ARIA landmarks that are not content (navigation, banner, contentinfo,
 complementary, search), hidden elements, heading permalinks, Sphinx's toctrees and
 docutils' tables of contents, and the classes that the
@@ -145,7 +146,8 @@ class _TreeBuilder(HTMLParser):
 
 
 def _is_dropped(element: _Element, inside_main: bool) -> bool:
-    if element.tag in _DROP_TAGS:
+    if element.tag in _DROP_TAGS and not (element.tag == "aside" and _is_docutils_aside(
+            element, inside_main)):
         return True
     if not inside_main and (element.tag in _CHROME_TAGS
                             or not _CHROME_TAGS.isdisjoint(element.classes())):
@@ -171,6 +173,21 @@ def _is_dropped(element: _Element, inside_main: bool) -> bool:
         # a permalink without a class of its own (Node.js: <a class="mark" href="#x">#</a>)
         return True
     return not _DROP_CLASSES.isdisjoint(element.classes())
+
+
+# what docutils 0.18 and later (Sphinx 5+) write as <aside>: footnotes, citations and the
+# ``topic`` directive, the page's own text
+_DOCUTILS_ASIDES = frozenset({"footnote", "footnote-list", "citation", "citation-list",
+                              "topic"})
+
+
+def _is_docutils_aside(element: _Element, inside_main: bool) -> bool:
+    """An ``<aside>`` that is a page's content rather than the site's: a footnote,
+    citation or topic as docutils writes them, or (inside the main content, where a
+    theme's sidebar never is) the ``sidebar`` directive. Dropped with the site's asides,
+    Python 3.11's footnotes (78 pages) and an "Abstract" topic were lost."""
+    classes = element.classes()
+    return not _DOCUTILS_ASIDES.isdisjoint(classes) or (inside_main and "sidebar" in classes)
 
 
 def _find(element: _Element, match: str) -> list[_Element]:

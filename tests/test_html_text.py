@@ -821,3 +821,23 @@ qs = (Q(a=1) |
     assert "    stderr: |\n      line one\n    qs = (Q(a=1) |\n" in text
     assert "    | user() |\n" in text
     assert text.endswith("\n\nfile | the path")
+
+
+def test_docutils_footnotes_topics_and_sidebars_are_content() -> None:
+    # docutils 0.18+ writes them as <aside>, which a theme's sidebar is too
+    page = """<html><body><aside class="sidebar-drawer"><p>Site navigation</p></aside>
+<div role="main"><h1>Curses</h1>
+<aside class="topic"><p class="topic-title">Abstract</p>
+<p>This document describes the curses module.</p></aside>
+<aside class="sidebar"><p class="sidebar-title">Note</p><p>Group short jobs.</p></aside>
+<p>Text with a note<a class="footnote-reference brackets" href="#f1">1</a>.</p>
+<aside class="footnote-list brackets"><aside class="footnote brackets" id="f1" role="note">
+<span class="label"><span class="fn-bracket">[</span>1<span class="fn-bracket">]</span></span>
+<p>Only on Unix.</p></aside></aside>
+<aside class="pull-quote"><p>Chrome of the theme.</p></aside>
+</div></body></html>"""
+    _, text = html_to_text(page)
+    for kept in ("Abstract", "This document describes the curses module.", "Group short jobs.",
+                 "[1]", "Only on Unix."):
+        assert kept in text
+    assert "Site navigation" not in text and "Chrome of the theme" not in text
