@@ -17,6 +17,7 @@ what a reader of the rendered page sees, closely enough for search, without docu
   a note, a code block), except those that render no text of their own (``toctree``,
   ``image``, ``include``, ``index``, ``raw``, ...); their option lines are dropped;
   ``versionadded`` and friends read as Sphinx renders them ("New in version 3.2");
+- a ``csv-table`` is its caption and rows, a line per row with cells parted by `` | ``;
 - comments, link targets and substitution definitions are dropped; a paragraph's
   closing ``::`` reads as ``:``; transitions are dropped;
 - literal blocks and code keep their lines, indented, so a ``#`` comment in code never
@@ -25,6 +26,7 @@ what a reader of the rendered page sees, closely enough for search, without docu
 
 from __future__ import annotations
 
+import csv
 import re
 
 __all__ = ["looks_like_rst", "rst_to_text"]
@@ -39,7 +41,7 @@ _OPTION = re.compile(r"^\s+:[\w -]+:(?:\s|$)")
 _SILENT = frozenset({
     "toctree", "image", "include", "literalinclude", "raw", "index", "highlight", "module",
     "contents", "sectnum", "meta", "tabularcolumns", "testsetup",
-    "testcleanup", "currentmodule", "default-role", "role", "autosummary", "csv-table",
+    "testcleanup", "currentmodule", "default-role", "role", "autosummary",
     "graphviz", "digraph", "figure", "target-notes", "header", "footer", "sectionauthor",
     "moduleauthor", "codeauthor", "program", "default-domain", "spelling:word-list",
 })  # fmt: skip
@@ -135,8 +137,21 @@ def rst_to_text(raw: str) -> tuple[str, str]:
             short = name.rsplit(":", 1)[-1]
             argument = (directive.group(3) or "").strip()
             i += 1
+            options: dict[str, str] = {}
             while i < len(lines) and _OPTION.match(lines[i]):
-                i += 1  # :options: of the directive
+                # :options: of the directive
+                key, _, value = lines[i].strip()[1:].partition(":")
+                options[key.strip().lower()] = value.strip()
+                i += 1
+            if short == "csv-table":
+                content: list[str] = []
+                while i < len(lines) and (not lines[i].strip()
+                                          or len(lines[i]) - len(lines[i].lstrip()) > indent):
+                    content.append(lines[i].strip())
+                    i += 1
+                out += ["", *([_inline(argument)] if argument else []),
+                        *_csv_rows(content, options), ""]
+                continue
             if short in ("module", "currentmodule") and name.split(":")[0] in (short, "py"):
                 module = "" if argument == "None" else argument
             if short in _SILENT or name in _SILENT:
@@ -186,6 +201,24 @@ def rst_to_text(raw: str) -> tuple[str, str]:
         i += 1
     flush()
     return title, re.sub(r"\n{3,}", "\n\n", "\n".join(out)).strip() + "\n"
+
+
+def _csv_rows(content: list[str], options: dict[str, str]) -> list[str]:
+    """A ``csv-table``'s header and rows as the HTML reader writes a table's: a line per
+    row, cells parted by `` | ``. Rows in a file (``:file:``, ``:url:``) are not read."""
+    delimiter = options.get("delim", ",")
+    delimiter = {"tab": "\t", "space": " "}.get(delimiter, delimiter[:1] or ",")
+    rows = [options["header"]] if options.get("header") else []
+    if "file" not in options and "url" not in options:
+        rows += [line for line in content if line]
+    written = []
+    for cells in csv.reader(rows, delimiter=delimiter, skipinitialspace=True):
+        words = [_inline(" ".join(cell.split())) for cell in cells]
+        while words and not words[-1]:
+            words.pop()
+        if words:
+            written.append(" | ".join(words))
+    return written
 
 
 _FIELD = re.compile(r"^:([\w -]+):(?:\s+(.*))?$")

@@ -238,3 +238,27 @@ def test_sphinx_source_copies_are_read_in_the_format_their_name_gives(tmp_path: 
     overview = docs["overview.md"]
     assert overview.title == "Overview"
     assert "{include}" not in overview.text and "## Philosophy" in overview.text
+
+
+def test_a_csv_table_is_read_as_its_rows() -> None:
+    # rsyslog documents every module parameter's type and default in a csv-table, and
+    # clang its floating point modes: the whole directive was left out as showing no text
+    src = """Parameters
+==========
+
+.. csv-table:: Floating Point Models
+   :header: "Mode", "Precise", "Strict"
+   :widths: 25, 15, 15
+
+   "except_behavior", "ignore", "strict"
+   "fenv_access", "off", ":option:`on <fenv>`",
+
+.. csv-table::
+   :file: external.csv
+
+After the tables.
+"""
+    _, text = rst_to_text(src)
+    assert ("Floating Point Models\nMode | Precise | Strict\nexcept_behavior | ignore | strict\n"
+            "fenv_access | off | on\n\nAfter the tables.") in text
+    assert "external.csv" not in text and ":widths:" not in text
