@@ -17,7 +17,8 @@ what a reader of the rendered page sees, closely enough for search, without docu
   a note, a code block), except those that render no text of their own (``toctree``,
   ``image``, ``include``, ``index``, ``raw``, ...); their option lines are dropped;
   ``versionadded`` and friends read as Sphinx renders them ("New in version 3.2");
-- a ``csv-table`` is its caption and rows, a line per row with cells parted by `` | ``;
+- a ``csv-table`` or ``list-table`` is its caption and rows, a line per row with cells
+  parted by `` | ``;
 - comments, link targets and substitution definitions are dropped; a paragraph's
   closing ``::`` reads as ``:``; transitions are dropped;
 - literal blocks and code keep their lines, indented, so a ``#`` comment in code never
@@ -143,14 +144,15 @@ def rst_to_text(raw: str) -> tuple[str, str]:
                 key, _, value = lines[i].strip()[1:].partition(":")
                 options[key.strip().lower()] = value.strip()
                 i += 1
-            if short == "csv-table":
+            if short in ("csv-table", "list-table"):
                 content: list[str] = []
                 while i < len(lines) and (not lines[i].strip()
                                           or len(lines[i]) - len(lines[i].lstrip()) > indent):
-                    content.append(lines[i].strip())
+                    content.append(lines[i])
                     i += 1
-                out += ["", *([_inline(argument)] if argument else []),
-                        *_csv_rows(content, options), ""]
+                rows = (_csv_rows([line.strip() for line in content], options)
+                        if short == "csv-table" else _list_table_rows(content))
+                out += ["", *([_inline(argument)] if argument else []), *rows, ""]
                 continue
             if short in ("module", "currentmodule") and name.split(":")[0] in (short, "py"):
                 module = "" if argument == "None" else argument
@@ -219,6 +221,34 @@ def _csv_rows(content: list[str], options: dict[str, str]) -> list[str]:
         if words:
             written.append(" | ".join(words))
     return written
+
+
+def _list_table_rows(content: list[str]) -> list[str]:
+    """A ``list-table``'s rows as the HTML reader writes a table's: each ``* -`` item a
+    row, each ``-`` item under it (at the first cell's column) a cell, parted by `` | ``.
+    Kept as written, its indented lines read as a block of code."""
+    rows: list[list[list[str]]] = []
+    cell_column = -1
+    for line in content:
+        text = line.strip()
+        if not text:
+            continue
+        column = len(line) - len(line.lstrip())
+        if text[:2] in ("* ", "- ") or text in ("*", "-"):
+            if text[0] == "*" and (not rows or column < cell_column):
+                rows.append([])
+                cell_column = column + 2
+                rest = text[1:].strip()
+                if rest[:2] == "- " or rest == "-":
+                    rows[-1].append([rest[1:].strip()])
+                continue
+            if text[0] == "-" and column == cell_column and rows:
+                rows[-1].append([text[1:].strip()])
+                continue
+        if rows and rows[-1]:
+            rows[-1][-1].append(text)
+    return [" | ".join(_inline(" ".join(" ".join(cell).split())) for cell in row)
+            for row in rows if row]
 
 
 _FIELD = re.compile(r"^:([\w -]+):(?:\s+(.*))?$")

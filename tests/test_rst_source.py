@@ -262,3 +262,28 @@ After the tables.
     assert ("Floating Point Models\nMode | Precise | Strict\nexcept_behavior | ignore | strict\n"
             "fenv_access | off | on\n\nAfter the tables.") in text
     assert "external.csv" not in text and ":widths:" not in text
+
+
+def test_a_list_table_is_read_as_its_rows() -> None:
+    # Python's asyncio API index: kept as written, its indented items read as code
+    src = """Tasks
+=====
+
+.. list-table::
+    :widths: 50 50
+
+    * - :func:`run`
+      - Create event loop, run a coroutine,
+        close the loop.
+
+    * - :class:`TaskGroup`
+      - Holds a group of tasks.
+
+        - a nested item
+
+After the table.
+"""
+    _, text = rst_to_text(src)
+    assert ("run | Create event loop, run a coroutine, close the loop.\n"
+            "TaskGroup | Holds a group of tasks. - a nested item\n\nAfter the table.") in text
+    assert "* -" not in text
