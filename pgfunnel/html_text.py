@@ -146,16 +146,21 @@ class _TreeBuilder(HTMLParser):
 
 
 def _is_dropped(element: _Element, inside_main: bool) -> bool:
+    attrs = element.attrs
     if element.tag in _DROP_TAGS and not (element.tag == "aside" and _is_docutils_aside(
-            element, inside_main)):
+            element, inside_main)) and not (element.tag == "button"
+                                            and attrs.get("role") == "tab"):
+        # (a tab's label is a button in sphinx-tabs: "Linux", "pip")
         return True
     if not inside_main and (element.tag in _CHROME_TAGS
                             or not _CHROME_TAGS.isdisjoint(element.classes())):
         # a page without a main element marks its header and footer with a class as
         # often as with the tag (Texinfo: <div class="header">Next: ... Up: ...</div>)
         return True
-    attrs = element.attrs
-    if "hidden" in attrs or attrs.get("aria-hidden") == "true":
+    if ("hidden" in attrs or attrs.get("aria-hidden") == "true") \
+            and attrs.get("role") != "tabpanel":
+        # a tab panel is hidden until its tab is chosen (Docusaurus, sphinx-tabs: every
+        # tab but the first), and its text is the page's
         return True
     if attrs.get("role") in _DROP_ROLES:
         return True
@@ -317,8 +322,9 @@ class _Renderer:
             self.render_children(element)
             self._flush()
             return
-        if tag in _LINE_TAGS:
-            self.line.append("\x00- " if tag == "li" else "\x00")
+        if tag in _LINE_TAGS or tag == "button":
+            # (a tab's label, the only button kept, is an item as Docusaurus writes one)
+            self.line.append("\x00- " if tag in ("li", "button") else "\x00")
             self.render_children(element)
             return
         if tag in _CELL_TAGS:

@@ -841,3 +841,21 @@ def test_docutils_footnotes_topics_and_sidebars_are_content() -> None:
                  "[1]", "Only on Unix."):
         assert kept in text
     assert "Site navigation" not in text and "Chrome of the theme" not in text
+
+
+def test_tab_panels_hidden_until_chosen_are_content() -> None:
+    # Docusaurus and sphinx-tabs render every tab but the first with `hidden`
+    page = """<main><h1>Install</h1>
+<ul role="tablist"><li role="tab" aria-selected="true">npm</li><li role="tab">Yarn</li></ul>
+<div role="tabpanel" class="tabItem"><pre><code>npm install foo</code></pre></div>
+<div role="tabpanel" class="tabItem" hidden=""><pre><code>yarn add foo</code></pre></div>
+<div class="sphinx-tabs"><div role="tablist"><button class="sphinx-tabs-tab" role="tab"
+aria-selected="true">Linux</button><button class="sphinx-tabs-tab" role="tab">Windows</button>
+</div><div class="sphinx-tabs-panel" role="tabpanel"><p>Use apt.</p></div>
+<div class="sphinx-tabs-panel" hidden="true" role="tabpanel"><p>Use the installer.</p></div>
+</div><p hidden>Not shown.</p><button class="copybtn">Copy</button></main>"""
+    _, text = html_to_text(page)
+    for kept in ("    npm install foo", "    yarn add foo", "- Linux\n- Windows", "Use apt.",
+                 "Use the installer."):
+        assert kept in text
+    assert "Not shown" not in text and "Copy" not in text
