@@ -117,6 +117,27 @@ class _Element:
         return set(self.attrs.get("class", "").split())
 
 
+# elements no deeper than this in the tree (see _TreeBuilder.handle_starttag)
+_MAX_DEPTH = 250
+# what a start tag closes when it is open (the end tags HTML allows a page to leave out),
+# and the elements it does not look past for one
+_SCOPE = frozenset({"html", "table", "td", "th", "caption", "button", "template", "object"})
+_P_CLOSERS = frozenset({
+    "address", "article", "aside", "blockquote", "details", "div", "dl", "fieldset",
+    "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header",
+    "hr", "main", "menu", "nav", "ol", "p", "pre", "section", "table", "ul",
+})  # fmt: skip
+_IMPLIED_END: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    **{tag: (frozenset({"p"}), _SCOPE) for tag in _P_CLOSERS},
+    "li": (frozenset({"li"}), _SCOPE | {"ul", "ol"}),
+    "dt": (frozenset({"dt", "dd"}), _SCOPE | {"dl"}),
+    "dd": (frozenset({"dt", "dd"}), _SCOPE | {"dl"}),
+    "tr": (frozenset({"tr"}), _SCOPE - {"td", "th"}),
+    "td": (frozenset({"td", "th"}), _SCOPE - {"td", "th"} | {"tr"}),
+    "th": (frozenset({"td", "th"}), _SCOPE - {"td", "th"} | {"tr"}),
+}
+
+
 class _TreeBuilder(HTMLParser):
     """A forgiving element tree: unknown end tags are ignored, unclosed ones close with
     their parent, as browsers do for the malformed pages found in the wild."""
@@ -128,9 +149,31 @@ class _TreeBuilder(HTMLParser):
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         element = _Element(tag, {k: v or "" for k, v in attrs})
+        self._close_implied(tag)
         self._stack[-1].children.append(element)
-        if tag not in _VOID_TAGS:
+        if tag not in _VOID_TAGS and len(self._stack) < _MAX_DEPTH:
+            # past the cap (tags never closed: <font> after <font>), an element holds
+            # nothing and what follows is its sibling; the tree stays shallower than
+            # Python's recursion limit, which the rendering walks within
             self._stack.append(element)
+
+    def _close_implied(self, tag: str) -> None:
+        """End tags HTML lets a page leave out, closed as browsers close them: a ``<p>``
+        by the next paragraph or block, an ``<li>`` by the next item, ``<dt>``/``<dd>``
+        by the next term or description, a row or cell by the next. Left open, a page of
+        1,200 ``<p>`` paragraphs nested them 1,200 deep (and stopped the ingest with a
+        RecursionError)."""
+        closes = _IMPLIED_END.get(tag)
+        if closes is None:
+            return
+        ends, scope = closes
+        for depth in range(len(self._stack) - 1, 0, -1):
+            open_tag = self._stack[depth].tag
+            if open_tag in ends:
+                del self._stack[depth:]
+                return
+            if open_tag in scope:
+                return
 
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self._stack[-1].children.append(_Element(tag, {k: v or "" for k, v in attrs}))

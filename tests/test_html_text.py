@@ -859,3 +859,19 @@ aria-selected="true">Linux</button><button class="sphinx-tabs-tab" role="tab">Wi
                  "Use the installer."):
         assert kept in text
     assert "Not shown" not in text and "Copy" not in text
+
+
+def test_end_tags_a_page_leaves_out_are_implied_and_nesting_is_bounded() -> None:
+    # 1,200 paragraphs opened with <p> and never closed (valid HTML) nested 1,200 deep and
+    # stopped the ingest with a RecursionError; so did thousands of unclosed <font> tags
+    faq = "<html><body><h1>FAQ</h1>" + "".join(
+        f"<p>Answer {i}.\n" for i in range(1200)) + "</body></html>"
+    _, text = html_to_text(faq)
+    assert text.startswith("# FAQ\n\nAnswer 0.\n\nAnswer 1.\n\n")
+    assert text.endswith("Answer 1199.")
+    _, text = html_to_text("<body>" + "<font size=2>" * 5000 + "deep text</body>")
+    assert text == "deep text"
+    _, text = html_to_text("<body><ul><li>a<li>b<ul><li>c<li>d</ul><li>e</ul>"
+                           "<dl><dt>term<dd>its text<dt>next<dd>more</dl>"
+                           "<table><tr><td>1<td>2<tr><td>3<td>4</table></body>")
+    assert text == "- a\n- b\n\n- c\n- d\n\n- e\n\nterm\nits text\nnext\nmore\n\n1 | 2\n3 | 4"
