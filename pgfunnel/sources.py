@@ -433,7 +433,8 @@ def _files_under(folder: Path) -> list[Path]:
     packages link theirs: borgbackup-doc/html -> ../borgbackup/html; not followed, the
     package held "nothing to ingest", and a linked folder in a tree was left out without a
     word); a link to a folder inside it is not (that folder is read at its own place), nor
-    is one back to a folder above (a loop), nor a second link to a folder already read.
+    is one back to a folder above (a loop), nor one to a folder read already, or inside
+    one, or inside the target of another link beside it.
     Hidden folders are not walked: every path in them is left out."""
     root = folder.resolve()
     walked = {root}
@@ -442,14 +443,19 @@ def _files_under(folder: Path) -> list[Path]:
         here = Path(top)
         real = here.resolve()
         kept = []
+        links = {name: (here / name).resolve() for name in dirs
+                 if not name.startswith(".") and (here / name).is_symlink()}
         for name in sorted(dirs):
-            sub = here / name
             if name.startswith("."):
                 continue
-            if sub.is_symlink():
-                target = sub.resolve()
-                if target in walked or target.is_relative_to(root) \
-                        or real.is_relative_to(target) or not target.is_dir():
+            target = links.get(name)
+            if target is not None:
+                # not a folder read already or inside one (Debian's python3-pytest links
+                # html and rst, which is html/_sources), nor one another link here holds
+                if any(target.is_relative_to(done) for done in walked) \
+                        or real.is_relative_to(target) or not target.is_dir() \
+                        or any(target != other and target.is_relative_to(other)
+                               for other in links.values()):
                     continue
                 walked.add(target)
             kept.append(name)

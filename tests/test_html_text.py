@@ -221,8 +221,14 @@ def test_a_linked_folder_outside_the_folder_is_read_at_the_links_place(tmp_path:
     (package / "extra").mkdir()
     (package / "extra" / "faq.md").write_text("# FAQ\n\nQuestions.\n")
     (package / "alias").symlink_to(package / "extra")
+    # Debian's python3-pytest: html -> the manual, rst -> the manual's _sources; the
+    # sources inside a linked folder are not read a second time
+    (manual / "_sources").mkdir()
+    (manual / "_sources" / "create.rst.txt").write_text("borg create\n===========\n\nText.\n")
+    (package / "rst").symlink_to(manual / "_sources")
+    (package / "api").symlink_to(manual / "usage")
     assert sorted(d.citekey for d in read_path(package)) == [
-        "extra/faq", "html/usage/create", "notes"]
+        "extra/faq", "html/_sources/create.rst", "html/usage/create", "notes"]
 
 NODE_STYLE = """<html><head><title>File system | Node.js v20.20.2 Documentation</title></head>
 <body><header><h1>Node.js v20.20.2 documentation</h1></header>
