@@ -10,6 +10,7 @@ import numpy as np
 import psycopg
 from psycopg.types.json import Jsonb
 
+from pgfunnel.db import tuple_rows
 from pgfunnel.errors import ConfigError, NotFoundError, translate
 from pgfunnel.search import Funnel, SearchParams, check_query_text
 
@@ -72,15 +73,16 @@ def document_chunks(conn: psycopg.Connection[Any], citekey: str,
     see, in order. Filtered like the search (and by the row-level security policies, if
     on): a document hidden from the reader has no chunks here, exactly as one that does
     not exist."""
-    rows = conn.execute(
-        "select ch.id, ch.ordinal from pgfunnel.chunk ch "
+    with tuple_rows(conn):
+        rows = conn.execute(
+            "select ch.id, ch.ordinal from pgfunnel.chunk ch "
         "join pgfunnel.document d on d.id = ch.document_id "
-        "join pgfunnel.collection c on c.id = d.collection_id "
-        "where c.name = %s and d.citekey = %s and pgfunnel._document_visible(d, %s::text[], "
-        "%s, %s, coalesce(%s, now()), %s::jsonb) order by ch.ordinal",
-        (p.collection, citekey, list(p.principals), p.tenant, p.language, p.as_of,
-         None if p.metadata_filter is None else Jsonb(p.metadata_filter))
-    ).fetchall()
+            "join pgfunnel.collection c on c.id = d.collection_id "
+            "where c.name = %s and d.citekey = %s and pgfunnel._document_visible(d, "
+            "%s::text[], %s, %s, coalesce(%s, now()), %s::jsonb) order by ch.ordinal",
+            (p.collection, citekey, list(p.principals), p.tenant, p.language, p.as_of,
+             None if p.metadata_filter is None else Jsonb(p.metadata_filter))
+        ).fetchall()
     return [(int(r[0]), int(r[1])) for r in rows]
 
 
@@ -96,11 +98,13 @@ def resolve_target(conn: psycopg.Connection[Any], target: str, collection: str) 
     m = _TARGET.match(target)
     if m is None:
         raise ConfigError("chunk", f"{target!r} is neither a chunk id nor CITEKEY#ORDINAL")
-    row = conn.execute(
-        "select ch.id from pgfunnel.chunk ch join pgfunnel.document d on d.id = ch.document_id "
-        "join pgfunnel.collection c on c.id = d.collection_id "
-        "where c.name = %s and d.citekey = %s and ch.ordinal = %s",
-        (collection, m["citekey"], int(m["ordinal"]))).fetchone()
+    with tuple_rows(conn):
+        row = conn.execute(
+            "select ch.id from pgfunnel.chunk ch "
+            "join pgfunnel.document d on d.id = ch.document_id "
+            "join pgfunnel.collection c on c.id = d.collection_id "
+            "where c.name = %s and d.citekey = %s and ch.ordinal = %s",
+            (collection, m["citekey"], int(m["ordinal"]))).fetchone()
     return None if row is None else int(row[0])
 
 

@@ -1019,3 +1019,21 @@ def test_funnel_refuses_an_embedder_of_the_wrong_kind(embedder: Any) -> None:
     # what it takes: "auto", None, an Embedder, a model id or a local path
     for fine in ("auto", None, "all-MiniLM-L6-v2", Path("/models/e5")):
         Funnel("postgresql:///unused", embedder=fine)
+
+
+def test_explain_lookups_on_a_connection_with_another_row_factory(sample_db: str) -> None:
+    # pgfunnel.explain's document_chunks and resolve_target, called directly on an
+    # application's connection opened with row_factory=dict_row, failed with KeyError 0
+    from psycopg.rows import dict_row
+
+    from pgfunnel.explain import document_chunks, resolve_target
+
+    p = SearchParams.build(k=5, principals=[])
+    with psycopg.connect(sample_db) as plain:
+        expected_chunks = document_chunks(plain, "refunds-annual", p)
+        expected_id = resolve_target(plain, "refunds-annual#0", "default")
+    assert expected_chunks and expected_id is not None
+    with psycopg.connect(sample_db, row_factory=dict_row) as conn:
+        assert document_chunks(conn, "refunds-annual", p) == expected_chunks
+        assert resolve_target(conn, "refunds-annual#0", "default") == expected_id
+        assert conn.row_factory is dict_row  # put back
