@@ -119,6 +119,13 @@ class SchemaOutdatedWarning(UserWarning):
     upgraded and `pgfunnel migrate` has not run yet."""
 
 
+class SearchNoticeWarning(UserWarning):
+    """A notice Postgres raised during a search and ``Funnel.search`` re-raises as a
+    warning, its text kept (``pgfunnel: query words not searched: ...``, ``pgfunnel: the
+    query is empty ...``); the same text is in ``SearchResponse.notices``. A category of
+    its own so an application can filter these apart from other warnings."""
+
+
 class ConnectionFailedError(PgfunnelError):
     """The database could not be reached."""
 

@@ -47,6 +47,7 @@ from pgfunnel.errors import (
     SchemaMissingError,
     SchemaOutdatedError,
     SchemaOutdatedWarning,
+    SearchNoticeWarning,
     SearchTimeoutError,
     check_sql_text,
     string_list,
@@ -853,7 +854,7 @@ class Funnel:
         response.transforms = transforms
         response.index_version_id = seen.get("version_id")
         for note in notices:
-            warn_at_caller(note)
+            warn_at_caller(SearchNoticeWarning(note), SearchNoticeWarning)
         return response
 
     def _run(self, conn: psycopg.Connection[Any], query: str | None, vector: np.ndarray | None,

@@ -241,6 +241,27 @@ def test_dropped_words_become_a_python_warning(sample_db: str) -> None:
     assert warning.filename == __file__
 
 
+def test_search_notices_have_a_warning_category_of_their_own(sample_db: str) -> None:
+    # they were plain UserWarnings: a web app could not filter them apart from others
+    import pgfunnel
+    from pgfunnel.errors import SearchNoticeWarning
+
+    assert pgfunnel.SearchNoticeWarning is SearchNoticeWarning
+    assert issubclass(SearchNoticeWarning, UserWarning)
+    with Funnel(sample_db, embedder=None) as f, warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        warnings.simplefilter("ignore", SearchNoticeWarning)
+        resp = f.search("how do I get a refund", k=3)
+    assert any("query words not searched" in n for n in resp.notices)
+    assert not [w for w in got if "query words not searched" in str(w.message)]
+    with Funnel(sample_db, embedder=None) as f, warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        f.search("how do I get a refund", k=3)
+    [warning] = [w for w in got if "query words not searched" in str(w.message)]
+    assert warning.category is SearchNoticeWarning
+    assert str(warning.message) in resp.notices
+
+
 def test_query_losing_every_term_warns(sample_conn: psycopg.Connection[Any]) -> None:
     seen = _capture(sample_conn)
     rows = lexical(sample_conn, "what is the")
