@@ -156,6 +156,8 @@ def funnel_search_tvf(query_text: Any, query_embedding: Any = None, *,
     parameters (``k``, ``principals``, ``collection``, ``metadata_filter``, ...);
     ``principals`` is required because NULL/absent identity must never mean "everyone"
     (pass ``[]`` for public documents only). ``name`` is the alias in the FROM clause.
+    With ``trace=True`` the trace rows are written in the caller's transaction: a
+    Session must commit to keep them (``with Session(engine)`` otherwise rolls back).
     """
     unknown = sorted(set(params) - set(FUNNEL_SEARCH_PARAMETERS))
     if unknown:

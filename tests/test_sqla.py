@@ -275,3 +275,32 @@ def test_a_failed_connection_is_the_same_pgfunnel_error_sync_and_async(sample_db
         with pytest.raises(ConnectionFailedError, match="no_such_role_here") as caught:
             attempt()
         assert "hunter2" not in str(caught.value)
+
+
+def test_the_documented_traced_tvf_example_keeps_its_trace(sample_db: str) -> None:
+    # docs/python-api.md showed funnel_search_tvf in a Session that never committed: with
+    # trace=True its search_log and search_trace rows were rolled back when it closed
+    import re
+    from pathlib import Path
+
+    import psycopg
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "python-api.md").read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", doc, re.S)
+              if "funnel_search_tvf(" in b and "trace=True" in b]
+    assert blocks, "docs/python-api.md has no traced funnel_search_tvf example"
+    engine = engine_from_dsn(sample_db)
+    try:
+        for block in blocks:
+            namespace: dict[str, Any] = {
+                "engine": engine, "q": "refund on an annual plan", "select": select,
+                "Session": Session, "funnel_search_tvf": funnel_search_tvf,
+                "identity_statement": identity_statement}
+            exec(block, namespace)  # noqa: S102 - the docs' own example
+    finally:
+        engine.dispose()
+    with psycopg.connect(sample_db) as conn:
+        logged = conn.execute("select count(*) from pgfunnel.search_log").fetchone()
+        traced = conn.execute("select count(*) from pgfunnel.search_trace").fetchone()
+    assert logged is not None and logged[0] == len(blocks)
+    assert traced is not None and traced[0] > 0
