@@ -48,6 +48,7 @@ __all__ = [
     "checked_ranking",
     "default_batch_size",
     "make_snippet",
+    "reranker_name",
     "resolve_device",
     "should_skip",
 ]
@@ -245,6 +246,22 @@ def _half_precision_cuda(model: Any) -> None:  # pragma: no cover - needs a CUDA
     on a GPU machine by bench/gpu_check.sh, covers the cast.
     """
     model.half()
+
+
+def reranker_name(reranker: Any) -> str | None:
+    """The name a trace records for a reranker (``search_log.config->>'rerank_model'``):
+    its ``model_name`` (a :class:`Reranker`'s), else the ``name_or_path`` of the model
+    inside it (a sentence-transformers ``CrossEncoder`` passed as it is, whose model is a
+    Hugging Face one), else None."""
+    name = getattr(reranker, "model_name", None)
+    if isinstance(name, str) and name:
+        return name
+    for owner in (getattr(reranker, "model", None), getattr(reranker, "config", None)):
+        for attr in ("name_or_path", "_name_or_path"):
+            value = getattr(owner, attr, None)
+            if isinstance(value, str) and value:
+                return value
+    return None
 
 
 class Reranker:

@@ -55,7 +55,7 @@ from pgfunnel.errors import (
     translate,
     warn_at_caller,
 )
-from pgfunnel.rerank import check_gate_margin
+from pgfunnel.rerank import check_gate_margin, reranker_name
 from pgfunnel.sources import JSON_NUL
 
 MAX_QUERY_CHARS = 10_000
@@ -994,7 +994,7 @@ class Funnel:
                     log_notes: Mapping[str, Any] | None = None) -> dict[str, Any]:
         config = p.config()
         config.update(rerank=reranked, rerank_depth=self.rerank_depth,
-                      rerank_model=getattr(self.reranker, "model_name", None), **(notes or {}))
+                      rerank_model=reranker_name(self.reranker), **(notes or {}))
         return {
             "chunk_ids": [c.chunk_id for c in ordered],
             "fused_ranks": [c.fused_rank for c in ordered],

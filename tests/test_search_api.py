@@ -1037,3 +1037,24 @@ def test_explain_lookups_on_a_connection_with_another_row_factory(sample_db: str
         assert document_chunks(conn, "refunds-annual", p) == expected_chunks
         assert resolve_target(conn, "refunds-annual#0", "default") == expected_id
         assert conn.row_factory is dict_row  # put back
+
+
+def test_a_cross_encoder_passed_as_is_is_named_in_the_trace(
+        sample_conn: psycopg.Connection[Any], tiny_reranker: Reranker) -> None:
+    # a sentence-transformers CrossEncoder given as the reranker (it has rank(), but no
+    # pgfunnel model_name) left search_log.config->>'rerank_model' NULL
+    from sentence_transformers import CrossEncoder
+
+    path = tiny_reranker.model_name
+    funnel = Funnel(sample_conn, embedder=None, reranker=CrossEncoder(path, device="cpu"))
+    resp = funnel.search("refund annual plan", k=3, principals=[], trace=True)
+    assert resp.reranked and resp.search_id is not None
+    row = sample_conn.execute("select config->>'rerank_model' from pgfunnel.search_log "
+                              "where id = %s", (resp.search_id,)).fetchone()
+    assert row is not None and row[0] == path
+    # a pgfunnel Reranker is named by its model_name, as before
+    traced = Funnel(sample_conn, embedder=None, reranker=tiny_reranker).search(
+        "refund annual plan", k=3, principals=[], trace=True)
+    row = sample_conn.execute("select config->>'rerank_model' from pgfunnel.search_log "
+                              "where id = %s", (traced.search_id,)).fetchone()
+    assert row is not None and row[0] == path
