@@ -383,8 +383,19 @@ def _read_path_records(path: Path, root: Path | None,
     """read_path's records, each with the file it came from."""
     if path.is_dir():
         base = root if root is not None else path
-        files = sorted(p for p in _files_under(path)
+        dangling: list[Path] = []
+        files = sorted(p for p in _files_under(path, dangling)
                        if not _excluded(p.relative_to(path), exclude))
+        # said, as other files left out are: a link whose target is gone was dropped
+        # without a word, and a folder of them looked like an empty one
+        broken = sorted(p.relative_to(path).as_posix() for p in dangling
+                        if not _excluded(p.relative_to(path), exclude))
+        if broken:
+            named = ", ".join(broken[:5]) + (", ..." if len(broken) > 5 else "")
+            warn_at_caller(OtherFilesWarning(
+                f"{path}: left out {len(broken):,} broken symbolic "
+                f"link{'s' if len(broken) != 1 else ''} (the target does not exist): "
+                f"{named}"), OtherFilesWarning)
         # the folder itself, or any folder under it, may be a Sphinx build's root
         builds = sorted({p.parent for p in files
                          if p.name in ("objects.inv", "genindex.html")
@@ -427,7 +438,7 @@ def _read_path_records(path: Path, root: Path | None,
         yield path, rec
 
 
-def _files_under(folder: Path) -> list[Path]:
+def _files_under(folder: Path, dangling: list[Path] | None = None) -> list[Path]:
     """The files under ``folder``, at the paths they have there. A symbolic link to a
     folder outside it is read as a folder at the link's place (Debian's documentation
     packages link theirs: borgbackup-doc/html -> ../borgbackup/html; not followed, the
@@ -435,7 +446,8 @@ def _files_under(folder: Path) -> list[Path]:
     word); a link to a folder inside it is not (that folder is read at its own place), nor
     is one back to a folder above (a loop), nor one to a folder read already, or inside
     one, or inside the target of another link beside it.
-    Hidden folders are not walked: every path in them is left out."""
+    Hidden folders are not walked: every path in them is left out. Symbolic links whose
+    target does not exist are not files: they are added to ``dangling`` when given."""
     root = folder.resolve()
     walked = {root}
     files: list[Path] = []
@@ -461,6 +473,9 @@ def _files_under(folder: Path) -> list[Path]:
             kept.append(name)
         dirs[:] = kept
         files.extend(here / name for name in names if (here / name).is_file())
+        if dangling is not None:
+            dangling.extend(here / name for name in names
+                            if (here / name).is_symlink() and not (here / name).exists())
     return files
 
 

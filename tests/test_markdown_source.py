@@ -487,3 +487,35 @@ def test_cluster_marks_are_the_combining_marks_of_those_scripts() -> None:
     # a mark of those blocks not written out would change chunks with Python's Unicode
     # version; the Thai tone marks, Myanmar's virama and Khmer's coeng are among them
     assert all(marks.match(c) for c in "\u0e48\u0e49\u0e4a\u0e4b\u1039\u17d2\u0ece")
+
+
+def test_broken_symbolic_links_in_a_folder_are_noted_not_silently_skipped(
+        db: str, tmp_path: Path) -> None:
+    import warnings
+
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.sources import OtherFilesWarning
+
+    docs = tmp_path / "docs"
+    (docs / "sub").mkdir(parents=True)
+    (docs / "a.md").write_text("# A\n\ntext\n")
+    (docs / "gone.md").symlink_to(tmp_path / "missing.md")
+    (docs / "sub" / "old.rst").symlink_to(tmp_path / "nowhere" / "old.rst")
+    (docs / ".hidden.md").symlink_to(tmp_path / "missing.md")  # hidden: left out quietly
+    (docs / "skip.md").symlink_to(tmp_path / "missing.md")  # excluded below
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        found = list(read_path(docs, exclude=["skip.md"]))
+    assert [d.citekey for d in found] == ["a"]
+    [warning] = [w for w in caught if issubclass(w.category, OtherFilesWarning)]
+    assert warning.filename == __file__
+    assert str(warning.message) == (f"{docs}: left out 2 broken symbolic links (the target "
+                                    "does not exist): gone.md, sub/old.rst")
+    res = CliRunner().invoke(app, ["ingest", str(docs), "-c", "t", "--dsn", db,
+                                   "--exclude", "skip.md"])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "left out 2 broken symbolic links (the target does not exist): gone.md, " \
+           "sub/old.rst" in text
