@@ -25,6 +25,7 @@ from psycopg.rows import tuple_row
 
 from pgfunnel.errors import (
     READ_ONLY_HINT,
+    AccessError,
     ConfigError,
     ConnectionFailedError,
     ReadOnlyError,
@@ -249,6 +250,26 @@ def refuse_read_only(conn: psycopg.Connection[Any], what: str) -> None:
         raise translate(exc, searching=False) from exc
     if row is not None and row[0] == "on":
         raise ReadOnlyError(f"{what} writes to the database{READ_ONLY_HINT}")
+
+
+def require_writer(conn: psycopg.Connection[Any], what: str, table: str,
+                   privilege: str) -> None:
+    """An AccessError naming the role, what it may not do and the grant it needs when it
+    lacks ``privilege`` on ``pgfunnel.<table>``, before ``what`` writes (or loads a model):
+    a member of pgfunnel_reader only got Postgres' bare "permission denied for table
+    document" (or "index_version"), which named neither."""
+    try:
+        with own_transaction(conn):
+            row = conn.execute("select current_user, pg_catalog.has_table_privilege(%s, %s), "
+                               "pg_catalog.quote_ident(current_user)",
+                               (f"{SCHEMA}.{table}", privilege)).fetchone()
+    except psycopg.Error as exc:
+        raise translate(exc, searching=False) from exc
+    if row is not None and not row[1]:
+        raise AccessError(
+            f"role {row[0]!r} may not {what}: it lacks {privilege} on {SCHEMA}.{table} "
+            f"(members of pgfunnel_writer have it: grant pgfunnel_writer to {row[2]}; see "
+            "docs/security.md, Roles and grants)")
 
 
 @contextmanager

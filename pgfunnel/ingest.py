@@ -1123,9 +1123,10 @@ class Ingester:
                 vectors: dict[str, np.ndarray] | None) -> IngestStats:
         _check_ingest_arguments(records, vectors)
         # on a read replica the first write would fail after a batch was embedded
-        from pgfunnel.db import refuse_read_only
+        from pgfunnel.db import refuse_read_only, require_writer
 
         refuse_read_only(self.conn, "ingest")
+        require_writer(self.conn, "ingest documents", "document", "INSERT")
         if self.private:
             # private is a collection's setting, made when it is created: documents
             # without readers asked to be private would go in public, unsaid

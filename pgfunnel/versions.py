@@ -38,6 +38,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from pgfunnel.db import require_writer
 from pgfunnel.embedder import Embedder
 from pgfunnel.errors import (
     JSON_ERRORS,
@@ -674,6 +675,7 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
     require_schema(conn)
     # on a read replica the version row's insert would fail after the model loaded
     refuse_read_only(conn, "reindex")
+    require_writer(conn, "reindex", "index_version", "INSERT")
     _set_maintenance_work_mem(conn, maintenance_work_mem)
     # a killed CLI must not leave its backend running a long statement with the lock held
     _name_session(conn, f"pgfunnel reindex {collection}")
@@ -846,6 +848,7 @@ def activate(conn: psycopg.Connection[Any], collection: str, version: int, *,
     """
     def body() -> Activation:
         coll_id = require_collection(conn, collection)
+        require_writer(conn, "activate a version", "index_version", "UPDATE")
         info = _version_row(conn, coll_id, version)
         if info.state == "active":
             return Activation(collection, version, None, 0)
@@ -919,6 +922,7 @@ def rollback(conn: psycopg.Connection[Any], collection: str, *,
     """Activate the version the active one replaced (again: toggles between the two)."""
     def previous() -> tuple[int, int | None]:
         coll = require_collection(conn, collection)
+        require_writer(conn, "roll back a version switch", "index_version", "UPDATE")
         row = conn.execute("select v.params -> 'activations' -> -1 from pgfunnel.index_version v "
                            "where v.collection_id = %s and v.state = 'active'", (coll,)).fetchone()
         if row is None:
@@ -954,6 +958,7 @@ def retire(conn: psycopg.Connection[Any], collection: str, version: int) -> Vers
     """Mark a ready version retired (kept, droppable, re-activatable). Not the active one."""
     def body() -> VersionInfo:
         coll_id = require_collection(conn, collection)
+        require_writer(conn, "retire a version", "index_version", "UPDATE")
         info = _version_row(conn, coll_id, version)
         if info.state == "active":
             raise ConflictError(f"version {version} of {collection!r} is active; activate "

@@ -845,3 +845,55 @@ def test_granting_a_role_that_does_not_exist_names_it(rls_db: str) -> None:
                                                 "first .* then grant it pgfunnel_reader"):
             grant_app_role(conn, "nosuchrole")
         assert conn.execute("select 1").fetchone() == (1,)
+
+
+def test_a_reader_writing_is_told_which_role_it_needs(rls_db: str, app_dsn: str) -> None:
+    """A member of pgfunnel_reader only got Postgres' bare "permission denied for table
+    document" (or "index_version") from ingest, reindex and the version commands; only
+    delete said which role it needs."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel import versions
+    from pgfunnel.ingest import Ingester, create_version
+    from pgfunnel.sources import DocumentRecord
+
+    with connect(rls_db, autocommit=True) as owner:
+        coll, analyzer = owner.execute(
+            "select id, analyzer from pgfunnel.collection where name = 'default'").fetchone()
+        create_version(owner, coll, "random-vectors-16", DIM, str(analyzer), "ready")
+        before = owner.execute("select state from pgfunnel.index_version "
+                               "order by id").fetchall()
+    role = psycopg.conninfo.conninfo_to_dict(app_dsn)["user"]
+    lacks = f"role '{role}' may not {{}}: it lacks {{}} on pgfunnel.{{}} " \
+            f"(members of pgfunnel_writer have it: grant pgfunnel_writer to {role}"
+    with connect(app_dsn, autocommit=True) as conn:
+        record = DocumentRecord(citekey="new", text="refund money back", title="new")
+        with pytest.raises(AccessError) as err:
+            Ingester(conn, "default").ingest([record], vectors={"new": random_vectors(1, 1)})
+        assert str(err.value).startswith(lacks.format("ingest documents", "INSERT",
+                                                      "document"))
+        for call, what in ((lambda: versions.activate(conn, "default", 2),
+                            "activate a version"),
+                           (lambda: versions.rollback(conn, "default"),
+                            "roll back a version switch"),
+                           (lambda: versions.retire(conn, "default", 2), "retire a version"),
+                           (lambda: versions.reindex(conn, "default"), "reindex")):
+            with pytest.raises(AccessError) as err:
+                call()
+            privilege = "INSERT" if what == "reindex" else "UPDATE"
+            assert str(err.value).startswith(lacks.format(what, privilege, "index_version"))
+    for command, what in ((["versions", "activate", "2"], "activate a version"),
+                          (["versions", "rollback"], "roll back a version switch"),
+                          (["versions", "retire", "2"], "retire a version"),
+                          (["reindex"], "reindex")):
+        res = CliRunner().invoke(app, [*command, "--dsn", app_dsn])
+        assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+        text = " ".join(res.output.split())
+        assert f"role '{role}' may not {what}" in text and \
+            f"grant pgfunnel_writer to {role}" in text, text
+    with connect(rls_db, autocommit=True) as owner:
+        assert owner.execute("select state from pgfunnel.index_version "
+                             "order by id").fetchall() == before
+        assert owner.execute("select count(*) from pgfunnel.document "
+                             "where citekey = 'new'").fetchone() == (0,)
