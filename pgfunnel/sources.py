@@ -76,9 +76,11 @@ DEFAULT_LEXICAL_INPUT = LEXICAL_TITLE_TWICE
 # cut between its lines; 8: each Chinese or Japanese character counts as a word, so text
 # in those scripts, written without spaces, is cut to size too; 9: each character
 # cluster of Thai, Lao, Khmer or Burmese counts as a word, for the same reason, and a cut
-# falls between clusters, never between a letter and its marks). Unchanged
+# falls between clusters, never between a letter and its marks; 10: a section's heading is
+# cut to HEADING_REPEAT_WORDS words above its later chunks and to chunk_words above its
+# first, with an ellipsis). Unchanged
 # chunks keep their vectors (ChunkRecord.vector_key ignores whitespace).
-CHUNKING_VERSION = 9
+CHUNKING_VERSION = 10
 # a document's content hash starts with the chunking version it was chunked by, so that
 # `pgfunnel doctor` and ingest can tell documents stored by an older pgfunnel apart (the
 # pattern reads the same in Python and in Postgres' regular expressions); a hash without
@@ -1341,7 +1343,11 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
     longer than the target between its words), and a block of code (fenced, or indented
     four spaces) or a table longer than the target between its lines. The
     section heading is kept at the top of each of its chunks, over a blank line, so a
-    chunk reads on its own, and the headings of higher level above it are the chunk's
+    chunk reads on its own: whole (up to ``chunk_words`` words) above the section's first
+    chunk, and cut to ``HEADING_REPEAT_WORDS`` words and an ellipsis above the later
+    ones, so that a long API signature does not fill what the embedder reads of every
+    chunk of its section (``ChunkRecord.heading`` keeps it whole). The headings of
+    higher level above it are the chunk's
     ``section_path`` (outermost first), which a version embedding ``"section"`` reads too
     (``embedding_input``). A heading
     without text of its own is a chunk by itself: moving it above the next section
@@ -1400,10 +1406,15 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
         bodies = ["".join(("\n" * (1 + blank) if i else "") + part
                           for i, (part, blank) in enumerate(piece)) for piece in pieces]
         bodies = _fences_closed_per_piece(_list_indentation_removed(bodies, mid_paragraph))
-        top = _heading_line(heading)
-        for body_text in bodies:
+        # the section's first chunk holds its heading whole, up to a chunk's worth of words;
+        # the copy above each later chunk is cut shorter (a Sphinx signature, or an
+        # attribute's value written out, can run to thousands of words)
+        first_top = _heading_line(_heading_cut(heading, chunk_words))
+        repeated_top = _heading_line(_heading_cut(heading, HEADING_REPEAT_WORDS))
+        for k, body_text in enumerate(bodies):
             if not body_text and not heading:
                 continue
+            top = repeated_top if k else first_top
             # a blank line below the heading: on the next line a renderer would join it to
             # the paragraph, and to code indented four spaces (as the HTML and reST
             # readers write code), making both one paragraph of prose
@@ -1455,6 +1466,26 @@ _UNSPACED = re.compile(f"[{CJK_CHAR_RANGES}{_CLUSTER_SCRIPTS}]")
 _WORD = re.compile(f"[{CJK_CHAR_RANGES}]"
                    f"|(?:{_STACKED}|[{_CLUSTER_SCRIPTS}])(?:{_CLUSTER_TAIL})*"
                    f"|(?:[^\\s{CJK_CHAR_RANGES}{_CLUSTER_SCRIPTS}]+|{_CLUSTER_TAIL})+")
+
+
+#: the most words of a section's heading repeated above its second and later chunks (its
+#: first chunk holds up to ``chunk_words`` of them): the heading says which section a
+#: chunk continues, and a long one (an API signature with its parameters) repeated whole
+#: filled the embedder's 256 word pieces and counted for BM25 in every chunk of the
+#: section (docs/tuning.md). Prose headings of the judged sets run to 19 words.
+HEADING_REPEAT_WORDS = 24
+# what a cut heading ends with
+_HEADING_CUT_MARK = " \u2026"
+
+
+def _heading_cut(heading: str, words: int) -> str:
+    """``heading`` cut to its first ``words`` words (as ``count_words`` counts them), with
+    an ellipsis after the cut."""
+    for n, m in enumerate(_WORD.finditer(heading), 1):
+        if n == words:
+            rest = heading[m.end():]
+            return heading if not rest.strip() else heading[:m.end()] + _HEADING_CUT_MARK
+    return heading
 
 
 def count_words(text: str) -> int:

@@ -20,7 +20,13 @@ from pgfunnel.errors import (
     InvalidVectorError,
 )
 from pgfunnel.ingest import Ingester, delete_documents, get_or_create_collection
-from pgfunnel.sources import DocumentRecord, _table_header, chunk_text, read_path
+from pgfunnel.sources import (
+    HEADING_REPEAT_WORDS,
+    DocumentRecord,
+    _table_header,
+    chunk_text,
+    read_path,
+)
 
 
 def _counts(conn: psycopg.Connection[Any]) -> tuple[int, int, int, int]:
@@ -263,6 +269,30 @@ def test_chunking_follows_sections_and_size() -> None:
     assert [c.heading for c in chunks] == ["Title", "Part A", "Part A", "Part A", "Part B"]
     assert all(c.token_count <= 200 + len(c.heading.split()) for c in chunks)
     assert [c.ordinal for c in chunks] == list(range(len(chunks)))
+
+
+def test_a_long_heading_is_cut_above_its_sections_later_chunks() -> None:
+    # a Sphinx signature is a section's heading; repeated whole above every chunk of the
+    # section it filled the embedder's window and counted for BM25 in each chunk
+    params = ", ".join(f"p{i}: int = {i}" for i in range(10))  # 40 words
+    text = f"# Client\n\n###### Client({params})\n\n" + "\n\n".join(
+        " ".join(f"w{j}_{i}" for i in range(30)) for j in range(3))
+    chunks = chunk_text(text, chunk_words=50)
+    assert [c.heading for c in chunks] == ["Client"] + [f"Client({params})"] * 3
+    first, *later = (c.text.split("\n\n", 1)[0] for c in chunks[1:])
+    assert first == f"Client({params})"  # the section's first chunk: whole
+    cut = " ".join(f"Client({params})".split()[:HEADING_REPEAT_WORDS]) + " \u2026"
+    assert later == [cut, cut]
+    assert [c.token_count for c in chunks[2:]] == [HEADING_REPEAT_WORDS + 1 + 30] * 2
+    # above its first chunk a heading keeps up to a chunk's words (rdflib's docs wrote a
+    # class's 8,303-word __annotations__ as one attribute's heading)
+    value = " ".join(f"v{i}" for i in range(500))
+    (_, alone) = chunk_text(f"# T\n\n###### attr = {value}", chunk_words=40)
+    assert alone.text == "attr = " + " ".join(f"v{i}" for i in range(38)) + " \u2026"
+    assert alone.heading == f"attr = {value}" and alone.token_count == 41
+    # headings of ordinary length are left as they were, in every chunk
+    short = chunk_text("## Configure the client\n\n" + "word " * 90, chunk_words=40)
+    assert {c.text.split("\n\n", 1)[0] for c in short} == {"Configure the client"}
 
 
 CODE_DOC = ("# Retries\n\nSet the limit in the client:\n\n"
