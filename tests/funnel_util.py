@@ -7,6 +7,7 @@ model name and dimension, so the Ingester never needs to load an embedding model
 from __future__ import annotations
 
 import importlib.util
+import logging
 import sys
 import time
 import uuid
@@ -166,3 +167,22 @@ def c_locale_database(server_dsn: str, encoding: str = "UTF8",
         with psycopg.connect(server_dsn, autocommit=True) as admin:
             admin.execute(sql.SQL("drop database if exists {} with (force)").format(
                 sql.Identifier(name)))
+
+
+@contextmanager
+def logged(logger_name: str) -> Iterator[list[str]]:
+    """The messages a library logger emits inside the block (a handler on the logger
+    itself: transformers' does not propagate to the root, so caplog misses it)."""
+    messages: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    handler = Collect()
+    logger = logging.getLogger(logger_name)
+    logger.addHandler(handler)
+    try:
+        yield messages
+    finally:
+        logger.removeHandler(handler)

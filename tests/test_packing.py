@@ -93,31 +93,17 @@ def test_tokenizer_counter_does_not_warn_about_long_passages() -> None:
     # transformers' "Running this sequence through the model will result in indexing
     # errors", though counting runs no model (the packing example with
     # Reranker.tokenizer, on any chunk of 513 tokens or more)
-    import logging
-
+    from funnel_util import logged
     from transformers import AutoTokenizer
 
     from pgfunnel.tiny_models import bundled_tokenizer_path
 
-    class Collect(logging.Handler):
-        def __init__(self) -> None:
-            super().__init__()
-            self.messages: list[str] = []
-
-        def emit(self, record: logging.LogRecord) -> None:
-            self.messages.append(record.getMessage())
-
     tok = AutoTokenizer.from_pretrained(str(bundled_tokenizer_path()), local_files_only=True)
-    collect = Collect()
-    logger = logging.getLogger("transformers")
-    logger.addHandler(collect)
-    try:
+    with logged("transformers") as messages:
         res = pack_context([{"id": 1, "text": "word " * 700}], token_budget=1000,
                            count_tokens=tokenizer_counter(tok))
-    finally:
-        logger.removeHandler(collect)
     assert res.tokens_used == 700
-    assert not any("indexing errors" in m for m in collect.messages), collect.messages
+    assert not any("indexing errors" in m for m in messages), messages
 
 
 

@@ -976,37 +976,24 @@ def test_a_search_in_an_aborted_transaction_says_to_roll_it_back(sample_db: str)
     # it raised psycopg's "current transaction is aborted" after psycopg had logged
     # 'error ignored in rollback of <psycopg.Transaction ...>: savepoint "_pg3_1" does not
     # exist' (and the same for the pipeline), two more errors that were not the problem
-    import logging
+    from funnel_util import logged
 
     from pgfunnel.errors import PgfunnelError
 
-    class Collect(logging.Handler):
-        def __init__(self) -> None:
-            super().__init__()
-            self.messages: list[str] = []
-
-        def emit(self, record: logging.LogRecord) -> None:
-            self.messages.append(record.getMessage())
-
-    collect = Collect()
-    logging.getLogger("psycopg").addHandler(collect)
-    try:
-        with psycopg.connect(sample_db) as conn:
-            funnel = Funnel(conn, embedder=None)
-            with pytest.raises(psycopg.errors.DivisionByZero):
-                conn.execute("select 1/0")
-            for call in (lambda: funnel.search("refund", k=3, principals=[]),
-                         lambda: funnel.search_multi(["refund", "money back"], k=3,
-                                                     principals=[]),
-                         funnel.active_model):
-                with pytest.raises(PgfunnelError, match=r"transaction is aborted.*roll it "
-                                                        r"back \(conn\.rollback\(\)"):
-                    call()
-            conn.rollback()
-            assert funnel.search("refund", k=3, principals=[]).results
-    finally:
-        logging.getLogger("psycopg").removeHandler(collect)
-    assert collect.messages == []
+    with logged("psycopg") as messages, psycopg.connect(sample_db) as conn:
+        funnel = Funnel(conn, embedder=None)
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            conn.execute("select 1/0")
+        for call in (lambda: funnel.search("refund", k=3, principals=[]),
+                     lambda: funnel.search_multi(["refund", "money back"], k=3,
+                                                 principals=[]),
+                     funnel.active_model):
+            with pytest.raises(PgfunnelError, match=r"transaction is aborted.*roll it "
+                                                    r"back \(conn\.rollback\(\)"):
+                call()
+        conn.rollback()
+        assert funnel.search("refund", k=3, principals=[]).results
+    assert messages == []
 
 
 @pytest.mark.parametrize("embedder", [5, "", b"all-MiniLM-L6-v2", object()])
