@@ -259,7 +259,7 @@ def require_writer(conn: psycopg.Connection[Any], what: str, table: str,
     a member of pgfunnel_reader only got Postgres' bare "permission denied for table
     document" (or "index_version"), which named neither."""
     try:
-        with own_transaction(conn):
+        with tuple_rows(conn), own_transaction(conn):
             row = conn.execute("select current_user, pg_catalog.has_table_privilege(%s, %s), "
                                "pg_catalog.quote_ident(current_user)",
                                (f"{SCHEMA}.{table}", privilege)).fetchone()
