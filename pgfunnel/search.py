@@ -462,6 +462,10 @@ class Funnel:
         self._embedder_spec = embedder
         self._embedder: Embedder | None = embedder if isinstance(embedder, Embedder) else None
         self._loading = threading.Lock()
+        # models this Funnel loaded and set aside for another collection's (embedder
+        # "auto"), by name: one Funnel alternating between collections built with two
+        # models loaded each again at every switch (about 0.5 s on a CPU)
+        self._set_aside: dict[str, Embedder] = {}
         if reranker is not None and not callable(getattr(reranker, "rank", None)):
             # a model id or path given here instead of a loaded model failed only at the
             # first search, with "AttributeError: 'str' object has no attribute 'rank'"
@@ -664,10 +668,16 @@ class Funnel:
                     self._embedder = Embedder(model if spec == "auto" else str(spec))
         return self._embedder
 
-    def _replace_embedder(self, used: Embedder, model: str) -> None:
+    def _replace_embedder(self, used: Embedder, model: str) -> bool:
+        """The query embedder for ``model`` in place of ``used``; whether a model was
+        loaded for it (False: one set aside before, or another thread's)."""
         with self._loading:
-            if self._embedder is used:
-                self._embedder = Embedder(model)
+            if self._embedder is not used:
+                return False
+            self._set_aside[used.model_name] = used
+            kept = self._set_aside.pop(model, None)
+            self._embedder = kept if kept is not None else Embedder(model)
+            return kept is None
 
     def _follow_model_change(self, conn: psycopg.Connection[Any], collection: str,
                              used: Embedder) -> str | None:
@@ -840,7 +850,10 @@ class Funnel:
                     # another version, built with another model, went live since the
                     # model was loaded (a refused dimension, or the same dimension and
                     # vectors that mean nothing to it): once more with its model
-                    self._replace_embedder(emb, str(new_model))
+                    t_load = time.perf_counter()
+                    if self._replace_embedder(emb, str(new_model)):
+                        timings["model_load"] = timings.get("model_load", 0.0) \
+                            + (time.perf_counter() - t_load) * 1000
                     notices.clear()
                     reloaded = self.embedder_for(conn, p.collection)
                     assert reloaded is not None

@@ -617,6 +617,37 @@ def test_an_auto_funnel_follows_the_active_versions_model(sample_db: str, tiny_m
         pinned_model.search(query, k=5)
 
 
+def test_an_auto_funnel_alternating_between_two_models_loads_each_once(
+        sample_db: str, tiny_model: str, tmp_path: Path) -> None:
+    """One Funnel searching collections built with two models (embedder "auto") loaded
+    the model again at every switch between them (about 0.5 s each on a CPU)."""
+    from pgfunnel.embedder import Embedder
+    from pgfunnel.ingest import Ingester
+    from pgfunnel.sources import DocumentRecord
+    from pgfunnel.tiny_models import build_tiny_bi_encoder
+
+    other = str(build_tiny_bi_encoder(tmp_path / "other", dim=64, seed=1))
+    with connect(sample_db, autocommit=True) as conn:
+        versions.reindex(conn, "default", model=tiny_model, activate_after=True)
+        Ingester(conn, "b", embedder=Embedder(other)).ingest(
+            [DocumentRecord(citekey="x", text="Refunds for annual plans are prorated.")])
+    with Funnel(sample_db, "default") as funnel:
+        first = funnel.search("refund", k=3, collection="default")
+        a = funnel._embedder
+        assert a is not None and a.model_name == tiny_model
+        assert "model_load" in first.timings_ms
+        switched = funnel.search("refund", k=3, collection="b")
+        b = funnel._embedder
+        assert b is not None and b.model_name == other
+        assert switched.results and "model_load" in switched.timings_ms
+        back = funnel.search("refund", k=3, collection="default")
+        assert funnel._embedder is a  # the model set aside, not loaded again
+        assert "model_load" not in back.timings_ms
+        assert [r.chunk_id for r in back.results] == [r.chunk_id for r in first.results]
+        funnel.search("refund", k=3, collection="b")
+        assert funnel._embedder is b
+
+
 class _SwitchingReranker:
     """A reranker (the CrossEncoder.rank shape) that, the first time it runs, has another
     session put version 2 live: a switch that commits in the middle of a search."""
