@@ -202,7 +202,8 @@ def model_load_detail(cause: BaseException, model: str, *, offline: bool) -> str
 
 
 class RerankError(PgfunnelError):
-    """The reranker produced output that cannot be trusted (e.g. a wrong score count)."""
+    """The reranker failed (its own exception is the cause) or produced output that cannot
+    be trusted (e.g. a wrong score count)."""
 
 
 #: the document table's CHECK constraints (migrations 0007 and 0010), said as what to do

@@ -44,6 +44,7 @@ from pgfunnel.errors import (
     InvalidVectorError,
     MissingIdentityError,
     PgfunnelError,
+    RerankError,
     SchemaMissingError,
     SchemaOutdatedError,
     SchemaOutdatedWarning,
@@ -384,7 +385,17 @@ def rerank_pool(reranker: Any, query: str, pool: list[Candidate], depth: int) ->
     from pgfunnel.rerank import checked_ranking
 
     head = pool[:depth]
-    ranked = checked_ranking(reranker.rank(query, [c.text for c in head]), len(head))
+    try:
+        output = reranker.rank(query, [c.text for c in head])
+    except PgfunnelError:
+        raise
+    except Exception as exc:
+        # the model's own failure (out of GPU memory, a tokenizer error) as the library's
+        # error, so that an application catching PgfunnelError can fall back to the search
+        # without rerank; the original stays as the cause
+        raise RerankError(f"the reranker failed on {len(head)} candidates: "
+                          f"{type(exc).__name__}: {exc}") from exc
+    ranked = checked_ranking(output, len(head))
     for pos, (corpus_id, score) in enumerate(ranked, start=1):
         head[corpus_id].rerank_score = score
         head[corpus_id].rerank_rank = pos

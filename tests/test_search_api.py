@@ -1045,3 +1045,23 @@ def test_a_cross_encoder_passed_as_is_is_named_in_the_trace(
     row = sample_conn.execute("select config->>'rerank_model' from pgfunnel.search_log "
                               "where id = %s", (traced.search_id,)).fetchone()
     assert row is not None and row[0] == path
+
+
+def test_a_reranker_that_fails_raises_a_rerank_error_and_the_funnel_goes_on(
+        sample_db: str) -> None:
+    """An exception from the reranker's own rank() (out of GPU memory, a tokenizer error)
+    came out as it was, so an application catching PgfunnelError to fall back to the
+    search without rerank did not catch it."""
+
+    class OutOfMemory:
+        def rank(self, query: str, documents: list[str]) -> list[dict[str, Any]]:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    with Funnel(sample_db, "default", reranker=OutOfMemory()) as funnel:
+        with pytest.raises(RerankError, match=r"^the reranker failed on \d+ candidates: "
+                                              r"RuntimeError: CUDA out of memory") as caught:
+            funnel.search("refund on an annual plan", k=3, principals=[])
+        assert isinstance(caught.value.__cause__, RuntimeError)
+        # the search's transaction is gone: the same Funnel serves the fallback
+        plain = funnel.search("refund on an annual plan", k=3, principals=[], rerank=False)
+        assert plain.results and not plain.reranked
