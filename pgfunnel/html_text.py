@@ -267,6 +267,8 @@ def _main_content(root: _Element) -> tuple[_Element, bool]:
 class _Renderer:
     def __init__(self, inside_main: bool) -> None:
         self.inside_main = inside_main
+        # the qualified name written for a signature's bare name (_qualified_sig_name)
+        self.sig_name: str | None = None
         self.blocks: list[str] = []  # finished paragraphs, headings and code blocks
         self.line: list[str] = []  # the paragraph being written
         self.first_h1: str | None = None
@@ -287,8 +289,9 @@ class _Renderer:
             self.blocks.append(self._bullet + text)
             self._bullet = ""
 
-    def _text_of(self, element: _Element) -> str:
+    def _text_of(self, element: _Element, sig_name: str | None = None) -> str:
         inner = _Renderer(self.inside_main)
+        inner.sig_name = sig_name
         inner.render_children(element)
         inner._flush()
         return " ".join(" ".join(inner.blocks).split())
@@ -318,6 +321,10 @@ class _Renderer:
         tag = element.tag
         if tag in ("title", "head"):
             return
+        if self.sig_name is not None and not _SIG_NAMES.isdisjoint(element.classes()):
+            self.line.append(self.sig_name)
+            self.sig_name = None
+            return
         if tag in _HEADINGS:
             self._flush()
             heading = self._text_of(element)
@@ -343,7 +350,7 @@ class _Renderer:
                     continue
                 if isinstance(child, _Element) and child.tag == "dt":
                     if not _is_dropped(child, self.inside_main) and (
-                            term := self._text_of(child)):
+                            term := self._text_of(child, _qualified_sig_name(child))):
                         terms.append(term)
                     continue
                 self._term_heading(terms)
@@ -416,6 +423,42 @@ def _terms_are_sections(dl: _Element) -> bool:
     if any("sig-object" in t.classes() for t in terms):
         return True
     return not _OBJECT_TYPES.isdisjoint(classes) and all("id" in t.attrs for t in terms)
+
+
+# Sphinx's spans for an object's own name and for what qualifies it (4+ / older)
+_SIG_NAMES = frozenset({"sig-name", "descname"})
+_SIG_PRENAMES = frozenset({"sig-prename", "descclassname"})
+
+
+def _qualified_sig_name(dt: _Element) -> str | None:
+    """The name a Sphinx signature's bare name is written as, qualified by its class: a
+    member described inside its class shows only ``raise_for_status()``, while its id is
+    ``aiohttp.ClientResponse.raise_for_status``; the last two parts of the id,
+    ``ClientResponse.raise_for_status``, are what users type, and BM25 indexes the dotted
+    name whole and in parts (``raise_for_status`` still matches). Four of aiohttp's
+    chunks read just ``url`` and one line, and ClientSession's ``raise_for_status`` came
+    first for ``ClientResponse.raise_for_status``. The whole id (the module in
+    front too, as the reST reader writes it) measured worse: every member's heading then
+    carries its module's name, which crowds out the module's own entry and dilutes the
+    embedding (docs/tuning.md). None when the name is shown qualified, is not the id's
+    last part, or the id has no dot."""
+    ident = dt.attrs.get("id", "")
+    if "." not in ident:
+        return None
+    name: str | None = None
+    stack = [c for c in reversed(dt.children) if isinstance(c, _Element)]
+    while stack:
+        node = stack.pop()
+        classes = node.classes()
+        if not _SIG_PRENAMES.isdisjoint(classes) and "".join(_raw_text(node)).strip():
+            return None  # already qualified (a class or function under its module)
+        if name is None and not _SIG_NAMES.isdisjoint(classes):
+            name = "".join(_raw_text(node)).strip()
+            continue
+        stack.extend(c for c in reversed(node.children) if isinstance(c, _Element))
+    if not name or "." in name or not ident.endswith("." + name):
+        return None
+    return ".".join(ident.split(".")[-2:])
 
 
 def _raw_text(element: _Element) -> list[str]:

@@ -439,6 +439,43 @@ def test_api_objects_and_glossary_terms_start_sections() -> None:
     assert "Parameters" not in sections and "[source]" not in text
 
 
+def test_a_sphinx_members_bare_name_is_qualified_by_its_id() -> None:
+    # Sphinx shows a member described inside its class by its bare name; two classes'
+    # `url` attributes were one text, and ClientSession's raise_for_status came first
+    # for `ClientResponse.raise_for_status`
+    page = """<html><head><title>Client</title></head><body><div role="main">
+    <h1>Client</h1>
+    <dl class="py class"><dt class="sig sig-object py" id="aiohttp.ClientResponse">
+      <em class="property"><span class="pre">class</span> </em><span class="sig-prename \
+descclassname">aiohttp.</span><span class="sig-name descname">ClientResponse</span></dt>
+      <dd><p>A response.</p>
+        <dl class="py attribute"><dt class="sig sig-object py" id="aiohttp.ClientResponse.url">
+          <span class="sig-name descname"><span class="pre">url</span></span></dt>
+          <dd><p>URL that will be used for the request.</p></dd></dl>
+        <dl class="py method">
+          <dt class="sig sig-object py" id="aiohttp.ClientResponse.raise_for_status">
+          <em class="property"><span class="pre">async</span> </em><span class="sig-name \
+descname"><span class="pre">raise_for_status</span></span><span class="sig-paren">(</span>\
+<span class="sig-paren">)</span></dt>
+          <dd><p>Raises for an error status.</p></dd></dl>
+        <dl class="py method"><dt class="sig sig-object py" id="aiohttp.ClientResponse.json">
+          <span class="sig-prename descclassname">ClientResponse.</span><span class="sig-name \
+descname">json</span></dt>
+          <dd><p>Reads JSON.</p></dd></dl>
+        <dl class="py attribute"><dt class="sig sig-object py" id="id3">
+          <span class="sig-name descname"><span class="pre">history</span></span></dt>
+          <dd><p>Redirects.</p></dd></dl>
+      </dd></dl>
+    </div></body></html>"""
+    sections = {c.heading: c.text for c in chunk_text(html_to_text(page)[1])}
+    assert "A response." in sections["class aiohttp.ClientResponse"]
+    assert "URL that will" in sections["ClientResponse.url"]
+    assert "Raises" in sections["async ClientResponse.raise_for_status()"]
+    # shown qualified already, or an id that is not the dotted name: as shown
+    assert "Reads JSON." in sections["ClientResponse.json"]
+    assert "Redirects." in sections["history"]
+
+
 def test_glossary_terms_over_one_definition_are_one_section() -> None:
     from pgfunnel.sources import chunk_text
 
