@@ -36,6 +36,7 @@ or when ``<title>`` is that heading, a separator and the ``<h1>`` (Django's them
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
@@ -238,17 +239,24 @@ def _is_docutils_aside(element: _Element, inside_main: bool) -> bool:
     return not _DOCUTILS_ASIDES.isdisjoint(classes) or (inside_main and "sidebar" in classes)
 
 
-def _find(element: _Element, match: str) -> list[_Element]:
-    """Elements under ``element`` (itself included) that match, outermost only."""
-    found: list[_Element] = []
+def _walk(element: _Element,
+          skip_inside: Callable[[_Element], bool] = lambda node: False) -> Iterator[_Element]:
+    """``element`` and the elements under it, in document order; the inside of an element
+    ``skip_inside`` accepts is not walked."""
     stack = [element]
     while stack:
         node = stack.pop()
-        if (match == "role=main" and node.attrs.get("role") == "main") or node.tag == match:
-            found.append(node)
-            continue
-        stack.extend(c for c in reversed(node.children) if isinstance(c, _Element))
-    return found
+        yield node
+        if not skip_inside(node):
+            stack.extend(c for c in reversed(node.children) if isinstance(c, _Element))
+
+
+def _find(element: _Element, match: str) -> list[_Element]:
+    """Elements under ``element`` (itself included) that match, outermost only."""
+    def matches(node: _Element) -> bool:
+        return (match == "role=main" and node.attrs.get("role") == "main") or node.tag == match
+
+    return [node for node in _walk(element, matches) if matches(node)]
 
 
 def _main_content(root: _Element) -> tuple[_Element, bool]:
@@ -401,13 +409,7 @@ _CELL_BLOCKS = _HEADINGS | {"pre", "table"}
 
 def _holds_blocks(cell: _Element) -> bool:
     """Whether a table cell holds code, a heading or a table (a layout table's cell)."""
-    stack = [c for c in cell.children if isinstance(c, _Element)]
-    while stack:
-        node = stack.pop()
-        if node.tag in _CELL_BLOCKS:
-            return True
-        stack.extend(c for c in node.children if isinstance(c, _Element))
-    return False
+    return any(node.tag in _CELL_BLOCKS for node in _walk(cell))
 
 
 def _terms_are_sections(dl: _Element) -> bool:
@@ -446,16 +448,12 @@ def _qualified_sig_name(dt: _Element) -> str | None:
     if "." not in ident:
         return None
     name: str | None = None
-    stack = [c for c in reversed(dt.children) if isinstance(c, _Element)]
-    while stack:
-        node = stack.pop()
+    for node in _walk(dt, lambda node: not _SIG_NAMES.isdisjoint(node.classes())):
         classes = node.classes()
         if not _SIG_PRENAMES.isdisjoint(classes) and "".join(_raw_text(node)).strip():
             return None  # already qualified (a class or function under its module)
         if name is None and not _SIG_NAMES.isdisjoint(classes):
             name = "".join(_raw_text(node)).strip()
-            continue
-        stack.extend(c for c in reversed(node.children) if isinstance(c, _Element))
     if not name or "." in name or not ident.endswith("." + name):
         return None
     return ".".join(ident.split(".")[-2:])
