@@ -310,6 +310,8 @@ declare
     -- did ([[:alnum:]], ASCII only under a "C" collation)
     nonword constant text := case when v6 then pgfunnel._nonword_chars() end;
     word_run constant text := case when v6 then '[^' || nonword || ']+' else '[[:alnum:]]+' end;
+    -- a token: runs of word characters joined by '.', '_' or '-'
+    token_run constant text := word_run || '(?:[._-]' || word_run || ')*';
     letter_run constant text := case when v6 then '[^0-9' || nonword || ']+'
                                      else '[[:alpha:]]+' end;
     digit_run constant text := case when v6 then '[0-9]+' else '[[:digit:]]+' end;
@@ -394,7 +396,7 @@ begin
                                    as first_do
                           from regexp_matches(case when v6 then coalesce(i.txt, '')
                                                    else lower(coalesce(i.txt, '')) end,
-                                              word_run || '(?:[._-]' || word_run || ')*', 'g')
+                                              token_run, 'g')
                                with ordinality as m(match, ord)) f;
     end if;
     if not exists (select 1 from unnest(inputs) as i(txt)
@@ -438,7 +440,7 @@ begin
           from unnest(inputs) with ordinality as i(txt, ord),
                regexp_matches(case when v6 then coalesce(i.txt, '')
                                    else lower(coalesce(i.txt, '')) end,
-                              word_run || '(?:[._-]' || word_run || ')*', 'g')
+                              token_run, 'g')
                with ordinality as m(match, ord)
     ),
     token as (
