@@ -277,6 +277,8 @@ class _Renderer:
         self.inside_main = inside_main
         # the qualified name written for a signature's bare name (_qualified_sig_name)
         self.sig_name: str | None = None
+        # the modules Sphinx declares here (_declared_module), not yet written
+        self.modules: list[str] = []
         self.blocks: list[str] = []  # finished paragraphs, headings and code blocks
         self.line: list[str] = []  # the paragraph being written
         self.first_h1: str | None = None
@@ -296,6 +298,13 @@ class _Renderer:
         elif text:
             self.blocks.append(self._bullet + text)
             self._bullet = ""
+
+    def _write_modules(self) -> None:
+        """A line for each declared module that the latest heading does not name."""
+        named = self.headings[-1].casefold() if self.headings else ""
+        self.blocks.extend(f"Module {module}" for module in self.modules
+                           if module.casefold() not in named)
+        self.modules.clear()
 
     def _text_of(self, element: _Element, sig_name: str | None = None) -> str:
         inner = _Renderer(self.inside_main)
@@ -329,6 +338,14 @@ class _Renderer:
         tag = element.tag
         if tag in ("title", "head"):
             return
+        declared = _declared_module(element)
+        if declared is not None:
+            self.modules.append(declared)
+            if tag == "span":
+                return
+        if self.modules and tag in _MODULE_LINE_BEFORE:
+            self._flush()
+            self._write_modules()
         if self.sig_name is not None and not _SIG_NAMES.isdisjoint(element.classes()):
             self.line.append(self.sig_name)
             self.sig_name = None
@@ -339,6 +356,8 @@ class _Renderer:
             if heading:
                 self.blocks.append(f"{'#' * int(tag[1])} {heading}")
                 self.headings.append(heading)
+                if self.modules:
+                    self._write_modules()
                 if tag == "h1" and self.first_h1 is None:
                     self.first_h1 = heading
                 if self.first_heading is None:
@@ -425,6 +444,31 @@ def _terms_are_sections(dl: _Element) -> bool:
     if any("sig-object" in t.classes() for t in terms):
         return True
     return not _OBJECT_TYPES.isdisjoint(classes) and all("id" in t.attrs for t in terms)
+
+
+# Sphinx writes a module's declaration (``.. module:: werkzeug.routing``) as an empty
+# target, <span class="target" id="module-werkzeug.routing">, or as the id of the section
+# it opens, and shows nothing: a page titled "URL Routing" named its module only in code
+# samples, and the release notes, which name it in every entry that touched it, came
+# first for `module werkzeug.routing`. The declaration is written as a line, "Module
+# werkzeug.routing", under the heading that follows it (unless the heading names it, as
+# Tornado's "tornado.ioloop — Main event loop" does) or before the text that follows it.
+# Not in the title: the title heads every chunk of the page, twice in BM25, and the
+# longer chunks lost single-word queries to other pages (docs/tuning.md)
+_MODULE_ID = re.compile(r"module-([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)", re.ASCII)
+# the blocks a declared module's line goes before when no heading comes first
+_MODULE_LINE_BEFORE = frozenset({"p", "table", "ul", "ol", "dl", "pre", "blockquote",
+                                 "figure"})
+
+
+def _declared_module(element: _Element) -> str | None:
+    """The module a Sphinx target declares (an empty span, or a section by its id)."""
+    if element.tag not in ("span", "section", "div"):
+        return None
+    declared = _MODULE_ID.fullmatch(element.attrs.get("id", ""))
+    if declared is None or (element.tag == "span" and element.children):
+        return None
+    return declared.group(1)
 
 
 # Sphinx's spans for an object's own name and for what qualifies it (4+ / older)

@@ -46,6 +46,8 @@ _SILENT = frozenset({
     "graphviz", "digraph", "figure", "target-notes", "header", "footer", "sectionauthor",
     "moduleauthor", "codeauthor", "program", "default-domain", "spelling:word-list",
 })  # fmt: skip
+# a ``.. module::`` option that makes Sphinx declare no target (and html_text no line)
+_NO_INDEX = frozenset({"noindex", "no-index"})
 _VERSION_WORDS = {"versionadded": "New in version", "versionchanged": "Changed in version",
                   "deprecated": "Deprecated since version",
                   "versionremoved": "Removed in version"}
@@ -96,6 +98,8 @@ def rst_to_text(raw: str) -> tuple[str, str]:
             paragraph.clear()
 
     module = ""  # the current module (``.. module::`` / ``.. currentmodule::``)
+    declared = ""  # a ``.. module::`` above a section title, written under it
+    last_heading = ""
     classes: list[tuple[int, str]] = []  # (indent, qualified name) of enclosing classes
     literal_indent: int | None = None  # inside a literal block or code: lines kept as is
     skip_indent: int | None = None  # inside a block that renders nothing
@@ -127,6 +131,10 @@ def rst_to_text(raw: str) -> tuple[str, str]:
             text = _inline(text)
             title = title or text
             out += ["", "#" * level + " " + text, ""]
+            last_heading = text
+            if declared and declared.casefold() not in text.casefold():
+                out += [f"Module {declared}", ""]
+            declared = ""
             i += consumed
             continue
         if _ADORNMENT.match(line) and not stripped.startswith(".."):
@@ -156,6 +164,13 @@ def rst_to_text(raw: str) -> tuple[str, str]:
                 continue
             if short in ("module", "currentmodule") and name.split(":")[0] in (short, "py"):
                 module = "" if argument == "None" else argument
+                if short == "module" and module and not options.keys() & _NO_INDEX:
+                    # as html_text writes Sphinx's target for it: under the section
+                    # title that follows, else where it stands
+                    if _section_title(lines, _next_nonblank(lines, i)) is not None:
+                        declared = module
+                    elif module.casefold() not in last_heading.casefold():
+                        out += ["", f"Module {module}", ""]
             if short in _SILENT or name in _SILENT:
                 skip_indent = indent
                 continue
@@ -281,8 +296,17 @@ def _qualified(signature: str, module: str, owner: str) -> str:
     return signature[:m.start(1)] + (owner or module) + "." + signature[m.start(1):]
 
 
+def _next_nonblank(lines: list[str], i: int) -> int:
+    """The first line from ``i`` on with text (``len(lines)`` when none has)."""
+    while i < len(lines) and not lines[i].strip():
+        i += 1
+    return i
+
+
 def _section_title(lines: list[str], i: int) -> tuple[str, tuple[str, bool], int] | None:
     """The section title starting at line ``i``: (text, adornment style, lines used)."""
+    if i >= len(lines):
+        return None
     line = lines[i]
     previous_blank = i == 0 or not lines[i - 1].strip()
     over = _ADORNMENT.match(line)

@@ -476,6 +476,45 @@ descname">json</span></dt>
     assert "Redirects." in sections["history"]
 
 
+def test_a_module_sphinx_declares_is_written_where_it_is_declared() -> None:
+    # Sphinx shows nothing for `.. module::`: a page titled "URL Routing" named its
+    # module only in code, and the release notes came first for `module werkzeug.routing`
+    page = """<html><head><title>URL Routing</title></head><body><div role="main">
+    <section id="module-werkzeug.routing"><span id="url-routing"></span>
+    <h1>URL Routing<a class="headerlink" href="#module-werkzeug.routing">¶</a></h1>
+    <p>Dispatching requests.</p>
+    <span class="target" id="module-werkzeug.extra.lark"></span><section id="lark">
+    <h2>hypothesis[lark]</h2><p>Grammars.</p></section>
+    <section id="core"><h2>Core strategies</h2><p>The salient functions:</p>
+    <span class="target" id="module-hypothesis.strategies"></span>
+    <dl class="py function"><dt class="sig sig-object py" id="hypothesis.strategies.binary">
+    <span class="sig-prename descclassname">hypothesis.strategies.</span>\
+<span class="sig-name descname">binary</span></dt><dd><p>Bytes.</p></dd></dl></section>
+    <section id="module-tornado.ioloop"><h2>tornado.ioloop — Main event loop</h2>
+    <span class="target" id="module-PIL._imaging"></span>\
+<span class="target" id="module-PIL.Image.core"></span>
+    <p>The loop.</p></section>
+    <span class="target" id="module-not-a-name"></span><p>Trailing.</p>
+    </section></div></body></html>"""
+    title, text = html_to_text(page)
+    # the title stays the page's own: it heads every chunk, twice in BM25
+    assert title == "URL Routing"
+    blocks = text.split("\n\n")
+    assert blocks[:3] == ["# URL Routing", "Module werkzeug.routing", "Dispatching requests."]
+    # above a section: under its heading; before text: in front of it
+    assert blocks[3:5] == ["## hypothesis[lark]", "Module werkzeug.extra.lark"]
+    assert blocks.index("Module hypothesis.strategies") == \
+        blocks.index("The salient functions:") + 1
+    # a heading that names the module is enough; two targets in a row are both written
+    assert "Module tornado.ioloop" not in blocks
+    assert blocks[blocks.index("## tornado.ioloop — Main event loop") + 1:][:2] == [
+        "Module PIL._imaging", "Module PIL.Image.core"]
+    # an id that only starts like one names no module
+    assert "not-a-name" not in text
+    sections = {c.heading: c.text for c in chunk_text(text)}
+    assert sections["URL Routing"].split("\n\n")[1] == "Module werkzeug.routing"
+
+
 def test_glossary_terms_over_one_definition_are_one_section() -> None:
     from pgfunnel.sources import chunk_text
 

@@ -161,6 +161,23 @@ def test_an_rst_folder_is_searchable(conn: psycopg.Connection[Any], tmp_path: Pa
                         ).fetchone()[0] == 0
 
 
+def test_a_declared_module_is_written_as_the_html_reader_writes_it() -> None:
+    # as html_text writes Sphinx's target: under the section title the directive stands
+    # above, else where it stands; not when the title names it, nor for :no-index:
+    title, text = rst_to_text(
+        ".. module:: werkzeug.routing\n\n===========\nURL Routing\n===========\n\n"
+        "Dispatching requests.\n\nCore\n----\n\nCore text.\n\n"
+        ".. module:: werkzeug.core\n   :synopsis: core things\n\nMore text.\n\n"
+        ".. module:: werkzeug.hidden\n   :no-index:\n\n"
+        ".. module:: tornado.ioloop\n\ntornado.ioloop — loop\n---------------------\n\n"
+        ".. module:: tornado.ioloop\n\nThe loop.\n")
+    assert title == "URL Routing"
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    assert lines == ["# URL Routing", "Module werkzeug.routing", "Dispatching requests.",
+                     "## Core", "Core text.", "Module werkzeug.core", "More text.",
+                     "## tornado.ioloop — loop", "The loop."]
+
+
 def test_python_objects_are_named_as_sphinx_shows_them() -> None:
     # a bare name is qualified by the module, and a member by its class, as on the page
     # (and as users search for them: subprocess.Popen.wait); a dotted name stays as written
@@ -176,7 +193,8 @@ def test_python_objects_are_named_as_sphinx_shows_them() -> None:
         ".. function:: open(file)\n\n"
         ".. c:function:: PyObject* PyList_New(Py_ssize_t len)\n")
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    assert lines == ["subprocess.run(args, *, check=False)", "Run a command.",
+    assert lines == ["Module subprocess",
+                     "subprocess.run(args, *, check=False)", "Run a command.",
                      "subprocess.Popen(args, bufsize=-1)", "Execute a child program.",
                      "subprocess.Popen.wait(timeout=None)", "Wait for the child.",
                      "subprocess.Popen.returncode", "subprocess.DEVNULL", "Popen.poll()",
