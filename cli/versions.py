@@ -109,10 +109,11 @@ def reindex(
              "the same either way are copied.")
     ] = None,
     lexical_input: Annotated[str | None, typer.Option(
-        help="What BM25 indexes per chunk: title2 (the document title above the chunk, "
-             "counted twice; the default), title (counted once, as versions made before "
-             "title2 index it) or text (the chunk alone, as versions made before titles "
-             "index it).")
+        help="What BM25 indexes per chunk: title2_term2 (the document title above the "
+             "chunk, counted twice, and an API object's or glossary term's heading counted "
+             "twice too; the default), title2 (the title twice, a term's heading once, as "
+             "versions made before title2_term2 index it), title (the title once) or text "
+             "(the chunk alone, as versions made before titles index it).")
     ] = None,
     dsn: DsnOption = None,
     json_out: JsonOption = False,

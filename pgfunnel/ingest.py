@@ -51,6 +51,7 @@ from pgfunnel.sources import (
     DEFAULT_LEXICAL_INPUT,
     EMBED_TEXT_ALONE,
     LEXICAL_TEXT_ALONE,
+    TERM_HEADING_LEVEL,
     UNMARKED_CHUNKING,
     ChunkRecord,
     DocumentRecord,
@@ -1238,7 +1239,8 @@ class Ingester:
         chunked = [(r, chunk_text(r.text, self.chunk_words)) for r in batch
                    if stored.get(r.citekey) != hashes[r.citekey]]
         mode = self._lexical_seen
-        texts = [lexical_input(r.title, ch.text, mode) for r, chunks in chunked for ch in chunks]
+        texts = [lexical_input(r.title, ch.text, mode, ch.heading_level)
+                 for r, chunks in chunked for ch in chunks]
         ids = _reserve_chunk_ids(analyzer.conn, len(texts)) if texts else []
         analyzer.prepare(texts)
         return _Analysed(hashes, chunked, texts, ids, mode)
@@ -1338,7 +1340,9 @@ class Ingester:
         """Of the documents about to be rewritten, those (citekey -> document id) that an
         older chunking version stored with these very fields, and whose stored chunks
         this version's chunking gives again, heading, text, section path and word count
-        alike."""
+        alike, and a term's heading where it gave one (rows stored before version 11 hold
+        no heading level, 0: a document with a term's heading is rewritten, so that a
+        version counting it twice reads its level; the rest keep 0)."""
         older = {r.citekey: r for r in todo if r.citekey in existing
                  and UNMARKED_CHUNKING < (v := chunking_version(existing[r.citekey][1]))
                  < CHUNKING_VERSION
@@ -1346,17 +1350,17 @@ class Ingester:
         if not older:
             return {}
         ids = {existing[ck][0]: ck for ck in older}
-        stored: dict[str, list[tuple[str, str, str, int]]] = {ck: [] for ck in older}
-        for did, heading, text, path, words in self.conn.execute(
-                "select document_id, heading, text, section_path, token_count "
+        stored: dict[str, list[tuple[str, bool, str, str, int]]] = {ck: [] for ck in older}
+        for did, heading, level, text, path, words in self.conn.execute(
+                "select document_id, heading, heading_level, text, section_path, token_count "
                 "from pgfunnel.chunk where document_id = any(%s) order by document_id, ordinal",
                 (list(ids),)).fetchall():
-            stored[ids[did]].append((heading, text, path, words))
+            stored[ids[did]].append((heading, level == TERM_HEADING_LEVEL, text, path, words))
         chunked = dict((r.citekey, chunks) for r, chunks in prepared.chunked) \
             if prepared is not None else {}
         return {ck: existing[ck][0] for ck, rec in older.items()
-                if stored[ck] == [(ch.heading, ch.text, ch.section_path, ch.token_count)
-                                  for ch in chunked.get(ck)
+                if stored[ck] == [(ch.heading, ch.heading_level == TERM_HEADING_LEVEL, ch.text,
+                                   ch.section_path, ch.token_count) for ch in chunked.get(ck)
                                   or chunk_text(rec.text, self.chunk_words)]}
 
     def _embed_outside(self, batch: list[DocumentRecord],
@@ -1567,19 +1571,20 @@ class Ingester:
         n = len(texts)
         ids = prepared.ids if prepared is not None else _reserve_chunk_ids(conn, n)
         with _copy(conn, "chunk", ("id", "document_id", "collection_id", "ordinal",
-                                   "heading", "section_path", "text", "token_count",
-                                   "content_hash")) as cp:
+                                   "heading", "heading_level", "section_path", "text",
+                                   "token_count", "content_hash")) as cp:
             i = 0
             for rec, chunks in chunked:
                 for ch in chunks:
                     cp.write_row((ids[i], doc_ids[rec.citekey], coll, ch.ordinal, ch.heading,
-                                  ch.section_path, ch.text, ch.token_count, ch.content_hash()))
+                                  ch.heading_level, ch.section_path, ch.text, ch.token_count,
+                                  ch.content_hash()))
                     i += 1
         analyzer = self._analyzers.setdefault(version.analyzer,
                                               TermAnalyzer(conn, version.analyzer))
         # rows prepared ahead were analysed from these texts already
         lexical_texts = [] if prepared is not None else [
-            lexical_input(rec.title, ch.text, version.lexical_input)
+            lexical_input(rec.title, ch.text, version.lexical_input, ch.heading_level)
             for rec, chunks in chunked for ch in chunks]
         write_chunk_index(conn, version.id, analyzer, ids, lexical_texts,
                           np.stack([v for v in vectors if v is not None]) if n else None,

@@ -145,6 +145,10 @@ class Chunk(Base):
     )
     ordinal: Mapped[int] = mapped_column(Integer, nullable=False)
     heading: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("''"))
+    # the level of the chunk's heading, 6 for a term (sources.TERM_HEADING_LEVEL); 0 for
+    # none, and for rows written before it was kept (migration 0014) that hold no term
+    heading_level: Mapped[int] = mapped_column(SmallInteger, nullable=False,
+                                               server_default=text("0"))
     # the headings the chunk's section sits under, outermost first, joined by " > "
     section_path: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("''"))
     text: Mapped[str] = mapped_column(Text, nullable=False)

@@ -57,12 +57,20 @@ DEFAULT_EMBED_INPUT = EMBED_WITH_TITLE
 # what BM25 indexes for a chunk, recorded per index version (params.lexical_input);
 # versions made before it was recorded index the chunk text alone
 # ("title2": the title counts twice, a BM25F title weight of 2; versions made before it
-# count it once, "title")
+# count it once, "title"; "title2_term2", the default since, counts a term heading twice
+# as well)
+LEXICAL_TERM_TWICE = "title2_term2"
 LEXICAL_TITLE_TWICE = "title2"
 LEXICAL_WITH_TITLE = "title"
 LEXICAL_TEXT_ALONE = "text"
-LEXICAL_INPUTS = (LEXICAL_TITLE_TWICE, LEXICAL_WITH_TITLE, LEXICAL_TEXT_ALONE)
-DEFAULT_LEXICAL_INPUT = LEXICAL_TITLE_TWICE
+LEXICAL_INPUTS = (LEXICAL_TERM_TWICE, LEXICAL_TITLE_TWICE, LEXICAL_WITH_TITLE,
+                  LEXICAL_TEXT_ALONE)
+DEFAULT_LEXICAL_INPUT = LEXICAL_TERM_TWICE
+# The heading level of a term: a section that describes one named thing, an API object
+# under its signature or a glossary entry under its term. The HTML reader writes these
+# (Sphinx's <dt> terms) at the lowest level, which prose sections do not reach; such a
+# chunk's heading is the thing's name, and a "title2_term2" version counts it twice
+TERM_HEADING_LEVEL = 6
 
 
 # part of a document's content hash: raised when the same text comes out as other chunks,
@@ -78,9 +86,10 @@ DEFAULT_LEXICAL_INPUT = LEXICAL_TITLE_TWICE
 # cluster of Thai, Lao, Khmer or Burmese counts as a word, for the same reason, and a cut
 # falls between clusters, never between a letter and its marks; 10: a section's heading is
 # cut to HEADING_REPEAT_WORDS words above its later chunks and to chunk_words above its
-# first, with an ellipsis). Unchanged
-# chunks keep their vectors (ChunkRecord.vector_key ignores whitespace).
-CHUNKING_VERSION = 10
+# first, with an ellipsis; 11: chunks keep their heading's level, for a term's heading,
+# which BM25 counts twice). Unchanged chunks keep their vectors (ChunkRecord.vector_key
+# ignores whitespace).
+CHUNKING_VERSION = 11
 # a document's content hash starts with the chunking version it was chunked by, so that
 # `pgfunnel doctor` and ingest can tell documents stored by an older pgfunnel apart (the
 # pattern reads the same in Python and in Postgres' regular expressions); a hash without
@@ -134,6 +143,9 @@ class ChunkRecord:
     token_count: int
     # the headings the chunk's section sits under, outermost first, joined by " > "
     section_path: str = ""
+    # the level of the chunk's heading (1 - 6; 0 without one): TERM_HEADING_LEVEL for a
+    # term's section
+    heading_level: int = 0
 
     def content_hash(self) -> str:
         # the path is part of what a chunk's vector was embedded from; a chunk with none
@@ -1081,11 +1093,12 @@ def _first_h1(text: str) -> str:
     return ""
 
 
-def _sections(text: str) -> list[tuple[str, str, tuple[str, ...]]]:
-    """(heading, body, enclosing headings) triples; markdown headings start sections (a
-    ``#`` line inside a fenced code block is code, not a heading). The enclosing headings
-    are those of higher level above the section, outermost first."""
-    sections: list[tuple[str, list[str], tuple[str, ...]]] = [("", [], ())]
+def _sections(text: str) -> list[tuple[str, str, tuple[str, ...], int]]:
+    """(heading, body, enclosing headings, heading level) of each section; markdown
+    headings start sections (a ``#`` line inside a fenced code block is code, not a
+    heading). The enclosing headings are those of higher level above the section,
+    outermost first; the text above the first heading is a section of level 0."""
+    sections: list[tuple[str, list[str], tuple[str, ...], int]] = [("", [], (), 0)]
     open_headings: list[tuple[int, str]] = []
     for line, is_markdown in _lines_outside_code(text):
         m = _HEADING.match(line) if is_markdown else None
@@ -1094,13 +1107,13 @@ def _sections(text: str) -> list[tuple[str, str, tuple[str, ...]]]:
             while open_headings and open_headings[-1][0] >= level:
                 open_headings.pop()
             heading = m.group(2).strip()
-            sections.append((heading, [], tuple(h for _, h in open_headings)))
+            sections.append((heading, [], tuple(h for _, h in open_headings), level))
             open_headings.append((level, heading))
         else:
             sections[-1][1].append(line)
     # blank lines at either end go, the first line's indentation stays (a section may
     # open with an indented code block)
-    return [(h, _trim_blank_lines(b), path) for h, b, path in sections
+    return [(h, _trim_blank_lines(b), path, level) for h, b, path, level in sections
             if h or "\n".join(b).strip()]
 
 
@@ -1286,11 +1299,20 @@ def embedding_input(title: str, chunk_text: str, embed_input: str = DEFAULT_EMBE
     return f"{title}\n{chunk_text}"
 
 
-def lexical_input(title: str, chunk_text: str,
-                  lexical_input: str = DEFAULT_LEXICAL_INPUT) -> str:
-    """The text BM25 indexes for one chunk of a document titled ``title``.
+def lexical_input(title: str, chunk_text: str, lexical_input: str = DEFAULT_LEXICAL_INPUT,
+                  heading_level: int = 0) -> str:
+    """The text BM25 indexes for one chunk of a document titled ``title``, whose heading
+    (its first line) is of ``heading_level`` (``ChunkRecord.heading_level``).
 
-    ``"title2"`` (the default) puts the title on two lines above the chunk, or on one when
+    ``"title2_term2"`` (the default) is ``"title2"`` with a term's heading
+    (``TERM_HEADING_LEVEL``: an API object's signature, a glossary term) on one more line
+    above the chunk: its words count twice too, so the chunk that describes
+    ``register_profile`` under its signature outranks the release notes' entries that
+    mention it in passing, which BM25's length normalisation favoured (short) and the
+    dense model places near it; prose headings stay once, or a release note's section
+    headed ``tornado.auth`` would outrank the module's page (docs/tuning.md). The heading
+    is the one the chunk shows (cut above a long section's later chunks).
+    ``"title2"`` puts the title on two lines above the chunk, or on one when
     the chunk opens with it already: the title's words count twice, a title weight of 2 as
     in BM25F. A chunk from the middle of a page does not name the page's subject, and
     queries often do (``module tornado.ioloop``, which BM25 gave to release notes whose
@@ -1305,7 +1327,11 @@ def lexical_input(title: str, chunk_text: str,
         return chunk_text
     once = embedding_input(title, chunk_text, EMBED_WITH_TITLE)
     title = " ".join(title.split())
-    if lexical_input == LEXICAL_TITLE_TWICE and title:
+    if lexical_input == LEXICAL_TERM_TWICE and heading_level == TERM_HEADING_LEVEL:
+        heading = " ".join(chunk_text.split("\n", 1)[0].split())
+        if heading and heading != title:
+            once = f"{heading}\n{once}"
+    if lexical_input in (LEXICAL_TERM_TWICE, LEXICAL_TITLE_TWICE) and title:
         return f"{title}\n{once}"
     return once
 
@@ -1369,7 +1395,7 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
     if chunk_words < 20:
         raise ValueError("chunk_words must be at least 20")
     chunks: list[ChunkRecord] = []
-    for heading, body, path in _sections(text):
+    for heading, body, path, level in _sections(text):
         # a piece is the text of one chunk below its heading, as (paragraph or slice of
         # one, blank lines above it) pairs
         pieces: list[list[tuple[str, int]]] = [[]]
@@ -1420,7 +1446,7 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
             # readers write code), making both one paragraph of prose
             full = f"{top}\n\n{body_text}" if top and body_text else top or body_text
             chunks.append(ChunkRecord(len(chunks), heading, full, count_words(full),
-                                      " > ".join(path)))
+                                      " > ".join(path), level if heading else 0))
     return chunks
 
 

@@ -291,17 +291,19 @@ class _PendingChunk(NamedTuple):
     text: str
     title: str
     section_path: str
+    heading_level: int
 
 
 def _missing_chunks(conn: psycopg.Connection[Any], coll_id: int, version_id: int,
                     limit: int | None = None) -> list[_PendingChunk]:
     """The chunks the version has not indexed yet, in id order."""
-    return [_PendingChunk(int(a), str(b), str(t), str(p)) for a, b, t, p in conn.execute(
-        "select c.id, c.text, d.title, c.section_path from pgfunnel.chunk c "
+    rows = conn.execute(
+        "select c.id, c.text, d.title, c.section_path, c.heading_level from pgfunnel.chunk c "
         "join pgfunnel.document d on d.id = c.document_id where c.collection_id = %s "
         "and not exists (select 1 from pgfunnel.lexical l "
         "                where l.index_version_id = %s and l.chunk_id = c.id) "
-        "order by c.id limit %s", (coll_id, version_id, limit)).fetchall()]
+        "order by c.id limit %s", (coll_id, version_id, limit)).fetchall()
+    return [_PendingChunk(int(a), str(b), str(t), str(p), int(lv)) for a, b, t, p, lv in rows]
 
 
 def _batch_vectors(conn: psycopg.Connection[Any], embedder: Embedder | Callable[[], Embedder],
@@ -356,7 +358,8 @@ def _index_batch(conn: psycopg.Connection[Any], version_id: int, analyzer: TermA
     if not keep:
         return 0
     write_chunk_index(conn, version_id, analyzer, [batch[i].id for i in keep],
-                      [lexical_input(batch[i].title, batch[i].text, lexical_mode)
+                      [lexical_input(batch[i].title, batch[i].text, lexical_mode,
+                                     batch[i].heading_level)
                        for i in keep],
                       np.stack([vectors[i] for i in keep]))
     return len(keep)

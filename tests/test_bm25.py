@@ -33,15 +33,15 @@ class Reference:
     def __init__(self, conn: psycopg.Connection[Any], collection: str) -> None:
         rows = conn.execute(
             "select ch.id, d.title, ch.text, d.is_public and d.tenant is null, "
-            "       coalesce(v.params->>'lexical_input', 'text') "
+            "       coalesce(v.params->>'lexical_input', 'text'), ch.heading_level "
             "from pgfunnel.chunk ch join pgfunnel.document d on d.id = ch.document_id "
             "join pgfunnel.collection c on c.id = d.collection_id "
             "join pgfunnel.index_version v on v.collection_id = c.id and v.state = 'active' "
             "where c.name = %s", (collection,)).fetchall()
         self.tf: dict[int, Counter[str]] = {}
         self.visible: set[int] = set()
-        for cid, title, text, public, mode in rows:
-            self.tf[int(cid)] = Counter(_terms(conn, lexical_input(title, text, mode)))
+        for cid, title, text, public, mode, level in rows:
+            self.tf[int(cid)] = Counter(_terms(conn, lexical_input(title, text, mode, level)))
             if public:
                 self.visible.add(int(cid))
         self.n = len(self.tf)
@@ -424,7 +424,7 @@ def test_a_new_version_indexes_each_chunk_under_its_document_title(
                   doc("other", "boarding starts at the pier", title="Pier rules")])
     vid, _, _ = active(conn, "t")
     assert conn.execute("select params->>'lexical_input' from pgfunnel.index_version "
-                        "where id = %s", (vid,)).fetchone() == ("title2",)
+                        "where id = %s", (vid,)).fetchone() == ("title2_term2",)
     guide_chunks = {int(r[0]) for r in conn.execute(
         "select ch.id from pgfunnel.chunk ch join pgfunnel.document d on d.id = ch.document_id "
         "where d.citekey = 'guide'")}
@@ -468,6 +468,87 @@ def test_the_title_counted_twice_outweighs_a_name_mentioned_in_passing(
     assert got[0][1] == pytest.approx(want, rel=1e-6)
 
 
+# an API page as the HTML reader writes it (each object's signature a level-6 heading)
+# and release notes that name the object in passing, in short chunks
+_API_PAGE = ("# Settings\n\nHow to configure runs.\n\n"
+             "###### settings.register_profile(name, parent=None)\n\n"
+             + "Registers a collection of values to be used as a settings object, which "
+               "can then be loaded by name with load_profile and applied to every run of "
+               "the suite.")
+_NOTES = "\n\n".join(f"## {v}.0\n\nThis release fixes register_profile." for v in (3, 4))
+
+
+def test_a_terms_heading_counts_twice_and_outranks_mentions_in_passing(
+        conn: psycopg.Connection[Any]) -> None:
+    # Hypothesis' changelog came first for `register_profile`, `uuids`, `from_type`:
+    # its entries are short, which BM25's length normalisation rewards
+    docs = [doc("settings", _API_PAGE, title="Settings"),
+            doc("changes", _NOTES, title="Changelog")]
+    docs += [doc(f"filler{i}", f"unrelated harbour crane text number {i} " * 3)
+             for i in range(8)]
+    winners = {}
+    for mode in ("title2", "title2_term2"):
+        coll = get_or_create_collection(conn, mode, analyzer="english_v6")
+        create_version(conn, coll, "random-unit", 16, "english_v6", "active",
+                       {"lexical_input": mode})
+        ingest(conn, docs, collection=mode)
+        [(first, _, _), *_] = leg(conn, mode, "register_profile", 40)
+        winners[mode] = conn.execute(
+            "select d.citekey from pgfunnel.chunk ch join pgfunnel.document d "
+            "on d.id = ch.document_id where ch.id = %s", (first,)).fetchone()[0]
+    assert winners == {"title2": "changes", "title2_term2": "settings"}
+    levels = conn.execute(
+        "select ch.heading, ch.heading_level from pgfunnel.chunk ch join pgfunnel.document d "
+        "on d.id = ch.document_id join pgfunnel.collection c on c.id = d.collection_id "
+        "where c.name = 'title2_term2' and d.citekey in ('settings', 'changes') "
+        "order by d.citekey, ch.ordinal").fetchall()
+    assert levels == [("3.0", 2), ("4.0", 2), ("Settings", 1),
+                      ("settings.register_profile(name, parent=None)", 6)]
+    # only the term's heading is counted again: prose headings and the title as before
+    heading = "settings.register_profile(name, parent=None)"
+    for mode, extra in (("title2", 0), ("title2_term2", len(_terms(conn, heading)))):
+        lengths = dict(conn.execute(
+            "select ch.heading, l.length from pgfunnel.lexical l "
+            "join pgfunnel.chunk ch on ch.id = l.chunk_id "
+            "join pgfunnel.document d on d.id = ch.document_id "
+            "join pgfunnel.collection c on c.id = d.collection_id "
+            "where c.name = %s and d.citekey = 'settings'", (mode,)).fetchall())
+        text = _API_PAGE.split("\n\n", 3)[3]
+        assert lengths[heading] == extra + len(_terms(conn, f"Settings\nSettings\n{heading}\n\n"
+                                                          f"{text}"))
+        assert lengths["Settings"] == len(_terms(conn, "Settings\n# Settings\n\n"
+                                                      "How to configure runs."))
+    # and the scores are BM25 over what the version indexed
+    ref = Reference(conn, "title2_term2")
+    got = leg(conn, "title2_term2", "register_profile", 40)
+    want = ref.score(got[0][0], set(_terms(conn, "register_profile", True)))
+    assert got[0][1] == pytest.approx(want, rel=1e-6)
+
+
+def test_reindex_counts_a_terms_heading_twice_from_the_stored_level(
+        conn: psycopg.Connection[Any]) -> None:
+    from pgfunnel import versions
+
+    coll = get_or_create_collection(conn, "t", analyzer="english_v6")
+    create_version(conn, coll, "random-unit", 16, "english_v6", "active",
+                   {"lexical_input": "title2"})
+    ingest(conn, [doc("settings", _API_PAGE, title="Settings"),
+                  doc("changes", _NOTES, title="Changelog")])
+    before = leg(conn, "t", "register_profile", 40)
+    res = versions.reindex(conn, "t", activate_after=True)
+    assert conn.execute("select params ->> 'lexical_input' from pgfunnel.index_version "
+                        "where id = %s", (res.version_id,)).fetchone() == ("title2_term2",)
+    after = leg(conn, "t", "register_profile", 40)
+    term = conn.execute("select id from pgfunnel.chunk where heading_level = 6").fetchone()[0]
+    assert before[0][0] != term and after[0][0] == term
+    # a row stored before levels were kept (0) is indexed as under title2
+    conn.execute("update pgfunnel.chunk set heading_level = 0")
+    again = versions.reindex(conn, "t", activate_after=True)
+    assert again.version_id != res.version_id
+    assert [c for c, _, _ in leg(conn, "t", "register_profile", 40)] == [
+        c for c, _, _ in before]
+
+
 def test_a_version_can_index_the_chunk_text_alone(conn: psycopg.Connection[Any]) -> None:
     coll = get_or_create_collection(conn, "t", analyzer="english_v1")
     create_version(conn, coll, "random-unit", 16, "english_v1", "active",
@@ -501,7 +582,7 @@ def test_reindex_of_a_version_that_indexed_the_text_alone_adds_titles_without_th
     res = versions.reindex(conn, "default", activate_after=True)
     assert any("vectors copied from version" in n for n in res.notes)
     assert conn.execute("select params ->> 'lexical_input' from pgfunnel.index_version "
-                        "where id = %s", (res.version_id,)).fetchone() == ("title2",)
+                        "where id = %s", (res.version_id,)).fetchone() == ("title2_term2",)
     assert leg(conn, "default", title_word, 40)
 
 

@@ -180,6 +180,23 @@ def test_a_retired_version_with_what_a_reindex_would_bring_is_named(sample_db: s
         assert not [f for f in check_active_indexes(conn) if "retired version" in f.message]
 
 
+def test_a_version_that_counts_a_terms_heading_once_is_pointed_to_reindex(
+        sample_db: str) -> None:
+    with connect(sample_db, autocommit=True) as conn:
+        assert not [f for f in check_active_indexes(conn) if "heading once" in f.message]
+        conn.execute("update pgfunnel.index_version "
+                     "set params = params || '{\"lexical_input\": \"title2\"}'")
+        [note] = [f for f in check_active_indexes(conn) if "heading once" in f.message]
+        assert note.level == "info" and "pgfunnel reindex -c default --activate" in note.message
+        assert "ingested again" in note.message
+        # one that counts the title once is told about the title, not both
+        conn.execute("update pgfunnel.index_version "
+                     "set params = params || '{\"lexical_input\": \"title\"}'")
+        notes = [f.message for f in check_active_indexes(conn)]
+        assert any("title once" in n for n in notes)
+        assert not any("heading once" in n for n in notes)
+
+
 def test_a_retired_version_of_another_analyzer_is_not_offered_for_the_title(
         sample_db: str) -> None:
     # the active simple_v6 version counted the title once; the retired english_v6 one was

@@ -1226,6 +1226,35 @@ def test_an_older_chunking_version_rewrites_only_the_documents_it_cut_otherwise(
     assert_stats_exact(conn)
 
 
+def test_documents_stored_before_heading_levels_are_rewritten_where_a_term_heads_a_chunk(
+        conn: psycopg.Connection[Any], embedder: Any) -> None:
+    """Chunking version 11 keeps each chunk's heading level, which a version counting a
+    term's heading twice reads: a document stored before it whose chunks hold a term's
+    heading (level 6, an API object's signature) is rewritten at the next ingest, its
+    vectors kept; one without only has its hash brought up to date."""
+    from pgfunnel.sources import CHUNKING_VERSION
+
+    docs = [DocumentRecord("api", "# Settings\n\nHow to configure.\n\n"
+                                  "###### settings.load_profile(name)\n\nLoads a profile.",
+                           title="Settings"),
+            DocumentRecord("guide", "# Guide\n\nRefunds take five days.", title="Guide")]
+    Ingester(conn, "t", embedder=embedder).ingest(docs)
+    # as chunking version 10 stored them: no level, its hash
+    conn.execute("update pgfunnel.chunk set heading_level = 0")
+    for d in docs:
+        conn.execute("update pgfunnel.document set content_hash = %s where citekey = %s",
+                     (d.content_hash(chunking=CHUNKING_VERSION - 1), d.citekey))
+    stats = Ingester(conn, "t", embedder=embedder).ingest(docs)
+    assert (stats.documents_written, stats.documents_unchanged) == (1, 1)
+    assert stats.chunks_embedded == 0
+    assert conn.execute(
+        "select d.citekey, c.heading_level from pgfunnel.chunk c join pgfunnel.document d "
+        "on d.id = c.document_id order by d.citekey, c.ordinal").fetchall() == [
+        ("api", 1), ("api", 6), ("guide", 0)]
+    # stored before levels were kept, a prose heading reads 0 (nothing counts it twice)
+    assert_stats_exact(conn)
+
+
 def test_another_model_of_the_same_size_is_refused_on_an_existing_collection(
         sample_db: str, embedder: Any, tmp_path: Path) -> None:
     """A model with the version's dimension but another name used to embed into the
