@@ -68,8 +68,9 @@ LEXICAL_INPUTS = (LEXICAL_TERM_TWICE, LEXICAL_TITLE_TWICE, LEXICAL_WITH_TITLE,
 DEFAULT_LEXICAL_INPUT = LEXICAL_TERM_TWICE
 # The heading level of a term: a section that describes one named thing, an API object
 # under its signature or a glossary entry under its term. The HTML reader writes these
-# (Sphinx's <dt> terms) at the lowest level, which prose sections do not reach; such a
-# chunk's heading is the thing's name, and a "title2_term2" version counts it twice
+# (Sphinx's <dt> terms) at the lowest level, which prose sections rarely reach (a
+# Markdown heading written at level 6 counts as one); such a chunk's heading is the
+# thing's name, and a "title2_term2" version counts it twice
 TERM_HEADING_LEVEL = 6
 
 
