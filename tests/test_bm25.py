@@ -13,7 +13,7 @@ from funnel_util import active, doc, ingest
 
 from pgfunnel.errors import ConfigError
 from pgfunnel.ingest import Ingester, create_version, delete_documents, get_or_create_collection
-from pgfunnel.sources import lexical_input
+from pgfunnel.sources import DocumentRecord, lexical_input
 
 K1, B = 1.2, 0.75
 
@@ -448,24 +448,30 @@ def test_the_title_counted_twice_outweighs_a_name_mentioned_in_passing(
     note = "Zanzibar ferry now boards faster"
     docs = [doc("page", page, title="Zanzibar ferry"),
             doc("notes", note, title="Release notes")]
-    docs += [doc(f"filler{i}", f"unrelated harbour crane text number {i} " * 3)
-             for i in range(8)]
+    assert _first_by_lexical_input(conn, docs, ("title", "title2"), "zanzibar ferry") == {
+        "title": "notes", "title2": "page"}
+
+
+def _first_by_lexical_input(conn: psycopg.Connection[Any], docs: list[DocumentRecord],
+                            modes: tuple[str, ...], query: str) -> dict[str, str]:
+    """The citekey BM25 ranks first for ``query`` in a collection per lexical input, each
+    holding ``docs`` and eight fillers; and checks the first score against the reference
+    BM25 over what that version indexed (the reference reads the mode)."""
+    docs = docs + [doc(f"filler{i}", f"unrelated harbour crane text number {i} " * 3)
+                   for i in range(8)]
     winners = {}
-    for mode in ("title", "title2"):
+    for mode in modes:
         coll = get_or_create_collection(conn, mode, analyzer="english_v6")
         create_version(conn, coll, "random-unit", 16, "english_v6", "active",
                        {"lexical_input": mode})
         ingest(conn, docs, collection=mode)
-        [(first, _, _), *_] = leg(conn, mode, "zanzibar ferry", 40)
+        [(first, score, _), *_] = leg(conn, mode, query, 40)
+        want = Reference(conn, mode).score(first, set(_terms(conn, query, True)))
+        assert score == pytest.approx(want, rel=1e-6)
         winners[mode] = conn.execute(
             "select d.citekey from pgfunnel.chunk ch join pgfunnel.document d "
             "on d.id = ch.document_id where ch.id = %s", (first,)).fetchone()[0]
-    assert winners == {"title": "notes", "title2": "page"}
-    # the scores are BM25 over what each version indexed (the reference reads the mode)
-    ref = Reference(conn, "title2")
-    got = leg(conn, "title2", "zanzibar ferry", 40)
-    want = ref.score(got[0][0], set(_terms(conn, "zanzibar ferry", True)))
-    assert got[0][1] == pytest.approx(want, rel=1e-6)
+    return winners
 
 
 # an API page as the HTML reader writes it (each object's signature a level-6 heading)
@@ -484,19 +490,9 @@ def test_a_terms_heading_counts_twice_and_outranks_mentions_in_passing(
     # its entries are short, which BM25's length normalisation rewards
     docs = [doc("settings", _API_PAGE, title="Settings"),
             doc("changes", _NOTES, title="Changelog")]
-    docs += [doc(f"filler{i}", f"unrelated harbour crane text number {i} " * 3)
-             for i in range(8)]
-    winners = {}
-    for mode in ("title2", "title2_term2"):
-        coll = get_or_create_collection(conn, mode, analyzer="english_v6")
-        create_version(conn, coll, "random-unit", 16, "english_v6", "active",
-                       {"lexical_input": mode})
-        ingest(conn, docs, collection=mode)
-        [(first, _, _), *_] = leg(conn, mode, "register_profile", 40)
-        winners[mode] = conn.execute(
-            "select d.citekey from pgfunnel.chunk ch join pgfunnel.document d "
-            "on d.id = ch.document_id where ch.id = %s", (first,)).fetchone()[0]
-    assert winners == {"title2": "changes", "title2_term2": "settings"}
+    assert _first_by_lexical_input(conn, docs, ("title2", "title2_term2"),
+                                   "register_profile") == {
+        "title2": "changes", "title2_term2": "settings"}
     levels = conn.execute(
         "select ch.heading, ch.heading_level from pgfunnel.chunk ch join pgfunnel.document d "
         "on d.id = ch.document_id join pgfunnel.collection c on c.id = d.collection_id "
@@ -518,11 +514,6 @@ def test_a_terms_heading_counts_twice_and_outranks_mentions_in_passing(
                                                           f"{text}"))
         assert lengths["Settings"] == len(_terms(conn, "Settings\n# Settings\n\n"
                                                       "How to configure runs."))
-    # and the scores are BM25 over what the version indexed
-    ref = Reference(conn, "title2_term2")
-    got = leg(conn, "title2_term2", "register_profile", 40)
-    want = ref.score(got[0][0], set(_terms(conn, "register_profile", True)))
-    assert got[0][1] == pytest.approx(want, rel=1e-6)
 
 
 def test_reindex_counts_a_terms_heading_twice_from_the_stored_level(
