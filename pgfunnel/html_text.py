@@ -462,13 +462,18 @@ _MODULE_LINE_BEFORE = frozenset({"p", "table", "ul", "ol", "dl", "pre", "blockqu
 
 
 def _declared_module(element: _Element) -> str | None:
-    """The module a Sphinx target declares (an empty span, or a section by its id)."""
-    if element.tag not in ("span", "section", "div"):
+    """The module a Sphinx target declares: an empty ``span`` (``class="target"`` in
+    newer builds; Django's has none), or a section by its id (``<section>``, or ``<div
+    class="section">`` before docutils 0.17). Other pages' ``<div id="module-header">``
+    (a CMS block) declare nothing."""
+    if element.tag == "span":
+        if element.children:
+            return None
+    elif not (element.tag == "section"
+              or (element.tag == "div" and "section" in element.classes())):
         return None
     declared = _MODULE_ID.fullmatch(element.attrs.get("id", ""))
-    if declared is None or (element.tag == "span" and element.children):
-        return None
-    return declared.group(1)
+    return declared.group(1) if declared else None
 
 
 # Sphinx's spans for an object's own name and for what qualifies it (4+ / older)

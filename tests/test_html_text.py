@@ -495,7 +495,9 @@ def test_a_module_sphinx_declares_is_written_where_it_is_declared() -> None:
 <span class="target" id="module-PIL.Image.core"></span>
     <p>The loop.</p></section>
     <span class="target" id="module-not-a-name"></span><p>Trailing.</p>
-    </section></div></body></html>"""
+    <div id="module-header"><p>A site's block.</p></div>
+    <div class="section" id="module-old.sphinx"><h2>Old Sphinx</h2><p>Sections as divs.</p>
+    </div></section></div></body></html>"""
     title, text = html_to_text(page)
     # the title stays the page's own: it heads every chunk, twice in BM25
     assert title == "URL Routing"
@@ -509,8 +511,9 @@ def test_a_module_sphinx_declares_is_written_where_it_is_declared() -> None:
     assert "Module tornado.ioloop" not in blocks
     assert blocks[blocks.index("## tornado.ioloop — Main event loop") + 1:][:2] == [
         "Module PIL._imaging", "Module PIL.Image.core"]
-    # an id that only starts like one names no module
-    assert "not-a-name" not in text
+    # an id that only starts like one names no module, nor a block that is no section
+    assert "not-a-name" not in text and "Module header" not in text
+    assert blocks[blocks.index("## Old Sphinx") + 1] == "Module old.sphinx"
     sections = {c.heading: c.text for c in chunk_text(text)}
     assert sections["URL Routing"].split("\n\n")[1] == "Module werkzeug.routing"
 
