@@ -37,6 +37,12 @@ SPHINX_PAGE = """<!DOCTYPE html>
 </body></html>"""
 
 
+
+def _page(title: str, body: str) -> str:
+    """A page of a Sphinx build: its title as <title> and <h1> above ``body``."""
+    return (f"<html><head><title>{title}</title></head><body><div role=\"main\">"
+            f"<h1>{title}</h1>{body}</div></body></html>")
+
 def test_sphinx_page_keeps_main_content_only() -> None:
     title, text = html_to_text(SPHINX_PAGE)
     assert title == "os.path — Pathname tools"
@@ -543,26 +549,23 @@ def test_a_sphinx_build_folder_leaves_out_its_generated_pages(tmp_path: Path) ->
 
     from pgfunnel.sources import OtherFilesWarning, read_path
 
-    def page(title: str, text: str) -> str:
-        return (f"<html><head><title>{title}</title></head><body><div role=\"main\">"
-                f"<h1>{title}</h1><p>{text}</p></div></body></html>")
-
     build = tmp_path / "html"
     (build / "_sources").mkdir(parents=True)
     (build / "_modules" / "kombu").mkdir(parents=True)
     (build / "_static").mkdir()
     (build / "guide").mkdir()
-    (build / "index.html").write_text(page("Welcome", "Start here."))
-    (build / "guide" / "routing.html").write_text(page("Routing", "Queues and exchanges."))
+    (build / "index.html").write_text(_page("Welcome", "<p>Start here.</p>"))
+    (build / "guide" / "routing.html").write_text(_page("Routing", "<p>Queues and exchanges.</p>"))
     (build / "_sources" / "index.rst.txt").write_text("Welcome\n=======\n\nStart here.\n")
-    (build / "_modules" / "kombu" / "queue.html").write_text(page("kombu.queue", "class Queue"))
+    (build / "_modules" / "kombu" / "queue.html").write_text(
+        _page("kombu.queue", "<p>class Queue</p>"))
     (build / "_static" / "basic.css").write_text("body {}")
     for name in ("genindex.html", "genindex-Q.html", "py-modindex.html", "search.html"):
-        (build / name).write_text(page(name, "Index entries."))
+        (build / name).write_text(_page(name, "<p>Index entries.</p>"))
     # sphinx-notfound-page's, at the root; a page of that name deeper down is content
-    (build / "404.html").write_text(page("Page Not Found", "Unfortunately we couldn't find "
-                                         "the content you were looking for."))
-    (build / "guide" / "404.html").write_text(page("HTTP 404", "When a route is missing."))
+    (build / "404.html").write_text(_page("Page Not Found", "<p>Unfortunately we couldn't "
+                                         "find the content you were looking for.</p>"))
+    (build / "guide" / "404.html").write_text(_page("HTTP 404", "<p>When a route is missing.</p>"))
     (build / "objects.inv").write_bytes(b"# Sphinx inventory version 2\n")
     (build / "searchindex.js").write_text("Search.setIndex({})")
     with warnings.catch_warnings(record=True) as caught:
@@ -596,19 +599,15 @@ def test_a_sphinx_build_stripped_of_its_inventory_is_known_by_its_index_table(
 
     from pgfunnel.sources import OtherFilesWarning, read_path
 
-    def page(title: str, body: str) -> str:
-        return (f"<html><head><title>{title}</title></head><body><div role=\"main\">"
-                f"<h1>{title}</h1>{body}</div></body></html>")
-
     build = tmp_path / "arm"
     (build / "reference").mkdir(parents=True)
-    (build / "index.html").write_text(page("BIND 9", "<p>The reference manual.</p>"))
+    (build / "index.html").write_text(_page("BIND 9", "<p>The reference manual.</p>"))
     (build / "reference" / "options.html").write_text(
-        page("Options", "<p>The options statement; see the modindextable note.</p>"))
-    (build / "genindex.html").write_text(page("Index", '<table class="indextable '
+        _page("Options", "<p>The options statement; see the modindextable note.</p>"))
+    (build / "genindex.html").write_text(_page("Index", '<table class="indextable '
                                               'genindextable"><tr><td>allow-query</td>'
                                               '</tr></table>'))
-    (build / "bb-cfg.html").write_text(page("Config index", '<table class="indextable '
+    (build / "bb-cfg.html").write_text(_page("Config index", '<table class="indextable '
                                             'modindextable"><tr><td>workers</td></tr>'
                                             '</table>'))
     with warnings.catch_warnings(record=True) as caught:
@@ -619,7 +618,7 @@ def test_a_sphinx_build_stripped_of_its_inventory_is_known_by_its_index_table(
     notes = [str(w.message) for w in caught if issubclass(w.category, OtherFilesWarning)]
     assert any("left out its 2 generated pages" in n for n in notes), notes
     # a genindex.html of the author's own, not Sphinx's table, leaves the folder ordinary
-    (build / "genindex.html").write_text(page("Index", "<p>Our own index of terms.</p>"))
+    (build / "genindex.html").write_text(_page("Index", "<p>Our own index of terms.</p>"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert [d.citekey for d in read_path(build)] == \
@@ -826,21 +825,17 @@ def test_a_stripped_sphinx_build_with_its_index_split_by_letter_is_known(
     # holds a plain "indextable"
     import warnings
 
-    def page(title: str, body: str) -> str:
-        return (f"<html><head><title>{title}</title></head><body><div role=\"main\">"
-                f"<h1>{title}</h1>{body}</div></body></html>")
-
     build = tmp_path / "krb5"
     build.mkdir()
-    (build / "index.html").write_text(page("MIT Kerberos", "<p>The documentation.</p>"))
-    (build / "genindex.html").write_text(page(
+    (build / "index.html").write_text(_page("MIT Kerberos", "<p>The documentation.</p>"))
+    (build / "genindex.html").write_text(_page(
         "Index", '<p>Index pages by letter:</p><div class="genindex-jumpbox"><p>'
         '<a href="genindex-K.html"><strong>K</strong></a></p></div>'))
-    (build / "genindex-K.html").write_text(page(
+    (build / "genindex-K.html").write_text(_page(
         "Index – K", '<table class="indextable"><tr><td>krb5_init_context</td></tr>'
         '</table>'))
-    (build / "genindex-all.html").write_text(page("Index", "<p>krb5_init_context</p>"))
-    (build / "search.html").write_text(page("Search", "<p>Please activate JavaScript</p>"))
+    (build / "genindex-all.html").write_text(_page("Index", "<p>krb5_init_context</p>"))
+    (build / "search.html").write_text(_page("Search", "<p>Please activate JavaScript</p>"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert [d.citekey for d in read_path(build)] == ["index"]
