@@ -38,7 +38,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from pgfunnel.db import require_writer
+from pgfunnel.db import require_table_owner, require_writer
 from pgfunnel.embedder import Embedder
 from pgfunnel.errors import (
     JSON_ERRORS,
@@ -987,25 +987,6 @@ def retire(conn: psycopg.Connection[Any], collection: str, version: int) -> Vers
         return _version_row(conn, coll_id, version)
 
     return _db(body)
-
-
-def require_table_owner(conn: psycopg.Connection[Any], what: str) -> None:
-    """Refuse, before anything is written, a role that does not own the pgfunnel tables:
-    dropping a version drops its HNSW index and posting partition, which only their owner
-    may. A pgfunnel_writer member got Postgres' "must be owner of index ..." only after
-    the version had been marked as being dropped, which left a ready or retired version
-    that no `versions activate` would take."""
-    row = conn.execute(
-        "select r.rolsuper or pg_catalog.pg_has_role(current_user, c.relowner, 'USAGE'), "
-        "current_user, pg_catalog.pg_get_userbyid(c.relowner) "
-        "from pg_catalog.pg_class c, pg_catalog.pg_roles r "
-        "where c.oid = 'pgfunnel.embedding'::regclass and r.rolname = current_user"
-    ).fetchone()
-    if row is not None and not row[0]:
-        raise AccessError(
-            f"{what} drops HNSW indexes and posting partitions, which takes the owner of the "
-            f"pgfunnel tables ({row[2]!r}); role {row[1]!r} is not it: run it as the owner "
-            "(see docs/security.md, Roles and grants)")
 
 
 def drop(conn: psycopg.Connection[Any], collection: str, version: int) -> VersionInfo:
