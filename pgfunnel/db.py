@@ -10,14 +10,15 @@ embedded server is left running between commands so that the next command, or a
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import re
 import subprocess
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import psycopg
 from pgvector.psycopg import register_vector
@@ -182,6 +183,26 @@ def tuple_rows(conn: psycopg.Connection[Any]) -> Iterator[None]:
     finally:
         conn.row_factory = factory
         conn.cursor_factory = cursors
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def rows_by_position(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+    """``fn``, whose first argument is a connection, run inside :func:`tuple_rows`: for the
+    public functions that take an application's connection (versions, doctor, security,
+    eval), which read their rows by position and failed with KeyError 0 on one opened
+    with ``row_factory=dict_row``."""
+    @functools.wraps(fn)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        conn = args[0] if args else kwargs["conn"]
+        if not isinstance(conn, psycopg.Connection):
+            raise TypeError(f"{fn.__name__}: the first argument must be a psycopg "
+                            f"Connection, not {type(conn).__name__}")
+        with tuple_rows(conn):
+            return fn(*args, **kwargs)
+    return wrapper
 
 
 @contextmanager

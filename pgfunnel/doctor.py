@@ -20,6 +20,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from pgfunnel.db import rows_by_position
 from pgfunnel.errors import ConfigError
 from pgfunnel.ingest import (
     HNSW_INDEX_PREFIX,
@@ -85,6 +86,7 @@ def _is_embedded(conn: psycopg.Connection[Any]) -> bool:
     return host.startswith("/") and (Path(host) / "PG_VERSION").is_file()
 
 
+@rows_by_position
 def check_pgvector(conn: psycopg.Connection[Any]) -> list[Finding]:
     row = conn.execute("select extversion from pg_extension where extname = 'vector'").fetchone()
     if row is None:
@@ -111,6 +113,7 @@ def check_pgvector(conn: psycopg.Connection[Any]) -> list[Finding]:
     return [Finding("info", "pgvector", f"pgvector {version}")]
 
 
+@rows_by_position
 def check_schema(conn: psycopg.Connection[Any]) -> list[Finding]:
     row = conn.execute("select to_regclass('pgfunnel.collection') is not null, "
                        "to_regprocedure('pgfunnel.version()') is not null").fetchone()
@@ -150,6 +153,7 @@ def check_schema(conn: psycopg.Connection[Any]) -> list[Finding]:
     return found
 
 
+@rows_by_position
 def check_invalid_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
     rows = conn.execute(
         "select c.relname from pg_index i join pg_class c on c.oid = i.indexrelid "
@@ -161,6 +165,7 @@ def check_invalid_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
             for r in rows]
 
 
+@rows_by_position
 def check_orphans(conn: psycopg.Connection[Any]) -> list[Finding]:
     """Posting partitions and HNSW indexes of index versions that no longer exist: what
     deleting a collection or version row around pgfunnel leaves behind (no foreign key
@@ -181,6 +186,7 @@ def check_orphans(conn: psycopg.Connection[Any]) -> list[Finding]:
             for name, kind in rows]
 
 
+@rows_by_position
 def check_public_with_readers(conn: psycopg.Connection[Any]) -> list[Finding]:
     """Documents that are public and carry readers: readable by everyone, whatever their
     readers say. Written before migration 0007, whose constraint refuses them since."""
@@ -197,6 +203,7 @@ def check_public_with_readers(conn: psycopg.Connection[Any]) -> list[Finding]:
             for name, n, first in rows]
 
 
+@rows_by_position
 def check_unfindable_documents(conn: psycopg.Connection[Any]) -> list[Finding]:
     """Documents no search can find because of their own access fields: a tenant or
     language of '', a NULL or '' reader as their only reader, or a validity range that
@@ -229,6 +236,7 @@ def check_unfindable_documents(conn: psycopg.Connection[Any]) -> list[Finding]:
     return findings
 
 
+@rows_by_position
 def check_chunking(conn: psycopg.Connection[Any]) -> list[Finding]:
     """Documents chunked by another pgfunnel than this one. A release that changes how
     text is cut into chunks (its chunking version) rewrites each document once, at the
@@ -334,6 +342,7 @@ def _script_term_count(probe: str) -> sql.Composed:
         alias=sql.Identifier(f"{probe}_terms"))
 
 
+@rows_by_position
 def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
     """Each collection's active version: an HNSW index that exists, fits the version's
     dimensions and covers exactly its rows; and versions that miss chunks."""
@@ -610,6 +619,7 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
     return found
 
 
+@rows_by_position
 def check_index_memory(conn: psycopg.Connection[Any]) -> list[Finding]:
     """Active HNSW indexes should fit in shared_buffers, or searches read from disk."""
     row = conn.execute(
@@ -631,6 +641,7 @@ def check_index_memory(conn: psycopg.Connection[Any]) -> list[Finding]:
     return [Finding("info", "index_memory", msg)]
 
 
+@rows_by_position
 def check_row_security(conn: psycopg.Connection[Any]) -> list[Finding]:
     rows = conn.execute(
         "select c.relname, c.relrowsecurity, c.relforcerowsecurity, "
@@ -659,6 +670,7 @@ def check_row_security(conn: psycopg.Connection[Any]) -> list[Finding]:
     return found
 
 
+@rows_by_position
 def check_security(conn: psycopg.Connection[Any], app_role: str | None = None
                    ) -> list[Finding]:
     """Roles, grants and RLS details from pgfunnel.security, when that module is there.
@@ -677,6 +689,7 @@ def check_security(conn: psycopg.Connection[Any], app_role: str | None = None
     return out
 
 
+@rows_by_position
 def check_orphan_rows(conn: psycopg.Connection[Any]) -> list[Finding]:
     """Rows whose parent is gone: what deleting with ``session_replication_role = replica``
     leaves, since that skips the foreign keys' cascades as well as the triggers. Such
@@ -706,6 +719,7 @@ def check_orphan_rows(conn: psycopg.Connection[Any]) -> list[Finding]:
     return found
 
 
+@rows_by_position
 def check_statistics(conn: psycopg.Connection[Any]) -> list[Finding]:
     """Chunks deleted past the trigger that keeps postings and BM25 statistics exact
     (TRUNCATE, the trigger disabled, session_replication_role = replica): their lexical
@@ -931,6 +945,7 @@ def _role_privilege_findings(conn: psycopg.Connection[Any], role: str, rls: bool
     return found
 
 
+@rows_by_position
 def check_privileges(conn: psycopg.Connection[Any], app_role: str | None = None
                      ) -> list[Finding]:
     """What pgfunnel_reader and pgfunnel_writer hold against what grant_privileges gives
@@ -1081,6 +1096,7 @@ def _held_role_finding(conn: psycopg.Connection[Any], held: _HeldRole) -> Findin
         f"then `pgfunnel init` as {held.name} (the checks that count rows were skipped)")
 
 
+@rows_by_position
 def run_checks(conn: psycopg.Connection[Any],
                checks: Sequence[tuple[str, Check]] = CHECKS, *,
                app_role: str | None = None) -> list[Finding]:

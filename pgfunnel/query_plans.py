@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from pgfunnel.db import own_transaction
+from pgfunnel.db import own_transaction, rows_by_position
 from pgfunnel.errors import ConfigError, InvalidInputError, positive_int, string_list, translate
 from pgfunnel.transform import (
     FollowupResolver,
@@ -38,6 +38,7 @@ __all__ = ["apply_query_hooks", "collection_settings", "search_decomposed", "sea
 DEFAULT_REWRITE_TIMEOUT_S = 2.0
 
 
+@rows_by_position
 def collection_settings(conn: psycopg.Connection[Any], collection: str) -> dict[str, Any]:
     """``collection.settings`` (jsonb); ``protected_terms`` and ``qualifiers`` are read here.
 

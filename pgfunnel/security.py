@@ -25,6 +25,7 @@ from typing import Any, Literal
 import psycopg
 from psycopg import sql
 
+from pgfunnel.db import rows_by_position
 from pgfunnel.errors import AccessError, ConflictError, NotFoundError, translate
 
 READER_ROLE = "pgfunnel_reader"
@@ -124,6 +125,7 @@ def _table(name: str) -> sql.Composed:
     return sql.SQL("pgfunnel.{}").format(_ident(name))
 
 
+@rows_by_position
 def ensure_roles(conn: psycopg.Connection[Any]) -> list[str]:
     """Create the NOLOGIN group roles if missing; return the ones created.
 
@@ -163,6 +165,7 @@ def _privileges(names: Sequence[str]) -> sql.Composable:
     return sql.SQL(", ").join(sql.SQL(name) for name in names)
 
 
+@rows_by_position
 def grant_privileges(conn: psycopg.Connection[Any]) -> None:
     """Grant the reader and writer roles exactly what they need in schema pgfunnel."""
     r, w = _ident(READER_ROLE), _ident(WRITER_ROLE)
@@ -217,6 +220,7 @@ def _table_exists(conn: psycopg.Connection[Any], table: str) -> bool:
     return bool(row and row[0])
 
 
+@rows_by_position
 def check_rls_setup(conn: psycopg.Connection[Any]) -> None:
     """Refuse, before anything is written, a role that could not finish ``enable_rls``: one
     that must create the roles without CREATEROLE, or that must be granted an existing
@@ -362,6 +366,7 @@ def _lock_for_policy_change(conn: psycopg.Connection[Any], tables: list[str],
                  (previous[0] if previous else "0",))
 
 
+@rows_by_position
 def enable_rls(conn: psycopg.Connection[Any]) -> None:
     """Create roles, grant privileges, and turn on FORCEd row-level security policies.
 
@@ -425,6 +430,7 @@ def _grant_writer_to_owner(conn: psycopg.Connection[Any]) -> None:
             f"own tables: ask a superuser to run `grant {WRITER_ROLE} to <this role>`")
 
 
+@rows_by_position
 def disable_rls(conn: psycopg.Connection[Any]) -> None:
     """Turn row-level security off again (policies are kept but inactive)."""
     for table in RLS_TABLES:
@@ -433,6 +439,7 @@ def disable_rls(conn: psycopg.Connection[Any]) -> None:
         conn.execute(sql.SQL("alter table {} disable row level security").format(t))
 
 
+@rows_by_position
 def rls_enabled(conn: psycopg.Connection[Any]) -> bool:
     """Whether RLS mode is on (any pgfunnel content table has row security enabled)."""
     row = conn.execute(
@@ -442,6 +449,7 @@ def rls_enabled(conn: psycopg.Connection[Any]) -> bool:
     return bool(row and row[0])
 
 
+@rows_by_position
 def grant_app_role(conn: psycopg.Connection[Any], role: str, *, writer: bool = False) -> None:
     """Make an existing login role an application reader (or writer)."""
     group = WRITER_ROLE if writer else READER_ROLE
@@ -455,6 +463,7 @@ def grant_app_role(conn: psycopg.Connection[Any], role: str, *, writer: bool = F
         raise translate(exc) from exc
 
 
+@rows_by_position
 def security_findings(conn: psycopg.Connection[Any],
                       app_role: str | None = None) -> list[SecurityFinding]:
     """What ``pgfunnel doctor`` reports about roles, RLS and grants.

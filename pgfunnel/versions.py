@@ -38,7 +38,13 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from pgfunnel.db import require_table_owner, require_writer
+from pgfunnel.db import (
+    require_table_owner,
+    require_writer,
+    rows_by_position,
+    try_register_vector,
+    tuple_rows,
+)
 from pgfunnel.embedder import Embedder
 from pgfunnel.errors import (
     JSON_ERRORS,
@@ -205,9 +211,11 @@ def _translated(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     return wrapper
 
 
-def _db(fn: Callable[[], _R]) -> _R:
-    """``fn()``, its database errors translated (a body too short for a function)."""
-    return _translated(fn)()
+def _db(conn: psycopg.Connection[Any], fn: Callable[[], _R]) -> _R:
+    """``fn()`` reading ``conn``'s rows by position, its database errors translated (a
+    body too short for a function)."""
+    with tuple_rows(conn):
+        return _translated(fn)()
 
 
 def _version_row(conn: psycopg.Connection[Any], coll_id: int, version: int) -> VersionInfo:
@@ -231,13 +239,14 @@ def _versions(conn: psycopg.Connection[Any], coll_id: int) -> list[VersionInfo]:
 
 def list_versions(conn: psycopg.Connection[Any], collection: str) -> list[VersionInfo]:
     """Every version of a collection with its index state and how many chunks it misses."""
-    return list(_db(lambda: _versions(conn, require_collection(conn, collection))))
+    return list(_db(conn, lambda: _versions(conn, require_collection(conn, collection))))
 
 
 def _lock_key(coll_id: int) -> tuple[int, int]:
     return REINDEX_LOCK_CLASS, coll_id
 
 
+@rows_by_position
 def lock_holder(conn: psycopg.Connection[Any], coll_id: int) -> dict[str, Any] | None:
     """Who holds the reindex lock of a collection: pid, application_name, since."""
     k1, k2 = _lock_key(coll_id)
@@ -257,9 +266,11 @@ def lock_holder(conn: psycopg.Connection[Any], coll_id: int) -> dict[str, Any] |
 @contextmanager
 def writer_lock(conn: psycopg.Connection[Any], collection: str) -> Iterator[int]:
     """Hold the collection's reindex lock (session-scoped), or fail at once naming the holder."""
-    coll_id = require_collection(conn, collection)
-    k1, k2 = _lock_key(coll_id)
-    got = conn.execute("select pg_try_advisory_lock(%s, %s)", (k1, k2)).fetchone()
+    # the caller's block runs with its own row factory; only the lock's own reads by position
+    with tuple_rows(conn):
+        coll_id = require_collection(conn, collection)
+        k1, k2 = _lock_key(coll_id)
+        got = conn.execute("select pg_try_advisory_lock(%s, %s)", (k1, k2)).fetchone()
     if not got or not got[0]:
         holder = lock_holder(conn, coll_id)
         who = ("an unknown session" if holder is None else
@@ -365,6 +376,7 @@ def _index_batch(conn: psycopg.Connection[Any], version_id: int, analyzer: TermA
     return len(keep)
 
 
+@rows_by_position
 def catch_up(conn: psycopg.Connection[Any], coll_id: int, version_id: int,
              embedder: Embedder | None = None, analyzer: str | None = None,
              batch_size: int = 256, progress: ProgressFn | None = None,
@@ -375,6 +387,9 @@ def catch_up(conn: psycopg.Connection[Any], coll_id: int, version_id: int,
     switch, under the ingest lock); otherwise each batch commits on its own, so a killed
     run keeps what it finished.
     """
+    # vectors copied from another version come back as numpy only with pgvector's types
+    # registered; an application's own connection may not have them
+    try_register_vector(conn)
     row = conn.execute("select embedding_model, analyzer, dimensions, params "
                        "from pgfunnel.index_version where id = %s", (version_id,)).fetchone()
     assert row is not None
@@ -420,6 +435,7 @@ def catch_up(conn: psycopg.Connection[Any], coll_id: int, version_id: int,
                                      lexical_mode)
 
 
+@rows_by_position
 def cleanup_invalid_indexes(conn: psycopg.Connection[Any]) -> list[str]:
     """Drop the invalid HNSW indexes a killed concurrent build left in schema pgfunnel.
 
@@ -459,6 +475,7 @@ def _set_maintenance_work_mem(conn: psycopg.Connection[Any], value: str | None) 
                           f"{getattr(exc.diag, 'message_primary', exc)}") from exc
 
 
+@rows_by_position
 def build_index(conn: psycopg.Connection[Any], version_id: int, dimensions: int, *,
                 m: int = 16, ef_construction: int = 64, maintenance_work_mem: str | None = None,
                 progress: ProgressFn | None = None, notice: NoticeFn | None = None) -> list[str]:
@@ -498,6 +515,7 @@ def build_index(conn: psycopg.Connection[Any], version_id: int, dimensions: int,
     return notices
 
 
+@rows_by_position
 def validate(conn: psycopg.Connection[Any], version_id: int, *, sample: int = RECALL_SAMPLE,
              k: int = RECALL_K, min_recall: float = MIN_RECALL,
              ef_search: int = VALIDATION_EF_SEARCH) -> Validation:
@@ -580,6 +598,7 @@ def _recall(conn: psycopg.Connection[Any], version_id: int, dims: int, sample: i
 
 # -- reindex -------------------------------------------------------------------------
 
+@rows_by_position
 def building_version(conn: psycopg.Connection[Any], collection: str) -> int | None:
     """The number of ``collection``'s version being built (state 'building'; at most one),
     or None."""
@@ -619,6 +638,7 @@ def _detach_posting_partition(conn: psycopg.Connection[Any], version_id: int) ->
         sql.SQL("finalize" if row[0] else "concurrently")))
 
 
+@rows_by_position
 def drop_version_rows(conn: psycopg.Connection[Any], version_id: int) -> None:
     """Drop a version's HNSW index (concurrently), detach its posting partition
     (concurrently), and then its rows. Autocommit connection."""
@@ -636,6 +656,7 @@ def drop_version_rows(conn: psycopg.Connection[Any], version_id: int) -> None:
     refresh_hnsw_walks(conn)
 
 
+@rows_by_position
 @_translated
 def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None = None,
             analyzer: str | None = None, activate_after: bool = False,
@@ -917,9 +938,10 @@ def activate(conn: psycopg.Connection[Any], collection: str, version: int, *,
         replaced = None if row is None or row[0] is None else int(row[0])
         return Activation(collection, version, replaced, caught, index_built)
 
-    return _db(body)
+    return _db(conn, body)
 
 
+@rows_by_position
 def rollback(conn: psycopg.Connection[Any], collection: str, *,
              embedder: Embedder | None = None) -> Activation:
     """Activate the version the active one replaced (again: toggles between the two)."""
@@ -942,7 +964,7 @@ def rollback(conn: psycopg.Connection[Any], collection: str, *,
         replaced_id = entry.get("replaced_id")
         return int(entry["replaced"]), None if replaced_id is None else int(replaced_id)
 
-    prev, prev_id = _db(previous)
+    prev, prev_id = _db(conn, previous)
     coll_id = require_collection(conn, collection)
     # by id where the history has it: a dropped version's number goes to the next build,
     # which is not the version the active one replaced
@@ -986,7 +1008,7 @@ def retire(conn: psycopg.Connection[Any], collection: str, version: int) -> Vers
                                              if now.state == "active" else ""))
         return _version_row(conn, coll_id, version)
 
-    return _db(body)
+    return _db(conn, body)
 
 
 def drop(conn: psycopg.Connection[Any], collection: str, version: int) -> VersionInfo:
@@ -1020,9 +1042,10 @@ def drop(conn: psycopg.Connection[Any], collection: str, version: int) -> Versio
 
     if not conn.autocommit:
         raise ConfigError("conn", "drop needs an autocommit connection (DROP INDEX CONCURRENTLY)")
-    return _db(body)
+    return _db(conn, body)
 
 
+@rows_by_position
 def collection_to_drop(conn: psycopg.Connection[Any], collection: str) -> int:
     """The id of the collection a drop names, or NotFoundError: "ingest into it first", as
     a search is told, is no advice for a drop."""
@@ -1056,11 +1079,12 @@ def drop_collection(conn: psycopg.Connection[Any], collection: str) -> dict[str,
     if not conn.autocommit:
         raise ConfigError("conn", "drop_collection needs an autocommit connection "
                                   "(DROP INDEX CONCURRENTLY)")
-    return _db(body)
+    return _db(conn, body)
 
 
 # -- compare -------------------------------------------------------------------------
 
+@rows_by_position
 def require_pin_privilege(conn: psycopg.Connection[Any]) -> None:
     """Refuse a role that cannot pin a version (see :func:`pinned`) before any work is done.
 
@@ -1152,7 +1176,7 @@ def search_pinned(conn: psycopg.Connection[Any], collection: str, version: int,
                 out.append(funnel.search(q, query_embedding=vec, k=k, **params).results)
         return out
 
-    return _db(body)
+    return _db(conn, body)
 
 
 @functools.lru_cache(maxsize=2)
@@ -1161,13 +1185,14 @@ def _cached_embedder(model: str) -> Embedder:
     return Embedder(model)
 
 
+@rows_by_position
 def last_queries(conn: psycopg.Connection[Any], collection: str, n: int) -> list[str]:
     """The texts of the last ``n`` distinct logged searches of a collection (newest first).
     A text a search could not take (over its 10,000 characters: ``final()`` logs whatever
     ``query_text`` its caller passes) is left out; replayed, it failed the whole compare."""
     from pgfunnel.search import MAX_QUERY_CHARS
 
-    coll_id = _db(lambda: require_collection(conn, collection))
+    coll_id = _db(conn, lambda: require_collection(conn, collection))
     rows = conn.execute(
         "select query_text from (select query_text, max(at) as at from pgfunnel.search_log "
         "where collection_id = %s and query_text is not null and query_text <> '' "
@@ -1204,6 +1229,7 @@ def read_query_file(path: str | Path) -> tuple[list[Any], bool]:
     return [str(t) for t in texts], False
 
 
+@rows_by_position
 def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, version_b: int,
             queries: Sequence[Any], *, k: int = 10, n_resamples: int = 2000,
             **params: Any) -> Comparison:

@@ -1030,3 +1030,38 @@ def test_rollback_without_an_active_version_says_so(sample_db: str) -> None:
                      "retired_at = now() where state = 'active'")
         with pytest.raises(NotFoundError, match="has no active version.*versions activate N"):
             versions.rollback(conn, "default")
+
+
+def test_the_versions_api_on_a_connection_with_another_row_factory(sample_db: str,
+                                                                   embedder: Any) -> None:
+    # an application's connection opened with row_factory=dict_row (as its pool hands
+    # out) failed list_versions, reindex, activate and the rest with KeyError 0: they read
+    # rows by position. Each must give what it gives on a plain connection, and put the
+    # connection's own row factory back.
+    from psycopg.rows import dict_row
+
+    with Funnel(sample_db, "default", embedder=embedder) as f:
+        f.search("reset my password", k=5, trace=True)
+    with connect(sample_db, autocommit=True) as plain:
+        expected = [(v.version, v.state) for v in versions.list_versions(plain, "default")]
+    with psycopg.connect(sample_db, autocommit=True, row_factory=dict_row) as conn:
+        assert [(v.version, v.state) for v in versions.list_versions(conn, "default")
+                ] == expected
+        assert versions.last_queries(conn, "default", 5) == ["reset my password"]
+        assert versions.building_version(conn, "default") is None
+        res = versions.reindex(conn, "default", analyzer="simple_v1")
+        assert res.state == "ready" and res.validation is not None and res.validation.ok
+        assert versions.activate(conn, "default", res.version).activated == res.version
+        assert versions.rollback(conn, "default").activated == 1
+        assert versions.retire(conn, "default", res.version).state == "retired"
+        assert versions.lock_holder(conn, 1) is None
+        with versions.writer_lock(conn, "default") as coll_id:
+            assert coll_id == 1
+        compared = versions.compare(conn, "default", 1, res.version, ["reset my password"],
+                                    k=5)
+        assert compared.n_queries == 1
+        versions.drop(conn, "default", res.version)
+        assert [(v.version, v.state) for v in versions.list_versions(conn, "default")
+                ] == [(1, "active")]
+        assert conn.row_factory is dict_row  # put back
+        assert conn.execute("select 1 as one").fetchone() == {"one": 1}

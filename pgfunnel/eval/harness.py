@@ -62,7 +62,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from pgfunnel.db import require_schema
+from pgfunnel.db import require_schema, rows_by_position
 from pgfunnel.errors import (
     JSON_ERRORS,
     ConfigError,
@@ -698,6 +698,7 @@ def _noanswer_scores(runs: Mapping[str, Mapping[str, QueryRun]],
 
 # -- qrels inside the database -------------------------------------------------------------
 
+@rows_by_position
 def store_qrels(conn: psycopg.Connection[Any], collection: str,
                 queries: Sequence[JudgedQuery],
                 respelled: Mapping[str, str] | None = None) -> int:
@@ -780,6 +781,7 @@ select slice, count(*), avg(lexical), avg(dense), avg(fused), avg(capped), avg(f
 """
 
 
+@rows_by_position
 def stage_recall_in_db(conn: psycopg.Connection[Any], collection: str
                        ) -> dict[str, dict[str, float]]:
     """Per-slice (and ``all``) mean stage recall computed in Postgres from qrel and the
@@ -792,6 +794,9 @@ def stage_recall_in_db(conn: psycopg.Connection[Any], collection: str
     out: dict[str, dict[str, float]] = {}
     try:
         for slice_name, n, *vals in conn.execute(_STAGE_RECALL_SQL, {"c": int(row[0])}):
+            if not n:
+                # the grand total of nothing judged and searched yet: no recall to report
+                continue
             out[slice_name if slice_name is not None else "all"] = {
                 "n_queries": float(n),
                 **{s: float(v) for s, v in zip(("lexical", "dense", "fused", "capped",
