@@ -81,6 +81,7 @@ from pgfunnel.ingest import (
     watch_index_build,
     write_chunk_index,
 )
+from pgfunnel.schema import require_current_schema
 from pgfunnel.sources import (
     DEFAULT_EMBED_INPUT,
     DEFAULT_LEXICAL_INPUT,
@@ -697,6 +698,9 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
     from pgfunnel.db import refuse_read_only, require_schema
 
     require_schema(conn)
+    # a version built by this release reads chunk columns and analyzers that an older
+    # schema lacks: it failed on a column by name after the model had loaded
+    require_current_schema(conn)
     # on a read replica the version row's insert would fail after the model loaded
     refuse_read_only(conn, "reindex")
     require_writer(conn, "reindex", "index_version", "INSERT")
@@ -713,15 +717,10 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
             known = {str(r[0]) for r in conn.execute(
                 "select name from pgfunnel.analyzers()").fetchall()}
             if analyzer not in known:
-                from pgfunnel.schema import current_revision, head_revision
-
-                # a name this package knows, before `pgfunnel migrate` installed it (doctor
-                # points at the newest analyzer while it says the schema is behind)
-                behind = ("; the database's functions are older than this pgfunnel: run "
-                          "`pgfunnel migrate` first" if current_revision(conn) != head_revision()
-                          else "")
+                # (a name this package knows but an older schema lacks was refused above,
+                # by require_current_schema, with `pgfunnel migrate`)
                 raise ConfigError("analyzer", f"unknown analyzer {analyzer!r} "
-                                              f"(known: {', '.join(sorted(known))}){behind}")
+                                              f"(known: {', '.join(sorted(known))})")
         coll_row = conn.execute("select analyzer from pgfunnel.collection where id = %s",
                                 (coll_id,)).fetchone()
         want_model = model or (active.embedding_model if active else DEFAULT_MODEL)
@@ -732,14 +731,12 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
             active.embed_input if active and active.embed_input != EMBED_TEXT_ALONE
             else DEFAULT_EMBED_INPUT)
         want_lexical = lexical_input or DEFAULT_LEXICAL_INPUT
+        wanted = (want_model, want_analyzer, m, ef_construction, want_input,
+                  DEFAULT_HNSW_TYPE, want_lexical)
         building = _building_version(conn, coll_id)
         resumed = False
         if building is not None:
-            if (building.embedding_model, building.analyzer) == (want_model, want_analyzer) and (
-                    building.params.get("m", 16), building.params.get("ef_construction", 64),
-                    version_embed_input(building.params), version_hnsw_type(building.params),
-                    version_lexical_input(building.params)
-            ) == (m, ef_construction, want_input, DEFAULT_HNSW_TYPE, want_lexical):
+            if _build_settings(building) == wanted:
                 resumed = True
                 notes.append(f"resuming version {building.version} "
                              f"({building.chunk_count} chunks already indexed)")
@@ -774,6 +771,18 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
                                                   "lexical_input": want_lexical})
             building = _version_row(conn, coll_id, _number_of(conn, vid))
             notes.append(f"created version {building.version} (building)")
+            same_as_active = next((v for v in _versions(conn, coll_id) if v.state == "active"
+                                   and _build_settings(v) == wanted), None)
+            if same_as_active is not None and not reembed:
+                # a rebuild is sometimes the point (a damaged index); usually a flag was
+                # forgotten, and the user should hear it before comparing the two
+                notes.append(
+                    f"version {building.version} has the active version "
+                    f"{same_as_active.version}'s settings (model, analyzer, embedding and "
+                    "lexical inputs, m, ef_construction) and its vectors: it will rank as "
+                    "that one does. To change what is indexed, pass --analyzer, --model, "
+                    "--embed-input or --lexical-input; pgfunnel versions drop "
+                    f"{building.version} -c {shlex.quote(collection)} removes it")
         if building.dimensions != dims:
             raise ConfigError("model", f"{want_model!r} makes {dims}-dim vectors; "
                                        f"version {building.version} has {building.dimensions}")
@@ -853,6 +862,14 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
         return result
 
 
+def _build_settings(info: VersionInfo) -> tuple[Any, ...]:
+    """What a version's build was asked for, in the order `reindex` compares them: model,
+    analyzer, m, ef_construction, embedding input, HNSW type, lexical input."""
+    return (info.embedding_model, info.analyzer, info.params.get("m", 16),
+            info.params.get("ef_construction", 64), version_embed_input(info.params),
+            version_hnsw_type(info.params), version_lexical_input(info.params))
+
+
 def _number_of(conn: psycopg.Connection[Any], version_id: int) -> int:
     row = conn.execute("select version from pgfunnel.index_version where id = %s",
                        (version_id,)).fetchone()
@@ -872,6 +889,8 @@ def activate(conn: psycopg.Connection[Any], collection: str, version: int, *,
     """
     def body() -> Activation:
         coll_id = require_collection(conn, collection)
+        # the chunks it catches up are written as this release writes them (see reindex)
+        require_current_schema(conn)
         require_writer(conn, "activate a version", "index_version", "UPDATE")
         info = _version_row(conn, coll_id, version)
         if info.state == "active":

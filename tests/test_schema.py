@@ -783,3 +783,32 @@ def test_concurrent_inits_on_a_new_database_all_succeed(empty_db: str) -> None:
         t.join()
     assert errors == [], errors
     assert sorted(r["created"] for r in results) == [False, False, True]
+
+
+def test_reindex_on_an_older_schema_says_to_migrate(sample_db: str) -> None:
+    """`pgfunnel reindex` after upgrading the package but before `pgfunnel migrate`: this
+    release's version reads chunk columns (heading_level) and analyzers the older schema
+    lacks, and failed on them by name, or built with the older release's functions. Now
+    it names the revisions and `pgfunnel migrate`, and no version is begun."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel import versions
+    from pgfunnel.errors import SchemaOutdatedError
+
+    head = schema.head_revision()
+    schema.downgrade(sample_db, "0013")
+    ran = CliRunner().invoke(app, ["reindex", "-c", "default", "--dsn", sample_db])
+    said = " ".join(ran.output.split())
+    assert ran.exit_code == 1, said
+    assert (f"the pgfunnel schema is at revision 0013, older than this pgfunnel's {head}: "
+            "run `pgfunnel migrate` first") in said
+    with connect(sample_db, autocommit=True) as conn:
+        with pytest.raises(SchemaOutdatedError, match="pgfunnel migrate"):
+            versions.reindex(conn, "default", analyzer="simple_v1")
+        with pytest.raises(SchemaOutdatedError, match="pgfunnel migrate"):
+            versions.activate(conn, "default", 1)
+        assert conn.execute("select count(*) from pgfunnel.index_version").fetchone() == (1,)
+    schema.migrate(sample_db)
+    with connect(sample_db, autocommit=True) as conn:
+        assert versions.reindex(conn, "default", analyzer="simple_v1").state == "ready"

@@ -59,8 +59,9 @@ def _invalid_indexes(conn: psycopg.Connection[Any]) -> list[str]:
 def test_an_analyzer_the_database_lacks_yet_says_to_migrate(sample_db: str,
                                                               embedder: Any) -> None:
     """Doctor on a schema behind this package points at the newest analyzer; the reindex
-    it suggests said only "unknown analyzer" until `pgfunnel migrate` had run."""
-    from pgfunnel.errors import ConfigError
+    it suggests said only "unknown analyzer" until `pgfunnel migrate` had run. Now any
+    reindex on an older schema is refused first, naming both revisions."""
+    from pgfunnel.errors import ConfigError, SchemaOutdatedError
 
     with connect(sample_db, autocommit=True) as conn:
         with pytest.raises(ConfigError, match="unknown analyzer 'english_v0'") as err:
@@ -72,7 +73,8 @@ def test_an_analyzer_the_database_lacks_yet_says_to_migrate(sample_db: str,
                      "returns table (name text, stem_dictionary text, description text) "
                      "language sql as $$ values ('english_v5'::text, 'english_stem'::text, "
                      "''::text) $$")
-        with pytest.raises(ConfigError, match="run `pgfunnel migrate` first"):
+        with pytest.raises(SchemaOutdatedError, match="at revision 0012, older than this "
+                                                      ".*run `pgfunnel migrate` first"):
             versions.reindex(conn, "default", analyzer="english_v6", embedder=embedder)
         assert _state(conn) == {1: "active"}
 
@@ -1065,3 +1067,22 @@ def test_the_versions_api_on_a_connection_with_another_row_factory(sample_db: st
                 ] == [(1, "active")]
         assert conn.row_factory is dict_row  # put back
         assert conn.execute("select 1 as one").fetchone() == {"one": 1}
+
+
+def test_a_reindex_with_the_active_versions_settings_says_so(sample_db: str) -> None:
+    # a plain `pgfunnel reindex` on a collection whose active version already has the
+    # defaults built a second identical version without a word; a changed setting does not
+    # get the remark, and --reembed (vectors computed again) is a rebuild on purpose
+    with connect(sample_db, autocommit=True) as conn:
+        same = versions.reindex(conn, "default")
+        said = " ".join(same.notes)
+        assert (f"version {same.version} has the active version 1's settings (model, analyzer, "
+                "embedding and lexical inputs, m, ef_construction) and its vectors: it will "
+                "rank as that one does") in said, said
+        assert f"pgfunnel versions drop {same.version} -c default removes it" in said
+        versions.drop(conn, "default", same.version)
+        other = versions.reindex(conn, "default", analyzer="simple_v1")
+        assert not any("rank as that one does" in n for n in other.notes), other.notes
+        versions.drop(conn, "default", other.version)
+        other = versions.reindex(conn, "default", lexical_input="title2")
+        assert not any("rank as that one does" in n for n in other.notes), other.notes
