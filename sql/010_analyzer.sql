@@ -334,6 +334,8 @@ declare
     first_content integer[];
     last_content integer[];
     first_do integer[];
+    -- `work` closing a question asked with `do`, as `input:position` (see below)
+    framing_work text[] := '{}';
 begin
     select a.stem_dictionary::regdictionary into stem_dict
       from pgfunnel.analyzers() a where a.name = analyzer;
@@ -399,6 +401,37 @@ begin
                                               token_run, 'g')
                                with ordinality as m(match, ord)) f;
     end if;
+    -- `work` (or `works`) in a question opening with `how` and asked with `do` frames it
+    -- when it follows what the question asks about and only question words or nothing
+    -- follow it: `how does asyncio work`, `how does the GIL work in python`, `how do
+    -- sessions work with caching`. Searched, it favoured any text about work (`work in
+    -- progress`, worker threads) over the subject. Elsewhere it is searched: `how do I
+    -- work with dates`, `how does work stealing work` (the first), `how do I configure
+    -- work queues`, and a yes-or-no question, where working is what is asked (`does s3
+    -- work for the a-team`). (Read only for a text that holds the word, so documents and
+    -- most queries skip it.)
+    if cardinality(question_words) > 0
+       and lower(array_to_string(inputs, ' ')) ~ '(^|[^a-z])works?([^a-z]|$)' then
+        select coalesce(array_agg(t.inp || ':' || t.pos), '{}') into framing_work
+          from (select i.ord as inp, m.ord as pos, m.match[1] as tok,
+                       lead(m.match[1]) over (partition by i.ord order by m.ord) as next_tok,
+                       first_value(m.match[1]) over (partition by i.ord order by m.ord)
+                           as first_tok,
+                       min(m.ord) filter (where m.match[1] <> all (question_words))
+                           over (partition by i.ord) as first_content,
+                       min(m.ord) filter (where m.match[1] in ('do', 'does', 'did'))
+                           over (partition by i.ord) as first_do
+                  from unnest(inputs) with ordinality as i(txt, ord),
+                       regexp_matches(case when v6 then coalesce(i.txt, '')
+                                           else lower(coalesce(i.txt, '')) end,
+                                      token_run, 'g')
+                       with ordinality as m(match, ord)) t
+         where t.tok in ('work', 'works') and t.first_tok = 'how'
+           and t.first_do < t.first_content
+           and t.pos > t.first_content
+           and (t.next_tok is null or t.next_tok = any (question_words))
+           and (t.inp || ':' || t.tok) <> all (capitalised);
+    end if;
     if not exists (select 1 from unnest(inputs) as i(txt)
                     where i.txt ~ case when v6 then '[0-9._-]' else '[[:digit:]._-]' end) then
         -- No digit and no joiner in any input: every token is a plain word, which is its
@@ -424,12 +457,13 @@ begin
                                     then ts_lexize(stem_dict, m.match[1]) end as lexemes,
                                -- false at once for documents (no question words); no
                                -- frame read (NULL), no word whose place counts
-                               m.match[1] = any (question_words)
-                               and (i.ord || ':' || m.match[1]) <> all (capitalised)
-                               and (first_content is null
-                                    or pgfunnel._frames_question(
-                                           m.match[1], m.ord::integer, first_content[i.ord],
-                                           last_content[i.ord], first_do[i.ord])) as is_question
+                               (m.match[1] = any (question_words)
+                                and (i.ord || ':' || m.match[1]) <> all (capitalised)
+                                and (first_content is null
+                                     or pgfunnel._frames_question(
+                                            m.match[1], m.ord::integer, first_content[i.ord],
+                                            last_content[i.ord], first_do[i.ord])))
+                               or (i.ord || ':' || m.ord) = any (framing_work) as is_question
                         offset 0) lx
          order by 1, 2;
         return;
@@ -505,11 +539,15 @@ begin
     ),
     analyzed as (
         select e.*,
-               e.kind = 'word' and e.piece = any (question_words)
-               and (e.inp || ':' || e.piece) <> all (capitalised)
-               and (first_content is null
-                    or pgfunnel._frames_question(e.piece, e.pos, first_content[e.inp],
-                                                 last_content[e.inp], first_do[e.inp])) as is_question,
+               e.kind = 'word'
+               and ((e.piece = any (question_words)
+                     and (e.inp || ':' || e.piece) <> all (capitalised)
+                     and (first_content is null
+                          or pgfunnel._frames_question(e.piece, e.pos, first_content[e.inp],
+                                                       last_content[e.inp], first_do[e.inp])))
+                    -- (the token itself: a compound holding `work` is searched)
+                    or (e.tok = e.piece and (e.inp || ':' || e.pos) = any (framing_work)))
+               as is_question,
                case when e.kind = 'word' then ts_lexize(stem_dict, e.piece) end as lexemes
           from expanded e
     )

@@ -175,6 +175,19 @@ def test_a_query_of_nothing_but_question_words_searches_them(
     ("how may I pay", ["pay"], ["how", "may", "i"]),
     # a query in capitals throughout says nothing by them
     ("WHAT DOES REFUND MEAN", ["refund"], ["what", "does", "mean"]),
+    # `work` closing a question asked with `do` frames it, before question words or at
+    # the end; elsewhere it is what the question asks about
+    ("how does asyncio work", ["asyncio"], ["how", "does", "work"]),
+    ("how does the GIL work in python", ["gil", "python"],
+     ["how", "does", "the", "work", "in"]),
+    ("how do sessions works with caching", ["sessions", "caching"],
+     ["how", "do", "works", "with"]),
+    ("how do I work with dates", ["work", "dates"], ["how", "do", "i", "with"]),
+    ("how do I configure work queues", ["configure", "work", "queues"], ["how", "do", "i"]),
+    ("how does it work", ["work"], ["how", "does", "it"]),
+    ("why would refunds work", ["refunds", "work"], ["why", "would"]),
+    ("how does work_mem work", ["work_mem"], ["how", "does", "work"]),
+    ("how does sorting WORK", ["sorting", "work"], ["how", "does"]),
 ])
 def test_question_words_are_dropped_only_where_they_frame_the_question(
         sample_conn: psycopg.Connection[Any], analyzer: str, query: str,
@@ -195,6 +208,20 @@ def test_question_words_are_dropped_only_where_they_frame_the_question(
         "select input_ordinal, token, dropped from pgfunnel.analyze_each(%s, %s, true)",
         ([query, "4029"], analyzer)).fetchall()
     assert {t for i, t, d in both if i == 1 and d == "question word"} == set(not_searched)
+
+
+def test_work_is_dropped_only_where_it_closes_the_question(
+        sample_conn: psycopg.Connection[Any]) -> None:
+    """The `work` a question asked with `do` ends on frames it; the `work` it asks about is
+    searched, in the same query."""
+    rows = sample_conn.execute(
+        "select token_position, term, dropped from pgfunnel.analyze_tokens("
+        "'how does work stealing work', 'english_v6', true)").fetchall()
+    assert rows == [(1, None, "question word"), (2, None, "question word"), (3, "work", None),
+                    (4, "steal", None), (5, None, "question word")]
+    # the documents' side never drops it
+    assert sample_conn.execute("select pgfunnel.analyze('how does work stealing work')"
+                               ).fetchone()[0] == ["work", "steal", "work"]
 
 
 def test_words_longer_than_a_term_are_reported_not_searched(
