@@ -45,9 +45,24 @@ def pgfunnel_home() -> Path:
     return Path(base) / "pgfunnel"
 
 
+#: what pgserver's start cannot take in the data folder's path: it hands the path to pg_ctl
+#: inside a shell command line, unquoted, so a space split it (`postgres: invalid argument`)
+#: and `;`, `&` or `$(...)` in it were run as shell syntax
+_UNSAFE_HOME_CHARS = re.compile(r"""[\s;&|<>()$`\\"'*?\[\]#~!{}]""")
+
+
 def embedded_dsn(home: Path | None = None) -> str:
     """Start (or find running) the embedded Postgres and return its DSN."""
     home = home or pgfunnel_home()
+    unsafe = sorted(set(_UNSAFE_HOME_CHARS.findall(str(home))))
+    if unsafe:
+        shown = ", ".join("a space" if c == " " else repr(c) for c in unsafe)
+        raise ConfigError(
+            "PGFUNNEL_HOME",
+            f"the embedded Postgres cannot live in {str(home)!r}: its path holds {shown}, "
+            "which the embedded server's start passes through a shell unquoted. Set "
+            "PGFUNNEL_HOME to a folder whose path has no spaces or shell characters, or "
+            "use a Postgres of your own with PGFUNNEL_DSN")
     home.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("XDG_RUNTIME_DIR", str(home))
     with warnings.catch_warnings():

@@ -12,7 +12,7 @@ import pytest
 
 from pgfunnel import schema
 from pgfunnel.db import connect, require_schema
-from pgfunnel.errors import ConnectionFailedError, PgfunnelError, SchemaMissingError
+from pgfunnel.errors import ConfigError, ConnectionFailedError, PgfunnelError, SchemaMissingError
 
 
 def _pg_dump_schema(dsn: str) -> str:
@@ -812,3 +812,26 @@ def test_reindex_on_an_older_schema_says_to_migrate(sample_db: str) -> None:
     schema.migrate(sample_db)
     with connect(sample_db, autocommit=True) as conn:
         assert versions.reindex(conn, "default", analyzer="simple_v1").state == "ready"
+
+
+@pytest.mark.parametrize("folder", ["my data", "a;touch pwned", "x$(id)", "q'uote"])
+def test_a_home_the_embedded_server_cannot_start_in_is_refused_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, folder: str) -> None:
+    """pgserver hands the data folder to pg_ctl through a shell, unquoted: a home with a
+    space failed after twenty lines of pg_ctl output (`postgres: invalid argument`), and
+    `;` or `$(...)` in it were run as shell syntax. Refused before anything is created."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.db import embedded_dsn
+
+    home = tmp_path / folder
+    with pytest.raises(ConfigError, match="^PGFUNNEL_HOME: the embedded Postgres cannot live "
+                                          "in .*no spaces or shell characters"):
+        embedded_dsn(home)
+    monkeypatch.setenv("PGFUNNEL_HOME", str(home))
+    monkeypatch.delenv("PGFUNNEL_DSN", raising=False)
+    ran = CliRunner().invoke(app, ["dsn"])
+    assert ran.exit_code == 1
+    assert "PGFUNNEL_HOME: the embedded Postgres cannot live in" in " ".join(ran.output.split())
+    assert list(tmp_path.iterdir()) == []
