@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shlex
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -188,7 +189,40 @@ def run(fn: Callable[[], T]) -> T:
 FUNNEL_FLAGS = {"k": "--k", "collection": "--collection", "principals": "--principal",
                 "tenant": "--tenant", "fusion": "--fusion", "overfetch": "--overfetch",
                 "per_source_cap": "--per-source-cap", "lexical_depth": "--lexical-depth",
-                "dense_depth": "--dense-depth"}
+                "dense_depth": "--dense-depth", "rrf_k": "--rrf-k",
+                "weights": "--lexical-weight / --dense-weight",
+                "lexical_weight": "--lexical-weight", "dense_weight": "--dense-weight"}
+
+
+def _weight(text: str) -> float:
+    """A leg's weight from the command line, in the range the search takes: 0, or 1e-6 to
+    1e6 (far below 1e-6 a weight underflows in Postgres). Parsed here rather than by a
+    range, which read NaN as "must be at most 1000000"; the range said 0 to 1e6, and 1e-9
+    then failed in the search with exit 1 and another range."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a number") from None
+    if math.isnan(value):
+        raise typer.BadParameter("must be 0 or a number from 1e-6 to 1e6, not NaN")
+    if not (value == 0 or 1e-6 <= value <= 1e6):
+        raise typer.BadParameter(f"must be 0 or a number from 1e-6 to 1e6, got {text}")
+    return value
+
+
+def leg_weights(lexical_weight: float | None, dense_weight: float | None,
+                lexical_only: bool) -> tuple[float, float] | None:
+    """The search's weights from --lexical-weight / --dense-weight: None (the adaptive
+    defaults) when neither is given, the other leg at its default (1, 0.7) otherwise."""
+    if lexical_weight == 0 and lexical_only:
+        # the search would name its own arguments: "{0,0.7} gives weight 0 to the lexical
+        # leg, the only one this search can run (query_embedding is NULL)"
+        raise ConfigError("lexical_weight", "is 0, which turns off the lexical leg, the only "
+                                            "one --lexical-only leaves")
+    if lexical_weight is None and dense_weight is None:
+        return None
+    return (1.0 if lexical_weight is None else lexical_weight,
+            0.7 if dense_weight is None else dense_weight)
 
 # Options shared by the commands that run the funnel (search, explain): declared once so
 # their defaults cannot drift apart from each other or from the SQL functions'.
@@ -199,6 +233,16 @@ PrincipalOption = Annotated[
 ]
 TenantOption = Annotated[str | None, typer.Option(help="The reader's tenant.")]
 FusionOption = Annotated[str, typer.Option(help="minmax (default), rrf or zscore.")]
+RrfKOption = Annotated[float, typer.Option(help="RRF constant.")]
+LexicalWeightOption = Annotated[float | None, typer.Option(
+    parser=_weight, metavar="<float>",
+    help="Weight of the BM25 leg (default 1; 0.7 for min-max fusion when the best "
+         "lexical match holds under 0.4 of the query).")]
+DenseWeightOption = Annotated[float | None, typer.Option(
+    parser=_weight, metavar="<float>",
+    help="Weight of the dense leg (default 0.7; under min-max fusion 0.2 for a query "
+         "that is one identifier, or whose best lexical match holds a number that is its "
+         "rarest word; 1 when the best lexical match holds under 0.4 of the query).")]
 OverfetchOption = Annotated[int, typer.Option(help="Pool size = k x overfetch.")]
 CapOption = Annotated[int, typer.Option(help="Max chunks per citekey.")]
 LexicalOnlyOption = Annotated[bool, typer.Option(help="Skip the dense leg.")]

@@ -10,18 +10,22 @@ from pgfunnel.cli.common import (
     CapOption,
     CollectionOption,
     DenseDepthOption,
+    DenseWeightOption,
     DsnOption,
     FusionOption,
     JsonOption,
     LexicalDepthOption,
     LexicalOnlyOption,
+    LexicalWeightOption,
     OverfetchOption,
     PrincipalOption,
     QueryTextCommand,
+    RrfKOption,
     TenantOption,
     emit_json,
     handle_errors,
     labelled,
+    leg_weights,
     out,
     refuse_dense_options,
 )
@@ -42,6 +46,9 @@ def explain_command(
     principal: PrincipalOption = None,
     tenant: TenantOption = None,
     fusion: FusionOption = "minmax",
+    rrf_k: RrfKOption = 60.0,
+    lexical_weight: LexicalWeightOption = None,
+    dense_weight: DenseWeightOption = None,
     overfetch: OverfetchOption = 4,
     per_source_cap: CapOption = 3,
     lexical_depth: LexicalDepthOption = None,
@@ -58,12 +65,14 @@ def explain_command(
 
     with handle_errors(FUNNEL_FLAGS), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        refuse_dense_options(lexical_only, dense_depth=dense_depth)
+        refuse_dense_options(lexical_only, dense_weight=dense_weight, dense_depth=dense_depth)
+        weights = leg_weights(lexical_weight, dense_weight, lexical_only)
         funnel = Funnel(dsn, collection, embedder=None if lexical_only else "auto")
         try:
             found = [explain(funnel, query, c, k=k, principals=principal or [], tenant=tenant,
-                             fusion=fusion, overfetch=overfetch, per_source_cap=per_source_cap,
-                             lexical_depth=lexical_depth, dense_depth=dense_depth)
+                             fusion=fusion, rrf_k=rrf_k, weights=weights, overfetch=overfetch,
+                             per_source_cap=per_source_cap, lexical_depth=lexical_depth,
+                             dense_depth=dense_depth)
                      for c in chunks]
         finally:
             funnel.close()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import math
 import time
 import warnings
 from pathlib import Path
@@ -16,19 +15,23 @@ from pgfunnel.cli.common import (
     CapOption,
     CollectionOption,
     DenseDepthOption,
+    DenseWeightOption,
     DsnOption,
     FusionOption,
     JsonOption,
     LexicalDepthOption,
     LexicalOnlyOption,
+    LexicalWeightOption,
     NullProgress,
     OverfetchOption,
     PrincipalOption,
     QueryTextCommand,
+    RrfKOption,
     TenantOption,
     emit_json,
     handle_errors,
     labelled,
+    leg_weights,
     out,
     plural,
     progress_display,
@@ -411,20 +414,6 @@ def _results_table(title: str, results: list[Any], show_rerank: bool = False,
     return table
 
 
-def _weight(text: str) -> float:
-    """A leg's weight from the command line: 0 to 1e6, as the search takes it. Parsed
-    here rather than by a range, which read NaN as "must be at most 1000000"."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise typer.BadParameter(f"{text!r} is not a number") from None
-    if math.isnan(value):
-        raise typer.BadParameter("must be a number from 0 to 1e6, not NaN")
-    if not 0 <= value <= 1e6:
-        raise typer.BadParameter(f"must be a number from 0 to 1e6, got {text}")
-    return value
-
-
 @app.command(cls=QueryTextCommand)
 def search(
     query: Annotated[str, typer.Argument(help="The query text.")],
@@ -433,16 +422,9 @@ def search(
     principal: PrincipalOption = None,
     tenant: TenantOption = None,
     fusion: FusionOption = "minmax",
-    rrf_k: Annotated[float, typer.Option(help="RRF constant.")] = 60.0,
-    lexical_weight: Annotated[float | None, typer.Option(
-        parser=_weight, metavar="<float>",
-        help="Weight of the BM25 leg (default 1; 0.7 for min-max fusion when the best "
-             "lexical match holds under 0.4 of the query).")] = None,
-    dense_weight: Annotated[float | None, typer.Option(
-        parser=_weight, metavar="<float>",
-        help="Weight of the dense leg (default 0.7; under min-max fusion 0.2 for a query "
-             "that is one identifier or whose best lexical match holds its rare number, 1 "
-             "when the best lexical match holds under 0.4 of the query).")] = None,
+    rrf_k: RrfKOption = 60.0,
+    lexical_weight: LexicalWeightOption = None,
+    dense_weight: DenseWeightOption = None,
     overfetch: OverfetchOption = 4,
     per_source_cap: CapOption = 3,
     lexical_depth: LexicalDepthOption = None,
@@ -467,13 +449,13 @@ def search(
     from pgfunnel.search import Funnel
 
     _quiet_warnings()
-    with handle_errors({**FUNNEL_FLAGS, "rrf_k": "--rrf-k",
-                        "weights": "--lexical-weight / --dense-weight",
-                        "rerank_depth": "--rerank-depth", "statement_timeout_ms": "--timeout-ms",
+    with handle_errors({**FUNNEL_FLAGS, "rerank_depth": "--rerank-depth",
+                        "statement_timeout_ms": "--timeout-ms",
                         "rerank_model": "--rerank-model", "query_text": "QUERY",
-                        "trace": "--trace", "dense_weight": "--dense-weight"}):
+                        "trace": "--trace"}):
         reranker = None
         refuse_dense_options(lexical_only, dense_weight=dense_weight, dense_depth=dense_depth)
+        weights = leg_weights(lexical_weight, dense_weight, lexical_only)
         if not rerank and (rerank_model is not None or rerank_depth is not None):
             # without --rerank they were ignored: results that were never reranked,
             # with nothing to say so
@@ -503,9 +485,7 @@ def search(
             warnings.simplefilter("ignore")
             response = funnel.search(
                 query, k=k, principals=principal or [], tenant=tenant, fusion=fusion,
-                rrf_k=rrf_k, weights=None if lexical_weight is None and dense_weight is None
-                else (1.0 if lexical_weight is None else lexical_weight,
-                      0.7 if dense_weight is None else dense_weight),
+                rrf_k=rrf_k, weights=weights,
                 overfetch=overfetch, per_source_cap=per_source_cap,
                 lexical_depth=lexical_depth, dense_depth=dense_depth, trace=trace,
                 statement_timeout_ms=timeout_ms)

@@ -1,8 +1,10 @@
 """How the CLI lays out results: a table never runs past the console, whatever it holds."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from pgfunnel.cli.main import _results_table
@@ -143,7 +145,10 @@ def test_a_dense_leg_option_with_lexical_only_is_refused(command: str, args: lis
 
 
 @pytest.mark.parametrize(("value", "said"), [("nan", "not NaN"), ("-1", "got -1"),
-                                             ("2e6", "got 2e6"), ("x", "'x' is not a number")])
+                                             ("2e6", "got 2e6"), ("x", "'x' is not a number"),
+                                             # passed here, then failed in the search with
+                                             # exit 1 and another range
+                                             ("1e-9", "0 or a number from 1e-6 to 1e6, got 1e-9")])
 def test_a_weight_out_of_range_says_what_is_wrong(value: str, said: str) -> None:
     # NaN failed the range check as "must be at most 1000000"
     from pgfunnel.cli.main import app
@@ -154,6 +159,50 @@ def test_a_weight_out_of_range_says_what_is_wrong(value: str, said: str) -> None
     assert res.exit_code == 2, res.output
     text = " ".join(res.output.replace("│", " ").split())
     assert "--lexical-weight" in text and said in text, text
+
+
+def test_a_zero_lexical_weight_with_lexical_only_names_the_flags() -> None:
+    # the search's own error named SQL's arguments: "{0,0.7} gives weight 0 to the lexical
+    # leg, the only one this search can run (query_embedding is NULL)"
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    for command, target in (("search", ["refund"]), ("explain", ["refund", "refunds-annual"])):
+        res = CliRunner().invoke(app, [command, *target, "--lexical-weight", "0",
+                                       "--lexical-only", "--dsn", "bogus"],
+                                 env={"COLUMNS": "200"})
+        assert res.exit_code == 1, res.output
+        assert ("error: --lexical-weight: is 0, which turns off the lexical leg, the only one "
+                "--lexical-only leaves") in res.output, res.output
+
+
+def test_explain_follows_the_weights_and_rrf_k_search_was_given(sample_db: str,
+                                                                embedder: Any) -> None:
+    # `pgfunnel explain` had no --lexical-weight, --dense-weight or --rrf-k: a search run
+    # with them could not be explained as it ranked
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.explain import explain
+    from pgfunnel.search import Funnel
+
+    # a chunk the two legs rank apart, so that each setting moves its fused rank
+    query, target = "storage quota on the trial plan", "discounts-trial"
+    for flags, params, unlike in (
+            (["--lexical-weight", "0.01"], {"weights": (0.01, 0.7)}, {}),
+            (["--dense-weight", "3"], {"weights": (1.0, 3.0)}, {}),
+            (["--fusion", "rrf", "--rrf-k", "1"], {"fusion": "rrf", "rrf_k": 1.0},
+             {"fusion": "rrf"})):
+        res = CliRunner().invoke(app, ["explain", query, target, *flags, "--json",
+                                       "--dsn", sample_db], env={"COLUMNS": "200"})
+        assert res.exit_code == 0, res.output
+        [said] = json.loads(res.output[res.output.index("["):])
+        with Funnel(sample_db, "default", embedder=embedder) as funnel:
+            expected = explain(funnel, query, target, **params)
+            without = explain(funnel, query, target, **unlike)
+        assert expected.fused_rank != without.fused_rank, flags  # the flag matters here
+        assert (said["fused_rank"], said["final_rank"], said["verdict"]) == (
+            expected.fused_rank, expected.final_rank, expected.verdict), flags
 
 
 def test_an_unknown_option_hint_is_a_command_that_runs(sample_db: str) -> None:
