@@ -228,7 +228,8 @@ def leg_weights(lexical_weight: float | None, dense_weight: float | None,
 # their defaults cannot drift apart from each other or from the SQL functions'.
 PrincipalOption = Annotated[
     list[str] | None,
-    typer.Option("--principal", "-p", help="A principal or group of the reader (repeatable). "
+    typer.Option("--principal", "-p", help="A principal or group of the reader (repeatable: "
+                                           "-p alice -p team-a; a comma is part of a name). "
                                            "None given: public documents only."),
 ]
 TenantOption = Annotated[str | None, typer.Option(help="The reader's tenant.")]

@@ -258,6 +258,16 @@ def check_record(rec: DocumentRecord, where: str) -> None:
         # "" would be a tenant (or language) of its own that no search asks for
         if value is not None and (not isinstance(value, str) or not value):
             raise InvalidDocumentError(f"{where}: '{name}' must be a non-empty string or null")
+    # ' alice ' is a reader no search for alice matches: the document was ingested without
+    # a word and then hidden from everyone (as a citekey, it is refused, not stripped:
+    # which name was meant is the writer's to say)
+    for name, value in (*(("readers", r) for r in rec.readers),
+                        ("tenant", rec.tenant or ""), ("language", rec.language or "")):
+        if value != value.strip():
+            raise InvalidDocumentError(
+                f"{where}: {'a reader' if name == 'readers' else repr(name)} {value!r} has "
+                "leading or trailing whitespace, which no search's principal (or filter) "
+                "would match")
     for name in ("valid_from", "valid_to"):
         if getattr(rec, name) is not None and not isinstance(getattr(rec, name), dt.datetime):
             raise InvalidDocumentError(f"{where}: '{name}' must be a datetime or null")

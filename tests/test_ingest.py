@@ -223,6 +223,12 @@ BAD_RECORDS = [
     (DocumentRecord("k", "nul\x00byte"), "text contains a NUL byte"),
     (DocumentRecord("k", "text", readers=["alice", None]), "'readers' must be a list"),  # type: ignore[list-item]
     (DocumentRecord("k", "text", readers=[""]), "'readers' must be a list"),
+    # a reader no principal matches: ingested without a word, hidden from everyone
+    (DocumentRecord("k", "text", readers=["bob", " alice "]),
+     "a reader ' alice ' has leading or trailing whitespace, which no search's principal"),
+    (DocumentRecord("k", "text", readers=[" "]), "a reader ' ' has leading or trailing"),
+    (DocumentRecord("k", "text", tenant="acme "), "'tenant' 'acme ' has leading or"),
+    (DocumentRecord("k", "text", language=" en"), "'language' ' en' has leading or"),
     (DocumentRecord("k", "text", metadata=["a"]), "'metadata' must be an object"),  # type: ignore[arg-type]
     # what jsonb cannot hold, named before any batch is written
     (DocumentRecord("k", "text", metadata={"on": dt.date(2026, 1, 1)}),
