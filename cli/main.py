@@ -345,7 +345,7 @@ def embed(
     from pgfunnel.errors import InvalidInputError
 
     _quiet_warnings()
-    with handle_errors({"embedding_model": "--model"}):
+    with handle_errors({"embedding_model": "--model", "collection": "--collection"}):
         if not text.strip():
             # the vector of nothing would search for nothing in particular
             raise InvalidInputError("empty text: nothing to embed")

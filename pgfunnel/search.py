@@ -207,6 +207,11 @@ class SearchParams:
         # principals a, l, i, c, e) and dataclasses.replace
         kwargs = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         kwargs["principals"] = check_principals(kwargs["principals"])
+        coll = kwargs["collection"]
+        if isinstance(coll, str) and not coll.strip():
+            # said as ingest says it: "collection '' does not exist (run `pgfunnel ingest`
+            # into it first)" sent the user to an ingest that refuses the name
+            raise ConfigError("collection", f"must be a non-empty name, got {coll!r}")
         mf = kwargs.get("metadata_filter")
         if mf is not None and not isinstance(mf, Mapping):
             raise ConfigError("metadata_filter",

@@ -109,6 +109,11 @@ def test_a_negative_weight_is_a_usage_error_naming_the_flag(flag: str) -> None:
     ("search", ["--lexical-depth", "0"], "--lexical-depth: must be between 1 and 10000"),
     ("explain", ["--dense-depth", "20000"], "--dense-depth: must be between 1 and 10000"),
     ("search", ["--tenant", ""], "--tenant: must be a non-empty string or left out, got ''"),
+    # "collection '' does not exist (run `pgfunnel ingest` into it first)", which ingest
+    # then refused as a name
+    ("search", ["-c", ""], "--collection: must be a non-empty name, got ''"),
+    ("explain", ["-c", " "], "--collection: must be a non-empty name, got ' '"),
+    ("embed", ["-c", ""], "--collection: must be a non-empty name, got ''"),
 ])
 def test_a_bad_search_option_is_named_by_its_flag(sample_db: str, command: str,
                                                   args: list[str], said: str) -> None:
@@ -120,7 +125,8 @@ def test_a_bad_search_option_is_named_by_its_flag(sample_db: str, command: str,
     target = ["refund", "refunds-annual#0"] if command == "explain" else ["refund"]
     # lexical only spares loading the model; a dense leg's option is refused with it
     # (below), and checked before the model loads without it
-    legs = [] if {"--dense-weight", "--dense-depth"} & set(args) else ["--lexical-only"]
+    legs = [] if {"--dense-weight", "--dense-depth"} & set(args) or command == "embed" \
+        else ["--lexical-only"]
     res = CliRunner().invoke(app, [command, *target, *legs, *args,
                                    "--dsn", sample_db], env={"COLUMNS": "200"})
     assert res.exit_code == 1, res.output
