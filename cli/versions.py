@@ -183,10 +183,13 @@ def reindex(
                   markup=True)
     else:
         source = "--last 100" if logged else "--queries QUERIES.jsonl"
-        out.print(f"version {result.version} is ready. Compare it: pgfunnel versions compare "
-                  f"{active if active is not None else '<active>'} {result.version}{coll} "
-                  f"{source}; switch: pgfunnel versions activate {result.version}{coll}",
-                  highlight=False, soft_wrap=True)
+        # with no active version there is nothing to compare it with (the hint held
+        # `<active>`, which a shell pasted as a redirect)
+        compare = ("" if active is None else
+                   f" Compare it: pgfunnel versions compare {active} {result.version}{coll} "
+                   f"{source};")
+        out.print(f"version {result.version} is ready.{compare} Switch: pgfunnel versions "
+                  f"activate {result.version}{coll}", highlight=False, soft_wrap=True)
 
 
 versions_app = typer.Typer(help="List, activate, roll back, retire, drop and compare index "

@@ -225,7 +225,7 @@ def test_reindex_hints_run_as_pasted(sample_db: str) -> None:
                                 env={"COLUMNS": "300"})
     hint = " ".join(result.output.split())
     assert "pgfunnel versions compare 1 3 -c default --last 100" in hint
-    switch = hint[hint.index("switch: ") + len("switch: "):].strip()
+    switch = hint[hint.index("Switch: ") + len("Switch: "):].strip()
     args = shlex.split(switch)
     assert args[:3] == ["pgfunnel", "versions", "activate"] and "-c" in args
     switched = CliRunner().invoke(app, [*args[1:], "--dsn", sample_db])
@@ -234,6 +234,15 @@ def test_reindex_hints_run_as_pasted(sample_db: str) -> None:
     with connect(sample_db, autocommit=True) as conn:
         assert [i.version for i in versions.list_versions(conn, "default")
                 if i.state == "active"] == [3]
+        # a collection left without an active version: nothing to compare with, and the
+        # hint held `<active>`, which a shell reads as a redirect
+        conn.execute("update pgfunnel.index_version set state = 'retired' "
+                     "where state = 'active'")
+    result = CliRunner().invoke(app, ["reindex", "--dsn", sample_db, "--analyzer", "simple_v1"],
+                                env={"COLUMNS": "300"})
+    hint = " ".join(result.output.split())
+    assert result.exit_code == 0 and "<" not in hint and "compare" not in hint, hint
+    assert "is ready. Switch: pgfunnel versions activate 4 -c default" in hint, hint
 
 
 def test_reindex_errors_name_the_option_typed(sample_db: str) -> None:
