@@ -432,8 +432,8 @@ def search(
     lexical_only: LexicalOnlyOption = False,
     rerank: Annotated[bool, typer.Option(help="Rerank the pool with a cross-encoder.")] = False,
     rerank_model: Annotated[str | None, typer.Option(
-        help="Cross-encoder model id or local path (default "
-             "cross-encoder/ms-marco-MiniLM-L6-v2); needs --rerank.")] = None,
+        help="Cross-encoder model id or local path; needs --rerank. Default: the "
+             "ms-marco-MiniLM-L6-v2 cross-encoder.")] = None,
     rerank_depth: Annotated[int | None, typer.Option(
         help="How many pool candidates the reranker scores (default: k x overfetch, the "
              "pool as asked; a pool the search widened for the per-source cap keeps its "
@@ -534,9 +534,11 @@ def demo(
         info = schema.init(dsn)
         out.print(f"[bold]1. init[/bold]: schema at revision {info['revision']}", markup=True)
         stats = do_ingest(dsn, [SAMPLE_CORPUS, DEMO_INTERNAL], "demo", 200, None, False)
-        out.print(f"[bold]2. ingest[/bold]: {stats.documents_written} written, "
-                  f"{stats.documents_unchanged} unchanged, {stats.chunks_written} chunks "
-                  f"into collection 'demo' (two of the documents are readable by "
+        # chunks_written counts this run's writes: a second demo wrote none, and said
+        # "0 chunks into collection 'demo'" of a collection holding 226
+        out.print(f"[bold]2. ingest[/bold]: {stats.documents_written} documents written, "
+                  f"{stats.documents_unchanged} unchanged ({stats.chunks_written} chunks "
+                  f"written) into collection 'demo' (two of the documents are readable by "
                   f"'{DEMO_STAFF}' only)", markup=True)
         codes = [json.loads(line)["citekey"] for line in SAMPLE_CORPUS.read_text().splitlines()
                  if line.startswith('{"citekey": "err-')]
