@@ -1544,6 +1544,7 @@ class Ingester:
                 "select pgfunnel._remove_chunks(array(select id from pgfunnel.chunk "
                 "where document_id = any(%s)))", (old_ids,)).fetchone()
             self.stats.chunks_removed += int(removed[0]) if removed else 0
+        self._note_kept_access(old_ids, [r for r, _ in chunked], private)
         # one statement for the whole batch: a round trip per document cost more than
         # writing its chunks
         doc_rows = [{"citekey": rec.citekey, "title": rec.title, "metadata": rec.metadata,
@@ -1562,10 +1563,22 @@ class Ingester:
                 "       tenant text, readers text[], is_public boolean, language text, "
                 "       valid_from timestamptz, valid_to timestamptz, content_hash text) "
                 "on conflict (collection_id, citekey) do update set title = excluded.title, "
-                " metadata = excluded.metadata, tenant = excluded.tenant, "
-                " readers = excluded.readers, is_public = excluded.is_public, "
-                " language = excluded.language, valid_from = excluded.valid_from, "
-                " valid_to = excluded.valid_to, content_hash = excluded.content_hash, "
+                " metadata = excluded.metadata, "
+                # Access the record does not give is kept as stored (_note_kept_access): a
+                # file has no readers, tenant or validity, and a restriction set in SQL
+                # was undone, the document public again, at the first edit of its text
+                " tenant = coalesce(excluded.tenant, d.tenant), "
+                " readers = case when cardinality(excluded.readers) = 0 and not d.is_public "
+                "                then d.readers else excluded.readers end, "
+                " is_public = excluded.is_public and d.is_public, "
+                " language = excluded.language, "
+                " valid_from = case when excluded.valid_from is null "
+                "                    and excluded.valid_to is null "
+                "                   then d.valid_from else excluded.valid_from end, "
+                " valid_to = case when excluded.valid_from is null "
+                "                  and excluded.valid_to is null "
+                "                 then d.valid_to else excluded.valid_to end, "
+                " content_hash = excluded.content_hash, "
                 " updated_at = now() returning d.id, d.citekey",
                 (coll, Jsonb(doc_rows))).fetchall()}
         n = len(texts)
@@ -1591,6 +1604,36 @@ class Ingester:
                           prepared.rows if prepared is not None else None)
         self.stats.documents_written += len(chunked)
         self.stats.chunks_written += n
+
+    def _note_kept_access(self, old_ids: list[int], records: list[DocumentRecord],
+                          private: bool) -> None:
+        """Say which re-ingested documents keep access fields that are stored but that their
+        record does not give (the write keeps them): readers of a document that is not
+        public, a tenant, a validity window."""
+        if not old_ids:
+            return
+        given = {r.citekey: r for r in records}
+        kept: list[str] = []
+        for citekey, readers, is_public, tenant, valid_from, valid_to in self.conn.execute(
+                "select citekey, readers, is_public, tenant, valid_from, valid_to "
+                "from pgfunnel.document where id = any(%s) order by citekey",
+                (old_ids,)).fetchall():
+            rec = given.get(str(citekey))
+            if rec is None:
+                continue
+            # what the record alone would have written, where the stored row says more
+            restricted_here = not is_public and not rec.readers and (readers or not private)
+            if restricted_here or (tenant is not None and rec.tenant is None) \
+                    or ((valid_from is not None or valid_to is not None)
+                        and rec.valid_from is None and rec.valid_to is None):
+                kept.append(str(citekey))
+        if kept:
+            shown = ", ".join(repr(c) for c in kept[:5]) + (
+                f" and {len(kept) - 5} more" if len(kept) > 5 else "")
+            self.stats.notes.append(
+                f"{len(kept)} re-ingested document(s) keep readers, tenant or validity "
+                f"stored in the database that their source does not give ({shown}): "
+                "change those with UPDATE on pgfunnel.document (docs/security.md)")
 
     def _embedding_table_shared(self, version_id: int) -> bool:
         """Whether pgfunnel.embedding holds versions other than this one (of this or

@@ -1534,3 +1534,52 @@ def test_ingest_on_a_connection_pgfunnel_did_not_open(db: str, embedder: Any) ->
             [DocumentRecord(citekey="b", text="how to reset a password")],
             vectors={"b": embedder.embed(["how to reset a password"])})
         assert stats.chunks_given == 1
+
+
+def test_reingest_keeps_access_set_in_the_database_that_the_source_does_not_give(
+        conn: psycopg.Connection[Any]) -> None:
+    # A restriction set in SQL (docs invite it: files carry no readers) survived while the
+    # file was unchanged, and was undone without a word at the first edit of its text: the
+    # document was public again. Fields the record gives still win.
+    from funnel_util import doc, ingest
+
+    def search(text: str, principals: list[str], tenant: str | None = None) -> list[str]:
+        return [r[0] for r in conn.execute(
+            "select citekey from funnel_search(%s, null, 10, collection => 't', "
+            "principals => %s, tenant => %s)", (text, principals, tenant))]
+
+    ingest(conn, [doc("memo", "salary bands for the quarter"),
+                  doc("plan", "office move timeline"),
+                  doc("promo", "spring discount codes")])
+    conn.execute("update pgfunnel.document set readers = '{hr}', is_public = false "
+                 "where citekey = 'memo'")
+    conn.execute("update pgfunnel.document set tenant = 'acme' where citekey = 'plan'")
+    conn.execute("update pgfunnel.document set valid_to = now() - interval '1 day' "
+                 "where citekey = 'promo'")
+    edited = [doc("memo", "salary bands for the next quarter"),
+              doc("plan", "office move timeline, revised"),
+              doc("promo", "spring discount codes, extended")]
+    ingester = Ingester(conn, "t")
+    rng = np.random.default_rng(1)
+    stats = ingester.ingest(edited, vectors={
+        r.citekey: np.stack([v / np.linalg.norm(v) for v in rng.normal(size=(1, 16))])
+        for r in edited})
+    assert stats.documents_written == 3
+    assert any("3 re-ingested document(s) keep readers, tenant or validity stored in the "
+               "database that their source does not give ('memo', 'plan', 'promo')" in n
+               for n in stats.notes), stats.notes
+    rows = dict((r[0], r[1:]) for r in conn.execute(
+        "select citekey, readers, is_public, tenant, valid_to is not null "
+        "from pgfunnel.document order by citekey"))
+    assert rows == {"memo": (["hr"], False, None, False), "plan": ([], True, "acme", False),
+                    "promo": ([], True, None, True)}
+    assert search("salary bands", []) == [] and search("salary bands", ["hr"]) == ["memo"]
+    assert search("office move", []) == [] and search("office move", [], "acme") == ["plan"]
+    assert search("discount codes", []) == []
+    # what a record gives is written as given, and then nothing is kept to say
+    again = [doc("memo", "salary bands for the next quarter", readers=["finance"]),
+             doc("plan", "office move timeline, revised", tenant="globex")]
+    stats = ingester.ingest(again, vectors={r.citekey: np.ones((1, 16)) / 4.0 for r in again})
+    assert not any("keep readers" in n for n in stats.notes), stats.notes
+    assert search("salary bands", ["finance"]) == ["memo"] and search("salary bands", ["hr"]) == []
+    assert search("office move", [], "globex") == ["plan"]
