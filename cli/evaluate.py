@@ -154,7 +154,7 @@ def evaluate(
         if result.missing_items:
             labelled("warning", "yellow", missing_items_message(
                 result.missing_items, result.queries, collection,
-                result.citekeys_read_as_chunks))
+                result.citekeys_read_as_chunks, principal or []))
         report = result.report
         violations = check_floors(report.configs[report.baseline].aggregates, floor_spec) \
             if floor_spec is not None else []

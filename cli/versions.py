@@ -15,6 +15,8 @@ from pgfunnel.cli.common import (
     CollectionOption,
     DsnOption,
     JsonOption,
+    PrincipalOption,
+    TenantOption,
     console,
     emit_json,
     handle_errors,
@@ -375,6 +377,8 @@ def compare_cmd(
     show: Annotated[int, typer.Option(min=0, help="How many most-changed queries to list.")
                     ] = 10,
     collection: CollectionOption = "default",
+    principal: PrincipalOption = None,
+    tenant: TenantOption = None,
     dsn: DsnOption = None,
     json_out: JsonOption = False,
 ) -> None:
@@ -383,11 +387,13 @@ def compare_cmd(
     from pgfunnel import versions
     from pgfunnel.db import connect
     from pgfunnel.errors import ConfigError
+    from pgfunnel.eval.harness import missing_items_message, respelled_items_message
 
     _quiet()
     if (queries is None) == (last is None):
         raise typer.BadParameter("give exactly one of --queries FILE or --last N")
-    with handle_errors({"k": "--k", "last": "--last", "queries": "--queries"}), \
+    with handle_errors({"k": "--k", "last": "--last", "queries": "--queries",
+                        "principals": "--principal", "tenant": "--tenant"}), \
             connect(dsn, autocommit=True) as conn:
         versions.require_pin_privilege(conn)
         if queries is not None:
@@ -402,10 +408,31 @@ def compare_cmd(
                                   "searches (searches are logged with `pgfunnel search "
                                   "--trace` or `trace => true`); compare with --queries "
                                   "FILE instead")
-        cmp = versions.compare(conn, collection, version_a, version_b, qs, k=k)
+        cmp = versions.compare(conn, collection, version_a, version_b, qs, k=k,
+                               principals=principal or [], tenant=tenant)
+    reader = (f"principals {', '.join(principal)}" if principal
+              else "no --principal: public documents only")
+    notes = []
+    if cmp.empty_in_both:
+        # both empty reads as "identical": say it compared nothing
+        notes.append(f"{cmp.empty_in_both} of {cmp.n_queries} queries returned nothing on "
+                     f"either version ({reader}); they count as identical. A collection "
+                     "whose documents are not public is compared as a reader with "
+                     "--principal")
+    if cmp.judged_items_respelled:
+        notes.append(respelled_items_message(cmp.judged_items_respelled).replace(
+            "pgfunnel eval", "versions compare"))
+    if cmp.judged_items_missing:
+        from pgfunnel.eval.qrels import JudgedQuery
+
+        notes.append(missing_items_message(
+            cmp.judged_items_missing, [q for q in qs if isinstance(q, JudgedQuery)],
+            collection, principals=principal or [], tool="versions compare"))
     if json_out:
-        emit_json(cmp.to_json())
+        emit_json({**cmp.to_json(), "notices": notes})
         return
+    for note in notes:
+        labelled("warning", "yellow", note)
     out.print(f"{cmp.n_queries} queries, k={k}: mean overlap@{k} {cmp.mean_overlap:.3f}; "
               f"{cmp.identical} identical top-{k}; top-1 changed for {cmp.top1_changed}")
     if cmp.judged and cmp.ndcg_diff is not None:

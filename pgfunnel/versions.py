@@ -1159,6 +1159,13 @@ class Comparison:
     identical: int
     top1_changed: int
     judged: bool
+    #: queries that neither version returned anything for (their overlap counts as 1):
+    #: a private collection searched with no principals compares nothing
+    empty_in_both: int = 0
+    #: judged items written as file names and matched to their citekeys, as `eval` does
+    judged_items_respelled: dict[str, str] = field(default_factory=dict)
+    #: judged items no document (or chunk) of the collection has, or hidden from the reader
+    judged_items_missing: list[str] = field(default_factory=list)
     ndcg_a: float | None = None
     ndcg_b: float | None = None
     ndcg_diff: float | None = None
@@ -1256,7 +1263,7 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
     judged queries (:class:`~pgfunnel.eval.qrels.JudgedQuery`) the nDCG@k change with its
     paired-bootstrap 95% interval. A judged query with a history is made stand-alone first,
     as `pgfunnel eval` does by default, so both give a version the same nDCG@k."""
-    from pgfunnel.eval.harness import standalone_query
+    from pgfunnel.eval.harness import Harness, standalone_query
     from pgfunnel.eval.metrics import collapse_to_documents, paired_bootstrap, score_run
     from pgfunnel.eval.qrels import JudgedQuery, judging_level
 
@@ -1265,6 +1272,17 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
     if not queries:
         raise InvalidInputError("queries: no queries to compare on")
     judged = all(isinstance(q, JudgedQuery) for q in queries)
+    respelled: dict[str, str] = {}
+    missing: list[str] = []
+    if judged:
+        # judged items named as `eval` reads them (a file name matched to its citekey),
+        # looked up as the searches' reader: the docs promise both tools one nDCG@k, and
+        # compare scored `guides/setup.md` as never found where eval found it
+        jq = [q for q in queries if isinstance(q, JudgedQuery)]
+        reader = Harness(conn, collection, k=k, principals=params.get("principals") or (),
+                         tenant=params.get("tenant"), embedder=None)
+        jq, respelled, missing = reader.with_citekey_spellings(conn, jq, judging_level(jq))
+        queries = jq
     # searched as `pgfunnel eval` searches them by default, so both give a version one score
     texts = [standalone_query(q) if isinstance(q, JudgedQuery) else str(q) for q in queries]
     ids = [q.query_id if isinstance(q, JudgedQuery) else f"q{i + 1}"
@@ -1283,7 +1301,9 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
     cmp = Comparison(collection, version_a, version_b, k, len(diffs),
                      float(np.mean([d.overlap for d in diffs])),
                      sum(1 for qid in ids if rank_a[qid][:k] == rank_b[qid][:k]),
-                     sum(1 for d in diffs if not d.top1_same), judged)
+                     sum(1 for d in diffs if not d.top1_same), judged,
+                     empty_in_both=sum(1 for qid in ids if not rank_a[qid] and not rank_b[qid]),
+                     judged_items_respelled=respelled, judged_items_missing=missing)
     if judged:
         jq = list(queries)
         if judging_level(jq) == "document":

@@ -463,7 +463,7 @@ class Harness:
         done = 0
         with self.funnel.connection() as conn:
             version = self._index_version(conn)
-            selected, respelled, missing = self._with_citekey_spellings(conn, selected, level)
+            selected, respelled, missing = self.with_citekey_spellings(conn, selected, level)
             # an item read as a chunk key that is a document's citekey (`repo#42`): the
             # warning says how it was read, or it looks like a wrong name
             citekeys_read_as_chunks = (sorted(self._present_items(conn, missing, "document"))
@@ -515,7 +515,8 @@ class Harness:
             warnings.warn(respelled_items_message(respelled), stacklevel=2)
         if missing:
             warnings.warn(missing_items_message(missing, selected, self.collection,
-                                                citekeys_read_as_chunks), stacklevel=2)
+                                                citekeys_read_as_chunks, self.principals),
+                          stacklevel=2)
         return HarnessResult(report=report, runs=runs, queries=selected, curves=curves,
                              missing_items=missing,
                              citekeys_read_as_chunks=citekeys_read_as_chunks)
@@ -570,7 +571,7 @@ class Harness:
         present = self._present_items(conn, items, level)
         return [item for item in items if item not in present]
 
-    def _with_citekey_spellings(self, conn: psycopg.Connection[Any],
+    def with_citekey_spellings(self, conn: psycopg.Connection[Any],
                                 queries: list[JudgedQuery], level: str
                                 ) -> tuple[list[JudgedQuery], dict[str, str], list[str]]:
         """Judgments that name a document by its file (``guides/setup.md``,
@@ -643,11 +644,17 @@ def respelled_items_message(respelled: Mapping[str, str]) -> str:
 
 
 def missing_items_message(missing: Sequence[str], queries: Sequence[JudgedQuery],
-                          collection: str, citekeys_read_as_chunks: Sequence[str] = ()) -> str:
+                          collection: str, citekeys_read_as_chunks: Sequence[str] = (),
+                          principals: Sequence[str] = (), tool: str = "pgfunnel eval") -> str:
     judged = len({item for q in queries for item in q.relevant_items})
     examples = ", ".join(repr(m) for m in missing[:5]) + (", ..." if len(missing) > 5 else "")
-    message = (f"pgfunnel eval: {len(missing)} of {judged} judged items are not in collection "
-               f"{collection!r} ({examples}); they count as never found. ")
+    # the items are looked up as the searches' reader: one hidden from it is missing too,
+    # and "not in collection" alone sent a reader off to check the spelling
+    reader = (f"principals {', '.join(map(repr, principals))}" if principals
+              else "no principals: public documents only")
+    message = (f"{tool}: {len(missing)} of {judged} judged items are not in collection "
+               f"{collection!r}, or are hidden from the searches' reader ({reader}) "
+               f"({examples}); they count as never found. ")
     if citekeys_read_as_chunks:
         # `repo#42` names a document, but an id ending in `#` and digits is a chunk key
         first = citekeys_read_as_chunks[0]
