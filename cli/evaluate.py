@@ -127,6 +127,12 @@ def evaluate(
             _writable(out_dir)
         conn = connect(dsn, autocommit=True)
         try:
+            if store_qrels:
+                from pgfunnel.db import require_writer
+
+                # before the searches: a reader ran them all, then failed on Postgres'
+                # bare "permission denied for table qrel"
+                require_writer(conn, "store judgments (--store-qrels)", "qrel", "INSERT")
             with (NullProgress() if json_out else progress_display("eval", transient=True)
                   ) as progress:
                 task = progress.add_task("evaluating", total=None)

@@ -182,7 +182,7 @@ def reindex(
         out.print(f"[green]version {result.version} is active[/green]"
                   + escape(f" (replaced {result.replaced}; `pgfunnel versions rollback{coll}` "
                            "returns to it)" if result.replaced else ""), highlight=False,
-                  markup=True)
+                  markup=True, soft_wrap=True)
     else:
         source = "--last 100" if logged else "--queries QUERIES.jsonl"
         # with no active version there is nothing to compare it with (the hint held
@@ -264,7 +264,8 @@ def _print_activation(act: Any, json_out: bool) -> None:
                 f"{'was' if act.caught_up == 1 else 'were'} indexed first")
     if act.index_built:
         msg += "; its HNSW index, missing or invalid, was built first"
-    out.print(msg, highlight=False)
+    # one line, so that a pipe or a log keeps the rollback command whole
+    out.print(msg, highlight=False, soft_wrap=True)
 
 
 @versions_app.command("activate")

@@ -103,6 +103,24 @@ begin
             hint = 'finish it with pgfunnel reindex (it resumes), which validates it';
     end if;
     select * into cov from pgfunnel.version_coverage(target.id);
+    if cov.missing = 0 and (cov.lexical_rows <> cov.collection_chunks
+                            or cov.embedding_rows <> cov.collection_chunks
+                            or cov.counted_chunks <> cov.collection_chunks) then
+        -- nothing to catch up, yet the version's rows or its BM25 chunk count disagree with
+        -- the collection: rows deleted past the deletion trigger (TRUNCATE, the trigger
+        -- disabled, replica mode). It said "0 chunks missing" and pointed at the catch-up,
+        -- which cannot mend it.
+        raise exception using errcode = '55000',
+            message = format('version %s of %L does not match the collection: it has %s chunks, '
+                             'the version %s lexical rows, %s embedding rows and a BM25 chunk '
+                             'count of %s (rows deleted past its deletion trigger); nothing is '
+                             'missing to catch up. Build a new version with its settings '
+                             '(pgfunnel reindex -c %s, with the options pgfunnel versions list '
+                             'shows for it), or drop it (pgfunnel versions drop %s -c %s)',
+                             version_number, collection_name, cov.collection_chunks,
+                             cov.lexical_rows, cov.embedding_rows, cov.counted_chunks,
+                             collection_name, version_number, collection_name);
+    end if;
     if cov.missing <> 0 or cov.lexical_rows <> cov.collection_chunks
        or cov.embedding_rows <> cov.collection_chunks or cov.counted_chunks <> cov.collection_chunks then
         raise exception using errcode = '55000',

@@ -897,3 +897,26 @@ def test_a_reader_writing_is_told_which_role_it_needs(rls_db: str, app_dsn: str)
                              "order by id").fetchall() == before
         assert owner.execute("select count(*) from pgfunnel.document "
                              "where citekey = 'new'").fetchone() == (0,)
+
+
+def test_eval_as_a_reader_is_refused_storing_judgments_before_it_searches(
+        app_dsn: str, tmp_path: Any) -> None:
+    # a reader ran every search of the eval, then failed on Postgres' bare "permission
+    # denied for table qrel"; and a judged item hidden from it was called "not in collection"
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    judged = tmp_path / "judged.jsonl"
+    judged.write_text(json.dumps({"query_id": "q1", "query": QUERY, "slice": "s",
+                                  "relevant": {"secret": 1}}) + "\n")
+    base = ["eval", str(judged), "--preset", "lexical", "--dsn", app_dsn]
+    stored = CliRunner().invoke(app, [*base, "--store-qrels"], env={"COLUMNS": "200"})
+    said = " ".join(stored.output.split())
+    assert stored.exit_code == 1, said
+    assert "error: role " in said and "may not store judgments (--store-qrels)" in said, said
+    assert "lacks INSERT on pgfunnel.qrel" in said and "evaluating" not in said, said
+    plain = CliRunner().invoke(app, base, env={"COLUMNS": "200"})
+    said = " ".join(plain.output.split())
+    assert plain.exit_code == 0, said
+    assert ("1 of 1 judged items are not in collection 'default', or are hidden from the "
+            "searches' reader (no principals: public documents only)") in said, said

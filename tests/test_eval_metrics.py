@@ -342,6 +342,11 @@ def test_load_queries_takes_lists_of_items_and_lines_without_ids(tmp_path: Path)
             '{"query_id": "", "query": "x", "slice": "s", "relevant": {}}',
             "line 2: field 'query_id' must not be empty",
         ),
+        # it searched nothing and scored 0 without a word
+        (
+            '{"query_id": "b", "query": "  ", "slice": "s", "relevant": {"d": 1}}',
+            "line 2: field 'query' must not be empty",
+        ),
         (
             '{"query_id": "b", "query": "x", "relevant": {}}',
             "line 2: missing required field 'slice'",

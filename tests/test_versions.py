@@ -1151,3 +1151,24 @@ def test_compare_reads_judged_file_names_as_eval_does(sample_db: str, tmp_path: 
     assert cmp.judged_items_missing == ["no-such-doc"]
     assert cmp.ndcg_a is not None and cmp.ndcg_a > 0
     assert cmp.ndcg_a == pytest.approx(ran.report.configs["default"].aggregates["all"]["ndcg@10"])
+
+
+def test_activating_a_version_with_rows_deleted_past_its_trigger_says_what_mends_it(
+        sample_db: str) -> None:
+    # it said "does not cover the collection: ... 0 chunks missing" with the hint that
+    # activate catches up missing chunks, which it had done and which cannot mend this
+    from pgfunnel.errors import PgfunnelError
+
+    with connect(sample_db, autocommit=True) as conn:
+        versions.reindex(conn, "default", analyzer="simple_v1")
+        conn.execute("alter table pgfunnel.lexical disable trigger lexical_deleted")
+        conn.execute("delete from pgfunnel.document where citekey = 'refunds-annual'")
+        conn.execute("alter table pgfunnel.lexical enable trigger lexical_deleted")
+        with pytest.raises(PgfunnelError) as err:
+            versions.activate(conn, "default", 2)
+        said = " ".join(str(err.value).split())
+        assert "version 2 of 'default' does not match the collection" in said, said
+        assert "BM25 chunk count of" in said and "nothing is missing to catch up" in said
+        assert "0 chunks missing" not in said
+        assert "pgfunnel versions drop 2 -c default" in said
+        assert _state(conn) == {1: "active", 2: "ready"}

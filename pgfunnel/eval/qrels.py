@@ -116,7 +116,9 @@ def parse_query(obj: Any, line: int | None = None) -> JudgedQuery:
         _check_text(value, name, where)
         return value
 
-    query = text_field("query", allow_empty=True)
+    # an empty query searches nothing and scored 0 without a word, where an empty slice
+    # was refused
+    query = text_field("query", allow_empty=False)
     from pgfunnel.search import MAX_QUERY_CHARS
 
     if len(query) > MAX_QUERY_CHARS:
