@@ -1068,6 +1068,8 @@ class Ingester:
         self._unchanged_given: list[str] = []
         self._rechunked = 0
         self._rehashed = 0
+        self._kept_access: list[str] = []
+        self._unreadable = 0
         # before the lookup (a NUL in it failed there with the driver's error), and so
         # before a model loads or a file is read
         check_collection_name(collection)
@@ -1154,6 +1156,8 @@ class Ingester:
         self._unchanged_given = []
         self._rechunked = 0
         self._rehashed = 0
+        self._kept_access = []
+        self._unreadable = 0
         started = time.perf_counter()
         with _Preparer(self, enabled=self.prepare_ahead) as preparer:
             # while the server writes one batch, two threads (with a connection of their
@@ -1197,6 +1201,21 @@ class Ingester:
                 f"{self._rechunked} document(s) had been chunked by an older pgfunnel and "
                 f"were chunked again (chunking version {CHUNKING_VERSION}); their vectors "
                 "were kept wherever the model reads the same words")
+        if kept_access := self._kept_access:
+            shown = ", ".join(repr(c) for c in kept_access[:5]) + (
+                f" and {len(kept_access) - 5} more" if len(kept_access) > 5 else "")
+            self.stats.notes.append(
+                f"{len(kept_access)} re-ingested document(s) keep readers, tenant or validity "
+                f"stored in the database that their source does not give ({shown}): "
+                "change those with UPDATE on pgfunnel.document (docs/security.md)")
+        if self._unreadable:
+            # a private collection's document without readers is for no one: files carry
+            # none, and `ingest --private DIR` wrote documents no search could find
+            self.stats.notes.append(
+                f"{self._unreadable} document(s) of private collection "
+                f"{self.collection!r} have no readers, so no search finds them: give them "
+                "readers (a .jsonl line's \"readers\", or update pgfunnel.document set "
+                "readers = '{...}' where citekey = ...; docs/security.md)")
         if kept := self._unchanged_given:
             # re-running a pipeline with its vectors is the usual case: a note, no warning
             self.stats.notes.append(
@@ -1581,6 +1600,11 @@ class Ingester:
                 " content_hash = excluded.content_hash, "
                 " updated_at = now() returning d.id, d.citekey",
                 (coll, Jsonb(doc_rows))).fetchall()}
+        if private:
+            row = conn.execute("select count(*) from pgfunnel.document where id = any(%s) "
+                               "and not is_public and cardinality(readers) = 0",
+                               (list(doc_ids.values()),)).fetchone()
+            self._unreadable += int(row[0]) if row else 0
         n = len(texts)
         ids = prepared.ids if prepared is not None else _reserve_chunk_ids(conn, n)
         with _copy(conn, "chunk", ("id", "document_id", "collection_id", "ordinal",
@@ -1607,9 +1631,9 @@ class Ingester:
 
     def _note_kept_access(self, old_ids: list[int], records: list[DocumentRecord],
                           private: bool) -> None:
-        """Say which re-ingested documents keep access fields that are stored but that their
-        record does not give (the write keeps them): readers of a document that is not
-        public, a tenant, a validity window."""
+        """Remember, for the ingest's note, which re-ingested documents keep access fields
+        that are stored but that their record does not give (the write keeps them): readers
+        of a document that is not public, a tenant, a validity window."""
         if not old_ids:
             return
         given = {r.citekey: r for r in records}
@@ -1627,13 +1651,7 @@ class Ingester:
                     or ((valid_from is not None or valid_to is not None)
                         and rec.valid_from is None and rec.valid_to is None):
                 kept.append(str(citekey))
-        if kept:
-            shown = ", ".join(repr(c) for c in kept[:5]) + (
-                f" and {len(kept) - 5} more" if len(kept) > 5 else "")
-            self.stats.notes.append(
-                f"{len(kept)} re-ingested document(s) keep readers, tenant or validity "
-                f"stored in the database that their source does not give ({shown}): "
-                "change those with UPDATE on pgfunnel.document (docs/security.md)")
+        self._kept_access.extend(kept)
 
     def _embedding_table_shared(self, version_id: int) -> bool:
         """Whether pgfunnel.embedding holds versions other than this one (of this or

@@ -1583,3 +1583,20 @@ def test_reingest_keeps_access_set_in_the_database_that_the_source_does_not_give
     assert not any("keep readers" in n for n in stats.notes), stats.notes
     assert search("salary bands", ["finance"]) == ["memo"] and search("salary bands", ["hr"]) == []
     assert search("office move", [], "globex") == ["plan"]
+
+
+def test_documents_without_readers_in_a_private_collection_are_named(
+        conn: psycopg.Connection[Any]) -> None:
+    # `pgfunnel ingest DIR --private` wrote documents that no search could find (files
+    # carry no readers), without a word
+    recs = [DocumentRecord("a", "alpha text"), DocumentRecord("b", "beta text"),
+            DocumentRecord("c", "gamma text", readers=["alice"])]
+    get_or_create_collection(conn, "vault", private=True)
+    stats = Ingester(conn, "vault").ingest(recs, vectors=_random_vectors(recs))
+    assert any("2 document(s) of private collection 'vault' have no readers, so no search "
+               "finds them" in n for n in stats.notes), stats.notes
+    conn.execute("update pgfunnel.document set readers = '{bob}' where citekey in ('a', 'b')")
+    again = [DocumentRecord("a", "alpha text, edited"), DocumentRecord("b", "beta text, edited")]
+    stats = Ingester(conn, "vault").ingest(again, vectors=_random_vectors(again))
+    assert not any("have no readers" in n for n in stats.notes), stats.notes
+    assert any("2 re-ingested document(s) keep readers" in n for n in stats.notes), stats.notes
