@@ -432,6 +432,9 @@ def test_a_file_that_mixes_levels_or_holds_nothing_is_named_with_its_lines(
     ("q1\td1\tinf\n", r"line 1: score 'inf' is not a whole number"),  # was a traceback
     ("q1\td1\tnan\n", r"line 1: score 'nan' is not a whole number"),
     ("q1\td1\tx\n", r"line 1: score 'x' is not a number"),
+    # one of the two grades was taken without a word
+    ("q1\td1\t1\nq1\td2\t1\nq1\td1\t2\n",
+     r"line 3: query 'q1' judges 'd1' 2, where line 1 judged it 1"),
 ])
 def test_beir_scores_that_are_not_grades_are_refused(tmp_path: Path, qrels: str,
                                                       said: str) -> None:
@@ -456,6 +459,14 @@ def test_beir_trailing_tab_and_duplicate_query_ids(tmp_path: Path) -> None:
                                             '{"_id": "q1", "text": "y"}\n')
     with pytest.raises(InvalidInputError, match=r"line 2: duplicate _id 'q1' \(first seen "
                                                 r"on line 1\)"):
+        load_beir(tmp_path / "queries.jsonl", tmp_path / "test.tsv")
+    # the same judgment twice is one judgment; a query of no text is refused, as in JSONL
+    (tmp_path / "queries.jsonl").write_text('{"_id": "q1", "text": "x"}\n')
+    (tmp_path / "test.tsv").write_text("q1\td1\t1\nq1\td1\t1\n")
+    assert [dict(q.relevant) for q in load_beir(tmp_path / "queries.jsonl",
+                                                tmp_path / "test.tsv")] == [{"d1": 1}]
+    (tmp_path / "queries.jsonl").write_text('{"_id": "q1", "text": "  "}\n')
+    with pytest.raises(InvalidInputError, match=r"line 1: query 'q1' has empty text"):
         load_beir(tmp_path / "queries.jsonl", tmp_path / "test.tsv")
 
 

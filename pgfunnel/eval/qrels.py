@@ -272,6 +272,8 @@ def load_beir(queries_path: str | Path, qrels_path: str | Path) -> list[JudgedQu
     judge are returned, in the order of the queries file; a grade is the score."""
     qp, rp = Path(queries_path), Path(qrels_path)
     judged: dict[str, dict[str, int]] = {}
+    # where each (query, item) was judged, to name both lines of a conflict
+    judged_on: dict[tuple[str, str], int] = {}
     try:
         rows = read_file_text(rp).removeprefix("\ufeff").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
@@ -302,7 +304,13 @@ def load_beir(queries_path: str | Path, qrels_path: str | Path) -> list[JudgedQu
         for name, value in (("query-id", fields[0]), ("corpus-id", fields[1])):
             _check_text(value, name, f"{rp}: line {lineno}")
         item = judged.setdefault(fields[0], {})
-        item[fields[1]] = max(grade, item.get(fields[1], grade))
+        if fields[1] in item and item[fields[1]] != grade:
+            # one of the two grades was taken without a word: which did the judges mean?
+            raise InvalidInputError(
+                f"{rp}: line {lineno}: query {fields[0]!r} judges {fields[1]!r} {grade}, "
+                f"where line {judged_on[fields[0], fields[1]]} judged it {item[fields[1]]}")
+        item[fields[1]] = grade
+        judged_on.setdefault((fields[0], fields[1]), lineno)
     if not judged:
         raise InvalidInputError(f"{rp}: no judgments in the file (it is empty or only a header)")
     queries: list[JudgedQuery] = []
@@ -324,6 +332,10 @@ def load_beir(queries_path: str | Path, qrels_path: str | Path) -> list[JudgedQu
         slice_name = metadata.get("slice") if isinstance(metadata, dict) else None
         if not isinstance(slice_name, str) or not slice_name.strip() or slice_name == ALL_SLICE:
             slice_name = BEIR_SLICE
+        if not obj["text"].strip():
+            # searched, it found nothing and scored 0 without a word (as the JSONL format
+            # refuses an empty query)
+            raise InvalidInputError(f"{qp}: line {lineno}: query {query_id!r} has empty text")
         for name, value in (("text", obj["text"]), ("metadata.slice", slice_name)):
             _check_text(value, name, f"{qp}: line {lineno}")
         queries.append(JudgedQuery(query_id, obj["text"], slice_name, judged.pop(query_id),
