@@ -373,7 +373,9 @@ def compare_cmd(
         help="JSONL file of queries: the eval format with judgments (then nDCG is compared "
              "too) or lines with a \"query\" field.")] = None,
     last: Annotated[int | None, typer.Option(
-        "--last", help="Use the last N distinct logged searches (search_log) instead.")] = None,
+        "--last", help="Use the last N distinct logged searches (search_log) instead, each "
+                       "as the reader it ran as unless --principal or --tenant is given."
+    )] = None,
     k: Annotated[int, typer.Option("--k", "-k", help="Cutoff for overlap@k and nDCG@k.")] = 10,
     show: Annotated[int, typer.Option(min=0, help="How many most-changed queries to list.")
                     ] = 10,
@@ -403,15 +405,18 @@ def compare_cmd(
             assert last is not None
             if last < 1:
                 raise ConfigError("last", f"must be at least 1, got {last}")
-            qs = list(versions.last_queries(conn, collection, last))
+            qs = list(versions.last_searches(conn, collection, last))
             if not qs:
                 raise ConfigError("last", f"collection {collection!r} has no logged "
                                   "searches (searches are logged with `pgfunnel search "
                                   "--trace` or `trace => true`); compare with --queries "
                                   "FILE instead")
-        cmp = versions.compare(conn, collection, version_a, version_b, qs, k=k,
-                               principals=principal or [], tenant=tenant)
+        # logged searches run as the reader each ran as, unless one is named for all
+        named = {} if last is not None and not principal and tenant is None else {
+            "principals": principal or [], "tenant": tenant}
+        cmp = versions.compare(conn, collection, version_a, version_b, qs, k=k, **named)
     reader = (f"principals {', '.join(principal)}" if principal
+              else "each as the reader it was logged with" if not named
               else "no --principal: public documents only")
     notes = []
     if cmp.empty_in_both:

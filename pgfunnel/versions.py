@@ -27,7 +27,7 @@ import functools
 import json
 import shlex
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -1179,8 +1179,14 @@ class Comparison:
 
 def search_pinned(conn: psycopg.Connection[Any], collection: str, version: int,
                   queries: Sequence[str], k: int = 10, embedder: Embedder | None = None,
+                  readers: Sequence[Mapping[str, Any]] | None = None,
                   **params: Any) -> list[list[Any]]:
-    """The funnel's results (no rerank) for each query on one version, as if it were active."""
+    """The funnel's results (no rerank) for each query on one version, as if it were active.
+    ``readers``, one per query, adds that query's own parameters (its principals and
+    tenant, as a logged search ran) to ``params``."""
+    if readers is not None and len(readers) != len(queries):
+        raise ConfigError("readers", f"must give one mapping per query ({len(queries)}), "
+                                     f"got {len(readers)}")
     from pgfunnel.search import Funnel
 
     def body() -> list[list[Any]]:
@@ -1198,8 +1204,10 @@ def search_pinned(conn: psycopg.Connection[Any], collection: str, version: int,
 
         with pinned(conn, coll_id, info.id), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # notices about dropped query words
-            for q, vec in zip(queries, vectors, strict=True):
-                out.append(funnel.search(q, query_embedding=vec, k=k, **params).results)
+            for i, (q, vec) in enumerate(zip(queries, vectors, strict=True)):
+                own = {} if readers is None else dict(readers[i])
+                out.append(funnel.search(q, query_embedding=vec, k=k,
+                                         **{**params, **own}).results)
         return out
 
     return _db(conn, body)
@@ -1225,6 +1233,35 @@ def last_queries(conn: psycopg.Connection[Any], collection: str, n: int) -> list
         "and length(query_text) <= %s group by query_text) s order by at desc limit %s",
         (coll_id, MAX_QUERY_CHARS, n)).fetchall()
     return [str(r[0]) for r in rows]
+
+
+class LoggedSearch(NamedTuple):
+    """A logged search as `versions compare --last` replays it: its text and the reader
+    it ran as."""
+
+    query_text: str
+    principals: tuple[str, ...]
+    tenant: str | None
+
+
+@rows_by_position
+def last_searches(conn: psycopg.Connection[Any], collection: str,
+                  n: int) -> list[LoggedSearch]:
+    """The last ``n`` distinct logged searches of a collection (newest first), each with
+    the principals and tenant it ran as: replayed without them, a search of documents
+    that are not public found nothing on either version, which compared as identical.
+    Texts a search could not take are left out, as by :func:`last_queries`."""
+    from pgfunnel.search import MAX_QUERY_CHARS
+
+    coll_id = _db(conn, lambda: require_collection(conn, collection))
+    rows = conn.execute(
+        "select query_text, principals, tenant from (select query_text, principals, tenant, "
+        "max(at) as at from pgfunnel.search_log where collection_id = %s "
+        "and query_text is not null and query_text <> '' and length(query_text) <= %s "
+        "group by query_text, principals, tenant) s order by at desc limit %s",
+        (coll_id, MAX_QUERY_CHARS, n)).fetchall()
+    return [LoggedSearch(str(t), tuple(p or ()), None if tn is None else str(tn))
+            for t, p, tn in rows]
 
 
 def read_query_file(path: str | Path) -> tuple[list[Any], bool]:
@@ -1284,11 +1321,17 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
         jq, respelled, missing = reader.with_citekey_spellings(conn, jq, judging_level(jq))
         queries = jq
     # searched as `pgfunnel eval` searches them by default, so both give a version one score
-    texts = [standalone_query(q) if isinstance(q, JudgedQuery) else str(q) for q in queries]
+    texts = [standalone_query(q) if isinstance(q, JudgedQuery)
+             else q.query_text if isinstance(q, LoggedSearch) else str(q) for q in queries]
     ids = [q.query_id if isinstance(q, JudgedQuery) else f"q{i + 1}"
            for i, q in enumerate(queries)]
-    res_a = search_pinned(conn, collection, version_a, texts, k=k, **params)
-    res_b = search_pinned(conn, collection, version_b, texts, k=k, **params)
+    # a logged search runs as the reader it ran as, unless the caller names one for all
+    readers = None if "principals" in params or "tenant" in params or not any(
+        isinstance(q, LoggedSearch) for q in queries) else [
+        {"principals": list(q.principals), "tenant": q.tenant}
+        if isinstance(q, LoggedSearch) else {} for q in queries]
+    res_a = search_pinned(conn, collection, version_a, texts, k=k, readers=readers, **params)
+    res_b = search_pinned(conn, collection, version_b, texts, k=k, readers=readers, **params)
     rank_a = {qid: [r.item_key for r in rs] for qid, rs in zip(ids, res_a, strict=True)}
     rank_b = {qid: [r.item_key for r in rs] for qid, rs in zip(ids, res_b, strict=True)}
     diffs: list[QueryDiff] = []
@@ -1325,8 +1368,9 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
 
 
 __all__ = [
-    "Activation", "Comparison", "ReindexResult", "Validation", "ValidationFailed", "VersionInfo",
-    "activate", "build_index", "catch_up", "cleanup_invalid_indexes", "compare", "drop",
-    "last_queries", "list_versions", "lock_holder", "read_query_file", "reindex",
+    "Activation", "Comparison", "LoggedSearch", "ReindexResult", "Validation",
+    "ValidationFailed", "VersionInfo", "activate", "build_index", "catch_up",
+    "cleanup_invalid_indexes", "compare", "drop", "last_queries", "last_searches",
+    "list_versions", "lock_holder", "read_query_file", "reindex",
     "require_pin_privilege", "retire", "rollback", "search_pinned", "validate", "writer_lock",
 ]

@@ -1172,3 +1172,32 @@ def test_activating_a_version_with_rows_deleted_past_its_trigger_says_what_mends
         assert "0 chunks missing" not in said
         assert "pgfunnel versions drop 2 -c default" in said
         assert _state(conn) == {1: "active", 2: "ready"}
+
+
+def test_compare_last_replays_each_search_as_the_reader_it_ran_as(sample_db: str,
+                                                                   embedder: Any) -> None:
+    # `--last` replayed the logged texts with no principals: on documents that are not
+    # public both versions found nothing
+    from pgfunnel.cli.main import app
+
+    with connect(sample_db, autocommit=True) as conn:
+        conn.execute("update pgfunnel.document set readers = '{alice}', is_public = false")
+    with Funnel(sample_db, "default", embedder=embedder) as f:
+        for q in ("refund on an annual plan", "reset my password"):
+            f.search(q, k=5, principals=["alice"], trace=True)
+        f.search("invoice address", k=5, principals=["bob"], tenant=None, trace=True)
+    with connect(sample_db, autocommit=True) as conn:
+        logged = versions.last_searches(conn, "default", 10)
+        assert sorted((s.query_text, s.principals) for s in logged) == [
+            ("invoice address", ("bob",)), ("refund on an annual plan", ("alice",)),
+            ("reset my password", ("alice",))]
+        versions.reindex(conn, "default", analyzer="simple_v1")
+    base = ["versions", "compare", "1", "2", "--last", "10", "--k", "5", "--json",
+            "--dsn", sample_db]
+    replayed = CliRunner().invoke(app, base)
+    assert replayed.exit_code == 0, replayed.output
+    cmp = json.loads(replayed.output[replayed.output.index("{"):])
+    # bob sees nothing in either version; alice's two searches find her documents
+    assert (cmp["n_queries"], cmp["empty_in_both"]) == (3, 1), cmp
+    as_bob = CliRunner().invoke(app, [*base, "-p", "bob"])
+    assert json.loads(as_bob.output[as_bob.output.index("{"):])["empty_in_both"] == 3
