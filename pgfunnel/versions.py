@@ -749,8 +749,10 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
         # vectors of a version made with the same model are copied, not computed again,
         # for every chunk whose embedding input is the same text in both (all of them when
         # the version embedded the same kind of input)
+        # read once: the vectors' source and the note on a build like the active one
+        infos = _versions(conn, coll_id)
         source = None if reembed else next(
-            (v for v in sorted(_versions(conn, coll_id),
+            (v for v in sorted(infos,
                                key=lambda v: (version_embed_input(v.params) != want_input,
                                               v.state != "active"))
              if v.embedding_model == want_model and v.state in ("active", "ready", "retired")
@@ -771,7 +773,7 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
                                                   "lexical_input": want_lexical})
             building = _version_row(conn, coll_id, _number_of(conn, vid))
             notes.append(f"created version {building.version} (building)")
-            same_as_active = next((v for v in _versions(conn, coll_id) if v.state == "active"
+            same_as_active = next((v for v in infos if v.state == "active"
                                    and _build_settings(v) == wanted), None)
             if same_as_active is not None and not reembed:
                 # a rebuild is sometimes the point (a damaged index); usually a flag was
