@@ -1201,7 +1201,7 @@ class Ingester:
                 f"{self._rechunked} document(s) had been chunked by an older pgfunnel and "
                 f"were chunked again (chunking version {CHUNKING_VERSION}); their vectors "
                 "were kept wherever the model reads the same words")
-        if kept_access := self._kept_access:
+        if kept_access := sorted(self._kept_access):
             shown = ", ".join(repr(c) for c in kept_access[:5]) + (
                 f" and {len(kept_access) - 5} more" if len(kept_access) > 5 else "")
             self.stats.notes.append(
@@ -1563,7 +1563,6 @@ class Ingester:
                 "select pgfunnel._remove_chunks(array(select id from pgfunnel.chunk "
                 "where document_id = any(%s)))", (old_ids,)).fetchone()
             self.stats.chunks_removed += int(removed[0]) if removed else 0
-        self._note_kept_access(old_ids, [r for r, _ in chunked], private)
         # one statement for the whole batch: a round trip per document cost more than
         # writing its chunks
         doc_rows = [{"citekey": rec.citekey, "title": rec.title, "metadata": rec.metadata,
@@ -1572,8 +1571,7 @@ class Ingester:
                      "valid_from": rec.valid_from.isoformat() if rec.valid_from else None,
                      "valid_to": rec.valid_to.isoformat() if rec.valid_to else None,
                      "content_hash": hashes[rec.citekey]} for rec, _ in chunked]
-        doc_ids: dict[str, int] = {
-            str(ck): int(did) for did, ck in conn.execute(
+        written = conn.execute(
                 "insert into pgfunnel.document as d (collection_id, citekey, title, metadata, "
                 " tenant, readers, is_public, language, valid_from, valid_to, content_hash) "
                 "select %s, r.citekey, r.title, r.metadata, r.tenant, r.readers, r.is_public, "
@@ -1583,9 +1581,9 @@ class Ingester:
                 "       valid_from timestamptz, valid_to timestamptz, content_hash text) "
                 "on conflict (collection_id, citekey) do update set title = excluded.title, "
                 " metadata = excluded.metadata, "
-                # Access the record does not give is kept as stored (_note_kept_access): a
-                # file has no readers, tenant or validity, and a restriction set in SQL
-                # was undone, the document public again, at the first edit of its text
+                # Access the record does not give is kept as stored (noted below): a file
+                # has no readers, tenant or validity, and a restriction set in SQL was
+                # undone, the document public again, at the first edit of its text
                 " tenant = coalesce(excluded.tenant, d.tenant), "
                 " readers = case when cardinality(excluded.readers) = 0 and not d.is_public "
                 "                then d.readers else excluded.readers end, "
@@ -1598,13 +1596,21 @@ class Ingester:
                 "                  and excluded.valid_to is null "
                 "                 then d.valid_to else excluded.valid_to end, "
                 " content_hash = excluded.content_hash, "
-                " updated_at = now() returning d.id, d.citekey",
-                (coll, Jsonb(doc_rows))).fetchall()}
-        if private:
-            row = conn.execute("select count(*) from pgfunnel.document where id = any(%s) "
-                               "and not is_public and cardinality(readers) = 0",
-                               (list(doc_ids.values()),)).fetchone()
-            self._unreadable += int(row[0]) if row else 0
+                " updated_at = now() returning d.id, d.citekey, d.readers, d.is_public, "
+                " d.tenant, d.valid_from is not null or d.valid_to is not null",
+                (coll, Jsonb(doc_rows))).fetchall()
+        doc_ids = {str(ck): int(did) for did, ck, *_ in written}
+        records = {rec.citekey: rec for rec, _ in chunked}
+        for _, ck, readers, is_public, tenant, has_validity in written:
+            rec = records[str(ck)]
+            # the row as written against what the record alone says: where they differ,
+            # the write kept stored access (a new document is written as its record says)
+            if (list(readers), is_public, tenant) != (
+                    list(rec.readers), not rec.readers and not private, rec.tenant) \
+                    or (has_validity and rec.valid_from is None and rec.valid_to is None):
+                self._kept_access.append(str(ck))
+            if private and not is_public and not readers:
+                self._unreadable += 1
         n = len(texts)
         ids = prepared.ids if prepared is not None else _reserve_chunk_ids(conn, n)
         with _copy(conn, "chunk", ("id", "document_id", "collection_id", "ordinal",
@@ -1628,30 +1634,6 @@ class Ingester:
                           prepared.rows if prepared is not None else None)
         self.stats.documents_written += len(chunked)
         self.stats.chunks_written += n
-
-    def _note_kept_access(self, old_ids: list[int], records: list[DocumentRecord],
-                          private: bool) -> None:
-        """Remember, for the ingest's note, which re-ingested documents keep access fields
-        that are stored but that their record does not give (the write keeps them): readers
-        of a document that is not public, a tenant, a validity window."""
-        if not old_ids:
-            return
-        given = {r.citekey: r for r in records}
-        kept: list[str] = []
-        for citekey, readers, is_public, tenant, valid_from, valid_to in self.conn.execute(
-                "select citekey, readers, is_public, tenant, valid_from, valid_to "
-                "from pgfunnel.document where id = any(%s) order by citekey",
-                (old_ids,)).fetchall():
-            rec = given.get(str(citekey))
-            if rec is None:
-                continue
-            # what the record alone would have written, where the stored row says more
-            restricted_here = not is_public and not rec.readers and (readers or not private)
-            if restricted_here or (tenant is not None and rec.tenant is None) \
-                    or ((valid_from is not None or valid_to is not None)
-                        and rec.valid_from is None and rec.valid_to is None):
-                kept.append(str(citekey))
-        self._kept_access.extend(kept)
 
     def _embedding_table_shared(self, version_id: int) -> bool:
         """Whether pgfunnel.embedding holds versions other than this one (of this or
