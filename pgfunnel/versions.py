@@ -1226,15 +1226,22 @@ def last_queries(conn: psycopg.Connection[Any], collection: str, n: int) -> list
     """The texts of the last ``n`` distinct logged searches of a collection (newest first).
     A text a search could not take (over its 10,000 characters: ``final()`` logs whatever
     ``query_text`` its caller passes) is left out; replayed, it failed the whole compare."""
+    return [str(r[0]) for r in _last_logged(conn, collection, n, ("query_text",))]
+
+
+def _last_logged(conn: psycopg.Connection[Any], collection: str, n: int,
+                 columns: Sequence[str]) -> list[tuple[Any, ...]]:
+    """The last ``n`` distinct ``columns`` of a collection's logged searches (newest first),
+    leaving out texts a search could not take (empty, or over its 10,000 characters)."""
     from pgfunnel.search import MAX_QUERY_CHARS
 
     coll_id = _db(conn, lambda: require_collection(conn, collection))
-    rows = conn.execute(
-        "select query_text from (select query_text, max(at) as at from pgfunnel.search_log "
+    listed = sql.SQL(", ").join(map(sql.Identifier, columns))
+    return conn.execute(sql.SQL(
+        "select {cols} from (select {cols}, max(at) as at from pgfunnel.search_log "
         "where collection_id = %s and query_text is not null and query_text <> '' "
-        "and length(query_text) <= %s group by query_text) s order by at desc limit %s",
-        (coll_id, MAX_QUERY_CHARS, n)).fetchall()
-    return [str(r[0]) for r in rows]
+        "and length(query_text) <= %s group by {cols}) s order by at desc limit %s"
+    ).format(cols=listed), (coll_id, MAX_QUERY_CHARS, n)).fetchall()
 
 
 class LoggedSearch(NamedTuple):
@@ -1253,17 +1260,9 @@ def last_searches(conn: psycopg.Connection[Any], collection: str,
     the principals and tenant it ran as: replayed without them, a search of documents
     that are not public found nothing on either version, which compared as identical.
     Texts a search could not take are left out, as by :func:`last_queries`."""
-    from pgfunnel.search import MAX_QUERY_CHARS
-
-    coll_id = _db(conn, lambda: require_collection(conn, collection))
-    rows = conn.execute(
-        "select query_text, principals, tenant from (select query_text, principals, tenant, "
-        "max(at) as at from pgfunnel.search_log where collection_id = %s "
-        "and query_text is not null and query_text <> '' and length(query_text) <= %s "
-        "group by query_text, principals, tenant) s order by at desc limit %s",
-        (coll_id, MAX_QUERY_CHARS, n)).fetchall()
     return [LoggedSearch(str(t), tuple(p or ()), None if tn is None else str(tn))
-            for t, p, tn in rows]
+            for t, p, tn in _last_logged(conn, collection, n,
+                                         ("query_text", "principals", "tenant"))]
 
 
 def read_query_file(path: str | Path) -> tuple[list[Any], bool]:
