@@ -378,14 +378,15 @@ begin
     -- Where each query's words that are not question words begin and end
     -- (_frames_question), over the tokens both paths below read (the compound pattern is
     -- the plain one where there is no joiner). Read only for a text that holds a word
-    -- whose place counts (_naming_question_words; every other question word is dropped
-    -- wherever it stands), so documents and most queries skip the statement. The analyzer
-    -- reads such a word as a piece with no letter beside it; here a digit or `_` counts
-    -- as a boundary too, so the test errs only towards reading the frame.
+    -- whose place counts (_naming_question_words, and `work`, below; every other question
+    -- word is dropped wherever it stands), so documents and most queries skip the
+    -- statement. The analyzer reads such a word as a piece with no letter beside it; here
+    -- a digit or `_` counts as a boundary too, so the test errs only towards reading the
+    -- frame.
     if cardinality(question_words) > 0
        and lower(array_to_string(inputs, ' '))
            ~ ('(^|[^a-z])(' || array_to_string(pgfunnel._naming_question_words(), '|')
-              || ')([^a-z]|$)') then
+              || '|works?)([^a-z]|$)') then
         select array_agg(f.first_content order by i.ord), array_agg(f.last_content order by i.ord),
                array_agg(f.first_do order by i.ord)
           into first_content, last_content, first_do
@@ -408,27 +409,23 @@ begin
     -- progress`, worker threads) over the subject. Elsewhere it is searched: `how do I
     -- work with dates`, `how does work stealing work` (the first), `how do I configure
     -- work queues`, and a yes-or-no question, where working is what is asked (`does s3
-    -- work for the a-team`). (Read only for a text that holds the word, so documents and
-    -- most queries skip it.)
-    if cardinality(question_words) > 0
+    -- work for the a-team`). (Read with the frame above, for a text that holds the word:
+    -- documents and most queries skip it.)
+    if first_content is not null
        and lower(array_to_string(inputs, ' ')) ~ '(^|[^a-z])works?([^a-z]|$)' then
         select coalesce(array_agg(t.inp || ':' || t.pos), '{}') into framing_work
           from (select i.ord as inp, m.ord as pos, m.match[1] as tok,
                        lead(m.match[1]) over (partition by i.ord order by m.ord) as next_tok,
                        first_value(m.match[1]) over (partition by i.ord order by m.ord)
-                           as first_tok,
-                       min(m.ord) filter (where m.match[1] <> all (question_words))
-                           over (partition by i.ord) as first_content,
-                       min(m.ord) filter (where m.match[1] in ('do', 'does', 'did'))
-                           over (partition by i.ord) as first_do
+                           as first_tok
                   from unnest(inputs) with ordinality as i(txt, ord),
                        regexp_matches(case when v6 then coalesce(i.txt, '')
                                            else lower(coalesce(i.txt, '')) end,
                                       token_run, 'g')
                        with ordinality as m(match, ord)) t
          where t.tok in ('work', 'works') and t.first_tok = 'how'
-           and t.first_do < t.first_content
-           and t.pos > t.first_content
+           and first_do[t.inp] < first_content[t.inp]
+           and t.pos > first_content[t.inp]
            and (t.next_tok is null or t.next_tok = any (question_words))
            and (t.inp || ':' || t.tok) <> all (capitalised);
     end if;
