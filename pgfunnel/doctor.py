@@ -33,7 +33,7 @@ from pgfunnel.ingest import (
     hnsw_index_statement,
     version_hnsw_type,
 )
-from pgfunnel.schema import case_collation
+from pgfunnel.schema import case_collation, require_vector_schema
 from pgfunnel.sources import (
     CHUNKING_MARK,
     CHUNKING_PREFIX,
@@ -286,7 +286,8 @@ def _rebuild_hnsw_advice(conn: psycopg.Connection[Any], vid: int, dims: int,
         return (f"the version records an unknown hnsw_type {hnsw_type!r}; "
                 "`pgfunnel reindex` builds a new version")
     m, efc = int(params.get("m", 16)), int(params.get("ef_construction", 64))
-    statement = hnsw_index_statement(vid, dims, hnsw_type, concurrently=True, m=m,
+    statement = hnsw_index_statement(vid, dims, hnsw_type, require_vector_schema(conn),
+                                     concurrently=True, m=m,
                                      ef_construction=efc).as_string(conn)
     memory = hnsw_build_memory_setting(conn, vid, dims, m, hnsw_type)
     setting = f"`set maintenance_work_mem = '{memory}'`, then " if memory else ""

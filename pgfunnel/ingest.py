@@ -214,15 +214,26 @@ def hnsw_build_memory_setting(conn: psycopg.Connection[Any], version_id: int,
     return f"{wanted // 1024}kB" if wanted > int(row[1]) else None
 
 
-def hnsw_key(hnsw_type: str, dimensions: int, value: sql.Composable) -> sql.Composed:
+def hnsw_key(hnsw_type: str, dimensions: int, value: sql.Composable,
+             vector_schema: str) -> sql.Composed:
     """The expression an HNSW graph of ``hnsw_type`` indexes, applied to ``value`` (the
-    embedding column, or a query vector). Half precision stops at 65,504, so halfvec
-    graphs hold unit vectors: cosine distance does not change, and no vector of any scale
-    overflows."""
+    embedding column, or a query vector), its function and type named in pgvector's
+    schema. Half precision stops at 65,504, so halfvec graphs hold unit vectors: cosine
+    distance does not change, and no vector of any scale overflows."""
     dim = sql.Literal(dimensions)
+    vs = sql.Identifier(vector_schema)
     if hnsw_type == HNSW_HALFVEC:
-        return sql.SQL("l2_normalize({value})::halfvec({dim})").format(value=value, dim=dim)
-    return sql.SQL("{value}::vector({dim})").format(value=value, dim=dim)
+        return sql.SQL("{vs}.l2_normalize({value})::{vs}.halfvec({dim})").format(
+            vs=vs, value=value, dim=dim)
+    return sql.SQL("{value}::{vs}.vector({dim})").format(vs=vs, value=value, dim=dim)
+
+
+def cosine_distance(vector_schema: str) -> sql.Composed:
+    """pgvector's cosine distance operator, named in its schema: a function whose path
+    held that schema would let anyone who may create objects there (often everyone, in
+    `public` before Postgres 15) shadow the operators it uses with their own code, run as
+    the searcher."""
+    return sql.SQL("operator({}.<=>)").format(sql.Identifier(vector_schema))
 
 
 def hnsw_type_of(conn: psycopg.Connection[Any], version_id: int) -> str:
@@ -263,10 +274,10 @@ _WALK_BRANCH = sql.SQL("""
         select array_agg(s.chunk_id order by s.dist, s.chunk_id),
                array_agg(1 - s.dist order by s.dist, s.chunk_id)
           into chunk_ids, scores
-          from (select e.chunk_id, e.embedding <=> query_embedding as dist
+          from (select e.chunk_id, e.embedding {distance} query_embedding as dist
                   from pgfunnel.embedding e
                  where e.index_version_id = {vid}
-                 order by {key_column} <=> {key_query}
+                 order by {key_column} {distance} {key_query}
                  limit n) s;""")
 
 # enable_sort = off: the walks' plans are generic (cached), and a generic plan reads
@@ -280,7 +291,7 @@ create or replace function pgfunnel._hnsw_walk(
     out chunk_ids bigint[], out scores double precision[], out cached boolean)
 language plpgsql stable
 security invoker
-set search_path = pg_catalog, pgfunnel, {vschema}
+set search_path = pg_catalog, pgfunnel
 set plan_cache_mode = force_generic_plan
 set jit = off
 set enable_sort = off
@@ -313,8 +324,10 @@ def refresh_hnsw_walks(conn: psycopg.Connection[Any]) -> bool:
             branches = [
                 _WALK_BRANCH.format(
                     keyword=sql.SQL("if" if i == 0 else "elsif"), vid=sql.Literal(int(vid)),
-                    key_column=hnsw_key(str(kind), int(dims), sql.SQL("e.embedding")),
-                    key_query=hnsw_key(str(kind), int(dims), sql.SQL("query_embedding")))
+                    distance=cosine_distance(vschema),
+                    key_column=hnsw_key(str(kind), int(dims), sql.SQL("e.embedding"), vschema),
+                    key_query=hnsw_key(str(kind), int(dims), sql.SQL("query_embedding"),
+                                       vschema))
                 for i, (vid, dims, kind) in enumerate(
                     r for r in rows if str(r[2]) in HNSW_TYPES)]
             body: sql.Composable = (
@@ -351,8 +364,8 @@ def create_hnsw_index(conn: psycopg.Connection[Any], version_id: int, dimensions
     refresh_hnsw_walks(conn)
 
 
-def hnsw_index_statement(version_id: int, dimensions: int, hnsw_type: str, *,
-                         concurrently: bool, m: int = 16,
+def hnsw_index_statement(version_id: int, dimensions: int, hnsw_type: str,
+                         vector_schema: str, *, concurrently: bool, m: int = 16,
                          ef_construction: int = 64) -> sql.Composed:
     """The CREATE INDEX of one version's partial HNSW index (``doctor`` shows it as the
     fix for a missing one, so both build the same index). ``hnsw_type`` must be one of
@@ -363,17 +376,21 @@ def hnsw_index_statement(version_id: int, dimensions: int, hnsw_type: str, *,
         "with (m = {m}, ef_construction = {efc}) where index_version_id = {vid}"
     ).format(conc=sql.SQL("concurrently") if concurrently else sql.SQL(""),
              name=sql.Identifier(hnsw_index_name(version_id)),
-             key=hnsw_key(hnsw_type, dimensions, sql.Identifier("embedding")),
-             ops=sql.SQL(f"{hnsw_type}_cosine_ops"),
+             key=hnsw_key(hnsw_type, dimensions, sql.Identifier("embedding"), vector_schema),
+             ops=sql.SQL("{}.{}").format(sql.Identifier(vector_schema),
+                                         sql.Identifier(f"{hnsw_type}_cosine_ops")),
              m=sql.Literal(m), efc=sql.Literal(ef_construction), vid=sql.Literal(version_id))
 
 
 def _build_hnsw_index(conn: psycopg.Connection[Any], version_id: int, dimensions: int, *,
                       concurrently: bool, m: int, ef_construction: int,
                       size_memory: bool) -> None:
+    from pgfunnel.schema import require_vector_schema
+
     name = hnsw_index_name(version_id)
     hnsw_type = hnsw_type_of(conn, version_id)
     statement = hnsw_index_statement(version_id, dimensions, hnsw_type,
+                                     require_vector_schema(conn),
                                      concurrently=concurrently, m=m,
                                      ef_construction=ef_construction)
     memory = (hnsw_build_memory_setting(conn, version_id, dimensions, m, hnsw_type)

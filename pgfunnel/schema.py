@@ -106,6 +106,14 @@ def vector_schema(conn: psycopg.Connection[Any]) -> str | None:
     return None if row is None else str(row[0])
 
 
+def require_vector_schema(conn: psycopg.Connection[Any]) -> str:
+    """The schema pgvector lives in; refused where the extension is missing."""
+    schema = vector_schema(conn)
+    if schema is None:
+        raise PgfunnelError("the vector extension is missing; run `pgfunnel init`")
+    return schema
+
+
 def ensure_extension(conn: psycopg.Connection[Any]) -> str:
     """Create pgvector if missing; return the schema it lives in."""
     schema = vector_schema(conn)

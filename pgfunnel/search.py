@@ -155,6 +155,10 @@ def check_principals(value: Any) -> tuple[str, ...]:
     if not all(isinstance(x, str) for x in items):
         # str() would turn b"alice" into "b'alice'", a principal no document names
         raise ConfigError("principals", f"must hold only strings, got {items!r}")
+    if any(x != x.strip() for x in items):
+        # nor ' alice ': ingest refuses such a reader, so it would match nothing
+        raise ConfigError("principals", "must not begin or end with whitespace, got "
+                          f"{items!r}")
     for item in items:
         check_sql_text("principals", item)
     return tuple(items)
@@ -661,7 +665,8 @@ class Funnel:
         which traced searches also run in SQL)."""
         try:
             with own_transaction(conn):
-                conn.execute("select pgfunnel._check_trace_writable()")
+                # the reader's settings come with the search: the read-only check alone
+                conn.execute("select pgfunnel._check_trace_writable(null, null)")
         except psycopg.Error as exc:
             raise translate(exc) from exc
 

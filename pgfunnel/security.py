@@ -55,6 +55,9 @@ WRITER_ONLY_FUNCTIONS = ("_bm25_add", "_remove_chunks", "_lexical_deleted",
                          "_indexed_update_refused")
 #: functions shipped without `set search_path` so Postgres inlines them (sql/020_bm25.sql,
 #: sql/030_legs.sql)
+#: the schemas a pgfunnel function's pinned search_path may name: pgvector's types,
+#: functions and operators are named in its schema instead (see _create_in_shared_schemas)
+PINNED_PATH_SCHEMAS = frozenset({"pg_catalog", "pgfunnel", "pg_temp"})
 UNPINNED_BY_DESIGN = ("pgfunnel._bm25_idf(bigint,bigint)",
                       "pgfunnel._document_visible(pgfunnel.document,text[],text,text,"
                       "timestamp with time zone,jsonb)")
@@ -565,6 +568,23 @@ def security_findings(conn: psycopg.Connection[Any],
         else:
             out.append(SecurityFinding("warning", "search_path",
                                        f"{sig} has no pinned search_path"))
+    # a pinned path that names any other schema lets whoever may create objects there
+    # shadow, with an exact match, an operator or function the body reaches by an
+    # implicit cast, and run as the searcher
+    for sig, path in conn.execute(
+            "select p.oid::regprocedure::text, substr(s, length('search_path=') + 1) "
+            "from pg_proc p, unnest(p.proconfig) s "
+            "where p.pronamespace = 'pgfunnel'::regnamespace and s like 'search_path=%%' "
+            "order by 1").fetchall():
+        others = [name for name in (part.strip().strip('"') for part in str(path).split(","))
+                  if name not in PINNED_PATH_SCHEMAS]
+        if others:
+            out.append(SecurityFinding(
+                "warning", "search_path",
+                f"{sig} pins search_path to {path}: {', '.join(others)} "
+                f"{'is' if len(others) == 1 else 'are'} not pgfunnel's own (run `pgfunnel "
+                "migrate` to reinstall the functions)"))
+    out.extend(_create_in_shared_schemas(conn, owner))
     for sig, name in conn.execute(
             "select p.oid::regprocedure::text, p.proname from pg_proc p "
             "where (p.pronamespace = 'pgfunnel'::regnamespace "
@@ -577,6 +597,40 @@ def security_findings(conn: psycopg.Connection[Any],
                                    f"{READER_ROLE}/{WRITER_ROLE} instead "
                                    "(re-run `pgfunnel migrate`)"))
     return out
+
+
+def _create_in_shared_schemas(conn: psycopg.Connection[Any],
+                              owner: str | None) -> list[SecurityFinding]:
+    """Roles other than superusers and the schemas' and tables' owners that may create
+    objects in public (which holds funnel_search) or in pgvector's schema. Such a role can
+    add a funnel_search, or an operator, that a caller's query resolves to before
+    pgfunnel's own (an untyped literal from psql matches a text argument better than a
+    vector one) and have its code run as whoever searches, superusers included."""
+    rows = conn.execute(
+        "select n.nspname, pg_catalog.quote_ident(n.nspname), coalesce(r.rolname, ''), "
+        "pg_catalog.quote_ident(r.rolname) from pg_namespace n "
+        "cross join lateral pg_catalog.aclexplode(coalesce(n.nspacl, "
+        "  pg_catalog.acldefault('n', n.nspowner))) a "
+        "left join pg_roles r on r.oid = a.grantee "
+        "where (n.nspname = 'public' or n.oid = (select e.extnamespace from pg_extension e "
+        "       where e.extname = 'vector')) "
+        "and a.privilege_type = 'CREATE' and a.grantee <> n.nspowner "
+        "and (r.oid is null or not (r.rolsuper or r.rolname like 'pg\\_%%' "
+        "     or r.rolname = %s)) "
+        "order by 1, 2", (owner or "",)).fetchall()
+    found: list[SecurityFinding] = []
+    for nspname, quoted_schema, role, quoted_role in rows:
+        who = "every role (PUBLIC)" if role == "" else f"role {role!r}"
+        grantee = quoted_role or "public"
+        found.append(SecurityFinding(
+            "warning", "schema_create",
+            f"{who} may create objects in schema {quoted_schema}, which holds "
+            f"{'funnel_search' if nspname == 'public' else 'pgvector'}: it can add a "
+            "function or operator that searches resolve to and run its own code as whoever "
+            f"searches; unless it is as trusted as the owner, `revoke create on schema "
+            f"{quoted_schema} from {grantee}` (Postgres 15 and later no longer grant it to "
+            "PUBLIC)"))
+    return found
 
 
 __all__ = ["SecurityFinding", "enable_rls", "disable_rls", "ensure_roles", "grant_privileges",

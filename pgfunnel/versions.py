@@ -63,6 +63,7 @@ from pgfunnel.ingest import (
     TermAnalyzer,
     active_version,
     collection_id,
+    cosine_distance,
     create_hnsw_index,
     create_posting_index,
     create_version,
@@ -81,7 +82,7 @@ from pgfunnel.ingest import (
     watch_index_build,
     write_chunk_index,
 )
-from pgfunnel.schema import require_current_schema
+from pgfunnel.schema import require_current_schema, require_vector_schema
 from pgfunnel.sources import (
     DEFAULT_EMBED_INPUT,
     DEFAULT_LEXICAL_INPUT,
@@ -562,15 +563,18 @@ def _recall(conn: psycopg.Connection[Any], version_id: int, dims: int, sample: i
         "order by hashint8(chunk_id), chunk_id limit %s", (version_id, sample)).fetchall()
     # ranked by the graph's own type, scored on the stored vectors as the dense leg does
     hnsw_type = hnsw_type_of(conn, version_id)
+    vschema = require_vector_schema(conn)
+    distance = cosine_distance(vschema)
     ann = sql.SQL(
-        "select embedding <=> %(q)s from pgfunnel.embedding where index_version_id = {v} "
-        "order by {key} <=> {query} limit {k}"
-    ).format(v=sql.Literal(version_id), k=sql.Literal(k),
-             key=hnsw_key(hnsw_type, dims, sql.Identifier("embedding")),
-             query=hnsw_key(hnsw_type, dims, sql.Placeholder("q")))
+        "select embedding {d} %(q)s from pgfunnel.embedding where index_version_id = {v} "
+        "order by {key} {d} {query} limit {k}"
+    ).format(v=sql.Literal(version_id), k=sql.Literal(k), d=distance,
+             key=hnsw_key(hnsw_type, dims, sql.Identifier("embedding"), vschema),
+             query=hnsw_key(hnsw_type, dims, sql.Placeholder("q"), vschema))
     exact = sql.SQL(
-        "select embedding <=> %(q)s from pgfunnel.embedding where index_version_id = {v} "
-        "order by 1 limit {k}").format(v=sql.Literal(version_id), k=sql.Literal(k))
+        "select embedding {d} %(q)s from pgfunnel.embedding where index_version_id = {v} "
+        "order by 1 limit {k}").format(v=sql.Literal(version_id), k=sql.Literal(k),
+                                        d=distance)
     total = 0.0
     with conn.transaction(force_rollback=True):
         conn.execute("select set_config('hnsw.ef_search', %s, true), "

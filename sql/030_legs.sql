@@ -534,7 +534,7 @@ create or replace function pgfunnel._hnsw_walk_planned(
     out chunk_ids bigint[], out scores double precision[])
 language plpgsql stable
 security invoker
-set search_path = pg_catalog, pgfunnel, @vector_schema@
+set search_path = pg_catalog, pgfunnel
 set plan_cache_mode = force_generic_plan
 set jit = off
 set enable_sort = off
@@ -543,8 +543,9 @@ declare
     hnsw_key text;
 begin
     select case coalesce(v.params ->> 'hnsw_type', 'vector')
-               when 'halfvec' then 'l2_normalize(%1$s)::halfvec(' || v.dimensions || ')'
-               when 'vector' then '%1$s::vector(' || v.dimensions || ')'
+               when 'halfvec' then '@vector_schema@.l2_normalize(%1$s)::@vector_schema@.halfvec('
+                                   || v.dimensions || ')'
+               when 'vector' then '%1$s::@vector_schema@.vector(' || v.dimensions || ')'
            end
       into hnsw_key
       from pgfunnel.index_version v where v.id = _hnsw_walk_planned.version_id;
@@ -554,10 +555,10 @@ begin
     execute format($q$
         select array_agg(s.chunk_id order by s.dist, s.chunk_id),
                array_agg(1 - s.dist order by s.dist, s.chunk_id)
-          from (select e.chunk_id, e.embedding <=> $1 as dist
+          from (select e.chunk_id, e.embedding operator(@vector_schema@.<=>) $1 as dist
                   from pgfunnel.embedding e
                  where e.index_version_id = %s
-                 order by %s <=> %s
+                 order by %s operator(@vector_schema@.<=>) %s
                  limit $2) s
         $q$, version_id, format(hnsw_key, 'e.embedding'), format(hnsw_key, '$1'))
        into chunk_ids, scores using query_embedding, n;
@@ -577,7 +578,7 @@ create or replace function pgfunnel._hnsw_walk(
     out chunk_ids bigint[], out scores double precision[], out cached boolean)
 language plpgsql stable
 security invoker
-set search_path = pg_catalog, pgfunnel, @vector_schema@
+set search_path = pg_catalog, pgfunnel
 set plan_cache_mode = force_generic_plan
 set jit = off
 set enable_sort = off
@@ -616,7 +617,7 @@ create or replace function pgfunnel._dense_hits(
     out chunk_ids bigint[], out scores double precision[])
 language plpgsql stable
 security invoker
-set search_path = pg_catalog, pgfunnel, @vector_schema@
+set search_path = pg_catalog, pgfunnel
 set plan_cache_mode = force_generic_plan
 set jit = off
 as $$
@@ -750,7 +751,7 @@ create or replace function pgfunnel._dense_leg(
 returns table (chunk_id bigint, score double precision, rank integer)
 language sql stable
 security invoker
-set search_path = pg_catalog, pgfunnel, @vector_schema@
+set search_path = pg_catalog, pgfunnel
 as $$
     select u.id, u.sc, u.ord::integer
       from pgfunnel._dense_hits(version_id, query_embedding, depth, ef_search,

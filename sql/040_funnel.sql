@@ -41,6 +41,11 @@ begin
         perform pgfunnel._bad_parameter('principals',
             format('must not contain an empty string, got %s', principals));
     end if;
+    if exists (select 1 from unnest(principals) as u(p) where u.p ~ '^\s|\s$') then
+        -- nor one that begins or ends with whitespace, which ingest refuses as a reader
+        perform pgfunnel._bad_parameter('principals',
+            format('must not begin or end with whitespace, got %s', principals));
+    end if;
     if metadata_filter is not null and jsonb_typeof(metadata_filter) <> 'object' then
         -- a document's metadata is an object, which never contains an array, a scalar or
         -- JSON null: such a filter would silently hide everything
@@ -142,16 +147,23 @@ begin
 end
 $$;
 
--- a trace writes search_log and search_trace: in a read-only transaction (a hot standby,
--- default_transaction_read_only, set transaction read only) a traced search is refused
--- before it runs, with the reason, instead of "cannot execute INSERT in a read-only
--- transaction" once the search is done. SQLSTATE 25006, the error Postgres gives there.
-create or replace function pgfunnel._check_trace_writable()
+-- whether a traced search can write its trace, checked before it runs. In a read-only
+-- transaction (a hot standby, default_transaction_read_only, set transaction read only)
+-- it cannot: SQLSTATE 25006, the error Postgres gives there, instead of "cannot execute
+-- INSERT in a read-only transaction" once the search is done. Under row-level security
+-- a trace is written only as the reader in the settings (exactly those principals and
+-- that tenant: another reader must not find rows in it that it could not have seen), so
+-- a traced search that narrows them is refused as such (42501), instead of "new row
+-- violates row-level security policy for table search_log".
+drop function if exists pgfunnel._check_trace_writable();
+create or replace function pgfunnel._check_trace_writable(principals text[], tenant text)
 returns void
 language plpgsql stable
 security invoker
 set search_path = pg_catalog, pgfunnel
 as $$
+declare
+    reader text[];
 begin
     if current_setting('transaction_read_only')::boolean then
         raise exception using errcode = '25006',
@@ -159,6 +171,29 @@ begin
                       'transaction is read-only (a hot standby, default_transaction_read_only '
                       '= on, or set transaction read only); search with tracing off here, '
                       'or trace on the primary';
+    end if;
+    -- (principals NULL: the read-only check alone, for a caller that sets the settings
+    -- itself afterwards; a member of pgfunnel_writer may write any trace)
+    if principals is not null and row_security_active('pgfunnel.search_log'::regclass)
+       and not exists (select 1 from pg_catalog.pg_roles r
+                        where r.rolname = 'pgfunnel_writer'
+                          and pg_catalog.pg_has_role(r.oid, 'USAGE')) then
+        reader := pgfunnel._rls_principals();
+        if reader is null or not (principals operator(pg_catalog.<@) reader
+                                  and principals operator(pg_catalog.@>) reader)
+           or _check_trace_writable.tenant is distinct from pgfunnel._rls_tenant() then
+            raise exception using errcode = '42501',
+                message = format('trace: under row-level security a trace is written as the '
+                                 'reader in the settings, pgfunnel.principals %s and '
+                                 'pgfunnel.tenant %s, and this search was asked for '
+                                 'principals %s and tenant %s; trace with exactly the '
+                                 'settings'' reader (set the settings to the narrower one), '
+                                 'or search untraced',
+                                 coalesce(to_jsonb(reader)::text, 'unset'),
+                                 coalesce(quote_literal(pgfunnel._rls_tenant()), 'unset'),
+                                 to_jsonb(principals)::text,
+                                 coalesce(quote_literal(_check_trace_writable.tenant), 'none'));
+        end if;
     end if;
 end
 $$;
@@ -242,7 +277,7 @@ create or replace function pgfunnel._pool(
     out pool_size integer, out weights_used double precision[])
 language plpgsql stable
 security invoker
-set search_path = pg_catalog, pgfunnel, @vector_schema@
+set search_path = pg_catalog, pgfunnel
 -- a custom plan would be re-made on every search (see 030_legs.sql)
 set plan_cache_mode = force_generic_plan
 set jit = off
@@ -679,7 +714,7 @@ returns table (
 -- parsed and planned again at every call, while plpgsql keeps its plan per session
 language plpgsql stable
 security invoker
-set search_path = pg_catalog, pgfunnel, @vector_schema@
+set search_path = pg_catalog, pgfunnel
 set plan_cache_mode = force_generic_plan
 set jit = off
 as $$
@@ -778,6 +813,22 @@ begin
         perform pgfunnel._bad_parameter('log_notes',
             format('must be a JSON object, got %s', jsonb_typeof(log_notes)));
     end if;
+    -- a NULL array beside a pool of rows is a missing argument, not a length mismatch
+    if n > 0 and num_nulls(fused_ranks, fused_scores, lexical_ranks, lexical_scores,
+                           dense_ranks, dense_scores) > 0 then
+        perform pgfunnel._bad_parameter(
+            case when fused_ranks is null then 'fused_ranks'
+                 when fused_scores is null then 'fused_scores'
+                 when lexical_ranks is null then 'lexical_ranks'
+                 when lexical_scores is null then 'lexical_scores'
+                 when dense_ranks is null then 'dense_ranks'
+                 else 'dense_scores' end,
+            'must not be NULL; pass an array of NULLs for a leg that did not rank a chunk');
+    end if;
+    if config is not null and jsonb_typeof(config) <> 'object' then
+        perform pgfunnel._bad_parameter('config',
+            format('must be a JSON object, got %s', jsonb_typeof(config)));
+    end if;
     if coalesce(cardinality(fused_ranks), 0) <> n or coalesce(cardinality(fused_scores), 0) <> n
        or coalesce(cardinality(lexical_ranks), 0) <> n or coalesce(cardinality(lexical_scores), 0) <> n
        or coalesce(cardinality(dense_ranks), 0) <> n or coalesce(cardinality(dense_scores), 0) <> n
@@ -848,7 +899,7 @@ begin
         return;
     end if;
 
-    perform pgfunnel._check_trace_writable();
+    perform pgfunnel._check_trace_writable(principals, final.tenant);
     if final.index_version_id is not null then
         -- the version the caller read the pool from: a switch that committed while a
         -- reranker ran must not relabel the trace
@@ -949,7 +1000,7 @@ returns table (
     final_rank integer, search_id bigint, section_path text)
 language plpgsql volatile
 security invoker
-set search_path = pg_catalog, pgfunnel, @vector_schema@
+set search_path = pg_catalog, pgfunnel
 set plan_cache_mode = force_generic_plan
 set jit = off
 as $$
@@ -998,7 +1049,7 @@ begin
         return;
     end if;
     -- refused before the search runs, not by final()'s insert after it
-    perform pgfunnel._check_trace_writable();
+    perform pgfunnel._check_trace_writable(principals, funnel_search.tenant);
     -- one statement: the pool and the cap read the same snapshot
     return query
     select f.*

@@ -39,7 +39,7 @@ returns table (
     final_rank integer, citekey text, reason text)
 language plpgsql volatile
 security invoker
-set search_path = pg_catalog, pgfunnel, @vector_schema@
+set search_path = pg_catalog, pgfunnel
 -- it reruns the search (see 030_legs.sql on jit)
 set jit = off
 as $$
@@ -171,7 +171,7 @@ begin
         lexical_exact_score := coalesce(lexical_exact_score, 0);
     end if;
     if query_embedding is not null then
-        select 1 - (e.embedding <=> query_embedding) into dense_exact_score
+        select 1 - (e.embedding operator(@vector_schema@.<=>) query_embedding) into dense_exact_score
           from pgfunnel.embedding e
          where e.index_version_id = ver.version_id and e.chunk_id = explain.chunk_id;
     end if;

@@ -305,8 +305,10 @@ def test_missing_rls_setting_gives_zero_rows(app_conn: psycopg.Connection[Any]) 
         else:  # '[]': public only
             assert n_docs[0] == 30 and n_docs[1] == 0
     # malformed settings are an error, never all rows
-    for bad in ("null", "{alice}", "alice", '{"a": 1}', "[1, 2]"):
-        with pytest.raises(psycopg.errors.InvalidParameterValue), conn.transaction():
+    for bad in ("null", "{alice}", "alice", '{"a": 1}', "[1, 2]", '[""]', '["alice", ""]'):
+        with pytest.raises(psycopg.errors.InvalidParameterValue,
+                           match="pgfunnel.principals: must be a JSON array of non-empty "
+                                 "strings"), conn.transaction():
             conn.execute("select set_config('pgfunnel.principals', %s, true)", (bad,))
             conn.execute("select count(*) from pgfunnel.document")
     # a session-level setting is ignored once the transaction that set it locally ends
@@ -920,3 +922,120 @@ def test_eval_as_a_reader_is_refused_storing_judgments_before_it_searches(
     assert plain.exit_code == 0, said
     assert ("1 of 1 judged items are not in collection 'default', or are hidden from the "
             "searches' reader (no principals: public documents only)") in said, said
+
+
+def test_an_operator_shadowed_in_public_never_runs_inside_a_search(plain_db: str) -> None:
+    # pgvector lives in public, where (before Postgres 15, or by grant) other roles may
+    # create objects. An exact-match operator there beats pg_catalog's integer-minus-float
+    # reached by a cast, for any function whose pinned path held public: the dense leg
+    # computed `1 - distance` so, and ran the shadow as the searcher.
+    with connect(plain_db, autocommit=True) as conn:
+        conn.execute("create function public.shadow_minus(a integer, b double precision) "
+                     "returns double precision language plpgsql as "
+                     "$$begin raise exception 'shadow operator ran as %', current_user; end$$")
+        conn.execute("create operator public.- (leftarg = integer, rightarg = double precision, "
+                     "function = public.shadow_minus)")
+        with pytest.raises(psycopg.errors.RaiseException, match="shadow operator ran"):
+            conn.execute("select 1 - 0.5::float8").fetchone()  # control: it does shadow
+        vid = conn.execute("select id from pgfunnel.index_version "
+                           "where state = 'active'").fetchone()
+        chunk = conn.execute("select min(id) from pgfunnel.chunk").fetchone()
+        assert vid is not None and chunk is not None
+        # the cached walk (alice's search sees every chunk) ...
+        rows = conn.execute("select citekey, dense_rank from funnel_search(%s, %s, k => 5, "
+                            "principals => '{alice}')", (QUERY, QVEC)).fetchall()
+        assert rows[0] == ("secret", 1)
+        pool = conn.execute("select count(*) from pgfunnel.candidates(%s, %s, k => 5) "
+                            "where dense_rank is not null", (QUERY, QVEC)).fetchone()
+        assert pool is not None and pool[0] > 0
+        # ... the walk planned per search ...
+        planned = conn.execute("select scores from pgfunnel._hnsw_walk_planned(%s, %s, 5)",
+                               (vid[0], QVEC)).fetchone()
+        assert planned is not None and len(planned[0]) == 5
+        # ... the exact scan of the few chunks a reader sees (30 of 31, under the bound
+        # sqrt(2 x depth x chunks)), and explain's exact score
+        bob = conn.execute("select citekey, dense_score from funnel_search(%s, %s, k => 5, "
+                           "principals => '{bob}')", (QUERY, QVEC)).fetchall()
+        assert len(bob) == 5 and "secret" not in {r[0] for r in bob}
+        assert all(r[1] is not None for r in bob)
+        explained = conn.execute("select * from pgfunnel.explain(%s, %s, chunk_id => %s)",
+                                 (QUERY, QVEC, chunk[0])).fetchall()
+        assert explained
+
+
+def test_every_pinned_search_path_names_only_pgfunnel_and_pg_catalog(plain_db: str) -> None:
+    from pgfunnel.security import PINNED_PATH_SCHEMAS, security_findings
+
+    with connect(plain_db, autocommit=True) as conn:
+        paths = conn.execute(
+            "select p.oid::regprocedure::text, s from pg_proc p, unnest(p.proconfig) s "
+            "where p.pronamespace = 'pgfunnel'::regnamespace "
+            "and s like 'search_path=%%'").fetchall()
+        assert len(paths) > 40
+        for sig, setting in paths:
+            names = {n.strip().strip('"') for n in setting.split("=", 1)[1].split(",")}
+            assert names <= PINNED_PATH_SCHEMAS, (sig, setting)
+        assert not [f for f in security_findings(conn) if f.check == "search_path"
+                    and f.level == "warning"]
+        # one that names public is reported
+        conn.execute("alter function pgfunnel._dense_leg set search_path = pg_catalog, "
+                     "pgfunnel, public")
+        [finding] = [f for f in security_findings(conn) if f.check == "search_path"
+                     and f.level == "warning"]
+        assert "_dense_leg" in finding.message and "public is not pgfunnel's own" in \
+            finding.message
+
+
+def test_doctor_names_roles_that_may_create_where_funnel_search_lives(plain_db: str) -> None:
+    from pgfunnel.security import security_findings
+
+    with connect(plain_db, autocommit=True) as conn:
+        conn.execute("revoke create on schema public from public")
+        assert [f for f in security_findings(conn) if f.check == "schema_create"] == []
+        conn.execute("create role pgf_schema_creator nologin")
+        try:
+            conn.execute("grant create on schema public to pgf_schema_creator")
+            [finding] = [f for f in security_findings(conn) if f.check == "schema_create"]
+            assert finding.level == "warning"
+            assert "role 'pgf_schema_creator' may create objects in schema public" in \
+                finding.message
+            assert "revoke create on schema public from pgf_schema_creator" in finding.message
+            conn.execute("revoke create on schema public from pgf_schema_creator")
+            conn.execute("grant create on schema public to public")
+            [finding] = [f for f in security_findings(conn) if f.check == "schema_create"]
+            assert finding.message.startswith("every role (PUBLIC) may create objects")
+            assert "from public`" in finding.message
+        finally:
+            conn.execute("revoke all on schema public from pgf_schema_creator")
+            conn.execute("drop role pgf_schema_creator")
+
+
+def test_a_traced_search_that_narrows_the_rls_reader_is_refused_before_it_runs(
+        app_dsn: str) -> None:
+    with connect(app_dsn, autocommit=True) as conn:
+        def traced(setting: list[str], principals: str, tenant: str | None = None) -> Any:
+            with conn.transaction():
+                conn.execute("select set_config('pgfunnel.principals', %s, true)",
+                             (json.dumps(setting),))
+                return conn.execute("select citekey, search_id from funnel_search(%s, %s, "
+                                    "k => 3, principals => %s, tenant => %s, trace => true)",
+                                    (QUERY, QVEC, principals, tenant)).fetchall()
+
+        # control: the settings' own reader is traced
+        rows = traced(["alice", "staff"], "{staff,alice}")
+        assert rows and rows[0][0] == "secret" and rows[0][1] is not None
+        for setting, principals, tenant in ((["alice", "staff"], "{alice}", None),
+                                            ([], "{alice}", None),
+                                            (["alice"], "{alice}", "acme")):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege) as refused:
+                traced(setting, principals, tenant)
+            message = str(refused.value)
+            assert message.startswith("trace: under row-level security a trace is written "
+                                      "as the reader in the settings"), message
+            assert "search untraced" in message and "row-level security policy" not in message
+        # untraced, narrowing is a plain search under the intersection
+        with conn.transaction():
+            conn.execute("select set_config('pgfunnel.principals', '[\"alice\", \"staff\"]', "
+                         "true)")
+            assert conn.execute("select citekey from funnel_search(%s, %s, k => 3, "
+                                "principals => '{staff}')", (QUERY, QVEC)).fetchall()

@@ -143,6 +143,17 @@ def test_final_keeps_log_notes_outside_the_config(conn: psycopg.Connection[Any],
     with pytest.raises(psycopg.errors.InvalidParameterValue) as exc:
         conn.execute(call, (*pool, "[1]"))
     assert exc.value.diag.message_primary == "log_notes: must be a JSON object, got array"
+    # the configuration a trace logs is an object too, as the search's own is
+    bad_config = call.replace("""config => '{\"fusion\": \"rrf\"}'""", "config => '[1]'")
+    assert bad_config != call
+    with pytest.raises(psycopg.errors.InvalidParameterValue) as exc:
+        conn.execute(bad_config, (*pool, None))
+    assert exc.value.diag.message_primary == "config: must be a JSON object, got array"
+    # a NULL array beside ids is named as missing, not as a length mismatch
+    with pytest.raises(psycopg.errors.InvalidParameterValue) as exc:
+        conn.execute("select * from pgfunnel.final(%s::bigint[], %s, %s, null, null, %s, %s, "
+                     "collection => 't')", (ids, [1, 2], [1.0, 0.5], [1, 2], [1.0, 0.5]))
+    assert exc.value.diag.message_primary.startswith("lexical_ranks: must not be NULL")
 
 
 def test_one_leg_searches(conn: psycopg.Connection[Any], corpus: Any) -> None:
