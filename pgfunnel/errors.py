@@ -336,7 +336,9 @@ def translate(exc: BaseException, *, searching: bool = True) -> PgfunnelError:
         return err
     sqlstate: str | None = getattr(exc, "sqlstate", None)
     diag: Any = getattr(exc, "diag", None)
-    primary = getattr(diag, "message_primary", None) or str(exc).splitlines()[0]
+    # (an exception with an empty message, TimeoutError() say, is named by its class)
+    primary = (getattr(diag, "message_primary", None)
+               or next(iter(str(exc).splitlines()), "") or type(exc).__name__)
     if not searching and sqlstate == "57014":
         hint = (": it ran past statement_timeout (this session's, role's or database's "
                 "setting, meant for queries); lift it for this job, e.g. "

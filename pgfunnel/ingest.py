@@ -1028,7 +1028,8 @@ class Ingester:
     """Writes documents into one collection's active index version."""
 
     def __init__(self, conn: psycopg.Connection[Any], collection: str = DEFAULT_COLLECTION, *,
-                 embedder: Embedder | None = None, chunk_words: int = DEFAULT_CHUNK_WORDS,
+                 embedder: Embedder | str | None = None,
+                 chunk_words: int = DEFAULT_CHUNK_WORDS,
                  private: bool = False, batch_documents: int = 2000,
                  batch_chunks: int = 2000, progress: ProgressFn | None = None,
                  prepare_ahead: bool = True, embed_input: str = DEFAULT_EMBED_INPUT,
@@ -1078,6 +1079,14 @@ class Ingester:
         self.prepare_ahead = prepare_ahead
         self.progress = progress
         self.private = private
+        if isinstance(embedder, str):
+            # a model id or local path, as a Funnel takes one (loaded now: a missing model
+            # is a ModelLoadError before anything is read or written)
+            embedder = Embedder(embedder)
+        elif embedder is not None and not hasattr(embedder, "dimensions"):
+            raise ConfigError("embedder", "must be an Embedder, a model id or local path, or "
+                              "None (the collection's own model), got "
+                              f"{type(embedder).__name__} {embedder!r}"[:300])
         self._embedder = embedder
         self.stats = IngestStats()
         self._embed_queued = 0

@@ -432,6 +432,11 @@ def _check_source(source: Any) -> Any:
     if (source is None or isinstance(source, (str, psycopg.Connection))
             or hasattr(source, "render_as_string")):
         return source
+    if isinstance(source, type):
+        # psycopg.Connection itself has a `connection` attribute, as pools do
+        raise ConfigError("source", f"got the class {source.__module__}.{source.__qualname__}"
+                          ", not an instance: give a DSN, an open psycopg Connection or a "
+                          "psycopg_pool.ConnectionPool")
     kind = f"{type(source).__module__}.{type(source).__qualname__}"
     from psycopg_pool import AsyncConnectionPool
 
@@ -795,8 +800,8 @@ class Funnel:
         if query is None and query_embedding is None:
             # as funnel_search(NULL, NULL) is; with an embedder too, which has no text to
             # embed (an empty string is a query, and answers empty with a warning)
-            raise InvalidInputError("query_text: give query text or a query embedding "
-                                    "(both are None)")
+            raise ConfigError("query_text", "give query text or a query embedding "
+                                            "(both are None)")
         timings: dict[str, float] = {}
         notices: list[str] = []
         with nullcontext(plan_conn) if plan_conn is not None else self.connection() as conn:

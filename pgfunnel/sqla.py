@@ -153,12 +153,17 @@ def funnel_search_tvf(query_text: Any, query_embedding: Any = None, *,
 
     ``query_embedding`` is a sequence/ndarray of floats (bound as pgvector ``Vector``),
     a SQL expression, or None (text only). ``params`` are funnel_search's named
-    parameters (``k``, ``principals``, ``collection``, ``metadata_filter``, ...);
+    parameters (``k``, ``principals``, ``collection``, ``metadata_filter``, ...), a
+    None among them left to its SQL default;
     ``principals`` is required because NULL/absent identity must never mean "everyone"
     (pass ``[]`` for public documents only). ``name`` is the alias in the FROM clause.
     With ``trace=True`` the trace rows are written in the caller's transaction: a
     Session must commit to keep them (``with Session(engine)`` otherwise rolls back).
     """
+    # None leaves a parameter to its SQL default, as Funnel.search takes it (sending NULL
+    # refused k, fusion, trace and the rest); principals=None is refused below
+    params = {key: value for key, value in params.items()
+              if value is not None or key == "principals"}
     unknown = sorted(set(params) - set(FUNNEL_SEARCH_PARAMETERS))
     if unknown:
         raise ConfigError(unknown[0], "unknown funnel_search parameter (known: "
@@ -185,9 +190,6 @@ def funnel_search_tvf(query_text: Any, query_embedding: Any = None, *,
             emb = cast(literal(values, Vector(len(values))), Vector(len(values)))
         args.append(named_arg("query_embedding", emb))
     for key, value in params.items():
-        if key == "as_of" and value is None:
-            # "now", as in Funnel.search: left to the SQL default, which refuses NULL
-            continue
         if key in plain:
             value = getattr(checked, key)
             if isinstance(value, tuple):
@@ -229,10 +231,22 @@ def async_engine_from_dsn(dsn: Any = None, **engine_kwargs: Any) -> AsyncEngine:
 
     async def creator() -> psycopg.AsyncConnection[Any]:
         try:
-            return await psycopg.AsyncConnection.connect(target, connect_timeout=10)
+            conn = await psycopg.AsyncConnection.connect(target, connect_timeout=10)
         except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
             # as engine_from_dsn's: a pgfunnel error, the password redacted
             raise connect_error(target, exc) from exc
+        # pgvector's adapters, as db.connect registers them on the sync engine's: a numpy
+        # vector bound in a hand-written text() query could not be adapted without them
+        from pgvector.psycopg import register_vector_async
+
+        try:
+            await register_vector_async(conn)
+        except psycopg.ProgrammingError:
+            pass  # no vector extension yet (before `pgfunnel init`)
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
 
     engine_kwargs.setdefault("pool_pre_ping", True)
     return create_async_engine("postgresql+psycopg://", async_creator=creator, **engine_kwargs)

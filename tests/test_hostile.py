@@ -18,6 +18,7 @@ from pgfunnel.errors import (
     InvalidVectorError,
     PgfunnelError,
     SearchTimeoutError,
+    translate,
 )
 from pgfunnel.search import Funnel
 
@@ -122,12 +123,18 @@ def test_hostile_vectors_rejected_before_sql(corpus_db: str, vec: Any) -> None:
 def test_none_vector_where_required(corpus_db: str) -> None:
     dead = connect(corpus_db, autocommit=True)
     dead.close()
-    with pytest.raises(InvalidInputError, match="query_text"):
+    with pytest.raises(ConfigError, match="^query_text: ") as refused:
         Funnel(dead, embedder=None).search(None, query_embedding=None)
+    assert refused.value.parameter == "query_text"
     # with an embedder too, as SQL refuses funnel_search(NULL, NULL): there is no text
     # to embed (it answered empty, with the warning an empty string gets)
-    with pytest.raises(InvalidInputError, match="both are None"):
+    with pytest.raises(ConfigError, match="both are None"):
         Funnel(dead, embedder="auto").search(None)
+    # the same class as SQL's own refusal, translated
+    with connect(corpus_db, autocommit=True) as conn, pytest.raises(psycopg.Error) as raw:
+        conn.execute("select * from funnel_search(null, null)")
+    assert type(translate(raw.value)) is ConfigError
+    assert translate(raw.value).parameter == "query_text"  # type: ignore[attr-defined]
     from pgfunnel.ingest import Ingester
     from pgfunnel.sources import DocumentRecord
 
@@ -230,3 +237,31 @@ def test_explain_targets_that_are_not_ascii_digits_or_past_bigint(
     assert res.exit_code == 0, res.output
     assert f"{shown} does not exist" in " ".join(res.output.split()), res.output
     assert "-1" not in res.output, res.output
+
+
+@pytest.mark.parametrize("exc", [TimeoutError(), RuntimeError(""), psycopg.OperationalError(),
+                                 psycopg.DataError()])
+def test_translate_names_an_error_with_no_message_by_its_class(exc: BaseException) -> None:
+    # an application wrapping every handler in `raise translate(e)` got an IndexError
+    err = translate(exc)
+    assert isinstance(err, PgfunnelError)
+    assert type(exc).__name__ in str(err)
+
+
+def test_principals_that_no_document_can_name_are_refused_in_python_and_sql(
+        corpus_db: str) -> None:
+    with connect(corpus_db, autocommit=True) as conn:
+        f = Funnel(conn, embedder=None)
+        for bad in ([" alice"], ["alice", "bob\n"], ["\talice"]):
+            with pytest.raises(ConfigError, match="^principals: must not begin or end with "
+                                                  "whitespace"):
+                f.search("refund", principals=bad)
+            with pytest.raises(psycopg.errors.InvalidParameterValue,
+                               match="principals: must not begin or end with whitespace"):
+                conn.execute("select * from funnel_search('refund', principals => %s)", (bad,))
+        assert f.search("refund", principals=["alice bob"]).results  # inner space: a name
+
+
+def test_a_funnel_given_a_class_instead_of_a_connection_says_so() -> None:
+    with pytest.raises(ConfigError, match="^source: got the class psycopg.Connection"):
+        Funnel(psycopg.Connection, embedder=None)

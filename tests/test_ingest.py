@@ -1536,6 +1536,22 @@ def test_ingest_on_a_connection_pgfunnel_did_not_open(db: str, embedder: Any) ->
         assert stats.chunks_given == 1
 
 
+def test_an_ingester_takes_a_model_name_as_a_funnel_does_and_refuses_other_things(
+        db: str) -> None:
+    from pgfunnel.errors import ModelLoadError
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        # a str had no .embed: an AttributeError from deep inside the first batch
+        ing = Ingester(conn, "named", embedder="all-MiniLM-L6-v2")
+        stats = ing.ingest([DocumentRecord(citekey="a", text="refund policy, annual plan")])
+        assert stats.chunks_embedded == 1 and ing.embedder.dimensions == 384
+        with pytest.raises(ModelLoadError, match="no such directory"):
+            Ingester(conn, "named", embedder="/nonexistent/model-dir")
+        with pytest.raises(ConfigError, match="^embedder: must be an Embedder"):
+            Ingester(conn, "named", embedder=42)  # type: ignore[arg-type]
+        assert conn.execute("select count(*) from pgfunnel.document").fetchone() == (1,)
+
+
 def test_reingest_keeps_access_set_in_the_database_that_the_source_does_not_give(
         conn: psycopg.Connection[Any]) -> None:
     # A restriction set in SQL (docs invite it: files carry no readers) survived while the

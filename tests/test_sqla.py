@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Column, MetaData, Table, Text, insert, select
+from sqlalchemy import text as sa_text
 from sqlalchemy.orm import Session
 
-from pgfunnel.errors import ConfigError
+from pgfunnel.errors import ConfigError, MissingIdentityError
 from pgfunnel.models import Chunk, Document
 from pgfunnel.search import Funnel
 from pgfunnel.sqla import engine_from_dsn, funnel_search_tvf, identity_statement
@@ -104,7 +105,9 @@ def test_named_args_only_for_what_was_passed() -> None:
     fs = funnel_search_tvf("x", [0.1, 0.2, 0.3], k=3, principals=["a"], metadata_filter=None)
     sql = str(select(fs).compile(dialect=postgresql.dialect()))
     assert "query_text =>" in sql and "k =>" in sql and "principals =>" in sql
-    assert "VECTOR(3)" in sql and "CAST(NULL AS JSONB)" in sql
+    assert "VECTOR(3)" in sql
+    # None is left out, to the SQL default (metadata_filter's is NULL too)
+    assert "metadata_filter =>" not in sql and "NULL" not in sql
     assert "fusion =>" not in sql and "overfetch =>" not in sql
 
 
@@ -236,6 +239,46 @@ def test_the_tvf_runs_on_an_async_engine(sample_db: str, embedder: Any) -> None:
         expected = list(session.execute(stmt).all())
     engine.dispose()
     assert asyncio.run(search()) == expected and len(expected) == 5
+
+    # a hand-written text() query binds a numpy vector on the async engine as on the sync
+    # one (its connections had no pgvector adapters: "cannot adapt type 'ndarray'")
+    raw = sa_text("select chunk_id, final_rank from pgfunnel.funnel_search(:q, :e, k => 5, "
+                  "principals => :p) order by final_rank")
+    values = {"q": "refund on an annual plan", "e": vector, "p": ["alice"]}
+
+    async def raw_search() -> list[Any]:
+        engine = async_engine_from_dsn(sample_db)
+        try:
+            async with AsyncSession(engine) as session:
+                await session.execute(identity_statement(["alice"]))
+                return list((await session.execute(raw, values)).all())
+        finally:
+            await engine.dispose()
+
+    assert asyncio.run(raw_search()) == expected
+
+
+def test_none_leaves_a_tvf_parameter_to_its_sql_default(sample_db: str) -> None:
+    engine = engine_from_dsn(sample_db)
+    try:
+        with Session(engine) as session:
+            def rows(**kw: Any) -> list[Any]:
+                fs = funnel_search_tvf("refund annual plan", principals=[], **kw)
+                return list(session.execute(
+                    select(fs.c.chunk_id, fs.c.fused_score).order_by(fs.c.final_rank)).all())
+
+            defaults = rows()
+            assert len(defaults) == 10
+            nones = {name: None for name in ("k", "collection", "fusion", "overfetch",
+                                             "per_source_cap", "rrf_k", "k1", "b",
+                                             "ef_search", "trace", "tenant", "weights",
+                                             "as_of", "lexical_depth")}
+            assert rows(**nones) == defaults
+            assert len(rows(k=3)) == 3  # control: a value is sent
+        with pytest.raises(MissingIdentityError):
+            funnel_search_tvf("refund", principals=None)
+    finally:
+        engine.dispose()
 
 
 @pytest.mark.parametrize("tenant", ["ac\x00me", 5, ["acme"], "a\ud800"])
