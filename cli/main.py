@@ -466,17 +466,15 @@ def search(
 
             reranker = Reranker(rerank_model or DEFAULT_RERANK_MODEL)
         from pgfunnel.db import connect
-        from pgfunnel.schema import outdated_revision
+        from pgfunnel.schema import stale_schema
 
         # searches run on an older release's functions until migrate: say so, as ingest
         # (which refuses) and doctor (an error) do; before the search, which can fail on
         # a function the older release lacks (--trace)
         with connect(dsn, autocommit=True) as conn:
-            behind = outdated_revision(conn)
-        stale = None if behind is None else (
-            f"pgfunnel: the schema is at revision {behind[0]}, older than this pgfunnel's "
-            f"{behind[1]}: this search runs the older release's functions; run "
-            "`pgfunnel migrate`")
+            what = stale_schema(conn)
+        stale = None if what is None else (
+            f"pgfunnel: {what}: this search runs those functions; run `pgfunnel migrate`")
         if stale and not json_out:
             labelled("warning", "yellow", stale)
         funnel = Funnel(dsn, collection, embedder=None if lexical_only else "auto",

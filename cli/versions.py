@@ -170,7 +170,9 @@ def reindex(
     assert v is not None
     out.print(f"version {result.version} of {collection!r}: {result.embedding_model} "
               f"({result.dimensions} dims), analyzer {result.analyzer}; "
-              f"{result.chunks_embedded} chunks indexed"
+              f"{result.chunks_indexed} chunks indexed"
+              + (f" ({result.chunks_embedded} embedded, {result.chunks_copied} with vectors "
+                 "copied)" if result.chunks_copied else "")
               + (f" (resumed after {result.chunks_before})" if result.resumed else ""))
     # an empty collection (every document deleted) has no chunk to sample the recall with
     recall = ("no recall sample (no chunks)" if v.recall is None

@@ -5,7 +5,11 @@ hands it an open SQLAlchemy connection through ``config.attributes["connection"]
 The plain ``alembic`` command works too, with ``sqlalchemy.url`` or PGFUNNEL_DSN, on a
 database that already has the ``pgfunnel`` schema and the vector extension (what
 ``pgfunnel init`` creates first; on an empty database run that instead). Alembic moves
-the tables only: ``pgfunnel migrate`` also installs the SQL functions of the release.
+the tables only: ``pgfunnel migrate`` also installs the SQL functions of the release, so
+run it after ``alembic upgrade`` (until then searches run the functions that were there,
+and ``pgfunnel doctor`` reports them as another release's). ``alembic downgrade`` undoes
+revisions with their data: ``downgrade base`` drops every pgfunnel table, documents,
+vectors and index versions included, and pgfunnel never runs it.
 """
 
 from __future__ import annotations

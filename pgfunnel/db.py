@@ -63,7 +63,18 @@ def embedded_dsn(home: Path | None = None) -> str:
             "which the embedded server's start passes through a shell unquoted. Set "
             "PGFUNNEL_HOME to a folder whose path has no spaces or shell characters, or "
             "use a Postgres of your own with PGFUNNEL_DSN")
-    home.mkdir(parents=True, exist_ok=True)
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        # a file of that name, or a folder this user may not write: one line, not a
+        # traceback from pathlib
+        reason = ("it is a file, not a folder" if home.exists() and not home.is_dir()
+                  else exc.strerror or str(exc))
+        raise ConfigError(
+            "PGFUNNEL_HOME",
+            f"cannot use {str(home)!r} for the embedded Postgres: {reason}. Set "
+            "PGFUNNEL_HOME to a folder this user may create and write, or use a Postgres "
+            "of your own with PGFUNNEL_DSN") from exc
     os.environ.setdefault("XDG_RUNTIME_DIR", str(home))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -108,10 +108,14 @@ class SchemaMissingError(PgfunnelError):
 class SchemaOutdatedError(SchemaMissingError):
     """The database's pgfunnel schema is an older release's: `pgfunnel migrate` upgrades it."""
 
-    def __init__(self, revision: str, head: str) -> None:
+    def __init__(self, revision: str, head: str, *, functions_only: bool = False) -> None:
         PgfunnelError.__init__(
-            self, f"the pgfunnel schema is at revision {revision}, older than this "
-                  f"pgfunnel's {head}: run `pgfunnel migrate` first")
+            self, (f"the SQL functions in this database are not this pgfunnel's (schema "
+                   f"revision {revision}): another release installed them, or the tables "
+                   "were moved with `alembic upgrade` alone; run `pgfunnel migrate` first")
+            if functions_only else
+            f"the pgfunnel schema is at revision {revision}, older than this "
+            f"pgfunnel's {head}: run `pgfunnel migrate` first")
 
 
 class SchemaOutdatedWarning(UserWarning):

@@ -7,6 +7,7 @@ functions always match the installed package.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -164,15 +165,74 @@ def vector_path_problem(conn: psycopg.Connection[Any]) -> str | None:
             f"{path}, {quoted}   (or: alter database ... set search_path = ...)")
 
 
+#: how the schema's comment, which install_functions writes, begins: the digest of the
+#: sql/ files whose functions are installed follows it
+FUNCTIONS_MARK = "pgfunnel SQL functions "
+
+
+@lru_cache(maxsize=1)
+def functions_digest() -> str:
+    """A digest of this package's sql/ files: the release of the installed functions,
+    which a schema revision does not tell (releases change functions without one, and
+    `alembic upgrade` moves the tables without installing any)."""
+    digest = hashlib.sha256()
+    for path in sql_files():
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def installed_functions_digest(conn: psycopg.Connection[Any]) -> str | None:
+    """The digest install_functions recorded in the schema's comment; None when there is
+    none (a release before the digest, or no schema)."""
+    row = conn.execute("select pg_catalog.obj_description("
+                       "pg_catalog.to_regnamespace('pgfunnel'), 'pg_namespace')").fetchone()
+    text = str(row[0]) if row is not None and row[0] is not None else ""
+    return text[len(FUNCTIONS_MARK):].split()[0] if text.startswith(FUNCTIONS_MARK) else None
+
+
+def functions_outdated(conn: psycopg.Connection[Any]) -> bool:
+    """Whether a schema at this package's revision holds another release's functions.
+    False where the revision differs (outdated_revision's to say), there is no schema
+    (init's), or the role may not read the revision."""
+    row = conn.execute("select pg_catalog.has_table_privilege("
+                       "pg_catalog.to_regclass('pgfunnel.alembic_version'), 'select')"
+                       ).fetchone()
+    if row is None or not row[0] or current_revision(conn) != head_revision():
+        return False
+    return installed_functions_digest(conn) != functions_digest()
+
+
+def stale_schema(conn: psycopg.Connection[Any]) -> str | None:
+    """What is older (or other) than this release in the database, as a clause for a
+    warning ("... : searches run ..."), or None."""
+    behind = outdated_revision(conn)
+    if behind is not None:
+        return (f"the pgfunnel schema is at revision {behind[0]}, older than this pgfunnel's "
+                f"{behind[1]}")
+    if functions_outdated(conn):
+        return ("the SQL functions in this database are not this pgfunnel's (another "
+                "release installed them, or the tables were moved with `alembic upgrade` "
+                "alone)")
+    return None
+
+
 def install_functions(conn: psycopg.Connection[Any]) -> int:
-    """(Re)install every SQL function from sql/ in one transaction."""
-    schema = vector_schema(conn)
-    if schema is None:
-        raise PgfunnelError("the vector extension is missing; run `pgfunnel init`")
+    """(Re)install every SQL function from sql/ in one transaction, and record which
+    release's they are in the schema's comment."""
+    schema = require_vector_schema(conn)
     files = sql_files()
     collation = case_collation(conn)
     for path in files:
         conn.execute(render_sql(path.read_text(), schema, collation).encode())
+    try:
+        with conn.transaction():
+            conn.execute(psycopg.sql.SQL("comment on schema pgfunnel is {}").format(
+                psycopg.sql.Literal(f"{FUNCTIONS_MARK}{functions_digest()} (written by "
+                                    "pgfunnel init and migrate; doctor compares it with "
+                                    "the installed package's)")))
+    except psycopg.errors.InsufficientPrivilege:
+        # the functions' owner is not the schema's: doctor will say they are unrecorded
+        pass
     # sql/ holds the walk function without any version's walk: write them back
     from pgfunnel.ingest import refresh_hnsw_walks
 
@@ -209,7 +269,11 @@ def require_current_schema(conn: psycopg.Connection[Any]) -> None:
     installs. A schema from a newer release, or none, is left to the caller's checks."""
     behind = outdated_revision(conn)
     if behind is None:
-        return
+        if not functions_outdated(conn):
+            return
+        if not conn.autocommit:
+            conn.rollback()
+        raise SchemaOutdatedError(head_revision(), head_revision(), functions_only=True)
     if not conn.autocommit:
         conn.rollback()
     raise SchemaOutdatedError(*behind)

@@ -599,11 +599,12 @@ class Funnel:
         """After the package is upgraded, searches run the older release's functions until
         `pgfunnel migrate`: said once per Funnel, at its first search (one catalog read),
         before the search, which may fail on what the older functions lack."""
-        from pgfunnel.schema import outdated_revision
+        from pgfunnel.schema import functions_outdated, outdated_revision
 
         try:
             with own_transaction(conn):
                 behind = outdated_revision(conn)
+                other_functions = behind is None and functions_outdated(conn)
         except psycopg.Error:
             # an aborted transaction, say: the search itself will say what is wrong
             return
@@ -614,6 +615,11 @@ class Funnel:
                 f"the pgfunnel schema is at revision {behind[0]}, older than this "
                 f"pgfunnel's {behind[1]}: searches run the older release's functions; "
                 "run `pgfunnel migrate`"))
+        elif other_functions:
+            warn_at_caller(SchemaOutdatedWarning(
+                "the SQL functions in this database are not this pgfunnel's (another "
+                "release installed them, or the tables were moved with `alembic upgrade` "
+                "alone): searches run them; run `pgfunnel migrate`"))
 
     # -- embedding -----------------------------------------------------------------
     def _active_dimensions(self, conn: psycopg.Connection[Any], collection: str) -> tuple[str, int]:

@@ -162,6 +162,7 @@ class ReindexResult:
     analyzer: str
     resumed: bool
     chunks_before: int
+    #: chunks the model embedded this run (a reindex that copies vectors embeds none)
     chunks_embedded: int
     state: str
     validation: Validation | None = None
@@ -170,9 +171,21 @@ class ReindexResult:
     notices: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    #: chunks written into the version this run, embedded or with copied vectors
+    chunks_indexed: int = 0
+    #: of those, chunks whose vector was copied from an earlier version of the same model
+    chunks_copied: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass
+class VectorSources:
+    """What a catch-up took its vectors from, counted across its calls."""
+
+    embedded: int = 0
+    copied: int = 0
 
 
 @dataclass
@@ -321,7 +334,7 @@ def _missing_chunks(conn: psycopg.Connection[Any], coll_id: int, version_id: int
 
 def _batch_vectors(conn: psycopg.Connection[Any], embedder: Embedder | Callable[[], Embedder],
                    batch: list[_PendingChunk], reuse_from: tuple[int, str] | None,
-                   embed_input: str) -> list[np.ndarray]:
+                   embed_input: str, sources: VectorSources | None = None) -> list[np.ndarray]:
     """A vector for each chunk of a batch: copied from ``reuse_from`` (the id and embedding
     input of a version made with the same model, so an analyzer-only reindex costs no
     model time) where that version embedded the same text for the chunk, else from the
@@ -349,6 +362,9 @@ def _batch_vectors(conn: psycopg.Connection[Any], embedder: Embedder | Callable[
                                  batch[i].section_path) for i in todo]
         for i, vec in zip(todo, model.embed(texts), strict=True):
             vectors[i] = vec
+    if sources is not None:
+        sources.embedded += len(todo)
+        sources.copied += len(batch) - len(todo)
     complete: list[np.ndarray] = []
     for vector in vectors:
         if vector is None:
@@ -382,8 +398,10 @@ def _index_batch(conn: psycopg.Connection[Any], version_id: int, analyzer: TermA
 def catch_up(conn: psycopg.Connection[Any], coll_id: int, version_id: int,
              embedder: Embedder | None = None, analyzer: str | None = None,
              batch_size: int = 256, progress: ProgressFn | None = None,
-             in_transaction: bool = False, reuse_from: int | None = None) -> int:
-    """Embed and index every chunk of the collection the version lacks; returns how many.
+             in_transaction: bool = False, reuse_from: int | None = None,
+             sources: VectorSources | None = None) -> int:
+    """Embed and index every chunk of the collection the version lacks; returns how many
+    (``sources`` counts how many vectors the model made and how many were copied).
 
     With ``in_transaction`` the caller's transaction holds everything (used right before a
     switch, under the ingest lock); otherwise each batch commits on its own, so a killed
@@ -425,7 +443,7 @@ def catch_up(conn: psycopg.Connection[Any], coll_id: int, version_id: int,
         # transaction are what managed Postgres and poolers end
         # (idle_in_transaction_session_timeout). In the caller's transaction (right before
         # a switch) the chunks left are the few ingested since the catch-up before it.
-        vectors = _batch_vectors(conn, model, batch, source, embed_input)
+        vectors = _batch_vectors(conn, model, batch, source, embed_input, sources)
         if progress is not None:
             progress("embedding", len(batch), None)
         if in_transaction:
@@ -811,9 +829,10 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
             progress("embedding-total", building.chunk_count, total)
         t0 = time.perf_counter()
         reuse = source.id if source is not None else None
-        result.chunks_embedded = catch_up(conn, coll_id, building.id, embedder, want_analyzer,
-                                          batch_size=batch_size, progress=progress,
-                                          reuse_from=reuse)
+        sources = VectorSources()
+        result.chunks_indexed = catch_up(conn, coll_id, building.id, embedder, want_analyzer,
+                                         batch_size=batch_size, progress=progress,
+                                         reuse_from=reuse, sources=sources)
         times["embed_and_index_rows"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         with conn.transaction():
@@ -821,7 +840,7 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
         times["posting_index"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         refresh_stats_after_write(conn, building.id,
-                                  building.chunk_count + result.chunks_embedded)
+                                  building.chunk_count + result.chunks_indexed)
         times["analyze"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         result.notices = build_index(conn, building.id, dims, m=m,
@@ -830,19 +849,21 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
                                      progress=progress, notice=notice)
         times["hnsw_build"] = time.perf_counter() - t0
         # chunks ingested during the build: the index takes them as ordinary inserts
-        result.chunks_embedded += catch_up(conn, coll_id, building.id, embedder, want_analyzer,
-                                           batch_size=batch_size, progress=progress,
-                                           reuse_from=reuse)
+        result.chunks_indexed += catch_up(conn, coll_id, building.id, embedder, want_analyzer,
+                                          batch_size=batch_size, progress=progress,
+                                          reuse_from=reuse, sources=sources)
         t0 = time.perf_counter()
         with conn.transaction():
             # an ingest that committed after that catch-up would fail the count check
             # ("counts differ", the version left 'building'): under the ingest lock none
             # can, and whatever arrived since is caught up first (usually nothing)
             ingest_lock(conn, collection)
-            result.chunks_embedded += catch_up(conn, coll_id, building.id, embedder,
-                                               want_analyzer, batch_size=batch_size,
-                                               in_transaction=True, reuse_from=reuse)
+            result.chunks_indexed += catch_up(conn, coll_id, building.id, embedder,
+                                              want_analyzer, batch_size=batch_size,
+                                              in_transaction=True, reuse_from=reuse,
+                                              sources=sources)
             result.validation = validate(conn, building.id, min_recall=min_recall)
+        result.chunks_embedded, result.chunks_copied = sources.embedded, sources.copied
         times["validate"] = time.perf_counter() - t0
         result.seconds = times
         if not result.validation.ok:

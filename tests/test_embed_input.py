@@ -119,8 +119,8 @@ def test_reindex_to_section_paths_embeds_only_chunks_under_a_heading(
     monkeypatch.setattr(embedder, "embed", counting_embed)
     res = versions.reindex(conn, "docs", activate_after=True, embedder=embedder,
                            embed_input="section")
-    assert res.chunks_embedded == 3
     # two chunks read the same either way and are copied; the one under "Annual" is not
+    assert (res.chunks_indexed, res.chunks_embedded, res.chunks_copied) == (3, 1, 2)
     assert embedded == ["Plans > Annual\nRefunds\n\nWithin 30 days of the renewal."]
     assert any("copied from version 1" in n and "'title'" in n for n in res.notes)
     chunks = chunk_text(NESTED)

@@ -703,8 +703,8 @@ def test_search_on_an_older_schema_says_to_migrate(sample_db: str) -> None:
     ran = CliRunner().invoke(app, args)
     said = " ".join(ran.output.split())
     assert ran.exit_code == 0, said
-    assert (f"the schema is at revision 0011, older than this pgfunnel's {head}: this search "
-            "runs the older release's functions; run `pgfunnel migrate`") in said
+    assert (f"the pgfunnel schema is at revision 0011, older than this pgfunnel's {head}: "
+            "this search runs those functions; run `pgfunnel migrate`") in said
     ran = CliRunner().invoke(app, [*args, "--json"])
     assert ran.exit_code == 0 and "run `pgfunnel migrate`" in ran.output
     schema.migrate(sample_db)
@@ -835,3 +835,69 @@ def test_a_home_the_embedded_server_cannot_start_in_is_refused_first(
     assert ran.exit_code == 1
     assert "PGFUNNEL_HOME: the embedded Postgres cannot live in" in " ".join(ran.output.split())
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_home_that_is_a_file_or_cannot_be_created_is_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.db import embedded_dsn
+
+    a_file = tmp_path / "afile"
+    a_file.write_text("not a folder")
+    with pytest.raises(ConfigError, match="^PGFUNNEL_HOME: cannot use .*afile.*: it is a "
+                                          "file, not a folder"):
+        embedded_dsn(a_file)
+    # under a file: the folder cannot be made (root may write anywhere, so a file stands
+    # in for a read-only parent)
+    with pytest.raises(ConfigError, match="^PGFUNNEL_HOME: cannot use .*afile/home"):
+        embedded_dsn(a_file / "home")
+    monkeypatch.setenv("PGFUNNEL_HOME", str(a_file))
+    monkeypatch.delenv("PGFUNNEL_DSN", raising=False)
+    ran = CliRunner().invoke(app, ["dsn"])
+    assert ran.exit_code == 1 and "Traceback" not in ran.output
+    assert "PGFUNNEL_HOME: cannot use" in " ".join(ran.output.split())
+    assert a_file.read_text() == "not a folder"
+
+
+def test_functions_of_another_release_at_the_same_revision_are_named_until_migrate(
+        sample_db: str, tmp_path: Path) -> None:
+    """`alembic upgrade head` (or an upgrade of the package with no new revision) leaves
+    the functions another release installed: searches failed on a function whose
+    arguments changed, ingest on a default analyzer they lack, and doctor said all was
+    well, since it compared the revision alone."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.doctor import run_checks
+    from pgfunnel.errors import SchemaOutdatedError
+    from pgfunnel.ingest import Ingester
+    from pgfunnel.search import Funnel
+
+    with connect(sample_db, autocommit=True) as conn:
+        assert schema.installed_functions_digest(conn) == schema.functions_digest()
+        assert not schema.functions_outdated(conn)
+        assert not [f for f in run_checks(conn) if f.check == "schema" and f.level == "error"]
+        # what a database whose functions came from elsewhere looks like
+        conn.execute("comment on schema pgfunnel is null")
+        assert schema.functions_outdated(conn)
+        [error] = [f for f in run_checks(conn) if f.check == "schema" and f.level == "error"]
+        assert "the SQL functions are not this pgfunnel's" in error.message
+        assert "run `pgfunnel migrate`" in error.message
+        with pytest.raises(SchemaOutdatedError, match="SQL functions in this database are "
+                                                      "not this pgfunnel's"):
+            Ingester(conn, "fresh")
+        with pytest.warns(UserWarning, match="not this pgfunnel's .* run `pgfunnel migrate`"):
+            Funnel(conn, embedder=None).search("refund")
+    ran = CliRunner().invoke(app, ["search", "refund", "--lexical-only", "--dsn", sample_db])
+    assert ran.exit_code == 0
+    assert "SQL functions in this database are not this pgfunnel's" in " ".join(
+        ran.output.split())
+    migrated = CliRunner().invoke(app, ["migrate", "--dsn", sample_db])
+    assert migrated.exit_code == 0, migrated.output
+    with connect(sample_db, autocommit=True) as conn:
+        assert not schema.functions_outdated(conn)
+        Ingester(conn, "fresh")  # refused no more
+    ran = CliRunner().invoke(app, ["search", "refund", "--lexical-only", "--dsn", sample_db])
+    assert ran.exit_code == 0 and "migrate" not in ran.output
