@@ -514,6 +514,14 @@ class Funnel:
         # a numpy integer is taken, as search parameters take one
         self.rerank_depth = None if rerank_depth is None else int(rerank_depth)
         self.rerank_gate_margin = check_gate_margin(rerank_gate_margin, "rerank_gate_margin")
+        if reranker is None:
+            # as the CLI refuses --rerank-depth without --rerank: a setting that changes
+            # nothing looks like a rerank that is not there
+            for name, value in (("rerank_depth", rerank_depth),
+                                ("rerank_gate_margin", rerank_gate_margin)):
+                if value is not None:
+                    raise ConfigError(name, "applies only with a reranker; give the Funnel "
+                                            "reranker=... as well")
         # opt-in query hooks (pgfunnel.transform): a GuardedRewriter or any callable
         # str -> str (guarded with the collection's protected terms), and a
         # FollowupResolver used when search() is given ``history``. Checked here: the

@@ -522,6 +522,10 @@ def test_rerank_depth_must_be_a_positive_integer(sample_db: str) -> None:
     for bad in (0, 2.5, "3", True):
         with pytest.raises(ConfigError, match=r"^rerank_depth: must be an integer"):
             Funnel(sample_db, embedder=None, rerank_depth=bad)
+    # a good value without a reranker would change nothing, silently
+    for name, value in (("rerank_depth", 5), ("rerank_gate_margin", 0.1)):
+        with pytest.raises(ConfigError, match=rf"^{name}: applies only with a reranker"):
+            Funnel(sample_db, embedder=None, **{name: value})
 
 
 def test_translate_unwraps_sqlalchemy_errors(sample_db: str) -> None:
