@@ -836,6 +836,7 @@ RUN_CONFIGS: dict[str, dict[str, Any]] = {
     "zscore": {"fusion": "zscore"},
     "rrf, no cap": {"fusion": "rrf", "per_source_cap": 1000},
     "minmax, no cap": {"fusion": "minmax", "per_source_cap": 1000},
+    "zscore, no cap": {"fusion": "zscore", "per_source_cap": 1000},
 }
 PEER = "supabase-hybrid"
 
