@@ -955,3 +955,30 @@ def test_end_tags_a_page_leaves_out_are_implied_and_nesting_is_bounded() -> None
                            "<dl><dt>term<dd>its text<dt>next<dd>more</dl>"
                            "<table><tr><td>1<td>2<tr><td>3<td>4</table></body>")
     assert text == "- a\n- b\n\n- c\n- d\n\n- e\n\nterm\nits text\nnext\nmore\n\n1 | 2\n3 | 4"
+
+
+def test_links_left_open_inside_links_read_in_linear_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # `<a href="#s1">One<a>`: each link's own text decides whether it is a permalink,
+    # and reading it again at every level of nesting doubled the work per level: 40 such
+    # links in a 2.5 KB page hung an ingest. Each element's text is now read once.
+    from pgfunnel import html_text
+
+    reads: list[int] = []
+    read = html_text._read_raw_text
+
+    def counted(element: object) -> list[str]:
+        reads.append(1)
+        return read(element)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(html_text, "_read_raw_text", counted)
+    page = ("<html><body><main><p>" + "".join(f'<a href="#s{i}">Section {i}<a>, '
+                                               for i in range(40))
+            + "</p><p>Body text.</p></main></body></html>")
+    _, text = html_to_text(page)
+    assert "Section 39" in text and "Body text." in text
+    assert len(reads) <= 80  # one read per link element (2^40 before)
+    monkeypatch.undo()  # the counter's own frames would take the depth the tree may use
+    deep = "<html><body><main><p>x" + '<a href="#">' * 50_000 + "y</p></main></body></html>"
+    _, deep_text = html_to_text(deep)
+    assert "x" in deep_text and "y" in deep_text
