@@ -476,7 +476,14 @@ def _files_under(folder: Path, dangling: list[Path] | None = None) -> list[Path]
     root = folder.resolve()
     walked = {root}
     files: list[Path] = []
-    for top, dirs, names in os.walk(folder, followlinks=True):
+    def unreadable(exc: OSError) -> None:
+        # a subfolder that cannot be listed was left out without a word (os.walk's
+        # default), though a file that cannot be read stops the ingest
+        raise InvalidDocumentError(f"{exc.filename}: cannot list this folder "
+                                   f"({exc.strerror or exc}); fix its permissions, or "
+                                   "ingest the folders beside it") from None
+
+    for top, dirs, names in os.walk(folder, followlinks=True, onerror=unreadable):
         here = Path(top)
         real = here.resolve()
         kept = []
@@ -644,7 +651,10 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
     raw = raw.removeprefix("\ufeff")
     if suffix == ".jsonl":
         first_line: dict[str, int] = {}
-        for lineno, line in enumerate(raw.splitlines(), start=1):
+        # lines end at \n (and \r\n) only: str.splitlines() also splits at U+2028, U+2029
+        # and U+0085, which JSON strings may hold unescaped (ensure_ascii=False), and cut
+        # such a record in two
+        for lineno, line in enumerate(raw.replace("\r\n", "\n").split("\n"), start=1):
             if not line.strip():
                 continue
             where = f"{path}:{lineno}"
@@ -727,11 +737,22 @@ def _notebook_to_markdown(raw: str, path: Path) -> str:
                 language = str(info.get("language") or info.get("name"))
                 break
     parts: list[str] = []
-    for cell in cells:
+    for number, cell in enumerate(cells, start=1):
         if not isinstance(cell, dict):
             continue
         source = cell.get("source", "")
-        text = "".join(source) if isinstance(source, list) else str(source)
+        # nbformat: a string, or a list of strings (None joined as "None" or raised a
+        # TypeError from str.join)
+        if isinstance(source, list) and all(isinstance(line, str) for line in source):
+            text = "".join(source)
+        elif isinstance(source, str):
+            text = source
+        else:
+            what = ("a list holding other things than strings" if isinstance(source, list)
+                    else type(source).__name__)
+            raise InvalidDocumentError(
+                f"{path}: not a valid notebook (cell {number}: its source is {what}, not a "
+                "string or a list of strings)")
         if not text.strip():
             continue
         if cell.get("cell_type") == "markdown":
@@ -774,7 +795,11 @@ def read_paths(paths: Iterable[Path], exclude: Sequence[str] = (),
     read: set[Path] = set()
     origin: dict[str, Path] = {}
     for p in paths:
-        resolved = Path(p).resolve()
+        try:
+            resolved = Path(p).resolve()
+        except (RuntimeError, OSError) as exc:
+            # Python 3.11 and 3.12 raise RuntimeError for a symbolic link loop
+            raise InvalidDocumentError(f"{p}: cannot read it ({exc})") from None
         if resolved in read:
             continue
         read.add(resolved)
@@ -1008,9 +1033,17 @@ _MYST_TEXT_DIRECTIVES = frozenset({
 })  # fmt: skip
 
 
-def _myst_to_markdown(text: str) -> str:
+#: directives nested deeper than this are kept as their lines (a note in a tab in a
+#: dropdown is 3): each level is a call, and 1,000 of them stopped ingest with a
+#: RecursionError (10,000 took 900 MB first)
+_MYST_MAX_DEPTH = 50
+
+
+def _myst_to_markdown(text: str, depth: int = 0) -> str:
     """Markdown of a MyST file, see above; a directive's content is read the same way,
     so a note inside a tab is still text."""
+    if depth > _MYST_MAX_DEPTH:
+        return text
     lines = text.splitlines()
     out: list[str] = []
     fence = ""
@@ -1054,7 +1087,7 @@ def _myst_to_markdown(text: str) -> str:
         heading = f"{_VERSION_WORDS[short]} {argument}." if short in _VERSION_WORDS \
             else argument
         out += ["", heading] if heading else [""]
-        out += [_myst_to_markdown("\n".join(body)), ""]
+        out += [_myst_to_markdown("\n".join(body), depth + 1), ""]
     return "\n".join(out)
 
 

@@ -89,3 +89,72 @@ def test_a_pipe_or_a_device_given_by_name_is_refused_without_reading_it(
         out = res.stdout + res.stderr
         assert f"{path}: cannot read" in out and "not a regular file" in out, out
         assert "Traceback" not in out, out
+
+
+def test_a_notebook_cell_whose_source_is_not_text_is_named(tmp_path: Path) -> None:
+    import json
+
+    for source, said in (([ "# a", None], "a list holding other things than strings"),
+                         ([1, 2], "a list holding other things than strings"),
+                         (None, "NoneType"), ({"a": 1}, "dict")):
+        nb = tmp_path / "n.ipynb"
+        nb.write_text(json.dumps({"cells": [{"cell_type": "markdown", "source": "# ok"},
+                                            {"cell_type": "markdown", "source": source}]}))
+        with pytest.raises(InvalidDocumentError,
+                           match=rf"n.ipynb: not a valid notebook \(cell 2: its source is "
+                                 rf"{said}"):
+            list(read_path(nb))
+
+
+def test_a_jsonl_string_may_hold_line_and_paragraph_separators(tmp_path: Path) -> None:
+    import json
+
+    lines = tmp_path / "u.jsonl"
+    lines.write_text("\n".join(json.dumps({"citekey": key, "text": text}, ensure_ascii=False)
+                               for key, text in (("a", "Para one\u2028para two"),
+                                                 ("b", "next\u0085line\u2029end"))) + "\r\n",
+                     encoding="utf-8")
+    records = list(read_path(lines))
+    assert [r.citekey for r in records] == ["a", "b"]
+    assert "para two" in records[0].text and "end" in records[1].text
+    # a bad line is still named by its own number
+    lines.write_text(lines.read_text() + "{not json\n")
+    with pytest.raises(InvalidDocumentError, match=r"u.jsonl:3: not valid JSON"):
+        list(read_path(lines))
+
+
+def test_a_symbolic_link_loop_or_a_folder_that_cannot_be_listed_is_named(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from pgfunnel.sources import read_paths
+
+    (tmp_path / "selfa").symlink_to(tmp_path / "selfb.md")
+    (tmp_path / "selfb.md").symlink_to(tmp_path / "selfa")
+    with pytest.raises(InvalidDocumentError, match=r"selfb.md: cannot read it"):
+        list(read_paths([tmp_path / "selfb.md"]))
+    docs = tmp_path / "docs"
+    (docs / "locked").mkdir(parents=True)
+    (docs / "a.md").write_text("# A\n\ntext\n")
+    (docs / "locked" / "b.md").write_text("# B\n\ntext\n")
+    real_scandir = os.scandir
+
+    def refusing(path: object = ".") -> object:
+        # root lists every folder whatever its mode: refuse as Postgres' own user would
+        if str(path).endswith("locked"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "scandir", refusing)
+    with pytest.raises(InvalidDocumentError, match=r"locked: cannot list this folder "
+                                                   r"\(Permission denied\)"):
+        list(read_path(docs))
+
+
+def test_myst_directives_nested_a_thousand_deep_are_read_without_recursing_past_a_cap(
+        tmp_path: Path) -> None:
+    page = tmp_path / "m.md"
+    for opener in ("```{note}", ":::{note}"):
+        page.write_text("# T\n\n" + (opener + "\n") * 3000 + "innermost words\n")
+        [record] = read_path(page)
+        assert "innermost words" in record.text
