@@ -409,7 +409,8 @@ def _read_path_records(path: Path, root: Path | None,
     if path.is_dir():
         base = root if root is not None else path
         dangling: list[Path] = []
-        files = sorted(p for p in _files_under(path, dangling)
+        special: list[Path] = []
+        files = sorted(p for p in _files_under(path, dangling, special)
                        if not _excluded(p.relative_to(path), exclude))
         # said, as other files left out are: a link whose target is gone was dropped
         # without a word, and a folder of them looked like an empty one
@@ -419,8 +420,16 @@ def _read_path_records(path: Path, root: Path | None,
             named = ", ".join(broken[:5]) + (", ..." if len(broken) > 5 else "")
             warn_at_caller(OtherFilesWarning(
                 f"{path}: left out {len(broken):,} broken symbolic "
-                f"link{'s' if len(broken) != 1 else ''} (the target does not exist): "
-                f"{named}"), OtherFilesWarning)
+                f"link{'s' if len(broken) != 1 else ''} (the target does not exist, or the "
+                f"link loops): {named}"), OtherFilesWarning)
+        odd = sorted(p.relative_to(path).as_posix() for p in special
+                     if not _excluded(p.relative_to(path), exclude))
+        if odd:
+            named = ", ".join(odd[:5]) + (", ..." if len(odd) > 5 else "")
+            warn_at_caller(OtherFilesWarning(
+                f"{path}: left out {len(odd):,} special file{'s' if len(odd) != 1 else ''} "
+                f"(a pipe, socket or device, or a link to one): {named}"),
+                OtherFilesWarning)
         # the folder itself, or any folder under it, may be a Sphinx build's root
         builds = sorted({p.parent for p in files
                          if p.name in ("objects.inv", "genindex.html")
@@ -463,7 +472,8 @@ def _read_path_records(path: Path, root: Path | None,
         yield path, rec
 
 
-def _files_under(folder: Path, dangling: list[Path] | None = None) -> list[Path]:
+def _files_under(folder: Path, dangling: list[Path] | None = None,
+                 special: list[Path] | None = None) -> list[Path]:
     """The files under ``folder``, at the paths they have there. A symbolic link to a
     folder outside it is read as a folder at the link's place (Debian's documentation
     packages link theirs: borgbackup-doc/html -> ../borgbackup/html; not followed, the
@@ -472,7 +482,8 @@ def _files_under(folder: Path, dangling: list[Path] | None = None) -> list[Path]
     is one back to a folder above (a loop), nor one to a folder read already, or inside
     one, or inside the target of another link beside it.
     Hidden folders are not walked: every path in them is left out. Symbolic links whose
-    target does not exist are not files: they are added to ``dangling`` when given."""
+    target does not exist (or that loop) are not files: they are added to ``dangling`` when
+    given, and pipes, sockets and devices to ``special``."""
     root = folder.resolve()
     walked = {root}
     files: list[Path] = []
@@ -508,6 +519,10 @@ def _files_under(folder: Path, dangling: list[Path] | None = None) -> list[Path]
         if dangling is not None:
             dangling.extend(here / name for name in names
                             if (here / name).is_symlink() and not (here / name).exists())
+        if special is not None:
+            # pipes, sockets and devices (or links to them): never read, and said
+            special.extend(here / name for name in names if (here / name).exists()
+                           and not (here / name).is_file() and not (here / name).is_dir())
     return files
 
 

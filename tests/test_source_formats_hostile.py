@@ -158,3 +158,23 @@ def test_myst_directives_nested_a_thousand_deep_are_read_without_recursing_past_
         page.write_text("# T\n\n" + (opener + "\n") * 3000 + "innermost words\n")
         [record] = read_path(page)
         assert "innermost words" in record.text
+
+
+def test_pipes_and_links_to_devices_in_a_folder_are_named_not_read(tmp_path: Path) -> None:
+    import os
+    import warnings
+
+    from pgfunnel.sources import OtherFilesWarning
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n\ntext\n")
+    os.mkfifo(docs / "pipe.md")  # reading it would wait for a writer forever
+    (docs / "zero-link.md").symlink_to("/dev/zero")  # and this would never end
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        found = list(read_path(docs))
+    assert [d.citekey for d in found] == ["a"]
+    [warning] = [str(w.message) for w in caught if issubclass(w.category, OtherFilesWarning)]
+    assert warning == (f"{docs}: left out 2 special files (a pipe, socket or device, or a "
+                       "link to one): pipe.md, zero-link.md")
