@@ -414,22 +414,17 @@ def _read_path_records(path: Path, root: Path | None,
                        if not _excluded(p.relative_to(path), exclude))
         # said, as other files left out are: a link whose target is gone was dropped
         # without a word, and a folder of them looked like an empty one
-        broken = sorted(p.relative_to(path).as_posix() for p in dangling
-                        if not _excluded(p.relative_to(path), exclude))
-        if broken:
-            named = ", ".join(broken[:5]) + (", ..." if len(broken) > 5 else "")
-            warn_at_caller(OtherFilesWarning(
-                f"{path}: left out {len(broken):,} broken symbolic "
-                f"link{'s' if len(broken) != 1 else ''} (the target does not exist, or the "
-                f"link loops): {named}"), OtherFilesWarning)
-        odd = sorted(p.relative_to(path).as_posix() for p in special
-                     if not _excluded(p.relative_to(path), exclude))
-        if odd:
-            named = ", ".join(odd[:5]) + (", ..." if len(odd) > 5 else "")
-            warn_at_caller(OtherFilesWarning(
-                f"{path}: left out {len(odd):,} special file{'s' if len(odd) != 1 else ''} "
-                f"(a pipe, socket or device, or a link to one): {named}"),
-                OtherFilesWarning)
+        for unread, noun, why in (
+                (dangling, "broken symbolic link", "the target does not exist, or the link "
+                 "loops"),
+                (special, "special file", "a pipe, socket or device, or a link to one")):
+            names = sorted(p.relative_to(path).as_posix() for p in unread
+                           if not _excluded(p.relative_to(path), exclude))
+            if names:
+                named = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+                warn_at_caller(OtherFilesWarning(
+                    f"{path}: left out {len(names):,} {noun}{'s' if len(names) != 1 else ''} "
+                    f"({why}): {named}"), OtherFilesWarning)
         # the folder itself, or any folder under it, may be a Sphinx build's root
         builds = sorted({p.parent for p in files
                          if p.name in ("objects.inv", "genindex.html")
