@@ -1573,9 +1573,17 @@ def count_words(text: str) -> int:
     Chinese or Japanese character one, and each character cluster of Thai, Lao, Khmer or
     Burmese one, a letter with its vowel signs and tone marks (a paragraph of those
     scripts has no spaces to count)."""
-    if text.isascii() or _UNSPACED.search(text) is None:
-        return len(text.split())
-    return len(_WORD.findall(text))
+    spaced = text.isascii() or _UNSPACED.search(text) is None
+    if len(text) > _COUNT_IN_PLACE:
+        # counted without a list of the words, which for a megabytes-long paragraph
+        # weighs ten times the text
+        return sum(1 for _ in (_NONSPACE_RUN if spaced else _WORD).finditer(text))
+    return len(text.split()) if spaced else len(_WORD.findall(text))
+
+
+# texts longer than this (characters) have their words counted as they are read
+_COUNT_IN_PLACE = 1 << 20
+_NONSPACE_RUN = re.compile(r"\S+")
 
 # what a heading's text can start with that, alone on a chunk's first line, a Markdown
 # renderer reads as another block: a list item (`1. Install`, `- Notes`), a heading, a
@@ -1798,17 +1806,24 @@ def _word_slices(para: str, chunk_words: int) -> list[str]:
     A cut before a word that would open a block at the top of a chunk (``-``, ``>=``,
     ``1.``: a list, a quote) moves back a word or a few, so the next slice reads as
     the prose it was."""
-    spans = [m.span() for m in _WORD.finditer(para)]
-    if not spans:
-        return []
-    starts = [0]
-    while starts[-1] + chunk_words < len(spans):
-        cut = starts[-1] + chunk_words
+    # words are read as they come and only the current slice's spans are held: a list of
+    # every word's span held a megabyte paragraph's size forty times over
+    slices: list[str] = []
+    window: list[tuple[int, int]] = []
+    slice_start = 0  # the first slice keeps the indentation before its first word
+    for word in _WORD.finditer(para):
+        window.append(word.span())
+        if len(window) <= chunk_words:
+            continue
         # the nearest word at or before the cut, back to half a chunk, that opens no block
-        starts.append(next((back for back in range(cut, starts[-1] + chunk_words // 2 - 1, -1)
-                            if not _OPENS_BLOCK.fullmatch(para, *spans[back])), cut))
-    return [para[0 if start == 0 else spans[start][0]:spans[end - 1][1]]
-            for start, end in pairwise([*starts, len(spans)])]
+        cut = next((back for back in range(chunk_words, chunk_words // 2 - 1, -1)
+                    if not _OPENS_BLOCK.fullmatch(para, *window[back])), chunk_words)
+        slices.append(para[slice_start:window[cut - 1][1]])
+        window = window[cut:]
+        slice_start = window[0][0]
+    if window:
+        slices.append(para[slice_start:window[-1][1]])
+    return slices
 
 
 def _line_slices(code: str, chunk_words: int) -> list[str]:

@@ -528,6 +528,33 @@ def test_a_cut_between_words_does_not_start_a_chunk_with_a_block_marker() -> Non
     assert [len(p.text.split()) for p in parts] == [20, 20, 5]
 
 
+def test_a_paragraph_of_megabytes_is_cut_without_a_list_of_its_words() -> None:
+    # a 50 MB file of one paragraph peaked near 2 GB: every word's span and a list of
+    # its words were held at once. Memory is measured by allocation, not by time.
+    import tracemalloc
+
+    from pgfunnel.sources import count_words
+
+    words = [f"w{i % 997}" for i in range(400_000)]
+    words[200_200] = "-"  # a block marker at a cut moves it back a word, as before
+    text = "  " + " ".join(words)
+    tracemalloc.start()
+    try:
+        parts = chunk_text(text, chunk_words=200)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * len(text), f"peak {peak:,} bytes for a text of {len(text):,}"
+    assert [w for p in parts for w in p.text.split()] == words
+    assert parts[0].text.startswith("  w0 ")
+    sizes = [len(p.text.split()) for p in parts]
+    assert sizes.count(200) == len(parts) - 2 and 199 in sizes
+    assert parts[1001].text.startswith(f"{words[200_199]} - ")
+    # counted in place past a megabyte, the same count as str.split gives
+    odd = "a\u3000b\x1cc\u00a0d \u2028e\u200bf " * 100_000
+    assert count_words(odd) == len(odd.split())
+
+
 def test_a_block_quote_cut_between_chunks_stays_quoted_in_each() -> None:
     # cut between words, the next chunk's first line would lose its ">" and render as a
     # paragraph above the rest of the quote
