@@ -191,7 +191,24 @@ class _TreeBuilder(HTMLParser):
                 return
 
     def handle_data(self, data: str) -> None:
-        self._stack[-1].children.append(data)
+        # a NUL in a page's text is dropped, as browsers drop it; kept, it read as a line
+        # break (the renderer marks its own line breaks with NUL)
+        self._stack[-1].children.append(data.replace("\x00", ""))
+
+    def close(self) -> None:
+        """The end of the page, taken as browsers take it: a comment left open runs to
+        the end and hides what follows it, as does a ``<!...`` or ``<?...`` declaration;
+        a tag left open at the end is dropped. Python's parser gave all of these back as
+        text (3.11, 3.12), so words commented out of a page were indexed."""
+        if self.cdata_elem is None and _OPEN_AT_END.match(self.rawdata):
+            if self.rawdata.startswith("<!--"):
+                self.handle_comment(self.rawdata[4:])
+            self.rawdata = ""
+        super().close()
+
+
+# what the page's unparsed rest starts with when a comment, declaration or tag is left open
+_OPEN_AT_END = re.compile(r"<[!?/a-zA-Z]")
 
 
 def _is_dropped(element: _Element, inside_main: bool) -> bool:

@@ -982,3 +982,22 @@ def test_links_left_open_inside_links_read_in_linear_time(
     deep = "<html><body><main><p>x" + '<a href="#">' * 50_000 + "y</p></main></body></html>"
     _, deep_text = html_to_text(deep)
     assert "x" in deep_text and "y" in deep_text
+
+
+def test_the_end_of_a_page_is_read_as_browsers_read_it() -> None:
+    # a comment left open runs to the end of the page and hides the rest: its words
+    # were indexed (Python's parser gives an open comment back as text)
+    _, text = html_to_text("<html><body><p>Shown.</p><!-- draft: the secret plan</p>"
+                           "<p>also hidden</p></body></html>")
+    assert text == "Shown."
+    # a closed comment hides only itself
+    _, text = html_to_text("<p>a<!-- note --> b</p><p>c</p>")
+    assert text == "a b\n\nc"
+    # a declaration or a tag left open at the end is not text either; a bare "<" is
+    for page, expected in (("<p>a b</p><a href=\"x", "a b"), ("<p>x</p><?php echo 1", "x"),
+                           ("<p>x</p><!DOCTYPE", "x"), ("<p>a < b</p>", "a < b"),
+                           ("<p>x</p><script>var a = '<!--';", "x")):
+        assert html_to_text(page)[1] == expected, page
+    # a NUL in the text is dropped, as browsers drop it: it read as a line break
+    _, text = html_to_text("<p>ab\x00cd and <b>e\x00f</b></p>")
+    assert text == "abcd and ef"
