@@ -30,12 +30,14 @@ $$;
 -- term_stat itself, which would list every word of the collection, the words of documents
 -- they cannot read included; a search needs the df of its own query terms only. Its body
 -- is one fixed read with a pinned search_path, so running it with the owner's rights
--- lends nothing else.
+-- lends nothing else. Both definer functions name pg_temp last in their path: unnamed,
+-- Postgres searches the caller's temporary schema first for tables and types, and a
+-- caller's domain pg_temp.text (checked by a function of its own) would run as the owner.
 create or replace function pgfunnel._term_df(version_id integer, terms text[])
 returns table (term text, df integer)
 language plpgsql stable parallel safe
 security definer
-set search_path = pg_catalog, pgfunnel
+set search_path = pg_catalog, pgfunnel, pg_temp
 set plan_cache_mode = force_generic_plan
 set jit = off
 as $$
@@ -102,7 +104,7 @@ create or replace function pgfunnel._lexical_deleted()
 returns trigger
 language plpgsql
 security definer
-set search_path = pg_catalog, pgfunnel
+set search_path = pg_catalog, pgfunnel, pg_temp
 as $$
 declare
     emptied_versions integer[];

@@ -536,6 +536,36 @@ def test_writer_role_plain_delete_keeps_statistics_under_rls(rls_db: str) -> Non
         assert_stats_exact(conn)
 
 
+def test_the_definer_functions_find_no_type_in_the_callers_temporary_schema(
+        rls_db: str) -> None:
+    """The deletion trigger runs with the owner's rights. Its pinned search_path did not
+    name pg_temp, so Postgres searched the caller's temporary schema first for type names:
+    a writer's domain pg_temp.text, checked by a pg_temp function, ran that function as
+    the owner (a superuser here) when a delete emptied a term. pg_temp now comes last."""
+    writer = create_app_role(rls_db, writer=True)
+    with connect(writer, autocommit=True) as conn:
+        conn.execute("create function pg_temp.escalate(v pg_catalog.text) returns boolean "
+                     "language plpgsql as $$ begin if current_user <> session_user then "
+                     "raise exception 'ran as %', current_user; end if; return true; end $$")
+        conn.execute("create domain pg_temp.text as pg_catalog.text "
+                     "check (pg_temp.escalate(value))")
+        conn.execute("create domain pg_temp.int4 as pg_catalog.int4 "
+                     "check (pg_temp.escalate(value::pg_catalog.text))")
+        # 'secret' alone holds 'monthly' and 'invoice': the trigger empties their terms
+        assert conn.execute("delete from pgfunnel.document where citekey = 'secret'"
+                            ).rowcount == 1
+        assert conn.execute("select count(*) from pgfunnel._term_df(1, array['refund'])"
+                            ).fetchone() is not None
+    with connect(rls_db, autocommit=True) as conn:
+        definers = conn.execute(
+            "select p.oid::regprocedure::text, s from pg_proc p, unnest(p.proconfig) s "
+            "where p.pronamespace = 'pgfunnel'::regnamespace and p.prosecdef "
+            "and s like 'search_path=%%'").fetchall()
+        assert len(definers) == 2
+        for sig, setting in definers:
+            assert setting.replace(" ", "").endswith(",pg_temp"), (sig, setting)
+
+
 def test_a_writer_making_a_new_version_is_told_it_takes_the_owner(rls_db: str) -> None:
     from pgfunnel.errors import AccessError
     from pgfunnel.ingest import Ingester
