@@ -910,12 +910,12 @@ begin
                 format('%s is not an index version of %L', final.index_version_id, collection));
         end if;
     else
-        select v.id into version_id from pgfunnel.index_version v
-         where v.collection_id = coll_id and v.state = 'active';
+        -- the active one, or P0002 as for a search: a trace names a version that exists
+        select a.version_id into version_id from pgfunnel._active_version(coll_id) a;
     end if;
     insert into pgfunnel.search_log (collection_id, index_version_id, config_hash, config,
                                      query_text, principals, tenant, notes)
-    values (coll_id, coalesce(version_id, 0), md5(coalesce(config, '{}'::jsonb)::text),
+    values (coll_id, version_id, md5(coalesce(config, '{}'::jsonb)::text),
             coalesce(config, '{}'::jsonb), query_text, principals, tenant,
             coalesce(log_notes, '{}'::jsonb))
     returning id into log_id;

@@ -266,6 +266,15 @@ def test_a_collection_without_an_active_version_is_named(conn: psycopg.Connectio
         _search(conn, "zephyr", None, collection="versionless")
     assert nf.value.diag.message_primary == \
         "collection 'versionless' has no active index version"
+    # a traced final() there wrote a search_log row for index version 0, which no
+    # collection has, rather than say so
+    with pytest.raises(psycopg.errors.NoDataFound) as nf:
+        conn.execute("select * from pgfunnel.final('{}', '{}', '{}', '{}', '{}', '{}', '{}', "
+                     "collection => 'versionless', trace => true)")
+    assert nf.value.diag.message_primary == \
+        "collection 'versionless' has no active index version"
+    assert conn.execute("select count(*) from pgfunnel.search_log "
+                        "where index_version_id = 0").fetchone() == (0,)
 
 
 def test_hidden_best_chunk_never_returned(conn: psycopg.Connection[Any], corpus: Any) -> None:
