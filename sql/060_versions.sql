@@ -72,7 +72,7 @@ declare
 begin
     coll_id := pgfunnel._collection_id(collection_name);
     if version_number is null then
-        perform pgfunnel._bad_parameter('version', 'must not be NULL');
+        perform pgfunnel._bad_parameter('version_number', 'must not be NULL');
     end if;
     -- the ingest lock: no chunk can be added between the coverage check and the switch
     perform pg_advisory_xact_lock(hashtext('pgfunnel:ingest:' || collection_name));

@@ -181,6 +181,18 @@ def test_activation_catches_up_chunks_ingested_after_the_build(sample_db: str,
     assert _top(sample_db, "zanzibar quokka", embedder)[0][1] == 1
 
 
+def test_activate_version_names_its_own_parameters(conn: psycopg.Connection[Any]) -> None:
+    """docs/sql.md: errors name the parameter. A NULL version number named `version`,
+    which activate_version does not take (its parameter is version_number)."""
+    conn.execute("insert into pgfunnel.collection (name) values ('named')")
+    with pytest.raises(psycopg.errors.InvalidParameterValue,
+                       match="^version_number: must not be NULL"), conn.transaction():
+        conn.execute("select pgfunnel.activate_version('named', null)")
+    with pytest.raises(psycopg.errors.InvalidParameterValue,
+                       match="^collection: must not be NULL"), conn.transaction():
+        conn.execute("select pgfunnel.activate_version(null, 1)")
+
+
 def test_second_writer_is_refused_naming_the_holder(sample_db: str) -> None:
     from pgfunnel.cli.main import app
 
