@@ -27,14 +27,17 @@ begin
     exception when others then
         parsed := null;
     end;
-    -- an empty string is refused here as the principals argument refuses it: no
-    -- document names it, and a reader who is '' is a bug upstream
+    -- an empty string, or one that begins or ends with whitespace, is refused here as
+    -- the principals argument refuses it: no document names it (ingest refuses such a
+    -- reader), and a reader who is '' or ' alice' is a bug upstream
     if parsed is null or jsonb_typeof(parsed) <> 'array'
        or exists (select 1 from jsonb_array_elements(parsed) e
-                   where jsonb_typeof(e) <> 'string' or e operator(pg_catalog.=) '""'::jsonb) then
+                   where jsonb_typeof(e) <> 'string' or e operator(pg_catalog.=) '""'::jsonb
+                      or (e operator(pg_catalog.#>>) '{}') operator(pg_catalog.~) '^\s|\s$') then
         raise exception using errcode = '22023',
-            message = 'pgfunnel.principals: must be a JSON array of non-empty strings, e.g. '
-                      '''["alice"]'' (set it with set_config(''pgfunnel.principals'', ..., true))';
+            message = 'pgfunnel.principals: must be a JSON array of non-empty strings without '
+                      'whitespace at either end, e.g. ''["alice"]'' (set it with '
+                      'set_config(''pgfunnel.principals'', ..., true))';
     end if;
     return array(select jsonb_array_elements_text(parsed));
 end

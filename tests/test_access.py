@@ -305,7 +305,8 @@ def test_missing_rls_setting_gives_zero_rows(app_conn: psycopg.Connection[Any]) 
         else:  # '[]': public only
             assert n_docs[0] == 30 and n_docs[1] == 0
     # malformed settings are an error, never all rows
-    for bad in ("null", "{alice}", "alice", '{"a": 1}', "[1, 2]", '[""]', '["alice", ""]'):
+    for bad in ("null", "{alice}", "alice", '{"a": 1}', "[1, 2]", '[""]', '["alice", ""]',
+                '[" alice"]', '["alice\\t"]'):
         with pytest.raises(psycopg.errors.InvalidParameterValue,
                            match="pgfunnel.principals: must be a JSON array of non-empty "
                                  "strings"), conn.transaction():
