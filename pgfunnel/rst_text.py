@@ -19,7 +19,10 @@ what a reader of the rendered page sees, closely enough for search, without docu
   ``versionadded`` and friends read as Sphinx renders them ("New in version 3.2");
 - a ``csv-table`` or ``list-table`` is its caption and rows, a line per row with cells
   parted by `` | ``;
-- comments, link targets and substitution definitions are dropped; a paragraph's
+- comments, link targets and substitution definitions are dropped; a substitution
+  reference reads as its definition where the file defines it (``replace::``,
+  ``unicode::``; an ``image::`` one reads as nothing), and as written where it does not
+  (Sphinx's ``|version|`` comes from the project's configuration); a paragraph's
   closing ``::`` reads as ``:``; transitions are dropped;
 - literal blocks and code keep their lines, indented, so a ``#`` comment in code never
   reads as a heading; inline markup inside them is left alone.
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import csv
 import re
+from contextvars import ContextVar
 
 __all__ = ["looks_like_rst", "rst_to_text"]
 
@@ -85,6 +89,14 @@ def looks_like_rst(text: str) -> bool:
 def rst_to_text(raw: str) -> tuple[str, str]:
     """(title, text) of a reStructuredText document; the title is "" when it has none."""
     lines = raw.removeprefix("\ufeff").replace("\t", "        ").splitlines()
+    defined = _SUBSTITUTIONS.set(_substitution_definitions(lines))
+    try:
+        return _rst_to_text(lines)
+    finally:
+        _SUBSTITUTIONS.reset(defined)
+
+
+def _rst_to_text(lines: list[str]) -> tuple[str, str]:
     styles: list[tuple[str, bool]] = []
     out: list[str] = []
     fields, start = _file_fields(lines)
@@ -325,9 +337,75 @@ def _section_title(lines: list[str], i: int) -> tuple[str, tuple[str, bool], int
     return None
 
 
+# the substitutions the document being read defines, by name
+_SUBSTITUTIONS: ContextVar[dict[str, str] | None] = ContextVar("rst_substitutions",
+                                                              default=None)
+_SUBSTITUTION_DEFINITION = re.compile(
+    r"^(\s*)\.\.\s+\|(?![\s|])([^|]+?)(?<!\s)\|\s+(replace|unicode|image)::(?:\s+(.*))?$")
+# a reference, |name| (|name|_ and |name|__ are links), or an inline literal, where a
+# reference is left alone
+_SUBSTITUTION_OR_LITERAL = re.compile(
+    r"``.+?``|(?<![\w|`\\])\|(?![\s|])([^|\n]+?)(?<!\s)\|(?:__?)?(?![\w|])")
+# a character code of the unicode directive: 0xA9, x2014, \u2014, U+2014, &#x2014; or 169
+_CHARACTER_CODE = re.compile(
+    r"(?:0x|x|\\x|U\+|u|\\u)([0-9a-fA-F]+)|&#x([0-9a-fA-F]+);|&#(\d+);|(\d+)", re.I)
+
+
+def _substitution_definitions(lines: list[str]) -> dict[str, str]:
+    """``.. |name| replace:: text`` (its text may go on in the lines indented under it),
+    ``.. |name| unicode:: 0xA9`` and ``.. |name| image:: path`` (a picture: no text), by
+    name; docutils matches a reference to one case-insensitively when no name matches
+    exactly, so each is also kept under its name folded."""
+    defined: dict[str, str] = {}
+    for i, line in enumerate(lines):
+        m = _SUBSTITUTION_DEFINITION.match(line)
+        if m is None:
+            continue
+        indent, name, kind = len(m.group(1)), " ".join(m.group(2).split()), m.group(3)
+        words = [m.group(4) or ""]
+        for more in lines[i + 1:]:
+            if more.strip() and len(more) - len(more.lstrip()) <= indent:
+                break
+            if kind != "image" and not _OPTION.match(more):
+                words.append(more)
+        text = " ".join(" ".join(words).split())
+        if kind == "unicode":
+            text = "".join(_character(code) for code in text.split(" .. ")[0].split())
+        elif kind == "image":
+            text = ""
+        defined[name] = text
+        defined.setdefault(name.casefold(), text)
+    return defined
+
+
+def _character(code: str) -> str:
+    """A code of the unicode directive as its character; other text as it is."""
+    m = _CHARACTER_CODE.fullmatch(code)
+    if m is None:
+        return code
+    hex_digits = m.group(1) or m.group(2)
+    value = int(hex_digits, 16) if hex_digits else int(m.group(3) or m.group(4))
+    return chr(value) if 0 < value <= 0x10FFFF and not 0xD800 <= value <= 0xDFFF else code
+
+
+def _substituted(text: str) -> str:
+    defined = _SUBSTITUTIONS.get()
+    if not defined or "|" not in text:
+        return text
+
+    def replace(m: re.Match[str]) -> str:
+        if m.group(1) is None:
+            return m.group()  # an inline literal shows its text as written
+        name = " ".join(m.group(1).split())
+        found = defined.get(name, defined.get(name.casefold()))
+        return m.group() if found is None else found
+
+    return _SUBSTITUTION_OR_LITERAL.sub(replace, text)
+
+
 def _inline(text: str) -> str:
     """Inline markup to the words a reader sees."""
-    text = _LITERAL.sub(r"\1", text)
+    text = _LITERAL.sub(r"\1", _substituted(text))
     text = _ROLE.sub(_role_text, text)
     text = _EMPHASIS.sub(r"\1", _STRONG.sub(r"\1", text))
     return _FOOTNOTE_REF.sub("", text)

@@ -102,6 +102,36 @@ def test_markup_reads_as_rendered() -> None:
         assert hidden not in text, hidden
 
 
+def test_substitutions_the_file_defines_read_as_their_text() -> None:
+    # |RST| was indexed as "|RST|" wherever the page showed "reStructuredText"
+    page = """Writing |RST|
+=============
+
+Use |RST| for |project| docs |copy| 2024 |dash| |logo| done. ``|RST|`` is literal;
+see |rst|_, a|b|c, and | a | table | row |.
+
+::
+
+    |RST| in code stays
+
+.. |RST| replace:: *reStructuredText*
+   markup
+.. |copy| unicode:: 0xA9 .. the copyright sign
+.. |dash| unicode:: U+2014
+.. |logo| image:: logo.png
+   :alt: The logo
+"""
+    title, text = rst_to_text(page)
+    assert title == "Writing reStructuredText markup"
+    assert "Use reStructuredText markup for |project| docs \u00a9 2024 \u2014  done." in text
+    assert "|RST| is literal;\nsee reStructuredText markup, a|b|c, and | a | table | row |." \
+        in text
+    assert "    |RST| in code stays" in text
+    assert "logo.png" not in text and "The logo" not in text and "replace::" not in text
+    # a later document defines nothing: nothing carries over from the one before
+    assert "|RST|" in rst_to_text("Other\n=====\n\nStill |RST| here.\n")[1]
+
+
 def test_code_keeps_its_lines_and_never_makes_a_heading() -> None:
     _, text = rst_to_text(PAGE)
     code = [line for line in text.splitlines() if "comment in" in line or "kept as" in line]
