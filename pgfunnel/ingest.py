@@ -1024,6 +1024,17 @@ class _Preparer:
                 self.analyzer.conn.close()
 
 
+def check_connection(conn: Any) -> None:
+    """A ConfigError naming ``conn`` unless it is a psycopg Connection: a DSN, a pool or a
+    SQLAlchemy engine (what a Funnel takes) failed with a raw AttributeError ('str' object
+    has no attribute 'row_factory')."""
+    if isinstance(conn, psycopg.Connection):
+        return
+    kind = f"{type(conn).__module__}.{type(conn).__qualname__}"
+    raise ConfigError("conn", f"must be a psycopg Connection in autocommit mode, got {kind}: "
+                      "open one with pgfunnel.db.connect(dsn, autocommit=True)")
+
+
 class Ingester:
     """Writes documents into one collection's active index version."""
 
@@ -1037,16 +1048,27 @@ class Ingester:
         from pgfunnel.db import require_schema
         from pgfunnel.schema import require_current_schema
 
-        with tuple_rows(conn):
-            require_schema(conn)
-            # the application's own connection, however it was opened (as a Funnel takes
-            # it): vectors are written through pgvector's types, and a connection that
-            # pgfunnel.db.connect did not open failed with KeyError "couldn't find the type
-            # 'vector' in the types registry"
-            try_register_vector(conn)
-            # this release's analyzers and columns: an older schema failed mid-ingest (a
-            # new collection's default analyzer unknown, named as an --analyzer ingest lacks)
-            require_current_schema(conn)
+        check_connection(conn)
+        if not conn.autocommit:
+            # each batch commits on its own; inside a caller's transaction it could not.
+            # Said before any statement: the lookups below left a connection without
+            # autocommit idle in a transaction that nothing would end
+            raise ConfigError("conn", "Ingester needs a connection in autocommit mode")
+        try:
+            with tuple_rows(conn):
+                require_schema(conn)
+                # the application's own connection, however it was opened (as a Funnel
+                # takes it): vectors are written through pgvector's types, and a connection
+                # that pgfunnel.db.connect did not open failed with KeyError "couldn't find
+                # the type 'vector' in the types registry"
+                try_register_vector(conn)
+                # this release's analyzers and columns: an older schema failed mid-ingest
+                # (a new collection's default analyzer unknown, named as an --analyzer
+                # ingest lacks)
+                require_current_schema(conn)
+        except psycopg.Error as exc:
+            # a closed or lost connection was a raw psycopg OperationalError
+            raise translate(exc, searching=False) from exc
         check_embed_input(embed_input)
         # what a new collection's first version embeds; a version keeps its own, and
         # `reindex --embed-input` changes it
@@ -1054,9 +1076,6 @@ class Ingester:
         check_lexical_input(lexical_input)
         # likewise what its BM25 indexes (`reindex --lexical-input`)
         self.lexical_input = lexical_input
-        if not conn.autocommit:
-            # each batch commits on its own; inside a caller's transaction it could not
-            raise ConfigError("conn", "Ingester needs a connection in autocommit mode")
         self.conn = conn
         self.collection = collection
         self.chunk_words = chunk_words
@@ -1993,6 +2012,7 @@ def checked_records(records: Iterable[DocumentRecord]) -> Iterator[DocumentRecor
 def delete_documents(conn: psycopg.Connection[Any], collection: str,
                      citekeys: Sequence[str]) -> int:
     """Delete documents and their chunks, keeping BM25 statistics exact."""
+    check_connection(conn)
     citekeys = string_list(citekeys, "citekeys")
     try:
         with tuple_rows(conn), conn.transaction():

@@ -1643,3 +1643,33 @@ def test_documents_without_readers_in_a_private_collection_are_named(
     stats = Ingester(conn, "vault").ingest(again, vectors=_random_vectors(again))
     assert not any("have no readers" in n for n in stats.notes), stats.notes
     assert any("2 re-ingested document(s) keep readers" in n for n in stats.notes), stats.notes
+
+
+def test_connection_that_ingest_cannot_use_is_named(db: str) -> None:
+    from psycopg_pool import ConnectionPool
+
+    from pgfunnel.errors import ConnectionFailedError
+
+    # a DSN, a pool (what a Funnel takes) failed with a raw AttributeError: 'str' object
+    # has no attribute 'row_factory'
+    with pytest.raises(ConfigError, match=r"^conn: must be a psycopg Connection in "
+                       r"autocommit mode, got builtins\.str: open one with "
+                       r"pgfunnel\.db\.connect\(dsn, autocommit=True\)$"):
+        Ingester(db, "c")  # type: ignore[arg-type]
+    with (ConnectionPool(db, min_size=1, open=True) as pool,
+          pytest.raises(ConfigError, match=r"^conn: .*got psycopg_pool\.pool\.ConnectionPool")):
+        Ingester(pool, "c")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"^conn: must be a psycopg Connection"):
+        delete_documents(db, "c", ["a"])  # type: ignore[arg-type]
+    # without autocommit: refused before any statement, so the connection is not left
+    # idle in a transaction that nothing ends
+    with psycopg.connect(db) as plain:
+        with pytest.raises(ConfigError, match=r"^conn: Ingester needs a connection in "
+                           r"autocommit mode$"):
+            Ingester(plain, "c")
+        assert plain.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    # a closed connection was a raw psycopg OperationalError
+    closed = psycopg.connect(db, autocommit=True)
+    closed.close()
+    with pytest.raises(ConnectionFailedError, match="the connection is closed"):
+        Ingester(closed, "c")
