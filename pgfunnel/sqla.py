@@ -160,8 +160,8 @@ def funnel_search_tvf(query_text: Any, query_embedding: Any = None, *,
     With ``trace=True`` the trace rows are written in the caller's transaction: a
     Session must commit to keep them (``with Session(engine)`` otherwise rolls back).
     """
-    # None leaves a parameter to its SQL default, as Funnel.search takes it (sending NULL
-    # refused k, fusion, trace and the rest); principals=None is refused below
+    # None leaves a parameter to its SQL default (sending NULL refused k, fusion, trace
+    # and the rest; Funnel.search refuses None for those); principals=None is refused below
     params = {key: value for key, value in params.items()
               if value is not None or key == "principals"}
     unknown = sorted(set(params) - set(FUNNEL_SEARCH_PARAMETERS))
