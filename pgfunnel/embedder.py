@@ -197,7 +197,12 @@ def check_vector(vector: Any, dimensions: int | None = None,
         if raw.dtype.kind not in "iufO":
             raise InvalidVectorError(f"{parameter}: must hold real numbers, got {raw.dtype} "
                                      "values")
-        arr = np.asarray(raw, dtype=np.float32)
+        with np.errstate(over="ignore"):
+            # a value past single precision becomes Inf, named below, not in a warning
+            arr = np.asarray(raw, dtype=np.float32)
+    except OverflowError as exc:  # a Python int past any float: 10**400
+        raise InvalidVectorError(f"{parameter}: contains values beyond single precision "
+                                 f"(magnitude over 3.4e38): {exc}") from exc
     except (TypeError, ValueError) as exc:
         raise InvalidVectorError(f"{parameter}: not a numeric vector ({exc})") from exc
     if arr.ndim != 1 or arr.size == 0:
@@ -207,8 +212,13 @@ def check_vector(vector: Any, dimensions: int | None = None,
         raise InvalidVectorError(
             f"{parameter}: has {arr.size} dimensions; the index version expects {dimensions}")
     if not np.all(np.isfinite(arr)):
-        bad = "NaN" if np.any(np.isnan(arr)) else "Inf"
-        raise InvalidVectorError(f"{parameter}: contains {bad} values")
+        if np.any(np.isnan(arr)):
+            raise InvalidVectorError(f"{parameter}: contains NaN values")
+        if np.all(np.isfinite(np.asarray(raw, dtype=np.float64))):
+            raise InvalidVectorError(
+                f"{parameter}: contains values beyond single precision (magnitude over "
+                "3.4e38), which pgvector stores as 4-byte floats")
+        raise InvalidVectorError(f"{parameter}: contains Inf values")
     norm = float(np.linalg.norm(arr.astype(np.float64)))
     if norm == 0.0:
         raise InvalidVectorError(f"{parameter}: is the zero vector, which has no direction")

@@ -39,6 +39,8 @@ HOSTILE_VECTORS: list[Any] = [
     np.ones(DIM, dtype=complex), np.array(["1"] * DIM),
     # and booleans became 0.0 and 1.0: a bit mask searched as if it were an embedding
     np.ones(DIM, dtype=bool), [True] * DIM,
+    # past single precision: Inf once cast, and a Python int past any float
+    [1e39] * DIM, [10**400] + [1] * (DIM - 1),
 ]
 
 
@@ -265,3 +267,18 @@ def test_principals_that_no_document_can_name_are_refused_in_python_and_sql(
 def test_a_funnel_given_a_class_instead_of_a_connection_says_so() -> None:
     with pytest.raises(ConfigError, match="^source: got the class psycopg.Connection"):
         Funnel(psycopg.Connection, embedder=None)
+
+
+@pytest.mark.parametrize("big", [1e39, -3.5e38, 10**39, 10**400])
+def test_a_value_past_single_precision_is_named_as_such_without_a_warning(big: Any) -> None:
+    # 1e39 was called "Inf" after numpy warned of an overflow in the cast; 10**400
+    # raised a raw OverflowError
+    import warnings
+
+    from pgfunnel.embedder import check_vector
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(InvalidVectorError,
+                           match=r"^query_embedding: contains values beyond single precision"):
+            check_vector([big, 1.0, 1.0], 3)
