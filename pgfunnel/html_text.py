@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
-__all__ = ["html_to_text"]
+__all__ = ["HtmlPage", "html_page", "html_to_text"]
 
 # elements that never hold page content
 _DROP_TAGS = frozenset({
@@ -307,6 +307,9 @@ class _Renderer:
         self.first_heading: str | None = None
         self.headings: list[str] = []
         self._bullet = ""  # a list item's "- " whose text starts in a paragraph of its own
+        # the words and links rendered, and the words of links among them (HtmlPage)
+        self.words = self.link_words = self.links = 0
+        self._in_link = False
 
     def _flush(self) -> None:
         text = _SPACE.sub(" ", "".join(self.line)).strip()
@@ -331,8 +334,12 @@ class _Renderer:
     def _text_of(self, element: _Element, sig_name: str | None = None) -> str:
         inner = _Renderer(self.inside_main)
         inner.sig_name = sig_name
+        inner._in_link = self._in_link
         inner.render_children(element)
         inner._flush()
+        self.words += inner.words
+        self.link_words += inner.link_words
+        self.links += inner.links
         return " ".join(" ".join(inner.blocks).split())
 
     def _term_heading(self, terms: list[str]) -> None:
@@ -351,12 +358,26 @@ class _Renderer:
         for child in element.children:
             if isinstance(child, str):
                 self.line.append(child)
+                words = len(child.split())
+                self.words += words
+                self.link_words += words if self._in_link else 0
             else:
                 self.render(child)
 
     def render(self, element: _Element) -> None:
         if _is_dropped(element, self.inside_main):
             return
+        if element.tag == "a" and "href" in element.attrs and not self._in_link:
+            self.links += 1
+            self._in_link = True
+            try:
+                self._render(element)
+            finally:
+                self._in_link = False
+            return
+        self._render(element)
+
+    def _render(self, element: _Element) -> None:
         tag = element.tag
         if tag in ("title", "head"):
             return
@@ -413,6 +434,7 @@ class _Renderer:
         if tag == "pre":
             self._flush()
             code = "".join(_raw_text(element)).strip("\n")
+            self.words += len(code.split())
             if code.strip():
                 self.blocks.append("\n".join("    " + line for line in code.splitlines()))
             return
@@ -554,8 +576,37 @@ def _read_raw_text(element: _Element) -> list[str]:
     return parts
 
 
+@dataclass(frozen=True)
+class HtmlPage:
+    """An HTML page's title and the text of its main content, with what of that content
+    is link text: an index or a table of contents is little else."""
+
+    title: str
+    text: str
+    #: links in the main content, as rendered (dropped elements left out)
+    links: int
+    #: the share of the main content's words that are the text of a link
+    link_share: float
+
+    def is_link_list(self) -> bool:
+        """A generated index or table of contents rather than a page of text: 100 links
+        or more, and half its words theirs. gtk-doc's api-index-full.html (``g_foo,
+        function in Foo``, two links) holds about 50 - 60% link words, Sphinx's general
+        index by letter 80 - 98%; among the Python documentation's other pages with 100
+        links or more, the most is 38% (the C API's list of its stable functions, which
+        has prose of its own), the next 21%. Ingested among the pages they list, such a
+        page matched every name it listed and took top slots for them."""
+        return self.links >= 100 and self.link_share >= 0.5
+
+
 def html_to_text(html: str) -> tuple[str, str]:
     """(title, text) of an HTML page's main content; see the module docstring."""
+    page = html_page(html)
+    return page.title, page.text
+
+
+def html_page(html: str) -> HtmlPage:
+    """The page's title and main text (see the module docstring), and its links."""
     builder = _TreeBuilder()
     builder.feed(html)
     builder.close()
@@ -569,8 +620,11 @@ def html_to_text(html: str) -> tuple[str, str]:
     if _SPHINX_NO_TITLE.match(page_title):
         # Sphinx's placeholder for a source with no title (Buildbot's release notes):
         # "<no title>" heading every chunk would tell the embedder nothing
-        return renderer.first_heading or "", text
-    return _page_title(renderer, page_title), text
+        title = renderer.first_heading or ""
+    else:
+        title = _page_title(renderer, page_title)
+    return HtmlPage(title, text, renderer.links,
+                    renderer.link_words / renderer.words if renderer.words else 0.0)
 
 
 # "<no title> — Buildbot 3.7 documentation"

@@ -34,7 +34,7 @@ from pgfunnel.errors import (
     text_problem,
     warn_at_caller,
 )
-from pgfunnel.html_text import html_to_text
+from pgfunnel.html_text import html_page
 from pgfunnel.rst_text import (
     _CODE,
     _SILENT,
@@ -688,8 +688,14 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
         # an underlined title was named "glossary.rst"
         suffix, named = inner, Path(path.stem)
     if suffix in (".html", ".htm"):
-        title, text = html_to_text(raw)
-        title = title or _title_from_file_name(path)
+        page = html_page(raw)
+        if in_folder and page.is_link_list():
+            # its names stay findable in the pages it lists; given by itself, it is read
+            warn_at_caller(EmptyFileWarning(
+                f"{path}: a page of links ({page.links:,} links, {page.link_share:.0%} of "
+                "its words), an index or table of contents, skipped"), EmptyFileWarning)
+            return
+        title, text = page.title or _title_from_file_name(path), page.text
     elif suffix in (".rst", ".rest") or (suffix == ".txt" and looks_like_rst(raw)):
         title, text = rst_to_text(raw)
         title = title or _title_from_file_name(named)
@@ -786,7 +792,8 @@ def _title_from_file_name(path: Path) -> str:
 
 
 class EmptyFileWarning(UserWarning):
-    """A file found in a folder held no text and was left out."""
+    """A file found in a folder held no text of its own (empty, a redirect, or an HTML
+    page of links: an index or table of contents) and was left out."""
 
 
 class GuessedEncodingWarning(UserWarning):

@@ -151,6 +151,39 @@ def test_files_without_text_are_skipped_in_a_folder_but_an_error_alone(tmp_path:
         list(read_path(tmp_path / "redirect.html"))
 
 
+def test_a_page_of_links_in_a_folder_is_left_out_with_a_note(tmp_path: Path) -> None:
+    # gtk-doc's api-index-full.html: every symbol of the library as a link to its page;
+    # ingested beside those pages, it matched every name it listed
+    from pgfunnel.html_text import html_page
+    from pgfunnel.sources import EmptyFileWarning
+
+    entries = "".join(f'<dt><a href="page{i // 20}.html#f{i}">g_thing_{i}</a>, function in '
+                      f'<a href="page{i // 20}.html">Thing Lists {i // 20}</a></dt>'
+                      for i in range(120))
+    (tmp_path / "api-index-full.html").write_text(
+        f"<html><body><h1>API Index</h1><dl>{entries}</dl></body></html>")
+    # a page of text that links as often (a reference page of cross-references) stays
+    prose = "".join(f"<p>Call <a href='x.html#f{i}'>g_thing_{i}</a> after setting up the "
+                    f"context, then check the result it returns.</p>" for i in range(120))
+    (tmp_path / "guide.html").write_text(f"<html><body><h1>Guide</h1>{prose}</body></html>")
+    # a short list of links is not an index either
+    (tmp_path / "toc.html").write_text("<html><body><h1>Contents</h1><ul>" + "".join(
+        f"<li><a href='c{i}.html'>Chapter {i}</a></li>" for i in range(30)) + "</ul></body></html>")
+    index = html_page((tmp_path / "api-index-full.html").read_text())
+    assert index.links == 240 and index.link_share > 0.55 and index.is_link_list()
+    guide = html_page((tmp_path / "guide.html").read_text())
+    assert guide.links == 120 and guide.link_share < 0.2 and not guide.is_link_list()
+    with pytest.warns(EmptyFileWarning) as caught:
+        docs = list(read_path(tmp_path))
+    assert sorted(d.citekey for d in docs) == ["guide", "toc"]
+    note = str(caught[0].message)
+    assert note.endswith("api-index-full.html: a page of links (240 links, 57% of its words), "
+                         "an index or table of contents, skipped"), note
+    # given by itself, it is read: the user asked for it
+    alone = list(read_path(tmp_path / "api-index-full.html"))
+    assert "g_thing_119" in alone[0].text
+
+
 def test_cli_ingest_notes_skipped_files(db: str, tmp_path: Path) -> None:
     import json
 
