@@ -28,9 +28,10 @@ def doctor(
              "pgfunnel_reader (not the owner, no superuser, no BYPASSRLS), and that it may "
              "search (a member of pgfunnel_reader under RLS).")] = None,
 ) -> None:
-    """Check pgvector's version, invalid indexes, the active versions' HNSW indexes, BM25
-    statistics, index size vs shared_buffers, row security, roles and their privileges.
-    Exit 3 when any finding is an error."""
+    """Check the database and say what to fix. Exit 3 when any finding is an error.
+
+    Checks pgvector's version, invalid indexes, the active versions' HNSW indexes, BM25
+    statistics, index size vs shared_buffers, row security, roles and their privileges."""
     from pgfunnel.db import connect
     from pgfunnel.doctor import run_checks, worst
 

@@ -142,8 +142,10 @@ def dsn(dsn: DsnOption = None) -> None:
 
 @app.command()
 def stop() -> None:
-    """Stop the embedded Postgres of PGFUNNEL_HOME (its data stays; the next command
-    that needs it starts it again). A server of your own (PGFUNNEL_DSN) is never touched."""
+    """Stop the embedded Postgres of PGFUNNEL_HOME; its data stays.
+
+    The next command that needs it starts it again. A server of your own (PGFUNNEL_DSN) is
+    never touched."""
     from pgfunnel.db import pgfunnel_home, stop_embedded
 
     with handle_errors():

@@ -340,8 +340,10 @@ def drop_collection_cmd(
                                                     "version and trace of it goes.")] = False,
     dsn: DsnOption = None, json_out: JsonOption = False,
 ) -> None:
-    """Drop a collection: its documents, chunks, every index version (HNSW indexes and
-    posting partitions included), traces and judged queries."""
+    """Drop a collection whole. Without --yes it only says what would go (exit 2).
+
+    Its documents, chunks, every index version (HNSW indexes and posting partitions
+    included), traces and judged queries go."""
     from pgfunnel import versions
     from pgfunnel.db import connect
 
@@ -387,8 +389,10 @@ def compare_cmd(
     dsn: DsnOption = None,
     json_out: JsonOption = False,
 ) -> None:
-    """What users will see differently: overlap@k per query between two versions, and with
-    judged queries the nDCG@k change and its paired-bootstrap 95% interval."""
+    """What users will see differently if version B replaces A: overlap@k, nDCG@k change.
+
+    Overlap@k per query between two versions, and with judged queries the nDCG@k change
+    and its paired-bootstrap 95% interval."""
     from pgfunnel import versions
     from pgfunnel.db import connect
     from pgfunnel.errors import ConfigError

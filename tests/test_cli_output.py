@@ -404,3 +404,33 @@ def test_a_role_without_usage_on_the_schema_gets_one_line_not_a_traceback(
     assert res.exit_code == 1, res.output
     assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
     assert "error: permission denied for schema pgfunnel" in res.output
+
+
+def test_command_summaries_are_one_line() -> None:
+    """`pgfunnel --help` lists each command by its help's first paragraph; a line break in
+    it broke the summary mid-sentence in the listing (`stop`, `doctor`)."""
+    import typer
+    from pgfunnel.cli.main import app
+
+    def walk(group: Any, prefix: str = "") -> list[str]:
+        broken = []
+        for name, command in group.commands.items():
+            summary = (command.help or "").strip().split("\n\n")[0]
+            if "\n" in summary:
+                broken.append(prefix + name)
+            if hasattr(command, "commands"):  # a group: `versions`
+                broken += walk(command, prefix + name + " ")
+        return broken
+
+    root = typer.main.get_command(app)
+    assert "versions drop" in walk_names(root)
+    assert walk(root) == []
+
+
+def walk_names(group: Any, prefix: str = "") -> list[str]:
+    names = []
+    for name, command in group.commands.items():
+        names.append(prefix + name)
+        if hasattr(command, "commands"):
+            names += walk_names(command, prefix + name + " ")
+    return names
