@@ -14,14 +14,13 @@ RUNTIME_INDEX_PREFIX = "embedding_hnsw_v"
 RUNTIME_TABLE = re.compile(r"posting_(v[0-9]+|legacy)")
 
 
-def include_object(obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any) -> bool:
+def include_object(obj: Any, name: str | None, type_: str, reflected: bool,
+                   compare_to: Any) -> bool:
     if type_ == "table":
         if reflected and name and RUNTIME_TABLE.fullmatch(name):
             return False
         return getattr(obj, "schema", None) == SCHEMA
-    if type_ == "index" and name and name.startswith(RUNTIME_INDEX_PREFIX):
-        return False
-    return True
+    return not (type_ == "index" and name and name.startswith(RUNTIME_INDEX_PREFIX))
 
 
 def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
