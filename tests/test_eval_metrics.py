@@ -359,6 +359,16 @@ def test_load_queries_takes_lists_of_items_and_lines_without_ids(tmp_path: Path)
             '{"query_id": "b", "query": "x", "slice": "s", "relevant": {"d": 1.5}}',
             "line 2: .*grade",
         ),
+        # past a C long it was a traceback from trec_eval after every search; past a
+        # Postgres integer, --store-qrels failed with "integer out of range", no line named
+        (
+            '{"query_id": "b", "query": "x", "slice": "s", "relevant": {"d": 2147483648}}',
+            "line 2: field 'relevant' gives item 'd' the grade 2147483648; a grade is at most",
+        ),
+        (
+            '{"query_id": "b", "query": "x", "slice": "s", "relevant": {"d": 1e30}}',
+            "line 2: field 'relevant' gives item 'd' the grade 1e\\+30; a grade is at most",
+        ),
         (
             '{"query_id": "b", "query": "x", "slice": "s", "relevant": "d", "x": 1}',
             "line 2: .*relevant.*list of item ids, got str",
@@ -432,6 +442,8 @@ def test_a_file_that_mixes_levels_or_holds_nothing_is_named_with_its_lines(
     ("q1\td1\tinf\n", r"line 1: score 'inf' is not a whole number"),  # was a traceback
     ("q1\td1\tnan\n", r"line 1: score 'nan' is not a whole number"),
     ("q1\td1\tx\n", r"line 1: score 'x' is not a number"),
+    # a traceback from trec_eval past a C long; "integer out of range" from --store-qrels
+    ("q1\td1\t2147483648\n", r"line 1: score 2147483648 is above the largest grade"),
     # one of the two grades was taken without a word
     ("q1\td1\t1\nq1\td2\t1\nq1\td1\t2\n",
      r"line 3: query 'q1' judges 'd1' 2, where line 1 judged it 1"),

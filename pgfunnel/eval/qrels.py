@@ -46,6 +46,9 @@ ALL_SLICE = "all"
 
 _SPLITS: tuple[str, ...] = ("dev", "test")
 
+#: the largest grade: ``pgfunnel.qrel.grade`` is a Postgres integer (and trec_eval's a C long)
+MAX_GRADE = 2_147_483_647
+
 
 @dataclass(frozen=True)
 class JudgedQuery:
@@ -151,16 +154,24 @@ def parse_query(obj: Any, line: int | None = None) -> JudgedQuery:
             f"list of item ids, got {type(raw_relevant).__name__}"
         )
     relevant: dict[str, int] = {}
-    for item, grade in raw_relevant.items():
+    for item, raw_grade in raw_relevant.items():
         if not isinstance(item, str) or not item.strip():
             raise InvalidInputError(f"{where}: field 'relevant' has an empty item id")
         _check_text(item, "relevant", where)
+        grade = raw_grade
         if isinstance(grade, float) and grade.is_integer():
             grade = int(grade)  # 2.0 from a tool that writes every number as a float
         if isinstance(grade, bool) or not isinstance(grade, int) or grade < 0:
             raise InvalidInputError(
                 f"{where}: field 'relevant' gives item {item!r} the grade {grade!r}; "
                 "a grade must be a non-negative integer"
+            )
+        if grade > MAX_GRADE:
+            # scored, it was a traceback from trec_eval after every search; stored
+            # (--store-qrels), Postgres's "integer out of range" named no line
+            raise InvalidInputError(
+                f"{where}: field 'relevant' gives item {item!r} the grade {raw_grade!r}; "
+                f"a grade is at most {MAX_GRADE:,}"
             )
         relevant[item] = grade
 
@@ -301,6 +312,9 @@ def load_beir(queries_path: str | Path, qrels_path: str | Path) -> list[JudgedQu
         grade = int(score)
         if grade < 0:
             raise InvalidInputError(f"{rp}: line {lineno}: score {grade} is negative")
+        if grade > MAX_GRADE:
+            raise InvalidInputError(f"{rp}: line {lineno}: score {fields[2]} is above the "
+                                    f"largest grade, {MAX_GRADE:,}")
         for name, value in (("query-id", fields[0]), ("corpus-id", fields[1])):
             _check_text(value, name, f"{rp}: line {lineno}")
         item = judged.setdefault(fields[0], {})
