@@ -557,3 +557,25 @@ def test_report_on_one_split_and_single_config() -> None:
     assert "nothing to compare" in to_markdown(report)
     with pytest.raises(ConfigError, match="baseline"):
         build_report(runs, queries, baseline="nope")
+
+
+def test_report_stage_columns_in_funnel_order() -> None:
+    # `--preset lexical --preset dense`: the dense leg's column came after "capped", and a
+    # rerank configuration after a plain one put "reranked" after "capped" too, though the
+    # columns are read left to right, leg to cut
+    queries, runs = _report_inputs()
+    pools = {
+        "bm25": {"lexical": runs["bm25"], "fused": runs["bm25"], "capped": runs["bm25"]},
+        "hybrid": {"dense": runs["hybrid"], "fused": runs["hybrid"],
+                   "reranked": runs["hybrid"], "capped": runs["hybrid"]},
+    }
+    report = build_report(runs, queries, k=3, pools=pools, n_resamples=50)
+    assert report.stages == ["lexical", "dense", "fused", "reranked", "capped"]
+    header = next(line for line in to_markdown(report).splitlines()
+                  if line.startswith("| slice"))
+    assert header.index("pool recall: dense") < header.index("pool recall: fused") \
+        < header.index("pool recall: reranked") < header.index("pool recall: capped")
+    from pgfunnel.eval.harness import STAGES
+    from pgfunnel.eval.report import _FUNNEL_ORDER
+
+    assert _FUNNEL_ORDER == STAGES

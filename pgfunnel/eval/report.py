@@ -35,6 +35,10 @@ if TYPE_CHECKING:  # the harness imports this module
 #: bumped when the JSON layout changes incompatibly
 REPORT_FORMAT = 1
 
+#: the stages of the funnel in order, for the report's pool-recall columns (the harness's
+#: ``STAGES``; that module imports this one)
+_FUNNEL_ORDER: tuple[str, ...] = ("lexical", "dense", "fused", "reranked", "capped")
+
 
 @dataclass
 class ConfigResult:
@@ -83,13 +87,21 @@ class EvalReport:
 
     @property
     def stages(self) -> list[str]:
-        """Stage names with pool recall, in first-seen order across configurations."""
+        """Stage names with pool recall, in funnel order (legs, fused, reranked, capped;
+        ``lexical@40`` sorts as ``lexical``), other names after them in first-seen order
+        across configurations. First-seen order alone put a later configuration's dense
+        leg or rerank after the first one's ``capped``."""
         names: list[str] = []
         for result in self.configs.values():
             for stage in result.pool_recall:
                 if stage not in names:
                     names.append(stage)
-        return names
+
+        def position(stage: str) -> int:
+            base = stage.partition("@")[0]
+            return _FUNNEL_ORDER.index(base) if base in _FUNNEL_ORDER else len(_FUNNEL_ORDER)
+
+        return sorted(names, key=position)  # stable: ties keep first-seen order
 
 
 def build_report(
