@@ -516,3 +516,29 @@ def test_a_citekey_ending_in_hash_and_digits_is_named_when_read_as_a_chunk_key(
     assert not [w for w in caught if "judged items" in str(w.message)]
     assert found.missing_items == []
     assert found.report.configs["lexical"].per_query["q1"]["recall@10"] == 1.0
+
+
+def test_stage_recall_in_database_reads_a_chunk_key_as_the_run_does(sample_db: str) -> None:
+    """`tickets#42` is chunk 42 of `tickets` (docs/evaluation.md, judging level): the run
+    counts it never found; the database matched it to the document `tickets#42` as well
+    and reported it found at every stage."""
+    from funnel_util import doc, ingest
+
+    from pgfunnel.db import connect
+    from pgfunnel.eval.harness import stage_recall_in_db, store_qrels
+
+    with connect(sample_db, autocommit=True) as conn:
+        ingest(conn, [doc("tickets#42", "The export button times out on large workspaces."),
+                      doc("tickets#7", "Refunds for annual plans are prorated.")],
+               collection="tickets")
+        queries = [JudgedQuery("q1", "export times out", "keyword", {"tickets#42": 1}),
+                   JudgedQuery("q2", "annual refund", "keyword", {"tickets#7#0": 1})]
+        store_qrels(conn, "tickets", queries)
+        with pytest.warns(UserWarning, match="read as chunk keys"):
+            result = Harness(conn, "tickets", k=5, trace=True).run(
+                queries, preset_configs("lexical"))
+        in_db = stage_recall_in_db(conn, "tickets")
+    pools = result.report.configs["lexical"].pool_recall
+    assert pools["fused"]["all"] == 0.5  # q2 found, q1 a chunk the collection lacks
+    assert in_db["all"]["fused"] == pytest.approx(pools["fused"]["all"])
+    assert in_db["all"]["capped"] == pytest.approx(pools["capped"]["all"])

@@ -737,8 +737,9 @@ def store_qrels(conn: psycopg.Connection[Any], collection: str,
 # text (searches made outside the harness), with the other searches of the same run of it
 # (notes.search_group: the parts of a decomposed query); a relevant item (citekey, or
 # citekey#ordinal) is "in" a stage when one of its chunks is in one of those traces with
-# that stage's rank. The trace holds the fused pool, so "lexical"/"dense" here mean "in
-# the pool via that leg".
+# that stage's rank; an item ending in '#' and digits is a chunk key only, as the run
+# reads it (qrels.chunk_key), never a citekey (`tickets#42`). The trace holds the fused
+# pool, so "lexical"/"dense" here mean "in the pool via that leg".
 _STAGE_RECALL_SQL = """
 with judged as (
     select distinct query_id, query, slice from pgfunnel.qrel where collection_id = %(c)s
@@ -774,7 +775,8 @@ hits as (
                  join pgfunnel.chunk ch on ch.id = t.chunk_id
                  join pgfunnel.document d on d.id = ch.document_id)
              on t.search_id = s.search_id
-            and (r.item = d.citekey or r.item = d.citekey || '#' || ch.ordinal)
+            and (r.item = d.citekey || '#' || ch.ordinal
+                 or (r.item = d.citekey and r.item !~ '.#[0-9]+$'))
      group by s.query_id, s.slice, r.item
 ),
 per_query as (
