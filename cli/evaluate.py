@@ -249,7 +249,8 @@ def _print_tables(report: Any, k: int) -> None:
             parts = [f"{s}: {r.mean_diff:+.3f} [{r.low:+.3f}, {r.high:+.3f}]"
                      + (f" ({too_few})" if (too_few := too_few_label(r)) else "")
                      for s, r in by_slice.items()]
-            wide.print(f"{name} − {report.baseline} ({metric}): " + "; ".join(parts))
+            wide.print(f"{name} − {report.baseline} ({metric}): " + ("; ".join(parts) or (
+                "nothing to compare: no query has a relevant item (no-answer queries only)")))
 
 
 def _fmt(value: float | None) -> str:

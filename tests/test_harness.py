@@ -542,3 +542,20 @@ def test_stage_recall_in_database_reads_a_chunk_key_as_the_run_does(sample_db: s
     assert pools["fused"]["all"] == 0.5  # q2 found, q1 a chunk the collection lacks
     assert in_db["all"]["fused"] == pytest.approx(pools["fused"]["all"])
     assert in_db["all"]["capped"] == pytest.approx(pools["capped"]["all"])
+
+
+def test_eval_of_no_answer_queries_only_says_there_is_nothing_to_compare(
+        sample_db: str, tmp_path: Path) -> None:
+    # the comparison line ended at its colon: "b − a (ndcg@10): "
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    rows = [{"query_id": f"na{i}", "query": q, "slice": "noanswer", "relevant": []}
+            for i, q in enumerate(["submarine periscope", "volcano lava temperature"])]
+    queries = tmp_path / "q.jsonl"
+    queries.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    res = CliRunner().invoke(app, ["eval", str(queries), "--dsn", sample_db, "--preset",
+                                   "lexical", "--preset", "default"])
+    assert res.exit_code == 0, res.output
+    assert "nothing to compare: no query has a relevant item" in res.output
+    assert not any(line.rstrip().endswith("):") for line in res.output.splitlines())
