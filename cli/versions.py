@@ -322,7 +322,25 @@ def drop_cmd(version: VersionArg, collection: CollectionOption = "default",
     from pgfunnel import versions
     from pgfunnel.db import connect
 
-    with handle_errors(), connect(dsn, autocommit=True) as conn:
+    def after_interrupt() -> str:
+        # Ctrl-C can land after the drop finished and before it is reported: "interrupted"
+        # alone then read as a drop that had not happened
+        try:
+            with connect(dsn, autocommit=True) as check:
+                row = check.execute(
+                    "select v.params ? 'dropping' from pgfunnel.index_version v "
+                    "join pgfunnel.collection c on c.id = v.collection_id "
+                    "where c.name = %s and v.version = %s", (collection, version)).fetchone()
+        except Exception:
+            return ""
+        if row is None:
+            return f"version {version} of {collection!r} is dropped; the drop had finished"
+        if row[0]:
+            return (f"the drop of version {version} is unfinished; `pgfunnel versions drop "
+                    f"{version} -c {shlex.quote(collection)}` finishes it")
+        return f"nothing was dropped; version {version} of {collection!r} is as it was"
+
+    with handle_errors(interrupted=after_interrupt), connect(dsn, autocommit=True) as conn:
         info = versions.drop(conn, collection, version)
     if json_out:
         emit_json({"dropped": info.version, "id": info.id, "collection": collection})

@@ -1218,3 +1218,39 @@ def test_compare_last_replays_each_search_as_the_reader_it_ran_as(sample_db: str
     assert (cmp["n_queries"], cmp["empty_in_both"]) == (3, 1), cmp
     as_bob = CliRunner().invoke(app, [*base, "-p", "bob"])
     assert json.loads(as_bob.output[as_bob.output.index("{"):])["empty_in_both"] == 3
+
+
+def test_ctrl_c_during_versions_drop_says_whether_the_drop_happened(
+        sample_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ctrl-C landing after the drop's last step and before its report said "interrupted"
+    # alone, which read as a drop that had not happened
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    with connect(sample_db, autocommit=True) as conn:
+        versions.reindex(conn, "default", analyzer="simple_v1")
+        versions.reindex(conn, "default", analyzer="simple_v2")
+    real_drop = versions.drop
+    steps: list[str] = []
+
+    def interrupted(conn: Any, collection: str, version: int) -> Any:
+        if steps.pop(0) == "after":
+            real_drop(conn, collection, version)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(versions, "drop", interrupted)
+    runner = CliRunner()
+    steps.append("after")
+    res = runner.invoke(app, ["versions", "drop", "2", "--dsn", sample_db],
+                        env={"COLUMNS": "300"})
+    assert res.exit_code == 130
+    assert "interrupted: version 2 of 'default' is dropped; the drop had finished" in \
+        " ".join(res.output.split()), res.output
+    steps.append("before")
+    res = runner.invoke(app, ["versions", "drop", "3", "--dsn", sample_db],
+                        env={"COLUMNS": "300"})
+    assert res.exit_code == 130
+    assert "nothing was dropped; version 3 of 'default' is as it was" in \
+        " ".join(res.output.split()), res.output
+    with connect(sample_db, autocommit=True) as conn:
+        assert _state(conn) == {1: "active", 3: "ready"}
