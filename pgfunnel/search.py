@@ -120,6 +120,9 @@ def _checked(name: str, value: Any) -> Any:
             # ingest refuses "" for a tenant or language: no document has it, so nothing
             # would match
             raise ConfigError(name, "must be a non-empty string or None, got ''")
+        if name in _OPTIONAL_STR_PARAMS and value != value.strip():
+            # nor one with whitespace at either end, which ingest refuses too
+            raise ConfigError(name, f"must not begin or end with whitespace, got {value!r}")
         check_sql_text(name, value)
     elif name == "trace" and not isinstance(value, bool):
         raise ConfigError(name, f"must be True or False, got {value!r}")

@@ -80,6 +80,15 @@ begin
     if language = '' then
         perform pgfunnel._bad_parameter('language', 'must be a non-empty string or NULL, got ''''');
     end if;
+    -- nor one with whitespace at either end: ingest refuses it, so nothing would match
+    if tenant ~ '^\s|\s$' then
+        perform pgfunnel._bad_parameter('tenant',
+            format('must not begin or end with whitespace, got %L', tenant));
+    end if;
+    if language ~ '^\s|\s$' then
+        perform pgfunnel._bad_parameter('language',
+            format('must not begin or end with whitespace, got %L', language));
+    end if;
 end
 $$;
 

@@ -264,6 +264,21 @@ def test_principals_that_no_document_can_name_are_refused_in_python_and_sql(
         assert f.search("refund", principals=["alice bob"]).results  # inner space: a name
 
 
+def test_a_tenant_or_language_that_no_document_can_have_is_refused_in_python_and_sql(
+        corpus_db: str) -> None:
+    # ingest refuses " acme" as a tenant; a search for it came back empty without a word
+    with connect(corpus_db, autocommit=True) as conn:
+        f = Funnel(conn, embedder=None)
+        for name, bad in (("tenant", " acme"), ("tenant", "acme\n"), ("language", "en ")):
+            with pytest.raises(ConfigError, match=f"^{name}: must not begin or end with "
+                                                  "whitespace"):
+                f.search("refund", **{name: bad})
+            with pytest.raises(psycopg.errors.InvalidParameterValue,
+                               match=f"{name}: must not begin or end with whitespace"):
+                conn.execute(f"select * from funnel_search('refund', {name} => %s)", (bad,))
+        f.search("refund", tenant="acme corp")  # an inner space: a name like any other
+
+
 def test_a_funnel_given_a_class_instead_of_a_connection_says_so() -> None:
     with pytest.raises(ConfigError, match="^source: got the class psycopg.Connection"):
         Funnel(psycopg.Connection, embedder=None)
