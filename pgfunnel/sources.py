@@ -1202,15 +1202,55 @@ def _prose_blocks(blocks: list[str]) -> list[str | None]:
     return keys
 
 
-def _prose_block(block: str) -> str | None:
+def _prose_block(block: str, short: bool = False) -> str | None:
     """A paragraph as the repeated-block check compares it (whitespace collapsed), or None
-    for what it leaves alone: headings, code and short lines."""
+    for what it leaves alone: headings, code and short lines (or, ``short``, the short
+    lines only: under six words)."""
     stripped = block.strip()
     if (not stripped or stripped.startswith(("#", "```", "~~~"))
             or block.startswith(("    ", "\t"))):
         return None
     words = stripped.split()
-    return " ".join(words) if len(words) >= 6 else None
+    return " ".join(words) if (len(words) < 6) == short else None
+
+
+def _short_blocks(blocks: list[str]) -> list[str | None]:
+    """``_prose_block(block, short=True)`` of each block, None inside fenced code."""
+    keys: list[str | None] = []
+    fence = ""
+    for block in blocks:
+        in_code = bool(fence) or any(_FENCE.match(line) for line in block.split("\n"))
+        keys.append(None if in_code else _prose_block(block, short=True))
+        fence = _fence_after(block, fence)[1]
+    return keys
+
+
+def _boilerplate_labels(blocks: list[str], dropped: list[bool],
+                        short_keys: list[str | None], repeated_short: set[str]) -> list[bool]:
+    """Which short lines go with the boilerplate around them: a line under six words found
+    on as many documents as the boilerplate (``See also``, ``Help with configuring:``, a
+    one-link item), when the next block that is neither blank nor such a line is dropped
+    boilerplate, or when nothing but such lines follows it to the document's end and
+    dropped boilerplate comes before it. Kept, they were all that was left of a site's help
+    box at the foot of every page. A short line that introduces the page's own text
+    (``Example:`` before its code) is followed by that text, and stays."""
+    def label(i: int) -> bool:
+        return short_keys[i] is not None and short_keys[i] in repeated_short
+
+    def transparent(i: int) -> bool:
+        return not blocks[i].strip() or label(i)
+
+    goes = [False] * len(blocks)
+    for i in range(len(blocks)):
+        if not label(i):
+            continue
+        after = next((j for j in range(i + 1, len(blocks)) if not transparent(j)), None)
+        if after is not None:
+            goes[i] = dropped[after]
+        else:
+            before = next((j for j in range(i - 1, -1, -1) if not transparent(j)), None)
+            goes[i] = before is not None and dropped[before]
+    return goes
 
 
 def drop_repeated_blocks(records: Sequence[DocumentRecord], *, min_documents: int = 10,
@@ -1219,8 +1259,9 @@ def drop_repeated_blocks(records: Sequence[DocumentRecord], *, min_documents: in
     (and on ``min_documents`` or more): a site's banner, cookie notice or "you are reading
     an old version" box that the page's main content holds. Kept, it is the first chunk's
     text on every page, and a search for its words returned the same paragraph once per
-    page (Celery's docs: one banner on 347 of 348 pages). Headings, code and blocks under
-    six words are never dropped, and a document that holds nothing but repeated
+    page (Celery's docs: one banner on 347 of 348 pages). Headings and code are never
+    dropped, nor blocks under six words except the boilerplate's own short lines
+    (``_boilerplate_labels``), and a document that holds nothing but repeated
     paragraphs (and headings) keeps them. Returns the
     records (changed ones replaced) and one note per paragraph left out."""
     if len(records) < min_documents:
@@ -1241,11 +1282,23 @@ def drop_repeated_blocks(records: Sequence[DocumentRecord], *, min_documents: in
     repeated = {b for b, n in counts.items() if n >= bar}
     if not repeated:
         return list(records), []
+    short_counts: Counter[str] = Counter()
+    for rec in records:
+        short_counts.update({b for b in _short_blocks(_BLOCK_SPLIT.split(rec.text)) if b})
+    repeated_short = {b for b, n in short_counts.items() if n >= bar}
+    labels: Counter[str] = Counter()
     out: list[DocumentRecord] = []
     for rec in records:
         blocks = _BLOCK_SPLIT.split(rec.text)
-        kept = [b for b, key in zip(blocks, _prose_blocks(blocks), strict=True)
-                if key not in repeated]
+        dropped = [key is not None and key in repeated for key in _prose_blocks(blocks)]
+        if repeated_short and any(dropped):
+            short_keys = _short_blocks(blocks)
+            for i, goes in enumerate(_boilerplate_labels(blocks, dropped, short_keys,
+                                                         repeated_short)):
+                if goes:
+                    dropped[i] = True
+                    labels[str(short_keys[i])] += 1
+        kept = [b for b, gone in zip(blocks, dropped, strict=True) if not gone]
         # a document made of nothing but repeated paragraphs (and headings) keeps them:
         # no document is emptied of its text
         if len(kept) == len(blocks) or all(not b.strip() or b.strip().startswith("#")
@@ -1256,6 +1309,11 @@ def drop_repeated_blocks(records: Sequence[DocumentRecord], *, min_documents: in
     notes = [f"left out a paragraph found on {counts[b]:,} of {len(records):,} documents "
              f"(site boilerplate): {b[:70]!r}{'...' if len(b) > 70 else ''}"
              for b in sorted(repeated, key=lambda b: -counts[b])]
+    if labels:
+        named = ", ".join(repr(b) for b, _ in labels.most_common(5))
+        notes.append(f"left out {len(labels):,} short line{'s' if len(labels) != 1 else ''} "
+                     "found on as many documents, beside that boilerplate: " + named
+                     + (", ..." if len(labels) > 5 else ""))
     return out, notes
 
 

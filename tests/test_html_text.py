@@ -699,6 +699,34 @@ def test_a_paragraph_on_most_pages_is_left_out_as_boilerplate() -> None:
     assert drop_repeated_blocks(records[:5]) == (records[:5], [])
 
 
+def test_the_short_lines_of_a_boilerplate_box_go_with_it() -> None:
+    # rsyslog's docs end every page with a help box: its sentences were left out, and its
+    # labels ("See also", "Help with configuring/using Rsyslog:") stayed on every page
+    from pgfunnel.sources import DocumentRecord, drop_repeated_blocks
+
+    box = ("See also\n\nHelp with configuring:\n\n- Mailing list - best route for general "
+           "questions\n\n- GitHub: the source project, for issues and detailed "
+           "questions\n\nContributing:\n\n- Documentation: project README")
+    records = [DocumentRecord(f"p{i}", f"# Page {i}\n\nExample:\n\n    run --page {i}\n\n"
+                                       f"Text of page {i} about topic {i} and nothing else."
+                                       f"\n\n{box}") for i in range(12)]
+    # "Example:" is on every page too, and introduces the page's own code: it stays, and
+    # so does a short line that the page's own text follows
+    records.append(DocumentRecord("own", "Page of its own words, long enough to count.\n\n"
+                                         "See also\n\nThe page's own list of further reading "
+                                         "on this topic.\n\n" + box))
+    out, notes = drop_repeated_blocks(records)
+    by_key = {r.citekey: r for r in out}
+    assert by_key["p3"].text == ("# Page 3\n\nExample:\n\n    run --page 3\n\nText of page 3 "
+                                 "about topic 3 and nothing else.")
+    assert by_key["own"].text.startswith("Page of its own words, long enough to count.\n\n"
+                                         "See also\n\nThe page's own list")
+    assert "Contributing" not in by_key["own"].text
+    assert notes[-1] == ("left out 4 short lines found on as many documents, beside that "
+                         "boilerplate: 'See also', 'Help with configuring:', 'Contributing:', "
+                         "'- Documentation: project README'")
+
+
 def test_a_page_gathering_the_others_whole_is_left_out(tmp_path: Path) -> None:
     # Buildbot ships full.html, its whole manual on one page, beside the manual's pages:
     # ingested, it took a top-3 slot in 584 of 600 queries
