@@ -309,6 +309,7 @@ class _Renderer:
         self._bullet = ""  # a list item's "- " whose text starts in a paragraph of its own
         # the words and links rendered, and the words of links among them (HtmlPage)
         self.words = self.link_words = self.links = 0
+        self.own_vocabulary: set[str] = set()  # the words outside links, each once
         self._in_link = False
 
     def _flush(self) -> None:
@@ -340,6 +341,7 @@ class _Renderer:
         self.words += inner.words
         self.link_words += inner.link_words
         self.links += inner.links
+        self.own_vocabulary |= inner.own_vocabulary
         return " ".join(" ".join(inner.blocks).split())
 
     def _term_heading(self, terms: list[str]) -> None:
@@ -358,9 +360,12 @@ class _Renderer:
         for child in element.children:
             if isinstance(child, str):
                 self.line.append(child)
-                words = len(child.split())
-                self.words += words
-                self.link_words += words if self._in_link else 0
+                words = child.split()
+                self.words += len(words)
+                if self._in_link:
+                    self.link_words += len(words)
+                else:
+                    self.own_vocabulary.update(word.casefold() for word in words)
             else:
                 self.render(child)
 
@@ -587,16 +592,22 @@ class HtmlPage:
     links: int
     #: the share of the main content's words that are the text of a link
     link_share: float
+    #: distinct words outside links (case folded)
+    own_vocabulary: int = 0
 
     def is_link_list(self) -> bool:
         """A generated index or table of contents rather than a page of text: 100 links
-        or more, and half its words theirs. gtk-doc's api-index-full.html (``g_foo,
-        function in Foo``, two links) holds about 50 - 60% link words, Sphinx's general
-        index by letter 80 - 98%; among the Python documentation's other pages with 100
-        links or more, the most is 38% (the C API's list of its stable functions, which
-        has prose of its own), the next 21%. Ingested among the pages they list, such a
-        page matched every name it listed and took top slots for them."""
-        return self.links >= 100 and self.link_share >= 0.5
+        or more, and either half its words theirs, or the words outside them a handful
+        of glue words, fewer kinds than a tenth of its links (gtk-doc's
+        api-index-full.html: ``asn1_create_element, function in libtasn1``, 40% link
+        words and 11 other words for 300 links; Sphinx's general index by letter, 80 -
+        98% link words). Among the Python documentation's other pages with 100 links
+        or more, the most link words is 38% and the fewest other words 0.8 kinds per
+        link (the C API's list of its stable functions, which has prose of its own);
+        rsyslog's have none near either. Ingested among the pages they list, such a page
+        matched every name it listed and took top slots for them."""
+        return self.links >= 100 and (self.link_share >= 0.5
+                                      or self.own_vocabulary * 10 <= self.links)
 
 
 def html_to_text(html: str) -> tuple[str, str]:
@@ -624,7 +635,8 @@ def html_page(html: str) -> HtmlPage:
     else:
         title = _page_title(renderer, page_title)
     return HtmlPage(title, text, renderer.links,
-                    renderer.link_words / renderer.words if renderer.words else 0.0)
+                    renderer.link_words / renderer.words if renderer.words else 0.0,
+                    len(renderer.own_vocabulary))
 
 
 # "<no title> — Buildbot 3.7 documentation"

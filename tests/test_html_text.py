@@ -163,14 +163,24 @@ def test_a_page_of_links_in_a_folder_is_left_out_with_a_note(tmp_path: Path) -> 
     (tmp_path / "api-index-full.html").write_text(
         f"<html><body><h1>API Index</h1><dl>{entries}</dl></body></html>")
     # a page of text that links as often (a reference page of cross-references) stays
-    prose = "".join(f"<p>Call <a href='x.html#f{i}'>g_thing_{i}</a> after setting up the "
-                    f"context, then check the result it returns.</p>" for i in range(120))
+    vocabulary = [f"{a}{b}" for a in ("buf", "sock", "file", "key", "node", "tree")
+                  for b in ("er", "ing", "ed", "s", "y", "al", "ic", "ous")]
+    prose = "".join(f"<p>Call <a href='x.html#f{i}'>g_thing_{i}</a> after the "
+                    f"{vocabulary[i % 48]} and {vocabulary[(7 * i) % 48]} are set up, then "
+                    f"check what it returns.</p>" for i in range(120))
     (tmp_path / "guide.html").write_text(f"<html><body><h1>Guide</h1>{prose}</body></html>")
     # a short list of links is not an index either
     (tmp_path / "toc.html").write_text("<html><body><h1>Contents</h1><ul>" + "".join(
         f"<li><a href='c{i}.html'>Chapter {i}</a></li>" for i in range(30)) + "</ul></body></html>")
     index = html_page((tmp_path / "api-index-full.html").read_text())
     assert index.links == 240 and index.link_share > 0.55 and index.is_link_list()
+    # gtk-doc's own pages hold fewer link words than that (`asn1_create_element,
+    # function in libtasn1`: 40%), and a handful of words besides: glue
+    glue_only = html_page("<html><body><h1>API Index</h1><dl>" + "".join(
+        f'<dt><a href="p.html#f{i}">g_thing_{i}</a>, function in <a href="p.html">Things</a>'
+        f"; since version</dt>" for i in range(120)) + "</dl></body></html>")
+    assert glue_only.link_share < 0.5 and glue_only.own_vocabulary < 12
+    assert glue_only.is_link_list()
     guide = html_page((tmp_path / "guide.html").read_text())
     assert guide.links == 120 and guide.link_share < 0.2 and not guide.is_link_list()
     with pytest.warns(EmptyFileWarning) as caught:
