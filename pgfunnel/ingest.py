@@ -1604,6 +1604,13 @@ class Ingester:
         private = bool(private_row and private_row[0])
         old_ids = [existing[r.citekey] for r, _ in chunked if r.citekey in existing]
         if old_ids:
+            # the documents' rows before their chunks, as a DELETE of a document takes
+            # them (its cascade reaches the chunks after): locking the chunks first, an app
+            # deleting one of these documents meanwhile held its row while waiting for the
+            # chunks, and the upsert below waited for that row (a deadlock). In citekey
+            # order, as a DELETE ... WHERE citekey = ANY(...) takes them by the index.
+            conn.execute("select 1 from pgfunnel.document where id = any(%s) "
+                         "order by citekey for no key update", (old_ids,))
             removed = conn.execute(
                 "select pgfunnel._remove_chunks(array(select id from pgfunnel.chunk "
                 "where document_id = any(%s)))", (old_ids,)).fetchone()

@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from funnel_util import doc, ingest
+from funnel_util import active, doc, ingest, wait_for_lock_wait
 from test_bm25 import _recount, _stored
 
 from pgfunnel.db import connect
@@ -101,3 +101,48 @@ def test_writers_of_one_version_queue_on_its_row(db: str, conn: psycopg.Connecti
         second.commit()
     assert _stored(conn, "t") == _recount(conn, "t")
     assert {r[0] for r in conn.execute("select citekey from pgfunnel.document")} == {"d2", "d3"}
+
+
+def test_plain_delete_of_a_document_an_ingest_is_replacing(db: str,
+                                                           conn: psycopg.Connection[Any]) -> None:
+    # An ingest that replaces d0 has deleted its old chunks and waits (here for the version
+    # row, held by a third session) before it writes d0's row; a web app deletes d0
+    # meanwhile: its cascade waits for the ingest's chunk locks while the ingest would wait
+    # for the app's lock on d0 (a deadlock, one of them failed), unless the ingest locks
+    # the document before its chunks, as the app's DELETE does.
+    from pgfunnel.ingest import Ingester
+
+    docs = [doc(f"d{i}", f"shared words here and unique{i}x") for i in range(3)]
+    vectors = ingest(conn, docs)
+    vid, _, _ = active(conn, "t")
+    changed = doc("d0", "changed words and more of them")
+    errors: list[BaseException] = []
+
+    def run(name: str, job: Job) -> threading.Thread:
+        def target() -> None:
+            try:
+                with connect(db, autocommit=True) as c:
+                    c.execute("select set_config('application_name', %s, false)", (name,))
+                    job(c)
+            except BaseException as exc:  # noqa: BLE001 - asserted below
+                errors.append(exc)
+        thread = threading.Thread(target=target)
+        thread.start()
+        return thread
+
+    with connect(db) as holder:
+        holder.execute("select 1 from pgfunnel.index_version where id = %s for update", (vid,))
+        writer = run("race-ingest", lambda c: Ingester(c, "t", prepare_ahead=False).ingest(
+            [changed], vectors={"d0": vectors["d0"]}))
+        wait_for_lock_wait(conn, "race-ingest")
+        deleter = run("race-delete", lambda c: c.execute(
+            "delete from pgfunnel.document where citekey = 'd0'"))
+        wait_for_lock_wait(conn, "race-delete")
+        holder.commit()
+        writer.join(30)
+        deleter.join(30)
+    assert not errors, errors
+    # the delete came second: d0 is gone with the chunks the ingest wrote
+    assert {r[0] for r in conn.execute("select citekey from pgfunnel.document")} == {"d1", "d2"}
+    assert conn.execute("select count(*) from pgfunnel.chunk").fetchone() == (2,)
+    assert _stored(conn, "t") == _recount(conn, "t")
