@@ -1107,6 +1107,9 @@ class Ingester:
                               "None (the collection's own model), got "
                               f"{type(embedder).__name__} {embedder!r}"[:300])
         self._embedder = embedder
+        # None: the collection's own model, loaded when first needed (and loaded again
+        # when `versions activate` switches the collection to another model meanwhile)
+        self._embedder_given = embedder is not None
         self.stats = IngestStats()
         self._embed_queued = 0
         self._collection_seen: int | None = None
@@ -1483,6 +1486,10 @@ class Ingester:
             with self.conn.transaction():
                 ingest_lock(self.conn, self.collection)
                 coll, version = self._version()
+                if self._embedder is not None and not (
+                        same_model(self._embedder.model_name, version.embedding_model)
+                        and self._embedder.dimensions == version.dimensions):
+                    ahead = self._follow_model_switch(version)
                 self.stats.index_version = version.version
                 self.stats.index_version_id = version.id
                 existing, hashes, todo, rehash = self._changed_documents(coll, batch, prepared)
@@ -1554,6 +1561,28 @@ class Ingester:
         except psycopg.Error as exc:
             raise translate(exc, searching=False) from exc
         self._tick("documents", len(batch))
+
+    def _follow_model_switch(self, version: ActiveVersion) -> dict[str, np.ndarray]:
+        """The collection's active version was switched to another model after this
+        ingest loaded its own (`versions activate` or `rollback` between two batches, or
+        while this one embedded): its vectors would go into the new version's graph,
+        beside vectors of another model (of the same size, unsaid). The collection's own
+        model is loaded in its place, and the batch embeds with it (nothing embedded
+        ahead is kept); a model the caller gave is refused."""
+        old = self._embedder
+        if self._embedder_given and old is not None:
+            raise ConflictError(
+                f"collection {self.collection!r} was switched to index version "
+                f"{version.version} ({version.embedding_model!r}, {version.dimensions} dims) "
+                f"while this ingest ran with {old.model_name!r} ({old.dimensions} dims); "
+                "the batches written before stay written. Ingest again with that model "
+                "(or without one: the collection's own is used)")
+        self._embedder = Embedder(version.embedding_model)
+        self.stats.notes.append(
+            f"the collection was switched to index version {version.version} "
+            f"({version.embedding_model!r}) while this ingest ran; later batches were "
+            "embedded with its model")
+        return {}
 
     def _check_unchanged_given(self, batch: list[DocumentRecord], todo: list[DocumentRecord],
                                vectors: Mapping[str, np.ndarray], dimensions: int,

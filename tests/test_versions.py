@@ -9,9 +9,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psycopg
 import pytest
 from funnel_util import load_module, wait_for_lock_wait
@@ -1254,3 +1256,60 @@ def test_ctrl_c_during_versions_drop_says_whether_the_drop_happened(
         " ".join(res.output.split()), res.output
     with connect(sample_db, autocommit=True) as conn:
         assert _state(conn) == {1: "active", 3: "ready"}
+
+
+def test_an_ingest_follows_a_switch_to_another_model_between_its_batches(
+        db: str, tiny_model: str, tmp_path: Path) -> None:
+    """`versions activate` of a version with another model of the same size, between two
+    batches of an ingest that had loaded the old model: the later batches' chunks went
+    into the new version with the old model's vectors, unsaid. The ingest loads the
+    collection's new model instead; one given its model stops and says why."""
+    from pgfunnel.embedder import Embedder
+    from pgfunnel.ingest import Ingester, create_version
+    from pgfunnel.sources import DEFAULT_EMBED_INPUT, DocumentRecord, chunk_text, embedding_input
+    from pgfunnel.tiny_models import build_tiny_bi_encoder
+
+    other = str(build_tiny_bi_encoder(tmp_path / "other", dim=64, seed=1))
+
+    def record(key: str, text: str) -> DocumentRecord:
+        return DocumentRecord(citekey=key, title=key, text=text)
+
+    with connect(db, autocommit=True) as conn:
+        Ingester(conn, "t", embedder=tiny_model).ingest([record("d0", "refunds of annual plans")])
+        coll, analyzer = conn.execute("select collection_id, analyzer from pgfunnel.index_version "
+                                      "where state = 'active'").fetchone()
+
+        def switch_to(model: str) -> Callable[..., None]:
+            def tick(stage: str, n: int, total: int | None = None) -> None:
+                # after the first batch: the new version is made active (as activate does)
+                if stage == "documents" and not conn.execute(
+                        "select 1 from pgfunnel.index_version where embedding_model = %s "
+                        "and state = 'active'", (model,)).fetchone():
+                    with connect(db, autocommit=True) as other_conn, other_conn.transaction():
+                        other_conn.execute("update pgfunnel.index_version set state = 'retired' "
+                                           "where state = 'active'")
+                        create_version(other_conn, coll, model, 64, analyzer, "active")
+            return tick
+
+        # the first batch changes d0 (embedded with tiny_model, into version 1), the
+        # second adds d1 after the switch
+        Ingester(conn, "t", batch_documents=1, prepare_ahead=False,
+                 progress=switch_to(other)).ingest(
+            [record("d0", "refunds of monthly plans"), record("d1", "invoices and receipts")])
+        stored = conn.execute(
+            "select e.embedding from pgfunnel.embedding e "
+            "join pgfunnel.chunk c on c.id = e.chunk_id "
+            "join pgfunnel.document d on d.id = c.document_id join pgfunnel.index_version v "
+            "on v.id = e.index_version_id where d.citekey = 'd1' and v.state = 'active'"
+        ).fetchone()
+        assert stored is not None
+        chunk = chunk_text("invoices and receipts")[0]
+        text = embedding_input("d1", chunk.text, DEFAULT_EMBED_INPUT, chunk.section_path)
+        expected = Embedder(other).embed([text])[0]
+        assert np.allclose(np.asarray(stored[0].to_numpy()), expected, atol=1e-3)
+
+        # a model given by the caller is kept, and the switch is refused in its words
+        with pytest.raises(ConflictError, match="while this ingest ran with"):
+            Ingester(conn, "t", embedder=other, batch_documents=1, prepare_ahead=False,
+                     progress=switch_to(tiny_model)).ingest(
+                [record("d2", "shipping to Norway"), record("d3", "gift cards")])
