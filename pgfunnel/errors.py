@@ -253,6 +253,10 @@ _SQLSTATE_MAP: dict[str, type[PgfunnelError]] = {
 }
 
 
+#: said after a deadlock or serialization failure, which rolled the transaction back
+RETRY_HINT = ("; a concurrent transaction took the same rows, and this one was rolled "
+              "back whole: run it again")
+
 #: said after Postgres' "cannot execute INSERT in a read-only transaction"
 READ_ONLY_HINT = ("; the transaction is read-only (a hot standby, "
                   "default_transaction_read_only = on for the role or database, or SET "
@@ -381,6 +385,12 @@ def translate(exc: BaseException, *, searching: bool = True) -> PgfunnelError:
     if sqlstate == "22000" and primary.endswith("not allowed in vector"):
         # pgvector's own check of a vector's values ("NaN not allowed in vector")
         err = InvalidVectorError(primary)
+        err.__cause__ = exc
+        return err
+    if sqlstate in ("40P01", "40001"):  # deadlock_detected, serialization_failure
+        # another session's transaction took the same rows in another order (an app's own
+        # DELETE of documents an ingest rewrites) and Postgres rolled this one back
+        err = ConflictError(f"{primary}{RETRY_HINT}")
         err.__cause__ = exc
         return err
     if sqlstate == "25006":  # read_only_sql_transaction

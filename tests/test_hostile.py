@@ -297,3 +297,41 @@ def test_a_value_past_single_precision_is_named_as_such_without_a_warning(big: A
         with pytest.raises(InvalidVectorError,
                            match=r"^query_embedding: contains values beyond single precision"):
             check_vector([big, 1.0, 1.0], 3)
+
+
+def test_a_deadlock_is_a_conflict_that_says_to_run_it_again(db: str) -> None:
+    # it was a bare PgfunnelError("deadlock detected"), with nothing to say that the
+    # transaction was rolled back and may simply be run again
+    import threading
+
+    from pgfunnel.errors import ConflictError, translate
+
+    with connect(db, autocommit=True) as setup:
+        setup.execute("create table lockme (id int primary key)")
+        setup.execute("insert into lockme values (1), (2)")
+    a, b = connect(db), connect(db)
+    caught: list[BaseException] = []
+    try:
+        a.execute("select 1 from lockme where id = 1 for update")
+        b.execute("select 1 from lockme where id = 2 for update")
+
+        def second_lock(conn: psycopg.Connection[Any], row: int) -> None:
+            try:
+                conn.execute("select 1 from lockme where id = %s for update", (row,))
+            except psycopg.Error as exc:
+                caught.append(exc)
+                conn.rollback()
+
+        waiting = threading.Thread(target=second_lock, args=(a, 2))
+        waiting.start()
+        second_lock(b, 1)
+        b.rollback()  # the side that won still holds its locks: let the other go
+        waiting.join(30)
+        a.rollback()
+    finally:
+        a.close()
+        b.close()
+    assert len(caught) == 1
+    err = translate(caught[0], searching=False)
+    assert isinstance(err, ConflictError)
+    assert str(err).startswith("deadlock detected") and str(err).endswith("run it again")
