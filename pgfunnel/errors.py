@@ -8,6 +8,7 @@ have to import psycopg to tell "run `pgfunnel init`" apart from "bad parameter".
 from __future__ import annotations
 
 import functools
+import json
 import numbers
 import re
 import stat
@@ -21,6 +22,21 @@ _PACKAGE_DIR = str(Path(__file__).resolve().parent)
 #: what ``json.loads`` raises on text it cannot read: a syntax error, or nesting deeper
 #: than Python's recursion limit (``[[[[...`` thousands deep), which is not a JSON error
 JSON_ERRORS = (ValueError, RecursionError)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            # json.loads keeps the last silently: a record with "text" twice lost its first
+            raise ValueError(f"key {key!r} appears twice in one object")
+        obj[key] = value
+    return obj
+
+
+def loads_unique(text: str) -> Any:
+    """``json.loads``, refusing an object that names a key twice (JSON_ERRORS)."""
+    return json.loads(text, object_pairs_hook=_unique_keys)
 
 
 def json_problem(exc: BaseException) -> str:

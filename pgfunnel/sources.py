@@ -30,6 +30,7 @@ from pgfunnel.errors import (
     ConfigError,
     InvalidDocumentError,
     json_problem,
+    loads_unique,
     read_file_bytes,
     text_problem,
     warn_at_caller,
@@ -669,7 +670,7 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
                 continue
             where = f"{path}:{lineno}"
             try:
-                obj = json.loads(line)
+                obj = loads_unique(line)
             except JSON_ERRORS as exc:
                 raise InvalidDocumentError(f"{where}: not valid JSON ({json_problem(exc)})") \
                     from None

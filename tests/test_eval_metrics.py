@@ -396,6 +396,9 @@ def test_load_queries_takes_lists_of_items_and_lines_without_ids(tmp_path: Path)
         ('{"query_id": "b\\u0000", "query": "x", "slice": "s", "relevant": {}}',
          "line 2: field 'query_id'"),
         ("{not json", "line 2: invalid JSON"),
+        # json.loads kept the second and dropped the first, unsaid
+        ('{"query_id": "b", "query": "x", "slice": "s", "relevant": {}, "query_id": "c"}',
+         "line 2: invalid JSON: key 'query_id' appears twice in one object"),
     ],
 )
 def test_load_queries_error_names_the_line(tmp_path: Path, bad_line: str, pattern: str) -> None:

@@ -121,6 +121,11 @@ def test_a_jsonl_string_may_hold_line_and_paragraph_separators(tmp_path: Path) -
     lines.write_text(lines.read_text() + "{not json\n")
     with pytest.raises(InvalidDocumentError, match=r"u.jsonl:3: not valid JSON"):
         list(read_path(lines))
+    # a field given twice: json.loads kept the last and dropped the first, unsaid
+    lines.write_text('{"citekey": "a", "text": "first", "text": "second"}\n')
+    with pytest.raises(InvalidDocumentError, match=r"u.jsonl:1: not valid JSON \(key 'text' "
+                                                   "appears twice in one object"):
+        list(read_path(lines))
 
 
 def test_a_symbolic_link_loop_or_a_folder_that_cannot_be_listed_is_named(

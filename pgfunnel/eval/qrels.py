@@ -23,7 +23,6 @@ ranking metric, and is counted per slice as ``n_noanswer``.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -34,6 +33,7 @@ from pgfunnel.errors import (
     ConfigError,
     InvalidInputError,
     json_problem,
+    loads_unique,
     read_file_text,
     text_problem,
 )
@@ -227,7 +227,7 @@ def _json_lines(path: Path, what: str) -> Iterator[tuple[int, Any]]:
         if not raw.strip():
             continue
         try:
-            value = json.loads(raw)
+            value = loads_unique(raw)
         except JSON_ERRORS as exc:
             raise InvalidInputError(f"{path}: line {lineno}: invalid JSON: "
                                     f"{json_problem(exc)}") from None
