@@ -487,18 +487,23 @@ def test_pool_recall_curves_reach_the_end_of_the_longest_pool() -> None:
     assert curves["default (final order)"][-2:] == [(20, 0.0), (34, 1.0)]
 
 
+def _ingest_tickets(conn: Any) -> None:
+    """Two documents whose citekeys end in `#` and digits, as ticket ids do."""
+    from funnel_util import doc, ingest
+
+    ingest(conn, [doc("tickets#42", "The export button times out on large workspaces."),
+                  doc("tickets#7", "Refunds for annual plans are prorated.")],
+           collection="tickets")
+
+
 def test_a_citekey_ending_in_hash_and_digits_is_named_when_read_as_a_chunk_key(
         sample_db: str) -> None:
     """`tickets#42` (an issue or ticket id) judged per document reads as chunk 42 of
     `tickets`: the warning called it missing from the collection, which it is not."""
-    from funnel_util import doc, ingest
-
     from pgfunnel.db import connect
 
     with connect(sample_db, autocommit=True) as conn:
-        ingest(conn, [doc("tickets#42", "The export button times out on large workspaces."),
-                      doc("tickets#7", "Refunds for annual plans are prorated.")],
-               collection="tickets")
+        _ingest_tickets(conn)
     queries = [JudgedQuery("q1", "export times out", "keyword", {"tickets#42": 1}),
                JudgedQuery("q2", "annual refund", "keyword", {"tickets#7": 1})]
     with pytest.warns(UserWarning) as caught:
@@ -522,15 +527,11 @@ def test_stage_recall_in_database_reads_a_chunk_key_as_the_run_does(sample_db: s
     """`tickets#42` is chunk 42 of `tickets` (docs/evaluation.md, judging level): the run
     counts it never found; the database matched it to the document `tickets#42` as well
     and reported it found at every stage."""
-    from funnel_util import doc, ingest
-
     from pgfunnel.db import connect
     from pgfunnel.eval.harness import stage_recall_in_db, store_qrels
 
     with connect(sample_db, autocommit=True) as conn:
-        ingest(conn, [doc("tickets#42", "The export button times out on large workspaces."),
-                      doc("tickets#7", "Refunds for annual plans are prorated.")],
-               collection="tickets")
+        _ingest_tickets(conn)
         queries = [JudgedQuery("q1", "export times out", "keyword", {"tickets#42": 1}),
                    JudgedQuery("q2", "annual refund", "keyword", {"tickets#7#0": 1})]
         store_qrels(conn, "tickets", queries)

@@ -1241,19 +1241,16 @@ def test_ctrl_c_during_versions_drop_says_whether_the_drop_happened(
         raise KeyboardInterrupt
 
     monkeypatch.setattr(versions, "drop", interrupted)
-    runner = CliRunner()
-    steps.append("after")
-    res = runner.invoke(app, ["versions", "drop", "2", "--dsn", sample_db],
-                        env={"COLUMNS": "300"})
-    assert res.exit_code == 130
-    assert "interrupted: version 2 of 'default' is dropped; the drop had finished" in \
-        " ".join(res.output.split()), res.output
-    steps.append("before")
-    res = runner.invoke(app, ["versions", "drop", "3", "--dsn", sample_db],
-                        env={"COLUMNS": "300"})
-    assert res.exit_code == 130
-    assert "nothing was dropped; version 3 of 'default' is as it was" in \
-        " ".join(res.output.split()), res.output
+    for step, version, said in (
+            ("after", "2", "interrupted: version 2 of 'default' is dropped; the drop had "
+                           "finished"),
+            ("before", "3", "interrupted: nothing was dropped; version 3 of 'default' is as "
+                            "it was")):
+        steps.append(step)
+        res = CliRunner().invoke(app, ["versions", "drop", version, "--dsn", sample_db],
+                                 env={"COLUMNS": "300"})
+        assert res.exit_code == 130
+        assert said in " ".join(res.output.split()), res.output
     with connect(sample_db, autocommit=True) as conn:
         assert _state(conn) == {1: "active", 3: "ready"}
 
