@@ -511,7 +511,8 @@ DEMO_QUERIES = [
     ("identifier, typed as the docs write it", "ERR-{code}"),
     ("identifier, typed without the hyphen", "what does err{code} mean"),
     ("identifier, a dotted event name", "invoice.payment_failed"),
-    ("paraphrase: words no chunk contains", "get my money back on a monthly subscription"),
+    ("paraphrase: 'money back' where the docs say 'refund'",
+     "get my money back on a monthly subscription"),
     ("plan qualifier: near-duplicates differ in one word", "storage quota on the trial plan"),
     ("no answer in the corpus", "do you ship hardware to antarctica"),
 ]
@@ -560,11 +561,23 @@ def demo(
         q = f"ERR-{code}"
         out.print(f"[bold]4. access[/bold]: {q!r} for a reader with no principals (public "
                   f"documents only), then for principal '{DEMO_STAFF}'", markup=True)
+        staff_only = {json.loads(line)["citekey"]
+                      for line in DEMO_INTERNAL.read_text().splitlines() if line.strip()}
+        shown: list[list[str]] = []
         for principals in ([], [DEMO_STAFF]):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 resp = funnel.search(q, k=k, principals=principals)
             out.print(_results_table(f"principals {principals}", resp.results))
+            shown.append([r.citekey for r in resp.results])
+        # say what the two tables show, so the reader need not diff them
+        public_hits = sorted(staff_only.intersection(shown[0]))
+        staff_hits = [f"{c} at rank {i}" for i, c in enumerate(shown[1], 1) if c in staff_only]
+        out.print(f"  staff-only documents returned with no principals: "
+                  f"{', '.join(public_hits) or 'none'}; for '{DEMO_STAFF}': "
+                  f"{', '.join(staff_hits) or 'none in the first ' + str(k)} "
+                  f"(access is filtered inside each leg, before ranking)\n",
+                  highlight=False, soft_wrap=True)
         funnel.close()
         from pgfunnel.db import resolve_dsn
 

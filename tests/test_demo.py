@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from pgfunnel.cli.main import DEMO_INTERNAL, DEMO_STAFF, SAMPLE_CORPUS
@@ -33,6 +34,10 @@ def test_demo_runs_every_stage_and_hides_staff_documents(empty_db: str) -> None:
     public, staff = access.split(f"principals ['{DEMO_STAFF}']")
     assert "runbook-err-" not in public
     assert "runbook-err-" in staff
+    # the access step says in words what its two tables show
+    assert "staff-only documents returned with no principals: none; " in access
+    assert re.search(rf"for '{DEMO_STAFF}': runbook-err-6358 at rank \d", access), access
+    assert "paraphrase: 'money back' where the docs say 'refund'" in text
     with connect(empty_db, autocommit=True) as conn:
         rows = conn.execute(
             "select citekey from funnel_search('err 6358', null, 5, collection => 'demo')"
@@ -44,8 +49,6 @@ def test_demo_runs_every_stage_and_hides_staff_documents(empty_db: str) -> None:
         assert rows[0][0] in ("err-6358", "runbook-err-6358")
         assert "runbook-err-6358" in [r[0] for r in rows]
     # the SQL it prints, with the vector `pgfunnel embed` prints, is the search it showed
-    import re
-
     from pgfunnel.search import Funnel
 
     script = text[text.index("<<'SQL'") + len("<<'SQL'"):text.rindex("SQL")]
