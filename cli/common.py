@@ -109,6 +109,19 @@ def refuse_dense_options(lexical_only: bool, **dense_options: object) -> None:
                                     "turns off")
 
 
+def rrf_constant(rrf_k: float | None, fusion: str) -> float:
+    """--rrf-k, which only RRF reads: given with another fusion it is an error, not
+    dropped without a word; left out, the search's default."""
+    from pgfunnel.search import SearchParams
+
+    if rrf_k is None:
+        return SearchParams.rrf_k
+    if fusion != "rrf":
+        raise ConfigError("rrf_k", f"applies only with --fusion rrf (this search fuses by "
+                                   f"{fusion}, which has no constant)")
+    return rrf_k
+
+
 DsnOption = Annotated[
     str | None,
     typer.Option("--dsn", envvar="PGFUNNEL_DSN",
@@ -234,7 +247,8 @@ PrincipalOption = Annotated[
 ]
 TenantOption = Annotated[str | None, typer.Option(help="The reader's tenant.")]
 FusionOption = Annotated[str, typer.Option(help="minmax (default), rrf or zscore.")]
-RrfKOption = Annotated[float, typer.Option(help="RRF constant.")]
+RrfKOption = Annotated[float | None, typer.Option(
+    help="RRF constant (default 60); only with --fusion rrf.")]
 LexicalWeightOption = Annotated[float | None, typer.Option(
     parser=_weight, metavar="<float>",
     help="Weight of the BM25 leg (default 1; 0.7 for min-max fusion when the best "

@@ -28,6 +28,7 @@ from pgfunnel.cli.common import (
     leg_weights,
     out,
     refuse_dense_options,
+    rrf_constant,
 )
 from rich.markup import escape
 
@@ -46,7 +47,7 @@ def explain_command(
     principal: PrincipalOption = None,
     tenant: TenantOption = None,
     fusion: FusionOption = "minmax",
-    rrf_k: RrfKOption = 60.0,
+    rrf_k: RrfKOption = None,
     lexical_weight: LexicalWeightOption = None,
     dense_weight: DenseWeightOption = None,
     overfetch: OverfetchOption = 4,
@@ -67,10 +68,12 @@ def explain_command(
         warnings.simplefilter("ignore")
         refuse_dense_options(lexical_only, dense_weight=dense_weight, dense_depth=dense_depth)
         weights = leg_weights(lexical_weight, dense_weight, lexical_only)
+        rrf_k_used = rrf_constant(rrf_k, fusion)
         funnel = Funnel(dsn, collection, embedder=None if lexical_only else "auto")
         try:
             found = [explain(funnel, query, c, k=k, principals=principal or [], tenant=tenant,
-                             fusion=fusion, rrf_k=rrf_k, weights=weights, overfetch=overfetch,
+                             fusion=fusion, rrf_k=rrf_k_used, weights=weights,
+                             overfetch=overfetch,
                              per_source_cap=per_source_cap, lexical_depth=lexical_depth,
                              dense_depth=dense_depth)
                      for c in chunks]

@@ -36,6 +36,7 @@ from pgfunnel.cli.common import (
     plural,
     progress_display,
     refuse_dense_options,
+    rrf_constant,
 )
 from rich.markup import escape
 from rich.table import Table
@@ -424,7 +425,7 @@ def search(
     principal: PrincipalOption = None,
     tenant: TenantOption = None,
     fusion: FusionOption = "minmax",
-    rrf_k: RrfKOption = 60.0,
+    rrf_k: RrfKOption = None,
     lexical_weight: LexicalWeightOption = None,
     dense_weight: DenseWeightOption = None,
     overfetch: OverfetchOption = 4,
@@ -458,6 +459,7 @@ def search(
         reranker = None
         refuse_dense_options(lexical_only, dense_weight=dense_weight, dense_depth=dense_depth)
         weights = leg_weights(lexical_weight, dense_weight, lexical_only)
+        rrf_k_used = rrf_constant(rrf_k, fusion)
         if not rerank and (rerank_model is not None or rerank_depth is not None):
             # without --rerank they were ignored: results that were never reranked,
             # with nothing to say so
@@ -485,7 +487,7 @@ def search(
             warnings.simplefilter("ignore")
             response = funnel.search(
                 query, k=k, principals=principal or [], tenant=tenant, fusion=fusion,
-                rrf_k=rrf_k, weights=weights,
+                rrf_k=rrf_k_used, weights=weights,
                 overfetch=overfetch, per_source_cap=per_source_cap,
                 lexical_depth=lexical_depth, dense_depth=dense_depth, trace=trace,
                 statement_timeout_ms=timeout_ms)

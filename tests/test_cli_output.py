@@ -434,3 +434,21 @@ def walk_names(group: Any, prefix: str = "") -> list[str]:
         if hasattr(command, "commands"):
             names += walk_names(command, prefix + name + " ")
     return names
+
+
+@pytest.mark.parametrize("command", [["search", "refund"], ["explain", "refund", "doc-1"]])
+def test_rrf_k_without_rrf_fusion_is_an_error(command: list[str]) -> None:
+    # only RRF reads the constant: with the default min-max fusion --rrf-k 10 was
+    # accepted and changed nothing, unsaid
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    res = CliRunner().invoke(app, [*command, "--rrf-k", "10", "--dsn", "bogus"],
+                             env={"COLUMNS": "200"})
+    assert res.exit_code == 1, res.output
+    assert "--rrf-k: applies only with --fusion rrf (this search fuses by minmax" in \
+        " ".join(res.output.split())
+    # with RRF it is taken: the command goes on (to the bogus DSN)
+    res = CliRunner().invoke(app, [*command, "--fusion", "rrf", "--rrf-k", "10", "--dsn",
+                                   "bogus"], env={"COLUMNS": "200"})
+    assert res.exit_code == 1 and "--rrf-k" not in res.output, res.output
