@@ -252,12 +252,15 @@ RrfKOption = Annotated[float | None, typer.Option(
 LexicalWeightOption = Annotated[float | None, typer.Option(
     parser=_weight, metavar="<float>",
     help="Weight of the BM25 leg (default 1; 0.7 for min-max fusion when the best "
-         "lexical match holds under 0.4 of the query).")]
+         "lexical match holds under 0.4 of the query's idf, or lacks its rarest word and "
+         "that word is 0.4 or more of it).")]
 DenseWeightOption = Annotated[float | None, typer.Option(
     parser=_weight, metavar="<float>",
     help="Weight of the dense leg (default 0.7; under min-max fusion 0.2 for a query "
-         "that is one identifier, or whose best lexical match holds a number that is its "
-         "rarest word; 1 when the best lexical match holds under 0.4 of the query).")]
+         "that is one identifier, or whose best lexical match holds its rarest word when "
+         "that word is a number and 0.3 or more of the query's idf; 1 when the best "
+         "lexical match holds under 0.4 of the query's idf, or lacks its rarest word and "
+         "that word is 0.4 or more of it).")]
 OverfetchOption = Annotated[int, typer.Option(help="Pool size = k x overfetch.")]
 CapOption = Annotated[int, typer.Option(help="Max chunks per citekey.")]
 LexicalOnlyOption = Annotated[bool, typer.Option(help="Skip the dense leg.")]

@@ -452,3 +452,17 @@ def test_rrf_k_without_rrf_fusion_is_an_error(command: list[str]) -> None:
     res = CliRunner().invoke(app, [*command, "--fusion", "rrf", "--rrf-k", "10", "--dsn",
                                    "bogus"], env={"COLUMNS": "200"})
     assert res.exit_code == 1 and "--rrf-k" not in res.output, res.output
+def test_the_weight_flags_say_every_rule_that_picks_the_weights() -> None:
+    """--lexical-weight / --dense-weight say when the search picks each pair (docs/cli.md,
+    search): `{0.7,1}` also when the best lexical match lacks the query's rarest word, and
+    `{1,0.2}` only for a number of 0.3 or more of the query's idf. The help named the
+    first rule alone and the second without its share."""
+    import typer
+    from pgfunnel.cli.main import app
+
+    root: Any = typer.main.get_command(app)
+    search = root.commands["search"]
+    helps = {p.name: " ".join((p.help or "").split()) for p in search.params}
+    assert "lacks its rarest word" in helps["lexical_weight"]
+    assert "lacks its rarest word" in helps["dense_weight"]
+    assert "0.3 or more of the query's idf" in helps["dense_weight"]
