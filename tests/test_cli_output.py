@@ -101,7 +101,7 @@ def test_a_negative_weight_is_a_usage_error_naming_the_flag(flag: str) -> None:
     ("search", ["--per-source-cap", "0"], "--per-source-cap: must be at least 1"),
     ("search", ["--timeout-ms", "0"], "--timeout-ms: must be a positive number"),
     ("search", ["-k", "0"], "--k: must be between 1 and 1000"),
-    ("search", ["--rrf-k", "0"], "--rrf-k: must be a positive number"),
+    ("search", ["--fusion", "rrf", "--rrf-k", "0"], "--rrf-k: must be a positive number"),
     ("search", ["-p", ""], "--principal: must not contain an empty string"),
     ("search", ["--lexical-weight", "0", "--dense-weight", "0"],
      "--lexical-weight / --dense-weight: must be two numbers"),
