@@ -254,11 +254,15 @@ begin
      where e.fused_rank < hit.fused_rank and e.document_id = hit.document_id;
     if ahead >= per_source_cap then
         verdict := 'capped';
+        -- says what the cap keeps: "per_source_cap is 1" after "3 chunks rank above it"
+        -- read as if three had been kept
         reason := format('fused rank %s is in the pool, but %s of %L %s above it and '
-                         'per_source_cap is %s', hit.fused_rank,
+                         'per_source_cap %s keeps only %s per source', hit.fused_rank,
                          case when ahead = 1 then '1 chunk' else ahead || ' chunks' end,
                          found_key, case when ahead = 1 then 'ranks' else 'rank' end,
-                         per_source_cap);
+                         per_source_cap,
+                         case when per_source_cap = 1 then 'the best chunk'
+                              else 'the best ' || per_source_cap || ' chunks' end);
     else
         verdict := 'cut at k';
         -- the chunks that stay in the window above it once the cap has run

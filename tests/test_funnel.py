@@ -395,7 +395,8 @@ def test_explain_verdicts(conn: psycopg.Connection[Any], corpus: Any) -> None:
         assert e["verdict"] == want, (cid, key, e)
         if want == "capped":
             # every chunk of its source above it is counted, in agreeing number
-            assert f"but {seen[key] - 1} chunks of '{key}' rank above it" in e["reason"], e
+            assert f"but {seen[key] - 1} chunks of '{key}' rank above it and per_source_cap " \
+                   "2 keeps only the best 2 chunks per source" in e["reason"], e
         else:
             # k chunks stay above it once the cap has run
             assert kept_before >= 4 and (f"but {kept_before} chunks come before it after the "
