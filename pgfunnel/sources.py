@@ -1235,22 +1235,26 @@ def _boilerplate_labels(blocks: list[str], dropped: list[bool],
     dropped boilerplate comes before it. Kept, they were all that was left of a site's help
     box at the foot of every page. A short line that introduces the page's own text
     (``Example:`` before its code) is followed by that text, and stays."""
-    def label(i: int) -> bool:
-        return short_keys[i] is not None and short_keys[i] in repeated_short
-
-    def transparent(i: int) -> bool:
-        return not blocks[i].strip() or label(i)
-
+    label = [key is not None and key in repeated_short for key in short_keys]
+    solid = [bool(block.strip()) and not is_label for block, is_label in zip(blocks, label,
+                                                                               strict=True)]
+    # the nearest solid block after and before each block, in one pass each (a page of
+    # a thousand short lines in a row stays linear)
+    after: list[int | None] = [None] * len(blocks)
+    nearest: int | None = None
+    for i in range(len(blocks) - 1, -1, -1):
+        after[i] = nearest
+        if solid[i]:
+            nearest = i
     goes = [False] * len(blocks)
+    nearest = None
     for i in range(len(blocks)):
-        if not label(i):
-            continue
-        after = next((j for j in range(i + 1, len(blocks)) if not transparent(j)), None)
-        if after is not None:
-            goes[i] = dropped[after]
-        else:
-            before = next((j for j in range(i - 1, -1, -1) if not transparent(j)), None)
-            goes[i] = before is not None and dropped[before]
+        if label[i]:
+            following = after[i]
+            goes[i] = (dropped[following] if following is not None
+                       else nearest is not None and dropped[nearest])
+        if solid[i]:
+            nearest = i
     return goes
 
 
