@@ -39,6 +39,14 @@ begin
                       'whitespace at either end, e.g. ''["alice"]'' (set it with '
                       'set_config(''pgfunnel.principals'', ..., true))';
     end if;
+    -- the tenant setting is checked here too: a policy reads it only for a row that has a
+    -- tenant, so checked where it is read, ' acme' hid the tenant's rows without a word
+    -- wherever the rows seen had none
+    if current_setting('pgfunnel.tenant', true) operator(pg_catalog.~) '^\s|\s$' then
+        raise exception using errcode = '22023',
+            message = format('pgfunnel.tenant: must not begin or end with whitespace, got %L',
+                             current_setting('pgfunnel.tenant', true));
+    end if;
     return array(select jsonb_array_elements_text(parsed));
 end
 $$;

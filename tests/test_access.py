@@ -312,6 +312,15 @@ def test_missing_rls_setting_gives_zero_rows(app_conn: psycopg.Connection[Any]) 
                                  "strings"), conn.transaction():
             conn.execute("select set_config('pgfunnel.principals', %s, true)", (bad,))
             conn.execute("select count(*) from pgfunnel.document")
+    # a tenant no document can have is refused too, as the tenant argument refuses it,
+    # whether or not the rows read have a tenant
+    for bad in (" acme", "acme\t"):
+        with pytest.raises(psycopg.errors.InvalidParameterValue,
+                           match="pgfunnel.tenant: must not begin or end with whitespace"), \
+                conn.transaction():
+            conn.execute("select set_config('pgfunnel.principals', '[\"alice\"]', true), "
+                         "set_config('pgfunnel.tenant', %s, true)", (bad,))
+            conn.execute("select count(*) from pgfunnel.document")
     # a session-level setting is ignored once the transaction that set it locally ends
     with conn.transaction():
         conn.execute("select set_config('pgfunnel.principals', '[\"alice\"]', true)")
