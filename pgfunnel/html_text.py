@@ -294,9 +294,21 @@ def _main_content(root: _Element) -> tuple[_Element, bool]:
     return (bodies[0] if bodies else root), False
 
 
+@dataclass
+class _LinkCounts:
+    """The words and links a page's renderers wrote (HtmlPage), one for the page: the
+    renderers of its cells and terms add to their page's."""
+
+    words: int = 0
+    link_words: int = 0
+    links: int = 0
+    own_vocabulary: set[str] = field(default_factory=set)  # words outside links, once each
+
+
 class _Renderer:
-    def __init__(self, inside_main: bool) -> None:
+    def __init__(self, inside_main: bool, counts: _LinkCounts | None = None) -> None:
         self.inside_main = inside_main
+        self.counts = counts if counts is not None else _LinkCounts()
         # the qualified name written for a signature's bare name (_qualified_sig_name)
         self.sig_name: str | None = None
         # the modules Sphinx declares here (_declared_module), not yet written
@@ -307,9 +319,6 @@ class _Renderer:
         self.first_heading: str | None = None
         self.headings: list[str] = []
         self._bullet = ""  # a list item's "- " whose text starts in a paragraph of its own
-        # the words and links rendered, and the words of links among them (HtmlPage)
-        self.words = self.link_words = self.links = 0
-        self.own_vocabulary: set[str] = set()  # the words outside links, each once
         self._in_link = False
 
     def _flush(self) -> None:
@@ -333,15 +342,11 @@ class _Renderer:
         self.modules.clear()
 
     def _text_of(self, element: _Element, sig_name: str | None = None) -> str:
-        inner = _Renderer(self.inside_main)
+        inner = _Renderer(self.inside_main, self.counts)
         inner.sig_name = sig_name
         inner._in_link = self._in_link
         inner.render_children(element)
         inner._flush()
-        self.words += inner.words
-        self.link_words += inner.link_words
-        self.links += inner.links
-        self.own_vocabulary |= inner.own_vocabulary
         return " ".join(" ".join(inner.blocks).split())
 
     def _term_heading(self, terms: list[str]) -> None:
@@ -361,11 +366,11 @@ class _Renderer:
             if isinstance(child, str):
                 self.line.append(child)
                 words = child.split()
-                self.words += len(words)
+                self.counts.words += len(words)
                 if self._in_link:
-                    self.link_words += len(words)
+                    self.counts.link_words += len(words)
                 else:
-                    self.own_vocabulary.update(word.casefold() for word in words)
+                    self.counts.own_vocabulary.update(word.casefold() for word in words)
             else:
                 self.render(child)
 
@@ -373,7 +378,7 @@ class _Renderer:
         if _is_dropped(element, self.inside_main):
             return
         if element.tag == "a" and "href" in element.attrs and not self._in_link:
-            self.links += 1
+            self.counts.links += 1
             self._in_link = True
             try:
                 self._render(element)
@@ -439,7 +444,7 @@ class _Renderer:
         if tag == "pre":
             self._flush()
             code = "".join(_raw_text(element)).strip("\n")
-            self.words += len(code.split())
+            self.counts.words += len(code.split())
             if code.strip():
                 self.blocks.append("\n".join("    " + line for line in code.splitlines()))
             return
@@ -634,9 +639,10 @@ def html_page(html: str) -> HtmlPage:
         title = renderer.first_heading or ""
     else:
         title = _page_title(renderer, page_title)
-    return HtmlPage(title, text, renderer.links,
-                    renderer.link_words / renderer.words if renderer.words else 0.0,
-                    len(renderer.own_vocabulary))
+    counts = renderer.counts
+    return HtmlPage(title, text, counts.links,
+                    counts.link_words / counts.words if counts.words else 0.0,
+                    len(counts.own_vocabulary))
 
 
 # "<no title> — Buildbot 3.7 documentation"
