@@ -511,14 +511,16 @@ def _files_under(folder: Path, dangling: list[Path] | None = None,
                 walked.add(target)
             kept.append(name)
         dirs[:] = kept
-        files.extend(here / name for name in names if (here / name).is_file())
-        if dangling is not None:
-            dangling.extend(here / name for name in names
-                            if (here / name).is_symlink() and not (here / name).exists())
-        if special is not None:
-            # pipes, sockets and devices (or links to them): never read, and said
-            special.extend(here / name for name in names if (here / name).exists()
-                           and not (here / name).is_file() and not (here / name).is_dir())
+        for name in names:
+            path = here / name
+            if path.is_file():
+                files.append(path)
+            elif not path.exists():  # a link whose target is gone, or that loops
+                if dangling is not None and path.is_symlink():
+                    dangling.append(path)
+            elif special is not None and not path.is_dir():
+                # pipes, sockets and devices (or links to them): never read, and said
+                special.append(path)
     return files
 
 
@@ -1190,15 +1192,15 @@ def _trim_blank_lines(lines: list[str]) -> str:
 _BLOCK_SPLIT = re.compile(r"\n[ \t]*\n")
 
 
-def _prose_blocks(blocks: list[str]) -> list[str | None]:
-    """``_prose_block`` of each block of a document, None too for every block inside a
-    fenced code block: a paragraph of code after a blank line is code, and dropping it
-    (with its closing fence) left the rest of the page as code."""
+def _prose_blocks(blocks: list[str], short: bool = False) -> list[str | None]:
+    """``_prose_block(block, short)`` of each block of a document, None too for every
+    block inside a fenced code block: a paragraph of code after a blank line is code, and
+    dropping it (with its closing fence) left the rest of the page as code."""
     keys: list[str | None] = []
     fence = ""
     for block in blocks:
         in_code = bool(fence) or any(_FENCE.match(line) for line in block.split("\n"))
-        keys.append(None if in_code else _prose_block(block))
+        keys.append(None if in_code else _prose_block(block, short))
         fence = _fence_after(block, fence)[1]
     return keys
 
@@ -1213,17 +1215,6 @@ def _prose_block(block: str, short: bool = False) -> str | None:
         return None
     words = stripped.split()
     return " ".join(words) if (len(words) < 6) == short else None
-
-
-def _short_blocks(blocks: list[str]) -> list[str | None]:
-    """``_prose_block(block, short=True)`` of each block, None inside fenced code."""
-    keys: list[str | None] = []
-    fence = ""
-    for block in blocks:
-        in_code = bool(fence) or any(_FENCE.match(line) for line in block.split("\n"))
-        keys.append(None if in_code else _prose_block(block, short=True))
-        fence = _fence_after(block, fence)[1]
-    return keys
 
 
 def _boilerplate_labels(blocks: list[str], dropped: list[bool],
@@ -1281,15 +1272,14 @@ def drop_repeated_blocks(records: Sequence[DocumentRecord], *, min_documents: in
     if not hot:
         return list(records), []
     counts: Counter[str] = Counter()
+    short_counts: Counter[str] = Counter()
     for rec in records:
-        counts.update({b for b in _prose_blocks(_BLOCK_SPLIT.split(rec.text))
-                       if b and hash(b) in hot})
+        blocks = _BLOCK_SPLIT.split(rec.text)
+        counts.update({b for b in _prose_blocks(blocks) if b and hash(b) in hot})
+        short_counts.update({b for b in _prose_blocks(blocks, short=True) if b})
     repeated = {b for b, n in counts.items() if n >= bar}
     if not repeated:
         return list(records), []
-    short_counts: Counter[str] = Counter()
-    for rec in records:
-        short_counts.update({b for b in _short_blocks(_BLOCK_SPLIT.split(rec.text)) if b})
     repeated_short = {b for b, n in short_counts.items() if n >= bar}
     labels: Counter[str] = Counter()
     out: list[DocumentRecord] = []
@@ -1297,7 +1287,7 @@ def drop_repeated_blocks(records: Sequence[DocumentRecord], *, min_documents: in
         blocks = _BLOCK_SPLIT.split(rec.text)
         dropped = [key is not None and key in repeated for key in _prose_blocks(blocks)]
         if repeated_short and any(dropped):
-            short_keys = _short_blocks(blocks)
+            short_keys = _prose_blocks(blocks, short=True)
             for i, goes in enumerate(_boilerplate_labels(blocks, dropped, short_keys,
                                                          repeated_short)):
                 if goes:
