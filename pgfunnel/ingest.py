@@ -1489,7 +1489,8 @@ class Ingester:
                 if self._embedder is not None and not (
                         same_model(self._embedder.model_name, version.embedding_model)
                         and self._embedder.dimensions == version.dimensions):
-                    ahead = self._follow_model_switch(version)
+                    self._follow_model_switch(version)
+                    ahead = {}  # embedded with the model the collection no longer has
                 self.stats.index_version = version.version
                 self.stats.index_version_id = version.id
                 existing, hashes, todo, rehash = self._changed_documents(coll, batch, prepared)
@@ -1562,7 +1563,7 @@ class Ingester:
             raise translate(exc, searching=False) from exc
         self._tick("documents", len(batch))
 
-    def _follow_model_switch(self, version: ActiveVersion) -> dict[str, np.ndarray]:
+    def _follow_model_switch(self, version: ActiveVersion) -> None:
         """The collection's active version was switched to another model after this
         ingest loaded its own (`versions activate` or `rollback` between two batches, or
         while this one embedded): its vectors would go into the new version's graph,
@@ -1582,7 +1583,6 @@ class Ingester:
             f"the collection was switched to index version {version.version} "
             f"({version.embedding_model!r}) while this ingest ran; later batches were "
             "embedded with its model")
-        return {}
 
     def _check_unchanged_given(self, batch: list[DocumentRecord], todo: list[DocumentRecord],
                                vectors: Mapping[str, np.ndarray], dimensions: int,

@@ -202,6 +202,12 @@ def functions_outdated(conn: psycopg.Connection[Any]) -> bool:
     return installed_functions_digest(conn) != functions_digest()
 
 
+#: what a warning says of a schema at this revision that holds another release's functions
+OTHER_FUNCTIONS = ("the SQL functions in this database are not this pgfunnel's (another "
+                   "release installed them, or the tables were moved with `alembic upgrade` "
+                   "alone)")
+
+
 def stale_schema(conn: psycopg.Connection[Any]) -> str | None:
     """What is older (or other) than this release in the database, as a clause for a
     warning ("... : searches run ..."), or None."""
@@ -209,11 +215,7 @@ def stale_schema(conn: psycopg.Connection[Any]) -> str | None:
     if behind is not None:
         return (f"the pgfunnel schema is at revision {behind[0]}, older than this pgfunnel's "
                 f"{behind[1]}")
-    if functions_outdated(conn):
-        return ("the SQL functions in this database are not this pgfunnel's (another "
-                "release installed them, or the tables were moved with `alembic upgrade` "
-                "alone)")
-    return None
+    return OTHER_FUNCTIONS if functions_outdated(conn) else None
 
 
 def install_functions(conn: psycopg.Connection[Any]) -> int:
@@ -268,14 +270,12 @@ def require_current_schema(conn: psycopg.Connection[Any]) -> None:
     code (ingest) needs its analyzers, columns and functions, which `pgfunnel migrate`
     installs. A schema from a newer release, or none, is left to the caller's checks."""
     behind = outdated_revision(conn)
-    if behind is None:
-        if not functions_outdated(conn):
-            return
-        if not conn.autocommit:
-            conn.rollback()
-        raise SchemaOutdatedError(head_revision(), head_revision(), functions_only=True)
+    if behind is None and not functions_outdated(conn):
+        return
     if not conn.autocommit:
         conn.rollback()
+    if behind is None:
+        raise SchemaOutdatedError(head_revision(), head_revision(), functions_only=True)
     raise SchemaOutdatedError(*behind)
 
 

@@ -610,7 +610,7 @@ class Funnel:
         """After the package is upgraded, searches run the older release's functions until
         `pgfunnel migrate`: said once per Funnel, at its first search (one catalog read),
         before the search, which may fail on what the older functions lack."""
-        from pgfunnel.schema import functions_outdated, outdated_revision
+        from pgfunnel.schema import OTHER_FUNCTIONS, functions_outdated, outdated_revision
 
         try:
             with own_transaction(conn):
@@ -628,9 +628,7 @@ class Funnel:
                 "run `pgfunnel migrate`"))
         elif other_functions:
             warn_at_caller(SchemaOutdatedWarning(
-                "the SQL functions in this database are not this pgfunnel's (another "
-                "release installed them, or the tables were moved with `alembic upgrade` "
-                "alone): searches run them; run `pgfunnel migrate`"))
+                f"{OTHER_FUNCTIONS}: searches run them; run `pgfunnel migrate`"))
 
     # -- embedding -----------------------------------------------------------------
     def _active_dimensions(self, conn: psycopg.Connection[Any], collection: str) -> tuple[str, int]:

@@ -53,11 +53,11 @@ DEFINER_BY_DESIGN = ("pgfunnel._term_df(integer,text[])", "pgfunnel._lexical_del
 #: functions only writers may run (they modify index data)
 WRITER_ONLY_FUNCTIONS = ("_bm25_add", "_remove_chunks", "_lexical_deleted",
                          "_indexed_update_refused")
-#: functions shipped without `set search_path` so Postgres inlines them (sql/020_bm25.sql,
-#: sql/030_legs.sql)
 #: the schemas a pgfunnel function's pinned search_path may name: pgvector's types,
 #: functions and operators are named in its schema instead (see _create_in_shared_schemas)
 PINNED_PATH_SCHEMAS = frozenset({"pg_catalog", "pgfunnel", "pg_temp"})
+#: functions shipped without `set search_path` so Postgres inlines them (sql/020_bm25.sql,
+#: sql/030_legs.sql)
 UNPINNED_BY_DESIGN = ("pgfunnel._bm25_idf(bigint,bigint)",
                       "pgfunnel._document_visible(pgfunnel.document,text[],text,text,"
                       "timestamp with time zone,jsonb)")
