@@ -187,45 +187,45 @@ VECTOR_NORM_MAX = 1e12
 def check_vector(vector: Any, dimensions: int | None = None,
                  parameter: str = "query_embedding") -> np.ndarray:
     """Validate a vector before any SQL runs: present, finite, non-zero, right size."""
+
+    def _invalid(detail: str) -> InvalidVectorError:
+        return InvalidVectorError(detail, parameter=parameter)
+
     if vector is None:
-        raise InvalidVectorError(f"{parameter}: a vector is required, got None")
+        raise _invalid("a vector is required, got None")
     try:
         raw = np.asarray(vector)
         # complex numbers lost their imaginary part, strings were parsed ("1" as 1.0) and
         # booleans became 0 and 1 (a bit mask, not an embedding) by the cast to float32,
         # without a word
         if raw.dtype.kind not in "iufO":
-            raise InvalidVectorError(f"{parameter}: must hold real numbers, got {raw.dtype} "
-                                     "values")
+            raise _invalid(f"must hold real numbers, got {raw.dtype} values")
         with np.errstate(over="ignore"):
             # a value past single precision becomes Inf, named below, not in a warning
             arr = np.asarray(raw, dtype=np.float32)
     except OverflowError as exc:  # a Python int past any float: 10**400
-        raise InvalidVectorError(f"{parameter}: contains values beyond single precision "
-                                 f"(magnitude over 3.4e38): {exc}") from exc
+        raise _invalid(f"contains values beyond single precision (magnitude over 3.4e38): "
+                       f"{exc}") from exc
     except (TypeError, ValueError) as exc:
-        raise InvalidVectorError(f"{parameter}: not a numeric vector ({exc})") from exc
+        raise _invalid(f"not a numeric vector ({exc})") from exc
     if arr.ndim != 1 or arr.size == 0:
-        raise InvalidVectorError(f"{parameter}: must be a non-empty 1-D vector, got shape "
-                                 f"{tuple(arr.shape)}")
+        raise _invalid(f"must be a non-empty 1-D vector, got shape {tuple(arr.shape)}")
     if dimensions is not None and arr.size != dimensions:
-        raise InvalidVectorError(
-            f"{parameter}: has {arr.size} dimensions; the index version expects {dimensions}")
+        raise _invalid(f"has {arr.size} dimensions; the index version expects {dimensions}")
     if not np.all(np.isfinite(arr)):
         if np.any(np.isnan(arr)):
-            raise InvalidVectorError(f"{parameter}: contains NaN values")
+            raise _invalid("contains NaN values")
         if np.all(np.isfinite(np.asarray(raw, dtype=np.float64))):
-            raise InvalidVectorError(
-                f"{parameter}: contains values beyond single precision (magnitude over "
-                "3.4e38), which pgvector stores as 4-byte floats")
-        raise InvalidVectorError(f"{parameter}: contains Inf values")
+            raise _invalid("contains values beyond single precision (magnitude over 3.4e38), "
+                           "which pgvector stores as 4-byte floats")
+        raise _invalid("contains Inf values")
     norm = float(np.linalg.norm(arr.astype(np.float64)))
     if norm == 0.0:
-        raise InvalidVectorError(f"{parameter}: is the zero vector, which has no direction")
+        raise _invalid("is the zero vector, which has no direction")
     # pgvector compares in single precision, where the squares of a far shorter or longer
     # vector underflow or overflow and every chunk would score alike
     if not VECTOR_NORM_MIN <= norm <= VECTOR_NORM_MAX:
-        raise InvalidVectorError(
-            f"{parameter}: has length (L2 norm) {norm:.3g}; cosine similarity in single "
-            f"precision needs {VECTOR_NORM_MIN:g} to {VECTOR_NORM_MAX:g} (normalise the vector)")
+        raise _invalid(
+            f"has length (L2 norm) {norm:.3g}; cosine similarity in single precision needs "
+            f"{VECTOR_NORM_MIN:g} to {VECTOR_NORM_MAX:g} (normalise the vector)")
     return arr

@@ -104,7 +104,15 @@ class InvalidInputError(PgfunnelError):
 
 
 class InvalidVectorError(InvalidInputError):
-    """A vector has the wrong dimension, NaN/Inf values, is zero, or is missing."""
+    """A vector has the wrong dimension, NaN/Inf values, is zero, or is missing.
+
+    ``parameter`` names the argument that held it (``query_embedding``,
+    ``vectors['doc-1'][0]``) when pgfunnel checked it itself; None when Postgres refused
+    the value (pgvector's message names no argument)."""
+
+    def __init__(self, message: str, *, parameter: str | None = None) -> None:
+        self.parameter = parameter
+        super().__init__(f"{parameter}: {message}" if parameter else message)
 
 
 class InvalidDocumentError(InvalidInputError):
@@ -434,6 +442,13 @@ def translate(exc: BaseException, *, searching: bool = True) -> PgfunnelError:
         parameter = primary.split(":", 1)[0] if ":" in primary else "parameter"
         detail = primary.split(":", 1)[1].strip() if ":" in primary else primary
         return ConfigError(parameter, detail)
+    if cls is InvalidVectorError:
+        # pgfunnel's SQL names the argument first, as in "query_embedding: has 385 ..."
+        named = re.fullmatch(r"([a-z_]+): (.+)", primary, re.DOTALL)
+        err = (InvalidVectorError(named.group(2), parameter=named.group(1)) if named
+               else InvalidVectorError(primary))
+        err.__cause__ = exc
+        return err
     primary = _CONSTRAINT_MESSAGES.get(getattr(diag, "constraint_name", None) or "", primary)
     err = cls(primary)
     err.__cause__ = exc

@@ -1869,8 +1869,8 @@ def _check_document_vectors(citekey: str, given: Any, dimensions: int | None,
         dims = (first.size, citekey)
     elif first.size != dims[0]:
         raise InvalidVectorError(
-            f"vectors[{citekey!r}][0]: has {first.size} dimensions, while "
-            f"vectors[{dims[1]!r}] have {dims[0]}; every vector comes from one model")
+            f"has {first.size} dimensions, while vectors[{dims[1]!r}] have {dims[0]}; every "
+            "vector comes from one model", parameter=f"vectors[{citekey!r}][0]")
     _check_given_vectors(rows, {i: f"vectors[{citekey!r}][{i}]" for i in range(len(rows))},
                          dims[0])
     return dims

@@ -732,9 +732,9 @@ class Funnel:
         if self._embedder_spec == "auto":
             return model
         raise InvalidVectorError(
-            f"query_embedding: this Funnel embeds queries with {used.model_name!r}, but the "
-            f"active index version of {collection!r} was built with {model!r} ({dims} "
-            "dimensions); create the Funnel with that model, or embedder='auto'")
+            f"this Funnel embeds queries with {used.model_name!r}, but the active index "
+            f"version of {collection!r} was built with {model!r} ({dims} dimensions); create "
+            "the Funnel with that model, or embedder='auto'", parameter="query_embedding")
 
     # -- search ----------------------------------------------------------------------
     def search(self, query: str | None, *, query_embedding: Any = None,

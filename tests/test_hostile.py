@@ -157,9 +157,30 @@ def test_sql_rejects_zero_and_wrong_dim_vectors(corpus_db: str) -> None:
     with connect(corpus_db, autocommit=True) as conn:
         for vec in (np.zeros(DIM, dtype=np.float32), np.ones(DIM + 2, dtype=np.float32),
                     np.full(DIM, 1e-30, dtype=np.float32), np.full(DIM, 1e20, dtype=np.float32)):
-            with pytest.raises(psycopg.errors.MostSpecificTypeMismatch, match="query_embedding"):
+            with pytest.raises(psycopg.errors.MostSpecificTypeMismatch,
+                               match="query_embedding") as raw:
                 conn.execute("select * from funnel_search('refund', %s)", (vec,))
+            translated = translate(raw.value)
+            assert type(translated) is InvalidVectorError
+            assert translated.parameter == "query_embedding"
+            assert str(translated) == str(raw.value.diag.message_primary)
             _usable(conn)
+
+
+def test_a_vector_error_names_its_argument() -> None:
+    # like ConfigError.parameter, so a web app can point at the field it got wrong
+    from pgfunnel.embedder import check_vector
+
+    for bad, parameter, detail in (
+            ([math.nan, 1.0], "query_embedding", "contains NaN values"),
+            ([0.0, 0.0], "vectors['a'][2]", "is the zero vector, which has no direction"),
+            ([1.0, 1.0, 1.0], "query_embedding", "has 3 dimensions; the index version expects 2")):
+        with pytest.raises(InvalidVectorError) as refused:
+            check_vector(bad, 2, parameter=parameter)
+        assert refused.value.parameter == parameter
+        assert str(refused.value) == f"{parameter}: {detail}"
+    # pgvector's own refusal names no argument
+    assert InvalidVectorError("NaN not allowed in vector").parameter is None
 
 
 def test_statement_timeout_cancels_and_connection_survives(corpus_db: str) -> None:
