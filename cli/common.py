@@ -109,17 +109,15 @@ def refuse_dense_options(lexical_only: bool, **dense_options: object) -> None:
                                     "turns off")
 
 
-def rrf_constant(rrf_k: float | None, fusion: str) -> float:
-    """--rrf-k, which only RRF reads: given with another fusion it is an error, not
-    dropped without a word; left out, the search's default."""
-    from pgfunnel.search import SearchParams
-
+def rrf_constant(rrf_k: float | None, fusion: str) -> dict[str, float]:
+    """--rrf-k as search arguments, which only RRF reads: given with another fusion it
+    is an error, not dropped without a word; left out, none (the search's default)."""
     if rrf_k is None:
-        return SearchParams.rrf_k
+        return {}
     if fusion != "rrf":
         raise ConfigError("rrf_k", f"applies only with --fusion rrf (this search fuses by "
                                    f"{fusion}, which has no constant)")
-    return rrf_k
+    return {"rrf_k": rrf_k}
 
 
 DsnOption = Annotated[

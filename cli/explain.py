@@ -68,11 +68,11 @@ def explain_command(
         warnings.simplefilter("ignore")
         refuse_dense_options(lexical_only, dense_weight=dense_weight, dense_depth=dense_depth)
         weights = leg_weights(lexical_weight, dense_weight, lexical_only)
-        rrf_k_used = rrf_constant(rrf_k, fusion)
+        rrf_args = rrf_constant(rrf_k, fusion)
         funnel = Funnel(dsn, collection, embedder=None if lexical_only else "auto")
         try:
             found = [explain(funnel, query, c, k=k, principals=principal or [], tenant=tenant,
-                             fusion=fusion, rrf_k=rrf_k_used, weights=weights,
+                             fusion=fusion, **rrf_args, weights=weights,
                              overfetch=overfetch,
                              per_source_cap=per_source_cap, lexical_depth=lexical_depth,
                              dense_depth=dense_depth)

@@ -459,7 +459,7 @@ def search(
         reranker = None
         refuse_dense_options(lexical_only, dense_weight=dense_weight, dense_depth=dense_depth)
         weights = leg_weights(lexical_weight, dense_weight, lexical_only)
-        rrf_k_used = rrf_constant(rrf_k, fusion)
+        rrf_args = rrf_constant(rrf_k, fusion)
         if not rerank and (rerank_model is not None or rerank_depth is not None):
             # without --rerank they were ignored: results that were never reranked,
             # with nothing to say so
@@ -487,7 +487,7 @@ def search(
             warnings.simplefilter("ignore")
             response = funnel.search(
                 query, k=k, principals=principal or [], tenant=tenant, fusion=fusion,
-                rrf_k=rrf_k_used, weights=weights,
+                **rrf_args, weights=weights,
                 overfetch=overfetch, per_source_cap=per_source_cap,
                 lexical_depth=lexical_depth, dense_depth=dense_depth, trace=trace,
                 statement_timeout_ms=timeout_ms)

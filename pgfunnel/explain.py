@@ -12,7 +12,7 @@ from psycopg.types.json import Jsonb
 
 from pgfunnel.db import tuple_rows
 from pgfunnel.errors import ConfigError, NotFoundError, translate
-from pgfunnel.search import Funnel, SearchParams, check_query_text
+from pgfunnel.search import Funnel, SearchParams, check_query_text, refuse_unused_rrf_k
 
 _TARGET = re.compile(r"^(?P<citekey>.+)#(?P<ordinal>[0-9]+)$")
 _ARGS = ("k", "collection", "principals", "tenant", "language", "metadata_filter", "fusion",
@@ -127,6 +127,7 @@ def explain(funnel: Funnel, query: str | None, target: str | int, *,
     merged = {**{f.name: getattr(funnel.defaults, f.name)
                  for f in dataclasses.fields(SearchParams)}, **params}
     p = SearchParams.build(**merged)
+    refuse_unused_rrf_k(params, p.fusion)
     query = check_query_text(query)
     notices: list[str] = []
     with funnel.connection() as conn:

@@ -414,6 +414,14 @@ def rerank_pool(reranker: Any, query: str, pool: list[Candidate], depth: int) ->
     return [head[corpus_id] for corpus_id, _ in ranked] + pool[depth:]
 
 
+def refuse_unused_rrf_k(given: Mapping[str, Any], fusion: str) -> None:
+    """``rrf_k`` given for a search that fuses by another method, which has no constant:
+    a ConfigError, as the CLI's ``--rrf-k`` is, rather than a value read by nothing."""
+    if "rrf_k" in given and fusion != "rrf":
+        raise ConfigError("rrf_k", f"applies only with fusion 'rrf' (this search fuses by "
+                                   f"{fusion!r}, which has no constant)")
+
+
 def check_query_text(query: str | None) -> str | None:
     """Reject text Postgres cannot hold or that is absurdly long, before any SQL runs."""
     if query is None:
@@ -541,6 +549,7 @@ class Funnel:
         self.followup = followup
         self._closed = False
         self.defaults = SearchParams.build(collection=collection, **defaults)
+        refuse_unused_rrf_k(defaults, self.defaults.fusion)
 
     # -- connections ---------------------------------------------------------------
     @contextmanager
@@ -799,6 +808,7 @@ class Funnel:
         merged = {**{f.name: getattr(self.defaults, f.name)
                      for f in dataclasses.fields(SearchParams)}, **params}
         p = SearchParams.build(**merged)
+        refuse_unused_rrf_k(params, p.fusion)
         query = check_query_text(query)
         if history is not None:
             history = string_list(history, "history")

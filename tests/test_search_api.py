@@ -1069,3 +1069,30 @@ def test_a_reranker_that_fails_raises_a_rerank_error_and_the_funnel_goes_on(
         # the search's transaction is gone: the same Funnel serves the fallback
         plain = funnel.search("refund on an annual plan", k=3, principals=[], rerank=False)
         assert plain.results and not plain.reranked
+
+
+def test_rrf_k_given_for_another_fusion_is_refused(sample_db: str) -> None:
+    # it was read by nothing: a search with fusion 'minmax' and rrf_k=5 ran as if rrf_k
+    # were not given, without a word (the CLI's --rrf-k has refused it since)
+    from pgfunnel.errors import ConfigError
+    from pgfunnel.eval.harness import EvalConfig
+    from pgfunnel.explain import explain
+
+    with Funnel(sample_db) as f:
+        for kw in ({"rrf_k": 5}, {"rrf_k": 60, "fusion": "zscore"}):
+            with pytest.raises(ConfigError,
+                               match="^rrf_k: applies only with fusion 'rrf'") as refused:
+                f.search("refund", k=3, **kw)
+            assert refused.value.parameter == "rrf_k"
+            with pytest.raises(ConfigError, match="^rrf_k: applies only"):
+                explain(f, "refund", "refunds-annual", **kw)
+        assert f._embedder is None  # refused before the model loaded
+        # given with rrf it is read; a Funnel's own rrf_k stays its default for rrf searches
+        assert f.search("refund", k=3, fusion="rrf", rrf_k=5).results
+    with pytest.raises(ConfigError, match="^rrf_k: "):
+        Funnel(sample_db, rrf_k=5)
+    with Funnel(sample_db, fusion="rrf", rrf_k=5) as f:
+        assert f.search("refund", k=3, fusion="minmax").results
+    with pytest.raises(ConfigError, match="config: bad: rrf_k: applies only"):
+        EvalConfig.from_dict("bad", {"fusion": "minmax", "rrf_k": 10})
+    assert EvalConfig.from_dict("ok", {"fusion": "rrf", "rrf_k": 10}).search["rrf_k"] == 10

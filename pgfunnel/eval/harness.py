@@ -80,6 +80,7 @@ from pgfunnel.search import (
     Funnel,
     Result,
     SearchParams,
+    refuse_unused_rrf_k,
     rerank_head,
     rerank_pool,
 )
@@ -161,7 +162,7 @@ class EvalConfig:
                 raise ConfigError("config", f"{name}: {key!r} is set by the harness, not per "
                                   "configuration")
         try:
-            SearchParams.build(**search)
+            refuse_unused_rrf_k(search, SearchParams.build(**search).fusion)
         except ConfigError as exc:
             raise ConfigError("config", f"{name}: {exc}") from None
         except (TypeError, ValueError) as exc:
