@@ -194,12 +194,31 @@ def functions_outdated(conn: psycopg.Connection[Any]) -> bool:
     """Whether a schema at this package's revision holds another release's functions.
     False where the revision differs (outdated_revision's to say), there is no schema
     (init's), or the role may not read the revision."""
+    return schema_status(conn)[1]
+
+
+def schema_status(conn: psycopg.Connection[Any]) -> tuple[tuple[str, str] | None, bool]:
+    """(outdated_revision, functions_outdated) from one read of the revision: what a
+    search or an ingest checks before it runs."""
+    revision = _readable_revision(conn)
+    if revision is None:
+        return None, False
+    head, known = _revisions()
+    if revision != head:
+        return (None if revision not in known else (revision, head)), False
+    return None, installed_functions_digest(conn) != functions_digest()
+
+
+def _readable_revision(conn: psycopg.Connection[Any]) -> str | None:
+    """The schema's revision; None with no schema, or for a role that may not read it
+    (without RLS mode an application's role holds only the grants it was given)."""
     row = conn.execute("select pg_catalog.has_table_privilege("
                        "pg_catalog.to_regclass('pgfunnel.alembic_version'), 'select')"
                        ).fetchone()
-    if row is None or not row[0] or current_revision(conn) != head_revision():
-        return False
-    return installed_functions_digest(conn) != functions_digest()
+    if row is None or not row[0]:
+        return None
+    rev = conn.execute("select version_num from pgfunnel.alembic_version").fetchone()
+    return None if rev is None else str(rev[0])
 
 
 #: what a warning says of a schema at this revision that holds another release's functions
@@ -211,11 +230,11 @@ OTHER_FUNCTIONS = ("the SQL functions in this database are not this pgfunnel's (
 def stale_schema(conn: psycopg.Connection[Any]) -> str | None:
     """What is older (or other) than this release in the database, as a clause for a
     warning ("... : searches run ..."), or None."""
-    behind = outdated_revision(conn)
+    behind, other_functions = schema_status(conn)
     if behind is not None:
         return (f"the pgfunnel schema is at revision {behind[0]}, older than this pgfunnel's "
                 f"{behind[1]}")
-    return OTHER_FUNCTIONS if functions_outdated(conn) else None
+    return OTHER_FUNCTIONS if other_functions else None
 
 
 def install_functions(conn: psycopg.Connection[Any]) -> int:
@@ -269,8 +288,8 @@ def require_current_schema(conn: psycopg.Connection[Any]) -> None:
     this package's migrations hold, short of their head): what writes with this release's
     code (ingest) needs its analyzers, columns and functions, which `pgfunnel migrate`
     installs. A schema from a newer release, or none, is left to the caller's checks."""
-    behind = outdated_revision(conn)
-    if behind is None and not functions_outdated(conn):
+    behind, other_functions = schema_status(conn)
+    if behind is None and not other_functions:
         return
     if not conn.autocommit:
         conn.rollback()
@@ -284,16 +303,7 @@ def outdated_revision(conn: psycopg.Connection[Any]) -> tuple[str, str] | None:
     one whose revision this package's migrations hold, short of their head. None at the
     head, for a newer release's schema, none, or a role that may not read the revision
     (without RLS mode an application's role holds only the grants it was given)."""
-    row = conn.execute("select pg_catalog.has_table_privilege("
-                       "pg_catalog.to_regclass('pgfunnel.alembic_version'), 'select')"
-                       ).fetchone()
-    if row is None or not row[0]:
-        return None
-    revision = current_revision(conn)
-    if revision is None:
-        return None
-    head, known = _revisions()
-    return None if revision == head or revision not in known else (revision, head)
+    return schema_status(conn)[0]
 
 
 @contextmanager

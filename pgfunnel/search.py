@@ -619,12 +619,11 @@ class Funnel:
         """After the package is upgraded, searches run the older release's functions until
         `pgfunnel migrate`: said once per Funnel, at its first search (one catalog read),
         before the search, which may fail on what the older functions lack."""
-        from pgfunnel.schema import OTHER_FUNCTIONS, functions_outdated, outdated_revision
+        from pgfunnel.schema import OTHER_FUNCTIONS, schema_status
 
         try:
             with own_transaction(conn):
-                behind = outdated_revision(conn)
-                other_functions = behind is None and functions_outdated(conn)
+                behind, other_functions = schema_status(conn)
         except psycopg.Error:
             # an aborted transaction, say: the search itself will say what is wrong
             return

@@ -901,3 +901,29 @@ def test_functions_of_another_release_at_the_same_revision_are_named_until_migra
         Ingester(conn, "fresh")  # refused no more
     ran = CliRunner().invoke(app, ["search", "refund", "--lexical-only", "--dsn", sample_db])
     assert ran.exit_code == 0 and "migrate" not in ran.output
+
+
+def test_the_schema_check_before_a_search_reads_the_revision_once(sample_db: str) -> None:
+    # stale_schema (each CLI search) and require_current_schema (each ingest) read the
+    # revision, its privilege and the functions' digest: once, not again for each question
+    with connect(sample_db, autocommit=True) as conn:
+        statements: list[str] = []
+        execute = conn.execute
+
+        def counted(query: Any, *args: Any, **kwargs: Any) -> Any:
+            statements.append(str(query))
+            return execute(query, *args, **kwargs)
+
+        conn.execute = counted  # type: ignore[method-assign]
+        assert schema.stale_schema(conn) is None
+        assert len(statements) == 3, statements
+        statements.clear()
+        schema.require_current_schema(conn)
+        assert len(statements) == 3, statements
+        # the answers are those of the separate checks
+        conn.execute("comment on schema pgfunnel is null")
+        statements.clear()
+        assert schema.stale_schema(conn) == schema.OTHER_FUNCTIONS
+        assert len(statements) == 3
+        assert schema.schema_status(conn) == (None, True)
+        assert schema.functions_outdated(conn) and schema.outdated_revision(conn) is None
