@@ -236,9 +236,11 @@ def test_weights_or_rrf_k_a_fused_score_underflows_at_are_named(
                          (unit(np.ones(DIM)), fusion, weights, rrf_k))
         _usable(conn)
         with pytest.raises(ConfigError, match=f"^{parameter}:"):
+            # (rrf_k only where it is read: with another fusion it is refused itself)
             Funnel(conn, embedder=None).search(
                 "refund plan", query_embedding=unit(np.ones(DIM)), fusion=fusion,
-                weights=[float(w) for w in weights.strip("{}").split(",")], rrf_k=rrf_k)
+                weights=[float(w) for w in weights.strip("{}").split(",")],
+                **({"rrf_k": rrf_k} if fusion == "rrf" else {}))
         _usable(conn)
 
 
