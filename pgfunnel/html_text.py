@@ -294,6 +294,14 @@ def _main_content(root: _Element) -> tuple[_Element, bool]:
     return (bodies[0] if bodies else root), False
 
 
+# the most words of a list item that is an entry of an index, a link and a few words
+# (Doxygen's ``json_object_put() : json_object.h``; 8 took in the Python documentation's
+# items of a link and a phrase, ``urllib.request for opening and reading URLs``), and
+# the fewest such items an index holds (HtmlPage.is_link_list)
+_ENTRY_WORDS = 5
+_MIN_ENTRIES = 3
+
+
 @dataclass
 class _LinkCounts:
     """The words and links a page's renderers wrote (HtmlPage), one for the page: the
@@ -303,6 +311,10 @@ class _LinkCounts:
     link_words: int = 0
     links: int = 0
     own_vocabulary: set[str] = field(default_factory=set)  # words outside links, once each
+    # list items that are a link and a few words of their own (_ENTRY_WORDS or fewer in
+    # all), and the words of those items, an item inside another counted once
+    entries: int = 0
+    entry_words: int = 0
 
 
 class _Renderer:
@@ -373,6 +385,19 @@ class _Renderer:
                     self.counts.own_vocabulary.update(word.casefold() for word in words)
             else:
                 self.render(child)
+
+    def _render_item(self, item: _Element) -> None:
+        """A list item's children, counted as an entry of an index (_LinkCounts.entries)
+        when it is a link and a few words of its own."""
+        counts = self.counts
+        words, link_words, links = counts.words, counts.link_words, counts.links
+        entry_words = counts.entry_words
+        self.render_children(item)
+        written = counts.words - words
+        if counts.links > links and written <= _ENTRY_WORDS and \
+                written > counts.link_words - link_words:
+            counts.entries += 1
+            counts.entry_words = entry_words + written
 
     def render(self, element: _Element) -> None:
         if _is_dropped(element, self.inside_main):
@@ -456,7 +481,10 @@ class _Renderer:
         if tag in _LINE_TAGS or tag == "button":
             # (a tab's label, the only button kept, is an item as Docusaurus writes one)
             self.line.append("\x00- " if tag in ("li", "button") else "\x00")
-            self.render_children(element)
+            if tag == "li":
+                self._render_item(element)
+            else:
+                self.render_children(element)
             return
         if tag in _CELL_TAGS:
             if _holds_blocks(element):
@@ -599,6 +627,10 @@ class HtmlPage:
     link_share: float
     #: distinct words outside links (case folded)
     own_vocabulary: int = 0
+    #: list items that are a link and a few words of their own (an index's entries)
+    entries: int = 0
+    #: the share of the main content's words that are those items'
+    entry_share: float = 0.0
 
     def is_link_list(self) -> bool:
         """A generated index or table of contents rather than a page of text: 100 links
@@ -610,9 +642,18 @@ class HtmlPage:
         or more, the most link words is 38% and the fewest other words 0.8 kinds per
         link (the C API's list of its stable functions, which has prose of its own);
         rsyslog's have none near either. Ingested among the pages they list, such a page
-        matched every name it listed and took top slots for them."""
-        return self.links >= 100 and (self.link_share >= 0.5
-                                      or self.own_vocabulary * 10 <= self.links)
+        matched every name it listed and took top slots for them.
+
+        Or an index whose entries name what they link to in words of their own: 3 list
+        items or more that are each a link and a few words besides (5 words at most in
+        all), making up half the page's words (Doxygen's member indexes, ``json_bool :
+        json_types.h`` with only the file a link, 32% link words and a kind of word for
+        each link: 57 - 97% of their words are such items, on pages of 3 links to 197;
+        in the Python documentation and rsyslog's, 29% at most, a page of one such item).
+        A table of contents, whose items are links alone, is not one."""
+        return (self.links >= 100 and (self.link_share >= 0.5
+                                       or self.own_vocabulary * 10 <= self.links)) or (
+            self.entries >= _MIN_ENTRIES and self.entry_share >= 0.5)
 
 
 def html_to_text(html: str) -> tuple[str, str]:
@@ -642,7 +683,8 @@ def html_page(html: str) -> HtmlPage:
     counts = renderer.counts
     return HtmlPage(title, text, counts.links,
                     counts.link_words / counts.words if counts.words else 0.0,
-                    len(counts.own_vocabulary))
+                    len(counts.own_vocabulary), counts.entries,
+                    counts.entry_words / counts.words if counts.words else 0.0)
 
 
 # "<no title> — Buildbot 3.7 documentation"
