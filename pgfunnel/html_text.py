@@ -315,6 +315,7 @@ class _LinkCounts:
     # all), and the words of those items, an item inside another counted once
     entries: int = 0
     entry_words: int = 0
+    code_words: int = 0  # words of code blocks
 
 
 class _Renderer:
@@ -470,6 +471,7 @@ class _Renderer:
             self._flush()
             code = "".join(_raw_text(element)).strip("\n")
             self.counts.words += len(code.split())
+            self.counts.code_words += len(code.split())
             if code.strip():
                 self.blocks.append("\n".join("    " + line for line in code.splitlines()))
             return
@@ -631,6 +633,8 @@ class HtmlPage:
     entries: int = 0
     #: the share of the main content's words that are those items'
     entry_share: float = 0.0
+    #: the share of the main content's words that are code blocks'
+    code_share: float = 0.0
 
     def is_link_list(self) -> bool:
         """A generated index or table of contents rather than a page of text: 100 links
@@ -652,8 +656,23 @@ class HtmlPage:
         in the Python documentation and rsyslog's, 29% at most, a page of one such item).
         A table of contents, whose items are links alone, is not one."""
         return (self.links >= 100 and (self.link_share >= 0.5
-                                       or self.own_vocabulary * 10 <= self.links)) or (
-            self.entries >= _MIN_ENTRIES and self.entry_share >= 0.5)
+                                       or self.own_vocabulary * 10 <= self.links)) \
+            or self.is_entry_index()
+
+    def is_entry_index(self) -> bool:
+        """The second kind of page of links (``is_link_list``): an index whose entries
+        are each a link and a few words."""
+        return self.entries >= _MIN_ENTRIES and self.entry_share >= 0.5
+
+    def is_source_listing(self) -> bool:
+        """A program's source as a page, code and nothing else (99% of its words or more):
+        Haddock's hyperlinked source (``src/Data.List.Split.Internals.html``, one ``<pre>``
+        of 9,491 words: 63 chunks, against the 24 of the module's documentation page).
+        Beside the pages documenting it, it matched every name they describe, as Sphinx's
+        ``_modules`` listings did (``sources.SPHINX_GENERATED``). The Python
+        documentation's page with the most code, the full grammar, is 96% code under its
+        heading and introduction; rsyslog's most, 69%."""
+        return self.code_share >= 0.99
 
 
 def html_to_text(html: str) -> tuple[str, str]:
@@ -684,7 +703,8 @@ def html_page(html: str) -> HtmlPage:
     return HtmlPage(title, text, counts.links,
                     counts.link_words / counts.words if counts.words else 0.0,
                     len(counts.own_vocabulary), counts.entries,
-                    counts.entry_words / counts.words if counts.words else 0.0)
+                    counts.entry_words / counts.words if counts.words else 0.0,
+                    counts.code_words / counts.words if counts.words else 0.0)
 
 
 # "<no title> — Buildbot 3.7 documentation"

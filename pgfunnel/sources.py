@@ -695,13 +695,18 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
         if in_folder and page.is_link_list():
             # its names stay findable in the pages it lists; given by itself, it is read
             shares = f"{page.link_share:.0%} of its words"
-            if page.link_share < 0.5 and page.entry_share >= 0.5:
+            if page.links < 100 and page.is_entry_index():
                 # an index whose entries are a link and a few words (Doxygen's members)
                 shares += (f"; {page.entries:,} entries of a link and a few words, "
                            f"{page.entry_share:.0%} of its words")
             warn_at_caller(EmptyFileWarning(
                 f"{path}: a page of links ({page.links:,} links, {shares}), an index or "
                 "table of contents, skipped"), EmptyFileWarning)
+            return
+        if in_folder and page.is_source_listing():
+            warn_at_caller(EmptyFileWarning(
+                f"{path}: a source listing (code and nothing else, {page.code_share:.0%} of "
+                "its words), skipped"), EmptyFileWarning)
             return
         title, text = page.title or _title_from_file_name(path), page.text
     elif suffix in (".rst", ".rest") or (suffix == ".txt" and looks_like_rst(raw)):

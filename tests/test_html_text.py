@@ -257,6 +257,41 @@ def test_a_doxygen_member_index_is_a_page_of_links(tmp_path: Path) -> None:
                              "index or table of contents, skipped"), notes
 
 
+def test_a_source_listing_in_a_folder_is_left_out_with_a_note(tmp_path: Path) -> None:
+    # Haddock's hyperlinked source (src/Data.List.Split.Internals.html): the module's code
+    # as one <pre>, with no title, heading or prose; beside the module's documentation it
+    # matched every name that describes
+    from pgfunnel.html_text import html_page
+    from pgfunnel.sources import EmptyFileWarning
+
+    lines = "".join(f'<span id="line-{i}"></span><span class="hs-identifier">split{i}</span>'
+                    f' <span class="hs-glyph">::</span> Splitter a -&gt; [a] -&gt; [[a]]\n'
+                    for i in range(60))
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "Data.List.Split.Internals.html").write_text(
+        '<html><head><link rel="stylesheet" href="style.css"/></head><body><pre>'
+        f'<span class="hs-comment">-- | Splitting lists.</span>\n{lines}</pre></body></html>')
+    # a page of code under its heading and a paragraph (the Python docs' full grammar: 96%)
+    grammar = "".join(f"rule_{i}: NAME '=' expression_{i} NEWLINE\n" for i in range(60))
+    (tmp_path / "grammar.html").write_text(
+        '<html><body><div role="main"><h1>Full Grammar specification</h1><p>This is the '
+        "full Python grammar, derived directly from the grammar used to generate the "
+        f"parser.</p><pre>{grammar}</pre></div></body></html>")
+    listing = html_page((src / "Data.List.Split.Internals.html").read_text())
+    assert listing.code_share == 1.0 and listing.is_source_listing()
+    page = html_page((tmp_path / "grammar.html").read_text())
+    assert 0.9 < page.code_share < 0.99 and not page.is_source_listing()
+    with pytest.warns(EmptyFileWarning) as caught:
+        docs = list(read_path(tmp_path))
+    assert [d.citekey for d in docs] == ["grammar"]
+    assert str(caught[0].message).endswith(
+        "Data.List.Split.Internals.html: a source listing (code and nothing else, 100% of "
+        "its words), skipped")
+    # given by itself, it is read
+    assert "split59" in list(read_path(src / "Data.List.Split.Internals.html"))[0].text
+
+
 def test_cli_ingest_notes_skipped_files(db: str, tmp_path: Path) -> None:
     import json
 
