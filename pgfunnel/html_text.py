@@ -70,6 +70,9 @@ _DROP_CLASSES = frozenset({
     # spans, or a table column beside the code; Chroma's table column, as Hugo writes
     # it): inline, "1" was glued to the first word of each line ("1def f(x):")
     "linenos", "linenodiv", "lineno", "lntd",
+    # Doxygen: the tooltip of each name linked in a code block (its declaration, brief and
+    # "Definition: json_types.h:47"), written after the block's lines and shown on hover
+    "ttc",
 })  # fmt: skip
 # the line numbers of Chroma's (Hugo's) code blocks, inline or in their own column:
 # dropped inside a code block only, where the short class names mean nothing else
@@ -467,7 +470,7 @@ class _Renderer:
             self._term_heading(terms)
             self._flush()
             return
-        if tag == "pre":
+        if tag == "pre" or _is_code_lines(element, self.inside_main):
             self._flush()
             code = "".join(_raw_text(element)).strip("\n")
             self.counts.words += len(code.split())
@@ -503,6 +506,18 @@ class _Renderer:
                 self.line.append(f" {_CELL_END} ")
             return
         self.render_children(element)
+
+
+def _is_code_lines(element: _Element, inside_main: bool) -> bool:
+    """A code block written as a ``<div>`` of lines rather than a ``<pre>``: Doxygen's
+    ``<div class="fragment">`` of ``<div class="line">`` elements (styled to keep their
+    spaces). Read as paragraphs, each line of an example was a paragraph of its own, its
+    indentation gone."""
+    if element.tag != "div" or "fragment" not in element.classes():
+        return False
+    lines = [c for c in element.children
+             if isinstance(c, _Element) and not _is_dropped(c, inside_main)]
+    return bool(lines) and all(c.tag == "div" and "line" in c.classes() for c in lines)
 
 
 # what a table cell holds that one line of a row cannot: code keeps its lines, headings

@@ -257,6 +257,41 @@ def test_a_doxygen_member_index_is_a_page_of_links(tmp_path: Path) -> None:
                              "index or table of contents, skipped"), notes
 
 
+def test_doxygen_code_fragment_is_code_without_its_tooltips() -> None:
+    # Doxygen writes an example as a <div class="fragment"> of <div class="line">, each
+    # linked name's tooltip after the lines (<div class="ttc">: shown on hover)
+    lines = [
+        '<span class="keyword">struct </span><a class="code hl_struct" href="s.html">'
+        "json_object_iterator</a> it;",
+        " ",
+        '<span class="keywordflow">while</span> (!<a class="code hl_function" href="i.html#a9">'
+        "json_object_iter_equal</a>(&amp;it, &amp;itEnd)) {",
+        '    printf(<span class="stringliteral">&quot;%s\\n&quot;</span>,',
+        '           <a class="code hl_function" href="i.html#ac">json_object_iter_peek_name</a>'
+        "(&amp;it));",
+        "}",
+    ]
+    fragment = "".join(f'<div class="line">{line}</div>\n' for line in lines) + (
+        '<div class="ttc" id="ai_html_a9"><div class="ttname"><a href="i.html#a9">'
+        'json_object_iter_equal</a></div><div class="ttdeci">JSON_EXPORT json_bool '
+        "json_object_iter_equal(const struct json_object_iterator *iter1)</div>"
+        '<div class="ttdef"><b>Definition:</b> json_object_iterator.h:43</div></div>')
+    page = _doxygen_page("json_object_iterator.h File Reference", (
+        '<div class="memdoc"><p>Retrieves an iterator to the first pair.</p>'
+        f'<div class="fragment">{fragment}</div><!-- fragment --></div>'))
+    _, text = html_to_text(page)
+    assert "Retrieves an iterator to the first pair.\n\n" \
+        "    struct json_object_iterator it;\n" in text, text
+    assert "    while (!json_object_iter_equal(&it, &itEnd)) {\n" \
+        '        printf("%s\\n",\n' \
+        "               json_object_iter_peek_name(&it));\n    }" in text, text
+    assert "Definition" not in text and "JSON_EXPORT" not in text
+    # a div of that class holding other things is no code block (reveal.js's fragments)
+    _, slide = html_to_text('<html><body><main><div class="fragment"><p>First point.</p>'
+                            "<p>Second point.</p></div></main></body></html>")
+    assert slide == "First point.\n\nSecond point."
+
+
 def test_a_source_listing_in_a_folder_is_left_out_with_a_note(tmp_path: Path) -> None:
     # Haddock's hyperlinked source (src/Data.List.Split.Internals.html): the module's code
     # as one <pre>, with no title, heading or prose; beside the module's documentation it
