@@ -345,6 +345,29 @@ splitOn.</p></div><div id="footer"><p>Produced by Haddock version 2.25.1</p></di
     assert text == "# Setup\n\nInstall it first."
 
 
+def test_a_title_written_above_the_first_h1_is_the_title() -> None:
+    # Haddock: a module's name is <title> and a caption above its sections, whose
+    # headings are <h1>; the page was titled by its first section
+    page = """<html><head><title>Data.List.Split.Internals</title></head><body>
+<div id="content"><div id="module-header"><table class="info"><tr><th>License</th>
+<td>BSD-style</td></tr></table><p class="caption">Data.List.Split.Internals</p></div>
+<div id="description"><p class="caption">Description</p><div class="doc"><p>Implementation
+module for Data.List.Split.</p></div></div>
+<div id="interface"><h1 id="g:1">Types and utilities</h1><p>A splitting strategy.</p>
+</div></div></body></html>"""
+    title, text = html_to_text(page)
+    assert title == "Data.List.Split.Internals"
+    assert text.startswith("License | BSD-style\n\nData.List.Split.Internals\n\n"), text
+    # <title> written below the <h1> (a page quoting its own name) leaves the <h1> the title
+    title, _ = html_to_text("<html><head><title>Bar</title></head><body><main><h1>Foo</h1>"
+                            "<p>Bar</p></main></body></html>")
+    assert title == "Foo"
+    # nor does <title> that names the <h1> too
+    title, _ = html_to_text("<html><head><title>Foo - Bar</title></head><body><main>"
+                            "<p>Foo - Bar</p><h1>Foo</h1><p>Text.</p></main></body></html>")
+    assert title == "Foo"
+
+
 def test_a_source_listing_in_a_folder_is_left_out_with_a_note(tmp_path: Path) -> None:
     # Haddock's hyperlinked source (src/Data.List.Split.Internals.html): the module's code
     # as one <pre>, with no title, heading or prose; beside the module's documentation it
