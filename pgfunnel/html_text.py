@@ -19,7 +19,8 @@ The text comes out markdown-ish, which is what the chunker reads: ``<hN>`` headi
 section sits under); an API object's signature or a glossary term becomes a heading of the
 lowest level (it heads its own section but is never the section of another, so a method
 sits under the page's sections rather than under its class's signature); list items
-become ``- `` lines, a table row is a line of its cells joined with `` | `` (a cell's
+become ``- `` lines (an item holding only a list, none), a table row is a line of its
+cells joined with `` | `` (a cell's
 paragraphs and lists are one cell; a cell holding code, a heading or a table keeps its
 blocks), code blocks keep their lines and
 are indented by four spaces (so a ``#`` comment in code never reads as a heading), and
@@ -353,13 +354,19 @@ class _Renderer:
         text = _SPACE.sub(" ", "".join(self.line)).strip()
         # a line break inside a paragraph (li, tr, br) is kept as one; a table row's cells
         # are parted by " | ", without one after its last cell (nor its empty last cells)
-        lines = (_TRAILING_CELL_ENDS.sub("", p).strip() for p in text.split("\x00"))
-        text = "\n".join(line.replace(_CELL_END, "|") for line in lines if line)
+        lines = [line for p in text.split("\x00")
+                 if (line := _TRAILING_CELL_ENDS.sub("", p).strip())]
+        if len(lines) > 1:
+            # an item that holds nothing but a list, whose items follow as a block of their
+            # own (javadoc's class hierarchy: "- java.lang.Object", then a bare "-")
+            lines = [line for line in lines if line != "-"]
+        text = "\n".join(line.replace(_CELL_END, "|") for line in lines)
         self.line = []
         if text == "-":
             self._bullet = "- "
         elif text:
-            self.blocks.append(self._bullet + text)
+            # (nor is the bullet of such an item written before its list's first item)
+            self.blocks.append(text if text.startswith("- ") else self._bullet + text)
             self._bullet = ""
 
     def _write_modules(self) -> None:

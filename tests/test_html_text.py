@@ -368,6 +368,23 @@ module for Data.List.Split.</p></div></div>
     assert title == "Foo"
 
 
+def test_an_item_holding_only_a_list_leaves_no_bare_bullet() -> None:
+    # javadoc's class hierarchy: each class an item, its subclass a list inside the next
+    # item; the item holding only that list was a line "-" of its own
+    _, text = html_to_text(
+        '<html><body><main><div class="contentContainer"><ul class="inheritance">'
+        "<li>java.lang.Object</li><li><ul class=\"inheritance\">"
+        "<li>net.sourceforge.argparse4j.inf.Namespace</li></ul></li></ul>"
+        "<p>This class holds attributes.</p></div></main></body></html>")
+    assert text == ("- java.lang.Object\n\n- net.sourceforge.argparse4j.inf.Namespace\n\n"
+                    "This class holds attributes."), text
+    # an item whose only content is a list: its bullet is not written before the inner one
+    assert html_to_text("<main><ul><li><ul><li>x</li></ul></li></ul></main>")[1] == "- x"
+    # an item whose text is a paragraph keeps its bullet
+    assert html_to_text("<main><ul><li><p>para</p><ul><li>x</li></ul></li></ul></main>"
+                        )[1] == "- para\n\n- x"
+
+
 def test_a_source_listing_in_a_folder_is_left_out_with_a_note(tmp_path: Path) -> None:
     # Haddock's hyperlinked source (src/Data.List.Split.Internals.html): the module's code
     # as one <pre>, with no title, heading or prose; beside the module's documentation it
