@@ -165,6 +165,7 @@ def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | No
         EmptyFileWarning,
         GuessedEncodingWarning,
         OtherFilesWarning,
+        drop_copied_pages,
         drop_gathering_pages,
         drop_repeated_blocks,
         read_paths,
@@ -185,7 +186,8 @@ def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | No
                                    + "".join(f"; {note}" for note in skipped))
     records, boilerplate = drop_repeated_blocks(records)
     records, gathering = drop_gathering_pages(records)
-    return records, skipped + boilerplate + gathering
+    records, copies = drop_copied_pages(records)
+    return records, skipped + boilerplate + gathering + copies
 
 
 def dry_run(paths: list[Path], chunk_words: int, exclude: list[str] | None,

@@ -1322,6 +1322,30 @@ def drop_repeated_blocks(records: Sequence[DocumentRecord], *, min_documents: in
     return out, notes
 
 
+def drop_copied_pages(records: Sequence[DocumentRecord]
+                      ) -> tuple[list[DocumentRecord], list[str]]:
+    """Leave out a document whose text is another's in the same folder, word for word: a
+    generator's second copy of a page (YARD writes the README's page twice, as
+    ``file.README.html`` and as ``index.html``: 32 of Mocha's 446 chunks were a copy, and
+    each search for its words returned both). The first in the order given stays. Copies
+    in different folders stay: a page unchanged between two versions of a manual
+    ingested together belongs to each. Returns the records kept and one note per
+    document left out."""
+    first: dict[tuple[str, int], list[DocumentRecord]] = {}
+    kept: list[DocumentRecord] = []
+    notes: list[str] = []
+    for rec in records:
+        key = (rec.citekey.rpartition("/")[0], hash(rec.text))
+        same = next((other for other in first.get(key, ()) if other.text == rec.text), None)
+        if same is None:
+            first.setdefault(key, []).append(rec)
+            kept.append(rec)
+        else:
+            notes.append(f"left out {rec.citekey!r}: the same text as {same.citekey!r} in "
+                         "its folder, a copy of that page")
+    return kept, notes
+
+
 # a paragraph on more documents than this is a site's refrain, not a page copied into a
 # gathering one; left out of the count, it keeps the check linear in the corpus
 _GATHERED_COPIES = 16

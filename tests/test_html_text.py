@@ -1021,6 +1021,41 @@ def test_a_page_gathering_the_others_whole_is_left_out(tmp_path: Path) -> None:
     assert [d["citekey"] for d in json.loads(res.stdout)["documents"]] == ["full"]
 
 
+def test_a_copy_of_a_page_in_its_folder_is_left_out(tmp_path: Path) -> None:
+    # YARD writes the README's page twice, file.README.html and index.html: each search
+    # for its words returned both
+    import json
+
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.sources import DocumentRecord, drop_copied_pages
+
+    readme = "# Mocha\n\nMocha is a mocking and stubbing library for Ruby."
+    pages = [DocumentRecord("docs/file.README", readme), DocumentRecord("docs/index", readme),
+             DocumentRecord("docs/Mocha/Mock", "# Mock\n\nTraditional mock object."),
+             # the same page in another version's folder stays: it belongs to each
+             DocumentRecord("v2/file.README", readme),
+             # and so does a page of other text
+             DocumentRecord("docs/file.RELEASE", readme + "\n\nRelease notes.")]
+    kept, notes = drop_copied_pages(pages)
+    assert [r.citekey for r in kept] == ["docs/file.README", "docs/Mocha/Mock",
+                                         "v2/file.README", "docs/file.RELEASE"]
+    assert notes == ["left out 'docs/index': the same text as 'docs/file.README' in its "
+                     "folder, a copy of that page"]
+    # the CLI says so
+    body = ("<html><head><title>File: README</title></head><body><div id='content'>"
+            "<h1>Mocha</h1><p>Mocha is a mocking and stubbing library.</p></div></body></html>")
+    (tmp_path / "file.README.html").write_text(body)
+    (tmp_path / "index.html").write_text(body)
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path), "--dry-run", "--json"])
+    assert res.exit_code == 0, res.output
+    dry = json.loads(res.stdout)
+    assert [d["citekey"] for d in dry["documents"]] == ["file.README"]
+    assert "left out 'index': the same text as 'file.README' in its folder, a copy of " \
+        "that page" in dry["notes"]
+
+
 def test_headings_keep_their_level_and_chunks_know_the_sections_they_sit_in() -> None:
     from pgfunnel.sources import chunk_text
 
