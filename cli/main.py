@@ -165,6 +165,7 @@ def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | No
         EmptyFileWarning,
         GuessedEncodingWarning,
         OtherFilesWarning,
+        drop_common_title_parts,
         drop_copied_pages,
         drop_gathering_pages,
         drop_repeated_blocks,
@@ -187,7 +188,8 @@ def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | No
     records, boilerplate = drop_repeated_blocks(records)
     records, gathering = drop_gathering_pages(records)
     records, copies = drop_copied_pages(records)
-    return records, skipped + boilerplate + gathering + copies
+    records, titles = drop_common_title_parts(records)
+    return records, skipped + boilerplate + gathering + copies + titles
 
 
 def dry_run(paths: list[Path], chunk_words: int, exclude: list[str] | None,

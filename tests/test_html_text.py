@@ -1021,6 +1021,56 @@ def test_a_page_gathering_the_others_whole_is_left_out(tmp_path: Path) -> None:
     assert [d["citekey"] for d in json.loads(res.stdout)["documents"]] == ["full"]
 
 
+def test_the_site_name_all_titles_share_is_taken_off(tmp_path: Path) -> None:
+    # Doxygen titles every page "json-c: ...", javadoc each class "Namespace (argparse4j
+    # 0.4.4 API)": the site's name headed every chunk
+    import json
+
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.sources import DocumentRecord, drop_common_title_parts
+
+    def docs(titles: list[str]) -> list[DocumentRecord]:
+        return [DocumentRecord(f"p{i}", f"Text {i}.", title=t) for i, t in enumerate(titles)]
+
+    doxygen = docs([f"json-c: json_object_{i}.h File Reference" for i in range(11)]
+                   + ["json-c: Deprecated List", "Main Page"])
+    kept, notes = drop_common_title_parts(doxygen)
+    assert [r.title for r in kept][10:] == ["json_object_10.h File Reference",
+                                            "Deprecated List", "Main Page"]
+    assert notes == ["took 'json-c: ' off the 12 titles of 13 documents that begin with it "
+                     "(the site's name)"]
+    # javadoc: only the class pages carry the name, the others are titled by a heading
+    javadoc = docs([f"Class{i} (argparse4j 0.4.4 API)" for i in range(10)]
+                   + [f"Uses of Class Class{i}" for i in range(12)])
+    kept, notes = drop_common_title_parts(javadoc)
+    assert [r.title for r in kept][:2] == ["Class0", "Class1"]
+    assert [r.title for r in kept][10:] == [r.title for r in javadoc][10:]
+    assert len(notes) == 1 and notes[0].startswith("took ' (argparse4j 0.4.4 API)' off the 10")
+    # a part that the pages' own differ in stays (YARD: "Class: " 30, "Module: " 11 of 45)
+    yard = docs([f"Class: Mocha::C{i}" for i in range(30)]
+                + [f"Module: Mocha::M{i}" for i in range(11)] + ["Top Level Namespace"])
+    assert drop_common_title_parts(yard) == (yard, [])
+    # so do parts fewer than 10 titles share, and titles that are nothing else
+    few = docs(["json-c: A", "json-c: B", "Other"])
+    assert drop_common_title_parts(few) == (few, [])
+    bare = docs(["Site: Intro"] * 11 + ["Site: "])
+    assert [r.title for r in drop_common_title_parts(bare)[0]][-2:] == ["Intro", "Site: "]
+    # the CLI does it, with a note
+    for i in range(10):
+        (tmp_path / f"f{i}.html").write_text(
+            f"<html><head><title>json-c: f{i}.h File Reference</title></head><body><div "
+            f"class='contents'><p>The functions of file {i}.</p></div></body></html>")
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path), "--dry-run", "--json"])
+    assert res.exit_code == 0, res.output
+    dry = json.loads(res.stdout)
+    assert [d["title"] for d in dry["documents"]][:2] == ["f0.h File Reference",
+                                                          "f1.h File Reference"]
+    assert "took 'json-c: ' off the 10 titles of 10 documents that begin with it (the " \
+        "site's name)" in dry["notes"]
+
+
 def test_a_copy_of_a_page_in_its_folder_is_left_out(tmp_path: Path) -> None:
     # YARD writes the README's page twice, file.README.html and index.html: each search
     # for its words returned both
