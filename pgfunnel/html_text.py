@@ -71,6 +71,10 @@ _DROP_CLASSES = frozenset({
     # spans, or a table column beside the code; Chroma's table column, as Hugo writes
     # it): inline, "1" was glued to the first word of each line ("1def f(x):")
     "linenos", "linenodiv", "lineno", "lntd",
+    # javadoc's tabs that filter a summary table ("Instance Methods", "Concrete Methods"):
+    # the table shows every row without them (javadoc 11: spans in its caption; 17:
+    # buttons, which tab labels otherwise are not dropped for); the chosen one stays
+    "tableTab", "table-tab",
     # Doxygen: the tooltip of each name linked in a code block (its declaration, brief and
     # "Definition: json_types.h:47"), written after the block's lines and shown on hover
     "ttc",

@@ -368,6 +368,27 @@ module for Data.List.Split.</p></div></div>
     assert title == "Foo"
 
 
+def test_javadoc_table_filter_tabs_are_dropped() -> None:
+    # javadoc 11 writes a summary table's filters as spans in its caption, 17 as tab
+    # buttons: "All Methods Instance Methods Concrete Methods" over every method summary
+    javadoc11 = ('<html><body><main role="main"><table class="memberSummary"><caption>'
+                 '<span id="t0" class="activeTableTab"><span>All Methods</span><span '
+                 'class="tabEnd">&nbsp;</span></span><span id="t2" class="tableTab"><span>'
+                 '<a href="javascript:show(2);">Instance Methods</a></span></span>'
+                 '<span id="t4" class="tableTab"><span><a href="javascript:show(8);">'
+                 "Concrete Methods</a></span></span></caption><tr><th>Modifier and Type</th>"
+                 "<th>Method</th></tr><tr><td>java.lang.String</td><td>getString(String dest)"
+                 "</td></tr></table></main></body></html>")
+    assert html_to_text(javadoc11)[1] == ("All Methods\n\nModifier and Type | Method\n"
+                                          "java.lang.String | getString(String dest)")
+    javadoc17 = ('<html><body><main role="main"><div class="table-tabs" role="tablist">'
+                 '<button role="tab" aria-selected="true" class="active-table-tab">All '
+                 'Methods</button><button role="tab" aria-selected="false" '
+                 'class="table-tab" onclick="show(2)">Static Methods</button></div>'
+                 "<p>Returns the parser.</p></main></body></html>")
+    assert html_to_text(javadoc17)[1] == "- All Methods\n\nReturns the parser."
+
+
 def test_an_item_holding_only_a_list_leaves_no_bare_bullet() -> None:
     # javadoc's class hierarchy: each class an item, its subclass a list inside the next
     # item; the item holding only that list was a line "-" of its own
