@@ -1388,7 +1388,9 @@ def test_cli_ingest_says_when_chunks_shared_a_text(db: str, tmp_path: Path) -> N
 
     page = "# Request\n\nThe request object holds the headers and the body of a call.\n"
     (tmp_path / "a.md").write_text(page)
-    (tmp_path / "b.md").write_text(page)
+    # in another folder (two versions of a manual): in one folder it is a copy, left out
+    (tmp_path / "v2").mkdir()
+    (tmp_path / "v2" / "b.md").write_text(page)
     (tmp_path / "c.md").write_text("# Response\n\nThe response object.\n")
     res = CliRunner().invoke(app, ["ingest", str(tmp_path), "-c", "twice", "--dsn", db],
                              env={"COLUMNS": "200"})
