@@ -694,9 +694,13 @@ class HtmlPage:
         each link: 57 - 97% of their words are such items, on pages of 3 links to 197;
         in the Python documentation and rsyslog's, 29% at most, a page of one such item).
         A table of contents, whose items are links alone, is not one."""
-        return (self.links >= 100 and (self.link_share >= 0.5
-                                       or self.own_vocabulary * 10 <= self.links)) \
-            or self.is_entry_index()
+        return self.is_mostly_links() or self.is_entry_index()
+
+    def is_mostly_links(self) -> bool:
+        """The first kind of page of links (``is_link_list``): 100 links or more, and
+        half its words theirs or its other words a handful of glue words."""
+        return self.links >= 100 and (self.link_share >= 0.5
+                                      or self.own_vocabulary * 10 <= self.links)
 
     def is_entry_index(self) -> bool:
         """The second kind of page of links (``is_link_list``): an index whose entries

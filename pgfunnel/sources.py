@@ -695,7 +695,7 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
         if in_folder and page.is_link_list():
             # its names stay findable in the pages it lists; given by itself, it is read
             shares = f"{page.link_share:.0%} of its words"
-            if page.links < 100 and page.is_entry_index():
+            if not page.is_mostly_links():
                 # an index whose entries are a link and a few words (Doxygen's members)
                 shares += (f"; {page.entries:,} entries of a link and a few words, "
                            f"{page.entry_share:.0%} of its words")

@@ -244,6 +244,12 @@ def test_a_doxygen_member_index_is_a_page_of_links(tmp_path: Path) -> None:
     assert members.own_vocabulary > members.links / 10
     assert members.entries == 30 and members.entry_share > 0.5 and members.is_link_list()
     assert html_page((tmp_path / "globals_enum.html").read_text()).is_link_list()
+    # one of 100 links or more that only the entries make a page of links says so too
+    (tmp_path / "globals_j.html").write_text(_doxygen_page("Globals", "<ul>" + "".join(
+        f'<li>{name}_{n}()&#160;:&#160;<a class="el" href="json__object_8h.html#a{n}">'
+        "json_object.h</a></li>" for n in range(4) for name in names) + "</ul>"))
+    big = html_page((tmp_path / "globals_j.html").read_text())
+    assert big.links == 120 and not big.is_mostly_links() and big.is_entry_index()
     urllib = html_page((tmp_path / "urllib.html").read_text())
     assert urllib.entries == 0 and not urllib.is_link_list()
     toc = html_page((tmp_path / "toc.html").read_text())
@@ -252,6 +258,9 @@ def test_a_doxygen_member_index_is_a_page_of_links(tmp_path: Path) -> None:
         docs = list(read_path(tmp_path))
     assert sorted(d.citekey for d in docs) == ["toc", "urllib"]
     notes = sorted(str(w.message) for w in caught)
+    assert notes[2].endswith("globals_j.html: a page of links (120 links, 33% of its words; "
+                             "120 entries of a link and a few words, 100% of its words), an "
+                             "index or table of contents, skipped"), notes
     assert notes[1].endswith("globals_func.html: a page of links (30 links, 27% of its words; "
                              "30 entries of a link and a few words, 80% of its words), an "
                              "index or table of contents, skipped"), notes
