@@ -1407,14 +1407,18 @@ def drop_copied_pages(records: Sequence[DocumentRecord]
     ``file.README.html`` and as ``index.html``: 32 of Mocha's 446 chunks were a copy, and
     each search for its words returned both). The first in the order given stays. Copies
     in different folders stay: a page unchanged between two versions of a manual
-    ingested together belongs to each. Returns the records kept and one note per
+    ingested together belongs to each. So do copies that differ in who may read them or
+    where they apply (tenant, readers, language, validity, metadata): one policy text
+    written once per tenant in a JSONL file is each tenant's document, and leaving out
+    the second hid it from that tenant. Returns the records kept and one note per
     document left out."""
     first: dict[tuple[str, int], list[DocumentRecord]] = {}
     kept: list[DocumentRecord] = []
     notes: list[str] = []
     for rec in records:
         key = (rec.citekey.rpartition("/")[0], hash(rec.text))
-        same = next((other for other in first.get(key, ()) if other.text == rec.text), None)
+        same = next((other for other in first.get(key, ()) if other.text == rec.text
+                     and _scope(other) == _scope(rec)), None)
         if same is None:
             first.setdefault(key, []).append(rec)
             kept.append(rec)
@@ -1422,6 +1426,12 @@ def drop_copied_pages(records: Sequence[DocumentRecord]
             notes.append(f"left out {rec.citekey!r}: the same text as {same.citekey!r} in "
                          "its folder, a copy of that page")
     return kept, notes
+
+
+def _scope(rec: DocumentRecord) -> tuple[Any, ...]:
+    """Who may read a document and where it applies: copies that differ here are not."""
+    return (rec.tenant, sorted(rec.readers), rec.language, rec.valid_from, rec.valid_to,
+            json.dumps(rec.metadata, sort_keys=True, default=str))
 
 
 # a paragraph on more documents than this is a site's refrain, not a page copied into a

@@ -1180,6 +1180,38 @@ def test_a_copy_of_a_page_in_its_folder_is_left_out(tmp_path: Path) -> None:
         "that page" in dry["notes"]
 
 
+def test_copies_for_other_readers_or_tenants_are_each_their_own(tmp_path: Path) -> None:
+    # one policy text written once per tenant (or per team) in a JSONL file: the copy
+    # rule left out all but the first, which hid the document from the other tenants
+    import json
+
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.sources import DocumentRecord, drop_copied_pages
+
+    policy = "Refunds are paid within 14 days of a request."
+    records = [DocumentRecord("refunds-acme", policy, tenant="acme"),
+               DocumentRecord("refunds-globex", policy, tenant="globex"),
+               DocumentRecord("refunds-staff", policy, readers=["staff"]),
+               DocumentRecord("refunds-fr", policy, language="fr"),
+               DocumentRecord("refunds-eu", policy, metadata={"region": "eu"}),
+               # the same text for the same readers is still a copy
+               DocumentRecord("refunds-acme-2", policy, tenant="acme")]
+    kept, notes = drop_copied_pages(records)
+    assert [r.citekey for r in kept] == [r.citekey for r in records[:5]]
+    assert notes == ["left out 'refunds-acme-2': the same text as 'refunds-acme' in its "
+                     "folder, a copy of that page"]
+    lines = [{"citekey": f"refunds-{t}", "text": policy, "tenant": t}
+             for t in ("acme", "globex", "initech")]
+    (tmp_path / "policies.jsonl").write_text("\n".join(json.dumps(x) for x in lines))
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path / "policies.jsonl"), "--dry-run",
+                                   "--json"])
+    assert res.exit_code == 0, res.output
+    assert [d["citekey"] for d in json.loads(res.stdout)["documents"]] == [
+        "refunds-acme", "refunds-globex", "refunds-initech"]
+
+
 def test_headings_keep_their_level_and_chunks_know_the_sections_they_sit_in() -> None:
     from pgfunnel.sources import chunk_text
 
