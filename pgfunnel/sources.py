@@ -291,6 +291,10 @@ def check_record(rec: DocumentRecord, where: str) -> None:
                 f"is a key of a document index): {value[:40]!r}...")
 
 
+def _or_default(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
 def record_from_dict(obj: Any, where: str) -> DocumentRecord:
     """Validate one JSON object into a DocumentRecord; errors name the place and field."""
     if not isinstance(obj, dict):
@@ -318,14 +322,16 @@ def record_from_dict(obj: Any, where: str) -> DocumentRecord:
                                    f"{type(text).__name__} (citekey {citekey!r})")
     if not isinstance(text, str) or not text.strip():
         raise InvalidDocumentError(f"{where}: missing or empty 'text' (citekey {citekey!r})")
-    # the field checks are check_record's, below
+    # the field checks are check_record's, below. Only null (or no key) takes a field's
+    # default: `"readers": ""` (or false, 0, {}) is a mistake, and taken as "no readers"
+    # it made the document public
     rec = DocumentRecord(
         citekey=citekey.strip(),
         text=text,
-        title=title or "",
-        metadata=obj.get("metadata") or {},
+        title="" if title is None else title,
+        metadata=_or_default(obj.get("metadata"), {}),
         tenant=obj.get("tenant"),
-        readers=obj.get("readers") or [],
+        readers=_or_default(obj.get("readers"), []),
         language=obj.get("language"),
         valid_from=_parse_time(obj.get("valid_from"), "valid_from", where),
         valid_to=_parse_time(obj.get("valid_to"), "valid_to", where),

@@ -183,3 +183,22 @@ def test_pipes_and_links_to_devices_in_a_folder_are_named_not_read(tmp_path: Pat
     [warning] = [str(w.message) for w in caught if issubclass(w.category, OtherFilesWarning)]
     assert warning == (f"{docs}: left out 2 special files (a pipe, socket or device, or a "
                        "link to one): pipe.md, zero-link.md")
+
+
+@pytest.mark.parametrize("field, value", [
+    ("readers", ""), ("readers", {}), ("readers", False), ("readers", 0),
+    ("metadata", []), ("metadata", ""), ("metadata", 0), ("metadata", False),
+    ("title", 0), ("title", []), ("title", False),
+])
+def test_a_jsonl_field_of_the_wrong_type_is_refused_even_when_it_is_falsy(
+        field: str, value: object) -> None:
+    """`"readers": ""` (or false, 0, {}) was read as no readers, so the document was
+    ingested public; `"metadata": []` and `"title": 0` were dropped without a word,
+    while `"readers": "alice"` and `"metadata": [1]` were refused."""
+    from pgfunnel.sources import record_from_dict
+
+    with pytest.raises(InvalidDocumentError, match=rf"^x:1: '{field}' must be"):
+        record_from_dict({"citekey": "a", "text": "secret", field: value}, "x:1")
+    # null, like a missing key, still takes the default
+    rec = record_from_dict({"citekey": "a", "text": "secret", field: None}, "x:1")
+    assert (rec.readers, rec.metadata, rec.title) == ([], {}, "")
