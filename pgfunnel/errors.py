@@ -305,6 +305,19 @@ def text_problem(value: str) -> str | None:
     return None
 
 
+def shown(value: object, width: int = 200) -> str:
+    """``repr(value)`` for an error message, at most ``width`` characters: an integer of
+    more than 4,300 digits (or a list holding one) has no repr in Python 3.11+, which
+    raised a raw ValueError in place of the message."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"{'a negative' if value < 0 else 'an'} integer of {value.bit_length():,} bits"
+    try:
+        text = repr(value)
+    except ValueError:
+        return f"a {type(value).__name__} holding an integer too long to print"
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
 def check_sql_text(parameter: str, value: str) -> None:
     """Text Postgres cannot hold, a ConfigError naming ``parameter`` (:func:`text_problem`)."""
     if (problem := text_problem(value)) is not None:

@@ -39,6 +39,7 @@ from pgfunnel.errors import (
     RerankError,
     model_load_detail,
     positive_int,
+    shown,
     text_problem,
 )
 
@@ -147,11 +148,19 @@ def check_gate_margin(margin: object, parameter: str = "margin") -> float | None
     score always leads the second by at least 0)."""
     if margin is None:
         return None
-    if isinstance(margin, bool) or not isinstance(margin, numbers.Real) \
-            or not math.isfinite(margin) or margin <= 0:
-        raise ConfigError(parameter, "must be a finite number > 0, or None for no gate (0 "
-                          f"would skip the reranker on every search), got {margin!r}")
-    return float(margin)
+    refused = ConfigError(parameter, "must be a finite number > 0, or None for no gate (0 "
+                          "would skip the reranker on every search), got "
+                          f"{shown(margin, 60)}")
+    if isinstance(margin, bool) or not isinstance(margin, numbers.Real):
+        raise refused
+    try:
+        value = float(margin)
+    except OverflowError:
+        # an integer past double precision: math.isfinite raised it raw
+        raise refused from None
+    if not math.isfinite(value) or value <= 0:
+        raise refused
+    return value
 
 
 def should_skip(fused_scores: Sequence[float], margin: float | None) -> bool:

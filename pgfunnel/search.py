@@ -51,6 +51,7 @@ from pgfunnel.errors import (
     SearchNoticeWarning,
     SearchTimeoutError,
     check_sql_text,
+    shown,
     string_list,
     text_problem,
     translate,
@@ -91,6 +92,16 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
 
 
+def _as_float(name: str, value: Any) -> float:
+    """A number as a float; an integer past double precision is a ConfigError naming the
+    parameter (float() raised a raw OverflowError, and its repr can be too long to print)."""
+    try:
+        return float(value)
+    except OverflowError:
+        raise ConfigError(name, "must be a number within double precision (about 1.8e308), "
+                                f"got {shown(int(value))}") from None
+
+
 #: the range of the SQL functions' integer arguments
 _INT32 = (-2_147_483_648, 2_147_483_647)
 
@@ -101,21 +112,23 @@ def _checked(name: str, value: Any) -> Any:
     numbers become Python ones (psycopg does not adapt them)."""
     if name in _INT_PARAMS or (name in _OPTIONAL_INT_PARAMS and value is not None):
         if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
-            raise ConfigError(name, f"must be an integer, got {type(value).__name__} {value!r}")
+            raise ConfigError(name, "must be an integer, got "
+                                    f"{type(value).__name__} {shown(value)}")
         if not _INT32[0] <= int(value) <= _INT32[1] and name != "statement_timeout_ms":
             # psycopg would send it as a bigint, and the call would match no function
             # (the timeout's own check, in build, says more)
+            big = int(value)
             raise ConfigError(name, f"must be at most {_INT32[1]:,} (a 32-bit integer), got "
-                                    f"{int(value):,}")
+                                    + (f"{big:,}" if big.bit_length() <= 64 else shown(big)))
         return int(value)
     if name in _FLOAT_PARAMS:
         if not _is_number(value):
-            raise ConfigError(name, f"must be a number, got {type(value).__name__} {value!r}")
-        return float(value)
+            raise ConfigError(name, f"must be a number, got {type(value).__name__} {shown(value)}")
+        return _as_float(name, value)
     if name in _STR_PARAMS or (name in _OPTIONAL_STR_PARAMS and value is not None):
         if not isinstance(value, str):
             what = "a string" if name in _STR_PARAMS else "a string or None"
-            raise ConfigError(name, f"must be {what}, got {type(value).__name__} {value!r}")
+            raise ConfigError(name, f"must be {what}, got {type(value).__name__} {shown(value)}")
         if value == "" and name in _OPTIONAL_STR_PARAMS:
             # ingest refuses "" for a tenant or language: no document has it, so nothing
             # would match
@@ -125,7 +138,7 @@ def _checked(name: str, value: Any) -> Any:
             raise ConfigError(name, f"must not begin or end with whitespace, got {value!r}")
         check_sql_text(name, value)
     elif name == "trace" and not isinstance(value, bool):
-        raise ConfigError(name, f"must be True or False, got {value!r}")
+        raise ConfigError(name, f"must be True or False, got {shown(value)}")
     return value
 
 
@@ -152,12 +165,12 @@ def check_principals(value: Any) -> tuple[str, ...]:
                           f"{type(value).__name__}") from None
     if any(x is None for x in items):
         # a caller's missing identity, not a principal named "None"
-        raise MissingIdentityError(f"must not contain None, got {items!r}")
+        raise MissingIdentityError(f"must not contain None, got {shown(items)}")
     if any(x == "" for x in items):
-        raise ConfigError("principals", f"must not contain an empty string, got {items!r}")
+        raise ConfigError("principals", f"must not contain an empty string, got {shown(items)}")
     if not all(isinstance(x, str) for x in items):
         # str() would turn b"alice" into "b'alice'", a principal no document names
-        raise ConfigError("principals", f"must hold only strings, got {items!r}")
+        raise ConfigError("principals", f"must hold only strings, got {shown(items)}")
     if any(x != x.strip() for x in items):
         # nor ' alice ': ingest refuses such a reader, so it would match nothing
         raise ConfigError("principals", "must not begin or end with whitespace, got "
@@ -237,19 +250,20 @@ class SearchParams:
         as_of = kwargs.get("as_of")
         if as_of is not None and not isinstance(as_of, (dt.datetime, dt.date)):
             raise ConfigError("as_of", f"must be a datetime or None, got "
-                                       f"{type(as_of).__name__} {as_of!r}")
+                                       f"{type(as_of).__name__} {shown(as_of)}")
         if kwargs.get("weights") is not None:
             w = kwargs["weights"]
             if isinstance(w, (str, bytes)) or not isinstance(w, Sequence) or \
                     not all(_is_number(x) for x in w):
-                raise ConfigError("weights", f"must be two numbers [lexical, dense], got {w!r}")
-            kwargs["weights"] = tuple(float(x) for x in w)
+                raise ConfigError("weights",
+                                  f"must be two numbers [lexical, dense], got {shown(w)}")
+            kwargs["weights"] = tuple(_as_float("weights", x) for x in w)
         kwargs = {name: _checked(name, value) for name, value in kwargs.items()}
         timeout = kwargs["statement_timeout_ms"]
         if timeout is not None and not 1 <= timeout <= _MAX_TIMEOUT_MS:
             # Postgres' own refusal of a larger one read as a garbled ConfigError
             raise ConfigError("statement_timeout_ms", "must be a positive number of "
-                              f"milliseconds up to {_MAX_TIMEOUT_MS}, got {timeout}")
+                              f"milliseconds up to {_MAX_TIMEOUT_MS}, got {shown(timeout)}")
         for name, value in kwargs.items():
             object.__setattr__(self, name, value)  # frozen: the checked, normalised values
 

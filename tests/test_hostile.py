@@ -358,3 +358,31 @@ def test_a_deadlock_is_a_conflict_that_says_to_run_it_again(db: str) -> None:
     err = translate(caught[0], searching=False)
     assert isinstance(err, ConflictError)
     assert str(err).startswith("deadlock detected") and str(err).endswith("run it again")
+
+
+@pytest.mark.parametrize("params, parameter", [
+    ({"weights": [10**400, 1]}, "weights"), ({"weights": [1, -10**400]}, "weights"),
+    ({"rrf_k": 10**400, "fusion": "rrf"}, "rrf_k"), ({"k1": 10**400}, "k1"),
+    ({"b": -10**309}, "b"),
+    # past 4,300 digits an int has no repr: the message itself raised a ValueError
+    ({"k": 10**5000}, "k"), ({"k": -10**5000}, "k"), ({"lexical_depth": 10**5000}, "lexical_depth"),
+    ({"statement_timeout_ms": 10**5000}, "statement_timeout_ms"),
+    ({"weights": [10**5000, 1]}, "weights"), ({"collection": 10**5000}, "collection"),
+    ({"principals": ["alice", 10**5000]}, "principals"), ({"as_of": 10**5000}, "as_of"),
+    ({"trace": 10**5000}, "trace"),
+])
+def test_an_integer_past_double_precision_is_a_config_error_naming_the_parameter(
+        corpus_db: str, params: dict[str, Any], parameter: str) -> None:
+    """float(10**400) raised a raw OverflowError out of Funnel.search (weights, rrf_k, k1,
+    b), and an integer of over 4,300 digits made the error message's own repr raise."""
+    from pgfunnel.rerank import check_gate_margin
+
+    dead = connect(corpus_db, autocommit=True)
+    dead.close()  # refused before any SQL
+    with pytest.raises(ConfigError, match=f"^{parameter}: ") as refused:
+        Funnel(dead, embedder=None).search("refund", **params)
+    assert refused.value.parameter == parameter
+    assert len(str(refused.value)) < 400
+    for margin in (10**400, 10**5000):
+        with pytest.raises(ConfigError, match="^margin: must be a finite number > 0"):
+            check_gate_margin(margin)
