@@ -16,6 +16,13 @@ language plpgsql immutable
 security invoker
 set search_path = pg_catalog, pgfunnel
 as $$
+declare
+    -- a value with whitespace at either end, whitespace as Python's str.isspace() (and so
+    -- ingest, which refuses it) has it: '\s' follows the collation, and under C.UTF-8
+    -- misses the no-break space U+00A0, U+0085 and U+001C..U+001F (under plain C every
+    -- space beyond ASCII), so such a value passed here and matched nothing
+    edged constant text := '^[\t-\r\x1c-\x20\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]|'
+                           '[\t-\r\x1c-\x20\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]$';
 begin
     if k is null or k < 1 or k > 1000 then
         perform pgfunnel._bad_parameter('k', format('must be between 1 and 1000, got %s', coalesce(k::text, 'NULL')));
@@ -41,7 +48,7 @@ begin
         perform pgfunnel._bad_parameter('principals',
             format('must not contain an empty string, got %s', principals));
     end if;
-    if exists (select 1 from unnest(principals) as u(p) where u.p ~ '^\s|\s$') then
+    if exists (select 1 from unnest(principals) as u(p) where u.p ~ edged) then
         -- nor one that begins or ends with whitespace, which ingest refuses as a reader
         perform pgfunnel._bad_parameter('principals',
             format('must not begin or end with whitespace, got %s', principals));
@@ -73,6 +80,10 @@ language plpgsql immutable
 security invoker
 set search_path = pg_catalog, pgfunnel
 as $$
+declare
+    -- as in _check_search_params
+    edged constant text := '^[\t-\r\x1c-\x20\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]|'
+                           '[\t-\r\x1c-\x20\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]$';
 begin
     if tenant = '' then
         perform pgfunnel._bad_parameter('tenant', 'must be a non-empty string or NULL, got ''''');
@@ -81,11 +92,11 @@ begin
         perform pgfunnel._bad_parameter('language', 'must be a non-empty string or NULL, got ''''');
     end if;
     -- nor one with whitespace at either end: ingest refuses it, so nothing would match
-    if tenant ~ '^\s|\s$' then
+    if tenant ~ edged then
         perform pgfunnel._bad_parameter('tenant',
             format('must not begin or end with whitespace, got %L', tenant));
     end if;
-    if language ~ '^\s|\s$' then
+    if language ~ edged then
         perform pgfunnel._bad_parameter('language',
             format('must not begin or end with whitespace, got %L', language));
     end if;

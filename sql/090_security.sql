@@ -18,6 +18,9 @@ as $$
 declare
     raw text := current_setting('pgfunnel.principals', true);
     parsed jsonb;
+    -- as in pgfunnel._check_search_params: whitespace as ingest (Python) has it
+    edged constant text := '^[\t-\r\x1c-\x20\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]|'
+                           '[\t-\r\x1c-\x20\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]$';
 begin
     if raw is null or raw = '' then
         return null;
@@ -33,7 +36,7 @@ begin
     if parsed is null or jsonb_typeof(parsed) <> 'array'
        or exists (select 1 from jsonb_array_elements(parsed) e
                    where jsonb_typeof(e) <> 'string' or e operator(pg_catalog.=) '""'::jsonb
-                      or (e operator(pg_catalog.#>>) '{}') operator(pg_catalog.~) '^\s|\s$') then
+                      or (e operator(pg_catalog.#>>) '{}') operator(pg_catalog.~) edged) then
         raise exception using errcode = '22023',
             message = 'pgfunnel.principals: must be a JSON array of non-empty strings without '
                       'whitespace at either end, e.g. ''["alice"]'' (set it with '
@@ -42,7 +45,7 @@ begin
     -- the tenant setting is checked here too: a policy reads it only for a row that has a
     -- tenant, so checked where it is read, ' acme' hid the tenant's rows without a word
     -- wherever the rows seen had none
-    if current_setting('pgfunnel.tenant', true) operator(pg_catalog.~) '^\s|\s$' then
+    if current_setting('pgfunnel.tenant', true) operator(pg_catalog.~) edged then
         raise exception using errcode = '22023',
             message = format('pgfunnel.tenant: must not begin or end with whitespace, got %L',
                              current_setting('pgfunnel.tenant', true));
