@@ -15,6 +15,7 @@ import string
 import sys
 import threading
 import time
+import unicodedata
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -620,14 +621,17 @@ MAX_COLLECTION_NAME = 200
 
 def check_collection_name(name: object) -> None:
     """Refuse a name no one could type back: empty or blank, over MAX_COLLECTION_NAME
-    characters, or holding a control character (ConfigError)."""
+    characters, or holding a control character (C0 or C1: U+0085 ends a line) or an
+    invisible format character (a bidirectional override shows the name reversed, a
+    zero-width space not at all) (ConfigError)."""
     if not isinstance(name, str) or not name.strip():
         raise ConfigError("collection", f"must be a non-empty name, got {name!r}")
     if len(name) > MAX_COLLECTION_NAME:
         raise ConfigError("collection", f"must be at most {MAX_COLLECTION_NAME} characters, "
                           f"got {len(name)}")
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
-        raise ConfigError("collection", f"must not hold control characters, got {name!r}")
+    if any(unicodedata.category(ch) in ("Cc", "Cf") for ch in name):
+        raise ConfigError("collection", "must not hold control characters or invisible "
+                          f"format characters, got {ascii(name)}")
     check_sql_text("collection", name)
 
 

@@ -1326,7 +1326,12 @@ def test_another_model_of_the_same_size_is_refused_on_an_existing_collection(
 
 @pytest.mark.parametrize("name, message", [
     ("", "non-empty"), ("   ", "non-empty"), ("x" * 201, "at most 200"),
-    ("tab\there", "control characters")])
+    ("tab\there", "control characters"),
+    # a C1 control (U+0085 ends a line) and invisible format characters (a bidirectional
+    # override showed the name reversed; a zero-width space not at all) were taken
+    ("next\x85line", "control characters"), ("x\x9by", "control characters"),
+    ("a\u202eb", "invisible format characters"), ("a\u200bb", "invisible format"),
+    ("\ufeffdocs", "invisible format")])
 def test_a_collection_name_no_one_could_type_back_is_refused(conn: psycopg.Connection[Any],
                                                              name: str, message: str) -> None:
     from pgfunnel.errors import ConfigError
