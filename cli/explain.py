@@ -64,7 +64,7 @@ def explain_command(
     from pgfunnel.explain import explain
     from pgfunnel.search import Funnel
 
-    with handle_errors(FUNNEL_FLAGS), warnings.catch_warnings():
+    with handle_errors({**FUNNEL_FLAGS, "chunk": "CHUNKS"}), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         refuse_dense_options(lexical_only, dense_weight=dense_weight, dense_depth=dense_depth)
         weights = leg_weights(lexical_weight, dense_weight, lexical_only)

@@ -11,7 +11,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from pgfunnel.db import tuple_rows
-from pgfunnel.errors import ConfigError, NotFoundError, translate
+from pgfunnel.errors import ConfigError, NotFoundError, check_sql_text, translate
 from pgfunnel.search import Funnel, SearchParams, check_query_text, refuse_unused_rrf_k
 
 _TARGET = re.compile(r"^(?P<citekey>.+)#(?P<ordinal>[0-9]+)$")
@@ -123,6 +123,14 @@ def explain(funnel: Funnel, query: str | None, target: str | int, *,
         raise ConfigError("chunk", f"must be a chunk id or CITEKEY#ORDINAL, or a document's "
                                    f"CITEKEY, got "
                                    f"{type(target).__name__} {target!r}")
+    elif not target.strip():
+        # no chunk id, and no citekey (ingest refuses a blank one): the answer "filtered
+        # out or does not exist" could only hide the caller's mistake
+        raise ConfigError("chunk", "must be a chunk id or CITEKEY#ORDINAL, or a document's "
+                                   f"CITEKEY, got {target!r}")
+    else:
+        # a NUL or a lone surrogate: Postgres' own error named nothing
+        check_sql_text("chunk", target)
 
     merged = {**{f.name: getattr(funnel.defaults, f.name)
                  for f in dataclasses.fields(SearchParams)}, **params}

@@ -419,3 +419,29 @@ def test_sql_refuses_the_edge_whitespace_ingest_refuses_whatever_the_collation(
         Funnel(conn, embedder=None).search("refund", tenant=f"ac{space}me",
                                            principals=[f"al{space}ice"])
         _usable(conn)
+
+
+@pytest.mark.parametrize("target, said", [
+    ("", "must be a chunk id or CITEKEY#ORDINAL"), ("  ", "must be a chunk id"),
+    ("a\x00b", "contains a NUL byte"), ("\udc80", "is not valid Unicode"),
+])
+def test_explain_names_a_blank_or_unsendable_target(corpus_db: str, target: str,
+                                                    said: str) -> None:
+    """A blank target answered "filtered out or does not exist" (no document has a blank
+    citekey), and one with a NUL raised Postgres' own message, naming nothing."""
+    from pgfunnel.explain import explain
+
+    with connect(corpus_db, autocommit=True) as conn:
+        with pytest.raises(ConfigError, match=f"^chunk: {said}") as refused:
+            explain(Funnel(conn, embedder=None), "refund", target)
+        assert refused.value.parameter == "chunk"
+        _usable(conn)
+    if target.strip() == "":
+        from pgfunnel.cli.main import app
+        from typer.testing import CliRunner
+
+        res = CliRunner().invoke(app, ["explain", "refund", target, "--dsn", corpus_db,
+                                       "--lexical-only"])
+        assert res.exit_code == 1, res.output
+        assert "Traceback" not in res.output
+        assert "CHUNKS: must be a chunk id" in res.output, res.output
