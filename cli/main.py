@@ -469,18 +469,32 @@ def search(
             # with nothing to say so
             raise ConfigError("rerank_model" if rerank_model is not None else "rerank_depth",
                               "applies only with --rerank; add --rerank to rerank the pool")
-        if rerank:
-            from pgfunnel.rerank import DEFAULT_RERANK_MODEL, Reranker
-
-            reranker = Reranker(rerank_model or DEFAULT_RERANK_MODEL)
         from pgfunnel.db import connect
         from pgfunnel.schema import stale_schema
+        from pgfunnel.search import SearchParams
 
+        search_params = dict(
+            k=k, principals=principal or [], tenant=tenant, fusion=fusion, **rrf_args,
+            weights=weights, overfetch=overfetch, per_source_cap=per_source_cap,
+            lexical_depth=lexical_depth, dense_depth=dense_depth, trace=trace,
+            statement_timeout_ms=timeout_ms)
         # searches run on an older release's functions until migrate: say so, as ingest
         # (which refuses) and doctor (an error) do; before the search, which can fail on
         # a function the older release lacks (--trace)
         with connect(dsn, autocommit=True) as conn:
             what = stale_schema(conn)
+            if rerank and what is None:
+                # the cross-encoder loads for seconds: a bad value (--k 0) or an unknown
+                # collection is told before that, not after (nor hidden behind a model
+                # that cannot load)
+                checker = Funnel(conn, collection, embedder=None)
+                checker.active_model(collection)
+                checker._check_params(conn, query, SearchParams.build(
+                    collection=collection, **search_params))
+        if rerank:
+            from pgfunnel.rerank import DEFAULT_RERANK_MODEL, Reranker
+
+            reranker = Reranker(rerank_model or DEFAULT_RERANK_MODEL)
         stale = None if what is None else (
             f"pgfunnel: {what}: this search runs those functions; run `pgfunnel migrate`")
         if stale and not json_out:
@@ -489,12 +503,7 @@ def search(
                         reranker=reranker, rerank_depth=rerank_depth)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            response = funnel.search(
-                query, k=k, principals=principal or [], tenant=tenant, fusion=fusion,
-                **rrf_args, weights=weights,
-                overfetch=overfetch, per_source_cap=per_source_cap,
-                lexical_depth=lexical_depth, dense_depth=dense_depth, trace=trace,
-                statement_timeout_ms=timeout_ms)
+            response = funnel.search(query, **search_params)
         funnel.close()
     if json_out:
         if stale:

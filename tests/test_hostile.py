@@ -445,3 +445,25 @@ def test_explain_names_a_blank_or_unsendable_target(corpus_db: str, target: str,
         assert res.exit_code == 1, res.output
         assert "Traceback" not in res.output
         assert "CHUNKS: must be a chunk id" in res.output, res.output
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--k", "0"], "--k: must be between 1 and 1000, got 0"),
+    (["--overfetch", "101"], "--overfetch: must be between 1 and 100"),
+    (["-c", "nope"], "collection 'nope' does not exist"),
+    (["--per-source-cap", "0"], "--per-source-cap: must be at least 1"),
+])
+def test_search_with_rerank_names_a_bad_value_before_loading_the_cross_encoder(
+        corpus_db: str, tmp_path: Any, args: list[str], said: str) -> None:
+    """`pgfunnel search --rerank` loaded the cross-encoder (seconds) before any value was
+    checked, and a model that could not load hid the bad value behind its own error."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    res = CliRunner().invoke(app, ["search", "refund", "--dsn", corpus_db, "--lexical-only",
+                                   "--rerank", "--rerank-model", str(tmp_path / "absent"),
+                                   *args], env={"COLUMNS": "300"})
+    assert res.exit_code == 1, res.output
+    assert "Traceback" not in res.output
+    assert said in res.output, res.output
+    assert "could not be loaded" not in res.output
