@@ -190,6 +190,10 @@ def _parse_time(value: Any, name: str, where: str) -> dt.datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
+#: Postgres refuses a time zone offset of 16 hours or more ("time zone displacement out
+#: of range"); Python's and ISO 8601's go to 23:59
+MAX_UTC_OFFSET = dt.timedelta(hours=16)
+
 #: the most UTF-8 bytes of a citekey, tenant, language or reader: each is a key of a
 #: document index (btree or GIN), whose entries Postgres limits to about 2.7 kB; a longer
 #: one failed the whole batch with the index's error, naming neither document nor field
@@ -272,6 +276,13 @@ def check_record(rec: DocumentRecord, where: str) -> None:
     for name in ("valid_from", "valid_to"):
         if getattr(rec, name) is not None and not isinstance(getattr(rec, name), dt.datetime):
             raise InvalidDocumentError(f"{where}: '{name}' must be a datetime or null")
+        offset = None if getattr(rec, name) is None else getattr(rec, name).utcoffset()
+        if offset is not None and abs(offset) >= MAX_UTC_OFFSET:
+            # ISO 8601 and Python take offsets to +-23:59; Postgres refused the batch with
+            # "time zone displacement out of range", naming neither document nor field
+            raise InvalidDocumentError(
+                f"{where}: '{name}' {getattr(rec, name).isoformat()} has a time zone offset "
+                "beyond what Postgres takes (less than 16 hours either way)")
     if rec.valid_from and rec.valid_to:
         if (rec.valid_from.tzinfo is None) != (rec.valid_to.tzinfo is None):
             # Python cannot order them, and Postgres reads the naive one in the server's

@@ -202,3 +202,35 @@ def test_a_jsonl_field_of_the_wrong_type_is_refused_even_when_it_is_falsy(
     # null, like a missing key, still takes the default
     rec = record_from_dict({"citekey": "a", "text": "secret", field: None}, "x:1")
     assert (rec.readers, rec.metadata, rec.title) == ([], {}, "")
+
+
+@pytest.mark.parametrize("field, value", [
+    ("valid_from", "2020-01-01T00:00:00+16:00"), ("valid_to", "2030-01-01T00:00:00-23:59"),
+    ("valid_from", "9999-12-31T23:59:59.999999-23:59"),
+])
+def test_a_time_zone_offset_postgres_cannot_take_is_named_before_anything_is_written(
+        db: str, tmp_path: Path, field: str, value: str) -> None:
+    """ISO 8601 and Python take offsets up to 23:59, Postgres under 16 hours: the ingest
+    failed with Postgres' "time zone displacement out of range", naming neither the line
+    nor the field."""
+    import json
+
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.db import connect
+    from pgfunnel.sources import record_from_dict
+
+    with pytest.raises(InvalidDocumentError, match=rf"^x:1: '{field}' .* time zone offset"):
+        record_from_dict({"citekey": "a", "text": "t", field: value}, "x:1")
+    # 15:59 is taken
+    record_from_dict({"citekey": "a", "text": "t", field: "2020-01-01T00:00:00+15:59"}, "x:1")
+    path = tmp_path / "docs.jsonl"
+    path.write_text(json.dumps({"citekey": "ok", "text": "fine"}) + "\n"
+                    + json.dumps({"citekey": "a", "text": "t", field: value}) + "\n")
+    res = CliRunner().invoke(app, ["ingest", str(path), "--dsn", db], env={"COLUMNS": "300"})
+    assert res.exit_code == 1, res.output
+    assert "Traceback" not in res.output
+    assert f"docs.jsonl:2: '{field}'" in res.output, res.output
+    with connect(db) as conn:
+        assert conn.execute("select count(*) from pgfunnel.document").fetchone() == (0,)
