@@ -193,6 +193,11 @@ def check_vector(vector: Any, dimensions: int | None = None,
 
     if vector is None:
         raise _invalid("a vector is required, got None")
+    if type(vector).__module__.startswith("pgvector") and hasattr(vector, "to_numpy"):
+        # pgvector's own Vector, HalfVector and SparseVector (what a halfvec or sparsevec
+        # column reads back as) were refused as "float() argument must be a string or a
+        # real number, not 'HalfVector'"; a sparse one is made dense
+        vector = vector.to_numpy()
     try:
         raw = np.asarray(vector)
         # complex numbers lost their imaginary part, strings were parsed ("1" as 1.0) and

@@ -467,3 +467,27 @@ def test_search_with_rerank_names_a_bad_value_before_loading_the_cross_encoder(
     assert "Traceback" not in res.output
     assert said in res.output, res.output
     assert "could not be loaded" not in res.output
+
+
+def test_pgvector_vector_types_are_taken_as_query_vectors(corpus_db: str) -> None:
+    """pgvector's Vector, HalfVector and SparseVector (what halfvec and sparsevec columns
+    read back as) were refused with "float() argument must be a string or a real number,
+    not 'HalfVector'"; each is checked as the numbers it holds."""
+    from pgvector import HalfVector, SparseVector, Vector
+
+    # values a half-precision float holds exactly, so every type carries the same vector
+    query = unit(np.ones(DIM)).astype(np.float16).astype(np.float32)
+    with connect(corpus_db, autocommit=True) as conn:
+        f = Funnel(conn, embedder=None)
+        expected = f.search("refund", query_embedding=query).results
+        assert expected
+        for wrapped in (Vector(query), HalfVector(query), SparseVector(query)):
+            got = f.search("refund", query_embedding=wrapped).results
+            assert [(r.chunk_id, r.dense_score) for r in got] == \
+                [(r.chunk_id, r.dense_score) for r in expected], type(wrapped).__name__
+        # and refused as any vector is when wrong
+        with pytest.raises(InvalidVectorError, match="zero vector"):
+            f.search("refund", query_embedding=SparseVector({}, DIM))
+        with pytest.raises(InvalidVectorError, match="dimensions"):
+            f.search("refund", query_embedding=HalfVector(np.ones(DIM + 1)))
+        _usable(conn)
