@@ -241,6 +241,9 @@ class SearchParams:
                 as_json = json.dumps(mf, allow_nan=False, ensure_ascii=False)
             except (TypeError, ValueError) as exc:
                 raise ConfigError("metadata_filter", f"is not JSON ({exc})") from None
+            except RecursionError:
+                # a raw RecursionError out of json.dumps, as ingest says of metadata
+                raise ConfigError("metadata_filter", "is nested too deeply") from None
             # jsonb holds no NUL (\u0000) and no lone surrogate; no document's metadata
             # has one (ingest refuses them), so the filter could match nothing
             check_sql_text("metadata_filter", as_json)

@@ -491,3 +491,16 @@ def test_pgvector_vector_types_are_taken_as_query_vectors(corpus_db: str) -> Non
         with pytest.raises(InvalidVectorError, match="dimensions"):
             f.search("refund", query_embedding=HalfVector(np.ones(DIM + 1)))
         _usable(conn)
+
+
+def test_a_metadata_filter_nested_too_deeply_is_a_config_error(corpus_db: str) -> None:
+    """json.dumps raised a raw RecursionError out of Funnel.search."""
+    deep: dict[str, Any] = {}
+    inner = deep
+    for _ in range(5000):
+        inner["a"] = {}
+        inner = inner["a"]
+    dead = connect(corpus_db, autocommit=True)
+    dead.close()  # refused before any SQL
+    with pytest.raises(ConfigError, match="^metadata_filter: is nested too deeply"):
+        Funnel(dead, embedder=None).search("refund", metadata_filter=deep)
