@@ -256,6 +256,10 @@ class SearchParams:
                                        f"{type(as_of).__name__} {shown(as_of)}")
         if kwargs.get("weights") is not None:
             w = kwargs["weights"]
+            if isinstance(w, np.ndarray) and w.ndim == 1:
+                # np.array([1.0, 0.5]) is no Sequence, and was refused as "must be two
+                # numbers"; numpy numbers are taken everywhere else
+                w = list(w)
             if isinstance(w, (str, bytes)) or not isinstance(w, Sequence) or \
                     not all(_is_number(x) for x in w):
                 raise ConfigError("weights",

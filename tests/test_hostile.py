@@ -504,3 +504,24 @@ def test_a_metadata_filter_nested_too_deeply_is_a_config_error(corpus_db: str) -
     dead.close()  # refused before any SQL
     with pytest.raises(ConfigError, match="^metadata_filter: is nested too deeply"):
         Funnel(dead, embedder=None).search("refund", metadata_filter=deep)
+
+
+def test_weights_as_a_numpy_array_are_taken_and_checked_as_a_list(corpus_db: str) -> None:
+    """np.array([1.0, 0.5]) was refused as "must be two numbers [lexical, dense]" (an array
+    is no Sequence), where a numpy k or a list of numpy floats is taken."""
+    from pgfunnel.search import SearchParams
+
+    assert SearchParams.build(weights=np.array([1.0, 0.5])).weights == (1.0, 0.5)
+    assert SearchParams.build(weights=np.array([1, 0], dtype=np.int32)).weights == (1.0, 0.0)
+    for bad in (np.array([True, False]), np.ones((1, 2)), np.array(["1", "1"])):
+        with pytest.raises(ConfigError, match="^weights: must be two numbers"):
+            SearchParams.build(weights=bad)
+    with connect(corpus_db, autocommit=True) as conn:
+        f = Funnel(conn, embedder=None)
+        q = unit(np.ones(DIM))
+        assert [r.chunk_id for r in f.search("refund plan", query_embedding=q,
+                                             weights=np.array([1.0, 0.5])).results] == \
+            [r.chunk_id for r in f.search("refund plan", query_embedding=q,
+                                          weights=[1.0, 0.5]).results]
+        with pytest.raises(ConfigError, match="^weights: "):
+            f.search("refund", weights=np.array([np.nan, 1.0]))
