@@ -211,9 +211,12 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
               model: str | None, private: bool, show_progress: bool = True,
               exclude: list[str] | None = None, root: Path | None = None) -> Any:
     from pgfunnel.db import connect
-    from pgfunnel.embedder import Embedder
+    from pgfunnel.embedder import Embedder, check_model_name
     from pgfunnel.errors import InvalidInputError
     from pgfunnel.ingest import Ingester, active_version, collection_id, same_model
+    if model is not None:
+        # '' was taken as no --model: the collection's (or the default) model, unsaid
+        check_model_name(model)
     records, skipped = read_documents(paths, exclude, root)
     with connect(dsn_value, autocommit=True) as conn:
         from pgfunnel.db import require_schema
@@ -232,7 +235,8 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
         # a collection with an active version gets its model when a chunk needs a vector:
         # re-ingesting unchanged or reworded sources then takes no model load (about 10 s
         # of importing torch and sentence-transformers); a new collection needs it at once
-        embedder = None if version is not None else Embedder(model or "all-MiniLM-L6-v2")
+        embedder = None if version is not None else Embedder(
+            "all-MiniLM-L6-v2" if model is None else model)
         with progress_display("ingest") if show_progress else NullProgress() as progress:
             docs: Any = progress.add_task("documents", total=len(records))
             emb: list[Any] = []
@@ -494,7 +498,8 @@ def search(
         if rerank:
             from pgfunnel.rerank import DEFAULT_RERANK_MODEL, Reranker
 
-            reranker = Reranker(rerank_model or DEFAULT_RERANK_MODEL)
+            # '' is refused by the Reranker, not taken as the default model
+            reranker = Reranker(DEFAULT_RERANK_MODEL if rerank_model is None else rerank_model)
         stale = None if what is None else (
             f"pgfunnel: {what}: this search runs those functions; run `pgfunnel migrate`")
         if stale and not json_out:

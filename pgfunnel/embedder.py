@@ -95,6 +95,18 @@ def pick_device(device: str = "auto") -> str:
     return "cpu"
 
 
+def check_model_name(model: object, parameter: str = "embedding_model") -> str:
+    """A model id or local path as a non-blank string, else a ConfigError naming
+    ``parameter``: an empty path is the current folder, which sentence-transformers read
+    as a model ("model reports no embedding dimension"), and callers that took '' for
+    "not given" used another model without a word."""
+    if isinstance(model, os.PathLike):
+        model = os.fspath(model)
+    if not isinstance(model, str) or not model.strip():
+        raise ConfigError(parameter, f"must be a model id or a local path, got {model!r}")
+    return model
+
+
 class Embedder:
     """A sentence-transformers bi-encoder producing unit-length float32 vectors."""
 
@@ -102,6 +114,7 @@ class Embedder:
                  batch_size: int = 64) -> None:
         if batch_size < 1:
             raise ConfigError("batch_size", f"must be at least 1, got {batch_size}")
+        model = check_model_name(model)
         self.model_name = model
         self.batch_size = batch_size
         self.device = pick_device(device)

@@ -31,7 +31,13 @@ from psycopg import sql
 from psycopg.copy import QueuedLibpqWriter
 
 from pgfunnel.db import try_register_vector, tuple_rows
-from pgfunnel.embedder import VECTOR_NORM_MAX, VECTOR_NORM_MIN, Embedder, check_vector
+from pgfunnel.embedder import (
+    VECTOR_NORM_MAX,
+    VECTOR_NORM_MIN,
+    Embedder,
+    check_model_name,
+    check_vector,
+)
 from pgfunnel.errors import (
     AccessError,
     ConfigError,
@@ -1104,8 +1110,9 @@ class Ingester:
         self.private = private
         if isinstance(embedder, str):
             # a model id or local path, as a Funnel takes one (loaded now: a missing model
-            # is a ModelLoadError before anything is read or written)
-            embedder = Embedder(embedder)
+            # is a ModelLoadError before anything is read or written); '' is refused, as
+            # a Funnel refuses it (it was the current folder, read as a model)
+            embedder = Embedder(check_model_name(embedder, "embedder"))
         elif embedder is not None and not hasattr(embedder, "dimensions"):
             raise ConfigError("embedder", "must be an Embedder, a model id or local path, or "
                               "None (the collection's own model), got "

@@ -712,6 +712,11 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
         check_embed_input(embed_input)
     if lexical_input is not None:
         check_lexical_input(lexical_input)
+    if model is not None:
+        # '' was taken as no model: a version of the active model was built, unsaid
+        from pgfunnel.embedder import check_model_name
+
+        check_model_name(model)
     if ef_construction < 2 * m:
         # pgvector's own rule, which it checks only when the graph is built: after every
         # chunk was embedded
@@ -745,8 +750,9 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
                                               f"(known: {', '.join(sorted(known))})")
         coll_row = conn.execute("select analyzer from pgfunnel.collection where id = %s",
                                 (coll_id,)).fetchone()
-        want_model = model or (active.embedding_model if active else DEFAULT_MODEL)
-        want_analyzer = analyzer or (active.analyzer if active else
+        want_model = model if model is not None else (
+            active.embedding_model if active else DEFAULT_MODEL)
+        want_analyzer = analyzer if analyzer is not None else (active.analyzer if active else
                                      str(coll_row[0]) if coll_row else DEFAULT_ANALYZER)
         # a version that embedded the chunk alone predates titles: its reindex moves on
         want_input = embed_input or (

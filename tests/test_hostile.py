@@ -525,3 +525,42 @@ def test_weights_as_a_numpy_array_are_taken_and_checked_as_a_list(corpus_db: str
                                           weights=[1.0, 0.5]).results]
         with pytest.raises(ConfigError, match="^weights: "):
             f.search("refund", weights=np.array([np.nan, 1.0]))
+
+
+@pytest.mark.parametrize("blank", ["", "  "])
+def test_a_blank_model_name_is_refused_not_taken_as_no_model(corpus_db: str, db: str,
+                                                             tmp_path: Any, blank: str) -> None:
+    """`reindex --model ''` built a version of the active model, `ingest --model ''` used
+    the collection's (or the default) model and `search --rerank-model ''` the default
+    cross-encoder, each without a word; Embedder('') read the current folder as a model
+    ("model reports no embedding dimension")."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.embedder import Embedder
+    from pgfunnel.ingest import Ingester
+
+    with pytest.raises(ConfigError, match="^embedding_model: must be a model id or a local"):
+        Embedder(blank)
+    with connect(db, autocommit=True) as conn, \
+            pytest.raises(ConfigError, match="^embedder: must be a model id"):
+        Ingester(conn, "fresh", embedder=blank)
+    page = tmp_path / "a.jsonl"
+    page.write_text('{"citekey": "a", "text": "refund words"}\n')
+    with connect(corpus_db, autocommit=True) as conn:
+        before = conn.execute("select count(*), (select count(*) from pgfunnel.index_version) "
+                              "from pgfunnel.document").fetchone()
+    for args, flag in ((["ingest", str(page), "-c", "fresh"], "--model"),
+                       (["ingest", str(page)], "--model"),
+                       (["reindex"], "--model"),
+                       (["search", "refund", "--lexical-only", "--rerank"], "--rerank-model")):
+        res = CliRunner().invoke(app, [*args, flag, blank, "--dsn", corpus_db],
+                                 env={"COLUMNS": "300"})
+        assert res.exit_code == 1, (args, res.output)
+        assert "Traceback" not in res.output
+        assert f"{flag}: must be a model id" in res.output, (args, res.output)
+    with connect(corpus_db, autocommit=True) as conn:
+        assert conn.execute("select count(*), (select count(*) from pgfunnel.index_version) "
+                            "from pgfunnel.document").fetchone() == before
+        assert conn.execute("select count(*) from pgfunnel.collection "
+                            "where name = 'fresh'").fetchone() == (0,)
