@@ -31,6 +31,7 @@ from pgfunnel.errors import (
     ConnectionFailedError,
     ReadOnlyError,
     SchemaMissingError,
+    text_problem,
     translate,
 )
 
@@ -137,6 +138,15 @@ def resolve_dsn(dsn: Any = None) -> str:
     if dsn is not None and not isinstance(dsn, str) and hasattr(dsn, "render_as_string"):
         dsn = dsn.render_as_string(hide_password=False)  # a sqlalchemy.URL
     target = dsn or os.environ.get("PGFUNNEL_DSN") or embedded_dsn()
+    if isinstance(target, str) and (problem := text_problem(target)) is not None:
+        if "\x00" in target:
+            problem = "contains a NUL byte, where libpq would cut it short"
+        # libpq reads the string up to a NUL (a DSN cut short, connected to without a
+        # word), and one that is not valid Unicode (bytes an environment variable or a
+        # command line could not decode) raised a raw UnicodeEncodeError. The value is
+        # not shown: it may hold a password
+        raise ConfigError("dsn", f"{problem}; use a URL such as "
+                                 "postgresql://user@host:5432/dbname or key=value pairs")
     return _SQLALCHEMY_SCHEME.sub(lambda m: "postgresql://", target, count=1)
 
 

@@ -564,3 +564,30 @@ def test_a_blank_model_name_is_refused_not_taken_as_no_model(corpus_db: str, db:
                             "from pgfunnel.document").fetchone() == before
         assert conn.execute("select count(*) from pgfunnel.collection "
                             "where name = 'fresh'").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("dsn, said", [
+    ("\udcff", "is not valid Unicode"),  # a command line's undecodable byte
+    ("postgresql://postgres@/postgres?host=/tmp\x00junk", "contains a NUL byte"),
+])
+def test_a_dsn_libpq_cannot_take_whole_is_a_config_error(dsn: str, said: str,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--dsn $'\\xff'` (or PGFUNNEL_DSN) raised a raw UnicodeEncodeError with a traceback,
+    and libpq read a DSN only up to a NUL, connecting to what came before it."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    with pytest.raises(ConfigError, match=f"^dsn: {said}") as refused:
+        connect(dsn)
+    assert "junk" not in str(refused.value)  # the DSN is not shown: it may hold a password
+    # (an environment variable cannot hold a NUL)
+    for args, env in ((["--dsn", dsn], {}), ([], {"PGFUNNEL_DSN": dsn} if "\x00" not in dsn
+                                              else None)):
+        if env is None:
+            continue
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        res = CliRunner().invoke(app, ["search", "refund", "--lexical-only", *args])
+        assert res.exit_code == 1, res.output
+        assert "Traceback" not in res.output
+        assert f"--dsn (or PGFUNNEL_DSN): {said}" in res.output, res.output
