@@ -140,7 +140,7 @@ EXIT_GATE = 3  # a check ran and failed (eval floors, doctor findings, validatio
 T = TypeVar("T")
 
 # options every command that connects has, by the library's name
-COMMON_FLAGS = {"dsn": "--dsn (or PGFUNNEL_DSN)"}
+COMMON_FLAGS = {"dsn": "--dsn (or PGFUNNEL_DSN)", "collection": "--collection"}
 # the options of the commands that build an index version (ingest, reindex)
 INDEX_FLAGS = {"embedding_model": "--model", "analyzer": "--analyzer",
                "embed_input": "--embed-input", "lexical_input": "--lexical-input",
@@ -170,6 +170,13 @@ def handle_errors(flags: Mapping[str, str] | None = None,
             said = f"{flags[exc.setting]}: {str(exc).removeprefix(exc.setting + '=')}"
         labelled("error", "red", str(said))
         raise typer.Exit(getattr(exc, "exit_code", EXIT_ERROR)) from None
+    except UnicodeEncodeError as exc:
+        # a value that is not valid Unicode (a command line's or an environment
+        # variable's undecodable byte, read as a lone surrogate) that no check named
+        # before it reached the driver: one line and exit 1, never a traceback
+        labelled("error", "red", f"a value given is not valid Unicode ({exc.reason} at "
+                                 f"character {exc.start} of {exc.object[:60]!r})")
+        raise typer.Exit(EXIT_ERROR) from None
     except Exception as exc:
         # a database error that a library path left untranslated (a role without USAGE on
         # schema pgfunnel is refused by the checks that run before anything else): one

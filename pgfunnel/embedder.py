@@ -17,7 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from pgfunnel.errors import ConfigError, InvalidVectorError, ModelLoadError, model_load_detail
+from pgfunnel.errors import (
+    ConfigError,
+    InvalidInputError,
+    InvalidVectorError,
+    ModelLoadError,
+    model_load_detail,
+    text_problem,
+)
 
 DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 BUNDLED_ALIASES = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
@@ -165,6 +172,12 @@ class Embedder:
         return out
 
     def embed_query(self, text: str) -> np.ndarray:
+        # the tokenizer's own TypeError ("TextEncodeInput must be Union[...]") for a lone
+        # surrogate, or for a value that is not text
+        if not isinstance(text, str):
+            raise InvalidInputError(f"text: must be a string, got {type(text).__name__}")
+        if (problem := text_problem(text)) is not None:
+            raise InvalidInputError(f"text: {problem}")
         vectors: np.ndarray = self.embed([text])
         return np.asarray(vectors[0])
 

@@ -127,6 +127,10 @@ class ActiveVersion:
 
 
 def collection_id(conn: psycopg.Connection[Any], name: str) -> int | None:
+    if isinstance(name, str):
+        # an undecodable byte of a command line (-c $'\xff') raised a raw
+        # UnicodeEncodeError from the driver; a NUL, its DataError
+        check_sql_text("collection", name)
     row = conn.execute("select id from pgfunnel.collection where name = %s", (name,)).fetchone()
     return None if row is None else int(row[0])
 
@@ -2061,6 +2065,8 @@ def delete_documents(conn: psycopg.Connection[Any], collection: str,
     """Delete documents and their chunks, keeping BM25 statistics exact."""
     check_connection(conn)
     citekeys = string_list(citekeys, "citekeys")
+    for citekey in citekeys:
+        check_sql_text("citekeys", citekey)
     try:
         with tuple_rows(conn), conn.transaction():
             coll = require_collection(conn, collection)

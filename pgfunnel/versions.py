@@ -54,6 +54,7 @@ from pgfunnel.errors import (
     InvalidInputError,
     NotFoundError,
     PgfunnelError,
+    check_sql_text,
     read_file_text,
     translate,
 )
@@ -487,6 +488,7 @@ def cleanup_invalid_indexes(conn: psycopg.Connection[Any]) -> list[str]:
 def _set_maintenance_work_mem(conn: psycopg.Connection[Any], value: str | None) -> None:
     if value is None:
         return
+    check_sql_text("maintenance_work_mem", value)
     try:
         conn.execute("select set_config('maintenance_work_mem', %s, false)", (value,))
     except psycopg.Error as exc:
@@ -733,6 +735,8 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
     require_writer(conn, "reindex", "index_version", "INSERT")
     _set_maintenance_work_mem(conn, maintenance_work_mem)
     # a killed CLI must not leave its backend running a long statement with the lock held
+    # (a name the driver cannot send is named here, not in the session name's error)
+    check_sql_text("collection", collection)
     _name_session(conn, f"pgfunnel reindex {collection}")
     times: dict[str, float] = {}
     with writer_lock(conn, collection) as coll_id:

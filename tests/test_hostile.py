@@ -591,3 +591,47 @@ def test_a_dsn_libpq_cannot_take_whole_is_a_config_error(dsn: str, said: str,
         assert res.exit_code == 1, res.output
         assert "Traceback" not in res.output
         assert f"--dsn (or PGFUNNEL_DSN): {said}" in res.output, res.output
+
+
+UNDECODABLE = "\udcff"  # what Python makes of a command line's byte 0xff
+
+
+@pytest.mark.parametrize("args, said", [
+    (["ingest", "{page}", "-c", UNDECODABLE], "--collection: is not valid Unicode"),
+    (["reindex", "-c", UNDECODABLE], "--collection: is not valid Unicode"),
+    (["reindex", "--maintenance-work-mem", UNDECODABLE],
+     "--maintenance-work-mem: is not valid Unicode"),
+    (["delete", UNDECODABLE], "citekeys: is not valid Unicode"),
+    (["delete", "x", "-c", UNDECODABLE], "--collection: is not valid Unicode"),
+    (["versions", "list", "-c", UNDECODABLE], "--collection: is not valid Unicode"),
+    (["versions", "activate", "1", "-c", UNDECODABLE], "--collection: is not valid Unicode"),
+])
+def test_an_undecodable_command_line_value_is_one_line_naming_its_flag(
+        corpus_db: str, tmp_path: Any, args: list[str], said: str) -> None:
+    """Each raised the driver's UnicodeEncodeError with a traceback."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    page = tmp_path / "a.jsonl"
+    page.write_text('{"citekey": "a", "text": "refund words"}\n')
+    with connect(corpus_db, autocommit=True) as conn:
+        before = conn.execute("select count(*), (select count(*) from pgfunnel.index_version) "
+                              "from pgfunnel.document").fetchone()
+    res = CliRunner().invoke(app, [a.replace("{page}", str(page)) for a in args]
+                             + ["--dsn", corpus_db], env={"COLUMNS": "300"})
+    assert res.exit_code == 1, res.output
+    assert "Traceback" not in res.output and res.exception is None or \
+        isinstance(res.exception, SystemExit), res.output
+    assert said in res.output, res.output
+    with connect(corpus_db, autocommit=True) as conn:
+        assert conn.execute("select count(*), (select count(*) from pgfunnel.index_version) "
+                            "from pgfunnel.document").fetchone() == before
+
+
+def test_embedding_a_query_that_is_not_valid_unicode_is_named(embedder: Any) -> None:
+    """`pgfunnel embed $'\\xff'` raised the tokenizer's TypeError ("TextEncodeInput must be
+    Union[...]") with two tracebacks."""
+    with pytest.raises(InvalidInputError, match="^text: is not valid Unicode"):
+        embedder.embed_query(UNDECODABLE)
+    with pytest.raises(InvalidInputError, match="^text: must be a string, got bytes"):
+        embedder.embed_query(b"refund")
