@@ -873,6 +873,24 @@ begin
     if 'NaN'::float8 = any (rerank_scores) then
         perform pgfunnel._bad_parameter('rerank_scores', 'must not contain NaN');
     end if;
+    -- the legs' ranks and scores are returned and traced as given: a rank below 1 or a
+    -- NaN score was written to search_trace as if a leg had ranked it so (NULL: the leg
+    -- did not rank the chunk)
+    if exists (select 1 from unnest(fused_ranks) as u(r) where u.r < 1) then
+        perform pgfunnel._bad_parameter('fused_ranks', 'must be 1 or more');
+    end if;
+    if exists (select 1 from unnest(lexical_ranks) as u(r) where u.r < 1) then
+        perform pgfunnel._bad_parameter('lexical_ranks', 'must be 1 or more, or NULL');
+    end if;
+    if exists (select 1 from unnest(dense_ranks) as u(r) where u.r < 1) then
+        perform pgfunnel._bad_parameter('dense_ranks', 'must be 1 or more, or NULL');
+    end if;
+    if 'NaN'::float8 = any (lexical_scores) then
+        perform pgfunnel._bad_parameter('lexical_scores', 'must not contain NaN');
+    end if;
+    if 'NaN'::float8 = any (dense_scores) then
+        perform pgfunnel._bad_parameter('dense_scores', 'must not contain NaN');
+    end if;
     select u.id into dup_id
       from unnest(chunk_ids) as u(id)
      group by u.id

@@ -635,3 +635,38 @@ def test_embedding_a_query_that_is_not_valid_unicode_is_named(embedder: Any) -> 
         embedder.embed_query(UNDECODABLE)
     with pytest.raises(InvalidInputError, match="^text: must be a string, got bytes"):
         embedder.embed_query(b"refund")
+
+
+@pytest.mark.parametrize("column, values, said", [
+    ("fused_ranks", "{0,2}", "fused_ranks: must be 1 or more"),
+    ("lexical_ranks", "{-5,NULL}", "lexical_ranks: must be 1 or more, or NULL"),
+    ("dense_ranks", "{NULL,0}", "dense_ranks: must be 1 or more, or NULL"),
+    ("lexical_scores", "{NaN,NULL}", "lexical_scores: must not contain NaN"),
+    ("dense_scores", "{NULL,NaN}", "dense_scores: must not contain NaN"),
+])
+@pytest.mark.parametrize("trace", [False, True])
+def test_final_refuses_leg_ranks_and_scores_no_leg_could_give(
+        corpus_db: str, column: str, values: str, said: str, trace: bool) -> None:
+    """final() checked the fused scores and rerank scores for NaN but returned (and traced,
+    into search_trace) a leg rank of 0 or -5 and a NaN leg score as given."""
+    arrays = {"fused_ranks": "{1,2}", "lexical_ranks": "{1,NULL}", "dense_ranks": "{NULL,1}",
+              "lexical_scores": "{2.5,NULL}", "dense_scores": "{NULL,0.5}", column: values}
+    with connect(corpus_db, autocommit=True) as conn:
+        ids = [r[0] for r in conn.execute("select id from pgfunnel.chunk order by id limit 2")]
+        logged = conn.execute("select count(*) from pgfunnel.search_log").fetchone()
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match=f"^{said}"):
+            conn.execute(
+                "select * from pgfunnel.final(%s, %s::int[], '{0.9,0.5}', %s::int[], "
+                "%s::float8[], %s::int[], %s::float8[], trace => %s, query_text => 'refund')",
+                (ids, arrays["fused_ranks"], arrays["lexical_ranks"], arrays["lexical_scores"],
+                 arrays["dense_ranks"], arrays["dense_scores"], trace))
+        assert conn.execute("select count(*) from pgfunnel.search_log").fetchone() == logged
+        # what candidates() gives is taken
+        ok = {**arrays, column: {"fused_ranks": "{1,2}", "lexical_ranks": "{1,NULL}",
+                                 "dense_ranks": "{NULL,1}", "lexical_scores": "{2.5,NULL}",
+                                 "dense_scores": "{NULL,0.5}"}[column]}
+        assert len(conn.execute(
+            "select * from pgfunnel.final(%s, %s::int[], '{0.9,0.5}', %s::int[], "
+            "%s::float8[], %s::int[], %s::float8[])",
+            (ids, ok["fused_ranks"], ok["lexical_ranks"], ok["lexical_scores"],
+             ok["dense_ranks"], ok["dense_scores"])).fetchall()) == 2
