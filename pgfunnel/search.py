@@ -20,7 +20,7 @@ import os
 import shlex
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -140,6 +140,47 @@ def _checked(name: str, value: Any) -> Any:
     elif name == "trace" and not isinstance(value, bool):
         raise ConfigError(name, f"must be True or False, got {shown(value)}")
     return value
+
+
+def _check_plan_params(p: Any) -> None:
+    if not isinstance(p, SearchParams):
+        raise ConfigError("p", "must be a SearchParams (SearchParams.build(**params)), got "
+                               f"{type(p).__name__}")
+
+
+def _check_ordered(ordered: Any) -> list[Candidate]:
+    """final()'s pool: candidates, as candidates() returns them (a list of ids, or None,
+    raised an AttributeError or a TypeError)."""
+    if isinstance(ordered, (str, bytes, Mapping)) or not isinstance(ordered, Iterable):
+        raise ConfigError("ordered", "must be a list of Candidate (what candidates() "
+                                     f"returns), got {type(ordered).__name__}")
+    items = list(ordered)
+    bad = next((c for c in items if not isinstance(c, _Ranked)), None)
+    if bad is not None:
+        raise ConfigError("ordered", "must be a list of Candidate (what candidates() "
+                                     f"returns), got {type(bad).__name__} "
+                                     f"{shown(bad, 40)} in it")
+    return items
+
+
+def _check_json_mapping(name: str, value: Any) -> None:
+    """``notes`` and ``log_notes``: None or a mapping jsonb can hold (a set raised a raw
+    TypeError, NaN "invalid input syntax for type json", a NUL "unsupported Unicode
+    escape sequence", none of them naming the argument)."""
+    if value is None:
+        return
+    if not isinstance(value, Mapping):
+        raise ConfigError(name, f"must be a mapping (a JSON object) or None, got "
+                                f"{type(value).__name__}")
+    try:
+        as_json = json.dumps(dict(value), allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(name, f"is not JSON ({exc})") from None
+    except RecursionError:
+        raise ConfigError(name, "is nested too deeply") from None
+    check_sql_text(name, as_json)
+    if JSON_NUL.search(as_json):
+        raise ConfigError(name, "contains a NUL character (\\u0000), which jsonb cannot hold")
 
 
 #: the largest statement_timeout Postgres takes (milliseconds, a 32-bit integer)
@@ -1033,6 +1074,13 @@ class Funnel:
 
     def candidates(self, conn: psycopg.Connection[Any], query: str | None,
                    vector: np.ndarray | None, p: SearchParams) -> list[Candidate]:
+        # checked as search() checks them: a NaN vector was sent as a double precision[]
+        # ("arguments: function pgfunnel.candidates(...) does not exist"), a NUL in the
+        # query raised the driver's message, a dict for p an AttributeError
+        _check_plan_params(p)
+        query = check_query_text(query)
+        if vector is not None:
+            vector = check_vector(vector)
         try:
             with tuple_rows(conn):
                 rows = self._execute_candidates(conn, query, vector, p).fetchall()
@@ -1064,6 +1112,20 @@ class Funnel:
         names ``index_version_id``, the version the pool was read from (default: the
         active one now). ``notes`` join the traced search's config (and so its config
         hash); ``log_notes`` go into its ``search_log.notes``, outside the config."""
+        _check_plan_params(p)
+        query = check_query_text(query)
+        ordered = _check_ordered(ordered)
+        if not isinstance(reranked, (bool, np.bool_)):
+            # "no" is a true value: the trace would log a rerank that never ran
+            raise ConfigError("reranked", f"must be True or False, got {shown(reranked)}")
+        for name, value in (("notes", notes), ("log_notes", log_notes)):
+            _check_json_mapping(name, value)
+        if index_version_id is not None and (
+                isinstance(index_version_id, bool)
+                or not isinstance(index_version_id, (int, np.integer))
+                or not _INT32[0] <= int(index_version_id) <= _INT32[1]):
+            raise ConfigError("index_version_id", "must be an index version's id (a 32-bit "
+                              f"integer) or None, got {shown(index_version_id)}")
         try:
             with tuple_rows(conn):
                 return [Result(*r) for r in self._execute_final(

@@ -670,3 +670,43 @@ def test_final_refuses_leg_ranks_and_scores_no_leg_could_give(
             "%s::float8[], %s::int[], %s::float8[])",
             (ids, ok["fused_ranks"], ok["lexical_ranks"], ok["lexical_scores"],
              ok["dense_ranks"], ok["dense_scores"])).fetchall()) == 2
+
+
+def test_candidates_and_final_check_their_arguments_as_search_does(corpus_db: str) -> None:
+    """The two public halves of a search with a rerank in between checked nothing
+    search() checks: a NaN vector was "arguments: function pgfunnel.candidates(...) does
+    not exist", a NUL in the query the driver's message; final() raised an AttributeError
+    for ids, a TypeError for a set in log_notes, "invalid input syntax for type json" for
+    a NaN in notes, and logged reranked='no' as a rerank."""
+    import dataclasses
+
+    from pgfunnel.search import SearchParams
+
+    with connect(corpus_db, autocommit=True) as conn:
+        f = Funnel(conn, embedder=None)
+        p = SearchParams.build(k=5)
+        traced = dataclasses.replace(p, trace=True)
+        for args, error, said in (
+                (("refund", [math.nan] * DIM, p), InvalidVectorError, "^query_embedding: "),
+                (("re\x00fund", None, p), InvalidInputError, "^query_text: contains a NUL"),
+                (("refund", None, {"k": 5}), ConfigError, "^p: must be a SearchParams")):
+            with pytest.raises(error, match=said):
+                f.candidates(conn, *args)  # type: ignore[arg-type]
+        pool = f.candidates(conn, "refund", None, p)
+        assert pool
+        logged = conn.execute("select count(*) from pgfunnel.search_log").fetchone()
+        for ordered, kwargs, said in (
+                ([c.chunk_id for c in pool], {}, "^ordered: must be a list of Candidate"),
+                (None, {}, "^ordered: must be a list of Candidate"),
+                (pool, {"reranked": "no"}, "^reranked: must be True or False"),
+                (pool, {"notes": {"x": math.nan}}, "^notes: is not JSON"),
+                (pool, {"log_notes": {"x": {1}}}, "^log_notes: is not JSON"),
+                (pool, {"log_notes": [1]}, "^log_notes: must be a mapping"),
+                (pool, {"notes": {"x": "\x00"}}, "^notes: contains a NUL"),
+                (pool, {"index_version_id": 2**40}, "^index_version_id: must be an index")):
+            with pytest.raises(ConfigError, match=said):
+                f.final(conn, "refund", ordered, traced,  # type: ignore[arg-type]
+                        **{"reranked": False, **kwargs})
+        assert conn.execute("select count(*) from pgfunnel.search_log").fetchone() == logged
+        assert len(f.final(conn, "refund", pool, p, reranked=False)) == 5
+        _usable(conn)
