@@ -328,7 +328,7 @@ def positive_int(parameter: str, value: object) -> int:
     """``value`` as an int if it is a positive integer (a numpy one too, as search
     parameters take them; a bool is not one), else a ConfigError naming ``parameter``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
-        raise ConfigError(parameter, f"must be a positive integer, got {value!r}")
+        raise ConfigError(parameter, f"must be a positive integer, got {shown(value)}")
     return int(value)
 
 

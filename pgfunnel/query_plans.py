@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from pgfunnel.db import own_transaction, rows_by_position
-from pgfunnel.errors import ConfigError, InvalidInputError, positive_int, string_list, translate
+from pgfunnel.errors import ConfigError, InvalidInputError, string_list, translate
 from pgfunnel.transform import (
     FollowupResolver,
     GuardedRewriter,
+    check_rrf_constant,
     decompose,
     multi_query,
     round_robin_merge,
@@ -194,7 +195,7 @@ def search_multi(funnel: Funnel, phrasings: Sequence[str], *, merge_rrf_k: int =
     """
     # checked before any phrasing is searched, under its own name (rrf_k is the searches'
     # constant, also accepted here)
-    merge_rrf_k = positive_int("merge_rrf_k", merge_rrf_k)
+    merge_rrf_k = check_rrf_constant("merge_rrf_k", merge_rrf_k)
     mq = multi_query(string_list(phrasings, "phrasings"), max_queries=max_queries)
     if not mq.queries:
         raise InvalidInputError("phrasings: no usable phrasing (all empty or duplicates)")

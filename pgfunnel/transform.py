@@ -30,7 +30,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from pgfunnel.errors import ConfigError, InvalidInputError, positive_int, string_list
+from pgfunnel.errors import ConfigError, InvalidInputError, positive_int, shown, string_list
 
 __all__ = [
     "STOPWORDS",
@@ -166,6 +166,21 @@ def multi_query(phrasings: Sequence[str], *, max_queries: int | None = None) -> 
     return MultiQuery(queries=kept, dropped=dropped, reason=reason)
 
 
+#: the largest RRF constant, as funnel_search's rrf_k (a far larger one, as an int past
+#: double precision, made 1 / (k + rank) raise a raw OverflowError)
+MAX_RRF_K = 1_000_000
+
+
+def check_rrf_constant(parameter: str, k: object) -> int:
+    """An RRF constant: an integer from 1 to MAX_RRF_K, else a ConfigError naming
+    ``parameter``."""
+    value = positive_int(parameter, k)
+    if value > MAX_RRF_K:
+        raise ConfigError(parameter, f"must be at most {MAX_RRF_K:,} (funnel_search's limit "
+                                     f"for rrf_k), got {shown(value)}")
+    return value
+
+
 def rrf_merge(
     ranked_lists: Sequence[Sequence[K]],
     k: int = 60,
@@ -178,7 +193,7 @@ def rrf_merge(
     first met scanning rank by rank (rank 1 of every list in list order, then rank 2, ...),
     so the result does not depend on set or dict iteration order.
     """
-    k = positive_int("rrf_k", k)
+    k = check_rrf_constant("rrf_k", k)
     if weights is None:
         weights = [1.0] * len(ranked_lists)
     if len(weights) != len(ranked_lists):
@@ -186,9 +201,14 @@ def rrf_merge(
             "weights", f"got {len(weights)} weight(s) for {len(ranked_lists)} ranked list(s)"
         )
     for w in weights:
-        if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w) \
-                or w < 0:
-            raise ConfigError("weights", f"each weight must be a finite number >= 0, got {w!r}")
+        try:
+            finite = not isinstance(w, bool) and isinstance(w, numbers.Real) \
+                and math.isfinite(w)
+        except OverflowError:  # an int past double precision: math.isfinite raised it raw
+            finite = False
+        if not finite or w < 0:
+            raise ConfigError("weights", "each weight must be a finite number >= 0, got "
+                                         f"{shown(w)}")
     scores: dict[K, float] = {}
     first_seen: dict[K, int] = {}
     depth = max((len(lst) for lst in ranked_lists), default=0)

@@ -710,3 +710,24 @@ def test_candidates_and_final_check_their_arguments_as_search_does(corpus_db: st
         assert conn.execute("select count(*) from pgfunnel.search_log").fetchone() == logged
         assert len(f.final(conn, "refund", pool, p, reranked=False)) == 5
         _usable(conn)
+
+
+def test_an_rrf_constant_or_merge_weight_past_double_precision_is_named(
+        corpus_db: str) -> None:
+    """search_multi(merge_rrf_k=10**400) and rrf_merge(k=10**400, or a weight of 10**400)
+    raised a raw OverflowError; the constant is bounded as funnel_search's rrf_k is."""
+    from pgfunnel.errors import positive_int
+    from pgfunnel.transform import rrf_merge
+
+    with pytest.raises(ConfigError, match="^rrf_k: must be at most 1,000,000"):
+        rrf_merge([["a", "b"]], k=10**400)
+    with pytest.raises(ConfigError, match="^weights: each weight must be a finite number"):
+        rrf_merge([["a", "b"]], weights=[10**400])
+    assert [key for key, _ in rrf_merge([["a", "b"]], k=10**6)] == ["a", "b"]
+    with pytest.raises(ConfigError, match="^x: must be a positive integer, got a negative"):
+        positive_int("x", -10**5000)  # its repr raised ValueError inside the message
+    dead = connect(corpus_db, autocommit=True)
+    dead.close()  # refused before any SQL
+    for bad in (10**400, 1_000_001):
+        with pytest.raises(ConfigError, match="^merge_rrf_k: must be at most 1,000,000"):
+            Funnel(dead, embedder=None).search_multi(["refund", "plan"], merge_rrf_k=bad)
