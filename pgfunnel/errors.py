@@ -321,7 +321,7 @@ def shown(value: object, width: int = 200) -> str:
 def check_sql_text(parameter: str, value: str) -> None:
     """Text Postgres cannot hold, a ConfigError naming ``parameter`` (:func:`text_problem`)."""
     if (problem := text_problem(value)) is not None:
-        raise ConfigError(parameter, f"{problem}: {value!r}")
+        raise ConfigError(parameter, f"{problem}: {shown(value)}")
 
 
 def positive_int(parameter: str, value: object) -> int:

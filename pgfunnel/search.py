@@ -135,7 +135,7 @@ def _checked(name: str, value: Any) -> Any:
             raise ConfigError(name, "must be a non-empty string or None, got ''")
         if name in _OPTIONAL_STR_PARAMS and value != value.strip():
             # nor one with whitespace at either end, which ingest refuses too
-            raise ConfigError(name, f"must not begin or end with whitespace, got {value!r}")
+            raise ConfigError(name, f"must not begin or end with whitespace, got {shown(value)}")
         check_sql_text(name, value)
     elif name == "trace" and not isinstance(value, bool):
         raise ConfigError(name, f"must be True or False, got {shown(value)}")
@@ -215,7 +215,7 @@ def check_principals(value: Any) -> tuple[str, ...]:
     if any(x != x.strip() for x in items):
         # nor ' alice ': ingest refuses such a reader, so it would match nothing
         raise ConfigError("principals", "must not begin or end with whitespace, got "
-                          f"{items!r}")
+                          f"{shown(items)}")
     for item in items:
         check_sql_text("principals", item)
     return tuple(items)
@@ -290,7 +290,7 @@ class SearchParams:
             check_sql_text("metadata_filter", as_json)
             if JSON_NUL.search(as_json):
                 raise ConfigError("metadata_filter", "contains a NUL character (\\u0000), "
-                                                     f"which jsonb cannot hold: {mf!r}")
+                                                     f"which jsonb cannot hold: {shown(mf)}")
         as_of = kwargs.get("as_of")
         if as_of is not None and not isinstance(as_of, (dt.datetime, dt.date)):
             raise ConfigError("as_of", f"must be a datetime or None, got "
@@ -583,7 +583,7 @@ class Funnel:
                                          or not isinstance(rerank_depth, (int, np.integer))
                                          or rerank_depth < 1):
             raise ConfigError("rerank_depth", f"must be an integer of at least 1, got "
-                                              f"{rerank_depth!r}")
+                                              f"{shown(rerank_depth)}")
         # a numpy integer is taken, as search parameters take one
         self.rerank_depth = None if rerank_depth is None else int(rerank_depth)
         self.rerank_gate_margin = check_gate_margin(rerank_gate_margin, "rerank_gate_margin")
@@ -720,10 +720,10 @@ class Funnel:
                                       (collection,)).fetchone()
             if exists:
                 raise NotFoundError(
-                    f"collection {collection!r} has no active index version (pgfunnel "
+                    f"collection {shown(collection)} has no active index version (pgfunnel "
                     f"versions list -c {shlex.quote(collection)} shows them; pgfunnel "
                     "versions activate N switches to one)")
-            raise NotFoundError(f"collection {collection!r} does not exist (run `pgfunnel "
+            raise NotFoundError(f"collection {shown(collection)} does not exist (run `pgfunnel "
                                 "ingest` into it first)")
         return str(row[0]), int(row[1])
 
@@ -879,7 +879,7 @@ class Funnel:
             check_vector(query_embedding)
         if rerank is not None and not isinstance(rerank, (bool, np.bool_)):
             # "no" is a true value: it asked for a rerank
-            raise ConfigError("rerank", f"must be True, False or None, got {rerank!r}")
+            raise ConfigError("rerank", f"must be True, False or None, got {shown(rerank)}")
         use_rerank = (self.reranker is not None) if rerank is None else bool(rerank)
         if use_rerank and self.reranker is None:
             raise ConfigError("rerank", "rerank requested but this Funnel has no reranker")

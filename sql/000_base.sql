@@ -16,7 +16,12 @@ security invoker
 set search_path = pg_catalog, pgfunnel
 as $$
 begin
-    raise exception using errcode = '22023', message = parameter || ': ' || message;
+    -- the value a message shows is cut to its first 1000 characters: a megabyte of query,
+    -- tenant or principals came back whole in the error, and so in every log line of it
+    raise exception using errcode = '22023', message = parameter || ': ' ||
+        case when length(message) > 1000
+             then left(message, 1000) || format('... (%s characters in all)', length(message))
+             else message end;
 end
 $$;
 
@@ -69,7 +74,10 @@ begin
     select c.id into found_id from pgfunnel.collection c where c.name = collection_name;
     if found_id is null then
         raise exception using errcode = 'P0002',
-            message = format('collection %L does not exist', collection_name),
+            message = case when length(collection_name) > 200
+                           then format('collection %L... (%s characters) does not exist',
+                                       left(collection_name, 200), length(collection_name))
+                           else format('collection %L does not exist', collection_name) end,
             hint = 'ingest into it first: pgfunnel ingest PATH --collection NAME';
     end if;
     return found_id;

@@ -41,7 +41,11 @@ begin
     if array_position(principals, null) is not null then
         -- a NULL among them is a caller's missing identity, not a principal to match
         raise exception using errcode = '22004',
-            message = format('principals: must not contain NULL, got %s', principals);
+            message = format('principals: must not contain NULL, got %s',
+                             case when length(principals::text) > 1000
+                                  then left(principals::text, 1000) || format(
+                                       '... (%s principals)', cardinality(principals))
+                                  else principals::text end);
     end if;
     if array_position(principals, '') is not null then
         -- so is an empty one (no document can name it: ingest refuses empty readers)

@@ -48,7 +48,7 @@ begin
     if current_setting('pgfunnel.tenant', true) operator(pg_catalog.~) edged then
         raise exception using errcode = '22023',
             message = format('pgfunnel.tenant: must not begin or end with whitespace, got %L',
-                             current_setting('pgfunnel.tenant', true));
+                             left(current_setting('pgfunnel.tenant', true), 200));
     end if;
     return array(select jsonb_array_elements_text(parsed));
 end

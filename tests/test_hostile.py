@@ -731,3 +731,29 @@ def test_an_rrf_constant_or_merge_weight_past_double_precision_is_named(
     for bad in (10**400, 1_000_001):
         with pytest.raises(ConfigError, match="^merge_rrf_k: must be at most 1,000,000"):
             Funnel(dead, embedder=None).search_multi(["refund", "plan"], merge_rrf_k=bad)
+
+
+BIG = "x" * 1_000_000
+
+
+@pytest.mark.parametrize("argument, value", [
+    ("collection", BIG), ("tenant", f" {BIG}"), ("language", f"{BIG} "),
+    ("principals", [f"p{i}" for i in range(20_000)] + [""]),
+    ("principals", [f"p{i}" for i in range(20_000)] + [None]),
+    ("principals", [f"{BIG} "]), ("weights", [1.0] * 100_000),
+])
+def test_an_error_shows_a_huge_value_cut_short(corpus_db: str, argument: str,
+                                               value: Any) -> None:
+    """A megabyte of tenant, collection or principals came back whole in the error
+    message (and so in every log line of it), from SQL and from Python alike."""
+    with connect(corpus_db, autocommit=True) as conn:
+        with pytest.raises(psycopg.Error) as raw:
+            conn.execute(f"select * from funnel_search('refund', {argument} => %s)", (value,))
+        message = raw.value.diag.message_primary or ""
+        assert message.startswith(f"{argument}: ") or argument == "collection", message
+        assert len(message) < 1300, len(message)
+        assert "characters" in message or "principals)" in message, message[-80:]
+        with pytest.raises(PgfunnelError) as refused:
+            Funnel(conn, embedder=None).search("refund", **{argument: value})
+        assert len(str(refused.value)) < 1300, len(str(refused.value))
+        _usable(conn)
