@@ -56,6 +56,7 @@ from pgfunnel.errors import (
     PgfunnelError,
     check_sql_text,
     read_file_text,
+    text_problem,
     translate,
 )
 from pgfunnel.ingest import (
@@ -1325,6 +1326,16 @@ def read_query_file(path: str | Path) -> tuple[list[Any], bool]:
     bad = [i + 1 for i, t in enumerate(texts) if not isinstance(t, str) or not t.strip()]
     if bad:
         raise InvalidInputError(f"queries: {p}: line {bad[0]} has no query text")
+    # as the judged format's lines are checked (eval.qrels.parse_query): with the line, not
+    # by the search minutes in ("query_text: contains a NUL byte", naming no line) or by
+    # the tokenizer's TypeError for a lone surrogate
+    from pgfunnel.search import MAX_QUERY_CHARS
+
+    for i, t in enumerate(map(str, texts), 1):
+        problem = text_problem(t) if len(t) <= MAX_QUERY_CHARS else (
+            f"is {len(t):,} characters long; a search takes at most {MAX_QUERY_CHARS:,}")
+        if problem is not None:
+            raise InvalidInputError(f"queries: {p}: line {i}: the query {problem}")
     return [str(t) for t in texts], False
 
 

@@ -757,3 +757,21 @@ def test_an_error_shows_a_huge_value_cut_short(corpus_db: str, argument: str,
             Funnel(conn, embedder=None).search("refund", **{argument: value})
         assert len(str(refused.value)) < 1300, len(str(refused.value))
         _usable(conn)
+
+
+@pytest.mark.parametrize("line, said", [
+    ('{"query": "a\\u0000b"}', "line 2: the query contains a NUL byte"),
+    ('{"query": "\\ud800"}', "line 2: the query is not valid Unicode"),
+    ('{"query": "' + "refund " * 1500 + '"}', "line 2: the query is 10,500"),
+])
+def test_versions_compare_names_the_line_of_a_query_no_search_takes(
+        tmp_path: Any, line: str, said: str) -> None:
+    """A plain queries file was checked for empty lines only: a lone surrogate raised the
+    tokenizer's TypeError with two tracebacks, and a NUL or an over-long query stopped the
+    run at its search, naming no line."""
+    from pgfunnel.versions import read_query_file
+
+    path = tmp_path / "q.jsonl"
+    path.write_text("refund\n" + line + "\n")
+    with pytest.raises(InvalidInputError, match=f"^queries: .*q.jsonl: {said}"):
+        read_query_file(path)
