@@ -159,6 +159,17 @@ class Embedder:
         Batches are formed longest text first, so a batch pads its texts to lengths
         close to its longest: chunks of mixed length (prose and long code or JSON
         examples) otherwise pad short texts to the longest one of their neighbours."""
+        if isinstance(texts, (str, bytes)):
+            # one string was embedded character by character
+            raise InvalidInputError("texts: must be a list of strings, not one string")
+        for i, text in enumerate(texts):
+            # the tokenizer's TypeError ("TextEncodeInput must be Union[...]") named neither
+            # the text nor what is wrong with it
+            if not isinstance(text, str):
+                raise InvalidInputError(f"texts[{i}]: must be a string, got "
+                                        f"{type(text).__name__}")
+            if (problem := text_problem(text)) is not None:
+                raise InvalidInputError(f"texts[{i}]: {problem}")
         out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
         for start in range(0, len(texts), self.batch_size):

@@ -635,6 +635,13 @@ def test_embedding_a_query_that_is_not_valid_unicode_is_named(embedder: Any) -> 
         embedder.embed_query(UNDECODABLE)
     with pytest.raises(InvalidInputError, match="^text: must be a string, got bytes"):
         embedder.embed_query(b"refund")
+    # and the batch call, as a caller embedding its own texts uses it
+    with pytest.raises(InvalidInputError, match=r"^texts\[1\]: is not valid Unicode"):
+        embedder.embed(["refund", UNDECODABLE])
+    with pytest.raises(InvalidInputError, match=r"^texts\[0\]: must be a string, got NoneType"):
+        embedder.embed([None])
+    with pytest.raises(InvalidInputError, match="^texts: must be a list of strings, not one"):
+        embedder.embed("refund")
 
 
 @pytest.mark.parametrize("column, values, said", [
