@@ -150,6 +150,15 @@ INDEX_FLAGS = {"embedding_model": "--model", "analyzer": "--analyzer",
                "collection": "--collection"}
 
 
+def index_flags(model: str | None) -> dict[str, str]:
+    """INDEX_FLAGS for a command run with ``--model`` (or without it): a model that came
+    from the collection's active version and cannot load was blamed on a --model flag
+    that was never typed ("--model: 'x' could not be loaded")."""
+    if model is not None:
+        return dict(INDEX_FLAGS)
+    return {name: flag for name, flag in INDEX_FLAGS.items() if name != "embedding_model"}
+
+
 @contextmanager
 def handle_errors(flags: Mapping[str, str] | None = None,
                   interrupted: str | Callable[[], str] | None = None) -> Iterator[None]:

@@ -30,6 +30,7 @@ from pgfunnel.cli.common import (
     TenantOption,
     emit_json,
     handle_errors,
+    index_flags,
     labelled,
     leg_weights,
     out,
@@ -319,7 +320,7 @@ def ingest(
         return
     stopped = ("the batches written before it stay (each is all or nothing); the same "
                "ingest again skips the documents already in, unchanged, and goes on")
-    with handle_errors(INDEX_FLAGS, interrupted=stopped):
+    with handle_errors(index_flags(model), interrupted=stopped):
         stats = do_ingest(dsn, paths, collection, chunk_words, model, private,
                           show_progress=not json_out, exclude=exclude, root=root)
     if json_out:
@@ -356,7 +357,9 @@ def embed(
     from pgfunnel.errors import InvalidInputError
 
     _quiet_warnings()
-    with handle_errors({"embedding_model": "--model", "collection": "--collection"}):
+    # a model from the collection's active version is not --model's
+    with handle_errors({"collection": "--collection",
+                        **({} if model is None else {"embedding_model": "--model"})}):
         if not text.strip():
             # the vector of nothing would search for nothing in particular
             raise InvalidInputError("empty text: nothing to embed")

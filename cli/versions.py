@@ -11,7 +11,6 @@ import typer
 from pgfunnel.cli.common import (
     EXIT_GATE,
     EXIT_USAGE,
-    INDEX_FLAGS,
     CollectionOption,
     DsnOption,
     JsonOption,
@@ -20,6 +19,7 @@ from pgfunnel.cli.common import (
     console,
     emit_json,
     handle_errors,
+    index_flags,
     labelled,
     out,
     plural,
@@ -147,7 +147,8 @@ def reindex(
                 f"reindex` resumes it (`pgfunnel versions drop {number} -c "
                 f"{shlex.quote(collection)}` discards it)")
 
-    with handle_errors(INDEX_FLAGS, interrupted=stopped), connect(dsn, autocommit=True) as conn, \
+    with handle_errors(index_flags(model), interrupted=stopped), \
+            connect(dsn, autocommit=True) as conn, \
             _Bars(not json_out) as bars:
         result = versions.reindex(
             conn, collection, model=model, analyzer=analyzer, activate_after=activate,

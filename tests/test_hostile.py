@@ -782,3 +782,30 @@ def test_versions_compare_names_the_line_of_a_query_no_search_takes(
     path.write_text("refund\n" + line + "\n")
     with pytest.raises(InvalidInputError, match=f"^queries: .*q.jsonl: {said}"):
         read_query_file(path)
+
+
+def test_a_collection_model_that_cannot_load_is_not_blamed_on_an_untyped_model_flag(
+        db: str, tmp_path: Any) -> None:
+    """`pgfunnel ingest` and `embed` without --model on a collection whose model cannot
+    load said "--model: 'x' could not be loaded", naming a flag that was never typed."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    ingest_docs(db, [Doc("a", "refund words here")], collection="lost")
+    missing = str(tmp_path / "model-gone")
+    with connect(db, autocommit=True) as conn:
+        conn.execute("update pgfunnel.index_version set embedding_model = %s", (missing,))
+    page = tmp_path / "b.jsonl"
+    page.write_text('{"citekey": "b", "text": "more refund words"}\n')
+    for args in (["ingest", str(page), "-c", "lost"], ["embed", "refund", "-c", "lost"]):
+        res = CliRunner().invoke(app, [*args, "--dsn", db], env={"COLUMNS": "300"})
+        assert res.exit_code == 1, res.output
+        assert "--model" not in res.output, res.output
+        assert f"embedding_model='{missing}' could not be loaded" in res.output, res.output
+        # and a --model that was typed is still named as the flag
+        res = CliRunner().invoke(app, [*args, "--dsn", db, "--model", missing],
+                                 env={"COLUMNS": "300"})
+        assert f"--model: '{missing}' could not be loaded" in res.output or \
+            "--model: collection 'lost' is indexed with" in res.output, res.output
+    with connect(db, autocommit=True) as conn:
+        assert conn.execute("select count(*) from pgfunnel.document").fetchone() == (1,)
