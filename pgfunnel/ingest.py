@@ -2071,11 +2071,15 @@ def delete_documents(conn: psycopg.Connection[Any], collection: str,
         with tuple_rows(conn), conn.transaction():
             coll = require_collection(conn, collection)
             row = conn.execute("select current_user, pg_catalog.has_table_privilege("
-                               "'pgfunnel.document', 'DELETE')").fetchone()
+                               "'pgfunnel.document', 'DELETE'), "
+                               "pg_catalog.quote_ident(current_user)").fetchone()
             if row is not None and not row[1]:
-                # the first statement to fail would name an internal function
+                # the first statement to fail would name an internal function; the grant
+                # is named as ingest, reindex and the version commands name it
                 raise AccessError(f"role {row[0]!r} may not delete documents: it lacks DELETE "
-                                  "on pgfunnel.document (members of pgfunnel_writer have it)")
+                                  "on pgfunnel.document (members of pgfunnel_writer have it: "
+                                  f"grant pgfunnel_writer to {row[2]}; see docs/security.md, "
+                                  "Roles and grants)")
             ingest_lock(conn, collection)
             conn.execute(
                 "select pgfunnel._remove_chunks(array(select c.id from pgfunnel.chunk c "

@@ -897,7 +897,7 @@ def test_a_reader_writing_is_told_which_role_it_needs(rls_db: str, app_dsn: str)
     from typer.testing import CliRunner
 
     from pgfunnel import versions
-    from pgfunnel.ingest import Ingester, create_version
+    from pgfunnel.ingest import Ingester, create_version, delete_documents
     from pgfunnel.sources import DocumentRecord
 
     with connect(rls_db, autocommit=True) as owner:
@@ -915,6 +915,10 @@ def test_a_reader_writing_is_told_which_role_it_needs(rls_db: str, app_dsn: str)
             Ingester(conn, "default").ingest([record], vectors={"new": random_vectors(1, 1)})
         assert str(err.value).startswith(lacks.format("ingest documents", "INSERT",
                                                       "document"))
+        with pytest.raises(AccessError) as err:
+            delete_documents(conn, "default", ["new"])
+        assert str(err.value).startswith(lacks.format("delete documents", "DELETE",
+                                                      "document"))
         for call, what in ((lambda: versions.activate(conn, "default", 2),
                             "activate a version"),
                            (lambda: versions.rollback(conn, "default"),
@@ -925,7 +929,8 @@ def test_a_reader_writing_is_told_which_role_it_needs(rls_db: str, app_dsn: str)
                 call()
             privilege = "INSERT" if what == "reindex" else "UPDATE"
             assert str(err.value).startswith(lacks.format(what, privilege, "index_version"))
-    for command, what in ((["versions", "activate", "2"], "activate a version"),
+    for command, what in ((["delete", "new"], "delete documents"),
+                          (["versions", "activate", "2"], "activate a version"),
                           (["versions", "rollback"], "roll back a version switch"),
                           (["versions", "retire", "2"], "retire a version"),
                           (["reindex"], "reindex")):
