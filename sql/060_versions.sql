@@ -162,14 +162,22 @@ begin
 end
 $$;
 
--- the version the active one replaced when it was last activated (what rollback returns to)
+-- the version the active one replaced when it was last activated (what rollback returns to);
+-- NULL when it replaced none or that version was dropped: a dropped version's number goes to
+-- the next build, which the entry's id tells apart (an entry from before ids were recorded
+-- is matched by number)
 create or replace function pgfunnel.previous_version(collection_name text)
 returns integer
 language sql stable
 security invoker
 set search_path = pg_catalog, pgfunnel
 as $$
-    select (v.params -> 'activations' -> -1 ->> 'replaced')::integer
+    select p.version
       from pgfunnel.index_version v
+      cross join lateral (select v.params -> 'activations' -> -1 as e) a
+      join pgfunnel.index_version p
+        on p.collection_id = v.collection_id
+       and p.version = (a.e ->> 'replaced')::integer
+       and (a.e ->> 'replaced_id' is null or p.id = (a.e ->> 'replaced_id')::bigint)
      where v.collection_id = pgfunnel._collection_id(collection_name) and v.state = 'active'
 $$;

@@ -115,6 +115,8 @@ def test_analyzer_reindex_activate_rollback_retire_drop(sample_db: str, embedder
         assert _state(conn) == {1: "active", 2: "retired"}
         assert versions.rollback(conn, "default").activated == 2  # toggles back
         assert versions.rollback(conn, "default").activated == 1
+        previous = "select pgfunnel.previous_version('default')"
+        assert conn.execute(previous).fetchone() == (2,)
 
         with pytest.raises(ConflictError, match="active version"):
             versions.drop(conn, "default", 1)
@@ -136,6 +138,8 @@ def test_analyzer_reindex_activate_rollback_retire_drop(sample_db: str, embedder
                             (res.version_id,)).fetchone() == (0,)
         with pytest.raises(PgfunnelError, match="nothing to roll back"):
             versions.rollback(conn, "default")
+        # the SQL helper says so too: no number that activate_version could take
+        assert conn.execute(previous).fetchone() == (None,)
         # a new build takes the dropped version's number; it is still not what version 1
         # replaced, and rollback must not put it live untried
         again = versions.reindex(conn, "default", analyzer="simple_v2")
@@ -143,6 +147,7 @@ def test_analyzer_reindex_activate_rollback_retire_drop(sample_db: str, embedder
         with pytest.raises(PgfunnelError, match="was dropped .the version 2 listed now is a "
                                                 "later build that took its number.; nothing"):
             versions.rollback(conn, "default")
+        assert conn.execute(previous).fetchone() == (None,)
         assert _state(conn) == {1: "active", 2: "ready"}
 
 
