@@ -128,10 +128,11 @@ def evaluate(
         conn = connect(dsn, autocommit=True)
         try:
             if store_qrels:
-                from pgfunnel.db import require_writer
+                from pgfunnel.db import refuse_read_only, require_writer
 
-                # before the searches: a reader ran them all, then failed on Postgres'
-                # bare "permission denied for table qrel"
+                # before the searches: on a replica, and for a reader, they all ran and
+                # then the first write to pgfunnel.qrel failed
+                refuse_read_only(conn, "eval --store-qrels")
                 require_writer(conn, "store judgments (--store-qrels)", "qrel", "INSERT")
             with (NullProgress() if json_out else progress_display("eval", transient=True)
                   ) as progress:

@@ -7,6 +7,7 @@ ingest, reindex, init, migrate) is refused first, with the cause and the fix."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -255,6 +256,26 @@ def test_what_writes_says_it_needs_the_primary(sample_db: str, embedder: Any) ->
         assert conn.execute("select count(*) from pgfunnel.index_version").fetchone() == (1,)
         assert conn.execute("select count(*) from pgfunnel.document where citekey = 'new'"
                             ).fetchone() == (0,)
+
+
+def test_eval_storing_judgments_on_a_read_only_connection_is_refused_before_it_searches(
+        sample_db: str, tmp_path: Path) -> None:
+    """`eval --store-qrels` on a replica ran every search, then failed on its first write
+    to pgfunnel.qrel; a reader without INSERT on it was already refused up front."""
+    from pgfunnel.cli.main import app as cli
+
+    judged = tmp_path / "judged.jsonl"
+    judged.write_text(json.dumps({"query_id": "q1", "query": QUERIES[0], "slice": "s",
+                                  "relevant": ["refunds-monthly"]}) + "\n")
+    base = ["eval", str(judged), "--preset", "lexical", "--dsn", read_only(sample_db)]
+    stored = CliRunner().invoke(cli, [*base, "--store-qrels"], env={"COLUMNS": "200"})
+    said = " ".join(stored.output.split())
+    assert stored.exit_code == 1, said
+    assert said.startswith("error: eval --store-qrels writes to the database; the "
+                           "transaction is read-only"), said
+    assert "evaluating" not in said, said
+    plain = CliRunner().invoke(cli, base, env={"COLUMNS": "200"})
+    assert plain.exit_code == 0, plain.output
 
 
 def test_migrate_by_a_role_that_does_not_own_the_schema_says_whose_it_is(
