@@ -177,7 +177,8 @@ def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | No
     with warnings.catch_warnings(record=True) as caught:
         for category in noted:
             warnings.simplefilter("always", category)
-        records = list(read_paths(paths, exclude or [], root))
+        origins: dict[str, Path] = {}
+        records = list(read_paths(paths, exclude or [], root, origins=origins))
     skipped = [str(w.message) for w in caught if issubclass(w.category, noted)]
     for w in caught:
         if not issubclass(w.category, noted):
@@ -188,8 +189,16 @@ def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | No
                                    + "".join(f"; {note}" for note in skipped))
     records, boilerplate = drop_repeated_blocks(records)
     records, gathering = drop_gathering_pages(records)
-    records, copies = drop_copied_pages(records)
-    records, titles = drop_common_title_parts(records)
+    # a JSONL line names its own citekey and title, where a file's are made up from its
+    # path and markup: two lines of one text are two documents the caller named (the
+    # second was dropped as a generator's copy of a page), and a title part they share
+    # is the caller's ("FAQ: " was taken off as a site's name)
+    lines = {key for key, source in origins.items() if source.suffix.lower() == ".jsonl"}
+    pages, copies = drop_copied_pages([r for r in records if r.citekey not in lines])
+    pages, titles = drop_common_title_parts(pages)
+    kept = {r.citekey: r for r in pages}
+    records = [r if r.citekey in lines else kept[r.citekey]
+               for r in records if r.citekey in lines or r.citekey in kept]
     return records, skipped + boilerplate + gathering + copies + titles
 
 

@@ -872,12 +872,14 @@ class OtherFilesWarning(UserWarning):
 
 
 def read_paths(paths: Iterable[Path], exclude: Sequence[str] = (),
-               root: Path | None = None) -> Iterator[DocumentRecord]:
+               root: Path | None = None, *, origins: dict[str, Path] | None = None
+               ) -> Iterator[DocumentRecord]:
     """The documents of several files and folders (read_path each). A path given twice is
     read once; two sources of one citekey (a JSONL line and a file, two folders read
-    without a common root) are an error naming both, before the second is ingested."""
+    without a common root) are an error naming both, before the second is ingested.
+    ``origins``, given empty, is filled with each citekey's file."""
     read: set[Path] = set()
-    origin: dict[str, Path] = {}
+    origin: dict[str, Path] = {} if origins is None else origins
     for p in paths:
         try:
             resolved = Path(p).resolve()

@@ -1212,6 +1212,36 @@ def test_copies_for_other_readers_or_tenants_are_each_their_own(tmp_path: Path) 
         "refunds-acme", "refunds-globex", "refunds-initech"]
 
 
+def test_jsonl_lines_keep_their_citekeys_and_titles(tmp_path: Path) -> None:
+    # the rules for a generator's copies of a page and its site's name in titles are for
+    # files: a JSONL line names its own citekey and title, and two lines of one text (a
+    # stock answer under two products) were one document, "FAQ: " cut off every title
+    import json
+
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    answer = "This item ships within two business days."
+    lines = [{"citekey": f"sku-{i}", "title": f"FAQ: shipping of item {i}", "text": answer}
+             for i in range(12)]
+    (tmp_path / "faq.jsonl").write_text("\n".join(json.dumps(x) for x in lines))
+    # beside HTML pages in the same folder, which the rules still read
+    body = ("<html><head><title>File: README</title></head><body><div id='content'>"
+            "<h1>Mocha</h1><p>Mocha is a mocking and stubbing library.</p></div></body></html>")
+    (tmp_path / "file.README.html").write_text(body)
+    (tmp_path / "index.html").write_text(body)
+    for target in (tmp_path / "faq.jsonl", tmp_path):
+        res = CliRunner().invoke(app, ["ingest", str(target), "--dry-run", "--json"])
+        assert res.exit_code == 0, res.output
+        dry = json.loads(res.stdout)
+        docs = [d for d in dry["documents"] if d["citekey"].startswith("sku-")]
+        assert [d["citekey"] for d in docs] == [x["citekey"] for x in lines]
+        assert [d["title"] for d in docs] == [x["title"] for x in lines]
+        assert not any("sku-" in note or "FAQ" in note for note in dry["notes"])
+    assert [d["citekey"] for d in dry["documents"] if not d["citekey"].startswith("sku-")
+            ] == ["file.README"]
+
+
 def test_headings_keep_their_level_and_chunks_know_the_sections_they_sit_in() -> None:
     from pgfunnel.sources import chunk_text
 
