@@ -164,9 +164,12 @@ def _check_ordered(ordered: Any) -> list[Candidate]:
 
 
 def _check_json_mapping(name: str, value: Any) -> None:
-    """``notes`` and ``log_notes``: None or a mapping jsonb can hold (a set raised a raw
-    TypeError, NaN "invalid input syntax for type json", a NUL "unsupported Unicode
-    escape sequence", none of them naming the argument)."""
+    """``metadata_filter``, ``notes`` and ``log_notes``: None or a mapping jsonb can hold,
+    as ``Jsonb(dict(value))`` sends it (a set raised a raw TypeError, a structure nested
+    too deeply a RecursionError, NaN "invalid input syntax for type json", a NUL
+    "unsupported Unicode escape sequence", none of them naming the argument). jsonb holds
+    no NUL and no lone surrogate; no document's metadata has one (ingest refuses them), so
+    a filter with one could match nothing."""
     if value is None:
         return
     if not isinstance(value, Mapping):
@@ -180,7 +183,8 @@ def _check_json_mapping(name: str, value: Any) -> None:
         raise ConfigError(name, "is nested too deeply") from None
     check_sql_text(name, as_json)
     if JSON_NUL.search(as_json):
-        raise ConfigError(name, "contains a NUL character (\\u0000), which jsonb cannot hold")
+        raise ConfigError(name, "contains a NUL character (\\u0000), which jsonb cannot "
+                                f"hold: {shown(value)}")
 
 
 #: the largest statement_timeout Postgres takes (milliseconds, a 32-bit integer)
@@ -273,24 +277,7 @@ class SearchParams:
             # said as ingest says it: "collection '' does not exist (run `pgfunnel ingest`
             # into it first)" sent the user to an ingest that refuses the name
             raise ConfigError("collection", f"must be a non-empty name, got {coll!r}")
-        mf = kwargs.get("metadata_filter")
-        if mf is not None and not isinstance(mf, Mapping):
-            raise ConfigError("metadata_filter",
-                              f"must be a mapping (a JSON object) or None, got {type(mf).__name__}")
-        if mf is not None:
-            try:
-                as_json = json.dumps(mf, allow_nan=False, ensure_ascii=False)
-            except (TypeError, ValueError) as exc:
-                raise ConfigError("metadata_filter", f"is not JSON ({exc})") from None
-            except RecursionError:
-                # a raw RecursionError out of json.dumps, as ingest says of metadata
-                raise ConfigError("metadata_filter", "is nested too deeply") from None
-            # jsonb holds no NUL (\u0000) and no lone surrogate; no document's metadata
-            # has one (ingest refuses them), so the filter could match nothing
-            check_sql_text("metadata_filter", as_json)
-            if JSON_NUL.search(as_json):
-                raise ConfigError("metadata_filter", "contains a NUL character (\\u0000), "
-                                                     f"which jsonb cannot hold: {shown(mf)}")
+        _check_json_mapping("metadata_filter", kwargs.get("metadata_filter"))
         as_of = kwargs.get("as_of")
         if as_of is not None and not isinstance(as_of, (dt.datetime, dt.date)):
             raise ConfigError("as_of", f"must be a datetime or None, got "

@@ -506,6 +506,19 @@ def test_a_metadata_filter_nested_too_deeply_is_a_config_error(corpus_db: str) -
         Funnel(dead, embedder=None).search("refund", metadata_filter=deep)
 
 
+def test_a_metadata_filter_is_checked_as_it_is_sent() -> None:
+    """Sent as Jsonb(dict(filter)), as notes are: a read-only mapping was refused as "not
+    JSON" by a check that dumped it without dict()."""
+    from types import MappingProxyType
+
+    from pgfunnel.search import SearchParams
+
+    p = SearchParams.build(metadata_filter=MappingProxyType({"team": "billing"}))
+    assert dict(p.metadata_filter or {}) == {"team": "billing"}
+    with pytest.raises(ConfigError, match=r"^metadata_filter: contains a NUL character"):
+        SearchParams.build(metadata_filter={"team": "a\x00b"})
+
+
 def test_weights_as_a_numpy_array_are_taken_and_checked_as_a_list(corpus_db: str) -> None:
     """np.array([1.0, 0.5]) was refused as "must be two numbers [lexical, dense]" (an array
     is no Sequence), where a numpy k or a list of numpy floats is taken."""
