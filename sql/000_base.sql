@@ -8,6 +8,23 @@ security invoker
 set search_path = pg_catalog, pgfunnel
 as $$ select '0.1.0'::text $$;
 
+-- the pattern of a value with whitespace at either end, whitespace as Python's str.isspace()
+-- (and so ingest, which refuses such a tenant, language or reader) has it: '\s' follows the
+-- collation, and under C.UTF-8 misses the no-break space U+00A0, U+0085 and U+001C..U+001F
+-- (under plain C every space beyond ASCII), so such a value passed and matched nothing.
+-- One definition for every check; immutable and without arguments, a call is folded to
+-- its constant when the calling statement is planned (plpgsql plans a declaration once
+-- per session), so it costs what the literal did.
+create or replace function pgfunnel._space_edged_pattern()
+returns text
+language sql immutable parallel safe
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+    select '^[\t-\r\x1c-\x20\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]|'
+           '[\t-\r\x1c-\x20\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]$'::text
+$$;
+
 -- raise invalid_parameter_value naming the parameter (Python maps 22023 to ConfigError)
 create or replace function pgfunnel._bad_parameter(parameter text, message text)
 returns void

@@ -17,12 +17,8 @@ security invoker
 set search_path = pg_catalog, pgfunnel
 as $$
 declare
-    -- a value with whitespace at either end, whitespace as Python's str.isspace() (and so
-    -- ingest, which refuses it) has it: '\s' follows the collation, and under C.UTF-8
-    -- misses the no-break space U+00A0, U+0085 and U+001C..U+001F (under plain C every
-    -- space beyond ASCII), so such a value passed here and matched nothing
-    edged constant text := '^[\t-\r\x1c-\x20\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]|'
-                           '[\t-\r\x1c-\x20\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]$';
+    -- not '\s', which follows the collation (_space_edged_pattern)
+    edged constant text := pgfunnel._space_edged_pattern();
 begin
     if k is null or k < 1 or k > 1000 then
         perform pgfunnel._bad_parameter('k', format('must be between 1 and 1000, got %s', coalesce(k::text, 'NULL')));
@@ -85,9 +81,8 @@ security invoker
 set search_path = pg_catalog, pgfunnel
 as $$
 declare
-    -- as in _check_search_params
-    edged constant text := '^[\t-\r\x1c-\x20\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]|'
-                           '[\t-\r\x1c-\x20\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]$';
+    -- not '\s', which follows the collation (_space_edged_pattern)
+    edged constant text := pgfunnel._space_edged_pattern();
 begin
     if tenant = '' then
         perform pgfunnel._bad_parameter('tenant', 'must be a non-empty string or NULL, got ''''');

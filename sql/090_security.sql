@@ -18,9 +18,8 @@ as $$
 declare
     raw text := current_setting('pgfunnel.principals', true);
     parsed jsonb;
-    -- as in pgfunnel._check_search_params: whitespace as ingest (Python) has it
-    edged constant text := '^[\t-\r\x1c-\x20\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]|'
-                           '[\t-\r\x1c-\x20\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]$';
+    -- whitespace as ingest (Python) has it, not as '\s' and the collation do
+    edged constant text := pgfunnel._space_edged_pattern();
 begin
     if raw is null or raw = '' then
         return null;
