@@ -109,7 +109,7 @@ def refuse_dense_options(lexical_only: bool, **dense_options: object) -> None:
                                     "turns off")
 
 
-def rrf_constant(rrf_k: float | None, fusion: str) -> dict[str, float]:
+def rrf_k_args(rrf_k: float | None, fusion: str) -> dict[str, float]:
     """--rrf-k as search arguments, which only RRF reads: given with another fusion it
     is an error, not dropped without a word; left out, none (the search's default)."""
     if rrf_k is None:

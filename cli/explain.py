@@ -28,7 +28,7 @@ from pgfunnel.cli.common import (
     leg_weights,
     out,
     refuse_dense_options,
-    rrf_constant,
+    rrf_k_args,
 )
 from rich.markup import escape
 
@@ -68,7 +68,7 @@ def explain_command(
         warnings.simplefilter("ignore")
         refuse_dense_options(lexical_only, dense_weight=dense_weight, dense_depth=dense_depth)
         weights = leg_weights(lexical_weight, dense_weight, lexical_only)
-        rrf_args = rrf_constant(rrf_k, fusion)
+        rrf_args = rrf_k_args(rrf_k, fusion)
         funnel = Funnel(dsn, collection, embedder=None if lexical_only else "auto")
         try:
             found = [explain(funnel, query, c, k=k, principals=principal or [], tenant=tenant,

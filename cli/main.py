@@ -37,7 +37,7 @@ from pgfunnel.cli.common import (
     plural,
     progress_display,
     refuse_dense_options,
-    rrf_constant,
+    rrf_k_args,
 )
 from rich.markup import escape
 from rich.table import Table
@@ -479,7 +479,7 @@ def search(
         reranker = None
         refuse_dense_options(lexical_only, dense_weight=dense_weight, dense_depth=dense_depth)
         weights = leg_weights(lexical_weight, dense_weight, lexical_only)
-        rrf_args = rrf_constant(rrf_k, fusion)
+        rrf_args = rrf_k_args(rrf_k, fusion)
         if not rerank and (rerank_model is not None or rerank_depth is not None):
             # without --rerank they were ignored: results that were never reranked,
             # with nothing to say so
