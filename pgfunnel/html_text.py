@@ -360,9 +360,10 @@ class _Renderer:
         # are parted by " | ", without one after its last cell (nor its empty last cells)
         lines = [line for p in text.split("\x00")
                  if (line := _TRAILING_CELL_ENDS.sub("", p).strip())]
-        if len(lines) > 1:
+        if any(line.startswith("- ") for line in lines):
             # an item that holds nothing but a list, whose items follow as a block of their
-            # own (javadoc's class hierarchy: "- java.lang.Object", then a bare "-")
+            # own (javadoc's class hierarchy: "- java.lang.Object", then a bare "-"); only
+            # among items, where a "-" of a line break or a table cell is the text's own
             lines = [line for line in lines if line != "-"]
         text = "\n".join(line.replace(_CELL_END, "|") for line in lines)
         self.line = []

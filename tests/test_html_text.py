@@ -413,6 +413,9 @@ def test_an_item_holding_only_a_list_leaves_no_bare_bullet() -> None:
     # an item whose text is a paragraph keeps its bullet
     assert html_to_text("<main><ul><li><p>para</p><ul><li>x</li></ul></li></ul></main>"
                         )[1] == "- para\n\n- x"
+    # a line that is a "-" of the text's own, outside a list, stays (it was taken for such
+    # an item's bullet wherever a paragraph had more than one line)
+    assert html_to_text("<main><p>Before<br>-<br>After</p></main>")[1] == "Before\n-\nAfter"
 
 
 def test_a_source_listing_in_a_folder_is_left_out_with_a_note(tmp_path: Path) -> None:
