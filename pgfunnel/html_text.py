@@ -675,6 +675,8 @@ class HtmlPage:
     entry_share: float = 0.0
     #: the share of the main content's words that are code blocks'
     code_share: float = 0.0
+    #: whether the main content has a heading of its own
+    headed: bool = False
 
     def is_link_list(self) -> bool:
         """A generated index or table of contents rather than a page of text: 100 links
@@ -715,8 +717,10 @@ class HtmlPage:
         Beside the pages documenting it, it matched every name they describe, as Sphinx's
         ``_modules`` listings did (``sources.SPHINX_GENERATED``). The Python
         documentation's page with the most code, the full grammar, is 96% code under its
-        heading and introduction; rsyslog's most, 69%."""
-        return self.code_share >= 0.99
+        heading and introduction; rsyslog's most, 69%. A page with a heading of its own is
+        not one, however much code it holds: a sample configuration file under its
+        heading is documentation, and Haddock's listings have none."""
+        return self.code_share >= 0.99 and not self.headed
 
 
 def html_to_text(html: str) -> tuple[str, str]:
@@ -748,7 +752,8 @@ def html_page(html: str) -> HtmlPage:
                     counts.link_words / counts.words if counts.words else 0.0,
                     len(counts.own_vocabulary), counts.entries,
                     counts.entry_words / counts.words if counts.words else 0.0,
-                    counts.code_words / counts.words if counts.words else 0.0)
+                    counts.code_words / counts.words if counts.words else 0.0,
+                    renderer.first_heading is not None)
 
 
 # "<no title> — Buildbot 3.7 documentation"

@@ -443,9 +443,17 @@ def test_a_source_listing_in_a_folder_is_left_out_with_a_note(tmp_path: Path) ->
     assert listing.code_share == 1.0 and listing.is_source_listing()
     page = html_page((tmp_path / "grammar.html").read_text())
     assert 0.9 < page.code_share < 0.99 and not page.is_source_listing()
+    # nor is a page of code under its heading alone: a sample configuration file is
+    # documentation, and it was left out of a folder's ingest
+    sample = "".join(f"option_{i} = value_{i}  # sets knob {i}\n" for i in range(60))
+    (tmp_path / "sample-config.html").write_text(
+        '<html><body><div role="main"><h1>Sample configuration</h1>'
+        f"<pre>{sample}</pre></div></body></html>")
+    page = html_page((tmp_path / "sample-config.html").read_text())
+    assert page.code_share >= 0.99 and not page.is_source_listing()
     with pytest.warns(EmptyFileWarning) as caught:
         docs = list(read_path(tmp_path))
-    assert [d.citekey for d in docs] == ["grammar"]
+    assert [d.citekey for d in docs] == ["grammar", "sample-config"]
     assert str(caught[0].message).endswith(
         "Data.List.Split.Internals.html: a source listing (code and nothing else, 100% of "
         "its words), skipped")
