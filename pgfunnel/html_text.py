@@ -349,6 +349,7 @@ class _Renderer:
         self.first_h1: str | None = None
         # the paragraphs written before the first <h1> (_page_title)
         self.before_h1: set[str] = set()
+        self.h1s = 0  # <h1> headings written: more than one, and they are sections
         self.first_heading: str | None = None
         self.headings: list[str] = []
         self._bullet = ""  # a list item's "- " whose text starts in a paragraph of its own
@@ -464,6 +465,8 @@ class _Renderer:
                 self.headings.append(heading)
                 if self.modules:
                     self._write_modules()
+                if tag == "h1":
+                    self.h1s += 1
                 if tag == "h1" and self.first_h1 is None:
                     self.first_h1 = heading
                     self.before_h1 = set(self.blocks[:-1])
@@ -765,9 +768,10 @@ def _page_title(renderer: _Renderer, page_title: str) -> str:
     name in an ``<h1>`` names the page in ``<title>``, either as one of the page's later
     headings (libxslt's "The XSLT C library for GNOME") or as a later heading followed by
     a separator and that name (Django's "FAQ: General — Django 3.2 documentation" under
-    an ``<h1>`` "Django 3.2 documentation"). Nor is it the title when ``<title>``, not
-    naming it, is written as a paragraph of its own above it: the ``<h1>`` is then the
-    page's first section (Haddock's module pages)."""
+    an ``<h1>`` "Django 3.2 documentation"). Nor is it the title when the page has
+    several ``<h1>`` and ``<title>``, not naming the first, is written as a paragraph of
+    its own above it: the ``<h1>`` is then the page's first section (Haddock's module
+    pages)."""
     h1 = renderer.first_h1
     if h1 is None:
         return _without_site_name(page_title, renderer.first_heading)
@@ -775,11 +779,12 @@ def _page_title(renderer: _Renderer, page_title: str) -> str:
         return h1
     own = page_title.casefold()
     banner = h1.casefold()
-    if banner not in own and page_title in renderer.before_h1:
-        # the page's name written above its first section, which is the <h1>: Haddock's
-        # module pages (<title> "Data.List.Split.Internals", a caption of that name, then
-        # <h1> "Types and utilities"); titled by the <h1>, each module was named by its
-        # first section
+    if renderer.h1s > 1 and banner not in own and page_title in renderer.before_h1:
+        # the page's name written above its sections, which are <h1>s: Haddock's module
+        # pages (<title> "Data.List.Split.Internals", a caption of that name, then <h1>
+        # "Types and utilities", <h1> "Combinators", ...); titled by the first, each module
+        # was named by its first section. A single <h1> names the page: a site whose
+        # <title> is its name, written again above the <h1> as a logo, keeps the <h1>
         return page_title
     for heading in renderer.headings:
         if heading == h1:

@@ -363,10 +363,16 @@ def test_a_title_written_above_the_first_h1_is_the_title() -> None:
 <div id="description"><p class="caption">Description</p><div class="doc"><p>Implementation
 module for Data.List.Split.</p></div></div>
 <div id="interface"><h1 id="g:1">Types and utilities</h1><p>A splitting strategy.</p>
-</div></div></body></html>"""
+<h1 id="g:2">Combinators</h1><p>Ways to split a list.</p></div></div></body></html>"""
     title, text = html_to_text(page)
     assert title == "Data.List.Split.Internals"
     assert text.startswith("License | BSD-style\n\nData.List.Split.Internals\n\n"), text
+    # a single <h1> names the page: a site's name as <title>, and again above the <h1>
+    # as its logo, titled every page by the site's name
+    title, _ = html_to_text("<html><head><title>MySite</title></head><body><div "
+                            'class="logo">MySite</div><h1>Installation</h1><p>Run pip '
+                            "install mysite.</p></body></html>")
+    assert title == "Installation"
     # <title> written below the <h1> (a page quoting its own name) leaves the <h1> the title
     title, _ = html_to_text("<html><head><title>Bar</title></head><body><main><h1>Foo</h1>"
                             "<p>Bar</p></main></body></html>")
