@@ -498,9 +498,12 @@ class _Renderer:
             self._term_heading(terms)
             self._flush()
             return
-        if tag == "pre" or _is_code_lines(element, self.inside_main):
+        code_lines = None if tag == "pre" else _code_lines(element, self.inside_main)
+        if tag == "pre" or code_lines is not None:
             self._flush()
-            code = "".join(_raw_text(element)).strip("\n")
+            raw = ("".join(_raw_text(element)) if code_lines is None else "\n".join(
+                "".join(_raw_text(line)).strip("\n") for line in code_lines))
+            code = raw.strip("\n")
             self.counts.words += len(code.split())
             self.counts.code_words += len(code.split())
             if code.strip():
@@ -536,16 +539,19 @@ class _Renderer:
         self.render_children(element)
 
 
-def _is_code_lines(element: _Element, inside_main: bool) -> bool:
-    """A code block written as a ``<div>`` of lines rather than a ``<pre>``: Doxygen's
-    ``<div class="fragment">`` of ``<div class="line">`` elements (styled to keep their
-    spaces). Read as paragraphs, each line of an example was a paragraph of its own, its
-    indentation gone."""
+def _code_lines(element: _Element, inside_main: bool) -> list[_Element] | None:
+    """The lines of a code block written as a ``<div>`` of lines rather than a ``<pre>``,
+    or None: Doxygen's ``<div class="fragment">`` of ``<div class="line">`` elements
+    (styled to keep their spaces). Read as paragraphs, each line of an example was a
+    paragraph of its own, its indentation gone. Each element is a line whether or not
+    the HTML has a line break between them (minified, it has none)."""
     if element.tag != "div" or "fragment" not in element.classes():
-        return False
+        return None
     lines = [c for c in element.children
              if isinstance(c, _Element) and not _is_dropped(c, inside_main)]
-    return bool(lines) and all(c.tag == "div" and "line" in c.classes() for c in lines)
+    if lines and all(c.tag == "div" and "line" in c.classes() for c in lines):
+        return lines
+    return None
 
 
 # what a table cell holds that one line of a row cannot: code keeps its lines, headings

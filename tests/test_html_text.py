@@ -295,6 +295,9 @@ def test_doxygen_code_fragment_is_code_without_its_tooltips() -> None:
         '        printf("%s\\n",\n' \
         "               json_object_iter_peek_name(&it));\n    }" in text, text
     assert "Definition" not in text and "JSON_EXPORT" not in text
+    # each div is a line, with or without a line break between them (minified HTML ran
+    # the lines into one)
+    assert html_to_text(page.replace("</div>\n", "</div>"))[1] == text
     # a div of that class holding other things is no code block (reveal.js's fragments)
     _, slide = html_to_text('<html><body><main><div class="fragment"><p>First point.</p>'
                             "<p>Second point.</p></div></main></body></html>")
