@@ -471,16 +471,24 @@ def refuse_unused_rrf_k(given: Mapping[str, Any], fusion: str) -> None:
                                    f"{fusion!r}, which has no constant)")
 
 
+def query_text_problem(query: str) -> str | None:
+    """What keeps ``query`` from being searched, as a clause ("is 20,000 characters long;
+    ..."), or None: over MAX_QUERY_CHARS, or text Postgres cannot hold. The search says it
+    of ``query_text``; the query files of eval and ``versions compare`` say it with the
+    line, before any search runs."""
+    if len(query) > MAX_QUERY_CHARS:
+        return (f"is {len(query):,} characters long; a search takes at most "
+                f"{MAX_QUERY_CHARS:,}")
+    return text_problem(query)
+
+
 def check_query_text(query: str | None) -> str | None:
     """Reject text Postgres cannot hold or that is absurdly long, before any SQL runs."""
     if query is None:
         return None
     if not isinstance(query, str):
         raise InvalidInputError(f"query_text: must be a string, got {type(query).__name__}")
-    if len(query) > MAX_QUERY_CHARS:
-        raise InvalidInputError(
-            f"query_text: is {len(query)} characters long; the limit is {MAX_QUERY_CHARS}")
-    if (problem := text_problem(query)) is not None:
+    if (problem := query_text_problem(query)) is not None:
         raise InvalidInputError(f"query_text: {problem}")
     return query
 

@@ -56,7 +56,6 @@ from pgfunnel.errors import (
     PgfunnelError,
     check_sql_text,
     read_file_text,
-    text_problem,
     translate,
 )
 from pgfunnel.ingest import (
@@ -1329,12 +1328,10 @@ def read_query_file(path: str | Path) -> tuple[list[Any], bool]:
     # as the judged format's lines are checked (eval.qrels.parse_query): with the line, not
     # by the search minutes in ("query_text: contains a NUL byte", naming no line) or by
     # the tokenizer's TypeError for a lone surrogate
-    from pgfunnel.search import MAX_QUERY_CHARS
+    from pgfunnel.search import query_text_problem
 
     for i, t in enumerate(map(str, texts), 1):
-        problem = text_problem(t) if len(t) <= MAX_QUERY_CHARS else (
-            f"is {len(t):,} characters long; a search takes at most {MAX_QUERY_CHARS:,}")
-        if problem is not None:
+        if (problem := query_text_problem(t)) is not None:
             raise InvalidInputError(f"queries: {p}: line {i}: the query {problem}")
     return [str(t) for t in texts], False
 

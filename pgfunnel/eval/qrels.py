@@ -122,13 +122,12 @@ def parse_query(obj: Any, line: int | None = None) -> JudgedQuery:
     # an empty query searches nothing and scored 0 without a word, where an empty slice
     # was refused
     query = text_field("query", allow_empty=False)
-    from pgfunnel.search import MAX_QUERY_CHARS
+    from pgfunnel.search import query_text_problem
 
-    if len(query) > MAX_QUERY_CHARS:
+    if (problem := query_text_problem(query)) is not None:
         # said here, with its line, rather than by the search, which stopped the run
         # minutes in without naming the query
-        raise InvalidInputError(f"{where}: field 'query' is {len(query):,} characters long; "
-                                f"a search takes at most {MAX_QUERY_CHARS:,}")
+        raise InvalidInputError(f"{where}: field 'query' {problem}")
     slice_name = text_field("slice", allow_empty=False)
     if slice_name == ALL_SLICE:
         raise InvalidInputError(
