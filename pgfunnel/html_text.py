@@ -315,8 +315,12 @@ def _main_content(root: _Element) -> tuple[_Element, bool]:
 # the most words of a list item that is an entry of an index, a link and a few words
 # (Doxygen's ``json_object_put() : json_object.h``; 8 took in the Python documentation's
 # items of a link and a phrase, ``urllib.request for opening and reading URLs``), and
-# the fewest such items an index holds (HtmlPage.is_link_list)
+# the fewest such items an index holds (HtmlPage.is_link_list). Of its words at most 2
+# are its own, outside the link: the entry's name and a colon. A changelog's short items
+# (``Fix parser crash #12``, the issue a link) have more, and with 3 own words a page of
+# them was an index and left out of a folder's ingest.
 _ENTRY_WORDS = 5
+_ENTRY_OWN_WORDS = 2
 _MIN_ENTRIES = 3
 
 
@@ -423,8 +427,8 @@ class _Renderer:
         entry_words = counts.entry_words
         self.render_children(item)
         written = counts.words - words
-        if counts.links > links and written <= _ENTRY_WORDS and \
-                written > counts.link_words - link_words:
+        own = written - (counts.link_words - link_words)
+        if counts.links > links and written <= _ENTRY_WORDS and 0 < own <= _ENTRY_OWN_WORDS:
             counts.entries += 1
             counts.entry_words = entry_words + written
 
@@ -701,10 +705,11 @@ class HtmlPage:
 
         Or an index whose entries name what they link to in words of their own: 3 list
         items or more that are each a link and a few words besides (5 words at most in
-        all), making up half the page's words (Doxygen's member indexes, ``json_bool :
-        json_types.h`` with only the file a link, 32% link words and a kind of word for
-        each link: 57 - 97% of their words are such items, on pages of 3 links to 197;
-        in the Python documentation and rsyslog's, 29% at most, a page of one such item).
+        all, 1 or 2 outside the link), making up half the page's words (Doxygen's
+        member indexes, ``json_bool : json_types.h`` with only the file a link, 32%
+        link words and a kind of word for each link: 57 - 97% of their words are such
+        items, on pages of 3 links to 197; in the Python documentation and rsyslog's,
+        29% at most, a page of one such item).
         A table of contents, whose items are links alone, is not one."""
         return self.is_mostly_links() or self.is_entry_index()
 

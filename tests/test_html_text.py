@@ -236,6 +236,13 @@ def test_a_doxygen_member_index_is_a_page_of_links(tmp_path: Path) -> None:
             ("parse", "parsing URLs into their parts"),
             ("robotparser", "parsing a site's robots.txt file")))
         + "</ul>")))
+    # a changelog of short items, each with its issue's link: a page of text, not an index
+    # (every item was an entry, so the page was left out of the folder)
+    fixes = ("parser crash", "close leak", "docs typo", "exit hang", "tokener race",
+             "printbuf overflow")
+    (tmp_path / "changes.html").write_text(_doxygen_page("Changes", "<ul>" + "".join(
+        f"<li>Fix {what} <a href='https://example.org/issues/{i}'>#{i}</a></li>"
+        for i, what in enumerate(fixes * 4)) + "</ul>"))
     # a table of contents: items that are links alone
     (tmp_path / "toc.html").write_text(_doxygen_page("Contents", "<ul>" + "".join(
         f"<li><a href='c{i}.html'>Chapter {i}</a></li>" for i in range(30)) + "</ul>"))
@@ -254,9 +261,11 @@ def test_a_doxygen_member_index_is_a_page_of_links(tmp_path: Path) -> None:
     assert urllib.entries == 0 and not urllib.is_link_list()
     toc = html_page((tmp_path / "toc.html").read_text())
     assert toc.entries == 0 and not toc.is_link_list()
+    changes = html_page((tmp_path / "changes.html").read_text())
+    assert changes.entries == 0 and not changes.is_link_list()
     with pytest.warns(EmptyFileWarning) as caught:
         docs = list(read_path(tmp_path))
-    assert sorted(d.citekey for d in docs) == ["toc", "urllib"]
+    assert sorted(d.citekey for d in docs) == ["changes", "toc", "urllib"]
     notes = sorted(str(w.message) for w in caught)
     assert notes[2].endswith("globals_j.html: a page of links (120 links, 33% of its words; "
                              "120 entries of a link and a few words, 100% of its words), an "
