@@ -195,8 +195,13 @@ def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | No
     # is the caller's ("FAQ: " was taken off as a site's name)
     lines = {key for key, source in origins.items() if source.suffix.lower() == ".jsonl"}
     pages, copies = drop_copied_pages([r for r in records if r.citekey not in lines])
-    pages, titles = drop_common_title_parts(pages)
-    kept = {r.citekey: r for r in pages}
+    # and only an HTML page's title comes from a site's <title>: a Markdown or RST file's
+    # is its author's first heading, where a part ten of them share is a series'
+    # ("Tutorial: "), not a site's name
+    html = {key for key, source in origins.items()
+            if source.suffix.lower() in (".html", ".htm", ".xhtml")}
+    titled, titles = drop_common_title_parts([r for r in pages if r.citekey in html])
+    kept = {r.citekey: r for r in pages} | {r.citekey: r for r in titled}
     records = [r if r.citekey in lines else kept[r.citekey]
                for r in records if r.citekey in lines or r.citekey in kept]
     return records, skipped + boilerplate + gathering + copies + titles

@@ -1172,6 +1172,17 @@ def test_the_site_name_all_titles_share_is_taken_off(tmp_path: Path) -> None:
                                                           "f1.h File Reference"]
     assert "took 'json-c: ' off the 10 titles of 10 documents that begin with it (the " \
         "site's name)" in dry["notes"]
+    # a Markdown file's title is its author's first heading: a series' shared part stays
+    series = tmp_path / "tutorials"
+    series.mkdir()
+    for i in range(12):
+        (series / f"t{i}.md").write_text(f"# Tutorial: step {i}\n\nWhat step {i} does.\n")
+    res = CliRunner().invoke(app, ["ingest", str(series), "--dry-run", "--json"])
+    assert res.exit_code == 0, res.output
+    dry = json.loads(res.stdout)
+    assert [d["title"] for d in dry["documents"]][:2] == ["Tutorial: step 0",
+                                                          "Tutorial: step 1"]
+    assert not [n for n in dry["notes"] if "site's name" in n]
 
 
 def test_a_copy_of_a_page_in_its_folder_is_left_out(tmp_path: Path) -> None:
