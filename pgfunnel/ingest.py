@@ -629,17 +629,23 @@ def _tsvector_quote(term: str) -> str:
 MAX_COLLECTION_NAME = 200
 
 
+_JOINERS = frozenset("\u200c\u200d")  # zero-width non-joiner, zero-width joiner
+
+
 def check_collection_name(name: object) -> None:
     """Refuse a name no one could type back: empty or blank, over MAX_COLLECTION_NAME
     characters, or holding a control character (C0 or C1: U+0085 ends a line) or an
     invisible format character (a bidirectional override shows the name reversed, a
-    zero-width space not at all) (ConfigError)."""
+    zero-width space not at all) (ConfigError). The zero-width joiner and non-joiner
+    are letters' business between two letters (Persian writes ZWNJ inside words, emoji
+    sequences join with ZWJ), so there they stay."""
     if not isinstance(name, str) or not name.strip():
         raise ConfigError("collection", f"must be a non-empty name, got {name!r}")
     if len(name) > MAX_COLLECTION_NAME:
         raise ConfigError("collection", f"must be at most {MAX_COLLECTION_NAME} characters, "
                           f"got {len(name)}")
-    if any(unicodedata.category(ch) in ("Cc", "Cf") for ch in name):
+    if any(unicodedata.category(ch) == "Cc" or unicodedata.category(ch) == "Cf" and not (
+            ch in _JOINERS and 0 < i < len(name) - 1) for i, ch in enumerate(name)):
         raise ConfigError("collection", "must not hold control characters or invisible "
                           f"format characters, got {ascii(name)}")
     check_sql_text("collection", name)

@@ -1331,7 +1331,9 @@ def test_another_model_of_the_same_size_is_refused_on_an_existing_collection(
     # override showed the name reversed; a zero-width space not at all) were taken
     ("next\x85line", "control characters"), ("x\x9by", "control characters"),
     ("a\u202eb", "invisible format characters"), ("a\u200bb", "invisible format"),
-    ("\ufeffdocs", "invisible format")])
+    ("\ufeffdocs", "invisible format"),
+    # a joiner belongs between letters; at an end it is invisible
+    ("\u200cdocs", "invisible format"), ("docs\u200d", "invisible format")])
 def test_a_collection_name_no_one_could_type_back_is_refused(conn: psycopg.Connection[Any],
                                                              name: str, message: str) -> None:
     from pgfunnel.errors import ConfigError
@@ -1341,6 +1343,15 @@ def test_a_collection_name_no_one_could_type_back_is_refused(conn: psycopg.Conne
     with pytest.raises(ConfigError, match=message):
         get_or_create_collection(conn, name)
     assert conn.execute("select count(*) from pgfunnel.collection").fetchone() == (0,)
+
+
+def test_a_collection_name_may_join_its_letters(conn: psycopg.Connection[Any]) -> None:
+    # Persian writes a zero-width non-joiner inside words, emoji sequences join with a
+    # zero-width joiner: both were refused as invisible format characters
+    for name in ("\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645",
+                 "team-\U0001F469\u200d\U0001F4BB"):
+        assert get_or_create_collection(conn, name) > 0
+    assert conn.execute("select count(*) from pgfunnel.collection").fetchone() == (2,)
 
 
 def test_ingest_names_the_collection_flag_for_a_name_it_refuses(db: str,
