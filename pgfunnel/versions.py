@@ -1312,9 +1312,12 @@ def read_query_file(path: str | Path) -> tuple[list[Any], bool]:
         raise InvalidInputError(f"queries: cannot read {p}: {exc}") from exc
     # with a BOM the first line was no JSON, so a judged file was read as plain queries
     # and that line's JSON searched as text
-    lines = [ln for ln in text.removeprefix("\ufeff").splitlines() if ln.strip()]
+    # (line number in the file, line): blank lines are skipped, and not counted out of
+    # the numbers an error names
+    lines = [(n, ln) for n, ln in enumerate(text.removeprefix("\ufeff").splitlines(), 1)
+             if ln.strip()]
     objs: list[Any] = []
-    for ln in lines:
+    for _, ln in lines:
         try:
             objs.append(json.loads(ln))
         except JSON_ERRORS:
@@ -1322,7 +1325,8 @@ def read_query_file(path: str | Path) -> tuple[list[Any], bool]:
     if objs and all(isinstance(o, dict) and "relevant" in o for o in objs):
         return load_queries(p), True
     texts = [o.get("query") if isinstance(o, dict) else o for o in objs]
-    bad = [i + 1 for i, t in enumerate(texts) if not isinstance(t, str) or not t.strip()]
+    bad = [n for (n, _), t in zip(lines, texts, strict=True)
+           if not isinstance(t, str) or not t.strip()]
     if bad:
         raise InvalidInputError(f"queries: {p}: line {bad[0]} has no query text")
     # as the judged format's lines are checked (eval.qrels.parse_query): with the line, not
@@ -1330,9 +1334,9 @@ def read_query_file(path: str | Path) -> tuple[list[Any], bool]:
     # the tokenizer's TypeError for a lone surrogate
     from pgfunnel.search import query_text_problem
 
-    for i, t in enumerate(map(str, texts), 1):
+    for (n, _), t in zip(lines, map(str, texts), strict=True):
         if (problem := query_text_problem(t)) is not None:
-            raise InvalidInputError(f"queries: {p}: line {i}: the query {problem}")
+            raise InvalidInputError(f"queries: {p}: line {n}: the query {problem}")
     return [str(t) for t in texts], False
 
 

@@ -796,6 +796,11 @@ def test_versions_compare_names_the_line_of_a_query_no_search_takes(
     path.write_text("refund\n" + line + "\n")
     with pytest.raises(InvalidInputError, match=f"^queries: .*q.jsonl: {said}"):
         read_query_file(path)
+    # the line of the file, blank lines counted (they were not: "line 2" for line 4)
+    path.write_text("refund\n\n\n" + line + "\n")
+    with pytest.raises(InvalidInputError,
+                       match=f"^queries: .*q.jsonl: {said.replace('line 2', 'line 4')}"):
+        read_query_file(path)
 
 
 def test_a_collection_model_that_cannot_load_is_not_blamed_on_an_untyped_model_flag(
