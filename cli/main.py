@@ -492,7 +492,6 @@ def search(
                               "applies only with --rerank; add --rerank to rerank the pool")
         from pgfunnel.db import connect
         from pgfunnel.schema import stale_schema
-        from pgfunnel.search import SearchParams
 
         search_params = dict(
             k=k, principals=principal or [], tenant=tenant, fusion=fusion, **rrf_args,
@@ -508,10 +507,7 @@ def search(
                 # the cross-encoder loads for seconds: a bad value (--k 0) or an unknown
                 # collection is told before that, not after (nor hidden behind a model
                 # that cannot load)
-                checker = Funnel(conn, collection, embedder=None)
-                checker.active_model(collection)
-                checker._check_params(conn, query, SearchParams.build(
-                    collection=collection, **search_params))
+                Funnel(conn, collection, embedder=None).check(query, **search_params)
         if rerank:
             from pgfunnel.rerank import DEFAULT_RERANK_MODEL, Reranker
 

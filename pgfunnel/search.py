@@ -722,7 +722,8 @@ class Funnel:
                                 "ingest` into it first)")
         return str(row[0]), int(row[1])
 
-    def _check_params(self, conn: psycopg.Connection[Any], query: str, p: SearchParams) -> None:
+    def _check_params(self, conn: psycopg.Connection[Any], query: str | None,
+                      p: SearchParams) -> None:
         """The search's parameter values, checked by the function the search checks them
         with (``pgfunnel._check_funnel_params``); loading the model looks the collection
         up next."""
@@ -754,6 +755,20 @@ class Funnel:
                 conn.execute("select pgfunnel._check_trace_writable(null, null)")
         except psycopg.Error as exc:
             raise translate(exc) from exc
+
+    def check(self, query: str | None, **params: Any) -> None:
+        """The search's query text and parameter values checked as ``search`` checks them,
+        and its collection looked up, without searching: a ConfigError (NotFoundError for
+        an unknown collection) before anything slow, such as loading a cross-encoder or
+        a query embedder."""
+        merged = {**{f.name: getattr(self.defaults, f.name)
+                     for f in dataclasses.fields(SearchParams)}, **params}
+        p = SearchParams.build(**merged)
+        refuse_unused_rrf_k(params, p.fusion)
+        checked = check_query_text(query)
+        with self.connection() as conn:
+            self._active_dimensions(conn, p.collection)
+            self._check_params(conn, checked, p)
 
     def active_model(self, collection: str | None = None) -> tuple[str, int]:
         """(embedding model, dimensions) of the collection's active index version: what a

@@ -1096,3 +1096,23 @@ def test_rrf_k_given_for_another_fusion_is_refused(sample_db: str) -> None:
     with pytest.raises(ConfigError, match="config: bad: rrf_k: applies only"):
         EvalConfig.from_dict("bad", {"fusion": "minmax", "rrf_k": 10})
     assert EvalConfig.from_dict("ok", {"fusion": "rrf", "rrf_k": 10}).search["rrf_k"] == 10
+
+
+def test_check_tells_a_bad_value_or_collection_without_searching(sample_db: str) -> None:
+    # what `pgfunnel search --rerank` runs before the cross-encoder loads; a web app can
+    # run it before its own slow work
+    from pgfunnel.errors import ConfigError, InvalidInputError, NotFoundError
+
+    with Funnel(sample_db) as f:
+        f.check("refund", k=3)
+        f.check(None, fusion="rrf", rrf_k=10)
+        for kw, parameter in (({"k": 0}, "k"), ({"rrf_k": 5}, "rrf_k"),
+                              ({"weights": [0, 0]}, "weights"), ({"b": 2}, "b")):
+            with pytest.raises(ConfigError) as refused:
+                f.check("refund", **kw)
+            assert refused.value.parameter == parameter
+        with pytest.raises(InvalidInputError, match="^query_text: contains a NUL byte"):
+            f.check("a\x00b")
+        with pytest.raises(NotFoundError, match="'nosuch'"):
+            f.check("refund", collection="nosuch")
+        assert f._embedder is None  # nothing loaded, nothing searched
