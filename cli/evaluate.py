@@ -25,7 +25,7 @@ from pgfunnel.cli.common import (
 # the harness's parameters that eval takes as options, by the library's name
 EVAL_FLAGS = {"k": "--k", "split": "--split", "config": "--config", "preset": "--preset",
               "principals": "--principal", "floors": "--floors", "qualifiers": "--qualifiers",
-              "out": "--out"}
+              "out": "--out", "trace": "--trace"}
 
 
 def register(app: typer.Typer) -> None:

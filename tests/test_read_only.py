@@ -276,6 +276,10 @@ def test_eval_storing_judgments_on_a_read_only_connection_is_refused_before_it_s
     assert "evaluating" not in said, said
     plain = CliRunner().invoke(cli, base, env={"COLUMNS": "200"})
     assert plain.exit_code == 0, plain.output
+    # --trace writes too, and is named by its flag, as `pgfunnel search --trace` names it
+    traced = CliRunner().invoke(cli, [*base, "--trace"], env={"COLUMNS": "200"})
+    said = " ".join(traced.output.split())
+    assert traced.exit_code == 1 and said.startswith("error: --trace: "), said
 
 
 def test_migrate_by_a_role_that_does_not_own_the_schema_says_whose_it_is(
