@@ -769,6 +769,8 @@ class Funnel:
         with self.connection() as conn:
             self._active_dimensions(conn, p.collection)
             self._check_params(conn, checked, p)
+            if p.trace:
+                self._check_trace_writable(conn)
 
     def active_model(self, collection: str | None = None) -> tuple[str, int]:
         """(embedding model, dimensions) of the collection's active index version: what a

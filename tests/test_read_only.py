@@ -186,7 +186,9 @@ def test_a_traced_search_in_a_read_only_transaction_is_refused_before_it_runs(
         for search in (lambda: funnel.search(QUERIES[0], trace=True),
                        lambda: funnel.search(QUERIES[0], rerank=False, trace=True),
                        lambda: funnel.search_multi(list(QUERIES[:2]), trace=True),
-                       lambda: funnel.search_decomposed("refunds; and exports?", trace=True)):
+                       lambda: funnel.search_decomposed("refunds; and exports?", trace=True),
+                       # and the checks a search runs first, alone
+                       lambda: funnel.check(QUERIES[0], trace=True)):
             with pytest.raises(TraceReadOnlyError) as refused:
                 search()
             assert isinstance(refused.value, ReadOnlyError)
