@@ -12,7 +12,7 @@ from psycopg.types.json import Jsonb
 
 from pgfunnel.db import tuple_rows
 from pgfunnel.errors import ConfigError, NotFoundError, check_sql_text, translate
-from pgfunnel.search import Funnel, SearchParams, check_query_text, refuse_unused_rrf_k
+from pgfunnel.search import Funnel, SearchParams, check_query_text
 
 _TARGET = re.compile(r"^(?P<citekey>.+)#(?P<ordinal>[0-9]+)$")
 _ARGS = ("k", "collection", "principals", "tenant", "language", "metadata_filter", "fusion",
@@ -115,7 +115,6 @@ def explain(funnel: Funnel, query: str | None, target: str | int, *,
     ``CITEKEY#ORDINAL``, or a document's ``CITEKEY``: then each of its chunks the reader
     may see is followed and the one that got furthest is explained (returned first, then
     the best fused rank, then the best rank in a leg), the reason saying of how many."""
-    import dataclasses
 
     if isinstance(target, (int, np.integer)) and not isinstance(target, bool):
         target = str(int(target))
@@ -132,10 +131,7 @@ def explain(funnel: Funnel, query: str | None, target: str | int, *,
         # a NUL or a lone surrogate: Postgres' own error named nothing
         check_sql_text("chunk", target)
 
-    merged = {**{f.name: getattr(funnel.defaults, f.name)
-                 for f in dataclasses.fields(SearchParams)}, **params}
-    p = SearchParams.build(**merged)
-    refuse_unused_rrf_k(params, p.fusion)
+    p = funnel._params_for(params)
     query = check_query_text(query)
     notices: list[str] = []
     with funnel.connection() as conn:

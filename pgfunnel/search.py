@@ -756,15 +756,20 @@ class Funnel:
         except psycopg.Error as exc:
             raise translate(exc) from exc
 
+    def _params_for(self, params: Mapping[str, Any]) -> SearchParams:
+        """One search's parameters: this Funnel's defaults with ``params`` over them,
+        checked; ``rrf_k`` given for a fusion other than rrf is refused."""
+        p = SearchParams.build(**{**{f.name: getattr(self.defaults, f.name)
+                                     for f in dataclasses.fields(SearchParams)}, **params})
+        refuse_unused_rrf_k(params, p.fusion)
+        return p
+
     def check(self, query: str | None, **params: Any) -> None:
         """The search's query text and parameter values checked as ``search`` checks them,
         and its collection looked up, without searching: a ConfigError (NotFoundError for
         an unknown collection) before anything slow, such as loading a cross-encoder or
         a query embedder."""
-        merged = {**{f.name: getattr(self.defaults, f.name)
-                     for f in dataclasses.fields(SearchParams)}, **params}
-        p = SearchParams.build(**merged)
-        refuse_unused_rrf_k(params, p.fusion)
+        p = self._params_for(params)
         checked = check_query_text(query)
         with self.connection() as conn:
             self._active_dimensions(conn, p.collection)
@@ -878,10 +883,7 @@ class Funnel:
                      plan_conn: psycopg.Connection[Any] | None = None,
                      exact_version: bool = False,
                      **params: Any) -> SearchResponse:
-        merged = {**{f.name: getattr(self.defaults, f.name)
-                     for f in dataclasses.fields(SearchParams)}, **params}
-        p = SearchParams.build(**merged)
-        refuse_unused_rrf_k(params, p.fusion)
+        p = self._params_for(params)
         query = check_query_text(query)
         if history is not None:
             history = string_list(history, "history")
