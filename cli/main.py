@@ -188,13 +188,15 @@ def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | No
                                    + ", ".join(str(p) for p in paths)
                                    + "".join(f"; {note}" for note in skipped))
     records, boilerplate = drop_repeated_blocks(records)
-    records, gathering = drop_gathering_pages(records)
     # a JSONL line names its own citekey and title, where a file's are made up from its
-    # path and markup: two lines of one text are two documents the caller named (the
-    # second was dropped as a generator's copy of a page), and a title part they share
-    # is the caller's ("FAQ: " was taken off as a site's name)
+    # path and markup: it is a document the caller named, never a generator's print
+    # edition (a handbook line for one tenant, beside its sections for another, was left
+    # out whole and hidden from its tenant) nor its copy of a page (two lines of one text
+    # were one document), and a title part lines share is the caller's ("FAQ: " was
+    # taken off as a site's name)
     lines = {key for key, source in origins.items() if source.suffix.lower() == ".jsonl"}
-    pages, copies = drop_copied_pages([r for r in records if r.citekey not in lines])
+    files, gathering = drop_gathering_pages([r for r in records if r.citekey not in lines])
+    pages, copies = drop_copied_pages(files)
     # and only an HTML page's title comes from a site's <title>: a Markdown or RST file's
     # is its author's first heading, where a part ten of them share is a series'
     # ("Tutorial: "), not a site's name

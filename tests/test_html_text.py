@@ -1282,6 +1282,39 @@ def test_jsonl_lines_keep_their_citekeys_and_titles(tmp_path: Path) -> None:
             ] == ["file.README"]
 
 
+def test_a_jsonl_line_is_never_left_out_as_a_gathering_page(tmp_path: Path) -> None:
+    # one handbook written whole for one tenant and in sections for another: the whole
+    # line was left out as a print edition of the sections, hidden from its tenant
+    import json
+
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    def para(section: int, n: int) -> str:
+        return f"Rule {n} of section {section} says how claim number {section * 10 + n} is paid."
+
+    sections = [{"citekey": f"globex/s{i}", "tenant": "globex",
+                 "text": "\n\n".join(para(i, n) for n in range(4))} for i in range(6)]
+    handbook = {"citekey": "acme/handbook", "tenant": "acme",
+                "text": "\n\n".join(s["text"] for s in sections)}
+    (tmp_path / "policies.jsonl").write_text(
+        "\n".join(json.dumps(x) for x in [*sections, handbook]))
+    # the same texts as files are still read as a site's pages and its print edition
+    for rec in [*sections, handbook]:
+        (tmp_path / "site" / f"{rec['citekey']}.md").parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "site" / f"{rec['citekey']}.md").write_text(str(rec["text"]))
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path), "--dry-run", "--json"])
+    assert res.exit_code == 0, res.output
+    dry = json.loads(res.stdout)
+    keys = [d["citekey"] for d in dry["documents"]]
+    assert "acme/handbook" in keys
+    assert "site/acme/handbook" not in keys
+    assert [n for n in dry["notes"] if "gathers" in n] == [
+        "left out 'site/acme/handbook': it gathers 6 other documents whole (100% of its "
+        "paragraphs are theirs), as a single-page or print edition does, and ranked above "
+        "each of them; ingest it by itself to index it"]
+
+
 def test_headings_keep_their_level_and_chunks_know_the_sections_they_sit_in() -> None:
     from pgfunnel.sources import chunk_text
 
