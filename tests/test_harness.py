@@ -335,10 +335,16 @@ def test_queries_are_embedded_in_one_batch_ahead_with_the_vectors_of_one_at_a_ti
     counting.embed = embed
     configs = [EvalConfig.from_dict("default", {}),
                EvalConfig.from_dict("resolved", {"followup": True, "decompose": True})]
-    harness = Harness(sample_db, "default", embedder=counting)
+    ticks: list[tuple[str, int, int]] = []
+    harness = Harness(sample_db, "default", embedder=counting,
+                      progress=lambda *tick: ticks.append(tick))
     result = harness.run(queries, configs)
     # every text the two configurations search with, each once, in one call
     assert len(batches) == 1, batches
+    # and the embedding is shown as progress before the searches are
+    assert ticks[0][0] == "queries (embedding)"
+    assert ("queries (embedding)", len(batches[0]), len(batches[0])) in ticks
+    assert ticks[-1] == ("resolved", 2 * len(queries), 2 * len(queries))
     searched = {part for by_q in result.runs.values() for r in by_q.values()
                 for part in (r.parts or [r.text])}
     assert set(batches[0]) == searched and len(batches[0]) == len(searched)

@@ -342,7 +342,16 @@ class Harness:
         emb = self.funnel.embedder_for(conn, self.collection)  # loads the model once
         loaded = time.perf_counter()
         if emb is not None:
-            vectors = emb.embed(texts)
+            done = 0
+
+            def embedded(n: int) -> None:
+                # a large query set takes a while on a CPU: said, as the searches are
+                nonlocal done
+                done += n
+                if self.progress is not None:
+                    self.progress("queries (embedding)", done, len(texts))
+
+            vectors = emb.embed(texts, progress=embedded)
             share = (time.perf_counter() - loaded) / len(texts)
             for text, vector in zip(texts, vectors, strict=True):
                 self._vectors[text] = np.asarray(vector)
