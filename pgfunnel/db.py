@@ -137,6 +137,13 @@ def resolve_dsn(dsn: Any = None) -> str:
     embedded server."""
     if dsn is not None and not isinstance(dsn, str) and hasattr(dsn, "render_as_string"):
         dsn = dsn.render_as_string(hide_password=False)  # a sqlalchemy.URL
+    if isinstance(dsn, str) and not dsn.strip():
+        # given, but empty: most often `--dsn "$DATABASE_URL"` with the variable unset,
+        # which connected to the embedded Postgres without a word and wrote there. An
+        # empty PGFUNNEL_DSN still counts as unset, as an empty environment variable
+        # does for the CLI's options
+        raise ConfigError("dsn", "is empty (an unset variable?); leave it out to use "
+                                 "PGFUNNEL_DSN or the embedded Postgres")
     target = dsn or os.environ.get("PGFUNNEL_DSN") or embedded_dsn()
     if isinstance(target, str) and (problem := text_problem(target)) is not None:
         if "\x00" in target:

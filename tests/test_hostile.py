@@ -606,6 +606,25 @@ def test_a_dsn_libpq_cannot_take_whole_is_a_config_error(dsn: str, said: str,
         assert f"--dsn (or PGFUNNEL_DSN): {said}" in res.output, res.output
 
 
+@pytest.mark.parametrize("given", ["", "  "])
+def test_an_empty_dsn_given_is_refused_not_read_as_the_embedded_server(
+        given: str, corpus_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--dsn "$DATABASE_URL"` with the variable unset connected to the embedded Postgres
+    without a word, and an ingest wrote there; an empty PGFUNNEL_DSN stays unset."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    with pytest.raises(ConfigError, match="^dsn: is empty"):
+        connect(given)
+    res = CliRunner().invoke(app, ["search", "refund", "--lexical-only", "--dsn", given])
+    assert res.exit_code == 1, res.output
+    assert "--dsn (or PGFUNNEL_DSN): is empty (an unset variable?)" in res.output, res.output
+    # an empty environment variable is no value: the --dsn given is used
+    monkeypatch.setenv("PGFUNNEL_DSN", "")
+    res = CliRunner().invoke(app, ["search", "refund", "--lexical-only", "--dsn", corpus_db])
+    assert res.exit_code == 0, res.output
+
+
 UNDECODABLE = "\udcff"  # what Python makes of a command line's byte 0xff
 
 
