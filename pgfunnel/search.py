@@ -33,6 +33,7 @@ from pgfunnel.db import (
     connect,
     own_transaction,
     require_schema,
+    resolve_dsn,
     try_register_vector,
     tuple_rows,
 )
@@ -497,7 +498,10 @@ def _check_source(source: Any) -> Any:
     """A Funnel's ``source`` as given, if it is one it can use: None, a DSN (a string or a
     SQLAlchemy URL), a psycopg Connection or a (synchronous) connection pool. Anything
     else failed only at the first search, with a TypeError from deep in the DSN parsing."""
-    if (source is None or isinstance(source, (str, psycopg.Connection))
+    if isinstance(source, str):
+        resolve_dsn(source)  # an empty DSN or one libpq cannot take, said now
+        return source
+    if (source is None or isinstance(source, psycopg.Connection)
             or hasattr(source, "render_as_string")):
         return source
     if isinstance(source, type):

@@ -614,8 +614,12 @@ def test_an_empty_dsn_given_is_refused_not_read_as_the_embedded_server(
     from pgfunnel.cli.main import app
     from typer.testing import CliRunner
 
+    from pgfunnel.search import Funnel
+
     with pytest.raises(ConfigError, match="^dsn: is empty"):
         connect(given)
+    with pytest.raises(ConfigError, match="^dsn: is empty"):
+        Funnel(given)  # when made, not at its first search
     res = CliRunner().invoke(app, ["search", "refund", "--lexical-only", "--dsn", given])
     assert res.exit_code == 1, res.output
     assert "--dsn (or PGFUNNEL_DSN): is empty (an unset variable?)" in res.output, res.output
