@@ -189,12 +189,12 @@ begin
             coalesce(lexical_depth_used::text, lexical_off),
             case when not lexical_on then ''
                  when lexical_exact_score = 0 then ' (it shares no query term)'
-                 else format(' (its BM25 score %s, the %s-th has %s)',
+                 else format(' (its BM25 score %s; rank %s, the last the leg read, has %s)',
                              round(lexical_exact_score::numeric, 4), n_lex,
                              coalesce(round(lex_last::numeric, 4)::text, '-')) end,
             coalesce(dense_depth_used::text, dense_off),
             case when not dense_on or dense_exact_score is null then ''
-                 else format(' (its cosine similarity %s, the %s-th has %s)',
+                 else format(' (its cosine similarity %s; rank %s, the last the leg read, has %s)',
                              round(dense_exact_score::numeric, 4), n_den,
                              coalesce(round(den_last::numeric, 4)::text, '-')) end,
             case when lexical_exact_score > 0 and lexical_on and dense_on

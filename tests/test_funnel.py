@@ -434,6 +434,8 @@ def test_explain_verdicts(conn: psycopg.Connection[Any], corpus: Any) -> None:
     assert e["lexical_exact_score"] == pytest.approx(wide[0], rel=1e-9) and wide[0] > 0
     assert e["dense_exact_score"] == pytest.approx(float(corpus["noise4"][0] @ v), abs=1e-5)
     assert e["reason"].endswith("raise lexical_depth/dense_depth or rephrase the query"), e
+    # the row it is compared with is named by its rank, not as an English "1-th"
+    assert "; rank 1, the last the leg read, has " in e["reason"] and "-th" not in e["reason"], e
     # the advice names only the depths that can reach the chunk: none, when it holds no
     # query term and there is no embedding
     e = _explain(conn, "zephyr", None, noise, lexical_depth=1, **PINNED)
