@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperCommand
 
-from pgfunnel.errors import ConfigError, ModelLoadError, PgfunnelError
+from pgfunnel.errors import ConfigError, ModelLoadError, PgfunnelError, unicode_problem
 
 # errors, warnings and notes are one line each, however wide: the terminal wraps them,
 # and a log or a pipe keeps the line whole for grep. Markup only where a print asks for it
@@ -183,8 +183,8 @@ def handle_errors(flags: Mapping[str, str] | None = None,
         # a value that is not valid Unicode (a command line's or an environment
         # variable's undecodable byte, read as a lone surrogate) that no check named
         # before it reached the driver: one line and exit 1, never a traceback
-        labelled("error", "red", f"a value given is not valid Unicode ({exc.reason} at "
-                                 f"character {exc.start} of {exc.object[:60]!r})")
+        labelled("error", "red", f"a value given {unicode_problem(exc.object, exc.start)}"
+                                 f": {exc.object[:60]!r}")
         raise typer.Exit(EXIT_ERROR) from None
     except Exception as exc:
         # a database error that a library path left untranslated (a role without USAGE on

@@ -301,8 +301,19 @@ def text_problem(value: str) -> str | None:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
-        return f"is not valid Unicode ({exc.reason} at character {exc.start})"
+        return unicode_problem(value, exc.start)
     return None
+
+
+def unicode_problem(value: str, at: int) -> str:
+    """What is wrong with the lone surrogate at ``value[at]``, said to follow the name of
+    the field. A command line's, an environment variable's or a file name's byte that is
+    not UTF-8 reaches Python as U+DC80 - U+DCFF (``-c $'\\xff'`` is ``'\\udcff'``): it is
+    named as the byte it was, not by the encoder's "surrogates not allowed"."""
+    code = ord(value[at])
+    if 0xDC80 <= code <= 0xDCFF:
+        return f"is not valid Unicode (byte 0x{code - 0xDC00:02x}, not UTF-8, at character {at})"
+    return f"is not valid Unicode (a lone surrogate, U+{code:04X}, at character {at})"
 
 
 def shown(value: object, width: int = 200) -> str:

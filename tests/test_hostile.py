@@ -4,6 +4,7 @@ broken connection; through the Python API, SQL funnel_search and the CLI."""
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -580,7 +581,8 @@ def test_a_blank_model_name_is_refused_not_taken_as_no_model(corpus_db: str, db:
 
 
 @pytest.mark.parametrize("dsn, said", [
-    ("\udcff", "is not valid Unicode"),  # a command line's undecodable byte
+    # a command line's undecodable byte, named as the byte it was
+    ("\udcff", r"is not valid Unicode \(byte 0xff, not UTF-8, at character 0\)"),
     ("postgresql://postgres@/postgres?host=/tmp\x00junk", "contains a NUL byte"),
 ])
 def test_a_dsn_libpq_cannot_take_whole_is_a_config_error(dsn: str, said: str,
@@ -603,7 +605,8 @@ def test_a_dsn_libpq_cannot_take_whole_is_a_config_error(dsn: str, said: str,
         res = CliRunner().invoke(app, ["search", "refund", "--lexical-only", *args])
         assert res.exit_code == 1, res.output
         assert "Traceback" not in res.output
-        assert f"--dsn (or PGFUNNEL_DSN): {said}" in res.output, res.output
+        assert re.search(f"--dsn \\(or PGFUNNEL_DSN\\): {said}", res.output), res.output
+        assert "surrogates not allowed" not in res.output
 
 
 @pytest.mark.parametrize("given", ["", "  "])
@@ -633,7 +636,8 @@ UNDECODABLE = "\udcff"  # what Python makes of a command line's byte 0xff
 
 
 @pytest.mark.parametrize("args, said", [
-    (["ingest", "{page}", "-c", UNDECODABLE], "--collection: is not valid Unicode"),
+    (["ingest", "{page}", "-c", UNDECODABLE],
+     "--collection: is not valid Unicode (byte 0xff, not UTF-8, at character 0)"),
     (["reindex", "-c", UNDECODABLE], "--collection: is not valid Unicode"),
     (["reindex", "--maintenance-work-mem", UNDECODABLE],
      "--maintenance-work-mem: is not valid Unicode"),
@@ -663,6 +667,18 @@ def test_an_undecodable_command_line_value_is_one_line_naming_its_flag(
     with connect(corpus_db, autocommit=True) as conn:
         assert conn.execute("select count(*), (select count(*) from pgfunnel.index_version) "
                             "from pgfunnel.document").fetchone() == before
+
+
+def test_text_that_is_not_valid_unicode_is_said_as_what_it_was() -> None:
+    """A byte that is not UTF-8 (Python's U+DC80 - U+DCFF) is named as the byte, a lone
+    surrogate as one; the encoder's own "surrogates not allowed" said neither."""
+    from pgfunnel.errors import text_problem
+
+    assert text_problem("ab\udcffc") == ("is not valid Unicode (byte 0xff, not UTF-8, "
+                                          "at character 2)")
+    assert text_problem("\ud800") == ("is not valid Unicode (a lone surrogate, U+D800, "
+                                       "at character 0)")
+    assert text_problem("caf\u00e9") is None
 
 
 def test_embedding_a_query_that_is_not_valid_unicode_is_named(embedder: Any) -> None:
