@@ -86,8 +86,10 @@ class QueryTextCommand(TyperCommand):
             # click's NoSuchOption, from click itself or the copy newer typers carry
             option = getattr(exc, "option_name", None)
             if isinstance(option, str) and not getattr(exc, "possibilities", None):
+                # embed's text is embedded, not searched for
+                verb = "embed" if ctx.info_name == "embed" else "search for"
                 exc.message = (  # type: ignore[attr-defined]
-                    f"{message}; to search for text that starts with '-', put -- before it: "
+                    f"{message}; to {verb} text that starts with '-', put -- before it: "
                     f"pgfunnel {ctx.info_name} "
                     f"{shlex.join(_as_query_text(self.params, given))}")
             elif message.startswith("Got unexpected extra argument") and "--" in given:

@@ -54,6 +54,9 @@ def test_a_flag_given_as_query_text_gets_a_hint(command: str) -> None:
     text = " ".join(res.output.replace("│", " ").split())
     assert "No such option: --line-length" in text
     assert f"put -- before it: pgfunnel {command} -- --line-length" in text
+    # what the command does with the text: embed does not search for it
+    verb = "embed" if command == "embed" else "search for"
+    assert f"to {verb} text that starts with '-'" in text, text
     # the rest of the command is kept, before the --
     res = CliRunner().invoke(app, [command, "--line-length", "-c", "demo"])
     text = " ".join(res.output.replace("│", " ").split())
