@@ -329,7 +329,7 @@ def ingest(
             table.add_row(d["citekey"], d["title"], f"{d['chunks']:,}", f"{d['words']:,}")
         out.print(table)
         out.print(f"{plural(len(plan['documents']), 'document')}, "
-                  f"{plural(plan['chunks'], 'chunk')}, {plan['words']:,} words "
+                  f"{plural(plan['chunks'], 'chunk')}, {plural(plan['words'], 'word')} "
                   "(dry run: nothing written)", highlight=False)
         for note in plan["notes"]:
             out.print(f"  {note}", highlight=False, soft_wrap=True)

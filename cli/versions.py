@@ -171,14 +171,16 @@ def reindex(
     assert v is not None
     out.print(f"version {result.version} of {collection!r}: {result.embedding_model} "
               f"({result.dimensions} dims), analyzer {result.analyzer}; "
-              f"{result.chunks_indexed} chunks indexed"
+              f"{plural(result.chunks_indexed, 'chunk')} indexed"
               + (f" ({result.chunks_embedded} embedded, {result.chunks_copied} with vectors "
                  "copied)" if result.chunks_copied else "")
               + (f" (resumed after {result.chunks_before})" if result.resumed else ""))
     # an empty collection (every document deleted) has no chunk to sample the recall with
     recall = ("no recall sample (no chunks)" if v.recall is None
-              else f"HNSW recall@10 {v.recall:.3f} on {v.sample} sample queries")
-    out.print(f"validated: index valid, {v.collection_chunks} chunks covered, {recall}")
+              else f"HNSW recall@10 {v.recall:.3f} on {v.sample:,} sample "
+                   f"{'query' if v.sample == 1 else 'queries'}")
+    out.print(f"validated: index valid, {plural(v.collection_chunks, 'chunk')} covered, "
+              f"{recall}")
     # the hints are pasted as they are, so they name the collection
     coll = f" -c {shlex.quote(collection)}"
     if result.activated:
@@ -383,7 +385,7 @@ def drop_collection_cmd(
     if json_out:
         emit_json(result)
     else:
-        out.print(f"collection {collection!r} dropped: {result['documents']} documents, "
+        out.print(f"collection {collection!r} dropped: {plural(result['documents'], 'document')}, "
                   f"versions {', '.join(map(str, result['versions'])) or 'none'}.",
                   highlight=False)
 

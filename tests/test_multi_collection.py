@@ -122,6 +122,30 @@ def test_reindex_of_a_collection_emptied_by_deletes_prints_its_report(
     assert "validated: index valid, 0 chunks covered, no recall sample" in res.output
 
 
+def test_one_chunk_and_one_document_are_counted_in_the_singular(
+        db: str, conn: psycopg.Connection[Any], tmp_path: Any) -> None:
+    # "1 chunks indexed", "1 chunks covered, ... on 1 sample queries", "dropped: 1
+    # documents", and ingest --dry-run's "1 words"
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    ingest(conn, [doc("a1", "alpha words")], collection="a")
+    res = CliRunner().invoke(app, ["reindex", "-c", "a", "--analyzer", "simple_v1",
+                                   "--dsn", db], env={"COLUMNS": "300"})
+    assert res.exit_code == 0, res.output
+    assert "; 1 chunk indexed (0 embedded, 1 with vectors copied)" in res.output, res.output
+    assert "validated: index valid, 1 chunk covered, HNSW recall@10 1.000 on 1 sample " \
+           "query" in res.output, res.output
+    res = CliRunner().invoke(app, ["versions", "drop-collection", "a", "--yes", "--dsn", db])
+    assert res.exit_code == 0 and "collection 'a' dropped: 1 document, versions 1, 2." \
+        in res.output, res.output
+    page = tmp_path / "one.jsonl"
+    page.write_text('{"citekey": "w", "text": "word"}\n')
+    res = CliRunner().invoke(app, ["ingest", str(page), "--dry-run"], env={"COLUMNS": "300"})
+    assert res.exit_code == 0 and "1 document, 1 chunk, 1 word (dry run" in res.output, \
+        res.output
+
+
 def test_a_reindex_stopped_by_ctrl_c_names_the_version_it_left(
         db: str, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch) -> None:
     # it said "`pgfunnel versions drop N` discards it", with N as written
