@@ -238,8 +238,12 @@ def _version_row(conn: psycopg.Connection[Any], coll_id: int, version: int) -> V
     for info in _versions(conn, coll_id):
         if info.version == version:
             return info
-    raise NotFoundError(f"version: the collection has no index version {version} "
-                        "(pgfunnel versions list shows them)")
+    # named, since a version number forgotten with its -c is looked up in 'default'
+    row = conn.execute("select name from pgfunnel.collection where id = %s",
+                       (coll_id,)).fetchone()
+    name = row[0] if row else str(coll_id)
+    raise NotFoundError(f"version: collection {name!r} has no index version {version} "
+                        f"(`pgfunnel versions list -c {shlex.quote(name)}` shows them)")
 
 
 def _versions(conn: psycopg.Connection[Any], coll_id: int) -> list[VersionInfo]:

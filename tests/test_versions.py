@@ -303,6 +303,8 @@ def test_a_database_error_in_reindex_is_a_pgfunnel_error(sample_db: str) -> None
 
 
 def test_bad_options_are_config_errors(sample_db: str) -> None:
+    from pgfunnel.cli.main import app
+
     with connect(sample_db, autocommit=True) as conn:
         with pytest.raises(ConfigError, match="analyzer"):
             versions.reindex(conn, "default", analyzer="klingon_v1")
@@ -311,6 +313,13 @@ def test_bad_options_are_config_errors(sample_db: str) -> None:
                              maintenance_work_mem="lots")
         with pytest.raises(PgfunnelError, match="no index version 9"):
             versions.activate(conn, "default", 9)
+    # the collection is named: a number given without its -c is looked up in 'default'
+    res = CliRunner().invoke(app, ["versions", "drop", "9", "--dsn", sample_db],
+                             env={"COLUMNS": "300"})
+    assert res.exit_code == 1 and ("error: version: collection 'default' has no index "
+                                   "version 9 (`pgfunnel versions list -c default` shows "
+                                   "them)") in res.output, res.output
+    with connect(sample_db, autocommit=True) as conn:
         # pgvector's rule for the pair, refused before anything is embedded or written
         with pytest.raises(ConfigError, match=r"^ef_construction: must be at least 2 x m"):
             versions.reindex(conn, "default", m=16, ef_construction=8)
