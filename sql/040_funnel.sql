@@ -445,10 +445,14 @@ begin
         end if;
         if cardinality(q_terms) = 0 then
             raise warning using message = format(
-                'pgfunnel: no searchable term left in query_text (dropped: %s); the lexical leg is empty',
+                'pgfunnel: no searchable term left in query_text (dropped: %s); the lexical leg is empty%s',
                 coalesce(nullif(array_to_string(dropped, ', '), ''),
                          case when pg_catalog.btrim(query_text, E' \t\n\r\f\v') = ''
-                              then 'the query is empty' else 'nothing but punctuation' end));
+                              then 'the query is empty' else 'nothing but punctuation' end),
+                -- and with no query embedding nothing else runs: said, not left to an
+                -- empty result to tell
+                case when not dense_on then ' and no query embedding was given: no results'
+                     else '' end);
         elsif cardinality(dropped) > 0 then
             raise notice using message = format('pgfunnel: query words not searched: %s',
                                                 array_to_string(dropped, ', '));

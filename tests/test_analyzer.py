@@ -302,6 +302,16 @@ def test_query_losing_every_term_warns(sample_conn: psycopg.Connection[Any]) -> 
     # an empty query is not punctuation: the SQL warning says what the API and CLI say
     assert lexical(sample_conn, " \n") == []
     assert any(s == "WARNING" and "the query is empty" in m for s, m in seen), seen
+    # with no query embedding either nothing runs, and the warning says so; with one,
+    # the dense leg answers and the warning does not claim there are no results
+    assert any(m.endswith("the lexical leg is empty and no query embedding was given: "
+                          "no results") for s, m in seen if s == "WARNING"), seen
+    seen.clear()
+    vector = "[" + ",".join(["0.05"] * 384) + "]"
+    rows = sample_conn.execute("select chunk_id from pgfunnel.funnel_search(%s, %s::vector, 5)",
+                               ("what is the", vector)).fetchall()
+    assert rows
+    assert [m for s, m in seen if s == "WARNING" and m.endswith("the lexical leg is empty")]
 
 
 def test_unknown_analyzer_names_the_parameter(conn: psycopg.Connection[Any]) -> None:
