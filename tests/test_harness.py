@@ -528,6 +528,36 @@ def test_pool_recall_curves_reach_the_end_of_the_longest_pool() -> None:
     assert curves["default (final order)"][-2:] == [(20, 0.0), (34, 1.0)]
 
 
+def test_pool_recall_curves_count_depth_in_ranked_chunks_under_document_judging() -> None:
+    """Judged per document, the curves' depth counted collapsed documents: three chunks of
+    one page then the relevant page's chunk put it at depth 2 (documents), where the top 3
+    results (recall@3) did not hold it."""
+    from pgfunnel.eval.harness import QueryRun
+
+    chunks = ["a#0", "a#1", "a#2", "b#0", "c#0"]
+    docs = ["a", "b", "c"]
+    run = QueryRun(text="x", final=["a"], top_score=None,
+                   stages={"lexical": docs, "capped": docs},
+                   chunk_stages={"lexical": chunks, "capped": chunks})
+    queries = [JudgedQuery("q", "x", "s", {"b": 1})]
+    curves = Harness.__new__(Harness)._curves({"default": {"q": run}}, queries, "document", 3)
+    final = dict(curves["default (final order)"])
+    assert final[3] == 0.0 and final[5] == 1.0  # depth k = 3 is a point, and counts chunks
+    assert curves["lexical leg"][-1] == (5, 1.0)  # the longest pool in chunks ends the line
+
+
+def test_the_final_order_curve_at_depth_k_is_the_tables_recall_at_k(sample_db: str) -> None:
+    # two-part questions whose second page is among the first 10 documents, not among the
+    # first 10 chunks: counted in documents, the line read 1.0 where recall@10 was 0.5
+    k = 10
+    queries = [q for q in load_queries(QUERIES)
+               if q.query_id in ("twopart-02", "twopart-10", "identifier-01")]
+    result = Harness(sample_db, "default", k=k).run(queries, preset_configs("default", "dense"))
+    for name, config in result.report.configs.items():
+        curve = dict(result.curves[f"{name} (final order)"])
+        assert curve[k] == pytest.approx(config.aggregates["all"][f"recall@{k}"]), name
+
+
 def _ingest_tickets(conn: Any) -> None:
     """Two documents whose citekeys end in `#` and digits, as ticket ids do."""
     from funnel_util import doc, ingest

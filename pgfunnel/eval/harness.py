@@ -256,6 +256,10 @@ class QueryRun:
     top_score: float | None
     parts: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: each stage's chunk keys (``citekey#ordinal``) as ranked, before any collapse to
+    #: documents: the pool-recall curves count depth in ranked chunks, as ``k`` and the
+    #: leg depths do (empty: ``stages`` is read instead)
+    chunk_stages: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -409,9 +413,13 @@ class Harness:
 
     def _search_one(self, conn: psycopg.Connection[Any], text: str, cfg: EvalConfig,
                     p: SearchParams, level: str, log: Mapping[str, str]
-                    ) -> tuple[list[str], dict[str, list[str]], float | None]:
+                    ) -> tuple[list[str], dict[str, list[str]], dict[str, list[str]],
+                               float | None]:
+        def chunks(items: Sequence[Any]) -> list[str]:
+            return [f"{c.citekey}#{c.ordinal}" for c in items]
+
         def keys(items: Sequence[Any]) -> list[str]:
-            ids = [f"{c.citekey}#{c.ordinal}" for c in items]
+            ids = chunks(items)
             return collapse_to_documents(ids) if level == "document" else ids
 
         # a leg the configuration leaves out gets nothing to search with: no query text
@@ -419,7 +427,7 @@ class Harness:
         query_text = text if cfg.runs_lexical and text.strip() else None
         vector = self._vector(conn, text) if cfg.runs_dense else None
         if query_text is None and vector is None:
-            return [], {s: [] for s in cfg.stages()}, None
+            return [], {s: [] for s in cfg.stages()}, {s: [] for s in cfg.stages()}, None
         lex, den = self._legs_for(conn, text, query_text, vector, p)
         with self.funnel._transaction(conn, p):
             cursor = self.funnel._execute_candidates(conn, query_text, vector, p)
@@ -445,15 +453,16 @@ class Harness:
                                                     reranked=reranked, notes=notes,
                                                     log_notes=log)
             capped = [Result(*r) for r in cursor.fetchall()]
-        found = {"lexical": keys(lex), "dense": keys(den), "fused": keys(pool),
-                 "reranked": keys(ordered), "capped": keys(capped)}
-        stages = {s: found[s] for s in cfg.stages()}
+        ranked = {"lexical": lex, "dense": den, "fused": pool, "reranked": ordered,
+                  "capped": capped}
+        stages = {s: keys(ranked[s]) for s in cfg.stages()}
+        chunk_stages = {s: chunks(ranked[s]) for s in cfg.stages()}
         final = keys(capped[: self.k])
         # a one-leg configuration fuses with RRF, whose top score is the same for every
         # query: its leg's own top score (BM25, cosine) is what could tell queries apart
         top = None if not pool else pool[0].lexical_score if cfg.legs == "lexical" else \
             pool[0].dense_score if cfg.legs == "dense" else pool[0].fused_score
-        return final, stages, top
+        return final, stages, chunk_stages, top
 
     def run_query(self, conn: psycopg.Connection[Any], q: JudgedQuery, cfg: EvalConfig,
                   level: str) -> QueryRun:
@@ -468,17 +477,20 @@ class Harness:
         p = self._params(cfg)
         finals: list[list[str]] = []
         stages: dict[str, list[str]] = {}
+        chunk_stages: dict[str, list[str]] = {}
         tops: list[float] = []
         log = {"judged_query": q.query_id, "search_group": f"{uuid.uuid4()}"}
         for part in parts:
-            final, part_stages, top = self._search_one(conn, part, cfg, p, level, log)
+            final, part_stages, part_chunks, top = self._search_one(conn, part, cfg, p, level,
+                                                                    log)
             finals.append(final)
             if top is not None:
                 tops.append(top)
-            for stage, items in part_stages.items():
-                # a decomposed query's stage pool is the union of its parts' pools
-                merged = stages.setdefault(stage, [])
-                merged.extend(i for i in items if i not in merged)
+            for into, got in ((stages, part_stages), (chunk_stages, part_chunks)):
+                for stage, items in got.items():
+                    # a decomposed query's stage pool is the union of its parts' pools
+                    merged = into.setdefault(stage, [])
+                    merged.extend(i for i in items if i not in merged)
         final = finals[0] if len(finals) == 1 else round_robin_merge(finals, self.k)
         embedding = sum(self._embed_seconds.get(part, 0.0) for part in parts) \
             if cfg.runs_dense else 0.0
@@ -486,7 +498,7 @@ class Harness:
         return QueryRun(text=text, final=list(final[: self.k]), stages=stages,
                         top_score=max(tops) if tops else None,
                         parts=parts if len(parts) > 1 else [],
-                        seconds=max(0.0, seconds))
+                        seconds=max(0.0, seconds), chunk_stages=chunk_stages)
 
     # -- the whole run ------------------------------------------------------------------
     def run(self, queries: Sequence[JudgedQuery], configs: Sequence[EvalConfig], *,
@@ -557,7 +569,7 @@ class Harness:
         report = build_report(rankings, selected, k=self.k, baseline=baseline, pools=pools,
                               n_resamples=n_resamples, seed=seed, metadata=metadata)
         report.split = split
-        curves = self._curves(runs, selected)
+        curves = self._curves(runs, selected, level, self.k)
         if respelled:
             warnings.warn(respelled_items_message(respelled), stacklevel=2)
         if missing:
@@ -569,28 +581,45 @@ class Harness:
                              citekeys_read_as_chunks=citekeys_read_as_chunks)
 
     def _curves(self, runs: Mapping[str, Mapping[str, QueryRun]],
-                queries: Sequence[JudgedQuery]) -> dict[str, list[tuple[int, float]]]:
+                queries: Sequence[JudgedQuery], level: str = "chunk", k: int | None = None
+                ) -> dict[str, list[tuple[int, float]]]:
         """Pool recall against depth: each leg (from the first configuration that runs
-        it; none for a leg no configuration runs) and each configuration's capped list."""
+        it; none for a leg no configuration runs) and each configuration's capped list.
+
+        Depth counts ranked chunks (``QueryRun.chunk_stages``), as ``k`` and the leg
+        depths do; judged per document, a document is found at depth d when one of its
+        chunks is in the first d, so a configuration's line at depth k is its recall@k.
+        (Counted in collapsed documents, that line read 1.000 at depth 10 where the
+        table's recall@10 was 0.994: ten documents are more than ten chunks.)"""
         curves: dict[str, list[tuple[int, float]]] = {}
         if not runs:
             return curves
+        # runs built without chunk_stages: their stages are the ranked items as judged
+        by_chunk = any(r.chunk_stages for by_q in runs.values() for r in by_q.values())
+        documents = by_chunk and level == "document"
+
+        def ranked(r: QueryRun) -> dict[str, list[str]]:
+            return r.chunk_stages if by_chunk else r.stages
+
         longest = max((len(p) for by_q in runs.values() for r in by_q.values()
-                       for p in r.stages.values()), default=1)
-        # the longest pool itself is the last point: without it a pool of 34 documents
-        # (40 chunks collapsed) ended the lines at 20, hiding what ranks 21-34 held
+                       for p in ranked(r).values()), default=1)
+        # the longest pool itself is the last point: without it a pool of 34 items ended
+        # the lines at 20, hiding what ranks 21-34 held; and k, where recall@k is read
         depths = sorted({d for d in (1, 3, 5, 10, 20, 40, 80, 160, 320, 640, 1000)
-                         if d <= max(longest, 1)} | {1, max(longest, 1)})
+                         if d <= max(longest, 1)} | {1, max(longest, 1)}
+                        | ({k} if k is not None and k <= longest else set()))
         for leg in ("lexical", "dense"):
             ran = next((by_q for by_q in runs.values()
-                        if any(leg in r.stages for r in by_q.values())), None)
+                        if any(leg in ranked(r) for r in by_q.values())), None)
             if ran is None:
                 continue
-            pools = {qid: r.stages.get(leg, []) for qid, r in ran.items()}
-            curves[f"{leg} leg"] = pool_recall_curve(pools, queries, depths)
+            pools = {qid: ranked(r).get(leg, []) for qid, r in ran.items()}
+            curves[f"{leg} leg"] = pool_recall_curve(pools, queries, depths,
+                                                     documents=documents)
         for name, by_q in runs.items():
-            pools = {qid: r.stages.get("capped", []) for qid, r in by_q.items()}
-            curves[f"{name} (final order)"] = pool_recall_curve(pools, queries, depths)
+            pools = {qid: ranked(r).get("capped", []) for qid, r in by_q.items()}
+            curves[f"{name} (final order)"] = pool_recall_curve(pools, queries, depths,
+                                                               documents=documents)
         return curves
 
     def _present_items(self, conn: psycopg.Connection[Any], items: Sequence[str],

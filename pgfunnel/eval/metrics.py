@@ -142,13 +142,18 @@ def pool_recall(
     pools: Mapping[str, Sequence[str]],
     queries: Sequence[JudgedQuery],
     depth: int | None = None,
+    *,
+    documents: bool = False,
 ) -> dict[str, float]:
     """Per-query ``|R ∩ pool| / |R|``: the share of relevant items a stage kept.
 
     This is the ceiling for every later stage: an item not in the pool cannot be
     ranked back in. Pass the pool of one stage (a leg at its depth, the fused pool,
-    the reranked pool, the capped list); ``depth`` truncates each pool first. Only
-    queries with something to find get a value; a missing pool counts as empty.
+    the reranked pool, the capped list); ``depth`` truncates each pool first. With
+    ``documents``, the pools hold chunk keys and the judgments citekeys: each pool is
+    cut at ``depth`` chunks and then mapped to citekeys, so a document counts as found
+    at depth d when one of its chunks is in the first d. Only queries with something
+    to find get a value; a missing pool counts as empty.
     """
     if depth is not None:
         _check_k(depth, "depth")
@@ -164,7 +169,8 @@ def pool_recall(
             )
         if depth is not None:
             pool = pool[:depth]
-        out[q.query_id] = len(relevant.intersection(pool)) / len(relevant)
+        found = {citekey_of(item) for item in pool} if documents else set(pool)
+        out[q.query_id] = len(relevant & found) / len(relevant)
     return out
 
 
@@ -172,11 +178,14 @@ def pool_recall_curve(
     pools: Mapping[str, Sequence[str]],
     queries: Sequence[JudgedQuery],
     depths: Sequence[int],
+    *,
+    documents: bool = False,
 ) -> list[tuple[int, float]]:
-    """Mean pool recall over answerable queries at each depth: points for a plot."""
+    """Mean pool recall over answerable queries at each depth: points for a plot.
+    ``documents``: as for :func:`pool_recall` (depth in chunks, judged per document)."""
     points: list[tuple[int, float]] = []
     for d in depths:
-        per_query = pool_recall(pools, queries, depth=d)
+        per_query = pool_recall(pools, queries, depth=d, documents=documents)
         mean = sum(per_query.values()) / len(per_query) if per_query else 0.0
         points.append((d, mean))
     return points

@@ -467,7 +467,8 @@ def plot_pool_recall(
     path: str | Path,
     title: str = "Pool recall vs depth",
 ) -> None:
-    """PNG: mean pool recall against depth, one line per leg or configuration."""
+    """PNG: mean pool recall against depth, one line per leg or configuration. Depth is
+    in ranked chunks, as the harness's curves count it (``Harness._curves``)."""
     if not points:
         raise InvalidInputError("plot_pool_recall needs at least one line")
     fig = _new_figure(6.5, 4.5)
@@ -475,7 +476,7 @@ def plot_pool_recall(
     for name, series in points.items():
         ordered = sorted(series)
         ax.plot([d for d, _ in ordered], [r for _, r in ordered], marker="o", label=name)
-    ax.set_xlabel("depth")
+    ax.set_xlabel("depth (ranked chunks)")
     ax.set_ylabel("pool recall (mean over answerable queries)")
     ax.set_ylim(0.0, 1.02)
     ax.set_title(title)
