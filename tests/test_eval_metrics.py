@@ -582,3 +582,38 @@ def test_report_stage_columns_in_funnel_order() -> None:
     from pgfunnel.eval.report import _FUNNEL_ORDER
 
     assert _FUNNEL_ORDER == STAGES
+
+
+def test_the_slice_chart_legend_covers_no_bar() -> None:
+    """Five configurations scoring near 1.0 in every slice leave no free corner inside the
+    axes: the legend, placed "best", covered the last slice's bars."""
+    from pgfunnel.eval.report import _slices_figure
+
+    slices = ["identifier", "paraphrase", "exact", "followup", "twopart"]
+    queries = [jq(f"{s}{i}", s, {f"{s}{i}": 1}) for s in slices for i in range(3)]
+    runs = {name: {q.query_id: [q.query_id] for q in queries}
+            for name in ("default", "lexical", "dense", "rrf", "zscore")}
+    fig = _slices_figure(build_report(runs, queries, k=10, n_resamples=10))
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    legend = ax.get_legend().get_window_extent(renderer)
+    bars = [patch.get_window_extent(renderer) for patch in ax.patches]
+    assert len(bars) == 5 * 6
+    assert not any(legend.overlaps(bar) for bar in bars)
+
+
+def test_the_pool_recall_chart_shows_a_leg_under_an_identical_line() -> None:
+    """A one-leg configuration's final order is often its leg's own list: drawn the same
+    way after it, its line hid the leg's entirely. And depths grow by doubling: on a
+    linear axis 1, 3, 5 and 10 shared the first tenth of its width."""
+    from pgfunnel.eval.report import _pool_recall_figure
+
+    same = [(1, 0.6), (3, 0.8), (5, 0.9), (10, 0.95), (40, 1.0)]
+    fig = _pool_recall_figure({"lexical leg": same, "lexical (final order)": same}, "t")
+    ax = fig.axes[0]
+    leg, final = ax.get_lines()
+    assert leg.get_linestyle() != final.get_linestyle()
+    assert leg.get_zorder() > final.get_zorder()
+    assert ax.get_xscale() == "log"
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "3", "5", "10", "40"]

@@ -424,8 +424,7 @@ def _new_figure(width: float, height: float) -> Any:
     return fig
 
 
-def plot_slices(report: EvalReport, path: str | Path) -> None:
-    """PNG: nDCG@k per slice, one bar per configuration in each slice's group."""
+def _slices_figure(report: EvalReport) -> Any:
     metric = metric_names(report.k)[0]
     configs = list(report.configs)
     if not configs:
@@ -448,7 +447,8 @@ def plot_slices(report: EvalReport, path: str | Path) -> None:
             if value is not None:
                 xs.append(j - 0.4 + width * (i + 0.5))
                 ys.append(value)
-        ax.bar(xs, ys, width=width, label=name)
+        # past the ten colours of the cycle, a hatch tells configurations apart
+        ax.bar(xs, ys, width=width, label=name, hatch=_HATCHES[(i // 10) % len(_HATCHES)])
     ax.set_xticks(range(len(slices)))
     ax.set_xticklabels(
         slices, rotation=30 if len(slices) > 6 else 0, ha="right" if len(slices) > 6 else "center"
@@ -457,9 +457,60 @@ def plot_slices(report: EvalReport, path: str | Path) -> None:
     ax.set_ylabel(f"nDCG@{report.k}")
     ax.set_title(f"nDCG@{report.k} per slice (judged {_level_words(report.judging_level)})")
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(loc="best", fontsize="small")
+    # beside the axes: good configurations fill every slice's bars to near 1.0, so no
+    # corner inside is free and loc="best" covered the last slice's bars (the "all" row)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     fig.tight_layout()
-    fig.savefig(str(path), format="png")
+    return fig
+
+
+def plot_slices(report: EvalReport, path: str | Path) -> None:
+    """PNG: nDCG@k per slice, one bar per configuration in each slice's group."""
+    _slices_figure(report).savefig(str(path), format="png")
+
+
+#: hatches for the bars of configurations past the tenth (colours repeat after ten)
+_HATCHES: tuple[str, ...] = ("", "//", "..", "xx")
+
+#: line styles for the lines past the tenth (colours repeat after ten)
+_LINE_STYLES: tuple[Any, ...] = ("-", "-.", ":", (0, (3, 1, 1, 1, 1, 1)))
+
+
+def _pool_recall_figure(points: Mapping[str, Sequence[tuple[int, float]]], title: str) -> Any:
+    if not points:
+        raise InvalidInputError("plot_pool_recall needs at least one line")
+    from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
+
+    fig = _new_figure(6.5, 4.5)
+    ax = fig.add_subplot(1, 1, 1)
+    depths: set[int] = set()
+    for i, (name, series) in enumerate(points.items()):
+        ordered = sorted(series)
+        depths.update(d for d, _ in ordered)
+        # a leg's line is dashed, hollow and drawn over the configurations' lines: the
+        # one-leg configuration's final order is often the leg's own list, and its line
+        # hid the leg's entirely
+        leg = name.endswith(" leg")
+        ax.plot([d for d, _ in ordered], [r for _, r in ordered], label=name,
+                marker="s" if leg else "o", markersize=7 if leg else 5,
+                markerfacecolor="none" if leg else None, linewidth=2.0 if leg else 1.5,
+                linestyle="--" if leg else _LINE_STYLES[(i // 10) % len(_LINE_STYLES)],
+                zorder=3 if leg else 2)
+    if depths and min(depths) > 0:
+        # depths grow by doubling (1, 3, 5, 10, 20, 40 ... 1000): on a linear axis the
+        # first five points shared the first twentieth of its width
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(FixedLocator(sorted(depths)))
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel("depth (ranked chunks)")
+    ax.set_ylabel("pool recall (mean over answerable queries)")
+    ax.set_ylim(0.0, 1.02)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize="small")
+    fig.tight_layout()
+    return fig
 
 
 def plot_pool_recall(
@@ -468,22 +519,9 @@ def plot_pool_recall(
     title: str = "Pool recall vs depth",
 ) -> None:
     """PNG: mean pool recall against depth, one line per leg or configuration. Depth is
-    in ranked chunks, as the harness's curves count it (``Harness._curves``)."""
-    if not points:
-        raise InvalidInputError("plot_pool_recall needs at least one line")
-    fig = _new_figure(6.5, 4.5)
-    ax = fig.add_subplot(1, 1, 1)
-    for name, series in points.items():
-        ordered = sorted(series)
-        ax.plot([d for d, _ in ordered], [r for _, r in ordered], marker="o", label=name)
-    ax.set_xlabel("depth (ranked chunks)")
-    ax.set_ylabel("pool recall (mean over answerable queries)")
-    ax.set_ylim(0.0, 1.02)
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize="small")
-    fig.tight_layout()
-    fig.savefig(str(path), format="png")
+    in ranked chunks, as the harness's curves count it (``Harness._curves``), on a log
+    scale; a leg's line (named ``"... leg"``) is dashed and drawn on top."""
+    _pool_recall_figure(points, title).savefig(str(path), format="png")
 
 
 __all__ = [
