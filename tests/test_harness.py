@@ -285,6 +285,22 @@ def test_the_dense_preset_never_returns_what_only_the_lexical_leg_found(
     assert configs["dense"]["legs"] == "dense" and "legs" not in configs["both"]
 
 
+def test_a_leg_of_weight_zero_has_no_pool_recall(sample_db: str) -> None:
+    """A leg given weight 0 is not run: nothing of it reaches the pool. The report gave it
+    a pool recall all the same (1.000 on the help center's identifier queries), as if it
+    had held every relevant item."""
+    queries = [q for q in _subset(2) if q.slice in ("identifier", "paraphrase")]
+    configs = [EvalConfig.from_dict("lex", {"weights": [1, 0]}),
+               EvalConfig.from_dict("dense", {"weights": [0, 1]})]
+    result = Harness(sample_db, "default").run(queries, configs)
+    pools = {name: set(c.pool_recall) for name, c in result.report.configs.items()}
+    assert pools == {"lex": {"lexical", "fused", "capped"}, "dense": {"dense", "fused", "capped"}}
+    assert set(result.runs["lex"][queries[0].query_id].stages) == {"lexical", "fused", "capped"}
+    assert result.report.metadata["leg_depths"]["lex"] == {"lexical": 40, "fused": 40}
+    # each leg's curve comes from the configuration that gives it weight
+    assert {"lexical leg", "dense leg"} <= set(result.curves)
+
+
 def test_seconds_per_query_charge_each_configuration_its_own_search(
         sample_db: str, embedder: Any) -> None:
     """The work a run shares (a query's embedding, each leg at its full depth for the

@@ -16,15 +16,16 @@ A configuration is a name and a dict of :class:`pgfunnel.search.SearchParams` fi
 - ``legs`` (``"both"``, the default, ``"lexical"`` or ``"dense"``): which legs run. With
   one leg the search gets no query embedding (lexical) or no query text (dense), as
   ``funnel_search`` does with a NULL argument, so the other leg contributes nothing. A
-  zero weight is not the same: the leg still runs and its hits fill the list, at fused
-  score 0, whenever the weighted leg has fewer chunks than the pool.
+  zero weight also keeps its leg from running (docs/sql.md, Fusion), but the query is
+  still embedded (or analysed), so a query that leaves the other leg nothing to search
+  is an error naming ``weights``.
 
 Per query the harness records the final ranking and the pool of every stage:
 
 ``lexical`` / ``dense``
     each leg at its own depth (``lexical_depth`` / ``dense_depth``, default
-    ``max(k × overfetch, 40)``), in leg order; a single-leg configuration has no pool
-    for the leg it does not run. ``candidates()`` only returns the fused
+    ``max(k × overfetch, 40)``), in leg order; a configuration has no pool for a leg it
+    does not run (``legs``, or a weight of 0). ``candidates()`` only returns the fused
     pool, so the legs are read from one extra ``candidates()`` call with ``overfetch``
     large enough that the pool is the whole union of both legs (RRF, weights 1:1, so
     every chunk of either leg scores above zero and is kept); a row with
@@ -146,10 +147,19 @@ class EvalConfig:
     def runs_dense(self) -> bool:
         return self.legs != "lexical"
 
+    def _weighted(self, leg: int) -> bool:
+        """Whether the configuration's ``weights`` leave leg 0 (lexical) or 1 (dense) a
+        weight above 0: a leg of weight 0 is not run (docs/sql.md, Fusion)."""
+        weights = SearchParams.build(**self.search).weights
+        return weights is None or weights[leg] != 0
+
     def stages(self) -> tuple[str, ...]:
-        """The stages this configuration has, in funnel order."""
+        """The stages this configuration has, in funnel order: a leg it leaves out
+        (``legs``) or weighs 0 has none, since nothing of it reaches the pool."""
+        lexical = self.runs_lexical and self._weighted(0)
+        dense = self.runs_dense and self._weighted(1)
         return tuple(s for s in STAGES
-                     if (s != "lexical" or self.runs_lexical) and (s != "dense" or self.runs_dense)
+                     if (s != "lexical" or lexical) and (s != "dense" or dense)
                      and (s != "reranked" or self.rerank))
 
     @classmethod
