@@ -296,6 +296,9 @@ def test_load_queries_reads_and_ignores_unknown_keys(tmp_path: Path) -> None:
                     "history": ["h"],
                     "split": "test",
                     "note": "ignored",
+                    # like a field, but the line has that field: a note too
+                    "Split": "judged twice",
+                    "relevance": "checked by two judges",
                 }
             ),
             "",
@@ -396,6 +399,14 @@ def test_load_queries_takes_lists_of_items_and_lines_without_ids(tmp_path: Path)
         ('{"query_id": "b\\u0000", "query": "x", "slice": "s", "relevant": {}}',
          "line 2: field 'query_id'"),
         ("{not json", "line 2: invalid JSON"),
+        # a misspelt optional field was a note, ignored: the query went to the hashed split,
+        # or a follow-up was searched without its history, and nothing said so
+        ('{"query_id": "b", "query": "x", "slice": "s", "relevant": {}, "Split": "dev"}',
+         "line 2: unknown field 'Split'; did you mean 'split'\\?"),
+        ('{"query": "x", "slice": "s", "relevant": {}, "histroy": ["y"]}',
+         "line 2: unknown field 'histroy'; did you mean 'history'\\?"),
+        ('{"query-id": "b", "query": "x", "slice": "s", "relevant": {}}',
+         "line 2: unknown field 'query-id'; did you mean 'query_id'\\?"),
         # json.loads kept the second and dropped the first, unsaid
         ('{"query_id": "b", "query": "x", "slice": "s", "relevant": {}, "query_id": "c"}',
          "line 2: invalid JSON: key 'query_id' appears twice in one object"),

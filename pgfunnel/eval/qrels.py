@@ -7,7 +7,8 @@ A judged-query file is JSON Lines, one query per line::
      "history": ["what plans are there?"], "split": "dev"}
 
 ``history``, ``split`` and ``query_id`` are optional; keys this module does not know are
-ignored so that a file can carry notes for the people who judged it. ``relevant`` may
+ignored so that a file can carry notes for the people who judged it, unless one reads as
+a misspelt field the line lacks (``Split``, ``histroy``), which is an error. ``relevant`` may
 also be a list of item ids, each then of grade 1. A query without an id gets one made
 from its text and history (``q-`` and 12 hex digits), so its dev/test split does not
 move when lines are added or reordered. An item id is either a
@@ -22,6 +23,7 @@ ranking metric, and is counted per slice as ``n_noanswer``.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -97,14 +99,38 @@ def _check_text(value: str, name: str, where: str) -> None:
         raise InvalidInputError(f"{where}: field {name!r} {problem}")
 
 
+#: the fields of a judged query's line; any other key is a note, ignored
+FIELDS: tuple[str, ...] = ("query_id", "query", "slice", "relevant", "history", "split")
+
+
+def _misspelt_field(key: str, obj: Mapping[str, Any]) -> str | None:
+    """The field a key the format does not know was probably meant to be (``Split``,
+    ``query-id``, ``histroy``), when the line lacks that field; else None (a note)."""
+    norm = key.strip().lower().replace("-", "_").replace(" ", "_")
+    absent = [f for f in FIELDS if f not in obj]
+    if norm in absent:
+        return norm
+    close = difflib.get_close_matches(norm, absent, n=1, cutoff=0.8)
+    return close[0] if close else None
+
+
 def parse_query(obj: Any, line: int | None = None) -> JudgedQuery:
     """Validate one decoded JSON object and build a :class:`JudgedQuery`.
 
     Raises :class:`InvalidInputError` naming ``line`` (when given) and the field at fault.
+    A key the format does not know is a note and is ignored, unless it reads as a
+    misspelt field the line lacks (``Split``, ``histroy``): the field it meant would be
+    silently unset (a follow-up searched without its history, a query hashed to the
+    other split), so that is an error too.
     """
     where = _where(line)
     if not isinstance(obj, dict):
         raise InvalidInputError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    for key in obj:
+        if key not in FIELDS and (meant := _misspelt_field(str(key), obj)) is not None:
+            raise InvalidInputError(
+                f"{where}: unknown field {key!r}; did you mean {meant!r}? (a key that is "
+                "not a field is a note and is ignored: give a note a name of its own)")
 
     def text_field(name: str, *, allow_empty: bool) -> str:
         if name not in obj:
