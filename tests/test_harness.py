@@ -301,6 +301,23 @@ def test_a_leg_of_weight_zero_has_no_pool_recall(sample_db: str) -> None:
     assert {"lexical leg", "dense leg"} <= set(result.curves)
 
 
+def test_leg_depths_are_the_searchs_own(sample_db: str) -> None:
+    """The harness read each leg at max(k x overfetch, 40), where the search caps that
+    default at 10,000: k = 1000 with an overfetch of 11 (a search that runs) was refused
+    as a lexical_depth of 11,000, a parameter the configuration never set. And a leg
+    deeper than the search allows was refused as "legs deeper than 100,000 together",
+    naming lexical_depth whichever leg it was."""
+    q = JudgedQuery("q", "what does ERR-5245 mean", "identifier", {"err-5245": 1})
+    result = Harness(sample_db, "default", k=1000).run(
+        [q], [EvalConfig.from_dict("wide", {"overfetch": 11})])
+    assert result.report.metadata["leg_depths"]["wide"] == {
+        "lexical": 10_000, "dense": 10_000, "fused": 11_000}
+    assert result.report.configs["wide"].per_query["q"]["recall@1000"] == 1.0
+    with pytest.raises(ConfigError, match="x: dense_depth: must be between 1 and 10000, "
+                                          "got 99999"):
+        EvalConfig.from_dict("x", {"dense_depth": 99_999})
+
+
 def test_seconds_per_query_charge_each_configuration_its_own_search(
         sample_db: str, embedder: Any) -> None:
     """The work a run shares (a query's embedding, each leg at its full depth for the

@@ -24,11 +24,12 @@ Per query the harness records the final ranking and the pool of every stage:
 
 ``lexical`` / ``dense``
     each leg at its own depth (``lexical_depth`` / ``dense_depth``, default
-    ``max(k × overfetch, 40)``), in leg order; a configuration has no pool for a leg it
-    does not run (``legs``, or a weight of 0). ``candidates()`` only returns the fused
-    pool, so the legs are read from one extra ``candidates()`` call with ``overfetch``
-    large enough that the pool is the whole union of both legs (RRF, weights 1:1, so
-    every chunk of either leg scores above zero and is kept); a row with
+    ``min(max(k × overfetch, 40), 10000)``, as the search's), in leg order; a
+    configuration has no pool for a leg it does not run (``legs``, or a weight of 0).
+    ``candidates()`` only returns the fused pool, so the legs are read from one extra
+    ``candidates()`` call with ``overfetch`` large enough that the pool is the whole
+    union of both legs (RRF, weights 1:1, so every chunk of either leg scores above
+    zero and is kept); a row with
     ``lexical_rank`` set is in the lexical leg, one with ``dense_rank`` set in the dense
     leg. No SQL is added for evaluation. That call is shared by configurations whose
     legs are the same (same depths, filters, BM25 and HNSW settings).
@@ -94,6 +95,10 @@ HARNESS_KEYS: frozenset[str] = frozenset(
 
 #: values of the ``legs`` harness key
 LEGS: tuple[str, ...] = ("both", "lexical", "dense")
+
+#: the deepest a leg reads (funnel_search refuses a lexical_depth or dense_depth above it,
+#: and caps its default there)
+MAX_LEG_DEPTH = 10_000
 
 #: stage names, in funnel order
 STAGES: tuple[str, ...] = ("lexical", "dense", "fused", "reranked", "capped")
@@ -178,6 +183,14 @@ class EvalConfig:
             raise ConfigError("config", f"{name}: {exc}") from None
         except (TypeError, ValueError) as exc:
             raise ConfigError("config", f"{name}: {exc}") from None
+        for key in ("lexical_depth", "dense_depth"):
+            # the search's own bound, said before any search runs: past it the harness's
+            # union of both legs was refused as "legs deeper than 100,000 together",
+            # naming lexical_depth whichever leg was too deep
+            given = search.get(key)
+            if given is not None and given > MAX_LEG_DEPTH:
+                raise ConfigError("config", f"{name}: {key}: must be between 1 and "
+                                  f"{MAX_LEG_DEPTH}, got {given}")
         # JSON's own types, checked: bool("false") is True, so {"followup": "false"} kept
         # follow-up resolution on and {"rerank": "no"} turned the reranker on
         for key in ("rerank", "followup", "decompose"):
@@ -393,20 +406,15 @@ class Harness:
         """Each leg at its full depth, from one candidates() call over their union.
         ``query_text`` / ``vector`` are what the configuration searches with (None: that
         leg does not run, and its list is empty); ``text`` is the query they came from."""
-        pool = p.k * p.overfetch
-        lex_depth = p.lexical_depth or max(pool, 40)
-        den_depth = p.dense_depth or max(pool, 40)
+        lex_depth, den_depth = _depths_of_legs(p)
         key = (text, query_text is not None, vector is not None, lex_depth, den_depth, p.k1,
                p.b, p.ef_search, p.language,
                json.dumps(p.metadata_filter, sort_keys=True, default=str), str(p.as_of))
         if key not in self._legs:
             started = time.perf_counter()
-            union = lex_depth + den_depth
+            union = lex_depth + den_depth  # at most 20,000: a pool of 1,000 x 20
             k = min(1000, union)
             overfetch = math.ceil(union / k)
-            if overfetch > 100:
-                raise ConfigError("lexical_depth", "legs deeper than 100,000 together cannot "
-                                  "be evaluated")
             lp = SearchParams.build(**{**_fields(p), "k": k, "overfetch": overfetch,
                                        "fusion": "rrf", "weights": (1.0, 1.0),
                                        "lexical_depth": lex_depth, "dense_depth": den_depth})
@@ -763,11 +771,19 @@ def dataclasses_replace(p: SearchParams, **changes: Any) -> SearchParams:
     return SearchParams.build(**{**_fields(p), **changes})
 
 
+def _depths_of_legs(p: SearchParams) -> tuple[int, int]:
+    """Each leg's depth as the search reads it: the depth given, else k x overfetch, at
+    least 40 and at most 10,000 (funnel_search's default). Without the cap, k = 1000 with
+    an overfetch of 11 asked the search for a lexical_depth of 11,000, which it refused,
+    naming a parameter the configuration never set."""
+    default = min(max(p.k * p.overfetch, 40), MAX_LEG_DEPTH)
+    return p.lexical_depth or default, p.dense_depth or default
+
+
 def _leg_depths(p: SearchParams, cfg: EvalConfig) -> dict[str, int]:
     """The depth of each leg the configuration runs, and the pool's."""
-    pool = p.k * p.overfetch
-    depths = {"lexical": p.lexical_depth or max(pool, 40), "dense": p.dense_depth or max(pool, 40),
-              "fused": pool}
+    lexical, dense = _depths_of_legs(p)
+    depths = {"lexical": lexical, "dense": dense, "fused": p.k * p.overfetch}
     return {stage: d for stage, d in depths.items() if stage in cfg.stages()}
 
 
