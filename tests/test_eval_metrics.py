@@ -241,6 +241,17 @@ def test_load_floors_rejects_bad_values(tmp_path: Path) -> None:
     path.write_text('{"paraphrase": {"ndcg@10": "high"}}')
     with pytest.raises(ConfigError, match="floors.*ndcg@10"):
         load_floors(path)
+    # a percentage could never be met (every run failed the gate), a negative floor never
+    # missed: both were taken
+    path.write_text('{"paraphrase": {"ndcg@10": 85}}')
+    with pytest.raises(ConfigError, match="slice 'paraphrase' metric 'ndcg@10': the floor 85 "
+                                          "is not between 0 and 1"):
+        load_floors(path)
+    path.write_text('{"all": {"recall@10": -0.1}}')
+    with pytest.raises(ConfigError, match="'recall@10': the floor -0.1 is not between 0 and 1"):
+        load_floors(path)
+    path.write_text('{"all": {"recall@10": 1, "ndcg@10": 0}}')
+    assert load_floors(path) == {"all": {"recall@10": 1.0, "ndcg@10": 0.0}}
     path.write_text('{\n  "paraphrase": {"ndcg@10": 0.5},\n}\n')
     with pytest.raises(ConfigError, match=r"not valid JSON \(line 3, column 1\)"):
         load_floors(path)

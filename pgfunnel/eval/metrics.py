@@ -368,8 +368,9 @@ def check_floors(
 def load_floors(path: str | Path) -> dict[str, dict[str, float]]:
     """Read floors from JSON: ``{"slice": {"ndcg@10": 0.5, ...}, ...}``.
 
-    Anything else (not an object, a non-numeric floor) is a :class:`ConfigError` for
-    the parameter ``floors`` that names the file and the entry.
+    Anything else (not an object, a non-numeric floor, a floor outside 0..1, where every
+    metric lies) is a :class:`ConfigError` for the parameter ``floors`` that names the
+    file and the entry.
     """
     p = Path(path)
     try:
@@ -399,6 +400,14 @@ def load_floors(path: str | Path) -> dict[str, dict[str, float]]:
             if not math.isfinite(value):
                 raise ConfigError(
                     "floors", f"{p}: slice {slice_name!r} metric {metric!r} is not finite"
+                )
+            if not 0.0 <= value <= 1.0:
+                # every metric eval reports is a share: a floor of 85 (a percentage) could
+                # never be met and failed every run; one of -1 could never fail
+                raise ConfigError(
+                    "floors",
+                    f"{p}: slice {slice_name!r} metric {metric!r}: the floor {value!r} is not "
+                    "between 0 and 1, as every metric eval reports is (85% is 0.85)",
                 )
             row[metric] = float(value)
         floors[slice_name] = row
