@@ -408,6 +408,29 @@ def test_stage_recall_in_database_matches_harness(sample_db: str) -> None:
         assert in_db[slice_name]["capped"] == pytest.approx(pools["capped"][slice_name])
 
 
+def test_stage_recall_in_database_reads_the_configuration_asked_for(sample_db: str) -> None:
+    """After a traced run of several configurations each judged query's latest search is
+    the last configuration's: the baseline's stage recall could not be read at all."""
+    from pgfunnel.db import connect
+    from pgfunnel.eval.harness import stage_recall_in_db, store_qrels
+
+    queries = [q for q in _subset(4) if not q.history and q.slice == "paraphrase"]
+    configs = [EvalConfig.from_dict("narrow", {"overfetch": 1, "legs": "lexical"}),
+               EvalConfig.from_dict("wide", {})]
+    with connect(sample_db, autocommit=True) as conn:
+        store_qrels(conn, "default", queries)
+        result = Harness(conn, "default", k=1, trace=True).run(queries, configs)
+        in_db = {c.name: stage_recall_in_db(conn, "default", config=c.name) for c in configs}
+        latest = stage_recall_in_db(conn, "default")
+    pools = {name: c.pool_recall for name, c in result.report.configs.items()}
+    assert pools["narrow"]["fused"]["all"] < pools["wide"]["fused"]["all"]  # they differ
+    for name in ("narrow", "wide"):
+        assert in_db[name]["all"]["n_queries"] == len(queries)
+        for stage in ("fused", "capped"):
+            assert in_db[name]["all"][stage] == pytest.approx(pools[name][stage]["all"]), name
+    assert latest == in_db["wide"]  # without a name: each query's latest, the last run's
+
+
 def test_stored_judgments_use_the_citekey_a_file_name_was_matched_to(sample_db: str) -> None:
     # `refunds-annual.md` was stored as written: the run matched it to `refunds-annual`
     # and reported 1.0 at every stage, the database 0.0

@@ -497,7 +497,8 @@ class Harness:
         stages: dict[str, list[str]] = {}
         chunk_stages: dict[str, list[str]] = {}
         tops: list[float] = []
-        log = {"judged_query": q.query_id, "search_group": f"{uuid.uuid4()}"}
+        log = {"judged_query": q.query_id, "search_group": f"{uuid.uuid4()}",
+               "config": cfg.name}
         for part in parts:
             final, part_stages, part_chunks, top = self._search_one(conn, part, cfg, p, level,
                                                                     log)
@@ -853,7 +854,9 @@ latest as (
       join pgfunnel.search_log l
         on l.collection_id = %(c)s
        and (l.notes ->> 'judged_query' = j.query_id
-            or (l.query_text = j.query and not l.notes ? 'judged_query'))
+            or (l.query_text = j.query and not l.notes ? 'judged_query'
+                and %(config)s::text is null))
+       and (%(config)s::text is null or l.notes ->> 'config' = %(config)s::text)
      order by j.query_id, l.id desc
 ),
 searches as (
@@ -893,18 +896,25 @@ select slice, count(*), avg(lexical), avg(dense), avg(fused), avg(capped), avg(f
 
 
 @rows_by_position
-def stage_recall_in_db(conn: psycopg.Connection[Any], collection: str
-                       ) -> dict[str, dict[str, float]]:
+def stage_recall_in_db(conn: psycopg.Connection[Any], collection: str,
+                       config: str | None = None) -> dict[str, dict[str, float]]:
     """Per-slice (and ``all``) mean stage recall computed in Postgres from qrel and the
-    search trace (run the searches with tracing on). Keys per slice: ``n_queries``,
-    ``lexical``, ``dense``, ``fused``, ``capped``, ``final``."""
+    search trace (run the searches with tracing on). Keys per slice: ``n_queries`` (the
+    answerable judged queries it found a traced search for), ``lexical``, ``dense``,
+    ``fused``, ``capped``, ``final``.
+
+    Each judged query is read from its latest traced search, which after an eval run of
+    several configurations is the last configuration's; ``config`` names the
+    configuration whose searches to read instead (eval records the name in
+    ``search_log.notes``; searches made outside eval have none)."""
     row = conn.execute("select id from pgfunnel.collection where name = %s",
                        (collection,)).fetchone()
     if row is None:
         raise NotFoundError(f"collection {collection!r} does not exist")
     out: dict[str, dict[str, float]] = {}
     try:
-        for slice_name, n, *vals in conn.execute(_STAGE_RECALL_SQL, {"c": int(row[0])}):
+        for slice_name, n, *vals in conn.execute(_STAGE_RECALL_SQL,
+                                                 {"c": int(row[0]), "config": config}):
             if not n:
                 # the grand total of nothing judged and searched yet: no recall to report
                 continue
