@@ -639,3 +639,21 @@ def test_the_pool_recall_chart_shows_a_leg_under_an_identical_line() -> None:
     assert leg.get_zorder() > final.get_zorder()
     assert ax.get_xscale() == "log"
     assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "3", "5", "10", "40"]
+
+
+def test_charts_of_no_answer_queries_only_draw_no_line_at_zero() -> None:
+    """With nothing to find, the pool-recall chart drew every line flat at 0 ("mean over
+    answerable queries", of which there were none), as if every pool had missed, and the
+    slice chart was a blank frame."""
+    from pgfunnel.eval.report import _pool_recall_figure, _slices_figure
+
+    queries = [jq("n1", "noanswer", {}), jq("n2", "noanswer", {"d#0": 0})]
+    pools = {"n1": ["d#0"], "n2": ["d#0"]}
+    assert pool_recall_curve(pools, queries, [1, 5]) == []
+    fig = _pool_recall_figure({"lexical leg": [], "default (final order)": []}, "t")
+    ax = fig.axes[0]
+    assert ax.get_lines() == []
+    assert any("no answerable queries" in t.get_text() for t in ax.texts)
+    report = build_report({"a": {"n1": ["d#0"], "n2": []}}, queries, k=10)
+    ax = _slices_figure(report).axes[0]
+    assert any("no answerable queries" in t.get_text() for t in ax.texts)

@@ -182,12 +182,15 @@ def pool_recall_curve(
     documents: bool = False,
 ) -> list[tuple[int, float]]:
     """Mean pool recall over answerable queries at each depth: points for a plot.
-    ``documents``: as for :func:`pool_recall` (depth in chunks, judged per document)."""
+    ``documents``: as for :func:`pool_recall` (depth in chunks, judged per document).
+    Without an answerable query there are no points: a mean of nothing is not 0 (the
+    chart drew such lines flat at 0, as if every pool had missed)."""
     points: list[tuple[int, float]] = []
     for d in depths:
         per_query = pool_recall(pools, queries, depth=d, documents=documents)
-        mean = sum(per_query.values()) / len(per_query) if per_query else 0.0
-        points.append((d, mean))
+        if not per_query:
+            return []
+        points.append((d, sum(per_query.values()) / len(per_query)))
     return points
 
 

@@ -424,6 +424,12 @@ def _new_figure(width: float, height: float) -> Any:
     return fig
 
 
+def _nothing_to_find(ax: Any) -> None:
+    """Say on an empty chart why it is empty: every query was a no-answer query."""
+    ax.text(0.5, 0.5, "no answerable queries: nothing to find\n(no-answer queries are only "
+            "counted)", transform=ax.transAxes, ha="center", va="center")
+
+
 def _slices_figure(report: EvalReport) -> Any:
     metric = metric_names(report.k)[0]
     configs = list(report.configs)
@@ -453,6 +459,8 @@ def _slices_figure(report: EvalReport) -> Any:
     ax.set_xticklabels(
         slices, rotation=30 if len(slices) > 6 else 0, ha="right" if len(slices) > 6 else "center"
     )
+    if not slices:
+        _nothing_to_find(ax)
     ax.set_ylim(0.0, 1.05)
     ax.set_ylabel(f"nDCG@{report.k}")
     ax.set_title(f"nDCG@{report.k} per slice (judged {_level_words(report.judging_level)})")
@@ -485,6 +493,8 @@ def _pool_recall_figure(points: Mapping[str, Sequence[tuple[int, float]]], title
     ax = fig.add_subplot(1, 1, 1)
     depths: set[int] = set()
     for i, (name, series) in enumerate(points.items()):
+        if not series:
+            continue  # no answerable query: no line, rather than one flat at 0
         ordered = sorted(series)
         depths.update(d for d, _ in ordered)
         # a leg's line is dashed, hollow and drawn over the configurations' lines: the
@@ -503,12 +513,15 @@ def _pool_recall_figure(points: Mapping[str, Sequence[tuple[int, float]]], title
         ax.xaxis.set_major_locator(FixedLocator(sorted(depths)))
         ax.xaxis.set_major_formatter(ScalarFormatter())
         ax.xaxis.set_minor_locator(NullLocator())
+    if not depths:
+        _nothing_to_find(ax)
     ax.set_xlabel("depth (ranked chunks)")
     ax.set_ylabel("pool recall (mean over answerable queries)")
     ax.set_ylim(0.0, 1.02)
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize="small")
+    if depths:
+        ax.legend(loc="lower right", fontsize="small")
     fig.tight_layout()
     return fig
 
