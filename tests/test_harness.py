@@ -478,6 +478,31 @@ def test_stage_recall_in_database_finds_followups_and_decomposed_parts(sample_db
         assert in_db[slice_name]["capped"] == pytest.approx(pools["capped"][slice_name])
 
 
+def test_a_decomposed_query_is_scored_on_what_search_decomposed_returns(
+        sample_db: str) -> None:
+    """The harness merged the parts' document lists to k documents, where the search
+    merges their chunks, caps them again and keeps k chunks (7 to 9 documents on these
+    questions): a decomposed query was scored on a list no search returns."""
+    import warnings
+
+    from pgfunnel.eval.metrics import collapse_to_documents
+    from pgfunnel.search import Funnel
+
+    quals = ["monthly", "annual", "trial", "enterprise"]
+    queries = [q for q in load_queries(QUERIES) if q.slice == "twopart"][:4]
+    cfg = EvalConfig.from_dict("parts", {"decompose": True, "qualifiers": quals})
+    result = Harness(sample_db, "default").run(queries, [cfg])
+    funnel = Funnel(sample_db)
+    for q in queries:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the parts' dropped words, as notices
+            searched = funnel.search_decomposed(q.query, qualifiers=quals, k=10)
+        run = result.runs["parts"][q.query_id]
+        assert len(run.parts) == 2, run.parts
+        assert run.final == collapse_to_documents(
+            [f"{r.citekey}#{r.ordinal}" for r in searched.results]), q.query_id
+
+
 def test_followup_and_decomposition_change_the_searched_text(sample_db: str) -> None:
     plans = ["annual", "monthly", "enterprise", "trial"]
     queries = [q for q in _subset(1) if q.slice in ("followup", "twopart")]

@@ -9,8 +9,10 @@ A configuration is a name and a dict of :class:`pgfunnel.search.SearchParams` fi
 - ``followup`` (bool, default true): a query with a ``history`` is first made stand-alone
   by :class:`pgfunnel.transform.FollowupResolver`;
 - ``decompose`` (bool, default false): split multi-part questions with
-  :func:`pgfunnel.transform.decompose`, search each part and interleave the parts' final
-  lists with :func:`pgfunnel.transform.round_robin_merge`;
+  :func:`pgfunnel.transform.decompose`, search each part and merge the parts' results as
+  :meth:`Funnel.search_decomposed` does (their chunks interleaved with
+  :func:`pgfunnel.transform.round_robin_merge`, the per-source cap applied again, the
+  first k chunks kept);
 - ``qualifiers`` (list of str): words such as plan names that qualify a topic rather
   than being one, passed to the follow-up resolver and to decomposition;
 - ``legs`` (``"both"``, the default, ``"lexical"`` or ``"dense"``): which legs run. With
@@ -75,7 +77,14 @@ from pgfunnel.errors import (
     translate,
 )
 from pgfunnel.eval.metrics import collapse_to_documents, pool_recall_curve
-from pgfunnel.eval.qrels import JudgedQuery, Split, chunk_key, judging_level, select_split
+from pgfunnel.eval.qrels import (
+    JudgedQuery,
+    Split,
+    chunk_key,
+    citekey_of,
+    judging_level,
+    select_split,
+)
 from pgfunnel.eval.report import EvalReport, build_report
 from pgfunnel.rerank import check_gate_margin
 from pgfunnel.search import (
@@ -494,6 +503,7 @@ class Harness:
             parts = decompose(text, qualifiers=cfg.qualifiers).parts
         p = self._params(cfg)
         finals: list[list[str]] = []
+        chunk_finals: list[list[str]] = []
         stages: dict[str, list[str]] = {}
         chunk_stages: dict[str, list[str]] = {}
         tops: list[float] = []
@@ -503,6 +513,7 @@ class Harness:
             final, part_stages, part_chunks, top = self._search_one(conn, part, cfg, p, level,
                                                                     log)
             finals.append(final)
+            chunk_finals.append(part_chunks.get("capped", [])[: self.k])
             if top is not None:
                 tops.append(top)
             for into, got in ((stages, part_stages), (chunk_stages, part_chunks)):
@@ -510,7 +521,16 @@ class Harness:
                     # a decomposed query's stage pool is the union of its parts' pools
                     merged = into.setdefault(stage, [])
                     merged.extend(i for i in items if i not in merged)
-        final = finals[0] if len(finals) == 1 else round_robin_merge(finals, self.k)
+        if len(finals) == 1:
+            final = finals[0]
+        else:
+            # as search_decomposed merges: the parts' result chunks interleaved, the
+            # per-source cap applied again and the list cut to k chunks, then read as
+            # documents. Merging the parts' document lists instead scored k documents
+            # (k chunks hold fewer) and none of the cap across parts.
+            final = _cap_and_cut(round_robin_merge(chunk_finals), self.k, p.per_source_cap)
+            if level == "document":
+                final = collapse_to_documents(final)
         embedding = sum(self._embed_seconds.get(part, 0.0) for part in parts) \
             if cfg.runs_dense else 0.0
         seconds = time.perf_counter() - t0 - (self._shared_seconds - shared_before) + embedding
@@ -695,6 +715,22 @@ class Harness:
                                 "active index version")
         return {"version": row[0], "embedding_model": row[1], "analyzer": row[2],
                 "chunks": row[3]}
+
+
+def _cap_and_cut(chunks: Sequence[str], k: int, cap: int) -> list[str]:
+    """The first ``k`` chunk keys, at most ``cap`` of each citekey (query_plans'
+    ``_cap_and_cut`` over keys)."""
+    per_source: dict[str, int] = {}
+    out: list[str] = []
+    for key in chunks:
+        source = citekey_of(key)
+        if per_source.get(source, 0) >= cap:
+            continue
+        per_source[source] = per_source.get(source, 0) + 1
+        out.append(key)
+        if len(out) == k:
+            break
+    return out
 
 
 def _renamed(relevant: Mapping[str, int], renamed: Mapping[str, str]) -> dict[str, int]:
