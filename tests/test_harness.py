@@ -503,6 +503,29 @@ def test_a_decomposed_query_is_scored_on_what_search_decomposed_returns(
             [f"{r.citekey}#{r.ordinal}" for r in searched.results]), q.query_id
 
 
+def test_a_followup_is_resolved_with_the_collections_qualifiers(sample_db: str) -> None:
+    """A search with history resolves a follow-up with the collection's qualifiers
+    (collection.settings); eval resolved it without them, and measured another query."""
+    import warnings
+
+    from pgfunnel.db import connect
+    from pgfunnel.search import Funnel
+
+    with connect(sample_db, autocommit=True) as conn:
+        conn.execute("""update pgfunnel.collection set settings = '{"qualifiers": '
+                     '["monthly", "annual"]}' where name = 'default'""")
+    history = ["how do refunds work on the monthly plan"]
+    q = JudgedQuery("f", "and for annual?", "followup", {"refunds-annual": 1},
+                    history=tuple(history))
+    result = Harness(sample_db, "default").run([q], [EvalConfig.from_dict("d", {})])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the query's dropped words, as notices
+        searched = Funnel(sample_db).search(q.query, history=history)
+    resolved = next(t["query"] for t in searched.transforms if t["step"] == "followup")
+    assert result.runs["d"]["f"].text == resolved == "refunds plan for annual?"
+    assert result.report.metadata["configs"]["d"]["qualifiers"] == ["monthly", "annual"]
+
+
 def test_followup_and_decomposition_change_the_searched_text(sample_db: str) -> None:
     plans = ["annual", "monthly", "enterprise", "trial"]
     queries = [q for q in _subset(1) if q.slice in ("followup", "twopart")]

@@ -560,6 +560,7 @@ class Harness:
         done = 0
         with self.funnel.connection() as conn:
             version = self._index_version(conn)
+            configs = self._with_collection_qualifiers(conn, configs)
             selected, respelled, missing = self.with_citekey_spellings(conn, selected, level)
             # an item read as a chunk key that is a document's citekey (`repo#42`): the
             # warning says how it was read, or it looks like a wrong name
@@ -618,6 +619,20 @@ class Harness:
         return HarnessResult(report=report, runs=runs, queries=selected, curves=curves,
                              missing_items=missing,
                              citekeys_read_as_chunks=citekeys_read_as_chunks)
+
+    def _with_collection_qualifiers(self, conn: psycopg.Connection[Any],
+                                    configs: Sequence[EvalConfig]) -> list[EvalConfig]:
+        """Configurations without qualifiers of their own take the collection's
+        (``collection.settings`` ``qualifiers``), as a search with ``history`` and
+        ``search_decomposed`` do: without them a follow-up was resolved, and a question
+        decomposed, otherwise than the search being measured would."""
+        if all(c.qualifiers for c in configs):
+            return list(configs)
+        from pgfunnel.query_plans import _terms, collection_settings
+
+        words = tuple(_terms(collection_settings(conn, self.collection), "qualifiers"))
+        return [c if c.qualifiers or not words else dataclasses.replace(c, qualifiers=words)
+                for c in configs]
 
     def _curves(self, runs: Mapping[str, Mapping[str, QueryRun]],
                 queries: Sequence[JudgedQuery], level: str = "chunk", k: int | None = None
