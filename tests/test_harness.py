@@ -652,6 +652,26 @@ def test_pool_recall_curves_count_depth_in_ranked_chunks_under_document_judging(
     assert curves["lexical leg"][-1] == (5, 1.0)  # the longest pool in chunks ends the line
 
 
+def test_each_pool_recall_line_ends_at_its_own_depth() -> None:
+    """The leg's line came from the first configuration that ran it and every line went
+    on to the longest list of any: beside a configuration reading the leg 6 deep, a 3-deep
+    leg's line ran flat at 0 to depth 6, as if the depth had found nothing."""
+    from pgfunnel.eval.harness import QueryRun
+
+    shallow = ["a#0", "b#0", "c#0"]
+    deep = [*shallow, "d#0", "e#0", "f#0"]
+    runs = {"short": {"q": QueryRun(text="x", final=shallow, top_score=None,
+                                    stages={}, chunk_stages={"lexical": shallow,
+                                                             "capped": shallow})},
+            "long": {"q": QueryRun(text="x", final=deep[:3], top_score=None,
+                                   stages={}, chunk_stages={"lexical": deep, "capped": deep})}}
+    queries = [JudgedQuery("q", "x", "s", {"e#0": 1})]
+    curves = Harness.__new__(Harness)._curves(runs, queries, "chunk", 3)
+    assert curves["lexical leg"] == [(1, 0.0), (3, 0.0), (5, 1.0), (6, 1.0)]
+    assert curves["short (final order)"] == [(1, 0.0), (3, 0.0)]
+    assert curves["long (final order)"][-1] == (6, 1.0)
+
+
 def test_the_final_order_curve_at_depth_k_is_the_tables_recall_at_k(sample_db: str) -> None:
     # two-part questions whose second page is among the first 10 documents, not among the
     # first 10 chunks: counted in documents, the line read 1.0 where recall@10 was 0.5

@@ -637,8 +637,9 @@ class Harness:
     def _curves(self, runs: Mapping[str, Mapping[str, QueryRun]],
                 queries: Sequence[JudgedQuery], level: str = "chunk", k: int | None = None
                 ) -> dict[str, list[tuple[int, float]]]:
-        """Pool recall against depth: each leg (from the first configuration that runs
-        it; none for a leg no configuration runs) and each configuration's capped list.
+        """Pool recall against depth: each leg (from the configuration that reads it
+        deepest; none for a leg no configuration runs) and each configuration's capped
+        list, each line up to the length of its own longest list.
 
         Depth counts ranked chunks (``QueryRun.chunk_stages``), as ``k`` and the leg
         depths do; judged per document, a document is found at depth d when one of its
@@ -655,24 +656,30 @@ class Harness:
         def ranked(r: QueryRun) -> dict[str, list[str]]:
             return r.chunk_stages if by_chunk else r.stages
 
-        longest = max((len(p) for by_q in runs.values() for r in by_q.values()
-                       for p in ranked(r).values()), default=1)
-        # the longest pool itself is the last point: without it a pool of 34 items ended
-        # the lines at 20, hiding what ranks 21-34 held; and k, where recall@k is read
-        depths = sorted({d for d in (1, 3, 5, 10, 20, 40, 80, 160, 320, 640, 1000)
-                         if d <= max(longest, 1)} | {1, max(longest, 1)}
-                        | ({k} if k is not None and k <= longest else set()))
+        def depths(pools: Mapping[str, Sequence[str]]) -> list[int]:
+            # up to the line's own longest list, which is its last point: a line drawn on
+            # to the longest list of any line went flat where its own lists ended, as if
+            # more depth had found nothing (a 40-deep leg beside a 100-deep one); without
+            # that point a pool of 34 items ended the line at 20, hiding ranks 21-34; and
+            # k, where recall@k is read
+            longest = max(1, max((len(p) for p in pools.values()), default=1))
+            return sorted({d for d in (1, 3, 5, 10, 20, 40, 80, 160, 320, 640, 1000)
+                           if d <= longest} | {1, longest}
+                          | ({k} if k is not None and k <= longest else set()))
+
         for leg in ("lexical", "dense"):
-            ran = next((by_q for by_q in runs.values()
-                        if any(leg in ranked(r) for r in by_q.values())), None)
-            if ran is None:
+            ran = [{qid: ranked(r).get(leg, []) for qid, r in by_q.items()}
+                   for by_q in runs.values() if any(leg in ranked(r) for r in by_q.values())]
+            if not ran:
                 continue
-            pools = {qid: ranked(r).get(leg, []) for qid, r in ran.items()}
-            curves[f"{leg} leg"] = pool_recall_curve(pools, queries, depths,
+            # the configuration that reads the leg deepest (the first of equals): its
+            # line shows the most of what depth buys
+            pools = max(ran, key=lambda ps: max((len(p) for p in ps.values()), default=0))
+            curves[f"{leg} leg"] = pool_recall_curve(pools, queries, depths(pools),
                                                      documents=documents)
         for name, by_q in runs.items():
             pools = {qid: ranked(r).get("capped", []) for qid, r in by_q.items()}
-            curves[f"{name} (final order)"] = pool_recall_curve(pools, queries, depths,
+            curves[f"{name} (final order)"] = pool_recall_curve(pools, queries, depths(pools),
                                                                documents=documents)
         return curves
 
