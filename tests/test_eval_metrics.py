@@ -410,6 +410,10 @@ def test_load_queries_takes_lists_of_items_and_lines_without_ids(tmp_path: Path)
         ('{"query_id": "b\\u0000", "query": "x", "slice": "s", "relevant": {}}',
          "line 2: field 'query_id'"),
         ("{not json", "line 2: invalid JSON"),
+        # a BEIR queries file without --qrels: "missing 'query'" did not say what it was
+        ('{"_id": "q2", "text": "x", "metadata": {}}',
+         "line 2: missing required field 'query'; the line reads as BEIR's queries.jsonl.*"
+         "--qrels"),
         # a misspelt optional field was a note, ignored: the query went to the hashed split,
         # or a follow-up was searched without its history, and nothing said so
         ('{"query_id": "b", "query": "x", "slice": "s", "relevant": {}, "Split": "dev"}',

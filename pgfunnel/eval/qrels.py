@@ -145,6 +145,13 @@ def parse_query(obj: Any, line: int | None = None) -> JudgedQuery:
         _check_text(value, name, where)
         return value
 
+    if "query" not in obj and "_id" in obj and "text" in obj:
+        # BEIR's queries.jsonl given without its qrels: "missing 'query'" alone did not say
+        # which file the line belongs to
+        raise InvalidInputError(
+            f"{where}: missing required field 'query'; the line reads as BEIR's "
+            "queries.jsonl ({\"_id\", \"text\"}): give its judgments with --qrels "
+            "qrels/test.tsv (load_beir in Python)")
     # an empty query searches nothing and scored 0 without a word, where an empty slice
     # was refused
     query = text_field("query", allow_empty=False)
