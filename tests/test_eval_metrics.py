@@ -661,3 +661,19 @@ def test_charts_of_no_answer_queries_only_draw_no_line_at_zero() -> None:
     report = build_report({"a": {"n1": ["d#0"], "n2": []}}, queries, k=10)
     ax = _slices_figure(report).axes[0]
     assert any("no answerable queries" in t.get_text() for t in ax.texts)
+
+
+def test_the_pool_recall_chart_legend_covers_no_point() -> None:
+    """A weak configuration's lines run along the bottom of the chart, where the legend
+    (placed lower right) covered them."""
+    from pgfunnel.eval.report import _pool_recall_figure
+
+    low = [(1, 0.02), (3, 0.04), (10, 0.06), (20, 0.08), (40, 0.1), (80, 0.12), (160, 0.14)]
+    fig = _pool_recall_figure({"lexical leg": low, "dense leg": low,
+                               "a (final order)": low, "b (final order)": low}, "t")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    legend = ax.get_legend().get_window_extent(renderer)
+    points = [ax.transData.transform(xy) for line in ax.get_lines() for xy in line.get_xydata()]
+    assert not any(legend.contains(x, y) for x, y in points)

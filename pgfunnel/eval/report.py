@@ -489,7 +489,7 @@ def _pool_recall_figure(points: Mapping[str, Sequence[tuple[int, float]]], title
         raise InvalidInputError("plot_pool_recall needs at least one line")
     from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 
-    fig = _new_figure(6.5, 4.5)
+    fig = _new_figure(8.5, 4.5)  # the legend beside the axes
     ax = fig.add_subplot(1, 1, 1)
     depths: set[int] = set()
     for i, (name, series) in enumerate(points.items()):
@@ -521,7 +521,9 @@ def _pool_recall_figure(points: Mapping[str, Sequence[tuple[int, float]]], title
     ax.set_title(title)
     ax.grid(alpha=0.3)
     if depths:
-        ax.legend(loc="lower right", fontsize="small")
+        # beside the axes: a weak configuration's lines run along the bottom, where the
+        # legend (placed lower right) covered them
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     fig.tight_layout()
     return fig
 
