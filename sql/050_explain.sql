@@ -218,11 +218,14 @@ begin
     if hit.fused_rank > pool_n then
         verdict := 'not in pool';
         reason := format('lexical rank %s, dense rank %s, but fused rank %s is beyond the pool '
-                         'of %s (k %s x overfetch %s%s); raise overfetch',
+                         'of %s (k %s x overfetch %s%s); %s',
                          coalesce(hit.lexical_rank::text, '-'), coalesce(hit.dense_rank::text, '-'),
                          hit.fused_rank, pool_n, k, overfetch,
                          case when pool_n > k * overfetch
-                              then ', widened so that the per-source cap could fill k' else '' end);
+                              then ', widened so that the per-source cap could fill k' else '' end,
+                         -- overfetch above 100 is an error: the pool then grows with k only
+                         case when overfetch < 100 then 'raise overfetch'
+                              else 'overfetch is at its most (100), so raise k' end);
         return next;
         return;
     end if;

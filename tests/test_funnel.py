@@ -422,6 +422,7 @@ def test_explain_verdicts(conn: psycopg.Connection[Any], corpus: Any) -> None:
     e = _explain(conn, "zephyr", v, pool[3][0], k=1, overfetch=2, per_source_cap=5, **PINNED)
     assert e["verdict"] == "not in pool" and e["fused_rank"] > 2 and e["pool_size"] == 2
     assert "overfetch" in e["reason"]
+    assert e["reason"].endswith("(k 1 x overfetch 2); raise overfetch"), e
 
     # in no leg at its depth: exact scores are still given
     noise = _ids(conn, "noise4")[0]
@@ -447,6 +448,29 @@ def test_explain_verdicts(conn: psycopg.Connection[Any], corpus: Any) -> None:
     assert e["reason"].endswith("; raise dense_depth or rephrase the query"), e
     e = _explain(conn, "zephyr apples", None, noise, lexical_depth=1, **PINNED)
     assert e["reason"].endswith("; raise lexical_depth or rephrase the query"), e
+
+
+def test_explain_not_in_pool_at_the_most_overfetch(conn: psycopg.Connection[Any]) -> None:
+    # 150 one-chunk documents that all hold the query word: with both legs at depth 100
+    # their rows fuse to more than the pool of k 1 x overfetch 100
+    ingest(conn, [doc(f"p{i}", f"apple note number {i}") for i in range(150)], dims=DIMS)
+    v = unit(np.random.default_rng(7), DIMS)
+    depths = {"lexical_depth": 100, "dense_depth": 100, **PINNED}
+    fused = conn.execute("select chunk_id, fused_rank from pgfunnel.candidates('apple', %s, 2, "
+                         "collection => 't', overfetch => 100, lexical_depth => 100, "
+                         "dense_depth => 100, fusion => 'rrf', weights => '{1,1}') "
+                         "order by fused_rank", (v,)).fetchall()
+    assert len(fused) > 120
+    beyond = fused[110][0]
+    e = _explain(conn, "apple", v, beyond, k=1, overfetch=100, **depths)
+    assert e["verdict"] == "not in pool" and e["fused_rank"] == 111 and e["pool_size"] == 100
+    # raising overfetch past 100 is an error, so the advice is the other factor of the pool
+    assert e["reason"].endswith("(k 1 x overfetch 100); overfetch is at its most (100), so "
+                                "raise k"), e
+    e = _explain(conn, "apple", v, beyond, k=1, overfetch=99, **depths)
+    assert e["verdict"] == "not in pool" and e["reason"].endswith("; raise overfetch"), e
+    assert _explain(conn, "apple", v, beyond, k=2, overfetch=100, **depths)["verdict"] == \
+        "cut at k"
 
 
 def test_explain_reveals_nothing_about_hidden_chunks(conn: psycopg.Connection[Any],
