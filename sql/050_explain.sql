@@ -76,6 +76,9 @@ declare
     -- the legs the search ran: a leg with weight 0 is not run (see _pool)
     lexical_on boolean;
     dense_on boolean;
+    -- the legs whose depth can still be raised to reach the chunk
+    lex_up boolean;
+    den_up boolean;
     lexical_off text;
     dense_off text;
 begin
@@ -183,6 +186,8 @@ begin
      where e.chunk_id = explain.chunk_id;
     if hit.chunk_id is null then
         verdict := 'in no leg at its depth';
+        lex_up := lexical_on and lexical_exact_score > 0 and lexical_depth_used < 10000;
+        den_up := dense_on and dense_depth_used < 10000;
         -- a leg that did not run, or a chunk holding no query term, is not reached by
         -- any depth: the advice names the depths that could reach it
         reason := format('not in the lexical top %s%s nor in the dense top %s%s; %s',
@@ -197,10 +202,14 @@ begin
                  else format(' (its cosine similarity %s; rank %s, the last the leg read, has %s)',
                              round(dense_exact_score::numeric, 4), n_den,
                              coalesce(round(den_last::numeric, 4)::text, '-')) end,
-            case when lexical_exact_score > 0 and lexical_on and dense_on
+            -- a depth is raised up to 10000, the most a leg reads (a deeper one is an error)
+            case when lex_up and den_up
                      then 'raise lexical_depth/dense_depth or rephrase the query'
-                 when lexical_exact_score > 0 and lexical_on then 'raise lexical_depth or rephrase the query'
-                 when dense_on then 'raise dense_depth or rephrase the query'
+                 when lex_up then 'raise lexical_depth or rephrase the query'
+                 when den_up then 'raise dense_depth or rephrase the query'
+                 when dense_on or (lexical_exact_score > 0 and lexical_on)
+                     then 'rephrase the query (a leg reads at most 10000 rows, and the legs '
+                          'that could reach it read that many)'
                  when lexical_exact_score > 0 then 'give the lexical leg a weight above 0'
                  else 'no depth reaches it: the query needs one of its words, or an embedding '
                       'for the dense leg' end);

@@ -473,6 +473,34 @@ def test_explain_not_in_pool_at_the_most_overfetch(conn: psycopg.Connection[Any]
         "cut at k"
 
 
+def test_explain_in_no_leg_at_the_most_depth(conn: psycopg.Connection[Any]) -> None:
+    # more chunks holding the query word than a leg reads at most (10000): the last one
+    # is in neither leg at depth 10000, and a deeper depth is an error, so the advice is
+    # to rephrase, never to raise a depth
+    n = 10_040
+    rng = np.random.default_rng(3)
+    vecs = rng.standard_normal((n, DIMS)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    ingest(conn, [doc(f"m{i:05d}", f"apple note {i}") for i in range(n)], dims=DIMS,
+           vectors={f"m{i:05d}": vecs[i:i + 1] for i in range(n)})
+    last = _ids(conn, f"m{n - 1:05d}")[0]
+    away = -vecs[n - 1]  # the chunk farthest from this vector is the last one
+    # every chunk ties on BM25 (one word each of the query, the same length): by id, the
+    # last one is last
+    both = _explain(conn, "apple", away, last, lexical_depth=10000, dense_depth=10000,
+                    **PINNED)
+    assert both["verdict"] == "in no leg at its depth", both
+    assert both["lexical_exact_score"] > 0 and both["dense_exact_score"] < -0.99, both
+    assert both["reason"].endswith("; rephrase the query (a leg reads at most 10000 rows, "
+                                   "and the legs that could reach it read that many)"), both
+    assert "raise" not in both["reason"], both
+    # one leg at its most, the other not: only that one is named
+    e = _explain(conn, "apple", away, last, lexical_depth=10000, dense_depth=50, **PINNED)
+    assert e["reason"].endswith("; raise dense_depth or rephrase the query"), e
+    e = _explain(conn, "apple", away, last, lexical_depth=9000, dense_depth=10000, **PINNED)
+    assert e["reason"].endswith("; raise lexical_depth or rephrase the query"), e
+
+
 def test_explain_reveals_nothing_about_hidden_chunks(conn: psycopg.Connection[Any],
                                                      corpus: Any) -> None:
     secret = _ids(conn, "secret")[0]
