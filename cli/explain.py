@@ -99,5 +99,8 @@ def explain_command(
         reason = e.reason
         for parameter in ("lexical_depth", "dense_depth"):
             reason = reason.replace(parameter, FUNNEL_FLAGS[parameter])
+        # the pool's advice too ("k 3 x overfetch 4" before it stays a product of values)
+        reason = reason.replace("; raise overfetch", f"; raise {FUNNEL_FLAGS['overfetch']}")
+        reason = reason.replace("so raise k", "so raise -k")
         # one line each, for a log or a pipe to keep whole (the terminal wraps it)
         out.print(f"  {reason}", highlight=False, soft_wrap=True)

@@ -253,7 +253,7 @@ def test_the_leg_depths_explain_advises_are_options(sample_db: str) -> None:
     assert json.loads(res.stdout)[0]["lexical_depth"] == 1
 
 
-def test_explain_advises_the_depth_options_by_their_flags(sample_db: str) -> None:
+def test_explain_advises_the_depth_and_pool_options_by_their_flags(sample_db: str) -> None:
     from pgfunnel.cli.main import app
     from typer.testing import CliRunner
 
@@ -265,6 +265,21 @@ def test_explain_advises_the_depth_options_by_their_flags(sample_db: str) -> Non
     said = " ".join(res.output.split())
     assert "in no leg at its depth" in said, said
     assert "raise --lexical-depth" in said and "lexical_depth" not in said, said
+    # and the pool's: --overfetch, or -k once --overfetch is at its most (100)
+    res = CliRunner().invoke(app, ["explain", "refund monthly plan", "refunds-annual#0",
+                                   "--lexical-only", "-k", "1", "--overfetch", "1",
+                                   "--dsn", sample_db], env={"COLUMNS": "300"})
+    said = " ".join(res.output.split())
+    assert res.exit_code == 0 and "not in pool" in said, said
+    assert said.endswith("(k 1 x overfetch 1); raise --overfetch"), said
+    res = CliRunner().invoke(app, ["explain", "refund monthly plan", "cancellations-enterprise#1",
+                                   "--lexical-only", "--lexical-depth", "200", "-k", "1",
+                                   "--overfetch", "100", "--dsn", sample_db],
+                             env={"COLUMNS": "300"})
+    said = " ".join(res.output.split())
+    assert res.exit_code == 0 and "not in pool" in said, said
+    assert said.endswith("(k 1 x overfetch 100); overfetch is at its most (100), so raise -k"), \
+        said
 
 
 @pytest.mark.parametrize(("args", "flag"), [
