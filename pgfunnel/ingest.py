@@ -424,7 +424,13 @@ def _build_hnsw_index(conn: psycopg.Connection[Any], version_id: int, dimensions
             conn.execute("select set_config('max_parallel_maintenance_workers', '0', true)")
             conn.execute(statement)
         return
-    with index_build_session_lock(conn, name):
+    # Then the lock of every concurrent build on the embedding table, polled the same way:
+    # only one CREATE INDEX CONCURRENTLY runs on a table at a time, and a second one
+    # queued for the table's lock holds a snapshot that the first, once built, waits
+    # for (a deadlock: one of two reindexes of two collections cancelled, its graph left
+    # invalid). Queued here instead, outside any transaction, it waits its turn.
+    with index_build_session_lock(conn, name), \
+            index_build_session_lock(conn, EMBEDDING_BUILDS_LOCK):
         state = index_state(conn, name)
         if state:
             return
@@ -467,6 +473,11 @@ def index_state(conn: psycopg.Connection[Any], index_name: str) -> bool | None:
         "where c.relnamespace = 'pgfunnel'::pg_catalog.regnamespace and c.relname = %s",
         (index_name,)).fetchone()
     return None if row is None else bool(row[0])
+
+
+#: the name under which :func:`index_build_session_lock` lets one concurrent build at a
+#: time run on pgfunnel.embedding (no index has this name)
+EMBEDDING_BUILDS_LOCK = "embedding (concurrent builds)"
 
 
 def _index_build_key(index_name: str) -> str:

@@ -235,3 +235,35 @@ def test_a_small_ingest_vacuums_its_partition_and_leaves_the_shared_statistics(
     more = [doc(f"m{i}", f"more text {i}") for i in range(15)]
     Ingester(conn, "a").ingest(more, vectors={d.citekey: unit_rows(1) for d in more})
     assert _maintenance_counts(conn, "embedding")[1] == shared_before[1] + 1
+
+
+def test_concurrent_builds_of_two_collections_graphs_queue_instead_of_deadlocking(
+        db: str, conn: psycopg.Connection[Any]) -> None:
+    # Two reindexes of two collections (or a reindex beside another collection's first
+    # ingest or activation) build their graphs concurrently on the one embedding table.
+    # The second CREATE INDEX CONCURRENTLY queued for the table's lock in a transaction
+    # with a snapshot, and the first, once built, waited for every older snapshot to end:
+    # a deadlock, one of the builds cancelled and its index left invalid.
+    names = []
+    for i, name in enumerate(("a", "b")):
+        ingest(conn, [doc(f"d{j}", f"text number {j}") for j in range(40)], collection=name,
+               seed=i)
+        vid, _, dims = active(conn, name)
+        conn.execute(f"drop index pgfunnel.{hnsw_index_name(vid)}")
+        names.append((hnsw_index_name(vid), vid, dims))
+    writer = _open_write(db, "a")
+    try:
+        # a's build waits for the open write (before it builds), b's for a's build
+        first = _in_thread(db, lambda c: create_hnsw_index(c, names[0][1], names[0][2],
+                                                           concurrently=True))
+        wait_for_lock_wait(conn, THREAD_SESSION, "create index", timeout_s=60)
+        second = _in_thread(db, lambda c: create_hnsw_index(c, names[1][1], names[1][2],
+                                                            concurrently=True))
+        time.sleep(1.5)  # b's build reaches its wait
+    finally:
+        writer.rollback()
+        writer.close()
+    for thread, errors, _ in (first, second):
+        thread.join(120)
+        assert not errors, errors
+    assert [index_state(conn, name) for name, _, _ in names] == [True, True]
