@@ -424,20 +424,20 @@ def _build_hnsw_index(conn: psycopg.Connection[Any], version_id: int, dimensions
             conn.execute("select set_config('max_parallel_maintenance_workers', '0', true)")
             conn.execute(statement)
         return
-    # Then the lock of every concurrent build on the embedding table, polled the same way:
-    # only one CREATE INDEX CONCURRENTLY runs on a table at a time, and a second one
-    # queued for the table's lock holds a snapshot that the first, once built, waits
+    # Then the lock of every concurrent build and drop on the embedding table, polled the
+    # same way: only one CREATE INDEX CONCURRENTLY runs on a table at a time, and a second
+    # one queued for the table's lock holds a snapshot that the first, once built, waits
     # for (a deadlock: one of two reindexes of two collections cancelled, its graph left
     # invalid). Queued here instead, outside any transaction, it waits its turn.
     with index_build_session_lock(conn, name), \
-            index_build_session_lock(conn, EMBEDDING_BUILDS_LOCK):
+            index_build_session_lock(conn, EMBEDDING_DDL_LOCK):
         state = index_state(conn, name)
         if state:
             return
         if state is not None:
             # invalid, and nobody is building it (its builder would hold the lock): what
             # an interrupted concurrent build leaves, which IF NOT EXISTS would keep
-            _drop_index_concurrently(conn, name)
+            drop_hnsw_index_concurrently(conn, name)
         # CREATE INDEX CONCURRENTLY runs outside a transaction: session settings, restored
         restore = [(setting, str(value)) for setting, value in conn.execute(
             "select name, current_setting(name) from unnest(array['maintenance_work_mem', "
@@ -450,7 +450,7 @@ def _build_hnsw_index(conn: psycopg.Connection[Any], version_id: int, dimensions
                 return
             except (psycopg.errors.DiskFull, psycopg.errors.OutOfMemory):
                 # the failed concurrent build left an invalid index behind
-                _drop_index_concurrently(conn, name)
+                drop_hnsw_index_concurrently(conn, name)
             conn.execute("select set_config('max_parallel_maintenance_workers', '0', false)")
             conn.execute(statement)
         finally:
@@ -458,9 +458,14 @@ def _build_hnsw_index(conn: psycopg.Connection[Any], version_id: int, dimensions
                 conn.execute("select set_config(%s, %s, false)", (setting, value))
 
 
-def _drop_index_concurrently(conn: psycopg.Connection[Any], name: str) -> None:
-    conn.execute(sql.SQL("drop index concurrently if exists {}").format(
-        sql.Identifier("pgfunnel", name)))
+def drop_hnsw_index_concurrently(conn: psycopg.Connection[Any], name: str) -> None:
+    """DROP INDEX CONCURRENTLY of an index on pgfunnel.embedding, in turn with the other
+    sessions' concurrent builds and drops on the table (:data:`EMBEDDING_DDL_LOCK`: a drop
+    queued behind another collection's build deadlocked as a second build did).
+    Autocommit connection."""
+    with index_build_session_lock(conn, EMBEDDING_DDL_LOCK):
+        conn.execute(sql.SQL("drop index concurrently if exists {}").format(
+            sql.Identifier("pgfunnel", name)))
 
 
 def index_state(conn: psycopg.Connection[Any], index_name: str) -> bool | None:
@@ -475,9 +480,14 @@ def index_state(conn: psycopg.Connection[Any], index_name: str) -> bool | None:
     return None if row is None else bool(row[0])
 
 
-#: the name under which :func:`index_build_session_lock` lets one concurrent build at a
-#: time run on pgfunnel.embedding (no index has this name)
-EMBEDDING_BUILDS_LOCK = "embedding (concurrent builds)"
+#: the names under which :func:`index_build_session_lock` lets one session at a time run
+#: concurrent DDL on a table every collection shares (no index has these names): builds and
+#: drops of HNSW indexes on pgfunnel.embedding (each takes the table's SHARE UPDATE
+#: EXCLUSIVE lock, and one queued for it holds a snapshot the running one waits for: a
+#: deadlock), and detaches of posting partitions (Postgres refuses a second detach while
+#: another partition of the table is pending detach)
+EMBEDDING_DDL_LOCK = "embedding (concurrent index builds and drops)"
+POSTING_DETACH_LOCK = "posting (concurrent partition detaches)"
 
 
 def _index_build_key(index_name: str) -> str:

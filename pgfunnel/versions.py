@@ -61,6 +61,7 @@ from pgfunnel.errors import (
 from pgfunnel.ingest import (
     DEFAULT_ANALYZER,
     DEFAULT_HNSW_TYPE,
+    POSTING_DETACH_LOCK,
     TermAnalyzer,
     active_version,
     collection_id,
@@ -68,9 +69,11 @@ from pgfunnel.ingest import (
     create_hnsw_index,
     create_posting_index,
     create_version,
+    drop_hnsw_index_concurrently,
     hnsw_index_name,
     hnsw_key,
     hnsw_type_of,
+    index_build_session_lock,
     index_state,
     ingest_lock,
     posting_partition_name,
@@ -481,8 +484,7 @@ def cleanup_invalid_indexes(conn: psycopg.Connection[Any]) -> list[str]:
             # the build may have ended (valid) between the list and the lock
             if index_state(conn, name) is False:
                 # concurrently: the drop must not block searches on the embedding table
-                conn.execute(sql.SQL("drop index concurrently if exists {}").format(
-                    sql.Identifier("pgfunnel", name)))
+                drop_hnsw_index_concurrently(conn, name)
                 dropped.append(name)
         finally:
             release_index_build_lock(conn, name)
@@ -653,7 +655,15 @@ def _detach_posting_partition(conn: psycopg.Connection[Any], version_id: int) ->
     any collection's postings, and every search and ingest of every collection queued
     behind it meanwhile. DETACH ... CONCURRENTLY takes a lock that searches and writes
     pass, and waits for them instead. A detach cut short leaves the partition pending;
-    it is finished here (FINALIZE) on the next try. Autocommit connection."""
+    it is finished here (FINALIZE) on the next try. Postgres holds one partition of a
+    table pending detach at a time, and refused a second collection's drop meanwhile
+    ("already pending detach"): drops take turns on :data:`POSTING_DETACH_LOCK`, polled
+    outside any transaction. Autocommit connection."""
+    with index_build_session_lock(conn, POSTING_DETACH_LOCK):
+        _detach_in_turn(conn, version_id)
+
+
+def _detach_in_turn(conn: psycopg.Connection[Any], version_id: int) -> None:
     row = conn.execute(
         "select i.inhdetachpending from pg_catalog.pg_inherits i "
         "join pg_catalog.pg_class c on c.oid = i.inhrelid "
@@ -671,8 +681,7 @@ def _detach_posting_partition(conn: psycopg.Connection[Any], version_id: int) ->
 def drop_version_rows(conn: psycopg.Connection[Any], version_id: int) -> None:
     """Drop a version's HNSW index (concurrently), detach its posting partition
     (concurrently), and then its rows. Autocommit connection."""
-    conn.execute(sql.SQL("drop index concurrently if exists {}").format(
-        sql.Identifier("pgfunnel", hnsw_index_name(version_id))))
+    drop_hnsw_index_concurrently(conn, hnsw_index_name(version_id))
     _detach_posting_partition(conn, version_id)
     with conn.transaction():
         # posting has no foreign keys (they doubled ingest cost): the version's partition
@@ -952,8 +961,7 @@ def activate(conn: psycopg.Connection[Any], collection: str, version: int, *,
             # switch does, as it catches up chunks, under the lock drop and reindex take
             with writer_lock(conn, collection):
                 if info.index_present:
-                    conn.execute(sql.SQL("drop index concurrently if exists {}").format(
-                        sql.Identifier("pgfunnel", hnsw_index_name(info.id))))
+                    drop_hnsw_index_concurrently(conn, hnsw_index_name(info.id))
                 build_index(conn, info.id, info.dimensions, m=int(info.params.get("m", 16)),
                             ef_construction=int(info.params.get("ef_construction", 64)))
             index_built = True

@@ -267,3 +267,73 @@ def test_concurrent_builds_of_two_collections_graphs_queue_instead_of_deadlockin
         thread.join(120)
         assert not errors, errors
     assert [index_state(conn, name) for name, _, _ in names] == [True, True]
+
+
+def _spare_version(conn: psycopg.Connection[Any], collection: str, graph: bool) -> int:
+    """A second, 'ready' version of a collection (empty), with its posting partition and,
+    with ``graph``, its HNSW index: one for a drop to remove."""
+    from pgfunnel.ingest import create_version
+
+    _, coll, dims = active(conn, collection)
+    vid = create_version(conn, coll, "random-unit", dims, "english_v1", "ready")
+    if graph:
+        create_hnsw_index(conn, vid, dims, concurrently=True)
+    return vid
+
+
+def test_a_drop_beside_another_collections_build_waits_instead_of_deadlocking(
+        db: str, conn: psycopg.Connection[Any]) -> None:
+    # `versions drop` (or drop-collection) of collection b while a reindex of collection a
+    # builds its graph: the DROP INDEX CONCURRENTLY queued for the embedding table's lock
+    # held a snapshot that the build waited for, as a second build did
+    from pgfunnel.versions import drop_version_rows
+
+    for i, name in enumerate(("a", "b")):
+        ingest(conn, [doc(f"d{j}", f"text number {j}") for j in range(40)], collection=name,
+               seed=i)
+    spare = _spare_version(conn, "b", graph=True)
+    vid, _, dims = active(conn, "a")
+    conn.execute(f"drop index pgfunnel.{hnsw_index_name(vid)}")
+    writer = _open_write(db, "a")
+    try:
+        build = _in_thread(db, lambda c: create_hnsw_index(c, vid, dims, concurrently=True))
+        wait_for_lock_wait(conn, THREAD_SESSION, "create index", timeout_s=60)
+        drop = _in_thread(db, lambda c: drop_version_rows(c, spare))
+        time.sleep(1.5)  # the drop reaches its wait
+    finally:
+        writer.rollback()
+        writer.close()
+    for thread, errors, _ in (build, drop):
+        thread.join(120)
+        assert not errors, errors
+    assert index_state(conn, hnsw_index_name(vid)) is True
+    assert index_state(conn, hnsw_index_name(spare)) is None
+    assert conn.execute("select count(*) from pgfunnel.index_version where id = %s",
+                        (spare,)).fetchone() == (0,)
+
+
+def test_two_collections_versions_dropped_at_once_both_go(
+        db: str, conn: psycopg.Connection[Any]) -> None:
+    # Postgres keeps one partition of a table pending detach at a time: while a drop's
+    # DETACH ... CONCURRENTLY waited for a transaction reading the postings, another
+    # collection's drop failed with 'partition ... already pending detach'
+    from pgfunnel.versions import drop_version_rows
+
+    spares = []
+    for i, name in enumerate(("a", "b")):
+        ingest(conn, [doc(f"d{j}", f"text number {j}") for j in range(10)], collection=name,
+               seed=i)
+        spares.append(_spare_version(conn, name, graph=False))
+    with connect(db) as reader:
+        # a search's transaction, still open: the first detach waits for it to end
+        reader.execute("select count(*) from pgfunnel.posting")
+        first = _in_thread(db, lambda c: drop_version_rows(c, spares[0]))
+        wait_for_lock_wait(conn, THREAD_SESSION, "detach partition", timeout_s=60)
+        second = _in_thread(db, lambda c: drop_version_rows(c, spares[1]))
+        time.sleep(1.5)  # the second drop reaches its detach
+        reader.rollback()
+    for thread, errors, _ in (first, second):
+        thread.join(120)
+        assert not errors, errors
+    assert conn.execute("select count(*) from pgfunnel.index_version where id = any(%s)",
+                        (spares,)).fetchone() == (0,)
