@@ -664,6 +664,18 @@ def _detach_posting_partition(conn: psycopg.Connection[Any], version_id: int) ->
 
 
 def _detach_in_turn(conn: psycopg.Connection[Any], version_id: int) -> None:
+    # Every detach runs under the lock held here, so a partition found pending is one a
+    # drop cut short left (Ctrl-C, a lost connection): finished first, or this drop
+    # would fail on it ('already pending detach'), and every other collection's with it,
+    # until that version's drop ran again. Its version stays marked as being dropped, and
+    # running its drop again removes the table and rows.
+    for (other,) in conn.execute(
+            "select c.relname from pg_catalog.pg_inherits i "
+            "join pg_catalog.pg_class c on c.oid = i.inhrelid "
+            "where i.inhparent = 'pgfunnel.posting'::regclass and i.inhdetachpending "
+            "and c.relname <> %s", (posting_partition_name(version_id),)).fetchall():
+        conn.execute(sql.SQL("alter table pgfunnel.posting detach partition {} finalize")
+                     .format(sql.Identifier("pgfunnel", str(other))))
     row = conn.execute(
         "select i.inhdetachpending from pg_catalog.pg_inherits i "
         "join pg_catalog.pg_class c on c.oid = i.inhrelid "

@@ -337,3 +337,31 @@ def test_two_collections_versions_dropped_at_once_both_go(
         assert not errors, errors
     assert conn.execute("select count(*) from pgfunnel.index_version where id = any(%s)",
                         (spares,)).fetchone() == (0,)
+
+
+def test_a_drop_cut_short_in_its_detach_does_not_block_other_collections_drops(
+        db: str, conn: psycopg.Connection[Any]) -> None:
+    # Ctrl-C of `versions drop` in collection a while its detach waited left a's partition
+    # pending detach, and every other collection's drop then failed ('already pending
+    # detach') until someone ran a's drop again
+    from pgfunnel.versions import drop_version_rows
+
+    spares = []
+    for i, name in enumerate(("a", "b")):
+        ingest(conn, [doc(f"d{j}", f"text number {j}") for j in range(10)], collection=name,
+               seed=i)
+        spares.append(_spare_version(conn, name, graph=False))
+    with connect(db) as reader:
+        reader.execute("select count(*) from pgfunnel.posting")
+        cut, errors, pids = _in_thread(db, lambda c: drop_version_rows(c, spares[0]))
+        wait_for_lock_wait(conn, THREAD_SESSION, "detach partition", timeout_s=60)
+        conn.execute("select pg_cancel_backend(%s)", (pids[0],))
+        cut.join(60)
+        reader.rollback()
+    assert errors and isinstance(errors[0], psycopg.errors.QueryCanceled), errors
+    with connect(db, autocommit=True) as other:
+        drop_version_rows(other, spares[1])
+        # and a's drop, run again, finishes
+        drop_version_rows(other, spares[0])
+    assert conn.execute("select count(*) from pgfunnel.index_version where id = any(%s)",
+                        (spares,)).fetchone() == (0,)
