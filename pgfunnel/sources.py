@@ -465,6 +465,19 @@ def read_path(path: Path, root: Path | None = None,
         yield rec
 
 
+def _left_out_of_build(files: list[Path], left: list[Path], build: str, what: str
+                       ) -> list[Path]:
+    """``files`` without the generated ones a documentation build holds (``left``), with a
+    note that counts the pages among them (``build``: which build, ``what``: what they
+    are, and how to index one anyway)."""
+    pages = sum(1 for p in left if p.suffix.lower() in SUPPORTED_SUFFIXES)
+    if pages:
+        warn_at_caller(OtherFilesWarning(f"{build}; left out its {pages:,} generated pages "
+                                         + what), OtherFilesWarning)
+    left_out = set(left)
+    return [p for p in files if p not in left_out]
+
+
 def _read_path_records(path: Path, root: Path | None,
                        exclude: Sequence[str]) -> Iterator[tuple[Path, DocumentRecord]]:
     """read_path's records, each with the file it came from."""
@@ -496,29 +509,20 @@ def _read_path_records(path: Path, root: Path | None,
                     and (_excluded(p.relative_to(build), SPHINX_GENERATED)
                          or p.relative_to(build).as_posix() in SPHINX_GENERATED_AT_ROOT
                          or _is_module_index(p, build))]
-            pages = sum(1 for p in left if p.suffix.lower() in SUPPORTED_SUFFIXES)
-            if pages:
-                warn_at_caller(OtherFilesWarning(
-                    f"{build}: a Sphinx build; left out its {pages:,} generated pages "
-                    "(_sources: each page's source again, _modules: highlighted source code, "
-                    "genindex, py-modindex and other domain indexes, search, a 404 page); "
-                    "ingest such a folder by itself to index it"), OtherFilesWarning)
-            left_out = set(left)
-            files = [p for p in files if p not in left_out]
+            files = _left_out_of_build(
+                files, left, f"{build}: a Sphinx build", "(_sources: each page's source again, "
+                "_modules: highlighted source code, genindex, py-modindex and other domain "
+                "indexes, search, a 404 page); ingest such a folder by itself to index it")
         javadoc = sorted({p.parent for p in files
                           if p.name in ("element-list", "package-list")
                           and _is_javadoc_build(p.parent)})
         for build in javadoc:
             left = [p for p in files if p.is_relative_to(build)
                     and _excluded(p.relative_to(build), JAVADOC_GENERATED)]
-            if left:
-                warn_at_caller(OtherFilesWarning(
-                    f"{build}: a javadoc build; left out its {len(left):,} generated pages "
-                    "(index-all and index-files: every member's first sentence again, the "
-                    "class and package lists, the class hierarchy, javadoc's help page); "
-                    "ingest such a file by itself to index it"), OtherFilesWarning)
-            left_out = set(left)
-            files = [p for p in files if p not in left_out]
+            files = _left_out_of_build(
+                files, left, f"{build}: a javadoc build", "(index-all and index-files: every "
+                "member's first sentence again, the class and package lists, the class "
+                "hierarchy, javadoc's help page); ingest such a file by itself to index it")
         generated = {p: kind for p in files if (kind := _generated_file(p)) is not None}
         if generated:
             named = ", ".join(f"{p.relative_to(path).as_posix()} ({kind})"
