@@ -312,6 +312,17 @@ def test_a_drop_beside_another_collections_build_waits_instead_of_deadlocking(
                         (spare,)).fetchone() == (0,)
 
 
+def _spare_versions_of_two_collections(conn: psycopg.Connection[Any]) -> list[int]:
+    """Collections a and b of ten documents each, and an inactive version (no graph) of
+    each to drop."""
+    spares = []
+    for i, name in enumerate(("a", "b")):
+        ingest(conn, [doc(f"d{j}", f"text number {j}") for j in range(10)], collection=name,
+               seed=i)
+        spares.append(_spare_version(conn, name, graph=False))
+    return spares
+
+
 def test_two_collections_versions_dropped_at_once_both_go(
         db: str, conn: psycopg.Connection[Any]) -> None:
     # Postgres keeps one partition of a table pending detach at a time: while a drop's
@@ -319,11 +330,7 @@ def test_two_collections_versions_dropped_at_once_both_go(
     # collection's drop failed with 'partition ... already pending detach'
     from pgfunnel.versions import drop_version_rows
 
-    spares = []
-    for i, name in enumerate(("a", "b")):
-        ingest(conn, [doc(f"d{j}", f"text number {j}") for j in range(10)], collection=name,
-               seed=i)
-        spares.append(_spare_version(conn, name, graph=False))
+    spares = _spare_versions_of_two_collections(conn)
     with connect(db) as reader:
         # a search's transaction, still open: the first detach waits for it to end
         reader.execute("select count(*) from pgfunnel.posting")
@@ -346,11 +353,7 @@ def test_a_drop_cut_short_in_its_detach_does_not_block_other_collections_drops(
     # detach') until someone ran a's drop again
     from pgfunnel.versions import drop_version_rows
 
-    spares = []
-    for i, name in enumerate(("a", "b")):
-        ingest(conn, [doc(f"d{j}", f"text number {j}") for j in range(10)], collection=name,
-               seed=i)
-        spares.append(_spare_version(conn, name, graph=False))
+    spares = _spare_versions_of_two_collections(conn)
     with connect(db) as reader:
         reader.execute("select count(*) from pgfunnel.posting")
         cut, errors, pids = _in_thread(db, lambda c: drop_version_rows(c, spares[0]))
