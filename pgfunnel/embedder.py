@@ -114,17 +114,27 @@ def check_model_name(model: object, parameter: str = "embedding_model") -> str:
     return model
 
 
+#: texts per forward pass when none is given: on a CPU, and on a GPU (or Apple's MPS)
+CPU_BATCH_SIZE = 16
+DEVICE_BATCH_SIZE = 64
+
+
 class Embedder:
-    """A sentence-transformers bi-encoder producing unit-length float32 vectors."""
+    """A sentence-transformers bi-encoder producing unit-length float32 vectors.
+    ``batch_size`` (texts per forward pass) defaults to 16 on a CPU and 64 on a GPU."""
 
     def __init__(self, model: str = DEFAULT_EMBEDDING_MODEL, *, device: str = "auto",
-                 batch_size: int = 64) -> None:
-        if batch_size < 1:
+                 batch_size: int | None = None) -> None:
+        if batch_size is not None and batch_size < 1:
             raise ConfigError("batch_size", f"must be at least 1, got {batch_size}")
         model = check_model_name(model)
         self.model_name = model
-        self.batch_size = batch_size
         self.device = pick_device(device)
+        # a GPU wants wide batches; on a CPU narrow ones were faster: all-MiniLM-L6-v2 on
+        # 512 chunks of the Python docs with their titles, two cores, 29.5 texts/s in
+        # batches of 16 against 24.9 in batches of 64 (the same vectors to 1e-7)
+        self.batch_size = batch_size if batch_size is not None else \
+            CPU_BATCH_SIZE if self.device == "cpu" else DEVICE_BATCH_SIZE
         path = resolve_model_path(model)
         if looks_like_path(path) and not Path(path).expanduser().exists():
             # as a hub id it failed with the hub's rules for repository names
