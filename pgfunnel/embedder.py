@@ -23,7 +23,7 @@ from pgfunnel.errors import (
     InvalidVectorError,
     ModelLoadError,
     model_load_detail,
-    text_problem,
+    text_value_problem,
 )
 
 DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
@@ -175,10 +175,7 @@ class Embedder:
         for i, text in enumerate(texts):
             # the tokenizer's TypeError ("TextEncodeInput must be Union[...]") named neither
             # the text nor what is wrong with it
-            if not isinstance(text, str):
-                raise InvalidInputError(f"texts[{i}]: must be a string, got "
-                                        f"{type(text).__name__}")
-            if (problem := text_problem(text)) is not None:
+            if (problem := text_value_problem(text)) is not None:
                 raise InvalidInputError(f"texts[{i}]: {problem}")
         out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
@@ -195,9 +192,7 @@ class Embedder:
     def embed_query(self, text: str) -> np.ndarray:
         # the tokenizer's own TypeError ("TextEncodeInput must be Union[...]") for a lone
         # surrogate, or for a value that is not text
-        if not isinstance(text, str):
-            raise InvalidInputError(f"text: must be a string, got {type(text).__name__}")
-        if (problem := text_problem(text)) is not None:
+        if (problem := text_value_problem(text)) is not None:
             raise InvalidInputError(f"text: {problem}")
         vectors: np.ndarray = self.embed([text])
         return np.asarray(vectors[0])

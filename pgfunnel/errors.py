@@ -305,6 +305,14 @@ def text_problem(value: str) -> str | None:
     return None
 
 
+def text_value_problem(value: object, noun: str = "a string") -> str | None:
+    """:func:`text_problem` for a value that may not be a string at all: "must be
+    ``noun``, got int" for one that is not, said to follow the field's name."""
+    if not isinstance(value, str):
+        return f"must be {noun}, got {type(value).__name__}"
+    return text_problem(value)
+
+
 def unicode_problem(value: str, at: int) -> str:
     """What is wrong with the lone surrogate at ``value[at]``, said to follow the name of
     the field. A command line's, an environment variable's or a file name's byte that is

@@ -24,7 +24,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pgfunnel.embedder import (
     BUNDLED_ALIASES,
@@ -40,7 +40,7 @@ from pgfunnel.errors import (
     model_load_detail,
     positive_int,
     shown,
-    text_problem,
+    text_value_problem,
 )
 
 __all__ = [
@@ -182,9 +182,7 @@ def _checked_inputs(query: object, documents: object) -> tuple[str, list[str]]:
     """The query and the documents as a list, or an InvalidInputError naming which is
     wrong. One string is refused as the documents: iterated, ``"abc"`` would be three
     one-character documents."""
-    if not isinstance(query, str):
-        raise InvalidInputError(f"query: must be a str, got {type(query).__name__}")
-    if (problem := text_problem(query)) is not None:
+    if (problem := text_value_problem(query, "a str")) is not None:
         raise InvalidInputError(f"query: {problem}")
     if isinstance(documents, (str, bytes)):
         raise InvalidInputError(f"documents: must be a sequence of str, not one "
@@ -195,12 +193,9 @@ def _checked_inputs(query: object, documents: object) -> tuple[str, list[str]]:
                                 f"{type(documents).__name__}")
     texts = list(documents)
     for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise InvalidInputError(f"documents: item {i} must be a str, got "
-                                    f"{type(text).__name__}")
-        if (problem := text_problem(text)) is not None:
+        if (problem := text_value_problem(text, "a str")) is not None:
             raise InvalidInputError(f"documents: item {i} {problem}")
-    return query, texts
+    return cast(str, query), texts  # a str: text_value_problem found nothing wrong
 
 
 def checked_ranking(ranked: object, count: int) -> list[tuple[int, float]]:
