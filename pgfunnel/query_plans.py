@@ -14,8 +14,8 @@ one source than ``per_source_cap``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 
@@ -106,17 +106,30 @@ def apply_query_hooks(funnel: Funnel, conn: psycopg.Connection[Any], query: str,
     return query
 
 
-def _cap_and_cut(results: Sequence[Result], k: int, cap: int) -> list[Result]:
+_Item = TypeVar("_Item")
+
+
+def capped_first(items: Sequence[_Item], k: int, cap: int,
+                 source: Callable[[_Item], str]) -> list[_Item]:
+    """The first ``k`` of ``items`` in their order, at most ``cap`` from each ``source``
+    (its citekey): the per-source cap and cut of merged lists, as ``final()`` applies
+    them to one pool."""
     per_source: dict[str, int] = {}
-    out: list[Result] = []
-    for r in results:
-        if per_source.get(r.citekey, 0) >= cap:
+    out: list[_Item] = []
+    for item in items:
+        key = source(item)
+        if per_source.get(key, 0) >= cap:
             continue
-        per_source[r.citekey] = per_source.get(r.citekey, 0) + 1
-        out.append(dataclasses.replace(r, final_rank=len(out) + 1))
+        per_source[key] = per_source.get(key, 0) + 1
+        out.append(item)
         if len(out) == k:
             break
     return out
+
+
+def _cap_and_cut(results: Sequence[Result], k: int, cap: int) -> list[Result]:
+    kept = capped_first(results, k, cap, lambda r: r.citekey)
+    return [dataclasses.replace(r, final_rank=rank) for rank, r in enumerate(kept, 1)]
 
 
 def _combine(funnel: Funnel, query: str, responses: list[SearchResponse],

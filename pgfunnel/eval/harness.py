@@ -493,6 +493,7 @@ class Harness:
 
     def run_query(self, conn: psycopg.Connection[Any], q: JudgedQuery, cfg: EvalConfig,
                   level: str) -> QueryRun:
+        from pgfunnel.query_plans import capped_first
         from pgfunnel.transform import decompose, round_robin_merge
 
         t0 = time.perf_counter()
@@ -528,7 +529,8 @@ class Harness:
             # per-source cap applied again and the list cut to k chunks, then read as
             # documents. Merging the parts' document lists instead scored k documents
             # (k chunks hold fewer) and none of the cap across parts.
-            final = _cap_and_cut(round_robin_merge(chunk_finals), self.k, p.per_source_cap)
+            final = capped_first(round_robin_merge(chunk_finals), self.k,
+                                 p.per_source_cap, citekey_of)
             if level == "document":
                 final = collapse_to_documents(final)
         embedding = sum(self._embed_seconds.get(part, 0.0) for part in parts) \
@@ -737,22 +739,6 @@ class Harness:
                                 "active index version")
         return {"version": row[0], "embedding_model": row[1], "analyzer": row[2],
                 "chunks": row[3]}
-
-
-def _cap_and_cut(chunks: Sequence[str], k: int, cap: int) -> list[str]:
-    """The first ``k`` chunk keys, at most ``cap`` of each citekey (query_plans'
-    ``_cap_and_cut`` over keys)."""
-    per_source: dict[str, int] = {}
-    out: list[str] = []
-    for key in chunks:
-        source = citekey_of(key)
-        if per_source.get(source, 0) >= cap:
-            continue
-        per_source[source] = per_source.get(source, 0) + 1
-        out.append(key)
-        if len(out) == k:
-            break
-    return out
 
 
 def _renamed(relevant: Mapping[str, int], renamed: Mapping[str, str]) -> dict[str, int]:
