@@ -303,12 +303,28 @@ def _rebuild_hnsw_advice(conn: psycopg.Connection[Any], vid: int, dims: int,
             "caches its graph walk")
 
 
-_V6_ANALYZERS = ("english_v6", "simple_v6")
+# the analyzers with the v6 rules (words of every script whatever the locale); v7 keeps them
+_V6_ANALYZERS = ("english_v6", "simple_v6", "english_v7", "simple_v7")
+_V7_ANALYZERS = ("english_v7", "simple_v7")
+# what doctor's analyzer notes suggest: the newest analyzer of the collection's family
+_NEWEST_ANALYZER_VERSION = "v7"
 
 
 def _has_v6_analyzer(version: dict[str, Any]) -> bool:
     """What the analyzer notes of doctor ask a reindex for, as a test of a version."""
     return version["analyzer"] in _V6_ANALYZERS
+
+
+def _has_v7_analyzer(version: dict[str, Any]) -> bool:
+    """What the note on words joined by Unicode dashes asks a reindex for."""
+    return version["analyzer"] in _V7_ANALYZERS
+
+
+# Unicode hyphens and dashes between two letters or digits, which v7 reads as '-' and v6
+# as a break between words (sql/010_analyzer.sql, _fold_dashes); looked for in at most
+# this many of a collection's chunks, so that doctor stays quick on a large one
+_DASHED_WORD = r"[[:alnum:]][\u2010-\u2013\u2212][[:alnum:]]"
+_DASHED_WORD_SAMPLE = 20_000
 
 
 # Thai, Lao, Burmese and Khmer letters and marks (which v6 reads as pairs of characters),
@@ -381,6 +397,12 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
         "                          where k.id = e.chunk_id and k.collection_id = c.id)"
         "       ) as orphan_vectors, "
         "       {script_terms}, "
+        # words joined by Unicode dashes, which only v7 reads as one (a UTF-8 database)
+        "       v.analyzer in ('english_v6', 'simple_v6') "
+        "       and pg_catalog.getdatabaseencoding() = 'UTF8' and exists ("
+        "         select 1 from (select k.text from pgfunnel.chunk k "
+        "                         where k.collection_id = c.id limit %(dashed_sample)s) k "
+        "          where k.text ~ %(dashed_word)s) as dashed_words, "
         # non-ASCII text, which an analyzer before v6 mangles where the database's
         # collation reads ASCII letters only
         "       %(ascii_only_locale)s and exists ("
@@ -392,7 +414,8 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
         "cross join lateral pgfunnel.version_coverage(v.id) cov order by c.name"
     ).format(script_terms=sql.SQL(", ").join(
         _script_term_count(name) for name, *_ in _SCRIPT_PROBES)),
-        {"ascii_only_locale": ascii_only_locale,
+        {"ascii_only_locale": ascii_only_locale, "dashed_sample": _DASHED_WORD_SAMPLE,
+         "dashed_word": _DASHED_WORD,
          **{f"{name}{key}": value for name, chars, shortest, analyzers, *_ in _SCRIPT_PROBES
             for key, value in (("", f"[{chars}]"), ("_shortest", shortest),
                                ("_analyzers", list(analyzers)))}}).fetchall()
@@ -546,7 +569,7 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
                                  "heading's level (docs/tuning.md: default nDCG@10 on "
                                  "Tornado's docs 0.890 -> 0.916, Hypothesis' 0.853 -> "
                                  "0.882)"))
-        newer = f"{analyzer.split('_')[0]}_v6"
+        newer = f"{analyzer.split('_')[0]}_{_NEWEST_ANALYZER_VERSION}"
         if analyzer not in _V6_ANALYZERS and ascii_only_locale and r["non_ascii"]:
             wanted.append(_has_v6_analyzer)
             found.append(Finding("warning", "active_index",
@@ -593,6 +616,16 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
                                  f"{shlex.quote(name)} --analyzer {newer} --activate` "
                                  "indexes it as v6 reads it (docs/sql.md), with no model "
                                  "time"))
+        elif r["dashed_words"]:
+            wanted.append(_has_v7_analyzer)
+            found.append(Finding("info", "active_index",
+                                 f"{where} uses analyzer {analyzer}, and its text joins "
+                                 "words with Unicode hyphens or dashes (ERR-4029 written "
+                                 "with a non-breaking hyphen or an en dash), which "
+                                 f"{analyzer} reads as two words; `pgfunnel reindex -c "
+                                 f"{shlex.quote(name)} --analyzer {newer} --activate` "
+                                 "indexes them as the same words joined by '-', so "
+                                 "either spelling finds them, with no model time"))
         if version_hnsw_type(params) == HNSW_VECTOR:
             found.append(Finding("info", "active_index",
                                  f"{where} has a full-precision HNSW graph (it predates "
@@ -605,7 +638,7 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
         has_all = [v for v in retired.get(int(r["cid"]), [])
                    if all(w(v) for w in wanted) and v["model"] == r["model"]
                    and (v["analyzer"] == analyzer
-                        or (_has_v6_analyzer in wanted
+                        or ((_has_v6_analyzer in wanted or _has_v7_analyzer in wanted)
                             and v["analyzer"].split("_")[0] == family))]
         if wanted and has_all:
             v = has_all[0]

@@ -75,11 +75,12 @@ from pgfunnel.sources import (
 )
 
 DEFAULT_COLLECTION = "default"
-# english_v6: identifier-aware with the inner names of dotted identifiers, over
-# Unicode-folded text, words of every script read alike whatever the database's locale,
-# Chinese, Japanese, Korean, Thai, Lao, Burmese and Khmer words as pairs of characters
-# (sql/010_analyzer.sql); versions built with an older analyzer keep it until reindexed
-DEFAULT_ANALYZER = "english_v6"
+# english_v7: identifier-aware with the inner names of dotted identifiers, over
+# Unicode-folded text with Unicode hyphens read as '-', words of every script read alike
+# whatever the database's locale, Chinese, Japanese, Korean, Thai, Lao, Burmese and Khmer
+# words as pairs of characters (sql/010_analyzer.sql); versions built with an older
+# analyzer keep it until reindexed
+DEFAULT_ANALYZER = "english_v7"
 _STRIP = string.punctuation + "\u201c\u201d\u2018\u2019\u00ab\u00bb"
 
 ProgressFn = Callable[[str, int, int | None], None]
@@ -582,7 +583,7 @@ def watch_index_build(conn: psycopg.Connection[Any],
 
 # what sends a call of the SQL analyzer down its general path (pgfunnel.analyze_each);
 # a Unicode digit this misses only costs that call the longer path, never a term
-_DIGIT_OR_JOINER = re.compile(r"[0-9._-]")
+_DIGIT_OR_JOINER = re.compile("[0-9._\\-\u2010-\u2013\u2212]")
 
 
 class TermAnalyzer:

@@ -35,6 +35,11 @@
 --     They lower case under a collation that knows non-ASCII letters whatever the
 --     database's is, and read each run of Thai, Lao, Burmese or Khmer as its pairs of
 --     characters, as v4 reads Chinese: those scripts put no space between words
+--   * english_v7 and simple_v7 (the v6 rules) read the Unicode hyphens and dashes a word
+--     processor or a web page puts inside identifiers (_fold_dashes: hyphen, non-breaking
+--     hyphen, figure dash, en dash, minus sign) as '-': ERR-4029 copied from a page that
+--     wrote it with a non-breaking hyphen gets the terms of ERR-4029, and a query typed
+--     either way finds the other
 
 -- analyzers this version of pgfunnel knows; a new name is a new index version
 create or replace function pgfunnel.analyzers()
@@ -56,7 +61,9 @@ begin
            ('english_v5', 'english_stem', 'english_v4, with Korean words also indexed as pairs of characters'),
            ('simple_v5',  'simple',       'simple_v4, with Korean words also indexed as pairs of characters'),
            ('english_v6', 'english_stem', 'english_v5, with words of every script read alike whatever the database locale, and Thai, Lao, Burmese and Khmer indexed as pairs of characters'),
-           ('simple_v6',  'simple',       'simple_v5, with words of every script read alike whatever the database locale, and Thai, Lao, Burmese and Khmer indexed as pairs of characters');
+           ('simple_v6',  'simple',       'simple_v5, with words of every script read alike whatever the database locale, and Thai, Lao, Burmese and Khmer indexed as pairs of characters'),
+           ('english_v7', 'english_stem', 'english_v6, with the Unicode hyphens, en dash and minus sign inside words read as hyphens'),
+           ('simple_v7',  'simple',       'simple_v6, with the Unicode hyphens, en dash and minus sign inside words read as hyphens');
 end
 $$;
 
@@ -156,6 +163,33 @@ begin
     return array(select translate(normalize(i.txt, nfkc),
                                   chr(173) || chr(8203) || chr(8204) || chr(8205) || chr(8288)
                                   || chr(65279), '')
+                   from unnest(inputs) with ordinality as i(txt, ord)
+                  order by i.ord);
+end
+$$;
+
+-- each text with the Unicode hyphens and dashes that stand where a '-' was meant read as
+-- '-' (v7 analyzers): the hyphen and the non-breaking hyphen (U+2010, U+2011: word
+-- processors and web pages put them in ERR-4029 so that a line never breaks inside it),
+-- the figure dash (U+2012, between digits), the en dash (U+2013, which editors put for a
+-- typed '-') and the minus sign (U+2212). Before v7 they were not word characters and cut
+-- an identifier in two: its parts were indexed, its joined form (err4029) was not. Only
+-- between word characters does the '-' join anything (the token rules), so a dash set
+-- between spaces still separates words. The em dash (U+2014) is left alone: prose sets
+-- it between words without spaces ("the index, built at ingest, is" written with em dashes
+-- for the commas), where it separates them.
+create or replace function pgfunnel._fold_dashes(inputs text[])
+returns text[]
+language plpgsql immutable parallel safe
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+begin
+    if getdatabaseencoding() <> 'UTF8' then
+        return inputs;
+    end if;
+    return array(select translate(i.txt, chr(8208) || chr(8209) || chr(8210) || chr(8211)
+                                         || chr(8722), '-----')
                    from unnest(inputs) with ordinality as i(txt, ord)
                   order by i.ord);
 end
@@ -304,8 +338,9 @@ declare
     stem_dict regdictionary;
     inner_names boolean := analyzer in ('english_v2', 'simple_v2', 'english_v3', 'simple_v3',
                                         'english_v4', 'simple_v4', 'english_v5', 'simple_v5',
-                                        'english_v6', 'simple_v6');
-    v6 constant boolean := analyzer in ('english_v6', 'simple_v6');
+                                        'english_v6', 'simple_v6', 'english_v7', 'simple_v7');
+    -- the v6 rules, which v7 keeps
+    v6 constant boolean := analyzer in ('english_v6', 'simple_v6', 'english_v7', 'simple_v7');
     -- what a word is made of: v6 names it (_nonword_chars); before, the database's locale
     -- did ([[:alnum:]], ASCII only under a "C" collation)
     nonword constant text := case when v6 then pgfunnel._nonword_chars() end;
@@ -345,8 +380,11 @@ begin
                    (select string_agg(a.name, ', ') from pgfunnel.analyzers() a)));
     end if;
     if analyzer in ('english_v3', 'simple_v3', 'english_v4', 'simple_v4', 'english_v5',
-                    'simple_v5', 'english_v6', 'simple_v6') then
+                    'simple_v5', 'english_v6', 'simple_v6', 'english_v7', 'simple_v7') then
         inputs := pgfunnel._unicode_fold(inputs);
+    end if;
+    if analyzer in ('english_v7', 'simple_v7') then
+        inputs := pgfunnel._fold_dashes(inputs);
     end if;
     -- read before v6 lowers its inputs (below); the test first spares most queries the
     -- function's statement
@@ -572,7 +610,7 @@ $$;
 -- `tell`, Hypothesis' `explain` phase) rather than left with nothing to search.
 -- (_pool runs the same two passes itself, the second only when the first leaves
 -- nothing: this wrapper's cost is off a search's path.)
-create or replace function pgfunnel.analyze_each(inputs text[], analyzer text default 'english_v6',
+create or replace function pgfunnel.analyze_each(inputs text[], analyzer text default 'english_v7',
                                                  for_query boolean default false)
 returns table (input_ordinal integer, token_position integer, token text, term text, dropped text)
 language plpgsql stable parallel safe
@@ -609,7 +647,7 @@ end
 $$;
 
 -- every token of a text, what it became, and why anything was dropped
-create or replace function pgfunnel.analyze_tokens(input text, analyzer text default 'english_v6',
+create or replace function pgfunnel.analyze_tokens(input text, analyzer text default 'english_v7',
                                                    for_query boolean default false)
 returns table (token_position integer, token text, term text, dropped text)
 language sql stable parallel safe
@@ -621,7 +659,7 @@ as $$
 $$;
 
 -- the terms a text becomes (what the lexical leg sees), in order
-create or replace function pgfunnel.analyze(input text, analyzer text default 'english_v6',
+create or replace function pgfunnel.analyze(input text, analyzer text default 'english_v7',
                                             for_query boolean default false)
 returns text[]
 language sql stable parallel safe
@@ -635,7 +673,7 @@ $$;
 
 -- the query words the analyzer dropped whole, so callers can say so instead of failing
 -- silently; a word of which some part is searched (`s3` without its stop word `s`) is not one
-create or replace function pgfunnel.dropped_query_words(input text, analyzer text default 'english_v6')
+create or replace function pgfunnel.dropped_query_words(input text, analyzer text default 'english_v7')
 returns text[]
 language sql stable parallel safe
 security invoker

@@ -346,7 +346,8 @@ def _random_strings(n: int, seed: int) -> list[str]:
 
 @pytest.mark.parametrize("analyzer", ["english_v1", "simple_v1", "english_v2", "simple_v2",
                                       "english_v3", "simple_v3", "english_v4", "simple_v4",
-                                      "english_v5", "simple_v5", "english_v6", "simple_v6"])
+                                      "english_v5", "simple_v5", "english_v6", "simple_v6",
+                                      "english_v7", "simple_v7"])
 def test_python_term_analyzer_matches_sql(conn: psycopg.Connection[Any], analyzer: str) -> None:
     texts = [json.loads(line)["text"] for line in SAMPLE.read_text().splitlines()]
     texts += _random_strings(150, seed=7) + _CJK_TEXTS + _OTHER_SCRIPT_TEXTS
@@ -640,6 +641,56 @@ def test_v6_keeps_marks_in_words_and_pairs_scripts_written_without_spaces(
         assert _terms(conn, text, analyzer) == _terms(conn, text, older), text
 
 
+_UNICODE_DASHES = ("\u2010", "\u2011", "\u2012", "\u2013", "\u2212")
+
+
+@pytest.mark.parametrize("analyzer", ["english_v7", "simple_v7"])
+def test_v7_reads_unicode_hyphens_inside_words_as_hyphens(conn: psycopg.Connection[Any],
+                                                          analyzer: str) -> None:
+    older = analyzer.replace("_v7", "_v6")
+    plain = _terms(conn, "ERR-4029 jsonb-path 10-20", analyzer)
+    assert plain == _terms(conn, "ERR-4029 jsonb-path 10-20", older)
+    assert "err4029" in plain and "1020" in plain
+    for dash in _UNICODE_DASHES:
+        text = f"ERR{dash}4029 jsonb{dash}path 10{dash}20"
+        assert _terms(conn, text, analyzer) == plain, ascii(dash)
+        # v6 read the dash as a break between words: the parts, not the joined form
+        assert "err4029" not in _terms(conn, text, older), ascii(dash)
+    # a dash set between spaces, or one at the edge of a word, joins nothing; nor does the
+    # em dash, which prose sets between words without spaces
+    for text in ("refunds \u2013 annual plans", "refunds\u2014annual plans",
+                 "\u22125 refunds annual\u2010 plans"):
+        assert _terms(conn, text, analyzer) == _terms(conn, text, older), ascii(text)
+    # text without those characters reads as under v6
+    texts = [json.loads(line)["text"] for line in SAMPLE.read_text().splitlines()]
+    texts += _random_strings(100, seed=8) + _CJK_TEXTS + _OTHER_SCRIPT_TEXTS
+    others = [t for t in texts if not any(d in unicodedata.normalize("NFKC", t)
+                                          for d in _UNICODE_DASHES)]
+    assert len(others) > 200
+    for text in others:
+        assert _terms(conn, text, analyzer) == _terms(conn, text, older), text
+
+
+def test_an_identifier_written_with_a_unicode_hyphen_is_found_whole_under_v7(
+        conn: psycopg.Connection[Any]) -> None:
+    from funnel_util import make_collection
+
+    records = [doc("nbsp-hyphen", "Code ERR\u20114029 means the refund window has closed."),
+               # the parts, more often: under v6 this outranked the identifier's own chunk
+               doc("parts", "Err codes: err 4029, err 4030 and 4029 again for each err.")]
+    for name, analyzer in (("v7", "english_v7"), ("v6", "english_v6")):
+        make_collection(conn, name, 16, analyzer=analyzer)
+        ingest(conn, records, collection=name)
+    for query in ("ERR-4029", "err4029", "ERR\u20134029"):
+        assert [r[1] for r in lexical(conn, query, collection="v7")] == \
+            ["nbsp-hyphen", "parts"], ascii(query)
+    assert [r[1] for r in lexical(conn, "ERR-4029", collection="v6")] == \
+        ["parts", "nbsp-hyphen"]
+    # typed joined, the query still shares only the parts with v6's index of the chunk
+    assert [r[1] for r in lexical(conn, "err4029", collection="v6")] == \
+        ["parts", "nbsp-hyphen"]
+
+
 def test_a_thai_word_finds_the_sentence_that_holds_it_under_v6(
         conn: psycopg.Connection[Any]) -> None:
     from funnel_util import make_collection
@@ -698,7 +749,8 @@ def test_an_unqualified_name_finds_its_qualified_spelling(
 
 @pytest.mark.parametrize("analyzer", ["english_v1", "simple_v1", "english_v2", "simple_v2",
                                       "english_v3", "simple_v3", "english_v4", "simple_v4",
-                                      "english_v5", "simple_v5", "english_v6", "simple_v6"])
+                                      "english_v5", "simple_v5", "english_v6", "simple_v6",
+                                      "english_v7", "simple_v7"])
 @pytest.mark.parametrize("for_query", [False, True])
 def test_plain_words_take_a_shorter_path_to_the_same_rows(conn: psycopg.Connection[Any],
                                                           analyzer: str, for_query: bool) -> None:
