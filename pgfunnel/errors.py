@@ -277,9 +277,11 @@ _SQLSTATE_MAP: dict[str, type[PgfunnelError]] = {
 }
 
 
-#: said after a deadlock or serialization failure, which rolled the transaction back
-RETRY_HINT = ("; a concurrent transaction took the same rows, and this one was rolled "
-              "back whole: run it again")
+#: said after a deadlock or serialization failure, which rolled the transaction back; an
+#: ingest or reindex commits batch by batch, so what earlier transactions wrote stays
+RETRY_HINT = ("; a concurrent transaction took the same rows, and the transaction that "
+              "failed was rolled back whole (what earlier ones committed stays): run it "
+              "again")
 
 #: said after Postgres' "cannot execute INSERT in a read-only transaction"
 READ_ONLY_HINT = ("; the transaction is read-only (a hot standby, "
