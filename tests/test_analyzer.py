@@ -351,6 +351,9 @@ def _random_strings(n: int, seed: int) -> list[str]:
 def test_python_term_analyzer_matches_sql(conn: psycopg.Connection[Any], analyzer: str) -> None:
     texts = [json.loads(line)["text"] for line in SAMPLE.read_text().splitlines()]
     texts += _random_strings(150, seed=7) + _CJK_TEXTS + _OTHER_SCRIPT_TEXTS
+    # Unicode dashes inside, around and between words (v7 reads some as '-')
+    texts += [f"ERR{d}4029, jsonb{d}path {d}x 10{d} {d}{d}a{d}b{d}c." for d in _UNICODE_DASHES]
+    texts += ["refunds\u2014annual", "os.path\u2010join ERR\ufe634029 \uff0dx"]
     ta = TermAnalyzer(conn, analyzer)
     ta.prepare(texts)
     for text in texts:
