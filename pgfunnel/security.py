@@ -585,6 +585,7 @@ def security_findings(conn: psycopg.Connection[Any],
                 f"{'is' if len(others) == 1 else 'are'} not pgfunnel's own (run `pgfunnel "
                 "migrate` to reinstall the functions)"))
     out.extend(_create_in_shared_schemas(conn, owner))
+    out.extend(_readers_of_other_databases(conn))
     for sig, name in conn.execute(
             "select p.oid::regprocedure::text, p.proname from pg_proc p "
             "where (p.pronamespace = 'pgfunnel'::regnamespace "
@@ -631,6 +632,43 @@ def _create_in_shared_schemas(conn: psycopg.Connection[Any],
             f"{quoted_schema} from {grantee}` (Postgres 15 and later no longer grant it to "
             "PUBLIC)"))
     return found
+
+
+def _readers_of_other_databases(conn: psycopg.Connection[Any]) -> list[SecurityFinding]:
+    """A warning when pgfunnel_reader may read this database's tables (RLS mode), other
+    databases of the cluster grant it tables or policies too, and every login role may
+    connect here (CONNECT is PUBLIC's by default). The role is one for the whole cluster:
+    a login role made a member of it for another database's application then searches
+    this one, under principals it sets itself (the policies trust the setting)."""
+    row = conn.execute(
+        "select pg_catalog.quote_ident(pg_catalog.current_database()), "
+        "array(select d.datname::text from pg_catalog.pg_shdepend s "
+        "      join pg_catalog.pg_database d on d.oid = s.dbid "
+        "      where s.refclassid = 'pg_catalog.pg_authid'::pg_catalog.regclass "
+        "        and s.refobjid = r.oid and s.deptype in ('a', 'r') "
+        "        and s.classid in ('pg_catalog.pg_class'::pg_catalog.regclass, "
+        "                          'pg_catalog.pg_policy'::pg_catalog.regclass) "
+        "        and d.datname <> pg_catalog.current_database() "
+        "      group by d.datname order by d.datname) "
+        "from pg_catalog.pg_roles r where r.rolname = %s "
+        "and pg_catalog.has_database_privilege('public', pg_catalog.current_database(), "
+        "                                      'CONNECT') "
+        "and coalesce(pg_catalog.has_table_privilege("
+        "    r.oid, pg_catalog.to_regclass('pgfunnel.document'), 'SELECT'), false)",
+        (READER_ROLE,)).fetchone()
+    if row is None or not row[1]:
+        return []
+    here, others = str(row[0]), [str(name) for name in row[1]]
+    named = ", ".join(repr(name) for name in others)
+    return [SecurityFinding(
+        "warning", "database_connect",
+        f"{READER_ROLE} is one role for the whole cluster, and database"
+        f"{'s' if len(others) > 1 else ''} {named} grant{'' if len(others) > 1 else 's'} it "
+        f"tables too: a login role made a member of it for another database's application "
+        f"may connect to this one (CONNECT on database {here} is granted to PUBLIC) and "
+        "read its rows under principals it sets itself. Let only this database's own roles "
+        f"connect: `revoke connect on database {here} from public`, then `grant connect on "
+        f"database {here} to` each of them (docs/security.md)")]
 
 
 __all__ = ["SecurityFinding", "enable_rls", "disable_rls", "ensure_roles", "grant_privileges",

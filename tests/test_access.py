@@ -16,11 +16,12 @@ import numpy as np
 import psycopg
 import pytest
 from _security_helpers import DIM, Doc, create_app_role, ingest_docs, random_vectors, unit
+from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from pgfunnel import schema
 from pgfunnel.db import connect
-from pgfunnel.errors import AccessError, ConfigError
+from pgfunnel.errors import AccessError, ConfigError, ConnectionFailedError
 from pgfunnel.search import Funnel
 
 QUERY = "refund monthly plan invoice"
@@ -1084,3 +1085,38 @@ def test_a_traced_search_that_narrows_the_rls_reader_is_refused_before_it_runs(
                          "true)")
             assert conn.execute("select citekey from funnel_search(%s, %s, k => 3, "
                                 "principals => '{staff}')", (QUERY, QVEC)).fetchall()
+
+
+def test_doctor_warns_that_another_databases_readers_may_search_this_one(
+        rls_db: str, empty_db: str) -> None:
+    """pgfunnel_reader is one role for the whole cluster: a login role granted it for one
+    database's application may connect to every other database in RLS mode (CONNECT is
+    PUBLIC's by default) and read its rows under principals it sets itself."""
+    from pgfunnel.security import security_findings
+
+    def connect_findings(dsn: str) -> list[str]:
+        with connect(dsn, autocommit=True) as conn:
+            return [f.message for f in security_findings(conn)
+                    if f.check == "database_connect"]
+
+    # the only database that grants pgfunnel_reader its tables: nothing to say
+    assert connect_findings(rls_db) == []
+    schema.init(empty_db, rls=True)
+    here = psycopg.conninfo.conninfo_to_dict(rls_db)["dbname"]
+    other = psycopg.conninfo.conninfo_to_dict(empty_db)["dbname"]
+    # the other database's application role, searching this one
+    other_app = psycopg.conninfo.make_conninfo(create_app_role(empty_db), dbname=here)
+    with connect(other_app) as c:
+        c.execute("select set_config('pgfunnel.principals', '[\"alice\"]', true)")
+        assert c.execute("select d.citekey from pgfunnel.document d "
+                         "where d.citekey = 'secret'").fetchall() == [("secret",)]
+    [message] = connect_findings(rls_db)
+    assert other in message and f"revoke connect on database {here} from public" in message
+    with connect(empty_db, autocommit=True) as conn:
+        conn.execute(sql.SQL("revoke connect on database {} from public").format(
+            sql.Identifier(here)))
+    # once CONNECT is not PUBLIC's, the role the other database's application uses cannot
+    # reach this one, and doctor says nothing
+    with pytest.raises(ConnectionFailedError, match="CONNECT privilege"):
+        connect(other_app).close()
+    assert connect_findings(rls_db) == []

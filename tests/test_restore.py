@@ -252,6 +252,13 @@ def test_an_rls_database_restored_with_no_owner_by_another_role(
             assert level == "error" and f"grant pgfunnel_writer to {owner}" in message
         with psycopg.connect(server_dsn, autocommit=True) as su:
             su.execute(sql.SQL("grant pgfunnel_writer to {}").format(sql.Identifier(owner)))
+            # the source's application role searches the copy: it may connect, not every
+            # role of the cluster (else doctor warns, security.database_connect: a reader
+            # of the source may search the copy, and one of the copy the source)
+            copy = sql.Identifier(psycopg.conninfo.conninfo_to_dict(restored)["dbname"])
+            su.execute(sql.SQL("revoke connect on database {} from public").format(copy))
+            su.execute(sql.SQL("grant connect on database {} to {}").format(
+                copy, sql.Identifier(app_role)))
         assert schema.init(as_owner)["rls"] is True
         with connect(as_owner, autocommit=True) as conn:
             assert _not_info(run_checks(conn, app_role=app_role)) == []
