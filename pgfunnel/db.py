@@ -316,6 +316,12 @@ def refuse_read_only(conn: psycopg.Connection[Any], what: str) -> None:
         raise ReadOnlyError(f"{what} writes to the database{READ_ONLY_HINT}")
 
 
+#: what require_writer's advice adds: a role that searches for readers and is made a writer
+#: too is no longer held by the row-level security policies
+WRITER_NOT_FOR_SEARCHES = (" (not a role that searches for readers: under row-level security "
+                           "a member of pgfunnel_writer reads every row)")
+
+
 def require_writer(conn: psycopg.Connection[Any], what: str, table: str,
                    privilege: str) -> None:
     """An AccessError naming the role, what it may not do and the grant it needs when it
@@ -332,8 +338,9 @@ def require_writer(conn: psycopg.Connection[Any], what: str, table: str,
     if row is not None and not row[1]:
         raise AccessError(
             f"role {row[0]!r} may not {what}: it lacks {privilege} on {SCHEMA}.{table} "
-            f"(members of pgfunnel_writer have it: grant pgfunnel_writer to {row[2]}; see "
-            "docs/security.md, Roles and grants)")
+            f"(members of pgfunnel_writer have it: grant pgfunnel_writer to {row[2]}, or "
+            f"write as a role of its own{WRITER_NOT_FOR_SEARCHES}; see docs/security.md, "
+            "Roles and grants)")
 
 
 def require_table_owner(conn: psycopg.Connection[Any], what: str) -> None:

@@ -30,7 +30,7 @@ import psycopg
 from psycopg import sql
 from psycopg.copy import QueuedLibpqWriter
 
-from pgfunnel.db import try_register_vector, tuple_rows
+from pgfunnel.db import WRITER_NOT_FOR_SEARCHES, try_register_vector, tuple_rows
 from pgfunnel.embedder import (
     VECTOR_NORM_MAX,
     VECTOR_NORM_MIN,
@@ -2106,7 +2106,8 @@ def delete_documents(conn: psycopg.Connection[Any], collection: str,
                 # is named as ingest, reindex and the version commands name it
                 raise AccessError(f"role {row[0]!r} may not delete documents: it lacks DELETE "
                                   "on pgfunnel.document (members of pgfunnel_writer have it: "
-                                  f"grant pgfunnel_writer to {row[2]}; see docs/security.md, "
+                                  f"grant pgfunnel_writer to {row[2]}, or write as a role of "
+                                  f"its own{WRITER_NOT_FOR_SEARCHES}; see docs/security.md, "
                                   "Roles and grants)")
             ingest_lock(conn, collection)
             conn.execute(

@@ -490,8 +490,11 @@ def security_findings(conn: psycopg.Connection[Any],
     if app_role:
         app_roles.add(app_role)
     for role in sorted(app_roles):
-        info = conn.execute("select rolsuper, rolbypassrls from pg_roles where rolname = %s",
-                            (role,)).fetchone()
+        info = conn.execute(
+            "select r.rolsuper, r.rolbypassrls, "
+            "coalesce(pg_catalog.pg_has_role(r.oid, w.oid, 'USAGE'), false) "
+            "from pg_catalog.pg_roles r left join pg_catalog.pg_roles w on w.rolname = %s "
+            "where r.rolname = %s", (WRITER_ROLE, role)).fetchone()
         if info is None:
             out.append(SecurityFinding("error", "app_role", f"application role {role!r} does "
                                        "not exist"))
@@ -509,6 +512,15 @@ def security_findings(conn: psycopg.Connection[Any],
             out.append(SecurityFinding(
                 "error", "app_role_bypassrls",
                 f"application role {role!r} has BYPASSRLS; row-level security does not apply"))
+        elif info[2] and rls and role != owner:
+            # (the owner holds the writer's privileges by design: app_role_owner says it)
+            out.append(SecurityFinding(
+                "error", "app_role_writer",
+                f"application role {role!r} holds {WRITER_ROLE}'s privileges, whose policy "
+                "reads every row, so row-level security does not hold its searches; search "
+                f"with a role that is a member of {READER_ROLE} only, and give what writes "
+                "(an ingest job, an admin screen that deletes) a role of its own "
+                "(see docs/security.md)"))
     if not app_roles:
         out.append(SecurityFinding(
             "info", "app_role", f"no login role is a member of {READER_ROLE}; searches run as "

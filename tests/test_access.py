@@ -916,6 +916,9 @@ def test_a_reader_writing_is_told_which_role_it_needs(rls_db: str, app_dsn: str)
             Ingester(conn, "default").ingest([record], vectors={"new": random_vectors(1, 1)})
         assert str(err.value).startswith(lacks.format("ingest documents", "INSERT",
                                                       "document"))
+        # nor is the search role itself the one to make a writer: its searches would read
+        # every row
+        assert "not a role that searches for readers" in str(err.value)
         with pytest.raises(AccessError) as err:
             delete_documents(conn, "default", ["new"])
         assert str(err.value).startswith(lacks.format("delete documents", "DELETE",
@@ -1120,3 +1123,33 @@ def test_doctor_warns_that_another_databases_readers_may_search_this_one(
     with pytest.raises(ConnectionFailedError, match="CONNECT privilege"):
         connect(other_app).close()
     assert connect_findings(rls_db) == []
+
+
+def test_doctor_says_an_application_role_that_is_also_a_writer_escapes_the_policies(
+        rls_db: str, app_dsn: str) -> None:
+    """The writer's policy reads every row: a search role made a member of pgfunnel_writer
+    too (to delete from an admin screen, say) is no longer held by row-level security."""
+    from pgfunnel.security import security_findings
+
+    app_user = str(psycopg.conninfo.conninfo_to_dict(app_dsn)["user"])
+
+    def writer_findings() -> list[str]:
+        with connect(rls_db, autocommit=True) as conn:
+            return [f.message for f in security_findings(conn)
+                    if f.check == "app_role_writer" and f.level == "error"]
+
+    assert writer_findings() == []
+    with connect(rls_db, autocommit=True) as conn:
+        conn.execute(sql.SQL("grant pgfunnel_writer to {}").format(sql.Identifier(app_user)))
+    # no principals set, and every row: the policies no longer hold it
+    with connect(app_dsn, autocommit=True) as c:
+        assert c.execute("select citekey from pgfunnel.document "
+                         "where citekey = 'secret'").fetchall() == [("secret",)]
+    [message] = writer_findings()
+    assert repr(app_user) in message and "pgfunnel_writer" in message
+    # named as the application role, it is checked too
+    with connect(rls_db, autocommit=True) as conn:
+        conn.execute(sql.SQL("revoke pgfunnel_reader from {}").format(sql.Identifier(app_user)))
+        assert [f for f in security_findings(conn) if f.check == "app_role_writer"] == []
+        assert [f.level for f in security_findings(conn, app_role=app_user)
+                if f.check == "app_role_writer"] == ["error"]
