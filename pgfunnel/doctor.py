@@ -846,7 +846,8 @@ def _term_stat_drift(conn: psycopg.Connection[Any]) -> list[Finding]:
 # What a role holds in schema pgfunnel, against what it should: one row per wanted
 # privilege. %(tables)s/%(table_privileges)s pair tables with a privilege each; every table
 # but a partition (reached through its parent) is wanted with %(every_table)s; functions
-# with EXECUTE, but those named in %(skip_functions)s.
+# with EXECUTE, but those named in %(skip_functions)s; sequences named in %(sequences)s
+# (NULL: every one) with %(sequence_privileges)s.
 _HELD_PRIVILEGES = """
 select w.kind, w.object, w.privilege, w.held from (
   select 0 as ord, 'schema' as kind, 'pgfunnel' as object, 'USAGE' as privilege,
@@ -869,6 +870,7 @@ select w.kind, w.object, w.privilege, w.held from (
     from pg_catalog.pg_class c, pg_catalog.unnest(%(sequence_privileges)s::text[])
          as p(privilege)
    where c.relnamespace = 'pgfunnel'::regnamespace and c.relkind = 'S'
+     and (%(sequences)s::text[] is null or c.relname = any (%(sequences)s::text[]))
   union all
   select 3, 'function', p.oid::regprocedure::text, 'EXECUTE',
          pg_catalog.has_function_privilege(%(role)s, p.oid, 'EXECUTE')
@@ -889,12 +891,15 @@ class _Wanted:
     tables: tuple[tuple[str, str], ...] = ()
     every_table: tuple[str, ...] = ()
     sequences: tuple[str, ...] = ()
+    #: the sequences wanted with them (None: every one)
+    sequence_names: tuple[str, ...] | None = None
     skip_functions: tuple[str, ...] = ()
 
 
 def _wanted(role: str) -> _Wanted:
     from pgfunnel.security import (
         READER_SEQUENCE_PRIVILEGES,
+        READER_SEQUENCES,
         READER_TABLE_PRIVILEGES,
         WRITER_ONLY_FUNCTIONS,
         WRITER_ROLE,
@@ -905,6 +910,7 @@ def _wanted(role: str) -> _Wanted:
     if role == WRITER_ROLE:
         return _Wanted(every_table=WRITER_TABLE_PRIVILEGES, sequences=WRITER_SEQUENCE_PRIVILEGES)
     return _Wanted(tables=READER_TABLE_PRIVILEGES, sequences=READER_SEQUENCE_PRIVILEGES,
+                   sequence_names=READER_SEQUENCES,
                    skip_functions=WRITER_ONLY_FUNCTIONS)
 
 
@@ -917,6 +923,8 @@ def _held_privileges(conn: psycopg.Connection[Any], role: str, wanted: _Wanted
                            "table_privileges": [p for _, p in wanted.tables],
                            "every_table": list(wanted.every_table),
                            "sequence_privileges": list(wanted.sequences),
+                           "sequences": (None if wanted.sequence_names is None
+                                         else list(wanted.sequence_names)),
                            "skip_functions": list(wanted.skip_functions)}).fetchall()]
 
 

@@ -159,6 +159,10 @@ READER_TABLE_PRIVILEGES: tuple[tuple[str, str], ...] = (
     tuple((table, "SELECT") for table in RLS_TABLES + SHARED_TABLES)
     + (("search_log", "INSERT"), ("search_trace", "INSERT")))
 READER_SEQUENCE_PRIVILEGES = ("USAGE",)
+#: the sequences the reader draws from: a traced search's search_log id. No search takes
+#: another value, and nextval on document_id_seq would tell a reader how many documents
+#: were ever written, those it cannot see included (earlier releases granted every one)
+READER_SEQUENCES = ("search_log_id_seq",)
 #: the writer: these on every table of the schema
 WRITER_TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE")
 WRITER_SEQUENCE_PRIVILEGES = ("USAGE", "SELECT", "UPDATE")
@@ -185,8 +189,16 @@ def grant_privileges(conn: psycopg.Connection[Any]) -> None:
         _privileges(WRITER_TABLE_PRIVILEGES), w))
     conn.execute(sql.SQL("grant {} on all sequences in schema pgfunnel to {}").format(
         _privileges(WRITER_SEQUENCE_PRIVILEGES), w))
-    conn.execute(sql.SQL("grant {} on all sequences in schema pgfunnel to {}").format(
-        _privileges(READER_SEQUENCE_PRIVILEGES), r))
+    for (sequence,) in conn.execute(
+            "select c.relname from pg_catalog.pg_class c "
+            "where c.relnamespace = 'pgfunnel'::regnamespace and c.relkind = 'S' "
+            "order by 1").fetchall():
+        if sequence in READER_SEQUENCES:
+            conn.execute(sql.SQL("grant {} on sequence {} to {}").format(
+                _privileges(READER_SEQUENCE_PRIVILEGES), _table(sequence), r))
+        else:
+            conn.execute(sql.SQL("revoke all on sequence {} from {}").format(
+                _table(sequence), r))
     _grant_functions(conn)
 
 

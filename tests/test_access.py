@@ -1153,3 +1153,34 @@ def test_doctor_says_an_application_role_that_is_also_a_writer_escapes_the_polic
         assert [f for f in security_findings(conn) if f.check == "app_role_writer"] == []
         assert [f.level for f in security_findings(conn, app_role=app_user)
                 if f.check == "app_role_writer"] == ["error"]
+
+
+def test_a_reader_draws_from_the_search_log_sequence_only(rls_db: str,
+                                                          app_conn: psycopg.Connection[Any]
+                                                          ) -> None:
+    """A traced search takes its search_log id; no search takes any other sequence value,
+    and nextval on document_id_seq told a reader how many documents had been written (those
+    it cannot see included) and took ids from ingest."""
+    from pgfunnel.doctor import check_privileges
+    from pgfunnel.security import enable_rls
+
+    for seq in ("document_id_seq", "chunk_id_seq", "collection_id_seq",
+                "index_version_id_seq"):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            app_conn.execute(f"select nextval('pgfunnel.{seq}')")
+    # a traced search still logs itself
+    funnel = _funnel(app_conn)
+    assert funnel.search(QUERY, query_embedding=QVEC, principals=["alice"],
+                         trace=True).search_id is not None
+    # what an earlier release granted, init and migrate take back; doctor finds nothing
+    # missing
+    with connect(rls_db, autocommit=True) as conn:
+        conn.execute("grant usage on all sequences in schema pgfunnel to pgfunnel_reader")
+        with conn.transaction():
+            enable_rls(conn)
+        assert conn.execute(
+            "select c.relname from pg_class c where c.relnamespace = 'pgfunnel'::regnamespace "
+            "and case when c.relkind = 'S' "
+            "         then has_sequence_privilege('pgfunnel_reader', c.oid, 'USAGE') end "
+            "order by 1").fetchall() == [("search_log_id_seq",)]
+        assert [f.level for f in check_privileges(conn)] == ["info"]
