@@ -495,9 +495,17 @@ def security_findings(conn: psycopg.Connection[Any],
 
     app_roles: set[str] = set()
     if conn.execute("select 1 from pg_roles where rolname = %s", (READER_ROLE,)).fetchone():
+        # members through group roles too (a DBA's `grant pgfunnel_reader to app_group`,
+        # `grant app_group to webapp`): by the memberships, not pg_has_role, which holds
+        # for every superuser
         app_roles.update(r for (r,) in conn.execute(
-            "select m.rolname from pg_auth_members a join pg_roles g on g.oid = a.roleid "
-            "join pg_roles m on m.oid = a.member where g.rolname = %s and m.rolcanlogin",
+            "with recursive members(oid) as ("
+            "  select a.member from pg_catalog.pg_auth_members a "
+            "  join pg_catalog.pg_roles g on g.oid = a.roleid where g.rolname = %s "
+            "  union select a.member from pg_catalog.pg_auth_members a "
+            "  join members m on m.oid = a.roleid) "
+            "select r.rolname from members m join pg_catalog.pg_roles r on r.oid = m.oid "
+            "where r.rolcanlogin",
             (READER_ROLE,)).fetchall())
     if app_role:
         app_roles.add(app_role)

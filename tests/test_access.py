@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -1184,3 +1185,34 @@ def test_a_reader_draws_from_the_search_log_sequence_only(rls_db: str,
             "         then has_sequence_privilege('pgfunnel_reader', c.oid, 'USAGE') end "
             "order by 1").fetchall() == [("search_log_id_seq",)]
         assert [f.level for f in check_privileges(conn)] == ["info"]
+
+
+def test_doctor_checks_the_members_of_pgfunnel_reader_through_a_group_role(
+        rls_db: str) -> None:
+    """A DBA grants pgfunnel_reader to a group role and the group to the application's
+    login roles: those are members too, and one with BYPASSRLS (or the writer's
+    privileges) escapes the policies as a direct member does."""
+    from pgfunnel.security import security_findings
+
+    group, app = f"pgf_app_group_{uuid.uuid4().hex[:8]}", f"pgf_app_{uuid.uuid4().hex[:8]}"
+    with connect(rls_db, autocommit=True) as conn:
+        conn.execute(sql.SQL("create role {} nologin").format(sql.Identifier(group)))
+        conn.execute(sql.SQL("grant pgfunnel_reader to {}").format(sql.Identifier(group)))
+        conn.execute(sql.SQL("create role {} login bypassrls in role {}").format(
+            sql.Identifier(app), sql.Identifier(group)))
+        try:
+            found = {(f.check, f.message) for f in security_findings(conn)
+                     if f.level == "error"}
+            assert ("app_role_bypassrls", f"application role {app!r} has BYPASSRLS; "
+                    "row-level security does not apply") in found
+            # a group role cannot log in: not an application role itself
+            assert not [m for _, m in found if repr(group) in m]
+            conn.execute(sql.SQL("alter role {} nobypassrls").format(sql.Identifier(app)))
+            conn.execute(sql.SQL("grant pgfunnel_writer to {}").format(sql.Identifier(group)))
+            assert [c for c, m in {(f.check, f.message) for f in security_findings(conn)
+                                   if f.level == "error"} if repr(app) in m] == [
+                "app_role_writer"]
+        finally:
+            conn.execute(sql.SQL("drop role {}").format(sql.Identifier(app)))
+            conn.execute(sql.SQL("drop owned by {}").format(sql.Identifier(group)))
+            conn.execute(sql.SQL("drop role {}").format(sql.Identifier(group)))
