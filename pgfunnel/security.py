@@ -618,6 +618,8 @@ def security_findings(conn: psycopg.Connection[Any],
                 "migrate` to reinstall the functions)"))
     out.extend(_create_in_shared_schemas(conn, owner))
     out.extend(_readers_of_other_databases(conn))
+    if rls:
+        out.extend(_identity_defaults(conn))
     for sig, name in conn.execute(
             "select p.oid::regprocedure::text, p.proname from pg_proc p "
             "where (p.pronamespace = 'pgfunnel'::regnamespace "
@@ -701,6 +703,51 @@ def _readers_of_other_databases(conn: psycopg.Connection[Any]) -> list[SecurityF
         "read its rows under principals it sets itself. Let only this database's own roles "
         f"connect: `revoke connect on database {here} from public`, then `grant connect on "
         f"database {here} to` each of them (docs/security.md)")]
+
+
+def _identity_defaults(conn: psycopg.Connection[Any]) -> list[SecurityFinding]:
+    """The reader settings given by default (`alter role ... set pgfunnel.principals`,
+    `alter database ... set`, for this database or every one). A session of such a role
+    starts as that reader, so a query that sets no reader (an ORM query, a report, a
+    pooled connection's next request) reads its rows instead of none; a default tenant
+    lets one that sets principals only read that tenant's documents."""
+    rows = conn.execute(
+        "select pg_catalog.split_part(c.setting, '=', 1), "
+        "pg_catalog.substr(c.setting, pg_catalog.strpos(c.setting, '=') + 1), "
+        "r.rolname, pg_catalog.quote_ident(r.rolname), "
+        "d.datname, pg_catalog.quote_ident(d.datname) "
+        "from pg_catalog.pg_db_role_setting s "
+        "cross join lateral pg_catalog.unnest(s.setconfig) as c(setting) "
+        "left join pg_catalog.pg_roles r on r.oid = s.setrole "
+        "left join pg_catalog.pg_database d on d.oid = s.setdatabase "
+        "where (s.setdatabase = 0 or d.datname = pg_catalog.current_database()) "
+        "and pg_catalog.split_part(c.setting, '=', 1) "
+        "    in ('pgfunnel.principals', 'pgfunnel.tenant') "
+        "order by 1, 3 nulls first").fetchall()
+    found: list[SecurityFinding] = []
+    for name, value, role, quoted_role, database, quoted_database in rows:
+        who = f"role {role!r}" if role is not None else "every role"
+        where = f"database {database!r}" if database is not None else "every database"
+        target = (f"role {quoted_role}" if role is not None else "role all") + (
+            f" in database {quoted_database}" if database is not None and role is not None
+            else "")
+        if role is None and database is not None:
+            target = f"database {quoted_database}"
+        fix = (f"`alter {target} reset {name}`, and set it in each transaction instead "
+               f"(set_config('{name}', ..., true), as pgfunnel does)")
+        if name == "pgfunnel.principals":
+            found.append(SecurityFinding(
+                "error", "identity_default",
+                f"{who} starts every session in {where} with pgfunnel.principals = {value}: "
+                "a query that sets no reader (an ORM query, a report, the next request on a "
+                "pooled connection) reads that reader's rows instead of none; " + fix))
+        else:
+            found.append(SecurityFinding(
+                "warning", "identity_default",
+                f"{who} starts every session in {where} with pgfunnel.tenant = {value}: a "
+                "query that sets the principals but no tenant reads that tenant's documents; "
+                + fix))
+    return found
 
 
 __all__ = ["SecurityFinding", "enable_rls", "disable_rls", "ensure_roles", "grant_privileges",

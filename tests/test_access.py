@@ -1216,3 +1216,42 @@ def test_doctor_checks_the_members_of_pgfunnel_reader_through_a_group_role(
             conn.execute(sql.SQL("drop role {}").format(sql.Identifier(app)))
             conn.execute(sql.SQL("drop owned by {}").format(sql.Identifier(group)))
             conn.execute(sql.SQL("drop role {}").format(sql.Identifier(group)))
+
+
+def test_doctor_reports_a_reader_setting_given_to_a_role_or_database_by_default(
+        rls_db: str, app_dsn: str) -> None:
+    """`alter role webapp set pgfunnel.principals = ...` makes every session of the role
+    start as that reader: a query that sets no reader reads its rows instead of none."""
+    from pgfunnel.security import security_findings
+
+    app_user = str(psycopg.conninfo.conninfo_to_dict(app_dsn)["user"])
+    here = str(psycopg.conninfo.conninfo_to_dict(rls_db)["dbname"])
+
+    def defaults() -> set[tuple[str, str]]:
+        with connect(rls_db, autocommit=True) as conn:
+            return {(f.level, f.message) for f in security_findings(conn)
+                    if f.check == "identity_default"}
+
+    assert defaults() == set()
+    with connect(rls_db, autocommit=True) as conn:
+        conn.execute(sql.SQL("alter role {} set pgfunnel.principals = '[\"alice\"]'").format(
+            sql.Identifier(app_user)))
+        conn.execute(sql.SQL("alter database {} set pgfunnel.tenant = 'acme'").format(
+            sql.Identifier(here)))
+    with connect(app_dsn, autocommit=True) as c:
+        # no reader set, and yet alice's document
+        assert c.execute("select citekey from pgfunnel.document "
+                         "where citekey = 'secret'").fetchall() == [("secret",)]
+    found = defaults()
+    assert [level for level, _ in sorted(found)] == ["error", "warning"]
+    error = next(m for level, m in found if level == "error")
+    warning = next(m for level, m in found if level == "warning")
+    assert repr(app_user) in error and f"alter role {app_user} reset pgfunnel.principals" \
+        in error
+    assert f"alter database {here} reset pgfunnel.tenant" in warning
+    with connect(rls_db, autocommit=True) as conn:
+        conn.execute(sql.SQL("alter role {} reset pgfunnel.principals").format(
+            sql.Identifier(app_user)))
+        conn.execute(sql.SQL("alter database {} reset pgfunnel.tenant").format(
+            sql.Identifier(here)))
+    assert defaults() == set()
