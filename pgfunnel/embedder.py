@@ -89,17 +89,42 @@ def _no_connection(exc: BaseException) -> bool:
         exc, (ConnectionError, TimeoutError, OSError)) and not names & {"HTTPError"}
 
 
+_DEVICE_RE = re.compile(r"cpu|mps|cuda(:\d+)?")
+
+
 def pick_device(device: str = "auto") -> str:
-    if device != "auto":
-        return device
+    """Turn ``"auto"`` into CUDA, then MPS, then CPU; check that an explicit device
+    exists: ``"cuda"`` on a machine without CUDA, ``"cuda:3"`` with two GPUs or a name
+    torch does not know (``"gpu"``) is a ConfigError naming ``device``, not a model that
+    "could not be loaded" with torch's own AssertionError. The embedder's and the
+    reranker's (:func:`pgfunnel.rerank.resolve_device`) alike."""
     import torch
 
-    if torch.cuda.is_available():  # pragma: no cover - no GPU in CI
-        return "cuda"
-    mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available():  # pragma: no cover - no Apple GPU in CI
-        return "mps"
-    return "cpu"
+    if device == "auto":
+        if torch.cuda.is_available():  # pragma: no cover - no GPU in CI
+            return "cuda"
+        mps = getattr(torch.backends, "mps", None)
+        if mps is not None and mps.is_available():  # pragma: no cover - no Apple GPU in CI
+            return "mps"
+        return "cpu"
+    # fullmatch: "cpu\n" passed a match anchored with $, and failed in torch later
+    if not isinstance(device, str) or not _DEVICE_RE.fullmatch(device):
+        raise ConfigError(
+            "device", f"expected 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', got {device!r}"
+        )
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ConfigError("device", f"{device!r} requested but CUDA is not available")
+        if ":" in device:
+            index = int(device.split(":", 1)[1])
+            count = torch.cuda.device_count()
+            if index >= count:
+                raise ConfigError("device", f"{device!r} requested but only {count} CUDA device(s)")
+    if device == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise ConfigError("device", "'mps' requested but MPS is not available")
+    return device
 
 
 def check_model_name(model: object, parameter: str = "embedding_model") -> str:

@@ -30,6 +30,7 @@ from pgfunnel.embedder import (
     BUNDLED_ALIASES,
     hub_unreachable,
     looks_like_path,
+    pick_device,
     quiet_local_loading,
 )
 from pgfunnel.errors import (
@@ -63,7 +64,6 @@ _NO_LIMIT = 1_000_000
 
 Backend = Literal["torch", "onnx"]
 
-_DEVICE_RE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 _TRUTHY = {"1", "true", "yes", "on"}
 
 
@@ -83,33 +83,9 @@ def _offline_env() -> bool:
 
 
 def resolve_device(device: str) -> str:
-    """Turn ``"auto"`` into CUDA, then MPS, then CPU; check an explicit device exists."""
-    import torch
-
-    if device == "auto":
-        if torch.cuda.is_available():
-            return "cuda"
-        mps = getattr(torch.backends, "mps", None)
-        if mps is not None and mps.is_available():
-            return "mps"
-        return "cpu"
-    if not isinstance(device, str) or not _DEVICE_RE.match(device):
-        raise ConfigError(
-            "device", f"expected 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', got {device!r}"
-        )
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise ConfigError("device", f"{device!r} requested but CUDA is not available")
-        if ":" in device:
-            index = int(device.split(":", 1)[1])
-            count = torch.cuda.device_count()
-            if index >= count:
-                raise ConfigError("device", f"{device!r} requested but only {count} CUDA device(s)")
-    if device == "mps":
-        mps = getattr(torch.backends, "mps", None)
-        if mps is None or not mps.is_available():
-            raise ConfigError("device", "'mps' requested but MPS is not available")
-    return device
+    """Turn ``"auto"`` into CUDA, then MPS, then CPU; check an explicit device exists
+    (a ConfigError naming ``device`` otherwise). The same check as the embedder's."""
+    return pick_device(device)
 
 
 def make_snippet(text: str, max_chars: int) -> str:

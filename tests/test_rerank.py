@@ -508,3 +508,22 @@ def test_lone_surrogate_is_invalid_input_naming_where(reranker: Reranker) -> Non
         reranker.rank("refund", ["fine", "bad \ud800 text"])
     with pytest.raises(InvalidInputError, match=r"query: is not valid Unicode"):
         reranker.predict("bad \udfff", ["fine"])
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:0", "gpu", "cpu\n", None])
+def test_the_embedder_checks_its_device_as_the_reranker_does(
+        monkeypatch: pytest.MonkeyPatch, device: Any) -> None:
+    # Embedder(device="cuda") on a machine without CUDA was a ModelLoadError naming the
+    # embedding model ("AssertionError: Torch not compiled with CUDA enabled"), and
+    # "gpu" torch's list of device types; "cpu\n" passed the reranker's check
+    import torch
+
+    from pgfunnel.embedder import Embedder
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a CPU-only machine
+    for make in (lambda: Embedder(device=device), lambda: resolve_device(device)):
+        with pytest.raises(ConfigError) as exc:
+            make()
+        assert exc.value.parameter == "device"
+        if device in ("cuda", "cuda:0"):
+            assert "CUDA is not available" in str(exc.value)
