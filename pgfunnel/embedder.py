@@ -8,6 +8,7 @@ who have it (a model hub, or files on disk). A model that cannot be loaded raise
 
 from __future__ import annotations
 
+import numbers
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -23,6 +24,7 @@ from pgfunnel.errors import (
     InvalidVectorError,
     ModelLoadError,
     model_load_detail,
+    shown,
     text_value_problem,
 )
 
@@ -150,8 +152,14 @@ class Embedder:
 
     def __init__(self, model: str = DEFAULT_EMBEDDING_MODEL, *, device: str = "auto",
                  batch_size: int | None = None) -> None:
-        if batch_size is not None and batch_size < 1:
-            raise ConfigError("batch_size", f"must be at least 1, got {batch_size}")
+        if batch_size is not None:
+            if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
+                # 2.5 was taken and failed at the first embed ("'float' object cannot be
+                # interpreted as an integer"), mid-ingest; True embedded one text a batch
+                raise ConfigError("batch_size", f"must be an integer, got {shown(batch_size)}")
+            if batch_size < 1:
+                raise ConfigError("batch_size", f"must be at least 1, got {batch_size}")
+            batch_size = int(batch_size)
         model = check_model_name(model)
         self.model_name = model
         self.device = pick_device(device)

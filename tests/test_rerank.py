@@ -527,3 +527,16 @@ def test_the_embedder_checks_its_device_as_the_reranker_does(
         assert exc.value.parameter == "device"
         if device in ("cuda", "cuda:0"):
             assert "CUDA is not available" in str(exc.value)
+
+
+@pytest.mark.parametrize("batch_size", [2.5, "16", True, np.float64(8)])
+def test_the_embedders_batch_size_must_be_an_integer(batch_size: Any) -> None:
+    # 2.5 was taken and failed at the first embed (mid-ingest) with "'float' object
+    # cannot be interpreted as an integer"; "16" raised a raw TypeError; True embedded
+    # one text per batch
+    from pgfunnel.embedder import Embedder
+
+    with pytest.raises(ConfigError, match="^batch_size: must be an integer") as exc:
+        Embedder(device="cpu", batch_size=batch_size)
+    assert exc.value.parameter == "batch_size"
+    assert Embedder(device="cpu", batch_size=np.int64(8)).batch_size == 8
