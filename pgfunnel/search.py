@@ -943,19 +943,8 @@ class Funnel:
                         t0 = t_load
                     vector = emb.embed_query(query)
             timings["embed"] = (time.perf_counter() - t0) * 1000
-            if vector is not None and conn.adapters.types.get("vector") is None:
-                # no vector type to send the query vector as: the extension is missing,
-                # or it lives in a schema this connection's search_path leaves out
-                from pgfunnel.schema import vector_path_problem
-
-                problem = vector_path_problem(conn)
-                if problem is not None:
-                    if not conn.autocommit:
-                        conn.rollback()
-                    raise ConfigError("search_path", problem)
-                require_schema(conn)
-                raise SchemaMissingError("the vector extension is missing from this "
-                                         "database: run `pgfunnel init`")
+            if vector is not None:
+                _require_vector_type(conn)
             if vector is None and (query is None or not query.strip()):
                 # nothing to search with: the search runs all the same, so that its
                 # parameters and collection are checked as for any query, and answers
@@ -1099,6 +1088,10 @@ class Funnel:
         query = check_query_text(query)
         if vector is not None:
             vector = check_vector(vector)
+            # the caller's connection, which no search may have used yet: without
+            # pgvector's types the vector failed as "cannot adapt type 'ndarray' using
+            # placeholder '%b'"
+            _require_vector_type(conn)
         try:
             with tuple_rows(conn):
                 rows = self._execute_candidates(conn, query, vector, p).fetchall()
@@ -1229,6 +1222,26 @@ class Funnel:
                               rerank_skipped_reason=skipped if use_model else None,
                               search_id=results[0].search_id if results else None,
                               timings_ms=timings)
+
+
+def _require_vector_type(conn: psycopg.Connection[Any]) -> None:
+    """pgvector's types registered on ``conn`` (once per connection), to send a query
+    vector as; a ConfigError naming ``search_path`` when the extension lives in a schema
+    the connection's search_path leaves out, a SchemaMissingError when it is missing."""
+    if try_register_vector(conn):
+        return
+    # no vector type to send the query vector as: the extension is missing, or it lives
+    # in a schema this connection's search_path leaves out
+    from pgfunnel.schema import vector_path_problem
+
+    problem = vector_path_problem(conn)
+    if problem is not None:
+        if not conn.autocommit:
+            conn.rollback()
+        raise ConfigError("search_path", problem)
+    require_schema(conn)
+    raise SchemaMissingError("the vector extension is missing from this "
+                             "database: run `pgfunnel init`")
 
 
 def _dense_weight_zero(p: SearchParams) -> bool:

@@ -954,6 +954,23 @@ def test_connections_and_pools_with_another_row_factory(sample_db: str) -> None:
             assert conn.execute("select 1 as one").fetchone() == {"one": 1}
 
 
+def test_candidates_on_a_connection_no_search_has_used(sample_db: str, embedder: Any) -> None:
+    # candidates(conn, query, vector, p) on the application's own connection, before any
+    # search ran on it, failed with "cannot adapt type 'ndarray' using placeholder '%b'":
+    # pgvector's types were registered only by the Funnel's own connection()
+    vector = embedder.embed_query("refund")
+    p = SearchParams.build(k=5, principals=[])
+    with psycopg.connect(sample_db) as conn:
+        funnel = Funnel(sample_db, embedder=None)
+        pool = funnel.candidates(conn, "refund", vector, p)
+        assert pool and any(c.dense_rank is not None for c in pool)
+        got = [r.chunk_id for r in funnel.final(conn, "refund", pool, p, reranked=False)]
+        conn.rollback()
+        expected = funnel.search("refund", query_embedding=vector, k=5, principals=[])
+        assert got == [r.chunk_id for r in expected.results]
+        funnel.close()
+
+
 def test_a_connection_with_raw_cursors(sample_db: str) -> None:
     # an application's connection opened with cursor_factory=psycopg.RawCursor ($1
     # placeholders) failed every search with "TypeError: raw queries require a sequence of
