@@ -1234,9 +1234,11 @@ def _require_vector_type(conn: psycopg.Connection[Any]) -> None:
     # in a schema this connection's search_path leaves out
     from pgfunnel.schema import vector_path_problem
 
+    idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     problem = vector_path_problem(conn)
     if problem is not None:
-        if not conn.autocommit:
+        if idle and not conn.autocommit:
+            # the transaction the lookup opened; an application's own is left to it
             conn.rollback()
         raise ConfigError("search_path", problem)
     require_schema(conn)

@@ -971,6 +971,32 @@ def test_candidates_on_a_connection_no_search_has_used(sample_db: str, embedder:
         funnel.close()
 
 
+def test_pgvector_off_the_search_path_leaves_the_applications_transaction_alone(
+        sample_db: str) -> None:
+    # a search (or candidates()) whose vector cannot be sent, pgvector being off the
+    # connection's search_path, is a ConfigError naming search_path; it also rolled back
+    # the transaction the application had open on the connection, its work with it
+    off_path = psycopg.conninfo.make_conninfo(sample_db, options="-c search_path=pgfunnel")
+    vector = [0.1] * 384
+    p = SearchParams.build(k=5, principals=[])
+    with psycopg.connect(off_path) as conn:
+        funnel = Funnel(conn, embedder=None)
+        conn.execute("create temporary table app_work (x int)")
+        conn.execute("insert into pg_temp.app_work values (1)")
+        for search in (lambda: funnel.search("refund", query_embedding=vector, principals=[]),
+                       lambda: funnel.candidates(conn, "refund", vector, p)):
+            with pytest.raises(ConfigError) as exc:
+                search()
+            assert exc.value.parameter == "search_path"
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+            assert conn.execute("select x from pg_temp.app_work").fetchall() == [(1,)]
+        conn.rollback()
+        # a connection without a transaction of the application's is left idle
+        with pytest.raises(ConfigError):
+            funnel.candidates(conn, "refund", vector, p)
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
 def test_a_connection_with_raw_cursors(sample_db: str) -> None:
     # an application's connection opened with cursor_factory=psycopg.RawCursor ($1
     # placeholders) failed every search with "TypeError: raw queries require a sequence of
