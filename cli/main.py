@@ -476,7 +476,7 @@ def search(
 ) -> None:
     """Search a collection and print the results with per-leg ranks."""
     from pgfunnel.errors import ConfigError
-    from pgfunnel.search import Funnel
+    from pgfunnel.search import Funnel, check_rerank_depth
 
     _quiet_warnings()
     with handle_errors({**FUNNEL_FLAGS, "rerank_depth": "--rerank-depth",
@@ -492,6 +492,8 @@ def search(
             # with nothing to say so
             raise ConfigError("rerank_model" if rerank_model is not None else "rerank_depth",
                               "applies only with --rerank; add --rerank to rerank the pool")
+        # told before the cross-encoder loads (seconds), not after it
+        check_rerank_depth(rerank_depth)
         from pgfunnel.db import connect
         from pgfunnel.schema import stale_schema
 

@@ -494,6 +494,17 @@ def check_query_text(query: str | None) -> str | None:
     return query
 
 
+def check_rerank_depth(rerank_depth: Any) -> int | None:
+    """A Funnel's ``rerank_depth``: None, or an integer of at least 1 (a numpy one is
+    taken, as search parameters take one), else a ConfigError naming it."""
+    if rerank_depth is not None and (isinstance(rerank_depth, bool)
+                                     or not isinstance(rerank_depth, (int, np.integer))
+                                     or rerank_depth < 1):
+        raise ConfigError("rerank_depth", f"must be an integer of at least 1, got "
+                                          f"{shown(rerank_depth)}")
+    return None if rerank_depth is None else int(rerank_depth)
+
+
 def _check_source(source: Any) -> Any:
     """A Funnel's ``source`` as given, if it is one it can use: None, a DSN (a string or a
     SQLAlchemy URL), a psycopg Connection or a (synchronous) connection pool. Anything
@@ -578,13 +589,7 @@ class Funnel:
                               f"{reranker.__name__} itself: make one first, e.g. "
                               f"reranker={reranker.__name__}(...)")
         self.reranker = reranker
-        if rerank_depth is not None and (isinstance(rerank_depth, bool)
-                                         or not isinstance(rerank_depth, (int, np.integer))
-                                         or rerank_depth < 1):
-            raise ConfigError("rerank_depth", f"must be an integer of at least 1, got "
-                                              f"{shown(rerank_depth)}")
-        # a numpy integer is taken, as search parameters take one
-        self.rerank_depth = None if rerank_depth is None else int(rerank_depth)
+        self.rerank_depth = check_rerank_depth(rerank_depth)
         self.rerank_gate_margin = check_gate_margin(rerank_gate_margin, "rerank_gate_margin")
         if reranker is None:
             # as the CLI refuses --rerank-depth without --rerank: a setting that changes

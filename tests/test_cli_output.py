@@ -297,6 +297,23 @@ def test_rerank_options_without_rerank_are_an_error(args: list[str], flag: str) 
     assert f"{flag}: applies only with --rerank" in res.output
 
 
+@pytest.mark.parametrize("depth", ["0", "-3"])
+def test_a_bad_rerank_depth_is_told_before_anything_loads(depth: str) -> None:
+    # --rerank-depth 0 was told only once the cross-encoder had loaded (seconds), and
+    # behind any error before it: a rerank model that does not load, a database that
+    # cannot be reached
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    res = CliRunner().invoke(app, ["search", "refund", "--rerank", "--rerank-depth", depth,
+                                   "--rerank-model", "/no/such/cross-encoder",
+                                   "--dsn", "bogus"],
+                             env={"COLUMNS": "200", "HF_HUB_OFFLINE": "1"})
+    assert res.exit_code == 1, res.output
+    said = " ".join(res.output.split())
+    assert said == f"error: --rerank-depth: must be an integer of at least 1, got {depth}", said
+
+
 def test_ctrl_c_says_what_was_kept_and_how_to_go_on(capsys: pytest.CaptureFixture[str]) -> None:
     """A long ingest or reindex stopped with Ctrl-C said only "interrupted"; it now says
     what stays written and which command goes on."""
