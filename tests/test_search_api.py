@@ -206,6 +206,20 @@ def test_zero_candidates_means_no_model_call(sample_conn: psycopg.Connection[Any
     assert not resp.reranked and resp.rerank_skipped_reason == "no candidates"
 
 
+def test_a_dense_only_search_is_not_reranked_and_says_why(
+        sample_conn: psycopg.Connection[Any], embedder: Any, tiny_reranker: Reranker) -> None:
+    # docs/python-api.md: a cross-encoder has no text to read, the pool keeps fused order
+    counting = Counting(tiny_reranker)
+    funnel = Funnel(sample_conn, embedder=None, reranker=counting)
+    vector = embedder.embed_query("refund annual plan")
+    resp = funnel.search(None, query_embedding=vector, k=5, principals=[])
+    plain = funnel.search(None, query_embedding=vector, k=5, principals=[], rerank=False)
+    assert counting.calls == 0 and resp.results
+    assert not resp.reranked
+    assert resp.rerank_skipped_reason == "no query text to rerank against"
+    assert [r.chunk_id for r in resp.results] == [r.chunk_id for r in plain.results]
+
+
 def test_score_count_mismatch_is_a_hard_error(sample_conn: psycopg.Connection[Any],
                                               embedder: Any, tiny_reranker: Reranker) -> None:
     funnel = Funnel(sample_conn, embedder=embedder, reranker=Counting(tiny_reranker, drop=1))
