@@ -369,6 +369,11 @@ def string_list(value: Any, parameter: str) -> list[str]:
     return items
 
 
+# "k: must be between 1 and 1000": a message of pgfunnel's SQL, the parameter named first
+_NAMED_FIRST = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*): (.+)", re.DOTALL)
+# Postgres' own 22023 messages: 'invalid value for parameter "statement_timeout": "abc"'
+_QUOTED_SETTING = re.compile(r'parameter "([^"]+)"')
+
 # Postgres' "function pgfunnel.candidates(unknown, trace => boolean) does not exist"
 _WRONG_CALL = re.compile(r"function pgfunnel\.(\w+)\(.*\) does not exist")
 
@@ -473,9 +478,16 @@ def translate(exc: BaseException, *, searching: bool = True) -> PgfunnelError:
             return SchemaMissingError(primary)
         return PgfunnelError(primary)
     if cls is ConfigError:
-        parameter = primary.split(":", 1)[0] if ":" in primary else "parameter"
-        detail = primary.split(":", 1)[1].strip() if ":" in primary else primary
-        return ConfigError(parameter, detail)
+        # pgfunnel's SQL names the parameter first ("k: must be between 1 and 1000");
+        # Postgres' own messages name a setting in quotes ('invalid value for parameter
+        # "statement_timeout": "abc"'), which is not a name to put before a colon
+        named = _NAMED_FIRST.match(primary)
+        if named is not None:
+            return ConfigError(named.group(1), named.group(2))
+        setting = _QUOTED_SETTING.search(primary)
+        err = ConfigError(setting.group(1) if setting else "parameter", primary)
+        err.__cause__ = exc
+        return err
     if cls is InvalidVectorError:
         # pgfunnel's SQL names the argument first, as in "query_embedding: has 385 ..."
         named = re.fullmatch(r"([a-z_]+): (.+)", primary, re.DOTALL)

@@ -123,6 +123,25 @@ def test_hostile_vectors_rejected_before_sql(corpus_db: str, vec: Any) -> None:
         Funnel(dead, embedder=None).search("refund", query_embedding=vec)
 
 
+def test_translate_names_the_setting_of_postgres_own_invalid_value(db: str) -> None:
+    # translate() of Postgres' own 22023 ('invalid value for parameter "statement_timeout":
+    # "abc"') made a ConfigError whose .parameter was that whole first half of the message
+    with connect(db, autocommit=True) as conn:
+        with pytest.raises(psycopg.Error) as raw:
+            conn.execute("set statement_timeout = 'abc'")
+        err = translate(raw.value)
+        assert type(err) is ConfigError and err.parameter == "statement_timeout"
+        assert 'invalid value for parameter "statement_timeout"' in str(err)
+        assert err.__cause__ is raw.value
+        # pgfunnel's own messages name the parameter first, as before
+        with pytest.raises(psycopg.Error) as raw:
+            conn.execute("select * from pgfunnel.funnel_search('refund', null, k => 0, "
+                         "principals => '{}')")
+        err = translate(raw.value)
+        assert type(err) is ConfigError and err.parameter == "k"
+        assert str(err).startswith("k: must be between 1 and 1000")
+
+
 def test_none_vector_where_required(corpus_db: str) -> None:
     dead = connect(corpus_db, autocommit=True)
     dead.close()
