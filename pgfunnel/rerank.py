@@ -288,10 +288,15 @@ class Reranker:
         self.batch_size = (default_batch_size(self.device) if batch_size is None
                            else batch_size)
         self.fp16 = self._resolve_fp16(fp16)
+        if local_files_only is not None and not isinstance(local_files_only, bool):
+            # "no" is a true value: the model was looked up offline only, and a missing one
+            # failed saying it was "running offline"
+            raise ConfigError("local_files_only", "must be True, False or None (True when "
+                              f"HF_HUB_OFFLINE=1), got {shown(local_files_only, 60)}")
         if local_files_only is None:
             # Offline mode means "never wait on the network"; make the loader agree up front.
             local_files_only = _offline_env()
-        self.local_files_only = local_files_only
+        self.local_files_only: bool = local_files_only
         self._model = self._load(onnx_file_name)
 
     # -- construction ---------------------------------------------------------------------

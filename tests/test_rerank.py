@@ -540,3 +540,13 @@ def test_the_embedders_batch_size_must_be_an_integer(batch_size: Any) -> None:
         Embedder(device="cpu", batch_size=batch_size)
     assert exc.value.parameter == "batch_size"
     assert Embedder(device="cpu", batch_size=np.int64(8)).batch_size == 8
+
+
+@pytest.mark.parametrize("value", ["no", "false", 0, 1])
+def test_local_files_only_must_be_a_bool(tiny_ce: Path, value: Any) -> None:
+    # "no" was taken as true: the model was looked up offline only, and a missing one
+    # failed saying it was "running offline (HF_HUB_OFFLINE / local_files_only)"
+    with pytest.raises(ConfigError) as exc:
+        Reranker(str(tiny_ce), device="cpu", local_files_only=value)
+    assert exc.value.parameter == "local_files_only"
+    assert Reranker(str(tiny_ce), device="cpu", local_files_only=False).local_files_only is False
