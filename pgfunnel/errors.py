@@ -426,6 +426,14 @@ def translate(exc: BaseException, *, searching: bool = True) -> PgfunnelError:
             err = ConnectionFailedError(f"no connection free in the pool: {primary}")
             err.__cause__ = exc
             return err
+        if type(exc).__name__ == "PoolClosed":
+            # the application's pool, not yet opened or closed already: no connection
+            # was lost, and none was tried
+            err = ConnectionFailedError(
+                f"{primary}: open the pool (pool.open(), or `with ConnectionPool(...) as "
+                "pool:`) before searching with it, and close it after")
+            err.__cause__ = exc
+            return err
         if isinstance(exc, psycopg.OperationalError):
             # no SQLSTATE: libpq's own failure, either opening a connection or on one that
             # was open ("the connection is closed", "consuming input failed: server closed

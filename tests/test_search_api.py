@@ -689,6 +689,27 @@ def test_an_exhausted_pool_is_a_pgfunnel_error(sample_db: str) -> None:
             funnel.search("refund", k=3)
 
 
+def test_a_pool_not_open_is_told_as_such(sample_db: str) -> None:
+    # a pool made with open=False (or closed already) was "lost the connection to
+    # Postgres: the pool ... is not open yet": no connection had been lost
+    from psycopg_pool import ConnectionPool
+
+    from pgfunnel.errors import ConnectionFailedError
+
+    pool = ConnectionPool(sample_db, open=False)
+    funnel = Funnel(pool, "default", embedder=None)
+    with pytest.raises(ConnectionFailedError) as exc:
+        funnel.search("refund", k=3)
+    said = str(exc.value)
+    assert "is not open yet" in said and "pool.open()" in said
+    assert "lost the connection" not in said
+    pool.open()
+    assert funnel.search("refund", k=3).results
+    pool.close()
+    with pytest.raises(ConnectionFailedError, match="is already closed: open the pool"):
+        funnel.search("refund", k=3)
+
+
 def test_rerank_gate_margin_is_checked_when_the_funnel_is_built(sample_db: str) -> None:
     for bad in ("0.5", -1.0, float("nan"), True):
         with pytest.raises(ConfigError, match="rerank_gate_margin"):
