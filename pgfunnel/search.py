@@ -1049,9 +1049,11 @@ class Funnel:
                 seen["model"], seen["version_id"] = (row[3], row[4]) if row else (None, None)
         except psycopg.Error as exc:
             error = translate(exc)
-            if isinstance(error, SearchTimeoutError) and p.statement_timeout_ms is not None:
+            if isinstance(error, SearchTimeoutError) and p.statement_timeout_ms is not None \
+                    and "statement timeout" in str(error):
                 # Postgres only says "canceling statement due to statement timeout": name
-                # the limit that did it (the CLI's --timeout-ms)
+                # the limit that did it (the CLI's --timeout-ms). Not for another cancel
+                # (pg_cancel_backend: "due to user request"), which no limit made
                 raise SearchTimeoutError(
                     f"the search ran past its time limit (statement_timeout_ms = "
                     f"{p.statement_timeout_ms} ms; --timeout-ms in the CLI) "

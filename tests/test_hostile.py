@@ -220,6 +220,45 @@ def test_statement_timeout_cancels_and_connection_survives(corpus_db: str) -> No
         _usable(conn)
 
 
+def test_a_search_cancelled_by_another_session_is_not_called_a_timeout(corpus_db: str) -> None:
+    # a search with statement_timeout_ms that an administrator cancelled (pg_cancel_backend)
+    # said it "ran past its time limit (statement_timeout_ms = 60000 ms ...)": it had not
+    import threading
+    import time
+
+    with connect(corpus_db, autocommit=True) as victim, \
+            connect(corpus_db, autocommit=True) as admin, \
+            connect(corpus_db, autocommit=True) as locker:
+        f = Funnel(victim, embedder=None)
+        pid = victim.info.backend_pid
+        caught: list[BaseException] = []
+
+        def search() -> None:
+            try:
+                f.search("refund", k=3, statement_timeout_ms=60_000)
+            except BaseException as exc:  # noqa: BLE001 - the test reads it
+                caught.append(exc)
+
+        with locker.transaction():
+            # the search waits on this lock, and is cancelled while it waits
+            locker.execute("lock table pgfunnel.chunk in access exclusive mode")
+            worker = threading.Thread(target=search)
+            worker.start()
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and admin.execute(
+                    "select wait_event_type from pg_stat_activity where pid = %s",
+                    (pid,)).fetchone() != ("Lock",):
+                time.sleep(0.05)
+            admin.execute("select pg_cancel_backend(%s)", (pid,))
+            worker.join(30)
+        assert len(caught) == 1, caught
+        said = str(caught[0])
+        assert isinstance(caught[0], SearchTimeoutError)  # SQLSTATE 57014, as documented
+        assert "user request" in said
+        assert "time limit" not in said and "statement_timeout_ms" not in said, said
+        assert f.search("refund", k=3).results  # the connection goes on
+
+
 def test_a_connection_lost_mid_session_is_not_called_a_failure_to_connect(
         corpus_db: str) -> None:
     """A search on a connection the server terminated said "cannot connect to Postgres";
