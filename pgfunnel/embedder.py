@@ -184,6 +184,14 @@ class Embedder:
         except Exception as exc:
             raise ModelLoadError("embedding_model", model, model_load_detail(
                 exc, path, offline=local_only)) from exc
+        if (archs := _cross_encoder_architectures(self._model, path)) is not None:
+            # sentence-transformers quietly mean-pools a cross-encoder's hidden states (its
+            # classification head dropped): vectors that look like any others, and a dense
+            # leg that ranks by noise
+            raise ModelLoadError("embedding_model", model, (
+                f"checkpoint architecture {archs} is a cross-encoder (a sequence-"
+                "classification model, as rerank_model takes), not a sentence embedding "
+                "model; is this the reranker?"))
         get_dim = getattr(self._model, "get_embedding_dimension", None) or \
             self._model.get_sentence_embedding_dimension
         dim = get_dim()
@@ -229,6 +237,45 @@ class Embedder:
             raise InvalidInputError(f"text: {problem}")
         vectors: np.ndarray = self.embed([text])
         return np.asarray(vectors[0])
+
+
+def _cross_encoder_architectures(model: Any, path: str) -> str | None:
+    """The checkpoint architectures of a loaded bi-encoder when they are a cross-encoder's
+    (every one a ``...ForSequenceClassification``) and the model's own files name no
+    pooling, which an embedding model saved by sentence-transformers does; else None."""
+    archs: list[str] = []
+    for module in model.modules() if hasattr(model, "modules") else ():
+        config = getattr(getattr(module, "auto_model", None), "config", None)
+        archs = [str(a) for a in getattr(config, "architectures", None) or []]
+        if archs:
+            break
+    if not archs or not all(a.endswith("ForSequenceClassification") for a in archs):
+        return None
+    modules_json = _model_file(path, "modules.json")
+    if modules_json is not None:
+        try:
+            import json
+
+            listed = json.loads(modules_json.read_text())
+        except (OSError, ValueError):
+            listed = []
+        if any("Pooling" in str(m.get("type", "")) for m in listed if isinstance(m, dict)):
+            return None
+    return ", ".join(archs)
+
+
+def _model_file(path: str, name: str) -> Path | None:
+    """One file of a model: in its local folder, or in the Hugging Face cache (where a
+    model by hub id is once loaded); None when neither has it."""
+    local = Path(path).expanduser()
+    if local.is_dir():
+        return local / name if (local / name).is_file() else None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # pragma: no cover - it comes with sentence-transformers
+        return None
+    cached = try_to_load_from_cache(path, name)
+    return Path(cached) if isinstance(cached, str) else None
 
 
 @contextmanager

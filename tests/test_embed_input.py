@@ -338,3 +338,25 @@ def test_a_model_path_that_does_not_exist_is_named_as_a_missing_directory(
         Embedder(missing, device="cpu")
     assert exc.value.setting == "embedding_model" and exc.value.model == missing
     assert "Repo id" not in str(exc.value)
+
+
+def test_a_cross_encoder_given_as_the_embedding_model_is_refused(tmp_path: Path) -> None:
+    """`ingest --model path/to/cross-encoder` loaded it as an embedding model: its hidden
+    states mean-pooled without its head, vectors of noise for the dense leg. A cross-encoder
+    as transformers saves it and as sentence-transformers saves it are both refused; a
+    bi-encoder of the same tiny shape still loads."""
+    from sentence_transformers import CrossEncoder
+
+    from pgfunnel.embedder import Embedder
+    from pgfunnel.errors import ModelLoadError
+    from pgfunnel.tiny_models import build_tiny_bi_encoder, build_tiny_cross_encoder
+
+    raw = build_tiny_cross_encoder(tmp_path / "raw")
+    saved = tmp_path / "saved"
+    CrossEncoder(str(raw), device="cpu").save(str(saved))
+    for path in (raw, saved):
+        with pytest.raises(ModelLoadError, match="BertForSequenceClassification is a "
+                                                 "cross-encoder") as exc:
+            Embedder(str(path), device="cpu")
+        assert exc.value.setting == "embedding_model"
+    assert Embedder(str(build_tiny_bi_encoder(tmp_path / "bi", 16)), device="cpu").dimensions == 16
