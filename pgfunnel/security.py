@@ -26,7 +26,7 @@ import psycopg
 from psycopg import sql
 
 from pgfunnel.db import rows_by_position
-from pgfunnel.errors import AccessError, ConflictError, NotFoundError, translate
+from pgfunnel.errors import AccessError, ConfigError, ConflictError, NotFoundError, translate
 
 READER_ROLE = "pgfunnel_reader"
 WRITER_ROLE = "pgfunnel_writer"
@@ -466,13 +466,27 @@ def rls_enabled(conn: psycopg.Connection[Any]) -> bool:
 
 @rows_by_position
 def grant_app_role(conn: psycopg.Connection[Any], role: str, *, writer: bool = False) -> None:
-    """Make an existing login role an application reader (or writer)."""
+    """Make an existing login role an application reader (or writer). A reader that row-level
+    security does not apply to (a superuser, a BYPASSRLS role, the tables' owner) is refused
+    (ConfigError): as a member of pgfunnel_reader it would read every document."""
     group = WRITER_ROLE if writer else READER_ROLE
     try:
-        if conn.execute("select from pg_catalog.pg_roles where rolname = %s",
-                        (role,)).fetchone() is None:
+        row = conn.execute(
+            "select r.rolsuper, r.rolbypassrls, "
+            "       r.oid = (select c.relowner from pg_catalog.pg_class c "
+            "                 where c.oid = pg_catalog.to_regclass('pgfunnel.document')) "
+            "  from pg_catalog.pg_roles r where r.rolname = %s", (role,)).fetchone()
+        if row is None:
             raise NotFoundError(f"role {role!r} does not exist: create it first "
                                 f"(create role ... login), then grant it {group}")
+        if not writer and (unfiltered := [what for what, holds in zip(
+                ("a superuser", "a BYPASSRLS role", "the owner of pgfunnel's tables"),
+                row, strict=True) if holds]):
+            raise ConfigError("role", f"{role!r} is {' and '.join(unfiltered)}: row-level "
+                              "security does not apply to it, so as a member of "
+                              f"{READER_ROLE} it would read every document; make the "
+                              "application a role of its own (create role webapp login: "
+                              "no superuser, no bypassrls) and grant that one")
         conn.execute(sql.SQL("grant {} to {}").format(_ident(group), _ident(role)))
     except psycopg.Error as exc:
         raise translate(exc) from exc

@@ -891,6 +891,40 @@ def test_granting_a_role_that_does_not_exist_names_it(rls_db: str) -> None:
         assert conn.execute("select 1").fetchone() == (1,)
 
 
+def test_a_role_rls_does_not_apply_to_is_not_made_a_reader(rls_db: str) -> None:
+    """grant_app_role made a superuser, a BYPASSRLS role or the tables' owner a member of
+    pgfunnel_reader without a word: row-level security does not apply to them, so the
+    application role the docs set up would read every document (doctor said so only
+    later). As a writer, which reads every row by design, such a role is still granted."""
+    from pgfunnel.errors import ConfigError
+    from pgfunnel.security import READER_ROLE, WRITER_ROLE, grant_app_role
+
+    with connect(rls_db, autocommit=True) as conn:
+        owner = conn.execute("select current_user").fetchone()[0]  # type: ignore[index]
+        conn.execute("create role t_bypass login bypassrls")
+        conn.execute("create role t_plain login")
+        try:
+            for role, what in (("t_bypass", "a BYPASSRLS role"),
+                               (owner, "the owner of pgfunnel's tables")):
+                with pytest.raises(ConfigError, match=f"{what}.*row-level security does "
+                                                      "not apply to it") as exc:
+                    grant_app_role(conn, role)
+                assert exc.value.parameter == "role"
+            grant_app_role(conn, "t_plain")
+            grant_app_role(conn, "t_bypass", writer=True)
+            members = {r for (r,) in conn.execute(
+                "select m.rolname from pg_auth_members a join pg_roles g on g.oid = a.roleid "
+                "join pg_roles m on m.oid = a.member where g.rolname = %s",
+                (READER_ROLE,)).fetchall()}
+            assert "t_plain" in members and not members & {"t_bypass", owner}
+            assert conn.execute("select pg_has_role('t_bypass', %s, 'member')",
+                                (WRITER_ROLE,)).fetchone() == (True,)
+        finally:
+            for role in ("t_bypass", "t_plain"):
+                conn.execute(f"drop owned by {role}")
+                conn.execute(f"drop role {role}")
+
+
 def test_a_reader_writing_is_told_which_role_it_needs(rls_db: str, app_dsn: str) -> None:
     """A member of pgfunnel_reader only got Postgres' bare "permission denied for table
     document" (or "index_version") from ingest, reindex and the version commands; only
