@@ -169,7 +169,11 @@ def ingest_lock(conn: psycopg.Connection[Any], collection: str) -> None:
     """Wait for, then hold until the transaction ends, the collection's writer lock: one
     ingest batch, delete or version switch of a collection at a time (searches never
     wait). pgfunnel.activate_version takes the same lock in SQL."""
-    conn.execute("select pg_advisory_xact_lock(hashtext('pgfunnel:ingest:' || %s))",
+    # built-ins named in pg_catalog, their arguments typed: a function of the same name
+    # that fits the arguments better in a schema on the search_path (public, where older
+    # servers let every role create) would otherwise be called, as the owner
+    conn.execute("select pg_catalog.pg_advisory_xact_lock("
+                 "pg_catalog.hashtext('pgfunnel:ingest:' || %s::text))",
                  (collection,))
 
 
@@ -327,7 +331,8 @@ def refresh_hnsw_walks(conn: psycopg.Connection[Any]) -> bool:
         return False
     try:
         with conn.transaction():
-            conn.execute("select pg_advisory_xact_lock(%s)", (_WALKS_LOCK_KEY,))
+            conn.execute("select pg_catalog.pg_advisory_xact_lock(%s::bigint)",
+                         (_WALKS_LOCK_KEY,))
             rows = conn.execute(
                 "select v.id, v.dimensions, coalesce(v.params ->> 'hnsw_type', 'vector') "
                 + VERSIONS_WITH_VALID_GRAPH

@@ -594,7 +594,7 @@ def security_findings(conn: psycopg.Connection[Any],
     if conn.execute("select 1 from pg_roles where rolname = %s", (READER_ROLE,)).fetchone():
         for table in READER_DENIED_TABLES:
             if _table_exists(conn, table) and conn.execute(
-                    "select has_table_privilege(%s, %s, 'select')",
+                    "select pg_catalog.has_table_privilege(%s::text, %s::text, 'select')",
                     (READER_ROLE, f"pgfunnel.{table}")).fetchone() == (True,):
                 out.append(SecurityFinding(
                     "warning", "reader_grants",

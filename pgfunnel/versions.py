@@ -293,7 +293,8 @@ def writer_lock(conn: psycopg.Connection[Any], collection: str) -> Iterator[int]
     with tuple_rows(conn):
         coll_id = require_collection(conn, collection)
         k1, k2 = _lock_key(coll_id)
-        got = conn.execute("select pg_try_advisory_lock(%s, %s)", (k1, k2)).fetchone()
+        got = conn.execute("select pg_catalog.pg_try_advisory_lock(%s::integer, %s::integer)",
+                           (k1, k2)).fetchone()
     if not got or not got[0]:
         holder = lock_holder(conn, coll_id)
         who = ("an unknown session" if holder is None else
@@ -306,7 +307,7 @@ def writer_lock(conn: psycopg.Connection[Any], collection: str) -> Iterator[int]
         yield coll_id
     finally:
         if not conn.closed:
-            conn.execute("select pg_advisory_unlock(%s, %s)", (k1, k2))
+            conn.execute("select pg_catalog.pg_advisory_unlock(%s::integer, %s::integer)", (k1, k2))
 
 
 def _name_session(conn: psycopg.Connection[Any], what: str) -> None:

@@ -1289,3 +1289,28 @@ def test_doctor_reports_a_reader_setting_given_to_a_role_or_database_by_default(
         conn.execute(sql.SQL("alter database {} reset pgfunnel.tenant").format(
             sql.Identifier(here)))
     assert defaults() == set()
+
+
+def test_a_function_in_public_does_not_stand_in_for_a_built_in(
+        conn: psycopg.Connection[Any]) -> None:
+    """Admin code called pg_advisory_xact_lock, pg_try_advisory_lock and
+    has_table_privilege unqualified with untyped arguments: a function of the same name in
+    public (which servers before 15 let every role create in) that fits the arguments
+    better ran instead, as whoever ingested. Each is now pg_catalog's, its arguments typed."""
+    from funnel_util import doc, ingest
+
+    from pgfunnel import versions
+    from pgfunnel.security import security_findings
+
+    for signature in ("pg_advisory_xact_lock(integer)", "pg_advisory_xact_lock(smallint)",
+                      "pg_try_advisory_lock(integer, smallint)",
+                      "has_table_privilege(varchar, varchar, varchar)"):
+        name = signature.split("(")[0]
+        returns = "void" if name == "pg_advisory_xact_lock" else "boolean"
+        conn.execute(f"create function public.{signature} returns {returns} "
+                     f"language plpgsql as $$ begin raise exception 'hijacked: {name}'; end $$")
+    ingest(conn, [doc("d", "A refund is issued within five days.")])
+    with versions.writer_lock(conn, "t"):
+        pass
+    security_findings(conn)
+    assert conn.execute("select count(*) from pgfunnel.chunk").fetchone() == (1,)
