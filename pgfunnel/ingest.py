@@ -457,11 +457,13 @@ def _build_hnsw_index(conn: psycopg.Connection[Any], version_id: int, dimensions
             except (psycopg.errors.DiskFull, psycopg.errors.OutOfMemory):
                 # the failed concurrent build left an invalid index behind
                 drop_hnsw_index_concurrently(conn, name)
-            conn.execute("select set_config('max_parallel_maintenance_workers', '0', false)")
+            conn.execute("select pg_catalog.set_config('max_parallel_maintenance_workers', "
+                         "'0', false)")
             conn.execute(statement)
         finally:
             for setting, value in restore:
-                conn.execute("select set_config(%s, %s, false)", (setting, value))
+                conn.execute("select pg_catalog.set_config(%s::text, %s::text, false)",
+                             (setting, value))
 
 
 def drop_hnsw_index_concurrently(conn: psycopg.Connection[Any], name: str) -> None:

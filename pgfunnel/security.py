@@ -231,7 +231,8 @@ def _oids(conn: psycopg.Connection[Any], signatures: Sequence[str]) -> set[int]:
 
 
 def _table_exists(conn: psycopg.Connection[Any], table: str) -> bool:
-    row = conn.execute("select to_regclass(%s) is not null", (f"pgfunnel.{table}",)).fetchone()
+    row = conn.execute("select pg_catalog.to_regclass(%s::text) is not null",
+                       (f"pgfunnel.{table}",)).fetchone()
     return bool(row and row[0])
 
 
