@@ -933,6 +933,33 @@ def _build_settings(info: VersionInfo) -> tuple[Any, ...]:
             version_hnsw_type(info.params), version_lexical_input(info.params))
 
 
+def resume_hint(collection: str, info: VersionInfo) -> str:
+    """How to finish a ``building`` version: the ``pgfunnel reindex`` with its own settings.
+
+    A plain ``pgfunnel reindex`` asks for the active version's model and analyzer (and
+    collection 'default' without ``-c``): given a version built with others, it dropped
+    the half-built version and began another.
+    """
+    coll = shlex.quote(collection)
+    if version_hnsw_type(info.params) != DEFAULT_HNSW_TYPE:
+        # made by an older release: this one builds another graph type, so no reindex
+        # resumes it
+        return (f"no reindex of this release resumes it (its HNSW graph is "
+                f"{version_hnsw_type(info.params)!r}); `pgfunnel versions drop "
+                f"{info.version} -c {coll}` discards it")
+    args = ["pgfunnel", "reindex", "-c", collection, "--model", info.embedding_model,
+            "--analyzer", info.analyzer, "--embed-input", version_embed_input(info.params),
+            "--lexical-input", version_lexical_input(info.params)]
+    m, ef = int(info.params.get("m", 16)), int(info.params.get("ef_construction", 64))
+    if m != 16:
+        args += ["--m", str(m)]
+    if ef != 64:
+        args += ["--ef-construction", str(ef)]
+    return (f"`{shlex.join(args)}` resumes and validates it (a reindex with other "
+            f"settings drops it); `pgfunnel versions drop {info.version} -c {coll}` "
+            "discards it")
+
+
 def _number_of(conn: psycopg.Connection[Any], version_id: int) -> int:
     row = conn.execute("select version from pgfunnel.index_version where id = %s",
                        (version_id,)).fetchone()
@@ -959,9 +986,8 @@ def activate(conn: psycopg.Connection[Any], collection: str, version: int, *,
         if info.state == "active":
             return Activation(collection, version, None, 0)
         if info.state == "building":
-            raise PgfunnelError(
-                f"version {version} of {collection!r} is still building; finish it with "
-                "`pgfunnel reindex` (it resumes and validates)")
+            raise ConflictError(f"version {version} of {collection!r} is still building: "
+                                + resume_hint(collection, info))
         if info.params.get("dropping"):
             raise ConflictError(
                 f"version {version} of {collection!r} is being dropped (or its drop was "
@@ -1256,7 +1282,8 @@ def search_pinned(conn: psycopg.Connection[Any], collection: str, version: int,
         require_pin_privilege(conn)
         info = _version_row(conn, coll_id, version)
         if info.state == "building":
-            raise ConflictError(f"version {version} of {collection!r} is still building")
+            raise ConflictError(f"version {version} of {collection!r} is still building: "
+                                + resume_hint(collection, info))
         model = embedder if embedder is not None and embedder.model_name == info.embedding_model \
             else _cached_embedder(info.embedding_model)
         vectors: Any = model.embed(list(queries)) if queries else []

@@ -514,6 +514,48 @@ def test_kill_9_mid_build_then_rerun_resumes_and_cleans(sample_db: str, embedder
     assert _top(sample_db, "cancel my subscription", embedder) == before
 
 
+def test_a_building_version_names_the_reindex_that_resumes_it(sample_db: str,
+                                                              tiny_model: str,
+                                                              tiny_embedder: Any) -> None:
+    # activating (or comparing) a version whose reindex was interrupted said "finish it
+    # with `pgfunnel reindex`": pasted, that reindex asked for the active version's model
+    # and analyzer, so it dropped the half-built version and began another
+    import shlex
+
+    from pgfunnel.cli.main import app
+
+    def stop(stage: str, n: int, total: int | None) -> None:
+        if stage == "embedding":
+            raise KeyboardInterrupt  # Ctrl-C once the first batch is written
+
+    with connect(sample_db, autocommit=True) as conn:
+        with pytest.raises(KeyboardInterrupt):
+            versions.reindex(conn, "default", model=tiny_model, embedder=tiny_embedder,
+                             analyzer="simple_v1", batch_size=4, m=12, progress=stop)
+        assert _state(conn) == {1: "active", 2: "building"}
+        with pytest.raises(ConflictError, match="still building") as activating:
+            versions.activate(conn, "default", 2)
+        with pytest.raises(ConflictError, match="still building") as comparing:
+            versions.compare(conn, "default", 1, 2, ["refund"])
+    said = str(activating.value)
+    assert str(comparing.value) == said
+    assert said.endswith("(a reindex with other settings drops it); `pgfunnel versions drop "
+                         "2 -c default` discards it"), said
+    args = shlex.split(said.split("`")[1])
+    assert args[:4] == ["pgfunnel", "reindex", "-c", "default"], args
+    assert {"--model", "--analyzer", "--m"} <= set(args), args
+    pasted = CliRunner().invoke(app, [*args[1:], "--dsn", sample_db],
+                                env={"COLUMNS": "300", "HF_HUB_OFFLINE": "1"})
+    out = " ".join(pasted.output.split())
+    assert pasted.exit_code == 0, out
+    assert "resuming version 2" in out and "dropped half-built" not in out, out
+    with connect(sample_db, autocommit=True) as conn:
+        assert _state(conn) == {1: "active", 2: "ready"}
+        info = versions.list_versions(conn, "default")[1]
+        assert (info.embedding_model, info.analyzer, info.params["m"]) == (
+            tiny_model, "simple_v1", 12)
+
+
 def test_searches_while_switching_see_one_version_wholly(sample_db: str) -> None:
     bench = load_module("switch_under_load", ROOT / "bench" / "switch_under_load.py")
     # ef_search above the chunk count: the dense leg is exhaustive, so a difference
