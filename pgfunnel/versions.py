@@ -793,6 +793,7 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
                   DEFAULT_HNSW_TYPE, want_lexical)
         building = _building_version(conn, coll_id)
         resumed = False
+        same_note: int | None = None  # the note on a build like the active one, if made
         if building is not None:
             if _build_settings(building) == wanted:
                 resumed = True
@@ -836,6 +837,7 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
             if same_as_active is not None and not reembed:
                 # a rebuild is sometimes the point (a damaged index); usually a flag was
                 # forgotten, and the user should hear it before comparing the two
+                same_note = len(notes)
                 notes.append(
                     f"version {building.version} has the active version "
                     f"{same_as_active.version}'s settings (model, analyzer, embedding and "
@@ -922,6 +924,14 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
             result.activated = True
             result.replaced = act.replaced
             result.state = "active"
+            if same_note is not None and act.replaced is not None:
+                # active now: its drop is refused until the version it replaced is back
+                coll = shlex.quote(collection)
+                notes[same_note] = notes[same_note].replace(
+                    f"pgfunnel versions drop {building.version} -c {coll} removes it",
+                    f"it is active now: pgfunnel versions rollback -c {coll} returns to "
+                    f"version {act.replaced}, then pgfunnel versions drop "
+                    f"{building.version} -c {coll} removes it")
         return result
 
 

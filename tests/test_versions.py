@@ -1170,6 +1170,18 @@ def test_a_reindex_with_the_active_versions_settings_says_so(sample_db: str) -> 
         versions.drop(conn, "default", other.version)
         other = versions.reindex(conn, "default", lexical_input="title2")
         assert not any("rank as that one does" in n for n in other.notes), other.notes
+        versions.drop(conn, "default", other.version)
+        # with --activate the copy is active by the time the note is read, and the drop it
+        # named was refused ("is the active version"): it says to roll back first
+        again = versions.reindex(conn, "default", activate_after=True)
+        said = " ".join(again.notes)
+        assert again.state == "active" and "rank as that one does" in said, said
+        assert (f"it is active now: pgfunnel versions rollback -c default returns to version "
+                f"1, then pgfunnel versions drop {again.version} -c default removes it"
+                ) in said, said
+        versions.rollback(conn, "default")
+        versions.drop(conn, "default", again.version)
+        assert _state(conn) == {1: "active"}
 
 
 def test_compare_reads_as_the_reader_given_and_says_when_it_compared_nothing(
