@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -274,6 +275,38 @@ def _print_activation(act: Any, json_out: bool) -> None:
     out.print(msg, highlight=False, soft_wrap=True)
 
 
+def _active_number(conn: Any, collection: str) -> int | None:
+    """The collection's active version number (None: no such collection, or none active)."""
+    row = conn.execute("select v.version from pgfunnel.index_version v "
+                       "join pgfunnel.collection c on c.id = v.collection_id "
+                       "where c.name = %s and v.state = 'active'", (collection,)).fetchone()
+    return None if row is None else int(row[0])
+
+
+def _switch_interrupted(dsn: str | None, collection: str, command: str,
+                        target: int | None, before: list[int | None]) -> Callable[[], str]:
+    """What a Ctrl-C during `versions activate` or `rollback` left: "interrupted" alone did
+    not say whether the switch had committed (it can land after the commit, before the
+    report), nor that the chunks caught up so far are kept."""
+    def said() -> str:
+        from pgfunnel.db import connect
+
+        try:
+            with connect(dsn, autocommit=True) as check:
+                now = _active_number(check, collection)
+        except Exception:  # noqa: BLE001 - a message after Ctrl-C must not raise
+            return ""
+        if now is None:
+            return f"collection {collection!r} has no active version"
+        switched = now == target if target is not None else bool(before) and \
+            before[0] is not None and now != before[0]
+        if switched:
+            return f"version {now} of {collection!r} is active; the switch had finished"
+        return (f"nothing was switched; version {now} of {collection!r} is still active "
+                f"(chunks indexed for the switch so far are kept: `{command}` goes on)")
+    return said
+
+
 @versions_app.command("activate")
 def activate_cmd(version: VersionArg, collection: CollectionOption = "default",
                  dsn: DsnOption = None, json_out: JsonOption = False) -> None:
@@ -286,7 +319,9 @@ def activate_cmd(version: VersionArg, collection: CollectionOption = "default",
     from pgfunnel.db import connect
 
     _quiet()
-    with handle_errors(), connect(dsn, autocommit=True) as conn:
+    again = f"pgfunnel versions activate {version} -c {shlex.quote(collection)}"
+    with handle_errors(interrupted=_switch_interrupted(dsn, collection, again, version, [])), \
+            connect(dsn, autocommit=True) as conn:
         act = versions.activate(conn, collection, version)
     _print_activation(act, json_out)
 
@@ -295,11 +330,22 @@ def activate_cmd(version: VersionArg, collection: CollectionOption = "default",
 def rollback_cmd(collection: CollectionOption = "default", dsn: DsnOption = None,
                  json_out: JsonOption = False) -> None:
     """Activate the version the active one replaced (running it twice switches back)."""
+    import psycopg
+
     from pgfunnel import versions
     from pgfunnel.db import connect
 
     _quiet()
-    with handle_errors(), connect(dsn, autocommit=True) as conn:
+    again = f"pgfunnel versions rollback -c {shlex.quote(collection)}"
+    # the version active before: a rollback has no target number to look for afterwards
+    before: list[int | None] = []
+    with handle_errors(interrupted=_switch_interrupted(dsn, collection, again, None, before)), \
+            connect(dsn, autocommit=True) as conn:
+        try:
+            before.append(_active_number(conn, collection))
+        except psycopg.Error:
+            # (a role that may not read it: the rollback says what it lacks)
+            before.append(None)
         act = versions.rollback(conn, collection)
     _print_activation(act, json_out)
 

@@ -1323,6 +1323,44 @@ def test_ctrl_c_during_versions_drop_says_whether_the_drop_happened(
         assert _state(conn) == {1: "active", 3: "ready"}
 
 
+def test_ctrl_c_during_a_switch_says_whether_it_happened(
+        sample_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ctrl-C during `versions activate` or `rollback` (a long catch-up, a wait for the
+    # ingest lock, or after the commit) said "interrupted" alone: switched or not?
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    with connect(sample_db, autocommit=True) as conn:
+        versions.reindex(conn, "default", analyzer="simple_v1")
+    real_activate = versions.activate
+    steps: list[str] = []
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        if steps.pop(0) == "after":
+            real_activate(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(versions, "activate", interrupted)
+    for step, command, said in (
+            ("before", ["activate", "2"], "interrupted: nothing was switched; version 1 of "
+             "'default' is still active (chunks indexed for the switch so far are kept: "
+             "`pgfunnel versions activate 2 -c default` goes on)"),
+            ("after", ["activate", "2"], "interrupted: version 2 of 'default' is active; the "
+             "switch had finished"),
+            ("before", ["rollback"], "interrupted: nothing was switched; version 2 of "
+             "'default' is still active (chunks indexed for the switch so far are kept: "
+             "`pgfunnel versions rollback -c default` goes on)"),
+            ("after", ["rollback"], "interrupted: version 1 of 'default' is active; the "
+             "switch had finished")):
+        steps.append(step)
+        res = CliRunner().invoke(app, ["versions", *command, "--dsn", sample_db],
+                                 env={"COLUMNS": "300"})
+        assert res.exit_code == 130, res.output
+        assert said in " ".join(res.output.split()), res.output
+    with connect(sample_db, autocommit=True) as conn:
+        assert _state(conn) == {1: "active", 2: "retired"}
+
+
 def test_an_ingest_follows_a_switch_to_another_model_between_its_batches(
         db: str, tiny_model: str, tmp_path: Path) -> None:
     """`versions activate` of a version with another model of the same size, between two
