@@ -513,6 +513,12 @@ def compare_cmd(
         return
     for note in notes:
         labelled("warning", "yellow", note)
+    for number, n in cmp.caught_up.items():
+        if n:
+            out.print(f"version {number} lacked {plural(n, 'chunk')} ingested since its build "
+                      "(ingest writes only the active version): indexed first, as its "
+                      "activation would, so both versions are compared on the same chunks",
+                      highlight=False, soft_wrap=True)
     out.print(f"{cmp.n_queries} queries, k={k}: mean overlap@{k} {cmp.mean_overlap:.3f}; "
               f"{cmp.identical} identical top-{k}; top-1 changed for {cmp.top1_changed}")
     if cmp.judged and cmp.ndcg_diff is not None:

@@ -1264,6 +1264,9 @@ class Comparison:
     judged_items_respelled: dict[str, str] = field(default_factory=dict)
     #: judged items no document (or chunk) of the collection has, or hidden from the reader
     judged_items_missing: list[str] = field(default_factory=list)
+    #: chunks a compared version lacked (ingested since its build: ingest writes only the
+    #: active version) and that were indexed into it before the searches, by version
+    caught_up: dict[int, int] = field(default_factory=dict)
     ndcg_a: float | None = None
     ndcg_b: float | None = None
     ndcg_diff: float | None = None
@@ -1308,6 +1311,49 @@ def search_pinned(conn: psycopg.Connection[Any], collection: str, version: int,
                 out.append(funnel.search(q, query_embedding=vec, k=k,
                                          **{**params, **own}).results)
         return out
+
+    return _db(conn, body)
+
+
+def _catch_up_compared(conn: psycopg.Connection[Any], collection: str,
+                       numbers: Sequence[int]) -> dict[int, int]:
+    """Index into each compared version the chunks it lacks, as its activation would first:
+    a version built a while ago misses the chunks ingested since (ingest writes only the
+    active version), and compared as it was, it was charged with every one of them as
+    a change users would see (`only in` the active version), where the activation that
+    follows indexes them. Returns the chunks indexed, by version."""
+    def infos() -> list[VersionInfo]:
+        coll_id = require_collection(conn, collection)
+        # a reader is told what it lacks before anything is written (as the pin tells it)
+        require_pin_privilege(conn)
+        return [_version_row(conn, coll_id, n) for n in dict.fromkeys(numbers)]
+
+    found = _db(conn, infos)
+    # a building version is refused by the search that follows; a version being dropped
+    # is searched as it stands
+    todo = [i for i in found if i.missing_chunks and i.state in ("ready", "retired")
+            and not i.params.get("dropping")]
+    if not todo or any(i.state == "building" for i in found):
+        return {}
+
+    def body() -> dict[int, int]:
+        from pgfunnel.db import refuse_read_only
+
+        # the chunks are written as this release writes them (as activate does), and
+        # on a replica not at all: said before the model embeds them
+        require_current_schema(conn)
+        refuse_read_only(conn, "versions compare (it indexes the chunks a version lacks)")
+        coll_id = require_collection(conn, collection)
+        cur = active_version(conn, coll_id)
+        done: dict[int, int] = {}
+        for info in todo:
+            # the active version has vectors of every chunk: copied for the same model
+            reuse = cur.id if cur is not None and \
+                cur.embedding_model == info.embedding_model else None
+            done[info.version] = catch_up(conn, coll_id, info.id,
+                                          _cached_embedder(info.embedding_model),
+                                          reuse_from=reuse)
+        return done
 
     return _db(conn, body)
 
@@ -1440,6 +1486,7 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
         isinstance(q, LoggedSearch) for q in queries) else [
         {"principals": list(q.principals), "tenant": q.tenant}
         if isinstance(q, LoggedSearch) else {} for q in queries]
+    caught_up = _catch_up_compared(conn, collection, (version_a, version_b))
     res_a = search_pinned(conn, collection, version_a, texts, k=k, readers=readers, **params)
     res_b = search_pinned(conn, collection, version_b, texts, k=k, readers=readers, **params)
     rank_a = {qid: [r.item_key for r in rs] for qid, rs in zip(ids, res_a, strict=True)}
@@ -1456,7 +1503,8 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
                      sum(1 for qid in ids if rank_a[qid][:k] == rank_b[qid][:k]),
                      sum(1 for d in diffs if not d.top1_same), judged,
                      empty_in_both=sum(1 for qid in ids if not rank_a[qid] and not rank_b[qid]),
-                     judged_items_respelled=respelled, judged_items_missing=missing)
+                     judged_items_respelled=respelled, judged_items_missing=missing,
+                     caught_up=caught_up)
     if judged:
         jq = list(queries)
         if judging_level(jq) == "document":

@@ -188,6 +188,60 @@ def test_activation_catches_up_chunks_ingested_after_the_build(sample_db: str,
     assert _top(sample_db, "zanzibar quokka", embedder)[0][1] == 1
 
 
+def test_compare_indexes_the_chunks_a_version_lacks_first(sample_db: str, embedder: Any,
+                                                          tmp_path: Path) -> None:
+    # a version built before an ingest lacks its chunks (ingest writes only the active
+    # one): compared as it stood, every new chunk counted as "only in" the active version,
+    # a change users would never see, since the activation indexes them first
+    from pgfunnel.cli.main import app
+
+    from pgfunnel.ingest import Ingester
+    from pgfunnel.sources import DocumentRecord
+
+    with connect(sample_db, autocommit=True) as conn:
+        # the active version's settings: any difference can only come from coverage
+        versions.reindex(conn, "default")
+        versions.reindex(conn, "default", analyzer="simple_v1")
+        Ingester(conn, "default", embedder=embedder).ingest([DocumentRecord(
+            citekey="late-doc", title="Late", text="Zanzibar quokka migration guide. " * 5)])
+        lacking = versions.list_versions(conn, "default")[1].missing_chunks
+        assert lacking > 0
+        cmp = versions.compare(conn, "default", 1, 2, ["zanzibar quokka migration"], k=5)
+        assert cmp.caught_up == {2: lacking}
+        assert cmp.identical == 1 and cmp.mean_overlap == 1.0, cmp.per_query
+        assert cmp.per_query[0].only_a == cmp.per_query[0].only_b == []
+        assert versions.list_versions(conn, "default")[1].missing_chunks == 0
+        # nothing was switched
+        assert _state(conn) == {1: "active", 2: "ready", 3: "ready"}
+        Ingester(conn, "default", embedder=embedder).ingest([DocumentRecord(
+            citekey="later-doc", title="Later", text="Zanzibar quokka second guide. " * 5)])
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"query": "zanzibar quokka guide"}\n')
+    res = CliRunner().invoke(app, ["versions", "compare", "1", "3", "--queries", str(queries),
+                                   "--dsn", sample_db], env={"COLUMNS": "300"})
+    said = " ".join(res.output.split())
+    assert res.exit_code == 0, said
+    with connect(sample_db, autocommit=True) as conn:
+        n = sum(1 for _ in conn.execute("select 1 from pgfunnel.chunk c join pgfunnel.document "
+                                        "d on d.id = c.document_id where d.citekey in "
+                                        "('late-doc', 'later-doc')"))
+    assert (f"version 3 lacked {n} chunks ingested since its build (ingest writes only the "
+            "active version): indexed first, as its activation would, so both versions are "
+            "compared on the same chunks") in said, said
+    # on a replica (a read-only transaction) it is refused before the model embeds them
+    from pgfunnel.errors import ReadOnlyError
+
+    with connect(sample_db, autocommit=True) as conn:
+        Ingester(conn, "default", embedder=embedder).ingest([DocumentRecord(
+            citekey="last-doc", title="Last", text="Zanzibar quokka third guide. " * 5)])
+    read_only = psycopg.conninfo.make_conninfo(sample_db,
+                                               options="-c default_transaction_read_only=on")
+    with connect(read_only, autocommit=True) as conn, \
+            pytest.raises(ReadOnlyError, match=r"^versions compare \(it indexes the chunks a "
+                                               r"version lacks\) writes to the database"):
+        versions.compare(conn, "default", 1, 3, ["zanzibar quokka guide"])
+
+
 def test_activate_version_names_its_own_parameters(conn: psycopg.Connection[Any]) -> None:
     """docs/sql.md: errors name the parameter. A NULL version number named `version`,
     which activate_version does not take (its parameter is version_number)."""
