@@ -73,6 +73,22 @@ class _Bars:
             self.progress.update(self.tasks["index"], completed=n, total=total)
 
 
+def _largest_version_id(conn: Any, collection: str) -> list[int]:
+    """The largest index version id but the collection's building one (which a reindex
+    resumes), as a list of none when it cannot be read (no schema yet: the reindex that
+    follows says so)."""
+    import psycopg
+
+    try:
+        row = conn.execute(
+            "select coalesce(max(v.id), 0) from pgfunnel.index_version v join "
+            "pgfunnel.collection c on c.id = v.collection_id "
+            "where not (c.name = %s and v.state = 'building')", (collection,)).fetchone()
+    except psycopg.Error:
+        return []
+    return [int(row[0])] if row else []
+
+
 def _notice(text: str) -> None:
     labelled("notice from Postgres", "yellow", text)
 
@@ -136,13 +152,33 @@ def reindex(
     from pgfunnel.ingest import active_version, require_collection
 
     _quiet()
+    # the largest version id before this run but a building one it may resume: a version
+    # it made or resumed has a larger one (ids, unlike numbers, are never given again)
+    before: list[int] = []
+
     def stopped() -> str:
         # the version's number is known only once the run has made it
+        made = None
         try:
             with connect(dsn, autocommit=True) as conn:
                 number = versions.building_version(conn, collection)
+                if number is None and before:
+                    made = conn.execute(
+                        "select v.version, v.state from pgfunnel.index_version v join "
+                        "pgfunnel.collection c on c.id = v.collection_id where c.name = %s "
+                        "and v.id > %s order by v.id desc limit 1",
+                        (collection, before[0])).fetchone()
         except Exception:  # noqa: BLE001 - a message after Ctrl-C must not raise
             number = None
+        if made is not None:
+            # Ctrl-C after validation (in --activate's switch, or before the report): "no
+            # version was made yet" was said of a ready version, and the rerun built another
+            if made[1] == "active":
+                return f"version {made[0]} of {collection!r} is active; the switch had finished"
+            return (f"version {made[0]} of {collection!r} was built and validated "
+                    f"({made[1]}) and is not active: `pgfunnel versions activate {made[0]} -c "
+                    f"{shlex.quote(collection)}` switches to it (a rerun of this reindex "
+                    "would build another)")
         if number is None:
             return "no version was made yet; nothing to discard"
         return (f"version {number} stays 'building', with what it wrote; the same `pgfunnel "
@@ -152,6 +188,7 @@ def reindex(
     with handle_errors(index_flags(model), interrupted=stopped), \
             connect(dsn, autocommit=True) as conn, \
             _Bars(not json_out) as bars:
+        before.extend(_largest_version_id(conn, collection))
         result = versions.reindex(
             conn, collection, model=model, analyzer=analyzer, activate_after=activate,
             maintenance_work_mem=maintenance_work_mem, batch_size=batch_size, m=m,

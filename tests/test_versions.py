@@ -1415,6 +1415,49 @@ def test_ctrl_c_during_a_switch_says_whether_it_happened(
         assert _state(conn) == {1: "active", 2: "retired"}
 
 
+def test_ctrl_c_in_reindex_activate_names_the_version_it_built(
+        sample_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ctrl-C during `reindex --activate`'s switch (its catch-up, or a wait for the ingest
+    # lock) said "no version was made yet; nothing to discard" of a validated version,
+    # and running the reindex again built a second one
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    real_activate = versions.activate
+    steps: list[str] = []
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        if steps.pop(0) == "after":
+            real_activate(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(versions, "activate", interrupted)
+
+    def stop(stage: str, n: int, total: int | None) -> None:
+        raise KeyboardInterrupt
+
+    for step, analyzer, said in (
+            ("before", "simple_v1", "interrupted: version 2 of 'default' was built and "
+             "validated (ready) and is not active: `pgfunnel versions activate 2 -c default` "
+             "switches to it (a rerun of this reindex would build another)"),
+            ("after", "simple_v2", "interrupted: version 3 of 'default' is active; the switch "
+             "had finished"),
+            # a run that resumed an interrupted version, interrupted in turn in its switch
+            ("before", "simple_v3", "interrupted: version 4 of 'default' was built and "
+             "validated (ready) and is not active")):
+        if analyzer == "simple_v3":
+            with connect(sample_db, autocommit=True) as conn, \
+                    pytest.raises(KeyboardInterrupt):
+                versions.reindex(conn, "default", analyzer=analyzer, progress=stop)
+        steps.append(step)
+        res = CliRunner().invoke(app, ["reindex", "--analyzer", analyzer, "--activate",
+                                       "--dsn", sample_db], env={"COLUMNS": "300"})
+        assert res.exit_code == 130, res.output
+        assert said in " ".join(res.output.split()), res.output
+    with connect(sample_db, autocommit=True) as conn:
+        assert _state(conn) == {1: "retired", 2: "ready", 3: "active", 4: "ready"}
+
+
 def test_an_ingest_follows_a_switch_to_another_model_between_its_batches(
         db: str, tiny_model: str, tmp_path: Path) -> None:
     """`versions activate` of a version with another model of the same size, between two
