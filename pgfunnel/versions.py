@@ -387,11 +387,18 @@ def _index_batch(conn: psycopg.Connection[Any], version_id: int, analyzer: TermA
                  lexical_mode: str) -> int:
     """Index a batch of chunks with their vectors into a version, in the caller's
     transaction; returns how many were written."""
-    # a chunk deleted (re-ingested) meanwhile must not be written; the ones still there are
-    # locked against deletion until this batch commits
+    # one catch-up of a version writes at a time: two (two activations of it, or one and
+    # a `versions compare`) read the same chunks as missing, and the second failed on
+    # the first's rows ("duplicate key value violates unique constraint")
+    conn.execute("select pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext(%s))",
+                 (f"pgfunnel:catch-up:{version_id}",))
+    # a chunk deleted (re-ingested) meanwhile must not be written, nor one that another
+    # catch-up wrote meanwhile; the ones still there are locked against deletion until
+    # this batch commits
     alive = {int(r[0]) for r in conn.execute(
-        "select id from pgfunnel.chunk where id = any(%s) for key share",
-        ([ch.id for ch in batch],)).fetchall()}
+        "select c.id from pgfunnel.chunk c where c.id = any(%s) and not exists (select 1 "
+        "from pgfunnel.lexical l where l.index_version_id = %s and l.chunk_id = c.id) "
+        "for key share of c", ([ch.id for ch in batch], version_id)).fetchall()}
     keep = [i for i, ch in enumerate(batch) if ch.id in alive]
     if not keep:
         return 0

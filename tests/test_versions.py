@@ -242,6 +242,58 @@ def test_compare_indexes_the_chunks_a_version_lacks_first(sample_db: str, embedd
         versions.compare(conn, "default", 1, 3, ["zanzibar quokka guide"])
 
 
+def test_two_catch_ups_of_one_version_at_once_write_each_chunk_once(sample_db: str,
+                                                                    embedder: Any) -> None:
+    # two activations of a version (or one and a `versions compare`) catch it up at once:
+    # both read the same chunks as missing, and the second failed on the first's rows
+    # ("duplicate key value violates unique constraint")
+    import threading
+
+    from pgfunnel.ingest import Ingester
+    from pgfunnel.sources import DocumentRecord
+
+    with connect(sample_db, autocommit=True) as conn:
+        versions.reindex(conn, "default", analyzer="simple_v1")
+        Ingester(conn, "default", embedder=embedder).ingest([DocumentRecord(
+            citekey="late-doc", title="Late", text="Zanzibar quokka migration guide. " * 5)])
+        infos = versions.list_versions(conn, "default")
+        coll_id = int(conn.execute("select id from pgfunnel.collection where name = 'default'"
+                                   ).fetchone()[0])  # type: ignore[index]
+        lacking = infos[1].missing_chunks
+        assert lacking > 0
+        active_id, target = infos[0].id, infos[1].id
+        outcome: list[Any] = []
+
+        def second() -> None:
+            try:
+                with connect(sample_db, autocommit=True) as other:
+                    other.execute("set application_name = 'second catch-up'")
+                    outcome.append(versions.catch_up(other, coll_id, target,
+                                                     reuse_from=active_id))
+            except Exception as exc:  # noqa: BLE001 - the test reports it
+                outcome.append(exc)
+
+        with connect(sample_db) as first:
+            with first.transaction():
+                assert versions.catch_up(first, coll_id, target, in_transaction=True,
+                                         reuse_from=active_id) == lacking
+                thread = threading.Thread(target=second)
+                thread.start()
+                wait_for_lock_wait(conn, "second catch-up")
+            thread.join(60)
+        assert outcome == [0], outcome
+        cov = conn.execute("select * from pgfunnel.version_coverage(%s)", (target,)).fetchone()
+        assert cov is not None and cov[0] == cov[1] == cov[2] == cov[3] and cov[4] == 0, cov
+        recount = conn.execute("select count(*) from pgfunnel.bm25_recount(%s) r join "
+                               "pgfunnel.term_stat t on t.index_version_id = %s "
+                               "and t.term = r.term and t.df = r.df", (target, target)
+                               ).fetchone()
+        terms = conn.execute("select count(*) from pgfunnel.term_stat where index_version_id "
+                             "= %s and df > 0", (target,)).fetchone()
+        assert recount == terms, (recount, terms)
+        assert versions.activate(conn, "default", 2).caught_up == 0
+
+
 def test_activate_version_names_its_own_parameters(conn: psycopg.Connection[Any]) -> None:
     """docs/sql.md: errors name the parameter. A NULL version number named `version`,
     which activate_version does not take (its parameter is version_number)."""
