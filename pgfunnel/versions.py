@@ -800,7 +800,7 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
                   DEFAULT_HNSW_TYPE, want_lexical)
         building = _building_version(conn, coll_id)
         resumed = False
-        same_note: int | None = None  # the note on a build like the active one, if made
+        same_note: int | None = None  # the note on a build like another version, if made
         if building is not None:
             if _build_settings(building) == wanted:
                 resumed = True
@@ -839,15 +839,19 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
                                                   "lexical_input": want_lexical})
             building = _version_row(conn, coll_id, _number_of(conn, vid))
             notes.append(f"created version {building.version} (building)")
-            same_as_active = next((v for v in infos if v.state == "active"
-                                   and _build_settings(v) == wanted), None)
-            if same_as_active is not None and not reembed:
+            # the active version first; a ready or retired one too: the same reindex run
+            # twice made a second copy of the first, unsaid
+            same_as = next((v for v in sorted(infos, key=lambda v: v.state != "active")
+                            if v.state in ("active", "ready", "retired")
+                            and not v.params.get("dropping")
+                            and _build_settings(v) == wanted), None)
+            if same_as is not None and not reembed:
                 # a rebuild is sometimes the point (a damaged index); usually a flag was
                 # forgotten, and the user should hear it before comparing the two
                 same_note = len(notes)
                 notes.append(
-                    f"version {building.version} has the active version "
-                    f"{same_as_active.version}'s settings (model, analyzer, embedding and "
+                    f"version {building.version} has the {same_as.state} version "
+                    f"{same_as.version}'s settings (model, analyzer, embedding and "
                     "lexical inputs, m, ef_construction) and its vectors: it will rank as "
                     "that one does. To change what is indexed, pass --analyzer, --model, "
                     "--embed-input or --lexical-input; pgfunnel versions drop "

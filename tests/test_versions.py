@@ -1273,6 +1273,13 @@ def test_a_reindex_with_the_active_versions_settings_says_so(sample_db: str) -> 
         versions.drop(conn, "default", same.version)
         other = versions.reindex(conn, "default", analyzer="simple_v1")
         assert not any("rank as that one does" in n for n in other.notes), other.notes
+        # the same reindex run twice: the second copies the first, ready (not active)
+        twice = versions.reindex(conn, "default", analyzer="simple_v1")
+        said = " ".join(twice.notes)
+        assert (f"version {twice.version} has the ready version {other.version}'s settings "
+                "(model, analyzer, embedding and lexical inputs, m, ef_construction) and its "
+                "vectors: it will rank as that one does") in said, said
+        versions.drop(conn, "default", twice.version)
         versions.drop(conn, "default", other.version)
         other = versions.reindex(conn, "default", lexical_input="title2")
         assert not any("rank as that one does" in n for n in other.notes), other.notes
