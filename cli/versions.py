@@ -248,10 +248,17 @@ def list_cmd(collection: CollectionOption = "default", dsn: DsnOption = None,
     """Every index version of a collection: state, model, analyzer, index, coverage."""
     from pgfunnel import versions
     from pgfunnel.db import connect
+    from pgfunnel.ingest import require_collection
     from pgfunnel.sources import version_embed_input, version_lexical_input
 
     with handle_errors(), connect(dsn, autocommit=True) as conn:
         infos = versions.list_versions(conn, collection)
+        building = [i for i in infos if i.state == "building"]
+        # a version 'building' with no reindex running was interrupted (a kill -9 or a lost
+        # connection says nothing): a plain `pgfunnel reindex` drops one built with other
+        # settings than the active version's, so the list names the one that resumes it
+        interrupted = building if building and versions.lock_holder(
+            conn, require_collection(conn, collection)) is None else []
     if json_out:
         emit_json([i.to_json() for i in infos])
         return
@@ -289,6 +296,10 @@ def list_cmd(collection: CollectionOption = "default", dsn: DsnOption = None,
             rest = ", ".join(f"{name} {value}" for name, value in row.items()
                              if name not in ("version", "state") and value != "-")
             out.print(f"  version {row['version']} ({row['state']}): {rest}", highlight=False)
+    for info in interrupted:
+        out.print(f"note: version {info.version} is not being built (its reindex was "
+                  f"interrupted): {versions.resume_hint(collection, info)}", highlight=False,
+                  soft_wrap=True)
     for number in unfinished:
         out.print(f"note: the drop of version {number} did not finish, and it cannot be "
                   f"activated; `pgfunnel versions drop {number} -c {shlex.quote(collection)}` "

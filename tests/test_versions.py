@@ -645,6 +645,17 @@ def test_a_building_version_names_the_reindex_that_resumes_it(sample_db: str,
             versions.compare(conn, "default", 1, 2, ["refund"])
     said = str(activating.value)
     assert str(comparing.value) == said
+    # after a kill -9 nothing is said: the list names the command
+    listed = CliRunner().invoke(app, ["versions", "list", "--dsn", sample_db],
+                                env={"COLUMNS": "300"})
+    hint = said.split(": ", 1)[1]
+    assert (f"note: version 2 is not being built (its reindex was interrupted): {hint}"
+            in " ".join(listed.output.split())), listed.output
+    with connect(sample_db, autocommit=True) as conn, versions.writer_lock(conn, "default"):
+        # while a reindex runs, it is being built
+        listed = CliRunner().invoke(app, ["versions", "list", "--dsn", sample_db],
+                                    env={"COLUMNS": "300"})
+        assert listed.exit_code == 0 and "not being built" not in listed.output, listed.output
     assert said.endswith("(a reindex with other settings drops it); `pgfunnel versions drop "
                          "2 -c default` discards it"), said
     args = shlex.split(said.split("`")[1])
