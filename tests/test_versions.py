@@ -151,15 +151,21 @@ def test_analyzer_reindex_activate_rollback_retire_drop(sample_db: str, embedder
         assert _state(conn) == {1: "active", 2: "ready"}
 
 
-def test_activation_catches_up_chunks_ingested_after_the_build(sample_db: str,
-                                                                embedder: Any) -> None:
+def _ingest_late_doc(conn: psycopg.Connection[Any], embedder: Any) -> None:
+    """A document ingested after a reindex: only the active version indexes it."""
     from pgfunnel.ingest import Ingester
     from pgfunnel.sources import DocumentRecord
 
+    Ingester(conn, "default", embedder=embedder).ingest([DocumentRecord(
+        citekey="late-doc", title="Late", text="Zanzibar quokka migration guide. " * 5)])
+
+
+def test_activation_catches_up_chunks_ingested_after_the_build(sample_db: str,
+                                                                embedder: Any) -> None:
+
     with connect(sample_db, autocommit=True) as conn:
         versions.reindex(conn, "default", analyzer="simple_v1")
-        Ingester(conn, "default", embedder=embedder).ingest([DocumentRecord(
-            citekey="late-doc", title="Late", text="Zanzibar quokka migration guide. " * 5)])
+        _ingest_late_doc(conn, embedder)
         info = {v.version: v for v in versions.list_versions(conn, "default")}
         assert info[2].missing_chunks > 0
         # the SQL switch itself refuses a version that does not cover the collection
@@ -202,8 +208,7 @@ def test_compare_indexes_the_chunks_a_version_lacks_first(sample_db: str, embedd
         # the active version's settings: any difference can only come from coverage
         versions.reindex(conn, "default")
         versions.reindex(conn, "default", analyzer="simple_v1")
-        Ingester(conn, "default", embedder=embedder).ingest([DocumentRecord(
-            citekey="late-doc", title="Late", text="Zanzibar quokka migration guide. " * 5)])
+        _ingest_late_doc(conn, embedder)
         lacking = versions.list_versions(conn, "default")[1].missing_chunks
         assert lacking > 0
         cmp = versions.compare(conn, "default", 1, 2, ["zanzibar quokka migration"], k=5)
@@ -249,13 +254,10 @@ def test_two_catch_ups_of_one_version_at_once_write_each_chunk_once(sample_db: s
     # ("duplicate key value violates unique constraint")
     import threading
 
-    from pgfunnel.ingest import Ingester
-    from pgfunnel.sources import DocumentRecord
 
     with connect(sample_db, autocommit=True) as conn:
         versions.reindex(conn, "default", analyzer="simple_v1")
-        Ingester(conn, "default", embedder=embedder).ingest([DocumentRecord(
-            citekey="late-doc", title="Late", text="Zanzibar quokka migration guide. " * 5)])
+        _ingest_late_doc(conn, embedder)
         infos = versions.list_versions(conn, "default")
         coll_id = int(conn.execute("select id from pgfunnel.collection where name = 'default'"
                                    ).fetchone()[0])  # type: ignore[index]
