@@ -100,7 +100,12 @@ begin
         raise exception using errcode = '55000',
             message = format('version %s of %L is %s; only a validated (ready) or retired version can be activated',
                              version_number, collection_name, target.state),
-            hint = 'finish it with pgfunnel reindex (it resumes), which validates it';
+            -- a plain `pgfunnel reindex` asks for the active version's settings (and
+            -- collection 'default'): given this one's others, it drops it and starts again
+            hint = format('a pgfunnel reindex with its own settings resumes and validates it; '
+                          'pgfunnel versions list -c %s names that command',
+                          case when collection_name ~ '^[A-Za-z0-9_.-]+$' then collection_name
+                               else pg_catalog.quote_literal(collection_name) end);
     end if;
     select * into cov from pgfunnel.version_coverage(target.id);
     if cov.missing = 0 and (cov.lexical_rows <> cov.collection_chunks

@@ -308,6 +308,28 @@ def test_activate_version_names_its_own_parameters(conn: psycopg.Connection[Any]
         conn.execute("select pgfunnel.activate_version(null, 1)")
 
 
+def test_activate_version_of_a_building_version_points_at_the_resuming_reindex(
+        conn: psycopg.Connection[Any]) -> None:
+    """The SQL refusal said "finish it with pgfunnel reindex": run as written, that reindex
+    asks for the active version's settings (on collection 'default') and drops the
+    half-built version. It now names the list that gives the version's own command."""
+    from funnel_util import make_collection
+
+    from pgfunnel.ingest import create_version
+
+    for name, shown in (("t", "-c t"), ("my docs", "-c 'my docs'")):
+        coll = make_collection(conn, name, 16)
+        coll_id = conn.execute("select collection_id from pgfunnel.index_version where id = %s",
+                               (coll,)).fetchone()[0]  # type: ignore[index]
+        create_version(conn, coll_id, "random-unit", 16, "simple_v7", "building")
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState,
+                           match="is building; only a validated") as exc, conn.transaction():
+            conn.execute("select pgfunnel.activate_version(%s, 2)", (name,))
+        hint = exc.value.diag.message_hint or ""
+        assert "a pgfunnel reindex with its own settings resumes" in hint
+        assert f"pgfunnel versions list {shown} names that command" in hint
+
+
 def test_second_writer_is_refused_naming_the_holder(sample_db: str) -> None:
     from pgfunnel.cli.main import app
 
