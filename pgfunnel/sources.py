@@ -661,6 +661,11 @@ def _citekey(path: Path, root: Path) -> str:
     root given through a link of its own."""
     if path.suffix.lower() == ".jsonl":
         return path.stem  # its lines carry their own citekeys
+    if root.exists() and not root.is_dir():
+        # the file itself given as its root made a citekey of '.': a ValueError traceback
+        raise InvalidDocumentError(f"{root}: not a folder (--root): give the folder whose "
+                                   "paths are the citekeys, such as the one holding "
+                                   f"{path.name}")
     for inside, folder in ((Path(os.path.abspath(path)), Path(os.path.abspath(root))),
                            (path.resolve(), root.resolve())):
         if inside.is_relative_to(folder):

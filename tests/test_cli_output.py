@@ -501,3 +501,26 @@ def test_the_weight_flags_say_every_rule_that_picks_the_weights() -> None:
     assert "lacks its rarest word" in helps["lexical_weight"]
     assert "lacks its rarest word" in helps["dense_weight"]
     assert "0.3 or more of the query's idf" in helps["dense_weight"]
+
+
+def test_a_file_given_as_root_is_an_error_not_a_traceback(tmp_path: Path) -> None:
+    """`ingest guide.md --root guide.md` (the file itself as --root) made a citekey of '.'
+    and stopped with a ValueError traceback; it is an error naming --root, exit 1."""
+    from pgfunnel.cli.main import app
+
+    from pgfunnel.errors import InvalidDocumentError
+    from pgfunnel.sources import read_path
+
+    guide = tmp_path / "guide.md"
+    guide.write_text("# Guide\n\nRead this first.\n")
+    for root in (guide, tmp_path / "other.md"):
+        root.touch()
+        res = CliRunner().invoke(app, ["ingest", str(guide), "--root", str(root),
+                                       "--dry-run"], env={"COLUMNS": "300"})
+        assert res.exit_code == 1, res.output
+        assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+        assert f"error: {root}: not a folder (--root)" in res.output, res.output
+        with pytest.raises(InvalidDocumentError, match=r"not a folder \(--root\)"):
+            list(read_path(tmp_path, root=root))
+    # the folder holding it is the root that works
+    assert [d.citekey for d in read_path(guide, root=tmp_path)] == ["guide"]
