@@ -915,7 +915,8 @@ def read_paths(paths: Iterable[Path], exclude: Sequence[str] = (),
                root: Path | None = None, *, origins: dict[str, Path] | None = None
                ) -> Iterator[DocumentRecord]:
     """The documents of several files and folders (read_path each). A path given twice is
-    read once; two sources of one citekey (a JSONL line and a file, two folders read
+    read once, and so is a file given beside a folder that holds it, when both give it
+    one citekey; two sources of one citekey (a JSONL line and a file, two folders read
     without a common root) are an error naming both, before the second is ingested.
     ``origins``, given empty, is filled with each citekey's file."""
     read: set[Path] = set()
@@ -931,6 +932,11 @@ def read_paths(paths: Iterable[Path], exclude: Sequence[str] = (),
         read.add(resolved)
         for source, rec in _read_path_records(Path(p), root, exclude):
             first = origin.setdefault(rec.citekey, source)
+            if first is not source and _same_file(first, source):
+                # `ingest docs docs/setup.md`: the file's document, read again (it came
+                # twice to the batches, which stopped at "citekey 'setup' appears twice
+                # in this ingest" after writing those before it)
+                continue
             if first != source:
                 # --root makes a file's citekey its path, but a JSONL line names its own
                 root_helps = ".jsonl" not in (first.suffix.lower(), source.suffix.lower())
@@ -941,6 +947,16 @@ def read_paths(paths: Iterable[Path], exclude: Sequence[str] = (),
                        if root_helps else "change the citekey of the JSONL line, ")
                     + "or leave one out")
             yield rec
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file (as written, or through links)."""
+    if a == b:
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 _HEADING = re.compile(r"^(#{1,6})\s+(.*\S)\s*$")

@@ -510,6 +510,36 @@ def test_root_gives_one_file_the_citekey_it_has_in_its_folder(tmp_path: Path) ->
         list(read_path(tmp_path / "sub" / "expenses.md", root=tmp_path / "elsewhere"))
 
 
+def test_a_file_given_beside_its_folder_is_read_once(db: str, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`pgfunnel ingest docs docs/setup.md` (a changed file named again, or a shell glob)
+    gave the file's document twice, and the ingest stopped at "citekey 'setup' appears
+    twice in this ingest", after writing the batches before it. The file is read once,
+    with the path written either way."""
+    import json
+
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.sources import read_paths
+
+    docs = tmp_path / "docs"
+    (docs / "sub").mkdir(parents=True)
+    (docs / "setup.md").write_text("# Setup\n\nInstall it first.\n")
+    (docs / "sub" / "setup.md").write_text("# Setup again\n\nThe same name, elsewhere.\n")
+    monkeypatch.chdir(tmp_path)
+    for paths in ([docs, docs / "setup.md"], [Path("docs/setup.md"), docs],
+                  [Path("docs"), docs / "sub" / "setup.md"]):
+        root = docs if paths[-1] == docs / "sub" / "setup.md" else None
+        assert sorted(d.citekey for d in read_paths(paths, root=root)) == [
+            "setup", "sub/setup"], paths
+    res = CliRunner().invoke(app, ["ingest", "docs", "docs/setup.md", "-c", "t", "--dsn", db,
+                                   "--json"])
+    assert res.exit_code == 0, res.output
+    stats = json.loads(res.stdout)
+    assert (stats["documents_seen"], stats["documents_written"]) == (2, 2)
+
+
 def test_a_linked_file_in_a_folder_is_a_document_at_its_own_place(tmp_path: Path) -> None:
     # resolved, a link to a file outside the folder was "not inside the root folder" and
     # stopped the whole ingest, and a link to a file beside it took that file's citekey
