@@ -34,7 +34,9 @@ def register(app: typer.Typer) -> None:
 
 def evaluate(
     queries: Annotated[Path, typer.Argument(
-        help="Judged queries (JSON Lines); with --qrels, BEIR's queries.jsonl.")],
+        # a file that cannot be read is the loader's error (exit 1), not a usage one
+        readable=False, help="Judged queries (JSON Lines); with --qrels, BEIR's "
+                             "queries.jsonl.")],
     dsn: DsnOption = None,
     collection: CollectionOption = "default",
     config: Annotated[list[str] | None, typer.Option(
@@ -50,10 +52,12 @@ def evaluate(
     split: Annotated[str | None, typer.Option(
         "--split", help="Evaluate only the dev or the test split.")] = None,
     floors: Annotated[Path | None, typer.Option(
-        "--floors", help="Per-slice floors (JSON); exit 3 when any is not met.")] = None,
+        "--floors", readable=False,
+        help="Per-slice floors (JSON); exit 3 when any is not met.")] = None,
     out_dir: Annotated[Path | None, typer.Option(
-        "--out", help="Write report.json, report.md, runs.jsonl (each query's ranked items "
-                      "per stage), slices.png and pool_recall.png here.")] = None,
+        "--out", readable=False,
+        help="Write report.json, report.md, runs.jsonl (each query's ranked items "
+             "per stage), slices.png and pool_recall.png here.")] = None,
     qualifiers: Annotated[str | None, typer.Option(
         "--qualifiers", help="Comma-separated words that qualify a topic (plan names...), "
                              "for follow-up resolution and decomposition.")] = None,
@@ -63,8 +67,9 @@ def evaluate(
         "--trace", help="Trace the searches (search_log/search_trace) for stage recall in "
                         "the database.")] = False,
     qrels: Annotated[Path | None, typer.Option(
-        "--qrels", help="BEIR qrels (TSV: query-id, corpus-id, score): the judgments of the "
-                        "queries in QUERIES, a BEIR queries.jsonl.")] = None,
+        "--qrels", readable=False,
+        help="BEIR qrels (TSV: query-id, corpus-id, score): the judgments of the "
+             "queries in QUERIES, a BEIR queries.jsonl.")] = None,
     store_qrels: Annotated[bool, typer.Option(
         "--store-qrels", help="Also load the judged queries into pgfunnel.qrel.")] = False,
     json_out: JsonOption = False,

@@ -524,3 +524,53 @@ def test_a_file_given_as_root_is_an_error_not_a_traceback(tmp_path: Path) -> Non
             list(read_path(tmp_path, root=root))
     # the folder holding it is the root that works
     assert [d.citekey for d in read_path(guide, root=tmp_path)] == ["guide"]
+
+
+def _as_a_user_without_read_rights(path: Path) -> list[str]:
+    """The command prefix that runs a command which cannot read ``path`` (mode 000): as
+    is for a user; for root, under setpriv without the capabilities that read any file.
+    Skips where neither holds."""
+    import os
+    import shutil
+    import subprocess
+
+    path.chmod(0)
+    if not os.access(path, os.R_OK):
+        return []
+    setpriv = shutil.which("setpriv")
+    drop = "-dac_override,-dac_read_search"
+    prefix = [setpriv, f"--bounding-set={drop}", f"--inh-caps={drop}"] if setpriv else []
+    if not prefix or subprocess.run([*prefix, "cat", str(path)], capture_output=True
+                                    ).returncode == 0:
+        pytest.skip("running as root, and cannot drop the right to read any file")
+    return prefix
+
+
+@pytest.mark.parametrize(("command", "said"), [
+    (["ingest", "{path}", "--dry-run"], "error: {path}: cannot read it: Permission denied"),
+    (["eval", "{path}", "--dsn", "bogus"], "error: {path}: cannot read judged queries"),
+])
+def test_an_unreadable_file_is_an_error_of_its_own_not_a_usage_error(
+        tmp_path: Path, command: list[str], said: str) -> None:
+    """A file given that cannot be read stopped at the parser, with the usage line and
+    exit 2 ("Invalid value for 'paths': path ... is not readable"), where the same file in
+    a folder was an error of its own, exit 1. Both are now exit 1, one line, as
+    docs/cli.md says of a value pgfunnel refuses."""
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "notes.jsonl"
+    path.write_text('{"citekey": "a", "text": "some text", "query": "q"}\n')
+    prefix = _as_a_user_without_read_rights(path)
+    try:
+        res = subprocess.run([*prefix, sys.executable, "-m", "pgfunnel.cli.main",
+                              *(a.format(path=path) for a in command)],
+                             capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "COLUMNS": "300"})
+    finally:
+        path.chmod(0o644)
+    assert res.returncode == 1, res.stderr
+    assert res.stdout == ""
+    assert res.stderr.startswith(said.format(path=path)), res.stderr
+    assert "Usage:" not in res.stderr
