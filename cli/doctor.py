@@ -51,7 +51,7 @@ def doctor(
         out.print(table)
         n_err = sum(f.level == "error" for f in findings)
         n_warn = sum(f.level == "warning" for f in findings)
-        out.print(f"{plural(n_err, 'error')}, {plural(n_warn, 'warning')}")
+        out.print(f"{plural(n_err, 'error')}, {plural(n_warn, 'warning')}", soft_wrap=True)
     if level == "error":
         raise typer.Exit(EXIT_GATE)
 

@@ -190,7 +190,7 @@ def evaluate(
         _print_tables(report, k)
         if out_dir is not None:
             out.print(f"wrote {out_dir}/report.json, report.md, runs.jsonl, slices.png, "
-                      "pool_recall.png")
+                      "pool_recall.png", soft_wrap=True)
     if floor_spec is not None:
         if violations:
             for v in violations:
@@ -229,7 +229,8 @@ def _print_tables(report: Any, k: int) -> None:
     # a header or a slice name
     wide = Console(width=max(out.width, 150), highlight=False, markup=False)
     ndcg, recall, mrr, found = metric_names(k)
-    wide.print(f"judging: per {report.judging_level}; split: {report.split or 'all'}; k={k}")
+    wide.print(f"judging: per {report.judging_level}; split: {report.split or 'all'}; k={k}",
+               soft_wrap=True)
     for name, res in report.configs.items():
         table = Table(title=f"{name}: pool recall per stage | final metrics",
                       title_justify="left")
@@ -256,7 +257,8 @@ def _print_tables(report: Any, k: int) -> None:
                      + (f" ({too_few})" if (too_few := too_few_label(r)) else "")
                      for s, r in by_slice.items()]
             wide.print(f"{name} − {report.baseline} ({metric}): " + ("; ".join(parts) or (
-                "nothing to compare: no query has a relevant item (no-answer queries only)")))
+                "nothing to compare: no query has a relevant item (no-answer queries only)")),
+                soft_wrap=True)
 
 
 def _fmt(value: float | None) -> str:

@@ -89,7 +89,7 @@ def explain_command(
             return "-" if x is None else (f"{x:.4f}" if isinstance(x, float) else str(x))
 
         out.print(f"[bold]{escape(str(e.target))}[/bold]: {e.verdict}", highlight=False,
-                  markup=True)
+                  markup=True, soft_wrap=True)
         out.print(f"  lexical rank {show(e.lexical_rank)} (depth {show(e.lexical_depth)}, "
                   f"BM25 {show(e.lexical_exact_score)})  dense rank {show(e.dense_rank)} "
                   f"(depth {show(e.dense_depth)}, cosine {show(e.dense_exact_score)})  "

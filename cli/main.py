@@ -57,7 +57,7 @@ SAMPLE_CORPUS = Path(pgfunnel.__file__).resolve().parent / "data" / "helpcenter.
 
 def _print_version(value: bool) -> None:
     if value:
-        out.print(f"pgfunnel {pgfunnel.__version__}", highlight=False)
+        out.print(f"pgfunnel {pgfunnel.__version__}", highlight=False, soft_wrap=True)
         raise typer.Exit()
 
 
@@ -95,15 +95,15 @@ def init(
         emit_json(result)
     elif result["created"]:
         out.print(f"pgfunnel schema installed (revision {result['revision']}, "
-                  f"vector in schema {result['vector_schema']}).")
+                  f"vector in schema {result['vector_schema']}).", soft_wrap=True)
     elif result["revision_before"] != result["revision"]:
         out.print(f"pgfunnel schema upgraded to revision {result['revision']} (was "
-                  f"{result['revision_before']}); functions refreshed.")
+                  f"{result['revision_before']}); functions refreshed.", soft_wrap=True)
         for note in result["notes"]:
             out.print(f"note: {note}", highlight=False, soft_wrap=True)
     else:
         out.print(f"pgfunnel schema already installed (revision {result['revision']}); "
-                  "functions refreshed.")
+                  "functions refreshed.", soft_wrap=True)
     if result["rls"] and not json_out:
         # on an installed schema the lines above said nothing of it
         out.print("row-level security is on: a role sees only the rows its transaction's "
@@ -124,10 +124,10 @@ def migrate(dsn: DsnOption = None, json_out: JsonOption = False) -> None:
     else:
         if result["revision_before"] == result["revision"]:
             out.print(f"schema already at revision {result['revision']}, this release's; "
-                      "functions refreshed.")
+                      "functions refreshed.", soft_wrap=True)
         else:
             out.print(f"schema upgraded to revision {result['revision']} (was "
-                      f"{result['revision_before']}); functions refreshed.")
+                      f"{result['revision_before']}); functions refreshed.", soft_wrap=True)
         for note in result["notes"]:
             out.print(f"note: {note}", highlight=False, soft_wrap=True)
 
@@ -154,7 +154,7 @@ def stop() -> None:
         stopped = stop_embedded()
     home = pgfunnel_home() / "pgdata"
     out.print(f"stopped the embedded Postgres in {home}" if stopped
-              else f"no embedded Postgres running in {home}", highlight=False)
+              else f"no embedded Postgres running in {home}", highlight=False, soft_wrap=True)
 
 
 def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | None
@@ -332,7 +332,7 @@ def ingest(
         out.print(table)
         out.print(f"{plural(len(plan['documents']), 'document')}, "
                   f"{plural(plan['chunks'], 'chunk')}, {plural(plan['words'], 'word')} "
-                  "(dry run: nothing written)", highlight=False)
+                  "(dry run: nothing written)", highlight=False, soft_wrap=True)
         for note in plan["notes"]:
             out.print(f"  {note}", highlight=False, soft_wrap=True)
         return
@@ -412,11 +412,11 @@ def delete(
         emit_json({"collection": collection, "deleted": n,
                    "not_found": len(set(citekeys)) - n})
     else:
-        out.print(f"{plural(n, 'document')} deleted.")
+        out.print(f"{plural(n, 'document')} deleted.", soft_wrap=True)
         if n < len(set(citekeys)):
             missing = len(set(citekeys)) - n
             out.print(f"{missing} of the citekeys given {'was' if missing == 1 else 'were'} "
-                      f"not in collection {collection!r}.", highlight=False)
+                      f"not in collection {collection!r}.", highlight=False, soft_wrap=True)
 
 
 def _results_table(title: str, results: list[Any], show_rerank: bool = False,
@@ -539,11 +539,11 @@ def search(
     for note in response.notices:
         labelled("warning", "yellow", note)
     if not response.results:
-        out.print("no results.")
+        out.print("no results.", soft_wrap=True)
         return
     out.print(_results_table(f"{query!r}", response.results, show_rerank=response.reranked))
     if response.search_id:
-        out.print(f"trace: search_id {response.search_id}")
+        out.print(f"trace: search_id {response.search_id}", soft_wrap=True)
 
 
 DEMO_QUERIES = [
@@ -572,20 +572,21 @@ def demo(
     with handle_errors():
         t0 = time.perf_counter()
         info = schema.init(dsn)
-        out.print(f"[bold]1. init[/bold]: schema at revision {info['revision']}", markup=True)
+        out.print(f"[bold]1. init[/bold]: schema at revision {info['revision']}",
+                  markup=True, soft_wrap=True)
         stats = do_ingest(dsn, [SAMPLE_CORPUS, DEMO_INTERNAL], "demo", 200, None, False)
         # chunks_written counts this run's writes: a second demo wrote none, and said
         # "0 chunks into collection 'demo'" of a collection holding 226
         out.print(f"[bold]2. ingest[/bold]: {stats.documents_written} documents written, "
                   f"{stats.documents_unchanged} unchanged ({stats.chunks_written} chunks "
                   f"written) into collection 'demo' (two of the documents are readable by "
-                  f"'{DEMO_STAFF}' only)", markup=True)
+                  f"'{DEMO_STAFF}' only)", markup=True, soft_wrap=True)
         codes = [json.loads(line)["citekey"] for line in SAMPLE_CORPUS.read_text().splitlines()
                  if line.startswith('{"citekey": "err-')]
         code = codes[0].split("-")[1] if codes else "4029"
         funnel = Funnel(dsn, "demo")
         out.print("[bold]3. searches[/bold] (lex/dense = rank in each leg, fused = rank after "
-                  "fusion, # = rank after the per-citekey cap)", markup=True)
+                  "fusion, # = rank after the per-citekey cap)", markup=True, soft_wrap=True)
         for label, template in DEMO_QUERIES:
             q = template.format(code=code)
             with warnings.catch_warnings():
@@ -593,13 +594,16 @@ def demo(
                 resp = funnel.search(q, k=k, trace=True)
             out.print(_results_table(f"{label}: {q!r}", resp.results))
             for note in resp.notices:
-                out.print(f"  [yellow]{escape(note)}[/yellow]", highlight=False, markup=True)
+                out.print(f"  [yellow]{escape(note)}[/yellow]",
+                          highlight=False, markup=True, soft_wrap=True)
             out.print(f"  pool {len(resp.pool) or k * 4} candidates; "
                       f"{resp.timings_ms.get('funnel_search', 0):.1f} ms in SQL, "
-                      f"{resp.timings_ms.get('embed', 0):.1f} ms embedding the query\n")
+                      f"{resp.timings_ms.get('embed', 0):.1f} ms embedding the query\n",
+                      soft_wrap=True)
         q = f"ERR-{code}"
         out.print(f"[bold]4. access[/bold]: {q!r} for a reader with no principals (public "
-                  f"documents only), then for principal '{DEMO_STAFF}'", markup=True)
+                  f"documents only), then for principal '{DEMO_STAFF}'",
+                  markup=True, soft_wrap=True)
         staff_only = {json.loads(line)["citekey"]
                       for line in DEMO_INTERNAL.read_text().splitlines() if line.strip()}
         shown: list[list[str]] = []

@@ -213,13 +213,14 @@ def reindex(
               f"{plural(result.chunks_indexed, 'chunk')} indexed"
               + (f" ({result.chunks_embedded} embedded, {result.chunks_copied} with vectors "
                  "copied)" if result.chunks_copied else "")
-              + (f" (resumed after {result.chunks_before})" if result.resumed else ""))
+              + (f" (resumed after {result.chunks_before})" if result.resumed else ""),
+              soft_wrap=True)
     # an empty collection (every document deleted) has no chunk to sample the recall with
     recall = ("no recall sample (no chunks)" if v.recall is None
               else f"HNSW recall@10 {v.recall:.3f} on {v.sample:,} sample "
                    f"{'query' if v.sample == 1 else 'queries'}")
     out.print(f"validated: index valid, {plural(v.collection_chunks, 'chunk')} covered, "
-              f"{recall}")
+              f"{recall}", soft_wrap=True)
     # the hints are pasted as they are, so they name the collection
     coll = f" -c {shlex.quote(collection)}"
     if result.activated:
@@ -291,11 +292,12 @@ def list_cmd(collection: CollectionOption = "default", dsn: DsnOption = None,
     else:
         # too narrow for the table (80 columns cut every header to "vers…", "acti…"): one
         # line per version instead
-        out.print(f"index versions of {collection!r}", highlight=False)
+        out.print(f"index versions of {collection!r}", highlight=False, soft_wrap=True)
         for row in rows:
             rest = ", ".join(f"{name} {value}" for name, value in row.items()
                              if name not in ("version", "state") and value != "-")
-            out.print(f"  version {row['version']} ({row['state']}): {rest}", highlight=False)
+            out.print(f"  version {row['version']} ({row['state']}): {rest}",
+                      highlight=False, soft_wrap=True)
     for info in interrupted:
         out.print(f"note: version {info.version} is not being built (its reindex was "
                   f"interrupted): {versions.resume_hint(collection, info)}", highlight=False,
@@ -410,7 +412,7 @@ def retire_cmd(version: VersionArg, collection: CollectionOption = "default",
     if json_out:
         emit_json(info.to_json())
     else:
-        out.print(f"version {version} of {collection!r} is retired.")
+        out.print(f"version {version} of {collection!r} is retired.", soft_wrap=True)
 
 
 @versions_app.command("drop")
@@ -446,7 +448,7 @@ def drop_cmd(version: VersionArg, collection: CollectionOption = "default",
         out.print(f"version {version} of {collection!r} dropped "
                   f"({info.chunk_count} chunks' rows; its HNSW index {info.index_name} is "
                   f"named by the version's id {info.id}, unique across collections).",
-                  highlight=False)
+                  highlight=False, soft_wrap=True)
 
 
 @versions_app.command("drop-collection")
@@ -482,7 +484,7 @@ def drop_collection_cmd(
     else:
         out.print(f"collection {collection!r} dropped: {plural(result['documents'], 'document')}, "
                   f"versions {', '.join(map(str, result['versions'])) or 'none'}.",
-                  highlight=False)
+                  highlight=False, soft_wrap=True)
 
 
 @versions_app.command("compare")
@@ -569,11 +571,13 @@ def compare_cmd(
                       "activation would, so both versions are compared on the same chunks",
                       highlight=False, soft_wrap=True)
     out.print(f"{cmp.n_queries} queries, k={k}: mean overlap@{k} {cmp.mean_overlap:.3f}; "
-              f"{cmp.identical} identical top-{k}; top-1 changed for {cmp.top1_changed}")
+              f"{cmp.identical} identical top-{k}; top-1 changed for {cmp.top1_changed}",
+              soft_wrap=True)
     if cmp.judged and cmp.ndcg_diff is not None:
         out.print(f"nDCG@{k}: version {version_a} {cmp.ndcg_a:.4f} -> version {version_b} "
                   f"{cmp.ndcg_b:.4f}; change {cmp.ndcg_diff:+.4f} "
-                  f"(95% paired bootstrap [{cmp.ndcg_low:+.4f}, {cmp.ndcg_high:+.4f}])")
+                  f"(95% paired bootstrap [{cmp.ndcg_low:+.4f}, {cmp.ndcg_high:+.4f}])",
+                  soft_wrap=True)
     changed = [d for d in cmp.per_query if d.overlap < 1.0][:show]
     if changed:
         table = Table(title="most changed queries", title_justify="left")

@@ -574,3 +574,21 @@ def test_an_unreadable_file_is_an_error_of_its_own_not_a_usage_error(
     assert res.stdout == ""
     assert res.stderr.startswith(said.format(path=path)), res.stderr
     assert "Usage:" not in res.stderr
+
+
+def test_a_pipe_gets_each_line_whole(sample_db: str) -> None:
+    """Piped or logged, stdout is 80 columns wide to rich, which broke every line longer
+    than that: `versions list` too narrow for its table printed "one line per version"
+    as three, so `pgfunnel versions list | grep active` lost the index and activation
+    of the version, and reindex's summary and validation lines were cut the same way."""
+    from pgfunnel.cli.main import app
+
+    res = CliRunner().invoke(app, ["versions", "list", "--dsn", sample_db],
+                             env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert lines[0] == "index versions of 'default'", res.stdout
+    version = [line for line in lines if line.startswith("  version 1 (active): ")]
+    assert len(version) == 1 and len(version[0]) > 80, res.stdout
+    assert "hnsw index valid" in version[0] and "activated 20" in version[0], res.stdout
+    assert len(lines) == 2, res.stdout
