@@ -520,7 +520,7 @@ def compare_cmd(
     _quiet()
     if (queries is None) == (last is None):
         raise typer.BadParameter("give exactly one of --queries FILE or --last N")
-    with handle_errors({"k": "--k", "last": "--last", "queries": "--queries",
+    with handle_errors({"k": "--k", "last": "--last", "n": "--last", "queries": "--queries",
                         "principals": "--principal", "tenant": "--tenant"}), \
             connect(dsn, autocommit=True) as conn:
         versions.require_pin_privilege(conn)
@@ -528,8 +528,7 @@ def compare_cmd(
             qs, _ = versions.read_query_file(queries)
         else:
             assert last is not None
-            if last < 1:
-                raise ConfigError("last", f"must be at least 1, got {last}")
+            # last_searches refuses a count out of range as its "n"
             qs = list(versions.last_searches(conn, collection, last))
             if not qs:
                 raise ConfigError("last", f"collection {collection!r} has no logged "

@@ -56,6 +56,7 @@ from pgfunnel.errors import (
     PgfunnelError,
     check_sql_text,
     read_file_text,
+    shown,
     translate,
 )
 from pgfunnel.ingest import (
@@ -737,8 +738,7 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
     """
     if not conn.autocommit:
         raise ConfigError("conn", "reindex needs a connection in autocommit mode")
-    if batch_size < 1:
-        raise ConfigError("batch_size", f"must be at least 1, got {batch_size}")
+    _check_count("batch_size", batch_size)
     if m < 2 or m > 100:
         raise ConfigError("m", f"must be between 2 and 100, got {m}")
     if ef_construction < 4 or ef_construction > 1000:
@@ -988,6 +988,20 @@ def _number_of(conn: psycopg.Connection[Any], version_id: int) -> int:
     return int(row[0])
 
 
+#: the most a count a command line passes on to SQL may be (a LIMIT, a batch)
+_MAX_COUNT = 2_147_483_647
+
+
+def _check_count(name: str, value: int) -> None:
+    """A batch size or a number of searches, 1 to 2,147,483,647: a larger one reached SQL
+    as "bigint out of range", which named no parameter, and a reindex had by then made
+    its version (left 'building')."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
+            or not 1 <= value <= _MAX_COUNT:
+        raise ConfigError(name, f"must be an integer from 1 to {_MAX_COUNT:,}, got "
+                                f"{shown(value)}")
+
+
 # -- switching -----------------------------------------------------------------------
 
 def activate(conn: psycopg.Connection[Any], collection: str, version: int, *,
@@ -998,6 +1012,8 @@ def activate(conn: psycopg.Connection[Any], collection: str, version: int, *,
     no lock), then again under the ingest lock inside the switch transaction, so the
     coverage check in ``pgfunnel.activate_version`` cannot fail on a race.
     """
+    _check_count("batch_size", batch_size)
+
     def body() -> Activation:
         coll_id = require_collection(conn, collection)
         # the chunks it catches up are written as this release writes them (see reindex)
@@ -1389,6 +1405,7 @@ def _last_logged(conn: psycopg.Connection[Any], collection: str, n: int,
     leaving out texts a search could not take (empty, or over its 10,000 characters)."""
     from pgfunnel.search import MAX_QUERY_CHARS
 
+    _check_count("n", n)
     coll_id = _db(conn, lambda: require_collection(conn, collection))
     listed = sql.SQL(", ").join(map(sql.Identifier, columns))
     return conn.execute(sql.SQL(

@@ -1607,3 +1607,28 @@ def test_an_ingest_follows_a_switch_to_another_model_between_its_batches(
             Ingester(conn, "t", embedder=other, batch_documents=1, prepare_ahead=False,
                      progress=switch_to(tiny_model)).ingest(
                 [record("d2", "shipping to Norway"), record("d3", "gift cards")])
+
+
+@pytest.mark.parametrize("value", ["99999999999999999999", "2147483648", "0"])
+def test_a_count_out_of_range_is_refused_before_a_version_is_made(sample_db: str,
+                                                                  value: str) -> None:
+    """`reindex --batch-size 99999999999999999999` made version 2 ('building'), then
+    failed with "bigint out of range", naming no flag; `versions compare --last` with
+    such a number said the same. Both name their flag now, and nothing is made."""
+    from pgfunnel.cli.main import app
+
+    res = CliRunner().invoke(app, ["reindex", "--dsn", sample_db, "--batch-size", value],
+                             env={"COLUMNS": "300"})
+    said = " ".join(res.output.split())
+    assert res.exit_code == 1, said
+    assert said.startswith("error: --batch-size: must be an integer from 1 to "
+                           "2,147,483,647, got "), said
+    with connect(sample_db, autocommit=True) as conn:
+        assert [v.version for v in versions.list_versions(conn, "default")] == [1]
+        with pytest.raises(ConfigError, match="^batch_size: must be an integer from 1"):
+            versions.activate(conn, "default", 1, batch_size=int(value) or -1)
+    res = CliRunner().invoke(app, ["versions", "compare", "1", "1", "--last", value,
+                                   "--dsn", sample_db], env={"COLUMNS": "300"})
+    said = " ".join(res.output.split())
+    assert res.exit_code == 1 and said.startswith(
+        "error: --last: must be an integer from 1 to 2,147,483,647, got "), said
