@@ -8,6 +8,7 @@ import shlex
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -237,6 +238,16 @@ def _weight(text: str) -> float:
     if not (value == 0 or 1e-6 <= value <= 1e6):
         raise typer.BadParameter(f"must be 0 or a number from 1e-6 to 1e6, got {text}")
     return value
+
+
+def given_path(text: str) -> Path:
+    """A file or folder named on the command line. An empty one (`ingest "$DOCS"` with the
+    variable unset) is refused: as a path it is '.', and ingest read the whole current
+    folder (eval --out wrote its report there)."""
+    if text == "":
+        raise typer.BadParameter("is empty (an unset variable?); give a path ('.' is the "
+                                 "current folder)")
+    return Path(text)
 
 
 def leg_weights(lexical_weight: float | None, dense_weight: float | None,

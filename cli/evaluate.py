@@ -16,6 +16,7 @@ from pgfunnel.cli.common import (
     NullProgress,
     console,
     emit_json,
+    given_path,
     handle_errors,
     labelled,
     out,
@@ -35,7 +36,8 @@ def register(app: typer.Typer) -> None:
 def evaluate(
     queries: Annotated[Path, typer.Argument(
         # a file that cannot be read is the loader's error (exit 1), not a usage one
-        readable=False, help="Judged queries (JSON Lines); with --qrels, BEIR's "
+        parser=given_path,
+        help="Judged queries (JSON Lines); with --qrels, BEIR's "
                              "queries.jsonl.")],
     dsn: DsnOption = None,
     collection: CollectionOption = "default",
@@ -52,10 +54,10 @@ def evaluate(
     split: Annotated[str | None, typer.Option(
         "--split", help="Evaluate only the dev or the test split.")] = None,
     floors: Annotated[Path | None, typer.Option(
-        "--floors", readable=False,
+        "--floors", parser=given_path, metavar="<path>",
         help="Per-slice floors (JSON); exit 3 when any is not met.")] = None,
     out_dir: Annotated[Path | None, typer.Option(
-        "--out", readable=False,
+        "--out", parser=given_path, metavar="<path>",
         help="Write report.json, report.md, runs.jsonl (each query's ranked items "
              "per stage), slices.png and pool_recall.png here.")] = None,
     qualifiers: Annotated[str | None, typer.Option(
@@ -67,7 +69,7 @@ def evaluate(
         "--trace", help="Trace the searches (search_log/search_trace) for stage recall in "
                         "the database.")] = False,
     qrels: Annotated[Path | None, typer.Option(
-        "--qrels", readable=False,
+        "--qrels", parser=given_path, metavar="<path>",
         help="BEIR qrels (TSV: query-id, corpus-id, score): the judgments of the "
              "queries in QUERIES, a BEIR queries.jsonl.")] = None,
     store_qrels: Annotated[bool, typer.Option(

@@ -29,6 +29,7 @@ from pgfunnel.cli.common import (
     RrfKOption,
     TenantOption,
     emit_json,
+    given_path,
     handle_errors,
     index_flags,
     labelled,
@@ -285,7 +286,8 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
 @app.command()
 def ingest(
     paths: Annotated[list[Path], typer.Argument(
-        readable=False,  # one that cannot be read is ingest's error (exit 1), not a usage one
+        # one that cannot be read is ingest's error (exit 1), not a usage one
+        parser=given_path,
         help="Files or folders (.md, .mdx, .rst, .adoc, .txt, .html, .ipynb, .jsonl). Folders "
              "are read recursively.")],
     collection: CollectionOption = "default",
@@ -303,7 +305,7 @@ def ingest(
              "path ('*' crosses folders) or one part ('_sources'). Repeatable. Hidden "
              "files and folders are always left out.")] = None,
     root: Annotated[Path | None, typer.Option(
-        readable=False,
+        parser=given_path, metavar="<path>",
         help="Citekeys are paths relative to this folder (default: each folder given; a "
              "file given alone: its name without the suffix). Give the corpus folder to "
              "re-ingest one of its files under the same citekey.")] = None,

@@ -19,6 +19,7 @@ from pgfunnel.cli.common import (
     TenantOption,
     console,
     emit_json,
+    given_path,
     handle_errors,
     index_flags,
     labelled,
@@ -492,7 +493,8 @@ def compare_cmd(
     version_a: Annotated[int, typer.Argument(help="First version (usually the active one).")],
     version_b: Annotated[int, typer.Argument(help="Second version (the candidate).")],
     queries: Annotated[Path | None, typer.Option(
-        readable=False,  # read_query_file says why it cannot read one (exit 1)
+        # read_query_file says why it cannot read one (exit 1)
+        parser=given_path, metavar="<path>",
         help="JSONL file of queries: the eval format with judgments (then nDCG is compared "
              "too) or lines with a \"query\" field.")] = None,
     last: Annotated[int | None, typer.Option(

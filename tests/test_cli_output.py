@@ -592,3 +592,32 @@ def test_a_pipe_gets_each_line_whole(sample_db: str) -> None:
     assert len(version) == 1 and len(version[0]) > 80, res.stdout
     assert "hnsw index valid" in version[0] and "activated 20" in version[0], res.stdout
     assert len(lines) == 2, res.stdout
+
+
+@pytest.mark.parametrize("args", [
+    ["ingest", "", "--dry-run"], ["ingest", "{folder}", "--root", "", "--dry-run"],
+    ["eval", ""], ["eval", "{folder}/q.jsonl", "--out", ""],
+    ["eval", "{folder}/q.jsonl", "--floors", ""], ["eval", "{folder}/q.jsonl", "--qrels", ""],
+    ["versions", "compare", "1", "2", "--queries", ""],
+])
+def test_an_empty_path_is_refused_not_read_as_the_current_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str]) -> None:
+    """`pgfunnel ingest "$DOCS"` with the variable unset got the path '' which a Path reads
+    as '.': the ingest read the whole current folder (and eval --out "" wrote its report
+    there). An empty path is a usage error naming its argument, before anything runs."""
+    from pgfunnel.cli.main import app
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "guide.md").write_text("# Guide\n\nRead this first.\n")
+    monkeypatch.chdir(folder)  # what '' read
+    dsn = [] if args[0] == "ingest" else ["--dsn", "host=/nonexistent dbname=none"]
+    res = CliRunner().invoke(app, [*(a.format(folder=folder) for a in args), *dsn],
+                             env={"COLUMNS": "300"})
+    said = " ".join(res.output.replace("│", " ").split())
+    assert res.exit_code == 2, said
+    assert "is empty (an unset variable?); give a path ('.' is the current folder)" in said
+    assert "guide" not in res.stdout
+    # '.' itself is a path like any other
+    res = CliRunner().invoke(app, ["ingest", ".", "--dry-run", "--json"])
+    assert res.exit_code == 0 and '"citekey": "guide"' in res.stdout, res.output
