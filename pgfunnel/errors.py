@@ -504,6 +504,12 @@ def translate(exc: BaseException, *, searching: bool = True) -> PgfunnelError:
         err.__cause__ = exc
         return err
     primary = _CONSTRAINT_MESSAGES.get(getattr(diag, "constraint_name", None) or "", primary)
+    sql_hint = getattr(diag, "message_hint", None)
+    if sqlstate == "P0002" and sql_hint and primary.startswith("collection ") \
+            and primary.endswith(" does not exist"):
+        # pgfunnel's SQL names the collections there are in the hint: the one line a
+        # caller shows would otherwise only say what is missing
+        primary = f"{primary}; {sql_hint}"
     err = cls(primary)
     err.__cause__ = exc
     return err

@@ -47,6 +47,7 @@ from pgfunnel.errors import (
     NotFoundError,
     PgfunnelError,
     check_sql_text,
+    shown,
     string_list,
     translate,
     warn_at_caller,
@@ -139,9 +140,31 @@ def collection_id(conn: psycopg.Connection[Any], name: str) -> int | None:
 def require_collection(conn: psycopg.Connection[Any], name: str) -> int:
     cid = collection_id(conn, name)
     if cid is None:
-        raise NotFoundError(f"collection {name!r} does not exist "
-                            "(ingest into it first: pgfunnel ingest PATH --collection NAME)")
+        raise missing_collection(conn, name)
     return cid
+
+
+#: how many of a database's collections the error for a missing one names
+_COLLECTIONS_NAMED = 10
+
+
+def missing_collection(conn: psycopg.Connection[Any], name: str) -> NotFoundError:
+    """The error for a collection that does not exist, naming those that do: a new user
+    who ran `pgfunnel demo` (collection 'demo') and then `pgfunnel search ...` (collection
+    'default') was told only to ingest into 'default'."""
+    with tuple_rows(conn):
+        names = [str(r[0]) for r in conn.execute(
+            "select name from pgfunnel.collection order by name limit %s",
+            (_COLLECTIONS_NAMED + 1,)).fetchall()]
+    if not names:
+        others = "this database has none yet"
+    else:
+        shown_names = ", ".join(repr(n) for n in names[:_COLLECTIONS_NAMED])
+        more = ", ..." if len(names) > _COLLECTIONS_NAMED else ""
+        others = (f"this database has {shown_names}{more} (pass one as the collection: "
+                  "collection => 'NAME' in SQL, -c NAME in the CLI)")
+    return NotFoundError(f"collection {shown(name)} does not exist; {others}; or ingest into it "
+                         "first: pgfunnel ingest PATH --collection NAME")
 
 
 def active_version(conn: psycopg.Connection[Any], coll_id: int) -> ActiveVersion | None:

@@ -718,17 +718,18 @@ class Funnel:
             raise translate(exc) from exc
         if row is None:
             from pgfunnel.errors import NotFoundError
+            from pgfunnel.ingest import missing_collection
 
             with tuple_rows(conn), own_transaction(conn):
                 exists = conn.execute("select 1 from pgfunnel.collection where name = %s",
                                       (collection,)).fetchone()
-            if exists:
-                raise NotFoundError(
-                    f"collection {shown(collection)} has no active index version (pgfunnel "
-                    f"versions list -c {shlex.quote(collection)} shows them; pgfunnel "
-                    "versions activate N switches to one)")
-            raise NotFoundError(f"collection {shown(collection)} does not exist (run `pgfunnel "
-                                "ingest` into it first)")
+                missing = None if exists else missing_collection(conn, collection)
+            if missing is not None:
+                raise missing
+            raise NotFoundError(
+                f"collection {shown(collection)} has no active index version (pgfunnel "
+                f"versions list -c {shlex.quote(collection)} shows them; pgfunnel "
+                "versions activate N switches to one)")
         return str(row[0]), int(row[1])
 
     def _check_params(self, conn: psycopg.Connection[Any], query: str | None,

@@ -95,7 +95,19 @@ begin
                            then format('collection %L... (%s characters) does not exist',
                                        left(collection_name, 200), length(collection_name))
                            else format('collection %L does not exist', collection_name) end,
-            hint = 'ingest into it first: pgfunnel ingest PATH --collection NAME';
+            -- the ones that exist: a user of the demo's collection 'demo' who left out
+            -- `collection =>` searched 'default' and was told only to ingest into it
+            hint = coalesce('this database has '
+                            || (select string_agg(pg_catalog.quote_literal(n.name), ', '
+                                                  order by n.name)
+                                  from (select c.name from pgfunnel.collection c
+                                         order by c.name limit 10) n)
+                            || (case when (select count(*) from pgfunnel.collection) > 10
+                                     then ', ...' else '' end)
+                            || ' (pass one as the collection: collection => ''NAME'' in '
+                            || 'SQL, -c NAME in the CLI); or ',
+                            'this database has none yet; ')
+                   || 'ingest into it first: pgfunnel ingest PATH --collection NAME';
     end if;
     return found_id;
 end

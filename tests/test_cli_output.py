@@ -6,6 +6,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import psycopg
 import pytest
 from pgfunnel.cli.main import _results_table
 from rich.console import Console
@@ -621,3 +622,36 @@ def test_an_empty_path_is_refused_not_read_as_the_current_folder(
     # '.' itself is a path like any other
     res = CliRunner().invoke(app, ["ingest", ".", "--dry-run", "--json"])
     assert res.exit_code == 0 and '"citekey": "guide"' in res.stdout, res.output
+
+
+def test_a_missing_collection_is_told_with_the_collections_there_are(
+        sample_db: str, conn: psycopg.Connection[Any]) -> None:
+    """After `pgfunnel demo` (collection 'demo'), `pgfunnel search refund` searched
+    'default' and said only to ingest into it; the error now names the collections the
+    database has, from the CLI, Python and SQL alike."""
+    from pgfunnel.cli.main import app
+
+    from pgfunnel.errors import NotFoundError
+    from pgfunnel.ingest import require_collection
+
+    for args in (["search", "refund", "-c", "demo", "--lexical-only"],
+                 ["versions", "list", "-c", "demo"]):
+        res = CliRunner().invoke(app, [*args, "--dsn", sample_db], env={"COLUMNS": "200"})
+        assert res.exit_code == 1, (args, res.output)
+        flat = " ".join(res.output.split())
+        assert ("collection 'demo' does not exist; this database has 'default' (pass one as "
+                "the collection: collection => 'NAME' in SQL, -c NAME in the CLI); or ingest "
+                "into it first: pgfunnel ingest PATH --collection NAME") in flat, (args, flat)
+    # an empty database says it has none
+    with pytest.raises(NotFoundError, match="'demo' does not exist; this database has none "
+                                            "yet; or ingest into it first"):
+        require_collection(conn, "demo")
+    # psql: the hint of the SQL functions' refusal
+    for i in range(12):
+        conn.execute("insert into pgfunnel.collection (name) values (%s)", (f"c{i:02d}",))
+    with pytest.raises(psycopg.errors.NoDataFound) as exc, conn.transaction():
+        conn.execute("select * from pgfunnel.funnel_search('refund', null, 5, "
+                     "collection => 'demo')")
+    hint = exc.value.diag.message_hint or ""
+    assert hint.startswith("this database has 'c00', 'c01', ") and "'c09', ... (pass one" in hint
+    assert hint.endswith("or ingest into it first: pgfunnel ingest PATH --collection NAME")
