@@ -85,7 +85,8 @@ def _largest_version_id(conn: Any, collection: str) -> list[int]:
             "select coalesce(max(v.id), 0) from pgfunnel.index_version v join "
             "pgfunnel.collection c on c.id = v.collection_id "
             "where not (c.name = %s and v.state = 'building')", (collection,)).fetchone()
-    except psycopg.Error:
+    except (psycopg.Error, UnicodeEncodeError):
+        # (a name the driver cannot send, -c $'\xff': the reindex that follows names it)
         return []
     return [int(row[0])] if row else []
 
