@@ -1471,15 +1471,9 @@ def test_ctrl_c_during_versions_drop_says_whether_the_drop_happened(
         assert _state(conn) == {1: "active", 3: "ready"}
 
 
-def test_ctrl_c_during_a_switch_says_whether_it_happened(
-        sample_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Ctrl-C during `versions activate` or `rollback` (a long catch-up, a wait for the
-    # ingest lock, or after the commit) said "interrupted" alone: switched or not?
-    from pgfunnel.cli.main import app
-    from typer.testing import CliRunner
-
-    with connect(sample_db, autocommit=True) as conn:
-        versions.reindex(conn, "default", analyzer="simple_v1")
+def _interrupt_activations(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """versions.activate made to raise KeyboardInterrupt: before the switch, or after it
+    ran, as each step the test appends to the returned list says ("before", "after")."""
     real_activate = versions.activate
     steps: list[str] = []
 
@@ -1489,6 +1483,19 @@ def test_ctrl_c_during_a_switch_says_whether_it_happened(
         raise KeyboardInterrupt
 
     monkeypatch.setattr(versions, "activate", interrupted)
+    return steps
+
+
+def test_ctrl_c_during_a_switch_says_whether_it_happened(
+        sample_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ctrl-C during `versions activate` or `rollback` (a long catch-up, a wait for the
+    # ingest lock, or after the commit) said "interrupted" alone: switched or not?
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    with connect(sample_db, autocommit=True) as conn:
+        versions.reindex(conn, "default", analyzer="simple_v1")
+    steps = _interrupt_activations(monkeypatch)
     for step, command, said in (
             ("before", ["activate", "2"], "interrupted: nothing was switched; version 1 of "
              "'default' is still active (chunks indexed for the switch so far are kept: "
@@ -1517,15 +1524,7 @@ def test_ctrl_c_in_reindex_activate_names_the_version_it_built(
     from pgfunnel.cli.main import app
     from typer.testing import CliRunner
 
-    real_activate = versions.activate
-    steps: list[str] = []
-
-    def interrupted(*args: Any, **kwargs: Any) -> Any:
-        if steps.pop(0) == "after":
-            real_activate(*args, **kwargs)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(versions, "activate", interrupted)
+    steps = _interrupt_activations(monkeypatch)
 
     def stop(stage: str, n: int, total: int | None) -> None:
         raise KeyboardInterrupt
