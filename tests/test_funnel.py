@@ -566,9 +566,11 @@ def test_explain_python_and_cli(db: str, conn: psycopg.Connection[Any], corpus: 
     assert res.exit_code == 0 and "document not a target does not exist" in \
         " ".join(res.output.split()), res.output
     # each line whole however narrow the console, for a log to grep
-    reason = [line for line in res.stdout.splitlines() if "does not exist" in line]
+    # (the verdict line, "not a target: filtered out or does not exist", is whole too)
+    assert "not a target: filtered out or does not exist" in res.stdout.splitlines()
+    reason = [line for line in res.stdout.splitlines() if line.startswith("  document")]
     assert len(reason) == 1 and reason[0].startswith("  document not a target does not exist")
-    assert len(reason[0]) > 40, res.stdout
+    assert reason[0].endswith("metadata filter") and len(reason[0]) > 40, res.stdout
 
 
 def test_explain_a_document_follows_its_furthest_chunk(conn: psycopg.Connection[Any],
