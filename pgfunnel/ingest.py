@@ -140,7 +140,7 @@ def collection_id(conn: psycopg.Connection[Any], name: str) -> int | None:
 def require_collection(conn: psycopg.Connection[Any], name: str) -> int:
     cid = collection_id(conn, name)
     if cid is None:
-        raise missing_collection(conn, name)
+        raise _missing_collection(conn, name)
     return cid
 
 
@@ -148,7 +148,7 @@ def require_collection(conn: psycopg.Connection[Any], name: str) -> int:
 _COLLECTIONS_NAMED = 10
 
 
-def missing_collection(conn: psycopg.Connection[Any], name: str) -> NotFoundError:
+def _missing_collection(conn: psycopg.Connection[Any], name: str) -> NotFoundError:
     """The error for a collection that does not exist, naming those that do: a new user
     who ran `pgfunnel demo` (collection 'demo') and then `pgfunnel search ...` (collection
     'default') was told only to ingest into 'default'."""

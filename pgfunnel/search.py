@@ -718,14 +718,11 @@ class Funnel:
             raise translate(exc) from exc
         if row is None:
             from pgfunnel.errors import NotFoundError
-            from pgfunnel.ingest import missing_collection
+            from pgfunnel.ingest import require_collection
 
             with tuple_rows(conn), own_transaction(conn):
-                exists = conn.execute("select 1 from pgfunnel.collection where name = %s",
-                                      (collection,)).fetchone()
-                missing = None if exists else missing_collection(conn, collection)
-            if missing is not None:
-                raise missing
+                # one that does not exist is told as such, naming those that do
+                require_collection(conn, collection)
             raise NotFoundError(
                 f"collection {shown(collection)} has no active index version (pgfunnel "
                 f"versions list -c {shlex.quote(collection)} shows them; pgfunnel "
