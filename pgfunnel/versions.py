@@ -1056,10 +1056,7 @@ def activate(conn: psycopg.Connection[Any], collection: str, version: int, *,
         caught = 0
         model = embedder if embedder is not None and \
             embedder.model_name == info.embedding_model else None
-        cur = active_version(conn, coll_id)
-        # the active version has vectors of every chunk ingest wrote; same model: copy them
-        reuse = cur.id if cur is not None and cur.embedding_model == info.embedding_model \
-            else None
+        reuse = _vector_source(conn, coll_id, info.embedding_model)
         if info.missing_chunks and conn.autocommit:
             try:
                 caught += catch_up(conn, coll_id, info.id, model, batch_size=batch_size,
@@ -1342,6 +1339,13 @@ def search_pinned(conn: psycopg.Connection[Any], collection: str, version: int,
     return _db(conn, body)
 
 
+def _vector_source(conn: psycopg.Connection[Any], coll_id: int, model: str) -> int | None:
+    """The version whose vectors a catch-up of a version of ``model`` copies: the active
+    one, which has a vector of every chunk ingest wrote, when it is of the same model."""
+    cur = active_version(conn, coll_id)
+    return cur.id if cur is not None and cur.embedding_model == model else None
+
+
 def _catch_up_compared(conn: psycopg.Connection[Any], collection: str,
                        numbers: Sequence[int]) -> dict[int, int]:
     """Index into each compared version the chunks it lacks, as its activation would first:
@@ -1371,15 +1375,11 @@ def _catch_up_compared(conn: psycopg.Connection[Any], collection: str,
         require_current_schema(conn)
         refuse_read_only(conn, "versions compare (it indexes the chunks a version lacks)")
         coll_id = require_collection(conn, collection)
-        cur = active_version(conn, coll_id)
         done: dict[int, int] = {}
         for info in todo:
-            # the active version has vectors of every chunk: copied for the same model
-            reuse = cur.id if cur is not None and \
-                cur.embedding_model == info.embedding_model else None
-            done[info.version] = catch_up(conn, coll_id, info.id,
-                                          _cached_embedder(info.embedding_model),
-                                          reuse_from=reuse)
+            done[info.version] = catch_up(
+                conn, coll_id, info.id, _cached_embedder(info.embedding_model),
+                reuse_from=_vector_source(conn, coll_id, info.embedding_model))
         return done
 
     return _db(conn, body)
