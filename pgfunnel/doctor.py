@@ -321,7 +321,7 @@ def _has_v7_analyzer(version: dict[str, Any]) -> bool:
 
 
 # Unicode hyphens and dashes between two letters or digits, which v7 reads as '-' and v6
-# as a break between words (sql/010_analyzer.sql, _fold_dashes); looked for in at most
+# as a break between words (sql/010_analyzer.sql, _unicode_fold); looked for in at most
 # this many of a collection's chunks, so that doctor stays quick on a large one
 _DASHED_WORD = r"[[:alnum:]][\u2010-\u2013\u2212][[:alnum:]]"
 _DASHED_WORD_SAMPLE = 20_000

@@ -36,7 +36,7 @@
 --     database's is, and read each run of Thai, Lao, Burmese or Khmer as its pairs of
 --     characters, as v4 reads Chinese: those scripts put no space between words
 --   * english_v7 and simple_v7 (the v6 rules) read the Unicode hyphens and dashes a word
---     processor or a web page puts inside identifiers (_fold_dashes: hyphen, non-breaking
+--     processor or a web page puts inside identifiers (_unicode_fold: hyphen, non-breaking
 --     hyphen, figure dash, en dash, minus sign) as '-': ERR-4029 copied from a page that
 --     wrote it with a non-breaking hyphen gets the terms of ERR-4029, and a query typed
 --     either way finds the other
@@ -150,26 +150,9 @@ $$;
 -- characters that are invisible inside a word (soft hyphen, zero-width space, non-joiner
 -- and joiner, word joiner, byte-order mark), which would otherwise split it. A database
 -- whose encoding is not UTF-8 holds no text to fold (Postgres normalizes only UTF-8).
-create or replace function pgfunnel._unicode_fold(inputs text[])
-returns text[]
-language plpgsql immutable parallel safe
-security invoker
-set search_path = pg_catalog, pgfunnel
-as $$
-begin
-    if getdatabaseencoding() <> 'UTF8' then
-        return inputs;
-    end if;
-    return array(select translate(normalize(i.txt, nfkc),
-                                  chr(173) || chr(8203) || chr(8204) || chr(8205) || chr(8288)
-                                  || chr(65279), '')
-                   from unnest(inputs) with ordinality as i(txt, ord)
-                  order by i.ord);
-end
-$$;
-
--- each text with the Unicode hyphens and dashes that stand where a '-' was meant read as
--- '-' (v7 analyzers): the hyphen and the non-breaking hyphen (U+2010, U+2011: word
+--
+-- With `dashes` (v7 analyzers), the Unicode hyphens and dashes that stand where a '-' was
+-- meant are read as '-' too: the hyphen and the non-breaking hyphen (U+2010, U+2011: word
 -- processors and web pages put them in ERR-4029 so that a line never breaks inside it),
 -- the figure dash (U+2012, between digits), the en dash (U+2013, which editors put for a
 -- typed '-') and the minus sign (U+2212). Before v7 they were not word characters and cut
@@ -178,18 +161,26 @@ $$;
 -- between spaces still separates words. The em dash (U+2014) is left alone: prose sets
 -- it between words without spaces ("the index, built at ingest, is" written with em dashes
 -- for the commas), where it separates them.
-create or replace function pgfunnel._fold_dashes(inputs text[])
+drop function if exists pgfunnel._unicode_fold(text[]);
+drop function if exists pgfunnel._fold_dashes(text[]);
+create or replace function pgfunnel._unicode_fold(inputs text[], dashes boolean default false)
 returns text[]
 language plpgsql immutable parallel safe
 security invoker
 set search_path = pg_catalog, pgfunnel
 as $$
+declare
+    dash_chars text;
 begin
     if getdatabaseencoding() <> 'UTF8' then
         return inputs;
     end if;
-    return array(select translate(i.txt, chr(8208) || chr(8209) || chr(8210) || chr(8211)
-                                         || chr(8722), '-----')
+    -- (written with chr() once the encoding is known: another cannot hold these)
+    dash_chars := chr(8208) || chr(8209) || chr(8210) || chr(8211) || chr(8722);
+    return array(select translate(translate(normalize(i.txt, nfkc),
+                                            chr(173) || chr(8203) || chr(8204) || chr(8205)
+                                            || chr(8288) || chr(65279), ''),
+                                  dash_chars, case when dashes then '-----' else dash_chars end)
                    from unnest(inputs) with ordinality as i(txt, ord)
                   order by i.ord);
 end
@@ -381,10 +372,7 @@ begin
     end if;
     if analyzer in ('english_v3', 'simple_v3', 'english_v4', 'simple_v4', 'english_v5',
                     'simple_v5', 'english_v6', 'simple_v6', 'english_v7', 'simple_v7') then
-        inputs := pgfunnel._unicode_fold(inputs);
-    end if;
-    if analyzer in ('english_v7', 'simple_v7') then
-        inputs := pgfunnel._fold_dashes(inputs);
+        inputs := pgfunnel._unicode_fold(inputs, analyzer in ('english_v7', 'simple_v7'));
     end if;
     -- read before v6 lowers its inputs (below); the test first spares most queries the
     -- function's statement
