@@ -237,6 +237,26 @@ def test_a_small_ingest_vacuums_its_partition_and_leaves_the_shared_statistics(
     assert _maintenance_counts(conn, "embedding")[1] == shared_before[1] + 1
 
 
+def _queued_behind_a_waiting_build(db: str, conn: psycopg.Connection[Any],
+                                   build: Callable[[psycopg.Connection[Any]], Any],
+                                   queued: Callable[[psycopg.Connection[Any]], Any]) -> None:
+    """``build`` (a graph build on the embedding table) in a session of its own, kept
+    waiting by an open write of collection a, then ``queued`` in another, given 1.5 s to
+    reach its wait behind it; the write then ends, and both must finish without error."""
+    writer = _open_write(db, "a")
+    try:
+        first = _in_thread(db, build)
+        wait_for_lock_wait(conn, THREAD_SESSION, "create index", timeout_s=60)
+        second = _in_thread(db, queued)
+        time.sleep(1.5)  # the second reaches its wait
+    finally:
+        writer.rollback()
+        writer.close()
+    for thread, errors, _ in (first, second):
+        thread.join(120)
+        assert not errors, errors
+
+
 def test_concurrent_builds_of_two_collections_graphs_queue_instead_of_deadlocking(
         db: str, conn: psycopg.Connection[Any]) -> None:
     # Two reindexes of two collections (or a reindex beside another collection's first
@@ -251,21 +271,10 @@ def test_concurrent_builds_of_two_collections_graphs_queue_instead_of_deadlockin
         vid, _, dims = active(conn, name)
         conn.execute(f"drop index pgfunnel.{hnsw_index_name(vid)}")
         names.append((hnsw_index_name(vid), vid, dims))
-    writer = _open_write(db, "a")
-    try:
-        # a's build waits for the open write (before it builds), b's for a's build
-        first = _in_thread(db, lambda c: create_hnsw_index(c, names[0][1], names[0][2],
-                                                           concurrently=True))
-        wait_for_lock_wait(conn, THREAD_SESSION, "create index", timeout_s=60)
-        second = _in_thread(db, lambda c: create_hnsw_index(c, names[1][1], names[1][2],
-                                                            concurrently=True))
-        time.sleep(1.5)  # b's build reaches its wait
-    finally:
-        writer.rollback()
-        writer.close()
-    for thread, errors, _ in (first, second):
-        thread.join(120)
-        assert not errors, errors
+    # a's build waits for the open write (before it builds), b's for a's build
+    _queued_behind_a_waiting_build(
+        db, conn, lambda c: create_hnsw_index(c, names[0][1], names[0][2], concurrently=True),
+        lambda c: create_hnsw_index(c, names[1][1], names[1][2], concurrently=True))
     assert [index_state(conn, name) for name, _, _ in names] == [True, True]
 
 
@@ -294,18 +303,9 @@ def test_a_drop_beside_another_collections_build_waits_instead_of_deadlocking(
     spare = _spare_version(conn, "b", graph=True)
     vid, _, dims = active(conn, "a")
     conn.execute(f"drop index pgfunnel.{hnsw_index_name(vid)}")
-    writer = _open_write(db, "a")
-    try:
-        build = _in_thread(db, lambda c: create_hnsw_index(c, vid, dims, concurrently=True))
-        wait_for_lock_wait(conn, THREAD_SESSION, "create index", timeout_s=60)
-        drop = _in_thread(db, lambda c: drop_version_rows(c, spare))
-        time.sleep(1.5)  # the drop reaches its wait
-    finally:
-        writer.rollback()
-        writer.close()
-    for thread, errors, _ in (build, drop):
-        thread.join(120)
-        assert not errors, errors
+    _queued_behind_a_waiting_build(
+        db, conn, lambda c: create_hnsw_index(c, vid, dims, concurrently=True),
+        lambda c: drop_version_rows(c, spare))
     assert index_state(conn, hnsw_index_name(vid)) is True
     assert index_state(conn, hnsw_index_name(spare)) is None
     assert conn.execute("select count(*) from pgfunnel.index_version where id = %s",
