@@ -6,6 +6,25 @@
 -- and visibility: a chunk the caller cannot see gets exactly the answer a chunk id that
 -- does not exist gets.
 
+-- what explain's reason says of a pool that held fewer chunks than the search asked for
+-- (nothing when it held them all): the size asked, and why it was that size
+create or replace function pgfunnel._pool_asked(held integer, asked integer, k integer,
+                                                overfetch integer)
+returns text
+language plpgsql immutable
+security invoker
+set search_path = pg_catalog
+as $$
+begin
+    return case when held >= asked then ''
+                else format(', where k %s x overfetch %s%s asked for %s: the legs at their '
+                            'depths held no more', k, overfetch,
+                            case when asked > k * overfetch
+                                 then ', widened so that the per-source cap could fill k,'
+                                 else '' end, asked) end;
+end
+$$;
+
 -- one chunk's way through the funnel for one query: a verdict, every stage's rank and
 -- score, and a sentence saying why
 create or replace function pgfunnel.explain(
@@ -105,13 +124,15 @@ begin
     -- the depths and pool the search used: wider than asked when the per-source cap
     -- could not fill k from the pool asked for (see _pool). Parameters are validated
     -- here as in a search.
-    select p.lexical_depth_used, p.dense_depth_used, p.pool_size
-      into lexical_depth_used, dense_depth_used, pool_n
+    -- pool_n is the pool the search asked for (k * overfetch, or wider), pool_size the
+    -- chunks it held: fewer when the legs matched fewer (few matches, filters), and
+    -- "fused rank 1 of a pool of 40" then claimed 40 candidates where there were 16
+    select p.lexical_depth_used, p.dense_depth_used, p.pool_size, cardinality(p.chunk_ids)
+      into lexical_depth_used, dense_depth_used, pool_n, pool_size
       from pgfunnel._pool(query_text, query_embedding, k, collection, principals, tenant,
                           explain.language, as_of, metadata_filter, fusion, rrf_k, weights,
                           explain.lexical_depth, explain.dense_depth, overfetch, per_source_cap,
                           ef_search, k1, b) p;
-    pool_size := pool_n;
     -- _pool reports a depth only for a leg it ran (no text, no vector or weight 0: not run)
     lexical_on := lexical_depth_used is not null;
     dense_on := dense_depth_used is not null;
@@ -252,8 +273,9 @@ begin
 
     if final_rank is not null then
         verdict := 'returned';
-        reason := format('returned at rank %s (fused rank %s of a pool of %s; lexical rank %s, '
-                         'dense rank %s)', final_rank, hit.fused_rank, pool_n,
+        reason := format('returned at rank %s (fused rank %s of a pool of %s%s; lexical rank %s, '
+                         'dense rank %s)', final_rank, hit.fused_rank, pool_size,
+                         pgfunnel._pool_asked(pool_size, pool_n, k, overfetch),
                          coalesce(hit.lexical_rank::text, '-'), coalesce(hit.dense_rank::text, '-'));
         return next;
         return;

@@ -473,6 +473,29 @@ def test_explain_not_in_pool_at_the_most_overfetch(conn: psycopg.Connection[Any]
         "cut at k"
 
 
+def test_explain_pool_size_is_the_pool_held(conn: psycopg.Connection[Any], corpus: Any) -> None:
+    # 14 visible chunks hold `zephyr`: a lexical-only search at k 10 asks for a pool of 40
+    # and holds 14. explain said "fused rank 1 of a pool of 40" (and pool_size 40)
+    pool = conn.execute("select chunk_id from pgfunnel.candidates('zephyr', null, 10, "
+                        "collection => 't') order by fused_rank").fetchall()
+    assert len(pool) == 14
+    e = _explain(conn, "zephyr", None, pool[0][0])
+    assert e["verdict"] == "returned" and e["pool_size"] == 14
+    assert "(fused rank 1 of a pool of 14, where k 10 x overfetch 4 asked for 40: the legs " \
+           "at their depths held no more; lexical rank 1" in e["reason"], e
+    # a filter that leaves fewer: the pool is what the filter lets through
+    small = _ids(conn, "small3")[0]
+    e = _explain(conn, "zephyr", None, small, metadata_filter=Jsonb({"nope": 1}))
+    assert e["verdict"] == "filtered out or does not exist" and e["pool_size"] == 0
+    # a reader who sees the secret runbook too
+    e = _explain(conn, "zephyr", None, small, principals=["alice"])
+    assert e["verdict"] == "returned" and e["pool_size"] == 15, e
+    # a full pool is told as before, without what was asked
+    e = _explain(conn, "zephyr", None, pool[0][0], k=2)
+    assert e["pool_size"] == 8 and "(fused rank 1 of a pool of 8; lexical rank 1" in \
+        e["reason"], e
+
+
 def test_explain_in_no_leg_at_the_most_depth(conn: psycopg.Connection[Any]) -> None:
     # more chunks holding the query word than a leg reads at most (10000): the last one
     # is in neither leg at depth 10000, and a deeper depth is an error, so the advice is
