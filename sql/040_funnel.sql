@@ -449,10 +449,14 @@ begin
                 coalesce(nullif(array_to_string(dropped, ', '), ''),
                          case when pg_catalog.btrim(query_text, E' \t\n\r\f\v') = ''
                               then 'the query is empty' else 'nothing but punctuation' end),
-                -- and with no query embedding nothing else runs: said, not left to an
-                -- empty result to tell
-                case when not dense_on then ' and no query embedding was given: no results'
-                     else '' end);
+                -- and with no dense leg nothing else runs: said, not left to an empty
+                -- result to tell. A query embedding given at weight 0 is not "no query
+                -- embedding"
+                case when dense_on then ''
+                     when query_embedding is null
+                         then ' and no query embedding was given: no results'
+                     else format(' and weights %s give the dense leg weight 0, so it does '
+                                 'not run: no results', weights) end);
         elsif cardinality(dropped) > 0 then
             raise notice using message = format('pgfunnel: query words not searched: %s',
                                                 array_to_string(dropped, ', '));

@@ -312,6 +312,15 @@ def test_query_losing_every_term_warns(sample_conn: psycopg.Connection[Any]) -> 
                                ("what is the", vector)).fetchall()
     assert rows
     assert [m for s, m in seen if s == "WARNING" and m.endswith("the lexical leg is empty")]
+    # an embedding given with the dense leg at weight 0 is not "no query embedding": the
+    # warning said one was not given
+    seen.clear()
+    assert sample_conn.execute("select chunk_id from pgfunnel.funnel_search(%s, %s::vector, 5, "
+                               "weights => '{1,0}')", ("what is the", vector)).fetchall() == []
+    assert [m for s, m in seen if s == "WARNING"] == [
+        "pgfunnel: no searchable term left in query_text (dropped: is, the, what); the "
+        "lexical leg is empty and weights {1,0} give the dense leg weight 0, so it does not "
+        "run: no results"], seen
 
 
 def test_unknown_analyzer_names_the_parameter(conn: psycopg.Connection[Any]) -> None:
