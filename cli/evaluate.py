@@ -73,7 +73,8 @@ def evaluate(
         help="BEIR qrels (TSV: query-id, corpus-id, score): the judgments of the "
              "queries in QUERIES, a BEIR queries.jsonl.")] = None,
     store_qrels: Annotated[bool, typer.Option(
-        "--store-qrels", help="Also load the judged queries into pgfunnel.qrel.")] = False,
+        "--store-qrels", help="Also load the judged queries evaluated (with --split, that "
+                               "split's) into pgfunnel.qrel.")] = False,
     json_out: JsonOption = False,
 ) -> None:
     """Evaluate configurations: per-slice nDCG/recall/MRR with the pool recall of each stage."""
@@ -158,9 +159,13 @@ def evaluate(
             respelled = result.report.metadata.get("judged_items_respelled") or {}
             if store_qrels:
                 # under the citekeys the run matched file names to, or the stage recall
-                # read in the database found none of them
-                n = store(conn, collection, judged, respelled=respelled)
-                console.print(f"stored {n} judgments of {len(judged)} queries in pgfunnel.qrel")
+                # read in the database found none of them; the queries the run evaluated
+                # (its split's), not the whole file: the other split's, never searched,
+                # counted in the stage recall read in the database
+                n = store(conn, collection, result.queries, respelled=respelled)
+                of_split = f" (the {split} split)" if split else ""
+                console.print(f"stored {n} judgments of {len(result.queries)} queries"
+                              f"{of_split} in pgfunnel.qrel", soft_wrap=True)
         finally:
             conn.close()
         if respelled:

@@ -757,3 +757,31 @@ def test_eval_of_no_answer_queries_only_says_there_is_nothing_to_compare(
     assert res.exit_code == 0, res.output
     assert "nothing to compare: no query has a relevant item" in res.output
     assert not any(line.rstrip().endswith("):") for line in res.output.splitlines())
+
+
+def test_store_qrels_with_a_split_stores_the_queries_that_split_evaluated(
+        sample_db: str, tmp_path: Path) -> None:
+    # `--split dev --store-qrels` stored every judged query of the file, the test split's
+    # too, so the stage recall read in the database covered queries the run never searched
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.db import connect
+
+    picked = [q for q in _subset(1) if q.relevant_items][:4]
+    rows = [{"query_id": q.query_id, "query": q.query, "slice": q.slice,
+             "relevant": dict(q.relevant), "history": list(q.history),
+             "split": "dev" if i % 2 == 0 else "test"} for i, q in enumerate(picked)]
+    queries = tmp_path / "q.jsonl"
+    queries.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    dev = sorted(r["query_id"] for r in rows if r["split"] == "dev")
+    res = CliRunner().invoke(app, ["eval", str(queries), "--dsn", sample_db, "--split", "dev",
+                                   "--store-qrels", "--trace"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    with connect(sample_db, autocommit=True) as conn:
+        stored = [r[0] for r in conn.execute(
+            "select distinct query_id from pgfunnel.qrel order by 1")]
+    assert stored == dev
+    n = sum(len(r["relevant"]) for r in rows if r["split"] == "dev")
+    assert f"stored {n} judgments of {len(dev)} queries (the dev split) in pgfunnel.qrel" \
+        in " ".join(res.output.split())
