@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -677,3 +678,34 @@ def test_the_pool_recall_chart_legend_covers_no_point() -> None:
     legend = ax.get_legend().get_window_extent(renderer)
     points = [ax.transData.transform(xy) for line in ax.get_lines() for xy in line.get_xydata()]
     assert not any(legend.contains(x, y) for x, y in points)
+
+
+def test_charts_show_slice_and_configuration_names_as_written(tmp_path: Path) -> None:
+    """Matplotlib reads `$...$` in a label as math and hides a legend label that starts
+    with `_`: a slice named 'a $\\frac$ b' stopped `pgfunnel eval --out` with a
+    ParseException traceback after every search had run (report.md written, no charts),
+    'cost $5 or $10' was drawn as '5 or ' in italics, and a configuration named '_base'
+    had no legend entry."""
+    from pgfunnel.eval.report import _pool_recall_figure, _slices_figure
+
+    slices = ["a $\\frac$ b", "cost $5 or $10"]
+    queries = [jq(f"q{i}", s, {f"d{i}#0": 1}) for i, s in enumerate(slices)]
+    runs = {name: {q.query_id: [f"d{i}#0"] for i, q in enumerate(queries)}
+            for name in ("_base", "$x$")}
+    report = build_report(runs, queries, k=10, n_resamples=10)
+    plot_slices(report, tmp_path / "slices.png")
+    curves = {"lexical leg": [(1, 1.0)], "_base (final order)": [(1, 1.0)],
+              "$x$ (final order)": [(1, 1.0)]}
+    plot_pool_recall(curves, tmp_path / "pool.png")
+
+    def shown(text: Any) -> str:
+        # what is drawn: the text itself, unless matplotlib reads it as math
+        s, math = text._preprocess_math(text.get_text())
+        assert not math, text.get_text()
+        return str(s).replace("\\$", "$")
+
+    ax = _slices_figure(report).axes[0]
+    assert [shown(t) for t in ax.get_xticklabels()] == [*slices, "all"]
+    assert [shown(t) for t in ax.get_legend().get_texts()] == ["_base", "$x$"]
+    ax = _pool_recall_figure(curves, "t").axes[0]
+    assert [shown(t) for t in ax.get_legend().get_texts()] == list(curves)

@@ -424,6 +424,20 @@ def _new_figure(width: float, height: float) -> Any:
     return fig
 
 
+def _as_written(name: str) -> str:
+    """A slice or configuration name for a chart, drawn as written: matplotlib reads text
+    between two ``$`` as math (a slice named ``a $\\frac$ b`` stopped the run with a
+    ParseException, ``cost $5 or $10`` was drawn as ``5 or`` in italics)."""
+    return name.replace("$", r"\$")
+
+
+def _legend_beside(ax: Any, handles: Sequence[Any], labels: Sequence[str]) -> None:
+    """The legend beside the axes, with every label given: matplotlib leaves a label that
+    starts with ``_`` out of a legend it gathers itself (a configuration named ``_base``)."""
+    ax.legend(list(handles), [_as_written(label) for label in labels], loc="upper left",
+              bbox_to_anchor=(1.01, 1.0), fontsize="small")
+
+
 def _nothing_to_find(ax: Any) -> None:
     """Say on an empty chart why it is empty: every query was a no-answer query."""
     ax.text(0.5, 0.5, "no answerable queries: nothing to find\n(no-answer queries are only "
@@ -444,6 +458,7 @@ def _slices_figure(report: EvalReport) -> Any:
     fig = _new_figure(max(6.0, 1.1 * len(slices) * max(1, len(configs)) ** 0.5 + 2), 4.5)
     ax = fig.add_subplot(1, 1, 1)
     width = 0.8 / len(configs)
+    bars: list[Any] = []
     for i, name in enumerate(configs):
         rows = report.configs[name].aggregates
         xs: list[float] = []
@@ -454,11 +469,11 @@ def _slices_figure(report: EvalReport) -> Any:
                 xs.append(j - 0.4 + width * (i + 0.5))
                 ys.append(value)
         # past the ten colours of the cycle, a hatch tells configurations apart
-        ax.bar(xs, ys, width=width, label=name, hatch=_HATCHES[(i // 10) % len(_HATCHES)])
+        bars.append(ax.bar(xs, ys, width=width, hatch=_HATCHES[(i // 10) % len(_HATCHES)]))
     ax.set_xticks(range(len(slices)))
     ax.set_xticklabels(
-        slices, rotation=30 if len(slices) > 6 else 0, ha="right" if len(slices) > 6 else "center"
-    )
+        [_as_written(s) for s in slices], rotation=30 if len(slices) > 6 else 0,
+        ha="right" if len(slices) > 6 else "center")
     if not slices:
         _nothing_to_find(ax)
     ax.set_ylim(0.0, 1.05)
@@ -467,7 +482,7 @@ def _slices_figure(report: EvalReport) -> Any:
     ax.grid(axis="y", alpha=0.3)
     # beside the axes: good configurations fill every slice's bars to near 1.0, so no
     # corner inside is free and loc="best" covered the last slice's bars (the "all" row)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    _legend_beside(ax, bars, configs)
     fig.tight_layout()
     return fig
 
@@ -492,6 +507,8 @@ def _pool_recall_figure(points: Mapping[str, Sequence[tuple[int, float]]], title
     fig = _new_figure(8.5, 4.5)  # the legend beside the axes
     ax = fig.add_subplot(1, 1, 1)
     depths: set[int] = set()
+    lines: list[Any] = []
+    names: list[str] = []
     for i, (name, series) in enumerate(points.items()):
         if not series:
             continue  # no answerable query: no line, rather than one flat at 0
@@ -501,11 +518,13 @@ def _pool_recall_figure(points: Mapping[str, Sequence[tuple[int, float]]], title
         # one-leg configuration's final order is often the leg's own list, and its line
         # hid the leg's entirely
         leg = name.endswith(" leg")
-        ax.plot([d for d, _ in ordered], [r for _, r in ordered], label=name,
+        [line] = ax.plot([d for d, _ in ordered], [r for _, r in ordered],
                 marker="s" if leg else "o", markersize=7 if leg else 5,
                 markerfacecolor="none" if leg else None, linewidth=2.0 if leg else 1.5,
                 linestyle="--" if leg else _LINE_STYLES[(i // 10) % len(_LINE_STYLES)],
                 zorder=3 if leg else 2)
+        lines.append(line)
+        names.append(name)
     if depths and min(depths) > 0:
         # depths grow by doubling (1, 3, 5, 10, 20, 40 ... 1000): on a linear axis the
         # first five points shared the first twentieth of its width
@@ -523,7 +542,7 @@ def _pool_recall_figure(points: Mapping[str, Sequence[tuple[int, float]]], title
     if depths:
         # beside the axes: a weak configuration's lines run along the bottom, where the
         # legend (placed lower right) covered them
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+        _legend_beside(ax, lines, names)
     fig.tight_layout()
     return fig
 
