@@ -196,8 +196,7 @@ def evaluate(
     else:
         _print_tables(report, k)
         if out_dir is not None:
-            out.print(f"wrote {out_dir}/report.json, report.md, runs.jsonl, slices.png, "
-                      "pool_recall.png", soft_wrap=True)
+            out.print(f"wrote {out_dir}/{', '.join(OUT_FILES)}", soft_wrap=True)
     if floor_spec is not None:
         if violations:
             for v in violations:
@@ -207,20 +206,40 @@ def evaluate(
                       f"(configuration {report.baseline!r})")
 
 
+#: the files ``--out`` writes
+OUT_FILES: tuple[str, ...] = ("report.json", "report.md", "runs.jsonl", "slices.png",
+                              "pool_recall.png")
+
+
 def _unwritable(folder: Path, exc: OSError) -> Exception:
     from pgfunnel.errors import ConfigError
 
-    return ConfigError("out", f"cannot write the report in {folder}: {exc.strerror or exc}")
+    # the file, when one of the report's could not be written: "Is a directory" alone,
+    # said of the folder, named nothing that was one
+    name = Path(exc.filename).name if exc.filename is not None else ""
+    where = f" ({name})" if name in OUT_FILES else ""
+    return ConfigError("out", f"cannot write the report in {folder}{where}: "
+                              f"{exc.strerror or exc}")
 
 
 def _writable(folder: Path) -> None:
-    """``folder`` made if missing; a ConfigError for ``--out`` when it cannot be one."""
+    """``folder`` made if missing; a ConfigError for ``--out`` when it cannot be one, or
+    when one of the files the report is written to cannot be replaced (a folder of that
+    name, a file without write permission): that was said only after every search."""
+    import errno
+    import os
     import tempfile
 
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=folder):
             pass
+        for name in OUT_FILES:
+            path = folder / name
+            if path.is_dir():
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+            if path.exists() and not os.access(path, os.W_OK):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
     except OSError as exc:
         raise _unwritable(folder, exc) from None
 

@@ -620,6 +620,22 @@ def test_an_out_path_that_cannot_be_a_folder_is_refused_before_searching(tmp_pat
     assert f"error: --out: cannot write the report in {a_file}" in " ".join(res.output.split())
 
 
+def test_a_report_file_that_cannot_be_replaced_is_named_before_searching(
+        tmp_path: Path) -> None:
+    """A folder named report.json (or slices.png ...) in --out was found only after every
+    search had run, and the error named the folder: "cannot write the report in out: Is a
+    directory"."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    (tmp_path / "out" / "slices.png").mkdir(parents=True)
+    res = CliRunner().invoke(app, ["eval", str(QUERIES), "--dsn", "postgresql://nobody@/x",
+                                   "--out", str(tmp_path / "out")], env={"COLUMNS": "300"})
+    assert res.exit_code == 1, res.output
+    assert f"error: --out: cannot write the report in {tmp_path / 'out'} (slices.png): Is a " \
+           "directory" in " ".join(res.output.split())
+
+
 def test_pool_recall_curves_reach_the_end_of_the_longest_pool() -> None:
     """A leg of 40 chunks collapses to fewer documents (34 here): the curve stopped at the
     last preset depth below that (20), so a relevant document at rank 25 never showed."""
