@@ -253,6 +253,11 @@ def test_load_floors_rejects_bad_values(tmp_path: Path) -> None:
         load_floors(path)
     path.write_text('{"all": {"recall@10": 1, "ndcg@10": 0}}')
     assert load_floors(path) == {"all": {"recall@10": 1.0, "ndcg@10": 0.0}}
+    # a gate of no floor passed every run: "floors: all 0 met"
+    for empty in ('{}', '{"all": {}}', '{"all": {}, "identifier": {}}'):
+        path.write_text(empty)
+        with pytest.raises(ConfigError, match="names no floor"):
+            load_floors(path)
     path.write_text('{\n  "paraphrase": {"ndcg@10": 0.5},\n}\n')
     with pytest.raises(ConfigError, match=r"not valid JSON \(line 3, column 1\)"):
         load_floors(path)

@@ -372,8 +372,8 @@ def load_floors(path: str | Path) -> dict[str, dict[str, float]]:
     """Read floors from JSON: ``{"slice": {"ndcg@10": 0.5, ...}, ...}``.
 
     Anything else (not an object, a non-numeric floor, a floor outside 0..1, where every
-    metric lies) is a :class:`ConfigError` for the parameter ``floors`` that names the
-    file and the entry.
+    metric lies, a file with no floor at all) is a :class:`ConfigError` for the parameter
+    ``floors`` that names the file and the entry.
     """
     p = Path(path)
     try:
@@ -414,4 +414,8 @@ def load_floors(path: str | Path) -> dict[str, dict[str, float]]:
                 )
             row[metric] = float(value)
         floors[slice_name] = row
+    if not any(floors.values()):
+        # a gate of no floor passed every run ("floors: all 0 met"), whatever it measured
+        raise ConfigError("floors", f"{p} names no floor: give at least one slice a metric "
+                                    'and its minimum, e.g. {"all": {"ndcg@10": 0.5}}')
     return floors
