@@ -801,3 +801,26 @@ def test_store_qrels_with_a_split_stores_the_queries_that_split_evaluated(
     n = sum(len(r["relevant"]) for r in rows if r["split"] == "dev")
     assert f"stored {n} judgments of {len(dev)} queries (the dev split) in pgfunnel.qrel" \
         in " ".join(res.output.split())
+
+
+def test_a_collection_that_does_not_exist_is_told_with_the_ones_that_do(
+        sample_db: str) -> None:
+    # `pgfunnel demo` makes collection 'demo': `eval -c handbook` said only "does not exist
+    # or has no active index version", where a search names the collections there are
+    from pgfunnel.db import connect
+    from pgfunnel.errors import NotFoundError
+    from pgfunnel.eval.harness import stage_recall_in_db, store_qrels
+
+    queries = _subset(1)[:1]
+    said = r"collection 'handbook' does not exist; this database has 'default'"
+    with pytest.raises(NotFoundError, match=said):
+        Harness(sample_db, "handbook").run(queries, preset_configs("lexical"))
+    with connect(sample_db, autocommit=True) as conn:
+        with pytest.raises(NotFoundError, match=said):
+            store_qrels(conn, "handbook", queries)
+        with pytest.raises(NotFoundError, match=said):
+            stage_recall_in_db(conn, "handbook")
+        conn.execute("update pgfunnel.index_version set state = 'retired'")
+    with pytest.raises(NotFoundError, match=r"collection 'default' has no active index "
+                                            r"version \(pgfunnel versions list -c default"):
+        Harness(sample_db, "default").run(queries, preset_configs("lexical"))

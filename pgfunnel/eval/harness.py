@@ -55,6 +55,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import shlex
 import time
 import uuid
 import warnings
@@ -735,8 +736,15 @@ class Harness:
             "from pgfunnel.index_version v join pgfunnel.collection c on c.id = v.collection_id "
             "where c.name = %s and v.state = 'active'", (self.collection,)).fetchone()
         if row is None:
-            raise NotFoundError(f"collection {self.collection!r} does not exist or has no "
-                                "active index version")
+            # one that does not exist is told as a search tells it, naming those that do
+            # (after `pgfunnel demo`, `eval -c handbook` said only "does not exist")
+            from pgfunnel.ingest import require_collection
+
+            require_collection(conn, self.collection)
+            raise NotFoundError(
+                f"collection {self.collection!r} has no active index version (pgfunnel "
+                f"versions list -c {shlex.quote(self.collection)} shows them; pgfunnel "
+                "versions activate N switches to one)")
         return {"version": row[0], "embedding_model": row[1], "analyzer": row[2],
                 "chunks": row[3]}
 
@@ -860,11 +868,9 @@ def store_qrels(conn: psycopg.Connection[Any], collection: str,
     ``respelled`` renames judged items as a run matched them (a file name to its citekey:
     the run's ``judged_items_respelled``), so the stage recall read in the database finds
     them; two items of one query renamed alike keep the higher grade."""
-    row = conn.execute("select id from pgfunnel.collection where name = %s",
-                       (collection,)).fetchone()
-    if row is None:
-        raise NotFoundError(f"collection {collection!r} does not exist")
-    coll = int(row[0])
+    from pgfunnel.ingest import require_collection
+
+    coll = require_collection(conn, collection)
     rows = [(coll, q.query_id, item, q.query, q.slice, grade) for q in queries
             for item, grade in _renamed(q.relevant, respelled or {}).items()]
     try:
@@ -951,14 +957,13 @@ def stage_recall_in_db(conn: psycopg.Connection[Any], collection: str,
     several configurations is the last configuration's; ``config`` names the
     configuration whose searches to read instead (eval records the name in
     ``search_log.notes``; searches made outside eval have none)."""
-    row = conn.execute("select id from pgfunnel.collection where name = %s",
-                       (collection,)).fetchone()
-    if row is None:
-        raise NotFoundError(f"collection {collection!r} does not exist")
+    from pgfunnel.ingest import require_collection
+
+    coll = require_collection(conn, collection)
     out: dict[str, dict[str, float]] = {}
     try:
         for slice_name, n, *vals in conn.execute(_STAGE_RECALL_SQL,
-                                                 {"c": int(row[0]), "config": config}):
+                                                 {"c": coll, "config": config}):
             if not n:
                 # the grand total of nothing judged and searched yet: no recall to report
                 continue
