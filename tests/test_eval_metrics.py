@@ -237,6 +237,21 @@ def test_floor_above_measured_value_is_a_violation(tmp_path: Path) -> None:
     assert check_floors(rows, {"paraphrase": {"mrr@3": 0.75}}) == []
 
 
+def test_a_mean_equal_to_its_floor_meets_it_whatever_the_float_rounding() -> None:
+    # recall 1, 1 and 0.4 average to 0.7999999999999999 as floats: a floor of 0.8 failed,
+    # saying "recall@3 = 0.8000 is below its floor of 0.8"
+    queries = [jq(f"q{i}", "s", {"d#0": 1}) for i in range(3)]
+    per_query = {"q0": {"recall@3": 1.0}, "q1": {"recall@3": 1.0}, "q2": {"recall@3": 0.4}}
+    rows = aggregate(per_query, queries)
+    assert rows["s"]["recall@3"] != 0.8  # the rounding this is about
+    assert check_floors(rows, {"s": {"recall@3": 0.8}, "all": {"recall@3": 0.8}}) == []
+    [below] = check_floors(rows, {"s": {"recall@3": 0.8000001}})
+    # said with the decimals that show it below the floor
+    assert str(below) == "slice 's': recall@3 = 0.8000 is below its floor of 0.8000001"
+    [below] = check_floors({"s": {"ndcg@3": 0.90649}}, {"s": {"ndcg@3": 0.9065}})
+    assert str(below) == "slice 's': ndcg@3 = 0.90649 is below its floor of 0.9065"
+
+
 def test_load_floors_rejects_bad_values(tmp_path: Path) -> None:
     path = tmp_path / "floors.json"
     path.write_text('{"paraphrase": {"ndcg@10": "high"}}')

@@ -326,6 +326,13 @@ def paired_bootstrap(
     return BootstrapResult(observed, float(low), float(high), n)
 
 
+def _floor_text(floor: float) -> str:
+    """A floor as the file gives it: ``0.8``, ``1``, and ``0.8000001`` whole (``:g``
+    alone wrote it as 0.8)."""
+    short = f"{floor:g}"
+    return short if float(short) == floor else repr(floor)
+
+
 @dataclass(frozen=True)
 class FloorViolation:
     """A slice whose measured metric is below its floor (or was not measured)."""
@@ -338,13 +345,24 @@ class FloorViolation:
     def __str__(self) -> str:
         if self.measured is None:
             return (
-                f"slice {self.slice!r}: {self.metric} has a floor of {self.floor:g} "
+                f"slice {self.slice!r}: {self.metric} has a floor of {_floor_text(self.floor)} "
                 "but was not measured"
             )
-        return (
-            f"slice {self.slice!r}: {self.metric} = {self.measured:.4f} is below "
-            f"its floor of {self.floor:g}"
-        )
+        # as many decimals as it takes to show it below the floor: 0.90649 against a
+        # floor of 0.9065 read "0.9065 is below its floor of 0.9065"
+        shown = f"{self.measured:.4f}"
+        for decimals in range(5, 13):
+            if float(shown) < self.floor:
+                break
+            shown = f"{self.measured:.{decimals}f}"
+        return f"slice {self.slice!r}: {self.metric} = {shown} is below its floor of " \
+            f"{_floor_text(self.floor)}"
+
+
+#: how far below its floor a mean may be and still meet it: the rounding of a mean of
+#: floats, never a query's worth (a floor of 0.8 failed on a measured 0.7999999999999999,
+#: said as "0.8000 is below its floor of 0.8")
+FLOOR_TOLERANCE = 1e-9
 
 
 def check_floors(
@@ -355,6 +373,8 @@ def check_floors(
 
     A floor for a slice or metric that the aggregates lack is a violation with
     ``measured=None``: a gate must not pass because the queries it guards went missing.
+    A mean within :data:`FLOOR_TOLERANCE` below its floor meets it: that much is the
+    rounding of a sum of floats (recall 1, 1 and 0.4 average to 0.7999999999999999).
     """
     violations: list[FloorViolation] = []
     for slice_name, metric_floors in floors.items():
@@ -363,7 +383,7 @@ def check_floors(
             measured = row.get(metric)
             if measured is None or math.isnan(measured):
                 violations.append(FloorViolation(slice_name, metric, float(floor), None))
-            elif measured < floor:
+            elif measured < floor - FLOOR_TOLERANCE:
                 violations.append(FloorViolation(slice_name, metric, float(floor), measured))
     return violations
 
