@@ -412,6 +412,7 @@ def test_stage_recall_in_database_reads_the_configuration_asked_for(sample_db: s
     """After a traced run of several configurations each judged query's latest search is
     the last configuration's: the baseline's stage recall could not be read at all."""
     from pgfunnel.db import connect
+    from pgfunnel.errors import NotFoundError
     from pgfunnel.eval.harness import stage_recall_in_db, store_qrels
 
     queries = [q for q in _subset(4) if not q.history and q.slice == "paraphrase"]
@@ -429,6 +430,11 @@ def test_stage_recall_in_database_reads_the_configuration_asked_for(sample_db: s
         for stage in ("fused", "capped"):
             assert in_db[name]["all"][stage] == pytest.approx(pools[name][stage]["all"]), name
     assert latest == in_db["wide"]  # without a name: each query's latest, the last run's
+    # a name eval never traced read as {}, as if nothing had been searched
+    with connect(sample_db, autocommit=True) as conn, pytest.raises(
+            NotFoundError, match=r"no traced search of configuration 'default' in collection "
+                                 r"'default'; eval traced 'narrow', 'wide' there"):
+        stage_recall_in_db(conn, "default", config="default")
 
 
 def test_stored_judgments_use_the_citekey_a_file_name_was_matched_to(sample_db: str) -> None:

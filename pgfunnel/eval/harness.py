@@ -956,7 +956,9 @@ def stage_recall_in_db(conn: psycopg.Connection[Any], collection: str,
     Each judged query is read from its latest traced search, which after an eval run of
     several configurations is the last configuration's; ``config`` names the
     configuration whose searches to read instead (eval records the name in
-    ``search_log.notes``; searches made outside eval have none)."""
+    ``search_log.notes``; searches made outside eval have none). A ``config`` that no
+    traced search of the collection names is a :class:`NotFoundError` naming those that
+    are."""
     from pgfunnel.ingest import require_collection
 
     coll = require_collection(conn, collection)
@@ -971,6 +973,22 @@ def stage_recall_in_db(conn: psycopg.Connection[Any], collection: str,
                 "n_queries": float(n),
                 **{s: float(v) for s, v in zip(("lexical", "dense", "fused", "capped",
                                                 "final"), vals, strict=True)}}
+        if config is not None and not out:
+            # a name eval never traced here (a typo, a preset's name misremembered) read
+            # as {}, as if no judged query had been searched yet
+            traced = [str(r[0]) for r in conn.execute(
+                "select distinct notes ->> 'config' from pgfunnel.search_log "
+                "where collection_id = %s and notes ? 'config' order by 1 limit 11",
+                (coll,))]
+            if config not in traced:
+                shown_names = ", ".join(repr(n) for n in traced[:10]) + \
+                    (", ..." if len(traced) > 10 else "")
+                raise NotFoundError(
+                    f"no traced search of configuration {config!r} in collection "
+                    f"{collection!r}; " + (f"eval traced {shown_names} there" if traced
+                                           else "eval has traced none there (pgfunnel eval "
+                                                "--trace records each search's "
+                                                "configuration)"))
     except psycopg.Error as exc:
         raise translate(exc) from exc
     return out
