@@ -729,3 +729,31 @@ def test_charts_show_slice_and_configuration_names_as_written(tmp_path: Path) ->
     assert [shown(t) for t in ax.get_legend().get_texts()] == ["_base", "$x$"]
     ax = _pool_recall_figure(curves, "t").axes[0]
     assert [shown(t) for t in ax.get_legend().get_texts()] == list(curves)
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    # a JSON array or a pretty-printed object: the first line alone read "invalid JSON:
+    # Expecting value", and an array on one line "expected a JSON object, got list"
+    ('[\n  {"query": "x", "slice": "s", "relevant": ["d"]},\n  {"query": "y", "slice": "s", '
+     '"relevant": ["d"]}\n]\n',
+     "line 1: invalid JSON at column 2: Expecting value; the file is one JSON array of judged "
+     "queries over several lines, not JSON Lines: drop the brackets and write each object "
+     "whole on a line of its own (JSON Lines)"),
+    ('{\n  "query": "x",\n  "slice": "s",\n  "relevant": ["d"]\n}\n',
+     "line 1: invalid JSON at column 2: Expecting property name enclosed in double quotes; "
+     "the file is one JSON object over several lines, not JSON Lines: write each object "
+     "whole on a line of its own (JSON Lines)"),
+    ('[{"query": "x", "slice": "s", "relevant": ["d"]}]\n',
+     "line 1: a JSON array of objects, not one object: drop the brackets and write each "
+     "object whole on a line of its own (JSON Lines)"),
+    # a line that is not JSON in a JSON Lines file: said where, with no hint
+    ('{"query": "x", "slice": "s", "relevant": ["d"]}\n{"query": "y", "slice": }\n',
+     "line 2: invalid JSON at column 25: Expecting value"),
+])
+def test_a_judged_queries_file_that_is_not_json_lines_says_so(
+        tmp_path: Path, text: str, said: str) -> None:
+    path = tmp_path / "q.jsonl"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(InvalidInputError) as exc:
+        load_queries(path)
+    assert str(exc.value) == f"{path}: {said}"

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -261,9 +262,32 @@ def _json_lines(path: Path, what: str) -> Iterator[tuple[int, Any]]:
         try:
             value = loads_unique(raw)
         except JSON_ERRORS as exc:
-            raise InvalidInputError(f"{path}: line {lineno}: invalid JSON: "
-                                    f"{json_problem(exc)}") from None
+            at = f" at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
+            raise InvalidInputError(f"{path}: line {lineno}: invalid JSON{at}: "
+                                    f"{json_problem(exc)}{_one_document(text, what)}") from None
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            raise InvalidInputError(f"{path}: line {lineno}: a JSON array of objects, not "
+                                    f"one object: drop the brackets and {_ONE_A_LINE}")
         yield lineno, value
+
+
+_ONE_A_LINE = "write each object whole on a line of its own (JSON Lines)"
+
+
+def _one_document(text: str, what: str) -> str:
+    """The hint for a line that is not JSON when the whole file is one JSON document (an
+    array of queries, or an object pretty-printed over several lines): its first line
+    alone read as "invalid JSON: Expecting value", which said nothing of the format."""
+    try:
+        whole = loads_unique(text)
+    except JSON_ERRORS:
+        return ""
+    if isinstance(whole, list):
+        return (f"; the file is one JSON array of {what} over several lines, not JSON Lines: "
+                f"drop the brackets and {_ONE_A_LINE}")
+    if isinstance(whole, dict):
+        return f"; the file is one JSON object over several lines, not JSON Lines: {_ONE_A_LINE}"
+    return ""
 
 
 def load_queries(path: str | Path) -> list[JudgedQuery]:
