@@ -497,6 +497,10 @@ def test_a_file_that_mixes_levels_or_holds_nothing_is_named_with_its_lines(
     # one of the two grades was taken without a word
     ("q1\td1\t1\nq1\td2\t1\nq1\td1\t2\n",
      r"line 3: query 'q1' judges 'd1' 2, where line 1 judged it 1"),
+    # the levels mixed were named by the lines of the queries file, without a file
+    ("q1\td1\t1\nq1\td2#0\t1\n",
+     r"test.tsv: the qrels mix chunk-level and document-level items: line 2 \(query 'q1'\) "
+     r"judges chunk 'd2#0', line 1 \(query 'q1'\) judges document 'd1'"),
 ])
 def test_beir_scores_that_are_not_grades_are_refused(tmp_path: Path, qrels: str,
                                                       said: str) -> None:

@@ -383,6 +383,18 @@ def load_beir(queries_path: str | Path, qrels_path: str | Path) -> list[JudgedQu
         judged_on.setdefault((fields[0], fields[1]), lineno)
     if not judged:
         raise InvalidInputError(f"{rp}: no judgments in the file (it is empty or only a header)")
+    # one level per file, said with the qrels' own lines: judging_level named the lines of
+    # the queries file, where no item is written, and no file
+    seen: dict[bool, tuple[int, str, str]] = {}
+    for (query_id, item_id), lineno in sorted(judged_on.items(), key=lambda kv: kv[1]):
+        seen.setdefault(chunk_key(item_id) is not None, (lineno, query_id, item_id))
+        if len(seen) == 2:
+            chunk, doc = seen[True], seen[False]
+            raise InvalidInputError(
+                f"{rp}: the qrels mix chunk-level and document-level items: line {chunk[0]} "
+                f"(query {chunk[1]!r}) judges chunk {chunk[2]!r}, line {doc[0]} (query "
+                f"{doc[1]!r}) judges document {doc[2]!r}; one file judges at one level "
+                "(docs/evaluation.md, judging level)")
     queries: list[JudgedQuery] = []
     first_line: dict[str, int] = {}
     for lineno, obj in _json_lines(qp, "queries"):
