@@ -37,6 +37,58 @@ def pct(xs: list[float], p: float) -> float:
     return s[min(len(s) - 1, int(p * len(s)))]
 
 
+def _build_and_run(collection: str, data: Path) -> str:
+    """The commands that make what this script measures (the docs benchmark's build and
+    run, which ingests the collection and builds the peer table from it)."""
+    script = f"bench/{collection}.py" if collection in ("pydocs", "pgdocs", "djangodocs") \
+        else "bench/pydocs.py"
+    return (f"python {script} build --out {data}, then python {script} run --data {data} "
+            "(bench/README.md)")
+
+
+def load_query_texts(data: Path, collection: str, n: int) -> list[str]:
+    """The first ``n`` query texts of ``data/queries.jsonl``; exit saying what to run when
+    the benchmark was not built there."""
+    path = data / "queries.jsonl"
+    if not path.is_file():
+        raise SystemExit(f"{path} not found: build the benchmark first: "
+                         f"{_build_and_run(collection, data)}")
+    return [json.loads(line)["query"] for line in path.read_text().splitlines()][:n]
+
+
+def active_version(conn: Any, collection: str, data: Path) -> tuple[int, int, str, int]:
+    """(version id, collection id, analyzer, chunks) of the collection's active version,
+    after checking that the Supabase-style peer table holds that version's chunks; exit
+    saying what to run when the database lacks the schema, the collection or the peer."""
+    todo = _build_and_run(collection, data)
+    if conn.execute("select to_regclass('pgfunnel.index_version')").fetchone()[0] is None:
+        raise SystemExit(f"this database has no pgfunnel schema, so no collection "
+                         f"{collection!r}: run {todo}")
+    row = conn.execute(
+        "select v.id, c.id, v.analyzer, v.chunk_count from pgfunnel.index_version v "
+        "join pgfunnel.collection c on c.id = v.collection_id "
+        "where c.name = %s and v.state = 'active'", (collection,)).fetchone()
+    if row is None:
+        raise SystemExit(f"no collection {collection!r} in this database: run {todo}")
+    vid, cid, analyzer, n_chunks = int(row[0]), int(row[1]), str(row[2]), int(row[3])
+    if not conn.execute("select to_regclass('bench_peer.docs') is not null and exists "
+                        "(select 1 from pg_proc where pronamespace = "
+                        "to_regnamespace('bench_peer') and proname = 'hybrid_search')"
+                        ).fetchone()[0]:
+        raise SystemExit("no Supabase-style peer (bench_peer.hybrid_search) in this "
+                         f"database: run {todo}")
+    peer_rows, foreign = conn.execute(
+        "select count(*), count(*) filter (where not exists (select 1 from "
+        "pgfunnel.embedding e where e.chunk_id = p.id and e.index_version_id = %s)) "
+        "from bench_peer.docs p", (vid,)).fetchone()
+    if foreign or peer_rows != n_chunks:
+        raise SystemExit(f"the Supabase-style peer table (bench_peer.docs, {peer_rows} rows) "
+                         f"does not hold collection {collection!r}'s {n_chunks} chunks (each docs "
+                         "benchmark's run rebuilds it from its own collection: it was built "
+                         f"from another one, or this one changed since): run {todo}")
+    return vid, cid, analyzer, n_chunks
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=Path("bench/data/pydocs"))
@@ -50,18 +102,10 @@ def main() -> None:
     from pgfunnel.db import connect
     from pgfunnel.embedder import Embedder
 
-    queries = [json.loads(line)["query"] for line in
-               (args.data / "queries.jsonl").read_text().splitlines()][: args.queries]
-    emb = Embedder()
-    vecs = emb.embed(queries)
+    queries = load_query_texts(args.data, args.collection, args.queries)
     with connect(args.dsn, autocommit=True) as conn:
-        row = conn.execute(
-            "select v.id, c.id, v.analyzer, v.chunk_count from pgfunnel.index_version v "
-            "join pgfunnel.collection c on c.id = v.collection_id "
-            "where c.name = %s and v.state = 'active'", (args.collection,)).fetchone()
-        assert row is not None, (f"no collection {args.collection!r}: run bench/pydocs.py run "
-                                 "(or bench/pgdocs.py run) first")
-        vid, cid, analyzer, n_chunks = row
+        vid, cid, analyzer, n_chunks = active_version(conn, args.collection, args.data)
+        vecs = Embedder().embed(queries)
         stmts = {
             "funnel_search": "select count(*) from funnel_search(%s, %b, collection => %s)",
             "lexical leg": ("select count(*) from pgfunnel._lexical_leg(%s, "
