@@ -871,6 +871,10 @@ def run(data_dir: Path, out_dir: Path, dsn: str | None = None, collection: str =
     from pgfunnel.eval.report import build_report, plot_slices, to_markdown, write_json
     from pgfunnel.ingest import Ingester
 
+    for needed in ("corpus.jsonl", "queries.jsonl"):
+        if not (data_dir / needed).is_file():
+            raise SystemExit(f"{data_dir / needed} not found: build the benchmark first: "
+                             f"python bench/{collection}.py build --out {data_dir}")
     embedder = Embedder()
     records = corpus_records(data_dir / "corpus.jsonl")
     vectors, embed_s, n_embedded = cached_vectors(records, data_dir / VECTORS_FILE, embedder)

@@ -292,3 +292,15 @@ def test_run_configs_measure_each_leg_as_the_eval_presets_do() -> None:
     assert pydocs.RUN_CONFIGS["dense"] == DENSE_ONLY
     for name, raw in pydocs.RUN_CONFIGS.items():
         EvalConfig.from_dict(name, raw)
+
+
+def test_run_before_build_says_to_build_first(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as err:
+        pydocs.run(tmp_path / "pydocs", tmp_path / "out")
+    assert "corpus.jsonl not found" in str(err.value)
+    assert f"python bench/pydocs.py build --out {tmp_path / 'pydocs'}" in str(err.value)
+    (tmp_path / "pgdocs").mkdir()
+    (tmp_path / "pgdocs" / "corpus.jsonl").write_text("", encoding="utf-8")
+    with pytest.raises(SystemExit, match=r"queries.jsonl not found.*bench/pgdocs.py build"):
+        pydocs.run(tmp_path / "pgdocs", tmp_path / "out", collection="pgdocs")
+    assert not (tmp_path / "out").exists()
