@@ -42,7 +42,7 @@ _SEARCH = ("select count(*) from funnel_search(%s, %s, 10, collection => 'perf',
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dsn", required=True, help="a server with JIT (URL form, database postgres)")
+    ap.add_argument("--dsn", required=True, help="a server with JIT (a URL or key=value pairs)")
     ap.add_argument("--size", type=int, default=100_000, help="chunks")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--functions-inherit-jit", action="store_true",
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         name = f"pgf_jit_{uuid.uuid4().hex[:6]}"
         c.execute(f'create database "{name}"')
-    dsn = args.dsn.replace("/postgres?", f"/{name}?")
+    dsn = perf.database_dsn(args.dsn, name)
     try:
         schema.init(dsn)
         records, vectors = perf.make_corpus(args.size)

@@ -34,7 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from perf import DIM, _Dims, base_chunks, queries  # noqa: E402
+from perf import DIM, _Dims, base_chunks, database_dsn, queries  # noqa: E402
 
 import pgfunnel.ingest as ingest_mod  # noqa: E402
 from pgfunnel.db import connect  # noqa: E402
@@ -177,8 +177,7 @@ def make_db(server: str, name: str) -> str:
 
     with connect(server, autocommit=True) as c:
         c.execute(f'create database "{name}"')
-    dsn = server.replace("/postgres?", f"/{name}?") if "/postgres?" in server else \
-        server.rsplit("/", 1)[0] + f"/{name}"
+    dsn = database_dsn(server, name)
     schema.init(dsn)
     return dsn
 

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from psycopg.conninfo import make_conninfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -238,6 +239,12 @@ def embed_rate(sample: int = 128) -> float:
     return len(texts) / (time.perf_counter() - t0)
 
 
+def database_dsn(server: str, name: str) -> str:
+    """``server``'s DSN (a URL or ``key=value`` pairs, any database) with database
+    ``name``: the host, port, user and options such as sslmode kept."""
+    return make_conninfo(server, dbname=name)
+
+
 def bench_size(server: str, size: int, n_queries: int, k: int, clients: list[int],
                base: str = "helpcenter") -> dict[str, Any]:
     from pgfunnel import schema
@@ -245,8 +252,7 @@ def bench_size(server: str, size: int, n_queries: int, k: int, clients: list[int
     name = f"pgf_perf_{size}_{uuid.uuid4().hex[:6]}"
     with connect(server, autocommit=True) as c:
         c.execute(f'create database "{name}"')
-    dsn = server.replace("/postgres?", f"/{name}?") if "/postgres?" in server else \
-        server.rsplit("/", 1)[0] + f"/{name}"
+    dsn = database_dsn(server, name)
     try:
         schema.init(dsn)
         records, vectors = make_corpus(size, base=base)

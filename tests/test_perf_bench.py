@@ -1,0 +1,40 @@
+"""bench/perf.py against a server given as the user may write its DSN."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+_BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(_BENCH))
+import perf  # noqa: E402
+
+
+def _key_value(dsn: str) -> str:
+    return make_conninfo(**{k: v for k, v in conninfo_to_dict(dsn).items() if v})
+
+
+def test_a_database_dsn_keeps_the_server_and_its_options() -> None:
+    for server in ("host=/tmp/pg dbname=postgres user=u",
+                   "postgresql://u:p@db.example:5433/app?sslmode=require",
+                   "postgresql://u@db.example"):
+        info = conninfo_to_dict(perf.database_dsn(server, "pgf_perf_x"))
+        given = conninfo_to_dict(server)
+        assert info["dbname"] == "pgf_perf_x"
+        assert {k: v for k, v in info.items() if k != "dbname"} == \
+            {k: v for k, v in given.items() if k != "dbname"}
+
+
+def test_perf_runs_on_a_server_given_as_key_value_pairs(server_dsn: str) -> None:
+    server = _key_value(server_dsn)
+    assert "://" not in server
+    run = perf.bench_size(server, 300, 5, 10, [1])
+    assert run["ingest"]["chunks"] == 300
+    assert run["latency"]["funnel_search"][1]["min_results"] == 10
+    with psycopg.connect(server_dsn) as c:  # its database is dropped again
+        assert c.execute("select count(*) from pg_database "
+                         "where datname like 'pgf_perf_300_%'").fetchone() == (0,)
+    assert "p50 / funnel_search" in perf.to_markdown([run], None)
