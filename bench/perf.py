@@ -374,7 +374,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, action="append", help="chunks (repeatable)")
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--k", type=int, default=10)
-    ap.add_argument("--clients", type=int, action="append")
+    ap.add_argument("--clients", type=int, action="append",
+                    help="client connections (repeatable; default 1 and 4); one client is "
+                         "always measured, the tables and the plot read it")
     ap.add_argument("--dsn", default=os.environ.get("PGFUNNEL_DSN"))
     ap.add_argument("--out", type=Path, default=Path("bench/out"))
     ap.add_argument("--base", choices=BASES, default="helpcenter",
@@ -385,7 +387,9 @@ def main(argv: list[str] | None = None) -> int:
 
     server = resolve_dsn(args.dsn)
     sizes = args.size or [10_000, 100_000]
-    clients = args.clients or [1, 4]
+    if any(c < 1 for c in args.clients or []):
+        ap.error("--clients: a number of connections, 1 or more")
+    clients = sorted({1, *(args.clients or [4])})
     runs = [bench_size(server, s, args.queries, args.k, clients, args.base) for s in sizes]
     embed_cps = None if args.no_embed else embed_rate()
     md = to_markdown(runs, embed_cps)

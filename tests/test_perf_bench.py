@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import psycopg
+import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 _BENCH = Path(__file__).resolve().parents[1] / "bench"
@@ -38,3 +39,15 @@ def test_perf_runs_on_a_server_given_as_key_value_pairs(server_dsn: str) -> None
         assert c.execute("select count(*) from pg_database "
                          "where datname like 'pgf_perf_300_%'").fetchone() == (0,)
     assert "p50 / funnel_search" in perf.to_markdown([run], None)
+
+
+def test_clients_without_one_still_gives_the_tables(server_dsn: str, tmp_path: Path) -> None:
+    # the tables and the plot read the one-client run: --clients 2 alone measured every
+    # size, then lost it all to a KeyError before writing anything
+    out = tmp_path / "out"
+    assert perf.main(["--size", "300", "--queries", "5", "--clients", "2", "--no-embed",
+                      "--dsn", server_dsn, "--out", str(out)]) == 0
+    md = (out / "perf.md").read_text()
+    assert "| funnel_search |" in md and (out / "perf_latency.png").is_file()
+    with pytest.raises(SystemExit):
+        perf.main(["--size", "300", "--clients", "0", "--dsn", server_dsn, "--out", str(out)])
