@@ -4,7 +4,7 @@ Run `python bench/pydocs.py run` first (it ingests collection `pydocs` and build
 Supabase-style peer table). Then:
 
     python bench/latency_pydocs.py [--queries 150] [--repeats 3]
-    python bench/latency_pydocs.py --collection pgdocs --data bench/data/pgdocs
+    python bench/latency_pydocs.py --collection pgdocs
 
 Each query is timed once per system per repeat, systems interleaved on one warm
 connection (the order rotating from query to query), each timed search right after an
@@ -89,15 +89,19 @@ def active_version(conn: Any, collection: str, data: Path) -> tuple[int, int, st
     return vid, cid, analyzer, n_chunks
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=Path("bench/data/pydocs"))
+    ap.add_argument("--data", type=Path, default=None,
+                    help="the benchmark's folder (default bench/data/COLLECTION)")
     ap.add_argument("--queries", type=int, default=150)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--dsn", default=None)
     ap.add_argument("--collection", default="pydocs",
-                    help="pgdocs for bench/pgdocs.py's collection (with --data bench/data/pgdocs)")
-    args = ap.parse_args()
+                    help="pgdocs for bench/pgdocs.py's collection, its queries from "
+                         "bench/data/pgdocs")
+    args = ap.parse_args(argv)
+    if args.data is None:
+        args.data = Path("bench/data") / args.collection
 
     from pgfunnel.db import connect
     from pgfunnel.embedder import Embedder

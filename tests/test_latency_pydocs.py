@@ -64,3 +64,15 @@ def test_the_peer_must_be_there_and_built_from_the_collection(
         [doc("new-note", "a new note about invoices")])
     with pytest.raises(SystemExit, match=r"does not hold collection 'default'"):
         latency.active_version(sample_conn, "default", data)
+
+
+def test_another_collection_reads_its_own_queries(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # --collection pgdocs alone timed pgdocs with the pydocs queries when those were built
+    (tmp_path / "bench" / "data" / "pydocs").mkdir(parents=True)
+    (tmp_path / "bench" / "data" / "pydocs" / "queries.jsonl").write_text(
+        '{"query": "dumps"}\n', encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as err:
+        latency.main(["--collection", "pgdocs"])
+    assert str(err.value).startswith(str(Path("bench/data/pgdocs/queries.jsonl")))
