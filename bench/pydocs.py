@@ -857,7 +857,8 @@ def _peer_runs(conn: Any, queries: list[Any], embedder: Any, k: int) -> dict[str
 def run(data_dir: Path, out_dir: Path, dsn: str | None = None, collection: str = "pydocs",
         k: int = 10) -> str:
     """Ingest the corpus (cached vectors), evaluate every configuration and the peer on
-    the dev and the test split; write report_{split}.{json,md} and PNGs; return markdown."""
+    the dev and the test split; write {collection}_{split}.{json,md} and
+    {collection}_slices_{split}.png to ``out_dir``; return markdown."""
     import sys as _sys
 
     _sys.path.insert(0, str(Path(__file__).resolve().parent))
