@@ -227,7 +227,10 @@ def dry_run(paths: list[Path], chunk_words: int, exclude: list[str] | None,
 
 def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_words: int,
               model: str | None, private: bool, show_progress: bool = True,
-              exclude: list[str] | None = None, root: Path | None = None) -> Any:
+              exclude: list[str] | None = None, root: Path | None = None,
+              kept: dict[str, int] | None = None) -> Any:
+    """Ingest ``paths``. ``kept``, when given, counts as it goes the documents read
+    ("total") and those whose batch has committed ("stored"), for what a Ctrl-C says."""
     from pgfunnel.db import connect
     from pgfunnel.embedder import Embedder, check_model_name
     from pgfunnel.errors import InvalidInputError
@@ -236,6 +239,8 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
         # '' was taken as no --model: the collection's (or the default) model, unsaid
         check_model_name(model)
     records, skipped = read_documents(paths, exclude, root)
+    if kept is not None:
+        kept["total"] = len(records)
     with connect(dsn_value, autocommit=True) as conn:
         from pgfunnel.db import require_schema
         from pgfunnel.schema import require_current_schema
@@ -274,6 +279,9 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
                                                      total=total))
                     progress.update(emb[0], advance=n, total=total)
                 elif stage == "documents":
+                    # told once the documents' batch has committed
+                    if kept is not None:
+                        kept["stored"] = kept.get("stored", 0) + n
                     progress.advance(docs, n)
 
             ingester = Ingester(conn, collection, embedder=embedder, chunk_words=chunk_words,
@@ -338,11 +346,22 @@ def ingest(
         for note in plan["notes"]:
             out.print(f"  {note}", highlight=False, soft_wrap=True)
         return
-    stopped = ("the batches written before it stay (each is all or nothing); the same "
-               "ingest again skips the documents already in, unchanged, and goes on")
+    kept: dict[str, int] = {}
+
+    def stopped() -> str:
+        # each batch is one transaction: a document is in whole, with its chunks, terms
+        # and vectors, or not at all
+        stored, total = kept.get("stored", 0), kept.get("total")
+        if not stored:
+            return (f"no document was written to collection {collection!r} (each batch "
+                    "of documents is all or nothing); run the same ingest again")
+        return (f"{stored:,} of {total:,} documents stored in collection {collection!r}, "
+                "each whole (each batch of documents is all or nothing); the same ingest "
+                "again skips them, unchanged, and goes on")
+
     with handle_errors(index_flags(model), interrupted=stopped):
         stats = do_ingest(dsn, paths, collection, chunk_words, model, private,
-                          show_progress=not json_out, exclude=exclude, root=root)
+                          show_progress=not json_out, exclude=exclude, root=root, kept=kept)
     if json_out:
         emit_json(stats.__dict__)
         return

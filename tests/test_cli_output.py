@@ -655,3 +655,72 @@ def test_a_missing_collection_is_told_with_the_collections_there_are(
     hint = exc.value.diag.message_hint or ""
     assert hint.startswith("this database has 'c00', 'c01', ") and "'c09', ... (pass one" in hint
     assert hint.endswith("or ingest into it first: pgfunnel ingest PATH --collection NAME")
+
+
+def test_ctrl_c_during_an_ingest_of_a_folder_says_how_many_documents_are_in(
+        db: str, tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT) while `pgfunnel ingest` reads a folder of many files: exit 130 and
+    one line, no traceback, naming how many documents its committed batches stored (it
+    said "the batches written before it stay" whether or not any had); each of those
+    documents is whole (chunks, terms, vectors) and none of the rest is half-written."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from pgfunnel.tiny_models import build_tiny_bi_encoder
+
+    model = build_tiny_bi_encoder(tmp_path / "bi", dim=32)
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for i in range(4000):  # four batches of 1,000 documents
+        (folder / f"page{i:04d}.md").write_text(
+            f"# Page {i}\n\n" + " ".join(f"word{i}x{j}" for j in range(24)) + "\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgfunnel.cli.main", "ingest", str(folder), "-c", "big",
+         "--chunk-words", "20", "--model", str(model), "--dsn", db],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    # session-level, so that no transaction of the watcher's holds up the ingest's
+    # concurrent index build
+    lock = "select pg_try_advisory_lock(hashtext('pgfunnel:ingest:' || 'big'))"
+    count = ("select count(*) from pgfunnel.document d join pgfunnel.collection c "
+             "on c.id = d.collection_id where c.name = 'big'")
+    try:
+        with psycopg.connect(db, autocommit=True) as watcher:
+            # after the first batch commits, hold the collection's writer lock so that
+            # the ingest waits at its next batch, where Ctrl-C comes
+            deadline = time.monotonic() + 240
+            while not (watcher.execute(count).fetchone() or (0,))[0] or not (
+                    watcher.execute(lock).fetchone() or (False,))[0]:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.poll()
+                time.sleep(0.02)
+            while not watcher.execute(
+                    "select exists (select from pg_stat_activity where wait_event = "
+                    "'advisory' and query like '%pgfunnel:ingest:%')"
+                    ).fetchone()[0]:  # type: ignore[index]
+                assert proc.poll() is None and time.monotonic() < deadline, proc.poll()
+                time.sleep(0.02)
+            stored = (watcher.execute(count).fetchone() or (0,))[0]
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err, err
+    said = [line for line in err.splitlines() if line.startswith("interrupted")]
+    assert said == [f"interrupted: {stored:,} of 4,000 documents stored in collection 'big', "
+                    "each whole (each batch of documents is all or nothing); the same "
+                    "ingest again skips them, unchanged, and goes on"], err
+    assert 0 < stored < 4000 and stored % 1000 == 0
+    with psycopg.connect(db) as conn:
+        assert conn.execute(count).fetchone() == (stored,)
+        # every stored document whole: its chunks, each with its vector and its terms
+        assert conn.execute(
+            "select count(*) from pgfunnel.document d where not exists (select from "
+            "pgfunnel.chunk ch where ch.document_id = d.id)").fetchone() == (0,)
+        assert conn.execute(
+            "select count(*) from pgfunnel.chunk ch where not exists (select from "
+            "pgfunnel.embedding e where e.chunk_id = ch.id)").fetchone() == (0,)
