@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shlex
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -14,7 +15,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 from rich.markup import escape
-from typer.core import TyperCommand
+from typer.core import TyperCommand, TyperGroup
 
 from pgfunnel.errors import ConfigError, ModelLoadError, PgfunnelError, unicode_problem
 
@@ -101,6 +102,62 @@ class QueryTextCommand(TyperCommand):
                     f"{message}; everything after -- is query text, so options go before "
                     f"it: pgfunnel {ctx.info_name} {shlex.join([*before, *moved, '--', *text])}")
             raise
+
+
+# how typer (0.16 on) writes an option's value type in --help, and how the help writes it:
+# `<list[str]>` for a repeatable option is one value, `<str>`, as "Repeatable" says; an
+# `<int range>` is an `<int>` (the range follows in brackets); a path is a `<path>`
+_TYPE_SHOWN = ((re.compile(r"^<list\[(.+)\]>$"), r"<\1>"),
+               (re.compile(r"^<(int|float) range>$"), r"<\1>"),
+               (re.compile(r"^<(?:Path|PosixPath|WindowsPath)>$"), "<path>"))
+
+
+def tidy_help(params: list[Any], ctx: Any) -> None:
+    """Metavars for --help that read cleanly under any typer: a flag takes no value, so
+    it shows none (typer 0.16 on showed `--json <bool>`, `--help <bool>`), and the types
+    in _TYPE_SHOWN are written as a value is typed. A metavar given by hand is kept."""
+    for param in params:
+        kind = getattr(param, "param_type_name", None)
+        if kind not in ("option", "argument") or param.metavar is not None:
+            continue
+        if kind == "option" and (getattr(param, "is_flag", False)
+                                 or getattr(param, "count", False)):
+            param.metavar = ""
+            continue
+        shown = getattr(param, "display_type_rich", None)
+        if shown is None:  # an older typer: click's own TEXT, INTEGER, ...
+            continue
+        text = shown(ctx=ctx)
+        if not isinstance(text, str):
+            continue
+        tidied = text
+        for pattern, replacement in _TYPE_SHOWN:
+            tidied = pattern.sub(replacement, tidied)
+        if tidied == text:
+            continue
+        if kind == "option":
+            param.metavar = tidied
+        else:
+            # an argument's metavar is its name (in the usage line too), and its type is
+            # shown beside it whatever the metavar: `paths... <path>`, the dots saying
+            # there may be several, not `paths... <list[Path]>`
+            param.display_type_rich = lambda ctx, tidied=tidied: tidied
+
+
+class TidyHelpGroup(TyperGroup):
+    """A command group whose --help, and its commands', shows metavars by tidy_help."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = list(super().get_params(ctx))
+        tidy_help(params, ctx)
+        return params
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None and not isinstance(command, TyperGroup):
+            # its help option included, which it makes when first asked
+            tidy_help(list(command.get_params(ctx)), ctx)
+        return command
 
 
 def refuse_dense_options(lexical_only: bool, **dense_options: object) -> None:

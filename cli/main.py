@@ -28,6 +28,7 @@ from pgfunnel.cli.common import (
     QueryTextCommand,
     RrfKOption,
     TenantOption,
+    TidyHelpGroup,
     emit_json,
     given_path,
     handle_errors,
@@ -47,6 +48,7 @@ app = typer.Typer(
     name="pgfunnel",
     help="Hybrid retrieval (BM25 + HNSW, fusion, per-source cap, rerank) inside Postgres.",
     no_args_is_help=True,
+    cls=TidyHelpGroup,
     pretty_exceptions_enable=False,
     add_completion=False,
 )

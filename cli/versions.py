@@ -17,6 +17,7 @@ from pgfunnel.cli.common import (
     JsonOption,
     PrincipalOption,
     TenantOption,
+    TidyHelpGroup,
     console,
     emit_json,
     given_path,
@@ -242,7 +243,7 @@ def reindex(
 
 
 versions_app = typer.Typer(help="List, activate, roll back, retire, drop and compare index "
-                                "versions.", no_args_is_help=True)
+                                "versions.", no_args_is_help=True, cls=TidyHelpGroup)
 
 
 @versions_app.command("list")

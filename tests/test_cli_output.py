@@ -724,3 +724,34 @@ def test_ctrl_c_during_an_ingest_of_a_folder_says_how_many_documents_are_in(
         assert conn.execute(
             "select count(*) from pgfunnel.chunk ch where not exists (select from "
             "pgfunnel.embedding e where e.chunk_id = ch.id)").fetchone() == (0,)
+
+
+def test_every_help_shows_a_flag_without_a_type_and_a_value_as_typed() -> None:
+    """Under typer 0.16 on, --help showed `--json <bool>`, `--help <bool>`, `--exclude
+    <list[str]>`, `--chunk-words <int range>` and `paths... <list[Path]>`: a flag takes no
+    value, a repeatable option one value at a time, and a path is a `<path>`."""
+    import re
+
+    import typer
+    from pgfunnel.cli.main import app
+
+    def commands(group: Any, path: list[str]) -> list[list[str]]:
+        found = [path]
+        for name, sub in getattr(group, "commands", {}).items():
+            found.extend(commands(sub, [*path, name]))
+        return found
+
+    every = commands(typer.main.get_command(app), [])
+    assert ["ingest"] in every and ["versions", "compare"] in every
+    for path in every:
+        res = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "200"})
+        assert res.exit_code == 0, (path, res.output)
+        shown = set(re.findall(r"<[^<>\s]+(?: range)?>", res.output))
+        assert shown <= {"<str>", "<int>", "<float>", "<path>"}, (path, shown)
+        for line in res.output.splitlines():
+            if "--json" in line or "--help" in line:
+                assert "<" not in line, (path, line)
+    ingest = CliRunner().invoke(app, ["ingest", "--help"], env={"COLUMNS": "200"}).output
+    assert re.search(r"--chunk-words\s+<int> \[x>=20\]", ingest), ingest
+    assert re.search(r"--exclude\s+<str>", ingest), ingest
+    assert re.search(r"paths\.\.\.\s+<path>", ingest), ingest
