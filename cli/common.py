@@ -264,6 +264,24 @@ def handle_errors(flags: Mapping[str, str] | None = None,
         raise typer.Exit(130) from None
 
 
+def print_table(table: Any, lines: list[str]) -> None:
+    """``table`` where its cells fit the width unwrapped, or on a terminal (a person reads
+    a wrapped cell in its box); in a pipe or a log, where a cell wrapped over lines breaks
+    grep and awk (`pgfunnel doctor | grep error` got a third of a finding), its title and
+    ``lines``, one whole line per row."""
+    from rich.measure import Measurement
+
+    # the width its cells take unwrapped (measured against a console as wide as need be)
+    unwrapped = Measurement.get(out, out.options.update_width(1 << 20), table).maximum
+    if out.is_terminal or unwrapped <= out.width:
+        out.print(table)
+        return
+    if table.title:
+        out.print(str(table.title), highlight=False, soft_wrap=True)
+    for line in lines:
+        out.print(line, highlight=False, soft_wrap=True)
+
+
 def emit_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, default=str, ensure_ascii=False) + "\n")
 

@@ -13,6 +13,7 @@ from pgfunnel.cli.common import (
     handle_errors,
     out,
     plural,
+    print_table,
 )
 from rich.table import Table
 from rich.text import Text
@@ -48,7 +49,7 @@ def doctor(
         for f in findings:
             style = _STYLE[f.level]
             table.add_row(Text(f.level, style=style), f.check, f.message)
-        out.print(table)
+        print_table(table, [f"{f.level}  {f.check}: {f.message}" for f in findings])
         n_err = sum(f.level == "error" for f in findings)
         n_warn = sum(f.level == "warning" for f in findings)
         out.print(f"{plural(n_err, 'error')}, {plural(n_warn, 'warning')}", soft_wrap=True)

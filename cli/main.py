@@ -37,6 +37,7 @@ from pgfunnel.cli.common import (
     leg_weights,
     out,
     plural,
+    print_table,
     progress_display,
     refuse_dense_options,
     rrf_k_args,
@@ -341,7 +342,9 @@ def ingest(
         table = Table("citekey", "title", "chunks", "words", box=None, pad_edge=False)
         for d in plan["documents"]:
             table.add_row(d["citekey"], d["title"], f"{d['chunks']:,}", f"{d['words']:,}")
-        out.print(table)
+        print_table(table, [f"{d['citekey']}  ({plural(d['chunks'], 'chunk')}, "
+                            f"{plural(d['words'], 'word')})  {d['title']}"
+                            for d in plan["documents"]])
         out.print(f"{plural(len(plan['documents']), 'document')}, "
                   f"{plural(plan['chunks'], 'chunk')}, {plural(plan['words'], 'word')} "
                   "(dry run: nothing written)", highlight=False, soft_wrap=True)

@@ -26,6 +26,7 @@ from pgfunnel.cli.common import (
     labelled,
     out,
     plural,
+    print_table,
     progress_display,
 )
 from rich.markup import escape
@@ -589,7 +590,9 @@ def compare_cmd(
         for d in changed:
             table.add_row(d.query, f"{d.overlap:.2f}", ", ".join(d.only_a[:3]),
                           ", ".join(d.only_b[:3]))
-        out.print(table)
+        print_table(table, [f"{d.query!r}: overlap@{k} {d.overlap:.2f}; only in {version_a}: "
+                            f"{', '.join(d.only_a[:3]) or '-'}; only in {version_b}: "
+                            f"{', '.join(d.only_b[:3]) or '-'}" for d in changed])
 
 
 def register(app: typer.Typer) -> None:

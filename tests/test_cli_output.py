@@ -755,3 +755,35 @@ def test_every_help_shows_a_flag_without_a_type_and_a_value_as_typed() -> None:
     assert re.search(r"--chunk-words\s+<int> \[x>=20\]", ingest), ingest
     assert re.search(r"--exclude\s+<str>", ingest), ingest
     assert re.search(r"paths\.\.\.\s+<path>", ingest), ingest
+
+
+def test_a_table_in_a_pipe_keeps_each_row_on_one_line(tmp_path: Path, sample_db: str) -> None:
+    """Piped (`pgfunnel ingest DOCS --dry-run | grep faq`, `pgfunnel doctor | grep error`),
+    a table whose cells do not fit 80 columns wrapped them over lines and cut a long
+    citekey to `some-rather-long-folder-name/an…`: grep found a third of a finding and no
+    whole citekey. Such a table is now one whole line per row; one that fits stays."""
+    from pgfunnel.cli.main import app
+
+    page = tmp_path / "some-rather-long-folder-name" / "another-nested-folder" / "a-page.md"
+    page.parent.mkdir(parents=True)
+    title = "A rather long title of a page that goes on and on about refunds and invoices"
+    page.write_text(f"# {title}\n\nrefund words here\n")
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path), "--dry-run"],
+                             env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
+    assert ("some-rather-long-folder-name/another-nested-folder/a-page  (1 chunk, 20 words)  "
+            f"{title}") in res.output.splitlines(), res.output
+    # a table that fits is drawn as before
+    (tmp_path / "short").mkdir()
+    (tmp_path / "short" / "faq.md").write_text("# FAQ\n\nrefund words here\n")
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path / "short"), "--dry-run"],
+                             env={"COLUMNS": "80"})
+    assert res.output.splitlines()[0].split() == ["citekey", "title", "chunks", "words"]
+    assert res.output.splitlines()[1].split()[:3] == ["faq", "FAQ", "1"], res.output
+
+    found = CliRunner().invoke(app, ["doctor", "--dsn", sample_db, "--json"])
+    findings = json.loads(found.stdout)["findings"]
+    res = CliRunner().invoke(app, ["doctor", "--dsn", sample_db], env={"COLUMNS": "80"})
+    lines = res.output.splitlines()
+    for f in findings:
+        assert f"{f['level']}  {f['check']}: {f['message']}" in lines, (f, res.output)
