@@ -316,6 +316,10 @@ def _print_activation(act: Any, json_out: bool) -> None:
     if json_out:
         emit_json(act.to_json())
         return
+    if act.already_active:
+        out.print(f"version {act.activated} of {act.collection!r} was already active; "
+                  "nothing changed", highlight=False, soft_wrap=True)
+        return
     msg = f"version {act.activated} of {act.collection!r} is active"
     if act.replaced is not None:
         msg += (f"; version {act.replaced} retired (`pgfunnel versions rollback -c "

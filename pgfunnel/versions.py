@@ -201,6 +201,8 @@ class Activation:
     caught_up: int
     #: the version's HNSW index was missing or invalid and was built before the switch
     index_built: bool = False
+    #: it was the active version already: nothing changed
+    already_active: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -1021,7 +1023,7 @@ def activate(conn: psycopg.Connection[Any], collection: str, version: int, *,
         require_writer(conn, "activate a version", "index_version", "UPDATE")
         info = _version_row(conn, coll_id, version)
         if info.state == "active":
-            return Activation(collection, version, None, 0)
+            return Activation(collection, version, None, 0, already_active=True)
         if info.state == "building":
             raise ConflictError(f"version {version} of {collection!r} is still building: "
                                 + resume_hint(collection, info))

@@ -787,3 +787,18 @@ def test_a_table_in_a_pipe_keeps_each_row_on_one_line(tmp_path: Path, sample_db:
     lines = res.output.splitlines()
     for f in findings:
         assert f"{f['level']}  {f['check']}: {f['message']}" in lines, (f, res.output)
+
+
+def test_activating_the_active_version_says_nothing_changed(sample_db: str) -> None:
+    """`versions activate 1` of the active version 1 said "version 1 of 'default' is
+    active", as a switch does; it now says that nothing changed."""
+    from pgfunnel.cli.main import app
+
+    res = CliRunner().invoke(app, ["versions", "activate", "1", "--dsn", sample_db],
+                             env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert res.output.strip() == "version 1 of 'default' was already active; nothing changed"
+    res = CliRunner().invoke(app, ["versions", "activate", "1", "--dsn", sample_db, "--json"])
+    assert json.loads(res.stdout) == {"collection": "default", "activated": 1,
+                                      "replaced": None, "caught_up": 0, "index_built": False,
+                                      "already_active": True}
