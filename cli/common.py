@@ -145,12 +145,22 @@ def tidy_help(params: list[Any], ctx: Any) -> None:
 
 
 class TidyHelpGroup(TyperGroup):
-    """A command group whose --help, and its commands', shows metavars by tidy_help."""
+    """A command group whose --help, and its commands', shows metavars by tidy_help, and
+    which says "interrupted" for a Ctrl-C that no command caught."""
 
     def get_params(self, ctx: Any) -> list[Any]:
         params = list(super().get_params(ctx))
         tidy_help(params, ctx)
         return params
+
+    def invoke(self, ctx: Any) -> Any:
+        # a Ctrl-C before a command's handle_errors (while it imports the library, say):
+        # typer ended it with exit 130 and nothing said
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            console.print("[yellow]interrupted[/yellow]", highlight=False, markup=True)
+            raise typer.Exit(130) from None
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         command = super().get_command(ctx, cmd_name)

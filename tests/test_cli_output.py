@@ -802,3 +802,27 @@ def test_activating_the_active_version_says_nothing_changed(sample_db: str) -> N
     assert json.loads(res.stdout) == {"collection": "default", "activated": 1,
                                       "replaced": None, "caught_up": 0, "index_built": False,
                                       "already_active": True}
+
+
+def test_ctrl_c_before_a_command_catches_it_says_interrupted(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while the CLI's modules load printed Python's traceback, and one while a
+    command imported the library (before its own error handling) ended with exit 130
+    and nothing said; both now say "interrupted" in one line."""
+    import subprocess
+    import sys
+
+    import pgfunnel.cli.main
+    from pgfunnel.cli.main import app
+
+    def ctrl_c() -> None:
+        raise KeyboardInterrupt  # as if typed while `search` imports the library
+
+    monkeypatch.setattr(pgfunnel.cli.main, "_quiet_warnings", ctrl_c)
+    res = CliRunner().invoke(app, ["search", "refund", "--dsn", "bogus"])
+    assert res.exit_code == 130 and res.output.strip() == "interrupted", res.output
+    # the console script's first import installs the hook; a Ctrl-C while the rest loads
+    loading = subprocess.run(
+        [sys.executable, "-c", "import pgfunnel.cli\nraise KeyboardInterrupt"],
+        capture_output=True, text=True, timeout=60)
+    assert loading.stderr == "interrupted\n" and loading.returncode in (-2, 130), loading
