@@ -454,7 +454,8 @@ def drop_cmd(version: VersionArg, collection: CollectionOption = "default",
         emit_json({"dropped": info.version, "id": info.id, "collection": collection})
     else:
         out.print(f"version {version} of {collection!r} dropped "
-                  f"({info.chunk_count} chunks' rows; its HNSW index {info.index_name} is "
+                  f"(the rows of {plural(info.chunk_count, 'chunk')}; its HNSW index "
+                  f"{info.index_name} is "
                   f"named by the version's id {info.id}, unique across collections).",
                   highlight=False, soft_wrap=True)
 

@@ -826,3 +826,22 @@ def test_ctrl_c_before_a_command_catches_it_says_interrupted(
         [sys.executable, "-c", "import pgfunnel.cli\nraise KeyboardInterrupt"],
         capture_output=True, text=True, timeout=60)
     assert loading.stderr == "interrupted\n" and loading.returncode in (-2, 130), loading
+
+
+def test_versions_drop_counts_the_chunks_as_the_other_lines_do(sample_db: str) -> None:
+    """`versions drop` said "(8000 chunks' rows; ..." (and "1 chunks' rows") where every
+    other line writes 8,000 chunks; it now says "the rows of 8,000 chunks"."""
+    from pgfunnel.cli.main import app
+
+    from pgfunnel import versions
+    from pgfunnel.db import connect
+
+    with connect(sample_db, autocommit=True) as conn:
+        made = versions.reindex(conn, "default", analyzer="simple_v1")
+        chunks = conn.execute("select count(*) from pgfunnel.chunk").fetchone()
+    assert chunks is not None
+    res = CliRunner().invoke(app, ["versions", "drop", str(made.version), "--dsn", sample_db],
+                             env={"COLUMNS": "300"})
+    assert res.exit_code == 0, res.output
+    assert res.output.startswith(f"version {made.version} of 'default' dropped (the rows of "
+                                 f"{chunks[0]:,} chunks; its HNSW index "), res.output
