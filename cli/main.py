@@ -445,14 +445,23 @@ def delete(
                       f"not in collection {collection!r}.", highlight=False, soft_wrap=True)
 
 
+def _text_cell(text: str) -> str:
+    """A chunk's text on one line, its first 200 characters."""
+    return " ".join(text.split())[:200]
+
+
 def _results_table(title: str, results: list[Any], show_rerank: bool = False,
-                   width: int | None = None) -> Table:
+                   width: int | None = None, whole: bool = False) -> Table:
+    """The results as a table that fits ``width`` (the console's), a long citekey and the
+    text cut with an ellipsis; ``whole``: every cell as it is, to measure whether the
+    table fits a pipe unwrapped (print_table)."""
     table = Table(title=title, title_justify="left", show_lines=False)
     for col in ("#", "citekey", "lex", "dense", "fused"):
-        if col == "citekey":
+        if col == "citekey" and not whole:
             table.add_column(col, no_wrap=True, overflow="ellipsis", min_width=16, max_width=22)
         else:
-            table.add_column(col, justify="right", no_wrap=True, min_width=max(3, len(col)))
+            table.add_column(col, justify="right" if col != "citekey" else "left",
+                             no_wrap=True, min_width=max(3, len(col)))
     if show_rerank:
         table.add_column("rerank", justify="right")
     # Rich does not narrow a no_wrap column to fit, so a fixed width would push the table
@@ -461,15 +470,27 @@ def _results_table(title: str, results: list[Any], show_rerank: bool = False,
     citekey_width = min(22, max([16, *(len(r.citekey) for r in results)]))
     others = 35 + citekey_width + (9 if show_rerank else 0)
     table.add_column("text", overflow="ellipsis", no_wrap=True,
-                     max_width=max(8, min(80, (width or out.width) - others)))
+                     max_width=None if whole else max(8, min(80, (width or out.width) - others)))
     for r in results:
         row = [str(r.final_rank), r.citekey, str(r.lexical_rank or "-"), str(r.dense_rank or "-"),
                str(r.fused_rank)]
         if show_rerank:
             row.append(str(r.rerank_rank or "-"))
-        row.append(" ".join(r.text.split())[:200])
+        row.append(_text_cell(r.text))
         table.add_row(*row)
     return table
+
+
+def _result_lines(results: list[Any], show_rerank: bool = False) -> list[str]:
+    """One whole line per result, for a pipe or a log: `pgfunnel search ... | grep KEY`
+    gets the citekey as stored, never cut to 22 characters."""
+    def rank(x: int | None) -> str:
+        return str(x or "-")
+
+    return [f"{r.final_rank}  {r.citekey}  lex {rank(r.lexical_rank)}  "
+            f"dense {rank(r.dense_rank)}  fused {rank(r.fused_rank)}"
+            + (f"  rerank {rank(r.rerank_rank)}" if show_rerank else "")
+            + f"  {_text_cell(r.text)}" for r in results]
 
 
 @app.command(cls=QueryTextCommand)
@@ -567,7 +588,15 @@ def search(
     if not response.results:
         out.print("no results.", soft_wrap=True)
         return
-    out.print(_results_table(f"{query!r}", response.results, show_rerank=response.reranked))
+    if out.is_terminal:
+        out.print(_results_table(f"{query!r}", response.results,
+                                 show_rerank=response.reranked))
+    else:
+        # in a pipe or a log a cut citekey or text is no use to grep: one whole line
+        # per row where the cells, whole, do not fit the width
+        print_table(_results_table(f"{query!r}", response.results,
+                                   show_rerank=response.reranked, whole=True),
+                    _result_lines(response.results, show_rerank=response.reranked))
     if response.search_id:
         out.print(f"trace: search_id {response.search_id}", soft_wrap=True)
 

@@ -845,3 +845,27 @@ def test_versions_drop_counts_the_chunks_as_the_other_lines_do(sample_db: str) -
     assert res.exit_code == 0, res.output
     assert res.output.startswith(f"version {made.version} of 'default' dropped (the rows of "
                                  f"{chunks[0]:,} chunks; its HNSW index "), res.output
+
+
+def test_search_in_a_pipe_prints_each_result_whole(tmp_path: Path, sample_db: str) -> None:
+    """Piped (`pgfunnel search QUERY | grep KEY`), search drew its box table 80 columns
+    wide with the citekey cut to 22 characters (`some-rather-long-fold…`) and the text to
+    what was left of the line: grep found no whole citekey. It now prints one whole line
+    per result, its ranks named; the dropped query words are a warning on stderr."""
+    from pgfunnel.cli.main import app
+
+    page = tmp_path / "some-rather-long-folder-name" / "another-nested-folder" / "a-page.md"
+    page.parent.mkdir(parents=True)
+    page.write_text("# Quokka refunds\n\nA quokka asks for a refund of its monthly plan.\n")
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path), "-c", "pipes", "--dsn", sample_db])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(app, ["search", "what is a quokka refund", "-c", "pipes",
+                                   "--lexical-only", "--dsn", sample_db],
+                             env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert lines == ["'what is a quokka refund'",
+                     "1  some-rather-long-folder-name/another-nested-folder/a-page  lex 1  "
+                     "dense -  fused 1  Quokka refunds A quokka asks for a refund of its "
+                     "monthly plan."], res.stdout
+    assert "warning: pgfunnel: query words not searched: a, is, what" in res.stderr, res.stderr
