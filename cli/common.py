@@ -33,6 +33,17 @@ def labelled(label: str, style: str, text: str) -> None:
     console.print(f"[{style}]{label}:[/{style}] {escape(text)}", highlight=False, markup=True)
 
 
+# C0 controls (ESC, BEL, CR, LF, ...), DEL and C1 controls (CSI, OSC, U+0085, ...)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def shown(text: str) -> str:
+    """``text`` for a terminal: each control character written as ``\\xNN``. A document's
+    text or citekey holding an escape sequence printed raw recoloured the terminal, set
+    its title or wrote its clipboard, and a newline in a citekey split a row in two."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def plural(n: int, noun: str) -> str:
     """``1 chunk``, ``2 chunks`` (regular English nouns only)."""
     return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"

@@ -29,6 +29,7 @@ from pgfunnel.cli.common import (
     out,
     refuse_dense_options,
     rrf_k_args,
+    shown,
 )
 from rich.markup import escape
 
@@ -88,7 +89,7 @@ def explain_command(
         def show(x: object) -> str:
             return "-" if x is None else (f"{x:.4f}" if isinstance(x, float) else str(x))
 
-        out.print(f"[bold]{escape(str(e.target))}[/bold]: {e.verdict}", highlight=False,
+        out.print(f"[bold]{escape(shown(str(e.target)))}[/bold]: {e.verdict}", highlight=False,
                   markup=True, soft_wrap=True)
         out.print(f"  lexical rank {show(e.lexical_rank)} (depth {show(e.lexical_depth)}, "
                   f"BM25 {show(e.lexical_exact_score)})  dense rank {show(e.dense_rank)} "
@@ -103,4 +104,4 @@ def explain_command(
         reason = reason.replace("; raise overfetch", f"; raise {FUNNEL_FLAGS['overfetch']}")
         reason = reason.replace("so raise k", "so raise -k")
         # one line each, for a log or a pipe to keep whole (the terminal wraps it)
-        out.print(f"  {reason}", highlight=False, soft_wrap=True)
+        out.print(f"  {shown(reason)}", highlight=False, soft_wrap=True)

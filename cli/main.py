@@ -41,6 +41,7 @@ from pgfunnel.cli.common import (
     progress_display,
     refuse_dense_options,
     rrf_k_args,
+    shown,
 )
 from rich.markup import escape
 from rich.table import Table
@@ -446,8 +447,8 @@ def delete(
 
 
 def _text_cell(text: str) -> str:
-    """A chunk's text on one line, its first 200 characters."""
-    return " ".join(text.split())[:200]
+    """A chunk's text on one line, its first 200 characters, control characters shown."""
+    return shown(" ".join(text.split())[:200])
 
 
 def _results_table(title: str, results: list[Any], show_rerank: bool = False,
@@ -467,13 +468,13 @@ def _results_table(title: str, results: list[Any], show_rerank: bool = False,
     # Rich does not narrow a no_wrap column to fit, so a fixed width would push the table
     # past the console and crop its right edge (80 columns when piped): the text column
     # gets what the other columns leave.
-    citekey_width = min(22, max([16, *(len(r.citekey) for r in results)]))
+    citekey_width = min(22, max([16, *(len(shown(r.citekey)) for r in results)]))
     others = 35 + citekey_width + (9 if show_rerank else 0)
     table.add_column("text", overflow="ellipsis", no_wrap=True,
                      max_width=None if whole else max(8, min(80, (width or out.width) - others)))
     for r in results:
-        row = [str(r.final_rank), r.citekey, str(r.lexical_rank or "-"), str(r.dense_rank or "-"),
-               str(r.fused_rank)]
+        row = [str(r.final_rank), shown(r.citekey), str(r.lexical_rank or "-"),
+               str(r.dense_rank or "-"), str(r.fused_rank)]
         if show_rerank:
             row.append(str(r.rerank_rank or "-"))
         row.append(_text_cell(r.text))
@@ -487,7 +488,7 @@ def _result_lines(results: list[Any], show_rerank: bool = False) -> list[str]:
     def rank(x: int | None) -> str:
         return str(x or "-")
 
-    return [f"{r.final_rank}  {r.citekey}  lex {rank(r.lexical_rank)}  "
+    return [f"{r.final_rank}  {shown(r.citekey)}  lex {rank(r.lexical_rank)}  "
             f"dense {rank(r.dense_rank)}  fused {rank(r.fused_rank)}"
             + (f"  rerank {rank(r.rerank_rank)}" if show_rerank else "")
             + f"  {_text_cell(r.text)}" for r in results]

@@ -869,3 +869,33 @@ def test_search_in_a_pipe_prints_each_result_whole(tmp_path: Path, sample_db: st
                      "dense -  fused 1  Quokka refunds A quokka asks for a refund of its "
                      "monthly plan."], res.stdout
     assert "warning: pgfunnel: query words not searched: a, is, what" in res.stderr, res.stderr
+
+
+def test_control_characters_in_a_document_do_not_reach_the_terminal(tmp_path: Path,
+                                                                    sample_db: str) -> None:
+    """A chunk's text or citekey holding an escape sequence (a page scraped with its ANSI
+    colours, a hostile document) went to the terminal raw from `search` and `explain`:
+    it recoloured the terminal or set its title. Control characters are now shown as
+    `\\xNN`, in the box table, in a pipe's lines and in explain's reason."""
+    from pgfunnel.cli.main import app
+
+    corpus = tmp_path / "esc.jsonl"
+    corpus.write_text(json.dumps({"citekey": "esc\x1b[31m-key", "title": "t",
+                                  "text": "quokka \x1b[31mred\x1b[0m \x1b]0;title\x07 \x9b1m"
+                                          + " filler" * 500})  # two chunks and more
+                      + "\n")
+    res = CliRunner().invoke(app, ["ingest", str(corpus), "-c", "esc", "--dsn", sample_db])
+    assert res.exit_code == 0, res.output
+    shown = "quokka \\x1b[31mred\\x1b[0m \\x1b]0;title\\x07 \\x9b1m"
+    for width in ("80", "400"):  # a pipe's lines; the table, which fits 400 columns
+        res = CliRunner().invoke(app, ["search", "quokka", "-c", "esc", "--lexical-only",
+                                       "--dsn", sample_db], env={"COLUMNS": width})
+        assert res.exit_code == 0, res.output
+        assert not any(c in res.stdout for c in "\x1b\x07\x9b"), repr(res.stdout)
+        assert "esc\\x1b[31m-key" in res.stdout and shown in res.stdout, res.stdout
+    res = CliRunner().invoke(app, ["explain", "quokka", "esc\x1b[31m-key", "-c", "esc",
+                                   "--lexical-only", "--dsn", sample_db])
+    assert res.exit_code == 0, res.output
+    assert "\x1b" not in res.stdout, repr(res.stdout)
+    assert res.stdout.startswith("esc\\x1b[31m-key: returned"), res.stdout
+    assert "chunks of 'esc\\x1b[31m-key'" in res.stdout, res.stdout
