@@ -494,6 +494,16 @@ def _result_lines(results: list[Any], show_rerank: bool = False) -> list[str]:
             + f"  {_text_cell(r.text)}" for r in results]
 
 
+def _print_results(title: str, results: list[Any], show_rerank: bool = False) -> None:
+    """The results table on a terminal; in a pipe or a log, where a cut citekey or text is
+    no use to grep, one whole line per result where the cells, whole, do not fit."""
+    if out.is_terminal:
+        out.print(_results_table(title, results, show_rerank=show_rerank))
+    else:
+        print_table(_results_table(title, results, show_rerank=show_rerank, whole=True),
+                    _result_lines(results, show_rerank=show_rerank))
+
+
 @app.command(cls=QueryTextCommand)
 def search(
     query: Annotated[str, typer.Argument(help="The query text.")],
@@ -589,15 +599,7 @@ def search(
     if not response.results:
         out.print("no results.", soft_wrap=True)
         return
-    if out.is_terminal:
-        out.print(_results_table(f"{query!r}", response.results,
-                                 show_rerank=response.reranked))
-    else:
-        # in a pipe or a log a cut citekey or text is no use to grep: one whole line
-        # per row where the cells, whole, do not fit the width
-        print_table(_results_table(f"{query!r}", response.results,
-                                   show_rerank=response.reranked, whole=True),
-                    _result_lines(response.results, show_rerank=response.reranked))
+    _print_results(f"{query!r}", response.results, show_rerank=response.reranked)
     if response.search_id:
         out.print(f"trace: search_id {response.search_id}", soft_wrap=True)
 
@@ -648,7 +650,7 @@ def demo(
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 resp = funnel.search(q, k=k, trace=True)
-            out.print(_results_table(f"{label}: {q!r}", resp.results))
+            _print_results(f"{label}: {q!r}", resp.results)
             for note in resp.notices:
                 out.print(f"  [yellow]{escape(note)}[/yellow]",
                           highlight=False, markup=True, soft_wrap=True)
@@ -667,7 +669,7 @@ def demo(
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 resp = funnel.search(q, k=k, principals=principals)
-            out.print(_results_table(f"principals {principals}", resp.results))
+            _print_results(f"principals {principals}", resp.results)
             shown.append([r.citekey for r in resp.results])
         # say what the two tables show, so the reader need not diff them
         public_hits = sorted(staff_only.intersection(shown[0]))

@@ -38,6 +38,11 @@ def test_demo_runs_every_stage_and_hides_staff_documents(empty_db: str) -> None:
     assert "staff-only documents returned with no principals: none; " in access
     assert re.search(rf"for '{DEMO_STAFF}': runbook-err-6358 at rank \d", access), access
     assert "paraphrase: 'money back' where the docs say 'refund'" in text
+    # a log (docker compose's) gets each result whole on one line, as `search` prints it:
+    # the tables cut a citekey to 22 characters ('guide-incidents-and-s…')
+    assert re.search(r"^\d+  runbook-err-6358  lex \d+  dense \d+  fused \d+  ERR-6358 ",
+                     staff, re.M), staff
+    assert "…" not in text, text
     with connect(empty_db, autocommit=True) as conn:
         rows = conn.execute(
             "select citekey from funnel_search('err 6358', null, 5, collection => 'demo')"
