@@ -592,6 +592,9 @@ def search(
             response.notices.append(stale)
         emit_json({"query": query, "notices": response.notices,
                    "search_id": response.search_id, "timings_ms": response.timings_ms,
+                   "reranked": response.reranked,
+                   "rerank_skipped_reason": response.rerank_skipped_reason,
+                   "index_version_id": response.index_version_id,
                    "results": [r.__dict__ for r in response.results]})
         return
     for note in response.notices:

@@ -899,3 +899,42 @@ def test_control_characters_in_a_document_do_not_reach_the_terminal(tmp_path: Pa
     assert "\x1b" not in res.stdout, repr(res.stdout)
     assert res.stdout.startswith("esc\\x1b[31m-key: returned"), res.stdout
     assert "chunks of 'esc\\x1b[31m-key'" in res.stdout, res.stdout
+
+
+def test_search_and_explain_json_hold_every_documented_field(sample_db: str) -> None:
+    """`search --json` said nothing of whether the results were reranked, why a rerank was
+    skipped, or which index version answered; every field docs/cli.md names is there,
+    and the JSON is strict (no NaN or Infinity)."""
+    from pgfunnel.cli.main import app
+
+    def strict(text: str) -> Any:
+        def refuse(constant: str) -> Any:
+            raise AssertionError(f"{constant} in the JSON")
+        return json.loads(text, parse_constant=refuse)
+
+    res = CliRunner().invoke(app, ["search", "what is a refund window", "--lexical-only",
+                                   "--json", "--dsn", sample_db])
+    assert res.exit_code == 0, res.output
+    found = strict(res.stdout)
+    assert list(found) == ["query", "notices", "search_id", "timings_ms", "reranked",
+                           "rerank_skipped_reason", "index_version_id", "results"], found
+    assert found["reranked"] is False and found["rerank_skipped_reason"] is None
+    assert isinstance(found["index_version_id"], int)
+    assert found["notices"] == ["pgfunnel: query words not searched: a, is, what"]
+    assert found["results"] and set(found["results"][0]) == {
+        "chunk_id", "citekey", "title", "heading", "section_path", "text", "ordinal",
+        "metadata", "lexical_rank", "lexical_score", "dense_rank", "dense_score",
+        "fused_rank", "fused_score", "rerank_rank", "rerank_score", "final_rank",
+        "search_id"}
+    assert found["results"][0]["dense_rank"] is None
+    chunk = f"{found['results'][0]['citekey']}#{found['results'][0]['ordinal']}"
+    res = CliRunner().invoke(app, ["explain", "what is a refund window", chunk,
+                                   "--lexical-only", "--json", "--dsn", sample_db])
+    assert res.exit_code == 0, res.output
+    (explained,) = strict(res.stdout)
+    assert set(explained) == {
+        "target", "chunk_id", "verdict", "lexical_rank", "lexical_score",
+        "lexical_exact_score", "lexical_depth", "dense_rank", "dense_score",
+        "dense_exact_score", "dense_depth", "fused_rank", "fused_score", "pool_size",
+        "final_rank", "citekey", "reason", "notices"}, explained
+    assert explained["final_rank"] == 1 and explained["notices"] == found["notices"]
