@@ -70,6 +70,15 @@ def explain_command(
         refuse_dense_options(lexical_only, dense_weight=dense_weight, dense_depth=dense_depth)
         weights = leg_weights(lexical_weight, dense_weight, lexical_only)
         rrf_args = rrf_k_args(rrf_k, fusion)
+        from pgfunnel.db import connect
+        from pgfunnel.schema import stale_schema
+
+        # explain runs the database's functions, an older release's until migrate: say so,
+        # as search does (it followed the older search with nothing to tell)
+        with connect(dsn, autocommit=True) as conn:
+            what = stale_schema(conn)
+        stale = None if what is None else (
+            f"pgfunnel: {what}: this explain runs those functions; run `pgfunnel migrate`")
         funnel = Funnel(dsn, collection, embedder=None if lexical_only else "auto")
         try:
             found = [explain(funnel, query, c, k=k, principals=principal or [], tenant=tenant,
@@ -80,6 +89,9 @@ def explain_command(
                      for c in chunks]
         finally:
             funnel.close()
+    if stale:
+        for e in found:
+            e.notices.append(stale)
     if json_out:
         emit_json([e.as_dict() for e in found])
         return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 from pathlib import Path
@@ -707,9 +708,20 @@ def test_search_on_an_older_schema_says_to_migrate(sample_db: str) -> None:
             "this search runs those functions; run `pgfunnel migrate`") in said
     ran = CliRunner().invoke(app, [*args, "--json"])
     assert ran.exit_code == 0 and "run `pgfunnel migrate`" in ran.output
+    # explain follows those functions too: it said nothing of it
+    explain = ["explain", "refund", "refunds-monthly#0", "--lexical-only", "--dsn", sample_db]
+    ran = CliRunner().invoke(app, explain)
+    assert ran.exit_code == 0, ran.output
+    assert (f"warning: pgfunnel: the pgfunnel schema is at revision 0011, older than this "
+            f"pgfunnel's {head}: this explain runs those functions; run `pgfunnel migrate`"
+            ) in ran.stderr, ran.output
+    ran = CliRunner().invoke(app, [*explain, "--json"])
+    assert ran.exit_code == 0, ran.output
+    assert "run `pgfunnel migrate`" in json.loads(ran.stdout)[0]["notices"][-1]
     schema.migrate(sample_db)
-    ran = CliRunner().invoke(app, args)
-    assert ran.exit_code == 0 and "migrate" not in ran.output, ran.output
+    for command in (args, explain):
+        ran = CliRunner().invoke(app, command)
+        assert ran.exit_code == 0 and "migrate" not in ran.output, ran.output
 
 
 def test_a_search_needing_what_an_older_schema_lacks_says_to_migrate(sample_db: str) -> None:
