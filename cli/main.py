@@ -192,14 +192,17 @@ def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | No
         raise InvalidDocumentError("nothing to ingest: no document in "
                                    + ", ".join(str(p) for p in paths)
                                    + "".join(f"; {note}" for note in skipped))
-    records, boilerplate = drop_repeated_blocks(records)
     # a JSONL line names its own citekey and title, where a file's are made up from its
     # path and markup: it is a document the caller named, never a generator's print
     # edition (a handbook line for one tenant, beside its sections for another, was left
     # out whole and hidden from its tenant) nor its copy of a page (two lines of one text
     # were one document), and a title part lines share is the caller's ("FAQ: " was
-    # taken off as a site's name)
+    # taken off as a site's name); nor are the paragraphs its lines share a site's
+    # boilerplate (one policy written per tenant lost its every sentence but the first)
     lines = {key for key, source in origins.items() if source.suffix.lower() == ".jsonl"}
+    trimmed, boilerplate = drop_repeated_blocks([r for r in records if r.citekey not in lines])
+    in_order = iter(trimmed)
+    records = [r if r.citekey in lines else next(in_order) for r in records]
     files, gathering = drop_gathering_pages([r for r in records if r.citekey not in lines])
     pages, copies = drop_copied_pages(files)
     # and only an HTML page's title comes from a site's <title>: a Markdown or RST file's

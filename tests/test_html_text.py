@@ -1384,6 +1384,44 @@ def test_a_jsonl_line_is_never_left_out_as_a_gathering_page(tmp_path: Path) -> N
         "each of them; ingest it by itself to index it"]
 
 
+def test_paragraphs_jsonl_lines_share_are_not_boilerplate(tmp_path: Path) -> None:
+    # one policy written per tenant in a JSONL file, each line with its tenant's own first
+    # paragraph: the paragraphs all lines share were left out of every line as a site's
+    # boilerplate, so no tenant could find its policy; and the lines counted towards the
+    # pages' share, so the banner on the pages beside them stayed
+    import json
+
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    shared = ["Employees may work remotely up to three days per week with manager approval.",
+              "Expense reports are due within thirty days of the purchase they claim."]
+    lines = [{"citekey": f"policy-{i}", "tenant": f"tenant-{i}",
+              "text": "\n\n".join([f"The handbook of tenant number {i} and its staff.",
+                                    *shared])} for i in range(40)]
+    (tmp_path / "policies.jsonl").write_text("\n".join(json.dumps(x) for x in lines))
+    banner = "You are reading the documentation of an old version of this product."
+    for i in range(12):
+        (tmp_path / f"page{i}.md").write_text(
+            f"# Page {i}\n\n{banner}\n\nPage {i} explains feature number {i} in full.\n")
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path), "--dry-run", "--json"])
+    assert res.exit_code == 0, res.output
+    dry = json.loads(res.stdout)
+    words = {d["citekey"]: d["words"] for d in dry["documents"]}
+    assert all(words[x["citekey"]] == 34 for x in lines), words
+    assert all(words[f"page{i}"] == 11 for i in range(12)), words
+    assert [n for n in dry["notes"] if "boilerplate" in n] == [
+        "left out a paragraph found on 12 of 12 documents (site boilerplate): "
+        f"{banner!r}"]
+    # the JSONL file alone: every line whole, no note
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path / "policies.jsonl"), "--dry-run",
+                                   "--json"])
+    assert res.exit_code == 0, res.output
+    dry = json.loads(res.stdout)
+    assert [d["words"] for d in dry["documents"]] == [34] * 40
+    assert dry["notes"] == []
+
+
 def test_headings_keep_their_level_and_chunks_know_the_sections_they_sit_in() -> None:
     from pgfunnel.sources import chunk_text
 
