@@ -756,6 +756,11 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
                                            "convert it to UTF-8, or leave it out with "
                                            "--exclude") from exc2
     raw = raw.removeprefix("\ufeff")
+    if suffix != ".jsonl":
+        # line ends as Path.read_text and browsers read them: a markdown file saved on
+        # Windows kept its front matter as text (`---\r\n` opened none), a heading of its
+        # own, and its first heading for title
+        raw = raw.replace("\r\n", "\n").replace("\r", "\n")
     if suffix == ".jsonl":
         first_line: dict[str, int] = {}
         # lines end at \n (and \r\n) only: str.splitlines() also splits at U+2028, U+2029

@@ -234,3 +234,41 @@ def test_a_time_zone_offset_postgres_cannot_take_is_named_before_anything_is_wri
     assert f"docs.jsonl:2: '{field}'" in res.output, res.output
     with connect(db) as conn:
         assert conn.execute("select count(*) from pgfunnel.document").fetchone() == (0,)
+
+
+CRLF_PAGES: dict[str, str] = {
+    ".md": "---\ntitle: Install the CLI\nsidebar_position: 2\n---\n# Install\n\nIntro text.\n\n"
+           "Setup\n=====\n\n```bash\npip install x\n# not a heading\n```\n\n| a | b |\n|---|---|\n"
+           "| 1 | 2 |\n\n## Deep\n\nDeep text.\n",
+    ".mdx": "---\ntitle: Tabs page\n---\nimport Tabs from '@theme/Tabs';\n\n# Tabs\n\n<Tabs>\n"
+            "<TabItem value=\"a\">\nInside the tab.\n</TabItem>\n</Tabs>\n\n:::tip Tip title\n"
+            "Tip text.\n:::\n",
+    ".rst": "=====\nTitle\n=====\n\nIntro.\n\nPart\n====\n\n.. note::\n\n   A note.\n\n"
+            "Literal::\n\n    code 1\n    code 2\n\nSub\n---\n\nSub text.\n",
+    ".adoc": "= Title\n\n== Part\n\nText.\n\n[source,python]\n----\nprint(1)\n\nprint(2)\n----\n",
+    ".txt": "Title\n=====\n\nPlain text.\nSecond line.\n\nNew paragraph.\n",
+    ".html": "<html><head><title>Page</title></head><body><main><h1>Page</h1>\n<p>Some\ntext."
+             "</p>\n<pre>line 1\n\nline 3\n</pre></main></body></html>\n",
+    ".ipynb": '{"cells": [{"cell_type": "markdown", "metadata": {}, "source": ["---\\n", '
+              '"title: Notebook title\\n", "---\\n", "# Notebook\\n", "\\n", "Text."]}], '
+              '"metadata": {}, "nbformat": 4, "nbformat_minor": 5}\n',
+}
+
+
+@pytest.mark.parametrize("suffix", sorted(CRLF_PAGES))
+@pytest.mark.parametrize("ending", ["\r\n", "\r"])
+def test_windows_and_old_mac_line_ends_read_as_unix_ones(tmp_path: Path, suffix: str,
+                                                          ending: str) -> None:
+    # a markdown file saved on Windows (or with a BOM and CRLF) lost its front matter:
+    # `---\r\n` opened none, so the title was the first heading and `--- title: ...`
+    # a heading and a chunk of its own
+    page = CRLF_PAGES[suffix]
+    (tmp_path / "unix").mkdir()
+    (tmp_path / "unix" / f"page{suffix}").write_bytes(page.encode())
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / f"page{suffix}").write_bytes(
+        ("\ufeff" + page.replace("\n", ending)).encode())
+    (unix,) = read_path(tmp_path / "unix" / f"page{suffix}")
+    (other,) = read_path(tmp_path / "other" / f"page{suffix}")
+    assert (other.title, other.text) == (unix.title, unix.text)
+    assert "\r" not in other.text and "title:" not in other.text
