@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import shlex
 import time
 import warnings
 from pathlib import Path
@@ -162,10 +163,12 @@ def stop() -> None:
               else f"no embedded Postgres running in {home}", highlight=False, soft_wrap=True)
 
 
-def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | None
+def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | None,
+                   copies: dict[str, tuple[Any, str]] | None = None
                    ) -> tuple[list[Any], list[str]]:
     """Every document the paths hold, validated, and the notes on what was left out;
-    paths that hold no document are an error."""
+    paths that hold no document are an error. ``copies``, when given, gets each document
+    left out as a copy of another, by citekey, with its note."""
     from pgfunnel.errors import InvalidDocumentError
     from pgfunnel.sources import (
         EmptyFileWarning,
@@ -204,7 +207,11 @@ def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | No
     in_order = iter(trimmed)
     records = [r if r.citekey in lines else next(in_order) for r in records]
     files, gathering = drop_gathering_pages([r for r in records if r.citekey not in lines])
-    pages, copies = drop_copied_pages(files)
+    pages, copied = drop_copied_pages(files)
+    if copies is not None:
+        stays = {r.citekey for r in pages}
+        left = [r for r in files if r.citekey not in stays]
+        copies.update({r.citekey: (r, note) for r, note in zip(left, copied, strict=True)})
     # and only an HTML page's title comes from a site's <title>: a Markdown or RST file's
     # is its author's first heading, where a part ten of them share is a series'
     # ("Tutorial: "), not a site's name
@@ -214,7 +221,7 @@ def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | No
     kept = {r.citekey: r for r in pages} | {r.citekey: r for r in titled}
     records = [r if r.citekey in lines else kept[r.citekey]
                for r in records if r.citekey in lines or r.citekey in kept]
-    return records, skipped + boilerplate + gathering + copies + titles
+    return records, skipped + boilerplate + gathering + copied + titles
 
 
 def dry_run(paths: list[Path], chunk_words: int, exclude: list[str] | None,
@@ -245,7 +252,8 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
     if model is not None:
         # '' was taken as no --model: the collection's (or the default) model, unsaid
         check_model_name(model)
-    records, skipped = read_documents(paths, exclude, root)
+    copies: dict[str, tuple[Any, str]] = {}
+    records, skipped = read_documents(paths, exclude, root, copies)
     if kept is not None:
         kept["total"] = len(records)
     with connect(dsn_value, autocommit=True) as conn:
@@ -255,6 +263,23 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
         require_schema(conn)
         require_current_schema(conn)  # before the model loads
         cid = collection_id(conn, collection)
+        if cid is not None and copies:
+            # a copy whose citekey an earlier ingest stored (the file since edited into
+            # another's text) is written: left out, its old text stayed searchable under
+            # its name, the file's change never read
+            stored = {ck for (ck,) in conn.execute(
+                "select citekey from pgfunnel.document where collection_id = %s "
+                "and citekey = any(%s)", (cid, list(copies))).fetchall()}
+            for key in sorted(stored):
+                rec, note = copies[key]
+                records.append(rec)
+                skipped[skipped.index(note)] = (
+                    f"kept {key!r}, " + note.removeprefix(f"left out {key!r}: ")
+                    + ": a document of that citekey "
+                    "is stored, and left out it would keep its old text (`pgfunnel delete "
+                    f"-c {shlex.quote(collection)} {shlex.quote(key)}` takes it out)")
+            if kept is not None:
+                kept["total"] = len(records)
         version = active_version(conn, cid) if cid is not None else None
         if version is not None and model and not same_model(model, version.embedding_model):
             # refused before the model loads (seconds); Ingester refuses it too

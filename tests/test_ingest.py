@@ -1421,6 +1421,38 @@ def test_cli_ingest_says_when_chunks_shared_a_text(db: str, tmp_path: Path) -> N
     assert res.exit_code == 0 and json.loads(res.stdout)["texts_embedded"] == 0
 
 
+def test_cli_reingest_of_a_file_edited_into_a_copy_keeps_no_old_text(db: str,
+                                                                      tmp_path: Path) -> None:
+    """A file edited into another's text in its folder is a copy, left out of the ingest;
+    its document from an earlier ingest kept its old text, searchable under its name, with
+    a note saying only that it was left out. A copy whose citekey is stored is written."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    (tmp_path / "README.md").write_text("# Readme\n\nThe readme text about widgets.\n")
+    (tmp_path / "notes.md").write_text("# Notes\n\nOld notes about gadgets.\n")
+    args = ["ingest", str(tmp_path), "-c", "copies", "--dsn", db, "--json"]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    (tmp_path / "notes.md").write_text((tmp_path / "README.md").read_text())
+    (tmp_path / "copy.md").write_text((tmp_path / "README.md").read_text())
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["notes"] == [
+        "left out 'copy': the same text as 'README' in its folder, a copy of that page",
+        "kept 'notes', the same text as 'README' in its folder, a copy of that page: a "
+        "document of that citekey is stored, and left out it would keep its old text "
+        "(`pgfunnel delete -c copies notes` takes it out)"]
+    with psycopg.connect(db) as conn:
+        stored = dict(conn.execute(
+            "select d.citekey, string_agg(c.text, ' ') from pgfunnel.document d "
+            "join pgfunnel.chunk c on c.document_id = d.id group by d.citekey").fetchall())
+    assert stored == {"README": "Readme\n\nThe readme text about widgets.",
+                      "notes": "Readme\n\nThe readme text about widgets."}
+    # the dry run, with no database, says what a fresh collection would hold
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path), "--dry-run", "--json"])
+    assert [d["citekey"] for d in json.loads(res.stdout)["documents"]] == ["README"]
+
+
 def test_cli_reingest_loads_no_model_when_no_chunk_needs_a_vector(db: str,
                                                                    tmp_path: Path) -> None:
     # importing torch and sentence-transformers and loading the model took about 10 s of
