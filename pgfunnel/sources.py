@@ -648,7 +648,8 @@ def _refuse_shared_citekeys(files: Sequence[tuple[Path, str]], folder: Path) -> 
     also = (f"; it also leaves out {others:,} {'file' if others == 1 else 'files'} "
             "without a twin" if others > 0 else "")
     raise InvalidDocumentError(
-        f"{said}, and {len(clashes) - 1:,} more pairs of files share a citekey "
+        f"{said}, and {len(clashes) - 1:,} more "
+        f"{'pair of files shares' if len(clashes) == 2 else 'pairs of files share'} a citekey "
         f"({len(twins):,} of them a {suffix} beside another format): leave one kind out, "
         f"e.g. --exclude '{pattern}'{also}")
 

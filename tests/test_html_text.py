@@ -672,6 +672,16 @@ def test_two_files_that_would_share_a_citekey_are_refused_with_the_way_out(
         list(read_path(tmp_path))
     assert sorted(d.citekey for d in read_path(tmp_path, exclude=["api/*.md"])) == \
         ["api/fs", "api/http", "api/net", "fs", "other"]
+    # two pairs: one more pair, not "1 more pairs of files share"
+    three = tmp_path / "three"
+    three.mkdir()
+    (three / "bom.adoc").write_text("= Bom\n\nx\n")
+    (three / "bom.html").write_text("<main><h1>Bom</h1><p>x</p></main>")
+    (three / "bom.txt").write_text("x\n")
+    with pytest.raises(InvalidDocumentError,
+                       match=r"would both be citekey 'bom', and 1 more pair of files shares a "
+                             r"citekey \(1 of them a .html beside another format\)"):
+        list(read_path(three))
 
 
 def test_texinfo_navigation_and_manual_name_are_left_out() -> None:
