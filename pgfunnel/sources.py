@@ -1245,6 +1245,11 @@ def _myst_to_markdown(text: str, depth: int = 0) -> str:
 _MDX_ESM = re.compile(r"^(?:import|export)\s")
 _MDX_TAG_LINE = re.compile(r"^\s*(?:</?[A-Za-z][\w.:-]*(?:\s[^<>]*)?/?>\s*)+$")
 _MDX_COMMENT = re.compile(r"\{/\*.*?\*/\}")
+# a component's opening tag whose attributes go on over the next lines (`<Tabs` over
+# `  defaultValue="apple"`, `  values={[...]}>`)
+_MDX_TAG_OPENS = re.compile(r"^\s*<[A-Za-z][\w.:-]*(?:\s[^<>]*)?$")
+# the most lines one tag or comment is looked for over
+_MDX_SPAN_LINES = 100
 _ADMONITION = re.compile(r"^ {0,3}:{3,}\s*(?:[A-Za-z][\w-]*)?\s*(?:\[(.*)\]|(.*?))\s*$")
 
 
@@ -1254,7 +1259,11 @@ def _mdx_to_markdown(text: str) -> str:
     a callout's content is the page's content)."""
     out: list[str] = []
     in_statement = False
-    for line, is_markdown in _lines_outside_code(text):
+    lines = list(_lines_outside_code(text))
+    skip_to = 0
+    for i, (line, is_markdown) in enumerate(lines):
+        if i < skip_to:
+            continue
         if not is_markdown:
             out.append(line)
             continue
@@ -1267,6 +1276,12 @@ def _mdx_to_markdown(text: str) -> str:
             in_statement = True
             continue
         line = _MDX_COMMENT.sub("", line)
+        if end := _mdx_span_end(lines, i, line):
+            # a comment or a component's tag over several lines: its attributes and
+            # remarks were indexed as the page's text
+            out.append("")
+            skip_to = end
+            continue
         if m := _ADMONITION.match(line):
             # the admonition's title, if any, is a line of its text
             out.append((m.group(1) or m.group(2) or "").strip())
@@ -1275,6 +1290,27 @@ def _mdx_to_markdown(text: str) -> str:
         else:
             out.append(line)
     return "\n".join(out)
+
+
+def _mdx_span_end(lines: list[tuple[str, bool]], start: int, line: str) -> int:
+    """Where a JSX comment (``{/*`` ... ``*/}``) or a component's tag (``<Image`` ...
+    ``/>``) that opens on line ``start`` (read as ``line``) and ends on a later one ends:
+    the index after its last line, or 0 when it is no such thing (a blank line, code or
+    text after the closing ``>`` before its end: left as written)."""
+    comment = line.strip().startswith("{/*")
+    if not comment and not _MDX_TAG_OPENS.match(line):
+        return 0
+    said = [line]
+    for j in range(start + 1, min(len(lines), start + _MDX_SPAN_LINES)):
+        following, is_markdown = lines[j]
+        if not is_markdown or not following.strip():
+            return 0
+        said.append(following)
+        if comment and following.rstrip().endswith("*/}"):
+            return j + 1
+        if not comment and following.rstrip().endswith(">"):
+            return j + 1 if _MDX_TAG_LINE.match(" ".join(s.strip() for s in said)) else 0
+    return 0
 
 
 def _first_h1(text: str) -> str:

@@ -148,6 +148,48 @@ def test_mdx_keeps_the_text_and_drops_imports_components_and_admonition_markers(
     assert [c.heading for c in chunk_text(doc.text)] == ["Install"]
 
 
+def test_mdx_components_and_comments_over_several_lines_are_not_text(tmp_path: Path) -> None:
+    # Docusaurus' tabs with their values over lines, an image's attributes, an editor's
+    # remark: each line but a lone `<Tabs` was indexed as the page's text
+    (tmp_path / "fruit.mdx").write_text("""# Fruit
+
+<Tabs
+  defaultValue="apple"
+  values={[
+    {label: 'Apple', value: 'apple'},
+    {label: 'Orange', value: 'orange'},
+  ]}>
+<TabItem value="apple">
+
+An apple a day keeps the doctor away.
+
+</TabItem>
+</Tabs>
+
+<Image
+  src="/img/orchard.png"
+  alt="Orchard"
+/>
+
+{/*
+  TODO: editors, add pears
+*/}
+
+Oranges ripen in winter.
+
+<Button onClick={() => pick()}
+  label="Pick">
+Pick one
+""")
+    [doc] = read_path(tmp_path / "fruit.mdx")
+    for gone in ("defaultValue", "label: 'Apple'", "]}>", "orchard.png", "/>", "TODO", "*/}"):
+        assert gone not in doc.text, gone
+    assert [p.strip() for p in doc.text.split("\n\n") if p.strip()] == [
+        "# Fruit", "An apple a day keeps the doctor away.", "Oranges ripen in winter.",
+        # a tag with a `>` inside it (an arrow function) is left as written
+        "<Button onClick={() => pick()}\n  label=\"Pick\">\nPick one"]
+
+
 def test_files_of_other_types_in_a_folder_are_named_not_silently_skipped(
         tmp_path: Path) -> None:
     import warnings
