@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import re
+import tomllib
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -973,19 +974,44 @@ _FENCE = re.compile(r"^ {0,3}(`{3,}(?=[^`]*$)|~{3,})")
 _FENCE_ONLY = re.compile(r"^[ \t]*(?:`{3,}|~{3,})[ \t]*$")
 # a YAML block at the top of a markdown file (Jekyll, Hugo, Docusaurus, MkDocs)
 _FRONT_MATTER = re.compile(r"\A\ufeff?---[ \t]*\n(.*?\n)?(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.S)
+_TOML_FRONT_MATTER = re.compile(r"\A\ufeff?\+\+\+[ \t]*\n(.*?\n)?\+\+\+[ \t]*(?:\n|\Z)", re.S)
 
 
 def _front_matter(raw: str) -> tuple[dict[str, str], str]:
-    """The top-level ``key: value`` fields of a markdown file's front matter, and the
-    text after it (the block itself is not content)."""
+    """The top-level ``key: value`` fields of a markdown file's front matter (YAML between
+    ``---`` lines, or Hugo's TOML between ``+++`` lines), and the text after it (the block
+    itself is not content)."""
+    if m := _TOML_FRONT_MATTER.match(raw):
+        try:
+            table = tomllib.loads(m.group(1) or "")
+        except tomllib.TOMLDecodeError:
+            table = {}
+        return ({key.lower(): value.strip() for key, value in table.items()
+                 if isinstance(value, str)}, raw[m.end():])
     m = _FRONT_MATTER.match(raw)
     if not m:
         return {}, raw
     fields: dict[str, str] = {}
+    key = ""
     for line in (m.group(1) or "").splitlines():
-        key, sep, value = line.partition(":")
-        if sep and key.strip() and not line[:1].isspace() and not line.startswith("-"):
-            fields[key.strip().lower()] = value.strip().strip("'\"").strip()
+        if key and (line[:1].isspace() or not line.strip()):
+            # a value that goes on over indented lines: a block scalar (`title: >`) or a
+            # plain one written over two lines; it was `>`, or its first line only
+            fields[key] = " ".join(f"{fields[key]} {line}".split())
+            continue
+        key = ""
+        name, sep, value = line.partition(":")
+        if sep and name.strip() and not line[:1].isspace() and not line.startswith("-"):
+            value = value.strip()
+            if re.fullmatch(r"[>|][+-]?[0-9]?", value):
+                key, value = name.strip().lower(), ""
+            elif value[:1] == "'" and value[-1:] == "'" and len(value) > 1:
+                value = value[1:-1].replace("''", "'")
+            elif value[:1] == '"' and value[-1:] == '"' and len(value) > 1:
+                value = value[1:-1].replace('\\"', '"')
+            elif value and value[:1] not in "[{&*!":
+                key = name.strip().lower()
+            fields[name.strip().lower()] = value.strip()
     return fields, raw[m.end():]
 
 

@@ -39,6 +39,28 @@ def test_front_matter_gives_the_title_and_is_not_content(tmp_path: Path) -> None
     assert doc.text.startswith("Intro text.")
 
 
+def test_front_matter_in_toml_or_with_a_value_over_lines_gives_the_title(
+        tmp_path: Path) -> None:
+    # Hugo's TOML front matter was indexed as the page's text, its title unread; a YAML
+    # title written as a block scalar was the title ">", one over two lines its first
+    # line; a quote doubled inside single quotes stayed doubled
+    (tmp_path / "hugo.md").write_text('+++\ntitle = "Install on Linux"\ndate = 2024-01-01\n'
+                                      'tags = ["a"]\n+++\n\n# Install\n\nRun the script.\n')
+    (tmp_path / "folded.md").write_text("---\ntitle: >-\n  Configure the\n  server\n"
+                                        "description: |\n  Two\n  lines\n---\n# C\n\nText.\n")
+    (tmp_path / "plain.md").write_text("---\ntitle: Configure the\n  client\nweight: 3\n---\n"
+                                       "Text.\n")
+    (tmp_path / "quoted.md").write_text("---\ntitle: 'It''s \"done\"'\ntags:\n  - x\n---\n"
+                                        "Text.\n")
+    (tmp_path / "double.md").write_text('---\ntitle: "Say \\"hi\\""\n---\nText.\n')
+    docs = {d.citekey: d for d in read_path(tmp_path)}
+    assert {k: d.title for k, d in docs.items()} == {
+        "hugo": "Install on Linux", "folded": "Configure the server",
+        "plain": "Configure the client", "quoted": "It's \"done\"", "double": 'Say "hi"'}
+    assert docs["hugo"].text.strip() == "# Install\n\nRun the script."
+    assert docs["folded"].text == "# C\n\nText."
+
+
 def test_hash_lines_in_code_fences_are_not_headings(tmp_path: Path) -> None:
     chunks = chunk_text(GUIDE.split("---\n", 2)[2])
     assert [c.heading for c in chunks] == ["", "Configure", "Later heading"]
