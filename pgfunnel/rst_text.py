@@ -15,7 +15,9 @@ what a reader of the rendered page sees, closely enough for search, without docu
   references keep their words;
 - directives keep their argument and content (a function's signature and description,
   a note, a code block), except those that render no text of their own (``toctree``,
-  ``image``, ``include``, ``index``, ``raw``, ...); their option lines are dropped;
+  ``image``, ``include``, ``index``, ``raw``, ...); their option lines are dropped; a
+  ``figure`` is its caption and legend, without its image's path, and ``only`` and
+  ``ifconfig`` their content, without their condition;
   ``versionadded`` and friends read as Sphinx renders them ("New in version 3.2");
 - a ``csv-table`` or ``list-table`` is its caption and rows, a line per row with cells
   parted by `` | ``;
@@ -47,9 +49,12 @@ _SILENT = frozenset({
     "toctree", "image", "include", "literalinclude", "raw", "index", "highlight", "module",
     "contents", "sectnum", "meta", "tabularcolumns", "testsetup",
     "testcleanup", "currentmodule", "default-role", "role", "autosummary",
-    "graphviz", "digraph", "figure", "target-notes", "header", "footer", "sectionauthor",
+    "graphviz", "digraph", "target-notes", "header", "footer", "sectionauthor",
     "moduleauthor", "codeauthor", "program", "default-domain", "spelling:word-list",
 })  # fmt: skip
+# directives whose content shows but whose argument does not: a figure's image path (its
+# caption and legend are its content), the condition of ``only`` and ``ifconfig``
+_UNSHOWN_ARGUMENT = frozenset({"figure", "only", "ifconfig"})
 # a ``.. module::`` option that makes Sphinx declare no target (and html_text no line)
 _NO_INDEX = frozenset({"noindex", "no-index"})
 _VERSION_WORDS = {"versionadded": "New in version", "versionchanged": "Changed in version",
@@ -195,7 +200,7 @@ def _rst_to_text(lines: list[str]) -> tuple[str, str]:
                 version, _, rest = argument.partition(" ")
                 out.append(f"{_VERSION_WORDS[short]} {version}." + (f" {_inline(rest)}" if rest
                                                                      else ""))
-            elif argument and short not in _CODE:
+            elif argument and short not in _CODE and short not in _UNSHOWN_ARGUMENT:
                 out.append(_inline(argument))
             if short in _CODE:
                 literal_indent = indent

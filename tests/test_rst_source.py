@@ -140,6 +140,33 @@ def test_code_keeps_its_lines_and_never_makes_a_heading() -> None:
     assert [c.heading for c in chunk_text(text)].count("a comment in code") == 0
 
 
+def test_a_figure_is_its_caption_and_legend_and_only_its_content() -> None:
+    # a figure's caption and legend were left out with its image, though Sphinx shows them
+    # (and the HTML reader keeps them); `only::` wrote its condition as a line of text
+    _, text = rst_to_text("""Title
+=====
+
+.. figure:: img/arch.png
+   :alt: the pipeline
+   :width: 80%
+
+   The architecture of the ingest pipeline.
+
+   Each box is a stage that runs beside the next.
+
+.. figure:: img/bare.png
+
+.. only:: html and not latex
+
+   Shown on the web only.
+
+After.
+""")
+    assert " ".join(text.split()) == (
+        "# Title The architecture of the ingest pipeline. Each box is a stage that runs "
+        "beside the next. Shown on the web only. After.")
+
+
 def test_rst_and_txt_files_are_read_as_rst(tmp_path: Path) -> None:
     (tmp_path / "ospath.rst").write_text(PAGE)
     # Django keeps its reStructuredText documentation in .txt files
