@@ -90,9 +90,10 @@ TERM_HEADING_LEVEL = 6
 # falls between clusters, never between a letter and its marks; 10: a section's heading is
 # cut to HEADING_REPEAT_WORDS words above its later chunks and to chunk_words above its
 # first, with an ellipsis; 11: chunks keep their heading's level, for a term's heading,
-# which BM25 counts twice). Unchanged chunks keep their vectors (ChunkRecord.vector_key
-# ignores whitespace).
-CHUNKING_VERSION = 11
+# which BM25 counts twice; 12: a heading's closing run of `#`, `## Install ##`, is not
+# part of its text). Unchanged chunks keep their vectors (ChunkRecord.vector_key ignores
+# whitespace).
+CHUNKING_VERSION = 12
 # a document's content hash starts with the chunking version it was chunked by, so that
 # `pgfunnel doctor` and ingest can tell documents stored by an older pgfunnel apart (the
 # pattern reads the same in Python and in Postgres' regular expressions); a hash without
@@ -966,7 +967,8 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-_HEADING = re.compile(r"^(#{1,6})\s+(.*\S)\s*$")
+# a closing run of `#` (`## Install ##`) is not part of the heading (CommonMark)
+_HEADING = re.compile(r"^(#{1,6})\s+(.*?\S)(?:\s+#+)?\s*$")
 # a backtick fence's info string holds no backtick: "```foo``` at the start of a line" is
 # inline code (CommonMark)
 _FENCE = re.compile(r"^ {0,3}(`{3,}(?=[^`]*$)|~{3,})")

@@ -68,6 +68,17 @@ def test_hash_lines_in_code_fences_are_not_headings(tmp_path: Path) -> None:
     assert "## not a heading either" in chunks[1].text
 
 
+def test_a_headings_closing_hashes_are_not_its_text(tmp_path: Path) -> None:
+    # `# Title #` was the title "Title #", and each section's heading and path kept its `##`
+    (tmp_path / "closed.md").write_text("# Setup #\n\nIntro.\n\n## Install ##\n\nRun it.\n\n"
+                                        "### C# ###\n\nCode.\n\n## Issue \\#\n\nEscaped.\n")
+    (doc,) = read_path(tmp_path / "closed.md")
+    assert doc.title == "Setup"
+    assert [(c.heading, c.section_path, c.text.split("\n")[0]) for c in chunk_text(doc.text)] == [
+        ("Setup", "", "Setup"), ("Install", "Setup", "Install"),
+        ("C#", "Setup > Install", "C#"), ("Issue \\#", "Setup", "Issue \\#")]
+
+
 def test_title_is_the_first_h1_outside_code_else_the_file_name(tmp_path: Path) -> None:
     (tmp_path / "a.md").write_text("```\n# comment\n```\n\n# Real title\n\ntext\n")
     (tmp_path / "b_notes.md").write_text("```\n# only a comment\n```\n")
