@@ -1,7 +1,8 @@
 """The readable text of an AsciiDoc page (``.adoc``: Antora sites, Spring, Asciidoctor).
 
 Read the way its rendered page reads, without an AsciiDoc processor: section titles
-(``== Install``) become markdown headings, each starting a section; the document title
+(``== Install``, or ``Install`` over ``-------``) become markdown headings, each starting
+a section; the document title
 (``= Guide``) is the title. Listing and literal blocks (``----``, ``....``) stay code,
 fenced, so a ``#`` comment in them never starts a section. What the page does not show
 goes: attribute entries (``:toc:``), line and block comments (``//``, ``////``), block
@@ -27,6 +28,8 @@ _IMAGE = re.compile(r"^image::[^\[]*\[([^\],]*)[^\]]*\]\s*$")
 # delimiters of blocks whose content is code, prose, or nothing the page shows
 _CODE_DELIMITERS = ("----", "....")
 _COMMENT_DELIMITER = "////"
+# a two-line title's underline characters, by level
+_UNDERLINES = "=-~^+"
 _PROSE_DELIMITERS = ("====", "****", "____", "++++", "--", "|===", ",===", ":===")
 _LINK = re.compile(r"\b(?:link:([^\s\[\]]+)|mailto:([^\s\[\]]+)"
                    r"|((?:https?|ftp|irc|file)://[^\s\[\]]+))\[([^\]]*)\]")
@@ -45,7 +48,10 @@ def asciidoc_to_text(raw: str) -> tuple[str, str]:
     block_is_code = False  # a listing or literal block, whatever its delimiter's length
     language = ""  # of the next listing block, from its [source,LANG] line
     in_header = False  # the author and revision lines under the document title
-    for line in lines:
+    underline = -1  # the index of a two-line title's underline, read with its title
+    for i, line in enumerate(lines):
+        if i == underline:
+            continue
         stripped = line.rstrip()
         if in_header:
             if stripped:
@@ -59,7 +65,12 @@ def asciidoc_to_text(raw: str) -> tuple[str, str]:
             elif block_is_code:
                 out.append(line)
             continue
-        if stripped in _CODE_DELIMITERS or (len(stripped) > 4
+        if level := _two_line_title(stripped, lines[i + 1] if i + 1 < len(lines) else ""):
+            # `Install` over `-------`: a section title (Asciidoctor reads them, as the
+            # older AsciiDoc wrote them), not a paragraph over a listing block's delimiter
+            underline = i + 1
+            stripped = f"{'=' * level} {stripped}"
+        elif stripped in _CODE_DELIMITERS or (len(stripped) > 4
                                             and set(stripped) in ({"-"}, {"."})):
             block, block_is_code = stripped, True
             out.append(f"```{language}")
@@ -100,6 +111,20 @@ def asciidoc_to_text(raw: str) -> tuple[str, str]:
     if block and block_is_code:
         out.append("```")
     return title, "\n".join(out).strip("\n")
+
+
+def _two_line_title(line: str, following: str) -> int:
+    """The level of a two-line section title (1 for ``=``, the document's; 2 for ``-``, 3
+    ``~``, 4 ``^``, 5 ``+``) whose text is ``line`` and underline ``following``, as
+    Asciidoctor reads one: the underline a single character repeated, its length within
+    one of the title's; 0 when they are no such title."""
+    under = following.rstrip()
+    if (len(under) < 2 or len(set(under)) != 1 or under[0] not in _UNDERLINES
+            or abs(len(line) - len(under)) > 1 or not line.strip()
+            or line.startswith((".", "[", "//", ":", " ", "\t", "=", "*", "-"))
+            or line in _CODE_DELIMITERS or line in _PROSE_DELIMITERS):
+        return 0
+    return _UNDERLINES.index(under[0]) + 1
 
 
 def _inline(text: str) -> str:

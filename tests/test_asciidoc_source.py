@@ -89,3 +89,17 @@ def test_a_listing_with_a_longer_delimiter_stays_code() -> None:
     _, text = asciidoc_to_text("== Run\n\n------\n# code, not a heading\n------\n\nAfter.")
     assert text == "## Run\n\n```\n# code, not a heading\n```\n\nAfter."
     assert [c.heading for c in chunk_text(text)] == ["Run"]
+
+
+def test_two_line_titles_start_sections() -> None:
+    # `Section` over `-------` (AsciiDoc's older titles, which Asciidoctor reads) opened a
+    # listing block: the rest of the page was one block of code, and there was no title
+    title, text = asciidoc_to_text(
+        "Upgrade Guide\n=============\nJane Doe\n\nIntro.\n\nBefore you start\n"
+        "----------------\n\nBack up the data.\n\nRollback\n~~~~~~~~\n\nRestore it.\n\n"
+        "Run this\n----\n$ upgrade --all\n----\n")
+    assert title == "Upgrade Guide"
+    assert text == ("# Upgrade Guide\n\nIntro.\n\n## Before you start\n\nBack up the data.\n\n"
+                    "### Rollback\n\nRestore it.\n\nRun this\n```\n$ upgrade --all\n```")
+    assert [c.heading for c in chunk_text(text)] == ["Upgrade Guide", "Before you start",
+                                                     "Rollback"]
