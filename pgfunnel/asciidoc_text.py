@@ -36,6 +36,8 @@ _LINK = re.compile(r"\b(?:link:([^\s\[\]]+)|mailto:([^\s\[\]]+)"
 _XREF = re.compile(r"<<([^,>]+)(?:,\s*([^>]+))?>>")
 _INLINE_XREF = re.compile(r"\bxref:[^\[\s]+\[([^\]]*)\]")
 _INLINE_IMAGE = re.compile(r"\bimage:[^\[\s]+\[([^\],]*)[^\]]*\]")
+# a line a markdown reader would take for a heading: its `#` is escaped
+_HASH_OPENS_LINE = re.compile(r"^( {1,3})#(?=#{0,5}(?:\s|$))")
 _INLINE_ANCHOR = re.compile(r"\[\[[^\[\]]*\]\]|\banchor:[^\[\s]+\[[^\]]*\]")
 
 
@@ -107,7 +109,8 @@ def asciidoc_to_text(raw: str) -> tuple[str, str]:
         if m := _BLOCK_TITLE.match(stripped):
             out.append(_inline(m.group(1)))
             continue
-        out.append(_inline(line))
+        # an indented line (a literal paragraph) that starts with `#` is no heading
+        out.append(_HASH_OPENS_LINE.sub(r"\1\\#", _inline(line), count=1))
     if block and block_is_code:
         out.append("```")
     return title, "\n".join(out).strip("\n")

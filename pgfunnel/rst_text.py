@@ -426,5 +426,9 @@ def _role_text(m: re.Match[str]) -> str:
 
 
 def _guard(line: str) -> str:
-    """A text line that starts with ``#`` would read as a markdown heading."""
-    return " " + line if line.startswith("#") else line
+    """A text line that starts with ``#`` (after up to three spaces) would read as a
+    markdown heading: its ``#`` is escaped, as CommonMark escapes it."""
+    return _HASH_OPENS_LINE.sub(r"\1\\#", line, count=1)
+
+
+_HASH_OPENS_LINE = re.compile(r"^( {0,3})#(?=#{0,5}(?:\s|$))")

@@ -91,9 +91,10 @@ TERM_HEADING_LEVEL = 6
 # cut to HEADING_REPEAT_WORDS words above its later chunks and to chunk_words above its
 # first, with an ellipsis; 11: chunks keep their heading's level, for a term's heading,
 # which BM25 counts twice; 12: a heading's closing run of `#`, `## Install ##`, is not
-# part of its text). Unchanged chunks keep their vectors (ChunkRecord.vector_key ignores
+# part of its text; 13: a heading indented by up to three spaces, `  ## Install`, is a
+# heading). Unchanged chunks keep their vectors (ChunkRecord.vector_key ignores
 # whitespace).
-CHUNKING_VERSION = 12
+CHUNKING_VERSION = 13
 # a document's content hash starts with the chunking version it was chunked by, so that
 # `pgfunnel doctor` and ingest can tell documents stored by an older pgfunnel apart (the
 # pattern reads the same in Python and in Postgres' regular expressions); a hash without
@@ -968,7 +969,7 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 # a closing run of `#` (`## Install ##`) is not part of the heading (CommonMark)
-_HEADING = re.compile(r"^(#{1,6})\s+(.*?\S)(?:\s+#+)?\s*$")
+_HEADING = re.compile(r"^ {0,3}(#{1,6})\s+(.*?\S)(?:\s+#+)?\s*$")
 # a backtick fence's info string holds no backtick: "```foo``` at the start of a line" is
 # inline code (CommonMark)
 _FENCE = re.compile(r"^ {0,3}(`{3,}(?=[^`]*$)|~{3,})")

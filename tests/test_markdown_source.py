@@ -79,6 +79,27 @@ def test_a_headings_closing_hashes_are_not_its_text(tmp_path: Path) -> None:
         ("C#", "Setup > Install", "C#"), ("Issue \\#", "Setup", "Issue \\#")]
 
 
+def test_a_heading_indented_up_to_three_spaces_is_a_heading(tmp_path: Path) -> None:
+    # CommonMark reads `  ## Install` as a heading (four spaces or more are indented
+    # code); it was a line of the section above, and ` # Guide` was not the title
+    (tmp_path / "indented.md").write_text(
+        " # Guide\n\nIntro.\n\n  ## Install\n\nRun it.\n\n   ### Check ###\n\nLook.\n\n"
+        "    # code, not a heading\n\n```\n  ## in a fence\n```\n")
+    (doc,) = read_path(tmp_path / "indented.md")
+    assert doc.title == "Guide"
+    chunks = chunk_text(doc.text)
+    assert [(c.heading, c.section_path) for c in chunks] == [
+        ("Guide", ""), ("Install", "Guide"), ("Check", "Guide > Install")]
+    assert "    # code, not a heading" in chunks[2].text
+    assert "  ## in a fence" in chunks[2].text
+    # what other formats write as text keeps its `#` from reading as a heading
+    (tmp_path / "text.rst").write_text("Text\n====\n\n# not a heading\n\n#include\n")
+    (tmp_path / "text.adoc").write_text("= Text\n\n  # a literal paragraph\n")
+    for name in ("text.rst", "text.adoc"):
+        (doc,) = read_path(tmp_path / name)
+        assert [c.heading for c in chunk_text(doc.text)] == ["Text"], name
+
+
 def test_title_is_the_first_h1_outside_code_else_the_file_name(tmp_path: Path) -> None:
     (tmp_path / "a.md").write_text("```\n# comment\n```\n\n# Real title\n\ntext\n")
     (tmp_path / "b_notes.md").write_text("```\n# only a comment\n```\n")
