@@ -27,7 +27,9 @@ what a reader of the rendered page sees, closely enough for search, without docu
   (Sphinx's ``|version|`` comes from the project's configuration); a paragraph's
   closing ``::`` reads as ``:``; transitions are dropped;
 - literal blocks and code keep their lines, indented, so a ``#`` comment in code never
-  reads as a heading; inline markup inside them is left alone.
+  reads as a heading; inline markup inside them is left alone;
+- other indented text (a directive's content, a block quote, a list item's next lines)
+  is text, written without its indentation, which the chunker would read as code.
 """
 
 from __future__ import annotations
@@ -221,15 +223,19 @@ def _rst_to_text(lines: list[str]) -> tuple[str, str]:
             continue
         if stripped.endswith("::"):
             # "Example::" reads "Example:"; "Example ::" reads "Example"
-            text = line.rstrip()[:-2].rstrip()
-            text = text if line.rstrip()[:-2].endswith((" ", "\t")) else text + ":"
+            text = stripped[:-2].rstrip()
+            text = text if stripped[:-2].endswith((" ", "\t")) else text + ":"
             paragraph.append(text)
             flush()
             literal_indent = indent
             i += 1
             continue
         if indent > 0:
-            out.append(_guard(_inline(line)))
+            # the content of a directive (a note, a function's description), a block quote
+            # or a list item's next lines: text, so without its indentation, which made
+            # it a block of code to the chunker where it reached four spaces; a doctest
+            # block (``>>>``) stays as written
+            out.append(line if stripped.startswith(">>>") else _guard(_inline(stripped)))
         else:
             paragraph.append(line)
         i += 1

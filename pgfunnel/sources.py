@@ -92,7 +92,8 @@ TERM_HEADING_LEVEL = 6
 # first, with an ellipsis; 11: chunks keep their heading's level, for a term's heading,
 # which BM25 counts twice; 12: a heading's closing run of `#`, `## Install ##`, is not
 # part of its text; 13: a heading indented by up to three spaces, `  ## Install`, is a
-# heading). Unchanged chunks keep their vectors (ChunkRecord.vector_key ignores
+# heading, and reStructuredText's indented text, a note's content, loses its indentation,
+# which made it code). Unchanged chunks keep their vectors (ChunkRecord.vector_key ignores
 # whitespace).
 CHUNKING_VERSION = 13
 # a document's content hash starts with the chunking version it was chunked by, so that

@@ -140,6 +140,54 @@ def test_code_keeps_its_lines_and_never_makes_a_heading() -> None:
     assert [c.heading for c in chunk_text(text)].count("a comment in code") == 0
 
 
+ADMONITIONS = """\
+Guide
+=====
+
+.. note::
+    Notes indented by four spaces.
+
+.. function:: run(x)
+
+   Runs it.
+
+   .. warning::
+
+      Nested six spaces deep.
+
+   .. versionadded:: 3.2
+      The *x* parameter.
+
+.. admonition:: Mind the gap
+
+   Prose under a title.
+
+.. deprecated:: 4.0
+   Use ``walk`` instead.
+
+.. code-block:: python
+
+   # code stays code
+
+An example::
+
+    literal stays
+"""
+
+
+def test_a_directives_text_is_prose_not_code() -> None:
+    # a note's, warning's or versionadded's content kept its indentation: four spaces or
+    # more (a note nested in a function's description) made it a block of code
+    _, text = rst_to_text(ADMONITIONS)
+    lines = text.splitlines()
+    for prose in ("Notes indented by four spaces.", "Runs it.", "Nested six spaces deep.",
+                  "The x parameter.", "Mind the gap", "Prose under a title.",
+                  "Use walk instead."):
+        assert prose in lines, prose
+    assert "       # code stays code" in lines and "        literal stays" in lines
+    assert "An example:" in lines
+
+
 def test_a_figure_is_its_caption_and_legend_and_only_its_content() -> None:
     # a figure's caption and legend were left out with its image, though Sphinx shows them
     # (and the HTML reader keeps them); `only::` wrote its condition as a line of text
