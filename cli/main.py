@@ -369,16 +369,18 @@ def ingest(
             emit_json(plan)
             return
         table = Table("citekey", "title", "chunks", "words", box=None, pad_edge=False)
+        # a control character in a file's name or title is shown, not sent to the terminal
         for d in plan["documents"]:
-            table.add_row(d["citekey"], d["title"], f"{d['chunks']:,}", f"{d['words']:,}")
-        print_table(table, [f"{d['citekey']}  ({plural(d['chunks'], 'chunk')}, "
-                            f"{plural(d['words'], 'word')})  {d['title']}"
+            table.add_row(shown(d["citekey"]), shown(d["title"]), f"{d['chunks']:,}",
+                          f"{d['words']:,}")
+        print_table(table, [f"{shown(d['citekey'])}  ({plural(d['chunks'], 'chunk')}, "
+                            f"{plural(d['words'], 'word')})  {shown(d['title'])}"
                             for d in plan["documents"]])
         out.print(f"{plural(len(plan['documents']), 'document')}, "
                   f"{plural(plan['chunks'], 'chunk')}, {plural(plan['words'], 'word')} "
                   "(dry run: nothing written)", highlight=False, soft_wrap=True)
         for note in plan["notes"]:
-            out.print(f"  {note}", highlight=False, soft_wrap=True)
+            out.print(f"  {shown(note)}", highlight=False, soft_wrap=True)
         return
     kept: dict[str, int] = {}
 
@@ -411,7 +413,7 @@ def ingest(
               f"embed {stats.embed_seconds:.1f}s, database {stats.db_seconds:.1f}s",
               highlight=False, soft_wrap=True)
     for note in stats.notes:
-        out.print(f"  {note}", highlight=False, soft_wrap=True)
+        out.print(f"  {shown(note)}", highlight=False, soft_wrap=True)
 
 
 @app.command(cls=QueryTextCommand)

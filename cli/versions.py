@@ -28,6 +28,7 @@ from pgfunnel.cli.common import (
     plural,
     print_table,
     progress_display,
+    shown,
 )
 from rich.markup import escape
 from rich.progress import Progress
@@ -592,12 +593,13 @@ def compare_cmd(
         table = Table(title="most changed queries", title_justify="left")
         for col in ("query", f"overlap@{k}", f"only in {version_a}", f"only in {version_b}"):
             table.add_column(col, overflow="fold")
+        # a control character in a query or a citekey is shown, not sent to the terminal
         for d in changed:
-            table.add_row(d.query, f"{d.overlap:.2f}", ", ".join(d.only_a[:3]),
-                          ", ".join(d.only_b[:3]))
+            table.add_row(shown(d.query), f"{d.overlap:.2f}", shown(", ".join(d.only_a[:3])),
+                          shown(", ".join(d.only_b[:3])))
         print_table(table, [f"{d.query!r}: overlap@{k} {d.overlap:.2f}; only in {version_a}: "
-                            f"{', '.join(d.only_a[:3]) or '-'}; only in {version_b}: "
-                            f"{', '.join(d.only_b[:3]) or '-'}" for d in changed])
+                            f"{shown(', '.join(d.only_a[:3])) or '-'}; only in {version_b}: "
+                            f"{shown(', '.join(d.only_b[:3])) or '-'}" for d in changed])
 
 
 def register(app: typer.Typer) -> None:

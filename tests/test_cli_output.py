@@ -938,3 +938,47 @@ def test_search_and_explain_json_hold_every_documented_field(sample_db: str) -> 
         "dense_exact_score", "dense_depth", "fused_rank", "fused_score", "pool_size",
         "final_rank", "citekey", "reason", "notices"}, explained
     assert explained["final_rank"] == 1 and explained["notices"] == found["notices"]
+
+
+def test_ingest_dry_run_and_versions_compare_show_control_characters(tmp_path: Path,
+                                                                     sample_db: str) -> None:
+    """`ingest --dry-run` printed a file's citekey and title, and `versions compare` the
+    citekeys that changed, with their control characters raw: a
+    file named with an escape sequence recoloured the terminal or set its title. They are
+    shown as `\\xNN`, as search and explain show them."""
+    from pgfunnel.cli.main import app
+
+    from pgfunnel import versions
+    from pgfunnel.db import connect
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "esc\x1b[31m.md").write_text("# Title \x1b]0;pwned\x07 here\n\nquokka text\n")
+    for width in ("80", "400"):  # a pipe's lines; the table, which fits 400 columns
+        res = CliRunner().invoke(app, ["ingest", str(folder), "--dry-run"],
+                                 env={"COLUMNS": width})
+        assert res.exit_code == 0, res.output
+        assert not any(c in res.stdout for c in "\x1b\x07"), repr(res.stdout)
+        assert "esc\\x1b[31m" in res.stdout and "Title \\x1b]0;pwned\\x07 here" in res.stdout
+
+    corpus = tmp_path / "esc.jsonl"
+    docs = [{"citekey": "a\x1b[31m-key", "title": "Quokka",
+             "text": "A small marsupial of Rottnest Island."},
+            {"citekey": "b-key", "title": "Trucks", "text": "Diesel trucks; a quokka decal."},
+            {"citekey": "c-key", "title": "Cars",
+             "text": "Engines, gearboxes and tyres of cars; a quokka sticker. " * 5}]
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    res = CliRunner().invoke(app, ["ingest", str(corpus), "-c", "esc", "--dsn", sample_db])
+    assert res.exit_code == 0, res.output
+    with connect(sample_db, autocommit=True) as conn:
+        # without titles in BM25 the first document loses the query's word
+        versions.reindex(conn, "esc", lexical_input="text")
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"query": "quokka"}\n')
+    for width in ("80", "400"):
+        res = CliRunner().invoke(app, ["versions", "compare", "1", "2", "-c", "esc", "-k", "1",
+                                       "--queries", str(queries), "--dsn", sample_db],
+                                 env={"COLUMNS": width})
+        assert res.exit_code == 0, res.output
+        assert "\x1b" not in res.stdout, repr(res.stdout)
+        assert "a\\x1b[31m-key" in res.stdout, res.stdout
