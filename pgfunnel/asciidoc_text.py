@@ -9,7 +9,9 @@ goes: attribute entries (``:toc:``), line and block comments (``//``, ``////``),
 attribute lines (``[source,java]``, ``[[anchor]]``), conditional and include directives
 and the other blocks' delimiters. Links and cross references keep their text
 (``https://example.com[the site]`` is ``the site``, ``<<install,Installing>>`` is
-``Installing``); an image keeps its alternative text.
+``Installing``); an image keeps its alternative text. A reference to an attribute the
+page defines (``{product}`` under ``:product: Acme``) reads as its value, except in
+listing and literal blocks; one to an attribute it does not define stays as written.
 """
 
 from __future__ import annotations
@@ -19,7 +21,18 @@ import re
 __all__ = ["asciidoc_to_text"]
 
 _SECTION = re.compile(r"^(={1,6}|#{1,6})\s+(\S.*?)\s*(?:\1)?\s*$")
-_ATTRIBUTE_ENTRY = re.compile(r"^:!?[\w-]+!?:(?:\s.*)?$")
+_ATTRIBUTE_ENTRY = re.compile(r"^:(!?)([\w-]+)(!?):(?:\s+(.*))?$")
+# a reference to an attribute, `{product}`; `\{product}` is written as it is
+_ATTRIBUTE_REFERENCE = re.compile(r"(\\)?\{([\w][\w-]*)\}")
+# the attributes Asciidoctor defines for characters that are awkward to write
+_CHARACTER_ATTRIBUTES = {
+    "empty": "", "sp": " ", "nbsp": "\u00a0", "zwsp": "\u200b", "wj": "\u2060",
+    "apos": "'", "quot": '"', "lsquo": "\u2018", "rsquo": "\u2019", "ldquo": "\u201c",
+    "rdquo": "\u201d", "deg": "\u00b0", "plus": "+", "brvbar": "\u00a6", "vbar": "|",
+    "amp": "&", "lt": "<", "gt": ">", "startsb": "[", "endsb": "]", "caret": "^",
+    "asterisk": "*", "tilde": "~", "backslash": "\\", "backtick": "`",
+    "two-colons": "::", "two-semicolons": ";;", "cpp": "C++", "pp": "++",
+}
 _BLOCK_ATTRIBUTES = re.compile(r"^\[[^\[\]]*\]\s*$|^\[\[[^\[\]]*\]\]\s*$|^\[#[^\]]*\]\s*$")
 _SOURCE = re.compile(r"^\[source(?:,\s*([\w+#.-]+))?[^\]]*\]\s*$")
 _BLOCK_TITLE = re.compile(r"^\.([^.\s].*)$")
@@ -51,10 +64,24 @@ def asciidoc_to_text(raw: str) -> tuple[str, str]:
     language = ""  # of the next listing block, from its [source,LANG] line
     in_header = False  # the author and revision lines under the document title
     underline = -1  # the index of a two-line title's underline, read with its title
+    attributes = dict(_CHARACTER_ATTRIBUTES) | _header_attributes(lines)
     for i, line in enumerate(lines):
         if i == underline:
             continue
+        if not block or not block_is_code:
+            # a listing or literal block's text is as written (Asciidoctor substitutes
+            # no attribute in it unless told to)
+            line = _substituted(line, attributes)
         stripped = line.rstrip()
+        if m := _ATTRIBUTE_ENTRY.match(stripped) if not block else None:
+            # `:product: Acme` (in the header or later) defines {product} for the lines
+            # below it; `:product!:` unsets it
+            name = m.group(2).lower()
+            if m.group(1) or m.group(3):
+                attributes.pop(name, None)
+            else:
+                attributes[name] = (m.group(4) or "").removesuffix(" \\").strip()
+            continue
         if in_header:
             if stripped:
                 continue
@@ -114,6 +141,43 @@ def asciidoc_to_text(raw: str) -> tuple[str, str]:
     if block and block_is_code:
         out.append("```")
     return title, "\n".join(out).strip("\n")
+
+
+def _header_attributes(lines: list[str]) -> dict[str, str]:
+    """The attributes the document header defines (the entries above its title and in
+    the lines under it, up to the first blank line): the title may refer to them."""
+    defined: dict[str, str] = {}
+    titled = False
+    for line in lines:
+        stripped = line.rstrip()
+        if not stripped:
+            if titled:
+                break
+            continue
+        if m := _ATTRIBUTE_ENTRY.match(stripped):
+            if not (m.group(1) or m.group(3)):
+                value = (m.group(4) or "").removesuffix(" \\").strip()
+                defined[m.group(2).lower()] = _substituted(value, _CHARACTER_ATTRIBUTES
+                                                           | defined)
+        elif stripped.startswith("= ") and not titled:
+            titled = True
+        elif not titled and not stripped.startswith("//"):
+            break  # no header: the body starts here
+    return defined
+
+
+def _substituted(line: str, attributes: dict[str, str]) -> str:
+    """``line`` with each reference to a defined attribute replaced by its value; one to
+    an attribute not defined stays as written, as Asciidoctor leaves it."""
+    if "{" not in line:
+        return line
+
+    def value(m: re.Match[str]) -> str:
+        if m.group(1):
+            return m.group(0)[1:]
+        return attributes.get(m.group(2).lower(), m.group(0))
+
+    return _ATTRIBUTE_REFERENCE.sub(value, line)
 
 
 def _two_line_title(line: str, following: str) -> int:

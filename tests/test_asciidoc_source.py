@@ -103,3 +103,31 @@ def test_two_line_titles_start_sections() -> None:
                     "### Rollback\n\nRestore it.\n\nRun this\n```\n$ upgrade --all\n```")
     assert [c.heading for c in chunk_text(text)] == ["Upgrade Guide", "Before you start",
                                                      "Rollback"]
+
+
+def test_attribute_references_read_as_their_values() -> None:
+    # `{product}` was indexed as written wherever the page showed "Acme Cloud", and the
+    # title `= {product} Guide` was "{product} Guide"
+    title, text = asciidoc_to_text("""= {product} Guide
+Jane Doe
+:product: Acme Cloud
+:site: https://acme.example/{version}
+:version: 2
+
+Welcome to {product}{nbsp}{version}, see {site}[the site]. Not {undefined}; \\{product}.
+
+== Install {product}
+
+----
+echo {product}
+----
+
+:product!:
+:edition: Pro
+Now {product} {edition}.
+""")
+    assert title == "Acme Cloud Guide"
+    assert "Welcome to Acme Cloud\u00a02, see the site. Not {undefined}; {product}." in text
+    assert "## Install Acme Cloud" in text
+    assert "echo {product}" in text  # a listing block is as written
+    assert "Now {product} Pro." in text and ":edition:" not in text
