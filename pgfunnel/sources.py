@@ -1351,6 +1351,9 @@ def _first_h1(text: str) -> str:
     return ""
 
 
+_ESCAPED_HASH = re.compile(r"^( {0,3})\\#")
+
+
 def _sections(text: str) -> list[tuple[str, str, tuple[str, ...], int]]:
     """(heading, body, enclosing headings, heading level) of each section; markdown
     headings start sections (a ``#`` line inside a fenced code block is code, not a
@@ -1368,7 +1371,10 @@ def _sections(text: str) -> list[tuple[str, str, tuple[str, ...], int]]:
             sections.append((heading, [], tuple(h for _, h in open_headings), level))
             open_headings.append((level, heading))
         else:
-            sections[-1][1].append(line)
+            # `\#` opening a line is a `#` that is not a heading (CommonMark; the reST and
+            # AsciiDoc readers write a text line's `#` so): the chunk holds the `#` as read
+            sections[-1][1].append(_ESCAPED_HASH.sub(r"\1#", line, count=1) if is_markdown
+                                   else line)
     # blank lines at either end go, the first line's indentation stays (a section may
     # open with an indented code block)
     return [(h, _trim_blank_lines(b), path, level) for h, b, path, level in sections

@@ -95,9 +95,17 @@ def test_a_heading_indented_up_to_three_spaces_is_a_heading(tmp_path: Path) -> N
     # what other formats write as text keeps its `#` from reading as a heading
     (tmp_path / "text.rst").write_text("Text\n====\n\n# not a heading\n\n#include\n")
     (tmp_path / "text.adoc").write_text("= Text\n\n  # a literal paragraph\n")
-    for name in ("text.rst", "text.adoc"):
+    for name, line in (("text.rst", "# not a heading"), ("text.adoc", "# a literal paragraph")):
         (doc,) = read_path(tmp_path / name)
-        assert [c.heading for c in chunk_text(doc.text)] == ["Text"], name
+        (chunk,) = chunk_text(doc.text)
+        assert chunk.heading == "Text", name
+        # and the chunk holds the `#` as written, not the escape that kept it text
+        assert line in chunk.text.splitlines() or f"  {line}" in chunk.text.splitlines(), name
+        assert "\\#" not in chunk.text, name
+    # an author's own `\#` is a `#` as read, too; in code it stays as written
+    chunks = chunk_text("# A\n\n\\# 1 is the first\n\n```\n\\# kept\n```\n")
+    assert chunks[0].text.splitlines()[2] == "# 1 is the first"
+    assert "\\# kept" in chunks[0].text
 
 
 def test_title_is_the_first_h1_outside_code_else_the_file_name(tmp_path: Path) -> None:
