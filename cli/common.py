@@ -44,6 +44,16 @@ def shown(text: str) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
+def stale_functions_notice(conn: Any, command: str) -> str | None:
+    """The notice for a database whose schema or functions are an older release's, which
+    ``command`` (``search``, ``explain``) runs until `pgfunnel migrate`; None when current."""
+    from pgfunnel.schema import stale_schema
+
+    what = stale_schema(conn)
+    return None if what is None else (
+        f"pgfunnel: {what}: this {command} runs those functions; run `pgfunnel migrate`")
+
+
 def plural(n: int, noun: str) -> str:
     """``1 chunk``, ``2 chunks`` (regular English nouns only)."""
     return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"

@@ -30,6 +30,7 @@ from pgfunnel.cli.common import (
     refuse_dense_options,
     rrf_k_args,
     shown,
+    stale_functions_notice,
 )
 from rich.markup import escape
 
@@ -71,14 +72,11 @@ def explain_command(
         weights = leg_weights(lexical_weight, dense_weight, lexical_only)
         rrf_args = rrf_k_args(rrf_k, fusion)
         from pgfunnel.db import connect
-        from pgfunnel.schema import stale_schema
 
         # explain runs the database's functions, an older release's until migrate: say so,
         # as search does (it followed the older search with nothing to tell)
         with connect(dsn, autocommit=True) as conn:
-            what = stale_schema(conn)
-        stale = None if what is None else (
-            f"pgfunnel: {what}: this explain runs those functions; run `pgfunnel migrate`")
+            stale = stale_functions_notice(conn, "explain")
         funnel = Funnel(dsn, collection, embedder=None if lexical_only else "auto")
         try:
             found = [explain(funnel, query, c, k=k, principals=principal or [], tenant=tenant,

@@ -43,6 +43,7 @@ from pgfunnel.cli.common import (
     refuse_dense_options,
     rrf_k_args,
     shown,
+    stale_functions_notice,
 )
 from rich.markup import escape
 from rich.table import Table
@@ -585,7 +586,6 @@ def search(
         # told before the cross-encoder loads (seconds), not after it
         check_rerank_depth(rerank_depth)
         from pgfunnel.db import connect
-        from pgfunnel.schema import stale_schema
 
         search_params = dict(
             k=k, principals=principal or [], tenant=tenant, fusion=fusion, **rrf_args,
@@ -596,8 +596,8 @@ def search(
         # (which refuses) and doctor (an error) do; before the search, which can fail on
         # a function the older release lacks (--trace)
         with connect(dsn, autocommit=True) as conn:
-            what = stale_schema(conn)
-            if rerank and what is None:
+            stale = stale_functions_notice(conn, "search")
+            if rerank and stale is None:
                 # the cross-encoder loads for seconds: a bad value (--k 0) or an unknown
                 # collection is told before that, not after (nor hidden behind a model
                 # that cannot load)
@@ -607,8 +607,6 @@ def search(
 
             # '' is refused by the Reranker, not taken as the default model
             reranker = Reranker(DEFAULT_RERANK_MODEL if rerank_model is None else rerank_model)
-        stale = None if what is None else (
-            f"pgfunnel: {what}: this search runs those functions; run `pgfunnel migrate`")
         if stale and not json_out:
             labelled("warning", "yellow", stale)
         funnel = Funnel(dsn, collection, embedder=None if lexical_only else "auto",
