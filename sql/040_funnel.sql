@@ -812,6 +812,7 @@ declare
     n integer := coalesce(cardinality(chunk_ids), 0);
     version_id integer;
     log_id bigint;
+    log_config jsonb;
     dup_id bigint;
 begin
     perform pgfunnel._check_search_params(k, principals, 1, per_source_cap, metadata_filter);
@@ -958,11 +959,23 @@ begin
         -- the active one, or P0002 as for a search: a trace names a version that exists
         select a.version_id into version_id from pgfunnel._active_version(coll_id) a;
     end if;
+    -- the scope the search applied goes into its config, and so into its hash: two
+    -- searches that differ only in as_of, tenant or principals were logged with one config
+    -- and one hash, and the log held no as_of to replay them with. as_of is NULL for the
+    -- search's own time (now(), the log's `at`) and otherwise the time in UTC; principals
+    -- sorted and distinct, as access compares them (readable exactly as the log's own
+    -- principals column is: the same row, under the same policy)
+    log_config := coalesce(config, '{}'::jsonb) || jsonb_build_object(
+        'as_of', case when final.as_of = now() then null
+                      when not isfinite(final.as_of) then final.as_of::text
+                      else to_char(final.as_of at time zone 'UTC',
+                                   'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') end,
+        'tenant', final.tenant,
+        'principals', array(select distinct u.p from unnest(principals) as u(p) order by 1));
     insert into pgfunnel.search_log (collection_id, index_version_id, config_hash, config,
                                      query_text, principals, tenant, notes)
-    values (coll_id, version_id, md5(coalesce(config, '{}'::jsonb)::text),
-            coalesce(config, '{}'::jsonb), query_text, principals, tenant,
-            coalesce(log_notes, '{}'::jsonb))
+    values (coll_id, version_id, md5(log_config::text), log_config, query_text, principals,
+            tenant, coalesce(log_notes, '{}'::jsonb))
     returning id into log_id;
 
     return query

@@ -326,6 +326,40 @@ def test_trace_records_every_pool_candidate(conn: psycopg.Connection[Any], corpu
     assert conn.execute("select count(*) from pgfunnel.search_log").fetchone()[0] == 1
 
 
+def test_trace_config_records_as_of_tenant_and_principals(conn: psycopg.Connection[Any],
+                                                         corpus: Any) -> None:
+    # searches that differ only in their scope were logged with one config and one hash,
+    # and the log held no as_of at all: a search as of another time could not be replayed
+    v = corpus["small1"][0]
+
+    def logged(**kw: Any) -> tuple[str, dict[str, Any], list[str], str | None]:
+        [sid] = {r[16] for r in _search(conn, "zephyr", v, k=3, trace=True, **kw)}
+        row = conn.execute("select config_hash, config, principals, tenant from "
+                           "pgfunnel.search_log where id = %s", (sid,)).fetchone()
+        assert row is not None and row[0] == conn.execute(
+            "select md5(%s::jsonb::text)", (json.dumps(row[1]),)).fetchone()[0]
+        return row[0], row[1], row[2], row[3]
+
+    plain = logged()
+    assert plain[1]["as_of"] is None  # the search's own time: the log's `at`
+    assert plain[1]["tenant"] is None and plain[1]["principals"] == []
+    assert logged()[0] == plain[0]  # the same search again: the same hash
+    conn.execute("set timezone = 'America/New_York'")
+    past = logged(as_of="2020-03-01 12:00:00+01")
+    assert past[1]["as_of"] == "2020-03-01T11:00:00.000000Z"
+    conn.execute("set timezone = 'UTC'")
+    # the same instant written in another zone is the same config
+    assert logged(as_of="2020-03-01 11:00:00+00")[0] == past[0]
+    assert logged(as_of="infinity")[1]["as_of"] == "infinity"
+    acme = logged(tenant="acme")
+    assert acme[1]["tenant"] == "acme" and acme[3] == "acme"
+    alice = logged(principals=["bob", "alice", "bob"])
+    # sorted and distinct in the config, as access compares them; the column as given
+    assert alice[1]["principals"] == ["alice", "bob"] and alice[2] == ["bob", "alice", "bob"]
+    assert logged(principals=["alice", "bob"])[0] == alice[0]
+    assert len({plain[0], past[0], acme[0], alice[0]}) == 4
+
+
 def test_the_public_wrapper_traces_where_it_is_not_inlined(conn: psycopg.Connection[Any],
                                                            corpus: Any) -> None:
     # public.funnel_search is a stable SQL function so that Postgres inlines it; called in

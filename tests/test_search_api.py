@@ -1129,6 +1129,30 @@ def test_a_cross_encoder_passed_as_is_is_named_in_the_trace(
     assert row is not None and row[0] == path
 
 
+def test_a_traced_search_logs_its_as_of_tenant_and_principals(
+        sample_conn: psycopg.Connection[Any], tiny_reranker: Reranker) -> None:
+    # the config Python logs (a reranked search's, through final()) named as_of in
+    # Python's str() of the value and left tenant and principals out: one config and one
+    # hash for searches as different readers, and an as_of no SQL search wrote alike
+    import datetime as dt
+
+    when = dt.datetime(2020, 3, 1, 12, tzinfo=dt.timezone(dt.timedelta(hours=1)))
+    for reranker in (None, tiny_reranker):
+        funnel = Funnel(sample_conn, embedder=None, reranker=reranker)
+        resp = funnel.search("refund annual plan", k=3, principals=["bob", "alice"],
+                             tenant="acme", as_of=when, trace=True)
+        assert resp.reranked == (reranker is not None) and resp.search_id is not None
+        row = sample_conn.execute("select config from pgfunnel.search_log where id = %s",
+                                  (resp.search_id,)).fetchone()
+        assert row is not None
+        assert row[0]["as_of"] == "2020-03-01T11:00:00.000000Z"
+        assert row[0]["tenant"] == "acme" and row[0]["principals"] == ["alice", "bob"]
+        now = funnel.search("refund annual plan", k=3, principals=[], trace=True)
+        row = sample_conn.execute("select config from pgfunnel.search_log where id = %s",
+                                  (now.search_id,)).fetchone()
+        assert row is not None and row[0]["as_of"] is None and row[0]["principals"] == []
+
+
 def test_a_reranker_that_fails_raises_a_rerank_error_and_the_funnel_goes_on(
         sample_db: str) -> None:
     """An exception from the reranker's own rank() (out of GPU memory, a tokenizer error)
