@@ -629,8 +629,9 @@ def search(
         labelled("warning", "yellow", note)
     if not response.results:
         out.print("no results.", soft_wrap=True)
-        return
-    _print_results(f"{query!r}", response.results, show_rerank=response.reranked)
+    else:
+        _print_results(f"{query!r}", response.results, show_rerank=response.reranked)
+    # a search that found nothing is traced too, and its trace is the one to read
     if response.search_id:
         out.print(f"trace: search_id {response.search_id}", soft_wrap=True)
 

@@ -428,6 +428,22 @@ _FINAL_SQL = (f"select {_RESULT_COLUMNS} from pgfunnel.final("
               "index_version_id => %(index_version_id)s, log_notes => %(log_notes)s)")
 
 
+#: the id of the session's last traced search (``pgfunnel.last_search_id()``), read without
+#: the function so that a database whose functions predate it answers NULL, not an error
+_LAST_SEARCH_ID_SQL = ("select nullif(pg_catalog.current_setting('pgfunnel.last_search_id', "
+                       "true), '')::bigint")
+
+
+def _search_id(results: Sequence[Result], traced: psycopg.Cursor[Any] | None) -> int | None:
+    """A search's id: its rows carry it, and a traced search that found nothing has none
+    to carry it, so it is read from the session (``traced``, run right after the search in
+    its transaction)."""
+    if results:
+        return results[0].search_id
+    row = traced.fetchone() if traced is not None else None
+    return None if row is None or row[0] is None else int(row[0])
+
+
 def rerank_head(pool_size: int, rerank_depth: int | None, p: SearchParams) -> int:
     """How many candidates, from the top of the pool, the reranker scores.
 
@@ -1078,10 +1094,11 @@ class Funnel:
         t0 = time.perf_counter()
         with self._transaction(conn, p, seen, one_snapshot=exact_version):
             cursor = conn.execute(_FUNNEL_SQL, args, prepare=True)
+            traced = conn.execute(_LAST_SEARCH_ID_SQL, prepare=True) if p.trace else None
         rows = cursor.fetchall()
         timings["funnel_search"] = (time.perf_counter() - t0) * 1000
         results = [Result(*r) for r in rows]
-        return SearchResponse(query, results, search_id=results[0].search_id if results else None,
+        return SearchResponse(query, results, search_id=_search_id(results, traced),
                               timings_ms=timings)
 
     def candidates(self, conn: psycopg.Connection[Any], query: str | None,
@@ -1221,11 +1238,12 @@ class Funnel:
             cursor = self._execute_final(conn, query, ordered, p, reranked=skipped is None,
                                          notes=notes or None,
                                          index_version_id=seen.get("version_id"))
+            traced = conn.execute(_LAST_SEARCH_ID_SQL, prepare=True) if p.trace else None
         results = [Result(*r) for r in cursor.fetchall()]
         timings["final"] = (time.perf_counter() - t2) * 1000
         return SearchResponse(query, results, pool=ordered, reranked=skipped is None,
                               rerank_skipped_reason=skipped if use_model else None,
-                              search_id=results[0].search_id if results else None,
+                              search_id=_search_id(results, traced),
                               timings_ms=timings)
 
 

@@ -762,6 +762,18 @@ begin
 end
 $$;
 
+-- the id of this session's last traced search (its search_log row), NULL before one: a
+-- traced search returns it in every row's search_id, and a search that found nothing has
+-- no row to return it in. As lastval(): session-wide, taken back with a rolled-back search
+create or replace function pgfunnel.last_search_id()
+returns bigint
+language sql volatile
+security invoker
+set search_path = pg_catalog
+as $$
+    select nullif(current_setting('pgfunnel.last_search_id', true), '')::bigint
+$$;
+
 -- the pool in its final order -> cap per citekey -> first k; optionally traced
 -- (index_version_id came later: the trace names the version the pool was read from; then
 -- log_notes: what the caller wants kept with the search_log row, outside its config)
@@ -977,6 +989,11 @@ begin
     values (coll_id, version_id, md5(log_config::text), log_config, query_text, principals,
             tenant, coalesce(log_notes, '{}'::jsonb))
     returning id into log_id;
+    -- the id for pgfunnel.last_search_id(): a search that found nothing returns no row to
+    -- carry it in its search_id column, and its trace is the one a caller wants to read.
+    -- Session-wide, as lastval() is, so that the next statement reads it; a rollback
+    -- takes it back with the log row
+    perform set_config('pgfunnel.last_search_id', log_id::text, false);
 
     return query
     with pool as (

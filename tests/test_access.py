@@ -129,6 +129,9 @@ def test_hidden_chunk_not_in_trace_rows_read_by_another_reader(app_dsn: str) -> 
         assert alice.search_id is not None and _keys(alice)[0] == "secret"
         bob = f.search(QUERY, query_embedding=QVEC, principals=["bob"], k=5, trace=True)
         assert bob.search_id is not None
+        # a search that finds nothing is logged too, and its reader gets its id
+        empty = f.search("quokka", principals=["bob"], k=5, trace=True)
+        assert empty.results == [] and empty.search_id is not None
 
         def traced(principals: list[str]) -> tuple[set[int], set[str]]:
             with conn.transaction():
@@ -148,6 +151,7 @@ def test_hidden_chunk_not_in_trace_rows_read_by_another_reader(app_dsn: str) -> 
         assert alice.search_id in alice_logs and "secret" in alice_keys  # control
         bob_logs, bob_keys = traced(["bob"])
         assert alice.search_id not in bob_logs and bob.search_id in bob_logs
+        assert empty.search_id in bob_logs and empty.search_id not in alice_logs
         assert "secret" not in bob_keys and "<alice-trace-rows>" not in bob_keys
         # a reader cannot write a log entry under someone else's principals
         with pytest.raises(psycopg.Error), conn.transaction():

@@ -360,6 +360,36 @@ def test_trace_config_records_as_of_tenant_and_principals(conn: psycopg.Connecti
     assert len({plain[0], past[0], acme[0], alice[0]}) == 4
 
 
+def test_a_traced_search_that_finds_nothing_gives_its_id(conn: psycopg.Connection[Any],
+                                                        corpus: Any) -> None:
+    # its id came only in the rows' search_id column: a search that found nothing was
+    # logged, but its caller had no way to find which log row was its own
+    assert conn.execute("select pgfunnel.last_search_id()").fetchone() == (None,)
+    assert _search(conn, "quokka", None, trace=True) == []
+    [sid] = conn.execute("select pgfunnel.last_search_id()").fetchone()
+    assert conn.execute("select query_text from pgfunnel.search_log where id = %s",
+                        (sid,)).fetchone() == ("quokka",)
+    assert conn.execute("select count(*) from pgfunnel.search_trace where search_id = %s",
+                        (sid,)).fetchone() == (0,)
+    # a search with rows: the same id as its rows carry, through the public wrapper too
+    rows = _search(conn, "zephyr", None, k=2, trace=True)
+    assert conn.execute("select pgfunnel.last_search_id()").fetchone() == (rows[0][16],)
+    # final() traced over an empty pool (a caller's own rerank that kept nothing)
+    assert conn.execute("select * from pgfunnel.final('{}', '{}', '{}', '{}', '{}', '{}', "
+                        "'{}', collection => 't', trace => true, query_text => 'empty')"
+                        ).fetchall() == []
+    [final_id] = conn.execute("select pgfunnel.last_search_id()").fetchone()
+    assert final_id > rows[0][16]
+    # an untraced search leaves it alone; a rolled-back traced one takes it back
+    _search(conn, "quokka", None)
+    conn.commit()
+    with conn.transaction():
+        _search(conn, "quokka", None, trace=True)
+        assert conn.execute("select pgfunnel.last_search_id()").fetchone() != (final_id,)
+        raise psycopg.Rollback()
+    assert conn.execute("select pgfunnel.last_search_id()").fetchone() == (final_id,)
+
+
 def test_the_public_wrapper_traces_where_it_is_not_inlined(conn: psycopg.Connection[Any],
                                                            corpus: Any) -> None:
     # public.funnel_search is a stable SQL function so that Postgres inlines it; called in

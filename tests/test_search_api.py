@@ -1153,6 +1153,40 @@ def test_a_traced_search_logs_its_as_of_tenant_and_principals(
         assert row is not None and row[0]["as_of"] is None and row[0]["principals"] == []
 
 
+def test_a_traced_search_that_finds_nothing_has_a_search_id(
+        sample_db: str, sample_conn: psycopg.Connection[Any],
+        tiny_reranker: Reranker) -> None:
+    # SearchResponse.search_id came from the first result: a traced search that found
+    # nothing was logged, but its id was None, and `search --trace` printed no id for it
+    import json
+
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    seen = set()
+    for reranker in (None, tiny_reranker):
+        funnel = Funnel(sample_conn, embedder=None, reranker=reranker)
+        resp = funnel.search("quokka", k=3, principals=[], trace=True)
+        assert resp.results == [] and resp.search_id is not None
+        assert sample_conn.execute("select query_text from pgfunnel.search_log where id = %s",
+                                   (resp.search_id,)).fetchone() == ("quokka",)
+        seen.add(resp.search_id)
+        # untraced: no id, whatever the session traced before
+        assert funnel.search("quokka", k=3, principals=[]).search_id is None
+    assert len(seen) == 2
+    res = CliRunner().invoke(app, ["search", "quokka", "--lexical-only", "--trace",
+                                   "--dsn", sample_db])
+    assert res.exit_code == 0, res.output
+    assert "no results." in res.stdout and "trace: search_id " in res.stdout
+    logged = int(res.stdout.split("trace: search_id ")[1].split()[0])
+    assert sample_conn.execute("select query_text from pgfunnel.search_log where id = %s",
+                               (logged,)).fetchone() == ("quokka",)
+    res = CliRunner().invoke(app, ["search", "quokka", "--lexical-only", "--trace", "--json",
+                                   "--dsn", sample_db])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["search_id"] > logged
+
+
 def test_a_reranker_that_fails_raises_a_rerank_error_and_the_funnel_goes_on(
         sample_db: str) -> None:
     """An exception from the reranker's own rank() (out of GPU memory, a tokenizer error)

@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 import pytest
-from sqlalchemy import Column, MetaData, Table, Text, insert, select
+from sqlalchemy import Column, MetaData, Table, Text, func, insert, select
 from sqlalchemy import text as sa_text
 from sqlalchemy.orm import Session
 
@@ -333,17 +333,22 @@ def test_the_documented_traced_tvf_example_keeps_its_trace(sample_db: str) -> No
               if "funnel_search_tvf(" in b and "trace=True" in b]
     assert blocks, "docs/python-api.md has no traced funnel_search_tvf example"
     engine = engine_from_dsn(sample_db)
+    ids: list[int] = []
     try:
         for block in blocks:
             namespace: dict[str, Any] = {
                 "engine": engine, "q": "refund on an annual plan", "select": select,
-                "Session": Session, "funnel_search_tvf": funnel_search_tvf,
+                "func": func, "Session": Session, "funnel_search_tvf": funnel_search_tvf,
                 "identity_statement": identity_statement}
             exec(block, namespace)  # noqa: S102 - the docs' own example
+            ids.append(namespace["search_id"])
     finally:
         engine.dispose()
     with psycopg.connect(sample_db) as conn:
         logged = conn.execute("select count(*) from pgfunnel.search_log").fetchone()
         traced = conn.execute("select count(*) from pgfunnel.search_trace").fetchone()
+        # the id the example reads with pgfunnel.last_search_id() is its search's
+        assert [r[0] for r in conn.execute("select id from pgfunnel.search_log order by id")
+                ] == ids
     assert logged is not None and logged[0] == len(blocks)
     assert traced is not None and traced[0] > 0
