@@ -387,6 +387,56 @@ def _shipped_functions() -> frozenset[str]:
         r"create or replace function pgfunnel\.(\w+)\(", path.read_text()))
 
 
+@functools.cache
+def _shipped_tables() -> frozenset[str]:
+    """The names of the tables this release creates in schema pgfunnel (alembic's own
+    version table included)."""
+    from pgfunnel.models import Base
+
+    return frozenset({table.name for table in Base.metadata.tables.values()}
+                     | {"alembic_version"})
+
+
+# Postgres' messages for a missing relation, schema or function, the name in group 1
+_MISSING_RELATION = re.compile(r'relation "pgfunnel\.([^"]+)" does not exist')
+_MISSING_SCHEMA = re.compile(r'schema "pgfunnel" does not exist')
+_MISSING_FUNCTION = re.compile(r"function pgfunnel\.(\w+)\(")
+
+
+def _pgfunnel_is_missing(sqlstate: str, primary: str) -> bool:
+    """Whether a missing name (42P01, 3F000, 42883) says the pgfunnel schema (or the
+    vector extension) is not installed: the schema itself, or a table this release
+    creates in it, is missing. A name pgfunnel never creates (``pgfunnel.chunks``, a
+    table of the caller's own, one named ``vectors``) says nothing of the schema."""
+    if sqlstate == "3F000":
+        return _MISSING_SCHEMA.match(primary) is not None
+    if sqlstate == "42P01":
+        table = _MISSING_RELATION.match(primary)
+        return table is not None and table.group(1) in _shipped_tables()
+    # 42883: a function or operator; pgfunnel's own are told apart by the caller
+    if (called := _MISSING_FUNCTION.match(primary)) is not None:
+        return called.group(1) in _shipped_functions()
+    return re.search(r"\bvector\b", primary) is not None
+
+
+def _not_pgfunnels(sqlstate: str, primary: str) -> str:
+    """What follows Postgres' message for a name in schema pgfunnel that pgfunnel never
+    creates: that it has none of that name, and the nearest it has."""
+    import difflib
+
+    named = (_MISSING_RELATION.match(primary) if sqlstate == "42P01"
+             else _MISSING_FUNCTION.match(primary) if sqlstate == "42883" else None)
+    if named is None or re.fullmatch(r"\w+_v\d+", named.group(1)):
+        # (an index version's own partition or index, posting_v7, embedding_hnsw_v7: one
+        # pgfunnel names, for a version that is gone)
+        return ""
+    kind, names = (("table", _shipped_tables()) if sqlstate == "42P01"
+                   else ("function", _shipped_functions()))
+    near = difflib.get_close_matches(named.group(1), sorted(names), n=1)
+    return (f"; pgfunnel has no {kind} {named.group(1)!r}"
+            + (f" (did you mean pgfunnel.{near[0]}?)" if near else ""))
+
+
 def translate(exc: BaseException, *, searching: bool = True) -> PgfunnelError:
     """Map a psycopg error to the matching :class:`PgfunnelError` subclass.
 
@@ -482,9 +532,14 @@ def translate(exc: BaseException, *, searching: bool = True) -> PgfunnelError:
                 "migrate` if the database has an older release's functions")
             err.__cause__ = exc
             return err
-        if "pgfunnel" in primary or "vector" in primary:
+        if _pgfunnel_is_missing(sqlstate, primary):
             return SchemaMissingError(primary)
-        return PgfunnelError(primary)
+        # the schema is there (or the name is not pgfunnel's): a typo in the caller's SQL
+        # (pgfunnel.chunks for pgfunnel.chunk) or a table of the caller's own, named as it
+        # is, not "the pgfunnel schema is not installed; run `pgfunnel init`"
+        err = PgfunnelError(primary + _not_pgfunnels(sqlstate, primary))
+        err.__cause__ = exc
+        return err
     if cls is ConfigError:
         # pgfunnel's SQL names the parameter first ("k: must be between 1 and 1000");
         # Postgres' own messages name a setting in quotes ('invalid value for parameter

@@ -587,7 +587,54 @@ def test_a_wrong_call_of_a_shipped_function_is_not_a_missing_schema(db: str) -> 
             conn.execute("select pgfunnel.no_such_function(1)")
     err = translate(wrong.value)
     assert isinstance(err, ConfigError) and "no pgfunnel.candidates takes these" in str(err)
-    assert isinstance(translate(missing.value), SchemaMissingError)
+    # a function no release ships, in a database where pgfunnel is installed: named, not
+    # "not installed; run `pgfunnel init`", which init would never have mended
+    err = translate(missing.value)
+    assert not isinstance(err, SchemaMissingError)
+    assert "pgfunnel has no function 'no_such_function'" in str(err)
+
+
+def test_a_missing_relation_is_not_installed_only_when_pgfunnel_is_missing(
+        db: str, empty_db: str) -> None:
+    """42P01 was "the pgfunnel schema is not installed; run `pgfunnel init`" for any name
+    holding "pgfunnel" or "vector": a typo in an application's SQL (pgfunnel.chunks for
+    pgfunnel.chunk) or a missing table of its own (vectors) sent its author to init, which
+    had run. Now that is said only where the schema (or a table it creates) is missing;
+    otherwise the missing relation is named."""
+    import sqlalchemy as sa
+
+    from pgfunnel.errors import PgfunnelError, translate
+    from pgfunnel.sqla import engine_from_dsn
+
+    def caught(dsn: str, statement: str) -> PgfunnelError:
+        with connect(dsn, autocommit=True) as conn, pytest.raises(psycopg.Error) as raw:
+            conn.execute(statement)
+        return translate(raw.value)
+
+    typo = caught(db, "select * from pgfunnel.chunks")
+    assert type(typo) is PgfunnelError
+    assert str(typo) == ('relation "pgfunnel.chunks" does not exist; pgfunnel has no table '
+                         "'chunks' (did you mean pgfunnel.chunk?)")
+    for own in ("select * from vectors", "select * from app.pgfunnel_notes"):
+        err = caught(db, own)
+        assert not isinstance(err, SchemaMissingError) and "does not exist" in str(err)
+    assert "not installed" not in str(caught(db, "select pgfunnel_vector_fn()"))
+    # a version's partition, of a version that is gone: named, nothing suggested for it
+    gone = caught(db, "select * from pgfunnel.posting_v999999")
+    assert str(gone) == 'relation "pgfunnel.posting_v999999" does not exist', str(gone)
+    # the same through SQLAlchemy, as a web application runs its SQL
+    engine = engine_from_dsn(db)
+    try:
+        with engine.connect() as sa_conn, pytest.raises(sa.exc.DBAPIError) as wrapped:
+            sa_conn.execute(sa.text("select count(*) from pgfunnel.chunks"))
+    finally:
+        engine.dispose()
+    assert 'relation "pgfunnel.chunks" does not exist' in str(translate(wrapped.value))
+    assert not isinstance(translate(wrapped.value), SchemaMissingError)
+    # where pgfunnel is not installed, its own names still say so
+    for statement in ("select * from pgfunnel.chunk", "select pgfunnel.version()",
+                      "select * from pgfunnel.funnel_search('x', null, 5)"):
+        assert isinstance(caught(empty_db, statement), SchemaMissingError), statement
 
 
 def test_migrate_names_older_rows_its_check_constraints_let_stay(sample_db: str) -> None:
