@@ -17,7 +17,13 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperCommand, TyperGroup
 
-from pgfunnel.errors import ConfigError, ModelLoadError, PgfunnelError, unicode_problem
+from pgfunnel.errors import (
+    ConfigError,
+    ModelLoadError,
+    PgfunnelError,
+    escape_controls,
+    unicode_problem,
+)
 
 # errors, warnings and notes are one line each, however wide: the terminal wraps them,
 # and a log or a pipe keeps the line whole for grep. Markup only where a print asks for it
@@ -29,19 +35,17 @@ out = Console(markup=False)
 
 def labelled(label: str, style: str, text: str) -> None:
     """One line on stderr: ``label:`` in ``style``, then ``text`` as written (a name or
-    query in it is never read as markup)."""
-    console.print(f"[{style}]{label}:[/{style}] {escape(text)}", highlight=False, markup=True)
-
-
-# C0 controls (ESC, BEL, CR, LF, ...), DEL and C1 controls (CSI, OSC, U+0085, ...)
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+    query in it is never read as markup), its control characters as ``\\xNN``: an error
+    naming a file whose name held an escape sequence printed it raw to the terminal."""
+    console.print(f"[{style}]{label}:[/{style}] {escape(shown(text))}", highlight=False,
+                  markup=True)
 
 
 def shown(text: str) -> str:
     """``text`` for a terminal: each control character written as ``\\xNN``. A document's
     text or citekey holding an escape sequence printed raw recoloured the terminal, set
     its title or wrote its clipboard, and a newline in a citekey split a row in two."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return escape_controls(text)
 
 
 def stale_functions_notice(conn: Any, command: str) -> str | None:

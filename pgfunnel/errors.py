@@ -66,10 +66,29 @@ def read_file_text(path: Path) -> str:
     return read_file_bytes(path).decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
 
 
+# C0 controls (ESC, BEL, CR, LF, ...), DEL and C1 controls (CSI, OSC, U+0085, ...)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def escape_controls(text: str) -> str:
+    """``text`` for a terminal or a log: each control character written as ``\\xNN``. A
+    file name, citekey or query holding an escape sequence, printed raw, recoloured the
+    terminal, set its title or wrote its clipboard, and a newline split the line."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def warn_at_caller(message: str | Warning, category: type[Warning] = UserWarning) -> None:
     """``warnings.warn`` naming the first line outside pgfunnel that led here (the
     caller's ``funnel.search(...)``, not a line inside pgfunnel), wherever in the package
-    the warning starts; what Python 3.12's ``skip_file_prefixes`` does."""
+    the warning starts; what Python 3.12's ``skip_file_prefixes`` does. A control
+    character in the message (a file name's, a query's) is written as ``\\xNN``
+    (:func:`escape_controls`): Python prints a warning to stderr as it is."""
+    if isinstance(message, Warning):
+        text = str(message)
+        if (escaped := escape_controls(text)) != text:
+            message = type(message)(escaped)
+    else:
+        message = escape_controls(message)
     level = 2  # the caller of this function
     frame = sys._getframe(1)
     while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):

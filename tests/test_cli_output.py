@@ -982,3 +982,22 @@ def test_ingest_dry_run_and_versions_compare_show_control_characters(tmp_path: P
         assert res.exit_code == 0, res.output
         assert "\x1b" not in res.stdout, repr(res.stdout)
         assert "a\\x1b[31m-key" in res.stdout, res.stdout
+
+
+def test_an_error_naming_a_file_shows_its_control_characters_escaped(tmp_path: Path) -> None:
+    """An error line (here ingest's "no text to ingest" and "not valid UTF-8", which name
+    the file) printed a file name's escape sequence raw to the terminal. Errors, warnings
+    and notes show control characters as \\xNN, as the rest of the output does."""
+    from pgfunnel.cli.main import app
+
+    empty = tmp_path / "a\x1b[31mred\x1b]0;pwned\x07.md"
+    empty.write_text("")
+    latin = tmp_path / "b\x9b2J.md"
+    latin.write_bytes(b"caf\xe9\n")
+    for path, said in ((empty, "a\\x1b[31mred\\x1b]0;pwned\\x07.md: no text to ingest"),
+                       (latin, "b\\x9b2J.md: not valid UTF-8")):
+        res = CliRunner().invoke(app, ["ingest", str(path), "--dry-run"])
+        assert res.exit_code == 1, res.output
+        assert not any(c in res.output for c in "\x1b\x07\x9b"), repr(res.output)
+        assert said in res.output, res.output
+        assert len(res.output.strip().splitlines()) == 1, res.output

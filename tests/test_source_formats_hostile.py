@@ -272,3 +272,33 @@ def test_windows_and_old_mac_line_ends_read_as_unix_ones(tmp_path: Path, suffix:
     (other,) = read_path(tmp_path / "other" / f"page{suffix}")
     assert (other.title, other.text) == (unix.title, unix.text)
     assert "\r" not in other.text and "title:" not in other.text
+
+
+def test_a_warning_shows_a_file_names_control_characters_escaped(tmp_path: Path) -> None:
+    """The warnings read_paths gives (a file without text, files of other types, a page
+    that declares no charset) put the file's name in their text raw: Python printed a
+    name holding an escape sequence to stderr as it is, recolouring the terminal or
+    setting its title. Control characters are written as \\xNN, as the CLI shows them."""
+    import warnings
+
+    from pgfunnel.sources import read_paths
+
+    folder = tmp_path / "docs\x1b[31m"
+    folder.mkdir()
+    (folder / "empty\x1b]0;pwned\x07.md").write_text("")
+    (folder / "notes\x9b1m.tex").write_text("\\section{x}")
+    (folder / "latin\x1b[2J.html").write_bytes(b"<p>caf\xe9 au lait</p>")
+    (folder / "ok.md").write_text("# Ok\n\nquokka text\n")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        records = list(read_paths([folder]))
+    assert [r.citekey for r in records] == ["latin\x1b[2J", "ok"]  # the data stays as is
+    said = [str(w.message) for w in caught]
+    assert len(said) == 3, said
+    for text in said:
+        assert not any(c in text for c in "\x1b\x07\x9b"), repr(text)
+        assert "docs\\x1b[31m" in text, text
+    assert any("empty\\x1b]0;pwned\\x07.md: no text" in text for text in said), said
+    assert any("latin\\x1b[2J.html: declares no charset" in text for text in said), said
+    assert {type(w.message).__name__ for w in caught} == {
+        "EmptyFileWarning", "OtherFilesWarning", "GuessedEncodingWarning"}
