@@ -139,8 +139,9 @@ _TYPE_SHOWN = ((re.compile(r"^<list\[(.+)\]>$"), r"<\1>"),
 
 def tidy_help(params: list[Any], ctx: Any) -> None:
     """Metavars for --help that read cleanly under any typer: a flag takes no value, so
-    it shows none (typer 0.16 on showed `--json <bool>`, `--help <bool>`), and the types
-    in _TYPE_SHOWN are written as a value is typed. A metavar given by hand is kept."""
+    it shows none (typer 0.16 on showed `--json <bool>`, `--help <bool>`), the types in
+    _TYPE_SHOWN are written as a value is typed, and an argument is named as click
+    names it (:func:`_click_named`). A metavar given by hand is kept."""
     for param in params:
         kind = getattr(param, "param_type_name", None)
         if kind not in ("option", "argument") or param.metavar is not None:
@@ -149,24 +150,43 @@ def tidy_help(params: list[Any], ctx: Any) -> None:
                                  or getattr(param, "count", False)):
             param.metavar = ""
             continue
-        shown = getattr(param, "display_type_rich", None)
-        if shown is None:  # an older typer: click's own TEXT, INTEGER, ...
-            continue
-        text = shown(ctx=ctx)
-        if not isinstance(text, str):
-            continue
-        tidied = text
-        for pattern, replacement in _TYPE_SHOWN:
-            tidied = pattern.sub(replacement, tidied)
-        if tidied == text:
-            continue
-        if kind == "option":
-            param.metavar = tidied
-        else:
-            # an argument's metavar is its name (in the usage line too), and its type is
-            # shown beside it whatever the metavar: `paths... <path>`, the dots saying
-            # there may be several, not `paths... <list[Path]>`
-            param.display_type_rich = lambda ctx, tidied=tidied: tidied
+        _tidy_type(param, kind, ctx)
+        if kind == "argument":
+            _click_named(param)
+
+
+def _tidy_type(param: Any, kind: str, ctx: Any) -> None:
+    """The value type ``param`` shows in --help, as _TYPE_SHOWN writes it."""
+    shown = getattr(param, "display_type_rich", None)
+    if shown is None:  # an older typer: click's own TEXT, INTEGER, ...
+        return
+    text = shown(ctx=ctx)
+    if not isinstance(text, str):
+        return
+    tidied = text
+    for pattern, replacement in _TYPE_SHOWN:
+        tidied = pattern.sub(replacement, tidied)
+    if tidied == text:
+        return
+    if kind == "option":
+        param.metavar = tidied
+    else:
+        # an argument's type is shown beside its name whatever its metavar: `PATHS...
+        # <path>`, the dots saying there may be several, not `PATHS... <list[Path]>`
+        param.display_type_rich = lambda ctx, tidied=tidied: tidied
+
+
+def _click_named(param: Any) -> None:
+    """An argument named as click names it, in capitals, in the usage line, the Arguments
+    panel and its errors: `Usage: pgfunnel search [OPTIONS] QUERY`, `PATHS...`, an
+    optional one in brackets. Typer 0.16 on wrote `{query}` in the usage line (braces
+    around a required argument's name) and `query` in the panel, while the rest of the
+    help, and every older typer, wrote `QUERY`."""
+    name = str(param.name).upper()
+    more = "..." if param.nargs != 1 else ""
+    param.metavar = name + more
+    usage = (name if param.required else f"[{name}]") + more
+    param.get_usage_pieces = lambda ctx, usage=usage: [usage]
 
 
 class TidyHelpGroup(TyperGroup):

@@ -754,7 +754,48 @@ def test_every_help_shows_a_flag_without_a_type_and_a_value_as_typed() -> None:
     ingest = CliRunner().invoke(app, ["ingest", "--help"], env={"COLUMNS": "200"}).output
     assert re.search(r"--chunk-words\s+<int> \[x>=20\]", ingest), ingest
     assert re.search(r"--exclude\s+<str>", ingest), ingest
-    assert re.search(r"paths\.\.\.\s+<path>", ingest), ingest
+    assert re.search(r"PATHS\.\.\.\s+<path>", ingest), ingest
+
+
+def test_every_usage_line_names_its_arguments_as_click_does() -> None:
+    """Typer 0.16 on wrote a required argument in braces in the usage line and in lower
+    case in the Arguments panel (`Usage: pgfunnel search [OPTIONS] {query}`, `{paths}...`),
+    unlike click and every older typer (`QUERY`, `PATHS...`), and the help's own text
+    (`Print TEXT's embedding`). Every command's usage line, Arguments panel and
+    missing-argument error now name an argument in capitals."""
+    import re
+
+    import typer
+    from pgfunnel.cli.main import app
+
+    def commands(group: Any, path: list[str]) -> list[tuple[list[str], Any]]:
+        found = [(path, group)]
+        for name, sub in getattr(group, "commands", {}).items():
+            found.extend(commands(sub, [*path, name]))
+        return found
+
+    usages = {}
+    for path, command in commands(typer.main.get_command(app), []):
+        res = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "200"})
+        assert res.exit_code == 0, (path, res.output)
+        usage = next(line.strip() for line in res.output.splitlines() if "Usage:" in line)
+        assert "{" not in usage and "}" not in usage, (path, usage)
+        usages[" ".join(path)] = usage
+        for param in command.params:
+            if param.param_type_name == "argument":
+                name = param.name.upper() + ("..." if param.nargs != 1 else "")
+                assert f" {name}" in usage, (path, usage)
+                # the Arguments panel's row: `*    QUERY      <str>  The query text.`
+                assert re.search(rf"\*\s+{re.escape(name)}\s+<", res.output), (path, res.output)
+    assert usages["search"] == "Usage: pgfunnel search [OPTIONS] QUERY"
+    assert usages["ingest"] == "Usage: pgfunnel ingest [OPTIONS] PATHS..."
+    assert usages["explain"] == "Usage: pgfunnel explain [OPTIONS] QUERY CHUNKS..."
+    assert usages["versions compare"] == (
+        "Usage: pgfunnel versions compare [OPTIONS] VERSION_A VERSION_B")
+    assert usages["init"] == "Usage: pgfunnel init [OPTIONS]"
+    missing = CliRunner().invoke(app, ["search"])
+    assert missing.exit_code == 2 and "Missing argument 'QUERY'" in missing.output, \
+        missing.output
 
 
 def test_a_table_in_a_pipe_keeps_each_row_on_one_line(tmp_path: Path, sample_db: str) -> None:
