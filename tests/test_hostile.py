@@ -925,3 +925,44 @@ def test_a_collection_model_that_cannot_load_is_not_blamed_on_an_untyped_model_f
             "--model: collection 'lost' is indexed with" in res.output, res.output
     with connect(db, autocommit=True) as conn:
         assert conn.execute("select count(*) from pgfunnel.document").fetchone() == (1,)
+
+
+def test_every_error_class_and_sqlstate_is_in_the_error_table() -> None:
+    """docs/python-api.md's error table is where an application looks up what to catch:
+    pgfunnel.versions.ValidationFailed (a reindex whose version failed validation, exit
+    3 in the CLI) was raised and exported but named nowhere in it. Every PgfunnelError
+    class pgfunnel defines is named there, and every SQLSTATE its SQL raises translates
+    to a class the table names for that code."""
+    import importlib
+    import pkgutil
+    from pathlib import Path
+
+    import pgfunnel
+    from pgfunnel.errors import _SQLSTATE_MAP
+
+    for module in pkgutil.walk_packages(pgfunnel.__path__, "pgfunnel."):
+        if module.name.startswith("pgfunnel.eval") or module.name.endswith("__main__"):
+            continue
+        importlib.import_module(module.name)
+
+    def subclasses(cls: type) -> set[type]:
+        found = set(cls.__subclasses__())
+        return found.union(*(subclasses(sub) for sub in found)) if found else found
+
+    root = Path(__file__).resolve().parent.parent
+    doc = (root / "docs" / "python-api.md").read_text()
+    table = doc.split("## Errors", 1)[1].split("\n## ", 1)[0]
+    rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| `(?:[\w.]+\.)?(\w+)`.*$",
+                                                          table, re.MULTILINE)}
+    for cls in subclasses(PgfunnelError):
+        if cls.__module__.startswith("pgfunnel"):
+            assert re.search(rf"`(?:[\w.]+\.)?{cls.__name__}`", table), \
+                f"{cls.__module__}.{cls.__name__} is not in the table"
+    raised = set(re.findall(r"errcode = '(\w{5})'",
+                            "".join(p.read_text() for p in (root / "sql").glob("*.sql"))))
+    assert raised, "no SQLSTATE found in sql/"
+    special = {"25006": "ReadOnlyError"}  # translate() picks the class by the message
+    for code in raised:
+        name = special.get(code) or _SQLSTATE_MAP[code].__name__
+        assert code in rows[name], (code, name, rows[name])
+    assert "exit status 3" in table and "ValidationFailed" in table
