@@ -308,6 +308,14 @@ READ_ONLY_HINT = ("; the transaction is read-only (a hot standby, "
                   "TRANSACTION READ ONLY): run it on the primary, in a read-write transaction")
 
 
+#: said after Postgres' "permission denied for schema pgfunnel": a role granted nothing
+SCHEMA_GRANT_HINT = ("; this role was granted nothing on pgfunnel: grant it pgfunnel_reader "
+                     "to search or pgfunnel_writer to ingest and manage versions (`grant "
+                     "pgfunnel_reader to ROLE`; the roles `pgfunnel init --rls` creates), or "
+                     "connect as the role that owns the schema (docs/security.md, Roles and "
+                     "grants)")
+
+
 # the server ended the session: admin_shutdown, crash_shutdown, cannot_connect_now,
 # idle_session_timeout (the 08 class is the connection's own failures)
 _CONNECTION_LOST = frozenset({"57P01", "57P02", "57P03", "57P05"})
@@ -578,6 +586,9 @@ def translate(exc: BaseException, *, searching: bool = True) -> PgfunnelError:
         err.__cause__ = exc
         return err
     primary = _CONSTRAINT_MESSAGES.get(getattr(diag, "constraint_name", None) or "", primary)
+    if sqlstate == "42501" and primary == "permission denied for schema pgfunnel":
+        # Postgres' bare refusal named neither the role's missing grant nor its fix
+        primary += SCHEMA_GRANT_HINT
     sql_hint = getattr(diag, "message_hint", None)
     if sqlstate == "P0002" and sql_hint and primary.startswith("collection ") \
             and primary.endswith(" does not exist"):

@@ -22,7 +22,14 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, create_engine, pool
 
 from pgfunnel.db import SCHEMA, connect, resolve_dsn, sql_ascii_problem
-from pgfunnel.errors import AccessError, ConfigError, PgfunnelError, SchemaOutdatedError, translate
+from pgfunnel.errors import (
+    SCHEMA_GRANT_HINT,
+    AccessError,
+    ConfigError,
+    PgfunnelError,
+    SchemaOutdatedError,
+    translate,
+)
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -439,7 +446,8 @@ def _init(target: str, *, rls: bool) -> dict[str, Any]:
         if isinstance(exc, psycopg.errors.InsufficientPrivilege):
             # as in migrate: a reader or writer that does not own the schema got only
             # "permission denied for table alembic_version" (or "for database DB")
-            raise type(error)(f"{error}: run `pgfunnel init` as the role that owns the "
+            raise type(error)(f"{str(error).removesuffix(SCHEMA_GRANT_HINT)}: run "
+                              "`pgfunnel init` as the role that owns the "
                               "pgfunnel schema (the one that ran it first; on a new database, "
                               "a role that may create schemas in it)") from exc
         raise error from exc
@@ -521,7 +529,8 @@ def _migrate(target: str) -> dict[str, Any]:
         if isinstance(exc, psycopg.errors.InsufficientPrivilege):
             # a role that does not own the schema (a reader, a writer) cannot read
             # alembic_version, and could not alter the tables or replace the functions
-            raise type(error)(f"{error}: run `pgfunnel migrate` as the role that owns the "
+            raise type(error)(f"{str(error).removesuffix(SCHEMA_GRANT_HINT)}: run "
+                              "`pgfunnel migrate` as the role that owns the "
                               "pgfunnel schema (the one that ran `pgfunnel init`)") from exc
         raise error from exc
     return {"revision_before": before, "revision": after, "notes": notes}

@@ -418,13 +418,17 @@ def test_progress_on_a_log_is_a_line_now_and_then() -> None:
 @pytest.mark.parametrize("command", [
     ["ingest", "pgfunnel/data/helpcenter.jsonl", "-c", "x"],
     ["search", "refund", "--lexical-only"],
+    ["versions", "list"],
+    ["init"],
 ])
 def test_a_role_without_usage_on_the_schema_gets_one_line_not_a_traceback(
         db: str, command: list[str]) -> None:
     """A login role that was granted nothing (not a reader, not a writer) runs a command:
     Postgres refuses it `permission denied for schema pgfunnel`, which reached the user
     as a psycopg traceback from the schema checks (`to_regclass` raises on a schema the
-    role may not use) instead of one `error:` line and exit 1."""
+    role may not use) instead of one `error:` line and exit 1. The line then said only
+    that, naming neither the grant the role lacks nor where to read of it; it says both
+    now (init and migrate: to run them as the schema's owner)."""
     import uuid
 
     import psycopg
@@ -440,6 +444,13 @@ def test_a_role_without_usage_on_the_schema_gets_one_line_not_a_traceback(
     assert res.exit_code == 1, res.output
     assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
     assert "error: permission denied for schema pgfunnel" in res.output
+    assert len(res.output.strip().splitlines()) == 1, res.output
+    if command == ["init"]:
+        assert "run `pgfunnel init` as the role that owns" in res.output, res.output
+        assert "pgfunnel_reader" not in res.output, res.output
+    else:
+        assert "grant pgfunnel_reader to ROLE" in res.output, res.output
+        assert "docs/security.md" in res.output, res.output
 
 
 def test_command_summaries_are_one_line() -> None:
