@@ -21,7 +21,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from pgfunnel.db import rows_by_position
-from pgfunnel.errors import ConfigError
+from pgfunnel.errors import ConfigError, translate
 from pgfunnel.ingest import (
     HNSW_INDEX_PREFIX,
     HNSW_TYPES,
@@ -1169,6 +1169,11 @@ def run_checks(conn: psycopg.Connection[Any],
             with conn.transaction(force_rollback=True):
                 got = check(conn)
         except psycopg.Error as exc:
+            if conn.closed or conn.broken:
+                # the server went away (stopped or restarted, the session terminated):
+                # no finding of this check, and each check after it failed the same way,
+                # so a stopped server was a table of "the check failed" errors and exit 3
+                raise translate(exc, searching=False) from exc
             got = [Finding("error", name, f"the check failed: "
                            f"{getattr(exc.diag, 'message_primary', None) or exc}")]
         if name == "schema" and any(f.level == "error" and "not installed" in f.message

@@ -838,3 +838,19 @@ def test_walks_past_the_cache_limit_are_not_pointed_to_init(
     assert [f.level for f in walks] == ["info"]
     assert "pgfunnel init" not in walks[0].message
     assert "1 active version(s)" in walks[0].message and "'a'" in walks[0].message
+
+
+def test_a_connection_lost_during_the_checks_is_one_error_not_a_finding_each(
+        sample_db: str) -> None:
+    """A server stopped (or a session terminated) while doctor ran made every check left
+    fail on the closed connection: `pgfunnel doctor` printed a table of "the check failed:
+    ..." errors and exited 3, as if each were a finding about the database. It is one
+    ConnectionFailedError (one line and exit 1 in the CLI) now."""
+    from pgfunnel.errors import ConnectionFailedError
+
+    with connect(sample_db, autocommit=True) as conn:
+        pid = conn.info.backend_pid
+        with psycopg.connect(sample_db, autocommit=True) as other:
+            other.execute("select pg_terminate_backend(%s)", (pid,))
+        with pytest.raises(ConnectionFailedError, match="lost the connection"):
+            run_checks(conn)
