@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import re
 
+from pgfunnel.markdown_lines import text_line
+
 __all__ = ["asciidoc_to_text"]
 
 _SECTION = re.compile(r"^(={1,6}|#{1,6})\s+(\S.*?)\s*(?:\1)?\s*$")
@@ -49,8 +51,8 @@ _LINK = re.compile(r"\b(?:link:([^\s\[\]]+)|mailto:([^\s\[\]]+)"
 _XREF = re.compile(r"<<([^,>]+)(?:,\s*([^>]+))?>>")
 _INLINE_XREF = re.compile(r"\bxref:[^\[\s]+\[([^\]]*)\]")
 _INLINE_IMAGE = re.compile(r"\bimage:[^\[\s]+\[([^\],]*)[^\]]*\]")
-# a line a markdown reader would take for a heading: its `#` is escaped
-_HASH_OPENS_LINE = re.compile(r"^( {1,3})#(?=#{0,5}(?:\s|$))")
+# a Markdown-style fenced listing block, which Asciidoctor reads too: ```ruby ... ```
+_BACKTICK_FENCE = re.compile(r"^(`{3,})([\w+#.-]*)(?:,[^`]*)?$")
 _INLINE_ANCHOR = re.compile(r"\[\[[^\[\]]*\]\]|\banchor:[^\[\s]+\[[^\]]*\]")
 
 
@@ -105,6 +107,13 @@ def asciidoc_to_text(raw: str) -> tuple[str, str]:
             out.append(f"```{language}")
             language = ""
             continue
+        elif m := _BACKTICK_FENCE.match(stripped):
+            # its lines are code (a `# comment` in them was a section title, a `// note`
+            # and an `[1, 2]` line were left out), up to the fence that closes it
+            block, block_is_code = m.group(1), True
+            out.append(f"```{m.group(2) or language}")
+            language = ""
+            continue
         if stripped == _COMMENT_DELIMITER or (len(stripped) > 4 and set(stripped) == {"/"}):
             block, block_is_code = stripped, False
             continue
@@ -123,7 +132,7 @@ def asciidoc_to_text(raw: str) -> tuple[str, str]:
                 or _DIRECTIVE.match(stripped):
             continue
         if m := _IMAGE.match(stripped):
-            out.append(m.group(1).strip())
+            out.append(text_line(m.group(1).strip()))
             continue
         if m := _SECTION.match(stripped):
             level = len(m.group(1))
@@ -134,10 +143,11 @@ def asciidoc_to_text(raw: str) -> tuple[str, str]:
             out.append(f"{'#' * level} {heading}")
             continue
         if m := _BLOCK_TITLE.match(stripped):
-            out.append(_inline(m.group(1)))
+            out.append(text_line(_inline(m.group(1))))
             continue
-        # an indented line (a literal paragraph) that starts with `#` is no heading
-        out.append(_HASH_OPENS_LINE.sub(r"\1\\#", _inline(line), count=1))
+        # a line that starts with `#` (an indented one, a literal paragraph) is no heading,
+        # and one that starts with three backticks or tildes opens no code block
+        out.append(text_line(_inline(line)))
     if block and block_is_code:
         out.append("```")
     return title, "\n".join(out).strip("\n")

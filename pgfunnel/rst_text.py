@@ -38,6 +38,8 @@ import csv
 import re
 from contextvars import ContextVar
 
+from pgfunnel.markdown_lines import text_line
+
 __all__ = ["looks_like_rst", "rst_to_text"]
 
 # an adornment: one punctuation character repeated (docutils allows any of these)
@@ -179,7 +181,8 @@ def _rst_to_text(lines: list[str]) -> tuple[str, str]:
                     i += 1
                 rows = (_csv_rows([line.strip() for line in content], options)
                         if short == "csv-table" else _list_table_rows(content))
-                out += ["", *([_inline(argument)] if argument else []), *rows, ""]
+                out += ["", *([_guard(_inline(argument))] if argument else []),
+                        *map(_guard, rows), ""]
                 continue
             if short in ("module", "currentmodule") and name.split(":")[0] in (short, "py"):
                 module = "" if argument == "None" else argument
@@ -203,13 +206,13 @@ def _rst_to_text(lines: list[str]) -> tuple[str, str]:
                 out.append(f"{_VERSION_WORDS[short]} {version}." + (f" {_inline(rest)}" if rest
                                                                      else ""))
             elif argument and short not in _CODE and short not in _UNSHOWN_ARGUMENT:
-                out.append(_inline(argument))
+                out.append(_guard(_inline(argument)))
             if short in _CODE:
                 literal_indent = indent
             continue
         footnote = _FOOTNOTE.match(line)
         if footnote:
-            out.append(footnote.group(1) + _inline(footnote.group(2)))
+            out.append(footnote.group(1) + _guard(_inline(footnote.group(2))))
             i += 1
             continue
         if _EXPLICIT.match(line):
@@ -433,8 +436,6 @@ def _role_text(m: re.Match[str]) -> str:
 
 def _guard(line: str) -> str:
     """A text line that starts with ``#`` (after up to three spaces) would read as a
-    markdown heading: its ``#`` is escaped, as CommonMark escapes it."""
-    return _HASH_OPENS_LINE.sub(r"\1\\#", line, count=1)
-
-
-_HASH_OPENS_LINE = re.compile(r"^( {0,3})#(?=#{0,5}(?:\s|$))")
+    markdown heading, and one that starts with three backticks or tildes as a code fence
+    (RST has neither): that character is escaped, as CommonMark escapes it."""
+    return text_line(line)

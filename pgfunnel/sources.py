@@ -93,9 +93,10 @@ TERM_HEADING_LEVEL = 6
 # which BM25 counts twice; 12: a heading's closing run of `#`, `## Install ##`, is not
 # part of its text; 13: a heading indented by up to three spaces, `  ## Install`, is a
 # heading, and reStructuredText's indented text, a note's content, loses its indentation,
-# which made it code). Unchanged chunks keep their vectors (ChunkRecord.vector_key ignores
-# whitespace).
-CHUNKING_VERSION = 13
+# which made it code; 14: a line of reStructuredText or AsciiDoc text that starts with
+# three backticks or tildes opens no code block). Unchanged chunks keep their vectors
+# (ChunkRecord.vector_key ignores whitespace).
+CHUNKING_VERSION = 14
 # a document's content hash starts with the chunking version it was chunked by, so that
 # `pgfunnel doctor` and ingest can tell documents stored by an older pgfunnel apart (the
 # pattern reads the same in Python and in Postgres' regular expressions); a hash without

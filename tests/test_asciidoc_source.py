@@ -131,3 +131,44 @@ Now {product} {edition}.
     assert "## Install Acme Cloud" in text
     assert "echo {product}" in text  # a listing block is as written
     assert "Now {product} Pro." in text and ":edition:" not in text
+
+
+def test_backtick_fences_are_listing_blocks_and_other_such_lines_are_text() -> None:
+    # Asciidoctor reads a ``` fenced block as a listing: its `# comment` was a section
+    # title, its `// note` and `[1, 2]` lines were left out; an indented ``` line (a
+    # literal paragraph) or a `~~~` line opened a code block to the chunker, which hid
+    # the sections below it
+    src = """= Doc
+
+Text.
+
+```bash
+# install it
+// not a comment
+[1, 2]
+```
+
+  ```a literal paragraph
+~~~ a line of text
+
+== Next
+
+After.
+"""
+    _, text = asciidoc_to_text(src)
+    assert "```bash\n# install it\n// not a comment\n[1, 2]\n```" in text
+    chunks = chunk_text(text)
+    assert [c.heading for c in chunks] == ["Doc", "Next"]
+    assert "  \\```a literal paragraph\n\\~~~ a line of text" in chunks[0].text
+    assert chunks[1].text == "Next\n\nAfter."
+
+
+def test_text_that_starts_with_a_hash_at_the_margin_is_no_heading() -> None:
+    # a line that is no section title but reads `# ...` once its anchor is gone (or a
+    # block title `.# ...`) was a heading to the chunker: the reader escaped a `#` only
+    # on an indented line
+    _, text = asciidoc_to_text("= Doc\n\n[[top]]# 1 is the loneliest number\n\n.# of retries\n"
+                               "Three.\n")
+    chunks = chunk_text(text)
+    assert [c.heading for c in chunks] == ["Doc"]
+    assert "# 1 is the loneliest number\n\n# of retries\nThree." in chunks[0].text

@@ -410,3 +410,40 @@ After the table.
     assert ("run | Create event loop, run a coroutine, close the loop.\n"
             "TaskGroup | Holds a group of tasks. - a nested item\n\nAfter the table.") in text
     assert "* -" not in text
+
+
+def test_a_line_opening_with_backticks_or_tildes_opens_no_code_block(tmp_path: Path) -> None:
+    # RST has no backtick fences: a note that shows Markdown's ``` (or a line of text
+    # that starts with ~~~) made the rest of the page code to the chunker, so the
+    # section titles below it started no section
+    src = """Guide
+=====
+
+Intro text.
+
+.. note::
+
+   ```python is how Markdown opens a code block,
+   and this is prose.
+
+~~~ also prose
+
+.. admonition:: ```fenced```
+
+   More prose.
+
+Install
+-------
+
+Run the installer.
+"""
+    (tmp_path / "guide.rst").write_text(src)
+    (doc,) = read_path(tmp_path / "guide.rst")
+    chunks = chunk_text(doc.text)
+    assert [c.heading for c in chunks] == ["Guide", "Install"]
+    assert "\\```python is how Markdown opens a code block," in chunks[0].text.splitlines()
+    assert "\\~~~ also prose" in chunks[0].text.splitlines()
+    assert chunks[1].text == "Install\n\nRun the installer."
+    # code keeps its lines as written
+    _, text = rst_to_text("Code\n====\n\n.. code-block:: md\n\n   ```\n   x\n   ```\n")
+    assert "       ```\n       x\n       ```" in text
