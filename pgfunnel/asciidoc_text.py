@@ -9,7 +9,8 @@ goes: attribute entries (``:toc:``), line and block comments (``//``, ``////``),
 attribute lines (``[source,java]``, ``[[anchor]]``), conditional and include directives
 and the other blocks' delimiters. Links and cross references keep their text
 (``https://example.com[the site]`` is ``the site``, ``<<install,Installing>>`` is
-``Installing``); an image keeps its alternative text. A reference to an attribute the
+``Installing``); an image keeps its alternative text; nested list items (``** sub``,
+``.. step``) are written nested, as Markdown nests them. A reference to an attribute the
 page defines (``{product}`` under ``:product: Acme``) reads as its value, except in
 listing and literal blocks; one to an attribute it does not define stays as written.
 """
@@ -53,6 +54,10 @@ _INLINE_XREF = re.compile(r"\bxref:[^\[\s]+\[([^\]]*)\]")
 _INLINE_IMAGE = re.compile(r"\bimage:[^\[\s]+\[([^\],]*)[^\]]*\]")
 # a Markdown-style fenced listing block, which Asciidoctor reads too: ```ruby ... ```
 _BACKTICK_FENCE = re.compile(r"^(`{3,})([\w+#.-]*)(?:,[^`]*)?$")
+# a list item: `*` to `*****` and `-` unordered, `.` to `.....` and `1.` ordered; its
+# level is its marker's, not its indentation
+_LIST_ITEM = re.compile(r"^[ \t]*(\*{1,5}|-|\.{1,5}|\d{1,9}\.)[ \t]+(\S.*)$")
+_THEMATIC_BREAK = re.compile(r"^[ \t]*([-*_])(?:[ \t]*\1){2,}[ \t]*$")
 _INLINE_ANCHOR = re.compile(r"\[\[[^\[\]]*\]\]|\banchor:[^\[\s]+\[[^\]]*\]")
 
 
@@ -66,6 +71,10 @@ def asciidoc_to_text(raw: str) -> tuple[str, str]:
     language = ""  # of the next listing block, from its [source,LANG] line
     in_header = False  # the author and revision lines under the document title
     underline = -1  # the index of a two-line title's underline, read with its title
+    # the list items open, outermost first: their marker, and the column their text
+    # starts at as written (where a nested item's marker goes)
+    items: list[tuple[str, int]] = []
+    after_blank = attached = False  # the line above was blank; was a list continuation `+`
     attributes = dict(_CHARACTER_ATTRIBUTES) | _header_attributes(lines)
     for i, line in enumerate(lines):
         if i == underline:
@@ -96,6 +105,14 @@ def asciidoc_to_text(raw: str) -> tuple[str, str]:
             elif block_is_code:
                 out.append(line)
             continue
+        item = _LIST_ITEM.match(stripped) if not _THEMATIC_BREAK.match(stripped) else None
+        if stripped and not item and ((after_blank and not attached)
+                                      or stripped.startswith("//")
+                                      or _BLOCK_ATTRIBUTES.match(stripped)):
+            # a paragraph after a blank line (not attached by `+`) ends a list, as does a
+            # comment or a block attribute line, which part two lists
+            items.clear()
+        after_blank, attached = not stripped, stripped == "+" or (attached and not stripped)
         if level := _two_line_title(stripped, lines[i + 1] if i + 1 < len(lines) else ""):
             # `Install` over `-------`: a section title (Asciidoctor reads them, as the
             # older AsciiDoc wrote them), not a paragraph over a listing block's delimiter
@@ -145,6 +162,19 @@ def asciidoc_to_text(raw: str) -> tuple[str, str]:
         if m := _BLOCK_TITLE.match(stripped):
             out.append(text_line(_inline(m.group(1))))
             continue
+        if item:
+            # written as Markdown writes a nested list: under the text of the item that
+            # holds it (`** sub` was a line of its own, `. first` no list item)
+            marker = item.group(1)
+            marker = "1." if marker[0].isdigit() else marker  # `1.`, `2.`: one level
+            if any(marker == held for held, _ in items):
+                while items.pop()[0] != marker:
+                    pass  # a sibling of an item above: the items nested in it end
+            column = items[-1][1] if items else 0
+            written = ("*" if marker[0] == "*" else "1." if marker[0] == "."
+                       else item.group(1))
+            items.append((marker, column + len(written) + 1))
+            line = f"{' ' * column}{written} {item.group(2)}"
         # a line that starts with `#` (an indented one, a literal paragraph) is no heading,
         # and one that starts with three backticks or tildes opens no code block
         out.append(text_line(_inline(line)))

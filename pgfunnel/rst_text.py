@@ -29,7 +29,9 @@ what a reader of the rendered page sees, closely enough for search, without docu
 - literal blocks and code keep their lines, indented, so a ``#`` comment in code never
   reads as a heading; inline markup inside them is left alone;
 - other indented text (a directive's content, a block quote, a list item's next lines)
-  is text, written without its indentation, which the chunker would read as code.
+  is text, written without its indentation, which the chunker would read as code; inside
+  a list item (a nested item, the item's next paragraph) it starts under the item's text,
+  as Markdown nests it.
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ _DIRECTIVE = re.compile(r"^(\s*)\.\.\s+([\w:.+-]+)::(?:\s+(.*))?$")
 _EXPLICIT = re.compile(r"^(\s*)\.\.(?:\s|$)")
 _FOOTNOTE = re.compile(r"^(\s*)\.\.\s+\[[^\]]+\]\s+(.*)$")
 _OPTION = re.compile(r"^\s+:[\w -]+:(?:\s|$)")
+# a list item's marker that Markdown reads as one too (`- `, `* `, `+ `, `1. `, `1) `),
+# with the spaces after it: its item's content starts where the match ends
+_LIST_ITEM = re.compile(r"^\s*([-*+]|\d{1,9}[.)])(\s+)(?=\S)")
 # directives whose content is not text a reader sees on the page
 _SILENT = frozenset({
     "toctree", "image", "include", "literalinclude", "raw", "index", "highlight", "module",
@@ -124,6 +129,9 @@ def _rst_to_text(lines: list[str]) -> tuple[str, str]:
     classes: list[tuple[int, str]] = []  # (indent, qualified name) of enclosing classes
     literal_indent: int | None = None  # inside a literal block or code: lines kept as is
     skip_indent: int | None = None  # inside a block that renders nothing
+    # the list items open, innermost last: (the column their content starts at in the
+    # file, and in the text written), so that a nested item is written nested
+    items: list[tuple[int, int]] = []
     i = start
     while i < len(lines):
         line = lines[i]
@@ -143,6 +151,16 @@ def _rst_to_text(lines: list[str]) -> tuple[str, str]:
             skip_indent = literal_indent = None
         while stripped and classes and indent <= classes[-1][0]:
             classes.pop()  # past the content of the class described above
+        while stripped and items and indent < items[-1][0]:
+            items.pop()  # left of an item's content: past that item
+        # where this line's text starts in the text written: at the content of the item
+        # that holds it (a nested item, an item's next paragraph), else at the margin
+        column = items[-1][1] if items and stripped else 0
+        if stripped and (item := _LIST_ITEM.match(line)):
+            # its text's column as Markdown reads it: past the spaces after the marker, or
+            # one past the marker where they are more than four (the text is code there)
+            gap = len(item.group(2))
+            items.append((item.end(), column + len(item.group(1)) + (gap if gap <= 4 else 1)))
         heading = _section_title(lines, i)
         if heading is not None:
             text, style, consumed = heading
@@ -228,8 +246,11 @@ def _rst_to_text(lines: list[str]) -> tuple[str, str]:
             # "Example::" reads "Example:"; "Example ::" reads "Example"
             text = stripped[:-2].rstrip()
             text = text if stripped[:-2].endswith((" ", "\t")) else text + ":"
-            paragraph.append(text)
-            flush()
+            if indent > 0:
+                out.append(" " * column + _guard(_inline(text)))
+            else:
+                paragraph.append(text)
+                flush()
             literal_indent = indent
             i += 1
             continue
@@ -237,8 +258,11 @@ def _rst_to_text(lines: list[str]) -> tuple[str, str]:
             # the content of a directive (a note, a function's description), a block quote
             # or a list item's next lines: text, so without its indentation, which made
             # it a block of code to the chunker where it reached four spaces; a doctest
-            # block (``>>>``) stays as written
-            out.append(line if stripped.startswith(">>>") else _guard(_inline(stripped)))
+            # block (``>>>``) stays as written. Inside a list item (a nested item, an
+            # item's next paragraph) it starts at the item's content, as in Markdown, so
+            # that a nested item stays nested
+            out.append(line if stripped.startswith(">>>")
+                       else " " * column + _guard(_inline(stripped)))
         else:
             paragraph.append(line)
         i += 1

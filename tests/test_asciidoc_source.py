@@ -172,3 +172,38 @@ def test_text_that_starts_with_a_hash_at_the_margin_is_no_heading() -> None:
     chunks = chunk_text(text)
     assert [c.heading for c in chunks] == ["Doc"]
     assert "# 1 is the loneliest number\n\n# of retries\nThree." in chunks[0].text
+
+
+def test_a_nested_list_stays_nested() -> None:
+    # `** sub` was a line of its own at the margin, and `. first` no list item at all
+    src = """= Doc
+
+* Install
+** on Linux
+*** with apt
+** on macOS
+* Configure
+
+// a comment parts two lists
+
+. first
+.. nested
+. second
+"""
+    _, text = asciidoc_to_text(src)
+    (chunk,) = chunk_text(text)
+    # items numbered as written are one list, its items siblings
+    assert asciidoc_to_text("= D\n\n1. a\n** b\n2. c\n10. d\n")[1] == (
+        "# D\n\n1. a\n   * b\n2. c\n10. d")
+    assert chunk.text == """Doc
+
+* Install
+  * on Linux
+    * with apt
+  * on macOS
+* Configure
+
+
+1. first
+   1. nested
+1. second"""

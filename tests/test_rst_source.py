@@ -447,3 +447,47 @@ Run the installer.
     # code keeps its lines as written
     _, text = rst_to_text("Code\n====\n\n.. code-block:: md\n\n   ```\n   x\n   ```\n")
     assert "       ```\n       x\n       ```" in text
+
+
+def test_a_nested_list_stays_nested(tmp_path: Path) -> None:
+    # a sub-item was written at the margin, as a top-level item of its own
+    src = """Setup
+=====
+
+- Install the package
+
+  - on Linux, with apt
+  - on macOS, with brew
+
+    1. update brew first
+    2. then install
+
+  Its next paragraph, inside the item.
+
+- Configure it
+
+.. note::
+
+   - an item in a note
+"""
+    (tmp_path / "setup.rst").write_text(src)
+    (doc,) = read_path(tmp_path / "setup.rst")
+    (chunk,) = chunk_text(doc.text)
+    assert chunk.text == """Setup
+
+- Install the package
+
+  - on Linux, with apt
+  - on macOS, with brew
+
+    1. update brew first
+    2. then install
+
+  Its next paragraph, inside the item.
+
+- Configure it
+
+- an item in a note"""
+    # items written with wider gaps after their markers nest as Markdown reads them
+    _, text = rst_to_text("Top\n===\n\n*   one\n\n    *   two\n\n-      wide\n\n       - sub\n")
+    assert text == "# Top\n\n*   one\n\n    *   two\n\n-      wide\n\n  - sub\n"
