@@ -12,12 +12,15 @@ and the other blocks' delimiters. Links and cross references keep their text
 ``Installing``); an image keeps its alternative text; nested list items (``** sub``,
 ``.. step``) are written nested, as Markdown nests them. A reference to an attribute the
 page defines (``{product}`` under ``:product: Acme``) reads as its value, except in
-listing and literal blocks; one to an attribute it does not define stays as written.
+listing and literal blocks (a value ending in `` \\``, or the older AsciiDoc's `` +``,
+goes on on the next line), and a counter (``{counter:step}``) as its next value; one to an
+attribute it does not define stays as written.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from pgfunnel.markdown_lines import text_line
 
@@ -25,8 +28,11 @@ __all__ = ["asciidoc_to_text"]
 
 _SECTION = re.compile(r"^(={1,6}|#{1,6})\s+(\S.*?)\s*(?:\1)?\s*$")
 _ATTRIBUTE_ENTRY = re.compile(r"^:(!?)([\w-]+)(!?):(?:\s+(.*))?$")
-# a reference to an attribute, `{product}`; `\{product}` is written as it is
-_ATTRIBUTE_REFERENCE = re.compile(r"(\\)?\{([\w][\w-]*)\}")
+# a reference to an attribute, `{product}`, or a counter, `{counter:step}` (its next
+# value) or `{counter2:step}` (counted, not shown), with an optional first value
+# (`{counter:step:A}`); `\{product}` is written as it is
+_ATTRIBUTE_REFERENCE = re.compile(
+    r"(\\)?\{(?:(counter2?):([\w][\w-]*)(?::([^{}\s]*))?|([\w][\w-]*))\}")
 # the attributes Asciidoctor defines for characters that are awkward to write
 _CHARACTER_ATTRIBUTES = {
     "empty": "", "sp": " ", "nbsp": "\u00a0", "zwsp": "\u200b", "wj": "\u2060",
@@ -75,13 +81,15 @@ def asciidoc_to_text(raw: str) -> tuple[str, str]:
     # starts at as written (where a nested item's marker goes)
     items: list[tuple[str, int]] = []
     after_blank = attached = False  # the line above was blank; was a list continuation `+`
+    continued = -1  # the last line of an attribute entry's value that goes on over lines
     attributes = dict(_CHARACTER_ATTRIBUTES) | _header_attributes(lines)
     for i, line in enumerate(lines):
-        if i == underline:
+        if i == underline or i <= continued:
             continue
-        if not block or not block_is_code:
+        if not block and not line.startswith("//"):
             # a listing or literal block's text is as written (Asciidoctor substitutes
-            # no attribute in it unless told to)
+            # no attribute in it unless told to), as is a comment (a line, or a block),
+            # which counts nothing
             line = _substituted(line, attributes)
         stripped = line.rstrip()
         if m := _ATTRIBUTE_ENTRY.match(stripped) if not block else None:
@@ -91,7 +99,10 @@ def asciidoc_to_text(raw: str) -> tuple[str, str]:
             if m.group(1) or m.group(3):
                 attributes.pop(name, None)
             else:
-                attributes[name] = (m.group(4) or "").removesuffix(" \\").strip()
+                # its first line's references were read above, those of the lines it
+                # goes on over are read as they come
+                attributes[name], continued = _entry_value(
+                    m.group(4) or "", lines, i, lambda more: _substituted(more, attributes))
             continue
         if in_header:
             if stripped:
@@ -188,15 +199,18 @@ def _header_attributes(lines: list[str]) -> dict[str, str]:
     the lines under it, up to the first blank line): the title may refer to them."""
     defined: dict[str, str] = {}
     titled = False
-    for line in lines:
+    continued = -1  # the last line of a value that goes on over lines
+    for i, line in enumerate(lines):
         stripped = line.rstrip()
         if not stripped:
             if titled:
                 break
             continue
+        if i <= continued:
+            continue
         if m := _ATTRIBUTE_ENTRY.match(stripped):
             if not (m.group(1) or m.group(3)):
-                value = (m.group(4) or "").removesuffix(" \\").strip()
+                value, continued = _entry_value(m.group(4) or "", lines, i)
                 defined[m.group(2).lower()] = _substituted(value, _CHARACTER_ATTRIBUTES
                                                            | defined)
         elif stripped.startswith("= ") and not titled:
@@ -206,18 +220,61 @@ def _header_attributes(lines: list[str]) -> dict[str, str]:
     return defined
 
 
+def _entry_value(first: str, lines: list[str], i: int,
+                 read: Callable[[str], str] = str) -> tuple[str, int]:
+    """The value of the attribute entry on line ``i``, whose first line's is ``first``,
+    and the index of its last line: a value that ends in `` \\`` (Asciidoctor) or
+    `` +`` (the older AsciiDoc) goes on on the next line (read with ``read``), joined to
+    it by a space (`` + \\`` keeps a line break on the page, a space to search); a blank
+    line ends it."""
+    parts: list[str] = []
+    value = first.strip()
+    while ((value in ("\\", "+") or value.endswith((" \\", " +"))) and i + 1 < len(lines)
+           and lines[i + 1].strip()):
+        # ` \` (Asciidoctor), ` +` (the older AsciiDoc) or ` + \` (a line break)
+        backslash = value.endswith("\\")
+        value = value[:-1].rstrip()
+        if backslash and (value == "+" or value.endswith(" +")):
+            value = value[:-1].rstrip()
+        parts.append(value)
+        i += 1
+        value = read(lines[i]).strip()
+    parts.append(value.removesuffix(" \\").removesuffix(" +"))
+    return " ".join(part for part in parts if part), i
+
+
 def _substituted(line: str, attributes: dict[str, str]) -> str:
-    """``line`` with each reference to a defined attribute replaced by its value; one to
-    an attribute not defined stays as written, as Asciidoctor leaves it."""
+    """``line`` with each reference to a defined attribute replaced by its value, and
+    each counter by its next value (``{counter:step}``, or nothing for
+    ``{counter2:step}``); a reference to an attribute not defined stays as written, as
+    Asciidoctor leaves it."""
     if "{" not in line:
         return line
 
     def value(m: re.Match[str]) -> str:
         if m.group(1):
             return m.group(0)[1:]
-        return attributes.get(m.group(2).lower(), m.group(0))
+        if m.group(2):
+            # a counter: the attribute's next value (a number, or a letter), else its
+            # first value (1 unless the counter says)
+            name = m.group(3).lower()
+            current = attributes.get(name)
+            attributes[name] = (_next_value(current) if current is not None
+                                else m.group(4) or "1")
+            return attributes[name] if m.group(2) == "counter" else ""
+        return attributes.get(m.group(5).lower(), m.group(0))
 
     return _ATTRIBUTE_REFERENCE.sub(value, line)
+
+
+def _next_value(current: str) -> str:
+    """A counter's value after ``current``, as Asciidoctor counts: an integer plus one,
+    a letter the next one (``z`` is followed by ``aa``)."""
+    if re.fullmatch(r"-?\d+", current):
+        return str(int(current) + 1)
+    if len(current) == 1 and current.isascii() and current.isalpha():
+        return {"z": "aa", "Z": "AA"}.get(current, chr(ord(current) + 1))
+    return current
 
 
 def _two_line_title(line: str, following: str) -> int:

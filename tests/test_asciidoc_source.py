@@ -207,3 +207,47 @@ def test_a_nested_list_stays_nested() -> None:
 1. first
    1. nested
 1. second"""
+
+
+def test_an_attribute_value_over_several_lines_is_read_whole() -> None:
+    # a value that ends in ` \` goes on on the next line: it was cut there, and the lines
+    # it goes on over were indexed as the page's text (or, in the header, left out)
+    src = (":product: Acme \\\n  Cloud Platform\n"
+           "= {product} Guide\n"
+           ":description: A guide to {product}, \\\n"
+           "its installation + \\\n"
+           "and upkeep.\n"
+           "\n"
+           "{description}\n"
+           "\n"
+           ":note: first part \\\n"
+           "second part\n"
+           ":legacy: as the older +\n"
+           "AsciiDoc wrote it\n"
+           "Read: {note}, {legacy}.\n")
+    title, text = asciidoc_to_text(src)
+    assert title == "Acme Cloud Platform Guide"
+    assert text == ("# Acme Cloud Platform Guide\n\n"
+                    "A guide to Acme Cloud Platform, its installation and upkeep.\n\n"
+                    "Read: first part second part, as the older AsciiDoc wrote it.")
+
+
+def test_counters_read_as_their_values() -> None:
+    # `{counter:step}` showed as written in the titles and text
+    src = """= Doc
+
+== Step {counter:step}: Install
+
+Step {counter:step} comes next.{counter2:step} Then step {step}.
+
+.Figure {counter:figure:A}
+Then figure {counter:figure}; `{counter:x}` is 1, and a comment counts nothing.
+// {counter:x}
+////
+{counter:x}
+////
+{counter:x}
+"""
+    _, text = asciidoc_to_text(src)
+    assert text == ("# Doc\n\n## Step 1: Install\n\nStep 2 comes next. Then step 3.\n\n"
+                    "Figure A\nThen figure B; `1` is 1, and a comment counts nothing.\n2")
