@@ -77,6 +77,7 @@ def asciidoc_to_text(raw: str) -> tuple[str, str]:
     language = ""  # of the next listing block, from its [source,LANG] line
     in_header = False  # the author and revision lines under the document title
     underline = -1  # the index of a two-line title's underline, read with its title
+    opened = -1  # the index in ``out`` of the code block's opening fence
     # the list items open, outermost first: their marker, and the column their text
     # starts at as written (where a nested item's marker goes)
     items: list[tuple[str, int]] = []
@@ -111,7 +112,7 @@ def asciidoc_to_text(raw: str) -> tuple[str, str]:
         if block:
             if stripped == block:
                 if block_is_code:
-                    out.append("```")
+                    _fence_closed(out, opened)
                 block = ""
             elif block_is_code:
                 out.append(line)
@@ -131,14 +132,14 @@ def asciidoc_to_text(raw: str) -> tuple[str, str]:
             stripped = f"{'=' * level} {stripped}"
         elif stripped in _CODE_DELIMITERS or (len(stripped) > 4
                                             and set(stripped) in ({"-"}, {"."})):
-            block, block_is_code = stripped, True
+            block, block_is_code, opened = stripped, True, len(out)
             out.append(f"```{language}")
             language = ""
             continue
         elif m := _BACKTICK_FENCE.match(stripped):
             # its lines are code (a `# comment` in them was a section title, a `// note`
             # and an `[1, 2]` line were left out), up to the fence that closes it
-            block, block_is_code = m.group(1), True
+            block, block_is_code, opened = m.group(1), True, len(out)
             out.append(f"```{m.group(2) or language}")
             language = ""
             continue
@@ -190,8 +191,23 @@ def asciidoc_to_text(raw: str) -> tuple[str, str]:
         # and one that starts with three backticks or tildes opens no code block
         out.append(text_line(_inline(line)))
     if block and block_is_code:
-        out.append("```")
+        _fence_closed(out, opened)
     return title, "\n".join(out).strip("\n")
+
+
+# a line of code that a fence of backticks as long as its run, or shorter, would close
+_BACKTICK_RUN = re.compile(r"^ {0,3}(`{3,})[ \t]*$")
+
+
+def _fence_closed(out: list[str], opened: int) -> None:
+    """The code block whose opening fence is ``out[opened]`` closed, its fences longer
+    than any run of backticks alone on a line of its code (a listing that shows
+    Markdown's ```` ``` ````), which would have closed it there and opened another."""
+    longest = max((len(m.group(1)) for line in out[opened + 1:]
+                   if (m := _BACKTICK_RUN.match(line))), default=0)
+    fence = "`" * max(3, longest + 1)
+    out[opened] = fence + out[opened].lstrip("`")
+    out.append(fence)
 
 
 def _header_attributes(lines: list[str]) -> dict[str, str]:

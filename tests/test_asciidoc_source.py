@@ -251,3 +251,26 @@ Then figure {counter:figure}; `{counter:x}` is 1, and a comment counts nothing.
     _, text = asciidoc_to_text(src)
     assert text == ("# Doc\n\n## Step 1: Install\n\nStep 2 comes next. Then step 3.\n\n"
                     "Figure A\nThen figure B; `1` is 1, and a comment counts nothing.\n2")
+
+
+def test_a_listing_that_shows_backtick_fences_stays_one_block() -> None:
+    # its ``` line closed the block written around it, and the fence closing the listing
+    # opened another: the sections below were code to the chunker
+    src = """= Doc
+
+[source,markdown]
+----
+```python
+print(1)
+```
+----
+
+== Next
+
+After.
+"""
+    _, text = asciidoc_to_text(src)
+    assert "````markdown\n```python\nprint(1)\n```\n````" in text
+    chunks = chunk_text(text)
+    assert [c.heading for c in chunks] == ["Doc", "Next"]
+    assert chunks[1].text == "Next\n\nAfter."
