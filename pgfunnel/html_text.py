@@ -41,6 +41,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
+from pgfunnel.markdown_lines import text_line
+
 __all__ = ["HtmlPage", "html_page", "html_to_text"]
 
 # elements that never hold page content
@@ -357,6 +359,9 @@ class _Renderer:
         self.first_heading: str | None = None
         self.headings: list[str] = []
         self._bullet = ""  # a list item's "- " whose text starts in a paragraph of its own
+        # whether lines of text are written for the chunker (text_line), not read as a
+        # heading's text (_text_of)
+        self.text_lines = True
         self._in_link = False
 
     def _flush(self) -> None:
@@ -371,6 +376,10 @@ class _Renderer:
             # among items, where a "-" of a line break or a table cell is the text's own
             lines = [line for line in lines if line != "-"]
         text = "\n".join(line.replace(_CELL_END, "|") for line in lines)
+        if self.text_lines:
+            # a paragraph that starts with `# ` (a root prompt written as text) or three
+            # backticks read as a heading or a code fence to the chunker
+            text = "\n".join(map(text_line, text.split("\n")))
         self.line = []
         if text == "-":
             self._bullet = "- "
@@ -388,6 +397,7 @@ class _Renderer:
 
     def _text_of(self, element: _Element, sig_name: str | None = None) -> str:
         inner = _Renderer(self.inside_main, self.counts)
+        inner.text_lines = False
         inner.sig_name = sig_name
         inner._in_link = self._in_link
         inner.render_children(element)

@@ -1,8 +1,8 @@
 """Text lines written for the chunker, which reads what the format readers write as
 Markdown: a line of text that Markdown would read as a block of its own is escaped.
 
-The reStructuredText and AsciiDoc readers write a page's text as Markdown, for the
-chunker (``sources.chunk_text``) to find its sections and its code. A line of their
+The reStructuredText, AsciiDoc and HTML readers write a page's text as Markdown, for
+the chunker (``sources.chunk_text``) to find its sections and its code. A line of their
 text that opens with ``#`` (a heading to Markdown) or with three backticks or tildes (a
 code fence, which made the rest of the page code until another such line, its section
 titles with it) is no such thing in those formats; its first character is escaped with a

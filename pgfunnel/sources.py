@@ -94,9 +94,9 @@ TERM_HEADING_LEVEL = 6
 # part of its text; 13: a heading indented by up to three spaces, `  ## Install`, is a
 # heading, and reStructuredText's indented text, a note's content, loses its indentation,
 # which made it code; 14: a line of reStructuredText or AsciiDoc text that starts with
-# three backticks or tildes opens no code block, and their nested list items are
-# written nested). Unchanged chunks keep their vectors
-# (ChunkRecord.vector_key ignores whitespace).
+# three backticks or tildes opens no code block, nor does HTML's, which starts no
+# heading with `# ` either, and their nested list items are written nested). Unchanged
+# chunks keep their vectors (ChunkRecord.vector_key ignores whitespace).
 CHUNKING_VERSION = 14
 # a document's content hash starts with the chunking version it was chunked by, so that
 # `pgfunnel doctor` and ingest can tell documents stored by an older pgfunnel apart (the

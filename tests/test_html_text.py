@@ -1709,3 +1709,17 @@ def test_the_end_of_a_page_is_read_as_browsers_read_it() -> None:
     # a NUL in the text is dropped, as browsers drop it: it read as a line break
     _, text = html_to_text("<p>ab\x00cd and <b>e\x00f</b></p>")
     assert text == "abcd and ef"
+
+
+def test_text_that_starts_like_a_heading_or_a_fence_is_text() -> None:
+    # a root prompt written in a paragraph (`# systemctl ...`) started a section, and a
+    # paragraph opening with three backticks made the rest of the page code to the
+    # chunker, its headings with it
+    page = ("<html><body><h1>Restart</h1><p># systemctl restart nginx</p>"
+            "<p>```python is how Markdown opens code</p><h2>Check</h2><p>Look.</p>"
+            "</body></html>")
+    _, text = html_to_text(page)
+    chunks = chunk_text(text)
+    assert [c.heading for c in chunks] == ["Restart", "Check"]
+    assert chunks[0].text == ("Restart\n\n# systemctl restart nginx\n\n"
+                              "\\```python is how Markdown opens code")
