@@ -838,7 +838,11 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
                  or _title_from_file_name(named))
     if not text.strip():
         if not in_folder:
-            what = "the page has no main text" if suffix in (".html", ".htm") else "it is empty"
+            # a file of front matter or comments only is not empty: it shows nothing
+            what = ("the page has no main text" if suffix in (".html", ".htm")
+                    else "it is empty" if not raw.strip()
+                    else "it holds only what its page does not show: front matter, "
+                         "comments, metadata or other markup")
             raise InvalidDocumentError(f"{path}: no text to ingest ({what})")
         warn_at_caller(EmptyFileWarning(f"{path}: no text, skipped"), EmptyFileWarning)
         return

@@ -302,3 +302,20 @@ def test_a_warning_shows_a_file_names_control_characters_escaped(tmp_path: Path)
     assert any("latin\\x1b[2J.html: declares no charset" in text for text in said), said
     assert {type(w.message).__name__ for w in caught} == {
         "EmptyFileWarning", "OtherFilesWarning", "GuessedEncodingWarning"}
+
+
+@pytest.mark.parametrize("name, data", [
+    ("front.md", "---\ntitle: Only\n---\n"), ("toml.md", "+++\ntitle = 'Only'\n+++\n"),
+    ("fields.rst", ":title: Only\n:author: Jane\n"), ("comment.rst", ".. a comment\n"),
+    ("entries.adoc", ":toc: left\n// a comment\n"),
+])
+def test_a_file_of_markup_only_is_not_called_empty(tmp_path: Path, name: str,
+                                                   data: str) -> None:
+    # "no text to ingest (it is empty)" sent its author to look at a file that is not
+    (tmp_path / name).write_text(data)
+    with pytest.raises(InvalidDocumentError, match=r"no text to ingest \(it holds only what "
+                                                   r"its page does not show: front matter"):
+        list(read_path(tmp_path / name))
+    (tmp_path / name).write_text(" \n\n")
+    with pytest.raises(InvalidDocumentError, match=r"no text to ingest \(it is empty\)"):
+        list(read_path(tmp_path / name))
