@@ -121,6 +121,10 @@ _SPACE = re.compile(r"\s+")
 # "|" went from code lines too (a YAML "stderr: |", a shell pipe, a CMake signature)
 _CELL_END = "\x01"
 _TRAILING_CELL_ENDS = re.compile(r"(?:\s*\x01)+\s*$")
+# a level of nesting of a list item being written, before its "- ": two spaces in the
+# page's text (where a nested item is written under its item's text, as Markdown nests
+# it), none in a heading's or a cell's
+_NESTED = "\x02"
 
 
 @dataclass
@@ -362,30 +366,35 @@ class _Renderer:
         # whether lines of text are written for the chunker (text_line), not read as a
         # heading's text (_text_of)
         self.text_lines = True
+        self._lists = 0  # the lists (ul, ol) the element being rendered is in
         self._in_link = False
 
     def _flush(self) -> None:
         text = _SPACE.sub(" ", "".join(self.line)).strip()
         # a line break inside a paragraph (li, tr, br) is kept as one; a table row's cells
-        # are parted by " | ", without one after its last cell (nor its empty last cells)
-        lines = [line for p in text.split("\x00")
-                 if (line := _TRAILING_CELL_ENDS.sub("", p).strip())]
-        if any(line.startswith("- ") for line in lines):
+        # are parted by " | ", without one after its last cell (nor its empty last cells);
+        # each line with the nesting of the list item it starts, if any
+        lines = [(len(line) - len(bare), bare) for p in text.split("\x00")
+                 if (line := _TRAILING_CELL_ENDS.sub("", p).strip())
+                 and (bare := line.lstrip(_NESTED).strip())]
+        if any(line.startswith("- ") for _, line in lines):
             # an item that holds nothing but a list, whose items follow as a block of their
             # own (javadoc's class hierarchy: "- java.lang.Object", then a bare "-"); only
             # among items, where a "-" of a line break or a table cell is the text's own
-            lines = [line for line in lines if line != "-"]
-        text = "\n".join(line.replace(_CELL_END, "|") for line in lines)
-        if self.text_lines:
-            # a paragraph that starts with `# ` (a root prompt written as text) or three
-            # backticks read as a heading or a code fence to the chunker
-            text = "\n".join(map(text_line, text.split("\n")))
+            lines = [(depth, line) for depth, line in lines if line != "-"]
+        indent = "  " if self.text_lines else ""
+        # a paragraph that starts with `# ` (a root prompt written as text) or three
+        # backticks read as a heading or a code fence to the chunker
+        written = [indent * depth + (text_line(line) if self.text_lines else line)
+                   for depth, line in ((d, line.replace(_CELL_END, "|")) for d, line in lines)]
+        text = "\n".join(written)
         self.line = []
-        if text == "-":
-            self._bullet = "- "
+        if lines and len(lines) == 1 and lines[0][1] == "-":
+            self._bullet = indent * lines[0][0] + "- "
         elif text:
             # (nor is the bullet of such an item written before its list's first item)
-            self.blocks.append(text if text.startswith("- ") else self._bullet + text)
+            item = lines[0][1].startswith("- ")
+            self.blocks.append(text if item else self._bullet + text)
             self._bullet = ""
 
     def _write_modules(self) -> None:
@@ -525,12 +534,19 @@ class _Renderer:
             return
         if tag in _PARAGRAPH_TAGS:
             self._flush()
-            self.render_children(element)
+            lists = self._lists
+            self._lists += tag in ("ul", "ol")
+            try:
+                self.render_children(element)
+            finally:
+                self._lists = lists
             self._flush()
             return
         if tag in _LINE_TAGS or tag == "button":
-            # (a tab's label, the only button kept, is an item as Docusaurus writes one)
-            self.line.append("\x00- " if tag in ("li", "button") else "\x00")
+            # (a tab's label, the only button kept, is an item as Docusaurus writes one; an
+            # item of a list inside another's item is written nested in it)
+            nested = _NESTED * (self._lists - 1) if tag == "li" else ""
+            self.line.append(f"\x00{nested}- " if tag in ("li", "button") else "\x00")
             if tag == "li":
                 self._render_item(element)
             else:

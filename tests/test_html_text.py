@@ -424,13 +424,13 @@ def test_an_item_holding_only_a_list_leaves_no_bare_bullet() -> None:
         "<li>java.lang.Object</li><li><ul class=\"inheritance\">"
         "<li>net.sourceforge.argparse4j.inf.Namespace</li></ul></li></ul>"
         "<p>This class holds attributes.</p></div></main></body></html>")
-    assert text == ("- java.lang.Object\n\n- net.sourceforge.argparse4j.inf.Namespace\n\n"
+    assert text == ("- java.lang.Object\n\n  - net.sourceforge.argparse4j.inf.Namespace\n\n"
                     "This class holds attributes."), text
     # an item whose only content is a list: its bullet is not written before the inner one
-    assert html_to_text("<main><ul><li><ul><li>x</li></ul></li></ul></main>")[1] == "- x"
+    assert html_to_text("<main><ul><li><ul><li>x</li></ul></li></ul></main>")[1] == "  - x"
     # an item whose text is a paragraph keeps its bullet
     assert html_to_text("<main><ul><li><p>para</p><ul><li>x</li></ul></li></ul></main>"
-                        )[1] == "- para\n\n- x"
+                        )[1] == "- para\n\n  - x"
     # a line that is a "-" of the text's own, outside a list, stays (it was taken for such
     # an item's bullet wherever a paragraph had more than one line)
     assert html_to_text("<main><p>Before<br>-<br>After</p></main>")[1] == "Before\n-\nAfter"
@@ -1662,7 +1662,7 @@ def test_end_tags_a_page_leaves_out_are_implied_and_nesting_is_bounded() -> None
     _, text = html_to_text("<body><ul><li>a<li>b<ul><li>c<li>d</ul><li>e</ul>"
                            "<dl><dt>term<dd>its text<dt>next<dd>more</dl>"
                            "<table><tr><td>1<td>2<tr><td>3<td>4</table></body>")
-    assert text == "- a\n- b\n\n- c\n- d\n\n- e\n\nterm\nits text\nnext\nmore\n\n1 | 2\n3 | 4"
+    assert text == "- a\n- b\n\n  - c\n  - d\n\n- e\n\nterm\nits text\nnext\nmore\n\n1 | 2\n3 | 4"
 
 
 def test_links_left_open_inside_links_read_in_linear_time(
@@ -1723,3 +1723,16 @@ def test_text_that_starts_like_a_heading_or_a_fence_is_text() -> None:
     assert [c.heading for c in chunks] == ["Restart", "Check"]
     assert chunks[0].text == ("Restart\n\n# systemctl restart nginx\n\n"
                               "\\```python is how Markdown opens code")
+
+
+def test_a_nested_list_stays_nested() -> None:
+    # an item of a list inside another's item was written at the margin, an item of the
+    # outer list; a list inside a table cell stays one line of the row
+    page = ("<html><body><h1>Setup</h1><ul><li>Install<ul><li>on Linux</li>"
+            "<li>on macOS<ol><li>update brew</li></ol></li></ul></li><li>Configure</li></ul>"
+            "<table><tr><td>Cell<ul><li>x<ul><li>y</li></ul></li></ul></td><td>z</td></tr>"
+            "</table></body></html>")
+    _, text = html_to_text(page)
+    (chunk,) = chunk_text(text)
+    assert chunk.text == ("Setup\n\n- Install\n\n  - on Linux\n  - on macOS\n\n"
+                          "    - update brew\n\n- Configure\n\nCell - x - y | z")
