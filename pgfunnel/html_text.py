@@ -377,7 +377,12 @@ class _Renderer:
         lines = [(len(line) - len(bare), bare) for p in text.split("\x00")
                  if (line := _TRAILING_CELL_ENDS.sub("", p).strip())
                  and (bare := line.lstrip(_NESTED).strip())]
-        if any(line.startswith("- ") for _, line in lines):
+        items = any(line.startswith("- ") for _, line in lines)
+        # an item whose text starts in a paragraph of its own (`<li><p>`): its bullet goes
+        # before that paragraph, also where an item above it is written in this flush
+        pending = (lines[-1][0] if lines and lines[-1][1] == "-" and (items or len(lines) == 1)
+                   else None)
+        if items:
             # an item that holds nothing but a list, whose items follow as a block of their
             # own (javadoc's class hierarchy: "- java.lang.Object", then a bare "-"); only
             # among items, where a "-" of a line break or a table cell is the text's own
@@ -389,13 +394,13 @@ class _Renderer:
                    for depth, line in ((d, line.replace(_CELL_END, "|")) for d, line in lines)]
         text = "\n".join(written)
         self.line = []
-        if lines and len(lines) == 1 and lines[0][1] == "-":
-            self._bullet = indent * lines[0][0] + "- "
-        elif text:
+        if text and text != "-" and lines:
             # (nor is the bullet of such an item written before its list's first item)
             item = lines[0][1].startswith("- ")
             self.blocks.append(text if item else self._bullet + text)
             self._bullet = ""
+        if pending is not None:
+            self._bullet = indent * pending + "- "
 
     def _write_modules(self) -> None:
         """A line for each declared module that the latest heading does not name."""

@@ -1736,3 +1736,11 @@ def test_a_nested_list_stays_nested() -> None:
     (chunk,) = chunk_text(text)
     assert chunk.text == ("Setup\n\n- Install\n\n  - on Linux\n  - on macOS\n\n"
                           "    - update brew\n\n- Configure\n\nCell - x - y | z")
+
+
+def test_an_item_whose_text_is_a_paragraph_keeps_its_bullet_after_a_plain_item() -> None:
+    # `<li>a</li><li><p>b</p></li>`: the second item's bullet was dropped with the bare
+    # "-" of javadoc's hierarchy, and its text read as a paragraph after the list
+    _, text = html_to_text("<main><ul><li>Install</li><li><p>Configure it.</p></li></ul>"
+                           "<p>x<br>-</p><p>After.</p></main>")
+    assert text == "- Install\n\n- Configure it.\n\nx\n-\n\nAfter."
