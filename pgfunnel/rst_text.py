@@ -102,7 +102,9 @@ def looks_like_rst(text: str) -> bool:
 
 def rst_to_text(raw: str) -> tuple[str, str]:
     """(title, text) of a reStructuredText document; the title is "" when it has none."""
-    lines = raw.removeprefix("\ufeff").replace("\t", "        ").splitlines()
+    # a tab goes to the next multiple of eight columns, as docutils reads it (each one eight
+    # spaces made a title with a tab longer than its underline, no title)
+    lines = raw.removeprefix("\ufeff").expandtabs(8).splitlines()
     defined = _SUBSTITUTIONS.set(_substitution_definitions(lines))
     try:
         return _rst_to_text(lines)

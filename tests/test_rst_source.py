@@ -491,3 +491,11 @@ def test_a_nested_list_stays_nested(tmp_path: Path) -> None:
     # items written with wider gaps after their markers nest as Markdown reads them
     _, text = rst_to_text("Top\n===\n\n*   one\n\n    *   two\n\n-      wide\n\n       - sub\n")
     assert text == "# Top\n\n*   one\n\n    *   two\n\n-      wide\n\n  - sub\n"
+
+
+def test_tabs_go_to_the_next_tab_stop_as_docutils_reads_them() -> None:
+    # each tab read as eight spaces made a title with a tab longer than its underline
+    # (no title, no section), and an item's text start further in than the nested item
+    title, text = rst_to_text("Install\tguide\n=============\n\nText.\n\n-\tone\n\n\t- sub\n")
+    assert title == "Install guide"
+    assert text == "# Install guide\n\nText.\n\n-       one\n\n  - sub\n"
