@@ -806,6 +806,10 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
         if building is not None:
             if _build_settings(building) == wanted:
                 resumed = True
+                # a build begun with --reembed goes on embedding: resumed by the command
+                # `versions list` names (or one without the flag), it copied the old
+                # vectors for every chunk the interrupted run had not reached
+                reembed = reembed or bool(building.params.get("reembed"))
                 notes.append(f"resuming version {building.version} "
                              f"({building.chunk_count} chunks already indexed)")
             else:
@@ -838,7 +842,8 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
                 vid = create_version(conn, coll_id, want_model, dims, want_analyzer,
                                      "building", {"m": m, "ef_construction": ef_construction,
                                                   "embed_input": want_input,
-                                                  "lexical_input": want_lexical})
+                                                  "lexical_input": want_lexical,
+                                                  **({"reembed": True} if reembed else {})})
             building = _version_row(conn, coll_id, _number_of(conn, vid))
             notes.append(f"created version {building.version} (building)")
             # the active version first; a ready or retired one too: the same reindex run
@@ -978,6 +983,8 @@ def resume_hint(collection: str, info: VersionInfo) -> str:
         args += ["--m", str(m)]
     if ef != 64:
         args += ["--ef-construction", str(ef)]
+    if info.params.get("reembed"):
+        args.append("--reembed")
     return (f"`{shlex.join(args)}` resumes and validates it (a reindex with other "
             f"settings drops it); `pgfunnel versions drop {info.version} -c {coll}` "
             "discards it")

@@ -808,6 +808,37 @@ def test_reindex_runs_the_model_outside_its_batch_transactions(sample_db: str,
 
 
 
+def test_an_interrupted_reembed_resumes_embedding(sample_db: str, embedder: Any) -> None:
+    # `reindex --reembed` interrupted, then resumed by the command `versions list` names
+    # (which lacked --reembed), copied the old version's vectors for every chunk the first
+    # run had not reached: a version of fresh and stale vectors, unsaid
+    batches = []
+
+    def stop(stage: str, n: int, total: int | None) -> None:
+        if stage == "embedding":
+            batches.append(n)
+            if len(batches) == 2:
+                raise KeyboardInterrupt  # Ctrl-C once the first batch is written
+
+    with connect(sample_db, autocommit=True) as conn:
+        with pytest.raises(KeyboardInterrupt):
+            versions.reindex(conn, "default", reembed=True, embedder=embedder, batch_size=4,
+                             progress=stop)
+        assert _state(conn) == {1: "active", 2: "building"}
+        info = versions.list_versions(conn, "default")[1]
+        done = conn.execute("select count(*) from pgfunnel.embedding where index_version_id = %s",
+                            (info.id,)).fetchone()[0]  # type: ignore[index]
+        assert done > 0
+        hint = versions.resume_hint("default", info)
+        assert "--reembed" in hint.split("`")[1], hint
+        # resumed without the flag (a script's rerun, or the Python API): still re-embeds
+        res = versions.reindex(conn, "default", embedder=embedder)
+        assert res.resumed and res.state == "ready"
+        total = conn.execute("select count(*) from pgfunnel.chunk").fetchone()[0]  # type: ignore[index]
+        assert (res.chunks_embedded, res.chunks_copied) == (total - done, 0)
+        assert not any("vectors copied" in n for n in res.notes), res.notes
+
+
 def test_an_auto_funnel_follows_the_active_versions_model(sample_db: str, tiny_model: str,
                                                           tmp_path: Path) -> None:
     """A long-lived Funnel with embedder="auto" embeds with the model of the version that
