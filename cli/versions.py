@@ -589,15 +589,25 @@ def compare_cmd(
                   f"(95% paired bootstrap [{cmp.ndcg_low:+.4f}, {cmp.ndcg_high:+.4f}])",
                   soft_wrap=True)
     changed = [d for d in cmp.per_query if d.overlap < 1.0][:show]
+
+    def as_reader(d: versions.QueryDiff) -> str:
+        # a text logged by two readers (--last) was two lines that read the same
+        who = d.reader or {}
+        said = [f"principals {', '.join(who['principals'])}"] if who.get("principals") else []
+        if who.get("tenant") is not None:
+            said.append(f"tenant {who['tenant']}")
+        return f" (as {'; '.join(said)})" if said else ""
+
     if changed:
         table = Table(title="most changed queries", title_justify="left")
         for col in ("query", f"overlap@{k}", f"only in {version_a}", f"only in {version_b}"):
             table.add_column(col, overflow="fold")
         # a control character in a query or a citekey is shown, not sent to the terminal
         for d in changed:
-            table.add_row(shown(d.query), f"{d.overlap:.2f}", shown(", ".join(d.only_a[:3])),
-                          shown(", ".join(d.only_b[:3])))
-        print_table(table, [f"{d.query!r}: overlap@{k} {d.overlap:.2f}; only in {version_a}: "
+            table.add_row(shown(d.query + as_reader(d)), f"{d.overlap:.2f}",
+                          shown(", ".join(d.only_a[:3])), shown(", ".join(d.only_b[:3])))
+        print_table(table, [f"{d.query!r}{shown(as_reader(d))}: overlap@{k} {d.overlap:.2f}; "
+                            f"only in {version_a}: "
                             f"{shown(', '.join(d.only_a[:3])) or '-'}; only in {version_b}: "
                             f"{shown(', '.join(d.only_b[:3])) or '-'}" for d in changed])
 

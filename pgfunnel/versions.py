@@ -1277,6 +1277,9 @@ class QueryDiff:
     only_b: list[str]
     ndcg_a: float | None = None
     ndcg_b: float | None = None
+    #: the reader a logged search (``--last``) was replayed as, ``{"principals": [...],
+    #: "tenant": ...}``; None when every query ran as one reader
+    reader: dict[str, Any] | None = None
 
 
 @dataclass
@@ -1529,12 +1532,13 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
     rank_a = {qid: [r.item_key for r in rs] for qid, rs in zip(ids, res_a, strict=True)}
     rank_b = {qid: [r.item_key for r in rs] for qid, rs in zip(ids, res_b, strict=True)}
     diffs: list[QueryDiff] = []
-    for qid, text in zip(ids, texts, strict=True):
+    for i, (qid, text) in enumerate(zip(ids, texts, strict=True)):
         a, b = rank_a[qid][:k], rank_b[qid][:k]
         denom = max(len(a), len(b))
         overlap = len(set(a) & set(b)) / denom if denom else 1.0
         diffs.append(QueryDiff(qid, text, overlap, a[:1] == b[:1],
-                               [x for x in a if x not in b], [x for x in b if x not in a]))
+                               [x for x in a if x not in b], [x for x in b if x not in a],
+                               reader=readers[i] if readers is not None else None))
     cmp = Comparison(collection, version_a, version_b, k, len(diffs),
                      float(np.mean([d.overlap for d in diffs])),
                      sum(1 for qid in ids if rank_a[qid][:k] == rank_b[qid][:k]),

@@ -1469,6 +1469,35 @@ def test_compare_last_replays_each_search_as_the_reader_it_ran_as(sample_db: str
     assert json.loads(as_bob.output[as_bob.output.index("{"):])["empty_in_both"] == 3
 
 
+def test_compare_last_names_the_reader_of_a_text_two_readers_logged(
+        sample_db: str, embedder: Any, tiny_model: str) -> None:
+    # one text logged by two readers came back as two "most changed" lines that read the
+    # same ('refund ...': overlap 0.60, then 'refund ...': overlap 0.80), and --json did
+    # not say which reader each line was replayed as
+    from pgfunnel.cli.main import app
+
+    query = "refund on an annual plan"
+    with Funnel(sample_db, "default", embedder=embedder) as f:
+        f.search(query, k=5, trace=True)
+        f.search(query, k=5, principals=["alice"], tenant="acme", trace=True)
+    with connect(sample_db, autocommit=True) as conn:
+        versions.reindex(conn, "default", model=tiny_model)  # another model: lists differ
+    base = ["versions", "compare", "1", "2", "--last", "10", "--dsn", sample_db]
+    # 80 columns: the table does not fit, and each row is one whole line
+    env = {"COLUMNS": "80", "HF_HUB_OFFLINE": "1"}
+    as_json = CliRunner().invoke(app, [*base, "--json"], env=env)
+    assert as_json.exit_code == 0, as_json.output
+    cmp = json.loads(as_json.output[as_json.output.index("{"):])
+    assert sorted((d["query"], d["reader"]["principals"], d["reader"]["tenant"] or "")
+                  for d in cmp["per_query"]) == [(query, [], ""), (query, ["alice"], "acme")]
+    text = CliRunner().invoke(app, base, env=env)
+    assert text.exit_code == 0, text.output
+    lines = [ln.split(": overlap")[0] for ln in text.output.splitlines()
+             if ln.startswith(repr(query))]
+    assert sorted(lines) == [repr(query), f"{query!r} (as principals alice; tenant acme)"], (
+        text.output)
+
+
 def test_ctrl_c_during_versions_drop_says_whether_the_drop_happened(
         sample_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # Ctrl-C landing after the drop's last step and before its report said "interrupted"
