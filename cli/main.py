@@ -667,9 +667,10 @@ def demo(
         stats = do_ingest(dsn, [SAMPLE_CORPUS, DEMO_INTERNAL], "demo", 200, None, False)
         # chunks_written counts this run's writes: a second demo wrote none, and said
         # "0 chunks into collection 'demo'" of a collection holding 226
-        out.print(f"[bold]2. ingest[/bold]: {stats.documents_written} documents written, "
-                  f"{stats.documents_unchanged} unchanged ({stats.chunks_written} chunks "
-                  f"written) into collection 'demo' (two of the documents are readable by "
+        out.print(f"[bold]2. ingest[/bold]: {plural(stats.documents_written, 'document')} "
+                  f"written, {stats.documents_unchanged:,} unchanged "
+                  f"({plural(stats.chunks_written, 'chunk')} written) into collection "
+                  f"'demo' (two of the documents are readable by "
                   f"'{DEMO_STAFF}' only)", markup=True, soft_wrap=True)
         codes = [json.loads(line)["citekey"] for line in SAMPLE_CORPUS.read_text().splitlines()
                  if line.startswith('{"citekey": "err-')]
