@@ -508,7 +508,8 @@ def compare_cmd(
              "too) or lines with a \"query\" field.")] = None,
     last: Annotated[int | None, typer.Option(
         "--last", help="Use the last N distinct logged searches (search_log) instead, each "
-                       "as the reader it ran as unless --principal or --tenant is given."
+                       "as of the time it searched as of, and as the reader it ran as unless "
+                       "--principal or --tenant is given."
     )] = None,
     k: Annotated[int, typer.Option("--k", "-k", help="Cutoff for overlap@k and nDCG@k.")] = 10,
     show: Annotated[int, typer.Option(min=0, help="How many most-changed queries to list.")

@@ -23,6 +23,7 @@ fails at once with :class:`ConflictError` naming the holder.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import json
 import shlex
@@ -1420,32 +1421,56 @@ def _last_logged(conn: psycopg.Connection[Any], collection: str, n: int,
     _check_count("n", n)
     coll_id = _db(conn, lambda: require_collection(conn, collection))
     listed = sql.SQL(", ").join(map(sql.Identifier, columns))
+    # as_of is the one a traced search's config records (final() writes it there; NULL, or
+    # no key in a log written before it did, for the search's own time)
     return conn.execute(sql.SQL(
-        "select {cols} from (select {cols}, max(at) as at from pgfunnel.search_log "
+        "select {cols} from (select {cols}, max(at) as at from (select query_text, "
+        "principals, tenant, config ->> 'as_of' as as_of, at from pgfunnel.search_log "
         "where collection_id = %s and query_text is not null and query_text <> '' "
-        "and length(query_text) <= %s group by {cols}) s order by at desc limit %s"
+        "and length(query_text) <= %s) l group by {cols}) s order by at desc limit %s"
     ).format(cols=listed), (coll_id, MAX_QUERY_CHARS, n)).fetchall()
 
 
+def _logged_as_of(text: str | None) -> dt.datetime | None:
+    """The ``as_of`` a logged config records, as a search takes it: None for the search's
+    own time (or a config that names none, or none this reads), ``infinity`` as the latest
+    time Python holds (and ``-infinity`` the earliest)."""
+    if text is None:
+        return None
+    if text in ("infinity", "-infinity"):
+        edge = dt.datetime.max if text == "infinity" else dt.datetime.min
+        return edge.replace(tzinfo=dt.UTC)
+    try:
+        # final() writes '2020-03-01T11:00:00.000000Z'; a log written by Python before it
+        # did holds str() of the datetime (or date) the search was given
+        return dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+
+
 class LoggedSearch(NamedTuple):
-    """A logged search as `versions compare --last` replays it: its text and the reader
-    it ran as."""
+    """A logged search as `versions compare --last` replays it: its text, the reader
+    it ran as and the time it searched as of (None: the time it is replayed)."""
 
     query_text: str
     principals: tuple[str, ...]
     tenant: str | None
+    as_of: dt.datetime | None = None
 
 
 @rows_by_position
 def last_searches(conn: psycopg.Connection[Any], collection: str,
                   n: int) -> list[LoggedSearch]:
     """The last ``n`` distinct logged searches of a collection (newest first), each with
-    the principals and tenant it ran as: replayed without them, a search of documents
-    that are not public found nothing on either version, which compared as identical.
-    Texts a search could not take are left out, as by :func:`last_queries`."""
-    return [LoggedSearch(str(t), tuple(p or ()), None if tn is None else str(tn))
-            for t, p, tn in _last_logged(conn, collection, n,
-                                         ("query_text", "principals", "tenant"))]
+    the principals and tenant it ran as and the ``as_of`` its config records: replayed
+    without them, a search of documents that are not public found nothing on either
+    version, which compared as identical, and a search as of another time searched the
+    documents valid now. Texts a search could not take are left out, as by
+    :func:`last_queries`."""
+    return [LoggedSearch(str(t), tuple(p or ()), None if tn is None else str(tn),
+                         _logged_as_of(None if a is None else str(a)))
+            for t, p, tn, a in _last_logged(conn, collection, n,
+                                            ("query_text", "principals", "tenant", "as_of"))]
 
 
 def read_query_file(path: str | Path) -> tuple[list[Any], bool]:
@@ -1521,10 +1546,12 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
              else q.query_text if isinstance(q, LoggedSearch) else str(q) for q in queries]
     ids = [q.query_id if isinstance(q, JudgedQuery) else f"q{i + 1}"
            for i, q in enumerate(queries)]
-    # a logged search runs as the reader it ran as, unless the caller names one for all
-    readers = None if "principals" in params or "tenant" in params or not any(
-        isinstance(q, LoggedSearch) for q in queries) else [
-        {"principals": list(q.principals), "tenant": q.tenant}
+    # a logged search runs as the reader it ran as, unless the caller names one for all,
+    # and as of the time it searched as of, unless the caller names one
+    named_reader = "principals" in params or "tenant" in params
+    readers = None if not any(isinstance(q, LoggedSearch) for q in queries) else [
+        {**({} if named_reader else {"principals": list(q.principals), "tenant": q.tenant}),
+         **({} if "as_of" in params or q.as_of is None else {"as_of": q.as_of})}
         if isinstance(q, LoggedSearch) else {} for q in queries]
     caught_up = _catch_up_compared(conn, collection, (version_a, version_b))
     res_a = search_pinned(conn, collection, version_a, texts, k=k, readers=readers, **params)

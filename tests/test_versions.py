@@ -1498,6 +1498,35 @@ def test_compare_last_names_the_reader_of_a_text_two_readers_logged(
         text.output)
 
 
+def test_compare_last_replays_each_search_as_of_the_time_it_searched(sample_db: str,
+                                                                    embedder: Any) -> None:
+    # `--last` replayed a search made as of another time as of now: a document valid then
+    # and withdrawn since was found by neither version, which compared as identical
+    import datetime as dt
+
+    from pgfunnel.cli.main import app
+
+    then = dt.datetime(2020, 3, 1, 12, tzinfo=dt.UTC)
+    with connect(sample_db, autocommit=True) as conn:
+        conn.execute("update pgfunnel.document set valid_to = '2021-01-01'")
+    with Funnel(sample_db, "default", embedder=embedder) as f:
+        assert f.search("refund on an annual plan", k=5, as_of=then, trace=True).results
+        f.search("refund on an annual plan", k=5, trace=True)  # as of now: nothing
+    with connect(sample_db, autocommit=True) as conn:
+        logged = versions.last_searches(conn, "default", 10)
+        assert sorted(logged, key=lambda s: s.as_of is None) == [
+            versions.LoggedSearch("refund on an annual plan", (), None, then),
+            versions.LoggedSearch("refund on an annual plan", (), None, None)]
+        versions.reindex(conn, "default", analyzer="simple_v1")
+    base = ["versions", "compare", "1", "2", "--last", "10", "--k", "5", "--json",
+            "--dsn", sample_db]
+    for extra in ([], ["-p", "bob"]):  # a reader named for all keeps each search's time
+        res = CliRunner().invoke(app, [*base, *extra])
+        assert res.exit_code == 0, res.output
+        cmp = json.loads(res.output[res.output.index("{"):])
+        assert (cmp["n_queries"], cmp["empty_in_both"]) == (2, 1), cmp
+
+
 def test_ctrl_c_during_versions_drop_says_whether_the_drop_happened(
         sample_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # Ctrl-C landing after the drop's last step and before its report said "interrupted"
