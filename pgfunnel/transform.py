@@ -64,6 +64,8 @@ _STOPWORD_TEXT = """
     work works working happen happens mean means use used using need needs want wants know
     tell explain show please thanks thank ok okay hi hello
     compare comparison difference versus vs between
+    i'm i've i'd i'll it's that's what's how's where's there's let's don't doesn't didn't
+    can't isn't aren't won't
 """
 STOPWORDS: frozenset[str] = frozenset(_STOPWORD_TEXT.split())
 
@@ -568,6 +570,14 @@ _ANAPHORA_CUES = (
 )
 _ANAPHORA_MAX_TOPICS = 2
 
+# pronouns that point back to the previous turn wherever they stand ("how do I undo it",
+# "how long does it take?", "can I export them?"), and those that do only as the last
+# word ("can I undo that?": elsewhere "that" and "this" are mostly "plans that renew",
+# "this plan"); a cue, as the openings above are, only for a query of at most
+# _ANAPHORA_MAX_TOPICS topic words of its own
+_PRONOUNS = frozenset({"it", "them", "they"})
+_FINAL_PRONOUNS = frozenset({"that", "this", "those", "these"})
+
 # words that compare with something said before instead of naming a topic
 _RELATIONAL_WORDS = frozenset({
     "different", "difference", "differ", "same", "similar", "possible", "also", "too", "else",
@@ -627,8 +637,18 @@ class FollowupResolver:
         own = self.topic_words(query)
         lowered = " ".join(query.casefold().split())
         cue = next((c for c in _FOLLOWUP_CUES if lowered.startswith(c + " ")), None)
+        if cue == "and" and len(own) > _ANAPHORA_MAX_TOPICS:
+            # "And how do I export invoices as CSV?" asks a question of its own: the
+            # previous turn's topic put in front of it searched for both
+            cue = None
         if cue is None and len(own) <= _ANAPHORA_MAX_TOPICS:
             cue = next((c for c in _ANAPHORA_CUES if lowered.startswith(c + " ")), None)
+        if cue is None and own and len(own) <= _ANAPHORA_MAX_TOPICS:
+            words = [w.casefold() for w in _words(query)]
+            pronoun = next((w for w in words if w in _PRONOUNS), None)
+            if pronoun is None and words and words[-1] in _FINAL_PRONOUNS:
+                pronoun = words[-1]
+            cue = None if pronoun is None else f"pronoun {pronoun!r}"
         if own and cue is None:
             return Resolution(query, query, [], "has its own topic; unchanged")
         body = query
@@ -642,7 +662,8 @@ class FollowupResolver:
             carried = [w for w in self.topic_words(turn) if _singular(w) not in present]
             carried = carried[: self.max_terms]
             if carried:
-                why = f"follow-up cue {cue!r}" if cue else "no topic word in the query"
+                why = ("no topic word in the query" if not cue
+                       else cue if cue.startswith("pronoun ") else f"follow-up cue {cue!r}")
                 return Resolution(
                     query=f"{' '.join(carried)} {body}".strip(),
                     original=query,

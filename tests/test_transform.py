@@ -255,6 +255,39 @@ def test_pronoun_opening_carries_the_topic_only_for_short_queries() -> None:
     assert r.resolve(history, "android app login").carried_terms == []
 
 
+def test_a_pronoun_anywhere_in_a_short_query_carries_the_topic() -> None:
+    # "how do I undo it" named "undo" and counted as a question of its own: it searched
+    # for undo anything, not the deleted project the turn before asked about
+    r = FollowupResolver()
+    deleted = ["How do I delete a project?"]
+    res = r.resolve(deleted, "how do I undo it")
+    assert res.query == "delete project how do I undo it"
+    assert res.carried_terms == ["delete", "project"] and res.reason.startswith("pronoun 'it'")
+    assert r.resolve(deleted, "can I undo that?").carried_terms == ["delete", "project"]
+    assert r.resolve(["How do I export invoices?"],
+                     "can I schedule them?").carried_terms == ["export", "invoices"]
+    assert r.resolve(["what happens when a payment fails?"],
+                     "how long does it take?").carried_terms == ["payment", "fails"]
+    # a query that names its subject, or whose "that"/"this" is not the pronoun, is its own
+    for own in ("I forgot my password, how do I reset it",
+                "what does this plan cost", "invoices that failed"):
+        assert r.resolve(deleted, own).query == own
+
+
+def test_an_and_opening_a_question_of_its_own_is_unchanged() -> None:
+    # the "and" cue carried the earlier topic into any question it opened:
+    # "refund annual plan how do I export invoices as CSV?"
+    r = FollowupResolver()
+    history = ["How do I get a refund on an annual plan?"]
+    own = "And how do I export invoices as CSV?"
+    res = r.resolve(history, own)
+    assert res.query == own and res.carried_terms == []
+    # a short "and" follow-up still carries it; a contraction is no topic word
+    assert r.resolve(history, "and on Windows?").query == "refund annual plan on Windows?"
+    assert r.resolve(history, "and what if I'm on the enterprise plan?").carried_terms == [
+        "refund", "annual"]
+
+
 def test_comparison_words_are_not_topics() -> None:
     r = FollowupResolver()
     assert r.topic_words("is it different or the same?") == []
