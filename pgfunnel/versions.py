@@ -1541,8 +1541,15 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
                          tenant=params.get("tenant"), embedder=None)
         jq, respelled, missing = reader.with_citekey_spellings(conn, jq, judging_level(jq))
         queries = jq
-    # searched as `pgfunnel eval` searches them by default, so both give a version one score
-    texts = [standalone_query(q) if isinstance(q, JudgedQuery)
+    # searched as `pgfunnel eval` searches them by default, so both give a version one score:
+    # a follow-up resolved with the collection's qualifiers, as eval and a search with
+    # history resolve it (without them "and on monthly plans?" carried "annual" too)
+    qualifiers: list[str] = []
+    if any(isinstance(q, JudgedQuery) and q.history for q in queries):
+        from pgfunnel.query_plans import _terms, collection_settings
+
+        qualifiers = _terms(collection_settings(conn, collection), "qualifiers")
+    texts = [standalone_query(q, qualifiers) if isinstance(q, JudgedQuery)
              else q.query_text if isinstance(q, LoggedSearch) else str(q) for q in queries]
     ids = [q.query_id if isinstance(q, JudgedQuery) else f"q{i + 1}"
            for i, q in enumerate(queries)]

@@ -1527,6 +1527,25 @@ def test_compare_last_replays_each_search_as_of_the_time_it_searched(sample_db: 
         assert (cmp["n_queries"], cmp["empty_in_both"]) == (2, 1), cmp
 
 
+def test_compare_resolves_a_follow_up_with_the_collections_qualifiers(sample_db: str,
+                                                                     embedder: Any) -> None:
+    # compare made a judged follow-up stand-alone without the collection's qualifiers,
+    # which eval and a search with history use: it searched other text than they did
+    from pgfunnel.eval.qrels import JudgedQuery
+
+    history = ("how do refunds work on annual plans?",)
+    q = JudgedQuery("f1", "and on monthly plans?", "followup", {"refunds-monthly": 1}, history)
+    with connect(sample_db, autocommit=True) as conn:
+        conn.execute("update pgfunnel.collection set settings = settings || "
+                     "'{\"qualifiers\": [\"annual\", \"monthly\", \"plan\"]}'")
+    with Funnel(sample_db, "default", embedder=embedder) as f:
+        searched = f.search(q.query, history=list(history), k=5).query
+    assert searched == "refunds on monthly plans?"
+    with connect(sample_db, autocommit=True) as conn:
+        cmp = versions.compare(conn, "default", 1, 1, [q], k=5)
+    assert [d.query for d in cmp.per_query] == [searched]
+
+
 def test_ctrl_c_during_versions_drop_says_whether_the_drop_happened(
         sample_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # Ctrl-C landing after the drop's last step and before its report said "interrupted"
