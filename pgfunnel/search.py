@@ -619,8 +619,13 @@ class Funnel:
         # str -> str (guarded with the collection's protected terms), and a
         # FollowupResolver used when search() is given ``history``. Checked here: the
         # wrong kind of object failed only at a search with history, as an AttributeError
-        if rewriter is not None and not callable(rewriter) and not callable(
-                getattr(rewriter, "rewrite", None)):
+        from pgfunnel.transform import GuardedRewriter
+
+        # an object with a rewrite() method of its own was let in here and refused at the
+        # first search ("rewriter: must be callable"): only a GuardedRewriter is used as
+        # given, anything else is called as str -> str inside one
+        if rewriter is not None and not callable(rewriter) and not isinstance(
+                rewriter, GuardedRewriter):
             raise ConfigError("rewriter", "must be a GuardedRewriter, a callable str -> str, "
                               f"or None; got {type(rewriter).__name__}")
         if followup is not None and not callable(getattr(followup, "resolve", None)):

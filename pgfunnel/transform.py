@@ -453,7 +453,7 @@ class GuardedRewriter:
         self.timeout_s = float(timeout_s)
         self.protected_terms = tuple(string_list(protected_terms, "protected_terms"))
 
-    def _call(self, query: str) -> tuple[str | None, BaseException | None, bool]:
+    def _call(self, query: str) -> tuple[object, BaseException | None, bool]:
         box: dict[str, object] = {}
 
         def target() -> None:
@@ -472,16 +472,16 @@ class GuardedRewriter:
         err = box.get("error")
         if isinstance(err, BaseException):
             return None, err, False
-        value = box.get("value")
-        return (value if isinstance(value, str) else None), None, False
+        return box.get("value"), None, False
 
     def rewrite(self, query: str) -> RewriteResult:
         if not isinstance(query, str):
             raise InvalidInputError(f"query: must be a str, got {type(query).__name__}")
         protected = tuple(protected_tokens(query, self.protected_terms))
         start = time.monotonic()
-        proposed, error, timed_out = self._call(query)
+        returned, error, timed_out = self._call(query)
         elapsed = time.monotonic() - start
+        proposed = returned if isinstance(returned, str) else None
 
         def fallback(reason: str, missing: tuple[str, ...] = ()) -> RewriteResult:
             return RewriteResult(
@@ -500,7 +500,9 @@ class GuardedRewriter:
         if error is not None:
             return fallback(f"rewriter raised {type(error).__name__}: {str(error)[:200]}")
         if proposed is None:
-            return fallback("rewriter returned no text")
+            # what it returned instead, by type: None, bytes or a list were all "no text"
+            return fallback("rewriter returned None, not a str" if returned is None else
+                            f"rewriter returned {type(returned).__name__}, not a str")
         candidate = " ".join(proposed.split())
         if not candidate:
             return fallback("rewriter returned an empty query")

@@ -419,6 +419,13 @@ def test_a_funnel_refuses_hooks_it_cannot_call_and_searches_no_more_once_closed(
         Funnel(sample_db, embedder=None, followup=5)
     with pytest.raises(ConfigError, match="^rewriter: "):
         Funnel(sample_db, embedder=None, rewriter="x")
+
+    class OwnGuard:  # a rewrite() method of its own: let in, then refused at the search
+        def rewrite(self, query: str) -> str:
+            return query
+
+    with pytest.raises(ConfigError, match="^rewriter: .* got OwnGuard"):
+        Funnel(sample_db, embedder=None, rewriter=OwnGuard())
     with Funnel(sample_db, embedder=None) as f:
         assert f.search("refund", k=1).results
         # "no" is a true value: it asked for a rerank this Funnel cannot do

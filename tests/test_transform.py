@@ -188,6 +188,16 @@ def test_a_rewrite_the_search_would_refuse_falls_back() -> None:
         assert r.reason.startswith("fallback: rewrite is not a usable query") and why in r.reason
 
 
+def test_a_rewrite_that_is_not_text_falls_back_naming_what_came_back() -> None:
+    # None, bytes (an HTTP client's body) and a list of choices all read "returned no
+    # text", which sent whoever debugged it looking for an empty answer
+    for value, said in ((None, "None"), (b"refund", "bytes"), (["refund policy"], "list"),
+                        (5, "int")):
+        r = GuardedRewriter(lambda q, v=value: v).rewrite("how do refunds work")  # type: ignore[misc]
+        assert not r.used_rewrite and r.query == "how do refunds work"
+        assert r.reason == f"fallback: rewriter returned {said}, not a str", r.reason
+
+
 def test_empty_rewrite_falls_back() -> None:
     r = GuardedRewriter(lambda q: "   ").rewrite("how do refunds work")
     assert not r.used_rewrite and "empty" in r.reason
