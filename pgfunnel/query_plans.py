@@ -85,8 +85,16 @@ def apply_query_hooks(funnel: Funnel, conn: psycopg.Connection[Any], query: str,
             # passing history is the opt-in; the deterministic resolver is the default
             resolver = FollowupResolver(qualifiers=_terms(coll_settings(), "qualifiers"))
         res = resolver.resolve(list(history), query)
-        transforms.append({"step": "followup", "original": res.original, "query": res.query,
-                           "carried_terms": list(res.carried_terms), "reason": res.reason})
+        if not isinstance(getattr(res, "query", None), str):
+            # a resolve() that returned the text itself (or None) failed as a raw
+            # AttributeError, or searched None
+            raise ConfigError("followup", "resolve(history, query) must return a Resolution "
+                                          "(its query a str), got "
+                                          f"{type(res).__name__}")
+        transforms.append({"step": "followup",
+                           "original": getattr(res, "original", query), "query": res.query,
+                           "carried_terms": list(getattr(res, "carried_terms", None) or ()),
+                           "reason": str(getattr(res, "reason", ""))})
         query = res.query
     if funnel.rewriter is not None:
         guard = funnel.rewriter

@@ -376,6 +376,21 @@ def test_followup_carries_the_topic_into_the_trace(sample_conn: psycopg.Connecti
     assert funnel.search("what about monthly plans?", k=3, principals=[]).transforms == []
 
 
+def test_a_followup_hook_that_returns_no_resolution_is_named(
+        sample_conn: psycopg.Connection[Any]) -> None:
+    # a resolve() returning the text itself failed as "'str' object has no attribute
+    # 'original'", naming no hook
+    from pgfunnel.errors import ConfigError
+
+    class TextOnly:
+        def resolve(self, history: Any, query: str) -> Any:
+            return f"refunds {query}"
+
+    funnel = Funnel(sample_conn, embedder=None, followup=TextOnly())
+    with pytest.raises(ConfigError, match="^followup: .* must return a Resolution .* got str"):
+        funnel.search("what about monthly plans?", history=["how do refunds work?"], k=3)
+
+
 def test_result_fields_are_typed(sample_conn: psycopg.Connection[Any], embedder: Any) -> None:
     r = Funnel(sample_conn, embedder=embedder).search("refund", k=1, principals=[]).results[0]
     assert isinstance(r, Result) and r.item_key == f"{r.citekey}#{r.ordinal}"
