@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -11,7 +12,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from pgfunnel.db import tuple_rows
-from pgfunnel.errors import ConfigError, NotFoundError, check_sql_text, translate
+from pgfunnel.errors import ConfigError, NotFoundError, check_sql_text, string_list, translate
 from pgfunnel.search import Funnel, SearchParams, check_query_text
 
 _TARGET = re.compile(r"^(?P<citekey>.+)#(?P<ordinal>[0-9]+)$")
@@ -109,12 +110,16 @@ def resolve_target(conn: psycopg.Connection[Any], target: str, collection: str) 
 
 
 def explain(funnel: Funnel, query: str | None, target: str | int, *,
-            query_embedding: Any = None, **params: Any) -> Explanation:
+            query_embedding: Any = None, history: Sequence[str] | None = None,
+            **params: Any) -> Explanation:
     """Follow one chunk through the funnel for a query, with the funnel's search parameters.
     ``target`` is a chunk id (an int, as a result's ``chunk_id``, or its digits),
     ``CITEKEY#ORDINAL``, or a document's ``CITEKEY``: then each of its chunks the reader
     may see is followed and the one that got furthest is explained (returned first, then
-    the best fused rank, then the best rank in a leg), the reason saying of how many."""
+    the best fused rank, then the best rank in a leg), the reason saying of how many.
+    ``history`` and the Funnel's ``rewriter`` and ``followup`` hooks apply as in
+    :meth:`Funnel.search`: the text they give is the one followed, and a notice names it
+    beside the query as given."""
 
     if isinstance(target, (int, np.integer)) and not isinstance(target, bool):
         target = str(int(target))
@@ -133,8 +138,23 @@ def explain(funnel: Funnel, query: str | None, target: str | int, *,
 
     p = funnel._params_for(params)
     query = check_query_text(query)
+    if history is not None:
+        history = string_list(history, "history")
     notices: list[str] = []
     with funnel.connection() as conn:
+        if query is not None and (history is not None or funnel.rewriter is not None):
+            # the text a search with this history, on this Funnel, searches: explained as
+            # given, a follow-up or a rewritten query was followed as text no search ran
+            from pgfunnel.query_plans import apply_query_hooks
+
+            transforms: list[dict[str, Any]] = []
+            given = query
+            query = apply_query_hooks(funnel, conn, query, history, transforms,
+                                      p.collection)
+            if query != given:
+                steps = "; ".join(f"{t['step']}: {t['reason']}" for t in transforms)
+                notices.append(f"pgfunnel: explain follows the text the search searches, "
+                               f"{query!r}, not the query as given, {given!r} ({steps})")
         vector: np.ndarray | None = None
         if query_embedding is not None:
             from pgfunnel.embedder import check_vector
@@ -147,6 +167,8 @@ def explain(funnel: Funnel, query: str | None, target: str | int, *,
         args = p.sql_args()
         args.update(query_text=query, query_embedding=vector, as_of=p.as_of)
         named = ", ".join(f"{n} => %({n})s" for n in _ARGS)
+
+        first_sql_notice = len(notices)
 
         def collect(diag: psycopg.errors.Diagnostic) -> None:
             if (diag.message_primary or "").startswith("pgfunnel:"):
@@ -178,7 +200,7 @@ def explain(funnel: Funnel, query: str | None, target: str | int, *,
                         raise NotFoundError("explain returned nothing")
                     found.append((cid, row))
                     # a notice per chunk would repeat the analyzer's one for the query
-                    del notices[1:]
+                    del notices[first_sql_notice + 1:]
         except psycopg.Error as exc:
             raise translate(exc) from exc
         finally:

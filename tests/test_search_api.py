@@ -391,6 +391,32 @@ def test_a_followup_hook_that_returns_no_resolution_is_named(
         funnel.search("what about monthly plans?", history=["how do refunds work?"], k=3)
 
 
+def test_explain_follows_the_text_a_follow_up_or_a_rewrite_searches(
+        sample_conn: psycopg.Connection[Any], embedder: Any) -> None:
+    # explain took no history (an unknown search parameter) and ignored the rewriter: the
+    # chunk a resolved or rewritten search returned was explained for text no search ran
+    from pgfunnel.explain import explain
+
+    history = ["how do refunds work?"]
+    funnel = Funnel(sample_conn, embedder=embedder)
+    resp = funnel.search("what about monthly plans?", history=history, k=1, principals=[])
+    top = resp.results[0]
+    assert top.citekey == "refunds-monthly"
+    e = explain(funnel, "what about monthly plans?", top.chunk_id, history=history, k=1,
+                principals=[])
+    assert e.verdict == "returned" and e.final_rank == 1
+    said = " ".join(e.notices)
+    assert "'refunds what about monthly plans?'" in said and \
+        "'what about monthly plans?'" in said and "followup: follow-up cue" in said
+    rewriting = Funnel(sample_conn, embedder=embedder,
+                       rewriter=lambda q: "refunds on monthly plans")
+    e = explain(rewriting, "money back monthly", top.chunk_id, k=1, principals=[])
+    assert e.verdict == "returned" and "'refunds on monthly plans'" in " ".join(e.notices)
+    # nothing changed, nothing said
+    assert explain(funnel, "refunds monthly", top.chunk_id, history=[], k=1,
+                   principals=[]).notices == []
+
+
 def test_result_fields_are_typed(sample_conn: psycopg.Connection[Any], embedder: Any) -> None:
     r = Funnel(sample_conn, embedder=embedder).search("refund", k=1, principals=[]).results[0]
     assert isinstance(r, Result) and r.item_key == f"{r.citekey}#{r.ordinal}"
