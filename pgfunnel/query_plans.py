@@ -151,8 +151,10 @@ def _combine(funnel: Funnel, query: str, responses: list[SearchResponse],
     record["search_ids"] = [resp.search_id for resp in responses]
     record["merged"] = [r.chunk_id for r in merged]
     notices = [n for resp in responses for n in resp.notices]
-    transforms = [t for resp in responses[:1] for t in resp.transforms
-                  if t.get("step") != record["step"]]
+    # each phrasing's (or part's) own follow-up and rewrite records, with its index: the
+    # first one's alone were kept, and how the others were resolved or rewritten was lost
+    transforms = [{**t, "part": i} for i, resp in enumerate(responses)
+                  for t in resp.transforms if t.get("step") != record["step"]]
     return SearchResponse(query, merged, notices=list(dict.fromkeys(notices)),
                           reranked=bool(responses) and all(r.reranked for r in responses),
                           timings_ms=timings, transforms=[*transforms, record],

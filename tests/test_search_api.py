@@ -322,6 +322,20 @@ def test_search_multi_merges_phrasings_with_rrf(sample_conn: psycopg.Connection[
         assert _logged_transforms(sample_conn, sid)[0]["step"] == "multi_query"
 
 
+def test_search_multi_keeps_how_each_phrasing_was_resolved(
+        sample_conn: psycopg.Connection[Any], embedder: Any) -> None:
+    # with history, only the first phrasing's follow-up record reached the response:
+    # the text the others were searched as could not be told
+    funnel = Funnel(sample_conn, embedder=embedder)
+    resp = funnel.search_multi(["what about monthly plans?", "and for monthly?"],
+                               history=["how do refunds work?"], k=3, principals=[])
+    followups = [t for t in resp.transforms if t["step"] == "followup"]
+    assert [(t["part"], t["original"], t["query"]) for t in followups] == [
+        (0, "what about monthly plans?", "refunds what about monthly plans?"),
+        (1, "and for monthly?", "refunds for monthly?")]
+    assert resp.transforms[-1]["step"] == "multi_query"
+
+
 def test_search_decomposed_gives_each_part_its_share(sample_conn: psycopg.Connection[Any],
                                                      embedder: Any) -> None:
     funnel = Funnel(sample_conn, embedder=embedder)
