@@ -66,6 +66,7 @@ _STOPWORD_TEXT = """
     compare comparison difference versus vs between
     i'm i've i'd i'll it's that's what's how's where's there's let's don't doesn't didn't
     can't isn't aren't won't
+    much many one ones question questions
 """
 STOPWORDS: frozenset[str] = frozenset(_STOPWORD_TEXT.split())
 
@@ -572,6 +573,19 @@ _ANAPHORA_CUES = (
 )
 _ANAPHORA_MAX_TOPICS = 2
 
+# a fragment that continues the last question with a qualifier of its own ("for
+# teams?", "on mobile?", "same question for monthly"): a cue, as the openings above
+# are, only for a query of at most _ANAPHORA_MAX_TOPICS topic words
+_FRAGMENT_CUES = ("for", "on", "in", "with", "without", "under", "from", "during", "via",
+                  "same")
+
+# what a turn may open with before its cue ("Thanks! And on mobile?", "ok, what about
+# teams?"): looked past when the cue is sought, and not counted as the query's topic
+_FILLER_RE = re.compile(
+    r"^\s*(?:(?:ok(?:ay)?|thanks|thank you|thx|great|cool|sure|alright|all right|got it|"
+    r"i see|hmm+|yes|yeah|no|nope|right|perfect|nice|and also|also)(?=\W)[\s,.!;:\-]*)+",
+    re.IGNORECASE)
+
 # pronouns that point back to the previous turn wherever they stand ("how do I undo it",
 # "how long does it take?", "can I export them?"), and those that do only as the last
 # word ("can I undo that?": elsewhere "that" and "this" are mostly "plans that renew",
@@ -636,15 +650,18 @@ class FollowupResolver:
         history = string_list(history, "history")
         if not isinstance(query, str):
             raise InvalidInputError(f"query: must be a str, got {type(query).__name__}")
-        own = self.topic_words(query)
-        lowered = " ".join(query.casefold().split())
+        filler = _FILLER_RE.match(query)
+        rest = query[filler.end():] if filler and filler.end() < len(query) else query
+        own = self.topic_words(rest)
+        lowered = " ".join(rest.casefold().split())
         cue = next((c for c in _FOLLOWUP_CUES if lowered.startswith(c + " ")), None)
         if cue == "and" and len(own) > _ANAPHORA_MAX_TOPICS:
             # "And how do I export invoices as CSV?" asks a question of its own: the
             # previous turn's topic put in front of it searched for both
             cue = None
         if cue is None and len(own) <= _ANAPHORA_MAX_TOPICS:
-            cue = next((c for c in _ANAPHORA_CUES if lowered.startswith(c + " ")), None)
+            cue = next((c for c in (*_ANAPHORA_CUES, *_FRAGMENT_CUES)
+                        if lowered.startswith(c + " ")), None)
         if cue is None and own and len(own) <= _ANAPHORA_MAX_TOPICS:
             words = [w.casefold() for w in _words(query)]
             pronoun = next((w for w in words if w in _PRONOUNS), None)
@@ -657,8 +674,9 @@ class FollowupResolver:
         if cue == "and":
             # "and on the enterprise plan?" continues the last question: left in after
             # the carried topic ("deleted projects and on the enterprise plan?") its "and"
-            # joins two clauses that decompose() would search apart
-            body = query.split(None, 1)[1]
+            # joins two clauses that decompose() would search apart (and so would a
+            # "Thanks!" before it)
+            body = rest.split(None, 1)[1]
         present = {_singular(w) for w in content_words(query)}
         for turn in reversed(history):
             carried = [w for w in self.topic_words(turn) if _singular(w) not in present]

@@ -298,6 +298,26 @@ def test_an_and_opening_a_question_of_its_own_is_unchanged() -> None:
         "refund", "annual"]
 
 
+def test_fragments_and_thanks_before_a_cue_are_follow_ups() -> None:
+    # "for teams?", "how much?" and "that one?" each named a word of their own and
+    # counted as questions of their own; "Thanks! And on mobile?" hid its cue
+    r = FollowupResolver()
+    history = ["How do I get a refund on an annual plan?"]
+    carried = "refund annual plan"
+    for q, searched in (("for teams?", f"{carried} for teams?"),
+                        ("on mobile?", f"{carried} on mobile?"),
+                        ("how much?", f"{carried} how much?"),
+                        ("that one?", f"{carried} that one?"),
+                        ("same question for monthly", f"{carried} same question for monthly"),
+                        ("Thanks! And on mobile?", f"{carried} on mobile?"),
+                        ("ok, what about teams?", f"{carried} ok, what about teams?")):
+        assert r.resolve(history, q).query == searched, q
+    # a fragment opening that names its own subject, and "no" as a word, stay as they are
+    for own in ("in Germany, how is VAT charged on invoices?", "no refund received",
+                "Also, how do I export invoices as CSV?"):
+        assert r.resolve(history, own).query == own
+
+
 def test_comparison_words_are_not_topics() -> None:
     r = FollowupResolver()
     assert r.topic_words("is it different or the same?") == []
