@@ -682,10 +682,19 @@ class FollowupResolver:
             carried = [w for w in self.topic_words(turn) if _singular(w) not in present]
             carried = carried[: self.max_terms]
             if carried:
+                from pgfunnel.search import MAX_QUERY_CHARS
+
+                resolved = f"{' '.join(carried)} {body}".strip()
+                if len(resolved) > MAX_QUERY_CHARS and len(query) <= MAX_QUERY_CHARS:
+                    # a query the search takes was made one it refuses ("query_text: at
+                    # most 10,000 characters"), for text the caller never wrote
+                    return Resolution(query, query, [], "follow-up, but the carried words "
+                                      f"would make it over {MAX_QUERY_CHARS:,} characters; "
+                                      "unchanged")
                 why = ("no topic word in the query" if not cue
                        else cue if cue.startswith("pronoun ") else f"follow-up cue {cue!r}")
                 return Resolution(
-                    query=f"{' '.join(carried)} {body}".strip(),
+                    query=resolved,
                     original=query,
                     carried_terms=carried,
                     reason=f"{why}; carried {', '.join(carried)} from an earlier turn",

@@ -330,6 +330,18 @@ def test_followup_does_not_carry_a_word_too_long_to_search() -> None:
     assert res.query == "refund plan what about it?"
 
 
+def test_a_follow_up_near_the_length_limit_is_not_made_too_long_to_search() -> None:
+    # "what about" and 9,990 characters the search takes came back over 10,000 with the
+    # carried words in front: the search refused text the caller never wrote
+    from pgfunnel.search import check_query_text
+
+    query = "what about " + "x " * 4_994
+    assert len(query) <= 10_000
+    res = FollowupResolver().resolve(["how do refunds work?"], query)
+    assert res.query == query and res.carried_terms == [] and "10,000" in res.reason
+    check_query_text(res.query)
+
+
 def test_words_of_any_script_are_words() -> None:
     # the word pattern was ASCII-only: accented words were cut apart and a Greek,
     # Russian or Chinese query had no words at all
