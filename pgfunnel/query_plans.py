@@ -233,7 +233,11 @@ def search_multi(funnel: Funnel, phrasings: Sequence[str], *, merge_rrf_k: int =
             by_id.setdefault(r.chunk_id, r)
     fused = rrf_merge([[r.chunk_id for r in resp.results] for resp in responses], k=merge_rrf_k)
     merged = _cap_and_cut([by_id[cid] for cid, _ in fused], k, cap)
-    return _combine(funnel, mq.queries[0], responses, merged, record)
+    # the text the first phrasing was searched as (resolved from history, rewritten), as
+    # search()'s query is: the phrasing as given was said to be the text searched
+    first = responses[0].query if responses and responses[0].query is not None \
+        else mq.queries[0]
+    return _combine(funnel, first, responses, merged, record)
 
 
 def search_decomposed(funnel: Funnel, query: str, *, max_parts: int = 3,

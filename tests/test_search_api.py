@@ -334,6 +334,8 @@ def test_search_multi_keeps_how_each_phrasing_was_resolved(
         (0, "what about monthly plans?", "refunds what about monthly plans?"),
         (1, "and for monthly?", "refunds for monthly?")]
     assert resp.transforms[-1]["step"] == "multi_query"
+    # the text searched, as search() gives it, not the first phrasing as given
+    assert resp.query == "refunds what about monthly plans?"
 
 
 def test_search_decomposed_gives_each_part_its_share(sample_conn: psycopg.Connection[Any],
