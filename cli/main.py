@@ -226,26 +226,53 @@ def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | No
 
 
 def dry_run(paths: list[Path], chunk_words: int, exclude: list[str] | None,
-            root: Path | None) -> dict[str, Any]:
-    """What an ingest would read: each document's citekey, title, chunks and words."""
+            root: Path | None, prune_from: tuple[str | None, str] | None = None
+            ) -> dict[str, Any]:
+    """What an ingest would read: each document's citekey, title, chunks and words.
+    ``prune_from`` (dsn, collection): also the documents ``--prune`` would delete there,
+    read from the database (nothing is written)."""
     from pgfunnel.ingest import checked_records
     from pgfunnel.sources import chunk_text, count_words
 
-    records, skipped = read_documents(paths, exclude, root)
+    copies: dict[str, tuple[Any, str]] = {}
+    records, skipped = read_documents(paths, exclude, root, copies)
     # the checks the ingest would stop at, before any of its batches
     documents = [{"citekey": r.citekey, "title": r.title,
                   "chunks": len(chunk_text(r.text, chunk_words)),
                   "words": count_words(r.text)} for r in checked_records(records)]
-    return {"documents": documents, "chunks": sum(d["chunks"] for d in documents),
+    plan = {"documents": documents, "chunks": sum(d["chunks"] for d in documents),
             "words": sum(d["words"] for d in documents), "notes": skipped}
+    if prune_from is not None:
+        pruned = stored_elsewhere(*prune_from, {r.citekey for r in records}, set(copies))
+        plan |= {"documents_pruned": len(pruned), "pruned": pruned}
+    return plan
+
+
+def stored_elsewhere(dsn_value: str | None, collection: str, read: set[str],
+                     copies: set[str]) -> list[str]:
+    """The citekeys of ``collection`` that an ingest of ``read`` would prune, sorted: those
+    not read, less the copies the ingest writes because they are stored (do_ingest)."""
+    from pgfunnel.db import connect, require_schema
+    from pgfunnel.ingest import collection_id
+
+    with connect(dsn_value, autocommit=True) as conn:
+        require_schema(conn)
+        cid = collection_id(conn, collection)
+        if cid is None:
+            return []
+        return [key for (key,) in conn.execute(
+            "select citekey from pgfunnel.document where collection_id = %s "
+            "and not (citekey = any(%s)) order by citekey", (cid, list(read))).fetchall()
+            if key not in copies]
 
 
 def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_words: int,
               model: str | None, private: bool, show_progress: bool = True,
               exclude: list[str] | None = None, root: Path | None = None,
-              kept: dict[str, int] | None = None) -> Any:
+              kept: dict[str, int] | None = None, prune: bool = False) -> Any:
     """Ingest ``paths``. ``kept``, when given, counts as it goes the documents read
-    ("total") and those whose batch has committed ("stored"), for what a Ctrl-C says."""
+    ("total") and those whose batch has committed ("stored"), and, with ``prune``, the
+    documents pruned once that has committed ("pruned"), for what a Ctrl-C says."""
     from pgfunnel.db import connect
     from pgfunnel.embedder import Embedder, check_model_name
     from pgfunnel.errors import InvalidInputError
@@ -316,10 +343,12 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
                     if kept is not None:
                         kept["stored"] = kept.get("stored", 0) + n
                     progress.advance(docs, n)
+                elif stage == "pruned" and kept is not None:
+                    kept["pruned"] = n
 
             ingester = Ingester(conn, collection, embedder=embedder, chunk_words=chunk_words,
                                 private=private, progress=tick)
-            stats = ingester.ingest(records)
+            stats = ingester.ingest(records, prune=prune)
         stats.notes.extend(skipped)
         return stats
 
@@ -350,9 +379,14 @@ def ingest(
         help="Citekeys are paths relative to this folder (default: each folder given; a "
              "file given alone: its name without the suffix). Give the corpus folder to "
              "re-ingest one of its files under the same citekey.")] = None,
+    prune: Annotated[bool, typer.Option(
+        help="Make the collection match the paths: once the ingest has committed, delete "
+             "its documents this run did not read (files removed or --exclude'd since). "
+             "Refused when the paths hold no document.")] = False,
     dry_run_only: Annotated[bool, typer.Option(
         "--dry-run", help="Read and chunk only: list each document's citekey, title and "
-                          "chunks, and what was left out; no database, no model.")] = False,
+                          "chunks, and what was left out; no database (with --prune: "
+                          "reads which documents it would delete), no model.")] = False,
     dsn: DsnOption = None,
     json_out: JsonOption = False,
 ) -> None:
@@ -365,7 +399,8 @@ def ingest(
             # the name a real run would refuse, refused here too: a dry run that passes
             # promises the ingest would start
             check_collection_name(collection)
-            plan = dry_run(paths, chunk_words, exclude, root)
+            plan = dry_run(paths, chunk_words, exclude, root,
+                           (dsn, collection) if prune else None)
         if json_out:
             emit_json(plan)
             return
@@ -382,6 +417,9 @@ def ingest(
                   "(dry run: nothing written)", highlight=False, soft_wrap=True)
         for note in plan["notes"]:
             out.print(f"  {shown(note)}", highlight=False, soft_wrap=True)
+        if prune:
+            _print_pruned(plan["pruned"], collection, "would be pruned (dry run: nothing "
+                          "deleted)")
         return
     kept: dict[str, int] = {}
 
@@ -389,16 +427,23 @@ def ingest(
         # each batch is one transaction: a document is in whole, with its chunks, terms
         # and vectors, or not at all
         stored, total = kept.get("stored", 0), kept.get("total")
+        if "pruned" in kept:
+            # the prune committed; only the summary was cut short
+            return (f"all {total:,} documents stored in collection {collection!r} and "
+                    f"{plural(kept['pruned'], 'document')} not read pruned")
+        # the prune runs only once every batch has committed, as one transaction
+        unpruned = "; nothing was pruned" if prune else ""
         if not stored:
             return (f"no document was written to collection {collection!r} (each batch "
-                    "of documents is all or nothing); run the same ingest again")
+                    f"of documents is all or nothing){unpruned}; run the same ingest again")
         return (f"{stored:,} of {total:,} documents stored in collection {collection!r}, "
-                "each whole (each batch of documents is all or nothing); the same ingest "
-                "again skips them, unchanged, and goes on")
+                "each whole (each batch of documents is all or nothing)"
+                f"{unpruned}; the same ingest again skips them, unchanged, and goes on")
 
     with handle_errors(index_flags(model), interrupted=stopped):
         stats = do_ingest(dsn, paths, collection, chunk_words, model, private,
-                          show_progress=not json_out, exclude=exclude, root=root, kept=kept)
+                          show_progress=not json_out, exclude=exclude, root=root, kept=kept,
+                          prune=prune)
     if json_out:
         emit_json(stats.__dict__)
         return
@@ -415,6 +460,17 @@ def ingest(
               highlight=False, soft_wrap=True)
     for note in stats.notes:
         out.print(f"  {shown(note)}", highlight=False, soft_wrap=True)
+    if prune:
+        _print_pruned(stats.pruned, collection, "pruned (not read by this ingest)")
+
+
+def _print_pruned(citekeys: list[str], collection: str, what: str) -> None:
+    """How many documents of ``collection`` --prune deletes, then each citekey on a line of
+    its own, control characters shown."""
+    out.print(f"{plural(len(citekeys), 'document')} of collection {collection!r} "
+              f"{what}{':' if citekeys else ''}", highlight=False, soft_wrap=True)
+    for key in citekeys:
+        out.print(f"  {shown(key)}", highlight=False, soft_wrap=True)
 
 
 @app.command(cls=QueryTextCommand)

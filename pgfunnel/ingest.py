@@ -113,6 +113,10 @@ class IngestStats:
     # and the build of a new version's posting index
     db_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    # ``ingest(prune=True)``: the documents of the collection this ingest did not read,
+    # deleted after it (their citekeys, sorted)
+    documents_pruned: int = 0
+    pruned: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -1230,8 +1234,15 @@ class Ingester:
             self.progress(stage, n, total)
 
     def ingest(self, records: Iterable[DocumentRecord],
-               vectors: dict[str, np.ndarray] | None = None) -> IngestStats:
+               vectors: dict[str, np.ndarray] | None = None, *,
+               prune: bool = False) -> IngestStats:
         """Ingest documents. ``vectors`` (citekey -> array of chunk vectors) skips the model.
+
+        ``prune=True`` takes the records as the whole collection: once every batch has
+        committed (and the index is built), the collection's documents whose citekeys
+        were not among them are deleted, in one transaction, as ``delete_documents``
+        deletes them; ``stats.pruned`` names them. An ingest that fails or is interrupted
+        deletes nothing, and one of no records is refused rather than empty the collection.
 
         Vectors you compute yourself should embed ``sources.embedding_input(title,
         chunk.text, embed_input, chunk.section_path)`` for each chunk of
@@ -1241,16 +1252,22 @@ class Ingester:
         """
         # rows are read by position, whatever row factory the connection was opened with
         with tuple_rows(self.conn):
-            return self._ingest(records, vectors)
+            return self._ingest(records, vectors, prune)
 
     def _ingest(self, records: Iterable[DocumentRecord],
-                vectors: dict[str, np.ndarray] | None) -> IngestStats:
+                vectors: dict[str, np.ndarray] | None, prune: bool = False) -> IngestStats:
         _check_ingest_arguments(records, vectors)
+        if not isinstance(prune, bool):
+            raise ConfigError("prune", f"must be True or False, got {prune!r}")
         # on a read replica the first write would fail after a batch was embedded
         from pgfunnel.db import refuse_read_only, require_writer
 
         refuse_read_only(self.conn, "ingest")
         require_writer(self.conn, "ingest documents", "document", "INSERT")
+        if prune:
+            # before any batch: a role that may write but not delete would otherwise
+            # find out after the whole ingest
+            require_writer(self.conn, "prune documents", "document", "DELETE")
         if self.private:
             # private is a collection's setting, made when it is created: documents
             # without readers asked to be private would go in public, unsaid
@@ -1297,8 +1314,17 @@ class Ingester:
                 self._ingest_batch(written, vectors, _result(prepared))
         self.stats.db_seconds += (time.perf_counter() - started
                                   - self.stats.embed_seconds)
+        if prune and not citekeys:
+            # a folder misspelt into an empty one would have emptied the collection
+            raise InvalidInputError(
+                f"prune: this ingest read no document, and pruning would delete every "
+                f"document of collection {self.collection!r}; nothing was deleted")
         try:
             self._finish()
+            if prune:
+                # only now, every batch committed: an ingest that failed or was
+                # interrupted has deleted nothing
+                self._prune(citekeys)
         except psycopg.Error as exc:
             # the batches are committed; what failed is the index build or the statistics
             # refresh after them (a role's lock_timeout, say): a pgfunnel error, as a
@@ -1796,6 +1822,25 @@ class Ingester:
                                 "where id <> %s)", (version_id,)).fetchone()
         return bool(row and row[0])
 
+    def _prune(self, read: set[str]) -> None:
+        """Delete, in one transaction under the collection's ingest lock, its documents
+        whose citekeys are not in ``read``, as ``delete_documents`` deletes them."""
+        with self.conn.transaction():
+            coll = require_collection(self.conn, self.collection)
+            ingest_lock(self.conn, self.collection)
+            # chosen under the lock: a document another ingest wrote meanwhile is in the
+            # collection, and not in this run, so it goes too (the run is the whole
+            # collection)
+            stale = [key for (key,) in self.conn.execute(
+                "select citekey from pgfunnel.document where collection_id = %s "
+                "and not (citekey = any(%s)) order by citekey", (coll, list(read)))]
+            if stale:
+                _delete_locked(self.conn, coll, stale)
+        self.stats.pruned = stale
+        self.stats.documents_pruned = len(stale)
+        # told once committed, for what a Ctrl-C after it says
+        self._tick("pruned", len(stale))
+
     def _finish(self) -> None:
         cid = collection_id(self.conn, self.collection)
         version = active_version(self.conn, cid) if cid is not None else None
@@ -2140,15 +2185,22 @@ def delete_documents(conn: psycopg.Connection[Any], collection: str,
                                   f"its own{WRITER_NOT_FOR_SEARCHES}; see docs/security.md, "
                                   "Roles and grants)")
             ingest_lock(conn, collection)
-            conn.execute(
-                "select pgfunnel._remove_chunks(array(select c.id from pgfunnel.chunk c "
-                "join pgfunnel.document d on d.id = c.document_id "
-                "where d.collection_id = %s and d.citekey = any(%s)))", (coll, list(citekeys)))
-            cur = conn.execute("delete from pgfunnel.document where collection_id = %s "
-                               "and citekey = any(%s)", (coll, list(citekeys)))
-            return cur.rowcount
+            return _delete_locked(conn, coll, citekeys)
     except psycopg.Error as exc:
         raise translate(exc, searching=False) from exc
+
+
+def _delete_locked(conn: psycopg.Connection[Any], coll: int, citekeys: Sequence[str]) -> int:
+    """Delete collection ``coll``'s documents of these citekeys, their chunks, postings and
+    statistics with them; in the caller's transaction, which holds the ingest lock
+    (``delete_documents``, and ``Ingester.ingest(prune=True)``)."""
+    conn.execute(
+        "select pgfunnel._remove_chunks(array(select c.id from pgfunnel.chunk c "
+        "join pgfunnel.document d on d.id = c.document_id "
+        "where d.collection_id = %s and d.citekey = any(%s)))", (coll, list(citekeys)))
+    cur = conn.execute("delete from pgfunnel.document where collection_id = %s "
+                       "and citekey = any(%s)", (coll, list(citekeys)))
+    return cur.rowcount
 
 
 __all__ = ["Ingester", "IngestStats", "checked_records", "delete_documents", "PgfunnelError"]

@@ -1053,3 +1053,75 @@ def test_an_error_naming_a_file_shows_its_control_characters_escaped(tmp_path: P
         assert not any(c in res.output for c in "\x1b\x07\x9b"), repr(res.output)
         assert said in res.output, res.output
         assert len(res.output.strip().splitlines()) == 1, res.output
+
+
+def test_ingest_prune_makes_the_collection_match_the_folder(db: str, tmp_path: Path) -> None:
+    """`pgfunnel ingest DIR --prune` deletes the collection's documents this run did not
+    read (a file removed, or --exclude'd); `--dry-run --prune` lists them and deletes
+    nothing; each output names them, escaped; a folder of no document is refused."""
+    from pgfunnel.cli.main import app
+
+    from pgfunnel.tiny_models import build_tiny_bi_encoder
+
+    model = build_tiny_bi_encoder(tmp_path / "bi", dim=32)
+    folder = tmp_path / "docs"
+    (folder / "drafts").mkdir(parents=True)
+    for name in ("setup", "billing", "old\x1b[31m"):
+        (folder / f"{name}.md").write_text(f"# {name}\n\nText about {name} here.\n")
+    (folder / "drafts" / "plan.md").write_text("# Plan\n\nA roadmap.\n")
+    (folder / "faq.jsonl").write_text(json.dumps({"citekey": "faq-1", "text": "Refunds."}) + "\n")
+
+    def run(*args: str) -> Any:
+        return CliRunner().invoke(app, ["ingest", *args, "-c", "hb", "--dsn", db],
+                                  env={"COLUMNS": "200"})
+
+    def stored() -> list[str]:
+        with psycopg.connect(db) as conn:
+            return [k for (k,) in conn.execute("select citekey from pgfunnel.document "
+                                               "order by 1")]
+
+    res = run(str(folder), "--model", str(model))
+    assert res.exit_code == 0, res.output
+    everything = ["billing", "drafts/plan", "faq-1", "old\x1b[31m", "setup"]
+    assert stored() == everything
+    (folder / "old\x1b[31m.md").unlink()
+    res = run(str(folder), "--exclude", "drafts", "--prune", "--dry-run", "--json")
+    assert res.exit_code == 0, res.output
+    plan = json.loads(res.stdout)
+    assert (plan["documents_pruned"], plan["pruned"]) == (2, ["drafts/plan", "old\x1b[31m"])
+    res = run(str(folder), "--exclude", "drafts", "--prune", "--dry-run")
+    assert res.exit_code == 0, res.output
+    said = res.stdout.splitlines()
+    tail = said[said.index("2 documents of collection 'hb' would be pruned (dry run: "
+                           "nothing deleted):"):]
+    assert tail == ["2 documents of collection 'hb' would be pruned (dry run: nothing "
+                    "deleted):", "  drafts/plan", "  old\\x1b[31m"], res.stdout
+    assert stored() == everything
+    # a path that holds no document: refused, nothing deleted
+    (tmp_path / "empty").mkdir()
+    res = run(str(tmp_path / "empty"), "--prune")
+    assert res.exit_code == 1 and "nothing to ingest" in res.output, res.output
+    assert stored() == everything
+    res = run(str(folder), "--exclude", "drafts", "--prune")
+    assert res.exit_code == 0, res.output
+    assert "\x1b" not in res.stdout, repr(res.stdout)
+    assert res.stdout.splitlines()[-3:] == [
+        "2 documents of collection 'hb' pruned (not read by this ingest):",
+        "  drafts/plan", "  old\\x1b[31m"], res.stdout
+    assert stored() == ["billing", "faq-1", "setup"]
+    res = run(str(folder), "--exclude", "drafts", "--prune", "--json")
+    assert res.exit_code == 0, res.output
+    done = json.loads(res.stdout)
+    assert (done["documents_pruned"], done["pruned"], done["documents_unchanged"]) == (0, [], 3)
+    # a file edited into a copy of another is left out of a folder's ingest, but one
+    # stored is written (its old text would stay): not pruned, and the dry run agrees
+    (folder / "billing.md").write_text((folder / "setup.md").read_text())
+    res = run(str(folder), "--exclude", "drafts", "--prune", "--dry-run", "--json")
+    assert res.exit_code == 0 and json.loads(res.stdout)["pruned"] == [], res.output
+    res = run(str(folder), "--exclude", "drafts", "--prune", "--json")
+    assert res.exit_code == 0 and json.loads(res.stdout)["pruned"] == [], res.output
+    assert stored() == ["billing", "faq-1", "setup"]
+    # without --prune, nothing is pruned and the keys say so
+    res = run(str(folder / "setup.md"), "--root", str(folder), "--json")
+    assert res.exit_code == 0 and json.loads(res.stdout)["pruned"] == [], res.output
+    assert stored() == ["billing", "faq-1", "setup"]

@@ -1723,3 +1723,110 @@ def test_connection_that_ingest_cannot_use_is_named(db: str) -> None:
     closed.close()
     with pytest.raises(ConnectionFailedError, match="the connection is closed"):
         Ingester(closed, "c")
+
+
+def _version_stats(conn: psycopg.Connection[Any], collection: str) -> tuple[Any, ...]:
+    """The BM25 statistics of a collection's active version: chunks, total length, and
+    each term's document frequency."""
+    row = conn.execute(
+        "select v.id, v.chunk_count, v.total_length from pgfunnel.index_version v "
+        "join pgfunnel.collection c on c.id = v.collection_id "
+        "where c.name = %s and v.state = 'active'", (collection,)).fetchone()
+    assert row is not None
+    terms = conn.execute("select term, df from pgfunnel.term_stat where index_version_id = %s "
+                         "and df > 0 order by term", (row[0],)).fetchall()
+    return row[1], row[2], terms
+
+
+def _citekeys(conn: psycopg.Connection[Any], collection: str) -> list[str]:
+    return [k for (k,) in conn.execute(
+        "select d.citekey from pgfunnel.document d join pgfunnel.collection c "
+        "on c.id = d.collection_id where c.name = %s order by 1", (collection,))]
+
+
+def _synced_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "docs"
+    (folder / "drafts").mkdir(parents=True)
+    (folder / "setup.md").write_text("# Setup\n\nRun the installer, then sign in.\n")
+    (folder / "billing.md").write_text("# Billing\n\nInvoices go out monthly.\n")
+    (folder / "old.md").write_text("# Old\n\nThe legacy exporter writes zebra files.\n")
+    (folder / "drafts" / "plan.md").write_text("# Plan\n\nA roadmap of quokka features.\n")
+    (folder / "faq.jsonl").write_text(
+        json.dumps({"citekey": "faq-1", "text": "Refunds take five days."}) + "\n"
+        + json.dumps({"citekey": "faq-2", "text": "Passwords expire yearly."}) + "\n")
+    return folder
+
+
+def test_prune_deletes_exactly_the_documents_the_ingest_did_not_read(
+        conn: psycopg.Connection[Any], tmp_path: Path, embedder: Any) -> None:
+    """ingest(prune=True) makes the collection what a fresh ingest of the same records
+    makes: the documents of files removed, or --exclude'd, since are deleted, a JSONL
+    file's lines are read documents, and the BM25 statistics equal the fresh ingest's."""
+    folder = _synced_folder(tmp_path)
+    Ingester(conn, "sync", embedder=embedder).ingest(read_path(folder))
+    Ingester(conn, "other", embedder=embedder).ingest([DocumentRecord("o", "other text")])
+    assert _citekeys(conn, "sync") == ["billing", "drafts/plan", "faq-1", "faq-2", "old",
+                                       "setup"]
+    (folder / "old.md").unlink()
+    (folder / "billing.md").write_text("# Billing\n\nInvoices go out yearly now.\n")
+    from pgfunnel.sources import read_paths
+
+    stats = Ingester(conn, "sync", embedder=embedder).ingest(
+        read_paths([folder], exclude=["drafts"]), prune=True)
+    assert stats.pruned == ["drafts/plan", "old"] and stats.documents_pruned == 2
+    assert stats.documents_written == 1 and stats.documents_unchanged == 3
+    assert _citekeys(conn, "sync") == ["billing", "faq-1", "faq-2", "setup"]
+    assert _citekeys(conn, "other") == ["o"]  # another collection is not touched
+    assert_stats_exact(conn)
+    assert conn.execute("select count(*) from pgfunnel.term_stat where df > 0 and term in "
+                        "('zebra', 'quokka')").fetchone() == (0,)
+    Ingester(conn, "fresh", embedder=embedder).ingest(read_paths([folder], exclude=["drafts"]))
+    assert _version_stats(conn, "sync") == _version_stats(conn, "fresh")
+    # in sync: a second run prunes nothing
+    again = Ingester(conn, "sync", embedder=embedder).ingest(
+        read_paths([folder], exclude=["drafts"]), prune=True)
+    assert again.pruned == [] and again.documents_unchanged == 4
+    with pytest.raises(ConfigError, match="^prune: must be True or False"):
+        Ingester(conn, "sync").ingest([], prune="yes")  # type: ignore[arg-type]
+
+
+def test_prune_of_an_ingest_that_read_nothing_is_refused(conn: psycopg.Connection[Any],
+                                                         embedder: Any) -> None:
+    """An ingest of no records with prune=True would delete the whole collection (a
+    folder path misspelt into an empty one): refused, nothing deleted."""
+    Ingester(conn, "sync", embedder=embedder).ingest(
+        [DocumentRecord("a", "alpha text"), DocumentRecord("b", "beta text")])
+    before = _counts(conn)
+    with pytest.raises(InvalidInputError, match="^prune: this ingest read no document, and "
+                                                "pruning would delete every document of "
+                                                "collection 'sync'; nothing was deleted"):
+        Ingester(conn, "sync", embedder=embedder).ingest(iter([]), prune=True)
+    assert _counts(conn) == before
+
+
+def test_prune_deletes_nothing_when_the_ingest_fails_or_is_interrupted(
+        conn: psycopg.Connection[Any], embedder: Any) -> None:
+    """The batches commit one by one, so the prune waits for the last: an ingest that
+    fails at a later batch, or is interrupted after its first, deletes nothing, the
+    batches committed before stay."""
+    Ingester(conn, "sync", embedder=embedder).ingest(
+        [DocumentRecord("keep", "kept text"), DocumentRecord("stale", "stale text")])
+    conn.execute("alter table pgfunnel.chunk add constraint no_boom check (text !~ 'boom')")
+    run = [DocumentRecord("keep", "kept text, changed"), DocumentRecord("new", "this will boom")]
+    with pytest.raises(Exception, match="no_boom"):
+        Ingester(conn, "sync", embedder=embedder, batch_documents=1).ingest(run, prune=True)
+    assert _citekeys(conn, "sync") == ["keep", "stale"]
+    assert conn.execute("select text from pgfunnel.chunk c join pgfunnel.document d on "
+                        "d.id = c.document_id where d.citekey = 'keep'"
+                        ).fetchone() == ("kept text, changed",)
+
+    def interrupt(stage: str, n: int, total: int | None) -> None:
+        if stage == "documents":
+            raise KeyboardInterrupt
+
+    run = [DocumentRecord("keep", "kept text, again"), DocumentRecord("new", "new text")]
+    with pytest.raises(KeyboardInterrupt):
+        Ingester(conn, "sync", embedder=embedder, batch_documents=1,
+                 progress=interrupt).ingest(run, prune=True)
+    assert _citekeys(conn, "sync") == ["keep", "stale"]
+    assert_stats_exact(conn)
