@@ -1830,3 +1830,35 @@ def test_prune_deletes_nothing_when_the_ingest_fails_or_is_interrupted(
                  progress=interrupt).ingest(run, prune=True)
     assert _citekeys(conn, "sync") == ["keep", "stale"]
     assert_stats_exact(conn)
+
+
+def test_prune_by_a_role_that_may_not_delete_is_refused_before_anything_is_written(
+        conn: psycopg.Connection[Any]) -> None:
+    """A role that may insert documents but not delete them would have found out after
+    the whole ingest, its batches written and the prune failing; it is refused first."""
+    from funnel_util import make_collection
+
+    from pgfunnel.errors import AccessError
+
+    make_collection(conn, "t", 16)
+    recs = [DocumentRecord("keep", "kept text"), DocumentRecord("stale", "stale text")]
+    Ingester(conn, "t").ingest(recs, vectors=_random_vectors(recs, dim=16))
+    before = _counts(conn)
+    conn.execute("create role pgf_app_noprune")
+    # a writer of its own, granted all but DELETE
+    conn.execute("grant usage on schema pgfunnel to pgf_app_noprune")
+    conn.execute("grant select, insert, update, delete on all tables in schema pgfunnel "
+                 "to pgf_app_noprune")
+    conn.execute("revoke delete on pgfunnel.document from pgf_app_noprune")
+    conn.execute("grant usage on all sequences in schema pgfunnel to pgf_app_noprune")
+    conn.execute("grant execute on all functions in schema pgfunnel to pgf_app_noprune")
+    conn.execute("set role pgf_app_noprune")
+    try:
+        new = [DocumentRecord("keep", "kept text"), DocumentRecord("new", "new text")]
+        with pytest.raises(AccessError, match="^role 'pgf_app_noprune' may not prune "
+                                              "documents: it lacks DELETE on "
+                                              "pgfunnel.document"):
+            Ingester(conn, "t").ingest(new, vectors=_random_vectors(new, dim=16), prune=True)
+    finally:
+        conn.execute("reset role")
+    assert _counts(conn) == before
