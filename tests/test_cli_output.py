@@ -1125,3 +1125,58 @@ def test_ingest_prune_makes_the_collection_match_the_folder(db: str, tmp_path: P
     res = run(str(folder / "setup.md"), "--root", str(folder), "--json")
     assert res.exit_code == 0 and json.loads(res.stdout)["pruned"] == [], res.output
     assert stored() == ["billing", "faq-1", "setup"]
+
+
+def test_ctrl_c_during_an_ingest_with_prune_says_nothing_was_pruned(
+        db: str, tmp_path: Path) -> None:
+    """Ctrl-C while `ingest --prune` waits to write its batch: exit 130, one line saying
+    nothing was written and nothing was pruned, and the document it would have pruned is
+    still there (the prune runs only once every batch has committed)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from pgfunnel.cli.main import app
+
+    from pgfunnel.tiny_models import build_tiny_bi_encoder
+
+    model = build_tiny_bi_encoder(tmp_path / "bi", dim=32)
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for name in ("kept", "stale"):
+        (folder / f"{name}.md").write_text(f"# {name}\n\nText about {name}.\n")
+    res = CliRunner().invoke(app, ["ingest", str(folder), "-c", "hb", "--model", str(model),
+                                   "--dsn", db])
+    assert res.exit_code == 0, res.output
+    (folder / "stale.md").unlink()
+    (folder / "kept.md").write_text("# kept\n\nChanged text about kept.\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    with psycopg.connect(db, autocommit=True) as watcher:
+        # the collection's writer lock, held so that the ingest waits at its batch
+        watcher.execute("select pg_advisory_lock(hashtext('pgfunnel:ingest:' || 'hb'))")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pgfunnel.cli.main", "ingest", str(folder), "-c", "hb",
+             "--prune", "--dsn", db],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            deadline = time.monotonic() + 120
+            while not watcher.execute(
+                    "select exists (select from pg_stat_activity where wait_event = "
+                    "'advisory' and query like '%pgfunnel:ingest:%')").fetchone()[0]:  # type: ignore[index]
+                assert proc.poll() is None and time.monotonic() < deadline, proc.poll()
+                time.sleep(0.02)
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 130, err
+    said = [line for line in err.splitlines() if line.startswith("interrupted")]
+    assert said == ["interrupted: no document was written to collection 'hb' (each batch of "
+                    "documents is all or nothing); nothing was pruned; run the same ingest "
+                    "again"], err
+    with psycopg.connect(db) as conn:
+        assert [k for (k,) in conn.execute("select citekey from pgfunnel.document "
+                                           "order by 1")] == ["kept", "stale"]
