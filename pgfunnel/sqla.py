@@ -203,8 +203,11 @@ def identity_statement(principals: Sequence[str], tenant: str | None = None) -> 
     """``select set_config('pgfunnel.principals', ..., true), ...`` for the current
     transaction: what row-level security (``pgfunnel init --rls``) reads. Execute it in
     the same transaction as the search; being transaction-local, a pooled connection
-    carries nothing to the next request. ``tenant`` is checked as a search's is (``""``
-    also means none, as in the setting)."""
+    carries nothing to the next request. It also clears ``pgfunnel.last_search_id()``,
+    which is session-wide (as ``lastval()``): after it, that reads NULL until this
+    request's own traced search, never an earlier request's id on the same pooled
+    connection. ``tenant`` is checked as a search's is (``""`` also means none, as in
+    the setting)."""
     if tenant is not None and tenant != "":
         # a NUL or a number reached the driver unnamed, as a DataError or a missing
         # set_config(text, integer, boolean)
@@ -213,6 +216,8 @@ def identity_statement(principals: Sequence[str], tenant: str | None = None) -> 
         func.set_config("pgfunnel.principals", json.dumps(list(check_principals(principals))),
                         True),
         func.set_config("pgfunnel.tenant", tenant or "", True),
+        # session-wide as final() sets it: a rollback of this request puts it back
+        func.set_config("pgfunnel.last_search_id", "", False),
     )
 
 

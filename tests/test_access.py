@@ -633,6 +633,63 @@ def test_orm_hides_chunk(request: pytest.FixtureRequest, mode: str) -> None:
         engine.dispose()
 
 
+def test_one_pooled_sqlalchemy_connection_carries_nothing_to_the_next_reader(
+        app_dsn: str) -> None:
+    # a web app's engine hands one server connection to request after request: the
+    # reader's settings are transaction-local, and pgfunnel.last_search_id() (session-wide,
+    # as lastval()) gave the next request the previous reader's search id, read as its own
+    # by an app that traces some searches only
+    from sqlalchemy import func, select
+    from sqlalchemy import text as sa_text
+    from sqlalchemy.exc import DBAPIError
+    from sqlalchemy.orm import Session
+
+    from pgfunnel.errors import translate
+    from pgfunnel.sqla import engine_from_dsn, funnel_search_tvf, identity_statement
+
+    engine = engine_from_dsn(app_dsn, pool_size=1, max_overflow=0)
+
+    def serve(principals: list[str], trace: bool) -> tuple[Any, ...]:
+        fs = funnel_search_tvf(QUERY, QVEC, k=5, principals=principals, trace=trace)
+        with Session(engine) as s:
+            pid, leftover = s.execute(sa_text(
+                "select pg_backend_pid(), current_setting('pgfunnel.principals', true)")).one()
+            s.execute(identity_statement(principals))
+            before = s.execute(select(func.pgfunnel.last_search_id())).scalar()
+            found = [r.citekey for r in s.execute(
+                select(fs.c.citekey).order_by(fs.c.final_rank)).all()]
+            own = s.execute(select(func.pgfunnel.last_search_id())).scalar()
+            s.commit()
+        return pid, leftover, before, found, own
+
+    try:
+        pid, _, before, found, alice_id = serve(["alice"], True)
+        assert before is None and found[0] == "secret" and alice_id is not None
+        # a request that fails in between: its error reads as pgfunnel's, and once rolled
+        # back the session (and so the pooled connection) goes on
+        with Session(engine) as s:
+            s.execute(identity_statement(["alice"]))
+            with pytest.raises(DBAPIError) as caught:
+                s.execute(sa_text("select * from pgfunnel.funnel_search('x', k => 0, "
+                                  "principals => '{alice}')")).all()
+            err = translate(caught.value)
+            assert isinstance(err, ConfigError) and err.parameter == "k"
+            s.rollback()
+            assert s.execute(sa_text("select 1")).scalar() == 1
+        for trace in (False, True):
+            same, leftover, before, found, own = serve(["bob"], trace)
+            assert same == pid  # the same server session, reused
+            assert leftover in (None, "")  # no reader left behind
+            assert before is None  # not alice's search id
+            assert found and "secret" not in found
+            assert (own is None) if not trace else (own not in (None, alice_id))
+        with engine.connect() as c:
+            raw = c.connection.dbapi_connection
+            assert raw is not None and raw.info.transaction_status == 0  # idle
+    finally:
+        engine.dispose()
+
+
 def test_example_webapp_hides_chunk(app_dsn: str) -> None:
     from pathlib import Path
 
