@@ -352,3 +352,55 @@ def test_the_documented_traced_tvf_example_keeps_its_trace(sample_db: str) -> No
                 ] == ids
     assert logged is not None and logged[0] == len(blocks)
     assert traced is not None and traced[0] > 0
+
+
+def test_the_documented_error_handling_gives_pgfunnel_errors_and_a_usable_session(
+        sample_db: str) -> None:
+    # what the database refuses comes back as sqlalchemy's DBAPIError; the docs' example
+    # turns it into pgfunnel's class and rolls back, and the pooled connection goes on
+    import re
+    import textwrap
+    from pathlib import Path
+
+    from sqlalchemy import literal
+    from sqlalchemy.exc import DBAPIError
+
+    from pgfunnel.errors import AccessError, InvalidVectorError, PgfunnelError, translate
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "python-api.md").read_text()
+    [block] = [textwrap.dedent(b) for b in re.findall(r"```python\n(.*?)```", doc, re.S)
+               if "translate(exc)" in b and "DBAPIError" in b]
+    # a Python value of the wrong type is refused before any SQL, naming the parameter
+    with pytest.raises(ConfigError) as caught:
+        funnel_search_tvf("refund", k="5", principals=[])
+    assert caught.value.parameter == "k"
+    engine = engine_from_dsn(sample_db, pool_size=1, max_overflow=0)
+    cases: list[tuple[Any, type[PgfunnelError], str | None]] = [
+        (select(funnel_search_tvf("refund", [0.5, 0.5, 0.5], k=3, principals=[]).c.citekey),
+         InvalidVectorError, "query_embedding"),
+        (select(funnel_search_tvf("refund", k=0, principals=[]).c.citekey), ConfigError, "k"),
+        (select(funnel_search_tvf("refund", fusion="nope", principals=[]).c.citekey),
+         ConfigError, "fusion"),
+        (select(funnel_search_tvf("refund", k=literal(0), principals=[]).c.citekey),
+         ConfigError, "k"),
+        (sa_text("select * from pgfunnel.funnel_search('refund', principals => null)"),
+         AccessError, None),
+    ]
+    try:
+        for stmt, expected, parameter in cases:
+            namespace: dict[str, Any] = {"engine": engine, "stmt": stmt, "Session": Session,
+                                         "identity_statement": identity_statement}
+            with pytest.raises(expected) as caught:
+                exec(block, namespace)  # noqa: S102 - the docs' own example
+            assert isinstance(caught.value.__cause__, DBAPIError)
+            assert translate(caught.value.__cause__).__class__ is type(caught.value)
+            if parameter is not None:
+                assert getattr(caught.value, "parameter", None) == parameter
+        # the one pooled connection is usable after all of them
+        with Session(engine) as session:
+            session.execute(identity_statement([]))
+            rows = session.execute(select(funnel_search_tvf(
+                "refund", k=3, principals=[]).c.citekey)).all()
+        assert len(rows) == 3
+    finally:
+        engine.dispose()
