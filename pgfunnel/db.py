@@ -158,11 +158,14 @@ def resolve_dsn(dsn: Any = None) -> str:
 
 
 def connect(dsn: str | None = None, *, autocommit: bool = False,
-            register: bool = True) -> psycopg.Connection[Any]:
-    """Open a psycopg 3 connection with pgvector's binary adapters registered."""
+            register: bool = True, **connect_kwargs: Any) -> psycopg.Connection[Any]:
+    """Open a psycopg 3 connection with pgvector's binary adapters registered.
+    ``connect_kwargs`` go to ``psycopg.connect`` (``prepare_threshold=None``,
+    ``application_name=...``); ``connect_timeout`` is 10 unless given."""
     target = resolve_dsn(dsn)
+    connect_kwargs.setdefault("connect_timeout", 10)
     try:
-        conn = psycopg.connect(target, autocommit=autocommit, connect_timeout=10)
+        conn = psycopg.connect(target, autocommit=autocommit, **connect_kwargs)
     except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
         raise connect_error(target, exc) from exc
     if register:

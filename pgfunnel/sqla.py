@@ -221,10 +221,30 @@ def identity_statement(principals: Sequence[str], tenant: str | None = None) -> 
     )
 
 
+def _connect_args(engine_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``connect_args`` taken out of ``engine_kwargs``, for the driver's connect. SQLAlchemy
+    hands them to the dialect's connect, which a ``creator`` replaces: they were dropped
+    without a word (``prepare_threshold=None`` behind PgBouncer, ``application_name``)."""
+    given = engine_kwargs.pop("connect_args", None)
+    if given is None:
+        given = {}
+    if not isinstance(given, Mapping) or not all(isinstance(k, str) for k in given):
+        raise ConfigError("connect_args", "must be a mapping of psycopg.connect keyword "
+                          f"arguments, got {type(given).__name__}")
+    if "autocommit" in given:
+        # the engine's isolation_level says it; a creator's autocommit would confuse it
+        raise ConfigError("connect_args", "autocommit is not taken here; use "
+                          "isolation_level='AUTOCOMMIT' on the engine")
+    args = dict(given)
+    args.setdefault("connect_timeout", 10)
+    return args
+
+
 def async_engine_from_dsn(dsn: Any = None, **engine_kwargs: Any) -> AsyncEngine:
     """An asyncio SQLAlchemy engine (psycopg 3's async driver) for a pgfunnel DSN, as
     :func:`engine_from_dsn` takes it. Needs ``greenlet`` (the ``web`` extra). A connection
-    that fails is a pgfunnel error, as from :func:`engine_from_dsn`.
+    that fails is a pgfunnel error, as from :func:`engine_from_dsn`, and
+    ``connect_args`` go to ``psycopg.AsyncConnection.connect`` as they go to its.
     :func:`funnel_search_tvf` and :func:`identity_statement` build plain statements, so
     ``await session.execute(...)`` runs them; the query vector is bound through
     pgvector's SQLAlchemy type, which needs no adapter on the connection."""
@@ -233,10 +253,11 @@ def async_engine_from_dsn(dsn: Any = None, **engine_kwargs: Any) -> AsyncEngine:
     from pgfunnel.db import connect_error, resolve_dsn
 
     target = resolve_dsn(dsn)
+    connect_args = _connect_args(engine_kwargs)
 
     async def creator() -> psycopg.AsyncConnection[Any]:
         try:
-            conn = await psycopg.AsyncConnection.connect(target, connect_timeout=10)
+            conn = await psycopg.AsyncConnection.connect(target, **connect_args)
         except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
             # as engine_from_dsn's: a pgfunnel error, the password redacted
             raise connect_error(target, exc) from exc
@@ -263,14 +284,17 @@ def engine_from_dsn(dsn: Any = None, **engine_kwargs: Any) -> Engine:
     ``dsn`` may be a URL or a ``key=value`` conninfo string, or a SQLAlchemy URL
     (``postgresql+psycopg://...``, as a string or ``sqlalchemy.URL``; None: PGFUNNEL_DSN,
     then the embedded server). Connections are opened by :func:`pgfunnel.db.connect`, so pgvector
-    adapters are registered and connection errors are pgfunnel errors.
+    adapters are registered and connection errors are pgfunnel errors. ``connect_args``
+    (SQLAlchemy's name) go to ``psycopg.connect``: ``{"prepare_threshold": None}`` behind
+    a transaction pooler, ``application_name``, ``connect_timeout`` (10 by default).
     """
     from pgfunnel.db import connect, resolve_dsn
 
     target = resolve_dsn(dsn)
+    connect_args = _connect_args(engine_kwargs)
 
     def creator() -> psycopg.Connection[Any]:
-        return connect(target)
+        return connect(target, **connect_args)
 
     factory: Callable[[], Any] = creator
     engine_kwargs.setdefault("pool_pre_ping", True)

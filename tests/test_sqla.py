@@ -404,3 +404,48 @@ def test_the_documented_error_handling_gives_pgfunnel_errors_and_a_usable_sessio
         assert len(rows) == 3
     finally:
         engine.dispose()
+
+
+def test_connect_args_reach_the_driver_sync_and_async(sample_db: str) -> None:
+    # engine_from_dsn opens connections through a creator, and SQLAlchemy gives
+    # connect_args to the dialect's connect only: they were dropped without a word, so
+    # prepare_threshold=None (PgBouncer in transaction mode) still prepared the search
+    # after five runs, and application_name never reached the server
+    import asyncio
+
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    from pgfunnel.sqla import async_engine_from_dsn
+
+    args = {"prepare_threshold": None, "application_name": "pgf-webapp"}
+    stmt = select(funnel_search_tvf("refund", k=3, principals=[]).c.citekey)
+    probe = sa_text("select current_setting('application_name'), "
+                    "(select count(*) from pg_prepared_statements)")
+    engine = engine_from_dsn(sample_db, connect_args=args, pool_size=1)
+    try:
+        with Session(engine) as session:
+            for _ in range(8):
+                session.execute(identity_statement([]))
+                assert len(session.execute(stmt).all()) == 3
+            assert tuple(session.execute(probe).one()) == ("pgf-webapp", 0)
+    finally:
+        engine.dispose()
+
+    async def run() -> tuple[Any, ...]:
+        aengine = async_engine_from_dsn(sample_db, connect_args=args)
+        try:
+            async with AsyncSession(aengine) as session:
+                for _ in range(8):
+                    await session.execute(identity_statement([]))
+                    assert len((await session.execute(stmt)).all()) == 3
+                return tuple((await session.execute(probe)).one())
+        finally:
+            await aengine.dispose()
+
+    assert asyncio.run(run()) == ("pgf-webapp", 0)
+    # what the engine decides itself is refused, not silently overridden
+    with pytest.raises(ConfigError, match="^connect_args: autocommit") as caught:
+        engine_from_dsn(sample_db, connect_args={"autocommit": True})
+    assert caught.value.parameter == "connect_args"
+    with pytest.raises(ConfigError, match="^connect_args: must be a mapping"):
+        async_engine_from_dsn(sample_db, connect_args=["prepare_threshold"])
