@@ -543,11 +543,18 @@ def _check_source(source: Any) -> Any:
         raise ConfigError("source", f"a Funnel is synchronous, got {kind}: give it a DSN, "
                           "a psycopg Connection or a psycopg_pool.ConnectionPool (run it "
                           "in a worker thread from async code)")
-    if hasattr(source, "connection"):
+    sqlalchemy = type(source).__module__.partition(".")[0] == "sqlalchemy"
+    if hasattr(source, "connection") and not sqlalchemy:
         return source  # a pool: psycopg_pool.ConnectionPool or one shaped like it
-    hint = (": for a SQLAlchemy engine, run pgfunnel.sqla.funnel_search_tvf in its "
-            "sessions, or give the Funnel the engine's DSN"
-            if hasattr(source, "raw_connection") else "")
+    hint = ""
+    if sqlalchemy or hasattr(source, "raw_connection"):
+        # a SQLAlchemy Connection, Session or raw connection has a `connection` too, and
+        # was taken for a pool: the first search failed with "TypeError: 'Connection'
+        # object is not callable" (or an AttributeError from a Session's connection)
+        what = "engine" if hasattr(source, "raw_connection") else "connection or session"
+        hint = (f": for a SQLAlchemy {what}, run pgfunnel.sqla.funnel_search_tvf in its "
+                "sessions, or give the Funnel the engine's DSN (or the psycopg connection "
+                "under a raw connection, its .dbapi_connection)")
     raise ConfigError("source", "must be a DSN, a psycopg Connection or a "
                       f"psycopg_pool.ConnectionPool, got {kind}{hint}")
 

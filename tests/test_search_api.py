@@ -904,6 +904,7 @@ def test_a_source_the_funnel_cannot_use_is_refused_at_construction(sample_db: st
     """A web app has a SQLAlchemy engine (or async pieces) at hand: given one, the Funnel
     was built, and its first search raised a bare TypeError from the DSN parsing."""
     from psycopg_pool import AsyncConnectionPool
+    from sqlalchemy.orm import Session
 
     from pgfunnel.sqla import engine_from_dsn
 
@@ -911,6 +912,21 @@ def test_a_source_the_funnel_cannot_use_is_refused_at_construction(sample_db: st
     try:
         with pytest.raises(ConfigError, match="source: .*SQLAlchemy engine.*funnel_search_tvf"):
             Funnel(engine, embedder=None)
+        # a SQLAlchemy raw connection, Connection or Session has a `connection` attribute
+        # as pools do: it was taken for one, and the first search failed with "TypeError:
+        # 'Connection' object is not callable"
+        raw = engine.raw_connection()
+        try:
+            with engine.connect() as sa_conn, Session(engine) as session:
+                for source in (raw, sa_conn, session):
+                    with pytest.raises(ConfigError, match="source: .*SQLAlchemy connection "
+                                                          "or session.*dbapi_connection"):
+                        Funnel(source, embedder=None)
+            # what the message points to works
+            funnel = Funnel(raw.dbapi_connection, embedder=None)
+            assert funnel.search("refund", k=1, principals=[]).results
+        finally:
+            raw.close()
     finally:
         engine.dispose()
     pool = AsyncConnectionPool(sample_db, open=False)
