@@ -541,6 +541,15 @@ def translate(exc: BaseException, *, searching: bool = True) -> PgfunnelError:
         err = ConflictError(f"{primary}{RETRY_HINT}")
         err.__cause__ = exc
         return err
+    if sqlstate == "25P02":  # in_failed_sql_transaction
+        # an earlier statement of the transaction failed (a search refused, say) and the
+        # caller went on without rolling back: the bare message did not say what to do
+        err = PgfunnelError(
+            f"{primary}: an earlier statement in this transaction failed; roll it back "
+            "(conn.rollback(), session.rollback() in SQLAlchemy) before running anything "
+            "else on the connection")
+        err.__cause__ = exc
+        return err
     if sqlstate == "25006":  # read_only_sql_transaction
         # pgfunnel's own check of a traced search names `trace` (sql/040_funnel.sql)
         err = (TraceReadOnlyError(primary.split(":", 1)[1].strip())

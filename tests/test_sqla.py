@@ -396,6 +396,16 @@ def test_the_documented_error_handling_gives_pgfunnel_errors_and_a_usable_sessio
             assert translate(caught.value.__cause__).__class__ is type(caught.value)
             if parameter is not None:
                 assert getattr(caught.value, "parameter", None) == parameter
+        # without the rollback, the next statement is refused saying what to do
+        with Session(engine) as session:
+            with pytest.raises(DBAPIError):
+                session.execute(cases[1][0]).all()
+            with pytest.raises(DBAPIError) as aborted:
+                session.execute(identity_statement([]))
+            err = translate(aborted.value)
+            assert type(err) is PgfunnelError
+            assert str(err).startswith("current transaction is aborted")
+            assert "roll it back (conn.rollback(), session.rollback()" in str(err)
         # the one pooled connection is usable after all of them
         with Session(engine) as session:
             session.execute(identity_statement([]))
