@@ -498,6 +498,14 @@ def translate(exc: BaseException, *, searching: bool = True) -> PgfunnelError:
     if sqlstate is None:
         import psycopg
 
+        if type(exc).__name__ == "TimeoutError" and type(exc).__module__ == "sqlalchemy.exc":
+            # a SQLAlchemy engine's pool ("QueuePool limit of size 5 overflow 10 reached,
+            # connection timed out"): as psycopg_pool's, a ConnectionFailedError (it was a
+            # bare PgfunnelError, which an app's handler for pool exhaustion did not catch)
+            detail = re.sub(r"\s*\(Background on this error at: [^)]*\)\s*$", "", primary)
+            err = ConnectionFailedError(f"no connection free in the pool: {detail}")
+            err.__cause__ = exc
+            return err
         if type(exc).__name__ in ("PoolTimeout", "TooManyRequests"):
             # psycopg_pool's: the pool is exhausted, not the server unreachable
             err = ConnectionFailedError(f"no connection free in the pool: {primary}")

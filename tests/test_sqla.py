@@ -459,3 +459,23 @@ def test_connect_args_reach_the_driver_sync_and_async(sample_db: str) -> None:
     assert caught.value.parameter == "connect_args"
     with pytest.raises(ConfigError, match="^connect_args: must be a mapping"):
         async_engine_from_dsn(sample_db, connect_args=["prepare_threshold"])
+
+
+def test_an_engine_pool_with_no_connection_free_is_a_connection_failed_error(
+        sample_db: str) -> None:
+    # SQLAlchemy's pool timeout has no .orig: translate gave a bare PgfunnelError, where
+    # psycopg_pool's is a ConnectionFailedError (docs: "no pooled connection came free")
+    from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+    from pgfunnel.errors import ConnectionFailedError, translate
+
+    engine = engine_from_dsn(sample_db, pool_size=1, max_overflow=0, pool_timeout=0.2)
+    try:
+        with engine.connect(), pytest.raises(PoolTimeout) as caught:
+            engine.connect()
+        err = translate(caught.value)
+        assert isinstance(err, ConnectionFailedError) and err.__cause__ is caught.value
+        assert str(err).startswith("no connection free in the pool: QueuePool limit of size 1")
+        assert "Background on this error" not in str(err)
+    finally:
+        engine.dispose()
