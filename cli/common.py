@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shlex
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, NoReturn, TextIO, TypeVar, cast
 
 import typer
 from rich.console import Console
@@ -251,6 +252,9 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_GATE = 3  # a check ran and failed (eval floors, doctor findings, validation)
+# the reader of stdout (or of stderr) closed it early, `pgfunnel search ... | head -1`:
+# 128 + SIGPIPE, the status a shell gives git or grep that SIGPIPE ended
+EXIT_PIPE = 141
 
 T = TypeVar("T")
 
@@ -317,6 +321,83 @@ def handle_errors(flags: Mapping[str, str] | None = None,
                       + (f": {escape(said_then)}" if said_then else ""), highlight=False,
                       markup=True)
         raise typer.Exit(130) from None
+
+
+#: characters per write (at most 4 bytes each: within io.DEFAULT_BUFFER_SIZE, 8192)
+_PIECE = 2048
+
+
+class _ClosedPipeGuard:
+    """``stream`` (sys.stdout or sys.stderr) whose write to a pipe its reader closed (`|
+    head -1`) ends the command quietly, with :data:`EXIT_PIPE`: rich's console, click and
+    Python each made it exit 1 with nothing said, or print a BrokenPipeError traceback or
+    "Exception ignored ... BrokenPipeError" at exit, depending on which wrote last."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            # a piece at a time, each within the stream's buffer: Python gave up on the
+            # rest of a longer write that the reader closed part way (`search --json` of
+            # many results, or a table, into `| head -1`) and said nothing
+            if len(text) <= _PIECE:  # (what is not text, too, as the stream takes it)
+                return self._stream.write(text)
+            for at in range(0, len(text), _PIECE):
+                self._stream.write(text[at:at + _PIECE])
+        except BrokenPipeError:
+            self._closed()
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        try:
+            self._stream.writelines(lines)
+        except BrokenPipeError:
+            self._closed()
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._closed()
+
+    def _closed(self) -> NoReturn:
+        # what Python's documentation of SIGPIPE does: what is still buffered, and any
+        # later write, goes to devnull rather than fail again at exit
+        try:
+            fd = self._stream.fileno()
+        except (OSError, ValueError):  # not a file: nothing is left to write at exit
+            raise SystemExit(EXIT_PIPE) from None
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, fd)
+        finally:
+            os.close(devnull)
+        raise SystemExit(EXIT_PIPE)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def closed_pipes_end_quietly() -> Iterator[None]:
+    """The console script's run: stdout and stderr through :class:`_ClosedPipeGuard`, and
+    flushed at the end, so that a reader that closed either early ends the command with
+    :data:`EXIT_PIPE` and nothing said, whatever wrote to it."""
+    saved = sys.stdout, sys.stderr
+    # (None where the stream is closed, `pgfunnel search q >&-`)
+    guarded = [None if stream is None else _ClosedPipeGuard(stream) for stream in saved]
+    sys.stdout, sys.stderr = (cast(TextIO, g or stream)
+                              for g, stream in zip(guarded, saved, strict=True))
+    try:
+        yield
+    finally:
+        try:
+            for guard in guarded:
+                if guard is not None:
+                    guard.flush()
+        finally:
+            sys.stdout, sys.stderr = saved
 
 
 def print_table(table: Any, lines: list[str]) -> None:

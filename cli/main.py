@@ -30,6 +30,7 @@ from pgfunnel.cli.common import (
     RrfKOption,
     TenantOption,
     TidyHelpGroup,
+    closed_pipes_end_quietly,
     emit_json,
     given_path,
     handle_errors,
@@ -801,7 +802,8 @@ _register_subcommands()
 
 
 def main() -> None:
-    app()
+    with closed_pipes_end_quietly():
+        app()
 
 
 if __name__ == "__main__":

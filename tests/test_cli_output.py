@@ -1180,3 +1180,77 @@ def test_ctrl_c_during_an_ingest_with_prune_says_nothing_was_pruned(
     with psycopg.connect(db) as conn:
         assert [k for (k,) in conn.execute("select citekey from pgfunnel.document "
                                            "order by 1")] == ["kept", "stale"]
+
+
+def _run_into_a_closed_pipe(args: list[str], closed: str = "stdout",
+                            read_first: int = 0) -> tuple[int, str]:
+    """`pgfunnel ARGS` whose reader of ``closed`` (stdout or stderr) goes away, as `| head`
+    does: at once, or after reading ``read_first`` bytes. Its exit status, and what it
+    wrote on the other stream."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    other = "stderr" if closed == "stdout" else "stdout"
+    proc = subprocess.Popen([sys.executable, "-m", "pgfunnel.cli.main", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        pipe = getattr(proc, closed)
+        if read_first:
+            pipe.read(read_first)
+        pipe.close()
+        said = getattr(proc, other).read().decode()
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, said
+
+
+@pytest.mark.parametrize("args", [
+    ["search", "refund", "--lexical-only"],
+    ["search", "the refund", "--lexical-only", "--json"],
+    ["explain", "refund", "refunds-annual", "--lexical-only"],
+    ["versions", "list"],
+    ["versions", "list", "--json"],
+    ["doctor"],
+    ["ingest", "{data}/helpcenter.jsonl", "--dry-run"],
+    ["ingest", "{data}/helpcenter.jsonl", "--dry-run", "--json"],
+    ["search", "--help"],
+])
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(sample_db: str,
+                                                                args: list[str]) -> None:
+    """`pgfunnel search ... | head -1`: the reader closes the pipe, and the command exited
+    1 with nothing said (rich's and click's handling), or 0, or wrote a BrokenPipeError
+    traceback or "Exception ignored ... BrokenPipeError" at exit. It now stops quietly
+    with 141 (128 + SIGPIPE, what a shell says of git or grep so stopped)."""
+    import pgfunnel.data
+
+    data = str(Path(pgfunnel.data.__file__).parent)
+    args = [a.format(data=data) for a in args]
+    if args[-1] != "--help" and "--dry-run" not in args:
+        args += ["--dsn", sample_db]
+    status, said = _run_into_a_closed_pipe(args)
+    assert status == 141, (status, said)
+    assert "Traceback" not in said and "BrokenPipe" not in said and "error" not in said, said
+
+
+def test_a_long_output_whose_reader_goes_part_way_ends_quietly(tmp_path: Path) -> None:
+    """A reader that reads the first bytes of a long output and goes (`| head -c 100`):
+    the output is more than the pipe holds, and Python gave up on the rest of the write
+    without a word, exit 0; the command now ends as for a pipe closed at once, 141."""
+    for i in range(1500):
+        (tmp_path / f"page{i:04d}.md").write_text(f"# Page {i}\n\nsome words of page {i}\n")
+    status, said = _run_into_a_closed_pipe(["ingest", str(tmp_path), "--dry-run", "--json"],
+                                           read_first=100)
+    assert status == 141, (status, said)
+    assert said == "", said
+
+
+def test_a_reader_of_stderr_that_goes_ends_the_command_quietly(sample_db: str) -> None:
+    """`pgfunnel search 'the refund' 2>&1 >/dev/null | head -0`: the warning line had
+    nowhere to go."""
+    status, said = _run_into_a_closed_pipe(
+        ["search", "the refund", "--lexical-only", "--dsn", sample_db], closed="stderr")
+    assert status == 141, (status, said)
