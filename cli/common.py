@@ -8,6 +8,7 @@ import os
 import re
 import shlex
 import sys
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,6 +41,28 @@ def labelled(label: str, style: str, text: str) -> None:
     naming a file whose name held an escape sequence printed it raw to the terminal."""
     console.print(f"[{style}]{label}:[/{style}] {escape(shown(text))}", highlight=False,
                   markup=True)
+
+
+def show_warning(message: Warning | str, category: type[Warning], filename: str,
+                 lineno: int, file: TextIO | None = None, line: str | None = None) -> None:
+    """A Python warning raised while a command runs, that the command does not say in its
+    own words (pgfunnel's `this role may not replace pgfunnel._hnsw_walk`, a library's
+    while a model loads): one `warning:` line on stderr, as the CLI's own. Python's
+    handler printed two, the second a line of pgfunnel's or the library's source."""
+    text = str(message)
+    if not category.__module__.startswith("pgfunnel") and category is not UserWarning:
+        text = f"{category.__name__}: {text}"  # (a library's FutureWarning, say)
+    labelled("warning", "yellow", text)
+
+
+def quiet_search_notices() -> None:
+    """Within a ``warnings.catch_warnings()``: the warnings a search raises of what its
+    response holds (its notices, the older schema), which the command says itself, are
+    not said twice; any other warning is still said (:func:`show_warning`)."""
+    from pgfunnel.errors import SchemaOutdatedWarning, SearchNoticeWarning
+
+    warnings.simplefilter("ignore", SearchNoticeWarning)
+    warnings.simplefilter("ignore", SchemaOutdatedWarning)
 
 
 def shown(text: str) -> str:
@@ -202,11 +225,13 @@ class TidyHelpGroup(TyperGroup):
     def invoke(self, ctx: Any) -> Any:
         # a Ctrl-C before a command's handle_errors (while it imports the library, say):
         # typer ended it with exit 130 and nothing said
-        try:
-            return super().invoke(ctx)
-        except KeyboardInterrupt:
-            console.print("[yellow]interrupted[/yellow]", highlight=False, markup=True)
-            raise typer.Exit(130) from None
+        with warnings.catch_warnings():
+            warnings.showwarning = show_warning
+            try:
+                return super().invoke(ctx)
+            except KeyboardInterrupt:
+                console.print("[yellow]interrupted[/yellow]", highlight=False, markup=True)
+                raise typer.Exit(130) from None
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         command = super().get_command(ctx, cmd_name)

@@ -27,6 +27,7 @@ from pgfunnel.cli.common import (
     labelled,
     leg_weights,
     out,
+    quiet_search_notices,
     refuse_dense_options,
     rrf_k_args,
     shown,
@@ -67,7 +68,7 @@ def explain_command(
     from pgfunnel.search import Funnel
 
     with handle_errors({**FUNNEL_FLAGS, "chunk": "CHUNKS"}), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        quiet_search_notices()
         refuse_dense_options(lexical_only, dense_weight=dense_weight, dense_depth=dense_depth)
         weights = leg_weights(lexical_weight, dense_weight, lexical_only)
         rrf_args = rrf_k_args(rrf_k, fusion)

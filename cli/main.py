@@ -41,6 +41,7 @@ from pgfunnel.cli.common import (
     plural,
     print_table,
     progress_display,
+    quiet_search_notices,
     refuse_dense_options,
     rrf_k_args,
     shown,
@@ -669,7 +670,7 @@ def search(
         funnel = Funnel(dsn, collection, embedder=None if lexical_only else "auto",
                         reranker=reranker, rerank_depth=rerank_depth)
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+            quiet_search_notices()
             response = funnel.search(query, **search_params)
         funnel.close()
     if json_out:
@@ -738,7 +739,7 @@ def demo(
         for label, template in DEMO_QUERIES:
             q = template.format(code=code)
             with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
+                quiet_search_notices()
                 resp = funnel.search(q, k=k, trace=True)
             _print_results(f"{label}: {q!r}", resp.results)
             for note in resp.notices:
@@ -757,7 +758,7 @@ def demo(
         shown: list[list[str]] = []
         for principals in ([], [DEMO_STAFF]):
             with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
+                quiet_search_notices()
                 resp = funnel.search(q, k=k, principals=principals)
             _print_results(f"principals {principals}", resp.results)
             shown.append([r.citekey for r in resp.results])

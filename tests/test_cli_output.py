@@ -1254,3 +1254,32 @@ def test_a_reader_of_stderr_that_goes_ends_the_command_quietly(sample_db: str) -
     status, said = _run_into_a_closed_pipe(
         ["search", "the refund", "--lexical-only", "--dsn", sample_db], closed="stderr")
     assert status == 141, (status, said)
+
+
+def test_a_python_warning_is_one_warning_line(monkeypatch: pytest.MonkeyPatch,
+                                              tmp_path: Path) -> None:
+    """A warning the command does not say in its own words (pgfunnel's `this role may not
+    replace pgfunnel._hnsw_walk`, a library's while a model loads) was printed by Python's
+    handler: `/path/to/pgfunnel/...py:382: UserWarning: ...` and a second line of source.
+    It is now one `warning:` line on stderr, its control characters escaped, as the
+    CLI's own warnings are; stdout holds only the command's output."""
+    from pgfunnel.cli.main import app
+
+    import pgfunnel.db
+    from pgfunnel.errors import warn_at_caller
+
+    def stop_warning(home: Path | None = None) -> bool:
+        # the trigger only (reaching the walk's privilege warning takes a role that may
+        # build an index but not replace a function); the warning is the library's own
+        warn_at_caller("pgfunnel: this role may not replace pgfunnel._hnsw_walk\x1b[31m, "
+                       "so ...")
+        warn_at_caller(FutureWarning("a library's\nfuture"), FutureWarning)
+        return False
+
+    monkeypatch.setattr(pgfunnel.db, "stop_embedded", stop_warning)
+    res = CliRunner().invoke(app, ["stop"], env={"PGFUNNEL_HOME": str(tmp_path)})
+    assert res.exit_code == 0, res.output
+    assert res.stderr.splitlines() == [
+        "warning: pgfunnel: this role may not replace pgfunnel._hnsw_walk\\x1b[31m, so ...",
+        "warning: FutureWarning: a library's\\x0afuture"], res.stderr
+    assert res.stdout.startswith("no embedded Postgres running in "), res.stdout
