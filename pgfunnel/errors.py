@@ -222,6 +222,14 @@ class SearchTimeoutError(StatementTimeoutError):
     """A search ran past its statement_timeout and was cancelled."""
 
 
+class QueryCancelledError(PgfunnelError):
+    """A statement was cancelled by a cancel request: another session's
+    ``pg_cancel_backend``, the client's own cancel, or a SIGINT that reached the server
+    process. No time limit did it, so it is not a :class:`StatementTimeoutError` (nor a
+    :class:`SearchTimeoutError`), though Postgres gives both the same SQLSTATE (57014);
+    its message, "canceling statement due to user request", tells them apart."""
+
+
 class ModelLoadError(PgfunnelError):
     """An embedding or rerank model could not be loaded. Never silently skipped."""
 
@@ -487,6 +495,14 @@ def translate(exc: BaseException, *, searching: bool = True) -> PgfunnelError:
     # (an exception with an empty message, TimeoutError() say, is named by its class)
     primary = (getattr(diag, "message_primary", None)
                or next(iter(str(exc).splitlines()), "") or type(exc).__name__)
+    if sqlstate == "57014" and "user request" in primary:
+        # a cancel, not a timeout: said as Postgres says it, on every path (an ingest's
+        # or reindex's was a StatementTimeoutError, a search's a SearchTimeoutError)
+        err = QueryCancelledError(
+            f"{primary}: a cancel request stopped it (pg_cancel_backend in another "
+            "session, the client's own cancel, or SIGINT sent to the server process)")
+        err.__cause__ = exc
+        return err
     if not searching and sqlstate == "57014":
         hint = (": it ran past statement_timeout (this session's, role's or database's "
                 "setting, meant for queries); lift it for this job, e.g. "

@@ -18,7 +18,9 @@ from pgfunnel.errors import (
     InvalidInputError,
     InvalidVectorError,
     PgfunnelError,
+    QueryCancelledError,
     SearchTimeoutError,
+    StatementTimeoutError,
     translate,
 )
 from pgfunnel.search import Funnel
@@ -253,10 +255,51 @@ def test_a_search_cancelled_by_another_session_is_not_called_a_timeout(corpus_db
             worker.join(30)
         assert len(caught) == 1, caught
         said = str(caught[0])
-        assert isinstance(caught[0], SearchTimeoutError)  # SQLSTATE 57014, as documented
+        # SQLSTATE 57014, as a timeout's; a cancel, not a timeout, by its class too
+        assert isinstance(caught[0], QueryCancelledError), repr(caught[0])
+        assert not isinstance(caught[0], StatementTimeoutError)
         assert "user request" in said
         assert "time limit" not in said and "statement_timeout_ms" not in said, said
         assert f.search("refund", k=3).results  # the connection goes on
+
+
+def test_an_ingest_cancelled_by_another_session_is_not_called_a_timeout(
+        corpus_db: str) -> None:
+    """An ingest (or reindex) that an administrator cancelled (pg_cancel_backend; a
+    SIGINT that reaches the server) was a StatementTimeoutError, as if it had run past
+    statement_timeout; a search so cancelled was a SearchTimeoutError. Both are now a
+    QueryCancelledError: the same SQLSTATE, 57014, and no time limit."""
+    import threading
+    import time
+
+    caught: list[BaseException] = []
+
+    def ingest() -> None:
+        try:
+            ingest_docs(corpus_db, [Doc("cancelled-0001", "Refund words of a new page.")],
+                        seed=9)
+        except BaseException as exc:  # noqa: BLE001 - the test reads it
+            caught.append(exc)
+
+    with connect(corpus_db, autocommit=True) as admin, \
+            connect(corpus_db, autocommit=True) as locker, locker.transaction():
+        # the ingest waits on this lock, and is cancelled while it waits
+        locker.execute("lock table pgfunnel.document in access exclusive mode")
+        worker = threading.Thread(target=ingest)
+        worker.start()
+        # each statement that waits (the batch's preparing connection's too, whose
+        # failure the ingest leaves to its writing one) is cancelled, until one fails it
+        deadline = time.monotonic() + 60
+        while worker.is_alive() and time.monotonic() < deadline:
+            admin.execute("select pg_cancel_backend(pid) from pg_stat_activity where "
+                          "datname = current_database() and wait_event_type = 'Lock' "
+                          "and pid <> %s", (locker.info.backend_pid,))
+            worker.join(0.1)
+    assert len(caught) == 1, caught
+    assert isinstance(caught[0], QueryCancelledError), repr(caught[0])
+    assert not isinstance(caught[0], StatementTimeoutError), repr(caught[0])
+    said = str(caught[0])
+    assert "user request" in said and "statement_timeout" not in said, said
 
 
 def test_a_connection_lost_mid_session_is_not_called_a_failure_to_connect(
