@@ -354,9 +354,10 @@ _PIECE = 2048
 
 class _ClosedPipeGuard:
     """``stream`` (sys.stdout or sys.stderr) whose write to a pipe its reader closed (`|
-    head -1`) ends the command quietly, with :data:`EXIT_PIPE`: rich's console, click and
-    Python each made it exit 1 with nothing said, or print a BrokenPipeError traceback or
-    "Exception ignored ... BrokenPipeError" at exit, depending on which wrote last."""
+    head -1`) ends the command quietly, with :data:`EXIT_PIPE`: rich's console and click
+    each made it exit 1 with nothing said, and Python dropped the rest of a long write
+    without a word (exit 0), depending on which wrote last; a write that failed only at
+    exit would print "Exception ignored ... BrokenPipeError"."""
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
