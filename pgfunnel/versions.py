@@ -1572,7 +1572,7 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
         overlap = len(set(a) & set(b)) / denom if denom else 1.0
         diffs.append(QueryDiff(qid, text, overlap, a[:1] == b[:1],
                                [x for x in a if x not in b], [x for x in b if x not in a],
-                               reader=readers[i] if readers is not None else None))
+                               reader=(readers[i] or None) if readers is not None else None))
     cmp = Comparison(collection, version_a, version_b, k, len(diffs),
                      float(np.mean([d.overlap for d in diffs])),
                      sum(1 for qid in ids if rank_a[qid][:k] == rank_b[qid][:k]),

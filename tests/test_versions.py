@@ -1525,6 +1525,12 @@ def test_compare_last_replays_each_search_as_of_the_time_it_searched(sample_db: 
         assert res.exit_code == 0, res.output
         cmp = json.loads(res.output[res.output.index("{"):])
         assert (cmp["n_queries"], cmp["empty_in_both"]) == (2, 1), cmp
+        # each query's reader says the time it was replayed as of; with a reader named for
+        # all and no logged time there is nothing of its own to say: null, not {}
+        readers = sorted((d["reader"] for d in cmp["per_query"]),
+                         key=lambda r: r is None)
+        assert readers[0] is not None and readers[0]["as_of"].startswith("2020-03-01 12:00")
+        assert readers[1] == (None if extra else {"principals": [], "tenant": None})
 
 
 def test_compare_resolves_a_follow_up_with_the_collections_qualifiers(sample_db: str,
