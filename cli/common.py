@@ -305,13 +305,21 @@ def index_flags(model: str | None) -> dict[str, str]:
 
 @contextmanager
 def handle_errors(flags: Mapping[str, str] | None = None,
-                  interrupted: str | Callable[[], str] | None = None) -> Iterator[None]:
+                  interrupted: str | Callable[[], str] | None = None,
+                  kept: Callable[[], str | None] | None = None) -> Iterator[None]:
     """PgfunnelError -> one clear line on stderr and exit 1; never a traceback. ``flags``
     maps the library's parameter names to the command's options, so that an error about
     a value the user typed names the flag they typed it with (``--per-source-cap``, not
     ``per_source_cap``). ``interrupted`` says, after Ctrl-C, what was kept and how to go
-    on (a function: worked out then)."""
+    on (a function: worked out then). ``kept``, worked out after an error, says what the
+    command had already committed (None: nothing worth saying), after the error on its
+    line: an ingest cancelled or cut off after a batch committed said only the error."""
     flags = {**COMMON_FLAGS, **(flags or {})}
+
+    def with_kept(said: str) -> str:
+        then = kept() if kept is not None else None
+        return f"{said}; {then}" if then else said
+
     try:
         yield
     except PgfunnelError as exc:
@@ -321,7 +329,7 @@ def handle_errors(flags: Mapping[str, str] | None = None,
             said = f"{flags[exc.parameter]}: {exc.detail.replace(' or None', ' or left out')}"
         elif isinstance(exc, ModelLoadError) and exc.setting in flags:
             said = f"{flags[exc.setting]}: {str(exc).removeprefix(exc.setting + '=')}"
-        labelled("error", "red", str(said))
+        labelled("error", "red", with_kept(str(said)))
         raise typer.Exit(getattr(exc, "exit_code", EXIT_ERROR)) from None
     except UnicodeEncodeError as exc:
         # a value that is not valid Unicode (a command line's or an environment
@@ -338,7 +346,7 @@ def handle_errors(flags: Mapping[str, str] | None = None,
             raise
         from pgfunnel.errors import translate
 
-        labelled("error", "red", str(translate(exc, searching=False)))
+        labelled("error", "red", with_kept(str(translate(exc, searching=False))))
         raise typer.Exit(EXIT_ERROR) from None
     except KeyboardInterrupt:
         said_then = interrupted() if callable(interrupted) else interrupted

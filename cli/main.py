@@ -442,7 +442,13 @@ def ingest(
                 "each whole (each batch of documents is all or nothing)"
                 f"{unpruned}; the same ingest again skips them, unchanged, and goes on")
 
-    with handle_errors(index_flags(model), interrupted=stopped):
+    def kept_then() -> str | None:
+        # after an error (a cancel request, a lost connection, a bad document at a later
+        # batch): what the batches committed before it kept, in Ctrl-C's words, so that
+        # an operator knows a rerun resumes; nothing added when no batch had committed
+        return stopped() if kept.get("stored") or "pruned" in kept else None
+
+    with handle_errors(index_flags(model), interrupted=stopped, kept=kept_then):
         stats = do_ingest(dsn, paths, collection, chunk_words, model, private,
                           show_progress=not json_out, exclude=exclude, root=root, kept=kept,
                           prune=prune)

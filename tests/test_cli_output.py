@@ -737,6 +737,68 @@ def test_ctrl_c_during_an_ingest_of_a_folder_says_how_many_documents_are_in(
             "pgfunnel.embedding e where e.chunk_id = ch.id)").fetchone() == (0,)
 
 
+def test_an_ingest_cancelled_after_a_batch_committed_says_how_many_documents_are_in(
+        db: str, tmp_path: Path) -> None:
+    """`pgfunnel ingest` whose statement a cancel request stopped (pg_cancel_backend from
+    another session) after its first batch committed printed the error alone, not what
+    was stored, as Ctrl-C says it; the error line now ends with what was kept, in Ctrl-C's
+    words, so that an operator knows a rerun goes on from there."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from pgfunnel.tiny_models import build_tiny_bi_encoder
+
+    model = build_tiny_bi_encoder(tmp_path / "bi", dim=32)
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for i in range(2000):  # two batches of 1,000 documents
+        (folder / f"page{i:04d}.md").write_text(
+            f"# Page {i}\n\n" + " ".join(f"word{i}x{j}" for j in range(24)) + "\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgfunnel.cli.main", "ingest", str(folder), "-c", "big",
+         "--chunk-words", "20", "--model", str(model), "--dsn", db],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    lock = "select pg_try_advisory_lock(hashtext('pgfunnel:ingest:' || 'big'))"
+    count = ("select count(*) from pgfunnel.document d join pgfunnel.collection c "
+             "on c.id = d.collection_id where c.name = 'big'")
+    waiting = ("select pid from pg_stat_activity where wait_event = 'advisory' and "
+               "query like '%pgfunnel:ingest:%' and pid <> pg_backend_pid()")
+    try:
+        with psycopg.connect(db, autocommit=True) as watcher:
+            # after the first batch commits, hold the collection's writer lock so that
+            # the ingest waits at its next batch, where the cancel request comes
+            deadline = time.monotonic() + 240
+            while not (watcher.execute(count).fetchone() or (0,))[0] or not (
+                    watcher.execute(lock).fetchone() or (False,))[0]:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.poll()
+                time.sleep(0.02)
+            while not (pids := watcher.execute(waiting).fetchall()):
+                assert proc.poll() is None and time.monotonic() < deadline, proc.poll()
+                time.sleep(0.02)
+            stored = (watcher.execute(count).fetchone() or (0,))[0]
+            for (pid,) in pids:
+                watcher.execute("select pg_cancel_backend(%s)", (pid,))
+            _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err
+    assert "Traceback" not in err, err
+    said = [line for line in err.splitlines() if line.startswith("error")]
+    assert len(said) == 1, err
+    assert "user request" in said[0], err
+    assert said[0].endswith(
+        f"; {stored:,} of 2,000 documents stored in collection 'big', each whole (each "
+        "batch of documents is all or nothing); the same ingest again skips them, "
+        "unchanged, and goes on"), err
+    assert 0 < stored < 2000
+    with psycopg.connect(db) as conn:
+        assert conn.execute(count).fetchone() == (stored,)
+
+
 def test_every_help_shows_a_flag_without_a_type_and_a_value_as_typed() -> None:
     """Under typer 0.16 on, --help showed `--json <bool>`, `--help <bool>`, `--exclude
     <list[str]>`, `--chunk-words <int range>` and `paths... <list[Path]>`: a flag takes no
