@@ -581,15 +581,23 @@ def compare_cmd(
                       "(ingest writes only the active version): indexed first, as its "
                       "activation would, so both versions are compared on the same chunks",
                       highlight=False, soft_wrap=True)
+    # a query whose results only moved is not identical: said, so that the counts add up
+    reordered = (f" ({cmp.reordered} more with the same results in a different order)"
+                 if cmp.reordered else "")
     out.print(f"{cmp.n_queries} queries, k={k}: mean overlap@{k} {cmp.mean_overlap:.3f}; "
-              f"{cmp.identical} identical top-{k}; top-1 changed for {cmp.top1_changed}",
-              soft_wrap=True)
+              f"{cmp.identical} identical top-{k}{reordered}; top-1 changed for "
+              f"{cmp.top1_changed}", soft_wrap=True)
     if cmp.judged and cmp.ndcg_diff is not None:
         out.print(f"nDCG@{k}: version {version_a} {cmp.ndcg_a:.4f} -> version {version_b} "
                   f"{cmp.ndcg_b:.4f}; change {cmp.ndcg_diff:+.4f} "
                   f"(95% paired bootstrap [{cmp.ndcg_low:+.4f}, {cmp.ndcg_high:+.4f}])",
                   soft_wrap=True)
-    changed = [d for d in cmp.per_query if d.overlap < 1.0][:show]
+    # every query that is not identical, a reordered one too: the count above said it
+    # changed, and the list left it out
+    changed = [d for d in cmp.per_query if not d.identical][:show]
+
+    def moved(d: versions.QueryDiff) -> str:
+        return "same results, different order" if d.overlap == 1.0 else ""
 
     def as_reader(d: versions.QueryDiff) -> str:
         # a text logged by two readers (--last) was two lines that read the same
@@ -601,16 +609,22 @@ def compare_cmd(
 
     if changed:
         table = Table(title="most changed queries", title_justify="left")
-        for col in ("query", f"overlap@{k}", f"only in {version_a}", f"only in {version_b}"):
+        for col in ("query", f"overlap@{k}", "rank shift", f"only in {version_a}",
+                    f"only in {version_b}"):
             table.add_column(col, overflow="fold")
         # a control character in a query or a citekey is shown, not sent to the terminal
         for d in changed:
             table.add_row(shown(d.query + as_reader(d)), f"{d.overlap:.2f}",
-                          shown(", ".join(d.only_a[:3])), shown(", ".join(d.only_b[:3])))
+                          f"{d.rank_shift:.1f}",
+                          shown(", ".join(d.only_a[:3])) or moved(d),
+                          shown(", ".join(d.only_b[:3])))
         print_table(table, [f"{d.query!r}{shown(as_reader(d))}: overlap@{k} {d.overlap:.2f}; "
-                            f"only in {version_a}: "
-                            f"{shown(', '.join(d.only_a[:3])) or '-'}; only in {version_b}: "
-                            f"{shown(', '.join(d.only_b[:3])) or '-'}" for d in changed])
+                            f"rank shift {d.rank_shift:.1f}; "
+                            + (moved(d) or
+                               f"only in {version_a}: "
+                               f"{shown(', '.join(d.only_a[:3])) or '-'}; only in "
+                               f"{version_b}: {shown(', '.join(d.only_b[:3])) or '-'}")
+                            for d in changed])
 
 
 def register(app: typer.Typer) -> None:

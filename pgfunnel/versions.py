@@ -1281,6 +1281,12 @@ class QueryDiff:
     #: the reader a logged search (``--last``) was replayed as, ``{"principals": [...],
     #: "tenant": ...}``; None when every query ran as one reader
     reader: dict[str, Any] | None = None
+    #: the two top-k lists are the same, in the same order
+    identical: bool = True
+    #: how far, on average, the items both lists hold moved (|rank in A - rank in B|);
+    #: 0.0 when none moved or none is shared. A query with overlap 1.0 that is not
+    #: identical has the same results in a different order
+    rank_shift: float = 0.0
 
 
 @dataclass
@@ -1297,6 +1303,9 @@ class Comparison:
     #: queries that neither version returned anything for (their overlap counts as 1):
     #: a private collection searched with no principals compares nothing
     empty_in_both: int = 0
+    #: queries whose top-k lists hold the same results in a different order (overlap 1.0,
+    #: not identical)
+    reordered: int = 0
     #: judged items written as file names and matched to their citekeys, as `eval` does
     judged_items_respelled: dict[str, str] = field(default_factory=dict)
     #: judged items no document (or chunk) of the collection has, or hidden from the reader
@@ -1570,14 +1579,19 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
         a, b = rank_a[qid][:k], rank_b[qid][:k]
         denom = max(len(a), len(b))
         overlap = len(set(a) & set(b)) / denom if denom else 1.0
+        at_b = {x: n for n, x in enumerate(b)}
+        shifts = [abs(n - at_b[x]) for n, x in enumerate(a) if x in at_b]
         diffs.append(QueryDiff(qid, text, overlap, a[:1] == b[:1],
                                [x for x in a if x not in b], [x for x in b if x not in a],
-                               reader=(readers[i] or None) if readers is not None else None))
+                               reader=(readers[i] or None) if readers is not None else None,
+                               identical=a == b,
+                               rank_shift=float(np.mean(shifts)) if shifts else 0.0))
     cmp = Comparison(collection, version_a, version_b, k, len(diffs),
                      float(np.mean([d.overlap for d in diffs])),
                      sum(1 for qid in ids if rank_a[qid][:k] == rank_b[qid][:k]),
                      sum(1 for d in diffs if not d.top1_same), judged,
                      empty_in_both=sum(1 for qid in ids if not rank_a[qid] and not rank_b[qid]),
+                     reordered=sum(1 for d in diffs if d.overlap == 1.0 and not d.identical),
                      judged_items_respelled=respelled, judged_items_missing=missing,
                      caught_up=caught_up)
     if judged:
@@ -1596,7 +1610,10 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
             cmp.ndcg_diff, cmp.ndcg_low, cmp.ndcg_high = boot.mean_diff, boot.low, boot.high
         for d in diffs:
             d.ndcg_a, d.ndcg_b = a_nd.get(d.query_id), b_nd.get(d.query_id)
-    cmp.per_query = sorted(diffs, key=lambda d: (d.overlap, d.query_id))
+    # most changed first: the fewest shared results, then (a query whose results only
+    # moved, overlap 1.0, among them) the most moved; identical lists last
+    cmp.per_query = sorted(diffs, key=lambda d: (d.overlap, d.identical, -d.rank_shift,
+                                                 d.query_id))
     return cmp
 
 

@@ -1745,3 +1745,59 @@ def test_a_count_out_of_range_is_refused_before_a_version_is_made(sample_db: str
     said = " ".join(res.output.split())
     assert res.exit_code == 1 and said.startswith(
         "error: --last: must be an integer from 1 to 2,147,483,647, got "), said
+
+
+def test_compare_lists_a_query_whose_results_only_moved(db: str, tiny_model: str,
+                                                        tmp_path: Path) -> None:
+    """`versions compare` counted a query whose top-k held the same results in another
+    order as not identical, yet left it out of "most changed queries" (it listed only
+    overlap < 1): the counts and the list disagreed. It is now listed, saying "same
+    results, different order", with each query's rank shift (`rank_shift`, `identical`
+    and the count `reordered` in --json)."""
+    from pgfunnel.cli.main import app
+
+    from pgfunnel.embedder import Embedder
+    from pgfunnel.tiny_models import build_tiny_bi_encoder
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    texts = {"refund": "Refund a monthly plan within thirty days of billing.",
+             "password": "Reset a forgotten password from the sign-in page.",
+             "invoice": "Download an invoice for each billing period of a plan.",
+             "export": "Export the data of a workspace as a spreadsheet."}
+    for name, text in texts.items():
+        (folder / f"{name}.md").write_text(f"# {name.title()}\n\n{text}\n")
+    runner = CliRunner()
+    res = runner.invoke(app, ["ingest", str(folder), "--model", tiny_model, "--dsn", db])
+    assert res.exit_code == 0, res.output
+    other = build_tiny_bi_encoder(tmp_path / "other", dim=32, seed=7)
+    with connect(db, autocommit=True) as conn:
+        versions.reindex(conn, "default", model=str(other), embedder=Embedder(str(other)))
+    queries = tmp_path / "queries.jsonl"
+    asked = ["refund plan", "billing", "password", "workspace data", "monthly invoice",
+             "sign in", "plan", "export spreadsheet"]
+    queries.write_text("".join(json.dumps({"query": q}) + "\n" for q in asked))
+    args = ["versions", "compare", "1", "2", "--queries", str(queries), "--show", "20",
+            "--dsn", db]
+    js = runner.invoke(app, [*args, "--json"])
+    assert js.exit_code == 0, js.output
+    cmp = json.loads(js.output[js.output.index("{"):])
+    # every query holds all four documents on both versions (k=10): the same results
+    assert all(d["overlap"] == 1.0 for d in cmp["per_query"]), cmp["per_query"]
+    moved = [d for d in cmp["per_query"] if not d["identical"]]
+    assert moved and cmp["reordered"] == len(moved) == cmp["n_queries"] - cmp["identical"]
+    assert all(d["rank_shift"] > 0 for d in moved)
+    assert all(d["rank_shift"] == 0 for d in cmp["per_query"] if d["identical"])
+    # the most moved first
+    assert [d["rank_shift"] for d in moved] == sorted(
+        (d["rank_shift"] for d in moved), reverse=True)
+    text = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert text.exit_code == 0, text.output
+    flat = " ".join(text.output.split())
+    assert (f"{cmp['identical']} identical top-10 ({len(moved)} more with the same results "
+            "in a different order)") in flat, text.output
+    assert "most changed queries" in flat, text.output
+    listed = [line for line in text.output.splitlines()
+              if any(d["query"] in line for d in moved)]
+    assert len(listed) == len(moved), text.output
+    assert all("same results, different order" in line for line in listed), text.output
