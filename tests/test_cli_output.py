@@ -779,8 +779,12 @@ def test_an_ingest_cancelled_after_a_batch_committed_says_how_many_documents_are
                 assert proc.poll() is None and time.monotonic() < deadline, proc.poll()
                 time.sleep(0.02)
             stored = (watcher.execute(count).fetchone() or (0,))[0]
-            for (pid,) in pids:
-                watcher.execute("select pg_cancel_backend(%s)", (pid,))
+            # each statement that waits on the lock is cancelled until the ingest stops
+            while proc.poll() is None and time.monotonic() < deadline:
+                for (pid,) in pids:
+                    watcher.execute("select pg_cancel_backend(%s)", (pid,))
+                time.sleep(0.1)
+                pids = watcher.execute(waiting).fetchall()
             _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
