@@ -642,3 +642,54 @@ class NullProgress:
 
     def update(self, *a: Any, **k: Any) -> None:
         return None
+HistoryOption = Annotated[list[str] | None, typer.Option(
+    "--history",
+    help="An earlier turn of the conversation, oldest first (repeatable: one --history "
+         "per turn): the query is resolved as a follow-up of them, as "
+         "Funnel.search(history=...) does, and the text searched is printed.")]
+
+# a turn may hold a newline or a tab (a pasted message); no other control character
+_HISTORY_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def check_history(history: list[str] | None) -> list[str] | None:
+    """``--history`` as the library's ``history=``: None when none was given. An empty or
+    blank turn, or one with a control character other than a newline or tab, a NUL or
+    text Postgres cannot hold, is a ConfigError naming ``history`` (the turn's number
+    and its text, controls as ``\\xNN``)."""
+    from pgfunnel.search import query_text_problem
+
+    if not history:
+        return None
+    for n, turn in enumerate(history, 1):
+        if not turn.strip():
+            problem = "is empty; each --history is one earlier turn's text"
+        elif (problem_or_none := query_text_problem(turn)) is not None:
+            problem = problem_or_none
+        elif (m := _HISTORY_CONTROL.search(turn)) is not None:
+            problem = f"holds the control character \\x{ord(m.group()):02x}"
+        else:
+            continue
+        raise ConfigError("history", f"turn {n} of {len(history)} {problem}: "
+                                     f"{escape_controls(repr(turn[:80]))}")
+    return list(history)
+
+
+def followup_of(transforms: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The follow-up step of a search's ``transforms`` (``step``, ``original``, ``query``,
+    ``carried_terms``, ``reason``), or None when no history was given."""
+    return next((t for t in transforms if t.get("step") == "followup"), None)
+
+
+def print_followup(step: dict[str, Any] | None) -> None:
+    """One line on stdout saying what a search given --history searched: the resolved
+    text, the words carried from the earlier turns and the resolver's reason."""
+    if step is None:
+        return
+    if step["query"] != step["original"]:
+        # the reason names the words carried from the earlier turns
+        said = (f"follow-up: searched {step['query']!r}, not {step['original']!r} as "
+                f"given ({step['reason']})")
+    else:
+        said = f"follow-up: searched {step['original']!r} as given ({step['reason']})"
+    out.print(shown(said), highlight=False, soft_wrap=True)

@@ -13,6 +13,7 @@ from pgfunnel.cli.common import (
     DenseWeightOption,
     DsnOption,
     FusionOption,
+    HistoryOption,
     JsonOption,
     LexicalDepthOption,
     LexicalOnlyOption,
@@ -22,11 +23,14 @@ from pgfunnel.cli.common import (
     QueryTextCommand,
     RrfKOption,
     TenantOption,
+    check_history,
     emit_json,
+    followup_of,
     handle_errors,
     labelled,
     leg_weights,
     out,
+    print_followup,
     quiet_search_notices,
     refuse_dense_options,
     rrf_k_args,
@@ -58,6 +62,7 @@ def explain_command(
     lexical_depth: LexicalDepthOption = None,
     dense_depth: DenseDepthOption = None,
     lexical_only: LexicalOnlyOption = False,
+    history: HistoryOption = None,
     dsn: DsnOption = None,
     json_out: JsonOption = False,
 ) -> None:
@@ -67,8 +72,10 @@ def explain_command(
     from pgfunnel.explain import explain
     from pgfunnel.search import Funnel
 
-    with handle_errors({**FUNNEL_FLAGS, "chunk": "CHUNKS"}), warnings.catch_warnings():
+    with handle_errors({**FUNNEL_FLAGS, "chunk": "CHUNKS", "history": "--history"}), \
+            warnings.catch_warnings():
         quiet_search_notices()
+        turns = check_history(history)
         refuse_dense_options(lexical_only, dense_weight=dense_weight, dense_depth=dense_depth)
         weights = leg_weights(lexical_weight, dense_weight, lexical_only)
         rrf_args = rrf_k_args(rrf_k, fusion)
@@ -80,9 +87,9 @@ def explain_command(
             stale = stale_functions_notice(conn, "explain")
         funnel = Funnel(dsn, collection, embedder=None if lexical_only else "auto")
         try:
-            found = [explain(funnel, query, c, k=k, principals=principal or [], tenant=tenant,
-                             fusion=fusion, **rrf_args, weights=weights,
-                             overfetch=overfetch,
+            found = [explain(funnel, query, c, history=turns, k=k,
+                             principals=principal or [], tenant=tenant, fusion=fusion,
+                             **rrf_args, weights=weights, overfetch=overfetch,
                              per_source_cap=per_source_cap, lexical_depth=lexical_depth,
                              dense_depth=dense_depth)
                      for c in chunks]
@@ -91,11 +98,17 @@ def explain_command(
     if stale:
         for e in found:
             e.notices.append(stale)
+    followup = followup_of(found[0].transforms) if found else None
     if json_out:
-        emit_json([e.as_dict() for e in found])
+        emit_json([{**e.as_dict(), "history": turns or [],
+                    "searched": followup["query"] if followup else query,
+                    "followup": followup} for e in found])
         return
     for note in found[0].notices if found else []:
+        if followup is not None and note.startswith("pgfunnel: explain follows the text"):
+            continue  # the follow-up line below says it, on stdout with the verdicts
         labelled("warning", "yellow", note)
+    print_followup(followup)
     for e in found:
         def show(x: object) -> str:
             return "-" if x is None else (f"{x:.4f}" if isinstance(x, float) else str(x))

@@ -19,6 +19,7 @@ from pgfunnel.cli.common import (
     DenseWeightOption,
     DsnOption,
     FusionOption,
+    HistoryOption,
     JsonOption,
     LexicalDepthOption,
     LexicalOnlyOption,
@@ -30,8 +31,10 @@ from pgfunnel.cli.common import (
     RrfKOption,
     TenantOption,
     TidyHelpGroup,
+    check_history,
     closed_pipes_end_quietly,
     emit_json,
+    followup_of,
     given_path,
     handle_errors,
     index_flags,
@@ -39,6 +42,7 @@ from pgfunnel.cli.common import (
     leg_weights,
     out,
     plural,
+    print_followup,
     print_table,
     progress_display,
     quiet_search_notices,
@@ -615,6 +619,7 @@ def search(
     lexical_depth: LexicalDepthOption = None,
     dense_depth: DenseDepthOption = None,
     lexical_only: LexicalOnlyOption = False,
+    history: HistoryOption = None,
     rerank: Annotated[bool, typer.Option(help="Rerank the pool with a cross-encoder.")] = False,
     rerank_model: Annotated[str | None, typer.Option(
         help="Cross-encoder model id or local path; needs --rerank. Default: the "
@@ -637,8 +642,9 @@ def search(
     with handle_errors({**FUNNEL_FLAGS, "rerank_depth": "--rerank-depth",
                         "statement_timeout_ms": "--timeout-ms",
                         "rerank_model": "--rerank-model", "query_text": "QUERY",
-                        "trace": "--trace"}):
+                        "trace": "--trace", "history": "--history"}):
         reranker = None
+        turns = check_history(history)
         refuse_dense_options(lexical_only, dense_weight=dense_weight, dense_depth=dense_depth)
         weights = leg_weights(lexical_weight, dense_weight, lexical_only)
         rrf_args = rrf_k_args(rrf_k, fusion)
@@ -677,8 +683,9 @@ def search(
                         reranker=reranker, rerank_depth=rerank_depth)
         with warnings.catch_warnings():
             quiet_search_notices()
-            response = funnel.search(query, **search_params)
+            response = funnel.search(query, history=turns, **search_params)
         funnel.close()
+    followup = followup_of(response.transforms)
     if json_out:
         if stale:
             response.notices.append(stale)
@@ -687,14 +694,19 @@ def search(
                    "reranked": response.reranked,
                    "rerank_skipped_reason": response.rerank_skipped_reason,
                    "index_version_id": response.index_version_id,
+                   "history": turns or [],
+                   "searched": followup["query"] if followup else query,
+                   "followup": followup,
                    "results": [r.__dict__ for r in response.results]})
         return
     for note in response.notices:
         labelled("warning", "yellow", note)
+    print_followup(followup)
     if not response.results:
         out.print("no results.", soft_wrap=True)
     else:
-        _print_results(f"{query!r}", response.results, show_rerank=response.reranked)
+        searched = followup["query"] if followup else query
+        _print_results(f"{searched!r}", response.results, show_rerank=response.reranked)
     # a search that found nothing is traced too, and its trace is the one to read
     if response.search_id:
         out.print(f"trace: search_id {response.search_id}", soft_wrap=True)

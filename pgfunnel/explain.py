@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -41,6 +41,10 @@ class Explanation:
     citekey: str | None
     reason: str
     notices: list[str]
+    #: the query transformations applied before the chunk was followed (the follow-up
+    #: resolution of ``history``, the guarded rewrite), as :attr:`SearchResponse.transforms`
+    #: holds them for a search: empty when neither ran
+    transforms: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -141,13 +145,13 @@ def explain(funnel: Funnel, query: str | None, target: str | int, *,
     if history is not None:
         history = string_list(history, "history")
     notices: list[str] = []
+    transforms: list[dict[str, Any]] = []
     with funnel.connection() as conn:
         if query is not None and (history is not None or funnel.rewriter is not None):
             # the text a search with this history, on this Funnel, searches: explained as
             # given, a follow-up or a rewritten query was followed as text no search ran
             from pgfunnel.query_plans import apply_query_hooks
 
-            transforms: list[dict[str, Any]] = []
             given = query
             query = apply_query_hooks(funnel, conn, query, history, transforms,
                                       p.collection)
@@ -229,7 +233,8 @@ def explain(funnel: Funnel, query: str | None, target: str | int, *,
         # the SQL explain follows fused order to the cap and the cut: a reranking Funnel's
         # searches reorder the pool before the cap, so they can return other chunks
         notices.append(RERANK_NOT_FOLLOWED)
-    return Explanation(target=target, chunk_id=cid, notices=notices, **values)
+    return Explanation(target=target, chunk_id=cid, notices=notices, transforms=transforms,
+                       **values)
 
 
 def _how_far(values: dict[str, Any]) -> tuple[float, float, float]:

@@ -1035,7 +1035,10 @@ def test_search_and_explain_json_hold_every_documented_field(sample_db: str) -> 
     assert res.exit_code == 0, res.output
     found = strict(res.stdout)
     assert list(found) == ["query", "notices", "search_id", "timings_ms", "reranked",
-                           "rerank_skipped_reason", "index_version_id", "results"], found
+                           "rerank_skipped_reason", "index_version_id", "history", "searched",
+                           "followup", "results"], found
+    assert (found["history"], found["searched"], found["followup"]) == (
+        [], "what is a refund window", None)
     assert found["reranked"] is False and found["rerank_skipped_reason"] is None
     assert isinstance(found["index_version_id"], int)
     assert found["notices"] == ["pgfunnel: query words not searched: a, is, what"]
@@ -1054,7 +1057,10 @@ def test_search_and_explain_json_hold_every_documented_field(sample_db: str) -> 
         "target", "chunk_id", "verdict", "lexical_rank", "lexical_score",
         "lexical_exact_score", "lexical_depth", "dense_rank", "dense_score",
         "dense_exact_score", "dense_depth", "fused_rank", "fused_score", "pool_size",
-        "final_rank", "citekey", "reason", "notices"}, explained
+        "final_rank", "citekey", "reason", "notices", "transforms", "history", "searched",
+        "followup"}, explained
+    assert (explained["transforms"], explained["history"], explained["followup"]) == (
+        [], [], None)
     assert explained["final_rank"] == 1 and explained["notices"] == found["notices"]
 
 
@@ -1349,3 +1355,104 @@ def test_a_python_warning_is_one_warning_line(monkeypatch: pytest.MonkeyPatch,
         "warning: pgfunnel: this role may not replace pgfunnel._hnsw_walk\\x1b[31m, so ...",
         "warning: FutureWarning: a library's\\x0afuture"], res.stderr
     assert res.stdout.startswith("no embedded Postgres running in "), res.stdout
+
+
+# a follow-up turn of the help-center queries (pgfunnel/data/helpcenter_queries.jsonl)
+_FOLLOWUP = "what about monthly plans?"
+_HISTORY = ["do you offer nonprofit discounts?"]
+_RESOLVED = "offer nonprofit discounts what about monthly plans?"
+
+
+def test_search_with_history_searches_the_follow_up_as_the_library_does(
+        sample_db: str) -> None:
+    # `pgfunnel search` had no way to pass the earlier turns: a chat app's follow-up
+    # (Funnel.search(history=...)) could not be reproduced from the shell
+    from pgfunnel.cli.main import app
+
+    from pgfunnel.search import Funnel
+
+    args = ["search", _FOLLOWUP, "--lexical-only", "-k", "3", "--dsn", sample_db]
+    history = [a for turn in _HISTORY for a in ("--history", turn)]
+    res = CliRunner().invoke(app, [*args, *history, "--json"])
+    assert res.exit_code == 0, res.output
+    said = json.loads(res.output[res.output.index("{"):])
+    assert said["query"] == _FOLLOWUP and said["history"] == _HISTORY
+    assert said["searched"] == _RESOLVED
+    assert said["followup"] == {
+        "step": "followup", "original": _FOLLOWUP, "query": _RESOLVED,
+        "carried_terms": ["offer", "nonprofit", "discounts"],
+        "reason": "follow-up cue 'what about'; carried offer, nonprofit, discounts from an "
+                  "earlier turn"}
+    with Funnel(sample_db, "default", embedder=None) as funnel:
+        expected = funnel.search(_FOLLOWUP, history=_HISTORY, k=3)
+        alone = funnel.search(_FOLLOWUP, k=3)
+    got = [r["chunk_id"] for r in said["results"]]
+    assert got == [r.chunk_id for r in expected.results]
+    assert got != [r.chunk_id for r in alone.results]  # the history matters here
+    assert said["results"][0]["citekey"] == "discounts-monthly"
+
+    # without --history: the keys are there, saying nothing was resolved
+    res = CliRunner().invoke(app, [*args, "--json"])
+    assert res.exit_code == 0, res.output
+    said = json.loads(res.output[res.output.index("{"):])
+    assert (said["history"], said["searched"], said["followup"]) == ([], _FOLLOWUP, None)
+    assert [r["chunk_id"] for r in said["results"]] == [r.chunk_id for r in alone.results]
+
+    # the text output says what was searched, with the resolver's reason
+    res = CliRunner().invoke(app, [*args, *history], env={"COLUMNS": "400"})
+    assert res.exit_code == 0, res.output
+    assert (f"follow-up: searched {_RESOLVED!r}, not {_FOLLOWUP!r} as given (follow-up cue "
+            "'what about'; carried offer, nonprofit, discounts from an earlier turn)"
+            ) in res.output, res.output
+    assert "discounts-monthly" in res.output
+    # a turn with a topic of its own is searched as typed, and the line says so
+    res = CliRunner().invoke(app, ["search", "how long are audit logs kept?", "--lexical-only",
+                                   "--dsn", sample_db, *history], env={"COLUMNS": "400"})
+    assert res.exit_code == 0, res.output
+    assert ("follow-up: searched 'how long are audit logs kept?' as given (has its own "
+            "topic; unchanged)") in res.output, res.output
+
+
+def test_explain_with_history_follows_the_text_the_search_searched(sample_db: str) -> None:
+    from pgfunnel.cli.main import app
+
+    from pgfunnel.explain import explain
+    from pgfunnel.search import Funnel
+
+    args = ["explain", _FOLLOWUP, "discounts-monthly#0", "--lexical-only", "-k", "3",
+            "--dsn", sample_db, "--history", _HISTORY[0]]
+    res = CliRunner().invoke(app, [*args, "--json"])
+    assert res.exit_code == 0, res.output
+    [said] = json.loads(res.output[res.output.index("["):])
+    with Funnel(sample_db, "default", embedder=None) as funnel:
+        expected = explain(funnel, _FOLLOWUP, "discounts-monthly#0", history=_HISTORY, k=3)
+        alone = explain(funnel, _FOLLOWUP, "discounts-monthly#0", k=3)
+    assert (said["verdict"], said["final_rank"]) == (expected.verdict, expected.final_rank)
+    assert said["final_rank"] == 1 and alone.final_rank != 1  # the history matters here
+    assert said["history"] == _HISTORY and said["searched"] == _RESOLVED
+    assert said["followup"]["query"] == _RESOLVED
+    assert said["followup"]["carried_terms"] == ["offer", "nonprofit", "discounts"]
+    assert said["transforms"] == expected.transforms == [said["followup"]]
+
+    res = CliRunner().invoke(app, args, env={"COLUMNS": "400"})
+    assert res.exit_code == 0, res.output
+    assert f"follow-up: searched {_RESOLVED!r}, not {_FOLLOWUP!r} as given" in res.output
+    assert "discounts-monthly#0: returned" in res.output, res.output
+
+
+@pytest.mark.parametrize("command", [["search", "refund"], ["explain", "refund", "1"]])
+@pytest.mark.parametrize(("turn", "said"), [
+    ("", "turn 2 of 2 is empty; each --history is one earlier turn's text: ''"),
+    ("   ", "turn 2 of 2 is empty; each --history is one earlier turn's text: '   '"),
+    ("a\x00b", "turn 2 of 2 contains a NUL byte, which Postgres text cannot hold: 'a\\x00b'"),
+    ("red \x1b[31mtext", "turn 2 of 2 holds the control character \\x1b: "
+                         "'red \\x1b[31mtext'"),
+])
+def test_a_bad_history_turn_is_one_error_line_naming_the_flag(
+        sample_db: str, command: list[str], turn: str, said: str) -> None:
+    from pgfunnel.cli.main import app
+
+    res = CliRunner().invoke(app, [*command, "--lexical-only", "--dsn", sample_db,
+                                   "--history", "refunds", "--history", turn])
+    assert res.exit_code == 1, res.output
+    assert res.output == f"error: --history: {said}\n", res.output
