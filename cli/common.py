@@ -642,6 +642,8 @@ class NullProgress:
 
     def update(self, *a: Any, **k: Any) -> None:
         return None
+
+
 HistoryOption = Annotated[list[str] | None, typer.Option(
     "--history",
     help="An earlier turn of the conversation, oldest first (repeatable: one --history "

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -668,14 +670,24 @@ def test_a_missing_collection_is_told_with_the_collections_there_are(
     assert hint.endswith("or ingest into it first: pgfunnel ingest PATH --collection NAME")
 
 
-def test_ctrl_c_during_an_ingest_of_a_folder_says_how_many_documents_are_in(
-        db: str, tmp_path: Path) -> None:
-    """Ctrl-C (SIGINT) while `pgfunnel ingest` reads a folder of many files: exit 130 and
-    one line, no traceback, naming how many documents its committed batches stored (it
-    said "the batches written before it stay" whether or not any had); each of those
-    documents is whole (chunks, terms, vectors) and none of the rest is half-written."""
+# the documents of collection 'big', which the two tests below ingest
+_BIG_COUNT = ("select count(*) from pgfunnel.document d join pgfunnel.collection c "
+              "on c.id = d.collection_id where c.name = 'big'")
+# the backends of an ingest of 'big' waiting for its writer lock
+_BIG_WAITING = ("select pid from pg_stat_activity where wait_event = 'advisory' and "
+                "query like '%pgfunnel:ingest:%' and pid <> pg_backend_pid()")
+
+
+@contextmanager
+def _ingest_waiting_at_its_second_batch(
+        db: str, tmp_path: Path, n_docs: int
+) -> Iterator[tuple[Any, psycopg.Connection[Any], list[tuple[int]], float]]:
+    """`pgfunnel ingest` of ``n_docs`` one-chunk files into collection 'big' (batches of
+    1,000), in a subprocess, held by the collection's writer lock once its first batch
+    has committed: yields the process, the connection holding the lock, the backends of
+    the ingest waiting for it, and the deadline (time.monotonic) the tests keep to. The
+    process is killed on the way out if it still runs."""
     import os
-    import signal
     import subprocess
     import sys
     import time
@@ -685,7 +697,7 @@ def test_ctrl_c_during_an_ingest_of_a_folder_says_how_many_documents_are_in(
     model = build_tiny_bi_encoder(tmp_path / "bi", dim=32)
     folder = tmp_path / "docs"
     folder.mkdir()
-    for i in range(4000):  # four batches of 1,000 documents
+    for i in range(n_docs):
         (folder / f"page{i:04d}.md").write_text(
             f"# Page {i}\n\n" + " ".join(f"word{i}x{j}" for j in range(24)) + "\n")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -696,29 +708,36 @@ def test_ctrl_c_during_an_ingest_of_a_folder_says_how_many_documents_are_in(
     # session-level, so that no transaction of the watcher's holds up the ingest's
     # concurrent index build
     lock = "select pg_try_advisory_lock(hashtext('pgfunnel:ingest:' || 'big'))"
-    count = ("select count(*) from pgfunnel.document d join pgfunnel.collection c "
-             "on c.id = d.collection_id where c.name = 'big'")
     try:
         with psycopg.connect(db, autocommit=True) as watcher:
             # after the first batch commits, hold the collection's writer lock so that
-            # the ingest waits at its next batch, where Ctrl-C comes
+            # the ingest waits at its next batch, where the test stops it
             deadline = time.monotonic() + 240
-            while not (watcher.execute(count).fetchone() or (0,))[0] or not (
+            while not (watcher.execute(_BIG_COUNT).fetchone() or (0,))[0] or not (
                     watcher.execute(lock).fetchone() or (False,))[0]:
                 assert proc.poll() is None and time.monotonic() < deadline, proc.poll()
                 time.sleep(0.02)
-            while not watcher.execute(
-                    "select exists (select from pg_stat_activity where wait_event = "
-                    "'advisory' and query like '%pgfunnel:ingest:%')"
-                    ).fetchone()[0]:  # type: ignore[index]
+            while not (pids := watcher.execute(_BIG_WAITING).fetchall()):
                 assert proc.poll() is None and time.monotonic() < deadline, proc.poll()
                 time.sleep(0.02)
-            stored = (watcher.execute(count).fetchone() or (0,))[0]
-            proc.send_signal(signal.SIGINT)
-            _, err = proc.communicate(timeout=60)
+            yield proc, watcher, pids, deadline
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_ctrl_c_during_an_ingest_of_a_folder_says_how_many_documents_are_in(
+        db: str, tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT) while `pgfunnel ingest` reads a folder of many files: exit 130 and
+    one line, no traceback, naming how many documents its committed batches stored (it
+    said "the batches written before it stay" whether or not any had); each of those
+    documents is whole (chunks, terms, vectors) and none of the rest is half-written."""
+    import signal
+
+    with _ingest_waiting_at_its_second_batch(db, tmp_path, 4000) as (proc, watcher, _, _):
+        stored = (watcher.execute(_BIG_COUNT).fetchone() or (0,))[0]
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "Traceback" not in err, err
     said = [line for line in err.splitlines() if line.startswith("interrupted")]
@@ -727,7 +746,7 @@ def test_ctrl_c_during_an_ingest_of_a_folder_says_how_many_documents_are_in(
                     "ingest again skips them, unchanged, and goes on"], err
     assert 0 < stored < 4000 and stored % 1000 == 0
     with psycopg.connect(db) as conn:
-        assert conn.execute(count).fetchone() == (stored,)
+        assert conn.execute(_BIG_COUNT).fetchone() == (stored,)
         # every stored document whole: its chunks, each with its vector and its terms
         assert conn.execute(
             "select count(*) from pgfunnel.document d where not exists (select from "
@@ -743,52 +762,18 @@ def test_an_ingest_cancelled_after_a_batch_committed_says_how_many_documents_are
     another session) after its first batch committed printed the error alone, not what
     was stored, as Ctrl-C says it; the error line now ends with what was kept, in Ctrl-C's
     words, so that an operator knows a rerun goes on from there."""
-    import os
-    import subprocess
-    import sys
     import time
 
-    from pgfunnel.tiny_models import build_tiny_bi_encoder
-
-    model = build_tiny_bi_encoder(tmp_path / "bi", dim=32)
-    folder = tmp_path / "docs"
-    folder.mkdir()
-    for i in range(2000):  # two batches of 1,000 documents
-        (folder / f"page{i:04d}.md").write_text(
-            f"# Page {i}\n\n" + " ".join(f"word{i}x{j}" for j in range(24)) + "\n")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pgfunnel.cli.main", "ingest", str(folder), "-c", "big",
-         "--chunk-words", "20", "--model", str(model), "--dsn", db],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    lock = "select pg_try_advisory_lock(hashtext('pgfunnel:ingest:' || 'big'))"
-    count = ("select count(*) from pgfunnel.document d join pgfunnel.collection c "
-             "on c.id = d.collection_id where c.name = 'big'")
-    waiting = ("select pid from pg_stat_activity where wait_event = 'advisory' and "
-               "query like '%pgfunnel:ingest:%' and pid <> pg_backend_pid()")
-    try:
-        with psycopg.connect(db, autocommit=True) as watcher:
-            # after the first batch commits, hold the collection's writer lock so that
-            # the ingest waits at its next batch, where the cancel request comes
-            deadline = time.monotonic() + 240
-            while not (watcher.execute(count).fetchone() or (0,))[0] or not (
-                    watcher.execute(lock).fetchone() or (False,))[0]:
-                assert proc.poll() is None and time.monotonic() < deadline, proc.poll()
-                time.sleep(0.02)
-            while not (pids := watcher.execute(waiting).fetchall()):
-                assert proc.poll() is None and time.monotonic() < deadline, proc.poll()
-                time.sleep(0.02)
-            stored = (watcher.execute(count).fetchone() or (0,))[0]
-            # each statement that waits on the lock is cancelled until the ingest stops
-            while proc.poll() is None and time.monotonic() < deadline:
-                for (pid,) in pids:
-                    watcher.execute("select pg_cancel_backend(%s)", (pid,))
-                time.sleep(0.1)
-                pids = watcher.execute(waiting).fetchall()
-            _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    with _ingest_waiting_at_its_second_batch(db, tmp_path, 2000) as (
+            proc, watcher, pids, deadline):
+        stored = (watcher.execute(_BIG_COUNT).fetchone() or (0,))[0]
+        # each statement that waits on the lock is cancelled until the ingest stops
+        while proc.poll() is None and time.monotonic() < deadline:
+            for (pid,) in pids:
+                watcher.execute("select pg_cancel_backend(%s)", (pid,))
+            time.sleep(0.1)
+            pids = watcher.execute(_BIG_WAITING).fetchall()
+        _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, err
     assert "Traceback" not in err, err
     said = [line for line in err.splitlines() if line.startswith("error")]
@@ -800,7 +785,7 @@ def test_an_ingest_cancelled_after_a_batch_committed_says_how_many_documents_are
         "unchanged, and goes on"), err
     assert 0 < stored < 2000
     with psycopg.connect(db) as conn:
-        assert conn.execute(count).fetchone() == (stored,)
+        assert conn.execute(_BIG_COUNT).fetchone() == (stored,)
 
 
 def test_every_help_shows_a_flag_without_a_type_and_a_value_as_typed() -> None:
