@@ -259,17 +259,14 @@ def stored_elsewhere(dsn_value: str | None, collection: str, read: set[str],
     """The citekeys of ``collection`` that an ingest of ``read`` would prune, sorted: those
     not read, less the copies the ingest writes because they are stored (do_ingest)."""
     from pgfunnel.db import connect, require_schema
-    from pgfunnel.ingest import collection_id
+    from pgfunnel.ingest import collection_id, unread_citekeys
 
     with connect(dsn_value, autocommit=True) as conn:
         require_schema(conn)
         cid = collection_id(conn, collection)
         if cid is None:
             return []
-        return [key for (key,) in conn.execute(
-            "select citekey from pgfunnel.document where collection_id = %s "
-            "and not (citekey = any(%s)) order by citekey", (cid, list(read))).fetchall()
-            if key not in copies]
+        return [key for key in unread_citekeys(conn, cid, read) if key not in copies]
 
 
 def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_words: int,
@@ -686,6 +683,7 @@ def search(
             response = funnel.search(query, history=turns, **search_params)
         funnel.close()
     followup = followup_of(response.transforms)
+    searched = followup["query"] if followup else query
     if json_out:
         if stale:
             response.notices.append(stale)
@@ -695,7 +693,7 @@ def search(
                    "rerank_skipped_reason": response.rerank_skipped_reason,
                    "index_version_id": response.index_version_id,
                    "history": turns or [],
-                   "searched": followup["query"] if followup else query,
+                   "searched": searched,
                    "followup": followup,
                    "results": [r.__dict__ for r in response.results]})
         return
@@ -705,7 +703,6 @@ def search(
     if not response.results:
         out.print("no results.", soft_wrap=True)
     else:
-        searched = followup["query"] if followup else query
         _print_results(f"{searched!r}", response.results, show_rerank=response.reranked)
     # a search that found nothing is traced too, and its trace is the one to read
     if response.search_id:

@@ -148,6 +148,14 @@ def require_collection(conn: psycopg.Connection[Any], name: str) -> int:
     return cid
 
 
+def unread_citekeys(conn: psycopg.Connection[Any], coll: int, read: Iterable[str]) -> list[str]:
+    """The citekeys of collection ``coll`` not in ``read``, sorted: what an ingest of
+    ``read`` with ``prune`` deletes (``Ingester.ingest``, and the dry run that lists it)."""
+    return [str(key) for (key,) in conn.execute(
+        "select citekey from pgfunnel.document where collection_id = %s "
+        "and not (citekey = any(%s)) order by citekey", (coll, list(read))).fetchall()]
+
+
 #: how many of a database's collections the error for a missing one names
 _COLLECTIONS_NAMED = 10
 
@@ -1831,9 +1839,7 @@ class Ingester:
             # chosen under the lock: a document another ingest wrote meanwhile is in the
             # collection, and not in this run, so it goes too (the run is the whole
             # collection)
-            stale = [key for (key,) in self.conn.execute(
-                "select citekey from pgfunnel.document where collection_id = %s "
-                "and not (citekey = any(%s)) order by citekey", (coll, list(read)))]
+            stale = unread_citekeys(self.conn, coll, read)
             if stale:
                 _delete_locked(self.conn, coll, stale)
         self.stats.pruned = stale
