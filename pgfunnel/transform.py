@@ -594,10 +594,51 @@ _FILLER_RE = re.compile(
 _PRONOUNS = frozenset({"it", "them", "they"})
 _FINAL_PRONOUNS = frozenset({"that", "this", "those", "these"})
 
+# words that open the object of a preposition used as one ("on the enterprise plan",
+# "with a free account"): a preposition named as a keyword ("for loop syntax", "with
+# statement") is followed by the words it is named with, never by one of these
+_DETERMINERS = frozenset({
+    "the", "a", "an", "my", "our", "your", "their", "his", "her", "its", "this", "that",
+    "these", "those", "each", "every", "all", "any", "some", "no"})
+
+# question words that stand for a whole question after another one ("why?", "how")
+_INTERROGATIVES = frozenset({
+    "why", "how", "what", "when", "where", "which", "who", "whom", "whose"})
+
 # words that compare with something said before instead of naming a topic
 _RELATIONAL_WORDS = frozenset({
     "different", "difference", "differ", "same", "similar", "possible", "also", "too", "else",
     "other", "instead", "still", "otherwise", "again"})
+
+
+# the fragment cues that are prepositions ("same" refers back by itself)
+_PREPOSITION_CUES = frozenset(_FRAGMENT_CUES) - {"same"}
+# cues that continue the previous question with a fragment of it
+_CONTINUATION_CUES = _PREPOSITION_CUES | {"and"}
+# words that, alone as a turn, point back to an earlier one ("why", "it", "same", "more")
+_POINTS_BACK = _INTERROGATIVES | _PRONOUNS | _FINAL_PRONOUNS | _RELATIONAL_WORDS | {"more"}
+
+
+def _reads_as_question(turn: str) -> bool:
+    """Whether *turn* is phrased as a question or sentence (a "?" or any function word),
+    not as bare keywords ("HAS_TLSv1", "object slice")."""
+    if turn.rstrip().endswith("?"):
+        return True
+    return any(w.casefold() in STOPWORDS for w in _words(turn))
+
+
+def _names_a_term(fragment: str) -> bool:
+    """Whether the words after a fragment's opening preposition read as one term ("loop
+    syntax", "import statement"): lower-case, the last one singular, none a determiner,
+    a name (a capital), a number or an identifier. A qualifying phrase has one of those
+    ("the enterprise plan", "monthly plans", "Windows 11")."""
+    after = _words(fragment)[1:]
+    if not after or after[0].casefold() in _DETERMINERS:
+        return False
+    if any(_is_identifier(w) or not w.islower() for w in after):
+        return False
+    last = after[-1].casefold()
+    return not (len(last) > 3 and last.endswith("s") and not last.endswith("ss"))
 
 
 # the longest word the analyzer indexes or searches (longer ones are dropped and reported)
@@ -609,7 +650,11 @@ class FollowupResolver:
 
     A query needs context when it has no topic word, or when it opens with a follow-up
     cue ("what about ...", "how about ..."). Then the topic words of the latest earlier
-    turn that has any are put in front of it. A topic word is a content word that is not
+    turn that has any are put in front of it. A self-contained query that only looks like
+    a fragment comes through unchanged, as a chat app sends the history with every turn:
+    one word that is no question ("Any"), a preposition naming a term ("for loop syntax?")
+    and a fragment without a "?" after keywords ("with statement" after "HAS_TLSv1").
+    The cues and stopwords are English only. A topic word is a content word that is not
     a stopword and not one of *qualifiers*; when *topic_terms* is given, only those words
     count as topics (a domain vocabulary makes the rule stricter and safer).
     """
@@ -662,6 +707,13 @@ class FollowupResolver:
         if cue is None and len(own) <= _ANAPHORA_MAX_TOPICS:
             cue = next((c for c in (*_ANAPHORA_CUES, *_FRAGMENT_CUES)
                         if lowered.startswith(c + " ")), None)
+            if cue in _PREPOSITION_CUES and len(own) > 1 and _names_a_term(rest):
+                # "for loop syntax?", "from import statement": a preposition followed by
+                # two topic words that read as one term names a thing of its own; a
+                # fragment that continues a question qualifies it with one word ("for
+                # teams?", "on mobile?") or with a phrase ("on the enterprise plan?",
+                # "for monthly plans?", "on Windows 11?")
+                cue = None
         if cue is None and own and len(own) <= _ANAPHORA_MAX_TOPICS:
             words = [w.casefold() for w in _words(query)]
             pronoun = next((w for w in words if w in _PRONOUNS), None)
@@ -670,6 +722,16 @@ class FollowupResolver:
             cue = None if pronoun is None else f"pronoun {pronoun!r}"
         if own and cue is None:
             return Resolution(query, query, [], "has its own topic; unchanged")
+        if cue is None:
+            words = [w.casefold() for w in _words(rest)]
+            if len(words) == 1 and not rest.rstrip().endswith("?") \
+                    and words[0] not in _POINTS_BACK:
+                # one word that is no question, pronoun or comparison ("Any", "X",
+                # "__all__", "with") is a keyword searched for itself: a chat app sends
+                # the history with every turn, and an earlier turn's topic put in front of
+                # it searched for that topic instead
+                return Resolution(query, query, [], "one word of its own, not a question "
+                                  "or a word that points back; unchanged")
         body = query
         if cue == "and":
             # "and on the enterprise plan?" continues the last question: left in after
@@ -681,6 +743,14 @@ class FollowupResolver:
         for turn in reversed(history):
             carried = [w for w in self.topic_words(turn) if _singular(w) not in present]
             carried = carried[: self.max_terms]
+            if carried and cue in _CONTINUATION_CUES and not query.rstrip().endswith("?") \
+                    and not _reads_as_question(turn):
+                # "with statement" after "HAS_TLSv1": keywords after keywords are two
+                # searches; a fragment continues a question, or asks one itself ("and for
+                # teams?" after "refund policy")
+                return Resolution(query, query, [], f"follow-up cue {cue!r}, but neither "
+                                  "the query nor the earlier turn with a topic is phrased as "
+                                  "a question; unchanged")
             if carried:
                 from pgfunnel.search import MAX_QUERY_CHARS
 

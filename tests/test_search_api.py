@@ -392,6 +392,20 @@ def test_followup_carries_the_topic_into_the_trace(sample_conn: psycopg.Connecti
     assert funnel.search("what about monthly plans?", k=3, principals=[]).transforms == []
 
 
+@pytest.mark.filterwarnings("ignore::pgfunnel.errors.SearchNoticeWarning")  # "for", "all"
+def test_a_self_contained_turn_with_history_is_searched_as_written(
+        sample_conn: psycopg.Connection[Any], embedder: Any) -> None:
+    # a chat app sends the history with every turn: "for loop syntax?" and "Any" were
+    # searched as "refunds for loop syntax?" and "refunds __all__"
+    funnel = Funnel(sample_conn, embedder=embedder)
+    for own in ("for loop syntax?", "__all__"):
+        resp = funnel.search(own, history=["how do refunds work?"], k=3, principals=[])
+        assert resp.query == own
+        assert resp.transforms[0]["step"] == "followup"
+        assert resp.transforms[0]["carried_terms"] == []
+        assert resp.transforms[0]["reason"].endswith("unchanged")
+
+
 def test_a_followup_hook_that_returns_no_resolution_is_named(
         sample_conn: psycopg.Connection[Any]) -> None:
     # a resolve() returning the text itself failed as "'str' object has no attribute

@@ -318,6 +318,55 @@ def test_fragments_and_thanks_before_a_cue_are_follow_ups() -> None:
         assert r.resolve(history, own).query == own
 
 
+def test_a_preposition_naming_a_term_of_its_own_is_no_follow_up() -> None:
+    # "for loop syntax?" opened with a fragment cue and named two topic words, few
+    # enough for a fragment: the last question's topic was put in front of it
+    r = FollowupResolver()
+    history = ["How do I get a refund on an annual plan?"]
+    for own in ("for loop syntax?", "from import statement", "from yield from expression",
+                "For loop syntax?"):
+        res = r.resolve(history, own)
+        assert res.query == own and res.carried_terms == [], own
+    # a fragment whose phrase qualifies (a determiner, a plural, a name, a number) is one
+    carried = "refund annual plan"
+    for q, searched in (("on the enterprise plan?", "refund annual on the enterprise plan?"),
+                        ("for monthly plans?", "refund annual for monthly plans?"),
+                        ("on Windows 11?", f"{carried} on Windows 11?"),
+                        ("with a free account?", f"{carried} with a free account?"),
+                        ("for teams?", f"{carried} for teams?")):
+        assert r.resolve(history, q).query == searched, q
+
+
+def test_a_fragment_after_keywords_is_a_keyword_search_of_its_own() -> None:
+    # "with statement" after "HAS_TLSv1" searched "has_tlsv1 with statement": a search box
+    # that sends its earlier searches as history joined two unrelated keyword searches
+    r = FollowupResolver()
+    for history, own in ((["HAS_TLSv1"], "with statement"), (["object slice"], "in operator"),
+                         (["setAttribute"], "and operator"), (["proxy"], "in keyword")):
+        res = r.resolve(history, own)
+        assert res.query == own and res.carried_terms == [], own
+        assert "phrased as a question" in res.reason
+    # a fragment asked as a question continues keywords, and any fragment a question
+    assert r.resolve(["refund policy"], "and for teams?").query == "refund policy for teams?"
+    assert r.resolve(["refund policy"], "on mobile?").query == "refund policy on mobile?"
+    assert r.resolve(["how do refunds work"], "for teams").query == "refunds for teams"
+    assert r.resolve(["how do refunds work"], "in operator").query == "refunds in operator"
+
+
+def test_one_word_that_is_no_question_is_a_keyword_search_of_its_own() -> None:
+    # "Any", "X" or "__all__" (typing.Any, a variable, a module attribute) have no topic
+    # word of the resolver's, and were searched as "<the last turn's topic> Any"
+    r = FollowupResolver()
+    history = ["How do I delete a project?"]
+    for own in ("Any", "X", "__all__", "and_", "Compare", "with", "for", "above"):
+        res = r.resolve(history, own)
+        assert res.query == own and res.carried_terms == [], own
+        assert res.reason.startswith("one word of its own")
+    # a question word, a pronoun, a comparison or any question still points back
+    for q in ("why", "why?", "how", "it?", "that", "more", "same", "else", "Any?", "X?"):
+        assert r.resolve(history, q).carried_terms == ["delete", "project"], q
+
+
 def test_comparison_words_are_not_topics() -> None:
     r = FollowupResolver()
     assert r.topic_words("is it different or the same?") == []
