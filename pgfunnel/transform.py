@@ -700,9 +700,10 @@ class FollowupResolver:
         own = self.topic_words(rest)
         lowered = " ".join(rest.casefold().split())
         cue = next((c for c in _FOLLOWUP_CUES if lowered.startswith(c + " ")), None)
-        if cue == "and" and len(own) > _ANAPHORA_MAX_TOPICS:
-            # "And how do I export invoices as CSV?" asks a question of its own: the
-            # previous turn's topic put in front of it searched for both
+        if cue in ("and", "what if") and len(own) > _ANAPHORA_MAX_TOPICS:
+            # "And how do I export invoices as CSV?" and "what if I exceed my storage
+            # quota?" ask a question of their own: the previous turn's topic put in
+            # front of it searched for both
             cue = None
         if cue is None and len(own) <= _ANAPHORA_MAX_TOPICS:
             cue = next((c for c in (*_ANAPHORA_CUES, *_FRAGMENT_CUES)

@@ -298,6 +298,21 @@ def test_an_and_opening_a_question_of_its_own_is_unchanged() -> None:
         "refund", "annual"]
 
 
+def test_a_what_if_naming_more_than_two_topic_words_is_a_question_of_its_own() -> None:
+    # "what if" opened a follow-up whatever followed it: "what if I exceed my storage
+    # quota?" after a question about refunds searched "refunds what if I exceed ..."
+    r = FollowupResolver()
+    history = ["How do I get a refund on an annual plan?"]
+    for own in ("what if I exceed my storage quota?", "What if I lose my 2FA device?",
+                "ok, what if I delete my account and create a new one"):
+        res = r.resolve(history, own)
+        assert res.query == own and res.carried_terms == [], own
+    # with at most two topic words of its own it still continues the last question
+    assert r.resolve(history, "what if I'm on the enterprise plan?").query == (
+        "refund annual what if I'm on the enterprise plan?")
+    assert r.resolve(history, "what if it fails?").carried_terms == ["refund", "annual", "plan"]
+
+
 def test_fragments_and_thanks_before_a_cue_are_follow_ups() -> None:
     # "for teams?", "how much?" and "that one?" each named a word of their own and
     # counted as questions of their own; "Thanks! And on mobile?" hid its cue
