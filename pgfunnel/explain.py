@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -12,8 +13,15 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from pgfunnel.db import tuple_rows
-from pgfunnel.errors import ConfigError, NotFoundError, check_sql_text, string_list, translate
-from pgfunnel.search import Funnel, SearchParams, check_query_text
+from pgfunnel.errors import (
+    ConfigError,
+    NotFoundError,
+    check_sql_text,
+    shown,
+    string_list,
+    translate,
+)
+from pgfunnel.search import Funnel, SearchParams, SearchResponse, check_query_text, rerank_head
 
 _TARGET = re.compile(r"^(?P<citekey>.+)#(?P<ordinal>[0-9]+)$")
 _ARGS = ("k", "collection", "principals", "tenant", "language", "metadata_filter", "fusion",
@@ -45,17 +53,24 @@ class Explanation:
     #: resolution of ``history``, the guarded rewrite), as :attr:`SearchResponse.transforms`
     #: holds them for a search: empty when neither ran
     transforms: list[dict[str, Any]] = field(default_factory=list)
+    #: whether the search explained reranked its pool (a Funnel with a reranker, unless
+    #: ``rerank=False`` or the rerank gate skipped the model): ``final_rank``, ``verdict``
+    #: and ``reason`` then follow the reranked order through the cap and the cut
+    reranked: bool = False
+    #: the chunk's rank and score from the reranker; None when it was not reranked (not in
+    #: the pool, below the Funnel's ``rerank_depth``, or no rerank ran)
+    rerank_rank: int | None = None
+    rerank_score: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-#: explain()'s notice when the Funnel has a reranker, which explain does not run
+#: kept for code that imports it; explain() no longer gives it: on a Funnel with a
+#: reranker it follows the reranked search (``rerank=False`` follows the search without)
 RERANK_NOT_FOLLOWED = (
     "pgfunnel: explain follows the search without the reranker (fused order to the cap "
-    "and the cut, as funnel.search(..., rerank=False)); this Funnel reranks the pool "
-    "before the cap, so its searches can return other chunks (compare the chunk's "
-    "rerank_rank in funnel.search(...).pool)")
+    "and the cut, as funnel.search(..., rerank=False))")
 
 #: explain()'s verdict for a chunk that does not exist or that the caller cannot see
 HIDDEN_OR_MISSING = "filtered out or does not exist"
@@ -115,7 +130,7 @@ def resolve_target(conn: psycopg.Connection[Any], target: str, collection: str) 
 
 def explain(funnel: Funnel, query: str | None, target: str | int, *,
             query_embedding: Any = None, history: Sequence[str] | None = None,
-            **params: Any) -> Explanation:
+            rerank: bool | None = None, **params: Any) -> Explanation:
     """Follow one chunk through the funnel for a query, with the funnel's search parameters.
     ``target`` is a chunk id (an int, as a result's ``chunk_id``, or its digits),
     ``CITEKEY#ORDINAL``, or a document's ``CITEKEY``: then each of its chunks the reader
@@ -123,7 +138,13 @@ def explain(funnel: Funnel, query: str | None, target: str | int, *,
     the best fused rank, then the best rank in a leg), the reason saying of how many.
     ``history`` and the Funnel's ``rewriter`` and ``followup`` hooks apply as in
     :meth:`Funnel.search`: the text they give is the one followed, and a notice names it
-    beside the query as given."""
+    beside the query as given.
+
+    On a Funnel with a reranker (``rerank`` None, as for :meth:`Funnel.search`, or True)
+    the search itself runs, reranker included (candidates, rerank, cap, cut), and a chunk
+    of its pool is followed in the reranked order: ``rerank_rank`` and ``rerank_score``
+    are the reranker's, ``final_rank``, ``verdict`` and ``reason`` what the cap and the cut
+    did to that order. ``rerank=False`` follows the search without the reranker."""
 
     if isinstance(target, (int, np.integer)) and not isinstance(target, bool):
         target = str(int(target))
@@ -140,8 +161,13 @@ def explain(funnel: Funnel, query: str | None, target: str | int, *,
         # a NUL or a lone surrogate: Postgres' own error named nothing
         check_sql_text("chunk", target)
 
+    if rerank is not None and not isinstance(rerank, (bool, np.bool_)):
+        raise ConfigError("rerank", f"must be True, False or None, got {shown(rerank)}")
+    use_rerank = (funnel.reranker is not None) if rerank is None else bool(rerank)
+    if use_rerank and funnel.reranker is None:
+        raise ConfigError("rerank", "rerank requested but this Funnel has no reranker")
     p = funnel._params_for(params)
-    query = check_query_text(query)
+    given_query = query = check_query_text(query)
     if history is not None:
         history = string_list(history, "history")
     notices: list[str] = []
@@ -209,10 +235,29 @@ def explain(funnel: Funnel, query: str | None, target: str | int, *,
             raise translate(exc) from exc
         finally:
             conn.remove_notice_handler(collect)
+    response = None
+    if use_rerank:
+        # the search itself, reranker and all, on the text and vector followed above (the
+        # hooks run again on the query as given): the pool in the order the cap and the
+        # cut saw. Not traced: an explain writes nothing
+        from pgfunnel.errors import SearchNoticeWarning
+
+        with warnings.catch_warnings():
+            # the analyzer's notices are in `notices` already
+            warnings.simplefilter("ignore", SearchNoticeWarning)
+            response = funnel.search(given_query, query_embedding=vector, history=history,
+                                     rerank=True, **{**params, "trace": False})
+        if not response.reranked:
+            notices.append(f"pgfunnel: the search did not rerank "
+                           f"({response.rerank_skipped_reason}): explained in fused order")
     names = ("verdict", "lexical_rank", "lexical_score", "lexical_exact_score", "lexical_depth",
              "dense_rank", "dense_score", "dense_exact_score", "dense_depth", "fused_rank",
              "fused_score", "pool_size", "final_rank", "citekey", "reason")
     explained = [(cid, dict(zip(names, row, strict=True))) for cid, row in found]
+    if response is not None and response.reranked:
+        for cid, values in explained:
+            _follow_rerank(cid, values, response, p, rerank_head(
+                len(response.pool), funnel.rerank_depth, p))
     cid, values = min(explained, key=lambda e: _how_far(e[1]))
     if document and cid is not None and len(explained) > 1:
         # the ordinal is the name a reader can pass back (CITEKEY#ORDINAL); the id is
@@ -229,12 +274,68 @@ def explain(funnel: Funnel, query: str | None, target: str | int, *,
         values["reason"] = values["reason"].replace(
             f"chunk {asked} ", f"document {target} " if document else f"chunk {target} ", 1)
         cid = None
-    if funnel.reranker is not None:
-        # the SQL explain follows fused order to the cap and the cut: a reranking Funnel's
-        # searches reorder the pool before the cap, so they can return other chunks
-        notices.append(RERANK_NOT_FOLLOWED)
     return Explanation(target=target, chunk_id=cid, notices=notices, transforms=transforms,
                        **values)
+
+
+_IN_POOL = ("returned", "capped", "cut at k")
+
+
+def _follow_rerank(cid: int | None, values: dict[str, Any], response: SearchResponse,
+                   p: SearchParams, depth: int) -> None:
+    """``values`` (the SQL explain's row, fused order) for the reranked search's pool: a
+    chunk outside the pool (in no leg, not in the pool, hidden) never met the reranker and
+    keeps its answer; one in it gets its rerank rank and score, and the final rank,
+    verdict and reason of the reranked order through the cap and the cut."""
+    values["reranked"] = True
+    if cid is None or values["verdict"] not in _IN_POOL:
+        return
+    ordered = response.pool
+    pos = next((i for i, c in enumerate(ordered) if c.chunk_id == cid), None)
+    if pos is None:  # pragma: no cover - the pool changed between the two reads
+        return
+    chunk = ordered[pos]
+    values["rerank_rank"], values["rerank_score"] = chunk.rerank_rank, chunk.rerank_score
+    fused = values["fused_rank"]
+    if chunk.rerank_rank is None:
+        how = (f"not reranked: fused rank {fused} is below the rerank depth {depth} (the "
+               f"reranker scores the first {depth} of the pool of {len(ordered)}, "
+               f"rerank_depth), so it comes after them, at {pos + 1}")
+    else:
+        how = (f"reranked to {chunk.rerank_rank} of {depth} (score "
+               f"{chunk.rerank_score:.4g}) from fused rank {fused}")
+    legs = (f"lexical rank {_shown_rank(values['lexical_rank'])}, "
+            f"dense rank {_shown_rank(values['dense_rank'])}")
+    returned = next((r for r in response.results if r.chunk_id == cid), None)
+    values["final_rank"] = None if returned is None else returned.final_rank
+    if returned is not None:
+        values["verdict"] = "returned"
+        values["reason"] = f"returned at rank {returned.final_rank} ({how}; {legs})"
+        return
+    ahead = sum(1 for c in ordered[:pos] if c.document_id == chunk.document_id)
+    if ahead >= p.per_source_cap:
+        values["verdict"] = "capped"
+        keeps = "the best chunk" if p.per_source_cap == 1 \
+            else f"the best {p.per_source_cap} chunks"
+        values["reason"] = (f"{how}, but {'1 chunk' if ahead == 1 else f'{ahead} chunks'} "
+                            f"of {chunk.citekey!r} {'ranks' if ahead == 1 else 'rank'} above "
+                            f"it after the rerank and per_source_cap {p.per_source_cap} "
+                            f"keeps only {keeps} per source")
+        return
+    # the chunks that stay above it once the cap has run on the reranked order
+    per_doc: dict[int, int] = {}
+    kept_above = 0
+    for c in ordered[:pos]:
+        per_doc[c.document_id] = per_doc.get(c.document_id, 0) + 1
+        kept_above += per_doc[c.document_id] <= p.per_source_cap
+    values["verdict"] = "cut at k"
+    values["reason"] = (f"{how} and not capped, but "
+                        f"{'1 chunk comes' if kept_above == 1 else f'{kept_above} chunks come'}"
+                        f" before it after the rerank and the per-source cap and k is {p.k}")
+
+
+def _shown_rank(rank: int | None) -> str:
+    return "-" if rank is None else str(rank)
 
 
 def _how_far(values: dict[str, Any]) -> tuple[float, float, float]:
@@ -242,8 +343,11 @@ def _how_far(values: dict[str, Any]) -> tuple[float, float, float]:
     the pool (by fused rank), then by the better of its ranks in the legs."""
     missing = float("inf")
     legs = [r for r in (values["lexical_rank"], values["dense_rank"]) if r is not None]
+    # a reranked chunk's place in the pool is its rerank rank: the reranked head comes
+    # first, the tail it did not score keeps its fused order after it
+    placed = values.get("rerank_rank") or values["fused_rank"]
     return (values["final_rank"] if values["final_rank"] is not None else missing,
-            values["fused_rank"] if values["fused_rank"] is not None else missing,
+            placed if placed is not None else missing,
             min(legs) if legs else missing)
 
 

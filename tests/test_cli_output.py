@@ -1042,8 +1042,8 @@ def test_search_and_explain_json_hold_every_documented_field(sample_db: str) -> 
         "target", "chunk_id", "verdict", "lexical_rank", "lexical_score",
         "lexical_exact_score", "lexical_depth", "dense_rank", "dense_score",
         "dense_exact_score", "dense_depth", "fused_rank", "fused_score", "pool_size",
-        "final_rank", "citekey", "reason", "notices", "transforms", "history", "searched",
-        "followup"}, explained
+        "final_rank", "citekey", "reason", "notices", "transforms", "reranked",
+        "rerank_rank", "rerank_score", "history", "searched", "followup"}, explained
     assert (explained["transforms"], explained["history"], explained["followup"]) == (
         [], [], None)
     assert explained["final_rank"] == 1 and explained["notices"] == found["notices"]

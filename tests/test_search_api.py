@@ -1016,10 +1016,10 @@ class _ReversingReranker:
         return [{"corpus_id": n - 1 - i, "score": float(n - i)} for i in range(n)]
 
 
-def test_explain_says_it_does_not_follow_the_funnels_reranker(
-        sample_conn: psycopg.Connection[Any]) -> None:
+def test_explain_follows_the_funnels_reranker(sample_conn: psycopg.Connection[Any]) -> None:
     # explain() on a reranking Funnel answered "cut at k" for the chunk that Funnel's
-    # search returned, and "returned" for one it did not, without a word about the rerank
+    # search returned, and "returned" for one it did not, with a notice that it did not
+    # follow the reranker
     import warnings
 
     from pgfunnel.explain import RERANK_NOT_FOLLOWED, explain
@@ -1032,15 +1032,13 @@ def test_explain_says_it_does_not_follow_the_funnels_reranker(
         unreranked = funnel.search(query, k=1, principals=[], rerank=False).results[0]
     assert returned.chunk_id != unreranked.chunk_id
     e = explain(funnel, query, returned.chunk_id, k=1, principals=[])
-    assert e.verdict != "returned"  # explained as the search without the reranker
-    assert RERANK_NOT_FOLLOWED in e.notices
-    assert "rerank=False" in RERANK_NOT_FOLLOWED
+    assert e.verdict == "returned" and e.final_rank == 1 and e.rerank_rank == 1
+    assert RERANK_NOT_FOLLOWED not in e.notices
     e = explain(funnel, query, unreranked.chunk_id, k=1, principals=[])
-    assert e.verdict == "returned" and RERANK_NOT_FOLLOWED in e.notices
-    # without a reranker there is nothing to say
-    plain = Funnel(sample_conn, embedder=None)
-    assert RERANK_NOT_FOLLOWED not in explain(plain, query, unreranked.chunk_id, k=1,
-                                              principals=[]).notices
+    assert e.verdict in ("capped", "cut at k") and "after the rerank" in e.reason
+    # rerank=False: the search without the reranker, as search(rerank=False) returns it
+    e = explain(funnel, query, unreranked.chunk_id, k=1, principals=[], rerank=False)
+    assert e.verdict == "returned" and not e.reranked and e.rerank_rank is None
 
 
 def test_connections_and_pools_with_another_row_factory(sample_db: str) -> None:
@@ -1063,8 +1061,10 @@ def test_connections_and_pools_with_another_row_factory(sample_db: str) -> None:
             assert reranked.reranked and reranked.results
             assert funnel.search_multi(["refund", "money back"], k=3, principals=[]).results
             assert funnel.active_model()[1] == 384
-            assert explain(funnel, "refund", expected[0], k=5, principals=[]).verdict == \
-                "returned"
+            # explain follows the reranked search, on the application's connection too
+            e = explain(funnel, "refund", reranked.results[0].chunk_id, k=5, principals=[])
+            assert (e.verdict, e.final_rank, e.rerank_rank) == (
+                "returned", 1, reranked.results[0].rerank_rank)
             p = SearchParams.build(k=5, principals=[])
             assert Funnel(conn).embedder_for(conn, "default") is not None
             pool = funnel.candidates(conn, "refund", None, p)
@@ -1346,3 +1346,118 @@ def test_check_tells_a_bad_value_or_collection_without_searching(sample_db: str)
         with pytest.raises(NotFoundError, match="'nosuch'"):
             f.check("refund", collection="nosuch")
         assert f._embedder is None  # nothing loaded, nothing searched
+
+
+# -- explain follows the reranker ---------------------------------------------------------
+
+
+def _explained(funnel: Funnel, chunk_id: int, **params: Any) -> Any:
+    from pgfunnel.explain import explain
+
+    return explain(funnel, "glacier backup restore", chunk_id, k=4, principals=[],
+                   per_source_cap=2, **params)
+
+
+def _chunk(conn: psycopg.Connection[Any], citekey: str, ordinal: int) -> int:
+    row = conn.execute("select ch.id from pgfunnel.chunk ch join pgfunnel.document d on "
+                       "d.id = ch.document_id where d.citekey = %s and ch.ordinal = %s",
+                       (citekey, ordinal)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_explain_on_a_reranking_funnel_follows_the_reranked_order(
+        cap_conn: psycopg.Connection[Any]) -> None:
+    # explain followed the fused order and warned: a chunk the reranker lifted into the
+    # results was "cut at k", one it pushed below k "returned"
+    gamma, beta1 = _chunk(cap_conn, "gamma", 0), _chunk(cap_conn, "beta", 1)
+    funnel = Funnel(cap_conn, embedder=None, reranker=PreferMarker("lighthouse"))
+    resp = funnel.search("glacier backup restore", k=4, principals=[], per_source_cap=2,
+                         trace=True)
+    lifted = _explained(funnel, gamma)
+    assert _explained(funnel, gamma, rerank=False).verdict == "cut at k"
+    assert lifted.verdict == "returned" and lifted.final_rank == 1 and lifted.reranked
+    assert lifted.rerank_rank == 1 and lifted.rerank_score == pytest.approx(9.92)
+    assert lifted.fused_rank == 9 and lifted.notices == []
+    assert lifted.reason.startswith("returned at rank 1 (reranked to 1 of 9 (score 9.92) "
+                                    "from fused rank 9;")
+    pushed = _explained(funnel, beta1)
+    assert _explained(funnel, beta1, rerank=False).verdict == "returned"
+    assert pushed.verdict == "cut at k" and pushed.final_rank is None
+    assert pushed.rerank_rank == 7 and pushed.fused_rank == 6
+    assert "before it after the rerank and the per-source cap and k is 4" in pushed.reason
+    # every chunk of the pool: explain says what the search returned, and what its trace
+    # recorded for each dropped candidate (the trace records the rerank stage per chunk)
+    returned = {r.chunk_id: r.final_rank for r in resp.results}
+    trace = {row[0]: row[1:] for row in cap_conn.execute(
+        "select chunk_id, rerank_rank, final_rank, dropped from pgfunnel.search_trace "
+        "where search_id = %s", (resp.search_id,))}
+    for c in resp.pool:
+        e = _explained(funnel, c.chunk_id)
+        assert (e.final_rank, e.rerank_rank) == (returned.get(c.chunk_id), c.rerank_rank)
+        assert trace[c.chunk_id] == (c.rerank_rank, e.final_rank,
+                                     {"returned": None, "capped": "cap",
+                                      "cut at k": "below k"}[e.verdict])
+
+
+def test_explain_says_a_rerank_moved_a_chunk_across_the_cap(
+        cap_conn: psycopg.Connection[Any]) -> None:
+    alpha1, alpha3 = _chunk(cap_conn, "alpha", 1), _chunk(cap_conn, "alpha", 3)
+    funnel = Funnel(cap_conn, embedder=None, reranker=PreferMarker("section 4"))
+    assert _explained(funnel, alpha1, rerank=False).verdict == "returned"
+    capped = _explained(funnel, alpha1)
+    assert capped.verdict == "capped" and capped.rerank_rank == 4
+    assert capped.reason == (
+        "reranked to 4 of 9 (score -0.01) from fused rank 2, but 2 chunks of 'alpha' rank "
+        "above it after the rerank and per_source_cap 2 keeps only the best 2 chunks per "
+        "source")
+    assert _explained(funnel, alpha3, rerank=False).verdict == "capped"
+    kept = _explained(funnel, alpha3)
+    assert kept.verdict == "returned" and kept.final_rank == 1 and kept.rerank_rank == 1
+    # a whole document: its furthest chunk in the reranked order
+    doc = _explained(funnel, "alpha")
+    assert doc.chunk_id == alpha3 and doc.verdict == "returned"
+    # explain without the reranker is asked for as a search asks for it
+    with pytest.raises(ConfigError, match="^rerank: must be True, False or None"):
+        _explained(funnel, alpha3, rerank="no")
+    with pytest.raises(ConfigError, match="^rerank: rerank requested but this Funnel"):
+        _explained(Funnel(cap_conn, embedder=None), alpha3, rerank=True)
+
+
+def test_explain_names_the_rerank_depth_a_chunk_was_below(
+        cap_conn: psycopg.Connection[Any]) -> None:
+    gamma = _chunk(cap_conn, "gamma", 0)
+    funnel = Funnel(cap_conn, embedder=None, reranker=PreferMarker("lighthouse"),
+                    rerank_depth=3)
+    e = _explained(funnel, gamma)
+    assert e.verdict == "cut at k" and e.rerank_rank is None and e.rerank_score is None
+    assert e.reranked and e.reason.startswith(
+        "not reranked: fused rank 9 is below the rerank depth 3 (the reranker scores the "
+        "first 3 of the pool of 9, rerank_depth), so it comes after them, at 9 and not "
+        "capped, but 4 chunks come before it")
+
+
+def test_explain_runs_the_cross_encoder_the_search_runs(
+        cap_conn: psycopg.Connection[Any], tiny_reranker: Reranker) -> None:
+    funnel = Funnel(cap_conn, embedder=None, reranker=tiny_reranker)
+    resp = funnel.search("glacier backup restore", k=4, principals=[], per_source_cap=2)
+    assert resp.reranked
+    returned = {r.chunk_id: r.final_rank for r in resp.results}
+    for c in resp.pool:
+        e = _explained(funnel, c.chunk_id)
+        assert e.reranked and e.rerank_rank == c.rerank_rank
+        assert e.rerank_score == pytest.approx(c.rerank_score)
+        assert e.final_rank == returned.get(c.chunk_id)
+        assert (e.verdict == "returned") == (c.chunk_id in returned)
+
+
+def test_explain_says_when_the_gate_skipped_the_reranker(
+        sample_conn: psycopg.Connection[Any], tiny_reranker: Reranker) -> None:
+    from pgfunnel.explain import explain
+
+    # the gate skipped the model: the fused order is explained, and a notice says why
+    gated = Funnel(sample_conn, embedder=None, reranker=tiny_reranker, rerank_gate_margin=1e-12)
+    top = gated.search("refund annual plan", k=5, principals=[]).results[0]
+    e = explain(gated, "refund annual plan", top.chunk_id, k=5, principals=[])
+    assert e.verdict == "returned" and not e.reranked and e.rerank_rank is None
+    assert any("did not rerank (gate: top fused score leads" in n for n in e.notices)
