@@ -63,36 +63,62 @@ def explain_command(
     dense_depth: DenseDepthOption = None,
     lexical_only: LexicalOnlyOption = False,
     history: HistoryOption = None,
+    rerank: Annotated[bool, typer.Option(
+        help="Follow the search reranked with a cross-encoder, as search --rerank ranks.")
+    ] = False,
+    rerank_model: Annotated[str | None, typer.Option(
+        help="Cross-encoder model id or local path; needs --rerank. Default: the "
+             "ms-marco-MiniLM-L6-v2 cross-encoder.")] = None,
+    rerank_depth: Annotated[int | None, typer.Option(
+        help="How many pool candidates the reranker scores, as for search; needs "
+             "--rerank.")] = None,
     dsn: DsnOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """Say for each chunk whether it came back for the query, and if not, which stage lost it."""
     import warnings
 
+    from pgfunnel.errors import ConfigError
     from pgfunnel.explain import explain
-    from pgfunnel.search import Funnel
+    from pgfunnel.search import Funnel, check_rerank_depth
 
-    with handle_errors({**FUNNEL_FLAGS, "chunk": "CHUNKS", "history": "--history"}), \
+    with handle_errors({**FUNNEL_FLAGS, "chunk": "CHUNKS", "history": "--history",
+                        "rerank_depth": "--rerank-depth", "rerank_model": "--rerank-model"}), \
             warnings.catch_warnings():
         quiet_search_notices()
         turns = check_history(history)
         refuse_dense_options(lexical_only, dense_weight=dense_weight, dense_depth=dense_depth)
         weights = leg_weights(lexical_weight, dense_weight, lexical_only)
         rrf_args = rrf_k_args(rrf_k, fusion)
+        if not rerank and (rerank_model is not None or rerank_depth is not None):
+            # as search refuses them: an explain that never reranked, with nothing to say so
+            raise ConfigError("rerank_model" if rerank_model is not None else "rerank_depth",
+                              "applies only with --rerank; add --rerank to follow the "
+                              "reranked search")
+        check_rerank_depth(rerank_depth)
         from pgfunnel.db import connect
 
+        params = dict(k=k, principals=principal or [], tenant=tenant, fusion=fusion,
+                      **rrf_args, weights=weights, overfetch=overfetch,
+                      per_source_cap=per_source_cap, lexical_depth=lexical_depth,
+                      dense_depth=dense_depth)
         # explain runs the database's functions, an older release's until migrate: say so,
         # as search does (it followed the older search with nothing to tell)
         with connect(dsn, autocommit=True) as conn:
             stale = stale_functions_notice(conn, "explain")
-        funnel = Funnel(dsn, collection, embedder=None if lexical_only else "auto")
+            if rerank and stale is None:
+                # a bad value or an unknown collection is told before the cross-encoder
+                # loads (seconds), as search tells it
+                Funnel(conn, collection, embedder=None).check(query, **params)
+        reranker = None
+        if rerank:
+            from pgfunnel.rerank import DEFAULT_RERANK_MODEL, Reranker
+
+            reranker = Reranker(DEFAULT_RERANK_MODEL if rerank_model is None else rerank_model)
+        funnel = Funnel(dsn, collection, embedder=None if lexical_only else "auto",
+                        reranker=reranker, rerank_depth=rerank_depth)
         try:
-            found = [explain(funnel, query, c, history=turns, k=k,
-                             principals=principal or [], tenant=tenant, fusion=fusion,
-                             **rrf_args, weights=weights, overfetch=overfetch,
-                             per_source_cap=per_source_cap, lexical_depth=lexical_depth,
-                             dense_depth=dense_depth)
-                     for c in chunks]
+            found = [explain(funnel, query, c, history=turns, **params) for c in chunks]
         finally:
             funnel.close()
     if stale:
@@ -119,7 +145,9 @@ def explain_command(
                   f"BM25 {show(e.lexical_exact_score)})  dense rank {show(e.dense_rank)} "
                   f"(depth {show(e.dense_depth)}, cosine {show(e.dense_exact_score)})  "
                   f"fused rank {show(e.fused_rank)} of pool {e.pool_size}  "
-                  f"final rank {show(e.final_rank)}", highlight=False, soft_wrap=True)
+                  + (f"rerank rank {show(e.rerank_rank)} (score {show(e.rerank_score)})  "
+                     if e.reranked else "")
+                  + f"final rank {show(e.final_rank)}", highlight=False, soft_wrap=True)
         # the reason names SQL's parameters; here they are this command's options
         reason = e.reason
         for parameter in ("lexical_depth", "dense_depth"):

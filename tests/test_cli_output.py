@@ -294,10 +294,52 @@ def test_rerank_options_without_rerank_are_an_error(args: list[str], flag: str) 
     from pgfunnel.cli.main import app
     from typer.testing import CliRunner
 
-    res = CliRunner().invoke(app, ["search", "refund", *args, "--dsn", "bogus"],
-                             env={"COLUMNS": "200"})
-    assert res.exit_code == 1, res.output
-    assert f"{flag}: applies only with --rerank" in res.output
+    for command in ("search", "explain"):
+        res = CliRunner().invoke(app, [command, "refund", *(["1"] if command == "explain"
+                                                            else []), *args, "--dsn", "bogus"],
+                                 env={"COLUMNS": "200"})
+        assert res.exit_code == 1, res.output
+        assert f"{flag}: applies only with --rerank" in res.output
+
+
+def test_explain_rerank_follows_what_search_rerank_returns(sample_db: str,
+                                                           tmp_path: Path) -> None:
+    # explain had no --rerank: a chunk `search --rerank` returned could only be explained
+    # in fused order, where it may have been "cut at k" or "capped"
+    from pgfunnel.cli.main import app
+
+    from pgfunnel.tiny_models import build_tiny_cross_encoder
+
+    model = str(build_tiny_cross_encoder(tmp_path / "ce"))
+    rerank = ["--rerank", "--rerank-model", model, "-k", "2", "--per-source-cap", "1",
+              "--lexical-only", "--dsn", sample_db]
+    env = {"COLUMNS": "300", "HF_HUB_OFFLINE": "1"}
+    res = CliRunner().invoke(app, ["search", "refund plan", *rerank, "--json"], env=env)
+    assert res.exit_code == 0, res.output
+    found = json.loads(res.stdout)
+    assert found["reranked"] is True
+    returned = {r["chunk_id"]: r for r in found["results"]}
+    plain = CliRunner().invoke(app, ["search", "refund plan", *rerank[3:], "--json"], env=env)
+    assert plain.exit_code == 0, plain.output
+    fused = {r["chunk_id"] for r in json.loads(plain.stdout)["results"]}
+    assert fused != set(returned)  # the rerank changed what came back
+    chunks = [str(c) for c in sorted(fused | set(returned))]
+    res = CliRunner().invoke(app, ["explain", "refund plan", *chunks, *rerank, "--json"],
+                             env=env)
+    assert res.exit_code == 0, res.output
+    for e in json.loads(res.stdout):
+        cid = e["chunk_id"]
+        assert e["reranked"] is True and e["rerank_rank"] is not None
+        assert e["final_rank"] == (returned[cid]["final_rank"] if cid in returned else None)
+        assert (e["verdict"] == "returned") == (cid in returned), e
+        if cid in returned:
+            assert e["rerank_rank"] == returned[cid]["rerank_rank"]
+            assert e["rerank_score"] == pytest.approx(returned[cid]["rerank_score"])
+        else:
+            assert "after the rerank" in e["reason"], e
+    res = CliRunner().invoke(app, ["explain", "refund plan", chunks[0], *rerank], env=env)
+    assert res.exit_code == 0, res.output
+    assert "rerank rank " in res.output and "RERANK" not in res.output
 
 
 @pytest.mark.parametrize("depth", ["0", "-3"])
