@@ -1435,6 +1435,13 @@ def test_explain_names_the_rerank_depth_a_chunk_was_below(
         "not reranked: fused rank 9 is below the rerank depth 3 (the reranker scores the "
         "first 3 of the pool of 9, rerank_depth), so it comes after them, at 9 and not "
         "capped, but 4 chunks come before it")
+    # the trace of that search says the same: not reranked, dropped below k
+    resp = funnel.search("glacier backup restore", k=4, principals=[], per_source_cap=2,
+                         trace=True)
+    assert cap_conn.execute(
+        "select rerank_rank, rerank_score, final_rank, dropped from pgfunnel.search_trace "
+        "where search_id = %s and chunk_id = %s", (resp.search_id, gamma)).fetchone() == (
+        None, None, None, "below k")
 
 
 def test_explain_runs_the_cross_encoder_the_search_runs(
