@@ -155,5 +155,6 @@ def explain_command(
         # the pool's advice too ("k 3 x overfetch 4" before it stays a product of values)
         reason = reason.replace("; raise overfetch", f"; raise {FUNNEL_FLAGS['overfetch']}")
         reason = reason.replace("so raise k", "so raise -k")
+        reason = reason.replace(", rerank_depth)", ", --rerank-depth)")
         # one line each, for a log or a pipe to keep whole (the terminal wraps it)
         out.print(f"  {shown(reason)}", highlight=False, soft_wrap=True)

@@ -340,6 +340,14 @@ def test_explain_rerank_follows_what_search_rerank_returns(sample_db: str,
     res = CliRunner().invoke(app, ["explain", "refund plan", chunks[0], *rerank], env=env)
     assert res.exit_code == 0, res.output
     assert "rerank rank " in res.output and "RERANK" not in res.output
+    # a chunk below --rerank-depth: the reason names the option
+    last = str(found["results"][-1]["chunk_id"])
+    res = CliRunner().invoke(app, ["explain", "refund plan", last, *rerank, "--rerank-depth",
+                                   "1"], env=env)
+    said = " ".join(res.output.split())
+    assert res.exit_code == 0 and "rerank rank - (score -)" in said, said
+    assert "is below the rerank depth 1 (the reranker scores the first 1 of the pool" in said
+    assert ", --rerank-depth)" in said, said
 
 
 @pytest.mark.parametrize("depth", ["0", "-3"])
