@@ -383,12 +383,20 @@ def main(argv: list[str] | None = None) -> int:
                     help="the texts the corpus repeats, and their queries")
     ap.add_argument("--no-embed", action="store_true", help="skip the embedding-rate sample")
     args = ap.parse_args(argv)
+    # checked before the server starts: --size 0 built a database, ingested nothing and
+    # ended in a TypeError traceback from the index sizes; --queries 0 in numpy's
+    if any(s < 1 for s in args.size or []):
+        ap.error("--size: a number of chunks, 1 or more")
+    if args.queries < 1:
+        ap.error("--queries: a number of queries, 1 or more")
+    if not 1 <= args.k <= 1000:
+        ap.error("--k: between 1 and 1000, as funnel_search takes it")
+    if any(c < 1 for c in args.clients or []):
+        ap.error("--clients: a number of connections, 1 or more")
     from pgfunnel.db import resolve_dsn
 
     server = resolve_dsn(args.dsn)
     sizes = args.size or [10_000, 100_000]
-    if any(c < 1 for c in args.clients or []):
-        ap.error("--clients: a number of connections, 1 or more")
     clients = sorted({1, *(args.clients or [4])})
     runs = [bench_size(server, s, args.queries, args.k, clients, args.base) for s in sizes]
     embed_cps = None if args.no_embed else embed_rate()

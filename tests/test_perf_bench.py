@@ -51,3 +51,17 @@ def test_clients_without_one_still_gives_the_tables(server_dsn: str, tmp_path: P
     assert "| funnel_search |" in md and (out / "perf_latency.png").is_file()
     with pytest.raises(SystemExit):
         perf.main(["--size", "300", "--clients", "0", "--dsn", server_dsn, "--out", str(out)])
+
+
+@pytest.mark.parametrize("args", [["--size", "0"], ["--size", "300", "--size", "-5"],
+                                  ["--queries", "0"], ["--k", "0"], ["--k", "1001"]])
+def test_a_value_no_run_can_use_is_a_usage_error_before_the_server_starts(
+        args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # --size 0 created a database, ingested nothing, then died in a TypeError traceback
+    # reading the index sizes; the DSN here reaches no server, so only the parser answers
+    dsn = f"host={tmp_path / 'nowhere'} dbname=postgres"
+    with pytest.raises(SystemExit) as exc:
+        perf.main([*args, "--no-embed", "--dsn", dsn, "--out", str(tmp_path / "out")])
+    assert exc.value.code == 2
+    assert f"error: {args[-2]}:" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
