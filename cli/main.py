@@ -790,11 +790,15 @@ def demo(
 
         # the query's vector comes from `pgfunnel embed`: without it (NULL) funnel_search
         # runs the lexical leg alone, another search than the one above. psql substitutes
-        # its variables in a script it reads, not in -c.
+        # its variables in a script it reads, not in -c. A demo given --dsn (or
+        # PGFUNNEL_DSN) passes it to embed too: without it, embed read the embedded
+        # server's 'demo' collection (or started one), not the database the demo filled
+        server = resolve_dsn(dsn)
+        embed_dsn = f" --dsn {shlex.quote(server)}" if dsn else ""
         out.print(f"done in {time.perf_counter() - t0:.1f}s. The same search in SQL "
                   "(pgfunnel on the PATH: `. .venv/bin/activate`):\n"
-                  f"  psql '{resolve_dsn(dsn)}' -v q=\"$(pgfunnel embed '{q}' -c demo)\" "
-                  "<<'SQL'\n"
+                  f"  psql {shlex.quote(server)} -v q=\"$(pgfunnel embed '{q}' -c demo"
+                  f"{embed_dsn})\" <<'SQL'\n"
                   "  select citekey, lexical_rank, dense_rank, final_rank\n"
                   f"    from funnel_search('{q}', :'q', collection => 'demo', k => {k},\n"
                   "                       principals => '{" + DEMO_STAFF + "}');\n"

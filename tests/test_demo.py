@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from typing import Any
 
 from pgfunnel.cli.main import DEMO_INTERNAL, DEMO_STAFF, SAMPLE_CORPUS
@@ -60,7 +61,15 @@ def test_demo_runs_every_stage_and_hides_staff_documents(empty_db: str) -> None:
     query = re.search(r"pgfunnel embed '([^']+)' -c demo", text)
     k = re.search(r"k => (\d+)", script)
     assert query is not None and k is not None, text
-    literal = CliRunner().invoke(app, ["embed", query[1], "-c", "demo", "--dsn", empty_db])
+    # the commands as printed, as a shell splits them: both reach the database the demo
+    # filled (embed without --dsn read the embedded server's 'demo', or started one)
+    psql = shlex.split(text[text.index("  psql "):text.index(" -v q=")])
+    embed = re.search(r'\$\((pgfunnel embed [^)]*)\)', text)
+    assert embed is not None, text
+    assert psql == ["psql", empty_db]
+    assert shlex.split(embed[1]) == ["pgfunnel", "embed", query[1], "-c", "demo",
+                                     "--dsn", empty_db], embed[1]
+    literal = CliRunner().invoke(app, shlex.split(embed[1])[1:])
     assert literal.exit_code == 0, literal.output
     with connect(empty_db, autocommit=True) as conn:
         in_sql = [r[0] for r in conn.execute(script.replace(":'q'", "%s::vector"),
