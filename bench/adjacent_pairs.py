@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Offline experiment: would BM25 gain from terms for adjacent word pairs (a proximity signal)?
 
 Not part of the product. It answers one question before anyone builds it into the

@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Third docs benchmark, from Django 3.2's documentation (Debian ``python-django-doc``).
 
 Built like ``bench/pydocs.py`` (a Sphinx ``genindex.html`` gives the queries, each judged

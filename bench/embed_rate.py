@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Embedding rate of the ingest model per device, devices side by side in one run.
 
     python bench/embed_rate.py [--device cpu --device cuda] [--chunks 2000] [--repeats 3]

@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Latency of funnel_search vs its own legs and vs the RRF hybrid_search Supabase documents.
 
     python bench/pydocs.py build --out bench/data/pydocs          # real documentation text

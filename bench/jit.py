@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """funnel_search in a session with JIT on against one with it off, on a server that has JIT.
 
 Postgres compiles a statement to machine code when its estimated cost passes

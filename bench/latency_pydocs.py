@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Latency on the pydocs benchmark collection with real MiniLM vectors, peers in one run.
 
 Run `python bench/pydocs.py run` first (it ingests collection `pydocs` and builds the

@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Many collections in one database: what grows with the number of collections.
 
 One database fills with ``--collections`` collections of 50 - 3,000 chunks (sizes

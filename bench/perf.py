@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Performance benchmark: pgfunnel against its peers, in one run, on the same data.
 
 Corpus: a base of chunk texts repeated with variation (a few words swapped for words of

@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Second dev benchmark, from the PostgreSQL 15 documentation (Debian ``postgresql-doc-15``).
 
 Built like ``bench/pydocs.py`` so the two can check each other: pages are the documents

@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Dev benchmark built from the Python 3.11 documentation (Debian package ``python3.11-doc``).
 
 Corpus: one document per HTML page of the docs, converted to markdown-ish plain text with

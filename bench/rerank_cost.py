@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Cost of the rerank step: the whole search with rerank vs its bare parts.
 
     python bench/rerank_cost.py [--dsn DSN] [--queries 40] [--repeats 3] [--device cpu] [--fp16]

@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """fp16 against fp32 (or one batch size against another) for the rerank model: latency
 and agreement, the two side by side in one run.
 

@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Search latency with and without row-level security, measured in one run.
 
 Two databases with the same corpus (random vectors, no model): one without RLS

@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Searches while the active index version flips: every answer wholly old or wholly new?
 
 A second process runs N searches in a loop (funnel_search through the Python API) while
