@@ -171,11 +171,12 @@ def stop() -> None:
 
 
 def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | None,
-                   copies: dict[str, tuple[Any, str]] | None = None
-                   ) -> tuple[list[Any], list[str]]:
+                   copies: dict[str, tuple[Any, str]] | None = None,
+                   encoding: str | None = None) -> tuple[list[Any], list[str]]:
     """Every document the paths hold, validated, and the notes on what was left out;
     paths that hold no document are an error. ``copies``, when given, gets each document
-    left out as a copy of another, by citekey, with its note."""
+    left out as a copy of another, by citekey, with its note. ``encoding``: the one files
+    that are not UTF-8 are read in (read_paths)."""
     from pgfunnel.errors import InvalidDocumentError
     from pgfunnel.sources import (
         EmptyFileWarning,
@@ -193,7 +194,8 @@ def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | No
         for category in noted:
             warnings.simplefilter("always", category)
         origins: dict[str, Path] = {}
-        records = list(read_paths(paths, exclude or [], root, origins=origins))
+        records = list(read_paths(paths, exclude or [], root, origins=origins,
+                                  encoding=encoding))
     skipped = [str(w.message) for w in caught if issubclass(w.category, noted)]
     for w in caught:
         if not issubclass(w.category, noted):
@@ -232,8 +234,8 @@ def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | No
 
 
 def dry_run(paths: list[Path], chunk_words: int, exclude: list[str] | None,
-            root: Path | None, prune_from: tuple[str | None, str] | None = None
-            ) -> dict[str, Any]:
+            root: Path | None, prune_from: tuple[str | None, str] | None = None,
+            encoding: str | None = None) -> dict[str, Any]:
     """What an ingest would read: each document's citekey, title, chunks and words.
     ``prune_from`` (dsn, collection): also the documents ``--prune`` would delete there,
     read from the database (nothing is written)."""
@@ -241,7 +243,7 @@ def dry_run(paths: list[Path], chunk_words: int, exclude: list[str] | None,
     from pgfunnel.sources import chunk_text, count_words
 
     copies: dict[str, tuple[Any, str]] = {}
-    records, skipped = read_documents(paths, exclude, root, copies)
+    records, skipped = read_documents(paths, exclude, root, copies, encoding)
     # the checks the ingest would stop at, before any of its batches
     documents = [{"citekey": r.citekey, "title": r.title,
                   "chunks": len(chunk_text(r.text, chunk_words)),
@@ -272,7 +274,8 @@ def stored_elsewhere(dsn_value: str | None, collection: str, read: set[str],
 def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_words: int,
               model: str | None, private: bool, show_progress: bool = True,
               exclude: list[str] | None = None, root: Path | None = None,
-              kept: dict[str, int] | None = None, prune: bool = False) -> Any:
+              kept: dict[str, int] | None = None, prune: bool = False,
+              encoding: str | None = None) -> Any:
     """Ingest ``paths``. ``kept``, when given, counts as it goes the documents read
     ("total") and those whose batch has committed ("stored"), and, with ``prune``, the
     documents pruned once that has committed ("pruned"), for what a Ctrl-C says."""
@@ -284,7 +287,7 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
         # '' was taken as no --model: the collection's (or the default) model, unsaid
         check_model_name(model)
     copies: dict[str, tuple[Any, str]] = {}
-    records, skipped = read_documents(paths, exclude, root, copies)
+    records, skipped = read_documents(paths, exclude, root, copies, encoding)
     if kept is not None:
         kept["total"] = len(records)
     with connect(dsn_value, autocommit=True) as conn:
@@ -386,6 +389,12 @@ def ingest(
         help="Make the collection match the paths: once the ingest has committed, delete "
              "its documents this run did not read (files removed or --exclude'd since). "
              "Refused when the paths hold no document.")] = False,
+    encoding: Annotated[str | None, typer.Option(
+        metavar="NAME",
+        help="Read files that are not UTF-8 in this encoding (cp1252, latin-1, shift_jis: "
+             "any Python knows); valid UTF-8 is still read as UTF-8, and a byte order mark "
+             "or an HTML page's declared charset wins. Default: such a file is an error.")
+    ] = None,
     dry_run_only: Annotated[bool, typer.Option(
         "--dry-run", help="Read and chunk only: list each document's citekey, title and "
                           "chunks, and what was left out; no database (with --prune: "
@@ -398,12 +407,12 @@ def ingest(
     if dry_run_only:
         from pgfunnel.ingest import check_collection_name
 
-        with handle_errors(INDEX_FLAGS):
+        with handle_errors({**INDEX_FLAGS, "encoding": "--encoding"}):
             # the name a real run would refuse, refused here too: a dry run that passes
             # promises the ingest would start
             check_collection_name(collection)
             plan = dry_run(paths, chunk_words, exclude, root,
-                           (dsn, collection) if prune else None)
+                           (dsn, collection) if prune else None, encoding)
         if json_out:
             emit_json(plan)
             return
@@ -449,10 +458,11 @@ def ingest(
         # an operator knows a rerun resumes; nothing added when no batch had committed
         return stopped() if kept.get("stored") or "pruned" in kept else None
 
-    with handle_errors(index_flags(model), interrupted=stopped, kept=kept_then):
+    with handle_errors({**index_flags(model), "encoding": "--encoding"}, interrupted=stopped,
+                       kept=kept_then):
         stats = do_ingest(dsn, paths, collection, chunk_words, model, private,
                           show_progress=not json_out, exclude=exclude, root=root, kept=kept,
-                          prune=prune)
+                          prune=prune, encoding=encoding)
     if json_out:
         emit_json(stats.__dict__)
         return

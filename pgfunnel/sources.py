@@ -454,8 +454,29 @@ def _excluded(relative: Path, exclude: Sequence[str]) -> bool:
                for pattern in exclude)
 
 
+def check_encoding(encoding: str | None) -> str | None:
+    """``encoding``, the codec files that are not UTF-8 are read in (``--encoding``), if
+    Python knows it as a text encoding; None stays None. Anything else is a
+    :class:`ConfigError` naming ``encoding``."""
+    if encoding is None:
+        return None
+    if not isinstance(encoding, str):
+        raise ConfigError("encoding", f"must be the name of an encoding (cp1252, latin-1, "
+                                      f"shift_jis, ...) or None, got {type(encoding).__name__}")
+    try:
+        b"\n".decode(encoding)
+    except LookupError:
+        # an unknown name, or a codec that is not a text encoding (base64, rot13)
+        raise ConfigError("encoding", f"{encoding!r} is not a text encoding Python knows "
+                                      "(cp1252, latin-1, shift_jis, ...)") from None
+    except (UnicodeError, ValueError):
+        pass  # a text encoding a lone line break is too short for (utf-16)
+    return encoding
+
+
 def read_path(path: Path, root: Path | None = None,
-              exclude: Sequence[str] = ()) -> Iterator[DocumentRecord]:
+              exclude: Sequence[str] = (), *,
+              encoding: str | None = None) -> Iterator[DocumentRecord]:
     """Documents from one file, or every supported file under a folder.
 
     A file's citekey is its path relative to ``root`` without the suffix; without a
@@ -466,8 +487,13 @@ def read_path(path: Path, root: Path | None = None,
     A file in a folder that holds no text (empty, or an HTML page with no content, such
     as a redirect) is skipped with an :class:`EmptyFileWarning`; given by itself, it is
     an error.
+
+    A file is read as UTF-8 (a UTF-8 or UTF-16 byte order mark says which; an HTML page
+    may declare its charset); one that is not valid UTF-8 is an error, or, given an
+    ``encoding`` (any text codec Python knows: ``"cp1252"``, ``"latin-1"``), read in it.
     """
-    for _, rec in _read_path_records(path, root, exclude):
+    check_encoding(encoding)
+    for _, rec in _read_path_records(path, root, exclude, encoding):
         yield rec
 
 
@@ -484,8 +510,9 @@ def _left_out_of_build(files: list[Path], left: list[Path], build: str, what: st
     return [p for p in files if p not in left_out]
 
 
-def _read_path_records(path: Path, root: Path | None,
-                       exclude: Sequence[str]) -> Iterator[tuple[Path, DocumentRecord]]:
+def _read_path_records(path: Path, root: Path | None, exclude: Sequence[str],
+                       encoding: str | None = None
+                       ) -> Iterator[tuple[Path, DocumentRecord]]:
     """read_path's records, each with the file it came from."""
     if path.is_dir():
         base = root if root is not None else path
@@ -543,7 +570,7 @@ def _read_path_records(path: Path, root: Path | None,
                     if p.suffix.lower() in SUPPORTED_SUFFIXES]
         _refuse_shared_citekeys(readable, path)
         for child, citekey in readable:
-            for rec in _read_file(child, citekey, in_folder=True):
+            for rec in _read_file(child, citekey, in_folder=True, encoding=encoding):
                 yield child, rec
         # said, not silently skipped: a docs folder in a format pgfunnel does not read
         # (.tex, say) would otherwise look like an empty one
@@ -559,7 +586,7 @@ def _read_path_records(path: Path, root: Path | None,
                 OtherFilesWarning)
         return
     citekey = _citekey(path, root) if root is not None else path.stem
-    for rec in _read_file(path, citekey, in_folder=False):
+    for rec in _read_file(path, citekey, in_folder=False, encoding=encoding):
         yield path, rec
 
 
@@ -713,7 +740,10 @@ def _declared_html_encoding(m: re.Match[bytes]) -> str | None:
     return "cp1252" if codec in ("iso8859-1", "ascii") else codec
 
 
-def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRecord]:
+def _read_file(path: Path, citekey: str, in_folder: bool,
+               encoding: str | None = None) -> Iterator[DocumentRecord]:
+    """The documents of one file; a file that is not UTF-8, declares no charset and has
+    no byte order mark is read in ``encoding`` when one is given (``--encoding``)."""
     if not path.exists():
         raise InvalidDocumentError(f"{path}: no such file or directory")
     suffix = path.suffix.lower()
@@ -731,7 +761,7 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
         # as UTF-8 whatever the label says (a mislabelled page is the commoner mistake)
         html = suffix in (".html", ".htm")
         declared = _HTML_CHARSET.search(data[:4096]) if html else None
-        encoding = _declared_html_encoding(declared) if declared else None
+        page_encoding = _declared_html_encoding(declared) if declared else None
         if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
             # a byte order mark says what it is whatever else is declared (WHATWG): the
             # UTF-16 that Windows tools (PowerShell's Out-File) write
@@ -742,6 +772,24 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
                                            f"is not UTF-16 (byte {exc2.start}: {exc2.reason})"
                                            "; convert it to UTF-8, or leave it out with "
                                            "--exclude") from exc2
+        elif page_encoding is not None:
+            try:
+                raw = data.decode(page_encoding)
+            except UnicodeDecodeError as exc2:
+                raise InvalidDocumentError(f"{path}: not valid UTF-8, nor the {page_encoding} "
+                                           f"it declares (byte {exc2.start}: {exc2.reason}); "
+                                           "convert it to UTF-8, or leave it out with "
+                                           "--exclude") from exc2
+        elif encoding is not None and not data.startswith(codecs.BOM_UTF8):
+            # the encoding the caller gave (--encoding) for files that say none: a page's
+            # own charset and a byte order mark say more, the windows-1252 guess less
+            try:
+                raw = data.decode(encoding)
+            except UnicodeDecodeError as exc2:
+                raise InvalidDocumentError(
+                    f"{path}: not valid UTF-8, nor the {encoding} given (--encoding) (byte "
+                    f"{exc2.start}: {exc2.reason}); give the encoding it is in, or leave it "
+                    "out with --exclude") from exc2
         elif html and declared is None:
             # what a browser shows for a page that declares no charset (WHATWG's fallback
             # in Western locales); refused, it stopped the ingest of a whole manual
@@ -749,19 +797,13 @@ def _read_file(path: Path, citekey: str, in_folder: bool) -> Iterator[DocumentRe
             raw = data.decode("cp1252", errors=_WHATWG_C1)
             warn_at_caller(GuessedEncodingWarning(
                 f"{path}: declares no charset and is not UTF-8 (byte {exc.start}); read as "
-                "windows-1252, as browsers read it"), GuessedEncodingWarning)
-        elif encoding is None:
-            raise InvalidDocumentError(
-                f"{path}: not valid UTF-8 (byte {exc.start}: {exc.reason}); convert it to "
-                "UTF-8 (iconv -f latin1 -t utf-8, say), or leave it out with --exclude") from exc
+                "windows-1252, as browsers read it (--encoding names another)"),
+                GuessedEncodingWarning)
         else:
-            try:
-                raw = data.decode(encoding)
-            except UnicodeDecodeError as exc2:
-                raise InvalidDocumentError(f"{path}: not valid UTF-8, nor the {encoding} it "
-                                           f"declares (byte {exc2.start}: {exc2.reason}); "
-                                           "convert it to UTF-8, or leave it out with "
-                                           "--exclude") from exc2
+            raise InvalidDocumentError(
+                f"{path}: not valid UTF-8 (byte {exc.start}: {exc.reason}); give the encoding "
+                "it is in (--encoding cp1252, say: windows-1252, the Latin-1 of older docs), "
+                "convert it to UTF-8, or leave it out with --exclude") from exc
     raw = raw.removeprefix("\ufeff")
     if suffix != ".jsonl":
         # line ends as Path.read_text and browsers read them: a markdown file saved on
@@ -928,13 +970,15 @@ class OtherFilesWarning(UserWarning):
 
 
 def read_paths(paths: Iterable[Path], exclude: Sequence[str] = (),
-               root: Path | None = None, *, origins: dict[str, Path] | None = None
-               ) -> Iterator[DocumentRecord]:
+               root: Path | None = None, *, origins: dict[str, Path] | None = None,
+               encoding: str | None = None) -> Iterator[DocumentRecord]:
     """The documents of several files and folders (read_path each). A path given twice is
     read once, and so is a file given beside a folder that holds it, when both give it
     one citekey; two sources of one citekey (a JSONL line and a file, two folders read
     without a common root) are an error naming both, before the second is ingested.
-    ``origins``, given empty, is filled with each citekey's file."""
+    ``origins``, given empty, is filled with each citekey's file. ``encoding``: the
+    encoding files that are not UTF-8 are read in (read_path), checked before any is."""
+    check_encoding(encoding)
     read: set[Path] = set()
     origin: dict[str, Path] = {} if origins is None else origins
     for p in paths:
@@ -946,7 +990,7 @@ def read_paths(paths: Iterable[Path], exclude: Sequence[str] = (),
         if resolved in read:
             continue
         read.add(resolved)
-        for source, rec in _read_path_records(Path(p), root, exclude):
+        for source, rec in _read_path_records(Path(p), root, exclude, encoding):
             first = origin.setdefault(rec.citekey, source)
             if first is not source and _same_file(first, source):
                 # `ingest docs docs/setup.md`: the file's document, read again (it came

@@ -752,7 +752,8 @@ def test_a_page_declaring_no_charset_is_read_as_browsers_read_it(tmp_path: Path)
                if issubclass(w.category, GuessedEncodingWarning)]
     first_bad = page.index(b"\xfd")
     assert note.endswith(f"news.html: declares no charset and is not UTF-8 (byte "
-                         f"{first_bad}); read as windows-1252, as browsers read it")
+                         f"{first_bad}); read as windows-1252, as browsers read it "
+                         "(--encoding names another)")
     # the CLI says so among its notes
     res = CliRunner().invoke(app, ["ingest", str(tmp_path), "--dry-run", "--json"])
     assert res.exit_code == 0, res.output

@@ -1862,3 +1862,68 @@ def test_prune_by_a_role_that_may_not_delete_is_refused_before_anything_is_writt
     finally:
         conn.execute("reset role")
     assert _counts(conn) == before
+
+
+def test_cli_ingest_reads_files_that_are_not_utf8_in_the_encoding_given(db: str,
+                                                                       tmp_path: Path) -> None:
+    """A Markdown, text, reST or AsciiDoc file in windows-1252 (older docs) was refused,
+    with iconv as the only way on; --encoding reads it, and read_paths(encoding=) too."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.sources import read_paths
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "cafe.md").write_bytes("# Café\n\nThe café serves crème brûlée “daily”.\n"
+                                   .encode("cp1252"))
+    (docs / "notes.txt").write_bytes("Señor Muñoz wrote the notes.\n".encode("cp1252"))
+    (docs / "guide.rst").write_bytes("Guide\n=====\n\nÉtude of the façade.\n".encode("cp1252"))
+    (docs / "manual.adoc").write_bytes("= Manual\n\nDéjà vu.\n".encode("cp1252"))
+    # a UTF-8 file beside them stays UTF-8, its byte order mark dropped as before
+    (docs / "utf8.md").write_bytes(b"\xef\xbb\xbf# Utf\n\nna\xc3\xafve\n")
+    # HTML: a declared charset wins; one that declares none is read in the encoding given
+    (docs / "page.html").write_bytes(
+        '<html><head><meta charset="koi8-r"><title>Page</title></head><body><h1>Page</h1>'
+        "<p>Привет</p></body></html>".encode("koi8-r"))
+    (docs / "bare.html").write_bytes("<html><body><h1>Bare</h1><p>Привет мир</p></body>"
+                                     "</html>".encode("cp1251"))
+    base = ["ingest", str(docs), "-c", "latin", "--dsn", db]
+    res = CliRunner().invoke(app, base)
+    assert res.exit_code == 1, res.output
+    said = " ".join(res.output.split())
+    assert "not valid UTF-8" in said and "--encoding cp1252" in said, said
+    assert "iconv" not in said
+    # an unknown name is refused, naming it, before anything is read or written
+    for name in ("no-such-codec", "base64"):
+        res = CliRunner().invoke(app, [*base, "--encoding", name])
+        assert res.exit_code == 1, res.output
+        assert f"--encoding: {name!r} is not a text encoding Python knows" in \
+            " ".join(res.output.split()), res.output
+    with psycopg.connect(db) as conn:
+        assert conn.execute("select count(*) from pgfunnel.collection").fetchone() == (0,)
+    with pytest.raises(ConfigError, match="encoding"):
+        list(read_paths([docs], encoding="no-such-codec"))
+    # a codec that does not fit the bytes is a named error
+    res = CliRunner().invoke(app, [*base, "--encoding", "ascii"])
+    assert res.exit_code == 1 and "nor the ascii given (--encoding)" in \
+        " ".join(res.output.split()), res.output
+    res = CliRunner().invoke(app, [*base, "--encoding", "cp1252", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["documents_written"] == 7
+    with psycopg.connect(db) as conn:
+        texts = dict(conn.execute(
+            "select d.citekey, string_agg(c.text, ' ' order by c.ordinal) "
+            "from pgfunnel.document d join pgfunnel.chunk c on c.document_id = d.id "
+            "group by d.citekey").fetchall())
+    assert "The café serves crème brûlée “daily”." in texts["cafe"]
+    assert "Señor Muñoz" in texts["notes"]
+    assert "Étude of the façade." in texts["guide"]
+    assert "Déjà vu." in texts["manual"]
+    assert texts["utf8"] == "Utf\n\nnaïve"
+    assert "Привет" in texts["page"]
+    # cp1252 reads cp1251's bytes as letters of its own: the page declares nothing, so
+    # the encoding given is what it is read in, not the windows-1252 guess
+    assert "Привет мир" not in texts["bare"]
+    (rec,) = [r for r in read_paths([docs / "bare.html"], encoding="cp1251")]
+    assert "Привет мир" in rec.text
