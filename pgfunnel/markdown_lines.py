@@ -6,8 +6,9 @@ the chunker (``sources.chunk_text``) to find its sections and its code. A line o
 text that opens with ``#`` (a heading to Markdown) or with three backticks or tildes (a
 code fence, which made the rest of the page code until another such line, its section
 titles with it) is no such thing in those formats; its first character is escaped with a
-backslash, as CommonMark escapes it. The chunker holds an escaped ``#`` as ``#``; an
-escaped fence stays ``\\```` in the chunk, which a Markdown renderer shows as ``````.
+backslash, as CommonMark escapes it. The chunker reads the line as prose, and a chunk
+holds it as written, without the backslash (``sources._sections`` for ``#``,
+``sources._escaped_fences_shown`` for a fence).
 """
 
 from __future__ import annotations

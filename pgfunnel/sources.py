@@ -95,9 +95,11 @@ TERM_HEADING_LEVEL = 6
 # heading, and reStructuredText's indented text, a note's content, loses its indentation,
 # which made it code; 14: a line of reStructuredText or AsciiDoc text that starts with
 # three backticks or tildes opens no code block, nor does HTML's, which starts no
-# heading with `# ` either, and their nested list items are written nested). Unchanged
-# chunks keep their vectors (ChunkRecord.vector_key ignores whitespace).
-CHUNKING_VERSION = 14
+# heading with `# ` either, and their nested list items are written nested; 15: such a
+# line is stored as written, without the backslash that kept it from opening a block,
+# as a line starting with `#` already was). Unchanged chunks keep their vectors
+# (ChunkRecord.vector_key ignores whitespace).
+CHUNKING_VERSION = 15
 # a document's content hash starts with the chunking version it was chunked by, so that
 # `pgfunnel doctor` and ingest can tell documents stored by an older pgfunnel apart (the
 # pattern reads the same in Python and in Postgres' regular expressions); a hash without
@@ -1402,6 +1404,30 @@ def _first_h1(text: str) -> str:
 
 
 _ESCAPED_HASH = re.compile(r"^( {0,3})\\#")
+# a line of text that the reST, AsciiDoc and HTML readers escaped lest it open a code
+# fence (markdown_lines.text_line): `\```python`, `\~~~`
+_ESCAPED_FENCE = re.compile(r"^( {0,3})\\(?=`{3,}[^`]*$|~{3,})")
+
+
+def _escaped_fences_shown(text: str) -> str:
+    """A chunk's text with each escaped fence line outside its code blocks (``\\```x``)
+    shown as written (````` ```x `````), as a ``\\#`` line is (``_sections``): the
+    escape kept the chunker from opening a code block there, and is no part of the
+    document. Lines inside a fenced block are code, kept as they are."""
+    if "\\`" not in text and "\\~" not in text:
+        return text
+    lines = text.split("\n")
+    fence = ""
+    for i, line in enumerate(lines):
+        m = _FENCE.match(line)
+        if fence:
+            if m and _closes_fence(line, fence):
+                fence = ""
+        elif m:
+            fence = m.group(1)
+        else:
+            lines[i] = _ESCAPED_FENCE.sub(r"\1", line, count=1)
+    return "\n".join(lines)
 
 
 def _sections(text: str) -> list[tuple[str, str, tuple[str, ...], int]]:
@@ -1883,7 +1909,10 @@ def chunk_text(text: str, chunk_words: int = DEFAULT_CHUNK_WORDS) -> list[ChunkR
             # a blank line below the heading: on the next line a renderer would join it to
             # the paragraph, and to code indented four spaces (as the HTML and reST
             # readers write code), making both one paragraph of prose
-            full = f"{top}\n\n{body_text}" if top and body_text else top or body_text
+            # a text line's escaped fence is shown as written (the words are the same);
+            # a heading's escape (`\````, _heading_line) stays, or it would open a block
+            shown = _escaped_fences_shown(body_text)
+            full = f"{top}\n\n{shown}" if top and shown else top or shown
             chunks.append(ChunkRecord(len(chunks), heading, full, count_words(full),
                                       " > ".join(path), level if heading else 0))
     return chunks

@@ -1723,7 +1723,7 @@ def test_text_that_starts_like_a_heading_or_a_fence_is_text() -> None:
     chunks = chunk_text(text)
     assert [c.heading for c in chunks] == ["Restart", "Check"]
     assert chunks[0].text == ("Restart\n\n# systemctl restart nginx\n\n"
-                              "\\```python is how Markdown opens code")
+                              "```python is how Markdown opens code")
 
 
 def test_a_nested_list_stays_nested() -> None:

@@ -1927,3 +1927,42 @@ def test_cli_ingest_reads_files_that_are_not_utf8_in_the_encoding_given(db: str,
     assert "Привет мир" not in texts["bare"]
     (rec,) = [r for r in read_paths([docs / "bare.html"], encoding="cp1251")]
     assert "Привет мир" in rec.text
+
+
+def test_a_text_line_opening_with_backticks_is_stored_and_shown_as_written(
+        db: str, tmp_path: Path) -> None:
+    """A reST or AsciiDoc line of text starting with three backticks (or a `#`) is escaped
+    for the chunker lest it open a code block; the backslash showed in the stored chunk
+    and in `pgfunnel search` ("\\```python ..."), text that is not in the document."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    (tmp_path / "guide.rst").write_text(
+        "Guide\n=====\n\n```python opens a Markdown code block, zanzibar.\n\n"
+        "# zanzibar is a root prompt here\n\n~~~ zanzibar tildes\n\n"
+        ".. code-block:: md\n\n   \\```\n   kept as code\n\n"
+        "Install\n-------\n\nRun the installer.\n")
+    (tmp_path / "manual.adoc").write_text(
+        "= Manual\n\n```bash is prose here, quokka.\n\n== Next\n\nAfter.\n")
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path), "-c", "fences", "--dsn", db,
+                                   "--json"])
+    assert res.exit_code == 0, res.output
+    with psycopg.connect(db) as conn:
+        rows = conn.execute(
+            "select d.citekey, c.heading, c.text from pgfunnel.chunk c join pgfunnel.document"
+            " d on d.id = c.document_id order by d.citekey, c.ordinal").fetchall()
+    # still prose to the chunker: the sections below it are sections
+    assert [(key, heading) for key, heading, _ in rows] == [
+        ("guide", "Guide"), ("guide", "Install"), ("manual", "Manual"), ("manual", "Next")]
+    guide = rows[0][2].split("\n")
+    assert "```python opens a Markdown code block, zanzibar." in guide
+    assert "# zanzibar is a root prompt here" in guide and "~~~ zanzibar tildes" in guide
+    # a line inside a code block is code, kept as written
+    assert [line.strip() for line in guide if "kept" in line or "`" in line][-2:] == [
+        "\\```", "kept as code"]
+    assert "```bash is prose here, quokka." in rows[2][2].split("\n")
+    assert "\\```" not in rows[2][2]
+    res = CliRunner().invoke(app, ["search", "quokka", "-c", "fences", "--dsn", db,
+                                   "--lexical-only"], env={"COLUMNS": "300"})
+    assert res.exit_code == 0, res.output
+    assert "```bash is prose here, quokka." in res.stdout and "\\```" not in res.stdout

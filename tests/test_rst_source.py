@@ -441,8 +441,8 @@ Run the installer.
     (doc,) = read_path(tmp_path / "guide.rst")
     chunks = chunk_text(doc.text)
     assert [c.heading for c in chunks] == ["Guide", "Install"]
-    assert "\\```python is how Markdown opens a code block," in chunks[0].text.splitlines()
-    assert "\\~~~ also prose" in chunks[0].text.splitlines()
+    assert "```python is how Markdown opens a code block," in chunks[0].text.splitlines()
+    assert "~~~ also prose" in chunks[0].text.splitlines()
     assert chunks[1].text == "Install\n\nRun the installer."
     # code keeps its lines as written
     _, text = rst_to_text("Code\n====\n\n.. code-block:: md\n\n   ```\n   x\n   ```\n")
