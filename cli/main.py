@@ -113,7 +113,8 @@ def init(
         out.print(f"pgfunnel schema upgraded to revision {result['revision']} (was "
                   f"{result['revision_before']}); functions refreshed.", soft_wrap=True)
         for note in result["notes"]:
-            out.print(f"note: {note}", highlight=False, soft_wrap=True)
+            # notes on stderr, as every command's: stdout holds what was done
+            labelled("note", "yellow", note)
     else:
         out.print(f"pgfunnel schema already installed (revision {result['revision']}); "
                   "functions refreshed.", soft_wrap=True)
@@ -142,7 +143,7 @@ def migrate(dsn: DsnOption = None, json_out: JsonOption = False) -> None:
             out.print(f"schema upgraded to revision {result['revision']} (was "
                       f"{result['revision_before']}); functions refreshed.", soft_wrap=True)
         for note in result["notes"]:
-            out.print(f"note: {note}", highlight=False, soft_wrap=True)
+            labelled("note", "yellow", note)
 
 
 @app.command()
@@ -427,8 +428,9 @@ def ingest(
         out.print(f"{plural(len(plan['documents']), 'document')}, "
                   f"{plural(plan['chunks'], 'chunk')}, {plural(plan['words'], 'word')} "
                   "(dry run: nothing written)", highlight=False, soft_wrap=True)
+        # what was left out and why: notes, on stderr, so that the listing is stdout's alone
         for note in plan["notes"]:
-            out.print(f"  {shown(note)}", highlight=False, soft_wrap=True)
+            labelled("note", "yellow", note)
         if prune:
             _print_pruned(plan["pruned"], collection, "would be pruned (dry run: nothing "
                           "deleted)")
@@ -478,7 +480,7 @@ def ingest(
               f"embed {stats.embed_seconds:.1f}s, database {stats.db_seconds:.1f}s",
               highlight=False, soft_wrap=True)
     for note in stats.notes:
-        out.print(f"  {shown(note)}", highlight=False, soft_wrap=True)
+        labelled("note", "yellow", note)
     if prune:
         _print_pruned(stats.pruned, collection, "pruned (not read by this ingest)")
 

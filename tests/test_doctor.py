@@ -807,6 +807,9 @@ def test_documents_chunked_by_an_older_pgfunnel_are_named_and_chunked_again_once
         assert migrated.exit_code == 0, migrated.output
         assert "note: collection 'default': 2 document(s) were chunked by an older" in \
             " ".join(migrated.output.split())
+        # the result on stdout, the note on stderr
+        assert "functions refreshed" in migrated.stdout and "note:" not in migrated.stdout
+        assert migrated.stderr.startswith("note: collection 'default'")
         # the next ingest of the unchanged sources rewrites those two, says why, and
         # needs no model: their chunks read the same
         stats = Ingester(conn, "default", embedder=embedder).ingest(read_path(SAMPLE_CORPUS))

@@ -1114,9 +1114,9 @@ def test_a_page_gathering_the_others_whole_is_left_out(tmp_path: Path) -> None:
     # a note is one line however narrow the console, for a log to grep
     res = CliRunner().invoke(app, ["ingest", str(tmp_path), "--dry-run"],
                              env={"COLUMNS": "80"})
-    assert any(line.startswith("  left out 'full': it gathers 8") and
+    assert any(line.startswith("note: left out 'full': it gathers 8") and
                line.endswith("ingest it by itself to index it")
-               for line in res.stdout.splitlines()), res.stdout
+               for line in res.stderr.splitlines()), res.stderr
     res = CliRunner().invoke(app, ["ingest", str(tmp_path / "full.md"), "--dry-run", "--json"])
     assert [d["citekey"] for d in json.loads(res.stdout)["documents"]] == ["full"]
 

@@ -1966,3 +1966,32 @@ def test_a_text_line_opening_with_backticks_is_stored_and_shown_as_written(
                                    "--lexical-only"], env={"COLUMNS": "300"})
     assert res.exit_code == 0, res.output
     assert "```bash is prose here, quokka." in res.stdout and "\\```" not in res.stdout
+
+
+def test_cli_ingest_prints_results_on_stdout_and_notes_on_stderr(db: str,
+                                                                 tmp_path: Path) -> None:
+    """`pgfunnel ingest DIR > log` kept the notes (files left out, a version created) in
+    the log under the summary, while progress and warnings went to stderr; a note is
+    not a result: it is a `note:` line on stderr, as init's and migrate's are."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    (tmp_path / "a.md").write_text("# Alpha\n\nThe alpha page about widgets.\n")
+    (tmp_path / "empty.md").write_text("")
+    (tmp_path / "old.md").write_text("# Old\n\nA page the next ingest no longer reads.\n")
+    base = ["ingest", str(tmp_path), "-c", "streams", "--dsn", db]
+    for args in ([*base, "--dry-run"], base):
+        res = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+        assert res.exit_code == 0, res.output
+        assert "empty.md" not in res.stdout and "note:" not in res.stdout, res.stdout
+        assert "note: " in res.stderr and "empty.md: no text, skipped" in res.stderr
+        # the results stay on stdout: the listing, or the summary
+        assert ("2 documents, 2 chunks" if "--dry-run" in args
+                else "2 documents written") in " ".join(res.stdout.split()), res.stdout
+    assert "created index version 1 (active)" in res.stderr
+    # what --prune deletes is a result, on stdout
+    (tmp_path / "old.md").unlink()
+    res = CliRunner().invoke(app, [*base, "--prune"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "1 document of collection 'streams' pruned" in res.stdout
+    assert "  old" in res.stdout.splitlines()

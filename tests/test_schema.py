@@ -706,6 +706,9 @@ def test_init_on_an_older_schema_says_it_upgraded_it(sample_db: str) -> None:
     said = " ".join(ran.output.split())
     assert f"upgraded to revision {head} (was 0009)" in said, said
     assert "note: collection 'default': 1 document(s) were chunked by an older" in said
+    # the result on stdout, the note on stderr (`pgfunnel init > log` holds the result)
+    assert f"upgraded to revision {head}" in ran.stdout and "note:" not in ran.stdout
+    assert " ".join(ran.stderr.split()).startswith("note: collection 'default': 1 document")
     again = CliRunner().invoke(app, ["init", "--dsn", sample_db, "--json"])
     assert again.exit_code == 0 and '"notes": []' in again.output
 
