@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Precision of the default follow-up resolver: self-contained queries must come through.
 
 A chat app sends the history with every turn, so :class:`pgfunnel.transform.FollowupResolver`
