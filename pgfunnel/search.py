@@ -434,13 +434,16 @@ _LAST_SEARCH_ID_SQL = ("select nullif(pg_catalog.current_setting('pgfunnel.last_
                        "true), '')::bigint")
 
 
-def _search_id(results: Sequence[Result], traced: psycopg.Cursor[Any] | None) -> int | None:
+def _search_id(conn: psycopg.Connection[Any], results: Sequence[Result],
+               trace: bool) -> int | None:
     """A search's id: its rows carry it, and a traced search that found nothing has none
-    to carry it, so it is read from the session (``traced``, run right after the search in
-    its transaction)."""
+    to carry it, so only then is it read from the session (in the search's transaction,
+    before anything else can search on the connection)."""
     if results:
         return results[0].search_id
-    row = traced.fetchone() if traced is not None else None
+    if not trace:
+        return None
+    row = conn.execute(_LAST_SEARCH_ID_SQL, prepare=True).fetchone()
     return None if row is None or row[0] is None else int(row[0])
 
 
@@ -1105,13 +1108,10 @@ class Funnel:
         args["trace"] = p.trace
         t0 = time.perf_counter()
         with self._transaction(conn, p, seen, one_snapshot=exact_version):
-            cursor = conn.execute(_FUNNEL_SQL, args, prepare=True)
-            traced = conn.execute(_LAST_SEARCH_ID_SQL, prepare=True) if p.trace else None
-        rows = cursor.fetchall()
+            results = [Result(*r) for r in conn.execute(_FUNNEL_SQL, args, prepare=True)]
+            search_id = _search_id(conn, results, p.trace)
         timings["funnel_search"] = (time.perf_counter() - t0) * 1000
-        results = [Result(*r) for r in rows]
-        return SearchResponse(query, results, search_id=_search_id(results, traced),
-                              timings_ms=timings)
+        return SearchResponse(query, results, search_id=search_id, timings_ms=timings)
 
     def candidates(self, conn: psycopg.Connection[Any], query: str | None,
                    vector: np.ndarray | None, p: SearchParams) -> list[Candidate]:
@@ -1250,12 +1250,12 @@ class Funnel:
             cursor = self._execute_final(conn, query, ordered, p, reranked=skipped is None,
                                          notes=notes or None,
                                          index_version_id=seen.get("version_id"))
-            traced = conn.execute(_LAST_SEARCH_ID_SQL, prepare=True) if p.trace else None
-        results = [Result(*r) for r in cursor.fetchall()]
+            results = [Result(*r) for r in cursor.fetchall()]
+            search_id = _search_id(conn, results, p.trace)
         timings["final"] = (time.perf_counter() - t2) * 1000
         return SearchResponse(query, results, pool=ordered, reranked=skipped is None,
                               rerank_skipped_reason=skipped if use_model else None,
-                              search_id=_search_id(results, traced),
+                              search_id=search_id,
                               timings_ms=timings)
 
 
