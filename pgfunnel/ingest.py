@@ -80,9 +80,16 @@ DEFAULT_COLLECTION = "default"
 # Unicode-folded text with Unicode hyphens read as '-', words of every script read alike
 # whatever the database's locale, Chinese, Japanese, Korean, Thai, Lao, Burmese and Khmer
 # words as pairs of characters (sql/010_analyzer.sql); versions built with an older
-# analyzer keep it until reindexed
+# analyzer keep it until reindexed. english_v8 (identifiers opened or closed by
+# underscores kept whole with them) is chosen with `pgfunnel reindex --analyzer`
 DEFAULT_ANALYZER = "english_v7"
+# what TermAnalyzer strips from either end of a word before analysing it: characters no
+# token opens or closes with, so a word's terms are those of the word stripped
 _STRIP = string.punctuation + "\u201c\u201d\u2018\u2019\u00ab\u00bb"
+# the analyzers to which an underscore at either end of an identifier is part of it
+# (__init__, _exit): their words keep it
+_UNDERSCORE_ANALYZERS = frozenset({"english_v8", "simple_v8"})
+_STRIP_KEEPING_UNDERSCORES = _STRIP.replace("_", "")
 
 ProgressFn = Callable[[str, int, int | None], None]
 
@@ -644,6 +651,8 @@ class TermAnalyzer:
         # keyed by the raw whitespace-separated word, punctuation and all, so the hot
         # path is one dict lookup per word
         self.cache: dict[str, tuple[str, ...]] = {}
+        self.strip = (_STRIP_KEEPING_UNDERSCORES if analyzer in _UNDERSCORE_ANALYZERS
+                      else _STRIP)
 
     def prepare(self, texts: Iterable[str]) -> None:
         cache = self.cache
@@ -652,7 +661,8 @@ class TermAnalyzer:
         unknown = set(chain.from_iterable(map(str.split, texts))).difference(cache)
         if not unknown:
             return
-        stripped = {w: w.strip(_STRIP) for w in unknown}
+        strip = self.strip
+        stripped = {w: w.strip(strip) for w in unknown}
         distinct = sorted({s for s in stripped.values() if s})
         by_word: dict[str, tuple[str, ...]] = {}
         # words without a digit or a joiner go in a call of their own: the analyzer takes

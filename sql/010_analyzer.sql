@@ -40,6 +40,14 @@
 --     hyphen, figure dash, en dash, minus sign) as '-': ERR-4029 copied from a page that
 --     wrote it with a non-breaking hyphen gets the terms of ERR-4029, and a query typed
 --     either way finds the other
+--   * english_v8 and simple_v8 (the v7 rules) keep the underscores that open or close an
+--     identifier (_exit, __init__, __all__, class_) and the runs of them inside one
+--     (author__name): such a token is an identifier, indexed whole with its underscores
+--     (unstemmed) and in its parts, so `__init__` outranks a chunk that only says `init`,
+--     and `__all__` (whose part is a stop word) is a term at all. Before v8 the
+--     underscores were not part of the token: `__init__` was `init`, `__future__` the stem
+--     `futur`, `sys.__stdout__` the two words `sys` and `stdout`. A lone `_` or `__` is no
+--     token
 
 -- analyzers this version of pgfunnel knows; a new name is a new index version
 create or replace function pgfunnel.analyzers()
@@ -63,7 +71,9 @@ begin
            ('english_v6', 'english_stem', 'english_v5, with words of every script read alike whatever the database locale, and Thai, Lao, Burmese and Khmer indexed as pairs of characters'),
            ('simple_v6',  'simple',       'simple_v5, with words of every script read alike whatever the database locale, and Thai, Lao, Burmese and Khmer indexed as pairs of characters'),
            ('english_v7', 'english_stem', 'english_v6, with the Unicode hyphens, en dash and minus sign inside words read as hyphens'),
-           ('simple_v7',  'simple',       'simple_v6, with the Unicode hyphens, en dash and minus sign inside words read as hyphens');
+           ('simple_v7',  'simple',       'simple_v6, with the Unicode hyphens, en dash and minus sign inside words read as hyphens'),
+           ('english_v8', 'english_stem', 'english_v7, with identifiers that open or close with underscores (__init__, _exit) indexed whole with them'),
+           ('simple_v8',  'simple',       'simple_v7, with identifiers that open or close with underscores (__init__, _exit) indexed whole with them');
 end
 $$;
 
@@ -329,15 +339,25 @@ declare
     stem_dict regdictionary;
     inner_names boolean := analyzer in ('english_v2', 'simple_v2', 'english_v3', 'simple_v3',
                                         'english_v4', 'simple_v4', 'english_v5', 'simple_v5',
-                                        'english_v6', 'simple_v6', 'english_v7', 'simple_v7');
-    -- the v6 rules, which v7 keeps
-    v6 constant boolean := analyzer in ('english_v6', 'simple_v6', 'english_v7', 'simple_v7');
+                                        'english_v6', 'simple_v6', 'english_v7', 'simple_v7',
+                                        'english_v8', 'simple_v8');
+    -- the v6 rules, which v7 and v8 keep
+    v6 constant boolean := analyzer in ('english_v6', 'simple_v6', 'english_v7', 'simple_v7',
+                                        'english_v8', 'simple_v8');
+    -- the underscores that open, close or join an identifier's parts are its own (v8)
+    v8 constant boolean := analyzer in ('english_v8', 'simple_v8');
     -- what a word is made of: v6 names it (_nonword_chars); before, the database's locale
     -- did ([[:alnum:]], ASCII only under a "C" collation)
     nonword constant text := case when v6 then pgfunnel._nonword_chars() end;
     word_run constant text := case when v6 then '[^' || nonword || ']+' else '[[:alnum:]]+' end;
-    -- a token: runs of word characters joined by '.', '_' or '-'
-    token_run constant text := word_run || '(?:[._-]' || word_run || ')*';
+    -- a token: runs of word characters joined by '.', '_' or '-'; under v8 also opened
+    -- or closed by underscores, and joined by a run of them or by '.' or '-' with
+    -- underscores beside it (__init__, _exit, sys.__stdout__, author__name). An
+    -- underscore with no word character is no token
+    token_run constant text := case when v8
+                                    then '_*' || word_run || '(?:(?:_*[.-]_*|_+)' || word_run
+                                         || ')*_*'
+                                    else word_run || '(?:[._-]' || word_run || ')*' end;
     letter_run constant text := case when v6 then '[^0-9' || nonword || ']+'
                                      else '[[:alpha:]]+' end;
     digit_run constant text := case when v6 then '[0-9]+' else '[[:digit:]]+' end;
@@ -371,8 +391,10 @@ begin
                    (select string_agg(a.name, ', ') from pgfunnel.analyzers() a)));
     end if;
     if analyzer in ('english_v3', 'simple_v3', 'english_v4', 'simple_v4', 'english_v5',
-                    'simple_v5', 'english_v6', 'simple_v6', 'english_v7', 'simple_v7') then
-        inputs := pgfunnel._unicode_fold(inputs, analyzer in ('english_v7', 'simple_v7'));
+                    'simple_v5', 'english_v6', 'simple_v6', 'english_v7', 'simple_v7',
+                    'english_v8', 'simple_v8') then
+        inputs := pgfunnel._unicode_fold(inputs, analyzer in ('english_v7', 'simple_v7',
+                                                              'english_v8', 'simple_v8'));
     end if;
     -- read before v6 lowers its inputs (below); the test first spares most queries the
     -- function's statement

@@ -356,13 +356,17 @@ def _random_strings(n: int, seed: int) -> list[str]:
 @pytest.mark.parametrize("analyzer", ["english_v1", "simple_v1", "english_v2", "simple_v2",
                                       "english_v3", "simple_v3", "english_v4", "simple_v4",
                                       "english_v5", "simple_v5", "english_v6", "simple_v6",
-                                      "english_v7", "simple_v7"])
+                                      "english_v7", "simple_v7", "english_v8", "simple_v8"])
 def test_python_term_analyzer_matches_sql(conn: psycopg.Connection[Any], analyzer: str) -> None:
     texts = [json.loads(line)["text"] for line in SAMPLE.read_text().splitlines()]
     texts += _random_strings(150, seed=7) + _CJK_TEXTS + _OTHER_SCRIPT_TEXTS
     # Unicode dashes inside, around and between words (v7 reads some as '-')
     texts += [f"ERR{d}4029, jsonb{d}path {d}x 10{d} {d}{d}a{d}b{d}c." for d in _UNICODE_DASHES]
     texts += ["refunds\u2014annual", "os.path\u2010join ERR\ufe634029 \uff0dx"]
+    # underscores opening, closing and joining identifiers, inside punctuation (v8 keeps
+    # them)
+    texts += _UNDERSCORED_TEXTS + ["(__init__), `__all__`. _exit; class_: \"__main__\"?",
+                                   "._x_. -_y- _-z __.__ a__ __b__c_. \uff3f\uff3finit\uff3f"]
     ta = TermAnalyzer(conn, analyzer)
     ta.prepare(texts)
     for text in texts:
@@ -703,6 +707,85 @@ def test_an_identifier_written_with_a_unicode_hyphen_is_found_whole_under_v7(
         ["parts", "nbsp-hyphen"]
 
 
+_UNDERSCORED_TEXTS = ["__all__", "__init__", '__name__ == "__main__"', "sys.__stdout__",
+                      "_thread", "__future__", "os._exit", "_Bool", "__attribute__",
+                      "author__name", "class_", "_ __ ___", "__init__.py _2 x_1_"]
+
+
+def test_v7_reads_underscored_identifiers_as_before(conn: psycopg.Connection[Any]) -> None:
+    # v8 is a new analyzer: versions built with v7 keep these terms
+    assert [_terms(conn, t, "english_v7") for t in _UNDERSCORED_TEXTS] == [
+        [], ["init"], ["name", "main"], ["sys", "stdout"], ["thread"], ["futur"],
+        ["os", "exit"], ["bool"], ["attribut"], ["author", "name"], ["class"], [],
+        ["init", "py", "2", "x_1", "x", "1"]]
+
+
+@pytest.mark.parametrize("analyzer", ["english_v8", "simple_v8"])
+def test_v8_indexes_underscored_identifiers_whole_and_in_parts(
+        conn: psycopg.Connection[Any], analyzer: str) -> None:
+    expected = {
+        "__all__": ["__all__", "all"], "__init__": ["__init__", "init"],
+        '__name__ == "__main__"': ["__name__", "name", "__main__", "main"],
+        "sys.__stdout__": ["sys.__stdout__", "sys", "stdout", "__stdout__"],
+        "_thread": ["_thread", "thread"], "__future__": ["__future__", "future"],
+        "os._exit": ["os._exit", "os", "exit", "_exit"], "_Bool": ["_bool", "bool"],
+        "__attribute__": ["__attribute__", "attribute"],
+        "author__name": ["author__name", "author", "name"], "class_": ["class_", "class"],
+        # a lone underscore or a run of them is no term
+        "_ __ ___": [],
+        "__init__.py _2 x_1_": ["__init__.py", "init", "py", "__init__", "_2", "2",
+                                "x_1_", "x", "1"]}
+    english = analyzer.startswith("english")
+    for text, terms in expected.items():
+        if english:
+            # parts are stemmed and stop words dropped; the whole identifier is not
+            terms = [{"future": "futur", "attribute": "attribut"}.get(t, t) for t in terms
+                     if t != "all"]
+        assert _terms(conn, text, analyzer) == terms, text
+        # a query reads it the same way
+        for_query = conn.execute("select pgfunnel.analyze(%s, %s, true)",
+                                 (text, analyzer)).fetchone()
+        assert for_query is not None and list(for_query[0]) == terms, text
+    # a question about one keeps it
+    assert _terms(conn, "what is __all__ for", analyzer) != []
+    older = analyzer.replace("_v8", "_v7")
+    # identifiers v7 read whole read alike, and so does text with no underscore at the
+    # edge of a word or in a run
+    for text in ("jsonb_path_exists os.path.join", "ERR-4029 err 4029 err4029",
+                 "csv.QUOTE_ALL xml.etree.ElementTree", "ERR\u20114029"):
+        assert _terms(conn, text, analyzer) == _terms(conn, text, older), text
+    texts = [json.loads(line)["text"] for line in SAMPLE.read_text().splitlines()]
+    texts += _random_strings(100, seed=9) + _CJK_TEXTS + _OTHER_SCRIPT_TEXTS
+    # (beside a non-ASCII letter, an underscore may be at a word's edge once Chinese or
+    # Thai is read as pairs of characters: `Y_本` is `y_` and `本` under v8)
+    others = [t for t in texts
+              if not re.search(r"(?<![^\W_])_|_(?![^\W_])|__|[^\x00-\x7f]_|_[^\x00-\x7f]",
+                               unicodedata.normalize("NFKC", t))]
+    assert len(others) > 200
+    for text in others:
+        assert _terms(conn, text, analyzer) == _terms(conn, text, older), text
+
+
+def test_an_underscored_identifier_outranks_its_bare_word_under_v8(
+        conn: psycopg.Connection[Any]) -> None:
+    from funnel_util import make_collection
+
+    records = [doc("dunder", "Define __init__ to set up a new instance."),
+               # the bare word, more often: under v7 this outranked the identifier's chunk
+               doc("bare", "Run init once; init sets defaults, and init again resets them."),
+               doc("all", "A module's __all__ lists the names that import * takes."),
+               doc("other", "Unrelated text about refunds and invoices.")]
+    for name, analyzer in (("v8", "english_v8"), ("v7", "english_v7")):
+        make_collection(conn, name, 16, analyzer=analyzer)
+        ingest(conn, records, collection=name)
+    assert [r[1] for r in lexical(conn, "__init__", collection="v8")] == ["dunder", "bare"]
+    assert [r[1] for r in lexical(conn, "__init__", collection="v7")] == ["bare", "dunder"]
+    # the bare word still finds the identifier
+    assert {r[1] for r in lexical(conn, "init", collection="v8")} == {"dunder", "bare"}
+    assert [r[1] for r in lexical(conn, "__all__", collection="v8")] == ["all"]
+    assert lexical(conn, "__all__", collection="v7") == []
+
+
 def test_a_thai_word_finds_the_sentence_that_holds_it_under_v6(
         conn: psycopg.Connection[Any]) -> None:
     from funnel_util import make_collection
@@ -762,7 +845,7 @@ def test_an_unqualified_name_finds_its_qualified_spelling(
 @pytest.mark.parametrize("analyzer", ["english_v1", "simple_v1", "english_v2", "simple_v2",
                                       "english_v3", "simple_v3", "english_v4", "simple_v4",
                                       "english_v5", "simple_v5", "english_v6", "simple_v6",
-                                      "english_v7", "simple_v7"])
+                                      "english_v7", "simple_v7", "english_v8", "simple_v8"])
 @pytest.mark.parametrize("for_query", [False, True])
 def test_plain_words_take_a_shorter_path_to_the_same_rows(conn: psycopg.Connection[Any],
                                                           analyzer: str, for_query: bool) -> None:
