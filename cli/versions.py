@@ -104,10 +104,9 @@ def reindex(
         help="Embedding model id or local path for the new version (default: the active "
              "version's model).")] = None,
     analyzer: Annotated[str | None, typer.Option(
-        help="Analyzer for the new version's BM25 terms: english_v7 (the default for new "
-             "collections), simple_v7, english_v8 / simple_v8 (v7 with identifiers opened "
-             "or closed by underscores, __init__ or _exit, kept whole with them), or the "
-             "older english_v6 / simple_v6 / english_v5 / "
+        help="Analyzer for the new version's BM25 terms: english_v8 (the default for new "
+             "collections), simple_v8, or the older english_v7 / simple_v7 / english_v6 / "
+             "simple_v6 / english_v5 / "
              "simple_v5 / english_v4 / "
              "simple_v4 / english_v3 / "
              "simple_v3 / english_v2 / simple_v2 / english_v1 / simple_v1 (default: the "

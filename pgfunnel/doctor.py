@@ -303,11 +303,14 @@ def _rebuild_hnsw_advice(conn: psycopg.Connection[Any], vid: int, dims: int,
             "caches its graph walk")
 
 
-# the analyzers with the v6 rules (words of every script whatever the locale); v7 keeps them
-_V6_ANALYZERS = ("english_v6", "simple_v6", "english_v7", "simple_v7")
-_V7_ANALYZERS = ("english_v7", "simple_v7")
+# the analyzers with the v6 rules (words of every script whatever the locale); v7 and v8
+# keep them, v8 v7's
+_V6_ANALYZERS = ("english_v6", "simple_v6", "english_v7", "simple_v7", "english_v8",
+                 "simple_v8")
+_V7_ANALYZERS = ("english_v7", "simple_v7", "english_v8", "simple_v8")
+_V8_ANALYZERS = ("english_v8", "simple_v8")
 # what doctor's analyzer notes suggest: the newest analyzer of the collection's family
-_NEWEST_ANALYZER_VERSION = "v7"
+_NEWEST_ANALYZER_VERSION = "v8"
 
 
 def _has_v6_analyzer(version: dict[str, Any]) -> bool:
@@ -318,6 +321,17 @@ def _has_v6_analyzer(version: dict[str, Any]) -> bool:
 def _has_v7_analyzer(version: dict[str, Any]) -> bool:
     """What the note on words joined by Unicode dashes asks a reindex for."""
     return version["analyzer"] in _V7_ANALYZERS
+
+
+def _has_v8_analyzer(version: dict[str, Any]) -> bool:
+    """What the note on identifiers opened or closed by underscores asks a reindex for."""
+    return version["analyzer"] in _V8_ANALYZERS
+
+
+# an identifier opened or closed by underscores (__init__, _exit, class_), which v8
+# indexes whole with them and v6 and v7 as its bare parts; looked for in the same sample
+# of chunks as dashed words
+_UNDERSCORED_WORD = r"(^|[^[:alnum:]_])_+[[:alnum:]]|[[:alnum:]]_+($|[^[:alnum:]_])"
 
 
 # Unicode hyphens and dashes between two letters or digits, which v7 reads as '-' and v6
@@ -403,6 +417,12 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
         "         select 1 from (select k.text from pgfunnel.chunk k "
         "                         where k.collection_id = c.id limit %(dashed_sample)s) k "
         "          where k.text ~ %(dashed_word)s) as dashed_words, "
+        # identifiers opened or closed by underscores, which only v8 keeps whole
+        "       v.analyzer in ('english_v6', 'simple_v6', 'english_v7', 'simple_v7') "
+        "       and exists ("
+        "         select 1 from (select k.text from pgfunnel.chunk k "
+        "                         where k.collection_id = c.id limit %(dashed_sample)s) k "
+        "          where k.text ~ %(underscored_word)s) as underscored_words, "
         # non-ASCII text, which an analyzer before v6 mangles where the database's
         # collation reads ASCII letters only
         "       %(ascii_only_locale)s and exists ("
@@ -415,7 +435,7 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
     ).format(script_terms=sql.SQL(", ").join(
         _script_term_count(name) for name, *_ in _SCRIPT_PROBES)),
         {"ascii_only_locale": ascii_only_locale, "dashed_sample": _DASHED_WORD_SAMPLE,
-         "dashed_word": _DASHED_WORD,
+         "dashed_word": _DASHED_WORD, "underscored_word": _UNDERSCORED_WORD,
          **{f"{name}{key}": value for name, chars, shortest, analyzers, *_ in _SCRIPT_PROBES
             for key, value in (("", f"[{chars}]"), ("_shortest", shortest),
                                ("_analyzers", list(analyzers)))}}).fetchall()
@@ -626,6 +646,16 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
                                  f"{shlex.quote(name)} --analyzer {newer} --activate` "
                                  "indexes them as the same words joined by '-', so "
                                  "either spelling finds them, with no model time"))
+        elif r["underscored_words"]:
+            wanted.append(_has_v8_analyzer)
+            found.append(Finding("info", "active_index",
+                                 f"{where} uses analyzer {analyzer}, and its text holds "
+                                 "identifiers opened or closed by underscores (__init__, "
+                                 f"_exit), which {analyzer} indexes without them (__init__ "
+                                 "as init, __all__ not at all); `pgfunnel reindex -c "
+                                 f"{shlex.quote(name)} --analyzer {newer} --activate` "
+                                 "indexes them whole too, so the exact identifier outranks "
+                                 "its bare word, with no model time"))
         if version_hnsw_type(params) == HNSW_VECTOR:
             found.append(Finding("info", "active_index",
                                  f"{where} has a full-precision HNSW graph (it predates "
@@ -638,7 +668,8 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
         has_all = [v for v in retired.get(int(r["cid"]), [])
                    if all(w(v) for w in wanted) and v["model"] == r["model"]
                    and (v["analyzer"] == analyzer
-                        or ((_has_v6_analyzer in wanted or _has_v7_analyzer in wanted)
+                        or ((_has_v6_analyzer in wanted or _has_v7_analyzer in wanted
+                             or _has_v8_analyzer in wanted)
                             and v["analyzer"].split("_")[0] == family))]
         if wanted and has_all:
             v = has_all[0]

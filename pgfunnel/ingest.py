@@ -76,13 +76,13 @@ from pgfunnel.sources import (
 )
 
 DEFAULT_COLLECTION = "default"
-# english_v7: identifier-aware with the inner names of dotted identifiers, over
+# english_v8: identifier-aware with the inner names of dotted identifiers, identifiers
+# opened or closed by underscores (__init__, _exit) kept whole with them, over
 # Unicode-folded text with Unicode hyphens read as '-', words of every script read alike
 # whatever the database's locale, Chinese, Japanese, Korean, Thai, Lao, Burmese and Khmer
 # words as pairs of characters (sql/010_analyzer.sql); versions built with an older
-# analyzer keep it until reindexed. english_v8 (identifiers opened or closed by
-# underscores kept whole with them) is chosen with `pgfunnel reindex --analyzer`
-DEFAULT_ANALYZER = "english_v7"
+# analyzer keep it until reindexed
+DEFAULT_ANALYZER = "english_v8"
 # what TermAnalyzer strips from either end of a word before analysing it: characters no
 # token opens or closes with, so a word's terms are those of the word stripped
 _STRIP = string.punctuation + "\u201c\u201d\u2018\u2019\u00ab\u00bb"

@@ -49,7 +49,7 @@ class Collection(Base):
     name: Mapped[str] = mapped_column(Text, nullable=False, unique=True)
     private: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
     analyzer: Mapped[str] = mapped_column(
-        Text, nullable=False, server_default=text("'english_v7'")
+        Text, nullable=False, server_default=text("'english_v8'")
     )
     embedding_model: Mapped[str | None] = mapped_column(Text)
     settings: Mapped[dict[str, Any]] = mapped_column(

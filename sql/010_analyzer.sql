@@ -620,7 +620,7 @@ $$;
 -- `tell`, Hypothesis' `explain` phase) rather than left with nothing to search.
 -- (_pool runs the same two passes itself, the second only when the first leaves
 -- nothing: this wrapper's cost is off a search's path.)
-create or replace function pgfunnel.analyze_each(inputs text[], analyzer text default 'english_v7',
+create or replace function pgfunnel.analyze_each(inputs text[], analyzer text default 'english_v8',
                                                  for_query boolean default false)
 returns table (input_ordinal integer, token_position integer, token text, term text, dropped text)
 language plpgsql stable parallel safe
@@ -657,7 +657,7 @@ end
 $$;
 
 -- every token of a text, what it became, and why anything was dropped
-create or replace function pgfunnel.analyze_tokens(input text, analyzer text default 'english_v7',
+create or replace function pgfunnel.analyze_tokens(input text, analyzer text default 'english_v8',
                                                    for_query boolean default false)
 returns table (token_position integer, token text, term text, dropped text)
 language sql stable parallel safe
@@ -669,7 +669,7 @@ as $$
 $$;
 
 -- the terms a text becomes (what the lexical leg sees), in order
-create or replace function pgfunnel.analyze(input text, analyzer text default 'english_v7',
+create or replace function pgfunnel.analyze(input text, analyzer text default 'english_v8',
                                             for_query boolean default false)
 returns text[]
 language sql stable parallel safe
@@ -683,7 +683,7 @@ $$;
 
 -- the query words the analyzer dropped whole, so callers can say so instead of failing
 -- silently; a word of which some part is searched (`s3` without its stop word `s`) is not one
-create or replace function pgfunnel.dropped_query_words(input text, analyzer text default 'english_v7')
+create or replace function pgfunnel.dropped_query_words(input text, analyzer text default 'english_v8')
 returns text[]
 language sql stable parallel safe
 security invoker

@@ -154,9 +154,9 @@ def test_a_version_with_an_older_analyzer_is_pointed_to_its_newest(sample_db: st
             [notes[older]] = [f for f in check_active_indexes(conn) if "analyzer" in f.message]
     assert {n.level for n in notes.values()} == {"info"}
     v1, v2 = notes["simple_v1"].message, notes["english_v2"].message
-    assert "pgfunnel reindex -c default --analyzer simple_v7 --activate" in v1
+    assert "pgfunnel reindex -c default --analyzer simple_v8 --activate" in v1
     assert "inner names" in v1
-    assert "pgfunnel reindex -c default --analyzer english_v7 --activate" in v2
+    assert "pgfunnel reindex -c default --analyzer english_v8 --activate" in v2
     assert "inner names" not in v2
 
 
@@ -170,9 +170,9 @@ def test_a_retired_version_with_what_a_reindex_would_bring_is_named(sample_db: s
         res = versions.reindex(conn, "default", analyzer="english_v2")
         versions.activate(conn, "default", res.version)
         notes = [f.message for f in check_active_indexes(conn)]
-        assert any("--analyzer english_v7" in n for n in notes), notes
+        assert any("--analyzer english_v8" in n for n in notes), notes
         [named] = [n for n in notes if "retired version" in n]
-        assert "retired version 1 (model" in named and "analyzer english_v7" in named
+        assert "retired version 1 (model" in named and "analyzer english_v8" in named
         assert "`pgfunnel versions activate 1 -c default`" in named
         # a retired version that lacks it too is not offered
         conn.execute("update pgfunnel.index_version set analyzer = 'english_v1' "
@@ -199,22 +199,22 @@ def test_a_version_that_counts_a_terms_heading_once_is_pointed_to_reindex(
 
 def test_a_retired_version_of_another_analyzer_is_not_offered_for_the_title(
         sample_db: str) -> None:
-    # the active simple_v7 version counted the title once; the retired english_v7 one was
+    # the active simple_v8 version counted the title once; the retired english_v8 one was
     # offered as having "what the notes above would reindex for", an analyzer switch
     from pgfunnel import versions
 
     with connect(sample_db, autocommit=True) as conn:
-        res = versions.reindex(conn, "default", analyzer="simple_v7", lexical_input="title",
+        res = versions.reindex(conn, "default", analyzer="simple_v8", lexical_input="title",
                                activate_after=True)
         notes = [f.message for f in check_active_indexes(conn)]
         assert any("title once" in n for n in notes), notes
         assert not [n for n in notes if "retired version" in n], notes
         # one of the same analyzer that counts it twice is offered
-        same = versions.reindex(conn, "default", analyzer="simple_v7")
+        same = versions.reindex(conn, "default", analyzer="simple_v8")
         versions.activate(conn, "default", same.version)
         versions.activate(conn, "default", res.version)
         [named] = [f.message for f in check_active_indexes(conn) if "retired version" in f.message]
-        assert f"retired version {same.version} " in named and "simple_v7" in named
+        assert f"retired version {same.version} " in named and "simple_v8" in named
 
 
 def _analyzer_notes(conn: psycopg.Connection[Any]) -> list[str]:
@@ -230,7 +230,7 @@ def test_a_v3_version_is_pointed_to_the_newest_only_when_it_holds_chinese_or_jap
     assert _analyzer_notes(conn) == []
     ingest(conn, [doc("zh", "数据库索引的性能取决于索引类型。")])
     [note] = _analyzer_notes(conn)
-    assert "pgfunnel reindex -c t --analyzer english_v7 --activate" in note
+    assert "pgfunnel reindex -c t --analyzer english_v8 --activate" in note
     assert "Chinese or Japanese" in note and "Korean" not in note
 
 
@@ -244,7 +244,7 @@ def test_a_v4_version_is_pointed_to_the_newest_only_when_it_holds_korean(
     assert _analyzer_notes(conn) == []
     ingest(conn, [doc("ko2", "데이터베이스를 백업하는 방법")])
     [note] = _analyzer_notes(conn)
-    assert "pgfunnel reindex -c t --analyzer simple_v7 --activate" in note
+    assert "pgfunnel reindex -c t --analyzer simple_v8 --activate" in note
     assert "Korean text (2 terms of it" in note and "Chinese" not in note
 
 
@@ -258,7 +258,7 @@ def test_a_v5_version_is_pointed_to_the_newest_only_when_it_holds_thai_or_indic_
     assert _analyzer_notes(conn) == []
     ingest(conn, [doc("hi", "हिन्दी में खोज")])
     [note] = _analyzer_notes(conn)
-    assert "pgfunnel reindex -c t --analyzer english_v7 --activate" in note
+    assert "pgfunnel reindex -c t --analyzer english_v8 --activate" in note
     assert "Thai, Lao, Burmese, Khmer or Indic text" in note and "Korean" not in note
 
 
@@ -275,7 +275,23 @@ def test_a_v6_version_is_pointed_to_v7_only_when_words_are_joined_by_unicode_das
     ingest(conn, [doc("code", "Code ERR\u20114029 closes the refund window.")])
     [note] = _analyzer_notes(conn)
     assert "collection 't'" in note and "Unicode hyphens or dashes" in note
-    assert "pgfunnel reindex -c t --analyzer english_v7 --activate" in note
+    assert "pgfunnel reindex -c t --analyzer english_v8 --activate" in note
+
+
+def test_a_v7_version_is_pointed_to_v8_only_when_names_open_or_close_with_underscores(
+        conn: psycopg.Connection[Any]) -> None:
+    from funnel_util import make_collection
+
+    make_collection(conn, "t", 16, analyzer="english_v7")
+    make_collection(conn, "v8", 16, analyzer="english_v8")
+    # underscores inside an identifier, or standing alone, are read alike by v7 and v8
+    ingest(conn, [doc("en", "Call jsonb_path_exists; a blank is written _ or __ here.")])
+    ingest(conn, [doc("en", "Define __init__ to set up an instance.")], collection="v8")
+    assert _analyzer_notes(conn) == []
+    ingest(conn, [doc("py", "Define __init__ to set up an instance.")])
+    [note] = _analyzer_notes(conn)
+    assert "collection 't'" in note and "opened or closed by underscores" in note
+    assert "pgfunnel reindex -c t --analyzer english_v8 --activate" in note
 
 
 def test_an_ascii_only_collation_is_a_warning_for_collections_with_other_text(
@@ -299,7 +315,7 @@ def test_an_ascii_only_collation_is_a_warning_for_collections_with_other_text(
         unlowered = [f for f in check_active_indexes(conn) if "CAFÉ" in f.message]
     assert warning.level == "warning"
     assert "collection 'v5'" in warning.message and "reads only ASCII letters" in warning.message
-    assert "pgfunnel reindex -c v5 --analyzer english_v7 --activate" in warning.message
+    assert "pgfunnel reindex -c v5 --analyzer english_v8 --activate" in warning.message
     [note] = unlowered
     assert note.level == "warning" and "collection 'v6'" in note.message
 

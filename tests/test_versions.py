@@ -997,7 +997,7 @@ def test_versions_list_reads_at_80_columns(sample_db: str) -> None:
     assert narrow.exit_code == 0, narrow.output
     flat = " ".join(narrow.output.split())
     assert "…" not in narrow.output
-    assert "version 1 (retired): model all-MiniLM-L6-v2, dims 384, analyzer english_v7" in flat
+    assert "version 1 (retired): model all-MiniLM-L6-v2, dims 384, analyzer english_v8" in flat
     assert "version 2 (active):" in flat and "analyzer simple_v1" in flat
     # what the embedder and BM25 read per chunk
     assert "analyzer simple_v1, inputs title/title2_term2," in flat
