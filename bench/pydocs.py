@@ -653,6 +653,45 @@ def build_queries(
     return queries
 
 
+UNDERSCORED_SLICES: tuple[str, ...] = ("dunder", "dunder-qualified", "private", "trailing")
+
+
+def underscored_slice(query: str) -> str | None:
+    """The slice of an identifier query holding a name opened or closed by underscores
+    (what analyzer ``english_v8`` keeps whole), else None.
+
+    ``__init__`` -> ``dunder``; ``object.__getattr__``, ``__future__.annotations`` ->
+    ``dunder-qualified``;
+    ``_thread``, ``sys._getframe``, ``_thread.start_new_thread``, ``_fields_`` ->
+    ``private``; a name only closed by them (``operator.and_``, ``check__all__``) ->
+    ``trailing``.
+    """
+    parts = query.split(".")
+    if not any(p.strip("_") and (p.startswith("_") or p.endswith("_")) for p in parts):
+        return None
+    if any(len(p) > 4 and p.startswith("__") and p.endswith("__") for p in parts):
+        return "dunder" if len(parts) == 1 else "dunder-qualified"
+    return "private" if any(p.startswith("_") for p in parts) else "trailing"
+
+
+def underscored_queries(entries: Iterable[IndexEntry],
+                        corpus_keys: set[str]) -> list[dict[str, object]]:
+    """Every identifier query of the index that holds a name opened or closed by
+    underscores, judged as the benchmark judges (the pages its entries link to, at most
+    ``MAX_LINKED_PAGES``), sliced by :func:`underscored_slice`; not sampled."""
+    cands = candidates_from_index(entries, corpus_keys)["identifier"]
+    queries: list[dict[str, object]] = []
+    for query in sorted(cands):
+        slice_name = underscored_slice(query)
+        if slice_name is None or not _usable(cands[query]):
+            continue
+        qid = make_query_id(slice_name, query)
+        queries.append({"query_id": qid, "query": query, "slice": slice_name,
+                        "relevant": {page: 1 for page in sorted(cands[query])},
+                        "history": [], "split": assign_split(qid)})
+    return queries
+
+
 # --------------------------------------------------------------------------- build
 
 
@@ -721,8 +760,11 @@ def build(
     per_slice: int = 150,
     seed: int = 0,
     docs_root: Path | None = None,
+    underscored_out: Path | None = None,
 ) -> dict[str, int]:
-    """Write ``corpus.jsonl`` and ``queries.jsonl`` under ``out_dir``; return counts."""
+    """Write ``corpus.jsonl`` and ``queries.jsonl`` under ``out_dir``; return counts.
+    With ``underscored_out``, also write there every query :func:`underscored_queries`
+    finds (judged on the same corpus)."""
     root = ensure_docs(docs_root)
     log(f"docs: {root}")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -737,6 +779,11 @@ def build(
 
     write_jsonl(out_dir / "corpus.jsonl", docs)
     write_jsonl(out_dir / "queries.jsonl", queries)
+    underscored: list[dict[str, object]] = []
+    if underscored_out is not None:
+        underscored = underscored_queries(entries, keys)
+        write_jsonl(underscored_out, underscored)
+        log(f"wrote {underscored_out}")
 
     counts: dict[str, int] = {
         "docs": len(docs),
@@ -749,6 +796,9 @@ def build(
         counts[f"queries_{s}"] = sum(1 for q in queries if q["slice"] == s)
     for split in ("dev", "test"):
         counts[f"queries_{split}"] = sum(1 for q in queries if q["split"] == split)
+    if underscored_out is not None:
+        for s in UNDERSCORED_SLICES:
+            counts[f"underscored_{s}"] = sum(1 for q in underscored if q["slice"] == s)
     sections: dict[str, int] = {}
     for d in docs:
         sec = section_for(str(d["citekey"]))
@@ -1001,6 +1051,10 @@ def docs_bench_main(name: str, description: str, docs: str,
 def main(argv: list[str] | None = None) -> int:
     parser, b = bench_parser("pydocs", __doc__.split("\n\n")[0], "the Python docs")
     b.add_argument("--max-pages", type=int, default=None, help="sample this many pages")
+    b.add_argument("--underscored-queries", type=Path, default=None, metavar="OUT.jsonl",
+                   help="also write every identifier query holding a name opened or closed "
+                        "by underscores (__init__, sys._getframe), not sampled, in slices "
+                        "dunder, dunder-qualified, private, trailing")
     args = parser.parse_args(argv)
     if args.command == "run":
         print(run(args.data, args.out, dsn=args.dsn, k=args.k))
@@ -1012,6 +1066,7 @@ def main(argv: list[str] | None = None) -> int:
             per_slice=args.per_slice,
             seed=args.seed,
             docs_root=args.docs,
+            underscored_out=args.underscored_queries,
         )
         log(f"wrote {args.out / 'corpus.jsonl'} and {args.out / 'queries.jsonl'}")
         for key, value in counts.items():

@@ -284,6 +284,64 @@ def test_build_end_to_end_on_a_tiny_docs_tree(tmp_path: Path) -> None:
     assert counts["docs"] == 1 and counts["queries_identifier"] == 1
 
 
+UNDERSCORED_GENINDEX = """<html><body><div class="body" role="main">
+<table class="indextable genindextable"><tr>
+<td><ul>
+  <li><a href="library/json.html#a">__init__() (object method)</a>
+    <ul><li><a href="library/pickle.html#b">(in module pickle)</a></li></ul></li>
+  <li><a href="library/json.html#c">object.__slots__</a></li>
+  <li><a href="library/json.html#d">_thread</a></li>
+  <li><a href="library/json.html#e">sys._getframe()</a></li>
+  <li><a href="library/json.html#f">and_() (in module operator)</a></li>
+  <li><a href="library/json.html#g">os.path.join()</a></li>
+  <li><a href="library/json.html#h">snake_case()</a></li>
+  <li><a href="missing/page.html#i">__orphan__</a></li>
+</ul></td></tr></table>
+</div></body></html>
+"""
+
+
+def test_underscored_slice_separates_kinds_of_name() -> None:
+    assert pydocs.underscored_slice("__init__") == "dunder"
+    assert pydocs.underscored_slice("object.__getattr__") == "dunder-qualified"
+    assert pydocs.underscored_slice("__future__.annotations") == "dunder-qualified"
+    assert pydocs.underscored_slice("_thread") == "private"
+    assert pydocs.underscored_slice("sys._getframe") == "private"
+    assert pydocs.underscored_slice("_fields_") == "private"
+    assert pydocs.underscored_slice("and_") == "trailing"
+    assert pydocs.underscored_slice("snake_case") is None
+    assert pydocs.underscored_slice("os.path.join") is None
+    assert pydocs.underscored_slice("__") is None
+
+
+def test_build_writes_every_underscored_query_when_asked(tmp_path: Path) -> None:
+    root = tmp_path / "html"
+    (root / "library").mkdir(parents=True)
+    (root / "library" / "json.html").write_text(PAGE, encoding="utf-8")
+    (root / "library" / "pickle.html").write_text(PAGE, encoding="utf-8")
+    (root / "genindex-all.html").write_text(UNDERSCORED_GENINDEX, encoding="utf-8")
+    out = tmp_path / "out"
+    target = tmp_path / "underscored.jsonl"
+    assert pydocs.main(["build", "--out", str(out), "--docs", str(root),
+                        "--per-slice", "1", "--underscored-queries", str(target)]) == 0
+    got = {q["query"]: (q["slice"], q["relevant"]) for q in pydocs.load_queries(target)}
+    # every one, not the --per-slice sample; judged as the benchmark judges (linked pages
+    # in the corpus, the decoration-only sub-entry's page merged in)
+    assert got == {
+        "__init__": ("dunder", {"library/json": 1, "library/pickle": 1}),
+        "object.__slots__": ("dunder-qualified", {"library/json": 1}),
+        "_thread": ("private", {"library/json": 1}),
+        "sys._getframe": ("private", {"library/json": 1}),
+        "and_": ("trailing", {"library/json": 1}),
+    }
+    # the benchmark's own queries are still sampled
+    assert len(pydocs.load_queries(out / "queries.jsonl")) == 1
+    # without the flag nothing is written there
+    target.unlink()
+    pydocs.main(["build", "--out", str(out), "--docs", str(root)])
+    assert not target.exists()
+
+
 def test_run_configs_measure_each_leg_as_the_eval_presets_do() -> None:
     from pgfunnel.eval.harness import DENSE_ONLY, LEXICAL_ONLY, EvalConfig
 
