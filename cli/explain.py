@@ -79,7 +79,7 @@ def explain_command(
     import warnings
 
     from pgfunnel.errors import ConfigError
-    from pgfunnel.explain import explain
+    from pgfunnel.explain import explain_many
     from pgfunnel.search import Funnel, check_rerank_depth
 
     with handle_errors({**FUNNEL_FLAGS, "chunk": "CHUNKS", "history": "--history",
@@ -118,7 +118,8 @@ def explain_command(
         funnel = Funnel(dsn, collection, embedder=None if lexical_only else "auto",
                         reranker=reranker, rerank_depth=rerank_depth)
         try:
-            found = [explain(funnel, query, c, history=turns, **params) for c in chunks]
+            # one search (and one rerank) for every chunk asked about
+            found = explain_many(funnel, query, chunks, history=turns, **params)
         finally:
             funnel.close()
     if stale:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -144,38 +143,60 @@ def explain(funnel: Funnel, query: str | None, target: str | int, *,
     the search itself runs, reranker included (candidates, rerank, cap, cut), and a chunk
     of its pool is followed in the reranked order: ``rerank_rank`` and ``rerank_score``
     are the reranker's, ``final_rank``, ``verdict`` and ``reason`` what the cap and the cut
-    did to that order. ``rerank=False`` follows the search without the reranker."""
+    did to that order. ``rerank=False`` follows the search without the reranker.
+    :func:`explain_many` explains several targets from one search."""
+    return explain_many(funnel, query, [target], query_embedding=query_embedding,
+                        history=history, rerank=rerank, **params)[0]
 
+
+def _checked_target(target: Any) -> str:
     if isinstance(target, (int, np.integer)) and not isinstance(target, bool):
-        target = str(int(target))
-    elif not isinstance(target, str):
+        return str(int(target))
+    if not isinstance(target, str):
         raise ConfigError("chunk", f"must be a chunk id or CITEKEY#ORDINAL, or a document's "
                                    f"CITEKEY, got "
                                    f"{type(target).__name__} {target!r}")
-    elif not target.strip():
+    if not target.strip():
         # no chunk id, and no citekey (ingest refuses a blank one): the answer "filtered
         # out or does not exist" could only hide the caller's mistake
         raise ConfigError("chunk", "must be a chunk id or CITEKEY#ORDINAL, or a document's "
                                    f"CITEKEY, got {target!r}")
-    else:
-        # a NUL or a lone surrogate: Postgres' own error named nothing
-        check_sql_text("chunk", target)
+    # a NUL or a lone surrogate: Postgres' own error named nothing
+    check_sql_text("chunk", target)
+    return target
 
+
+def explain_many(funnel: Funnel, query: str | None, targets: Sequence[str | int], *,
+                 query_embedding: Any = None, history: Sequence[str] | None = None,
+                 rerank: bool | None = None, **params: Any) -> list[Explanation]:
+    """:func:`explain` for each of ``targets``, in order, from one search: the hooks
+    resolve the text once, the query is embedded once, and on a reranking Funnel the
+    search and its rerank run once for them all. The search and the explains read one
+    snapshot (a repeatable-read transaction, or the application's own transaction on its
+    connection), so a commit meanwhile (an ingest, a version switch) cannot make them
+    disagree; that transaction stays open while the reranker scores the pool."""
+    if isinstance(targets, (str, bytes)) or not isinstance(targets, Sequence):
+        raise ConfigError("chunk", f"targets must be a list of chunk ids, CITEKEY#ORDINAL "
+                                   f"or citekeys, got {type(targets).__name__}")
+    checked = [_checked_target(t) for t in targets]
+    if not checked:
+        raise ConfigError("chunk", "give at least one chunk to explain")
     if rerank is not None and not isinstance(rerank, (bool, np.bool_)):
         raise ConfigError("rerank", f"must be True, False or None, got {shown(rerank)}")
     use_rerank = (funnel.reranker is not None) if rerank is None else bool(rerank)
     if use_rerank and funnel.reranker is None:
         raise ConfigError("rerank", "rerank requested but this Funnel has no reranker")
     p = funnel._params_for(params)
-    given_query = query = check_query_text(query)
+    query = check_query_text(query)
     if history is not None:
         history = string_list(history, "history")
     notices: list[str] = []
     transforms: list[dict[str, Any]] = []
     with funnel.connection() as conn:
         if query is not None and (history is not None or funnel.rewriter is not None):
-            # the text a search with this history, on this Funnel, searches: explained as
-            # given, a follow-up or a rewritten query was followed as text no search ran
+            # the text a search with this history, on this Funnel, searches, resolved once
+            # for the explains and the search: explained as given, a follow-up or a
+            # rewritten query was followed as text no search ran
             from pgfunnel.query_plans import apply_query_hooks
 
             given = query
@@ -191,69 +212,93 @@ def explain(funnel: Funnel, query: str | None, target: str | int, *,
 
             vector = check_vector(query_embedding)
         elif query is not None and query.strip():
+            # embedded before the snapshot below: a model's first load takes seconds
             emb = funnel.embedder_for(conn, p.collection)
             if emb is not None:
                 vector = emb.embed_query(query)
-        args = p.sql_args()
-        args.update(query_text=query, query_embedding=vector, as_of=p.as_of)
-        named = ", ".join(f"{n} => %({n})s" for n in _ARGS)
+    found, response = _explain_rows(funnel, query, vector, p, checked, notices, use_rerank)
+    if response is not None and not response.reranked:
+        notices.append(f"pgfunnel: the search did not rerank "
+                       f"({response.rerank_skipped_reason}): explained in fused order")
+    return [_explanation(target, rows, ordinals, response, funnel, p, list(notices),
+                         list(transforms))
+            for target, (rows, ordinals) in zip(checked, found, strict=True)]
 
-        first_sql_notice = len(notices)
 
-        def collect(diag: psycopg.errors.Diagnostic) -> None:
-            if (diag.message_primary or "").startswith("pgfunnel:"):
-                notices.append(diag.message_primary or "")
+_COLUMNS = ("verdict", "lexical_rank", "lexical_score", "lexical_exact_score", "lexical_depth",
+            "dense_rank", "dense_score", "dense_exact_score", "dense_depth", "fused_rank",
+            "fused_score", "pool_size", "final_rank", "citekey", "reason")
+_EXPLAIN_SQL = ("select verdict, lexical_rank, lexical_score, lexical_exact_score, "
+                "lexical_depth_used, dense_rank, dense_score, dense_exact_score, "
+                "dense_depth_used, fused_rank, fused_score, pool_size, final_rank, "
+                "citekey, reason from pgfunnel.explain(query_text => %(query_text)s, "
+                "query_embedding => %(query_embedding)b, chunk_id => %(chunk_id)s, "
+                "as_of => coalesce(%(as_of)s, now()), "
+                + ", ".join(f"{n} => %({n})s" for n in _ARGS) + ")")
 
+_Found = tuple[list[tuple[int | None, dict[str, Any]]], dict[int, int]]
+
+
+def _explain_rows(funnel: Funnel, query: str | None, vector: np.ndarray | None,
+                  p: SearchParams, targets: Sequence[str], notices: list[str],
+                  use_rerank: bool) -> tuple[list[_Found], SearchResponse | None]:
+    """The SQL explain's row for each chunk of each target and, with ``use_rerank``, the
+    reranked search (Funnel.search's own pipeline, on the text and vector given: the hooks
+    ran already; not traced, an explain writes nothing), all in one snapshot."""
+    args = p.sql_args()
+    args.update(query_text=query, query_embedding=vector, as_of=p.as_of)
+    first_sql_notice = len(notices)
+
+    def collect(diag: psycopg.errors.Diagnostic) -> None:
+        if (diag.message_primary or "").startswith("pgfunnel:"):
+            notices.append(diag.message_primary or "")
+
+    found: list[_Found] = []
+    response = None
+    with funnel._one_snapshot() as conn:
         conn.add_notice_handler(collect)
         try:
             # the reader's settings, as a search sets them: under row-level security the
             # policies read them, and without them every chunk is hidden
             with funnel._transaction(conn, p):
-                document = is_document_target(target)
-                ordinals: dict[int, int] = {}
-                if document:
-                    ordinals = dict(document_chunks(conn, target, p))
-                    ids: list[int | None] = list(ordinals) or [None]
-                else:
-                    ids = [resolve_target(conn, target, p.collection)]
-                found = []
-                for cid in ids:
-                    args["chunk_id"] = cid if cid is not None else -1
-                    row = conn.execute(
-                        "select verdict, lexical_rank, lexical_score, lexical_exact_score, "
-                        "lexical_depth_used, dense_rank, dense_score, dense_exact_score, "
-                        "dense_depth_used, fused_rank, fused_score, pool_size, final_rank, "
-                        "citekey, reason from pgfunnel.explain(query_text => %(query_text)s, "
-                        "query_embedding => %(query_embedding)b, chunk_id => %(chunk_id)s, "
-                        f"as_of => coalesce(%(as_of)s, now()), {named})", args).fetchone()
-                    if row is None:  # pragma: no cover - explain() always returns one row
-                        raise NotFoundError("explain returned nothing")
-                    found.append((cid, row))
-                    # a notice per chunk would repeat the analyzer's one for the query
-                    del notices[first_sql_notice + 1:]
+                for target in targets:
+                    ordinals: dict[int, int] = {}
+                    if is_document_target(target):
+                        ordinals = dict(document_chunks(conn, target, p))
+                        ids: list[int | None] = list(ordinals) or [None]
+                    else:
+                        ids = [resolve_target(conn, target, p.collection)]
+                    rows = []
+                    for cid in ids:
+                        args["chunk_id"] = cid if cid is not None else -1
+                        row = conn.execute(_EXPLAIN_SQL, args).fetchone()
+                        if row is None:  # pragma: no cover - explain() always returns one row
+                            raise NotFoundError("explain returned nothing")
+                        rows.append((cid, dict(zip(_COLUMNS, row, strict=True))))
+                        # a notice per chunk would repeat the analyzer's one for the query
+                        del notices[first_sql_notice + 1:]
+                    found.append((rows, ordinals))
+            if use_rerank:
+                # the pool in the order the cap and the cut saw, read in the same snapshot;
+                # its notices are the analyzer's, which the explains gave already
+                import dataclasses
+
+                said = len(notices)
+                response = funnel._run(conn, query, vector,
+                                       dataclasses.replace(p, trace=False), {}, True, [], {})
+                del notices[said:]
         except psycopg.Error as exc:
             raise translate(exc) from exc
         finally:
             conn.remove_notice_handler(collect)
-    response = None
-    if use_rerank:
-        # the search itself, reranker and all, on the text and vector followed above (the
-        # hooks run again on the query as given): the pool in the order the cap and the
-        # cut saw. Not traced: an explain writes nothing
-        from pgfunnel.errors import SearchNoticeWarning
+    return found, response
 
-        with warnings.catch_warnings():
-            # the analyzer's notices are in `notices` already
-            warnings.simplefilter("ignore", SearchNoticeWarning)
-            response = funnel.search(given_query, query_embedding=vector, history=history,
-                                     rerank=True, **{**params, "trace": False})
-        if not response.reranked:
-            notices.append(f"pgfunnel: the search did not rerank "
-                           f"({response.rerank_skipped_reason}): explained in fused order")
-    names = ("verdict", "lexical_rank", "lexical_score", "lexical_exact_score", "lexical_depth",
-             "dense_rank", "dense_score", "dense_exact_score", "dense_depth", "fused_rank",
-             "fused_score", "pool_size", "final_rank", "citekey", "reason")
-    explained = [(cid, dict(zip(names, row, strict=True))) for cid, row in found]
+
+def _explanation(target: str, explained: list[tuple[int | None, dict[str, Any]]],
+                 ordinals: dict[int, int], response: SearchResponse | None, funnel: Funnel,
+                 p: SearchParams, notices: list[str],
+                 transforms: list[dict[str, Any]]) -> Explanation:
+    document = is_document_target(target)
     if response is not None and response.reranked:
         for cid, values in explained:
             _follow_rerank(cid, values, response, p, rerank_head(
@@ -292,7 +337,7 @@ def _follow_rerank(cid: int | None, values: dict[str, Any], response: SearchResp
         return
     ordered = response.pool
     pos = next((i for i, c in enumerate(ordered) if c.chunk_id == cid), None)
-    if pos is None:  # pragma: no cover - the pool changed between the two reads
+    if pos is None:  # pragma: no cover - one snapshot: the explain's pool is the search's
         return
     chunk = ordered[pos]
     values["rerank_rank"], values["rerank_score"] = chunk.rerank_rank, chunk.rerank_score
@@ -351,5 +396,5 @@ def _how_far(values: dict[str, Any]) -> tuple[float, float, float]:
             min(legs) if legs else missing)
 
 
-__all__ = ["RERANK_NOT_FOLLOWED", "Explanation", "document_chunks", "explain",
+__all__ = ["RERANK_NOT_FOLLOWED", "Explanation", "document_chunks", "explain", "explain_many",
            "is_document_target", "resolve_target"]

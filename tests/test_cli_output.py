@@ -350,6 +350,31 @@ def test_explain_rerank_follows_what_search_rerank_returns(sample_db: str,
     assert ", --rerank-depth)" in said, said
 
 
+def test_explain_of_several_chunks_searches_and_reranks_once(
+        sample_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # each chunk argument re-ran the search and the cross-encoder
+    from pgfunnel.cli.main import app
+
+    from pgfunnel.rerank import Reranker
+    from pgfunnel.tiny_models import build_tiny_cross_encoder
+
+    calls: list[int] = []
+    real = Reranker.rank
+
+    def counted(self: Reranker, query: str, documents: Any, **kw: Any) -> Any:
+        calls.append(len(documents))
+        return real(self, query, documents, **kw)
+
+    monkeypatch.setattr(Reranker, "rank", counted)
+    model = str(build_tiny_cross_encoder(tmp_path / "ce"))
+    res = CliRunner().invoke(app, ["explain", "refund plan", "refunds-annual", "1", "2", "3",
+                                   "--rerank", "--rerank-model", model, "--lexical-only",
+                                   "--dsn", sample_db, "--json"],
+                             env={"COLUMNS": "300", "HF_HUB_OFFLINE": "1"})
+    assert res.exit_code == 0, res.output
+    assert len(json.loads(res.stdout)) == 4 and len(calls) == 1
+
+
 @pytest.mark.parametrize("depth", ["0", "-3"])
 def test_a_bad_rerank_depth_is_told_before_anything_loads(depth: str) -> None:
     # --rerank-depth 0 was told only once the cross-encoder had loaded (seconds), and

@@ -1468,3 +1468,78 @@ def test_explain_says_when_the_gate_skipped_the_reranker(
     e = explain(gated, "refund annual plan", top.chunk_id, k=5, principals=[])
     assert e.verdict == "returned" and not e.reranked and e.rerank_rank is None
     assert any("did not rerank (gate: top fused score leads" in n for n in e.notices)
+
+
+class CountingMarker(PreferMarker):
+    """PreferMarker that counts its calls, and runs ``during`` (once) while it ranks."""
+
+    def __init__(self, marker: str, during: Any = None) -> None:
+        super().__init__(marker)
+        self.calls = 0
+        self.during = during
+
+    def rank(self, query: str, documents: Sequence[str]) -> list[dict[str, Any]]:
+        self.calls += 1
+        if self.during is not None:
+            self.during()
+            self.during = None
+        return super().rank(query, documents)
+
+
+def test_explain_resolves_the_text_and_reranks_once_for_every_target(
+        cap_conn: psycopg.Connection[Any]) -> None:
+    # a reranking explain ran the rewriter (an LLM call, in an application) twice, and
+    # `pgfunnel explain Q A B C` searched and reranked once per chunk
+    from pgfunnel.explain import explain, explain_many
+
+    rewrites: list[str] = []
+
+    def rewriter(q: str) -> str:
+        rewrites.append(q)
+        return "glacier backup restore"
+
+    reranker = CountingMarker("lighthouse")
+    funnel = Funnel(cap_conn, embedder=None, reranker=reranker, rewriter=rewriter)
+    targets = [_chunk(cap_conn, "gamma", 0), "beta#1", "alpha", "nosuch#0"]
+    many = explain_many(funnel, "restoring glacier backups", targets, k=4, principals=[],
+                        per_source_cap=2)
+    assert (len(rewrites), reranker.calls) == (1, 1)
+    assert [e.target for e in many] == [str(targets[0]), "beta#1", "alpha", "nosuch#0"]
+    assert [e.verdict for e in many] == ["returned", "cut at k", "returned",
+                                         "filtered out or does not exist"]
+    assert all(e.transforms and e.transforms[0]["step"] == "rewrite" for e in many)
+    # each answer is the one explain gives it alone, which rewrites and reranks once too
+    for target, e in zip(targets, many, strict=True):
+        rewrites.clear()
+        reranker.calls = 0
+        alone = explain(funnel, "restoring glacier backups", target, k=4, principals=[],
+                        per_source_cap=2)
+        assert (len(rewrites), reranker.calls) == (1, 1)
+        # (the rewrite's record holds its time, elapsed_s)
+        assert {**alone.as_dict(), "transforms": None} == {**e.as_dict(), "transforms": None}
+    with pytest.raises(ConfigError, match="^chunk: give at least one chunk"):
+        explain_many(funnel, "glacier", [])
+    with pytest.raises(ConfigError, match="^chunk: targets must be a list"):
+        explain_many(funnel, "glacier", "gamma")
+
+
+def test_explain_reads_one_snapshot_for_the_explain_and_the_reranked_search(
+        db: str, cap_conn: psycopg.Connection[Any]) -> None:
+    # the SQL explain and the reranked search ran in transactions of their own: a delete
+    # committed while the reranker scored made the chunk explained as 'returned' by the
+    # SQL explain's pool fall out of the final step, and explain called it 'cut at k'
+    from pgfunnel.explain import explain
+
+    gamma = _chunk(cap_conn, "gamma", 0)
+
+    def delete_gamma() -> None:
+        with connect(db, autocommit=True) as other:
+            other.execute("delete from pgfunnel.document where citekey = 'gamma'")
+
+    funnel = Funnel(cap_conn, embedder=None,
+                    reranker=CountingMarker("lighthouse", during=delete_gamma))
+    e = explain(funnel, "glacier backup restore", gamma, k=4, principals=[], per_source_cap=2)
+    assert e.verdict == "returned" and e.final_rank == 1 and e.rerank_rank == 1
+    # the delete did commit: a search now does not find it
+    assert "gamma" not in {r.citekey for r in funnel.search(
+        "glacier backup restore", k=4, principals=[], per_source_cap=2).results}
