@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from pgfunnel.cli.common import (
@@ -39,16 +39,21 @@ from pgfunnel.cli.common import (
 )
 from rich.markup import escape
 
+if TYPE_CHECKING:
+    from pgfunnel.explain import Explanation
+
 
 def register(app: typer.Typer) -> None:
     app.command(name="explain", cls=QueryTextCommand)(explain_command)
 
 
 def explain_command(
-    query: Annotated[str, typer.Argument(help="The query text.")],
-    chunks: Annotated[list[str], typer.Argument(
+    ctx: typer.Context,
+    query: Annotated[str, typer.Argument(
+        help="The query text (with --search-id: the first chunk).")],
+    chunks: Annotated[list[str] | None, typer.Argument(
         help="Chunk ids, CITEKEY#ORDINAL (ordinal 0-based), or a document's CITEKEY "
-             "(its furthest chunk is explained), one or more.")],
+             "(its furthest chunk is explained), one or more.")] = None,
     k: Annotated[int, typer.Option("--k", "-k", help="How many chunks the search returns.")] = 10,
     collection: CollectionOption = "default",
     principal: PrincipalOption = None,
@@ -72,6 +77,10 @@ def explain_command(
     rerank_depth: Annotated[int | None, typer.Option(
         help="How many pool candidates the reranker scores, as for search; needs "
              "--rerank.")] = None,
+    search_id: Annotated[int | None, typer.Option(
+        help="Explain this traced search (search --trace prints its id) from its log: "
+             "every argument is then a chunk, and the search's own text and options are "
+             "used.")] = None,
     dsn: DsnOption = None,
     json_out: JsonOption = False,
 ) -> None:
@@ -83,9 +92,17 @@ def explain_command(
     from pgfunnel.search import Funnel, check_rerank_depth
 
     with handle_errors({**FUNNEL_FLAGS, "chunk": "CHUNKS", "history": "--history",
-                        "rerank_depth": "--rerank-depth", "rerank_model": "--rerank-model"}), \
+                        "rerank_depth": "--rerank-depth", "rerank_model": "--rerank-model",
+                        "search_id": "--search-id"}), \
             warnings.catch_warnings():
         quiet_search_notices()
+        if search_id is not None:
+            _explain_logged(ctx, search_id, [query, *(chunks or [])], collection,
+                            principal, tenant, dsn, json_out)
+            return
+        if not chunks:
+            raise ConfigError("chunk", "give one or more chunks to explain after the query "
+                                       "(or --search-id ID and the chunks)")
         turns = check_history(history)
         refuse_dense_options(lexical_only, dense_weight=dense_weight, dense_depth=dense_depth)
         weights = leg_weights(lexical_weight, dense_weight, lexical_only)
@@ -125,6 +142,41 @@ def explain_command(
     if stale:
         for e in found:
             e.notices.append(stale)
+    _show(found, query, turns, json_out)
+
+
+#: the options a logged search is explained with: which one, and who reads its log
+_LOGGED_OPTIONS = {"ctx", "query", "chunks", "search_id", "collection", "principal", "tenant",
+                   "dsn", "json_out"}
+
+
+def _explain_logged(ctx: typer.Context, search_id: int, targets: list[str], collection: str,
+                    principal: list[str] | None, tenant: str | None, dsn: str | None,
+                    json_out: bool) -> None:
+    from pgfunnel.errors import ConfigError
+    from pgfunnel.explain import explain_many
+    from pgfunnel.search import Funnel
+
+    for param in ctx.command.params:
+        if param.name in _LOGGED_OPTIONS or param.name is None:
+            continue
+        # as typed (a default from the environment stands for nothing asked); by name:
+        # newer typers carry a click of their own, whose enum is not click's
+        source = ctx.get_parameter_source(param.name)
+        if getattr(source, "name", None) == "COMMANDLINE":
+            raise ConfigError("search_id", f"takes no {'/'.join(param.opts)}: the logged "
+                              "search is explained with its own text and options")
+    funnel = Funnel(dsn, collection, embedder="auto")
+    try:
+        found = explain_many(funnel, None, targets, search_id=search_id,
+                             principals=principal or [], tenant=tenant)
+    finally:
+        funnel.close()
+    _show(found, found[0].searched if found else None, [], json_out)
+
+
+def _show(found: list[Explanation], query: str | None, turns: list[str] | None,
+          json_out: bool) -> None:
     followup = followup_of(found[0].transforms) if found else None
     if json_out:
         emit_json([{**e.as_dict(), "history": turns or [],
@@ -136,6 +188,9 @@ def explain_command(
             continue  # the follow-up line below says it, on stdout with the verdicts
         labelled("warning", "yellow", note)
     print_followup(followup)
+    if found and found[0].search_id is not None:
+        out.print(f"search {found[0].search_id} searched {shown(repr(found[0].searched))}",
+                  highlight=False, markup=False, soft_wrap=True)
     for e in found:
         def show(x: object) -> str:
             return "-" if x is None else (f"{x:.4f}" if isinstance(x, float) else str(x))

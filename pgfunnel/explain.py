@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -60,6 +61,16 @@ class Explanation:
     #: the pool, below the Funnel's ``rerank_depth``, or no rerank ran)
     rerank_rank: int | None = None
     rerank_score: float | None = None
+    #: the logged search explained (``search_id=``), None for a search explain ran itself
+    search_id: int | None = None
+    #: for a logged search: the index version the answer comes from, the one it read, or
+    #: for a chunk it did not log among its candidates, the one its replay read (a notice
+    #: says when that is not the logged one); None for the trace's own answer and for a
+    #: search explain ran itself
+    replayed_on: int | None = None
+    #: for a logged search, the text it searched (its ``search_log.query_text``, after any
+    #: follow-up resolution and rewrite); None otherwise
+    searched: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -129,7 +140,8 @@ def resolve_target(conn: psycopg.Connection[Any], target: str, collection: str) 
 
 def explain(funnel: Funnel, query: str | None, target: str | int, *,
             query_embedding: Any = None, history: Sequence[str] | None = None,
-            rerank: bool | None = None, **params: Any) -> Explanation:
+            rerank: bool | None = None, search_id: int | None = None,
+            **params: Any) -> Explanation:
     """Follow one chunk through the funnel for a query, with the funnel's search parameters.
     ``target`` is a chunk id (an int, as a result's ``chunk_id``, or its digits),
     ``CITEKEY#ORDINAL``, or a document's ``CITEKEY``: then each of its chunks the reader
@@ -144,9 +156,12 @@ def explain(funnel: Funnel, query: str | None, target: str | int, *,
     of its pool is followed in the reranked order: ``rerank_rank`` and ``rerank_score``
     are the reranker's, ``final_rank``, ``verdict`` and ``reason`` what the cap and the cut
     did to that order. ``rerank=False`` follows the search without the reranker.
-    :func:`explain_many` explains several targets from one search."""
+    :func:`explain_many` explains several targets from one search.
+
+    ``search_id`` (with ``query`` None) explains a traced search that ran before, from
+    its log: see :func:`explain_many`."""
     return explain_many(funnel, query, [target], query_embedding=query_embedding,
-                        history=history, rerank=rerank, **params)[0]
+                        history=history, rerank=rerank, search_id=search_id, **params)[0]
 
 
 def _checked_target(target: Any) -> str:
@@ -168,19 +183,43 @@ def _checked_target(target: Any) -> str:
 
 def explain_many(funnel: Funnel, query: str | None, targets: Sequence[str | int], *,
                  query_embedding: Any = None, history: Sequence[str] | None = None,
-                 rerank: bool | None = None, **params: Any) -> list[Explanation]:
+                 rerank: bool | None = None, search_id: int | None = None,
+                 **params: Any) -> list[Explanation]:
     """:func:`explain` for each of ``targets``, in order, from one search: the hooks
     resolve the text once, the query is embedded once, and on a reranking Funnel the
     search and its rerank run once for them all. The search and the explains read one
     snapshot (a repeatable-read transaction, or the application's own transaction on its
     connection), so a commit meanwhile (an ingest, a version switch) cannot make them
-    disagree; that transaction stays open while the reranker scores the pool."""
+    disagree; that transaction stays open while the reranker scores the pool.
+
+    ``search_id``, the id of a traced search (``SearchResponse.search_id``,
+    ``pgfunnel.last_search_id()``), explains that search from its log instead: its trace
+    rows give each candidate's ranks, rerank rank and score and why it was dropped; a
+    target it did not log among its candidates is followed by a replay of the logged
+    text with the logged parameters and reader, on the logged index version (the active
+    one, with a notice, when that was dropped or cannot be pinned). ``query`` must be
+    None then, and of the search parameters only ``principals`` and ``tenant`` are taken:
+    the reader who reads the log (under row-level security it must be allowed to read
+    that search's row); an unknown id, one that reader may not read, or one of another
+    collection than the Funnel's is a NotFoundError or ConfigError."""
     if isinstance(targets, (str, bytes)) or not isinstance(targets, Sequence):
         raise ConfigError("chunk", f"targets must be a list of chunk ids, CITEKEY#ORDINAL "
                                    f"or citekeys, got {type(targets).__name__}")
     checked = [_checked_target(t) for t in targets]
     if not checked:
         raise ConfigError("chunk", "give at least one chunk to explain")
+    if search_id is not None:
+        from pgfunnel.explain_log import explain_logged
+
+        extra = {name for name, value in (("query", query),
+                                          ("query_embedding", query_embedding),
+                                          ("history", history), ("rerank", rerank))
+                 if value is not None} | (set(params) - {"principals", "tenant"})
+        if extra:
+            raise ConfigError(sorted(extra)[0], "the logged search is explained with its own "
+                              "text and parameters: give search_id alone (principals and "
+                              "tenant name the reader who reads the log)")
+        return explain_logged(funnel, search_id, checked, **params)
     if rerank is not None and not isinstance(rerank, (bool, np.bool_)):
         raise ConfigError("rerank", f"must be True, False or None, got {shown(rerank)}")
     use_rerank = (funnel.reranker is not None) if rerank is None else bool(rerank)
@@ -241,10 +280,12 @@ _Found = tuple[list[tuple[int | None, dict[str, Any]]], dict[int, int]]
 
 def _explain_rows(funnel: Funnel, query: str | None, vector: np.ndarray | None,
                   p: SearchParams, targets: Sequence[str], notices: list[str],
-                  use_rerank: bool) -> tuple[list[_Found], SearchResponse | None]:
+                  use_rerank: bool, on: psycopg.Connection[Any] | None = None
+                  ) -> tuple[list[_Found], SearchResponse | None]:
     """The SQL explain's row for each chunk of each target and, with ``use_rerank``, the
     reranked search (Funnel.search's own pipeline, on the text and vector given: the hooks
-    ran already; not traced, an explain writes nothing), all in one snapshot."""
+    ran already; not traced, an explain writes nothing), all in one snapshot: a
+    repeatable-read transaction of their own, or the transaction open on ``on``."""
     args = p.sql_args()
     args.update(query_text=query, query_embedding=vector, as_of=p.as_of)
     first_sql_notice = len(notices)
@@ -255,7 +296,7 @@ def _explain_rows(funnel: Funnel, query: str | None, vector: np.ndarray | None,
 
     found: list[_Found] = []
     response = None
-    with funnel._one_snapshot() as conn:
+    with funnel._one_snapshot() if on is None else nullcontext(on) as conn:
         conn.add_notice_handler(collect)
         try:
             # the reader's settings, as a search sets them: under row-level security the

@@ -1118,9 +1118,11 @@ def test_search_and_explain_json_hold_every_documented_field(sample_db: str) -> 
         "lexical_exact_score", "lexical_depth", "dense_rank", "dense_score",
         "dense_exact_score", "dense_depth", "fused_rank", "fused_score", "pool_size",
         "final_rank", "citekey", "reason", "notices", "transforms", "reranked",
-        "rerank_rank", "rerank_score", "history", "searched", "followup"}, explained
+        "rerank_rank", "rerank_score", "search_id", "replayed_on", "history", "searched",
+        "followup"}, explained
     assert (explained["transforms"], explained["history"], explained["followup"]) == (
         [], [], None)
+    assert (explained["search_id"], explained["replayed_on"]) == (None, None)
     assert explained["final_rank"] == 1 and explained["notices"] == found["notices"]
 
 
@@ -1516,3 +1518,40 @@ def test_a_bad_history_turn_is_one_error_line_naming_the_flag(
                                    "--history", "refunds", "--history", turn])
     assert res.exit_code == 1, res.output
     assert res.output == f"error: --history: {said}\n", res.output
+
+
+def test_explain_search_id_answers_from_the_logged_search(sample_db: str) -> None:
+    # `pgfunnel explain --search-id 1234 CHUNK`: a complaint about a logged search could
+    # only be explained by retyping its query and options, and for today's data
+    from pgfunnel.cli.main import app
+
+    env = {"COLUMNS": "300", "HF_HUB_OFFLINE": "1"}
+    res = CliRunner().invoke(app, ["search", "refund plan", "-k", "1", "--lexical-only",
+                                   "--trace", "--json", "--dsn", sample_db], env=env)
+    assert res.exit_code == 0, res.output
+    found = json.loads(res.stdout)
+    sid, top = found["search_id"], found["results"][0]
+    assert sid is not None
+    res = CliRunner().invoke(app, ["explain", "--search-id", str(sid), str(top["chunk_id"]),
+                                   "nosuch#0", "--dsn", sample_db, "--json"], env=env)
+    assert res.exit_code == 0, res.output
+    returned, missing = json.loads(res.stdout)
+    assert returned["verdict"] == "returned" and returned["final_rank"] == 1
+    assert returned["search_id"] == sid and returned["searched"] == "refund plan"
+    assert missing["verdict"] == "filtered out or does not exist"
+    assert missing["replayed_on"] is not None
+    res = CliRunner().invoke(app, ["explain", "--search-id", str(sid), str(top["chunk_id"]),
+                                   "--dsn", sample_db], env=env)
+    assert res.exit_code == 0, res.output
+    assert f"search {sid} searched 'refund plan'" in res.output
+    assert f"search {sid} logged it: returned at rank 1" in res.output
+    for extra, flag in ((["-k", "3"], "--k/-k"), (["--rerank"], "--rerank")):
+        res = CliRunner().invoke(app, ["explain", "--search-id", str(sid), "1", *extra,
+                                       "--dsn", sample_db], env=env)
+        assert res.exit_code == 1 and f"--search-id: takes no {flag}: the logged search" \
+            in res.output, res.output
+    res = CliRunner().invoke(app, ["explain", "--search-id", "987654", "1", "--dsn",
+                                   sample_db], env=env)
+    assert res.exit_code == 1 and "search 987654 is not in the search log" in res.output
+    res = CliRunner().invoke(app, ["explain", "refund plan", "--dsn", sample_db], env=env)
+    assert res.exit_code == 1 and "give one or more chunks to explain" in res.output

@@ -1543,3 +1543,111 @@ def test_explain_reads_one_snapshot_for_the_explain_and_the_reranked_search(
     # the delete did commit: a search now does not find it
     assert "gamma" not in {r.citekey for r in funnel.search(
         "glacier backup restore", k=4, principals=[], per_source_cap=2).results}
+
+
+# -- explain a logged search --------------------------------------------------------------
+
+
+def _with_extra_documents(conn: psycopg.Connection[Any], embedder: Any) -> None:
+    # a tenant's document the logged reader (no tenant) could not see, and one that
+    # shares no word with the query
+    Ingester(conn, "default", embedder=embedder, chunk_words=20).ingest([
+        DocumentRecord("acme-glacier", "## Acme\n\nGlacier backup restore for Acme only.",
+                       title="Acme", tenant="acme"),
+        DocumentRecord("teapots", "## Teapots\n\nPorcelain kettles and cups.",
+                       title="Teapots"),
+    ])
+
+
+def test_explain_a_logged_search_from_its_trace(cap_conn: psycopg.Connection[Any],
+                                               embedder: Any) -> None:
+    # "search 1234 did not return my page": explain had no way to answer from the log
+    from pgfunnel.explain import explain, explain_many
+
+    _with_extra_documents(cap_conn, embedder)
+    funnel = Funnel(cap_conn, embedder=None, reranker=PreferMarker("section 4"))
+    resp = funnel.search("glacier backup restore", k=4, principals=[], per_source_cap=2,
+                         trace=True)
+    sid = resp.search_id
+    assert sid is not None
+    # later searches, another reranker, other defaults: the log answers for search sid
+    other = Funnel(cap_conn, embedder=None, k=1)
+    verdicts = set()
+    for c in resp.pool:
+        live = explain(funnel, "glacier backup restore", c.chunk_id, k=4, principals=[],
+                       per_source_cap=2)
+        logged = explain(other, None, c.chunk_id, search_id=sid)
+        verdicts.add(logged.verdict)
+        assert (logged.verdict, logged.final_rank, logged.rerank_rank, logged.fused_rank) == (
+            live.verdict, live.final_rank, live.rerank_rank, live.fused_rank)
+        assert logged.rerank_score == pytest.approx(live.rerank_score)
+        assert logged.search_id == sid and logged.replayed_on is None and logged.reranked
+        assert logged.reason.startswith(f"search {sid} logged it: {logged.verdict}")
+        assert logged.searched == "glacier backup restore"
+    assert verdicts == {"returned", "capped", "cut at k"}
+    alpha1 = _chunk(cap_conn, "alpha", 1)
+    capped = explain(other, None, "alpha#1", search_id=sid)
+    assert capped.chunk_id == alpha1 and capped.verdict == "capped"
+    assert "2 chunks of 'alpha' ranked above it after the rerank and per_source_cap 2" \
+        in capped.reason
+    doc = explain(other, None, "alpha", search_id=sid)
+    assert doc.verdict == "returned" and doc.final_rank == 1
+    # not among the candidates: the logged query replayed as its reader, on its version
+    acme, teapots, absent = explain_many(other, None, ["acme-glacier", "teapots#0",
+                                                       "nosuch"], search_id=sid)
+    assert acme.verdict == "filtered out or does not exist" and acme.chunk_id is None
+    assert acme.reason.startswith(f"not among the {len(resp.pool)} candidates search {sid} "
+                                  "logged; its query replayed on index version ")
+    assert teapots.verdict == "in no leg at its depth" and teapots.citekey == "teapots"
+    assert teapots.replayed_on == resp.index_version_id
+    assert absent.verdict == "filtered out or does not exist"
+    # the logged version dropped: replayed on the active one, said so
+    cap_conn.execute("update pgfunnel.search_log set index_version_id = 999999 "
+                     "where id = %s", (sid,))
+    gone = explain(other, None, "teapots#0", search_id=sid)
+    assert gone.verdict == "in no leg at its depth"
+    assert any("index version 999999, which search" in n and "was dropped: replayed on "
+               f"the active version {resp.index_version_id}" in n for n in gone.notices)
+
+
+def test_explain_a_logged_search_reranked_by_the_cross_encoder(
+        cap_conn: psycopg.Connection[Any], tiny_reranker: Reranker) -> None:
+    from pgfunnel.explain import explain_many
+
+    funnel = Funnel(cap_conn, embedder=None, reranker=tiny_reranker)
+    resp = funnel.search("glacier backup restore", k=2, principals=[], per_source_cap=2,
+                         trace=True)
+    assert resp.reranked
+    ids = [c.chunk_id for c in resp.pool]
+    logged = explain_many(Funnel(cap_conn, embedder=None), None, ids,
+                          search_id=resp.search_id)
+    live = explain_many(funnel, "glacier backup restore", ids, k=2, principals=[],
+                        per_source_cap=2)
+    assert [(e.verdict, e.final_rank, e.rerank_rank) for e in logged] == \
+        [(e.verdict, e.final_rank, e.rerank_rank) for e in live]
+    below = [e for e in logged if e.verdict == "cut at k"]
+    assert below and all("after the rerank" in e.reason for e in below)
+
+
+def test_explain_a_logged_search_refuses_what_it_cannot_answer(
+        cap_conn: psycopg.Connection[Any]) -> None:
+    from pgfunnel.errors import NotFoundError
+    from pgfunnel.explain import explain
+
+    funnel = Funnel(cap_conn, embedder=None)
+    sid = funnel.search("glacier", k=2, principals=[], trace=True).search_id
+    untraced = funnel.search("glacier", k=2, principals=[])
+    assert untraced.search_id is None
+    with pytest.raises(NotFoundError, match=r"^search 987654 is not in the search log"):
+        explain(funnel, None, "alpha", search_id=987654)
+    cap_conn.execute("insert into pgfunnel.collection (name) values ('other')")
+    with pytest.raises(ConfigError, match=r"^search_id: search \d+ searched collection "
+                                          r"'default', not 'other'"):
+        explain(Funnel(cap_conn, "other", embedder=None), None, "alpha", search_id=sid)
+    for bad in (0, -1, "12", True, 2**63):
+        with pytest.raises(ConfigError, match="^search_id: must be a traced search's id"):
+            explain(funnel, None, "alpha", search_id=bad)
+    with pytest.raises(ConfigError, match="^query: the logged search is explained with"):
+        explain(funnel, "glacier", "alpha", search_id=sid)
+    with pytest.raises(ConfigError, match="^k: the logged search is explained with"):
+        explain(funnel, None, "alpha", search_id=sid, k=3)

@@ -1,0 +1,329 @@
+"""Explain a logged search: why a traced search (``search_id``) did or did not return a
+chunk, answered from its trace and, for a chunk it did not log, from a replay."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, NamedTuple
+
+import numpy as np
+import psycopg
+
+from pgfunnel.db import tuple_rows
+from pgfunnel.errors import ConfigError, NotFoundError, shown, translate
+from pgfunnel.explain import (
+    _IN_POOL,
+    Explanation,
+    _explain_rows,
+    _explanation,
+    is_document_target,
+    resolve_target,
+)
+from pgfunnel.search import Funnel, SearchParams
+
+_INT64 = 2**63 - 1
+
+_LOG_SQL = ("select l.id, c.name, l.index_version_id, l.config, l.query_text, l.principals, "
+            "l.tenant, l.at from pgfunnel.search_log l "
+            "join pgfunnel.collection c on c.id = l.collection_id where l.id = %s")
+# a chunk deleted since keeps its trace row (no foreign key): no document to name then
+_TRACE_SQL = ("select t.chunk_id, t.lexical_rank, t.lexical_score, t.dense_rank, "
+              "t.dense_score, t.fused_rank, t.fused_score, t.rerank_rank, t.rerank_score, "
+              "t.final_rank, t.dropped, ch.document_id, d.citekey, ch.ordinal "
+              "from pgfunnel.search_trace t left join pgfunnel.chunk ch on ch.id = t.chunk_id "
+              "left join pgfunnel.document d on d.id = ch.document_id "
+              "where t.search_id = %s")
+#: the logged config's keys that are a replay's search parameters (the reader, the time
+#: and the collection come from the log row itself)
+_REPLAYED = ("k", "language", "metadata_filter", "fusion", "rrf_k", "weights",
+             "lexical_depth", "dense_depth", "overfetch", "per_source_cap", "ef_search",
+             "k1", "b")
+
+
+class _Traced(NamedTuple):
+    chunk_id: int
+    lexical_rank: int | None
+    lexical_score: float | None
+    dense_rank: int | None
+    dense_score: float | None
+    fused_rank: int
+    fused_score: float
+    rerank_rank: int | None
+    rerank_score: float | None
+    final_rank: int | None
+    dropped: str | None
+    document_id: int | None
+    citekey: str | None
+    ordinal: int | None
+
+
+class _Logged(NamedTuple):
+    search_id: int
+    collection: str
+    version_id: int
+    config: dict[str, Any]
+    query_text: str | None
+    params: SearchParams
+    reranked: bool
+    rerank_depth: int | None
+    #: the candidates in the order the cap and the cut saw them (reranked, then the tail)
+    pool: list[_Traced]
+
+
+def _checked_search_id(search_id: Any) -> int:
+    if isinstance(search_id, bool) or not isinstance(search_id, (int, np.integer)) \
+            or not 1 <= int(search_id) <= _INT64:
+        raise ConfigError("search_id", "must be a traced search's id (a positive integer, "
+                          f"SearchResponse.search_id), got {shown(search_id)}")
+    return int(search_id)
+
+
+def _read_log(funnel: Funnel, conn: psycopg.Connection[Any], search_id: int,
+              reader: SearchParams) -> _Logged:
+    with funnel._transaction(conn, reader), tuple_rows(conn):
+        row = conn.execute(_LOG_SQL, (search_id,)).fetchone()
+        traced = [_Traced(*r) for r in conn.execute(_TRACE_SQL, (search_id,)).fetchall()]
+    if row is None:
+        # under row-level security a search the reader may not read is not there for it
+        raise NotFoundError(f"search {search_id} is not in the search log: no traced search "
+                            "has that id (or it is not readable with these principals and "
+                            "tenant); a search is logged only with trace=True (search "
+                            "--trace)")
+    _, collection, version_id, config, query_text, principals, tenant, at = row
+    if collection != reader.collection:
+        raise ConfigError("search_id", f"search {search_id} searched collection "
+                          f"{collection!r}, not {reader.collection!r}: explain it with that "
+                          "collection (-c)")
+    config = dict(config or {})
+    as_of = _as_of(config.get("as_of"), at)
+    try:
+        p = SearchParams.build(collection=collection, principals=tuple(principals or ()),
+                               tenant=tenant, as_of=as_of,
+                               **{n: config[n] for n in _REPLAYED if n in config})
+    except ConfigError as exc:
+        raise ConfigError("search_id", f"search {search_id}'s logged config cannot be "
+                          f"replayed: {exc}") from exc
+    reranked = bool(config.get("rerank")) and traced and any(
+        t.rerank_rank is not None for t in traced)
+    if reranked:
+        # the reranked head in its order, then the tail it did not score in fused order
+        pool = sorted(traced, key=lambda t: (t.rerank_rank is None,
+                                             t.rerank_rank or 0, t.fused_rank))
+    else:
+        pool = sorted(traced, key=lambda t: t.fused_rank)
+    depth = config.get("rerank_depth")
+    return _Logged(search_id, collection, int(version_id), config, query_text, p,
+                   bool(reranked), depth if isinstance(depth, int) else None, pool)
+
+
+def _as_of(logged: Any, at: dt.datetime) -> dt.datetime:
+    """The time the logged search searched as of: the config's ``as_of``, or (NULL: the
+    search's own time) the time it was logged."""
+    from pgfunnel.versions import _logged_as_of
+
+    parsed = _logged_as_of(None if logged is None else str(logged))
+    return at if parsed is None else parsed
+
+
+def explain_logged(funnel: Funnel, search_id: Any, targets: Sequence[str],
+                   **reader: Any) -> list[Explanation]:
+    """Each target explained for the logged search ``search_id`` (see
+    :func:`pgfunnel.explain.explain_many`)."""
+    sid = _checked_search_id(search_id)
+    by_reader = funnel._params_for(reader)
+    with funnel.connection() as conn:
+        try:
+            log = _read_log(funnel, conn, sid, by_reader)
+        except psycopg.Error as exc:
+            raise translate(exc) from exc
+        answers: list[Explanation | None] = []
+        for target in targets:
+            answers.append(_from_trace(conn, log, target))
+        missing = [t for t, a in zip(targets, answers, strict=True) if a is None]
+        replayed = _replay(funnel, conn, log, missing) if missing else {}
+    return [a if a is not None else replayed[t] for t, a in zip(targets, answers, strict=True)]
+
+
+def _from_trace(conn: psycopg.Connection[Any], log: _Logged,
+                target: str) -> Explanation | None:
+    """The trace's answer for ``target``: a chunk among the logged candidates (for a
+    document, the one of its chunks that got furthest); None when none of them is."""
+    if is_document_target(target):
+        mine = [t for t in log.pool if t.citekey == target]
+    else:
+        with tuple_rows(conn):
+            cid = resolve_target(conn, target, log.collection)
+        mine = [t for t in log.pool if t.chunk_id == cid]
+    if not mine:
+        return None
+    chunk = min(mine, key=lambda t: (t.final_rank if t.final_rank is not None else _INT64,
+                                     log.pool.index(t)))
+    verdict, reason = _traced_reason(log, chunk)
+    if len(mine) > 1:
+        reason = (f"the furthest of the {len(mine)} chunks of {target!r} among its "
+                  f"candidates ({target}#{chunk.ordinal}, chunk id {chunk.chunk_id}): "
+                  f"{reason}")
+    p = log.params
+    transforms = log.config.get("transforms")
+    return Explanation(
+        target=target, chunk_id=chunk.chunk_id, verdict=verdict,
+        lexical_rank=chunk.lexical_rank, lexical_score=chunk.lexical_score,
+        lexical_exact_score=None, lexical_depth=p.lexical_depth,
+        dense_rank=chunk.dense_rank, dense_score=chunk.dense_score, dense_exact_score=None,
+        dense_depth=p.dense_depth, fused_rank=chunk.fused_rank,
+        fused_score=chunk.fused_score, pool_size=len(log.pool),
+        final_rank=chunk.final_rank, citekey=chunk.citekey, reason=reason, notices=[],
+        transforms=list(transforms) if isinstance(transforms, list) else [],
+        reranked=log.reranked, rerank_rank=chunk.rerank_rank,
+        rerank_score=chunk.rerank_score, search_id=log.search_id, searched=log.query_text)
+
+
+def _traced_reason(log: _Logged, chunk: _Traced) -> tuple[str, str]:
+    """The verdict and the sentence for a logged candidate, from the trace alone."""
+    p, pool = log.params, log.pool
+    pos = pool.index(chunk)
+    if not log.reranked:
+        how = f"fused rank {chunk.fused_rank} of the {len(pool)} candidates"
+    elif chunk.rerank_rank is None:
+        depth = sum(1 for t in pool if t.rerank_rank is not None)
+        how = (f"not reranked: fused rank {chunk.fused_rank} is below the rerank depth "
+               f"{depth} of the {len(pool)} candidates, so it came after them, at {pos + 1}")
+    else:
+        how = (f"reranked to {chunk.rerank_rank} (score {chunk.rerank_score:.4g}) from fused "
+               f"rank {chunk.fused_rank} of the {len(pool)} candidates")
+    legs = (f"lexical rank {_rank(chunk.lexical_rank)}, dense rank {_rank(chunk.dense_rank)}")
+    said = f"search {log.search_id} logged it: "
+    after = " after the rerank" if log.reranked else ""
+    if chunk.dropped is None and chunk.final_rank is not None:
+        return "returned", f"{said}returned at rank {chunk.final_rank} ({how}; {legs})"
+    if chunk.dropped == "cap":
+        ahead = sum(1 for t in pool[:pos] if t.document_id == chunk.document_id
+                    and chunk.document_id is not None)
+        of = "its document" if chunk.citekey is None else repr(chunk.citekey)
+        keeps = "the best chunk" if p.per_source_cap == 1 \
+            else f"the best {p.per_source_cap} chunks"
+        return "capped", (f"{said}capped ({how}; {legs}): "
+                          f"{'1 chunk' if ahead == 1 else f'{ahead} chunks'} of {of} "
+                          f"ranked above it{after} and per_source_cap {p.per_source_cap} "
+                          f"kept only {keeps} per source")
+    returned = sum(1 for t in pool if t.final_rank is not None)
+    return "cut at k", (f"{said}cut at k ({how}; {legs}): not capped, but "
+                        f"{returned} chunks came before it{after} and the per-source cap "
+                        f"and k was {p.k}")
+
+
+def _rank(rank: int | None) -> str:
+    return "-" if rank is None else str(rank)
+
+
+def _replay(funnel: Funnel, conn: psycopg.Connection[Any], log: _Logged,
+            targets: Sequence[str]) -> dict[str, Explanation]:
+    """The targets the log does not hold, followed by the SQL explain for the logged text,
+    parameters and reader, on the logged version (pinned) where that can be done."""
+    notices: list[str] = []
+    version_id, model, pin = _replay_version(conn, log, notices)
+    # embedded before the transaction: a model's first load takes seconds, which a pin
+    # would hold the versions' rows locked for
+    vector = _embedded(funnel, log, model, notices)
+    top_level = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    try:
+        with conn.transaction(force_rollback=True):
+            if top_level:
+                conn.execute("set transaction isolation level repeatable read")
+            with _pinned(conn, pin):
+                found, _ = _explain_rows(funnel, log.query_text, vector, log.params, targets,
+                                         notices, False, on=conn)
+    except psycopg.Error as exc:
+        raise translate(exc) from exc
+    out: dict[str, Explanation] = {}
+    transforms = log.config.get("transforms")
+    for target, (rows, ordinals) in zip(targets, found, strict=True):
+        e = _explanation(target, rows, ordinals, None, funnel, log.params, list(notices), [])
+        e.search_id, e.replayed_on, e.searched = log.search_id, version_id, log.query_text
+        e.transforms = list(transforms) if isinstance(transforms, list) else []
+        e.reranked = log.reranked
+        said = (f"not among the {len(log.pool)} candidates search {log.search_id} logged; "
+                f"its query replayed on index version {version_id}")
+        if e.verdict in _IN_POOL:
+            # the replay reached the pool the logged search did not: the data changed
+            e.reason = (f"{said} now reaches its pool (the collection or the index changed "
+                        f"since the search), without the reranker: {e.reason}")
+        else:
+            e.reason = f"{said}: {e.reason}"
+        out[target] = e
+    return out
+
+
+@contextmanager
+def _pinned(conn: psycopg.Connection[Any], pin: tuple[int, int] | None) -> Iterator[None]:
+    from pgfunnel.versions import pinned
+
+    if pin is None:
+        yield
+        return
+    with pinned(conn, *pin):
+        yield
+
+
+def _replay_version(conn: psycopg.Connection[Any], log: _Logged,
+                    notices: list[str]) -> tuple[int, str, tuple[int, int] | None]:
+    """The version a replay reads, its embedding model, and (collection id, version id)
+    to pin when that is not the active one: the logged version while it exists and this
+    role may pin it (as versions compare does), else the active one, with a notice."""
+    try:
+        with tuple_rows(conn):
+            rows = conn.execute(
+                "select v.id, v.state, v.embedding_model, v.collection_id, "
+                "pg_catalog.has_table_privilege('pgfunnel.index_version', 'UPDATE') "
+                "from pgfunnel.index_version v join pgfunnel.collection c "
+                "on c.id = v.collection_id where c.name = %s and (v.id = %s or v.state = "
+                "'active')", (log.collection, log.version_id)).fetchall()
+    except psycopg.Error as exc:
+        raise translate(exc) from exc
+    logged = next((r for r in rows if r[0] == log.version_id), None)
+    active = next((r for r in rows if r[1] == "active"), None)
+    if logged is not None and logged[1] == "active":
+        return int(logged[0]), str(logged[2]), None
+    if logged is not None and logged[1] != "building" and logged[4]:
+        return int(logged[0]), str(logged[2]), (int(logged[3]), int(logged[0]))
+    if active is None:
+        raise NotFoundError(f"collection {log.collection!r} has no active index version "
+                            f"to replay search {log.search_id} on")
+    if logged is None:
+        why = "was dropped"
+    elif logged[1] == "building":
+        why = "is building"
+    else:
+        why = ("cannot be made active for the replay by this role (it needs UPDATE on "
+               "pgfunnel.index_version, as versions compare does)")
+    notices.append(f"pgfunnel: index version {log.version_id}, which search "
+                   f"{log.search_id} read, {why}: replayed on the active version "
+                   f"{active[0]}")
+    return int(active[0]), str(active[2]), None
+
+
+def _embedded(funnel: Funnel, log: _Logged, model: str,
+              notices: list[str]) -> np.ndarray | None:
+    """The logged text embedded with the replayed version's model (the Funnel's own
+    embedder when it is that model); None for a Funnel without one, with a notice."""
+    text, p = log.query_text, log.params
+    if text is None or not text.strip() or (p.weights is not None and p.weights[1] == 0):
+        return None
+    if log.pool and all(t.dense_rank is None for t in log.pool):
+        # no candidate of the logged search came from the dense leg, which returns its
+        # nearest rows whenever it runs: it ran without a query vector
+        return None
+    if funnel._embedder_spec is None:
+        notices.append("pgfunnel: this Funnel has no query embedder (embedder=None, "
+                       "--lexical-only): the replay runs the lexical leg alone")
+        return None
+    from pgfunnel.embedder import Embedder
+
+    own = funnel._embedder
+    use = own if own is not None and own.model_name == model else Embedder(model)
+    return use.embed_query(text)
+
+
+__all__ = ["explain_logged"]
