@@ -262,6 +262,29 @@ def test_explain_hides_chunk(request: pytest.FixtureRequest, mode: str) -> None:
     assert answer["verdict"] in ("returned", "cut at k", "capped")
 
 
+def test_explain_a_logged_search_reads_the_log_as_the_reader(app_dsn: str) -> None:
+    # explain --search-id reads search_log and search_trace under their policies: a
+    # reader the logged search's principals are not a subset of gets "not in the log",
+    # the answer an id no search has gets
+    from pgfunnel.errors import NotFoundError
+    from pgfunnel.explain import explain
+
+    with _funnel(app_dsn) as f:
+        sid = f.search(QUERY, query_embedding=QVEC, k=5, principals=["alice"],
+                       trace=True).search_id
+        assert sid is not None
+        mine = explain(f, None, "secret#0", search_id=sid, principals=["alice"])
+        assert mine.verdict == "returned" and mine.citekey == "secret"
+        for reader in (["bob"], []):
+            with pytest.raises(NotFoundError,
+                               match=rf"^search {sid} is not in the search log") as hidden:
+                explain(f, None, "secret#0", search_id=sid, principals=reader)
+        with pytest.raises(NotFoundError) as unknown:
+            explain(f, None, "secret#0", search_id=sid + 1000, principals=["alice"])
+        assert str(unknown.value).replace(str(sid + 1000), "ID") == \
+            str(hidden.value).replace(str(sid), "ID")
+
+
 # -- missing principals -------------------------------------------------------------
 
 def test_null_principals_is_an_error(plain_db: str) -> None:

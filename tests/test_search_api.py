@@ -1651,3 +1651,27 @@ def test_explain_a_logged_search_refuses_what_it_cannot_answer(
         explain(funnel, "glacier", "alpha", search_id=sid)
     with pytest.raises(ConfigError, match="^k: the logged search is explained with"):
         explain(funnel, None, "alpha", search_id=sid, k=3)
+
+
+def test_explain_a_logged_search_replays_on_the_version_it_read(
+        cap_conn: psycopg.Connection[Any], embedder: Any) -> None:
+    from pgfunnel import versions
+    from pgfunnel.explain import explain
+
+    _with_extra_documents(cap_conn, embedder)
+    funnel = Funnel(cap_conn, embedder=embedder)
+    resp = funnel.search("glacier backup restore", k=2, principals=[], trace=True)
+    logged_version = resp.index_version_id
+    built = versions.reindex(cap_conn, "default", analyzer="simple_v1", embedder=embedder,
+                             activate_after=True)
+    assert built.version_id != logged_version
+    e = explain(funnel, None, "teapots#0", search_id=resp.search_id)
+    assert e.replayed_on == logged_version and e.notices == []
+    assert e.verdict in ("in no leg at its depth", "not in pool")
+    row = cap_conn.execute("select count(*) from pgfunnel.search_trace where search_id = %s",
+                           (resp.search_id,)).fetchone()
+    assert row is not None and e.pool_size == 8 == row[0]
+    assert e.reason.startswith(f"not among the 8 candidates search {resp.search_id} logged; "
+                               f"its query replayed on index version {logged_version}: ")
+    # the pin was rolled back: the new version is still the active one
+    assert funnel.search("glacier", k=1, principals=[]).index_version_id == built.version_id
