@@ -81,10 +81,18 @@ def _checked_search_id(search_id: Any) -> int:
 
 
 def _read_log(funnel: Funnel, conn: psycopg.Connection[Any], search_id: int,
-              reader: SearchParams) -> _Logged:
+              reader: SearchParams, targets: Sequence[str]
+              ) -> tuple[_Logged, dict[str, int | None]]:
+    """The logged search and, for each target that names one chunk, its id: read as the
+    reader (under row-level security the policies read its settings)."""
+    ids: dict[str, int | None] = {}
     with funnel._transaction(conn, reader), tuple_rows(conn):
         row = conn.execute(_LOG_SQL, (search_id,)).fetchone()
         traced = [_Traced(*r) for r in conn.execute(_TRACE_SQL, (search_id,)).fetchall()]
+        if row is not None:
+            for target in targets:
+                if not is_document_target(target):
+                    ids[target] = resolve_target(conn, target, str(row[1]))
     if row is None:
         # under row-level security a search the reader may not read is not there for it
         raise NotFoundError(f"search {search_id} is not in the search log: no traced search "
@@ -115,7 +123,7 @@ def _read_log(funnel: Funnel, conn: psycopg.Connection[Any], search_id: int,
         pool = sorted(traced, key=lambda t: t.fused_rank)
     depth = config.get("rerank_depth")
     return _Logged(search_id, collection, int(version_id), config, query_text, p,
-                   bool(reranked), depth if isinstance(depth, int) else None, pool)
+                   bool(reranked), depth if isinstance(depth, int) else None, pool), ids
 
 
 def _as_of(logged: Any, at: dt.datetime) -> dt.datetime:
@@ -135,26 +143,22 @@ def explain_logged(funnel: Funnel, search_id: Any, targets: Sequence[str],
     by_reader = funnel._params_for(reader)
     with funnel.connection() as conn:
         try:
-            log = _read_log(funnel, conn, sid, by_reader)
+            log, ids = _read_log(funnel, conn, sid, by_reader, targets)
         except psycopg.Error as exc:
             raise translate(exc) from exc
-        answers: list[Explanation | None] = []
-        for target in targets:
-            answers.append(_from_trace(conn, log, target))
+        answers = [_from_trace(log, target, ids.get(target)) for target in targets]
         missing = [t for t, a in zip(targets, answers, strict=True) if a is None]
         replayed = _replay(funnel, conn, log, missing) if missing else {}
     return [a if a is not None else replayed[t] for t, a in zip(targets, answers, strict=True)]
 
 
-def _from_trace(conn: psycopg.Connection[Any], log: _Logged,
-                target: str) -> Explanation | None:
-    """The trace's answer for ``target``: a chunk among the logged candidates (for a
-    document, the one of its chunks that got furthest); None when none of them is."""
+def _from_trace(log: _Logged, target: str, cid: int | None) -> Explanation | None:
+    """The trace's answer for ``target`` (``cid`` its chunk id, for one that names a
+    chunk): a chunk among the logged candidates (for a document, the one of its chunks
+    that got furthest); None when none of them is."""
     if is_document_target(target):
         mine = [t for t in log.pool if t.citekey == target]
     else:
-        with tuple_rows(conn):
-            cid = resolve_target(conn, target, log.collection)
         mine = [t for t in log.pool if t.chunk_id == cid]
     if not mine:
         return None

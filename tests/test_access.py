@@ -275,6 +275,7 @@ def test_explain_a_logged_search_reads_the_log_as_the_reader(app_dsn: str) -> No
         assert sid is not None
         mine = explain(f, None, "secret#0", search_id=sid, principals=["alice"])
         assert mine.verdict == "returned" and mine.citekey == "secret"
+        assert mine.replayed_on is None and mine.reason.startswith(f"search {sid} logged it")
         for reader in (["bob"], []):
             with pytest.raises(NotFoundError,
                                match=rf"^search {sid} is not in the search log") as hidden:
