@@ -226,6 +226,12 @@ def _replay(funnel: Funnel, conn: psycopg.Connection[Any], log: _Logged,
             targets: Sequence[str]) -> dict[str, Explanation]:
     """The targets the log does not hold, followed by the SQL explain for the logged text,
     parameters and reader, on the logged version (pinned) where that can be done."""
+    if log.query_text is None:
+        raise ConfigError("search_id", f"search {log.search_id} searched with a query vector "
+                          "alone, which the log does not keep: of its chunks only its "
+                          f"{len(log.pool)} candidates can be explained, and "
+                          f"{', '.join(map(repr, targets))} "
+                          f"{'is' if len(targets) == 1 else 'are'} not among them")
     notices: list[str] = []
     version_id, model, pin = _replay_version(conn, log, notices)
     # embedded before the transaction: a model's first load takes seconds, which a pin

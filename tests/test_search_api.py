@@ -9,6 +9,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psycopg
 import pytest
 
@@ -1651,6 +1652,24 @@ def test_explain_a_logged_search_refuses_what_it_cannot_answer(
         explain(funnel, "glacier", "alpha", search_id=sid)
     with pytest.raises(ConfigError, match="^k: the logged search is explained with"):
         explain(funnel, None, "alpha", search_id=sid, k=3)
+
+    # a search by a vector alone cannot be replayed: the log keeps no vector
+    vec = np.ones(_dims(cap_conn)) / np.sqrt(_dims(cap_conn))
+    by_vector = funnel.search(None, query_embedding=vec, k=2, principals=[], trace=True)
+    first = by_vector.results[0]
+    assert explain(funnel, None, first.chunk_id, search_id=by_vector.search_id).verdict == \
+        "returned"
+    with pytest.raises(ConfigError, match=r"^search_id: search \d+ searched with a query "
+                                          r"vector alone, which the log does not keep: .* "
+                                          r"'nosuch' is not among them"):
+        explain(funnel, None, "nosuch", search_id=by_vector.search_id)
+
+
+def _dims(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute("select dimensions from pgfunnel.index_version "
+                       "where state = 'active'").fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def test_explain_a_logged_search_replays_on_the_version_it_read(
