@@ -15,6 +15,7 @@ from pgfunnel.db import tuple_rows
 from pgfunnel.errors import ConfigError, NotFoundError, shown, translate
 from pgfunnel.explain import (
     _IN_POOL,
+    HIDDEN_OR_MISSING,
     Explanation,
     _explain_rows,
     _explanation,
@@ -149,6 +150,9 @@ def explain_logged(funnel: Funnel, search_id: Any, targets: Sequence[str],
         answers = [_from_trace(log, target, ids.get(target)) for target in targets]
         missing = [t for t, a in zip(targets, answers, strict=True) if a is None]
         replayed = _replay(funnel, conn, log, missing) if missing else {}
+        for target, e in replayed.items():
+            if e.verdict == HIDDEN_OR_MISSING:
+                _name_filters(funnel, conn, log, by_reader, target, e)
     return [a if a is not None else replayed[t] for t, a in zip(targets, answers, strict=True)]
 
 
@@ -216,6 +220,54 @@ def _traced_reason(log: _Logged, chunk: _Traced) -> tuple[str, str]:
     return "cut at k", (f"{said}cut at k ({how}; {legs}): not capped, but "
                         f"{returned} chunks came before it{after} and the per-source cap "
                         f"and k was {p.k}")
+
+
+_FILTERS_SQL = (
+    "select d.citekey, d.is_public or d.readers operator(pg_catalog.&&) %(principals)s, "
+    "d.tenant is null or d.tenant = %(tenant)s, "
+    "%(language)s::text is null or d.language = %(language)s, "
+    "(d.valid_from is null or d.valid_from <= %(as_of)s) "
+    "and (d.valid_to is null or d.valid_to > %(as_of)s), "
+    "%(metadata_filter)s::jsonb is null or d.metadata @> %(metadata_filter)s::jsonb "
+    "from pgfunnel.document d join pgfunnel.collection c on c.id = d.collection_id "
+    "where c.name = %(collection)s and (d.citekey = %(citekey)s or d.id = (select "
+    "ch.document_id from pgfunnel.chunk ch where ch.id = %(chunk_id)s))")
+
+
+def _name_filters(funnel: Funnel, conn: psycopg.Connection[Any], log: _Logged,
+                  reader: SearchParams, target: str, e: Explanation) -> None:
+    """For a target the replay found hidden or missing that the reader reading the log
+    can see: which of the logged search's filters hid it. One the reader cannot see
+    either keeps the answer of a chunk that does not exist."""
+    p = log.params
+    args = p.sql_args()
+    args.update(as_of=p.as_of, citekey=target if is_document_target(target) else None,
+                chunk_id=None)
+    if not is_document_target(target):
+        with funnel._transaction(conn, reader), tuple_rows(conn):
+            args["chunk_id"] = resolve_target(conn, target, log.collection)
+    if args["citekey"] is None and args["chunk_id"] is None:
+        return
+    try:
+        with funnel._transaction(conn, reader), tuple_rows(conn):
+            row = conn.execute(_FILTERS_SQL, args).fetchone()
+    except psycopg.Error as exc:
+        raise translate(exc) from exc
+    if row is None:
+        return
+    citekey, *passed = row
+    names = ("principals", "tenant", "language", "as_of", "metadata filter")
+    failed = [n for n, ok in zip(names, passed, strict=True) if not ok]
+    if not failed:
+        return
+    e.citekey = str(citekey)
+    shown_as = {"principals": f"principals {list(p.principals)}",
+                "tenant": f"tenant {p.tenant!r}", "language": f"language {p.language!r}",
+                "as_of": f"as_of {p.as_of}",
+                "metadata filter": f"metadata filter {dict(p.metadata_filter or {})}"}
+    e.reason = (f"not among the {len(log.pool)} candidates search {log.search_id} logged: "
+                f"document {citekey!r} is hidden from its reader by its "
+                + ", ".join(shown_as[n] for n in failed))
 
 
 def _rank(rank: int | None) -> str:

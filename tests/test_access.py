@@ -276,6 +276,15 @@ def test_explain_a_logged_search_reads_the_log_as_the_reader(app_dsn: str) -> No
         mine = explain(f, None, "secret#0", search_id=sid, principals=["alice"])
         assert mine.verdict == "returned" and mine.citekey == "secret"
         assert mine.replayed_on is None and mine.reason.startswith(f"search {sid} logged it")
+        # a chunk the logged reader could not see: which filter hid it is said only to
+        # a reader who can see it; to another it is a chunk that does not exist
+        bobs = f.search(QUERY, query_embedding=QVEC, k=5, principals=["bob"],
+                        trace=True).search_id
+        for reader, said in ((["alice", "bob"], "is hidden from its reader by its "
+                                                "principals ['bob']"),
+                             (["bob"], "document secret does not exist")):
+            e = explain(f, None, "secret", search_id=bobs, principals=reader)
+            assert e.verdict == "filtered out or does not exist" and said in e.reason, e
         for reader in (["bob"], []):
             with pytest.raises(NotFoundError,
                                match=rf"^search {sid} is not in the search log") as hidden:

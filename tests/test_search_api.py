@@ -1597,11 +1597,17 @@ def test_explain_a_logged_search_from_its_trace(cap_conn: psycopg.Connection[Any
     acme, teapots, absent = explain_many(other, None, ["acme-glacier", "teapots#0",
                                                        "nosuch"], search_id=sid)
     assert acme.verdict == "filtered out or does not exist" and acme.chunk_id is None
-    assert acme.reason.startswith(f"not among the {len(resp.pool)} candidates search {sid} "
-                                  "logged; its query replayed on index version ")
+    # the reader explaining sees the document: which of the logged filters hid it is said
+    assert acme.reason == (f"not among the {len(resp.pool)} candidates search {sid} logged: "
+                           "document 'acme-glacier' is hidden from its reader by its tenant "
+                           "None")
+    assert acme.replayed_on == resp.index_version_id
     assert teapots.verdict == "in no leg at its depth" and teapots.citekey == "teapots"
     assert teapots.replayed_on == resp.index_version_id
     assert absent.verdict == "filtered out or does not exist"
+    assert absent.reason.startswith(f"not among the {len(resp.pool)} candidates search {sid} "
+                                    "logged; its query replayed on index version ")
+    assert "document nosuch does not exist" in absent.reason
     # the logged version dropped: replayed on the active one, said so
     cap_conn.execute("update pgfunnel.search_log set index_version_id = 999999 "
                      "where id = %s", (sid,))
