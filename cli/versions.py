@@ -210,8 +210,9 @@ def reindex(
     if json_out:
         emit_json(result.to_json())
         return
+    # notes on stderr, as every command's: stdout holds the version made and its validation
     for note in result.notes:
-        out.print(f"  {note}", highlight=False, soft_wrap=True)
+        labelled("note", "yellow", note)
     v = result.validation
     assert v is not None
     out.print(f"version {result.version} of {collection!r}: {result.embedding_model} "
@@ -304,14 +305,14 @@ def list_cmd(collection: CollectionOption = "default", dsn: DsnOption = None,
                              if name not in ("version", "state") and value != "-")
             out.print(f"  version {row['version']} ({row['state']}): {rest}",
                       highlight=False, soft_wrap=True)
+    # notes on stderr: `versions list | grep ready` gets the versions alone
     for info in interrupted:
-        out.print(f"note: version {info.version} is not being built (its reindex was "
-                  f"interrupted): {versions.resume_hint(collection, info)}", highlight=False,
-                  soft_wrap=True)
+        labelled("note", "yellow", f"version {info.version} is not being built (its reindex "
+                 f"was interrupted): {versions.resume_hint(collection, info)}")
     for number in unfinished:
-        out.print(f"note: the drop of version {number} did not finish, and it cannot be "
-                  f"activated; `pgfunnel versions drop {number} -c {shlex.quote(collection)}` "
-                  "finishes it", highlight=False, soft_wrap=True)
+        labelled("note", "yellow", f"the drop of version {number} did not finish, and it "
+                 f"cannot be activated; `pgfunnel versions drop {number} -c "
+                 f"{shlex.quote(collection)}` finishes it")
 
 
 def _print_activation(act: Any, json_out: bool) -> None:
@@ -578,10 +579,10 @@ def compare_cmd(
         labelled("warning", "yellow", note)
     for number, n in cmp.caught_up.items():
         if n:
-            out.print(f"version {number} lacked {plural(n, 'chunk')} ingested since its build "
-                      "(ingest writes only the active version): indexed first, as its "
-                      "activation would, so both versions are compared on the same chunks",
-                      highlight=False, soft_wrap=True)
+            labelled("note", "yellow", f"version {number} lacked {plural(n, 'chunk')} "
+                     "ingested since its build (ingest writes only the active version): "
+                     "indexed first, as its activation would, so both versions are compared "
+                     "on the same chunks")
     # a query whose results only moved is not identical: said, so that the counts add up
     reordered = (f" ({cmp.reordered} more with the same results in a different order)"
                  if cmp.reordered else "")

@@ -1555,3 +1555,80 @@ def test_explain_search_id_answers_from_the_logged_search(sample_db: str) -> Non
     assert res.exit_code == 1 and "search 987654 is not in the search log" in res.output
     res = CliRunner().invoke(app, ["explain", "refund plan", "--dsn", sample_db], env=env)
     assert res.exit_code == 1 and "give one or more chunks to explain" in res.output
+
+
+def _lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def test_reindex_and_versions_print_results_on_stdout_and_notes_on_stderr(
+        sample_db: str, tmp_path: Path, embedder: Any) -> None:
+    """`reindex` printed its notes ("created version 2 (building)", "vectors copied from
+    version 1 ...") on stdout, indented, before its summary; `versions list` its notes on
+    an interrupted build or drop; `versions compare` the chunks it indexed first: `pgfunnel
+    versions list | grep ...` or `reindex > log` got them mixed with the results. They are
+    now `note:` lines on stderr, and with --json stdout is one JSON document."""
+    from pgfunnel.cli.main import app
+
+    from pgfunnel import versions
+    from pgfunnel.db import connect
+    from pgfunnel.ingest import Ingester
+    from pgfunnel.sources import DocumentRecord
+
+    env = {"COLUMNS": "300", "HF_HUB_OFFLINE": "1"}
+    res = CliRunner().invoke(app, ["reindex", "--analyzer", "simple_v1", "--dsn", sample_db],
+                             env=env)
+    assert res.exit_code == 0, res.output
+    out = _lines(res.stdout)
+    assert [line.split(":")[0].split(" is ")[0] for line in out] == [
+        "version 2 of 'default'", "validated", "version 2"], res.stdout
+    assert out[2].startswith("version 2 is ready."), res.stdout
+    assert "note: created version 2 (building)" in res.stderr, res.stderr
+    assert "note: vectors copied from version 1 (same model" in res.stderr, res.stderr
+    assert "note" not in res.stdout and "copied from" not in res.stdout, res.stdout
+
+    # a chunk ingested since version 2's build: compare indexes it first, and says so
+    with connect(sample_db, autocommit=True) as conn:
+        Ingester(conn, "default", embedder=embedder).ingest([DocumentRecord(
+            citekey="late-doc", title="Late", text="A quokka guide to refunds. " * 5)])
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"query": "quokka refunds"}\n{"query": "refund"}\n')
+    res = CliRunner().invoke(app, ["versions", "compare", "1", "2", "--queries", str(queries),
+                                   "--dsn", sample_db], env=env)
+    assert res.exit_code == 0, res.output
+    assert _lines(res.stdout)[0].startswith("2 queries, k=10: mean overlap@10 "), res.stdout
+    assert "lacked" not in res.stdout, res.stdout
+    assert "note: version 2 lacked 1 chunk ingested since its build" in res.stderr, res.stderr
+
+    def stop(stage: str, n: int, total: int | None) -> None:
+        if stage == "embedding":
+            raise KeyboardInterrupt  # a reindex cut short: version 3 stays 'building'
+
+    with connect(sample_db, autocommit=True) as conn:
+        with pytest.raises(KeyboardInterrupt):
+            versions.reindex(conn, "default", analyzer="simple_v6", batch_size=4,
+                             progress=stop)
+        # a drop of version 2 cut short leaves it marked
+        conn.execute("update pgfunnel.index_version set params = params || "
+                     "'{\"dropping\": true}' where version = 2")
+    res = CliRunner().invoke(app, ["versions", "list", "--dsn", sample_db], env=env)
+    assert res.exit_code == 0, res.output
+    out = _lines(res.stdout)
+    assert out[0].strip() == "index versions of 'default'", res.stdout
+    assert "note" not in res.stdout and "finishes it" not in res.stdout, res.stdout
+    assert "ready, drop unfinished" in res.stdout, res.stdout
+    notes = _lines(res.stderr)
+    assert len(notes) == 2, res.stderr
+    assert notes[0].startswith("note: version 3 is not being built (its reindex was "
+                               "interrupted): `pgfunnel reindex -c default"), res.stderr
+    assert notes[1] == ("note: the drop of version 2 did not finish, and it cannot be "
+                        "activated; `pgfunnel versions drop 2 -c default` finishes it"), notes
+
+    # --json: stdout is one JSON document, whatever the text output would have noted
+    for args in (["versions", "list"], ["versions", "compare", "1", "2", "--queries",
+                                         str(queries)], ["doctor"]):
+        res = CliRunner().invoke(app, [*args, "--dsn", sample_db, "--json"], env=env)
+        assert res.exit_code in (0, 3), res.output
+        json.loads(res.stdout)
+        assert res.stderr == "", res.stderr
+
