@@ -196,7 +196,9 @@ def evaluate(
     else:
         _print_tables(report, k)
         if out_dir is not None:
-            out.print(f"wrote {out_dir}/{', '.join(OUT_FILES)}", soft_wrap=True)
+            # where the report went, on stderr as `stored ...` is: stdout holds the tables
+            console.print(f"wrote {out_dir}/{', '.join(OUT_FILES)}", highlight=False,
+                          soft_wrap=True)
     if floor_spec is not None:
         if violations:
             for v in violations:

@@ -1632,3 +1632,22 @@ def test_reindex_and_versions_print_results_on_stdout_and_notes_on_stderr(
         json.loads(res.stdout)
         assert res.stderr == "", res.stderr
 
+
+def test_eval_prints_its_tables_on_stdout_and_where_it_wrote_them_on_stderr(
+        sample_db: str, tmp_path: Path) -> None:
+    """`eval --out DIR` ended its tables with `wrote DIR/report.json, ...` on stdout, so
+    `pgfunnel eval ... --out DIR > table.txt` held that line too; it now goes to stderr,
+    as `stored N judgments ...` of --store-qrels does."""
+    from pgfunnel.cli.main import app
+
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"query_id": "q1", "query": "what does ERR-5245 mean", '
+                       '"slice": "identifier", "relevant": {"err-5245": 1}}\n')
+    res = CliRunner().invoke(app, ["eval", str(queries), "--preset", "lexical", "--out",
+                                   str(tmp_path / "r"), "--dsn", sample_db],
+                             env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert _lines(res.stdout)[0].startswith("judging: per "), res.stdout
+    assert "wrote" not in res.stdout, res.stdout
+    assert f"wrote {tmp_path / 'r'}/report.json" in res.stderr, res.stderr
+    assert (tmp_path / "r" / "report.md").exists()
