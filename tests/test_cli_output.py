@@ -1651,3 +1651,12 @@ def test_eval_prints_its_tables_on_stdout_and_where_it_wrote_them_on_stderr(
     assert "wrote" not in res.stdout, res.stdout
     assert f"wrote {tmp_path / 'r'}/report.json" in res.stderr, res.stderr
     assert (tmp_path / "r" / "report.md").exists()
+
+
+def test_dsn_prints_the_connection_string_alone(sample_db: str) -> None:
+    """`psql "$(pgfunnel dsn)"` takes stdout whole: the DSN and nothing else."""
+    from pgfunnel.cli.main import app
+
+    res = CliRunner().invoke(app, ["dsn", "--dsn", sample_db])
+    assert res.exit_code == 0, res.output
+    assert (res.stdout, res.stderr) == (sample_db + "\n", ""), res.output
