@@ -15,11 +15,21 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["text_line"]
+__all__ = ["FENCE_OPEN", "HEADING_MARK", "INDENT", "text_line"]
 
-# what the chunker reads as a heading (`sources._HEADING`) or opens a fence with
-# (`sources._FENCE`), after up to three spaces
-_OPENS_BLOCK = re.compile(r"^( {0,3})(?=#{1,6}(?:\s|$)|`{3,}[^`]*$|~{3,})")
+# the patterns the chunker (``sources._HEADING``, ``sources._FENCE``) and the escape below
+# are made of, in one place: an escape that missed a line the chunker reads as a heading
+# or a fence let a line of text open a block
+#: what may come before a block's marker: up to three spaces (CommonMark)
+INDENT = r" {0,3}"
+#: the marker of a heading: one to six ``#`` (a space or the line's end must follow)
+HEADING_MARK = r"#{1,6}"
+#: what opens a code fence: three or more tildes, or three or more backticks followed
+#: by no backtick on the line (``"```foo``` at the start of a line"`` is inline code)
+FENCE_OPEN = r"`{3,}(?=[^`]*$)|~{3,}"
+
+# what the chunker reads as a heading or opens a fence with, after up to three spaces
+_OPENS_BLOCK = re.compile(rf"^({INDENT})(?={HEADING_MARK}(?:\s|$)|{FENCE_OPEN})")
 
 
 def text_line(line: str) -> str:

@@ -37,6 +37,7 @@ from pgfunnel.errors import (
     warn_at_caller,
 )
 from pgfunnel.html_text import html_page
+from pgfunnel.markdown_lines import FENCE_OPEN, HEADING_MARK, INDENT
 from pgfunnel.rst_text import (
     _CODE,
     _SILENT,
@@ -1022,10 +1023,10 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 # a closing run of `#` (`## Install ##`) is not part of the heading (CommonMark)
-_HEADING = re.compile(r"^ {0,3}(#{1,6})\s+(.*?\S)(?:\s+#+)?\s*$")
+_HEADING = re.compile(rf"^{INDENT}({HEADING_MARK})\s+(.*?\S)(?:\s+#+)?\s*$")
 # a backtick fence's info string holds no backtick: "```foo``` at the start of a line" is
-# inline code (CommonMark)
-_FENCE = re.compile(r"^ {0,3}(`{3,}(?=[^`]*$)|~{3,})")
+# inline code (CommonMark). Their parts are markdown_lines', whose escape matches them
+_FENCE = re.compile(rf"^{INDENT}({FENCE_OPEN})")
 # a line that is nothing but a fence run: a block's closing line
 _FENCE_ONLY = re.compile(r"^[ \t]*(?:`{3,}|~{3,})[ \t]*$")
 # a YAML block at the top of a markdown file (Jekyll, Hugo, Docusaurus, MkDocs)
@@ -1403,10 +1404,10 @@ def _first_h1(text: str) -> str:
     return ""
 
 
-_ESCAPED_HASH = re.compile(r"^( {0,3})\\#")
+_ESCAPED_HASH = re.compile(rf"^({INDENT})\\#")
 # a line of text that the reST, AsciiDoc and HTML readers escaped lest it open a code
 # fence (markdown_lines.text_line): `\```python`, `\~~~`
-_ESCAPED_FENCE = re.compile(r"^( {0,3})\\(?=`{3,}[^`]*$|~{3,})")
+_ESCAPED_FENCE = re.compile(rf"^({INDENT})\\(?={FENCE_OPEN})")
 
 
 def _escaped_fences_shown(text: str) -> str:
