@@ -556,27 +556,29 @@ def compare_cmd(
     reader = (f"principals {', '.join(principal)}" if principal
               else "each as the reader it was logged with" if not named
               else "no --principal: public documents only")
-    notes = []
+    # (label, text): a warning, or a note of what was read otherwise than written, as eval
+    # labels them; --json has every text in `notices`
+    notes: list[tuple[str, str]] = []
     if cmp.empty_in_both:
         # both empty reads as "identical": say it compared nothing
-        notes.append(f"{cmp.empty_in_both} of {cmp.n_queries} queries returned nothing on "
-                     f"either version ({reader}); they count as identical. A collection "
-                     "whose documents are not public is compared as a reader with "
-                     "--principal")
+        notes.append(("warning", f"{cmp.empty_in_both} of {cmp.n_queries} queries returned "
+                      f"nothing on either version ({reader}); they count as identical. A "
+                      "collection whose documents are not public is compared as a reader "
+                      "with --principal"))
     if cmp.judged_items_respelled:
-        notes.append(respelled_items_message(cmp.judged_items_respelled).replace(
-            "pgfunnel eval", "versions compare"))
+        notes.append(("note", respelled_items_message(cmp.judged_items_respelled).replace(
+            "pgfunnel eval", "versions compare")))
     if cmp.judged_items_missing:
         from pgfunnel.eval.qrels import JudgedQuery
 
-        notes.append(missing_items_message(
+        notes.append(("warning", missing_items_message(
             cmp.judged_items_missing, [q for q in qs if isinstance(q, JudgedQuery)],
-            collection, principals=principal or [], tool="versions compare"))
+            collection, principals=principal or [], tool="versions compare")))
     if json_out:
-        emit_json({**cmp.to_json(), "notices": notes})
+        emit_json({**cmp.to_json(), "notices": [text for _, text in notes]})
         return
-    for note in notes:
-        labelled("warning", "yellow", note)
+    for label, text in notes:
+        labelled(label, "yellow", text)
     for number, n in cmp.caught_up.items():
         if n:
             labelled("note", "yellow", f"version {number} lacked {plural(n, 'chunk')} "

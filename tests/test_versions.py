@@ -1398,6 +1398,8 @@ def test_compare_reads_as_the_reader_given_and_says_when_it_compared_nothing(
 def test_compare_reads_judged_file_names_as_eval_does(sample_db: str, tmp_path: Path) -> None:
     # the docs promise both tools one nDCG@k for the active version; compare scored an
     # item written as a file name (`refunds-annual.md`) as never found, eval matched it
+    from pgfunnel.cli.main import app
+
     from pgfunnel.eval.harness import Harness, preset_configs
     from pgfunnel.eval.qrels import load_queries
 
@@ -1417,6 +1419,18 @@ def test_compare_reads_judged_file_names_as_eval_does(sample_db: str, tmp_path: 
     assert cmp.judged_items_missing == ["no-such-doc"]
     assert cmp.ndcg_a is not None and cmp.ndcg_a > 0
     assert cmp.ndcg_a == pytest.approx(ran.report.configs["default"].aggregates["all"]["ndcg@10"])
+    # the command says them as eval does: the file name read as a citekey is a note, the
+    # item the collection lacks a warning (both were warnings, where the docs said a note)
+    res = CliRunner().invoke(app, ["versions", "compare", "1", "2", "--queries", str(path),
+                                   "--dsn", sample_db], env={"COLUMNS": "400"})
+    assert res.exit_code == 0, res.output
+    said = res.stderr.splitlines()
+    assert said[0].startswith("note: versions compare: 1 judged items were written as file "
+                              "names and matched to their citekeys ('refunds-annual.md' -> "
+                              "'refunds-annual')"), res.stderr
+    assert said[1].startswith("warning: versions compare: 1 of 2 judged items are not in "
+                              "collection 'default'"), res.stderr
+    assert "judged items" not in res.stdout, res.stdout
 
 
 def test_activating_a_version_with_rows_deleted_past_its_trigger_says_what_mends_it(
