@@ -20,6 +20,7 @@ import re
 import tomllib
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from pathlib import Path
@@ -807,6 +808,13 @@ def _read_file(path: Path, citekey: str, in_folder: bool,
                 f"{path}: not valid UTF-8 (byte {exc.start}: {exc.reason}); give the encoding "
                 "it is in (--encoding cp1252, say: windows-1252, the Latin-1 of older docs), "
                 "convert it to UTF-8, or leave it out with --exclude") from exc
+    else:
+        if encoding is not None and "\x00" in raw and not data.startswith(codecs.BOM_UTF8):
+            # UTF-16 or UTF-32 written without a byte order mark: its ASCII letters are
+            # valid UTF-8 with a NUL beside each, which no UTF-8 text holds. Read in the
+            # encoding given (--encoding utf-16-le); were they kept, the NULs refused it
+            with suppress(UnicodeDecodeError):
+                raw = data.decode(encoding)
     raw = raw.removeprefix("\ufeff")
     if suffix != ".jsonl":
         # line ends as Path.read_text and browsers read them: a markdown file saved on

@@ -1929,6 +1929,26 @@ def test_cli_ingest_reads_files_that_are_not_utf8_in_the_encoding_given(db: str,
     assert "Привет мир" in rec.text
 
 
+def test_encoding_given_reads_utf16_without_a_byte_order_mark(tmp_path: Path) -> None:
+    """UTF-16 written without a byte order mark (a .txt saved as 'Unicode' by some tools)
+    holds ASCII letters as valid UTF-8 with a NUL after each: `--encoding utf-16-le` was
+    passed over (the bytes were valid UTF-8) and the file refused for its NUL bytes."""
+    from pgfunnel.sources import read_paths
+
+    path = tmp_path / "notes.txt"
+    path.write_bytes("Plain notes, written as UTF-16.\n".encode("utf-16-le"))
+    (rec,) = read_paths([path], encoding="utf-16-le")
+    assert rec.text == "Plain notes, written as UTF-16."
+    # without the option, or with one that leaves the NULs, the refusal stays
+    for encoding in (None, "latin-1"):
+        with pytest.raises(InvalidDocumentError, match="NUL"):
+            list(read_paths([path], encoding=encoding))
+    # a UTF-8 file is still read as UTF-8 whatever is given
+    path.write_bytes("Naïve notes.\n".encode())
+    (rec,) = read_paths([path], encoding="utf-16-le")
+    assert rec.text == "Naïve notes."
+
+
 def test_a_text_line_opening_with_backticks_is_stored_and_shown_as_written(
         db: str, tmp_path: Path) -> None:
     """A reST or AsciiDoc line of text starting with three backticks (or a `#`) is escaped
