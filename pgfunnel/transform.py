@@ -726,11 +726,12 @@ class FollowupResolver:
         if cue is None:
             words = [w.casefold() for w in _words(rest)]
             if len(words) == 1 and not rest.rstrip().endswith("?") \
-                    and words[0] not in _POINTS_BACK:
+                    and words[0] not in _POINTS_BACK and not content_words(rest):
                 # one word that is no question, pronoun or comparison ("Any", "X",
                 # "__all__", "with") is a keyword searched for itself: a chat app sends
                 # the history with every turn, and an earlier turn's topic put in front of
-                # it searched for that topic instead
+                # it searched for that topic instead. A content word that is no topic (a
+                # qualifier, "annual"; one outside topic_terms) qualifies the last one
                 return Resolution(query, query, [], "one word of its own, not a question "
                                   "or a word that points back; unchanged")
         body = query

@@ -382,6 +382,22 @@ def test_one_word_that_is_no_question_is_a_keyword_search_of_its_own() -> None:
         assert r.resolve(history, q).carried_terms == ["delete", "project"], q
 
 
+def test_one_word_that_is_a_qualifier_or_outside_the_topic_terms_still_points_back() -> None:
+    # "annual" after "how do I cancel my subscription?" (plan names passed as qualifiers,
+    # so not topics of their own) was searched alone, without the subscription: the
+    # one-word rule is for words that name nothing of the resolver's ("Any", "with")
+    history = ["how do I cancel my subscription?"]
+    r = FollowupResolver(qualifiers=("monthly", "annual"))
+    for q in ("annual", "Monthly", "annual?"):
+        res = r.resolve(history, q)
+        assert res.carried_terms == ["cancel", "subscription"], q
+        assert res.query == f"cancel subscription {q}"
+    assert r.resolve(history, "Any").query == "Any"
+    vocab = FollowupResolver(topic_terms=["cancel", "subscription", "refund"])
+    assert vocab.resolve(history, "teams").query == "cancel subscription teams"
+    assert vocab.resolve(history, "refund").query == "refund"
+
+
 def test_comparison_words_are_not_topics() -> None:
     r = FollowupResolver()
     assert r.topic_words("is it different or the same?") == []
