@@ -766,6 +766,11 @@ def _read_file(path: Path, citekey: str, in_folder: bool,
         html = suffix in (".html", ".htm")
         declared = _HTML_CHARSET.search(data[:4096]) if html else None
         page_encoding = _declared_html_encoding(declared) if declared else None
+        if page_encoding == "utf-8":
+            # a page that declares the UTF-8 it is not (a template's <meta> around older
+            # text) says nothing the read above did not: read as one that declares none
+            # would be with --encoding, refused (naming it) without
+            page_encoding = None
         if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
             # a byte order mark says what it is whatever else is declared (WHATWG): the
             # UTF-16 that Windows tools (PowerShell's Out-File) write

@@ -767,8 +767,12 @@ def test_a_page_declaring_no_charset_is_read_as_browsers_read_it(tmp_path: Path)
                                                    r"mark but is not UTF-16"):
         list(read_path(tmp_path / "odd.md"))
     # a page that declares a charset its bytes do not fit stays an error
+    (tmp_path / "news.html").write_bytes(b'<meta charset="shift_jis"><p>\xff\x81</p>')
+    with pytest.raises(InvalidDocumentError, match="nor the shift_jis it declares"):
+        list(read_path(tmp_path / "news.html"))
+    # and so does one that declares the UTF-8 it is not, naming --encoding
     (tmp_path / "news.html").write_bytes(b'<meta charset="utf-8"><p>Pokorn\xfd</p>')
-    with pytest.raises(InvalidDocumentError, match="nor the utf-8 it declares"):
+    with pytest.raises(InvalidDocumentError, match=r"not valid UTF-8 \(byte .*--encoding"):
         list(read_path(tmp_path / "news.html"))
 
 

@@ -1929,6 +1929,24 @@ def test_cli_ingest_reads_files_that_are_not_utf8_in_the_encoding_given(db: str,
     assert "Привет мир" in rec.text
 
 
+def test_encoding_given_reads_a_page_that_declares_utf8_but_is_not(tmp_path: Path) -> None:
+    """A page whose template declares UTF-8 around windows-1252 text (a common legacy
+    mix) was refused as 'not valid UTF-8, nor the utf-8 it declares' even with
+    --encoding cp1252: a declared UTF-8 says nothing the failed read did not."""
+    from pgfunnel.sources import read_paths
+
+    page = tmp_path / "page.html"
+    page.write_bytes('<html><head><meta charset="utf-8"><title>Café</title></head><body>'
+                     "<h1>Café</h1><p>Crème brûlée, served daily.</p></body></html>"
+                     .encode("cp1252"))
+    (rec,) = read_paths([page], encoding="cp1252")
+    assert rec.title == "Café" and "Crème brûlée, served daily." in rec.text
+    # without it, the refusal names the way out
+    with pytest.raises(InvalidDocumentError, match="not valid UTF-8.*--encoding cp1252") as exc:
+        list(read_paths([page]))
+    assert "utf-8 it declares" not in str(exc.value)
+
+
 def test_encoding_given_reads_utf16_without_a_byte_order_mark(tmp_path: Path) -> None:
     """UTF-16 written without a byte order mark (a .txt saved as 'Unicode' by some tools)
     holds ASCII letters as valid UTF-8 with a NUL after each: `--encoding utf-16-le` was
