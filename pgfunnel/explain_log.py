@@ -284,21 +284,34 @@ def _replay(funnel: Funnel, conn: psycopg.Connection[Any], log: _Logged,
                           f"{len(log.pool)} candidates can be explained, and "
                           f"{', '.join(map(repr, targets))} "
                           f"{'is' if len(targets) == 1 else 'are'} not among them")
-    notices: list[str] = []
-    version_id, model, pin = _replay_version(conn, log, notices)
-    # embedded before the transaction: a model's first load takes seconds, which a pin
-    # would hold the versions' rows locked for
-    vector = _embedded(funnel, log, model, notices)
-    top_level = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-    try:
-        with conn.transaction(force_rollback=True):
-            if top_level:
-                conn.execute("set transaction isolation level repeatable read")
-            with _pinned(conn, pin):
-                found, _ = _explain_rows(funnel, log.query_text, vector, log.params, targets,
-                                         notices, False, on=conn)
-    except psycopg.Error as exc:
-        raise translate(exc) from exc
+    embedded: dict[str, tuple[np.ndarray | None, list[str]]] = {}
+    for attempt in range(_REPLAY_TRIES):
+        notices: list[str] = []
+        version_id, model, pin = _replay_version(conn, log, notices)
+        # embedded before the transaction: a model's first load takes seconds, which a pin
+        # would hold the versions' rows locked for
+        if model not in embedded:
+            embedding_notices: list[str] = []
+            embedded[model] = (_embedded(funnel, log, model, embedding_notices),
+                               embedding_notices)
+        vector, embedding_notices = embedded[model]
+        notices.extend(embedding_notices)
+        top_level = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        try:
+            with conn.transaction(force_rollback=True):
+                if top_level:
+                    conn.execute("set transaction isolation level repeatable read")
+                with _pinned(conn, pin):
+                    found, _ = _explain_rows(funnel, log.query_text, vector, log.params,
+                                             targets, notices, False, on=conn)
+            break
+        except psycopg.errors.SerializationFailure as exc:
+            # an activation (or an ingest) committed the versions' rows the pin waited
+            # for: read the versions again and replay once more
+            if attempt + 1 >= _REPLAY_TRIES or not top_level:
+                raise translate(exc) from exc
+        except psycopg.Error as exc:
+            raise translate(exc) from exc
     out: dict[str, Explanation] = {}
     transforms = log.config.get("transforms")
     for target, (rows, ordinals) in zip(targets, found, strict=True):
@@ -316,6 +329,10 @@ def _replay(funnel: Funnel, conn: psycopg.Connection[Any], log: _Logged,
             e.reason = f"{said}: {e.reason}"
         out[target] = e
     return out
+
+
+#: replays of one logged search, when a concurrent activation made the pin fail
+_REPLAY_TRIES = 3
 
 
 @contextmanager

@@ -5,6 +5,7 @@ failure modes of the rerank step, and the opt-in query transformations."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -1699,4 +1700,48 @@ def test_explain_a_logged_search_replays_on_the_version_it_read(
     assert e.reason.startswith(f"not among the 8 candidates search {resp.search_id} logged; "
                                f"its query replayed on index version {logged_version}: ")
     # the pin was rolled back: the new version is still the active one
+    assert funnel.search("glacier", k=1, principals=[]).index_version_id == built.version_id
+
+
+def test_explain_a_logged_search_replays_while_a_version_is_activated(
+        db: str, cap_conn: psycopg.Connection[Any], embedder: Any) -> None:
+    # an activate (or anything updating the versions' rows) committing while the replay
+    # waited to pin the logged version failed the explain with a serialization error
+    import threading
+
+    from pgfunnel import versions
+    from pgfunnel.explain import Explanation, explain
+
+    _with_extra_documents(cap_conn, embedder)
+    funnel = Funnel(cap_conn, embedder=embedder)
+    resp = funnel.search("glacier backup restore", k=2, principals=[], trace=True)
+    built = versions.reindex(cap_conn, "default", analyzer="simple_v1", embedder=embedder,
+                             activate_after=True)
+    funnel.search("glacier", k=1, principals=[])  # the embedder loaded before the race
+    pid = cap_conn.info.backend_pid
+    out: list[Explanation | BaseException] = []
+
+    def run() -> None:
+        try:
+            out.append(explain(funnel, None, "teapots#0", search_id=resp.search_id))
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            out.append(exc)
+
+    with connect(db) as other:
+        other.execute("update pgfunnel.index_version set state = state where id = %s",
+                      (built.version_id,))
+        thread = threading.Thread(target=run)
+        thread.start()
+        for _ in range(200):
+            row = other.execute("select wait_event_type from pg_catalog.pg_stat_activity "
+                                "where pid = %s", (pid,)).fetchone()
+            if row is not None and row[0] == "Lock":
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the replay never waited for the versions' rows")
+        other.commit()
+    thread.join(60)
+    assert len(out) == 1 and isinstance(out[0], Explanation), out
+    assert out[0].replayed_on == resp.index_version_id and out[0].notices == []
     assert funnel.search("glacier", k=1, principals=[]).index_version_id == built.version_id
