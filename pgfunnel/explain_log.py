@@ -265,9 +265,19 @@ def _name_filters(funnel: Funnel, conn: psycopg.Connection[Any], log: _Logged,
                 "tenant": f"tenant {p.tenant!r}", "language": f"language {p.language!r}",
                 "as_of": f"as_of {p.as_of}",
                 "metadata filter": f"metadata filter {dict(p.metadata_filter or {})}"}
-    e.reason = (f"not among the {len(log.pool)} candidates search {log.search_id} logged: "
+    e.reason = (f"{_not_logged(log)}: "
                 f"document {citekey!r} is hidden from its reader by its "
                 + ", ".join(shown_as[n] for n in failed))
+
+
+def _not_logged(log: _Logged) -> str:
+    """What a target the trace does not hold is said to be, with the logged candidates
+    whose chunks are gone (a document deleted or edited and re-ingested since gets new
+    chunk ids): the target may have been one of them."""
+    gone = sum(1 for t in log.pool if t.document_id is None)
+    since = (f" ({gone} of them deleted or re-ingested since, which the log cannot name)"
+             if gone else "")
+    return f"not among the {len(log.pool)} candidates search {log.search_id} logged{since}"
 
 
 def _rank(rank: int | None) -> str:
@@ -319,7 +329,7 @@ def _replay(funnel: Funnel, conn: psycopg.Connection[Any], log: _Logged,
         e.search_id, e.replayed_on, e.searched = log.search_id, version_id, log.query_text
         e.transforms = list(transforms) if isinstance(transforms, list) else []
         e.reranked = log.reranked
-        said = (f"not among the {len(log.pool)} candidates search {log.search_id} logged; "
+        said = (f"{_not_logged(log)}; "
                 f"its query replayed on index version {version_id}")
         if e.verdict in _IN_POOL:
             # the replay reached the pool the logged search did not: the data changed

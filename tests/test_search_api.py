@@ -1703,6 +1703,30 @@ def test_explain_a_logged_search_replays_on_the_version_it_read(
     assert funnel.search("glacier", k=1, principals=[]).index_version_id == built.version_id
 
 
+def test_explain_a_logged_search_says_its_candidates_since_reingested(
+        cap_conn: psycopg.Connection[Any], embedder: Any) -> None:
+    # a returned document edited since: its logged chunks are gone, and explain said only
+    # "not among the 8 candidates search N logged", as if the search never had it
+    from pgfunnel.explain import explain
+
+    funnel = Funnel(cap_conn, embedder=None)
+    resp = funnel.search("glacier backup restore", k=2, principals=[], trace=True)
+    assert resp.results[0].citekey == "alpha"
+    row = cap_conn.execute(
+        "select count(*), count(*) filter (where d.citekey = 'alpha') "
+        "from pgfunnel.search_trace t join pgfunnel.chunk ch on ch.id = t.chunk_id "
+        "join pgfunnel.document d on d.id = ch.document_id where t.search_id = %s",
+        (resp.search_id,)).fetchone()
+    assert row is not None
+    pool, logged_alpha = row
+    Ingester(cap_conn, "default", embedder=embedder, chunk_words=20).ingest([
+        DocumentRecord("alpha", _sections("Alpha", 4) + "\n\nEdited since.", title="Alpha")])
+    e = explain(funnel, None, "alpha", search_id=resp.search_id)
+    assert e.reason.startswith(
+        f"not among the {pool} candidates search {resp.search_id} logged "
+        f"({logged_alpha} of them deleted or re-ingested since, which the log cannot name); ")
+
+
 def test_explain_a_logged_search_replays_while_a_version_is_activated(
         db: str, cap_conn: psycopg.Connection[Any], embedder: Any) -> None:
     # an activate (or anything updating the versions' rows) committing while the replay
