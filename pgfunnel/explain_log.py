@@ -400,9 +400,10 @@ def _embedded(funnel: Funnel, log: _Logged, model: str,
     text, p = log.query_text, log.params
     if text is None or not text.strip() or (p.weights is not None and p.weights[1] == 0):
         return None
-    if log.pool and all(t.dense_rank is None for t in log.pool):
+    if all(t.dense_rank is None for t in log.pool):
         # no candidate of the logged search came from the dense leg, which returns its
-        # nearest rows whenever it runs: it ran without a query vector
+        # nearest rows whenever it runs: it ran without a query vector (or, no candidate
+        # at all, nothing was visible to it, which the lexical leg alone tells as well)
         return None
     if funnel._embedder_spec is None:
         notices.append("pgfunnel: this Funnel has no query embedder (embedder=None, "

@@ -1727,6 +1727,21 @@ def test_explain_a_logged_search_says_its_candidates_since_reingested(
         f"({logged_alpha} of them deleted or re-ingested since, which the log cannot name); ")
 
 
+def test_explain_a_logged_search_without_candidates_replays_no_dense_leg(
+        cap_conn: psycopg.Connection[Any], embedder: Any) -> None:
+    # a search without a query vector (--lexical-only, embedder=None) that matched no word
+    # logged no candidate; its replay embedded the text and ran the dense leg it never had
+    from pgfunnel.explain import explain
+
+    resp = Funnel(cap_conn, embedder=None).search("zzzqqq", k=2, principals=[], trace=True)
+    assert resp.results == [] and resp.search_id is not None
+    e = explain(Funnel(cap_conn, embedder=embedder), None, "alpha#0",
+                search_id=resp.search_id)
+    assert e.verdict == "in no leg at its depth"
+    assert e.dense_exact_score is None and e.dense_rank is None
+    assert "(no query embedding)" in e.reason
+
+
 def test_explain_a_logged_search_replays_while_a_version_is_activated(
         db: str, cap_conn: psycopg.Connection[Any], embedder: Any) -> None:
     # an activate (or anything updating the versions' rows) committing while the replay
