@@ -39,8 +39,8 @@ def labelled(label: str, style: str, text: str) -> None:
     """One line on stderr: ``label:`` in ``style``, then ``text`` as written (a name or
     query in it is never read as markup), its control characters as ``\\xNN``: an error
     naming a file whose name held an escape sequence printed it raw to the terminal."""
-    console.print(f"[{style}]{label}:[/{style}] {escape(shown(text))}", highlight=False,
-                  markup=True)
+    console.print(f"[{style}]{label}:[/{style}] {escape(shown(suggest(text)))}",
+                  highlight=False, markup=True)
 
 
 def show_warning(message: Warning | str, category: type[Warning], filename: str,
@@ -80,6 +80,111 @@ def stale_functions_notice(conn: Any, command: str) -> str | None:
     what = stale_schema(conn)
     return None if what is None else (
         f"pgfunnel: {what}: this {command} runs those functions; run `pgfunnel migrate`")
+
+
+# `pgfunnel <command>` in a line the CLI prints: a next step to paste (`pgfunnel init`,
+# "Switch: pgfunnel versions activate 2 -c docs"), the library's or the CLI's own words
+_SUGGESTED = re.compile(r"(?<![\w./-])pgfunnel((?: [a-z][a-z-]*)+)")
+# a DSN that holds a password, in a suggestion, and what the line then says of it
+HIDDEN_DSN = '"$PGFUNNEL_DSN"'
+HIDDEN_DSN_NOTE = (" (set PGFUNNEL_DSN to your connection string first: the --dsn given "
+                   "holds a password, which is not printed)")
+# where a suggestion's own words end: a backtick, a bracket, a semicolon, a line's end
+_SUGGESTION_END = re.compile(r"[`);\n]|$")
+
+
+def _running_context() -> Any:
+    """The running command's click context (None outside a command): from the copy of
+    click that newer typers carry, or from click itself."""
+    import importlib
+
+    for name in ("typer._click.globals", "click.globals"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        ctx = module.get_current_context(silent=True)
+        if ctx is not None:
+            return ctx
+    return None
+
+
+def _typed(ctx: Any, name: str) -> str | None:
+    """The value of the running command's option ``name`` when it was typed on its command
+    line (not from the environment nor the default); None otherwise."""
+    value = ctx.params.get(name)
+    source = ctx.get_parameter_source(name)
+    if not isinstance(value, str) or getattr(source, "name", None) != "COMMANDLINE":
+        return None
+    return value
+
+
+def holds_password(dsn: str) -> bool:
+    """Whether ``dsn`` names a password (one that cannot be parsed is taken to)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        return bool(conninfo_to_dict(dsn).get("password"))
+    except Exception:  # noqa: BLE001 - not parsed: never printed
+        return True
+
+
+def _command_at(root: Any, words: list[str]) -> tuple[Any, int]:
+    """The command ``words`` name under the CLI's ``root`` context, and how many words name
+    it (a group's subcommand takes two); (None, 0) when they name none."""
+    command, used = root.command, 0
+    while used < len(words) and hasattr(command, "get_command"):
+        sub = command.get_command(root, words[used])
+        if sub is None:
+            break
+        command, used = sub, used + 1
+    if used == 0 or hasattr(command, "get_command"):
+        return None, 0  # prose ("pgfunnel where you ingest"), or a group alone
+    return command, used
+
+
+def suggest(text: str, *, note: bool = True) -> str:
+    """``text`` with each ``pgfunnel <command>`` in it (a command to paste, whoever worded
+    it: the CLI or the library, "run `pgfunnel init`") given the running command's
+    ``--dsn`` when the user typed it: pasted without it, the command read PGFUNNEL_DSN or
+    the embedded server, not the database the user named. A ``--dsn`` from PGFUNNEL_DSN or
+    left out adds nothing (the pasted command reads the same). A DSN that holds a password
+    is not printed: the command reads ``--dsn "$PGFUNNEL_DSN"`` and the text ends saying
+    to set it (HIDDEN_DSN_NOTE; ``note=False``: the caller says it). A ``--collection``
+    typed is added too where the suggested command takes one and does not name it."""
+    ctx = _running_context()
+    if ctx is None:
+        return text
+    dsn = _typed(ctx, "dsn")
+    collection = _typed(ctx, "collection")
+    if dsn is None and collection is None:
+        return text
+    root = ctx.find_root()
+    hidden = dsn is not None and holds_password(dsn)
+
+    def add_flags(m: re.Match[str]) -> str:
+        words = m.group(1).split()
+        command, used = _command_at(root, words)
+        if command is None:
+            return m.group(0)
+        rest = " ".join(words[used:])
+        if not rest and text[m.end():m.end() + 1] == ":":
+            return m.group(0)  # a prefix, "pgfunnel ingest: ...", not a command
+        takes = {p.name for p in getattr(command, "params", [])}
+        flags = []
+        if dsn is not None and "dsn" in takes:
+            flags.append("--dsn " + (HIDDEN_DSN if hidden else shlex.quote(dsn)))
+        if collection is not None and "collection" in takes:
+            end = _SUGGESTION_END.search(text, m.end())
+            after = text[m.end():end.start() if end else len(text)]
+            if not re.search(r"(?:^|\s)(?:-c|--collection)(?:[\s=]|$)", f"{rest} {after}"):
+                flags.append(f"-c {shlex.quote(collection)}")
+        return " ".join(["pgfunnel", *words[:used], *flags, *([rest] if rest else [])])
+
+    suggested = _SUGGESTED.sub(add_flags, text)
+    if note and hidden and f"--dsn {HIDDEN_DSN}" in suggested:
+        suggested += HIDDEN_DSN_NOTE
+    return suggested
 
 
 def plural(n: int, noun: str) -> str:
@@ -351,7 +456,8 @@ def handle_errors(flags: Mapping[str, str] | None = None,
     except KeyboardInterrupt:
         said_then = interrupted() if callable(interrupted) else interrupted
         console.print("[yellow]interrupted[/yellow]"
-                      + (f": {escape(said_then)}" if said_then else ""), highlight=False,
+                      + (f": {escape(suggest(said_then))}" if said_then else ""),
+                      highlight=False,
                       markup=True)
         raise typer.Exit(130) from None
 

@@ -14,6 +14,7 @@ from pgfunnel.cli.common import (
     out,
     plural,
     print_table,
+    suggest,
 )
 from rich.table import Table
 from rich.text import Text
@@ -46,10 +47,13 @@ def doctor(
         table = Table(title="pgfunnel doctor", title_justify="left")
         for col in ("level", "check", "finding"):
             table.add_column(col, overflow="fold")
-        for f in findings:
+        # a fix to paste names the --dsn typed (suggest)
+        said = [suggest(f.message) for f in findings]
+        for f, message in zip(findings, said, strict=True):
             style = _STYLE[f.level]
-            table.add_row(Text(f.level, style=style), f.check, f.message)
-        print_table(table, [f"{f.level}  {f.check}: {f.message}" for f in findings])
+            table.add_row(Text(f.level, style=style), f.check, message)
+        print_table(table, [f"{f.level}  {f.check}: {message}"
+                            for f, message in zip(findings, said, strict=True)])
         n_err = sum(f.level == "error" for f in findings)
         n_warn = sum(f.level == "warning" for f in findings)
         out.print(f"{plural(n_err, 'error')}, {plural(n_warn, 'warning')}", soft_wrap=True)

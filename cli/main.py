@@ -12,6 +12,8 @@ from typing import Annotated, Any
 import typer
 from pgfunnel.cli.common import (
     FUNNEL_FLAGS,
+    HIDDEN_DSN,
+    HIDDEN_DSN_NOTE,
     INDEX_FLAGS,
     CapOption,
     CollectionOption,
@@ -37,6 +39,7 @@ from pgfunnel.cli.common import (
     followup_of,
     given_path,
     handle_errors,
+    holds_password,
     index_flags,
     labelled,
     leg_weights,
@@ -50,6 +53,7 @@ from pgfunnel.cli.common import (
     rrf_k_args,
     shown,
     stale_functions_notice,
+    suggest,
 )
 from rich.markup import escape
 from rich.table import Table
@@ -802,15 +806,17 @@ def demo(
 
         # the query's vector comes from `pgfunnel embed`: without it (NULL) funnel_search
         # runs the lexical leg alone, another search than the one above. psql substitutes
-        # its variables in a script it reads, not in -c. A demo given --dsn (or
-        # PGFUNNEL_DSN) passes it to embed too: without it, embed read the embedded
-        # server's 'demo' collection (or started one), not the database the demo filled
+        # its variables in a script it reads, not in -c. A demo given --dsn passes it to
+        # embed too (suggest): without it, embed read the embedded server's 'demo'
+        # collection (or started one), not the database the demo filled; a DSN holding
+        # a password is printed as "$PGFUNNEL_DSN", for psql too
         server = resolve_dsn(dsn)
-        embed_dsn = f" --dsn {shlex.quote(server)}" if dsn else ""
+        embed = suggest(f"pgfunnel embed '{q}' -c demo", note=False)
+        psql_dsn = HIDDEN_DSN if holds_password(server) else shlex.quote(server)
+        unset = HIDDEN_DSN_NOTE if HIDDEN_DSN in embed else ""
         out.print(f"done in {time.perf_counter() - t0:.1f}s. The same search in SQL "
-                  "(pgfunnel on the PATH: `. .venv/bin/activate`):\n"
-                  f"  psql {shlex.quote(server)} -v q=\"$(pgfunnel embed '{q}' -c demo"
-                  f"{embed_dsn})\" <<'SQL'\n"
+                  f"(pgfunnel on the PATH: `. .venv/bin/activate`){unset}:\n"
+                  f"  psql {psql_dsn} -v q=\"$({embed})\" <<'SQL'\n"
                   "  select citekey, lexical_rank, dense_rank, final_rank\n"
                   f"    from funnel_search('{q}', :'q', collection => 'demo', k => {k},\n"
                   "                       principals => '{" + DEMO_STAFF + "}');\n"

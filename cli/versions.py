@@ -29,6 +29,7 @@ from pgfunnel.cli.common import (
     print_table,
     progress_display,
     shown,
+    suggest,
 )
 from rich.markup import escape
 from rich.progress import Progress
@@ -232,8 +233,9 @@ def reindex(
     coll = f" -c {shlex.quote(collection)}"
     if result.activated:
         out.print(f"[green]version {result.version} is active[/green]"
-                  + escape(f" (replaced {result.replaced}; `pgfunnel versions rollback{coll}` "
-                           "returns to it)" if result.replaced else ""), highlight=False,
+                  + escape(suggest(f" (replaced {result.replaced}; `pgfunnel versions "
+                                   f"rollback{coll}` returns to it)") if result.replaced
+                           else ""), highlight=False,
                   markup=True, soft_wrap=True)
     else:
         source = "--last 100" if logged else "--queries QUERIES.jsonl"
@@ -242,8 +244,9 @@ def reindex(
         compare = ("" if active is None else
                    f" Compare it: pgfunnel versions compare {active} {result.version}{coll} "
                    f"{source};")
-        out.print(f"version {result.version} is ready.{compare} Switch: pgfunnel versions "
-                  f"activate {result.version}{coll}", highlight=False, soft_wrap=True)
+        out.print(suggest(f"version {result.version} is ready.{compare} Switch: pgfunnel "
+                          f"versions activate {result.version}{coll}"), highlight=False,
+                  soft_wrap=True)
 
 
 versions_app = typer.Typer(help="List, activate, roll back, retire, drop and compare index "
@@ -333,7 +336,7 @@ def _print_activation(act: Any, json_out: bool) -> None:
     if act.index_built:
         msg += "; its HNSW index, missing or invalid, was built first"
     # one line, so that a pipe or a log keeps the rollback command whole
-    out.print(msg, highlight=False, soft_wrap=True)
+    out.print(suggest(msg), highlight=False, soft_wrap=True)
 
 
 def _active_number(conn: Any, collection: str) -> int | None:

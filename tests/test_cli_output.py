@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -523,7 +524,9 @@ def test_a_role_without_usage_on_the_schema_gets_one_line_not_a_traceback(
     assert "error: permission denied for schema pgfunnel" in res.output
     assert len(res.output.strip().splitlines()) == 1, res.output
     if command == ["init"]:
-        assert "run `pgfunnel init` as the role that owns" in res.output, res.output
+        # (with the --dsn typed: the init pasted reaches the same database)
+        assert (f"run `pgfunnel init --dsn {shlex.quote(with_user(db, role))}` as the role "
+                "that owns") in res.output, res.output
         assert "pgfunnel_reader" not in res.output, res.output
     else:
         assert "grant pgfunnel_reader to ROLE" in res.output, res.output
@@ -729,7 +732,8 @@ def test_a_missing_collection_is_told_with_the_collections_there_are(
         flat = " ".join(res.output.split())
         assert ("collection 'demo' does not exist; this database has 'default' (pass one as "
                 "the collection: collection => 'NAME' in SQL, -c NAME in the CLI); or ingest "
-                "into it first: pgfunnel ingest PATH --collection NAME") in flat, (args, flat)
+                f"into it first: pgfunnel ingest --dsn {shlex.quote(sample_db)} PATH "
+                "--collection NAME") in flat, (args, flat)
     # an empty database says it has none
     with pytest.raises(NotFoundError, match="'demo' does not exist; this database has none "
                                             "yet; or ingest into it first"):
@@ -959,9 +963,12 @@ def test_a_table_in_a_pipe_keeps_each_row_on_one_line(tmp_path: Path, sample_db:
     assert res.output.splitlines()[0].split() == ["citekey", "title", "chunks", "words"]
     assert res.output.splitlines()[1].split()[:3] == ["faq", "FAQ", "1"], res.output
 
-    found = CliRunner().invoke(app, ["doctor", "--dsn", sample_db, "--json"])
+    # (the DSN from PGFUNNEL_DSN: one typed is added to the commands the text's findings
+    # name, not to the JSON's)
+    env = {"PGFUNNEL_DSN": sample_db}
+    found = CliRunner().invoke(app, ["doctor", "--json"], env=env)
     findings = json.loads(found.stdout)["findings"]
-    res = CliRunner().invoke(app, ["doctor", "--dsn", sample_db], env={"COLUMNS": "80"})
+    res = CliRunner().invoke(app, ["doctor"], env={**env, "COLUMNS": "80"})
     lines = res.output.splitlines()
     for f in findings:
         assert f"{f['level']}  {f['check']}: {f['message']}" in lines, (f, res.output)

@@ -62,7 +62,7 @@ def test_demo_runs_every_stage_and_hides_staff_documents(empty_db: str) -> None:
     from pgfunnel.search import Funnel
 
     script = text[text.index("<<'SQL'") + len("<<'SQL'"):text.rindex("SQL")]
-    query = re.search(r"pgfunnel embed '([^']+)' -c demo", text)
+    query = re.search(r"pgfunnel embed --dsn .*? '([^']+)' -c demo", text)
     k = re.search(r"k => (\d+)", script)
     assert query is not None and k is not None, text
     # the commands as printed, as a shell splits them: both reach the database the demo
@@ -71,8 +71,8 @@ def test_demo_runs_every_stage_and_hides_staff_documents(empty_db: str) -> None:
     embed = re.search(r'\$\((pgfunnel embed [^)]*)\)', text)
     assert embed is not None, text
     assert psql == ["psql", empty_db]
-    assert shlex.split(embed[1]) == ["pgfunnel", "embed", query[1], "-c", "demo",
-                                     "--dsn", empty_db], embed[1]
+    assert shlex.split(embed[1]) == ["pgfunnel", "embed", "--dsn", empty_db, query[1],
+                                     "-c", "demo"], embed[1]
     literal = CliRunner().invoke(app, shlex.split(embed[1])[1:])
     assert literal.exit_code == 0, literal.output
     with connect(empty_db, autocommit=True) as conn:

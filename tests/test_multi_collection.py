@@ -4,6 +4,7 @@ maintenance does must not hold up or fail another's searches and writes."""
 from __future__ import annotations
 
 import contextlib
+import shlex
 import time
 from typing import Any
 
@@ -165,7 +166,7 @@ def test_a_reindex_stopped_by_ctrl_c_names_the_version_it_left(
     assert res.exit_code == 130, res.output
     said = " ".join(res.output.split())
     assert "version 2 stays 'building'" in said, said
-    assert "`pgfunnel versions drop 2 -c a` discards it" in said
+    assert f"`pgfunnel versions drop --dsn {shlex.quote(db)} 2 -c a` discards it" in said
     assert conn.execute("select state from pgfunnel.index_version where version = 2"
                         ).fetchone() == ("building",)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -255,7 +256,8 @@ def test_cli_without_schema_says_run_init(empty_db: str, tmp_path: Path,
     args = [str(queries) if a == "QUERIES" else a for a in command]
     res = CliRunner().invoke(app, [*args, "--dsn", empty_db])
     assert res.exit_code == 1, res.output
-    assert "run `pgfunnel init`" in " ".join(res.output.split())
+    # with the --dsn typed, that the init pasted reaches this database
+    assert f"run `pgfunnel init --dsn {shlex.quote(empty_db)}`" in " ".join(res.output.split())
     assert "Traceback" not in res.output
     assert res.output.startswith("error:"), res.output  # no empty progress line above it
 
@@ -731,7 +733,7 @@ def test_ingest_on_an_older_schema_says_to_migrate(db: str, tmp_path: Path) -> N
     said = " ".join(ran.output.split())
     assert ran.exit_code == 1, said
     assert (f"the pgfunnel schema is at revision 0011, older than this pgfunnel's {head}: "
-            "run `pgfunnel migrate` first") in said
+            f"run `pgfunnel migrate --dsn {shlex.quote(db)}` first") in said
     assert "--analyzer" not in said
     with connect(db, autocommit=True) as conn:
         with pytest.raises(SchemaOutdatedError, match="pgfunnel migrate"):
@@ -755,7 +757,8 @@ def test_search_on_an_older_schema_says_to_migrate(sample_db: str) -> None:
     said = " ".join(ran.output.split())
     assert ran.exit_code == 0, said
     assert (f"the pgfunnel schema is at revision 0011, older than this pgfunnel's {head}: "
-            "this search runs those functions; run `pgfunnel migrate`") in said
+            "this search runs those functions; run `pgfunnel migrate --dsn "
+            f"{shlex.quote(sample_db)}`") in said
     ran = CliRunner().invoke(app, [*args, "--json"])
     assert ran.exit_code == 0 and "run `pgfunnel migrate`" in ran.output
     # explain follows those functions too: it said nothing of it
@@ -763,8 +766,8 @@ def test_search_on_an_older_schema_says_to_migrate(sample_db: str) -> None:
     ran = CliRunner().invoke(app, explain)
     assert ran.exit_code == 0, ran.output
     assert (f"warning: pgfunnel: the pgfunnel schema is at revision 0011, older than this "
-            f"pgfunnel's {head}: this explain runs those functions; run `pgfunnel migrate`"
-            ) in ran.stderr, ran.output
+            f"pgfunnel's {head}: this explain runs those functions; run `pgfunnel migrate "
+            f"--dsn {shlex.quote(sample_db)}`") in ran.stderr, ran.output
     ran = CliRunner().invoke(app, [*explain, "--json"])
     assert ran.exit_code == 0, ran.output
     assert "run `pgfunnel migrate`" in json.loads(ran.stdout)[0]["notices"][-1]
@@ -864,7 +867,7 @@ def test_reindex_on_an_older_schema_says_to_migrate(sample_db: str) -> None:
     said = " ".join(ran.output.split())
     assert ran.exit_code == 1, said
     assert (f"the pgfunnel schema is at revision 0013, older than this pgfunnel's {head}: "
-            "run `pgfunnel migrate` first") in said
+            f"run `pgfunnel migrate --dsn {shlex.quote(sample_db)}` first") in said
     with connect(sample_db, autocommit=True) as conn:
         with pytest.raises(SchemaOutdatedError, match="pgfunnel migrate"):
             versions.reindex(conn, "default", analyzer="simple_v1")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -357,27 +358,27 @@ def test_reindex_hints_run_as_pasted(sample_db: str) -> None:
 
     from pgfunnel.cli.main import app
 
+    # the DSN from PGFUNNEL_DSN, which a pasted hint reads too (one typed with --dsn is
+    # written into the hints: test_cli_hints.py)
+    env = {"COLUMNS": "300", "PGFUNNEL_DSN": sample_db}
     # nothing logged yet: --last would have nothing to compare, the hint names a file
-    result = CliRunner().invoke(app, ["reindex", "--dsn", sample_db, "--analyzer", "simple_v1"],
-                                env={"COLUMNS": "300"})
+    result = CliRunner().invoke(app, ["reindex", "--analyzer", "simple_v1"], env=env)
     assert result.exit_code == 0, result.output
     hint = " ".join(result.output.split())
     assert "pgfunnel versions compare 1 2 -c default --queries QUERIES.jsonl" in hint
-    last = CliRunner().invoke(app, ["versions", "compare", "1", "2", "--last", "5",
-                                    "--dsn", sample_db], env={"COLUMNS": "300"})
+    last = CliRunner().invoke(app, ["versions", "compare", "1", "2", "--last", "5"], env=env)
     said = " ".join(last.output.split())
     assert last.exit_code == 1 and said.startswith("error: --last:"), said
     assert "pgfunnel search --trace" in said and "--queries FILE" in said
     with Funnel(sample_db, "default", embedder=None) as f:
         f.search("refund", trace=True)
-    result = CliRunner().invoke(app, ["reindex", "--dsn", sample_db, "--analyzer", "simple_v2"],
-                                env={"COLUMNS": "300"})
+    result = CliRunner().invoke(app, ["reindex", "--analyzer", "simple_v2"], env=env)
     hint = " ".join(result.output.split())
     assert "pgfunnel versions compare 1 3 -c default --last 100" in hint
     switch = hint[hint.index("Switch: ") + len("Switch: "):].strip()
     args = shlex.split(switch)
     assert args[:3] == ["pgfunnel", "versions", "activate"] and "-c" in args
-    switched = CliRunner().invoke(app, [*args[1:], "--dsn", sample_db])
+    switched = CliRunner().invoke(app, args[1:], env=env)
     assert switched.exit_code == 0, switched.output
     assert "versions rollback -c default" in " ".join(switched.output.split())
     with connect(sample_db, autocommit=True) as conn:
@@ -387,8 +388,7 @@ def test_reindex_hints_run_as_pasted(sample_db: str) -> None:
         # hint held `<active>`, which a shell reads as a redirect
         conn.execute("update pgfunnel.index_version set state = 'retired' "
                      "where state = 'active'")
-    result = CliRunner().invoke(app, ["reindex", "--dsn", sample_db, "--analyzer", "simple_v1"],
-                                env={"COLUMNS": "300"})
+    result = CliRunner().invoke(app, ["reindex", "--analyzer", "simple_v1"], env=env)
     hint = " ".join(result.output.split())
     assert result.exit_code == 0 and "<" not in hint and "compare" not in hint, hint
     assert "is ready. Switch: pgfunnel versions activate 4 -c default" in hint, hint
@@ -444,8 +444,9 @@ def test_bad_options_are_config_errors(sample_db: str) -> None:
         with pytest.raises(PgfunnelError, match="no index version 9"):
             versions.activate(conn, "default", 9)
     # the collection is named: a number given without its -c is looked up in 'default'
-    res = CliRunner().invoke(app, ["versions", "drop", "9", "--dsn", sample_db],
-                             env={"COLUMNS": "300"})
+    # (the DSN from PGFUNNEL_DSN: a typed one is added to the hint, test_cli_hints.py)
+    res = CliRunner().invoke(app, ["versions", "drop", "9"],
+                             env={"COLUMNS": "300", "PGFUNNEL_DSN": sample_db})
     assert res.exit_code == 1 and ("error: version: collection 'default' has no index "
                                    "version 9 (`pgfunnel versions list -c default` shows "
                                    "them)") in res.output, res.output
@@ -669,9 +670,10 @@ def test_a_building_version_names_the_reindex_that_resumes_it(sample_db: str,
             versions.compare(conn, "default", 1, 2, ["refund"])
     said = str(activating.value)
     assert str(comparing.value) == said
-    # after a kill -9 nothing is said: the list names the command
-    listed = CliRunner().invoke(app, ["versions", "list", "--dsn", sample_db],
-                                env={"COLUMNS": "300"})
+    # after a kill -9 nothing is said: the list names the command (the DSN from
+    # PGFUNNEL_DSN: a typed one is added to the command, test_cli_hints.py)
+    listed = CliRunner().invoke(app, ["versions", "list"],
+                                env={"COLUMNS": "300", "PGFUNNEL_DSN": sample_db})
     hint = said.split(": ", 1)[1]
     assert (f"note: version 2 is not being built (its reindex was interrupted): {hint}"
             in " ".join(listed.output.split())), listed.output
@@ -1275,7 +1277,8 @@ def test_versions_list_names_a_drop_that_did_not_finish(sample_db: str) -> None:
                              env={"COLUMNS": "300"})
     assert res.exit_code == 0, res.output
     assert "ready, drop unfinished" in res.output
-    assert "`pgfunnel versions drop 2 -c default` finishes it" in res.output
+    assert (f"`pgfunnel versions drop --dsn {shlex.quote(sample_db)} 2 -c default` "
+            "finishes it") in " ".join(res.output.split())
 
 
 def test_rollback_without_an_active_version_says_so(sample_db: str) -> None:
@@ -1636,8 +1639,9 @@ def test_ctrl_c_during_a_switch_says_whether_it_happened(
             ("after", ["rollback"], "interrupted: version 1 of 'default' is active; the "
              "switch had finished")):
         steps.append(step)
-        res = CliRunner().invoke(app, ["versions", *command, "--dsn", sample_db],
-                                 env={"COLUMNS": "300"})
+        # (the DSN from PGFUNNEL_DSN: a typed one is added to the hint)
+        res = CliRunner().invoke(app, ["versions", *command],
+                                 env={"COLUMNS": "300", "PGFUNNEL_DSN": sample_db})
         assert res.exit_code == 130, res.output
         assert said in " ".join(res.output.split()), res.output
     with connect(sample_db, autocommit=True) as conn:
@@ -1671,8 +1675,9 @@ def test_ctrl_c_in_reindex_activate_names_the_version_it_built(
                     pytest.raises(KeyboardInterrupt):
                 versions.reindex(conn, "default", analyzer=analyzer, progress=stop)
         steps.append(step)
-        res = CliRunner().invoke(app, ["reindex", "--analyzer", analyzer, "--activate",
-                                       "--dsn", sample_db], env={"COLUMNS": "300"})
+        # (the DSN from PGFUNNEL_DSN: a typed one is added to the hint)
+        res = CliRunner().invoke(app, ["reindex", "--analyzer", analyzer, "--activate"],
+                                 env={"COLUMNS": "300", "PGFUNNEL_DSN": sample_db})
         assert res.exit_code == 130, res.output
         assert said in " ".join(res.output.split()), res.output
     with connect(sample_db, autocommit=True) as conn:
