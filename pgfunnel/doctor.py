@@ -726,9 +726,9 @@ def check_row_security(conn: psycopg.Connection[Any]) -> list[Finding]:
             found.append(Finding("warning", "row_security", f"pgfunnel.{rel} has row security "
                                  "on but not FORCEd: the table owner bypasses it"))
     if not enabled:
-        found.append(Finding("info", "row_security", "row-level security is off (visibility is "
-                             "enforced inside the search functions); `pgfunnel init --rls` "
-                             "turns it on"))
+        found.append(Finding("info", "row_security", "row-level security is off (access is "
+                             "enforced by funnel_search's filters, inside the search "
+                             "functions); `pgfunnel init --rls` adds policies"))
     else:
         found.append(Finding("info", "row_security",
                              f"row-level security on for {', '.join(enabled)}"))
@@ -747,6 +747,8 @@ def check_security(conn: psycopg.Connection[Any], app_role: str | None = None
         return []
     out: list[Finding] = []
     for f in security_findings(conn, app_role=app_role):
+        if getattr(f, "check", None) == "rls" and getattr(f, "level", None) == "info":
+            continue  # "RLS mode is off": check_row_security's line says it
         level = str(getattr(f, "level", "warning"))
         out.append(Finding(level if level in LEVELS else "warning",  # type: ignore[arg-type,unused-ignore]
                            f"security.{getattr(f, 'check', 'finding')}",

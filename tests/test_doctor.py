@@ -365,6 +365,24 @@ def test_row_security_without_policy_is_an_error(sample_db: str) -> None:
     assert worst(findings) == "error"
 
 
+def test_row_security_off_is_said_once(sample_db: str) -> None:
+    """doctor said twice that row-level security is off, in two info lines
+    (`row_security` and `security.rls`, "RLS mode is off"); one says it now, with the fix."""
+    from pgfunnel.cli.main import app
+
+    code, report = _doctor(sample_db)
+    said = [f for f in report["findings"] if "security is off" in f["message"]
+            or "RLS mode is off" in f["message"]]
+    assert code == 0 and [(f["level"], f["check"]) for f in said] == [
+        ("info", "row_security")], said
+    assert "`pgfunnel init --rls` adds policies" in said[0]["message"]
+    assert "funnel_search's filters" in said[0]["message"]
+    res = CliRunner().invoke(app, ["doctor", "--dsn", sample_db], env={"COLUMNS": "300"})
+    lines = [line for line in res.output.splitlines()
+             if "security is off" in line or "RLS mode is off" in line]
+    assert len(lines) == 1, res.output
+
+
 def test_schema_missing_is_reported_not_raised(empty_db: str) -> None:
     code, report = _doctor(empty_db)
     assert code == 3
