@@ -606,11 +606,17 @@ def _result_lines(results: list[Any], show_rerank: bool = False) -> list[str]:
             + f"  {_text_cell(r.text)}" for r in results]
 
 
-def _print_results(title: str, results: list[Any], show_rerank: bool = False) -> None:
+def _print_results(title: str, results: list[Any], show_rerank: bool = False,
+                   lines: bool = False) -> None:
     """The results table on a terminal; in a pipe or a log, where a cut citekey or text is
-    no use to grep, one whole line per result where the cells, whole, do not fit."""
+    no use to grep, one whole line per result where the cells, whole, do not fit (``lines``:
+    whether they fit or not)."""
     if out.is_terminal:
         out.print(_results_table(title, results, show_rerank=show_rerank))
+    elif lines:
+        out.print(title, highlight=False, soft_wrap=True)
+        for line in _result_lines(results, show_rerank=show_rerank):
+            out.print(line, highlight=False, soft_wrap=True)
     else:
         print_table(_results_table(title, results, show_rerank=show_rerank, whole=True),
                     _result_lines(results, show_rerank=show_rerank))
@@ -765,14 +771,20 @@ def demo(
                  if line.startswith('{"citekey": "err-')]
         code = codes[0].split("-")[1] if codes else "4029"
         funnel = Funnel(dsn, "demo")
-        out.print("[bold]3. searches[/bold] (lex/dense = rank in each leg, fused = rank after "
-                  "fusion, # = rank after the per-citekey cap)", markup=True, soft_wrap=True)
+        # the legend says what is printed: a table's columns on a terminal; in a pipe or a
+        # log, a line per result (whose rank has no `#` header to name it)
+        out.print("[bold]3. searches[/bold] " + (
+            "(lex/dense = rank in each leg, fused = rank after fusion, # = rank after the "
+            "per-citekey cap)" if out.is_terminal else
+            "(a line per result: its rank after the per-citekey cap, its citekey, lex/dense "
+            "N = its rank in each leg, fused N = its rank after fusion, then its text)"),
+                  markup=True, soft_wrap=True)
         for label, template in DEMO_QUERIES:
             q = template.format(code=code)
             with warnings.catch_warnings():
                 quiet_search_notices()
                 resp = funnel.search(q, k=k, trace=True)
-            _print_results(f"{label}: {q!r}", resp.results)
+            _print_results(f"{label}: {q!r}", resp.results, lines=True)
             for note in resp.notices:
                 out.print(f"  [yellow]{escape(note)}[/yellow]",
                           highlight=False, markup=True, soft_wrap=True)
@@ -791,7 +803,7 @@ def demo(
             with warnings.catch_warnings():
                 quiet_search_notices()
                 resp = funnel.search(q, k=k, principals=principals)
-            _print_results(f"principals {principals}", resp.results)
+            _print_results(f"principals {principals}", resp.results, lines=True)
             shown.append([r.citekey for r in resp.results])
         # say what the two tables show, so the reader need not diff them
         public_hits = sorted(staff_only.intersection(shown[0]))

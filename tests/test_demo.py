@@ -129,3 +129,34 @@ def test_delete_says_which_citekeys_were_not_there(sample_db: str) -> None:
     assert res.exit_code == 0, res.output
     assert "1 document deleted" in res.output
     assert "1 of the citekeys given was not in collection 'default'" in res.output
+
+
+def test_the_demo_legend_names_the_columns_it_prints(empty_db: str,
+                                                      monkeypatch: Any) -> None:
+    """Piped, the demo's legend said "# = rank after the per-citekey cap" over results
+    printed as lines, where no `#` header names the rank: the legend now says what each
+    line holds, and each result is such a line however wide the pipe; on a terminal the
+    tables' `#` column is the one the legend names."""
+    from pgfunnel.cli.common import out
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    for columns in ("200", "2000"):
+        res = CliRunner().invoke(app, ["demo", "--dsn", empty_db, "-k", "2"],
+                                 env={"COLUMNS": columns})
+        assert res.exit_code == 0, res.output
+        legend = next(x for x in res.output.splitlines() if x.startswith("3. searches"))
+        assert "# =" not in legend and "a line per result: its rank after the per-citekey " \
+            "cap, its citekey, lex/dense N" in legend, legend
+        results = res.output[res.output.index(legend):res.output.index("done in ")]
+        assert "citekey" not in results.replace(legend, "")  # no table header
+        assert re.search(r"^1  err-6358  lex \d+  dense \d+  fused \d+  ", results, re.M)
+    # a terminal: the tables, whose `#` column the legend names
+    monkeypatch.setattr(out, "_force_terminal", True)
+    res = CliRunner().invoke(app, ["demo", "--dsn", empty_db, "-k", "2"],
+                             env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    text = re.sub(r"\x1b\[[0-9;]*m", "", res.output)
+    legend = next(x for x in text.splitlines() if x.startswith("3. searches"))
+    assert "# = rank after the per-citekey cap" in legend, legend
+    assert re.search(r"^\W*#\W+citekey\W+lex\W+dense\W+fused\W+text", text, re.M), text
