@@ -924,13 +924,20 @@ def test_every_usage_line_names_its_arguments_as_click_does() -> None:
         usages[" ".join(path)] = usage
         for param in command.params:
             if param.param_type_name == "argument":
-                name = param.name.upper() + ("..." if param.nargs != 1 else "")
-                assert f" {name}" in usage, (path, usage)
-                # the Arguments panel's row: `*    QUERY      <str>  The query text.`
-                assert re.search(rf"\*\s+{re.escape(name)}\s+<", res.output), (path, res.output)
+                name = param.name.upper()
+                more = "..." if param.nargs != 1 else ""
+                # click brackets an optional one: `explain [OPTIONS] QUERY [CHUNKS]...`
+                shown = f"{name}{more}" if param.required else f"[{name}]{more}"
+                assert f" {shown}" in usage, (path, usage)
+                # the Arguments panel's row: `*    QUERY      <str>  The query text.` (the
+                # star marks a required one)
+                star = r"\*\s+" if param.required else ""
+                assert re.search(rf"{star}{re.escape(name + more)}\s+<", res.output), \
+                    (path, res.output)
     assert usages["search"] == "Usage: pgfunnel search [OPTIONS] QUERY"
     assert usages["ingest"] == "Usage: pgfunnel ingest [OPTIONS] PATHS..."
-    assert usages["explain"] == "Usage: pgfunnel explain [OPTIONS] QUERY CHUNKS..."
+    # CHUNKS is optional to click: with --search-id, QUERY holds the first chunk
+    assert usages["explain"] == "Usage: pgfunnel explain [OPTIONS] QUERY [CHUNKS]..."
     assert usages["versions compare"] == (
         "Usage: pgfunnel versions compare [OPTIONS] VERSION_A VERSION_B")
     assert usages["init"] == "Usage: pgfunnel init [OPTIONS]"
