@@ -1633,10 +1633,14 @@ def test_reindex_and_versions_print_results_on_stdout_and_notes_on_stderr(
     assert "ready, drop unfinished" in res.stdout, res.stdout
     notes = _lines(res.stderr)
     assert len(notes) == 2, res.stderr
+    # the commands to paste carry the --dsn typed (shell-quoted), as every hint does
+    dsn = shlex.quote(sample_db)
     assert notes[0].startswith("note: version 3 is not being built (its reindex was "
-                               "interrupted): `pgfunnel reindex -c default"), res.stderr
+                               f"interrupted): `pgfunnel reindex --dsn {dsn} -c default"), \
+        res.stderr
     assert notes[1] == ("note: the drop of version 2 did not finish, and it cannot be "
-                        "activated; `pgfunnel versions drop 2 -c default` finishes it"), notes
+                        f"activated; `pgfunnel versions drop --dsn {dsn} 2 -c default` "
+                        "finishes it"), notes
 
     # --json: stdout is one JSON document, whatever the text output would have noted
     for args in (["versions", "list"], ["versions", "compare", "1", "2", "--queries",

@@ -371,15 +371,17 @@ def test_row_security_off_is_said_once(sample_db: str) -> None:
     from pgfunnel.cli.main import app
 
     code, report = _doctor(sample_db)
-    said = [f for f in report["findings"] if "security is off" in f["message"]
-            or "RLS mode is off" in f["message"]]
+    # (a `privileges` finding on members of pgfunnel_reader, roles other tests in the
+    # cluster may have left, also says "RLS mode is off here": it is about those roles)
+    said = [f for f in report["findings"] if f["check"] != "privileges"
+            and ("security is off" in f["message"] or "RLS mode is off" in f["message"])]
     assert code == 0 and [(f["level"], f["check"]) for f in said] == [
         ("info", "row_security")], said
     assert "`pgfunnel init --rls` adds policies" in said[0]["message"]
     assert "funnel_search's filters" in said[0]["message"]
     res = CliRunner().invoke(app, ["doctor", "--dsn", sample_db], env={"COLUMNS": "300"})
-    lines = [line for line in res.output.splitlines()
-             if "security is off" in line or "RLS mode is off" in line]
+    lines = [line for line in res.output.splitlines() if "its members" not in line
+             and ("security is off" in line or "RLS mode is off" in line)]
     assert len(lines) == 1, res.output
 
 
