@@ -328,10 +328,12 @@ def _has_v8_analyzer(version: dict[str, Any]) -> bool:
     return version["analyzer"] in _V8_ANALYZERS
 
 
-# an identifier opened or closed by underscores (__init__, _exit, class_), which v8
-# indexes whole with them and v6 and v7 as its bare parts; looked for in the same sample
-# of chunks as dashed words
-_UNDERSCORED_WORD = r"(^|[^[:alnum:]_])_+[[:alnum:]]|[[:alnum:]]_+($|[^[:alnum:]_])"
+# an identifier opened or closed by underscores (__init__, _exit, class_), or whose parts
+# a run of them joins (author__name), which v8 indexes whole with them and v6 and v7 as
+# its bare parts (one underscore inside, jsonb_path_exists, every version keeps); looked
+# for in the same sample of chunks as dashed words
+_UNDERSCORED_WORD = (r"(^|[^[:alnum:]_])_+[[:alnum:]]|[[:alnum:]]_+($|[^[:alnum:]_])"
+                     r"|[[:alnum:]]__+[[:alnum:]]")
 
 
 # Unicode hyphens and dashes between two letters or digits, which v7 reads as '-' and v6
@@ -651,8 +653,9 @@ def check_active_indexes(conn: psycopg.Connection[Any]) -> list[Finding]:
             found.append(Finding("info", "active_index",
                                  f"{where} uses analyzer {analyzer}, and its text holds "
                                  "identifiers opened or closed by underscores (__init__, "
-                                 f"_exit), which {analyzer} indexes without them (__init__ "
-                                 "as init, __all__ not at all); `pgfunnel reindex -c "
+                                 f"_exit) or joined by a run of them (author__name), which "
+                                 f"{analyzer} indexes without them (__init__ as init, "
+                                 "__all__ not at all); `pgfunnel reindex -c "
                                  f"{shlex.quote(name)} --analyzer {newer} --activate` "
                                  "indexes them whole too, so the exact identifier outranks "
                                  "its bare word, with no model time"))

@@ -294,6 +294,21 @@ def test_a_v7_version_is_pointed_to_v8_only_when_names_open_or_close_with_unders
     assert "pgfunnel reindex -c t --analyzer english_v8 --activate" in note
 
 
+def test_a_v7_version_is_pointed_to_v8_when_a_run_of_underscores_joins_a_name(
+        conn: psycopg.Connection[Any]) -> None:
+    # `author__name` (Django's field lookups) is `author` and `name` under v7, one term and
+    # its parts under v8; the note looked only at underscores opening or closing a name
+    from funnel_util import make_collection
+
+    make_collection(conn, "t", 16, analyzer="english_v7")
+    ingest(conn, [doc("en", "Filter with author_name or jsonb_path_exists.")])
+    assert _analyzer_notes(conn) == []
+    ingest(conn, [doc("orm", "Filter with Entry.objects.filter(author__name='x').")])
+    [note] = _analyzer_notes(conn)
+    assert "collection 't'" in note and "joined by a run of them (author__name)" in note
+    assert "pgfunnel reindex -c t --analyzer english_v8 --activate" in note
+
+
 def test_an_ascii_only_collation_is_a_warning_for_collections_with_other_text(
         server_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from funnel_util import c_locale_database, make_collection
