@@ -1279,7 +1279,8 @@ class QueryDiff:
     ndcg_a: float | None = None
     ndcg_b: float | None = None
     #: the reader a logged search (``--last``) was replayed as, ``{"principals": [...],
-    #: "tenant": ...}``; None when every query ran as one reader
+    #: "tenant": ..., "as_of": ...}`` (``as_of`` alone when one reader was named for
+    #: all); None for queries that are not logged searches
     reader: dict[str, Any] | None = None
     #: the two top-k lists are the same, in the same order
     identical: bool = True
@@ -1424,7 +1425,8 @@ def last_queries(conn: psycopg.Connection[Any], collection: str, n: int) -> list
 def _last_logged(conn: psycopg.Connection[Any], collection: str, n: int,
                  columns: Sequence[str]) -> list[tuple[Any, ...]]:
     """The last ``n`` distinct ``columns`` of a collection's logged searches (newest first),
-    leaving out texts a search could not take (empty, or over its 10,000 characters)."""
+    each followed by the time the latest of its searches ran (``at``), leaving out texts a
+    search could not take (empty, or over its 10,000 characters)."""
     from pgfunnel.search import MAX_QUERY_CHARS
 
     _check_count("n", n)
@@ -1433,7 +1435,7 @@ def _last_logged(conn: psycopg.Connection[Any], collection: str, n: int,
     # as_of is the one a traced search's config records (final() writes it there; NULL, or
     # no key in a log written before it did, for the search's own time)
     return conn.execute(sql.SQL(
-        "select {cols} from (select {cols}, max(at) as at from (select query_text, "
+        "select {cols}, at from (select {cols}, max(at) as at from (select query_text, "
         "principals, tenant, config ->> 'as_of' as as_of, at from pgfunnel.search_log "
         "where collection_id = %s and query_text is not null and query_text <> '' "
         "and length(query_text) <= %s) l group by {cols}) s order by at desc limit %s"
@@ -1459,7 +1461,10 @@ def _logged_as_of(text: str | None) -> dt.datetime | None:
 
 class LoggedSearch(NamedTuple):
     """A logged search as `versions compare --last` replays it: its text, the reader
-    it ran as and the time it searched as of (None: the time it is replayed)."""
+    it ran as and the time it searched as of (the ``as_of`` its config records, or for a
+    search made as of its own time, the time it ran: as explain's replay of a logged
+    search takes it; None only for one made by hand without it: the time it is
+    replayed)."""
 
     query_text: str
     principals: tuple[str, ...]
@@ -1471,15 +1476,17 @@ class LoggedSearch(NamedTuple):
 def last_searches(conn: psycopg.Connection[Any], collection: str,
                   n: int) -> list[LoggedSearch]:
     """The last ``n`` distinct logged searches of a collection (newest first), each with
-    the principals and tenant it ran as and the ``as_of`` its config records: replayed
-    without them, a search of documents that are not public found nothing on either
-    version, which compared as identical, and a search as of another time searched the
-    documents valid now. Texts a search could not take are left out, as by
-    :func:`last_queries`."""
+    the principals and tenant it ran as and the time it searched as of: the ``as_of`` its
+    config records, or (NULL: the search's own time) the time it ran, the latest such
+    search's when one reader searched a text several times. Replayed without them, a
+    search of documents that are not public found nothing on either version, which
+    compared as identical, and a search as of another time, or one made before a
+    document was withdrawn, searched the documents valid now. Texts a search could not
+    take are left out, as by :func:`last_queries`."""
     return [LoggedSearch(str(t), tuple(p or ()), None if tn is None else str(tn),
-                         _logged_as_of(None if a is None else str(a)))
-            for t, p, tn, a in _last_logged(conn, collection, n,
-                                            ("query_text", "principals", "tenant", "as_of"))]
+                         _logged_as_of(None if a is None else str(a)) or at)
+            for t, p, tn, a, at in _last_logged(
+                conn, collection, n, ("query_text", "principals", "tenant", "as_of"))]
 
 
 def read_query_file(path: str | Path) -> tuple[list[Any], bool]:

@@ -1531,9 +1531,13 @@ def test_compare_last_replays_each_search_as_of_the_time_it_searched(sample_db: 
         f.search("refund on an annual plan", k=5, trace=True)  # as of now: nothing
     with connect(sample_db, autocommit=True) as conn:
         logged = versions.last_searches(conn, "default", 10)
-        assert sorted(logged, key=lambda s: s.as_of is None) == [
+        row = conn.execute("select max(at) from pgfunnel.search_log where config ->> 'as_of' "
+                           "is null").fetchone()
+        assert row is not None
+        # the search made as of its own time: as of the time it ran
+        assert sorted(logged, key=lambda s: s.as_of or then) == [
             versions.LoggedSearch("refund on an annual plan", (), None, then),
-            versions.LoggedSearch("refund on an annual plan", (), None, None)]
+            versions.LoggedSearch("refund on an annual plan", (), None, row[0])]
         versions.reindex(conn, "default", analyzer="simple_v1")
     base = ["versions", "compare", "1", "2", "--last", "10", "--k", "5", "--json",
             "--dsn", sample_db]
@@ -1542,12 +1546,56 @@ def test_compare_last_replays_each_search_as_of_the_time_it_searched(sample_db: 
         assert res.exit_code == 0, res.output
         cmp = json.loads(res.output[res.output.index("{"):])
         assert (cmp["n_queries"], cmp["empty_in_both"]) == (2, 1), cmp
-        # each query's reader says the time it was replayed as of; with a reader named for
-        # all and no logged time there is nothing of its own to say: null, not {}
+        # each query's reader says the time it was replayed as of, a reader named for all
+        # or not
         readers = sorted((d["reader"] for d in cmp["per_query"]),
-                         key=lambda r: r is None)
-        assert readers[0] is not None and readers[0]["as_of"].startswith("2020-03-01 12:00")
-        assert readers[1] == (None if extra else {"principals": [], "tenant": None})
+                         key=lambda r: r["as_of"])
+        assert readers[0]["as_of"].startswith("2020-03-01 12:00")
+        assert readers[1]["as_of"] == str(row[0])
+        assert ("principals" in readers[1]) is not bool(extra)
+
+
+def test_compare_last_replays_a_search_of_its_own_time_as_of_when_it_ran(
+        sample_db: str, embedder: Any) -> None:
+    # a search logged with as_of NULL (its own time) was replayed by `--last` as of the
+    # time of the compare, and by `explain --search-id` as of the time it ran: a document
+    # withdrawn since was found by neither version here, and compared as identical
+    import datetime as dt
+
+    from pgfunnel.cli.main import app
+
+    from pgfunnel.explain_log import explain_logged
+
+    with Funnel(sample_db, "default", embedder=embedder) as f:
+        resp = f.search("refund on an annual plan", k=5, trace=True)
+        assert resp.results and resp.search_id is not None
+        time.sleep(0.01)
+        withdrawn = dt.datetime.now(dt.UTC)
+        time.sleep(0.01)
+    with connect(sample_db, autocommit=True) as conn:
+        conn.execute("update pgfunnel.document set valid_to = %s", (withdrawn,))
+        row = conn.execute("select at, config -> 'as_of' from pgfunnel.search_log "
+                           "where id = %s", (resp.search_id,)).fetchone()
+        assert row is not None and row[1] is None and row[0] < withdrawn
+        (logged,) = versions.last_searches(conn, "default", 10)
+        assert logged.as_of == row[0]
+        versions.reindex(conn, "default", analyzer="simple_v1")
+        other = conn.execute("select d.citekey from pgfunnel.document d where not exists "
+                             "(select from pgfunnel.chunk ch where ch.document_id = d.id "
+                             "and ch.id = any(%s)) order by d.citekey limit 1",
+                             ([c.chunk_id for c in resp.pool],)).fetchone()
+        assert other is not None
+    # explain's replay of the same search reads the same time: a document it did not log
+    # was valid then, so it is not hidden by the as_of
+    with Funnel(sample_db, "default", embedder=embedder) as f:
+        (e,) = explain_logged(f, resp.search_id, [str(other[0])])
+    assert e.replayed_on == 1 and e.verdict != "filtered out or does not exist", e.reason
+    res = CliRunner().invoke(app, ["versions", "compare", "1", "2", "--last", "10", "--k",
+                                   "5", "--json", "--dsn", sample_db])
+    assert res.exit_code == 0, res.output
+    cmp = json.loads(res.output[res.output.index("{"):])
+    assert (cmp["n_queries"], cmp["empty_in_both"]) == (1, 0), cmp
+    assert cmp["per_query"][0]["reader"]["as_of"] == str(logged.as_of)
 
 
 def test_compare_resolves_a_follow_up_with_the_collections_qualifiers(sample_db: str,
