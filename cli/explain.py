@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from pgfunnel.cli.common import (
@@ -43,13 +43,31 @@ if TYPE_CHECKING:
     from pgfunnel.explain import Explanation
 
 
+class _ExplainCommand(QueryTextCommand):
+    """explain's QUERY holds the first chunk with --search-id: given no chunk at all,
+    click's "Missing argument 'QUERY'" asked for query text that form does not take; the
+    command says instead what is missing there."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        # after a -- everything is query text, a "--search-id" there too
+        options = args[:args.index("--")] if "--" in args else args
+        if not any(a == "--search-id" or a.startswith("--search-id=") for a in options):
+            return super().parse_args(ctx, args)
+        query = next(p for p in self.params if p.name == "query")
+        query.required = False
+        try:
+            return super().parse_args(ctx, args)
+        finally:
+            query.required = True
+
+
 def register(app: typer.Typer) -> None:
-    app.command(name="explain", cls=QueryTextCommand)(explain_command)
+    app.command(name="explain", cls=_ExplainCommand)(explain_command)
 
 
 def explain_command(
     ctx: typer.Context,
-    query: Annotated[str, typer.Argument(
+    query: Annotated[str | None, typer.Argument(
         help="The query text (with --search-id: the first chunk).")],
     chunks: Annotated[list[str] | None, typer.Argument(
         help="Chunk ids, CITEKEY#ORDINAL (ordinal 0-based), or a document's CITEKEY "
@@ -97,9 +115,16 @@ def explain_command(
             warnings.catch_warnings():
         quiet_search_notices()
         if search_id is not None:
+            if query is None:
+                raise ConfigError("search_id", f"give the chunks to explain after the id: "
+                                  f"pgfunnel explain --search-id {search_id} CHUNKS... (chunk "
+                                  "ids, CITEKEY#ORDINAL or a document's CITEKEY); the search's "
+                                  "own text and options are used")
             _explain_logged(ctx, search_id, [query, *(chunks or [])], collection,
                             principal, tenant, dsn, json_out)
             return
+        if query is None:  # pragma: no cover - click requires QUERY without --search-id
+            raise ConfigError("chunk", "give the query text and the chunks to explain")
         if not chunks:
             raise ConfigError("chunk", "give one or more chunks to explain after the query "
                                        "(or --search-id ID and the chunks)")

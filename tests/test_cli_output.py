@@ -1571,6 +1571,24 @@ def test_explain_search_id_answers_from_the_logged_search(sample_db: str) -> Non
     assert res.exit_code == 1 and "give one or more chunks to explain" in res.output
 
 
+def test_explain_search_id_without_a_chunk_asks_for_the_chunks() -> None:
+    # `explain --search-id 7` said "Missing argument 'QUERY'": that form takes no query
+    from pgfunnel.cli.main import app
+
+    for given in (["--search-id", "7"], ["--search-id=7"], ["--search-id", "7", "--json"]):
+        res = CliRunner().invoke(app, ["explain", *given])
+        assert res.exit_code == 1, res.output
+        assert res.output == (
+            "error: --search-id: give the chunks to explain after the id: pgfunnel explain "
+            "--search-id 7 CHUNKS... (chunk ids, CITEKEY#ORDINAL or a document's CITEKEY); "
+            "the search's own text and options are used\n"), res.output
+    # without --search-id (or with it as query text, after --) the query is still asked for
+    for given in ([], ["--", "--search-id"]):
+        res = CliRunner().invoke(app, ["explain", *given])
+        assert res.exit_code != 0 and "--search-id: give the chunks" not in res.output
+    assert "Missing argument 'QUERY'" in CliRunner().invoke(app, ["explain"]).output
+
+
 def _lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
 
