@@ -98,7 +98,8 @@ def explain_command(
     search_id: Annotated[int | None, typer.Option(
         help="Explain this traced search (search --trace prints its id) from its log: "
              "every argument is then a chunk, and the search's own text and options are "
-             "used.")] = None,
+             "used (with --lexical-only, a chunk it did not log is replayed without "
+             "embedding the text).")] = None,
     dsn: DsnOption = None,
     json_out: JsonOption = False,
 ) -> None:
@@ -121,7 +122,7 @@ def explain_command(
                                   "ids, CITEKEY#ORDINAL or a document's CITEKEY); the search's "
                                   "own text and options are used")
             _explain_logged(ctx, search_id, [query, *(chunks or [])], collection,
-                            principal, tenant, dsn, json_out)
+                            principal, tenant, lexical_only, dsn, json_out)
             return
         if query is None:  # pragma: no cover - click requires QUERY without --search-id
             raise ConfigError("chunk", "give the query text and the chunks to explain")
@@ -170,14 +171,16 @@ def explain_command(
     _show(found, query, turns, json_out)
 
 
-#: the options a logged search is explained with: which one, and who reads its log
+#: the options a logged search is explained with: which one, who reads its log, and
+#: whether its replay embeds the text (--lexical-only: no model is loaded, as a Funnel
+#: made with embedder=None replays)
 _LOGGED_OPTIONS = {"ctx", "query", "chunks", "search_id", "collection", "principal", "tenant",
-                   "dsn", "json_out"}
+                   "lexical_only", "dsn", "json_out"}
 
 
 def _explain_logged(ctx: typer.Context, search_id: int, targets: list[str], collection: str,
-                    principal: list[str] | None, tenant: str | None, dsn: str | None,
-                    json_out: bool) -> None:
+                    principal: list[str] | None, tenant: str | None, lexical_only: bool,
+                    dsn: str | None, json_out: bool) -> None:
     from pgfunnel.errors import ConfigError
     from pgfunnel.explain import explain_many
     from pgfunnel.search import Funnel
@@ -191,7 +194,7 @@ def _explain_logged(ctx: typer.Context, search_id: int, targets: list[str], coll
         if getattr(source, "name", None) == "COMMANDLINE":
             raise ConfigError("search_id", f"takes no {'/'.join(param.opts)}: the logged "
                               "search is explained with its own text and options")
-    funnel = Funnel(dsn, collection, embedder="auto")
+    funnel = Funnel(dsn, collection, embedder=None if lexical_only else "auto")
     try:
         found = explain_many(funnel, None, targets, search_id=search_id,
                              principals=principal or [], tenant=tenant)

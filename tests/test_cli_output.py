@@ -1571,6 +1571,40 @@ def test_explain_search_id_answers_from_the_logged_search(sample_db: str) -> Non
     assert res.exit_code == 1 and "give one or more chunks to explain" in res.output
 
 
+def test_explain_search_id_replays_lexical_only_without_a_model(sample_db: str) -> None:
+    # a logged search's replay could only run with the version's embedding model (the
+    # --search-id form refused --lexical-only), though a search logged without a query
+    # vector never needs it and a machine without the model could not replay one
+    from pgfunnel.cli.main import app
+
+    env = {"COLUMNS": "300", "HF_HUB_OFFLINE": "1"}
+    sids = {}
+    for mode in ("lexical", "hybrid"):
+        res = CliRunner().invoke(app, ["search", "refund plan", "-k", "1", "--trace", "--json",
+                                       "--dsn", sample_db,
+                                       *(["--lexical-only"] if mode == "lexical" else [])],
+                                 env=env)
+        assert res.exit_code == 0, res.output
+        sids[mode] = json.loads(res.stdout)["search_id"]
+    with psycopg.connect(sample_db, autocommit=True) as conn:
+        # the version's model is nowhere to be loaded from: a replay that embeds fails
+        conn.execute("update pgfunnel.index_version set embedding_model = %s",
+                     ("/nonexistent/pgfunnel-test-model",))
+    base = ["explain", "nosuch#0", "--dsn", sample_db, "--json"]
+    res = CliRunner().invoke(app, [*base, "--search-id", str(sids["lexical"])], env=env)
+    assert res.exit_code == 0, res.output
+    (lexical,) = json.loads(res.stdout)
+    assert lexical["replayed_on"] is not None and lexical["dense_depth"] is None
+    res = CliRunner().invoke(app, [*base, "--search-id", str(sids["hybrid"])], env=env)
+    assert res.exit_code == 1 and "pgfunnel-test-model" in res.output, res.output
+    res = CliRunner().invoke(app, [*base, "--search-id", str(sids["hybrid"]),
+                                   "--lexical-only"], env=env)
+    assert res.exit_code == 0, res.output
+    (hybrid,) = json.loads(res.stdout)
+    assert hybrid["replayed_on"] is not None and hybrid["dense_depth"] is None
+    assert any("the replay runs the lexical leg alone" in n for n in hybrid["notices"])
+
+
 def test_explain_search_id_without_a_chunk_asks_for_the_chunks() -> None:
     # `explain --search-id 7` said "Missing argument 'QUERY'": that form takes no query
     from pgfunnel.cli.main import app
