@@ -240,5 +240,10 @@ def _show(found: list[Explanation], query: str | None, turns: list[str] | None,
         reason = reason.replace("; raise overfetch", f"; raise {FUNNEL_FLAGS['overfetch']}")
         reason = reason.replace("so raise k", "so raise -k")
         reason = reason.replace(", rerank_depth)", ", --rerank-depth)")
+        # a logged search's replay says what another search would need, and how to try it
+        reason = reason.replace("a larger overfetch", f"a larger {FUNNEL_FLAGS['overfetch']}")
+        reason = reason.replace("a larger k ", "a larger -k ")
+        reason = reason.replace("a weight above 0", "a weight above 0 (--lexical-weight)")
+        reason = reason.replace("without search_id", "without --search-id")
         # one line each, for a log or a pipe to keep whole (the terminal wraps it)
         out.print(f"  {shown(reason)}", highlight=False, soft_wrap=True)

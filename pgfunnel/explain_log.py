@@ -331,6 +331,7 @@ def _replay(funnel: Funnel, conn: psycopg.Connection[Any], log: _Logged,
         e.reranked = log.reranked
         said = (f"{_not_logged(log)}; "
                 f"its query replayed on index version {version_id}")
+        e.reason = _logged_advice(e.reason)
         if e.verdict in _IN_POOL:
             # the replay reached the pool the logged search did not: the data changed
             e.reason = (f"{said} now reaches its pool (the collection or the index changed "
@@ -339,6 +340,42 @@ def _replay(funnel: Funnel, conn: psycopg.Connection[Any], log: _Logged,
             e.reason = f"{said}: {e.reason}"
         out[target] = e
     return out
+
+
+#: the SQL explain's advice, which asks for options of the explain call, and what a
+#: replay says instead: a logged search's explain takes none of them (its own are used),
+#: so the advice is what another search would need, and how to try one
+_TRY = " (explain its text without search_id to try one)"
+_ADVICE = (
+    ("raise lexical_depth/dense_depth or rephrase the query",
+     "a search with a deeper lexical_depth/dense_depth, or other words, could reach it" + _TRY),
+    ("raise lexical_depth or rephrase the query",
+     "a search with a deeper lexical_depth, or other words, could reach it" + _TRY),
+    ("raise dense_depth or rephrase the query",
+     "a search with a deeper dense_depth, or other words, could reach it" + _TRY),
+    ("rephrase the query (a leg reads at most 10000 rows, and the legs that could reach it "
+     "read that many)",
+     "only a search with other words could reach it (a leg reads at most 10000 rows, and "
+     "the legs that could reach it read that many)"),
+    ("give the lexical leg a weight above 0",
+     "a search that gives the lexical leg a weight above 0 could reach it" + _TRY),
+    ("raise overfetch", "a search with a larger overfetch could reach it" + _TRY),
+    ("overfetch is at its most (100), so raise k",
+     "overfetch was at its most (100): a search with a larger k could reach it" + _TRY),
+    ("no depth reaches it: the query needs one of its words, or an embedding for the dense "
+     "leg",
+     "no depth reaches it: a search needs one of its words, or a query embedding for the "
+     "dense leg"),
+)
+
+
+def _logged_advice(reason: str) -> str:
+    """``reason`` (the SQL explain's, for the replay) with its closing advice said as
+    what another search would need: the logged search's explain takes no option."""
+    for asked, said in _ADVICE:
+        if reason.endswith(asked):
+            return reason[:-len(asked)] + said
+    return reason
 
 
 #: replays of one logged search, when a concurrent activation made the pin fail

@@ -1571,6 +1571,41 @@ def test_explain_search_id_answers_from_the_logged_search(sample_db: str) -> Non
     assert res.exit_code == 1 and "give one or more chunks to explain" in res.output
 
 
+def test_explain_search_id_replay_advises_only_what_can_be_done(sample_db: str) -> None:
+    # a chunk the logged search did not log was replayed, and its advice read "raise
+    # --dense-depth or rephrase the query": a flag the --search-id form refuses
+    from pgfunnel.cli.main import app
+
+    env = {"COLUMNS": "300", "HF_HUB_OFFLINE": "1"}
+    res = CliRunner().invoke(app, ["search", "refund plan", "-k", "1", "--trace", "--json",
+                                   "--dsn", sample_db], env=env)
+    assert res.exit_code == 0, res.output
+    sid = json.loads(res.stdout)["search_id"]
+    with psycopg.connect(sample_db, autocommit=True) as conn:
+        # chunks it did not log: for each, the replay's advice
+        rows = conn.execute("select ch.id from pgfunnel.chunk ch where not exists (select "
+                            "from pgfunnel.search_trace t where t.search_id = %s and "
+                            "t.chunk_id = ch.id) order by ch.id", (sid,)).fetchall()
+    unlogged = [str(r[0]) for r in rows]
+    res = CliRunner().invoke(app, ["explain", "--search-id", str(sid), *unlogged, "--json",
+                                   "--dsn", sample_db], env=env)
+    assert res.exit_code == 0, res.output
+    verdicts = {e["verdict"] for e in json.loads(res.stdout)}
+    assert verdicts <= {"in no leg at its depth", "not in pool"}, verdicts
+    res = CliRunner().invoke(app, ["explain", "--search-id", str(sid), *unlogged,
+                                   "--dsn", sample_db], env=env)
+    assert res.exit_code == 0, res.output
+    reasons = [line for line in res.stdout.splitlines()
+               if line.startswith("  not among the ")]
+    assert len(reasons) == len(unlogged)
+    for reason in reasons:
+        assert "raise" not in reason and "rephrase" not in reason, reason
+    # the depth advice names a search's flag, and how to try it: not this form's
+    assert any("a search with a deeper --dense-depth" in r for r in reasons), reasons
+    assert all(r.endswith("(explain its text without --search-id to try one)")
+               for r in reasons if "could reach it" in r and "only a search" not in r)
+
+
 def test_explain_search_id_replays_lexical_only_without_a_model(sample_db: str) -> None:
     # a logged search's replay could only run with the version's embedding model (the
     # --search-id form refused --lexical-only), though a search logged without a query

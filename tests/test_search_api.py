@@ -1604,6 +1604,9 @@ def test_explain_a_logged_search_from_its_trace(cap_conn: psycopg.Connection[Any
                            "None")
     assert acme.replayed_on == resp.index_version_id
     assert teapots.verdict == "in no leg at its depth" and teapots.citekey == "teapots"
+    # replayed by a Funnel without an embedder, lexical only: no depth reaches it
+    assert teapots.reason.endswith("no depth reaches it: a search needs one of its words, "
+                                   "or a query embedding for the dense leg"), teapots.reason
     assert teapots.replayed_on == resp.index_version_id
     assert absent.verdict == "filtered out or does not exist"
     assert absent.reason.startswith(f"not among the {len(resp.pool)} candidates search {sid} "
@@ -1699,6 +1702,11 @@ def test_explain_a_logged_search_replays_on_the_version_it_read(
     assert row is not None and e.pool_size == 8 == row[0]
     assert e.reason.startswith(f"not among the 8 candidates search {resp.search_id} logged; "
                                f"its query replayed on index version {logged_version}: ")
+    # its advice is what another search would need: the logged search's explain takes
+    # no dense_depth or overfetch to raise
+    assert "raise" not in e.reason and "rephrase" not in e.reason, e.reason
+    assert e.reason.endswith(" could reach it (explain its text without search_id to try "
+                             "one)"), e.reason
     # the pin was rolled back: the new version is still the active one
     assert funnel.search("glacier", k=1, principals=[]).index_version_id == built.version_id
 
