@@ -181,7 +181,7 @@ _LOGGED_OPTIONS = {"ctx", "query", "chunks", "search_id", "collection", "princip
 def _explain_logged(ctx: typer.Context, search_id: int, targets: list[str], collection: str,
                     principal: list[str] | None, tenant: str | None, lexical_only: bool,
                     dsn: str | None, json_out: bool) -> None:
-    from pgfunnel.errors import ConfigError
+    from pgfunnel.errors import ConfigError, ModelLoadError
     from pgfunnel.explain import explain_many
     from pgfunnel.search import Funnel
 
@@ -198,6 +198,11 @@ def _explain_logged(ctx: typer.Context, search_id: int, targets: list[str], coll
     try:
         found = explain_many(funnel, None, targets, search_id=search_id,
                              principals=principal or [], tenant=tenant)
+    except ModelLoadError as exc:
+        # the one thing this form can do about it: replay without the model
+        raise ConfigError("search_id", f"the replay embeds the logged text with the model of "
+                          f"the version it replays on, and {exc}; --lexical-only replays the "
+                          "lexical leg alone, without it") from exc
     finally:
         funnel.close()
     _show(found, found[0].searched if found else None, [], json_out)

@@ -1632,6 +1632,11 @@ def test_explain_search_id_replays_lexical_only_without_a_model(sample_db: str) 
     assert lexical["replayed_on"] is not None and lexical["dense_depth"] is None
     res = CliRunner().invoke(app, [*base, "--search-id", str(sids["hybrid"])], env=env)
     assert res.exit_code == 1 and "pgfunnel-test-model" in res.output, res.output
+    # the error names what this form can do about it
+    assert res.output.startswith("error: --search-id: the replay embeds the logged text "), \
+        res.output
+    assert res.output.rstrip().endswith("; --lexical-only replays the lexical leg alone, "
+                                        "without it"), res.output
     res = CliRunner().invoke(app, [*base, "--search-id", str(sids["hybrid"]),
                                    "--lexical-only"], env=env)
     assert res.exit_code == 0, res.output
