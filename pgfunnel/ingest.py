@@ -663,6 +663,14 @@ class TermAnalyzer:
             return
         strip = self.strip
         stripped = {w: w.strip(strip) for w in unknown}
+        # A mark after what was stripped from the front can be part of it: Unicode
+        # folding (v3 analyzers on) composes `<`, `=` or `>` and a combining long solidus
+        # (U+0338) into one symbol (`≮`, no word character), so `<\u0338abc` is `abc`
+        # to the analyzer, while the stripped `\u0338abc` is a word of its own. Such a
+        # word keeps its front.
+        for w, s in stripped.items():
+            if s and s[0] != w[0] and unicodedata.category(s[0])[0] == "M":
+                stripped[w] = w.rstrip(strip)
         distinct = sorted({s for s in stripped.values() if s})
         by_word: dict[str, tuple[str, ...]] = {}
         # words without a digit or a joiner go in a call of their own: the analyzer takes

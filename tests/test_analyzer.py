@@ -367,6 +367,9 @@ def test_python_term_analyzer_matches_sql(conn: psycopg.Connection[Any], analyze
     # them)
     texts += _UNDERSCORED_TEXTS + ["(__init__), `__all__`. _exit; class_: \"__main__\"?",
                                    "._x_. -_y- _-z __.__ a__ __b__c_. \uff3f\uff3finit\uff3f"]
+    # `<`, `=` or `>` and a combining long solidus fold into one symbol (`≮`), which is
+    # no word character: the word cache strips no `<` from before the mark
+    texts += ["<\u0338abc =\u0338x (>\u0338y_z) \"<\u0338_init_\" '\u0301x a<\u0338 \u0338b"]
     ta = TermAnalyzer(conn, analyzer)
     ta.prepare(texts)
     for text in texts:
