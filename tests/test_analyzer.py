@@ -769,6 +769,54 @@ def test_v8_indexes_underscored_identifiers_whole_and_in_parts(
         assert _terms(conn, text, analyzer) == _terms(conn, text, older), text
 
 
+# pieces of hostile text for the v8 analyzers: identifiers with underscores, dots, digits
+# and hyphens, Markdown emphasis, Chinese and Thai beside underscores, URLs and paths,
+# emoji, combining marks, full-width and compatibility forms, controls, question words
+_HOSTILE_PIECES = ("_", "__", "___", ".", "-", "a", "Init", "x9", "4029", "os", "sys", "_word_",
+                   "__bold__", "*", "`", "'", "\"", "(", ")", "/", ":", "数据", "本", "ข้อ",
+                   "<\u0338", "데이터", "é", "e\u0301", "\u0301", "\u0338", "<", "＿", "．",
+                   "\ufe4d", "\u2011", "\u2013", "\u00ad", "\u200b", "ﬁ", "①", "²", "😀",
+                   "\U0001f44d\U0001f3fd", "Σ", "ς", "https://", "www.", ".py", "__init__",
+                   "sys.__stdout__", "author__name", "\x07", "\x1f", "\u0085", "what", "How",
+                   "do", "mean", "the", "EXPLAIN", "x" * 45, "_" * 40)
+_CONTEXTS = (("", ""), ("see ", " here."), ("(", "),"), ("Use `", "` to"), ("*", "*"),
+             ("> ", "\n"), ("数据 ", " 库"), ("\t", "\u00a0"))
+
+
+def _hostile_strings(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return ["".join(rng.choice(_HOSTILE_PIECES) for _ in range(rng.randint(1, 9)))
+            for _ in range(n)]
+
+
+@pytest.mark.parametrize("analyzer", ["english_v8", "simple_v8"])
+def test_v8_query_terms_are_in_the_chunk_that_holds_the_query(
+        conn: psycopg.Connection[Any], analyzer: str) -> None:
+    # What ingest indexes (the word cache, word by word) is what the SQL analyzer reads in
+    # the whole text, and a query's terms are all in a chunk that holds its text between
+    # spaces or punctuation, or written into Chinese prose
+    rng = random.Random(5)
+    queries = [q for q in _hostile_strings(1500, seed=3) if q.strip()]
+    chunks = []
+    for q in queries:
+        left, right = rng.choice(_CONTEXTS)
+        if q[0].isascii() and q[-1].isascii() and rng.random() < 0.3:
+            # Chinese sets a name between its words without spaces
+            left, right = "调用", "方法"
+        chunks.append(left + q + right)
+    ta = TermAnalyzer(conn, analyzer)
+    ta.prepare(chunks)
+    cols = ("select input_ordinal, coalesce(array_agg(term) filter (where term is not null),"
+            " '{}') from pgfunnel.analyze_each(%s, %s, %s) group by 1")
+    whole = dict(conn.execute(cols, (chunks, analyzer, False)).fetchall())
+    asked = dict(conn.execute(cols, (queries, analyzer, True)).fetchall())
+    assert sum(bool(t) for t in asked.values()) > 1000
+    for i, (q, chunk) in enumerate(zip(queries, chunks, strict=True), start=1):
+        indexed = ta.terms(chunk)
+        assert indexed == Counter(whole.get(i, [])), chunk
+        assert set(asked.get(i, [])) <= set(indexed), (q, chunk)
+
+
 def test_an_underscored_identifier_outranks_its_bare_word_under_v8(
         conn: psycopg.Connection[Any]) -> None:
     from funnel_util import make_collection
