@@ -331,9 +331,10 @@ def _has_v8_analyzer(version: dict[str, Any]) -> bool:
 # an identifier opened or closed by underscores (__init__, _exit, class_), or whose parts
 # a run of them joins (author__name), which v8 indexes whole with them and v6 and v7 as
 # its bare parts (one underscore inside, jsonb_path_exists, every version keeps); looked
-# for in the same sample of chunks as dashed words
-_UNDERSCORED_WORD = (r"(^|[^[:alnum:]_])_+[[:alnum:]]|[[:alnum:]]_+($|[^[:alnum:]_])"
-                     r"|[[:alnum:]]__+[[:alnum:]]")
+# for in the same sample of chunks as dashed words. A run of five or more (a fill-in
+# blank, `Signature__________`) is no part of a name to v8 either
+_UNDERSCORED_WORD = (r"(^|[^[:alnum:]_])_{1,4}[[:alnum:]]|[[:alnum:]]_{1,4}($|[^[:alnum:]_])"
+                     r"|[[:alnum:]]_{2,4}[[:alnum:]]")
 
 
 # Unicode hyphens and dashes between two letters or digits, which v7 reads as '-' and v6

@@ -47,7 +47,7 @@
 --     and `__all__` (whose part is a stop word) is a term at all. Before v8 the
 --     underscores were not part of the token: `__init__` was `init`, `__future__` the stem
 --     `futur`, `sys.__stdout__` the two words `sys` and `stdout`. A lone `_` or `__` is no
---     token
+--     token, and a run of five or more underscores (a fill-in blank) separates words
 
 -- analyzers this version of pgfunnel knows; a new name is a new index version
 create or replace function pgfunnel.analyzers()
@@ -395,6 +395,17 @@ begin
                     'english_v8', 'simple_v8') then
         inputs := pgfunnel._unicode_fold(inputs, analyzer in ('english_v7', 'simple_v7',
                                                               'english_v8', 'simple_v8'));
+    end if;
+    -- A run of five or more underscores is a fill-in blank or a rule (`Signature__________`,
+    -- a title underlined without a space), never a name's own: no name uses more than
+    -- four (`____cacheline_aligned`). Read as part of the token it made a stray term of
+    -- the word and its blank, and past 100 characters dropped the word with it (under v7
+    -- the word was a term). It separates words, as it did before v8. (Read after folding:
+    -- a full-width underscore is one.)
+    if v8 and exists (select 1 from unnest(inputs) as i(txt) where strpos(i.txt, '_____') > 0) then
+        inputs := array(select regexp_replace(i.txt, '_{5,}', ' ', 'g')
+                          from unnest(inputs) with ordinality as i(txt, ord)
+                         order by i.ord);
     end if;
     -- read before v6 lowers its inputs (below); the test first spares most queries the
     -- function's statement

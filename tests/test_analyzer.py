@@ -737,12 +737,19 @@ def test_v8_indexes_underscored_identifiers_whole_and_in_parts(
         # a lone underscore or a run of them is no term
         "_ __ ___": [],
         "__init__.py _2 x_1_": ["__init__.py", "init", "py", "__init__", "_2", "2",
-                                "x_1_", "x", "1"]}
+                                "x_1_", "x", "1"],
+        # a name takes up to four underscores in a run; five or more are a fill-in blank
+        # or a rule, and separate words (a word beside a longer one was no term at all)
+        "____cacheline_aligned x____y": ["____cacheline_aligned", "cacheline", "aligned",
+                                         "x____y", "x", "y"],
+        "Total__________ x_____y _____z x._____y": ["total", "x", "y", "z", "x", "y"],
+        "Heading" + "_" * 120: ["heading"], "_" * 96 + "x": ["x"]}
     english = analyzer.startswith("english")
     for text, terms in expected.items():
         if english:
             # parts are stemmed and stop words dropped; the whole identifier is not
-            terms = [{"future": "futur", "attribute": "attribut"}.get(t, t) for t in terms
+            terms = [{"future": "futur", "attribute": "attribut", "heading": "head",
+                      "cacheline": "cachelin", "aligned": "align"}.get(t, t) for t in terms
                      if t != "all"]
         assert _terms(conn, text, analyzer) == terms, text
         # a query reads it the same way

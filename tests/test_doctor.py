@@ -284,8 +284,10 @@ def test_a_v7_version_is_pointed_to_v8_only_when_names_open_or_close_with_unders
 
     make_collection(conn, "t", 16, analyzer="english_v7")
     make_collection(conn, "v8", 16, analyzer="english_v8")
-    # underscores inside an identifier, or standing alone, are read alike by v7 and v8
+    # underscores inside an identifier, or standing alone, are read alike by v7 and v8,
+    # and so is a fill-in blank of five or more beside a word
     ingest(conn, [doc("en", "Call jsonb_path_exists; a blank is written _ or __ here.")])
+    ingest(conn, [doc("form", "Signature__________ Date: ______ __________x")])
     ingest(conn, [doc("en", "Define __init__ to set up an instance.")], collection="v8")
     assert _analyzer_notes(conn) == []
     ingest(conn, [doc("py", "Define __init__ to set up an instance.")])
