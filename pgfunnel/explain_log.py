@@ -27,7 +27,7 @@ from pgfunnel.search import Funnel, SearchParams
 _INT64 = 2**63 - 1
 
 _LOG_SQL = ("select l.id, c.name, l.index_version_id, l.config, l.query_text, l.principals, "
-            "l.tenant, l.at from pgfunnel.search_log l "
+            "l.tenant, l.at, l.notes from pgfunnel.search_log l "
             "join pgfunnel.collection c on c.id = l.collection_id where l.id = %s")
 # a chunk deleted since keeps its trace row (no foreign key): no document to name then
 _TRACE_SQL = ("select t.chunk_id, t.lexical_rank, t.lexical_score, t.dense_rank, "
@@ -71,6 +71,9 @@ class _Logged(NamedTuple):
     rerank_depth: int | None
     #: the candidates in the order the cap and the cut saw them (reranked, then the tail)
     pool: list[_Traced]
+    #: whether the search had a query vector, as its log row's notes record it; None for
+    #: a row written before they did (or by a caller of final() that did not say)
+    query_embedding: bool | None
 
 
 def _checked_search_id(search_id: Any) -> int:
@@ -100,7 +103,7 @@ def _read_log(funnel: Funnel, conn: psycopg.Connection[Any], search_id: int,
                             "has that id (or it is not readable with these principals and "
                             "tenant); a search is logged only with trace=True (search "
                             "--trace)")
-    _, collection, version_id, config, query_text, principals, tenant, at = row
+    _, collection, version_id, config, query_text, principals, tenant, at, notes = row
     if collection != reader.collection:
         raise ConfigError("search_id", f"search {search_id} searched collection "
                           f"{collection!r}, not {reader.collection!r}: explain it with that "
@@ -123,8 +126,10 @@ def _read_log(funnel: Funnel, conn: psycopg.Connection[Any], search_id: int,
     else:
         pool = sorted(traced, key=lambda t: t.fused_rank)
     depth = config.get("rerank_depth")
+    had_vector = (notes or {}).get("query_embedding")
     return _Logged(search_id, collection, int(version_id), config, query_text, p,
-                   bool(reranked), depth if isinstance(depth, int) else None, pool), ids
+                   bool(reranked), depth if isinstance(depth, int) else None, pool,
+                   had_vector if isinstance(had_vector, bool) else None), ids
 
 
 def _as_of(logged: Any, at: dt.datetime) -> dt.datetime:
@@ -378,6 +383,18 @@ def _logged_advice(reason: str) -> str:
     return reason
 
 
+#: the notice of a replay that runs the lexical leg alone because the Funnel has no
+#: embedder
+NO_EMBEDDER = ("pgfunnel: this Funnel has no query embedder (embedder=None, "
+               "--lexical-only): the replay runs the lexical leg alone")
+#: the notice of a replay of a search whose log row does not record whether it had a
+#: query vector (logged before pgfunnel recorded it), and whose trace shows no dense rank
+NO_VECTOR_GUESSED = (
+    "pgfunnel: search {search_id}'s log row does not record whether it had a query "
+    "embedding (it was logged before pgfunnel recorded that); none of the candidates "
+    "readable in its trace came from the dense leg, so the replay runs the lexical leg "
+    "alone, a guess: a dense leg that found nothing visible looks the same")
+
 #: replays of one logged search, when a concurrent activation made the pin fail
 _REPLAY_TRIES = 3
 
@@ -437,14 +454,17 @@ def _embedded(funnel: Funnel, log: _Logged, model: str,
     text, p = log.query_text, log.params
     if text is None or not text.strip() or (p.weights is not None and p.weights[1] == 0):
         return None
-    if all(t.dense_rank is None for t in log.pool):
-        # no candidate of the logged search came from the dense leg, which returns its
-        # nearest rows whenever it runs: it ran without a query vector (or, no candidate
-        # at all, nothing was visible to it, which the lexical leg alone tells as well)
+    if log.query_embedding is False:
+        return None
+    if log.query_embedding is None and all(t.dense_rank is None for t in log.pool):
+        # a log row that does not say: no candidate came from the dense leg, which returns
+        # its nearest visible rows whenever it runs, so it most likely ran without a query
+        # vector; but a dense leg whose rows were all filtered out, or a trace the reader
+        # may not read, looks the same, so the replay says it guessed
+        notices.append(NO_VECTOR_GUESSED.format(search_id=log.search_id))
         return None
     if funnel._embedder_spec is None:
-        notices.append("pgfunnel: this Funnel has no query embedder (embedder=None, "
-                       "--lexical-only): the replay runs the lexical leg alone")
+        notices.append(NO_EMBEDDER.format(search_id=log.search_id))
         return None
     from pgfunnel.embedder import Embedder
 

@@ -1247,9 +1247,12 @@ class Funnel:
             notes: dict[str, Any] = {"rerank_skipped": skipped} if skipped and use_model else {}
             if transforms:
                 notes["transforms"] = list(transforms)
+            # whether it had a query vector, for a replay of the logged search: its trace
+            # cannot tell when the dense leg found nothing (funnel_search records it too)
             cursor = self._execute_final(conn, query, ordered, p, reranked=skipped is None,
                                          notes=notes or None,
-                                         index_version_id=seen.get("version_id"))
+                                         index_version_id=seen.get("version_id"),
+                                         log_notes={"query_embedding": vector is not None})
             results = [Result(*r) for r in cursor.fetchall()]
             search_id = _search_id(conn, results, p.trace)
         timings["final"] = (time.perf_counter() - t2) * 1000

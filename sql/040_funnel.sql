@@ -1143,7 +1143,13 @@ begin
                               'overfetch', overfetch, 'per_source_cap', per_source_cap,
                               'ef_search', ef_search, 'k1', k1, 'b', b, 'k', k,
                               'rerank', false, 'metadata_filter', metadata_filter,
-                              'language', language) end) f;
+                              'language', language) end,
+                          -- whether the search had a query vector, which its trace cannot
+                          -- tell when the dense leg found nothing (all filtered out) or a
+                          -- reader may not read the trace: a replay of the logged search
+                          -- needs it. In the row's notes, outside the config and its hash
+                          null, jsonb_build_object('query_embedding',
+                                                   query_embedding is not null)) f;
 end
 $$;
 

@@ -1750,6 +1750,66 @@ def test_explain_a_logged_search_without_candidates_replays_no_dense_leg(
     assert "(no query embedding)" in e.reason
 
 
+def test_explain_a_logged_search_whose_dense_leg_found_nothing_replays_it(
+        cap_conn: psycopg.Connection[Any], embedder: Any) -> None:
+    # a hybrid search whose dense leg returned nothing logged no dense rank, and its replay
+    # guessed from the trace that it had no query vector: lexical alone, without a word
+    from pgfunnel.explain import explain
+
+    _with_extra_documents(cap_conn, embedder)
+    # the dense leg finds nothing while the search runs (its vectors set aside), as a
+    # filter hiding every row its index reads would leave it
+    cap_conn.execute("create temp table saved as select * from pgfunnel.embedding")
+    cap_conn.execute("delete from pgfunnel.embedding")
+    sids = []
+    for reranker in (None, PreferMarker("section 4")):  # funnel_search, and final()
+        resp = Funnel(cap_conn, embedder=embedder, reranker=reranker).search(
+            "glacier backup restore", k=2, principals=[], trace=True)
+        assert all(c.dense_rank is None for c in resp.pool)
+        assert resp.results and all(r.dense_rank is None for r in resp.results)
+        sids.append(resp.search_id)
+    cap_conn.execute("insert into pgfunnel.embedding select * from saved")
+    for sid in sids:
+        row = cap_conn.execute("select notes from pgfunnel.search_log where id = %s",
+                               (sid,)).fetchone()
+        assert row is not None and row[0]["query_embedding"] is True
+        e = explain(Funnel(cap_conn, embedder=embedder), None, "teapots#0", search_id=sid)
+        # replayed with its query vector: the dense leg ran and scored the chunk
+        assert e.dense_depth is not None and e.dense_exact_score is not None, e
+        assert e.notices == []
+
+    # a row logged before the record (no query_embedding in its notes) replays as before,
+    # by the trace's guess, and says it guessed
+    sid = sids[0]
+    cap_conn.execute("update pgfunnel.search_log set notes = notes - 'query_embedding' "
+                     "where id = %s", (sid,))
+    e = explain(Funnel(cap_conn, embedder=embedder), None, "teapots#0", search_id=sid)
+    assert e.dense_depth is None and e.dense_exact_score is None
+    assert e.verdict == "in no leg at its depth"
+    assert e.notices == [
+        f"pgfunnel: search {sid}'s log row does not record whether it had a query embedding "
+        "(it was logged before pgfunnel recorded that); none of the candidates readable in "
+        "its trace came from the dense leg, so the replay runs the lexical leg alone, a "
+        "guess: a dense leg that found nothing visible looks the same"]
+    # an old row whose trace holds a dense rank was a hybrid search: no guess to say
+    resp = Funnel(cap_conn, embedder=embedder).search("glacier backup restore", k=2,
+                                                      principals=[], trace=True)
+    cap_conn.execute("update pgfunnel.search_log set notes = notes - 'query_embedding' "
+                     "where id = %s", (resp.search_id,))
+    e = explain(Funnel(cap_conn, embedder=embedder), None, "teapots#0",
+                search_id=resp.search_id)
+    assert e.dense_exact_score is not None and e.notices == []
+    # a search without a query vector records that, and replays lexical alone unasked
+    resp = Funnel(cap_conn, embedder=None).search("glacier backup restore", k=2,
+                                                  principals=[], trace=True)
+    row = cap_conn.execute("select notes from pgfunnel.search_log where id = %s",
+                           (resp.search_id,)).fetchone()
+    assert row is not None and row[0]["query_embedding"] is False
+    e = explain(Funnel(cap_conn, embedder=embedder), None, "teapots#0",
+                search_id=resp.search_id)
+    assert e.dense_exact_score is None and e.notices == []
+
+
 def test_explain_a_logged_search_replays_while_a_version_is_activated(
         db: str, cap_conn: psycopg.Connection[Any], embedder: Any) -> None:
     # an activate (or anything updating the versions' rows) committing while the replay

@@ -479,7 +479,8 @@ class Harness:
             with self.funnel._transaction(conn, cp):
                 cursor = self.funnel._execute_final(conn, text, ordered, cp,
                                                     reranked=reranked, notes=notes,
-                                                    log_notes=log)
+                                                    log_notes={**log, "query_embedding":
+                                                               vector is not None})
             capped = [Result(*r) for r in cursor.fetchall()]
         ranked = {"lexical": lex, "dense": den, "fused": pool, "reranked": ordered,
                   "capped": capped}
