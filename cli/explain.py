@@ -205,6 +205,14 @@ def _explain_logged(ctx: typer.Context, search_id: int, targets: list[str], coll
                           "lexical leg alone, without it") from exc
     finally:
         funnel.close()
+    # the library's notice names the Funnel's parameter; here the flag that set it
+    from pgfunnel.explain_log import NO_EMBEDDER
+
+    library = NO_EMBEDDER.format(search_id=search_id)
+    for e in found:
+        e.notices = [f"pgfunnel: --lexical-only: the replay of search {search_id} runs the "
+                     "lexical leg alone, loading no embedding model" if n == library else n
+                     for n in e.notices]
     _show(found, found[0].searched if found else None, [], json_out)
 
 

@@ -384,9 +384,9 @@ def _logged_advice(reason: str) -> str:
 
 
 #: the notice of a replay that runs the lexical leg alone because the Funnel has no
-#: embedder
-NO_EMBEDDER = ("pgfunnel: this Funnel has no query embedder (embedder=None, "
-               "--lexical-only): the replay runs the lexical leg alone")
+#: embedder, in the library's words (the CLI says it as the --lexical-only flag it took)
+NO_EMBEDDER = ("pgfunnel: this Funnel has no query embedder (embedder=None): the replay of "
+               "search {search_id} runs the lexical leg alone")
 #: the notice of a replay of a search whose log row does not record whether it had a
 #: query vector (logged before pgfunnel recorded it), and whose trace shows no dense rank
 NO_VECTOR_GUESSED = (

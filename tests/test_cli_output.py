@@ -1642,7 +1642,15 @@ def test_explain_search_id_replays_lexical_only_without_a_model(sample_db: str) 
     assert res.exit_code == 0, res.output
     (hybrid,) = json.loads(res.stdout)
     assert hybrid["replayed_on"] is not None and hybrid["dense_depth"] is None
-    assert any("the replay runs the lexical leg alone" in n for n in hybrid["notices"])
+    # in the flag typed, not the Funnel parameter it sets ("embedder=None" read as Python)
+    said = (f"pgfunnel: --lexical-only: the replay of search {sids['hybrid']} runs the "
+            "lexical leg alone, loading no embedding model")
+    assert hybrid["notices"] == [said]
+    res = CliRunner().invoke(app, [*base[:-1], "--search-id", str(sids["hybrid"]),
+                                   "--lexical-only"], env=env)
+    assert res.exit_code == 0, res.output
+    assert f"warning: {said}" in " ".join(res.stderr.split()), res.stderr
+    assert "embedder" not in res.output
 
 
 def test_explain_search_id_without_a_chunk_asks_for_the_chunks() -> None:

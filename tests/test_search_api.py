@@ -1777,6 +1777,12 @@ def test_explain_a_logged_search_whose_dense_leg_found_nothing_replays_it(
         # replayed with its query vector: the dense leg ran and scored the chunk
         assert e.dense_depth is not None and e.dense_exact_score is not None, e
         assert e.notices == []
+    # a Funnel without an embedder replays it lexical-only, said in the library's words
+    # (its parameter, not the CLI's --lexical-only flag)
+    e = explain(Funnel(cap_conn, embedder=None), None, "teapots#0", search_id=sids[0])
+    assert e.dense_exact_score is None
+    assert e.notices == [f"pgfunnel: this Funnel has no query embedder (embedder=None): the "
+                         f"replay of search {sids[0]} runs the lexical leg alone"]
 
     # a row logged before the record (no query_embedding in its notes) replays as before,
     # by the trace's guess, and says it guessed
