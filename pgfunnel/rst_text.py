@@ -12,7 +12,8 @@ what a reader of the rendered page sees, closely enough for search, without docu
   title is the document's title;
 - roles and interpreted text keep their text (``:func:`os.path.join``` -> ``os.path.join``,
   ``:ref:`the guide <guide>``` -> ``the guide``), inline literals and hyperlink
-  references keep their words;
+  references keep their words (``Python_`` -> ``Python``, as docutils reads it: not
+  ``__init__``, nor ``foo_`` in a literal);
 - directives keep their argument and content (a function's signature and description,
   a note, a code block), except those that render no text of their own (``toctree``,
   ``image``, ``include``, ``index``, ``raw``, ...); their option lines are dropped; a
@@ -21,13 +22,14 @@ what a reader of the rendered page sees, closely enough for search, without docu
   ``versionadded`` and friends read as Sphinx renders them ("New in version 3.2");
 - a ``csv-table`` or ``list-table`` is its caption and rows, a line per row with cells
   parted by `` | ``;
-- comments, link targets and substitution definitions are dropped; a substitution
-  reference reads as its definition where the file defines it (``replace::``,
-  ``unicode::``; an ``image::`` one reads as nothing), and as written where it does not
-  (Sphinx's ``|version|`` comes from the project's configuration); a paragraph's
-  closing ``::`` reads as ``:``; transitions are dropped;
+- comments, link targets (``__ url`` too) and substitution definitions are dropped; a
+  substitution reference reads as its definition where the file defines it
+  (``replace::``, ``unicode::``; an ``image::`` one reads as nothing), and as written
+  where it does not (Sphinx's ``|version|`` comes from the project's configuration); a
+  paragraph's closing ``::`` reads as ``:``; transitions are dropped;
 - literal blocks and code keep their lines, indented, so a ``#`` comment in code never
-  reads as a heading; inline markup inside them is left alone;
+  reads as a heading; inline markup inside them is left alone, as it is in a doctest
+  block (``>>>`` lines, to a blank line), which keeps its lines as written;
 - other indented text (a directive's content, a block quote, a list item's next lines)
   is text, written without its indentation, which the chunker would read as code; inside
   a list item (a nested item, the item's next paragraph) it starts under the item's text,
@@ -48,6 +50,8 @@ __all__ = ["looks_like_rst", "rst_to_text"]
 _ADORNMENT = re.compile(r"^([!-/:-@\[-`{-~])\1{2,}\s*$")
 _DIRECTIVE = re.compile(r"^(\s*)\.\.\s+([\w:.+-]+)::(?:\s+(.*))?$")
 _EXPLICIT = re.compile(r"^(\s*)\.\.(?:\s|$)")
+# an anonymous hyperlink target written short, ``__ https://...`` (``.. __: https://...``)
+_ANONYMOUS_TARGET = re.compile(r"__(?:\s|$)")
 _FOOTNOTE = re.compile(r"^(\s*)\.\.\s+\[[^\]]+\]\s+(.*)$")
 _OPTION = re.compile(r"^\s+:[\w -]+:(?:\s|$)")
 # a list item's marker that Markdown reads as one too (`- `, `* `, `+ `, `1. `, `1) `),
@@ -86,6 +90,27 @@ _LITERAL = re.compile(r"``(.+?)``")
 _STRONG = re.compile(r"(?<![\w*])\*\*(?=\S)(.+?)(?<=\S)\*\*(?![\w*])")
 _EMPHASIS = re.compile(r"(?<![\w*])\*(?=[^\s*])([^*]+?)(?<=\S)\*(?![\w*])")
 _FOOTNOTE_REF = re.compile(r"\s?\[(?:#[\w-]*|\*|\d+|[\w-]+)\]_")
+# punctuation outside ASCII, near enough: Latin-1's, and past it any character but word
+# characters, spaces and the symbol blocks (currency, letterlike, arrows, maths, technical,
+# shapes, dingbats, emoji), which docutils does not let touch inline markup
+_OTHER_PUNCTUATION = (r"[\xa1\xab\xb7\xbb\xbf]"
+                      r"|[^\x00-\xff\w\s\u20a0-\u20cf\u2100-\u27ff\u2900-\u2bff"
+                      r"\U0001f000-\U0001faff]")
+# a bare hyperlink reference, ``Python_`` (``Python__``, anonymous): a simple reference
+# name, as docutils reads one (word characters and single inner ``-._+:``, no ``_`` at
+# either end), then ``_`` or ``__``, standing where docutils starts and ends inline markup:
+# after a space, an opening bracket or quote or ``-/:``, before a space or punctuation
+# (other than ``*``, ``#``...); non-ASCII punctuation stands for the Unicode classes
+# docutils allows there. Kept as written, its ``_`` made v8 index a stray ``python_``.
+# ``__init__``, ``_thread``, ``sys.__stdout__`` and ``author__name`` are no references.
+# Inline literals and interpreted text (roles, `` `text`_ ``) are matched first, to be
+# left alone: ``foo_`` in a literal is code
+_REFERENCE = re.compile(
+    r"``.+?``"
+    r"|(?<![\w`]):(?:[\w.+-]+:)+`[^`]+`|(?<![\w`:])`[^`]+`(?!`)(?:__?)?"  # as _ROLE
+    r"""|(?:^|(?<=[\s"'(<\[{\-/:])|(?<=""" + _OTHER_PUNCTUATION + "))"
+    r"(?P<name>(?:(?!_)\w)+(?:[-._+:](?:(?!_)\w)+)*)__?"
+    r"""(?=$|[\s\\.,;!?\-/:"')>\]}]|""" + _OTHER_PUNCTUATION + ")")
 _TITLED_TARGET = re.compile(r"^(.*?)\s*<[^<>]+>$")
 
 
@@ -235,10 +260,21 @@ def _rst_to_text(lines: list[str]) -> tuple[str, str]:
             out.append(footnote.group(1) + _guard(_inline(footnote.group(2))))
             i += 1
             continue
-        if _EXPLICIT.match(line):
-            # a comment, a link target or a substitution definition, with its block
+        # a blank line is kept in ``paragraph``: a paragraph has started where it holds text
+        starts = not "".join(paragraph).strip()
+        if _EXPLICIT.match(line) or (starts and _ANONYMOUS_TARGET.match(stripped)):
+            # a comment, a link target (``__ url`` too) or a substitution definition, with
+            # its block
             skip_indent = indent
             i += 1
+            continue
+        if starts and stripped.startswith(">>>"):
+            # a doctest block, to the next blank line: code, as written (inline markup
+            # read in it took the `_` off `x_` and the `*` off `*args`); at the margin it
+            # is not indented, so the chunker reads it as prose, as it read it before
+            while i < len(lines) and lines[i].strip():
+                out.append(lines[i] if indent > 0 else _guard(lines[i]))
+                i += 1
             continue
         if stripped == "::":
             literal_indent = indent
@@ -263,8 +299,7 @@ def _rst_to_text(lines: list[str]) -> tuple[str, str]:
             # block (``>>>``) stays as written. Inside a list item (a nested item, an
             # item's next paragraph) it starts at the item's content, as in Markdown, so
             # that a nested item stays nested
-            out.append(line if stripped.startswith(">>>")
-                       else " " * column + _guard(_inline(stripped)))
+            out.append(" " * column + _guard(_inline(stripped)))
         else:
             paragraph.append(line)
         i += 1
@@ -445,10 +480,16 @@ def _substituted(text: str) -> str:
 
 def _inline(text: str) -> str:
     """Inline markup to the words a reader sees."""
-    text = _LITERAL.sub(r"\1", _substituted(text))
+    text = _REFERENCE.sub(_reference_text, _substituted(text))
+    text = _LITERAL.sub(r"\1", text)
     text = _ROLE.sub(_role_text, text)
     text = _EMPHASIS.sub(r"\1", _STRONG.sub(r"\1", text))
     return _FOOTNOTE_REF.sub("", text)
+
+
+def _reference_text(m: re.Match[str]) -> str:
+    name = m.group("name")
+    return m.group() if name is None else name
 
 
 def _role_text(m: re.Match[str]) -> str:

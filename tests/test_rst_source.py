@@ -499,3 +499,82 @@ def test_tabs_go_to_the_next_tab_stop_as_docutils_reads_them() -> None:
     title, text = rst_to_text("Install\tguide\n=============\n\nText.\n\n-\tone\n\n\t- sub\n")
     assert title == "Install guide"
     assert text == "# Install guide\n\nText.\n\n-       one\n\n  - sub\n"
+
+
+def test_a_bare_hyperlink_reference_is_stored_as_its_word() -> None:
+    # `Python_` (and anonymous `Python__`) was stored as written, so analyzer v8, which
+    # keeps underscore-bounded names, indexed a stray `python_`; the expected texts are
+    # what docutils renders
+    page = """Python_ guide
+=============
+
+See Python_ for more, or Python__. We use Python_. (Python_) "Python_" Python_: x,
+Python_'s docs, e-mail_, 3.x_, foo_bar_, snake_case_ and \u00abPython_\u00bb\u2014done.
+
+Names: __init__ _thread_ sys.__stdout__ author__name a__b_ C++_ .Python_ Python_*.
+
+Literals: ``foo_`` and ``bar__`` and :data:`sys.__stdout__` and :func:`foo_`; the
+`Python`_ and `anon`__ forms; |name|_ is undefined; notes [1]_ and [CIT2002]_ go.
+
+   An indented Python_ line.
+
+Example::
+
+    code_ = stays_
+    x = y__
+
+.. code-block:: python
+
+   make_ = keep__
+
+>>> spam_ = eggs_ + 1
+... # see `Python`_, f(*a*)
+42
+
+.. _Python: https://www.python.org
+__ https://www.python.org
+"""
+    title, text = rst_to_text(page)
+    assert title == "Python guide"
+    assert text == """# Python guide
+
+See Python for more, or Python. We use Python. (Python) "Python" Python: x,
+Python's docs, e-mail, 3.x, foo_bar, snake_case and \u00abPython\u00bb\u2014done.
+
+Names: __init__ _thread_ sys.__stdout__ author__name a__b_ C++_ .Python_ Python_*.
+
+Literals: foo_ and bar__ and sys.__stdout__ and foo_; the
+Python and anon forms; |name|_ is undefined; notes and go.
+
+An indented Python line.
+
+Example:
+
+        code_ = stays_
+        x = y__
+
+       make_ = keep__
+
+>>> spam_ = eggs_ + 1
+... # see `Python`_, f(*a*)
+42
+"""
+    # an indented doctest block keeps all its lines as written (its `...` and output
+    # lines were prose, their markup read); after a paragraph's line it is that paragraph
+    _, text = rst_to_text("Go.\n\n.. note::\n\n   >>> f(*a*)\n   ... x_ + 1\n   2\n\n"
+                          "See x_ +\n>>> y_\n")
+    assert text == "Go.\n\n   >>> f(*a*)\n   ... x_ + 1\n   2\n\nSee x +\n>>> y\n"
+
+
+def test_a_reference_indexes_no_stray_term(conn: psycopg.Connection[Any],
+                                            tmp_path: Path) -> None:
+    from funnel_util import ingest, make_collection
+
+    (tmp_path / "links.rst").write_text(
+        "Links\n=====\n\nRead Python_ and Django__, then call ``reset_`` and __init__.\n\n"
+        ">>> spam_ = eggs_ + 1\n")
+    make_collection(conn, "t", 8, analyzer="english_v8")
+    ingest(conn, list(read_path(tmp_path)), dims=8)
+    terms = {t for (t,) in conn.execute("select distinct term from pgfunnel.posting")}
+    assert {"python", "django", "reset_", "__init__", "spam_", "eggs_"} <= terms
+    assert not terms & {"python_", "django__"}, terms
