@@ -9,7 +9,10 @@ goes: attribute entries (``:toc:``), line and block comments (``//``, ``////``),
 attribute lines (``[source,java]``, ``[[anchor]]``), conditional and include directives
 and the other blocks' delimiters. Links and cross references keep their text
 (``https://example.com[the site]`` is ``the site``, ``<<install,Installing>>`` is
-``Installing``); an image keeps its alternative text; nested list items (``** sub``,
+``Installing``); emphasis is its words (``_very_`` is ``very``, by Asciidoctor's rule for
+where ``_`` may open and close it; not in a literal paragraph, monospace, a passthrough or
+a URL, and a dunder name, ``__init__``, is kept as a name); an image keeps its
+alternative text; nested list items (``** sub``,
 ``.. step``) are written nested, as Markdown nests them. A reference to an attribute the
 page defines (``{product}`` under ``:product: Acme``) reads as its value, except in
 listing and literal blocks (a value ending in `` \\``, or the older AsciiDoc's `` +``,
@@ -65,6 +68,19 @@ _BACKTICK_FENCE = re.compile(r"^(`{3,})([\w+#.-]*)(?:,[^`]*)?$")
 _LIST_ITEM = re.compile(r"^[ \t]*(\*{1,5}|-|\.{1,5}|\d{1,9}\.)[ \t]+(\S.*)$")
 _THEMATIC_BREAK = re.compile(r"^[ \t]*([-*_])(?:[ \t]*\1){2,}[ \t]*$")
 _INLINE_ANCHOR = re.compile(r"\[\[[^\[\]]*\]\]|\banchor:[^\[\s]+\[[^\]]*\]")
+# emphasis, `_word_` or `_a phrase_` (constrained: not inside a word; Asciidoctor's rule)
+# and `__phrase__` standing alone: the page shows the words without the underscores, and
+# kept, v8 indexed `_word_`, `_a` and `phrase_`, terms no query holds. A name in
+# monospace (`` `_x_` ``), a passthrough (`+_x_+`, `pass:[...]`), a bare URL and a dunder
+# name (`__init__`, which its author means as a name) are matched first, to be kept
+# A span is matched over at most _SPAN characters: unbounded, a long line of `_a _a ...`
+# took a time growing with its length squared (32 s for 48 kB)
+_SPAN = 300
+_EMPHASIS = re.compile((
+    r"`[^`\n]+`|\+\+\+.{1,N}?\+\+\+|\+\+.{1,N}?\+\+|(?<![\w;:}])\+\S(?:.{0,N}?\S)?\+(?!\w)"
+    r"|\bpass:[a-z,]*\[[^\]]*\]|\b[a-z][\w+.-]*://\S+|(?<!\w)__[^\W_]\w{0,N}?(?<!_)__(?!\w)"
+    r"|(?<![\w\\])__(?P<free>(?!_)\S(?:.{0,N}?\S)?)(?<!_)__(?!\w)"
+    r"|(?<![\w;:}\\])_(?P<bound>(?!_)\S(?:.{0,N}?\S)?)(?<!_)_(?!\w)").replace("N", str(_SPAN)))
 
 
 def asciidoc_to_text(raw: str) -> tuple[str, str]:
@@ -188,8 +204,9 @@ def asciidoc_to_text(raw: str) -> tuple[str, str]:
             items.append((marker, column + len(written) + 1))
             line = f"{' ' * column}{written} {item.group(2)}"
         # a line that starts with `#` (an indented one, a literal paragraph) is no heading,
-        # and one that starts with three backticks or tildes opens no code block
-        out.append(text_line(_inline(line)))
+        # and one that starts with three backticks or tildes opens no code block; a literal
+        # paragraph's text is as written: no emphasis in it
+        out.append(text_line(_inline(line, emphasis=not (line[:1].isspace() and not item))))
     if block and block_is_code:
         _fence_closed(out, opened)
     return title, "\n".join(out).strip("\n")
@@ -307,10 +324,16 @@ def _two_line_title(line: str, following: str) -> int:
     return _UNDERLINES.index(under[0]) + 1
 
 
-def _inline(text: str) -> str:
-    """Links, cross references, images and anchors as the page shows them."""
+def _inline(text: str, emphasis: bool = True) -> str:
+    """Links, cross references, images, anchors and emphasis as the page shows them."""
     text = _INLINE_ANCHOR.sub("", text)
     text = _INLINE_IMAGE.sub(lambda m: m.group(1), text)
     text = _INLINE_XREF.sub(lambda m: m.group(1), text)
     text = _XREF.sub(lambda m: (m.group(2) or m.group(1)).strip(), text)
-    return _LINK.sub(lambda m: m.group(4) or m.group(1) or m.group(2) or m.group(3), text)
+    text = _LINK.sub(lambda m: m.group(4) or m.group(1) or m.group(2) or m.group(3), text)
+    return _EMPHASIS.sub(_emphasised, text) if emphasis else text
+
+
+def _emphasised(m: re.Match[str]) -> str:
+    words = m.group("free") if m.group("free") is not None else m.group("bound")
+    return m.group() if words is None else words

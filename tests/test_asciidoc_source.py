@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import psycopg
 
 from pgfunnel.asciidoc_text import asciidoc_to_text
 from pgfunnel.sources import chunk_text, read_path
@@ -275,3 +278,59 @@ After.
     chunks = chunk_text(text)
     assert [c.heading for c in chunks] == ["Doc", "Next"]
     assert chunks[1].text == "Next\n\nAfter."
+
+
+def test_emphasis_reads_as_its_words() -> None:
+    # `_word_` was stored as written, so analyzer v8, which keeps underscore-bounded
+    # names, indexed `_word_`, `_a` and `phrase_`: terms no query holds
+    page = """= Emphasis _guide_
+
+This is _very_ important: read _a whole phrase_ (_twice_), "_quoted_" and __two words__.
+Names stay: __init__, _thread, sys.__stdout__, author__name, snake_case_name.
+So do `_mono_`, `__init__`, +_passed_+, pass:[_raw_], https://example.com/_static_/x
+and link:https://example.com/_a_[_the_ docs].
+
+  a literal paragraph keeps _this_
+
+* an item _one_
+** nested _two_
+
+.Block _title_
+----
+code _kept_ = __x__
+----
+"""
+    title, text = asciidoc_to_text(page)
+    assert title == "Emphasis guide"
+    # as in Asciidoctor, `_` opening a name and `_` closing another on the same line make
+    # emphasis of what stands between them
+    assert asciidoc_to_text("Use _id and name_ here.\n")[1] == "Use id and name here."
+    assert text == """# Emphasis guide
+
+This is very important: read a whole phrase (twice), "quoted" and two words.
+Names stay: __init__, _thread, sys.__stdout__, author__name, snake_case_name.
+So do `_mono_`, `__init__`, +_passed_+, pass:[_raw_], https://example.com/_static_/x
+and the docs.
+
+  a literal paragraph keeps _this_
+
+* an item one
+  * nested two
+
+Block title
+```
+code _kept_ = __x__
+```"""
+
+
+def test_emphasis_indexes_no_stray_term(conn: psycopg.Connection[Any], tmp_path: Path) -> None:
+    from funnel_util import ingest, make_collection
+
+    (tmp_path / "guide.adoc").write_text(
+        "= Guide\n\nIt is _critical_ to read _the release notes_; call `__init__`.\n")
+    make_collection(conn, "t", 8, analyzer="english_v8")
+    ingest(conn, list(read_path(tmp_path)), dims=8)
+    terms = {t for (t,) in conn.execute("select distinct term from pgfunnel.posting")}
+    assert {"critic", "releas", "note", "__init__"} <= terms, terms
+    assert not [t for t in terms if t.startswith("_") != t.endswith("_")
+                or t in ("_critical_", "_critic_")], terms
