@@ -13,7 +13,8 @@ what a reader of the rendered page sees, closely enough for search, without docu
 - roles and interpreted text keep their text (``:func:`os.path.join``` -> ``os.path.join``,
   ``:ref:`the guide <guide>``` -> ``the guide``), inline literals and hyperlink
   references keep their words (``Python_`` -> ``Python``, as docutils reads it: not
-  ``__init__``, nor ``foo_`` in a literal);
+  ``__init__``, nor ``foo_`` in a literal), and a backslash escape is its character
+  (``app\\_engine`` -> ``app_engine``; an escaped space is nothing);
 - directives keep their argument and content (a function's signature and description,
   a note, a code block), except those that render no text of their own (``toctree``,
   ``image``, ``include``, ``index``, ``raw``, ...); their option lines are dropped; a
@@ -86,16 +87,26 @@ _CODE = frozenset({"code-block", "code", "sourcecode", "doctest", "testcode", "t
                    "parsed-literal", "productionlist", "math"})
 # :role:`text`, :domain:role:`text`, and `text` (the default role)
 _ROLE = re.compile(r"(?<![\w`]):(?:[\w.+-]+:)+`([^`]+)`|(?<![\w`:])`([^`]+)`(?!`)(?:__?)?")
-_LITERAL = re.compile(r"``(.+?)``")
+_LITERAL = re.compile(r"``((?s:.+?))``")  # over a paragraph's lines too, as docutils reads it
 _STRONG = re.compile(r"(?<![\w*])\*\*(?=\S)(.+?)(?<=\S)\*\*(?![\w*])")
 _EMPHASIS = re.compile(r"(?<![\w*])\*(?=[^\s*])([^*]+?)(?<=\S)\*(?![\w*])")
 _FOOTNOTE_REF = re.compile(r"\s?\[(?:#[\w-]*|\*|\d+|[\w-]+)\]_")
+# an escaped character (of the first plane) waits as this plus its code, in plane 15's
+# private use area, for the markup around it to be read: it is no markup, but it lets one
+# start or end where the character itself does (`Python_\ s` is `Pythons`, a reference)
+_STAND_IN_BASE = 0xF0000
+
+
+def _stand_ins(chars: str) -> str:
+    return "".join(chr(_STAND_IN_BASE + ord(c)) for c in chars)
+
+
 # punctuation outside ASCII, near enough: Latin-1's, and past it any character but word
 # characters, spaces and the symbol blocks (currency, letterlike, arrows, maths, technical,
 # shapes, dingbats, emoji), which docutils does not let touch inline markup
 _OTHER_PUNCTUATION = (r"[\xa1\xab\xb7\xbb\xbf]"
                       r"|[^\x00-\xff\w\s\u20a0-\u20cf\u2100-\u27ff\u2900-\u2bff"
-                      r"\U0001f000-\U0001faff]")
+                      r"\U0001f000-\U0001faff\U000f0000-\U000fffff]")
 # a bare hyperlink reference, ``Python_`` (``Python__``, anonymous): a simple reference
 # name, as docutils reads one (word characters and single inner ``-._+:``, no ``_`` at
 # either end), then ``_`` or ``__``, standing where docutils starts and ends inline markup:
@@ -104,14 +115,23 @@ _OTHER_PUNCTUATION = (r"[\xa1\xab\xb7\xbb\xbf]"
 # docutils allows there. Kept as written, its ``_`` made v8 index a stray ``python_``.
 # ``__init__``, ``_thread``, ``sys.__stdout__`` and ``author__name`` are no references.
 # Inline literals and interpreted text (roles, `` `text`_ ``) are matched first, to be
-# left alone: ``foo_`` in a literal is code
+# left alone: ``foo_`` in a literal is code (a literal may go on over a paragraph's lines)
 _REFERENCE = re.compile(
-    r"``.+?``"
+    r"``(?s:.+?)``"
     r"|(?<![\w`]):(?:[\w.+-]+:)+`[^`]+`|(?<![\w`:])`[^`]+`(?!`)(?:__?)?"  # as _ROLE
-    r"""|(?:^|(?<=[\s"'(<\[{\-/:])|(?<=""" + _OTHER_PUNCTUATION + "))"
+    r"""|(?:^|(?<=[\s"'(<\[{\-/:""" + _stand_ins(" \t\n\"'(<[{-/:") + "])|(?<="
+    + _OTHER_PUNCTUATION + "))"
     r"(?P<name>(?:(?!_)\w)+(?:[-._+:](?:(?!_)\w)+)*)__?"
-    r"""(?=$|[\s\\.,;!?\-/:"')>\]}]|""" + _OTHER_PUNCTUATION + ")")
+    r"""(?=$|[\s\\.,;!?\-/:"')>\]}""" + _stand_ins(" \t\n\\.,;!?-/:\"')>]}") + "]|"
+    + _OTHER_PUNCTUATION + ")")
 _TITLED_TARGET = re.compile(r"^(.*?)\s*<[^<>]+>$")
+# a backslash escape, `\_` or `\*`, outside inline literals (where a backslash is a
+# backslash, over lines too): docutils shows the character, read as no markup, and an
+# escaped space or line end, or a backslash ending the text, as nothing. sphinx-apidoc
+# writes each module's title so (`google.auth.app\_engine module`); kept, v8 indexed a
+# stray `_engine` and no `google.auth.app_engine`
+_ESCAPE = re.compile(r"``(?s:.+?)``|\\((?s:.)|\Z)")
+_STAND_IN = re.compile("[\U000f0000-\U000fffff]")
 
 
 def looks_like_rst(text: str) -> bool:
@@ -480,11 +500,32 @@ def _substituted(text: str) -> str:
 
 def _inline(text: str) -> str:
     """Inline markup to the words a reader sees."""
-    text = _REFERENCE.sub(_reference_text, _substituted(text))
+    text = _substituted(text)
+    # escaped characters wait as stand-ins, which no markup reads, unless the text holds
+    # such characters of its own
+    escaped = "\\" in text and not _STAND_IN.search(text)
+    if escaped:
+        text = _ESCAPE.sub(_stand_in, text)
+    text = _REFERENCE.sub(_reference_text, text)
     text = _LITERAL.sub(r"\1", text)
     text = _ROLE.sub(_role_text, text)
     text = _EMPHASIS.sub(r"\1", _STRONG.sub(r"\1", text))
-    return _FOOTNOTE_REF.sub("", text)
+    text = _FOOTNOTE_REF.sub("", text)
+    return _STAND_IN.sub(_escaped, text) if escaped else text
+
+
+def _stand_in(m: re.Match[str]) -> str:
+    char = m.group(1)
+    if char is None:
+        return m.group()  # an inline literal: its backslashes are text
+    if not char:
+        return ""  # a backslash that ends the text escapes nothing and shows nothing
+    return chr(_STAND_IN_BASE + ord(char)) if ord(char) < 0x10000 else char
+
+
+def _escaped(m: re.Match[str]) -> str:
+    char = chr(ord(m.group()) - _STAND_IN_BASE)
+    return "" if char.isspace() else char  # an escaped space or line end shows nothing
 
 
 def _reference_text(m: re.Match[str]) -> str:

@@ -101,8 +101,9 @@ TERM_HEADING_LEVEL = 6
 # line is stored as written, without the backslash that kept it from opening a block,
 # as a line starting with `#` already was; 16: a bare reStructuredText hyperlink
 # reference, `Python_` or `Python__`, is stored as its word, `Python`, as a `text`_ one
-# already was, and AsciiDoc emphasis, `_word_`, as its words). Unchanged chunks keep
-# their vectors (ChunkRecord.vector_key ignores whitespace).
+# already was, a backslash escape, `app\_engine`, as its character, and AsciiDoc
+# emphasis, `_word_`, as its words). Unchanged chunks keep their vectors
+# (ChunkRecord.vector_key ignores whitespace).
 CHUNKING_VERSION = 16
 # a document's content hash starts with the chunking version it was chunked by, so that
 # `pgfunnel doctor` and ingest can tell documents stored by an older pgfunnel apart (the

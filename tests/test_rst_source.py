@@ -571,10 +571,32 @@ def test_a_reference_indexes_no_stray_term(conn: psycopg.Connection[Any],
     from funnel_util import ingest, make_collection
 
     (tmp_path / "links.rst").write_text(
-        "Links\n=====\n\nRead Python_ and Django__, then call ``reset_`` and __init__.\n\n"
+        "Links\n=====\n\nRead Python_ and Django__, then call ``reset_`` and __init__.\n"
+        "See google.auth.app\\_engine.\n\n"
         ">>> spam_ = eggs_ + 1\n")
     make_collection(conn, "t", 8, analyzer="english_v8")
     ingest(conn, list(read_path(tmp_path)), dims=8)
     terms = {t for (t,) in conn.execute("select distinct term from pgfunnel.posting")}
-    assert {"python", "django", "reset_", "__init__", "spam_", "eggs_"} <= terms
-    assert not terms & {"python_", "django__"}, terms
+    assert {"python", "django", "reset_", "__init__", "spam_", "eggs_",
+            "google.auth.app_engine", "app_engine"} <= terms
+    assert not terms & {"python_", "django__", "_engine"}, terms
+
+
+def test_backslash_escapes_read_as_their_characters() -> None:
+    # sphinx-apidoc titles each module `google.auth.app\_engine module`; the backslash
+    # was stored, and v8 indexed a stray `_engine` and no `google.auth.app_engine`. The
+    # expected texts are what docutils renders
+    title, text = rst_to_text(
+        "google.auth.app\\_engine module\n===============================\n\n"
+        "See \\*not emphasis\\*, a\\ b, \\\\ back, dictionary\\'s, \\`not a role\\`,\n"
+        "Python\\_ stays, Py\\_thon_ too, Python_\\ s and \\(Python_\\) go, ``lit\\_eral``\n"
+        "and ``C:\\dir\\\nsub``.\n\n"
+        "   An indented line ending in a backslash \\\n\n"
+        "::\n\n    code\\_ stays\n")
+    assert title == "google.auth.app_engine module"
+    assert text == ("# google.auth.app_engine module\n\n"
+                    "See *not emphasis*, ab, \\ back, dictionary's, `not a role`,\n"
+                    "Python_ stays, Py_thon_ too, Pythons and (Python) go, lit\\_eral\n"
+                    "and C:\\dir\\\nsub.\n\n"
+                    "An indented line ending in a backslash \n\n"
+                    "        code\\_ stays\n")
