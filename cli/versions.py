@@ -577,6 +577,18 @@ def compare_cmd(
         notes.append(("warning", missing_items_message(
             cmp.judged_items_missing, [q for q in qs if isinstance(q, JudgedQuery)],
             collection, principals=principal or [], tool="versions compare")))
+    if cmp.legs_guessed:
+        # as explain --search-id says it of the one search it replays
+        guessed = [shown(repr(d.query)) for d in cmp.per_query if d.legs_guessed]
+        one = len(guessed) == 1
+        notes.append(("note", f"{len(guessed)} logged {'search' if one else 'searches'} "
+                      f"({', '.join(guessed[:5])}"
+                      f"{', ...' if len(guessed) > 5 else ''}) "
+                      f"{'was' if one else 'were'} logged before pgfunnel recorded whether "
+                      "a search had a query embedding; none of the candidates in "
+                      f"{'its trace' if one else 'their traces'} came from the dense leg, so "
+                      f"{'it was' if one else 'they were'} replayed with the lexical leg "
+                      "alone, a guess: a dense leg that found nothing visible looks the same"))
     if json_out:
         emit_json({**cmp.to_json(), "notices": [text for _, text in notes]})
         return
@@ -612,6 +624,9 @@ def compare_cmd(
         said = [f"principals {', '.join(who['principals'])}"] if who.get("principals") else []
         if who.get("tenant") is not None:
             said.append(f"tenant {who['tenant']}")
+        # a text logged lexical-only and hybrid was two lines that read the same
+        if d.legs != "both":
+            said.append(f"{d.legs} leg only")
         return f" (as {'; '.join(said)})" if said else ""
 
     if changed:

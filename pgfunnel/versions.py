@@ -1288,6 +1288,15 @@ class QueryDiff:
     #: 0.0 when none moved or none is shared. A query with overlap 1.0 that is not
     #: identical has the same results in a different order
     rank_shift: float = 0.0
+    #: the legs a logged search (``--last``) was replayed with, as it searched:
+    #: ``"both"``, ``"lexical"`` (logged without a query embedding) or ``"dense"`` (its
+    #: text was not given to the lexical leg: `pgfunnel eval` with a dense-only
+    #: configuration); ``"both"`` for queries that are not logged searches
+    legs: str = "both"
+    #: the log row does not record whether the search had a query embedding (logged
+    #: before pgfunnel recorded it), so ``legs`` is a guess from its trace, as explain's
+    #: replay makes it: lexical alone when no candidate came from the dense leg
+    legs_guessed: bool = False
 
 
 @dataclass
@@ -1314,6 +1323,9 @@ class Comparison:
     #: chunks a compared version lacked (ingested since its build: ingest writes only the
     #: active version) and that were indexed into it before the searches, by version
     caught_up: dict[int, int] = field(default_factory=dict)
+    #: logged searches (``--last``) replayed lexical-only by a guess (:attr:`QueryDiff.
+    #: legs_guessed`), by query id
+    legs_guessed: list[str] = field(default_factory=list)
     ndcg_a: float | None = None
     ndcg_b: float | None = None
     ndcg_diff: float | None = None
@@ -1328,13 +1340,21 @@ class Comparison:
 def search_pinned(conn: psycopg.Connection[Any], collection: str, version: int,
                   queries: Sequence[str], k: int = 10, embedder: Embedder | None = None,
                   readers: Sequence[Mapping[str, Any]] | None = None,
+                  legs: Sequence[str] | None = None,
                   **params: Any) -> list[list[Any]]:
     """The funnel's results (no rerank) for each query on one version, as if it were active.
     ``readers``, one per query, adds that query's own parameters (its principals and
-    tenant, as a logged search ran) to ``params``."""
+    tenant, as a logged search ran) to ``params``; ``legs``, one per query, says what it
+    searches with: ``"both"`` (its text and its embedding), ``"lexical"`` (its text
+    alone, no embedding) or ``"dense"`` (its embedding alone), as a logged search did."""
     if readers is not None and len(readers) != len(queries):
         raise ConfigError("readers", f"must give one mapping per query ({len(queries)}), "
                                      f"got {len(readers)}")
+    if legs is not None and (len(legs) != len(queries)
+                             or any(g not in ("both", "lexical", "dense") for g in legs)):
+        raise ConfigError("legs", f"must give one of 'both', 'lexical', 'dense' per query "
+                                  f"({len(queries)}), got {list(legs)!r}")
+    modes = list(legs) if legs is not None else ["both"] * len(queries)
     from pgfunnel.search import Funnel
 
     def body() -> list[list[Any]]:
@@ -1344,9 +1364,17 @@ def search_pinned(conn: psycopg.Connection[Any], collection: str, version: int,
         if info.state == "building":
             raise ConflictError(f"version {version} of {collection!r} is still building: "
                                 + resume_hint(collection, info))
-        model = embedder if embedder is not None and embedder.model_name == info.embedding_model \
-            else _cached_embedder(info.embedding_model)
-        vectors: Any = model.embed(list(queries)) if queries else []
+        # a search logged without a query embedding is replayed without one: embedded,
+        # a lexical-only search was compared as a hybrid one
+        wanted = [i for i, g in enumerate(modes) if g != "lexical"]
+        vectors: list[Any] = [None] * len(queries)
+        if wanted:
+            model = embedder if embedder is not None \
+                and embedder.model_name == info.embedding_model \
+                else _cached_embedder(info.embedding_model)
+            for i, vec in zip(wanted, model.embed([queries[i] for i in wanted]),
+                              strict=True):
+                vectors[i] = vec
         out: list[list[Any]] = []
         funnel = Funnel(conn, collection, embedder=None)
         import warnings
@@ -1355,7 +1383,9 @@ def search_pinned(conn: psycopg.Connection[Any], collection: str, version: int,
             warnings.simplefilter("ignore")  # notices about dropped query words
             for i, (q, vec) in enumerate(zip(queries, vectors, strict=True)):
                 own = {} if readers is None else dict(readers[i])
-                out.append(funnel.search(q, query_embedding=vec, k=k,
+                # a dense-only one (its text given to no lexical leg) without its text
+                out.append(funnel.search(None if modes[i] == "dense" else q,
+                                         query_embedding=vec, k=k,
                                          **{**params, **own}).results)
         return out
 
@@ -1422,6 +1452,21 @@ def last_queries(conn: psycopg.Connection[Any], collection: str, n: int) -> list
     return [str(r[0]) for r in _last_logged(conn, collection, n, ("query_text",))]
 
 
+#: whether a logged search had a query embedding: its notes record it (a row logged
+#: before they did: a guess from its trace, as explain's replay makes it: none of its
+#: candidates came from the dense leg, which returns its nearest rows whenever it runs)
+_LOGGED_EMBEDDED = (
+    "coalesce(case when jsonb_typeof(notes -> 'query_embedding') = 'boolean' "
+    "then (notes ->> 'query_embedding')::boolean end, exists (select from "
+    "pgfunnel.search_trace t where t.search_id = sl.id and t.dense_rank is not null))")
+#: whether its text was given to the lexical leg: not when its notes say so
+#: (query_text_searched false), nor for an eval of a dense-only configuration logged
+#: before they did (its config's legs)
+_LOGGED_TEXT_SEARCHED = (
+    "not (coalesce(notes -> 'query_text_searched' = 'false'::jsonb, false) "
+    "or coalesce(config ->> 'legs' = 'dense', false))")
+
+
 def _last_logged(conn: psycopg.Connection[Any], collection: str, n: int,
                  columns: Sequence[str]) -> list[tuple[Any, ...]]:
     """The last ``n`` distinct ``columns`` of a collection's logged searches (newest first),
@@ -1434,12 +1479,18 @@ def _last_logged(conn: psycopg.Connection[Any], collection: str, n: int,
     listed = sql.SQL(", ").join(map(sql.Identifier, columns))
     # as_of is the one a traced search's config records (final() writes it there; NULL, or
     # no key in a log written before it did, for the search's own time)
+    # then whether the embedding was guessed (guessed: the row does not record it)
     return conn.execute(sql.SQL(
-        "select {cols}, at from (select {cols}, max(at) as at from (select query_text, "
-        "principals, tenant, config ->> 'as_of' as as_of, at from pgfunnel.search_log "
+        "select {cols}, at, guessed from (select {cols}, max(at) as at, "
+        "bool_and(guessed) as guessed from (select query_text, principals, tenant, "
+        "config ->> 'as_of' as as_of, {embedded} as embedded, "
+        "{searched} as text_searched, jsonb_typeof(notes -> 'query_embedding') "
+        "is distinct from 'boolean' as guessed, at from pgfunnel.search_log sl "
         "where collection_id = %s and query_text is not null and query_text <> '' "
         "and length(query_text) <= %s) l group by {cols}) s order by at desc limit %s"
-    ).format(cols=listed), (coll_id, MAX_QUERY_CHARS, n)).fetchall()
+    ).format(cols=listed, embedded=sql.SQL(_LOGGED_EMBEDDED),
+             searched=sql.SQL(_LOGGED_TEXT_SEARCHED)),
+        (coll_id, MAX_QUERY_CHARS, n)).fetchall()
 
 
 def _logged_as_of(text: str | None) -> dt.datetime | None:
@@ -1464,12 +1515,18 @@ class LoggedSearch(NamedTuple):
     it ran as and the time it searched as of (the ``as_of`` its config records, or for a
     search made as of its own time, the time it ran: as explain's replay of a logged
     search takes it; None only for one made by hand without it: the time it is
-    replayed)."""
+    replayed), and the legs it searched with (``"both"``; ``"lexical"`` when its log row
+    records no query embedding; ``"dense"`` when its text was not given to the lexical
+    leg, ``notes.query_text_searched`` false), with ``legs_guessed`` when the row does
+    not record the embedding and the legs were guessed from its trace, as explain's
+    replay guesses them."""
 
     query_text: str
     principals: tuple[str, ...]
     tenant: str | None
     as_of: dt.datetime | None = None
+    legs: str = "both"
+    legs_guessed: bool = False
 
 
 @rows_by_position
@@ -1482,11 +1539,15 @@ def last_searches(conn: psycopg.Connection[Any], collection: str,
     search of documents that are not public found nothing on either version, which
     compared as identical, and a search as of another time, or one made before a
     document was withdrawn, searched the documents valid now. Texts a search could not
-    take are left out, as by :func:`last_queries`."""
+    take are left out, as by :func:`last_queries`. One text searched with other legs (with
+    and without a query embedding) is two searches."""
     return [LoggedSearch(str(t), tuple(p or ()), None if tn is None else str(tn),
-                         _logged_as_of(None if a is None else str(a)) or at)
-            for t, p, tn, a, at in _last_logged(
-                conn, collection, n, ("query_text", "principals", "tenant", "as_of"))]
+                         _logged_as_of(None if a is None else str(a)) or at,
+                         "dense" if not searched else "both" if embedded else "lexical",
+                         bool(guessed) and not embedded)
+            for t, p, tn, a, embedded, searched, at, guessed in _last_logged(
+                conn, collection, n, ("query_text", "principals", "tenant", "as_of",
+                                      "embedded", "text_searched"))]
 
 
 def read_query_file(path: str | Path) -> tuple[list[Any], bool]:
@@ -1576,9 +1637,15 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
         {**({} if named_reader else {"principals": list(q.principals), "tenant": q.tenant}),
          **({} if "as_of" in params or q.as_of is None else {"as_of": q.as_of})}
         if isinstance(q, LoggedSearch) else {} for q in queries]
+    # and with the legs it searched with: a search logged without a query embedding was
+    # compared as a hybrid one, its text embedded
+    legs = [q.legs if isinstance(q, LoggedSearch) else "both" for q in queries]
+    guessed = [isinstance(q, LoggedSearch) and q.legs_guessed for q in queries]
     caught_up = _catch_up_compared(conn, collection, (version_a, version_b))
-    res_a = search_pinned(conn, collection, version_a, texts, k=k, readers=readers, **params)
-    res_b = search_pinned(conn, collection, version_b, texts, k=k, readers=readers, **params)
+    res_a = search_pinned(conn, collection, version_a, texts, k=k, readers=readers,
+                          legs=legs, **params)
+    res_b = search_pinned(conn, collection, version_b, texts, k=k, readers=readers,
+                          legs=legs, **params)
     rank_a = {qid: [r.item_key for r in rs] for qid, rs in zip(ids, res_a, strict=True)}
     rank_b = {qid: [r.item_key for r in rs] for qid, rs in zip(ids, res_b, strict=True)}
     diffs: list[QueryDiff] = []
@@ -1592,7 +1659,9 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
                                [x for x in a if x not in b], [x for x in b if x not in a],
                                reader=(readers[i] or None) if readers is not None else None,
                                identical=a == b,
-                               rank_shift=float(np.mean(shifts)) if shifts else 0.0))
+                               rank_shift=float(np.mean(shifts)) if shifts else 0.0,
+                               legs=legs[i],
+                               legs_guessed=guessed[i]))
     cmp = Comparison(collection, version_a, version_b, k, len(diffs),
                      float(np.mean([d.overlap for d in diffs])),
                      sum(1 for qid in ids if rank_a[qid][:k] == rank_b[qid][:k]),
@@ -1600,7 +1669,8 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
                      empty_in_both=sum(1 for qid in ids if not rank_a[qid] and not rank_b[qid]),
                      reordered=sum(1 for d in diffs if d.overlap == 1.0 and not d.identical),
                      judged_items_respelled=respelled, judged_items_missing=missing,
-                     caught_up=caught_up)
+                     caught_up=caught_up,
+                     legs_guessed=[d.query_id for d in diffs if d.legs_guessed])
     if judged:
         jq = list(queries)
         if judging_level(jq) == "document":

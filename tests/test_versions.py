@@ -1868,3 +1868,51 @@ def test_compare_lists_a_query_whose_results_only_moved(db: str, tiny_model: str
               if any(d["query"] in line for d in moved)]
     assert len(listed) == len(moved), text.output
     assert all("same results, different order" in line for line in listed), text.output
+
+
+def test_compare_last_replays_a_lexical_only_search_without_an_embedding(
+        sample_db: str, embedder: Any, tiny_model: str) -> None:
+    # `--last` embedded every logged text: a search logged without a query embedding
+    # (--lexical-only, embedder=None) was compared as a hybrid one, and two versions that
+    # differ only in their model (which a lexical search never reads) differed for it
+    from pgfunnel.cli.main import app
+
+    query = "refund on an annual plan"
+    with Funnel(sample_db, "default", embedder=None) as f:
+        f.search(query, k=5, trace=True)
+    with Funnel(sample_db, "default", embedder=embedder) as f:
+        f.search("reset my password", k=5, trace=True)
+    with connect(sample_db, autocommit=True) as conn:
+        logged = {s.query_text: s for s in versions.last_searches(conn, "default", 10)}
+        assert (logged[query].legs, logged[query].legs_guessed) == ("lexical", False)
+        assert (logged["reset my password"].legs,
+                logged["reset my password"].legs_guessed) == ("both", False)
+        versions.reindex(conn, "default", model=tiny_model)  # another model: lists differ
+    base = ["versions", "compare", "1", "2", "--last", "10", "--k", "5", "--dsn", sample_db]
+    env = {"COLUMNS": "300", "HF_HUB_OFFLINE": "1"}
+    res = CliRunner().invoke(app, [*base, "--json"], env=env)
+    assert res.exit_code == 0, res.output
+    cmp = json.loads(res.output[res.output.index("{"):])
+    by_text = {d["query"]: d for d in cmp["per_query"]}
+    # the lexical leg alone reads the same BM25 index on both versions: identical
+    assert by_text[query]["legs"] == "lexical" and by_text[query]["identical"], by_text
+    assert by_text["reset my password"]["legs"] == "both"
+    assert cmp["legs_guessed"] == [] and cmp["notices"] == []
+
+    # a row logged before the record (no query_embedding in its notes): the trace's guess,
+    # as explain's replay makes it (no candidate from the dense leg: lexical alone), said
+    with connect(sample_db, autocommit=True) as conn:
+        conn.execute("update pgfunnel.search_log set notes = notes - 'query_embedding'")
+        logged = {s.query_text: s for s in versions.last_searches(conn, "default", 10)}
+    assert (logged[query].legs, logged[query].legs_guessed) == ("lexical", True)
+    # a hybrid search's trace holds dense ranks: no guess to say
+    assert (logged["reset my password"].legs,
+            logged["reset my password"].legs_guessed) == ("both", False)
+    res = CliRunner().invoke(app, base, env=env)
+    assert res.exit_code == 0, res.output
+    said = " ".join(res.output.split())
+    assert (f"note: 1 logged search ('{query}') was logged before pgfunnel recorded whether "
+            "a search had a query embedding; none of the candidates in its trace came from "
+            "the dense leg, so it was replayed with the lexical leg alone, a guess: a dense "
+            "leg that found nothing visible looks the same") in said, res.output
+
