@@ -198,6 +198,17 @@ def _explain_logged(ctx: typer.Context, search_id: int, targets: list[str], coll
     try:
         found = explain_many(funnel, None, targets, search_id=search_id,
                              principals=principal or [], tenant=tenant)
+    except ConfigError as exc:
+        from pgfunnel.explain_log import DENSE_ONLY_NO_EMBEDDER
+
+        library = DENSE_ONLY_NO_EMBEDDER.format(search_id=search_id)
+        if exc.detail != library:
+            raise
+        # in the flag that set it, not the Funnel's parameter
+        raise ConfigError("search_id", library.replace(
+            "this Funnel has no query embedder (embedder=None): explain it with one",
+            "--lexical-only loads no embedding model: explain it without --lexical-only")
+        ) from exc
     except ModelLoadError as exc:
         # the one thing this form can do about it: replay without the model
         raise ConfigError("search_id", f"the replay embeds the logged text with the model of "

@@ -74,6 +74,10 @@ class _Logged(NamedTuple):
     #: whether the search had a query vector, as its log row's notes record it; None for
     #: a row written before they did (or by a caller of final() that did not say)
     query_embedding: bool | None
+    #: whether its query_text was given to the lexical leg: not when its notes say so
+    #: (query_text_searched false: `pgfunnel eval` with a dense-only configuration logs the
+    #: judged text), nor for such an eval logged before they did (its config's legs)
+    text_searched: bool = True
 
 
 def _checked_search_id(search_id: Any) -> int:
@@ -127,9 +131,11 @@ def _read_log(funnel: Funnel, conn: psycopg.Connection[Any], search_id: int,
         pool = sorted(traced, key=lambda t: t.fused_rank)
     depth = config.get("rerank_depth")
     had_vector = (notes or {}).get("query_embedding")
+    searched = not ((notes or {}).get("query_text_searched") is False
+                    or config.get("legs") == "dense")
     return _Logged(search_id, collection, int(version_id), config, query_text, p,
                    bool(reranked), depth if isinstance(depth, int) else None, pool,
-                   had_vector if isinstance(had_vector, bool) else None), ids
+                   had_vector if isinstance(had_vector, bool) else None, searched), ids
 
 
 def _as_of(logged: Any, at: dt.datetime) -> dt.datetime:
@@ -317,7 +323,9 @@ def _replay(funnel: Funnel, conn: psycopg.Connection[Any], log: _Logged,
                 if top_level:
                     conn.execute("set transaction isolation level repeatable read")
                 with _pinned(conn, pin):
-                    found, _ = _explain_rows(funnel, log.query_text, vector, log.params,
+                    # a search whose text the lexical leg did not get is replayed so
+                    found, _ = _explain_rows(funnel, log.query_text if log.text_searched
+                                             else None, vector, log.params,
                                              targets, notices, False, on=conn)
             break
         except psycopg.errors.SerializationFailure as exc:
@@ -456,6 +464,10 @@ def _embedded(funnel: Funnel, log: _Logged, model: str,
         return None
     if log.query_embedding is False:
         return None
+    if not log.text_searched:
+        # its vector was all it searched with (eval does not log a search with neither):
+        # replayed without one, the replay would search nothing
+        return _dense_only_vector(funnel, log, model, text)
     if log.query_embedding is None and all(t.dense_rank is None for t in log.pool):
         # a log row that does not say: no candidate came from the dense leg, which returns
         # its nearest visible rows whenever it runs, so it most likely ran without a query
@@ -471,6 +483,32 @@ def _embedded(funnel: Funnel, log: _Logged, model: str,
     own = funnel._embedder
     use = own if own is not None and own.model_name == model else Embedder(model)
     return use.embed_query(text)
+
+
+#: the refusal of a replay of a search whose text the lexical leg did not get, by a
+#: Funnel without a query embedder, in the library's words (the CLI says --lexical-only)
+DENSE_ONLY_NO_EMBEDDER = (
+    "search {search_id} searched with its query embedding alone (pgfunnel eval with a "
+    "dense-only configuration logs the judged text, which its lexical leg did not get), "
+    "so its replay embeds the text, and this Funnel has no query embedder (embedder=None): "
+    "explain it with one")
+
+
+def _dense_only_vector(funnel: Funnel, log: _Logged, model: str, text: str) -> np.ndarray:
+    from pgfunnel.embedder import Embedder
+    from pgfunnel.errors import ModelLoadError
+
+    if funnel._embedder_spec is None:
+        raise ConfigError("search_id", DENSE_ONLY_NO_EMBEDDER.format(search_id=log.search_id))
+    own = funnel._embedder
+    try:
+        use = own if own is not None and own.model_name == model else Embedder(model)
+        return use.embed_query(text)
+    except ModelLoadError as exc:
+        # said here: the advice to replay the lexical leg alone fits no dense-only search
+        raise ConfigError("search_id", f"search {log.search_id} searched with its query "
+                          "embedding alone, so its replay embeds the text with the model of "
+                          f"the version it replays on, and {exc}") from exc
 
 
 __all__ = ["explain_logged"]

@@ -1916,3 +1916,57 @@ def test_compare_last_replays_a_lexical_only_search_without_an_embedding(
             "the dense leg, so it was replayed with the lexical leg alone, a guess: a dense "
             "leg that found nothing visible looks the same") in said, res.output
 
+
+def test_a_dense_only_eval_search_is_replayed_without_its_text(sample_db: str,
+                                                               embedder: Any) -> None:
+    # `pgfunnel eval` with a dense-only configuration logged the judged text as query_text
+    # although its lexical leg got none: explain's replay and compare --last searched it
+    # with both legs
+    from pgfunnel.eval.harness import EvalConfig, Harness
+    from pgfunnel.eval.qrels import JudgedQuery
+    from pgfunnel.explain_log import explain_logged
+
+    query = "refund annual plan"
+    judged = JudgedQuery("kw", query, "keyword", {"refunds-annual": 1})
+    dense = EvalConfig.from_dict("dense", {"legs": "dense", "dense_depth": 2})
+    Harness(sample_db, "default", embedder=embedder, trace=True).run([judged], [dense])
+    with connect(sample_db, autocommit=True) as conn:
+        row = conn.execute("select id, query_text, notes from pgfunnel.search_log "
+                           "order by id desc limit 1").fetchone()
+        assert row is not None and row[1] == query
+        assert row[2]["query_text_searched"] is False and row[2]["query_embedding"] is True
+        sid = int(row[0])
+        other = conn.execute("select d.citekey || '#0' from pgfunnel.document d "
+                             "where d.citekey like 'refunds-%%' and not exists (select from "
+                             "pgfunnel.search_trace t join pgfunnel.chunk ch on "
+                             "ch.id = t.chunk_id where t.search_id = %s and "
+                             "ch.document_id = d.id) order by 1 limit 1", (sid,)).fetchone()
+        assert other is not None
+        (logged,) = versions.last_searches(conn, "default", 10)
+        assert (logged.legs, logged.legs_guessed) == ("dense", False)
+    with Funnel(sample_db, "default", embedder=embedder) as f:
+        (e,) = explain_logged(f, sid, [str(other[0])])
+    # replayed with its vector alone: the lexical leg did not run
+    assert e.lexical_depth is None and e.lexical_rank is None, e
+    assert e.dense_depth is not None and e.dense_exact_score is not None, e
+    # a Funnel without an embedder cannot replay it: said, not replayed with nothing
+    with Funnel(sample_db, "default", embedder=None) as f, \
+            pytest.raises(ConfigError, match="searched with its query embedding alone"):
+        explain_logged(f, sid, [str(other[0])])
+    # the CLI says it in its flag, and does not advise the --lexical-only it was given
+    from pgfunnel.cli.main import app
+
+    out = CliRunner().invoke(app, ["explain", "--search-id", str(sid), str(other[0]),
+                                   "--lexical-only", "--dsn", sample_db],
+                             env={"COLUMNS": "300"})
+    assert out.exit_code == 1, out.output
+    said = " ".join(out.output.split())
+    assert said.startswith(f"error: --search-id: search {sid} searched with its query "
+                           "embedding alone"), said
+    assert said.endswith("--lexical-only loads no embedding model: explain it without "
+                         "--lexical-only"), said
+    with connect(sample_db, autocommit=True) as conn:
+        versions.reindex(conn, "default", analyzer="simple_v1")
+        cmp = versions.compare(conn, "default", 1, 2, [logged], k=5)
+    # the dense leg alone reads the same vectors on both versions: identical
+    assert cmp.per_query[0].legs == "dense" and cmp.per_query[0].identical, cmp

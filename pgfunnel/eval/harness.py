@@ -476,11 +476,16 @@ class Harness:
             # stage_recall_in_db finds the searches of a resolved follow-up (other text)
             # and of every part of a decomposed query
             notes = {"legs": cfg.legs} if cfg.legs != "both" else None
+            # the judged text is logged as the query_text, but a dense-only configuration
+            # gave the lexical leg none: said, so a replay (explain --search-id, versions
+            # compare --last) searches it as it was searched
+            log_notes: dict[str, Any] = {**log, "query_embedding": vector is not None}
+            if query_text is None:
+                log_notes["query_text_searched"] = False
             with self.funnel._transaction(conn, cp):
                 cursor = self.funnel._execute_final(conn, text, ordered, cp,
                                                     reranked=reranked, notes=notes,
-                                                    log_notes={**log, "query_embedding":
-                                                               vector is not None})
+                                                    log_notes=log_notes)
             capped = [Result(*r) for r in cursor.fetchall()]
         ranked = {"lexical": lex, "dense": den, "fused": pool, "reranked": ordered,
                   "capped": capped}
