@@ -6,7 +6,7 @@ import shlex
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from pgfunnel.cli.common import (
@@ -34,6 +34,9 @@ from pgfunnel.cli.common import (
 from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from pgfunnel.versions import QueryDiff
 
 VersionArg = Annotated[int, typer.Argument(help="Version number (as `versions list` shows it).")]
 
@@ -618,16 +621,6 @@ def compare_cmd(
     def moved(d: versions.QueryDiff) -> str:
         return "same results, different order" if d.overlap == 1.0 else ""
 
-    def as_reader(d: versions.QueryDiff) -> str:
-        # a text logged by two readers (--last) was two lines that read the same
-        who = d.reader or {}
-        said = [f"principals {', '.join(who['principals'])}"] if who.get("principals") else []
-        if who.get("tenant") is not None:
-            said.append(f"tenant {who['tenant']}")
-        # a text logged lexical-only and hybrid was two lines that read the same
-        if d.legs != "both":
-            said.append(f"{d.legs} leg only")
-        return f" (as {'; '.join(said)})" if said else ""
 
     if changed:
         table = Table(title="most changed queries", title_justify="left")
@@ -636,11 +629,11 @@ def compare_cmd(
             table.add_column(col, overflow="fold")
         # a control character in a query or a citekey is shown, not sent to the terminal
         for d in changed:
-            table.add_row(shown(d.query + as_reader(d)), f"{d.overlap:.2f}",
+            table.add_row(shown(d.query + replayed_as(d)), f"{d.overlap:.2f}",
                           f"{d.rank_shift:.1f}",
                           shown(", ".join(d.only_a[:3])) or moved(d),
                           shown(", ".join(d.only_b[:3])))
-        print_table(table, [f"{d.query!r}{shown(as_reader(d))}: overlap@{k} {d.overlap:.2f}; "
+        print_table(table, [f"{d.query!r}{shown(replayed_as(d))}: overlap@{k} {d.overlap:.2f}; "
                             f"rank shift {d.rank_shift:.1f}; "
                             + (moved(d) or
                                f"only in {version_a}: "
@@ -652,6 +645,21 @@ def compare_cmd(
 def register(app: typer.Typer) -> None:
     app.command("reindex")(reindex)
     app.add_typer(versions_app, name="versions")
+
+
+def replayed_as(d: QueryDiff) -> str:
+    """What a changed query's line adds of how it was replayed: the reader and the legs a
+    logged search (--last) had; empty for a query searched as the command was asked."""
+    # a text logged by two readers (--last) was two lines that read the same
+    who = d.reader or {}
+    said = [f"principals {', '.join(who['principals'])}"] if who.get("principals") else []
+    if who.get("tenant") is not None:
+        said.append(f"tenant {who['tenant']}")
+    shown = [f"as {'; '.join(said)}"] if said else []
+    # a text logged lexical-only and hybrid was two lines that read the same
+    if d.legs != "both":
+        shown.append(f"{d.legs} leg only")
+    return f" ({'; '.join(shown)})" if shown else ""
 
 
 __all__ = ["register", "EXIT_GATE"]

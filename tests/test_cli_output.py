@@ -1778,3 +1778,22 @@ def test_dsn_prints_the_connection_string_alone(sample_db: str) -> None:
     res = CliRunner().invoke(app, ["dsn", "--dsn", sample_db])
     assert res.exit_code == 0, res.output
     assert (res.stdout, res.stderr) == (sample_db + "\n", ""), res.output
+
+
+def test_compare_line_says_how_a_logged_search_was_replayed() -> None:
+    # the reader and the legs a --last query was replayed with; a lexical-only search of
+    # no named reader read "(as lexical leg only)"
+    from pgfunnel.cli.versions import replayed_as
+
+    from pgfunnel.versions import QueryDiff
+
+    def diff(**kw: object) -> QueryDiff:
+        return QueryDiff(query_id="q", query="refund", overlap=0.5, top1_same=False,
+                         only_a=[], only_b=[], **kw)  # type: ignore[arg-type]
+
+    assert replayed_as(diff()) == ""
+    assert replayed_as(diff(legs="lexical")) == " (lexical leg only)"
+    assert replayed_as(diff(reader={"principals": ["support-staff"], "tenant": "acme"},
+                            legs="dense")) == (" (as principals support-staff; tenant acme; "
+                                               "dense leg only)")
+    assert replayed_as(diff(reader={"as_of": "2026-01-01T00:00:00Z"})) == ""
