@@ -397,8 +397,9 @@ def ingest(
     encoding: Annotated[str | None, typer.Option(
         metavar="NAME",
         help="Read files that are not UTF-8 in this encoding (cp1252, latin-1, shift_jis: "
-             "any Python knows); valid UTF-8 is still read as UTF-8, and a byte order mark "
-             "or an HTML page's declared charset wins. Default: such a file is an error.")
+             "any Python knows); valid UTF-8 is still read as UTF-8, an HTML page's "
+             "declared charset wins when its bytes fit it, and a file whose byte order mark "
+             "says another encoding is an error. Default: such a file is an error.")
     ] = None,
     dry_run_only: Annotated[bool, typer.Option(
         "--dry-run", help="Read and chunk only: list each document's citekey, title and "

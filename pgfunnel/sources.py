@@ -736,15 +736,119 @@ codecs.register_error(_WHATWG_C1, _c1_as_is)
 
 def _declared_html_encoding(m: re.Match[bytes]) -> str | None:
     """The Python codec of the charset an HTML file declares (``m``, a match of
-    _HTML_CHARSET), or None: a name Python does not know is ignored."""
+    _HTML_CHARSET), or None: a name Python does not know is ignored, and so is one of
+    its codecs that is not a text encoding (`<meta charset="base64">` ended the ingest
+    in a LookupError traceback)."""
     name = (m.group(1) or m.group(2)).decode("ascii")
     try:
-        codec = codecs.lookup(name).name
+        info = codecs.lookup(name)
     except LookupError:
         return None
+    if not getattr(info, "_is_text_encoding", True):
+        return None
+    codec = info.name
     # browsers read a page labelled latin-1 or ascii as windows-1252 (WHATWG Encoding),
     # whose 0x80 - 0x9f are the curly quotes and dashes such pages hold
     return "cp1252" if codec in ("iso8859-1", "ascii") else codec
+
+
+# a byte order mark, the codec that reads the file it opens (and drops the mark), the
+# name it is said by, and the --encoding names that agree with it. UTF-32-LE's mark
+# opens with UTF-16-LE's: looked for first (read as UTF-16, such a file was refused for
+# the NUL bytes that were half of each character)
+_BOMS = ((codecs.BOM_UTF32_LE, "utf-32", "UTF-32 (little-endian)", ("utf-32", "utf-32-le")),
+         (codecs.BOM_UTF32_BE, "utf-32", "UTF-32 (big-endian)", ("utf-32", "utf-32-be")),
+         (codecs.BOM_UTF8, "utf-8-sig", "UTF-8", ("utf-8", "utf-8-sig")),
+         (codecs.BOM_UTF16_LE, "utf-16", "UTF-16 (little-endian)", ("utf-16", "utf-16-le")),
+         (codecs.BOM_UTF16_BE, "utf-16", "UTF-16 (big-endian)", ("utf-16", "utf-16-be")))
+
+# what a charset declared in a page's <meta> or XML declaration cannot mean when the page
+# is not UTF-8: the UTF-8 it failed to be (utf-8-sig is UTF-8 too), or a UTF-16 or UTF-32,
+# whose declaration could not have been read as ASCII as it was (browsers read such a
+# label as UTF-8, WHATWG's prescan)
+_SAYS_NOTHING = re.compile(r"utf-(?:8|16|32)(?:-sig|-le|-be)?$")
+
+
+def _decoded(path: Path, data: bytes, not_utf8: UnicodeDecodeError, encoding: str | None,
+             html: bool) -> str:
+    """The text of a file that is not valid UTF-8 (``not_utf8`` says where): by its byte
+    order mark, which ``encoding`` (--encoding) must agree with when given; else by the
+    charset an HTML page declares, when the bytes fit it; else in ``encoding``; else an
+    HTML page that declares nothing as browsers read it (windows-1252, with a warning).
+    Anything else is an InvalidDocumentError naming the file and what it was read as."""
+    given = codecs.lookup(encoding).name if encoding is not None else None
+    for mark, codec, said, agreeing in _BOMS:
+        if not data.startswith(mark):
+            continue
+        if codec == "utf-8-sig":
+            # (what follows the mark is not UTF-8: the read as UTF-8 failed)
+            other = (f"; a file whose mark says UTF-8 is not read in the {encoding} given "
+                     "(--encoding)" if given is not None and given not in agreeing else "")
+            raise InvalidDocumentError(
+                f"{path}: starts with a UTF-8 byte order mark but is not UTF-8 (byte "
+                f"{not_utf8.start}: {not_utf8.reason}){other}; take the mark off if the "
+                "rest is in another encoding, convert it to UTF-8, or leave it out with "
+                "--exclude") from not_utf8
+        if given is not None and given not in agreeing:
+            # the user named the encoding and the file says another: neither is taken on
+            # trust (read in the one given, the mark came out as two or three letters of
+            # mojibake; by the mark, the encoding given was passed over without a word)
+            raise InvalidDocumentError(
+                f"{path}: starts with a {said} byte order mark, but --encoding {encoding} "
+                f"was given; ingest it by itself with --encoding {agreeing[0]} (or without "
+                "--encoding), convert it, or leave it out with --exclude")
+        try:
+            return data.decode(codec)
+        except UnicodeDecodeError as exc:
+            # a byte order mark says what it is whatever a page declares (WHATWG): no
+            # other reading is tried for a file that says so and is not
+            base = said.split(" ")[0]
+            raise InvalidDocumentError(f"{path}: starts with a {base} byte order mark but "
+                                       f"is not {base} (byte {exc.start}: {exc.reason}); "
+                                       "convert it to UTF-8, or leave it out with "
+                                       "--exclude") from exc
+    declared = _HTML_CHARSET.search(data[:4096]) if html else None
+    page_encoding = _declared_html_encoding(declared) if declared else None
+    impossible = None
+    if page_encoding is not None and _SAYS_NOTHING.match(page_encoding):
+        # bytes that are valid UTF-8 were read as UTF-8 whatever the label says (a
+        # mislabelled page is the commoner mistake); a UTF-16 label on an ASCII page
+        # read as UTF-16 stored the page as CJK mojibake without a word
+        impossible = None if page_encoding.startswith("utf-8") else page_encoding
+        page_encoding = None
+    if page_encoding is not None:
+        try:
+            return data.decode(page_encoding)
+        except UnicodeDecodeError as exc:
+            if encoding is None:
+                raise InvalidDocumentError(
+                    f"{path}: not valid UTF-8, nor the {page_encoding} it declares (byte "
+                    f"{exc.start}: {exc.reason}); give the encoding it is in (--encoding "
+                    "NAME), convert it to UTF-8, or leave it out with --exclude") from exc
+            # a declaration the bytes do not fit is wrong: the encoding given decides
+    if encoding is not None:
+        try:
+            return data.decode(encoding)
+        except UnicodeDecodeError as exc:
+            raise InvalidDocumentError(
+                f"{path}: not valid UTF-8, nor the {encoding} given (--encoding) (byte "
+                f"{exc.start}: {exc.reason}); give the encoding it is in, or leave it "
+                "out with --exclude") from exc
+    if html and declared is None:
+        # what a browser shows for a page that declares no charset (WHATWG's fallback
+        # in Western locales); refused, it stopped the ingest of a whole manual
+        # (libxslt's) at one page with a name in Latin-1
+        warn_at_caller(GuessedEncodingWarning(
+            f"{path}: declares no charset and is not UTF-8 (byte {not_utf8.start}); read as "
+            "windows-1252, as browsers read it (--encoding names another)"),
+            GuessedEncodingWarning)
+        return data.decode("cp1252", errors=_WHATWG_C1)
+    label = (f", and cannot be the {impossible} it declares (its <meta> reads as ASCII, "
+             "which UTF-16 and UTF-32 do not)" if impossible else "")
+    raise InvalidDocumentError(
+        f"{path}: not valid UTF-8 (byte {not_utf8.start}: {not_utf8.reason}){label}; give the "
+        "encoding it is in (--encoding cp1252, say: windows-1252, the Latin-1 of older "
+        "docs), convert it to UTF-8, or leave it out with --exclude") from not_utf8
 
 
 def _read_file(path: Path, citekey: str, in_folder: bool,
@@ -764,58 +868,7 @@ def _read_file(path: Path, citekey: str, in_folder: bool,
     try:
         raw = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        # an HTML page may declare another charset; bytes that are valid UTF-8 are read
-        # as UTF-8 whatever the label says (a mislabelled page is the commoner mistake)
-        html = suffix in (".html", ".htm")
-        declared = _HTML_CHARSET.search(data[:4096]) if html else None
-        page_encoding = _declared_html_encoding(declared) if declared else None
-        if page_encoding == "utf-8":
-            # a page that declares the UTF-8 it is not (a template's <meta> around older
-            # text) says nothing the read above did not: read as one that declares none
-            # would be with --encoding, refused (naming it) without
-            page_encoding = None
-        if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-            # a byte order mark says what it is whatever else is declared (WHATWG): the
-            # UTF-16 that Windows tools (PowerShell's Out-File) write
-            try:
-                raw = data.decode("utf-16")
-            except UnicodeDecodeError as exc2:
-                raise InvalidDocumentError(f"{path}: starts with a UTF-16 byte order mark but "
-                                           f"is not UTF-16 (byte {exc2.start}: {exc2.reason})"
-                                           "; convert it to UTF-8, or leave it out with "
-                                           "--exclude") from exc2
-        elif page_encoding is not None:
-            try:
-                raw = data.decode(page_encoding)
-            except UnicodeDecodeError as exc2:
-                raise InvalidDocumentError(f"{path}: not valid UTF-8, nor the {page_encoding} "
-                                           f"it declares (byte {exc2.start}: {exc2.reason}); "
-                                           "convert it to UTF-8, or leave it out with "
-                                           "--exclude") from exc2
-        elif encoding is not None and not data.startswith(codecs.BOM_UTF8):
-            # the encoding the caller gave (--encoding) for files that say none: a page's
-            # own charset and a byte order mark say more, the windows-1252 guess less
-            try:
-                raw = data.decode(encoding)
-            except UnicodeDecodeError as exc2:
-                raise InvalidDocumentError(
-                    f"{path}: not valid UTF-8, nor the {encoding} given (--encoding) (byte "
-                    f"{exc2.start}: {exc2.reason}); give the encoding it is in, or leave it "
-                    "out with --exclude") from exc2
-        elif html and declared is None:
-            # what a browser shows for a page that declares no charset (WHATWG's fallback
-            # in Western locales); refused, it stopped the ingest of a whole manual
-            # (libxslt's) at one page with a name in Latin-1
-            raw = data.decode("cp1252", errors=_WHATWG_C1)
-            warn_at_caller(GuessedEncodingWarning(
-                f"{path}: declares no charset and is not UTF-8 (byte {exc.start}); read as "
-                "windows-1252, as browsers read it (--encoding names another)"),
-                GuessedEncodingWarning)
-        else:
-            raise InvalidDocumentError(
-                f"{path}: not valid UTF-8 (byte {exc.start}: {exc.reason}); give the encoding "
-                "it is in (--encoding cp1252, say: windows-1252, the Latin-1 of older docs), "
-                "convert it to UTF-8, or leave it out with --exclude") from exc
+        raw = _decoded(path, data, exc, encoding, html=suffix in (".html", ".htm"))
     else:
         if encoding is not None and "\x00" in raw and not data.startswith(codecs.BOM_UTF8):
             # UTF-16 or UTF-32 written without a byte order mark: its ASCII letters are

@@ -1967,6 +1967,115 @@ def test_encoding_given_reads_utf16_without_a_byte_order_mark(tmp_path: Path) ->
     assert rec.text == "Naïve notes."
 
 
+_CAFE_PAGE = ("<html><head>{meta}<title>Café</title></head><body><h1>Café</h1>"
+              "<p>Crème brûlée “daily”.</p></body></html>")
+
+
+@pytest.mark.parametrize("charset", ["utf-8-sig", "UTF-16", "utf-16le", "UTF-32BE"])
+def test_a_page_declaring_a_utf_it_is_not_is_read_in_the_encoding_given(
+        tmp_path: Path, charset: str) -> None:
+    """A windows-1252 page whose <meta> says utf-8-sig was refused even with --encoding
+    cp1252 ('nor the utf-8-sig it declares'); one whose <meta> says UTF-16 was read as
+    UTF-16, whatever --encoding said, and stored as CJK mojibake without a word."""
+    from pgfunnel.sources import read_paths
+
+    page = tmp_path / "page.html"
+    page.write_bytes(_CAFE_PAGE.format(meta=f'<meta charset="{charset}">').encode("cp1252"))
+    (rec,) = read_paths([page], encoding="cp1252")
+    assert rec.title == "Café" and rec.text.endswith("Crème brûlée “daily”."), rec
+    with pytest.raises(InvalidDocumentError) as exc:
+        list(read_paths([page]))
+    said = str(exc.value)
+    assert said.startswith(f"{page}: not valid UTF-8 (byte ") and "--encoding cp1252" in said
+    if "16" in charset or "32" in charset:
+        assert f"cannot be the {charset.lower().replace('le', '-le').replace('be', '-be')} " \
+               "it declares" in said, said
+    else:
+        assert "it declares" not in said, said
+    # a page that is UTF-8 is read as UTF-8, whatever it declares or is given
+    page.write_bytes(_CAFE_PAGE.format(meta=f'<meta charset="{charset}">').encode())
+    for encoding in (None, "cp1252"):
+        (rec,) = read_paths([page], encoding=encoding)
+        assert rec.text.endswith("Crème brûlée “daily”."), rec
+
+
+def test_a_declared_charset_the_bytes_do_not_fit_gives_way_to_the_encoding_given(
+        tmp_path: Path) -> None:
+    """A page declaring shift_jis around windows-1252 text was refused even with
+    --encoding cp1252; one declaring a codec that is not a text encoding ended the ingest
+    in a LookupError traceback. A declaration the bytes fit still wins."""
+    from pgfunnel.sources import read_paths
+
+    page = tmp_path / "page.html"
+    for charset in ("shift_jis", "base64", "rot13"):
+        page.write_bytes(_CAFE_PAGE.format(meta=f'<meta charset="{charset}">')
+                         .encode("cp1252"))
+        (rec,) = read_paths([page], encoding="cp1252")
+        assert rec.title == "Café" and rec.text.endswith("Crème brûlée “daily”."), rec
+        with pytest.raises(InvalidDocumentError, match=f"^{page}: not valid UTF-8.*"
+                                                       r"--encoding.*--exclude$"):
+            list(read_paths([page]))
+    page.write_bytes('<html><head><meta charset="koi8-r"><title>Кафе</title></head><body>'
+                     "<h1>Кафе</h1><p>Меню дня.</p></body></html>".encode("koi8-r"))
+    (rec,) = read_paths([page], encoding="cp1251")
+    assert rec.title == "Кафе", rec
+
+
+def test_a_byte_order_mark_is_read_only_when_it_agrees_with_the_encoding_given(
+        db: str, tmp_path: Path) -> None:
+    """A UTF-16 file's byte order mark won over --encoding cp1252 without a word; a UTF-32
+    one was read as UTF-16 and refused for its NUL bytes; a UTF-8 mark before windows-1252
+    text was refused with advice to give the --encoding cp1252 already given."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.sources import read_paths
+
+    text = "# Notes\n\nCafé — done.\n"
+    notes = tmp_path / "notes.md"
+    for codec, said, agreeing in (
+            ("utf-16-le", "UTF-16 (little-endian)", ("utf-16", "utf-16-le", "UTF_16LE")),
+            ("utf-16-be", "UTF-16 (big-endian)", ("utf-16", "utf-16-be")),
+            ("utf-32-le", "UTF-32 (little-endian)", ("utf-32", "utf-32-le")),
+            ("utf-32-be", "UTF-32 (big-endian)", ("utf-32", "utf-32-be"))):
+        notes.write_bytes(("\ufeff" + text).encode(codec))
+        for encoding in (None, *agreeing):
+            (rec,) = read_paths([notes], encoding=encoding)
+            assert rec.text == "# Notes\n\nCafé — done.", (codec, encoding, rec.text)
+        other = "utf-16-be" if codec.endswith("le") else "utf-16-le"
+        for encoding in ("cp1252", "utf-8", other):
+            with pytest.raises(InvalidDocumentError) as exc:
+                list(read_paths([notes], encoding=encoding))
+            assert str(exc.value).startswith(
+                f"{notes}: starts with a {said} byte order mark, but --encoding {encoding} "
+                f"was given; ingest it by itself with --encoding {agreeing[0]} (or without "
+                "--encoding)"), str(exc.value)
+    # the CLI says it on one line, exit 1, before anything is written
+    notes.write_bytes(text.encode("utf-16"))
+    (tmp_path / "old.md").write_bytes("# Old\n\nSeñor Muñoz.\n".encode("cp1252"))
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path), "--encoding", "cp1252",
+                                   "--dsn", db])
+    said = " ".join(res.output.split())
+    assert res.exit_code == 1 and said.startswith(f"error: {notes}: starts with a UTF-16 "), said
+    assert "but --encoding cp1252 was given" in said and "Traceback" not in said, said
+    with psycopg.connect(db) as conn:
+        assert conn.execute("select count(*) from pgfunnel.document").fetchone() == (0,)
+    # a UTF-8 mark before text that is not UTF-8
+    notes.write_bytes(b"\xef\xbb\xbf" + text.encode("cp1252"))
+    for encoding in (None, "utf-8", "cp1252"):
+        with pytest.raises(InvalidDocumentError) as exc:
+            list(read_paths([notes], encoding=encoding))
+        said = str(exc.value)
+        assert said.startswith(f"{notes}: starts with a UTF-8 byte order mark but is not "
+                               "UTF-8 (byte "), said
+        assert "--encoding cp1252" not in said
+        assert ("not read in the cp1252 given" in said) == (encoding == "cp1252"), said
+    # and one before UTF-8 is read as UTF-8, whatever is given
+    notes.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    (rec,) = read_paths([notes], encoding="cp1252")
+    assert rec.text == "# Notes\n\nCafé — done."
+
+
 def test_a_text_line_opening_with_backticks_is_stored_and_shown_as_written(
         db: str, tmp_path: Path) -> None:
     """A reST or AsciiDoc line of text starting with three backticks (or a `#`) is escaped
