@@ -558,8 +558,29 @@ def print_table(table: Any, lines: list[str]) -> None:
         out.print(line, highlight=False, soft_wrap=True)
 
 
-def emit_json(obj: Any) -> None:
+def emit_json(obj: Any, messages: Iterable[str] = ()) -> None:
+    """``obj`` as the command's --json answer on stdout. ``messages`` names the fields
+    that hold its words to the user (``"notes"``, ``"notices"``; a dotted path reaches
+    into a list's objects, ``"findings.message"``; a list answer's objects each): a
+    ``pgfunnel <command>`` in them gets the --dsn and -c typed, as the text output's
+    lines do (:func:`suggest`). Pasted from the JSON without them, "run `pgfunnel
+    init`" installed the schema in PGFUNNEL_DSN's database or the embedded server. Only
+    those fields: a document's text, title or metadata is given as stored."""
+    for path in messages:
+        obj = _suggested(obj, path.split("."))
     sys.stdout.write(json.dumps(obj, indent=2, default=str, ensure_ascii=False) + "\n")
+
+
+def _suggested(value: Any, path: list[str]) -> Any:
+    """``value`` with :func:`suggest` applied to the text at ``path`` (keys, each list on
+    the way taken item by item); a copy where anything changed, ``value`` is left as is."""
+    if isinstance(value, list):
+        return [_suggested(item, path) for item in value]
+    if not path:
+        return suggest(value) if isinstance(value, str) else value
+    if isinstance(value, dict) and path[0] in value:
+        return {**value, path[0]: _suggested(value[path[0]], path[1:])}
+    return value
 
 
 def run(fn: Callable[[], T]) -> T:

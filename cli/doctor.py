@@ -42,7 +42,7 @@ def doctor(
     level = worst(findings)
     if json_out:
         emit_json({"ok": level != "error", "worst": level,
-                   "findings": [f.to_json() for f in findings]})
+                   "findings": [f.to_json() for f in findings]}, ("findings.message",))
     else:
         table = Table(title="pgfunnel doctor", title_justify="left")
         for col in ("level", "check", "finding"):

@@ -109,7 +109,7 @@ def init(
     with handle_errors():
         result = schema.init(dsn, rls=rls)
     if json_out:
-        emit_json(result)
+        emit_json(result, ("notes",))
     elif result["created"]:
         out.print(f"pgfunnel schema installed (revision {result['revision']}, "
                   f"vector in schema {result['vector_schema']}).", soft_wrap=True)
@@ -138,7 +138,7 @@ def migrate(dsn: DsnOption = None, json_out: JsonOption = False) -> None:
     with handle_errors():
         result = schema.migrate(dsn)
     if json_out:
-        emit_json(result)
+        emit_json(result, ("notes",))
     else:
         if result["revision_before"] == result["revision"]:
             out.print(f"schema already at revision {result['revision']}, this release's; "
@@ -420,7 +420,7 @@ def ingest(
             plan = dry_run(paths, chunk_words, exclude, root,
                            (dsn, collection) if prune else None, encoding)
         if json_out:
-            emit_json(plan)
+            emit_json(plan, ("notes",))
             return
         table = Table("citekey", "title", "chunks", "words", box=None, pad_edge=False)
         # a control character in a file's name or title is shown, not sent to the terminal
@@ -471,7 +471,7 @@ def ingest(
                           show_progress=not json_out, exclude=exclude, root=root, kept=kept,
                           prune=prune, encoding=encoding)
     if json_out:
-        emit_json(stats.__dict__)
+        emit_json(stats.__dict__, ("notes",))
         return
     # the progress bar counts the texts the model read; chunks that repeat another's text
     # share its vector, and the summary says so rather than leave the two counts apart
@@ -718,7 +718,7 @@ def search(
                    "history": turns or [],
                    "searched": searched,
                    "followup": followup,
-                   "results": [r.__dict__ for r in response.results]})
+                   "results": [r.__dict__ for r in response.results]}, ("notices",))
         return
     for note in response.notices:
         labelled("warning", "yellow", note)

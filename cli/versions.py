@@ -212,7 +212,7 @@ def reindex(
         # compare, and the hint names a query file instead
         logged = not result.activated and bool(versions.last_queries(conn, collection, 1))
     if json_out:
-        emit_json(result.to_json())
+        emit_json(result.to_json(), ("notes", "notices"))
         return
     # notes on stderr, as every command's: stdout holds the version made and its validation
     for note in result.notes:
@@ -593,7 +593,7 @@ def compare_cmd(
                       f"{'it was' if one else 'they were'} replayed with the lexical leg "
                       "alone, a guess: a dense leg that found nothing visible looks the same"))
     if json_out:
-        emit_json({**cmp.to_json(), "notices": [text for _, text in notes]})
+        emit_json({**cmp.to_json(), "notices": [text for _, text in notes]}, ("notices",))
         return
     for label, text in notes:
         labelled(label, "yellow", text)

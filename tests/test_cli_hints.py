@@ -83,15 +83,68 @@ def test_an_error_hint_names_the_dsn_typed(empty_db: str) -> None:
             in said), said
 
 
-def test_doctor_advice_names_the_dsn_typed_and_json_keeps_the_librarys(empty_db: str) -> None:
+def test_doctor_advice_names_the_dsn_typed_in_text_and_in_json(empty_db: str) -> None:
+    """doctor --json gave its findings' `pgfunnel init` bare: pasted from a report, it
+    installed the schema in PGFUNNEL_DSN's database or the embedded server."""
     from pgfunnel.cli.main import app
 
     res = CliRunner().invoke(app, ["doctor", "--dsn", empty_db], env=NO_ENV)
     assert res.exit_code == 3, res.output
     assert f"`pgfunnel init --dsn {shlex.quote(empty_db)}`" in _said(res.output), res.output
     res = CliRunner().invoke(app, ["doctor", "--dsn", empty_db, "--json"], env=NO_ENV)
+    assert res.exit_code == 3, res.output
+    messages = [f["message"] for f in json.loads(res.stdout)["findings"]]
+    said = [m for m in messages if "pgfunnel init" in m]
+    assert said and all(f"`pgfunnel init --dsn {shlex.quote(empty_db)}`" in m
+                        for m in said), messages
+    # pasted as the JSON gives it, with no PGFUNNEL_DSN, it mends the database checked
+    ran = CliRunner().invoke(app, _pasted(said[0], "pgfunnel init"), env=NO_ENV)
+    assert ran.exit_code == 0 and "schema installed" in ran.output, ran.output
+    res = CliRunner().invoke(app, ["doctor", "--dsn", empty_db, "--json"], env=NO_ENV)
     report = json.loads(res.stdout)
-    assert any("`pgfunnel init`" in f["message"] for f in report["findings"]), report
+    assert res.exit_code == 0 and report["ok"], res.stdout
+    # what is left is the note on row security, whose `init --rls` names the DSN too
+    assert [f["message"] for f in report["findings"] if "pgfunnel init" in f["message"]] == [
+        m for m in (f["message"] for f in report["findings"])
+        if f"`pgfunnel init --dsn {shlex.quote(empty_db)} --rls`" in m], res.stdout
+    # a DSN from PGFUNNEL_DSN adds nothing: the library's words as they are
+    res = CliRunner().invoke(app, ["doctor", "--json"], env={"PGFUNNEL_DSN": empty_db})
+    assert "--dsn" not in res.stdout, res.stdout
+
+
+def test_json_notices_name_the_dsn_typed_and_leave_documents_as_stored(
+        sample_db: str) -> None:
+    """search --json, explain --json and migrate --json gave "run `pgfunnel migrate`"
+    without the --dsn typed; a document's own text or metadata is given as stored."""
+    from pgfunnel.cli.main import app
+
+    from pgfunnel import schema
+
+    schema.downgrade(sample_db, "0011")
+    hint = "run `pgfunnel init` first"
+    with connect(sample_db, autocommit=True) as conn:
+        conn.execute("update pgfunnel.document set metadata = %s::jsonb",
+                     (json.dumps({"notes": [hint], "message": hint}),))
+    dsn = ["--dsn", sample_db]
+    migrate = f"run `pgfunnel migrate --dsn {shlex.quote(sample_db)}`"
+    res = CliRunner().invoke(app, ["search", "refund", "--lexical-only", "--json", *dsn],
+                             env=NO_ENV)
+    assert res.exit_code == 0, res.output
+    answer = json.loads(res.stdout)
+    assert migrate in answer["notices"][-1], answer["notices"]
+    assert answer["results"] and all(
+        r["metadata"] == {"notes": [hint], "message": hint} for r in answer["results"])
+    res = CliRunner().invoke(app, ["explain", "refund", "refunds-monthly#0", "--lexical-only",
+                                   "--json", *dsn], env=NO_ENV)
+    assert res.exit_code == 0, res.output
+    assert migrate in json.loads(res.stdout)[0]["notices"][-1], res.stdout
+    # pasted from the JSON, the migrate upgrades the database searched
+    ran = CliRunner().invoke(app, _pasted(json.loads(res.stdout)[0]["notices"][-1],
+                                          "pgfunnel migrate"), env=NO_ENV)
+    assert ran.exit_code == 0, ran.output
+    res = CliRunner().invoke(app, ["search", "refund", "--lexical-only", "--json", *dsn],
+                             env=NO_ENV)
+    assert not any("migrate" in n for n in json.loads(res.stdout)["notices"]), res.stdout
 
 
 def test_a_dsn_with_a_password_is_not_printed(empty_db: str) -> None:
@@ -106,6 +159,17 @@ def test_a_dsn_with_a_password_is_not_printed(empty_db: str) -> None:
     assert 'run `pgfunnel init --dsn "$PGFUNNEL_DSN"`' in said, said
     assert said.endswith("(set PGFUNNEL_DSN to your connection string first: the --dsn given "
                          "holds a password, which is not printed)"), said
+    # nor is it in a --json answer's messages: doctor's findings say the same
+    res = CliRunner().invoke(app, ["doctor", "--dsn", secret, "--json"], env=NO_ENV)
+    assert res.exit_code == 3, res.output
+    assert "s3cret" not in res.output
+    said = [f["message"] for f in json.loads(res.stdout)["findings"]
+            if "pgfunnel init" in f["message"]]
+    assert said, res.stdout
+    for message in said:
+        assert '`pgfunnel init --dsn "$PGFUNNEL_DSN"`' in message, message
+        assert message.endswith("(set PGFUNNEL_DSN to your connection string first: the "
+                                "--dsn given holds a password, which is not printed)"), message
 
 
 def test_a_hint_for_a_command_of_the_collection_names_the_collection_typed(

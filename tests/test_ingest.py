@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import json
+import shlex
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -1441,7 +1442,8 @@ def test_cli_reingest_of_a_file_edited_into_a_copy_keeps_no_old_text(db: str,
         "left out 'copy': the same text as 'README' in its folder, a copy of that page",
         "kept 'notes', the same text as 'README' in its folder, a copy of that page: a "
         "document of that citekey is stored, and left out it would keep its old text "
-        "(`pgfunnel delete -c copies notes` takes it out)"]
+        # the --dsn typed is named in the command to paste, in --json as in text
+        f"(`pgfunnel delete --dsn {shlex.quote(db)} -c copies notes` takes it out)"]
     with psycopg.connect(db) as conn:
         stored = dict(conn.execute(
             "select d.citekey, string_agg(c.text, ' ') from pgfunnel.document d "
