@@ -232,6 +232,13 @@ def _writable(folder: Path) -> None:
     import os
     import tempfile
 
+    from pgfunnel.errors import ConfigError
+
+    if folder.exists() and not folder.is_dir():
+        # mkdir said only "File exists", of the folder the user had named
+        raise ConfigError("out", f"{folder} is a file, not a folder: --out names the "
+                                 f"folder the report's files ({', '.join(OUT_FILES)}) "
+                                 "are written in")
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=folder):

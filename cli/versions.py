@@ -534,7 +534,7 @@ def compare_cmd(
     and its paired-bootstrap 95% interval."""
     from pgfunnel import versions
     from pgfunnel.db import connect
-    from pgfunnel.errors import ConfigError
+    from pgfunnel.errors import ConfigError, InvalidInputError
     from pgfunnel.eval.harness import missing_items_message, respelled_items_message
 
     _quiet()
@@ -545,7 +545,13 @@ def compare_cmd(
             connect(dsn, autocommit=True) as conn:
         versions.require_pin_privilege(conn)
         if queries is not None:
-            qs, _ = versions.read_query_file(queries)
+            try:
+                qs, _ = versions.read_query_file(queries)
+            except InvalidInputError as exc:
+                # the library's "queries: cannot read ..." names its argument; here it
+                # is the flag the user typed
+                raise InvalidInputError(
+                    "--queries: " + str(exc).removeprefix("queries: ")) from None
         else:
             assert last is not None
             # last_searches refuses a count out of range as its "n"
