@@ -233,7 +233,7 @@ def _show(found: list[Explanation], query: str | None, turns: list[str] | None,
     if json_out:
         emit_json([{**e.as_dict(), "history": turns or [],
                     "searched": followup["query"] if followup else query,
-                    "followup": followup} for e in found], ("notices", "reason"))
+                    "followup": followup} for e in found], ("notices",))
         return
     for note in found[0].notices if found else []:
         if followup is not None and note.startswith("pgfunnel: explain follows the text"):
