@@ -619,11 +619,15 @@ def test_an_out_path_that_cannot_be_a_folder_is_refused_before_searching(tmp_pat
     from typer.testing import CliRunner
 
     a_file = tmp_path / "report"
-    a_file.write_text("")
+    a_file.write_text("kept\n")
     res = CliRunner().invoke(app, ["eval", str(QUERIES), "--dsn", "postgresql://nobody@/x",
                                    "--out", str(a_file)], env={"COLUMNS": "300"})
     assert res.exit_code == 1, res.output
-    assert f"error: --out: cannot write the report in {a_file}" in " ".join(res.output.split())
+    # it said "cannot write the report in FILE: File exists", of the file it was given
+    said = " ".join(res.output.split())
+    assert said.startswith(f"error: --out: {a_file} is a file, not a folder: --out names "
+                           "the folder the report's files (report.json, "), said
+    assert "File exists" not in said and a_file.read_text() == "kept\n"
 
 
 def test_a_report_file_that_cannot_be_replaced_is_named_before_searching(
