@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 import warnings
 from collections.abc import Callable
@@ -34,11 +35,31 @@ from pgfunnel.cli.common import (
 from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
+from typer.core import TyperCommand
 
 if TYPE_CHECKING:
     from pgfunnel.versions import QueryDiff
 
 VersionArg = Annotated[int, typer.Argument(help="Version number (as `versions list` shows it).")]
+
+
+class VersionNumberCommand(TyperCommand):
+    """A command whose arguments are version numbers: a negative one, which the parser
+    takes for an option, was answered "No such option: -1", which named no version."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        try:
+            return list(super().parse_args(ctx, args))
+        except Exception as exc:
+            # click's NoSuchOption, from click itself or the copy newer typers carry
+            option = getattr(exc, "option_name", None)
+            if isinstance(option, str) and re.fullmatch(r"-\d+", option) \
+                    and isinstance(getattr(exc, "message", None), str):
+                exc.message = (  # type: ignore[attr-defined]
+                    f"{option} is not a version number: versions are numbered from 1 "
+                    "(`pgfunnel versions list` shows them)")
+                exc.possibilities = []  # type: ignore[attr-defined]
+            raise
 
 
 def _quiet() -> None:
@@ -374,7 +395,7 @@ def _switch_interrupted(dsn: str | None, collection: str, command: str,
     return said
 
 
-@versions_app.command("activate")
+@versions_app.command("activate", cls=VersionNumberCommand)
 def activate_cmd(version: VersionArg, collection: CollectionOption = "default",
                  dsn: DsnOption = None, json_out: JsonOption = False) -> None:
     """Switch searches to a ready or retired version, in one transaction.
@@ -417,7 +438,7 @@ def rollback_cmd(collection: CollectionOption = "default", dsn: DsnOption = None
     _print_activation(act, json_out)
 
 
-@versions_app.command("retire")
+@versions_app.command("retire", cls=VersionNumberCommand)
 def retire_cmd(version: VersionArg, collection: CollectionOption = "default",
                dsn: DsnOption = None, json_out: JsonOption = False) -> None:
     """Mark a ready version retired (kept and re-activatable). Refuses the active one."""
@@ -432,7 +453,7 @@ def retire_cmd(version: VersionArg, collection: CollectionOption = "default",
         out.print(f"version {version} of {collection!r} is retired.", soft_wrap=True)
 
 
-@versions_app.command("drop")
+@versions_app.command("drop", cls=VersionNumberCommand)
 def drop_cmd(version: VersionArg, collection: CollectionOption = "default",
              dsn: DsnOption = None, json_out: JsonOption = False) -> None:
     """Drop a version's HNSW index and all its rows. Refuses the active version."""
@@ -505,7 +526,7 @@ def drop_collection_cmd(
                   highlight=False, soft_wrap=True)
 
 
-@versions_app.command("compare")
+@versions_app.command("compare", cls=VersionNumberCommand)
 def compare_cmd(
     version_a: Annotated[int, typer.Argument(help="First version (usually the active one).")],
     version_b: Annotated[int, typer.Argument(help="Second version (the candidate).")],

@@ -1818,3 +1818,19 @@ def test_a_queries_file_that_cannot_be_used_is_named_by_its_flag(
     assert res.exit_code == 1, res.output
     assert res.output.startswith(f"error: --queries: {blank}: line 2 has no query text"), \
         res.output
+
+
+@pytest.mark.parametrize("args", [["activate", "-1"], ["retire", "-2", "-c", "docs"],
+                                  ["drop", "-1"], ["compare", "-1", "2", "--last", "5"]])
+def test_a_negative_version_number_is_said_to_be_one(args: list[str]) -> None:
+    """A negative version, which the parser takes for an option, was answered "No such
+    option: -1" (exit 2), naming no version."""
+    from pgfunnel.cli.main import app
+
+    res = CliRunner().invoke(app, ["versions", *args], env={"COLUMNS": "300"})
+    said = " ".join(res.output.split())
+    assert res.exit_code == 2, said
+    number = next(a for a in args if a.startswith("-") and a[1:].isdigit())
+    assert (f"{number} is not a version number: versions are numbered from 1 "
+            "(`pgfunnel versions list` shows them)") in said, said
+    assert "No such option" not in said
