@@ -372,8 +372,21 @@ DsnOption = Annotated[
                  help="Postgres connection string. Default: PGFUNNEL_DSN, else the embedded "
                       "Postgres in PGFUNNEL_HOME."),
 ]
+
+
+def _collection_given(value: str) -> str:
+    """``--collection`` checked as it is read, alike for every command: an empty or blank
+    name was "must be a non-empty name" to search but "collection '' does not exist" to
+    versions list, delete and rollback."""
+    if not value.strip():
+        labelled("error", "red", f"--collection: must be a non-empty name, got {value!r}")
+        raise typer.Exit(EXIT_ERROR)
+    return value
+
+
 CollectionOption = Annotated[
-    str, typer.Option("--collection", "-c", help="Collection (named corpus) to work on.")
+    str, typer.Option("--collection", "-c", help="Collection (named corpus) to work on.",
+                      callback=_collection_given)
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 

@@ -1834,3 +1834,26 @@ def test_a_negative_version_number_is_said_to_be_one(args: list[str]) -> None:
     assert (f"{number} is not a version number: versions are numbered from 1 "
             "(`pgfunnel versions list` shows them)") in said, said
     assert "No such option" not in said
+
+
+@pytest.mark.parametrize("name", ["", "  "])
+def test_an_empty_collection_is_refused_alike_by_every_command(name: str) -> None:
+    """search said "--collection: must be a non-empty name" while versions list, delete
+    and rollback looked the name up and said "collection '' does not exist"."""
+    import typer
+    from pgfunnel.cli.main import app
+
+    root = typer.main.get_command(app)
+    taking = [n for n in walk_names(root)
+              if any("-c" in p.opts for p in getattr(_command(root, n), "params", []))]
+    assert {"search", "delete", "versions list", "versions rollback"} <= set(taking)
+    for command in taking:
+        res = CliRunner().invoke(app, [*command.split(), "-c", name])
+        assert res.exit_code == 1, (command, res.output)
+        assert f"--collection: must be a non-empty name, got {name!r}" in res.output, command
+
+
+def _command(group: Any, name: str) -> Any:
+    for word in name.split():
+        group = group.commands[word]
+    return group
