@@ -534,9 +534,20 @@ def embed(
         print(literal)
 
 
+def _citekeys_given(citekeys: list[str]) -> list[str]:
+    """An empty citekey (`delete "$KEY"` with the variable unset) is a usage error: no
+    document has one, and it was counted as "not in collection" with exit 0, as if a
+    document had been looked for."""
+    if any(not key.strip() for key in citekeys):
+        raise typer.BadParameter("a citekey is empty (an unset variable?); give the "
+                                 "citekeys of the documents to delete")
+    return citekeys
+
+
 @app.command()
 def delete(
-    citekeys: Annotated[list[str], typer.Argument(help="Citekeys of the documents to delete.")],
+    citekeys: Annotated[list[str], typer.Argument(help="Citekeys of the documents to delete.",
+                                                  callback=_citekeys_given)],
     collection: CollectionOption = "default",
     dsn: DsnOption = None,
     json_out: JsonOption = False,

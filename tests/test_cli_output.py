@@ -1857,3 +1857,19 @@ def _command(group: Any, name: str) -> Any:
     for word in name.split():
         group = group.commands[word]
     return group
+
+
+@pytest.mark.parametrize("keys", [[""], ["err-6358", " "]])
+def test_delete_of_an_empty_citekey_is_a_usage_error(sample_db: str, keys: list[str]) -> None:
+    """`delete ""` counted the empty key "not in collection" and exited 0; a citekey that
+    no document has is still that (test_demo)."""
+    from pgfunnel.cli.main import app
+
+    res = CliRunner().invoke(app, ["delete", *keys, "--dsn", sample_db])
+    assert res.exit_code == 2, res.output
+    text = " ".join(res.output.replace("│", " ").split())
+    assert "Invalid value for 'CITEKEYS...': a citekey is empty" in text
+    with psycopg.connect(sample_db) as conn:
+        row = conn.execute("select count(*) from pgfunnel.document where citekey = 'err-6358'"
+                           ).fetchone()
+    assert row is not None and row[0] == 1  # nothing was deleted
