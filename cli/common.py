@@ -22,6 +22,7 @@ from typer.core import TyperCommand, TyperGroup
 from pgfunnel.errors import (
     ConfigError,
     ModelLoadError,
+    NotFoundError,
     PgfunnelError,
     escape_controls,
     unicode_problem,
@@ -445,6 +446,10 @@ def handle_errors(flags: Mapping[str, str] | None = None,
         if isinstance(exc, ConfigError) and exc.parameter in flags:
             # the library's "or None" is, on the command line, the flag left out
             said = f"{flags[exc.parameter]}: {exc.detail.replace(' or None', ' or left out')}"
+        elif isinstance(exc, NotFoundError) and exc.parameter is not None \
+                and exc.parameter in flags:
+            # a version number typed as an argument is named as the usage line names it
+            said = f"{flags[exc.parameter]}: {exc.detail}"
         elif isinstance(exc, ModelLoadError) and exc.setting in flags:
             said = f"{flags[exc.setting]}: {str(exc).removeprefix(exc.setting + '=')}"
         labelled("error", "red", with_kept(str(said)))

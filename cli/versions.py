@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from pgfunnel.versions import QueryDiff
 
 VersionArg = Annotated[int, typer.Argument(help="Version number (as `versions list` shows it).")]
+# the library's parameter, named as the usage line names the argument
+VERSION_FLAGS = {"version": "VERSION"}
 
 
 class VersionNumberCommand(TyperCommand):
@@ -408,7 +410,8 @@ def activate_cmd(version: VersionArg, collection: CollectionOption = "default",
 
     _quiet()
     again = f"pgfunnel versions activate {version} -c {shlex.quote(collection)}"
-    with handle_errors(interrupted=_switch_interrupted(dsn, collection, again, version, [])), \
+    with handle_errors(VERSION_FLAGS,
+                       interrupted=_switch_interrupted(dsn, collection, again, version, [])), \
             connect(dsn, autocommit=True) as conn:
         act = versions.activate(conn, collection, version)
     _print_activation(act, json_out)
@@ -445,7 +448,7 @@ def retire_cmd(version: VersionArg, collection: CollectionOption = "default",
     from pgfunnel import versions
     from pgfunnel.db import connect
 
-    with handle_errors(), connect(dsn, autocommit=True) as conn:
+    with handle_errors(VERSION_FLAGS), connect(dsn, autocommit=True) as conn:
         info = versions.retire(conn, collection, version)
     if json_out:
         emit_json(info.to_json())
@@ -478,7 +481,8 @@ def drop_cmd(version: VersionArg, collection: CollectionOption = "default",
                     f"{version} -c {shlex.quote(collection)}` finishes it")
         return f"nothing was dropped; version {version} of {collection!r} is as it was"
 
-    with handle_errors(interrupted=after_interrupt), connect(dsn, autocommit=True) as conn:
+    with handle_errors(VERSION_FLAGS, interrupted=after_interrupt), \
+            connect(dsn, autocommit=True) as conn:
         info = versions.drop(conn, collection, version)
     if json_out:
         emit_json({"dropped": info.version, "id": info.id, "collection": collection})
@@ -561,7 +565,8 @@ def compare_cmd(
     _quiet()
     if (queries is None) == (last is None):
         raise typer.BadParameter("give exactly one of --queries FILE or --last N")
-    with handle_errors({"k": "--k", "last": "--last", "n": "--last", "queries": "--queries",
+    with handle_errors({"version_a": "VERSION_A", "version_b": "VERSION_B",
+                        "k": "--k", "last": "--last", "n": "--last", "queries": "--queries",
                         "principals": "--principal", "tenant": "--tenant"}), \
             connect(dsn, autocommit=True) as conn:
         versions.require_pin_privilege(conn)

@@ -178,7 +178,16 @@ class ConnectionFailedError(PgfunnelError):
 
 
 class NotFoundError(PgfunnelError):
-    """A named collection, index version or document does not exist."""
+    """A named collection, index version or document does not exist.
+
+    ``parameter`` names the argument whose value named nothing (``version``) where one
+    did, and ``detail`` is then the message without it: a caller that names the argument
+    its own way (the CLI: ``VERSION``) says it so."""
+
+    def __init__(self, message: str, *, parameter: str | None = None) -> None:
+        self.parameter = parameter
+        self.detail = message
+        super().__init__(f"{parameter}: {message}" if parameter else message)
 
 
 class AccessError(PgfunnelError):

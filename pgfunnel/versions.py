@@ -241,7 +241,8 @@ def _db(conn: psycopg.Connection[Any], fn: Callable[[], _R]) -> _R:
         return _translated(fn)()
 
 
-def _version_row(conn: psycopg.Connection[Any], coll_id: int, version: int) -> VersionInfo:
+def _version_row(conn: psycopg.Connection[Any], coll_id: int, version: int,
+                 parameter: str = "version") -> VersionInfo:
     for info in _versions(conn, coll_id):
         if info.version == version:
             return info
@@ -249,8 +250,9 @@ def _version_row(conn: psycopg.Connection[Any], coll_id: int, version: int) -> V
     row = conn.execute("select name from pgfunnel.collection where id = %s",
                        (coll_id,)).fetchone()
     name = row[0] if row else str(coll_id)
-    raise NotFoundError(f"version: collection {name!r} has no index version {version} "
-                        f"(`pgfunnel versions list -c {shlex.quote(name)}` shows them)")
+    raise NotFoundError(f"collection {name!r} has no index version {version} "
+                        f"(`pgfunnel versions list -c {shlex.quote(name)}` shows them)",
+                        parameter=parameter)
 
 
 def _versions(conn: psycopg.Connection[Any], coll_id: int) -> list[VersionInfo]:
@@ -1410,7 +1412,9 @@ def _catch_up_compared(conn: psycopg.Connection[Any], collection: str,
         coll_id = require_collection(conn, collection)
         # a reader is told what it lacks before anything is written (as the pin tells it)
         require_pin_privilege(conn)
-        return [_version_row(conn, coll_id, n) for n in dict.fromkeys(numbers)]
+        # each named by compare's argument that gave it (the same number twice: version_a)
+        named = {numbers[-1]: "version_b", numbers[0]: "version_a"}
+        return [_version_row(conn, coll_id, n, named[n]) for n in dict.fromkeys(numbers)]
 
     found = _db(conn, infos)
     # a building version is refused by the search that follows; a version being dropped

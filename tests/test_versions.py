@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from pgfunnel import versions
 from pgfunnel.db import connect
-from pgfunnel.errors import ConfigError, ConflictError, PgfunnelError
+from pgfunnel.errors import ConfigError, ConflictError, NotFoundError, PgfunnelError
 from pgfunnel.search import Funnel
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -447,7 +447,7 @@ def test_bad_options_are_config_errors(sample_db: str) -> None:
     # (the DSN from PGFUNNEL_DSN: a typed one is added to the hint, test_cli_hints.py)
     res = CliRunner().invoke(app, ["versions", "drop", "9"],
                              env={"COLUMNS": "300", "PGFUNNEL_DSN": sample_db})
-    assert res.exit_code == 1 and ("error: version: collection 'default' has no index "
+    assert res.exit_code == 1 and ("error: VERSION: collection 'default' has no index "
                                    "version 9 (`pgfunnel versions list -c default` shows "
                                    "them)") in res.output, res.output
     with connect(sample_db, autocommit=True) as conn:
@@ -1970,3 +1970,32 @@ def test_a_dense_only_eval_search_is_replayed_without_its_text(sample_db: str,
         cmp = versions.compare(conn, "default", 1, 2, [logged], k=5)
     # the dense leg alone reads the same vectors on both versions: identical
     assert cmp.per_query[0].legs == "dense" and cmp.per_query[0].identical, cmp
+
+
+def test_a_version_that_does_not_exist_is_named_as_it_was_given(sample_db: str,
+                                                                 tmp_path: Path) -> None:
+    """The CLI said "version: collection 'default' has no index version 9", the library's
+    parameter; it names the argument as the usage line does (VERSION, VERSION_B), and the
+    library names its own parameter (compare's version_b, not version)."""
+    from pgfunnel.cli.main import app
+
+    with connect(sample_db, autocommit=True) as conn:
+        with pytest.raises(NotFoundError, match="^version: collection 'default' has no index "
+                                                "version 9 ") as info:
+            versions.retire(conn, "default", 9)
+        assert info.value.parameter == "version"
+        with pytest.raises(NotFoundError, match="^version_b: collection 'default' has no "
+                                                "index version 9 "):
+            versions.compare(conn, "default", 1, 9, ["refund"])
+    env = {"COLUMNS": "300", "PGFUNNEL_DSN": sample_db}
+    for command in (["activate", "9"], ["retire", "9"], ["drop", "9"]):
+        res = CliRunner().invoke(app, ["versions", *command], env=env)
+        assert res.exit_code == 1, res.output
+        assert "error: VERSION: collection 'default' has no index version 9" in res.output
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"query": "refund"}\n')
+    for pair, named in ((["9", "1"], "VERSION_A"), (["1", "9"], "VERSION_B")):
+        res = CliRunner().invoke(app, ["versions", "compare", *pair, "--queries",
+                                       str(queries)], env=env)
+        assert res.exit_code == 1, res.output
+        assert f"error: {named}: collection 'default' has no index version 9" in res.output
