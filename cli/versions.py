@@ -296,8 +296,18 @@ def list_cmd(collection: CollectionOption = "default", dsn: DsnOption = None,
         # settings than the active version's, so the list names the one that resumes it
         interrupted = building if building and versions.lock_holder(
             conn, require_collection(conn, collection)) is None else []
+    # what the text output says on stderr (the interrupted builds first), by version; in
+    # --json each version's `notes`: they were left out of it
+    notes = [(info.version, f"version {info.version} is not being built (its reindex was "
+                            f"interrupted): {versions.resume_hint(collection, info)}")
+             for info in interrupted]
+    notes += [(i.version, f"the drop of version {i.version} did not finish, and it cannot "
+                          f"be activated; `pgfunnel versions drop {i.version} -c "
+                          f"{shlex.quote(collection)}` finishes it")
+              for i in infos if i.params.get("dropping")]
     if json_out:
-        emit_json([i.to_json() for i in infos])
+        emit_json([{**i.to_json(), "notes": [said for n, said in notes if n == i.version]}
+                   for i in infos], ("notes",))
         return
     rows = []
     for i in infos:
@@ -315,7 +325,6 @@ def list_cmd(collection: CollectionOption = "default", dsn: DsnOption = None,
                                     else idx),
                      "activated": f"{i.activated_at:%Y-%m-%d %H:%M}" if i.activated_at else "-",
                      "retired": f"{i.retired_at:%Y-%m-%d %H:%M}" if i.retired_at else "-"})
-    unfinished = [i.version for i in infos if i.params.get("dropping")]
     table = Table(title=f"index versions of {collection!r}", title_justify="left")
     for col in rows[0] if rows else ("version", "state", "model"):
         table.add_column(col, no_wrap=True)
@@ -335,13 +344,8 @@ def list_cmd(collection: CollectionOption = "default", dsn: DsnOption = None,
             out.print(f"  version {row['version']} ({row['state']}): {rest}",
                       highlight=False, soft_wrap=True)
     # notes on stderr: `versions list | grep ready` gets the versions alone
-    for info in interrupted:
-        labelled("note", "yellow", f"version {info.version} is not being built (its reindex "
-                 f"was interrupted): {versions.resume_hint(collection, info)}")
-    for number in unfinished:
-        labelled("note", "yellow", f"the drop of version {number} did not finish, and it "
-                 f"cannot be activated; `pgfunnel versions drop {number} -c "
-                 f"{shlex.quote(collection)}` finishes it")
+    for _, said in notes:
+        labelled("note", "yellow", said)
 
 
 def _print_activation(act: Any, json_out: bool) -> None:

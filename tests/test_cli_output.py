@@ -1749,6 +1749,13 @@ def test_reindex_and_versions_print_results_on_stdout_and_notes_on_stderr(
         assert res.exit_code in (0, 3), res.output
         json.loads(res.stdout)
         assert res.stderr == "", res.stderr
+    # versions list --json left out the notes the text output gives: each version has its
+    # own, with the --dsn typed, as in the text
+    res = CliRunner().invoke(app, ["versions", "list", "--dsn", sample_db, "--json"], env=env)
+    said = {v["version"]: v["notes"] for v in json.loads(res.stdout)}
+    assert said[1] == [], said
+    assert said[2] == [notes[1].removeprefix("note: ")], said
+    assert said[3] == [notes[0].removeprefix("note: ")], said
 
 
 def test_eval_prints_its_tables_on_stdout_and_where_it_wrote_them_on_stderr(
