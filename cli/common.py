@@ -375,19 +375,23 @@ DsnOption = Annotated[
 ]
 
 
-def _collection_given(value: str) -> str:
-    """``--collection`` checked as it is read, alike for every command: an empty or blank
-    name was "must be a non-empty name" to search but "collection '' does not exist" to
-    versions list, delete and rollback."""
+def collection_given(param: typer.CallbackParam, value: str) -> str:
+    """A collection's name (``--collection``, drop-collection's COLLECTION) checked as it
+    is read, alike for every command: an empty or blank name was "must be a non-empty
+    name" to search but "collection '' does not exist" to versions list, delete and
+    rollback."""
     if not value.strip():
-        labelled("error", "red", f"--collection: must be a non-empty name, got {value!r}")
+        # an argument as the usage line names it
+        named = "--collection" if param.param_type_name == "option" else \
+            (param.name or "collection").upper()
+        labelled("error", "red", f"{named}: must be a non-empty name, got {value!r}")
         raise typer.Exit(EXIT_ERROR)
     return value
 
 
 CollectionOption = Annotated[
     str, typer.Option("--collection", "-c", help="Collection (named corpus) to work on.",
-                      callback=_collection_given)
+                      callback=collection_given)
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 

@@ -19,6 +19,7 @@ from pgfunnel.cli.common import (
     PrincipalOption,
     TenantOption,
     TidyHelpGroup,
+    collection_given,
     console,
     emit_json,
     given_path,
@@ -500,7 +501,8 @@ def drop_cmd(version: VersionArg, collection: CollectionOption = "default",
 
 @versions_app.command("drop-collection")
 def drop_collection_cmd(
-    collection: Annotated[str, typer.Argument(help="The collection to drop, whole.")],
+    collection: Annotated[str, typer.Argument(help="The collection to drop, whole.",
+                                              callback=collection_given)],
     yes: Annotated[bool, typer.Option("--yes", help="Confirm: every document, chunk, "
                                                     "version and trace of it goes.")] = False,
     dsn: DsnOption = None, json_out: JsonOption = False,

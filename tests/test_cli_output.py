@@ -1858,6 +1858,10 @@ def test_an_empty_collection_is_refused_alike_by_every_command(name: str) -> Non
         res = CliRunner().invoke(app, [*command.split(), "-c", name])
         assert res.exit_code == 1, (command, res.output)
         assert f"--collection: must be a non-empty name, got {name!r}" in res.output, command
+    # drop-collection takes the name as its argument: named so, by the same rule
+    res = CliRunner().invoke(app, ["versions", "drop-collection", name, "--yes"])
+    assert res.exit_code == 1, res.output
+    assert f"error: COLLECTION: must be a non-empty name, got {name!r}" in res.output
 
 
 def _command(group: Any, name: str) -> Any:
