@@ -242,7 +242,10 @@ class QueryTextCommand(TyperCommand):
                 raise
             # click's NoSuchOption, from click itself or the copy newer typers carry
             option = getattr(exc, "option_name", None)
-            if isinstance(option, str) and not getattr(exc, "possibilities", None):
+            # (an option typed without its value, "Option '-c' requires an argument", has
+            # an option_name too: it was told to put -- before it, "search -c -- ''")
+            if isinstance(option, str) and not getattr(exc, "possibilities", None) \
+                    and type(exc).__name__ == "NoSuchOption":
                 # embed's text is embedded, not searched for
                 verb = "embed" if ctx.info_name == "embed" else "search for"
                 exc.message = (  # type: ignore[attr-defined]

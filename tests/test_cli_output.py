@@ -1884,3 +1884,16 @@ def test_delete_of_an_empty_citekey_is_a_usage_error(sample_db: str, keys: list[
         row = conn.execute("select count(*) from pgfunnel.document where citekey = 'err-6358'"
                            ).fetchone()
     assert row is not None and row[0] == 1  # nothing was deleted
+
+
+@pytest.mark.parametrize("command", ["search", "explain", "embed"])
+def test_an_option_without_its_value_gets_no_query_text_hint(command: str) -> None:
+    """`search -c` was told "Option '-c' requires an argument.; to search for text that
+    starts with '-', put -- before it: pgfunnel search -c -- ''", a command searching ''."""
+    from pgfunnel.cli.main import app
+
+    res = CliRunner().invoke(app, [command, "-c"])
+    assert res.exit_code == 2
+    text = " ".join(res.output.replace("│", " ").split())
+    assert "Option '-c' requires an argument" in text, text
+    assert "put -- before it" not in text, text
