@@ -1242,7 +1242,9 @@ class Funnel:
         if skipped is None and query is not None:  # no text is a reason to skip, above
             ordered = rerank_pool(self.reranker, query, pool, depth)
         t2 = time.perf_counter()
-        timings["rerank"] = (t2 - t1) * 1000
+        if skipped is None:
+            # a skipped rerank has no time of its own (rerank_skipped_reason says why)
+            timings["rerank"] = (t2 - t1) * 1000
         with self._transaction(conn, p):
             notes: dict[str, Any] = {"rerank_skipped": skipped} if skipped and use_model else {}
             if transforms:

@@ -275,10 +275,12 @@ def test_gate_skips_the_model_and_says_so_in_the_trace(sample_conn: psycopg.Conn
                               (resp.search_id,)).fetchone()
     assert row is not None and row[0]["rerank_skipped"].startswith("gate")
     assert row[0]["rerank"] is False
+    # a skipped rerank took no time of its own: timings_ms had a `rerank` entry anyway
+    assert "rerank" not in resp.timings_ms and {"candidates", "final"} <= set(resp.timings_ms)
     # the gate off (default): the model runs
-    Funnel(sample_conn, embedder=embedder, reranker=counting).search(
+    ran = Funnel(sample_conn, embedder=embedder, reranker=counting).search(
         "refund annual plan", k=5, principals=[])
-    assert counting.calls == 1
+    assert counting.calls == 1 and ran.reranked and ran.timings_ms["rerank"] > 0
 
 
 def test_wrong_model_id_raises_naming_the_setting(tmp_path: Path) -> None:
