@@ -23,11 +23,15 @@ from pgfunnel.explain import (
     resolve_target,
 )
 from pgfunnel.search import Funnel, SearchParams
+from pgfunnel.versions import LOGGED_EMBEDDING_RECORDED, LOGGED_TEXT_SEARCHED
 
 _INT64 = 2**63 - 1
 
+# whether it had a query embedding (NULL: its row does not record it) and whether its
+# text was searched, by the rules versions compare --last replays a logged search by
 _LOG_SQL = ("select l.id, c.name, l.index_version_id, l.config, l.query_text, l.principals, "
-            "l.tenant, l.at, l.notes from pgfunnel.search_log l "
+            f"l.tenant, l.at, {LOGGED_EMBEDDING_RECORDED}, {LOGGED_TEXT_SEARCHED} "
+            "from pgfunnel.search_log l "
             "join pgfunnel.collection c on c.id = l.collection_id where l.id = %s")
 # a chunk deleted since keeps its trace row (no foreign key): no document to name then
 _TRACE_SQL = ("select t.chunk_id, t.lexical_rank, t.lexical_score, t.dense_rank, "
@@ -107,7 +111,8 @@ def _read_log(funnel: Funnel, conn: psycopg.Connection[Any], search_id: int,
                             "has that id (or it is not readable with these principals and "
                             "tenant); a search is logged only with trace=True (search "
                             "--trace)")
-    _, collection, version_id, config, query_text, principals, tenant, at, notes = row
+    _, collection, version_id, config, query_text, principals, tenant, at, had_vector, \
+        searched = row
     if collection != reader.collection:
         raise ConfigError("search_id", f"search {search_id} searched collection "
                           f"{collection!r}, not {reader.collection!r}: explain it with that "
@@ -130,12 +135,9 @@ def _read_log(funnel: Funnel, conn: psycopg.Connection[Any], search_id: int,
     else:
         pool = sorted(traced, key=lambda t: t.fused_rank)
     depth = config.get("rerank_depth")
-    had_vector = (notes or {}).get("query_embedding")
-    searched = not ((notes or {}).get("query_text_searched") is False
-                    or config.get("legs") == "dense")
     return _Logged(search_id, collection, int(version_id), config, query_text, p,
                    bool(reranked), depth if isinstance(depth, int) else None, pool,
-                   had_vector if isinstance(had_vector, bool) else None, searched), ids
+                   had_vector, bool(searched)), ids
 
 
 def _as_of(logged: Any, at: dt.datetime) -> dt.datetime:

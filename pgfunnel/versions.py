@@ -1459,14 +1459,17 @@ def last_queries(conn: psycopg.Connection[Any], collection: str, n: int) -> list
 #: whether a logged search had a query embedding: its notes record it (a row logged
 #: before they did: a guess from its trace, as explain's replay makes it: none of its
 #: candidates came from the dense leg, which returns its nearest rows whenever it runs)
+#: what the notes record of it, NULL where they do not (explain's replay reads this too)
+LOGGED_EMBEDDING_RECORDED = (
+    "case when jsonb_typeof(notes -> 'query_embedding') = 'boolean' "
+    "then (notes ->> 'query_embedding')::boolean end")
 _LOGGED_EMBEDDED = (
-    "coalesce(case when jsonb_typeof(notes -> 'query_embedding') = 'boolean' "
-    "then (notes ->> 'query_embedding')::boolean end, exists (select from "
+    f"coalesce({LOGGED_EMBEDDING_RECORDED}, exists (select from "
     "pgfunnel.search_trace t where t.search_id = sl.id and t.dense_rank is not null))")
 #: whether its text was given to the lexical leg: not when its notes say so
 #: (query_text_searched false), nor for an eval of a dense-only configuration logged
-#: before they did (its config's legs)
-_LOGGED_TEXT_SEARCHED = (
+#: before they did (its config's legs); explain's replay reads this too
+LOGGED_TEXT_SEARCHED = (
     "not (coalesce(notes -> 'query_text_searched' = 'false'::jsonb, false) "
     "or coalesce(config ->> 'legs' = 'dense', false))")
 
@@ -1493,7 +1496,7 @@ def _last_logged(conn: psycopg.Connection[Any], collection: str, n: int,
         "where collection_id = %s and query_text is not null and query_text <> '' "
         "and length(query_text) <= %s) l group by {cols}) s order by at desc limit %s"
     ).format(cols=listed, embedded=sql.SQL(_LOGGED_EMBEDDED),
-             searched=sql.SQL(_LOGGED_TEXT_SEARCHED)),
+             searched=sql.SQL(LOGGED_TEXT_SEARCHED)),
         (coll_id, MAX_QUERY_CHARS, n)).fetchall()
 
 
