@@ -226,9 +226,17 @@ begin
                     else (select string_agg(
                                      case when r.m[1] !~ ('^[' || chars || ']') then r.m[1]
                                           when char_length(r.m[1]) = 1 then ' ' || r.m[1] || ' '
-                                          else ' ' || (select string_agg(substr(r.m[1], g, 2), ' '
-                                                                         order by g)
-                                                         from generate_series(1, char_length(r.m[1]) - 1) g)
+                                          -- each character once, paired with the next:
+                                          -- substr(run, g, 2) walked the run from its start
+                                          -- for every g, so a run of n characters took n^2
+                                          -- steps (a query of 10,000 Chinese characters,
+                                          -- the most a search takes, over a second)
+                                          else ' ' || (select string_agg(p.a || p.b, ' '
+                                                                         order by p.g)
+                                                         from (select string_to_array(r.m[1], null)) as s(c),
+                                                              unnest(s.c[1:cardinality(s.c) - 1],
+                                                                     s.c[2:cardinality(s.c)])
+                                                                  with ordinality as p(a, b, g))
                                                || ' '
                                      end, '' order by r.ord)
                             from regexp_matches(i.txt, '[' || chars || ']+|[^' || chars || ']+', 'g')

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import time
 import unicodedata
 import warnings
 from collections import Counter
@@ -455,6 +456,26 @@ def test_v4_reads_chinese_and_japanese_as_pairs_of_characters(
     assert len(others) > 200
     for text in others + ["한국어 텍스트 검색"]:
         assert _terms(conn, text, analyzer) == _terms(conn, text, older), text
+
+
+def test_a_long_run_of_paired_characters_is_paired_in_time_linear_in_its_length(
+        conn: psycopg.Connection[Any]) -> None:
+    # each pair was cut out with substr(), which walks the run from its start: a query of
+    # 10,000 Chinese characters (the most a search takes) analysed in over a second, and
+    # a 40,000-character run of a document took some 16 s
+    rng = random.Random(11)
+    run = "".join(rng.choice("数据库索引的性能𠮷") for _ in range(40_000))
+    started = time.perf_counter()
+    terms = _terms(conn, run, "simple_v8")
+    elapsed = time.perf_counter() - started
+    assert terms == [run[i:i + 2] for i in range(len(run) - 1)]
+    assert elapsed < 4, f"{elapsed:.1f} s for a run of 40,000 characters"
+    # Thai and Hangul runs are paired the same way, by code point (a tone mark in two pairs)
+    thai = "ข้อมูล" * 500
+    assert _terms(conn, thai, "simple_v8") == [thai[i:i + 2] for i in range(len(thai) - 1)]
+    hangul = "데이터베이스를" * 300
+    assert _terms(conn, hangul, "simple_v8") == [hangul[i:i + 2]
+                                                 for i in range(len(hangul) - 1)]
 
 
 def test_a_chinese_word_finds_the_sentence_that_holds_it_under_v4(
