@@ -304,6 +304,8 @@ def quiet_local_loading(path: str | Path) -> Iterator[None]:
 # the lengths a vector may have (the SQL functions check the same bounds)
 VECTOR_NORM_MIN = 1e-12
 VECTOR_NORM_MAX = 1e12
+#: the most dimensions pgvector's vector type holds
+VECTOR_MAX_DIMENSIONS = 16_000
 
 
 def check_vector(vector: Any, dimensions: int | None = None,
@@ -339,6 +341,12 @@ def check_vector(vector: Any, dimensions: int | None = None,
         raise _invalid(f"must be a non-empty 1-D vector, got shape {tuple(arr.shape)}")
     if dimensions is not None and arr.size != dimensions:
         raise _invalid(f"has {arr.size} dimensions; the index version expects {dimensions}")
+    if arr.size > VECTOR_MAX_DIMENSIONS:
+        # pgvector refuses it as the argument is sent, before any pgfunnel SQL runs:
+        # "vector cannot have more than 16000 dimensions", a bare PgfunnelError naming
+        # no argument
+        raise _invalid(f"has {arr.size:,} dimensions; pgvector's vector holds at most "
+                       f"{VECTOR_MAX_DIMENSIONS:,}")
     if not np.all(np.isfinite(arr)):
         if np.any(np.isnan(arr)):
             raise _invalid("contains NaN values")

@@ -44,6 +44,8 @@ HOSTILE_VECTORS: list[Any] = [
     np.ones(DIM, dtype=bool), [True] * DIM,
     # past single precision: Inf once cast, and a Python int past any float
     [1e39] * DIM, [10**400] + [1] * (DIM - 1),
+    # more dimensions than pgvector's vector holds: its own error, naming no argument
+    np.ones(16_001),
 ]
 
 
@@ -123,6 +125,23 @@ def test_hostile_vectors_rejected_before_sql(corpus_db: str, vec: Any) -> None:
     dead.close()  # any SQL on it raises OperationalError, not InvalidVectorError
     with pytest.raises(InvalidVectorError):
         Funnel(dead, embedder=None).search("refund", query_embedding=vec)
+
+
+def test_a_vector_longer_than_pgvector_holds_is_named_in_python(corpus_db: str) -> None:
+    # pgvector refused it as the argument was sent: a bare PgfunnelError, "vector cannot
+    # have more than 16000 dimensions", which named neither the argument nor its class
+    with connect(corpus_db, autocommit=True) as conn:
+        with pytest.raises(InvalidVectorError) as err:
+            Funnel(conn, embedder=None).search("refund", query_embedding=np.ones(16_001))
+        assert err.value.parameter == "query_embedding"
+        assert str(err.value) == ("query_embedding: has 16,001 dimensions; pgvector's "
+                                  "vector holds at most 16,000")
+        _usable(conn)
+    # and from SQL, pgvector's own refusal, before funnel_search runs (docs/sql.md)
+    with connect(corpus_db, autocommit=True) as conn, \
+            pytest.raises(psycopg.errors.ProgramLimitExceeded, match="16000 dimensions"):
+        conn.execute("select * from funnel_search('refund', "
+                     "array_fill(0.5::real, array[16001])::vector)")
 
 
 def test_translate_names_the_setting_of_postgres_own_invalid_value(db: str) -> None:
