@@ -166,6 +166,19 @@ def _combine(funnel: Funnel, query: str, responses: list[SearchResponse],
 PLAN_ATTEMPTS = 3
 
 
+def _check_texts(texts: Sequence[str], name: Callable[[int], str]) -> None:
+    """Each of a plan's texts checked as a search checks its query text (length, NUL, a
+    lone surrogate), before the first of them is searched: each search commits its own
+    trace, so a text refused at the second part left the first part's search_log and
+    search_trace rows behind an error (and a lone surrogate was refused as "invalid input
+    syntax for type json", the plan's record of it, naming nothing)."""
+    from pgfunnel.search import query_text_problem
+
+    for i, text in enumerate(texts):
+        if (problem := query_text_problem(text)) is not None:
+            raise InvalidInputError(f"{name(i)}: {problem}")
+
+
 def _search_parts(funnel: Funnel, texts: Sequence[str], record: dict[str, Any],
                   params: dict[str, Any]) -> list[SearchResponse]:
     """Each of a plan's texts searched on its own, all of them from one index version.
@@ -219,7 +232,9 @@ def search_multi(funnel: Funnel, phrasings: Sequence[str], *, merge_rrf_k: int =
     # checked before any phrasing is searched, under its own name (rrf_k is the searches'
     # constant, also accepted here)
     merge_rrf_k = check_rrf_constant("merge_rrf_k", merge_rrf_k)
-    mq = multi_query(string_list(phrasings, "phrasings"), max_queries=max_queries)
+    given = string_list(phrasings, "phrasings")
+    _check_texts(given, lambda i: f"phrasings[{i}]")
+    mq = multi_query(given, max_queries=max_queries)
     if not mq.queries:
         raise InvalidInputError("phrasings: no usable phrasing (all empty or duplicates)")
     k, cap = _k_and_cap(funnel, params)
@@ -250,6 +265,10 @@ def search_decomposed(funnel: Funnel, query: str, *, max_parts: int = 3,
     """
     if not isinstance(query, str):
         raise InvalidInputError(f"query: must be a string, got {type(query).__name__}")
+    from pgfunnel.search import check_query_text
+
+    # before the split, which took seconds over a megabyte only to be refused part by part
+    check_query_text(query)
     if qualifiers is not None:
         # one string would be read character by character
         qualifiers = string_list(qualifiers, "qualifiers")
@@ -258,6 +277,9 @@ def search_decomposed(funnel: Funnel, query: str, *, max_parts: int = 3,
         with funnel.connection() as conn:
             qualifiers = _terms(collection_settings(conn, searched), "qualifiers")
     d = decompose(query, max_parts, qualifiers=qualifiers)
+    # a merged tail joins its questions with " and ", and can outgrow the query
+    _check_texts(d.parts, lambda i: f"query_text (part {i + 1} of {len(d.parts)} after "
+                                    f"decomposing it)")
     k, cap = _k_and_cap(funnel, params)
     record: dict[str, Any] = {"step": "decompose", "parts": list(d.parts), "reason": d.reason,
                               "merge": "round_robin", "max_parts": max_parts}

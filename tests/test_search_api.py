@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from pgfunnel.db import connect
-from pgfunnel.errors import ConfigError, ModelLoadError, RerankError
+from pgfunnel.errors import ConfigError, InvalidInputError, ModelLoadError, RerankError
 from pgfunnel.ingest import Ingester
 from pgfunnel.rerank import Reranker
 from pgfunnel.search import Funnel, Result, SearchParams
@@ -355,6 +355,44 @@ def test_search_decomposed_gives_each_part_its_share(sample_conn: psycopg.Connec
     assert [r.chunk_id for r in resp.results[:2]] == [tops[0][0].chunk_id, tops[1][0].chunk_id]
     whole = funnel.search_decomposed("terms and conditions", k=3, principals=[])
     assert whole.transforms[-1]["parts"] == ["terms and conditions"]
+
+
+def _log_rows(conn: psycopg.Connection[Any]) -> tuple[int, int]:
+    row = conn.execute("select (select count(*) from pgfunnel.search_log), "
+                       "(select count(*) from pgfunnel.search_trace)").fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def test_a_plan_refuses_a_text_before_any_of_its_traced_searches_runs(
+        sample_conn: psycopg.Connection[Any]) -> None:
+    # each of a plan's searches commits its own trace: a text refused at the second
+    # phrasing (or part) left the first one's search_log and search_trace rows behind
+    # the error, and a lone surrogate was refused as "invalid input syntax for type json"
+    funnel = Funnel(sample_conn, embedder=None)
+    before = _log_rows(sample_conn)
+    with pytest.raises(InvalidInputError,
+                       match=r"^phrasings\[1\]: is 12,000 characters long; a search takes "
+                             r"at most 10,000$"):
+        funnel.search_multi(["refund", "x " * 6000], k=3, trace=True)
+    with pytest.raises(InvalidInputError,
+                       match=r"^phrasings\[2\]: is not valid Unicode \(a lone surrogate"):
+        funnel.search_multi(["refund", "money back", "a\ud800"], k=3, trace=True)
+    # a merged tail joins its questions with " and ": a part can outgrow the query
+    many = "refund? and plan? " * 500
+    assert len(many) < 10_000
+    with pytest.raises(InvalidInputError,
+                       match=r"^query_text \(part 3 of 3 after decomposing it\): is 12,969 "):
+        funnel.search_decomposed(many, k=3, trace=True)
+    # a megabyte is refused before the split, which took seconds over it
+    started = time.perf_counter()
+    with pytest.raises(InvalidInputError, match=r"^query_text: is 1,080,000 characters long"):
+        funnel.search_decomposed("refund? and plan? " * 60_000, k=3, trace=True)
+    assert time.perf_counter() - started < 1
+    assert _log_rows(sample_conn) == before
+    # the plans still trace what they search
+    funnel.search_multi(["refund", "money back"], k=3, trace=True)
+    assert _log_rows(sample_conn)[0] == before[0] + 2
 
 
 def test_guarded_rewrite_keeps_err_code_or_falls_back(sample_conn: psycopg.Connection[Any],
