@@ -144,6 +144,33 @@ def test_a_vector_longer_than_pgvector_holds_is_named_in_python(corpus_db: str) 
                      "array_fill(0.5::real, array[16001])::vector)")
 
 
+@pytest.mark.parametrize("argument, said", [
+    ("tenant => 42", "function funnel_search(unknown, tenant => integer) does not exist"),
+    ("k => 5.5", "function funnel_search(unknown, k => numeric) does not exist"),
+    ("trace => 1", "function funnel_search(unknown, trace => integer) does not exist"),
+    ("query_embedding => '[1,2]'::halfvec",
+     "function funnel_search(unknown, query_embedding => halfvec) does not exist"),
+    ("query_embedding => array[1.0, 2.0]::float8[]",
+     "function funnel_search(unknown, query_embedding => double precision[]) does not exist"),
+    ("principals => 'alice'", 'malformed array literal: "alice"'),
+    ("weights => '1,0.5'", 'malformed array literal: "1,0.5"'),
+    ("as_of => 'last week'",
+     'invalid input syntax for type timestamp with time zone: "last week"'),
+    ("metadata_filter => 'plan=annual'", "invalid input syntax for type json"),
+    ("k => 'ten'", 'invalid input syntax for type integer: "ten"'),
+])
+def test_a_value_of_no_type_the_parameter_takes_is_postgres_own_error_as_documented(
+        corpus_db: str, argument: str, said: str) -> None:
+    # docs/sql.md quotes these: Postgres refuses them before funnel_search runs, so no
+    # pgfunnel check can name the parameter; the page says what each means and the fix
+    with connect(corpus_db, autocommit=True) as conn:
+        with pytest.raises(psycopg.Error) as err:
+            conn.execute(psycopg.sql.SQL("select * from funnel_search('refund', {})")
+                         .format(psycopg.sql.SQL(argument)))
+        assert str(err.value).splitlines()[0] == said
+        _usable(conn)
+
+
 def test_translate_names_the_setting_of_postgres_own_invalid_value(db: str) -> None:
     # translate() of Postgres' own 22023 ('invalid value for parameter "statement_timeout":
     # "abc"') made a ConfigError whose .parameter was that whole first half of the message
