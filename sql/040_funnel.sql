@@ -392,9 +392,20 @@ begin
 
     if query_embedding is not null then
         if @vector_schema@.vector_dims(query_embedding) <> dims then
-            perform pgfunnel._bad_vector('query_embedding',
-                format('has %s dimensions; the active index version of %L expects %s',
-                       @vector_schema@.vector_dims(query_embedding), collection, dims));
+            -- most often a vector from another model: the hint names the one to use, read
+            -- here rather than with the version above, which every search pays for
+            raise exception using errcode = '2200G',
+                message = format('query_embedding: has %s dimensions; the active index '
+                                 'version of %L expects %s',
+                                 @vector_schema@.vector_dims(query_embedding), collection, dims),
+                hint = format('embed the query with that version''s model, %s: `pgfunnel '
+                              'embed TEXT -c %s` prints the vector as a literal',
+                              (select v.embedding_model from pgfunnel.index_version v
+                                where v.id = version_id),
+                              -- as a shell reads it (shlex.quote's rule)
+                              case when collection ~ '^[A-Za-z0-9_./:@%+=,-]+$' then collection
+                                   else '''' || replace(collection, '''', '''"''"''') || ''''
+                              end);
         end if;
         q_norm := @vector_schema@.vector_norm(query_embedding);
         if q_norm = 0 then

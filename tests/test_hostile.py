@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from _security_helpers import DIM, Doc, ingest_docs, unit
+from _security_helpers import DIM, MODEL, Doc, ingest_docs, unit
 
 from pgfunnel.db import connect
 from pgfunnel.errors import (
@@ -232,6 +232,14 @@ def test_sql_rejects_zero_and_wrong_dim_vectors(corpus_db: str) -> None:
             assert type(translated) is InvalidVectorError
             assert translated.parameter == "query_embedding"
             assert str(translated) == str(raw.value.diag.message_primary)
+            # a vector of another length is most often another model's: psql shows the
+            # hint naming the version's model and how to embed with it
+            if vec.shape != (DIM,):
+                assert raw.value.diag.message_hint == (
+                    f"embed the query with that version's model, {MODEL}: `pgfunnel embed "
+                    "TEXT -c default` prints the vector as a literal")
+            else:
+                assert raw.value.diag.message_hint is None
             _usable(conn)
 
 
