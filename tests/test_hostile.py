@@ -171,6 +171,36 @@ def test_a_value_of_no_type_the_parameter_takes_is_postgres_own_error_as_documen
         _usable(conn)
 
 
+def test_an_as_of_without_a_time_zone_is_read_in_the_sessions_time_zone(
+        corpus_db: str) -> None:
+    # docs/sql.md and python-api.md: Postgres reads a time without an offset in the
+    # session's TimeZone, where a JSONL record's valid_from without one is read as UTC
+    import datetime as dt
+
+    with connect(corpus_db) as conn:
+        try:
+            conn.execute("update pgfunnel.document set valid_from = "
+                         "'2020-01-01 12:00:00+00' where citekey = 'd0007'")
+            conn.execute("set local timezone = 'Pacific/Kiritimati'")  # UTC+14
+            funnel = Funnel(conn, embedder=None)
+
+            def found(as_of: Any) -> bool:
+                results = funnel.search("topic 7", k=3, as_of=as_of).results
+                return "d0007" in [r.citekey for r in results]
+
+            assert found(dt.datetime(2020, 1, 1, 12, 30, tzinfo=dt.UTC))
+            # 12:30 there is 22:30 UTC the day before: the document is not valid yet
+            assert not found(dt.datetime(2020, 1, 1, 12, 30))
+            rows = conn.execute("select citekey from funnel_search('topic 7', k => 3, "
+                                "as_of => '2020-01-01 12:30')").fetchall()
+            assert ("d0007",) not in rows
+            rows = conn.execute("select citekey from funnel_search('topic 7', k => 3, "
+                                "as_of => '2020-01-01 12:30Z')").fetchall()
+            assert ("d0007",) in rows
+        finally:
+            conn.rollback()
+
+
 def test_translate_names_the_setting_of_postgres_own_invalid_value(db: str) -> None:
     # translate() of Postgres' own 22023 ('invalid value for parameter "statement_timeout":
     # "abc"') made a ConfigError whose .parameter was that whole first half of the message
