@@ -550,7 +550,10 @@ def compare_cmd(
                        "as of the time it searched as of, and as the reader it ran as unless "
                        "--principal or --tenant is given."
     )] = None,
-    k: Annotated[int, typer.Option("--k", "-k", help="Cutoff for overlap@k and nDCG@k.")] = 10,
+    k: Annotated[int | None, typer.Option(
+        "--k", "-k", help="Cutoff for overlap@k and nDCG@k, and the k each query is "
+                          "searched with (default 10; with --last, the k each search was "
+                          "logged with, which a --k given replaces).")] = None,
     show: Annotated[int, typer.Option(min=0, help="How many most-changed queries to list.")
                     ] = 10,
     collection: CollectionOption = "default",
@@ -630,6 +633,32 @@ def compare_cmd(
                       f"{'its trace' if one else 'their traces'} came from the dense leg, so "
                       f"{'it was' if one else 'they were'} replayed with the lexical leg "
                       "alone, a guess: a dense leg that found nothing visible looks the same"))
+    if cmp.config_guessed:
+        # as the legs' guess above is said: the defaults stand in for what was not logged
+        guessed_qs = [d for d in cmp.per_query if d.config_guessed]
+        one = len(guessed_qs) == 1
+        keys = [n for n in versions.LOGGED_SEARCH_PARAMS
+                if any(n in d.config_guessed for d in guessed_qs)]
+        defaults = ", ".join(f"{n} {_param_value(n, _default_param(n))}" for n in keys)
+        names = ", ".join(shown(repr(d.query)) for d in guessed_qs[:5])
+        notes.append(("note", f"{len(guessed_qs)} logged {'search' if one else 'searches'} "
+                      f"({names}{', ...' if len(guessed_qs) > 5 else ''}) "
+                      f"{'does' if one else 'do'} not record {', '.join(keys)} in "
+                      f"{'its' if one else 'their'} log (logged before pgfunnel recorded "
+                      f"{'it' if len(keys) == 1 else 'them'}; an eval's log does not keep "
+                      f"the k it cut at), so {'it was' if one else 'they were'} replayed "
+                      f"with the default{'s' if len(keys) > 1 else ''} ({defaults}), "
+                      "a guess"))
+    if cmp.overridden:
+        changed_qs = [d for d in cmp.per_query if d.overridden]
+        one = len(changed_qs) == 1
+        given = ", ".join(f"{_PARAM_FLAGS.get(n, n)} {_param_value(n, v)}"
+                          for n, v in cmp.overridden.items())
+        notes.append(("note", f"{len(changed_qs)} logged "
+                      f"{'search was' if one else 'searches were'} replayed with the "
+                      f"{given} given instead of what "
+                      f"{'it was' if one else 'they were'} logged with (each other search "
+                      "parameter as logged)"))
     if json_out:
         emit_json({**cmp.to_json(), "notices": [text for _, text in notes]}, ("notices",))
         return
@@ -644,9 +673,16 @@ def compare_cmd(
     # a query whose results only moved is not identical: said, so that the counts add up
     reordered = (f" ({cmp.reordered} more with the same results in a different order)"
                  if cmp.reordered else "")
-    out.print(f"{cmp.n_queries} queries, k={k}: mean overlap@{k} {cmp.mean_overlap:.3f}; "
-              f"{cmp.identical} identical top-{k}{reordered}; top-1 changed for "
-              f"{cmp.top1_changed}", soft_wrap=True)
+    if cmp.k is not None:
+        k_said, at = f"k={cmp.k}", str(cmp.k)
+    else:
+        # logged searches replayed with the k each was logged with, which differ
+        ks = sorted({d.k for d in cmp.per_query})
+        k_said, at = f"k as each search was logged ({ks[0]} to {ks[-1]})", "k"
+    out.print(f"{cmp.n_queries} queries, {k_said}: mean overlap@{at} "
+              f"{cmp.mean_overlap:.3f}; {cmp.identical} identical top-{at}{reordered}; "
+              f"top-1 changed for {cmp.top1_changed}", soft_wrap=True)
+    k = cmp.k
     if cmp.judged and cmp.ndcg_diff is not None:
         out.print(f"nDCG@{k}: version {version_a} {cmp.ndcg_a:.4f} -> version {version_b} "
                   f"{cmp.ndcg_b:.4f}; change {cmp.ndcg_diff:+.4f} "
@@ -662,16 +698,17 @@ def compare_cmd(
 
     if changed:
         table = Table(title="most changed queries", title_justify="left")
-        for col in ("query", f"overlap@{k}", "rank shift", f"only in {version_a}",
+        for col in ("query", f"overlap@{at}", "rank shift", f"only in {version_a}",
                     f"only in {version_b}"):
             table.add_column(col, overflow="fold")
         # a control character in a query or a citekey is shown, not sent to the terminal
         for d in changed:
-            table.add_row(shown(d.query + replayed_as(d)), f"{d.overlap:.2f}",
+            table.add_row(shown(d.query + replayed_as(d, cmp.k)), f"{d.overlap:.2f}",
                           f"{d.rank_shift:.1f}",
                           shown(", ".join(d.only_a[:3])) or moved(d),
                           shown(", ".join(d.only_b[:3])))
-        print_table(table, [f"{d.query!r}{shown(replayed_as(d))}: overlap@{k} {d.overlap:.2f}; "
+        print_table(table, [f"{d.query!r}{shown(replayed_as(d, cmp.k))}: "
+                            f"overlap@{d.k} {d.overlap:.2f}; "
                             f"rank shift {d.rank_shift:.1f}; "
                             + (moved(d) or
                                f"only in {version_a}: "
@@ -685,7 +722,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(versions_app, name="versions")
 
 
-def replayed_as(d: QueryDiff) -> str:
+def replayed_as(d: QueryDiff, k: int | None = None) -> str:
     """What a changed query's line adds of how it was replayed: the reader and the legs a
     logged search (--last) had; empty for a query searched as the command was asked."""
     # a text logged by two readers (--last) was two lines that read the same
@@ -697,7 +734,43 @@ def replayed_as(d: QueryDiff) -> str:
     # a text logged lexical-only and hybrid was two lines that read the same
     if d.legs != "both":
         shown.append(f"{d.legs} leg only")
+    # and so was one logged with two configurations: the parameters not at their default
+    # (its k where the queries' cutoffs differ)
+    if d.config:
+        differ = [f"{n} {_param_value(n, v)}" for n, v in d.config.items()
+                  if not _same_default(n, v) and not (n == "k" and v == k)]
+        if differ:
+            shown.append(", ".join(differ))
     return f" ({'; '.join(shown)})" if shown else ""
+
+
+# the search parameters compare takes as options, by the library's name
+_PARAM_FLAGS = {"k": "--k"}
+
+
+def _default_param(name: str) -> Any:
+    from pgfunnel.search import SearchParams
+
+    return getattr(SearchParams(), name)
+
+
+def _same_default(name: str, value: Any) -> bool:
+    default = _default_param(name)
+    if isinstance(value, (list, tuple)) and isinstance(default, (list, tuple)):
+        return list(value) == list(default)
+    return bool(value == default)
+
+
+def _param_value(name: str, value: Any) -> str:
+    """A search parameter as a line says it: weights as ``1,0.2``, None as ``default``
+    (weights: chosen by the search for its query)."""
+    if value is None:
+        return "chosen per query" if name == "weights" else "default"
+    if isinstance(value, (list, tuple)):
+        return ",".join(f"{x:g}" if isinstance(x, float) else str(x) for x in value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
 
 
 __all__ = ["register", "EXIT_GATE"]

@@ -23,7 +23,11 @@ from pgfunnel.explain import (
     resolve_target,
 )
 from pgfunnel.search import Funnel, SearchParams
-from pgfunnel.versions import LOGGED_EMBEDDING_RECORDED, LOGGED_TEXT_SEARCHED
+from pgfunnel.versions import (
+    LOGGED_EMBEDDING_RECORDED,
+    LOGGED_SEARCH_PARAMS,
+    LOGGED_TEXT_SEARCHED,
+)
 
 _INT64 = 2**63 - 1
 
@@ -40,11 +44,9 @@ _TRACE_SQL = ("select t.chunk_id, t.lexical_rank, t.lexical_score, t.dense_rank,
               "from pgfunnel.search_trace t left join pgfunnel.chunk ch on ch.id = t.chunk_id "
               "left join pgfunnel.document d on d.id = ch.document_id "
               "where t.search_id = %s")
-#: the logged config's keys that are a replay's search parameters (the reader, the time
-#: and the collection come from the log row itself)
-_REPLAYED = ("k", "language", "metadata_filter", "fusion", "rrf_k", "weights",
-             "lexical_depth", "dense_depth", "overfetch", "per_source_cap", "ef_search",
-             "k1", "b")
+#: the logged config's keys that are a replay's search parameters, the ones versions
+#: compare --last replays a logged search with
+_REPLAYED = LOGGED_SEARCH_PARAMS
 
 
 class _Traced(NamedTuple):

@@ -1299,6 +1299,19 @@ class QueryDiff:
     #: before pgfunnel recorded it), so ``legs`` is a guess from its trace, as explain's
     #: replay makes it: lexical alone when no candidate came from the dense leg
     legs_guessed: bool = False
+    #: the cutoff of its overlap@k (and nDCG@k): the k it was searched with, which for a
+    #: logged search (``--last``) is the k it was logged with unless the caller gave one
+    k: int = 10
+    #: the search parameters a logged search (``--last``) was replayed with: those its
+    #: logged config records, then the caller's (which replace them), then the defaults
+    #: of those it does not record; None for queries that are not logged searches
+    config: dict[str, Any] | None = None
+    #: the parameters its logged config does not record (a row logged before pgfunnel
+    #: recorded them; the k of a search `pgfunnel eval` logged), replayed with their
+    #: defaults: a guess
+    config_guessed: list[str] = field(default_factory=list)
+    #: the parameters its logged config records that the caller's replaced (another value)
+    overridden: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -1306,7 +1319,9 @@ class Comparison:
     collection: str
     version_a: int
     version_b: int
-    k: int
+    #: the cutoff of overlap@k and nDCG@k; None when logged searches (``--last``) replayed
+    #: with the k each was logged with differ in it (each :attr:`QueryDiff.k` says its own)
+    k: int | None
     n_queries: int
     mean_overlap: float
     identical: int
@@ -1328,6 +1343,12 @@ class Comparison:
     #: logged searches (``--last``) replayed lexical-only by a guess (:attr:`QueryDiff.
     #: legs_guessed`), by query id
     legs_guessed: list[str] = field(default_factory=list)
+    #: logged searches replayed with a default for a parameter their config does not
+    #: record (:attr:`QueryDiff.config_guessed`), by query id
+    config_guessed: list[str] = field(default_factory=list)
+    #: the search parameters the caller gave that replaced a logged search's own (each
+    #: query's :attr:`QueryDiff.overridden` says which of its own), with the values given
+    overridden: dict[str, Any] = field(default_factory=dict)
     ndcg_a: float | None = None
     ndcg_b: float | None = None
     ndcg_diff: float | None = None
@@ -1346,7 +1367,8 @@ def search_pinned(conn: psycopg.Connection[Any], collection: str, version: int,
                   **params: Any) -> list[list[Any]]:
     """The funnel's results (no rerank) for each query on one version, as if it were active.
     ``readers``, one per query, adds that query's own parameters (its principals and
-    tenant, as a logged search ran) to ``params``; ``legs``, one per query, says what it
+    tenant, as a logged search ran, and the search parameters it was logged with, its k
+    among them) to ``params``, replacing theirs; ``legs``, one per query, says what it
     searches with: ``"both"`` (its text and its embedding), ``"lexical"`` (its text
     alone, no embedding) or ``"dense"`` (its embedding alone), as a logged search did."""
     if readers is not None and len(readers) != len(queries):
@@ -1386,9 +1408,10 @@ def search_pinned(conn: psycopg.Connection[Any], collection: str, version: int,
             for i, (q, vec) in enumerate(zip(queries, vectors, strict=True)):
                 own = {} if readers is None else dict(readers[i])
                 # a dense-only one (its text given to no lexical leg) without its text
+                # a query's own parameters (a logged search's k too) replace the others
                 out.append(funnel.search(None if modes[i] == "dense" else q,
-                                         query_embedding=vec, k=k,
-                                         **{**params, **own}).results)
+                                         query_embedding=vec,
+                                         **{"k": k, **params, **own}).results)
         return out
 
     return _db(conn, body)
@@ -1442,6 +1465,15 @@ def _catch_up_compared(conn: psycopg.Connection[Any], collection: str,
     return _db(conn, body)
 
 
+def _same_value(logged: Any, given: Any) -> bool:
+    """Whether a parameter the caller gives is the value a log records (JSON's list for
+    a tuple of weights, its 60 for 60.0)."""
+    if isinstance(logged, (list, tuple)) and isinstance(given, (list, tuple)):
+        return len(logged) == len(given) and all(
+            _same_value(a, b) for a, b in zip(logged, given, strict=True))
+    return bool(logged == given)
+
+
 @functools.lru_cache(maxsize=2)
 def _cached_embedder(model: str) -> Embedder:
     # compare embeds the queries once per version; two versions often share a model
@@ -1466,6 +1498,29 @@ LOGGED_EMBEDDING_RECORDED = (
 _LOGGED_EMBEDDED = (
     f"coalesce({LOGGED_EMBEDDING_RECORDED}, exists (select from "
     "pgfunnel.search_trace t where t.search_id = sl.id and t.dense_rank is not null))")
+#: the logged config's keys that are a replay's search parameters (the reader, the time
+#: and the collection come from the log row itself): `versions compare --last` and
+#: explain's replay search with them
+LOGGED_SEARCH_PARAMS = ("k", "language", "metadata_filter", "fusion", "rrf_k", "weights",
+                        "lexical_depth", "dense_depth", "overfetch", "per_source_cap",
+                        "ef_search", "k1", "b")
+#: the search parameters a logged config records, as a jsonb object: the keys above that
+#: it holds, but the k of a search `pgfunnel eval` logged, whose final() is given the
+#: pool's length as its k (the eval's own k is not logged); a key it lacks (a row logged
+#: before pgfunnel recorded it) is replayed with its default, and said to be guessed.
+#: funnel_search (which the Python search without a reranker runs) logs the weights it
+#: used, chosen by the query when none were given: its notes say whether they were given
+#: (weights_given), and where they do not (a row logged before they did), weights that
+#: are one of those the search chooses are not taken as given (the search chooses again)
+_LOGGED_PARAMS = (
+    "(select case when sl.notes -> 'weights_given' = 'false'::jsonb then p.params "
+    "|| '{\"weights\": null}'::jsonb when coalesce(sl.notes ? 'weights_given', false) "
+    "or sl.config ? 'trace' or p.params -> 'weights' not in ('[1, 0.7]'::jsonb, "
+    "'[1, 0.2]'::jsonb, '[0.7, 1]'::jsonb) then p.params else p.params - 'weights' end "
+    "from (select coalesce(jsonb_object_agg(e.key, e.value), '{}'::jsonb) as params "
+    "from jsonb_each(case when jsonb_typeof(sl.config) = 'object' then sl.config "
+    "else '{}'::jsonb end) e where e.key = any(%s::text[]) and not (e.key = 'k' and "
+    "coalesce(sl.notes ? 'judged_query', false))) p)")
 #: whether its text was given to the lexical leg: not when its notes say so
 #: (query_text_searched false), nor for an eval of a dense-only configuration logged
 #: before they did (its config's legs); explain's replay reads this too
@@ -1490,14 +1545,14 @@ def _last_logged(conn: psycopg.Connection[Any], collection: str, n: int,
     return conn.execute(sql.SQL(
         "select {cols}, at, guessed from (select {cols}, max(at) as at, "
         "bool_and(guessed) as guessed from (select query_text, principals, tenant, "
-        "config ->> 'as_of' as as_of, {embedded} as embedded, "
+        "config ->> 'as_of' as as_of, {params} as params, {embedded} as embedded, "
         "{searched} as text_searched, jsonb_typeof(notes -> 'query_embedding') "
         "is distinct from 'boolean' as guessed, at from pgfunnel.search_log sl "
         "where collection_id = %s and query_text is not null and query_text <> '' "
         "and length(query_text) <= %s) l group by {cols}) s order by at desc limit %s"
-    ).format(cols=listed, embedded=sql.SQL(_LOGGED_EMBEDDED),
+    ).format(cols=listed, params=sql.SQL(_LOGGED_PARAMS), embedded=sql.SQL(_LOGGED_EMBEDDED),
              searched=sql.SQL(LOGGED_TEXT_SEARCHED)),
-        (coll_id, MAX_QUERY_CHARS, n)).fetchall()
+        (list(LOGGED_SEARCH_PARAMS), coll_id, MAX_QUERY_CHARS, n)).fetchall()
 
 
 def _logged_as_of(text: str | None) -> dt.datetime | None:
@@ -1526,7 +1581,10 @@ class LoggedSearch(NamedTuple):
     records no query embedding; ``"dense"`` when its text was not given to the lexical
     leg, ``notes.query_text_searched`` false), with ``legs_guessed`` when the row does
     not record the embedding and the legs were guessed from its trace, as explain's
-    replay guesses them."""
+    replay guesses them. ``config`` holds the search parameters its logged config records
+    (:data:`LOGGED_SEARCH_PARAMS`: fusion, weights, depths, overfetch, per_source_cap, k,
+    k1, b, ...), which :func:`compare` replays it with; None (one made by hand without
+    them) replays it with the comparison's parameters."""
 
     query_text: str
     principals: tuple[str, ...]
@@ -1534,6 +1592,7 @@ class LoggedSearch(NamedTuple):
     as_of: dt.datetime | None = None
     legs: str = "both"
     legs_guessed: bool = False
+    config: dict[str, Any] | None = None
 
 
 @rows_by_position
@@ -1547,14 +1606,15 @@ def last_searches(conn: psycopg.Connection[Any], collection: str,
     compared as identical, and a search as of another time, or one made before a
     document was withdrawn, searched the documents valid now. Texts a search could not
     take are left out, as by :func:`last_queries`. One text searched with other legs (with
-    and without a query embedding) is two searches."""
+    and without a query embedding), or with another configuration (fusion, k, ...), is
+    two searches."""
     return [LoggedSearch(str(t), tuple(p or ()), None if tn is None else str(tn),
                          _logged_as_of(None if a is None else str(a)) or at,
                          "dense" if not searched else "both" if embedded else "lexical",
-                         bool(guessed) and not embedded)
-            for t, p, tn, a, embedded, searched, at, guessed in _last_logged(
+                         bool(guessed) and not embedded, dict(params or {}))
+            for t, p, tn, a, params, embedded, searched, at, guessed in _last_logged(
                 conn, collection, n, ("query_text", "principals", "tenant", "as_of",
-                                      "embedded", "text_searched"))]
+                                      "params", "embedded", "text_searched"))]
 
 
 def read_query_file(path: str | Path) -> tuple[list[Any], bool]:
@@ -1599,17 +1659,24 @@ def read_query_file(path: str | Path) -> tuple[list[Any], bool]:
 
 @rows_by_position
 def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, version_b: int,
-            queries: Sequence[Any], *, k: int = 10, n_resamples: int = 2000,
+            queries: Sequence[Any], *, k: int | None = None, n_resamples: int = 2000,
             **params: Any) -> Comparison:
     """What users would see differently: overlap@k per query between two versions, and with
     judged queries (:class:`~pgfunnel.eval.qrels.JudgedQuery`) the nDCG@k change with its
     paired-bootstrap 95% interval. A judged query with a history is made stand-alone first,
-    as `pgfunnel eval` does by default, so both give a version the same nDCG@k."""
+    as `pgfunnel eval` does by default, so both give a version the same nDCG@k.
+
+    A logged search (:class:`LoggedSearch` with its ``config``) is replayed with the search
+    parameters it was logged with, its k (the cutoff of its overlap@k) among them; ``k``
+    and the search parameters given in ``params`` replace them (said per query in
+    :attr:`QueryDiff.overridden`), and a parameter its log does not record takes its
+    default (:attr:`QueryDiff.config_guessed`). ``k`` None: 10, or a logged search's own."""
     from pgfunnel.eval.harness import Harness, standalone_query
     from pgfunnel.eval.metrics import collapse_to_documents, paired_bootstrap, score_run
     from pgfunnel.eval.qrels import JudgedQuery, judging_level
+    from pgfunnel.search import SearchParams
 
-    if k < 1:
+    if k is not None and k < 1:
         raise ConfigError("k", f"must be at least 1, got {k}")
     if not queries:
         raise InvalidInputError("queries: no queries to compare on")
@@ -1621,7 +1688,8 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
         # looked up as the searches' reader: the docs promise both tools one nDCG@k, and
         # compare scored `guides/setup.md` as never found where eval found it
         jq = [q for q in queries if isinstance(q, JudgedQuery)]
-        reader = Harness(conn, collection, k=k, principals=params.get("principals") or (),
+        reader = Harness(conn, collection, k=10 if k is None else k,
+                         principals=params.get("principals") or (),
                          tenant=params.get("tenant"), embedder=None)
         jq, respelled, missing = reader.with_citekey_spellings(conn, jq, judging_level(jq))
         queries = jq
@@ -1648,16 +1716,47 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
     # compared as a hybrid one, its text embedded
     legs = [q.legs if isinstance(q, LoggedSearch) else "both" for q in queries]
     guessed = [isinstance(q, LoggedSearch) and q.legs_guessed for q in queries]
+    # and with the configuration it was logged with (it was replayed with the caller's, so
+    # a search made with rrf, or k 3, was compared as another search): the parameters the
+    # caller gives replace the logged ones, and one the log lacks takes its default
+    given = {**{n: params[n] for n in LOGGED_SEARCH_PARAMS if n in params},
+             **({} if k is None else {"k": k})}
+    defaults = SearchParams()
+    configs: list[dict[str, Any] | None] = []
+    config_guessed: list[list[str]] = []
+    overridden: list[list[str]] = []
+    for q in queries:
+        logged = q.config if isinstance(q, LoggedSearch) else None
+        if logged is None:
+            configs.append(None)
+            config_guessed.append([])
+            overridden.append([])
+            continue
+        own = {n: logged[n] for n in LOGGED_SEARCH_PARAMS if n in logged}
+        replay = {n: given[n] if n in given else own[n] if n in own
+                  else getattr(defaults, n) for n in LOGGED_SEARCH_PARAMS}
+        if replay["fusion"] != "rrf" and "rrf_k" not in given:
+            # every log records rrf_k (60 by default), which a search fused otherwise
+            # never read, and which a search refuses beside another fusion
+            del replay["rrf_k"]
+        configs.append(replay)
+        config_guessed.append([n for n in replay if n not in own and n not in given])
+        overridden.append([n for n in replay if n in own and n in given
+                           and not _same_value(own[n], given[n])])
+    cutoffs = [int(c["k"]) if c is not None else 10 if k is None else k for c in configs]
+    own_params = None if readers is None else [
+        {**r, **(c or {})} for r, c in zip(readers, configs, strict=True)]
     caught_up = _catch_up_compared(conn, collection, (version_a, version_b))
-    res_a = search_pinned(conn, collection, version_a, texts, k=k, readers=readers,
-                          legs=legs, **params)
-    res_b = search_pinned(conn, collection, version_b, texts, k=k, readers=readers,
-                          legs=legs, **params)
+    res_a = search_pinned(conn, collection, version_a, texts, k=10 if k is None else k,
+                          readers=own_params, legs=legs, **params)
+    res_b = search_pinned(conn, collection, version_b, texts, k=10 if k is None else k,
+                          readers=own_params, legs=legs, **params)
     rank_a = {qid: [r.item_key for r in rs] for qid, rs in zip(ids, res_a, strict=True)}
     rank_b = {qid: [r.item_key for r in rs] for qid, rs in zip(ids, res_b, strict=True)}
     diffs: list[QueryDiff] = []
     for i, (qid, text) in enumerate(zip(ids, texts, strict=True)):
-        a, b = rank_a[qid][:k], rank_b[qid][:k]
+        cut = cutoffs[i]
+        a, b = rank_a[qid][:cut], rank_b[qid][:cut]
         denom = max(len(a), len(b))
         overlap = len(set(a) & set(b)) / denom if denom else 1.0
         at_b = {x: n for n, x in enumerate(b)}
@@ -1668,23 +1767,30 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
                                identical=a == b,
                                rank_shift=float(np.mean(shifts)) if shifts else 0.0,
                                legs=legs[i],
-                               legs_guessed=guessed[i]))
-    cmp = Comparison(collection, version_a, version_b, k, len(diffs),
+                               legs_guessed=guessed[i], k=cut, config=configs[i],
+                               config_guessed=config_guessed[i], overridden=overridden[i]))
+    cutoff = k if k is not None else cutoffs[0] if len(set(cutoffs)) == 1 else None
+    cmp = Comparison(collection, version_a, version_b, cutoff, len(diffs),
                      float(np.mean([d.overlap for d in diffs])),
-                     sum(1 for qid in ids if rank_a[qid][:k] == rank_b[qid][:k]),
+                     sum(1 for d in diffs if d.identical),
                      sum(1 for d in diffs if not d.top1_same), judged,
                      empty_in_both=sum(1 for qid in ids if not rank_a[qid] and not rank_b[qid]),
                      reordered=sum(1 for d in diffs if d.overlap == 1.0 and not d.identical),
                      judged_items_respelled=respelled, judged_items_missing=missing,
                      caught_up=caught_up,
-                     legs_guessed=[d.query_id for d in diffs if d.legs_guessed])
+                     legs_guessed=[d.query_id for d in diffs if d.legs_guessed],
+                     config_guessed=[d.query_id for d in diffs if d.config_guessed],
+                     overridden={n: given[n] for n in LOGGED_SEARCH_PARAMS
+                                 if any(n in d.overridden for d in diffs)})
     if judged:
         jq = list(queries)
         if judging_level(jq) == "document":
             rank_a = {q: collapse_to_documents(r) for q, r in rank_a.items()}
             rank_b = {q: collapse_to_documents(r) for q, r in rank_b.items()}
-        sa, sb = score_run(rank_a, jq, k), score_run(rank_b, jq, k)
-        name = f"ndcg@{k}"
+        # judged queries are no logged searches: one cutoff for all
+        at = cutoffs[0]
+        sa, sb = score_run(rank_a, jq, at), score_run(rank_b, jq, at)
+        name = f"ndcg@{at}"
         a_nd = {q: s[name] for q, s in sa.items()}
         b_nd = {q: s[name] for q, s in sb.items()}
         if a_nd:
@@ -1702,8 +1808,8 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
 
 
 __all__ = [
-    "Activation", "Comparison", "LoggedSearch", "ReindexResult", "Validation",
-    "ValidationFailed", "VersionInfo", "activate", "build_index", "catch_up",
+    "LOGGED_SEARCH_PARAMS", "Activation", "Comparison", "LoggedSearch", "ReindexResult",
+    "Validation", "ValidationFailed", "VersionInfo", "activate", "build_index", "catch_up",
     "cleanup_invalid_indexes", "compare", "drop", "last_queries", "last_searches",
     "list_versions", "lock_holder", "read_query_file", "reindex",
     "require_pin_privilege", "retire", "rollback", "search_pinned", "validate", "writer_lock",

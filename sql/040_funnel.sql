@@ -1158,9 +1158,13 @@ begin
                           -- whether the search had a query vector, which its trace cannot
                           -- tell when the dense leg found nothing (all filtered out) or a
                           -- reader may not read the trace: a replay of the logged search
-                          -- needs it. In the row's notes, outside the config and its hash
+                          -- needs it. In the row's notes, outside the config and its hash;
+                          -- so is whether weights were given: the config holds the weights
+                          -- used, and a replay (versions compare --last) of a search that
+                          -- let them be chosen must let them be chosen again
                           null, jsonb_build_object('query_embedding',
-                                                   query_embedding is not null)) f;
+                                                   query_embedding is not null,
+                                                   'weights_given', weights is not null)) f;
 end
 $$;
 

@@ -1535,9 +1535,9 @@ def test_compare_last_replays_each_search_as_of_the_time_it_searched(sample_db: 
                            "is null").fetchone()
         assert row is not None
         # the search made as of its own time: as of the time it ran
-        assert sorted(logged, key=lambda s: s.as_of or then) == [
-            versions.LoggedSearch("refund on an annual plan", (), None, then),
-            versions.LoggedSearch("refund on an annual plan", (), None, row[0])]
+        assert sorted((s[:4] for s in logged), key=lambda s: s[3] or then) == [
+            ("refund on an annual plan", (), None, then),
+            ("refund on an annual plan", (), None, row[0])]
         versions.reindex(conn, "default", analyzer="simple_v1")
     base = ["versions", "compare", "1", "2", "--last", "10", "--k", "5", "--json",
             "--dsn", sample_db]
@@ -1553,6 +1553,106 @@ def test_compare_last_replays_each_search_as_of_the_time_it_searched(sample_db: 
         assert readers[0]["as_of"].startswith("2020-03-01 12:00")
         assert readers[1]["as_of"] == str(row[0])
         assert ("principals" in readers[1]) is not bool(extra)
+
+
+def test_compare_last_replays_each_search_with_the_configuration_it_was_logged_with(
+        sample_db: str, embedder: Any) -> None:
+    # `--last` replayed every logged search with the caller's parameters (k 10, min-max,
+    # cap 3, ...): a search made with rrf, k 3 and cap 1 was compared as another search
+    from pgfunnel.cli.main import app
+
+    from pgfunnel.eval.harness import EvalConfig, Harness
+    from pgfunnel.eval.qrels import JudgedQuery
+
+    rrf = "refund on an annual plan"
+    with Funnel(sample_db, "default", embedder=embedder) as f:
+        resp = f.search(rrf, k=3, fusion="rrf", per_source_cap=1, trace=True)
+        seen = {r.item_key for r in resp.results}
+        f.search("reset my password", trace=True)  # the defaults
+    with connect(sample_db, autocommit=True) as conn:
+        # funnel_search called from SQL logs its own config (lexical alone: no vector)
+        conn.execute("select * from funnel_search('invoice address', null, k => 4, "
+                     "fusion => 'zscore', overfetch => 2, trace => true)").fetchall()
+    # an eval's search logs the pool's length as its k, not the eval's k
+    Harness(sample_db, "default", embedder=embedder, trace=True, k=5).run(
+        [JudgedQuery("e1", "cancel my subscription", "keyword", {"refunds-annual": 1})],
+        [EvalConfig.from_dict("rrf", {"fusion": "rrf", "overfetch": 8})])
+    with connect(sample_db, autocommit=True) as conn:
+        logged = {s.query_text: s for s in versions.last_searches(conn, "default", 10)}
+        assert logged[rrf].config is not None
+        assert {n: logged[rrf].config[n] for n in ("k", "fusion", "per_source_cap")} == {
+            "k": 3, "fusion": "rrf", "per_source_cap": 1}
+        sql_logged = logged["invoice address"].config
+        assert sql_logged is not None and (sql_logged["k"], sql_logged["fusion"],
+                                           sql_logged["overfetch"]) == (4, "zscore", 2)
+        eval_logged = logged["cancel my subscription"].config
+        assert eval_logged is not None and "k" not in eval_logged
+        assert (eval_logged["fusion"], eval_logged["overfetch"]) == ("rrf", 8)
+        versions.reindex(conn, "default", analyzer="simple_v1")
+        cmp = versions.compare(conn, "default", 1, 2, list(logged.values()))
+        by_text = {d.query: d for d in cmp.per_query}
+        d = by_text[rrf]
+        assert d.k == 3 and d.config is not None and d.config["fusion"] == "rrf", d
+        assert (d.config_guessed, d.overridden) == ([], []), d
+        # replayed on version 1 it returns what the logged search returned, and on version
+        # 2 what a search with its parameters returns there
+        assert set(d.only_a) <= seen, (d, seen)
+        (on_b,) = versions.search_pinned(conn, "default", 2, [rrf], k=3, fusion="rrf",
+                                         per_source_cap=1)
+        assert (seen - set(d.only_a)) | set(d.only_b) == {r.item_key for r in on_b}
+        assert by_text["invoice address"].k == 4 and by_text["invoice address"].legs == \
+            "lexical"
+        assert by_text["reset my password"].k == 10
+        # the eval's k is not logged: the default, said to be a guess
+        assert by_text["cancel my subscription"].config_guessed == ["k"]
+        assert cmp.config_guessed == [by_text["cancel my subscription"].query_id]
+        assert cmp.k is None  # 3, 4 and 10: each query's own cutoff
+        # funnel_search logs the weights it used, and its notes whether they were given:
+        # weights it chose are chosen again on the version compared, not fixed
+        assert logged["reset my password"].config is not None
+        assert logged["reset my password"].config["weights"] is None
+        weights = conn.execute("select config -> 'weights' from pgfunnel.search_log "
+                               "where query_text = 'reset my password'").fetchone()
+        assert weights is not None and weights[0] is not None
+        # a key a row logged before pgfunnel recorded it lacks: the default, a guess; so are
+        # the weights of a row that does not say whether they were given
+        conn.execute("update pgfunnel.search_log set config = config - 'per_source_cap' "
+                     "where query_text = %s", (rrf,))
+        conn.execute("update pgfunnel.search_log set notes = notes - 'weights_given'")
+        (old,) = [s for s in versions.last_searches(conn, "default", 10)
+                  if s.query_text == rrf]
+        again = versions.compare(conn, "default", 1, 2, [old], k=5)
+    (d,) = again.per_query
+    assert d.config is not None and d.config["per_source_cap"] == 3 and d.config["k"] == 5
+    assert d.config["weights"] is None
+    assert (d.config_guessed, d.overridden, again.overridden) == (
+        ["weights", "per_source_cap"], ["k"], {"k": 5}), d
+    # the CLI: a --k given replaces the logged k, and says so
+    base = ["versions", "compare", "1", "2", "--last", "10", "--dsn", sample_db]
+    env = {"COLUMNS": "300", "HF_HUB_OFFLINE": "1"}
+    res = CliRunner().invoke(app, [*base, "--json"], env=env)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output[res.output.index("{"):])
+    assert out["k"] is None and out["overridden"] == {}
+    per = {q["query"]: q for q in out["per_query"]}
+    assert (per[rrf]["k"], per[rrf]["config"]["fusion"]) == (3, "rrf")
+    assert per[rrf]["config_guessed"] == ["weights", "per_source_cap"]
+    assert per["cancel my subscription"]["config_guessed"] == ["k"]
+    assert any("replayed with the default" in n for n in out["notices"]), out["notices"]
+    res = CliRunner().invoke(app, [*base, "--k", "5"], env=env)
+    assert res.exit_code == 0, res.output
+    said = " ".join(res.output.split())
+    assert "4 queries, k=5: mean overlap@5" in said, said
+    assert ("note: 3 logged searches were replayed with the --k 5 given instead of what "
+            "they were logged with (each other search parameter as logged)") in said, said
+    # the eval's k is given now, no guess; what the older rows lack still is
+    guessed = said[said.index("note: 3 logged searches ("):]
+    assert guessed.index(") do not record weights, per_source_cap in their log (logged "
+                         "before pgfunnel recorded them; an eval's log does not keep the k it "
+                         "cut at), so they were replayed with the defaults (weights chosen "
+                         "per query, per_source_cap 3), a guess") > 0, said
+    assert all(repr(q) in guessed.split(")")[0]
+               for q in ("invoice address", "reset my password", rrf)), said
 
 
 def test_compare_last_replays_a_search_of_its_own_time_as_of_when_it_ran(
