@@ -637,6 +637,23 @@ def _weight(text: str) -> float:
     return value
 
 
+def in_range(minimum: int, maximum: int | None = None) -> Callable[[int | None], int | None]:
+    """A callback for an integer option with bounds, the one place they are said: typer's
+    own ``min=``/``max=`` answered "Input should be greater than or equal to 20", which
+    named neither the value typed nor this CLI's words for a range. A usage error (exit
+    2), in the words the library's range errors use: "must be between 1 and 1000, got 0"."""
+    def check(value: int | None) -> int | None:
+        if value is None:
+            return value
+        if maximum is not None and not minimum <= value <= maximum:
+            raise typer.BadParameter(f"must be between {minimum} and {maximum}, got {value}")
+        if value < minimum:
+            raise typer.BadParameter(f"must be at least {minimum}, got {value}")
+        return value
+
+    return check
+
+
 def given_path(text: str) -> Path:
     """A file or folder named on the command line. An empty one (`ingest "$DOCS"` with the
     variable unset) is refused: as a path it is '.', and ingest read the whole current

@@ -40,6 +40,7 @@ from pgfunnel.cli.common import (
     given_path,
     handle_errors,
     holds_password,
+    in_range,
     index_flags,
     labelled,
     leg_weights,
@@ -373,7 +374,7 @@ def ingest(
              "are read recursively.")],
     collection: CollectionOption = "default",
     chunk_words: Annotated[int, typer.Option(
-        min=20, help="Target chunk size in words (at least 20).")] = 200,
+        callback=in_range(20), help="Target chunk size in words (at least 20).")] = 200,
     model: Annotated[str | None, typer.Option(
         help="Embedding model for a new collection (default all-MiniLM-L6-v2, bundled). "
              "An existing collection uses its active index version's model; naming another "
@@ -757,7 +758,8 @@ DEMO_QUERIES = [
 @app.command()
 def demo(
     dsn: DsnOption = None,
-    k: Annotated[int, typer.Option("--k", "-k", min=1, max=1000, help="Results per query.")] = 5,
+    k: Annotated[int, typer.Option("--k", "-k", callback=in_range(1, 1000),
+                                   help="Results per query (1 to 1000).")] = 5,
 ) -> None:
     """Init, ingest the bundled help-center corpus, and show what each stage did."""
     import json

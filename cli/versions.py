@@ -24,6 +24,7 @@ from pgfunnel.cli.common import (
     emit_json,
     given_path,
     handle_errors,
+    in_range,
     index_flags,
     labelled,
     out,
@@ -554,8 +555,8 @@ def compare_cmd(
         "--k", "-k", help="Cutoff for overlap@k and nDCG@k, and the k each query is "
                           "searched with (default 10; with --last, the k each search was "
                           "logged with, which a --k given replaces).")] = None,
-    show: Annotated[int, typer.Option(min=0, help="How many most-changed queries to list.")
-                    ] = 10,
+    show: Annotated[int, typer.Option(callback=in_range(0),
+                                      help="How many most-changed queries to list.")] = 10,
     collection: CollectionOption = "default",
     principal: PrincipalOption = None,
     tenant: TenantOption = None,

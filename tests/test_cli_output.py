@@ -174,6 +174,37 @@ def test_a_weight_out_of_range_says_what_is_wrong(value: str, said: str) -> None
     assert "--lexical-weight" in text and said in text, text
 
 
+@pytest.mark.parametrize(("args", "said"), [
+    (["ingest", "x.md", "--chunk-words", "3"],
+     "Invalid value for '--chunk-words': must be at least 20, got 3"),
+    (["demo", "--k", "0"], "Invalid value for '--k' / '-k': must be between 1 and 1000, got 0"),
+    (["demo", "-k", "1001"],
+     "Invalid value for '--k' / '-k': must be between 1 and 1000, got 1001"),
+    (["versions", "compare", "1", "2", "--last", "5", "--show", "-1"],
+     "Invalid value for '--show': must be at least 0, got -1"),
+])
+def test_an_option_out_of_its_declared_range_names_the_value_typed(
+        args: list[str], said: str) -> None:
+    # typer's min=/max= said "Input should be greater than or equal to 20": neither the
+    # value typed nor this CLI's words for a range ("must be ..., got X")
+    from pgfunnel.cli.main import app
+
+    res = CliRunner().invoke(app, [*args, "--dsn", "bogus"], env={"COLUMNS": "200"})
+    assert res.exit_code == 2, res.output
+    text = " ".join(res.output.replace("│", " ").split())
+    assert said in text, text
+
+
+def test_no_option_declares_its_range_to_typer() -> None:
+    # the bounds are said by cli.common.in_range, one wording for every option
+    import re
+
+    for path in (Path(__file__).resolve().parent.parent / "cli").glob("*.py"):
+        text = path.read_text()
+        assert not re.search(r"typer\.(Option|Argument)\([^)]*\b(min|max)=", text), (
+            f"{path.name} declares a range to typer")
+
+
 def test_a_zero_lexical_weight_with_lexical_only_names_the_flags() -> None:
     # the search's own error named SQL's arguments: "{0,0.7} gives weight 0 to the lexical
     # leg, the only one this search can run (query_embedding is NULL)"
