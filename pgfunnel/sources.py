@@ -769,6 +769,29 @@ _BOMS = ((codecs.BOM_UTF32_LE, "utf-32", "UTF-32 (little-endian)", ("utf-32", "u
 _SAYS_NOTHING = re.compile(r"utf-(?:8|16|32)(?:-sig|-le|-be)?$")
 
 
+# what 8-bit text read two bytes at a time turns into: CJK ideographs and syllables,
+# Yi, private use; unassigned code points are counted apart (unicodedata)
+_WIDE_MOJIBAKE = ((0x2E80, 0x9FFF), (0xA000, 0xA4CF), (0xAC00, 0xD7AF), (0xE000, 0xFAFF))
+
+
+def _misread_as_wide(data: bytes, text: str, encoding: str) -> bool:
+    """Whether ``text``, ``data`` decoded in a UTF-16 or UTF-32 ``encoding`` given by the
+    user, is another encoding's bytes read two (four) at a time: decoding such bytes as
+    UTF-16 rarely fails, and stored CJK-looking mojibake without a word. Such text holds
+    no NUL byte (any ASCII character in UTF-16, a space or a line break, has one) and
+    reads as mostly CJK or unassigned code points."""
+    import unicodedata
+
+    if not codecs.lookup(encoding).name.startswith(("utf-16", "utf-32")) or b"\x00" in data:
+        return False
+    chars = [c for c in text if not c.isspace()]
+    if not chars:
+        return False
+    odd = sum(1 for c in chars if any(lo <= ord(c) <= hi for lo, hi in _WIDE_MOJIBAKE)
+              or unicodedata.category(c) == "Cn")
+    return odd * 2 > len(chars)
+
+
 def _decoded(path: Path, data: bytes, not_utf8: UnicodeDecodeError, encoding: str | None,
              html: bool) -> str:
     """The text of a file that is not valid UTF-8 (``not_utf8`` says where): by its byte
@@ -828,12 +851,20 @@ def _decoded(path: Path, data: bytes, not_utf8: UnicodeDecodeError, encoding: st
             # a declaration the bytes do not fit is wrong: the encoding given decides
     if encoding is not None:
         try:
-            return data.decode(encoding)
+            text = data.decode(encoding)
         except UnicodeDecodeError as exc:
             raise InvalidDocumentError(
                 f"{path}: not valid UTF-8, nor the {encoding} given (--encoding) (byte "
                 f"{exc.start}: {exc.reason}); give the encoding it is in, or leave it "
                 "out with --exclude") from exc
+        if _misread_as_wide(data, text, encoding):
+            raise InvalidDocumentError(
+                f"{path}: not valid UTF-8, nor the {encoding} given (--encoding): read as "
+                f"{encoding} it comes out as CJK or unassigned characters (mojibake), and "
+                f"it has no NUL byte, which {encoding} text holds beside every ASCII "
+                "character (a space, a line break); give the encoding it is in "
+                "(--encoding cp1252, say), or leave it out with --exclude")
+        return text
     if html and declared is None:
         # what a browser shows for a page that declares no charset (WHATWG's fallback
         # in Western locales); refused, it stopped the ingest of a whole manual

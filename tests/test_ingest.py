@@ -1969,6 +1969,47 @@ def test_encoding_given_reads_utf16_without_a_byte_order_mark(tmp_path: Path) ->
     assert rec.text == "Naïve notes."
 
 
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "UTF16"])
+def test_a_utf16_encoding_given_for_a_file_that_is_not_utf16_is_refused(
+        tmp_path: Path, db: str, encoding: str) -> None:
+    """`--encoding utf-16` on a windows-1252 file (not UTF-8, so read in the encoding
+    given) decoded its bytes two at a time without an error and stored CJK-looking
+    mojibake without a word. Such bytes hold no NUL, which UTF-16 holds
+    beside every ASCII character: refused, naming the file and the encoding, as a file
+    the encoding given cannot decode is, and nothing of the run is written."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.sources import read_paths
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    text = "# Café\n\nCrème brûlée “daily”, and refunds on the annual plan.\n"
+    data = text.encode("cp1252")
+    (docs / "cafe.md").write_bytes(data + (b"\n" if len(data) % 2 else b""))
+    (docs / "plain.md").write_bytes(b"# Plain\n\nASCII notes, read as UTF-8.\n")
+    with pytest.raises(InvalidDocumentError) as exc:
+        list(read_paths([docs / "cafe.md"], encoding=encoding))
+    said = str(exc.value)
+    assert said.startswith(f"{docs / 'cafe.md'}: not valid UTF-8, nor the {encoding} "
+                           "given (--encoding): read as"), said
+    assert "mojibake" in said and "--encoding cp1252" in said, said
+    res = CliRunner().invoke(app, ["ingest", str(docs), "-c", "enc", "--encoding", encoding,
+                                   "--dsn", db], env={"COLUMNS": "300"})
+    assert res.exit_code == 1, res.output
+    assert f"error: {docs / 'cafe.md'}: not valid UTF-8, nor the {encoding} given" in \
+        " ".join(res.output.split()), res.output
+    # as for any file the run cannot decode: nothing written, the ASCII file neither
+    with psycopg.connect(db) as conn:
+        assert conn.execute("select count(*) from pgfunnel.document").fetchone() == (0,)
+    # UTF-16 that is: CJK text with a line break (its NUL byte), with or without ASCII
+    for real in ("日本語のテキスト\n", "# 日本語\n\nテキスト and text\n"):
+        codec = "utf-16-le" if encoding in ("utf-16", "UTF16") else encoding
+        (docs / "cafe.md").write_bytes(real.encode(codec))
+        (rec,) = read_paths([docs / "cafe.md"], encoding=codec)
+        assert rec.text.strip().endswith(real.strip().split("\n")[-1]), rec
+
+
 _CAFE_PAGE = ("<html><head>{meta}<title>Café</title></head><body><h1>Café</h1>"
               "<p>Crème brûlée “daily”.</p></body></html>")
 
