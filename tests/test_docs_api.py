@@ -5,6 +5,9 @@ import importlib.metadata
 import inspect
 import re
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 import pgfunnel
 
@@ -39,3 +42,27 @@ def test_every_exported_name_is_documented_as_it_is() -> None:
 def test_version_is_the_installed_distributions() -> None:
     # the page says pgfunnel.__version__ is the version pip installed
     assert pgfunnel.__version__ == importlib.metadata.version("pgfunnel")
+
+
+def test_the_ingester_example_leaves_the_collection_as_it_found_it(
+        sample_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # run as written on the database the page starts from, the example left a collection
+    # 'handbook' behind (empty, with an active version), which the page never mentioned
+    from pgfunnel.db import connect
+
+    section = DOC.read_text().split("## Ingest from Python: `Ingester`", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.setenv("PGFUNNEL_DSN", sample_db)
+    query = ("select c.name, count(d.id), count(distinct v.id) from pgfunnel.collection c "
+             "left join pgfunnel.document d on d.collection_id = c.id left join "
+             "pgfunnel.index_version v on v.collection_id = c.id group by c.name order by 1")
+    with connect(sample_db) as conn:
+        before = conn.execute(query).fetchall()
+    namespace: dict[str, Any] = {}
+    exec(compile(code, "python-api.md", "exec"), namespace)  # noqa: S102 - the doc's own code
+    with connect(sample_db) as conn:
+        assert conn.execute(query).fetchall() == before
+    # what its comments say: the second ingest found kb-42 unchanged and wrote no vector
+    stats = namespace["stats"]
+    assert stats.documents_unchanged == 1 and stats.chunks_embedded == 0, stats
+    assert any("'kb-42'" in note for note in stats.notes), stats.notes
