@@ -556,7 +556,8 @@ def compare_cmd(
                           "searched with (default 10; with --last, the k each search was "
                           "logged with, which a --k given replaces).")] = None,
     show: Annotated[int, typer.Option(callback=in_range(0),
-                                      help="How many most-changed queries to list.")] = 10,
+                                      help="How many most-changed queries to list "
+                                           "(0 or more).")] = 10,
     collection: CollectionOption = "default",
     principal: PrincipalOption = None,
     tenant: TenantOption = None,
@@ -724,8 +725,10 @@ def register(app: typer.Typer) -> None:
 
 
 def replayed_as(d: QueryDiff, k: int | None = None) -> str:
-    """What a changed query's line adds of how it was replayed: the reader and the legs a
-    logged search (--last) had; empty for a query searched as the command was asked."""
+    """What a changed query's line adds of how it was replayed: the reader, the legs and
+    the search parameters not at their default (its k, where ``k``, the one cutoff of the
+    comparison, is not it) a logged search (--last) had; empty for a query searched as
+    the command was asked."""
     # a text logged by two readers (--last) was two lines that read the same
     who = d.reader or {}
     said = [f"principals {', '.join(who['principals'])}"] if who.get("principals") else []

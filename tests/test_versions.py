@@ -1639,6 +1639,10 @@ def test_compare_last_replays_each_search_with_the_configuration_it_was_logged_w
     assert per[rrf]["config_guessed"] == ["weights", "per_source_cap"]
     assert per["cancel my subscription"]["config_guessed"] == ["k"]
     assert any("replayed with the default" in n for n in out["notices"]), out["notices"]
+    res = CliRunner().invoke(app, base, env=env)
+    assert res.exit_code == 0, res.output
+    assert "4 queries, k as each search was logged (3 to 10): mean overlap@k " in \
+        " ".join(res.output.split()), res.output
     res = CliRunner().invoke(app, [*base, "--k", "5"], env=env)
     assert res.exit_code == 0, res.output
     said = " ".join(res.output.split())
