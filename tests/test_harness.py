@@ -417,6 +417,7 @@ def test_stage_recall_in_database_reads_the_configuration_asked_for(sample_db: s
 
     queries = [q for q in _subset(4) if not q.history and q.slice == "paraphrase"]
     configs = [EvalConfig.from_dict("narrow", {"overfetch": 1, "legs": "lexical"}),
+               EvalConfig.from_dict("dense", {"legs": "dense"}),
                EvalConfig.from_dict("wide", {})]
     with connect(sample_db, autocommit=True) as conn:
         store_qrels(conn, "default", queries)
@@ -430,10 +431,15 @@ def test_stage_recall_in_database_reads_the_configuration_asked_for(sample_db: s
         for stage in ("fused", "capped"):
             assert in_db[name]["all"][stage] == pytest.approx(pools[name][stage]["all"]), name
     assert latest == in_db["wide"]  # without a name: each query's latest, the last run's
+    # a leg the configuration did not run has no recall, as in the report, never 0.0
+    assert "dense" not in pools["narrow"] and in_db["narrow"]["all"]["dense"] is None
+    assert "lexical" not in pools["dense"] and in_db["dense"]["all"]["lexical"] is None
+    assert in_db["wide"]["all"]["lexical"] is not None
+    assert in_db["wide"]["all"]["dense"] is not None
     # a name eval never traced read as {}, as if nothing had been searched
     with connect(sample_db, autocommit=True) as conn, pytest.raises(
             NotFoundError, match=r"no traced search of configuration 'default' in collection "
-                                 r"'default'; eval traced 'narrow', 'wide' there"):
+                                 r"'default'; eval traced 'dense', 'narrow', 'wide' there"):
         stage_recall_in_db(conn, "default", config="default")
 
 

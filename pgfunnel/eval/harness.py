@@ -898,7 +898,10 @@ def store_qrels(conn: psycopg.Connection[Any], collection: str,
 # citekey#ordinal) is "in" a stage when one of its chunks is in one of those traces with
 # that stage's rank; an item ending in '#' and digits is a chunk key only, as the run
 # reads it (qrels.chunk_key), never a citekey (`tickets#42`). The trace holds the fused
-# pool, so "lexical"/"dense" here mean "in the pool via that leg".
+# pool, so "lexical"/"dense" here mean "in the pool via that leg". A leg that none of a
+# slice's searches ran (eval's `legs`, a weight of 0, no query vector, a dense-only
+# search's unsearched text: the log row's config and notes) has no recall there (NULL),
+# as the report gives it none: 0 would read as a leg that ran and lost everything.
 _STAGE_RECALL_SQL = """
 with judged as (
     select distinct query_id, query, slice from pgfunnel.qrel where collection_id = %(c)s
@@ -916,15 +919,24 @@ latest as (
      order by j.query_id, l.id desc
 ),
 searches as (
-    select s.query_id, s.slice, coalesce(g.id, s.search_id) as search_id
+    select s.query_id, s.slice, x.id as search_id,
+           (x.notes -> 'query_text_searched' = 'false'::jsonb
+            or x.config -> 'legs' = '"dense"'::jsonb
+            or x.config -> 'weights' -> 0 = '0'::jsonb) is not true as lexical_ran,
+           (x.notes -> 'query_embedding' = 'false'::jsonb
+            or x.config -> 'legs' = '"lexical"'::jsonb
+            or x.config -> 'weights' -> 1 = '0'::jsonb) is not true as dense_ran
       from latest s
       left join pgfunnel.search_log g
         on g.collection_id = %(c)s and g.notes ->> 'search_group' = s.search_group
+      join pgfunnel.search_log x on x.id = coalesce(g.id, s.search_id)
 ),
 hits as (
     select s.query_id, s.slice, r.item,
-           coalesce(bool_or(t.lexical_rank is not null), false) as lexical,
-           coalesce(bool_or(t.dense_rank is not null), false) as dense,
+           case when bool_or(s.lexical_ran)
+                then coalesce(bool_or(t.lexical_rank is not null), false) end as lexical,
+           case when bool_or(s.dense_ran)
+                then coalesce(bool_or(t.dense_rank is not null), false) end as dense,
            coalesce(bool_or(t.chunk_id is not null), false) as fused,
            coalesce(bool_or(t.dropped is distinct from 'cap'
                             and t.chunk_id is not null), false) as capped,
@@ -953,11 +965,13 @@ select slice, count(*), avg(lexical), avg(dense), avg(fused), avg(capped), avg(f
 
 @rows_by_position
 def stage_recall_in_db(conn: psycopg.Connection[Any], collection: str,
-                       config: str | None = None) -> dict[str, dict[str, float]]:
+                       config: str | None = None) -> dict[str, dict[str, float | None]]:
     """Per-slice (and ``all``) mean stage recall computed in Postgres from qrel and the
     search trace (run the searches with tracing on). Keys per slice: ``n_queries`` (the
     answerable judged queries it found a traced search for), ``lexical``, ``dense``,
-    ``fused``, ``capped``, ``final``.
+    ``fused``, ``capped``, ``final``. A leg that none of the slice's searches ran (a
+    ``legs`` or zero-weight configuration, a search without a query vector) is ``None``,
+    as the report has no pool recall for it.
 
     Each judged query is read from its latest traced search, which after an eval run of
     several configurations is the last configuration's; ``config`` names the
@@ -968,7 +982,7 @@ def stage_recall_in_db(conn: psycopg.Connection[Any], collection: str,
     from pgfunnel.ingest import require_collection
 
     coll = require_collection(conn, collection)
-    out: dict[str, dict[str, float]] = {}
+    out: dict[str, dict[str, float | None]] = {}
     try:
         for slice_name, n, *vals in conn.execute(_STAGE_RECALL_SQL,
                                                  {"c": coll, "config": config}):
@@ -977,8 +991,9 @@ def stage_recall_in_db(conn: psycopg.Connection[Any], collection: str,
                 continue
             out[slice_name if slice_name is not None else "all"] = {
                 "n_queries": float(n),
-                **{s: float(v) for s, v in zip(("lexical", "dense", "fused", "capped",
-                                                "final"), vals, strict=True)}}
+                **{s: None if v is None else float(v)
+                   for s, v in zip(("lexical", "dense", "fused", "capped", "final"), vals,
+                                   strict=True)}}
         if config is not None and not out:
             # a name eval never traced here (a typo, a preset's name misremembered) read
             # as {}, as if no judged query had been searched yet
