@@ -975,14 +975,18 @@ def summary_table(report: Any, split: str, name: str = "pydocs") -> str:
              "| configuration | " + " | ".join(slices) + f" | recall@{k} all | pool recall "
              "fused all | pool recall capped all |",
              "|---|" + "---:|" * (len(slices) + 3)]
-    for name, res in report.configs.items():
-        cells = [f"{res.aggregates.get(s, {}).get(f'ndcg@{k}', float('nan')):.3f}"
-                 for s in slices]
+    def cell(value: float | None) -> str:
+        # what a configuration does not have (the Supabase-style peer has no funnel
+        # stages, so no pool recall) is '–', as in the eval report, not 'nan'
+        return "–" if value is None else f"{value:.3f}"
+
+    for config_name, res in report.configs.items():
+        cells = [cell(res.aggregates.get(s, {}).get(f"ndcg@{k}")) for s in slices]
         pr = res.pool_recall
-        cells.append(f"{res.aggregates['all'].get(f'recall@{k}', float('nan')):.3f}")
-        cells.append(f"{pr.get('fused', {}).get('all', float('nan')):.3f}")
-        cells.append(f"{pr.get('capped', {}).get('all', float('nan')):.3f}")
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        cells.append(cell(res.aggregates["all"].get(f"recall@{k}")))
+        cells.append(cell(pr.get("fused", {}).get("all")))
+        cells.append(cell(pr.get("capped", {}).get("all")))
+        lines.append(f"| {config_name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

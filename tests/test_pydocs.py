@@ -362,3 +362,20 @@ def test_run_before_build_says_to_build_first(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match=r"queries.jsonl not found.*bench/pgdocs.py build"):
         pydocs.run(tmp_path / "pgdocs", tmp_path / "out", collection="pgdocs")
     assert not (tmp_path / "out").exists()
+
+
+def test_summary_table_shows_a_dash_for_a_peer_without_pool_recall() -> None:
+    # the Supabase-style peer has no funnel stages: its pool-recall cells read 'nan'
+    from pgfunnel.eval.report import ConfigResult, EvalReport
+
+    metrics = {"ndcg@10": 0.5, "recall@10": 0.75}
+    report = EvalReport(k=10, judging_level="document", baseline="minmax", configs={
+        "minmax": ConfigResult({}, {"identifier": metrics, "all": metrics},
+                               {"fused": {"all": 0.9}, "capped": {"all": 0.8}}),
+        "supabase-hybrid": ConfigResult({}, {"identifier": metrics, "all": metrics}),
+    })
+    rows = {line.split(" | ")[0]: line for line in
+            pydocs.summary_table(report, "dev").splitlines() if line.startswith("| ")}
+    assert rows["| minmax"].endswith("| 0.750 | 0.900 | 0.800 |")
+    assert rows["| supabase-hybrid"].endswith("| 0.750 | – | – |")
+    assert "nan" not in pydocs.summary_table(report, "dev")
