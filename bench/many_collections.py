@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from psycopg import sql
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -177,7 +178,7 @@ def make_db(server: str, name: str) -> str:
     from pgfunnel import schema
 
     with connect(server, autocommit=True) as c:
-        c.execute(f'create database "{name}"')
+        c.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
     dsn = database_dsn(server, name)
     schema.init(dsn)
     return dsn
@@ -199,6 +200,15 @@ def probe(dsn: str, tag: str, n_colls: int, new_dsn: str | None = None,
     return res
 
 
+def checkpoint_counts(spec: str, collections: int) -> list[int]:
+    """The filled collections to probe at, from ``--checkpoints`` (``0,60,120,170``).
+
+    A checkpoint past ``--collections`` would probe the same filled database again (with
+    ``--collections 3`` three probes of the same 5 collections, each reported as a
+    checkpoint): it is probed once, at ``--collections``."""
+    return sorted({min(int(c), collections) for c in spec.split(",")})
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--collections", type=int, default=170)
@@ -218,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(5)
     sizes = [int(math.exp(rng.uniform(math.log(50), math.log(3000))))
              for _ in range(args.collections)]
-    checkpoints = sorted(int(c) for c in args.checkpoints.split(","))
+    checkpoints = checkpoint_counts(args.checkpoints, args.collections)
     results: list[dict[str, Any]] = []
     fills: list[dict[str, Any]] = []
     # both databases: a small collection to search (and one-doc ingest), the large one in
@@ -244,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
         with connect(server, autocommit=True) as c:
             for name in (f"pgf_many_{tag}", f"pgf_one_s_{tag}", f"pgf_one_l_{tag}",
                          f"pgf_one_n_{tag}"):
-                c.execute(f'drop database if exists "{name}" with (force)')
+                c.execute(sql.SQL("drop database if exists {} with (force)").format(
+                    sql.Identifier(name)))
     else:
         log(f"kept: {many} {single_s} {single_l} {single_n}")
     return 0

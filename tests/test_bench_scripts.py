@@ -31,3 +31,13 @@ def test_a_bench_script_typed_as_written_prints_its_help(name: str) -> None:
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("usage:"), res.stdout
+
+
+def test_many_collections_probes_each_filled_count_once() -> None:
+    # `--collections 3` probed the same 5 collections at checkpoints 60, 120 and 170 too
+    from funnel_util import load_module
+
+    many = load_module("bench_many_collections", _ROOT / "bench" / "many_collections.py")
+    assert many.checkpoint_counts("0,60,120,170", 3) == [0, 3]
+    assert many.checkpoint_counts("0,60,120,170", 170) == [0, 60, 120, 170]
+    assert many.checkpoint_counts("60,0", 400) == [0, 60]
