@@ -840,14 +840,35 @@ def demo(
         embed = suggest(f"pgfunnel embed '{q}' -c demo", note=False)
         psql_dsn = HIDDEN_DSN if holds_password(server) else shlex.quote(server)
         unset = HIDDEN_DSN_NOTE if HIDDEN_DSN in embed else ""
+        psql, bundled = demo_psql()
+        where = "; no psql on the PATH: the embedded server's own" if bundled else ""
         out.print(f"done in {time.perf_counter() - t0:.1f}s. The same search in SQL "
-                  f"(pgfunnel on the PATH: `. .venv/bin/activate`){unset}:\n"
-                  f"  psql {psql_dsn} -v q=\"$({embed})\" <<'SQL'\n"
+                  f"(pgfunnel on the PATH: `. .venv/bin/activate`{where}){unset}:\n"
+                  f"  {psql} {psql_dsn} -v q=\"$({embed})\" <<'SQL'\n"
                   "  select citekey, lexical_rank, dense_rank, final_rank\n"
                   f"    from funnel_search('{q}', :'q', collection => 'demo', k => {k},\n"
                   "                       principals => '{" + DEMO_STAFF + "}');\n"
                   "SQL",
                   highlight=False, soft_wrap=True)
+
+
+def demo_psql() -> tuple[str, bool]:
+    """The psql that the demo's closing line runs, shell-quoted, and whether it is the
+    embedded server's. A machine without a psql on the PATH (a fresh container, a CI
+    runner) got `psql: command not found` from the line as printed: the embedded server's
+    wheel ships one, which the line then names by its path."""
+    import shutil
+
+    if shutil.which("psql"):
+        return "psql", False
+    try:
+        from pgserver._commands import POSTGRES_BIN_PATH
+    except ImportError:  # no embedded server installed: nothing better to name
+        return "psql", False
+    bundled = Path(POSTGRES_BIN_PATH) / "psql"
+    if not bundled.is_file():
+        return "psql", False
+    return shlex.quote(str(bundled)), True
 
 
 def _register_subcommands() -> None:

@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import subprocess
+from pathlib import Path
 from typing import Any
 
-from pgfunnel.cli.main import DEMO_INTERNAL, DEMO_STAFF, SAMPLE_CORPUS
+import pytest
+from pgfunnel.cli.main import DEMO_INTERNAL, DEMO_STAFF, SAMPLE_CORPUS, demo_psql
 
 
 def test_the_staff_runbook_is_about_the_code_the_demo_searches() -> None:
@@ -70,7 +73,7 @@ def test_demo_runs_every_stage_and_hides_staff_documents(empty_db: str) -> None:
     psql = shlex.split(text[text.index("  psql "):text.index(" -v q=")])
     embed = re.search(r'\$\((pgfunnel embed [^)]*)\)', text)
     assert embed is not None, text
-    assert psql == ["psql", empty_db]
+    assert psql == [*shlex.split(demo_psql()[0]), empty_db]
     assert shlex.split(embed[1]) == ["pgfunnel", "embed", "--dsn", empty_db, query[1],
                                      "-c", "demo"], embed[1]
     literal = CliRunner().invoke(app, shlex.split(embed[1])[1:])
@@ -85,6 +88,24 @@ def test_demo_runs_every_stage_and_hides_staff_documents(empty_db: str) -> None:
     again = CliRunner().invoke(app, ["demo", "--dsn", empty_db], env={"COLUMNS": "200"})
     assert again.exit_code == 0, again.output
     assert "0 documents written, 109 unchanged (0 chunks written)" in again.output
+
+
+def test_the_demos_psql_line_names_a_psql_that_runs(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # on a machine without psql the closing line failed with `psql: command not found`;
+    # the embedded server's wheel ships one (README, docs/cli.md `dsn`)
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "psql").write_text("#!/bin/sh\n")
+    (own / "psql").chmod(0o755)
+    monkeypatch.setenv("PATH", str(own))
+    assert demo_psql() == ("psql", False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    psql, bundled = demo_psql()
+    assert bundled and psql != "psql"
+    res = subprocess.run([*shlex.split(psql), "--version"], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0 and res.stdout.startswith("psql (PostgreSQL) "), res
 
 
 def test_embed_prints_the_vector_funnel_search_is_given(sample_db: str, embedder: Any) -> None:
