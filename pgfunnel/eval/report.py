@@ -44,9 +44,10 @@ _FUNNEL_ORDER: tuple[str, ...] = ("lexical", "dense", "fused", "reranked", "capp
 class ConfigResult:
     """What one configuration measured.
 
-    ``pool_recall`` maps stage name (in funnel order, e.g. ``"lexical@40"``,
-    ``"dense@40"``, ``"fused"``, ``"reranked"``, ``"capped"``) to slice to the mean pool
-    recall over that slice's answerable queries.
+    ``pool_recall`` maps stage name (in funnel order: ``"lexical"``, ``"dense"``,
+    ``"fused"``, ``"reranked"``, ``"capped"``; a stage the configuration does not have,
+    such as the leg a one-leg configuration leaves out, is absent) to slice to the mean
+    pool recall over that slice's answerable queries.
     """
 
     per_query: dict[str, dict[str, float]]
