@@ -652,6 +652,8 @@ def test_the_slice_chart_legend_covers_no_bar() -> None:
     bars = [patch.get_window_extent(renderer) for patch in ax.patches]
     assert len(bars) == 5 * 6
     assert not any(legend.overlaps(bar) for bar in bars)
+    # one pair of parentheses: it read "(judged per document (citekey))"
+    assert ax.get_title() == "nDCG@10 per slice, judged per document (citekey)"
 
 
 def test_the_pool_recall_chart_shows_a_leg_under_an_identical_line() -> None:

@@ -479,7 +479,8 @@ def _slices_figure(report: EvalReport) -> Any:
         _nothing_to_find(ax)
     ax.set_ylim(0.0, 1.05)
     ax.set_ylabel(f"nDCG@{report.k}")
-    ax.set_title(f"nDCG@{report.k} per slice (judged {_level_words(report.judging_level)})")
+    # "judged per document (citekey)" inside parentheses read "(citekey))"
+    ax.set_title(f"nDCG@{report.k} per slice, judged {_level_words(report.judging_level)}")
     ax.grid(axis="y", alpha=0.3)
     # beside the axes: good configurations fill every slice's bars to near 1.0, so no
     # corner inside is free and loc="best" covered the last slice's bars (the "all" row)
