@@ -45,6 +45,15 @@ def test_config_validation_names_the_problem() -> None:
         parse_config_arg('{"fusion": "rrf"}')
     with pytest.raises(ConfigError, match="set by the harness"):
         EvalConfig.from_dict("x", {"k": 5})
+    # an unknown key is told the keys a configuration takes: the harness's own ('legs')
+    # among them, and not the five it sets (the list named 'k' and 'trace', not 'legs')
+    with pytest.raises(ConfigError) as unknown:
+        EvalConfig.from_dict("x", {"leg": "lexical"})
+    said = str(unknown.value)
+    assert "x: leg: unknown configuration key (known: " in said, said
+    known = said.split("(known: ")[1].rstrip(")").split(", ")
+    assert {"legs", "rerank", "followup", "fusion", "weights", "rrf_k"} <= set(known), said
+    assert not {"k", "trace", "collection", "principals", "tenant"} & set(known), said
     with pytest.raises(ConfigError, match="preset"):
         preset_configs("nope")
     assert [c.name for c in preset_configs("all-fusions")] == [

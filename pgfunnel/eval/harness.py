@@ -103,6 +103,10 @@ HARNESS_KEYS: frozenset[str] = frozenset(
     {"rerank", "rerank_model", "rerank_depth", "rerank_gate_margin", "followup", "decompose",
      "qualifiers", "legs"})
 
+#: search parameters the harness sets for every configuration (the run's collection,
+#: reader, tracing and cutoff), refused in one
+HARNESS_SET: tuple[str, ...] = ("collection", "principals", "tenant", "trace", "k")
+
 #: values of the ``legs`` harness key
 LEGS: tuple[str, ...] = ("both", "lexical", "dense")
 
@@ -183,7 +187,16 @@ class EvalConfig:
         if not isinstance(raw, Mapping):
             raise ConfigError("config", f"{name}: must be a JSON object of search parameters")
         search = {k: v for k, v in raw.items() if k not in HARNESS_KEYS}
-        for key in ("collection", "principals", "tenant", "trace", "k"):
+        # the keys a configuration takes: SearchParams.build's list of "known" names held
+        # the five the harness sets (refused just below) and none of the harness's own,
+        # so {"leg": "lexical"} was told of 'k' and 'trace' and not of 'legs'
+        taken = sorted(({f.name for f in dataclasses.fields(SearchParams)}
+                        - set(HARNESS_SET)) | HARNESS_KEYS)
+        unknown = sorted(set(search) - set(taken) - set(HARNESS_SET))
+        if unknown:
+            raise ConfigError("config", f"{name}: {unknown[0]}: unknown configuration key "
+                              f"(known: {', '.join(taken)})")
+        for key in HARNESS_SET:
             if key in search:
                 raise ConfigError("config", f"{name}: {key!r} is set by the harness, not per "
                                   "configuration")
