@@ -746,6 +746,7 @@ def search(
 
 DEMO_QUERIES = [
     ("identifier, typed as the docs write it", "ERR-{code}"),
+    ("identifier, typed with a space", "err {code}"),
     ("identifier, typed without the hyphen", "what does err{code} mean"),
     ("identifier, a dotted event name", "invoice.payment_failed"),
     ("paraphrase: 'money back' where the docs say 'refund'",

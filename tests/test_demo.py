@@ -49,6 +49,12 @@ def test_demo_runs_every_stage_and_hides_staff_documents(empty_db: str) -> None:
     assert "staff-only documents returned with no principals: none; " in access
     assert re.search(rf"for '{DEMO_STAFF}': runbook-err-6358 at rank \d", access), access
     assert "paraphrase: 'money back' where the docs say 'refund'" in text
+    # the identifier as the docs write it, with a space and run together: one chunk first
+    firsts = [re.search(r"^\s*1\s+(\S+)", text[text.index(label):], re.M)
+              for label in ("identifier, typed as the docs write it: 'ERR-6358'",
+                            "identifier, typed with a space: 'err 6358'",
+                            "identifier, typed without the hyphen: 'what does err6358 mean'")]
+    assert [m[1] if m else None for m in firsts] == ["err-6358"] * 3, text
     # a log (docker compose's) gets each result whole on one line, as `search` prints it:
     # the tables cut a citekey to 22 characters ('guide-incidents-and-s…')
     assert re.search(r"^\d+  runbook-err-6358  lex \d+  dense \d+  fused \d+  ERR-6358 ",
