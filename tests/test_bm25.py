@@ -404,6 +404,83 @@ def test_identical_chunks_tie_exactly_and_rank_by_chunk_id(conn: psycopg.Connect
     assert [cid for cid, _ in copy_rows] == sorted(copies)
 
 
+def _grouped(conn: psycopg.Connection[Any], collection: str, terms: list[str],
+             k1: float = K1, b: float = B) -> list[tuple[int, float]]:
+    """Every chunk holding a query term, scored by the leg's grouping statement (a sum per
+    chunk of each term's share, rounded to a whole number of 2^-32), best first, ties by
+    chunk id: what the leg returned for every term count before one and two terms got
+    their own statements."""
+    vid, _, _ = active(conn, collection)
+    return [(int(c), float(s)) for c, s in conn.execute(
+        "with v as (select v.total_length::float8 / v.chunk_count as avg_len, v.chunk_count "
+        "             from pgfunnel.index_version v where v.id = %(v)s), "
+        "     q as (select ts.term, pgfunnel._bm25_idf(ts.df, v.chunk_count) * (%(k1)s + 1) "
+        "                           * 4294967296.0::float8 as weight "
+        "             from v, pgfunnel._term_df(%(v)s, %(t)s) ts) "
+        "select p.chunk_id, sum(round(q.weight * p.tf / (p.tf + %(k1)s * (1 - %(b)s) "
+        "                                 + %(k1)s * %(b)s / v.avg_len * p.length)))"
+        "                   / 4294967296.0::float8 "
+        "  from v, q join pgfunnel.posting p on p.index_version_id = %(v)s and p.term = q.term "
+        " group by p.chunk_id order by 2 desc, 1",
+        {"v": vid, "t": terms, "k1": k1, "b": b}).fetchall()]
+
+
+def _hits(conn: psycopg.Connection[Any], collection: str, terms: list[str], depth: int,
+          principals: list[str], k1: float = K1, b: float = B) -> list[tuple[int, float]]:
+    vid, cid, _ = active(conn, collection)
+    row = conn.execute(
+        "select chunk_ids, scores from pgfunnel._lexical_hits(%s, %s, %s, %s, %s, %s, null, "
+        "null, now(), null, %s)", (vid, terms, depth, k1, b, principals, cid)).fetchone()
+    assert row is not None
+    return [(int(c), float(s)) for c, s in zip(row[0], row[1], strict=True)]
+
+
+@pytest.mark.parametrize("public", [True, False])
+def test_one_and_two_term_queries_score_to_the_bit_as_the_grouping_did(
+        conn: psycopg.Connection[Any], public: bool) -> None:
+    # One query term is scored without grouping and two by a merge full join of their
+    # postings; the chunks, their scores (compared as floats, not within a tolerance) and
+    # the order of ties (copies of one text) must be what the grouping statement gives,
+    # on every path: every chunk visible (public), a reader who sees everything, one who
+    # sees a third (deeper reads) and one who sees one in fifty (every match scored, or
+    # the visible chunks probed). Three and more terms keep the grouping statement.
+    docs, vocab = _zipf_corpus(500, seed=21, mean_words=40)
+    copy = " ".join(random.Random(5).choices(vocab[:30], k=40))
+    docs += [doc(f"copy-{i}", copy, title="copy") for i in range(40)]
+    if not public:
+        for i, d in enumerate(docs):
+            d.readers = (["alice"] * (i % 3 == 0) + ["carol"] * (i % 50 == 0)) or ["bob"]
+    ingest(conn, docs)
+    readers = [["alice", "bob", "carol"]] if public else [["alice", "bob", "carol"], ["alice"],
+                                                          ["carol"]]
+    queries = [[vocab[0]], [vocab[3]], [vocab[200]], [vocab[0], vocab[1]],
+               [vocab[2], vocab[150]], [vocab[5], vocab[6], vocab[7]], vocab[:8]]
+    tied = 0
+    for words in queries:
+        terms = _terms(conn, " ".join(words), True)
+        assert len(set(terms)) == len(words)
+        every = _grouped(conn, "t", terms)
+        assert every
+        tied += len(every) - len({s for _, s in every})
+        for principals in readers:
+            seen = _readable_by_any(conn, principals) if not public else None
+            want = [(c, s) for c, s in every if seen is None or c in seen]
+            for depth in (1, 7, 40, 1000):
+                assert _hits(conn, "t", terms, depth, principals) == want[:depth], (
+                    words, principals, depth)
+    assert tied > 100  # the copies tie on every query that holds their words
+    # other k1 and b: the same statements, other constants
+    terms = _terms(conn, f"{vocab[0]} {vocab[4]}", True)
+    assert _hits(conn, "t", terms, 40, ["alice", "bob", "carol"], 2.0, 0.3) == _grouped(
+        conn, "t", terms, 2.0, 0.3)[:40]
+
+
+def _readable_by_any(conn: psycopg.Connection[Any], principals: list[str]) -> set[int]:
+    return {int(c) for (c,) in conn.execute(
+        "select ch.id from pgfunnel.chunk ch join pgfunnel.document d "
+        "on d.id = ch.document_id where d.readers && %s", (principals,)).fetchall()}
+
+
 def _lexical_length(conn: psycopg.Connection[Any], citekey: str) -> list[int]:
     return [int(r[0]) for r in conn.execute(
         "select l.length from pgfunnel.lexical l join pgfunnel.chunk ch on ch.id = l.chunk_id "

@@ -339,12 +339,15 @@ def test_with_many_partitions_a_search_locks_and_scores_its_own_partition_only(
 
     ingest(conn, [doc(f"d{i}", f"refund policy for plan {i} annual refund")
                   for i in range(30)], collection="t")
-    few = lexical(conn, "annual refund plan 7", "t", k=20)
+    # four terms, one and two (each count has its own scoring statement)
+    queries = ("annual refund plan 7", "refund", "policy 7")
+    few = {q: lexical(conn, q, "t", k=20) for q in queries}
+    assert all(few.values())
     _add_empty_versions(conn, 12)
-    assert _posting_partitions_locked(
-        conn, lambda c: lexical(c, "annual refund plan 7", "t", k=20)) == 1
-    # the statement planned per search scores exactly as the cached one did
-    assert lexical(conn, "annual refund plan 7", "t", k=20) == few
+    for q in queries:
+        assert _posting_partitions_locked(conn, lambda c, q=q: lexical(c, q, "t", k=20)) == 1
+        # the statement planned per search scores exactly as the cached one did
+        assert lexical(conn, q, "t", k=20) == few[q], q
 
 
 def test_with_many_partitions_a_filtered_search_samples_and_probes_its_own_partition_only(
@@ -448,9 +451,10 @@ def test_with_a_few_partitions_common_terms_are_read_by_index_range(
            collection="t")
     _add_empty_versions(conn, 4)
     vid, cid, _ = active(conn, "t")
-    terms = conn.execute("select pgfunnel.analyze('charlie golf alpha hotel', 'english_v1', "
-                         "true)").fetchone()
-    assert terms is not None
+    # four terms, two and one (each count has its own scoring statement)
+    queries = [conn.execute("select pgfunnel.analyze(%s, 'english_v1', true)", (q,)).fetchone()
+               for q in ("charlie golf alpha hotel", "charlie alpha", "alpha")]
+    assert [len(t[0]) if t else 0 for t in queries] == [4, 2, 1]
 
     def seq_scans() -> int:
         # the backend's counts not yet reported (the ingest's) are in this view too
@@ -464,8 +468,10 @@ def test_with_a_few_partitions_common_terms_are_read_by_index_range(
         before = seq_scans()
         # a session's first searches run custom plans; its sixth on takes the cached one
         for _ in range(7):
-            conn.execute("select chunk_ids from pgfunnel._lexical_hits(%s, %s, 40, 1.2, 0.75, "
-                         "'{dave}', null, null, now(), null, %s)", (vid, terms[0], cid))
+            for terms in queries:
+                assert terms is not None
+                conn.execute("select chunk_ids from pgfunnel._lexical_hits(%s, %s, 40, 1.2, "
+                             "0.75, '{dave}', null, null, now(), null, %s)", (vid, terms[0], cid))
         assert seq_scans() == before
 
 
