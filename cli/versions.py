@@ -641,7 +641,8 @@ def compare_cmd(
         one = len(guessed_qs) == 1
         keys = [n for n in versions.LOGGED_SEARCH_PARAMS
                 if any(n in d.config_guessed for d in guessed_qs)]
-        defaults = ", ".join(f"{n} {_param_value(n, _default_param(n))}" for n in keys)
+        defaults = ", ".join(f"{n} {versions.param_shown(n, _default_param(n))}"
+                             for n in keys)
         names = ", ".join(shown(repr(d.query)) for d in guessed_qs[:5])
         notes.append(("note", f"{len(guessed_qs)} logged {'search' if one else 'searches'} "
                       f"({names}{', ...' if len(guessed_qs) > 5 else ''}) "
@@ -654,7 +655,7 @@ def compare_cmd(
     if cmp.overridden:
         changed_qs = [d for d in cmp.per_query if d.overridden]
         one = len(changed_qs) == 1
-        given = ", ".join(f"{_PARAM_FLAGS.get(n, n)} {_param_value(n, v)}"
+        given = ", ".join(f"{_PARAM_FLAGS.get(n, n)} {versions.param_shown(n, v)}"
                           for n, v in cmp.overridden.items())
         notes.append(("note", f"{len(changed_qs)} logged "
                       f"{'search was' if one else 'searches were'} replayed with the "
@@ -729,6 +730,8 @@ def replayed_as(d: QueryDiff, k: int | None = None) -> str:
     the search parameters not at their default (its k, where ``k``, the one cutoff of the
     comparison, is not it) a logged search (--last) had; empty for a query searched as
     the command was asked."""
+    from pgfunnel import versions
+
     # a text logged by two readers (--last) was two lines that read the same
     who = d.reader or {}
     said = [f"principals {', '.join(who['principals'])}"] if who.get("principals") else []
@@ -741,7 +744,7 @@ def replayed_as(d: QueryDiff, k: int | None = None) -> str:
     # and so was one logged with two configurations: the parameters not at their default
     # (its k where the queries' cutoffs differ)
     if d.config:
-        differ = [f"{n} {_param_value(n, v)}" for n, v in d.config.items()
+        differ = [f"{n} {versions.param_shown(n, v)}" for n, v in d.config.items()
                   if not _same_default(n, v) and not (n == "k" and v == k)]
         if differ:
             shown.append(", ".join(differ))
@@ -763,18 +766,6 @@ def _same_default(name: str, value: Any) -> bool:
     if isinstance(value, (list, tuple)) and isinstance(default, (list, tuple)):
         return list(value) == list(default)
     return bool(value == default)
-
-
-def _param_value(name: str, value: Any) -> str:
-    """A search parameter as a line says it: weights as ``1,0.2``, None as ``default``
-    (weights: chosen by the search for its query)."""
-    if value is None:
-        return "chosen per query" if name == "weights" else "default"
-    if isinstance(value, (list, tuple)):
-        return ",".join(f"{x:g}" if isinstance(x, float) else str(x) for x in value)
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
 
 
 __all__ = ["register", "EXIT_GATE"]

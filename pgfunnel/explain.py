@@ -71,6 +71,14 @@ class Explanation:
     #: for a logged search, the text it searched (its ``search_log.query_text``, after any
     #: follow-up resolution and rewrite); None otherwise
     searched: str | None = None
+    #: for a logged search: the search parameters it is explained with, those its log
+    #: records, by the rule `versions compare --last` replays it by (weights None: the
+    #: search chose them for its query, and its replay chooses again); None otherwise
+    search_config: dict[str, Any] | None = None
+    #: for a logged search: those of them its log does not record (a row logged before
+    #: pgfunnel recorded them; the k of a search `pgfunnel eval` logged, whose log holds
+    #: the pool it cut, not its k), explained with their defaults: a guess a notice says
+    config_guessed: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -25,18 +25,24 @@ from pgfunnel.explain import (
 from pgfunnel.search import Funnel, SearchParams
 from pgfunnel.versions import (
     LOGGED_EMBEDDING_RECORDED,
+    LOGGED_PARAMS,
     LOGGED_SEARCH_PARAMS,
     LOGGED_TEXT_SEARCHED,
+    guessed_said,
+    replay_config,
 )
 
 _INT64 = 2**63 - 1
 
-# whether it had a query embedding (NULL: its row does not record it) and whether its
-# text was searched, by the rules versions compare --last replays a logged search by
-_LOG_SQL = ("select l.id, c.name, l.index_version_id, l.config, l.query_text, l.principals, "
-            f"l.tenant, l.at, {LOGGED_EMBEDDING_RECORDED}, {LOGGED_TEXT_SEARCHED} "
-            "from pgfunnel.search_log l "
-            "join pgfunnel.collection c on c.id = l.collection_id where l.id = %s")
+# the search parameters its config records (by the rule versions compare --last replays a
+# logged search by: weights it chose are chosen again, an eval's k is not its own), whether
+# it had a query embedding (NULL: its row does not record it) and whether its text was
+# searched
+_LOG_SQL = ("select sl.id, c.name, sl.index_version_id, sl.config, "
+            f"{LOGGED_PARAMS}, sl.query_text, sl.principals, "
+            f"sl.tenant, sl.at, {LOGGED_EMBEDDING_RECORDED}, {LOGGED_TEXT_SEARCHED} "
+            "from pgfunnel.search_log sl "
+            "join pgfunnel.collection c on c.id = sl.collection_id where sl.id = %s")
 # a chunk deleted since keeps its trace row (no foreign key): no document to name then
 _TRACE_SQL = ("select t.chunk_id, t.lexical_rank, t.lexical_score, t.dense_rank, "
               "t.dense_score, t.fused_rank, t.fused_score, t.rerank_rank, t.rerank_score, "
@@ -44,9 +50,6 @@ _TRACE_SQL = ("select t.chunk_id, t.lexical_rank, t.lexical_score, t.dense_rank,
               "from pgfunnel.search_trace t left join pgfunnel.chunk ch on ch.id = t.chunk_id "
               "left join pgfunnel.document d on d.id = ch.document_id "
               "where t.search_id = %s")
-#: the logged config's keys that are a replay's search parameters, the ones versions
-#: compare --last replays a logged search with
-_REPLAYED = LOGGED_SEARCH_PARAMS
 
 
 class _Traced(NamedTuple):
@@ -84,6 +87,10 @@ class _Logged(NamedTuple):
     #: (query_text_searched false: `pgfunnel eval` with a dense-only configuration logs the
     #: judged text), nor for such an eval logged before they did (its config's legs)
     text_searched: bool = True
+    #: the search parameters it is explained with (:func:`pgfunnel.versions.replay_config`)
+    #: and those of them its log does not record, defaults standing in for them: a guess
+    replayed_with: dict[str, Any] | None = None
+    config_guessed: tuple[str, ...] = ()
 
 
 def _checked_search_id(search_id: Any) -> int:
@@ -101,7 +108,7 @@ def _read_log(funnel: Funnel, conn: psycopg.Connection[Any], search_id: int,
     reader (under row-level security the policies read its settings)."""
     ids: dict[str, int | None] = {}
     with funnel._transaction(conn, reader), tuple_rows(conn):
-        row = conn.execute(_LOG_SQL, (search_id,)).fetchone()
+        row = conn.execute(_LOG_SQL, (list(LOGGED_SEARCH_PARAMS), search_id)).fetchone()
         traced = [_Traced(*r) for r in conn.execute(_TRACE_SQL, (search_id,)).fetchall()]
         if row is not None:
             for target in targets:
@@ -113,18 +120,21 @@ def _read_log(funnel: Funnel, conn: psycopg.Connection[Any], search_id: int,
                             "has that id (or it is not readable with these principals and "
                             "tenant); a search is logged only with trace=True (search "
                             "--trace)")
-    _, collection, version_id, config, query_text, principals, tenant, at, had_vector, \
-        searched = row
+    _, collection, version_id, config, logged, query_text, principals, tenant, at, \
+        had_vector, searched = row
     if collection != reader.collection:
         raise ConfigError("search_id", f"search {search_id} searched collection "
                           f"{collection!r}, not {reader.collection!r}: explain it with that "
                           "collection (-c)")
     config = dict(config or {})
     as_of = _as_of(config.get("as_of"), at)
+    # as versions compare --last replays it: with fixed weights, a search that chose its
+    # own for the query was explained as another search, and an eval's with the pool's
+    # length as its k
+    replay = replay_config(dict(logged or {}), {})
     try:
         p = SearchParams.build(collection=collection, principals=tuple(principals or ()),
-                               tenant=tenant, as_of=as_of,
-                               **{n: config[n] for n in _REPLAYED if n in config})
+                               tenant=tenant, as_of=as_of, **replay.config)
     except ConfigError as exc:
         raise ConfigError("search_id", f"search {search_id}'s logged config cannot be "
                           f"replayed: {exc}") from exc
@@ -139,7 +149,8 @@ def _read_log(funnel: Funnel, conn: psycopg.Connection[Any], search_id: int,
     depth = config.get("rerank_depth")
     return _Logged(search_id, collection, int(version_id), config, query_text, p,
                    bool(reranked), depth if isinstance(depth, int) else None, pool,
-                   had_vector, bool(searched)), ids
+                   had_vector, bool(searched), replay.config,
+                   tuple(replay.guessed)), ids
 
 
 def _as_of(logged: Any, at: dt.datetime) -> dt.datetime:
@@ -190,6 +201,8 @@ def _from_trace(log: _Logged, target: str, cid: int | None) -> Explanation | Non
                   f"{reason}")
     p = log.params
     transforms = log.config.get("transforms")
+    log_guesses = {("capped", "per_source_cap"), ("cut at k", "k")} & {
+        (verdict, n) for n in log.config_guessed}
     return Explanation(
         target=target, chunk_id=chunk.chunk_id, verdict=verdict,
         lexical_rank=chunk.lexical_rank, lexical_score=chunk.lexical_score,
@@ -197,10 +210,14 @@ def _from_trace(log: _Logged, target: str, cid: int | None) -> Explanation | Non
         dense_rank=chunk.dense_rank, dense_score=chunk.dense_score, dense_exact_score=None,
         dense_depth=p.dense_depth, fused_rank=chunk.fused_rank,
         fused_score=chunk.fused_score, pool_size=len(log.pool),
-        final_rank=chunk.final_rank, citekey=chunk.citekey, reason=reason, notices=[],
+        final_rank=chunk.final_rank, citekey=chunk.citekey, reason=reason,
         transforms=list(transforms) if isinstance(transforms, list) else [],
         reranked=log.reranked, rerank_rank=chunk.rerank_rank,
-        rerank_score=chunk.rerank_score, search_id=log.search_id, searched=log.query_text)
+        rerank_score=chunk.rerank_score, search_id=log.search_id, searched=log.query_text,
+        search_config=log.replayed_with, config_guessed=list(log.config_guessed),
+        # a trace's answer reads a guessed parameter only where the cap or the cut said it
+        notices=[_guessed_notice(log)] if (verdict, "per_source_cap") in log_guesses
+        or (verdict, "k") in log_guesses else [])
 
 
 def _traced_reason(log: _Logged, chunk: _Traced) -> tuple[str, str]:
@@ -346,6 +363,9 @@ def _replay(funnel: Funnel, conn: psycopg.Connection[Any], log: _Logged,
         e.search_id, e.replayed_on, e.searched = log.search_id, version_id, log.query_text
         e.transforms = list(transforms) if isinstance(transforms, list) else []
         e.reranked = log.reranked
+        e.search_config, e.config_guessed = log.replayed_with, list(log.config_guessed)
+        if log.config_guessed:
+            e.notices.append(_guessed_notice(log))
         said = (f"{_not_logged(log)}; "
                 f"its query replayed on index version {version_id}")
         e.reason = _logged_advice(e.reason)
@@ -406,6 +426,21 @@ NO_VECTOR_GUESSED = (
     "embedding (it was logged before pgfunnel recorded that); none of the candidates "
     "readable in its trace came from the dense leg, so the replay runs the lexical leg "
     "alone, a guess: a dense leg that found nothing visible looks the same")
+
+#: the notice of a logged search explained with a default for a parameter its log does
+#: not record, as `versions compare --last` says it
+GUESSED = ("pgfunnel: search {search_id}'s log does not record its {names} (logged before "
+           "pgfunnel recorded {it}; an eval's log does not keep the k it cut at), so it is "
+           "explained with the default{s} ({defaults}), a guess")
+
+
+def _guessed_notice(log: _Logged) -> str:
+    names = list(log.config_guessed)
+    return GUESSED.format(search_id=log.search_id, names=", ".join(names),
+                          it="it" if len(names) == 1 else "them",
+                          s="" if len(names) == 1 else "s",
+                          defaults=guessed_said(names, log.replayed_with or {}))
+
 
 #: replays of one logged search, when a concurrent activation made the pin fail
 _REPLAY_TRIES = 3

@@ -1511,8 +1511,10 @@ LOGGED_SEARCH_PARAMS = ("k", "language", "metadata_filter", "fusion", "rrf_k", "
 #: funnel_search (which the Python search without a reranker runs) logs the weights it
 #: used, chosen by the query when none were given: its notes say whether they were given
 #: (weights_given), and where they do not (a row logged before they did), weights that
-#: are one of those the search chooses are not taken as given (the search chooses again)
-_LOGGED_PARAMS = (
+#: are one of those the search chooses are not taken as given (the search chooses again).
+#: An expression over a search_log row named ``sl``, its one placeholder the keys
+#: (:data:`LOGGED_SEARCH_PARAMS`): explain's replay reads a logged search's with it too
+LOGGED_PARAMS = (
     "(select case when sl.notes -> 'weights_given' = 'false'::jsonb then p.params "
     "|| '{\"weights\": null}'::jsonb when coalesce(sl.notes ? 'weights_given', false) "
     "or sl.config ? 'trace' or p.params -> 'weights' not in ('[1, 0.7]'::jsonb, "
@@ -1550,9 +1552,59 @@ def _last_logged(conn: psycopg.Connection[Any], collection: str, n: int,
         "is distinct from 'boolean' as guessed, at from pgfunnel.search_log sl "
         "where collection_id = %s and query_text is not null and query_text <> '' "
         "and length(query_text) <= %s) l group by {cols}) s order by at desc limit %s"
-    ).format(cols=listed, params=sql.SQL(_LOGGED_PARAMS), embedded=sql.SQL(_LOGGED_EMBEDDED),
+    ).format(cols=listed, params=sql.SQL(LOGGED_PARAMS), embedded=sql.SQL(_LOGGED_EMBEDDED),
              searched=sql.SQL(LOGGED_TEXT_SEARCHED)),
         (list(LOGGED_SEARCH_PARAMS), coll_id, MAX_QUERY_CHARS, n)).fetchall()
+
+
+class ReplayConfig(NamedTuple):
+    """The search parameters a logged search is replayed with (:func:`replay_config`)."""
+
+    #: every one of :data:`LOGGED_SEARCH_PARAMS` (``rrf_k`` only for RRF fusion)
+    config: dict[str, Any]
+    #: those its log does not record, replayed with their defaults: a guess
+    guessed: list[str]
+    #: those its log records that the caller gave another value for
+    overridden: list[str]
+
+
+def replay_config(logged: Mapping[str, Any], given: Mapping[str, Any]) -> ReplayConfig:
+    """The parameters a logged search is replayed with, by the one rule `versions compare
+    --last` and `explain --search-id` follow: ``logged`` (what :data:`LOGGED_PARAMS`
+    reads from its row), with the caller's ``given`` in their place and the defaults of
+    those neither holds (the k of a search `pgfunnel eval` logged; a key a row logged
+    before pgfunnel recorded it lacks), said to be guessed."""
+    from pgfunnel.search import SearchParams
+
+    defaults = SearchParams()
+    own = {n: logged[n] for n in LOGGED_SEARCH_PARAMS if n in logged}
+    replay = {n: given[n] if n in given else own[n] if n in own else getattr(defaults, n)
+              for n in LOGGED_SEARCH_PARAMS}
+    if replay["fusion"] != "rrf" and "rrf_k" not in given:
+        # every log records rrf_k (60 by default), which a search fused otherwise never
+        # read, and which a search refuses beside another fusion
+        del replay["rrf_k"]
+    return ReplayConfig(replay, [n for n in replay if n not in own and n not in given],
+                        [n for n in replay if n in own and n in given
+                         and not _same_value(own[n], given[n])])
+
+
+def param_shown(name: str, value: Any) -> str:
+    """A search parameter as a message says it: weights as ``1,0.2``, None as ``default``
+    (weights: ``chosen per query``, by the search for its query)."""
+    if value is None:
+        return "chosen per query" if name == "weights" else "default"
+    if isinstance(value, (list, tuple)):
+        return ",".join(f"{x:g}" if isinstance(x, float) else str(x) for x in value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def guessed_said(names: Sequence[str], config: Mapping[str, Any]) -> str:
+    """The parameters a replay guessed, and the defaults it took, as messages say them:
+    ``per_source_cap 3, k 10``."""
+    return ", ".join(f"{n} {param_shown(n, config.get(n))}" for n in names)
 
 
 def _logged_as_of(text: str | None) -> dt.datetime | None:
@@ -1674,7 +1726,6 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
     from pgfunnel.eval.harness import Harness, standalone_query
     from pgfunnel.eval.metrics import collapse_to_documents, paired_bootstrap, score_run
     from pgfunnel.eval.qrels import JudgedQuery, judging_level
-    from pgfunnel.search import SearchParams
 
     if k is not None and k < 1:
         raise ConfigError("k", f"must be at least 1, got {k}")
@@ -1721,7 +1772,6 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
     # caller gives replace the logged ones, and one the log lacks takes its default
     given = {**{n: params[n] for n in LOGGED_SEARCH_PARAMS if n in params},
              **({} if k is None else {"k": k})}
-    defaults = SearchParams()
     configs: list[dict[str, Any] | None] = []
     config_guessed: list[list[str]] = []
     overridden: list[list[str]] = []
@@ -1732,17 +1782,10 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
             config_guessed.append([])
             overridden.append([])
             continue
-        own = {n: logged[n] for n in LOGGED_SEARCH_PARAMS if n in logged}
-        replay = {n: given[n] if n in given else own[n] if n in own
-                  else getattr(defaults, n) for n in LOGGED_SEARCH_PARAMS}
-        if replay["fusion"] != "rrf" and "rrf_k" not in given:
-            # every log records rrf_k (60 by default), which a search fused otherwise
-            # never read, and which a search refuses beside another fusion
-            del replay["rrf_k"]
-        configs.append(replay)
-        config_guessed.append([n for n in replay if n not in own and n not in given])
-        overridden.append([n for n in replay if n in own and n in given
-                           and not _same_value(own[n], given[n])])
+        replay = replay_config(logged, given)
+        configs.append(replay.config)
+        config_guessed.append(replay.guessed)
+        overridden.append(replay.overridden)
     cutoffs = [int(c["k"]) if c is not None else 10 if k is None else k for c in configs]
     own_params = None if readers is None else [
         {**r, **(c or {})} for r, c in zip(readers, configs, strict=True)]
@@ -1808,9 +1851,10 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
 
 
 __all__ = [
-    "LOGGED_SEARCH_PARAMS", "Activation", "Comparison", "LoggedSearch", "ReindexResult",
-    "Validation", "ValidationFailed", "VersionInfo", "activate", "build_index", "catch_up",
-    "cleanup_invalid_indexes", "compare", "drop", "last_queries", "last_searches",
-    "list_versions", "lock_holder", "read_query_file", "reindex",
-    "require_pin_privilege", "retire", "rollback", "search_pinned", "validate", "writer_lock",
+    "LOGGED_PARAMS", "LOGGED_SEARCH_PARAMS", "Activation", "Comparison", "LoggedSearch",
+    "ReindexResult", "ReplayConfig", "Validation", "ValidationFailed", "VersionInfo",
+    "activate", "build_index", "catch_up", "cleanup_invalid_indexes", "compare", "drop",
+    "guessed_said", "last_queries", "last_searches", "list_versions", "lock_holder",
+    "param_shown", "read_query_file", "reindex", "replay_config", "require_pin_privilege",
+    "retire", "rollback", "search_pinned", "validate", "writer_lock",
 ]

@@ -1659,6 +1659,81 @@ def test_compare_last_replays_each_search_with_the_configuration_it_was_logged_w
                for q in ("invoice address", "reset my password", rrf)), said
 
 
+def test_explain_a_logged_search_replays_it_as_compare_last_does(
+        sample_db: str, embedder: Any) -> None:
+    # `explain --search-id` replayed a funnel_search row with the weights the search chose
+    # for its query as fixed ones (compare --last chooses them again), and an eval's row
+    # with the pool's length as its k, said nowhere (compare replays the default, a guess)
+    from pgfunnel.cli.main import app
+
+    from pgfunnel.eval.harness import EvalConfig, Harness
+    from pgfunnel.eval.qrels import JudgedQuery
+    from pgfunnel.explain_log import explain_logged
+
+    with connect(sample_db, autocommit=True) as conn:
+        conn.execute("select * from funnel_search('invoice address', null, k => 4, "
+                     "trace => true)").fetchall()
+        conn.execute("select * from funnel_search('reset my password', null, k => 4, "
+                     "weights => '{1,0.7}', trace => true)").fetchall()
+    Harness(sample_db, "default", embedder=embedder, trace=True, k=5).run(
+        [JudgedQuery("e1", "cancel my subscription", "keyword", {"refunds-annual": 1})],
+        [EvalConfig.from_dict("rrf", {"fusion": "rrf", "overfetch": 8})])
+    with connect(sample_db, autocommit=True) as conn:
+        ids = dict(conn.execute("select query_text, id from pgfunnel.search_log").fetchall())
+        chose = conn.execute("select config -> 'weights' from pgfunnel.search_log "
+                             "where query_text = 'invoice address'").fetchone()
+        assert chose is not None and chose[0] is not None  # the weights it chose, logged
+        pool = conn.execute("select (config ->> 'k')::int, count(t.*) from "
+                            "pgfunnel.search_log l join pgfunnel.search_trace t on "
+                            "t.search_id = l.id where l.id = %s group by 1",
+                            (ids["cancel my subscription"],)).fetchone()
+        assert pool is not None and pool[0] == pool[1]  # an eval logs its pool's length
+        # a document none of the three logged: its explain replays each search
+        far = conn.execute("select d.citekey from pgfunnel.document d where not exists "
+                           "(select from pgfunnel.chunk ch join pgfunnel.search_trace t "
+                           "on t.chunk_id = ch.id where ch.document_id = d.id) "
+                           "order by d.citekey limit 1").fetchone()
+        assert far is not None
+        logged = {s.query_text: s for s in versions.last_searches(conn, "default", 10)}
+    target = str(far[0])
+    with Funnel(sample_db, "default", embedder=embedder) as f:
+        (chosen,) = explain_logged(f, ids["invoice address"], [target])
+        (given,) = explain_logged(f, ids["reset my password"], [target])
+        (judged,) = explain_logged(f, ids["cancel my subscription"], [target])
+    with connect(sample_db, autocommit=True) as conn:
+        for e in (chosen, given, judged):
+            assert e.replayed_on == 1 and e.search_config is not None, e
+            # the parameters compare --last replays the same search with: one rule
+            (d,) = versions.compare(conn, "default", 1, 1,
+                                    [logged[str(e.searched)]]).per_query
+            assert (e.search_config, e.config_guessed) == (d.config, d.config_guessed), d
+    assert chosen.search_config is not None and chosen.search_config["weights"] is None
+    assert (chosen.config_guessed, chosen.notices) == ([], []), chosen
+    assert given.search_config is not None and given.search_config["weights"] == [1, 0.7]
+    assert judged.search_config is not None and judged.search_config["k"] == 10
+    assert judged.config_guessed == ["k"]
+    assert ("pgfunnel: search {}'s log does not record its k (logged before pgfunnel "
+            "recorded it; an eval's log does not keep the k it cut at), so it is explained "
+            "with the default (k 10), a guess".format(ids["cancel my subscription"])
+            in judged.notices), judged.notices
+    # an older row that does not say whether its weights were given: automatic ones are
+    # chosen again, a guess, as compare --last takes them
+    with connect(sample_db, autocommit=True) as conn:
+        conn.execute("update pgfunnel.search_log set notes = notes - 'weights_given'")
+    with Funnel(sample_db, "default", embedder=embedder) as f:
+        (older,) = explain_logged(f, ids["reset my password"], [target])
+    assert older.search_config is not None and older.search_config["weights"] is None
+    assert older.config_guessed == ["weights"], older
+    # the CLI says the guess, and gives the configuration in --json
+    res = CliRunner().invoke(app, ["explain", target, "--search-id",
+                                   str(ids["cancel my subscription"]), "--json",
+                                   "--dsn", sample_db], env={"HF_HUB_OFFLINE": "1"})
+    assert res.exit_code == 0, res.output
+    (out,) = json.loads(res.output[res.output.index("["):])
+    assert (out["config_guessed"], out["search_config"]["k"]) == (["k"], 10), out
+    assert any("a guess" in n for n in out["notices"]), out["notices"]
+
+
 def test_compare_last_replays_a_search_of_its_own_time_as_of_when_it_ran(
         sample_db: str, embedder: Any) -> None:
     # a search logged with as_of NULL (its own time) was replayed by `--last` as of the
