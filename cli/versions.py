@@ -662,6 +662,16 @@ def compare_cmd(
                       f"{given} given instead of what "
                       f"{'it was' if one else 'they were'} logged with (each other search "
                       "parameter as logged)"))
+    if cmp.logged_reranked:
+        reranked_qs = [shown(repr(d.query)) for d in cmp.per_query if d.logged_reranked]
+        one = len(reranked_qs) == 1
+        notes.append(("note", f"{len(reranked_qs)} logged "
+                      f"{'search' if one else 'searches'} ({', '.join(reranked_qs[:5])}"
+                      f"{', ...' if len(reranked_qs) > 5 else ''}) reranked "
+                      f"{'its' if one else 'their'} pool when {'it' if one else 'they'} "
+                      "ran; compare does not rerank (a reranker is no part of an index "
+                      f"version), so {'its' if one else 'their'} overlap compares each "
+                      "version's results before the rerank, not the list the user saw"))
     if json_out:
         emit_json({**cmp.to_json(), "notices": [text for _, text in notes]}, ("notices",))
         return
@@ -741,6 +751,8 @@ def replayed_as(d: QueryDiff, k: int | None = None) -> str:
     # a text logged lexical-only and hybrid was two lines that read the same
     if d.legs != "both":
         shown.append(f"{d.legs} leg only")
+    if d.logged_reranked:
+        shown.append("reranked when logged, compared before the rerank")
     # and so was one logged with two configurations: the parameters not at their default
     # (its k where the queries' cutoffs differ)
     if d.config:

@@ -1312,6 +1312,9 @@ class QueryDiff:
     config_guessed: list[str] = field(default_factory=list)
     #: the parameters its logged config records that the caller's replaced (another value)
     overridden: list[str] = field(default_factory=list)
+    #: the logged search (``--last``) reranked its pool, which the replay does not: its
+    #: overlap compares the funnel's results before a rerank, not the list its user saw
+    logged_reranked: bool = False
 
 
 @dataclass
@@ -1349,6 +1352,9 @@ class Comparison:
     #: the search parameters the caller gave that replaced a logged search's own (each
     #: query's :attr:`QueryDiff.overridden` says which of its own), with the values given
     overridden: dict[str, Any] = field(default_factory=dict)
+    #: logged searches that reranked their pool, compared without the reranker
+    #: (:attr:`QueryDiff.logged_reranked`), by query id
+    logged_reranked: list[str] = field(default_factory=list)
     ndcg_a: float | None = None
     ndcg_b: float | None = None
     ndcg_diff: float | None = None
@@ -1534,7 +1540,8 @@ LOGGED_TEXT_SEARCHED = (
 def _last_logged(conn: psycopg.Connection[Any], collection: str, n: int,
                  columns: Sequence[str]) -> list[tuple[Any, ...]]:
     """The last ``n`` distinct ``columns`` of a collection's logged searches (newest first),
-    each followed by the time the latest of its searches ran (``at``), leaving out texts a
+    each followed by the time the latest of its searches ran (``at``), whether its
+    embedding was guessed and whether one of its searches reranked, leaving out texts a
     search could not take (empty, or over its 10,000 characters)."""
     from pgfunnel.search import MAX_QUERY_CHARS
 
@@ -1543,13 +1550,17 @@ def _last_logged(conn: psycopg.Connection[Any], collection: str, n: int,
     listed = sql.SQL(", ").join(map(sql.Identifier, columns))
     # as_of is the one a traced search's config records (final() writes it there; NULL, or
     # no key in a log written before it did, for the search's own time)
-    # then whether the embedding was guessed (guessed: the row does not record it)
+    # then whether the embedding was guessed (guessed: the row does not record it), and
+    # whether any of its searches reranked its pool (its config's rerank, final()'s)
     return conn.execute(sql.SQL(
-        "select {cols}, at, guessed from (select {cols}, max(at) as at, "
-        "bool_and(guessed) as guessed from (select query_text, principals, tenant, "
+        "select {cols}, at, guessed, reranked from (select {cols}, max(at) as at, "
+        "bool_and(guessed) as guessed, bool_or(reranked) as reranked "
+        "from (select query_text, principals, tenant, "
         "config ->> 'as_of' as as_of, {params} as params, {embedded} as embedded, "
         "{searched} as text_searched, jsonb_typeof(notes -> 'query_embedding') "
-        "is distinct from 'boolean' as guessed, at from pgfunnel.search_log sl "
+        "is distinct from 'boolean' as guessed, "
+        "coalesce(config -> 'rerank' = 'true'::jsonb, false) as reranked, "
+        "at from pgfunnel.search_log sl "
         "where collection_id = %s and query_text is not null and query_text <> '' "
         "and length(query_text) <= %s) l group by {cols}) s order by at desc limit %s"
     ).format(cols=listed, params=sql.SQL(LOGGED_PARAMS), embedded=sql.SQL(_LOGGED_EMBEDDED),
@@ -1645,6 +1656,10 @@ class LoggedSearch(NamedTuple):
     legs: str = "both"
     legs_guessed: bool = False
     config: dict[str, Any] | None = None
+    #: it reranked its pool (its config's ``rerank``; of a text searched several times
+    #: with one configuration, any of them), which :func:`compare` does not: the results
+    #: it compares are the funnel's before a rerank
+    reranked: bool = False
 
 
 @rows_by_position
@@ -1663,8 +1678,9 @@ def last_searches(conn: psycopg.Connection[Any], collection: str,
     return [LoggedSearch(str(t), tuple(p or ()), None if tn is None else str(tn),
                          _logged_as_of(None if a is None else str(a)) or at,
                          "dense" if not searched else "both" if embedded else "lexical",
-                         bool(guessed) and not embedded, dict(params or {}))
-            for t, p, tn, a, params, embedded, searched, at, guessed in _last_logged(
+                         bool(guessed) and not embedded, dict(params or {}),
+                         bool(reranked))
+            for t, p, tn, a, params, embedded, searched, at, guessed, reranked in _last_logged(
                 conn, collection, n, ("query_text", "principals", "tenant", "as_of",
                                       "params", "embedded", "text_searched"))]
 
@@ -1722,7 +1738,9 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
     parameters it was logged with, its k (the cutoff of its overlap@k) among them; ``k``
     and the search parameters given in ``params`` replace them (said per query in
     :attr:`QueryDiff.overridden`), and a parameter its log does not record takes its
-    default (:attr:`QueryDiff.config_guessed`). ``k`` None: 10, or a logged search's own."""
+    default (:attr:`QueryDiff.config_guessed`). ``k`` None: 10, or a logged search's own.
+    Nothing is reranked: a logged search that reranked its pool is compared on the
+    funnel's results before the rerank, said per query (:attr:`QueryDiff.logged_reranked`)."""
     from pgfunnel.eval.harness import Harness, standalone_query
     from pgfunnel.eval.metrics import collapse_to_documents, paired_bootstrap, score_run
     from pgfunnel.eval.qrels import JudgedQuery, judging_level
@@ -1767,6 +1785,9 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
     # compared as a hybrid one, its text embedded
     legs = [q.legs if isinstance(q, LoggedSearch) else "both" for q in queries]
     guessed = [isinstance(q, LoggedSearch) and q.legs_guessed for q in queries]
+    # a reranked one is compared without its reranker, which is no part of an index
+    # version (and which its log may not name: a custom one): said per query
+    reranked = [isinstance(q, LoggedSearch) and q.reranked for q in queries]
     # and with the configuration it was logged with (it was replayed with the caller's, so
     # a search made with rrf, or k 3, was compared as another search): the parameters the
     # caller gives replace the logged ones, and one the log lacks takes its default
@@ -1811,7 +1832,8 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
                                rank_shift=float(np.mean(shifts)) if shifts else 0.0,
                                legs=legs[i],
                                legs_guessed=guessed[i], k=cut, config=configs[i],
-                               config_guessed=config_guessed[i], overridden=overridden[i]))
+                               config_guessed=config_guessed[i], overridden=overridden[i],
+                               logged_reranked=reranked[i]))
     cutoff = k if k is not None else cutoffs[0] if len(set(cutoffs)) == 1 else None
     cmp = Comparison(collection, version_a, version_b, cutoff, len(diffs),
                      float(np.mean([d.overlap for d in diffs])),
@@ -1824,7 +1846,8 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
                      legs_guessed=[d.query_id for d in diffs if d.legs_guessed],
                      config_guessed=[d.query_id for d in diffs if d.config_guessed],
                      overridden={n: given[n] for n in LOGGED_SEARCH_PARAMS
-                                 if any(n in d.overridden for d in diffs)})
+                                 if any(n in d.overridden for d in diffs)},
+                     logged_reranked=[d.query_id for d in diffs if d.logged_reranked])
     if judged:
         jq = list(queries)
         if judging_level(jq) == "document":

@@ -1734,6 +1734,54 @@ def test_explain_a_logged_search_replays_it_as_compare_last_does(
     assert any("a guess" in n for n in out["notices"]), out["notices"]
 
 
+class _ReversingReranker:
+    """A reranker (the CrossEncoder.rank shape) that puts its head in reverse order."""
+
+    def rank(self, query: str, documents: list[str]) -> list[dict[str, Any]]:
+        return [{"corpus_id": i, "score": float(i)} for i in range(len(documents))]
+
+
+def test_compare_last_says_which_logged_searches_it_compares_without_their_rerank(
+        sample_db: str, embedder: Any) -> None:
+    # a logged search that reranked its pool was replayed without the reranker, which no
+    # index version holds, and compared as if its user had seen the funnel's order
+    from pgfunnel.cli.main import app
+
+    reranked = "refund on an annual plan"
+    with Funnel(sample_db, "default", embedder=embedder,
+                reranker=_ReversingReranker()) as f:
+        assert f.search(reranked, k=3, trace=True).results[0].rerank_rank == 1
+    with Funnel(sample_db, "default", embedder=embedder) as f:
+        f.search("reset my password", k=3, trace=True)
+    with connect(sample_db, autocommit=True) as conn:
+        logged = {s.query_text: s for s in versions.last_searches(conn, "default", 10)}
+        assert (logged[reranked].reranked, logged["reset my password"].reranked) == (
+            True, False)
+        cmp = versions.compare(conn, "default", 1, 1, list(logged.values()))
+    by_text = {d.query: d for d in cmp.per_query}
+    assert by_text[reranked].logged_reranked
+    assert not by_text["reset my password"].logged_reranked
+    assert cmp.logged_reranked == [by_text[reranked].query_id]
+    base = ["versions", "compare", "1", "1", "--last", "10", "--dsn", sample_db]
+    env = {"COLUMNS": "300", "HF_HUB_OFFLINE": "1"}
+    res = CliRunner().invoke(app, [*base, "--json"], env=env)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output[res.output.index("{"):])
+    assert {q["query"]: q["logged_reranked"] for q in out["per_query"]} == {
+        reranked: True, "reset my password": False}
+    res = CliRunner().invoke(app, base, env=env)
+    assert res.exit_code == 0, res.output
+    assert (f"note: 1 logged search ('{reranked}') reranked its pool when it ran; compare "
+            "does not rerank (a reranker is no part of an index version), so its overlap "
+            "compares each version's results before the rerank, not the list the user "
+            "saw") in " ".join(res.output.split()), res.output
+    # a changed query's line says it too
+    from pgfunnel.cli.versions import replayed_as
+
+    assert "reranked when logged, compared before the rerank" in replayed_as(
+        by_text[reranked])
+
+
 def test_compare_last_replays_a_search_of_its_own_time_as_of_when_it_ran(
         sample_db: str, embedder: Any) -> None:
     # a search logged with as_of NULL (its own time) was replayed by `--last` as of the
