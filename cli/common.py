@@ -687,7 +687,8 @@ PrincipalOption = Annotated[
                                            "None given: public documents only."),
 ]
 TenantOption = Annotated[str | None, typer.Option(help="The reader's tenant.")]
-FusionOption = Annotated[str, typer.Option(help="minmax (default), rrf or zscore.")]
+_FUSION = typer.Option(help="minmax (default), rrf or zscore.")
+FusionOption = Annotated[str, _FUSION]
 RrfKOption = Annotated[float | None, typer.Option(
     help="RRF constant (default 60); only with --fusion rrf.")]
 LexicalWeightOption = Annotated[float | None, typer.Option(
@@ -702,8 +703,16 @@ DenseWeightOption = Annotated[float | None, typer.Option(
          "that word is a number and 0.3 or more of the query's idf; 1 when the best "
          "lexical match holds under 0.4 of the query's idf, or lacks its rarest word and "
          "that word is 0.4 or more of it).")]
-OverfetchOption = Annotated[int, typer.Option(help="Pool size = k x overfetch.")]
-CapOption = Annotated[int, typer.Option(help="Max chunks per citekey.")]
+_OVERFETCH = typer.Option(help="Pool size = k x overfetch.")
+_CAP = typer.Option(help="Max chunks per citekey.")
+OverfetchOption = Annotated[int, _OVERFETCH]
+CapOption = Annotated[int, _CAP]
+# the same options for a command that tells one not given from its default: versions
+# compare --last replays each logged search with its own unless one is typed (the others
+# of these options are None when not given already)
+GivenFusionOption = Annotated[str | None, _FUSION]
+GivenOverfetchOption = Annotated[int | None, _OVERFETCH]
+GivenCapOption = Annotated[int | None, _CAP]
 LexicalOnlyOption = Annotated[bool, typer.Option(help="Skip the dense leg.")]
 LexicalDepthOption = Annotated[int | None, typer.Option(
     help="Rows the lexical leg reads (default: k x overfetch, at least 40).")]

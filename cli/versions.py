@@ -13,10 +13,19 @@ import typer
 from pgfunnel.cli.common import (
     EXIT_GATE,
     EXIT_USAGE,
+    FUNNEL_FLAGS,
     CollectionOption,
+    DenseDepthOption,
+    DenseWeightOption,
     DsnOption,
+    GivenCapOption,
+    GivenFusionOption,
+    GivenOverfetchOption,
     JsonOption,
+    LexicalDepthOption,
+    LexicalWeightOption,
     PrincipalOption,
+    RrfKOption,
     TenantOption,
     TidyHelpGroup,
     collection_given,
@@ -27,10 +36,12 @@ from pgfunnel.cli.common import (
     in_range,
     index_flags,
     labelled,
+    leg_weights,
     out,
     plural,
     print_table,
     progress_display,
+    rrf_k_args,
     shown,
     suggest,
 )
@@ -40,6 +51,8 @@ from rich.table import Table
 from typer.core import TyperCommand
 
 if TYPE_CHECKING:
+    import psycopg
+
     from pgfunnel.versions import QueryDiff
 
 VersionArg = Annotated[int, typer.Argument(help="Version number (as `versions list` shows it).")]
@@ -558,6 +571,14 @@ def compare_cmd(
     show: Annotated[int, typer.Option(callback=in_range(0),
                                       help="How many most-changed queries to list "
                                            "(0 or more).")] = 10,
+    fusion: GivenFusionOption = None,
+    rrf_k: RrfKOption = None,
+    lexical_weight: LexicalWeightOption = None,
+    dense_weight: DenseWeightOption = None,
+    overfetch: GivenOverfetchOption = None,
+    per_source_cap: GivenCapOption = None,
+    lexical_depth: LexicalDepthOption = None,
+    dense_depth: DenseDepthOption = None,
     collection: CollectionOption = "default",
     principal: PrincipalOption = None,
     tenant: TenantOption = None,
@@ -567,7 +588,10 @@ def compare_cmd(
     """What users will see differently if version B replaces A: overlap@k, nDCG@k change.
 
     Overlap@k per query between two versions, and with judged queries the nDCG@k change
-    and its paired-bootstrap 95% interval."""
+    and its paired-bootstrap 95% interval. The search options (--fusion, --rrf-k, the
+    weights, --overfetch, --per-source-cap, the depths), as `pgfunnel search` takes them,
+    set how --queries are searched; with --last, one typed replaces what each logged
+    search was logged with (a note says which), the others as logged."""
     from pgfunnel import versions
     from pgfunnel.db import connect
     from pgfunnel.errors import ConfigError, InvalidInputError
@@ -576,10 +600,12 @@ def compare_cmd(
     _quiet()
     if (queries is None) == (last is None):
         raise typer.BadParameter("give exactly one of --queries FILE or --last N")
-    with handle_errors({"version_a": "VERSION_A", "version_b": "VERSION_B",
-                        "k": "--k", "last": "--last", "n": "--last", "queries": "--queries",
-                        "principals": "--principal", "tenant": "--tenant"}), \
+    with handle_errors({**FUNNEL_FLAGS, "version_a": "VERSION_A", "version_b": "VERSION_B",
+                        "last": "--last", "n": "--last", "queries": "--queries"}), \
             connect(dsn, autocommit=True) as conn:
+        search_given = _search_options(conn, collection, fusion, rrf_k, lexical_weight,
+                                       dense_weight, overfetch, per_source_cap,
+                                       lexical_depth, dense_depth)
         versions.require_pin_privilege(conn)
         if queries is not None:
             try:
@@ -601,7 +627,8 @@ def compare_cmd(
         # logged searches run as the reader each ran as, unless one is named for all
         named = {} if last is not None and not principal and tenant is None else {
             "principals": principal or [], "tenant": tenant}
-        cmp = versions.compare(conn, collection, version_a, version_b, qs, k=k, **named)
+        cmp = versions.compare(conn, collection, version_a, version_b, qs, k=k, **named,
+                               **search_given)
     reader = (f"principals {', '.join(principal)}" if principal
               else "each as the reader it was logged with" if not named
               else "no --principal: public documents only")
@@ -655,7 +682,7 @@ def compare_cmd(
     if cmp.overridden:
         changed_qs = [d for d in cmp.per_query if d.overridden]
         one = len(changed_qs) == 1
-        given = ", ".join(f"{_PARAM_FLAGS.get(n, n)} {versions.param_shown(n, v)}"
+        given = ", ".join(f"{FUNNEL_FLAGS.get(n, n)} {versions.param_shown(n, v)}"
                           for n, v in cmp.overridden.items())
         notes.append(("note", f"{len(changed_qs)} logged "
                       f"{'search was' if one else 'searches were'} replayed with the "
@@ -763,8 +790,32 @@ def replayed_as(d: QueryDiff, k: int | None = None) -> str:
     return f" ({'; '.join(shown)})" if shown else ""
 
 
-# the search parameters compare takes as options, by the library's name
-_PARAM_FLAGS = {"k": "--k"}
+def _search_options(conn: psycopg.Connection[Any], collection: str, fusion: str | None,
+                    rrf_k: float | None, lexical_weight: float | None, dense_weight: float | None,
+                    overfetch: int | None, per_source_cap: int | None,
+                    lexical_depth: int | None, dense_depth: int | None) -> dict[str, Any]:
+    """The search options typed, as compare's search parameters (one left out is not
+    there: a logged search keeps its own), checked before any version is searched."""
+    from pgfunnel.errors import ConfigError
+    from pgfunnel.search import Funnel
+
+    if rrf_k is not None and fusion is None:
+        # a logged search fused otherwise would refuse it, one query into the compare
+        raise ConfigError("rrf_k", "applies only with --fusion rrf: give --fusion rrf with "
+                                   "it (a logged search keeps the rrf_k it was logged with)")
+    given: dict[str, Any] = {
+        "fusion": fusion, "weights": leg_weights(lexical_weight, dense_weight, False),
+        "overfetch": overfetch, "per_source_cap": per_source_cap,
+        "lexical_depth": lexical_depth, "dense_depth": dense_depth}
+    given = {n: v for n, v in given.items() if v is not None}
+    if fusion is not None:
+        given.update(rrf_k_args(rrf_k, fusion))
+    if given:
+        # a bad value is said as the search says it, before the versions are caught up
+        # and every query embedded
+        with Funnel(conn, collection, embedder=None) as funnel:
+            funnel.check(None, **given)
+    return given
 
 
 def _default_param(name: str) -> Any:

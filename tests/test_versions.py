@@ -1782,6 +1782,52 @@ def test_compare_last_says_which_logged_searches_it_compares_without_their_reran
         by_text[reranked])
 
 
+def test_compare_takes_the_search_options_search_takes(sample_db: str, embedder: Any,
+                                                      tmp_path: Path) -> None:
+    # of the search parameters compare() replaces in a logged search, the CLI took -k alone:
+    # "what if these searches had used rrf" could not be asked from the command line
+    from pgfunnel.cli.main import app
+
+    refund, reset = "refund on an annual plan", "reset my password"
+    with Funnel(sample_db, "default", embedder=embedder) as f:
+        f.search(refund, k=3, fusion="rrf", trace=True)
+        f.search(reset, k=3, per_source_cap=1, trace=True)
+    base = ["versions", "compare", "1", "1", "--dsn", sample_db]
+    env = {"COLUMNS": "300", "HF_HUB_OFFLINE": "1"}
+    options = ["--fusion", "rrf", "--per-source-cap", "1", "--lexical-weight", "1",
+               "--dense-weight", "0.5"]
+    res = CliRunner().invoke(app, [*base, "--last", "10", *options, "--json"], env=env)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output[res.output.index("{"):])
+    assert out["overridden"] == {"fusion": "rrf", "weights": [1.0, 0.5],
+                                 "per_source_cap": 1}, out["overridden"]
+    per = {q["query"]: q for q in out["per_query"]}
+    assert per[refund]["overridden"] == ["weights", "per_source_cap"]
+    assert per[reset]["overridden"] == ["fusion", "weights"]
+    for q in per.values():
+        assert (q["config"]["fusion"], q["config"]["weights"], q["config"]["per_source_cap"],
+                q["config"]["k"]) == ("rrf", [1.0, 0.5], 1, 3), q["config"]
+    res = CliRunner().invoke(app, [*base, "--last", "10", *options], env=env)
+    assert res.exit_code == 0, res.output
+    assert ("note: 2 logged searches were replayed with the --fusion rrf, --lexical-weight / "
+            "--dense-weight 1,0.5, --per-source-cap 1 given instead of what they were logged "
+            "with (each other search parameter as logged)") in " ".join(res.output.split())
+    # --queries are searched with them
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(json.dumps({"query": refund}) + "\n", encoding="utf-8")
+    res = CliRunner().invoke(app, [*base, "--queries", str(queries), "--overfetch", "2",
+                                   "--lexical-depth", "50", "--json"], env=env)
+    assert res.exit_code == 0, res.output
+    # a value the search refuses is said before anything is searched, by its flag
+    for bad, said in ((["--fusion", "nope"], "--fusion"),
+                      (["--per-source-cap", "0"], "--per-source-cap"),
+                      (["--rrf-k", "30"], "--rrf-k: applies only with --fusion rrf"),
+                      (["--fusion", "minmax", "--rrf-k", "30"], "--rrf-k: applies only")):
+        res = CliRunner().invoke(app, [*base, "--last", "10", *bad], env=env)
+        assert res.exit_code == 1, (bad, res.output)
+        assert said in " ".join(res.output.split()), (bad, res.output)
+
+
 def test_compare_last_replays_a_search_of_its_own_time_as_of_when_it_ran(
         sample_db: str, embedder: Any) -> None:
     # a search logged with as_of NULL (its own time) was replayed by `--last` as of the
