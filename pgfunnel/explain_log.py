@@ -201,7 +201,8 @@ def _from_trace(log: _Logged, target: str, cid: int | None) -> Explanation | Non
                   f"{reason}")
     p = log.params
     transforms = log.config.get("transforms")
-    log_guesses = {("capped", "per_source_cap"), ("cut at k", "k")} & {
+    # a trace's answer reads a guessed parameter only where the cap or the cut says it
+    said_guess = {("capped", "per_source_cap"), ("cut at k", "k")} & {
         (verdict, n) for n in log.config_guessed}
     return Explanation(
         target=target, chunk_id=chunk.chunk_id, verdict=verdict,
@@ -215,9 +216,7 @@ def _from_trace(log: _Logged, target: str, cid: int | None) -> Explanation | Non
         reranked=log.reranked, rerank_rank=chunk.rerank_rank,
         rerank_score=chunk.rerank_score, search_id=log.search_id, searched=log.query_text,
         search_config=log.replayed_with, config_guessed=list(log.config_guessed),
-        # a trace's answer reads a guessed parameter only where the cap or the cut said it
-        notices=[_guessed_notice(log)] if (verdict, "per_source_cap") in log_guesses
-        or (verdict, "k") in log_guesses else [])
+        notices=[_guessed_notice(log)] if said_guess else [])
 
 
 def _traced_reason(log: _Logged, chunk: _Traced) -> tuple[str, str]:

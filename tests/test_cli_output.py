@@ -1165,11 +1165,12 @@ def test_search_and_explain_json_hold_every_documented_field(sample_db: str) -> 
         "lexical_exact_score", "lexical_depth", "dense_rank", "dense_score",
         "dense_exact_score", "dense_depth", "fused_rank", "fused_score", "pool_size",
         "final_rank", "citekey", "reason", "notices", "transforms", "reranked",
-        "rerank_rank", "rerank_score", "search_id", "replayed_on", "history", "searched",
-        "followup"}, explained
+        "rerank_rank", "rerank_score", "search_id", "replayed_on", "search_config",
+        "config_guessed", "history", "searched", "followup"}, explained
     assert (explained["transforms"], explained["history"], explained["followup"]) == (
         [], [], None)
-    assert (explained["search_id"], explained["replayed_on"]) == (None, None)
+    assert (explained["search_id"], explained["replayed_on"], explained["search_config"],
+            explained["config_guessed"]) == (None, None, None, [])
     assert explained["final_rank"] == 1 and explained["notices"] == found["notices"]
 
 
