@@ -1093,3 +1093,48 @@ def test_every_error_class_and_sqlstate_is_in_the_error_table() -> None:
         name = special.get(code) or _SQLSTATE_MAP[code].__name__
         assert code in rows[name], (code, name, rows[name])
     assert "exit status 3" in table and "ValidationFailed" in table
+
+
+@pytest.mark.parametrize(("params", "said"), [
+    ({"k": 0}, "k: must be between 1 and 1000, got 0"),
+    ({"fusion": "borda"}, "fusion: unknown fusion 'borda' (use rrf, minmax or zscore)"),
+    ({"weights": [1.0, 0.5, 0.2]}, "weights: must be two numbers {lexical,dense}"),
+    ({"overfetch": 0}, "overfetch: must be between 1 and 100, got 0"),
+])
+def test_a_bad_value_is_refused_before_the_query_is_embedded(
+        corpus_db: str, tmp_path: Any, params: dict[str, Any], said: str) -> None:
+    """A Funnel whose model was loaded (a first search, or an Embedder given) embedded
+    the query and only then had SQL refuse k=0: the check ran only before a load. The
+    refusal is the SQL function's own, class and message, before anything is embedded,
+    at every search and not only the first."""
+    from pgfunnel.embedder import Embedder
+    from pgfunnel.tiny_models import build_tiny_bi_encoder
+
+    emb = Embedder(str(build_tiny_bi_encoder(tmp_path / "bi", DIM)), device="cpu")
+    encoded: list[Any] = []
+
+    def refuse(texts: Any, **kwargs: Any) -> Any:
+        encoded.append(texts)
+        raise AssertionError("the query was embedded")
+
+    with connect(corpus_db) as conn:
+        funnel = Funnel(conn, embedder=emb)
+        assert funnel.search("refund plan", k=3).results  # the values that pass
+        emb._model.encode = refuse
+        for _ in range(2):  # a second time: a refusal is never remembered as a pass
+            with pytest.raises(ConfigError) as err:
+                funnel.search("refund plan", **params)
+            assert str(err.value).startswith(said), str(err.value)
+            assert encoded == []
+        # what SQL says to the same value, word for word
+        sql_args = {"k": 3, **params}
+        with pytest.raises(psycopg.errors.InvalidParameterValue) as sql_err:
+            named = psycopg.sql.SQL(", ").join(
+                psycopg.sql.SQL("{} => {}").format(psycopg.sql.Identifier(name),
+                                                   psycopg.sql.Placeholder(name))
+                for name in sql_args)
+            conn.execute(psycopg.sql.SQL("select * from pgfunnel.funnel_search("
+                                         "'refund plan', null, {})").format(named), sql_args)
+        conn.rollback()
+        assert str(translate(sql_err.value)) == str(err.value)
+        _usable(conn)
