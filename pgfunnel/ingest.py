@@ -63,6 +63,7 @@ from pgfunnel.sources import (
     UNMARKED_CHUNKING,
     ChunkRecord,
     DocumentRecord,
+    as_utc,
     check_embed_input,
     check_lexical_input,
     check_record,
@@ -1774,8 +1775,11 @@ class Ingester:
         doc_rows = [{"citekey": rec.citekey, "title": rec.title, "metadata": rec.metadata,
                      "tenant": rec.tenant, "readers": list(rec.readers),
                      "is_public": not rec.readers and not private, "language": rec.language,
-                     "valid_from": rec.valid_from.isoformat() if rec.valid_from else None,
-                     "valid_to": rec.valid_to.isoformat() if rec.valid_to else None,
+                     # a time without a zone is UTC, as in a JSONL line: sent naive,
+                     # Postgres read it in the session's TimeZone
+                     **{name: None if value is None else as_utc(value).isoformat()
+                        for name, value in (("valid_from", rec.valid_from),
+                                            ("valid_to", rec.valid_to))},
                      "content_hash": hashes[rec.citekey]} for rec, _ in chunked]
         written = conn.execute(
                 "insert into pgfunnel.document as d (collection_id, citekey, title, metadata, "

@@ -59,7 +59,7 @@ from pgfunnel.errors import (
     warn_at_caller,
 )
 from pgfunnel.rerank import check_gate_margin, reranker_name
-from pgfunnel.sources import JSON_NUL
+from pgfunnel.sources import JSON_NUL, as_utc
 
 MAX_QUERY_CHARS = 10_000
 
@@ -295,6 +295,13 @@ class SearchParams:
         if as_of is not None and not isinstance(as_of, (dt.datetime, dt.date)):
             raise ConfigError("as_of", f"must be a datetime or None, got "
                                        f"{type(as_of).__name__} {shown(as_of)}")
+        if isinstance(as_of, dt.datetime):
+            # without a time zone it is UTC, as ingest reads a record's valid_from: sent
+            # naive, Postgres read it in the session's TimeZone, hours off where that
+            # was not UTC
+            kwargs["as_of"] = as_utc(as_of)
+        elif isinstance(as_of, dt.date):
+            kwargs["as_of"] = dt.datetime.combine(as_of, dt.time(), tzinfo=dt.UTC)
         if kwargs.get("weights") is not None:
             w = kwargs["weights"]
             if isinstance(w, np.ndarray) and w.ndim == 1:

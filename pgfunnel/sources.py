@@ -187,8 +187,18 @@ def vector_key(title: str, text: str, embed_input: str, section_path: str = "") 
     return hashlib.sha256(" ".join(read.split()).encode()).hexdigest()
 
 
+def as_utc(value: dt.datetime) -> dt.datetime:
+    """A datetime without a time zone read as UTC, as a JSONL record's ``valid_from`` is
+    read (``_parse_time``); one with a zone as it is. Sent naive, Postgres read it in the
+    session's ``TimeZone``, so where that was not UTC a document's validity (or a search's
+    ``as_of``) given in Python was hours off the same time given in a JSONL file."""
+    return value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
+
+
 def _iso(value: dt.datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
+    # naive read as UTC here too: a record's hash is that of the time it is stored as (one
+    # stored before, in the session's zone, is written again at its next ingest)
+    return None if value is None else as_utc(value).isoformat()
 
 
 def _parse_time(value: Any, name: str, where: str) -> dt.datetime | None:
@@ -296,14 +306,9 @@ def check_record(rec: DocumentRecord, where: str) -> None:
             raise InvalidDocumentError(
                 f"{where}: '{name}' {getattr(rec, name).isoformat()} has a time zone offset "
                 "beyond what Postgres takes (less than 16 hours either way)")
-    if rec.valid_from and rec.valid_to:
-        if (rec.valid_from.tzinfo is None) != (rec.valid_to.tzinfo is None):
-            # Python cannot order them, and Postgres reads the naive one in the server's
-            # time zone, so which comes first depends on where it runs
-            raise InvalidDocumentError(f"{where}: valid_from and valid_to must both have a "
-                                       "time zone or both have none")
-        if rec.valid_to <= rec.valid_from:
-            raise InvalidDocumentError(f"{where}: valid_to must be after valid_from")
+    # one without a time zone is UTC (as_utc), so a naive and an aware one order
+    if rec.valid_from and rec.valid_to and as_utc(rec.valid_to) <= as_utc(rec.valid_from):
+        raise InvalidDocumentError(f"{where}: valid_to must be after valid_from")
     for name, value in (("citekey", rec.citekey), ("title", rec.title),
                         ("tenant", rec.tenant or ""), ("language", rec.language or ""),
                         *(("readers", r) for r in rec.readers)):
@@ -1760,7 +1765,8 @@ def drop_copied_pages(records: Sequence[DocumentRecord]
 
 def _scope(rec: DocumentRecord) -> tuple[Any, ...]:
     """Who may read a document and where it applies: copies that differ here are not."""
-    return (rec.tenant, sorted(rec.readers), rec.language, rec.valid_from, rec.valid_to,
+    return (rec.tenant, sorted(rec.readers), rec.language,
+            *(None if t is None else as_utc(t) for t in (rec.valid_from, rec.valid_to)),
             json.dumps(rec.metadata, sort_keys=True, default=str))
 
 

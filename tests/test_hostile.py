@@ -171,34 +171,63 @@ def test_a_value_of_no_type_the_parameter_takes_is_postgres_own_error_as_documen
         _usable(conn)
 
 
-def test_an_as_of_without_a_time_zone_is_read_in_the_sessions_time_zone(
-        corpus_db: str) -> None:
-    # docs/sql.md and python-api.md: Postgres reads a time without an offset in the
-    # session's TimeZone, where a JSONL record's valid_from without one is read as UTC
+def test_a_time_without_a_zone_is_utc_in_python_and_the_sessions_in_sql(db: str) -> None:
+    """docs/python-api.md and sql.md: a naive datetime (or a date) given to the Python API,
+    a record's valid_from or a search's as_of, is UTC, as a JSONL line's valid_from without
+    an offset is; it was sent naive and read in the session's TimeZone, hours off where
+    that is not UTC. A SQL literal without an offset keeps Postgres' reading."""
     import datetime as dt
 
-    with connect(corpus_db) as conn:
-        try:
-            conn.execute("update pgfunnel.document set valid_from = "
-                         "'2020-01-01 12:00:00+00' where citekey = 'd0007'")
-            conn.execute("set local timezone = 'Pacific/Kiritimati'")  # UTC+14
-            funnel = Funnel(conn, embedder=None)
+    from pgfunnel.explain import explain
+    from pgfunnel.ingest import Ingester, create_version, get_or_create_collection
+    from pgfunnel.sources import DocumentRecord, record_from_dict
 
-            def found(as_of: Any) -> bool:
-                results = funnel.search("topic 7", k=3, as_of=as_of).results
-                return "d0007" in [r.citekey for r in results]
+    with connect(db, autocommit=True) as conn:
+        conn.execute("set timezone = 'Pacific/Kiritimati'")  # UTC+14, for the session
+        coll = get_or_create_collection(conn, "default")
+        create_version(conn, coll, MODEL, DIM, "english_v8", "active")
+        text = "Refund plan topic seven."
+        records = [
+            DocumentRecord("py", text, valid_from=dt.datetime(2020, 1, 1, 12)),
+            record_from_dict({"citekey": "jsonl", "text": text,
+                              "valid_from": "2020-01-01T12:00:00"}, "line 1"),
+            # a naive and an aware time order as UTC: 12:00 UTC to 13:00+00:30
+            DocumentRecord("mixed", text, valid_from=dt.datetime(2020, 1, 1, 12),
+                           valid_to=dt.datetime(2020, 1, 1, 13, 30,
+                                                tzinfo=dt.timezone(dt.timedelta(hours=1)))),
+        ]
+        vec = unit(np.ones(DIM))
+        Ingester(conn, "default").ingest(records, vectors={r.citekey: vec[None, :]
+                                                           for r in records})
+        stored = {ck: (start, end) for ck, start, end in conn.execute(
+            "select citekey, valid_from, valid_to from pgfunnel.document").fetchall()}
+        noon = dt.datetime(2020, 1, 1, 12, tzinfo=dt.UTC)
+        assert stored == {"py": (noon, None), "jsonl": (noon, None),
+                          "mixed": (noon, noon + dt.timedelta(minutes=30))}
+        funnel = Funnel(conn, embedder=None)
 
-            assert found(dt.datetime(2020, 1, 1, 12, 30, tzinfo=dt.UTC))
-            # 12:30 there is 22:30 UTC the day before: the document is not valid yet
-            assert not found(dt.datetime(2020, 1, 1, 12, 30))
-            rows = conn.execute("select citekey from funnel_search('topic 7', k => 3, "
-                                "as_of => '2020-01-01 12:30')").fetchall()
-            assert ("d0007",) not in rows
-            rows = conn.execute("select citekey from funnel_search('topic 7', k => 3, "
-                                "as_of => '2020-01-01 12:30Z')").fetchall()
-            assert ("d0007",) in rows
-        finally:
-            conn.rollback()
+        def found(as_of: Any) -> set[str]:
+            return {r.citekey for r in funnel.search("topic seven", k=5, as_of=as_of).results}
+
+        assert found(dt.datetime(2020, 1, 1, 12, 15)) == {"py", "jsonl", "mixed"}
+        assert found(dt.datetime(2020, 1, 1, 12, 15, tzinfo=dt.UTC)) == {"py", "jsonl", "mixed"}
+        # 11:59 UTC is before them all (in the session's zone it was 21:59 UTC, long after)
+        assert found(dt.datetime(2020, 1, 1, 11, 59)) == set()
+        assert found(dt.datetime(2020, 1, 1, 12, 45)) == {"py", "jsonl"}
+        assert found(dt.date(2020, 1, 2)) == {"py", "jsonl"}  # midnight UTC
+        assert found(dt.date(2020, 1, 1)) == set()
+        # explain reads its as_of so too
+        early = explain(funnel, "topic seven", "py", as_of=dt.datetime(2020, 1, 1, 11, 59))
+        assert early.final_rank is None
+        assert explain(funnel, "topic seven", "py",
+                       as_of=dt.datetime(2020, 1, 1, 12, 15)).final_rank is not None
+        # SQL keeps Postgres' reading: 12:15 at UTC+14 is 22:15 UTC the day before
+        rows = conn.execute("select citekey from funnel_search('topic seven', k => 5, "
+                            "as_of => '2020-01-01 12:15')").fetchall()
+        assert rows == []
+        rows = conn.execute("select citekey from funnel_search('topic seven', k => 5, "
+                            "as_of => '2020-01-01 12:15Z')").fetchall()
+        assert {r[0] for r in rows} == {"py", "jsonl", "mixed"}
 
 
 def test_translate_names_the_setting_of_postgres_own_invalid_value(db: str) -> None:

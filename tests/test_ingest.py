@@ -249,9 +249,11 @@ BAD_RECORDS = [
     (DocumentRecord("k", "text", valid_from=dt.datetime(2030, 1, 1, tzinfo=dt.UTC),
                     valid_to=dt.datetime(2020, 1, 1, tzinfo=dt.UTC)),
      "valid_to must be after valid_from"),
-    (DocumentRecord("k", "text", valid_from=dt.datetime(2020, 1, 1),
-                    valid_to=dt.datetime(2021, 1, 1, tzinfo=dt.UTC)),
-     "valid_from and valid_to must both have a time zone or both have none"),
+    # a time without a zone is UTC: 13:00 UTC is after 14:00+02:00
+    (DocumentRecord("k", "text", valid_from=dt.datetime(2020, 1, 1, 13),
+                    valid_to=dt.datetime(2020, 1, 1, 14,
+                                         tzinfo=dt.timezone(dt.timedelta(hours=2)))),
+     "valid_to must be after valid_from"),
     # keys of document indexes: longer ones failed the batch with the index's error
     (DocumentRecord("k" * 1001, "text"), "citekey is 1,001 bytes long; the limit is 1,000"),
     (DocumentRecord("k", "text", tenant="t" * 600 + "é" * 201),
