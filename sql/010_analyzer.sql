@@ -676,15 +676,43 @@ end
 $$;
 
 -- every token of a text, what it became, and why anything was dropped
-create or replace function pgfunnel.analyze_tokens(input text, analyzer text default 'english_v8',
-                                                   for_query boolean default false)
-returns table (token_position integer, token text, term text, dropped text)
-language sql stable parallel safe
+-- the length analyze_tokens, analyze and dropped_query_words take, for a caller to look at
+-- one text: a query's limit (funnel_search's query_text) with for_query, ten times it for
+-- a document's text, over any chunk ingest writes. A megabyte took seconds (11 s of
+-- dotted words), the most a call a reader may make should cost; ingest's own
+-- analyze_each takes any length.
+create or replace function pgfunnel._check_analyze_input(input text, for_query boolean)
+returns void
+language plpgsql immutable parallel safe
 security invoker
 set search_path = pg_catalog, pgfunnel
 as $$
+begin
+    if for_query and length(input) > 10000 then
+        perform pgfunnel._bad_parameter('input', format(
+            'is %s characters long; the limit for a query is 10000, as for funnel_search''s '
+            'query_text', length(input)));
+    elsif length(input) > 100000 then
+        perform pgfunnel._bad_parameter('input', format(
+            'is %s characters long; the limit is 100000 (analyze_each takes longer text)',
+            length(input)));
+    end if;
+end
+$$;
+
+create or replace function pgfunnel.analyze_tokens(input text, analyzer text default 'english_v8',
+                                                   for_query boolean default false)
+returns table (token_position integer, token text, term text, dropped text)
+language plpgsql stable parallel safe
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+begin
+    perform pgfunnel._check_analyze_input(input, for_query);
+    return query
     select e.token_position, e.token, e.term, e.dropped
-      from pgfunnel.analyze_each(array[input], analyzer, for_query) e
+      from pgfunnel.analyze_each(array[input], analyzer, for_query) e;
+end
 $$;
 
 -- the terms a text becomes (what the lexical leg sees), in order

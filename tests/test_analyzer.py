@@ -948,3 +948,38 @@ def test_plain_words_take_a_shorter_path_to_the_same_rows(conn: psycopg.Connecti
     assert plain == general
     assert any(r[4] == "stop word" for r in plain) or analyzer.startswith("simple")
     assert any(r[4] == "question word" for r in plain) == for_query
+
+
+def test_the_one_text_helpers_refuse_text_past_their_limit_quickly(
+        conn: psycopg.Connection[Any]) -> None:
+    """analyze, analyze_tokens and dropped_query_words on a megabyte took seconds (11 s
+    for dotted words); each now takes a query of at most 10,000 characters (funnel_search's
+    limit) and a document's text of at most 100,000, and names `input` past that.
+    analyze_each, which ingest analyses whole documents with, takes any length."""
+    megabyte = "x.y_z " * 170_000
+    calls = [("select pgfunnel.analyze(%s)", megabyte, 100_000),
+             ("select count(*) from pgfunnel.analyze_tokens(%s)", megabyte, 100_000),
+             ("select pgfunnel.analyze(%s, for_query => true)", megabyte, 10_000),
+             ("select count(*) from pgfunnel.analyze_tokens(%s, 'simple_v8', true)",
+              "a" * 10_001, 10_000),
+             ("select pgfunnel.dropped_query_words(%s)", "the " * 2_501, 10_000)]
+    for stmt, text, limit in calls:
+        started = time.perf_counter()
+        with pytest.raises(psycopg.errors.InvalidParameterValue) as err:
+            conn.execute(stmt, (text,))
+        conn.rollback()
+        assert time.perf_counter() - started < 0.5, stmt
+        said = str(err.value).splitlines()[0]
+        assert said.startswith(f"input: is {len(text)} characters long; the limit "), said
+        assert (f"the limit for a query is {limit}," if limit == 10_000
+                else f"the limit is {limit} (analyze_each takes longer text)") in said, said
+    # at the limits they answer as before
+    assert len(conn.execute("select pgfunnel.analyze(%s)", ("ab " * 33_333,)).fetchone()[0]) \
+        == 33_333
+    assert conn.execute("select pgfunnel.analyze(%s, for_query => true)",
+                        ("refund " * 1_428,)).fetchone()[0] == ["refund"] * 1_428
+    assert conn.execute("select pgfunnel.dropped_query_words(%s)",
+                        ("the " * 2_500,)).fetchone()[0] == ["the"]
+    rows = conn.execute("select count(*) from pgfunnel.analyze_each(array[%s])",
+                        ("refund " * 30_000,)).fetchone()
+    assert rows == (30_000,)
