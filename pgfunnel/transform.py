@@ -644,6 +644,35 @@ def _names_a_term(fragment: str) -> bool:
 # the longest word the analyzer indexes or searches (longer ones are dropped and reported)
 _MAX_TERM_CHARS = 100
 
+#: the most characters of all the turns of a follow-up's history together: ten turns as
+#: long as a search's query may be. A turn may be longer than a query (a pasted blob,
+#: which the resolver reads past), but reading is linear in the text: a megabyte turn
+#: took 1.3 s. A history is the user's own latest turns, which a chat app can cut
+MAX_HISTORY_CHARS = 100_000
+#: and the most turns (a million empty ones took 3 s to look through)
+MAX_HISTORY_TURNS = 1_000
+
+
+def check_history(history: Sequence[str]) -> None:
+    """An InvalidInputError naming the history with more than MAX_HISTORY_TURNS turns or
+    more than MAX_HISTORY_CHARS characters in all, or the turn (``history[i]``) that is
+    longer than that alone."""
+    if len(history) > MAX_HISTORY_TURNS:
+        raise InvalidInputError(
+            f"history: has {len(history):,} turns; the limit is {MAX_HISTORY_TURNS:,} "
+            "(pass the latest turns)")
+    total = 0
+    for i, turn in enumerate(history):
+        if len(turn) > MAX_HISTORY_CHARS:
+            raise InvalidInputError(
+                f"history[{i}]: is {len(turn):,} characters long; a history holds at most "
+                f"{MAX_HISTORY_CHARS:,} in all")
+        total += len(turn)
+    if total > MAX_HISTORY_CHARS:
+        raise InvalidInputError(
+            f"history: holds {total:,} characters in {len(history):,} turns; the limit is "
+            f"{MAX_HISTORY_CHARS:,} in all (pass the latest turns)")
+
 
 class FollowupResolver:
     """Deterministic stand-alone rewrite for follow-up turns.
@@ -693,6 +722,7 @@ class FollowupResolver:
     def resolve(self, history: Sequence[str], query: str) -> Resolution:
         # one string was read as turns of one character each (no topic found, silently)
         history = string_list(history, "history")
+        check_history(history)
         if not isinstance(query, str):
             raise InvalidInputError(f"query: must be a str, got {type(query).__name__}")
         filler = _FILLER_RE.match(query)

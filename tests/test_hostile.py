@@ -1167,3 +1167,22 @@ def test_a_bad_value_is_refused_before_the_query_is_embedded(
         conn.rollback()
         assert str(translate(sql_err.value)) == str(err.value)
         _usable(conn)
+
+
+def test_a_history_turn_of_a_megabyte_is_refused_quickly_and_logs_nothing(
+        corpus_db: str) -> None:
+    """Funnel.search(history=[...]) read a megabyte turn for its topic words (1.3 s)."""
+    import time
+
+    with connect(corpus_db) as conn:
+        before = conn.execute("select count(*) from pgfunnel.search_log").fetchone()
+        conn.commit()
+        funnel = Funnel(conn, embedder=None)
+        started = time.perf_counter()
+        with pytest.raises(InvalidInputError, match=r"^history\[0\]: is 1,000,000 characters "
+                                                    r"long; a history holds at most 100,000"):
+            funnel.search("what about annual?", history=["refund plan " * 83_333 + "refu"],
+                          trace=True)
+        assert time.perf_counter() - started < 0.5
+        assert conn.execute("select count(*) from pgfunnel.search_log").fetchone() == before
+        _usable(conn)

@@ -474,3 +474,32 @@ def test_one_string_where_a_list_is_expected_is_config_error() -> None:
         with pytest.raises(ConfigError) as exc:
             call()
         assert exc.value.parameter == parameter
+
+
+def test_a_history_past_its_limits_is_refused_naming_the_turn() -> None:
+    """A turn of a megabyte took 1.3 s to read for its topic words, and a million empty
+    turns 3 s; a history holds at most 100,000 characters in all and 1,000 turns. One turn
+    may be longer than a search's query (a pasted blob: above)."""
+    from pgfunnel.errors import InvalidInputError
+
+    r = FollowupResolver()
+    for history, said in (
+            (["refund plan", "refund plan billing " * 50_000],
+             "history[1]: is 1,000,000 characters long; a history holds at most 100,000 in "
+             "all"),
+            (["refund plan " * 833] * 11,
+             "history: holds 109,956 characters in 11 turns; the limit is 100,000 in all "
+             "(pass the latest turns)"),
+            ([""] * 1_001, "history: has 1,001 turns; the limit is 1,000 (pass the latest "
+                           "turns)")):
+        started = time.perf_counter()
+        with pytest.raises(InvalidInputError) as err:
+            r.resolve(history, "what about annual?")
+        assert str(err.value) == said
+        assert time.perf_counter() - started < 0.2
+    # at the limits a follow-up is resolved as before
+    res = r.resolve(["refund plan " * 833] * 10, "what about annual?")
+    assert res.carried_terms == ["refund", "plan"]
+    assert r.resolve([""] * 999 + ["refund plan"], "what about annual?").carried_terms \
+        == ["refund", "plan"]
+    assert r.resolve(["refund " + "x" * 99_993], "what about it?").carried_terms == ["refund"]

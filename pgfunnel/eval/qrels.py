@@ -215,6 +215,13 @@ def parse_query(obj: Any, line: int | None = None) -> JudgedQuery:
             raise InvalidInputError(f"{where}: field 'history' must be a list of strings")
         for turn in raw_history:
             _check_text(turn, "history", where)
+        from pgfunnel.transform import check_history
+
+        try:
+            # told with the line before any search, not at the query's turn
+            check_history(raw_history)
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"{where}: field {exc}") from None
         history = tuple(raw_history)
 
     split: Split | None = None
