@@ -207,9 +207,17 @@ def reindex(
     def stopped() -> str:
         # the version's number is known only once the run has made it
         made = None
+        resume = None
         try:
             with connect(dsn, autocommit=True) as conn:
                 number = versions.building_version(conn, collection)
+                if number is not None:
+                    # its own settings: "the same `pgfunnel reindex -c NAME`", as pasted,
+                    # asked for the active version's analyzer and model, and a build begun
+                    # with others was dropped, its embedded chunks with it
+                    resume = next((versions.resume_hint(collection, info)
+                                   for info in versions.list_versions(conn, collection)
+                                   if info.version == number), None)
                 if number is None and before:
                     made = conn.execute(
                         "select v.version, v.state from pgfunnel.index_version v join "
@@ -229,9 +237,12 @@ def reindex(
                     "would build another)")
         if number is None:
             return "no version was made yet; nothing to discard"
-        return (f"version {number} stays 'building', with what it wrote; the same `pgfunnel "
-                f"reindex` resumes it (`pgfunnel versions drop {number} -c "
-                f"{shlex.quote(collection)}` discards it)")
+        if resume is not None:
+            return f"version {number} stays 'building', with what it wrote; {resume}"
+        return (f"version {number} stays 'building', with what it wrote; `pgfunnel versions "
+                f"list -c {shlex.quote(collection)}` names the `pgfunnel reindex` that resumes "
+                f"it (`pgfunnel versions drop {number} -c {shlex.quote(collection)}` discards "
+                "it)")
 
     with handle_errors(index_flags(model), interrupted=stopped), \
             connect(dsn, autocommit=True) as conn, \

@@ -2005,6 +2005,53 @@ def test_ctrl_c_in_reindex_activate_names_the_version_it_built(
         assert _state(conn) == {1: "retired", 2: "ready", 3: "active", 4: "ready"}
 
 
+def test_ctrl_c_mid_reindex_names_the_reindex_that_resumes_the_build(
+        sample_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ctrl-C while a reindex embedded said "the same `pgfunnel reindex -c default` resumes
+    # it": pasted, that asked for the active version's analyzer, so the half-built
+    # version was dropped and another begun
+
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    real_reindex = versions.reindex
+
+    def stopped_mid_build(*args: Any, **kwargs: Any) -> Any:
+        batches: list[int] = []
+
+        def stop(stage: str, n: int, total: int | None) -> None:
+            if stage == "embedding":
+                batches.append(n)
+                if len(batches) == 3:  # two batches written and committed
+                    raise KeyboardInterrupt
+        return real_reindex(*args, **{**kwargs, "progress": stop, "batch_size": 2})
+
+    monkeypatch.setattr(versions, "reindex", stopped_mid_build)
+    env = {"COLUMNS": "400", "PGFUNNEL_DSN": sample_db}
+    res = CliRunner().invoke(app, ["reindex", "--analyzer", "simple_v2", "--m", "8"], env=env)
+    assert res.exit_code == 130, res.output
+    said = " ".join(res.output.split())
+    with connect(sample_db, autocommit=True) as conn:
+        info = {i.version: i for i in versions.list_versions(conn, "default")}
+        total = conn.execute("select count(*) from pgfunnel.chunk").fetchone()
+    # nothing half-written is active: version 1 still serves
+    assert {v: i.state for v, i in info.items()} == {1: "active", 2: "building"}
+    assert total is not None
+    written = total[0] - info[2].missing_chunks
+    assert 0 < written < total[0], (written, total)
+    hint = versions.resume_hint("default", info[2])
+    assert said.startswith(f"interrupted: version 2 stays 'building', with what it wrote; "
+                           f"{hint}"), said
+    resume = hint.split("`")[1]
+    assert "--analyzer simple_v2" in resume and "--m 8" in resume
+    monkeypatch.setattr(versions, "reindex", real_reindex)
+    res = CliRunner().invoke(app, shlex.split(resume)[1:] + ["--json"], env=env)
+    assert res.exit_code == 0, res.output
+    done = json.loads(res.stdout)
+    assert (done["version"], done["resumed"], done["state"]) == (2, True, "ready"), done
+    assert done["chunks_before"] == written
+
+
 def test_an_ingest_follows_a_switch_to_another_model_between_its_batches(
         db: str, tiny_model: str, tmp_path: Path) -> None:
     """`versions activate` of a version with another model of the same size, between two
