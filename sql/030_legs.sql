@@ -649,8 +649,11 @@ begin
 end
 $$;
 
--- the forms with dimensions (the walk reads them from the version), without n_chunks,
--- and without all_visible
+-- the forms with dimensions (the walk reads them from the version), the first of them
+-- without expected_share (the first release's; a database made by it kept it after every
+-- upgrade), without n_chunks, and without all_visible
+drop function if exists pgfunnel._dense_hits(integer, integer, @vector_schema@.vector, integer,
+    integer, text[], text, text, timestamptz, jsonb, integer);
 drop function if exists pgfunnel._dense_hits(integer, integer, @vector_schema@.vector, integer,
     integer, text[], text, text, timestamptz, jsonb, integer, double precision);
 drop function if exists pgfunnel._dense_hits(integer, integer, @vector_schema@.vector, integer,

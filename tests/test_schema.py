@@ -98,6 +98,21 @@ def test_upgraded_database_equals_fresh_one(server_dsn: str, empty_db: str, db: 
     assert _pg_dump_schema(empty_db) == _pg_dump_schema(db)
 
 
+def test_migrate_drops_the_first_releases_dense_hits(db: str) -> None:
+    # a database made by the first release (revision 0001), then migrated to head, kept
+    # that release's _dense_hits (dimensions, no expected_share): its pg_dump differed
+    # from a fresh one's by that function
+    first = ("pgfunnel._dense_hits(integer, integer, public.vector, integer, integer, "
+             "text[], text, text, timestamptz, jsonb, integer)")
+    with connect(db, autocommit=True) as conn:
+        conn.execute(f"create function {first} returns bigint[] language sql "
+                     "as 'select null::bigint[]'")
+        assert conn.execute("select to_regprocedure(%s)", (first,)).fetchone() != (None,)
+    schema.migrate(db)
+    with connect(db, autocommit=True) as conn:
+        assert conn.execute("select to_regprocedure(%s)", (first,)).fetchone() == (None,)
+
+
 def _revisions_in_order() -> list[str]:
     from alembic.script import ScriptDirectory
 
