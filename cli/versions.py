@@ -616,7 +616,7 @@ def compare_cmd(
             connect(dsn, autocommit=True) as conn:
         search_given = _search_options(conn, collection, fusion, rrf_k, lexical_weight,
                                        dense_weight, overfetch, per_source_cap,
-                                       lexical_depth, dense_depth)
+                                       lexical_depth, dense_depth, last is not None)
         versions.require_pin_privilege(conn)
         if queries is not None:
             try:
@@ -700,6 +700,18 @@ def compare_cmd(
                       f"{given} given instead of what "
                       f"{'it was' if one else 'they were'} logged with (each other search "
                       "parameter as logged)"))
+    if cmp.not_applied:
+        # --rrf-k alone: the searches fused otherwise have no constant to replace
+        kept = [shown(repr(d.query)) for d in cmp.per_query if d.not_applied]
+        one = len(kept) == 1
+        flags = ", ".join(FUNNEL_FLAGS.get(n, n) for n in versions.LOGGED_SEARCH_PARAMS
+                          if any(n in d.not_applied for d in cmp.per_query))
+        notes.append(("note", f"{flags} did not apply to {len(kept)} logged "
+                      f"{'search' if one else 'searches'} ({', '.join(kept[:5])}"
+                      f"{', ...' if len(kept) > 5 else ''}), which "
+                      f"{'fuses' if one else 'fuse'} by another method (no constant): "
+                      f"{'it was' if one else 'they were'} replayed with "
+                      f"{'its' if one else 'their'} own fusion"))
     if cmp.logged_reranked:
         reranked_qs = [shown(repr(d.query)) for d in cmp.per_query if d.logged_reranked]
         one = len(reranked_qs) == 1
@@ -804,16 +816,18 @@ def replayed_as(d: QueryDiff, k: int | None = None) -> str:
 def _search_options(conn: psycopg.Connection[Any], collection: str, fusion: str | None,
                     rrf_k: float | None, lexical_weight: float | None, dense_weight: float | None,
                     overfetch: int | None, per_source_cap: int | None,
-                    lexical_depth: int | None, dense_depth: int | None) -> dict[str, Any]:
+                    lexical_depth: int | None, dense_depth: int | None,
+                    last: bool) -> dict[str, Any]:
     """The search options typed, as compare's search parameters (one left out is not
     there: a logged search keeps its own), checked before any version is searched."""
     from pgfunnel.errors import ConfigError
     from pgfunnel.search import Funnel
 
-    if rrf_k is not None and fusion is None:
-        # a logged search fused otherwise would refuse it, one query into the compare
+    if rrf_k is not None and fusion is None and not last:
+        # --queries are searched as `search` searches them: minmax, unless --fusion rrf
         raise ConfigError("rrf_k", "applies only with --fusion rrf: give --fusion rrf with "
-                                   "it (a logged search keeps the rrf_k it was logged with)")
+                                   "it (with --last, alone, it applies to the logged "
+                                   "searches that fused with rrf)")
     given: dict[str, Any] = {
         "fusion": fusion, "weights": leg_weights(lexical_weight, dense_weight, False),
         "overfetch": overfetch, "per_source_cap": per_source_cap,
@@ -821,11 +835,15 @@ def _search_options(conn: psycopg.Connection[Any], collection: str, fusion: str 
     given = {n: v for n, v in given.items() if v is not None}
     if fusion is not None:
         given.update(rrf_k_args(rrf_k, fusion))
+    elif rrf_k is not None:
+        # --last: each logged search fused with rrf takes it, the others keep their fusion
+        given["rrf_k"] = rrf_k
     if given:
         # a bad value is said as the search says it, before the versions are caught up
-        # and every query embedded
+        # and every query embedded (--rrf-k alone checked as an rrf search reads it)
         with Funnel(conn, collection, embedder=None) as funnel:
-            funnel.check(None, **given)
+            funnel.check(None, **given, **({"fusion": "rrf"} if fusion is None
+                                            and rrf_k is not None else {}))
     return given
 
 

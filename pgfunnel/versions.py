@@ -1315,6 +1315,9 @@ class QueryDiff:
     #: the logged search (``--last``) reranked its pool, which the replay does not: its
     #: overlap compares the funnel's results before a rerank, not the list its user saw
     logged_reranked: bool = False
+    #: the parameters the caller gave that this logged search does not read, so it kept
+    #: its own: ``rrf_k`` for a search replayed with a fusion other than rrf
+    not_applied: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -1355,6 +1358,9 @@ class Comparison:
     #: logged searches that reranked their pool, compared without the reranker
     #: (:attr:`QueryDiff.logged_reranked`), by query id
     logged_reranked: list[str] = field(default_factory=list)
+    #: logged searches that a parameter the caller gave did not apply to (``rrf_k`` to one
+    #: fused otherwise: :attr:`QueryDiff.not_applied`), by query id
+    not_applied: list[str] = field(default_factory=list)
     ndcg_a: float | None = None
     ndcg_b: float | None = None
     ndcg_diff: float | None = None
@@ -1577,6 +1583,9 @@ class ReplayConfig(NamedTuple):
     guessed: list[str]
     #: those its log records that the caller gave another value for
     overridden: list[str]
+    #: those the caller gave that this search does not read, left out of ``config``:
+    #: ``rrf_k`` beside a fusion other than rrf (the search would refuse it)
+    not_applied: list[str]
 
 
 def replay_config(logged: Mapping[str, Any], given: Mapping[str, Any]) -> ReplayConfig:
@@ -1591,13 +1600,18 @@ def replay_config(logged: Mapping[str, Any], given: Mapping[str, Any]) -> Replay
     own = {n: logged[n] for n in LOGGED_SEARCH_PARAMS if n in logged}
     replay = {n: given[n] if n in given else own[n] if n in own else getattr(defaults, n)
               for n in LOGGED_SEARCH_PARAMS}
-    if replay["fusion"] != "rrf" and "rrf_k" not in given:
+    not_applied: list[str] = []
+    if replay["fusion"] != "rrf":
         # every log records rrf_k (60 by default), which a search fused otherwise never
-        # read, and which a search refuses beside another fusion
+        # read, and which a search refuses beside another fusion; one given applies to
+        # the searches that fuse with rrf (`compare --last --rrf-k 30`), and the others
+        # are said to keep theirs rather than fail one query into the compare
         del replay["rrf_k"]
+        if "rrf_k" in given:
+            not_applied.append("rrf_k")
     return ReplayConfig(replay, [n for n in replay if n not in own and n not in given],
                         [n for n in replay if n in own and n in given
-                         and not _same_value(own[n], given[n])])
+                         and not _same_value(own[n], given[n])], not_applied)
 
 
 def param_shown(name: str, value: Any) -> str:
@@ -1796,25 +1810,32 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
     configs: list[dict[str, Any] | None] = []
     config_guessed: list[list[str]] = []
     overridden: list[list[str]] = []
+    not_applied: list[list[str]] = []
     for q in queries:
         logged = q.config if isinstance(q, LoggedSearch) else None
         if logged is None:
             configs.append(None)
             config_guessed.append([])
             overridden.append([])
+            not_applied.append([])
             continue
         replay = replay_config(logged, given)
         configs.append(replay.config)
         config_guessed.append(replay.guessed)
         overridden.append(replay.overridden)
+        not_applied.append(replay.not_applied)
     cutoffs = [int(c["k"]) if c is not None else 10 if k is None else k for c in configs]
+    # a logged search's own parameters hold the caller's that apply to it, and lack those
+    # that do not (rrf_k beside another fusion): the caller's are not given it again
+    searched = {n: v for n, v in params.items() if n not in LOGGED_SEARCH_PARAMS} \
+        if readers is not None else params
     own_params = None if readers is None else [
-        {**r, **(c or {})} for r, c in zip(readers, configs, strict=True)]
+        {**r, **(c if c is not None else given)} for r, c in zip(readers, configs, strict=True)]
     caught_up = _catch_up_compared(conn, collection, (version_a, version_b))
     res_a = search_pinned(conn, collection, version_a, texts, k=10 if k is None else k,
-                          readers=own_params, legs=legs, **params)
+                          readers=own_params, legs=legs, **searched)
     res_b = search_pinned(conn, collection, version_b, texts, k=10 if k is None else k,
-                          readers=own_params, legs=legs, **params)
+                          readers=own_params, legs=legs, **searched)
     rank_a = {qid: [r.item_key for r in rs] for qid, rs in zip(ids, res_a, strict=True)}
     rank_b = {qid: [r.item_key for r in rs] for qid, rs in zip(ids, res_b, strict=True)}
     diffs: list[QueryDiff] = []
@@ -1833,7 +1854,7 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
                                legs=legs[i],
                                legs_guessed=guessed[i], k=cut, config=configs[i],
                                config_guessed=config_guessed[i], overridden=overridden[i],
-                               logged_reranked=reranked[i]))
+                               logged_reranked=reranked[i], not_applied=not_applied[i]))
     cutoff = k if k is not None else cutoffs[0] if len(set(cutoffs)) == 1 else None
     cmp = Comparison(collection, version_a, version_b, cutoff, len(diffs),
                      float(np.mean([d.overlap for d in diffs])),
@@ -1847,7 +1868,8 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
                      config_guessed=[d.query_id for d in diffs if d.config_guessed],
                      overridden={n: given[n] for n in LOGGED_SEARCH_PARAMS
                                  if any(n in d.overridden for d in diffs)},
-                     logged_reranked=[d.query_id for d in diffs if d.logged_reranked])
+                     logged_reranked=[d.query_id for d in diffs if d.logged_reranked],
+                     not_applied=[d.query_id for d in diffs if d.not_applied])
     if judged:
         jq = list(queries)
         if judging_level(jq) == "document":

@@ -1821,11 +1821,58 @@ def test_compare_takes_the_search_options_search_takes(sample_db: str, embedder:
     # a value the search refuses is said before anything is searched, by its flag
     for bad, said in ((["--fusion", "nope"], "--fusion"),
                       (["--per-source-cap", "0"], "--per-source-cap"),
-                      (["--rrf-k", "30"], "--rrf-k: applies only with --fusion rrf"),
                       (["--fusion", "minmax", "--rrf-k", "30"], "--rrf-k: applies only")):
         res = CliRunner().invoke(app, [*base, "--last", "10", *bad], env=env)
         assert res.exit_code == 1, (bad, res.output)
         assert said in " ".join(res.output.split()), (bad, res.output)
+
+
+def test_compare_last_rrf_k_alone_applies_to_the_searches_that_fused_with_rrf(
+        sample_db: str, embedder: Any, tmp_path: Path) -> None:
+    # --rrf-k needed --fusion rrf under --last too, which turned every logged search into
+    # an rrf one: "what if the rrf searches had used another constant" could not be asked
+    from pgfunnel.cli.main import app
+
+    refund, reset = "refund on an annual plan", "reset my password"
+    with Funnel(sample_db, "default", embedder=embedder) as f:
+        f.search(refund, k=3, fusion="rrf", trace=True)
+        f.search(reset, k=3, trace=True)
+    base = ["versions", "compare", "1", "1", "--dsn", sample_db]
+    env = {"COLUMNS": "300", "HF_HUB_OFFLINE": "1"}
+    res = CliRunner().invoke(app, [*base, "--last", "10", "--rrf-k", "30", "--json"], env=env)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output[res.output.index("{"):])
+    per = {q["query"]: q for q in out["per_query"]}
+    assert (per[refund]["config"]["fusion"], per[refund]["config"]["rrf_k"]) == ("rrf", 30)
+    assert (per[refund]["overridden"], per[refund]["not_applied"]) == (["rrf_k"], [])
+    # the minmax one keeps its fusion, and no constant: said, not refused
+    assert per[reset]["config"]["fusion"] == "minmax" and "rrf_k" not in per[reset]["config"]
+    assert (per[reset]["overridden"], per[reset]["not_applied"]) == ([], ["rrf_k"])
+    assert out["not_applied"] == [per[reset]["query_id"]]
+    assert out["overridden"] == {"rrf_k": 30}
+    res = CliRunner().invoke(app, [*base, "--last", "10", "--rrf-k", "30"], env=env)
+    assert res.exit_code == 0, res.output
+    flat = " ".join(res.output.split())
+    assert ("note: 1 logged search was replayed with the --rrf-k 30 given instead of what "
+            "it was logged with") in flat, res.output
+    assert (f"note: --rrf-k did not apply to 1 logged search ('{reset}'), which fuses by "
+            "another method (no constant): it was replayed with its own fusion") in flat, \
+        res.output
+    # a bad value alone is still refused by its flag before anything is searched
+    res = CliRunner().invoke(app, [*base, "--last", "10", "--rrf-k", "-1"], env=env)
+    assert res.exit_code == 1 and "--rrf-k" in res.output, res.output
+    # --queries are searched as `search` searches them (minmax): it needs --fusion rrf
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(json.dumps({"query": refund}) + "\n", encoding="utf-8")
+    res = CliRunner().invoke(app, [*base, "--queries", str(queries), "--rrf-k", "30"], env=env)
+    assert res.exit_code == 1, res.output
+    assert "--rrf-k: applies only with --fusion rrf" in " ".join(res.output.split())
+    # the Python compare says it the same way
+    with connect(sample_db, autocommit=True) as conn:
+        cmp = versions.compare(conn, "default", 1, 1, versions.last_searches(
+            conn, "default", 10), rrf_k=30)
+    said = {d.query: (d.overridden, d.not_applied) for d in cmp.per_query}
+    assert said == {refund: (["rrf_k"], []), reset: ([], ["rrf_k"])}, said
 
 
 def test_compare_last_replays_a_search_of_its_own_time_as_of_when_it_ran(
