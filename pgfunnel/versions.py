@@ -1739,6 +1739,29 @@ def read_query_file(path: str | Path) -> tuple[list[Any], bool]:
     return [str(t) for t in texts], False
 
 
+def _refuse_weights_without_a_leg(weights: Any, texts: Sequence[str],
+                                  legs: Sequence[str]) -> None:
+    """Weights given that leave a logged search no leg to run (weight 0 to the lexical
+    leg of one logged without a query embedding, or to the dense leg of one whose text
+    no lexical leg read): a ConfigError naming those searches, before anything is
+    searched, not the search's own refusal one query into the compare."""
+    try:
+        lexical, dense = (float(w) for w in weights)
+    except (TypeError, ValueError):
+        return  # none given, or a value the search itself refuses, by its name
+    for weight, leg, why in ((lexical, "lexical", "logged without a query embedding"),
+                             (dense, "dense", "logged with no text given to the lexical leg")):
+        stuck = [t for t, g in zip(texts, legs, strict=True) if g == leg]
+        if weight == 0 and stuck:
+            one = len(stuck) == 1
+            names = ", ".join(shown(t) for t in stuck[:5]) + (", ..." if len(stuck) > 5 else "")
+            raise ConfigError("weights", f"{shown(list(weights))} gives weight 0 to the {leg} "
+                              f"leg, the only one {len(stuck)} logged "
+                              f"{'search' if one else 'searches'} ({names}) can run ({why}); "
+                              f"give the {leg} leg a weight, or compare "
+                              f"{'that query' if one else 'those queries'} with --queries")
+
+
 @rows_by_position
 def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, version_b: int,
             queries: Sequence[Any], *, k: int | None = None, n_resamples: int = 2000,
@@ -1824,6 +1847,7 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
         config_guessed.append(replay.guessed)
         overridden.append(replay.overridden)
         not_applied.append(replay.not_applied)
+    _refuse_weights_without_a_leg(given.get("weights"), texts, legs)
     cutoffs = [int(c["k"]) if c is not None else 10 if k is None else k for c in configs]
     # a logged search's own parameters hold the caller's that apply to it, and lack those
     # that do not (rrf_k beside another fusion): the caller's are not given it again

@@ -1875,6 +1875,34 @@ def test_compare_last_rrf_k_alone_applies_to_the_searches_that_fused_with_rrf(
     assert said == {refund: (["rrf_k"], []), reset: ([], ["rrf_k"])}, said
 
 
+def test_compare_last_refuses_weights_that_leave_a_logged_search_no_leg(
+        sample_db: str, embedder: Any) -> None:
+    # --lexical-weight 0 against a search logged without a query embedding failed one query
+    # into the compare, as the search's own "the only one this search can run" error
+    from pgfunnel.cli.main import app
+
+    lexical = "refund on an annual plan"
+    with Funnel(sample_db, "default", embedder=None) as f:
+        f.search(lexical, k=5, trace=True)
+    with Funnel(sample_db, "default", embedder=embedder) as f:
+        f.search("reset my password", k=5, trace=True)
+    base = ["versions", "compare", "1", "1", "--dsn", sample_db]
+    env = {"COLUMNS": "300", "HF_HUB_OFFLINE": "1"}
+    res = CliRunner().invoke(app, [*base, "--last", "10", "--lexical-weight", "0"], env=env)
+    assert res.exit_code == 1, res.output
+    flat = " ".join(res.output.split())
+    assert ("--lexical-weight / --dense-weight: [0.0, 0.7] gives weight 0 to the lexical "
+            f"leg, the only one 1 logged search ('{lexical}') can run (logged without a "
+            "query embedding)") in flat, res.output
+    assert "Traceback" not in res.output
+    # the hybrid search alone takes it
+    res = CliRunner().invoke(app, [*base, "--last", "1", "--lexical-weight", "0", "--json"],
+                             env=env)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output[res.output.index("{"):])
+    assert [q["config"]["weights"] for q in out["per_query"]] == [[0.0, 0.7]], out
+
+
 def test_compare_last_replays_a_search_of_its_own_time_as_of_when_it_ran(
         sample_db: str, embedder: Any) -> None:
     # a search logged with as_of NULL (its own time) was replayed by `--last` as of the
