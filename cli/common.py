@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -689,8 +690,8 @@ PrincipalOption = Annotated[
 TenantOption = Annotated[str | None, typer.Option(help="The reader's tenant.")]
 _FUSION = typer.Option(help="minmax (default), rrf or zscore.")
 FusionOption = Annotated[str, _FUSION]
-RrfKOption = Annotated[float | None, typer.Option(
-    help="RRF constant (default 60); only with --fusion rrf.")]
+_RRF_K = typer.Option(help="RRF constant (default 60); only with --fusion rrf.")
+RrfKOption = Annotated[float | None, _RRF_K]
 LexicalWeightOption = Annotated[float | None, typer.Option(
     parser=_weight, metavar="<float>",
     help="Weight of the BM25 leg (default 1; 0.7 for min-max fusion when the best "
@@ -707,10 +708,24 @@ _OVERFETCH = typer.Option(help="Pool size = k x overfetch.")
 _CAP = typer.Option(help="Max chunks per citekey.")
 OverfetchOption = Annotated[int, _OVERFETCH]
 CapOption = Annotated[int, _CAP]
+def with_help(option: Any, text: str) -> Any:
+    """A shared option definition with another help line, the rest (its name, parser,
+    callback) as shared: a command where the shared line's default is not what it does."""
+    changed = copy.copy(option)
+    changed.help = text
+    return changed
+
+
+# versions compare: what a logged search is replayed with unless the option is given
+CompareFusionOption = Annotated[str | None, with_help(
+    _FUSION, "minmax, rrf or zscore (default: --queries minmax; with --last, the fusion "
+             "each logged search was logged with).")]
+CompareRrfKOption = Annotated[float | None, with_help(
+    _RRF_K, "RRF constant (default 60, or a logged search's own); with --queries only "
+            "with --fusion rrf; with --last alone, for the logged searches fused with rrf.")]
 # the same options for a command that tells one not given from its default: versions
 # compare --last replays each logged search with its own unless one is typed (the others
 # of these options are None when not given already)
-GivenFusionOption = Annotated[str | None, _FUSION]
 GivenOverfetchOption = Annotated[int | None, _OVERFETCH]
 GivenCapOption = Annotated[int | None, _CAP]
 LexicalOnlyOption = Annotated[bool, typer.Option(help="Skip the dense leg.")]

@@ -1903,6 +1903,23 @@ def test_compare_last_refuses_weights_that_leave_a_logged_search_no_leg(
     assert [q["config"]["weights"] for q in out["per_query"]] == [[0.0, 0.7]], out
 
 
+def test_compare_help_says_a_logged_search_keeps_its_fusion() -> None:
+    # compare took search's --fusion line, "minmax (default)", where --last replays each
+    # logged search with its own fusion
+    from pgfunnel.cli.main import app
+
+    env = {"COLUMNS": "300"}
+    res = CliRunner().invoke(app, ["versions", "compare", "--help"], env=env)
+    assert res.exit_code == 0, res.output
+    fusion = next(line for line in res.output.splitlines() if "--fusion " in line)
+    assert "minmax (default)" not in fusion and "each logged search was logged with" in fusion
+    rrf = next(line for line in res.output.splitlines() if "--rrf-k " in line)
+    assert "with --last alone, for the logged searches fused with rrf" in rrf, rrf
+    # search's own lines are as they were
+    res = CliRunner().invoke(app, ["search", "--help"], env=env)
+    assert "minmax (default), rrf or zscore" in res.output, res.output
+
+
 def test_compare_last_replays_a_search_of_its_own_time_as_of_when_it_ran(
         sample_db: str, embedder: Any) -> None:
     # a search logged with as_of NULL (its own time) was replayed by `--last` as of the
