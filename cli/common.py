@@ -692,18 +692,20 @@ _FUSION = typer.Option(help="minmax (default), rrf or zscore.")
 FusionOption = Annotated[str, _FUSION]
 _RRF_K = typer.Option(help="RRF constant (default 60); only with --fusion rrf.")
 RrfKOption = Annotated[float | None, _RRF_K]
-LexicalWeightOption = Annotated[float | None, typer.Option(
+_LEXICAL_WEIGHT = typer.Option(
     parser=_weight, metavar="<float>",
     help="Weight of the BM25 leg (default 1; 0.7 for min-max fusion when the best "
          "lexical match holds under 0.4 of the query's idf, or lacks its rarest word and "
-         "that word is 0.4 or more of it).")]
-DenseWeightOption = Annotated[float | None, typer.Option(
+         "that word is 0.4 or more of it).")
+LexicalWeightOption = Annotated[float | None, _LEXICAL_WEIGHT]
+_DENSE_WEIGHT = typer.Option(
     parser=_weight, metavar="<float>",
     help="Weight of the dense leg (default 0.7; under min-max fusion 0.2 for a query "
          "that is one identifier, or whose best lexical match holds its rarest word when "
          "that word is a number and 0.3 or more of the query's idf; 1 when the best "
          "lexical match holds under 0.4 of the query's idf, or lacks its rarest word and "
-         "that word is 0.4 or more of it).")]
+         "that word is 0.4 or more of it).")
+DenseWeightOption = Annotated[float | None, _DENSE_WEIGHT]
 _OVERFETCH = typer.Option(help="Pool size = k x overfetch.")
 _CAP = typer.Option(help="Max chunks per citekey.")
 OverfetchOption = Annotated[int, _OVERFETCH]
@@ -723,6 +725,14 @@ CompareFusionOption = Annotated[str | None, with_help(
 CompareRrfKOption = Annotated[float | None, with_help(
     _RRF_K, "RRF constant (default 60, or a logged search's own); with --queries only "
             "with --fusion rrf; with --last alone, for the logged searches fused with rrf.")]
+CompareLexicalWeightOption = Annotated[float | None, with_help(
+    _LEXICAL_WEIGHT, "Weight of the BM25 leg (default: --queries as pgfunnel search chooses "
+                     "it; with --last, the weights each logged search was logged with, "
+                     "chosen again where it let them be chosen).")]
+CompareDenseWeightOption = Annotated[float | None, with_help(
+    _DENSE_WEIGHT, "Weight of the dense leg (default: --queries as pgfunnel search chooses "
+                   "it; with --last, the weights each logged search was logged with, "
+                   "chosen again where it let them be chosen).")]
 # the same options for a command that tells one not given from its default: versions
 # compare --last replays each logged search with its own unless one is typed (the others
 # of these options are None when not given already)

@@ -15,16 +15,16 @@ from pgfunnel.cli.common import (
     EXIT_USAGE,
     FUNNEL_FLAGS,
     CollectionOption,
+    CompareDenseWeightOption,
     CompareFusionOption,
+    CompareLexicalWeightOption,
     CompareRrfKOption,
     DenseDepthOption,
-    DenseWeightOption,
     DsnOption,
     GivenCapOption,
     GivenOverfetchOption,
     JsonOption,
     LexicalDepthOption,
-    LexicalWeightOption,
     PrincipalOption,
     TenantOption,
     TidyHelpGroup,
@@ -561,6 +561,14 @@ def drop_collection_cmd(
                   highlight=False, soft_wrap=True)
 
 
+def _logged_searches(diffs: list[QueryDiff]) -> str:
+    """'N logged searches ('a', 'b', ...)': how compare's notes name the searches they are
+    about, the first five by their text."""
+    names = ", ".join(shown(repr(d.query)) for d in diffs[:5])
+    more = ", ..." if len(diffs) > 5 else ""
+    return f"{len(diffs)} logged {'search' if len(diffs) == 1 else 'searches'} ({names}{more})"
+
+
 @versions_app.command("compare", cls=VersionNumberCommand)
 def compare_cmd(
     version_a: Annotated[int, typer.Argument(help="First version (usually the active one).")],
@@ -584,8 +592,8 @@ def compare_cmd(
                                            "(0 or more).")] = 10,
     fusion: CompareFusionOption = None,
     rrf_k: CompareRrfKOption = None,
-    lexical_weight: LexicalWeightOption = None,
-    dense_weight: DenseWeightOption = None,
+    lexical_weight: CompareLexicalWeightOption = None,
+    dense_weight: CompareDenseWeightOption = None,
     overfetch: GivenOverfetchOption = None,
     per_source_cap: GivenCapOption = None,
     lexical_depth: LexicalDepthOption = None,
@@ -663,11 +671,9 @@ def compare_cmd(
             collection, principals=principal or [], tool="versions compare")))
     if cmp.legs_guessed:
         # as explain --search-id says it of the one search it replays
-        guessed = [shown(repr(d.query)) for d in cmp.per_query if d.legs_guessed]
+        guessed = [d for d in cmp.per_query if d.legs_guessed]
         one = len(guessed) == 1
-        notes.append(("note", f"{len(guessed)} logged {'search' if one else 'searches'} "
-                      f"({', '.join(guessed[:5])}"
-                      f"{', ...' if len(guessed) > 5 else ''}) "
+        notes.append(("note", f"{_logged_searches(guessed)} "
                       f"{'was' if one else 'were'} logged before pgfunnel recorded whether "
                       "a search had a query embedding; none of the candidates in "
                       f"{'its trace' if one else 'their traces'} came from the dense leg, so "
@@ -681,9 +687,7 @@ def compare_cmd(
                 if any(n in d.config_guessed for d in guessed_qs)]
         defaults = ", ".join(f"{n} {versions.param_shown(n, _default_param(n))}"
                              for n in keys)
-        names = ", ".join(shown(repr(d.query)) for d in guessed_qs[:5])
-        notes.append(("note", f"{len(guessed_qs)} logged {'search' if one else 'searches'} "
-                      f"({names}{', ...' if len(guessed_qs) > 5 else ''}) "
+        notes.append(("note", f"{_logged_searches(guessed_qs)} "
                       f"{'does' if one else 'do'} not record {', '.join(keys)} in "
                       f"{'its' if one else 'their'} log (logged before pgfunnel recorded "
                       f"{'it' if len(keys) == 1 else 'them'}; an eval's log does not keep "
@@ -702,22 +706,18 @@ def compare_cmd(
                       "parameter as logged)"))
     if cmp.not_applied:
         # --rrf-k alone: the searches fused otherwise have no constant to replace
-        kept = [shown(repr(d.query)) for d in cmp.per_query if d.not_applied]
+        kept = [d for d in cmp.per_query if d.not_applied]
         one = len(kept) == 1
         flags = ", ".join(FUNNEL_FLAGS.get(n, n) for n in versions.LOGGED_SEARCH_PARAMS
                           if any(n in d.not_applied for d in cmp.per_query))
-        notes.append(("note", f"{flags} did not apply to {len(kept)} logged "
-                      f"{'search' if one else 'searches'} ({', '.join(kept[:5])}"
-                      f"{', ...' if len(kept) > 5 else ''}), which "
+        notes.append(("note", f"{flags} did not apply to {_logged_searches(kept)}, which "
                       f"{'fuses' if one else 'fuse'} by another method (no constant): "
                       f"{'it was' if one else 'they were'} replayed with "
                       f"{'its' if one else 'their'} own fusion"))
     if cmp.logged_reranked:
-        reranked_qs = [shown(repr(d.query)) for d in cmp.per_query if d.logged_reranked]
+        reranked_qs = [d for d in cmp.per_query if d.logged_reranked]
         one = len(reranked_qs) == 1
-        notes.append(("note", f"{len(reranked_qs)} logged "
-                      f"{'search' if one else 'searches'} ({', '.join(reranked_qs[:5])}"
-                      f"{', ...' if len(reranked_qs) > 5 else ''}) reranked "
+        notes.append(("note", f"{_logged_searches(reranked_qs)} reranked "
                       f"{'its' if one else 'their'} pool when {'it' if one else 'they'} "
                       "ran; compare does not rerank (a reranker is no part of an index "
                       f"version), so {'its' if one else 'their'} overlap compares each "

@@ -1915,9 +1915,15 @@ def test_compare_help_says_a_logged_search_keeps_its_fusion() -> None:
     assert "minmax (default)" not in fusion and "each logged search was logged with" in fusion
     rrf = next(line for line in res.output.splitlines() if "--rrf-k " in line)
     assert "with --last alone, for the logged searches fused with rrf" in rrf, rrf
+    # and the weights' lines, which gave search's defaults (1 and 0.7)
+    for flag in ("--lexical-weight ", "--dense-weight "):
+        line = next(line for line in res.output.splitlines() if flag in line)
+        assert "(default 1" not in line and "(default 0.7" not in line, line
+        assert "the weights each logged search was logged with" in line, line
     # search's own lines are as they were
     res = CliRunner().invoke(app, ["search", "--help"], env=env)
     assert "minmax (default), rrf or zscore" in res.output, res.output
+    assert "Weight of the BM25 leg (default 1;" in res.output, res.output
 
 
 def test_compare_last_replays_a_search_of_its_own_time_as_of_when_it_ran(
