@@ -750,7 +750,7 @@ DEMO_QUERIES = [
     ("identifier, typed without the hyphen", "what does err{code} mean"),
     ("identifier, a dotted event name", "invoice.payment_failed"),
     ("paraphrase: 'money back' where the docs say 'refund'",
-     "get my money back on a monthly subscription"),
+     "get my money back on a monthly plan"),
     ("plan qualifier: near-duplicates differ in one word", "storage quota on the trial plan"),
     ("no answer in the corpus", "do you ship hardware to antarctica"),
 ]

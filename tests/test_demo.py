@@ -49,6 +49,12 @@ def test_demo_runs_every_stage_and_hides_staff_documents(empty_db: str) -> None:
     assert "staff-only documents returned with no principals: none; " in access
     assert re.search(rf"for '{DEMO_STAFF}': runbook-err-6358 at rank \d", access), access
     assert "paraphrase: 'money back' where the docs say 'refund'" in text
+    # no refund chunk says 'money back': the dense leg puts the refund page first, where
+    # BM25 alone ranks it below chunks that share the query's plan words
+    paraphrase = re.search(r"^\s*1\s+(\S+)\s+lex (\S+)\s+dense (\S+)",
+                           text[text.index("paraphrase: "):], re.M)
+    assert paraphrase and paraphrase[1] == "refunds-monthly", text
+    assert paraphrase[3] == "1" and paraphrase[2] != "1", paraphrase[0]
     # the identifier as the docs write it, with a space and run together: one chunk first
     firsts = [re.search(r"^\s*1\s+(\S+)", text[text.index(label):], re.M)
               for label in ("identifier, typed as the docs write it: 'ERR-6358'",
