@@ -635,6 +635,32 @@ def _print_results(title: str, results: list[Any], show_rerank: bool = False,
                     _result_lines(results, show_rerank=show_rerank))
 
 
+def _capped_note(results: list[Any], per_source_cap: int) -> str | None:
+    """The line saying which fused ranks the per-source cap dropped, for a search without
+    a rerank: its results are the first k of the pool after the cap, in fused order, so a
+    fused rank missing above the last one shown was capped (the pool holds only visible
+    chunks). Without it the cap acted unseen: ranks 1, 3, 4 with nothing to say why."""
+    if not results:
+        return None
+    shown_ranks = {r.fused_rank for r in results}
+    missing = [m for m in range(1, max(shown_ranks) + 1) if m not in shown_ranks]
+    if not missing:
+        return None
+    counts: dict[str, list[int]] = {}
+    for r in results:
+        counts.setdefault(r.citekey, []).append(r.fused_rank)
+    full = [c for c, ranks in counts.items()
+            if len(ranks) >= per_source_cap and sorted(ranks)[per_source_cap - 1] < missing[-1]]
+    ranks_text = ", ".join(str(m) for m in missing)
+    many = len(missing) > 1
+    of = f" of {', '.join(shown(c) for c in full)}" if full else ""
+    what = "these were more chunks" if many else "it was one more chunk"
+    return (f"capped: fused rank{'s' if many else ''} {ranks_text} not shown: "
+            f"--per-source-cap {per_source_cap} keeps at most "
+            f"{plural(per_source_cap, 'chunk')} per citekey, and {what}{of}; "
+            "`pgfunnel explain QUERY CITEKEY#ORDINAL` follows a chunk")
+
+
 @app.command(cls=QueryTextCommand)
 def search(
     query: Annotated[str, typer.Argument(help="The query text.")],
@@ -739,6 +765,9 @@ def search(
         out.print("no results.", soft_wrap=True)
     else:
         _print_results(f"{searched!r}", response.results, show_rerank=response.reranked)
+        note = None if response.reranked else _capped_note(response.results, per_source_cap)
+        if note:
+            out.print(note, highlight=False, soft_wrap=True)
     # a search that found nothing is traced too, and its trace is the one to read
     if response.search_id:
         out.print(f"trace: search_id {response.search_id}", soft_wrap=True)

@@ -1931,3 +1931,38 @@ def test_an_option_without_its_value_gets_no_query_text_hint(command: str) -> No
     text = " ".join(res.output.replace("│", " ").split())
     assert "Option '-c' requires an argument" in text, text
     assert "put -- before it" not in text, text
+
+
+def test_search_says_which_fused_ranks_the_cap_dropped(
+        sample_db: str, sample_conn: psycopg.Connection[Any]) -> None:
+    """`pgfunnel search --per-source-cap 1` printed fused ranks 1, 3, 4 with nothing to say
+    why 2 was missing: the cap acted unseen. The line names the ranks the cap dropped, and
+    they are the pool's capped rows, read from `candidates()` here."""
+    from pgfunnel.cli.main import app
+
+    query = "refund on a monthly plan"
+    res = CliRunner().invoke(app, ["search", query, "--dsn", sample_db, "--lexical-only",
+                                   "-k", "5", "--per-source-cap", "1"],
+                             env={"COLUMNS": "300"})
+    assert res.exit_code == 0, res.output
+    pool = sample_conn.execute(
+        "select fused_rank, citekey from pgfunnel.candidates(%s, null, k => 5, "
+        "per_source_cap => 1) order by fused_rank", (query,)).fetchall()
+    kept: list[int] = []
+    seen: set[str] = set()
+    dropped: list[int] = []
+    for rank, citekey in pool:
+        if len(kept) == 5:
+            break
+        (dropped if citekey in seen else kept).append(rank)
+        seen.add(citekey)
+    assert dropped, pool  # the corpus has two chunks per refund page: the cap acts here
+    ranks = ", ".join(str(r) for r in dropped)
+    flat = " ".join(res.output.split())
+    label = "ranks" if len(dropped) > 1 else "rank"
+    assert (f"capped: fused {label} {ranks} not shown: --per-source-cap 1 keeps at most "
+            "1 chunk per citekey") in flat, flat
+    # a search the cap did not touch says nothing about it
+    res = CliRunner().invoke(app, ["search", query, "--dsn", sample_db, "--lexical-only",
+                                   "-k", "5", "--per-source-cap", "10"])
+    assert res.exit_code == 0 and "capped:" not in res.output, res.output
