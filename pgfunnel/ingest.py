@@ -177,12 +177,14 @@ def _missing_collection(conn: psycopg.Connection[Any], name: str) -> NotFoundErr
             "select name from pgfunnel.collection order by name limit %s",
             (_COLLECTIONS_NAMED + 1,)).fetchall()]
     if not names:
-        others = "this database has none yet"
-    else:
-        shown_names = ", ".join(repr(n) for n in names[:_COLLECTIONS_NAMED])
-        more = ", ..." if len(names) > _COLLECTIONS_NAMED else ""
-        others = (f"this database has {shown_names}{more} (pass one as the collection: "
-                  "collection => 'NAME' in SQL, -c NAME in the CLI)")
+        # "has none yet; or ingest into it first" offered an alternative to nothing
+        return NotFoundError(f"collection {shown(name)} does not exist; this database has no "
+                             "collections yet; ingest into it first: pgfunnel ingest PATH "
+                             "--collection NAME")
+    shown_names = ", ".join(repr(n) for n in names[:_COLLECTIONS_NAMED])
+    more = ", ..." if len(names) > _COLLECTIONS_NAMED else ""
+    others = (f"this database has {shown_names}{more} (pass one as the collection: "
+              "collection => 'NAME' in SQL, -c NAME in the CLI)")
     return NotFoundError(f"collection {shown(name)} does not exist; {others}; or ingest into it "
                          "first: pgfunnel ingest PATH --collection NAME")
 

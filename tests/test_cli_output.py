@@ -766,8 +766,9 @@ def test_a_missing_collection_is_told_with_the_collections_there_are(
                 f"into it first: pgfunnel ingest --dsn {shlex.quote(sample_db)} PATH "
                 "--collection NAME") in flat, (args, flat)
     # an empty database says it has none
-    with pytest.raises(NotFoundError, match="'demo' does not exist; this database has none "
-                                            "yet; or ingest into it first"):
+    with pytest.raises(NotFoundError, match="'demo' does not exist; this database has no "
+                                            "collections yet; ingest into it first: "
+                                            "pgfunnel ingest PATH --collection NAME$"):
         require_collection(conn, "demo")
     # psql: the hint of the SQL functions' refusal
     for i in range(12):
