@@ -407,6 +407,8 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "perf.json").write_text(json.dumps(runs, indent=2, default=str))
     plot(runs, args.out)
     print(md)
+    # the tables scroll past the per-size lines; say where they are kept
+    log(f"wrote {args.out / 'perf.md'}, perf.json and perf_latency.png")
     return 0
 
 

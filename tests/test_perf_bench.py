@@ -41,7 +41,8 @@ def test_perf_runs_on_a_server_given_as_key_value_pairs(server_dsn: str) -> None
     assert "p50 / funnel_search" in perf.to_markdown([run], None)
 
 
-def test_clients_without_one_still_gives_the_tables(server_dsn: str, tmp_path: Path) -> None:
+def test_clients_without_one_still_gives_the_tables(
+        server_dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # the tables and the plot read the one-client run: --clients 2 alone measured every
     # size, then lost it all to a KeyError before writing anything
     out = tmp_path / "out"
@@ -49,6 +50,8 @@ def test_clients_without_one_still_gives_the_tables(server_dsn: str, tmp_path: P
                       "--dsn", server_dsn, "--out", str(out)]) == 0
     md = (out / "perf.md").read_text()
     assert "| funnel_search |" in md and (out / "perf_latency.png").is_file()
+    # where the files went, on stderr after the tables (it said nothing of them)
+    assert f"wrote {out / 'perf.md'}, perf.json and perf_latency.png" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         perf.main(["--size", "300", "--clients", "0", "--dsn", server_dsn, "--out", str(out)])
 
