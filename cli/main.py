@@ -653,12 +653,16 @@ def _capped_note(results: list[Any], per_source_cap: int) -> str | None:
             if len(ranks) >= per_source_cap and sorted(ranks)[per_source_cap - 1] < missing[-1]]
     ranks_text = ", ".join(str(m) for m in missing)
     many = len(missing) > 1
-    of = f" of {', '.join(shown(c) for c in full)}" if full else ""
-    what = "these were more chunks" if many else "it was one more chunk"
+    # the citekeys at the cap before the last missing rank: which one each missing chunk
+    # belongs to is not in the results, so more than one is named as "one of"
+    of = ""
+    if full:
+        of = f" ({'one of ' if len(full) > 1 else ''}{', '.join(shown(c) for c in full)})"
+    what = "each was one more chunk" if many else "it was one more chunk"
     return (f"capped: fused rank{'s' if many else ''} {ranks_text} not shown: "
             f"--per-source-cap {per_source_cap} keeps at most "
-            f"{plural(per_source_cap, 'chunk')} per citekey, and {what}{of}; "
-            "`pgfunnel explain QUERY CITEKEY#ORDINAL` follows a chunk")
+            f"{plural(per_source_cap, 'chunk')} per citekey, and {what} of a citekey already "
+            f"at the cap{of}; `pgfunnel explain QUERY CITEKEY#ORDINAL` follows a chunk")
 
 
 @app.command(cls=QueryTextCommand)

@@ -1952,10 +1952,15 @@ def test_search_says_which_fused_ranks_the_cap_dropped(
     kept: list[int] = []
     seen: set[str] = set()
     dropped: list[int] = []
+    dropped_keys: set[str] = set()
     for rank, citekey in pool:
         if len(kept) == 5:
             break
-        (dropped if citekey in seen else kept).append(rank)
+        if citekey in seen:
+            dropped.append(rank)
+            dropped_keys.add(citekey)
+        else:
+            kept.append(rank)
         seen.add(citekey)
     assert dropped, pool  # the corpus has two chunks per refund page: the cap acts here
     ranks = ", ".join(str(r) for r in dropped)
@@ -1963,6 +1968,10 @@ def test_search_says_which_fused_ranks_the_cap_dropped(
     label = "ranks" if len(dropped) > 1 else "rank"
     assert (f"capped: fused {label} {ranks} not shown: --per-source-cap 1 keeps at most "
             "1 chunk per citekey") in flat, flat
+    # the citekeys it names hold the dropped chunks' own
+    named = flat.split("already at the cap (", 1)[1].split(")", 1)[0]
+    named_keys = set(named.removeprefix("one of ").split(", "))
+    assert dropped_keys <= named_keys, (dropped_keys, flat)
     # a search the cap did not touch says nothing about it
     res = CliRunner().invoke(app, ["search", query, "--dsn", sample_db, "--lexical-only",
                                    "-k", "5", "--per-source-cap", "10"])
