@@ -662,7 +662,9 @@ def _capped_note(results: list[Any], per_source_cap: int) -> str | None:
     return (f"capped: fused rank{'s' if many else ''} {ranks_text} not shown: "
             f"--per-source-cap {per_source_cap} keeps at most "
             f"{plural(per_source_cap, 'chunk')} per citekey, and {what} of a citekey already "
-            f"at the cap{of}; `pgfunnel explain QUERY CITEKEY#ORDINAL` follows a chunk")
+            f"at the cap{of}; a higher --per-source-cap shows "
+            f"{'them' if many else 'it'}, and `pgfunnel explain QUERY CITEKEY#ORDINAL` "
+            "(ordinal from 0) follows one chunk")
 
 
 @app.command(cls=QueryTextCommand)

@@ -1972,7 +1972,12 @@ def test_search_says_which_fused_ranks_the_cap_dropped(
     named = flat.split("already at the cap (", 1)[1].split(")", 1)[0]
     named_keys = set(named.removeprefix("one of ").split(", "))
     assert dropped_keys <= named_keys, (dropped_keys, flat)
-    # a search the cap did not touch says nothing about it
-    res = CliRunner().invoke(app, ["search", query, "--dsn", sample_db, "--lexical-only",
-                                   "-k", "5", "--per-source-cap", "10"])
+    assert "a higher --per-source-cap shows" in flat, flat
+    # a search the cap did not touch says nothing about it, and shows the ranks it dropped
+    args = ["search", query, "--dsn", sample_db, "--lexical-only", "-k", "5",
+            "--per-source-cap", "10"]
+    res = CliRunner().invoke(app, args)
     assert res.exit_code == 0 and "capped:" not in res.output, res.output
+    res = CliRunner().invoke(app, [*args, "--json"])
+    got = json.loads(res.output[res.output.index("{"):])["results"]
+    assert [r["fused_rank"] for r in got] == [1, 2, 3, 4, 5]
