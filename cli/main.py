@@ -657,7 +657,10 @@ def _capped_note(results: list[Any], per_source_cap: int) -> str | None:
     # belongs to is not in the results, so more than one is named as "one of"
     of = ""
     if full:
-        of = f" ({'one of ' if len(full) > 1 else ''}{', '.join(shown(c) for c in full)})"
+        # k 100 under cap 1 would name up to 100: the first five, in rank order
+        names = ", ".join(shown(c) for c in full[:5])
+        more = f" and {len(full) - 5:,} more" if len(full) > 5 else ""
+        of = f" ({'one of ' if len(full) > 1 else ''}{names}{more})"
     what = "each was one more chunk" if many else "it was one more chunk"
     return (f"capped: fused rank{'s' if many else ''} {ranks_text} not shown: "
             f"--per-source-cap {per_source_cap} keeps at most "

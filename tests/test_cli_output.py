@@ -1981,3 +1981,18 @@ def test_search_says_which_fused_ranks_the_cap_dropped(
     res = CliRunner().invoke(app, [*args, "--json"])
     got = json.loads(res.output[res.output.index("{"):])["results"]
     assert [r["fused_rank"] for r in got] == [1, 2, 3, 4, 5]
+
+
+def test_capped_line_names_at_most_five_citekeys() -> None:
+    """Under cap 1 every citekey shown is at the cap: k 100 named up to 100 of them."""
+    from pgfunnel.cli.main import _capped_note
+
+    rows = [SimpleNamespace(citekey=f"doc-{i}", fused_rank=2 * i + 1) for i in range(8)]
+    note = _capped_note(rows, 1)
+    assert note is not None
+    assert note.startswith("capped: fused ranks 2, 4, 6, 8, 10, 12, 14 not shown: ")
+    assert "(one of doc-0, doc-1, doc-2, doc-3, doc-4 and 2 more)" in note
+    # the last dropped rank, 14, lies before doc-7's only chunk: doc-7 was not at the cap
+    rows = [SimpleNamespace(citekey="a", fused_rank=1), SimpleNamespace(citekey="b", fused_rank=3)]
+    assert "at the cap (a);" in (_capped_note(rows, 1) or "")
+    assert _capped_note(rows[:1], 1) is None and _capped_note([], 3) is None
