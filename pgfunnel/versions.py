@@ -1523,14 +1523,16 @@ LOGGED_SEARCH_PARAMS = ("k", "language", "metadata_filter", "fusion", "rrf_k", "
 #: funnel_search (which the Python search without a reranker runs) logs the weights it
 #: used, chosen by the query when none were given: its notes say whether they were given
 #: (weights_given), and where they do not (a row logged before they did), weights that
-#: are one of those the search chooses are not taken as given (the search chooses again).
+#: are one of those the search chooses (``pgfunnel._automatic_weights()``, which the
+#: search's own rules read) are not taken as given (the search chooses again).
 #: An expression over a search_log row named ``sl``, its one placeholder the keys
 #: (:data:`LOGGED_SEARCH_PARAMS`): explain's replay reads a logged search's with it too
 LOGGED_PARAMS = (
     "(select case when sl.notes -> 'weights_given' = 'false'::jsonb then p.params "
     "|| '{\"weights\": null}'::jsonb when coalesce(sl.notes ? 'weights_given', false) "
-    "or sl.config ? 'trace' or p.params -> 'weights' not in ('[1, 0.7]'::jsonb, "
-    "'[1, 0.2]'::jsonb, '[0.7, 1]'::jsonb) then p.params else p.params - 'weights' end "
+    "or sl.config ? 'trace' or p.params -> 'weights' not in (select "
+    "pg_catalog.to_jsonb(a.weights) from pgfunnel._automatic_weights() a) "
+    "then p.params else p.params - 'weights' end "
     "from (select coalesce(jsonb_object_agg(e.key, e.value), '{}'::jsonb) as params "
     "from jsonb_each(case when jsonb_typeof(sl.config) = 'object' then sl.config "
     "else '{}'::jsonb end) e where e.key = any(%s::text[]) and not (e.key = 'k' and "

@@ -246,6 +246,24 @@ begin
 end
 $$;
 
+-- the weight pairs {lexical,dense} a search chooses when it is given none, each named by
+-- its rule: `default`, `identifier` (a query that is one identifier, or one whose best
+-- lexical match holds its rare number) and `dense_leads` (the best lexical match holds
+-- little of the query). _default_weights and _pool's second rule read them here, and so
+-- does the replay of a search logged before its notes said whether its weights were given
+-- (LOGGED_PARAMS in pgfunnel/versions.py): a pair that is one of these was chosen, so the
+-- replay chooses again; a pair written anywhere else would be replayed as given
+create or replace function pgfunnel._automatic_weights()
+returns table (rule text, weights double precision[])
+language sql immutable parallel safe
+security invoker
+set search_path = pg_catalog
+as $$
+    values ('default', '{1,0.7}'::double precision[]),
+           ('identifier', '{1,0.2}'::double precision[]),
+           ('dense_leads', '{0.7,1}'::double precision[])
+$$;
+
 -- the fusion weights a search uses when it gives none: {1,0.7}, and for min-max fusion of
 -- a query that is one identifier {1,0.2}. The dense model reads a bare identifier poorly
 -- (nDCG@10 of the dense leg alone on identifier queries: 0.32 - 0.81 over five doc sets),
@@ -260,10 +278,14 @@ language plpgsql immutable parallel safe
 security invoker
 set search_path = pg_catalog, pgfunnel
 as $$
+declare
+    chosen double precision[];
 begin
-    return case when fusion = 'minmax' and pgfunnel._identifier_query(query_text)
-                then '{1,0.2}'::double precision[]
-                else '{1,0.7}'::double precision[] end;
+    -- strict: a rule name that is not there is an error, not NULL weights
+    select a.weights into strict chosen from pgfunnel._automatic_weights() a
+     where a.rule = case when fusion = 'minmax' and pgfunnel._identifier_query(query_text)
+                         then 'identifier' else 'default' end;
+    return chosen;
 end
 $$;
 
@@ -586,9 +608,11 @@ begin
                      group by q.word) w;
         end if;
         if best_coverage < 0.4 or (check_best and rarest_missed >= 0.4) then
-            weights := '{0.7,1}';
+            select a.weights into strict weights from pgfunnel._automatic_weights() a
+             where a.rule = 'dense_leads';
         elsif check_best and rarest_number_held >= 0.3 then
-            weights := '{1,0.2}';
+            select a.weights into strict weights from pgfunnel._automatic_weights() a
+             where a.rule = 'identifier';
         end if;
         weights_used := weights;
         -- a leg that does not run has no vote

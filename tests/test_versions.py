@@ -1734,6 +1734,63 @@ def test_explain_a_logged_search_replays_it_as_compare_last_does(
     assert any("a guess" in n for n in out["notices"]), out["notices"]
 
 
+def _sql_function_bodies() -> dict[str, str]:
+    """Each function in sql/ by name: its text from `create` to its closing `$$;`, the
+    comments taken out."""
+    import re
+
+    from pgfunnel import schema
+
+    bodies: dict[str, str] = {}
+    for path in schema.sql_files():
+        text = re.sub(r"--[^\n]*", "", path.read_text())
+        for m in re.finditer(r"create or replace function ([\w.]+)\(", text):
+            bodies[m.group(1)] = text[m.start():text.find("$$;", m.start())]
+    return bodies
+
+
+def test_every_weight_pair_a_search_chooses_is_one_an_older_log_is_replayed_to_choose(
+        sample_db: str) -> None:
+    # the pairs the search chooses were written twice, in its SQL rules and as jsonb in
+    # LOGGED_PARAMS: a rule choosing a new pair would have had a row logged before
+    # notes.weights_given replayed with that pair fixed, as if its caller had given it
+    import re
+
+    from psycopg import sql
+
+    from pgfunnel.versions import LOGGED_PARAMS, LOGGED_SEARCH_PARAMS
+
+    pair = re.compile(r"'\{\s*-?[\d.e]+\s*,\s*-?[\d.e]+\s*\}'"
+                      r"|array\[\s*-?[\d.e]+\s*,\s*-?[\d.e]+\s*\]")
+    bodies = _sql_function_bodies()
+    assert "pgfunnel._automatic_weights" in bodies
+    for name, body in bodies.items():
+        if name != "pgfunnel._automatic_weights":
+            # a pair a rule writes itself is one the replay does not know
+            assert not pair.search(body), (name, pair.search(body))
+    for name in ("pgfunnel._default_weights", "pgfunnel._pool"):
+        assert "pgfunnel._automatic_weights()" in bodies[name], name
+    with connect(sample_db, autocommit=True) as conn:
+        automatic = dict(conn.execute(
+            "select rule, weights from pgfunnel._automatic_weights()").fetchall())
+        assert automatic == {"default": [1.0, 0.7], "identifier": [1.0, 0.2],
+                             "dense_leads": [0.7, 1.0]}
+        given = [*automatic.values(), [1.0, 0.5], [0.2, 1.0]]
+        ids = []
+        for weights in given:
+            ids.append(conn.execute(
+                "select search_id from funnel_search('invoice address', null, k => 4, "
+                "weights => %s, trace => true) limit 1", (weights,)).fetchone()[0])  # type: ignore[index]
+        # rows logged before the notes said whether the weights were given
+        conn.execute("update pgfunnel.search_log set notes = notes - 'weights_given'")
+        replayed = dict(conn.execute(sql.SQL(
+            "select sl.id, {} from pgfunnel.search_log sl where sl.id = any(%s)").format(
+                sql.SQL(LOGGED_PARAMS)), (list(LOGGED_SEARCH_PARAMS), ids)).fetchall())
+    chosen_again = [w for w, i in zip(given, ids, strict=True) if "weights" not in replayed[i]]
+    assert chosen_again == list(automatic.values())
+    assert [replayed[i]["weights"] for i in ids[len(automatic):]] == [[1, 0.5], [0.2, 1]]
+
+
 class _ReversingReranker:
     """A reranker (the CrossEncoder.rank shape) that puts its head in reverse order."""
 
