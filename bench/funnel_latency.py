@@ -159,6 +159,8 @@ def prepare(args: argparse.Namespace) -> tuple[list[Any], list[list[str]], np.nd
 
 
 def build_db(dsn: str, docs: list[Any], chunks: list[list[str]], vecs: np.ndarray) -> None:
+    from psycopg import sql
+
     from pgfunnel import schema
     from pgfunnel.db import connect
     from pgfunnel.ingest import Ingester
@@ -178,11 +180,8 @@ def build_db(dsn: str, docs: list[Any], chunks: list[list[str]], vecs: np.ndarra
             t0 = time.perf_counter()
             stats = Ingester(conn, COLLECTION).ingest(docs, vectors=by_key)
             log(f"ingested {stats.chunks_written} chunks in {time.perf_counter() - t0:.0f}s")
-        vector_schema = conn.execute(
-            "select n.nspname from pg_extension e join pg_namespace n on n.oid = e.extnamespace "
-            "where e.extname = 'vector'").fetchone()
-        assert vector_schema is not None
-        conn.execute(f"set search_path = public, {vector_schema[0]}")
+        conn.execute(sql.SQL("set search_path = public, {}").format(
+            sql.Identifier(schema.require_vector_schema(conn))))
         conn.execute(HYBRID_SETUP)
         have = conn.execute("select count(*) from bench_documents").fetchone()
         if not have or have[0] != len(vecs):
@@ -222,14 +221,14 @@ def pct(xs: list[float], q: float) -> float:
 
 
 def run(dsn: str, queries: list[str], qvecs: np.ndarray, repeats: int) -> dict[str, list[float]]:
+    from psycopg import sql
+
     from pgfunnel.db import connect
+    from pgfunnel.schema import require_vector_schema
 
     with connect(dsn, autocommit=True) as conn:
-        vs = conn.execute(
-            "select n.nspname from pg_extension e join pg_namespace n on n.oid = e.extnamespace "
-            "where e.extname = 'vector'").fetchone()
-        assert vs is not None
-        conn.execute(f"set search_path = public, pgfunnel, {vs[0]}")
+        conn.execute(sql.SQL("set search_path = public, pgfunnel, {}").format(
+            sql.Identifier(require_vector_schema(conn))))
         ver = conn.execute(
             "select v.id, c.id, v.analyzer from pgfunnel.index_version v "
             "join pgfunnel.collection c on c.id = v.collection_id "
@@ -239,7 +238,7 @@ def run(dsn: str, queries: list[str], qvecs: np.ndarray, repeats: int) -> dict[s
         vid, cid, analyzer = ver
         stmts = {
             "funnel_search": ("select count(*) from pgfunnel.funnel_search(%s, %s, 10, "
-                              f"collection => '{COLLECTION}')"),
+                              "collection => %s)"),
             "lexical": ("select count(*) from pgfunnel._lexical_leg(%s, "
                         "pgfunnel.analyze(%s, %s, true), 40, 1.2, 0.75, '{}', null, null, now(), "
                         "null, %s)"),
@@ -251,7 +250,9 @@ def run(dsn: str, queries: list[str], qvecs: np.ndarray, repeats: int) -> dict[s
 
         def once(name: str, q: str, v: np.ndarray) -> float:
             params: tuple[Any, ...]
-            if name == "funnel_search" or name == "hybrid_search":
+            if name == "funnel_search":
+                params = (q, v, COLLECTION)
+            elif name == "hybrid_search":
                 params = (q, v)
             elif name == "lexical":
                 params = (vid, q, analyzer, cid)

@@ -57,8 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         if not row[0]:
             print(f"this server (Postgres {row[1]}) has no JIT: nothing to measure")
             return 1
-        name = f"pgf_jit_{uuid.uuid4().hex[:6]}"
-        c.execute(f'create database "{name}"')
+    name = f"pgf_jit_{uuid.uuid4().hex[:6]}"
+    perf.create_database(args.dsn, name)
     dsn = perf.database_dsn(args.dsn, name)
     try:
         schema.init(dsn)
@@ -67,16 +67,20 @@ def main(argv: list[str] | None = None) -> int:
             Ingester(conn, "perf", embedder=perf._Dims()).ingest(  # type: ignore[arg-type]
                 records, vectors=vectors)
             if args.functions_inherit_jit:
-                for (fn,) in conn.execute(
-                        "select p.oid::regprocedure::text from pg_proc p "
-                        "where p.pronamespace = 'pgfunnel'::regnamespace "
-                        "and 'jit=off' = any (p.proconfig)").fetchall():
-                    conn.execute(f"alter function {fn} reset jit")
+                # the signatures are spelled by the server (regprocedure quotes them)
+                conn.execute(
+                    "do $$ declare fn regprocedure; begin for fn in select p.oid "
+                    "from pg_catalog.pg_proc p "
+                    "where p.pronamespace = 'pgfunnel'::regnamespace "
+                    "and 'jit=off' = any (p.proconfig) loop "
+                    "execute pg_catalog.format('alter function %s reset jit', fn); "
+                    "end loop; end $$")
         qs = perf.queries(97)  # the help-center queries, each once
         sessions: dict[str, Any] = {}
         for mode in ("on", "off"):
             sessions[mode] = connect(dsn, autocommit=True)
-            sessions[mode].execute(f"set jit = {mode}")
+            sessions[mode].execute("select pg_catalog.set_config('jit', %s, false)",
+                                   (mode,))
         everyone = [perf.VISIBLE_READER, perf.OTHER_READER]
         times: dict[str, list[float]] = {"on": [], "off": []}
         order = random.Random(0)
@@ -97,8 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         for s in sessions.values():
             s.close()
     finally:
-        with connect(args.dsn, autocommit=True) as c:
-            c.execute(f'drop database if exists "{name}" with (force)')
+        perf.drop_database(args.dsn, name)
     return 0
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-SETUP_SQL = """
+SETUP_SQL = sql.SQL("""
 create schema if not exists bench_peer;
 -- cascade: hybrid_search returns rows of this table and is recreated below
 drop table if exists bench_peer.docs cascade;
@@ -31,9 +31,9 @@ create table bench_peer.docs (
     fts tsvector generated always as (to_tsvector('english', content)) stored,
     embedding {vs}.vector({dim}) not null
 );
-"""
+""")
 
-FUNCTION_SQL = """
+FUNCTION_SQL = sql.SQL("""
 create or replace function bench_peer.hybrid_search(
     query_text text,
     query_embedding {vs}.vector({dim}),
@@ -68,7 +68,7 @@ select docs.*
         + coalesce(1.0 / (rrf_k + semantic.rank_ix), 0.0) * semantic_weight desc
  limit least(match_count, 30)
 $$;
-"""
+""")
 
 
 def vector_schema(conn: psycopg.Connection[Any]) -> str:
@@ -86,8 +86,8 @@ def build_peer(conn: psycopg.Connection[Any], collection: str) -> int:
         (collection,)).fetchone()
     assert row is not None, f"collection {collection!r} has no active version"
     version_id, dim = int(row[0]), int(row[1])
-    vs = sql.Identifier(vector_schema(conn)).as_string(conn)
-    conn.execute(SETUP_SQL.format(vs=vs, dim=dim))
+    vs = sql.Identifier(vector_schema(conn))
+    conn.execute(SETUP_SQL.format(vs=vs, dim=sql.Literal(dim)))
     conn.execute(
         "insert into bench_peer.docs (id, citekey, ordinal, content, embedding) "
         "select ch.id, d.citekey, ch.ordinal, ch.text, e.embedding "
@@ -96,8 +96,8 @@ def build_peer(conn: psycopg.Connection[Any], collection: str) -> int:
         (version_id,))
     conn.execute("create index on bench_peer.docs using gin (fts)")
     conn.execute(sql.SQL("create index on bench_peer.docs using hnsw "
-                         "(embedding {}.vector_ip_ops)").format(sql.SQL(vs)))
-    conn.execute(FUNCTION_SQL.format(vs=vs, dim=dim))
+                         "(embedding {}.vector_ip_ops)").format(vs))
+    conn.execute(FUNCTION_SQL.format(vs=vs, dim=sql.Literal(dim)))
     conn.execute("analyze bench_peer.docs")
     n = conn.execute("select count(*) from bench_peer.docs").fetchone()
     return int(n[0]) if n else 0

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -246,13 +247,25 @@ def database_dsn(server: str, name: str) -> str:
     return make_conninfo(server, dbname=name)
 
 
+def create_database(server: str, name: str) -> None:
+    """A new database ``name`` on ``server``, for a run of its own."""
+    with connect(server, autocommit=True) as c:
+        c.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
+
+
+def drop_database(server: str, name: str) -> None:
+    """Drop database ``name`` on ``server``, its sessions ended, if it is there."""
+    with connect(server, autocommit=True) as c:
+        c.execute(sql.SQL("drop database if exists {} with (force)").format(
+            sql.Identifier(name)))
+
+
 def bench_size(server: str, size: int, n_queries: int, k: int, clients: list[int],
                base: str = "helpcenter") -> dict[str, Any]:
     from pgfunnel import schema
 
     name = f"pgf_perf_{size}_{uuid.uuid4().hex[:6]}"
-    with connect(server, autocommit=True) as c:
-        c.execute(f'create database "{name}"')
+    create_database(server, name)
     dsn = database_dsn(server, name)
     try:
         schema.init(dsn)
@@ -282,8 +295,7 @@ def bench_size(server: str, size: int, n_queries: int, k: int, clients: list[int
                                          "hnsw_and_stats_seconds": total - stats.db_seconds},
                 "index_bytes": sizes, "latency": results}
     finally:
-        with connect(server, autocommit=True) as c:
-            c.execute(f'drop database if exists "{name}" with (force)')
+        drop_database(server, name)
 
 
 class _Dims:

@@ -774,7 +774,8 @@ def check_orphan_rows(conn: psycopg.Connection[Any]) -> list[Finding]:
              "(select 1 from pgfunnel.chunk c where c.id = l.chunk_id)"),
             ("embedding", "chunk", "pgfunnel.embedding e where not exists "
              "(select 1 from pgfunnel.chunk c where c.id = e.chunk_id)")):
-        row = conn.execute("select count(*) from " + orphan).fetchone()
+        row = conn.execute(sql.SQL("select count(*) from {}").format(sql.SQL(orphan))
+                           ).fetchone()
         n = int(row[0]) if row else 0
         if n:
             # a plain DELETE fires what replica mode skipped: a chunk's cascade to its

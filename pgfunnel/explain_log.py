@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import psycopg
+from psycopg import sql
 
 from pgfunnel.db import tuple_rows
 from pgfunnel.errors import ConfigError, NotFoundError, shown, translate
@@ -38,11 +39,13 @@ _INT64 = 2**63 - 1
 # logged search by: weights it chose are chosen again, an eval's k is not its own), whether
 # it had a query embedding (NULL: its row does not record it) and whether its text was
 # searched
-_LOG_SQL = ("select sl.id, c.name, sl.index_version_id, sl.config, "
-            f"{LOGGED_PARAMS}, sl.query_text, sl.principals, "
-            f"sl.tenant, sl.at, {LOGGED_EMBEDDING_RECORDED}, {LOGGED_TEXT_SEARCHED} "
-            "from pgfunnel.search_log sl "
-            "join pgfunnel.collection c on c.id = sl.collection_id where sl.id = %s")
+_LOG_SQL = sql.SQL(
+    "select sl.id, c.name, sl.index_version_id, sl.config, {params}, sl.query_text, "
+    "sl.principals, sl.tenant, sl.at, {embedding}, {searched} "
+    "from pgfunnel.search_log sl "
+    "join pgfunnel.collection c on c.id = sl.collection_id where sl.id = %s").format(
+        params=sql.SQL(LOGGED_PARAMS), embedding=sql.SQL(LOGGED_EMBEDDING_RECORDED),
+        searched=sql.SQL(LOGGED_TEXT_SEARCHED))
 # a chunk deleted since keeps its trace row (no foreign key): no document to name then
 _TRACE_SQL = ("select t.chunk_id, t.lexical_rank, t.lexical_score, t.dense_rank, "
               "t.dense_score, t.fused_rank, t.fused_score, t.rerank_rank, t.rerank_score, "

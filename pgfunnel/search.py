@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import psycopg
+from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from pgfunnel.db import (
@@ -411,40 +412,49 @@ class SearchResponse:
     index_version_id: int | None = None
 
 
-_RESULT_COLUMNS = ("chunk_id, citekey, title, heading, text, ordinal, metadata, lexical_rank, "
-                   "lexical_score, dense_rank, dense_score, fused_rank, fused_score, "
-                   "rerank_rank, rerank_score, final_rank, search_id, section_path")
-_CANDIDATE_COLUMNS = ("chunk_id, citekey, title, heading, text, ordinal, metadata, lexical_rank, "
-                      "lexical_score, dense_rank, dense_score, fused_rank, fused_score, "
-                      "document_id, section_path")
+_RESULT_COLUMNS = sql.SQL(
+    "chunk_id, citekey, title, heading, text, ordinal, metadata, lexical_rank, "
+    "lexical_score, dense_rank, dense_score, fused_rank, fused_score, "
+    "rerank_rank, rerank_score, final_rank, search_id, section_path")
+_CANDIDATE_COLUMNS = sql.SQL(
+    "chunk_id, citekey, title, heading, text, ordinal, metadata, lexical_rank, "
+    "lexical_score, dense_rank, dense_score, fused_rank, fused_score, "
+    "document_id, section_path")
 _ARG_NAMES = ("k", "collection", "principals", "tenant", "language", "metadata_filter", "fusion",
               "rrf_k", "weights", "lexical_depth", "dense_depth", "overfetch", "per_source_cap",
               "ef_search", "k1", "b")
 
 
-def _named_args(names: Sequence[str]) -> str:
-    return ", ".join(f"{n} => %({n})s" for n in names)
+def _named_args(names: Sequence[str]) -> sql.Composable:
+    return sql.SQL(", ").join(sql.SQL("{} => {}").format(sql.Identifier(n), sql.Placeholder(n))
+                              for n in names)
 
 
-_FUNNEL_SQL = (f"select {_RESULT_COLUMNS} from pgfunnel.funnel_search("
-               "query_text => %(query_text)s, query_embedding => %(query_embedding)b, "
-               "as_of => coalesce(%(as_of)s, now()), trace => %(trace)s, "
-               f"{_named_args(_ARG_NAMES)})")
-_CANDIDATES_SQL = (f"select {_CANDIDATE_COLUMNS} from pgfunnel.candidates("
-                   "query_text => %(query_text)s, query_embedding => %(query_embedding)b, "
-                   "as_of => coalesce(%(as_of)s, now()), "
-                   f"{_named_args(_ARG_NAMES)})")
-_FINAL_SQL = (f"select {_RESULT_COLUMNS} from pgfunnel.final("
-              "chunk_ids => %(chunk_ids)s, fused_ranks => %(fused_ranks)s, "
-              "fused_scores => %(fused_scores)s, lexical_ranks => %(lexical_ranks)s, "
-              "lexical_scores => %(lexical_scores)s, dense_ranks => %(dense_ranks)s, "
-              "dense_scores => %(dense_scores)s, rerank_scores => %(rerank_scores)s, "
-              "k => %(k)s, collection => %(collection)s, principals => %(principals)s, "
-              "tenant => %(tenant)s, language => %(language)s, "
-              "as_of => coalesce(%(as_of)s, now()), metadata_filter => %(metadata_filter)s, "
-              "per_source_cap => %(per_source_cap)s, trace => %(trace)s, "
-              "query_text => %(query_text)s, config => %(config)s, "
-              "index_version_id => %(index_version_id)s, log_notes => %(log_notes)s)")
+# composed once, as text: every search sends the same statement, prepared, and composing
+# it again per search would cost each one the quoting
+_FUNNEL_SQL = sql.SQL(
+    "select {cols} from pgfunnel.funnel_search("
+    "query_text => %(query_text)s, query_embedding => %(query_embedding)b, "
+    "as_of => coalesce(%(as_of)s, now()), trace => %(trace)s, {args})").format(
+        cols=_RESULT_COLUMNS, args=_named_args(_ARG_NAMES)).as_string()
+_CANDIDATES_SQL = sql.SQL(
+    "select {cols} from pgfunnel.candidates("
+    "query_text => %(query_text)s, query_embedding => %(query_embedding)b, "
+    "as_of => coalesce(%(as_of)s, now()), {args})").format(
+        cols=_CANDIDATE_COLUMNS, args=_named_args(_ARG_NAMES)).as_string()
+_FINAL_SQL = sql.SQL(
+    "select {cols} from pgfunnel.final("
+    "chunk_ids => %(chunk_ids)s, fused_ranks => %(fused_ranks)s, "
+    "fused_scores => %(fused_scores)s, lexical_ranks => %(lexical_ranks)s, "
+    "lexical_scores => %(lexical_scores)s, dense_ranks => %(dense_ranks)s, "
+    "dense_scores => %(dense_scores)s, rerank_scores => %(rerank_scores)s, "
+    "k => %(k)s, collection => %(collection)s, principals => %(principals)s, "
+    "tenant => %(tenant)s, language => %(language)s, "
+    "as_of => coalesce(%(as_of)s, now()), metadata_filter => %(metadata_filter)s, "
+    "per_source_cap => %(per_source_cap)s, trace => %(trace)s, "
+    "query_text => %(query_text)s, config => %(config)s, "
+    "index_version_id => %(index_version_id)s, log_notes => %(log_notes)s)").format(
+        cols=_RESULT_COLUMNS).as_string()
 
 
 #: the id of the session's last traced search (``pgfunnel.last_search_id()``), read without

@@ -1507,9 +1507,9 @@ def last_queries(conn: psycopg.Connection[Any], collection: str, n: int) -> list
 LOGGED_EMBEDDING_RECORDED = (
     "case when jsonb_typeof(notes -> 'query_embedding') = 'boolean' "
     "then (notes ->> 'query_embedding')::boolean end")
-_LOGGED_EMBEDDED = (
-    f"coalesce({LOGGED_EMBEDDING_RECORDED}, exists (select from "
-    "pgfunnel.search_trace t where t.search_id = sl.id and t.dense_rank is not null))")
+_LOGGED_EMBEDDED = sql.SQL(
+    "coalesce({}, exists (select from pgfunnel.search_trace t where t.search_id = sl.id "
+    "and t.dense_rank is not null))").format(sql.SQL(LOGGED_EMBEDDING_RECORDED))
 #: the logged config's keys that are a replay's search parameters (the reader, the time
 #: and the collection come from the log row itself): `versions compare --last` and
 #: explain's replay search with them
@@ -1571,7 +1571,7 @@ def _last_logged(conn: psycopg.Connection[Any], collection: str, n: int,
         "at from pgfunnel.search_log sl "
         "where collection_id = %s and query_text is not null and query_text <> '' "
         "and length(query_text) <= %s) l group by {cols}) s order by at desc limit %s"
-    ).format(cols=listed, params=sql.SQL(LOGGED_PARAMS), embedded=sql.SQL(_LOGGED_EMBEDDED),
+    ).format(cols=listed, params=sql.SQL(LOGGED_PARAMS), embedded=_LOGGED_EMBEDDED,
              searched=sql.SQL(LOGGED_TEXT_SEARCHED)),
         (list(LOGGED_SEARCH_PARAMS), coll_id, MAX_QUERY_CHARS, n)).fetchall()
 
