@@ -87,6 +87,7 @@ def evaluate(
         parse_config_arg,
         preset_configs,
         respelled_items_message,
+        unread_history_message,
     )
     from pgfunnel.eval.harness import (
         store_qrels as store,
@@ -155,6 +156,7 @@ def evaluate(
                 with warnings.catch_warnings():
                     # said once below, in the CLI's own words
                     warnings.filterwarnings("ignore", message="pgfunnel eval: .* judged items")
+                    warnings.filterwarnings("ignore", message="pgfunnel eval: .*; not read: ")
                     result = harness.run(judged, configs, split=split)  # type: ignore[arg-type]
             respelled = result.report.metadata.get("judged_items_respelled") or {}
             if store_qrels:
@@ -170,6 +172,8 @@ def evaluate(
             conn.close()
         if respelled:
             labelled("note", "yellow", respelled_items_message(respelled))
+        if result.unread_history:
+            labelled("note", "yellow", unread_history_message(result.unread_history))
         if result.missing_items:
             labelled("warning", "yellow", missing_items_message(
                 result.missing_items, result.queries, collection,

@@ -1704,7 +1704,7 @@ def last_searches(conn: psycopg.Connection[Any], collection: str,
 def read_query_file(path: str | Path) -> tuple[list[Any], bool]:
     """Queries from a JSONL file: judged (the eval format) when every line has judgments,
     else the ``query`` field of each line (or the line itself when it is not JSON)."""
-    from pgfunnel.eval.qrels import load_queries
+    from pgfunnel.eval.qrels import load_queries, over_limit_history
 
     p = Path(path)
     try:
@@ -1724,7 +1724,13 @@ def read_query_file(path: str | Path) -> tuple[list[Any], bool]:
         except JSON_ERRORS:
             objs.append(ln)
     if objs and all(isinstance(o, dict) and "relevant" in o for o in objs):
-        return load_queries(p), True
+        judged = load_queries(p)
+        # compare makes every follow-up stand-alone, as eval does by default: a history
+        # over the resolver's limit is refused here, with its line, before any search
+        for q in judged:
+            if (problem := over_limit_history(q)) is not None:
+                raise InvalidInputError(problem)
+        return judged, True
     texts = [o.get("query") if isinstance(o, dict) else o for o in objs]
     bad = [n for (n, _), t in zip(lines, texts, strict=True)
            if not isinstance(t, str) or not t.strip()]

@@ -560,6 +560,68 @@ def test_followup_and_decomposition_change_the_searched_text(sample_db: str) -> 
     assert len(result.runs["t"][two.query_id].parts) == 2
 
 
+def test_a_history_over_the_followup_limit_is_refused_only_where_it_is_read(
+        sample_db: str, tmp_path: Path) -> None:
+    """A line whose history was over the follow-up limit was refused when the file was
+    read, even for configurations with "followup": false, which never read it."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.db import connect
+    from pgfunnel.versions import read_query_file
+
+    real = next(q for q in _subset(1) if q.relevant_items and not q.history)
+    marker = "zqxhistory"
+    path = tmp_path / "q.jsonl"
+    path.write_text(json.dumps({
+        "query_id": "long", "query": real.query, "slice": real.slice,
+        "relevant": dict(real.relevant), "history": [f"{marker} " * 10_000]}) + "\n",
+        encoding="utf-8")
+    (q,) = load_queries(path)
+    assert q.history_problem == (f"{path}: line 1: field history[0]: is 110,000 characters "
+                                 "long; a history holds at most 100,000 in all")
+    off = EvalConfig.from_dict("off", {"followup": False, "legs": "lexical"})
+    on = EvalConfig.from_dict("on", {"legs": "lexical"})
+    with connect(sample_db, autocommit=True) as conn:
+        def logged() -> int:
+            return int(conn.execute("select count(*) from pgfunnel.search_log"
+                                    ).fetchone()[0])  # type: ignore[index]
+
+        before = logged()
+        # a configuration that resolves follow-ups reads it: refused, before any search
+        with pytest.raises(InvalidInputError, match=r"line 1: field history\[0\]: .*; "
+                                                    r"configuration 'on' makes follow-ups"):
+            Harness(sample_db, "default", trace=True).run([q], [off, on])
+        assert logged() == before
+        with pytest.warns(UserWarning) as caught:
+            result = Harness(sample_db, "default", trace=True).run([q], [off])
+        notes = [str(w.message) for w in caught if "not read" in str(w.message)]
+        assert notes == [f"pgfunnel eval: {q.history_problem}; not read: no configuration "
+                         "resolves follow-ups (\"followup\": false), so each query was "
+                         "searched as written"]
+        assert result.unread_history == [q.history_problem]
+        assert result.runs["off"]["long"].text == real.query
+        assert logged() > before
+        # searched and traced, yet no word of the history reached the database
+        assert conn.execute(
+            "select count(*) from pgfunnel.search_log where "
+            "strpos(concat(query_text, config::text, notes::text), %s) > 0",
+            (marker,)).fetchone() == (0,)
+    off_arg = 'off={"followup": false, "legs": "lexical"}'
+    res = CliRunner().invoke(app, ["eval", str(path), "--dsn", sample_db, "--config", off_arg])
+    said = " ".join(res.output.split())
+    assert res.exit_code == 0, res.output
+    assert said.count("not read") == 1 and "note: pgfunnel eval: " in said, said
+    res = CliRunner().invoke(app, ["eval", str(path), "--dsn", sample_db,
+                                   "--config", off_arg, "--config", 'on={"legs": "lexical"}'])
+    said = " ".join(res.output.split())
+    assert res.exit_code == 1 and "line 1: field history[0]: is 110,000" in said, said
+    assert "Traceback" not in res.output
+    # versions compare makes every follow-up stand-alone: refused with the line, as before
+    with pytest.raises(InvalidInputError, match=r"q\.jsonl: line 1: field history\[0\]"):
+        read_query_file(path)
+
+
 @pytest.mark.slow
 def test_helpcenter_benchmark_meets_its_floors(sample_db: str) -> None:
     from pgfunnel.cli.main import app

@@ -84,6 +84,7 @@ from pgfunnel.eval.qrels import (
     chunk_key,
     citekey_of,
     judging_level,
+    over_limit_history,
     select_split,
 )
 from pgfunnel.eval.report import EvalReport, build_report
@@ -319,6 +320,9 @@ class HarnessResult:
     missing_items: list[str] = field(default_factory=list)
     #: missing items that are citekeys of the collection's documents, read as chunk keys
     citekeys_read_as_chunks: list[str] = field(default_factory=list)
+    #: why each searched query's history is over the follow-up limit, where no
+    #: configuration resolved follow-ups (so none read it): :func:`unread_history_message`
+    unread_history: list[str] = field(default_factory=list)
 
 
 class Harness:
@@ -577,6 +581,7 @@ class Harness:
             raise InvalidInputError("no judged queries to evaluate"
                                     + (f" in the {split} split" if split else ""))
         level = judging_level(selected)
+        unread_history = _unread_histories(selected, configs)
         runs: dict[str, dict[str, QueryRun]] = {c.name: {} for c in configs}
         total = len(selected) * len(configs)
         done = 0
@@ -638,9 +643,12 @@ class Harness:
             warnings.warn(missing_items_message(missing, selected, self.collection,
                                                 citekeys_read_as_chunks, self.principals),
                           stacklevel=2)
+        if unread_history:
+            warnings.warn(unread_history_message(unread_history), stacklevel=2)
         return HarnessResult(report=report, runs=runs, queries=selected, curves=curves,
                              missing_items=missing,
-                             citekeys_read_as_chunks=citekeys_read_as_chunks)
+                             citekeys_read_as_chunks=citekeys_read_as_chunks,
+                             unread_history=unread_history)
 
     def _with_collection_qualifiers(self, conn: psycopg.Connection[Any],
                                     configs: Sequence[EvalConfig]) -> list[EvalConfig]:
@@ -801,6 +809,28 @@ def standalone_query(q: JudgedQuery, qualifiers: Sequence[str] = ()) -> str:
     from pgfunnel.transform import FollowupResolver
 
     return FollowupResolver(qualifiers=qualifiers).resolve(q.history, q.query).query
+
+
+def _unread_histories(queries: Sequence[JudgedQuery],
+                      configs: Sequence[EvalConfig]) -> list[str]:
+    """Why each query's history is over the follow-up limit, when no configuration reads
+    it; refused, before any search, when one does (it makes follow-ups stand-alone)."""
+    problems = [m for q in queries if (m := over_limit_history(q)) is not None]
+    resolving = [c.name for c in configs if c.followup]
+    if problems and resolving:
+        raise InvalidInputError(
+            f"{problems[0]}; configuration {resolving[0]!r} makes follow-ups stand-alone "
+            "from their history (one with \"followup\": false searches the query as "
+            "written and does not read it)")
+    return problems
+
+
+def unread_history_message(problems: Sequence[str]) -> str:
+    """The one note for the histories over the follow-up limit that no configuration
+    read (:attr:`HarnessResult.unread_history`)."""
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return (f"pgfunnel eval: {problems[0]}{more}; not read: no configuration resolves "
+            "follow-ups (\"followup\": false), so each query was searched as written")
 
 
 def respelled_items_message(respelled: Mapping[str, str]) -> str:
@@ -1044,4 +1074,5 @@ __all__ = [
     "stage_recall_in_db",
     "standalone_query",
     "store_qrels",
+    "unread_history_message",
 ]

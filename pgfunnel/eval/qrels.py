@@ -70,6 +70,10 @@ class JudgedQuery:
     split: Split | None = None
     #: the line of the file it came from (1-based), when loaded from a file
     line: int | None = field(default=None, compare=False)
+    #: why ``history`` is over the follow-up resolver's limit (naming the line), or None:
+    #: a search that resolves the follow-up refuses it, one that does not read the
+    #: history (``"followup": false``) searches the query as written
+    history_problem: str | None = field(default=None, compare=False)
 
     @property
     def relevant_items(self) -> frozenset[str]:
@@ -87,6 +91,20 @@ def derived_query_id(query: str, history: Sequence[str] = ()) -> str:
     that it stays the same when lines are added or reordered."""
     digest = hashlib.sha256("\x00".join([query, *history]).encode()).hexdigest()
     return f"q-{digest[:12]}"
+
+
+def over_limit_history(q: JudgedQuery) -> str | None:
+    """Why ``q``'s history is over the follow-up resolver's limit (its line named, when
+    it was read from a file), or None: a query built in Python is checked here."""
+    if q.history_problem is not None or not q.history:
+        return q.history_problem
+    from pgfunnel.transform import check_history
+
+    try:
+        check_history(q.history)
+    except InvalidInputError as exc:
+        return f"query {q.query_id!r}: field {exc}"
+    return None
 
 
 def _where(line: int | None) -> str:
@@ -118,7 +136,9 @@ def _misspelt_field(key: str, obj: Mapping[str, Any]) -> str | None:
 def parse_query(obj: Any, line: int | None = None) -> JudgedQuery:
     """Validate one decoded JSON object and build a :class:`JudgedQuery`.
 
-    Raises :class:`InvalidInputError` naming ``line`` (when given) and the field at fault.
+    Raises :class:`InvalidInputError` naming ``line`` (when given) and the field at fault;
+    a history over the follow-up limit is not refused here but kept in ``history_problem``
+    (a search that resolves the follow-up refuses it; one that does not never reads it).
     A key the format does not know is a note and is ignored, unless it reads as a
     misspelt field the line lacks (``Split``, ``histroy``): the field it meant would be
     silently unset (a follow-up searched without its history, a query hashed to the
@@ -209,6 +229,7 @@ def parse_query(obj: Any, line: int | None = None) -> JudgedQuery:
         relevant[item] = grade
 
     history: tuple[str, ...] = ()
+    history_problem: str | None = None
     if obj.get("history") is not None:
         raw_history = obj["history"]
         if not isinstance(raw_history, list) or not all(isinstance(h, str) for h in raw_history):
@@ -218,10 +239,11 @@ def parse_query(obj: Any, line: int | None = None) -> JudgedQuery:
         from pgfunnel.transform import check_history
 
         try:
-            # told with the line before any search, not at the query's turn
             check_history(raw_history)
         except InvalidInputError as exc:
-            raise InvalidInputError(f"{where}: field {exc}") from None
+            # kept, with the line, until a search that resolves follow-ups is asked for
+            # (refused before any search then): with followup off it is never read
+            history_problem = f"{where}: field {exc}"
         history = tuple(raw_history)
 
     split: Split | None = None
@@ -249,6 +271,7 @@ def parse_query(obj: Any, line: int | None = None) -> JudgedQuery:
         history=history,
         split=split,
         line=line,
+        history_problem=history_problem,
     )
 
 
@@ -312,6 +335,8 @@ def load_queries(path: str | Path) -> list[JudgedQuery]:
             q = parse_query(obj, lineno)
         except InvalidInputError as exc:
             raise InvalidInputError(f"{p}: {exc}") from None
+        if q.history_problem is not None:
+            q = replace(q, history_problem=f"{p}: {q.history_problem}")
         if q.query_id in first_line and obj.get("query_id") is None:
             # the same text (and history) twice without ids: the later one is told apart
             # by its position among the repeats
