@@ -1555,28 +1555,43 @@ def test_compare_last_replays_each_search_as_of_the_time_it_searched(sample_db: 
         assert ("principals" in readers[1]) is not bool(extra)
 
 
+def _log_sql_and_eval_searches(dsn: str, embedder: Any, *statements: str) -> None:
+    """Searches logged two ways a replay must read apart from the Python search's: each
+    of ``statements``, a traced funnel_search called from SQL (which logs its own
+    config), then `cancel my subscription` traced by an eval (rrf, overfetch 8), whose
+    log records its pool's length as its k, not the eval's."""
+    from pgfunnel.eval.harness import EvalConfig, Harness
+    from pgfunnel.eval.qrels import JudgedQuery
+
+    with connect(dsn, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement).fetchall()
+    Harness(dsn, "default", embedder=embedder, trace=True, k=5).run(
+        [JudgedQuery("e1", "cancel my subscription", "keyword", {"refunds-annual": 1})],
+        [EvalConfig.from_dict("rrf", {"fusion": "rrf", "overfetch": 8})])
+
+
+def _as_logged_before_weights_given(conn: psycopg.Connection[Any]) -> None:
+    """Every logged search as a release before notes.weights_given logged it: whether its
+    weights were given is then a guess from the pair (pgfunnel._automatic_weights)."""
+    conn.execute("update pgfunnel.search_log set notes = notes - 'weights_given'")
+
+
 def test_compare_last_replays_each_search_with_the_configuration_it_was_logged_with(
         sample_db: str, embedder: Any) -> None:
     # `--last` replayed every logged search with the caller's parameters (k 10, min-max,
     # cap 3, ...): a search made with rrf, k 3 and cap 1 was compared as another search
     from pgfunnel.cli.main import app
 
-    from pgfunnel.eval.harness import EvalConfig, Harness
-    from pgfunnel.eval.qrels import JudgedQuery
-
     rrf = "refund on an annual plan"
     with Funnel(sample_db, "default", embedder=embedder) as f:
         resp = f.search(rrf, k=3, fusion="rrf", per_source_cap=1, trace=True)
         seen = {r.item_key for r in resp.results}
         f.search("reset my password", trace=True)  # the defaults
-    with connect(sample_db, autocommit=True) as conn:
-        # funnel_search called from SQL logs its own config (lexical alone: no vector)
-        conn.execute("select * from funnel_search('invoice address', null, k => 4, "
-                     "fusion => 'zscore', overfetch => 2, trace => true)").fetchall()
-    # an eval's search logs the pool's length as its k, not the eval's k
-    Harness(sample_db, "default", embedder=embedder, trace=True, k=5).run(
-        [JudgedQuery("e1", "cancel my subscription", "keyword", {"refunds-annual": 1})],
-        [EvalConfig.from_dict("rrf", {"fusion": "rrf", "overfetch": 8})])
+    # lexical alone from SQL (no vector)
+    _log_sql_and_eval_searches(
+        sample_db, embedder, "select * from funnel_search('invoice address', null, k => 4, "
+        "fusion => 'zscore', overfetch => 2, trace => true)")
     with connect(sample_db, autocommit=True) as conn:
         logged = {s.query_text: s for s in versions.last_searches(conn, "default", 10)}
         assert logged[rrf].config is not None
@@ -1618,7 +1633,7 @@ def test_compare_last_replays_each_search_with_the_configuration_it_was_logged_w
         # the weights of a row that does not say whether they were given
         conn.execute("update pgfunnel.search_log set config = config - 'per_source_cap' "
                      "where query_text = %s", (rrf,))
-        conn.execute("update pgfunnel.search_log set notes = notes - 'weights_given'")
+        _as_logged_before_weights_given(conn)
         (old,) = [s for s in versions.last_searches(conn, "default", 10)
                   if s.query_text == rrf]
         again = versions.compare(conn, "default", 1, 2, [old], k=5)
@@ -1666,18 +1681,13 @@ def test_explain_a_logged_search_replays_it_as_compare_last_does(
     # with the pool's length as its k, said nowhere (compare replays the default, a guess)
     from pgfunnel.cli.main import app
 
-    from pgfunnel.eval.harness import EvalConfig, Harness
-    from pgfunnel.eval.qrels import JudgedQuery
     from pgfunnel.explain_log import explain_logged
 
-    with connect(sample_db, autocommit=True) as conn:
-        conn.execute("select * from funnel_search('invoice address', null, k => 4, "
-                     "trace => true)").fetchall()
-        conn.execute("select * from funnel_search('reset my password', null, k => 4, "
-                     "weights => '{1,0.7}', trace => true)").fetchall()
-    Harness(sample_db, "default", embedder=embedder, trace=True, k=5).run(
-        [JudgedQuery("e1", "cancel my subscription", "keyword", {"refunds-annual": 1})],
-        [EvalConfig.from_dict("rrf", {"fusion": "rrf", "overfetch": 8})])
+    _log_sql_and_eval_searches(
+        sample_db, embedder,
+        "select * from funnel_search('invoice address', null, k => 4, trace => true)",
+        "select * from funnel_search('reset my password', null, k => 4, "
+        "weights => '{1,0.7}', trace => true)")
     with connect(sample_db, autocommit=True) as conn:
         ids = dict(conn.execute("select query_text, id from pgfunnel.search_log").fetchall())
         chose = conn.execute("select config -> 'weights' from pgfunnel.search_log "
@@ -1719,7 +1729,7 @@ def test_explain_a_logged_search_replays_it_as_compare_last_does(
     # an older row that does not say whether its weights were given: automatic ones are
     # chosen again, a guess, as compare --last takes them
     with connect(sample_db, autocommit=True) as conn:
-        conn.execute("update pgfunnel.search_log set notes = notes - 'weights_given'")
+        _as_logged_before_weights_given(conn)
     with Funnel(sample_db, "default", embedder=embedder) as f:
         (older,) = explain_logged(f, ids["reset my password"], [target])
     assert older.search_config is not None and older.search_config["weights"] is None
@@ -1781,8 +1791,7 @@ def test_every_weight_pair_a_search_chooses_is_one_an_older_log_is_replayed_to_c
             ids.append(conn.execute(
                 "select search_id from funnel_search('invoice address', null, k => 4, "
                 "weights => %s, trace => true) limit 1", (weights,)).fetchone()[0])  # type: ignore[index]
-        # rows logged before the notes said whether the weights were given
-        conn.execute("update pgfunnel.search_log set notes = notes - 'weights_given'")
+        _as_logged_before_weights_given(conn)
         replayed = dict(conn.execute(sql.SQL(
             "select sl.id, {} from pgfunnel.search_log sl where sl.id = any(%s)").format(
                 sql.SQL(LOGGED_PARAMS)), (list(LOGGED_SEARCH_PARAMS), ids)).fetchall())
