@@ -252,16 +252,19 @@ $$;
 -- little of the query). _default_weights and _pool's second rule read them here, and so
 -- does the replay of a search logged before its notes said whether its weights were given
 -- (LOGGED_PARAMS in pgfunnel/versions.py): a pair that is one of these was chosen, so the
--- replay chooses again; a pair written anywhere else would be replayed as given
+-- replay chooses again; a pair written anywhere else would be replayed as given. plpgsql,
+-- as _default_weights below (which says why): a search calls it
 create or replace function pgfunnel._automatic_weights()
 returns table (rule text, weights double precision[])
-language sql immutable parallel safe
+language plpgsql immutable parallel safe
 security invoker
 set search_path = pg_catalog
 as $$
-    values ('default', '{1,0.7}'::double precision[]),
-           ('identifier', '{1,0.2}'::double precision[]),
-           ('dense_leads', '{0.7,1}'::double precision[])
+begin
+    return query values ('default', '{1,0.7}'::double precision[]),
+                        ('identifier', '{1,0.2}'::double precision[]),
+                        ('dense_leads', '{0.7,1}'::double precision[]);
+end
 $$;
 
 -- the fusion weights a search uses when it gives none: {1,0.7}, and for min-max fusion of
