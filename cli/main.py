@@ -793,6 +793,11 @@ DEMO_QUERIES = [
     ("no answer in the corpus", "do you ship hardware to antarctica"),
 ]
 
+# one long guide (guide-building-integrations, six sections) holds the best fused chunks
+# of this query: the per-source cap skips them past its third and other citekeys' chunks
+# move up, which none of DEMO_QUERIES shows (their best chunks come from many citekeys)
+DEMO_CAP_QUERY = "building an API integration"
+
 
 @app.command()
 def demo(
@@ -845,8 +850,9 @@ def demo(
                       f"{resp.timings_ms.get('funnel_search', 0):.1f} ms in SQL, "
                       f"{resp.timings_ms.get('embed', 0):.1f} ms embedding the query\n",
                       soft_wrap=True)
+        _demo_cap(funnel, k)
         q = f"ERR-{code}"
-        out.print(f"[bold]4. access[/bold]: {q!r} for a reader with no principals (public "
+        out.print(f"[bold]5. access[/bold]: {q!r} for a reader with no principals (public "
                   f"documents only), then for principal '{DEMO_STAFF}'",
                   markup=True, soft_wrap=True)
         staff_only = {json.loads(line)["citekey"]
@@ -889,6 +895,51 @@ def demo(
                   "                       principals => '{" + DEMO_STAFF + "}');\n"
                   "SQL",
                   highlight=False, soft_wrap=True)
+
+
+def _demo_cap(funnel: Any, k: int) -> None:
+    """The demo's step 4: the per-source cap acting on a query one citekey dominates, with
+    search's capped line (``_capped_note``) and the chunks that moved up in words. Where
+    the default cap skips no rank in the first k (-k 2 or 3), the same query follows
+    with --per-source-cap 1, and the line says so."""
+    from pgfunnel.search import SearchParams
+
+    default_cap = SearchParams.per_source_cap
+    out.print(f"[bold]4. per-source cap[/bold]: {DEMO_CAP_QUERY!r}, which one guide answers "
+              f"from many of its sections; a citekey keeps at most {default_cap} chunks "
+              "(--per-source-cap, the default), so the fused ranks of its further chunks "
+              "are skipped and other citekeys' chunks move up",
+              markup=True, soft_wrap=True)
+    for cap in (default_cap, 1):
+        with warnings.catch_warnings():
+            quiet_search_notices()
+            resp = funnel.search(DEMO_CAP_QUERY, k=k, per_source_cap=cap)
+        default = " (the default)" if cap == default_cap else ""
+        _print_results(f"--per-source-cap {cap}{default}", resp.results, lines=True)
+        for notice in resp.notices:
+            out.print(f"  [yellow]{escape(notice)}[/yellow]",
+                      highlight=False, markup=True, soft_wrap=True)
+        note = _capped_note(resp.results, cap)
+        if note:
+            out.print(f"  {note}", highlight=False, soft_wrap=True)
+            moved = [f"{shown(r.citekey)} from fused rank {r.fused_rank} to rank {r.final_rank}"
+                     for r in resp.results if r.fused_rank > r.final_rank]
+            more = f" and {len(moved) - 3:,} more" if len(moved) > 3 else ""
+            out.print(f"  moved up past the capped chunks: {', '.join(moved[:3])}{more}\n",
+                      highlight=False, soft_wrap=True)
+            return
+        if k == 1:
+            # a citekey's first chunk is always kept: no cap skips a rank above the first
+            out.print("  no fused rank can be skipped in the first result: the cap keeps "
+                      "each citekey's first chunk (-k 5 shows it act)\n",
+                      highlight=False, soft_wrap=True)
+            return
+        if cap == 1:
+            break
+        out.print(f"  no fused rank skipped in the first {plural(k, 'result')} at the "
+                  f"default cap: the same query with --per-source-cap 1, which keeps one "
+                  "chunk per citekey:", highlight=False, soft_wrap=True)
+    out.print()
 
 
 def demo_psql() -> tuple[str, bool]:

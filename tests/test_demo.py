@@ -10,7 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pgfunnel.cli.main import DEMO_INTERNAL, DEMO_STAFF, SAMPLE_CORPUS, demo_psql
+from pgfunnel.cli.main import (
+    DEMO_CAP_QUERY,
+    DEMO_INTERNAL,
+    DEMO_STAFF,
+    SAMPLE_CORPUS,
+    demo_psql,
+)
 
 
 def test_the_staff_runbook_is_about_the_code_the_demo_searches() -> None:
@@ -37,11 +43,14 @@ def test_demo_runs_every_stage_and_hides_staff_documents(empty_db: str) -> None:
     # its whole walkthrough is its result, on stdout, the query words its searches did not
     # search with them (docs/cli.md); stderr holds the ingest's progress alone
     text = res.stdout
-    for stage in ("1. init", "2. ingest", "3. searches", "4. access", "The same search in SQL"):
+    for stage in ("1. init", "2. ingest", "3. searches", "4. per-source cap", "5. access",
+                  "The same search in SQL"):
         assert stage in text, stage
     assert "  pgfunnel: query words not searched: " in text, text
     assert all(line.startswith("ingest: ") for line in res.stderr.splitlines()), res.stderr
-    access = text[text.index("4. access"):text.index("The same search in SQL")]
+    _check_the_cap_step(text[text.index("4. per-source cap"):text.index("5. access")],
+                        empty_db)
+    access = text[text.index("5. access"):text.index("The same search in SQL")]
     public, staff = access.split(f"principals ['{DEMO_STAFF}']")
     assert "runbook-err-" not in public
     assert "runbook-err-" in staff
@@ -103,6 +112,66 @@ def test_demo_runs_every_stage_and_hides_staff_documents(empty_db: str) -> None:
     again = CliRunner().invoke(app, ["demo", "--dsn", empty_db], env={"COLUMNS": "200"})
     assert again.exit_code == 0, again.output
     assert "0 documents written, 109 unchanged (0 chunks written)" in again.output
+
+
+def _check_the_cap_step(step: str, dsn: str) -> None:
+    """The demo's cap step at its default k (5): the default cap skips fused ranks of the
+    dominant guide's further chunks, says so with search's capped line, and another
+    citekey's chunk takes the first rank after them."""
+    from pgfunnel.search import Funnel
+
+    assert f"'{DEMO_CAP_QUERY}'" in step and "--per-source-cap 3 (the default)" in step, step
+    # the default cap acts at k 5 on its own: no second run with --per-source-cap 1
+    assert "--per-source-cap 1\n" not in step and "no fused rank skipped" not in step, step
+    rows = [(int(m[1]), m[2], int(m[3])) for m in re.finditer(
+        r"^(\d+)  (\S+)  lex \S+  dense \S+  fused (\d+)  ", step, re.M)]
+    assert [r[0] for r in rows] == [1, 2, 3, 4, 5], step
+    fused = [r[2] for r in rows]
+    missing = [m for m in range(1, max(fused) + 1) if m not in fused]
+    assert missing, f"no fused rank skipped: {fused}"
+    dominant = rows[0][1]
+    assert [r[1] for r in rows[:3]] == [dominant] * 3, rows
+    # the first chunk after the gap is another citekey's, moved up past the capped ones
+    after = next(r for r in rows if r[2] > missing[0])
+    assert after[1] != dominant and after[2] > after[0], rows
+    assert (f"moved up past the capped chunks: {after[1]} from fused rank {after[2]} to "
+            f"rank {after[0]}") in step, step
+    ranks = ", ".join(str(m) for m in missing)
+    assert re.search(rf"^  capped: fused ranks? {ranks} not shown: --per-source-cap 3 keeps "
+                     rf"at most 3 chunks per citekey, .*\({re.escape(dominant)}\); a higher "
+                     r"--per-source-cap shows", step, re.M), step
+    # the skipped ranks are the dominant guide's chunks: uncapped, they are there
+    with Funnel(dsn, "demo") as funnel:
+        uncapped = funnel.search(DEMO_CAP_QUERY, k=max(fused), per_source_cap=100)
+    by_rank = {r.fused_rank: r.citekey for r in uncapped.results}
+    assert [by_rank[m] for m in missing] == [dominant] * len(missing), by_rank
+
+
+def test_the_demos_cap_step_with_a_small_k(sample_db: str,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """At -k 2 or 3 the default cap skips no rank of the cap query: the step shows the same
+    query with --per-source-cap 1 too, saying so; at -k 1 no cap can skip a rank."""
+    from pgfunnel.cli.main import _demo_cap
+
+    from pgfunnel.search import Funnel
+
+    with Funnel(sample_db) as funnel:
+        _demo_cap(funnel, 3)
+        three = capsys.readouterr().out
+        _demo_cap(funnel, 1)
+        one = capsys.readouterr().out
+    assert "  no fused rank skipped in the first 3 results at the default cap: the same " \
+        "query with --per-source-cap 1, which keeps one chunk per citekey:" in three, three
+    default, capped = three.split("\n--per-source-cap 1\n")
+    assert "capped:" not in default and "moved up" not in default, default
+    fused = [int(m) for m in re.findall(r"  fused (\d+)  ", capped)]
+    assert len(fused) == 3 and fused[0] == 1 and fused[1] > 2, capped
+    assert re.search(r"^  capped: fused ranks 2, .* --per-source-cap 1 keeps at most 1 chunk "
+                     r"per citekey", capped, re.M), capped
+    assert "  moved up past the capped chunks: " in capped, capped
+    assert "--per-source-cap 1" not in one, one
+    assert "  no fused rank can be skipped in the first result: the cap keeps each " \
+        "citekey's first chunk" in one, one
 
 
 def test_the_demos_psql_line_names_a_psql_that_runs(tmp_path: Path,
@@ -185,7 +254,8 @@ def test_the_demo_legend_names_the_columns_it_prints(empty_db: str,
         assert "# =" not in legend and "a line per result: its rank after the per-citekey " \
             "cap, its citekey, lex/dense N" in legend, legend
         results = res.output[res.output.index(legend):res.output.index("done in ")]
-        assert "citekey" not in results.replace(legend, "")  # no table header
+        # no table header (the cap step's words name citekeys, a header is a row of them)
+        assert not re.search(r"^\W*#?\W*citekey\W+lex\W+dense", results, re.M), results
         assert re.search(r"^1  err-6358  lex \d+  dense \d+  fused \d+  ", results, re.M)
     # a terminal: the tables, whose `#` column the legend names
     monkeypatch.setattr(out, "_force_terminal", True)
