@@ -887,10 +887,13 @@ def demo(
         unset = HIDDEN_DSN_NOTE if HIDDEN_DSN in embed else ""
         psql, bundled = demo_psql()
         where = "; no psql on the PATH: the embedded server's own" if bundled else ""
-        out.print(f"done in {time.perf_counter() - t0:.1f}s. The same search in SQL "
-                  f"(pgfunnel on the PATH: `. .venv/bin/activate`{where}){unset}:\n"
+        # which search: after the cap step, "the same search" could be any of them; the
+        # columns are the ones its lines print (fused: the cap step's gaps show in SQL too)
+        out.print(f"done in {time.perf_counter() - t0:.1f}s. The same search in SQL as the "
+                  f"last one above ({q!r} for principal '{DEMO_STAFF}'; pgfunnel on the "
+                  f"PATH: `. .venv/bin/activate`{where}){unset}:\n"
                   f"  {psql} {psql_dsn} -v q=\"$({embed})\" <<'SQL'\n"
-                  "  select citekey, lexical_rank, dense_rank, final_rank\n"
+                  "  select citekey, lexical_rank, dense_rank, fused_rank, final_rank\n"
                   f"    from funnel_search('{q}', :'q', collection => 'demo', k => {k},\n"
                   "                       principals => '{" + DEMO_STAFF + "}');\n"
                   "SQL",

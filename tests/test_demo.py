@@ -108,6 +108,20 @@ def test_demo_runs_every_stage_and_hides_staff_documents(empty_db: str) -> None:
     with Funnel(empty_db, "demo") as funnel:
         shown = funnel.search(query[1], k=int(k[1]), principals=[DEMO_STAFF])
     assert in_sql == [r.citekey for r in shown.results] and "runbook-err-6358" in in_sql
+    # the line names the search it repeats, the last one shown, and gives the columns its
+    # lines print: the staff search's results, rank for rank
+    assert (f"The same search in SQL as the last one above ('{query[1]}' for principal "
+            f"'{DEMO_STAFF}'; ") in text, text
+    with connect(empty_db, autocommit=True) as conn:
+        ranks = conn.execute(script.replace(":'q'", "%s::vector"),
+                             (literal.stdout.strip(),)).fetchall()
+    def rank(cell: str) -> int | None:
+        return None if cell == "-" else int(cell)
+
+    printed = [(m[2], rank(m[3]), rank(m[4]), int(m[5]), int(m[1])) for m in re.finditer(
+        r"^(\d+)  (\S+)  lex (\S+)  dense (\S+)  fused (\d+)  ", staff, re.M)]
+    assert len(printed) == 5, staff
+    assert [tuple(r) for r in ranks] == printed, (ranks, printed)
     # run twice: nothing is written again
     again = CliRunner().invoke(app, ["demo", "--dsn", empty_db], env={"COLUMNS": "200"})
     assert again.exit_code == 0, again.output
