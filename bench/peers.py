@@ -19,6 +19,8 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
+from pgfunnel.schema import require_vector_schema
+
 SETUP_SQL = sql.SQL("""
 create schema if not exists bench_peer;
 -- cascade: hybrid_search returns rows of this table and is recreated below
@@ -71,13 +73,6 @@ $$;
 """)
 
 
-def vector_schema(conn: psycopg.Connection[Any]) -> str:
-    row = conn.execute("select n.nspname from pg_extension e join pg_namespace n "
-                       "on n.oid = e.extnamespace where e.extname = 'vector'").fetchone()
-    assert row is not None, "the vector extension is not installed"
-    return str(row[0])
-
-
 def build_peer(conn: psycopg.Connection[Any], collection: str) -> int:
     """(Re)create ``bench_peer.docs`` from the collection and the hybrid_search function."""
     row = conn.execute(
@@ -86,7 +81,7 @@ def build_peer(conn: psycopg.Connection[Any], collection: str) -> int:
         (collection,)).fetchone()
     assert row is not None, f"collection {collection!r} has no active version"
     version_id, dim = int(row[0]), int(row[1])
-    vs = sql.Identifier(vector_schema(conn))
+    vs = sql.Identifier(require_vector_schema(conn))
     conn.execute(SETUP_SQL.format(vs=vs, dim=sql.Literal(dim)))
     conn.execute(
         "insert into bench_peer.docs (id, citekey, ordinal, content, embedding) "
