@@ -30,6 +30,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from pgfunnel import defaults as sql_defaults
 from pgfunnel.db import (
     connect,
     own_transaction,
@@ -229,30 +230,31 @@ def check_principals(value: Any) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class SearchParams:
-    """Every knob of one search; defaults match the SQL functions' defaults."""
+    """Every knob of one search; the defaults are the SQL functions' (pgfunnel.defaults)."""
 
-    k: int = 10
-    collection: str = "default"
+    k: int = sql_defaults.K
+    collection: str = sql_defaults.COLLECTION
     principals: tuple[str, ...] = ()
     tenant: str | None = None
     language: str | None = None
     as_of: Any = None
     metadata_filter: Mapping[str, Any] | None = None
-    fusion: str = "minmax"
-    rrf_k: float = 60.0
-    #: None: {1, 0.7}; under min-max, {1, 0.2} for a query that is one identifier
+    fusion: str = sql_defaults.FUSION
+    rrf_k: float = sql_defaults.RRF_K
+    #: None: the search chooses (:data:`pgfunnel.defaults.AUTOMATIC_WEIGHTS`): `default`;
+    #: under min-max, `identifier` for a query that is one identifier
     #: (``pgfunnel._default_weights``) or whose best lexical match holds its rarest word,
-    #: a number and 0.3 or more of its idf, and {0.7, 1} when the best lexical
+    #: a number and 0.3 or more of its idf, and `dense_leads` when the best lexical
     #: match holds under 0.4 of the query's idf or lacks its rarest word, one of 0.4 or
     #: more of its idf (``pgfunnel._pool``; docs/tuning.md)
     weights: tuple[float, float] | None = None
     lexical_depth: int | None = None
     dense_depth: int | None = None
-    overfetch: int = 4
-    per_source_cap: int = 3
-    ef_search: int = 100
-    k1: float = 1.2
-    b: float = 0.75
+    overfetch: int = sql_defaults.OVERFETCH
+    per_source_cap: int = sql_defaults.PER_SOURCE_CAP
+    ef_search: int = sql_defaults.EF_SEARCH
+    k1: float = sql_defaults.K1
+    b: float = sql_defaults.B
     trace: bool = False
     statement_timeout_ms: int | None = None
 

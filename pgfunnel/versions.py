@@ -46,6 +46,7 @@ from pgfunnel.db import (
     try_register_vector,
     tuple_rows,
 )
+from pgfunnel.defaults import EF_SEARCH
 from pgfunnel.embedder import Embedder
 from pgfunnel.errors import (
     JSON_ERRORS,
@@ -108,7 +109,7 @@ MIN_RECALL = 0.95
 RECALL_SAMPLE = 50
 RECALL_K = 10
 #: ef_search the validation uses: the funnel's own default, so recall is what searches get
-VALIDATION_EF_SEARCH = 100
+VALIDATION_EF_SEARCH = EF_SEARCH
 
 ProgressFn = Callable[[str, int, int | None], None]
 NoticeFn = Callable[[str], None]

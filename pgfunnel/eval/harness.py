@@ -68,6 +68,7 @@ import psycopg
 from psycopg import sql
 
 from pgfunnel.db import require_schema, rows_by_position
+from pgfunnel.defaults import DEPTH_MOST, default_depth
 from pgfunnel.errors import (
     JSON_ERRORS,
     ConfigError,
@@ -113,7 +114,7 @@ LEGS: tuple[str, ...] = ("both", "lexical", "dense")
 
 #: the deepest a leg reads (funnel_search refuses a lexical_depth or dense_depth above it,
 #: and caps its default there)
-MAX_LEG_DEPTH = 10_000
+MAX_LEG_DEPTH = DEPTH_MOST
 
 #: stage names, in funnel order
 STAGES: tuple[str, ...] = ("lexical", "dense", "fused", "reranked", "capped")
@@ -878,7 +879,7 @@ def _depths_of_legs(p: SearchParams) -> tuple[int, int]:
     least 40 and at most 10,000 (funnel_search's default). Without the cap, k = 1000 with
     an overfetch of 11 asked the search for a lexical_depth of 11,000, which it refused,
     naming a parameter the configuration never set."""
-    default = min(max(p.k * p.overfetch, 40), MAX_LEG_DEPTH)
+    default = default_depth(p.k, p.overfetch)
     return p.lexical_depth or default, p.dense_depth or default
 
 

@@ -1,0 +1,50 @@
+"""The SQL search functions' defaults that Python states too: ``SearchParams``' fields,
+the CLI's option defaults and help, the eval harness's leg depths.
+
+Each is a copy of a default in sql/ (the declared defaults of ``pgfunnel.funnel_search``,
+``candidates``, ``explain`` and ``final``; the pairs of ``pgfunnel._automatic_weights()``;
+the leg depth ``_pool`` computes), kept here once rather than in each place that states
+it, and tests/test_defaults.py fails when one differs from what the database declares:
+a change in sql/ alone left the CLI's help, and the weight the CLI gave the leg not
+typed, saying the old value. This module imports nothing heavy, so ``pgfunnel search
+--help`` reads it without psycopg, numpy or a database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+K = 10
+COLLECTION = "default"
+FUSION = "minmax"
+RRF_K = 60.0
+OVERFETCH = 4
+PER_SOURCE_CAP = 3
+EF_SEARCH = 100
+K1 = 1.2
+B = 0.75
+
+#: a leg's depth when none is given: k x overfetch, at least DEPTH_FLOOR and at most
+#: DEPTH_MOST (the most a leg reads)
+DEPTH_FLOOR = 40
+DEPTH_MOST = 10_000
+
+#: the {lexical, dense} pairs a search chooses when it is given no weights, by the rule
+#: that picks each (``pgfunnel._automatic_weights()``; docs/sql.md, the weights row)
+AUTOMATIC_WEIGHTS: Mapping[str, tuple[float, float]] = MappingProxyType({
+    "default": (1.0, 0.7),
+    "identifier": (1.0, 0.2),
+    "dense_leads": (0.7, 1.0),
+})
+
+
+def default_depth(k: int, overfetch: int) -> int:
+    """The depth a leg reads when none is given (before the search widens a pool the
+    per-source cap could not fill)."""
+    return min(max(k * overfetch, DEPTH_FLOOR), DEPTH_MOST)
+
+
+def number(value: float) -> str:
+    """A default as help text writes it: ``0.7``, ``1``, ``60``."""
+    return f"{value:g}"
