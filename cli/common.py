@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperCommand, TyperGroup
 
+from pgfunnel.defaults import AUTOMATIC_WEIGHTS, DEPTH_FLOOR, RRF_K, number
 from pgfunnel.errors import (
     ConfigError,
     ModelLoadError,
@@ -668,7 +669,8 @@ def given_path(text: str) -> Path:
 def leg_weights(lexical_weight: float | None, dense_weight: float | None,
                 lexical_only: bool) -> tuple[float, float] | None:
     """The search's weights from --lexical-weight / --dense-weight: None (the adaptive
-    defaults) when neither is given, the other leg at its default (1, 0.7) otherwise."""
+    defaults) when neither is given, the other leg at its weight in the search's default
+    pair (AUTOMATIC_WEIGHTS) otherwise."""
     if lexical_weight == 0 and lexical_only:
         # the search would name its own arguments: "{0,0.7} gives weight 0 to the lexical
         # leg, the only one this search can run (query_embedding is NULL)"
@@ -676,8 +678,9 @@ def leg_weights(lexical_weight: float | None, dense_weight: float | None,
                                             "one --lexical-only leaves")
     if lexical_weight is None and dense_weight is None:
         return None
-    return (1.0 if lexical_weight is None else lexical_weight,
-            0.7 if dense_weight is None else dense_weight)
+    lexical, dense = AUTOMATIC_WEIGHTS["default"]
+    return (lexical if lexical_weight is None else lexical_weight,
+            dense if dense_weight is None else dense_weight)
 
 # Options shared by the commands that run the funnel (search, explain): declared once so
 # their defaults cannot drift apart from each other or from the SQL functions'.
@@ -690,21 +693,34 @@ PrincipalOption = Annotated[
 TenantOption = Annotated[str | None, typer.Option(help="The reader's tenant.")]
 _FUSION = typer.Option(help="minmax (default), rrf or zscore.")
 FusionOption = Annotated[str, _FUSION]
-_RRF_K = typer.Option(help="RRF constant (default 60); only with --fusion rrf.")
+_RRF_K = typer.Option(help=f"RRF constant (default {number(RRF_K)}); only with --fusion rrf.")
 RrfKOption = Annotated[float | None, _RRF_K]
+
+
+def _pair_weight(leg: int) -> str:
+    """A leg's weight in each pair the search chooses, as the weight options' help says
+    it (the pairs are pgfunnel._automatic_weights()'s, read from pgfunnel.defaults)."""
+    default = AUTOMATIC_WEIGHTS["default"][leg]
+    identifier = AUTOMATIC_WEIGHTS["identifier"][leg]
+    dense_leads = AUTOMATIC_WEIGHTS["dense_leads"][leg]
+    rules = []
+    if identifier != default:
+        rules.append(f"{number(identifier)} for a query that is one identifier, or whose best "
+                     "lexical match holds its rarest word when that word is a number and 0.3 "
+                     "or more of the query's idf")
+    if dense_leads != default:
+        rules.append(f"{number(dense_leads)} when the best lexical match holds under 0.4 of "
+                     "the query's idf, or lacks its rarest word and that word is 0.4 or more "
+                     "of it")
+    under = f"; under min-max fusion {'; '.join(rules)}" if rules else ""
+    return f"default {number(default)}{under}"
+
+
 _LEXICAL_WEIGHT = typer.Option(
-    parser=_weight, metavar="<float>",
-    help="Weight of the BM25 leg (default 1; 0.7 for min-max fusion when the best "
-         "lexical match holds under 0.4 of the query's idf, or lacks its rarest word and "
-         "that word is 0.4 or more of it).")
+    parser=_weight, metavar="<float>", help=f"Weight of the BM25 leg ({_pair_weight(0)}).")
 LexicalWeightOption = Annotated[float | None, _LEXICAL_WEIGHT]
 _DENSE_WEIGHT = typer.Option(
-    parser=_weight, metavar="<float>",
-    help="Weight of the dense leg (default 0.7; under min-max fusion 0.2 for a query "
-         "that is one identifier, or whose best lexical match holds its rarest word when "
-         "that word is a number and 0.3 or more of the query's idf; 1 when the best "
-         "lexical match holds under 0.4 of the query's idf, or lacks its rarest word and "
-         "that word is 0.4 or more of it).")
+    parser=_weight, metavar="<float>", help=f"Weight of the dense leg ({_pair_weight(1)}).")
 DenseWeightOption = Annotated[float | None, _DENSE_WEIGHT]
 _OVERFETCH = typer.Option(help="Pool size = k x overfetch.")
 _CAP = typer.Option(help="Max chunks per citekey.")
@@ -723,8 +739,9 @@ CompareFusionOption = Annotated[str | None, with_help(
     _FUSION, "minmax, rrf or zscore (default: --queries minmax; with --last, the fusion "
              "each logged search was logged with).")]
 CompareRrfKOption = Annotated[float | None, with_help(
-    _RRF_K, "RRF constant (default 60, or a logged search's own); with --queries only "
-            "with --fusion rrf; with --last alone, for the logged searches fused with rrf.")]
+    _RRF_K, f"RRF constant (default {number(RRF_K)}, or a logged search's own); with "
+            "--queries only with --fusion rrf; with --last alone, for the logged searches "
+            "fused with rrf.")]
 CompareLexicalWeightOption = Annotated[float | None, with_help(
     _LEXICAL_WEIGHT, "Weight of the BM25 leg (default: --queries as pgfunnel search chooses "
                      "it; with --last, the weights each logged search was logged with, "
@@ -740,9 +757,9 @@ GivenOverfetchOption = Annotated[int | None, _OVERFETCH]
 GivenCapOption = Annotated[int | None, _CAP]
 LexicalOnlyOption = Annotated[bool, typer.Option(help="Skip the dense leg.")]
 LexicalDepthOption = Annotated[int | None, typer.Option(
-    help="Rows the lexical leg reads (default: k x overfetch, at least 40).")]
+    help=f"Rows the lexical leg reads (default: k x overfetch, at least {DEPTH_FLOOR}).")]
 DenseDepthOption = Annotated[int | None, typer.Option(
-    help="Rows the dense leg reads (default: k x overfetch, at least 40).")]
+    help=f"Rows the dense leg reads (default: k x overfetch, at least {DEPTH_FLOOR}).")]
 
 
 class LogProgress:

@@ -39,6 +39,8 @@ from pgfunnel.cli.common import (
 )
 from rich.markup import escape
 
+from pgfunnel import defaults as sql_defaults
+
 if TYPE_CHECKING:
     from pgfunnel.explain import Explanation
 
@@ -72,16 +74,17 @@ def explain_command(
     chunks: Annotated[list[str] | None, typer.Argument(
         help="Chunk ids, CITEKEY#ORDINAL (ordinal 0-based), or a document's CITEKEY "
              "(its furthest chunk is explained), one or more.")] = None,
-    k: Annotated[int, typer.Option("--k", "-k", help="How many chunks the search returns.")] = 10,
+    k: Annotated[int, typer.Option(
+        "--k", "-k", help="How many chunks the search returns.")] = sql_defaults.K,
     collection: CollectionOption = "default",
     principal: PrincipalOption = None,
     tenant: TenantOption = None,
-    fusion: FusionOption = "minmax",
+    fusion: FusionOption = sql_defaults.FUSION,
     rrf_k: RrfKOption = None,
     lexical_weight: LexicalWeightOption = None,
     dense_weight: DenseWeightOption = None,
-    overfetch: OverfetchOption = 4,
-    per_source_cap: CapOption = 3,
+    overfetch: OverfetchOption = sql_defaults.OVERFETCH,
+    per_source_cap: CapOption = sql_defaults.PER_SOURCE_CAP,
     lexical_depth: LexicalDepthOption = None,
     dense_depth: DenseDepthOption = None,
     lexical_only: LexicalOnlyOption = False,

@@ -59,6 +59,8 @@ from pgfunnel.cli.common import (
 from rich.markup import escape
 from rich.table import Table
 
+from pgfunnel import defaults as sql_defaults
+
 app = typer.Typer(
     name="pgfunnel",
     help="Hybrid retrieval (BM25 + HNSW, fusion, per-source cap, rerank) inside Postgres.",
@@ -673,16 +675,17 @@ def _capped_note(results: list[Any], per_source_cap: int) -> str | None:
 @app.command(cls=QueryTextCommand)
 def search(
     query: Annotated[str, typer.Argument(help="The query text.")],
-    k: Annotated[int, typer.Option("--k", "-k", help="How many chunks to return.")] = 10,
+    k: Annotated[int, typer.Option(
+        "--k", "-k", help="How many chunks to return.")] = sql_defaults.K,
     collection: CollectionOption = "default",
     principal: PrincipalOption = None,
     tenant: TenantOption = None,
-    fusion: FusionOption = "minmax",
+    fusion: FusionOption = sql_defaults.FUSION,
     rrf_k: RrfKOption = None,
     lexical_weight: LexicalWeightOption = None,
     dense_weight: DenseWeightOption = None,
-    overfetch: OverfetchOption = 4,
-    per_source_cap: CapOption = 3,
+    overfetch: OverfetchOption = sql_defaults.OVERFETCH,
+    per_source_cap: CapOption = sql_defaults.PER_SOURCE_CAP,
     lexical_depth: LexicalDepthOption = None,
     dense_depth: DenseDepthOption = None,
     lexical_only: LexicalOnlyOption = False,
