@@ -1,0 +1,204 @@
+"""The SQL search functions' defaults that Python and the docs state too (pgfunnel.defaults,
+SearchParams, the CLI's options and help, the docs' tables) are the ones the database
+declares: a default changed in sql/ alone, or in one of these alone, fails here."""
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import typer
+from pgfunnel.cli.common import leg_weights
+from pgfunnel.cli.main import app
+from typer.testing import CliRunner
+
+from pgfunnel import defaults
+from pgfunnel.search import SearchParams
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+# the search's functions that declare its knobs, with those each declares
+_SEARCH_KNOBS = ("k", "collection", "fusion", "rrf_k", "overfetch", "per_source_cap",
+                 "ef_search", "k1", "b")
+_FUNCTIONS = {
+    "pgfunnel.funnel_search": _SEARCH_KNOBS,
+    "public.funnel_search": _SEARCH_KNOBS,
+    "pgfunnel.candidates": _SEARCH_KNOBS,
+    "pgfunnel.explain": _SEARCH_KNOBS,
+    "pgfunnel.final": ("k", "collection", "per_source_cap"),
+}
+_PYTHON = {"k": defaults.K, "collection": defaults.COLLECTION, "fusion": defaults.FUSION,
+           "rrf_k": defaults.RRF_K, "overfetch": defaults.OVERFETCH,
+           "per_source_cap": defaults.PER_SOURCE_CAP, "ef_search": defaults.EF_SEARCH,
+           "k1": defaults.K1, "b": defaults.B}
+
+
+def _value(expression: str) -> Any:
+    """A declared default as pg_get_function_arguments writes it: `10`, `1.2`,
+    `'minmax'::text`; anything else is the test's to learn, not to guess."""
+    if m := re.fullmatch(r"'([^']*)'::text", expression):
+        return m.group(1)
+    if re.fullmatch(r"-?\d+", expression):
+        return int(expression)
+    if re.fullmatch(r"-?\d+\.\d*(?:e-?\d+)?", expression):
+        return float(expression)
+    raise AssertionError(f"a default this test cannot read: {expression}")
+
+
+def _declared(conn: psycopg.Connection[Any], function: str) -> dict[str, Any]:
+    """The declared default of each of ``function``'s arguments that has one (the
+    function has one form: the old ones are dropped)."""
+    schema, name = function.split(".")
+    rows = conn.execute(
+        "select pg_catalog.pg_get_function_arguments(p.oid) from pg_catalog.pg_proc p "
+        "where p.pronamespace = %s::regnamespace and p.proname = %s",
+        (schema, name)).fetchall()
+    assert len(rows) == 1, f"{function}: {len(rows)} forms"
+    declared = {}
+    # an argument is `name type DEFAULT expression`; none of these defaults holds ", "
+    for argument in str(rows[0][0]).split(", "):
+        if m := re.fullmatch(r"(\w+) .*? DEFAULT (.+)", argument):
+            declared[m.group(1)] = m.group(2)
+    return declared
+
+
+@pytest.fixture()
+def sql_defaults(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    """Each search knob's declared default, the same in every function that declares it."""
+    found: dict[str, Any] = {}
+    for function, knobs in _FUNCTIONS.items():
+        declared = _declared(conn, function)
+        for knob in knobs:
+            assert knob in declared, f"{function} declares no default for {knob}"
+            value = _value(declared[knob])
+            assert found.setdefault(knob, value) == value, (
+                f"{function}'s {knob} defaults to {value}, another function's to "
+                f"{found[knob]}")
+    return found
+
+
+@pytest.fixture()
+def automatic(conn: psycopg.Connection[Any]) -> dict[str, tuple[float, float]]:
+    rows = conn.execute("select rule, weights from pgfunnel._automatic_weights()").fetchall()
+    return {rule: (float(w[0]), float(w[1])) for rule, w in rows}
+
+
+def test_python_states_the_sql_functions_defaults(sql_defaults: dict[str, Any]) -> None:
+    assert sql_defaults == _PYTHON
+    params = SearchParams()
+    assert {knob: getattr(params, knob) for knob in _PYTHON} == sql_defaults
+
+
+def test_python_states_the_weight_pairs_the_search_chooses(
+        automatic: dict[str, tuple[float, float]]) -> None:
+    assert dict(defaults.AUTOMATIC_WEIGHTS) == automatic
+    # a weight typed alone: the other leg's is its weight in the search's default pair
+    lexical, dense = automatic["default"]
+    assert leg_weights(None, 0.25, False) == (lexical, 0.25)
+    assert leg_weights(0.25, None, False) == (0.25, dense)
+    assert leg_weights(None, None, False) is None
+
+
+def test_the_cli_defaults_and_help_are_the_sql_functions(
+        sql_defaults: dict[str, Any], automatic: dict[str, tuple[float, float]]) -> None:
+    root: Any = typer.main.get_command(app)
+    for command in ("search", "explain"):
+        params = {p.name: p for p in root.commands[command].params}
+        for knob in ("k", "collection", "fusion", "overfetch", "per_source_cap"):
+            assert params[knob].default == sql_defaults[knob], (command, knob)
+        helps = {name: " ".join((p.help or "").split()) for name, p in params.items()}
+        assert f"(default {defaults.number(sql_defaults['rrf_k'])})" in helps["rrf_k"]
+        for name, leg in (("lexical_weight", 0), ("dense_weight", 1)):
+            assert f"(default {defaults.number(automatic['default'][leg])};" in helps[name]
+            # each pair the search chooses that moves this leg's weight is named
+            for rule in ("identifier", "dense_leads"):
+                weight = automatic[rule][leg]
+                if weight != automatic["default"][leg]:
+                    assert f" {defaults.number(weight)} " in helps[name], (name, rule)
+        for name in ("lexical_depth", "dense_depth"):
+            assert f"at least {defaults.DEPTH_FLOOR})" in helps[name]
+
+
+def test_the_cli_help_needs_no_database(tmp_path: Path) -> None:
+    # the defaults in the help are Python's: nothing connects to print it
+    env = {"COLUMNS": "300", "PGFUNNEL_DSN": f"host={tmp_path} dbname=nowhere",
+           "PGFUNNEL_HOME": str(tmp_path / "home")}
+    for command in (["search"], ["explain"], ["versions", "compare"]):
+        res = CliRunner().invoke(app, [*command, "--help"], env=env)
+        assert res.exit_code == 0, res.output
+        assert "--dense-weight" in res.output
+    assert not (tmp_path / "home").exists()
+
+
+def test_a_leg_reads_the_default_depth(sample_conn: psycopg.Connection[Any]) -> None:
+    # the depth a leg reads when none is given, as Python states it (the eval harness's
+    # per-leg depths, the CLI's help): below the floor, above it, and at the most
+    row = sample_conn.execute("select min(id) from pgfunnel.chunk").fetchone()
+    assert row is not None
+    for k, overfetch in ((1, 4), (defaults.DEPTH_FLOOR, 2), (1000, 11)):
+        # a query few chunks match: a leg that filled its depth could be read deeper
+        used = sample_conn.execute(
+            "select lexical_depth_used from pgfunnel.explain('refund', chunk_id => %s, "
+            "k => %s, overfetch => %s)", (row[0], k, overfetch)).fetchone()
+        assert used == (defaults.default_depth(k, overfetch),), (k, overfetch)
+    assert defaults.default_depth(1000, 11) == defaults.DEPTH_MOST
+
+
+def _table_defaults(page: str) -> dict[str, str]:
+    """A docs page's parameter tables: each name in a row's first cell (`` `k1`, `b` ``)
+    with the word its second cell gives it, in the same order (``1.2, 0.75``)."""
+    found = {}
+    for line in (DOCS / page).read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 2 or not re.fullmatch(r"`\w+`(?:, `\w+`)*", cells[0]):
+            continue
+        names = re.findall(r"`(\w+)`", cells[0])
+        values = cells[1].split(", ", len(names) - 1)
+        for name, value in zip(names, values, strict=False):
+            found[name] = value.split(" ")[0].strip("`\"'")
+    return found
+
+
+@pytest.mark.parametrize("page", ["sql.md", "python-api.md"])
+def test_the_docs_tables_state_the_sql_functions_defaults(
+        page: str, sql_defaults: dict[str, Any]) -> None:
+    stated = _table_defaults(page)
+    numeric = ("rrf_k", "overfetch", "per_source_cap", "ef_search", "k1", "b")
+    for knob in numeric:
+        assert knob in stated, f"docs/{page} has no row for {knob}"
+        assert float(stated[knob]) == sql_defaults[knob], (page, knob, stated[knob])
+    if "fusion" in stated:
+        assert stated["fusion"] == sql_defaults["fusion"], page
+
+
+def test_the_sql_docs_signature_and_weights_row_are_the_databases(
+        sql_defaults: dict[str, Any], automatic: dict[str, tuple[float, float]]) -> None:
+    page = (DOCS / "sql.md").read_text()
+    signature = " ".join(page.split("```sql\nselect * from funnel_search(", 1)[1]
+                         .split(");", 1)[0].split())
+    for knob in ("rrf_k", "overfetch", "per_source_cap", "ef_search", "k1", "b"):
+        m = re.search(rf"\b{knob} => ([\d.]+)", signature)
+        assert m is not None and float(m.group(1)) == sql_defaults[knob], (knob, signature)
+    row = next(line for line in page.splitlines() if line.startswith("| `weights` |"))
+    for rule, (lexical, dense) in automatic.items():
+        pair = f"'{{{defaults.number(lexical)},{defaults.number(dense)}}}'"
+        assert pair in row, (rule, pair)
+    # the option list of docs/cli.md, search
+    cli = " ".join((DOCS / "cli.md").read_text().split())
+    assert f"`--rrf-k` (default {defaults.number(sql_defaults['rrf_k'])};" in cli
+    assert f"k x overfetch, at least {defaults.DEPTH_FLOOR})" in cli
+    for lexical, dense in automatic.values():
+        assert f"`{{{defaults.number(lexical)},{defaults.number(dense)}}}`" in cli
+    lexical, dense = automatic["default"]
+    assert (f"the other is {lexical:.1f} for the lexical leg or {defaults.number(dense)} "
+            "for the dense leg") in cli
+
+
+def test_the_search_params_fields_name_every_knob() -> None:
+    # a knob added to SearchParams with a default the SQL declares belongs in _PYTHON
+    with_default = {f.name for f in dataclasses.fields(SearchParams)
+                    if f.default not in (None, (), False, dataclasses.MISSING)}
+    assert with_default == set(_PYTHON)
