@@ -202,3 +202,26 @@ def test_the_search_params_fields_name_every_knob() -> None:
     with_default = {f.name for f in dataclasses.fields(SearchParams)
                     if f.default not in (None, (), False, dataclasses.MISSING)}
     assert with_default == set(_PYTHON)
+
+
+def test_the_docs_prose_states_the_sql_functions_defaults(
+        sql_defaults: dict[str, Any]) -> None:
+    # where a page says a default in its own words, each phrase as the page writes it
+    n = {knob: defaults.number(value) for knob, value in sql_defaults.items()
+         if isinstance(value, (int, float))}
+    depth = f"greatest(k * overfetch, {defaults.DEPTH_FLOOR}), {defaults.DEPTH_MOST})"
+    phrases = {
+        "tuning.md": [f"`rrf_k` {n['rrf_k']}", f"`k1` {n['k1']} and `b` {n['b']}",
+                      f"`rrf_k` ({n['rrf_k']})", f"`depth = least({depth}`",
+                      f"**`per_source_cap`** ({n['per_source_cap']})",
+                      f"`ef_search` ({n['ef_search']})",
+                      f"Defaults {n['k1']} / {n['b']}"],
+        "sql.md": [f"`least({depth}`"],
+        "python-api.md": [f"`min(max(k*overfetch, {defaults.DEPTH_FLOOR}), "
+                          f"{defaults.DEPTH_MOST})`"],
+        "index-versions.md": [f"default `ef_search` ({n['ef_search']})"],
+    }
+    for page, said in phrases.items():
+        text = " ".join((DOCS / page).read_text().split())
+        missing = [phrase for phrase in said if phrase not in text]
+        assert not missing, f"docs/{page} no longer says {missing}"
