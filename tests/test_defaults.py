@@ -205,7 +205,7 @@ def test_the_search_params_fields_name_every_knob() -> None:
 
 
 def test_the_docs_prose_states_the_sql_functions_defaults(
-        sql_defaults: dict[str, Any]) -> None:
+        sql_defaults: dict[str, Any], automatic: dict[str, tuple[float, float]]) -> None:
     # where a page says a default in its own words, each phrase as the page writes it
     n = {knob: defaults.number(value) for knob, value in sql_defaults.items()
          if isinstance(value, (int, float))}
@@ -218,7 +218,9 @@ def test_the_docs_prose_states_the_sql_functions_defaults(
                       f"Defaults {n['k1']} / {n['b']}"],
         "sql.md": [f"`least({depth}`"],
         "python-api.md": [f"`min(max(k*overfetch, {defaults.DEPTH_FLOOR}), "
-                          f"{defaults.DEPTH_MOST})`"],
+                          f"{defaults.DEPTH_MOST})`",
+                          *(f"`({defaults.number(lexical)}, {defaults.number(dense)})`"
+                            for lexical, dense in automatic.values())],
         "index-versions.md": [f"default `ef_search` ({n['ef_search']})"],
     }
     for page, said in phrases.items():
