@@ -5,7 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from pgfunnel.cli.common import (
+from rich.table import Table
+from rich.text import Text
+
+from .common import (
     EXIT_GATE,
     DsnOption,
     JsonOption,
@@ -16,8 +19,6 @@ from pgfunnel.cli.common import (
     print_table,
     suggest,
 )
-from rich.table import Table
-from rich.text import Text
 
 _STYLE = {"error": "red", "warning": "yellow", "info": "dim"}
 

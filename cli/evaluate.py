@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from pgfunnel.cli.common import (
+
+from .common import (
     EXIT_GATE,
     CollectionOption,
     DsnOption,

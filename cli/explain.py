@@ -5,7 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pgfunnel.cli.common import (
+from rich.markup import escape
+
+from pgfunnel import defaults as sql_defaults
+
+from .common import (
     FUNNEL_FLAGS,
     CapOption,
     CollectionOption,
@@ -37,9 +41,6 @@ from pgfunnel.cli.common import (
     shown,
     stale_functions_notice,
 )
-from rich.markup import escape
-
-from pgfunnel import defaults as sql_defaults
 
 if TYPE_CHECKING:
     from pgfunnel.explain import Explanation

@@ -10,7 +10,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from pgfunnel.cli.common import (
+from rich.markup import escape
+from rich.table import Table
+
+from pgfunnel import defaults as sql_defaults
+
+from .common import (
     FUNNEL_FLAGS,
     HIDDEN_DSN,
     HIDDEN_DSN_NOTE,
@@ -56,10 +61,6 @@ from pgfunnel.cli.common import (
     stale_functions_notice,
     suggest,
 )
-from rich.markup import escape
-from rich.table import Table
-
-from pgfunnel import defaults as sql_defaults
 
 app = typer.Typer(
     name="pgfunnel",

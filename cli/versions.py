@@ -10,7 +10,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pgfunnel.cli.common import (
+from rich.markup import escape
+from rich.progress import Progress
+from rich.table import Table
+from typer.core import TyperCommand
+
+from .common import (
     EXIT_GATE,
     EXIT_USAGE,
     FUNNEL_FLAGS,
@@ -45,10 +50,6 @@ from pgfunnel.cli.common import (
     shown,
     suggest,
 )
-from rich.markup import escape
-from rich.progress import Progress
-from rich.table import Table
-from typer.core import TyperCommand
 
 if TYPE_CHECKING:
     import psycopg
