@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TextIO, TypeVar, cast
+from typing import Annotated, Any, NoReturn, TextIO, TypedDict, TypeVar, cast
 
 import typer
 from rich.console import Console
@@ -361,7 +361,28 @@ def refuse_dense_options(lexical_only: bool, **dense_options: object) -> None:
                                     "turns off")
 
 
-def rrf_k_args(rrf_k: float | None, fusion: str) -> dict[str, float]:
+class SearchArgs(TypedDict, total=False):
+    """The search parameters a command passes on (``Funnel.search``, ``Funnel.check``,
+    ``explain_many``, ``versions.compare``), by pgfunnel.search.SearchParams's names. Those
+    take them as ``**params: Any``: typed here, a value of the wrong kind, or one landing
+    on a keyword of their own (``rerank``, ``n_resamples``), is mypy's to catch. One left
+    out takes the search's default (or a logged search's own). ``k`` is not one: compare
+    takes it as its own keyword, so each call passes it alone."""
+
+    principals: list[str]
+    tenant: str | None
+    fusion: str
+    rrf_k: float
+    weights: tuple[float, float] | None
+    overfetch: int
+    per_source_cap: int
+    lexical_depth: int | None
+    dense_depth: int | None
+    trace: bool
+    statement_timeout_ms: int | None
+
+
+def rrf_k_args(rrf_k: float | None, fusion: str) -> SearchArgs:
     """--rrf-k as search arguments, which only RRF reads: given with another fusion it
     is an error, not dropped without a word; left out, none (the search's default)."""
     if rrf_k is None:

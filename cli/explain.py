@@ -26,6 +26,7 @@ from .common import (
     PrincipalOption,
     QueryTextCommand,
     RrfKOption,
+    SearchArgs,
     TenantOption,
     check_history,
     emit_json,
@@ -145,10 +146,11 @@ def explain_command(
         check_rerank_depth(rerank_depth)
         from pgfunnel.db import connect
 
-        params = dict(k=k, principals=principal or [], tenant=tenant, fusion=fusion,
-                      **rrf_args, weights=weights, overfetch=overfetch,
-                      per_source_cap=per_source_cap, lexical_depth=lexical_depth,
-                      dense_depth=dense_depth)
+        params: SearchArgs = {
+            "principals": principal or [], "tenant": tenant, "fusion": fusion,
+            **rrf_args, "weights": weights, "overfetch": overfetch,
+            "per_source_cap": per_source_cap, "lexical_depth": lexical_depth,
+            "dense_depth": dense_depth}
         # explain runs the database's functions, an older release's until migrate: say so,
         # as search does (it followed the older search with nothing to tell)
         with connect(dsn, autocommit=True) as conn:
@@ -156,7 +158,7 @@ def explain_command(
             if rerank and stale is None:
                 # a bad value or an unknown collection is told before the cross-encoder
                 # loads (seconds), as search tells it
-                Funnel(conn, collection, embedder=None).check(query, **params)
+                Funnel(conn, collection, embedder=None).check(query, k=k, **params)
         reranker = None
         if rerank:
             from pgfunnel.rerank import DEFAULT_RERANK_MODEL, Reranker
@@ -166,7 +168,7 @@ def explain_command(
                         reranker=reranker, rerank_depth=rerank_depth)
         try:
             # one search (and one rerank) for every chunk asked about
-            found = explain_many(funnel, query, chunks, history=turns, **params)
+            found = explain_many(funnel, query, chunks, k=k, history=turns, **params)
         finally:
             funnel.close()
     if stale:

@@ -36,6 +36,7 @@ from .common import (
     PrincipalOption,
     QueryTextCommand,
     RrfKOption,
+    SearchArgs,
     TenantOption,
     TidyHelpGroup,
     check_history,
@@ -728,11 +729,11 @@ def search(
         check_rerank_depth(rerank_depth)
         from pgfunnel.db import connect
 
-        search_params = dict(
-            k=k, principals=principal or [], tenant=tenant, fusion=fusion, **rrf_args,
-            weights=weights, overfetch=overfetch, per_source_cap=per_source_cap,
-            lexical_depth=lexical_depth, dense_depth=dense_depth, trace=trace,
-            statement_timeout_ms=timeout_ms)
+        search_params: SearchArgs = {
+            "principals": principal or [], "tenant": tenant, "fusion": fusion,
+            **rrf_args, "weights": weights, "overfetch": overfetch,
+            "per_source_cap": per_source_cap, "lexical_depth": lexical_depth,
+            "dense_depth": dense_depth, "trace": trace, "statement_timeout_ms": timeout_ms}
         # searches run on an older release's functions until migrate: say so, as ingest
         # (which refuses) and doctor (an error) do; before the search, which can fail on
         # a function the older release lacks (--trace)
@@ -742,7 +743,7 @@ def search(
                 # the cross-encoder loads for seconds: a bad value (--k 0) or an unknown
                 # collection is told before that, not after (nor hidden behind a model
                 # that cannot load)
-                Funnel(conn, collection, embedder=None).check(query, **search_params)
+                Funnel(conn, collection, embedder=None).check(query, k=k, **search_params)
         if rerank:
             from pgfunnel.rerank import DEFAULT_RERANK_MODEL, Reranker
 
@@ -754,7 +755,7 @@ def search(
                         reranker=reranker, rerank_depth=rerank_depth)
         with warnings.catch_warnings():
             quiet_search_notices()
-            response = funnel.search(query, history=turns, **search_params)
+            response = funnel.search(query, k=k, history=turns, **search_params)
         funnel.close()
     followup = followup_of(response.transforms)
     searched = followup["query"] if followup else query

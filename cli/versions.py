@@ -31,6 +31,7 @@ from .common import (
     JsonOption,
     LexicalDepthOption,
     PrincipalOption,
+    SearchArgs,
     TenantOption,
     TidyHelpGroup,
     collection_given,
@@ -645,10 +646,11 @@ def compare_cmd(
                                   "--trace` or `trace => true`); compare with --queries "
                                   "FILE instead")
         # logged searches run as the reader each ran as, unless one is named for all
-        named = {} if last is not None and not principal and tenant is None else {
-            "principals": principal or [], "tenant": tenant}
-        cmp = versions.compare(conn, collection, version_a, version_b, qs, k=k, **named,
-                               **search_given)
+        named: SearchArgs = {} if last is not None and not principal and tenant is None \
+            else {"principals": principal or [], "tenant": tenant}
+        # one mapping: two TypedDicts unpacked into one call crash mypy 2.4 (argmap)
+        params: SearchArgs = {**named, **search_given}
+        cmp = versions.compare(conn, collection, version_a, version_b, qs, k=k, **params)
     reader = (f"principals {', '.join(principal)}" if principal
               else "each as the reader it was logged with" if not named
               else "no --principal: public documents only")
@@ -818,7 +820,7 @@ def _search_options(conn: psycopg.Connection[Any], collection: str, fusion: str 
                     rrf_k: float | None, lexical_weight: float | None, dense_weight: float | None,
                     overfetch: int | None, per_source_cap: int | None,
                     lexical_depth: int | None, dense_depth: int | None,
-                    last: bool) -> dict[str, Any]:
+                    last: bool) -> SearchArgs:
     """The search options typed, as compare's search parameters (one left out is not
     there: a logged search keeps its own), checked before any version is searched."""
     from pgfunnel.errors import ConfigError
@@ -829,11 +831,21 @@ def _search_options(conn: psycopg.Connection[Any], collection: str, fusion: str 
         raise ConfigError("rrf_k", "applies only with --fusion rrf: give --fusion rrf with "
                                    "it (with --last, alone, it applies to the logged "
                                    "searches that fused with rrf)")
-    given: dict[str, Any] = {
-        "fusion": fusion, "weights": leg_weights(lexical_weight, dense_weight, False),
-        "overfetch": overfetch, "per_source_cap": per_source_cap,
-        "lexical_depth": lexical_depth, "dense_depth": dense_depth}
-    given = {n: v for n, v in given.items() if v is not None}
+    given: SearchArgs = {}
+    # one not typed is left out, not sent as None: a logged search keeps its own
+    if fusion is not None:
+        given["fusion"] = fusion
+    weights = leg_weights(lexical_weight, dense_weight, False)
+    if weights is not None:
+        given["weights"] = weights
+    if overfetch is not None:
+        given["overfetch"] = overfetch
+    if per_source_cap is not None:
+        given["per_source_cap"] = per_source_cap
+    if lexical_depth is not None:
+        given["lexical_depth"] = lexical_depth
+    if dense_depth is not None:
+        given["dense_depth"] = dense_depth
     if fusion is not None:
         given.update(rrf_k_args(rrf_k, fusion))
     elif rrf_k is not None:
