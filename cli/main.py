@@ -7,7 +7,7 @@ import shlex
 import time
 import warnings
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypedDict
 
 import typer
 from rich.markup import escape
@@ -243,6 +243,15 @@ def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | No
     return records, skipped + boilerplate + gathering + copied + titles
 
 
+class PlannedDocument(TypedDict):
+    """One document of ``ingest --dry-run``'s plan (its ``documents`` in --json)."""
+
+    citekey: str
+    title: str
+    chunks: int
+    words: int
+
+
 def dry_run(paths: list[Path], chunk_words: int, exclude: list[str] | None,
             root: Path | None, prune_from: tuple[str | None, str] | None = None,
             encoding: str | None = None) -> dict[str, Any]:
@@ -255,9 +264,9 @@ def dry_run(paths: list[Path], chunk_words: int, exclude: list[str] | None,
     copies: dict[str, tuple[Any, str]] = {}
     records, skipped = read_documents(paths, exclude, root, copies, encoding)
     # the checks the ingest would stop at, before any of its batches
-    documents = [{"citekey": r.citekey, "title": r.title,
-                  "chunks": len(chunk_text(r.text, chunk_words)),
-                  "words": count_words(r.text)} for r in checked_records(records)]
+    documents: list[PlannedDocument] = [
+        {"citekey": r.citekey, "title": r.title, "chunks": len(chunk_text(r.text, chunk_words)),
+         "words": count_words(r.text)} for r in checked_records(records)]
     plan = {"documents": documents, "chunks": sum(d["chunks"] for d in documents),
             "words": sum(d["words"] for d in documents), "notes": skipped}
     if prune_from is not None:
@@ -779,9 +788,9 @@ def search(
         out.print("no results.", soft_wrap=True)
     else:
         _print_results(f"{searched!r}", response.results, show_rerank=response.reranked)
-        note = None if response.reranked else _capped_note(response.results, per_source_cap)
-        if note:
-            out.print(note, highlight=False, soft_wrap=True)
+        capped = None if response.reranked else _capped_note(response.results, per_source_cap)
+        if capped:
+            out.print(capped, highlight=False, soft_wrap=True)
     # a search that found nothing is traced too, and its trace is the one to read
     if response.search_id:
         out.print(f"trace: search_id {response.search_id}", soft_wrap=True)
