@@ -171,8 +171,15 @@ def main() -> None:
                         by_position.setdefault(position, [])
                 runs.append([tuple(by_position[p]) for p in sorted(by_position)])
             query_runs.append(runs)
-        one_identifier = [bool(conn.execute("select pgfunnel._identifier_query(%s)",
-                                            (q["query"],)).fetchone()[0]) for q in queries]
+        one_identifier: list[bool] = []
+        for q in queries:
+            row = conn.execute("select pgfunnel._identifier_query(%s)",
+                               (q["query"],)).fetchone()
+            # a select without a from clause yields one row; None here is a broken schema
+            if row is None:
+                raise SystemExit("pgfunnel._identifier_query returned no row: "
+                                 "run pgfunnel init on this database")
+            one_identifier.append(bool(row[0]))
 
     word_counts = [Counter(t for _, terms in words for t in terms) for words in chunk_words]
     lengths = np.array([sum(c.values()) for c in word_counts], float)

@@ -26,6 +26,7 @@ import sys
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pgfunnel.eval.synthetic import build_corpus, build_queries
 from pgfunnel.transform import FollowupResolver, _singular, content_words
@@ -48,10 +49,10 @@ def unrelated_turn(query: str, pool: Sequence[str]) -> str:
     return pool[start]
 
 
-def helpcenter() -> tuple[list[dict[str, object]], list[str]]:
+def helpcenter() -> tuple[list[dict[str, Any]], list[str]]:
     queries = build_queries(build_corpus())
     # the earlier turns of the benchmark: the topic questions its follow-ups come after
-    pool = sorted({str(t) for q in queries for t in q["history"]})  # type: ignore[attr-defined]
+    pool = sorted({str(t) for q in queries for t in q["history"]})
     return queries, pool
 
 
@@ -102,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     follow = [q for q in hc if q["slice"] == "followup"]
     resolved = 0
     for q in follow:
-        res = resolver.resolve(list(q["history"]), str(q["query"]))  # type: ignore[call-overload]
+        res = resolver.resolve(list(q["history"]), str(q["query"]))
         if res.carried_terms:
             resolved += 1
         else:

@@ -130,7 +130,8 @@ def vectors_for(kind: str, name: str, texts: list[str], seed: int) -> np.ndarray
     CACHE.mkdir(parents=True, exist_ok=True)
     path = CACHE / f"{name}-{kind}-{len(texts)}.npy"
     if path.exists():
-        return np.load(path)
+        cached: np.ndarray = np.load(path)
+        return cached
     if kind == "random":
         rng = np.random.default_rng(seed)
         v = rng.standard_normal((len(texts), 384)).astype(np.float32)
@@ -210,9 +211,7 @@ def bench_db(server: str, name: str) -> str:
     with psycopg.connect(server, autocommit=True) as conn:
         if not conn.execute("select 1 from pg_database where datname = %s", (name,)).fetchone():
             conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
-    info = psycopg.conninfo.conninfo_to_dict(server)
-    info["dbname"] = name
-    return psycopg.conninfo.make_conninfo(**{k: v for k, v in info.items() if v is not None})
+    return psycopg.conninfo.make_conninfo(server, dbname=name)
 
 
 def pct(xs: list[float], q: float) -> float:

@@ -156,8 +156,12 @@ def admin(dsn: str, drop_name: str | None) -> dict[str, float]:
         t = time.perf_counter()
         run_checks(conn)
         out["doctor"] = time.perf_counter() - t
-        name = conn.execute("select name from pgfunnel.collection order by id limit 1"
-                            ).fetchone()[0]
+        row = conn.execute("select name from pgfunnel.collection order by id limit 1"
+                           ).fetchone()
+        if row is None:
+            raise SystemExit("no collection to list the versions of: the admin timings "
+                             "run after the collections are ingested")
+        name = row[0]
         t = time.perf_counter()
         versions.list_versions(conn, name)
         out["versions_list"] = time.perf_counter() - t

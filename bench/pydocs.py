@@ -946,8 +946,8 @@ def run(data_dir: Path, out_dir: Path, dsn: str | None = None, collection: str =
         for split in ("dev", "test"):
             result = Harness(conn, collection, k=k, embedder=embedder,
                              progress=lambda n, d, t: log(f"  {n} {d}/{t}") if d % 100 == 0
-                             else None).run(judged, configs, split=split)  # type: ignore[arg-type]
-            selected = select_split(judged, split)  # type: ignore[arg-type]
+                             else None).run(judged, configs, split=split)
+            selected = select_split(judged, split)
             rankings = {name: {qid: r.final for qid, r in by_q.items()}
                         for name, by_q in result.runs.items()}
             rankings[PEER] = _peer_runs(conn, selected, embedder, k)

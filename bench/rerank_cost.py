@@ -36,13 +36,20 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 ROOT = Path(__file__).resolve().parent
 OUT = ROOT / "out"
 DATA = ROOT.parent / "pgfunnel" / "data"
 
-POOLS = {20: {"k": 5, "overfetch": 4}, 50: {"k": 10, "overfetch": 5}}
+class Knobs(TypedDict):
+    """The search parameters that size one pool (k * overfetch candidates)."""
+
+    k: int
+    overfetch: int
+
+
+POOLS: dict[int, Knobs] = {20: {"k": 5, "overfetch": 4}, 50: {"k": 10, "overfetch": 5}}
 
 
 def pct(values: list[float], q: float) -> float:
@@ -133,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         paired: list[float] = []  # per query: whole / (predict + funnel_search)
 
         # the helpers are called within this iteration; defaults bind this pool's lists
-        def run_search(q: str, knobs: dict[str, int] = knobs,
+        def run_search(q: str, knobs: Knobs = knobs,
                        stages: dict[str, list[float]] = stages, whole: list[float] = whole,
                        pool_sizes: list[int] = pool_sizes) -> Any:
             t0 = time.perf_counter()

@@ -47,9 +47,7 @@ def main() -> None:
         name = f"bench_rls_{mode}_{uuid.uuid4().hex[:6]}"
         with psycopg.connect(server, autocommit=True) as c:
             c.execute(psycopg.sql.SQL("create database {}").format(psycopg.sql.Identifier(name)))
-        info = psycopg.conninfo.conninfo_to_dict(server)
-        info["dbname"] = name
-        dsn = psycopg.conninfo.make_conninfo(**{k: v for k, v in info.items() if v is not None})
+        dsn = psycopg.conninfo.make_conninfo(server, dbname=name)
         schema.init(dsn, rls=mode == "rls")
         ingest_docs(dsn, docs, seed=1)
         dbs[mode] = (name, create_app_role(dsn) if mode == "rls" else dsn)

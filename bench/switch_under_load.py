@@ -85,10 +85,16 @@ def expected_answers(dsn: str, collection: str, version: int,
     from pgfunnel.search import Funnel
 
     with connect(dsn, autocommit=True) as conn:
-        coll_id = int(conn.execute("select id from pgfunnel.collection where name = %s",
-                                   (collection,)).fetchone()[0])  # type: ignore[index]
-        vid = int(conn.execute("select id from pgfunnel.index_version where collection_id = %s "
-                               "and version = %s", (coll_id, version)).fetchone()[0])  # type: ignore[index]
+        coll = conn.execute("select id from pgfunnel.collection where name = %s",
+                            (collection,)).fetchone()
+        if coll is None:
+            raise SystemExit(f"no collection {collection!r}: ingest it first")
+        coll_id = int(coll[0])
+        ver = conn.execute("select id from pgfunnel.index_version where collection_id = %s "
+                           "and version = %s", (coll_id, version)).fetchone()
+        if ver is None:
+            raise SystemExit(f"collection {collection!r} has no version {version}")
+        vid = int(ver[0])
         funnel = Funnel(conn, collection, embedder=None)
         import warnings
 
@@ -203,7 +209,9 @@ def run(dsn: str, collection: str, searches: int = 500, k: int = 10,
     t_last = max(r["t1"] for r in records)
     during = [s for s in switches if t_first <= s <= t_last]
     lat = sorted((r["t1"] - r["t0"]) * 1000 for r in records)
-    counts.update({
+    # the tallies stay ints while counting; the summary around them mixes types
+    summary: dict[str, Any] = {
+        **counts,
         "version_a_number": version_a, "version_b_number": version_b,
         "switches_during_searches": len(during),
         "first_mixed": mixed_examples[:3],
@@ -212,9 +220,9 @@ def run(dsn: str, collection: str, searches: int = 500, k: int = 10,
         "search_ms_p99": round(lat[min(len(lat) - 1, int(len(lat) * 0.99))], 2),
         "switch_ms_p50": round(sorted(switch_ms)[len(switch_ms) // 2], 2) if switch_ms else None,
         "first_errors": errors[:3],
-    })
+    }
     _plot(records, switches, t_first)
-    return counts
+    return summary
 
 
 def _plot(records: list[dict[str, Any]], switches: list[float], t0: float) -> None:
