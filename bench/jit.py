@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         schema.init(dsn)
         records, vectors = perf.make_corpus(args.size)
         with connect(dsn, autocommit=True) as conn:
-            Ingester(conn, "perf", embedder=perf._Dims()).ingest(  # type: ignore[arg-type]
+            Ingester(conn, "perf", embedder=perf._Dims()).ingest(
                 records, vectors=vectors)
             if args.functions_inherit_jit:
                 # the signatures are spelled by the server (regprocedure quotes them)

@@ -97,7 +97,7 @@ def ingest(dsn: str, name: str, size: int, seed: int) -> dict[str, float]:
     _PHASES.clear()
     with connect(dsn, autocommit=True) as conn:
         t = time.perf_counter()
-        Ingester(conn, name, embedder=_Dims()).ingest(  # type: ignore[arg-type]
+        Ingester(conn, name, embedder=_Dims()).ingest(
             records, vectors=vectors)
         total = time.perf_counter() - t
     return {"total": total, **_PHASES}
@@ -111,7 +111,7 @@ def one_doc(dsn: str, name: str, i: int) -> float:
                          "refunds and invoices", readers=["alice"])
     with connect(dsn, autocommit=True) as conn:
         t = time.perf_counter()
-        Ingester(conn, name, embedder=_Dims()).ingest(  # type: ignore[arg-type]
+        Ingester(conn, name, embedder=_Dims()).ingest(
             [rec], vectors={rec.citekey: v[None, :]})
         return time.perf_counter() - t
 

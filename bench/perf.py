@@ -44,6 +44,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import peers  # noqa: E402
 
 from pgfunnel.db import connect  # noqa: E402
+from pgfunnel.embedder import Embedder  # noqa: E402
 from pgfunnel.ingest import Ingester  # noqa: E402
 from pgfunnel.sources import DocumentRecord, chunk_text  # noqa: E402
 
@@ -273,7 +275,7 @@ def bench_size(server: str, size: int, n_queries: int, k: int, clients: list[int
         with connect(dsn, autocommit=True) as conn:
             t0 = time.perf_counter()
             # the vectors are given, so no model is loaded; the version needs its dims
-            ing = Ingester(conn, "perf", embedder=_Dims())  # type: ignore[arg-type]
+            ing = Ingester(conn, "perf", embedder=_Dims())
             stats = ing.ingest(records, vectors=vectors)
             total = time.perf_counter() - t0
             log(f"[{size}] ingest: {stats.chunks_written} chunks, db {stats.db_seconds:.1f}s, "
@@ -298,14 +300,18 @@ def bench_size(server: str, size: int, n_queries: int, k: int, clients: list[int
         drop_database(server, name)
 
 
-class _Dims:
+class _Dims(Embedder):
     """Stands in for the embedder when every vector is given: only its name and size
     are read."""
 
-    model_name = "random-unit-384"
-    dimensions = DIM
+    def __init__(self) -> None:
+        # Embedder.__init__ would load a model; a subclass all the same, so Ingester
+        # takes it as the Embedder it is typed for
+        self.model_name = "random-unit-384"
+        self.dimensions = DIM
 
-    def embed(self, texts: Any, progress: Any = None) -> Any:
+    def embed(self, texts: Sequence[str],
+              progress: Callable[[int], None] | None = None) -> np.ndarray:
         raise RuntimeError("perf corpus vectors are precomputed; nothing should be embedded")
 
 
