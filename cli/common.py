@@ -20,7 +20,15 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperCommand, TyperGroup
 
-from pgfunnel.defaults import AUTOMATIC_WEIGHTS, DEPTH_FLOOR, RRF_K, number
+from pgfunnel.defaults import (
+    AUTOMATIC_WEIGHTS,
+    BEST_MATCH_UNDER,
+    DEPTH_FLOOR,
+    RAREST_MISSED_AT,
+    RAREST_NUMBER_AT,
+    RRF_K,
+    number,
+)
 from pgfunnel.errors import (
     ConfigError,
     ModelLoadError,
@@ -727,12 +735,12 @@ def _pair_weight(leg: int) -> str:
     rules = []
     if identifier != default:
         rules.append(f"{number(identifier)} for a query that is one identifier, or whose best "
-                     "lexical match holds its rarest word when that word is a number and 0.3 "
-                     "or more of the query's idf")
+                     "lexical match holds its rarest word when that word is a number and "
+                     f"{number(RAREST_NUMBER_AT)} or more of the query's idf")
     if dense_leads != default:
-        rules.append(f"{number(dense_leads)} when the best lexical match holds under 0.4 of "
-                     "the query's idf, or lacks its rarest word and that word is 0.4 or more "
-                     "of it")
+        rules.append(f"{number(dense_leads)} when the best lexical match holds under "
+                     f"{number(BEST_MATCH_UNDER)} of the query's idf, or lacks its rarest word "
+                     f"and that word is {number(RAREST_MISSED_AT)} or more of it")
     under = f"; under min-max fusion {'; '.join(rules)}" if rules else ""
     return f"default {number(default)}{under}"
 

@@ -3,7 +3,8 @@ the CLI's option defaults and help, the eval harness's leg depths.
 
 Each is a copy of a default in sql/ (the declared defaults of ``pgfunnel.funnel_search``,
 ``candidates``, ``explain`` and ``final``; the pairs of ``pgfunnel._automatic_weights()``;
-the leg depth ``_pool`` computes), kept here once rather than in each place that states
+the leg depth ``_pool`` computes, and the shares of the query's idf at which ``_pool``
+picks a pair), kept here once rather than in each place that states
 it, and tests/test_defaults.py fails when one differs from what the database declares:
 a change in sql/ alone left the CLI's help, and the weight the CLI gave the leg not
 typed, saying the old value. This module imports nothing heavy, so ``pgfunnel search
@@ -37,6 +38,15 @@ AUTOMATIC_WEIGHTS: Mapping[str, tuple[float, float]] = MappingProxyType({
     "identifier": (1.0, 0.2),
     "dense_leads": (0.7, 1.0),
 })
+
+#: the shares of the query's idf at which ``pgfunnel._pool`` picks a pair under min-max
+#: fusion (docs/sql.md, the weights row): "dense_leads" when the best lexical match holds
+#: under BEST_MATCH_UNDER of it, or lacks the query's rarest held word and that word is
+#: RAREST_MISSED_AT or more of it; "identifier" when the best match holds the rarest word,
+#: a number, and that word is RAREST_NUMBER_AT or more of it
+BEST_MATCH_UNDER = 0.4
+RAREST_MISSED_AT = 0.4
+RAREST_NUMBER_AT = 0.3
 
 
 def default_depth(k: int, overfetch: int) -> int:

@@ -122,6 +122,31 @@ def test_the_cli_defaults_and_help_are_the_sql_functions(
             assert f"at least {defaults.DEPTH_FLOOR})" in helps[name]
 
 
+def test_python_states_the_shares_at_which_the_search_picks_a_pair(
+        conn: psycopg.Connection[Any]) -> None:
+    # the thresholds are literals in _pool's body, not declared defaults: read the body
+    # the database runs, each comparison where the search makes it
+    rows = conn.execute(
+        "select pg_catalog.pg_get_functiondef(p.oid) from pg_catalog.pg_proc p "
+        "where p.pronamespace = 'pgfunnel'::regnamespace and p.proname = '_pool'").fetchall()
+    assert len(rows) == 1, f"pgfunnel._pool: {len(rows)} forms"
+    body = str(rows[0][0])
+    for comparison, stated in ((r"best_coverage < ", defaults.BEST_MATCH_UNDER),
+                               (r"rarest_missed >= ", defaults.RAREST_MISSED_AT),
+                               (r"rarest_number_held >= ", defaults.RAREST_NUMBER_AT)):
+        found = re.findall(rf"\b{comparison}(\d+(?:\.\d+)?)\b", body)
+        assert len(found) == 1, f"pgfunnel._pool compares {comparison!r} {len(found)} times"
+        assert float(found[0]) == stated, (comparison, found[0], stated)
+    # and the weight options' help says each share as pgfunnel.defaults states it
+    root: Any = typer.main.get_command(app)
+    params = {p.name: p for p in root.commands["search"].params}
+    helps = " ".join(" ".join((params[name].help or "").split())
+                     for name in ("lexical_weight", "dense_weight"))
+    assert f"a number and {defaults.number(defaults.RAREST_NUMBER_AT)} or more" in helps
+    assert f"holds under {defaults.number(defaults.BEST_MATCH_UNDER)} of" in helps
+    assert f"that word is {defaults.number(defaults.RAREST_MISSED_AT)} or more" in helps
+
+
 def test_the_cli_help_needs_no_database(tmp_path: Path) -> None:
     # the defaults in the help are Python's: nothing connects to print it
     env = {"COLUMNS": "300", "PGFUNNEL_DSN": f"host={tmp_path} dbname=nowhere",
