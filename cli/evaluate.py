@@ -9,6 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
+from pgfunnel.defaults import COLLECTION
+
 from .common import (
     EXIT_GATE,
     CollectionOption,
@@ -41,7 +43,7 @@ def evaluate(
         help="Judged queries (JSON Lines); with --qrels, BEIR's "
                              "queries.jsonl.")],
     dsn: DsnOption = None,
-    collection: CollectionOption = "default",
+    collection: CollectionOption = COLLECTION,
     config: Annotated[list[str] | None, typer.Option(
         "--config", help='A configuration NAME=JSON of search parameters, e.g. '
                          'minmax=\'{"fusion": "minmax"}\'. Repeatable; the first is the '

@@ -78,7 +78,7 @@ def explain_command(
              "(its furthest chunk is explained), one or more.")] = None,
     k: Annotated[int, typer.Option(
         "--k", "-k", help="How many chunks the search returns.")] = sql_defaults.K,
-    collection: CollectionOption = "default",
+    collection: CollectionOption = sql_defaults.COLLECTION,
     principal: PrincipalOption = None,
     tenant: TenantOption = None,
     fusion: FusionOption = sql_defaults.FUSION,

@@ -385,7 +385,7 @@ def ingest(
         parser=given_path,
         help="Files or folders (.md, .mdx, .rst, .adoc, .txt, .html, .ipynb, .jsonl). Folders "
              "are read recursively.")],
-    collection: CollectionOption = "default",
+    collection: CollectionOption = sql_defaults.COLLECTION,
     chunk_words: Annotated[int, typer.Option(
         callback=in_range(20), help="Target chunk size in words (at least 20).")] = 200,
     model: Annotated[str | None, typer.Option(
@@ -516,7 +516,7 @@ def _print_pruned(citekeys: list[str], collection: str, what: str) -> None:
 @app.command(cls=QueryTextCommand)
 def embed(
     text: Annotated[str, typer.Argument(help="The query text to embed.")],
-    collection: CollectionOption = "default",
+    collection: CollectionOption = sql_defaults.COLLECTION,
     model: Annotated[str | None, typer.Option(
         help="Embedding model. Default: the collection's active index version's model "
              "(searches must be embedded with the model their version was built with).")
@@ -562,7 +562,7 @@ def _citekeys_given(citekeys: list[str]) -> list[str]:
 def delete(
     citekeys: Annotated[list[str], typer.Argument(help="Citekeys of the documents to delete.",
                                                   callback=_citekeys_given)],
-    collection: CollectionOption = "default",
+    collection: CollectionOption = sql_defaults.COLLECTION,
     dsn: DsnOption = None,
     json_out: JsonOption = False,
 ) -> None:
@@ -688,7 +688,7 @@ def search(
     query: Annotated[str, typer.Argument(help="The query text.")],
     k: Annotated[int, typer.Option(
         "--k", "-k", help="How many chunks to return.")] = sql_defaults.K,
-    collection: CollectionOption = "default",
+    collection: CollectionOption = sql_defaults.COLLECTION,
     principal: PrincipalOption = None,
     tenant: TenantOption = None,
     fusion: FusionOption = sql_defaults.FUSION,

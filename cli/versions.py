@@ -15,6 +15,8 @@ from rich.progress import Progress
 from rich.table import Table
 from typer.core import TyperCommand
 
+from pgfunnel.defaults import COLLECTION
+
 from .common import (
     EXIT_GATE,
     EXIT_USAGE,
@@ -143,7 +145,7 @@ def _notice(text: str) -> None:
 
 
 def reindex(
-    collection: CollectionOption = "default",
+    collection: CollectionOption = COLLECTION,
     model: Annotated[str | None, typer.Option(
         help="Embedding model id or local path for the new version (default: the active "
              "version's model).")] = None,
@@ -308,7 +310,7 @@ versions_app = typer.Typer(help="List, activate, roll back, retire, drop and com
 
 
 @versions_app.command("list")
-def list_cmd(collection: CollectionOption = "default", dsn: DsnOption = None,
+def list_cmd(collection: CollectionOption = COLLECTION, dsn: DsnOption = None,
              json_out: JsonOption = False) -> None:
     """Every index version of a collection: state, model, analyzer, index, coverage."""
     from pgfunnel import versions
@@ -430,7 +432,7 @@ def _switch_interrupted(dsn: str | None, collection: str, command: str,
 
 
 @versions_app.command("activate", cls=VersionNumberCommand)
-def activate_cmd(version: VersionArg, collection: CollectionOption = "default",
+def activate_cmd(version: VersionArg, collection: CollectionOption = COLLECTION,
                  dsn: DsnOption = None, json_out: JsonOption = False) -> None:
     """Switch searches to a ready or retired version, in one transaction.
 
@@ -450,7 +452,7 @@ def activate_cmd(version: VersionArg, collection: CollectionOption = "default",
 
 
 @versions_app.command("rollback")
-def rollback_cmd(collection: CollectionOption = "default", dsn: DsnOption = None,
+def rollback_cmd(collection: CollectionOption = COLLECTION, dsn: DsnOption = None,
                  json_out: JsonOption = False) -> None:
     """Activate the version the active one replaced (running it twice switches back)."""
     import psycopg
@@ -474,7 +476,7 @@ def rollback_cmd(collection: CollectionOption = "default", dsn: DsnOption = None
 
 
 @versions_app.command("retire", cls=VersionNumberCommand)
-def retire_cmd(version: VersionArg, collection: CollectionOption = "default",
+def retire_cmd(version: VersionArg, collection: CollectionOption = COLLECTION,
                dsn: DsnOption = None, json_out: JsonOption = False) -> None:
     """Mark a ready version retired (kept and re-activatable). Refuses the active one."""
     from pgfunnel import versions
@@ -489,7 +491,7 @@ def retire_cmd(version: VersionArg, collection: CollectionOption = "default",
 
 
 @versions_app.command("drop", cls=VersionNumberCommand)
-def drop_cmd(version: VersionArg, collection: CollectionOption = "default",
+def drop_cmd(version: VersionArg, collection: CollectionOption = COLLECTION,
              dsn: DsnOption = None, json_out: JsonOption = False) -> None:
     """Drop a version's HNSW index and all its rows. Refuses the active version."""
     from pgfunnel import versions
@@ -600,7 +602,7 @@ def compare_cmd(
     per_source_cap: GivenCapOption = None,
     lexical_depth: LexicalDepthOption = None,
     dense_depth: DenseDepthOption = None,
-    collection: CollectionOption = "default",
+    collection: CollectionOption = COLLECTION,
     principal: PrincipalOption = None,
     tenant: TenantOption = None,
     dsn: DsnOption = None,
