@@ -147,6 +147,23 @@ def test_python_states_the_shares_at_which_the_search_picks_a_pair(
     assert f"that word is {defaults.number(defaults.RAREST_MISSED_AT)} or more" in helps
 
 
+def test_every_command_defaults_to_the_same_collection() -> None:
+    # --collection is declared per command: each one's default is pgfunnel.defaults'
+    def commands(group: Any, path: str) -> Any:
+        for name, command in group.commands.items():
+            if hasattr(command, "commands"):
+                yield from commands(command, f"{path} {name}")
+            else:
+                yield f"{path} {name}", command
+    seen = []
+    for name, command in commands(typer.main.get_command(app), "pgfunnel"):
+        for param in command.params:
+            if param.name == "collection" and not param.required:
+                seen.append(name)
+                assert param.default == defaults.COLLECTION, (name, param.default)
+    assert {"pgfunnel search", "pgfunnel ingest", "pgfunnel versions list"} <= set(seen), seen
+
+
 def test_the_cli_help_needs_no_database(tmp_path: Path) -> None:
     # the defaults in the help are Python's: nothing connects to print it
     env = {"COLUMNS": "300", "PGFUNNEL_DSN": f"host={tmp_path} dbname=nowhere",
