@@ -783,6 +783,11 @@ set search_path = pg_catalog, pgfunnel
 set plan_cache_mode = force_generic_plan
 set jit = off
 as $$
+declare
+    err_state text;
+    err_message text;
+    err_detail text;
+    err_hint text;
 begin
     return query
     select u.id, ch.document_id, doc.citekey, doc.title, ch.heading, ch.text, ch.ordinal,
@@ -797,6 +802,26 @@ begin
       join pgfunnel.chunk ch on ch.id = u.id
       join pgfunnel.document doc on doc.id = ch.document_id
      order by u.fr;
+exception when others then
+    -- The same error again, raised here. Raised where it was, Postgres follows it with
+    -- the text of every statement it passed through: psql printed 20 - 40 lines of the
+    -- query above and _pool's after a message such as `fusion: unknown fusion 'x'`.
+    -- The SQLSTATE, message, detail and hint are kept (clients map the SQLSTATE;
+    -- pgfunnel's Python errors read the message and hint); a cancel (57014) is not one of
+    -- `others` and passes as it was. The block costs a subtransaction that writes
+    -- nothing: 0.998x the time of a search without it (pydocs, 400 searches, paired
+    -- median).
+    get stacked diagnostics err_state = returned_sqlstate, err_message = message_text,
+                            err_detail = pg_exception_detail, err_hint = pg_exception_hint;
+    if err_detail <> '' and err_hint <> '' then
+        raise exception using errcode = err_state, message = err_message,
+                              detail = err_detail, hint = err_hint;
+    elsif err_hint <> '' then
+        raise exception using errcode = err_state, message = err_message, hint = err_hint;
+    elsif err_detail <> '' then
+        raise exception using errcode = err_state, message = err_message, detail = err_detail;
+    end if;
+    raise exception using errcode = err_state, message = err_message;
 end
 $$;
 
@@ -1117,49 +1142,72 @@ set search_path = pg_catalog, pgfunnel
 set plan_cache_mode = force_generic_plan
 set jit = off
 as $$
+declare
+    err_state text;
+    err_message text;
+    err_detail text;
+    err_hint text;
 begin
     if trace is null then
         -- `not null` is null: the traced branch would run and write a trace
         perform pgfunnel._bad_parameter('trace', 'must be true or false, not NULL');
     end if;
     if not trace then
-        -- final() over this pool, without what only an untrusted pool needs: the pool
-        -- comes from _pool in this statement, which kept only visible chunks, so the
-        -- visibility check is not repeated, and only the k chunks that are returned are
-        -- joined to their text and document (the cap needs just each chunk's document,
-        -- which _pool looked up to size the pool).
-        -- Same rows as final(candidates()) (tested); 5 - 6% of a search on pydocs.
-        -- The check comes first because `limit 0` would never run _pool, which checks.
-        perform pgfunnel._check_search_params(k, principals, overfetch, per_source_cap,
-                                              metadata_filter);
-        perform pgfunnel._check_scope_params(tenant, language);
-        return query
-        with pool as (
-            select u.pos::integer as pos, u.id, u.lr, u.ls, u.dr, u.ds, u.fr, u.fs,
-                   (row_number() over (partition by u.doc order by u.pos))::integer as src_rank
-              from pgfunnel._pool(query_text, query_embedding, k, collection, principals,
-                                  tenant, language, as_of, metadata_filter, fusion, rrf_k,
-                                  weights, lexical_depth, dense_depth, overfetch,
-                                  per_source_cap, ef_search, k1, b) p,
-                   unnest(p.chunk_ids, p.fused_ranks, p.fused_scores, p.lexical_ranks,
-                          p.lexical_scores, p.dense_ranks, p.dense_scores, p.document_ids)
-                       with ordinality as u(id, fr, fs, lr, ls, dr, ds, doc, pos)
-        ),
-        kept as (
-            select p.*, (row_number() over (order by p.pos))::integer as final_rank
-              from pool p
-             where p.src_rank <= per_source_cap
-             order by p.pos
-             limit k
-        )
-        select r.id, d.citekey, d.title, ch.heading, ch.text, ch.ordinal, d.metadata,
-               r.lr, r.ls, r.dr, r.ds, r.fr, r.fs, null::integer, null::float8,
-               r.final_rank, null::bigint, ch.section_path
-          from kept r
-          join pgfunnel.chunk ch on ch.id = r.id
-          join pgfunnel.document d on d.id = ch.document_id
-         order by r.final_rank;
-        return;
+        begin
+            -- final() over this pool, without what only an untrusted pool needs: the pool
+            -- comes from _pool in this statement, which kept only visible chunks, so the
+            -- visibility check is not repeated, and only the k chunks that are returned are
+            -- joined to their text and document (the cap needs just each chunk's document,
+            -- which _pool looked up to size the pool).
+            -- Same rows as final(candidates()) (tested); 5 - 6% of a search on pydocs.
+            -- The check comes first because `limit 0` would never run _pool, which checks.
+            perform pgfunnel._check_search_params(k, principals, overfetch, per_source_cap,
+                                                  metadata_filter);
+            perform pgfunnel._check_scope_params(tenant, language);
+            return query
+            with pool as (
+                select u.pos::integer as pos, u.id, u.lr, u.ls, u.dr, u.ds, u.fr, u.fs,
+                       (row_number() over (partition by u.doc order by u.pos))::integer as src_rank
+                  from pgfunnel._pool(query_text, query_embedding, k, collection, principals,
+                                      tenant, language, as_of, metadata_filter, fusion, rrf_k,
+                                      weights, lexical_depth, dense_depth, overfetch,
+                                      per_source_cap, ef_search, k1, b) p,
+                       unnest(p.chunk_ids, p.fused_ranks, p.fused_scores, p.lexical_ranks,
+                              p.lexical_scores, p.dense_ranks, p.dense_scores, p.document_ids)
+                           with ordinality as u(id, fr, fs, lr, ls, dr, ds, doc, pos)
+            ),
+            kept as (
+                select p.*, (row_number() over (order by p.pos))::integer as final_rank
+                  from pool p
+                 where p.src_rank <= per_source_cap
+                 order by p.pos
+                 limit k
+            )
+            select r.id, d.citekey, d.title, ch.heading, ch.text, ch.ordinal, d.metadata,
+                   r.lr, r.ls, r.dr, r.ds, r.fr, r.fs, null::integer, null::float8,
+                   r.final_rank, null::bigint, ch.section_path
+              from kept r
+              join pgfunnel.chunk ch on ch.id = r.id
+              join pgfunnel.document d on d.id = ch.document_id
+             order by r.final_rank;
+            return;
+        exception when others then
+            -- the same error without 20 - 40 lines of this function's and _pool's SQL in
+            -- its context (see candidates()). Not around the traced branch below: it writes
+            -- its trace, so a subtransaction there would take a subtransaction id per
+            -- search, and past 64 in one transaction every snapshot on the server slows.
+            get stacked diagnostics err_state = returned_sqlstate, err_message = message_text,
+                                    err_detail = pg_exception_detail, err_hint = pg_exception_hint;
+            if err_detail <> '' and err_hint <> '' then
+                raise exception using errcode = err_state, message = err_message,
+                                      detail = err_detail, hint = err_hint;
+            elsif err_hint <> '' then
+                raise exception using errcode = err_state, message = err_message, hint = err_hint;
+            elsif err_detail <> '' then
+                raise exception using errcode = err_state, message = err_message, detail = err_detail;
+            end if;
+            raise exception using errcode = err_state, message = err_message;
+        end;
     end if;
     -- refused before the search runs, not by final()'s insert after it
     perform pgfunnel._check_trace_writable(principals, funnel_search.tenant);

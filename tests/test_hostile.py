@@ -1186,3 +1186,40 @@ def test_a_history_turn_of_a_megabyte_is_refused_quickly_and_logs_nothing(
         assert time.perf_counter() - started < 0.5
         assert conn.execute("select count(*) from pgfunnel.search_log").fetchone() == before
         _usable(conn)
+
+
+@pytest.mark.parametrize("call,error", [
+    ("funnel_search('refund', null, fusion => 'bogus'", psycopg.errors.InvalidParameterValue),
+    ("funnel_search('refund', %(vec)s", psycopg.errors.MostSpecificTypeMismatch),
+    ("funnel_search('refund', null, collection => 'nope'", psycopg.errors.NoDataFound),
+    ("funnel_search('refund', null, weights => '{0,0}'", psycopg.errors.InvalidParameterValue),
+    ("funnel_search('refund', null, k => 0", psycopg.errors.InvalidParameterValue),
+], ids=["fusion", "dimensions", "collection", "weights", "k"])
+def test_a_search_error_in_sql_keeps_what_it_says_without_the_funnels_sql(
+        corpus_db: str, call: str, error: type[psycopg.Error]) -> None:
+    # psql prints an error's context after it: raised where _pool raised it, that was
+    # 20 - 40 lines of the funnel's own SQL after a one-line message
+    vec = np.ones(DIM + 2, dtype=np.float32)
+
+    def raised(sql_text: str) -> psycopg.Error:
+        with connect(corpus_db, autocommit=True) as conn:
+            with pytest.raises(error) as caught:
+                conn.execute(sql_text, {"vec": vec})
+            _usable(conn)
+        return caught.value
+
+    untraced = raised(f"select * from {call})")
+    from_candidates = raised(f"select * from pgfunnel.candidates{call[len('funnel_search'):]})")
+    # the traced search raises it where it was raised (no subtransaction around a search
+    # that writes its trace): what the error says must be the same in all three
+    traced = raised(f"select * from {call}, trace => true)")
+    for exc in (untraced, from_candidates):
+        assert exc.sqlstate == traced.sqlstate
+        assert exc.diag.message_primary == traced.diag.message_primary
+        assert exc.diag.message_hint == traced.diag.message_hint
+        assert exc.diag.message_detail == traced.diag.message_detail
+        assert translate(exc).__class__ is translate(traced).__class__
+        context = exc.diag.context or ""
+        assert len(context.splitlines()) <= 2, context
+        assert "select" not in context.lower() and "_pool" not in context
+    assert "_pool" in (traced.diag.context or "")
