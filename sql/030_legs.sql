@@ -601,18 +601,22 @@ set jit = off
 set enable_sort = off
 as $$
 declare
+    hnsw_type text;
     hnsw_key text;
 begin
-    select case coalesce(v.params ->> 'hnsw_type', 'vector')
+    select coalesce(v.params ->> 'hnsw_type', 'vector'),
+           case coalesce(v.params ->> 'hnsw_type', 'vector')
                when 'halfvec' then '@vector_schema@.l2_normalize(%1$s)::@vector_schema@.halfvec('
                                    || v.dimensions || ')'
                when 'vector' then '%1$s::@vector_schema@.vector(' || v.dimensions || ')'
            end
-      into hnsw_key
+      into hnsw_type, hnsw_key
       from pgfunnel.index_version v where v.id = _hnsw_walk_planned.version_id;
     if hnsw_key is null then
         raise exception 'pgfunnel: index version % records an unknown hnsw_type', version_id;
     end if;
+    -- a halfvec graph's query key comes in as $3, computed once: in the ORDER BY it was
+    -- computed again for every row returned (see pgfunnel.ingest._WALK_QUERY_KEY)
     execute format($q$
         select array_agg(s.chunk_id order by s.dist, s.chunk_id),
                array_agg(1 - s.dist order by s.dist, s.chunk_id)
@@ -621,8 +625,12 @@ begin
                  where e.index_version_id = %s
                  order by %s operator(@vector_schema@.<=>) %s
                  limit $2) s
-        $q$, version_id, format(hnsw_key, 'e.embedding'), format(hnsw_key, '$1'))
-       into chunk_ids, scores using query_embedding, n;
+        $q$, version_id, format(hnsw_key, 'e.embedding'),
+             case when hnsw_type = 'halfvec' then '$3' else format(hnsw_key, '$1') end)
+       into chunk_ids, scores
+      using query_embedding, n,
+            case when hnsw_type = 'halfvec'
+                 then @vector_schema@.l2_normalize(query_embedding)::@vector_schema@.halfvec end;
 end
 $$;
 
