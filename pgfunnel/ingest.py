@@ -30,6 +30,7 @@ import psycopg
 from psycopg import sql
 from psycopg.copy import QueuedLibpqWriter
 
+from pgfunnel import defaults
 from pgfunnel.db import WRITER_NOT_FOR_SEARCHES, try_register_vector, tuple_rows
 from pgfunnel.embedder import (
     VECTOR_NORM_MAX,
@@ -76,7 +77,8 @@ from pgfunnel.sources import (
     version_lexical_input,
 )
 
-DEFAULT_COLLECTION = "default"
+# kept under its old name for code that imports it
+DEFAULT_COLLECTION = defaults.COLLECTION
 # english_v8: identifier-aware with the inner names of dotted identifiers, identifiers
 # opened or closed by underscores (__init__, _exit) kept whole with them, over
 # Unicode-folded text with Unicode hyphens read as '-', words of every script read alike

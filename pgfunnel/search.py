@@ -590,7 +590,7 @@ class Funnel:
     ``reranker`` is a :class:`pgfunnel.rerank.Reranker` or None.
     """
 
-    def __init__(self, source: Any = None, collection: str = "default", *,
+    def __init__(self, source: Any = None, collection: str = sql_defaults.COLLECTION, *,
                  embedder: Embedder | str | None = "auto", reranker: Any = None,
                  rerank_depth: int | None = None, rerank_gate_margin: float | None = None,
                  rewriter: Any = None, followup: Any = None,

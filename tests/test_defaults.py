@@ -269,3 +269,18 @@ def test_the_docs_prose_states_the_sql_functions_defaults(
         text = " ".join((DOCS / page).read_text().split())
         missing = [phrase for phrase in said if phrase not in text]
         assert not missing, f"docs/{page} no longer says {missing}"
+
+
+def test_the_python_entry_points_default_to_the_same_collection() -> None:
+    # each class that takes a collection declares its own default: pgfunnel.defaults'
+    import inspect
+
+    from pgfunnel import ingest
+    from pgfunnel.eval.harness import Harness
+    from pgfunnel.search import Funnel
+
+    for entry in (Funnel, ingest.Ingester, Harness):
+        parameters = inspect.signature(entry.__init__).parameters
+        assert parameters["collection"].default == defaults.COLLECTION, entry.__name__
+    assert ingest.DEFAULT_COLLECTION == defaults.COLLECTION
+    assert inspect.signature(Harness.__init__).parameters["k"].default == defaults.K

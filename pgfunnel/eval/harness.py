@@ -68,7 +68,7 @@ import psycopg
 from psycopg import sql
 
 from pgfunnel.db import require_schema, rows_by_position
-from pgfunnel.defaults import DEPTH_MOST, default_depth
+from pgfunnel.defaults import COLLECTION, DEPTH_MOST, K, default_depth
 from pgfunnel.errors import (
     JSON_ERRORS,
     ConfigError,
@@ -333,7 +333,7 @@ class Harness:
     ``principals``/``tenant`` are the reader every search runs as (default: public only).
     """
 
-    def __init__(self, source: Any, collection: str = "default", *, k: int = 10,
+    def __init__(self, source: Any, collection: str = COLLECTION, *, k: int = K,
                  principals: Sequence[str] = (), tenant: str | None = None,
                  embedder: Any = "auto", trace: bool = False,
                  progress: ProgressFn | None = None) -> None:
