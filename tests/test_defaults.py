@@ -284,3 +284,71 @@ def test_the_python_entry_points_default_to_the_same_collection() -> None:
         assert parameters["collection"].default == defaults.COLLECTION, entry.__name__
     assert ingest.DEFAULT_COLLECTION == defaults.COLLECTION
     assert inspect.signature(Harness.__init__).parameters["k"].default == defaults.K
+
+
+def _passage(page: str, start: str, end: str) -> str:
+    """The words of ``page`` from ``start`` up to ``end`` (each found once), on one line."""
+    text = " ".join((DOCS / page).read_text().split())
+    assert text.count(start) == 1, f"docs/{page}: {start!r} found {text.count(start)} times"
+    passage = text.split(start, 1)[1]
+    assert end in passage, f"docs/{page}: nothing ends the passage at {end!r}"
+    return start + passage.split(end, 1)[0]
+
+
+# each idf share a passage says, by the words around it: "holds under 0.4 of the query",
+# "a number ... and 0.3 or more of its idf", "that word is 0.4 or more of the query's idf"
+_SHARES = ((r"\b[Uu]nder (\d+(?:\.\d+)?)\b(?! ?%)", "BEST_MATCH_UNDER"),
+           (r"\band (\d+(?:\.\d+)?) or more of\b", "RAREST_NUMBER_AT"),
+           (r"\b(?:is|one of) (\d+(?:\.\d+)?) or more of\b", "RAREST_MISSED_AT"))
+# a weight pair as the pages write it: `{1,0.7}`, '{1,0.7}', `(1, 0.7)`
+_PAIR = r"[{(](\d+(?:\.\d+)?), ?(\d+(?:\.\d+)?)[)}]"
+
+# the passages that say in words how a search picks its weights: the page, the words that
+# open the passage and those that follow it, and the pairs it names
+_WEIGHT_PASSAGES = (
+    ("cli.md", "`--lexical-weight`, `--dense-weight` (when neither", "`--overfetch` (pool",
+     ("default", "identifier", "dense_leads")),
+    ("python-api.md", "| `fusion`, `rrf_k`, `weights` |", "| `lexical_depth`",
+     ("default", "identifier", "dense_leads")),
+    ("sql.md", "| `weights` |", "| `lexical_depth`", ("default", "identifier", "dense_leads")),
+    ("sql.md", "**Best-match coverage**", "The trace's `config.weights`",
+     ("identifier", "dense_leads")),
+)
+
+
+@pytest.mark.parametrize(("page", "start", "end", "rules"), _WEIGHT_PASSAGES,
+                         ids=[f"{p[0]}:{p[1][:20]}" for p in _WEIGHT_PASSAGES])
+def test_the_docs_say_the_shares_and_pairs_the_search_picks_by(
+        page: str, start: str, end: str, rules: tuple[str, ...],
+        automatic: dict[str, tuple[float, float]]) -> None:
+    passage = _passage(page, start, end)
+    for pattern, name in _SHARES:
+        found = [float(v) for v in re.findall(pattern, passage)]
+        assert found, f"docs/{page} ({start}): no {name} share found by {pattern!r}"
+        assert set(found) == {getattr(defaults, name)}, (page, start, name, found)
+    pairs = {(float(a), float(b)) for a, b in re.findall(_PAIR, passage)}
+    assert pairs == {automatic[rule] for rule in rules}, (page, start, pairs)
+    # "fused with the dense leg at 0.2" (sql.md's weights row): the identifier pair's
+    for said in re.findall(r"with the dense leg at (\d+(?:\.\d+)?)", passage):
+        assert float(said) == automatic["identifier"][1], (page, start, said)
+    assert set(automatic) == {"default", "identifier", "dense_leads"}
+
+
+def test_the_cli_page_states_the_search_defaults(sql_defaults: dict[str, Any]) -> None:
+    # each place docs/cli.md says what a search takes when an option is left out
+    text = " ".join((DOCS / "cli.md").read_text().split())
+    stated = (
+        (r"`--fusion minmax\|rrf\|zscore` \(default (\w+)\)", "fusion"),
+        (r"`--rrf-k` \(default (\d+(?:\.\d+)?);", "rrf_k"),
+        (r"under the default cap \((\d+)\)", "per_source_cap"),
+        (r"with the default \(k (\d+)\)", "k"),
+        (r"with the default \(per_source_cap (\d+)\)", "per_source_cap"),
+    )
+    for pattern, knob in stated:
+        found = re.findall(pattern, text)
+        assert len(found) == 1, f"docs/cli.md: {pattern!r} found {len(found)} times"
+        value = found[0] if knob == "fusion" else float(found[0])
+        assert value == sql_defaults[knob], (knob, found[0])
+    # a weight given alone: the example error names the other leg at its default
+    lexical, dense = defaults.AUTOMATIC_WEIGHTS["default"]
+    assert f"`--lexical-weight / --dense-weight: [0.0, {defaults.number(dense)}] gives" in text
