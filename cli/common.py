@@ -27,6 +27,8 @@ from pgfunnel.defaults import (
     RAREST_MISSED_AT,
     RAREST_NUMBER_AT,
     RRF_K,
+    WEIGHT_LEAST,
+    WEIGHT_MOST,
     number,
 )
 from pgfunnel.errors import (
@@ -661,10 +663,11 @@ def _weight(text: str) -> float:
         value = float(text)
     except ValueError:
         raise typer.BadParameter(f"{text!r} is not a number") from None
+    bounds = f"0 or a number from {number(WEIGHT_LEAST)} to {number(WEIGHT_MOST)}"
     if math.isnan(value):
-        raise typer.BadParameter("must be 0 or a number from 1e-6 to 1e6, not NaN")
-    if not (value == 0 or 1e-6 <= value <= 1e6):
-        raise typer.BadParameter(f"must be 0 or a number from 1e-6 to 1e6, got {text}")
+        raise typer.BadParameter(f"must be {bounds}, not NaN")
+    if not (value == 0 or WEIGHT_LEAST <= value <= WEIGHT_MOST):
+        raise typer.BadParameter(f"must be {bounds}, got {text}")
     return value
 
 

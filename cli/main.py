@@ -816,8 +816,8 @@ DEMO_CAP_QUERY = "building an API integration"
 @app.command()
 def demo(
     dsn: DsnOption = None,
-    k: Annotated[int, typer.Option("--k", "-k", callback=in_range(1, 1000),
-                                   help="Results per query (1 to 1000).")] = 5,
+    k: Annotated[int, typer.Option("--k", "-k", callback=in_range(1, sql_defaults.K_MOST),
+                                   help=f"Results per query (1 to {sql_defaults.K_MOST}).")] = 5,
 ) -> None:
     """Init, ingest the bundled help-center corpus, and show what each stage did."""
     import json

@@ -48,6 +48,19 @@ BEST_MATCH_UNDER = 0.4
 RAREST_MISSED_AT = 0.4
 RAREST_NUMBER_AT = 0.3
 
+#: the bounds the SQL checks (``pgfunnel._check_search_params``, ``_check_funnel_params``)
+#: that Python checks too, where it must refuse before the database is asked: the CLI's
+#: usage errors, the eval harness's configurations, the Python RRF of several phrasings,
+#: query files read before any search; the advice a replayed explain translates names
+#: two of them. A leg's depth is at most DEPTH_MOST.
+K_MOST = 1000
+OVERFETCH_MOST = 100
+RRF_K_MOST = 1_000_000
+#: a leg's weight is 0 or from WEIGHT_LEAST to WEIGHT_MOST
+WEIGHT_LEAST = 1e-6
+WEIGHT_MOST = 1e6
+QUERY_CHARS_MOST = 10_000
+
 
 def default_depth(k: int, overfetch: int) -> int:
     """The depth a leg reads when none is given (before the search widens a pool the
@@ -56,5 +69,7 @@ def default_depth(k: int, overfetch: int) -> int:
 
 
 def number(value: float) -> str:
-    """A default as help text writes it: ``0.7``, ``1``, ``60``."""
-    return f"{value:g}"
+    """A default as help text writes it: ``0.7``, ``1``, ``60``, ``1e-6``, ``1e6``."""
+    # "1e-06" and "1e+06" as %g writes them; the SQL's messages and the docs say 1e-6, 1e6
+    mantissa, e, exponent = f"{value:g}".partition("e")
+    return f"{mantissa}e{int(exponent)}" if e else mantissa

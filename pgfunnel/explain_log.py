@@ -13,6 +13,7 @@ import psycopg
 from psycopg import sql
 
 from pgfunnel.db import tuple_rows
+from pgfunnel.defaults import DEPTH_MOST, OVERFETCH_MOST
 from pgfunnel.errors import ConfigError, NotFoundError, shown, translate
 from pgfunnel.explain import (
     _IN_POOL,
@@ -392,15 +393,16 @@ _ADVICE = (
      "a search with a deeper lexical_depth, or other words, could reach it" + _TRY),
     ("raise dense_depth or rephrase the query",
      "a search with a deeper dense_depth, or other words, could reach it" + _TRY),
-    ("rephrase the query (a leg reads at most 10000 rows, and the legs that could reach it "
-     "read that many)",
-     "only a search with other words could reach it (a leg reads at most 10000 rows, and "
-     "the legs that could reach it read that many)"),
+    (f"rephrase the query (a leg reads at most {DEPTH_MOST} rows, and the legs that could "
+     "reach it read that many)",
+     f"only a search with other words could reach it (a leg reads at most {DEPTH_MOST} "
+     "rows, and the legs that could reach it read that many)"),
     ("give the lexical leg a weight above 0",
      "a search that gives the lexical leg a weight above 0 could reach it" + _TRY),
     ("raise overfetch", "a search with a larger overfetch could reach it" + _TRY),
-    ("overfetch is at its most (100), so raise k",
-     "overfetch was at its most (100): a search with a larger k could reach it" + _TRY),
+    (f"overfetch is at its most ({OVERFETCH_MOST}), so raise k",
+     f"overfetch was at its most ({OVERFETCH_MOST}): a search with a larger k could reach it"
+     + _TRY),
     ("no depth reaches it: the query needs one of its words, or an embedding for the dense "
      "leg",
      "no depth reaches it: a search needs one of its words, or a query embedding for the "

@@ -63,7 +63,7 @@ from pgfunnel.errors import (
 from pgfunnel.rerank import check_gate_margin, reranker_name
 from pgfunnel.sources import JSON_NUL, as_utc
 
-MAX_QUERY_CHARS = 10_000
+MAX_QUERY_CHARS = sql_defaults.QUERY_CHARS_MOST
 
 
 class _ErrorAlreadyRaised(logging.Filter):

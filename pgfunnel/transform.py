@@ -30,6 +30,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from pgfunnel import defaults
 from pgfunnel.errors import ConfigError, InvalidInputError, positive_int, shown, string_list
 
 __all__ = [
@@ -171,7 +172,7 @@ def multi_query(phrasings: Sequence[str], *, max_queries: int | None = None) -> 
 
 #: the largest RRF constant, as funnel_search's rrf_k (a far larger one, as an int past
 #: double precision, made 1 / (k + rank) raise a raw OverflowError)
-MAX_RRF_K = 1_000_000
+MAX_RRF_K = defaults.RRF_K_MOST
 
 
 def check_rrf_constant(parameter: str, k: object) -> int:

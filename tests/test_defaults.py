@@ -284,6 +284,9 @@ def test_the_python_entry_points_default_to_the_same_collection() -> None:
         assert parameters["collection"].default == defaults.COLLECTION, entry.__name__
     assert ingest.DEFAULT_COLLECTION == defaults.COLLECTION
     assert inspect.signature(Harness.__init__).parameters["k"].default == defaults.K
+    # the Python RRF of several phrasings takes the search's constant when given none
+    from pgfunnel.transform import rrf_merge
+    assert inspect.signature(rrf_merge).parameters["k"].default == defaults.RRF_K
 
 
 def _passage(page: str, start: str, end: str) -> str:
@@ -352,3 +355,88 @@ def test_the_cli_page_states_the_search_defaults(sql_defaults: dict[str, Any]) -
     # a weight given alone: the example error names the other leg at its default
     lexical, dense = defaults.AUTOMATIC_WEIGHTS["default"]
     assert f"`--lexical-weight / --dense-weight: [0.0, {defaults.number(dense)}] gives" in text
+    # and the bounds it states, which the CLI checks before a search (the SQL's: below)
+    assert (f"each is 0 or a number from {defaults.number(defaults.WEIGHT_LEAST)} to "
+            f"{defaults.number(defaults.WEIGHT_MOST)}, else a usage error") in text
+    assert f"once `--overfetch` is {defaults.OVERFETCH_MOST})" in text
+
+
+_CHECK = ("select pgfunnel._check_funnel_params(%(query_text)s, %(k)s, '{}', %(overfetch)s, "
+          "%(per_source_cap)s, null, %(fusion)s, %(rrf_k)s, %(weights)s, %(lexical_depth)s, "
+          "%(dense_depth)s, %(ef_search)s, %(k1)s, %(b)s, now())")
+
+
+def _sql_refuses(conn: psycopg.Connection[Any], **given: Any) -> str | None:
+    """The parameter the SQL's own check names for ``given`` (the others at their
+    defaults), or None when it takes them."""
+    values = {**_PYTHON, "query_text": "refund", "weights": None, "lexical_depth": None,
+              "dense_depth": None, **given}
+    try:
+        conn.execute(_CHECK, values)
+    except psycopg.errors.DataError as exc:
+        return str(exc).split(":", 1)[0]
+    return None
+
+
+def test_python_refuses_where_the_sql_does(conn: psycopg.Connection[Any]) -> None:
+    # each bound Python checks before the database is asked: the SQL takes the bound and
+    # refuses one past it, naming the same parameter
+    from pgfunnel.cli.common import _weight, in_range
+
+    from pgfunnel.errors import ConfigError
+    from pgfunnel.eval.harness import Harness
+    from pgfunnel.search import query_text_problem
+    from pgfunnel.transform import check_rrf_constant
+
+    past = {"k": defaults.K_MOST + 1, "overfetch": defaults.OVERFETCH_MOST + 1,
+            "rrf_k": defaults.RRF_K_MOST + 1, "lexical_depth": defaults.DEPTH_MOST + 1,
+            "dense_depth": defaults.DEPTH_MOST + 1,
+            "query_text": "x" * (defaults.QUERY_CHARS_MOST + 1)}
+    for knob, value in past.items():
+        at = value - 1 if isinstance(value, int) else value[:-1]
+        assert _sql_refuses(conn, **{knob: at}) is None, knob
+        assert _sql_refuses(conn, **{knob: value}) == knob, knob
+    for weight, taken in ((0.0, True), (defaults.WEIGHT_LEAST, True),
+                          (defaults.WEIGHT_LEAST / 2, False), (defaults.WEIGHT_MOST, True),
+                          (defaults.WEIGHT_MOST + 1, False)):
+        refused = _sql_refuses(conn, weights=[weight, 1.0])
+        assert refused == (None if taken else "weights"), weight
+        try:
+            _weight(repr(weight))
+        except typer.BadParameter:
+            assert not taken, weight
+        else:
+            assert taken, weight
+    # the Python copies: the CLI's -k and weights, the harness's k, the Python RRF's
+    # constant, a query file's text
+    demo_k = in_range(1, defaults.K_MOST)
+    assert demo_k(defaults.K_MOST) == defaults.K_MOST
+    with pytest.raises(typer.BadParameter, match=f"between 1 and {defaults.K_MOST}"):
+        demo_k(defaults.K_MOST + 1)
+    root: Any = typer.main.get_command(app)
+    demo = {p.name: p for p in root.commands["demo"].params}
+    assert f"(1 to {defaults.K_MOST})" in (demo["k"].help or "")
+    with pytest.raises(ConfigError, match=f"between 1 and {defaults.K_MOST}"):
+        Harness(conn, k=defaults.K_MOST + 1, embedder=None)
+    assert check_rrf_constant("rrf_k", defaults.RRF_K_MOST) == defaults.RRF_K_MOST
+    with pytest.raises(ConfigError, match="rrf_k"):
+        check_rrf_constant("rrf_k", defaults.RRF_K_MOST + 1)
+    assert query_text_problem("x" * defaults.QUERY_CHARS_MOST) is None
+    assert query_text_problem("x" * (defaults.QUERY_CHARS_MOST + 1)) is not None
+
+
+def test_a_replayed_explain_translates_the_advice_the_sql_gives(
+        conn: psycopg.Connection[Any]) -> None:
+    # the replay finds the SQL explain's advice by its words, bounds among them ("at most
+    # 10000 rows", "at its most (100)"): advice the SQL no longer gives is never translated
+    from pgfunnel.explain_log import _ADVICE
+
+    rows = conn.execute(
+        "select pg_catalog.pg_get_functiondef(p.oid) from pg_catalog.pg_proc p "
+        "where p.pronamespace = 'pgfunnel'::regnamespace and p.proname = 'explain'").fetchall()
+    # adjacent string literals on separate lines are one string in SQL
+    body = " ".join(re.sub(r"'\s*\n\s*'", "", str(row[0])) for row in rows)
+    for asked, _said in _ADVICE:
+        assert f"'{asked}'" in body or f"{asked}'" in body, asked
+    assert f"overfetch is at its most ({defaults.OVERFETCH_MOST})" in body
+    assert f"at most {defaults.DEPTH_MOST} rows" in body

@@ -68,7 +68,7 @@ import psycopg
 from psycopg import sql
 
 from pgfunnel.db import require_schema, rows_by_position
-from pgfunnel.defaults import COLLECTION, DEPTH_MOST, K, default_depth
+from pgfunnel.defaults import COLLECTION, DEPTH_MOST, K_MOST, K, default_depth
 from pgfunnel.errors import (
     JSON_ERRORS,
     ConfigError,
@@ -337,8 +337,8 @@ class Harness:
                  principals: Sequence[str] = (), tenant: str | None = None,
                  embedder: Any = "auto", trace: bool = False,
                  progress: ProgressFn | None = None) -> None:
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 1000:
-            raise ConfigError("k", f"must be an integer between 1 and 1000, got {k!r}")
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= K_MOST:
+            raise ConfigError("k", f"must be an integer between 1 and {K_MOST}, got {k!r}")
         self.funnel = Funnel(source, collection, embedder=embedder)
         self.collection = collection
         self.k = k
@@ -441,7 +441,7 @@ class Harness:
         if key not in self._legs:
             started = time.perf_counter()
             union = lex_depth + den_depth  # at most 20,000: a pool of 1,000 x 20
-            k = min(1000, union)
+            k = min(K_MOST, union)
             overfetch = math.ceil(union / k)
             lp = SearchParams.build(**{**_fields(p), "k": k, "overfetch": overfetch,
                                        "fusion": "rrf", "weights": (1.0, 1.0),
@@ -489,7 +489,7 @@ class Harness:
                 reranked = True
         capped: list[Any] = []
         if ordered:
-            cp = dataclasses_replace(p, k=min(1000, len(ordered)))
+            cp = dataclasses_replace(p, k=min(K_MOST, len(ordered)))
             # the judged query's id and this run of it go into a trace's log notes, so
             # stage_recall_in_db finds the searches of a resolved follow-up (other text)
             # and of every part of a decomposed query
