@@ -440,3 +440,14 @@ def test_a_replayed_explain_translates_the_advice_the_sql_gives(
         assert f"'{asked}'" in body or f"{asked}'" in body, asked
     assert f"overfetch is at its most ({defaults.OVERFETCH_MOST})" in body
     assert f"at most {defaults.DEPTH_MOST} rows" in body
+
+
+def test_a_rules_pair_by_its_name_is_the_listings(
+        conn: psycopg.Connection[Any], automatic: dict[str, tuple[float, float]]) -> None:
+    # the search reads a rule's pair by name; the replay of an old log, the listing
+    for rule, pair in automatic.items():
+        row = conn.execute("select pgfunnel._automatic_weights(%s)", (rule,)).fetchone()
+        assert row is not None and tuple(row[0]) == pair, rule
+    # a rule that is not there is an error, not NULL weights (a search without a pair)
+    with pytest.raises(psycopg.errors.CaseNotFound):
+        conn.execute("select pgfunnel._automatic_weights('dense_lead')")
