@@ -451,3 +451,20 @@ def test_a_rules_pair_by_its_name_is_the_listings(
     # a rule that is not there is an error, not NULL weights (a search without a pair)
     with pytest.raises(psycopg.errors.CaseNotFound):
         conn.execute("select pgfunnel._automatic_weights('dense_lead')")
+
+
+def test_the_sql_docs_state_the_bounds_python_checks() -> None:
+    # the parameter table of docs/sql.md says each bound Python checks as well (above)
+    n = defaults.number
+    rows = {m.group(1): line for line in (DOCS / "sql.md").read_text().splitlines()
+            if (m := re.match(r"\| `(\w+)`[^|]* \|", line))}
+    stated = {
+        "query_text": f"At most {defaults.QUERY_CHARS_MOST:,} characters".replace(",", " "),
+        "k": f"Rows returned, 1..{defaults.K_MOST}.",
+        "overfetch": f"1..{defaults.OVERFETCH_MOST} (",
+        "lexical_depth": f"Rows each leg ranks, 1..{defaults.DEPTH_MOST} (",
+        "rrf_k": f"> 0 and at most {n(defaults.RRF_K_MOST)} (",
+        "weights": f"each 0 or from {n(defaults.WEIGHT_LEAST)} to {n(defaults.WEIGHT_MOST)},",
+    }
+    for knob, said in stated.items():
+        assert said in rows[knob], f"docs/sql.md's {knob} row no longer says {said!r}"
