@@ -762,6 +762,35 @@ begin
 end
 $$;
 
+-- raise again an error a search function caught, with its SQLSTATE, message, detail and
+-- hint. Raised where it was, Postgres follows an error with the text of every statement
+-- it passed through: psql printed 20 - 40 lines of the funnel's own SQL after a message
+-- such as `fusion: unknown fusion 'x'`; raised from here, the context is this function,
+-- its call and the search function. The search's block that catches it costs a
+-- subtransaction that writes nothing: 0.998x the time of a search without it (pydocs,
+-- 400 searches, paired median). A cancel (57014) is not one of `others` and passes as it
+-- was.
+create or replace function pgfunnel._raise_again(err_state text, err_message text, err_detail text,
+                                                 err_hint text)
+returns void
+language plpgsql
+security invoker
+set search_path = pg_catalog
+as $$
+begin
+    -- an empty detail or hint would still print its own empty line
+    if err_detail <> '' and err_hint <> '' then
+        raise exception using errcode = err_state, message = err_message, detail = err_detail,
+                              hint = err_hint;
+    elsif err_hint <> '' then
+        raise exception using errcode = err_state, message = err_message, hint = err_hint;
+    elsif err_detail <> '' then
+        raise exception using errcode = err_state, message = err_message, detail = err_detail;
+    end if;
+    raise exception using errcode = err_state, message = err_message;
+end
+$$;
+
 -- both legs, fused: the candidate pool with every per-leg rank and score
 create or replace function pgfunnel.candidates(
     query_text text,
@@ -818,25 +847,10 @@ begin
       join pgfunnel.document doc on doc.id = ch.document_id
      order by u.fr;
 exception when others then
-    -- The same error again, raised here. Raised where it was, Postgres follows it with
-    -- the text of every statement it passed through: psql printed 20 - 40 lines of the
-    -- query above and _pool's after a message such as `fusion: unknown fusion 'x'`.
-    -- The SQLSTATE, message, detail and hint are kept (clients map the SQLSTATE;
-    -- pgfunnel's Python errors read the message and hint); a cancel (57014) is not one of
-    -- `others` and passes as it was. The block costs a subtransaction that writes
-    -- nothing: 0.998x the time of a search without it (pydocs, 400 searches, paired
-    -- median).
+    -- the same error without the statements it passed through (see _raise_again)
     get stacked diagnostics err_state = returned_sqlstate, err_message = message_text,
                             err_detail = pg_exception_detail, err_hint = pg_exception_hint;
-    if err_detail <> '' and err_hint <> '' then
-        raise exception using errcode = err_state, message = err_message,
-                              detail = err_detail, hint = err_hint;
-    elsif err_hint <> '' then
-        raise exception using errcode = err_state, message = err_message, hint = err_hint;
-    elsif err_detail <> '' then
-        raise exception using errcode = err_state, message = err_message, detail = err_detail;
-    end if;
-    raise exception using errcode = err_state, message = err_message;
+    perform pgfunnel._raise_again(err_state, err_message, err_detail, err_hint);
 end
 $$;
 
@@ -1208,20 +1222,13 @@ begin
             return;
         exception when others then
             -- the same error without 20 - 40 lines of this function's and _pool's SQL in
-            -- its context (see candidates()). Not around the traced branch below: it writes
-            -- its trace, so a subtransaction there would take a subtransaction id per
-            -- search, and past 64 in one transaction every snapshot on the server slows.
+            -- its context (see _raise_again). Not around the traced branch below: it
+            -- writes its trace, so a subtransaction there would take a subtransaction id
+            -- per search, and past 64 in one transaction every snapshot on the server
+            -- slows.
             get stacked diagnostics err_state = returned_sqlstate, err_message = message_text,
                                     err_detail = pg_exception_detail, err_hint = pg_exception_hint;
-            if err_detail <> '' and err_hint <> '' then
-                raise exception using errcode = err_state, message = err_message,
-                                      detail = err_detail, hint = err_hint;
-            elsif err_hint <> '' then
-                raise exception using errcode = err_state, message = err_message, hint = err_hint;
-            elsif err_detail <> '' then
-                raise exception using errcode = err_state, message = err_message, detail = err_detail;
-            end if;
-            raise exception using errcode = err_state, message = err_message;
+            perform pgfunnel._raise_again(err_state, err_message, err_detail, err_hint);
         end;
     end if;
     -- refused before the search runs, not by final()'s insert after it
