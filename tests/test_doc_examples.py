@@ -1,0 +1,518 @@
+"""Every ```python and ```sql block in README.md and docs/*.md runs as written.
+
+Users copy these examples. Each block is found by doc and index (`python-api.md#3`:
+the fourth python or sql block of docs/python-api.md, indented ones inside list items
+included) and is either run by a check below, against a real database holding the
+help-center corpus the doc assumes, or listed in NOT_RUN with the reason. A new block
+that is neither fails test_every_block_is_run_or_listed, so none is skipped silently.
+
+What a block cannot run here as written is substituted in one place, `_runnable`: the
+doc's placeholder DSN by the test database's, and the hub cross-encoder (which cannot be
+downloaded here) by the tiny local one tests build (`pgfunnel.tiny_models`), on the CPU.
+Names a block takes from the prose around it (`texts`, `search_ids`, ...) are given to it
+in its check, and a block that continues an earlier one runs after it, in one namespace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import subprocess
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(
+    r"^(?P<indent>[ \t]*)```(?P<lang>python|sql)[ \t]*\n(?P<body>.*?)^(?P=indent)```",
+    re.M | re.S)
+
+# what a doc writes where the reader puts their own database, and the hub model that
+# cannot be downloaded here
+DSN_PLACEHOLDERS = ("postgresql://app@db/app",)
+HUB_CROSS_ENCODER = "cross-encoder/ms-marco-MiniLM-L6-v2"
+
+
+def _blocks() -> dict[str, tuple[str, str]]:
+    found: dict[str, tuple[str, str]] = {}
+    for doc in DOCS:
+        for i, m in enumerate(FENCE.finditer(doc.read_text())):
+            found[f"{doc.name}#{i}"] = (m["lang"], textwrap.dedent(m["body"]))
+    return found
+
+
+BLOCKS = _blocks()
+
+NOT_RUN: dict[str, str] = {
+    "sql.md#0": "signature listing: query_text, query_embedding and k are the parameters' "
+                "names, not values (test_defaults.py reads its defaults)",
+    "sql.md#1": "signature listing of pgfunnel.final: chunk_ids and the other arrays are "
+                "parameter names, not values",
+    "sql.md#2": "signature listing of pgfunnel.explain: '<same parameters as candidates>' "
+                "stands for a list",
+    "python-api.md#5": "the Ingester example: run as written, with what its comments say, by "
+                       "test_docs_api.py::test_the_ingester_example_leaves_the_collection_as_it_found_it",
+    "python-rerank.md#2": "the ONNX backend needs the onnx extra, not installed here; without it "
+                          "construction raises ModelLoadError (test_rerank.py::"
+                          "test_onnx_backend_without_extra_says_how_to_install)",
+}
+
+Check = Callable[[pytest.FixtureRequest, str], None]
+CHECKS: dict[str, Check] = {}
+# a block that uses the names an earlier block of its page made runs after that one
+CONTINUES: dict[str, tuple[str, ...]] = {
+    "python-api.md#8": ("python-api.md#7",),
+    "python-api.md#9": ("python-api.md#7",),
+    "python-api.md#10": ("python-api.md#2",),
+}
+
+
+def check(block_id: str) -> Callable[[Check], Check]:
+    def register(fn: Check) -> Check:
+        CHECKS[block_id] = fn
+        return fn
+    return register
+
+
+def _runnable(code: str, *, dsn: str | None = None, cross_encoder: Path | None = None) -> str:
+    """The block with this machine's stand-ins; each substitution must find its target,
+    so that a doc that changes its placeholder breaks here rather than run something else."""
+    if dsn is not None:
+        hits = [p for p in DSN_PLACEHOLDERS if p in code]
+        assert hits, f"no DSN placeholder {DSN_PLACEHOLDERS} in the block"
+        for placeholder in hits:
+            code = code.replace(placeholder, dsn)
+    if cross_encoder is not None:
+        if HUB_CROSS_ENCODER in code.split("#")[0] or f'"{HUB_CROSS_ENCODER}"' in code:
+            code = code.replace(f'"{HUB_CROSS_ENCODER}"', repr(str(cross_encoder)))
+        else:
+            # Reranker() loads the hub model by default: give it the local one, on the CPU
+            assert "Reranker()" in code, "the block makes no Reranker to substitute"
+            code = code.replace("Reranker()", f"Reranker({str(cross_encoder)!r}, device='cpu')")
+    return code
+
+
+def _exec(code: str, namespace: dict[str, Any], name: str) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, name, "exec"), namespace)  # noqa: S102 - the docs' own examples
+    return out.getvalue()
+
+
+# --- databases -------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def helpcenter(server_dsn: str, sample_template: str) -> Iterator[str]:
+    """The help center in collection 'default', as docs/python-api.md prepares it; the
+    examples run against it only read (those that write get a database of their own)."""
+    from conftest import _create_db, _drop_db
+
+    name = "pgf_docex_default"
+    yield _create_db(server_dsn, name, sample_template)
+    _drop_db(server_dsn, name)
+
+
+@pytest.fixture(scope="module")
+def handbook(server_dsn: str, sample_template: str) -> Iterator[str]:
+    """The help center in collection 'handbook', as the README ingests it."""
+    from conftest import _create_db, _drop_db
+
+    name = "pgf_docex_handbook"
+    dsn = _create_db(server_dsn, name, sample_template)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("update pgfunnel.collection set name = 'handbook' where name = 'default'")
+    yield dsn
+    _drop_db(server_dsn, name)
+
+
+@pytest.fixture(scope="module")
+def tiny_ce(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from pgfunnel.tiny_models import build_tiny_cross_encoder
+
+    return build_tiny_cross_encoder(tmp_path_factory.mktemp("doc-ce"))
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+
+
+def _psql(dsn: str, script: str, tmp_path: Path, **variables: str) -> str:
+    """Runs a block as the docs say to, at the psql prompt (psql fills in `:'q'`)."""
+    from pgfunnel.cli.main import demo_psql
+
+    psql, _ = demo_psql()
+    path = tmp_path / "block.sql"
+    path.write_text(script)
+    args = [psql, dsn, "-X", "-v", "ON_ERROR_STOP=1", "-A", "-F", "|", "-P", "footer=off"]
+    for key, value in variables.items():
+        args += ["-v", f"{key}={value}"]
+    res = subprocess.run([*args, "-f", str(path)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def _table(out: str, header_start: str) -> list[dict[str, str]]:
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header_start))
+    header = lines[start].split("|")
+    rows = []
+    for line in lines[start + 1:]:
+        cells = line.split("|")
+        if len(cells) < len(header):
+            break
+        rows.append(dict(zip(header, cells, strict=False)))
+    return rows
+
+
+# --- README.md -------------------------------------------------------------------------
+
+@check("README.md#0")
+def _readme_sql(request: pytest.FixtureRequest, code: str) -> None:
+    # the line above the block: psql "$(pgfunnel dsn)" -v q="$(pgfunnel embed '...' -c handbook)"
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    dsn = request.getfixturevalue("handbook")
+    res = CliRunner().invoke(app, ["embed", "what does err 6358 mean", "-c", "handbook",
+                                   "--dsn", dsn])
+    assert res.exit_code == 0, res.output
+    out = _psql(dsn, code, request.getfixturevalue("tmp_path"), q=res.stdout.strip())
+    rows = _table(out, "citekey|")
+    assert 1 <= len(rows) <= 5, out
+    assert [r["final_rank"] for r in rows] == [str(i) for i in range(1, len(rows) + 1)]
+    assert rows[0]["citekey"] == "err-6358", out
+
+
+@check("README.md#1")
+def _readme_python(request: pytest.FixtureRequest, code: str) -> None:
+    dsn = request.getfixturevalue("handbook")
+    out = _exec(_runnable(code, dsn=dsn), {}, "README.md#1")
+    lines = out.splitlines()
+    assert len(lines) == 5, out
+    assert [line.split()[0] for line in lines] == ["1", "2", "3", "4", "5"]
+    assert lines[0].split()[1] == "refunds-monthly", out
+
+
+# --- docs/python-api.md ----------------------------------------------------------------
+# "Everything below runs against a database prepared with pgfunnel init && pgfunnel
+# ingest pgfunnel/data/helpcenter.jsonl": PGFUNNEL_DSN names that database
+
+def _api_namespace(request: pytest.FixtureRequest, dsn: str, *ids: str) -> dict[str, Any]:
+    request.getfixturevalue("monkeypatch").setenv("PGFUNNEL_DSN", dsn)
+    namespace: dict[str, Any] = {}
+    for block_id in ids:
+        code = BLOCKS[block_id][1]
+        if "Reranker()" in code:
+            code = _runnable(code, cross_encoder=request.getfixturevalue("tiny_ce"))
+        _exec(code, namespace, block_id)
+    return namespace
+
+
+@check("python-api.md#0")
+def _api_funnel(request: pytest.FixtureRequest, code: str) -> None:
+    request.getfixturevalue("monkeypatch").setenv("PGFUNNEL_DSN",
+                                                  request.getfixturevalue("helpcenter"))
+    out = _exec(code, {}, "python-api.md#0")
+    lines = out.splitlines()
+    assert [line.split()[0] for line in lines] == ["1", "2", "3", "4", "5"], out
+    assert lines[0].split()[1] == "refunds-annual", out
+
+
+@check("python-api.md#1")
+def _api_explain(request: pytest.FixtureRequest, code: str) -> None:
+    request.getfixturevalue("monkeypatch").setenv("PGFUNNEL_DSN",
+                                                  request.getfixturevalue("helpcenter"))
+    namespace: dict[str, Any] = {}
+    out = _exec(code, namespace, "python-api.md#1")
+    verdict, reason = out.splitlines()
+    e = namespace["e"]
+    assert (verdict, reason) == (e.verdict, e.reason)
+    # the comments list the verdicts and show a reason for a chunk that k=1 cut
+    assert verdict == "cut at k", out
+    assert reason.startswith(
+        "fused rank 3 is in the pool and not capped, but 2 chunks come before it"), out
+
+
+@check("python-api.md#2")
+def _api_rerank(request: pytest.FixtureRequest, code: str) -> None:
+    request.getfixturevalue("monkeypatch").setenv("PGFUNNEL_DSN",
+                                                  request.getfixturevalue("helpcenter"))
+    namespace: dict[str, Any] = {}
+    out = _exec(_runnable(code, cross_encoder=request.getfixturevalue("tiny_ce")), namespace,
+                "python-api.md#2")
+    resp = namespace["resp"]
+    assert out.startswith("True ["), out
+    assert resp.reranked and len(resp.results) == 5
+    assert all(r.rerank_rank is not None for r in resp.results)
+
+
+@check("python-api.md#3")
+def _api_model_load_error(request: pytest.FixtureRequest, code: str) -> None:
+    out = _exec(code, {}, "python-api.md#3")
+    assert out.strip() == "rerank_model no-such-org/no-such-model"
+
+
+@check("python-api.md#4")
+def _api_transforms(request: pytest.FixtureRequest, code: str) -> None:
+    request.getfixturevalue("monkeypatch").setenv("PGFUNNEL_DSN",
+                                                  request.getfixturevalue("helpcenter"))
+    out = _exec(code, {}, "python-api.md#4")
+    parts, rewrite, followup = out.splitlines()
+    assert parts == str(["currency on monthly plans", "levy on annual plans"]), out
+    assert rewrite.startswith("what does ERR-4029 mean fallback: "), out
+    assert "ERR-4029" in rewrite.removeprefix("what does ERR-4029 mean"), out
+    assert followup == "refunds what about monthly plans?", out
+
+
+@check("python-api.md#6")
+def _api_embedding_inputs(request: pytest.FixtureRequest, code: str) -> None:
+    # `doc` is the record whose vectors the prose computes: one with a section
+    from pgfunnel.sources import DocumentRecord, chunk_text
+
+    doc = DocumentRecord(citekey="kb-7", title="Billing",
+                         text="# Billing\n\n## Refunds\n\nAnnual plans are refunded pro rata.")
+    namespace: dict[str, Any] = {"doc": doc}
+    _exec(code, namespace, "python-api.md#6")
+    chunks = list(chunk_text(doc.text))
+    assert len(namespace["inputs"]) == len(chunks) >= 1
+    assert all("Annual plans are refunded" in i for i in namespace["inputs"][-1:])
+    assert any("Refunds" in i for i in namespace["inputs"]), namespace["inputs"]
+
+
+@check("python-api.md#7")
+def _api_sqla(request: pytest.FixtureRequest, code: str) -> None:
+    namespace = _api_namespace(request, request.getfixturevalue("helpcenter"))
+    out = _exec(code, namespace, "python-api.md#7")
+    namespace["engine"].dispose()
+    rows = [line.split() for line in out.splitlines()]
+    assert [r[0] for r in rows] == ["1", "2", "3", "4", "5"], out
+    assert rows[0][1:] == ["refunds-annual", "en"], out
+    assert len({r[1] for r in rows}) == 5, "per_source_cap=1 gives one chunk per document"
+
+
+@check("python-api.md#8")
+def _api_sqla_trace(request: pytest.FixtureRequest, code: str) -> None:
+    dsn = request.getfixturevalue("sample_db")   # it commits a trace
+    namespace = _api_namespace(request, dsn, *CONTINUES["python-api.md#8"])
+    _exec(code, namespace, "python-api.md#8")
+    namespace["engine"].dispose()
+    with psycopg.connect(dsn) as conn:
+        logged = [r[0] for r in conn.execute("select id from pgfunnel.search_log")]
+    assert logged == [namespace["search_id"]]
+    assert namespace["rows"] and all(len(r) == 2 for r in namespace["rows"])
+
+
+@check("python-api.md#9")
+def _api_sqla_errors(request: pytest.FixtureRequest, code: str) -> None:
+    namespace = _api_namespace(request, request.getfixturevalue("helpcenter"),
+                               *CONTINUES["python-api.md#9"])
+    _exec(code, namespace, "python-api.md#9")
+    namespace["engine"].dispose()
+    assert [r.citekey for r in namespace["rows"]][0] == "refunds-annual"
+
+
+@check("python-api.md#10")
+def _api_packing(request: pytest.FixtureRequest, code: str) -> None:
+    namespace = _api_namespace(request, request.getfixturevalue("helpcenter"),
+                               *CONTINUES["python-api.md#10"])
+    out = _exec(code, namespace, "python-api.md#10")
+    packed = namespace["packed"]
+    assert len(packed.kept) + len(packed.dropped) == len(namespace["resp"].results)
+    assert out.count("dropped ") == len(packed.dropped)
+
+
+# --- docs/python-rerank.md -------------------------------------------------------------
+# its blocks name what the page's prose has in hand (a reranker, the pool's texts, a
+# search function): those are given here, from the help center
+
+def _pool(request: pytest.FixtureRequest, query: str, k: int = 10) -> list[Any]:
+    from pgfunnel.search import Funnel
+
+    with Funnel(request.getfixturevalue("helpcenter"),
+                embedder=request.getfixturevalue("embedder")) as funnel:
+        return funnel.search(query, k=k, principals=[]).results
+
+
+def _search_ids(request: pytest.FixtureRequest) -> Callable[[str], list[int]]:
+    return lambda q: [r.chunk_id for r in _pool(request, q)]
+
+
+def _reranker(request: pytest.FixtureRequest) -> Any:
+    from pgfunnel.rerank import Reranker
+
+    return Reranker(request.getfixturevalue("tiny_ce"), device="cpu")
+
+
+@check("python-rerank.md#0")
+def _rr_rank(request: pytest.FixtureRequest, code: str) -> None:
+    texts = [r.text for r in _pool(request, "refund on a monthly plan", k=12)]
+    namespace: dict[str, Any] = {"texts": texts}
+    _exec(_runnable(code, cross_encoder=request.getfixturevalue("tiny_ce")), namespace,
+          "python-rerank.md#0")
+    rows = namespace["rows"]
+    assert len(rows) == 10
+    assert all(set(r) == {"corpus_id", "score", "text"} for r in rows)
+    assert [r["score"] for r in rows] == sorted((r["score"] for r in rows), reverse=True)
+    assert all(r["text"] == texts[r["corpus_id"]][:len(r["text"])] for r in rows)
+
+
+@check("python-rerank.md#1")
+def _rr_settings(request: pytest.FixtureRequest, code: str) -> None:
+    # the listing is a call with every default spelled out: what it makes is what
+    # Reranker(model) makes, and its comments say what those defaults are on a CPU
+    from pgfunnel.rerank import Reranker
+
+    tiny = request.getfixturevalue("tiny_ce")
+    made = eval(_runnable(code, cross_encoder=tiny), {"Reranker": Reranker})  # noqa: S307
+    plain = Reranker(str(tiny))
+    for attr in ("device", "batch_size", "max_length", "fp16", "backend", "snippet_chars"):
+        assert getattr(made, attr) == getattr(plain, attr), attr
+    assert (made.device, made.batch_size, made.backend, made.snippet_chars) == (
+        "cpu", 32, "torch", 1000)
+    assert not made.fp16
+
+
+@check("python-rerank.md#3")
+def _rr_gate(request: pytest.FixtureRequest, code: str) -> None:
+    pool = _pool(request, "refund on a monthly plan")
+    decisive = {"fused_scores": [1.0, 0.1], "reranker": _reranker(request),
+                "query": "refund on a monthly plan", "texts": [r.text for r in pool]}
+    _exec(code, decisive, "python-rerank.md#3")
+    assert "order" not in decisive, "a top score far ahead skips the reranker"
+    close = {**decisive, "fused_scores": [1.0, 0.99]}
+    _exec(code, close, "python-rerank.md#3")
+    assert len(close["order"]) == len(pool)
+
+
+@check("python-rerank.md#4")
+def _rr_multi(request: pytest.FixtureRequest, code: str) -> None:
+    namespace: dict[str, Any] = {
+        "query": "refund on an annual plan",
+        "paraphrases": ["money back for a yearly plan", "", "refund on an annual plan"],
+        "search_ids": _search_ids(request)}
+    _exec(code, namespace, "python-rerank.md#4")
+    assert namespace["mq"].queries == ["refund on an annual plan",
+                                       "money back for a yearly plan"]
+    fused = namespace["fused"]
+    assert fused and all(isinstance(cid, int) for cid, _ in fused)
+    assert [s for _, s in fused] == sorted((s for _, s in fused), reverse=True)
+
+
+@check("python-rerank.md#5")
+def _rr_decompose(request: pytest.FixtureRequest, code: str) -> None:
+    namespace: dict[str, Any] = {"search_ids": _search_ids(request)}
+    _exec(code, namespace, "python-rerank.md#5")
+    assert namespace["d"].parts == ["currency on monthly plans", "levy on annual plans"]
+    merged = namespace["merged"]
+    assert len(merged) == 10 == len(set(merged))
+
+
+@check("python-rerank.md#6")
+def _rr_rewrite(request: pytest.FixtureRequest, code: str) -> None:
+    namespace: dict[str, Any] = {"call_llm_rewrite": lambda q: "meaning of error code",
+                                 "trace": {}}
+    _exec(code, namespace, "python-rerank.md#6")
+    r = namespace["trace"]["rewrite"]
+    assert namespace["search_text"] == "what does ERR-4029 mean on monthly plans"
+    assert not r.used_rewrite and "ERR-4029" in r.reason
+    for attr in ("used_rewrite", "reason", "protected", "missing", "elapsed_s"):
+        assert hasattr(r, attr), attr
+
+
+@check("python-rerank.md#7")
+def _rr_followup(request: pytest.FixtureRequest, code: str) -> None:
+    namespace: dict[str, Any] = {}
+    _exec(code, namespace, "python-rerank.md#7")
+    res = namespace["res"]
+    assert res.query == "refunds what about monthly plans?"
+    assert res.carried_terms == ["refunds"]
+
+
+@check("python-rerank.md#8")
+def _rr_packing(request: pytest.FixtureRequest, code: str) -> None:
+    # the pool, and a copy of its best chunk as a dict with an id, as the comment's 42
+    pool = _pool(request, "refund on a monthly plan", k=20)
+    final_chunks = [*pool, {"id": 42, "text": pool[0].text}]
+    namespace: dict[str, Any] = {"final_chunks": final_chunks,
+                                 "reader_tokenizer": _reranker(request).tokenizer}
+    _exec(code, namespace, "python-rerank.md#8")
+    res = namespace["res"]
+    assert len(res.kept) + len(res.dropped) == len(final_chunks)
+    reasons = [reason for _, reason in res.dropped]
+    assert f"near-duplicate of {pool[0].chunk_id}" in reasons, reasons
+    assert all(r == "over token budget" or r.startswith("near-duplicate of ") for r in reasons)
+    assert namespace["prompt_chunks"] == res.kept and res.kept
+
+
+@check("python-rerank.md#9")
+def _rr_tiny_models(request: pytest.FixtureRequest, code: str) -> None:
+    from sentence_transformers import CrossEncoder, SentenceTransformer
+
+    namespace: dict[str, Any] = {"tmp_path": request.getfixturevalue("tmp_path")}
+    _exec(code, namespace, "python-rerank.md#9")
+    assert CrossEncoder(str(namespace["path"])).predict([("a", "b")]).shape == (1,)
+    assert CrossEncoder(str(namespace["bench"])).predict([("a", "b")]).shape == (1,)
+    assert SentenceTransformer(str(namespace["bi"])).encode(["a"]).shape == (1, 64)
+
+
+# --- docs/security.md ------------------------------------------------------------------
+
+@check("security.md#0")
+def _sec_roles(request: pytest.FixtureRequest, code: str) -> None:
+    from pgfunnel import schema
+    from pgfunnel.security import security_findings
+
+    dsn = request.getfixturevalue("db")
+    schema.init(dsn, rls=True)
+    roles = ("webapp", "ingest_job")
+    try:
+        _psql(dsn, code, request.getfixturevalue("tmp_path"))
+        with psycopg.connect(dsn) as conn:
+            member = conn.execute(
+                "select pg_has_role('webapp', 'pgfunnel_reader', 'member'),"
+                " pg_has_role('ingest_job', 'pgfunnel_writer', 'member'),"
+                " (select rolsuper or rolbypassrls from pg_roles where rolname = 'webapp')"
+            ).fetchone()
+            assert member == (True, True, False)
+            findings = security_findings(conn, app_role="webapp")
+        assert not [f for f in findings if f.level == "error"], findings
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for role in roles:
+                conn.execute(sql.SQL("drop owned by {} cascade").format(sql.Identifier(role)))
+                conn.execute(sql.SQL("drop role {}").format(sql.Identifier(role)))
+
+
+@check("security.md#1")
+def _sec_reader_setting(request: pytest.FixtureRequest, code: str) -> None:
+    out = _psql(request.getfixturevalue("handbook"), code, request.getfixturevalue("tmp_path"))
+    rows = _table(out, "chunk_id|")
+    assert rows and rows[0]["citekey"].startswith("refund"), out
+
+
+# --- the tests -------------------------------------------------------------------------
+
+def test_every_block_is_run_or_listed() -> None:
+    assert len(BLOCKS) >= 26, sorted(BLOCKS)
+    both = set(CHECKS) & set(NOT_RUN)
+    assert not both, f"blocks both run and listed as not run: {sorted(both)}"
+    unhandled = set(BLOCKS) - set(CHECKS) - set(NOT_RUN)
+    assert not unhandled, f"doc blocks neither run nor listed in NOT_RUN: {sorted(unhandled)}"
+    stale = (set(CHECKS) | set(NOT_RUN) | set(CONTINUES)) - set(BLOCKS)
+    assert not stale, f"entries for blocks the docs no longer have: {sorted(stale)}"
+
+
+@pytest.mark.parametrize("block_id", sorted(BLOCKS))
+def test_doc_block_runs_as_written(block_id: str, request: pytest.FixtureRequest) -> None:
+    if block_id in NOT_RUN:
+        pytest.skip(f"{block_id}: {NOT_RUN[block_id]}")
+    CHECKS[block_id](request, BLOCKS[block_id][1])
