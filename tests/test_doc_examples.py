@@ -516,3 +516,77 @@ def test_doc_block_runs_as_written(block_id: str, request: pytest.FixtureRequest
     if block_id in NOT_RUN:
         pytest.skip(f"{block_id}: {NOT_RUN[block_id]}")
     CHECKS[block_id](request, BLOCKS[block_id][1])
+
+
+# --- README.md's first screen: the commands of "Use it" --------------------------------
+
+def _use_it_commands() -> list[list[str]]:
+    import shlex
+
+    text = (ROOT / "README.md").read_text()
+    block = text.split("## Use it", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    return [shlex.split(line, comments=True)[1:] for line in block.splitlines()
+            if line.startswith("pgfunnel ")]
+
+
+def _options(args: list[str]) -> tuple[Any, list[str]]:
+    """The click command a command line names, and the options it gives."""
+    import typer
+    from pgfunnel.cli.main import app
+
+    command: Any = typer.main.get_command(app)
+    rest = list(args)
+    while hasattr(command, "commands") and rest and rest[0] in command.commands:
+        command = command.commands[rest.pop(0)]
+    return command, [a.split("=", 1)[0] for a in rest if a.startswith("-")]
+
+
+def test_the_readmes_commands_name_options_their_commands_have() -> None:
+    commands = _use_it_commands()
+    assert len(commands) >= 8, commands
+    for args in commands:
+        command, given = _options(args)
+        known = {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
+        assert set(given) <= known, f"pgfunnel {' '.join(args)}: {sorted(set(given) - known)}"
+
+
+def test_the_readmes_commands_run_as_written(server_dsn: str, sample_template: str,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # on a database named by PGFUNNEL_DSN (the README's commands name none) that already
+    # holds the help center as 'handbook', so that its ingest finds every document
+    # unchanged and embeds nothing; from the repository's root, as a user who cloned it
+    # runs them. Substituted: the docs/ ingest runs with --dry-run (the variant its comment
+    # gives), since embedding the whole docs folder takes a minute on a CPU. Left out: the
+    # two eval lines (the judged run takes minutes and the BEIR files are the user's own),
+    # whose options the test above checks
+    from conftest import _create_db, _drop_db
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    name = "pgf_docex_readme"
+    db = _create_db(server_dsn, name, sample_template)
+    try:
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute("update pgfunnel.collection set name = 'handbook'"
+                         " where name = 'default'")
+        monkeypatch.setenv("PGFUNNEL_DSN", db)
+        monkeypatch.chdir(ROOT)
+        outputs: dict[str, str] = {}
+        for args in _use_it_commands():
+            if args[0] == "eval":
+                continue
+            if args[:2] == ["ingest", "docs/"]:
+                args = [*args, "--dry-run"]
+            res = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+            assert res.exit_code == 0, f"pgfunnel {' '.join(args)}: {res.output}"
+            outputs[" ".join(args[:2])] = res.output
+    finally:
+        _drop_db(server_dsn, name)
+    assert len(outputs) == 7, sorted(outputs)
+    assert "refunds-monthly" in outputs["search refund on a monthly plan"]
+    explained = outputs["explain refund on a monthly plan"]
+    assert "refunds-annual" in explained, explained
+    ingested = outputs["ingest docs/"]
+    assert "(dry run: nothing written)" in ingested, ingested
+    assert any(line.split()[:1] == ["python-api"] for line in ingested.splitlines()), ingested
+    assert outputs["dsn"].strip() == db
