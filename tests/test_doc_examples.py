@@ -119,17 +119,28 @@ def helpcenter(server_dsn: str, sample_template: str) -> Iterator[str]:
     _drop_db(server_dsn, name)
 
 
+def _help_center_as(server_dsn: str, template: str, collection: str) -> Iterator[str]:
+    from conftest import _create_db, _drop_db
+
+    name = f"pgf_docex_{collection}"
+    dsn = _create_db(server_dsn, name, template)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("update pgfunnel.collection set name = %s where name = 'default'",
+                     (collection,))
+    yield dsn
+    _drop_db(server_dsn, name)
+
+
 @pytest.fixture(scope="module")
 def handbook(server_dsn: str, sample_template: str) -> Iterator[str]:
     """The help center in collection 'handbook', as the README ingests it."""
-    from conftest import _create_db, _drop_db
+    yield from _help_center_as(server_dsn, sample_template, "handbook")
 
-    name = "pgf_docex_handbook"
-    dsn = _create_db(server_dsn, name, sample_template)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("update pgfunnel.collection set name = 'handbook' where name = 'default'")
-    yield dsn
-    _drop_db(server_dsn, name)
+
+@pytest.fixture(scope="module")
+def demo(server_dsn: str, sample_template: str) -> Iterator[str]:
+    """The help center in collection 'demo', as `pgfunnel demo` ingests it (docs/cli.md)."""
+    yield from _help_center_as(server_dsn, sample_template, "demo")
 
 
 @pytest.fixture(scope="module")
@@ -590,3 +601,42 @@ def test_the_readmes_commands_run_as_written(server_dsn: str, sample_template: s
     assert "(dry run: nothing written)" in ingested, ingested
     assert any(line.split()[:1] == ["python-api"] for line in ingested.splitlines()), ingested
     assert outputs["dsn"].strip() == db
+
+
+# --- docs/cli.md: the examples that show what a command prints --------------------------
+
+def test_cli_md_embed_example_runs_in_psql(demo: str, tmp_path: Path) -> None:
+    # `pgfunnel embed`'s example: psql -v q="$(pgfunnel embed '...' -c demo)" <<'SQL' ... SQL
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    text = (ROOT / "docs" / "cli.md").read_text()
+    section = text.split("### `pgfunnel embed", 1)[1].split("\n### ", 1)[0]
+    command = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    embedded = re.search(r"pgfunnel embed '([^']*)' -c (\w+)\)", command)
+    assert embedded, command
+    query, collection = embedded.groups()
+    script = command.split("<<'SQL'\n", 1)[1].split("\nSQL\n", 1)[0]
+    res = CliRunner().invoke(app, ["embed", query, "-c", collection, "--dsn", demo])
+    assert res.exit_code == 0, res.output
+    out = _psql(demo, script, tmp_path, q=res.stdout.strip())
+    rows = _table(out, "citekey|")
+    assert list(rows[0]) == ["citekey", "lexical_rank", "dense_rank", "final_rank"]
+    assert len(rows) == 5 and rows[0]["citekey"] == "refunds-monthly", out
+
+
+def test_cli_md_capped_line_is_what_search_prints(helpcenter: str) -> None:
+    import shlex
+
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    text = " ".join((ROOT / "docs" / "cli.md").read_text().split())
+    shown = re.search(
+        r"says so \(`pgfunnel (search [^`]*)` on the help center\): `(capped: [^`]*)`", text)
+    assert shown, "docs/cli.md no longer shows the capped: line with its command"
+    args = shlex.split(shown[1])
+    res = CliRunner().invoke(app, [*args, "--dsn", helpcenter], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    [capped] = [line for line in res.stdout.splitlines() if line.startswith("capped: ")]
+    assert capped.startswith(shown[2].removesuffix("...").rstrip()), (capped, shown[2])
