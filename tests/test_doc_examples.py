@@ -51,12 +51,6 @@ def _blocks() -> dict[str, tuple[str, str]]:
 BLOCKS = _blocks()
 
 NOT_RUN: dict[str, str] = {
-    "sql.md#0": "signature listing: query_text, query_embedding and k are the parameters' "
-                "names, not values (test_defaults.py reads its defaults)",
-    "sql.md#1": "signature listing of pgfunnel.final: chunk_ids and the other arrays are "
-                "parameter names, not values",
-    "sql.md#2": "signature listing of pgfunnel.explain: '<same parameters as candidates>' "
-                "stands for a list",
     "python-api.md#5": "the Ingester example: run as written, with what its comments say, by "
                        "test_docs_api.py::test_the_ingester_example_leaves_the_collection_as_it_found_it",
     "python-rerank.md#2": "the ONNX backend needs the onnx extra, not installed here; without it "
@@ -508,6 +502,55 @@ def _sec_reader_setting(request: pytest.FixtureRequest, code: str) -> None:
     out = _psql(request.getfixturevalue("handbook"), code, request.getfixturevalue("tmp_path"))
     rows = _table(out, "chunk_id|")
     assert rows and rows[0]["citekey"].startswith("refund"), out
+
+
+# --- docs/sql.md: signature listings ----------------------------------------------------
+# each names its parameters (query_text, chunk_ids, ...) where a call has values, so it
+# cannot run; what it states is the function's signature: its parameters, in order, and
+# the defaults it writes, which are compared with the ones the database declares
+
+def _listed(code: str) -> tuple[str, list[tuple[str, str | None]]]:
+    m = re.fullmatch(r"select \* from ([\w.]+)\((.*)\);", " ".join(code.split()))
+    assert m, code
+    params: list[tuple[str, str | None]] = []
+    for arg in m[2].split(", "):
+        name, _, default = arg.partition(" => ")
+        params.append((name, default.lower() or None))
+    return m[1], params
+
+
+def _declared(conn: psycopg.Connection[Any], function: str) -> list[tuple[str, str | None]]:
+    [(args,)] = conn.execute(
+        "select pg_get_function_arguments(p.oid) from pg_proc p join pg_namespace n"
+        " on n.oid = p.pronamespace where n.nspname = 'pgfunnel' and p.proname = %s",
+        (function.removeprefix("pgfunnel."),)).fetchall()
+    params: list[tuple[str, str | None]] = []
+    for arg in args.split(", "):
+        m = re.fullmatch(r"(\w+) [\w .\[\]]+?(?: DEFAULT (.+))?", arg)
+        assert m, arg
+        default = re.sub(r"::[\w .\[\]]+$", "", m[2]).lower() if m[2] else None
+        params.append((m[1], default))
+    return params
+
+
+def _signature(request: pytest.FixtureRequest, code: str) -> None:
+    function, listed = _listed(code)
+    with psycopg.connect(request.getfixturevalue("helpcenter")) as conn:
+        declared = _declared(conn, function)
+        if listed[-1][0] == "<same parameters as candidates>":
+            # explain's own arguments, then candidates' after its query text and vector
+            listed = listed[:-1] + [p for p in _declared(conn, "candidates")
+                                    if p[0] not in ("query_text", "query_embedding")]
+            listed = [(name, None) if default is None else (name, default)
+                      for name, default in listed]
+    assert [name for name, _ in listed] == [name for name, _ in declared], function
+    for (name, default), (_, actual) in zip(listed, declared, strict=True):
+        if default is not None:
+            assert default == actual, f"{function}: {name} => {default}, declared {actual}"
+
+
+for _block in ("sql.md#0", "sql.md#1", "sql.md#2"):
+    check(_block)(_signature)
 
 
 # --- the tests -------------------------------------------------------------------------
