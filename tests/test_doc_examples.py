@@ -162,6 +162,18 @@ def _psql(dsn: str, script: str, tmp_path: Path, **variables: str) -> str:
     return res.stdout
 
 
+def _embedded(command: str, dsn: str) -> str:
+    """What `$(pgfunnel embed 'TEXT' -c NAME)` in a doc's psql line prints."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    embed = re.search(r"\$\(pgfunnel embed '([^']*)' -c ([\w-]+)\)", command)
+    assert embed, command
+    res = CliRunner().invoke(app, ["embed", embed[1], "-c", embed[2], "--dsn", dsn])
+    assert res.exit_code == 0, res.output
+    return res.stdout.strip()
+
+
 def _table(out: str, header_start: str) -> list[dict[str, str]]:
     lines = out.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(header_start))
@@ -179,15 +191,11 @@ def _table(out: str, header_start: str) -> list[dict[str, str]]:
 
 @check("README.md#0")
 def _readme_sql(request: pytest.FixtureRequest, code: str) -> None:
-    # the line above the block: psql "$(pgfunnel dsn)" -v q="$(pgfunnel embed '...' -c handbook)"
-    from pgfunnel.cli.main import app
-    from typer.testing import CliRunner
-
+    # q is what the psql line above the block gives it: -v q="$(pgfunnel embed ...)"
     dsn = request.getfixturevalue("handbook")
-    res = CliRunner().invoke(app, ["embed", "what does err 6358 mean", "-c", "handbook",
-                                   "--dsn", dsn])
-    assert res.exit_code == 0, res.output
-    out = _psql(dsn, code, request.getfixturevalue("tmp_path"), q=res.stdout.strip())
+    readme = (ROOT / "README.md").read_text()
+    line = readme.split("```sql\n" + code, 1)[0].rsplit("```bash\n", 1)[1]
+    out = _psql(dsn, code, request.getfixturevalue("tmp_path"), q=_embedded(line, dsn))
     rows = _table(out, "citekey|")
     assert 1 <= len(rows) <= 5, out
     assert [r["final_rank"] for r in rows] == [str(i) for i in range(1, len(rows) + 1)]
@@ -381,6 +389,20 @@ def _rr_settings(request: pytest.FixtureRequest, code: str) -> None:
     assert (made.device, made.batch_size, made.backend, made.snippet_chars) == (
         "cpu", 32, "torch", 1000)
     assert not made.fp16
+    # and the values it spells out are Reranker's declared defaults, the model's included;
+    # "every argument after the model is keyword-only"
+    import ast
+    import inspect
+
+    call = ast.parse(code, mode="eval").body
+    assert isinstance(call, ast.Call)
+    declared = inspect.signature(Reranker).parameters
+    listed = {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords}
+    assert list(listed) == list(declared)
+    for name, value in listed.items():
+        assert declared[name].default == value, (name, value, declared[name].default)
+    assert [p.kind for p in declared.values()][1:] == [inspect.Parameter.KEYWORD_ONLY] * (
+        len(declared) - 1)
 
 
 @check("python-rerank.md#2")
@@ -668,19 +690,11 @@ def test_the_readmes_commands_run_as_written(server_dsn: str, sample_template: s
 
 def test_cli_md_embed_example_runs_in_psql(demo: str, tmp_path: Path) -> None:
     # `pgfunnel embed`'s example: psql -v q="$(pgfunnel embed '...' -c demo)" <<'SQL' ... SQL
-    from pgfunnel.cli.main import app
-    from typer.testing import CliRunner
-
     text = (ROOT / "docs" / "cli.md").read_text()
     section = text.split("### `pgfunnel embed", 1)[1].split("\n### ", 1)[0]
     command = section.split("```bash\n", 1)[1].split("```", 1)[0]
-    embedded = re.search(r"pgfunnel embed '([^']*)' -c (\w+)\)", command)
-    assert embedded, command
-    query, collection = embedded.groups()
     script = command.split("<<'SQL'\n", 1)[1].split("\nSQL\n", 1)[0]
-    res = CliRunner().invoke(app, ["embed", query, "-c", collection, "--dsn", demo])
-    assert res.exit_code == 0, res.output
-    out = _psql(demo, script, tmp_path, q=res.stdout.strip())
+    out = _psql(demo, script, tmp_path, q=_embedded(command, demo))
     rows = _table(out, "citekey|")
     assert list(rows[0]) == ["citekey", "lexical_rank", "dense_rank", "final_rank"]
     assert len(rows) == 5 and rows[0]["citekey"] == "refunds-monthly", out
