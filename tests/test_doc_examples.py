@@ -715,3 +715,43 @@ def test_cli_md_capped_line_is_what_search_prints(helpcenter: str) -> None:
     assert res.exit_code == 0, res.output
     [capped] = [line for line in res.stdout.splitlines() if line.startswith("capped: ")]
     assert capped.startswith(shown[2].removesuffix("...").rstrip()), (capped, shown[2])
+
+
+# the commands whose section lists the keys of their --json object, run in this order
+# (the last drops the collection) with the arguments that make each do its work
+_JSON_RUNS = {
+    "init": ["init"],
+    "doctor": ["doctor"],
+    "migrate": ["migrate"],
+    "delete": ["delete", "refunds-annual", "no-such-doc"],
+    "embed": ["embed", "refund on a monthly plan"],
+    "versions drop-collection": ["versions", "drop-collection", "default", "--yes"],
+}
+
+
+def test_cli_md_json_keys_are_what_each_command_prints(sample_db: str) -> None:
+    import json
+
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    page = (ROOT / "docs" / "cli.md").read_text()
+    listed: dict[str, list[str]] = {}
+    for section in page.split("\n### `pgfunnel ")[1:]:
+        command = " ".join(w for w in section.split("`", 1)[0].split()
+                           if re.fullmatch(r"[a-z][a-z-]*", w))
+        flat = " ".join(section.split())
+        for keys in re.findall(r"`--json`: `\{([^`]*)\}`", flat):
+            # {"a", "b"}, or {"a": TYPE, ...} where a value is spelled out (doctor's)
+            listed[command] = (re.findall(r'"(\w+)":', keys)
+                               or re.findall(r'"(\w+)"', keys))
+    assert set(listed) == set(_JSON_RUNS), sorted(listed)
+    for command, args in _JSON_RUNS.items():
+        res = CliRunner().invoke(app, [*args, "--json", "--dsn", sample_db])
+        assert res.exit_code == 0, (command, res.output)
+        printed = json.loads(res.stdout)
+        assert list(printed) == listed[command], (command, list(printed))
+    # doctor's findings: [{"level", "check", "message"}]
+    res = CliRunner().invoke(app, ["doctor", "--json", "--dsn", sample_db])
+    findings = json.loads(res.stdout)["findings"]
+    assert findings and all(list(f) == ["level", "check", "message"] for f in findings)
