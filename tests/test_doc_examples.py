@@ -516,7 +516,7 @@ def _sec_roles(request: pytest.FixtureRequest, code: str) -> None:
     from pgfunnel import schema
     from pgfunnel.security import security_findings
 
-    dsn = request.getfixturevalue("db")
+    dsn = request.getfixturevalue("sample_db")
     schema.init(dsn, rls=True)
     roles = ("webapp", "ingest_job")
     try:
@@ -529,7 +529,16 @@ def _sec_roles(request: pytest.FixtureRequest, code: str) -> None:
             ).fetchone()
             assert member == (True, True, False)
             findings = security_findings(conn, app_role="webapp")
+            # "search (and write traces)": as webapp, with the reader set, under RLS
+            conn.execute("set role webapp")
+            conn.execute("select set_config('pgfunnel.principals', '[]', true)")
+            traced = conn.execute("select count(*) from pgfunnel.funnel_search("
+                                  "'refund', principals => '{}', trace => true)").fetchone()
+            logged = conn.execute("select pgfunnel.last_search_id()").fetchone()
+            conn.commit()
         assert not [f for f in findings if f.level == "error"], findings
+        assert traced is not None and traced[0] > 0
+        assert logged is not None and logged[0] is not None
     finally:
         with psycopg.connect(dsn, autocommit=True) as conn:
             for role in roles:
