@@ -449,7 +449,17 @@ def _rr_multi(request: pytest.FixtureRequest, code: str) -> None:
                                        "money back for a yearly plan"]
     fused = namespace["fused"]
     assert fused and all(isinstance(cid, int) for cid, _ in fused)
-    assert [s for _, s in fused] == sorted((s for _, s in fused), reverse=True)
+    # the page's rule: sum(w_i / (k + rank_i)), ranks from 1; ties in the order the keys
+    # are first met scanning rank by rank across the lists
+    lists = namespace["lists"]
+    expected: dict[int, float] = {}
+    for rank in range(max(map(len, lists))):
+        for ranked in lists:
+            if rank < len(ranked):
+                expected[ranked[rank]] = expected.get(ranked[rank], 0.0) + 1 / (60 + rank + 1)
+    order = sorted(expected, key=lambda cid: -expected[cid])   # stable: first met first
+    assert [cid for cid, _ in fused] == order
+    assert [s for _, s in fused] == pytest.approx([expected[cid] for cid in order])
 
 
 @check("python-rerank.md#5")
@@ -458,7 +468,20 @@ def _rr_decompose(request: pytest.FixtureRequest, code: str) -> None:
     _exec(code, namespace, "python-rerank.md#5")
     assert namespace["d"].parts == ["currency on monthly plans", "levy on annual plans"]
     merged = namespace["merged"]
-    assert len(merged) == 10 == len(set(merged))
+    # "every part its share of the first k slots": in turn, each part's best chunk not
+    # already taken (a repeat is skipped, the part keeps its turn), the first 10 kept
+    parts = [_search_ids(request)(p) for p in namespace["d"].parts]
+    expected: list[int] = []
+    while len(expected) < 10:
+        taken = len(expected)
+        for ranked in parts:
+            best = next((cid for cid in ranked if cid not in expected), None)
+            if best is not None and len(expected) < 10:
+                expected.append(best)
+        if len(expected) == taken:
+            break
+    assert merged == expected
+    assert all(merged[i] in parts[i % 2] for i in range(len(merged)))
 
 
 @check("python-rerank.md#6")
