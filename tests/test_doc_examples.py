@@ -667,13 +667,36 @@ def _options(args: list[str]) -> tuple[Any, list[str]]:
     return command, [a.split("=", 1)[0] for a in rest if a.startswith("-")]
 
 
-def test_the_readmes_commands_name_options_their_commands_have() -> None:
-    commands = _use_it_commands()
-    assert len(commands) >= 8, commands
-    for args in commands:
+SHELL = re.compile(r"^(?P<indent>[ \t]*)```(?:bash|sh)[ \t]*\n(?P<body>.*?)^(?P=indent)```",
+                   re.M | re.S)
+
+
+def _shell_commands() -> list[tuple[str, list[str]]]:
+    """Each `pgfunnel ...` of the docs' shell blocks: at a line's start, after `&&` or in
+    `$(...)`, up to a pipe, a comment, a heredoc or the closing parenthesis."""
+    import shlex
+
+    found = []
+    for doc in [*DOCS, ROOT / "bench" / "README.md", ROOT / "examples" / "webapp" / "README.md",
+                ROOT / "docker" / "README.md"]:
+        for m in SHELL.finditer(doc.read_text()):
+            for line in m["body"].replace("\\\n", " ").splitlines():
+                for seg in re.findall(r"(?:^|\$\(|&&)\s*pgfunnel ([^|)#<&]*)", line):
+                    found.append((doc.name, shlex.split(seg)))
+    return found
+
+
+def test_the_docs_commands_name_options_their_commands_have() -> None:
+    commands = _shell_commands()
+    assert len(commands) >= 30, commands
+    for doc, args in commands:
         command, given = _options(args)
         known = {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
-        assert set(given) <= known, f"pgfunnel {' '.join(args)}: {sorted(set(given) - known)}"
+        assert set(given) <= known, f"{doc}: pgfunnel {' '.join(args)}: {set(given) - known}"
+        # a file of this repository that a command names is there
+        for arg in args:
+            if arg.startswith(("pgfunnel/", "docs/")):
+                assert (ROOT / arg).exists(), f"{doc}: pgfunnel {' '.join(args)}: no {arg}"
 
 
 def test_the_readmes_commands_run_as_written(server_dsn: str, sample_template: str,
