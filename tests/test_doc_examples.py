@@ -110,10 +110,11 @@ def helpcenter(server_dsn: str, sample_template: str) -> Iterator[str]:
     _drop_db(server_dsn, name)
 
 
-def _help_center_as(server_dsn: str, template: str, collection: str) -> Iterator[str]:
+def _help_center_as(server_dsn: str, template: str, collection: str,
+                    name: str | None = None) -> Iterator[str]:
     from conftest import _create_db, _drop_db
 
-    name = f"pgf_docex_{collection}"
+    name = name or f"pgf_docex_{collection}"
     dsn = _create_db(server_dsn, name, template)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("update pgfunnel.collection set name = %s where name = 'default'",
@@ -810,3 +811,36 @@ def test_cli_md_json_keys_are_what_each_command_prints(sample_db: str) -> None:
     res = CliRunner().invoke(app, ["doctor", "--json", "--dsn", sample_db])
     findings = json.loads(res.stdout)["findings"]
     assert findings and all(list(f) == ["level", "check", "message"] for f in findings)
+
+
+def test_index_versions_walkthrough_runs_as_written(server_dsn: str, sample_template: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # docs/index-versions.md's first block (cli.md's Examples run the same lines) on the
+    # help center as collection 'demo', what `pgfunnel demo` makes, from the repository root
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    page = (ROOT / "docs" / "index-versions.md").read_text()
+    block = SHELL.search(page)
+    assert block
+    commands = [args for doc, args in _shell_commands() if doc == "index-versions.md"]
+    assert len(commands) == len(block["body"].strip().splitlines())
+    databases = _help_center_as(server_dsn, sample_template, "demo", "pgf_docex_versions")
+    dsn = next(databases)
+    try:
+        monkeypatch.chdir(ROOT)
+        outputs = []
+        for args in commands:
+            res = CliRunner().invoke(app, [*args, "--dsn", dsn], env={"COLUMNS": "200"})
+            assert res.exit_code == 0, f"pgfunnel {' '.join(args)}: {res.output}"
+            outputs.append(res.stdout)
+    finally:
+        next(databases, None)
+    # what the block's comments say each line does
+    built, compared, activated, rolled_back, dropped = outputs
+    assert built.startswith("version 2 of 'demo': ") and "analyzer simple_v1" in built
+    assert "version 2 is ready." in built, built
+    assert compared.startswith("97 queries, k=10: ") and "version 1 " in compared, compared
+    assert activated.startswith("version 2 of 'demo' is active; version 1 retired"), activated
+    assert rolled_back.startswith("version 1 of 'demo' is active; version 2 retired"), rolled_back
+    assert dropped.startswith("version 2 of 'demo' dropped"), dropped
