@@ -844,3 +844,29 @@ def test_index_versions_walkthrough_runs_as_written(server_dsn: str, sample_temp
     assert activated.startswith("version 2 of 'demo' is active; version 1 retired"), activated
     assert rolled_back.startswith("version 1 of 'demo' is active; version 2 retired"), rolled_back
     assert dropped.startswith("version 2 of 'demo' dropped"), dropped
+
+
+def test_sql_md_whole_document_explain_gives_the_row_the_page_states(
+        handbook: str, tmp_path: Path) -> None:
+    # docs/sql.md, explain: a document's furthest chunk from SQL; "The row is the
+    # document's chunk 0, `returned` at rank 5, as `pgfunnel explain ...` reports it"
+    import shlex
+
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    page = (ROOT / "docs" / "sql.md").read_text()
+    [command] = [m["body"] for m in SHELL.finditer(page) if "pgfunnel.explain(" in m["body"]]
+    script = command.split("<<'SQL'\n", 1)[1].split("\nSQL\n", 1)[0]
+    [row] = _table(_psql(handbook, script, tmp_path, q=_embedded(command, handbook)),
+                   "ordinal|")
+    after = " ".join(page.split(command, 1)[1].split("\n\n", 2)[1].split())
+    stated = re.match(r"The row is the document's chunk (\d+), `(\w+)` at rank (\d+), as "
+                      r"`pgfunnel (explain [^`]*)` reports it", after)
+    assert stated, after
+    assert (row["ordinal"], row["verdict"], row["final_rank"]) == stated.groups()[:3], row
+    res = CliRunner().invoke(app, [*shlex.split(stated[4]), "--dsn", handbook])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.startswith(f"guide-building-integrations: {stated[2]}\n"), res.stdout
+    assert (f"(guide-building-integrations#{stated[1]}, chunk id" in res.stdout
+            and f"{stated[2]} at rank {stated[3]} " in res.stdout), res.stdout
