@@ -11,6 +11,11 @@ doc's placeholder DSN by the test database's, and the hub cross-encoder (which c
 downloaded here) by the tiny local one tests build (`pgfunnel.tiny_models`), on the CPU.
 Names a block takes from the prose around it (`texts`, `search_ids`, ...) are given to it
 in its check, and a block that continues an earlier one runs after it, in one namespace.
+
+The shell blocks are checked too: every `pgfunnel` command in them names options its
+command has; the README's "Use it" lines, the psql heredocs and index-versions.md's
+walkthrough run, and what docs/cli.md shows a command print (a `capped:` line, the keys
+of a `--json` object) is compared with what it prints.
 """
 
 from __future__ import annotations
