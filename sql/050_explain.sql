@@ -100,6 +100,10 @@ declare
     den_up boolean;
     lexical_off text;
     dense_off text;
+    err_state text;
+    err_message text;
+    err_detail text;
+    err_hint text;
 begin
     perform pgfunnel._check_search_params(k, principals, overfetch, per_source_cap,
                                           metadata_filter);
@@ -316,5 +320,11 @@ begin
                          k);
     end if;
     return next;
+exception when others then
+    -- the same error without the statements it passed through, _pool's among them (see
+    -- _raise_again); explain writes nothing, so its block takes no subtransaction id
+    get stacked diagnostics err_state = returned_sqlstate, err_message = message_text,
+                            err_detail = pg_exception_detail, err_hint = pg_exception_hint;
+    perform pgfunnel._raise_again(err_state, err_message, err_detail, err_hint);
 end
 $$;

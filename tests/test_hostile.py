@@ -1210,10 +1210,12 @@ def test_a_search_error_in_sql_keeps_what_it_says_without_the_funnels_sql(
 
     untraced = raised(f"select * from {call})")
     from_candidates = raised(f"select * from pgfunnel.candidates{call[len('funnel_search'):]})")
+    from_explain = raised(
+        f"select * from pgfunnel.explain{call[len('funnel_search'):]}, chunk_id => 1)")
     # the traced search raises it where it was raised (no subtransaction around a search
     # that writes its trace): what the error says must be the same in all three
     traced = raised(f"select * from {call}, trace => true)")
-    for exc in (untraced, from_candidates):
+    for exc in (untraced, from_candidates, from_explain):
         assert exc.sqlstate == traced.sqlstate
         assert exc.diag.message_primary == traced.diag.message_primary
         assert exc.diag.message_hint == traced.diag.message_hint
