@@ -1226,3 +1226,18 @@ def test_a_search_error_in_sql_keeps_what_it_says_without_the_funnels_sql(
         assert len(context.splitlines()) <= 3, context
         assert "with pool" not in context and "_pool" not in context, context
     assert "_pool" in (traced.diag.context or "")
+
+
+@pytest.mark.parametrize("detail,hint", [("d", "h"), ("", "h"), ("d", ""), ("", "")])
+def test_an_error_raised_again_keeps_its_fields_and_prints_no_empty_ones(
+        corpus_db: str, detail: str, hint: str) -> None:
+    # get stacked diagnostics gives '' for a field the error did not have; raised again
+    # with it, psql would print an empty DETAIL: or HINT: line
+    with connect(corpus_db, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.InvalidParameterValue) as caught:
+            conn.execute("select pgfunnel._raise_again('22023', 'k: must be positive', %s, %s)",
+                         (detail, hint))
+        _usable(conn)
+    assert caught.value.diag.message_primary == "k: must be positive"
+    assert caught.value.diag.message_detail == (detail or None)
+    assert caught.value.diag.message_hint == (hint or None)
