@@ -68,3 +68,41 @@ def test_a_value_no_run_can_use_is_a_usage_error_before_the_server_starts(
     assert exc.value.code == 2
     assert f"error: {args[-2]}:" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def _fake_run(size: int, clients: list[int], scale: float = 1.0) -> dict[str, object]:
+    figures = {"p50": 2.0 * scale, "p95": 3.0 * scale, "p99": 4.0 * scale, "qps": 100.0,
+               "min_results": 10}
+    latency = {peer: {c: {**figures, "p50": figures["p50"] * (i + 1) * c}
+                      for c in clients} for i, peer in enumerate(perf.PEERS)}
+    return {"size": size, "base": "helpcenter", "k": 10, "latency": latency,
+            "ingest": {"chunks": size, "db_seconds": 1.0, "total_seconds": 2.0},
+            "index_bytes": {"posting (table+indexes)": 2**20}}
+
+
+def test_the_table_shows_the_client_counts_that_were_measured() -> None:
+    # --clients 8 was measured and logged, but the table read only 4 clients: its
+    # columns said 'QPS x4' and '-' and the 8-client figures were nowhere in perf.md
+    md = perf.to_markdown([_fake_run(300, [1, 8])], None)
+    header = next(line for line in md.splitlines() if line.startswith("| peer |"))
+    assert "QPS x8" in header and "p50 x8 ms" in header and "x4" not in header
+    row = next(line for line in md.splitlines() if line.startswith("| funnel_search |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert len(cells) == len(header.strip("|").split("|"))
+    # funnel_search is PEERS' 5th: p50 2.0 * 5 * 8 clients
+    assert cells[header.strip("|").split("|").index(" p50 x8 ms ")] == "80.0"
+    assert "lower is better" in md and "above 1: the peer is slower" in md
+    default = perf.to_markdown([_fake_run(300, [1, 4])], None)
+    assert "| QPS x1 | QPS x4 | p50 x4 ms |" in default
+    assert "QPS x4" not in perf.to_markdown([_fake_run(300, [1])], None)
+
+
+def test_the_latency_plot_reads_both_sizes_on_a_log_scale(tmp_path: Path) -> None:
+    # linear, the peer's 100k bar flattened every 10k bar to a few pixels
+    fig = perf.plot([_fake_run(10_000, [1]), _fake_run(100_000, [1], scale=30.0)], tmp_path)
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "log"
+    assert "lower is better" in ax.get_title() and "ms" in ax.get_ylabel()
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["10,000 chunks",
+                                                                 "100,000 chunks"]
+    assert (tmp_path / "perf_latency.png").stat().st_size > 0
