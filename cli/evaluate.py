@@ -293,10 +293,23 @@ def _print_tables(report: Any, k: int) -> None:
             cells += [_fmt(row.get(m)) for m in (recall, ndcg, mrr, found)]
             table.add_row(*cells)
         wide.print(table)
+    # the tables' short names ("16 na", found@10) and the comparisons' bracketed pairs were
+    # explained only in docs/evaluation.md and the markdown report
+    stages = ", ".join(report.stages)
+    wide.print(f"n: judged queries (na: those with nothing to find, counted, not scored); "
+               f"{stages}: pool recall, the share of a query's relevant items each stage "
+               f"still holds; found@{k}: share of queries with every relevant item in the top "
+               f"{k}; –: not measured. Every score: higher is better.", soft_wrap=True)
+    if report.comparisons:
+        wide.print(f"Against the baseline '{report.baseline}': Δ, the mean per-query "
+                   "difference (configuration − baseline), and [its 95% paired-bootstrap "
+                   "interval]; 'excludes 0' marks a difference these queries can tell.",
+                   soft_wrap=True)
     for name, by_metric in report.comparisons.items():
         for metric, by_slice in by_metric.items():
             parts = [f"{s}: {r.mean_diff:+.3f} [{r.low:+.3f}, {r.high:+.3f}]"
-                     + (f" ({too_few})" if (too_few := too_few_label(r)) else "")
+                     + (f" ({too_few})" if (too_few := too_few_label(r))
+                        else " excludes 0" if r.excludes_zero else "")
                      for s, r in by_slice.items()]
             wide.print(f"{name} − {report.baseline} ({metric}): " + ("; ".join(parts) or (
                 "nothing to compare: no query has a relevant item (no-answer queries only)")),

@@ -138,6 +138,16 @@ def test_eval_cli_tables_floors_and_self_bootstrap(sample_db: str, tmp_path: Pat
                  "ndcg@10"):
         assert word in text, word
     assert "ndcg@10 = " in text and "below its floor of 1" in text
+    # the tables' short names and the comparison's brackets are said on stdout, not only in
+    # docs/evaluation.md and report.md
+    assert ("n: judged queries (na: those with nothing to find, counted, not scored); "
+            "lexical, dense, fused, capped: pool recall") in res.stdout
+    assert "found@10: share of queries with every relevant item in the top 10" in res.stdout
+    assert ("Against the baseline 'a': Δ, the mean per-query difference (configuration − "
+            "baseline), and [its 95% paired-bootstrap interval]") in res.stdout
+    same = next(line for line in res.stdout.splitlines() if line.startswith("b − a (ndcg@10): "))
+    # a configuration against itself: [0, 0] everywhere, and nothing it could tell apart
+    assert "all: +0.000 [+0.000, +0.000]" in same and "excludes 0" not in same, same
     # the floor names the configuration it gated (the first), on one line
     assert "floor: configuration 'a', slice 'twopart'" in text
     assert "recall@10" in text and "floor of 0.01" not in text
@@ -170,6 +180,27 @@ def test_eval_cli_tables_floors_and_self_bootstrap(sample_db: str, tmp_path: Pat
                                    str(floors), "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["floor_violations"] == []
+
+
+def test_eval_prints_which_differences_its_queries_can_tell(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The comparison line printed `[low, high]` with nothing saying what it was, nor
+    which slices' intervals exclude 0 (only report.md had that column)."""
+    from pgfunnel.cli.evaluate import _print_tables
+
+    from pgfunnel.eval.report import build_report
+
+    # 12 queries where 'b' finds the page first and 'a' never does, and 4 of the same
+    queries = [JudgedQuery(f"m{i}", f"many {i}", "many", {f"p{i}": 1}) for i in range(12)]
+    queries += [JudgedQuery(f"f{i}", f"few {i}", "few", {f"p{i}": 1}) for i in range(4)]
+    runs = {"a": {q.query_id: ["other"] for q in queries},
+            "b": {q.query_id: list(q.relevant) for q in queries}}
+    _print_tables(build_report(runs, queries, k=10, baseline="a"), 10)
+    line = next(x for x in capsys.readouterr().out.splitlines()
+                if x.startswith("b − a (ndcg@10): "))
+    assert "many: +1.000 [+1.000, +1.000] excludes 0" in line, line
+    assert "few: +1.000 [+1.000, +1.000] (4 queries, too few to tell)" in line, line
+    assert "all: +1.000 [+1.000, +1.000] excludes 0" in line, line
 
 
 def test_judged_items_missing_from_the_collection_are_named(sample_db: str,
