@@ -890,6 +890,13 @@ RUN_CONFIGS: dict[str, dict[str, Any]] = {
     "zscore, no cap": {"fusion": "zscore", "per_source_cap": 1000},
 }
 PEER = "supabase-hybrid"
+NO_CAP = RUN_CONFIGS["minmax, no cap"]["per_source_cap"]
+# what summary_table says of each row it may hold, in the table's order
+SUMMARY_LEGEND: tuple[tuple[str, str], ...] = (
+    ("lexical", "lexical, dense: each leg alone"),
+    ("minmax", "minmax: pgfunnel's default (min-max fusion, weights chosen by query)"),
+    (PEER, f"{PEER}: the Supabase-style hybrid_search (bench/peers.py)"),
+)
 
 
 def _peer_runs(conn: Any, queries: list[Any], embedder: Any, k: int) -> dict[str, list[str]]:
@@ -987,6 +994,14 @@ def summary_table(report: Any, split: str, name: str = "pydocs") -> str:
         cells.append(cell(pr.get("fused", {}).get("all")))
         cells.append(cell(pr.get("capped", {}).get("all")))
         lines.append(f"| {config_name} | " + " | ".join(cells) + " |")
+    # the rows' names are RUN_CONFIGS' and the peer's: say which one the README's
+    # "default" is, and which way the figures go, without bench/README.md at hand
+    names = set(report.configs)
+    said = [text for name, text in SUMMARY_LEGEND if name in names]
+    if any(name.endswith(", no cap") for name in names):
+        said.append(f"', no cap': the same with per_source_cap {NO_CAP}")
+    said.append("every figure: higher is better")
+    lines += ["", "; ".join(said) + "."]
     return "\n".join(lines) + "\n"
 
 

@@ -379,3 +379,24 @@ def test_summary_table_shows_a_dash_for_a_peer_without_pool_recall() -> None:
     assert rows["| minmax"].endswith("| 0.750 | 0.900 | 0.800 |")
     assert rows["| supabase-hybrid"].endswith("| 0.750 | – | – |")
     assert "nan" not in pydocs.summary_table(report, "dev")
+
+
+def test_summary_table_says_which_row_is_the_default_and_which_way_is_better() -> None:
+    # the printed table named its rows 'minmax', 'rrf, no cap', 'supabase-hybrid' while the
+    # README's rows read 'default: min-max' and 'Supabase-style hybrid_search'; nothing
+    # said which one was pgfunnel's default, nor that higher is better
+    from pgfunnel.eval.report import ConfigResult, EvalReport
+
+    metrics = {"ndcg@10": 0.5, "recall@10": 0.75}
+    configs = {name: ConfigResult({}, {"identifier": metrics, "all": metrics})
+               for name in (*pydocs.RUN_CONFIGS, pydocs.PEER)}
+    report = EvalReport(k=10, judging_level="document", baseline=pydocs.PEER,
+                        configs=configs)
+    legend = pydocs.summary_table(report, "dev").splitlines()[-1]
+    assert "minmax: pgfunnel's default" in legend, legend
+    assert "supabase-hybrid: the Supabase-style hybrid_search" in legend, legend
+    assert "', no cap': the same with per_source_cap 1000" in legend, legend
+    assert legend.endswith("every figure: higher is better."), legend
+    only_peer = EvalReport(k=10, judging_level="document", baseline=pydocs.PEER,
+                           configs={pydocs.PEER: configs[pydocs.PEER]})
+    assert "minmax" not in pydocs.summary_table(only_peer, "dev").splitlines()[-1]
