@@ -942,3 +942,18 @@ def test_a_collection_that_does_not_exist_is_told_with_the_ones_that_do(
     with pytest.raises(NotFoundError, match=r"collection 'default' has no active index "
                                             r"version \(pgfunnel versions list -c default"):
         Harness(sample_db, "default").run(queries, preset_configs("lexical"))
+
+
+def test_the_docs_name_every_file_eval_out_writes() -> None:
+    # docs/evaluation.md said "PNG (plot_slices)" and docs/cli.md "PNG plots": a user who
+    # ran --out found slices.png and pool_recall.png named nowhere in the docs
+    from pgfunnel.cli.evaluate import OUT_FILES
+
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    evaluation = (docs / "evaluation.md").read_text(encoding="utf-8")
+    section = evaluation.split("## Files a run writes", 1)[1].split("\n## ", 1)[0]
+    cli_eval = (docs / "cli.md").read_text(encoding="utf-8").split(
+        "### `pgfunnel eval", 1)[1].split("\n## ", 1)[0]
+    for name in OUT_FILES:
+        assert f"`{name}`" in section, name
+        assert name in cli_eval, name
