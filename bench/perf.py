@@ -415,16 +415,25 @@ def plot(runs: list[dict[str, Any]], out: Path) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--size", type=int, action="append", help="chunks (repeatable)")
-    ap.add_argument("--queries", type=int, default=200)
-    ap.add_argument("--k", type=int, default=10)
+    # --help showed no defaults: how long a run takes and where it writes were guesswork
+    ap.add_argument("--size", type=int, action="append",
+                    help="chunks (repeatable; default 10000 and 100000)")
+    ap.add_argument("--queries", type=int, default=200,
+                    help="queries measured per peer and size (default: %(default)s)")
+    ap.add_argument("--k", type=int, default=10,
+                    help="results per search (default: %(default)s)")
     ap.add_argument("--clients", type=int, action="append",
                     help="client connections (repeatable; default 1 and 4); one client is "
                          "always measured, the tables and the plot read it")
-    ap.add_argument("--dsn", default=os.environ.get("PGFUNNEL_DSN"))
-    ap.add_argument("--out", type=Path, default=Path("bench/out"))
+    ap.add_argument("--dsn", default=os.environ.get("PGFUNNEL_DSN"),
+                    help="Postgres server to create the benchmark's databases on "
+                         "(default: PGFUNNEL_DSN, else the embedded one)")
+    ap.add_argument("--out", type=Path, default=Path("bench/out"),
+                    help="folder for perf.md, perf.json and perf_latency.png "
+                         "(default: %(default)s)")
     ap.add_argument("--base", choices=BASES, default="helpcenter",
-                    help="the texts the corpus repeats, and their queries")
+                    help="the texts the corpus repeats, and their queries "
+                         "(default: %(default)s)")
     ap.add_argument("--no-embed", action="store_true", help="skip the embedding-rate sample")
     args = ap.parse_args(argv)
     # checked before the server starts: --size 0 built a database, ingested nothing and

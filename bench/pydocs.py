@@ -1015,16 +1015,25 @@ def bench_parser(name: str, description: str,
     parser = argparse.ArgumentParser(prog=name, description=description)
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build corpus.jsonl and queries.jsonl from the docs")
-    b.add_argument("--out", type=Path, default=Path(f"bench/data/{name}"))
-    b.add_argument("--per-slice", type=int, default=150, help="max queries per slice")
-    b.add_argument("--seed", type=int, default=0)
+    # --help showed no defaults: the folders a first run reads and writes were guesswork
+    b.add_argument("--out", type=Path, default=Path(f"bench/data/{name}"),
+                   help="folder for corpus.jsonl and queries.jsonl (default: %(default)s)")
+    b.add_argument("--per-slice", type=int, default=150,
+                   help="max queries per slice (default: %(default)s)")
+    b.add_argument("--seed", type=int, default=0,
+                   help="sampling seed (default: %(default)s)")
     b.add_argument("--docs", type=Path, default=None, help=f"html/ dir of {docs}")
     r = sub.add_parser("run", help=f"ingest into collection '{name}' and evaluate every "
                                    "configuration and the Supabase-style peer")
-    r.add_argument("--data", type=Path, default=Path(f"bench/data/{name}"))
-    r.add_argument("--out", type=Path, default=Path("bench/out"))
-    r.add_argument("--dsn", default=None)
-    r.add_argument("--k", type=int, default=10)
+    r.add_argument("--data", type=Path, default=Path(f"bench/data/{name}"),
+                   help="the folder build wrote, where the vectors are cached too "
+                        "(default: %(default)s)")
+    r.add_argument("--out", type=Path, default=Path("bench/out"),
+                   help=f"folder for {name}_{{dev,test}}.{{md,json}} and "
+                        f"{name}_slices_{{dev,test}}.png (default: %(default)s)")
+    r.add_argument("--dsn", default=None,
+                   help="Postgres to use (default: PGFUNNEL_DSN, else the embedded one)")
+    r.add_argument("--k", type=int, default=10, help="cutoff (default: %(default)s)")
     return parser, b
 
 

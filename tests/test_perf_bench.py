@@ -106,3 +106,14 @@ def test_the_latency_plot_reads_both_sizes_on_a_log_scale(tmp_path: Path) -> Non
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["10,000 chunks",
                                                                  "100,000 chunks"]
     assert (tmp_path / "perf_latency.png").stat().st_size > 0
+
+
+def test_help_gives_each_option_s_default(capsys: pytest.CaptureFixture[str]) -> None:
+    # --help read '--queries QUERIES' and '--out OUT' with no word of 200 or bench/out
+    with pytest.raises(SystemExit) as exc:
+        perf.main(["--help"])
+    assert exc.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for said in ("default 10000 and 100000", "(default: 200)", "(default: 10)",
+                 "(default: bench/out)", "(default: helpcenter)", "PGFUNNEL_DSN"):
+        assert said in text, said

@@ -400,3 +400,14 @@ def test_summary_table_says_which_row_is_the_default_and_which_way_is_better() -
     only_peer = EvalReport(k=10, judging_level="document", baseline=pydocs.PEER,
                            configs={pydocs.PEER: configs[pydocs.PEER]})
     assert "minmax" not in pydocs.summary_table(only_peer, "dev").splitlines()[-1]
+
+
+def test_help_gives_the_folders_build_and_run_use(capsys: pytest.CaptureFixture[str]) -> None:
+    # `build --help` and `run --help` listed --out OUT and --data DATA with no default
+    for command, said in (("build", "(default: bench/data/pydocs)"),
+                          ("run", "(default: bench/data/pydocs)"),
+                          ("run", "(default: bench/out)")):
+        with pytest.raises(SystemExit) as exc:
+            pydocs.main([command, "--help"])
+        assert exc.value.code == 0
+        assert said in " ".join(capsys.readouterr().out.split()), (command, said)
