@@ -447,11 +447,18 @@ def main(argv: list[str] | None = None) -> int:
     if any(c < 1 for c in args.clients or []):
         ap.error("--clients: a number of connections, 1 or more")
     from pgfunnel.db import resolve_dsn
+    from pgfunnel.errors import PgfunnelError
 
-    server = resolve_dsn(args.dsn)
     sizes = args.size or [10_000, 100_000]
     clients = sorted({1, *(args.clients or [4])})
-    runs = [bench_size(server, s, args.queries, args.k, clients, args.base) for s in sizes]
+    try:
+        server = resolve_dsn(args.dsn)
+        runs = [bench_size(server, s, args.queries, args.k, clients, args.base) for s in sizes]
+    except PgfunnelError as exc:
+        # a server it cannot reach ended in a 20-line traceback with the cause at its foot
+        print(f"error: {exc} (--dsn, else PGFUNNEL_DSN, else the embedded Postgres)",
+              file=sys.stderr)
+        return 1
     embed_cps = None if args.no_embed else embed_rate()
     md = to_markdown(runs, embed_cps)
     args.out.mkdir(parents=True, exist_ok=True)

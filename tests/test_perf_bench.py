@@ -117,3 +117,15 @@ def test_help_gives_each_option_s_default(capsys: pytest.CaptureFixture[str]) ->
     for said in ("default 10000 and 100000", "(default: 200)", "(default: 10)",
                  "(default: bench/out)", "(default: helpcenter)", "PGFUNNEL_DSN"):
         assert said in text, said
+
+
+def test_a_server_it_cannot_reach_is_one_error_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # it was a traceback through psycopg and pgfunnel.db, the cause on its last line
+    dsn = f"host={tmp_path / 'nowhere'} dbname=postgres"
+    assert perf.main(["--size", "300", "--no-embed", "--dsn", dsn,
+                      "--out", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot connect to Postgres at "), err
+    assert "Traceback" not in err and "--dsn, else PGFUNNEL_DSN" in err
+    assert not (tmp_path / "out").exists()
