@@ -292,10 +292,11 @@ def bench_size(server: str, size: int, n_queries: int, k: int, clients: list[int
                 r = results[peer][c]
                 log(f"[{size}] {peer:<26} x{c}: p50 {r['p50']:.1f} ms p95 {r['p95']:.1f} "
                     f"p99 {r['p99']:.1f} qps {r['qps']:.1f} min results {r['min_results']:.0f}")
-        return {"size": size, "base": base, "k": k, "ingest": {"chunks": stats.chunks_written,
-                                         "db_seconds": stats.db_seconds,
-                                         "total_seconds": total,
-                                         "hnsw_and_stats_seconds": total - stats.db_seconds},
+        return {"size": size, "base": base, "k": k, "queries": n_queries,
+                "ingest": {"chunks": stats.chunks_written,
+                           "db_seconds": stats.db_seconds,
+                           "total_seconds": total,
+                           "hnsw_and_stats_seconds": total - stats.db_seconds},
                 "index_bytes": sizes, "latency": results}
     finally:
         drop_database(server, name)
@@ -332,7 +333,10 @@ def to_markdown(runs: list[dict[str, Any]], embed_cps: float | None) -> str:
         size = run["size"]
         lat = run["latency"]
         base = lat["funnel_search"][1]["p50"]
-        lines += [f"## {size:,} chunks", "",
+        # how many queries stand behind each p50: --queries 20 and the default 200 read
+        # the same
+        measured = f" ({run['queries']} queries)" if "queries" in run else ""
+        lines += [f"## {size:,} chunks{measured}", "",
                   "| peer | p50 ms | p95 ms | p99 ms | QPS x1 | "
                   + "".join(f"QPS x{c} | p50 x{c} ms | " for c in many)
                   + "p50 / funnel_search | min results |",

@@ -75,7 +75,7 @@ def _fake_run(size: int, clients: list[int], scale: float = 1.0) -> dict[str, ob
                "min_results": 10}
     latency = {peer: {c: {**figures, "p50": figures["p50"] * (i + 1) * c}
                       for c in clients} for i, peer in enumerate(perf.PEERS)}
-    return {"size": size, "base": "helpcenter", "k": 10, "latency": latency,
+    return {"size": size, "base": "helpcenter", "k": 10, "queries": 50, "latency": latency,
             "ingest": {"chunks": size, "db_seconds": 1.0, "total_seconds": 2.0},
             "index_bytes": {"posting (table+indexes)": 2**20}}
 
@@ -92,6 +92,8 @@ def test_the_table_shows_the_client_counts_that_were_measured() -> None:
     # funnel_search is PEERS' 5th: p50 2.0 * 5 * 8 clients
     assert cells[header.strip("|").split("|").index(" p50 x8 ms ")] == "80.0"
     assert "lower is better" in md and "above 1: the peer is slower" in md
+    # the number of queries behind each figure (--queries), which the tables did not say
+    assert "## 300 chunks (50 queries)" in md
     default = perf.to_markdown([_fake_run(300, [1, 4])], None)
     assert "| QPS x1 | QPS x4 | p50 x4 ms |" in default
     assert "QPS x4" not in perf.to_markdown([_fake_run(300, [1])], None)
