@@ -390,6 +390,7 @@ declare
     n_sources integer;
     prev_sources integer := -1;
     widened integer := 0;
+    absent_codes text[];
 begin
     checked := pgfunnel._check_funnel_params(query_text, k, principals, overfetch, per_source_cap,
                                              metadata_filter, fusion, rrf_k, weights,
@@ -739,6 +740,23 @@ begin
             den_depth := least(den_depth * 4, 10000);
         end if;
     end loop;
+    -- A number or code the version holds nowhere (`ERR-4029` where no chunk has 4029):
+    -- BM25 then ranks the query's other words (`err` finds every error page) and the
+    -- results read as matches for the code unless this says so. Terms with a digit only:
+    -- an absent plain word (a synonym) is the dense leg's to answer, and common.
+    if lexical_on and cardinality(q_terms) > 0 and not q_terms operator(pg_catalog.<@) lex.found_terms then
+        select array_agg(distinct q.term order by q.term) into absent_codes
+          from unnest(q_terms) as q(term)
+         where q.term ~ '[0-9]' and q.term <> all (lex.found_terms);
+        if absent_codes is not null then
+            raise notice using message = format(
+                'pgfunnel: no chunk of collection %L holds %s; %s', collection,
+                array_to_string(absent_codes, ', '),
+                case when cardinality(lex.found_terms) > 0
+                     then 'the lexical leg ranked the query''s other words'
+                     else 'the lexical leg found nothing' end);
+        end if;
+    end if;
     lexical_depth_used := case when lexical_on then lex_depth end;
     dense_depth_used := case when dense_on then den_depth end;
 end

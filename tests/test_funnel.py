@@ -771,3 +771,24 @@ def test_pool_widens_until_the_cap_can_fill_k(conn: psycopg.Connection[Any]) -> 
                  "(select id from pgfunnel.collection where name = 'w')")
     rows = _search(conn, "quasar", q, collection="w", k=10, principals=["bob"])
     assert sorted(r[1] for r in rows) == ["long"] * 3 + ["other0"]
+
+
+def test_a_number_no_chunk_holds_is_said_not_answered_by_the_other_words(
+        conn: psycopg.Connection[Any], corpus: Any) -> None:
+    notices: list[str] = []
+    conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+    # `section 4` is held: no notice; `section 4029` is not, and the rows that come back
+    # are the `section` chunks, which would read as matches for the code
+    assert _search(conn, "zephyr section 4", None)
+    assert not [n for n in notices if "holds" in n]
+    rows = _search(conn, "zephyr section-4029", None)
+    assert rows and all("4029" not in r[4] for r in rows)
+    assert notices[-1] == ("pgfunnel: no chunk of collection 't' holds 4029, section4029; "
+                           "the lexical leg ranked the query's other words")
+    # an absent plain word is the dense leg's to answer: no notice for it
+    notices.clear()
+    _search(conn, "zephyr quetzalcoatl", None)
+    assert not [n for n in notices if "holds" in n]
+    assert _search(conn, "8675309", None) == []
+    assert notices[-1] == ("pgfunnel: no chunk of collection 't' holds 8675309; the lexical "
+                           "leg found nothing")
