@@ -749,9 +749,12 @@ begin
           from unnest(q_terms) as q(term)
          where q.term ~ '[0-9]' and q.term <> all (lex.found_terms);
         if absent_codes is not null then
+            -- ten at most: a query of 10,000 characters can hold two thousand numbers
             raise notice using message = format(
-                'pgfunnel: no chunk of collection %L holds %s; %s', collection,
-                array_to_string(absent_codes, ', '),
+                'pgfunnel: no chunk of collection %L holds %s%s; %s', collection,
+                array_to_string(absent_codes[1:10], ', '),
+                case when cardinality(absent_codes) > 10
+                     then format(' and %s more', cardinality(absent_codes) - 10) else '' end,
                 case when cardinality(lex.found_terms) > 0
                      then 'the lexical leg ranked the query''s other words'
                      else 'the lexical leg found nothing' end);

@@ -792,3 +792,8 @@ def test_a_number_no_chunk_holds_is_said_not_answered_by_the_other_words(
     assert _search(conn, "8675309", None) == []
     assert notices[-1] == ("pgfunnel: no chunk of collection 't' holds 8675309; the lexical "
                            "leg found nothing")
+    # a query of many numbers names ten of them
+    _search(conn, "zephyr " + " ".join(str(9000 + i) for i in range(25)), None)
+    assert notices[-1] == ("pgfunnel: no chunk of collection 't' holds "
+                           + ", ".join(str(9000 + i) for i in range(10))
+                           + " and 15 more; the lexical leg ranked the query's other words")
