@@ -343,6 +343,30 @@ def test_a_leg_of_weight_zero_has_no_pool_recall(sample_db: str) -> None:
     assert {"lexical leg", "dense leg"} <= set(result.curves)
 
 
+def test_the_report_says_a_one_leg_configuration_fused_nothing(sample_db: str) -> None:
+    """The lexical and dense presets search one leg and fuse nothing; the report's metadata
+    said `fusion: rrf` and `weights: [1, 0]`, as if an RRF fusion had run."""
+    from pgfunnel.eval.report import to_dict, to_markdown
+
+    queries = [q for q in _subset(1) if q.slice == "identifier"]
+    configs = [*preset_configs("all-fusions"),
+               EvalConfig.from_dict("zero", {"weights": [1, 0], "fusion": "zscore"})]
+    result = Harness(sample_db, "default").run(queries, configs)
+    meta = to_dict(result.report)["metadata"]["configs"]
+    for name, leg in (("lexical", "lexical"), ("dense", "dense"), ("zero", "lexical")):
+        assert meta[name]["fusion"] == f"none (one leg: {leg})", meta[name]
+        assert "weights" not in meta[name] and "rrf_k" not in meta[name]
+    # a configuration of two legs says what it was given, as before
+    assert meta["rrf"]["fusion"] == "rrf" and "fusion" not in meta["default"]
+    assert meta["lexical"]["legs"] == "lexical"
+    # the hash is the configuration's as given: the one earlier reports recorded
+    assert meta["lexical"]["hash"] == configs[1].config_hash()
+    line = next(x for x in to_markdown(result.report).splitlines()
+                if x.startswith("- configs: "))
+    assert "'lexical': {'hash': " in line and "'fusion': 'none (one leg: lexical)'" in line
+    assert "'weights': [1, 0]" not in line and "'weights': [0, 1]" not in line
+
+
 def test_leg_depths_are_the_searchs_own(sample_db: str) -> None:
     """The harness read each leg at max(k x overfetch, 40), where the search caps that
     default at 10,000: k = 1000 with an overfetch of 11 (a search that runs) was refused

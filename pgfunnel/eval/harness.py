@@ -260,6 +260,21 @@ class EvalConfig:
             d["legs"] = self.legs
         return d
 
+    def ran_dict(self) -> dict[str, Any]:
+        """:meth:`as_dict` as the report's metadata gives it: what ran. A configuration
+        whose one leg alone runs (``legs``, or a weight of 0) fuses nothing, so its
+        ``fusion``, ``weights`` and ``rrf_k`` are replaced by ``fusion``: ``"none (one
+        leg: lexical)"``; the lexical and dense presets' ``rrf`` and ``[1, 0]`` read as a
+        fusion that had run."""
+        d = self.as_dict()
+        stages = self.stages()
+        ran = [leg for leg in ("lexical", "dense") if leg in stages]
+        if len(ran) == 1:
+            for key in ("fusion", "weights", "rrf_k"):
+                d.pop(key, None)
+            d = {"fusion": f"none (one leg: {ran[0]})", **d}
+        return d
+
     def config_hash(self) -> str:
         text = json.dumps(self.as_dict(), sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:12]
@@ -623,7 +638,9 @@ class Harness:
         metadata: dict[str, Any] = {
             "collection": self.collection,
             "index_version": version,
-            "configs": {c.name: {"hash": c.config_hash(), **c.as_dict()} for c in configs},
+            # the hash is of the configuration as given, so it stays the one earlier
+            # reports recorded; the rest says what ran
+            "configs": {c.name: {"hash": c.config_hash(), **c.ran_dict()} for c in configs},
             "leg_depths": {c.name: _leg_depths(self._params(c), c) for c in configs},
             "pools": "lexical/dense: each leg at its depth; fused: k x overfetch; capped: "
                      "after the per-citekey cap, before the cut to k",
