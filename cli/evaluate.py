@@ -274,8 +274,10 @@ def _print_tables(report: Any, k: int) -> None:
     wide.print(f"judging: per {report.judging_level}; split: {report.split or 'all'}; k={k}",
                soft_wrap=True)
     for name, res in report.configs.items():
-        table = Table(title=f"{name}: pool recall per stage | final metrics",
-                      title_justify="left")
+        # the title on a line of its own: as the table's title, rich padded it with
+        # spaces to the table's width (150 columns), which a copied report kept
+        wide.print(f"{name}: pool recall per stage | final metrics", soft_wrap=True)
+        table = Table()
         table.add_column("slice", no_wrap=True, min_width=10)
         table.add_column("n", justify="right", no_wrap=True)
         for stage in report.stages:

@@ -153,6 +153,12 @@ def test_eval_cli_tables_floors_and_self_bootstrap(sample_db: str, tmp_path: Pat
     assert "recall@10" in text and "floor of 0.01" not in text
     for name in ("report.json", "report.md", "slices.png", "pool_recall.png"):
         assert (out_dir / name).stat().st_size > 0
+    # no line ends in a space: the tables' titles were padded to the 150-column table
+    assert "a: pool recall per stage | final metrics\n" in res.stdout
+    for where, lines in (("stdout", res.stdout.splitlines()),
+                         ("report.md", (out_dir / "report.md").read_text().splitlines())):
+        padded = [line for line in lines if line.endswith(" ")]
+        assert not padded, (where, padded)
     report: dict[str, Any] = json.loads((out_dir / "report.json").read_text())
     assert report["judging_level"] == "document"
     # a configuration against itself: every slice's interval is exactly [0, 0]
