@@ -656,18 +656,48 @@ def test_the_slice_chart_legend_covers_no_bar() -> None:
     assert ax.get_title() == "nDCG@10 per slice, judged per document (citekey)"
 
 
-def test_the_pool_recall_chart_shows_a_leg_under_an_identical_line() -> None:
-    """A one-leg configuration's final order is often its leg's own list: drawn the same
-    way after it, its line hid the leg's entirely. And depths grow by doubling: on a
-    linear axis 1, 3, 5 and 10 shared the first tenth of its width."""
+def test_the_pool_recall_chart_shows_every_line_where_lines_coincide() -> None:
+    """A one-leg configuration's final order is often its leg's own list, and two
+    configurations can rank alike: whichever of two identical lines was drawn second hid
+    the other (the leg's dashed line hid the lexical and dense presets' lines in
+    `--preset all-fusions`). And depths grow by doubling: on a linear axis 1, 3, 5 and 10
+    shared the first tenth of its width."""
+    import numpy as np
+    from matplotlib.colors import to_rgb
+
     from pgfunnel.eval.report import _pool_recall_figure
 
-    same = [(1, 0.6), (3, 0.8), (5, 0.9), (10, 0.95), (40, 1.0)]
-    fig = _pool_recall_figure({"lexical leg": same, "lexical (final order)": same}, "t")
+    lexical = [(1, 0.6), (3, 0.8), (5, 0.9), (10, 0.95), (40, 1.0)]
+    dense = [(1, 0.4), (3, 0.5), (5, 0.6), (10, 0.7), (40, 0.8)]
+    fused = [(1, 0.2), (3, 0.3), (5, 0.4), (10, 0.5), (40, 0.6)]
+    curves = {"lexical leg": lexical, "dense leg": dense,
+              "default (final order)": fused, "lexical (final order)": lexical,
+              "dense (final order)": dense, "rrf (final order)": fused}
+    fig = _pool_recall_figure(curves, "t")
     ax = fig.axes[0]
-    leg, final = ax.get_lines()
-    assert leg.get_linestyle() != final.get_linestyle()
-    assert leg.get_zorder() > final.get_zorder()
+    fig.canvas.draw()
+    image = np.asarray(fig.canvas.buffer_rgba())[:, :, :3].astype(int)
+    x0, y0, x1, y1 = (int(v) for v in ax.bbox.extents)
+    height = image.shape[0]
+    plot = image[height - y1:height - y0, x0:x1]  # the axes only: not the legend
+
+    def pixels(rgb: tuple[float, float, float], alpha: float) -> int:
+        # the colour as drawn over the white axes, to within anti-aliasing's rounding
+        want = np.array([round(255 * (alpha * c + 1 - alpha)) for c in rgb])
+        return int((np.abs(plot - want).max(axis=2) <= 3).sum())
+
+    lines = dict(zip(curves, ax.get_lines(), strict=True))
+    for name, line in lines.items():
+        shown = pixels(to_rgb(line.get_color()), line.get_alpha() or 1.0)
+        # a configuration's line alone shows about 1,000 pixels of its colour; the
+        # presets' lines showed 258, in the gaps of the leg's dashes, and rrf's hid
+        # default's (0)
+        assert shown >= 400, (name, shown)
+    # which is which: every line is in the legend, each configuration with a marker of
+    # its own
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == list(curves)
+    markers = [lines[n].get_marker() for n in curves if not n.endswith(" leg")]
+    assert len(set(markers)) == len(markers), markers
     assert ax.get_xscale() == "log"
     assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "3", "5", "10", "40"]
 

@@ -497,6 +497,13 @@ def plot_slices(report: EvalReport, path: str | Path) -> None:
 #: hatches for the bars of configurations past the tenth (colours repeat after ten)
 _HATCHES: tuple[str, ...] = ("", "//", "..", "xx")
 
+#: a marker per configuration's line, so that lines which coincide stay apart
+_MARKERS: tuple[str, ...] = ("o", "^", "s", "D", "v", "P", "X", "<", ">", "*", "h")
+
+#: how far apart the configurations' lines are drawn, so that lines which coincide stay
+#: visible: this share of the decades of depth the axis spans (about 4 pixels)
+_DODGE = 0.008
+
 #: line styles for the lines past the tenth (colours repeat after ten)
 _LINE_STYLES: tuple[Any, ...] = ("-", "-.", ":", (0, (3, 1, 1, 1, 1, 1)))
 
@@ -508,26 +515,35 @@ def _pool_recall_figure(points: Mapping[str, Sequence[tuple[int, float]]], title
 
     fig = _new_figure(8.5, 4.5)  # the legend beside the axes
     ax = fig.add_subplot(1, 1, 1)
-    depths: set[int] = set()
+    drawn = [(name, sorted(series)) for name, series in points.items() if series]
+    depths: set[int] = {d for _, ordered in drawn for d, _ in ordered}
+    log_x = bool(depths) and min(depths) > 0
+    configs = [name for name, _ in drawn if not name.endswith(" leg")]
     lines: list[Any] = []
     names: list[str] = []
-    for i, (name, series) in enumerate(points.items()):
-        if not series:
-            continue  # no answerable query: no line, rather than one flat at 0
-        ordered = sorted(series)
-        depths.update(d for d, _ in ordered)
-        # a leg's line is dashed, hollow and drawn over the configurations' lines: the
-        # one-leg configuration's final order is often the leg's own list, and its line
-        # hid the leg's entirely
-        leg = name.endswith(" leg")
-        [line] = ax.plot([d for d, _ in ordered], [r for _, r in ordered],
-                marker="s" if leg else "o", markersize=7 if leg else 5,
-                markerfacecolor="none" if leg else None, linewidth=2.0 if leg else 1.5,
-                linestyle="--" if leg else _LINE_STYLES[(i // 10) % len(_LINE_STYLES)],
-                zorder=3 if leg else 2)
+    # the configurations' lines a few pixels apart, whatever span of depths the axis has
+    dodge = _DODGE * max(1.0, math.log10(max(depths) / min(depths))) if log_x else 0.0
+    for name, ordered in drawn:
+        xs = [float(d) for d, _ in ordered]
+        ys = [r for _, r in ordered]
+        if name.endswith(" leg"):
+            # a wide pale band under the configurations' lines: a one-leg configuration's
+            # final order is often its leg's own list, and whichever of two coinciding
+            # lines was drawn second hid the other (the leg, then the configuration)
+            [line] = ax.plot(xs, ys, linewidth=7.0, alpha=0.35, linestyle="-",
+                             solid_capstyle="round", zorder=1)
+        else:
+            j = configs.index(name)
+            # configurations that coincide (a one-leg one and another whose final order
+            # is the same list) sit side by side, each a few pixels from the next
+            xs = [x * 10 ** (dodge * (j - (len(configs) - 1) / 2)) for x in xs]
+            [line] = ax.plot(xs, ys, marker=_MARKERS[j % len(_MARKERS)], markersize=6,
+                             linewidth=1.5,
+                             linestyle=_LINE_STYLES[(j // 10) % len(_LINE_STYLES)],
+                             zorder=2 + j)
         lines.append(line)
         names.append(name)
-    if depths and min(depths) > 0:
+    if log_x:
         # depths grow by doubling (1, 3, 5, 10, 20, 40 ... 1000): on a linear axis the
         # first five points shared the first twentieth of its width
         ax.set_xscale("log")
@@ -556,7 +572,9 @@ def plot_pool_recall(
 ) -> None:
     """PNG: mean pool recall against depth, one line per leg or configuration. Depth is
     in ranked chunks, as the harness's curves count it (``Harness._curves``), on a log
-    scale; a leg's line (named ``"... leg"``) is dashed and drawn on top."""
+    scale; a leg's line (named ``"... leg"``) is a wide pale band drawn under the
+    configurations' lines, which each have a marker of their own and are drawn a little
+    apart sideways, so that lines which coincide all stay visible."""
     _pool_recall_figure(points, title).savefig(str(path), format="png")
 
 
