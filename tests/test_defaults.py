@@ -468,3 +468,26 @@ def test_the_sql_docs_state_the_bounds_python_checks() -> None:
     }
     for knob, said in stated.items():
         assert said in rows[knob], f"docs/sql.md's {knob} row no longer says {said!r}"
+
+
+def test_the_python_api_page_states_the_bounds_the_code_checks() -> None:
+    # docs/python-api.md's ranges, each as the page writes it, from the numbers the code
+    # checks (the SQL's, pinned above, and the follow-up resolver's): a bound changed in
+    # defaults.py or transform.py left the page saying the old one
+    from pgfunnel.transform import MAX_HISTORY_CHARS, MAX_HISTORY_TURNS, MAX_RRF_K
+
+    text = " ".join((DOCS / "python-api.md").read_text().split())
+    said = [
+        f"Ranges (`k` 1..{defaults.K_MOST},",
+        f"| `k` | {defaults.K} | results wanted (1..{defaults.K_MOST}) |",
+        f"an integer from 1 to {defaults.RRF_K_MOST:,} as `rrf_k` is",
+        f"text (at most {defaults.QUERY_CHARS_MOST:,} characters, no NUL",
+        f"takes at most {MAX_HISTORY_TURNS:,} turns (`MAX_HISTORY_TURNS`) and "
+        f"{MAX_HISTORY_CHARS:,} characters in all (`MAX_HISTORY_CHARS`, ten times a "
+        "search's `query_text` limit;",
+        f"a history holds at most {MAX_HISTORY_CHARS:,} in all`",
+    ]
+    missing = [phrase for phrase in said if phrase not in text]
+    assert not missing, f"docs/python-api.md no longer says {missing}"
+    assert MAX_HISTORY_CHARS == 10 * defaults.QUERY_CHARS_MOST  # "ten times"
+    assert MAX_RRF_K == defaults.RRF_K_MOST  # "as `rrf_k` is"
