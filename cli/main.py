@@ -765,9 +765,10 @@ def search(
         with warnings.catch_warnings():
             quiet_search_notices()
             response = funnel.search(query, k=k, history=turns, **search_params)
+        followup = followup_of(response.transforms)
+        searched = followup["query"] if followup else query
+        used = _fusion_used(funnel, searched, lexical_only, k, collection, search_params)
         funnel.close()
-    followup = followup_of(response.transforms)
-    searched = followup["query"] if followup else query
     if json_out:
         if stale:
             response.notices.append(stale)
@@ -779,11 +780,13 @@ def search(
                    "history": turns or [],
                    "searched": searched,
                    "followup": followup,
-                   "results": [r.__dict__ for r in response.results]}, ("notices",))
+                   "results": [r.__dict__ for r in response.results],
+                   "fusion": used}, ("notices",))
         return
     for note in response.notices:
         labelled("warning", "yellow", note)
     print_followup(followup)
+    out.print(_fusion_line(used), highlight=False, soft_wrap=True)
     if not response.results:
         out.print("no results.", soft_wrap=True)
     else:
@@ -794,6 +797,65 @@ def search(
     # a search that found nothing is traced too, and its trace is the one to read
     if response.search_id:
         out.print(f"trace: search_id {response.search_id}", soft_wrap=True)
+
+
+# the arguments of pgfunnel._pool, named as the search names them
+_POOL_ARGS = ("query_text", "query_embedding", "k", "collection", "principals", "tenant",
+              "language", "metadata_filter", "fusion", "rrf_k", "weights",
+              "lexical_depth", "dense_depth", "overfetch", "per_source_cap", "ef_search", "k1",
+              "b")
+
+
+def _fusion_used(funnel: Any, text: str | None, lexical_only: bool, k: int, collection: str,
+                 params: SearchArgs) -> dict[str, Any]:
+    """The fusion the search ran, its rrf_k, and the weights it used, as the database
+    chose them: funnel_search returns no weights (only a trace records them), so its pool
+    (``pgfunnel._pool``) is asked once more with the search's own arguments and query
+    vector, and weights it chose are named by the rule whose pair they are
+    (``pgfunnel._automatic_weights()``). Python does not recompute the rule, which reads
+    the query's lexical matches. One leg alone fuses nothing: ``fusion`` ``none``."""
+    import numpy as np
+    from psycopg import sql
+
+    from pgfunnel.search import SearchParams
+
+    p = SearchParams.build(k=k, collection=collection,
+                           **{**params, "trace": False, "statement_timeout_ms": None})
+    vector: np.ndarray | None = None
+    with funnel.connection() as conn:
+        if not lexical_only and text is not None and text.strip():
+            embedder = funnel.embedder_for(conn, collection)
+            vector = None if embedder is None else embedder.embed_query(text)
+        args = {**p.sql_args(), "query_text": text, "query_embedding": vector,
+                "chosen": p.weights is None}
+        stmt = sql.SQL(
+            "select p.weights_used, (select a.rule from pgfunnel._automatic_weights() a "
+            "where a.weights = p.weights_used and %(chosen)s) "
+            "from pgfunnel._pool(as_of => now(), {args}) p").format(args=sql.SQL(", ").join(
+                sql.SQL("{} => {}").format(sql.Identifier(name), sql.Placeholder(name))
+                for name in _POOL_ARGS))
+        with warnings.catch_warnings():
+            # the search said its notices already
+            warnings.simplefilter("ignore")
+            row = conn.execute(stmt, args).fetchone()
+    weights = [float(w) for w in row[0]]
+    ran = [leg for leg, w, on in (("lexical", weights[0], text is not None),
+                                  ("dense", weights[1], vector is not None)) if w > 0 and on]
+    if len(ran) == 1:
+        return {"fusion": "none", "legs": ran, "rrf_k": None, "weights": None,
+                "weights_rule": None}
+    return {"fusion": p.fusion, "legs": ran, "rrf_k": p.rrf_k if p.fusion == "rrf" else None,
+            "weights": weights, "weights_rule": row[1]}
+
+
+def _fusion_line(used: dict[str, Any]) -> str:
+    """``fusion: minmax; weights: lexical 1, dense 0.2 (chosen: identifier)``."""
+    if used["fusion"] == "none":
+        return f"fusion: none (one leg: {used['legs'][0]})"
+    lexical, dense = (f"{w:g}" for w in used["weights"])
+    rrf = f", rrf_k {used['rrf_k']:g}" if used["rrf_k"] is not None else ""
+    how = f"chosen: {used['weights_rule']}" if used["weights_rule"] else "given"
+    return f"fusion: {used['fusion']}{rrf}; weights: lexical {lexical}, dense {dense} ({how})"
 
 
 DEMO_QUERIES = [

@@ -1090,7 +1090,7 @@ def test_search_in_a_pipe_prints_each_result_whole(tmp_path: Path, sample_db: st
                              env={"COLUMNS": "80"})
     assert res.exit_code == 0, res.output
     lines = res.stdout.splitlines()
-    assert lines == ["'what is a quokka refund'",
+    assert lines == ["fusion: none (one leg: lexical)", "'what is a quokka refund'",
                      "1  some-rather-long-folder-name/another-nested-folder/a-page  lex 1  "
                      "dense -  fused 1  Quokka refunds A quokka asks for a refund of its "
                      "monthly plan."], res.stdout
@@ -1144,7 +1144,7 @@ def test_search_and_explain_json_hold_every_documented_field(sample_db: str) -> 
     found = strict(res.stdout)
     assert list(found) == ["query", "notices", "search_id", "timings_ms", "reranked",
                            "rerank_skipped_reason", "index_version_id", "history", "searched",
-                           "followup", "results"], found
+                           "followup", "results", "fusion"], found
     assert (found["history"], found["searched"], found["followup"]) == (
         [], "what is a refund window", None)
     assert found["reranked"] is False and found["rerank_skipped_reason"] is None
@@ -1981,6 +1981,53 @@ def test_search_says_which_fused_ranks_the_cap_dropped(
     res = CliRunner().invoke(app, [*args, "--json"])
     got = json.loads(res.output[res.output.index("{"):])["results"]
     assert [r["fused_rank"] for r in got] == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize(("query", "options", "said"), [
+    # the three pairs the search chooses, each named by its rule
+    ("what does err 6358 mean", [],
+     "fusion: minmax; weights: lexical 1, dense 0.2 (chosen: identifier)"),
+    ("coupon for the enterprise plan", [],
+     "fusion: minmax; weights: lexical 0.7, dense 1 (chosen: dense_leads)"),
+    ("refund on a monthly plan", ["--fusion", "rrf"],
+     "fusion: rrf, rrf_k 60; weights: lexical 1, dense 0.7 (chosen: default)"),
+    ("refund on a monthly plan", ["--fusion", "zscore", "--dense-weight", "0.5"],
+     "fusion: zscore; weights: lexical 1, dense 0.5 (given)"),
+    ("refund on a monthly plan", ["--lexical-only"], "fusion: none (one leg: lexical)"),
+])
+def test_search_says_which_fusion_and_weights_it_used(
+        sample_db: str, sample_conn: psycopg.Connection[Any], query: str,
+        options: list[str], said: str) -> None:
+    """With the weights left to the search, nothing said which pair it had chosen (three
+    rules, by the query's lexical matches), nor which fusion ran. The line gives what the
+    database chose, the weights its trace records for that search."""
+    from pgfunnel.cli.main import app
+
+    res = CliRunner().invoke(app, ["search", query, "--dsn", sample_db, "-k", "3", "--trace",
+                                   *options], env={"COLUMNS": "300"})
+    assert res.exit_code == 0, res.output
+    assert said in res.stdout.splitlines(), res.stdout
+    assert res.stdout.index("fusion: ") < res.stdout.index(f"'{query}'"), res.stdout
+    search_id = int(res.stdout.split("trace: search_id ")[1].split()[0])
+    config, notes = sample_conn.execute(
+        "select config, notes from pgfunnel.search_log where id = %s", (search_id,)).fetchone()
+    assert config["fusion"] == said.split()[1].rstrip(";,") or "--lexical-only" in options
+    if "weights:" in said:
+        lexical, dense = config["weights"]
+        assert f"weights: lexical {lexical:g}, dense {dense:g} (" in said, (config, said)
+        assert notes["weights_given"] == ("(given)" in said)
+    res = CliRunner().invoke(app, ["search", query, "--dsn", sample_db, "-k", "3", "--json",
+                                   *options])
+    assert res.exit_code == 0, res.output
+    used = json.loads(res.stdout)["fusion"]
+    if "--lexical-only" in options:
+        assert used == {"fusion": "none", "legs": ["lexical"], "rrf_k": None,
+                        "weights": None, "weights_rule": None}
+    else:
+        assert used["legs"] == ["lexical", "dense"] and used["weights"] == config["weights"]
+        assert used["weights_rule"] == (said.split("chosen: ")[1].rstrip(")")
+                                        if "chosen" in said else None)
+        assert used["rrf_k"] == (60 if "rrf" in options else None)
 
 
 def test_capped_line_names_at_most_five_citekeys() -> None:
