@@ -786,7 +786,8 @@ def search(
     for note in response.notices:
         labelled("warning", "yellow", note)
     print_followup(followup)
-    out.print(_fusion_line(used), highlight=False, soft_wrap=True)
+    if (fusion_line := _fusion_line(used)) is not None:
+        out.print(fusion_line, highlight=False, soft_wrap=True)
     if not response.results:
         out.print("no results.", soft_wrap=True)
     else:
@@ -807,14 +808,16 @@ _POOL_ARGS = ("query_text", "query_embedding", "k", "collection", "principals", 
 
 
 def _fusion_used(funnel: Any, text: str | None, lexical_only: bool, k: int, collection: str,
-                 params: SearchArgs) -> dict[str, Any]:
+                 params: SearchArgs) -> dict[str, Any] | None:
     """The fusion the search ran, its rrf_k, and the weights it used, as the database
     chose them: funnel_search returns no weights (only a trace records them), so its pool
     (``pgfunnel._pool``) is asked once more with the search's own arguments and query
     vector, and weights it chose are named by the rule whose pair they are
     (``pgfunnel._automatic_weights()``). Python does not recompute the rule, which reads
-    the query's lexical matches. One leg alone fuses nothing: ``fusion`` ``none``."""
+    the query's lexical matches. One leg alone fuses nothing: ``fusion`` ``none``. None
+    where the database's functions cannot say (an older release's, before migrate)."""
     import numpy as np
+    import psycopg
     from psycopg import sql
 
     from pgfunnel.search import SearchParams
@@ -837,7 +840,14 @@ def _fusion_used(funnel: Any, text: str | None, lexical_only: bool, k: int, coll
         with warnings.catch_warnings():
             # the search said its notices already
             warnings.simplefilter("ignore")
-            row = conn.execute(stmt, args).fetchone()
+            try:
+                row = conn.execute(stmt, args).fetchone()
+            except psycopg.Error:
+                # an older release's functions (before migrate), whose pool does not
+                # return its weights: the search ran on them, and only this line is lost
+                return None
+    if row is None or row[0] is None:
+        return None
     weights = [float(w) for w in row[0]]
     ran = [leg for leg, w, on in (("lexical", weights[0], text is not None),
                                   ("dense", weights[1], vector is not None)) if w > 0 and on]
@@ -848,8 +858,10 @@ def _fusion_used(funnel: Any, text: str | None, lexical_only: bool, k: int, coll
             "weights": weights, "weights_rule": row[1]}
 
 
-def _fusion_line(used: dict[str, Any]) -> str:
+def _fusion_line(used: dict[str, Any] | None) -> str | None:
     """``fusion: minmax; weights: lexical 1, dense 0.2 (chosen: identifier)``."""
+    if used is None:
+        return None
     if used["fusion"] == "none":
         return f"fusion: none (one leg: {used['legs'][0]})"
     lexical, dense = (f"{w:g}" for w in used["weights"])
