@@ -469,7 +469,9 @@ def rls_enabled(conn: psycopg.Connection[Any]) -> bool:
 def grant_app_role(conn: psycopg.Connection[Any], role: str, *, writer: bool = False) -> None:
     """Make an existing login role an application reader (or writer). A reader that row-level
     security does not apply to (a superuser, a BYPASSRLS role, the tables' owner) is refused
-    (ConfigError): as a member of pgfunnel_reader it would read every document."""
+    (ConfigError): as a member of pgfunnel_reader it would read every document. So is a
+    database that ``init --rls`` has not set up: the group role missing (NotFoundError) or
+    granted nothing on this database's tables (ConflictError)."""
     group = WRITER_ROLE if writer else READER_ROLE
     try:
         row = conn.execute(
@@ -488,6 +490,27 @@ def grant_app_role(conn: psycopg.Connection[Any], role: str, *, writer: bool = F
                               f"{READER_ROLE} it would read every document; make the "
                               "application a role of its own (create role webapp login: "
                               "no superuser, no bypassrls) and grant that one")
+        # `pgfunnel init` without --rls creates no group roles and grants them nothing (a
+        # member would read every row, with no policy to hold it); the grant either failed
+        # with Postgres' bare 'role "pgfunnel_reader" does not exist' or, where another
+        # database of the cluster had made the roles, succeeded and left a role whose
+        # every search was refused
+        enable = ("run `pgfunnel init --rls` on this database first (or "
+                  "pgfunnel.security.enable_rls(conn), then commit): it creates the roles "
+                  f"and grants {group} what it needs here, with the row-level security "
+                  f"policies; then grant {group} to {role}")
+        if conn.execute("select 1 from pg_catalog.pg_roles where rolname = %s",
+                        (group,)).fetchone() is None:
+            raise NotFoundError(f"role {group!r} does not exist: {enable}")
+        held = conn.execute(
+            "select pg_catalog.has_schema_privilege(%s, 'pgfunnel', 'USAGE') "
+            "   and pg_catalog.has_table_privilege(%s, 'pgfunnel.document', 'SELECT')",
+            (group, group)).fetchone()
+        if not (held and held[0]):
+            raise ConflictError(
+                f"{group} holds no privilege on this database's pgfunnel tables (row-level "
+                "security is off here; the role was made by `init --rls` on another "
+                f"database of the cluster), so {role!r} could not search: {enable}")
         conn.execute(sql.SQL("grant {} to {}").format(_ident(group), _ident(role)))
     except psycopg.Error as exc:
         raise translate(exc) from exc

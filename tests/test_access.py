@@ -16,7 +16,15 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from _security_helpers import DIM, Doc, create_app_role, ingest_docs, random_vectors, unit
+from _security_helpers import (
+    DIM,
+    Doc,
+    create_app_role,
+    ingest_docs,
+    random_vectors,
+    unit,
+    with_user,
+)
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
@@ -983,6 +991,38 @@ def test_granting_a_role_that_does_not_exist_names_it(rls_db: str) -> None:
                                                 "first .* then grant it pgfunnel_reader"):
             grant_app_role(conn, "nosuchrole")
         assert conn.execute("select 1").fetchone() == (1,)
+
+
+def test_granting_an_app_role_before_init_rls_says_to_run_it(plain_db: str) -> None:
+    """On a database set up by `pgfunnel init` without --rls, grant_app_role made the role a
+    member of pgfunnel_reader (made, cluster-wide, by another database's `init --rls`),
+    which holds nothing here: it said nothing, and each of the role's searches was
+    'permission denied for schema pgfunnel'. Where no database had made the roles it was
+    Postgres' bare 'role "pgfunnel_reader" does not exist'. After `init --rls` the same
+    call makes a role that searches."""
+    from pgfunnel.errors import ConflictError
+    from pgfunnel.security import READER_ROLE, ensure_roles, grant_app_role
+
+    role = f"t_app_{uuid.uuid4().hex[:8]}"
+    with connect(plain_db, autocommit=True) as conn:
+        ensure_roles(conn)  # as another database's `init --rls` leaves them
+        conn.execute(sql.SQL("create role {} login").format(sql.Identifier(role)))
+        try:
+            for writer in (False, True):
+                with pytest.raises(ConflictError, match=r"holds no privilege on this "
+                                   r"database's pgfunnel tables .* run `pgfunnel init --rls` "
+                                   "on this database first"):
+                    grant_app_role(conn, role, writer=writer)
+            assert conn.execute("select pg_has_role(%s, %s, 'member')",
+                                (role, READER_ROLE)).fetchone() == (False,)
+            schema.init(plain_db, rls=True)
+            grant_app_role(conn, role)
+            with _funnel(with_user(plain_db, role)) as funnel:
+                assert _keys(funnel.search(QUERY, query_embedding=QVEC, k=3,
+                                           principals=["alice"]))[0] == "secret"
+        finally:
+            conn.execute(sql.SQL("drop owned by {}").format(sql.Identifier(role)))
+            conn.execute(sql.SQL("drop role {}").format(sql.Identifier(role)))
 
 
 def test_a_role_rls_does_not_apply_to_is_not_made_a_reader(rls_db: str) -> None:
