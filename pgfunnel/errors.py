@@ -418,8 +418,35 @@ _NAMED_FIRST = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*): (.+)", re.DOTALL)
 # Postgres' own 22023 messages: 'invalid value for parameter "statement_timeout": "abc"'
 _QUOTED_SETTING = re.compile(r'parameter "([^"]+)"')
 
-# Postgres' "function pgfunnel.candidates(unknown, trace => boolean) does not exist"
-_WRONG_CALL = re.compile(r"function pgfunnel\.(\w+)\(.*\) does not exist")
+# Postgres' "function pgfunnel.candidates(unknown, trace => boolean) does not exist", and
+# for the wrapper in public that `select * from funnel_search(...)` calls, the same message
+# without the schema
+_WRONG_CALL = re.compile(r"function (pgfunnel\.)?(\w+)\((.*)\) does not exist")
+# the functions whose second argument is the query vector
+_TAKES_QUERY_EMBEDDING = frozenset({"funnel_search", "candidates", "explain"})
+# what psycopg sends a Python list (or a numpy array where nothing dumps one) as: no
+# pgfunnel function takes a vector in an array of numbers
+_NUMBER_ARRAY = re.compile(r"(?:double precision|real|numeric|integer|bigint|smallint)\[\]")
+# psycopg's refusal of a value it has no dumper for: pgvector's adapters not registered on
+# the connection ("cannot adapt type 'ndarray' using placeholder '%s' (format: AUTO)")
+_NO_VECTOR_DUMPER = re.compile(r"cannot adapt type '(ndarray|Vector|HalfVector|SparseVector)'")
+VECTOR_BINDING_HINT = (
+    "send the vector as a numpy array or pgvector.Vector on a connection with pgvector's "
+    "adapters registered (pgfunnel.sqla.engine_from_dsn's engines and pgfunnel.db.connect's "
+    "connections have them; pgvector.psycopg.register_vector(conn) adds them to one of your "
+    "own), or send it as a list and cast it in the SQL: cast(:v as vector)")
+
+
+def _query_embedding_type(arguments: str) -> str | None:
+    """The type Postgres names for the query vector in a failed call's argument list
+    (``unknown, double precision[], k => integer``): the second positional argument, or
+    ``query_embedding => ...``."""
+    parts = [part.strip() for part in arguments.split(", ")]
+    named = [p.split(" => ", 1)[1] for p in parts if p.startswith("query_embedding => ")]
+    if named:
+        return named[0]
+    positional = [p for p in parts if " => " not in p]
+    return positional[1] if len(positional) > 1 else None
 
 
 @functools.cache
@@ -553,6 +580,13 @@ def translate(exc: BaseException, *, searching: bool = True) -> PgfunnelError:
             err = ConnectionFailedError(f"{what}: {primary}")
             err.__cause__ = exc
             return err
+        if isinstance(exc, psycopg.ProgrammingError) and _NO_VECTOR_DUMPER.match(primary):
+            # a numpy array or pgvector value bound on a connection that has no pgvector
+            # adapters (an engine of the application's own, create_engine)
+            err = PgfunnelError(f"{primary}: the connection has no pgvector adapters; "
+                                + VECTOR_BINDING_HINT)
+            err.__cause__ = exc
+            return err
         if isinstance(exc, psycopg.DataError):
             # refused by the client before it reached the server (a NUL in a text value)
             err = InvalidInputError(primary)
@@ -592,13 +626,29 @@ def translate(exc: BaseException, *, searching: bool = True) -> PgfunnelError:
     cls = _SQLSTATE_MAP.get(sqlstate, PgfunnelError)
     if cls is SchemaMissingError:
         called = _WRONG_CALL.match(primary) if sqlstate == "42883" else None
-        if called is not None and called.group(1) in _shipped_functions():
+        if called is not None and called.group(2) in _shipped_functions() and (
+                called.group(1) or called.group(2) == "funnel_search"):
+            name = called.group(2)
+            vector_type = (_query_embedding_type(called.group(3))
+                           if name in _TAKES_QUERY_EMBEDDING else None)
+            if vector_type is not None and _NUMBER_ARRAY.fullmatch(vector_type):
+                # a hand-written call (SQLAlchemy's text(), psycopg) given the vector as a
+                # list: the bare message did not say that the vector was the argument wrong
+                err = InvalidVectorError(
+                    f"was sent as {vector_type} (a Python list), which no {name} takes; "
+                    + VECTOR_BINDING_HINT, parameter="query_embedding")
+                err.__cause__ = exc
+                return err
             # the function is one this release ships: the call's argument names or types
-            # are wrong (or the database has an older release's functions), not the schema
+            # are wrong (or the database has an older release's functions), not the schema.
+            # Called without the schema it is public.funnel_search, which `pgfunnel init`
+            # creates: on a database without pgfunnel Postgres says the same
+            unqualified = ("" if called.group(1)
+                           else ", or `pgfunnel init` if it has no pgfunnel schema")
             err = ConfigError(
-                "arguments", f"{primary}: no pgfunnel.{called.group(1)} takes these "
+                "arguments", f"{primary}: no pgfunnel.{name} takes these "
                 "arguments; check their names and types (docs/sql.md), and run `pgfunnel "
-                "migrate` if the database has an older release's functions")
+                f"migrate` if the database has an older release's functions{unqualified}")
             err.__cause__ = exc
             return err
         if _pgfunnel_is_missing(sqlstate, primary):

@@ -66,7 +66,9 @@ CHECKS: dict[str, Check] = {}
 CONTINUES: dict[str, tuple[str, ...]] = {
     "python-api.md#8": ("python-api.md#7",),
     "python-api.md#9": ("python-api.md#7",),
-    "python-api.md#10": ("python-api.md#2",),
+    "python-api.md#10": ("python-api.md#7",),
+    "python-api.md#11": ("python-api.md#7",),
+    "python-api.md#12": ("python-api.md#2",),
 }
 
 
@@ -337,10 +339,49 @@ def _api_sqla_errors(request: pytest.FixtureRequest, code: str) -> None:
 
 
 @check("python-api.md#10")
-def _api_packing(request: pytest.FixtureRequest, code: str) -> None:
+def _api_sqla_text(request: pytest.FixtureRequest, code: str) -> None:
     namespace = _api_namespace(request, request.getfixturevalue("helpcenter"),
                                *CONTINUES["python-api.md#10"])
-    out = _exec(code, namespace, "python-api.md#10")
+    _exec(code, namespace, "python-api.md#10")
+    namespace["engine"].dispose()
+    rows = namespace["rows"]
+    assert [r.final_rank for r in rows] == [1, 2, 3, 4, 5]
+    assert rows[0].citekey == "refunds-annual", rows
+
+
+@check("python-api.md#11")
+def _api_sqla_register_vector(request: pytest.FixtureRequest, code: str) -> None:
+    # `engine` is the reader's own: one made by create_engine, whose connections nothing
+    # registered pgvector on, so that a numpy vector cannot be sent until the block ran
+    from sqlalchemy import create_engine
+    from sqlalchemy import text as sa_text
+    from sqlalchemy.exc import DBAPIError
+
+    from pgfunnel.errors import translate
+
+    dsn = request.getfixturevalue("helpcenter")
+    namespace = _api_namespace(request, dsn, *CONTINUES["python-api.md#11"])
+    namespace["engine"].dispose()
+    engine = create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(dsn))
+    query = sa_text("select citekey from funnel_search(:q, :v, k => 3, principals => '{}')")
+    values = {"q": namespace["q"], "v": namespace["Embedder"]().embed_query(namespace["q"])}
+    try:
+        with engine.connect() as conn, pytest.raises(DBAPIError) as caught:
+            conn.execute(query, values)
+        assert "the connection has no pgvector adapters" in str(translate(caught.value))
+        engine.dispose()
+        _exec(code, {"engine": engine}, "python-api.md#11")
+        with engine.connect() as conn:
+            assert conn.execute(query, values).scalars().first() == "refunds-annual"
+    finally:
+        engine.dispose()
+
+
+@check("python-api.md#12")
+def _api_packing(request: pytest.FixtureRequest, code: str) -> None:
+    namespace = _api_namespace(request, request.getfixturevalue("helpcenter"),
+                               *CONTINUES["python-api.md#12"])
+    out = _exec(code, namespace, "python-api.md#12")
     packed = namespace["packed"]
     assert len(packed.kept) + len(packed.dropped) == len(namespace["resp"].results)
     assert out.count("dropped ") == len(packed.dropped)

@@ -479,3 +479,70 @@ def test_an_engine_pool_with_no_connection_free_is_a_connection_failed_error(
         assert "Background on this error" not in str(err)
     finally:
         engine.dispose()
+
+
+def test_a_hand_written_call_given_a_vector_it_cannot_take_says_how_to_send_it(
+        sample_db: str, embedder: Any) -> None:
+    """A text() query given the vector as a list was Postgres' bare "function
+    funnel_search(unknown, double precision[], ...) does not exist" through translate (a
+    plain PgfunnelError: the unqualified call was not read as pgfunnel's), and a numpy
+    array on an engine of the application's own psycopg's "cannot adapt type 'ndarray'";
+    neither said that the vector was the argument at fault, nor how to send it."""
+    import psycopg
+    from pgvector.psycopg import register_vector
+    from sqlalchemy import create_engine, event
+    from sqlalchemy.exc import DBAPIError
+
+    from pgfunnel.errors import InvalidVectorError, PgfunnelError, translate
+
+    q = "refund on an annual plan"
+    vec = embedder.embed_query(q)
+    call = ("select citekey from {schema}funnel_search(:q, {v}, k => 3, principals => :p) "
+            "order by final_rank")
+
+    def run(engine: Any, sql: str, v: Any) -> list[Any]:
+        with Session(engine) as s:
+            s.execute(identity_statement(["alice"]))
+            return list(s.execute(sa_text(sql), {"q": q, "v": v, "p": ["alice"]}).scalars())
+
+    def refused(engine: Any, sql: str, v: Any) -> PgfunnelError:
+        with pytest.raises(DBAPIError) as caught:
+            run(engine, sql, v)
+        return translate(caught.value)
+
+    ours = engine_from_dsn(sample_db)
+    # the application's own engine, on connections nothing registered pgvector on
+    own = create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(sample_db))
+    try:
+        expected = run(ours, call.format(schema="", v=":v"), vec)
+        assert len(expected) == 3
+        for schema in ("", "pgfunnel."):
+            for engine in (ours, own):
+                err = refused(engine, call.format(schema=schema, v=":v"), vec.tolist())
+                assert isinstance(err, InvalidVectorError)
+                assert err.parameter == "query_embedding"
+                assert str(err).startswith("query_embedding: was sent as double precision[] "
+                                           "(a Python list), which no funnel_search takes; "
+                                           "send the vector as a numpy array or "
+                                           "pgvector.Vector"), err
+        err = refused(own, call.format(schema="", v=":v"), vec)
+        assert type(err) is PgfunnelError
+        assert "cannot adapt type 'ndarray'" in str(err)
+        assert "the connection has no pgvector adapters" in str(err)
+        # each way the message gives works
+        assert run(own, call.format(schema="", v="cast(:v as vector)"), vec.tolist()) == expected
+
+        @event.listens_for(own, "connect")
+        def _register(dbapi_connection: Any, _record: Any) -> None:
+            register_vector(dbapi_connection)
+
+        own.dispose()
+        assert run(own, call.format(schema="", v=":v"), vec) == expected
+        # another wrong argument of the unqualified call is said as the qualified one's
+        err = refused(ours, "select * from funnel_search(:q, kk => 3, principals => :p)", None)
+        assert isinstance(err, ConfigError) and err.parameter == "arguments"
+        assert "no pgfunnel.funnel_search takes these arguments; check their names" in str(err)
+        assert "or `pgfunnel init` if it has no pgfunnel schema" in str(err)
+    finally:
+        ours.dispose()
+        own.dispose()
