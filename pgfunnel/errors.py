@@ -430,6 +430,9 @@ _NUMBER_ARRAY = re.compile(r"(?:double precision|real|numeric|integer|bigint|sma
 # psycopg's refusal of a value it has no dumper for: pgvector's adapters not registered on
 # the connection ("cannot adapt type 'ndarray' using placeholder '%s' (format: AUTO)")
 _NO_VECTOR_DUMPER = re.compile(r"cannot adapt type '(ndarray|Vector|HalfVector|SparseVector)'")
+ARRAY_HINT = ("; an array parameter (principals, weights) takes a list: from Python a "
+              "list, not one string or a tuple (principals => :p with p = ['alice']); in "
+              "SQL an array literal ('{alice}', '{1,0.5}')")
 VECTOR_BINDING_HINT = (
     "send the vector as a numpy array or pgvector.Vector on a connection with pgvector's "
     "adapters registered (pgfunnel.sqla.engine_from_dsn's engines and pgfunnel.db.connect's "
@@ -678,6 +681,11 @@ def translate(exc: BaseException, *, searching: bool = True) -> PgfunnelError:
         err.__cause__ = exc
         return err
     primary = _CONSTRAINT_MESSAGES.get(getattr(diag, "constraint_name", None) or "", primary)
+    if sqlstate == "22P02" and primary.startswith("malformed array literal"):
+        # principals => 'alice', or a text() query given one string or a tuple for it
+        # (psycopg sends a tuple as a record, "(alice)"): Postgres' message named neither
+        # the parameter nor what it takes
+        primary += ARRAY_HINT
     if sqlstate == "42501" and primary == "permission denied for schema pgfunnel":
         # Postgres' bare refusal named neither the role's missing grant nor its fix
         primary += SCHEMA_GRANT_HINT

@@ -546,3 +546,29 @@ def test_a_hand_written_call_given_a_vector_it_cannot_take_says_how_to_send_it(
     finally:
         ours.dispose()
         own.dispose()
+
+
+def test_a_hand_written_call_given_principals_as_a_string_or_tuple_says_to_pass_a_list(
+        sample_db: str) -> None:
+    """A text() query given principals as one string or a tuple (psycopg sends a tuple as
+    a record) was InvalidInputError "malformed array literal: "(alice)"", naming neither
+    the parameter nor what it takes."""
+    from sqlalchemy.exc import DBAPIError
+
+    from pgfunnel.errors import InvalidInputError, translate
+
+    query = sa_text("select citekey from funnel_search('refund', principals => :p)")
+    engine = engine_from_dsn(sample_db)
+    try:
+        for given, said in (("alice", '"alice"'), (("alice",), '"(alice)"')):
+            with Session(engine) as s, pytest.raises(DBAPIError) as caught:
+                s.execute(query, {"p": given})
+            err = translate(caught.value)
+            assert isinstance(err, InvalidInputError)
+            assert str(err).startswith(f"malformed array literal: {said}; an array parameter "
+                                       "(principals, weights) takes a list: from Python a "
+                                       "list, not one string or a tuple"), err
+        with Session(engine) as s:
+            assert s.execute(query, {"p": ["alice"]}).scalars().first()
+    finally:
+        engine.dispose()
