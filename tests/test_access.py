@@ -130,6 +130,30 @@ def test_hidden_top_chunk_rerank_path(request: pytest.FixtureRequest, mode: str,
         assert rows == []
 
 
+def test_candidates_and_final_under_rls_read_the_reader_the_docs_say_to_set(
+        app_dsn: str) -> None:
+    """docs/python-api.md ("Lower-level methods"): candidates() and final() set no reader,
+    so under row-level security the caller sets it in their transaction with the statement
+    the page gives; without it the pool is empty, with no error. The page said nothing of
+    it, and a caller running their own stages got nothing."""
+    from pgfunnel.search import SearchParams
+
+    f = _funnel(app_dsn)
+    p = SearchParams.build(k=5, principals=["alice"])
+    with f.connection() as conn:
+        with conn.transaction():
+            assert f.candidates(conn, QUERY, QVEC, p) == []
+        with conn.transaction():
+            conn.execute("select set_config('pgfunnel.principals', %s, true), "
+                         "set_config('pgfunnel.tenant', coalesce(%s, ''), true)",
+                         (json.dumps(list(p.principals)), p.tenant))
+            pool = f.candidates(conn, QUERY, QVEC, p)
+            results = f.final(conn, QUERY, pool, p, reranked=False)
+    f.close()
+    assert pool[0].citekey == "secret"
+    assert [r.citekey for r in results][0] == "secret"
+
+
 def test_hidden_chunk_not_in_trace_rows_read_by_another_reader(app_dsn: str) -> None:
     with connect(app_dsn, autocommit=True) as conn:
         f = _funnel(conn)
