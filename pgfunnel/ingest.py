@@ -2046,7 +2046,10 @@ def _check_given_vectors(vectors: list[np.ndarray | None], labels: dict[int, str
         return
     positions = sorted(labels)
     try:
-        stacked = np.asarray([vectors[p] for p in positions], dtype=np.float32)
+        # a value past single precision becomes Inf in the cast, which the check below
+        # names; numpy's own "overflow encountered in cast" warning came out beside it
+        with np.errstate(over="ignore"):
+            stacked = np.asarray([vectors[p] for p in positions], dtype=np.float32)
         sound = stacked.ndim == 2 and stacked.shape[1] == dimensions \
             and bool(np.isfinite(stacked).all())
         if sound:

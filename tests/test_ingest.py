@@ -188,6 +188,22 @@ def test_a_bad_vector_late_in_the_input_is_refused_before_any_batch_is_written(
     assert _counts(conn) == (0, 0, 0, 0)
 
 
+def test_a_vector_past_single_precision_is_refused_without_a_numpy_warning(
+        conn: psycopg.Connection[Any]) -> None:
+    # numpy's "overflow encountered in cast" RuntimeWarning came out beside the error
+    import warnings
+
+    recs = [DocumentRecord("doc-0", "one short chunk"), DocumentRecord("doc-1", "another")]
+    vectors = _random_vectors(recs)
+    vectors["doc-1"] = np.full((1, 384), 1e39)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(InvalidVectorError, match=r"vectors\['doc-1'\]\[0\]: contains "
+                           "values beyond single precision"):
+            Ingester(conn, "c").ingest(recs, vectors=vectors)
+    assert _counts(conn) == (0, 0, 0, 0)
+
+
 def test_failure_mid_batch_leaves_no_partial_document(conn: psycopg.Connection[Any]) -> None:
     recs = [DocumentRecord(f"doc-{i}", f"document number {i} about invoices") for i in range(5)]
     vectors = _random_vectors(recs)
