@@ -301,7 +301,13 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
     from pgfunnel.db import connect
     from pgfunnel.embedder import Embedder, check_model_name
     from pgfunnel.errors import InvalidInputError
-    from pgfunnel.ingest import Ingester, active_version, collection_id, same_model
+    from pgfunnel.ingest import (
+        Ingester,
+        active_version,
+        check_new_collection_name,
+        collection_id,
+        same_model,
+    )
     if model is not None:
         # '' was taken as no --model: the collection's (or the default) model, unsaid
         check_model_name(model)
@@ -333,6 +339,9 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
                     f"-c {shlex.quote(collection)} {shlex.quote(key)}` takes it out)")
             if kept is not None:
                 kept["total"] = len(records)
+        if cid is None:
+            # a name Ingester refuses for a new collection, refused before the model loads
+            check_new_collection_name(collection)
         version = active_version(conn, cid) if cid is not None else None
         if version is not None and model and not same_model(model, version.embedding_model):
             # refused before the model loads (seconds); Ingester refuses it too
@@ -425,12 +434,13 @@ def ingest(
     """Ingest documents: chunk, embed, index (BM25 + HNSW). Re-ingesting replaces by citekey."""
     _quiet_warnings()
     if dry_run_only:
-        from pgfunnel.ingest import check_collection_name
+        from pgfunnel.ingest import check_new_collection_name
 
         with handle_errors({**INDEX_FLAGS, "encoding": "--encoding"}):
             # the name a real run would refuse, refused here too: a dry run that passes
-            # promises the ingest would start
-            check_collection_name(collection)
+            # promises the ingest would start (it reads no database, so a name with
+            # whitespace at an end is refused as a new collection's would be)
+            check_new_collection_name(collection)
             plan = dry_run(paths, chunk_words, exclude, root,
                            (dsn, collection) if prune else None, encoding)
         if json_out:

@@ -747,12 +747,24 @@ def check_collection_name(name: object) -> None:
     check_sql_text("collection", name)
 
 
+def check_new_collection_name(name: object) -> None:
+    """:func:`check_collection_name`, and for a collection about to be created no
+    whitespace at either end (ConfigError): `-c "docs "` made a second collection beside
+    `docs`, into which that ingest went and which searches of `docs` never read. A
+    collection that has such a name already stays reachable by it."""
+    check_collection_name(name)
+    assert isinstance(name, str)
+    if name != name.strip():
+        raise ConfigError("collection", "a new collection's name must not begin or end with "
+                          f"whitespace, got {name!r}")
+
+
 def get_or_create_collection(conn: psycopg.Connection[Any], name: str, *, private: bool = False,
                              analyzer: str = DEFAULT_ANALYZER) -> int:
     cid = collection_id(conn, name)
     if cid is not None:
         return cid
-    check_collection_name(name)
+    check_new_collection_name(name)
     row = conn.execute(
         "insert into pgfunnel.collection (name, private, analyzer) values (%s, %s, %s) "
         "on conflict (name) do update set name = excluded.name returning id",
@@ -1241,6 +1253,9 @@ class Ingester:
         with tuple_rows(conn):
             cid = collection_id(conn, collection)
             version = active_version(conn, cid) if cid is not None else None
+        if cid is None:
+            # before a model loads or a file is read, as the checks above
+            check_new_collection_name(collection)
         if version is not None and embedder is not None and (
                 embedder.dimensions != version.dimensions):
             raise InvalidInputError(

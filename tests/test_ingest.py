@@ -1369,6 +1369,49 @@ def test_a_collection_name_no_one_could_type_back_is_refused(conn: psycopg.Conne
     assert conn.execute("select count(*) from pgfunnel.collection").fetchone() == (0,)
 
 
+@pytest.mark.parametrize("name", ["docs ", " docs", "docs\u00a0", "\u3000docs"])
+def test_a_new_collection_name_with_whitespace_at_an_end_is_refused(
+        conn: psycopg.Connection[Any], name: str) -> None:
+    # `-c "docs "` made a second collection beside `docs`: the ingest went into it and
+    # searches of `docs` never read it
+    with pytest.raises(ConfigError, match=r"^collection: a new collection's name must not "
+                       "begin or end with whitespace"):
+        Ingester(conn, name)
+    with pytest.raises(ConfigError, match="must not begin or end with whitespace"):
+        get_or_create_collection(conn, name)
+    assert conn.execute("select count(*) from pgfunnel.collection").fetchone() == (0,)
+
+
+def test_a_collection_that_has_whitespace_at_an_end_already_stays_reachable(
+        conn: psycopg.Connection[Any]) -> None:
+    # made before the rule (or by SQL): ingest and search still reach it by its name
+    conn.execute("insert into pgfunnel.collection (name) values ('old ')")
+    recs = [DocumentRecord("a", "alpha invoices")]
+    stats = Ingester(conn, "old ").ingest(recs, vectors=_random_vectors(recs))
+    assert stats.documents_written == 1
+    assert get_or_create_collection(conn, "old ") == conn.execute(
+        "select id from pgfunnel.collection where name = 'old '").fetchone()[0]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_ingest_refuses_a_new_collection_with_whitespace_at_an_end_before_the_model(
+        db: str, tmp_path: Path, dry_run: bool) -> None:
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    (tmp_path / "a.md").write_text("# A\n\nSome words here.")
+    # a model that does not exist: refused before it would load, or the error names it
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path), "-c", "docs ", "--dsn", db,
+                                   "--model", str(tmp_path / "no-model"),
+                                   *(["--dry-run"] if dry_run else [])],
+                             env={"COLUMNS": "300"})
+    assert res.exit_code == 1, res.output
+    assert ("error: --collection: a new collection's name must not begin or end with "
+            "whitespace, got 'docs '") in res.output, res.output
+    with psycopg.connect(db) as c:
+        assert c.execute("select count(*) from pgfunnel.collection").fetchone() == (0,)
+
+
 def test_a_collection_name_may_join_its_letters(conn: psycopg.Connection[Any]) -> None:
     # Persian writes a zero-width non-joiner inside words, emoji sequences join with a
     # zero-width joiner: both were refused as invisible format characters
