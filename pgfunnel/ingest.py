@@ -1358,12 +1358,20 @@ class Ingester:
             # at once instead of taking turns
             pending: deque[tuple[list[DocumentRecord], Future[_Prepared] | None]] = deque()
             citekeys: set[str] = set()
-            for batch in self._batches(records):
-                citekeys.update(r.citekey for r in batch)
-                pending.append((batch, preparer.submit(batch)))
-                if len(pending) > preparer.AHEAD:
-                    written, prepared = pending.popleft()
-                    self._ingest_batch(written, vectors, _result(prepared))
+            stored = 0
+            try:
+                for batch in self._batches(records):
+                    citekeys.update(r.citekey for r in batch)
+                    pending.append((batch, preparer.submit(batch)))
+                    if len(pending) > preparer.AHEAD:
+                        written, prepared = pending.popleft()
+                        self._ingest_batch(written, vectors, _result(prepared))
+                        stored += len(written)
+            except _RecordRefused as refused:
+                # the records are checked as they stream in, so a bad one late in the
+                # input stops the ingest with batches before it committed, and others,
+                # read ahead, not: what is in the collection, said as it is
+                raise refused.error(stored, self.collection) from refused.cause
             while pending:
                 written, prepared = pending.popleft()
                 self._ingest_batch(written, vectors, _result(prepared))
@@ -1429,7 +1437,7 @@ class Ingester:
     def _batches(self, records: Iterable[DocumentRecord]) -> Iterator[list[DocumentRecord]]:
         batch: list[DocumentRecord] = []
         batch_chunks = 0
-        for rec in checked_records(records):
+        for rec in _refused_apart(checked_records(records)):
             batch.append(rec)
             # an estimate from the word count (chunks end at headings too); it only sizes
             # the transaction
@@ -2212,14 +2220,42 @@ def checked_records(records: Iterable[DocumentRecord]) -> Iterator[DocumentRecor
                 "a JSONL line is read)")
         check_record(rec, f"document {n} (citekey {rec.citekey!r})")
         if rec.citekey in seen:
-            # checked as the records stream in, batch by batch: say what is already in
+            # checked as the records stream in, batch by batch: Ingester adds what its
+            # batches before this one stored
             raise InvalidInputError(
                 f"citekey {rec.citekey!r} appears twice in this ingest (documents "
-                f"{seen[rec.citekey]} and {n}); each batch is written in a transaction of "
-                "its own, so batches that were complete before document "
-                f"{n} stay written")
+                f"{seen[rec.citekey]} and {n})")
         seen[rec.citekey] = n
         yield rec
+
+
+class _RecordRefused(Exception):
+    """A record refused by :func:`checked_records` inside an ingest, carried past the
+    batch loop so that the loop's own errors (a batch's) are not taken for it."""
+
+    def __init__(self, cause: InvalidInputError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+    def error(self, stored: int, collection: str) -> InvalidInputError:
+        """The refusal, with what this ingest had stored when it came."""
+        if stored:
+            kept = (f"{stored:,} document(s) of this ingest, in the batches written before "
+                    f"it, are stored in collection {collection!r}, each whole (a batch is "
+                    "one transaction), and none of the documents read after them")
+        else:
+            kept = f"nothing of this ingest was written to collection {collection!r}"
+        cause = self.cause
+        if isinstance(cause, InvalidVectorError):
+            return cause  # takes a parameter; checked_records raises none
+        return type(cause)(f"{cause}; {kept}")
+
+
+def _refused_apart(records: Iterator[DocumentRecord]) -> Iterator[DocumentRecord]:
+    try:
+        yield from records
+    except InvalidInputError as exc:
+        raise _RecordRefused(exc) from exc
 
 
 def delete_documents(conn: psycopg.Connection[Any], collection: str,

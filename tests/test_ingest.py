@@ -204,6 +204,40 @@ def test_a_vector_past_single_precision_is_refused_without_a_numpy_warning(
     assert _counts(conn) == (0, 0, 0, 0)
 
 
+@pytest.mark.parametrize("late", [DocumentRecord("doc-1", "a citekey given twice"),
+                                  DocumentRecord("", "no citekey")])
+def test_a_record_refused_late_in_the_input_says_what_the_ingest_stored(
+        conn: psycopg.Connection[Any], late: DocumentRecord) -> None:
+    """Records are checked as they stream in, so batches before a bad one commit; the
+    error said "batches that were complete before document 9 stay written" (eight
+    documents) where the batches read ahead had not been written (four were stored)."""
+    recs = [DocumentRecord(f"doc-{i}", f"document number {i} about invoices")
+            for i in range(8)]
+    with pytest.raises(InvalidInputError) as caught:
+        Ingester(conn, "c", batch_documents=1).ingest(recs + [late],
+                                                       vectors=_random_vectors(recs))
+    stored = conn.execute("select count(*) from pgfunnel.document").fetchone()[0]  # type: ignore[index]
+    assert 0 < stored < 8
+    assert f"; {stored:,} document(s) of this ingest, in the batches written before it, " \
+        "are stored in collection 'c', each whole" in str(caught.value), str(caught.value)
+    assert "stay written" not in str(caught.value)
+    # each stored document is whole
+    assert conn.execute("select count(*) from pgfunnel.document d where not exists ("
+                        "select from pgfunnel.chunk ch join pgfunnel.embedding e "
+                        "on e.chunk_id = ch.id where ch.document_id = d.id)").fetchone() == (0,)
+    assert_stats_exact(conn)
+
+
+def test_a_record_refused_before_any_batch_says_nothing_was_written(
+        conn: psycopg.Connection[Any]) -> None:
+    recs = [DocumentRecord("a", "alpha"), DocumentRecord("a", "alpha again")]
+    with pytest.raises(InvalidInputError, match=r"^citekey 'a' appears twice in this ingest "
+                       r"\(documents 1 and 2\); nothing of this ingest was written to "
+                       r"collection 'c'$"):
+        Ingester(conn, "c").ingest(recs, vectors=_random_vectors(recs[:1]))
+    assert _counts(conn) == (0, 0, 0, 0)
+
+
 def test_failure_mid_batch_leaves_no_partial_document(conn: psycopg.Connection[Any]) -> None:
     recs = [DocumentRecord(f"doc-{i}", f"document number {i} about invoices") for i in range(5)]
     vectors = _random_vectors(recs)
