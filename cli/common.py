@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import math
 import os
@@ -356,10 +357,25 @@ class TidyHelpGroup(TyperGroup):
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            command.help = unwrapped_help(command.help)
         if command is not None and not isinstance(command, TyperGroup):
             # its help option included, which it makes when first asked
             tidy_help(list(command.get_params(ctx)), ctx)
         return command
+
+
+def unwrapped_help(text: str | None) -> str | None:
+    """A command's help text with each paragraph on one line, for the help panel to wrap.
+    Typer 0.20 on keeps the line breaks of a docstring's later paragraphs and wraps
+    between them too, so `reindex --help` read "of the same model" / "instead, unless" on
+    lines of their own, cut where the source was. A paragraph click is told not to rewrap
+    (its first line ``\b``) stays as written."""
+    if not text:
+        return text
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(p if p.startswith("\b") else " ".join(p.split())
+                         for p in paragraphs)
 
 
 def refuse_dense_options(lexical_only: bool, **dense_options: object) -> None:

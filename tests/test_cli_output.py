@@ -585,6 +585,34 @@ def test_command_summaries_are_one_line() -> None:
     assert walk(root) == []
 
 
+def test_help_paragraphs_wrap_at_the_width_not_at_the_source_lines() -> None:
+    """Typer 0.20 on kept each docstring line break of a help's later paragraphs, then
+    wrapped the lines at 80 columns too: `reindex --help` read "model" alone on a line
+    ("... a version of the same" / "model" / "instead, unless --reembed), ..."), and so
+    did stop, doctor, versions activate, compare and drop-collection. Each paragraph now
+    fills its lines: a line of a paragraph that another line follows ends near the
+    width."""
+    import typer
+    from pgfunnel.cli.main import app
+
+    root = typer.main.get_command(app)
+    every = [name.split() for name in walk_names(root)]
+    assert ["reindex"] in every and ["versions", "compare"] in every
+    short: list[tuple[str, str]] = []
+    for path in [[], *every]:
+        res = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "80"})
+        assert res.exit_code == 0, (path, res.output)
+        lines = res.output.splitlines()
+        # the help's text: after the usage line, before the first panel
+        start = next(i for i, line in enumerate(lines) if "Usage:" in line) + 1
+        end = next(i for i, line in enumerate(lines) if line.startswith("╭"))
+        text = [line.rstrip() for line in lines[start:end]]
+        for line, after in zip(text, text[1:], strict=False):
+            if line.strip() and after.strip() and len(line) < 60:
+                short.append((" ".join(path), line))
+    assert short == [], short
+
+
 def walk_names(group: Any, prefix: str = "") -> list[str]:
     names = []
     for name, command in group.commands.items():
