@@ -98,7 +98,8 @@ def stale_functions_notice(conn: Any, command: str) -> str | None:
 
 # `pgfunnel <command>` in a line the CLI prints: a next step to paste (`pgfunnel init`,
 # "Switch: pgfunnel versions activate 2 -c docs"), the library's or the CLI's own words
-_SUGGESTED = re.compile(r"(?<![\w./-])pgfunnel((?: [a-z][a-z-]*)+)")
+# (not one in quotes: a name, such as a session's application_name, "pgfunnel reindex docs")
+_SUGGESTED = re.compile(r"(?<![\w./'\"-])pgfunnel((?: [a-z][a-z-]*)+)")
 # a DSN that holds a password, in a suggestion, and what the line then says of it
 HIDDEN_DSN = '"$PGFUNNEL_DSN"'
 HIDDEN_DSN_NOTE = (" (set PGFUNNEL_DSN to your connection string first: the --dsn given "

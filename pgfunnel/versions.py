@@ -304,9 +304,14 @@ def writer_lock(conn: psycopg.Connection[Any], collection: str) -> Iterator[int]
                            (k1, k2)).fetchone()
     if not got or not got[0]:
         holder = lock_holder(conn, coll_id)
-        who = ("an unknown session" if holder is None else
-               f"pid {holder['pid']} ({holder['application_name'] or 'no application_name'}, "
-               f"connected since {holder['since']:%Y-%m-%d %H:%M:%S %Z})")
+        # the name quoted: the CLI gives each `pgfunnel <command>` of a message the -c and
+        # --dsn typed, and a bare "pgfunnel reindex docs" read "pgfunnel reindex -c docs docs"
+        who = "an unknown session"
+        if holder is not None:
+            name = holder["application_name"]
+            named = f"application_name {name!r}" if name else "no application_name"
+            who = (f"pid {holder['pid']} ({named}, "
+                   f"connected since {holder['since']:%Y-%m-%d %H:%M:%S %Z})")
         raise ConflictError(
             f"collection {collection!r}: another reindex (or version drop) is running, held "
             f"by {who}; wait for it, or end it with pg_terminate_backend(pid) if it is stuck")

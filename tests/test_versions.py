@@ -353,6 +353,27 @@ def test_second_writer_is_refused_naming_the_holder(sample_db: str) -> None:
         assert json.loads(result.output[result.output.index("{"):])["state"] == "ready"
 
 
+def test_second_writer_names_the_holder_as_it_is_named(sample_db: str) -> None:
+    """A reindex names its session `pgfunnel reindex NAME`; the second one's error gave
+    every `pgfunnel <command>` in it the -c typed, the holder's name too, and read "held by
+    pid 28922 (pgfunnel reindex -c docs docs, ...)", a name no session had and a command
+    that reindexes a collection named docs docs."""
+    from pgfunnel.cli.main import app
+
+    with connect(sample_db, autocommit=True) as holder:
+        holder.execute("set application_name = 'pgfunnel reindex default'")
+        pid = holder.info.backend_pid
+        with versions.writer_lock(holder, "default"):
+            result = CliRunner().invoke(app, ["reindex", "--dsn", sample_db, "-c", "default",
+                                              "--analyzer", "simple_v1"],
+                                        env={"COLUMNS": "300"})
+    assert result.exit_code == 1, result.output
+    text = " ".join(result.output.split())
+    assert (f"held by pid {pid} (application_name "
+            "'pgfunnel reindex default', connected since") in text, text
+    assert "-c default default" not in text, text
+
+
 def test_reindex_hints_run_as_pasted(sample_db: str) -> None:
     import shlex
 
