@@ -353,6 +353,10 @@ def list_cmd(collection: CollectionOption = COLLECTION, dsn: DsnOption = None,
                      "chunks": str(i.chunk_count), "missing": str(i.missing_chunks),
                      "hnsw index": (f"{idx} {i.index_bytes / 1e6:.1f} MB" if i.index_present
                                     else idx),
+                     # the graph's build settings (reindex --m, --ef-construction): two
+                     # versions built with other ones read alike but for the index size
+                     "m/ef_construction": f"{int(i.params.get('m', 16))}/"
+                                          f"{int(i.params.get('ef_construction', 64))}",
                      "activated": f"{i.activated_at:%Y-%m-%d %H:%M}" if i.activated_at else "-",
                      "retired": f"{i.retired_at:%Y-%m-%d %H:%M}" if i.retired_at else "-"})
     table = Table(title=f"index versions of {collection!r}", title_justify="left")

@@ -374,6 +374,23 @@ def test_second_writer_names_the_holder_as_it_is_named(sample_db: str) -> None:
     assert "-c default default" not in text, text
 
 
+def test_versions_list_shows_each_graphs_build_settings(sample_db: str) -> None:
+    """A version reindexed with --m 8 --ef-construction 32 was listed as the active one
+    was but for its index size: nothing in `versions list` said the graphs were built
+    differently (only --json's params held it)."""
+    from pgfunnel.cli.main import app
+
+    env = {"COLUMNS": "80"}
+    built = CliRunner().invoke(app, ["reindex", "--dsn", sample_db, "--m", "8",
+                                     "--ef-construction", "32"], env=env)
+    assert built.exit_code == 0, built.output
+    res = CliRunner().invoke(app, ["versions", "list", "--dsn", sample_db], env=env)
+    assert res.exit_code == 0, res.output
+    lines = {line.split(":")[0].strip(): line for line in res.stdout.splitlines()[1:]}
+    assert "m/ef_construction 16/64" in lines["version 1 (active)"], res.stdout
+    assert "m/ef_construction 8/32" in lines["version 2 (ready)"], res.stdout
+
+
 def test_reindex_hints_run_as_pasted(sample_db: str) -> None:
     import shlex
 
