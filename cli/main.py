@@ -779,6 +779,9 @@ def search(
         searched = followup["query"] if followup else query
         used = _fusion_used(funnel, searched, lexical_only, k, collection, search_params)
         funnel.close()
+        # the number `versions list` shows: the id alone (3 for version 1 of a collection
+        # whose database holds others) could not be told from it
+        version = _version_number(dsn, response.index_version_id) if json_out else None
     if json_out:
         if stale:
             response.notices.append(stale)
@@ -786,6 +789,7 @@ def search(
                    "search_id": response.search_id, "timings_ms": response.timings_ms,
                    "reranked": response.reranked,
                    "rerank_skipped_reason": response.rerank_skipped_reason,
+                   "index_version": version,
                    "index_version_id": response.index_version_id,
                    "history": turns or [],
                    "searched": searched,
@@ -878,6 +882,19 @@ def _fusion_line(used: dict[str, Any] | None) -> str | None:
     rrf = f", rrf_k {used['rrf_k']:g}" if used["rrf_k"] is not None else ""
     how = f"chosen: {used['weights_rule']}" if used["weights_rule"] else "given"
     return f"fusion: {used['fusion']}{rrf}; weights: lexical {lexical}, dense {dense} ({how})"
+
+
+def _version_number(dsn: str | None, version_id: int | None) -> int | None:
+    """The number within its collection of the index version ``version_id`` (None for
+    none, or for a version dropped since)."""
+    if version_id is None:
+        return None
+    from pgfunnel.db import connect
+
+    with connect(dsn, autocommit=True) as conn:
+        row = conn.execute("select version from pgfunnel.index_version where id = %s",
+                           (version_id,)).fetchone()
+    return None if row is None else int(row[0])
 
 
 DEMO_QUERIES = [

@@ -1155,6 +1155,30 @@ def test_control_characters_in_a_document_do_not_reach_the_terminal(tmp_path: Pa
     assert "chunks of 'esc\\x1b[31m-key'" in res.stdout, res.stdout
 
 
+def test_search_json_names_the_version_as_versions_list_does(sample_db: str,
+                                                             tmp_path: Path) -> None:
+    """`search --json` gave only `index_version_id`, the version's id across the
+    database: version 1 of a second collection answered as 2, which `versions list`
+    (version numbers per collection) shows nowhere, so an operator checking that a search
+    used the active version saw another number. `index_version` is the number."""
+    from pgfunnel.cli.main import app
+
+    source = tmp_path / "other.jsonl"
+    source.write_text(json.dumps({"citekey": "glacier", "text": "Glaciers move slowly "
+                                  "downhill under their own weight."}) + "\n")
+    res = CliRunner().invoke(app, ["ingest", str(source), "-c", "other", "--dsn", sample_db])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(app, ["search", "glacier", "-c", "other", "--lexical-only",
+                                   "--json", "--dsn", sample_db])
+    assert res.exit_code == 0, res.output
+    found = json.loads(res.stdout)
+    listed = json.loads(CliRunner().invoke(app, ["versions", "list", "-c", "other", "--json",
+                                                 "--dsn", sample_db]).stdout)
+    (active,) = [v for v in listed if v["state"] == "active"]
+    assert found["index_version_id"] == active["id"] != active["version"]
+    assert found["index_version"] == active["version"] == 1
+
+
 def test_search_and_explain_json_hold_every_documented_field(sample_db: str) -> None:
     """`search --json` said nothing of whether the results were reranked, why a rerank was
     skipped, or which index version answered; every field docs/cli.md names is there,
@@ -1171,12 +1195,13 @@ def test_search_and_explain_json_hold_every_documented_field(sample_db: str) -> 
     assert res.exit_code == 0, res.output
     found = strict(res.stdout)
     assert list(found) == ["query", "notices", "search_id", "timings_ms", "reranked",
-                           "rerank_skipped_reason", "index_version_id", "history", "searched",
-                           "followup", "results", "fusion"], found
+                           "rerank_skipped_reason", "index_version", "index_version_id",
+                           "history", "searched", "followup", "results", "fusion"], found
     assert (found["history"], found["searched"], found["followup"]) == (
         [], "what is a refund window", None)
     assert found["reranked"] is False and found["rerank_skipped_reason"] is None
     assert isinstance(found["index_version_id"], int)
+    assert found["index_version"] == 1
     assert found["notices"] == ["pgfunnel: query words not searched: a, is, what"]
     assert found["results"] and set(found["results"][0]) == {
         "chunk_id", "citekey", "title", "heading", "section_path", "text", "ordinal",
