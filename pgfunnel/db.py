@@ -13,6 +13,7 @@ import atexit
 import functools
 import os
 import re
+import shlex
 import subprocess
 import warnings
 from collections.abc import Callable, Iterator
@@ -22,6 +23,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import psycopg
 from pgvector.psycopg import register_vector
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import tuple_row
 
 from pgfunnel.errors import (
@@ -186,7 +188,33 @@ def connect_error(target: str, exc: psycopg.Error) -> ConfigError | ConnectionFa
     # failed") on the first and a hint on the last
     detail = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
     return ConnectionFailedError(
-        f"cannot connect to Postgres at {redact(target)}: {detail or type(exc).__name__}")
+        f"cannot connect to Postgres at {redact(target)}: {detail or type(exc).__name__}"
+        f"{_stopped_embedded(target)}")
+
+
+def _stopped_embedded(target: str) -> str:
+    """What to do when ``target`` names, as its socket folder, the data folder of an
+    embedded Postgres that is not running: `pgfunnel dsn`'s string put in PGFUNNEL_DSN
+    (or --dsn) after `pgfunnel stop`. Only a command given no DSN starts that server, so
+    libpq's "Is the server running locally" left the operator with nothing to run."""
+    try:
+        host = conninfo_to_dict(target).get("host")
+    except psycopg.Error:
+        return ""
+    if not isinstance(host, str) or not host.startswith("/"):
+        return ""
+    pgdata = Path(host)
+    if not (pgdata / "PG_VERSION").is_file() or (pgdata / "postmaster.pid").exists():
+        return ""
+    if pgdata.name != "pgdata":
+        return (f" ({pgdata} is a Postgres data folder whose server is not running: "
+                "start it with its pg_ctl)")
+    home = pgdata.parent
+    where = ("" if home == pgfunnel_home()
+             else f", with PGFUNNEL_HOME={shlex.quote(str(home))},")
+    return (f" ({pgdata} is the data folder of an embedded Postgres that is not running: "
+            "`pgfunnel stop` stops it, and nothing starts a server named by PGFUNNEL_DSN or "
+            f"--dsn; leave both out{where} and the next command starts it)")
 
 
 def try_register_vector(conn: psycopg.Connection[Any]) -> bool:

@@ -451,6 +451,45 @@ def test_stop_embedded_stops_and_the_next_connection_starts_it_again(tmp_path: P
     assert stop_embedded(home) is True
 
 
+def test_a_dsn_of_a_stopped_embedded_server_says_how_to_start_it(tmp_path: Path) -> None:
+    """`pgfunnel dsn`'s string in PGFUNNEL_DSN, then `pgfunnel stop`: every command failed
+    with libpq's "Is the server running locally ...?", and none starts a server named by
+    a DSN, so nothing said what to run. The error now names the stopped embedded server
+    and that leaving the DSN out starts it, which it does."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.db import embedded_dsn, stop_embedded
+
+    home = tmp_path / "home"
+    dsn = embedded_dsn(home)
+    assert stop_embedded(home) is True
+    runner = CliRunner()
+    res = runner.invoke(app, ["versions", "list"],
+                        env={"PGFUNNEL_DSN": dsn, "PGFUNNEL_HOME": str(home),
+                             "COLUMNS": "400"})
+    assert res.exit_code == 1, res.output
+    said = " ".join(res.output.split())
+    assert said.startswith("error: cannot connect to Postgres at "), said
+    assert (f"({home / 'pgdata'} is the data folder of an embedded Postgres that is not "
+            "running: `pgfunnel stop` stops it, and nothing starts a server named by "
+            "PGFUNNEL_DSN or --dsn; leave both out and the next command starts it)") in said
+    # from another home, the advice names the one to set
+    res = runner.invoke(app, ["versions", "list", "--dsn", dsn],
+                        env={"PGFUNNEL_DSN": None, "PGFUNNEL_HOME": str(tmp_path / "other"),
+                             "COLUMNS": "400"})
+    assert res.exit_code == 1, res.output
+    assert f"leave both out, with PGFUNNEL_HOME={home}, and the next" in " ".join(
+        res.output.split()), res.output
+    # the advice, followed: the server starts, at the same address
+    res = runner.invoke(app, ["dsn"], env={"PGFUNNEL_DSN": None, "PGFUNNEL_HOME": str(home)})
+    assert res.exit_code == 0, res.output
+    assert res.stdout.strip() == dsn
+    with connect(dsn) as conn:
+        assert conn.execute("select 1").fetchone() == (1,)
+    assert stop_embedded(home) is True
+
+
 def _server_version(dsn: str) -> int:
     with connect(dsn, autocommit=True) as conn:
         row = conn.execute("select current_setting('server_version_num')::int").fetchone()
