@@ -603,15 +603,18 @@ as $$
 declare
     hnsw_type text;
     hnsw_key text;
+    dims integer;
 begin
-    select coalesce(v.params ->> 'hnsw_type', 'vector'),
-           case coalesce(v.params ->> 'hnsw_type', 'vector')
-               when 'halfvec' then '@vector_schema@.l2_normalize(%1$s)::@vector_schema@.halfvec('
-                                   || v.dimensions || ')'
-               when 'vector' then '%1$s::@vector_schema@.vector(' || v.dimensions || ')'
-           end
-      into hnsw_type, hnsw_key
+    -- the type read once, and the key made from it: the select read params ->> 'hnsw_type'
+    -- twice
+    select coalesce(v.params ->> 'hnsw_type', 'vector'), v.dimensions
+      into hnsw_type, dims
       from pgfunnel.index_version v where v.id = _hnsw_walk_planned.version_id;
+    hnsw_key := case hnsw_type
+                    when 'halfvec' then '@vector_schema@.l2_normalize(%1$s)::@vector_schema@.halfvec('
+                                        || dims || ')'
+                    when 'vector' then '%1$s::@vector_schema@.vector(' || dims || ')'
+                end;
     if hnsw_key is null then
         raise exception 'pgfunnel: index version % records an unknown hnsw_type', version_id;
     end if;

@@ -346,6 +346,17 @@ def test_a_full_precision_graph_of_an_older_version_keeps_serving(
     q = unit(np.random.default_rng(8), DIMS)
     got = _dense(conn, q, 10, [])
     assert [g for g, _, _ in got] == sorted(vecs, key=lambda c: -float(vecs[c] @ q))[:10]
+    # the walk planned per search (no walk cached) keys its query as the graph does
+    walk = "select chunk_ids from pgfunnel._hnsw_walk_planned(%s, %s, 10)"
+    with conn.transaction():
+        conn.execute("set local hnsw.ef_search = 100")
+        assert conn.execute(walk, (vid, q)).fetchone() == ([g for g, _, _ in got],)
+    # a type it does not know is refused, naming the version, not walked as some other
+    conn.execute("update pgfunnel.index_version set params = params || "
+                 "'{\"hnsw_type\": \"bit\"}' where id = %s", (vid,))
+    with pytest.raises(psycopg.errors.RaiseException,
+                       match=f"index version {vid} records an unknown hnsw_type"):
+        conn.execute(walk, (vid, q))
     # the doctor notices a graph that is not what the version records
     conn.execute("update pgfunnel.index_version set params = params || "
                  "'{\"hnsw_type\": \"halfvec\"}' where id = %s", (vid,))
