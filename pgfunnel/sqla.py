@@ -165,6 +165,15 @@ def funnel_search_tvf(query_text: Any, query_embedding: Any = None, *,
     params = {key: value for key, value in params.items()
               if value is not None or key == "principals"}
     unknown = sorted(set(params) - set(FUNNEL_SEARCH_PARAMETERS))
+    if "statement_timeout_ms" in unknown:
+        # a SearchParams field (Funnel.search sets statement_timeout for its transaction),
+        # not an argument of the SQL function: "unknown" did not say how to get the limit
+        raise ConfigError("statement_timeout_ms", "is Funnel.search's, not a funnel_search "
+                          "parameter: set the limit in the session's transaction before the "
+                          "search, session.execute(select(func.set_config("
+                          "'statement_timeout', '500', True))) (SET LOCAL statement_timeout "
+                          "= 500); a search that runs past it raises DBAPIError, which "
+                          "pgfunnel.errors.translate makes a SearchTimeoutError")
     if unknown:
         raise ConfigError(unknown[0], "unknown funnel_search parameter (known: "
                           f"{', '.join(FUNNEL_SEARCH_PARAMETERS)})")

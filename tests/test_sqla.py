@@ -572,3 +572,34 @@ def test_a_hand_written_call_given_principals_as_a_string_or_tuple_says_to_pass_
             assert s.execute(query, {"p": ["alice"]}).scalars().first()
     finally:
         engine.dispose()
+
+
+def test_statement_timeout_ms_given_to_the_tvf_says_how_to_set_the_limit(
+        sample_db: str) -> None:
+    """statement_timeout_ms, a SearchParams field, was 'unknown funnel_search parameter'
+    for the tvf, with nothing on how a SQLAlchemy search gets the limit. The message's way
+    is run here: the limit holds, and translate gives a SearchTimeoutError."""
+    from sqlalchemy.exc import DBAPIError
+
+    from pgfunnel.errors import SearchTimeoutError, translate
+
+    with pytest.raises(ConfigError, match=r"^statement_timeout_ms: is Funnel.search's, not "
+                                          "a funnel_search parameter: set the limit in the "
+                                          "session's transaction") as exc:
+        funnel_search_tvf("refund", k=3, principals=[], statement_timeout_ms=1)
+    assert exc.value.parameter == "statement_timeout_ms"
+    engine = engine_from_dsn(sample_db)
+    try:
+        with Session(engine) as s:
+            s.execute(select(func.set_config("statement_timeout", "1", True)))
+            with pytest.raises(DBAPIError) as caught:
+                # pg_sleep: a search of the sample corpus can finish inside 1 ms
+                s.execute(select(func.pg_sleep(0.05), func.count())
+                          .select_from(funnel_search_tvf("refund", k=3, principals=[])))
+            assert isinstance(translate(caught.value), SearchTimeoutError)
+            s.rollback()
+            # the limit was the transaction's: the next one searches
+            fs = funnel_search_tvf("refund", k=3, principals=[])
+            assert s.execute(select(fs.c.citekey)).all()
+    finally:
+        engine.dispose()
