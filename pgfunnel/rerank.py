@@ -17,6 +17,7 @@ Two rules shape it:
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import numbers
 import operator
@@ -244,6 +245,17 @@ def reranker_name(reranker: Any) -> str | None:
     return None
 
 
+def _local_architectures(folder: Path) -> list[str]:
+    """The architectures a local model folder's config.json names ([] for anything else:
+    a hub id, a folder without one, a file that is not JSON, which the load then reports)."""
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    archs = config.get("architectures") if isinstance(config, dict) else None
+    return [str(a) for a in archs] if isinstance(archs, list) else []
+
+
 class Reranker:
     """Cross-encoder reranker with the shape of ``CrossEncoder.rank``.
 
@@ -357,25 +369,26 @@ class Reranker:
                 "cross-encoder/ms-marco-MiniLM-L6-v2, or a local directory of one")
         if not self.local_files_only and (unreachable := hub_unreachable(self.model_name)):
             raise self._failure(unreachable)
+        local = Path(self.model_name).expanduser()
+        if archs := _local_architectures(local):
+            # a local folder names its architecture: a bi-encoder is refused before it
+            # loads, where sentence-transformers printed its conversion to a cross-encoder
+            # and a table of "newly initialized" head weights ("Consider training on your
+            # downstream task") above the error
+            self._refuse_architectures(archs)
         try:
             from sentence_transformers import CrossEncoder
 
-            local = Path(self.model_name).expanduser()
             target = str(local) if local.exists() else self.model_name
             with quiet_local_loading(target):
                 model = CrossEncoder(target, **kwargs)
         except Exception as exc:
             raise self._failure(exc) from exc
-        archs = getattr(
+        loaded = getattr(
             getattr(getattr(model, "model", None), "config", None), "architectures", None
         )
-        if archs and not any(str(a).endswith("ForSequenceClassification") for a in archs):
-            # sentence-transformers quietly turns a bi-encoder into a cross-encoder with a
-            # random head; its scores would be noise that looks like a ranking.
-            raise self._failure(
-                f"checkpoint architecture {', '.join(map(str, archs))} is not a cross-encoder"
-                " (a sequence-classification model); is this a bi-encoder?"
-            )
+        if loaded:
+            self._refuse_architectures(loaded)
         num_labels = getattr(model, "num_labels", 1)
         if num_labels != 1:
             # A bi-encoder or classifier loads "successfully" with a fresh head; refuse it.
@@ -387,6 +400,15 @@ class Reranker:
         if self.fp16:
             _half_precision_cuda(model)
         return model
+
+    def _refuse_architectures(self, archs: Sequence[Any]) -> None:
+        if not any(str(a).endswith("ForSequenceClassification") for a in archs):
+            # sentence-transformers quietly turns a bi-encoder into a cross-encoder with a
+            # random head; its scores would be noise that looks like a ranking.
+            raise self._failure(
+                f"checkpoint architecture {', '.join(map(str, archs))} is not a cross-encoder"
+                " (a sequence-classification model); is this a bi-encoder?"
+            )
 
     def _apply_max_length(self, model: Any) -> None:
         """Set the model's truncation length to ``max_length``. A length past the model's

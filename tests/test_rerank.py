@@ -550,3 +550,20 @@ def test_local_files_only_must_be_a_bool(tiny_ce: Path, value: Any) -> None:
         Reranker(str(tiny_ce), device="cpu", local_files_only=value)
     assert exc.value.parameter == "local_files_only"
     assert Reranker(str(tiny_ce), device="cpu", local_files_only=False).local_files_only is False
+
+
+def test_a_local_bi_encoder_is_refused_before_it_loads(tmp_path: Path,
+                                                       capfd: pytest.CaptureFixture[str]) -> None:
+    """A bi-encoder folder given as the rerank model was loaded first: sentence-transformers
+    printed 'Converting SentenceTransformer model ... to CrossEncoder' and transformers a
+    load report of 'newly initialized' head weights ('Consider training on your downstream
+    task') above the ModelLoadError, as if the model had loaded and needed training. Its
+    config.json names its architecture: refused from that, nothing printed."""
+    path = build_tiny_bi_encoder(tmp_path / "bi", dim=32)
+    capfd.readouterr()
+    with pytest.raises(ModelLoadError, match="checkpoint architecture BertModel is not a "
+                                             "cross-encoder") as exc:
+        Reranker(str(path), device="cpu")
+    assert exc.value.setting == "rerank_model"
+    out, err = capfd.readouterr()
+    assert out + err == "", out + err
