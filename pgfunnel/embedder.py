@@ -175,6 +175,10 @@ class Embedder:
         local_only = not Path(path).exists() and os.environ.get("HF_HUB_OFFLINE") == "1"
         if (unreachable := hub_unreachable(path)) is not None:
             raise ModelLoadError("embedding_model", model, unreachable)
+        if (archs := _saved_cross_encoder_architectures(path)) is not None:
+            # refused before it loads: loaded, transformers printed a report of the
+            # classification head's weights as "UNEXPECTED" above the error
+            raise ModelLoadError("embedding_model", model, _cross_encoder_said(archs))
         try:
             from sentence_transformers import SentenceTransformer
 
@@ -188,10 +192,7 @@ class Embedder:
             # sentence-transformers quietly mean-pools a cross-encoder's hidden states (its
             # classification head dropped): vectors that look like any others, and a dense
             # leg that ranks by noise
-            raise ModelLoadError("embedding_model", model, (
-                f"checkpoint architecture {archs} is a cross-encoder (a sequence-"
-                "classification model, as rerank_model takes), not a sentence embedding "
-                "model; is this the reranker?"))
+            raise ModelLoadError("embedding_model", model, _cross_encoder_said(archs))
         get_dim = getattr(self._model, "get_embedding_dimension", None) or \
             self._model.get_sentence_embedding_dimension
         dim = get_dim()
@@ -239,6 +240,12 @@ class Embedder:
         return np.asarray(vectors[0])
 
 
+def _cross_encoder_said(archs: str) -> str:
+    return (f"checkpoint architecture {archs} is a cross-encoder (a sequence-classification "
+            "model, as rerank_model takes), not a sentence embedding model; is this the "
+            "reranker?")
+
+
 def _cross_encoder_architectures(model: Any, path: str) -> str | None:
     """The checkpoint architectures of a loaded bi-encoder when they are a cross-encoder's
     (every one a ``...ForSequenceClassification``) and the model's own files name no
@@ -249,6 +256,27 @@ def _cross_encoder_architectures(model: Any, path: str) -> str | None:
         archs = [str(a) for a in getattr(config, "architectures", None) or []]
         if archs:
             break
+    return _cross_encoder_named(archs, path)
+
+
+def _saved_cross_encoder_architectures(path: str) -> str | None:
+    """As :func:`_cross_encoder_architectures`, from the model's own config.json (its local
+    folder, or the Hugging Face cache) before it loads; None where there is none to read."""
+    config_json = _model_file(path, "config.json")
+    if config_json is None:
+        return None
+    try:
+        import json
+
+        config = json.loads(config_json.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    archs = config.get("architectures") if isinstance(config, dict) else None
+    return _cross_encoder_named([str(a) for a in archs] if isinstance(archs, list) else [],
+                                path)
+
+
+def _cross_encoder_named(archs: list[str], path: str) -> str | None:
     if not archs or not all(a.endswith("ForSequenceClassification") for a in archs):
         return None
     modules_json = _model_file(path, "modules.json")

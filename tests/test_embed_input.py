@@ -360,3 +360,23 @@ def test_a_cross_encoder_given_as_the_embedding_model_is_refused(tmp_path: Path)
             Embedder(str(path), device="cpu")
         assert exc.value.setting == "embedding_model"
     assert Embedder(str(build_tiny_bi_encoder(tmp_path / "bi", 16)), device="cpu").dimensions == 16
+
+
+def test_a_cross_encoder_folder_is_refused_as_embedding_model_before_it_loads(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """It was loaded first, and transformers printed a load report of the classification
+    head's weights as "UNEXPECTED" ("can be ignored when loading from different task")
+    above the ModelLoadError. Its config.json names its architecture: refused from that,
+    nothing printed."""
+    from pgfunnel.embedder import Embedder
+    from pgfunnel.errors import ModelLoadError
+    from pgfunnel.tiny_models import build_tiny_cross_encoder
+
+    path = build_tiny_cross_encoder(tmp_path / "ce")
+    capfd.readouterr()
+    with pytest.raises(ModelLoadError, match="BertForSequenceClassification is a "
+                                             "cross-encoder") as exc:
+        Embedder(str(path), device="cpu")
+    assert exc.value.setting == "embedding_model"
+    out, err = capfd.readouterr()
+    assert out + err == "", out + err
