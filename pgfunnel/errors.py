@@ -440,6 +440,41 @@ VECTOR_BINDING_HINT = (
     "own), or send it as a list and cast it in the SQL: cast(:v as vector)")
 
 
+_INTEGER = frozenset({"integer", "smallint"})
+_FLOAT = frozenset({"double precision", "real", "numeric", "integer", "smallint", "bigint"})
+_TEXT = frozenset({"text", "character varying", "name"})
+# funnel_search's arguments in order, with the types Postgres would take for each in a
+# call (an untyped literal or parameter, "unknown", fits any)
+_FUNNEL_SEARCH_ARGUMENTS: tuple[tuple[str, frozenset[str]], ...] = (
+    ("query_text", _TEXT), ("query_embedding", frozenset({"vector"})), ("k", _INTEGER),
+    ("collection", _TEXT), ("principals", frozenset({"text[]", "character varying[]"})),
+    ("tenant", _TEXT), ("language", _TEXT),
+    ("as_of", frozenset({"timestamp with time zone", "timestamp without time zone", "date"})),
+    ("metadata_filter", frozenset({"jsonb"})), ("fusion", _TEXT), ("rrf_k", _FLOAT),
+    ("weights", frozenset({"double precision[]", "real[]", "numeric[]", "integer[]"})),
+    ("lexical_depth", _INTEGER), ("dense_depth", _INTEGER), ("overfetch", _INTEGER),
+    ("per_source_cap", _INTEGER), ("ef_search", _INTEGER), ("k1", _FLOAT), ("b", _FLOAT),
+    ("trace", frozenset({"boolean"})))
+
+
+def _funnel_search_would_take(arguments: str) -> bool:
+    """Whether public.funnel_search, as `pgfunnel init` creates it, takes a call of these
+    argument types (``unknown, k => integer``): then Postgres found no such function at
+    all, the pgfunnel schema (and its wrapper) not installed."""
+    parts = [part.strip() for part in arguments.split(", ")] if arguments.strip() else []
+    accepted = dict(_FUNNEL_SEARCH_ARGUMENTS)
+    positional = [p for p in parts if " => " not in p]
+    named = [p.split(" => ", 1) for p in parts if " => " in p]
+    if len(positional) > len(_FUNNEL_SEARCH_ARGUMENTS) or not parts:
+        return False
+    given = list(zip((name for name, _ in _FUNNEL_SEARCH_ARGUMENTS), positional, strict=False))
+    given += [(name, type_) for name, type_ in named]
+    names = [name for name, _ in given]
+    return (len(set(names)) == len(names) and all(
+        name in accepted and (type_ == "unknown" or type_ in accepted[name])
+        for name, type_ in given))
+
+
 def _query_embedding_type(arguments: str) -> str | None:
     """The type Postgres names for the query vector in a failed call's argument list
     (``unknown, double precision[], k => integer``): the second positional argument, or
@@ -640,6 +675,14 @@ def translate(exc: BaseException, *, searching: bool = True) -> PgfunnelError:
                 err = InvalidVectorError(
                     f"was sent as {vector_type} (a Python list), which no {name} takes; "
                     + VECTOR_BINDING_HINT, parameter="query_embedding")
+                err.__cause__ = exc
+                return err
+            if not called.group(1) and _funnel_search_would_take(called.group(3)):
+                # public.funnel_search would have taken this call: it is not there, the
+                # schema not installed (or public is off the search_path)
+                err = SchemaMissingError(
+                    f"{primary}; where it is installed and schema public, which holds "
+                    "funnel_search, is not on the search_path, call pgfunnel.funnel_search")
                 err.__cause__ = exc
                 return err
             # the function is one this release ships: the call's argument names or types

@@ -603,3 +603,45 @@ def test_statement_timeout_ms_given_to_the_tvf_says_how_to_set_the_limit(
             assert s.execute(select(fs.c.citekey)).all()
     finally:
         engine.dispose()
+
+
+def test_a_hand_written_call_on_a_database_without_pgfunnel_is_schema_missing(
+        server_dsn: str) -> None:
+    """select * from funnel_search(...) where `pgfunnel init` never ran went through
+    translate as a plain PgfunnelError, Postgres' "function funnel_search(unknown, k =>
+    integer, ...) does not exist", which said nothing of the schema; a call that the
+    function would have taken is the SchemaMissingError the tvf's gives."""
+    import uuid
+
+    from conftest import _create_db, _drop_db
+    from sqlalchemy.exc import DBAPIError
+
+    from pgfunnel.errors import SchemaMissingError, translate
+
+    name = f"pgf_noschema_{uuid.uuid4().hex[:8]}"
+    dsn = _create_db(server_dsn, name)
+    engine = engine_from_dsn(dsn)
+
+    def refused(query: str, values: dict[str, Any]) -> Any:
+        with Session(engine) as s, pytest.raises(DBAPIError) as caught:
+            s.execute(sa_text(query), values)
+        return translate(caught.value)
+
+    try:
+        for query, values in (
+                ("select * from funnel_search(:q, k => :k, principals => :p)",
+                 {"q": "refund", "k": 3, "p": ["alice"]}),
+                ("select * from funnel_search('refund', principals => '{}', "
+                 "collection => 'handbook', weights => :w, trace => true)", {"w": [1.0, 0.5]})):
+            err = refused(query, values)
+            assert isinstance(err, SchemaMissingError), err
+            assert str(err).startswith("the pgfunnel schema is not installed in this "
+                                       "database; run `pgfunnel init` (function "
+                                       "funnel_search("), err
+        # one the function would not take either says both
+        err = refused("select * from funnel_search('refund', tenant => 42)", {})
+        assert isinstance(err, ConfigError) and "`pgfunnel init` if it has no pgfunnel " \
+            "schema" in str(err), err
+    finally:
+        engine.dispose()
+        _drop_db(server_dsn, name)
