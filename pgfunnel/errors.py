@@ -681,8 +681,9 @@ def translate(exc: BaseException, *, searching: bool = True) -> PgfunnelError:
                 # public.funnel_search would have taken this call: it is not there, the
                 # schema not installed (or public is off the search_path)
                 err = SchemaMissingError(
-                    f"{primary}; where it is installed and schema public, which holds "
-                    "funnel_search, is not on the search_path, call pgfunnel.funnel_search")
+                    f"{primary}; `pgfunnel init` creates it in schema public, which a dump "
+                    "of schema pgfunnel alone leaves out; where it is installed and public "
+                    "is not on the search_path, call pgfunnel.funnel_search")
                 err.__cause__ = exc
                 return err
             # the function is one this release ships: the call's argument names or types
