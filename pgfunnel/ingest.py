@@ -43,6 +43,7 @@ from pgfunnel.errors import (
     AccessError,
     ConfigError,
     ConflictError,
+    InvalidDocumentError,
     InvalidInputError,
     InvalidVectorError,
     NotFoundError,
@@ -906,12 +907,52 @@ class IndexRows(NamedTuple):
 _VERSION_MARK = "\x00"
 
 
+#: the most bytes of lexemes a tsvector holds (Postgres' MAXSTRPOS): a chunk's lexical
+#: row is a tsvector of its distinct terms
+TSVECTOR_MAX_BYTES = (1 << 20) - 1
+# terms are at most 100 characters (400 bytes): a chunk with no more distinct terms than
+# this cannot reach the limit, and its terms' bytes are not counted
+_TERMS_UNDER_TSVECTOR_LIMIT = TSVECTOR_MAX_BYTES // 400
+
+
+class TermsPastTsvectorError(InvalidDocumentError):
+    """A chunk whose distinct terms are more bytes than a tsvector holds
+    (TSVECTOR_MAX_BYTES): a run of text without spaces, such as a base64 image inline in
+    Markdown, is one chunk of thousands of terms. Raised before its lexical row is sent,
+    where Postgres said only "string is too long for tsvector"."""
+
+    def __init__(self, position: int, chunk_id: int, terms: int, size: int,
+                 document: str | None = None) -> None:
+        self.position, self.chunk_id, self.terms, self.size = position, chunk_id, terms, size
+        super().__init__(
+            f"{document or f'chunk {chunk_id}'}: holds {terms:,} distinct terms, "
+            f"{size:,} bytes of them, more than a Postgres tsvector indexes "
+            f"({TSVECTOR_MAX_BYTES:,} bytes): a run of text without spaces (a base64 image "
+            "or other inline data, minified code) is read as that many words and chunks "
+            "are cut only between words; take that text out of the document, or leave the "
+            "document out")
+
+
+def _in_document(exc: TermsPastTsvectorError,
+                 chunked: Sequence[tuple[DocumentRecord, Sequence[ChunkRecord]]]
+                 ) -> TermsPastTsvectorError:
+    """``exc`` naming the document and chunk (CITEKEY#ORDINAL) its position is in."""
+    rec, ch = [(rec, ch) for rec, chunks in chunked for ch in chunks][exc.position]
+    return TermsPastTsvectorError(exc.position, exc.chunk_id, exc.terms, exc.size,
+                                  f"document {rec.citekey!r}, chunk {rec.citekey}#{ch.ordinal}")
+
+
 def index_rows(analyzer: TermAnalyzer, chunk_ids: Sequence[int], texts: Sequence[str],
                version_id: int | None) -> IndexRows:
     """The lexical and posting rows of chunks, built in Python alone (no query, so a
     second thread can build them while the server writes other rows);
-    ``analyzer.prepare(texts)`` must have run."""
+    ``analyzer.prepare(texts)`` must have run. A chunk with more term bytes than its
+    tsvector can hold raises TermsPastTsvectorError."""
     term_counts = [analyzer.terms(t) for t in texts]
+    for i, counts in enumerate(term_counts):
+        if len(counts) > _TERMS_UNDER_TSVECTOR_LIMIT and (
+                size := sum(len(t.encode()) for t in counts)) > TSVECTOR_MAX_BYTES:
+            raise TermsPastTsvectorError(i, chunk_ids[i], len(counts), size)
     lengths = [sum(counts.values()) for counts in term_counts]
     quoted = {t: _copy_text(_tsvector_quote(t)) for t in set(chain.from_iterable(term_counts))}
     prefix = (_VERSION_MARK if version_id is None else str(version_id)) + "\t"
@@ -1055,6 +1096,9 @@ def _result(future: Future[_Prepared] | None) -> _Prepared | None:
         return None
     try:
         return future.result()
+    except TermsPastTsvectorError:
+        # the writing path would find it too, after the model had embedded the batch
+        raise
     except Exception:  # noqa: BLE001 - the writing path reports it
         return None
 
@@ -1480,8 +1524,12 @@ class Ingester:
         :meth:`_analyse` (``analysed`` when it ran in a thread of its own), content
         hashes, and the lexical and posting rows."""
         ready = analysed.result() if analysed is not None else self._analyse(analyzer, batch)
+        try:
+            rows = index_rows(analyzer, ready.ids, ready.texts, None)
+        except TermsPastTsvectorError as exc:
+            raise _in_document(exc, ready.chunked) from None
         return _Prepared(analyzer.analyzer, ready.lexical_input, ready.hashes, ready.chunked,
-                         ready.ids, index_rows(analyzer, ready.ids, ready.texts, None))
+                         ready.ids, rows)
 
     def _version(self) -> tuple[int, ActiveVersion]:
         coll = get_or_create_collection(self.conn, self.collection, private=self.private)
@@ -1875,9 +1923,12 @@ class Ingester:
         lexical_texts = [] if prepared is not None else [
             lexical_input(rec.title, ch.text, version.lexical_input, ch.heading_level)
             for rec, chunks in chunked for ch in chunks]
-        write_chunk_index(conn, version.id, analyzer, ids, lexical_texts,
-                          np.stack([v for v in vectors if v is not None]) if n else None,
-                          prepared.rows if prepared is not None else None)
+        try:
+            write_chunk_index(conn, version.id, analyzer, ids, lexical_texts,
+                              np.stack([v for v in vectors if v is not None]) if n else None,
+                              prepared.rows if prepared is not None else None)
+        except TermsPastTsvectorError as exc:
+            raise _in_document(exc, chunked) from None
         self.stats.documents_written += len(chunked)
         self.stats.chunks_written += n
 

@@ -238,6 +238,27 @@ def test_a_record_refused_before_any_batch_says_nothing_was_written(
     assert _counts(conn) == (0, 0, 0, 0)
 
 
+@pytest.mark.parametrize("prepare_ahead", [True, False])
+def test_a_chunk_with_more_term_bytes_than_a_tsvector_holds_is_named(
+        conn: psycopg.Connection[Any], prepare_ahead: bool) -> None:
+    """A run of text without spaces (an inline base64 image) is one chunk of thousands
+    of terms; past a tsvector's 1 MB of lexemes the ingest failed with Postgres' bare
+    "string is too long for tsvector (1048587 bytes, max 1048575 bytes)", naming no
+    document. It is named, chunk and all, and nothing of its batch is written."""
+    rng = np.random.default_rng(3)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    run = "/".join("".join(rng.choice(letters, 90)) for _ in range(14_000))
+    recs = [DocumentRecord("fine", "a fine document about invoices"),
+            DocumentRecord("blob", f"# Blob\n\nintro words here\n\n{run}\n\nafter words\n")]
+    with pytest.raises(InvalidDocumentError, match=(
+            r"^document 'blob', chunk blob#0: holds 14,0\d\d distinct terms, 1,2\d\d,\d\d\d "
+            r"bytes of them, more than a Postgres tsvector indexes \(1,048,575 bytes\): a run "
+            r"of text without spaces")):
+        Ingester(conn, "c", prepare_ahead=prepare_ahead).ingest(
+            recs, vectors=_random_vectors(recs))
+    assert _counts(conn) == (0, 0, 0, 0)
+
+
 def test_failure_mid_batch_leaves_no_partial_document(conn: psycopg.Connection[Any]) -> None:
     recs = [DocumentRecord(f"doc-{i}", f"document number {i} about invoices") for i in range(5)]
     vectors = _random_vectors(recs)
