@@ -361,6 +361,9 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
 
             def tick(stage: str, n: int, total: int | None = None) -> None:
                 if stage == "index":
+                    if kept is not None:
+                        # every batch committed; until "analyze", the graph is unbuilt
+                        kept["indexing"] = 1
                     # a new version's HNSW graph, built once after its first rows
                     if not index_task:
                         index_task.append(progress.add_task("building HNSW index", total=total))
@@ -379,6 +382,8 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
                     progress.advance(docs, n)
                 elif stage == "pruned" and kept is not None:
                     kept["pruned"] = n
+                elif stage == "analyze" and kept is not None:
+                    kept.pop("indexing", None)
 
             ingester = Ingester(conn, collection, embedder=embedder, chunk_words=chunk_words,
                                 private=private, progress=tick)
@@ -479,6 +484,14 @@ def ingest(
         if not stored:
             return (f"no document was written to collection {collection!r} (each batch "
                     f"of documents is all or nothing){unpruned}; run the same ingest again")
+        if "indexing" in kept:
+            # the documents are in and searchable; "all stored" alone read as done, and
+            # the dense leg read every vector until someone ran doctor
+            return (f"{stored:,} of {total:,} documents stored in collection {collection!r}, "
+                    "each whole (each batch of documents is all or nothing), but not its "
+                    "HNSW index, which was being built (dense searches scan every vector "
+                    f"until it is){unpruned}; the same ingest again skips the documents, "
+                    "unchanged, and builds it")
         return (f"{stored:,} of {total:,} documents stored in collection {collection!r}, "
                 "each whole (each batch of documents is all or nothing)"
                 f"{unpruned}; the same ingest again skips them, unchanged, and goes on")

@@ -895,6 +895,68 @@ def test_ctrl_c_during_an_ingest_of_a_folder_says_how_many_documents_are_in(
             "pgfunnel.embedding e where e.chunk_id = ch.id)").fetchone() == (0,)
 
 
+def test_ctrl_c_during_the_hnsw_build_says_the_index_is_not_built(
+        db: str, tmp_path: Path) -> None:
+    """Ctrl-C while the first ingest of a collection builds its HNSW graph said "3 of 3
+    documents stored ...; the same ingest again skips them, unchanged, and goes on", as if
+    the ingest were done: the graph was not built, and the dense leg scanned every vector
+    until someone ran doctor. It says the index is not built and that the same ingest
+    builds it, which it does."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from pgfunnel.tiny_models import build_tiny_bi_encoder
+
+    model = build_tiny_bi_encoder(tmp_path / "bi", dim=32)
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"page{i}.md").write_text(f"# Page {i}\n\nText of page {i}.\n")
+    args = ["ingest", str(folder), "-c", "hb", "--model", str(model), "--dsn", db]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    hnsw = "select count(*) from pg_indexes where indexname like 'embedding_hnsw_v%'"
+    with psycopg.connect(db) as watcher:
+        # the build's SHARE lock waits behind this; the batches' writes do not
+        watcher.execute("lock table pgfunnel.embedding in row exclusive mode")
+        proc = subprocess.Popen([sys.executable, "-m", "pgfunnel.cli.main", *args],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env)
+        try:
+            with psycopg.connect(db, autocommit=True) as seer:
+                deadline = time.monotonic() + 240
+                while not seer.execute(
+                        "select exists (select from pg_stat_activity where wait_event_type "
+                        "= 'Lock' and query ilike 'create index%%embedding_hnsw%%')"
+                ).fetchone()[0]:  # type: ignore[index]
+                    assert proc.poll() is None and time.monotonic() < deadline, proc.poll()
+                    time.sleep(0.02)
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        watcher.rollback()
+    assert proc.returncode == 130, err
+    said = [line for line in err.splitlines() if line.startswith("interrupted")]
+    assert said == ["interrupted: 3 of 3 documents stored in collection 'hb', each whole "
+                    "(each batch of documents is all or nothing), but not its HNSW index, "
+                    "which was being built (dense searches scan every vector until it is); "
+                    "the same ingest again skips the documents, unchanged, and builds it"], err
+    with psycopg.connect(db) as conn:
+        assert conn.execute("select count(*) from pgfunnel.document").fetchone() == (3,)
+        assert conn.execute(hnsw).fetchone() == (0,)
+    from pgfunnel.cli.main import app
+
+    res = CliRunner().invoke(app, args, env={"COLUMNS": "300"})
+    assert res.exit_code == 0, res.output
+    assert "0 documents written, 3 unchanged" in res.output, res.output
+    with psycopg.connect(db) as conn:
+        assert conn.execute(hnsw).fetchone() == (1,)
+
+
 def test_an_ingest_cancelled_after_a_batch_committed_says_how_many_documents_are_in(
         db: str, tmp_path: Path) -> None:
     """`pgfunnel ingest` whose statement a cancel request stopped (pg_cancel_backend from
