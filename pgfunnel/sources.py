@@ -881,6 +881,16 @@ def _decoded(path: Path, data: bytes, not_utf8: UnicodeDecodeError, encoding: st
         return data.decode("cp1252", errors=_WHATWG_C1)
     label = (f", and cannot be the {impossible} it declares (its <meta> reads as ASCII, "
              "which UTF-16 and UTF-32 do not)" if impossible else "")
+    if b"\x00" in data:
+        # text in an 8-bit encoding holds no NUL byte: the cp1252 advice sent the owner of
+        # an image or a program saved as .txt to an --encoding that read it as mojibake
+        # or failed again on the NUL
+        raise InvalidDocumentError(
+            f"{path}: not valid UTF-8 (byte {not_utf8.start}: {not_utf8.reason}){label}, "
+            "and it holds NUL bytes, as binary files (an image, an archive, a program) do "
+            "and no 8-bit text does; leave it out with --exclude, or if it is text in "
+            "UTF-16 or UTF-32 without a byte order mark, give that (--encoding utf-16-le, "
+            "say)") from not_utf8
     raise InvalidDocumentError(
         f"{path}: not valid UTF-8 (byte {not_utf8.start}: {not_utf8.reason}){label}; give the "
         "encoding it is in (--encoding cp1252, say: windows-1252, the Latin-1 of older "

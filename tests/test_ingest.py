@@ -2131,6 +2131,40 @@ def test_a_utf16_encoding_given_for_a_file_that_is_not_utf16_is_refused(
         assert rec.text.strip().endswith(real.strip().split("\n")[-1]), rec
 
 
+@pytest.mark.parametrize("name, data", [
+    ("pic.txt", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256))),
+    ("prog.md", b"\x7fELF\x02\x01\x01\x00\x00\x00" + bytes(range(128, 256)) * 4),
+])
+def test_a_binary_file_is_said_to_be_binary_not_sent_to_an_8_bit_encoding(
+        tmp_path: Path, name: str, data: bytes) -> None:
+    """A file of NUL bytes and others that are not UTF-8 (an image or a program saved
+    with a text suffix) was told to give `--encoding cp1252`, which read it as mojibake
+    or failed again; it is said to hold NUL bytes, as binary files do."""
+    from pgfunnel.sources import read_paths
+
+    (tmp_path / name).write_bytes(data)
+    (tmp_path / "fine.md").write_text("# Fine\n\nText.\n")
+    with pytest.raises(InvalidDocumentError) as exc:
+        list(read_paths([tmp_path]))
+    said = str(exc.value)
+    assert said.startswith(f"{tmp_path / name}: not valid UTF-8 (byte "), said
+    assert "it holds NUL bytes, as binary files (an image, an archive, a program) do" in said
+    assert "leave it out with --exclude" in said and "cp1252" not in said, said
+    assert [r.citekey for r in read_paths([tmp_path], exclude=[name])] == ["fine"]
+
+
+def test_utf_16_text_without_a_byte_order_mark_is_pointed_at_its_encoding(
+        tmp_path: Path) -> None:
+    from pgfunnel.sources import read_paths
+
+    path = tmp_path / "notes.md"
+    path.write_bytes("# Ünïcode\n\ncafé text\n".encode("utf-16-le"))
+    with pytest.raises(InvalidDocumentError, match=r"holds NUL bytes.*--encoding utf-16-le"):
+        list(read_paths([path]))
+    (rec,) = read_paths([path], encoding="utf-16-le")
+    assert rec.title == "Ünïcode" and "café text" in rec.text
+
+
 _CAFE_PAGE = ("<html><head>{meta}<title>Café</title></head><body><h1>Café</h1>"
               "<p>Crème brûlée “daily”.</p></body></html>")
 
