@@ -144,10 +144,14 @@ class ActiveVersion:
 
 
 def collection_id(conn: psycopg.Connection[Any], name: str) -> int | None:
-    if isinstance(name, str):
-        # an undecodable byte of a command line (-c $'\xff') raised a raw
-        # UnicodeEncodeError from the driver; a NUL, its DataError
-        check_sql_text("collection", name)
+    if not isinstance(name, str) or not name.strip():
+        # as the CLI and a search refuse it: delete_documents, list_versions and the other
+        # admin functions said "collection None does not exist" (a name left out), or
+        # Postgres' "operator does not exist: text = smallint" for a number
+        raise ConfigError("collection", f"must be a non-empty name, got {shown(name)}")
+    # an undecodable byte of a command line (-c $'\xff') raised a raw
+    # UnicodeEncodeError from the driver; a NUL, its DataError
+    check_sql_text("collection", name)
     row = conn.execute("select id from pgfunnel.collection where name = %s", (name,)).fetchone()
     return None if row is None else int(row[0])
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
+import numbers
 import shlex
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -244,6 +245,12 @@ def _db(conn: psycopg.Connection[Any], fn: Callable[[], _R]) -> _R:
 
 def _version_row(conn: psycopg.Connection[Any], coll_id: int, version: int,
                  parameter: str = "version") -> VersionInfo:
+    if isinstance(version, bool) or not isinstance(version, numbers.Integral):
+        # "1" (a number read from a file or a form) was "collection 'docs' has no index
+        # version 1" while version 1 was there
+        raise ConfigError(parameter, "must be a version number, an integer as `pgfunnel "
+                          f"versions list` shows it, got {type(version).__name__} "
+                          f"{shown(version)}")
     for info in _versions(conn, coll_id):
         if info.version == version:
             return info

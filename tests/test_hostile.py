@@ -1241,3 +1241,42 @@ def test_an_error_raised_again_keeps_its_fields_and_prints_no_empty_ones(
     assert caught.value.diag.message_primary == "k: must be positive"
     assert caught.value.diag.message_detail == (detail or None)
     assert caught.value.diag.message_hint == (hint or None)
+
+
+@pytest.mark.parametrize("collection", [None, "", "  ", 5, ["default"]])
+def test_admin_functions_refuse_a_collection_that_is_no_name(sample_db: str,
+                                                              collection: Any) -> None:
+    """The functions behind the admin CLI refuse a collection that is not a non-empty
+    string as the CLI and a search refuse it: they said "collection None does not exist"
+    (an argument left out), or, given a number, raised Postgres' "operator does not
+    exist: text = smallint"."""
+    from pgfunnel.ingest import delete_documents
+    from pgfunnel.versions import activate, drop_collection, list_versions, rollback
+
+    with connect(sample_db, autocommit=True) as conn:
+        for call in (lambda: list_versions(conn, collection),
+                     lambda: rollback(conn, collection),
+                     lambda: drop_collection(conn, collection),
+                     lambda: activate(conn, collection, 1),
+                     lambda: delete_documents(conn, collection, ["refunds-annual"])):
+            with pytest.raises(ConfigError, match=r"^collection: must be a non-empty name, "
+                               "got "):
+                call()
+        assert conn.execute("select count(*) from pgfunnel.document where citekey = "
+                            "'refunds-annual'").fetchone() == (1,)
+
+
+@pytest.mark.parametrize("version", ["1", 1.0, True, None])
+def test_a_version_that_is_not_an_integer_is_named_not_called_missing(
+        sample_db: str, version: Any) -> None:
+    """`activate(conn, 'default', "1")` (a number read from a form or a file) said
+    "collection 'default' has no index version 1" while version 1 was there."""
+    from pgfunnel.versions import activate, drop, list_versions, retire
+
+    with connect(sample_db, autocommit=True) as conn:
+        assert [v.version for v in list_versions(conn, "default")] == [1]
+        for call in (activate, retire, drop):
+            with pytest.raises(ConfigError, match=r"^version: must be a version number, an "
+                               r"integer as `pgfunnel versions list` shows it, got "):
+                call(conn, "default", version)
+        assert [v.state for v in list_versions(conn, "default")] == ["active"]
