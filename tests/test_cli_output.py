@@ -1217,6 +1217,36 @@ def test_control_characters_in_a_document_do_not_reach_the_terminal(tmp_path: Pa
     assert "chunks of 'esc\\x1b[31m-key'" in res.stdout, res.stdout
 
 
+def test_ingest_json_holds_the_fields_docs_cli_md_lists(sample_db: str, tmp_path: Path) -> None:
+    """docs/cli.md said of `ingest --json` only "one object, notes in it" and named two
+    of its sixteen fields; it lists them all now, and the dry run's, and this keeps the
+    list and the output the same."""
+    import re
+
+    from pgfunnel.cli.main import app
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text()
+    listed = re.search(r'With `--json`: `\{("documents_seen".*?)\}`', doc, re.S)
+    dry = re.search(r'`--dry-run`: `\{"documents": \[\{(.*?)\}\], (.*?)\}`', doc, re.S)
+    assert listed and dry, "docs/cli.md lists no ingest --json fields"
+
+    def names(text: str) -> list[str]:
+        return re.findall(r'"(\w+)"', text)
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "setup.md").write_text("# Setup\n\nInstall the glacier client first.\n")
+    res = CliRunner().invoke(app, ["ingest", str(folder), "-c", "keys", "--json",
+                                   "--dsn", sample_db])
+    assert res.exit_code == 0, res.output
+    assert list(json.loads(res.stdout)) == names(listed.group(1))
+    res = CliRunner().invoke(app, ["ingest", str(folder), "--dry-run", "--json"])
+    assert res.exit_code == 0, res.output
+    plan = json.loads(res.stdout)
+    assert list(plan) == ["documents", *names(dry.group(2))]
+    assert list(plan["documents"][0]) == names(dry.group(1))
+
+
 def test_search_json_names_the_version_as_versions_list_does(sample_db: str,
                                                              tmp_path: Path) -> None:
     """`search --json` gave only `index_version_id`, the version's id across the
