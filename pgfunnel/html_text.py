@@ -267,7 +267,20 @@ def _is_dropped(element: _Element, inside_main: bool) -> bool:
             "".join(_raw_text(element)).strip() in _PERMALINK_MARKS:
         # a permalink without a class of its own (Node.js: <a class="mark" href="#x">#</a>)
         return True
-    return not _DROP_CLASSES.isdisjoint(element.classes())
+    classes = element.classes()
+    if "toctree-wrapper" in classes and _inlines_documents(element):
+        # Sphinx's singlehtml builder writes the whole manual into the toctrees of its
+        # one page (Debian's python-policy.html: 88 KB of HTML read as its 38-word
+        # abstract)
+        return not _DROP_CLASSES.isdisjoint(classes - {"toctree-wrapper"})
+    return not _DROP_CLASSES.isdisjoint(classes)
+
+
+def _inlines_documents(element: _Element) -> bool:
+    """Whether a Sphinx toctree holds the documents it lists, not links to them: the
+    singlehtml builder puts each document there, its sections and their headings (a
+    toctree's links, and its caption, are never a heading)."""
+    return any(node.tag in _HEADINGS for node in _walk(element))
 
 
 # what docutils 0.18 and later (Sphinx 5+) write as <aside>: footnotes, citations and the

@@ -1598,6 +1598,33 @@ def test_toctrees_and_tables_of_contents_are_navigation() -> None:
                     "## Overview\n\nSessions keep connections open.")
 
 
+def test_a_singlehtml_build_keeps_the_documents_its_toctree_holds() -> None:
+    """Sphinx's singlehtml builder writes every document of a manual into the toctree of
+    its one page, each after a `<span id="document-NAME">`; dropped as a toctree of
+    links, Debian's python-policy.html (88 KB, 5,400 words) was ingested as its 38-word
+    abstract, with no note. A toctree of links is still dropped (above)."""
+    page = """<html><head><title>Debian Python Policy documentation</title></head><body>
+<div class="related" role="navigation"><ul><li><a href="#">Policy</a></li></ul></div>
+<div class="body" role="main">
+<section id="abstract"><h1>Abstract</h1><p>Packaging Python in Debian.</p></section>
+<section id="contents"><h1>Contents</h1>
+<div class="toctree-wrapper compound">
+<span id="document-copyright"></span><section id="copyright">
+<h2><span class="section-number">1. </span>Copyright</h2>
+<p>1999-2021, Software in the Public Interest</p></section>
+<span id="document-python"></span><section id="python-packaging">
+<h2><span class="section-number">2. </span>Python Packaging</h2>
+<p>Each Python version is packaged as python3.X.</p>
+<div class="toctree-wrapper compound"><ul>
+<li class="toctree-l1"><a href="#copyright">Copyright</a></li></ul></div>
+</section></div></section></div></body></html>"""
+    _, text = html_to_text(page)
+    assert text == ("# Abstract\n\nPackaging Python in Debian.\n\n# Contents\n\n"
+                    "## 1. Copyright\n\n1999-2021, Software in the Public Interest\n\n"
+                    "## 2. Python Packaging\n\nEach Python version is packaged as "
+                    "python3.X."), text
+
+
 def test_a_code_line_ending_in_a_pipe_keeps_it() -> None:
     # the trailing cell separator of a table row was taken off every line of the page,
     # code included: a YAML block scalar, a Django Q expression, a mysql result table
