@@ -533,12 +533,15 @@ def _set_maintenance_work_mem(conn: psycopg.Connection[Any], value: str | None) 
 @rows_by_position
 def build_index(conn: psycopg.Connection[Any], version_id: int, dimensions: int, *,
                 m: int = 16, ef_construction: int = 64, maintenance_work_mem: str | None = None,
-                progress: ProgressFn | None = None, notice: NoticeFn | None = None) -> list[str]:
+                progress: ProgressFn | None = None, notice: NoticeFn | None = None,
+                chunks: int | None = None) -> list[str]:
     """Build the version's partial HNSW index concurrently; returns the server's notices.
 
     ``conn`` must be in autocommit mode (CREATE INDEX CONCURRENTLY cannot run in a
     transaction). Progress comes from pg_stat_progress_create_index, read on a second
-    connection while the build runs.
+    connection while the build runs, between a report of 0 of ``chunks`` before it and
+    of ``chunks`` after it (as an ingest's build reports): a build quicker than a poll
+    was never shown, in a log or on a terminal.
     """
     if not conn.autocommit:
         raise ConfigError("conn", "building an index concurrently needs an autocommit connection")
@@ -557,6 +560,8 @@ def build_index(conn: psycopg.Connection[Any], version_id: int, dimensions: int,
     report = (None if progress is None
               else lambda n, total: progress("index", n, total))
     conn.add_notice_handler(on_notice)
+    if report is not None:
+        report(0, chunks)
     try:
         with watch_index_build(conn, report):
             # an explicit maintenance_work_mem is the caller's to keep, even when small
@@ -567,6 +572,8 @@ def build_index(conn: psycopg.Connection[Any], version_id: int, dimensions: int,
         raise translate(exc, searching=False) from exc
     finally:
         conn.remove_notice_handler(on_notice)
+    if report is not None:
+        report(chunks or 0, chunks)
     return notices
 
 
@@ -918,7 +925,8 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
         result.notices = build_index(conn, building.id, dims, m=m,
                                      ef_construction=ef_construction,
                                      maintenance_work_mem=maintenance_work_mem,
-                                     progress=progress, notice=notice)
+                                     progress=progress, notice=notice,
+                                     chunks=building.chunk_count + result.chunks_indexed)
         times["hnsw_build"] = time.perf_counter() - t0
         # chunks ingested during the build: the index takes them as ordinary inserts
         result.chunks_indexed += catch_up(conn, coll_id, building.id, embedder, want_analyzer,

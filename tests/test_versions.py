@@ -391,6 +391,24 @@ def test_versions_list_shows_each_graphs_build_settings(sample_db: str) -> None:
     assert "m/ef_construction 8/32" in lines["version 2 (ready)"], res.stdout
 
 
+def test_reindex_progress_shows_the_graph_build_however_quick(sample_db: str) -> None:
+    """docs/cli.md: "Progress bars show the embedding and the index build". A graph built
+    before the first quarter-second poll of pg_stat_progress_create_index (every
+    collection under some thousands of chunks) showed no build at all, in a log or on a
+    terminal, where an ingest's build shows its line."""
+    import re
+
+    from pgfunnel.cli.main import app
+
+    res = CliRunner().invoke(app, ["reindex", "--dsn", sample_db, "--analyzer", "simple_v1"],
+                             env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    with connect(sample_db) as conn:
+        chunks = conn.execute("select count(*) from pgfunnel.chunk").fetchone()[0]  # type: ignore[index]
+    assert re.search(rf"^reindex: building HNSW index {chunks:,}/{chunks:,} \(100%\), ",
+                     res.stderr, re.M), res.stderr
+
+
 def test_reindex_hints_run_as_pasted(sample_db: str) -> None:
     import shlex
 
