@@ -388,8 +388,44 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
             ingester = Ingester(conn, collection, embedder=embedder, chunk_words=chunk_words,
                                 private=private, progress=tick)
             stats = ingester.ingest(records, prune=prune)
+            if not prune and paths and all(path.is_dir() for path in paths):
+                unread = _unread_note(conn, collection, {r.citekey for r in records},
+                                      set(copies), len(paths))
+                if unread:
+                    stats.notes.append(unread)
         stats.notes.extend(skipped)
         return stats
+
+
+#: how many citekeys of documents an ingest did not read its note names
+_UNREAD_NAMED = 5
+
+
+def _unread_note(conn: Any, collection: str, read: set[str], copies: set[str],
+                 folders: int) -> str | None:
+    """The note on the documents of ``collection`` that an ingest of whole folders (as
+    many as ``folders``) did not read: ingest never deletes, so a file removed from the
+    folder left its document searchable, and the summary (`20 documents written, ...`)
+    said nothing of the 21st."""
+    from pgfunnel.ingest import collection_id, unread_citekeys
+
+    cid = collection_id(conn, collection)
+    if cid is None:
+        return None
+    unread = [key for key in unread_citekeys(conn, cid, read) if key not in copies]
+    if not unread:
+        return None
+    named = ", ".join(shown(key) for key in unread[:_UNREAD_NAMED])
+    more = len(unread) - _UNREAD_NAMED
+    if more > 0:
+        named += f" and {more:,} more"
+    one = len(unread) == 1
+    return (f"collection {collection!r} holds {plural(len(unread), 'document')} that "
+            f"the {'folder' if folders == 1 else 'folders'} did not give ({named}): "
+            f"{'a file' if one else 'files'} removed since, or written by another source. "
+            "Ingest never deletes: `pgfunnel delete CITEKEY...` does, and --prune makes "
+            "the collection match the folders given (--dry-run --prune lists what it "
+            "would delete)")
 
 
 @app.command()

@@ -1518,6 +1518,46 @@ def test_chunk_words_under_20_is_a_usage_error_with_or_without_dry_run(
     assert "Traceback" not in res.output
 
 
+def test_cli_ingest_of_a_folder_names_the_documents_it_did_not_read(db: str,
+                                                                    tmp_path: Path) -> None:
+    """Ingest never deletes (docs/cli.md): after a file was removed from the folder, the
+    next ingest said `1 document written, 1 unchanged` and nothing of the third document,
+    still searchable. A note now names it and what deletes it; --prune, which deletes it,
+    and a folder that gives every document, add none."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name, text in (("a", "Apples ripen in autumn."), ("b", "Bananas ripen in heat."),
+                       ("c", "Cherries ripen in spring.")):
+        (docs / f"{name}.md").write_text(f"# {name.upper()}\n\n{text}\n")
+    args = ["ingest", str(docs), "-c", "fruit", "--dsn", db]
+    env = {"COLUMNS": "400"}
+    res = CliRunner().invoke(app, args, env=env)
+    assert res.exit_code == 0, res.output
+    assert "did not give" not in res.stderr, res.stderr
+    (docs / "c.md").unlink()
+    (docs / "a.md").write_text("# A\n\nApples ripen in late autumn.\n")
+    res = CliRunner().invoke(app, args, env=env)
+    assert res.exit_code == 0, res.output
+    assert res.stdout.startswith("1 document written, 1 unchanged;"), res.stdout
+    assert ("note: collection 'fruit' holds 1 document that the folder did not give (c): "
+            "a file removed since, or written by another source. Ingest never deletes: "
+            "`pgfunnel delete --dsn") in res.stderr, res.stderr
+    assert "-c fruit CITEKEY...` does, and --prune makes" in res.stderr, res.stderr
+    res = CliRunner().invoke(app, [*args, "--json"], env=env)
+    assert res.exit_code == 0, res.output
+    assert [n for n in json.loads(res.stdout)["notes"] if "did not give (c)" in n], res.stdout
+    res = CliRunner().invoke(app, [*args, "--prune"], env=env)
+    assert res.exit_code == 0, res.output
+    assert "did not give" not in res.stderr, res.stderr
+    assert res.stdout.endswith("1 document of collection 'fruit' pruned (not read by this "
+                               "ingest):\n  c\n"), res.stdout
+    res = CliRunner().invoke(app, args, env=env)
+    assert res.exit_code == 0 and "did not give" not in res.stderr, res.output
+
+
 def test_cli_ingest_says_when_chunks_shared_a_text(db: str, tmp_path: Path) -> None:
     """The progress bar counts the texts the model read, the summary the chunks: an object
     documented on two pages read "902/902" above "916 embedded", as if 14 were lost."""
