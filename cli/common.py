@@ -739,7 +739,9 @@ PrincipalOption = Annotated[
                                            "-p alice -p team-a; a comma is part of a name). "
                                            "None given: public documents only."),
 ]
-TenantOption = Annotated[str | None, typer.Option(help="The reader's tenant.")]
+TenantOption = Annotated[str | None, typer.Option(
+    help="The reader's tenant. None given: documents without a tenant only (a document "
+         "with one is its tenant's).")]
 _FUSION = typer.Option(help="minmax (default), rrf or zscore.")
 FusionOption = Annotated[str, _FUSION]
 _RRF_K = typer.Option(help=f"RRF constant (default {number(RRF_K)}); only with --fusion rrf.")

@@ -55,7 +55,7 @@ def evaluate(
                          "Default: 'default' when no --config is given.")] = None,
     k: Annotated[int, typer.Option("--k", help="Cutoff for the metrics and the search.")] = 10,
     split: Annotated[str | None, typer.Option(
-        "--split", help="Evaluate only the dev or the test split.")] = None,
+        "--split", help="Evaluate only the dev or the test split. Default: both.")] = None,
     floors: Annotated[Path | None, typer.Option(
         "--floors", parser=given_path, metavar="<path>",
         help="Per-slice floors (JSON); exit 3 when any is not met.")] = None,
@@ -65,7 +65,9 @@ def evaluate(
              "per stage), slices.png and pool_recall.png here.")] = None,
     qualifiers: Annotated[str | None, typer.Option(
         "--qualifiers", help="Comma-separated words that qualify a topic (plan names...), "
-                             "for follow-up resolution and decomposition.")] = None,
+                             "for follow-up resolution and decomposition, for a "
+                             "configuration without qualifiers of its own. Default: the "
+                             "collection's qualifiers setting.")] = None,
     principal: Annotated[list[str] | None, typer.Option(
         "--principal", help="Search as this reader (repeatable). Default: public only.")] = None,
     trace: Annotated[bool, typer.Option(

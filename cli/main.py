@@ -770,7 +770,8 @@ def search(
              "tail in fused order).")] = None,
     trace: Annotated[bool, typer.Option(help="Record a trace (search_log).")] = False,
     timeout_ms: Annotated[int | None, typer.Option(
-        help="statement_timeout for the search, in ms.")] = None,
+        help="statement_timeout for the search, in ms. Default: the session's own "
+             "(the role's, database's or server's setting).")] = None,
     dsn: DsnOption = None,
     json_out: JsonOption = False,
 ) -> None:

@@ -613,6 +613,26 @@ def test_help_paragraphs_wrap_at_the_width_not_at_the_source_lines() -> None:
     assert short == [], short
 
 
+@pytest.mark.parametrize(("command", "option"), [
+    (["search"], "--tenant"), (["search"], "--timeout-ms"), (["explain"], "--tenant"),
+    (["eval"], "--split"), (["eval"], "--qualifiers")])
+def test_a_value_option_says_what_leaving_it_out_does(command: list[str], option: str) -> None:
+    """`search --help` said of --tenant only "The reader's tenant." (left out, a search
+    sees no tenant's documents), of --timeout-ms nothing of what applies without it, and
+    `eval --help` nothing of which split runs without --split or whose qualifiers without
+    --qualifiers: every other value option of these commands shows its default."""
+    import typer
+    from pgfunnel.cli.main import app
+
+    group = typer.main.get_command(app)
+    cmd = group
+    for name in command:
+        cmd = cmd.commands[name]  # type: ignore[attr-defined]
+    (param,) = [p for p in cmd.params if option in getattr(p, "opts", [])]
+    text = (param.help or "").lower()
+    assert "default" in text or "none given" in text, (option, param.help)
+
+
 def walk_names(group: Any, prefix: str = "") -> list[str]:
     names = []
     for name, command in group.commands.items():
