@@ -799,7 +799,14 @@ def html_page(html: str) -> HtmlPage:
     renderer.render_children(main)
     renderer._flush()
     text = "\n\n".join(renderer.blocks)
-    if _SPHINX_NO_TITLE.match(page_title):
+    if page_title and "toctree-wrapper" in html and any(
+            "toctree-wrapper" in node.classes() and _inlines_documents(node)
+            for node in _walk(main)):
+        # Sphinx's singlehtml page: the manual whole, its first <h1> the first document's
+        # ("Abstract", above each of python-policy.html's 59 chunks); <title> names the
+        # manual
+        title = page_title
+    elif _SPHINX_NO_TITLE.match(page_title):
         # Sphinx's placeholder for a source with no title (Buildbot's release notes):
         # "<no title>" heading every chunk would tell the embedder nothing
         title = renderer.first_heading or ""

@@ -1602,7 +1602,8 @@ def test_a_singlehtml_build_keeps_the_documents_its_toctree_holds() -> None:
     """Sphinx's singlehtml builder writes every document of a manual into the toctree of
     its one page, each after a `<span id="document-NAME">`; dropped as a toctree of
     links, Debian's python-policy.html (88 KB, 5,400 words) was ingested as its 38-word
-    abstract, with no note. A toctree of links is still dropped (above)."""
+    abstract, with no note. A toctree of links is still dropped (above). Its title is the
+    page's <title>: the first <h1> is the first document's."""
     page = """<html><head><title>Debian Python Policy documentation</title></head><body>
 <div class="related" role="navigation"><ul><li><a href="#">Policy</a></li></ul></div>
 <div class="body" role="main">
@@ -1618,7 +1619,9 @@ def test_a_singlehtml_build_keeps_the_documents_its_toctree_holds() -> None:
 <div class="toctree-wrapper compound"><ul>
 <li class="toctree-l1"><a href="#copyright">Copyright</a></li></ul></div>
 </section></div></section></div></body></html>"""
-    _, text = html_to_text(page)
+    title, text = html_to_text(page)
+    # the manual's name, not its first document's heading ("Abstract" above every chunk)
+    assert title == "Debian Python Policy documentation"
     assert text == ("# Abstract\n\nPackaging Python in Debian.\n\n# Contents\n\n"
                     "## 1. Copyright\n\n1999-2021, Software in the Public Interest\n\n"
                     "## 2. Python Packaging\n\nEach Python version is packaged as "
