@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -96,6 +97,8 @@ class _Bars:
                               else Progress(console=console, disable=True))
         self.tasks: dict[str, Any] = {}
         self.started = False
+        # the run has made (or resumed) its version: an error from here on leaves it
+        self.began = False
 
     def __enter__(self) -> _Bars:
         return self
@@ -111,6 +114,7 @@ class _Bars:
             self.progress.start()
             self.started = True
         if stage == "embedding-total":
+            self.began = True
             self.tasks["embedding"] = self.progress.add_task("embedding chunks", total=total,
                                                              completed=n)
         elif stage == "embedding":
@@ -248,9 +252,26 @@ def reindex(
                 f"it (`pgfunnel versions drop {number} -c {shlex.quote(collection)}` discards "
                 "it)")
 
-    with handle_errors(index_flags(model), interrupted=stopped), \
+    shown_bars: list[_Bars] = []
+
+    def kept() -> str | None:
+        # an error once the version was made (a lost connection: `pgfunnel stop`, a
+        # restart, pg_terminate_backend) said only the error, nothing of the version
+        # left 'building' nor of the reindex that resumes it. Worked out without
+        # connecting: the server may be the one that went away
+        if not shown_bars or not shown_bars[0].began \
+                or isinstance(sys.exc_info()[1], versions.ValidationFailed):
+            return None  # (validation's own error says what it left)
+        coll = shlex.quote(collection)
+        return ("the version this run made is kept, with what it wrote: `pgfunnel versions "
+                f"list -c {coll}` shows its state and, while it is 'building', names the "
+                f"`pgfunnel reindex` that resumes it (`pgfunnel versions drop N -c {coll}` "
+                "discards it)")
+
+    with handle_errors(index_flags(model), interrupted=stopped, kept=kept), \
             connect(dsn, autocommit=True) as conn, \
             _Bars(not json_out) as bars:
+        shown_bars.append(bars)
         before.extend(_largest_version_id(conn, collection))
         result = versions.reindex(
             conn, collection, model=model, analyzer=analyzer, activate_after=activate,

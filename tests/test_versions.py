@@ -409,6 +409,45 @@ def test_reindex_progress_shows_the_graph_build_however_quick(sample_db: str) ->
                      res.stderr, re.M), res.stderr
 
 
+def test_a_reindex_cut_off_says_what_it_left(sample_db: str) -> None:
+    """A reindex whose connection was ended once its version existed (`pgfunnel stop`, a
+    server restart, pg_terminate_backend) said `error: lost the connection to Postgres:
+    terminating connection due to administrator command` and nothing of the version left
+    'building' or how to go on, as its Ctrl-C does."""
+    import threading
+
+    from pgfunnel.cli.main import app
+
+    ended: list[int] = []
+
+    def end_it() -> None:
+        with connect(sample_db, autocommit=True) as watcher:
+            for _ in range(3000):
+                if watcher.execute("select 1 from pgfunnel.index_version "
+                                   "where state = 'building'").fetchone():
+                    row = watcher.execute(
+                        "select pg_terminate_backend(pid) from pg_stat_activity "
+                        "where application_name = 'pgfunnel reindex default'").fetchone()
+                    ended.append(int(bool(row and row[0])))
+                    return
+                time.sleep(0.005)
+
+    thread = threading.Thread(target=end_it)
+    thread.start()
+    res = CliRunner().invoke(app, ["reindex", "--dsn", sample_db, "--analyzer", "simple_v1",
+                                   "--batch-size", "4"], env={"COLUMNS": "400"})
+    thread.join()
+    assert ended == [1], ended
+    assert res.exit_code == 1, res.output
+    said = " ".join(res.stderr.split())
+    assert "error: lost the connection to Postgres" in said, said
+    assert ("; the version this run made is kept, with what it wrote: `pgfunnel versions "
+            "list --dsn") in said, said
+    assert "names the `pgfunnel reindex" in said and "resumes it" in said, said
+    listed = CliRunner().invoke(app, ["versions", "list", "--dsn", sample_db])
+    assert "version 2 (building)" in listed.stdout, listed.stdout
+
+
 def test_reindex_hints_run_as_pasted(sample_db: str) -> None:
     import shlex
 
