@@ -827,6 +827,7 @@ _JSON_RUNS = {
     "migrate": ["migrate"],
     "delete": ["delete", "refunds-annual", "no-such-doc"],
     "embed": ["embed", "refund on a monthly plan"],
+    "ingest": ["ingest", str(ROOT / "pgfunnel" / "data" / "demo_internal.jsonl")],
     "versions drop-collection": ["versions", "drop-collection", "default", "--yes"],
 }
 
