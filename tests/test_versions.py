@@ -422,9 +422,12 @@ def test_a_reindex_cut_off_says_what_it_left(sample_db: str) -> None:
 
     def end_it() -> None:
         with connect(sample_db, autocommit=True) as watcher:
-            for _ in range(3000):
-                if watcher.execute("select 1 from pgfunnel.index_version "
-                                   "where state = 'building'").fetchone():
+            for _ in range(6000):
+                # once the run has written rows of its version (it made it, then counted
+                # the chunks, then embeds them in batches of 4)
+                if watcher.execute("select 1 from pgfunnel.embedding e join "
+                                   "pgfunnel.index_version v on v.id = e.index_version_id "
+                                   "where v.state = 'building' limit 1").fetchone():
                     row = watcher.execute(
                         "select pg_terminate_backend(pid) from pg_stat_activity "
                         "where application_name = 'pgfunnel reindex default'").fetchone()
@@ -1207,7 +1210,8 @@ def test_a_drop_holding_the_writer_lock_is_named(sample_db: str) -> None:
             try:
                 wait_for_lock_wait(conn, "pgfunnel versions drop default")
                 with pytest.raises(ConflictError, match=r"another reindex \(or version drop\)"
-                                                        r".*\(pgfunnel versions drop default,"):
+                                                        r".*\(application_name 'pgfunnel "
+                                                        r"versions drop default',"):
                     versions.reindex(conn, "default", analyzer="english_v2")
             finally:
                 reader.rollback()
