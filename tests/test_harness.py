@@ -252,7 +252,7 @@ def test_judged_items_written_as_file_names_are_matched_to_their_citekeys(
         result = Harness(sample_db, "default").run([as_files], preset_configs("default"))
         baseline = Harness(sample_db, "default").run([as_written], preset_configs("default"))
     messages = " ".join(str(w.message) for w in caught)
-    assert f"1 judged items were written as file names and matched to their citekeys " \
+    assert f"1 judged item was written as a file name and matched to its citekey " \
            f"('./{known}.md' -> '{known}')" in messages
     assert result.report.metadata["judged_items_respelled"] == {f"./{known}.md": known}
     # an item that names no document stays missing, under its own spelling

@@ -1527,8 +1527,8 @@ def test_compare_reads_judged_file_names_as_eval_does(sample_db: str, tmp_path: 
                                    "--dsn", sample_db], env={"COLUMNS": "400"})
     assert res.exit_code == 0, res.output
     said = res.stderr.splitlines()
-    assert said[0].startswith("note: versions compare: 1 judged items were written as file "
-                              "names and matched to their citekeys ('refunds-annual.md' -> "
+    assert said[0].startswith("note: versions compare: 1 judged item was written as a file "
+                              "name and matched to its citekey ('refunds-annual.md' -> "
                               "'refunds-annual')"), res.stderr
     assert said[1].startswith("warning: versions compare: 1 of 2 judged items are not in "
                               "collection 'default'"), res.stderr

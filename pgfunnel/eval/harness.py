@@ -853,8 +853,12 @@ def unread_history_message(problems: Sequence[str]) -> str:
 
 def respelled_items_message(respelled: Mapping[str, str]) -> str:
     examples = ", ".join(f"{a!r} -> {b!r}" for a, b in list(respelled.items())[:3])
-    return (f"pgfunnel eval: {len(respelled)} judged items were written as file names and "
-            f"matched to their citekeys ({examples}{', ...' if len(respelled) > 3 else ''})")
+    # one item: "1 judged items were written as file names" read as a slip
+    said = ("judged item was written as a file name and matched to its citekey"
+            if len(respelled) == 1 else
+            "judged items were written as file names and matched to their citekeys")
+    return (f"pgfunnel eval: {len(respelled)} {said} "
+            f"({examples}{', ...' if len(respelled) > 3 else ''})")
 
 
 def missing_items_message(missing: Sequence[str], queries: Sequence[JudgedQuery],
