@@ -430,6 +430,12 @@ _NUMBER_ARRAY = re.compile(r"(?:double precision|real|numeric|integer|bigint|sma
 # psycopg's refusal of a value it has no dumper for: pgvector's adapters not registered on
 # the connection ("cannot adapt type 'ndarray' using placeholder '%s' (format: AUTO)")
 _NO_VECTOR_DUMPER = re.compile(r"cannot adapt type '(ndarray|Vector|HalfVector|SparseVector)'")
+#: how the SQL functions' hint for a missing collection tells a caller to name one
+#: (sql/000_base.sql, ``_collection_id``): psql's reader passes it in SQL or the CLI
+COLLECTION_FORMS_SQL = "collection => 'NAME' in SQL, -c NAME in the CLI"
+#: the same, as Python's layer says it: a Funnel or SQLAlchemy caller who left out the
+#: collection was shown two forms, neither the one their own call takes
+COLLECTION_FORMS = "collection='NAME' in Python, " + COLLECTION_FORMS_SQL
 ARRAY_HINT = ("; an array parameter (principals, weights) takes a list: from Python a "
               "list, not one string or a tuple (principals => :p with p = ['alice']); in "
               "SQL an array literal ('{alice}', '{1,0.5}')")
@@ -737,8 +743,9 @@ def translate(exc: BaseException, *, searching: bool = True) -> PgfunnelError:
     if sqlstate == "P0002" and sql_hint and primary.startswith("collection ") \
             and primary.endswith(" does not exist"):
         # pgfunnel's SQL names the collections there are in the hint: the one line a
-        # caller shows would otherwise only say what is missing
-        primary = f"{primary}; {sql_hint}"
+        # caller shows would otherwise only say what is missing. The hint names the forms
+        # of psql's reader; this one called from Python, so its form is named first
+        primary = f"{primary}; {sql_hint.replace(COLLECTION_FORMS_SQL, COLLECTION_FORMS)}"
     err = cls(primary)
     err.__cause__ = exc
     return err

@@ -40,6 +40,7 @@ from pgfunnel.embedder import (
     check_vector,
 )
 from pgfunnel.errors import (
+    COLLECTION_FORMS,
     AccessError,
     ConfigError,
     ConflictError,
@@ -191,7 +192,7 @@ def _missing_collection(conn: psycopg.Connection[Any], name: str) -> NotFoundErr
     shown_names = ", ".join(repr(n) for n in names[:_COLLECTIONS_NAMED])
     more = ", ..." if len(names) > _COLLECTIONS_NAMED else ""
     others = (f"this database has {shown_names}{more} (pass one as the collection: "
-              "collection => 'NAME' in SQL, -c NAME in the CLI)")
+              f"{COLLECTION_FORMS})")
     return NotFoundError(f"collection {shown(name)} does not exist; {others}; or ingest into it "
                          "first: pgfunnel ingest PATH --collection NAME")
 

@@ -810,7 +810,8 @@ def test_a_missing_collection_is_told_with_the_collections_there_are(
         assert res.exit_code == 1, (args, res.output)
         flat = " ".join(res.output.split())
         assert ("collection 'demo' does not exist; this database has 'default' (pass one as "
-                "the collection: collection => 'NAME' in SQL, -c NAME in the CLI); or ingest "
+                "the collection: collection='NAME' in Python, collection => 'NAME' in SQL, "
+                "-c NAME in the CLI); or ingest "
                 f"into it first: pgfunnel ingest --dsn {shlex.quote(sample_db)} PATH "
                 "--collection NAME") in flat, (args, flat)
     # an empty database says it has none

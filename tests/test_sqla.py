@@ -645,3 +645,39 @@ def test_a_hand_written_call_on_a_database_without_pgfunnel_is_schema_missing(
     finally:
         engine.dispose()
         _drop_db(server_dsn, name)
+
+
+def test_a_missing_collection_through_python_names_pythons_form_of_the_argument(
+        sample_db: str, embedder: Any) -> None:
+    """The SQL functions' hint for a collection that does not exist says how to pass one
+    in SQL (collection => 'NAME') and the CLI (-c NAME); a Funnel or SQLAlchemy caller was
+    shown those two and not the keyword their own call takes."""
+    import psycopg
+    from sqlalchemy.exc import DBAPIError
+
+    from pgfunnel.errors import NotFoundError, translate
+
+    forms = ("(pass one as the collection: collection='NAME' in Python, collection => "
+             "'NAME' in SQL, -c NAME in the CLI); or ingest into it first: pgfunnel ingest "
+             "PATH --collection NAME")
+    engine = engine_from_dsn(sample_db)
+    try:
+        with Session(engine) as s, pytest.raises(DBAPIError) as caught:
+            s.execute(select(funnel_search_tvf("refund", k=3, principals=[],
+                                               collection="nosuch").c.citekey)).all()
+        # psql's reader is told the SQL and CLI forms, from the function's hint
+        assert isinstance(caught.value.orig, psycopg.Error)
+        assert "collection => 'NAME' in SQL, -c NAME in the CLI" in (
+            caught.value.orig.diag.message_hint or "")
+        err = translate(caught.value)
+        assert isinstance(err, NotFoundError)
+        assert str(err) == (f"collection 'nosuch' does not exist; this database has "
+                            f"'default' {forms}"), err
+    finally:
+        engine.dispose()
+    # Funnel looks the collection up itself (for its model) before the search runs
+    with Funnel(sample_db, collection="nosuch", embedder=embedder) as funnel, \
+            pytest.raises(NotFoundError) as missing:
+        funnel.search("refund", k=3, principals=[])
+    assert str(missing.value) == f"collection 'nosuch' does not exist; this database has " \
+                                 f"'default' {forms}"
