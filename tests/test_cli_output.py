@@ -897,7 +897,7 @@ def test_ctrl_c_during_an_ingest_of_a_folder_says_how_many_documents_are_in(
     with _ingest_waiting_at_its_second_batch(db, tmp_path, 4000) as (proc, watcher, _, _):
         stored = (watcher.execute(_BIG_COUNT).fetchone() or (0,))[0]
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=180)
     assert proc.returncode == 130, err
     assert "Traceback" not in err, err
     said = [line for line in err.splitlines() if line.startswith("interrupted")]
@@ -955,7 +955,7 @@ def test_ctrl_c_during_the_hnsw_build_says_the_index_is_not_built(
                     assert proc.poll() is None and time.monotonic() < deadline, proc.poll()
                     time.sleep(0.02)
             proc.send_signal(signal.SIGINT)
-            _, err = proc.communicate(timeout=60)
+            _, err = proc.communicate(timeout=180)
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -995,7 +995,7 @@ def test_an_ingest_cancelled_after_a_batch_committed_says_how_many_documents_are
                 watcher.execute("select pg_cancel_backend(%s)", (pid,))
             time.sleep(0.1)
             pids = watcher.execute(_BIG_WAITING).fetchall()
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=180)
     assert proc.returncode == 1, err
     assert "Traceback" not in err, err
     said = [line for line in err.splitlines() if line.startswith("error")]
@@ -1517,7 +1517,7 @@ def test_ctrl_c_during_an_ingest_with_prune_says_nothing_was_pruned(
                 assert proc.poll() is None and time.monotonic() < deadline, proc.poll()
                 time.sleep(0.02)
             proc.send_signal(signal.SIGINT)
-            _, err = proc.communicate(timeout=60)
+            _, err = proc.communicate(timeout=180)
         finally:
             if proc.poll() is None:
                 proc.kill()
