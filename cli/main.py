@@ -827,7 +827,8 @@ def search(
             response = funnel.search(query, k=k, history=turns, **search_params)
         followup = followup_of(response.transforms)
         searched = followup["query"] if followup else query
-        used = _fusion_used(funnel, searched, lexical_only, k, collection, search_params)
+        # what the search ran, which it read in its own transaction
+        used = None if response.fusion is None else response.fusion.as_dict()
         funnel.close()
         # the number `versions list` shows: the id alone (3 for version 1 of a collection
         # whose database holds others) could not be told from it
@@ -862,64 +863,6 @@ def search(
     # a search that found nothing is traced too, and its trace is the one to read
     if response.search_id:
         out.print(f"trace: search_id {response.search_id}", soft_wrap=True)
-
-
-# the arguments of pgfunnel._pool, named as the search names them
-_POOL_ARGS = ("query_text", "query_embedding", "k", "collection", "principals", "tenant",
-              "language", "metadata_filter", "fusion", "rrf_k", "weights",
-              "lexical_depth", "dense_depth", "overfetch", "per_source_cap", "ef_search", "k1",
-              "b")
-
-
-def _fusion_used(funnel: Any, text: str | None, lexical_only: bool, k: int, collection: str,
-                 params: SearchArgs) -> dict[str, Any] | None:
-    """The fusion the search ran, its rrf_k, and the weights it used, as the database
-    chose them: funnel_search returns no weights (only a trace records them), so its pool
-    (``pgfunnel._pool``) is asked once more with the search's own arguments and query
-    vector, and weights it chose are named by the rule whose pair they are
-    (``pgfunnel._automatic_weights()``). Python does not recompute the rule, which reads
-    the query's lexical matches. One leg alone fuses nothing: ``fusion`` ``none``. None
-    where the database's functions cannot say (an older release's, before migrate)."""
-    import numpy as np
-    import psycopg
-    from psycopg import sql
-
-    from pgfunnel.search import SearchParams
-
-    p = SearchParams.build(k=k, collection=collection,
-                           **{**params, "trace": False, "statement_timeout_ms": None})
-    vector: np.ndarray | None = None
-    with funnel.connection() as conn:
-        if not lexical_only and text is not None and text.strip():
-            embedder = funnel.embedder_for(conn, collection)
-            vector = None if embedder is None else embedder.embed_query(text)
-        args = {**p.sql_args(), "query_text": text, "query_embedding": vector,
-                "chosen": p.weights is None}
-        stmt = sql.SQL(
-            "select p.weights_used, (select a.rule from pgfunnel._automatic_weights() a "
-            "where a.weights = p.weights_used and %(chosen)s) "
-            "from pgfunnel._pool(as_of => now(), {args}) p").format(args=sql.SQL(", ").join(
-                sql.SQL("{} => {}").format(sql.Identifier(name), sql.Placeholder(name))
-                for name in _POOL_ARGS))
-        with warnings.catch_warnings():
-            # the search said its notices already
-            warnings.simplefilter("ignore")
-            try:
-                row = conn.execute(stmt, args).fetchone()
-            except psycopg.Error:
-                # an older release's functions (before migrate), whose pool does not
-                # return its weights: the search ran on them, and only this line is lost
-                return None
-    if row is None or row[0] is None:
-        return None
-    weights = [float(w) for w in row[0]]
-    ran = [leg for leg, w, on in (("lexical", weights[0], text is not None),
-                                  ("dense", weights[1], vector is not None)) if w > 0 and on]
-    if len(ran) == 1:
-        return {"fusion": "none", "legs": ran, "rrf_k": None, "weights": None,
-                "weights_rule": None}
-    return {"fusion": p.fusion, "legs": ran, "rrf_k": p.rrf_k if p.fusion == "rrf" else None,
-            "weights": weights, "weights_rule": row[1]}
 
 
 def _fusion_line(used: dict[str, Any] | None) -> str | None:

@@ -382,6 +382,28 @@ class Result(_Ranked):
         return f"{self.citekey}#{self.ordinal}"
 
 
+@dataclass(frozen=True)
+class FusionUsed:
+    """How a search fused its legs, as the database ran it (``pgfunnel._pool`` says it in
+    the search's transaction): ``fusion`` the method (``minmax``, ``rrf``, ``zscore``), or
+    ``none`` when one leg alone ran; ``legs`` those that ran; ``rrf_k`` under RRF, else
+    None; ``weights`` the pair ``(lexical, dense)`` used, None for one leg; and
+    ``weights_rule`` the rule that chose them (``default``, ``identifier``,
+    ``dense_leads``: ``pgfunnel._automatic_weights()``), None for weights given."""
+
+    fusion: str
+    legs: tuple[str, ...]
+    rrf_k: float | None
+    weights: tuple[float, float] | None
+    weights_rule: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """As JSON reads it (``pgfunnel search --json``'s ``fusion``)."""
+        return {"fusion": self.fusion, "legs": list(self.legs), "rrf_k": self.rrf_k,
+                "weights": None if self.weights is None else list(self.weights),
+                "weights_rule": self.weights_rule}
+
+
 @dataclass
 class SearchResponse:
     query: str | None
@@ -400,6 +422,9 @@ class SearchResponse:
     #: merged plan read; a plain search reads it in a statement of its own, so a switch
     #: committing between the two can make it name the new version
     index_version_id: int | None = None
+    #: the fusion, legs and weights the search ran (None from an older release's functions,
+    #: before `pgfunnel migrate`, and for a merged plan's several searches)
+    fusion: FusionUsed | None = None
 
 
 _RESULT_COLUMNS = sql.SQL(
@@ -451,6 +476,34 @@ _FINAL_SQL = sql.SQL(
 #: the function so that a database whose functions predate it answers NULL, not an error
 _LAST_SEARCH_ID_SQL = ("select nullif(pg_catalog.current_setting('pgfunnel.last_search_id', "
                        "true), '')::bigint")
+
+
+#: what ``pgfunnel._pool`` ran (its weights, their rule, the legs), which it sets for the
+#: search's transaction; NULL on an older release's functions, which set nothing
+_FUSION_USED_SQL = ("select nullif(pg_catalog.current_setting('pgfunnel.fusion_used', "
+                    "true), '')::jsonb")
+
+
+def _weights_used(row: Any) -> tuple[tuple[float, float], str | None, tuple[str, ...]] | None:
+    """The weights a search used, the rule that chose them and the legs that ran, from
+    the row of :data:`_FUSION_USED_SQL`; None when the functions did not say."""
+    if row is None or not isinstance(row[0], Mapping):
+        return None
+    used = row[0]
+    lexical, dense = (float(w) for w in used["weights"])
+    legs = tuple(leg for leg in ("lexical", "dense") if used.get(leg))
+    return (lexical, dense), used.get("weights_rule"), legs
+
+
+def _fusion_of(used: tuple[tuple[float, float], str | None, tuple[str, ...]] | None,
+               p: SearchParams) -> FusionUsed | None:
+    if used is None:
+        return None
+    weights, rule, legs = used
+    if len(legs) < 2:
+        # one leg alone fuses nothing: neither a method nor weights applied
+        return FusionUsed("none", legs, None, None, None)
+    return FusionUsed(p.fusion, legs, p.rrf_k if p.fusion == "rrf" else None, weights, rule)
 
 
 def _search_id(conn: psycopg.Connection[Any], results: Sequence[Result],
@@ -1133,10 +1186,14 @@ class Funnel:
         args["trace"] = p.trace
         t0 = time.perf_counter()
         with self._transaction(conn, p, seen, one_snapshot=exact_version):
-            results = [Result(*r) for r in conn.execute(_FUNNEL_SQL, args, prepare=True)]
+            cursor = conn.execute(_FUNNEL_SQL, args, prepare=True)
+            # pipelined with the search: no round trip of its own
+            used = conn.execute(_FUSION_USED_SQL, prepare=True)
+            results = [Result(*r) for r in cursor]
             search_id = _search_id(conn, results, p.trace)
         timings["funnel_search"] = (time.perf_counter() - t0) * 1000
-        return SearchResponse(query, results, search_id=search_id, timings_ms=timings)
+        return SearchResponse(query, results, search_id=search_id, timings_ms=timings,
+                              fusion=_fusion_of(_weights_used(used.fetchone()), p))
 
     def candidates(self, conn: psycopg.Connection[Any], query: str | None,
                    vector: np.ndarray | None, p: SearchParams) -> list[Candidate]:
@@ -1250,7 +1307,9 @@ class Funnel:
         seen = {} if seen is None else seen
         with self._transaction(conn, p, seen, one_snapshot=True):
             cursor = self._execute_candidates(conn, query, vector, p)
+            used_cursor = conn.execute(_FUSION_USED_SQL, prepare=True)
         pool = self._pool_from_rows(cursor.fetchall())
+        used = _weights_used(used_cursor.fetchone())
         t1 = time.perf_counter()
         timings["candidates"] = (t1 - t0) * 1000
         depth = rerank_head(len(pool), self.rerank_depth, p)
@@ -1276,17 +1335,24 @@ class Funnel:
                 notes["transforms"] = list(transforms)
             # whether it had a query vector, for a replay of the logged search: its trace
             # cannot tell when the dense leg found nothing (funnel_search records it too)
+            log_notes: dict[str, Any] = {"query_embedding": vector is not None}
+            if used is not None:
+                # the weights the pool used, as funnel_search logs them, and whether they
+                # were given, so that a replay of a search that let them be chosen
+                # chooses again (LOGGED_PARAMS); the config held null when chosen
+                notes["weights"] = list(used[0])
+                log_notes["weights_given"] = p.weights is not None
             cursor = self._execute_final(conn, query, ordered, p, reranked=skipped is None,
                                          notes=notes or None,
                                          index_version_id=seen.get("version_id"),
-                                         log_notes={"query_embedding": vector is not None})
+                                         log_notes=log_notes)
             results = [Result(*r) for r in cursor.fetchall()]
             search_id = _search_id(conn, results, p.trace)
         timings["final"] = (time.perf_counter() - t2) * 1000
         return SearchResponse(query, results, pool=ordered, reranked=skipped is None,
                               rerank_skipped_reason=skipped if use_model else None,
                               search_id=search_id,
-                              timings_ms=timings)
+                              timings_ms=timings, fusion=_fusion_of(used, p))
 
 
 def _require_vector_type(conn: psycopg.Connection[Any]) -> None:
@@ -1327,4 +1393,5 @@ class _NoticeCollector:
             self.sink.append(msg)
 
 
-__all__ = ["Funnel", "SearchParams", "SearchResponse", "Result", "Candidate", "PgfunnelError"]
+__all__ = ["Funnel", "SearchParams", "SearchResponse", "Result", "Candidate", "FusionUsed",
+           "PgfunnelError"]

@@ -366,6 +366,8 @@ declare
     check_best boolean;
     best_terms text[];
     weights_given boolean := weights is not null;
+    -- the rule that chose the weights (_automatic_weights), NULL for weights given
+    weights_rule text;
     dropped text[];
     q_norm double precision;
     w_lex double precision;
@@ -403,6 +405,9 @@ begin
     end if;
     if weights is null then
         weights := pgfunnel._default_weights(query_text, fusion);
+        -- named by its pair, so that the identifier test is not run a second time
+        weights_rule := case when weights = pgfunnel._automatic_weights('identifier')
+                             then 'identifier' else 'default' end;
     end if;
     -- A leg with weight 0 has no vote: its rows could only fill the pool behind the
     -- others at a fused score of 0, in chunk-id order, so it is not run (`{1,0}` is the
@@ -629,9 +634,11 @@ begin
                      group by q.word) w;
         end if;
         if best_coverage < 0.4 or (check_best and rarest_missed >= 0.4) then
-            weights := pgfunnel._automatic_weights('dense_leads');
+            weights_rule := 'dense_leads';
+            weights := pgfunnel._automatic_weights(weights_rule);
         elsif check_best and rarest_number_held >= 0.3 then
-            weights := pgfunnel._automatic_weights('identifier');
+            weights_rule := 'identifier';
+            weights := pgfunnel._automatic_weights(weights_rule);
         end if;
         weights_used := weights;
         -- a leg that does not run has no vote
@@ -762,6 +769,14 @@ begin
     end if;
     lexical_depth_used := case when lexical_on then lex_depth end;
     dense_depth_used := case when dense_on then den_depth end;
+    -- what the search ran, for a caller of funnel_search or candidates, whose rows do not
+    -- say it (their columns are the documented ones, which `select *` must keep): the
+    -- Python search reads it in the search's transaction (SearchResponse.fusion) instead
+    -- of calling this function once more. Transaction-local: no later transaction of a
+    -- pooled connection reads one search's as its own
+    perform pg_catalog.set_config('pgfunnel.fusion_used', pg_catalog.jsonb_build_object(
+        'weights', weights_used, 'weights_rule', weights_rule,
+        'lexical', lexical_on, 'dense', dense_on)::text, true);
 end
 $$;
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -10,6 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import psycopg
+import psycopg.sql
 import pytest
 from pgfunnel.cli.main import _results_table
 from rich.console import Console
@@ -2194,6 +2196,37 @@ def test_search_says_which_fusion_and_weights_it_used(
         assert used["weights_rule"] == (said.split("chosen: ")[1].rstrip(")")
                                         if "chosen" in said else None)
         assert used["rrf_k"] == (60 if "rrf" in options else None)
+
+
+def test_search_runs_its_pool_once_for_the_fusion_line(
+        sample_db: str, sample_conn: psycopg.Connection[Any]) -> None:
+    """The fusion line embedded the query and ran the pool (both legs) a second time,
+    outside --timeout-ms; it now reads what the search's own pool said."""
+    from pgfunnel.cli.main import app
+
+    dbname = sample_conn.info.dbname
+    sample_conn.execute(psycopg.sql.SQL("alter database {} set track_functions = 'pl'").format(
+        psycopg.sql.Identifier(dbname)))
+
+    def pool_calls() -> int:
+        sample_conn.execute("select pg_stat_clear_snapshot()")
+        row = sample_conn.execute(
+            "select coalesce(sum(calls), 0) from pg_stat_user_functions "
+            "where schemaname = 'pgfunnel' and funcname = '_pool'").fetchone()
+        return int(row[0]) if row else 0
+
+    before = pool_calls()
+    res = CliRunner().invoke(app, ["search", "what does err 6358 mean", "--dsn", sample_db,
+                                   "-k", "3", "--timeout-ms", "60000"],
+                             env={"COLUMNS": "300"})
+    assert res.exit_code == 0, res.output
+    assert "fusion: minmax; weights: lexical 1, dense 0.2 (chosen: identifier)" in \
+        res.stdout.splitlines(), res.stdout
+    # the CLI's connections are closed, and a closed backend's counts are flushed
+    deadline = time.monotonic() + 10
+    while pool_calls() == before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert pool_calls() - before == 1
 
 
 def test_capped_line_names_at_most_five_citekeys() -> None:

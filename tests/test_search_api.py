@@ -18,7 +18,7 @@ from pgfunnel.db import connect
 from pgfunnel.errors import ConfigError, InvalidInputError, ModelLoadError, RerankError
 from pgfunnel.ingest import Ingester
 from pgfunnel.rerank import Reranker
-from pgfunnel.search import Funnel, Result, SearchParams
+from pgfunnel.search import Funnel, FusionUsed, Result, SearchParams
 from pgfunnel.sources import DocumentRecord
 from pgfunnel.tiny_models import build_tiny_cross_encoder
 from pgfunnel.transform import GuardedRewriter
@@ -1898,3 +1898,55 @@ def test_explain_a_logged_search_replays_while_a_version_is_activated(
     assert len(out) == 1 and isinstance(out[0], Explanation), out
     assert out[0].replayed_on == resp.index_version_id and out[0].notices == []
     assert funnel.search("glacier", k=1, principals=[]).index_version_id == built.version_id
+
+
+def test_every_traced_path_logs_the_weights_it_used_and_the_response_says_them(
+        sample_db: str, sample_conn: psycopg.Connection[Any], embedder: Any) -> None:
+    """A reranked (or transformed) traced search logged the weights as given: null when
+    the search chose them, where funnel_search's log of the same search held the pair it
+    chose; and nothing on the response said which pair had run."""
+    from psycopg import sql
+
+    from pgfunnel.versions import LOGGED_PARAMS, LOGGED_SEARCH_PARAMS
+
+    query = "what does err 6358 mean"  # the number rule: identifier, {1,0.2}
+    chosen = FusionUsed("minmax", ("lexical", "dense"), None, (1.0, 0.2), "identifier")
+    with Funnel(sample_db, embedder=embedder, reranker=_ReversingReranker()) as f:
+        reranked = f.search(query, k=3, trace=True)
+        plain = f.search(query, k=3, trace=True, rerank=False)
+        given = f.search(query, k=3, trace=True, weights=[1, 0.5])
+        rrf = f.search(query, k=3, trace=True, fusion="rrf", rerank=False)
+    assert reranked.reranked and not plain.reranked
+    assert reranked.fusion == plain.fusion == chosen
+    assert given.fusion == FusionUsed("minmax", ("lexical", "dense"), None, (1.0, 0.5), None)
+    # funnel_search logs rrf_k for every fusion; the response names it under RRF only
+    assert rrf.fusion is not None and (rrf.fusion.fusion, rrf.fusion.rrf_k) == ("rrf", 60.0)
+    logged = {}
+    for resp in (reranked, plain, given):
+        row = sample_conn.execute("select config, notes from pgfunnel.search_log "
+                                  "where id = %s", (resp.search_id,)).fetchone()
+        assert row is not None
+        logged[resp.search_id] = row
+    for resp in (reranked, plain):
+        config, notes = logged[resp.search_id]
+        assert (config["weights"], notes["weights_given"]) == ([1, 0.2], False), config
+        assert (config["fusion"], config["rrf_k"]) == ("minmax", 60), config
+    config, notes = logged[given.search_id]
+    assert (config["weights"], notes["weights_given"]) == ([1, 0.5], True), config
+    # the replay (versions compare --last, explain --search-id) chooses chosen weights
+    # again and keeps given ones
+    ids = [reranked.search_id, plain.search_id, given.search_id]
+    replayed = dict(sample_conn.execute(sql.SQL(
+        "select sl.id, {} from pgfunnel.search_log sl where sl.id = any(%s)").format(
+            sql.SQL(LOGGED_PARAMS)), (list(LOGGED_SEARCH_PARAMS), ids)).fetchall())
+    assert [replayed[i]["weights"] for i in ids] == [None, None, [1, 0.5]], replayed
+
+
+def test_the_response_says_one_leg_ran_and_nothing_fused(sample_db: str) -> None:
+    with Funnel(sample_db, embedder=None) as f:
+        resp = f.search("refund on a monthly plan", k=3)
+        merged = f.search_multi(["refund on a monthly plan", "monthly refund"], k=3)
+    assert resp.fusion == FusionUsed("none", ("lexical",), None, None, None)
+    assert resp.fusion.as_dict() == {"fusion": "none", "legs": ["lexical"], "rrf_k": None,
+                                     "weights": None, "weights_rule": None}
+    assert merged.fusion is None  # several searches, each its own
