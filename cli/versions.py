@@ -16,7 +16,15 @@ from rich.progress import Progress
 from rich.table import Table
 from typer.core import TyperCommand
 
-from pgfunnel.defaults import COLLECTION
+from pgfunnel.defaults import (
+    COLLECTION,
+    HNSW_EF_CONSTRUCTION,
+    HNSW_EF_CONSTRUCTION_LEAST,
+    HNSW_EF_CONSTRUCTION_MOST,
+    HNSW_M,
+    HNSW_M_LEAST,
+    HNSW_M_MOST,
+)
 
 from .common import (
     EXIT_GATE,
@@ -175,8 +183,11 @@ def reindex(
         "--reembed", help="Compute vectors again even when a version with the same model "
                           "and embedding input exists (by default its vectors are "
                           "copied).")] = False,
-    m: Annotated[int, typer.Option(help="HNSW m (links per node).")] = 16,
-    ef_construction: Annotated[int, typer.Option(help="HNSW ef_construction.")] = 64,
+    m: Annotated[int, typer.Option(
+        help=f"HNSW m (links per node), {HNSW_M_LEAST} to {HNSW_M_MOST}.")] = HNSW_M,
+    ef_construction: Annotated[int, typer.Option(
+        help=f"HNSW ef_construction, {HNSW_EF_CONSTRUCTION_LEAST} to "
+             f"{HNSW_EF_CONSTRUCTION_MOST} and at least 2 x m.")] = HNSW_EF_CONSTRUCTION,
     embed_input: Annotated[str | None, typer.Option(
         help="What the model reads per chunk: title (the document title above the chunk; "
              "the default for new collections), section (the title and the headings the "
@@ -268,6 +279,9 @@ def reindex(
                 f"`pgfunnel reindex` that resumes it (`pgfunnel versions drop N -c {coll}` "
                 "discards it)")
 
+    with handle_errors(index_flags(model)):
+        # before the connection: a typo in --m was told only once a database answered
+        versions.check_hnsw_settings(m, ef_construction)
     with handle_errors(index_flags(model), interrupted=stopped, kept=kept), \
             connect(dsn, autocommit=True) as conn, \
             _Bars(not json_out) as bars:
@@ -376,8 +390,9 @@ def list_cmd(collection: CollectionOption = COLLECTION, dsn: DsnOption = None,
                                     else idx),
                      # the graph's build settings (reindex --m, --ef-construction): two
                      # versions built with other ones read alike but for the index size
-                     "m/ef_construction": f"{int(i.params.get('m', 16))}/"
-                                          f"{int(i.params.get('ef_construction', 64))}",
+                     "m/ef_construction": "{}/{}".format(
+                         int(i.params.get("m", HNSW_M)),
+                         int(i.params.get("ef_construction", HNSW_EF_CONSTRUCTION))),
                      "activated": f"{i.activated_at:%Y-%m-%d %H:%M}" if i.activated_at else "-",
                      "retired": f"{i.retired_at:%Y-%m-%d %H:%M}" if i.retired_at else "-"})
     table = Table(title=f"index versions of {collection!r}", title_justify="left")

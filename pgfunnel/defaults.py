@@ -61,6 +61,18 @@ WEIGHT_LEAST = 1e-6
 WEIGHT_MOST = 1e6
 QUERY_CHARS_MOST = 10_000
 
+#: an index version's HNSW graph settings (``reindex --m``, ``--ef-construction``): the
+#: defaults, and the bounds pgvector takes (its ``m`` 2 - 100, ``ef_construction`` 4 -
+#: 1000, and ``ef_construction`` at least twice ``m``), which reindex checks before any
+#: chunk is embedded: pgvector refuses them only when the graph is built, at the end.
+#: tests/test_index_builds.py pins them to pgvector's own refusals
+HNSW_M = 16
+HNSW_M_LEAST = 2
+HNSW_M_MOST = 100
+HNSW_EF_CONSTRUCTION = 64
+HNSW_EF_CONSTRUCTION_LEAST = 4
+HNSW_EF_CONSTRUCTION_MOST = 1000
+
 
 def default_depth(k: int, overfetch: int) -> int:
     """The depth a leg reads when none is given (before the search widens a pool the

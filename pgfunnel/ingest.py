@@ -426,7 +426,8 @@ def refresh_hnsw_walks(conn: psycopg.Connection[Any]) -> bool:
 
 
 def create_hnsw_index(conn: psycopg.Connection[Any], version_id: int, dimensions: int, *,
-                      concurrently: bool = False, m: int = 16, ef_construction: int = 64,
+                      concurrently: bool = False, m: int = defaults.HNSW_M,
+                      ef_construction: int = defaults.HNSW_EF_CONSTRUCTION,
                       size_memory: bool = True) -> None:
     """The partial HNSW index of one version (its own dimension, its own rows), and its
     cached walk (:func:`refresh_hnsw_walks`).
@@ -444,8 +445,9 @@ def create_hnsw_index(conn: psycopg.Connection[Any], version_id: int, dimensions
 
 
 def hnsw_index_statement(version_id: int, dimensions: int, hnsw_type: str,
-                         vector_schema: str, *, concurrently: bool, m: int = 16,
-                         ef_construction: int = 64) -> sql.Composed:
+                         vector_schema: str, *, concurrently: bool,
+                         m: int = defaults.HNSW_M,
+                         ef_construction: int = defaults.HNSW_EF_CONSTRUCTION) -> sql.Composed:
     """The CREATE INDEX of one version's partial HNSW index (``doctor`` shows it as the
     fix for a missing one, so both build the same index). ``hnsw_type`` must be one of
     HNSW_TYPES: it is spliced in as a type name."""

@@ -47,7 +47,15 @@ from pgfunnel.db import (
     try_register_vector,
     tuple_rows,
 )
-from pgfunnel.defaults import EF_SEARCH
+from pgfunnel.defaults import (
+    EF_SEARCH,
+    HNSW_EF_CONSTRUCTION,
+    HNSW_EF_CONSTRUCTION_LEAST,
+    HNSW_EF_CONSTRUCTION_MOST,
+    HNSW_M,
+    HNSW_M_LEAST,
+    HNSW_M_MOST,
+)
 from pgfunnel.embedder import Embedder
 from pgfunnel.errors import (
     JSON_ERRORS,
@@ -530,9 +538,25 @@ def _set_maintenance_work_mem(conn: psycopg.Connection[Any], value: str | None) 
                           f"{getattr(exc.diag, 'message_primary', exc)}") from exc
 
 
+def check_hnsw_settings(m: int, ef_construction: int) -> None:
+    """An HNSW graph's ``m`` and ``ef_construction`` within pgvector's bounds
+    (pgfunnel.defaults), else a ConfigError naming the setting: pgvector checks them only
+    when the graph is built, after every chunk was embedded."""
+    if not HNSW_M_LEAST <= m <= HNSW_M_MOST:
+        raise ConfigError("m", f"must be between {HNSW_M_LEAST} and {HNSW_M_MOST}, got {m}")
+    if not HNSW_EF_CONSTRUCTION_LEAST <= ef_construction <= HNSW_EF_CONSTRUCTION_MOST:
+        raise ConfigError("ef_construction", f"must be between {HNSW_EF_CONSTRUCTION_LEAST} "
+                                             f"and {HNSW_EF_CONSTRUCTION_MOST}, got "
+                                             f"{ef_construction}")
+    if ef_construction < 2 * m:
+        raise ConfigError("ef_construction", f"must be at least 2 x m ({2 * m} for m {m}), "
+                                             f"got {ef_construction}")
+
+
 @rows_by_position
 def build_index(conn: psycopg.Connection[Any], version_id: int, dimensions: int, *,
-                m: int = 16, ef_construction: int = 64, maintenance_work_mem: str | None = None,
+                m: int = HNSW_M, ef_construction: int = HNSW_EF_CONSTRUCTION,
+                maintenance_work_mem: str | None = None,
                 progress: ProgressFn | None = None, notice: NoticeFn | None = None,
                 chunks: int | None = None) -> list[str]:
     """Build the version's partial HNSW index concurrently; returns the server's notices.
@@ -744,8 +768,8 @@ def drop_version_rows(conn: psycopg.Connection[Any], version_id: int) -> None:
 @_translated
 def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None = None,
             analyzer: str | None = None, activate_after: bool = False,
-            maintenance_work_mem: str | None = None, batch_size: int = 256, m: int = 16,
-            ef_construction: int = 64, embedder: Embedder | None = None,
+            maintenance_work_mem: str | None = None, batch_size: int = 256, m: int = HNSW_M,
+            ef_construction: int = HNSW_EF_CONSTRUCTION, embedder: Embedder | None = None,
             progress: ProgressFn | None = None, notice: NoticeFn | None = None,
             min_recall: float = MIN_RECALL, reembed: bool = False,
             embed_input: str | None = None, lexical_input: str | None = None) -> ReindexResult:
@@ -764,10 +788,7 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
     if not conn.autocommit:
         raise ConfigError("conn", "reindex needs a connection in autocommit mode")
     _check_count("batch_size", batch_size)
-    if m < 2 or m > 100:
-        raise ConfigError("m", f"must be between 2 and 100, got {m}")
-    if ef_construction < 4 or ef_construction > 1000:
-        raise ConfigError("ef_construction", f"must be between 4 and 1000, got {ef_construction}")
+    check_hnsw_settings(m, ef_construction)
     if embed_input is not None:
         check_embed_input(embed_input)
     if lexical_input is not None:
@@ -777,11 +798,6 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
         from pgfunnel.embedder import check_model_name
 
         check_model_name(model)
-    if ef_construction < 2 * m:
-        # pgvector's own rule, which it checks only when the graph is built: after every
-        # chunk was embedded
-        raise ConfigError("ef_construction", f"must be at least 2 x m ({2 * m} for m {m}), "
-                                             f"got {ef_construction}")
     from pgfunnel.db import refuse_read_only, require_schema
 
     require_schema(conn)
@@ -980,8 +996,9 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
 def _build_settings(info: VersionInfo) -> tuple[Any, ...]:
     """What a version's build was asked for, in the order `reindex` compares them: model,
     analyzer, m, ef_construction, embedding input, HNSW type, lexical input."""
-    return (info.embedding_model, info.analyzer, info.params.get("m", 16),
-            info.params.get("ef_construction", 64), version_embed_input(info.params),
+    return (info.embedding_model, info.analyzer, info.params.get("m", HNSW_M),
+            info.params.get("ef_construction", HNSW_EF_CONSTRUCTION),
+            version_embed_input(info.params),
             version_hnsw_type(info.params), version_lexical_input(info.params))
 
 
@@ -1002,10 +1019,11 @@ def resume_hint(collection: str, info: VersionInfo) -> str:
     args = ["pgfunnel", "reindex", "-c", collection, "--model", info.embedding_model,
             "--analyzer", info.analyzer, "--embed-input", version_embed_input(info.params),
             "--lexical-input", version_lexical_input(info.params)]
-    m, ef = int(info.params.get("m", 16)), int(info.params.get("ef_construction", 64))
-    if m != 16:
+    m = int(info.params.get("m", HNSW_M))
+    ef = int(info.params.get("ef_construction", HNSW_EF_CONSTRUCTION))
+    if m != HNSW_M:
         args += ["--m", str(m)]
-    if ef != 64:
+    if ef != HNSW_EF_CONSTRUCTION:
         args += ["--ef-construction", str(ef)]
     if info.params.get("reembed"):
         args.append("--reembed")
@@ -1071,8 +1089,9 @@ def activate(conn: psycopg.Connection[Any], collection: str, version: int, *,
             with writer_lock(conn, collection):
                 if info.index_present:
                     drop_hnsw_index_concurrently(conn, hnsw_index_name(info.id))
-                build_index(conn, info.id, info.dimensions, m=int(info.params.get("m", 16)),
-                            ef_construction=int(info.params.get("ef_construction", 64)))
+                build_index(conn, info.id, info.dimensions, m=int(info.params.get("m", HNSW_M)),
+                            ef_construction=int(info.params.get("ef_construction",
+                                                                HNSW_EF_CONSTRUCTION)))
             index_built = True
         def dropped_meanwhile() -> ConflictError | None:
             # the catch-up runs before any lock is taken: another operator's `versions
@@ -1951,7 +1970,8 @@ def compare(conn: psycopg.Connection[Any], collection: str, version_a: int, vers
 __all__ = [
     "LOGGED_PARAMS", "LOGGED_SEARCH_PARAMS", "Activation", "Comparison", "LoggedSearch",
     "ReindexResult", "ReplayConfig", "Validation", "ValidationFailed", "VersionInfo",
-    "activate", "build_index", "catch_up", "cleanup_invalid_indexes", "compare", "drop",
+    "activate", "build_index", "catch_up", "check_hnsw_settings", "cleanup_invalid_indexes",
+    "compare", "drop",
     "guessed_said", "last_queries", "last_searches", "list_versions", "lock_holder",
     "param_shown", "read_query_file", "reindex", "replay_config", "require_pin_privilege",
     "retire", "rollback", "search_pinned", "validate", "writer_lock",

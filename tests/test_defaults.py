@@ -491,3 +491,28 @@ def test_the_python_api_page_states_the_bounds_the_code_checks() -> None:
     assert not missing, f"docs/python-api.md no longer says {missing}"
     assert MAX_HISTORY_CHARS == 10 * defaults.QUERY_CHARS_MOST  # "ten times"
     assert MAX_RRF_K == defaults.RRF_K_MOST  # "as `rrf_k` is"
+
+
+def test_the_docs_state_the_hnsw_build_bounds_reindex_checks() -> None:
+    # pinned to pgvector's own refusals in tests/test_index_builds.py
+    m_lo, m_hi = defaults.HNSW_M_LEAST, defaults.HNSW_M_MOST
+    ef_lo, ef_hi = defaults.HNSW_EF_CONSTRUCTION_LEAST, defaults.HNSW_EF_CONSTRUCTION_MOST
+    cli = " ".join((DOCS / "cli.md").read_text().split())
+    assert (f"with `--m` ({m_lo} to {m_hi}) and `--ef-construction` ({ef_lo} to {ef_hi}, "
+            "and at least 2 x m)") in cli
+    assert f"`error: --m: must be between {m_lo} and {m_hi}, got {m_hi + 1}`" in cli
+    assert f"[--m {defaults.HNSW_M}] [--ef-construction {defaults.HNSW_EF_CONSTRUCTION}]" in cli
+    tuning = " ".join((DOCS / "tuning.md").read_text().split())
+    assert (f"m {m_lo} to {m_hi}, ef_construction {ef_lo} to {ef_hi} and at least 2 x m"
+            in tuning)
+    assert (f"default (m {defaults.HNSW_M}, `ef_construction` {defaults.HNSW_EF_CONSTRUCTION},"
+            in tuning)
+    res = CliRunner().invoke(app, ["reindex", "--help"], env={"COLUMNS": "300"})
+    said = " ".join(res.output.split())
+    assert f"HNSW m (links per node), {m_lo} to {m_hi}. [default: {defaults.HNSW_M}]" in said
+    assert (f"{ef_lo} to {ef_hi} and at least 2 x m. "
+            f"[default: {defaults.HNSW_EF_CONSTRUCTION}]") in said
+    res = CliRunner().invoke(app, ["reindex", "--m", str(m_hi + 1), "--dsn",
+                                   "postgresql:///nowhere"])
+    assert res.exit_code == 1 and \
+        f"error: --m: must be between {m_lo} and {m_hi}, got {m_hi + 1}" in res.output

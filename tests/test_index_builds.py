@@ -368,3 +368,62 @@ def test_a_drop_cut_short_in_its_detach_does_not_block_other_collections_drops(
         drop_version_rows(other, spares[0])
     assert conn.execute("select count(*) from pgfunnel.index_version where id = any(%s)",
                         (spares,)).fetchone() == (0,)
+
+
+def test_the_hnsw_build_bounds_reindex_checks_are_pgvectors(
+        conn: psycopg.Connection[Any]) -> None:
+    """reindex checks m and ef_construction before it embeds anything (pgvector refuses
+    them only at the build, after every chunk was embedded): with bounds of its own, a
+    value pgvector takes would be refused, or one it refuses found out at the end."""
+    import re
+
+    from psycopg import sql
+
+    from pgfunnel import defaults as d
+    from pgfunnel.errors import ConfigError
+    from pgfunnel.versions import reindex
+
+    row = conn.execute("select extnamespace::regnamespace::text from pg_extension "
+                       "where extname = 'vector'").fetchone()
+    assert row is not None
+    vector = sql.Identifier(row[0])
+    conn.execute(sql.SQL("create temp table hnsw_bounds (v {}.halfvec(3))").format(vector))
+    conn.execute("insert into hnsw_bounds values ('[1,0,0]'), ('[0,1,0]'), ('[0,0,1]')")
+
+    def pgvector_refusal(m: int, ef_construction: int) -> str | None:
+        try:
+            with conn.transaction(force_rollback=True):
+                conn.execute(sql.SQL(
+                    "create index on hnsw_bounds using hnsw (v {}.halfvec_cosine_ops) "
+                    "with (m = {}, ef_construction = {})").format(
+                        vector, sql.Literal(m), sql.Literal(ef_construction)))
+        except psycopg.Error as exc:
+            return str(exc)
+        return None
+
+    def reindex_refusal(m: int, ef_construction: int) -> str | None:
+        try:
+            # refused before the collection is looked up: there is none
+            reindex(conn, "no such collection", m=m, ef_construction=ef_construction)
+        except ConfigError as exc:
+            return str(exc)
+        except Exception:  # past the checks: the collection is missing
+            return None
+        return None
+
+    m_lo, m_hi = d.HNSW_M_LEAST, d.HNSW_M_MOST
+    ef_lo, ef_hi = d.HNSW_EF_CONSTRUCTION_LEAST, d.HNSW_EF_CONSTRUCTION_MOST
+    taken = [(m_lo, max(ef_lo, 2 * m_lo)), (m_hi, ef_hi), (d.HNSW_M, d.HNSW_EF_CONSTRUCTION),
+             (m_lo, 2 * m_lo)]
+    for m, ef in taken:
+        assert pgvector_refusal(m, ef) is None, (m, ef)
+        assert reindex_refusal(m, ef) is None, (m, ef)
+    refused = {(m_lo - 1, ef_hi): "m", (m_hi + 1, ef_hi): "m",
+               (m_lo, ef_lo - 1): "ef_construction", (m_lo, ef_hi + 1): "ef_construction",
+               (d.HNSW_M, 2 * d.HNSW_M - 1): "ef_construction"}
+    for (m, ef), name in refused.items():
+        said = pgvector_refusal(m, ef)
+        assert said is not None and re.search(rf"\b{name}\b", said), (m, ef, said)
+        ours = reindex_refusal(m, ef)
+        assert ours is not None and ours.startswith(f"{name}:"), (m, ef, ours)
+    assert "2 * m" in str(pgvector_refusal(d.HNSW_M, 2 * d.HNSW_M - 1))
