@@ -2242,3 +2242,57 @@ def test_capped_line_names_at_most_five_citekeys() -> None:
     rows = [SimpleNamespace(citekey="a", fused_rank=1), SimpleNamespace(citekey="b", fused_rank=3)]
     assert "at the cap (a);" in (_capped_note(rows, 1) or "")
     assert _capped_note(rows[:1], 1) is None and _capped_note([], 3) is None
+
+
+def test_search_on_functions_whose_pool_does_not_say_its_fusion(
+        sample_db: str, sample_conn: psycopg.Connection[Any]) -> None:
+    """Before `pgfunnel migrate`, an older release's pool sets no pgfunnel.fusion_used:
+    the search runs and returns its rows as before, and only the fusion line is left
+    out (SearchResponse.fusion and --json's fusion are None)."""
+    import re
+
+    from pgfunnel.cli.main import app
+
+    from pgfunnel.schema import render_sql, require_vector_schema, sql_dir
+    from pgfunnel.search import Funnel
+
+    text = (sql_dir() / "040_funnel.sql").read_text()
+    start = text.index("create or replace function pgfunnel._pool(")
+    body = text[start:text.index("$$;", text.index("as $$", start)) + 3]
+    older, n = re.subn(r"\n    perform pg_catalog\.set_config\('pgfunnel\.fusion_used'.*?, true\);",
+                       "", body, flags=re.S)
+    assert n == 1
+    query = "what does err 6358 mean"
+    with Funnel(sample_db, embedder=None) as f:
+        current = f.search(query, k=3)
+    assert current.fusion is not None
+    sample_conn.execute(render_sql(older, require_vector_schema(sample_conn)).encode())
+    with Funnel(sample_db, embedder=None) as f:
+        before = f.search(query, k=3)
+    assert before.fusion is None
+    assert [r.chunk_id for r in before.results] == [r.chunk_id for r in current.results]
+
+    class Reversing:
+        model_name = "reverse"
+
+        def rank(self, query: str, documents: list[str]) -> list[dict[str, Any]]:
+            n = len(documents)
+            return [{"corpus_id": n - 1 - i, "score": float(n - i)} for i in range(n)]
+
+    # a reranked traced search logs what it logged before: the weights as given, and no
+    # weights_given, which the replay reads as it did (null: chosen again)
+    with Funnel(sample_db, embedder=None, reranker=Reversing()) as f:
+        reranked = f.search(query, k=3, trace=True)
+    assert reranked.reranked and reranked.fusion is None
+    row = sample_conn.execute("select config -> 'weights', notes ? 'weights_given' "
+                              "from pgfunnel.search_log where id = %s",
+                              (reranked.search_id,)).fetchone()
+    assert row == (None, False), row
+    res = CliRunner().invoke(app, ["search", query, "--dsn", sample_db, "-k", "3"],
+                             env={"COLUMNS": "300"})
+    assert res.exit_code == 0, res.output
+    assert "fusion:" not in res.stdout and f"'{query}'" in res.stdout, res.stdout
+    res = CliRunner().invoke(app, ["search", query, "--dsn", sample_db, "-k", "3", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["fusion"] is None and out["results"], out
