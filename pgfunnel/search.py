@@ -480,13 +480,13 @@ _LAST_SEARCH_ID_SQL = ("select nullif(pg_catalog.current_setting('pgfunnel.last_
 
 #: what ``pgfunnel._pool`` ran (its weights, their rule, the legs), which it sets for the
 #: search's transaction; NULL on an older release's functions, which set nothing
-_FUSION_USED_SQL = ("select nullif(pg_catalog.current_setting('pgfunnel.fusion_used', "
+FUSION_USED_SQL = ("select nullif(pg_catalog.current_setting('pgfunnel.fusion_used', "
                     "true), '')::jsonb")
 
 
-def _weights_used(row: Any) -> tuple[tuple[float, float], str | None, tuple[str, ...]] | None:
+def fusion_used_of(row: Any) -> tuple[tuple[float, float], str | None, tuple[str, ...]] | None:
     """The weights a search used, the rule that chose them and the legs that ran, from
-    the row of :data:`_FUSION_USED_SQL`; None when the functions did not say."""
+    the row of :data:`FUSION_USED_SQL`; None when the functions did not say."""
     if row is None or not isinstance(row[0], Mapping):
         return None
     used = row[0]
@@ -1188,12 +1188,12 @@ class Funnel:
         with self._transaction(conn, p, seen, one_snapshot=exact_version):
             cursor = conn.execute(_FUNNEL_SQL, args, prepare=True)
             # pipelined with the search: no round trip of its own
-            used = conn.execute(_FUSION_USED_SQL, prepare=True)
+            used = conn.execute(FUSION_USED_SQL, prepare=True)
             results = [Result(*r) for r in cursor]
             search_id = _search_id(conn, results, p.trace)
         timings["funnel_search"] = (time.perf_counter() - t0) * 1000
         return SearchResponse(query, results, search_id=search_id, timings_ms=timings,
-                              fusion=_fusion_of(_weights_used(used.fetchone()), p))
+                              fusion=_fusion_of(fusion_used_of(used.fetchone()), p))
 
     def candidates(self, conn: psycopg.Connection[Any], query: str | None,
                    vector: np.ndarray | None, p: SearchParams) -> list[Candidate]:
@@ -1307,9 +1307,9 @@ class Funnel:
         seen = {} if seen is None else seen
         with self._transaction(conn, p, seen, one_snapshot=True):
             cursor = self._execute_candidates(conn, query, vector, p)
-            used_cursor = conn.execute(_FUSION_USED_SQL, prepare=True)
+            used_cursor = conn.execute(FUSION_USED_SQL, prepare=True)
         pool = self._pool_from_rows(cursor.fetchall())
-        used = _weights_used(used_cursor.fetchone())
+        used = fusion_used_of(used_cursor.fetchone())
         t1 = time.perf_counter()
         timings["candidates"] = (t1 - t0) * 1000
         depth = rerank_head(len(pool), self.rerank_depth, p)

@@ -987,3 +987,25 @@ def test_the_docs_name_every_file_eval_out_writes() -> None:
     for name in OUT_FILES:
         assert f"`{name}`" in section, name
         assert name in cli_eval, name
+
+
+def test_a_traced_eval_logs_the_weights_its_pool_used(sample_db: str) -> None:
+    """An eval's traced search logged its configuration's weights as given: null where
+    the search chose them, while funnel_search's log held the pair it chose."""
+    from pgfunnel import defaults
+    from pgfunnel.db import connect
+
+    q = next(q for q in _subset(1) if q.relevant_items and not q.history)
+    chosen = EvalConfig.from_dict("chosen", {})
+    given = EvalConfig.from_dict("given", {"weights": [1, 0.5]})
+    with connect(sample_db, autocommit=True) as conn:
+        start = conn.execute("select coalesce(max(id), 0) from pgfunnel.search_log"
+                             ).fetchone()[0]  # type: ignore[index]
+        Harness(sample_db, "default", trace=True).run([q], [chosen, given])
+        rows = conn.execute("select config -> 'weights', notes -> 'weights_given' "
+                            "from pgfunnel.search_log where id > %s order by id",
+                            (start,)).fetchall()
+    pairs = [list(w) for w in defaults.AUTOMATIC_WEIGHTS.values()]
+    assert rows and all(w in pairs for w, g in rows if g is False), rows
+    assert [1, 0.5] in [w for w, g in rows if g is True], rows
+    assert all(w is not None for w, _ in rows), rows

@@ -91,10 +91,12 @@ from pgfunnel.eval.qrels import (
 from pgfunnel.eval.report import EvalReport, build_report
 from pgfunnel.rerank import check_gate_margin
 from pgfunnel.search import (
+    FUSION_USED_SQL,
     Candidate,
     Funnel,
     Result,
     SearchParams,
+    fusion_used_of,
     refuse_unused_rrf_k,
     rerank_head,
     rerank_pool,
@@ -492,7 +494,9 @@ class Harness:
         lex, den = self._legs_for(conn, text, query_text, vector, p)
         with self.funnel._transaction(conn, p):
             cursor = self.funnel._execute_candidates(conn, query_text, vector, p)
+            used_cursor = conn.execute(FUSION_USED_SQL, prepare=True)
         pool = self.funnel._pool_from_rows(cursor.fetchall())
+        used = fusion_used_of(used_cursor.fetchone())
         ordered = list(pool)
         reranked = False
         if cfg.rerank and pool:
@@ -508,13 +512,18 @@ class Harness:
             # the judged query's id and this run of it go into a trace's log notes, so
             # stage_recall_in_db finds the searches of a resolved follow-up (other text)
             # and of every part of a decomposed query
-            notes = {"legs": cfg.legs} if cfg.legs != "both" else None
+            notes: dict[str, Any] | None = {"legs": cfg.legs} if cfg.legs != "both" else None
             # the judged text is logged as the query_text, but a dense-only configuration
             # gave the lexical leg none: said, so a replay (explain --search-id, versions
             # compare --last) searches it as it was searched
             log_notes: dict[str, Any] = {**log, "query_embedding": vector is not None}
             if query_text is None:
                 log_notes["query_text_searched"] = False
+            if used is not None:
+                # the weights the pool used and whether they were given, as a search's
+                # trace logs them (config.weights held null where the search chose them)
+                notes = {**(notes or {}), "weights": list(used[0])}
+                log_notes["weights_given"] = p.weights is not None
             with self.funnel._transaction(conn, cp):
                 cursor = self.funnel._execute_final(conn, text, ordered, cp,
                                                     reranked=reranked, notes=notes,
