@@ -481,7 +481,7 @@ _LAST_SEARCH_ID_SQL = ("select nullif(pg_catalog.current_setting('pgfunnel.last_
 #: what ``pgfunnel._pool`` ran (its weights, their rule, the legs), which it sets for the
 #: search's transaction; NULL on an older release's functions, which set nothing
 FUSION_USED_SQL = ("select nullif(pg_catalog.current_setting('pgfunnel.fusion_used', "
-                    "true), '')::jsonb")
+                   "true), '')::jsonb")
 
 
 def fusion_used_of(row: Any) -> tuple[tuple[float, float], str | None, tuple[str, ...]] | None:
@@ -1339,7 +1339,8 @@ class Funnel:
             if used is not None:
                 # the weights the pool used, as funnel_search logs them, and whether they
                 # were given, so that a replay of a search that let them be chosen
-                # chooses again (LOGGED_PARAMS); the config held null when chosen
+                # chooses again (LOGGED_PARAMS); a config with the weights as given held
+                # null for chosen ones, and did not say which pair ran
                 notes["weights"] = list(used[0])
                 log_notes["weights_given"] = p.weights is not None
             cursor = self._execute_final(conn, query, ordered, p, reranked=skipped is None,
