@@ -276,6 +276,56 @@ def _saved_cross_encoder_architectures(path: str) -> str | None:
                                 path)
 
 
+def saved_embedding_dimension(model: str) -> int | None:
+    """The size of the vectors ``model`` makes, read from its sentence-transformers files
+    (modules.json, the Pooling and Dense modules' configs; its local folder, or the
+    Hugging Face cache) without loading it; None where they do not say it for certain."""
+    import json
+
+    def read(name: str) -> Any:
+        try:
+            # a name the hub would refuse as a repository id is a ValueError there
+            found = _model_file(path, name)
+            return None if found is None else json.loads(found.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+
+    path = resolve_model_path(model)
+    modules = read("modules.json")
+    if not isinstance(modules, list):
+        return None
+    dimension: int | None = None
+    for module in modules:
+        kind = str(module.get("type", "")) if isinstance(module, dict) else ""
+        folder = str(module.get("path", "")) if isinstance(module, dict) else ""
+        config = read(f"{folder}/config.json") if folder else None
+        if kind.endswith(".Transformer") and dimension is None:
+            continue
+        if kind.endswith(".Normalize"):
+            continue
+        if kind.endswith(".Pooling") and isinstance(config, dict):
+            size = config.get("word_embedding_dimension", config.get("embedding_dimension"))
+            modes = config.get("pooling_mode")
+            if modes is None:
+                # the older config: one flag per mode, the output being their concatenation
+                count = sum(1 for key, on in config.items()
+                            if key.startswith("pooling_mode_") and on is True)
+            else:
+                count = len(modes) if isinstance(modes, list) else 1
+            if not isinstance(size, int) or isinstance(size, bool) or count < 1:
+                return None
+            dimension = size * count
+        elif kind.endswith(".Dense") and isinstance(config, dict) and dimension is not None:
+            size = config.get("out_features")
+            if not isinstance(size, int) or isinstance(size, bool):
+                return None
+            dimension = size
+        else:
+            # a module whose output size these files do not settle (a model's own code)
+            return None
+    return dimension if dimension is not None and dimension > 0 else None
+
+
 def _cross_encoder_named(archs: list[str], path: str) -> str | None:
     if not archs or not all(a.endswith("ForSequenceClassification") for a in archs):
         return None
@@ -337,8 +387,11 @@ VECTOR_MAX_DIMENSIONS = 16_000
 
 
 def check_vector(vector: Any, dimensions: int | None = None,
-                 parameter: str = "query_embedding") -> np.ndarray:
-    """Validate a vector before any SQL runs: present, finite, non-zero, right size."""
+                 parameter: str = "query_embedding", expected: str | None = None) -> np.ndarray:
+    """Validate a vector before any SQL runs: present, finite, non-zero, right size.
+
+    ``expected`` says where ``dimensions`` comes from, for the wrong-size error (by
+    default "the index version expects N")."""
 
     def _invalid(detail: str) -> InvalidVectorError:
         return InvalidVectorError(detail, parameter=parameter)
@@ -368,7 +421,8 @@ def check_vector(vector: Any, dimensions: int | None = None,
     if arr.ndim != 1 or arr.size == 0:
         raise _invalid(f"must be a non-empty 1-D vector, got shape {tuple(arr.shape)}")
     if dimensions is not None and arr.size != dimensions:
-        raise _invalid(f"has {arr.size} dimensions; the index version expects {dimensions}")
+        raise _invalid(f"has {arr.size} dimensions; "
+                       + (expected or f"the index version expects {dimensions}"))
     if arr.size > VECTOR_MAX_DIMENSIONS:
         # pgvector refuses it as the argument is sent, before any pgfunnel SQL runs:
         # "vector cannot have more than 16000 dimensions", a bare PgfunnelError naming

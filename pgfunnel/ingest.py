@@ -33,11 +33,13 @@ from psycopg.copy import QueuedLibpqWriter
 from pgfunnel import defaults
 from pgfunnel.db import WRITER_NOT_FOR_SEARCHES, try_register_vector, tuple_rows
 from pgfunnel.embedder import (
+    DEFAULT_EMBEDDING_MODEL,
     VECTOR_NORM_MAX,
     VECTOR_NORM_MIN,
     Embedder,
     check_model_name,
     check_vector,
+    saved_embedding_dimension,
 )
 from pgfunnel.errors import (
     COLLECTION_FORMS,
@@ -1290,6 +1292,8 @@ class Ingester:
         # None: the collection's own model, loaded when first needed (and loaded again
         # when `versions activate` switches the collection to another model meanwhile)
         self._embedder_given = embedder is not None
+        # the version a batch of this ingest made, before that batch committed
+        self._made_version: int | None = None
         self.stats = IngestStats()
         self._embed_queued = 0
         self._collection_seen: int | None = None
@@ -1332,8 +1336,38 @@ class Ingester:
             with tuple_rows(self.conn):
                 cid = collection_id(self.conn, self.collection)
                 version = active_version(self.conn, cid) if cid is not None else None
-            self._embedder = Embedder(version.embedding_model if version else "all-MiniLM-L6-v2")
+            self._embedder = Embedder(version.embedding_model if version
+                                      else DEFAULT_EMBEDDING_MODEL)
         return self._embedder
+
+    def _vector_size(self, version: ActiveVersion | None) -> tuple[int | None, str | None]:
+        """The size given vectors must have, and what to say of a vector of another size:
+        the active version's, or for a new collection that of the model its first version
+        will be made with, read from the model's files where it is not loaded yet (a
+        768-dimension vector was refused only once the default model had loaded, as "the
+        index version expects 384", naming neither the model nor what to do)."""
+        if version is not None and self._made_version != version.id:
+            return version.dimensions, (
+                f"collection {self.collection!r} is indexed with {version.embedding_model!r}, "
+                f"which makes {version.dimensions}-dimension vectors; give vectors of that "
+                "model, or change the collection's model with `pgfunnel reindex --model`")
+        if version is not None:
+            model, dimensions = version.embedding_model, version.dimensions
+        elif self._embedder is not None:
+            model, dimensions = self._embedder.model_name, self._embedder.dimensions
+        else:
+            model = DEFAULT_EMBEDDING_MODEL
+            found = saved_embedding_dimension(model)
+            if found is None:
+                return None, None
+            dimensions = found
+        given = ("the model given as embedder" if self._embedder_given
+                 else "the default embedder")
+        return dimensions, (
+            f"collection {self.collection!r} is new, and its index version is made with "
+            f"{given}, {model!r}, which makes {dimensions}-dimension vectors; pass the "
+            "model that made these vectors as Ingester(embedder=...) (a model id or local "
+            "path), or give vectors of that model")
 
     def _tick(self, stage: str, n: int, total: int | None = None) -> None:
         if self.progress is not None:
@@ -1393,7 +1427,7 @@ class Ingester:
             # before any model time is spent; the batch's transaction checks it again
             self._refuse_versionless(existing)
         if vectors:
-            _check_vectors_up_front(vectors, None if version is None else version.dimensions)
+            _check_vectors_up_front(vectors, *self._vector_size(version))
         # each call reports its own work: a stats object handed out before is not changed
         self.stats = IngestStats()
         self._embed_queued = 0
@@ -1563,6 +1597,9 @@ class Ingester:
                                             "lexical_input": self.lexical_input})
             version = active_version(self.conn, coll)
             assert version is not None and version.id == vid
+            # until its batch commits the collection is still new: a vector of another size
+            # is said as for a new one (``_vector_size``)
+            self._made_version = vid
             self.stats.notes.append(f"created index version {version.version} (active)")
         self._lexical_seen = version.lexical_input
         return coll, version
@@ -1698,6 +1735,8 @@ class Ingester:
     def _ingest_batch(self, batch: list[DocumentRecord], vectors: dict[str, np.ndarray] | None,
                       prepared: _Prepared | None = None) -> None:
         self.stats.documents_seen += len(batch)
+        # a version made by an earlier batch committed with it: the collection is not new
+        self._made_version = None
         try:
             ahead = self._embed_outside(batch, vectors, prepared)
             with self.conn.transaction():
@@ -1755,7 +1794,8 @@ class Ingester:
                             labels[len(new_vectors) - 1] = f"vectors[{rec.citekey!r}][{i}]"
                         else:
                             new_vectors.append(_reused(reuse, rec.title, ch, version.embed_input))
-                _check_given_vectors(new_vectors, labels, version.dimensions)
+                _check_given_vectors(new_vectors, labels, version.dimensions,
+                                     self._vector_size(version)[1])
                 missing = [i for i, v in enumerate(new_vectors) if v is None]
                 self.stats.chunks_given += len(labels)
                 self.stats.chunks_reused += len(new_vectors) - len(missing) - len(labels)
@@ -2042,7 +2082,8 @@ def _check_vector_count(citekey: str, given: Any, chunks: Sequence[ChunkRecord])
                                 f"{len(chunks)} chunks")
 
 
-def _check_vectors_up_front(vectors: Mapping[str, Any], dimensions: int | None) -> None:
+def _check_vectors_up_front(vectors: Mapping[str, Any], dimensions: int | None,
+                            expected: str | None = None) -> None:
     """Every given vector checked before the first batch is written (finite, non-zero,
     one row per chunk, the active index version's ``dimensions``, or for a new collection
     the same throughout): a bad vector for a document late in the input was refused only
@@ -2051,7 +2092,8 @@ def _check_vectors_up_front(vectors: Mapping[str, Any], dimensions: int | None) 
 
     Float arrays of rows are checked together, a block of documents at a time (100,000
     one-chunk documents in under a second here); anything else document by document. A
-    bad vector is named either way (``_check_given_vectors``)."""
+    bad vector is named either way (``_check_given_vectors``); one of another size than
+    ``dimensions`` is told ``expected``."""
     dims: tuple[int, str] | None = None if dimensions is None else (dimensions, "")
     block: list[tuple[str, np.ndarray]] = []
     rows_in_block = 0
@@ -2063,26 +2105,28 @@ def _check_vectors_up_front(vectors: Mapping[str, Any], dimensions: int | None) 
             block.append((citekey, given))
             rows_in_block += given.shape[0]
             if rows_in_block >= 8192:
-                _check_vector_block(block, dims[0])
+                _check_vector_block(block, dims[0], expected if dimensions else None)
                 block, rows_in_block = [], 0
         else:
-            dims = _check_document_vectors(citekey, given, dimensions, dims)
+            dims = _check_document_vectors(citekey, given, dimensions, dims, expected)
     if block:
         assert dims is not None
-        _check_vector_block(block, dims[0])
+        _check_vector_block(block, dims[0], expected if dimensions else None)
 
 
-def _check_vector_block(block: list[tuple[str, np.ndarray]], dimensions: int) -> None:
+def _check_vector_block(block: list[tuple[str, np.ndarray]], dimensions: int,
+                        expected: str | None = None) -> None:
     """Documents' float vectors of one size, checked in one array operation
     (``_check_given_vectors``)."""
     rows: list[np.ndarray | None] = [row for _, given in block for row in given]
     labels = dict(enumerate(f"vectors[{citekey!r}][{i}]"
                             for citekey, given in block for i in range(len(given))))
-    _check_given_vectors(rows, labels, dimensions)
+    _check_given_vectors(rows, labels, dimensions, expected)
 
 
 def _check_document_vectors(citekey: str, given: Any, dimensions: int | None,
-                            dims: tuple[int, str] | None) -> tuple[int, str] | None:
+                            dims: tuple[int, str] | None,
+                            expected: str | None = None) -> tuple[int, str] | None:
     """One document's vectors checked row by row, each error naming its vector; returns
     the size every vector must have from then on (the first one's, for a new
     collection)."""
@@ -2104,7 +2148,8 @@ def _check_document_vectors(citekey: str, given: Any, dimensions: int | None,
             f"{type(given).__name__}") from None
     if not rows:
         return dims
-    first = check_vector(rows[0], dimensions, parameter=f"vectors[{citekey!r}][0]")
+    first = check_vector(rows[0], dimensions, parameter=f"vectors[{citekey!r}][0]",
+                         expected=expected)
     if dims is None:
         dims = (first.size, citekey)
     elif first.size != dims[0]:
@@ -2112,12 +2157,12 @@ def _check_document_vectors(citekey: str, given: Any, dimensions: int | None,
             f"has {first.size} dimensions, while vectors[{dims[1]!r}] have {dims[0]}; every "
             "vector comes from one model", parameter=f"vectors[{citekey!r}][0]")
     _check_given_vectors(rows, {i: f"vectors[{citekey!r}][{i}]" for i in range(len(rows))},
-                         dims[0])
+                         dims[0], expected if dimensions else None)
     return dims
 
 
 def _check_given_vectors(vectors: list[np.ndarray | None], labels: dict[int, str],
-                         dimensions: int) -> None:
+                         dimensions: int, expected: str | None = None) -> None:
     """Validate caller-given vectors in place, in one array operation when they are sound.
 
     Any failure is reported by check_vector on the first bad vector, so the error names
@@ -2142,7 +2187,8 @@ def _check_given_vectors(vectors: list[np.ndarray | None], labels: dict[int, str
         sound = False
     if not sound:
         for p in positions:
-            vectors[p] = check_vector(vectors[p], dimensions, parameter=labels[p])
+            vectors[p] = check_vector(vectors[p], dimensions, parameter=labels[p],
+                                      expected=expected)
         return
     for p, row in zip(positions, stacked, strict=True):
         vectors[p] = row

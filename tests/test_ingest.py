@@ -172,7 +172,9 @@ def test_bad_vectors_are_rejected_and_nothing_written(
     (np.full((1, 384), np.nan, dtype=np.float32), InvalidVectorError,
      r"vectors\['doc-2'\]\[0\]: contains NaN"),
     (np.ones((1, 12), dtype=np.float32), InvalidVectorError,
-     r"vectors\['doc-2'\]\[0\]: has 12 dimensions, while vectors\['doc-0'\] have 384"),
+     r"vectors\['doc-2'\]\[0\]: has 12 dimensions; collection 'c' is new, and its index "
+     r"version is made with the default embedder, 'all-MiniLM-L6-v2', which makes "
+     r"384-dimension vectors"),
     (np.ones(384, dtype=np.float32), InvalidInputError,
      r"vectors for 'doc-2': one vector of 384 numbers; give an array with one row per chunk"),
     (7, InvalidInputError, r"vectors for 'doc-2': must be an array with one row per chunk"),
@@ -186,6 +188,44 @@ def test_a_bad_vector_late_in_the_input_is_refused_before_any_batch_is_written(
     with pytest.raises(error, match=message):
         Ingester(conn, "c", batch_documents=1).ingest(recs, vectors=vectors)
     assert _counts(conn) == (0, 0, 0, 0)
+
+
+def test_vectors_of_another_size_for_a_new_collection_name_the_model_before_it_loads(
+        conn: psycopg.Connection[Any]) -> None:
+    # they were refused only once the default model had loaded, as "has 768 dimensions;
+    # the index version expects 384", naming neither the model nor what to do
+    recs = [DocumentRecord("doc-0", "one short chunk"), DocumentRecord("doc-1", "another")]
+    ing = Ingester(conn, "c")
+    with pytest.raises(InvalidVectorError) as err:
+        ing.ingest(recs, vectors=_random_vectors(recs, dim=768))
+    assert str(err.value) == (
+        "vectors['doc-0'][0]: has 768 dimensions; collection 'c' is new, and its index "
+        "version is made with the default embedder, 'all-MiniLM-L6-v2', which makes "
+        "384-dimension vectors; pass the model that made these vectors as "
+        "Ingester(embedder=...) (a model id or local path), or give vectors of that model")
+    assert ing._embedder is None  # said before the model loaded
+    assert _counts(conn) == (0, 0, 0, 0)
+
+
+def test_vectors_of_another_size_for_a_new_collection_name_the_model_given(
+        conn: psycopg.Connection[Any], embedder: Any) -> None:
+    recs = [DocumentRecord("doc-0", "one short chunk")]
+    with pytest.raises(InvalidVectorError, match=(
+            r"has 768 dimensions; collection 'c' is new, and its index version is made "
+            r"with the model given as embedder, 'all-MiniLM-L6-v2', which makes "
+            r"384-dimension vectors; pass the model that made these vectors")):
+        Ingester(conn, "c", embedder=embedder).ingest(recs, vectors=_random_vectors(recs, 768))
+
+
+def test_vectors_of_another_size_for_an_existing_collection_name_its_model(
+        sample_conn: psycopg.Connection[Any]) -> None:
+    recs = [DocumentRecord("fresh-1", "one short chunk")]
+    with pytest.raises(InvalidVectorError) as err:
+        Ingester(sample_conn, "default").ingest(recs, vectors=_random_vectors(recs, 768))
+    assert str(err.value) == (
+        "vectors['fresh-1'][0]: has 768 dimensions; collection 'default' is indexed with "
+        "'all-MiniLM-L6-v2', which makes 384-dimension vectors; give vectors of that model, "
+        "or change the collection's model with `pgfunnel reindex --model`")
 
 
 def test_a_vector_past_single_precision_is_refused_without_a_numpy_warning(
