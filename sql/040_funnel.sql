@@ -393,6 +393,11 @@ declare
     prev_sources integer := -1;
     widened integer := 0;
     absent_codes text[];
+    -- the query words with an absent code, the terms the version holds of those words,
+    -- and whether it holds a term of any other word
+    code_words integer[];
+    code_parts text[];
+    other_held boolean;
 begin
     checked := pgfunnel._check_funnel_params(query_text, k, principals, overfetch, per_source_cap,
                                              metadata_filter, fusion, rrf_k, weights,
@@ -752,18 +757,34 @@ begin
     -- results read as matches for the code unless this says so. Terms with a digit only:
     -- an absent plain word (a synonym) is the dense leg's to answer, and common.
     if lexical_on and cardinality(q_terms) > 0 and not q_terms operator(pg_catalog.<@) lex.found_terms then
-        select array_agg(distinct q.term order by q.term) into absent_codes
-          from unnest(q_terms) as q(term)
+        select array_agg(distinct q.term order by q.term), array_agg(distinct q.word)
+          into absent_codes, code_words
+          from unnest(q_terms, q_positions) as q(term, word)
          where q.term ~ '[0-9]' and q.term <> all (lex.found_terms);
         if absent_codes is not null then
+            -- `x9` alone is searched as `x9` and `9`: the rows are the chunks holding `9`,
+            -- and "the query's other words" named words the query does not have
+            select array_agg(distinct q.term order by q.term)
+                       filter (where q.word = any (code_words)),
+                   coalesce(bool_or(q.word <> all (code_words)), false)
+              into code_parts, other_held
+              from unnest(q_terms, q_positions) as q(term, word)
+             where q.term = any (lex.found_terms);
             -- ten at most: a query of 10,000 characters can hold two thousand numbers
             raise notice using message = format(
                 'pgfunnel: no chunk of collection %L holds %s%s; %s', collection,
                 array_to_string(absent_codes[1:10], ', '),
                 case when cardinality(absent_codes) > 10
                      then format(' and %s more', cardinality(absent_codes) - 10) else '' end,
-                case when cardinality(lex.found_terms) > 0
+                case when other_held
                      then 'the lexical leg ranked the query''s other words'
+                     when code_parts is not null
+                     then format('the lexical leg ranked only the parts of %s that chunks hold: %s%s',
+                                 case when cardinality(absent_codes) > 1 then 'them' else 'it' end,
+                                 array_to_string(code_parts[1:10], ', '),
+                                 case when cardinality(code_parts) > 10
+                                      then format(' and %s more', cardinality(code_parts) - 10)
+                                      else '' end)
                      else 'the lexical leg found nothing' end);
         end if;
     end if;

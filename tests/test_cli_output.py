@@ -1210,6 +1210,17 @@ def test_search_in_a_pipe_prints_each_result_whole(tmp_path: Path, sample_db: st
     assert "warning: pgfunnel: query words not searched: a, is, what" in res.stderr, res.stderr
 
 
+def test_search_of_an_identifier_alone_that_no_chunk_holds_warns_of_the_parts_ranked(
+        sample_db: str) -> None:
+    from pgfunnel.cli.main import app
+
+    res = CliRunner().invoke(app, ["search", "x9", "-c", "default", "--lexical-only",
+                                   "--dsn", sample_db])
+    assert res.exit_code == 0, res.output
+    assert ("warning: pgfunnel: no chunk of collection 'default' holds x9; the lexical leg "
+            "ranked only the parts of it that chunks hold: 9") in res.stderr, res.stderr
+
+
 def test_control_characters_in_a_document_do_not_reach_the_terminal(tmp_path: Path,
                                                                     sample_db: str) -> None:
     """A chunk's text or citekey holding an escape sequence (a page scraped with its ANSI

@@ -792,6 +792,19 @@ def test_a_number_no_chunk_holds_is_said_not_answered_by_the_other_words(
     assert _search(conn, "8675309", None) == []
     assert notices[-1] == ("pgfunnel: no chunk of collection 't' holds 8675309; the lexical "
                            "leg found nothing")
+    # an identifier alone: the lexical leg ranked its parts, not other words (there are
+    # none); the rows are the chunks that hold `9`
+    rows = _search(conn, "x9", None)
+    assert rows and all("9" in r[4] for r in rows)
+    assert notices[-1] == ("pgfunnel: no chunk of collection 't' holds x9; the lexical leg "
+                           "ranked only the parts of it that chunks hold: 9")
+    _search(conn, "x9 y4029", None)
+    assert notices[-1] == ("pgfunnel: no chunk of collection 't' holds 4029, x9, y4029; the "
+                           "lexical leg ranked only the parts of them that chunks hold: 9")
+    # beside a word the version holds, that word is what it ranked
+    _search(conn, "apples x9", None)
+    assert notices[-1] == ("pgfunnel: no chunk of collection 't' holds x9; the lexical leg "
+                           "ranked the query's other words")
     # a query of many numbers names ten of them
     _search(conn, "zephyr " + " ".join(str(9000 + i) for i in range(25)), None)
     assert notices[-1] == ("pgfunnel: no chunk of collection 't' holds "

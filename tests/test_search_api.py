@@ -1950,3 +1950,14 @@ def test_the_response_says_one_leg_ran_and_nothing_fused(sample_db: str) -> None
     assert resp.fusion.as_dict() == {"fusion": "none", "legs": ["lexical"], "rrf_k": None,
                                      "weights": None, "weights_rule": None}
     assert merged.fusion is None  # several searches, each its own
+
+
+def test_an_identifier_alone_that_no_chunk_holds_names_the_parts_ranked(
+        sample_conn: psycopg.Connection[Any]) -> None:
+    # `x9` is searched as `x9` and `9`; the notice said "the lexical leg ranked the query's
+    # other words" of a query that has none
+    said = ("pgfunnel: no chunk of collection 'default' holds x9; the lexical leg ranked "
+            "only the parts of it that chunks hold: 9")
+    with pytest.warns(UserWarning, match="parts of it that chunks hold: 9"):
+        resp = Funnel(sample_conn, embedder=None).search("x9", k=3)
+    assert resp.results and said in resp.notices
