@@ -207,6 +207,38 @@ def test_vectors_of_another_size_for_a_new_collection_name_the_model_before_it_l
     assert _counts(conn) == (0, 0, 0, 0)
 
 
+def test_a_models_vector_size_is_read_from_its_files(embedder: Any, tmp_path: Path) -> None:
+    from pgfunnel.embedder import saved_embedding_dimension
+
+    assert saved_embedding_dimension("all-MiniLM-L6-v2") == embedder.dimensions == 384
+
+    def model(*modules: tuple[str, dict[str, Any] | None]) -> str:
+        folder = tmp_path / f"m{len(list(tmp_path.iterdir()))}"
+        listed = []
+        for i, (kind, config) in enumerate(modules):
+            path = f"{i}_{kind}" if config is not None else ""
+            if config is not None:
+                (folder / path).mkdir(parents=True)
+                (folder / path / "config.json").write_text(json.dumps(config))
+            listed.append({"idx": i, "name": str(i), "path": path,
+                           "type": f"sentence_transformers.models.{kind}"})
+        folder.mkdir(exist_ok=True)
+        (folder / "modules.json").write_text(json.dumps(listed))
+        return str(folder)
+
+    pooling = ("Pooling", {"word_embedding_dimension": 768, "pooling_mode_mean_tokens": True,
+                           "pooling_mode_max_tokens": True, "pooling_mode_cls_token": False})
+    # two pooling modes are concatenated; a Dense layer sets the size after them
+    assert saved_embedding_dimension(model(("Transformer", None), pooling)) == 1536
+    assert saved_embedding_dimension(model(("Transformer", None), pooling,
+                                           ("Dense", {"in_features": 1536, "out_features": 256}),
+                                           ("Normalize", None))) == 256
+    # a module of the model's own: its size is the load's to tell
+    assert saved_embedding_dimension(model(("Transformer", None), pooling,
+                                           ("Truncate", {"dim": 64}))) is None
+    assert saved_embedding_dimension(str(tmp_path / "nowhere")) is None
+
+
 def test_vectors_of_another_size_for_a_new_collection_name_the_model_given(
         conn: psycopg.Connection[Any], embedder: Any) -> None:
     recs = [DocumentRecord("doc-0", "one short chunk")]
