@@ -1426,6 +1426,8 @@ class Ingester:
         if existing is not None and version is None:
             # before any model time is spent; the batch's transaction checks it again
             self._refuse_versionless(existing)
+        # one an earlier ingest made has committed (or was taken back, and is not here)
+        self._made_version = None
         if vectors:
             _check_vectors_up_front(vectors, *self._vector_size(version))
         # each call reports its own work: a stats object handed out before is not changed

@@ -249,6 +249,17 @@ def test_vectors_of_another_size_for_a_new_collection_name_the_model_given(
         Ingester(conn, "c", embedder=embedder).ingest(recs, vectors=_random_vectors(recs, 768))
 
 
+def test_a_collection_an_ingester_made_is_not_called_new_by_its_next_ingest(
+        conn: psycopg.Connection[Any]) -> None:
+    ing = Ingester(conn, "c")
+    first = [DocumentRecord("doc-0", "one short chunk")]
+    ing.ingest(first, vectors=_random_vectors(first))
+    later = [DocumentRecord("doc-1", "another")]
+    with pytest.raises(InvalidVectorError, match=(
+            r"has 768 dimensions; collection 'c' is indexed with 'all-MiniLM-L6-v2'")):
+        ing.ingest(later, vectors=_random_vectors(later, 768))
+
+
 def test_vectors_of_another_size_for_an_existing_collection_name_its_model(
         sample_conn: psycopg.Connection[Any]) -> None:
     recs = [DocumentRecord("fresh-1", "one short chunk")]
