@@ -107,6 +107,9 @@ class _Bars:
         self.started = False
         # the run has made (or resumed) its version: an error from here on leaves it
         self.began = False
+        # chunks this run wrote, and how many of them got a copied vector
+        self.done = 0
+        self.copied = 0
 
     def __enter__(self) -> _Bars:
         return self
@@ -114,6 +117,15 @@ class _Bars:
     def __exit__(self, *exc: object) -> None:
         if self.started:
             self.progress.stop()
+
+    def _embedding_label(self) -> str:
+        # what the run does: a reindex whose vectors all came from a version of the same
+        # model embedded nothing, and its bar said "embedding chunks 121/121"
+        if not self.copied:
+            return "embedding chunks"
+        if self.copied >= self.done:
+            return "copying vectors"
+        return "embedding chunks and copying vectors"
 
     def __call__(self, stage: str, n: int, total: int | None) -> None:
         if not self.started:
@@ -125,10 +137,14 @@ class _Bars:
             self.began = True
             self.tasks["embedding"] = self.progress.add_task("embedding chunks", total=total,
                                                              completed=n)
+        elif stage == "copied":
+            self.copied += n
         elif stage == "embedding":
             if "embedding" not in self.tasks:
                 self.tasks["embedding"] = self.progress.add_task("embedding chunks", total=None)
-            self.progress.advance(self.tasks["embedding"], n)
+            self.done += n
+            self.progress.update(self.tasks["embedding"], advance=n,
+                                 description=self._embedding_label())
         elif stage == "index":
             if "index" not in self.tasks:
                 self.tasks["index"] = self.progress.add_task("building HNSW index", total=total)

@@ -486,8 +486,16 @@ def catch_up(conn: psycopg.Connection[Any], coll_id: int, version_id: int,
         # transaction are what managed Postgres and poolers end
         # (idle_in_transaction_session_timeout). In the caller's transaction (right before
         # a switch) the chunks left are the few ingested since the catch-up before it.
-        vectors = _batch_vectors(conn, model, batch, source, embed_input, sources)
+        counts = VectorSources()
+        vectors = _batch_vectors(conn, model, batch, source, embed_input, counts)
+        if sources is not None:
+            sources.embedded += counts.embedded
+            sources.copied += counts.copied
         if progress is not None:
+            # said before the batch's "embedding": a progress display names what it is
+            # doing (a reindex whose every vector was copied showed "embedding chunks")
+            if counts.copied:
+                progress("copied", counts.copied, None)
             progress("embedding", len(batch), None)
         if in_transaction:
             done += _index_batch(conn, version_id, term_analyzer, batch, vectors,

@@ -1972,6 +1972,44 @@ def test_reindex_and_versions_print_results_on_stdout_and_notes_on_stderr(
     assert said[3] == [notes[0].removeprefix("note: ")], said
 
 
+def test_reindex_progress_says_whether_it_copies_or_embeds(sample_db: str) -> None:
+    """A reindex whose every vector was copied from a version of the same model (the
+    summary: "0 embedded, N with vectors copied") showed "embedding chunks N/N": the
+    progress now names what is being done."""
+    from pgfunnel.cli.main import app
+
+    env = {"COLUMNS": "300", "HF_HUB_OFFLINE": "1"}
+    res = CliRunner().invoke(app, ["reindex", "--analyzer", "simple_v1", "--dsn", sample_db],
+                             env=env)
+    assert res.exit_code == 0, res.output
+    assert "with vectors copied" in res.stdout, res.stdout
+    said = [line for line in res.stderr.splitlines() if line.startswith("reindex: ")]
+    assert said and said[0].startswith("reindex: copying vectors "), res.stderr
+    assert "embedding chunks" not in res.stderr, res.stderr
+
+    res = CliRunner().invoke(app, ["reindex", "--analyzer", "simple_v6", "--reembed",
+                                   "--dsn", sample_db], env=env)
+    assert res.exit_code == 0, res.output
+    said = [line for line in res.stderr.splitlines() if line.startswith("reindex: ")]
+    assert said and said[0].startswith("reindex: embedding chunks "), res.stderr
+    assert "copying" not in res.stderr, res.stderr
+
+
+def test_reindex_progress_names_both_when_it_copies_some_vectors() -> None:
+    # chunks whose embedding input differs under the source version's are embedded, the
+    # rest copied: the bar names both
+    from pgfunnel.cli.versions import _Bars
+
+    bars = _Bars(enabled=False)
+    bars("embedding-total", 0, 8)
+    bars("copied", 4, None)
+    bars("embedding", 4, None)
+    assert bars.progress.tasks[bars.tasks["embedding"]].description == "copying vectors"
+    bars("embedding", 4, None)
+    assert bars.progress.tasks[bars.tasks["embedding"]].description == \
+        "embedding chunks and copying vectors"
+
+
 def test_eval_prints_its_tables_on_stdout_and_where_it_wrote_them_on_stderr(
         sample_db: str, tmp_path: Path) -> None:
     """`eval --out DIR` ended its tables with `wrote DIR/report.json, ...` on stdout, so
