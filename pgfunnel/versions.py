@@ -1212,6 +1212,31 @@ def retire(conn: psycopg.Connection[Any], collection: str, version: int) -> Vers
     return _db(conn, body)
 
 
+def _switch_away(conn: psycopg.Connection[Any], coll_id: int, collection: str,
+                 active_id: int) -> str:
+    """The command that makes another version active, so that the active one can be
+    dropped: the rollback where the version it replaced is still there, else an
+    activation of the latest other version, else a reindex (there is no other)."""
+    coll = shlex.quote(collection)
+    infos = _versions(conn, coll_id)
+    others = [v for v in infos if v.id != active_id and v.state in ("ready", "retired")
+              and not v.params.get("dropping")]
+    active = next((v for v in infos if v.id == active_id), None)
+    history = (active.params.get("activations") if active is not None else None) or [{}]
+    entry = history[-1] if isinstance(history[-1], dict) else {}
+    replaced = next((v for v in others if entry.get("replaced") == v.version
+                     and entry.get("replaced_id", v.id) == v.id), None)
+    if replaced is not None:
+        return (f"`pgfunnel versions rollback -c {coll}` returns to version "
+                f"{replaced.version}, which it replaced")
+    if others:
+        latest = max(others, key=lambda v: v.version)
+        return (f"`pgfunnel versions activate {latest.version} -c {coll}` switches to "
+                f"version {latest.version} ({latest.state})")
+    return (f"it is the collection's only version: `pgfunnel reindex -c {coll}` builds "
+            "another to switch to")
+
+
 def drop(conn: psycopg.Connection[Any], collection: str, version: int) -> VersionInfo:
     """Drop a version's HNSW index and rows. Refuses the active version, and any version
     while a reindex of the collection runs."""
@@ -1219,8 +1244,10 @@ def drop(conn: psycopg.Connection[Any], collection: str, version: int) -> Versio
         coll_id = require_collection(conn, collection)
         info = _version_row(conn, coll_id, version)
         if info.state == "active":
+            # the refusal names the way out, as retire's does
             raise ConflictError(f"version {version} of {collection!r} is the active version; "
-                                "activate another one before dropping it")
+                                "activate another one before dropping it: "
+                                + _switch_away(conn, coll_id, collection, info.id))
         require_table_owner(conn, "versions drop")
         _name_session(conn, f"pgfunnel versions drop {collection}")
         with writer_lock(conn, collection):
@@ -1235,7 +1262,8 @@ def drop(conn: psycopg.Connection[Any], collection: str, version: int) -> Versio
                 if row is not None and row[0] == "active":
                     raise ConflictError(
                         f"version {version} of {collection!r} is the active version now (a "
-                        "concurrent switch); activate another one before dropping it")
+                        "concurrent switch); activate another one before dropping it: "
+                        + _switch_away(conn, coll_id, collection, info.id))
                 conn.execute("update pgfunnel.index_version set params = params || "
                              "jsonb_build_object('dropping', now()) where id = %s", (info.id,))
             drop_version_rows(conn, info.id)

@@ -2582,3 +2582,34 @@ def test_a_version_that_does_not_exist_is_named_as_it_was_given(sample_db: str,
                                        str(queries)], env=env)
         assert res.exit_code == 1, res.output
         assert f"error: {named}: collection 'default' has no index version 9" in res.output
+
+
+def test_dropping_the_active_version_names_the_way_out(sample_db: str) -> None:
+    # the refusal said only "activate another one before dropping it", where retire's
+    # names `versions rollback`: it now gives the command that switches away
+    from pgfunnel.cli.main import app
+
+    with connect(sample_db, autocommit=True) as conn:
+        with pytest.raises(ConflictError) as only:
+            versions.drop(conn, "default", 1)
+        assert str(only.value).endswith(
+            "activate another one before dropping it: it is the collection's only version: "
+            "`pgfunnel reindex -c default` builds another to switch to"), only.value
+        versions.reindex(conn, "default", analyzer="simple_v1", activate_after=True)
+        versions.reindex(conn, "default", analyzer="simple_v6")
+    env = {"COLUMNS": "300", "HF_HUB_OFFLINE": "1"}
+    res = CliRunner().invoke(app, ["versions", "drop", "2", "--dsn", sample_db], env=env)
+    assert res.exit_code == 1, res.output
+    said = " ".join(res.stderr.split())
+    assert ("version 2 of 'default' is the active version; activate another one before "
+            f"dropping it: `pgfunnel versions rollback --dsn {shlex.quote(sample_db)} -c "
+            "default` returns to version 1, which it replaced") in said, said
+    with connect(sample_db, autocommit=True) as conn:
+        # the version it replaced is gone: the latest other one is named instead
+        versions.drop(conn, "default", 1)
+        with pytest.raises(ConflictError) as other:
+            versions.drop(conn, "default", 2)
+        assert str(other.value).endswith(
+            "`pgfunnel versions activate 3 -c default` switches to version 3 (ready)"), \
+            other.value
+        assert _state(conn) == {2: "active", 3: "ready"}
