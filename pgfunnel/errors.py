@@ -436,6 +436,12 @@ COLLECTION_FORMS_SQL = "collection => 'NAME' in SQL, -c NAME in the CLI"
 #: the same, as Python's layer says it: a Funnel or SQLAlchemy caller who left out the
 #: collection was shown two forms, neither the one their own call takes
 COLLECTION_FORMS = "collection='NAME' in Python, " + COLLECTION_FORMS_SQL
+#: the end of the SQL functions' hint for a missing collection: the ingest into it
+_INGEST_PLACEHOLDER = "pgfunnel ingest PATH --collection NAME"
+# the SQL functions' message for it, the name as quote_literal gives it (one that holds a
+# backslash comes as E'...', and one cut short at 200 characters ends in "...": neither
+# is read back, and the placeholder stays)
+_MISSING_COLLECTION = re.compile(r"collection '((?:[^'\\]|'')*)' does not exist;")
 ARRAY_HINT = ("; an array parameter (principals, weights) takes a list: from Python a "
               "list, not one string or a tuple (principals => :p with p = ['alice']); in "
               "SQL an array literal ('{alice}', '{1,0.5}')")
@@ -746,6 +752,15 @@ def translate(exc: BaseException, *, searching: bool = True) -> PgfunnelError:
         # caller shows would otherwise only say what is missing. The hint names the forms
         # of psql's reader; this one called from Python, so its form is named first
         primary = f"{primary}; {sql_hint.replace(COLLECTION_FORMS_SQL, COLLECTION_FORMS)}"
+        # the ingest it suggests, into the collection asked for (the SQL hint keeps a
+        # placeholder there), as Python's own lookup words it
+        named = _MISSING_COLLECTION.match(primary)
+        if named is not None and primary.endswith(_INGEST_PLACEHOLDER):
+            from pgfunnel.ingest import ingest_target
+
+            name = named.group(1).replace("''", "'")
+            primary = (primary[:-len(_INGEST_PLACEHOLDER)]
+                       + f"pgfunnel ingest PATH --collection {ingest_target(name)}")
     err = cls(primary)
     err.__cause__ = exc
     return err

@@ -178,10 +178,23 @@ def unread_citekeys(conn: psycopg.Connection[Any], coll: int, read: Iterable[str
 _COLLECTIONS_NAMED = 10
 
 
+def ingest_target(name: str) -> str:
+    """``name`` as the ``--collection`` of the `pgfunnel ingest` that a missing
+    collection's error suggests, shell-quoted to paste (it kept the placeholder NAME
+    beside the name asked for); NAME where an ingest would refuse it as a new
+    collection's name."""
+    try:
+        check_new_collection_name(name)
+    except PgfunnelError:
+        return "NAME"
+    return shlex.quote(name)
+
+
 def _missing_collection(conn: psycopg.Connection[Any], name: str) -> NotFoundError:
     """The error for a collection that does not exist, naming those that do: a new user
     who ran `pgfunnel demo` (collection 'demo') and then `pgfunnel search ...` (collection
     'default') was told only to ingest into 'default'."""
+    into = ingest_target(name)
     with tuple_rows(conn):
         names = [str(r[0]) for r in conn.execute(
             "select name from pgfunnel.collection order by name limit %s",
@@ -190,13 +203,13 @@ def _missing_collection(conn: psycopg.Connection[Any], name: str) -> NotFoundErr
         # "has none yet; or ingest into it first" offered an alternative to nothing
         return NotFoundError(f"collection {shown(name)} does not exist; this database has no "
                              "collections yet; ingest into it first: pgfunnel ingest PATH "
-                             "--collection NAME")
+                             f"--collection {into}")
     shown_names = ", ".join(repr(n) for n in names[:_COLLECTIONS_NAMED])
     more = ", ..." if len(names) > _COLLECTIONS_NAMED else ""
     others = (f"this database has {shown_names}{more} (pass one as the collection: "
               f"{COLLECTION_FORMS})")
     return NotFoundError(f"collection {shown(name)} does not exist; {others}; or ingest into it "
-                         "first: pgfunnel ingest PATH --collection NAME")
+                         f"first: pgfunnel ingest PATH --collection {into}")
 
 
 def active_version(conn: psycopg.Connection[Any], coll_id: int) -> ActiveVersion | None:

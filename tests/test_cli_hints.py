@@ -79,7 +79,7 @@ def test_an_error_hint_names_the_dsn_typed(empty_db: str) -> None:
                              env=NO_ENV)
     said = _said(ran.output)
     assert ran.exit_code == 1, said
-    assert (f"pgfunnel ingest --dsn {shlex.quote(empty_db)} PATH --collection NAME"
+    assert (f"pgfunnel ingest --dsn {shlex.quote(empty_db)} PATH --collection default"
             in said), said
 
 

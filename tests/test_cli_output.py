@@ -815,11 +815,21 @@ def test_a_missing_collection_is_told_with_the_collections_there_are(
                 "the collection: collection='NAME' in Python, collection => 'NAME' in SQL, "
                 "-c NAME in the CLI); or ingest "
                 f"into it first: pgfunnel ingest --dsn {shlex.quote(sample_db)} PATH "
-                "--collection NAME") in flat, (args, flat)
+                "--collection demo") in flat, (args, flat)
+    # the ingest it suggests is into the name typed, quoted to paste; a name an ingest
+    # would refuse keeps the placeholder
+    res = CliRunner().invoke(app, ["versions", "list", "-c", "my docs", "--dsn", sample_db],
+                             env={"COLUMNS": "200"})
+    assert res.exit_code == 1, res.output
+    assert " ".join(res.output.split()).endswith(
+        "PATH --collection 'my docs'"), res.output
+    with pytest.raises(NotFoundError, match="'demo ' does not exist; .*ingest into it "
+                                            "first: pgfunnel ingest PATH --collection NAME$"):
+        require_collection(conn, "demo ")
     # an empty database says it has none
     with pytest.raises(NotFoundError, match="'demo' does not exist; this database has no "
                                             "collections yet; ingest into it first: "
-                                            "pgfunnel ingest PATH --collection NAME$"):
+                                            "pgfunnel ingest PATH --collection demo$"):
         require_collection(conn, "demo")
     # psql: the hint of the SQL functions' refusal
     for i in range(12):

@@ -659,7 +659,7 @@ def test_a_missing_collection_through_python_names_pythons_form_of_the_argument(
 
     forms = ("(pass one as the collection: collection='NAME' in Python, collection => "
              "'NAME' in SQL, -c NAME in the CLI); or ingest into it first: pgfunnel ingest "
-             "PATH --collection NAME")
+             "PATH --collection nosuch")
     engine = engine_from_dsn(sample_db)
     try:
         with Session(engine) as s, pytest.raises(DBAPIError) as caught:
