@@ -656,8 +656,10 @@ def test_a_writer_making_a_new_version_is_told_it_takes_the_owner(rls_db: str) -
     docs = [DocumentRecord("n1", "a note for a new collection")]
     with connect(writer, autocommit=True) as conn, \
             pytest.raises(AccessError, match="takes the owner of the pgfunnel tables"):
-        Ingester(conn, "brand-new", embedder=None).ingest(docs,
-                                                          vectors={"n1": random_vectors(1, 0)})
+        # vectors of the size of the model a new collection's first version is made with
+        # (the default's 384): vectors of another size are refused before the version is
+        Ingester(conn, "brand-new", embedder=None).ingest(
+            docs, vectors={"n1": random_vectors(1, 0, dim=384)})
     with connect(rls_db, autocommit=True) as conn:
         # nothing half made: no version row without its partition
         assert conn.execute("select count(*) from pgfunnel.index_version v "
