@@ -1039,9 +1039,11 @@ begin
        or 'NaN'::float8 = any (fused_scores) then
         perform pgfunnel._bad_parameter('fused_scores', 'must not contain NULL or NaN');
     end if;
-    -- NULL is a chunk left unscored (the widened tail of a pool); NaN is no score
-    if 'NaN'::float8 = any (rerank_scores) then
-        perform pgfunnel._bad_parameter('rerank_scores', 'must not contain NaN');
+    -- NULL is a chunk left unscored (the widened tail of a pool); NaN is no score, and
+    -- neither is ±Infinity (the reranker's own scores are refused unless finite)
+    if 'NaN'::float8 = any (rerank_scores) or 'Infinity'::float8 = any (rerank_scores)
+       or '-Infinity'::float8 = any (rerank_scores) then
+        perform pgfunnel._bad_parameter('rerank_scores', 'must not contain NaN or Infinity');
     end if;
     -- the legs' ranks and scores are returned and traced as given: a rank below 1 or a
     -- NaN score was written to search_trace as if a leg had ranked it so (NULL: the leg

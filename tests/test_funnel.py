@@ -117,7 +117,7 @@ def test_final_refuses_a_pool_with_a_chunk_twice_or_a_null(conn: psycopg.Connect
         conn.execute("select * from pgfunnel.final(%s::bigint[], %s, %s, %s, %s, %s, %s, "
                      "rerank_scores => %s, collection => 't')",
                      (ids, ranks, ones, ranks, ones, ranks, ones, [0.5, float("nan"), None]))
-    assert exc.value.diag.message_primary == "rerank_scores: must not contain NaN"
+    assert exc.value.diag.message_primary == "rerank_scores: must not contain NaN or Infinity"
     # the whole pool NULL too (it returned no rows); an empty pool is '{}'
     with pytest.raises(psycopg.errors.InvalidParameterValue) as exc:
         conn.execute("select * from pgfunnel.final(null, null, null, null, null, null, null, "

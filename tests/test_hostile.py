@@ -986,6 +986,38 @@ def test_candidates_and_final_check_their_arguments_as_search_does(corpus_db: st
         _usable(conn)
 
 
+def test_final_refuses_an_infinite_rerank_score_as_it_refuses_nan(corpus_db: str) -> None:
+    """final() refused a NaN rerank score but returned (and traced) +Infinity or -Infinity
+    as a chunk's rerank score, a score no reranker gives (checked_ranking refuses one)."""
+    import dataclasses
+
+    from pgfunnel.search import SearchParams
+
+    with connect(corpus_db, autocommit=True) as conn:
+        ids = [r[0] for r in conn.execute("select id from pgfunnel.chunk order by id limit 2")]
+        for bad in (math.nan, math.inf, -math.inf):
+            with pytest.raises(psycopg.errors.InvalidParameterValue) as exc:
+                conn.execute("select * from pgfunnel.final(%s, '{1,2}', '{0.9,0.5}', "
+                             "'{1,NULL}', '{2.5,NULL}', '{NULL,1}', '{NULL,0.5}', "
+                             "rerank_scores => %s::float8[])", (ids, [0.5, bad]))
+            assert exc.value.diag.message_primary == \
+                "rerank_scores: must not contain NaN or Infinity"
+        f = Funnel(conn, embedder=None)
+        p = SearchParams.build(k=5, trace=True)
+        pool = f.candidates(conn, "refund", None, p)
+        logged = conn.execute("select count(*) from pgfunnel.search_log").fetchone()
+        for bad in (math.inf, -math.inf):
+            scored = [dataclasses.replace(c, rerank_score=bad if i == 0 else 0.5)
+                      for i, c in enumerate(pool)]
+            with pytest.raises(ConfigError,
+                               match="^rerank_scores: must not contain NaN or Infinity"):
+                f.final(conn, "refund", scored, p, reranked=True)
+        assert conn.execute("select count(*) from pgfunnel.search_log").fetchone() == logged
+        scored = [dataclasses.replace(c, rerank_score=1e300) for c in pool]
+        assert len(f.final(conn, "refund", scored, p, reranked=True)) == 5
+        _usable(conn)
+
+
 def test_an_rrf_constant_or_merge_weight_past_double_precision_is_named(
         corpus_db: str) -> None:
     """search_multi(merge_rrf_k=10**400) and rrf_merge(k=10**400, or a weight of 10**400)
