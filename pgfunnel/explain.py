@@ -18,10 +18,16 @@ from pgfunnel.errors import (
     NotFoundError,
     check_sql_text,
     shown,
-    string_list,
     translate,
 )
-from pgfunnel.search import Funnel, SearchParams, SearchResponse, check_query_text, rerank_head
+from pgfunnel.search import (
+    Funnel,
+    SearchParams,
+    SearchResponse,
+    check_history_text,
+    check_query_text,
+    rerank_head,
+)
 
 _TARGET = re.compile(r"^(?P<citekey>.+)#(?P<ordinal>[0-9]+)$")
 _ARGS = ("k", "collection", "principals", "tenant", "language", "metadata_filter", "fusion",
@@ -236,7 +242,7 @@ def explain_many(funnel: Funnel, query: str | None, targets: Sequence[str | int]
     p = funnel._params_for(params)
     query = check_query_text(query)
     if history is not None:
-        history = string_list(history, "history")
+        history = check_history_text(history)
     notices: list[str] = []
     transforms: list[dict[str, Any]] = []
     with funnel.connection() as conn:

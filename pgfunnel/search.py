@@ -585,6 +585,18 @@ def check_query_text(query: str | None) -> str | None:
     return query
 
 
+def check_history_text(history: Any) -> list[str]:
+    """``history=`` as a list of turns, each one text Postgres can hold: a turn with a NUL
+    byte or a lone surrogate is refused as the query is (``history[1]: contains a NUL
+    byte, ...``), naming the turn, as the CLI's ``--history`` and an eval file's history
+    refuse it; it was taken, and the follow-up hook read it."""
+    turns = string_list(history, "history")
+    for i, turn in enumerate(turns):
+        if (problem := text_problem(turn)) is not None:
+            raise InvalidInputError(f"history[{i}]: {problem}")
+    return turns
+
+
 def check_rerank_depth(rerank_depth: Any) -> int | None:
     """A Funnel's ``rerank_depth``: None, or an integer of at least 1 (a numpy one is
     taken, as search parameters take one), else a ConfigError naming it."""
@@ -996,7 +1008,7 @@ class Funnel:
         p = self._params_for(params)
         query = check_query_text(query)
         if history is not None:
-            history = string_list(history, "history")
+            history = check_history_text(history)
         if query_embedding is not None:
             # NaN, Inf, zero and malformed vectors fail here, before any SQL runs; the
             # dimension is checked against the active index version below

@@ -463,6 +463,26 @@ def test_a_followup_hook_that_returns_no_resolution_is_named(
         funnel.search("what about monthly plans?", history=["how do refunds work?"], k=3)
 
 
+def test_a_history_turn_postgres_cannot_hold_is_refused_as_the_query_is(
+        sample_conn: psycopg.Connection[Any]) -> None:
+    # a NUL in the query was refused, naming query_text; one in a history turn was taken,
+    # as the CLI's --history and an eval file's history refuse it
+    from pgfunnel.errors import InvalidInputError
+    from pgfunnel.explain import explain
+
+    funnel = Funnel(sample_conn, embedder=None)
+    for history, said in ((["how do refunds work?", "re\x00funds"], r"^history\[1\]: contains "
+                           "a NUL byte, which Postgres text cannot hold$"),
+                          (["a\ud800"], r"^history\[0\]: ")):
+        with pytest.raises(InvalidInputError, match=said):
+            funnel.search("what about monthly plans?", history=history, k=3, principals=[])
+        with pytest.raises(InvalidInputError, match=said):
+            explain(funnel, "what about monthly plans?", 1, history=history, k=3,
+                    principals=[])
+    assert funnel.search("what about monthly plans?", history=["how do refunds work?"], k=3,
+                         principals=[]).results
+
+
 def test_explain_follows_the_text_a_follow_up_or_a_rewrite_searches(
         sample_conn: psycopg.Connection[Any], embedder: Any) -> None:
     # explain took no history (an unknown search parameter) and ignored the rewriter: the
