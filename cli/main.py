@@ -275,6 +275,28 @@ def dry_run(paths: list[Path], chunk_words: int, exclude: list[str] | None,
     return plan
 
 
+def _check_dry_run_collection(dsn_value: str | None, collection: str, prune: bool) -> None:
+    """Refuse the collection name a real ingest would refuse. A name with whitespace at an
+    end is refused only for a new collection: with a database given (``--dsn`` or
+    PGFUNNEL_DSN) or read anyway (``--prune``) one lookup tells whether it exists; with
+    neither the dry run reads no database (the default one is the embedded server, which
+    a lookup would start), and refuses it as a new collection's name."""
+    from pgfunnel.ingest import check_collection_name, check_new_collection_name
+
+    check_collection_name(collection)
+    if collection == collection.strip():
+        return
+    if dsn_value is None and not prune:
+        check_new_collection_name(collection)
+    from pgfunnel.db import connect, require_schema
+    from pgfunnel.ingest import collection_id
+
+    with connect(dsn_value, autocommit=True) as conn:
+        require_schema(conn)
+        if collection_id(conn, collection) is None:
+            check_new_collection_name(collection)
+
+
 def stored_elsewhere(dsn_value: str | None, collection: str, read: set[str],
                      copies: set[str]) -> list[str]:
     """The citekeys of ``collection`` that an ingest of ``read`` would prune, sorted: those
@@ -468,20 +490,18 @@ def ingest(
     dry_run_only: Annotated[bool, typer.Option(
         "--dry-run", help="Read and chunk only: list each document's citekey, title and "
                           "chunks, and what was left out; no database (with --prune: "
-                          "reads which documents it would delete), no model.")] = False,
+                          "reads which documents it would delete; a --collection with "
+                          "whitespace at an end is looked up in --dsn), no model.")] = False,
     dsn: DsnOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """Ingest documents: chunk, embed, index (BM25 + HNSW). Re-ingesting replaces by citekey."""
     _quiet_warnings()
     if dry_run_only:
-        from pgfunnel.ingest import check_new_collection_name
-
         with handle_errors({**INDEX_FLAGS, "encoding": "--encoding"}):
             # the name a real run would refuse, refused here too: a dry run that passes
-            # promises the ingest would start (it reads no database, so a name with
-            # whitespace at an end is refused as a new collection's would be)
-            check_new_collection_name(collection)
+            # promises the ingest would start
+            _check_dry_run_collection(dsn, collection, prune)
             plan = dry_run(paths, chunk_words, exclude, root,
                            (dsn, collection) if prune else None, encoding)
         if json_out:

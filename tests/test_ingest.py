@@ -1550,6 +1550,31 @@ def test_ingest_refuses_a_new_collection_with_whitespace_at_an_end_before_the_mo
         assert c.execute("select count(*) from pgfunnel.collection").fetchone() == (0,)
 
 
+def test_ingest_dry_run_takes_a_collection_that_has_whitespace_at_an_end_already(
+        db: str, tmp_path: Path) -> None:
+    # a real ingest into an existing 'old ' works; --dry-run refused the name as a new
+    # collection's without looking, though it had the database to look in
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    with psycopg.connect(db, autocommit=True) as c:
+        c.execute("insert into pgfunnel.collection (name) values ('old ')")
+    (tmp_path / "a.md").write_text("# A\n\nSome words here.")
+    for prune in ([], ["--prune"]):
+        res = CliRunner().invoke(app, ["ingest", str(tmp_path), "-c", "old ", "--dsn", db,
+                                       "--dry-run", *prune], env={"COLUMNS": "300"})
+        assert res.exit_code == 0, res.output
+        assert "1 document, 1 chunk" in res.output and "dry run: nothing written" in \
+            res.output, res.output
+    # a new one is still refused, as the real ingest refuses it
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path), "-c", "new ", "--dsn", db,
+                                   "--dry-run"], env={"COLUMNS": "300"})
+    assert res.exit_code == 1 and "a new collection's name must not begin or end with " \
+        "whitespace, got 'new '" in res.output, res.output
+    with psycopg.connect(db) as c:
+        assert c.execute("select name from pgfunnel.collection").fetchall() == [("old ",)]
+
+
 def test_a_collection_name_may_join_its_letters(conn: psycopg.Connection[Any]) -> None:
     # Persian writes a zero-width non-joiner inside words, emoji sequences join with a
     # zero-width joiner: both were refused as invisible format characters
