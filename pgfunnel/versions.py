@@ -1187,8 +1187,11 @@ def retire(conn: psycopg.Connection[Any], collection: str, version: int) -> Vers
         require_writer(conn, "retire a version", "index_version", "UPDATE")
         info = _version_row(conn, coll_id, version)
         if info.state == "active":
+            # the way out names the collection, as drop's refusal does: a bare
+            # `pgfunnel versions rollback` rolled back the default collection
             raise ConflictError(f"version {version} of {collection!r} is active; activate "
-                                "another version first (or pgfunnel versions rollback)")
+                                "another version first: "
+                                + _switch_away(conn, coll_id, collection, info.id))
         if info.state == "building":
             raise ConflictError(f"version {version} of {collection!r} is building; "
                                 "drop it instead")

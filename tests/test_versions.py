@@ -2613,3 +2613,28 @@ def test_dropping_the_active_version_names_the_way_out(sample_db: str) -> None:
             "`pgfunnel versions activate 3 -c default` switches to version 3 (ready)"), \
             other.value
         assert _state(conn) == {2: "active", 3: "ready"}
+
+
+def test_retiring_the_active_version_names_the_collection_in_the_way_out(
+        sample_db: str) -> None:
+    # the refusal said "(or pgfunnel versions rollback)", with no -c: run as given, it
+    # rolled back the default collection, not the one whose retire was refused
+    from pgfunnel.cli.main import app
+
+    with connect(sample_db, autocommit=True) as conn:
+        versions.reindex(conn, "default", analyzer="simple_v1", activate_after=True)
+        with pytest.raises(ConflictError) as refused:
+            versions.retire(conn, "default", 2)
+        assert str(refused.value) == (
+            "version 2 of 'default' is active; activate another version first: "
+            "`pgfunnel versions rollback -c default` returns to version 1, which it "
+            "replaced"), refused.value
+    env = {"COLUMNS": "300", "HF_HUB_OFFLINE": "1"}
+    res = CliRunner().invoke(app, ["versions", "retire", "2", "--dsn", sample_db], env=env)
+    assert res.exit_code == 1, res.output
+    said = " ".join(res.stderr.split())
+    assert ("version 2 of 'default' is active; activate another version first: "
+            f"`pgfunnel versions rollback --dsn {shlex.quote(sample_db)} -c default` "
+            "returns to version 1, which it replaced") in said, said
+    with connect(sample_db, autocommit=True) as conn:
+        assert _state(conn) == {1: "retired", 2: "active"}
