@@ -110,6 +110,9 @@ class _Bars:
         # chunks this run wrote, and how many of them got a copied vector
         self.done = 0
         self.copied = 0
+        # the library said, before the first batch, that the vectors come from another
+        # version: the bar starts as "copying vectors", not "embedding chunks 0/N"
+        self.copy_from = False
 
     def __enter__(self) -> _Bars:
         return self
@@ -121,6 +124,8 @@ class _Bars:
     def _embedding_label(self) -> str:
         # what the run does: a reindex whose vectors all came from a version of the same
         # model embedded nothing, and its bar said "embedding chunks 121/121"
+        if not self.done:
+            return "copying vectors" if self.copy_from else "embedding chunks"
         if not self.copied:
             return "embedding chunks"
         if self.copied >= self.done:
@@ -133,15 +138,18 @@ class _Bars:
             # prints its error alone, not below an empty progress line
             self.progress.start()
             self.started = True
-        if stage == "embedding-total":
+        if stage == "copy-from":
+            self.copy_from = True
+        elif stage == "embedding-total":
             self.began = True
-            self.tasks["embedding"] = self.progress.add_task("embedding chunks", total=total,
-                                                             completed=n)
+            self.tasks["embedding"] = self.progress.add_task(self._embedding_label(),
+                                                             total=total, completed=n)
         elif stage == "copied":
             self.copied += n
         elif stage == "embedding":
             if "embedding" not in self.tasks:
-                self.tasks["embedding"] = self.progress.add_task("embedding chunks", total=None)
+                self.tasks["embedding"] = self.progress.add_task(self._embedding_label(),
+                                                                 total=None)
             self.done += n
             self.progress.update(self.tasks["embedding"], advance=n,
                                  description=self._embedding_label())

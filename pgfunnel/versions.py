@@ -789,6 +789,10 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
     default: the title above the chunk, whatever the active version indexes: a version
     that indexed the chunk alone predates the choice).
 
+    ``progress(stage, n, total)`` gets ``copy-from`` (``n`` the version whose vectors it
+    copies, where that version embedded the same input) before ``embedding-total``, then
+    per batch ``copied`` and ``embedding``, then ``index``.
+
     ``conn`` must be an autocommit connection; it holds the collection's reindex lock for
     the whole run. Raises :class:`ValidationFailed` (exit code 3) when the built version
     fails validation; it then stays in state 'building' for inspection or a rerun.
@@ -929,6 +933,10 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
         total = int(conn.execute("select count(*) from pgfunnel.chunk where collection_id = %s",
                                  (coll_id,)).fetchone()[0])  # type: ignore[index]
         if progress is not None:
+            if source is not None and version_embed_input(source.params) == want_input:
+                # said before the first batch: a display that learned it only from that
+                # batch's "copied" showed "embedding chunks 0/N" meanwhile
+                progress("copy-from", source.version, None)
             progress("embedding-total", building.chunk_count, total)
         t0 = time.perf_counter()
         reuse = source.id if source is not None else None

@@ -2020,6 +2020,36 @@ def test_reindex_progress_names_both_when_it_copies_some_vectors() -> None:
         "embedding chunks and copying vectors"
 
 
+def test_reindex_progress_starts_as_copying_when_it_copies_from_a_version(
+        sample_db: str) -> None:
+    # the bar began as "embedding chunks 0/N" and was renamed by the first batch's
+    # "copied": the library now says, before "embedding-total", which version it copies
+    from pgfunnel.cli.versions import _Bars
+
+    from pgfunnel import versions
+    from pgfunnel.db import connect
+
+    seen: list[tuple[str, int, int | None]] = []
+    with connect(sample_db, autocommit=True) as conn:
+        versions.reindex(conn, "default", analyzer="simple_v1",
+                         progress=lambda s, n, t: seen.append((s, n, t)))
+        stages = [s for s, _, _ in seen]
+        assert stages.index("copy-from") < stages.index("embedding-total"), stages
+        assert ("copy-from", 1, None) in seen, seen
+        seen.clear()
+        versions.reindex(conn, "default", analyzer="simple_v6", reembed=True,
+                         progress=lambda s, n, t: seen.append((s, n, t)))
+        assert "copy-from" not in [s for s, _, _ in seen], seen
+
+    bars = _Bars(enabled=False)
+    bars("copy-from", 1, None)
+    bars("embedding-total", 0, 8)
+    assert bars.progress.tasks[bars.tasks["embedding"]].description == "copying vectors"
+    bars("embedding", 8, None)
+    # the batch embedded every chunk after all: the bar says what happened
+    assert bars.progress.tasks[bars.tasks["embedding"]].description == "embedding chunks"
+
+
 def test_eval_prints_its_tables_on_stdout_and_where_it_wrote_them_on_stderr(
         sample_db: str, tmp_path: Path) -> None:
     """`eval --out DIR` ended its tables with `wrote DIR/report.json, ...` on stdout, so
