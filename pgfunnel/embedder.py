@@ -8,6 +8,7 @@ who have it (a model hub, or files on disk). A model that cannot be loaded raise
 
 from __future__ import annotations
 
+import json
 import numbers
 import os
 import re
@@ -262,33 +263,39 @@ def _cross_encoder_architectures(model: Any, path: str) -> str | None:
 def _saved_cross_encoder_architectures(path: str) -> str | None:
     """As :func:`_cross_encoder_architectures`, from the model's own config.json (its local
     folder, or the Hugging Face cache) before it loads; None where there is none to read."""
-    config_json = _model_file(path, "config.json")
-    if config_json is None:
+    return _cross_encoder_named(saved_architectures(_model_file(path, "config.json")), path)
+
+
+def _saved_json(file: Path | None) -> Any:
+    """A model file's JSON, read before the model loads; None where there is no file or
+    it cannot be read (the load then says why)."""
+    if file is None:
         return None
     try:
-        import json
-
-        config = json.loads(config_json.read_text(encoding="utf-8"))
+        return json.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+
+
+def saved_architectures(config_json: Path | None) -> list[str]:
+    """The architectures a model's config.json names ([] where it names none, or there is
+    no such file to read)."""
+    config = _saved_json(config_json)
     archs = config.get("architectures") if isinstance(config, dict) else None
-    return _cross_encoder_named([str(a) for a in archs] if isinstance(archs, list) else [],
-                                path)
+    return [str(a) for a in archs] if isinstance(archs, list) else []
 
 
 def saved_embedding_dimension(model: str) -> int | None:
     """The size of the vectors ``model`` makes, read from its sentence-transformers files
     (modules.json, the Pooling and Dense modules' configs; its local folder, or the
     Hugging Face cache) without loading it; None where they do not say it for certain."""
-    import json
-
     def read(name: str) -> Any:
         try:
             # a name the hub would refuse as a repository id is a ValueError there
             found = _model_file(path, name)
-            return None if found is None else json.loads(found.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
+        return _saved_json(found)
 
     path = resolve_model_path(model)
     modules = read("modules.json")
@@ -329,16 +336,10 @@ def saved_embedding_dimension(model: str) -> int | None:
 def _cross_encoder_named(archs: list[str], path: str) -> str | None:
     if not archs or not all(a.endswith("ForSequenceClassification") for a in archs):
         return None
-    modules_json = _model_file(path, "modules.json")
-    if modules_json is not None:
-        try:
-            import json
-
-            listed = json.loads(modules_json.read_text())
-        except (OSError, ValueError):
-            listed = []
-        if any("Pooling" in str(m.get("type", "")) for m in listed if isinstance(m, dict)):
-            return None
+    listed = _saved_json(_model_file(path, "modules.json"))
+    if isinstance(listed, list) and any(
+            "Pooling" in str(m.get("type", "")) for m in listed if isinstance(m, dict)):
+        return None
     return ", ".join(archs)
 
 

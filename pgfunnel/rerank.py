@@ -17,7 +17,6 @@ Two rules shape it:
 from __future__ import annotations
 
 import importlib.util
-import json
 import math
 import numbers
 import operator
@@ -33,6 +32,7 @@ from pgfunnel.embedder import (
     looks_like_path,
     pick_device,
     quiet_local_loading,
+    saved_architectures,
 )
 from pgfunnel.errors import (
     ConfigError,
@@ -245,17 +245,6 @@ def reranker_name(reranker: Any) -> str | None:
     return None
 
 
-def _local_architectures(folder: Path) -> list[str]:
-    """The architectures a local model folder's config.json names ([] for anything else:
-    a hub id, a folder without one, a file that is not JSON, which the load then reports)."""
-    try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
-    archs = config.get("architectures") if isinstance(config, dict) else None
-    return [str(a) for a in archs] if isinstance(archs, list) else []
-
-
 class Reranker:
     """Cross-encoder reranker with the shape of ``CrossEncoder.rank``.
 
@@ -370,7 +359,7 @@ class Reranker:
         if not self.local_files_only and (unreachable := hub_unreachable(self.model_name)):
             raise self._failure(unreachable)
         local = Path(self.model_name).expanduser()
-        if archs := _local_architectures(local):
+        if archs := saved_architectures(local / "config.json"):
             # a local folder names its architecture: a bi-encoder is refused before it
             # loads, where sentence-transformers printed its conversion to a cross-encoder
             # and a table of "newly initialized" head weights ("Consider training on your
