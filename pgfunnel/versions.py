@@ -1150,6 +1150,20 @@ def activate(conn: psycopg.Connection[Any], collection: str, version: int, *,
     return _db(conn, body)
 
 
+def _last_replaced(params: Mapping[str, Any]) -> tuple[int, int | None] | None:
+    """The version a version's last activation replaced, as (number, id), from the
+    `activations` history in its params; None where it replaced none. The id is None in
+    an entry from before ids were recorded: such an entry is matched by number (as
+    pgfunnel.previous_version does). Rollback and the way out named by drop's and
+    retire's refusals read it here, so that they name the same version."""
+    history = params.get("activations")
+    entry = history[-1] if isinstance(history, list) and history else None
+    if not isinstance(entry, dict) or entry.get("replaced") is None:
+        return None
+    replaced_id = entry.get("replaced_id")
+    return int(entry["replaced"]), None if replaced_id is None else int(replaced_id)
+
+
 @rows_by_position
 def rollback(conn: psycopg.Connection[Any], collection: str, *,
              embedder: Embedder | None = None) -> Activation:
@@ -1157,7 +1171,7 @@ def rollback(conn: psycopg.Connection[Any], collection: str, *,
     def previous() -> tuple[int, int | None]:
         coll = require_collection(conn, collection)
         require_writer(conn, "roll back a version switch", "index_version", "UPDATE")
-        row = conn.execute("select v.params -> 'activations' -> -1 from pgfunnel.index_version v "
+        row = conn.execute("select v.params from pgfunnel.index_version v "
                            "where v.collection_id = %s and v.state = 'active'", (coll,)).fetchone()
         if row is None:
             # retired around pgfunnel, or a drop-collection cut short: "the active version
@@ -1166,12 +1180,11 @@ def rollback(conn: psycopg.Connection[Any], collection: str, *,
                 f"collection {collection!r} has no active version, so there is no switch to "
                 "roll back; activate one (pgfunnel versions list shows them: pgfunnel "
                 f"versions activate N -c {shlex.quote(collection)})")
-        entry = row[0] if isinstance(row[0], dict) else {}
-        if entry.get("replaced") is None:
+        last = _last_replaced(row[0] if isinstance(row[0], dict) else {})
+        if last is None:
             raise NotFoundError(f"collection {collection!r}: the active version replaced no "
                                 "other version; there is nothing to roll back to")
-        replaced_id = entry.get("replaced_id")
-        return int(entry["replaced"]), None if replaced_id is None else int(replaced_id)
+        return last
 
     prev, prev_id = _db(conn, previous)
     coll_id = require_collection(conn, collection)
@@ -1233,10 +1246,9 @@ def _switch_away(conn: psycopg.Connection[Any], coll_id: int, collection: str,
     others = [v for v in infos if v.id != active_id and v.state in ("ready", "retired")
               and not v.params.get("dropping")]
     active = next((v for v in infos if v.id == active_id), None)
-    history = (active.params.get("activations") if active is not None else None) or [{}]
-    entry = history[-1] if isinstance(history[-1], dict) else {}
-    replaced = next((v for v in others if entry.get("replaced") == v.version
-                     and entry.get("replaced_id", v.id) == v.id), None)
+    last = _last_replaced(active.params) if active is not None else None
+    replaced = None if last is None else next(
+        (v for v in others if v.version == last[0] and last[1] in (None, v.id)), None)
     if replaced is not None:
         return (f"`pgfunnel versions rollback -c {coll}` returns to version "
                 f"{replaced.version}, which it replaced")
