@@ -495,6 +495,19 @@ def fusion_used_of(row: Any) -> tuple[tuple[float, float], str | None, tuple[str
     return (lexical, dense), used.get("weights_rule"), legs
 
 
+def weights_used_notes(used: tuple[tuple[float, float], str | None, tuple[str, ...]] | None,
+                       weights_given: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What a search reranked in Python logs of its weights, as funnel_search logs them:
+    the config's ``weights`` (the pair the pool used, from :func:`fusion_used_of`) and the
+    log notes' ``weights_given``, so that a replay of a search that let them be chosen
+    chooses again (LOGGED_PARAMS); a config with the weights as given held null for
+    chosen ones, and did not say which pair ran. Both empty when the functions did not
+    say what they used."""
+    if used is None:
+        return {}, {}
+    return {"weights": list(used[0])}, {"weights_given": weights_given}
+
+
 def _fusion_of(used: tuple[tuple[float, float], str | None, tuple[str, ...]] | None,
                p: SearchParams) -> FusionUsed | None:
     if used is None:
@@ -1348,13 +1361,9 @@ class Funnel:
             # whether it had a query vector, for a replay of the logged search: its trace
             # cannot tell when the dense leg found nothing (funnel_search records it too)
             log_notes: dict[str, Any] = {"query_embedding": vector is not None}
-            if used is not None:
-                # the weights the pool used, as funnel_search logs them, and whether they
-                # were given, so that a replay of a search that let them be chosen
-                # chooses again (LOGGED_PARAMS); a config with the weights as given held
-                # null for chosen ones, and did not say which pair ran
-                notes["weights"] = list(used[0])
-                log_notes["weights_given"] = p.weights is not None
+            weights_note, weights_log = weights_used_notes(used, p.weights is not None)
+            notes.update(weights_note)
+            log_notes.update(weights_log)
             cursor = self._execute_final(conn, query, ordered, p, reranked=skipped is None,
                                          notes=notes or None,
                                          index_version_id=seen.get("version_id"),

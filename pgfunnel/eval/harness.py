@@ -100,6 +100,7 @@ from pgfunnel.search import (
     refuse_unused_rrf_k,
     rerank_head,
     rerank_pool,
+    weights_used_notes,
 )
 
 #: harness keys a configuration may carry besides the search parameters
@@ -519,11 +520,11 @@ class Harness:
             log_notes: dict[str, Any] = {**log, "query_embedding": vector is not None}
             if query_text is None:
                 log_notes["query_text_searched"] = False
-            if used is not None:
-                # the weights the pool used and whether they were given, as a search's
-                # trace logs them (config.weights held null where the search chose them)
-                notes = {**(notes or {}), "weights": list(used[0])}
-                log_notes["weights_given"] = p.weights is not None
+            # the weights the pool used and whether they were given, as a search's trace
+            # logs them (config.weights held null where the search chose them)
+            weights_note, weights_log = weights_used_notes(used, p.weights is not None)
+            notes = {**(notes or {}), **weights_note} or None
+            log_notes.update(weights_log)
             with self.funnel._transaction(conn, cp):
                 cursor = self.funnel._execute_final(conn, text, ordered, cp,
                                                     reranked=reranked, notes=notes,
