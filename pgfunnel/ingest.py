@@ -1809,8 +1809,10 @@ class Ingester:
                             labels[len(new_vectors) - 1] = f"vectors[{rec.citekey!r}][{i}]"
                         else:
                             new_vectors.append(_reused(reuse, rec.title, ch, version.embed_input))
+                # what to say of a vector of another size is worked out only for one
+                # refused: it was built for every batch, given vectors or none
                 _check_given_vectors(new_vectors, labels, version.dimensions,
-                                     self._vector_size(version)[1])
+                                     lambda: self._vector_size(version)[1])
                 missing = [i for i, v in enumerate(new_vectors) if v is None]
                 self.stats.chunks_given += len(labels)
                 self.stats.chunks_reused += len(new_vectors) - len(missing) - len(labels)
@@ -2177,11 +2179,14 @@ def _check_document_vectors(citekey: str, given: Any, dimensions: int | None,
 
 
 def _check_given_vectors(vectors: list[np.ndarray | None], labels: dict[int, str],
-                         dimensions: int, expected: str | None = None) -> None:
+                         dimensions: int,
+                         expected: str | Callable[[], str | None] | None = None) -> None:
     """Validate caller-given vectors in place, in one array operation when they are sound.
 
     Any failure is reported by check_vector on the first bad vector, so the error names
-    it (``vectors['key'][i]``) exactly as a one-by-one check would.
+    it (``vectors['key'][i]``) exactly as a one-by-one check would. ``expected`` (what a
+    wrong size is told, or a function that says it) is read only when some vector is
+    not sound.
     """
     if not labels:
         return
@@ -2201,9 +2206,10 @@ def _check_given_vectors(vectors: list[np.ndarray | None], labels: dict[int, str
     except (TypeError, ValueError):
         sound = False
     if not sound:
+        said = expected() if callable(expected) else expected
         for p in positions:
             vectors[p] = check_vector(vectors[p], dimensions, parameter=labels[p],
-                                      expected=expected)
+                                      expected=said)
         return
     for p, row in zip(positions, stacked, strict=True):
         vectors[p] = row

@@ -271,6 +271,35 @@ def test_vectors_of_another_size_for_an_existing_collection_name_its_model(
         "or change the collection's model with `pgfunnel reindex --model`")
 
 
+def test_the_wrong_size_message_is_built_only_for_a_vector_refused(
+        sample_conn: psycopg.Connection[Any], embedder: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # every batch built it (the collection's model and size, read for a new collection
+    # from the model's files), given vectors or none; it is needed only to refuse one
+    asked: list[object] = []
+    real = Ingester._vector_size
+
+    def counted(self: Ingester, version: Any) -> tuple[int | None, str | None]:
+        asked.append(version)
+        return real(self, version)
+
+    monkeypatch.setattr(Ingester, "_vector_size", counted)
+    recs = [DocumentRecord(f"fresh-{i}", f"a new document {i} about invoices")
+            for i in range(3)]
+    stats = Ingester(sample_conn, "default", embedder=embedder,
+                     batch_documents=1).ingest(recs)
+    assert stats.chunks_embedded == 3 and asked == []
+    more = [DocumentRecord("fresh-3", "one short chunk")]
+    Ingester(sample_conn, "default", embedder=embedder).ingest(
+        more, vectors=_random_vectors(more))
+    assert len(asked) == 1  # the up-front check of the vectors given, once per ingest
+    wrong = [DocumentRecord("fresh-4", "one short chunk")]
+    with pytest.raises(InvalidVectorError, match="collection 'default' is indexed with "
+                       "'all-MiniLM-L6-v2', which makes 384-dimension vectors"):
+        Ingester(sample_conn, "default", embedder=embedder).ingest(
+            wrong, vectors=_random_vectors(wrong, 768))
+
+
 def test_a_vector_past_single_precision_is_refused_without_a_numpy_warning(
         conn: psycopg.Connection[Any]) -> None:
     # numpy's "overflow encountered in cast" RuntimeWarning came out beside the error
