@@ -1035,9 +1035,13 @@ begin
     if array_position(fused_ranks, null) is not null then
         perform pgfunnel._bad_parameter('fused_ranks', 'must not contain NULL');
     end if;
+    -- ±Infinity is no score either: no fusion gives one, and a chunk traced with it
+    -- read as ranked so (as NaN is refused, and rerank_scores' below)
     if array_position(fused_scores, null) is not null
-       or 'NaN'::float8 = any (fused_scores) then
-        perform pgfunnel._bad_parameter('fused_scores', 'must not contain NULL or NaN');
+       or 'NaN'::float8 = any (fused_scores) or 'Infinity'::float8 = any (fused_scores)
+       or '-Infinity'::float8 = any (fused_scores) then
+        perform pgfunnel._bad_parameter('fused_scores',
+                                        'must not contain NULL, NaN or Infinity');
     end if;
     -- NULL is a chunk left unscored (the widened tail of a pool); NaN is no score, and
     -- neither is ±Infinity (the reranker's own scores are refused unless finite)
@@ -1046,8 +1050,8 @@ begin
         perform pgfunnel._bad_parameter('rerank_scores', 'must not contain NaN or Infinity');
     end if;
     -- the legs' ranks and scores are returned and traced as given: a rank below 1 or a
-    -- NaN score was written to search_trace as if a leg had ranked it so (NULL: the leg
-    -- did not rank the chunk)
+    -- NaN or infinite score was written to search_trace as if a leg had ranked it so
+    -- (NULL: the leg did not rank the chunk)
     if exists (select 1 from unnest(fused_ranks) as u(r) where u.r < 1) then
         perform pgfunnel._bad_parameter('fused_ranks', 'must be 1 or more');
     end if;
@@ -1057,11 +1061,13 @@ begin
     if exists (select 1 from unnest(dense_ranks) as u(r) where u.r < 1) then
         perform pgfunnel._bad_parameter('dense_ranks', 'must be 1 or more, or NULL');
     end if;
-    if 'NaN'::float8 = any (lexical_scores) then
-        perform pgfunnel._bad_parameter('lexical_scores', 'must not contain NaN');
+    if 'NaN'::float8 = any (lexical_scores) or 'Infinity'::float8 = any (lexical_scores)
+       or '-Infinity'::float8 = any (lexical_scores) then
+        perform pgfunnel._bad_parameter('lexical_scores', 'must not contain NaN or Infinity');
     end if;
-    if 'NaN'::float8 = any (dense_scores) then
-        perform pgfunnel._bad_parameter('dense_scores', 'must not contain NaN');
+    if 'NaN'::float8 = any (dense_scores) or 'Infinity'::float8 = any (dense_scores)
+       or '-Infinity'::float8 = any (dense_scores) then
+        perform pgfunnel._bad_parameter('dense_scores', 'must not contain NaN or Infinity');
     end if;
     select u.id into dup_id
       from unnest(chunk_ids) as u(id)

@@ -1018,6 +1018,52 @@ def test_final_refuses_an_infinite_rerank_score_as_it_refuses_nan(corpus_db: str
         _usable(conn)
 
 
+def test_final_refuses_an_infinite_fused_or_leg_score_as_it_refuses_nan(corpus_db: str) -> None:
+    """final() refused NaN in fused_scores, lexical_scores and dense_scores (and Infinity
+    in rerank_scores) but returned and traced +Infinity or -Infinity as a chunk's fused or
+    leg score, a score no fusion and no leg gives."""
+    import dataclasses
+
+    from pgfunnel.search import SearchParams
+
+    with connect(corpus_db, autocommit=True) as conn:
+        ids = [r[0] for r in conn.execute("select id from pgfunnel.chunk order by id limit 2")]
+        logged = conn.execute("select count(*) from pgfunnel.search_log").fetchone()
+        for column, said in (("fused_scores", "must not contain NULL, NaN or Infinity"),
+                             ("lexical_scores", "must not contain NaN or Infinity"),
+                             ("dense_scores", "must not contain NaN or Infinity")):
+            for bad in (math.nan, math.inf, -math.inf):
+                arrays: dict[str, list[float | None]] = {
+                    "fused_scores": [0.9, 0.5], "lexical_scores": [2.5, None],
+                    "dense_scores": [None, 0.5]}
+                arrays[column] = [0.9, bad] if column == "fused_scores" else \
+                    [bad, None] if column == "lexical_scores" else [None, bad]
+                with pytest.raises(psycopg.errors.InvalidParameterValue) as exc:
+                    conn.execute(
+                        "select * from pgfunnel.final(%s, '{1,2}', %s::float8[], '{1,NULL}', "
+                        "%s::float8[], '{NULL,1}', %s::float8[], trace => true, "
+                        "query_text => 'refund')",
+                        (ids, arrays["fused_scores"], arrays["lexical_scores"],
+                         arrays["dense_scores"]))
+                assert exc.value.diag.message_primary == f"{column}: {said}", (column, bad)
+        assert conn.execute("select count(*) from pgfunnel.search_log").fetchone() == logged
+        # from Python, a pool whose scores were changed on the way: a ConfigError naming it
+        f = Funnel(conn, embedder=None)
+        p = SearchParams.build(k=5, trace=True)
+        pool = f.candidates(conn, "refund", None, p)
+        assert pool and pool[0].lexical_score is not None
+        for field, column in (("fused_score", "fused_scores"),
+                              ("lexical_score", "lexical_scores")):
+            for bad in (math.inf, -math.inf):
+                changed = [dataclasses.replace(c, **{field: bad}) if i == 0 else c
+                           for i, c in enumerate(pool)]
+                with pytest.raises(ConfigError, match=f"^{column}: must not contain "):
+                    f.final(conn, "refund", changed, p, reranked=False)
+        assert conn.execute("select count(*) from pgfunnel.search_log").fetchone() == logged
+        assert len(f.final(conn, "refund", pool, p, reranked=False)) == 5
+        _usable(conn)
+
+
 def test_an_rrf_constant_or_merge_weight_past_double_precision_is_named(
         corpus_db: str) -> None:
     """search_multi(merge_rrf_k=10**400) and rrf_merge(k=10**400, or a weight of 10**400)
