@@ -1227,9 +1227,12 @@ def retire(conn: psycopg.Connection[Any], collection: str, version: int) -> Vers
                 (info.id,)).fetchone()
         if done is None:
             now = _version_row(conn, coll_id, version)
+            # the way out as the first refusal names it: "activate another version
+            # first" named no command, and no collection to run it on
             raise ConflictError(f"version {version} of {collection!r} is {now.state} now "
                                 "(a concurrent switch); only a ready version can be "
-                                "retired" + (": activate another version first"
+                                "retired" + (": activate another version first: "
+                                             + _switch_away(conn, coll_id, collection, now.id)
                                              if now.state == "active" else ""))
         return _version_row(conn, coll_id, version)
 

@@ -1137,7 +1137,12 @@ def test_retire_racing_an_activation_does_not_retire_the_active_version(
             finally:
                 switcher.commit()
                 t.join(30)
-        assert isinstance(out[0], ConflictError) and "is active now" in str(out[0])
+        # the way out names the command, as the refusal of a version active when read
+        # does; it said only "activate another version first"
+        assert isinstance(out[0], ConflictError) and str(out[0]) == (
+            "version 2 of 'default' is active now (a concurrent switch); only a ready "
+            "version can be retired: activate another version first: `pgfunnel versions "
+            "rollback -c default` returns to version 1, which it replaced"), out[0]
         assert _state(conn) == {1: "retired", 2: "active"}
 
 
