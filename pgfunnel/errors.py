@@ -11,6 +11,7 @@ import functools
 import json
 import numbers
 import re
+import shlex
 import stat
 import sys
 import warnings
@@ -437,7 +438,8 @@ COLLECTION_FORMS_SQL = "collection => 'NAME' in SQL, -c NAME in the CLI"
 #: collection was shown two forms, neither the one their own call takes
 COLLECTION_FORMS = "collection='NAME' in Python, " + COLLECTION_FORMS_SQL
 #: the end of the SQL functions' hint for a missing collection: the ingest into it
-_INGEST_PLACEHOLDER = "pgfunnel ingest PATH --collection NAME"
+_INGEST_INTO = "pgfunnel ingest PATH --collection "
+_INGEST_PLACEHOLDER = _INGEST_INTO + "NAME"
 # the SQL functions' message for it, the name as quote_literal gives it (one that holds a
 # backslash comes as E'...', and one cut short at 200 characters ends in "...": neither
 # is read back, and the placeholder stays)
@@ -752,15 +754,18 @@ def translate(exc: BaseException, *, searching: bool = True) -> PgfunnelError:
         # caller shows would otherwise only say what is missing. The hint names the forms
         # of psql's reader; this one called from Python, so its form is named first
         primary = f"{primary}; {sql_hint.replace(COLLECTION_FORMS_SQL, COLLECTION_FORMS)}"
-        # the ingest it suggests, into the collection asked for (the SQL hint keeps a
-        # placeholder there), as Python's own lookup words it
+        # the ingest it suggests, into the collection asked for, as Python's own lookup
+        # words it: the SQL hint names the name quoted as shlex quotes it, or NAME (an
+        # older release's functions, and a name its check refuses)
         named = _MISSING_COLLECTION.match(primary)
-        if named is not None and primary.endswith(_INGEST_PLACEHOLDER):
+        if named is not None:
             from pgfunnel.ingest import ingest_target
 
             name = named.group(1).replace("''", "'")
-            primary = (primary[:-len(_INGEST_PLACEHOLDER)]
-                       + f"pgfunnel ingest PATH --collection {ingest_target(name)}")
+            tail = next((t for t in (_INGEST_PLACEHOLDER, _INGEST_INTO + shlex.quote(name))
+                         if primary.endswith(t)), None)
+            if tail is not None:
+                primary = primary[:-len(tail)] + _INGEST_INTO + ingest_target(name)
     err = cls(primary)
     err.__cause__ = exc
     return err

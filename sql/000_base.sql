@@ -84,12 +84,36 @@ set search_path = pg_catalog, pgfunnel
 as $$
 declare
     found_id integer;
+    ingest_into text;
 begin
     if collection_name is null then
         perform pgfunnel._bad_parameter('collection', 'must not be NULL');
     end if;
     select c.id into found_id from pgfunnel.collection c where c.name = collection_name;
     if found_id is null then
+        -- the ingest the hint suggests goes into the name asked for, quoted for a shell
+        -- as Python's shlex.quote quotes it (it kept the placeholder NAME); NAME where an
+        -- ingest would refuse the name, as pgfunnel.ingest.ingest_target says it for the
+        -- Python layer: empty, over 200 characters, whitespace at an end, a control
+        -- character, or an invisible format character (Unicode's Cf; a zero-width joiner
+        -- or non-joiner only at an end)
+        ingest_into := case
+            when length(collection_name) not between 1 and 200
+              or collection_name ~ ('^[ \u0085\u00A0\u1680\u2000-\u200A\u2028\u2029\u202F'
+                                    || '\u205F\u3000]|[ \u0085\u00A0\u1680\u2000-\u200A'
+                                    || '\u2028\u2029\u202F\u205F\u3000]$')
+              or collection_name ~ '[\u0001-\u001F\u007F-\u009F]'
+              or collection_name ~ ('[\u00AD\u0600-\u0605\u061C\u06DD\u070F\u0890\u0891'
+                                    || '\u08E2\u180E\u200B\u200E\u200F\u202A-\u202E'
+                                    || '\u2060-\u2064\u2066-\u206F\uFEFF\uFFF9-\uFFFB'
+                                    || '\U000110BD\U000110CD\U00013430-\U0001343F'
+                                    || '\U0001BCA0-\U0001BCA3\U0001D173-\U0001D17A'
+                                    || '\U000E0001\U000E0020-\U000E007F]')
+              or collection_name ~ '^[\u200C\u200D]|[\u200C\u200D]$'
+            then 'NAME'
+            when collection_name ~ '^[A-Za-z0-9_@%+=:,./-]+$' then collection_name
+            else '''' || replace(collection_name, '''', '''"''"''') || ''''
+        end;
         raise exception using errcode = 'P0002',
             message = case when length(collection_name) > 200
                            then format('collection %L... (%s characters) does not exist',
@@ -107,7 +131,8 @@ begin
                             || ' (pass one as the collection: collection => ''NAME'' in '
                             || 'SQL, -c NAME in the CLI); or ',
                             'this database has none yet; ')
-                   || 'ingest into it first: pgfunnel ingest PATH --collection NAME';
+                   || 'ingest into it first: pgfunnel ingest PATH --collection '
+                   || ingest_into;
     end if;
     return found_id;
 end

@@ -839,7 +839,34 @@ def test_a_missing_collection_is_told_with_the_collections_there_are(
                      "collection => 'demo')")
     hint = exc.value.diag.message_hint or ""
     assert hint.startswith("this database has 'c00', 'c01', ") and "'c09', ... (pass one" in hint
-    assert hint.endswith("or ingest into it first: pgfunnel ingest PATH --collection NAME")
+    assert hint.endswith("or ingest into it first: pgfunnel ingest PATH --collection demo")
+
+
+def test_psqls_hint_for_a_missing_collection_ingests_into_the_name_typed(
+        conn: psycopg.Connection[Any]) -> None:
+    """psql's hint ended `pgfunnel ingest PATH --collection NAME` where the Python and CLI
+    paths name the collection asked for: it now names it too, quoted as they quote it,
+    and keeps NAME for a name an ingest would refuse."""
+    from pgfunnel.errors import NotFoundError, translate
+    from pgfunnel.ingest import ingest_target
+
+    names = ["demo", "my docs", "it's", "a\\b", "naïve", "ok-1.2/x:y@z%+=,", "demo ",
+             " demo", "\u00a0demo", "demo\u3000", "", "x" * 200, "x" * 201, "tab\there",
+             "c1\x85", "x\u200by", "\u200dx", "x\u200d", "x\u200dy", "rtl\u202eam",
+             "tag\U000e0041", "soft\u00adhyphen", "\u2028line"]
+    for name in names:
+        with pytest.raises(psycopg.errors.NoDataFound) as exc, conn.transaction():
+            conn.execute("select pgfunnel._collection_id(%s)", (name,))
+        hint = exc.value.diag.message_hint or ""
+        # what the Python layer and the CLI say for the name, from their own check
+        assert hint == ("this database has none yet; ingest into it first: pgfunnel "
+                        f"ingest PATH --collection {ingest_target(name)}"), (name, hint)
+        # and translated from Python, the same
+        err = translate(exc.value)
+        assert isinstance(err, NotFoundError)
+        assert str(err).endswith(f"--collection {ingest_target(name)}"), (name, err)
+    assert [ingest_target(n) for n in ("my docs", "it's", "demo ", "x\u200dy")] == [
+        "'my docs'", "'it'\"'\"'s'", "NAME", "'x\u200dy'"]
 
 
 # the documents of collection 'big', which the two tests below ingest
