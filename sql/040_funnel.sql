@@ -776,15 +776,19 @@ begin
                 array_to_string(absent_codes[1:10], ', '),
                 case when cardinality(absent_codes) > 10
                      then format(' and %s more', cardinality(absent_codes) - 10) else '' end,
-                case when other_held
-                     then 'the lexical leg ranked the query''s other words'
-                     when code_parts is not null
-                     then format('the lexical leg ranked only the parts of %s that chunks hold: %s%s',
+                -- `x9 section` ranks `section` and `9`: "the query's other words" alone
+                -- left out the part of the code that ranked too
+                case when code_parts is not null
+                     then format('the lexical leg ranked %sthe parts of %s that chunks hold: %s%s',
+                                 case when other_held then 'the query''s other words and '
+                                      else 'only ' end,
                                  case when cardinality(absent_codes) > 1 then 'them' else 'it' end,
                                  array_to_string(code_parts[1:10], ', '),
                                  case when cardinality(code_parts) > 10
                                       then format(' and %s more', cardinality(code_parts) - 10)
                                       else '' end)
+                     when other_held
+                     then 'the lexical leg ranked the query''s other words'
                      else 'the lexical leg found nothing' end);
         end if;
     end if;

@@ -783,8 +783,11 @@ def test_a_number_no_chunk_holds_is_said_not_answered_by_the_other_words(
     assert not [n for n in notices if "holds" in n]
     rows = _search(conn, "zephyr section-4029", None)
     assert rows and all("4029" not in r[4] for r in rows)
+    # `zephyr` and `section`, a part of `section-4029` itself: the notice said "the
+    # query's other words" alone
     assert notices[-1] == ("pgfunnel: no chunk of collection 't' holds 4029, section4029; "
-                           "the lexical leg ranked the query's other words")
+                           "the lexical leg ranked the query's other words and the parts "
+                           "of them that chunks hold: section")
     # an absent plain word is the dense leg's to answer: no notice for it
     notices.clear()
     _search(conn, "zephyr quetzalcoatl", None)
@@ -801,10 +804,20 @@ def test_a_number_no_chunk_holds_is_said_not_answered_by_the_other_words(
     _search(conn, "x9 y4029", None)
     assert notices[-1] == ("pgfunnel: no chunk of collection 't' holds 4029, x9, y4029; the "
                            "lexical leg ranked only the parts of them that chunks hold: 9")
-    # beside a word the version holds, that word is what it ranked
+    # beside a word the version holds, that word and the parts (it said only "the
+    # query's other words", where `9` ranked too)
     _search(conn, "apples x9", None)
     assert notices[-1] == ("pgfunnel: no chunk of collection 't' holds x9; the lexical leg "
-                           "ranked the query's other words")
+                           "ranked the query's other words and the parts of it that chunks "
+                           "hold: 9")
+    _search(conn, "x9 section", None)
+    assert notices[-1] == ("pgfunnel: no chunk of collection 't' holds x9; the lexical leg "
+                           "ranked the query's other words and the parts of it that chunks "
+                           "hold: 9")
+    # a code with no part held beside a word: that word alone
+    _search(conn, "apples 8675309", None)
+    assert notices[-1] == ("pgfunnel: no chunk of collection 't' holds 8675309; the lexical "
+                           "leg ranked the query's other words")
     # a query of many numbers names ten of them
     _search(conn, "zephyr " + " ".join(str(9000 + i) for i in range(25)), None)
     assert notices[-1] == ("pgfunnel: no chunk of collection 't' holds "

@@ -1981,3 +1981,10 @@ def test_an_identifier_alone_that_no_chunk_holds_names_the_parts_ranked(
     with pytest.warns(UserWarning, match="parts of it that chunks hold: 9"):
         resp = Funnel(sample_conn, embedder=None).search("x9", k=3)
     assert resp.results and said in resp.notices
+    # beside another word, both: it said only "the query's other words", where `9` was
+    # ranked too
+    said = ("pgfunnel: no chunk of collection 'default' holds x9; the lexical leg ranked "
+            "the query's other words and the parts of it that chunks hold: 9")
+    with pytest.warns(UserWarning, match="other words and the parts of it"):
+        resp = Funnel(sample_conn, embedder=None).search("x9 password", k=3)
+    assert resp.results and said in resp.notices
