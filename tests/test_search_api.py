@@ -710,6 +710,32 @@ def test_a_metadata_filter_jsonb_cannot_hold_is_named(sample_db: str) -> None:
         assert f.search("refund", metadata_filter={}).results
 
 
+def test_a_metadata_filter_key_that_is_not_a_string_is_named(sample_db: str) -> None:
+    # json.dumps sent {1: 1} as {"1": 1} without a word: a filter on the key "1"
+    from pgfunnel.errors import ConfigError
+
+    with Funnel(sample_db, embedder=None) as f:
+        with pytest.raises(ConfigError) as err:
+            f.search("refund", metadata_filter={1: 1})
+        assert str(err.value) == (
+            "metadata_filter: has the key 1 (int); JSON object keys are strings, and it "
+            "would be sent as '1': pass '1' if that is the key meant")
+        # at any depth, in a mapping or a list, named where it is
+        for bad, said in (
+                ({"plan": {2.5: "x"}}, r"has the key 2\.5 \(float\) in metadata_filter"
+                                       r"\['plan'\]; JSON object keys are strings, and it "
+                                       r"would be sent as '2\.5'"),
+                ({"tags": [{"a": 1}, {True: 1}]},
+                 r"has the key True \(bool\) in metadata_filter\['tags'\]\[1\]; .* sent as "
+                 r"'true'"),
+                ({None: "x"}, r"has the key None \(NoneType\); .* sent as 'null'")):
+            with pytest.raises(ConfigError, match="^metadata_filter: " + said):
+                f.search("refund", metadata_filter=bad)
+        # the key as a string is a filter like any other
+        assert f.search("refund", metadata_filter={"1": 1}).results == []
+        assert f.search("refund", metadata_filter={"plan": {"2.5": "x"}}).results == []
+
+
 def test_search_values_ingest_would_refuse_or_sql_cannot_take_are_named(
         sample_db: str) -> None:
     import datetime as dt
