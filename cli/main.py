@@ -196,6 +196,7 @@ def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | No
         drop_copied_pages,
         drop_gathering_pages,
         drop_repeated_blocks,
+        format_suffix,
         read_paths,
     )
 
@@ -221,7 +222,7 @@ def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | No
     # were one document), and a title part lines share is the caller's ("FAQ: " was
     # taken off as a site's name); nor are the paragraphs its lines share a site's
     # boilerplate (one policy written per tenant lost its every sentence but the first)
-    lines = {key for key, source in origins.items() if source.suffix.lower() == ".jsonl"}
+    lines = {key for key, source in origins.items() if format_suffix(source) == ".jsonl"}
     trimmed, boilerplate = drop_repeated_blocks([r for r in records if r.citekey not in lines])
     in_order = iter(trimmed)
     records = [r if r.citekey in lines else next(in_order) for r in records]
@@ -235,7 +236,7 @@ def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | No
     # is its author's first heading, where a part ten of them share is a series'
     # ("Tutorial: "), not a site's name
     html = {key for key, source in origins.items()
-            if source.suffix.lower() in (".html", ".htm", ".xhtml")}
+            if format_suffix(source) in (".html", ".htm", ".xhtml")}
     titled, titles = drop_common_title_parts([r for r in pages if r.citekey in html])
     kept = {r.citekey: r for r in pages} | {r.citekey: r for r in titled}
     records = [r if r.citekey in lines else kept[r.citekey]

@@ -13,11 +13,13 @@ from __future__ import annotations
 import codecs
 import datetime as dt
 import fnmatch
+import gzip
 import hashlib
 import json
 import os
 import re
 import tomllib
+import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import suppress
@@ -50,6 +52,10 @@ from pgfunnel.rst_text import (
 
 SUPPORTED_SUFFIXES = (".md", ".markdown", ".mdx", ".rst", ".rest", ".adoc", ".asciidoc", ".txt",
                       ".html", ".htm", ".ipynb", ".jsonl")
+# a file of a supported format compressed with gzip (README.md.gz) is read as that
+# format: Debian compresses every document over a few kilobytes in /usr/share/doc, so
+# zstd's README.md.gz and pip's contributing.rst.gz were "files of other types"
+COMPRESSED_SUFFIX = ".gz"
 DEFAULT_CHUNK_WORDS = 200
 # what the embedder reads for a chunk, recorded per index version (params.embed_input);
 # versions made before it was recorded read the chunk text alone
@@ -514,7 +520,7 @@ def _left_out_of_build(files: list[Path], left: list[Path], build: str, what: st
     """``files`` without the generated ones a documentation build holds (``left``), with a
     note that counts the pages among them (``build``: which build, ``what``: what they
     are, and how to index one anyway)."""
-    pages = sum(1 for p in left if p.suffix.lower() in SUPPORTED_SUFFIXES)
+    pages = sum(1 for p in left if format_suffix(p) in SUPPORTED_SUFFIXES)
     if pages:
         warn_at_caller(OtherFilesWarning(f"{build}; left out its {pages:,} generated pages "
                                          + what), OtherFilesWarning)
@@ -579,7 +585,7 @@ def _read_path_records(path: Path, root: Path | None, exclude: Sequence[str],
                 "index it"), OtherFilesWarning)
             files = [p for p in files if p not in generated]
         readable = [(p, _citekey(p, base)) for p in files
-                    if p.suffix.lower() in SUPPORTED_SUFFIXES]
+                    if format_suffix(p) in SUPPORTED_SUFFIXES]
         _refuse_shared_citekeys(readable, path)
         for child, citekey in readable:
             for rec in _read_file(child, citekey, in_folder=True, encoding=encoding):
@@ -587,17 +593,19 @@ def _read_path_records(path: Path, root: Path | None, exclude: Sequence[str],
         # said, not silently skipped: a docs folder in a format pgfunnel does not read
         # (.tex, say) would otherwise look like an empty one
         others = Counter(p.suffix.lower() or "(no suffix)" for p in files
-                         if p.suffix.lower() not in SUPPORTED_SUFFIXES)
+                         if format_suffix(p) not in SUPPORTED_SUFFIXES)
         if others:
             kinds = ", ".join(f"{suffix} {n:,}" for suffix, n in others.most_common(6))
             more = ", ..." if len(others) > 6 else ""
             total = sum(others.values())
             warn_at_caller(OtherFilesWarning(
                 f"{path}: left out {total:,} file{'s' if total != 1 else ''} of other types "
-                f"({kinds}{more}); pgfunnel reads {', '.join(SUPPORTED_SUFFIXES)}"),
+                f"({kinds}{more}); pgfunnel reads {', '.join(SUPPORTED_SUFFIXES)}, "
+                f"and those compressed with gzip ({SUPPORTED_SUFFIXES[0]}"
+                f"{COMPRESSED_SUFFIX}, ...)"),
                 OtherFilesWarning)
         return
-    citekey = _citekey(path, root) if root is not None else path.stem
+    citekey = _citekey(path, root) if root is not None else _uncompressed(path).stem
     for rec in _read_file(path, citekey, in_folder=False, encoding=encoding):
         yield path, rec
 
@@ -666,7 +674,7 @@ def _refuse_shared_citekeys(files: Sequence[tuple[Path, str]], folder: Path) -> 
     first: dict[str, Path] = {}
     clashes: list[tuple[Path, Path, str]] = []
     for path, key in files:
-        if path.suffix.lower() == ".jsonl":
+        if format_suffix(path) == ".jsonl":
             continue  # its lines carry their own citekeys
         if key in first:
             clashes.append((first[key], path, key))
@@ -699,13 +707,32 @@ def _refuse_shared_citekeys(files: Sequence[tuple[Path, str]], folder: Path) -> 
         f"e.g. --exclude '{pattern}'{also}")
 
 
+def format_suffix(path: Path) -> str:
+    """The suffix that says how ``path`` is read, in lower case: its own, or for a file of
+    a supported format compressed with gzip (``README.md.gz``) the one under ``.gz``."""
+    suffix = path.suffix.lower()
+    if suffix == COMPRESSED_SUFFIX:
+        inner = Path(path.stem).suffix.lower()
+        if inner in SUPPORTED_SUFFIXES:
+            return inner
+    return suffix
+
+
+def _uncompressed(path: Path) -> Path:
+    """``path`` as named before gzip compressed it (``README.md.gz`` -> ``README.md``), or
+    ``path`` itself: what its citekey and a title taken from its name are made of."""
+    if path.suffix.lower() == COMPRESSED_SUFFIX and format_suffix(path) != COMPRESSED_SUFFIX:
+        return path.with_suffix("")
+    return path
+
+
 def _citekey(path: Path, root: Path) -> str:
     """``path`` relative to ``root``, without its suffix. Read as written first: a file
     in the folder that is a symbolic link to one elsewhere is the document at its own
     place (resolved, it was "not inside the root folder" and stopped the ingest, and a
     link to a file beside it took that file's citekey); then with links resolved, for a
     root given through a link of its own."""
-    if path.suffix.lower() == ".jsonl":
+    if format_suffix(path) == ".jsonl":
         return path.stem  # its lines carry their own citekeys
     if root.exists() and not root.is_dir():
         # the file itself given as its root made a citekey of '.': a ValueError traceback
@@ -715,7 +742,7 @@ def _citekey(path: Path, root: Path) -> str:
     for inside, folder in ((Path(os.path.abspath(path)), Path(os.path.abspath(root))),
                            (path.resolve(), root.resolve())):
         if inside.is_relative_to(folder):
-            return inside.relative_to(folder).with_suffix("").as_posix()
+            return _uncompressed(inside.relative_to(folder)).with_suffix("").as_posix()
     raise InvalidDocumentError(f"{path}: not inside the root folder {root} (--root): a "
                                "file's citekey is its path from there")
 
@@ -903,7 +930,7 @@ def _read_file(path: Path, citekey: str, in_folder: bool,
     no byte order mark is read in ``encoding`` when one is given (``--encoding``)."""
     if not path.exists():
         raise InvalidDocumentError(f"{path}: no such file or directory")
-    suffix = path.suffix.lower()
+    suffix = format_suffix(path)
     if suffix not in SUPPORTED_SUFFIXES:
         raise InvalidDocumentError(
             f"{path}: unsupported file type {suffix!r} (use {', '.join(SUPPORTED_SUFFIXES)})")
@@ -911,6 +938,13 @@ def _read_file(path: Path, citekey: str, in_folder: bool,
         data = read_file_bytes(path)
     except OSError as exc:
         raise InvalidDocumentError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    if path.suffix.lower() == COMPRESSED_SUFFIX:
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise InvalidDocumentError(
+                f"{path}: cannot be read as gzip-compressed ({exc}); fix or decompress it, "
+                "or leave it out with --exclude") from None
     try:
         raw = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -949,13 +983,13 @@ def _read_file(path: Path, citekey: str, in_folder: bool,
                                            f"on line {first}")
             yield record
         return
-    named = path
-    if suffix == ".txt" and (inner := Path(path.stem).suffix.lower()) in _SOURCE_COPY_SUFFIXES:
+    named = _uncompressed(path)
+    if suffix == ".txt" and (inner := Path(named.stem).suffix.lower()) in _SOURCE_COPY_SUFFIXES:
         # Sphinx's copy of a page's source (_sources/guide.rst.txt, intro.md.txt) is read
         # in the format its name gives, and named without it: as plain text its reST
         # targets, roles and directives (and MyST's fences) were text, and a page without
         # an underlined title was named "glossary.rst"
-        suffix, named = inner, Path(path.stem)
+        suffix, named = inner, Path(named.stem)
     if suffix in (".html", ".htm"):
         page = html_page(raw)
         if in_folder and page.is_link_list():
@@ -974,7 +1008,7 @@ def _read_file(path: Path, citekey: str, in_folder: bool,
                 f"{path}: a source listing (code and nothing else, {page.code_share:.0%} of "
                 "its words), skipped"), EmptyFileWarning)
             return
-        title, text = page.title or _title_from_file_name(path), page.text
+        title, text = page.title or _title_from_file_name(named), page.text
     elif suffix in (".rst", ".rest") or (suffix == ".txt" and looks_like_rst(raw)):
         title, text = rst_to_text(raw)
         title = title or _title_from_file_name(named)
@@ -1117,7 +1151,7 @@ def read_paths(paths: Iterable[Path], exclude: Sequence[str] = (),
                 continue
             if first != source:
                 # --root makes a file's citekey its path, but a JSONL line names its own
-                root_helps = ".jsonl" not in (first.suffix.lower(), source.suffix.lower())
+                root_helps = ".jsonl" not in (format_suffix(first), format_suffix(source))
                 raise InvalidDocumentError(
                     f"{first} and {source} both give citekey {rec.citekey!r}: ingest them "
                     "into separate collections, "

@@ -623,3 +623,74 @@ def test_broken_symbolic_links_in_a_folder_are_noted_not_silently_skipped(
     text = " ".join(res.output.split())
     assert "left out 2 broken symbolic links (the target does not exist, or the link " \
            "loops): gone.md, sub/old.rst" in text
+
+
+def test_gzip_compressed_files_are_read_as_the_format_under_gz(tmp_path: Path) -> None:
+    # Debian compresses every document over a few kilobytes in /usr/share/doc: zstd's
+    # README.md.gz and CONTRIBUTING.md.gz were counted as files of other types (.gz 2)
+    # and left out, so the package's main documents were never searchable
+    import gzip
+    import warnings
+
+    from pgfunnel.sources import OtherFilesWarning
+
+    (tmp_path / "TESTING.md").write_text("# Testing\n\nRun the fuzzers.\n")
+    (tmp_path / "README.md.gz").write_bytes(
+        gzip.compress(b"# Zstandard\n\nA fast lossless compression algorithm.\n"))
+    (tmp_path / "guide").mkdir()
+    (tmp_path / "guide" / "setup.rst.gz").write_bytes(
+        gzip.compress(b"Set up\n======\n\nUse :func:`zstd.compress` here.\n"))
+    (tmp_path / "guide" / "page.HTML.GZ").write_bytes(
+        gzip.compress(b"<html><body><main><p>Decompression speed.</p></main></body></html>"))
+    (tmp_path / "changelog.gz").write_bytes(gzip.compress(b"zstd (1.5.4) unstable\n"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        docs = {d.citekey: d for d in read_path(tmp_path)}
+    assert sorted(docs) == ["README", "TESTING", "guide/page", "guide/setup"]
+    assert docs["README"].title == "Zstandard"
+    assert "lossless compression" in docs["README"].text
+    assert docs["guide/setup"].title == "Set up"
+    assert "zstd.compress here" in docs["guide/setup"].text  # read as reST: the role went
+    assert docs["guide/page"].title == "page" and docs["guide/page"].text == \
+        "Decompression speed."
+    # a .gz file whose name gives no format pgfunnel reads is still one of another type
+    [warning] = [w for w in caught if issubclass(w.category, OtherFilesWarning)]
+    assert "left out 1 file of other types (.gz 1)" in str(warning.message)
+    assert ".md.gz" in str(warning.message)
+    # given by itself, its citekey is its name without both suffixes
+    [alone] = read_path(tmp_path / "README.md.gz")
+    assert alone.citekey == "README" and alone.title == "Zstandard"
+
+
+def test_a_damaged_gzip_file_is_an_error_naming_it(tmp_path: Path) -> None:
+    import gzip
+
+    import pytest
+
+    from pgfunnel.errors import InvalidDocumentError
+
+    (tmp_path / "a.md").write_text("# A\n\ntext\n")
+    (tmp_path / "notes.txt.gz").write_bytes(gzip.compress(b"some notes\n" * 50)[:30])
+    with pytest.raises(InvalidDocumentError, match=r"notes\.txt\.gz: cannot be read as "
+                       r"gzip-compressed .*--exclude"):
+        list(read_path(tmp_path))
+
+
+def test_cli_dry_run_lists_a_compressed_file_under_its_citekey(tmp_path: Path) -> None:
+    import gzip
+    import json
+
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.eval.harness import citekey_of_file_name
+
+    (tmp_path / "README.md.gz").write_bytes(gzip.compress(b"# Zstandard\n\nFast.\n"))
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path), "--dry-run", "--json"])
+    assert res.exit_code == 0, res.output
+    listed = json.loads(res.stdout)["documents"]
+    assert [(d["citekey"], d["title"]) for d in listed] == [("README", "Zstandard")]
+    # a judgment that names the file finds the document ingest made of it
+    assert citekey_of_file_name("docs/README.md.gz#2") == "docs/README#2"
+    assert citekey_of_file_name("changelog.gz") == "changelog.gz"
+
