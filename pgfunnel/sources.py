@@ -932,8 +932,18 @@ def _read_file(path: Path, citekey: str, in_folder: bool,
         raise InvalidDocumentError(f"{path}: no such file or directory")
     suffix = format_suffix(path)
     if suffix not in SUPPORTED_SUFFIXES:
+        # "unsupported file type ''" (use .md, ...)" left the owner of a README, NEWS or
+        # README.Debian (plain text, as /usr/share/doc holds hundreds) to guess what to do
+        what = (f"a file of type {path.suffix!r}, which pgfunnel does not read" if path.suffix
+                else "no suffix, and the suffix is what says a file's format")
+        # a compressed one keeps .gz last, where gzip's own suffix is read
+        name, gz = ((path.stem, COMPRESSED_SUFFIX) if path.suffix.lower() == COMPRESSED_SUFFIX
+                    else (path.name, ""))
         raise InvalidDocumentError(
-            f"{path}: unsupported file type {suffix!r} (use {', '.join(SUPPORTED_SUFFIXES)})")
+            f"{path}: {what}; it reads {', '.join(SUPPORTED_SUFFIXES)}, and each of them "
+            f"compressed with gzip ({SUPPORTED_SUFFIXES[0]}{COMPRESSED_SUFFIX}, ...): copy or "
+            f"link it under a name that ends in its format's suffix ({name}.txt{gz} for "
+            f"plain text, {name}.md{gz} for Markdown)")
     try:
         data = read_file_bytes(path)
     except OSError as exc:

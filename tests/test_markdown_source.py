@@ -694,3 +694,28 @@ def test_cli_dry_run_lists_a_compressed_file_under_its_citekey(tmp_path: Path) -
     assert citekey_of_file_name("docs/README.md.gz#2") == "docs/README#2"
     assert citekey_of_file_name("changelog.gz") == "changelog.gz"
 
+
+def test_a_file_of_no_format_given_alone_says_how_to_ingest_it(tmp_path: Path) -> None:
+    # /usr/share/doc holds hundreds of plain-text README, NEWS and README.Debian files;
+    # given one, the error read "unsupported file type ''" (use .md, ...)": a type named
+    # as nothing, and a suffix to "use" on a file its owner had no way to give one
+    import pytest
+
+    from pgfunnel.errors import InvalidDocumentError
+
+    cases = {"README": r"README: no suffix, and the suffix is what says a file's format; "
+                       r"it reads \.md, .*copy or link it under a name that ends in its "
+                       r"format's suffix \(README\.txt for plain text, README\.md for",
+             "README.Debian": r"README\.Debian: a file of type '\.Debian', which pgfunnel "
+                              r"does not read; .*\(README\.Debian\.txt for plain text",
+             # a compressed one keeps .gz last, where it is read
+             "changelog.gz": r"changelog\.gz: a file of type '\.gz', .*\(changelog\.txt\.gz "
+                             r"for plain text, changelog\.md\.gz for Markdown\)"}
+    for name, message in cases.items():
+        (tmp_path / name).write_text("Plain notes about the package.\n")
+        with pytest.raises(InvalidDocumentError, match=message):
+            list(read_path(tmp_path / name))
+    # and the name it advises is read
+    (tmp_path / "README.txt").symlink_to(tmp_path / "README")
+    [doc] = read_path(tmp_path / "README.txt")
+    assert doc.citekey == "README" and doc.text == "Plain notes about the package."
