@@ -66,3 +66,36 @@ def test_the_ingester_example_leaves_the_collection_as_it_found_it(
     stats = namespace["stats"]
     assert stats.documents_unchanged == 1 and stats.chunks_embedded == 0, stats
     assert any("'kb-42'" in note for note in stats.notes), stats.notes
+
+
+def _call_as_written(name: str, fn: Any) -> str:
+    """``fn``'s signature as the page writes a call: defaults as Python literals (strings in
+    double quotes), no annotations, ``*`` before the keyword-only parameters."""
+    parts: list[str] = []
+    star = False
+    for p in inspect.signature(fn).parameters.values():
+        if p.name == "self":
+            continue
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and not star:
+            parts.append("*")
+            star = True
+        if p.default is inspect.Parameter.empty:
+            parts.append(p.name)
+        else:
+            value = f'"{p.default}"' if isinstance(p.default, str) else repr(p.default)
+            parts.append(f"{p.name}={value}")
+    return f"{name}({', '.join(parts)})"
+
+
+def test_the_ingester_section_gives_every_parameter_of_ingester_and_ingest() -> None:
+    # the page wrote Ingester(conn, collection="default", *, embedder=None, ...) and told of
+    # progress(stage, n, total) among ingest()'s bullets: passed to ingest(), as read, it
+    # was a TypeError; progress, chunk_words, batch sizes and prepare_ahead are Ingester's
+    from pgfunnel.ingest import Ingester
+
+    section = _flat(DOC.read_text().split("## Ingest from Python: `Ingester`", 1)[1]
+                    .split("\n## ", 1)[0])
+    for call in (_call_as_written("Ingester", Ingester.__init__),
+                 _call_as_written("ingest", Ingester.ingest)):
+        assert f"`{call}`" in section, f"docs/python-api.md lacks {call}"
+    assert "`Ingester(..., progress=fn)`" in section
