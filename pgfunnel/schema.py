@@ -425,8 +425,15 @@ def _init(target: str, *, rls: bool) -> dict[str, Any]:
                 # a database already in RLS mode gets this release's policies below:
                 # refuse a role that could not finish that, before anything is written
                 check_rls_setup(conn)
-            conn.execute(psycopg.sql.SQL("create schema if not exists {}").format(
-                psycopg.sql.Identifier(SCHEMA)))
+            # only where it is missing: CREATE SCHEMA IF NOT EXISTS checks CREATE on the
+            # database before it looks for the schema, so an owner whose schema a DBA made
+            # (`create schema pgfunnel authorization app_owner` in a database it does not
+            # own) was refused every init with "permission denied for database"
+            exists = conn.execute("select pg_catalog.to_regnamespace(%s) is not null",
+                                  (SCHEMA,)).fetchone()
+            if not (exists and exists[0]):
+                conn.execute(psycopg.sql.SQL("create schema {}").format(
+                    psycopg.sql.Identifier(SCHEMA)))
             conn.commit()
         upgrade(target)
         with connect(target) as conn:

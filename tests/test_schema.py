@@ -1049,3 +1049,50 @@ def test_the_schema_check_before_a_search_reads_the_revision_once(sample_db: str
         assert len(statements) == 3
         assert schema.schema_status(conn) == (None, True)
         assert schema.functions_outdated(conn) and schema.outdated_revision(conn) is None
+
+
+def _dba_made_schema_for(dsn: str, *, create_in_public: bool) -> str:
+    """What a DBA does for an application's owner in a database the DBA keeps: a login
+    role, the vector extension, `create schema pgfunnel authorization ROLE`, and nothing
+    on the database itself (Postgres 15+ grants PUBLIC no CREATE on a database, nor on
+    schema public). The role's DSN."""
+    import uuid
+
+    from _security_helpers import with_user
+    from psycopg import sql as pgsql
+
+    role = f"pgf_app_{uuid.uuid4().hex[:8]}"
+    with connect(dsn, autocommit=True, register=False) as su:
+        su.execute(pgsql.SQL("create role {} login").format(pgsql.Identifier(role)))
+        su.execute("create extension if not exists vector")
+        su.execute("revoke create on schema public from public")
+        su.execute(pgsql.SQL("create schema pgfunnel authorization {}").format(
+            pgsql.Identifier(role)))
+        if create_in_public:
+            su.execute(pgsql.SQL("grant create on schema public to {}").format(
+                pgsql.Identifier(role)))
+    return with_user(dsn, role)
+
+
+def test_init_by_the_owner_of_a_schema_a_dba_made_needs_no_create_on_the_database(
+        empty_db: str) -> None:
+    """`create schema if not exists` checks CREATE on the database before it looks for the
+    schema: the owner of a pgfunnel schema made for it was refused every `init`, the first
+    and each re-run, with "permission denied for database" and advice to run it as the
+    schema's owner, which it was."""
+    as_owner = _dba_made_schema_for(empty_db, create_in_public=True)
+    with connect(as_owner, autocommit=True, register=False) as conn:
+        assert conn.execute("select has_database_privilege(current_database(), 'CREATE')"
+                            ).fetchone() == (False,)
+    first = schema.init(as_owner)
+    assert first["created"] is True
+    assert schema.init(as_owner)["created"] is False
+    from _security_helpers import Doc, ingest_docs
+
+    ingest_docs(as_owner, [Doc("refunds", "how a refund is paid back")])
+    with connect(as_owner, autocommit=True) as conn:
+        assert conn.execute("select pg_get_userbyid(relowner) = current_user "
+                            "from pg_class where oid = 'pgfunnel.document'::regclass"
+                            ).fetchone() == (True,)
+        assert conn.execute("select citekey from funnel_search('refund')").fetchall() == [
+            ("refunds",)]
