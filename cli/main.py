@@ -121,12 +121,14 @@ def init(
     elif result["revision_before"] != result["revision"]:
         out.print(f"pgfunnel schema upgraded to revision {result['revision']} (was "
                   f"{result['revision_before']}); functions refreshed.", soft_wrap=True)
-        for note in result["notes"]:
-            # notes on stderr, as every command's: stdout holds what was done
-            labelled("note", "yellow", note)
     else:
         out.print(f"pgfunnel schema already installed (revision {result['revision']}); "
                   "functions refreshed.", soft_wrap=True)
+    if not json_out:
+        for note in result["notes"]:
+            # notes on stderr, as every command's: stdout holds what was done (an
+            # upgrade's, and on any run public.funnel_search left uncreated)
+            labelled("note", "yellow", note)
     if result["rls"] and not json_out:
         # on an installed schema the lines above said nothing of it
         out.print("row-level security is on: a role sees only the rows its transaction's "

@@ -151,8 +151,13 @@ def check_schema(conn: psycopg.Connection[Any]) -> list[Finding]:
                     "where p.proname = 'funnel_search' "
                     "and p.pronamespace = pg_catalog.to_regnamespace('public'))").fetchone() \
             == (True,):
+        # where init could not create it, why, and what to do: "run init" alone sent the
+        # owner round to the same note
+        problem = schema.wrapper_problem(conn)
         found.append(Finding(
-            "warning", "schema",
+            "info" if problem is not None and problem.startswith("there is no schema public")
+            else "warning", "schema",
+            problem if problem is not None else
             "public.funnel_search is missing, the wrapper that lets `funnel_search(...)` run "
             "on a default search_path (a dump of schema pgfunnel alone, `pg_dump -n "
             "pgfunnel`, leaves it out); `pgfunnel.funnel_search(...)` works meanwhile. Run "

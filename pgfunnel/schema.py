@@ -244,13 +244,61 @@ def stale_schema(conn: psycopg.Connection[Any]) -> str | None:
     return OTHER_FUNCTIONS if other_functions else None
 
 
+#: the sql/ file that creates public.funnel_search, run only where wrapper_problem is None
+WRAPPER_FILE = "045_public_funnel_search.sql"
+
+#: what the wrapper is, in the words of wrapper_problem's messages
+_WRAPPER = ("public.funnel_search, the wrapper that lets `funnel_search(...)` run on a "
+            "default search_path")
+#: how to search meanwhile
+_QUALIFIED = ("call `pgfunnel.funnel_search(...)` instead, as the Python API and the CLI "
+              "do")
+
+
+def wrapper_problem(conn: psycopg.Connection[Any]) -> str | None:
+    """Why this role cannot create or replace public.funnel_search, or None when it can:
+    schema public is missing, the role may not create objects in it (Postgres 15 and
+    later grant PUBLIC no CREATE there, so an owner of schema pgfunnel that does not own
+    the database may not), or pgfunnel's wrapper there belongs to another role."""
+    row = conn.execute(
+        "select n.oid is not null, "
+        "       n.oid is not null and pg_catalog.has_schema_privilege(n.oid, 'CREATE'), "
+        "       (select pg_catalog.pg_get_userbyid(p.proowner) from pg_catalog.pg_proc p "
+        "         where p.pronamespace = n.oid and p.proname = 'funnel_search' "
+        "           and p.prosrc like '%pgfunnel.funnel_search(%' "
+        "           and not pg_catalog.pg_has_role(p.proowner, 'USAGE') limit 1), "
+        "       pg_catalog.quote_ident(current_user) "
+        "from (select pg_catalog.to_regnamespace('public') as oid) n").fetchone()
+    assert row is not None
+    exists, may_create, other_owner, me = row
+    if not exists:
+        return (f"there is no schema public in this database, so {_WRAPPER}, was not "
+                f"created: {_QUALIFIED}")
+    if not may_create:
+        return (f"role {me} may not create objects in schema public, so {_WRAPPER}, was not "
+                f"created: {_QUALIFIED}, or have the database's owner run `grant create on "
+                f"schema public to {me}` and run `pgfunnel init` again")
+    if other_owner is not None:
+        other = psycopg.sql.Identifier(str(other_owner)).as_string()
+        return (f"{_WRAPPER}, belongs to role {other}, so it was left as it was (another "
+                f"release's, perhaps): run `pgfunnel init` as {other} to renew it, or "
+                f"`alter function public.funnel_search owner to {me}` as {other}; "
+                f"meanwhile {_QUALIFIED}")
+    return None
+
+
 def install_functions(conn: psycopg.Connection[Any]) -> int:
     """(Re)install every SQL function from sql/ in one transaction, and record which
-    release's they are in the schema's comment."""
+    release's they are in the schema's comment. public.funnel_search is left out where
+    this role may not create it (:func:`wrapper_problem`): every other function is in
+    schema pgfunnel, which the role owns."""
     schema = require_vector_schema(conn)
     files = sql_files()
     collation = case_collation(conn)
+    skip_wrapper = wrapper_problem(conn) is not None
     for path in files:
+        if path.name == WRAPPER_FILE and skip_wrapper:
+            continue
         conn.execute(render_sql(path.read_text(), schema, collation).encode())
     try:
         with conn.transaction():
@@ -448,6 +496,8 @@ def _init(target: str, *, rls: bool) -> dict[str, Any]:
             after = current_revision(conn)
             # init on an older schema is an upgrade: it says what migrate would
             notes = _upgrade_notes(conn) if before is not None and before != after else []
+            if (wrapper := wrapper_problem(conn)) is not None:
+                notes.append(wrapper)
     except psycopg.Error as exc:
         error = translate(exc)
         if isinstance(exc, psycopg.errors.InsufficientPrivilege):
@@ -531,6 +581,8 @@ def _migrate(target: str) -> dict[str, Any]:
             conn.commit()
             after = current_revision(conn)
             notes = _upgrade_notes(conn)
+            if (wrapper := wrapper_problem(conn)) is not None:
+                notes.append(wrapper)
     except psycopg.Error as exc:
         error = translate(exc)
         if isinstance(exc, psycopg.errors.InsufficientPrivilege):

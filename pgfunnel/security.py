@@ -213,13 +213,16 @@ def _grant_functions(conn: psycopg.Connection[Any]) -> None:
         if name not in WRITER_ONLY_FUNCTIONS:
             conn.execute(sql.SQL("grant execute on function {} to {}").format(
                 sql.SQL(sig), _ident(READER_ROLE)))
-    if conn.execute("select to_regprocedure('public.funnel_search(text, vector, integer, text, "
-                    "text[], text, text, timestamptz, jsonb, text, double precision, "
-                    "double precision[], integer, integer, integer, integer, integer, "
-                    "double precision, double precision, boolean)') is not null"
-                    ).fetchone() == (True,):
-        conn.execute(sql.SQL("grant execute on function public.funnel_search to {}, {}").format(
-            _ident(READER_ROLE), _ident(WRITER_ROLE)))
+    # the wrapper where this role made it: another role's may not be granted by this one
+    # (Postgres warns "no privileges were granted"), and public may be missing
+    for (sig,) in conn.execute(
+            "select p.oid::regprocedure::text from pg_catalog.pg_proc p "
+            "where p.pronamespace = pg_catalog.to_regnamespace('public') "
+            "and p.proname = 'funnel_search' "
+            "and p.prosrc like '%pgfunnel.funnel_search(%' "
+            "and pg_catalog.pg_has_role(p.proowner, 'USAGE')").fetchall():
+        conn.execute(sql.SQL("grant execute on function {} to {}, {}").format(
+            sql.SQL(sig), _ident(READER_ROLE), _ident(WRITER_ROLE)))
 
 
 def _oids(conn: psycopg.Connection[Any], signatures: Sequence[str]) -> set[int]:
@@ -661,7 +664,8 @@ def security_findings(conn: psycopg.Connection[Any],
     for sig, name in conn.execute(
             "select p.oid::regprocedure::text, p.proname from pg_proc p "
             "where (p.pronamespace = 'pgfunnel'::regnamespace "
-            "       or (p.pronamespace = 'public'::regnamespace and p.proname = 'funnel_search'))"
+            "       or (p.pronamespace = pg_catalog.to_regnamespace('public') "
+            "           and p.proname = 'funnel_search'))"
             " and has_function_privilege('public', p.oid, 'execute') order by 1").fetchall():
         level: Literal["error", "warning"] = (
             "error" if name in WRITER_ONLY_FUNCTIONS else "warning")

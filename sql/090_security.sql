@@ -86,9 +86,21 @@ declare
     f record;
     has_reader boolean := exists (select 1 from pg_catalog.pg_roles where rolname = 'pgfunnel_reader');
     has_writer boolean := exists (select 1 from pg_catalog.pg_roles where rolname = 'pgfunnel_writer');
+    -- the wrapper (sql/045_public_funnel_search.sql) where this role made it: public may
+    -- be missing, or hold another role's, which this one may not grant, or a
+    -- funnel_search of the application's own beside it (the body tells pgfunnel's)
+    wrappers regprocedure[] := array(
+        select p.oid::regprocedure from pg_catalog.pg_proc p
+         where p.pronamespace = pg_catalog.to_regnamespace('public')
+           and p.proname = 'funnel_search'
+           and p.prosrc like '%pgfunnel.funnel_search(%'
+           and pg_catalog.pg_has_role(p.proowner, 'USAGE'));
+    wrapper regprocedure;
 begin
     execute 'revoke execute on all functions in schema pgfunnel from public';
-    execute 'revoke execute on function public.funnel_search from public';
+    foreach wrapper in array wrappers loop
+        execute format('revoke execute on function %s from public', wrapper);
+    end loop;
     for f in
         select p.oid::regprocedure as sig, p.proname
           from pg_catalog.pg_proc p
@@ -101,11 +113,13 @@ begin
             execute format('grant execute on function %s to pgfunnel_reader', f.sig);
         end if;
     end loop;
-    if has_reader then
-        execute 'grant execute on function public.funnel_search to pgfunnel_reader';
-    end if;
-    if has_writer then
-        execute 'grant execute on function public.funnel_search to pgfunnel_writer';
-    end if;
+    foreach wrapper in array wrappers loop
+        if has_reader then
+            execute format('grant execute on function %s to pgfunnel_reader', wrapper);
+        end if;
+        if has_writer then
+            execute format('grant execute on function %s to pgfunnel_writer', wrapper);
+        end if;
+    end loop;
 end
 $$;

@@ -1096,3 +1096,76 @@ def test_init_by_the_owner_of_a_schema_a_dba_made_needs_no_create_on_the_databas
                             ).fetchone() == (True,)
         assert conn.execute("select citekey from funnel_search('refund')").fetchall() == [
             ("refunds",)]
+
+
+def test_an_owner_that_may_not_create_in_public_gets_every_function_but_the_wrapper(
+        empty_db: str) -> None:
+    """Postgres 15+ keeps CREATE on schema public to the database's owner: the owner of a
+    pgfunnel schema a DBA made could not create public.funnel_search, and every `init`
+    failed with `permission denied for schema public` (every function rolled back with
+    it). Now init installs the rest, says why the wrapper is missing and what to do, and
+    doctor repeats it; granted CREATE there, the next init makes the wrapper."""
+    from _security_helpers import Doc, ingest_docs
+    from psycopg import sql as pgsql
+
+    from pgfunnel.doctor import run_checks
+
+    as_owner = _dba_made_schema_for(empty_db, create_in_public=False)
+    result = schema.init(as_owner)
+    role = psycopg.conninfo.conninfo_to_dict(as_owner)["user"]
+    assert result["created"] is True
+    assert [n for n in result["notes"] if "public.funnel_search" in n] == [
+        f"role {role} may not create objects in schema public, so public.funnel_search, the "
+        "wrapper that lets `funnel_search(...)` run on a default search_path, was not "
+        "created: call `pgfunnel.funnel_search(...)` instead, as the Python API and the CLI "
+        f"do, or have the database's owner run `grant create on schema public to {role}` "
+        "and run `pgfunnel init` again"]
+    assert schema.migrate(as_owner)["notes"] == result["notes"]
+    ingest_docs(as_owner, [Doc("refunds", "how a refund is paid back")])
+    with connect(as_owner, autocommit=True) as conn:
+        assert conn.execute("select citekey from pgfunnel.funnel_search('refund')"
+                            ).fetchall() == [("refunds",)]
+        assert conn.execute("select to_regprocedure('public.funnel_search(text, vector, "
+                            "integer, text, text[], text, text, timestamptz, jsonb, text, "
+                            "double precision, double precision[], integer, integer, "
+                            "integer, integer, integer, double precision, double precision, "
+                            "boolean)')").fetchone() == (None,)
+        assert [(f.level, f.message) for f in run_checks(conn) if f.check == "schema"
+                and "funnel_search" in f.message] == [("warning", result["notes"][-1])]
+    with connect(empty_db, autocommit=True) as su:
+        su.execute(pgsql.SQL("grant create on schema public to {}").format(
+            pgsql.Identifier(role)))
+    assert schema.init(as_owner)["notes"] == []
+    with connect(as_owner, autocommit=True) as conn:
+        assert conn.execute("select citekey from funnel_search('refund')").fetchall() == [
+            ("refunds",)]
+
+
+def test_a_database_without_schema_public_installs_and_searches(empty_db: str) -> None:
+    """Some DBAs drop schema public and keep extensions in a schema of their own: `init`
+    failed with `schema "public" does not exist` (the wrapper, and a cast of 'public' to
+    regnamespace in the SQL files and doctor's checks)."""
+    from _security_helpers import Doc, ingest_docs
+    from psycopg import sql as pgsql
+
+    from pgfunnel.doctor import run_checks
+
+    with connect(empty_db, autocommit=True, register=False) as su:
+        su.execute("drop schema public")
+        su.execute("create schema extensions")
+        su.execute("create extension vector schema extensions")
+        su.execute(pgsql.SQL("alter database {} set search_path = extensions").format(
+            pgsql.Identifier(su.info.dbname)))
+    result = schema.init(empty_db, rls=True)
+    assert result["vector_schema"] == "extensions"
+    assert [n for n in result["notes"] if "public.funnel_search" in n] == [
+        "there is no schema public in this database, so public.funnel_search, the wrapper "
+        "that lets `funnel_search(...)` run on a default search_path, was not created: call "
+        "`pgfunnel.funnel_search(...)` instead, as the Python API and the CLI do"]
+    ingest_docs(empty_db, [Doc("refunds", "how a refund is paid back")])
+    with connect(empty_db, autocommit=True) as conn:
+        assert conn.execute("select citekey from pgfunnel.funnel_search('refund')"
+                            ).fetchall() == [("refunds",)]
+        findings = run_checks(conn)
+    assert [f for f in findings if f.level == "error"] == []
+    assert [f.level for f in findings if "public.funnel_search" in f.message] == ["info"]
