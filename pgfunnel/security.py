@@ -514,7 +514,19 @@ def grant_app_role(conn: psycopg.Connection[Any], role: str, *, writer: bool = F
                 f"{group} holds no privilege on this database's pgfunnel tables (row-level "
                 "security is off here; the role was made by `init --rls` on another "
                 f"database of the cluster), so {role!r} could not search: {enable}")
-        conn.execute(sql.SQL("grant {} to {}").format(_ident(group), _ident(role)))
+        me = conn.execute("select current_user, pg_catalog.quote_ident(%s)",
+                          (role,)).fetchone()
+        try:
+            conn.execute(sql.SQL("grant {} to {}").format(_ident(group), _ident(role)))
+        except psycopg.errors.InsufficientPrivilege as exc:
+            # the tables' owner that a superuser made a member of the group (what `init
+            # --rls` asks for) holds no ADMIN OPTION on it, and got Postgres' bare
+            # 'permission denied to grant role "pgfunnel_reader"'
+            raise AccessError(
+                f"role {me[0] if me else '?'!r} may not grant {group} to {role!r} (that takes "
+                f"ADMIN OPTION on {group}, or a superuser): ask a superuser to run `grant "
+                f"{group} to {me[1] if me else role}`, or to give this role `... with "
+                "admin option` once, then run it again") from exc
     except psycopg.Error as exc:
         raise translate(exc) from exc
 

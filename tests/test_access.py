@@ -1051,6 +1051,30 @@ def test_granting_an_app_role_before_init_rls_says_to_run_it(plain_db: str) -> N
             conn.execute(sql.SQL("drop role {}").format(sql.Identifier(role)))
 
 
+def test_a_role_that_may_not_grant_the_reader_role_is_told_who_may(rls_db: str) -> None:
+    """A role without ADMIN OPTION on pgfunnel_reader (the tables' owner that a superuser
+    made a member of pgfunnel_writer, as `init --rls` asks; an ingest job) got Postgres'
+    bare 'permission denied to grant role "pgfunnel_reader"' from grant_app_role, which
+    named neither the role to grant it to nor who may."""
+    from pgfunnel.security import READER_ROLE, grant_app_role
+
+    granter_dsn = create_app_role(rls_db, writer=True)
+    granter = psycopg.conninfo.conninfo_to_dict(granter_dsn)["user"]
+    target = f"pgf_app_{uuid.uuid4().hex[:8]}"
+    with connect(rls_db, autocommit=True) as su:
+        su.execute(sql.SQL("create role {} login").format(sql.Identifier(target)))
+    with connect(granter_dsn, autocommit=True) as conn:
+        with pytest.raises(AccessError) as exc:
+            grant_app_role(conn, target)
+        assert conn.execute("select pg_has_role(%s, %s, 'member')",
+                            (target, READER_ROLE)).fetchone() == (False,)
+    assert str(exc.value) == (
+        f"role {granter!r} may not grant pgfunnel_reader to {target!r} (that takes ADMIN "
+        "OPTION on pgfunnel_reader, or a superuser): ask a superuser to run `grant "
+        f"pgfunnel_reader to {target}`, or to give this role `... with admin option` "
+        "once, then run it again")
+
+
 def test_a_role_rls_does_not_apply_to_is_not_made_a_reader(rls_db: str) -> None:
     """grant_app_role made a superuser, a BYPASSRLS role or the tables' owner a member of
     pgfunnel_reader without a word: row-level security does not apply to them, so the
