@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from pathlib import Path
@@ -700,6 +701,35 @@ def test_the_pool_recall_chart_shows_every_line_where_lines_coincide() -> None:
     assert len(set(markers)) == len(markers), markers
     assert ax.get_xscale() == "log"
     assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "3", "5", "10", "40"]
+
+
+def test_the_pool_recall_chart_labels_no_depth_over_another() -> None:
+    """Each line ends at its own longest list, so on a corpus of long pages the axis held
+    39, 40, 44 and 45 side by side (a leg at its depth of 40, pools the per-source cap
+    widened), and on a log scale their labels ran together as '394045'. The round depths
+    (where the table's pool recall and recall@k are read) keep their labels; a line's end
+    keeps one only where it has room."""
+    from pgfunnel.eval.report import _pool_recall_figure
+
+    def line(end: int) -> list[tuple[int, float]]:
+        return [(d, 0.5 + d / 100) for d in (1, 3, 5, 10, 20, 40) if d <= end] + [(end, 0.95)]
+
+    curves = {"lexical leg": line(40), "dense leg": line(39),
+              "default (final order)": line(45), "rrf (final order)": line(44),
+              "zscore (final order)": line(35)}
+    fig = _pool_recall_figure(curves, "t")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    labels = [t for t in ax.get_xticklabels() if t.get_visible() and t.get_text()]
+    boxes = sorted((box.x0, box.x1, t.get_text())
+                   for t in labels for box in [t.get_window_extent(renderer)])
+    for (_, right, a), (left, _, b) in itertools.pairwise(boxes):
+        assert left >= right + 2, (a, b, [text for *_, text in boxes])
+    shown = [text for *_, text in boxes]
+    assert {"1", "3", "5", "10", "20", "40"} <= set(shown), shown
+    # the longest line's end: the last point drawn is still where the axis ends
+    assert ax.get_xlim()[1] >= 45
 
 
 def test_charts_of_no_answer_queries_only_draw_no_line_at_zero() -> None:

@@ -562,7 +562,42 @@ def _pool_recall_figure(points: Mapping[str, Sequence[tuple[int, float]]], title
         # legend (placed lower right) covered them
         _legend_beside(ax, lines, names)
     fig.tight_layout()
+    if log_x:
+        _thin_depth_labels(fig, ax, sorted(depths))
     return fig
+
+
+#: the depths the harness's curves step through (``Harness._curves``): where the table's
+#: pool recall (a leg at 40) and recall@k are read, so their labels are kept first
+_ROUND_DEPTHS: frozenset[int] = frozenset({1, 3, 5, 10, 20, 40, 80, 160, 320, 640, 1000})
+
+
+def _thin_depth_labels(fig: Any, ax: Any, depths: Sequence[int]) -> None:
+    """Keep the depth ticks whose labels have room. Each line ends at its own longest
+    list, so the axis can hold 39, 40, 44 and 45 side by side, which on a log scale were
+    drawn over each other ('394045'). The round depths come first, then the lines' ends,
+    the deepest first; a tick whose label would touch a kept one is left out (its line's
+    last point is still drawn)."""
+    from matplotlib.ticker import FixedLocator
+
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    extent = {}
+    for tick, label in zip(ax.get_xticks(), ax.get_xticklabels(), strict=True):
+        box = label.get_window_extent(renderer)
+        extent[int(round(tick))] = (box.x0, box.x1)
+    gap = 4.0  # pixels between two labels
+    order = ([d for d in depths if d in _ROUND_DEPTHS]
+             + sorted((d for d in depths if d not in _ROUND_DEPTHS), reverse=True))
+    kept: list[int] = []
+    for d in order:
+        if d not in extent:
+            continue
+        x0, x1 = extent[d]
+        if all(x1 + gap <= extent[o][0] or extent[o][1] + gap <= x0 for o in kept):
+            kept.append(d)
+    if len(kept) < len(extent):
+        ax.xaxis.set_major_locator(FixedLocator(sorted(kept)))
 
 
 def plot_pool_recall(
