@@ -159,8 +159,9 @@ def evaluate(
                 harness = Harness(conn, collection, k=k, principals=principal or [],
                                   trace=trace, progress=tick)
                 with warnings.catch_warnings():
-                    # said once below, in the CLI's own words
-                    warnings.filterwarnings("ignore", message="pgfunnel eval: .* judged items")
+                    # said once below, in the CLI's own words; "1 judged item was
+                    # written as a file name" too, which "judged items" let through
+                    warnings.filterwarnings("ignore", message="pgfunnel eval: .* judged items?")
                     warnings.filterwarnings("ignore", message="pgfunnel eval: .*; not read: ")
                     result = harness.run(judged, configs, split=split)  # type: ignore[arg-type]
             respelled = result.report.metadata.get("judged_items_respelled") or {}

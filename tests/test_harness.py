@@ -263,6 +263,29 @@ def test_judged_items_written_as_file_names_are_matched_to_their_citekeys(
     assert result.report.configs["default"].per_query["q1"]["recall@10"] == found / 2
 
 
+def test_eval_says_one_judged_item_matched_to_its_citekey_once(sample_db: str,
+                                                               tmp_path: Path) -> None:
+    """The CLI says the renaming once, as a note, in its own words; the library's warning
+    is silenced. Its filter matched "judged items" only, so with one item renamed
+    ("1 judged item was written as a file name ...") the same sentence came twice, first
+    as `warning: pgfunnel eval: ...` and then as `note: pgfunnel eval: ...`."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    real = next(q for q in _subset(1) if q.relevant_items)
+    known = sorted(real.relevant_items)[0]
+    for items, said in (({f"{known}.md": 1}, "1 judged item was written as a file name"),
+                        ({f"{known}.md": 1, f"./{known}.md": 1},
+                         "2 judged items were written as file names")):
+        path = _write(tmp_path / "q.jsonl", [JudgedQuery("q1", real.query, "identifier",
+                                                         items)])
+        res = CliRunner().invoke(app, ["eval", str(path), "--dsn", sample_db])
+        assert res.exit_code == 0, res.output
+        lines = [" ".join(x.split()) for x in res.output.splitlines() if said in x]
+        assert lines == [f"note: pgfunnel eval: {said}" + lines[0].split(said, 1)[1]], \
+            res.output
+
+
 #: a paraphrase none of whose words is in the help center's BM25 index: the lexical
 #: leg finds nothing, the dense leg finds the refund articles
 NO_LEXICAL_MATCH = "how can I obtain a reimbursement"
