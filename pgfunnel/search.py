@@ -635,6 +635,11 @@ def check_history_text(history: Any) -> list[str]:
     return turns
 
 
+#: a Funnel's own arguments, which a search does not take per call
+FUNNEL_SETTINGS: tuple[str, ...] = ("reranker", "rerank_depth", "rerank_gate_margin",
+                                    "embedder", "rewriter", "followup")
+
+
 def check_rerank_depth(rerank_depth: Any) -> int | None:
     """A Funnel's ``rerank_depth``: None, or an integer of at least 1 (a numpy one is
     taken, as search parameters take one), else a ConfigError naming it."""
@@ -919,6 +924,14 @@ class Funnel:
     def _params_for(self, params: Mapping[str, Any]) -> SearchParams:
         """One search's parameters: this Funnel's defaults with ``params`` over them,
         checked; ``rrf_k`` given for a fusion other than rrf is refused."""
+        for name in FUNNEL_SETTINGS:
+            if name in params:
+                # docs/tuning.md's `rerank_depth=20`, given to search(), was "unknown
+                # search parameter (known: as_of, b, ...)", as if there were no such thing
+                raise ConfigError(name, f"a setting of the Funnel, not of one search: "
+                                        f"Funnel(..., {name}=...)"
+                                  + (", with reranker=..." if name.startswith("rerank_")
+                                     else ""))
         p = SearchParams.build(**{**{f.name: getattr(self.defaults, f.name)
                                      for f in dataclasses.fields(SearchParams)}, **params})
         refuse_unused_rrf_k(params, p.fusion)

@@ -74,6 +74,25 @@ def test_rerank_off_returns_exactly_funnel_search(sample_conn: psycopg.Connectio
     assert not off.reranked and all(r.rerank_rank is None for r in off.results)
 
 
+@pytest.mark.parametrize("name", ["rerank_depth", "rerank_gate_margin", "reranker",
+                                  "embedder", "rewriter", "followup"])
+def test_a_funnel_setting_given_to_one_search_says_where_it_goes(
+        sample_conn: psycopg.Connection[Any], embedder: Any, tiny_reranker: Reranker,
+        name: str) -> None:
+    """docs/tuning.md keeps a CPU rerank small with `rerank_depth=20`; given to search()
+    it was "rerank_depth: unknown search parameter (known: as_of, b, ...)", as if there
+    were no such setting. It is the Funnel's, and the error says so."""
+    funnel = Funnel(sample_conn, embedder=embedder, reranker=tiny_reranker)
+    for call in (lambda: funnel.search("refund window", **{name: 20}),
+                 lambda: funnel.check("refund window", **{name: 20})):
+        with pytest.raises(ConfigError) as exc:
+            call()
+        assert exc.value.parameter == name
+        said = str(exc.value)
+        assert f"a setting of the Funnel, not of one search: Funnel(..., {name}=...)" in said
+        assert "unknown search parameter" not in said
+
+
 # -- rerank on: a real (tiny) CrossEncoder reorders the pool and nothing else ----------
 
 
