@@ -184,11 +184,13 @@ def stop() -> None:
 
 def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | None,
                    copies: dict[str, tuple[Any, str]] | None = None,
-                   encoding: str | None = None) -> tuple[list[Any], list[str]]:
+                   encoding: str | None = None, origins: dict[str, Path] | None = None
+                   ) -> tuple[list[Any], list[str]]:
     """Every document the paths hold, validated, and the notes on what was left out;
     paths that hold no document are an error. ``copies``, when given, gets each document
     left out as a copy of another, by citekey, with its note. ``encoding``: the one files
-    that are not UTF-8 are read in (read_paths)."""
+    that are not UTF-8 are read in (read_paths). ``origins``, given empty, gets each
+    citekey's file (read_paths)."""
     from pgfunnel.errors import InvalidDocumentError
     from pgfunnel.sources import (
         EmptyFileWarning,
@@ -206,7 +208,8 @@ def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | No
     with warnings.catch_warnings(record=True) as caught:
         for category in noted:
             warnings.simplefilter("always", category)
-        origins: dict[str, Path] = {}
+        if origins is None:
+            origins = {}
         records = list(read_paths(paths, exclude or [], root, origins=origins,
                                   encoding=encoding))
     skipped = [str(w.message) for w in caught if issubclass(w.category, noted)]
@@ -337,7 +340,8 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
         # '' was taken as no --model: the collection's (or the default) model, unsaid
         check_model_name(model)
     copies: dict[str, tuple[Any, str]] = {}
-    records, skipped = read_documents(paths, exclude, root, copies, encoding)
+    origins: dict[str, Path] = {}
+    records, skipped = read_documents(paths, exclude, root, copies, encoding, origins)
     if kept is not None:
         kept["total"] = len(records)
     with connect(dsn_value, autocommit=True) as conn:
@@ -418,8 +422,68 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
                                       set(copies), len(paths))
                 if unread:
                     stats.notes.append(unread)
+            if not prune:
+                # the files written: not those left out as copies of another
+                moved = _moved_note(conn, collection, {r.citekey: origins[r.citekey]
+                                                       for r in records}, paths)
+                if moved:
+                    stats.notes.append(moved)
         stats.notes.extend(skipped)
         return stats
+
+
+def _moved_note(conn: Any, collection: str, origins: dict[str, Path], paths: list[Path]
+                ) -> str | None:
+    """The note on files this ingest wrote that ``collection`` also holds under a longer
+    citekey, their path from a folder above (``sub/guide`` for the ``guide`` that
+    ``pgfunnel ingest docs/sub/guide.md`` wrote, where ``docs`` was ingested before): a
+    file edited and ingested by itself, without ``--root``, became a second document
+    beside its old one, both searchable, and nothing said so. ``paths``: those given, for
+    the ingest with ``--root`` that the note suggests."""
+    import os
+
+    from pgfunnel.ingest import collection_id
+    from pgfunnel.sources import format_suffix, path_without_suffix
+
+    cid = collection_id(conn, collection)
+    if cid is None:
+        return None
+    read = {key: path for key, path in origins.items() if format_suffix(path) != ".jsonl"}
+    if not read:
+        return None
+    longer: dict[str, list[str]] = {}
+    for (stored,) in conn.execute("select citekey from pgfunnel.document "
+                                  "where collection_id = %s", (cid,)).fetchall():
+        parts = str(stored).split("/")
+        for i in range(1, len(parts)):
+            longer.setdefault("/".join(parts[i:]), []).append(str(stored))
+    found: list[tuple[str, str, Path]] = []
+    for key, path in sorted(read.items()):
+        # the file itself lies at that longer path: not another folder's file of one name
+        # (api/index beside index)
+        where = path_without_suffix(Path(os.path.abspath(path)))
+        found.extend((key, other, path) for other in longer.get(key, ())
+                     if other not in read and where.endswith("/" + other))
+    if not found:
+        return None
+    key, other, path = found[0]
+    # the folder as the path was given (absolute, or from here), else from here
+    levels = other.count("/")
+    root = (str(path.parents[levels]) if levels < len(path.parents)
+            else os.path.relpath(Path(os.path.abspath(path)).parents[levels]))
+    named = ", ".join(f"{k!r} beside {o!r}" for k, o, _ in found[:_UNREAD_NAMED])
+    more = len(found) - _UNREAD_NAMED
+    if more > 0:
+        named += f" and {more:,} more"
+    new = " ".join(shlex.quote(k) for k in sorted({k for k, _, _ in found}))
+    return (f"collection {collection!r} now holds {plural(len(found), 'file')} twice, "
+            f"under the citekey this ingest gave and under its path from a folder above, "
+            f"which an earlier ingest gave ({named}): both are searchable, the older with "
+            "the file's text as it was then. A file's citekey is its path from the folder "
+            "given; give that folder as --root to replace the older (`pgfunnel ingest "
+            f"{' '.join(shlex.quote(str(p)) for p in paths)} --root {shlex.quote(root)}`), "
+            "and `pgfunnel delete "
+            f"{new}` takes out the documents this ingest added")
 
 
 #: how many citekeys of documents an ingest did not read its note names

@@ -726,6 +726,12 @@ def _uncompressed(path: Path) -> Path:
     return path
 
 
+def path_without_suffix(path: Path) -> str:
+    """``path`` as a citekey is made of it: without its format's suffix (both of
+    ``README.md.gz``), in forward slashes."""
+    return _uncompressed(path).with_suffix("").as_posix()
+
+
 def _citekey(path: Path, root: Path) -> str:
     """``path`` relative to ``root``, without its suffix. Read as written first: a file
     in the folder that is a symbolic link to one elsewhere is the document at its own
@@ -742,7 +748,7 @@ def _citekey(path: Path, root: Path) -> str:
     for inside, folder in ((Path(os.path.abspath(path)), Path(os.path.abspath(root))),
                            (path.resolve(), root.resolve())):
         if inside.is_relative_to(folder):
-            return _uncompressed(inside.relative_to(folder)).with_suffix("").as_posix()
+            return path_without_suffix(inside.relative_to(folder))
     raise InvalidDocumentError(f"{path}: not inside the root folder {root} (--root): a "
                                "file's citekey is its path from there")
 

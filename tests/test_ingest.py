@@ -1695,6 +1695,56 @@ def test_cli_ingest_of_a_folder_names_the_documents_it_did_not_read(db: str,
     assert res.exit_code == 0 and "did not give" not in res.stderr, res.output
 
 
+
+def test_cli_ingest_of_one_file_without_root_says_the_collection_holds_it_twice(
+        db: str, tmp_path: Path) -> None:
+    """A user ingests a folder, edits one file and ingests that file by itself: its citekey
+    is then its name (`setup`), not its path from the folder (`guides/setup`), so the
+    collection held the file twice, the old text searchable beside the new, and the
+    summary said `1 document written` and nothing more. A note now names both, the
+    --root that replaces the older and the delete that takes the new one out; a file of
+    one name in another folder (api/index beside index) is not taken for it."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    docs = tmp_path / "docs"
+    (docs / "guides").mkdir(parents=True)
+    (docs / "api").mkdir()
+    (docs / "guides" / "setup.md").write_text("# Setup\n\nInstall the walrus package.\n")
+    (docs / "api" / "index.md").write_text("# API\n\nThe walrus API.\n")
+    (docs / "index.md").write_text("# Home\n\nWelcome.\n")
+    env = {"COLUMNS": "400"}
+    res = CliRunner().invoke(app, ["ingest", str(docs), "-c", "d", "--dsn", db], env=env)
+    assert res.exit_code == 0, res.output
+    assert "twice" not in res.stderr, res.stderr
+    (docs / "guides" / "setup.md").write_text("# Setup\n\nInstall the narwhal package.\n")
+    alone = docs / "guides" / "setup.md"
+    res = CliRunner().invoke(app, ["ingest", str(alone), "-c", "d", "--dsn", db], env=env)
+    assert res.exit_code == 0, res.output
+    said = " ".join(res.stderr.split())
+    assert ("note: collection 'd' now holds 1 file twice, under the citekey this ingest gave "
+            "and under its path from a folder above, which an earlier ingest gave ('setup' "
+            "beside 'guides/setup'): both are searchable, the older with the file's text as "
+            "it was then.") in said, said
+    assert f"--root {docs}`), and `pgfunnel delete --dsn" in said, said
+    assert "-c d setup` takes out the documents this ingest added" in said, said
+    # what it says to run replaces the older document, and leaves no second note
+    res = CliRunner().invoke(app, ["ingest", str(alone), "--root", str(docs), "-c", "d",
+                                   "--dsn", db, "--json"], env=env)
+    assert res.exit_code == 0, res.output
+    stats = json.loads(res.stdout)
+    assert stats["documents_written"] == 1 and stats["chunks_removed"] == 1, stats
+    assert not [n for n in stats["notes"] if "twice" in n], stats["notes"]
+    res = CliRunner().invoke(app, ["delete", "setup", "-c", "d", "--dsn", db])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(app, ["ingest", str(alone), "--root", str(docs), "-c", "d",
+                                   "--dsn", db], env=env)
+    assert res.exit_code == 0 and "twice" not in res.stderr, res.output
+    # index.md ingested by itself is index, and api/index is another file's
+    res = CliRunner().invoke(app, ["ingest", str(docs / "index.md"), "-c", "d", "--dsn", db],
+                             env=env)
+    assert res.exit_code == 0 and "twice" not in res.stderr, res.output
+
 def test_cli_ingest_says_when_chunks_shared_a_text(db: str, tmp_path: Path) -> None:
     """The progress bar counts the texts the model read, the summary the chunks: an object
     documented on two pages read "902/902" above "916 embedded", as if 14 were lost."""
