@@ -374,6 +374,40 @@ def require_writer(conn: psycopg.Connection[Any], what: str, table: str,
             "Roles and grants)")
 
 
+def staging_refused(conn: psycopg.Connection[Any], what: str) -> AccessError | None:
+    """The AccessError for a role that row-level security applies to and that may not
+    create temporary tables in this database, else None. Such a role's writes go through
+    temporary tables (Postgres refuses COPY FROM into a table whose policies apply to the
+    caller: pgfunnel.ingest._copy), and a DBA's `revoke temporary on database DB from
+    public` left it Postgres' bare "permission denied to create temporary tables"."""
+    with tuple_rows(conn), own_transaction(conn):
+        row = conn.execute(
+            "select pg_catalog.row_security_active('pgfunnel.document'::regclass) "
+            "   and not pg_catalog.has_database_privilege(pg_catalog.current_database(), "
+            "                                             'TEMPORARY'), "
+            "current_user, pg_catalog.quote_ident(current_user), "
+            "pg_catalog.quote_ident(pg_catalog.current_database())").fetchone()
+    if row is None or not row[0]:
+        return None
+    return AccessError(
+        f"role {row[1]!r} may not {what}: row-level security applies to it, so pgfunnel "
+        "writes through temporary tables (Postgres refuses COPY into a table whose policies "
+        "apply to the writer), and it may not create temporary tables in database "
+        f"{row[3]}: ask the database's owner to run `grant temporary on database {row[3]} "
+        f"to {row[2]}`")
+
+
+def require_staging(conn: psycopg.Connection[Any], what: str) -> None:
+    """Refuse, before ``what`` loads a model or writes, a role :func:`staging_refused`
+    names."""
+    try:
+        refused = staging_refused(conn, what)
+    except psycopg.Error as exc:
+        raise translate(exc, searching=False) from exc
+    if refused is not None:
+        raise refused
+
+
 def require_table_owner(conn: psycopg.Connection[Any], what: str) -> None:
     """Refuse, before anything is written, a role that does not own the pgfunnel tables:
     dropping a version drops its HNSW index and posting partition, which only their owner

@@ -31,7 +31,12 @@ from psycopg import sql
 from psycopg.copy import QueuedLibpqWriter
 
 from pgfunnel import defaults
-from pgfunnel.db import WRITER_NOT_FOR_SEARCHES, try_register_vector, tuple_rows
+from pgfunnel.db import (
+    WRITER_NOT_FOR_SEARCHES,
+    staging_refused,
+    try_register_vector,
+    tuple_rows,
+)
 from pgfunnel.embedder import (
     DEFAULT_EMBEDDING_MODEL,
     VECTOR_NORM_MAX,
@@ -1060,6 +1065,12 @@ def _copy(conn: psycopg.Connection[Any], table: str, columns: Sequence[str], *,
     staged = bool(active and active[0])
     stage = sql.Identifier(f"pgfunnel_stage_{table}")
     if staged:
+        # what ingest and reindex check up front (require_staging), for every write that
+        # stages: the grant named, not Postgres' bare "permission denied to create
+        # temporary tables"
+        refused = staging_refused(conn, f"write to pgfunnel.{table}")
+        if refused is not None:
+            raise refused
         conn.execute(sql.SQL("create temporary table if not exists {} (like {}) "
                              "on commit delete rows").format(stage, target))
         conn.execute(sql.SQL("truncate {}").format(stage))
@@ -1413,10 +1424,11 @@ class Ingester:
         if not isinstance(prune, bool):
             raise ConfigError("prune", f"must be True or False, got {prune!r}")
         # on a read replica the first write would fail after a batch was embedded
-        from pgfunnel.db import refuse_read_only, require_writer
+        from pgfunnel.db import refuse_read_only, require_staging, require_writer
 
         refuse_read_only(self.conn, "ingest")
         require_writer(self.conn, "ingest documents", "document", "INSERT")
+        require_staging(self.conn, "ingest documents")
         if prune:
             # before any batch: a role that may write but not delete would otherwise
             # find out after the whole ingest

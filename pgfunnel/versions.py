@@ -810,7 +810,7 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
         from pgfunnel.embedder import check_model_name
 
         check_model_name(model)
-    from pgfunnel.db import refuse_read_only, require_schema
+    from pgfunnel.db import refuse_read_only, require_schema, require_staging
 
     require_schema(conn)
     # a version built by this release reads chunk columns and analyzers that an older
@@ -819,6 +819,13 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
     # on a read replica the version row's insert would fail after the model loaded
     refuse_read_only(conn, "reindex")
     require_writer(conn, "reindex", "index_version", "INSERT")
+    owns = conn.execute("select pg_catalog.pg_has_role(c.relowner, 'USAGE') "
+                        "from pg_catalog.pg_class c "
+                        "where c.oid = 'pgfunnel.embedding'::pg_catalog.regclass").fetchone()
+    if owns is not None and owns[0]:
+        # before the model loads; a role that does not own the tables is refused, by
+        # its own message, where the new version's partition is made
+        require_staging(conn, "reindex")
     _set_maintenance_work_mem(conn, maintenance_work_mem)
     # a killed CLI must not leave its backend running a long statement with the lock held
     # (a name the driver cannot send is named here, not in the session name's error)

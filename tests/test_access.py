@@ -1075,6 +1075,38 @@ def test_a_role_that_may_not_grant_the_reader_role_is_told_who_may(rls_db: str) 
         "once, then run it again")
 
 
+def test_a_writer_that_may_not_create_temporary_tables_is_told_the_grant(
+        rls_db: str) -> None:
+    """Under row-level security ingest stages its rows in temporary tables (COPY into a
+    table whose policies apply is refused), and a database whose DBA revoked TEMPORARY
+    from PUBLIC (a common hardening step) gave an ingest job Postgres' bare "permission
+    denied to create temporary tables in database ..." once its first batch was ready.
+    It is now refused before anything is written, with the grant that lets it through."""
+    writer_dsn = create_app_role(rls_db, writer=True)
+    writer = psycopg.conninfo.conninfo_to_dict(writer_dsn)["user"]
+    with connect(rls_db, autocommit=True) as su:
+        dbname = su.info.dbname
+        su.execute(sql.SQL("revoke temporary on database {} from public").format(
+            sql.Identifier(dbname)))
+        before = su.execute("select count(*) from pgfunnel.document").fetchone()
+    with pytest.raises(AccessError) as exc:
+        ingest_docs(writer_dsn, [Doc("fresh", "a new refund policy for staff")])
+    assert str(exc.value) == (
+        f"role {writer!r} may not ingest documents: row-level security applies to it, so "
+        "pgfunnel writes through temporary tables (Postgres refuses COPY into a table whose "
+        "policies apply to the writer), and it may not create temporary tables in database "
+        f"{dbname}: ask the database's owner to run `grant temporary on database {dbname} "
+        f"to {writer}`")
+    with connect(rls_db, autocommit=True) as su:
+        assert su.execute("select count(*) from pgfunnel.document").fetchone() == before
+        su.execute(sql.SQL("grant temporary on database {} to {}").format(
+            sql.Identifier(dbname), sql.Identifier(writer)))
+    ingest_docs(writer_dsn, [Doc("fresh", "a new refund policy for staff")])
+    with connect(rls_db, autocommit=True) as su:
+        assert su.execute("select count(*) from pgfunnel.document where citekey = 'fresh'"
+                          ).fetchone() == (1,)
+
+
 def test_a_role_rls_does_not_apply_to_is_not_made_a_reader(rls_db: str) -> None:
     """grant_app_role made a superuser, a BYPASSRLS role or the tables' owner a member of
     pgfunnel_reader without a word: row-level security does not apply to them, so the
