@@ -166,10 +166,13 @@ def vector_path_problem(conn: psycopg.Connection[Any]) -> str | None:
     if on_path:
         return None
     quoted = psycopg.sql.Identifier(str(schema)).as_string()
+    # an empty path (a hardened `search_path = ''`) reads `""`, a zero-length identifier
+    # that Postgres refuses in the statement given to paste
+    kept = "" if str(path).strip() in ("", '""') else f"{path}, "
     return (f"pgvector is installed in schema {quoted}, which is not on this connection's "
             f"search_path ({path}); pgfunnel needs it there. Add it for the role or the "
             f"database, then reconnect: alter role current_user set search_path = "
-            f"{path}, {quoted}   (or: alter database ... set search_path = ...)")
+            f"{kept}{quoted}   (or: alter database ... set search_path = ...)")
 
 
 #: how the schema's comment, which install_functions writes, begins: the digest of the

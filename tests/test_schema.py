@@ -1169,3 +1169,21 @@ def test_a_database_without_schema_public_installs_and_searches(empty_db: str) -
         findings = run_checks(conn)
     assert [f for f in findings if f.level == "error"] == []
     assert [f.level for f in findings if "public.funnel_search" in f.message] == ["info"]
+
+
+def test_the_search_path_fix_for_an_empty_path_is_a_statement_postgres_takes(
+        db: str) -> None:
+    """A hardened `search_path = ''` was shown as `""` and the fix read `set search_path =
+    "", "public"`, which Postgres refuses (a zero-length identifier): the operator pasted
+    a statement that failed. The fix given for any path must run."""
+    import re
+
+    for path in ("''", "pg_catalog", '"$user"'):
+        with connect(db, autocommit=True, register=False) as conn:
+            conn.execute(f"set search_path = {path}")
+            problem = schema.vector_path_problem(conn)
+            assert problem is not None
+            fix = re.search(r"alter role current_user set search_path = (.*?)   \(or", problem)
+            assert fix is not None, problem
+            conn.execute(f"set search_path = {fix.group(1)}")
+            assert schema.vector_path_problem(conn) is None, (path, fix.group(1))
