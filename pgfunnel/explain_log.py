@@ -251,10 +251,13 @@ def _traced_reason(log: _Logged, chunk: _Traced) -> tuple[str, str]:
                           f"{'1 chunk' if ahead == 1 else f'{ahead} chunks'} of {of} "
                           f"ranked above it{after} and per_source_cap {p.per_source_cap} "
                           f"kept only {keeps} per source")
-    returned = sum(1 for t in pool if t.final_rank is not None)
-    return "cut at k", (f"{said}cut at k ({how}; {legs}): not capped, but "
-                        f"{returned} chunks came before it{after} and the per-source cap "
-                        f"and k was {p.k}")
+    # the chunks the cap kept above it, as the live explain counts them: those returned
+    # alone said 10 of a chunk the live explain of the same search put 17 below
+    kept_above = sum(1 for t in pool[:pos] if t.dropped != "cap")
+    before = "1 chunk came" if kept_above == 1 else f"{kept_above} chunks came"
+    return "cut at k", (f"{said}cut at k ({how}; {legs}): not capped, but {before} before "
+                        f"it after {'the rerank and ' if log.reranked else ''}the per-source "
+                        f"cap and k was {p.k}")
 
 
 _FILTERS_SQL = (

@@ -1666,6 +1666,41 @@ def _with_extra_documents(conn: psycopg.Connection[Any], embedder: Any) -> None:
     ])
 
 
+def test_a_logged_chunk_cut_at_k_is_said_as_the_live_explain_says_it(
+        cap_conn: psycopg.Connection[Any], embedder: Any) -> None:
+    """Without a rerank the log's sentence lost its "after": "not capped, but 10 chunks
+    came before it and the per-source cap and k was 10", and it counted the chunks
+    returned, where the live explain of the same search counts those the cap kept above
+    it (17 of them, for a chunk at fused rank 21 with three capped above it)."""
+    import re
+
+    from pgfunnel.explain import explain
+
+    q = "glacier backup restore"
+    funnel = Funnel(cap_conn, embedder=embedder)
+    resp = funnel.search(q, k=2, principals=[], per_source_cap=2, trace=True)
+    assert resp.search_id is not None
+    said = re.compile(r"but (\d+) chunks? (?:come|came) before it after the per-source cap "
+                      r"and k (?:is|was) 2$")
+    counts: list[int] = []
+    # without a reranker the response holds no pool: the trace lists the candidates
+    for (chunk_id,) in cap_conn.execute("select chunk_id from pgfunnel.search_trace "
+                                        "where search_id = %s", (resp.search_id,)).fetchall():
+        live = explain(funnel, q, chunk_id, k=2, principals=[], per_source_cap=2)
+        if live.verdict != "cut at k":
+            continue
+        logged = explain(Funnel(cap_conn, embedder=None), None, chunk_id,
+                         search_id=resp.search_id)
+        assert logged.verdict == "cut at k"
+        live_n, logged_n = said.search(live.reason), said.search(logged.reason)
+        assert live_n is not None, live.reason
+        assert logged_n is not None, logged.reason
+        assert logged_n[1] == live_n[1], (live.reason, logged.reason)
+        counts.append(int(logged_n[1]))
+    # one of them below another that k cut: more chunks above it than were returned
+    assert len(counts) >= 2 and max(counts) > 2, counts
+
+
 def test_explain_a_logged_search_from_its_trace(cap_conn: psycopg.Connection[Any],
                                                embedder: Any) -> None:
     # "search 1234 did not return my page": explain had no way to answer from the log
