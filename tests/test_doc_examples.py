@@ -922,3 +922,24 @@ def test_sql_md_whole_document_explain_gives_the_row_the_page_states(
     assert res.stdout.startswith(f"guide-building-integrations: {stated[2]}\n"), res.stdout
     assert (f"(guide-building-integrations#{stated[1]}, chunk id" in res.stdout
             and f"{stated[2]} at rank {stated[3]} " in res.stdout), res.stdout
+
+
+def test_the_docs_eval_configurations_parse_as_written() -> None:
+    """Every `--config` the docs give, in a shell block or in the prose, is a NAME=JSON
+    that `pgfunnel eval` takes. docs/tuning.md gave `pgfunnel eval --preset lexical
+    --config '{"ef_search": 400}'`, which eval refuses (`expected NAME=JSON`)."""
+    import shlex
+
+    from pgfunnel.eval.harness import parse_config_arg
+
+    found = []
+    for doc in [*DOCS, ROOT / "bench" / "README.md"]:
+        # a command in the prose may run over a line break
+        text = " ".join(doc.read_text().split())
+        for m in re.finditer(r"--config (NAME=JSON|[\w.-]*=?'[^']*'|\S+)", text):
+            if m[1] == "NAME=JSON":
+                continue  # the usage line's placeholder
+            [arg] = shlex.split(m[1].rstrip("`;,)"))
+            found.append((doc.name, arg))
+            parse_config_arg(arg)
+    assert len(found) >= 3, found
