@@ -142,6 +142,12 @@ def _read_log(funnel: Funnel, conn: psycopg.Connection[Any], search_id: int,
     except ConfigError as exc:
         raise ConfigError("search_id", f"search {search_id}'s logged config cannot be "
                           f"replayed: {exc}") from exc
+    if "k" in replay.guessed:
+        # an eval's trace ranks its whole pool (its log's k is the pool's length): below
+        # the k it is explained with, a candidate the trace lists as returned was not one
+        # of the results eval scored, and read "returned at rank 11" where eval had lost it
+        traced = [t._replace(final_rank=None, dropped="below k")
+                  if t.final_rank is not None and t.final_rank > p.k else t for t in traced]
     reranked = bool(config.get("rerank")) and traced and any(
         t.rerank_rank is not None for t in traced)
     if reranked:

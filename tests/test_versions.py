@@ -1848,6 +1848,37 @@ def test_explain_a_logged_search_replays_it_as_compare_last_does(
     assert any("a guess" in n for n in out["notices"]), out["notices"]
 
 
+def test_a_logged_eval_candidate_below_the_guessed_k_is_cut_at_k(
+        sample_db: str, embedder: Any) -> None:
+    """An eval's trace ranks its whole pool (its log's k is the pool's length, 40), so
+    `explain --search-id` of a candidate at final rank 11 answered "returned at rank 11"
+    for a search whose eval scored only its first 10: the judged page that eval counted
+    as lost read as found. Below the k the explanation takes (the default, said to be a
+    guess) it is cut at k, as for any other search."""
+    from pgfunnel.explain_log import explain_logged
+
+    _log_sql_and_eval_searches(sample_db, embedder)
+    with connect(sample_db, autocommit=True) as conn:
+        (sid,) = conn.execute("select id from pgfunnel.search_log where query_text = "
+                              "'cancel my subscription'").fetchone() or (None,)
+        rows = conn.execute(
+            "select d.citekey || '#' || ch.ordinal, t.final_rank from pgfunnel.search_trace t "
+            "join pgfunnel.chunk ch on ch.id = t.chunk_id join pgfunnel.document d on "
+            "d.id = ch.document_id where t.search_id = %s and t.final_rank in (3, 11, 12) "
+            "order by t.final_rank", (sid,)).fetchall()
+    assert [rank for _, rank in rows] == [3, 11, 12], rows
+    with Funnel(sample_db, "default", embedder=embedder) as f:
+        kept, *below = explain_logged(f, sid, [key for key, _ in rows])
+    assert (kept.verdict, kept.final_rank) == ("returned", 3), kept
+    for e, above in zip(below, (10, 11), strict=True):
+        assert (e.verdict, e.final_rank) == ("cut at k", None), e
+        assert e.config_guessed == ["k"] and e.search_config is not None \
+            and e.search_config["k"] == 10, e
+        assert e.reason.endswith(f"not capped, but {above} chunks came before it after the "
+                                 "per-source cap and k was 10"), e.reason
+        assert any("does not record its k" in n and "a guess" in n for n in e.notices), e
+
+
 def _sql_function_bodies() -> dict[str, str]:
     """Each function in sql/ by name: its text from `create` to its closing `$$;`, the
     comments taken out."""
