@@ -718,16 +718,61 @@ def delete(
 
     with handle_errors(), connect(dsn, autocommit=True) as conn:
         require_schema(conn)
+        stored = _stored_citekeys(conn, collection, citekeys)
         n = delete_documents(conn, collection, citekeys)
+        given = list(dict.fromkeys(citekeys))
+        # named, not only counted: "1 of the citekeys given was not in collection" left
+        # the user to find which of several (a typo, a file's name for its path)
+        missing = [key for key in given if key not in stored]
+        if len(missing) != len(given) - n:
+            missing = []  # an ingest or delete meanwhile: the count alone is sure
+        hints = {key: _longer_citekeys(conn, collection, key)
+                 for key in missing[:_UNREAD_NAMED]}
     if json_out:
         emit_json({"collection": collection, "deleted": n,
-                   "not_found": len(set(citekeys)) - n})
+                   "not_found": len(given) - n, "not_found_citekeys": missing})
     else:
         out.print(f"{plural(n, 'document')} deleted.", soft_wrap=True)
-        if n < len(set(citekeys)):
-            missing = len(set(citekeys)) - n
-            out.print(f"{missing} of the citekeys given {'was' if missing == 1 else 'were'} "
-                      f"not in collection {collection!r}.", highlight=False, soft_wrap=True)
+        if n < len(given):
+            count = len(given) - n
+            named = ", ".join(
+                repr(key) + (f" (stored under a longer path: {', '.join(map(repr, hint))})"
+                             if hint else "")
+                for key, hint in hints.items())
+            if len(missing) > _UNREAD_NAMED:
+                named += f" and {len(missing) - _UNREAD_NAMED:,} more"
+            out.print(shown(f"{count} of the citekeys given {'was' if count == 1 else 'were'} "
+                            f"not in collection {collection!r}" + (f": {named}." if named
+                                                                    else ".")),
+                      highlight=False, soft_wrap=True)
+
+
+def _stored_citekeys(conn: Any, collection: str, citekeys: list[str]) -> set[str]:
+    """Those of ``citekeys`` that ``collection`` holds (none when it does not exist: the
+    delete says so)."""
+    from pgfunnel.ingest import collection_id
+
+    cid = collection_id(conn, collection)
+    if cid is None:
+        return set()
+    return {str(key) for (key,) in conn.execute(
+        "select citekey from pgfunnel.document where collection_id = %s "
+        "and citekey = any(%s)", (cid, citekeys)).fetchall()}
+
+
+def _longer_citekeys(conn: Any, collection: str, key: str) -> list[str]:
+    """The first three citekeys of ``collection`` that are ``key`` under a folder: a file
+    ingested from a folder above is its path from there (``guides/setup``), and the
+    citekey asked for was its name."""
+    from pgfunnel.ingest import collection_id
+
+    cid = collection_id(conn, collection)
+    if cid is None:
+        return []
+    return [str(k) for (k,) in conn.execute(
+        "select citekey from pgfunnel.document where collection_id = %s "
+        "and right(citekey, %s) = %s order by citekey limit 3",
+        (cid, len(key) + 1, "/" + key)).fetchall()]
 
 
 def _text_cell(text: str) -> str:

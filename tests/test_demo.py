@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from pgfunnel.cli.main import (
     DEMO_CAP_QUERY,
@@ -247,7 +248,25 @@ def test_delete_says_which_citekeys_were_not_there(sample_db: str) -> None:
     res = CliRunner().invoke(app, ["delete", "err-6358", "no-such-doc", "--dsn", sample_db])
     assert res.exit_code == 0, res.output
     assert "1 document deleted" in res.output
-    assert "1 of the citekeys given was not in collection 'default'" in res.output
+    # named, not only counted: which of several was a typo was the user's to find
+    assert "1 of the citekeys given was not in collection 'default': 'no-such-doc'." \
+        in res.output, res.output
+    # a file's name given for the path from its folder that is its citekey is pointed at it
+    with psycopg.connect(sample_db) as conn:
+        conn.execute("update pgfunnel.document set citekey = 'billing/refunds-annual' "
+                     "where citekey = 'refunds-annual'")
+    res = CliRunner().invoke(app, ["delete", "refunds-annual", "no-such-doc", "no-such-doc",
+                                   "--dsn", sample_db], env={"COLUMNS": "300"})
+    assert res.exit_code == 0, res.output
+    assert res.output == (
+        "0 documents deleted.\n2 of the citekeys given were not in collection 'default': "
+        "'refunds-annual' (stored under a longer path: 'billing/refunds-annual'), "
+        "'no-such-doc'.\n"), res.output
+    res = CliRunner().invoke(app, ["delete", "billing/refunds-annual", "gone", "--json",
+                                   "--dsn", sample_db])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout) == {"collection": "default", "deleted": 1, "not_found": 1,
+                                      "not_found_citekeys": ["gone"]}
 
 
 def test_the_demo_legend_names_the_columns_it_prints(empty_db: str,
