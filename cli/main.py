@@ -522,8 +522,8 @@ def ingest(
     paths: Annotated[list[Path], typer.Argument(
         # one that cannot be read is ingest's error (exit 1), not a usage one
         parser=given_path,
-        help="Files or folders (.md, .mdx, .rst, .adoc, .txt, .html, .ipynb, .jsonl). Folders "
-             "are read recursively.")],
+        help="Files or folders (.md, .mdx, .rst, .adoc, .txt, .html, .ipynb, .jsonl, and each "
+             "of these compressed with gzip: README.md.gz). Folders are read recursively.")],
     collection: CollectionOption = sql_defaults.COLLECTION,
     chunk_words: Annotated[int, typer.Option(
         callback=in_range(20), help="Target chunk size in words (at least 20).")] = 200,

@@ -693,6 +693,9 @@ def test_cli_dry_run_lists_a_compressed_file_under_its_citekey(tmp_path: Path) -
     # a judgment that names the file finds the document ingest made of it
     assert citekey_of_file_name("docs/README.md.gz#2") == "docs/README#2"
     assert citekey_of_file_name("changelog.gz") == "changelog.gz"
+    # and the help says what it reads
+    res = CliRunner().invoke(app, ["ingest", "--help"], env={"COLUMNS": "300"})
+    assert "and each of these compressed with gzip: README.md.gz" in res.output, res.output
 
 
 def test_a_file_of_no_format_given_alone_says_how_to_ingest_it(tmp_path: Path) -> None:
