@@ -992,6 +992,16 @@ def _read_file(path: Path, citekey: str, in_folder: bool,
             except JSON_ERRORS as exc:
                 raise InvalidDocumentError(f"{where}: not valid JSON ({json_problem(exc)})") \
                     from None
+            if isinstance(obj, dict) and not {"citekey", "_id", "text"} & obj.keys():
+                # a file of other data in a docs folder (events, a dataset's labels) was
+                # "missing or empty 'citekey'", as if one line lacked a field
+                keys = ", ".join(repr(k) for k in list(obj)[:5]) + (", ..." if len(obj) > 5
+                                                                   else "")
+                raise InvalidDocumentError(
+                    f"{where}: not a document: the line has no 'citekey' and no 'text' "
+                    f"(its keys: {keys or 'none'}); a .jsonl file is read as one document "
+                    "per line, a JSON object with 'citekey' and 'text' (docs/cli.md, "
+                    f"ingest); leave out a file of other data with --exclude '{path.name}'")
             record = record_from_dict(obj, where)
             # the ingest refuses a citekey given twice too, but can no longer say where
             if (first := first_line.setdefault(record.citekey, lineno)) != lineno:

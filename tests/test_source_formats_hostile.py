@@ -66,6 +66,31 @@ def test_a_jsonl_document_that_is_only_its_title_is_searched_by_its_title() -> N
         record_from_dict({"citekey": "p10", "title": "T", "text": 5}, "x:4")
 
 
+
+def test_a_jsonl_file_of_other_data_in_a_folder_says_it_is_not_documents(
+        tmp_path: Path) -> None:
+    # a docs folder that also holds a .jsonl of other data (events, a dataset's labels)
+    # stopped the ingest with "events.jsonl:1: missing or empty 'citekey'", as if one line
+    # lacked one field, and nothing said a .jsonl is read as documents or how to leave it out
+    from pgfunnel.sources import read_path
+
+    (tmp_path / "guide.md").write_text("# Guide\n\nText.\n")
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "events.jsonl").write_text(
+        '{"event": "login", "user": "bob"}\n{"event": "logout"}\n')
+    with pytest.raises(InvalidDocumentError, match=(
+            r"events\.jsonl:1: not a document: the line has no 'citekey' and no 'text' \(its "
+            r"keys: 'event', 'user'\); a \.jsonl file is read as one document per line, a "
+            r"JSON object with 'citekey' and 'text' .*leave out a file of other data with "
+            r"--exclude 'events\.jsonl'")):
+        list(read_path(tmp_path))
+    # the --exclude it names leaves it out
+    assert [d.citekey for d in read_path(tmp_path, exclude=["events.jsonl"])] == ["guide"]
+    # a document line that lacks one of the two is told as before
+    (tmp_path / "logs" / "events.jsonl").write_text('{"citekey": "k", "body": "x"}\n')
+    with pytest.raises(InvalidDocumentError, match=r"events\.jsonl:1: missing or empty 'text'"):
+        list(read_path(tmp_path))
+
 def test_a_pipe_or_a_device_given_by_name_is_refused_without_reading_it(
         tmp_path: Path) -> None:
     """A named pipe given to ingest or eval waited for a writer forever, and a link to
