@@ -1072,16 +1072,17 @@ def _app_role_findings(conn: psycopg.Connection[Any], app_role: str, rls: bool,
     member = bool(row[1])
     who = _quote_ident(conn, app_role)
     join = f"`grant {READER_ROLE} to {who}`"
+    found = _app_role_login_findings(conn, app_role, who)
     if rls:
         if member or READER_ROLE not in roles:
-            return []
-        return [Finding("error", "privileges",
+            return found
+        return found + [Finding("error", "privileges",
                         f"application role {app_role!r} is not a member of {READER_ROLE} (nor "
                         f"{WRITER_ROLE}): the row-level security policies name those roles, so "
                         f"its searches fail with permission denied or find nothing; {join}")]
     missing = [h for h in _held_privileges(conn, app_role, _wanted(READER_ROLE)) if not h[3]]
     if not missing:
-        return []
+        return found
     kind, obj, privilege, _ = missing[0]
     more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
     reader_complete = READER_ROLE in roles and not [
@@ -1089,9 +1090,39 @@ def _app_role_findings(conn: psycopg.Connection[Any], app_role: str, rls: bool,
     fix = (join if reader_complete and not member else
            f"as the schema owner, `pgfunnel init --rls` (it grants {READER_ROLE} what a search "
            f"needs, with the policies), then {join}")
-    return [Finding("error", "privileges",
-                    f"application role {app_role!r} lacks {privilege} on {kind} {obj}{more}: "
-                    f"its searches fail with permission denied; {fix}")]
+    return found + [Finding("error", "privileges",
+                            f"application role {app_role!r} lacks {privilege} on {kind} "
+                            f"{obj}{more}: its searches fail with permission denied; {fix}")]
+
+
+def _app_role_login_findings(conn: psycopg.Connection[Any], app_role: str,
+                             who: str) -> list[Finding]:
+    """Whether the application role can reach this database at all: it may log in, and
+    CONNECT on the database is its (or PUBLIC's). A DBA who follows
+    security.database_connect (`revoke connect on database DB from public`) and leaves a
+    role out, or a role made with `create role` (NOLOGIN), had every privilege found in
+    order while each of its connections was refused."""
+    row = conn.execute(
+        "select r.rolcanlogin, pg_catalog.has_database_privilege(r.oid, "
+        "       pg_catalog.current_database(), 'CONNECT'), "
+        "       pg_catalog.quote_ident(pg_catalog.current_database()) "
+        "from pg_catalog.pg_roles r where r.rolname = %s", (app_role,)).fetchone()
+    if row is None:
+        return []
+    can_login, may_connect, database = row
+    found = []
+    if not can_login:
+        found.append(Finding(
+            "error", "privileges",
+            f"application role {app_role!r} may not log in (NOLOGIN, what `create role` "
+            f"makes): its connections are refused; `alter role {who} login`"))
+    if not may_connect:
+        found.append(Finding(
+            "error", "privileges",
+            f"application role {app_role!r} may not connect to database {database} (CONNECT "
+            f"is granted neither to it nor to PUBLIC): its connections are refused; `grant "
+            f"connect on database {database} to {who}`"))
+    return found
 
 
 CHECKS: tuple[tuple[str, Check], ...] = (

@@ -912,3 +912,42 @@ def test_a_connection_lost_during_the_checks_is_one_error_not_a_finding_each(
             other.execute("select pg_terminate_backend(%s)", (pid,))
         with pytest.raises(ConnectionFailedError, match="lost the connection"):
             run_checks(conn)
+
+
+def test_an_app_role_that_cannot_reach_the_database_is_an_error(sample_db: str) -> None:
+    """After `revoke connect on database DB from public` (what security.database_connect
+    advises) without the grant for the application's role, or with a role made by `create
+    role` (NOLOGIN), `doctor --app-role` found every privilege in order while each of the
+    role's connections was refused."""
+    from _security_helpers import create_app_role
+    from psycopg import sql
+
+    from pgfunnel.security import enable_rls
+
+    with connect(sample_db) as conn:
+        enable_rls(conn)
+        conn.commit()
+    reader = create_app_role(sample_db)
+    webapp = psycopg.conninfo.conninfo_to_dict(reader)["user"]
+    dbname = psycopg.conninfo.conninfo_to_dict(sample_db)["dbname"]
+    code, report = _doctor(sample_db, "--app-role", webapp)
+    assert code == 0 and _errors(report, "privileges") == []
+    with connect(sample_db, autocommit=True) as conn:
+        conn.execute(sql.SQL("revoke connect on database {} from public").format(
+            sql.Identifier(dbname)))
+        conn.execute(sql.SQL("alter role {} nologin").format(sql.Identifier(webapp)))
+    with pytest.raises(psycopg.OperationalError):
+        _search_as(reader)
+    code, report = _doctor(sample_db, "--app-role", webapp)
+    assert code == 3 and _errors(report, "privileges") == [
+        f"application role {webapp!r} may not log in (NOLOGIN, what `create role` makes): "
+        f"its connections are refused; `alter role {webapp} login`",
+        f"application role {webapp!r} may not connect to database {dbname} (CONNECT is "
+        f"granted neither to it nor to PUBLIC): its connections are refused; `grant connect "
+        f"on database {dbname} to {webapp}`"]
+    with connect(sample_db, autocommit=True) as conn:
+        conn.execute(f"alter role {webapp} login")
+        conn.execute(f"grant connect on database {dbname} to {webapp}")
+    code, report = _doctor(sample_db, "--app-role", webapp)
+    assert code == 0 and _errors(report, "privileges") == []
+    _search_as(reader)
