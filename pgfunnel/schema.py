@@ -160,12 +160,23 @@ def vector_path_problem(conn: psycopg.Connection[Any]) -> str | None:
     if schema is None:
         return None
     row = conn.execute("select %s = any (current_schemas(false)), "
-                       "current_setting('search_path')", (schema,)).fetchone()
+                       "current_setting('search_path'), "
+                       "pg_catalog.has_schema_privilege(pg_catalog.to_regnamespace(%s), "
+                       "                                'USAGE'), "
+                       "pg_catalog.quote_ident(current_user)", (schema, schema)).fetchone()
     assert row is not None
-    on_path, path = row
+    on_path, path, usage, me = row
     if on_path:
         return None
     quoted = psycopg.sql.Identifier(str(schema)).as_string()
+    if not usage:
+        # current_schemas() leaves out a schema the role may not use: one named on the
+        # path was reported as missing from it, with a fix that named it twice
+        return (f"pgvector is installed in schema {quoted}, which this role ({me}) may not "
+                f"use (it lacks USAGE on it, so Postgres skips it on the search_path); "
+                f"pgfunnel needs pgvector's types there. Ask its owner or a superuser to "
+                f"run `grant usage on schema {quoted} to {me}` (and to each role that "
+                f"searches), then run it again")
     # an empty path (a hardened `search_path = ''`) reads `""`, a zero-length identifier
     # that Postgres refuses in the statement given to paste
     kept = "" if str(path).strip() in ("", '""') else f"{path}, "

@@ -1187,3 +1187,35 @@ def test_the_search_path_fix_for_an_empty_path_is_a_statement_postgres_takes(
             assert fix is not None, problem
             conn.execute(f"set search_path = {fix.group(1)}")
             assert schema.vector_path_problem(conn) is None, (path, fix.group(1))
+
+
+def test_pgvector_in_a_schema_the_role_may_not_use_says_so_not_off_the_path(
+        empty_db: str) -> None:
+    """current_schemas() leaves out a schema the role lacks USAGE on: with pgvector in
+    `extensions`, named on the path but not granted, the role was told the schema was not
+    on its search_path and to set a path naming it twice, which changed nothing."""
+    import uuid
+
+    from _security_helpers import with_user
+    from psycopg import sql as pgsql
+
+    role = f"pgf_app_{uuid.uuid4().hex[:8]}"
+    with connect(empty_db, autocommit=True, register=False) as su:
+        su.execute("create schema extensions")
+        su.execute("create extension vector schema extensions")
+        su.execute(pgsql.SQL("alter database {} set search_path = \"$user\", public, "
+                             "extensions").format(pgsql.Identifier(su.info.dbname)))
+        su.execute(pgsql.SQL("create role {} login").format(pgsql.Identifier(role)))
+    as_role = with_user(empty_db, role)
+    with connect(as_role, autocommit=True, register=False) as conn:
+        assert schema.vector_path_problem(conn) == (
+            f'pgvector is installed in schema "extensions", which this role ({role}) may not '
+            "use (it lacks USAGE on it, so Postgres skips it on the search_path); pgfunnel "
+            "needs pgvector's types there. Ask its owner or a superuser to run `grant usage "
+            f'on schema "extensions" to {role}` (and to each role that searches), then run '
+            "it again")
+    with connect(empty_db, autocommit=True, register=False) as su:
+        su.execute(pgsql.SQL("grant usage on schema extensions to {}").format(
+            pgsql.Identifier(role)))
+    with connect(as_role, autocommit=True, register=False) as conn:
+        assert schema.vector_path_problem(conn) is None
