@@ -689,6 +689,18 @@ def _check_source(source: Any) -> Any:
                       f"psycopg_pool.ConnectionPool, got {kind}{hint}")
 
 
+def _session_statement_timeout(conn: psycopg.Connection[Any]) -> str | None:
+    """The connection's statement_timeout as Postgres shows it (``20ms``), read after a
+    search it cancelled; None where it cannot be read (the connection is gone)."""
+    try:
+        with own_transaction(conn):
+            row = conn.execute("select pg_catalog.current_setting('statement_timeout')"
+                               ).fetchone()
+    except psycopg.Error:
+        return None
+    return None if row is None else str(row[0])
+
+
 class Funnel:
     """Search one collection: candidate query, optional rerank, final query.
 
@@ -1228,6 +1240,17 @@ class Funnel:
                     f"the search ran past its time limit (statement_timeout_ms = "
                     f"{p.statement_timeout_ms} ms; --timeout-ms in the CLI) "
                     f"and was cancelled ({error})") from exc
+            if isinstance(error, SearchTimeoutError) and "statement timeout" in str(error):
+                # the session's limit (a DBA's `alter role ... set statement_timeout`, the
+                # database's or the server's): Postgres' bare "canceling statement due to
+                # statement timeout" named neither it nor the search's own limit
+                limit = _session_statement_timeout(conn)
+                raise SearchTimeoutError(
+                    f"the search ran past this session's statement_timeout"
+                    f"{f' of {limit}' if limit else ''} (set for the session, its role, the "
+                    "database or the server) and was cancelled "
+                    f"({error}): give the search a limit of its own with statement_timeout_ms "
+                    "(--timeout-ms in the CLI), or raise that setting") from exc
             raise error from exc
 
     def _base_args(self, query: str | None, vector: np.ndarray | None,

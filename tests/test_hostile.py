@@ -1358,3 +1358,27 @@ def test_a_version_that_is_not_an_integer_is_named_not_called_missing(
                                r"integer as `pgfunnel versions list` shows it, got "):
                 call(conn, "default", version)
         assert [v.state for v in list_versions(conn, "default")] == ["active"]
+
+
+def test_a_search_past_the_sessions_own_timeout_names_it_and_the_way_out(
+        corpus_db: str) -> None:
+    """A search that gave no statement_timeout_ms and ran past the session's own limit (a
+    DBA's `alter role webapp set statement_timeout = '20ms'`) raised Postgres' bare
+    "canceling statement due to statement timeout", which named neither the limit nor
+    the search's own (--timeout-ms) that lifts it."""
+    with connect(corpus_db, autocommit=True) as conn, \
+            connect(corpus_db, autocommit=True) as locker:
+        f = Funnel(conn, embedder=None)
+        conn.execute("set statement_timeout = '300ms'")
+        with locker.transaction():
+            # the search waits on this lock until the session's limit cancels it
+            locker.execute("lock table pgfunnel.chunk in access exclusive mode")
+            with pytest.raises(SearchTimeoutError) as caught:
+                f.search("refund", k=3)
+        assert str(caught.value) == (
+            "the search ran past this session's statement_timeout of 300ms (set for the "
+            "session, its role, the database or the server) and was cancelled (canceling "
+            "statement due to statement timeout): give the search a limit of its own with "
+            "statement_timeout_ms (--timeout-ms in the CLI), or raise that setting")
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        assert f.search("refund", k=3, statement_timeout_ms=60_000).results
