@@ -766,6 +766,34 @@ def test_the_pool_recall_chart_legend_covers_no_point() -> None:
     assert not any(legend.contains(x, y) for x, y in points)
 
 
+def test_both_charts_draw_each_configuration_in_one_colour() -> None:
+    """slices.png and pool_recall.png are read side by side. The bars took the colour
+    cycle from the first configuration, the pool-recall chart from its two leg bands:
+    `--preset all-fusions` drew `default` blue and `lexical` orange as bars, and the
+    lexical leg blue and the dense leg orange as bands, `default` green."""
+    from matplotlib.colors import to_hex
+
+    from pgfunnel.eval.report import _pool_recall_figure, _slices_figure
+
+    names = ["default", "lexical", "dense", "rrf", "zscore"]
+    queries = [jq("q1", "s", {"d1#0": 1}), jq("q2", "s", {"d2#0": 1})]
+    runs = {n: {"q1": ["d1#0"], "q2": ["d2#0"] if i % 2 else ["x#0"]}
+            for i, n in enumerate(names)}
+    report = build_report(runs, queries, k=10, n_resamples=10)
+    bars = _slices_figure(report).axes[0].containers
+    bar_colour = {n: to_hex(c.patches[0].get_facecolor()) for n, c in zip(names, bars,
+                                                                          strict=True)}
+    line = [(1, 0.5), (3, 0.7), (10, 0.9)]
+    curves = {"lexical leg": line, "dense leg": line,
+              **{f"{n} (final order)": line for n in names}}
+    drawn = dict(zip(curves, _pool_recall_figure(curves, "t").axes[0].get_lines(),
+                     strict=True))
+    for n in names:
+        assert to_hex(drawn[f"{n} (final order)"].get_color()) == bar_colour[n], n
+    legs = {to_hex(drawn[leg].get_color()) for leg in ("lexical leg", "dense leg")}
+    assert len(legs) == 2 and not legs & set(bar_colour.values()), (legs, bar_colour)
+
+
 def test_charts_show_slice_and_configuration_names_as_written(tmp_path: Path) -> None:
     """Matplotlib reads `$...$` in a label as math and hides a legend label that starts
     with `_`: a slice named 'a $\\frac$ b' stopped `pgfunnel eval --out` with a

@@ -470,7 +470,8 @@ def _slices_figure(report: EvalReport) -> Any:
                 xs.append(j - 0.4 + width * (i + 0.5))
                 ys.append(value)
         # past the ten colours of the cycle, a hatch tells configurations apart
-        bars.append(ax.bar(xs, ys, width=width, hatch=_HATCHES[(i // 10) % len(_HATCHES)]))
+        bars.append(ax.bar(xs, ys, width=width, color=f"C{i % 10}",
+                           hatch=_HATCHES[(i // 10) % len(_HATCHES)]))
     ax.set_xticks(range(len(slices)))
     ax.set_xticklabels(
         [_as_written(s) for s in slices], rotation=30 if len(slices) > 6 else 0,
@@ -504,6 +505,9 @@ _MARKERS: tuple[str, ...] = ("o", "^", "s", "D", "v", "P", "X", "<", ">", "*", "
 #: visible: this share of the decades of depth the axis spans (about 4 pixels)
 _DODGE = 0.008
 
+#: the legs' bands, greys outside the colour cycle the configurations are drawn in
+_LEG_COLOURS: dict[str, str] = {"lexical leg": "#000000", "dense leg": "#8c8c8c"}
+
 #: line styles for the lines past the tenth (colours repeat after ten)
 _LINE_STYLES: tuple[Any, ...] = ("-", "-.", ":", (0, (3, 1, 1, 1, 1, 1)))
 
@@ -531,14 +535,17 @@ def _pool_recall_figure(points: Mapping[str, Sequence[tuple[int, float]]], title
             # final order is often its leg's own list, and whichever of two coinciding
             # lines was drawn second hid the other (the leg, then the configuration)
             [line] = ax.plot(xs, ys, linewidth=7.0, alpha=0.35, linestyle="-",
-                             solid_capstyle="round", zorder=1)
+                             solid_capstyle="round", zorder=1,
+                             color=_LEG_COLOURS.get(name, _LEG_COLOURS["lexical leg"]))
         else:
             j = configs.index(name)
             # configurations that coincide (a one-leg one and another whose final order
             # is the same list) sit side by side, each a few pixels from the next
             xs = [x * 10 ** (dodge * (j - (len(configs) - 1) / 2)) for x in xs]
+            # the colour of its bars in slices.png (the j-th of the cycle): the leg
+            # bands took the first two, so `default` was blue there and green here
             [line] = ax.plot(xs, ys, marker=_MARKERS[j % len(_MARKERS)], markersize=6,
-                             linewidth=1.5,
+                             linewidth=1.5, color=f"C{j % 10}",
                              linestyle=_LINE_STYLES[(j // 10) % len(_LINE_STYLES)],
                              zorder=2 + j)
         lines.append(line)
