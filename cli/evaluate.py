@@ -102,6 +102,7 @@ def evaluate(
     from pgfunnel.eval.report import (
         plot_pool_recall,
         plot_slices,
+        pool_recall_title,
         to_dict,
         to_markdown,
         write_json,
@@ -195,7 +196,7 @@ def evaluate(
                 (out_dir / "report.md").write_text(markdown, encoding="utf-8")
                 plot_slices(report, out_dir / "slices.png")
                 plot_pool_recall(result.curves, out_dir / "pool_recall.png",
-                                 title=f"Pool recall vs depth ({report.judging_level} judging)")
+                                 title=pool_recall_title(report))
                 write_runs(result, out_dir / "runs.jsonl")
             except OSError as exc:
                 raise _unwritable(out_dir, exc) from None

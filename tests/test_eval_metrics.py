@@ -794,6 +794,26 @@ def test_both_charts_draw_each_configuration_in_one_colour() -> None:
     assert len(legs) == 2 and not legs & set(bar_colour.values()), (legs, bar_colour)
 
 
+def test_the_charts_of_one_split_say_which() -> None:
+    """`eval --split dev` and `--split test` wrote charts with the same titles, so the
+    two PNGs of a tuning round could not be told apart once copied out of their folders
+    (report.md and the tables say the split)."""
+    from pgfunnel.eval.report import _slices_figure, pool_recall_title
+
+    queries = [jq("q1", "s", {"d1#0": 1}, split="dev"), jq("q2", "s", {"d2#0": 1},
+                                                           split="test")]
+    runs = {"a": {"q1": ["d1#0"], "q2": []}}
+    for split, said in (("dev", "dev split"), ("test", "test split"), (None, None)):
+        report = build_report(runs, queries, k=10, n_resamples=10, split=split)
+        titles = (_slices_figure(report).axes[0].get_title(), pool_recall_title(report))
+        for title in titles:
+            if said is None:
+                assert "split" not in title, title
+            else:
+                assert title.endswith(f", {said}") or f", {said})" in title, title
+    assert pool_recall_title(report) == "Pool recall vs depth (chunk judging)"
+
+
 def test_charts_show_slice_and_configuration_names_as_written(tmp_path: Path) -> None:
     """Matplotlib reads `$...$` in a label as math and hides a legend label that starts
     with `_`: a slice named 'a $\\frac$ b' stopped `pgfunnel eval --out` with a

@@ -481,13 +481,27 @@ def _slices_figure(report: EvalReport) -> Any:
     ax.set_ylim(0.0, 1.05)
     ax.set_ylabel(f"nDCG@{report.k}")
     # "judged per document (citekey)" inside parentheses read "(citekey))"
-    ax.set_title(f"nDCG@{report.k} per slice, judged {_level_words(report.judging_level)}")
+    ax.set_title(f"nDCG@{report.k} per slice, judged {_level_words(report.judging_level)}"
+                 f"{_split_words(report)}")
     ax.grid(axis="y", alpha=0.3)
     # beside the axes: good configurations fill every slice's bars to near 1.0, so no
     # corner inside is free and loc="best" covered the last slice's bars (the "all" row)
     _legend_beside(ax, bars, configs)
     fig.tight_layout()
     return fig
+
+
+def _split_words(report: EvalReport) -> str:
+    """``, dev split`` for a report of one split: the charts of `eval --split dev` and
+    `--split test` had the same titles, and could not be told apart out of their
+    folders."""
+    return f", {report.split} split" if report.split else ""
+
+
+def pool_recall_title(report: EvalReport) -> str:
+    """The title `pgfunnel eval --out` gives ``pool_recall.png``: the judging level, and
+    the split when the report is one split's."""
+    return f"Pool recall vs depth ({report.judging_level} judging{_split_words(report)})"
 
 
 def plot_slices(report: EvalReport, path: str | Path) -> None:
@@ -628,6 +642,7 @@ __all__ = [
     "from_dict",
     "plot_pool_recall",
     "plot_slices",
+    "pool_recall_title",
     "read_json",
     "to_dict",
     "to_markdown",
