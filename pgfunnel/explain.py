@@ -429,7 +429,9 @@ def _follow_rerank(cid: int | None, values: dict[str, Any], response: SearchResp
         per_doc[c.document_id] = per_doc.get(c.document_id, 0) + 1
         kept_above += per_doc[c.document_id] <= p.per_source_cap
     values["verdict"] = "cut at k"
-    values["reason"] = (f"{how} and not capped, but "
+    # "..., so it comes after them, at 21 and not capped" ran two clauses together
+    joined = "; not capped" if chunk.rerank_rank is None else " and not capped"
+    values["reason"] = (f"{how}{joined}, but "
                         f"{'1 chunk comes' if kept_above == 1 else f'{kept_above} chunks come'}"
                         f" before it after the rerank and the per-source cap and k is {p.k}")
 

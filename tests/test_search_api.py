@@ -1533,6 +1533,8 @@ def test_explain_says_a_rerank_moved_a_chunk_across_the_cap(
 
 def test_explain_names_the_rerank_depth_a_chunk_was_below(
         cap_conn: psycopg.Connection[Any]) -> None:
+    # a chunk the reranker did not score and k cut: the two clauses are two ("at 9; not
+    # capped"); run together they read "so it comes after them, at 9 and not capped"
     gamma = _chunk(cap_conn, "gamma", 0)
     funnel = Funnel(cap_conn, embedder=None, reranker=PreferMarker("lighthouse"),
                     rerank_depth=3)
@@ -1540,7 +1542,7 @@ def test_explain_names_the_rerank_depth_a_chunk_was_below(
     assert e.verdict == "cut at k" and e.rerank_rank is None and e.rerank_score is None
     assert e.reranked and e.reason.startswith(
         "not reranked: fused rank 9 is below the rerank depth 3 (the reranker scores the "
-        "first 3 of the pool of 9, rerank_depth), so it comes after them, at 9 and not "
+        "first 3 of the pool of 9, rerank_depth), so it comes after them, at 9; not "
         "capped, but 4 chunks come before it")
     # the trace of that search says the same: not reranked, dropped below k
     resp = funnel.search("glacier backup restore", k=4, principals=[], per_source_cap=2,
