@@ -442,7 +442,7 @@ _INGEST_INTO = "pgfunnel ingest PATH --collection "
 _INGEST_PLACEHOLDER = _INGEST_INTO + "NAME"
 # the SQL functions' message for it, the name as quote_literal gives it (one that holds a
 # backslash comes as E'...', and one cut short at 200 characters ends in "...": neither
-# is read back, and the placeholder stays)
+# is read back, and the hint's ingest stays as the SQL wrote it)
 _MISSING_COLLECTION = re.compile(r"collection '((?:[^'\\]|'')*)' does not exist;")
 ARRAY_HINT = ("; an array parameter (principals, weights) takes a list: from Python a "
               "list, not one string or a tuple (principals => :p with p = ['alice']); in "
