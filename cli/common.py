@@ -815,14 +815,16 @@ DenseDepthOption = Annotated[int | None, typer.Option(
 
 class LogProgress:
     """Progress for a log or a pipe, where rich draws nothing until the work is done: one
-    line per task at most every ``every`` seconds, and each task's last count at the end.
-    Takes the calls the CLI makes on rich's ``Progress``."""
+    line per task at most every ``every`` seconds, and each task's last count at the end
+    (with ``end_line=False``, only once a line was said: a stage that was over in
+    seconds says nothing). Takes the calls the CLI makes on rich's ``Progress``."""
 
     def __init__(self, label: str, every: float = 10.0,
-                 clock: Callable[[], float] | None = None) -> None:
+                 clock: Callable[[], float] | None = None, end_line: bool = True) -> None:
         import time
 
         self.label = label
+        self.end_line = end_line
         self.every = every
         self.clock = clock or time.monotonic
         self.started = self.clock()
@@ -835,7 +837,8 @@ class LogProgress:
     def __exit__(self, *exc: object) -> None:
         if exc[0] is None:
             for task in self.tasks:
-                if task["said"] != (task["completed"], task["total"]):
+                if task["said"] != (task["completed"], task["total"]) and \
+                        (self.end_line or task["said"] is not None):
                     self._say(task)
 
     def start(self) -> None:
@@ -880,8 +883,9 @@ class LogProgress:
                       f"{elapsed // 60}:{elapsed % 60:02d} elapsed", highlight=False)
 
 
-def progress_display(label: str, transient: bool = False) -> Any:
-    """rich's bars on a terminal; on a log or a pipe, a line now and then (LogProgress)."""
+def progress_display(label: str, transient: bool = False, *, end_line: bool = True) -> Any:
+    """rich's bars on a terminal; on a log or a pipe, a line now and then (LogProgress;
+    ``end_line=False``: no last count for a stage that said nothing before it)."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -891,7 +895,7 @@ def progress_display(label: str, transient: bool = False) -> Any:
     )
 
     if not console.is_terminal:
-        return LogProgress(label)
+        return LogProgress(label, end_line=end_line)
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), console=console, transient=transient)
 
