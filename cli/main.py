@@ -740,7 +740,7 @@ def delete(
         given = list(dict.fromkeys(citekeys))
         # named, not only counted: "1 of the citekeys given was not in collection" left
         # the user to find which of several (a typo, a file's name for its path)
-        missing = [key for key in given if key not in stored]
+        missing = [] if stored is None else [key for key in given if key not in stored]
         if len(missing) != len(given) - n:
             missing = []  # an ingest or delete meanwhile: the count alone is sure
         hints = {key: _longer_citekeys(conn, collection, key)
@@ -764,17 +764,23 @@ def delete(
                       highlight=False, soft_wrap=True)
 
 
-def _stored_citekeys(conn: Any, collection: str, citekeys: list[str]) -> set[str]:
+def _stored_citekeys(conn: Any, collection: str, citekeys: list[str]) -> set[str] | None:
     """Those of ``citekeys`` that ``collection`` holds (none when it does not exist: the
-    delete says so)."""
+    delete says so); None when they cannot be looked up (a citekey holding a NUL, a role
+    that may not read the table): the delete then refuses them in its own words."""
+    import psycopg
+
     from pgfunnel.ingest import collection_id
 
-    cid = collection_id(conn, collection)
-    if cid is None:
-        return set()
-    return {str(key) for (key,) in conn.execute(
-        "select citekey from pgfunnel.document where collection_id = %s "
-        "and citekey = any(%s)", (cid, citekeys)).fetchall()}
+    try:
+        cid = collection_id(conn, collection)
+        if cid is None:
+            return set()
+        return {str(key) for (key,) in conn.execute(
+            "select citekey from pgfunnel.document where collection_id = %s "
+            "and citekey = any(%s)", (cid, citekeys)).fetchall()}
+    except (psycopg.Error, ValueError):
+        return None
 
 
 def _longer_citekeys(conn: Any, collection: str, key: str) -> list[str]:
