@@ -21,7 +21,13 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, create_engine, pool
 
-from pgfunnel.db import SCHEMA, connect, resolve_dsn, sql_ascii_problem
+from pgfunnel.db import (
+    SCHEMA,
+    connect,
+    resolve_dsn,
+    sql_ascii_problem,
+    try_register_vector,
+)
 from pgfunnel.errors import (
     SCHEMA_GRANT_HINT,
     AccessError,
@@ -97,10 +103,33 @@ def alembic_config() -> Config:
     return cfg
 
 
+def _maintenance_connect(target: str, *, autocommit: bool = False,
+                         register: bool = True) -> psycopg.Connection[Any]:
+    """A connection for init, migrate and alembic's upgrades, without the session's
+    ``statement_timeout``: a timeout set for the role or the database is meant for
+    queries (managed Postgres sets one), and a migration that rewrites a large table, or
+    an ALTER waiting for a long search to let go of its table, was cancelled halfway and
+    rolled back. As index builds do (``ingest.unbounded_statements``) and pg_dump does
+    for its own statements; ``lock_timeout`` stays, which keeps an ALTER from queueing
+    searches behind it for long. Types registered after, so their lookups run unbounded
+    too."""
+    conn = connect(target, autocommit=autocommit, register=False)
+    try:
+        conn.execute("select pg_catalog.set_config('statement_timeout', '0', false)")
+        if not autocommit:
+            conn.commit()
+        if register:
+            try_register_vector(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
 @contextmanager
 def _sa_connection(dsn: str) -> Iterator[Connection]:
     engine = create_engine("postgresql+psycopg://", poolclass=pool.NullPool,
-                           creator=lambda: psycopg.connect(dsn))
+                           creator=lambda: _maintenance_connect(dsn, register=False))
     with engine.begin() as conn:
         yield conn
     engine.dispose()
@@ -448,7 +477,7 @@ def _one_at_a_time(target: str) -> Iterator[None]:
     for the first, then finds the schema installed. Session-level, so it spans the
     several connections a run uses; released when its connection closes."""
     try:
-        lock = connect(target, autocommit=True, register=False)
+        lock = _maintenance_connect(target, autocommit=True, register=False)
     except psycopg.Error as exc:
         raise translate(exc) from exc
     with lock:
@@ -474,7 +503,7 @@ def init(dsn: str | None = None, *, rls: bool = False) -> dict[str, Any]:
 
 def _init(target: str, *, rls: bool) -> dict[str, Any]:
     try:
-        with connect(target, register=False) as conn:
+        with _maintenance_connect(target, register=False) as conn:
             _refuse_sql_ascii(conn)
             before = current_revision(conn)
             vschema = ensure_extension(conn)
@@ -498,7 +527,7 @@ def _init(target: str, *, rls: bool) -> dict[str, Any]:
                     psycopg.sql.Identifier(SCHEMA)))
             conn.commit()
         upgrade(target)
-        with connect(target) as conn:
+        with _maintenance_connect(target) as conn:
             install_functions(conn)
             from pgfunnel.security import enable_rls, rls_enabled
 
@@ -570,7 +599,7 @@ def migrate(dsn: str | None = None) -> dict[str, Any]:
 
 def _migrate(target: str) -> dict[str, Any]:
     try:
-        with connect(target, register=False) as conn:
+        with _maintenance_connect(target, register=False) as conn:
             _refuse_sql_ascii(conn)
             before = current_revision(conn)
             problem = vector_path_problem(conn)
@@ -585,7 +614,7 @@ def _migrate(target: str) -> dict[str, Any]:
 
             raise SchemaMissingError("no alembic revision found")
         upgrade(target)
-        with connect(target) as conn:
+        with _maintenance_connect(target) as conn:
             install_functions(conn)
             from pgfunnel.security import enable_rls, rls_enabled
 

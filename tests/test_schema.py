@@ -1219,3 +1219,36 @@ def test_pgvector_in_a_schema_the_role_may_not_use_says_so_not_off_the_path(
             pgsql.Identifier(role)))
     with connect(as_role, autocommit=True, register=False) as conn:
         assert schema.vector_path_problem(conn) is None
+
+
+def test_migrate_runs_past_the_databases_statement_timeout(db: str) -> None:
+    """A statement_timeout set for the role or the database (managed Postgres sets one,
+    meant for queries) cancelled a migration that waited for a long-running search's
+    table lock, or rewrote a large table, halfway: `migrate` failed and an upgrade never
+    went through. init and migrate now run without it, as index builds do; the setting
+    stays the database's."""
+    import threading
+    import time
+
+    from psycopg import sql as pgsql
+
+    schema.downgrade(db, "0015")
+    with connect(db, autocommit=True, register=False) as su:
+        su.execute(pgsql.SQL("alter database {} set statement_timeout = '200ms'").format(
+            pgsql.Identifier(su.info.dbname)))
+    # a report holding the table migration 0016 alters, for longer than the timeout
+    holder = connect(db, register=False)
+    holder.execute("lock table pgfunnel.collection in access share mode")
+    release = threading.Timer(1.5, holder.rollback)
+    release.start()
+    try:
+        started = time.monotonic()
+        result = schema.migrate(db)
+        assert time.monotonic() - started >= 1.0  # it waited for the lock, past 200ms
+    finally:
+        release.join()
+        holder.close()
+    assert (result["revision_before"], result["revision"]) == ("0015", "0016")
+    assert schema.init(db)["revision"] == "0016"
+    with connect(db, autocommit=True) as conn:
+        assert conn.execute("show statement_timeout").fetchone() == ("200ms",)
