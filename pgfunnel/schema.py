@@ -8,6 +8,7 @@ functions always match the installed package.
 from __future__ import annotations
 
 import hashlib
+import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -166,9 +167,13 @@ def ensure_extension(conn: psycopg.Connection[Any]) -> str:
         conn.execute("create extension if not exists vector schema public" if in_public
                      else "create extension if not exists vector")
     except psycopg.errors.InsufficientPrivilege as exc:
+        # an extension is a database's: run in another one (psql's default, the
+        # superuser's own database), the statement changed nothing here
         raise AccessError(
-            "the vector extension is not installed and this role may not create it; "
-            "ask a superuser to run `create extension vector`"
+            f"the vector extension is not installed in database {conn.info.dbname!r} and "
+            "this role may not create it; ask a superuser to run `create extension "
+            f"vector` in that database (`psql -d {shlex.quote(conn.info.dbname)}`), then "
+            "run it again"
         ) from exc
     except psycopg.errors.UndefinedFile as exc:
         raise PgfunnelError(

@@ -1252,3 +1252,28 @@ def test_migrate_runs_past_the_databases_statement_timeout(db: str) -> None:
     assert schema.init(db)["revision"] == "0016"
     with connect(db, autocommit=True) as conn:
         assert conn.execute("show statement_timeout").fetchone() == ("200ms",)
+
+
+def test_a_role_that_may_not_create_pgvector_is_told_which_database_needs_it(
+        empty_db: str) -> None:
+    """An extension belongs to one database; a superuser told only to run `create
+    extension vector` ran it in psql's default database, and init failed again."""
+    import uuid
+
+    from _security_helpers import with_user
+    from psycopg import sql as pgsql
+
+    from pgfunnel.errors import AccessError
+
+    role = f"pgf_app_{uuid.uuid4().hex[:8]}"
+    with connect(empty_db, autocommit=True, register=False) as su:
+        su.execute(pgsql.SQL("create role {} login").format(pgsql.Identifier(role)))
+        su.execute(pgsql.SQL("grant create on database {} to {}").format(
+            pgsql.Identifier(su.info.dbname), pgsql.Identifier(role)))
+        dbname = su.info.dbname
+    with pytest.raises(AccessError) as refused:
+        schema.init(with_user(empty_db, role))
+    assert str(refused.value) == (
+        f"the vector extension is not installed in database {dbname!r} and this role may "
+        "not create it; ask a superuser to run `create extension vector` in that database "
+        f"(`psql -d {dbname}`), then run it again")
