@@ -15,10 +15,11 @@ vectors and index versions included, and pgfunnel never runs it.
 from __future__ import annotations
 
 import os
+import re
 
 from alembic import context
 from pgfunnel.migrations.filters import include_name, include_object
-from sqlalchemy import Connection, create_engine, pool
+from sqlalchemy import Connection, Engine, create_engine, pool
 
 from pgfunnel.models import SCHEMA, Base
 
@@ -40,17 +41,48 @@ def run_with(connection: Connection) -> None:
         context.run_migrations()
 
 
-def _url() -> str:
+def _engine() -> Engine:
+    """The plain `alembic` command's engine, from ``sqlalchemy.url`` or PGFUNNEL_DSN: a
+    URL, or a libpq key=value string (which pgfunnel takes too, and SQLAlchemy cannot
+    parse: it failed with 'Could not parse SQLAlchemy URL')."""
     url = config.get_main_option("sqlalchemy.url") or os.environ.get("PGFUNNEL_DSN", "")
-    if url.startswith("postgresql://"):
-        url = "postgresql+psycopg://" + url[len("postgresql://"):]
-    return url
+    if not url.strip():
+        raise SystemExit("pgfunnel: set PGFUNNEL_DSN (or sqlalchemy.url) to the database's "
+                         "connection string")
+    url = re.sub(r"^postgres(?:ql)?://", "postgresql+psycopg://", url)
+    if "://" in url:
+        return create_engine(url, poolclass=pool.NullPool)
+    import psycopg
+
+    conninfo = url
+    return create_engine("postgresql+psycopg://", poolclass=pool.NullPool,
+                         creator=lambda: psycopg.connect(conninfo))
+
+
+def _refuse_without_schema(conn: Connection) -> None:
+    """Stop the plain `alembic upgrade` on a database without the pgfunnel schema with one
+    line that says what to run: it failed with a SQLAlchemy traceback ending in
+    `schema "pgfunnel" does not exist`, since the migrations build on the schema and the
+    vector extension that `pgfunnel init` creates. Any command that connects (`current`,
+    `downgrade`) says the same there: the schema holds alembic's own version table."""
+    from sqlalchemy import text
+
+    if context.is_offline_mode():
+        return
+    found = conn.execute(text("select to_regnamespace(:s) is not null"), {"s": SCHEMA})
+    if not found.scalar():
+        raise SystemExit(
+            f"pgfunnel: this database has no schema {SCHEMA}: run `pgfunnel init` on it "
+            "(it creates the vector extension, the schema, the tables through these "
+            "migrations and the SQL functions); `alembic upgrade` moves the tables of an "
+            "installed schema only")
 
 
 connection = config.attributes.get("connection")
 if connection is not None:
     run_with(connection)
 else:
-    engine = create_engine(_url(), poolclass=pool.NullPool)
+    engine = _engine()
     with engine.connect() as conn:
+        _refuse_without_schema(conn)
         run_with(conn)

@@ -1277,3 +1277,31 @@ def test_a_role_that_may_not_create_pgvector_is_told_which_database_needs_it(
         f"the vector extension is not installed in database {dbname!r} and this role may "
         "not create it; ask a superuser to run `create extension vector` in that database "
         f"(`psql -d {dbname}`), then run it again")
+
+
+def test_plain_alembic_upgrade_on_an_empty_database_says_to_run_init(empty_db: str) -> None:
+    """The plain `alembic upgrade head` on a database without the pgfunnel schema failed
+    with a SQLAlchemy traceback ending in `schema "pgfunnel" does not exist`."""
+    import os
+    import sys
+
+    alembic = Path(sys.executable).parent / "alembic"
+    ini = schema.migrations_dir() / "alembic.ini"
+    done = subprocess.run([str(alembic), "-c", str(ini), "upgrade", "head"],
+                          capture_output=True, text=True, timeout=120, check=False,
+                          env={**os.environ, "PGFUNNEL_DSN": empty_db})
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "pgfunnel: this database has no schema pgfunnel: run `pgfunnel init` on it (it "
+        "creates the vector extension, the schema, the tables through these migrations and "
+        "the SQL functions); `alembic upgrade` moves the tables of an installed schema only")
+    with connect(empty_db, autocommit=True, register=False) as conn:
+        assert conn.execute("select to_regnamespace('pgfunnel')").fetchone() == (None,)
+    # a libpq key=value DSN, which pgfunnel takes, failed in SQLAlchemy's URL parser
+    assert "://" not in empty_db
+    schema.init(empty_db)
+    done = subprocess.run([str(alembic), "-c", str(ini), "current"],
+                          capture_output=True, text=True, timeout=120, check=False,
+                          env={**os.environ, "PGFUNNEL_DSN": empty_db})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"{schema.head_revision()} (head)"
