@@ -92,27 +92,16 @@ begin
     select c.id into found_id from pgfunnel.collection c where c.name = collection_name;
     if found_id is null then
         -- the ingest the hint suggests goes into the name asked for, quoted for a shell
-        -- as Python's shlex.quote quotes it (it kept the placeholder NAME); NAME where an
-        -- ingest would refuse the name, as pgfunnel.ingest.ingest_target says it for the
-        -- Python layer: empty, over 200 characters, whitespace at an end, a control
-        -- character, or an invisible format character (Unicode's Cf; a zero-width joiner
-        -- or non-joiner only at an end)
+        -- as Python's shlex.quote quotes it. Only a printable ASCII name with no space at
+        -- either end is named here; any other keeps the placeholder NAME, and the Python
+        -- layer and the CLI name it by their own check (pgfunnel.ingest.ingest_target):
+        -- Unicode's lists of invisible characters are Python's to keep, not copied here
         ingest_into := case
-            when length(collection_name) not between 1 and 200
-              or collection_name ~ ('^[ \u0085\u00A0\u1680\u2000-\u200A\u2028\u2029\u202F'
-                                    || '\u205F\u3000]|[ \u0085\u00A0\u1680\u2000-\u200A'
-                                    || '\u2028\u2029\u202F\u205F\u3000]$')
-              or collection_name ~ '[\u0001-\u001F\u007F-\u009F]'
-              or collection_name ~ ('[\u00AD\u0600-\u0605\u061C\u06DD\u070F\u0890\u0891'
-                                    || '\u08E2\u180E\u200B\u200E\u200F\u202A-\u202E'
-                                    || '\u2060-\u2064\u2066-\u206F\uFEFF\uFFF9-\uFFFB'
-                                    || '\U000110BD\U000110CD\U00013430-\U0001343F'
-                                    || '\U0001BCA0-\U0001BCA3\U0001D173-\U0001D17A'
-                                    || '\U000E0001\U000E0020-\U000E007F]')
-              or collection_name ~ '^[\u200C\u200D]|[\u200C\u200D]$'
-            then 'NAME'
-            when collection_name ~ '^[A-Za-z0-9_@%+=:,./-]+$' then collection_name
-            else '''' || replace(collection_name, '''', '''"''"''') || ''''
+            when collection_name ~ '^[A-Za-z0-9_@%+=:,./-]{1,200}$' then collection_name
+            when length(collection_name) <= 200
+             and collection_name ~ '^[!-~]([ -~]*[!-~])?$'
+            then '''' || replace(collection_name, '''', '''"''"''') || ''''
+            else 'NAME'
         end;
         raise exception using errcode = 'P0002',
             message = case when length(collection_name) > 200
