@@ -306,6 +306,12 @@ def _print_tables(report: Any, k: int) -> None:
                f"{stages}: pool recall, the share of a query's relevant items each stage "
                f"still holds; found@{k}: share of queries with every relevant item in the top "
                f"{k}; –: not measured. Every score: higher is better.", soft_wrap=True)
+    for name, counts in (report.metadata.get("rerank") or {}).items():
+        # how often the reranker ran: a gate's margin is chosen on judged queries
+        gated = (f"; the rerank gate skipped {counts['skipped_by_gate']}"
+                 if counts.get("skipped_by_gate") else "")
+        wide.print(f"{name}: reranked {counts['reranked']} of {counts['queries']} queries"
+                   f"{gated}", soft_wrap=True)
     if report.comparisons:
         wide.print(f"Against the baseline '{report.baseline}': Δ, the mean per-query "
                    "difference (configuration − baseline), and [its 95% paired-bootstrap "

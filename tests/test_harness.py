@@ -286,6 +286,42 @@ def test_eval_says_one_judged_item_matched_to_its_citekey_once(sample_db: str,
             res.output
 
 
+def test_the_report_counts_the_queries_the_rerank_gate_skipped(sample_db: str,
+                                                               tmp_path: Path) -> None:
+    """A rerank gate's margin is chosen on judged queries (docs/python-rerank.md), but
+    the report said nothing of how often it fired: a margin that skipped the reranker on
+    every query and one that never did read alike but for their scores. The metadata
+    counts, per reranking configuration, the queries reranked and those the gate
+    skipped, and runs.jsonl says it of each query."""
+    from pgfunnel.eval.report import write_runs
+    from pgfunnel.tiny_models import build_tiny_cross_encoder
+
+    model = str(build_tiny_cross_encoder(tmp_path / "ce"))
+    queries = [q for q in _subset(1) if q.relevant_items][:4]
+    configs = [EvalConfig.from_dict("plain", {}),
+               EvalConfig.from_dict("rr", {"rerank": True, "rerank_model": model,
+                                           "rerank_depth": 5}),
+               EvalConfig.from_dict("gated", {"rerank": True, "rerank_model": model,
+                                              "rerank_depth": 5,
+                                              "rerank_gate_margin": 1e-12})]
+    result = Harness(sample_db, "default").run(queries, configs)
+    counts = result.report.metadata["rerank"]
+    assert set(counts) == {"rr", "gated"}, counts
+    n = len(queries)
+    assert counts["rr"] == {"queries": n, "reranked": n, "skipped_by_gate": 0}, counts
+    # a margin of almost nothing: the best fused score leads the second by that much on
+    # every query whose two best are not tied
+    assert counts["gated"]["queries"] == n and counts["gated"]["skipped_by_gate"] >= 1
+    assert counts["gated"]["reranked"] + counts["gated"]["skipped_by_gate"] == n, counts
+    write_runs(result, tmp_path / "runs.jsonl")
+    rows = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    said = {(r["config"], r["query_id"]): r.get("reranked") for r in rows}
+    assert all(said[("rr", q.query_id)] is True for q in queries), said
+    assert all(("reranked" not in r) for r in rows if r["config"] == "plain"), rows
+    assert sum(said[("gated", q.query_id)] is False for q in queries) == \
+        counts["gated"]["skipped_by_gate"]
+
+
 #: a paraphrase none of whose words is in the help center's BM25 index: the lexical
 #: leg finds nothing, the dense leg finds the refund articles
 NO_LEXICAL_MATCH = "how can I obtain a reimbursement"

@@ -326,6 +326,9 @@ class QueryRun:
     #: documents: the pool-recall curves count depth in ranked chunks, as ``k`` and the
     #: leg depths do (empty: ``stages`` is read instead)
     chunk_stages: dict[str, list[str]] = field(default_factory=dict)
+    #: for a configuration that reranks: whether the reranker ran (False: the rerank
+    #: gate skipped it, or the pool was empty); None for one that does not rerank
+    reranked: bool | None = None
 
 
 @dataclass
@@ -478,7 +481,7 @@ class Harness:
     def _search_one(self, conn: psycopg.Connection[Any], text: str, cfg: EvalConfig,
                     p: SearchParams, level: str, log: Mapping[str, str]
                     ) -> tuple[list[str], dict[str, list[str]], dict[str, list[str]],
-                               float | None]:
+                               float | None, bool]:
         def chunks(items: Sequence[Any]) -> list[str]:
             return [f"{c.citekey}#{c.ordinal}" for c in items]
 
@@ -491,7 +494,8 @@ class Harness:
         query_text = text if cfg.runs_lexical and text.strip() else None
         vector = self._vector(conn, text) if cfg.runs_dense else None
         if query_text is None and vector is None:
-            return [], {s: [] for s in cfg.stages()}, {s: [] for s in cfg.stages()}, None
+            return [], {s: [] for s in cfg.stages()}, {s: [] for s in cfg.stages()}, None, \
+                False
         lex, den = self._legs_for(conn, text, query_text, vector, p)
         with self.funnel._transaction(conn, p):
             cursor = self.funnel._execute_candidates(conn, query_text, vector, p)
@@ -539,7 +543,7 @@ class Harness:
         # query: its leg's own top score (BM25, cosine) is what could tell queries apart
         top = None if not pool else pool[0].lexical_score if cfg.legs == "lexical" else \
             pool[0].dense_score if cfg.legs == "dense" else pool[0].fused_score
-        return final, stages, chunk_stages, top
+        return final, stages, chunk_stages, top, reranked
 
     def run_query(self, conn: psycopg.Connection[Any], q: JudgedQuery, cfg: EvalConfig,
                   level: str) -> QueryRun:
@@ -558,11 +562,13 @@ class Harness:
         stages: dict[str, list[str]] = {}
         chunk_stages: dict[str, list[str]] = {}
         tops: list[float] = []
+        reranked = False
         log = {"judged_query": q.query_id, "search_group": f"{uuid.uuid4()}",
                "config": cfg.name}
         for part in parts:
-            final, part_stages, part_chunks, top = self._search_one(conn, part, cfg, p, level,
-                                                                    log)
+            final, part_stages, part_chunks, top, part_reranked = self._search_one(
+                conn, part, cfg, p, level, log)
+            reranked = reranked or part_reranked
             finals.append(final)
             chunk_finals.append(part_chunks.get("capped", [])[: self.k])
             if top is not None:
@@ -589,7 +595,8 @@ class Harness:
         return QueryRun(text=text, final=list(final[: self.k]), stages=stages,
                         top_score=max(tops) if tops else None,
                         parts=parts if len(parts) > 1 else [],
-                        seconds=max(0.0, seconds), chunk_stages=chunk_stages)
+                        seconds=max(0.0, seconds), chunk_stages=chunk_stages,
+                        reranked=reranked if cfg.rerank else None)
 
     # -- the whole run ------------------------------------------------------------------
     def run(self, queries: Sequence[JudgedQuery], configs: Sequence[EvalConfig], *,
@@ -661,6 +668,11 @@ class Harness:
             "judged_items_not_in_collection": missing,
             "judged_items_respelled": respelled,
         }
+        rerank = _rerank_counts(runs, configs)
+        if rerank:
+            # how often each reranking configuration's reranker ran: a gate's margin is
+            # chosen on judged queries, and its scores alone did not say how often it fired
+            metadata["rerank"] = rerank
         report = build_report(rankings, selected, k=self.k, baseline=baseline, pools=pools,
                               n_resamples=n_resamples, seed=seed, metadata=metadata)
         report.split = split
@@ -922,6 +934,22 @@ def _leg_depths(p: SearchParams, cfg: EvalConfig) -> dict[str, int]:
     lexical, dense = _depths_of_legs(p)
     depths = {"lexical": lexical, "dense": dense, "fused": p.k * p.overfetch}
     return {stage: d for stage, d in depths.items() if stage in cfg.stages()}
+
+
+def _rerank_counts(runs: Mapping[str, Mapping[str, QueryRun]],
+                   configs: Sequence[EvalConfig]) -> dict[str, dict[str, int]]:
+    """Per configuration that reranks: its queries, those the reranker ran on, and those
+    the rerank gate skipped (a query whose pool was empty is neither)."""
+    out: dict[str, dict[str, int]] = {}
+    for cfg in configs:
+        if not cfg.rerank:
+            continue
+        by_q = runs.get(cfg.name, {})
+        reranked = sum(1 for r in by_q.values() if r.reranked)
+        gated = sum(1 for r in by_q.values() if r.reranked is False and r.stages.get("fused"))
+        out[cfg.name] = {"queries": len(by_q), "reranked": reranked,
+                         "skipped_by_gate": gated if cfg.rerank_gate_margin is not None else 0}
+    return out
 
 
 def _noanswer_scores(runs: Mapping[str, Mapping[str, QueryRun]],

@@ -282,10 +282,14 @@ def write_runs(result: HarnessResult, path: str | Path) -> None:
     with Path(path).open("w", encoding="utf-8") as fh:
         for config, runs in result.runs.items():
             for query_id, run in runs.items():
-                fh.write(json.dumps({"config": config, "query_id": query_id,
-                                     "slice": slices.get(query_id), "searched": run.text,
-                                     "final": run.final, "stages": run.stages,
-                                     "parts": run.parts}, ensure_ascii=False) + "\n")
+                row: dict[str, Any] = {"config": config, "query_id": query_id,
+                                       "slice": slices.get(query_id), "searched": run.text,
+                                       "final": run.final, "stages": run.stages,
+                                       "parts": run.parts}
+                if run.reranked is not None:
+                    # a reranking configuration's: False where the rerank gate skipped it
+                    row["reranked"] = run.reranked
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
 def read_json(path: str | Path) -> EvalReport:
