@@ -61,7 +61,7 @@ from pgfunnel.errors import (
     warn_at_caller,
 )
 from pgfunnel.rerank import check_gate_margin, reranker_name
-from pgfunnel.sources import JSON_NUL, as_utc
+from pgfunnel.sources import JSON_NUL, as_utc, non_string_key
 
 MAX_QUERY_CHARS = sql_defaults.QUERY_CHARS_MOST
 
@@ -188,31 +188,10 @@ def _check_json_mapping(name: str, value: Any) -> None:
     if JSON_NUL.search(as_json):
         raise ConfigError(name, "contains a NUL character (\\u0000), which jsonb cannot "
                                 f"hold: {shown(value)}")
-    if name == "metadata_filter":
-        _refuse_non_string_keys(name, value)
-
-
-def _refuse_non_string_keys(name: str, value: Mapping[str, Any]) -> None:
-    """A filter with a key that is not a string (``{1: 1}``), at any depth: json.dumps
-    sends it as the string ``"1"`` without a word, and the filter then matches documents
-    whose metadata has the key ``"1"``. JSON object keys are strings: the caller says
-    which one is meant. (Called once json.dumps took ``value``: every key is a str,
-    int, float, bool or None, and the nesting is not too deep to walk.)"""
-    todo: list[tuple[str, Any]] = [("", value)]
-    while todo:
-        where, item = todo.pop(0)
-        if isinstance(item, Mapping):
-            for key, inner in item.items():
-                if not isinstance(key, str):
-                    sent = next(iter(json.loads(json.dumps({key: None}))))
-                    at = f" in {name}{where}" if where else ""
-                    raise ConfigError(name, f"has the key {key!r} ({type(key).__name__})"
-                                            f"{at}; JSON object keys are strings, and it "
-                                            f"would be sent as {sent!r}: pass {sent!r} if "
-                                            "that is the key meant")
-                todo.append((f"{where}[{key!r}]", inner))
-        elif isinstance(item, (list, tuple)):
-            todo.extend((f"{where}[{i}]", inner) for i, inner in enumerate(item))
+    if name == "metadata_filter" and (
+            problem := non_string_key(value, name, "sent")) is not None:
+        # json.dumps sends {1: 1} as {"1": 1} without a word: a filter on the key "1"
+        raise ConfigError(name, problem)
 
 
 #: the largest statement_timeout Postgres takes (milliseconds, a 32-bit integer)

@@ -239,6 +239,31 @@ def _check_text(value: str, name: str, where: str) -> None:
 JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
+def non_string_key(value: Mapping[str, Any], name: str, verb: str) -> str | None:
+    """What is wrong with the first key that is not a string (``{1: 1}``) in ``value``,
+    at any depth, or None: json.dumps writes it as the string ``"1"`` without a word (a
+    metadata filter then matched documents with the key ``"1"``; a document's metadata
+    was stored with it). JSON object keys are strings: the caller says which one is
+    meant. ``verb`` says what json.dumps's output is for ("sent", "stored"). (Called once
+    json.dumps took ``value``: every key is a str, int, float, bool or None, and the
+    nesting is not too deep to walk.)"""
+    todo: list[tuple[str, Any]] = [("", value)]
+    while todo:
+        where, item = todo.pop(0)
+        if isinstance(item, Mapping):
+            for key, inner in item.items():
+                if not isinstance(key, str):
+                    as_json = next(iter(json.loads(json.dumps({key: None}))))
+                    at = f" in {name}{where}" if where else ""
+                    return (f"has the key {key!r} ({type(key).__name__}){at}; JSON object "
+                            f"keys are strings, and it would be {verb} as {as_json!r}: "
+                            f"pass {as_json!r} if that is the key meant")
+                todo.append((f"{where}[{key!r}]", inner))
+        elif isinstance(item, (list, tuple)):
+            todo.extend((f"{where}[{i}]", inner) for i, inner in enumerate(item))
+    return None
+
+
 def _check_metadata(metadata: Mapping[str, Any], where: str) -> None:
     """Metadata as Postgres' jsonb takes it: JSON types only, finite numbers, no NUL."""
     try:
@@ -253,6 +278,8 @@ def _check_metadata(metadata: Mapping[str, Any], where: str) -> None:
         raise InvalidDocumentError(f"{where}: 'metadata' contains a NUL character, which "
                                    "Postgres' jsonb cannot hold")
     _check_text(as_json, "'metadata'", where)
+    if (problem := non_string_key(metadata, "metadata", "stored")) is not None:
+        raise InvalidDocumentError(f"{where}: 'metadata' {problem}")
 
 
 def check_record(rec: DocumentRecord, where: str) -> None:

@@ -420,6 +420,13 @@ BAD_RECORDS = [
     (DocumentRecord("k", "text", metadata={"score": float("nan")}), "'metadata' is not JSON"),
     (DocumentRecord("k", "text", metadata={"note": "a\x00b"}), "'metadata' contains a NUL"),
     (DocumentRecord("k", "text", metadata={"note": "\udc80"}), "'metadata' is not valid Unicode"),
+    # json.dumps stored {1: 1} as {"1": 1} without a word, as it sent a metadata filter
+    (DocumentRecord("k", "text", metadata={1: 1}),  # type: ignore[dict-item]
+     r"^document 2 \(citekey 'k'\): 'metadata' has the key 1 \(int\); JSON object keys are "
+     r"strings, and it would be stored as '1': pass '1' if that is the key meant;"),
+    (DocumentRecord("k", "text", metadata={"tags": [{"a": 1}, {None: 1}]}),
+     r"'metadata' has the key None \(NoneType\) in metadata\['tags'\]\[1\]; .* stored "
+     r"as 'null'"),
     (DocumentRecord("k", "lone \udc80 surrogate"), "text is not valid Unicode"),
     # said as a JSONL line is told, not as "missing or empty"
     (DocumentRecord("k", "\udc80"), "text is not valid Unicode"),
@@ -453,6 +460,15 @@ def test_records_built_in_python_are_checked_like_jsonl_lines(
         Ingester(conn, "c").ingest([good, bad], vectors=_random_vectors([good]))
     assert "document 2" in str(exc.value)
     assert _counts(conn) == (0, 0, 0, 0)
+
+
+def test_metadata_with_string_keys_at_every_depth_is_taken() -> None:
+    # the refusal of a key that is not a string walks the whole structure: one that is
+    # a string everywhere (the "1" the refusal suggests) passes
+    from pgfunnel.sources import check_record
+
+    check_record(DocumentRecord("k", "text", metadata={"1": {"2.5": [{"null": 1}, 2]}}),
+                 "document 1")
 
 
 def test_chunking_follows_sections_and_size() -> None:
