@@ -315,17 +315,26 @@ def wrapper_problem(conn: psycopg.Connection[Any]) -> str | None:
         "         where p.pronamespace = n.oid and p.proname = 'funnel_search' "
         "           and p.prosrc like '%pgfunnel.funnel_search(%' "
         "           and not pg_catalog.pg_has_role(p.proowner, 'USAGE') limit 1), "
+        "       exists (select from pg_catalog.pg_proc p "
+        "                where p.pronamespace = n.oid and p.proname = 'funnel_search' "
+        "                  and p.prosrc like '%pgfunnel.funnel_search(%' "
+        "                  and pg_catalog.pg_has_role(p.proowner, 'USAGE')), "
         "       pg_catalog.quote_ident(current_user) "
         "from (select pg_catalog.to_regnamespace('public') as oid) n").fetchone()
     assert row is not None
-    exists, may_create, other_owner, me = row
+    exists, may_create, other_owner, own_wrapper, me = row
     if not exists:
         return (f"there is no schema public in this database, so {_WRAPPER}, was not "
                 f"created: {_QUALIFIED}")
     if not may_create:
-        return (f"role {me} may not create objects in schema public, so {_WRAPPER}, was not "
-                f"created: {_QUALIFIED}, or have the database's owner run `grant create on "
-                f"schema public to {me}` and run `pgfunnel init` again")
+        # replacing a function takes CREATE on its schema too, its owner's included: one
+        # an earlier init made (before a DBA revoked it) stays and still runs, and "was
+        # not created" sent its owner looking for a missing function
+        done = ("was left as an earlier init made it, not renewed:" if own_wrapper
+                else f"was not created: {_QUALIFIED}, or")
+        return (f"role {me} may not create objects in schema public, so {_WRAPPER}, {done} "
+                f"have the database's owner run `grant create on schema public to {me}` and "
+                "run `pgfunnel init` again")
     if other_owner is not None:
         other = psycopg.sql.Identifier(str(other_owner)).as_string()
         return (f"{_WRAPPER}, belongs to role {other}, so it was left as it was (another "

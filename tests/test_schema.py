@@ -1139,6 +1139,19 @@ def test_an_owner_that_may_not_create_in_public_gets_every_function_but_the_wrap
     with connect(as_owner, autocommit=True) as conn:
         assert conn.execute("select citekey from funnel_search('refund')").fetchall() == [
             ("refunds",)]
+    # CREATE revoked again: the wrapper made above stays and runs, and the note says so
+    # (it said "was not created" of a function the owner could call)
+    with connect(empty_db, autocommit=True) as su:
+        su.execute(pgsql.SQL("revoke create on schema public from {}").format(
+            pgsql.Identifier(role)))
+    assert [n for n in schema.init(as_owner)["notes"] if "public.funnel_search" in n] == [
+        f"role {role} may not create objects in schema public, so public.funnel_search, the "
+        "wrapper that lets `funnel_search(...)` run on a default search_path, was left as an "
+        "earlier init made it, not renewed: have the database's owner run `grant create on "
+        f"schema public to {role}` and run `pgfunnel init` again"]
+    with connect(as_owner, autocommit=True) as conn:
+        assert conn.execute("select citekey from funnel_search('refund')").fetchall() == [
+            ("refunds",)]
 
 
 def test_a_database_without_schema_public_installs_and_searches(empty_db: str) -> None:
