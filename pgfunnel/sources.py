@@ -1019,9 +1019,12 @@ def _read_file(path: Path, citekey: str, in_folder: bool,
             except JSON_ERRORS as exc:
                 raise InvalidDocumentError(f"{where}: not valid JSON ({json_problem(exc)})") \
                     from None
-            if isinstance(obj, dict) and not {"citekey", "_id", "text"} & obj.keys():
+            if not first_line and isinstance(obj, dict) and \
+                    not {"citekey", "_id", "text"} & obj.keys():
                 # a file of other data in a docs folder (events, a dataset's labels) was
-                # "missing or empty 'citekey'", as if one line lacked a field
+                # "missing or empty 'citekey'", as if one line lacked a field. Its first
+                # line only: past a document, the file is documents, and one line that
+                # lacks both fields is told so (to --exclude the file would lose them all)
                 keys = ", ".join(repr(k) for k in list(obj)[:5]) + (", ..." if len(obj) > 5
                                                                    else "")
                 raise InvalidDocumentError(

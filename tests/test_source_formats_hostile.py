@@ -90,6 +90,13 @@ def test_a_jsonl_file_of_other_data_in_a_folder_says_it_is_not_documents(
     (tmp_path / "logs" / "events.jsonl").write_text('{"citekey": "k", "body": "x"}\n')
     with pytest.raises(InvalidDocumentError, match=r"events\.jsonl:1: missing or empty 'text'"):
         list(read_path(tmp_path))
+    # past a document the file is documents: a line without either field is that line's
+    # error, not advice to leave the whole file out
+    (tmp_path / "logs" / "events.jsonl").write_text(
+        '{"citekey": "k", "text": "x"}\n{"title": "T"}\n')
+    with pytest.raises(InvalidDocumentError,
+                       match=r"events\.jsonl:2: missing or empty 'citekey'$"):
+        list(read_path(tmp_path))
 
 def test_a_pipe_or_a_device_given_by_name_is_refused_without_reading_it(
         tmp_path: Path) -> None:
