@@ -408,6 +408,23 @@ def require_staging(conn: psycopg.Connection[Any], what: str) -> None:
         raise refused
 
 
+def public_wrappers(conn: psycopg.Connection[Any]) -> list[tuple[str, str, bool]]:
+    """pgfunnel's public.funnel_search functions (sql/045_public_funnel_search.sql): each
+    one's signature, owner, and whether this role acts as that owner (may replace, grant
+    and revoke it). Told from an application's own funnel_search in public by the body,
+    which calls pgfunnel.funnel_search; none where schema public is missing."""
+    with tuple_rows(conn):
+        rows = conn.execute(
+            "select p.oid::pg_catalog.regprocedure::text, "
+            "       pg_catalog.pg_get_userbyid(p.proowner), "
+            "       pg_catalog.pg_has_role(p.proowner, 'USAGE') "
+            "from pg_catalog.pg_proc p "
+            "where p.pronamespace = pg_catalog.to_regnamespace('public') "
+            "  and p.proname = 'funnel_search' "
+            "  and p.prosrc like '%pgfunnel.funnel_search(%' order by 1").fetchall()
+    return [(str(sig), str(owner), bool(own)) for sig, owner, own in rows]
+
+
 def require_table_owner(conn: psycopg.Connection[Any], what: str) -> None:
     """Refuse, before anything is written, a role that does not own the pgfunnel tables:
     dropping a version drops its HNSW index and posting partition, which only their owner

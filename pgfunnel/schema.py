@@ -25,6 +25,7 @@ from sqlalchemy import Connection, create_engine, pool
 from pgfunnel.db import (
     SCHEMA,
     connect,
+    public_wrappers,
     resolve_dsn,
     sql_ascii_problem,
     try_register_vector,
@@ -311,18 +312,13 @@ def wrapper_problem(conn: psycopg.Connection[Any]) -> str | None:
     row = conn.execute(
         "select n.oid is not null, "
         "       n.oid is not null and pg_catalog.has_schema_privilege(n.oid, 'CREATE'), "
-        "       (select pg_catalog.pg_get_userbyid(p.proowner) from pg_catalog.pg_proc p "
-        "         where p.pronamespace = n.oid and p.proname = 'funnel_search' "
-        "           and p.prosrc like '%pgfunnel.funnel_search(%' "
-        "           and not pg_catalog.pg_has_role(p.proowner, 'USAGE') limit 1), "
-        "       exists (select from pg_catalog.pg_proc p "
-        "                where p.pronamespace = n.oid and p.proname = 'funnel_search' "
-        "                  and p.prosrc like '%pgfunnel.funnel_search(%' "
-        "                  and pg_catalog.pg_has_role(p.proowner, 'USAGE')), "
         "       pg_catalog.quote_ident(current_user) "
         "from (select pg_catalog.to_regnamespace('public') as oid) n").fetchone()
     assert row is not None
-    exists, may_create, other_owner, own_wrapper, me = row
+    exists, may_create, me = row
+    wrappers = public_wrappers(conn)
+    other_owner = next((owner for _, owner, own in wrappers if not own), None)
+    own_wrapper = any(own for _, _, own in wrappers)
     if not exists:
         return (f"there is no schema public in this database, so {_WRAPPER}, was not "
                 f"created: {_QUALIFIED}")

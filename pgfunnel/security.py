@@ -25,7 +25,7 @@ from typing import Any, Literal
 import psycopg
 from psycopg import sql
 
-from pgfunnel.db import rows_by_position
+from pgfunnel.db import public_wrappers, rows_by_position
 from pgfunnel.errors import AccessError, ConfigError, ConflictError, NotFoundError, translate
 
 READER_ROLE = "pgfunnel_reader"
@@ -215,14 +215,10 @@ def _grant_functions(conn: psycopg.Connection[Any]) -> None:
                 sql.SQL(sig), _ident(READER_ROLE)))
     # the wrapper where this role made it: another role's may not be granted by this one
     # (Postgres warns "no privileges were granted"), and public may be missing
-    for (sig,) in conn.execute(
-            "select p.oid::regprocedure::text from pg_catalog.pg_proc p "
-            "where p.pronamespace = pg_catalog.to_regnamespace('public') "
-            "and p.proname = 'funnel_search' "
-            "and p.prosrc like '%pgfunnel.funnel_search(%' "
-            "and pg_catalog.pg_has_role(p.proowner, 'USAGE')").fetchall():
-        conn.execute(sql.SQL("grant execute on function {} to {}, {}").format(
-            sql.SQL(sig), _ident(READER_ROLE), _ident(WRITER_ROLE)))
+    for sig, _, own in public_wrappers(conn):
+        if own:
+            conn.execute(sql.SQL("grant execute on function {} to {}, {}").format(
+                sql.SQL(sig), _ident(READER_ROLE), _ident(WRITER_ROLE)))
 
 
 def _oids(conn: psycopg.Connection[Any], signatures: Sequence[str]) -> set[int]:
