@@ -198,27 +198,47 @@ def vector_path_problem(conn: psycopg.Connection[Any]) -> str | None:
                        "current_setting('search_path'), "
                        "pg_catalog.has_schema_privilege(pg_catalog.to_regnamespace(%s), "
                        "                                'USAGE'), "
-                       "pg_catalog.quote_ident(current_user)", (schema, schema)).fetchone()
+                       "pg_catalog.quote_ident(current_user), current_user",
+                       (schema, schema)).fetchone()
     assert row is not None
-    on_path, path, usage, me = row
+    on_path, path, usage, me, user = row
     if on_path:
         return None
     quoted = psycopg.sql.Identifier(str(schema)).as_string()
-    if not usage:
-        # current_schemas() leaves out a schema the role may not use: one named on the
-        # path was reported as missing from it, with a fix that named it twice
-        return (f"pgvector is installed in schema {quoted}, which this role ({me}) may not "
-                f"use (it lacks USAGE on it, so Postgres skips it on the search_path); "
-                f"pgfunnel needs pgvector's types there. Ask its owner or a superuser to "
-                f"run `grant usage on schema {quoted} to {me}` (and to each role that "
-                f"searches), then run it again")
     # an empty path (a hardened `search_path = ''`) reads `""`, a zero-length identifier
     # that Postgres refuses in the statement given to paste
     kept = "" if str(path).strip() in ("", '""') else f"{path}, "
+    add = (f"alter role current_user set search_path = {kept}{quoted}   (or: alter "
+           "database ... set search_path = ...)")
+    if not usage:
+        # current_schemas() leaves out a schema the role may not use: one named on the
+        # path was reported as missing from it, with a fix that named it twice. One the
+        # path does not name needs both the grant and the path
+        grant = (f"pgvector is installed in schema {quoted}, which this role ({me}) may not "
+                 "use (it lacks USAGE on it")
+        ask = (f"pgfunnel needs pgvector's types there. Ask its owner or a superuser to run "
+               f"`grant usage on schema {quoted} to {me}` (and to each role that searches)")
+        if str(schema) in _path_schemas(str(path), str(user)):
+            return (f"{grant}, so Postgres skips it on the search_path); {ask}, then run it "
+                    "again")
+        return (f"{grant}) and is not on this connection's search_path ({path}); {ask}, add "
+                f"it to the path for the role or the database, then reconnect: {add}")
     return (f"pgvector is installed in schema {quoted}, which is not on this connection's "
             f"search_path ({path}); pgfunnel needs it there. Add it for the role or the "
-            f"database, then reconnect: alter role current_user set search_path = "
-            f"{kept}{quoted}   (or: alter database ... set search_path = ...)")
+            f"database, then reconnect: {add}")
+
+
+def _path_schemas(path: str, user: str) -> set[str]:
+    """The schema names a search_path setting names (``"$user", public, "My Schema"``):
+    unquoted ones folded to lower case as Postgres folds them, ``$user`` the role's."""
+    names = set()
+    for item in (part.strip() for part in path.split(",")):
+        if len(item) >= 2 and item[0] == item[-1] == '"':
+            name = item[1:-1].replace('""', '"')
+        else:
+            name = item.lower()
+        names.add(user if name == "$user" else name)
+    return names
 
 
 #: how the schema's comment, which install_functions writes, begins: the digest of the

@@ -1227,6 +1227,23 @@ def test_pgvector_in_a_schema_the_role_may_not_use_says_so_not_off_the_path(
             "needs pgvector's types there. Ask its owner or a superuser to run `grant usage "
             f'on schema "extensions" to {role}` (and to each role that searches), then run '
             "it again")
+    # off the path as well: told both, not the grant alone (after which it was still
+    # missing from the path), with the statement that adds it
+    with connect(as_role, autocommit=True, register=False) as conn:
+        conn.execute("set search_path = \"$user\", public")
+        assert schema.vector_path_problem(conn) == (
+            f'pgvector is installed in schema "extensions", which this role ({role}) may not '
+            "use (it lacks USAGE on it) and is not on this connection's search_path "
+            '("$user", public); pgfunnel needs pgvector\'s types there. Ask its owner or a '
+            'superuser to run `grant usage on schema "extensions" to '
+            f"{role}` (and to each role that searches), add it to the path for the role or "
+            "the database, then reconnect: alter role current_user set search_path = "
+            '"$user", public, "extensions"   (or: alter database ... set search_path = ...)')
+        # a quoted or upper-case spelling on the path is the same schema
+        conn.execute('set search_path = public, "extensions"')
+        assert "so Postgres skips it on the search_path" in str(schema.vector_path_problem(conn))
+        conn.execute("set search_path = public, EXTENSIONS")
+        assert "so Postgres skips it on the search_path" in str(schema.vector_path_problem(conn))
     with connect(empty_db, autocommit=True, register=False) as su:
         su.execute(pgsql.SQL("grant usage on schema extensions to {}").format(
             pgsql.Identifier(role)))
