@@ -806,7 +806,9 @@ begin
 end
 $$;
 
--- the forms without section_path: a function's result columns cannot change in place
+-- the forms without section_path: a function's result columns cannot change in place.
+-- In public, pgfunnel's wrapper only (its body calls pgfunnel.funnel_search), as the
+-- grants tell it: an application's own funnel_search there was dropped by every init
 do $$
 declare
     f regprocedure;
@@ -816,6 +818,7 @@ begin
                       and p.proname in ('candidates', 'final', 'funnel_search'))
                      or (p.pronamespace = pg_catalog.to_regnamespace('public')
                          and p.proname = 'funnel_search'
+                         and p.prosrc like '%pgfunnel.funnel_search(%'
                          and pg_catalog.pg_has_role(p.proowner, 'USAGE')))
                 and p.proretset
                 and not ('section_path' = any (p.proargnames))

@@ -53,11 +53,13 @@ def test_migrate_replaces_search_functions_whose_result_columns_changed(
     fresh = _pg_dump_schema(empty_db)
     with connect(empty_db, autocommit=True) as conn:
         # public.funnel_search as a release before section_path returned it: create or
-        # replace cannot change a result type, only a drop can
+        # replace cannot change a result type, only a drop can (its body calls
+        # pgfunnel.funnel_search, as every release's did, which tells it from an
+        # application's own)
         conn.execute(f"drop function public.funnel_search({args})")
         conn.execute(f"create function public.funnel_search({args}) "
                      "returns table (chunk_id bigint, heading text) language sql "
-                     "as 'select 1::bigint, null::text'")
+                     "as 'select f.chunk_id, f.heading from pgfunnel.funnel_search($1) f'")
     schema.migrate(empty_db)
     with connect(empty_db, autocommit=True) as conn:
         names = conn.execute(
@@ -1335,3 +1337,21 @@ def test_plain_alembic_upgrade_on_an_empty_database_says_to_run_init(empty_db: s
                           env={**os.environ, "PGFUNNEL_DSN": empty_db})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"{schema.head_revision()} (head)"
+
+
+def test_init_leaves_an_applications_own_funnel_search_in_public(empty_db: str) -> None:
+    """sql/040_funnel.sql drops the forms of the search functions without section_path
+    (their result columns cannot change in place); in public it took any set-returning
+    funnel_search the role owned, an application's own included, at every init. The
+    grants and the wrapper checks tell pgfunnel's by its body; so does the drop."""
+    with connect(empty_db, autocommit=True, register=False) as su:
+        su.execute("create function public.funnel_search(ticket integer) returns setof "
+                   "integer language sql as $$ select ticket $$")
+    schema.init(empty_db)
+    schema.init(empty_db)
+    with connect(empty_db, autocommit=True) as conn:
+        assert conn.execute("select funnel_search(7)").fetchall() == [(7,)]
+        # pgfunnel's own wrapper, beside it
+        from pgfunnel.db import public_wrappers
+
+        assert [owner for _, owner, _ in public_wrappers(conn)] == [conn.info.user]
