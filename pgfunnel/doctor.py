@@ -20,7 +20,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from pgfunnel.db import rows_by_position
+from pgfunnel.db import public_wrappers, rows_by_position
 from pgfunnel.errors import ConfigError, translate
 from pgfunnel.ingest import (
     HNSW_INDEX_PREFIX,
@@ -147,10 +147,8 @@ def check_schema(conn: psycopg.Connection[Any]) -> list[Finding]:
             + "); run `pgfunnel migrate` to install this release's"))
     # the wrapper lives in schema public, so a dump of schema pgfunnel alone (pg_dump -n
     # pgfunnel) leaves it out, and `funnel_search(...)` on a default path finds nothing
-    if conn.execute("select not exists (select from pg_catalog.pg_proc p "
-                    "where p.proname = 'funnel_search' "
-                    "and p.pronamespace = pg_catalog.to_regnamespace('public'))").fetchone() \
-            == (True,):
+    # pgfunnel's, told by its body: an application's own funnel_search there passed for it
+    if not public_wrappers(conn):
         # where init could not create it, why, and what to do: "run init" alone sent the
         # owner round to the same note
         problem = schema.wrapper_problem(conn)

@@ -1355,3 +1355,13 @@ def test_init_leaves_an_applications_own_funnel_search_in_public(empty_db: str) 
         from pgfunnel.db import public_wrappers
 
         assert [owner for _, owner, _ in public_wrappers(conn)] == [conn.info.user]
+        # nor does it pass for pgfunnel's wrapper where that is missing (doctor found
+        # nothing wrong)
+        from pgfunnel.doctor import run_checks
+
+        conn.execute("drop function public.funnel_search(text, vector, integer, text, text[], "
+                     "text, text, timestamptz, jsonb, text, double precision, "
+                     "double precision[], integer, integer, integer, integer, integer, "
+                     "double precision, double precision, boolean)")
+        assert [f.level for f in run_checks(conn) if f.check == "schema"
+                and f.message.startswith("public.funnel_search is missing")] == ["warning"]
