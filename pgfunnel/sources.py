@@ -977,6 +977,13 @@ def _read_file(path: Path, citekey: str, in_folder: bool,
             f"compressed with gzip ({SUPPORTED_SUFFIXES[0]}{COMPRESSED_SUFFIX}, ...): copy or "
             f"link it under a name that ends in its format's suffix ({name}.txt{gz} for "
             f"plain text, {name}.md{gz} for Markdown)")
+    if suffix != ".jsonl" and (size := len(citekey.encode("utf-8"))) > MAX_KEY_BYTES:
+        # said before the file is read, with what to do: "citekey is 1,445 bytes long; the
+        # limit is 1,000" named the file's citekey, which its owner never typed
+        raise InvalidDocumentError(
+            f"{path}: its citekey, the file's path from the folder given, is {size:,} bytes "
+            f"long; the limit is {MAX_KEY_BYTES:,} (it is a key of a document index): give "
+            "the file or a folder on its path a shorter name, or leave it out with --exclude")
     try:
         data = read_file_bytes(path)
     except OSError as exc:

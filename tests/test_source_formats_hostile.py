@@ -98,6 +98,25 @@ def test_a_jsonl_file_of_other_data_in_a_folder_says_it_is_not_documents(
                        match=r"events\.jsonl:2: missing or empty 'citekey'$"):
         list(read_path(tmp_path))
 
+
+def test_a_file_whose_path_makes_too_long_a_citekey_says_what_to_do(tmp_path: Path) -> None:
+    # a deep tree of long folder names made a citekey past 1,000 bytes: the error said
+    # "citekey is 1,445 bytes long; the limit is 1,000", of a key its owner never typed
+    from pgfunnel.sources import read_path
+
+    deep = tmp_path / "docs"
+    for _ in range(5):
+        deep = deep / ("é" * 100)
+    deep.mkdir(parents=True)
+    (deep / "guide.md").write_text("# Guide\n\nText.\n")
+    (tmp_path / "docs" / "short.md").write_text("# Short\n\nText.\n")
+    with pytest.raises(InvalidDocumentError, match=(
+            r"guide\.md: its citekey, the file's path from the folder given, is 1,010 bytes "
+            r"long; the limit is 1,000 \(it is a key of a document index\): give the file "
+            r"or a folder on its path a shorter name, or leave it out with --exclude$")):
+        list(read_path(tmp_path / "docs"))
+    assert [d.citekey for d in read_path(tmp_path / "docs", exclude=["guide.md"])] == ["short"]
+
 def test_a_pipe_or_a_device_given_by_name_is_refused_without_reading_it(
         tmp_path: Path) -> None:
     """A named pipe given to ingest or eval waited for a writer forever, and a link to
