@@ -33,6 +33,7 @@ from pgfunnel.defaults import (
     number,
 )
 from pgfunnel.errors import (
+    SCHEMA_GRANT_HINT,
     ConfigError,
     ModelLoadError,
     NotFoundError,
@@ -187,13 +188,15 @@ def suggest(text: str, *, note: bool = True) -> str:
             return m.group(0)  # a prefix, "pgfunnel ingest: ...", not a command
         takes = {p.name for p in getattr(command, "params", [])}
         flags = []
-        if dsn is not None and "dsn" in takes:
+        end = _SUGGESTION_END.search(text, m.end())
+        after = text[m.end():end.start() if end else len(text)]
+        # a suggestion that names its own --dsn (the owner's, not this role's) keeps it
+        if dsn is not None and "dsn" in takes \
+                and not re.search(r"(?:^|\s)--dsn(?:[\s=]|$)", f"{rest} {after}"):
             flags.append("--dsn " + (HIDDEN_DSN if hidden else shlex.quote(dsn)))
-        if collection is not None and "collection" in takes:
-            end = _SUGGESTION_END.search(text, m.end())
-            after = text[m.end():end.start() if end else len(text)]
-            if not re.search(r"(?:^|\s)(?:-c|--collection)(?:[\s=]|$)", f"{rest} {after}"):
-                flags.append(f"-c {shlex.quote(collection)}")
+        if collection is not None and "collection" in takes \
+                and not re.search(r"(?:^|\s)(?:-c|--collection)(?:[\s=]|$)", f"{rest} {after}"):
+            flags.append(f"-c {shlex.quote(collection)}")
         return " ".join(["pgfunnel", *words[:used], *flags, *([rest] if rest else [])])
 
     suggested = _SUGGESTED.sub(add_flags, text)
@@ -479,6 +482,24 @@ def index_flags(model: str | None) -> dict[str, str]:
     return {name: flag for name, flag in INDEX_FLAGS.items() if name != "embedding_model"}
 
 
+def _schema_hint() -> str:
+    """The advice after "permission denied for schema pgfunnel" for this database's mode
+    and owner, asked of the database the command ran against; the library's words (true
+    in both modes, naming no role) where that cannot be read."""
+    from pgfunnel.db import connect, resolve_dsn
+    from pgfunnel.security import schema_access_hint
+
+    ctx = _running_context()
+    dsn = ctx.params.get("dsn") if ctx is not None else None
+    try:
+        with connect(resolve_dsn(dsn if isinstance(dsn, str) else None),
+                     autocommit=True, register=False) as conn:
+            hint = schema_access_hint(conn)
+    except Exception:  # noqa: BLE001 - the error being reported matters more than this
+        return SCHEMA_GRANT_HINT
+    return hint or SCHEMA_GRANT_HINT
+
+
 @contextmanager
 def handle_errors(flags: Mapping[str, str] | None = None,
                   interrupted: str | Callable[[], str] | None = None,
@@ -493,6 +514,8 @@ def handle_errors(flags: Mapping[str, str] | None = None,
     flags = {**COMMON_FLAGS, **(flags or {})}
 
     def with_kept(said: str) -> str:
+        if SCHEMA_GRANT_HINT in said:
+            said = said.replace(SCHEMA_GRANT_HINT, _schema_hint(), 1)
         then = kept() if kept is not None else None
         return f"{said}; {then}" if then else said
 

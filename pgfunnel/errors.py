@@ -327,11 +327,13 @@ READ_ONLY_HINT = ("; the transaction is read-only (a hot standby, "
 
 
 #: said after Postgres' "permission denied for schema pgfunnel": a role granted nothing
-SCHEMA_GRANT_HINT = ("; this role was granted nothing on pgfunnel: grant it pgfunnel_reader "
-                     "to search or pgfunnel_writer to ingest and manage versions (`grant "
-                     "pgfunnel_reader to ROLE`; the roles `pgfunnel init --rls` creates), or "
-                     "connect as the role that owns the schema (docs/security.md, Roles and "
-                     "grants)")
+SCHEMA_GRANT_HINT = ("; this role was granted nothing on pgfunnel: in RLS mode (set up by "
+                     "init --rls), the schema's owner or a superuser grants it "
+                     "pgfunnel_reader to search or pgfunnel_writer to ingest and manage "
+                     "versions (`grant pgfunnel_reader to ROLE`); without RLS those roles "
+                     "hold nothing here: connect as the role that owns the schema, or have "
+                     "it run init --rls with its own connection string first "
+                     "(docs/security.md, Roles and grants)")
 
 
 # the server ended the session: admin_shutdown, crash_shutdown, cannot_connect_now,

@@ -803,3 +803,33 @@ def _identity_defaults(conn: psycopg.Connection[Any]) -> list[SecurityFinding]:
 __all__ = ["SecurityFinding", "enable_rls", "disable_rls", "ensure_roles", "grant_privileges",
            "grant_app_role", "rls_enabled", "security_findings", "READER_ROLE", "WRITER_ROLE",
            "RLS_TABLES"]
+
+
+def schema_access_hint(conn: psycopg.Connection[Any]) -> str | None:
+    """What a role refused "permission denied for schema pgfunnel" should have done, for the
+    mode this database is in, naming the schema's owner (who alone can fix it); None where
+    the schema is not there. It reads the catalogs only, which every role may read."""
+    row = conn.execute(
+        "select pg_catalog.pg_get_userbyid(n.nspowner), current_user, "
+        "       coalesce((select bool_or(c.relrowsecurity) from pg_catalog.pg_class c "
+        "                  where c.relnamespace = n.oid and c.relname = any(%s)), false), "
+        "       exists (select 1 from pg_catalog.pg_roles where rolname = %s) "
+        "  from pg_catalog.pg_namespace n where n.nspname = 'pgfunnel'",
+        (list(RLS_TABLES), READER_ROLE)).fetchone()
+    if row is None:
+        return None
+    owner, role, rls, roles_exist = row
+    if rls and roles_exist:
+        return (f"; role {role!r} was granted nothing on pgfunnel: as {owner!r} (the "
+                f"schema's owner, where it created the roles) or a superuser, run `grant "
+                f"{READER_ROLE} to {role}` to "
+                f"search, or `grant {WRITER_ROLE} to {role}` to ingest and manage versions "
+                "(docs/security.md, Roles and grants)")
+    # without --rls the group roles hold nothing here (a member would read every row, with
+    # no policy to hold it), so granting one would change nothing
+    return (f"; role {role!r} was granted nothing on pgfunnel, and this database is not in "
+            f"RLS mode ({READER_ROLE} holds nothing here): connect as {owner!r} (the "
+            f"schema's owner), or have {owner!r} run `pgfunnel init --rls --dsn OWNER_DSN` "
+            f"(OWNER_DSN: a connection string for {owner!r}), which creates the roles and "
+            f"the row-level security policies, and then `grant {READER_ROLE} to {role}` "
+            "(docs/security.md, Roles and grants)")

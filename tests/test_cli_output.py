@@ -612,8 +612,44 @@ def test_a_role_without_usage_on_the_schema_gets_one_line_not_a_traceback(
                 "that owns") in res.output, res.output
         assert "pgfunnel_reader" not in res.output, res.output
     else:
-        assert "grant pgfunnel_reader to ROLE" in res.output, res.output
+        # this database is not in RLS mode, where pgfunnel_reader holds nothing: the line
+        # said to grant it, and pasted this role's own --dsn into `pgfunnel init --rls`,
+        # which only the schema's owner may run
+        owner = psycopg.connect(db, autocommit=True).execute(
+            "select pg_get_userbyid(nspowner) from pg_namespace "
+            "where nspname = 'pgfunnel'").fetchone()
+        assert owner is not None
+        assert "not in RLS mode" in res.output, res.output
+        assert f"connect as {owner[0]!r} (the schema's owner)" in res.output, res.output
+        assert "`pgfunnel init --rls --dsn OWNER_DSN`" in res.output, res.output
+        assert f"then `grant pgfunnel_reader to {role}`" in res.output, res.output
         assert "docs/security.md" in res.output, res.output
+
+
+def test_a_role_granted_nothing_in_rls_mode_is_told_the_grant_and_who_runs_it(
+        db: str) -> None:
+    """In RLS mode the advice is the grant of pgfunnel_reader, named for this role."""
+    import uuid
+
+    import psycopg
+    from _security_helpers import with_user
+    from pgfunnel.cli.main import app
+    from psycopg import sql as pgsql
+    from typer.testing import CliRunner
+
+    from pgfunnel.security import enable_rls
+
+    with psycopg.connect(db) as owner:
+        enable_rls(owner)
+        owner.commit()
+    role = f"pgf_app_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(db, autocommit=True) as su:
+        su.execute(pgsql.SQL("create role {} login").format(pgsql.Identifier(role)))
+    res = CliRunner().invoke(app, ["versions", "list", "--dsn", with_user(db, role)])
+    assert res.exit_code == 1, res.output
+    assert f"run `grant pgfunnel_reader to {role}` to search" in res.output, res.output
+    assert "not in RLS mode" not in res.output, res.output
+    assert "init --rls" not in res.output, res.output
 
 
 def test_command_summaries_are_one_line() -> None:
