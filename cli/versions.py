@@ -759,7 +759,7 @@ def compare_cmd(
         notes.append(("note", f"{_logged_searches(guessed_qs)} "
                       f"{'does' if one else 'do'} not record {', '.join(keys)} in "
                       f"{'its' if one else 'their'} log (logged before pgfunnel recorded "
-                      f"{'it' if len(keys) == 1 else 'them'}; an eval's log does not keep "
+                      f"{'it' if len(keys) == 1 else 'them'}; an eval's log did not keep "
                       f"the k it cut at), so {'it was' if one else 'they were'} replayed "
                       f"with the default{'s' if len(keys) > 1 else ''} ({defaults}), "
                       "a guess"))

@@ -42,7 +42,7 @@ _INT64 = 2**63 - 1
 # searched
 _LOG_SQL = sql.SQL(
     "select sl.id, c.name, sl.index_version_id, sl.config, {params}, sl.query_text, "
-    "sl.principals, sl.tenant, sl.at, {embedding}, {searched} "
+    "sl.principals, sl.tenant, sl.at, {embedding}, {searched}, sl.notes "
     "from pgfunnel.search_log sl "
     "join pgfunnel.collection c on c.id = sl.collection_id where sl.id = %s").format(
         params=sql.SQL(LOGGED_PARAMS), embedding=sql.SQL(LOGGED_EMBEDDING_RECORDED),
@@ -125,7 +125,7 @@ def _read_log(funnel: Funnel, conn: psycopg.Connection[Any], search_id: int,
                             "tenant); a search is logged only with trace=True (search "
                             "--trace)")
     _, collection, version_id, config, logged, query_text, principals, tenant, at, \
-        had_vector, searched = row
+        had_vector, searched, notes = row
     if collection != reader.collection:
         raise ConfigError("search_id", f"search {search_id} searched collection "
                           f"{collection!r}, not {reader.collection!r}: explain it with that "
@@ -142,10 +142,11 @@ def _read_log(funnel: Funnel, conn: psycopg.Connection[Any], search_id: int,
     except ConfigError as exc:
         raise ConfigError("search_id", f"search {search_id}'s logged config cannot be "
                           f"replayed: {exc}") from exc
-    if "k" in replay.guessed:
+    if "k" in replay.guessed or "judged_query" in (notes or {}):
         # an eval's trace ranks its whole pool (its log's k is the pool's length): below
-        # the k it is explained with, a candidate the trace lists as returned was not one
-        # of the results eval scored, and read "returned at rank 11" where eval had lost it
+        # the k it is explained with (the k the eval scored at, or a guess in a log that
+        # does not keep it), a candidate the trace lists as returned was not one of the
+        # results eval scored, and read "returned at rank 11" where eval had lost it
         traced = [t._replace(final_rank=None, dropped="below k")
                   if t.final_rank is not None and t.final_rank > p.k else t for t in traced]
     reranked = bool(config.get("rerank")) and traced and any(
@@ -443,7 +444,7 @@ NO_VECTOR_GUESSED = (
 #: the notice of a logged search explained with a default for a parameter its log does
 #: not record, as `versions compare --last` says it
 GUESSED = ("pgfunnel: search {search_id}'s log does not record its {names} (logged before "
-           "pgfunnel recorded {it}; an eval's log does not keep the k it cut at), so it is "
+           "pgfunnel recorded {it}; an eval's log did not keep the k it cut at), so it is "
            "explained with the default{s} ({defaults}), a guess")
 
 

@@ -1627,8 +1627,9 @@ LOGGED_SEARCH_PARAMS = ("k", "language", "metadata_filter", "fusion", "rrf_k", "
                         "ef_search", "k1", "b")
 #: the search parameters a logged config records, as a jsonb object: the keys above that
 #: it holds, but the k of a search `pgfunnel eval` logged, whose final() is given the
-#: pool's length as its k (the eval's own k is not logged); a key it lacks (a row logged
-#: before pgfunnel recorded it) is replayed with its default, and said to be guessed.
+#: pool's length as its k: its notes' eval_k, the k the eval scored at, stands in (always
+#: one of the keys above); a key it lacks (a row logged before pgfunnel recorded it, an
+#: eval's before its notes kept eval_k) is replayed with its default, and said guessed.
 #: funnel_search (which the Python search without a reranker runs) logs the weights it
 #: used, chosen by the query when none were given: its notes say whether they were given
 #: (weights_given), and where they do not (a row logged before they did), weights that
@@ -1642,7 +1643,10 @@ LOGGED_PARAMS = (
     "or sl.config ? 'trace' or p.params -> 'weights' not in (select "
     "pg_catalog.to_jsonb(a.weights) from pgfunnel._automatic_weights() a) "
     "then p.params else p.params - 'weights' end "
-    "from (select coalesce(jsonb_object_agg(e.key, e.value), '{}'::jsonb) as params "
+    "from (select coalesce(jsonb_object_agg(e.key, e.value), '{}'::jsonb) "
+    "|| case when coalesce(sl.notes ? 'judged_query', false) "
+    "and jsonb_typeof(sl.notes -> 'eval_k') = 'number' "
+    "then jsonb_build_object('k', sl.notes -> 'eval_k') else '{}'::jsonb end as params "
     "from jsonb_each(case when jsonb_typeof(sl.config) = 'object' then sl.config "
     "else '{}'::jsonb end) e where e.key = any(%s::text[]) and not (e.key = 'k' and "
     "coalesce(sl.notes ? 'judged_query', false))) p)")

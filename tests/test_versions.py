@@ -1705,7 +1705,8 @@ def test_compare_last_replays_each_search_with_the_configuration_it_was_logged_w
         assert sql_logged is not None and (sql_logged["k"], sql_logged["fusion"],
                                            sql_logged["overfetch"]) == (4, "zscore", 2)
         eval_logged = logged["cancel my subscription"].config
-        assert eval_logged is not None and "k" not in eval_logged
+        # not the pool's length its final() was given: the k the eval scored at
+        assert eval_logged is not None and eval_logged["k"] == 5
         assert (eval_logged["fusion"], eval_logged["overfetch"]) == ("rrf", 8)
         versions.reindex(conn, "default", analyzer="simple_v1")
         cmp = versions.compare(conn, "default", 1, 2, list(logged.values()))
@@ -1722,9 +1723,10 @@ def test_compare_last_replays_each_search_with_the_configuration_it_was_logged_w
         assert by_text["invoice address"].k == 4 and by_text["invoice address"].legs == \
             "lexical"
         assert by_text["reset my password"].k == 10
-        # the eval's k is not logged: the default, said to be a guess
-        assert by_text["cancel my subscription"].config_guessed == ["k"]
-        assert cmp.config_guessed == [by_text["cancel my subscription"].query_id]
+        # the eval's log keeps the k it scored at (5) in its notes: replayed with it
+        assert by_text["cancel my subscription"].k == 5
+        assert by_text["cancel my subscription"].config_guessed == []
+        assert cmp.config_guessed == []
         assert cmp.k is None  # 3, 4 and 10: each query's own cutoff
         # funnel_search logs the weights it used, and its notes whether they were given:
         # weights it chose are chosen again on the version compared, not fixed
@@ -1756,7 +1758,7 @@ def test_compare_last_replays_each_search_with_the_configuration_it_was_logged_w
     per = {q["query"]: q for q in out["per_query"]}
     assert (per[rrf]["k"], per[rrf]["config"]["fusion"]) == (3, "rrf")
     assert per[rrf]["config_guessed"] == ["weights", "per_source_cap"]
-    assert per["cancel my subscription"]["config_guessed"] == ["k"]
+    assert per["cancel my subscription"]["config_guessed"] == []
     assert any("replayed with the default" in n for n in out["notices"]), out["notices"]
     res = CliRunner().invoke(app, base, env=env)
     assert res.exit_code == 0, res.output
@@ -1771,7 +1773,7 @@ def test_compare_last_replays_each_search_with_the_configuration_it_was_logged_w
     # the eval's k is given now, no guess; what the older rows lack still is
     guessed = said[said.index("note: 3 logged searches ("):]
     assert guessed.index(") do not record weights, per_source_cap in their log (logged "
-                         "before pgfunnel recorded them; an eval's log does not keep the k it "
+                         "before pgfunnel recorded them; an eval's log did not keep the k it "
                          "cut at), so they were replayed with the defaults (weights chosen "
                          "per query, per_source_cap 3), a guess") > 0, said
     assert all(repr(q) in guessed.split(")")[0]
@@ -1824,10 +1826,25 @@ def test_explain_a_logged_search_replays_it_as_compare_last_does(
     assert chosen.search_config is not None and chosen.search_config["weights"] is None
     assert (chosen.config_guessed, chosen.notices) == ([], []), chosen
     assert given.search_config is not None and given.search_config["weights"] == [1, 0.7]
+    # the k the eval scored at (Harness k=5), which its log's notes keep
+    assert judged.search_config is not None and judged.search_config["k"] == 5
+    assert judged.config_guessed == [] and not any("a guess" in n for n in judged.notices)
+    cli = ["explain", target, "--search-id", str(ids["cancel my subscription"]), "--json",
+           "--dsn", sample_db]
+    res = CliRunner().invoke(app, cli, env={"HF_HUB_OFFLINE": "1"})
+    assert res.exit_code == 0, res.output
+    (out,) = json.loads(res.output[res.output.index("["):])
+    assert (out["config_guessed"], out["search_config"]["k"]) == ([], 5), out
+    assert not any("a guess" in n for n in out["notices"]), out["notices"]
+    # an eval logged before its notes kept its k: the default, said to be a guess
+    with connect(sample_db, autocommit=True) as conn:
+        conn.execute("update pgfunnel.search_log set notes = notes - 'eval_k'")
+    with Funnel(sample_db, "default", embedder=embedder) as f:
+        (judged,) = explain_logged(f, ids["cancel my subscription"], [target])
     assert judged.search_config is not None and judged.search_config["k"] == 10
     assert judged.config_guessed == ["k"]
     assert ("pgfunnel: search {}'s log does not record its k (logged before pgfunnel "
-            "recorded it; an eval's log does not keep the k it cut at), so it is explained "
+            "recorded it; an eval's log did not keep the k it cut at), so it is explained "
             "with the default (k 10), a guess".format(ids["cancel my subscription"])
             in judged.notices), judged.notices
     # an older row that does not say whether its weights were given: automatic ones are
@@ -1839,9 +1856,7 @@ def test_explain_a_logged_search_replays_it_as_compare_last_does(
     assert older.search_config is not None and older.search_config["weights"] is None
     assert older.config_guessed == ["weights"], older
     # the CLI says the guess, and gives the configuration in --json
-    res = CliRunner().invoke(app, ["explain", target, "--search-id",
-                                   str(ids["cancel my subscription"]), "--json",
-                                   "--dsn", sample_db], env={"HF_HUB_OFFLINE": "1"})
+    res = CliRunner().invoke(app, cli, env={"HF_HUB_OFFLINE": "1"})
     assert res.exit_code == 0, res.output
     (out,) = json.loads(res.output[res.output.index("["):])
     assert (out["config_guessed"], out["search_config"]["k"]) == (["k"], 10), out
@@ -1864,12 +1879,27 @@ def test_a_logged_eval_candidate_below_the_guessed_k_is_cut_at_k(
         rows = conn.execute(
             "select d.citekey || '#' || ch.ordinal, t.final_rank from pgfunnel.search_trace t "
             "join pgfunnel.chunk ch on ch.id = t.chunk_id join pgfunnel.document d on "
-            "d.id = ch.document_id where t.search_id = %s and t.final_rank in (3, 11, 12) "
+            "d.id = ch.document_id where t.search_id = %s and t.final_rank in (3, 6, 11, 12) "
             "order by t.final_rank", (sid,)).fetchall()
-    assert [rank for _, rank in rows] == [3, 11, 12], rows
+        assert [rank for _, rank in rows] == [3, 6, 11, 12], rows
+        # the k the eval scored at (Harness k=5) is kept in the log's notes: the chunk at
+        # rank 6, which the eval did not score, is cut at that k, said without a guess
+        with Funnel(sample_db, "default", embedder=embedder) as f:
+            kept, *below = explain_logged(f, sid, [key for key, _ in rows])
+        assert (kept.verdict, kept.final_rank) == ("returned", 3), kept
+        for e, above in zip(below, (5, 10, 11), strict=True):
+            assert (e.verdict, e.final_rank) == ("cut at k", None), e
+            assert e.config_guessed == [] and e.search_config is not None \
+                and e.search_config["k"] == 5, e
+            assert e.reason.endswith(f"not capped, but {above} chunks came before it after "
+                                     "the per-source cap and k was 5"), e.reason
+            assert not any("a guess" in n for n in e.notices), e
+        # an eval's log from before its notes kept the k: the default, said to be a guess
+        conn.execute("update pgfunnel.search_log set notes = notes - 'eval_k'")
     with Funnel(sample_db, "default", embedder=embedder) as f:
-        kept, *below = explain_logged(f, sid, [key for key, _ in rows])
+        kept, sixth, *below = explain_logged(f, sid, [key for key, _ in rows])
     assert (kept.verdict, kept.final_rank) == ("returned", 3), kept
+    assert (sixth.verdict, sixth.final_rank) == ("returned", 6), sixth
     for e, above in zip(below, (10, 11), strict=True):
         assert (e.verdict, e.final_rank) == ("cut at k", None), e
         assert e.config_guessed == ["k"] and e.search_config is not None \

@@ -521,7 +521,10 @@ class Harness:
             # the judged text is logged as the query_text, but a dense-only configuration
             # gave the lexical leg none: said, so a replay (explain --search-id, versions
             # compare --last) searches it as it was searched
-            log_notes: dict[str, Any] = {**log, "query_embedding": vector is not None}
+            # the final() logged ranks the whole pool (its config's k is the pool's
+            # length): eval_k is the k the eval scored at, which a replay cuts at
+            log_notes: dict[str, Any] = {**log, "query_embedding": vector is not None,
+                                         "eval_k": self.k}
             if query_text is None:
                 log_notes["query_text_searched"] = False
             # the weights the pool used and whether they were given, as a search's trace
