@@ -152,9 +152,11 @@ def check_schema(conn: psycopg.Connection[Any]) -> list[Finding]:
         # where init could not create it, why, and what to do: "run init" alone sent the
         # owner round to the same note
         problem = schema.wrapper_problem(conn)
+        # a database without schema public has nowhere to hold it: nothing to fix
+        no_public = conn.execute("select pg_catalog.to_regnamespace('public') is null"
+                                 ).fetchone() == (True,)
         found.append(Finding(
-            "info" if problem is not None and problem.startswith("there is no schema public")
-            else "warning", "schema",
+            "info" if no_public else "warning", "schema",
             problem if problem is not None else
             "public.funnel_search is missing, the wrapper that lets `funnel_search(...)` run "
             "on a default search_path (a dump of schema pgfunnel alone, `pg_dump -n "
