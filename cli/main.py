@@ -520,7 +520,9 @@ def _unread_note(conn: Any, collection: str, read: set[str], copies: set[str],
     unread = [key for key in unread_citekeys(conn, cid, read) if key not in copies]
     if not unread:
         return None
-    named = ", ".join(shown(key) for key in unread[:_UNREAD_NAMED])
+    # quoted as the other notes' citekeys are: unquoted, "(bug reports, git-README)" read
+    # as one citekey or three, a name with a space or comma being a file's
+    named = ", ".join(repr(key) for key in unread[:_UNREAD_NAMED])
     more = len(unread) - _UNREAD_NAMED
     if more > 0:
         named += f" and {more:,} more"

@@ -1695,13 +1695,13 @@ def test_cli_ingest_of_a_folder_names_the_documents_it_did_not_read(db: str,
     res = CliRunner().invoke(app, args, env=env)
     assert res.exit_code == 0, res.output
     assert res.stdout.startswith("1 document written, 1 unchanged;"), res.stdout
-    assert ("note: collection 'fruit' holds 1 document that the folder did not give (c): "
+    assert ("note: collection 'fruit' holds 1 document that the folder did not give ('c'): "
             "a file removed since, or written by another source. Ingest never deletes: "
             "`pgfunnel delete --dsn") in res.stderr, res.stderr
     assert "-c fruit CITEKEY...` does, and --prune makes" in res.stderr, res.stderr
     res = CliRunner().invoke(app, [*args, "--json"], env=env)
     assert res.exit_code == 0, res.output
-    assert [n for n in json.loads(res.stdout)["notes"] if "did not give (c)" in n], res.stdout
+    assert [n for n in json.loads(res.stdout)["notes"] if "did not give ('c')" in n], res.stdout
     res = CliRunner().invoke(app, [*args, "--prune"], env=env)
     assert res.exit_code == 0, res.output
     assert "did not give" not in res.stderr, res.stderr
