@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import shlex
 import time
+import unicodedata
 import warnings
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -745,7 +746,8 @@ def delete(
         missing = [] if stored is None else [key for key in given if key not in stored]
         if len(missing) != len(given) - n:
             missing = []  # an ingest or delete meanwhile: the count alone is sure
-        hints = {key: _longer_citekeys(conn, collection, key)
+        hints = {key: (_other_form_citekeys(conn, collection, key),
+                       _longer_citekeys(conn, collection, key))
                  for key in missing[:_UNREAD_NAMED]}
     if json_out:
         emit_json({"collection": collection, "deleted": n,
@@ -755,9 +757,9 @@ def delete(
         if n < len(given):
             count = len(given) - n
             named = ", ".join(
-                repr(key) + (f" (stored under a longer path: {', '.join(map(repr, hint))})"
-                             if hint else "")
-                for key, hint in hints.items())
+                repr(key) + "".join(f" (stored {what}: {', '.join(map(repr, keys))})"
+                                    for what, keys in _hint_parts(forms, longer))
+                for key, (forms, longer) in hints.items())
             if len(missing) > _UNREAD_NAMED:
                 named += f" and {len(missing) - _UNREAD_NAMED:,} more"
             out.print(shown(f"{count} of the citekeys given {'was' if count == 1 else 'were'} "
@@ -783,6 +785,38 @@ def _stored_citekeys(conn: Any, collection: str, citekeys: list[str]) -> set[str
             "and citekey = any(%s)", (cid, citekeys)).fetchall()}
     except (psycopg.Error, ValueError):
         return None
+
+
+def _hint_parts(forms: list[str], longer: list[str]) -> list[tuple[str, list[str]]]:
+    """What the delete's note says of a citekey it did not find: the citekeys stored in
+    another Unicode form of it, then those that are it under a folder."""
+    parts = []
+    for form in ("decomposed", "composed"):
+        # NFD, as macOS writes file names, is what a citekey from a folder holds; a
+        # keyboard types NFC: the two print alike, so the note says which is stored
+        keys = [k for k in forms if (unicodedata.normalize("NFC", k) != k)
+                == (form == "decomposed")]
+        if keys:
+            parts.append((f"with {form} accents", keys))
+    if longer:
+        parts.append(("under a longer path", longer))
+    return parts
+
+
+def _other_form_citekeys(conn: Any, collection: str, key: str) -> list[str]:
+    """The first three citekeys of ``collection`` equal to ``key`` under Unicode
+    normalization but not to ``key`` itself: `Résumé notes` typed, its file's name read
+    from a Mac's folder as `Re\u0301sume\u0301 notes`. None but in a UTF8 database,
+    the only one where Postgres normalizes."""
+    from pgfunnel.ingest import collection_id
+
+    cid = collection_id(conn, collection)
+    if cid is None or conn.execute("show server_encoding").fetchone()[0] != "UTF8":
+        return []
+    return [str(k) for (k,) in conn.execute(
+        "select citekey from pgfunnel.document where collection_id = %s "
+        "and citekey <> %s and normalize(citekey, NFC) = %s order by citekey limit 3",
+        (cid, key, unicodedata.normalize("NFC", key))).fetchall()]
 
 
 def _longer_citekeys(conn: Any, collection: str, key: str) -> list[str]:

@@ -6,6 +6,7 @@ import json
 import re
 import shlex
 import subprocess
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -267,6 +268,43 @@ def test_delete_says_which_citekeys_were_not_there(sample_db: str) -> None:
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout) == {"collection": "default", "deleted": 1, "not_found": 1,
                                       "not_found_citekeys": ["gone"]}
+
+
+def test_delete_names_a_citekey_stored_in_another_unicode_form(sample_db: str,
+                                                               tmp_path: Path) -> None:
+    """A Mac writes file names decomposed (NFD), so a file's citekey holds `e` and a
+    combining accent where a keyboard types `é`: `pgfunnel delete 'Résumé notes'` matched
+    nothing and said only that it was not in the collection. The note now names the
+    stored citekey, which prints alike, and says how it differs; it deletes when given."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    decomposed = "Re\u0301sume\u0301 notes"
+    typed = unicodedata.normalize("NFC", decomposed)
+    assert typed != decomposed
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / f"{decomposed}.md").write_text("# Notes\n\nA résumé of the quarter.\n")
+    res = CliRunner().invoke(app, ["ingest", str(folder), "-c", "notes", "--dsn", sample_db])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(app, ["delete", typed, "-c", "notes", "--dsn", sample_db],
+                             env={"COLUMNS": "300"})
+    assert res.exit_code == 0, res.output
+    assert res.output == (
+        "0 documents deleted.\n1 of the citekeys given was not in collection 'notes': "
+        f"'{typed}' (stored with decomposed accents: '{decomposed}').\n"), ascii(res.output)
+    # and the other way round: the citekey given decomposed, the one stored composed
+    res = CliRunner().invoke(app, ["delete", "r\u00e9sume\u0301", "--dsn", sample_db])
+    assert "not in collection 'default': 'r\u00e9sume\u0301'." in res.output, res.output
+    with psycopg.connect(sample_db) as conn:
+        conn.execute("update pgfunnel.document set citekey = 'r\u00e9sum\u00e9' "
+                     "where citekey = 'refunds-annual'")
+    res = CliRunner().invoke(app, ["delete", "re\u0301sume\u0301", "--dsn", sample_db],
+                             env={"COLUMNS": "300"})
+    assert "(stored with composed accents: 'r\u00e9sum\u00e9')." in res.output, \
+        ascii(res.output)
+    res = CliRunner().invoke(app, ["delete", decomposed, "-c", "notes", "--dsn", sample_db])
+    assert res.exit_code == 0 and res.output == "1 document deleted.\n", res.output
 
 
 def test_the_demo_legend_names_the_columns_it_prints(empty_db: str,
