@@ -1228,6 +1228,8 @@ def run_checks(conn: psycopg.Connection[Any],
             check_privileges: functools.partial(check_privileges, app_role=app_role)}
         checks = [(name, takes_role.get(check, check)) for name, check in checks]
     findings: list[Finding] = []
+    denied: dict[str, list[str]] = {}
+    denied_at = 0
     have_schema = True
     held = _held_to_row_security(conn)
     if held is not None:
@@ -1248,13 +1250,51 @@ def run_checks(conn: psycopg.Connection[Any],
                 # no finding of this check, and each check after it failed the same way,
                 # so a stopped server was a table of "the check failed" errors and exit 3
                 raise translate(exc, searching=False) from exc
-            got = [Finding("error", name, f"the check failed: "
-                           f"{getattr(exc.diag, 'message_primary', None) or exc}")]
+            said = getattr(exc.diag, 'message_primary', None) or str(exc)
+            if exc.sqlstate == "42501":
+                # a role that may not read what the checks read failed each of them the
+                # same way: one finding says what it lacks, where the first one failed
+                if not denied:
+                    denied_at = len(findings)
+                denied.setdefault(said, []).append(name)
+                continue
+            got = [Finding("error", name, f"the check failed: {said}")]
         if name == "schema" and any(f.level == "error" and "not installed" in f.message
                                     for f in got):
             have_schema = False
         findings.extend(got)
+    if denied:
+        findings.insert(denied_at, _denied_finding(conn, denied))
     return findings
+
+
+def _denied_finding(conn: psycopg.Connection[Any], denied: dict[str, list[str]]) -> Finding:
+    """One error for the checks the role running doctor may not run (``denied``: each
+    refusal's message, with the checks it stopped): what the role lacks, the checks
+    skipped, and what to run instead."""
+    from pgfunnel.security import schema_access
+
+    skipped = [name for names in denied.values() for name in names]
+    access = schema_access(conn)
+    row = conn.execute("select current_user").fetchone()
+    role = str(row[0]) if row else "?"
+    if "permission denied for schema pgfunnel" in denied:
+        lacks = f"role {role!r} lacks USAGE on schema pgfunnel"
+    else:
+        lacks = f"role {role!r} may not read what some checks read ({'; '.join(denied)})"
+    were = "1 check was" if len(skipped) == 1 else f"{len(skipped)} checks were"
+    message = f"{lacks}, so {were} skipped: {', '.join(skipped)}"
+    if access is not None and access.owner == role:
+        # the owner refused (a function or table a superuser left it, say): only a
+        # superuser reads more
+        message += "; run `pgfunnel doctor --dsn SUPERUSER_DSN` as a superuser to run them"
+    elif access is not None:
+        message += (f"; run `pgfunnel doctor --dsn OWNER_DSN` as {access.owner!r} (the "
+                    f"schema's owner; OWNER_DSN: a connection string for it), and with "
+                    f"`--app-role {role}` to check this role")
+        if "permission denied for schema pgfunnel" in denied:
+            message += f"; to give {role!r} access: {access.advice()}"
+    return Finding("error", "doctor_access", message)
 
 
 def worst(findings: Sequence[Finding]) -> Level | None:

@@ -805,10 +805,35 @@ __all__ = ["SecurityFinding", "enable_rls", "disable_rls", "ensure_roles", "gran
            "RLS_TABLES"]
 
 
-def schema_access_hint(conn: psycopg.Connection[Any]) -> str | None:
-    """What a role refused "permission denied for schema pgfunnel" should have done, for the
-    mode this database is in, naming the schema's owner (who alone can fix it); None where
-    the schema is not there. It reads the catalogs only, which every role may read."""
+@dataclass(frozen=True)
+class SchemaAccess:
+    """Who owns schema pgfunnel and which mode this database is in, as any role may read
+    it (the catalogs): what a role refused access to the schema needs to be told."""
+
+    owner: str
+    role: str
+    rls: bool
+    roles_exist: bool
+
+    def advice(self) -> str:
+        """What gives ``role`` access, for this database's mode, and who runs it."""
+        if self.rls and self.roles_exist:
+            return (f"as {self.owner!r} (the schema's owner, where it created the roles) or "
+                    f"a superuser, run `grant {READER_ROLE} to {self.role}` to search, or "
+                    f"`grant {WRITER_ROLE} to {self.role}` to ingest and manage versions "
+                    "(docs/security.md, Roles and grants)")
+        # without --rls the group roles hold nothing here (a member would read every row,
+        # with no policy to hold it), so granting one would change nothing
+        return (f"this database is not in RLS mode ({READER_ROLE} holds nothing here): "
+                f"connect as {self.owner!r} (the schema's owner), or have {self.owner!r} run "
+                "`pgfunnel init --rls --dsn OWNER_DSN` (OWNER_DSN: a connection string for "
+                f"{self.owner!r}), which creates the roles and the row-level security "
+                f"policies, and then `grant {READER_ROLE} to {self.role}` "
+                "(docs/security.md, Roles and grants)")
+
+
+def schema_access(conn: psycopg.Connection[Any]) -> SchemaAccess | None:
+    """The schema's owner, the current role and the mode; None where there is no schema."""
     row = conn.execute(
         "select pg_catalog.pg_get_userbyid(n.nspowner), current_user, "
         "       coalesce((select bool_or(c.relrowsecurity) from pg_catalog.pg_class c "
@@ -816,20 +841,17 @@ def schema_access_hint(conn: psycopg.Connection[Any]) -> str | None:
         "       exists (select 1 from pg_catalog.pg_roles where rolname = %s) "
         "  from pg_catalog.pg_namespace n where n.nspname = 'pgfunnel'",
         (list(RLS_TABLES), READER_ROLE)).fetchone()
-    if row is None:
+    return None if row is None else SchemaAccess(*row)
+
+
+def schema_access_hint(conn: psycopg.Connection[Any]) -> str | None:
+    """What a role refused "permission denied for schema pgfunnel" should have done, for the
+    mode this database is in, naming the schema's owner (who alone can fix it); None where
+    the schema is not there."""
+    access = schema_access(conn)
+    if access is None:
         return None
-    owner, role, rls, roles_exist = row
-    if rls and roles_exist:
-        return (f"; role {role!r} was granted nothing on pgfunnel: as {owner!r} (the "
-                f"schema's owner, where it created the roles) or a superuser, run `grant "
-                f"{READER_ROLE} to {role}` to "
-                f"search, or `grant {WRITER_ROLE} to {role}` to ingest and manage versions "
-                "(docs/security.md, Roles and grants)")
-    # without --rls the group roles hold nothing here (a member would read every row, with
-    # no policy to hold it), so granting one would change nothing
-    return (f"; role {role!r} was granted nothing on pgfunnel, and this database is not in "
-            f"RLS mode ({READER_ROLE} holds nothing here): connect as {owner!r} (the "
-            f"schema's owner), or have {owner!r} run `pgfunnel init --rls --dsn OWNER_DSN` "
-            f"(OWNER_DSN: a connection string for {owner!r}), which creates the roles and "
-            f"the row-level security policies, and then `grant {READER_ROLE} to {role}` "
-            "(docs/security.md, Roles and grants)")
+    if access.rls and access.roles_exist:
+        return f"; role {access.role!r} was granted nothing on pgfunnel: {access.advice()}"
+    return (f"; role {access.role!r} was granted nothing on pgfunnel, and "
+            f"{access.advice()}")

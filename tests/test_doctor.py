@@ -951,3 +951,33 @@ def test_an_app_role_that_cannot_reach_the_database_is_an_error(sample_db: str) 
     code, report = _doctor(sample_db, "--app-role", webapp)
     assert code == 0 and _errors(report, "privileges") == []
     _search_as(reader)
+
+
+def test_a_role_granted_nothing_gets_one_finding_saying_what_it_lacks(sample_db: str) -> None:
+    """`doctor` as a login role granted nothing on pgfunnel printed one `the check failed:
+    permission denied for schema pgfunnel` line per check, naming neither what the role
+    lacks nor what to run instead. It is one finding now, naming the checks it skipped,
+    the schema's owner to run doctor as, and the grant; the checks that ran stay."""
+    import uuid
+
+    from _security_helpers import with_user
+    from psycopg import sql
+
+    role = f"pgf_app_{uuid.uuid4().hex[:8]}"
+    with connect(sample_db, autocommit=True) as conn:
+        conn.execute(sql.SQL("create role {} login").format(sql.Identifier(role)))
+        [owner] = conn.execute("select pg_get_userbyid(nspowner) from pg_namespace "
+                               "where nspname = 'pgfunnel'").fetchone() or [None]
+    code, report = _doctor(with_user(sample_db, role))
+    assert code == 3, report
+    failed = [f for f in report["findings"] if "the check failed" in f["message"]]
+    assert failed == [], failed
+    [denied] = [f for f in report["findings"] if f["check"] == "doctor_access"]
+    message = denied["message"]
+    assert denied["level"] == "error"
+    assert message.startswith(f"role {role!r} lacks USAGE on schema pgfunnel"), message
+    assert "checks were skipped: " in message and "statistics" in message, message
+    assert f"run `pgfunnel doctor --dsn OWNER_DSN` as {owner!r}" in message, message
+    assert f"grant pgfunnel_reader to {role}" in message, message
+    # the checks that need no privilege on the schema still ran and said what they found
+    assert {"pgvector"} <= {f["check"] for f in report["findings"]}, report
