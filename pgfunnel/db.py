@@ -159,13 +159,42 @@ def resolve_dsn(dsn: Any = None) -> str:
     return _SQLALCHEMY_SCHEME.sub(lambda m: "postgresql://", target, count=1)
 
 
+#: psycopg's prepare_threshold for the connections pgfunnel opens: "none" behind a
+#: transaction-mode pooler, whose next transaction may run on a server connection that
+#: never saw the statement psycopg prepared
+PREPARE_THRESHOLD_ENV = "PGFUNNEL_PREPARE_THRESHOLD"
+
+
+def prepare_threshold_setting() -> tuple[bool, int | None]:
+    """(whether PGFUNNEL_PREPARE_THRESHOLD is set, psycopg's prepare_threshold from it):
+    ``none`` or ``off`` prepares nothing on the server, a whole number N prepares a
+    statement after N runs (psycopg's default, used where the variable is unset, is 5)."""
+    raw = os.environ.get(PREPARE_THRESHOLD_ENV)
+    if raw is None or not raw.strip():
+        return False, None
+    value = raw.strip().lower()
+    if value in ("none", "off"):
+        return True, None
+    if value.isascii() and value.isdigit():
+        return True, int(value)
+    raise ConfigError(PREPARE_THRESHOLD_ENV,
+                      f"must be none (or off: prepare no statement, behind a "
+                      f"transaction-mode pooler) or a whole number of runs after which a "
+                      f"statement is prepared, got {raw!r}")
+
+
 def connect(dsn: str | None = None, *, autocommit: bool = False,
             register: bool = True, **connect_kwargs: Any) -> psycopg.Connection[Any]:
     """Open a psycopg 3 connection with pgvector's binary adapters registered.
     ``connect_kwargs`` go to ``psycopg.connect`` (``prepare_threshold=None``,
-    ``application_name=...``); ``connect_timeout`` is 10 unless given."""
+    ``application_name=...``); ``connect_timeout`` is 10 unless given, and
+    ``prepare_threshold`` is PGFUNNEL_PREPARE_THRESHOLD's where that is set."""
     target = resolve_dsn(dsn)
     connect_kwargs.setdefault("connect_timeout", 10)
+    if "prepare_threshold" not in connect_kwargs:
+        given, threshold = prepare_threshold_setting()
+        if given:
+            connect_kwargs["prepare_threshold"] = threshold
     try:
         conn = psycopg.connect(target, autocommit=autocommit, **connect_kwargs)
     except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:

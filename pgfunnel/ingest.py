@@ -634,8 +634,11 @@ def second_connection(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any] 
         params = conn.info.get_parameters()
         if conn.info.password:
             params["password"] = conn.info.password
-        return psycopg.connect(psycopg.conninfo.make_conninfo(**params), autocommit=True,
-                               connect_timeout=5)
+        conn2 = psycopg.connect(psycopg.conninfo.make_conninfo(**params), autocommit=True,
+                                connect_timeout=5)
+        # behind a transaction-mode pooler, as ``conn`` is (PGFUNNEL_PREPARE_THRESHOLD)
+        conn2.prepare_threshold = conn.prepare_threshold
+        return conn2
     except psycopg.Error:
         return None
 

@@ -637,6 +637,38 @@ def test_a_connection_that_prepares_nothing_gets_nothing_prepared(
         assert (prepared[0] == 0) == (threshold is None)
 
 
+@pytest.mark.parametrize("setting", [None, "none", "off", "3"])
+def test_pgfunnel_prepare_threshold_reaches_the_connections_pgfunnel_opens(
+        sample_db: str, embedder: Any, monkeypatch: pytest.MonkeyPatch,
+        setting: str | None) -> None:
+    """The CLI (and a Funnel made from a DSN) opens its own connections, so behind a
+    transaction-mode pooler there was no way to turn psycopg's automatic prepared
+    statements off: an eval's or a long job's sixth search prepared its statement on one
+    server connection and the pooler ran the next on another. PGFUNNEL_PREPARE_THRESHOLD
+    reaches every connection pgfunnel.db.connect opens."""
+    if setting is None:
+        monkeypatch.delenv("PGFUNNEL_PREPARE_THRESHOLD", raising=False)
+    else:
+        monkeypatch.setenv("PGFUNNEL_PREPARE_THRESHOLD", setting)
+    with Funnel(sample_db, embedder=embedder) as funnel:
+        for q in ["refund window", "err 4029", "export my data"] * 2:
+            assert funnel.search(q, k=3).results
+        with funnel.connection() as conn:
+            prepared = conn.execute("select count(*) from pg_prepared_statements").fetchone()
+    assert prepared is not None
+    assert (prepared[0] == 0) == (setting in ("none", "off")), (setting, prepared)
+
+
+@pytest.mark.parametrize("setting", ["yes", "-1", "2.5"])
+def test_a_bad_pgfunnel_prepare_threshold_is_refused_naming_it(
+        sample_db: str, monkeypatch: pytest.MonkeyPatch, setting: str) -> None:
+    from pgfunnel.errors import ConfigError
+
+    monkeypatch.setenv("PGFUNNEL_PREPARE_THRESHOLD", setting)
+    with pytest.raises(ConfigError, match=r"^PGFUNNEL_PREPARE_THRESHOLD: must be none"):
+        connect(sample_db).close()
+
+
 def test_one_string_where_a_list_belongs_is_refused(sample_db: str) -> None:
     """Iterated, "kb-ab" would be the citekeys k, b, -, a: one string is an error."""
     from pgfunnel.errors import ConfigError
