@@ -871,3 +871,29 @@ def test_a_judged_queries_file_that_is_not_json_lines_says_so(
     with pytest.raises(InvalidInputError) as exc:
         load_queries(path)
     assert str(exc.value) == f"{path}: {said}"
+
+
+def test_the_pool_recall_chart_keeps_the_label_of_the_depth_the_legs_read_to() -> None:
+    """With legs 200 deep (--lexical-depth 200) the harness's curves step 1 ... 160 and
+    end at 200, where the table's pool recall is read: the round 160 took its place and
+    200, the axis's end, had no label. The legs' depth keeps it; the crowded 160 goes."""
+    from pgfunnel.eval.report import _pool_recall_figure
+
+    def line(end: int) -> list[tuple[int, float]]:
+        return [(d, 0.4 + d / 400) for d in (1, 3, 5, 10, 20, 40, 80, 160) if d < end] + [
+            (end, 0.95)]
+
+    curves = {"lexical leg": line(200), "dense leg": line(200),
+              "default (final order)": line(200)}
+    fig = _pool_recall_figure(curves, "t")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    labels = [t for t in ax.get_xticklabels() if t.get_visible() and t.get_text()]
+    boxes = sorted((box.x0, box.x1, t.get_text())
+                   for t in labels for box in [t.get_window_extent(renderer)])
+    shown = [text for *_, text in boxes]
+    assert shown[-1] == "200", shown
+    assert {"1", "3", "5", "10", "20", "40", "80"} <= set(shown), shown
+    for (_, right, a), (left, _, b) in itertools.pairwise(boxes):
+        assert left >= right + 2, (a, b, shown)

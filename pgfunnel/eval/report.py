@@ -588,7 +588,10 @@ def _pool_recall_figure(points: Mapping[str, Sequence[tuple[int, float]]], title
         _legend_beside(ax, lines, names)
     fig.tight_layout()
     if log_x:
-        _thin_depth_labels(fig, ax, sorted(depths))
+        # the depth the legs read to (the table's pool recall is read there), or with no
+        # leg drawn the deepest depth measured: where the axis ends
+        legs = [d for name, ordered in drawn if name.endswith(" leg") for d, _ in ordered]
+        _thin_depth_labels(fig, ax, sorted(depths), first=max(legs or depths))
     return fig
 
 
@@ -597,12 +600,14 @@ def _pool_recall_figure(points: Mapping[str, Sequence[tuple[int, float]]], title
 _ROUND_DEPTHS: frozenset[int] = frozenset({1, 3, 5, 10, 20, 40, 80, 160, 320, 640, 1000})
 
 
-def _thin_depth_labels(fig: Any, ax: Any, depths: Sequence[int]) -> None:
+def _thin_depth_labels(fig: Any, ax: Any, depths: Sequence[int],
+                       first: int | None = None) -> None:
     """Keep the depth ticks whose labels have room. Each line ends at its own longest
     list, so the axis can hold 39, 40, 44 and 45 side by side, which on a log scale were
-    drawn over each other ('394045'). The round depths come first, then the lines' ends,
-    the deepest first; a tick whose label would touch a kept one is left out (its line's
-    last point is still drawn)."""
+    drawn over each other ('394045'). ``first`` (the depth the legs read to) comes first:
+    legs 200 deep lost the label at the axis's end to the round 160 beside it. Then the
+    round depths, then the lines' ends, the deepest first; a tick whose label would touch
+    a kept one is left out (its line's last point is still drawn)."""
     from matplotlib.ticker import FixedLocator
 
     fig.canvas.draw()
@@ -612,8 +617,9 @@ def _thin_depth_labels(fig: Any, ax: Any, depths: Sequence[int]) -> None:
         box = label.get_window_extent(renderer)
         extent[int(round(tick))] = (box.x0, box.x1)
     gap = 4.0  # pixels between two labels
-    order = ([d for d in depths if d in _ROUND_DEPTHS]
-             + sorted((d for d in depths if d not in _ROUND_DEPTHS), reverse=True))
+    order = ([first] if first is not None else []) + [
+        d for d in depths if d in _ROUND_DEPTHS and d != first] + sorted(
+        (d for d in depths if d not in _ROUND_DEPTHS and d != first), reverse=True)
     kept: list[int] = []
     for d in order:
         if d not in extent:
