@@ -828,6 +828,14 @@ def _longer_citekeys(conn: Any, collection: str, key: str) -> list[str]:
     cid = collection_id(conn, collection)
     if cid is None:
         return []
+    if conn.execute("show server_encoding").fetchone()[0] == "UTF8":
+        # compared in one Unicode form: a Mac's file name under a folder, decomposed,
+        # is the name typed (_other_form_citekeys)
+        key = unicodedata.normalize("NFC", key)
+        return [str(k) for (k,) in conn.execute(
+            "select citekey from pgfunnel.document where collection_id = %s "
+            "and right(normalize(citekey, NFC), %s) = %s order by citekey limit 3",
+            (cid, len(key) + 1, "/" + key)).fetchall()]
     return [str(k) for (k,) in conn.execute(
         "select citekey from pgfunnel.document where collection_id = %s "
         "and right(citekey, %s) = %s order by citekey limit 3",

@@ -285,8 +285,15 @@ def test_delete_names_a_citekey_stored_in_another_unicode_form(sample_db: str,
     folder = tmp_path / "notes"
     folder.mkdir()
     (folder / f"{decomposed}.md").write_text("# Notes\n\nA résumé of the quarter.\n")
+    (folder / "work").mkdir()
+    (folder / "work" / "Cafe\u0301.md").write_text("# Café\n\nThe café opens at nine.\n")
     res = CliRunner().invoke(app, ["ingest", str(folder), "-c", "notes", "--dsn", sample_db])
     assert res.exit_code == 0, res.output
+    # under a folder too: the file's name typed is its path's end in the other form
+    res = CliRunner().invoke(app, ["delete", "Caf\u00e9", "-c", "notes", "--dsn", sample_db],
+                             env={"COLUMNS": "300"})
+    assert "'Caf\u00e9' (stored under a longer path: 'work/Cafe\u0301')." in res.output, \
+        ascii(res.output)
     res = CliRunner().invoke(app, ["delete", typed, "-c", "notes", "--dsn", sample_db],
                              env={"COLUMNS": "300"})
     assert res.exit_code == 0, res.output
