@@ -693,6 +693,13 @@ def _files_under(folder: Path, dangling: list[Path] | None = None,
     return files
 
 
+def _quoted(argument: str) -> str:
+    """``argument`` in single quotes for a shell, as the --exclude a message suggests: a
+    pattern's ``*`` must reach pgfunnel unexpanded, and a file name holding ``'`` gave a
+    command the shell could not read (``--exclude 'it's.jsonl'``)."""
+    return "'" + argument.replace("'", "'\"'\"'") + "'"
+
+
 def _refuse_shared_citekeys(files: Sequence[tuple[Path, str]], folder: Path) -> None:
     """Two files (with their citekeys) that differ only in their suffix (a generator's
     ``fs.md`` beside its ``fs.html``) would be one citekey: said before anything is read,
@@ -715,7 +722,7 @@ def _refuse_shared_citekeys(files: Sequence[tuple[Path, str]], folder: Path) -> 
         # the one file, as --exclude matches it (relative to the folder): a pattern
         # such as '*.rst' would leave out every other .rst file too
         raise InvalidDocumentError(f"{said}: leave one out, e.g. --exclude "
-                                   f"'{later.relative_to(folder).as_posix()}'")
+                                   f"{_quoted(later.relative_to(folder).as_posix())}")
     suffixes = Counter(p.suffix for _, p, _ in clashes)
     suffix = suffixes.most_common(1)[0][0]
     twins = [p.relative_to(folder) for _, p, _ in clashes if p.suffix == suffix]
@@ -731,7 +738,7 @@ def _refuse_shared_citekeys(files: Sequence[tuple[Path, str]], folder: Path) -> 
         f"{said}, and {len(clashes) - 1:,} more "
         f"{'pair of files shares' if len(clashes) == 2 else 'pairs of files share'} a citekey "
         f"({len(twins):,} of them a {suffix} beside another format): leave one kind out, "
-        f"e.g. --exclude '{pattern}'{also}")
+        f"e.g. --exclude {_quoted(pattern)}{also}")
 
 
 def format_suffix(path: Path) -> str:
@@ -1038,7 +1045,8 @@ def _read_file(path: Path, citekey: str, in_folder: bool,
                     f"{where}: not a document: the line has no 'citekey' and no 'text' "
                     f"(its keys: {keys or 'none'}); a .jsonl file is read as one document "
                     "per line, a JSON object with 'citekey' and 'text' (docs/cli.md, "
-                    f"ingest); leave out a file of other data with --exclude '{path.name}'")
+                    f"ingest); leave out a file of other data with --exclude "
+                    f"{_quoted(path.name)}")
             record = record_from_dict(obj, where)
             # the ingest refuses a citekey given twice too, but can no longer say where
             if (first := first_line.setdefault(record.citekey, lineno)) != lineno:

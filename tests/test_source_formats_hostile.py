@@ -99,6 +99,25 @@ def test_a_jsonl_file_of_other_data_in_a_folder_says_it_is_not_documents(
         list(read_path(tmp_path))
 
 
+def test_the_exclude_a_message_suggests_is_one_shell_word_for_a_name_with_a_quote(
+        tmp_path: Path) -> None:
+    # `--exclude 'it's.jsonl'`, as the message wrote it for such a name, is a command the
+    # shell cannot read: the name is quoted so that pasting it leaves that file out
+    import shlex
+
+    from pgfunnel.sources import read_path
+
+    (tmp_path / "guide.md").write_text("# Guide\n\nText.\n")
+    (tmp_path / "it's.jsonl").write_text('{"event": "login"}\n')
+    with pytest.raises(InvalidDocumentError) as exc:
+        list(read_path(tmp_path))
+    said = str(exc.value)
+    assert said.endswith("--exclude 'it'\"'\"'s.jsonl'"), said
+    words = shlex.split(said[said.rindex("--exclude"):])
+    assert words == ["--exclude", "it's.jsonl"]
+    assert [d.citekey for d in read_path(tmp_path, exclude=[words[1]])] == ["guide"]
+
+
 def test_a_file_whose_path_makes_too_long_a_citekey_says_what_to_do(tmp_path: Path) -> None:
     # a deep tree of long folder names made a citekey past 1,000 bytes: the error said
     # "citekey is 1,445 bytes long; the limit is 1,000", of a key its owner never typed
