@@ -510,8 +510,9 @@ def grant_app_role(conn: psycopg.Connection[Any], role: str, *, writer: bool = F
                 f"{group} holds no privilege on this database's pgfunnel tables (row-level "
                 "security is off here; the role was made by `init --rls` on another "
                 f"database of the cluster), so {role!r} could not search: {enable}")
-        me = conn.execute("select current_user, pg_catalog.quote_ident(%s)",
+        me = conn.execute("select current_user::text, pg_catalog.quote_ident(%s)",
                           (role,)).fetchone()
+        granter, role_ident = (str(me[0]), str(me[1])) if me else ("?", role)
         try:
             conn.execute(sql.SQL("grant {} to {}").format(_ident(group), _ident(role)))
         except psycopg.errors.InsufficientPrivilege as exc:
@@ -519,9 +520,9 @@ def grant_app_role(conn: psycopg.Connection[Any], role: str, *, writer: bool = F
             # --rls` asks for) holds no ADMIN OPTION on it, and got Postgres' bare
             # 'permission denied to grant role "pgfunnel_reader"'
             raise AccessError(
-                f"role {me[0] if me else '?'!r} may not grant {group} to {role!r} (that takes "
+                f"role {granter!r} may not grant {group} to {role!r} (that takes "
                 f"ADMIN OPTION on {group}, or a superuser): ask a superuser to run `grant "
-                f"{group} to {me[1] if me else role}`, or to give this role `... with "
+                f"{group} to {role_ident}`, or to give this role `... with "
                 "admin option` once, then run it again") from exc
     except psycopg.Error as exc:
         raise translate(exc) from exc
