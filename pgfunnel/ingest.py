@@ -1063,17 +1063,21 @@ def _copy(conn: psycopg.Connection[Any], table: str, columns: Sequence[str], *,
     target = sql.Identifier("pgfunnel", table)
     cols = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
     options = sql.SQL(" (format binary)" if binary else "")
-    active = conn.execute("select pg_catalog.row_security_active(%s::regclass)",
-                          (f"pgfunnel.{table}",)).fetchone()
+    active = conn.execute(
+        "select pg_catalog.row_security_active(%s::regclass), "
+        "pg_catalog.has_database_privilege(pg_catalog.current_database(), 'TEMPORARY')",
+        (f"pgfunnel.{table}",)).fetchone()
     staged = bool(active and active[0])
     stage = sql.Identifier(f"pgfunnel_stage_{table}")
     if staged:
         # what ingest and reindex check up front (require_staging), for every write that
         # stages: the grant named, not Postgres' bare "permission denied to create
-        # temporary tables"
-        refused = staging_refused(conn, f"write to pgfunnel.{table}")
-        if refused is not None:
-            raise refused
+        # temporary tables". Read with row security above, so a batch that may stage
+        # pays no round trip for it
+        if not (active and active[1]):
+            refused = staging_refused(conn, f"write to pgfunnel.{table}")
+            if refused is not None:
+                raise refused
         conn.execute(sql.SQL("create temporary table if not exists {} (like {}) "
                              "on commit delete rows").format(stage, target))
         conn.execute(sql.SQL("truncate {}").format(stage))
