@@ -246,6 +246,14 @@ def _connect_args(engine_kwargs: dict[str, Any]) -> dict[str, Any]:
                           "isolation_level='AUTOCOMMIT' on the engine")
     args = dict(given)
     args.setdefault("connect_timeout", 10)
+    if "prepare_threshold" not in args:
+        # as pgfunnel.db.connect reads it: the async engine's connections do not go
+        # through that function, and behind a transaction pooler kept preparing
+        from pgfunnel.db import prepare_threshold_setting
+
+        set_here, threshold = prepare_threshold_setting()
+        if set_here:
+            args["prepare_threshold"] = threshold
     return args
 
 

@@ -681,3 +681,40 @@ def test_a_missing_collection_through_python_names_pythons_form_of_the_argument(
         funnel.search("refund", k=3, principals=[])
     assert str(missing.value) == f"collection 'nosuch' does not exist; this database has " \
                                  f"'default' {forms}"
+
+
+def test_both_engines_read_the_prepare_threshold_setting(
+        sample_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PGFUNNEL_PREPARE_THRESHOLD=none reached the sync engine's connections (through
+    pgfunnel.db.connect) but not the async engine's, which a transaction pooler behind a
+    FastAPI app needs as much; connect_args' own value still wins."""
+    import asyncio
+
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from pgfunnel.sqla import async_engine_from_dsn
+
+    async def async_threshold(engine: AsyncEngine) -> Any:
+        try:
+            async with engine.connect() as conn:
+                raw = await conn.get_raw_connection()
+                return raw.driver_connection.prepare_threshold
+        finally:
+            await engine.dispose()
+
+    def sync_threshold(**kwargs: Any) -> Any:
+        engine = engine_from_dsn(sample_db, **kwargs)
+        try:
+            with engine.connect() as conn:
+                return conn.connection.driver_connection.prepare_threshold
+        finally:
+            engine.dispose()
+
+    monkeypatch.delenv("PGFUNNEL_PREPARE_THRESHOLD", raising=False)
+    assert asyncio.run(async_threshold(async_engine_from_dsn(sample_db))) == 5
+    monkeypatch.setenv("PGFUNNEL_PREPARE_THRESHOLD", "none")
+    assert asyncio.run(async_threshold(async_engine_from_dsn(sample_db))) is None
+    assert sync_threshold() is None
+    given = {"connect_args": {"prepare_threshold": 2}}
+    assert asyncio.run(async_threshold(async_engine_from_dsn(sample_db, **given))) == 2
+    assert sync_threshold(**given) == 2
