@@ -61,6 +61,7 @@ import uuid
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -833,17 +834,14 @@ def citekey_of_file_name(item: str) -> str:
     """The citekey ``pgfunnel ingest`` gives the file an item names (``./guides/setup.md``
     -> ``guides/setup``; ``guides\\setup.md#2`` -> ``guides/setup#2``), or the item as
     written when it names no file pgfunnel reads."""
-    from pgfunnel.sources import COMPRESSED_SUFFIX, SUPPORTED_SUFFIXES
+    from pgfunnel.sources import SUPPORTED_SUFFIXES, format_suffix, path_without_suffix
 
     key = chunk_key(item)
     base, sep, ordinal = (key[0], "#", str(key[1])) if key is not None else (item, "", "")
     path = base.replace("\\", "/").removeprefix("./")
-    if path.lower().endswith(COMPRESSED_SUFFIX) and \
-            path[:-len(COMPRESSED_SUFFIX)].lower().endswith(SUPPORTED_SUFFIXES):
-        path = path[:-len(COMPRESSED_SUFFIX)]  # README.md.gz is ingested as README.md
-    dot = path.rfind(".")
-    if dot > path.rfind("/") and path[dot:].lower() in SUPPORTED_SUFFIXES:
-        path = path[:dot]
+    # the rules ingest makes a citekey by, so the two cannot drift (README.md.gz -> README)
+    if format_suffix(Path(path)) in SUPPORTED_SUFFIXES:
+        path = path_without_suffix(Path(path))
     return path + sep + ordinal
 
 
