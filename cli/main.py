@@ -823,22 +823,22 @@ def _longer_citekeys(conn: Any, collection: str, key: str) -> list[str]:
     """The first three citekeys of ``collection`` that are ``key`` under a folder: a file
     ingested from a folder above is its path from there (``guides/setup``), and the
     citekey asked for was its name."""
+    from psycopg import sql
+
     from pgfunnel.ingest import collection_id
 
     cid = collection_id(conn, collection)
     if cid is None:
         return []
+    stored: sql.Composable = sql.Identifier("citekey")
     if conn.execute("show server_encoding").fetchone()[0] == "UTF8":
         # compared in one Unicode form: a Mac's file name under a folder, decomposed,
         # is the name typed (_other_form_citekeys)
         key = unicodedata.normalize("NFC", key)
-        return [str(k) for (k,) in conn.execute(
-            "select citekey from pgfunnel.document where collection_id = %s "
-            "and right(normalize(citekey, NFC), %s) = %s order by citekey limit 3",
-            (cid, len(key) + 1, "/" + key)).fetchall()]
+        stored = sql.SQL("normalize({}, NFC)").format(stored)
     return [str(k) for (k,) in conn.execute(
-        "select citekey from pgfunnel.document where collection_id = %s "
-        "and right(citekey, %s) = %s order by citekey limit 3",
+        sql.SQL("select citekey from pgfunnel.document where collection_id = %s "
+                "and right({}, %s) = %s order by citekey limit 3").format(stored),
         (cid, len(key) + 1, "/" + key)).fetchall()]
 
 
