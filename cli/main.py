@@ -738,7 +738,8 @@ def delete(
 
     with handle_errors(), connect(dsn, autocommit=True) as conn:
         require_schema(conn)
-        stored = _stored_citekeys(conn, collection, citekeys)
+        cid = _collection_id_or_none(conn, collection)
+        stored = _stored_citekeys(conn, cid, citekeys)
         n = delete_documents(conn, collection, citekeys)
         given = list(dict.fromkeys(citekeys))
         # named, not only counted: "1 of the citekeys given was not in collection" left
@@ -746,9 +747,13 @@ def delete(
         missing = [] if stored is None else [key for key in given if key not in stored]
         if len(missing) != len(given) - n:
             missing = []  # an ingest or delete meanwhile: the count alone is sure
-        hints = {key: (_other_form_citekeys(conn, collection, key),
-                       _longer_citekeys(conn, collection, key))
-                 for key in missing[:_UNREAD_NAMED]}
+        hints: dict[str, tuple[list[str], list[str]]] = {}
+        if cid is not None and missing:
+            # read once for every key: Postgres normalizes only in a UTF8 database
+            utf8 = conn.execute("show server_encoding").fetchone()[0] == "UTF8"
+            hints = {key: (_other_form_citekeys(conn, cid, utf8, key),
+                           _longer_citekeys(conn, cid, utf8, key))
+                     for key in missing[:_UNREAD_NAMED]}
     if json_out:
         emit_json({"collection": collection, "deleted": n,
                    "not_found": len(given) - n, "not_found_citekeys": missing})
@@ -768,18 +773,29 @@ def delete(
                       highlight=False, soft_wrap=True)
 
 
-def _stored_citekeys(conn: Any, collection: str, citekeys: list[str]) -> set[str] | None:
-    """Those of ``citekeys`` that ``collection`` holds (none when it does not exist: the
-    delete says so); None when they cannot be looked up (a citekey holding a NUL, a role
-    that may not read the table): the delete then refuses them in its own words."""
+def _collection_id_or_none(conn: Any, collection: str) -> int | None:
+    """``collection``'s id, None where it does not exist or cannot be looked up (a name
+    holding a NUL, a role that may not read the table): the delete then refuses it in its
+    own words."""
     import psycopg
 
     from pgfunnel.ingest import collection_id
 
     try:
-        cid = collection_id(conn, collection)
-        if cid is None:
-            return set()
+        return collection_id(conn, collection)
+    except (psycopg.Error, ValueError):
+        return None
+
+
+def _stored_citekeys(conn: Any, cid: int | None, citekeys: list[str]) -> set[str] | None:
+    """Those of ``citekeys`` that collection ``cid`` holds (none when it does not exist:
+    the delete says so); None when they cannot be looked up (a citekey holding a NUL, a
+    role that may not read the table): the delete then refuses them in its own words."""
+    import psycopg
+
+    if cid is None:
+        return set()
+    try:
         return {str(key) for (key,) in conn.execute(
             "select citekey from pgfunnel.document where collection_id = %s "
             "and citekey = any(%s)", (cid, citekeys)).fetchall()}
@@ -803,15 +819,12 @@ def _hint_parts(forms: list[str], longer: list[str]) -> list[tuple[str, list[str
     return parts
 
 
-def _other_form_citekeys(conn: Any, collection: str, key: str) -> list[str]:
-    """The first three citekeys of ``collection`` equal to ``key`` under Unicode
+def _other_form_citekeys(conn: Any, cid: int, utf8: bool, key: str) -> list[str]:
+    """The first three citekeys of collection ``cid`` equal to ``key`` under Unicode
     normalization but not to ``key`` itself: `Résumé notes` typed, its file's name read
-    from a Mac's folder as `Re\u0301sume\u0301 notes`. None but in a UTF8 database,
-    the only one where Postgres normalizes."""
-    from pgfunnel.ingest import collection_id
-
-    cid = collection_id(conn, collection)
-    if cid is None or conn.execute("show server_encoding").fetchone()[0] != "UTF8":
+    from a Mac's folder as `Re\u0301sume\u0301 notes`. None but in a UTF8 database
+    (``utf8``), the only one where Postgres normalizes."""
+    if not utf8:
         return []
     return [str(k) for (k,) in conn.execute(
         "select citekey from pgfunnel.document where collection_id = %s "
@@ -819,19 +832,14 @@ def _other_form_citekeys(conn: Any, collection: str, key: str) -> list[str]:
         (cid, key, unicodedata.normalize("NFC", key))).fetchall()]
 
 
-def _longer_citekeys(conn: Any, collection: str, key: str) -> list[str]:
-    """The first three citekeys of ``collection`` that are ``key`` under a folder: a file
-    ingested from a folder above is its path from there (``guides/setup``), and the
+def _longer_citekeys(conn: Any, cid: int, utf8: bool, key: str) -> list[str]:
+    """The first three citekeys of collection ``cid`` that are ``key`` under a folder: a
+    file ingested from a folder above is its path from there (``guides/setup``), and the
     citekey asked for was its name."""
     from psycopg import sql
 
-    from pgfunnel.ingest import collection_id
-
-    cid = collection_id(conn, collection)
-    if cid is None:
-        return []
     stored: sql.Composable = sql.Identifier("citekey")
-    if conn.execute("show server_encoding").fetchone()[0] == "UTF8":
+    if utf8:
         # compared in one Unicode form: a Mac's file name under a folder, decomposed,
         # is the name typed (_other_form_citekeys)
         key = unicodedata.normalize("NFC", key)

@@ -270,6 +270,47 @@ def test_delete_says_which_citekeys_were_not_there(sample_db: str) -> None:
                                       "not_found_citekeys": ["gone"]}
 
 
+def test_delete_reads_the_collection_and_encoding_once_for_its_hints(
+        sample_db: str, monkeypatch: Any) -> None:
+    """Each citekey not found looked up the collection's id and the server's encoding
+    again, twice (the Unicode-form and the longer-path hint): a delete of five missing
+    citekeys asked the same two questions ten times. Its statements no longer grow with
+    the citekeys missing."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel import db as pgfunnel_db
+
+    statements: list[str] = []
+    opened = pgfunnel_db.connect
+
+    def counted_connect(*args: Any, **kwargs: Any) -> Any:
+        conn = opened(*args, **kwargs)
+        execute = conn.execute
+
+        def counted(query: Any, *qargs: Any, **qkwargs: Any) -> Any:
+            statements.append(query if isinstance(query, str) else repr(query))
+            return execute(query, *qargs, **qkwargs)
+
+        conn.execute = counted  # type: ignore[method-assign]
+        return conn
+
+    monkeypatch.setattr(pgfunnel_db, "connect", counted_connect)
+
+    def asked(*missing: str) -> tuple[int, int]:
+        statements.clear()
+        res = CliRunner().invoke(app, ["delete", *missing, "--dsn", sample_db],
+                                 env={"COLUMNS": "300"})
+        assert res.exit_code == 0 and "not in collection 'default'" in res.output, res.output
+        return (sum("server_encoding" in s for s in statements),
+                sum("from pgfunnel.collection where name" in s for s in statements))
+
+    encoding, collection = asked("gone-1")
+    assert encoding == 1 and collection >= 1, statements
+    assert asked("gone-1", "gone-2", "gone-3", "gone-4", "gone-5") == (encoding, collection), \
+        statements
+
+
 def test_delete_names_a_citekey_stored_in_another_unicode_form(sample_db: str,
                                                                tmp_path: Path) -> None:
     """A Mac writes file names decomposed (NFD), so a file's citekey holds `e` and a
