@@ -369,6 +369,21 @@ class Candidate(_Ranked):
     section_path: str = ""
 
 
+class CandidatePool(list[Candidate]):
+    """What :meth:`Funnel.candidates` returns: the pool, a list of :class:`Candidate`, in
+    fused order, and ``fusion``, how the pool was fused (the weights the search chose
+    or was given, the rule that chose them and the legs that ran), as
+    ``SearchResponse.fusion`` says it for ``Funnel.search``; None on an older release's
+    functions, which do not say it."""
+
+    fusion: FusionUsed | None
+
+    def __init__(self, candidates: Iterable[Candidate] = (), *,
+                 fusion: FusionUsed | None = None) -> None:
+        super().__init__(candidates)
+        self.fusion = fusion
+
+
 @dataclass
 class Result(_Ranked):
     """A returned chunk (what ``final()`` and ``funnel_search`` return)."""
@@ -1261,7 +1276,10 @@ class Funnel:
                               fusion=_fusion_of(fusion_used_of(used.fetchone()), p))
 
     def candidates(self, conn: psycopg.Connection[Any], query: str | None,
-                   vector: np.ndarray | None, p: SearchParams) -> list[Candidate]:
+                   vector: np.ndarray | None, p: SearchParams) -> CandidatePool:
+        """The candidate pool (``pgfunnel.candidates``) in fused order, on ``conn`` in the
+        caller's transaction, with ``fusion``: the weights it was fused with, as
+        ``Funnel.search`` reports them (``SearchResponse.fusion``)."""
         # checked as search() checks them: a NaN vector was sent as a double precision[]
         # ("arguments: function pgfunnel.candidates(...) does not exist"), a NUL in the
         # query raised the driver's message, a dict for p an AttributeError
@@ -1273,13 +1291,23 @@ class Funnel:
             # pgvector's types the vector failed as "cannot adapt type 'ndarray' using
             # placeholder '%b'"
             _require_vector_type(conn)
+        idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         try:
-            with tuple_rows(conn):
-                rows = self._execute_candidates(conn, query, vector, p).fetchall()
+            # the weights the pool used are a transaction-local setting of the search's:
+            # read in its transaction, which on an autocommit connection outside one is a
+            # transaction of the two statements (the setting was gone by the second).
+            # Pipelined: no round trip of its own
+            with tuple_rows(conn), \
+                    conn.transaction() if conn.autocommit and idle else nullcontext():
+                with conn.pipeline():
+                    cursor = self._execute_candidates(conn, query, vector, p)
+                    used = conn.execute(FUSION_USED_SQL, prepare=True)
+                rows = cursor.fetchall()
+                fusion = _fusion_of(fusion_used_of(used.fetchone()), p)
         except psycopg.Error as exc:
             # a public method: its errors are pgfunnel's, as search()'s are
             raise translate(exc) from exc
-        return self._pool_from_rows(rows)
+        return CandidatePool(self._pool_from_rows(rows), fusion=fusion)
 
     def _execute_candidates(self, conn: psycopg.Connection[Any], query: str | None,
                             vector: np.ndarray | None,
@@ -1299,11 +1327,16 @@ class Funnel:
     def final(self, conn: psycopg.Connection[Any], query: str | None, ordered: Sequence[Candidate],
               p: SearchParams, *, reranked: bool, notes: Mapping[str, Any] | None = None,
               index_version_id: int | None = None,
-              log_notes: Mapping[str, Any] | None = None) -> list[Result]:
+              log_notes: Mapping[str, Any] | None = None,
+              fusion_used: FusionUsed | None = None) -> list[Result]:
         """The pool in its final order, capped and cut to k (``pgfunnel.final``); a trace
         names ``index_version_id``, the version the pool was read from (default: the
         active one now). ``notes`` join the traced search's config (and so its config
-        hash); ``log_notes`` go into its ``search_log.notes``, outside the config."""
+        hash); ``log_notes`` go into its ``search_log.notes``, outside the config.
+        ``fusion_used``, the pool's ``CandidatePool.fusion``: a trace logs the weights
+        the pool was fused with and whether they were given, as ``Funnel.search``'s
+        trace does (without it, the config's ``weights`` are ``p.weights``, null where
+        the search chose them)."""
         _check_plan_params(p)
         query = check_query_text(query)
         ordered = _check_ordered(ordered)
@@ -1312,6 +1345,15 @@ class Funnel:
             raise ConfigError("reranked", f"must be True or False, got {shown(reranked)}")
         for name, value in (("notes", notes), ("log_notes", log_notes)):
             _check_json_mapping(name, value)
+        if fusion_used is not None and not isinstance(fusion_used, FusionUsed):
+            raise ConfigError("fusion_used", "must be the pool's CandidatePool.fusion (a "
+                              f"FusionUsed) or None, got {shown(fusion_used)}")
+        if fusion_used is not None:
+            # the pair that ran, not the pair asked for (null when the search chose it)
+            weights_note: dict[str, Any] = {} if fusion_used.weights is None else \
+                {"weights": list(fusion_used.weights)}
+            notes = {**(notes or {}), **weights_note} or None
+            log_notes = {**(log_notes or {}), "weights_given": p.weights is not None}
         if index_version_id is not None and (
                 isinstance(index_version_id, bool)
                 or not isinstance(index_version_id, (int, np.integer))
@@ -1455,5 +1497,5 @@ class _NoticeCollector:
             self.sink.append(msg)
 
 
-__all__ = ["Funnel", "SearchParams", "SearchResponse", "Result", "Candidate", "FusionUsed",
-           "PgfunnelError"]
+__all__ = ["Funnel", "SearchParams", "SearchResponse", "Result", "Candidate", "CandidatePool",
+           "FusionUsed", "PgfunnelError"]

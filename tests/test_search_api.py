@@ -2076,6 +2076,53 @@ def test_every_traced_path_logs_the_weights_it_used_and_the_response_says_them(
     assert [replayed[i]["weights"] for i in ids] == [None, None, [1, 0.5]], replayed
 
 
+def test_candidates_say_the_weights_the_pool_used_and_final_logs_them(
+        sample_db: str, sample_conn: psycopg.Connection[Any], embedder: Any) -> None:
+    """A caller running candidates(), its own rerank and final() got the pool as a plain
+    list: nothing said which weights the search had chosen (Funnel.search says them in
+    SearchResponse.fusion), and a traced final() logged null for them."""
+    query = "what does err 6358 mean"  # the number rule: identifier, {1,0.2}
+    chosen = FusionUsed("minmax", ("lexical", "dense"), None, (1.0, 0.2), "identifier")
+    vector = embedder.embed_query(query)
+    p = SearchParams.build(k=3, principals=[], trace=True)
+    with Funnel(sample_db, embedder=embedder, reranker=_ReversingReranker()) as f:
+        assert f.search(query, k=3).fusion == chosen
+        # an autocommit connection outside a transaction: the setting the search left
+        # is its transaction's, so candidates() reads it in one of its own
+        assert sample_conn.autocommit
+        pool = f.candidates(sample_conn, query, vector, p)
+        assert pool and pool.fusion == chosen
+        given = f.candidates(sample_conn, query, vector,
+                             dataclasses.replace(p, weights=(1.0, 0.5)))
+        assert given.fusion == FusionUsed("minmax", ("lexical", "dense"), None,
+                                          (1.0, 0.5), None)
+        assert f.candidates(sample_conn, query, None, p).fusion == \
+            FusionUsed("none", ("lexical",), None, None, None)
+        # the application's own transaction, on a connection without autocommit
+        with psycopg.connect(sample_db) as conn:
+            in_tx = f.candidates(conn, query, vector, p)
+            assert in_tx.fusion == chosen
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+            conn.rollback()
+        ordered = list(reversed(pool))
+        results = f.final(sample_conn, query, ordered, p, reranked=False,
+                          fusion_used=pool.fusion)
+        plain = f.final(sample_conn, query, ordered, p, reranked=False)
+        with pytest.raises(ConfigError, match="^fusion_used: must be the pool's"):
+            f.final(sample_conn, query, ordered, p, reranked=False,
+                    fusion_used=(1.0, 0.2))  # type: ignore[arg-type]
+    logged = {}
+    for search_id in (results[0].search_id, plain[0].search_id):
+        row = sample_conn.execute("select config, notes from pgfunnel.search_log "
+                                  "where id = %s", (search_id,)).fetchone()
+        assert row is not None
+        logged[search_id] = row
+    config, notes = logged[results[0].search_id]
+    assert (config["weights"], notes["weights_given"]) == ([1, 0.2], False), (config, notes)
+    config, notes = logged[plain[0].search_id]
+    assert config["weights"] is None and "weights_given" not in notes, (config, notes)
+
+
 def test_the_response_says_one_leg_ran_and_nothing_fused(sample_db: str) -> None:
     with Funnel(sample_db, embedder=None) as f:
         resp = f.search("refund on a monthly plan", k=3)
