@@ -459,28 +459,9 @@ def _moved_note(conn: Any, collection: str, origins: dict[str, Path], paths: lis
     the ingest with ``--root`` that the note suggests."""
     import os
 
-    from pgfunnel.ingest import collection_id
-    from pgfunnel.sources import format_suffix, path_without_suffix
+    from pgfunnel.ingest import moved_files
 
-    cid = collection_id(conn, collection)
-    if cid is None:
-        return None
-    read = {key: path for key, path in origins.items() if format_suffix(path) != ".jsonl"}
-    if not read:
-        return None
-    longer: dict[str, list[str]] = {}
-    for (stored,) in conn.execute("select citekey from pgfunnel.document "
-                                  "where collection_id = %s", (cid,)).fetchall():
-        parts = str(stored).split("/")
-        for i in range(1, len(parts)):
-            longer.setdefault("/".join(parts[i:]), []).append(str(stored))
-    found: list[tuple[str, str, Path]] = []
-    for key, path in sorted(read.items()):
-        # the file itself lies at that longer path: not another folder's file of one name
-        # (api/index beside index)
-        where = path_without_suffix(Path(os.path.abspath(path)))
-        found.extend((key, other, path) for other in longer.get(key, ())
-                     if other not in read and where.endswith("/" + other))
+    found = [(m.citekey, m.stored, m.path) for m in moved_files(conn, collection, origins)]
     if not found:
         return None
     key, other, path = found[0]
@@ -734,26 +715,14 @@ def delete(
 ) -> None:
     """Delete documents and their chunks (BM25 statistics stay exact)."""
     from pgfunnel.db import connect, require_schema
-    from pgfunnel.ingest import delete_documents
+    from pgfunnel.ingest import delete_documents_report
 
     with handle_errors(), connect(dsn, autocommit=True) as conn:
         require_schema(conn)
-        cid = _collection_id_or_none(conn, collection)
-        stored = _stored_citekeys(conn, cid, citekeys)
-        n = delete_documents(conn, collection, citekeys)
-        given = list(dict.fromkeys(citekeys))
         # named, not only counted: "1 of the citekeys given was not in collection" left
         # the user to find which of several (a typo, a file's name for its path)
-        missing = [] if stored is None else [key for key in given if key not in stored]
-        if len(missing) != len(given) - n:
-            missing = []  # an ingest or delete meanwhile: the count alone is sure
-        hints: dict[str, tuple[list[str], list[str]]] = {}
-        if cid is not None and missing:
-            # read once for every key: Postgres normalizes only in a UTF8 database
-            utf8 = conn.execute("show server_encoding").fetchone()[0] == "UTF8"
-            hints = {key: (_other_form_citekeys(conn, cid, utf8, key),
-                           _longer_citekeys(conn, cid, utf8, key))
-                     for key in missing[:_UNREAD_NAMED]}
+        report = delete_documents_report(conn, collection, citekeys, hints=_UNREAD_NAMED)
+    n, missing, given = report.deleted, report.missing, list(dict.fromkeys(citekeys))
     if json_out:
         emit_json({"collection": collection, "deleted": n,
                    "not_found": len(given) - n, "not_found_citekeys": missing})
@@ -763,44 +732,14 @@ def delete(
             count = len(given) - n
             named = ", ".join(
                 repr(key) + "".join(f" (stored {what}: {', '.join(map(repr, keys))})"
-                                    for what, keys in _hint_parts(forms, longer))
-                for key, (forms, longer) in hints.items())
+                                    for what, keys in _hint_parts(hint.other_forms, hint.longer))
+                for key, hint in report.hints.items())
             if len(missing) > _UNREAD_NAMED:
                 named += f" and {len(missing) - _UNREAD_NAMED:,} more"
             out.print(shown(f"{count} of the citekeys given {'was' if count == 1 else 'were'} "
                             f"not in collection {collection!r}" + (f": {named}." if named
                                                                     else ".")),
                       highlight=False, soft_wrap=True)
-
-
-def _collection_id_or_none(conn: Any, collection: str) -> int | None:
-    """``collection``'s id, None where it does not exist or cannot be looked up (a name
-    holding a NUL, a role that may not read the table): the delete then refuses it in its
-    own words."""
-    import psycopg
-
-    from pgfunnel.ingest import collection_id
-
-    try:
-        return collection_id(conn, collection)
-    except (psycopg.Error, ValueError):
-        return None
-
-
-def _stored_citekeys(conn: Any, cid: int | None, citekeys: list[str]) -> set[str] | None:
-    """Those of ``citekeys`` that collection ``cid`` holds (none when it does not exist:
-    the delete says so); None when they cannot be looked up (a citekey holding a NUL, a
-    role that may not read the table): the delete then refuses them in its own words."""
-    import psycopg
-
-    if cid is None:
-        return set()
-    try:
-        return {str(key) for (key,) in conn.execute(
-            "select citekey from pgfunnel.document where collection_id = %s "
-            "and citekey = any(%s)", (cid, citekeys)).fetchall()}
-    except (psycopg.Error, ValueError):
-        return None
 
 
 def _hint_parts(forms: list[str], longer: list[str]) -> list[tuple[str, list[str]]]:
@@ -817,37 +756,6 @@ def _hint_parts(forms: list[str], longer: list[str]) -> list[tuple[str, list[str
     if longer:
         parts.append(("under a longer path", longer))
     return parts
-
-
-def _other_form_citekeys(conn: Any, cid: int, utf8: bool, key: str) -> list[str]:
-    """The first three citekeys of collection ``cid`` equal to ``key`` under Unicode
-    normalization but not to ``key`` itself: `Résumé notes` typed, its file's name read
-    from a Mac's folder as `Re\u0301sume\u0301 notes`. None but in a UTF8 database
-    (``utf8``), the only one where Postgres normalizes."""
-    if not utf8:
-        return []
-    return [str(k) for (k,) in conn.execute(
-        "select citekey from pgfunnel.document where collection_id = %s "
-        "and citekey <> %s and normalize(citekey, NFC) = %s order by citekey limit 3",
-        (cid, key, unicodedata.normalize("NFC", key))).fetchall()]
-
-
-def _longer_citekeys(conn: Any, cid: int, utf8: bool, key: str) -> list[str]:
-    """The first three citekeys of collection ``cid`` that are ``key`` under a folder: a
-    file ingested from a folder above is its path from there (``guides/setup``), and the
-    citekey asked for was its name."""
-    from psycopg import sql
-
-    stored: sql.Composable = sql.Identifier("citekey")
-    if utf8:
-        # compared in one Unicode form: a Mac's file name under a folder, decomposed,
-        # is the name typed (_other_form_citekeys)
-        key = unicodedata.normalize("NFC", key)
-        stored = sql.SQL("normalize({}, NFC)").format(stored)
-    return [str(k) for (k,) in conn.execute(
-        sql.SQL("select citekey from pgfunnel.document where collection_id = %s "
-                "and right({}, %s) = %s order by citekey limit 3").format(stored),
-        (cid, len(key) + 1, "/" + key)).fetchall()]
 
 
 def _text_cell(text: str) -> str:

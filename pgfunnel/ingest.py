@@ -9,6 +9,7 @@ embedded. BM25 statistics are updated in the same transaction as the postings.
 from __future__ import annotations
 
 import numbers
+import os
 import re
 import shlex
 import string
@@ -80,7 +81,9 @@ from pgfunnel.sources import (
     chunk_text,
     chunking_version,
     embedding_input,
+    format_suffix,
     lexical_input,
+    path_without_suffix,
     vector_key,
     version_embed_input,
     version_lexical_input,
@@ -2405,6 +2408,56 @@ def _refused_apart(records: Iterator[DocumentRecord]) -> Iterator[DocumentRecord
 def delete_documents(conn: psycopg.Connection[Any], collection: str,
                      citekeys: Sequence[str]) -> int:
     """Delete documents and their chunks, keeping BM25 statistics exact."""
+    return _delete_documents(conn, collection, citekeys, hints=0).deleted
+
+
+#: how many stored citekeys of each kind a CitekeyHint names
+_HINT_KEYS = 3
+
+
+@dataclass(frozen=True)
+class CitekeyHint:
+    """The stored citekeys that a citekey not found may have meant, the first
+    ``_HINT_KEYS`` of each kind in citekey order."""
+
+    #: equal to it under Unicode normalization (NFC) but stored in another form: `Résumé`
+    #: typed, the file's name read from a Mac's folder with the accent a character of its
+    #: own; only in a UTF8 database, the only one where Postgres normalizes
+    other_forms: list[str] = field(default_factory=list)
+    #: it under a folder (``guides/setup`` for ``setup``): a file ingested from a folder
+    #: above has its path from there as its citekey; compared in one Unicode form
+    longer: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.other_forms or self.longer)
+
+
+@dataclass(frozen=True)
+class DeleteReport:
+    """What ``delete_documents_report`` deleted and what it did not find."""
+
+    #: the documents deleted, as ``delete_documents`` returns it
+    deleted: int
+    #: the citekeys given that the collection did not hold, in the order given, once each
+    missing: list[str]
+    #: for the first ``hints`` citekeys of ``missing``, those it holds that each may have
+    #: meant (an empty CitekeyHint where there is none)
+    hints: dict[str, CitekeyHint]
+
+
+def delete_documents_report(conn: psycopg.Connection[Any], collection: str,
+                            citekeys: Sequence[str], *, hints: int = 5) -> DeleteReport:
+    """Delete documents and their chunks as ``delete_documents`` does, and say which of
+    ``citekeys`` the collection did not hold, with, for the first ``hints`` of those, the
+    stored citekeys each may have meant (``CitekeyHint``). The delete and the lookups are
+    one transaction: ``missing`` is exact though another ingest or delete runs."""
+    if isinstance(hints, bool) or not isinstance(hints, numbers.Integral) or hints < 0:
+        raise ConfigError("hints", f"must be an integer of at least 0, got {shown(hints)}")
+    return _delete_documents(conn, collection, citekeys, hints=int(hints))
+
+
+def _delete_documents(conn: psycopg.Connection[Any], collection: str,
+                      citekeys: Sequence[str], *, hints: int) -> DeleteReport:
     check_connection(conn)
     citekeys = string_list(citekeys, "citekeys")
     for citekey in citekeys:
@@ -2424,22 +2477,117 @@ def delete_documents(conn: psycopg.Connection[Any], collection: str,
                                   f"its own{WRITER_NOT_FOR_SEARCHES}; see docs/security.md, "
                                   "Roles and grants)")
             ingest_lock(conn, collection)
-            return _delete_locked(conn, coll, citekeys)
+            deleted = _delete_locked(conn, coll, citekeys)
+            missing = [key for key in dict.fromkeys(citekeys) if key not in deleted]
+            # looked up after the delete: a hint never names a document it took out
+            found = citekey_hints(conn, coll, missing[:hints]) if hints else {}
     except psycopg.Error as exc:
         raise translate(exc, searching=False) from exc
+    return DeleteReport(deleted=len(deleted), missing=missing, hints=found)
 
 
-def _delete_locked(conn: psycopg.Connection[Any], coll: int, citekeys: Sequence[str]) -> int:
+def citekey_hints(conn: psycopg.Connection[Any], coll: int,
+                  citekeys: Sequence[str]) -> dict[str, CitekeyHint]:
+    """For each of ``citekeys``, the citekeys of collection ``coll`` that it may have
+    meant (``CitekeyHint``)."""
+    if not citekeys:
+        return {}
+    row = conn.execute("show server_encoding").fetchone()
+    # read once for every key: Postgres normalizes only in a UTF8 database
+    utf8 = row is not None and row[0] == "UTF8"
+    found: dict[str, CitekeyHint] = {}
+    for key in citekeys:
+        found[key] = CitekeyHint(other_forms=_other_form_citekeys(conn, coll, utf8, key),
+                                 longer=_longer_citekeys(conn, coll, utf8, key))
+    return found
+
+
+def _other_form_citekeys(conn: psycopg.Connection[Any], coll: int, utf8: bool,
+                         key: str) -> list[str]:
+    if not utf8:
+        return []
+    return [str(k) for (k,) in conn.execute(
+        "select citekey from pgfunnel.document where collection_id = %s "
+        "and citekey <> %s and normalize(citekey, NFC) = %s order by citekey limit %s",
+        (coll, key, unicodedata.normalize("NFC", key), _HINT_KEYS)).fetchall()]
+
+
+def _longer_citekeys(conn: psycopg.Connection[Any], coll: int, utf8: bool,
+                     key: str) -> list[str]:
+    stored: sql.Composable = sql.Identifier("citekey")
+    if utf8:
+        # compared in one Unicode form: a Mac's file name under a folder, decomposed,
+        # is the name typed (_other_form_citekeys)
+        key = unicodedata.normalize("NFC", key)
+        stored = sql.SQL("normalize({}, NFC)").format(stored)
+    return [str(k) for (k,) in conn.execute(
+        sql.SQL("select citekey from pgfunnel.document where collection_id = %s "
+                "and right({}, %s) = %s order by citekey limit %s").format(stored),
+        (coll, len(key) + 1, "/" + key, _HINT_KEYS)).fetchall()]
+
+
+@dataclass(frozen=True)
+class MovedFile:
+    """A file an ingest wrote that its collection also holds under a longer citekey."""
+
+    #: the citekey the ingest gave it (``setup``, for docs/guides/setup.md given alone)
+    citekey: str
+    #: the citekey an earlier ingest gave it: its path from a folder above
+    #: (``guides/setup``, when ``docs`` was ingested)
+    stored: str
+    #: the file, as read_paths' ``origins`` holds it
+    path: Path
+
+
+def moved_files(conn: psycopg.Connection[Any], collection: str,
+                origins: Mapping[str, Path]) -> list[MovedFile]:
+    """The files of ``origins`` (citekey -> file, as ``read_paths(..., origins=...)``
+    fills it) that ``collection`` also holds under a longer citekey, their path from a
+    folder above: a file edited and ingested by itself, without ``root``, became a
+    second document beside its old one, both searchable. Sorted by citekey; a file of
+    one name in another folder (``api/index`` beside ``index``) is not one."""
+    check_connection(conn)
+    try:
+        with tuple_rows(conn):
+            coll = collection_id(conn, collection)
+            if coll is None:
+                return []
+            read = {key: Path(path) for key, path in origins.items()
+                    if format_suffix(Path(path)) != ".jsonl"}
+            if not read:
+                return []
+            longer: dict[str, list[str]] = {}
+            for (stored,) in conn.execute("select citekey from pgfunnel.document "
+                                          "where collection_id = %s", (coll,)).fetchall():
+                parts = str(stored).split("/")
+                for i in range(1, len(parts)):
+                    longer.setdefault("/".join(parts[i:]), []).append(str(stored))
+    except psycopg.Error as exc:
+        raise translate(exc, searching=False) from exc
+    found: list[MovedFile] = []
+    for key, path in sorted(read.items()):
+        # the file itself lies at that longer path: not another folder's file of one name
+        # (api/index beside index)
+        where = path_without_suffix(Path(os.path.abspath(path)))
+        found.extend(MovedFile(key, other, path) for other in longer.get(key, ())
+                     if other not in read and where.endswith("/" + other))
+    return found
+
+
+def _delete_locked(conn: psycopg.Connection[Any], coll: int, citekeys: Sequence[str]
+                   ) -> set[str]:
     """Delete collection ``coll``'s documents of these citekeys, their chunks, postings and
     statistics with them; in the caller's transaction, which holds the ingest lock
-    (``delete_documents``, and ``Ingester.ingest(prune=True)``)."""
+    (``delete_documents``, and ``Ingester.ingest(prune=True)``). The citekeys deleted."""
     conn.execute(
         "select pgfunnel._remove_chunks(array(select c.id from pgfunnel.chunk c "
         "join pgfunnel.document d on d.id = c.document_id "
         "where d.collection_id = %s and d.citekey = any(%s)))", (coll, list(citekeys)))
-    cur = conn.execute("delete from pgfunnel.document where collection_id = %s "
-                       "and citekey = any(%s)", (coll, list(citekeys)))
-    return cur.rowcount
+    return {str(key) for (key,) in conn.execute(
+        "delete from pgfunnel.document where collection_id = %s "
+        "and citekey = any(%s) returning citekey", (coll, list(citekeys))).fetchall()}
 
 
-__all__ = ["Ingester", "IngestStats", "checked_records", "delete_documents", "PgfunnelError"]
+__all__ = ["CitekeyHint", "DeleteReport", "Ingester", "IngestStats", "MovedFile",
+           "PgfunnelError", "checked_records", "citekey_hints", "delete_documents",
+           "delete_documents_report", "moved_files"]

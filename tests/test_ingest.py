@@ -1761,6 +1761,78 @@ def test_cli_ingest_of_one_file_without_root_says_the_collection_holds_it_twice(
                              env=env)
     assert res.exit_code == 0 and "twice" not in res.stderr, res.output
 
+def test_delete_documents_report_names_the_citekeys_not_stored_with_hints(
+        sample_conn: psycopg.Connection[Any], tmp_path: Path) -> None:
+    """`pgfunnel delete` named the citekeys it did not find and the stored ones each may
+    have meant, but from the CLI only: a Python caller of delete_documents got a count,
+    and which of its citekeys were not there was its to find. delete_documents_report
+    gives them, in one transaction with the delete; delete_documents still returns the
+    count."""
+    from pgfunnel.ingest import CitekeyHint, delete_documents_report
+
+    sample_conn.autocommit = True
+    decomposed = "re\u0301sume\u0301"
+    sample_conn.execute("update pgfunnel.document set citekey = 'billing/refunds-annual' "
+                        "where citekey = 'refunds-annual'")
+    sample_conn.execute("update pgfunnel.document set citekey = %s "
+                        "where citekey = 'err-6358'", (decomposed,))
+    stored = sample_conn.execute("select count(*) from pgfunnel.document").fetchone()
+    assert stored is not None
+    report = delete_documents_report(
+        sample_conn, "default",
+        ["refunds-annual", "billing/refunds-annual", "typo", "r\u00e9sum\u00e9", "typo"])
+    assert report.deleted == 1
+    # in the order given, once each; the one deleted is named in no hint
+    assert report.missing == ["refunds-annual", "typo", "r\u00e9sum\u00e9"]
+    assert report.hints == {"refunds-annual": CitekeyHint(),
+                            "typo": CitekeyHint(),
+                            "r\u00e9sum\u00e9": CitekeyHint(other_forms=[decomposed])}
+    assert not report.hints["typo"] and report.hints["r\u00e9sum\u00e9"]
+    sample_conn.execute("update pgfunnel.document set citekey = 'guides/billing/' || citekey "
+                        "where citekey = 'refunds-monthly'")
+    report = delete_documents_report(sample_conn, "default", ["refunds-monthly", "a", "b"],
+                                     hints=1)
+    assert report.deleted == 0 and report.missing == ["refunds-monthly", "a", "b"]
+    assert report.hints == {"refunds-monthly": CitekeyHint(
+        longer=["guides/billing/refunds-monthly"])}
+    assert delete_documents_report(sample_conn, "default", ["x"], hints=0).hints == {}
+    for bad in (-1, 1.5, True, "5"):
+        with pytest.raises(ConfigError, match="hints: must be an integer of at least 0"):
+            delete_documents_report(sample_conn, "default", ["x"], hints=bad)  # type: ignore[arg-type]
+    after = sample_conn.execute("select count(*) from pgfunnel.document").fetchone()
+    assert after is not None and after[0] == stored[0] - 1
+    assert delete_documents(sample_conn, "default", [decomposed, "typo"]) == 1
+
+
+def test_moved_files_names_a_file_stored_under_its_longer_path(
+        conn: psycopg.Connection[Any], tmp_path: Path, embedder: Any) -> None:
+    """The note on a file ingested by itself that the collection also holds under its
+    path from a folder above was the CLI's: moved_files gives it to a Python caller of
+    read_paths and Ingester."""
+    from pgfunnel.ingest import MovedFile, moved_files
+    from pgfunnel.sources import read_paths
+
+    docs = tmp_path / "docs"
+    (docs / "guides").mkdir(parents=True)
+    (docs / "api").mkdir()
+    (docs / "guides" / "setup.md").write_text("# Setup\n\nInstall the walrus package.\n")
+    (docs / "api" / "index.md").write_text("# API\n\nThe walrus API.\n")
+    (docs / "index.md").write_text("# Home\n\nWelcome.\n")
+    conn.autocommit = True
+    Ingester(conn, "d", embedder=embedder).ingest(list(read_paths([docs])))
+    origins: dict[str, Path] = {}
+    alone = docs / "guides" / "setup.md"
+    # index.md is index wherever it is read from, and api/index another file's
+    records = list(read_paths([alone, docs / "index.md"], origins=origins))
+    Ingester(conn, "d", embedder=embedder).ingest(records)
+    assert moved_files(conn, "d", origins) == [MovedFile("setup", "guides/setup", alone)]
+    # a file of one name in another folder is not it; a collection not there holds none
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "setup.md").write_text("# Setup\n\nElsewhere.\n")
+    assert moved_files(conn, "d", {"setup": tmp_path / "other" / "setup.md"}) == []
+    assert moved_files(conn, "nope", origins) == []
+
+
 def test_cli_ingest_says_when_chunks_shared_a_text(db: str, tmp_path: Path) -> None:
     """The progress bar counts the texts the model read, the summary the chunks: an object
     documented on two pages read "902/902" above "916 embedded", as if 14 were lost."""
