@@ -2490,40 +2490,46 @@ def citekey_hints(conn: psycopg.Connection[Any], coll: int,
                   citekeys: Sequence[str]) -> dict[str, CitekeyHint]:
     """For each of ``citekeys``, the citekeys of collection ``coll`` that it may have
     meant (``CitekeyHint``)."""
-    if not citekeys:
+    keys = list(dict.fromkeys(citekeys))
+    if not keys:
         return {}
     row = conn.execute("show server_encoding").fetchone()
-    # read once for every key: Postgres normalizes only in a UTF8 database
+    # Postgres normalizes only in a UTF8 database; elsewhere citekeys compare as stored
     utf8 = row is not None and row[0] == "UTF8"
-    found: dict[str, CitekeyHint] = {}
-    for key in citekeys:
-        found[key] = CitekeyHint(other_forms=_other_form_citekeys(conn, coll, utf8, key),
-                                 longer=_longer_citekeys(conn, coll, utf8, key))
-    return found
-
-
-def _other_form_citekeys(conn: psycopg.Connection[Any], coll: int, utf8: bool,
-                         key: str) -> list[str]:
-    if not utf8:
-        return []
-    return [str(k) for (k,) in conn.execute(
-        "select citekey from pgfunnel.document where collection_id = %s "
-        "and citekey <> %s and normalize(citekey, NFC) = %s order by citekey limit %s",
-        (coll, key, unicodedata.normalize("NFC", key), _HINT_KEYS)).fetchall()]
-
-
-def _longer_citekeys(conn: psycopg.Connection[Any], coll: int, utf8: bool,
-                     key: str) -> list[str]:
-    stored: sql.Composable = sql.Identifier("citekey")
+    forms = [unicodedata.normalize("NFC", key) for key in keys] if utf8 else keys
+    tail = sql.SQL("split_part({}, '/', -1)").format(sql.Identifier("citekey"))
+    form: sql.Composable = sql.SQL("s.citekey")
+    other_form: sql.Composable = sql.SQL("false")
     if utf8:
-        # compared in one Unicode form: a Mac's file name under a folder, decomposed,
-        # is the name typed (_other_form_citekeys)
-        key = unicodedata.normalize("NFC", key)
-        stored = sql.SQL("normalize({}, NFC)").format(stored)
-    return [str(k) for (k,) in conn.execute(
-        sql.SQL("select citekey from pgfunnel.document where collection_id = %s "
-                "and right({}, %s) = %s order by citekey limit %s").format(stored),
-        (coll, len(key) + 1, "/" + key, _HINT_KEYS)).fetchall()]
+        # compared in one Unicode form: a Mac's file name, decomposed, is the name typed.
+        # ASCII is its own NFC, so normalize() (some microseconds a row: 0.5 s a key on a
+        # collection of 100,000 documents) reads only names with a byte past it
+        tail = sql.SQL("case when octet_length({tail}) = length({tail}) then {tail} "
+                       "else normalize({tail}, NFC) end").format(tail=tail)
+        form = sql.SQL("case when octet_length(s.citekey) = length(s.citekey) then s.citekey "
+                       "else normalize(s.citekey, NFC) end")
+        other_form = sql.SQL("{form} = k.form and s.citekey <> k.key").format(form=form)
+    # both hints end in the key's last name (another form of it normalizes to it, a '/'
+    # neither composes nor decomposes): one pass over the collection's citekeys, its names
+    # matched to the keys' by a hash, where each key's two hints compared each whole
+    # citekey; only the few of that name are then compared whole
+    query = sql.SQL(
+        "select i, citekey, same_form from (select k.i, s.citekey, "
+        "({other_form}) as same_form, row_number() over (partition by k.i, "
+        "({other_form}) order by s.citekey) as n "
+        "from (select citekey, {tail} as tail from pgfunnel.document "
+        "where collection_id = %s) s "
+        "join unnest(%s::text[], %s::text[], %s::text[]) with ordinality as k(key, form, tail, i) "
+        "on s.tail = k.tail "
+        "where ({other_form}) or right({form}, length(k.form) + 1) = '/' || k.form) h "
+        "where n <= %s order by i, citekey").format(tail=tail, form=form, other_form=other_form)
+    tails = [key.rsplit("/", 1)[-1] for key in forms]
+    found = {key: CitekeyHint() for key in keys}
+    for i, stored, same_form in conn.execute(query, (coll, keys, forms, tails,
+                                                     _HINT_KEYS)):
+        hint = found[keys[int(i) - 1]]
+        (hint.other_forms if same_form else hint.longer).append(str(stored))
+    return found
 
 
 @dataclass(frozen=True)
@@ -2547,31 +2553,35 @@ def moved_files(conn: psycopg.Connection[Any], collection: str,
     second document beside its old one, both searchable. Sorted by citekey; a file of
     one name in another folder (``api/index`` beside ``index``) is not one."""
     check_connection(conn)
+    read = {key: path for key, path in origins.items() if format_suffix(path) != ".jsonl"}
+    # the longer citekeys a file can have: its path from each folder above the one it was
+    # read from (guides/setup, docs/guides/setup, ... for setup), those the ingest did not
+    # itself write; looked up by the citekey index, where every citekey of the collection
+    # was read (0.3 s, 100,000 documents) to find the few
+    candidates: dict[str, list[tuple[str, Path]]] = {}
+    for key, path in read.items():
+        # the file itself lies at that longer path: not another folder's file of one name
+        # (api/index beside index)
+        parts = path_without_suffix(Path(os.path.abspath(path))).split("/")
+        for i in range(1, len(parts)):
+            other = "/".join(parts[i:])
+            if other.endswith("/" + key) and other not in read:
+                candidates.setdefault(other, []).append((key, path))
+    if not candidates:
+        return []
     try:
         with tuple_rows(conn):
             coll = collection_id(conn, collection)
             if coll is None:
                 return []
-            read = {key: Path(path) for key, path in origins.items()
-                    if format_suffix(Path(path)) != ".jsonl"}
-            if not read:
-                return []
-            longer: dict[str, list[str]] = {}
-            for (stored,) in conn.execute("select citekey from pgfunnel.document "
-                                          "where collection_id = %s", (coll,)).fetchall():
-                parts = str(stored).split("/")
-                for i in range(1, len(parts)):
-                    longer.setdefault("/".join(parts[i:]), []).append(str(stored))
+            stored = [str(key) for (key,) in conn.execute(
+                "select citekey from pgfunnel.document where collection_id = %s "
+                "and citekey = any(%s)", (coll, list(candidates))).fetchall()]
     except psycopg.Error as exc:
         raise translate(exc, searching=False) from exc
-    found: list[MovedFile] = []
-    for key, path in sorted(read.items()):
-        # the file itself lies at that longer path: not another folder's file of one name
-        # (api/index beside index)
-        where = path_without_suffix(Path(os.path.abspath(path)))
-        found.extend(MovedFile(key, other, path) for other in longer.get(key, ())
-                     if other not in read and where.endswith("/" + other))
-    return found
+    return sorted((MovedFile(key, other, path) for other in stored
+                   for key, path in candidates[other]),
+                  key=lambda moved: (moved.citekey, moved.stored))
 
 
 def _delete_locked(conn: psycopg.Connection[Any], coll: int, citekeys: Sequence[str]
