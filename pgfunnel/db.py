@@ -296,14 +296,17 @@ def rows_by_position(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     """``fn``, whose first argument is a connection, run inside :func:`tuple_rows`: for the
     public functions that take an application's connection (versions, doctor, security,
     eval), which read their rows by position and failed with KeyError 0 on one opened
-    with ``row_factory=dict_row``."""
+    with ``row_factory=dict_row``. A role refused the schema is told what gives it
+    access in this database's mode (``pgfunnel.security.schema_access_named``)."""
     @functools.wraps(fn)
     def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         conn = args[0] if args else kwargs["conn"]
         if not isinstance(conn, psycopg.Connection):
             raise TypeError(f"{fn.__name__}: the first argument must be a psycopg "
                             f"Connection, not {type(conn).__name__}")
-        with tuple_rows(conn):
+        from pgfunnel.security import schema_access_named
+
+        with tuple_rows(conn), schema_access_named(conn):
             return fn(*args, **kwargs)
     return wrapper
 

@@ -1269,6 +1269,8 @@ class Ingester:
             # Said before any statement: the lookups below left a connection without
             # autocommit idle in a transaction that nothing would end
             raise ConfigError("conn", "Ingester needs a connection in autocommit mode")
+        from pgfunnel.security import with_schema_access_hint
+
         try:
             with tuple_rows(conn):
                 require_schema(conn)
@@ -1283,7 +1285,7 @@ class Ingester:
                 require_current_schema(conn)
         except psycopg.Error as exc:
             # a closed or lost connection was a raw psycopg OperationalError
-            raise translate(exc, searching=False) from exc
+            raise with_schema_access_hint(conn, translate(exc, searching=False)) from exc
         check_embed_input(embed_input)
         # what a new collection's first version embeds; a version keeps its own, and
         # `reindex --embed-input` changes it
@@ -1424,8 +1426,10 @@ class Ingester:
         (``"title"`` unless it was made otherwise): that is what the built-in embedder
         reads.
         """
+        from pgfunnel.security import schema_access_named
+
         # rows are read by position, whatever row factory the connection was opened with
-        with tuple_rows(self.conn):
+        with tuple_rows(self.conn), schema_access_named(self.conn):
             return self._ingest(records, vectors, prune)
 
     def _ingest(self, records: Iterable[DocumentRecord],
@@ -2462,28 +2466,31 @@ def _delete_documents(conn: psycopg.Connection[Any], collection: str,
     citekeys = string_list(citekeys, "citekeys")
     for citekey in citekeys:
         check_sql_text("citekeys", citekey)
-    try:
-        with tuple_rows(conn), conn.transaction():
-            coll = require_collection(conn, collection)
-            row = conn.execute("select current_user, pg_catalog.has_table_privilege("
-                               "'pgfunnel.document', 'DELETE'), "
-                               "pg_catalog.quote_ident(current_user)").fetchone()
-            if row is not None and not row[1]:
-                # the first statement to fail would name an internal function; the grant
-                # is named as ingest, reindex and the version commands name it
-                raise AccessError(f"role {row[0]!r} may not delete documents: it lacks DELETE "
-                                  "on pgfunnel.document (members of pgfunnel_writer have it: "
-                                  f"grant pgfunnel_writer to {row[2]}, or write as a role of "
-                                  f"its own{WRITER_NOT_FOR_SEARCHES}; see docs/security.md, "
-                                  "Roles and grants)")
-            ingest_lock(conn, collection)
-            deleted = _delete_locked(conn, coll, citekeys)
-            missing = [key for key in dict.fromkeys(citekeys) if key not in deleted]
-            # looked up after the delete: a hint never names a document it took out
-            found = citekey_hints(conn, coll, missing[:hints]) if hints else {}
-    except psycopg.Error as exc:
-        raise translate(exc, searching=False) from exc
-    return DeleteReport(deleted=len(deleted), missing=missing, hints=found)
+    from pgfunnel.security import schema_access_named
+
+    with schema_access_named(conn):
+        try:
+            with tuple_rows(conn), conn.transaction():
+                coll = require_collection(conn, collection)
+                row = conn.execute("select current_user, pg_catalog.has_table_privilege("
+                                   "'pgfunnel.document', 'DELETE'), "
+                                   "pg_catalog.quote_ident(current_user)").fetchone()
+                if row is not None and not row[1]:
+                    # the first statement to fail would name an internal function; the grant
+                    # is named as ingest, reindex and the version commands name it
+                    raise AccessError(f"role {row[0]!r} may not delete documents: it lacks DELETE "
+                                      "on pgfunnel.document (members of pgfunnel_writer have it: "
+                                      f"grant pgfunnel_writer to {row[2]}, or write as a role of "
+                                      f"its own{WRITER_NOT_FOR_SEARCHES}; see docs/security.md, "
+                                      "Roles and grants)")
+                ingest_lock(conn, collection)
+                deleted = _delete_locked(conn, coll, citekeys)
+                missing = [key for key in dict.fromkeys(citekeys) if key not in deleted]
+                # looked up after the delete: a hint never names a document it took out
+                found = citekey_hints(conn, coll, missing[:hints]) if hints else {}
+        except psycopg.Error as exc:
+            raise translate(exc, searching=False) from exc
+        return DeleteReport(deleted=len(deleted), missing=missing, hints=found)
 
 
 def citekey_hints(conn: psycopg.Connection[Any], coll: int,

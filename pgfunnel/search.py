@@ -61,6 +61,7 @@ from pgfunnel.errors import (
     warn_at_caller,
 )
 from pgfunnel.rerank import check_gate_margin, reranker_name
+from pgfunnel.security import schema_access_named, with_schema_access_hint
 from pgfunnel.sources import JSON_NUL, as_utc, non_string_key
 
 MAX_QUERY_CHARS = sql_defaults.QUERY_CHARS_MOST
@@ -800,7 +801,7 @@ class Funnel:
                 raise translate(exc) from exc
             try:
                 try_register_vector(conn)  # once per connection
-                with tuple_rows(conn):
+                with tuple_rows(conn), schema_access_named(conn):
                     yield conn
             except BaseException as exc:
                 if not pooled.__exit__(type(exc), exc, exc.__traceback__):
@@ -821,7 +822,7 @@ class Funnel:
                 # the application's connection: the vector type is needed to send a query
                 # embedding, and pgfunnel.db.connect is not the only way to open one
                 try_register_vector(src)
-                with tuple_rows(src):
+                with tuple_rows(src), schema_access_named(src):
                     yield src
                 return
             if self._own_conn is None or self._own_conn.closed:
@@ -829,7 +830,7 @@ class Funnel:
                 # it an implicit outer transaction would swallow (and finally roll back)
                 # the trace
                 self._own_conn = connect(src, autocommit=True)
-            with tuple_rows(self._own_conn):
+            with tuple_rows(self._own_conn), schema_access_named(self._own_conn):
                 yield self._own_conn
 
     def close(self) -> None:
@@ -1306,7 +1307,7 @@ class Funnel:
                 fusion = _fusion_of(fusion_used_of(used.fetchone()), p)
         except psycopg.Error as exc:
             # a public method: its errors are pgfunnel's, as search()'s are
-            raise translate(exc) from exc
+            raise with_schema_access_hint(conn, translate(exc)) from exc
         return CandidatePool(self._pool_from_rows(rows), fusion=fusion)
 
     def _execute_candidates(self, conn: psycopg.Connection[Any], query: str | None,
@@ -1366,7 +1367,7 @@ class Funnel:
                     conn, query, ordered, p, reranked=reranked, notes=notes,
                     index_version_id=index_version_id, log_notes=log_notes).fetchall()]
         except psycopg.Error as exc:
-            raise translate(exc) from exc
+            raise with_schema_access_hint(conn, translate(exc)) from exc
 
     def _final_args(self, query: str | None, ordered: Sequence[Candidate], p: SearchParams, *,
                     reranked: bool, notes: Mapping[str, Any] | None = None,

@@ -18,15 +18,23 @@ A missing setting means no rows.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import psycopg
 from psycopg import sql
 
-from pgfunnel.db import public_wrappers, rows_by_position
-from pgfunnel.errors import AccessError, ConfigError, ConflictError, NotFoundError, translate
+from pgfunnel.db import own_transaction, public_wrappers, rows_by_position, tuple_rows
+from pgfunnel.errors import (
+    SCHEMA_GRANT_HINT,
+    AccessError,
+    ConfigError,
+    ConflictError,
+    NotFoundError,
+    translate,
+)
 
 READER_ROLE = "pgfunnel_reader"
 WRITER_ROLE = "pgfunnel_writer"
@@ -856,3 +864,43 @@ def schema_access_hint(conn: psycopg.Connection[Any]) -> str | None:
         return f"; role {access.role!r} was granted nothing on pgfunnel: {access.advice()}"
     return (f"; role {access.role!r} was granted nothing on pgfunnel, and "
             f"{access.advice()}")
+
+
+def with_schema_access_hint(conn: psycopg.Connection[Any], error: BaseException) -> BaseException:
+    """``error`` with the advice after "permission denied for schema pgfunnel" said for this
+    database (:func:`schema_access_hint`: its mode, the role and the schema's owner, read
+    on ``conn`` from the catalogs, which any role may read) in place of the words true in
+    both modes (:data:`pgfunnel.errors.SCHEMA_GRANT_HINT`), as the CLI says it; ``error``
+    itself when it holds no such advice or ``conn`` cannot read them (closed, or its
+    transaction aborted)."""
+    if type(error) is not AccessError or SCHEMA_GRANT_HINT not in str(error) or conn.closed:
+        return error
+    if conn.info.transaction_status not in (psycopg.pq.TransactionStatus.IDLE,
+                                            psycopg.pq.TransactionStatus.INTRANS):
+        return error
+    try:
+        with tuple_rows(conn), own_transaction(conn):
+            hint = schema_access_hint(conn)
+    except psycopg.Error:
+        return error
+    if hint is None:
+        return error
+    named = AccessError(str(error).replace(SCHEMA_GRANT_HINT, hint, 1))
+    named.__cause__ = error.__cause__
+    return named
+
+
+@contextmanager
+def schema_access_named(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """An :class:`AccessError` raised in the block that gives the library's advice after
+    "permission denied for schema pgfunnel", true in both modes, raised instead with the
+    advice for this database's mode, naming the role and the schema's owner
+    (:func:`with_schema_access_hint`), as the CLI says it: an application's developer
+    was told to find out which mode the database was in and who owned the schema."""
+    try:
+        yield
+    except AccessError as exc:
+        named = with_schema_access_hint(conn, exc)
+        if named is exc:
+            raise
+        raise named from exc.__cause__

@@ -246,8 +246,11 @@ def _translated(fn: Callable[_P, _R]) -> Callable[_P, _R]:
 
 def _db(conn: psycopg.Connection[Any], fn: Callable[[], _R]) -> _R:
     """``fn()`` reading ``conn``'s rows by position, its database errors translated (a
-    body too short for a function)."""
-    with tuple_rows(conn):
+    body too short for a function); a role refused the schema is told what gives it
+    access in this database's mode."""
+    from pgfunnel.security import schema_access_named
+
+    with tuple_rows(conn), schema_access_named(conn):
         return _translated(fn)()
 
 

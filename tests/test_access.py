@@ -1530,3 +1530,66 @@ def test_a_function_in_public_does_not_stand_in_for_a_built_in(
         pass
     security_findings(conn)
     assert conn.execute("select count(*) from pgfunnel.chunk").fetchone() == (1,)
+
+
+@pytest.mark.parametrize("mode", ["plain", "rls"])
+def test_a_role_granted_nothing_is_told_what_gives_it_access_in_this_mode(
+        db: str, mode: str) -> None:
+    """A login role granted nothing on pgfunnel, searching or ingesting from Python, was
+    told the advice true in both modes ('in RLS mode ... grant it pgfunnel_reader ...;
+    without RLS those roles hold nothing here: connect as the role that owns the
+    schema ...'), naming neither the mode nor the owner nor the role, where the CLI's
+    line names all three. Each public entry point says it as the CLI does now."""
+    from psycopg_pool import ConnectionPool
+
+    from pgfunnel.errors import SCHEMA_GRANT_HINT
+    from pgfunnel.ingest import Ingester, delete_documents
+    from pgfunnel.search import SearchParams
+    from pgfunnel.versions import list_versions
+
+    schema.init(db, rls=mode == "rls")
+    ingest_docs(db, _corpus(3))
+    role = f"pgf_app_{uuid.uuid4().hex[:8]}"
+    with connect(db, autocommit=True) as su:
+        su.execute(sql.SQL("create role {} login").format(sql.Identifier(role)))
+        owner_row = su.execute("select pg_get_userbyid(nspowner) from pg_namespace "
+                               "where nspname = 'pgfunnel'").fetchone()
+    assert owner_row is not None
+    owner = owner_row[0]
+    if mode == "rls":
+        expected = (f"permission denied for schema pgfunnel; role {role!r} was granted "
+                    f"nothing on pgfunnel: as {owner!r} (the schema's owner, where it "
+                    f"created the roles) or a superuser, run `grant pgfunnel_reader to "
+                    f"{role}` to search")
+    else:
+        expected = (f"permission denied for schema pgfunnel; role {role!r} was granted "
+                    f"nothing on pgfunnel, and this database is not in RLS mode "
+                    f"(pgfunnel_reader holds nothing here): connect as {owner!r} (the "
+                    f"schema's owner)")
+    app_dsn = with_user(db, role)
+    errors: dict[str, AccessError] = {}
+
+    def caught(name: str, call: Any) -> None:
+        with pytest.raises(AccessError) as exc:
+            call()
+        errors[name] = exc.value
+
+    with _funnel(app_dsn) as funnel:
+        caught("search", lambda: funnel.search(QUERY, query_embedding=QVEC, principals=[]))
+        caught("search, text alone", lambda: funnel.search(QUERY, principals=[]))
+        caught("check", lambda: funnel.check(QUERY, principals=[]))
+        caught("active_model", funnel.active_model)
+    with ConnectionPool(app_dsn, min_size=1, max_size=1) as pool:
+        caught("search, pool", lambda: _funnel(pool).search(QUERY, principals=[]))
+    with psycopg.connect(app_dsn, autocommit=True) as conn:
+        p = SearchParams.build(principals=[])
+        caught("candidates", lambda: _funnel(db).candidates(conn, QUERY, None, p))
+        caught("search, own connection", lambda: _funnel(conn).search(QUERY, principals=[]))
+        caught("Ingester", lambda: Ingester(conn))
+        caught("delete_documents", lambda: delete_documents(conn, "default", ["pub000"]))
+        caught("list_versions", lambda: list_versions(conn, "default"))
+    for name, error in errors.items():
+        said = str(error)
+        assert said.startswith(expected), (name, said)
+        assert SCHEMA_GRANT_HINT not in said and "docs/security.md" in said, (name, said)
+        assert isinstance(error.__cause__, psycopg.errors.InsufficientPrivilege), name
