@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
@@ -239,7 +240,8 @@ class SearchParams:
 
     k: int = sql_defaults.K
     collection: str = sql_defaults.COLLECTION
-    principals: tuple[str, ...] = ()
+    #: any sequence of names but a string (a list as documented); kept as a tuple
+    principals: Sequence[str] = ()
     tenant: str | None = None
     language: str | None = None
     as_of: Any = None
@@ -252,7 +254,9 @@ class SearchParams:
     #: a number and 0.3 or more of its idf, and `dense_leads` when the best lexical
     #: match holds under 0.4 of the query's idf or lacks its rarest word, one of 0.4 or
     #: more of its idf (``pgfunnel._pool``; docs/tuning.md)
-    weights: tuple[float, float] | None = None
+    #: two numbers, a list, tuple or 1-D numpy array as documented; kept as a tuple of
+    #: floats (the annotation is what the constructor and dataclasses.replace take)
+    weights: Sequence[float] | npt.NDArray[Any] | None = None
     lexical_depth: int | None = None
     dense_depth: int | None = None
     overfetch: int = sql_defaults.OVERFETCH

@@ -593,6 +593,45 @@ def test_a_funnel_refuses_hooks_it_cannot_call_and_searches_no_more_once_closed(
                                "where datname = current_database()").fetchone() == before
 
 
+def _admits(hint: Any, value: Any) -> bool:
+    """Whether a value is of the annotated type, as far as a type checker reads its outer
+    types (a union's members, a generic's origin: ``Sequence[str]`` admits a list)."""
+    import types
+    import typing
+
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return any(_admits(member, value) for member in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is Any:
+        return True
+    origin = typing.get_origin(hint) or hint
+    return isinstance(value, origin)
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("principals", ["alice", "team-a"]),        # docs: "principals=['alice']"
+    ("principals", ("alice",)),
+    ("weights", [1, 0.5]),                        # docs: "a list, tuple or 1-D numpy array"
+    ("weights", (1.0, 0.5)),
+    ("weights", np.array([1.0, 0.5])),
+    ("weights", None),
+])
+def test_search_params_annotations_admit_the_documented_values(name: str, value: Any) -> None:
+    """SearchParams(principals=['alice']) and weights=[1, 0.5] (or a numpy array), as the
+    docs give them to candidates() and final() callers, were refused by mypy --strict
+    (`expected "tuple[str, ...]"`, `expected "tuple[float, float] | None"`), though the
+    constructor takes them; so was dataclasses.replace(p, principals=[...])."""
+    import typing
+
+    hints = typing.get_type_hints(SearchParams)
+    assert _admits(hints[name], value), (name, hints[name])
+    made = SearchParams(**{name: value})
+    # kept as a tuple whatever sequence was given
+    assert getattr(made, name) is None if value is None else \
+        isinstance(getattr(made, name), tuple)
+
+
 def test_search_params_made_directly_check_the_readers_identity() -> None:
     # principals="support-staff" was searched as the principals s, u, p, o, r, t, ...
     from pgfunnel.errors import ConfigError, MissingIdentityError
