@@ -13,6 +13,7 @@ model's cost.
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,7 @@ def _bert_config(
 
 
 def _build_cross_encoder(
-    path: Path,
+    path: str | os.PathLike[str],
     *,
     hidden: int,
     layers: int,
@@ -95,7 +96,8 @@ def _build_cross_encoder(
 
 
 def build_tiny_cross_encoder(
-    path: Path, *, hidden: int = 32, layers: int = 2, heads: int = 2, seed: int = 0
+    path: str | os.PathLike[str], *, hidden: int = 32, layers: int = 2, heads: int = 2,
+    seed: int = 0,
 ) -> Path:
     """Save a tiny random ``BertForSequenceClassification`` (one label) plus tokenizer at *path*.
 
@@ -114,7 +116,7 @@ def build_tiny_cross_encoder(
     )
 
 
-def build_minilm_l6_cross_encoder(path: Path, *, seed: int = 0) -> Path:
+def build_minilm_l6_cross_encoder(path: str | os.PathLike[str], *, seed: int = 0) -> Path:
     """Random-weight cross-encoder with the MiniLM-L6 shape, for timing only.
 
     Hidden 384, 6 layers, 12 heads, intermediate 1536: the per-pair cost of
@@ -123,7 +125,7 @@ def build_minilm_l6_cross_encoder(path: Path, *, seed: int = 0) -> Path:
     return _build_cross_encoder(path, hidden=384, layers=6, heads=12, intermediate=1536, seed=seed)
 
 
-def build_tiny_bi_encoder(path: Path, dim: int = 64, seed: int = 0) -> Path:
+def build_tiny_bi_encoder(path: str | os.PathLike[str], dim: int = 64, seed: int = 0) -> Path:
     """Save a SentenceTransformer (random tiny BERT + mean pooling) with embedding size *dim*.
 
     ``SentenceTransformer(str(path))`` loads it; useful to test a reindex with a model of

@@ -81,6 +81,24 @@ def test_tiny_cross_encoder_loads_through_crossencoder(tiny_ce: Path, tmp_path: 
     assert sa != pytest.approx(sc)
 
 
+@pytest.mark.parametrize("name", ["build_tiny_cross_encoder", "build_minilm_l6_cross_encoder",
+                                  "build_tiny_bi_encoder"])
+def test_tiny_model_builders_are_typed_to_take_a_string_path(name: str,
+                                                               tmp_path: Path) -> None:
+    """`build_tiny_cross_encoder("/tmp/ce")` ran, but its `path: Path` annotation made it
+    an arg-type error under mypy --strict, where the Reranker it feeds takes a string."""
+    import typing
+
+    import pgfunnel.tiny_models as tiny_models
+
+    hint = typing.get_type_hints(getattr(tiny_models, name))["path"]
+    assert str in typing.get_args(hint), hint
+    if name == "build_tiny_cross_encoder":
+        built = tiny_models.build_tiny_cross_encoder(str(tmp_path / "ce"))
+        assert built == tmp_path / "ce" and isinstance(built, Path)
+        assert Reranker(str(built), device="cpu").predict("refund", ["a refund"])
+
+
 def test_tiny_bi_encoder_has_requested_dimension(tmp_path: Path) -> None:
     from sentence_transformers import SentenceTransformer
 
