@@ -379,14 +379,19 @@ class CandidatePool(list[Candidate]):
     fused order, and ``fusion``, how the pool was fused (the weights the search chose
     or was given, the rule that chose them and the legs that ran), as
     ``SearchResponse.fusion`` says it for ``Funnel.search``; None on an older release's
-    functions, which do not say it."""
+    functions, which do not say it. ``index_version_id``: the collection's active index
+    version, read in the pool's transaction (what ``final(index_version_id=...)`` takes
+    for a trace), as ``SearchResponse.index_version_id`` says it."""
 
     fusion: FusionUsed | None
+    index_version_id: int | None
 
     def __init__(self, candidates: Iterable[Candidate] = (), *,
-                 fusion: FusionUsed | None = None) -> None:
+                 fusion: FusionUsed | None = None,
+                 index_version_id: int | None = None) -> None:
         super().__init__(candidates)
         self.fusion = fusion
+        self.index_version_id = index_version_id
 
 
 @dataclass
@@ -506,6 +511,13 @@ _LAST_SEARCH_ID_SQL = ("select nullif(pg_catalog.current_setting('pgfunnel.last_
 #: search's transaction; NULL on an older release's functions, which set nothing
 FUSION_USED_SQL = ("select nullif(pg_catalog.current_setting('pgfunnel.fusion_used', "
                    "true), '')::jsonb")
+
+
+#: what candidates() tells of its pool, read in its transaction after it: the fusion used
+#: (FUSION_USED_SQL's column) and the id of the collection's active index version
+_POOL_READ_SQL = (FUSION_USED_SQL + ", (select v.id from pgfunnel.index_version v "
+                  "join pgfunnel.collection c on c.id = v.collection_id "
+                  "where c.name = %s and v.state = 'active')")
 
 
 def fusion_used_of(row: Any) -> tuple[tuple[float, float], str | None, tuple[str, ...]] | None:
@@ -1283,8 +1295,9 @@ class Funnel:
     def candidates(self, conn: psycopg.Connection[Any], query: str | None,
                    vector: np.ndarray | None, p: SearchParams) -> CandidatePool:
         """The candidate pool (``pgfunnel.candidates``) in fused order, on ``conn`` in the
-        caller's transaction, with ``fusion``: the weights it was fused with, as
-        ``Funnel.search`` reports them (``SearchResponse.fusion``)."""
+        caller's transaction, with ``fusion``, the weights it was fused with, and
+        ``index_version_id``, the collection's active version, as ``Funnel.search``
+        reports them (``SearchResponse.fusion``, ``SearchResponse.index_version_id``)."""
         # checked as search() checks them: a NaN vector was sent as a double precision[]
         # ("arguments: function pgfunnel.candidates(...) does not exist"), a NUL in the
         # query raised the driver's message, a dict for p an AttributeError
@@ -1306,13 +1319,16 @@ class Funnel:
                     conn.transaction() if conn.autocommit and idle else nullcontext():
                 with conn.pipeline():
                     cursor = self._execute_candidates(conn, query, vector, p)
-                    used = conn.execute(FUSION_USED_SQL, prepare=True)
+                    used = conn.execute(_POOL_READ_SQL, (p.collection,), prepare=True)
                 rows = cursor.fetchall()
-                fusion = _fusion_of(fusion_used_of(used.fetchone()), p)
+                read = used.fetchone()
+                fusion = _fusion_of(fusion_used_of(read), p)
+                version_id = None if read is None or read[1] is None else int(read[1])
         except psycopg.Error as exc:
             # a public method: its errors are pgfunnel's, as search()'s are
             raise with_schema_access_hint(conn, translate(exc)) from exc
-        return CandidatePool(self._pool_from_rows(rows), fusion=fusion)
+        return CandidatePool(self._pool_from_rows(rows), fusion=fusion,
+                             index_version_id=version_id)
 
     def _execute_candidates(self, conn: psycopg.Connection[Any], query: str | None,
                             vector: np.ndarray | None,

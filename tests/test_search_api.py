@@ -2162,6 +2162,31 @@ def test_candidates_say_the_weights_the_pool_used_and_final_logs_them(
     assert config["weights"] is None and "weights_given" not in notes, (config, notes)
 
 
+def test_candidates_say_the_index_version_the_pool_was_read_from(
+        sample_db: str, sample_conn: psycopg.Connection[Any]) -> None:
+    """Funnel.search says the version it read (SearchResponse.index_version_id), and
+    final(index_version_id=...) takes it for a trace, but a candidates() caller had no
+    way to learn it but a query of its own."""
+    active = sample_conn.execute(
+        "select v.id from pgfunnel.index_version v join pgfunnel.collection c "
+        "on c.id = v.collection_id where c.name = 'default' and v.state = 'active'"
+    ).fetchone()
+    assert active is not None
+    p = SearchParams.build(k=3, principals=[], trace=True)
+    with Funnel(sample_db, embedder=None) as f:
+        assert f.search("refund", k=3).index_version_id == active[0]
+        pool = f.candidates(sample_conn, "refund", None, p)
+        assert pool and pool.index_version_id == active[0]
+        results = f.final(sample_conn, "refund", pool, p, reranked=False,
+                          index_version_id=pool.index_version_id)
+        with psycopg.connect(sample_db) as conn:
+            assert f.candidates(conn, "refund", None, p).index_version_id == active[0]
+            conn.rollback()
+    logged = sample_conn.execute("select index_version_id from pgfunnel.search_log "
+                                 "where id = %s", (results[0].search_id,)).fetchone()
+    assert logged == (active[0],)
+
+
 def test_the_response_says_one_leg_ran_and_nothing_fused(sample_db: str) -> None:
     with Funnel(sample_db, embedder=None) as f:
         resp = f.search("refund on a monthly plan", k=3)
