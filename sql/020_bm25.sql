@@ -178,10 +178,6 @@ begin
 end
 $$;
 
-create or replace trigger lexical_deleted
-    after delete on pgfunnel.lexical
-    referencing old table as gone_lexical
-    for each statement execute function pgfunnel._lexical_deleted();
 
 -- refuse to change in place what a chunk's postings, statistics and vectors were made
 -- from: its text, and which document and collection it belongs to. Search would go on
@@ -205,19 +201,40 @@ begin
 end
 $$;
 
-create or replace trigger chunk_indexed_columns
-    before update of text, document_id, collection_id on pgfunnel.chunk
-    for each row
-    when (old.text is distinct from new.text
-          or old.document_id is distinct from new.document_id
-          or old.collection_id is distinct from new.collection_id)
-    execute function pgfunnel._indexed_update_refused();
-
-create or replace trigger document_collection
-    before update of collection_id on pgfunnel.document
-    for each row
-    when (old.collection_id is distinct from new.collection_id)
-    execute function pgfunnel._indexed_update_refused();
+-- The triggers, each (re)created only where it is missing, disabled or defined otherwise
+-- (written as pg_get_triggerdef prints it). CREATE OR REPLACE TRIGGER takes a SHARE ROW
+-- EXCLUSIVE lock on its table even when nothing changes, and `init` or `migrate` holds
+-- it until the functions commit: every ingest and delete waited for it, and one whose
+-- batch held chunk while init, holding lexical, waited for chunk deadlocked with it
+-- (one of the two failed with "deadlock detected").
+do $$
+declare
+    definition text;
+begin
+    foreach definition in array array[
+        'CREATE TRIGGER lexical_deleted AFTER DELETE ON pgfunnel.lexical '
+        'REFERENCING OLD TABLE AS gone_lexical FOR EACH STATEMENT '
+        'EXECUTE FUNCTION pgfunnel._lexical_deleted()',
+        'CREATE TRIGGER chunk_indexed_columns BEFORE UPDATE OF text, document_id, '
+        'collection_id ON pgfunnel.chunk FOR EACH ROW WHEN (((old.text IS DISTINCT FROM '
+        'new.text) OR (old.document_id IS DISTINCT FROM new.document_id) OR '
+        '(old.collection_id IS DISTINCT FROM new.collection_id))) '
+        'EXECUTE FUNCTION pgfunnel._indexed_update_refused()',
+        'CREATE TRIGGER document_collection BEFORE UPDATE OF collection_id ON '
+        'pgfunnel.document FOR EACH ROW WHEN ((old.collection_id IS DISTINCT FROM '
+        'new.collection_id)) EXECUTE FUNCTION pgfunnel._indexed_update_refused()']
+    loop
+        if not exists (select from pg_catalog.pg_trigger t
+                        where t.tgrelid in ('pgfunnel.lexical'::pg_catalog.regclass,
+                                            'pgfunnel.chunk'::pg_catalog.regclass,
+                                            'pgfunnel.document'::pg_catalog.regclass)
+                          and not t.tgisinternal and t.tgenabled = 'O'
+                          and pg_catalog.pg_get_triggerdef(t.oid) = definition) then
+            execute 'CREATE OR REPLACE' || pg_catalog.substr(definition, 7);
+        end if;
+    end loop;
+end
+$$;
 
 -- remove chunks and everything indexed for them in every version: their lexical rows and
 -- embeddings cascade, and the trigger above takes the lexical rows out of the postings and

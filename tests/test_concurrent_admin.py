@@ -1,0 +1,85 @@
+"""Admin commands beside the writers and searches of a running application: `init` and
+`migrate` (a function refresh) while an ingest or a delete is mid-transaction."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import psycopg
+from funnel_util import doc, ingest
+from test_bm25 import _recount, _stored
+
+from pgfunnel import schema
+from pgfunnel.db import connect
+
+
+def _waiting_on_a_lock(conn: psycopg.Connection[Any], statement: str) -> bool:
+    return conn.execute("select exists (select from pg_stat_activity where "
+                        "wait_event_type = 'Lock' and query ilike %s)",
+                        (f"%{statement}%",)).fetchone() == (True,)
+
+
+def test_init_beside_an_ingest_batch_neither_waits_nor_deadlocks(
+        db: str, conn: psycopg.Connection[Any]) -> None:
+    """An ingest batch writes a document's rows, then its chunks, then their lexical
+    rows, in one transaction. `pgfunnel init` on the running database replaced the three
+    triggers with CREATE OR REPLACE TRIGGER, which locks each table (SHARE ROW
+    EXCLUSIVE) even when nothing changes: lexical first, then chunk. With the batch
+    holding chunk, init took lexical and waited for chunk; the batch then waited for
+    lexical, and Postgres cancelled one of the two ("deadlock detected"). Unchanged
+    triggers are now left alone: init takes no lock the batch holds."""
+    ingest(conn, [doc(f"d{i}", f"shared words and unique{i}x") for i in range(3)])
+    errors: list[BaseException] = []
+    with connect(db) as batch:
+        # what an ingest batch holds between its COPY into chunk and the one into lexical
+        batch.execute("lock table pgfunnel.document, pgfunnel.chunk in row exclusive mode")
+
+        def run_init() -> None:
+            try:
+                schema.init(db)
+            except BaseException as exc:  # noqa: BLE001 - asserted below
+                errors.append(exc)
+
+        init = threading.Thread(target=run_init)
+        init.start()
+        deadline = time.monotonic() + 30
+        while init.is_alive() and time.monotonic() < deadline:
+            if _waiting_on_a_lock(conn, "trigger"):
+                break
+            time.sleep(0.05)
+        waited = init.is_alive()
+        # the batch goes on to its lexical rows (bounded, so a deadlock cannot hang it)
+        batch.execute("set local lock_timeout = '10s'")
+        try:
+            batch.execute("lock table pgfunnel.lexical in row exclusive mode")
+        except psycopg.Error as exc:
+            errors.append(exc)
+        batch.rollback()
+        init.join(60)
+    assert (waited, errors) == (False, []), "init waited for the batch's table locks" \
+        + "".join(f"; {type(e).__name__}: {e}" for e in errors)
+    # the triggers are in place and working: a delete still keeps the statistics exact
+    conn.execute("delete from pgfunnel.document where citekey = 'd0'")
+    assert _stored(conn, "t") == _recount(conn, "t")
+
+
+def test_init_puts_back_a_trigger_that_is_missing_or_defined_otherwise(
+        db: str, conn: psycopg.Connection[Any]) -> None:
+    # left alone when unchanged, but still (re)made where it differs, as before
+    conn.execute("drop trigger lexical_deleted on pgfunnel.lexical")
+    conn.execute("drop trigger document_collection on pgfunnel.document")
+    conn.execute("create trigger document_collection before update of title "
+                 "on pgfunnel.document for each row "
+                 "execute function pgfunnel._indexed_update_refused()")
+    conn.commit()
+    schema.init(db)
+    defs = dict(conn.execute(
+        "select tgname, pg_get_triggerdef(oid) from pg_trigger where not tgisinternal and "
+        "tgrelid in ('pgfunnel.lexical'::regclass, 'pgfunnel.document'::regclass)"))
+    assert "AFTER DELETE ON pgfunnel.lexical" in defs["lexical_deleted"]
+    assert "UPDATE OF collection_id" in defs["document_collection"]
+    ingest(conn, [doc(f"d{i}", f"shared words and unique{i}x") for i in range(3)])
+    conn.execute("delete from pgfunnel.document where citekey = 'd0'")
+    assert _stored(conn, "t") == _recount(conn, "t")
