@@ -15,6 +15,7 @@ import datetime as dt
 import fnmatch
 import gzip
 import hashlib
+import io
 import json
 import os
 import re
@@ -56,6 +57,10 @@ SUPPORTED_SUFFIXES = (".md", ".markdown", ".mdx", ".rst", ".rest", ".adoc", ".as
 # format: Debian compresses every document over a few kilobytes in /usr/share/doc, so
 # zstd's README.md.gz and pip's contributing.rst.gz were "files of other types"
 COMPRESSED_SUFFIX = ".gz"
+# the most a gzip-compressed file is read to, decompressed (1 GiB). An uncompressed file
+# is read whole, as large as it is on disk; a few megabytes of gzip can expand to
+# gigabytes of one repeated byte, which filled memory before anything was said
+MAX_EXPANDED_BYTES = 1 << 30
 DEFAULT_CHUNK_WORDS = 200
 # what the embedder reads for a chunk, recorded per index version (params.embed_input);
 # versions made before it was recorded read the chunk text alone
@@ -964,6 +969,35 @@ def _decoded(path: Path, data: bytes, not_utf8: UnicodeDecodeError, encoding: st
         "docs), convert it to UTF-8, or leave it out with --exclude") from not_utf8
 
 
+def _gunzipped(path: Path, data: bytes) -> bytes:
+    """``data``, the gzip-compressed file ``path``'s bytes, decompressed: every member of
+    it, as gzip -d reads them, up to MAX_EXPANDED_BYTES; an InvalidDocumentError naming
+    the file past that, or where it is not gzip."""
+    limit = MAX_EXPANDED_BYTES
+    try:
+        # one byte past the limit says it is past, and no more is held
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as stream:
+            expanded = stream.read(limit + 1)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InvalidDocumentError(
+            f"{path}: cannot be read as gzip-compressed ({exc}); fix or decompress it, "
+            "or leave it out with --exclude") from None
+    if len(expanded) > limit:
+        raise InvalidDocumentError(
+            f"{path}: expands past {_byte_size(limit)} decompressed, the most pgfunnel reads "
+            "of a gzip-compressed file; decompress it (gunzip -k) to read it as it is, or "
+            "leave it out with --exclude")
+    return expanded
+
+
+def _byte_size(n: int) -> str:
+    """``n`` bytes as a person writes it: 1 GiB, 64 KiB, 1,500 bytes."""
+    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift:,} {unit}"
+    return f"{n:,} bytes"
+
+
 def _read_file(path: Path, citekey: str, in_folder: bool,
                encoding: str | None = None) -> Iterator[DocumentRecord]:
     """The documents of one file; a file that is not UTF-8, declares no charset and has
@@ -996,12 +1030,7 @@ def _read_file(path: Path, citekey: str, in_folder: bool,
     except OSError as exc:
         raise InvalidDocumentError(f"{path}: cannot read it: {exc.strerror or exc}") from None
     if path.suffix.lower() == COMPRESSED_SUFFIX:
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise InvalidDocumentError(
-                f"{path}: cannot be read as gzip-compressed ({exc}); fix or decompress it, "
-                "or leave it out with --exclude") from None
+        data = _gunzipped(path, data)
     try:
         raw = data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -1909,6 +1909,36 @@ def test_citekey_hints_in_a_latin1_database(server_dsn: str) -> None:
             "guides/Cafe": CitekeyHint()}
 
 
+def test_cli_ingest_of_a_gzip_file_past_the_limit_writes_nothing(
+        db: str, tmp_path: Path, monkeypatch: Any) -> None:
+    """A .jsonl.gz that expands past the limit on a compressed file's expanded size stops
+    the ingest with an error naming the file and the limit, exit 1, before any document
+    of the folder is written."""
+    import gzip
+
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel import sources
+
+    monkeypatch.setattr(sources, "MAX_EXPANDED_BYTES", 1 << 20)
+    (tmp_path / "a.md").write_text("# A\n\nA page read before the archive.\n")
+    lines = "".join(json.dumps({"citekey": f"k{i}", "text": "word " * 50}) + "\n"
+                    for i in range(5000))
+    assert len(lines) > 1 << 20
+    (tmp_path / "z.jsonl.gz").write_bytes(gzip.compress(lines.encode()))
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path), "-c", "gz", "--dsn", db],
+                             env={"COLUMNS": "300"})
+    assert res.exit_code == 1, res.output
+    said = " ".join(res.output.split())
+    assert "z.jsonl.gz: expands past 1 MiB decompressed, the most pgfunnel reads of a " \
+        "gzip-compressed file" in said, said
+    with psycopg.connect(db) as conn:
+        assert conn.execute("select count(*) from pgfunnel.document").fetchone() == (0,)
+        assert conn.execute("select count(*) from pgfunnel.collection where name = 'gz'"
+                            ).fetchone() == (0,)
+
+
 def test_cli_ingest_says_when_chunks_shared_a_text(db: str, tmp_path: Path) -> None:
     """The progress bar counts the texts the model read, the summary the chunks: an object
     documented on two pages read "902/902" above "916 embedded", as if 14 were lost."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pgfunnel.sources import chunk_text, read_path
 
@@ -722,3 +723,32 @@ def test_a_file_of_no_format_given_alone_says_how_to_ingest_it(tmp_path: Path) -
     (tmp_path / "README.txt").symlink_to(tmp_path / "README")
     [doc] = read_path(tmp_path / "README.txt")
     assert doc.citekey == "README" and doc.text == "Plain notes about the package."
+
+
+def test_a_gzip_file_that_expands_past_the_limit_is_refused_naming_it(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """A gzip-compressed file was decompressed whole, with no limit: a few megabytes that
+    expand to gigabytes of one repeated byte filled memory before anything was said. It
+    is read up to MAX_EXPANDED_BYTES (1 GiB, as docs/cli.md says) and refused past it,
+    the error naming the file and the limit."""
+    import gzip
+
+    import pytest
+
+    from pgfunnel import sources
+    from pgfunnel.errors import InvalidDocumentError
+
+    assert sources.MAX_EXPANDED_BYTES == 1 << 30
+    monkeypatch.setattr(sources, "MAX_EXPANDED_BYTES", 1 << 16)
+    # exactly the limit
+    fits = b"word " * 13106 + b"lastly"
+    assert len(fits) == 1 << 16
+    (tmp_path / "fits.txt.gz").write_bytes(gzip.compress(fits))
+    [record] = read_path(tmp_path / "fits.txt.gz")
+    assert record.citekey == "fits" and record.text.endswith("word lastly")
+    # two gzip members, each under the limit, past it together
+    (tmp_path / "bomb.md.gz").write_bytes(gzip.compress(b"word " * 8000) * 2)
+    with pytest.raises(InvalidDocumentError, match=r"bomb\.md\.gz: expands past 64 KiB "
+                       r"decompressed, the most pgfunnel reads of a gzip-compressed file; "
+                       r"decompress it \(gunzip -k\) .*--exclude"):
+        list(read_path(tmp_path))
