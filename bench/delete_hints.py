@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Time what `pgfunnel delete` and `pgfunnel ingest` look up beyond their own work on a
-large collection: the hints for citekeys not found (``citekey_hints``) and the files
+large collection: the hints for citekeys not found (``_citekey_hints``) and the files
 stored under a longer path (``moved_files``).
 
 Both read only ``pgfunnel.document``'s citekeys, so the collection is made of document
@@ -32,7 +32,7 @@ from psycopg.conninfo import make_conninfo
 from pgfunnel import schema
 from pgfunnel.db import connect
 from pgfunnel.ingest import (
-    citekey_hints,
+    _citekey_hints,
     delete_documents_report,
     get_or_create_collection,
     moved_files,
@@ -66,9 +66,9 @@ def run(dsn: str, size: int, repeat: int) -> None:
         print(f"{size:,} documents in {time.perf_counter() - t0:.1f} s\n", file=sys.stderr)
         print("| lookup | median ms | fastest ms |\n|---|---:|---:|")
         missing = ["typo-1", "page-12", "R\u00e9sum\u00e9-30", "sub/page-33", "no/such"]
-        timed("citekey_hints, 1 citekey", lambda: citekey_hints(conn, coll, missing[:1]),
+        timed("_citekey_hints, 1 citekey", lambda: _citekey_hints(conn, coll, missing[:1]),
               repeat)
-        timed("citekey_hints, 5 citekeys", lambda: citekey_hints(conn, coll, missing),
+        timed("_citekey_hints, 5 citekeys", lambda: _citekey_hints(conn, coll, missing),
               repeat)
         timed("delete_documents_report, 5 missing",
               lambda: delete_documents_report(conn, "hints", missing), repeat)

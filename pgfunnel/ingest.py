@@ -2487,13 +2487,13 @@ def _delete_documents(conn: psycopg.Connection[Any], collection: str,
                 deleted = _delete_locked(conn, coll, citekeys)
                 missing = [key for key in dict.fromkeys(citekeys) if key not in deleted]
                 # looked up after the delete: a hint never names a document it took out
-                found = citekey_hints(conn, coll, missing[:hints]) if hints else {}
+                found = _citekey_hints(conn, coll, missing[:hints]) if hints else {}
         except psycopg.Error as exc:
             raise translate(exc, searching=False) from exc
         return DeleteReport(deleted=len(deleted), missing=missing, hints=found)
 
 
-def citekey_hints(conn: psycopg.Connection[Any], coll: int,
+def _citekey_hints(conn: psycopg.Connection[Any], coll: int,
                   citekeys: Sequence[str]) -> dict[str, CitekeyHint]:
     """For each of ``citekeys``, the citekeys of collection ``coll`` that it may have
     meant (``CitekeyHint``)."""
@@ -2564,7 +2564,7 @@ def moved_files(conn: psycopg.Connection[Any], collection: str,
     # the longer citekeys a file can have: its path from each folder above the one it was
     # read from (guides/setup, docs/guides/setup, ... for setup), those the ingest did not
     # itself write; looked up by the citekey index, where every citekey of the collection
-    # was read (0.3 s, 100,000 documents) to find the few
+    # was read (0.6 s, 100,000 documents) to find the few
     candidates: dict[str, list[tuple[str, Path]]] = {}
     for key, path in read.items():
         # the file itself lies at that longer path: not another folder's file of one name
@@ -2606,5 +2606,5 @@ def _delete_locked(conn: psycopg.Connection[Any], coll: int, citekeys: Sequence[
 
 
 __all__ = ["CitekeyHint", "DeleteReport", "Ingester", "IngestStats", "MovedFile",
-           "PgfunnelError", "checked_records", "citekey_hints", "delete_documents",
-           "delete_documents_report", "moved_files"]
+           "PgfunnelError", "checked_records", "delete_documents", "delete_documents_report",
+           "moved_files"]

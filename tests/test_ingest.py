@@ -1841,7 +1841,7 @@ def test_citekey_hints_and_moved_files_read_the_collection_once_at_most(
     (1 s for one file). The hints now take one pass for all the citekeys, and
     moved_files asks the citekey index for the paths the files lie at; the answers are
     those of the comparisons they replace."""
-    from pgfunnel.ingest import CitekeyHint, MovedFile, citekey_hints, collection_id, moved_files
+    from pgfunnel.ingest import CitekeyHint, MovedFile, _citekey_hints, collection_id, moved_files
 
     sample_conn.autocommit = True
     renames = {"refunds-annual": "billing/refunds-annual",
@@ -1865,7 +1865,7 @@ def test_citekey_hints_and_moved_files_read_the_collection_once_at_most(
     sample_conn.execute = counted  # type: ignore[method-assign]
     keys = ["refunds-annual", "billing/refunds-monthly", "refunds-monthly", "err-6358",
             "Caf\u00e9/err-6358", "Caf\u00e9", "nothing-like-it"]
-    assert citekey_hints(sample_conn, coll, keys) == {
+    assert _citekey_hints(sample_conn, coll, keys) == {
         "refunds-annual": CitekeyHint(longer=["billing/refunds-annual"]),
         "billing/refunds-monthly": CitekeyHint(longer=["guides/billing/refunds-monthly"]),
         "refunds-monthly": CitekeyHint(longer=["guides/billing/refunds-monthly"]),
@@ -1897,14 +1897,14 @@ def test_citekey_hints_in_a_latin1_database(server_dsn: str) -> None:
     from funnel_util import c_locale_database
 
     from pgfunnel.db import connect
-    from pgfunnel.ingest import CitekeyHint, citekey_hints
+    from pgfunnel.ingest import CitekeyHint, _citekey_hints
 
     with c_locale_database(server_dsn, "LATIN1") as dsn, connect(dsn, autocommit=True) as c:
         coll = get_or_create_collection(c, "l")
         for key in ("guides/Caf\u00e9", "notes/Caf\u00e9", "Cafe"):
             c.execute("insert into pgfunnel.document (collection_id, citekey, is_public, "
                       "content_hash) values (%s, %s, true, 'h')", (coll, key))
-        assert citekey_hints(c, coll, ["Caf\u00e9", "guides/Cafe"]) == {
+        assert _citekey_hints(c, coll, ["Caf\u00e9", "guides/Cafe"]) == {
             "Caf\u00e9": CitekeyHint(longer=["guides/Caf\u00e9", "notes/Caf\u00e9"]),
             "guides/Cafe": CitekeyHint()}
 
