@@ -381,17 +381,23 @@ class CandidatePool(list[Candidate]):
     ``SearchResponse.fusion`` says it for ``Funnel.search``; None on an older release's
     functions, which do not say it. ``index_version_id``: the collection's active index
     version, read in the pool's transaction (what ``final(index_version_id=...)`` takes
-    for a trace), as ``SearchResponse.index_version_id`` says it."""
+    for a trace), as ``SearchResponse.index_version_id`` says it. ``notices``: what the
+    search said of the query (words not searched, an empty query), as
+    ``SearchResponse.notices`` holds it; each is also raised as a
+    :class:`SearchNoticeWarning`."""
 
     fusion: FusionUsed | None
     index_version_id: int | None
+    notices: list[str]
 
     def __init__(self, candidates: Iterable[Candidate] = (), *,
                  fusion: FusionUsed | None = None,
-                 index_version_id: int | None = None) -> None:
+                 index_version_id: int | None = None,
+                 notices: Iterable[str] = ()) -> None:
         super().__init__(candidates)
         self.fusion = fusion
         self.index_version_id = index_version_id
+        self.notices = list(notices)
 
 
 @dataclass
@@ -1310,6 +1316,11 @@ class Funnel:
             # placeholder '%b'"
             _require_vector_type(conn)
         idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        notices: list[str] = []
+        # the analyzer's notices (query words not searched), which search() reports: on
+        # the caller's connection they went to psycopg's logger, unseen
+        handler = _NoticeCollector(notices)
+        conn.add_notice_handler(handler)
         try:
             # the weights the pool used are a transaction-local setting of the search's:
             # read in its transaction, which on an autocommit connection outside one is a
@@ -1327,8 +1338,12 @@ class Funnel:
         except psycopg.Error as exc:
             # a public method: its errors are pgfunnel's, as search()'s are
             raise with_schema_access_hint(conn, translate(exc)) from exc
+        finally:
+            conn.remove_notice_handler(handler)
+        for note in notices:
+            warn_at_caller(SearchNoticeWarning(note), SearchNoticeWarning)
         return CandidatePool(self._pool_from_rows(rows), fusion=fusion,
-                             index_version_id=version_id)
+                             index_version_id=version_id, notices=notices)
 
     def _execute_candidates(self, conn: psycopg.Connection[Any], query: str | None,
                             vector: np.ndarray | None,

@@ -2187,6 +2187,32 @@ def test_candidates_say_the_index_version_the_pool_was_read_from(
     assert logged == (active[0],)
 
 
+def test_candidates_report_the_query_words_not_searched_as_search_does(
+        sample_db: str, sample_conn: psycopg.Connection[Any]) -> None:
+    """Funnel.search reports the analyzer's notices (SearchResponse.notices and a
+    SearchNoticeWarning each); candidates() on the caller's connection dropped them, and
+    a question's dropped words went unsaid."""
+    import warnings
+
+    from pgfunnel.errors import SearchNoticeWarning
+
+    query = "what does err 6358 mean"
+    said = "pgfunnel: query words not searched: does, mean, what"
+    with Funnel(sample_db, embedder=None) as f:
+        with pytest.warns(SearchNoticeWarning, match=said):
+            assert f.search(query, k=3).notices == [said]
+        with pytest.warns(SearchNoticeWarning) as caught:
+            pool = f.candidates(sample_conn, query, None, SearchParams.build(k=3))
+        assert pool and pool.notices == [said]
+        assert [str(w.message) for w in caught] == [said]
+        # caught at the caller's line, as search()'s are
+        assert caught[0].filename == __file__
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            quiet = f.candidates(sample_conn, "err 6358", None, SearchParams.build(k=3))
+        assert quiet and quiet.notices == []
+
+
 def test_the_response_says_one_leg_ran_and_nothing_fused(sample_db: str) -> None:
     with Funnel(sample_db, embedder=None) as f:
         resp = f.search("refund on a monthly plan", k=3)
