@@ -151,7 +151,8 @@ class Embedder:
     """A sentence-transformers bi-encoder producing unit-length float32 vectors.
     ``batch_size`` (texts per forward pass) defaults to 16 on a CPU and 64 on a GPU."""
 
-    def __init__(self, model: str = DEFAULT_EMBEDDING_MODEL, *, device: str = "auto",
+    def __init__(self, model: str | os.PathLike[str] = DEFAULT_EMBEDDING_MODEL, *,
+                 device: str = "auto",
                  batch_size: int | None = None) -> None:
         if batch_size is not None:
             if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):

@@ -1254,7 +1254,7 @@ class Ingester:
     """Writes documents into one collection's active index version."""
 
     def __init__(self, conn: psycopg.Connection[Any], collection: str = DEFAULT_COLLECTION, *,
-                 embedder: Embedder | str | None = None,
+                 embedder: Embedder | str | os.PathLike[str] | None = None,
                  chunk_words: int = DEFAULT_CHUNK_WORDS,
                  private: bool = False, batch_documents: int = 2000,
                  batch_chunks: int = 2000, progress: ProgressFn | None = None,
@@ -1315,10 +1315,11 @@ class Ingester:
         self.prepare_ahead = prepare_ahead
         self.progress = progress
         self.private = private
-        if isinstance(embedder, str):
-            # a model id or local path, as a Funnel takes one (loaded now: a missing model
-            # is a ModelLoadError before anything is read or written); '' is refused, as
-            # a Funnel refuses it (it was the current folder, read as a model)
+        if isinstance(embedder, (str, os.PathLike)):
+            # a model id or local path (a pathlib.Path too), as a Funnel takes one (loaded
+            # now: a missing model is a ModelLoadError before anything is read or
+            # written); '' is refused, as a Funnel refuses it (it was the current folder,
+            # read as a model)
             embedder = Embedder(check_model_name(embedder, "embedder"))
         elif embedder is not None and not hasattr(embedder, "dimensions"):
             raise ConfigError("embedder", "must be an Embedder, a model id or local path, or "

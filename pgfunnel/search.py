@@ -728,7 +728,8 @@ class Funnel:
     """
 
     def __init__(self, source: Any = None, collection: str = sql_defaults.COLLECTION, *,
-                 embedder: Embedder | str | None = "auto", reranker: Any = None,
+                 embedder: Embedder | str | os.PathLike[str] | None = "auto",
+                 reranker: Any = None,
                  rerank_depth: int | None = None, rerank_gate_margin: float | None = None,
                  rewriter: Any = None, followup: Any = None,
                  **defaults: Any) -> None:

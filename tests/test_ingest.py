@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import json
+import os
 import shlex
 from collections import Counter
 from pathlib import Path
@@ -2171,6 +2172,32 @@ def test_an_ingester_takes_a_model_name_as_a_funnel_does_and_refuses_other_thing
         with pytest.raises(ConfigError, match="^embedder: must be an Embedder"):
             Ingester(conn, "named", embedder=42)  # type: ignore[arg-type]
         assert conn.execute("select count(*) from pgfunnel.document").fetchone() == (1,)
+
+
+def test_a_local_model_folder_given_as_a_path_object(db: str) -> None:
+    """A Funnel took `embedder=Path(folder)` (docs: a string or os.PathLike), but an
+    Ingester refused it ("embedder: must be an Embedder, a model id or local path ...,
+    got PosixPath"), and the annotations of Funnel, Ingester and Embedder said `str`, so
+    mypy --strict refused the Path all three take now."""
+    import typing
+
+    from pgfunnel.embedder import Embedder
+    from pgfunnel.search import Funnel
+    from pgfunnel.tiny_models import bundled_tokenizer_path
+
+    folder = bundled_tokenizer_path()  # the bundled all-MiniLM-L6-v2, as a Path
+    assert isinstance(folder, Path)
+    for fn, name in ((Funnel.__init__, "embedder"), (Ingester.__init__, "embedder"),
+                     (Embedder.__init__, "model")):
+        hints = typing.get_type_hints(fn)
+        assert any(typing.get_origin(h) is os.PathLike or h is os.PathLike
+                   for h in typing.get_args(hints[name])), (fn, hints[name])
+    with psycopg.connect(db, autocommit=True) as conn:
+        ing = Ingester(conn, "bypath", embedder=folder)
+        stats = ing.ingest([DocumentRecord(citekey="a", text="refund policy, annual plan")])
+        assert stats.chunks_embedded == 1 and ing.embedder.dimensions == 384
+        with Funnel(conn, "bypath", embedder=folder) as funnel:
+            assert [r.citekey for r in funnel.search("refund", k=1).results] == ["a"]
 
 
 def test_reingest_keeps_access_set_in_the_database_that_the_source_does_not_give(
