@@ -1329,7 +1329,7 @@ class Funnel:
             # Pipelined: no round trip of its own
             with tuple_rows(conn), \
                     conn.transaction() if conn.autocommit and idle else nullcontext():
-                with conn.pipeline():
+                with conn.pipeline(), _time_limit(conn, p):
                     cursor = self._execute_candidates(conn, query, vector, p)
                     used = conn.execute(_POOL_READ_SQL, (p.collection,), prepare=True)
                 rows = cursor.fetchall()
@@ -1338,7 +1338,7 @@ class Funnel:
                 version_id = None if read is None or read[1] is None else int(read[1])
         except psycopg.Error as exc:
             # a public method: its errors are pgfunnel's, as search()'s are
-            raise with_schema_access_hint(conn, translate(exc)) from exc
+            raise with_schema_access_hint(conn, _limit_named(translate(exc), p)) from exc
         finally:
             conn.remove_notice_handler(handler)
         for note in notices:
@@ -1397,13 +1397,19 @@ class Funnel:
                 or not _INT32[0] <= int(index_version_id) <= _INT32[1]):
             raise ConfigError("index_version_id", "must be an index version's id (a 32-bit "
                               f"integer) or None, got {shown(index_version_id)}")
+        # a time limit is set for the call's own transaction on an autocommit connection
+        # outside one: set in a statement of its own, it would have lasted for that alone
+        own = p.statement_timeout_ms is not None and conn.autocommit and \
+            conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         try:
-            with tuple_rows(conn):
-                return [Result(*r) for r in self._execute_final(
-                    conn, query, ordered, p, reranked=reranked, notes=notes,
-                    index_version_id=index_version_id, log_notes=log_notes).fetchall()]
+            with tuple_rows(conn), conn.transaction() if own else nullcontext():
+                with conn.pipeline(), _time_limit(conn, p):
+                    cursor = self._execute_final(
+                        conn, query, ordered, p, reranked=reranked, notes=notes,
+                        index_version_id=index_version_id, log_notes=log_notes)
+                return [Result(*r) for r in cursor.fetchall()]
         except psycopg.Error as exc:
-            raise with_schema_access_hint(conn, translate(exc)) from exc
+            raise with_schema_access_hint(conn, _limit_named(translate(exc), p)) from exc
 
     def _final_args(self, query: str | None, ordered: Sequence[Candidate], p: SearchParams, *,
                     reranked: bool, notes: Mapping[str, Any] | None = None,
@@ -1494,6 +1500,43 @@ class Funnel:
                               rerank_skipped_reason=skipped if use_model else None,
                               search_id=search_id,
                               timings_ms=timings, fusion=_fusion_of(used, p))
+
+
+#: ``statement_timeout_ms`` for the statements of a candidates() or final() call on the
+#: caller's connection, and the caller's own limit put back after them: saved in a
+#: setting of the transaction, so that all of it is pipelined with the call
+_SET_LIMIT_SQL = ("select pg_catalog.set_config('pgfunnel.statement_timeout_before', "
+                  "pg_catalog.current_setting('statement_timeout'), true), "
+                  "pg_catalog.set_config('statement_timeout', %s, true)")
+_RESTORE_LIMIT_SQL = ("select pg_catalog.set_config('statement_timeout', pg_catalog."
+                      "current_setting('pgfunnel.statement_timeout_before'), true)")
+
+
+@contextmanager
+def _time_limit(conn: psycopg.Connection[Any], p: SearchParams) -> Iterator[None]:
+    """``p.statement_timeout_ms`` over the block's statements, in the transaction they run
+    in (the caller's, or the call's own); the caller's own limit is put back after them.
+    When one fails the transaction is aborted (or its savepoint rolled back), and its
+    rollback puts the limit back. Nothing is sent without a limit."""
+    if p.statement_timeout_ms is None:
+        yield
+        return
+    conn.execute(_SET_LIMIT_SQL, (str(p.statement_timeout_ms),), prepare=True)
+    yield
+    conn.execute(_RESTORE_LIMIT_SQL, prepare=True)
+
+
+def _limit_named(error: PgfunnelError, p: SearchParams) -> PgfunnelError:
+    """A statement timeout that ``p.statement_timeout_ms`` set, said as the search says it:
+    Postgres' "canceling statement due to statement timeout" named no limit."""
+    if isinstance(error, SearchTimeoutError) and p.statement_timeout_ms is not None \
+            and "statement timeout" in str(error):
+        named = SearchTimeoutError(
+            f"the search ran past its time limit (statement_timeout_ms = "
+            f"{p.statement_timeout_ms} ms) and was cancelled ({error})")
+        named.__cause__ = error.__cause__
+        return named
+    return error
 
 
 def _require_vector_type(conn: psycopg.Connection[Any]) -> None:

@@ -3,6 +3,7 @@ broken connection; through the Python API, SQL funnel_search and the CLI."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from typing import Any
@@ -333,6 +334,39 @@ def test_statement_timeout_cancels_and_connection_survives(corpus_db: str) -> No
             conn.execute("select set_config('statement_timeout', '50', true)")
             conn.execute("select pg_sleep(5)")
         _usable(conn)
+
+
+def test_candidates_and_final_keep_to_statement_timeout_ms(corpus_db: str) -> None:
+    """SearchParams.statement_timeout_ms bounds a search; given to candidates() or final()
+    it was silently ignored: a 1 ms limit let a 1,000-candidate pool run to its end."""
+    from pgfunnel.search import SearchParams
+
+    heavy = "refund plan billing invoice common words appear document"
+    vector = unit(np.ones(DIM))
+    limited = SearchParams.build(k=1000, lexical_depth=1500, dense_depth=1000, overfetch=1,
+                                 per_source_cap=1, statement_timeout_ms=1)
+    unlimited = SearchParams.build(k=1000, lexical_depth=1500, dense_depth=1000,
+                                   overfetch=1, per_source_cap=1, trace=True)
+    with connect(corpus_db, autocommit=True) as conn:
+        f = Funnel(conn, embedder=None)
+        with pytest.raises(SearchTimeoutError, match=r"statement_timeout_ms = 1 ms\)"):
+            f.candidates(conn, heavy, vector, limited)
+        assert conn.execute("show statement_timeout").fetchone() == ("0",)
+        pool = f.candidates(conn, heavy, vector, unlimited)
+        assert len(pool) == 1000
+        # a traced final() of the whole pool writes its 1,000 trace rows
+        with pytest.raises(SearchTimeoutError, match=r"statement_timeout_ms = 1 ms\)"):
+            f.final(conn, heavy, pool, dataclasses.replace(unlimited, statement_timeout_ms=1),
+                    reranked=False)
+        assert conn.execute("show statement_timeout").fetchone() == ("0",)
+        _usable(conn)
+        # in the application's own transaction: its own limit is back after the call
+        with conn.transaction():
+            conn.execute("select set_config('statement_timeout', '4321', true)")
+            roomy = dataclasses.replace(unlimited, trace=False, statement_timeout_ms=60_000)
+            pool = f.candidates(conn, heavy, vector, roomy)
+            assert f.final(conn, heavy, pool, roomy, reranked=False)
+            assert conn.execute("show statement_timeout").fetchone() == ("4321ms",)
 
 
 def test_a_search_cancelled_by_another_session_is_not_called_a_timeout(corpus_db: str) -> None:
