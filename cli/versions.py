@@ -187,7 +187,8 @@ def reindex(
              "version's model).")] = None,
     analyzer: Annotated[str | None, typer.Option(
         help="Analyzer for the new version's BM25 terms: english_v8 (the default for new "
-             "collections), simple_v8, or the older english_v7 / simple_v7 / english_v6 / "
+             "collections), simple_v8, german_v8 (english_v8 with German stemming and stop "
+             "words, for German text), or the older english_v7 / simple_v7 / english_v6 / "
              "simple_v6 / english_v5 / "
              "simple_v5 / english_v4 / "
              "simple_v4 / english_v3 / "

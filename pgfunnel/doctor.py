@@ -311,9 +311,9 @@ def _rebuild_hnsw_advice(conn: psycopg.Connection[Any], vid: int, dims: int,
 # the analyzers with the v6 rules (words of every script whatever the locale); v7 and v8
 # keep them, v8 v7's
 _V6_ANALYZERS = ("english_v6", "simple_v6", "english_v7", "simple_v7", "english_v8",
-                 "simple_v8")
-_V7_ANALYZERS = ("english_v7", "simple_v7", "english_v8", "simple_v8")
-_V8_ANALYZERS = ("english_v8", "simple_v8")
+                 "simple_v8", "german_v8")
+_V7_ANALYZERS = ("english_v7", "simple_v7", "english_v8", "simple_v8", "german_v8")
+_V8_ANALYZERS = ("english_v8", "simple_v8", "german_v8")
 # what doctor's analyzer notes suggest: the newest analyzer of the collection's family
 _NEWEST_ANALYZER_VERSION = "v8"
 

@@ -103,7 +103,7 @@ DEFAULT_ANALYZER = "english_v8"
 _STRIP = string.punctuation + "\u201c\u201d\u2018\u2019\u00ab\u00bb"
 # the analyzers to which an underscore at either end of an identifier is part of it
 # (__init__, _exit): their words keep it
-_UNDERSCORE_ANALYZERS = frozenset({"english_v8", "simple_v8"})
+_UNDERSCORE_ANALYZERS = frozenset({"english_v8", "simple_v8", "german_v8"})
 _STRIP_KEEPING_UNDERSCORES = _STRIP.replace("_", "")
 
 ProgressFn = Callable[[str, int, int | None], None]

@@ -48,6 +48,14 @@
 --     underscores were not part of the token: `__init__` was `init`, `__future__` the stem
 --     `futur`, `sys.__stdout__` the two words `sys` and `stdout`. A lone `_` or `__` is no
 --     token, and a run of five or more underscores (a fill-in blank) separates words
+--   * german_v8 is english_v8 with German's snowball stemmer and stop words (german_stem)
+--     in place of English's, and each term's accents folded after stemming
+--     (_fold_accents): the stemmer reads the word as written and folds ä, ö, ü and ß
+--     itself (`Größe`, `Grösse` and `Groesse` are `gross`); the fold takes the accents
+--     of other letters off the term (`Café` -> `cafe`, where the stemmer reads `Cafe`
+--     as `caf`: a spelling without them meets the text only where the stemmer reads
+--     both alike). The question words dropped from queries are still English ones. (A french_v8 built the same way was measured and
+--     not offered: docs/tuning.md)
 
 -- analyzers this version of pgfunnel knows; a new name is a new index version
 create or replace function pgfunnel.analyzers()
@@ -73,7 +81,8 @@ begin
            ('english_v7', 'english_stem', 'english_v6, with the Unicode hyphens, en dash and minus sign inside words read as hyphens'),
            ('simple_v7',  'simple',       'simple_v6, with the Unicode hyphens, en dash and minus sign inside words read as hyphens'),
            ('english_v8', 'english_stem', 'english_v7, with identifiers that open or close with underscores (__init__, _exit) indexed whole with them'),
-           ('simple_v8',  'simple',       'simple_v7, with identifiers that open or close with underscores (__init__, _exit) indexed whole with them');
+           ('simple_v8',  'simple',       'simple_v7, with identifiers that open or close with underscores (__init__, _exit) indexed whole with them'),
+           ('german_v8',  'german_stem',  'english_v8 with german snowball stemming and stop words, accents folded after stemming');
 end
 $$;
 
@@ -327,6 +336,28 @@ as $$
               else '' end
 $$;
 
+-- a term without its accents, for the german_v8 analyzer, which folds each term after
+-- its stemmer has read the word as written: the combining diacritical marks (U+0300 -
+-- U+036F) of its canonical decomposition removed, and the ligatures œ and æ written out,
+-- as a keyboard without them types them (`coeur`); a term of marks
+-- alone is kept as it is. The text of a
+-- database whose encoding is not UTF-8 is left as it is (Postgres normalizes only UTF-8;
+-- written with chr(): another encoding cannot hold the ligatures).
+create or replace function pgfunnel._fold_accents(term text)
+returns text
+language sql immutable parallel safe strict
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+    select case when term !~ '[^\x01-\x7f]' or getdatabaseencoding() <> 'UTF8' then term
+                -- a word of marks alone (a lone accent the text shows as a character) keeps
+                -- them: folded, it would be an empty term
+                else coalesce(nullif(normalize(replace(replace(
+                                  regexp_replace(normalize(term, nfd), '[\u0300-\u036f]', '', 'g'),
+                                  chr(339), 'oe'), chr(230), 'ae'), nfc), ''), term)
+           end
+$$;
+
 -- one pass of the analyzer over each input text, dropping `question_words` ('{}' for
 -- documents): every token, what it became, and why anything was dropped. Ingest
 -- analyses the distinct whitespace-separated words of a batch through analyze_each (the
@@ -348,12 +379,14 @@ declare
     inner_names boolean := analyzer in ('english_v2', 'simple_v2', 'english_v3', 'simple_v3',
                                         'english_v4', 'simple_v4', 'english_v5', 'simple_v5',
                                         'english_v6', 'simple_v6', 'english_v7', 'simple_v7',
-                                        'english_v8', 'simple_v8');
+                                        'english_v8', 'simple_v8', 'german_v8');
     -- the v6 rules, which v7 and v8 keep
     v6 constant boolean := analyzer in ('english_v6', 'simple_v6', 'english_v7', 'simple_v7',
-                                        'english_v8', 'simple_v8');
+                                        'english_v8', 'simple_v8', 'german_v8');
     -- the underscores that open, close or join an identifier's parts are its own (v8)
-    v8 constant boolean := analyzer in ('english_v8', 'simple_v8');
+    v8 constant boolean := analyzer in ('english_v8', 'simple_v8', 'german_v8');
+    -- each term's accents folded after the language's stemmer has read the word
+    fold_accents constant boolean := analyzer = 'german_v8';
     -- what a word is made of: v6 names it (_nonword_chars); before, the database's locale
     -- did ([[:alnum:]], ASCII only under a "C" collation)
     nonword constant text := case when v6 then pgfunnel._nonword_chars() end;
@@ -400,9 +433,10 @@ begin
     end if;
     if analyzer in ('english_v3', 'simple_v3', 'english_v4', 'simple_v4', 'english_v5',
                     'simple_v5', 'english_v6', 'simple_v6', 'english_v7', 'simple_v7',
-                    'english_v8', 'simple_v8') then
+                    'english_v8', 'simple_v8', 'german_v8') then
         inputs := pgfunnel._unicode_fold(inputs, analyzer in ('english_v7', 'simple_v7',
-                                                              'english_v8', 'simple_v8'));
+                                                              'english_v8', 'simple_v8',
+                                                              'german_v8'));
     end if;
     -- A run of five or more underscores is a fill-in blank or a rule (`Signature__________`,
     -- a title underlined without a space), never a name's own: no name uses more than
@@ -506,7 +540,9 @@ begin
         select i.ord::integer, m.ord::integer, m.match[1],
                case when length(m.match[1]) > 100 then null
                     when lx.is_question then null
-                    when cardinality(lx.lexemes) > 0 then lx.lexemes[1]
+                    when cardinality(lx.lexemes) > 0
+                        then case when fold_accents then pgfunnel._fold_accents(lx.lexemes[1])
+                                  else lx.lexemes[1] end
                end,
                case when length(m.match[1]) > 100 then 'longer than 100 characters'
                     when lx.is_question then 'question word'
@@ -618,8 +654,10 @@ begin
     select a.inp, a.pos, a.tok,
            case
                when a.is_question or a.kind = 'too long' then null
+               when a.kind <> 'word' and fold_accents then pgfunnel._fold_accents(a.piece)
                when a.kind <> 'word' then a.piece
                when a.lexemes is null or cardinality(a.lexemes) = 0 then null
+               when fold_accents then pgfunnel._fold_accents(a.lexemes[1])
                else a.lexemes[1]
            end,
            case

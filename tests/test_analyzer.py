@@ -817,7 +817,7 @@ def _hostile_strings(n: int, seed: int) -> list[str]:
             for _ in range(n)]
 
 
-@pytest.mark.parametrize("analyzer", ["english_v8", "simple_v8"])
+@pytest.mark.parametrize("analyzer", ["english_v8", "simple_v8", "german_v8"])
 def test_v8_query_terms_are_in_the_chunk_that_holds_the_query(
         conn: psycopg.Connection[Any], analyzer: str) -> None:
     # What ingest indexes (the word cache, word by word) is what the SQL analyzer reads in
@@ -863,6 +863,56 @@ def test_an_underscored_identifier_outranks_its_bare_word_under_v8(
     assert {r[1] for r in lexical(conn, "init", collection="v8")} == {"dunder", "bare"}
     assert [r[1] for r in lexical(conn, "__all__", collection="v8")] == ["all"]
     assert lexical(conn, "__all__", collection="v7") == []
+
+
+def test_german_v8_stems_german_and_folds_accents_after_stemming(
+        conn: psycopg.Connection[Any]) -> None:
+    expected = {
+        # German's stemmer and stop words: a noun's plural and a verb's forms meet
+        "Die Verzeichnisse werden angelegt": ["verzeichnis", "angelegt"],
+        "ein Verzeichnis anlegen": ["verzeichnis", "anleg"],
+        # the stemmer folds umlauts and ß itself, and reads the transliteration alike
+        "Größe der Dateien": ["gross", "datei"], "Grösse der Datei": ["gross", "datei"],
+        "Groesse": ["gross"],
+        # the fold takes other accents off, after the stemmer has read the word
+        "Café-Bar": ["cafebar", "cafe", "bar"],
+        "Übersicht über Änderungen": ["ubersicht", "ander"],
+        "Ubersicht Anderungen": ["ubersicht", "ander"],
+        "cœur": ["coeur"],
+        # a word of marks alone stays a term (folded, it was an empty one)
+        "\u0301 x": ["\u0301", "x"]}
+    for text, terms in expected.items():
+        assert _terms(conn, text, "german_v8") == terms, text
+        for_query = conn.execute("select pgfunnel.analyze(%s, 'german_v8', true)",
+                                 (text,)).fetchone()
+        assert for_query is not None and list(for_query[0]) == terms, text
+    # identifiers, hyphenated codes and underscored names as english_v8 reads them
+    for text in ("__init__ os.path.join ERR-4029 jsonb_path_exists", "sys.__stdout__ 4029"):
+        assert _terms(conn, text, "german_v8") == _terms(conn, text, "english_v8"), text
+    # the analyzer says what it is
+    row = conn.execute("select stem_dictionary from pgfunnel.analyzers() "
+                       "where name = 'german_v8'").fetchone()
+    assert row == ("german_stem",)
+
+
+def test_a_german_word_finds_its_inflected_forms_under_german_v8(
+        conn: psycopg.Connection[Any]) -> None:
+    from funnel_util import make_collection
+
+    records = [doc("verzeichnisse", "Die Verzeichnisse werden beim Start angelegt."),
+               doc("groesse", "Die Größe der Dateien wird in Blöcken angegeben."),
+               doc("other", "Rückerstattungen und Rechnungen.")]
+    for name, analyzer in (("de", "german_v8"), ("en", "english_v8")):
+        make_collection(conn, name, 16, analyzer=analyzer)
+        ingest(conn, records, collection=name)
+    # the singular, and a spelling without the umlaut's dots or ß
+    assert [r[1] for r in lexical(conn, "Verzeichnis anlegen", collection="de")] == [
+        "verzeichnisse"]
+    assert [r[1] for r in lexical(conn, "Grosse der Datei", collection="de")] == ["groesse"]
+    # under english_v8 neither finds its page
+    assert lexical(conn, "Verzeichnis anlegen", collection="en") == []
+    assert lexical(conn, "Grosse", collection="en") == []
+    assert [r[1] for r in lexical(conn, "Grosse", collection="de")] == ["groesse"]
 
 
 def test_a_thai_word_finds_the_sentence_that_holds_it_under_v6(
@@ -924,7 +974,8 @@ def test_an_unqualified_name_finds_its_qualified_spelling(
 @pytest.mark.parametrize("analyzer", ["english_v1", "simple_v1", "english_v2", "simple_v2",
                                       "english_v3", "simple_v3", "english_v4", "simple_v4",
                                       "english_v5", "simple_v5", "english_v6", "simple_v6",
-                                      "english_v7", "simple_v7", "english_v8", "simple_v8"])
+                                      "english_v7", "simple_v7", "english_v8", "simple_v8",
+                                      "german_v8"])
 @pytest.mark.parametrize("for_query", [False, True])
 def test_plain_words_take_a_shorter_path_to_the_same_rows(conn: psycopg.Connection[Any],
                                                           analyzer: str, for_query: bool) -> None:
@@ -933,7 +984,8 @@ def test_plain_words_take_a_shorter_path_to_the_same_rows(conn: psycopg.Connecti
     # must be the same
     rng = random.Random(11)
     words = ["What", "is", "the", "refund", "window", "Éclair", "naïve", "straße", "日本語",
-             "don't", "(annual)", "plan?", "How", "DO", "i", "a" * 101, "x" * 100, "ΩMEGA"]
+             "don't", "(annual)", "plan?", "How", "DO", "i", "a" * 101, "x" * 100, "ΩMEGA",
+             "und", "Größe"]
     seps = [" ", "  ", ", ", "; ", "! ", "\u00a0", "\u2014", "\n"]
     inputs: list[str | None] = ["", None, "?!", "a" * 150]
     for _ in range(120):
