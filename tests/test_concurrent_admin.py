@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import psycopg
+import pytest
 from funnel_util import doc, ingest
 from test_bm25 import _recount, _stored
 
@@ -21,8 +22,9 @@ def _waiting_on_a_lock(conn: psycopg.Connection[Any], statement: str) -> bool:
                         (f"%{statement}%",)).fetchone() == (True,)
 
 
+@pytest.mark.parametrize("rls", [False, True], ids=["plain", "rls"])
 def test_init_beside_an_ingest_batch_neither_waits_nor_deadlocks(
-        db: str, conn: psycopg.Connection[Any]) -> None:
+        db: str, conn: psycopg.Connection[Any], rls: bool) -> None:
     """An ingest batch writes a document's rows, then its chunks, then their lexical
     rows, in one transaction. `pgfunnel init` on the running database replaced the three
     triggers with CREATE OR REPLACE TRIGGER, which locks each table (SHARE ROW
@@ -30,6 +32,9 @@ def test_init_beside_an_ingest_batch_neither_waits_nor_deadlocks(
     holding chunk, init took lexical and waited for chunk; the batch then waited for
     lexical, and Postgres cancelled one of the two ("deadlock detected"). Unchanged
     triggers are now left alone: init takes no lock the batch holds."""
+    if rls:
+        # in RLS mode init also renews policies and grants
+        schema.init(db, rls=True)
     ingest(conn, [doc(f"d{i}", f"shared words and unique{i}x") for i in range(3)])
     errors: list[BaseException] = []
     with connect(db) as batch:
