@@ -1155,6 +1155,12 @@ def activate(conn: psycopg.Connection[Any], collection: str, version: int, *,
             row = conn.execute("select pgfunnel.activate_version(%s, %s)",
                                (collection, version)).fetchone()
         replaced = None if row is None or row[0] is None else int(row[0])
+        if replaced == version:
+            # activate_version's answer for a version active already: another session
+            # switched to it while this one caught up or waited for the lock. Reported as
+            # a switch, it read "version V is active; version V retired"
+            return Activation(collection, version, None, caught, index_built,
+                              already_active=True)
         return Activation(collection, version, replaced, caught, index_built)
 
     return _db(conn, body)

@@ -88,3 +88,56 @@ def test_init_puts_back_a_trigger_that_is_missing_or_defined_otherwise(
     ingest(conn, [doc(f"d{i}", f"shared words and unique{i}x") for i in range(3)])
     conn.execute("delete from pgfunnel.document where citekey = 'd0'")
     assert _stored(conn, "t") == _recount(conn, "t")
+
+
+def _waiting_sessions(conn: psycopg.Connection[Any], names: list[str],
+                      timeout_s: float = 30) -> None:
+    """Wait until every session named in ``names`` waits on a lock."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        row = conn.execute("select count(*) from pg_stat_activity where wait_event_type = "
+                           "'Lock' and application_name = any(%s)", (names,)).fetchone()
+        if row is not None and row[0] == len(names):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{names} never all waited for a lock")
+
+
+def _run_named(db: str, name: str, job: Any, out: dict[str, Any]) -> threading.Thread:
+    def target() -> None:
+        with connect(db, autocommit=True) as c:
+            c.execute("select set_config('application_name', %s, false)", (name,))
+            try:
+                out[name] = job(c)
+            except Exception as exc:  # noqa: BLE001 - asserted by the caller
+                out[name] = exc
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    return thread
+
+
+def test_two_activations_of_one_version_at_once_the_second_changed_nothing(
+        sample_db: str) -> None:
+    """Two operators activate the same version while an ingest batch holds the
+    collection's lock. The second switch found the version active already, and said
+    "version 2 is active; version 2 retired (rollback returns to it)"."""
+    from pgfunnel import versions
+    from pgfunnel.ingest import ingest_lock
+
+    with connect(sample_db, autocommit=True) as conn:
+        assert versions.reindex(conn, "default", analyzer="simple_v1").version == 2
+        out: dict[str, Any] = {}
+        with connect(sample_db) as batch:
+            ingest_lock(batch, "default")
+            threads = [_run_named(sample_db, name, lambda c: versions.activate(c, "default", 2),
+                                  out) for name in ("activate-a", "activate-b")]
+            _waiting_sessions(conn, ["activate-a", "activate-b"])
+            batch.commit()
+            for t in threads:
+                t.join(60)
+        said = sorted(((a.replaced, a.already_active) if isinstance(a, versions.Activation)
+                       else a for a in out.values()), key=repr)
+        assert said == [(1, False), (None, True)], said
+        assert conn.execute("select version from pgfunnel.index_version "
+                            "where state = 'active'").fetchone() == (2,)
