@@ -1089,6 +1089,15 @@ def activate(conn: psycopg.Connection[Any], collection: str, version: int, *,
     no lock), then again under the ingest lock inside the switch transaction, so the
     coverage check in ``pgfunnel.activate_version`` cannot fail on a race.
     """
+    return _activate(conn, collection, version, embedder=embedder, batch_size=batch_size)
+
+
+def _activate(conn: psycopg.Connection[Any], collection: str, version: int, *,
+              embedder: Embedder | None = None, batch_size: int = 256,
+              rolling_back: tuple[int, int] | None = None) -> Activation:
+    """:func:`activate`; ``rolling_back``, (id, number) of the active version whose
+    switch a rollback undoes, refuses the switch when another version is active by
+    the time it is made."""
     _check_count("batch_size", batch_size)
 
     def body() -> Activation:
@@ -1149,6 +1158,13 @@ def activate(conn: psycopg.Connection[Any], collection: str, version: int, *,
             gone = dropped_meanwhile()
             if gone is not None:
                 raise gone
+            if rolling_back is not None:
+                moved = _switched_meanwhile(conn, coll_id, collection, rolling_back, info.id)
+                if isinstance(moved, ConflictError):
+                    raise moved
+                if moved:
+                    return Activation(collection, version, None, caught, index_built,
+                                      already_active=True)
             if _missing_chunks(conn, coll_id, info.id, 1):
                 caught += catch_up(conn, coll_id, info.id, model, batch_size=batch_size,
                                    in_transaction=True, reuse_from=reuse)
@@ -1164,6 +1180,29 @@ def activate(conn: psycopg.Connection[Any], collection: str, version: int, *,
         return Activation(collection, version, replaced, caught, index_built)
 
     return _db(conn, body)
+
+
+def _switched_meanwhile(conn: psycopg.Connection[Any], coll_id: int, collection: str,
+                        rolling_back: tuple[int, int], target_id: int) -> ConflictError | bool:
+    """Under the ingest lock, before a rollback's switch: False when the version it
+    rolls back is still active; True when the target is active already (two rollbacks
+    at once: nothing to change); else the refusal. A rollback reads its target outside
+    any lock, and another operator's switch committed meanwhile (while the target's
+    missed chunks were indexed, or behind an ingest batch) was undone without a word:
+    the rollback retired the version just activated."""
+    row = conn.execute("select id, version from pgfunnel.index_version "
+                       "where collection_id = %s and state = 'active'", (coll_id,)).fetchone()
+    if row is not None and int(row[0]) in (rolling_back[0], target_id):
+        return int(row[0]) == target_id
+    said = (f"the active version of {collection!r} changed while this rollback ran: "
+            + ("no version of it is active now" if row is None
+               else f"another session activated version {int(row[1])}")
+            + f" in place of version {rolling_back[1]}, whose switch this rollback was to "
+            "undo; nothing was switched")
+    if row is not None:
+        said += (f" (`pgfunnel versions rollback -c {shlex.quote(collection)}` undoes the "
+                 "switch in place now)")
+    return ConflictError(said)
 
 
 def _last_replaced(params: Mapping[str, Any]) -> tuple[int, int | None] | None:
@@ -1184,10 +1223,12 @@ def _last_replaced(params: Mapping[str, Any]) -> tuple[int, int | None] | None:
 def rollback(conn: psycopg.Connection[Any], collection: str, *,
              embedder: Embedder | None = None) -> Activation:
     """Activate the version the active one replaced (again: toggles between the two)."""
+    active: list[tuple[int, int]] = []
+
     def previous() -> tuple[int, int | None]:
         coll = require_collection(conn, collection)
         require_writer(conn, "roll back a version switch", "index_version", "UPDATE")
-        row = conn.execute("select v.params from pgfunnel.index_version v "
+        row = conn.execute("select v.params, v.id, v.version from pgfunnel.index_version v "
                            "where v.collection_id = %s and v.state = 'active'", (coll,)).fetchone()
         if row is None:
             # retired around pgfunnel, or a drop-collection cut short: "the active version
@@ -1196,6 +1237,7 @@ def rollback(conn: psycopg.Connection[Any], collection: str, *,
                 f"collection {collection!r} has no active version, so there is no switch to "
                 "roll back; activate one (pgfunnel versions list shows them: pgfunnel "
                 f"versions activate N -c {shlex.quote(collection)})")
+        active.append((int(row[1]), int(row[2])))
         last = _last_replaced(row[0] if isinstance(row[0], dict) else {})
         if last is None:
             raise NotFoundError(f"collection {collection!r}: the active version replaced no "
@@ -1214,7 +1256,7 @@ def rollback(conn: psycopg.Connection[Any], collection: str, *,
             f"collection {collection!r}: version {prev}, which the active version replaced, "
             "was dropped" + (f" (the version {prev} listed now is a later build that took "
                              "its number)" if reused else "") + "; nothing to roll back to")
-    return activate(conn, collection, prev, embedder=embedder)
+    return _activate(conn, collection, prev, embedder=embedder, rolling_back=active[-1])
 
 
 def retire(conn: psycopg.Connection[Any], collection: str, version: int) -> VersionInfo:

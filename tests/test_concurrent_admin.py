@@ -141,3 +141,55 @@ def test_two_activations_of_one_version_at_once_the_second_changed_nothing(
         assert said == [(1, False), (None, True)], said
         assert conn.execute("select version from pgfunnel.index_version "
                             "where state = 'active'").fetchone() == (2,)
+
+
+def test_a_rollback_overtaken_by_another_switch_refuses_rather_than_undo_it(
+        sample_db: str) -> None:
+    """`versions rollback` reads the version to return to, then waits for the
+    collection's lock (an ingest batch holds it); another operator activates version 3
+    meanwhile. The rollback then switched from 3 to 1: the other operator's switch was
+    undone, and 1 is not what 3 replaced. It now refuses, naming what happened; and two
+    rollbacks at once leave the second saying nothing changed."""
+    from pgfunnel import versions
+    from pgfunnel.errors import ConflictError
+    from pgfunnel.ingest import ingest_lock
+
+    with connect(sample_db, autocommit=True) as conn:
+        versions.reindex(conn, "default", analyzer="simple_v1")
+        versions.reindex(conn, "default", analyzer="simple_v2")
+        versions.activate(conn, "default", 2)  # replaces 1: a rollback returns to 1
+        out: dict[str, Any] = {}
+        with connect(sample_db) as other:
+            ingest_lock(other, "default")
+            thread = _run_named(sample_db, "rollback",
+                                lambda c: versions.rollback(c, "default"), out)
+            _waiting_sessions(conn, ["rollback"])
+            other.execute("select pgfunnel.activate_version('default', 3)")
+            other.commit()
+            thread.join(60)
+        refused = out["rollback"]
+        assert isinstance(refused, ConflictError), refused
+        assert str(refused) == (
+            "the active version of 'default' changed while this rollback ran: another "
+            "session activated version 3 in place of version 2, whose switch this rollback "
+            "was to undo; nothing was switched (`pgfunnel versions rollback -c default` "
+            "undoes the switch in place now)")
+        assert conn.execute("select version from pgfunnel.index_version "
+                            "where state = 'active'").fetchone() == (3,)
+
+        # two rollbacks at once: both mean to return to 2; the second finds it active
+        out.clear()
+        with connect(sample_db) as batch:
+            ingest_lock(batch, "default")
+            threads = [_run_named(sample_db, name, lambda c: versions.rollback(c, "default"),
+                                  out) for name in ("rollback-a", "rollback-b")]
+            _waiting_sessions(conn, ["rollback-a", "rollback-b"])
+            batch.commit()
+            for t in threads:
+                t.join(60)
+        said = sorted(((a.activated, a.replaced, a.already_active)
+                       if isinstance(a, versions.Activation) else a
+                       for a in out.values()), key=repr)
+        assert said == [(2, 3, False), (2, None, True)], said
+        assert conn.execute("select version from pgfunnel.index_version "
+                            "where state = 'active'").fetchone() == (2,)

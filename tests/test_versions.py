@@ -2253,9 +2253,10 @@ def test_ctrl_c_during_versions_drop_says_whether_the_drop_happened(
 
 
 def _interrupt_activations(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """versions.activate made to raise KeyboardInterrupt: before the switch, or after it
-    ran, as each step the test appends to the returned list says ("before", "after")."""
-    real_activate = versions.activate
+    """versions.activate (and rollback, through the _activate both call) made to raise
+    KeyboardInterrupt: before the switch, or after it ran, as each step the test appends
+    to the returned list says ("before", "after")."""
+    real_activate = versions._activate
     steps: list[str] = []
 
     def interrupted(*args: Any, **kwargs: Any) -> Any:
@@ -2263,7 +2264,7 @@ def _interrupt_activations(monkeypatch: pytest.MonkeyPatch) -> list[str]:
             real_activate(*args, **kwargs)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(versions, "activate", interrupted)
+    monkeypatch.setattr(versions, "_activate", interrupted)
     return steps
 
 
