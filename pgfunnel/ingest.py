@@ -358,8 +358,8 @@ VERSIONS_WITH_VALID_GRAPH = (
     " and c.relnamespace = 'pgfunnel'::regnamespace "
     "join pg_catalog.pg_index i on i.indexrelid = c.oid and i.indisvalid ")
 # serialises rewrites of pgfunnel._hnsw_walk: concurrent CREATE OR REPLACE of one
-# function fails with "tuple concurrently updated"
-_WALKS_LOCK_KEY = 0x7067_6677  # "pgfw"
+# function fails with "tuple concurrently updated" (schema.install_functions takes it too)
+WALKS_LOCK_KEY = 0x7067_6677  # "pgfw"
 
 _WALK_BRANCH = sql.SQL("""
     {keyword} version_id = {vid} then{prelude}
@@ -414,7 +414,7 @@ def refresh_hnsw_walks(conn: psycopg.Connection[Any]) -> bool:
     try:
         with conn.transaction():
             conn.execute("select pg_catalog.pg_advisory_xact_lock(%s::bigint)",
-                         (_WALKS_LOCK_KEY,))
+                         (WALKS_LOCK_KEY,))
             rows = conn.execute(
                 "select v.id, v.dimensions, coalesce(v.params ->> 'hnsw_type', 'vector') "
                 + VERSIONS_WITH_VALID_GRAPH

@@ -365,10 +365,17 @@ def install_functions(conn: psycopg.Connection[Any]) -> int:
     release's they are in the schema's comment. public.funnel_search is left out where
     this role may not create it (:func:`wrapper_problem`): every other function is in
     schema pgfunnel, which the role owns."""
+    from pgfunnel.ingest import WALKS_LOCK_KEY, refresh_hnsw_walks
+
     schema = require_vector_schema(conn)
     files = sql_files()
     collation = case_collation(conn)
     skip_wrapper = wrapper_problem(conn) is not None
+    # sql/ replaces pgfunnel._hnsw_walk, whose rewrites (a reindex, an activation, a
+    # version drop: refresh_hnsw_walks) hold this lock: taken after the files, as
+    # refresh_hnsw_walks below took it, init held the function's row while it waited for
+    # a reindex that waited for that row (deadlock detected). Until the transaction ends.
+    conn.execute("select pg_catalog.pg_advisory_xact_lock(%s::bigint)", (WALKS_LOCK_KEY,))
     for path in files:
         if path.name == WRAPPER_FILE and skip_wrapper:
             continue
@@ -383,8 +390,6 @@ def install_functions(conn: psycopg.Connection[Any]) -> int:
         # the functions' owner is not the schema's: doctor will say they are unrecorded
         pass
     # sql/ holds the walk function without any version's walk: write them back
-    from pgfunnel.ingest import refresh_hnsw_walks
-
     refresh_hnsw_walks(conn)
     return len(files)
 

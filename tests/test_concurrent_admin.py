@@ -193,3 +193,46 @@ def test_a_rollback_overtaken_by_another_switch_refuses_rather_than_undo_it(
         assert said == [(2, 3, False), (2, None, True)], said
         assert conn.execute("select version from pgfunnel.index_version "
                             "where state = 'active'").fetchone() == (2,)
+
+
+def test_init_beside_a_graph_walk_refresh_neither_deadlocks(
+        db: str, conn: psycopg.Connection[Any]) -> None:
+    """A reindex, an activation that builds a graph or a version drop rewrites
+    pgfunnel._hnsw_walk under an advisory lock. `pgfunnel init` replaced the function
+    from sql/ first and took that lock only afterwards, to write the walks back: with a
+    reindex holding the lock, init waited for it while holding the function's row, and
+    the reindex's rewrite waited for that row ("deadlock detected": `pgfunnel reindex
+    --activate` failed beside an init). init now takes the lock before it replaces any
+    function."""
+    from pgfunnel.ingest import WALKS_LOCK_KEY, refresh_hnsw_walks
+
+    ingest(conn, [doc(f"d{i}", f"shared words and unique{i}x") for i in range(3)])
+    errors: list[BaseException] = []
+    with connect(db) as reindex:
+        # where a reindex's refresh_hnsw_walks stands: it holds the walks' lock
+        reindex.execute("select pg_advisory_xact_lock(%s::bigint)", (WALKS_LOCK_KEY,))
+
+        def run_init() -> None:
+            try:
+                schema.init(db)
+            except BaseException as exc:  # noqa: BLE001 - asserted below
+                errors.append(exc)
+
+        init = threading.Thread(target=run_init)
+        init.start()
+        deadline = time.monotonic() + 30
+        while not _waiting_on_a_lock(conn, "pg_advisory_xact_lock"):
+            assert time.monotonic() < deadline and init.is_alive(), errors
+            time.sleep(0.05)
+        reindex.execute("set local lock_timeout = '10s'")
+        try:
+            assert refresh_hnsw_walks(reindex)
+            reindex.commit()
+        except psycopg.Error as exc:
+            errors.append(exc)
+            reindex.rollback()
+        init.join(60)
+    assert errors == [], "".join(f"{type(e).__name__}: {e}; " for e in errors)
+    # the walk init wrote back serves the collection's graph
+    assert conn.execute("select (pgfunnel._hnsw_walk(v.id, array_fill(1, array[16])::vector, "
+                        "1)).cached from pgfunnel.index_version v").fetchone() == (True,)
