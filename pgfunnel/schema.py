@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import shlex
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -34,6 +35,7 @@ from pgfunnel.errors import (
     SCHEMA_GRANT_HINT,
     AccessError,
     ConfigError,
+    ConflictError,
     PgfunnelError,
     SchemaOutdatedError,
     translate,
@@ -129,12 +131,91 @@ def _maintenance_connect(target: str, *, autocommit: bool = False,
 
 
 @contextmanager
-def _sa_connection(dsn: str) -> Iterator[Connection]:
-    engine = create_engine("postgresql+psycopg://", poolclass=pool.NullPool,
-                           creator=lambda: _maintenance_connect(dsn, register=False))
+def _sa_connection(dsn: str, lock_wait_ms: int | None = None) -> Iterator[Connection]:
+    def creator() -> psycopg.Connection[Any]:
+        conn = _maintenance_connect(dsn, register=False)
+        if lock_wait_ms is not None:
+            conn.execute("select pg_catalog.set_config('lock_timeout', %s, false)",
+                         (f"{lock_wait_ms}ms",))
+            conn.commit()
+        return conn
+
+    engine = create_engine("postgresql+psycopg://", poolclass=pool.NullPool, creator=creator)
     with engine.begin() as conn:
         yield conn
     engine.dispose()
+
+
+#: how long an upgrade goes on trying to take the locks its migrations need, in short
+#: waits, before it gives up (monkeypatched by tests)
+MIGRATION_LOCK_GIVE_UP_S = 60.0
+
+
+def _lock_wait_ms(target: str) -> int:
+    """How long one attempt of an upgrade waits for any lock: half of deadlock_timeout
+    (10 - 300 ms), or the session's own lock_timeout where that is shorter. A migration
+    queued for a table (ALTER takes ACCESS EXCLUSIVE) queues every search behind it, for
+    as long as the transaction it waits for stays open (an idle session, a report): with
+    no lock_timeout set, searches hung for all of it."""
+    with _maintenance_connect(target, autocommit=True, register=False) as conn:
+        row = conn.execute(
+            "select least(300, greatest(10, pg_catalog.date_part('epoch', "
+            "pg_catalog.current_setting('deadlock_timeout')::interval) * 500))::int, "
+            "pg_catalog.date_part('epoch', pg_catalog.current_setting('lock_timeout')"
+            "::interval) * 1000").fetchone()
+    wait, own = (int(row[0]), float(row[1])) if row else (300, 0.0)
+    return max(1, min(wait, int(own))) if own > 0 else wait
+
+
+def _lock_holders(target: str) -> str:
+    """The oldest transactions holding locks on pgfunnel's tables, for the give-up."""
+    try:
+        with _maintenance_connect(target, autocommit=True, register=False) as conn:
+            rows = conn.execute(
+                "select distinct a.pid, a.application_name, a.state, a.xact_start, "
+                "       pg_catalog.to_char(pg_catalog.now() - a.xact_start, 'HH24:MI:SS') "
+                "  from pg_catalog.pg_locks l "
+                "  join pg_catalog.pg_class c on c.oid = l.relation "
+                "  join pg_catalog.pg_stat_activity a on a.pid = l.pid "
+                " where c.relnamespace = 'pgfunnel'::regnamespace and l.granted "
+                "   and l.pid <> pg_catalog.pg_backend_pid() and a.xact_start is not null "
+                " order by a.xact_start limit 3").fetchall()
+    except psycopg.Error:
+        return ""
+    return "; ".join(f"pid {pid} (application_name {name!r}, {state}, in a transaction for "
+                     f"{age})" for pid, name, state, _, age in rows)
+
+
+def _upgrade_in_short_waits(target: str, revision: str) -> None:
+    """Run the upgrade with each lock wait cut short, again and again until it gets
+    through or MIGRATION_LOCK_GIVE_UP_S pass: searches queue behind a waiting
+    migration only for a moment at a time. A failed attempt is rolled back whole."""
+    from sqlalchemy.exc import DBAPIError
+
+    cfg = alembic_config()
+    wait_ms = _lock_wait_ms(target)
+    deadline = time.monotonic() + MIGRATION_LOCK_GIVE_UP_S
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            with _sa_connection(target, lock_wait_ms=wait_ms) as conn:
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, revision)
+            return
+        except DBAPIError as exc:
+            if not isinstance(exc.orig, psycopg.errors.LockNotAvailable) \
+                    or time.monotonic() > deadline:
+                if isinstance(exc.orig, psycopg.errors.LockNotAvailable):
+                    holders = _lock_holders(target)
+                    raise ConflictError(
+                        "could not take the locks the schema upgrade needs in "
+                        f"{MIGRATION_LOCK_GIVE_UP_S:g} s of short tries (searches would have "
+                        "queued behind a longer wait): transactions hold pgfunnel's tables"
+                        + (f", the oldest {holders}" if holders else "")
+                        + "; nothing was upgraded: run it again when they end") from exc
+                raise
+        time.sleep(min(0.05 * attempt, 0.5))
 
 
 def vector_schema(conn: psycopg.Connection[Any]) -> str | None:
@@ -452,10 +533,8 @@ def _database_errors() -> Iterator[None]:
 
 def upgrade(dsn: str | None = None, revision: str = "head") -> None:
     target = resolve_dsn(dsn)
-    cfg = alembic_config()
-    with _database_errors(), _sa_connection(target) as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, revision)
+    with _database_errors():
+        _upgrade_in_short_waits(target, revision)
 
 
 def downgrade(dsn: str | None = None, revision: str = "base") -> None:

@@ -236,3 +236,54 @@ def test_init_beside_a_graph_walk_refresh_neither_deadlocks(
     # the walk init wrote back serves the collection's graph
     assert conn.execute("select (pgfunnel._hnsw_walk(v.id, array_fill(1, array[16])::vector, "
                         "1)).cached from pgfunnel.index_version v").fetchone() == (True,)
+
+
+def test_a_migration_waiting_for_a_long_transaction_does_not_hold_up_searches(
+        db: str, conn: psycopg.Connection[Any], monkeypatch: Any) -> None:
+    """Migration 0016 alters pgfunnel.collection (ACCESS EXCLUSIVE). With a transaction
+    open on that table (an idle session, a report), `pgfunnel migrate` queued for the
+    lock, and every search, which reads the table, queued behind it until that
+    transaction ended: searches hung for as long. The upgrade now waits for a lock only
+    briefly and tries again, so searches pass between its tries; and it gives up,
+    naming the oldest holders, rather than wait without end."""
+    from pgfunnel.errors import ConflictError
+
+    ingest(conn, [doc("d0", "shared words")])
+    conn.commit()
+    schema.downgrade(db, "0015")
+    done: dict[str, Any] = {}
+    with connect(db) as report:
+        report.execute("select set_config('application_name', 'long-report', false)")
+        report.execute("select count(*) from pgfunnel.collection")  # its transaction stays open
+        init = threading.Thread(target=lambda: done.update(result=schema.migrate(db)))
+        init.start()
+        time.sleep(1.0)  # the upgrade is trying for its lock by now
+        with connect(db, autocommit=True) as search:
+            search.execute("set statement_timeout = '5s'")
+            for _ in range(5):
+                started = time.monotonic()
+                search.execute("select id from pgfunnel.collection where name = 't'")
+                assert time.monotonic() - started < 2.0
+                time.sleep(0.2)
+        assert init.is_alive()  # still trying: the report's transaction is open
+        report.commit()
+        init.join(60)
+    assert (done["result"]["revision_before"], done["result"]["revision"]) == ("0015", "0016")
+
+    # a transaction that stays open past the upgrade's patience: a clear refusal
+    schema.downgrade(db, "0015")
+    monkeypatch.setattr(schema, "MIGRATION_LOCK_GIVE_UP_S", 1.0)
+    with connect(db) as report:
+        report.execute("select set_config('application_name', 'long-report', false)")
+        report.execute("select count(*) from pgfunnel.collection")
+        try:
+            schema.migrate(db)
+            raise AssertionError("migrate went through a lock held by an open transaction")
+        except ConflictError as exc:
+            said = str(exc)
+        report.rollback()
+    assert said.startswith("could not take the locks the schema upgrade needs in 1 s of "
+                           "short tries"), said
+    assert "application_name 'long-report', idle in transaction" in said, said
+    assert said.endswith("; nothing was upgraded: run it again when they end"), said
+    assert schema.migrate(db)["revision"] == "0016"
