@@ -336,7 +336,7 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
               model: str | None, private: bool, show_progress: bool = True,
               exclude: list[str] | None = None, root: Path | None = None,
               kept: dict[str, int] | None = None, prune: bool = False,
-              encoding: str | None = None) -> Any:
+              encoding: str | None = None, analyzer: str | None = None) -> Any:
     """Ingest ``paths``. ``kept``, when given, counts as it goes the documents read
     ("total") and those whose batch has committed ("stored"), and, with ``prune``, the
     documents pruned once that has committed ("pruned"), for what a Ctrl-C says."""
@@ -346,6 +346,7 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
     from pgfunnel.ingest import (
         Ingester,
         active_version,
+        check_ingest_analyzer,
         check_new_collection_name,
         collection_id,
         same_model,
@@ -389,6 +390,13 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
             # a name Ingester refuses for a new collection, refused before the model loads
             check_new_collection_name(collection)
         version = active_version(conn, cid) if cid is not None else None
+        existing = version.analyzer if version is not None else None
+        if version is None and cid is not None:
+            row = conn.execute("select analyzer from pgfunnel.collection where id = %s",
+                               (cid,)).fetchone()
+            existing = str(row[0]) if row is not None else None
+        # refused before the model loads, as --model is; Ingester refuses it too
+        check_ingest_analyzer(conn, collection, analyzer, existing)
         if version is not None and model and not same_model(model, version.embedding_model):
             # refused before the model loads (seconds); Ingester refuses it too
             raise InvalidInputError(
@@ -432,7 +440,7 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
                     kept.pop("indexing", None)
 
             ingester = Ingester(conn, collection, embedder=embedder, chunk_words=chunk_words,
-                                private=private, progress=tick)
+                                private=private, progress=tick, analyzer=analyzer)
             stats = ingester.ingest(records, prune=prune)
             if not prune and paths and all(path.is_dir() for path in paths):
                 unread = _unread_note(conn, collection, {r.citekey for r in records},
@@ -534,6 +542,11 @@ def ingest(
     private: Annotated[bool, typer.Option(
         help="Create the collection private: documents without readers are visible to "
              "nobody instead of everyone in their tenant.")] = False,
+    analyzer: Annotated[str | None, typer.Option(
+        help="Analyzer for a new collection's BM25 terms (default english_v8; german_v8 for "
+             "German text; `select * from pgfunnel.analyzers()` lists them). An existing "
+             "collection keeps its own; naming another is refused (change it with "
+             "`pgfunnel reindex --analyzer`, no model time).")] = None,
     exclude: Annotated[list[str] | None, typer.Option(
         help="Glob of paths to leave out of a folder, relative to it; matches the whole "
              "path ('*' crosses folders) or one part ('_sources'). Repeatable. Hidden "
@@ -630,7 +643,7 @@ def ingest(
                        kept=kept_then):
         stats = do_ingest(dsn, paths, collection, chunk_words, model, private,
                           show_progress=not json_out, exclude=exclude, root=root, kept=kept,
-                          prune=prune, encoding=encoding)
+                          prune=prune, encoding=encoding, analyzer=analyzer)
     if json_out:
         emit_json(stats.__dict__, ("notes",))
         return

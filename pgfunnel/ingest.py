@@ -793,6 +793,29 @@ def check_new_collection_name(name: object) -> None:
                           f"whitespace, got {name!r}")
 
 
+def check_ingest_analyzer(conn: psycopg.Connection[Any], collection: str,
+                          analyzer: str | None, existing: str | None) -> None:
+    """Refuse an analyzer asked of an ingest that it cannot use: one the database's
+    functions do not know, or one other than ``existing``, the analyzer the collection is
+    indexed with (its active version's, else the collection's own; None for a new
+    collection). An ingest writes into the active version, whose terms must all come from
+    one analyzer: a collection changes analyzer with a reindex (no model time)."""
+    if analyzer is None:
+        return
+    if not isinstance(analyzer, str) or not analyzer:
+        raise ConfigError("analyzer", f"must be an analyzer's name, got {analyzer!r}")
+    known = [str(r[0]) for r in conn.execute(
+        "select name from pgfunnel.analyzers()").fetchall()]
+    if analyzer not in known:
+        raise ConfigError("analyzer", f"unknown analyzer {analyzer!r} (known: "
+                                      f"{', '.join(known)})")
+    if existing is not None and analyzer != existing:
+        raise ConfigError(
+            "analyzer", f"collection {collection!r} is indexed with analyzer {existing!r}, not "
+            f"{analyzer!r}; leave it out, or move the collection with `pgfunnel reindex -c "
+            f"{shlex.quote(collection)} --analyzer {analyzer} --activate` (no model time)")
+
+
 def get_or_create_collection(conn: psycopg.Connection[Any], name: str, *, private: bool = False,
                              analyzer: str = DEFAULT_ANALYZER) -> int:
     cid = collection_id(conn, name)
@@ -1210,7 +1233,7 @@ class _Preparer:
             "                  where v.collection_id = c.id and v.state = 'active'), c.analyzer) "
             "from pgfunnel.collection c where c.name = %s", (self.ingester.collection,)).fetchone()
         self.analyzer = TermAnalyzer(conn, str(row[0]) if row is not None and row[0]
-                                     else DEFAULT_ANALYZER)
+                                     else self.ingester._analyzer_given or DEFAULT_ANALYZER)
         # one thread each, so each stage takes the batches in order (chunk ids ascend
         # with them, as in a single-threaded ingest)
         self.analysing = ThreadPoolExecutor(max_workers=1,
@@ -1259,7 +1282,8 @@ class Ingester:
                  private: bool = False, batch_documents: int = 2000,
                  batch_chunks: int = 2000, progress: ProgressFn | None = None,
                  prepare_ahead: bool = True, embed_input: str = DEFAULT_EMBED_INPUT,
-                 lexical_input: str = DEFAULT_LEXICAL_INPUT) -> None:
+                 lexical_input: str = DEFAULT_LEXICAL_INPUT,
+                 analyzer: str | None = None) -> None:
         from pgfunnel.db import require_schema
         from pgfunnel.schema import require_current_schema
 
@@ -1348,6 +1372,16 @@ class Ingester:
         if cid is None:
             # before a model loads or a file is read, as the checks above
             check_new_collection_name(collection)
+        with tuple_rows(conn):
+            existing = version.analyzer if version is not None else None
+            if version is None and cid is not None:
+                row = conn.execute("select analyzer from pgfunnel.collection where id = %s",
+                                   (cid,)).fetchone()
+                existing = str(row[0]) if row is not None else None
+            check_ingest_analyzer(conn, collection, analyzer, existing)
+        # what a new collection is made with (None: the default); an existing one keeps its
+        # own, which the check above holds it to
+        self._analyzer_given = analyzer
         if version is not None and embedder is not None and (
                 embedder.dimensions != version.dimensions):
             raise InvalidInputError(
@@ -1615,7 +1649,8 @@ class Ingester:
                          ready.ids, rows)
 
     def _version(self) -> tuple[int, ActiveVersion]:
-        coll = get_or_create_collection(self.conn, self.collection, private=self.private)
+        coll = get_or_create_collection(self.conn, self.collection, private=self.private,
+                                        analyzer=self._analyzer_given or DEFAULT_ANALYZER)
         if self._collection_seen is not None and coll != self._collection_seen:
             # dropped (`versions drop-collection`) while this ingest embedded: making it
             # again would make it with this ingest's settings, public unless asked

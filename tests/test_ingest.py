@@ -2788,3 +2788,54 @@ def test_cli_ingest_prints_results_on_stdout_and_notes_on_stderr(db: str,
     assert res.exit_code == 0, res.output
     assert "1 document of collection 'streams' pruned" in res.stdout
     assert "  old" in res.stdout.splitlines()
+
+
+def test_ingest_makes_a_new_collection_with_the_analyzer_it_names(db: str,
+                                                                  tmp_path: Path) -> None:
+    """`ingest --analyzer german_v8` into a new collection: its first version reads German
+    (before, every new collection got english_v8, and a reindex moved it); naming another
+    analyzer for an existing collection, or an unknown one, is refused before the model
+    loads and before anything is written."""
+    from funnel_util import doc, lexical
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.db import connect
+
+    recs = [doc("verz", "Die Verzeichnisse werden beim Start angelegt."),
+            doc("andere", "Rückerstattungen und Rechnungen werden monatlich gestellt.")]
+    with connect(db, autocommit=True) as conn:
+        Ingester(conn, "de", analyzer="german_v8").ingest(recs, vectors=_random_vectors(recs))
+        assert conn.execute(
+            "select c.analyzer, v.analyzer from pgfunnel.collection c "
+            "join pgfunnel.index_version v on v.collection_id = c.id "
+            "where c.name = 'de' and v.state = 'active'").fetchone() == ("german_v8",
+                                                                         "german_v8")
+        # the singular finds the plural: German's stemmer indexed the chunk
+        assert [r[1] for r in lexical(conn, "Verzeichnis", collection="de")] == ["verz"]
+        # the same analyzer again is no change; another is refused, naming the reindex
+        Ingester(conn, "de", analyzer="german_v8")
+        with pytest.raises(ConfigError, match=r"collection 'de' is indexed with analyzer "
+                                              r"'german_v8', not 'english_v8'; .*`pgfunnel "
+                                              r"reindex -c de --analyzer english_v8 --activate`"):
+            Ingester(conn, "de", analyzer="english_v8")
+        with pytest.raises(ConfigError, match=r"unknown analyzer 'german' \(known: .*german_v8"):
+            Ingester(conn, "new", analyzer="german")
+        before = conn.execute("select count(*) from pgfunnel.chunk").fetchone()
+    (tmp_path / "a.md").write_text("# A\n\nEin Verzeichnis.")
+    # a model that does not exist: the analyzer is refused before it would load
+    for collection, analyzer, message in (
+            ("de", "english_v8", "error: --analyzer: collection 'de' is indexed with "
+                                 "analyzer 'german_v8', not 'english_v8'"),
+            ("new", "german", "error: --analyzer: unknown analyzer 'german'")):
+        res = CliRunner().invoke(app, ["ingest", str(tmp_path), "-c", collection, "--dsn", db,
+                                       "--analyzer", analyzer,
+                                       "--model", str(tmp_path / "no-model")],
+                                 env={"COLUMNS": "300"})
+        assert res.exit_code == 1, res.output
+        assert message in res.output, res.output
+        assert "Traceback" not in res.output
+    with connect(db, autocommit=True) as conn:
+        assert conn.execute("select count(*) from pgfunnel.chunk").fetchone() == before
+        assert conn.execute("select count(*) from pgfunnel.collection where name = 'new'"
+                            ).fetchone() == (0,)
