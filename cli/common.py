@@ -401,6 +401,7 @@ class SearchArgs(TypedDict, total=False):
 
     principals: list[str]
     tenant: str | None
+    language: str | None
     fusion: str
     rrf_k: float
     weights: tuple[float, float] | None
@@ -687,7 +688,8 @@ def run(fn: Callable[[], T]) -> T:
 
 # the search parameters that search and explain take as options, by the library's name
 FUNNEL_FLAGS = {"k": "--k", "collection": "--collection", "principals": "--principal",
-                "tenant": "--tenant", "fusion": "--fusion", "overfetch": "--overfetch",
+                "tenant": "--tenant", "language": "--language", "fusion": "--fusion",
+                "overfetch": "--overfetch",
                 "per_source_cap": "--per-source-cap", "lexical_depth": "--lexical-depth",
                 "dense_depth": "--dense-depth", "rrf_k": "--rrf-k",
                 "weights": "--lexical-weight / --dense-weight",
@@ -765,6 +767,9 @@ PrincipalOption = Annotated[
 TenantOption = Annotated[str | None, typer.Option(
     help="The reader's tenant. None given: documents without a tenant only (a document "
          "with one is its tenant's).")]
+LanguageOption = Annotated[str | None, typer.Option(
+    help="Only documents of this language, as stored (`language` of a .jsonl line: "
+         "'de' does not match 'DE'). None given: every language.")]
 _FUSION = typer.Option(help="minmax (default), rrf or zscore.")
 FusionOption = Annotated[str, _FUSION]
 _RRF_K = typer.Option(help=f"RRF constant (default {number(RRF_K)}); only with --fusion rrf.")

@@ -29,6 +29,7 @@ from .common import (
     FusionOption,
     HistoryOption,
     JsonOption,
+    LanguageOption,
     LexicalDepthOption,
     LexicalOnlyOption,
     LexicalWeightOption,
@@ -878,6 +879,7 @@ def search(
     collection: CollectionOption = sql_defaults.COLLECTION,
     principal: PrincipalOption = None,
     tenant: TenantOption = None,
+    language: LanguageOption = None,
     fusion: FusionOption = sql_defaults.FUSION,
     rrf_k: RrfKOption = None,
     lexical_weight: LexicalWeightOption = None,
@@ -927,7 +929,8 @@ def search(
         from pgfunnel.db import connect
 
         search_params: SearchArgs = {
-            "principals": principal or [], "tenant": tenant, "fusion": fusion,
+            "principals": principal or [], "tenant": tenant, "language": language,
+            "fusion": fusion,
             **rrf_args, "weights": weights, "overfetch": overfetch,
             "per_source_cap": per_source_cap, "lexical_depth": lexical_depth,
             "dense_depth": dense_depth, "trace": trace, "statement_timeout_ms": timeout_ms}

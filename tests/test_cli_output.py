@@ -95,6 +95,36 @@ def test_query_text_after_double_dash_is_searched(sample_db: str) -> None:
     assert rows and all(r["lexical_rank"] is not None for r in rows)
 
 
+def test_search_language_keeps_the_documents_of_that_language(db: str) -> None:
+    # a collection of French and German pages: the CLI searched it whole, having no
+    # --language (funnel_search and Funnel.search took one)
+    from funnel_util import doc, ingest
+    from pgfunnel.cli.main import app
+
+    from pgfunnel.db import connect
+
+    with connect(db, autocommit=True) as conn:
+        ingest(conn, [doc("fr/apropos", "apropos cherche dans les pages de manuel",
+                          language="fr"),
+                      doc("de/apropos", "apropos durchsucht die Handbuchseiten",
+                          language="de")], collection="man")
+
+    def citekeys(*args: str) -> list[str]:
+        res = CliRunner().invoke(app, ["search", "apropos", "-c", "man", "--lexical-only",
+                                       "--json", "--dsn", db, *args])
+        assert res.exit_code == 0, res.output
+        return [r["citekey"] for r in json.loads(res.output[res.output.index("{"):])["results"]]
+
+    assert sorted(citekeys()) == ["de/apropos", "fr/apropos"]
+    assert citekeys("--language", "de") == ["de/apropos"]
+    assert citekeys("--language", "fr") == ["fr/apropos"]
+    assert citekeys("--language", "DE") == []
+    res = CliRunner().invoke(app, ["search", "apropos", "-c", "man", "--language", " de",
+                                   "--dsn", db], env={"COLUMNS": "200"})
+    assert res.exit_code == 1, res.output
+    assert "error: --language: must not begin or end with whitespace" in res.output
+
+
 @pytest.mark.parametrize("flag", ["--lexical-weight", "--dense-weight"])
 def test_a_negative_weight_is_a_usage_error_naming_the_flag(flag: str) -> None:
     # it reached the library and came back as "weights: ... got {-1,0.7}"
