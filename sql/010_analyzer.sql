@@ -54,8 +54,8 @@
 --     itself (`Größe`, `Grösse` and `Groesse` are `gross`); the fold takes the accents
 --     of other letters off the term (`Café` -> `cafe`, where the stemmer reads `Cafe`
 --     as `caf`: a spelling without them meets the text only where the stemmer reads
---     both alike). The question words dropped from queries are still English ones. (A french_v8 built the same way was measured and
---     not offered: docs/tuning.md)
+--     both alike). The question words dropped from queries are still English ones. (A
+--     french_v8 built the same way was measured and not offered: docs/tuning.md)
 
 -- analyzers this version of pgfunnel knows; a new name is a new index version
 create or replace function pgfunnel.analyzers()
@@ -339,10 +339,9 @@ $$;
 -- a term without its accents, for the german_v8 analyzer, which folds each term after
 -- its stemmer has read the word as written: the combining diacritical marks (U+0300 -
 -- U+036F) of its canonical decomposition removed, and the ligatures œ and æ written out,
--- as a keyboard without them types them (`coeur`); a term of marks
--- alone is kept as it is. The text of a
--- database whose encoding is not UTF-8 is left as it is (Postgres normalizes only UTF-8;
--- written with chr(): another encoding cannot hold the ligatures).
+-- as a keyboard without them types them (`coeur`); a term of marks alone is kept as it
+-- is. The text of a database whose encoding is not UTF-8 is left as it is (Postgres
+-- normalizes only UTF-8; written with chr(): another encoding cannot hold the ligatures).
 create or replace function pgfunnel._fold_accents(term text)
 returns text
 language sql immutable parallel safe strict
