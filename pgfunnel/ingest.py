@@ -730,19 +730,28 @@ class TermAnalyzer:
         for words in (plain, general):
             if not words:
                 continue
-            found: dict[int, list[str]] = {}
-            # one string split by the server: psycopg dumps a list of 20,000 strings as a
-            # text[] in Python, element by element (words hold no newline: split() ends them)
-            rows = self.conn.execute(
-                "select input_ordinal, term from pgfunnel.analyze_each("
-                "pg_catalog.string_to_array(%s, E'\\n'), %s, false) where term is not null",
-                ("\n".join(words), self.analyzer)).fetchall()
-            for ordinal, term in rows:
-                if (terms := found.get(ordinal)) is None:
-                    found[ordinal] = [term]
-                else:
-                    terms.append(term)
-            by_word.update((w, tuple(found.get(i, ()))) for i, w in enumerate(words, start=1))
+            # one string each way, split by the server and by str.split: psycopg dumps a
+            # list of 20,000 strings as a text[] in Python, element by element, and reading
+            # the analyzer's rows back one by one into per-word lists was a Python loop
+            # per term (about 1 s of the preparing thread's 5 per 10k chunks of
+            # documentation, with the GIL held). Words hold no newline (split() ends them)
+            # and terms no whitespace (the token pattern never spans it), so the reply is a
+            # line per word, in order, its terms space-separated.
+            row = self.conn.execute(
+                "select pg_catalog.string_agg(coalesce(t.terms, ''), E'\\n' order by w.ord) "
+                "  from pg_catalog.generate_series(1, %s) as w(ord) "
+                "  left join (select e.input_ordinal, pg_catalog.string_agg(e.term, ' ') as terms "
+                "               from pgfunnel.analyze_each("
+                "                    pg_catalog.string_to_array(%s, E'\\n'), %s, false) e "
+                "              where e.term is not null "
+                "              group by e.input_ordinal) t on t.input_ordinal = w.ord",
+                (len(words), "\n".join(words), self.analyzer)).fetchone()
+            lines = str(row[0] if row is not None else "").split("\n")
+            if len(lines) != len(words):
+                raise PgfunnelError(f"internal: the analyzer answered {len(lines)} lines for "
+                                    f"{len(words)} words (a term holds a newline)")
+            by_word.update(zip(words, [tuple(line.split(" ")) if line else ()
+                                       for line in lines], strict=True))
         for raw, w in stripped.items():
             cache[raw] = by_word.get(w, ())
 

@@ -378,6 +378,25 @@ def test_python_term_analyzer_matches_sql(conn: psycopg.Connection[Any], analyze
         assert ta.terms(text) == Counter(sql_terms), text
 
 
+def test_term_analyzer_caches_each_words_terms_in_the_analyzers_order(
+        conn: psycopg.Connection[Any]) -> None:
+    # the cache is read back from one line per word: a word with no term (a stop word, a
+    # word longer than 100 characters) keeps its place, and a word of several terms keeps
+    # them in analyze_each's order, repeats included
+    words = ["the", "os.path.join", "x" * 101, "ERR-4029", "refunds", "and", "x-x",
+             "csv.QUOTE_ALL", "__init__", "调用方法"]
+    ta = TermAnalyzer(conn, "english_v8")
+    ta.prepare([" ".join(words)])
+    rows = conn.execute("select input_ordinal, term from pgfunnel.analyze_each(%s, %s, false) "
+                        "where term is not null", (words, "english_v8")).fetchall()
+    expected: dict[str, list[str]] = {w: [] for w in words}
+    for ordinal, term in rows:
+        expected[words[ordinal - 1]].append(term)
+    assert {w: list(ta.cache[w]) for w in words} == expected
+    assert ta.cache["the"] == () and ta.cache["x" * 101] == ()
+    assert len(ta.cache["os.path.join"]) > 3 and ta.cache["x-x"].count("x") == 2
+
+
 def _terms(conn: psycopg.Connection[Any], text: str, analyzer: str) -> list[str]:
     row = conn.execute("select pgfunnel.analyze(%s, %s)", (text, analyzer)).fetchone()
     assert row is not None
