@@ -312,6 +312,12 @@ class SearchParams:
                     not all(_is_number(x) for x in w):
                 raise ConfigError("weights",
                                   f"must be two numbers [lexical, dense], got {shown(w)}")
+            if len(w) != 2:
+                # funnel_search refused [1, 2, 3] too, but in SQL's words ({1,2,3}), and a
+                # caller of candidates()/final() learned it only at the database
+                count = f"{len(w)} number{'' if len(w) == 1 else 's'}"
+                raise ConfigError("weights", "must be two numbers [lexical, dense], got "
+                                             f"{count}: {shown(kwargs['weights'])}")
             kwargs["weights"] = tuple(_as_float("weights", x) for x in w)
         kwargs = {name: _checked(name, value) for name, value in kwargs.items()}
         timeout = kwargs["statement_timeout_ms"]

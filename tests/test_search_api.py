@@ -562,6 +562,24 @@ def test_search_params_of_the_wrong_type_name_the_parameter(kw: dict[str, Any],
     assert exc.value.parameter == name
 
 
+@pytest.mark.parametrize("weights", [[1, 2, 3], [1], [], (0.5,), np.array([1.0, 0.5, 0.2])])
+def test_weights_that_are_not_two_numbers_are_refused_in_python_terms(
+        sample_db: str, weights: Any) -> None:
+    """weights=[1, 2, 3] passed SearchParams and was refused by funnel_search in SQL's
+    words ('must be two numbers {lexical,dense} ... got {1,2,3}'); SearchParams says it
+    itself, in Python's."""
+    expected = (r"^weights: must be two numbers \[lexical, dense\], got "
+                rf"{len(weights)} number")
+    with pytest.raises(ConfigError, match=expected) as exc:
+        SearchParams(weights=weights)
+    assert exc.value.parameter == "weights" and "{" not in str(exc.value), str(exc.value)
+    with Funnel(sample_db) as f:
+        with pytest.raises(ConfigError, match=expected):
+            f.search("refund", weights=weights)
+        # refused before the model was needed
+        assert f._embedder is None
+
+
 def test_a_funnel_refuses_hooks_it_cannot_call_and_searches_no_more_once_closed(
         sample_db: str) -> None:
     from pgfunnel.errors import ConfigError, ConnectionFailedError
