@@ -314,13 +314,18 @@ def lock_holder(conn: psycopg.Connection[Any], coll_id: int) -> dict[str, Any] |
 @contextmanager
 def writer_lock(conn: psycopg.Connection[Any], collection: str) -> Iterator[int]:
     """Hold the collection's reindex lock (session-scoped), or fail at once naming the holder."""
-    # the caller's block runs with its own row factory; only the lock's own reads by position
-    with tuple_rows(conn):
+    def take() -> tuple[int, bool]:
         coll_id = require_collection(conn, collection)
-        k1, k2 = _lock_key(coll_id)
         got = conn.execute("select pg_catalog.pg_try_advisory_lock(%s::integer, %s::integer)",
-                           (k1, k2)).fetchone()
-    if not got or not got[0]:
+                           _lock_key(coll_id)).fetchone()
+        return coll_id, bool(got and got[0])
+
+    # the caller's block runs with its own row factory; only the lock's own reads by
+    # position. A role refused the schema got psycopg's InsufficientPrivilege, where the
+    # rest of the API raises an AccessError naming what gives it access in this mode
+    coll_id, got = _db(conn, take)
+    k1, k2 = _lock_key(coll_id)
+    if not got:
         holder = lock_holder(conn, coll_id)
         # the name quoted: the CLI gives each `pgfunnel <command>` of a message the -c and
         # --dsn typed, and a bare "pgfunnel reindex docs" read "pgfunnel reindex -c docs docs"

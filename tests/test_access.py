@@ -1545,7 +1545,15 @@ def test_a_role_granted_nothing_is_told_what_gives_it_access_in_this_mode(
     from pgfunnel.errors import SCHEMA_GRANT_HINT
     from pgfunnel.ingest import Ingester, delete_documents
     from pgfunnel.search import SearchParams
-    from pgfunnel.versions import list_versions
+    from pgfunnel.versions import (
+        activate,
+        drop,
+        drop_collection,
+        list_versions,
+        retire,
+        search_pinned,
+        writer_lock,
+    )
 
     schema.init(db, rls=mode == "rls")
     ingest_docs(db, _corpus(3))
@@ -1588,6 +1596,17 @@ def test_a_role_granted_nothing_is_told_what_gives_it_access_in_this_mode(
         caught("Ingester", lambda: Ingester(conn))
         caught("delete_documents", lambda: delete_documents(conn, "default", ["pub000"]))
         caught("list_versions", lambda: list_versions(conn, "default"))
+
+        def locked() -> None:
+            with writer_lock(conn, "default"):
+                pass
+
+        caught("writer_lock", locked)
+        caught("activate", lambda: activate(conn, "default", 1))
+        caught("retire", lambda: retire(conn, "default", 1))
+        caught("drop", lambda: drop(conn, "default", 1))
+        caught("drop_collection", lambda: drop_collection(conn, "default"))
+        caught("search_pinned", lambda: search_pinned(conn, "default", 1, [QUERY]))
     for name, error in errors.items():
         said = str(error)
         assert said.startswith(expected), (name, said)
