@@ -2619,6 +2619,11 @@ def moved_files(conn: psycopg.Connection[Any], collection: str,
             other = "/".join(parts[i:])
             if other.endswith("/" + key) and other not in read:
                 candidates.setdefault(other, []).append((key, path))
+    # a folder above the ingest's root may have a name the database cannot spell (Chinese
+    # in a LATIN1 one, bytes that are no UTF-8, which Python holds as surrogates): no
+    # citekey is that path, and sent, it failed the ingest with a UnicodeEncodeError
+    candidates = {other: files for other, files in candidates.items()
+                  if _encodable(other, conn.info.encoding)}
     if not candidates:
         return []
     try:
@@ -2634,6 +2639,14 @@ def moved_files(conn: psycopg.Connection[Any], collection: str,
     return sorted((MovedFile(key, other, path) for other in stored
                    for key, path in candidates[other]),
                   key=lambda moved: (moved.citekey, moved.stored))
+
+
+def _encodable(text: str, encoding: str) -> bool:
+    try:
+        text.encode(encoding)
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _delete_locked(conn: psycopg.Connection[Any], coll: int, citekeys: Sequence[str]

@@ -1910,6 +1910,35 @@ def test_citekey_hints_in_a_latin1_database(server_dsn: str) -> None:
             "guides/Cafe": CitekeyHint()}
 
 
+def test_moved_files_under_a_folder_the_database_cannot_spell(
+        server_dsn: str, tmp_path: Path) -> None:
+    """moved_files sent the database every path a file could have from each folder above
+    it, the folders outside the ingest's root included: a file under a folder whose name
+    the database's encoding cannot hold (Chinese in a LATIN1 database, a name of bytes
+    that are no UTF-8 on Linux, which Python holds as surrogates) stopped the ingest that
+    had just written it, with an encoding error. Those paths are no citekey the
+    collection can hold and are not asked for; the ones it can are still found."""
+    from funnel_util import c_locale_database
+
+    from pgfunnel.db import connect
+    from pgfunnel.ingest import MovedFile, collection_id, get_or_create_collection, moved_files
+
+    for encoding, folder in (("LATIN1", "\u7528\u6237"), ("UTF8", "bad\udcff"),
+                             ("LATIN1", "bad\udcff")):
+        with c_locale_database(server_dsn, encoding) as dsn, \
+                connect(dsn, autocommit=True) as c:
+            coll = get_or_create_collection(c, "m")
+            for key in ("guides/Caf\u00e9", "x/guides/setup"):
+                c.execute("insert into pgfunnel.document (collection_id, citekey, "
+                          "is_public, content_hash) values (%s, %s, true, 'h')", (coll, key))
+            assert collection_id(c, "m") == coll
+            docs = tmp_path / folder / "docs"
+            origins = {"Caf\u00e9": docs / "guides" / "Caf\u00e9.md",
+                       "setup": docs / "guides" / "setup.md"}
+            assert moved_files(c, "m", origins) == [
+                MovedFile("Caf\u00e9", "guides/Caf\u00e9", origins["Caf\u00e9"])], encoding
+
+
 def test_cli_ingest_of_a_gzip_file_past_the_limit_writes_nothing(
         db: str, tmp_path: Path, monkeypatch: Any) -> None:
     """A .jsonl.gz that expands past the limit on a compressed file's expanded size stops
