@@ -974,20 +974,29 @@ def _gunzipped(path: Path, data: bytes) -> bytes:
     it, as gzip -d reads them, up to MAX_EXPANDED_BYTES; an InvalidDocumentError naming
     the file past that, or where it is not gzip."""
     limit = MAX_EXPANDED_BYTES
+    out = io.BytesIO()
     try:
-        # one byte past the limit says it is past, and no more is held
         with gzip.GzipFile(fileobj=io.BytesIO(data)) as stream:
-            expanded = stream.read(limit + 1)
+            # a piece at a time: one read(limit + 1) had Python reserve the whole 1 GiB
+            # buffer for every file, however small, a MemoryError under ulimit -v. One
+            # byte past the limit says it is past, and no more is held
+            while out.tell() <= limit and \
+                    (piece := stream.read(min(_GUNZIP_PIECE, limit + 1 - out.tell()))):
+                out.write(piece)
     except (OSError, EOFError, zlib.error) as exc:
         raise InvalidDocumentError(
             f"{path}: cannot be read as gzip-compressed ({exc}); fix or decompress it, "
             "or leave it out with --exclude") from None
-    if len(expanded) > limit:
+    if out.tell() > limit:
         raise InvalidDocumentError(
             f"{path}: expands past {_byte_size(limit)} decompressed, the most pgfunnel reads "
             "of a gzip-compressed file; decompress it (gunzip -k) to read it as it is, or "
             "leave it out with --exclude")
-    return expanded
+    return out.getvalue()
+
+
+#: how much of a compressed file's expanded text _gunzipped reads at a time
+_GUNZIP_PIECE = 1 << 20
 
 
 def _byte_size(n: int) -> str:

@@ -752,3 +752,29 @@ def test_a_gzip_file_that_expands_past_the_limit_is_refused_naming_it(
                        r"decompressed, the most pgfunnel reads of a gzip-compressed file; "
                        r"decompress it \(gunzip -k\) .*--exclude"):
         list(read_path(tmp_path))
+
+
+def test_a_small_gzip_file_is_read_without_reserving_the_limit(tmp_path: Path) -> None:
+    """The limit on a compressed file's expanded size was read as one request for
+    MAX_EXPANDED_BYTES + 1 bytes, for which Python reserves the whole buffer first: each
+    .gz file read, 40 bytes or 40 MiB, asked for 1 GiB of memory, and where the process
+    may hold less (ulimit -v, a 32-bit Python) every compressed file failed with a bare
+    MemoryError. It is read a piece at a time, holding about what it expands to."""
+    import gzip
+    import tracemalloc
+
+    from pgfunnel import sources
+
+    (tmp_path / "small.md.gz").write_bytes(gzip.compress(b"# Small\n\nA few words.\n"))
+    (tmp_path / "wide.txt.gz").write_bytes(gzip.compress(b"word " * 400_000))
+    assert sources.MAX_EXPANDED_BYTES == 1 << 30
+    for name, expanded in (("small.md.gz", 23), ("wide.txt.gz", 2_000_000)):
+        tracemalloc.start()
+        try:
+            [record] = read_path(tmp_path / name)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert record.text, name
+        # the text, its decoded copies and the chunks read: some times what it expands to
+        assert peak < 16 * expanded + (8 << 20), (name, peak)
