@@ -2529,7 +2529,9 @@ def _delete_documents(conn: psycopg.Connection[Any], collection: str,
                                       f"its own{WRITER_NOT_FOR_SEARCHES}; see docs/security.md, "
                                       "Roles and grants)")
                 ingest_lock(conn, collection)
-                deleted = _delete_locked(conn, coll, citekeys)
+                # one the database's encoding cannot spell (Chinese in a LATIN1 one) no
+                # document has: sent, it failed the whole delete with a UnicodeEncodeError
+                deleted = _delete_locked(conn, coll, _spellable(conn, citekeys))
                 missing = [key for key in dict.fromkeys(citekeys) if key not in deleted]
                 # looked up after the delete: a hint never names a document it took out
                 found = _citekey_hints(conn, coll, missing[:hints]) if hints else {}
@@ -2542,9 +2544,11 @@ def _citekey_hints(conn: psycopg.Connection[Any], coll: int,
                   citekeys: Sequence[str]) -> dict[str, CitekeyHint]:
     """For each of ``citekeys``, the citekeys of collection ``coll`` that it may have
     meant (``CitekeyHint``)."""
-    keys = list(dict.fromkeys(citekeys))
+    found = {key: CitekeyHint() for key in citekeys}
+    # a key the database cannot spell is in no stored citekey, and cannot be sent
+    keys = _spellable(conn, list(found))
     if not keys:
-        return {}
+        return found
     row = conn.execute("show server_encoding").fetchone()
     # Postgres normalizes only in a UTF8 database; elsewhere citekeys compare as stored
     utf8 = row is not None and row[0] == "UTF8"
@@ -2576,7 +2580,6 @@ def _citekey_hints(conn: psycopg.Connection[Any], coll: int,
         "where ({other_form}) or right({form}, length(k.form) + 1) = '/' || k.form) h "
         "where n <= %s order by i, citekey").format(tail=tail, form=form, other_form=other_form)
     tails = [key.rsplit("/", 1)[-1] for key in forms]
-    found = {key: CitekeyHint() for key in keys}
     for i, stored, same_form in conn.execute(query, (coll, keys, forms, tails,
                                                      _HINT_KEYS)):
         hint = found[keys[int(i) - 1]]
@@ -2622,8 +2625,7 @@ def moved_files(conn: psycopg.Connection[Any], collection: str,
     # a folder above the ingest's root may have a name the database cannot spell (Chinese
     # in a LATIN1 one, bytes that are no UTF-8, which Python holds as surrogates): no
     # citekey is that path, and sent, it failed the ingest with a UnicodeEncodeError
-    candidates = {other: files for other, files in candidates.items()
-                  if _encodable(other, conn.info.encoding)}
+    candidates = {other: candidates[other] for other in _spellable(conn, candidates)}
     if not candidates:
         return []
     try:
@@ -2641,12 +2643,19 @@ def moved_files(conn: psycopg.Connection[Any], collection: str,
                   key=lambda moved: (moved.citekey, moved.stored))
 
 
-def _encodable(text: str, encoding: str) -> bool:
-    try:
-        text.encode(encoding)
-    except UnicodeEncodeError:
-        return False
-    return True
+def _spellable(conn: psycopg.Connection[Any], texts: Iterable[str]) -> list[str]:
+    """Those of ``texts`` that the connection's encoding can send: the others (Chinese
+    to a LATIN1 database, a file name's undecodable bytes, held as surrogates) are a
+    UnicodeEncodeError as a parameter, and no stored text equals them."""
+    encoding = conn.info.encoding
+    spellable = []
+    for text in texts:
+        try:
+            text.encode(encoding)
+        except UnicodeEncodeError:
+            continue
+        spellable.append(text)
+    return spellable
 
 
 def _delete_locked(conn: psycopg.Connection[Any], coll: int, citekeys: Sequence[str]

@@ -1910,6 +1910,29 @@ def test_citekey_hints_in_a_latin1_database(server_dsn: str) -> None:
             "guides/Cafe": CitekeyHint()}
 
 
+def test_a_citekey_the_database_cannot_spell_is_not_there(server_dsn: str) -> None:
+    """A citekey with a character the database's encoding lacks (Chinese in a LATIN1
+    database) raised a raw UnicodeEncodeError from delete_documents and
+    delete_documents_report, and `pgfunnel delete` with it failed the whole delete: no
+    document can have it, so it is one of those not found, with no hint, and the
+    others given are deleted."""
+    from funnel_util import c_locale_database
+
+    from pgfunnel.db import connect
+    from pgfunnel.ingest import CitekeyHint, delete_documents_report, get_or_create_collection
+
+    with c_locale_database(server_dsn, "LATIN1") as dsn, connect(dsn, autocommit=True) as c:
+        coll = get_or_create_collection(c, "l")
+        for key in ("guides/Caf\u00e9", "Cafe"):
+            c.execute("insert into pgfunnel.document (collection_id, citekey, is_public, "
+                      "content_hash) values (%s, %s, true, 'h')", (coll, key))
+        report = delete_documents_report(c, "l", ["\u7528\u6237", "Caf\u00e9", "Cafe"])
+        assert (report.deleted, report.missing) == (1, ["\u7528\u6237", "Caf\u00e9"])
+        assert report.hints == {"\u7528\u6237": CitekeyHint(),
+                                "Caf\u00e9": CitekeyHint(longer=["guides/Caf\u00e9"])}
+        assert delete_documents(c, "l", ["\u7528\u6237"]) == 0
+
+
 def test_moved_files_under_a_folder_the_database_cannot_spell(
         server_dsn: str, tmp_path: Path) -> None:
     """moved_files sent the database every path a file could have from each folder above
