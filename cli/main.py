@@ -366,7 +366,9 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
     with connect(dsn_value, autocommit=True) as conn:
         from pgfunnel.db import require_schema
         from pgfunnel.schema import require_current_schema
+        from pgfunnel.versions import name_session
 
+        name_session(conn, f"pgfunnel ingest {collection}")
         require_schema(conn)
         require_current_schema(conn)  # before the model loads
         cid = collection_id(conn, collection)
@@ -732,6 +734,11 @@ def delete(
     from pgfunnel.ingest import delete_documents_report
 
     with handle_errors(), connect(dsn, autocommit=True) as conn:
+        from pgfunnel.versions import name_session
+
+        # named as reindex names its session: one waiting for the collection's lock (an
+        # ingest batch) is told apart in pg_stat_activity and pg_locks
+        name_session(conn, f"pgfunnel delete {collection}")
         require_schema(conn)
         # named, not only counted: "1 of the citekeys given was not in collection" left
         # the user to find which of several (a typo, a file's name for its path)

@@ -345,7 +345,7 @@ def writer_lock(conn: psycopg.Connection[Any], collection: str) -> Iterator[int]
             conn.execute("select pg_catalog.pg_advisory_unlock(%s::integer, %s::integer)", (k1, k2))
 
 
-def _name_session(conn: psycopg.Connection[Any], what: str) -> None:
+def name_session(conn: psycopg.Connection[Any], what: str) -> None:
     """Name the session that will hold the writer lock (a second writer's error names it),
     and have its backend notice within seconds that a killed CLI is gone: a DROP INDEX
     CONCURRENTLY or a build waiting on old transactions held the lock until they ended."""
@@ -838,7 +838,7 @@ def reindex(conn: psycopg.Connection[Any], collection: str, *, model: str | None
     # a killed CLI must not leave its backend running a long statement with the lock held
     # (a name the driver cannot send is named here, not in the session name's error)
     check_sql_text("collection", collection)
-    _name_session(conn, f"pgfunnel reindex {collection}")
+    name_session(conn, f"pgfunnel reindex {collection}")
     times: dict[str, float] = {}
     with writer_lock(conn, collection) as coll_id:
         notes: list[str] = []
@@ -1338,7 +1338,7 @@ def drop(conn: psycopg.Connection[Any], collection: str, version: int) -> Versio
                                 "activate another one before dropping it: "
                                 + _switch_away(conn, coll_id, collection, info.id))
         require_table_owner(conn, "versions drop")
-        _name_session(conn, f"pgfunnel versions drop {collection}")
+        name_session(conn, f"pgfunnel versions drop {collection}")
         with writer_lock(conn, collection):
             with conn.transaction():
                 # the ingest lock waits for an activation in flight, and the mark keeps
@@ -1380,7 +1380,7 @@ def drop_collection(conn: psycopg.Connection[Any], collection: str) -> dict[str,
     def body() -> dict[str, Any]:
         coll_id = collection_to_drop(conn, collection)
         require_table_owner(conn, "versions drop-collection")
-        _name_session(conn, f"pgfunnel versions drop-collection {collection}")
+        name_session(conn, f"pgfunnel versions drop-collection {collection}")
         with writer_lock(conn, collection):
             infos = _versions(conn, coll_id)
             for info in infos:

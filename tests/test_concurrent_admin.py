@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -287,3 +288,34 @@ def test_a_migration_waiting_for_a_long_transaction_does_not_hold_up_searches(
     assert "application_name 'long-report', idle in transaction" in said, said
     assert said.endswith("; nothing was upgraded: run it again when they end"), said
     assert schema.migrate(db)["revision"] == "0016"
+
+
+def test_the_clis_ingest_and_delete_name_their_sessions(
+        sample_db: str, tmp_path: Path) -> None:
+    """An operator whose `pgfunnel delete` or `ingest` waits (for an ingest batch, an
+    activation) looks in pg_stat_activity: their sessions had no application_name, where
+    reindex and versions drop name theirs; reindex's refusal of a second writer names
+    the holder by it too."""
+    from funnel_util import wait_for_lock_wait
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.ingest import ingest_lock
+
+    page = tmp_path / "late.md"
+    page.write_text("# Late page\n\nA page ingested while the lock is held.\n")
+    for name, command in (
+            ("pgfunnel delete default", ["delete", "refunds-annual"]),
+            ("pgfunnel ingest default", ["ingest", str(page)])):
+        ran: list[Any] = []
+        with connect(sample_db) as holder, connect(sample_db, autocommit=True) as watch:
+            ingest_lock(holder, "default")
+            thread = threading.Thread(target=lambda c=command, out=ran: out.append(
+                CliRunner().invoke(app, [*c, "-c", "default", "--dsn", sample_db])))
+            thread.start()
+            try:
+                wait_for_lock_wait(watch, name, timeout_s=120)
+            finally:
+                holder.commit()
+                thread.join(120)
+        assert ran and ran[0].exit_code == 0, ran and ran[0].output
