@@ -313,6 +313,39 @@ def test_a_v7_version_is_pointed_to_v8_when_a_run_of_underscores_joins_a_name(
     assert "pgfunnel reindex -c t --analyzer english_v8 --activate" in note
 
 
+def test_a_collection_of_german_documents_is_pointed_to_german_v8(
+        conn: psycopg.Connection[Any]) -> None:
+    """doctor read no document's language: a collection of German documents on
+    english_v8 got no note, where german_v8 is the analyzer made for it."""
+    from funnel_util import make_collection
+
+    from pgfunnel import versions
+
+    make_collection(conn, "t", 16, analyzer="english_v8")
+    # half German (a region counts, `DE` as stored does not): not most
+    ingest(conn, [doc("de1", "Die Datenbank wird gesichert.", language="de"),
+                  doc("de2", "Der Index wird erstellt.", language="de-AT"),
+                  doc("up", "Die Tabelle wird geleert.", language="DE"),
+                  doc("en", "The database is backed up.", language="en")], collection="t")
+    assert _analyzer_notes(conn) == []
+    ingest(conn, [doc("de3", "Die Sicherung wird geprüft.", language="de")], collection="t")
+    [note] = _analyzer_notes(conn)
+    assert "collection 't'" in note and "3 of its 5 documents say language German" in note
+    assert "pgfunnel reindex -c t --analyzer german_v8 --activate" in note
+    # an older analyzer's note names german_v8 too, so one reindex brings both
+    conn.execute("update pgfunnel.index_version set analyzer = 'simple_v2'")
+    notes = _analyzer_notes(conn)
+    assert len(notes) == 2 and all("--analyzer german_v8 --activate" in n for n in notes)
+    # once moved, nothing more is said, and the English version is not offered back
+    versions.reindex(conn, "t", analyzer="german_v8", activate_after=True)
+    assert _analyzer_notes(conn) == []
+    assert not [f for f in check_active_indexes(conn) if "retired version" in f.message]
+    # switched back, the retired german_v8 version is named as having it
+    versions.activate(conn, "t", 1)
+    [named] = [f.message for f in check_active_indexes(conn) if "retired version" in f.message]
+    assert "retired version 2 (model" in named and "analyzer german_v8" in named
+
+
 def test_an_ascii_only_collation_is_a_warning_for_collections_with_other_text(
         server_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from funnel_util import c_locale_database, make_collection
