@@ -206,11 +206,16 @@ $$;
 -- EXCLUSIVE lock on its table even when nothing changes, and `init` or `migrate` holds
 -- it until the functions commit: every ingest and delete waited for it, and one whose
 -- batch held chunk while init, holding lexical, waited for chunk deadlocked with it
--- (one of the two failed with "deadlock detected").
+-- (one of the two failed with "deadlock detected"). Compared under a search_path of
+-- pg_catalog alone: pg_get_triggerdef leaves the function unqualified where its schema
+-- is on the path, so a role or database with pgfunnel there matched none and had all
+-- three replaced on every run.
 do $$
 declare
     definition text;
+    caller_path text := pg_catalog.current_setting('search_path');
 begin
+    perform pg_catalog.set_config('search_path', 'pg_catalog', true);
     foreach definition in array array[
         'CREATE TRIGGER lexical_deleted AFTER DELETE ON pgfunnel.lexical '
         'REFERENCING OLD TABLE AS gone_lexical FOR EACH STATEMENT '
@@ -233,6 +238,7 @@ begin
             execute 'CREATE OR REPLACE' || pg_catalog.substr(definition, 7);
         end if;
     end loop;
+    perform pg_catalog.set_config('search_path', caller_path, true);
 end
 $$;
 

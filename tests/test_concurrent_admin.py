@@ -319,3 +319,37 @@ def test_the_clis_ingest_and_delete_name_their_sessions(
                 holder.commit()
                 thread.join(120)
         assert ran and ran[0].exit_code == 0, ran and ran[0].output
+
+
+def test_init_leaves_unchanged_triggers_alone_with_pgfunnel_on_the_search_path(
+        db: str, conn: psycopg.Connection[Any]) -> None:
+    """pg_get_triggerdef names the trigger's function unqualified when its schema is on
+    the search_path, so with pgfunnel there (a role or database that sets it) no trigger
+    matched this release's definition and init replaced all three on every run, taking
+    the table locks that left it waiting for, or deadlocked with, an ingest batch."""
+    from psycopg import sql
+
+    conn.execute(sql.SQL("alter database {} set search_path = public, pgfunnel").format(
+        sql.Identifier(str(conn.info.dbname))))
+    conn.commit()
+    with connect(db) as fresh:
+        assert "pgfunnel" in str(fresh.execute("show search_path").fetchone())
+    triggers = ("select tgname, xmin::text from pg_trigger where not tgisinternal and "
+                "tgrelid in ('pgfunnel.lexical'::regclass, 'pgfunnel.chunk'::regclass, "
+                "'pgfunnel.document'::regclass) order by 1")
+    before = conn.execute(triggers).fetchall()
+    conn.commit()
+    assert len(before) == 3
+    schema.init(db)
+    assert conn.execute(triggers).fetchall() == before
+    # and one that differs is still replaced, under that search_path too
+    conn.execute("drop trigger document_collection on pgfunnel.document")
+    conn.execute("create trigger document_collection before update of title "
+                 "on pgfunnel.document for each row "
+                 "execute function pgfunnel._indexed_update_refused()")
+    conn.commit()
+    schema.init(db)
+    [(definition,)] = conn.execute(
+        "select pg_get_triggerdef(oid) from pg_trigger "
+        "where tgname = 'document_collection'").fetchall()
+    assert "UPDATE OF collection_id" in definition
