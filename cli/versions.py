@@ -448,8 +448,18 @@ def _print_activation(act: Any, json_out: bool) -> None:
         emit_json(act.to_json())
         return
     if act.already_active:
-        out.print(f"version {act.activated} of {act.collection!r} was already active; "
-                  "nothing changed", highlight=False, soft_wrap=True)
+        # another session switched to it while this one caught it up or built its graph:
+        # that work is kept, so "nothing changed" would hide it
+        done = []
+        if act.caught_up:
+            done.append(f"{plural(act.caught_up, 'chunk')} ingested since its build "
+                        f"{'was' if act.caught_up == 1 else 'were'} indexed into it")
+        if act.index_built:
+            done.append("its HNSW index, missing or invalid, was built")
+        said = ("; " + "; ".join(done) + " (another session activated it meanwhile)"
+                if done else "; nothing changed")
+        out.print(f"version {act.activated} of {act.collection!r} was already active{said}",
+                  highlight=False, soft_wrap=True)
         return
     msg = f"version {act.activated} of {act.collection!r} is active"
     if act.replaced is not None:

@@ -353,3 +353,23 @@ def test_init_leaves_unchanged_triggers_alone_with_pgfunnel_on_the_search_path(
         "select pg_get_triggerdef(oid) from pg_trigger "
         "where tgname = 'document_collection'").fetchall()
     assert "UPDATE OF collection_id" in definition
+
+
+def test_an_activation_overtaken_after_it_caught_up_says_what_it_did(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """An activation that indexed the chunks its version lacked (or built its graph) and
+    then found another session had switched to it printed "was already active; nothing
+    changed", though those rows and that index were written and kept."""
+    from pgfunnel.cli.versions import _print_activation
+
+    from pgfunnel.versions import Activation
+
+    _print_activation(Activation("docs", 2, None, 3, index_built=True, already_active=True),
+                      False)
+    said = capsys.readouterr().out.strip()
+    assert said.startswith("version 2 of 'docs' was already active; 3 chunks ingested "
+                           "since its build were indexed into it; its HNSW index"), said
+    assert "nothing changed" not in said and "another session activated it" in said
+    _print_activation(Activation("docs", 2, None, 0, already_active=True), False)
+    assert capsys.readouterr().out.strip() == ("version 2 of 'docs' was already active; "
+                                               "nothing changed")
