@@ -1110,7 +1110,11 @@ def test_ctrl_c_during_the_hnsw_build_says_the_index_is_not_built(
                         "select exists (select from pg_stat_activity where wait_event_type "
                         "= 'Lock' and query ilike 'create index%%embedding_hnsw%%')"
                 ).fetchone()[0]:  # type: ignore[index]
-                    assert proc.poll() is None and time.monotonic() < deadline, proc.poll()
+                    if proc.poll() is not None:
+                        # what ended the ingest before its build waited, not its code alone
+                        pytest.fail(f"ingest exited {proc.returncode} before the build "
+                                    f"waited: {proc.communicate()[1][-2000:]}")
+                    assert time.monotonic() < deadline
                     time.sleep(0.02)
             proc.send_signal(signal.SIGINT)
             _, err = proc.communicate(timeout=180)
