@@ -2628,16 +2628,21 @@ def moved_files(conn: psycopg.Connection[Any], collection: str,
     candidates = {other: candidates[other] for other in _spellable(conn, candidates)}
     if not candidates:
         return []
-    try:
-        with tuple_rows(conn):
-            coll = collection_id(conn, collection)
-            if coll is None:
-                return []
-            stored = [str(key) for (key,) in conn.execute(
-                "select citekey from pgfunnel.document where collection_id = %s "
-                "and citekey = any(%s)", (coll, list(candidates))).fetchall()]
-    except psycopg.Error as exc:
-        raise translate(exc, searching=False) from exc
+    from pgfunnel.security import schema_access_named
+
+    # a role refused the schema is told what gives it access in this mode, as a caller
+    # of delete_documents_report is
+    with schema_access_named(conn):
+        try:
+            with tuple_rows(conn):
+                coll = collection_id(conn, collection)
+                if coll is None:
+                    return []
+                stored = [str(key) for (key,) in conn.execute(
+                    "select citekey from pgfunnel.document where collection_id = %s "
+                    "and citekey = any(%s)", (coll, list(candidates))).fetchall()]
+        except psycopg.Error as exc:
+            raise translate(exc, searching=False) from exc
     return sorted((MovedFile(key, other, path) for other in stored
                    for key, path in candidates[other]),
                   key=lambda moved: (moved.citekey, moved.stored))

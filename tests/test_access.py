@@ -11,6 +11,7 @@ import json
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -1543,7 +1544,7 @@ def test_a_role_granted_nothing_is_told_what_gives_it_access_in_this_mode(
     from psycopg_pool import ConnectionPool
 
     from pgfunnel.errors import SCHEMA_GRANT_HINT
-    from pgfunnel.ingest import Ingester, delete_documents
+    from pgfunnel.ingest import Ingester, delete_documents, delete_documents_report, moved_files
     from pgfunnel.search import SearchParams
     from pgfunnel.versions import (
         activate,
@@ -1607,6 +1608,10 @@ def test_a_role_granted_nothing_is_told_what_gives_it_access_in_this_mode(
         caught("drop", lambda: drop(conn, "default", 1))
         caught("drop_collection", lambda: drop_collection(conn, "default"))
         caught("search_pinned", lambda: search_pinned(conn, "default", 1, [QUERY]))
+        caught("delete_documents_report",
+               lambda: delete_documents_report(conn, "default", ["pub000"]))
+        caught("moved_files", lambda: moved_files(
+            conn, "default", {"setup": Path("/srv/docs/guides/setup.md")}))
     for name, error in errors.items():
         said = str(error)
         assert said.startswith(expected), (name, said)
