@@ -652,12 +652,18 @@ def ingest(
         return
     # the progress bar counts the texts the model read; chunks that repeat another's text
     # share its vector, and the summary says so rather than leave the two counts apart
-    shared = stats.chunks_embedded - stats.texts_embedded
-    as_texts = (f" as {plural(stats.texts_embedded, 'distinct text')}"
-                if stats.texts_embedded and shared > 0 else "")
+    used = stats.texts_embedded - stats.texts_unused
+    shared = stats.chunks_embedded - used
+    as_texts = f" as {plural(used, 'distinct text')}" if used and shared > 0 else ""
+    # the loser of two simultaneous ingests of the same files embeds every text, then
+    # finds them written by the other: "0 embedded" beside "embed 50.9s" hid where the
+    # time went
+    unused = (f", {plural(stats.texts_unused, 'text')} embedded then found written by "
+              "another ingest" if stats.texts_unused else "")
     out.print(f"{plural(stats.documents_written, 'document')} written, "
               f"{stats.documents_unchanged:,} unchanged; {plural(stats.chunks_written, 'chunk')} "
-              f"({stats.chunks_embedded:,} embedded{as_texts}, {stats.chunks_reused:,} reused), "
+              f"({stats.chunks_embedded:,} embedded{as_texts}, {stats.chunks_reused:,} "
+              f"reused{unused}), "
               f"{stats.chunks_removed:,} replaced; index version {stats.index_version}. "
               f"embed {stats.embed_seconds:.1f}s, database {stats.db_seconds:.1f}s",
               highlight=False, soft_wrap=True)

@@ -124,6 +124,11 @@ class IngestStats:
     # texts the model read: chunks whose embedding input is the same text (an object
     # documented twice, a repeated boilerplate section) are embedded once
     texts_embedded: int = 0
+    # of those, texts read ahead of a batch's transaction whose vectors turned out not
+    # needed once it held the collection's lock: another ingest of the same documents had
+    # written them meanwhile (the loser of two simultaneous ingests embeds everything and
+    # writes nothing, and its summary read "0 embedded" beside the minutes it embedded)
+    texts_unused: int = 0
     # the active version's number within its collection (1, 2, ...; what the CLI and
     # `pgfunnel versions` show) and its id (pgfunnel.index_version.id, what the SQL
     # functions that take a version, such as bm25_recount, expect)
@@ -1849,6 +1854,7 @@ class Ingester:
                     self._check_unchanged_given(batch, todo, vectors, version.dimensions,
                                                 prepared)
                 if not todo:
+                    self.stats.texts_unused += len(ahead)
                     self._tick("documents", len(batch))
                     return
                 if prepared is not None and (
@@ -1888,13 +1894,17 @@ class Ingester:
                 self.stats.chunks_given += len(labels)
                 self.stats.chunks_reused += len(new_vectors) - len(missing) - len(labels)
                 unforeseen = []
+                used: set[str] = set()
                 for i in missing:
-                    vector = ahead.get(embedding_input(new_titles[i], new_texts[i],
-                                                       version.embed_input, new_paths[i]))
+                    key = embedding_input(new_titles[i], new_texts[i], version.embed_input,
+                                          new_paths[i])
+                    vector = ahead.get(key)
                     if vector is None:
                         unforeseen.append(i)
                     else:
                         new_vectors[i] = vector
+                        used.add(key)
+                self.stats.texts_unused += len(ahead) - len(used)
                 if unforeseen:
                     embedded = self._embed(
                         [embedding_input(new_titles[i], new_texts[i], version.embed_input,

@@ -2017,6 +2017,54 @@ def test_cli_ingest_says_when_chunks_shared_a_text(db: str, tmp_path: Path) -> N
     assert res.exit_code == 0 and json.loads(res.stdout)["texts_embedded"] == 0
 
 
+def test_cli_ingest_beaten_by_another_says_its_texts_were_embedded_for_nothing(
+        db: str, tmp_path: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two ingests of the same files at once: both embed every text before taking the
+    collection's lock, and the one that waits finds the documents written by the other.
+    Its summary read "0 embedded" beside "embed 50.9s", the time spent unaccounted."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.db import connect
+    from pgfunnel.embedder import Embedder
+
+    (tmp_path / "a.md").write_text("# Request\n\nThe request object holds the headers.\n")
+    (tmp_path / "b.md").write_text("# Response\n\nThe response object holds the body.\n")
+    with connect(db, autocommit=True) as conn:
+        Ingester(conn, "race", embedder=embedder).ingest(
+            [DocumentRecord("seed", "a document that makes the collection exist")])
+    real_embed = Embedder.embed
+    raced: list[int] = []
+
+    def embed_while_another_ingest_writes(self: Embedder, texts: Any, progress: Any = None
+                                          ) -> np.ndarray:
+        vectors = real_embed(self, texts, progress)
+        if not raced:
+            # the other ingest, on its own connection, commits the same files while this
+            # one is still embedding, before it takes the lock
+            raced.append(1)
+            with connect(db, autocommit=True) as other:
+                Ingester(other, "race", embedder=embedder).ingest(read_path(tmp_path))
+        return vectors
+
+    monkeypatch.setattr(Embedder, "embed", embed_while_another_ingest_writes)
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path), "-c", "race", "--dsn", db],
+                             env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert raced
+    said = " ".join(res.output.split())
+    assert "0 documents written, 2 unchanged; 0 chunks (0 embedded, 0 reused, 2 texts " \
+        "embedded then found written by another ingest)" in said, said
+    monkeypatch.setattr(Embedder, "embed", real_embed)
+    (tmp_path / "c.md").write_text("# Cookie\n\nThe cookie jar.\n")
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path), "-c", "race", "--dsn", db,
+                                   "--json"])
+    assert res.exit_code == 0, res.output
+    stats = json.loads(res.stdout)
+    # an ingest that ran alone used every text it embedded
+    assert (stats["texts_embedded"], stats["texts_unused"]) == (1, 0), stats
+
+
 def test_cli_reingest_of_a_file_edited_into_a_copy_keeps_no_old_text(db: str,
                                                                       tmp_path: Path) -> None:
     """A file edited into another's text in its folder is a copy, left out of the ingest;
