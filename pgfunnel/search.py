@@ -1438,7 +1438,10 @@ class Funnel:
             "metadata_filter": Jsonb(dict(p.metadata_filter))
             if p.metadata_filter is not None else None,
             "per_source_cap": p.per_source_cap, "trace": p.trace, "query_text": query,
-            "config": Jsonb(config), "index_version_id": index_version_id,
+            # int(): the check lets a numpy integer through, which psycopg sends as a
+            # bigint, and no pgfunnel.final takes one ("function ... does not exist")
+            "config": Jsonb(config),
+            "index_version_id": None if index_version_id is None else int(index_version_id),
             "log_notes": Jsonb(dict(log_notes)) if log_notes is not None else None,
         }
 

@@ -2205,6 +2205,23 @@ def test_candidates_say_the_index_version_the_pool_was_read_from(
     assert logged == (active[0],)
 
 
+def test_final_takes_the_index_version_id_as_a_numpy_integer(
+        sample_db: str, sample_conn: psycopg.Connection[Any]) -> None:
+    """final() checks index_version_id as an int or a numpy integer, but sent a numpy one
+    as psycopg dumps it, a bigint: "arguments: function pgfunnel.final(... index_version_id
+    => bigint ...) does not exist", a ConfigError blaming the arguments' types."""
+    p = SearchParams.build(k=3, principals=[], trace=True)
+    with Funnel(sample_db, embedder=None) as f:
+        pool = f.candidates(sample_conn, "refund", None, p)
+        assert pool.index_version_id is not None
+        results = f.final(sample_conn, "refund", pool, p, reranked=False,
+                          index_version_id=np.int64(pool.index_version_id))
+    assert results
+    logged = sample_conn.execute("select index_version_id from pgfunnel.search_log "
+                                 "where id = %s", (results[0].search_id,)).fetchone()
+    assert logged == (pool.index_version_id,)
+
+
 def test_candidates_report_the_query_words_not_searched_as_search_does(
         sample_db: str, sample_conn: psycopg.Connection[Any]) -> None:
     """Funnel.search reports the analyzer's notices (SearchResponse.notices and a
