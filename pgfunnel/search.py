@@ -1525,13 +1525,23 @@ _RESTORE_LIMIT_SQL = ("select pg_catalog.set_config('statement_timeout', pg_cata
 def _time_limit(conn: psycopg.Connection[Any], p: SearchParams) -> Iterator[None]:
     """``p.statement_timeout_ms`` over the block's statements, in the transaction they run
     in (the caller's, or the call's own); the caller's own limit is put back after them.
-    When one fails the transaction is aborted (or its savepoint rolled back), and its
-    rollback puts the limit back. Nothing is sent without a limit."""
+    When one fails in the server the transaction is aborted (or its savepoint rolled
+    back), and its rollback puts the limit back; when the driver refuses one before
+    sending it, the limit is put back here. Nothing is sent without a limit."""
     if p.statement_timeout_ms is None:
         yield
         return
     conn.execute(_SET_LIMIT_SQL, (str(p.statement_timeout_ms),), prepare=True)
-    yield
+    try:
+        yield
+    except Exception as exc:
+        # a statement the server refused aborted the transaction, whose rollback puts the
+        # limit back (a statement queued after it would not run); one the driver refused
+        # before sending it (a rerank_score psycopg cannot adapt) left the caller's
+        # transaction going, under this call's limit
+        if not (isinstance(exc, psycopg.Error) and exc.sqlstate is not None):
+            conn.execute(_RESTORE_LIMIT_SQL, prepare=True)
+        raise
     conn.execute(_RESTORE_LIMIT_SQL, prepare=True)
 
 

@@ -2222,6 +2222,25 @@ def test_final_takes_the_index_version_id_as_a_numpy_integer(
     assert logged == (pool.index_version_id,)
 
 
+def test_final_puts_the_callers_limit_back_when_the_driver_refuses_a_value(
+        sample_db: str) -> None:
+    """final() with statement_timeout_ms in the caller's transaction: a rerank score
+    psycopg cannot adapt failed the call before its statement was sent, the transaction
+    still going, and every later statement of it ran under the call's limit (1234 ms)
+    instead of the caller's own."""
+    p = SearchParams.build(k=3, principals=[], statement_timeout_ms=1234)
+    with Funnel(sample_db, embedder=None) as f, psycopg.connect(sample_db) as conn:
+        conn.execute("select set_config('statement_timeout', '4321', true)")
+        pool = f.candidates(conn, "refund", None, p)
+        assert pool
+        pool[0].rerank_score = object()  # type: ignore[assignment]
+        with pytest.raises(Exception, match="cannot adapt type 'object'"):
+            f.final(conn, "refund", pool, p, reranked=True)
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        assert conn.execute("show statement_timeout").fetchone() == ("4321ms",)
+        conn.rollback()
+
+
 def test_candidates_report_the_query_words_not_searched_as_search_does(
         sample_db: str, sample_conn: psycopg.Connection[Any]) -> None:
     """Funnel.search reports the analyzer's notices (SearchResponse.notices and a
