@@ -393,13 +393,8 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
             # a name Ingester refuses for a new collection, refused before the model loads
             check_new_collection_name(collection)
         version = active_version(conn, cid) if cid is not None else None
-        existing = version.analyzer if version is not None else None
-        if version is None and cid is not None:
-            row = conn.execute("select analyzer from pgfunnel.collection where id = %s",
-                               (cid,)).fetchone()
-            existing = str(row[0]) if row is not None else None
         # refused before the model loads, as --model is; Ingester refuses it too
-        check_ingest_analyzer(conn, collection, analyzer, existing)
+        check_ingest_analyzer(conn, collection, analyzer, cid, version)
         if version is not None and model and not same_model(model, version.embedding_model):
             # refused before the model loads (seconds); Ingester refuses it too
             raise InvalidInputError(

@@ -808,14 +808,20 @@ def check_new_collection_name(name: object) -> None:
 
 
 def check_ingest_analyzer(conn: psycopg.Connection[Any], collection: str,
-                          analyzer: str | None, existing: str | None) -> None:
+                          analyzer: str | None, cid: int | None,
+                          version: ActiveVersion | None) -> None:
     """Refuse an analyzer asked of an ingest that it cannot use: one the database's
-    functions do not know, or one other than ``existing``, the analyzer the collection is
-    indexed with (its active version's, else the collection's own; None for a new
-    collection). An ingest writes into the active version, whose terms must all come from
-    one analyzer: a collection changes analyzer with a reindex (no model time)."""
+    functions do not know, or one other than the analyzer the collection is indexed with
+    (its active ``version``'s, else the collection's own; none for a new collection,
+    ``cid`` None). An ingest writes into the active version, whose terms must all come
+    from one analyzer: a collection changes analyzer with a reindex (no model time)."""
     if analyzer is None:
         return
+    existing = version.analyzer if version is not None else None
+    if version is None and cid is not None:
+        row = conn.execute("select analyzer from pgfunnel.collection where id = %s",
+                           (cid,)).fetchone()
+        existing = str(row[0]) if row is not None else None
     if not isinstance(analyzer, str) or not analyzer:
         raise ConfigError("analyzer", f"must be an analyzer's name, got {analyzer!r}")
     known = [str(r[0]) for r in conn.execute(
@@ -1387,12 +1393,7 @@ class Ingester:
             # before a model loads or a file is read, as the checks above
             check_new_collection_name(collection)
         with tuple_rows(conn):
-            existing = version.analyzer if version is not None else None
-            if version is None and cid is not None:
-                row = conn.execute("select analyzer from pgfunnel.collection where id = %s",
-                                   (cid,)).fetchone()
-                existing = str(row[0]) if row is not None else None
-            check_ingest_analyzer(conn, collection, analyzer, existing)
+            check_ingest_analyzer(conn, collection, analyzer, cid, version)
         # what a new collection is made with (None: the default); an existing one keeps its
         # own, which the check above holds it to
         self._analyzer_given = analyzer
