@@ -1254,28 +1254,7 @@ class Funnel:
                 row = settings.fetchone()
                 seen["model"], seen["version_id"] = (row[3], row[4]) if row else (None, None)
         except psycopg.Error as exc:
-            error = translate(exc)
-            if isinstance(error, SearchTimeoutError) and p.statement_timeout_ms is not None \
-                    and "statement timeout" in str(error):
-                # Postgres only says "canceling statement due to statement timeout": name
-                # the limit that did it (the CLI's --timeout-ms). Not for another cancel
-                # (pg_cancel_backend: "due to user request"), which no limit made
-                raise SearchTimeoutError(
-                    f"the search ran past its time limit (statement_timeout_ms = "
-                    f"{p.statement_timeout_ms} ms; --timeout-ms in the CLI) "
-                    f"and was cancelled ({error})") from exc
-            if isinstance(error, SearchTimeoutError) and "statement timeout" in str(error):
-                # the session's limit (a DBA's `alter role ... set statement_timeout`, the
-                # database's or the server's): Postgres' bare "canceling statement due to
-                # statement timeout" named neither it nor the search's own limit
-                limit = _session_statement_timeout(conn)
-                raise SearchTimeoutError(
-                    f"the search ran past this session's statement_timeout"
-                    f"{f' of {limit}' if limit else ''} (set for the session, its role, the "
-                    "database or the server) and was cancelled "
-                    f"({error}): give the search a limit of its own with statement_timeout_ms "
-                    "(--timeout-ms in the CLI), or raise that setting") from exc
-            raise error from exc
+            raise _limit_named(translate(exc), p, conn) from exc
 
     def _base_args(self, query: str | None, vector: np.ndarray | None,
                    p: SearchParams) -> dict[str, Any]:
@@ -1344,7 +1323,7 @@ class Funnel:
                 version_id = None if read is None or read[1] is None else int(read[1])
         except psycopg.Error as exc:
             # a public method: its errors are pgfunnel's, as search()'s are
-            raise with_schema_access_hint(conn, _limit_named(translate(exc), p)) from exc
+            raise with_schema_access_hint(conn, _limit_named(translate(exc), p, conn)) from exc
         finally:
             conn.remove_notice_handler(handler)
         for note in notices:
@@ -1415,7 +1394,7 @@ class Funnel:
                         index_version_id=index_version_id, log_notes=log_notes)
                 return [Result(*r) for r in cursor.fetchall()]
         except psycopg.Error as exc:
-            raise with_schema_access_hint(conn, _limit_named(translate(exc), p)) from exc
+            raise with_schema_access_hint(conn, _limit_named(translate(exc), p, conn)) from exc
 
     def _final_args(self, query: str | None, ordered: Sequence[Candidate], p: SearchParams, *,
                     reranked: bool, notes: Mapping[str, Any] | None = None,
@@ -1545,17 +1524,30 @@ def _time_limit(conn: psycopg.Connection[Any], p: SearchParams) -> Iterator[None
     conn.execute(_RESTORE_LIMIT_SQL, prepare=True)
 
 
-def _limit_named(error: PgfunnelError, p: SearchParams) -> PgfunnelError:
-    """A statement timeout that ``p.statement_timeout_ms`` set, said as the search says it:
-    Postgres' "canceling statement due to statement timeout" named no limit."""
-    if isinstance(error, SearchTimeoutError) and p.statement_timeout_ms is not None \
-            and "statement timeout" in str(error):
+def _limit_named(error: PgfunnelError, p: SearchParams,
+                 conn: psycopg.Connection[Any]) -> PgfunnelError:
+    """A statement timeout said with the limit that made it: ``p.statement_timeout_ms``
+    (the CLI's --timeout-ms) or else the session's own (a role's, the database's or the
+    server's). Postgres only says "canceling statement due to statement timeout", which
+    named neither; search(), candidates() and final() all say it this one way."""
+    # not for another cancel (pg_cancel_backend: "due to user request"), which no limit made
+    if not isinstance(error, SearchTimeoutError) or "statement timeout" not in str(error):
+        return error
+    if p.statement_timeout_ms is not None:
         named = SearchTimeoutError(
             f"the search ran past its time limit (statement_timeout_ms = "
-            f"{p.statement_timeout_ms} ms) and was cancelled ({error})")
-        named.__cause__ = error.__cause__
-        return named
-    return error
+            f"{p.statement_timeout_ms} ms; --timeout-ms in the CLI) "
+            f"and was cancelled ({error})")
+    else:
+        limit = _session_statement_timeout(conn)
+        named = SearchTimeoutError(
+            f"the search ran past this session's statement_timeout"
+            f"{f' of {limit}' if limit else ''} (set for the session, its role, the "
+            "database or the server) and was cancelled "
+            f"({error}): give the search a limit of its own with statement_timeout_ms "
+            "(--timeout-ms in the CLI), or raise that setting")
+    named.__cause__ = error.__cause__
+    return named
 
 
 def _require_vector_type(conn: psycopg.Connection[Any]) -> None:

@@ -349,13 +349,13 @@ def test_candidates_and_final_keep_to_statement_timeout_ms(corpus_db: str) -> No
                                    overfetch=1, per_source_cap=1, trace=True)
     with connect(corpus_db, autocommit=True) as conn:
         f = Funnel(conn, embedder=None)
-        with pytest.raises(SearchTimeoutError, match=r"statement_timeout_ms = 1 ms\)"):
+        with pytest.raises(SearchTimeoutError, match=r"statement_timeout_ms = 1 ms; "):
             f.candidates(conn, heavy, vector, limited)
         assert conn.execute("show statement_timeout").fetchone() == ("0",)
         pool = f.candidates(conn, heavy, vector, unlimited)
         assert len(pool) == 1000
         # a traced final() of the whole pool writes its 1,000 trace rows
-        with pytest.raises(SearchTimeoutError, match=r"statement_timeout_ms = 1 ms\)"):
+        with pytest.raises(SearchTimeoutError, match=r"statement_timeout_ms = 1 ms; "):
             f.final(conn, heavy, pool, dataclasses.replace(unlimited, statement_timeout_ms=1),
                     reranked=False)
         assert conn.execute("show statement_timeout").fetchone() == ("0",)
@@ -1416,3 +1416,34 @@ def test_a_search_past_the_sessions_own_timeout_names_it_and_the_way_out(
             "statement_timeout_ms (--timeout-ms in the CLI), or raise that setting")
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         assert f.search("refund", k=3, statement_timeout_ms=60_000).results
+
+
+def test_candidates_and_final_past_the_sessions_own_timeout_name_it_as_search_does(
+        corpus_db: str) -> None:
+    """candidates() and final() past the session's own statement_timeout (a role's or the
+    database's) raised Postgres' bare "canceling statement due to statement timeout",
+    where search() named the limit and the way out."""
+    from pgfunnel.search import SearchParams
+
+    p = SearchParams.build(k=3)
+    said = ("the search ran past this session's statement_timeout of 300ms (set for the "
+            "session, its role, the database or the server) and was cancelled (canceling "
+            "statement due to statement timeout): give the search a limit of its own with "
+            "statement_timeout_ms (--timeout-ms in the CLI), or raise that setting")
+    with connect(corpus_db, autocommit=True) as conn, \
+            connect(corpus_db, autocommit=True) as locker:
+        f = Funnel(conn, embedder=None)
+        pool = f.candidates(conn, "refund", None, p)
+        assert pool
+        conn.execute("set statement_timeout = '300ms'")
+        with locker.transaction():
+            # the calls wait on this lock until the session's limit cancels them
+            locker.execute("lock table pgfunnel.chunk in access exclusive mode")
+            with pytest.raises(SearchTimeoutError) as caught:
+                f.candidates(conn, "refund", None, p)
+            assert str(caught.value) == said
+            with pytest.raises(SearchTimeoutError) as caught:
+                f.final(conn, "refund", pool, p, reranked=False)
+            assert str(caught.value) == said
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        assert f.final(conn, "refund", pool, p, reranked=False)
