@@ -437,6 +437,11 @@ class FusionUsed:
     rrf_k: float | None
     weights: tuple[float, float] | None
     weights_rule: str | None
+    #: the pair the database reported even for one leg, which a traced search logs in its
+    #: config (funnel_search and Funnel.search do): final(fusion_used=...) logs it too, so
+    #: one search has one config hash whichever route ran it. Not part of the public value
+    _weights_logged: tuple[float, float] | None = field(default=None, repr=False,
+                                                        compare=False)
 
     def as_dict(self) -> dict[str, Any]:
         """As JSON reads it (``pgfunnel search --json``'s ``fusion``)."""
@@ -563,8 +568,9 @@ def _fusion_of(used: tuple[tuple[float, float], str | None, tuple[str, ...]] | N
     weights, rule, legs = used
     if len(legs) < 2:
         # one leg alone fuses nothing: neither a method nor weights applied
-        return FusionUsed("none", legs, None, None, None)
-    return FusionUsed(p.fusion, legs, p.rrf_k if p.fusion == "rrf" else None, weights, rule)
+        return FusionUsed("none", legs, None, None, None, weights)
+    return FusionUsed(p.fusion, legs, p.rrf_k if p.fusion == "rrf" else None, weights, rule,
+                      weights)
 
 
 def _search_id(conn: psycopg.Connection[Any], results: Sequence[Result],
@@ -1371,9 +1377,11 @@ class Funnel:
             raise ConfigError("fusion_used", "must be the pool's CandidatePool.fusion (a "
                               f"FusionUsed) or None, got {shown(fusion_used)}")
         if fusion_used is not None:
-            # the pair that ran, not the pair asked for (null when the search chose it)
-            weights_note: dict[str, Any] = {} if fusion_used.weights is None else \
-                {"weights": list(fusion_used.weights)}
+            # the pair that ran, not the pair asked for (null when the search chose it),
+            # logged as Funnel.search logs it: a one-leg pool's fusion shows no weights,
+            # but the database's pair for it is what the other routes' configs hold
+            ran = fusion_used._weights_logged or fusion_used.weights
+            weights_note: dict[str, Any] = {} if ran is None else {"weights": list(ran)}
             notes = {**(notes or {}), **weights_note} or None
             log_notes = {**(log_notes or {}), "weights_given": p.weights is not None}
         if index_version_id is not None and (

@@ -2293,3 +2293,26 @@ def test_an_identifier_alone_that_no_chunk_holds_names_the_parts_ranked(
     with pytest.warns(UserWarning, match="other words and the parts of it"):
         resp = Funnel(sample_conn, embedder=None).search("x9 password", k=3)
     assert resp.results and said in resp.notices
+
+
+def test_a_one_leg_final_logs_the_weights_search_logs(
+        sample_db: str, sample_conn: psycopg.Connection[Any]) -> None:
+    """A traced one-leg search (no query vector) logged the weights the database reported
+    through Funnel.search, and null through candidates() + final(fusion_used=pool.fusion)
+    (a one-leg pool's fusion holds no weights): one search, two config hashes."""
+    query = "refund annual plan"
+    p = SearchParams.build(k=3, principals=[], trace=True)
+    with Funnel(sample_db, embedder=None, reranker=_ReversingReranker()) as f:
+        searched = f.search(query, k=3, principals=[], trace=True)
+        assert searched.reranked and searched.search_id is not None
+        pool = f.candidates(sample_conn, query, None, p)
+        assert pool.fusion == FusionUsed("none", ("lexical",), None, None, None)
+        results = f.final(sample_conn, query, searched.pool, p, reranked=True,
+                          fusion_used=pool.fusion)
+    logged = [sample_conn.execute("select config, notes from pgfunnel.search_log "
+                                  "where id = %s", (search_id,)).fetchone()
+              for search_id in (searched.search_id, results[0].search_id)]
+    assert logged[0] is not None and logged[1] is not None
+    assert logged[0][0]["weights"] is not None, logged[0]
+    assert logged[1][0]["weights"] == logged[0][0]["weights"], logged
+    assert logged[1][1]["weights_given"] is logged[0][1]["weights_given"] is False, logged
