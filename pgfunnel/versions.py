@@ -349,7 +349,11 @@ def name_session(conn: psycopg.Connection[Any], what: str) -> None:
     """Name the session that will hold the writer lock (a second writer's error names it),
     and have its backend notice within seconds that a killed CLI is gone: a DROP INDEX
     CONCURRENTLY or a build waiting on old transactions held the lock until they ended."""
-    conn.execute("select set_config('application_name', %s, false)", (what[:63],))
+    # as Postgres keeps an application_name (printable ASCII, '?' for any other
+    # character), so a collection name the driver cannot send (a lone surrogate from an
+    # undecodable command line, a NUL) is refused by the check that names its flag, not here
+    shown = "".join(c if " " <= c <= "~" else "?" for c in what)
+    conn.execute("select set_config('application_name', %s, false)", (shown[:63],))
     with suppress(psycopg.Error):
         conn.execute("set client_connection_check_interval = '2s'")
 
