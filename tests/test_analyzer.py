@@ -892,7 +892,6 @@ def test_german_v8_stems_german_and_folds_accents_after_stemming(
         "ein Verzeichnis anlegen": ["verzeichnis", "anleg"],
         # the stemmer folds umlauts and ß itself, and reads the transliteration alike
         "Größe der Dateien": ["gross", "datei"], "Grösse der Datei": ["gross", "datei"],
-        "Groesse": ["gross"],
         # the fold takes other accents off, after the stemmer has read the word
         "Café-Bar": ["cafebar", "cafe", "bar"],
         "Übersicht über Änderungen": ["ubersicht", "ander"],
@@ -900,6 +899,11 @@ def test_german_v8_stems_german_and_folds_accents_after_stemming(
         "cœur": ["coeur"],
         # a word of marks alone stays a term (folded, it was an empty one)
         "\u0301 x": ["\u0301", "x"]}
+    # the transliteration (oe for ö) is the server's stemmer's: Postgres 18's Snowball
+    # reads it as the umlaut, Postgres 16's does not (`groess`)
+    row = conn.execute("select ts_lexize('german_stem', 'groesse')").fetchone()
+    if row is not None and row[0] == ["gross"]:
+        expected["Groesse"] = ["gross"]
     for text, terms in expected.items():
         assert _terms(conn, text, "german_v8") == terms, text
         for_query = conn.execute("select pgfunnel.analyze(%s, 'german_v8', true)",
