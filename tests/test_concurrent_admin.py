@@ -23,6 +23,19 @@ def _waiting_on_a_lock(conn: psycopg.Connection[Any], statement: str) -> bool:
                         (f"%{statement}%",)).fetchone() == (True,)
 
 
+def _init_in_thread(db: str, errors: list[BaseException]) -> threading.Thread:
+    """`pgfunnel init` started in a thread; what it raises lands in errors."""
+    def run_init() -> None:
+        try:
+            schema.init(db)
+        except BaseException as exc:  # noqa: BLE001 - the caller asserts errors
+            errors.append(exc)
+
+    init = threading.Thread(target=run_init)
+    init.start()
+    return init
+
+
 @pytest.mark.parametrize("rls", [False, True], ids=["plain", "rls"])
 def test_init_beside_an_ingest_batch_neither_waits_nor_deadlocks(
         db: str, conn: psycopg.Connection[Any], rls: bool) -> None:
@@ -42,14 +55,7 @@ def test_init_beside_an_ingest_batch_neither_waits_nor_deadlocks(
         # what an ingest batch holds between its COPY into chunk and the one into lexical
         batch.execute("lock table pgfunnel.document, pgfunnel.chunk in row exclusive mode")
 
-        def run_init() -> None:
-            try:
-                schema.init(db)
-            except BaseException as exc:  # noqa: BLE001 - asserted below
-                errors.append(exc)
-
-        init = threading.Thread(target=run_init)
-        init.start()
+        init = _init_in_thread(db, errors)
         deadline = time.monotonic() + 30
         while init.is_alive() and time.monotonic() < deadline:
             if _waiting_on_a_lock(conn, "trigger"):
@@ -213,14 +219,7 @@ def test_init_beside_a_graph_walk_refresh_neither_deadlocks(
         # where a reindex's refresh_hnsw_walks stands: it holds the walks' lock
         reindex.execute("select pg_advisory_xact_lock(%s::bigint)", (WALKS_LOCK_KEY,))
 
-        def run_init() -> None:
-            try:
-                schema.init(db)
-            except BaseException as exc:  # noqa: BLE001 - asserted below
-                errors.append(exc)
-
-        init = threading.Thread(target=run_init)
-        init.start()
+        init = _init_in_thread(db, errors)
         deadline = time.monotonic() + 30
         while not _waiting_on_a_lock(conn, "pg_advisory_xact_lock"):
             assert time.monotonic() < deadline and init.is_alive(), errors
