@@ -153,9 +153,10 @@ def _check_plan_params(p: Any) -> None:
                                f"{type(p).__name__}")
 
 
-def _check_ordered(ordered: Any) -> list[Candidate]:
+def _check_ordered(ordered: Any, *, reranked: bool = False) -> list[Candidate]:
     """final()'s pool: candidates, as candidates() returns them (a list of ids, or None,
-    raised an AttributeError or a TypeError)."""
+    raised an AttributeError or a TypeError). With ``reranked``, each candidate's
+    ``rerank_score`` too, which a caller's own rerank sets: see :func:`_check_rerank_scores`."""
     if isinstance(ordered, (str, bytes, Mapping)) or not isinstance(ordered, Iterable):
         raise ConfigError("ordered", "must be a list of Candidate (what candidates() "
                                      f"returns), got {type(ordered).__name__}")
@@ -165,7 +166,45 @@ def _check_ordered(ordered: Any) -> list[Candidate]:
         raise ConfigError("ordered", "must be a list of Candidate (what candidates() "
                                      f"returns), got {type(bad).__name__} "
                                      f"{shown(bad, 40)} in it")
+    if reranked:
+        _check_rerank_scores(items)
     return items
+
+
+def _candidate_named(c: _Ranked) -> str:
+    return f"chunk {c.chunk_id}, {c.citekey}#{c.ordinal}"
+
+
+def _check_rerank_scores(items: Sequence[_Ranked]) -> None:
+    """The ``rerank_score`` of each candidate a reranked final() is given, named by its
+    place in ``ordered`` and its chunk: a string failed in the driver ("cannot dump lists
+    of mixed types", naming no candidate), NaN in SQL ("rerank_scores: must not contain
+    NaN", naming none either), and a candidate left unscored above a scored one gave the
+    scored ones rerank ranks that skipped it (the SQL ranks a scored candidate by its place
+    in ``ordered``), where the rerank scores a head of the pool and leaves the tail after
+    it, as ``rerank_pool`` does."""
+    unscored: int | None = None
+    for i, c in enumerate(items):
+        score = getattr(c, "rerank_score", None)
+        if score is None:
+            if unscored is None:
+                unscored = i
+            continue
+        name = f"ordered[{i}].rerank_score"
+        if not _is_number(score):
+            raise ConfigError(name, f"must be a number or None ({_candidate_named(c)}), got "
+                                    f"{type(score).__name__} {shown(score, 60)}")
+        value = _as_float(name, score)
+        if not np.isfinite(value):
+            raise ConfigError(name, f"must be a finite number or None ({_candidate_named(c)}),"
+                                    f" got {value}")
+        if unscored is not None:
+            raise ConfigError(
+                name, f"is set ({_candidate_named(c)}) below ordered[{unscored}] "
+                f"({_candidate_named(items[unscored])}), whose rerank_score is None: with "
+                "reranked=True the candidates your reranker scored come first, in its "
+                "order, and those it did not score after them (as rerank_pool leaves them); "
+                "score that candidate too, or move it below the scored ones")
 
 
 def _check_json_mapping(name: str, value: Any) -> None:
@@ -1367,10 +1406,10 @@ class Funnel:
         the search chose them)."""
         _check_plan_params(p)
         query = check_query_text(query)
-        ordered = _check_ordered(ordered)
         if not isinstance(reranked, (bool, np.bool_)):
             # "no" is a true value: the trace would log a rerank that never ran
             raise ConfigError("reranked", f"must be True or False, got {shown(reranked)}")
+        ordered = _check_ordered(ordered, reranked=bool(reranked))
         for name, value in (("notes", notes), ("log_notes", log_notes)):
             _check_json_mapping(name, value)
         if fusion_used is not None and not isinstance(fusion_used, FusionUsed):
@@ -1419,7 +1458,10 @@ class Funnel:
             "lexical_scores": [c.lexical_score for c in ordered],
             "dense_ranks": [c.dense_rank for c in ordered],
             "dense_scores": [c.dense_score for c in ordered],
-            "rerank_scores": [c.rerank_score for c in ordered] if reranked else None,
+            # float(): a model's numpy float32 beside a Python float was "cannot dump
+            # lists of mixed types" (final() checked them: numbers or None)
+            "rerank_scores": [None if c.rerank_score is None else float(c.rerank_score)
+                              for c in ordered] if reranked else None,
             "k": p.k, "collection": p.collection, "principals": list(p.principals),
             "tenant": p.tenant, "language": p.language, "as_of": p.as_of,
             "metadata_filter": Jsonb(dict(p.metadata_filter))

@@ -2233,7 +2233,8 @@ def test_final_puts_the_callers_limit_back_when_the_driver_refuses_a_value(
         conn.execute("select set_config('statement_timeout', '4321', true)")
         pool = f.candidates(conn, "refund", None, p)
         assert pool
-        pool[0].rerank_score = object()  # type: ignore[assignment]
+        # final() checks rerank scores itself now; a fused score it leaves to the driver
+        pool[0].fused_score = object()  # type: ignore[assignment]
         with pytest.raises(Exception, match="cannot adapt type 'object'"):
             f.final(conn, "refund", pool, p, reranked=True)
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
@@ -2316,3 +2317,55 @@ def test_a_one_leg_final_logs_the_weights_search_logs(
     assert logged[0][0]["weights"] is not None, logged[0]
     assert logged[1][0]["weights"] == logged[0][0]["weights"], logged
     assert logged[1][1]["weights_given"] is logged[0][1]["weights_given"] is False, logged
+
+
+@pytest.mark.parametrize(("score", "said"), [
+    ("high", "must be a number or None (chunk {id}, {key}), got str 'high'"),
+    (float("nan"), "must be a finite number or None (chunk {id}, {key}), got nan"),
+    (float("inf"), "must be a finite number or None (chunk {id}, {key}), got inf"),
+    (True, "must be a number or None (chunk {id}, {key}), got bool True"),
+    (10 ** 400, "must be a number within double precision"),
+], ids=["string", "nan", "inf", "bool", "int-past-double"])
+def test_final_names_the_candidate_whose_rerank_score_is_not_a_score(
+        sample_db: str, sample_conn: psycopg.Connection[Any], score: Any, said: str) -> None:
+    """A caller's own rerank hands final() its scores on the candidates: a string failed
+    in the driver ("cannot dump lists of mixed types; got: float, str"), NaN in SQL
+    ("rerank_scores: must not contain NaN or Infinity"), neither naming the candidate."""
+    p = SearchParams.build(k=3, principals=[])
+    with Funnel(sample_db, embedder=None) as f:
+        pool = f.candidates(sample_conn, "refund", None, p)
+        assert len(pool) >= 2
+        pool[0].rerank_score = 0.9
+        pool[1].rerank_score = score
+        with pytest.raises(ConfigError) as err:
+            f.final(sample_conn, "refund", pool, p, reranked=True)
+    assert err.value.parameter == "ordered[1].rerank_score"
+    key = f"{pool[1].citekey}#{pool[1].ordinal}"
+    assert said.format(id=pool[1].chunk_id, key=key) in err.value.detail
+    # refused before any SQL: the caller's transaction goes on
+    assert sample_conn.info.transaction_status != psycopg.pq.TransactionStatus.INERROR
+    with Funnel(sample_db, embedder=None) as f:
+        # unscored, or not reranked, the same pool is taken as it is
+        assert f.final(sample_conn, "refund", pool, p, reranked=False)
+
+
+def test_final_refuses_a_scored_candidate_below_an_unscored_one(
+        sample_db: str, sample_conn: psycopg.Connection[Any]) -> None:
+    """A None score above a set one gave the scored candidate a rerank_rank of 2 beside
+    no rank 1: the SQL ranks the scored by their place in ``ordered``."""
+    p = SearchParams.build(k=3, principals=[])
+    with Funnel(sample_db, embedder=None) as f:
+        pool = f.candidates(sample_conn, "refund", None, p)
+        pool[1].rerank_score = 0.5
+        with pytest.raises(ConfigError, match=r"ordered\[1\].rerank_score: is set .* below "
+                                              r"ordered\[0\] .*whose rerank_score is None"):
+            f.final(sample_conn, "refund", pool, p, reranked=True)
+        # scored first (numpy's float32 as a model gives it, beside Python's), the tail
+        # unscored: taken, and ranked in the order given
+        pool[0].rerank_score = np.float32(0.75)  # type: ignore[assignment]
+        pool[1].rerank_score = 0.5
+        for c in pool[2:]:
+            c.rerank_score = None
+        results = f.final(sample_conn, "refund", pool, p, reranked=True)
+    scored = [(r.rerank_rank, r.rerank_score) for r in results if r.rerank_score is not None]
+    assert scored[0] == (1, pytest.approx(0.75))
