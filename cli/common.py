@@ -528,8 +528,9 @@ def handle_errors(flags: Mapping[str, str] | None = None,
             # the library's "or None" is, on the command line, the flag left out
             said = f"{flags[exc.parameter]}: {exc.detail.replace(' or None', ' or left out')}"
         elif isinstance(exc, NotFoundError) and exc.parameter is not None \
-                and exc.parameter in flags:
+                and exc.parameter in flags and str(exc) != exc.detail:
             # a version number typed as an argument is named as the usage line names it
+            # ("collection 'x' does not exist" names its argument itself: said as it is)
             said = f"{flags[exc.parameter]}: {exc.detail}"
         elif isinstance(exc, ModelLoadError) and exc.setting in flags:
             said = f"{flags[exc.setting]}: {str(exc).removeprefix(exc.setting + '=')}"

@@ -181,14 +181,17 @@ class ConnectionFailedError(PgfunnelError):
 class NotFoundError(PgfunnelError):
     """A named collection, index version or document does not exist.
 
-    ``parameter`` names the argument whose value named nothing (``version``) where one
-    did, and ``detail`` is then the message without it: a caller that names the argument
-    its own way (the CLI: ``VERSION``) says it so."""
+    ``parameter`` names the argument whose value named nothing (``version``, or
+    ``collection`` for a collection that does not exist) where one did, and ``detail`` is
+    then the message without it: a caller that names the argument its own way (the CLI:
+    ``VERSION``) says it so. A message that starts with the argument's name
+    (``collection 'x' does not exist``) is not prefixed with it again."""
 
     def __init__(self, message: str, *, parameter: str | None = None) -> None:
         self.parameter = parameter
         self.detail = message
-        super().__init__(f"{parameter}: {message}" if parameter else message)
+        prefixed = parameter is not None and not message.startswith(f"{parameter} ")
+        super().__init__(f"{parameter}: {message}" if prefixed else message)
 
 
 class AccessError(PgfunnelError):
@@ -750,8 +753,9 @@ def translate(exc: BaseException, *, searching: bool = True) -> PgfunnelError:
         # Postgres' bare refusal named neither the role's missing grant nor its fix
         primary += SCHEMA_GRANT_HINT
     sql_hint = getattr(diag, "message_hint", None)
-    if sqlstate == "P0002" and sql_hint and primary.startswith("collection ") \
-            and primary.endswith(" does not exist"):
+    missing_collection = sqlstate == "P0002" and primary.startswith("collection ") \
+        and primary.endswith(" does not exist")
+    if missing_collection and sql_hint:
         # pgfunnel's SQL names the collections there are in the hint: the one line a
         # caller shows would otherwise only say what is missing. The hint names the forms
         # of psql's reader; this one called from Python, so its form is named first
@@ -768,6 +772,9 @@ def translate(exc: BaseException, *, searching: bool = True) -> PgfunnelError:
                          if primary.endswith(t)), None)
             if tail is not None:
                 primary = primary[:-len(tail)] + _INGEST_INTO + ingest_target(name)
-    err = cls(primary)
+    # a collection that does not exist (pgfunnel's SQL says so under no_data_found): the
+    # argument that named it, as a caller tells its arguments apart by
+    err = (NotFoundError(primary, parameter="collection") if missing_collection
+           else cls(primary))
     err.__cause__ = exc
     return err

@@ -216,13 +216,14 @@ def _missing_collection(conn: psycopg.Connection[Any], name: str) -> NotFoundErr
         # "has none yet; or ingest into it first" offered an alternative to nothing
         return NotFoundError(f"collection {shown(name)} does not exist; this database has no "
                              "collections yet; ingest into it first: pgfunnel ingest PATH "
-                             f"--collection {into}")
+                             f"--collection {into}", parameter="collection")
     shown_names = ", ".join(repr(n) for n in names[:_COLLECTIONS_NAMED])
     more = ", ..." if len(names) > _COLLECTIONS_NAMED else ""
     others = (f"this database has {shown_names}{more} (pass one as the collection: "
               f"{COLLECTION_FORMS})")
     return NotFoundError(f"collection {shown(name)} does not exist; {others}; or ingest into it "
-                         f"first: pgfunnel ingest PATH --collection {into}")
+                         f"first: pgfunnel ingest PATH --collection {into}",
+                         parameter="collection")
 
 
 def active_version(conn: psycopg.Connection[Any], coll_id: int) -> ActiveVersion | None:

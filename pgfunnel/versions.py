@@ -1373,7 +1373,8 @@ def collection_to_drop(conn: psycopg.Connection[Any], collection: str) -> int:
     a search is told, is no advice for a drop."""
     coll_id = collection_id(conn, collection)
     if coll_id is None:
-        raise NotFoundError(f"collection {collection!r} does not exist: nothing to drop")
+        raise NotFoundError(f"collection {collection!r} does not exist: nothing to drop",
+                            parameter="collection")
     return coll_id
 
 

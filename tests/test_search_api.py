@@ -2369,3 +2369,39 @@ def test_final_refuses_a_scored_candidate_below_an_unscored_one(
         results = f.final(sample_conn, "refund", pool, p, reranked=True)
     scored = [(r.rerank_rank, r.rerank_score) for r in results if r.rerank_score is not None]
     assert scored[0] == (1, pytest.approx(0.75))
+
+
+def test_a_collection_that_does_not_exist_is_named_as_the_collection_argument(
+        sample_db: str, sample_conn: psycopg.Connection[Any]) -> None:
+    """NotFoundError.parameter was None for a collection that does not exist, whichever
+    call named it: a caller could not tell the collection from the other arguments it
+    passed (a version, a citekey) but by reading the message."""
+    from pgfunnel.errors import NotFoundError
+    from pgfunnel.ingest import delete_documents
+    from pgfunnel.versions import drop_collection
+
+    said = "collection 'nosuch' does not exist; this database has 'default'"
+    p = SearchParams.build(k=3, principals=[], collection="nosuch")
+    missing: list[NotFoundError] = []
+    with Funnel(sample_db, embedder=None) as f:
+        for call in (lambda: f.search("refund", collection="nosuch"),
+                     lambda: f.check("refund", collection="nosuch"),
+                     lambda: f.active_model("nosuch"),
+                     lambda: f.candidates(sample_conn, "refund", None, p),
+                     lambda: f.final(sample_conn, "refund", [], p, reranked=False)):
+            with pytest.raises(NotFoundError) as err:
+                call()
+            sample_conn.rollback()
+            missing.append(err.value)
+    with pytest.raises(NotFoundError) as err:
+        delete_documents(sample_conn, "nosuch", ["refunds-annual"])
+    sample_conn.rollback()
+    missing.append(err.value)
+    for e in missing:
+        assert e.parameter == "collection", e
+        # said once: the message names the collection itself, not "collection: collection"
+        assert str(e).startswith(said) and e.detail == str(e), e
+    with pytest.raises(NotFoundError) as dropped:
+        drop_collection(sample_conn, "nosuch")
+    assert dropped.value.parameter == "collection"
+    assert str(dropped.value) == "collection 'nosuch' does not exist: nothing to drop"

@@ -673,6 +673,8 @@ def test_a_missing_collection_through_python_names_pythons_form_of_the_argument(
         assert isinstance(err, NotFoundError)
         assert str(err) == (f"collection 'nosuch' does not exist; this database has "
                             f"'default' {forms}"), err
+        # the argument that named it, as a caller tells its arguments apart
+        assert err.parameter == "collection" and err.detail == str(err)
     finally:
         engine.dispose()
     # Funnel looks the collection up itself (for its model) before the search runs
@@ -681,6 +683,7 @@ def test_a_missing_collection_through_python_names_pythons_form_of_the_argument(
         funnel.search("refund", k=3, principals=[])
     assert str(missing.value) == f"collection 'nosuch' does not exist; this database has " \
                                  f"'default' {forms}"
+    assert missing.value.parameter == "collection"
 
 
 def test_both_engines_read_the_prepare_threshold_setting(
