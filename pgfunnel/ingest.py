@@ -1365,7 +1365,9 @@ class Ingester:
             # now: a missing model is a ModelLoadError before anything is read or
             # written); '' is refused, as a Funnel refuses it (it was the current folder,
             # read as a model)
-            embedder = Embedder(check_model_name(embedder, "embedder"))
+            # a model that does not load is named as it was given, embedder=, not as the
+            # collection's embedding_model
+            embedder = Embedder(check_model_name(embedder, "embedder"), setting="embedder")
         elif embedder is not None and not hasattr(embedder, "dimensions"):
             raise ConfigError("embedder", "must be an Embedder, a model id or local path, or "
                               "None (the collection's own model), got "

@@ -1047,7 +1047,10 @@ class Funnel:
                 if self._embedder is None:
                     model, _ = self._active_dimensions(conn, collection)
                     spec = self._embedder_spec
-                    self._embedder = Embedder(model if spec == "auto" else str(spec))
+                    # a model given as embedder= is named so when it does not load; "auto"
+                    # loads the collection's own, its embedding_model
+                    self._embedder = Embedder(model) if spec == "auto" else \
+                        Embedder(str(spec), setting="embedder")
         return self._embedder
 
     def _replace_embedder(self, used: Embedder, model: str) -> bool:

@@ -380,3 +380,30 @@ def test_a_cross_encoder_folder_is_refused_as_embedding_model_before_it_loads(
     assert exc.value.setting == "embedding_model"
     out, err = capfd.readouterr()
     assert out + err == "", out + err
+
+
+def test_a_model_given_as_embedder_that_does_not_load_names_embedder(
+        sample_db: str, sample_conn: psycopg.Connection[Any], tmp_path: Path) -> None:
+    """`Ingester(embedder=Path(...))` and `Funnel(embedder=...)` with a model that does not
+    load raised ModelLoadError.setting == "embedding_model", an argument the caller never
+    passed: the message began `embedding_model='/.../no-such-model' could not be loaded`."""
+    from pgfunnel.errors import ModelLoadError
+    from pgfunnel.search import Funnel
+
+    missing = tmp_path / "no-such-model"
+    with pytest.raises(ModelLoadError) as ingesting:
+        Ingester(sample_conn, "default", embedder=missing)
+    with Funnel(sample_db, embedder=str(missing)) as funnel, \
+            pytest.raises(ModelLoadError) as searching:
+        funnel.search("refund", k=3, principals=[])
+    for err in (ingesting.value, searching.value):
+        assert err.setting == "embedder" and err.model == str(missing), err
+        assert str(err).startswith(f"embedder='{missing}' could not be loaded: "
+                                   "no such directory"), err
+    # the collection's own model, loaded for it, is still its embedding_model
+    sample_conn.execute("update pgfunnel.index_version set embedding_model = %s",
+                        (str(missing),))
+    sample_conn.commit()
+    with Funnel(sample_db) as funnel, pytest.raises(ModelLoadError) as own:
+        funnel.search("refund", k=3, principals=[])
+    assert own.value.setting == "embedding_model"
