@@ -569,11 +569,22 @@ FUSION_USED_SQL = ("select nullif(pg_catalog.current_setting('pgfunnel.fusion_us
                    "true), '')::jsonb")
 
 
-#: what candidates() tells of its pool, read in its transaction after it: the fusion used
-#: (FUSION_USED_SQL's column) and the id of the collection's active index version
-_POOL_READ_SQL = (FUSION_USED_SQL + ", (select v.id from pgfunnel.index_version v "
-                  "join pgfunnel.collection c on c.id = v.collection_id "
-                  "where c.name = %s and v.state = 'active')")
+#: candidates()'s pool with the id of the collection's active index version, in one
+#: statement: pgfunnel.candidates is stable, so it reads the statement's snapshot, and the
+#: version is the one the pool was drawn from. Read in a statement after it, in a
+#: read-committed transaction, a switch committing in between named the next version.
+#: An empty pool is one row of NULLs beside the version
+_CANDIDATES_WITH_VERSION_SQL = sql.SQL(
+    "select {cols}, active.id from (select (select iv.id from pgfunnel.index_version iv "
+    "join pgfunnel.collection ic on ic.id = iv.collection_id "
+    "where ic.name = %(collection)s and iv.state = 'active') as id) active "
+    "left join lateral pgfunnel.candidates("
+    "query_text => %(query_text)s, query_embedding => %(query_embedding)b, "
+    "as_of => coalesce(%(as_of)s, now()), {args}) c on true "
+    "order by c.fused_rank").format(
+        cols=sql.SQL(", ").join(sql.Identifier("c", n.strip())
+                                for n in _CANDIDATE_COLUMNS.as_string().split(",")),
+        args=_named_args(_ARG_NAMES)).as_string()
 
 
 def fusion_used_of(row: Any) -> tuple[tuple[float, float], str | None, tuple[str, ...]] | None:
@@ -1363,12 +1374,13 @@ class Funnel:
             with tuple_rows(conn), \
                     conn.transaction() if conn.autocommit and idle else nullcontext():
                 with conn.pipeline(), _time_limit(conn, p):
-                    cursor = self._execute_candidates(conn, query, vector, p)
-                    used = conn.execute(_POOL_READ_SQL, (p.collection,), prepare=True)
+                    cursor = conn.execute(_CANDIDATES_WITH_VERSION_SQL,
+                                          self._base_args(query, vector, p), prepare=True)
+                    used = conn.execute(FUSION_USED_SQL, prepare=True)
                 rows = cursor.fetchall()
-                read = used.fetchone()
-                fusion = _fusion_of(fusion_used_of(read), p)
-                version_id = None if read is None or read[1] is None else int(read[1])
+                fusion = _fusion_of(fusion_used_of(used.fetchone()), p)
+                version_id = None if not rows or rows[0][-1] is None else int(rows[0][-1])
+                rows = [row[:-1] for row in rows if row[0] is not None]
         except psycopg.Error as exc:
             # a public method: its errors are pgfunnel's, as search()'s are
             raise with_schema_access_hint(conn, _limit_named(translate(exc), p, conn)) from exc

@@ -2199,6 +2199,9 @@ def test_candidates_say_the_index_version_the_pool_was_read_from(
                           index_version_id=pool.index_version_id)
         with psycopg.connect(sample_db) as conn:
             assert f.candidates(conn, "refund", None, p).index_version_id == active[0]
+            # an empty pool is drawn from a version too
+            empty = f.candidates(conn, "zzyzxqq", None, p)
+            assert empty == [] and empty.index_version_id == active[0]
             conn.rollback()
     logged = sample_conn.execute("select index_version_id from pgfunnel.search_log "
                                  "where id = %s", (results[0].search_id,)).fetchone()
@@ -2405,3 +2408,55 @@ def test_a_collection_that_does_not_exist_is_named_as_the_collection_argument(
         drop_collection(sample_conn, "nosuch")
     assert dropped.value.parameter == "collection"
     assert str(dropped.value) == "collection 'nosuch' does not exist: nothing to drop"
+
+
+def test_candidates_name_the_version_the_pool_was_drawn_from_across_a_switch(
+        sample_db: str) -> None:
+    """candidates() read the active version in a statement after the pool's: in a
+    read-committed transaction a switch that committed between the two made
+    CandidatePool.index_version_id name the new version, beside a pool drawn from the old
+    one, and a trace given it by final() named a version the pool was not read from.
+    Here the pool's statement starts (its snapshot taken), waits on a lock while a switch
+    commits, then finishes."""
+    import threading
+
+    with connect(sample_db, autocommit=True) as admin:
+        old = admin.execute(
+            "select v.id from pgfunnel.index_version v join pgfunnel.collection c on "
+            "c.id = v.collection_id where c.name = 'default' and v.state = 'active'"
+        ).fetchone()
+        assert old is not None
+        new = admin.execute(
+            "insert into pgfunnel.index_version (collection_id, version, embedding_model, "
+            "dimensions, analyzer, params, state) select collection_id, version + 100, "
+            "embedding_model, dimensions, analyzer, params, 'ready' "
+            "from pgfunnel.index_version where id = %s returning id", old).fetchone()
+        assert new is not None
+    p = SearchParams.build(k=3, principals=[])
+    found: list[Any] = []
+    with connect(sample_db) as blocker, connect(sample_db) as switcher, \
+            connect(sample_db) as reader, Funnel(sample_db, embedder=None) as f:
+        pid = reader.info.backend_pid
+        # the pool's function reads documents only once its statement is under way
+        blocker.execute("lock table pgfunnel.document in access exclusive mode")
+        reading = threading.Thread(
+            target=lambda: found.append(f.candidates(reader, "refund", None, p)))
+        reading.start()
+        deadline = time.monotonic() + 30
+        while switcher.execute("select wait_event_type from pg_stat_activity where pid = %s",
+                               (pid,)).fetchone() != ("Lock",):
+            switcher.rollback()
+            assert time.monotonic() < deadline, "candidates() never waited on the lock"
+            time.sleep(0.05)
+        switcher.rollback()
+        switcher.execute("update pgfunnel.index_version set state = 'retired' where id = %s",
+                         old)
+        switcher.execute("update pgfunnel.index_version set state = 'active' where id = %s",
+                         new)
+        switcher.commit()
+        blocker.rollback()
+        reading.join(30)
+        reader.rollback()
+    pool = found[0]
+    assert pool, "the pool drawn from the old version has the corpus' chunks"
+    assert pool.index_version_id == old[0] != new[0]
