@@ -984,7 +984,10 @@ def search(
                    "history": turns or [],
                    "searched": searched,
                    "followup": followup,
-                   "results": [r.__dict__ for r in response.results],
+                   # the fields docs/cli.md names: Result.document_id, the database's
+                   # row id, is the Python API's (an application's link to its own row)
+                   "results": [{k: v for k, v in r.__dict__.items() if k != "document_id"}
+                               for r in response.results],
                    "fusion": used}, ("notices",))
         return
     for note in response.notices:

@@ -455,6 +455,10 @@ class Result(_Ranked):
     search_id: int | None = None
     #: the headings the chunk's section sits under, outermost first, " > "-joined
     section_path: str = ""
+    #: the id of the chunk's document (``pgfunnel.document.id``), as a Candidate has it:
+    #: a link to an application's own row without a query of its own. None only for a
+    #: chunk deleted while the search ran
+    document_id: int | None = None
 
     @property
     def item_key(self) -> str:
@@ -531,19 +535,25 @@ def _named_args(names: Sequence[str]) -> sql.Composable:
 
 
 # composed once, as text: every search sends the same statement, prepared, and composing
-# it again per search would cost each one the quoting
+# it again per search would cost each one the quoting.
+# A result's document_id, which funnel_search's and final's rows do not carry (their
+# columns are the documented ones): looked up by the chunk's primary key, one index probe
+# a row (a join could plan as a hash over every chunk), in the search's own statement
+_RESULT_DOCUMENT_ID = sql.SQL(
+    "(select ch.document_id from pgfunnel.chunk ch where ch.id = f.chunk_id)")
 _FUNNEL_SQL = sql.SQL(
-    "select {cols} from pgfunnel.funnel_search("
+    "select {cols}, {document_id} from pgfunnel.funnel_search("
     "query_text => %(query_text)s, query_embedding => %(query_embedding)b, "
-    "as_of => coalesce(%(as_of)s, now()), trace => %(trace)s, {args})").format(
-        cols=_RESULT_COLUMNS, args=_named_args(_ARG_NAMES)).as_string()
+    "as_of => coalesce(%(as_of)s, now()), trace => %(trace)s, {args}) f").format(
+        cols=_RESULT_COLUMNS, args=_named_args(_ARG_NAMES),
+        document_id=_RESULT_DOCUMENT_ID).as_string()
 _CANDIDATES_SQL = sql.SQL(
     "select {cols} from pgfunnel.candidates("
     "query_text => %(query_text)s, query_embedding => %(query_embedding)b, "
     "as_of => coalesce(%(as_of)s, now()), {args})").format(
         cols=_CANDIDATE_COLUMNS, args=_named_args(_ARG_NAMES)).as_string()
 _FINAL_SQL = sql.SQL(
-    "select {cols} from pgfunnel.final("
+    "select {cols}, {document_id} from pgfunnel.final("
     "chunk_ids => %(chunk_ids)s, fused_ranks => %(fused_ranks)s, "
     "fused_scores => %(fused_scores)s, lexical_ranks => %(lexical_ranks)s, "
     "lexical_scores => %(lexical_scores)s, dense_ranks => %(dense_ranks)s, "
@@ -553,8 +563,8 @@ _FINAL_SQL = sql.SQL(
     "as_of => coalesce(%(as_of)s, now()), metadata_filter => %(metadata_filter)s, "
     "per_source_cap => %(per_source_cap)s, trace => %(trace)s, "
     "query_text => %(query_text)s, config => %(config)s, "
-    "index_version_id => %(index_version_id)s, log_notes => %(log_notes)s)").format(
-        cols=_RESULT_COLUMNS).as_string()
+    "index_version_id => %(index_version_id)s, log_notes => %(log_notes)s) f").format(
+        cols=_RESULT_COLUMNS, document_id=_RESULT_DOCUMENT_ID).as_string()
 
 
 #: the id of the session's last traced search (``pgfunnel.last_search_id()``), read without

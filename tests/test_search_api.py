@@ -67,10 +67,11 @@ def test_rerank_off_returns_exactly_funnel_search(sample_conn: psycopg.Connectio
         (q, vec)).fetchall()
     assert len(expected) == 7
     plain = Funnel(sample_conn, embedder=embedder).search(q, k=7, principals=[])
-    assert [dataclasses.astuple(r) for r in plain.results] == [tuple(r) for r in expected]
+    # funnel_search's columns, and each chunk's document_id after them
+    assert [dataclasses.astuple(r)[:-1] for r in plain.results] == [tuple(r) for r in expected]
     off = Funnel(sample_conn, embedder=embedder, reranker=tiny_reranker).search(
         q, k=7, principals=[], rerank=False)
-    assert [dataclasses.astuple(r) for r in off.results] == [tuple(r) for r in expected]
+    assert [dataclasses.astuple(r)[:-1] for r in off.results] == [tuple(r) for r in expected]
     assert not off.reranked and all(r.rerank_rank is None for r in off.results)
 
 
@@ -2460,3 +2461,30 @@ def test_candidates_name_the_version_the_pool_was_drawn_from_across_a_switch(
     pool = found[0]
     assert pool, "the pool drawn from the old version has the corpus' chunks"
     assert pool.index_version_id == old[0] != new[0]
+
+
+def test_results_carry_their_documents_id_on_every_path(
+        sample_db: str, sample_conn: psycopg.Connection[Any], tiny_reranker: Reranker) -> None:
+    """Result had no document_id (a Candidate has one): a web app linking a result to its
+    own document row needed a query of its own per search."""
+    owner = dict(sample_conn.execute("select id, document_id from pgfunnel.chunk").fetchall())
+    sample_conn.rollback()
+    p = SearchParams.build(k=5, principals=[], trace=True)
+    answers: dict[str, list[Result]] = {}
+    with Funnel(sample_db, embedder=None) as f:
+        answers["search"] = f.search("refund annual plan", k=5).results
+        answers["traced"] = f.search("refund annual plan", k=5, trace=True).results
+        pool = f.candidates(sample_conn, "refund annual plan", None, p)
+        answers["final"] = f.final(sample_conn, "refund annual plan", pool, p, reranked=False)
+        sample_conn.commit()
+    with Funnel(sample_db, embedder=None, reranker=tiny_reranker) as f:
+        reranked = f.search("refund annual plan", k=5)
+        assert reranked.reranked
+        answers["reranked"] = reranked.results
+    for route, results in answers.items():
+        assert results, route
+        assert [r.document_id for r in results] == [owner[r.chunk_id] for r in results], route
+        assert all(isinstance(r.document_id, int) for r in results), route
+    # the pool's candidates and the results name the same documents
+    assert {c.chunk_id: c.document_id for c in pool}.items() >= \
+        {r.chunk_id: r.document_id for r in answers["final"]}.items()
