@@ -1043,8 +1043,9 @@ def test_final_refuses_an_infinite_rerank_score_as_it_refuses_nan(corpus_db: str
         for bad in (math.inf, -math.inf):
             scored = [dataclasses.replace(c, rerank_score=bad if i == 0 else 0.5)
                       for i, c in enumerate(pool)]
-            with pytest.raises(ConfigError,
-                               match="^rerank_scores: must not contain NaN or Infinity"):
+            # refused in Python now, naming the candidate, before the SQL's own check
+            with pytest.raises(ConfigError, match=r"^ordered\[0\]\.rerank_score: must be a "
+                                                  r"finite number or None \(chunk \d+, "):
                 f.final(conn, "refund", scored, p, reranked=True)
         assert conn.execute("select count(*) from pgfunnel.search_log").fetchone() == logged
         scored = [dataclasses.replace(c, rerank_score=1e300) for c in pool]
