@@ -565,7 +565,8 @@ def _not_pgfunnels(sqlstate: str, primary: str) -> str:
             + (f" (did you mean pgfunnel.{near[0]}?)" if near else ""))
 
 
-def translate(exc: BaseException, *, searching: bool = True) -> PgfunnelError:
+def translate(exc: BaseException, *, searching: bool = True,
+              bind: Any = None) -> PgfunnelError:
     """Map a psycopg error to the matching :class:`PgfunnelError` subclass.
 
     Messages raised by pgfunnel's SQL already name the parameter; they are kept
@@ -573,7 +574,25 @@ def translate(exc: BaseException, *, searching: bool = True) -> PgfunnelError:
     Outside a search (``searching=False``: ingest, reindex, versions) a statement
     timeout is a :class:`StatementTimeoutError` that names the setting and how to lift
     it for the job, not a :class:`SearchTimeoutError`.
+
+    ``bind``: where the error was raised, a SQLAlchemy ``Engine``, ``Connection`` or
+    ``Session``, or a psycopg connection. For a role granted nothing on pgfunnel the
+    advice is then the one for the mode this database is in (RLS or not), naming the role
+    and the schema's owner, read from the catalogs on a connection of the engine's own (the
+    refusal aborted the session's transaction); without it, or where that read fails, the
+    advice of both modes, each said with the mode it applies to.
     """
+    err = _translated(exc, searching=searching)
+    if bind is not None and type(err) is AccessError and SCHEMA_GRANT_HINT in str(err):
+        from pgfunnel.security import with_access_hint_from
+
+        named = with_access_hint_from(bind, err)
+        if isinstance(named, PgfunnelError):
+            return named
+    return err
+
+
+def _translated(exc: BaseException, *, searching: bool) -> PgfunnelError:
     if isinstance(exc, PgfunnelError):
         return exc
     orig = getattr(exc, "orig", None)

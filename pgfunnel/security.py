@@ -890,6 +890,36 @@ def with_schema_access_hint(conn: psycopg.Connection[Any], error: BaseException)
     return named
 
 
+def with_access_hint_from(bind: Any, error: BaseException) -> BaseException:
+    """:func:`with_schema_access_hint` where the refused connection is a SQLAlchemy one
+    (``translate(exc, bind=...)``): a psycopg connection is read as it is; an ``Engine``,
+    a ``Connection`` or a ``Session`` on a connection the engine opens for it, as the
+    refused one's transaction is aborted (a session's own, rolled back or not, is left
+    alone). ``error`` itself where no connection can be had (an async engine, which
+    cannot connect from synchronous code; a server gone) or read."""
+    if isinstance(bind, psycopg.Connection):
+        return with_schema_access_hint(bind, error)
+    import sqlalchemy
+    from sqlalchemy.orm import Session
+
+    engine: Any = bind
+    if isinstance(engine, Session):
+        engine = engine.get_bind()
+    if isinstance(engine, sqlalchemy.Connection):
+        engine = engine.engine
+    if not isinstance(engine, sqlalchemy.Engine):
+        return error
+    try:
+        with engine.connect() as own:
+            raw = own.connection.driver_connection
+            if not isinstance(raw, psycopg.Connection):
+                return error
+            return with_schema_access_hint(raw, error)
+    except (sqlalchemy.exc.SQLAlchemyError, psycopg.Error):
+        # what fails here would hide the refusal the caller is being told of
+        return error
+
+
 @contextmanager
 def schema_access_named(conn: psycopg.Connection[Any]) -> Iterator[None]:
     """An :class:`AccessError` raised in the block that gives the library's advice after

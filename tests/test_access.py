@@ -1617,3 +1617,56 @@ def test_a_role_granted_nothing_is_told_what_gives_it_access_in_this_mode(
         assert said.startswith(expected), (name, said)
         assert SCHEMA_GRANT_HINT not in said and "docs/security.md" in said, (name, said)
         assert isinstance(error.__cause__, psycopg.errors.InsufficientPrivilege), name
+
+
+@pytest.mark.parametrize("mode", ["plain", "rls"])
+def test_translate_given_where_sqlalchemy_was_refused_says_this_modes_advice(
+        db: str, mode: str) -> None:
+    """A SQLAlchemy app's role granted nothing on pgfunnel: translate(exc) of the
+    DBAPIError gave the advice of both modes at once ('in RLS mode ...; without RLS ...'),
+    having no connection to read the mode on. Given the session, its connection or the
+    engine (bind=), it reads them on a connection of the engine's own and says the
+    advice for this database's mode, naming the role and the owner, as Funnel does."""
+    from sqlalchemy import select
+    from sqlalchemy.exc import DBAPIError
+    from sqlalchemy.orm import Session
+
+    from pgfunnel.errors import SCHEMA_GRANT_HINT, translate
+    from pgfunnel.sqla import engine_from_dsn, funnel_search_tvf
+
+    schema.init(db, rls=mode == "rls")
+    ingest_docs(db, _corpus(3))
+    role = f"pgf_sa_{uuid.uuid4().hex[:8]}"
+    with connect(db, autocommit=True) as su:
+        su.execute(sql.SQL("create role {} login").format(sql.Identifier(role)))
+        owner_row = su.execute("select pg_get_userbyid(nspowner) from pg_namespace "
+                               "where nspname = 'pgfunnel'").fetchone()
+    assert owner_row is not None
+    said_for_mode = (
+        f"role {role!r} was granted nothing on pgfunnel: as {owner_row[0]!r} (the schema's "
+        f"owner, where it created the roles) or a superuser, run `grant pgfunnel_reader to "
+        f"{role}`" if mode == "rls" else
+        f"role {role!r} was granted nothing on pgfunnel, and this database is not in RLS "
+        f"mode (pgfunnel_reader holds nothing here): connect as {owner_row[0]!r}")
+    stmt = select(funnel_search_tvf(QUERY, k=3, principals=[]).c.citekey)
+    engine = engine_from_dsn(with_user(db, role))
+    said: dict[str, str] = {}
+    try:
+        with Session(engine) as session:
+            with pytest.raises(DBAPIError) as caught:
+                session.execute(stmt).all()
+            said["none"] = str(translate(caught.value))
+            # the session's transaction is aborted, rolled back or not: read elsewhere
+            said["session, aborted"] = str(translate(caught.value, bind=session))
+            session.rollback()
+            said["session"] = str(translate(caught.value, bind=session))
+            said["engine"] = str(translate(caught.value, bind=engine))
+        with engine.connect() as sa_conn:
+            said["connection"] = str(translate(caught.value, bind=sa_conn))
+    finally:
+        engine.dispose()
+    assert SCHEMA_GRANT_HINT in said.pop("none")
+    for bind, text in said.items():
+        assert text.startswith(f"permission denied for schema pgfunnel; {said_for_mode}"), \
+            (bind, text)
+        assert SCHEMA_GRANT_HINT not in text, (bind, text)

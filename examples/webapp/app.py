@@ -164,7 +164,8 @@ def create_app(dsn: str | None = None, *, embedder: Embedder | None = None,
                 return found
             except Exception as exc:
                 s.rollback()
-                raise translate(exc) from exc
+                # bind: a role granted nothing is told the advice for this database's mode
+                raise translate(exc, bind=s) from exc
 
         try:
             rows = run(emb.embed_query(q))
