@@ -456,8 +456,9 @@ class Result(_Ranked):
     #: the headings the chunk's section sits under, outermost first, " > "-joined
     section_path: str = ""
     #: the id of the chunk's document (``pgfunnel.document.id``), as a Candidate has it:
-    #: a link to an application's own row without a query of its own. None only for a
-    #: chunk deleted while the search ran
+    #: a link to an application's own row without a query of its own. None only where a
+    #: plain search found a chunk written or deleted in the moment it ran (funnel_search
+    #: reads a snapshot later than its statement's)
     document_id: int | None = None
 
     @property
