@@ -25,6 +25,21 @@ as $$
            '[\t-\r\x1c-\x20\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]$'::text
 $$;
 
+-- a word of a command line as a POSIX shell reads it back, quoted as Python's shlex.quote
+-- quotes it: a hint's `pgfunnel versions drop 2 -c my docs` pasted gave -c two words,
+-- SQL's own quoting ('it''s') pasted as `its`, and a `$(...)` in a name ran. The Python
+-- layer quotes with shlex.quote itself; this is for the hints and messages SQL words
+create or replace function pgfunnel._shell_word(word text)
+returns text
+language sql immutable parallel safe
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+    select case when word = '' then ''''''
+                when word ~ '^[A-Za-z0-9_@%+=:,./-]+$' then word
+                else '''' || replace(word, '''', '''"''"''') || '''' end
+$$;
+
 -- raise invalid_parameter_value naming the parameter (Python maps 22023 to ConfigError)
 create or replace function pgfunnel._bad_parameter(parameter text, message text)
 returns void

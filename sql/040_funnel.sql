@@ -455,10 +455,7 @@ begin
                               'embed TEXT -c %s` prints the vector as a literal',
                               (select v.embedding_model from pgfunnel.index_version v
                                 where v.id = version_id),
-                              -- as a shell reads it (shlex.quote's rule)
-                              case when collection ~ '^[A-Za-z0-9_./:@%+=,-]+$' then collection
-                                   else '''' || replace(collection, '''', '''"''"''') || ''''
-                              end);
+                              pgfunnel._shell_word(collection));
         end if;
         q_norm := @vector_schema@.vector_norm(query_embedding);
         if q_norm = 0 then

@@ -89,7 +89,7 @@ begin
         raise exception using errcode = '55000',
             message = format('version %s of %L is being dropped', version_number, collection_name),
             hint = format('a drop that was interrupted is finished by pgfunnel versions drop %s -c %s',
-                          version_number, collection_name);
+                          version_number, pgfunnel._shell_word(collection_name));
     end if;
     select * into prev from pgfunnel.index_version v
      where v.collection_id = coll_id and v.state = 'active' for update;
@@ -104,8 +104,7 @@ begin
             -- collection 'default'): given this one's others, it drops it and starts again
             hint = format('a pgfunnel reindex with its own settings resumes and validates it; '
                           'pgfunnel versions list -c %s names that command',
-                          case when collection_name ~ '^[A-Za-z0-9_.-]+$' then collection_name
-                               else pg_catalog.quote_literal(collection_name) end);
+                          pgfunnel._shell_word(collection_name));
     end if;
     select * into cov from pgfunnel.version_coverage(target.id);
     if cov.missing = 0 and (cov.lexical_rows <> cov.collection_chunks
@@ -124,7 +123,8 @@ begin
                              'shows for it), or drop it (pgfunnel versions drop %s -c %s)',
                              version_number, collection_name, cov.collection_chunks,
                              cov.lexical_rows, cov.embedding_rows, cov.counted_chunks,
-                             collection_name, version_number, collection_name);
+                             pgfunnel._shell_word(collection_name), version_number,
+                             pgfunnel._shell_word(collection_name));
     end if;
     if cov.missing <> 0 or cov.lexical_rows <> cov.collection_chunks
        or cov.embedding_rows <> cov.collection_chunks or cov.counted_chunks <> cov.collection_chunks then
@@ -142,7 +142,7 @@ begin
                              collection_name, idx.index_name,
                              case when idx.present then 'is invalid' else 'is missing' end),
             hint = format('pgfunnel versions activate %s -c %s builds it before it switches',
-                          version_number, collection_name);
+                          version_number, pgfunnel._shell_word(collection_name));
     end if;
 
     if prev.id is not null then

@@ -331,6 +331,59 @@ def test_activate_version_of_a_building_version_points_at_the_resuming_reindex(
         assert f"pgfunnel versions list {shown} names that command" in hint
 
 
+@pytest.mark.parametrize("name", ["my docs", "it's", "a;b $(x)"])
+def test_activate_version_names_commands_that_paste_for_any_collection_name(
+        conn: psycopg.Connection[Any], name: str) -> None:
+    """pgfunnel.activate_version's refusals name the command to run next (as psql prints
+    its hint, and Python its message) with the collection given to -c as written:
+    `pgfunnel versions drop 2 -c my docs` split into two words, and `'it''s'` (SQL's
+    quoting) pasted as `its`. Each now quotes the name as a shell reads it, as shlex.quote
+    does, so that pasted it reaches the collection named."""
+    from funnel_util import make_collection
+
+    from pgfunnel.ingest import create_version
+
+    active = make_collection(conn, name, 16)
+    coll_id = conn.execute("select collection_id from pgfunnel.index_version where id = %s",
+                           (active,)).fetchone()[0]  # type: ignore[index]
+    target = create_version(conn, coll_id, "random-unit", 16, "english_v1", "ready")
+    conn.commit()
+
+    def refusal(update: str) -> str:
+        with conn.transaction(force_rollback=True):
+            conn.execute(update, (target,))
+            with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as exc, \
+                    conn.transaction():
+                conn.execute("select pgfunnel.activate_version(%s, 2)", (name,))
+        diag = exc.value.diag
+        return f"{diag.message_primary} {diag.message_hint or ''}"
+
+    said = [
+        refusal("update pgfunnel.index_version set params = params || '{\"dropping\": true}' "
+                "where id = %s"),
+        refusal("update pgfunnel.index_version set state = 'building' where id = %s"),
+        # a chunk count no row backs: rows deleted past the deletion trigger
+        refusal("update pgfunnel.index_version set chunk_count = 1 where id = %s"),
+        # no HNSW index on the empty version: the activation that builds it is named
+        refusal("select %s"),
+    ]
+    quoted = shlex.quote(name)
+    expected = [f"finished by pgfunnel versions drop 2 -c {quoted}",
+                f"pgfunnel versions list -c {quoted} names that command",
+                f"(pgfunnel reindex -c {quoted}, with the options",
+                f"pgfunnel versions activate 2 -c {quoted} builds it before it switches"]
+    for text, command in zip(said, expected, strict=True):
+        assert command in text, text
+    assert f"(pgfunnel versions drop 2 -c {quoted})" in said[2], said[2]
+    # funnel_search's hint for a vector of another model, quoted by the same function
+    with pytest.raises(psycopg.errors.MostSpecificTypeMismatch) as wrong, conn.transaction():
+        conn.execute("select * from pgfunnel.funnel_search(null, '[1,0,0]'::vector, "
+                     "collection => %s)", (name,))
+    assert f"`pgfunnel embed TEXT -c {quoted}` prints" in (wrong.value.diag.message_hint or "")
+    # pasted, each gives the collection back as one word
+    assert shlex.split(f"-c {quoted}") == ["-c", name]
+
+
 def test_second_writer_is_refused_naming_the_holder(sample_db: str) -> None:
     from pgfunnel.cli.main import app
 
