@@ -732,7 +732,7 @@ def delete(
 ) -> None:
     """Delete documents and their chunks (BM25 statistics stay exact)."""
     from pgfunnel.db import connect, require_schema
-    from pgfunnel.ingest import delete_documents_report
+    from pgfunnel.ingest import CitekeyHint, delete_documents_report
 
     with handle_errors(), connect(dsn, autocommit=True) as conn:
         from pgfunnel.versions import name_session
@@ -742,12 +742,20 @@ def delete(
         name_session(conn, f"pgfunnel delete {collection}")
         require_schema(conn)
         # named, not only counted: "1 of the citekeys given was not in collection" left
-        # the user to find which of several (a typo, a file's name for its path)
-        report = delete_documents_report(conn, collection, citekeys, hints=_UNREAD_NAMED)
+        # the user to find which of several (a typo, a file's name for its path). The
+        # JSON hints every one (one query, whatever their number): a script reads them all
+        report = delete_documents_report(conn, collection, citekeys,
+                                         hints=len(citekeys) if json_out else _UNREAD_NAMED)
     n, missing, given = report.deleted, report.missing, list(dict.fromkeys(citekeys))
     if json_out:
+        # one entry per citekey not found, in their order, both lists always there (empty
+        # where there is no hint), so a script reads one shape
+        empty = CitekeyHint()
+        hints = [{"citekey": key, "other_forms": report.hints.get(key, empty).other_forms,
+                  "longer_paths": report.hints.get(key, empty).longer} for key in missing]
         emit_json({"collection": collection, "deleted": n,
-                   "not_found": len(given) - n, "not_found_citekeys": missing})
+                   "not_found": len(given) - n, "not_found_citekeys": missing,
+                   "not_found_hints": hints})
     else:
         out.print(f"{plural(n, 'document')} deleted.", soft_wrap=True)
         if n < len(given):

@@ -267,7 +267,9 @@ def test_delete_says_which_citekeys_were_not_there(sample_db: str) -> None:
                                    "--dsn", sample_db])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout) == {"collection": "default", "deleted": 1, "not_found": 1,
-                                      "not_found_citekeys": ["gone"]}
+                                      "not_found_citekeys": ["gone"],
+                                      "not_found_hints": [{"citekey": "gone", "other_forms": [],
+                                                           "longer_paths": []}]}
 
 
 def test_delete_reads_the_collection_and_encoding_once_for_its_hints(
@@ -353,6 +355,41 @@ def test_delete_names_a_citekey_stored_in_another_unicode_form(sample_db: str,
         ascii(res.output)
     res = CliRunner().invoke(app, ["delete", decomposed, "-c", "notes", "--dsn", sample_db])
     assert res.exit_code == 0 and res.output == "1 document deleted.\n", res.output
+
+def test_delete_json_gives_each_citekey_not_found_the_hints_the_text_gives(
+        sample_db: str, tmp_path: Path) -> None:
+    """`pgfunnel delete` names, for a citekey it did not find, the stored citekeys it may
+    have meant (another Unicode form, a longer path); `--json` listed the citekeys alone,
+    so a script had only the bare list. Each citekey not found now has an entry in
+    `not_found_hints`, in the order given, with both lists always there, every one looked
+    up (the text names five)."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    decomposed = "Re\u0301sume\u0301 notes"
+    typed = unicodedata.normalize("NFC", decomposed)
+    folder = tmp_path / "notes"
+    (folder / "work").mkdir(parents=True)
+    (folder / f"{decomposed}.md").write_text("# Notes\n\nA résumé of the quarter.\n")
+    (folder / "work" / "setup.md").write_text("# Setup\n\nInstall it first.\n")
+    res = CliRunner().invoke(app, ["ingest", str(folder), "-c", "notes", "--dsn", sample_db])
+    assert res.exit_code == 0, res.output
+    others = [f"gone-{i}" for i in range(5)]
+    res = CliRunner().invoke(app, ["delete", typed, *others, "setup", "--json", "-c", "notes",
+                                   "--dsn", sample_db])
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.stdout)
+    assert got["not_found_citekeys"] == [typed, *others, "setup"]
+    assert got["not_found_hints"] == [
+        {"citekey": typed, "other_forms": [decomposed], "longer_paths": []},
+        *({"citekey": key, "other_forms": [], "longer_paths": []} for key in others),
+        # the seventh citekey not found: past the five the text names, hinted all the same
+        {"citekey": "setup", "other_forms": [], "longer_paths": ["work/setup"]}]
+    # nothing missing: an empty list, not a missing field
+    res = CliRunner().invoke(app, ["delete", "work/setup", "--json", "-c", "notes",
+                                   "--dsn", sample_db])
+    assert json.loads(res.stdout) == {"collection": "notes", "deleted": 1, "not_found": 0,
+                                      "not_found_citekeys": [], "not_found_hints": []}
 
 
 def test_the_demo_legend_names_the_columns_it_prints(empty_db: str,
