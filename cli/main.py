@@ -187,13 +187,15 @@ def stop() -> None:
 def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | None,
                    copies: dict[str, tuple[Any, str]] | None = None,
                    encoding: str | None = None, origins: dict[str, Path] | None = None,
-                   progress: Any = None) -> tuple[list[Any], list[str]]:
+                   progress: Any = None, max_expanded_mib: int | None = None
+                   ) -> tuple[list[Any], list[str]]:
     """Every document the paths hold, validated, and the notes on what was left out;
     paths that hold no document are an error. ``copies``, when given, gets each document
     left out as a copy of another, by citekey, with its note. ``encoding``: the one files
     that are not UTF-8 are read in (read_paths). ``origins``, given empty, gets each
     citekey's file (read_paths). ``progress``, a progress display, counts the documents
-    read as they are."""
+    read as they are. ``max_expanded_mib``: the most a gzip-compressed file is read to,
+    decompressed, in MiB (None: read_paths' default)."""
     from pgfunnel.errors import InvalidDocumentError
     from pgfunnel.sources import (
         EmptyFileWarning,
@@ -218,8 +220,9 @@ def read_documents(paths: list[Path], exclude: list[str] | None, root: Path | No
         reading = (None if progress is None
                    else progress.add_task("reading files (documents so far)", total=None))
         records = []
+        limit = None if max_expanded_mib is None else max_expanded_mib << 20
         for record in read_paths(paths, exclude or [], root, origins=origins,
-                                 encoding=encoding):
+                                 encoding=encoding, max_expanded_bytes=limit):
             records.append(record)
             if reading is not None:
                 progress.advance(reading)
@@ -271,7 +274,8 @@ class PlannedDocument(TypedDict):
 
 def dry_run(paths: list[Path], chunk_words: int, exclude: list[str] | None,
             root: Path | None, prune_from: tuple[str | None, str] | None = None,
-            encoding: str | None = None, show_progress: bool = False) -> dict[str, Any]:
+            encoding: str | None = None, show_progress: bool = False,
+            max_expanded_mib: int | None = None) -> dict[str, Any]:
     """What an ingest would read: each document's citekey, title, chunks and words.
     ``prune_from`` (dsn, collection): also the documents ``--prune`` would delete there,
     read from the database (nothing is written). ``show_progress``: count the documents
@@ -283,7 +287,7 @@ def dry_run(paths: list[Path], chunk_words: int, exclude: list[str] | None,
     with (progress_display("ingest", transient=True, end_line=False) if show_progress
           else NullProgress()) as reading:
         records, skipped = read_documents(paths, exclude, root, copies, encoding,
-                                          progress=reading)
+                                          progress=reading, max_expanded_mib=max_expanded_mib)
     # the checks the ingest would stop at, before any of its batches
     documents: list[PlannedDocument] = [
         {"citekey": r.citekey, "title": r.title, "chunks": len(chunk_text(r.text, chunk_words)),
@@ -337,7 +341,8 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
               model: str | None, private: bool, show_progress: bool = True,
               exclude: list[str] | None = None, root: Path | None = None,
               kept: dict[str, int] | None = None, prune: bool = False,
-              encoding: str | None = None, analyzer: str | None = None) -> Any:
+              encoding: str | None = None, analyzer: str | None = None,
+              max_expanded_mib: int | None = None) -> Any:
     """Ingest ``paths``. ``kept``, when given, counts as it goes the documents read
     ("total") and those whose batch has committed ("stored"), and, with ``prune``, the
     documents pruned once that has committed ("pruned"), for what a Ctrl-C says."""
@@ -360,7 +365,7 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
     with (progress_display("ingest", transient=True, end_line=False) if show_progress
           else NullProgress()) as reading:
         records, skipped = read_documents(paths, exclude, root, copies, encoding, origins,
-                                          reading)
+                                          reading, max_expanded_mib)
     if kept is not None:
         kept["total"] = len(records)
     with connect(dsn_value, autocommit=True) as conn:
@@ -565,6 +570,11 @@ def ingest(
              "declared charset wins when its bytes fit it, and a file whose byte order mark "
              "says another encoding is an error. Default: such a file is an error.")
     ] = None,
+    max_expanded_mib: Annotated[int | None, typer.Option(
+        callback=in_range(1), metavar="MIB",
+        help="The most a gzip-compressed file (.md.gz, .jsonl.gz, ...) is read to, "
+             "decompressed, in MiB; one that expands past it is an error. It is held in "
+             "memory as it expands. Default 1024 (1 GiB).")] = None,
     dry_run_only: Annotated[bool, typer.Option(
         "--dry-run", help="Read and chunk only: list each document's citekey, title and "
                           "chunks, and what was left out; no database (with --prune: "
@@ -582,7 +592,7 @@ def ingest(
             _check_dry_run_collection(dsn, collection, prune)
             plan = dry_run(paths, chunk_words, exclude, root,
                            (dsn, collection) if prune else None, encoding,
-                           show_progress=not json_out)
+                           show_progress=not json_out, max_expanded_mib=max_expanded_mib)
         if json_out:
             emit_json(plan, ("notes",))
             return
@@ -641,7 +651,8 @@ def ingest(
                        kept=kept_then):
         stats = do_ingest(dsn, paths, collection, chunk_words, model, private,
                           show_progress=not json_out, exclude=exclude, root=root, kept=kept,
-                          prune=prune, encoding=encoding, analyzer=analyzer)
+                          prune=prune, encoding=encoding, analyzer=analyzer,
+                          max_expanded_mib=max_expanded_mib)
     if json_out:
         emit_json(stats.__dict__, ("notes",))
         return

@@ -17,6 +17,7 @@ import gzip
 import hashlib
 import io
 import json
+import numbers
 import os
 import re
 import tomllib
@@ -57,8 +58,9 @@ SUPPORTED_SUFFIXES = (".md", ".markdown", ".mdx", ".rst", ".rest", ".adoc", ".as
 # format: Debian compresses every document over a few kilobytes in /usr/share/doc, so
 # zstd's README.md.gz and pip's contributing.rst.gz were "files of other types"
 COMPRESSED_SUFFIX = ".gz"
-# the most a gzip-compressed file is read to, decompressed (1 GiB). An uncompressed file
-# is read whole, as large as it is on disk; a few megabytes of gzip can expand to
+# the most a gzip-compressed file is read to, decompressed (1 GiB), unless a read is given
+# another (``max_expanded_bytes``; `pgfunnel ingest --max-expanded-mib`). An uncompressed
+# file is read whole, as large as it is on disk; a few megabytes of gzip can expand to
 # gigabytes of one repeated byte, which filled memory before anything was said
 MAX_EXPANDED_BYTES = 1 << 30
 DEFAULT_CHUNK_WORDS = 200
@@ -524,9 +526,26 @@ def check_encoding(encoding: str | None) -> str | None:
     return encoding
 
 
+def check_expanded_limit(max_expanded_bytes: int | None) -> int:
+    """The most a gzip-compressed file is read to, decompressed: ``max_expanded_bytes``
+    when given (a whole number of at least 1), else MAX_EXPANDED_BYTES. Anything else is a
+    :class:`ConfigError` naming ``max_expanded_bytes``."""
+    if max_expanded_bytes is None:
+        return MAX_EXPANDED_BYTES
+    if isinstance(max_expanded_bytes, bool) \
+            or not isinstance(max_expanded_bytes, numbers.Integral) \
+            or max_expanded_bytes < 1:
+        raise ConfigError("max_expanded_bytes", "must be a whole number of bytes of at least "
+                                                f"1, or None for the default "
+                                                f"({_byte_size(MAX_EXPANDED_BYTES)}), got "
+                                                f"{max_expanded_bytes!r}")
+    return int(max_expanded_bytes)
+
+
 def read_path(path: Path, root: Path | None = None,
               exclude: Sequence[str] = (), *,
-              encoding: str | None = None) -> Iterator[DocumentRecord]:
+              encoding: str | None = None,
+              max_expanded_bytes: int | None = None) -> Iterator[DocumentRecord]:
     """Documents from one file, or every supported file under a folder.
 
     A file's citekey is its path relative to ``root`` without the suffix; without a
@@ -541,9 +560,12 @@ def read_path(path: Path, root: Path | None = None,
     A file is read as UTF-8 (a UTF-8 or UTF-16 byte order mark says which; an HTML page
     may declare its charset); one that is not valid UTF-8 is an error, or, given an
     ``encoding`` (any text codec Python knows: ``"cp1252"``, ``"latin-1"``), read in it.
+    A gzip-compressed file is read up to ``max_expanded_bytes`` decompressed (default
+    MAX_EXPANDED_BYTES, 1 GiB), and is an error past it.
     """
     check_encoding(encoding)
-    for _, rec in _read_path_records(path, root, exclude, encoding):
+    limit = check_expanded_limit(max_expanded_bytes)
+    for _, rec in _read_path_records(path, root, exclude, encoding, limit):
         yield rec
 
 
@@ -561,7 +583,7 @@ def _left_out_of_build(files: list[Path], left: list[Path], build: str, what: st
 
 
 def _read_path_records(path: Path, root: Path | None, exclude: Sequence[str],
-                       encoding: str | None = None
+                       encoding: str | None = None, max_expanded: int | None = None
                        ) -> Iterator[tuple[Path, DocumentRecord]]:
     """read_path's records, each with the file it came from."""
     if path.is_dir():
@@ -620,7 +642,8 @@ def _read_path_records(path: Path, root: Path | None, exclude: Sequence[str],
                     if format_suffix(p) in SUPPORTED_SUFFIXES]
         _refuse_shared_citekeys(readable, path)
         for child, citekey in readable:
-            for rec in _read_file(child, citekey, in_folder=True, encoding=encoding):
+            for rec in _read_file(child, citekey, in_folder=True, encoding=encoding,
+                                  max_expanded=max_expanded):
                 yield child, rec
         # said, not silently skipped: a docs folder in a format pgfunnel does not read
         # (.tex, say) would otherwise look like an empty one
@@ -638,7 +661,8 @@ def _read_path_records(path: Path, root: Path | None, exclude: Sequence[str],
                 OtherFilesWarning)
         return
     citekey = _citekey(path, root) if root is not None else _uncompressed(path).stem
-    for rec in _read_file(path, citekey, in_folder=False, encoding=encoding):
+    for rec in _read_file(path, citekey, in_folder=False, encoding=encoding,
+                          max_expanded=max_expanded):
         yield path, rec
 
 
@@ -969,11 +993,12 @@ def _decoded(path: Path, data: bytes, not_utf8: UnicodeDecodeError, encoding: st
         "docs), convert it to UTF-8, or leave it out with --exclude") from not_utf8
 
 
-def _gunzipped(path: Path, data: bytes) -> bytes:
+def _gunzipped(path: Path, data: bytes, limit: int | None = None) -> bytes:
     """``data``, the gzip-compressed file ``path``'s bytes, decompressed: every member of
-    it, as gzip -d reads them, up to MAX_EXPANDED_BYTES; an InvalidDocumentError naming
-    the file past that, or where it is not gzip."""
-    limit = MAX_EXPANDED_BYTES
+    it, as gzip -d reads them, up to ``limit`` (default MAX_EXPANDED_BYTES); an
+    InvalidDocumentError naming the file past that, or where it is not gzip."""
+    if limit is None:
+        limit = MAX_EXPANDED_BYTES
     out = io.BytesIO()
     try:
         with gzip.GzipFile(fileobj=io.BytesIO(data)) as stream:
@@ -990,8 +1015,9 @@ def _gunzipped(path: Path, data: bytes) -> bytes:
     if out.tell() > limit:
         raise InvalidDocumentError(
             f"{path}: expands past {_byte_size(limit)} decompressed, the most pgfunnel reads "
-            "of a gzip-compressed file; decompress it (gunzip -k) to read it as it is, or "
-            "leave it out with --exclude")
+            "of a gzip-compressed file; give a larger limit (--max-expanded-mib N, in MiB; "
+            "max_expanded_bytes in Python: the file is held in memory as it expands), "
+            "decompress it (gunzip -k) to read it as it is, or leave it out with --exclude")
     return out.getvalue()
 
 
@@ -1008,7 +1034,8 @@ def _byte_size(n: int) -> str:
 
 
 def _read_file(path: Path, citekey: str, in_folder: bool,
-               encoding: str | None = None) -> Iterator[DocumentRecord]:
+               encoding: str | None = None,
+               max_expanded: int | None = None) -> Iterator[DocumentRecord]:
     """The documents of one file; a file that is not UTF-8, declares no charset and has
     no byte order mark is read in ``encoding`` when one is given (``--encoding``)."""
     if not path.exists():
@@ -1039,7 +1066,7 @@ def _read_file(path: Path, citekey: str, in_folder: bool,
     except OSError as exc:
         raise InvalidDocumentError(f"{path}: cannot read it: {exc.strerror or exc}") from None
     if path.suffix.lower() == COMPRESSED_SUFFIX:
-        data = _gunzipped(path, data)
+        data = _gunzipped(path, data, max_expanded)
     try:
         raw = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -1232,14 +1259,17 @@ class OtherFilesWarning(UserWarning):
 
 def read_paths(paths: Iterable[Path], exclude: Sequence[str] = (),
                root: Path | None = None, *, origins: dict[str, Path] | None = None,
-               encoding: str | None = None) -> Iterator[DocumentRecord]:
+               encoding: str | None = None,
+               max_expanded_bytes: int | None = None) -> Iterator[DocumentRecord]:
     """The documents of several files and folders (read_path each). A path given twice is
     read once, and so is a file given beside a folder that holds it, when both give it
     one citekey; two sources of one citekey (a JSONL line and a file, two folders read
     without a common root) are an error naming both, before the second is ingested.
     ``origins``, given empty, is filled with each citekey's file. ``encoding``: the
-    encoding files that are not UTF-8 are read in (read_path), checked before any is."""
+    encoding files that are not UTF-8 are read in (read_path), checked before any is, as
+    ``max_expanded_bytes`` is (read_path)."""
     check_encoding(encoding)
+    limit = check_expanded_limit(max_expanded_bytes)
     read: set[Path] = set()
     origin: dict[str, Path] = {} if origins is None else origins
     for p in paths:
@@ -1251,7 +1281,7 @@ def read_paths(paths: Iterable[Path], exclude: Sequence[str] = (),
         if resolved in read:
             continue
         read.add(resolved)
-        for source, rec in _read_path_records(Path(p), root, exclude, encoding):
+        for source, rec in _read_path_records(Path(p), root, exclude, encoding, limit):
             first = origin.setdefault(rec.citekey, source)
             if first is not source and _same_file(first, source):
                 # `ingest docs docs/setup.md`: the file's document, read again (it came

@@ -1991,6 +1991,38 @@ def test_cli_ingest_of_a_gzip_file_past_the_limit_writes_nothing(
         assert conn.execute("select count(*) from pgfunnel.collection where name = 'gz'"
                             ).fetchone() == (0,)
 
+def test_cli_ingest_takes_a_larger_gzip_limit_and_its_refusal_names_the_flag(
+        tmp_path: Path) -> None:
+    """The limit on a compressed file's expanded size (1 GiB) had no flag: a file that
+    expands past it was refused with no way to read it but to gunzip it first.
+    `--max-expanded-mib N` sets it for the run (`--dry-run` too), and the refusal names
+    the flag."""
+    import gzip
+
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    (tmp_path / "big.txt.gz").write_bytes(gzip.compress(b"word " * 420_000))
+    assert 420_000 * 5 > 2 << 20
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path), "--dry-run",
+                                   "--max-expanded-mib", "2"], env={"COLUMNS": "300"})
+    assert res.exit_code == 1, res.output
+    said = " ".join(res.stderr.split())
+    assert "big.txt.gz: expands past 2 MiB decompressed, the most pgfunnel reads of a " \
+        "gzip-compressed file" in said, said
+    assert "--max-expanded-mib" in said, said
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path), "--dry-run", "--json",
+                                   "--max-expanded-mib", "3"])
+    assert res.exit_code == 0, res.output
+    [planned] = json.loads(res.stdout)["documents"]
+    assert planned["citekey"] == "big" and planned["words"] == 420_000
+    for bad in ("0", "-1"):
+        res = CliRunner().invoke(app, ["ingest", str(tmp_path), "--dry-run",
+                                       "--max-expanded-mib", bad])
+        assert res.exit_code == 2, res.output
+        assert "Invalid value for '--max-expanded-mib': must be at least 1" in res.output, \
+            res.output
+
 
 def test_cli_ingest_says_when_chunks_shared_a_text(db: str, tmp_path: Path) -> None:
     """The progress bar counts the texts the model read, the summary the chunks: an object

@@ -750,8 +750,34 @@ def test_a_gzip_file_that_expands_past_the_limit_is_refused_naming_it(
     (tmp_path / "bomb.md.gz").write_bytes(gzip.compress(b"word " * 8000) * 2)
     with pytest.raises(InvalidDocumentError, match=r"bomb\.md\.gz: expands past 64 KiB "
                        r"decompressed, the most pgfunnel reads of a gzip-compressed file; "
-                       r"decompress it \(gunzip -k\) .*--exclude"):
+                       r"give a larger limit \(--max-expanded-mib N, in MiB; "
+                       r"max_expanded_bytes in Python.*\), decompress it \(gunzip -k\) "
+                       r".*--exclude"):
         list(read_path(tmp_path))
+
+def test_read_path_takes_its_own_gzip_limit(tmp_path: Path) -> None:
+    """`max_expanded_bytes` sets the limit for one read (what `pgfunnel ingest
+    --max-expanded-mib` gives it); a value that is not a whole number of at least 1 is a
+    ConfigError naming it, before any file is read."""
+    import gzip
+
+    import pytest
+
+    from pgfunnel.errors import ConfigError, InvalidDocumentError
+    from pgfunnel.sources import read_paths
+
+    (tmp_path / "wide.txt.gz").write_bytes(gzip.compress(b"word " * 20_000))
+    with pytest.raises(InvalidDocumentError, match=r"wide\.txt\.gz: expands past 64 KiB "
+                       r"decompressed.*--max-expanded-mib"):
+        list(read_path(tmp_path, max_expanded_bytes=1 << 16))
+    [record] = read_paths([tmp_path], max_expanded_bytes=100_000)
+    assert record.citekey == "wide"
+    for bad in (0, -5, True, 1.5, "1024"):
+        with pytest.raises(ConfigError, match="^max_expanded_bytes: must be"):
+            list(read_path(tmp_path, max_expanded_bytes=bad))  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match="^max_expanded_bytes: must be"):
+            list(read_paths([tmp_path / "nothing-here"],
+                            max_expanded_bytes=bad))  # type: ignore[arg-type]
 
 
 def test_a_small_gzip_file_is_read_without_reserving_the_limit(tmp_path: Path) -> None:
