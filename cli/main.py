@@ -7,6 +7,7 @@ import shlex
 import time
 import unicodedata
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -113,10 +114,11 @@ def init(
     """Create the vector extension, the pgfunnel schema, its tables and functions. Idempotent."""
     from pgfunnel import schema
 
+    waited: list[str] = []
     with handle_errors():
-        result = schema.init(dsn, rls=rls)
+        result = schema.init(dsn, rls=rls, on_wait=_waiting_note(json_out, waited))
     if json_out:
-        emit_json(result, ("notes",))
+        emit_json({**result, "notes": [*waited, *result["notes"]]}, ("notes",))
     elif result["created"]:
         out.print(f"pgfunnel schema installed (revision {result['revision']}, "
                   f"vector in schema {result['vector_schema']}).", soft_wrap=True)
@@ -139,15 +141,29 @@ def init(
                   soft_wrap=True)
 
 
+def _waiting_note(json_out: bool, waited: list[str]) -> Callable[[str], None]:
+    """What init and migrate do with the line saying which other init or migrate they
+    wait for: a note on stderr as the wait begins (a second init stood silent for as long
+    as the first ran), or with --json one of the JSON's notes (``waited``)."""
+    def said(line: str) -> None:
+        if json_out:
+            waited.append(line)
+        else:
+            labelled("note", "yellow", line)
+
+    return said
+
+
 @app.command()
 def migrate(dsn: DsnOption = None, json_out: JsonOption = False) -> None:
     """Upgrade an existing pgfunnel schema to this version and refresh its functions."""
     from pgfunnel import schema
 
+    waited: list[str] = []
     with handle_errors():
-        result = schema.migrate(dsn)
+        result = schema.migrate(dsn, on_wait=_waiting_note(json_out, waited))
     if json_out:
-        emit_json(result, ("notes",))
+        emit_json({**result, "notes": [*waited, *result["notes"]]}, ("notes",))
     else:
         if result["revision_before"] == result["revision"]:
             out.print(f"schema already at revision {result['revision']}, this release's; "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import shlex
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -583,35 +583,90 @@ def _refuse_sql_ascii(conn: psycopg.Connection[Any]) -> None:
 
 
 @contextmanager
-def _one_at_a_time(target: str) -> Iterator[None]:
+def _one_at_a_time(target: str, command: str,
+                   on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
     """Hold, on a connection of its own, the database's lock for ``init`` and ``migrate``:
     two run at once (two operators, two deploy jobs) raced each other's CREATE EXTENSION,
     CREATE SCHEMA, migrations and function replacements, and one failed with `duplicate
     key value violates unique constraint "pg_extension_name_index"`. The second now waits
     for the first, then finds the schema installed. Session-level, so it spans the
-    several connections a run uses; released when its connection closes."""
+    several connections a run uses; released when its connection closes.
+
+    The session is named ``pgfunnel <command>`` (``application_name``), so another one
+    that finds the lock held names its holder: ``on_wait`` is given the line that says
+    which session it waits for, before it waits (it waited without a word), and a
+    lock_timeout that ends the wait is a ConflictError naming that session (it was
+    Postgres' bare "canceling statement due to lock timeout")."""
     try:
         lock = _maintenance_connect(target, autocommit=True, register=False)
     except psycopg.Error as exc:
         raise translate(exc) from exc
     with lock:
         try:
-            lock.execute("select pg_catalog.pg_advisory_lock(pg_catalog.hashtext(%s))",
-                         (INIT_LOCK,))
+            lock.execute("select pg_catalog.set_config('application_name', %s, false)",
+                         (f"pgfunnel {command}",))
+            got = lock.execute("select pg_catalog.pg_try_advisory_lock("
+                               "pg_catalog.hashtext(%s))", (INIT_LOCK,)).fetchone()
+            if not (got and got[0]):
+                holder = _init_lock_holder(lock)
+                if holder is not None and on_wait is not None:
+                    # not "pgfunnel init or migrate": the CLI reads `pgfunnel init ...`
+                    # in a line as a command to paste, and gives it the --dsn typed
+                    on_wait("waiting for another init or migrate of the pgfunnel schema on "
+                            f"this database to finish: {holder[0]}; this {command} goes on "
+                            f"when it has (pg_terminate_backend({holder[1]}) ends one that "
+                            "is stuck)")
+                try:
+                    lock.execute("select pg_catalog.pg_advisory_lock("
+                                 "pg_catalog.hashtext(%s))", (INIT_LOCK,))
+                except psycopg.errors.LockNotAvailable as exc:
+                    holder = _init_lock_holder(lock) or holder
+                    row = lock.execute("show lock_timeout").fetchone()
+                    raise ConflictError(
+                        "another init or migrate of the pgfunnel schema is running on this "
+                        f"database: {holder[0] if holder else 'a session that has ended since'}"
+                        f"; this {command} waited for it as long as the session's "
+                        f"lock_timeout ({row[0] if row else '?'}) allows and did nothing: run "
+                        "it again when that one has finished") from exc
         except psycopg.Error as exc:
             raise translate(exc) from exc
         yield
+
+
+def _init_lock_holder(conn: psycopg.Connection[Any]) -> tuple[str, int] | None:
+    """The session that holds the lock of init and migrate, as a message names it (pid,
+    application_name, how long it has been connected), and its pid; None when none does
+    (it let go meanwhile)."""
+    # pg_advisory_lock(bigint) keeps its key's high half in classid, its low in objid
+    row = conn.execute(
+        "select a.pid, a.application_name, pg_catalog.to_char(pg_catalog.now() "
+        "       - a.backend_start, 'HH24:MI:SS') "
+        "  from pg_catalog.pg_locks l join pg_catalog.pg_stat_activity a on a.pid = l.pid "
+        " where l.locktype = 'advisory' and l.granted and l.objsubid = 1 "
+        "   and l.database = (select d.oid from pg_catalog.pg_database d "
+        "                      where d.datname = pg_catalog.current_database()) "
+        "   and ((l.classid::bigint << 32) | l.objid::bigint) "
+        "       = pg_catalog.hashtext(%s)::bigint "
+        " limit 1", (INIT_LOCK,)).fetchone()
+    if row is None:
+        return None
+    pid, name, age = row
+    # another role's session shows no backend_start to a role without pg_read_all_stats
+    named = f"application_name {name!r}" if name else "no application_name"
+    return f"pid {pid} ({named}" + (f", connected for {age})" if age else ")"), int(pid)
 
 
 #: the key (hashed) of the advisory lock that init and migrate take
 INIT_LOCK = "pgfunnel:init"
 
 
-def init(dsn: str | None = None, *, rls: bool = False) -> dict[str, Any]:
+def init(dsn: str | None = None, *, rls: bool = False,
+         on_wait: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Create the extension, the schema and tables (alembic), and the functions. Idempotent.
-    One init or migrate at a time per database: a second waits for the first."""
+    One init or migrate at a time per database: a second waits for the first, and
+    ``on_wait``, when given, gets the line that names the session it waits for first."""
     target = resolve_dsn(dsn)
-    with _one_at_a_time(target):
+    with _one_at_a_time(target, "init", on_wait):
         return _init(target, rls=rls)
 
 
@@ -703,11 +758,13 @@ def _upgrade_notes(conn: psycopg.Connection[Any]) -> list[str]:
     return notes
 
 
-def migrate(dsn: str | None = None) -> dict[str, Any]:
+def migrate(dsn: str | None = None, *,
+            on_wait: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Upgrade an existing installation to this package's head and reinstall functions.
-    One init or migrate at a time per database: a second waits for the first."""
+    One init or migrate at a time per database: a second waits for the first, and
+    ``on_wait``, when given, gets the line that names the session it waits for first."""
     target = resolve_dsn(dsn)
-    with _one_at_a_time(target):
+    with _one_at_a_time(target, "migrate", on_wait):
         return _migrate(target)
 
 

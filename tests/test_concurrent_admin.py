@@ -288,6 +288,82 @@ def test_a_migration_waiting_for_a_long_transaction_does_not_hold_up_searches(
     assert said.endswith("; nothing was upgraded: run it again when they end"), said
     assert schema.migrate(db)["revision"] == "0016"
 
+def test_a_second_init_says_which_init_or_migrate_it_waits_for(
+        db: str, conn: psycopg.Connection[Any]) -> None:
+    """A second `pgfunnel init` (or migrate) started while one runs waits for the
+    first's lock; it waited without a word, and under a lock_timeout (a role's, managed
+    Postgres') failed with Postgres' bare "canceling statement due to lock timeout". It
+    now says that another init or migrate runs, by its pid and application_name (each
+    names its lock's session `pgfunnel init` / `pgfunnel migrate`), before it waits, and
+    the lock_timeout refusal names it too."""
+    from pgfunnel.cli.main import app
+    from psycopg.conninfo import make_conninfo
+    from typer.testing import CliRunner
+
+    from pgfunnel.errors import ConflictError
+
+    def lock_sessions() -> set[tuple[str, bool]]:
+        return {(str(name), bool(granted)) for name, granted in conn.execute(
+            "select a.application_name, l.granted from pg_locks l "
+            "join pg_stat_activity a on a.pid = l.pid where l.locktype = 'advisory' "
+            "and ((l.classid::bigint << 32) | l.objid::bigint) = hashtext(%s)::bigint",
+            (schema.INIT_LOCK,)).fetchall()}
+
+    with connect(db, autocommit=True) as first:
+        first.execute("select set_config('application_name', 'pgfunnel migrate', false)")
+        first.execute("select pg_advisory_lock(hashtext(%s))", (schema.INIT_LOCK,))
+        pid = first.info.backend_pid
+        said: list[str] = []
+        done: list[Any] = []
+        second = threading.Thread(target=lambda: done.append(
+            schema.init(db, on_wait=said.append)))
+        second.start()
+        deadline = time.monotonic() + 30
+        while ("pgfunnel init", False) not in lock_sessions() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # the waiting one is named too: a third is told which init it waits behind
+        assert lock_sessions() == {("pgfunnel migrate", True), ("pgfunnel init", False)}
+        assert said == [
+            "waiting for another init or migrate of the pgfunnel schema on this database "
+            f"to finish: pid {pid} (application_name 'pgfunnel migrate', connected for "
+            f"{said[0].split('connected for ', 1)[1].split(')', 1)[0]}); this init goes on "
+            f"when it has (pg_terminate_backend({pid}) ends one that is stuck)"], said
+        assert second.is_alive()
+        first.execute("select pg_advisory_unlock(hashtext(%s))", (schema.INIT_LOCK,))
+        second.join(60)
+        assert done and done[0]["revision"] == schema.head_revision()
+
+        # the CLI says it on stderr, as a note, while it waits
+        first.execute("select pg_advisory_lock(hashtext(%s))", (schema.INIT_LOCK,))
+        ran: list[Any] = []
+        cli = threading.Thread(target=lambda: ran.append(
+            CliRunner().invoke(app, ["migrate", "--dsn", db], env={"COLUMNS": "300"})))
+        cli.start()
+        deadline = time.monotonic() + 60
+        while ("pgfunnel migrate", False) not in lock_sessions() \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        first.execute("select pg_advisory_unlock(hashtext(%s))", (schema.INIT_LOCK,))
+        cli.join(60)
+        assert ran and ran[0].exit_code == 0, ran and ran[0].output
+        assert ran[0].stderr.startswith(
+            "note: waiting for another init or migrate of the pgfunnel schema on this "
+            f"database to finish: pid {pid} (application_name 'pgfunnel migrate', "), \
+            ran[0].stderr
+        assert "schema already at revision" in ran[0].stdout, ran[0].stdout
+
+        # under a lock_timeout: refused, naming the one it waited for
+        first.execute("select pg_advisory_lock(hashtext(%s))", (schema.INIT_LOCK,))
+        with pytest.raises(ConflictError) as refused:
+            schema.migrate(make_conninfo(db, options="-c lock_timeout=200"))
+        first.execute("select pg_advisory_unlock(hashtext(%s))", (schema.INIT_LOCK,))
+    assert str(refused.value) == (
+        "another init or migrate of the pgfunnel schema is running on this database: "
+        f"pid {pid} (application_name 'pgfunnel migrate', connected for "
+        f"{str(refused.value).split('connected for ', 1)[1].split(')', 1)[0]}); this migrate "
+        "waited for it as long as the session's lock_timeout (200ms) allows and did "
+        "nothing: run it again when that one has finished"), str(refused.value)
+
 
 def test_the_clis_ingest_and_delete_name_their_sessions(
         sample_db: str, tmp_path: Path) -> None:
