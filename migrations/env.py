@@ -36,6 +36,10 @@ def run_with(connection: Connection) -> None:
         version_table_schema=SCHEMA,
         compare_type=True,
         compare_server_default=False,
+        # no transaction_per_migration, and no revision with an autocommit_block: pgfunnel
+        # runs every revision of an upgrade in the one transaction it opens, so that an
+        # attempt its lock-wait retry gives up (pgfunnel.schema._upgrade_in_short_waits)
+        # leaves nothing applied and the next attempt starts from the same revision
     )
     with context.begin_transaction():
         context.run_migrations()

@@ -189,7 +189,18 @@ def _lock_holders(target: str) -> str:
 def _upgrade_in_short_waits(target: str, revision: str) -> None:
     """Run the upgrade with each lock wait cut short, again and again until it gets
     through or MIGRATION_LOCK_GIVE_UP_S pass: searches queue behind a waiting
-    migration only for a moment at a time. A failed attempt is rolled back whole."""
+    migration only for a moment at a time. A failed attempt is rolled back whole.
+
+    Each attempt starts again from the revision the database is at, and that is safe:
+    every revision of an attempt runs in the one transaction ``_sa_connection`` opens
+    (``engine.begin()``; alembic finds the connection in a transaction and opens none of
+    its own, per revision or otherwise: migrations/env.py sets no
+    ``transaction_per_migration``), so a lock wait that gives up in revision N rolls back
+    N-1 and the ones before it with it, alembic_version included. No revision steps out
+    of that transaction (no ``autocommit_block``, no COMMIT, no CREATE INDEX
+    CONCURRENTLY), so none is left half applied to be applied again on top of itself;
+    tests/test_concurrent_admin.py checks both. What a failed attempt costs is its time:
+    the revisions it got through are run again by the next."""
     from sqlalchemy.exc import DBAPIError
 
     cfg = alembic_config()

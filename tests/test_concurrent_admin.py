@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from pathlib import Path
@@ -287,6 +288,45 @@ def test_a_migration_waiting_for_a_long_transaction_does_not_hold_up_searches(
     assert "application_name 'long-report', idle in transaction" in said, said
     assert said.endswith("; nothing was upgraded: run it again when they end"), said
     assert schema.migrate(db)["revision"] == "0016"
+
+def test_a_migration_given_up_leaves_no_revision_half_applied(
+        db: str, conn: psycopg.Connection[Any], monkeypatch: Any) -> None:
+    """The upgrade's short tries run it again from the start after a lock wait gives up.
+    That is safe only while every revision of a try runs in one transaction, rolled back
+    whole: an earlier revision a try applied before a later one's lock wait gave up must
+    not stay, or the next try would apply it again on top of itself. From 0013, 0014 adds
+    a column to chunk (no lock anyone holds) and 0015 alters collection, which an open
+    transaction holds: 0014's column is gone with the try, and the revision stays 0013."""
+    from pgfunnel.errors import ConflictError
+
+    def has_heading_level() -> bool:
+        return conn.execute("select exists (select from information_schema.columns where "
+                            "table_schema = 'pgfunnel' and table_name = 'chunk' and "
+                            "column_name = 'heading_level')").fetchone() == (True,)
+
+    conn.commit()
+    schema.downgrade(db, "0013")
+    assert not has_heading_level()
+    conn.commit()
+    monkeypatch.setattr(schema, "MIGRATION_LOCK_GIVE_UP_S", 1.0)
+    with connect(db) as report:
+        report.execute("select count(*) from pgfunnel.collection")  # holds it, open
+        with pytest.raises(ConflictError, match="nothing was upgraded"):
+            schema.migrate(db)
+        report.rollback()
+    with connect(db) as fresh:
+        assert schema.current_revision(fresh) == "0013"
+    assert not has_heading_level()
+    conn.commit()
+    # and the next try, from the start, applies each revision once
+    assert schema.migrate(db)["revision"] == schema.head_revision()
+    assert has_heading_level()
+    # no revision steps out of the one transaction (an autocommit block, a COMMIT, an
+    # index built CONCURRENTLY), which would keep what it did past a rolled-back try
+    for path in sorted((schema.migrations_dir() / "versions").glob("0*.py")):
+        code = path.read_text()
+        assert not re.search(r"autocommit_block|concurrently|\bcommit\b", code, re.I), path
+
 
 def test_a_second_init_says_which_init_or_migrate_it_waits_for(
         db: str, conn: psycopg.Connection[Any]) -> None:
