@@ -826,9 +826,16 @@ def _results_table(title: str, results: list[Any], show_rerank: bool = False,
     text cut with an ellipsis; ``whole``: every cell as it is, to measure whether the
     table fits a pipe unwrapped (print_table)."""
     table = Table(title=title, title_justify="left", show_lines=False)
+    rerank_width = 9 if show_rerank else 0
+    # 22 columns keeps the text readable at 80; a wider console shows citekeys whole (a
+    # 120-column one cut `guide-payments-and-plans` to 22 beside 60 columns of text), as
+    # `pgfunnel explain QUERY CITEKEY` needs them, while the text keeps 40 columns
+    citekey_width = min(max([16, *(len(shown(r.citekey)) for r in results)]),
+                        max(22, (width or out.width) - 35 - rerank_width - 40))
     for col in ("#", "citekey", "lex", "dense", "fused"):
         if col == "citekey" and not whole:
-            table.add_column(col, no_wrap=True, overflow="ellipsis", min_width=16, max_width=22)
+            table.add_column(col, no_wrap=True, overflow="ellipsis", min_width=16,
+                             max_width=citekey_width)
         else:
             table.add_column(col, justify="right" if col != "citekey" else "left",
                              no_wrap=True, min_width=max(3, len(col)))
@@ -837,8 +844,7 @@ def _results_table(title: str, results: list[Any], show_rerank: bool = False,
     # Rich does not narrow a no_wrap column to fit, so a fixed width would push the table
     # past the console and crop its right edge (80 columns when piped): the text column
     # gets what the other columns leave.
-    citekey_width = min(22, max([16, *(len(shown(r.citekey)) for r in results)]))
-    others = 35 + citekey_width + (9 if show_rerank else 0)
+    others = 35 + citekey_width + rerank_width
     table.add_column("text", overflow="ellipsis", no_wrap=True,
                      max_width=None if whole else max(8, min(80, (width or out.width) - others)))
     for r in results:

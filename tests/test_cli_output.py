@@ -41,6 +41,26 @@ def test_results_table_fits_the_console(width: int, show_rerank: bool, citekey: 
     assert "a long chunk" in captured.get()
 
 
+@pytest.mark.parametrize(("width", "whole"), [(80, False), (100, True), (120, True)])
+def test_results_table_shows_the_citekey_whole_where_the_console_has_room(
+        width: int, whole: bool) -> None:
+    """A 120-column terminal cut `guide-payments-and-plans` to `guide-payments-and-pl…`
+    (22 columns) beside 60 columns of text, while the demo's capped line asks for the
+    citekey to pass to `pgfunnel explain`. At 80 columns the text keeps its room."""
+    citekey = "guide-payments-and-plans"
+    console = Console(width=width, file=None, record=True, force_terminal=False)
+    with console.capture() as captured:
+        console.print(_results_table("q", [_result(1, citekey)], width=width))
+    table = captured.get()
+    assert (f" {citekey} " in table) is whole, table
+    if not whole:
+        assert " guide-payments-and-pl… " in table, table
+    # the text column keeps at least 40 columns of text where the console has them
+    row = next(line for line in table.splitlines() if "a long chunk" in line)
+    text_cell = row.rstrip().rstrip("│").rsplit("│", 1)[-1]
+    assert len(text_cell.strip()) >= (40 if width >= 100 else 20), row
+
+
 def test_version_flag() -> None:
     from pgfunnel.cli.main import app
     from typer.testing import CliRunner
