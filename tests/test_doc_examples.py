@@ -924,6 +924,27 @@ def test_sql_md_whole_document_explain_gives_the_row_the_page_states(
             and f"{stated[2]} at rank {stated[3]} " in res.stdout), res.stdout
 
 
+def test_sql_md_candidates_into_final_gives_funnel_search_rows(
+        handbook: str, tmp_path: Path) -> None:
+    # docs/sql.md, final: candidates() into final() in SQL with nothing in between; "The
+    # rows are those of `select ... from funnel_search(...)`: three chunks of
+    # `guide-building-integrations`, then fused ranks 7 and 8"
+    page = (ROOT / "docs" / "sql.md").read_text()
+    [command] = [m["body"] for m in SHELL.finditer(page)
+                 if "pgfunnel.candidates(" in m["body"]]
+    script = command.split("<<'SQL'\n", 1)[1].split("\nSQL\n", 1)[0]
+    q = _embedded(command, handbook)
+    rows = _table(_psql(handbook, script, tmp_path, q=q), "final_rank|")
+    after = " ".join(page.split(command, 1)[1].split("\n\n", 2)[1].split())
+    stated = re.match(r"The rows are those of `(select [^`]*)`: three chunks of "
+                      r"`([\w-]+)`, then fused ranks (\d+) and (\d+)", after)
+    assert stated, after
+    expected = _table(_psql(handbook, stated[1] + ";\n", tmp_path, q=q), "final_rank|")
+    assert rows == expected and len(rows) == 5, (rows, expected)
+    assert [r["citekey"] for r in rows[:3]] == [stated[2]] * 3, rows
+    assert [r["fused_rank"] for r in rows[3:]] == [stated[3], stated[4]], rows
+
+
 def test_the_docs_eval_configurations_parse_as_written() -> None:
     """Every `--config` the docs give, in a shell block or in the prose, is a NAME=JSON
     that `pgfunnel eval` takes. docs/tuning.md gave `pgfunnel eval --preset lexical
