@@ -54,8 +54,10 @@
 --     itself (`Größe`, `Grösse` and `Groesse` are `gross`); the fold takes the accents
 --     of other letters off the term (`Café` -> `cafe`, where the stemmer reads `Cafe`
 --     as `caf`: a spelling without them meets the text only where the stemmer reads
---     both alike). The question words dropped from queries are still English ones. (A
---     french_v8 built the same way was measured and not offered: docs/tuning.md)
+--     both alike). Queries drop German's question words and glue besides English's
+--     (_german_question_words: `warum`, `wo finde ich`, `was bedeutet`), as a query-side
+--     rule that changes nothing indexed. (A french_v8 built the same way was measured and
+--     not offered: docs/tuning.md)
 
 -- analyzers this version of pgfunnel knows; a new name is a new index version
 create or replace function pgfunnel.analyzers()
@@ -101,6 +103,51 @@ as $$
                  'or', 'it', 'its', 'this', 'that', 'be']::text[]
 $$;
 
+-- German's question words and question glue, which the German analyzers drop from queries
+-- besides English's (_question_words(analyzer)): the interrogatives (`warum`, `wieso`,
+-- `wann`, `wofür`), and the pronouns, articles and modals that frame a question (`wie kann
+-- ich`, `was ist`, `wo finde ich`, `gibt es`). Many are German stop words, dropped anyway;
+-- they are listed so that the question's opening run reads as one (`wo finde ich die
+-- Konfiguration`: `finde` stands in it, after `wo`). Each with an umlaut or ß is listed as
+-- typed without it too (`wofur`, `wofuer`), as a keyboard without them writes it. The
+-- words that also name things are in _naming_question_words (`finde`, `gibt`, `bitte`,
+-- `erkläre`, the modals that are no stop words) and `bedeutet` with `mean`
+-- (_frames_question). Chosen from the language, not from a benchmark's question
+-- templates: `suche` (`ich suche:`) and `befehl` (`welcher Befehl für`) are searched.
+create or replace function pgfunnel._german_question_words()
+returns text[]
+language sql immutable parallel safe
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+    select array['wie', 'was', 'wo', 'warum', 'wieso', 'weshalb', 'weswegen', 'wann', 'wer',
+                 'wen', 'wem', 'wessen', 'welche', 'welcher', 'welches', 'welchen', 'welchem',
+                 'wozu', 'wofür', 'wofur', 'wofuer', 'womit', 'wodurch', 'woran', 'worauf',
+                 'worin', 'woher', 'wohin', 'wovon', 'worüber', 'woruber', 'worueber',
+                 'ich', 'man', 'wir', 'du', 'mir', 'mich', 'mein', 'meine', 'meinen', 'meinem',
+                 'meiner', 'es', 'ist', 'sind', 'der', 'die', 'das', 'den', 'dem', 'des', 'ein',
+                 'eine', 'einen', 'einem', 'einer', 'kann', 'können', 'könnte', 'soll', 'sollte',
+                 'muss', 'will', 'wird', 'werden',
+                 -- naming things too (_naming_question_words)
+                 'kannst', 'darf', 'dürfen', 'durfen', 'duerfen', 'müssen', 'mussen', 'muessen',
+                 'muß', 'möchte', 'mochte', 'moechte', 'sollen', 'bitte', 'gibt', 'finde',
+                 'mache', 'zeige', 'zeig', 'erkläre', 'erklare', 'erklaere', 'erklären',
+                 'erklaren', 'erklaeren', 'bedeutet', 'bedeuten', 'bedeutung']::text[]
+$$;
+
+-- the question words an analyzer drops from queries: English's under every analyzer (a
+-- German team asks in English too), German's besides under the German ones
+create or replace function pgfunnel._question_words(analyzer text)
+returns text[]
+language sql immutable parallel safe
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+    select pgfunnel._question_words()
+           || case when analyzer like 'german\_%' then pgfunnel._german_question_words()
+                   else '{}'::text[] end
+$$;
+
 -- the question words that also name things (`mean`, `explain`, `may`, `us`): the only ones
 -- dropped or searched by where they stand (_frames_question)
 create or replace function pgfunnel._naming_question_words()
@@ -110,7 +157,14 @@ security invoker
 set search_path = pg_catalog, pgfunnel
 as $$
     select array['mean', 'means', 'meaning', 'explain', 'tell', 'please', 'us', 'may', 'might',
-                 'will', 'shall', 'must', 'can', 'could', 'would', 'should', 'any']::text[]
+                 'will', 'shall', 'must', 'can', 'could', 'would', 'should', 'any',
+                 -- German's (_german_question_words): `wo finde ich`, `gibt es`, `darf ich`
+                 -- frame a question, `Dateien, die gelöscht werden dürfen` names a thing
+                 'kannst', 'darf', 'dürfen', 'durfen', 'duerfen', 'müssen', 'mussen',
+                 'muessen', 'muß', 'möchte', 'mochte', 'moechte', 'sollen', 'bitte', 'gibt',
+                 'finde', 'mache', 'zeige', 'zeig', 'erkläre', 'erklare', 'erklaere',
+                 'erklären', 'erklaren', 'erklaeren', 'bedeutet', 'bedeuten',
+                 'bedeutung']::text[]
 $$;
 
 -- Whether a question word at `token_position` of a query frames the question rather than
@@ -135,7 +189,8 @@ security invoker
 set search_path = pg_catalog, pgfunnel
 as $$
     select case
-               when word in ('mean', 'means', 'meaning')
+               -- (`was bedeutet ERR-4029`: after the first word of the opening run)
+               when word in ('mean', 'means', 'meaning', 'bedeutet', 'bedeuten', 'bedeutung')
                    then first_content is null
                         or (token_position > 1 and token_position < first_content)
                         -- closing a question asked with `do`: `what is the arithmetic
@@ -695,7 +750,7 @@ begin
     end if;
     return query
     with first_pass as (
-        select * from pgfunnel._analyze_pass(inputs, analyzer, pgfunnel._question_words())
+        select * from pgfunnel._analyze_pass(inputs, analyzer, pgfunnel._question_words(analyzer))
     ),
     bare as (
         -- inputs of which nothing is left but for question words

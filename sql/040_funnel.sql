@@ -488,7 +488,7 @@ begin
           from (select e.token_position, e.token, e.term,
                        bool_and(e.term is null) over (partition by e.token_position) as unsearched
                   from pgfunnel._analyze_pass(array[query_text], analyzer_name,
-                                              pgfunnel._question_words()) e) t;
+                                              pgfunnel._question_words(analyzer_name)) e) t;
         if cardinality(q_terms) = 0 and cardinality(dropped) > 0 then
             -- nothing left: question words (`explain`, `tell`) are then searched as
             -- words, as analyze_each(..., for_query => true) reads such a text

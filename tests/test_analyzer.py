@@ -918,6 +918,79 @@ def test_german_v8_stems_german_and_folds_accents_after_stemming(
     assert row == ("german_stem",)
 
 
+def test_german_question_words_are_dropped_from_queries_and_reported(
+        db: str, conn: psycopg.Connection[Any]) -> None:
+    """Under german_v8 only English's question words were dropped: `warum`, `wieso`, the
+    `finde` of `wo finde ich` and the `bedeutet` of `was bedeutet` were searched as words.
+    German's are dropped from queries under the German analyzers, reported as English's
+    are, and never from documents or under the English ones."""
+    from funnel_util import make_collection
+
+    def analyze(text: str, analyzer: str = "german_v8", for_query: bool = True) -> list[str]:
+        row = conn.execute("select pgfunnel.analyze(%s, %s, %s)",
+                           (text, analyzer, for_query)).fetchone()
+        assert row is not None
+        return list(row[0])
+
+    for query, terms in (
+            ("wie kann ich eine Datei löschen", ["datei", "losch"]),
+            ("warum startet der Dienst nicht", ["startet", "dien"]),
+            ("wo finde ich die Konfiguration", ["konfiguration"]),
+            ("was bedeutet ERR-4029", ["err4029", "err", "4029"]),
+            ("wofür ist grep", ["grep"]), ("Wofuer ist grep?", ["grep"]),
+            ("gibt es ein Werkzeug zum Packen", ["werkzeug", "pack"]),
+            # words that also name things are searched where the question does not put
+            # them: after what it asks about, or opening a request that is no question
+            ("Dateien finden, die gelöscht werden dürfen", ["datei", "find", "geloscht",
+                                                             "durf"]),
+            ("Bedeutung der Exit-Codes", ["bedeut", "exitcodes", "exit", "cod"]),
+            # English's are dropped under german_v8 as before
+            ("what is a Verzeichnis", ["verzeichnis"])):
+        assert analyze(query) == terms, query
+    # the reason is the same as English's, and dropped_query_words names them
+    reasons = dict(conn.execute(
+        "select token, dropped from pgfunnel.analyze_tokens('warum startet der Dienst', "
+        "'german_v8', true)").fetchall())
+    assert reasons == {"warum": "question word", "startet": None, "der": "question word",
+                       "dienst": None}
+    dropped = conn.execute("select pgfunnel.dropped_query_words('wo finde ich die "
+                           "Konfiguration', 'german_v8')").fetchone()
+    assert dropped is not None and set(dropped[0]) == {"wo", "finde", "ich", "die"}
+    # documents keep them, and the English analyzers search them
+    assert analyze("warum startet der Dienst", for_query=False) == ["warum", "startet",
+                                                                     "dien"]
+    assert analyze("warum wieso weshalb", "english_v8") == ["warum", "wieso", "weshalb"]
+    assert analyze("warum wieso weshalb", "simple_v8") == ["warum", "wieso", "weshalb"]
+    # a query of nothing else searches them (never silently empty)
+    assert analyze("warum?") == ["warum"]
+
+    make_collection(conn, "de", 16, analyzer="german_v8")
+    ingest(conn, [doc("dienst", "Der Dienst startet beim Hochfahren nicht, wenn die "
+                                "Konfiguration fehlt."),
+                  doc("warum", "Warum, wieso, weshalb: ein Kinderlied.")], collection="de")
+    seen = _capture(conn)
+    assert [r[1] for r in lexical(conn, "warum startet der Dienst nicht",
+                                  collection="de")] == ["dienst"]
+    [notice] = [m for s, m in seen if s == "NOTICE" and "query words not searched" in m]
+    assert set(notice.split(": ", 2)[2].split(", ")) == {"warum", "der", "nicht"}
+    seen.clear()
+    assert [r[1] for r in lexical(conn, "warum", collection="de")] == ["warum"]
+    assert not [m for s, m in seen if "no searchable term" in m]
+    # stop words and question words alone: said, not an empty answer left to tell it
+    assert lexical(conn, "wie kann ich", collection="de") == []
+    [warning] = [m for s, m in seen if s == "WARNING"]
+    assert "no searchable term left in query_text (dropped: " in warning
+    assert all(w in warning for w in ("wie", "kann", "ich"))
+    # and in Python, a warning
+    with Funnel(db, collection="de", embedder=None) as f, \
+            warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        resp = f.search("warum startet der Dienst nicht", k=3)
+    assert [r.citekey for r in resp.results] == ["dienst"]
+    [warned] = [w for w in got if "query words not searched" in str(w.message)]
+    assert "warum" in str(warned.message)
+
+
 def test_a_german_word_finds_its_inflected_forms_under_german_v8(
         conn: psycopg.Connection[Any]) -> None:
     from funnel_util import make_collection
