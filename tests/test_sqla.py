@@ -370,7 +370,7 @@ def test_the_documented_error_handling_gives_pgfunnel_errors_and_a_usable_sessio
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "python-api.md").read_text()
     [block] = [textwrap.dedent(b) for b in re.findall(r"```python\n(.*?)```", doc, re.S)
-               if "translate(exc)" in b and "DBAPIError" in b]
+               if "translate(exc" in b and "DBAPIError" in b]
     # a Python value of the wrong type is refused before any SQL, naming the parameter
     with pytest.raises(ConfigError) as caught:
         funnel_search_tvf("refund", k="5", principals=[])
