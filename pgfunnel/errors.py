@@ -575,12 +575,13 @@ def translate(exc: BaseException, *, searching: bool = True,
     timeout is a :class:`StatementTimeoutError` that names the setting and how to lift
     it for the job, not a :class:`SearchTimeoutError`.
 
-    ``bind``: where the error was raised, a SQLAlchemy ``Engine``, ``Connection`` or
-    ``Session``, or a psycopg connection. For a role granted nothing on pgfunnel the
-    advice is then the one for the mode this database is in (RLS or not), naming the role
-    and the schema's owner, read from the catalogs on a connection of the engine's own (the
-    refusal aborted the session's transaction); without it, or where that read fails, the
-    advice of both modes, each said with the mode it applies to.
+    ``bind``: where the error was raised, a SQLAlchemy ``Engine``, ``Connection``,
+    ``Session`` or ``scoped_session``, or a psycopg connection. For a role granted nothing
+    on pgfunnel the advice is then the one for the mode this database is in (RLS or not),
+    naming the role and the schema's owner, read from the catalogs on a connection opened
+    for it beside the engine's pool (the refusal aborted the session's transaction, and the
+    pool may have no connection free); without it, or where that read fails, the advice of
+    both modes, each said with the mode it applies to.
     """
     err = _translated(exc, searching=searching)
     if bind is not None and type(err) is AccessError and SCHEMA_GRANT_HINT in str(err):

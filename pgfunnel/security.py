@@ -893,28 +893,42 @@ def with_schema_access_hint(conn: psycopg.Connection[Any], error: BaseException)
 def with_access_hint_from(bind: Any, error: BaseException) -> BaseException:
     """:func:`with_schema_access_hint` where the refused connection is a SQLAlchemy one
     (``translate(exc, bind=...)``): a psycopg connection is read as it is; an ``Engine``,
-    a ``Connection`` or a ``Session`` on a connection the engine opens for it, as the
-    refused one's transaction is aborted (a session's own, rolled back or not, is left
-    alone). ``error`` itself where no connection can be had (an async engine, which
-    cannot connect from synchronous code; a server gone) or read."""
+    a ``Connection``, a ``Session`` or a ``scoped_session`` on a connection of the engine's
+    own, as the refused one's transaction is aborted (a session's own, rolled back or not,
+    is left alone). ``error`` itself where no connection can be had (a session bound to no
+    engine; an async engine, which cannot connect from synchronous code; a server gone) or
+    read."""
     if isinstance(bind, psycopg.Connection):
         return with_schema_access_hint(bind, error)
     import sqlalchemy
-    from sqlalchemy.orm import Session
+    from sqlalchemy.orm import Session, scoped_session
 
-    engine: Any = bind
-    if isinstance(engine, Session):
-        engine = engine.get_bind()
-    if isinstance(engine, sqlalchemy.Connection):
-        engine = engine.engine
-    if not isinstance(engine, sqlalchemy.Engine):
-        return error
     try:
-        with engine.connect() as own:
-            raw = own.connection.driver_connection
-            if not isinstance(raw, psycopg.Connection):
-                return error
-            return with_schema_access_hint(raw, error)
+        engine: Any = bind
+        if isinstance(engine, (Session, scoped_session)):
+            # inside the try: a session bound to no engine raised UnboundExecutionError
+            # from translate(), in place of the refusal being translated
+            engine = engine.get_bind()
+        if isinstance(engine, sqlalchemy.Connection):
+            engine = engine.engine
+        if not isinstance(engine, sqlalchemy.Engine):
+            return error
+        # a pool beside the application's (same creator and connect events), not the
+        # application's own: that one may have no connection free (the refused one still
+        # checked out, on a small pool), and waiting for one held the error back for
+        # pool_timeout (30 s by default)
+        pool = engine.pool.recreate()
+        try:
+            own = pool.connect()
+            try:
+                raw = own.driver_connection
+                if not isinstance(raw, psycopg.Connection):
+                    return error
+                return with_schema_access_hint(raw, error)
+            finally:
+                own.close()
+        finally:
+            pool.dispose()
     except (sqlalchemy.exc.SQLAlchemyError, psycopg.Error):
         # what fails here would hide the refusal the caller is being told of
         return error

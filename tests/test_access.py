@@ -1670,3 +1670,54 @@ def test_translate_given_where_sqlalchemy_was_refused_says_this_modes_advice(
         assert text.startswith(f"permission denied for schema pgfunnel; {said_for_mode}"), \
             (bind, text)
         assert SCHEMA_GRANT_HINT not in text, (bind, text)
+
+
+def test_translate_with_bind_neither_waits_on_the_apps_pool_nor_raises_on_its_own(
+        db: str) -> None:
+    """translate(exc, bind=...) read the mode on a connection from the application's own
+    pool: where the pool had none free (the refused SQLAlchemy connection still open on an
+    engine of one), the error waited out pool_timeout before it was told, with the
+    advice of both modes; and a Session bound to no engine, or a scoped_session, raised
+    SQLAlchemy's UnboundExecutionError from translate() or was not read at all."""
+    import time
+
+    from sqlalchemy import select
+    from sqlalchemy.exc import DBAPIError
+    from sqlalchemy.orm import Session, scoped_session, sessionmaker
+
+    from pgfunnel.errors import SCHEMA_GRANT_HINT, translate
+    from pgfunnel.sqla import engine_from_dsn, funnel_search_tvf
+
+    schema.init(db)
+    ingest_docs(db, _corpus(3))
+    role = f"pgf_sa_{uuid.uuid4().hex[:8]}"
+    with connect(db, autocommit=True) as su:
+        su.execute(sql.SQL("create role {} login").format(sql.Identifier(role)))
+    for_mode = (f"role {role!r} was granted nothing on pgfunnel, and this database is not in "
+                "RLS mode")
+    stmt = select(funnel_search_tvf(QUERY, k=3, principals=[]).c.citekey)
+    # one connection, none in overflow: the refused one is the pool's only connection
+    engine = engine_from_dsn(with_user(db, role), pool_size=1, max_overflow=0,
+                             pool_timeout=20)
+    said: dict[str, str] = {}
+    took: dict[str, float] = {}
+    try:
+        with engine.connect() as sa_conn:
+            with pytest.raises(DBAPIError) as caught:
+                sa_conn.execute(stmt).all()
+            for name, bind in (("connection", sa_conn), ("engine", engine)):
+                t0 = time.monotonic()
+                said[name] = str(translate(caught.value, bind=bind))
+                took[name] = time.monotonic() - t0
+            sa_conn.rollback()
+        scoped = scoped_session(sessionmaker(bind=engine))
+        said["scoped_session"] = str(translate(caught.value, bind=scoped))
+        scoped.remove()
+        # bound to nothing: nothing to read the mode on, and no SQLAlchemy error of its own
+        unbound = translate(caught.value, bind=Session())
+    finally:
+        engine.dispose()
+    assert isinstance(unbound, AccessError) and SCHEMA_GRANT_HINT in str(unbound), unbound
+    for name, text in said.items():
+        assert for_mode in text and SCHEMA_GRANT_HINT not in text, (name, text)
+    assert max(took.values()) < 10, took
