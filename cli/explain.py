@@ -255,9 +255,14 @@ def _show(found: list[Explanation], query: str | None, turns: list[str] | None,
 
         out.print(f"[bold]{escape(shown(str(e.target)))}[/bold]: {e.verdict}", highlight=False,
                   markup=True, soft_wrap=True)
+        # a logged candidate's answer has no exact scores, only the trace's leg scores,
+        # which are its BM25 score and cosine similarity: `--search-id` printed "BM25 -"
+        # for a chunk its trace scored
+        bm25 = e.lexical_score if e.lexical_exact_score is None else e.lexical_exact_score
+        cosine = e.dense_score if e.dense_exact_score is None else e.dense_exact_score
         out.print(f"  lexical rank {show(e.lexical_rank)} (depth {show(e.lexical_depth)}, "
-                  f"BM25 {show(e.lexical_exact_score)})  dense rank {show(e.dense_rank)} "
-                  f"(depth {show(e.dense_depth)}, cosine {show(e.dense_exact_score)})  "
+                  f"BM25 {show(bm25)})  dense rank {show(e.dense_rank)} "
+                  f"(depth {show(e.dense_depth)}, cosine {show(cosine)})  "
                   f"fused rank {show(e.fused_rank)} of pool {e.pool_size}  "
                   + (f"rerank rank {show(e.rerank_rank)} (score {show(e.rerank_score)})  "
                      if e.reranked else "")

@@ -1953,6 +1953,9 @@ def test_explain_search_id_answers_from_the_logged_search(sample_db: str) -> Non
     assert res.exit_code == 0, res.output
     assert f"search {sid} searched 'refund plan'" in res.output
     assert f"search {sid} logged it: returned at rank 1" in res.output
+    # the trace's BM25 score, not "BM25 -" (a logged candidate has no exact score)
+    assert f"BM25 {top['lexical_score']:.4f})" in res.output, res.output
+    assert "cosine -)" in res.output, res.output
     for extra, flag in ((["-k", "3"], "--k/-k"), (["--rerank"], "--rerank")):
         res = CliRunner().invoke(app, ["explain", "--search-id", str(sid), "1", *extra,
                                        "--dsn", sample_db], env=env)
