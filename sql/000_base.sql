@@ -107,15 +107,15 @@ begin
     select c.id into found_id from pgfunnel.collection c where c.name = collection_name;
     if found_id is null then
         -- the ingest the hint suggests goes into the name asked for, quoted for a shell
-        -- as Python's shlex.quote quotes it. Only a printable ASCII name with no space at
-        -- either end is named here; any other keeps the placeholder NAME, and the Python
-        -- layer and the CLI name it by their own check (pgfunnel.ingest.ingest_target):
-        -- Unicode's lists of invisible characters are Python's to keep, not copied here
+        -- by _shell_word (shlex.quote's rule, as the other hints; it kept its own copy).
+        -- Only a printable ASCII name with no space at either end is named here; any
+        -- other keeps the placeholder NAME, and the Python layer and the CLI name it by
+        -- their own check (pgfunnel.ingest.ingest_target): Unicode's lists of invisible
+        -- characters are Python's to keep, not copied here
         ingest_into := case
-            when collection_name ~ '^[A-Za-z0-9_@%+=:,./-]{1,200}$' then collection_name
             when length(collection_name) <= 200
              and collection_name ~ '^[!-~]([ -~]*[!-~])?$'
-            then '''' || replace(collection_name, '''', '''"''"''') || ''''
+            then pgfunnel._shell_word(collection_name)
             else 'NAME'
         end;
         raise exception using errcode = 'P0002',
