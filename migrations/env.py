@@ -36,10 +36,15 @@ def run_with(connection: Connection) -> None:
         version_table_schema=SCHEMA,
         compare_type=True,
         compare_server_default=False,
-        # no transaction_per_migration, and no revision with an autocommit_block: pgfunnel
-        # runs every revision of an upgrade in the one transaction it opens, so that an
-        # attempt its lock-wait retry gives up (pgfunnel.schema._upgrade_in_short_waits)
-        # leaves nothing applied and the next attempt starts from the same revision
+        # pgfunnel runs every revision of an upgrade in the one transaction it opens
+        # (pgfunnel.schema._sa_connection's engine.begin()), so that an attempt its
+        # lock-wait retry gives up (_upgrade_in_short_waits) leaves nothing applied and the
+        # next starts from the same revision. Given a connection already in a transaction,
+        # alembic opens none of its own, transaction_per_migration or not; what would break
+        # it is that connection not in one while transaction_per_migration is set, or a
+        # revision with an autocommit_block, a COMMIT or CONCURRENTLY (each makes
+        # tests/test_concurrent_admin.py's test_a_migration_given_up_leaves_no_revision_*
+        # fail)
     )
     with context.begin_transaction():
         context.run_migrations()

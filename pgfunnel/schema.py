@@ -194,9 +194,9 @@ def _upgrade_in_short_waits(target: str, revision: str) -> None:
     Each attempt starts again from the revision the database is at, and that is safe:
     every revision of an attempt runs in the one transaction ``_sa_connection`` opens
     (``engine.begin()``; alembic finds the connection in a transaction and opens none of
-    its own, per revision or otherwise: migrations/env.py sets no
-    ``transaction_per_migration``), so a lock wait that gives up in revision N rolls back
-    N-1 and the ones before it with it, alembic_version included. No revision steps out
+    its own, per revision or otherwise, ``transaction_per_migration`` or not), so a lock
+    wait that gives up in revision N rolls back N-1 and the ones before it with it,
+    alembic_version included. No revision steps out
     of that transaction (no ``autocommit_block``, no COMMIT, no CREATE INDEX
     CONCURRENTLY), so none is left half applied to be applied again on top of itself;
     tests/test_concurrent_admin.py checks both. What a failed attempt costs is its time:
