@@ -289,6 +289,7 @@ def test_a_migration_waiting_for_a_long_transaction_does_not_hold_up_searches(
     assert said.endswith("; nothing was upgraded: run it again when they end"), said
     assert schema.migrate(db)["revision"] == "0016"
 
+
 def test_a_migration_given_up_leaves_no_revision_half_applied(
         db: str, conn: psycopg.Connection[Any], monkeypatch: Any) -> None:
     """The upgrade's short tries run it again from the start after a lock wait gives up.

@@ -356,6 +356,7 @@ def test_delete_names_a_citekey_stored_in_another_unicode_form(sample_db: str,
     res = CliRunner().invoke(app, ["delete", decomposed, "-c", "notes", "--dsn", sample_db])
     assert res.exit_code == 0 and res.output == "1 document deleted.\n", res.output
 
+
 def test_delete_json_gives_each_citekey_not_found_the_hints_the_text_gives(
         sample_db: str, tmp_path: Path) -> None:
     """`pgfunnel delete` names, for a citekey it did not find, the stored citekeys it may

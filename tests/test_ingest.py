@@ -1712,7 +1712,6 @@ def test_cli_ingest_of_a_folder_names_the_documents_it_did_not_read(db: str,
     assert res.exit_code == 0 and "did not give" not in res.stderr, res.output
 
 
-
 def test_cli_ingest_of_one_file_without_root_says_the_collection_holds_it_twice(
         db: str, tmp_path: Path) -> None:
     """A user ingests a folder, edits one file and ingests that file by itself: its citekey
@@ -1761,6 +1760,7 @@ def test_cli_ingest_of_one_file_without_root_says_the_collection_holds_it_twice(
     res = CliRunner().invoke(app, ["ingest", str(docs / "index.md"), "-c", "d", "--dsn", db],
                              env=env)
     assert res.exit_code == 0 and "twice" not in res.stderr, res.output
+
 
 def test_delete_documents_report_names_the_citekeys_not_stored_with_hints(
         sample_conn: psycopg.Connection[Any], tmp_path: Path) -> None:
@@ -1991,6 +1991,7 @@ def test_cli_ingest_of_a_gzip_file_past_the_limit_writes_nothing(
         assert conn.execute("select count(*) from pgfunnel.collection where name = 'gz'"
                             ).fetchone() == (0,)
 
+
 def test_cli_ingest_takes_a_larger_gzip_limit_and_its_refusal_names_the_flag(
         tmp_path: Path) -> None:
     """The limit on a compressed file's expanded size (1 GiB) had no flag: a file that
@@ -2204,7 +2205,6 @@ def test_private_on_an_existing_public_collection_is_refused(
         secret, vectors=_random_vectors(secret))
     Ingester(conn, "priv", embedder=embedder, private=True).ingest(
         docs, vectors=_random_vectors(docs))
-
 
 
 def test_an_ingest_does_not_make_again_a_private_collection_dropped_under_it(

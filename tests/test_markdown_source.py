@@ -755,6 +755,7 @@ def test_a_gzip_file_that_expands_past_the_limit_is_refused_naming_it(
                        r".*--exclude"):
         list(read_path(tmp_path))
 
+
 def test_read_path_takes_its_own_gzip_limit(tmp_path: Path) -> None:
     """`max_expanded_bytes` sets the limit for one read (what `pgfunnel ingest
     --max-expanded-mib` gives it); a value that is not a whole number of at least 1 is a
