@@ -124,6 +124,8 @@ as $$
                  'wen', 'wem', 'wessen', 'welche', 'welcher', 'welches', 'welchen', 'welchem',
                  'wozu', 'wofür', 'wofur', 'wofuer', 'womit', 'wodurch', 'woran', 'worauf',
                  'worin', 'woher', 'wohin', 'wovon', 'worüber', 'woruber', 'worueber',
+                 'wonach', 'wovor', 'wogegen', 'woraus', 'worunter', 'wobei', 'wieviel',
+                 'wieviele', 'inwiefern',
                  'ich', 'man', 'wir', 'du', 'mir', 'mich', 'mein', 'meine', 'meinen', 'meinem',
                  'meiner', 'es', 'ist', 'sind', 'der', 'die', 'das', 'den', 'dem', 'des', 'ein',
                  'eine', 'einen', 'einem', 'einer', 'kann', 'können', 'könnte', 'soll', 'sollte',
@@ -132,7 +134,12 @@ as $$
                  'kannst', 'darf', 'dürfen', 'durfen', 'duerfen', 'müssen', 'mussen', 'muessen',
                  'muß', 'möchte', 'mochte', 'moechte', 'sollen', 'bitte', 'gibt', 'finde',
                  'mache', 'zeige', 'zeig', 'erkläre', 'erklare', 'erklaere', 'erklären',
-                 'erklaren', 'erklaeren', 'bedeutet', 'bedeuten', 'bedeutung']::text[]
+                 'erklaren', 'erklaeren', 'bedeutet', 'bedeuten', 'bedeutung',
+                 -- the modals' other persons and moods (`könnten wir`, `sollte ich`)
+                 'könnt', 'konnt', 'koennt', 'könnten', 'konnten', 'koennten', 'könntest',
+                 'konntest', 'koenntest', 'sollten', 'solltest', 'sollst', 'möchten',
+                 'mochten', 'moechten', 'möchtest', 'mochtest', 'moechtest', 'musst',
+                 'müsste', 'musste', 'muesste', 'willst', 'darfst', 'gibts']::text[]
 $$;
 
 -- the question words an analyzer drops from queries: English's under every analyzer (a
@@ -164,7 +171,11 @@ as $$
                  'muessen', 'muß', 'möchte', 'mochte', 'moechte', 'sollen', 'bitte', 'gibt',
                  'finde', 'mache', 'zeige', 'zeig', 'erkläre', 'erklare', 'erklaere',
                  'erklären', 'erklaren', 'erklaeren', 'bedeutet', 'bedeuten',
-                 'bedeutung']::text[]
+                 'bedeutung', 'könnt', 'konnt', 'koennt', 'könnten', 'konnten', 'koennten',
+                 'könntest', 'konntest', 'koenntest', 'sollten', 'solltest', 'sollst',
+                 'möchten', 'mochten', 'moechten', 'möchtest', 'mochtest', 'moechtest',
+                 'musst', 'müsste', 'musste', 'muesste', 'willst', 'darfst',
+                 'gibts']::text[]
 $$;
 
 -- Whether a question word at `token_position` of a query frames the question rather than

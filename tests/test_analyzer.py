@@ -939,11 +939,21 @@ def test_german_question_words_are_dropped_from_queries_and_reported(
             ("was bedeutet ERR-4029", ["err4029", "err", "4029"]),
             ("wofür ist grep", ["grep"]), ("Wofuer ist grep?", ["grep"]),
             ("gibt es ein Werkzeug zum Packen", ["werkzeug", "pack"]),
+            # the other persons and moods of the modals, and interrogatives past `wo-`'s
+            # first few: `könnten`, `sollten`, `wieviel`, `inwiefern` were searched
+            ("wie könnten wir das lösen", ["los"]), ("Koennten wir upgraden", ["upgrad"]),
+            ("Sollten wir upgraden?", ["upgrad"]), ("Möchtest du kündigen", ["kundig"]),
+            ("Wieviel kostet das Abo?", ["kostet", "abo"]),
+            ("Inwiefern hilft Caching", ["hilft", "caching"]),
+            ("Wonach sucht der Index", ["sucht", "index"]), ("Gibts eine API", ["api"]),
+            ("Dateien, die wir löschen konnten", ["datei", "losch", "konnt"]),
             # words that also name things are searched where the question does not put
             # them: after what it asks about, or opening a request that is no question
             ("Dateien finden, die gelöscht werden dürfen", ["datei", "find", "geloscht",
                                                              "durf"]),
             ("Bedeutung der Exit-Codes", ["bedeut", "exitcodes", "exit", "cod"]),
+            # an article opens the run, as `the meaning of exit codes` drops `meaning`
+            ("Die Bedeutung der Exit-Codes", ["exitcodes", "exit", "cod"]),
             # English's are dropped under german_v8 as before
             ("what is a Verzeichnis", ["verzeichnis"])):
         assert analyze(query) == terms, query
