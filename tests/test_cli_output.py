@@ -1928,6 +1928,29 @@ def test_a_bad_history_turn_is_one_error_line_naming_the_flag(
     assert res.output == f"error: --history: {said}\n", res.output
 
 
+def test_explain_search_id_prints_the_traces_cosine_for_a_dense_candidate(
+        sample_db: str) -> None:
+    """A logged candidate's answer has no exact scores: its line read `cosine -` for a chunk
+    the trace had scored in the dense leg. It prints the trace's cosine similarity, the
+    one the search returned, and its BM25 score beside it."""
+    from pgfunnel.cli.main import app
+
+    env = {"COLUMNS": "300", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    res = CliRunner().invoke(app, ["search", "refund plan", "-k", "3", "--trace", "--json",
+                                   "--dsn", sample_db], env=env)
+    assert res.exit_code == 0, res.output
+    found = json.loads(res.stdout)
+    both = [r for r in found["results"]
+            if r["dense_score"] is not None and r["lexical_score"] is not None]
+    assert both, found["results"]
+    top = both[0]
+    res = CliRunner().invoke(app, ["explain", "--search-id", str(found["search_id"]),
+                                   str(top["chunk_id"]), "--dsn", sample_db], env=env)
+    assert res.exit_code == 0, res.output
+    assert f"cosine {top['dense_score']:.4f})" in res.output, res.output
+    assert f"BM25 {top['lexical_score']:.4f})" in res.output, res.output
+
+
 def test_explain_search_id_answers_from_the_logged_search(sample_db: str) -> None:
     # `pgfunnel explain --search-id 1234 CHUNK`: a complaint about a logged search could
     # only be explained by retyping its query and options, and for today's data
