@@ -135,7 +135,9 @@ as $$
                  'muß', 'möchte', 'mochte', 'moechte', 'sollen', 'bitte', 'gibt', 'finde',
                  'mache', 'zeige', 'zeig', 'erkläre', 'erklare', 'erklaere', 'erklären',
                  'erklaren', 'erklaeren', 'bedeutet', 'bedeuten', 'bedeutung',
-                 -- the modals' other persons and moods (`könnten wir`, `sollte ich`)
+                 -- the modals' other persons and moods (`könnten wir`, `sollten wir`), and the
+                 -- stop words `können`, `könnte` typed without their umlauts
+                 'konnen', 'koennen', 'konnte', 'koennte',
                  'könnt', 'konnt', 'koennt', 'könnten', 'konnten', 'koennten', 'könntest',
                  'konntest', 'koenntest', 'sollten', 'solltest', 'sollst', 'möchten',
                  'mochten', 'moechten', 'möchtest', 'mochtest', 'moechtest', 'musst',
@@ -171,7 +173,8 @@ as $$
                  'muessen', 'muß', 'möchte', 'mochte', 'moechte', 'sollen', 'bitte', 'gibt',
                  'finde', 'mache', 'zeige', 'zeig', 'erkläre', 'erklare', 'erklaere',
                  'erklären', 'erklaren', 'erklaeren', 'bedeutet', 'bedeuten',
-                 'bedeutung', 'könnt', 'konnt', 'koennt', 'könnten', 'konnten', 'koennten',
+                 'bedeutung', 'konnen', 'koennen', 'konnte', 'koennte',
+                 'könnt', 'konnt', 'koennt', 'könnten', 'konnten', 'koennten',
                  'könntest', 'konntest', 'koenntest', 'sollten', 'solltest', 'sollst',
                  'möchten', 'mochten', 'moechten', 'möchtest', 'mochtest', 'moechtest',
                  'musst', 'müsste', 'musste', 'muesste', 'willst', 'darfst',

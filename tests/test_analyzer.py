@@ -947,6 +947,10 @@ def test_german_question_words_are_dropped_from_queries_and_reported(
             ("Inwiefern hilft Caching", ["hilft", "caching"]),
             ("Wonach sucht der Index", ["sucht", "index"]), ("Gibts eine API", ["api"]),
             ("Dateien, die wir löschen konnten", ["datei", "losch", "konnt"]),
+            # `können` and `könnte` are stop words; typed without the umlaut they were not
+            ("Koennte ich das Konto loeschen", ["konto", "losch"]),
+            ("Konnen wir upgraden", ["upgrad"]),
+            ("Die Datei konnte nicht geöffnet werden", ["datei", "konnt", "geoffnet"]),
             # words that also name things are searched where the question does not put
             # them: after what it asks about, or opening a request that is no question
             ("Dateien finden, die gelöscht werden dürfen", ["datei", "find", "geloscht",
