@@ -961,6 +961,12 @@ def test_german_question_words_are_dropped_from_queries_and_reported(
             # English's are dropped under german_v8 as before
             ("what is a Verzeichnis", ["verzeichnis"])):
         assert analyze(query) == terms, query
+    # a naming word is dropped only where it is a question word at all: each of the two
+    # lists must hold it, or it is searched everywhere
+    [(unlisted,)] = conn.execute(
+        "select array(select unnest(pgfunnel._naming_question_words()) except "
+        "select unnest(pgfunnel._question_words('german_v8')))").fetchall()
+    assert unlisted == []
     # the reason is the same as English's, and dropped_query_words names them
     reasons = dict(conn.execute(
         "select token, dropped from pgfunnel.analyze_tokens('warum startet der Dienst', "
