@@ -44,7 +44,12 @@ _LOG_SQL = sql.SQL(
     "select sl.id, c.name, sl.index_version_id, sl.config, {params}, sl.query_text, "
     "sl.principals, sl.tenant, sl.at, {embedding}, {searched}, sl.notes "
     "from pgfunnel.search_log sl "
-    "join pgfunnel.collection c on c.id = sl.collection_id where sl.id = %s").format(
+    "join pgfunnel.collection c on c.id = sl.collection_id where sl.id = %s "
+    # the search_log policy's rule, applied without row-level security too, where the
+    # principals given are the reader's word: a search whose principals are not all the
+    # reader's could have found chunks the reader may not see
+    "and sl.principals operator(pg_catalog.<@) %s::text[] "
+    "and (sl.tenant is null or sl.tenant operator(pg_catalog.=) %s::text)").format(
         params=sql.SQL(LOGGED_PARAMS), embedding=sql.SQL(LOGGED_EMBEDDING_RECORDED),
         searched=sql.SQL(LOGGED_TEXT_SEARCHED))
 # a chunk deleted since keeps its trace row (no foreign key): no document to name then
@@ -53,7 +58,11 @@ _TRACE_SQL = ("select t.chunk_id, t.lexical_rank, t.lexical_score, t.dense_rank,
               "t.final_rank, t.dropped, ch.document_id, d.citekey, ch.ordinal "
               "from pgfunnel.search_trace t left join pgfunnel.chunk ch on ch.id = t.chunk_id "
               "left join pgfunnel.document d on d.id = ch.document_id "
-              "where t.search_id = %s")
+              "where t.search_id = %s "
+              # a chunk the reader may no longer see (its readers changed since) is left
+              # out, as search_trace's policy leaves it out under row-level security
+              "and (d.id is null or ((d.is_public or d.readers operator(pg_catalog.&&) "
+              "%s::text[]) and (d.tenant is null or d.tenant operator(pg_catalog.=) %s::text)))")
 
 
 class _Traced(NamedTuple):
@@ -112,8 +121,11 @@ def _read_log(funnel: Funnel, conn: psycopg.Connection[Any], search_id: int,
     reader (under row-level security the policies read its settings)."""
     ids: dict[str, int | None] = {}
     with funnel._transaction(conn, reader), tuple_rows(conn):
-        row = conn.execute(_LOG_SQL, (list(LOGGED_SEARCH_PARAMS), search_id)).fetchone()
-        traced = [_Traced(*r) for r in conn.execute(_TRACE_SQL, (search_id,)).fetchall()]
+        row = conn.execute(_LOG_SQL, (list(LOGGED_SEARCH_PARAMS), search_id,
+                                      list(reader.principals), reader.tenant)).fetchone()
+        traced = [_Traced(*r) for r in conn.execute(
+            _TRACE_SQL, (search_id, list(reader.principals), reader.tenant)).fetchall()] \
+            if row is not None else []
         if row is not None:
             for target in targets:
                 if not is_document_target(target):
@@ -276,7 +288,11 @@ _FILTERS_SQL = (
     "%(metadata_filter)s::jsonb is null or d.metadata @> %(metadata_filter)s::jsonb "
     "from pgfunnel.document d join pgfunnel.collection c on c.id = d.collection_id "
     "where c.name = %(collection)s and (d.citekey = %(citekey)s or d.id = (select "
-    "ch.document_id from pgfunnel.chunk ch where ch.id = %(chunk_id)s))")
+    "ch.document_id from pgfunnel.chunk ch where ch.id = %(chunk_id)s)) "
+    # only a document the reader reading the log may see (the policy's rule, without
+    # row-level security too): one it may not is a document that does not exist
+    "and (d.is_public or d.readers operator(pg_catalog.&&) %(reader_principals)s::text[]) "
+    "and (d.tenant is null or d.tenant = %(reader_tenant)s::text)")
 
 
 def _name_filters(funnel: Funnel, conn: psycopg.Connection[Any], log: _Logged,
@@ -287,7 +303,8 @@ def _name_filters(funnel: Funnel, conn: psycopg.Connection[Any], log: _Logged,
     p = log.params
     args = p.sql_args()
     args.update(as_of=p.as_of, citekey=target if is_document_target(target) else None,
-                chunk_id=None)
+                chunk_id=None, reader_principals=list(reader.principals),
+                reader_tenant=reader.tenant)
     if not is_document_target(target):
         with funnel._transaction(conn, reader), tuple_rows(conn):
             args["chunk_id"] = resolve_target(conn, target, log.collection)

@@ -328,6 +328,40 @@ def test_explain_a_logged_search_reads_the_log_as_the_reader(app_dsn: str) -> No
             str(hidden.value).replace(str(sid), "ID")
 
 
+@pytest.mark.parametrize("mode", ["plain", "rls"])
+def test_a_logged_search_is_explained_to_a_reader_only_as_far_as_its_principals_see(
+        request: pytest.FixtureRequest, mode: str) -> None:
+    # without row-level security the principals given are the reader, as for a live
+    # explain: before, bob was shown alice's trace (the citekey and ranks of a chunk he may
+    # not see), and told which filter hid a document he cannot see, where one that does
+    # not exist got "does not exist"
+    from pgfunnel.errors import NotFoundError
+    from pgfunnel.explain import explain
+
+    dsn = request.getfixturevalue("plain_db" if mode == "plain" else "app_dsn")
+    with _funnel(dsn) as f:
+        alices = f.search(QUERY, query_embedding=QVEC, k=5, principals=["alice"],
+                          trace=True).search_id
+        bobs = f.search(QUERY, query_embedding=QVEC, k=5, principals=["bob"],
+                        trace=True).search_id
+        assert alices is not None and bobs is not None
+        # control: alice reads her own trace, and is told which filter hid it from bob
+        mine = explain(f, None, "secret#0", search_id=alices, principals=["alice"])
+        assert mine.verdict == "returned" and mine.citekey == "secret"
+        told = explain(f, None, "secret", search_id=bobs, principals=["alice", "bob"])
+        assert "is hidden from its reader by its principals ['bob']" in told.reason, told
+        for reader in (["bob"], []):
+            with pytest.raises(NotFoundError, match=rf"^search {alices} is not in the search log"):
+                explain(f, None, "secret#0", search_id=alices, principals=reader)
+        for target in ("secret", "secret#0", "nosuch", "nosuch#0"):
+            e = explain(f, None, target, search_id=bobs, principals=["bob"])
+            assert e.verdict == "filtered out or does not exist", e
+            assert e.citekey is None and "hidden from its reader" not in e.reason, e
+            assert e.reason.replace("secret", "X").replace("nosuch", "X") == \
+                explain(f, None, target.replace("secret", "nosuch"), search_id=bobs,
+                        principals=["bob"]).reason.replace("nosuch", "X"), e
+
+
 # -- missing principals -------------------------------------------------------------
 
 def test_null_principals_is_an_error(plain_db: str) -> None:

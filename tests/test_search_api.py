@@ -1827,10 +1827,15 @@ def test_explain_a_logged_search_from_its_trace(cap_conn: psycopg.Connection[Any
     doc = explain(other, None, "alpha", search_id=sid)
     assert doc.verdict == "returned" and doc.final_rank == 1
     # not among the candidates: the logged query replayed as its reader, on its version
+    # (explained by a reader in tenant acme, which reads the log of a search in no tenant)
     acme, teapots, absent = explain_many(other, None, ["acme-glacier", "teapots#0",
-                                                       "nosuch"], search_id=sid)
+                                                       "nosuch"], search_id=sid, tenant="acme")
     assert acme.verdict == "filtered out or does not exist" and acme.chunk_id is None
     # the reader explaining sees the document: which of the logged filters hid it is said
+    # (to a reader in no tenant, which cannot see it either, it does not exist)
+    outside = explain(other, None, "acme-glacier", search_id=sid)
+    assert outside.verdict == "filtered out or does not exist" and outside.citekey is None
+    assert "document acme-glacier does not exist" in outside.reason, outside.reason
     assert acme.reason == (f"not among the {len(resp.pool)} candidates search {sid} logged: "
                            "document 'acme-glacier' is hidden from its reader by its tenant "
                            "None")
