@@ -831,15 +831,20 @@ def test_example_webapp_hides_chunk(app_dsn: str) -> None:
             == 200
 
 
-def test_eval_as_a_reader_under_rls_looks_for_judged_items_as_that_reader(
-        app_dsn: str) -> None:
+@pytest.mark.parametrize("mode", ["plain", "rls"])
+def test_eval_as_a_reader_looks_for_judged_items_as_that_reader(
+        request: pytest.FixtureRequest, mode: str) -> None:
     """The harness checks that judged items exist as the reader its searches run as:
-    under row-level security nothing is visible without the reader's settings."""
+    under row-level security nothing is visible without the reader's settings, and
+    without it the principals given are the reader (before, a document hidden from them
+    was not said to be missing: it counted as never found without a word, while a
+    citekey no document has was named)."""
     import warnings
 
     from pgfunnel.eval.harness import Harness, preset_configs
     from pgfunnel.eval.qrels import JudgedQuery
 
+    app_dsn = request.getfixturevalue("plain_db" if mode == "plain" else "app_dsn")
     queries = [JudgedQuery("q1", QUERY, "keyword", {"pub000": 1, "secret": 1})]
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no "not in collection" warning for alice

@@ -765,15 +765,20 @@ class Harness:
         key = ("d.citekey" if level == "document"
                else "d.citekey || '#' || ch.ordinal::text")
         # as the reader the searches run as: under row-level security the policies read
-        # its settings, and without them every document is hidden
+        # its settings, and without them every document is hidden; without it the
+        # principals and tenant given are the reader (the searches' own rule), or a
+        # document hidden from them counted as never found without being named
         reader = SearchParams.build(principals=self.principals, tenant=self.tenant)
         with self.funnel._transaction(conn, reader):
             return {r[0] for r in conn.execute(
                 sql.SQL("select distinct {key} from pgfunnel.document d "
                         "join pgfunnel.collection c on c.id = d.collection_id "
                         "join pgfunnel.chunk ch on ch.document_id = d.id "
-                        "where c.name = %s and {key} = any(%s)").format(key=sql.SQL(key)),
-                (self.collection, list(items)))}
+                        "where c.name = %s and {key} = any(%s) "
+                        "and (d.is_public or d.readers operator(pg_catalog.&&) %s::text[]) "
+                        "and (d.tenant is null or d.tenant operator(pg_catalog.=) %s::text)"
+                        ).format(key=sql.SQL(key)),
+                (self.collection, list(items), list(reader.principals), reader.tenant))}
 
     def _missing_items(self, conn: psycopg.Connection[Any], queries: Sequence[JudgedQuery],
                        level: str) -> list[str]:
