@@ -98,7 +98,12 @@ def _log_written_by_reader(log: str) -> str:
             f" and {log}logged_by = current_user")
 
 
-_LOG_WRITE = _log_written_by_reader("")
+# and under an id this session drew from the log's sequence (the column's default, or its
+# own nextval): an id written by hand ahead of the sequence made another reader's next
+# traced search fail on the primary key (currval is the value the default just drew)
+_LOG_WRITE = (_log_written_by_reader("")
+              + " and id operator(pg_catalog.=) "
+              "pg_catalog.currval('pgfunnel.search_log_id_seq'::pg_catalog.regclass)")
 _TRACE_READ = ("exists (select 1 from pgfunnel.search_log l where l.id = search_id) and "
                + _BY_CHUNK_PREDICATE)
 # a trace row goes only into a search the reader logged itself, so no reader can add

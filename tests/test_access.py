@@ -362,6 +362,32 @@ def test_a_logged_search_is_explained_to_a_reader_only_as_far_as_its_principals_
                         principals=["bob"]).reason.replace("nosuch", "X"), e
 
 
+def test_a_reader_cannot_log_under_an_id_ahead_of_the_sequence(rls_db: str) -> None:
+    # before, a reader inserted search_log rows under the next ids by hand (the identity
+    # column takes an explicit value), and every other reader's traced search then failed
+    # on the primary key until the sequence had passed them
+    mallory, victim = create_app_role(rls_db), create_app_role(rls_db)
+    with connect(mallory, autocommit=True) as c:
+        with c.transaction():
+            c.execute("select set_config('pgfunnel.principals', '[]', true)")
+            nxt = c.execute("select pg_catalog.nextval('pgfunnel.search_log_id_seq')").fetchone()
+            ver = c.execute("select id, collection_id from pgfunnel.index_version").fetchone()
+            assert nxt is not None and ver is not None
+        insert = ("insert into pgfunnel.search_log (id, collection_id, index_version_id, "
+                  "config_hash, config, principals) values (%s, %s, %s, 'x', '{}', '{}')")
+        for ahead in (1, 2, 3):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege,
+                               match="row-level security"), c.transaction():
+                c.execute("select set_config('pgfunnel.principals', '[]', true)")
+                c.execute(insert, (nxt[0] + ahead, ver[1], ver[0]))
+        # control: its own traced search logs as before
+        with _funnel(c) as f:
+            assert f.search(QUERY, query_embedding=QVEC, k=3, trace=True).search_id
+    with _funnel(victim) as f:
+        assert f.search(QUERY, query_embedding=QVEC, k=3, principals=["bob"],
+                        trace=True).search_id
+
+
 # -- missing principals -------------------------------------------------------------
 
 def test_null_principals_is_an_error(plain_db: str) -> None:
