@@ -8,6 +8,7 @@ import time
 import unicodedata
 import warnings
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -358,10 +359,13 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
               exclude: list[str] | None = None, root: Path | None = None,
               kept: dict[str, int] | None = None, prune: bool = False,
               encoding: str | None = None, analyzer: str | None = None,
-              max_expanded_mib: int | None = None) -> Any:
+              max_expanded_mib: int | None = None,
+              on_wait: Callable[[str], None] | None = None) -> Any:
     """Ingest ``paths``. ``kept``, when given, counts as it goes the documents read
     ("total") and those whose batch has committed ("stored"), and, with ``prune``, the
-    documents pruned once that has committed ("pruned"), for what a Ctrl-C says."""
+    documents pruned once that has committed ("pruned"), for what a Ctrl-C says.
+    ``on_wait`` gets the line naming another ingest of the collection that this one
+    waits for."""
     from pgfunnel.db import connect
     from pgfunnel.embedder import Embedder, check_model_name
     from pgfunnel.errors import InvalidInputError
@@ -371,6 +375,7 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
         check_ingest_analyzer,
         check_new_collection_name,
         collection_id,
+        one_ingest_at_a_time,
         same_model,
     )
     if model is not None:
@@ -384,7 +389,7 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
                                           reading, max_expanded_mib)
     if kept is not None:
         kept["total"] = len(records)
-    with connect(dsn_value, autocommit=True) as conn:
+    with connect(dsn_value, autocommit=True) as conn, ExitStack() as stack:
         from pgfunnel.db import require_schema
         from pgfunnel.schema import require_current_schema
         from pgfunnel.versions import name_session
@@ -392,6 +397,10 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
         name_session(conn, f"pgfunnel ingest {collection}")
         require_schema(conn)
         require_current_schema(conn)  # before the model loads
+        # before anything stored is read: a second run of the same collection waits for
+        # the first, then finds its documents unchanged (both embedded everything, and
+        # the loser threw its vectors away)
+        stack.enter_context(one_ingest_at_a_time(conn, collection, on_wait))
         cid = collection_id(conn, collection)
         if cid is not None and copies:
             # a copy whose citekey an earlier ingest stored (the file since edited into
@@ -631,6 +640,7 @@ def ingest(
                           "deleted)")
         return
     kept: dict[str, int] = {}
+    waited: list[str] = []
 
     def stopped() -> str:
         # each batch is one transaction: a document is in whole, with its chunks, terms
@@ -668,8 +678,10 @@ def ingest(
         stats = do_ingest(dsn, paths, collection, chunk_words, model, private,
                           show_progress=not json_out, exclude=exclude, root=root, kept=kept,
                           prune=prune, encoding=encoding, analyzer=analyzer,
-                          max_expanded_mib=max_expanded_mib)
+                          max_expanded_mib=max_expanded_mib,
+                          on_wait=_waiting_note(json_out, waited))
     if json_out:
+        stats.notes[:0] = waited
         emit_json(stats.__dict__, ("notes",))
         return
     # the progress bar counts the texts the model read; chunks that repeat another's text

@@ -259,6 +259,71 @@ def ingest_lock(conn: psycopg.Connection[Any], collection: str) -> None:
                  (collection,))
 
 
+#: the key (hashed, the collection's name after it) of the lock :func:`one_ingest_at_a_time`
+#: holds for the whole of a `pgfunnel ingest` run
+INGEST_RUN_LOCK = "pgfunnel:ingest-run:"
+
+
+@contextmanager
+def one_ingest_at_a_time(conn: psycopg.Connection[Any], collection: str,
+                         on_wait: Callable[[str], None] | None = None,
+                         poll_s: float = 0.2) -> Iterator[None]:
+    """Hold, for the session of ``conn`` (autocommit), the lock that lets one ingest run of
+    ``collection`` at a time: taken before the run reads what is stored, released when
+    the block ends or the session does (a crashed run's lock goes with its connection).
+
+    Two runs at once (overlapping cron jobs, a CI job retried while the first still ran)
+    each embedded every changed document (minutes on a CPU), and the one that lost the
+    race for the per-batch writer lock threw its vectors away. The second now waits, then
+    finds the first's documents unchanged and embeds nothing. ``on_wait`` gets the line
+    that names the session it waits for (pid, application_name), before it waits.
+
+    Taken by polling: a session blocked in pg_advisory_lock holds a snapshot, which the
+    first run's concurrent HNSW build would wait for (a deadlock). The session's
+    lock_timeout, when set, bounds the wait: a ConflictError naming the holder."""
+    from pgfunnel.schema import advisory_lock_holder
+
+    key = INGEST_RUN_LOCK + collection
+
+    def take() -> bool:
+        row = conn.execute("select pg_catalog.pg_try_advisory_lock(pg_catalog.hashtext(%s))",
+                           (key,)).fetchone()
+        return bool(row and row[0])
+
+    try:
+        if not take():
+            holder = advisory_lock_holder(conn, key)
+            # shown with its unit ('200ms', '0'), so that it reads as an interval
+            row = conn.execute(
+                "select pg_catalog.current_setting('lock_timeout'), pg_catalog.date_part("
+                "'epoch', pg_catalog.current_setting('lock_timeout')::interval)").fetchone()
+            limit, limit_s = (str(row[0]), float(row[1])) if row else ("0", 0.0)
+            if holder is not None and on_wait is not None:
+                on_wait(f"waiting for another ingest of collection {collection!r} to finish: "
+                        f"{holder[0]}; this ingest then embeds only what that one did not "
+                        f"write (pg_terminate_backend({holder[1]}) ends one that is stuck)")
+            started = time.monotonic()
+            while not take():
+                if limit_s and time.monotonic() - started >= limit_s:
+                    holder = advisory_lock_holder(conn, key) or holder
+                    raise ConflictError(
+                        f"another ingest of collection {collection!r} is running: "
+                        f"{holder[0] if holder else 'a session that has ended since'}; this "
+                        f"ingest waited for it as long as the session's lock_timeout ({limit}) "
+                        "allows and wrote nothing: run it again when that one has finished")
+                time.sleep(poll_s)
+    except psycopg.Error as exc:
+        raise translate(exc) from exc
+    try:
+        yield
+    finally:
+        # a closed or broken connection has let go of the lock already
+        with suppress(psycopg.Error):
+            if not conn.closed:
+                conn.execute("select pg_catalog.pg_advisory_unlock(pg_catalog.hashtext(%s))",
+                             (key,))
+
+
 # What the HNSW graph of a version stores, recorded in its params as "hnsw_type".
 # Versions made by this release store half-precision copies: on the pydocs corpus
 # (9,624 chunks, 384 dims) the index is 11 MB instead of 19, with the same walk time,

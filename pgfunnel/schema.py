@@ -648,6 +648,13 @@ def _init_lock_holder(conn: psycopg.Connection[Any]) -> tuple[str, int] | None:
     """The session that holds the lock of init and migrate, as a message names it (pid,
     application_name, how long it has been connected), and its pid; None when none does
     (it let go meanwhile)."""
+    return advisory_lock_holder(conn, INIT_LOCK)
+
+
+def advisory_lock_holder(conn: psycopg.Connection[Any], key: str) -> tuple[str, int] | None:
+    """The session that holds the advisory lock ``pg_advisory_lock(hashtext(key))``, as a
+    message names it (pid, application_name, how long it has been connected), and its
+    pid; None when none does (it let go meanwhile)."""
     # pg_advisory_lock(bigint) keeps its key's high half in classid, its low in objid
     row = conn.execute(
         "select a.pid, a.application_name, pg_catalog.to_char(pg_catalog.now() "
@@ -658,7 +665,7 @@ def _init_lock_holder(conn: psycopg.Connection[Any]) -> tuple[str, int] | None:
         "                      where d.datname = pg_catalog.current_database()) "
         "   and ((l.classid::bigint << 32) | l.objid::bigint) "
         "       = pg_catalog.hashtext(%s)::bigint "
-        " limit 1", (INIT_LOCK,)).fetchone()
+        " limit 1", (key,)).fetchone()
     if row is None:
         return None
     pid, name, age = row
