@@ -539,12 +539,14 @@ def _named_args(names: Sequence[str]) -> sql.Composable:
 
 # composed once, as text: every search sends the same statement, prepared, and composing
 # it again per search would cost each one the quoting.
-# A result's document_id, which funnel_search's and final's rows do not carry (their
-# columns are the documented ones): looked up by the chunk's primary key, one index probe
-# a row (a join could plan as a hash over every chunk), in the search's own statement.
-# Measured on 10 rows: about 0.016 ms a search for the owner, about 0.12 ms for a reader
-# under RLS, whose chunk policy probes the document and its visibility for each row; a
-# funnel_search column would cost neither, but needs a migration
+# A plain search's document_id, which funnel_search's rows do not carry (its columns are
+# the documented ones): looked up by the chunk's primary key, one index probe a row (a
+# join could plan as a hash over every chunk), in the search's own statement. Measured on
+# 10 rows: about 0.016 ms a search for the owner, about 0.12 ms for a reader under RLS,
+# whose chunk policy probes the document and its visibility for each row; a
+# funnel_search column would cost neither, but needs a migration. final()'s rows take it
+# from the pool they were given instead (_results_of_final): each Candidate carries it,
+# so that route pays nothing for it
 _RESULT_DOCUMENT_ID = sql.SQL(
     "(select ch.document_id from pgfunnel.chunk ch where ch.id = f.chunk_id)")
 _FUNNEL_SQL = sql.SQL(
@@ -559,7 +561,7 @@ _CANDIDATES_SQL = sql.SQL(
     "as_of => coalesce(%(as_of)s, now()), {args})").format(
         cols=_CANDIDATE_COLUMNS, args=_named_args(_ARG_NAMES)).as_string()
 _FINAL_SQL = sql.SQL(
-    "select {cols}, {document_id} from pgfunnel.final("
+    "select {cols} from pgfunnel.final("
     "chunk_ids => %(chunk_ids)s, fused_ranks => %(fused_ranks)s, "
     "fused_scores => %(fused_scores)s, lexical_ranks => %(lexical_ranks)s, "
     "lexical_scores => %(lexical_scores)s, dense_ranks => %(dense_ranks)s, "
@@ -569,8 +571,22 @@ _FINAL_SQL = sql.SQL(
     "as_of => coalesce(%(as_of)s, now()), metadata_filter => %(metadata_filter)s, "
     "per_source_cap => %(per_source_cap)s, trace => %(trace)s, "
     "query_text => %(query_text)s, config => %(config)s, "
-    "index_version_id => %(index_version_id)s, log_notes => %(log_notes)s) f").format(
-        cols=_RESULT_COLUMNS, document_id=_RESULT_DOCUMENT_ID).as_string()
+    "index_version_id => %(index_version_id)s, log_notes => %(log_notes)s)").format(
+        cols=_RESULT_COLUMNS).as_string()
+
+
+def _results_of_final(rows: Iterable[Sequence[Any]],
+                      ordered: Sequence[_Ranked]) -> list[Result]:
+    """final()'s rows as Results, each with the document_id of its candidate in
+    ``ordered`` (final returns only chunks it was given). A candidate built by hand
+    without one holds the default 0, which is no document's id: its result has None."""
+    documents = {c.chunk_id: getattr(c, "document_id", 0) for c in ordered}
+    results = []
+    for row in rows:
+        result = Result(*row)
+        result.document_id = documents.get(result.chunk_id) or None
+        results.append(result)
+    return results
 
 
 #: the id of the session's last traced search (``pgfunnel.last_search_id()``), read without
@@ -1470,7 +1486,7 @@ class Funnel:
                     cursor = self._execute_final(
                         conn, query, ordered, p, reranked=reranked, notes=notes,
                         index_version_id=index_version_id, log_notes=log_notes)
-                return [Result(*r) for r in cursor.fetchall()]
+                return _results_of_final(cursor.fetchall(), ordered)
         except psycopg.Error as exc:
             raise with_schema_access_hint(conn, _limit_named(translate(exc), p, conn)) from exc
 
@@ -1562,7 +1578,7 @@ class Funnel:
                                          notes=notes or None,
                                          index_version_id=seen.get("version_id"),
                                          log_notes=log_notes)
-            results = [Result(*r) for r in cursor.fetchall()]
+            results = _results_of_final(cursor.fetchall(), ordered)
             search_id = _search_id(conn, results, p.trace)
         timings["final"] = (time.perf_counter() - t2) * 1000
         return SearchResponse(query, results, pool=ordered, reranked=skipped is None,

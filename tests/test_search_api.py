@@ -18,7 +18,7 @@ from pgfunnel.db import connect
 from pgfunnel.errors import ConfigError, InvalidInputError, ModelLoadError, RerankError
 from pgfunnel.ingest import Ingester
 from pgfunnel.rerank import Reranker
-from pgfunnel.search import Funnel, FusionUsed, Result, SearchParams
+from pgfunnel.search import _FINAL_SQL, Funnel, FusionUsed, Result, SearchParams
 from pgfunnel.sources import DocumentRecord
 from pgfunnel.tiny_models import build_tiny_cross_encoder
 from pgfunnel.transform import GuardedRewriter
@@ -2493,3 +2493,24 @@ def test_results_carry_their_documents_id_on_every_path(
     # the pool's candidates and the results name the same documents
     assert {c.chunk_id: c.document_id for c in pool}.items() >= \
         {r.chunk_id: r.document_id for r in answers["final"]}.items()
+
+
+def test_final_takes_document_id_from_the_pool_it_is_given(
+        sample_db: str, sample_conn: psycopg.Connection[Any]) -> None:
+    """final() looked each result's document_id up in SQL, which a reader under RLS paid
+    for per row (the chunk policy): it reads it from the candidates it is given, and a
+    candidate built without one (the default 0, no document's id) gives None, not 0."""
+    p = SearchParams.build(k=5, principals=[])
+    with Funnel(sample_db, embedder=None) as f:
+        pool = f.candidates(sample_conn, "refund annual plan", None, p)
+        assert len(pool) >= 2
+        bare = [dataclasses.replace(c, document_id=0) for c in pool]
+        bare[0] = pool[0]
+        results = f.final(sample_conn, "refund annual plan", bare, p, reranked=False)
+        sample_conn.commit()
+    assert "pgfunnel.chunk" not in _FINAL_SQL
+    documents = {c.chunk_id: c.document_id for c in pool}
+    got = {r.chunk_id: r.document_id for r in results}
+    assert got[pool[0].chunk_id] == documents[pool[0].chunk_id]
+    assert all(d is None for chunk, d in got.items() if chunk != pool[0].chunk_id)
+    assert len(got) >= 2

@@ -95,8 +95,8 @@ from pgfunnel.search import (
     FUSION_USED_SQL,
     Candidate,
     Funnel,
-    Result,
     SearchParams,
+    _results_of_final,
     fusion_used_of,
     refuse_unused_rrf_k,
     rerank_head,
@@ -537,7 +537,7 @@ class Harness:
                 cursor = self.funnel._execute_final(conn, text, ordered, cp,
                                                     reranked=reranked, notes=notes,
                                                     log_notes=log_notes)
-            capped = [Result(*r) for r in cursor.fetchall()]
+            capped = _results_of_final(cursor.fetchall(), ordered)
         ranked = {"lexical": lex, "dense": den, "fused": pool, "reranked": ordered,
                   "capped": capped}
         stages = {s: keys(ranked[s]) for s in cfg.stages()}
