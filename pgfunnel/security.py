@@ -858,26 +858,35 @@ def schema_access(conn: psycopg.Connection[Any]) -> SchemaAccess | None:
     return None if row is None else SchemaAccess(*row)
 
 
-def schema_access_hint(conn: psycopg.Connection[Any]) -> str | None:
+#: said after the role :func:`with_access_hint_from` names for an engine: the connection it
+#: reads on is one of its own, as the engine's login role, and neither Postgres' refusal
+#: (its message and diagnostics name no role) nor the refused connection (its transaction
+#: aborted, and a rollback would undo a SET ROLE in it) can say which role was refused
+LOGIN_ROLE_NOTE = (" (the engine's login role: a SET ROLE in the refused transaction is not "
+                   "seen here, and where it ran, the role it set is the one to grant)")
+
+
+def schema_access_hint(conn: psycopg.Connection[Any], *, role_note: str = "") -> str | None:
     """What a role refused "permission denied for schema pgfunnel" should have done, for the
     mode this database is in, naming the schema's owner (who alone can fix it); None where
-    the schema is not there."""
+    the schema is not there. ``role_note`` follows the role's name."""
     access = schema_access(conn)
     if access is None:
         return None
+    role = f"role {access.role!r}{role_note}"
     if access.rls and access.roles_exist:
-        return f"; role {access.role!r} was granted nothing on pgfunnel: {access.advice()}"
-    return (f"; role {access.role!r} was granted nothing on pgfunnel, and "
-            f"{access.advice()}")
+        return f"; {role} was granted nothing on pgfunnel: {access.advice()}"
+    return f"; {role} was granted nothing on pgfunnel, and {access.advice()}"
 
 
-def with_schema_access_hint(conn: psycopg.Connection[Any], error: BaseException) -> BaseException:
+def with_schema_access_hint(conn: psycopg.Connection[Any], error: BaseException, *,
+                            role_note: str = "") -> BaseException:
     """``error`` with the advice after "permission denied for schema pgfunnel" said for this
     database (:func:`schema_access_hint`: its mode, the role and the schema's owner, read
     on ``conn`` from the catalogs, which any role may read) in place of the words true in
     both modes (:data:`pgfunnel.errors.SCHEMA_GRANT_HINT`), as the CLI says it; ``error``
     itself when it holds no such advice or ``conn`` cannot read them (closed, or its
-    transaction aborted)."""
+    transaction aborted). ``role_note`` follows the role's name (:data:`LOGIN_ROLE_NOTE`)."""
     if type(error) is not AccessError or SCHEMA_GRANT_HINT not in str(error) or conn.closed:
         return error
     if conn.info.transaction_status not in (psycopg.pq.TransactionStatus.IDLE,
@@ -885,7 +894,7 @@ def with_schema_access_hint(conn: psycopg.Connection[Any], error: BaseException)
         return error
     try:
         with tuple_rows(conn), own_transaction(conn):
-            hint = schema_access_hint(conn)
+            hint = schema_access_hint(conn, role_note=role_note)
     except psycopg.Error:
         return error
     if hint is None:
@@ -902,7 +911,9 @@ def with_access_hint_from(bind: Any, error: BaseException) -> BaseException:
     own, as the refused one's transaction is aborted (a session's own, rolled back or not,
     is left alone). ``error`` itself where no connection can be had (a session bound to no
     engine; an async engine, which cannot connect from synchronous code; a server gone) or
-    read."""
+    read. Read on the engine's connection, the role named is the engine's login role, and
+    the advice says so (:data:`LOGIN_ROLE_NOTE`): a SET ROLE in the refused transaction is
+    not seen there."""
     if isinstance(bind, psycopg.Connection):
         return with_schema_access_hint(bind, error)
     import sqlalchemy
@@ -929,7 +940,7 @@ def with_access_hint_from(bind: Any, error: BaseException) -> BaseException:
                 raw = own.driver_connection
                 if not isinstance(raw, psycopg.Connection):
                     return error
-                return with_schema_access_hint(raw, error)
+                return with_schema_access_hint(raw, error, role_note=LOGIN_ROLE_NOTE)
             finally:
                 own.close()
         finally:

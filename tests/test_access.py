@@ -33,6 +33,7 @@ from pgfunnel import schema
 from pgfunnel.db import connect
 from pgfunnel.errors import AccessError, ConfigError, ConnectionFailedError
 from pgfunnel.search import Funnel
+from pgfunnel.security import LOGIN_ROLE_NOTE
 
 QUERY = "refund monthly plan invoice"
 QVEC = unit(np.linspace(1.0, 2.0, DIM))
@@ -1708,10 +1709,11 @@ def test_translate_given_where_sqlalchemy_was_refused_says_this_modes_advice(
                                "where nspname = 'pgfunnel'").fetchone()
     assert owner_row is not None
     said_for_mode = (
-        f"role {role!r} was granted nothing on pgfunnel: as {owner_row[0]!r} (the schema's "
-        f"owner, where it created the roles) or a superuser, run `grant pgfunnel_reader to "
-        f"{role}`" if mode == "rls" else
-        f"role {role!r} was granted nothing on pgfunnel, and this database is not in RLS "
+        f"role {role!r}{LOGIN_ROLE_NOTE} was granted nothing on pgfunnel: as "
+        f"{owner_row[0]!r} (the schema's owner, where it created the roles) or a superuser, "
+        f"run `grant pgfunnel_reader to {role}`" if mode == "rls" else
+        f"role {role!r}{LOGIN_ROLE_NOTE} was granted nothing on pgfunnel, and this database "
+        "is not in RLS "
         f"mode (pgfunnel_reader holds nothing here): connect as {owner_row[0]!r}")
     stmt = select(funnel_search_tvf(QUERY, k=3, principals=[]).c.citekey)
     engine = engine_from_dsn(with_user(db, role))
@@ -1737,6 +1739,45 @@ def test_translate_given_where_sqlalchemy_was_refused_says_this_modes_advice(
         assert SCHEMA_GRANT_HINT not in text, (bind, text)
 
 
+def test_translate_with_bind_says_it_names_the_login_role_not_a_set_role(db: str) -> None:
+    """An app that ran SET ROLE in its transaction was refused as the role it set, and
+    translate(exc, bind=session) named the engine's login role as the one granted nothing
+    (it reads on a connection of its own; the refusal names no role): the advice now says
+    the role it names is the login role, and that a SET ROLE's role is the one to grant."""
+    from sqlalchemy import select, text
+    from sqlalchemy.exc import DBAPIError
+    from sqlalchemy.orm import Session
+
+    from pgfunnel.errors import SCHEMA_GRANT_HINT, translate
+    from pgfunnel.sqla import engine_from_dsn, funnel_search_tvf
+
+    schema.init(db)
+    ingest_docs(db, _corpus(3))
+    login = f"pgf_sa_{uuid.uuid4().hex[:8]}"
+    set_to = f"pgf_set_{uuid.uuid4().hex[:8]}"
+    with connect(db, autocommit=True) as su:
+        su.execute(sql.SQL("create role {} login").format(sql.Identifier(login)))
+        su.execute(sql.SQL("create role {}").format(sql.Identifier(set_to)))
+        su.execute(sql.SQL("grant {} to {}").format(sql.Identifier(set_to),
+                                                    sql.Identifier(login)))
+    stmt = select(funnel_search_tvf(QUERY, k=3, principals=[]).c.citekey)
+    engine = engine_from_dsn(with_user(db, login))
+    try:
+        with Session(engine) as session:
+            # SET ROLE, with the role's name a bound value
+            session.execute(text("select pg_catalog.set_config('role', :r, false)"),
+                            {"r": set_to})
+            with pytest.raises(DBAPIError) as caught:
+                session.execute(stmt).all()
+            said = str(translate(caught.value, bind=session))
+    finally:
+        engine.dispose()
+    assert SCHEMA_GRANT_HINT not in said, said
+    assert said.startswith(f"permission denied for schema pgfunnel; role {login!r}"
+                           f"{LOGIN_ROLE_NOTE} was granted nothing on pgfunnel"), said
+    assert "SET ROLE" in LOGIN_ROLE_NOTE and "login role" in LOGIN_ROLE_NOTE
+
+
 def test_translate_with_bind_neither_waits_on_the_apps_pool_nor_raises_on_its_own(
         db: str) -> None:
     """translate(exc, bind=...) read the mode on a connection from the application's own
@@ -1758,8 +1799,8 @@ def test_translate_with_bind_neither_waits_on_the_apps_pool_nor_raises_on_its_ow
     role = f"pgf_sa_{uuid.uuid4().hex[:8]}"
     with connect(db, autocommit=True) as su:
         su.execute(sql.SQL("create role {} login").format(sql.Identifier(role)))
-    for_mode = (f"role {role!r} was granted nothing on pgfunnel, and this database is not in "
-                "RLS mode")
+    for_mode = (f"role {role!r}{LOGIN_ROLE_NOTE} was granted nothing on pgfunnel, and this "
+                "database is not in RLS mode")
     stmt = select(funnel_search_tvf(QUERY, k=3, principals=[]).c.citekey)
     # one connection, none in overflow: the refused one is the pool's only connection
     engine = engine_from_dsn(with_user(db, role), pool_size=1, max_overflow=0,
