@@ -400,9 +400,6 @@ def do_ingest(dsn_value: str | None, paths: list[Path], collection: str, chunk_w
         # before anything stored is read: a second run of the same collection waits for
         # the first, then finds its documents unchanged (both embedded everything, and
         # the loser threw its vectors away)
-        # the name sent alone first: one that is not valid Unicode is refused naming
-        # --collection, where inside the lock's key it was "a value given" with the key
-        collection_id(conn, collection)
         stack.enter_context(one_ingest_at_a_time(conn, collection, on_wait))
         cid = collection_id(conn, collection)
         if cid is not None and copies:

@@ -283,6 +283,9 @@ def one_ingest_at_a_time(conn: psycopg.Connection[Any], collection: str,
     lock_timeout, when set, bounds the wait: a ConflictError naming the holder."""
     from pgfunnel.schema import advisory_lock_holder
 
+    # checked before it goes into the key: one that is not valid Unicode (or holds a NUL)
+    # is refused naming the collection, not as "a value given" quoting the whole key
+    check_sql_text("collection", collection)
     key = INGEST_RUN_LOCK + collection
 
     def take() -> bool:
