@@ -103,6 +103,28 @@ as $$
                  'or', 'it', 'its', 'this', 'that', 'be']::text[]
 $$;
 
+-- German's question words that also name things (`wo finde ich`, `gibt es`, `darf ich`
+-- frame a question, `Dateien, die gelöscht werden dürfen` names a thing): one list, which
+-- _german_question_words and _naming_question_words both take in. The modals' other persons
+-- and moods (`könnten wir`, `sollten wir`) are here, and the stop words `können`, `könnte`
+-- typed without their umlauts.
+create or replace function pgfunnel._german_naming_question_words()
+returns text[]
+language sql immutable parallel safe
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+    select array['kannst', 'darf', 'dürfen', 'durfen', 'duerfen', 'müssen', 'mussen',
+                 'muessen', 'muß', 'möchte', 'mochte', 'moechte', 'sollen', 'bitte', 'gibt',
+                 'finde', 'mache', 'zeige', 'zeig', 'erkläre', 'erklare', 'erklaere',
+                 'erklären', 'erklaren', 'erklaeren', 'bedeutet', 'bedeuten', 'bedeutung',
+                 'konnen', 'koennen', 'konnte', 'koennte',
+                 'könnt', 'konnt', 'koennt', 'könnten', 'konnten', 'koennten', 'könntest',
+                 'konntest', 'koenntest', 'sollten', 'solltest', 'sollst', 'möchten',
+                 'mochten', 'moechten', 'möchtest', 'mochtest', 'moechtest', 'musst',
+                 'müsste', 'musste', 'muesste', 'willst', 'darfst', 'gibts']::text[]
+$$;
+
 -- German's question words and question glue, which the German analyzers drop from queries
 -- besides English's (_question_words(analyzer)): the interrogatives (`warum`, `wieso`,
 -- `wann`, `wofür`), and the pronouns, articles and modals that frame a question (`wie kann
@@ -110,8 +132,9 @@ $$;
 -- they are listed so that the question's opening run reads as one (`wo finde ich die
 -- Konfiguration`: `finde` stands in it, after `wo`). Each with an umlaut or ß is listed as
 -- typed without it too (`wofur`, `wofuer`), as a keyboard without them writes it. The
--- words that also name things are in _naming_question_words (`finde`, `gibt`, `bitte`,
--- `erkläre`, the modals that are no stop words) and `bedeutet` with `mean`
+-- words that also name things (`finde`, `gibt`, `bitte`, `erkläre`, the modals that are no
+-- stop words, `bedeutet` as `mean`) are _german_naming_question_words, which
+-- _naming_question_words takes in too, so they are dropped only by where they stand
 -- (_frames_question). Chosen from the language, not from a benchmark's question
 -- templates: `suche` (`ich suche:`) and `befehl` (`welcher Befehl für`) are searched.
 create or replace function pgfunnel._german_question_words()
@@ -129,19 +152,8 @@ as $$
                  'ich', 'man', 'wir', 'du', 'mir', 'mich', 'mein', 'meine', 'meinen', 'meinem',
                  'meiner', 'es', 'ist', 'sind', 'der', 'die', 'das', 'den', 'dem', 'des', 'ein',
                  'eine', 'einen', 'einem', 'einer', 'kann', 'können', 'könnte', 'soll', 'sollte',
-                 'muss', 'will', 'wird', 'werden',
-                 -- naming things too (_naming_question_words)
-                 'kannst', 'darf', 'dürfen', 'durfen', 'duerfen', 'müssen', 'mussen', 'muessen',
-                 'muß', 'möchte', 'mochte', 'moechte', 'sollen', 'bitte', 'gibt', 'finde',
-                 'mache', 'zeige', 'zeig', 'erkläre', 'erklare', 'erklaere', 'erklären',
-                 'erklaren', 'erklaeren', 'bedeutet', 'bedeuten', 'bedeutung',
-                 -- the modals' other persons and moods (`könnten wir`, `sollten wir`), and the
-                 -- stop words `können`, `könnte` typed without their umlauts
-                 'konnen', 'koennen', 'konnte', 'koennte',
-                 'könnt', 'konnt', 'koennt', 'könnten', 'konnten', 'koennten', 'könntest',
-                 'konntest', 'koenntest', 'sollten', 'solltest', 'sollst', 'möchten',
-                 'mochten', 'moechten', 'möchtest', 'mochtest', 'moechtest', 'musst',
-                 'müsste', 'musste', 'muesste', 'willst', 'darfst', 'gibts']::text[]
+                 'muss', 'will', 'wird', 'werden']::text[]
+           || pgfunnel._german_naming_question_words()
 $$;
 
 -- the question words an analyzer drops from queries: English's under every analyzer (a
@@ -166,19 +178,8 @@ security invoker
 set search_path = pg_catalog, pgfunnel
 as $$
     select array['mean', 'means', 'meaning', 'explain', 'tell', 'please', 'us', 'may', 'might',
-                 'will', 'shall', 'must', 'can', 'could', 'would', 'should', 'any',
-                 -- German's (_german_question_words): `wo finde ich`, `gibt es`, `darf ich`
-                 -- frame a question, `Dateien, die gelöscht werden dürfen` names a thing
-                 'kannst', 'darf', 'dürfen', 'durfen', 'duerfen', 'müssen', 'mussen',
-                 'muessen', 'muß', 'möchte', 'mochte', 'moechte', 'sollen', 'bitte', 'gibt',
-                 'finde', 'mache', 'zeige', 'zeig', 'erkläre', 'erklare', 'erklaere',
-                 'erklären', 'erklaren', 'erklaeren', 'bedeutet', 'bedeuten',
-                 'bedeutung', 'konnen', 'koennen', 'konnte', 'koennte',
-                 'könnt', 'konnt', 'koennt', 'könnten', 'konnten', 'koennten',
-                 'könntest', 'konntest', 'koenntest', 'sollten', 'solltest', 'sollst',
-                 'möchten', 'mochten', 'moechten', 'möchtest', 'mochtest', 'moechtest',
-                 'musst', 'müsste', 'musste', 'muesste', 'willst', 'darfst',
-                 'gibts']::text[]
+                 'will', 'shall', 'must', 'can', 'could', 'would', 'should', 'any']::text[]
+           || pgfunnel._german_naming_question_words()
 $$;
 
 -- Whether a question word at `token_position` of a query frames the question rather than
