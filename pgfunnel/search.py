@@ -16,6 +16,8 @@ import dataclasses
 import datetime as dt
 import json
 import logging
+import math
+import numbers
 import os
 import shlex
 import threading
@@ -23,6 +25,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -97,6 +100,14 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
 
 
+def _is_rerank_score(value: Any) -> bool:
+    """A score a caller's own reranker may hand final(): any real number (a model's numpy
+    float, a Fraction, a Decimal read from a database or a JSON parsed with
+    ``parse_float=Decimal``, which was refused as "must be a number"), sent as a float;
+    not a bool (True is no score) nor a complex number."""
+    return isinstance(value, (numbers.Real, Decimal)) and not isinstance(value, (bool, np.bool_))
+
+
 def _as_float(name: str, value: Any) -> float:
     """A number as a float; an integer past double precision is a ConfigError naming the
     parameter (float() raised a raw OverflowError, and its repr can be too long to print)."""
@@ -105,6 +116,9 @@ def _as_float(name: str, value: Any) -> float:
     except OverflowError:
         raise ConfigError(name, "must be a number within double precision (about 1.8e308), "
                                 f"got {shown(int(value))}") from None
+    except ValueError:
+        # a signalling NaN Decimal, which float() refuses: no score either
+        return math.nan
 
 
 #: the range of the SQL functions' integer arguments
@@ -191,13 +205,15 @@ def _check_rerank_scores(items: Sequence[_Ranked]) -> None:
                 unscored = i
             continue
         name = f"ordered[{i}].rerank_score"
-        if not _is_number(score):
+        if not _is_rerank_score(score):
             raise ConfigError(name, f"must be a number or None ({_candidate_named(c)}), got "
                                     f"{type(score).__name__} {shown(score, 60)}")
         value = _as_float(name, score)
-        if not np.isfinite(value):
+        if not math.isfinite(value):
+            # a Decimal or Fraction as given: Decimal('1E+400') is no "inf" in the caller's code
+            given = value if isinstance(score, (float, np.floating)) else shown(score, 60)
             raise ConfigError(name, f"must be a finite number or None ({_candidate_named(c)}),"
-                                    f" got {value}")
+                                    f" got {given}")
         if unscored is not None:
             raise ConfigError(
                 name, f"is set ({_candidate_named(c)}) below ordered[{unscored}] "

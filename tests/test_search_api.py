@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Iterator, Sequence
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -2356,6 +2358,61 @@ def test_final_names_the_candidate_whose_rerank_score_is_not_a_score(
     with Funnel(sample_db, embedder=None) as f:
         # unscored, or not reranked, the same pool is taken as it is
         assert f.final(sample_conn, "refund", pool, p, reranked=False)
+
+
+def test_final_takes_any_finite_real_rerank_score(
+        sample_db: str, sample_conn: psycopg.Connection[Any]) -> None:
+    """A Decimal score (read from a numeric column, or a JSON parsed with
+    parse_float=Decimal) was refused as "must be a number", a Fraction too: any finite
+    real number is a score, sent as a float."""
+    scores: list[Any] = [Decimal("2.5"), Fraction(9, 4), 2, np.int64(1), np.float16(0.5),
+                         np.float32(0.25), Decimal("-1E+2")]
+    p = SearchParams.build(k=10, per_source_cap=10, principals=[])
+    with Funnel(sample_db, embedder=None) as f:
+        pool = f.candidates(sample_conn, "refund", None, p)
+        assert len(pool) >= len(scores)
+        for c in pool:
+            c.rerank_score = None
+        for c, score in zip(pool, scores, strict=False):
+            c.rerank_score = score
+        results = f.final(sample_conn, "refund", pool, p, reranked=True)
+    got = {r.chunk_id: (r.rerank_rank, r.rerank_score) for r in results}
+    for rank, (c, score) in enumerate(zip(pool, scores, strict=False), start=1):
+        assert got[c.chunk_id] == (rank, pytest.approx(float(score))), (score, got)
+
+
+@pytest.mark.parametrize(("score", "said"), [
+    (Decimal("NaN"), "must be a finite number or None (chunk {id}, {key}), got "
+                     "Decimal('NaN')"),
+    (Decimal("sNaN"), "must be a finite number or None (chunk {id}, {key}), got "
+                      "Decimal('sNaN')"),
+    (Decimal("-Infinity"), "must be a finite number or None (chunk {id}, {key}), got "
+                           "Decimal('-Infinity')"),
+    # finite, but past what a float (the SQL's double precision) holds
+    (Decimal("1E+400"), "must be a finite number or None (chunk {id}, {key}), got "
+                        "Decimal('1E+400')"),
+    (Fraction(10 ** 400, 3), "must be a number within double precision"),
+    (np.bool_(True), "must be a number or None (chunk {id}, {key}), got bool np.True_"),
+    (complex(1, 0), "must be a number or None (chunk {id}, {key}), got complex (1+0j)"),
+    (np.float32("nan"), "must be a finite number or None (chunk {id}, {key}), got nan"),
+], ids=["decimal-nan", "decimal-snan", "decimal-inf", "decimal-past-double",
+        "fraction-past-double", "numpy-bool", "complex", "numpy-nan"])
+def test_final_refuses_a_rerank_score_that_is_no_finite_real_number(
+        sample_db: str, sample_conn: psycopg.Connection[Any], score: Any, said: str) -> None:
+    """Accepting Decimal and Fraction lets no non-finite one through, nor a bool or a
+    complex number: each named by the candidate, before any SQL runs."""
+    p = SearchParams.build(k=3, principals=[])
+    with Funnel(sample_db, embedder=None) as f:
+        pool = f.candidates(sample_conn, "refund", None, p)
+        assert len(pool) >= 2
+        pool[0].rerank_score = 0.9
+        pool[1].rerank_score = score
+        with pytest.raises(ConfigError) as err:
+            f.final(sample_conn, "refund", pool, p, reranked=True)
+    assert err.value.parameter == "ordered[1].rerank_score"
+    key = f"{pool[1].citekey}#{pool[1].ordinal}"
+    assert said.format(id=pool[1].chunk_id, key=key) in err.value.detail, err.value.detail
+    assert sample_conn.info.transaction_status != psycopg.pq.TransactionStatus.INERROR
 
 
 def test_final_refuses_a_scored_candidate_below_an_unscored_one(
