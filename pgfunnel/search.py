@@ -591,16 +591,24 @@ _FINAL_SQL = sql.SQL(
         cols=_RESULT_COLUMNS).as_string()
 
 
-def _results_of_final(rows: Iterable[Sequence[Any]],
-                      ordered: Sequence[_Ranked]) -> list[Result]:
+#: the documents of the chunks final() was given without one (hand-built candidates)
+_CHUNK_DOCUMENTS_SQL = ("select id, document_id from pgfunnel.chunk "
+                        "where id = any(%s::bigint[])")
+
+
+def _results_of_final(rows: Iterable[Sequence[Any]], ordered: Sequence[_Ranked],
+                      looked_up: Mapping[int, int] | None = None) -> list[Result]:
     """final()'s rows as Results, each with the document_id of its candidate in
     ``ordered`` (final returns only chunks it was given). A candidate built by hand
-    without one holds the default 0, which is no document's id: its result has None."""
+    without one holds the default 0, which is no document's id: its result takes the
+    one ``looked_up`` holds for its chunk (final() reads them), else None."""
     documents = {c.chunk_id: getattr(c, "document_id", 0) for c in ordered}
+    looked_up = looked_up or {}
     results = []
     for row in rows:
         result = Result(*row)
-        result.document_id = documents.get(result.chunk_id) or None
+        result.document_id = (documents.get(result.chunk_id)
+                              or looked_up.get(result.chunk_id) or None)
         results.append(result)
     return results
 
@@ -1497,12 +1505,25 @@ class Funnel:
         own = p.statement_timeout_ms is not None and conn.autocommit and \
             conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         try:
+            # candidates built by hand without a document_id (the default 0): theirs are
+            # read from the chunks, in the same round trip; a pool from candidates() has
+            # every one, so its final() reads nothing more (under RLS each chunk read pays
+            # the chunk policy)
+            # (a chunk_id of another type is final()'s to refuse, as it did)
+            unknown = list(dict.fromkeys(
+                int(c.chunk_id) for c in ordered if not getattr(c, "document_id", None)
+                and isinstance(c.chunk_id, (int, np.integer))
+                and not isinstance(c.chunk_id, bool)))
             with tuple_rows(conn), conn.transaction() if own else nullcontext():
                 with conn.pipeline(), _time_limit(conn, p):
                     cursor = self._execute_final(
                         conn, query, ordered, p, reranked=reranked, notes=notes,
                         index_version_id=index_version_id, log_notes=log_notes)
-                return _results_of_final(cursor.fetchall(), ordered)
+                    looked = conn.execute(_CHUNK_DOCUMENTS_SQL, (unknown,),
+                                          prepare=True) if unknown else None
+                rows = cursor.fetchall()
+                found = dict(looked.fetchall()) if looked is not None else {}
+                return _results_of_final(rows, ordered, found)
         except psycopg.Error as exc:
             raise with_schema_access_hint(conn, _limit_named(translate(exc), p, conn)) from exc
 

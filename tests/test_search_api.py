@@ -2555,8 +2555,9 @@ def test_results_carry_their_documents_id_on_every_path(
 def test_final_takes_document_id_from_the_pool_it_is_given(
         sample_db: str, sample_conn: psycopg.Connection[Any]) -> None:
     """final() looked each result's document_id up in SQL, which a reader under RLS paid
-    for per row (the chunk policy): it reads it from the candidates it is given, and a
-    candidate built without one (the default 0, no document's id) gives None, not 0."""
+    for per row (the chunk policy): it reads it from the candidates it is given. A
+    candidate built without one (the default 0, no document's id) gave None; final()
+    reads those alone from their chunks."""
     p = SearchParams.build(k=5, principals=[])
     with Funnel(sample_db, embedder=None) as f:
         pool = f.candidates(sample_conn, "refund annual plan", None, p)
@@ -2566,8 +2567,10 @@ def test_final_takes_document_id_from_the_pool_it_is_given(
         results = f.final(sample_conn, "refund annual plan", bare, p, reranked=False)
         sample_conn.commit()
     assert "pgfunnel.chunk" not in _FINAL_SQL
-    documents = {c.chunk_id: c.document_id for c in pool}
+    stored = dict(sample_conn.execute(
+        "select id, document_id from pgfunnel.chunk where id = any(%s)",
+        ([r.chunk_id for r in results],)).fetchall())
     got = {r.chunk_id: r.document_id for r in results}
-    assert got[pool[0].chunk_id] == documents[pool[0].chunk_id]
-    assert all(d is None for chunk, d in got.items() if chunk != pool[0].chunk_id)
+    assert got == stored and all(got.values())
     assert len(got) >= 2
+    assert got == {c.chunk_id: c.document_id for c in pool if c.chunk_id in got}
