@@ -280,7 +280,11 @@ def one_ingest_at_a_time(conn: psycopg.Connection[Any], collection: str,
 
     Taken by polling: a session blocked in pg_advisory_lock holds a snapshot, which the
     first run's concurrent HNSW build would wait for (a deadlock). The session's
-    lock_timeout, when set, bounds the wait: a ConflictError naming the holder."""
+    lock_timeout, when set, bounds the wait: a ConflictError naming the holder.
+
+    `pgfunnel ingest` holds it from before it reads what is stored, and
+    :meth:`Ingester.ingest` holds it for its call; session advisory locks stack, so the
+    Ingester the command runs on the same session takes it again without waiting."""
     from pgfunnel.schema import advisory_lock_holder
 
     # checked before it goes into the key: one that is not valid Unicode (or holds a NUL)
@@ -1372,7 +1376,8 @@ class Ingester:
                  batch_chunks: int = 2000, progress: ProgressFn | None = None,
                  prepare_ahead: bool = True, embed_input: str = DEFAULT_EMBED_INPUT,
                  lexical_input: str = DEFAULT_LEXICAL_INPUT,
-                 analyzer: str | None = None) -> None:
+                 analyzer: str | None = None,
+                 on_wait: Callable[[str], None] | None = None) -> None:
         from pgfunnel.db import require_schema
         from pgfunnel.schema import require_current_schema
 
@@ -1427,6 +1432,11 @@ class Ingester:
         # chunk and analyse the next batch on a second connection while one is written
         self.prepare_ahead = prepare_ahead
         self.progress = progress
+        if on_wait is not None and not callable(on_wait):
+            raise ConfigError("on_wait", "must be a function taking one str, or None, got "
+                              f"{type(on_wait).__name__}")
+        # told the line naming another ingest of the collection that ingest() waits for
+        self.on_wait = on_wait
         self.private = private
         if isinstance(embedder, (str, os.PathLike)):
             # a model id or local path (a pathlib.Path too), as a Funnel takes one (loaded
@@ -1549,15 +1559,30 @@ class Ingester:
         """
         from pgfunnel.security import schema_access_named
 
-        # rows are read by position, whatever row factory the connection was opened with
-        with tuple_rows(self.conn), schema_access_named(self.conn):
-            return self._ingest(records, vectors, prune)
-
-    def _ingest(self, records: Iterable[DocumentRecord],
-                vectors: dict[str, np.ndarray] | None, prune: bool = False) -> IngestStats:
+        # refused before any wait for another ingest
         _check_ingest_arguments(records, vectors)
         if not isinstance(prune, bool):
             raise ConfigError("prune", f"must be True or False, got {prune!r}")
+        waited: list[str] = []
+
+        def waiting(line: str) -> None:
+            waited.append(line)
+            if self.on_wait is not None:
+                self.on_wait(line)
+
+        # rows are read by position, whatever row factory the connection was opened with.
+        # One ingest of a collection at a time, as `pgfunnel ingest` runs (which holds the
+        # run lock already on the same session: taken again, it is not waited for): a web
+        # app's ingest beside a cron job's embedded every changed document twice, and one
+        # threw its vectors away
+        with tuple_rows(self.conn), schema_access_named(self.conn), \
+                one_ingest_at_a_time(self.conn, self.collection, waiting):
+            stats = self._ingest(records, vectors, prune)
+        stats.notes[:0] = waited
+        return stats
+
+    def _ingest(self, records: Iterable[DocumentRecord],
+                vectors: dict[str, np.ndarray] | None, prune: bool = False) -> IngestStats:
         # on a read replica the first write would fail after a batch was embedded
         from pgfunnel.db import refuse_read_only, require_staging, require_writer
 

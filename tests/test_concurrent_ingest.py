@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -102,3 +103,120 @@ def test_the_run_lock_goes_with_the_session(db: str) -> None:
             "and ((classid::bigint << 32) | objid::bigint) = hashtext(%s)::bigint",
             (INGEST_RUN_LOCK + "c",)).fetchone()
     assert (said, held) == ([], (1,))
+
+
+def _run_lock_granted(conn: psycopg.Connection[Any], collection: str) -> bool:
+    from pgfunnel.ingest import INGEST_RUN_LOCK
+
+    row = conn.execute(
+        "select count(*) from pg_locks where locktype = 'advisory' and granted "
+        "and ((classid::bigint << 32) | objid::bigint) = hashtext(%s)::bigint",
+        (INGEST_RUN_LOCK + collection,)).fetchone()
+    return bool(row and row[0])
+
+
+def test_two_python_ingests_of_a_collection_take_turns(db: str, tmp_path: Path) -> None:
+    """Ingester took no run lock: a web app's ingest beside another (or beside a cron
+    job's `pgfunnel ingest`) embedded every changed document twice, and the loser threw
+    its vectors away. The second now waits, told whom for (on_wait, and a note), then
+    finds every document unchanged and embeds nothing. Here the second starts once the
+    first has committed a batch, and the first goes on only once the second waits."""
+    import threading
+
+    from pgfunnel.embedder import Embedder
+    from pgfunnel.ingest import Ingester
+    from pgfunnel.sources import read_path
+    from pgfunnel.tiny_models import build_tiny_bi_encoder
+
+    model = build_tiny_bi_encoder(tmp_path / "bi", dim=32)
+    embedder = Embedder(str(model))
+    records = list(read_path(_folder(tmp_path, 120)))
+    waits: list[str] = []
+    waiting = threading.Event()
+    second: dict[str, Any] = {}
+
+    def run_second() -> None:
+        def told(line: str) -> None:
+            waits.append(line)
+            waiting.set()
+
+        try:
+            with connect(db, autocommit=True) as conn:
+                conn.execute("set application_name = 'second'")
+                second["stats"] = Ingester(conn, "turns", embedder=embedder, chunk_words=20,
+                                           batch_documents=40, on_wait=told).ingest(records)
+        except BaseException as exc:  # the test thread re-raises it
+            second["error"] = exc
+            waiting.set()
+
+    thread = threading.Thread(target=run_second)
+
+    def progress(stage: str, n: int, total: int | None) -> None:
+        if stage == "documents" and not thread.is_alive() and "stats" not in second:
+            thread.start()
+            # the first holds its lock until it returns: the second waits now, or never
+            assert waiting.wait(120), "the second ingest did not wait for the first"
+
+    with connect(db, autocommit=True) as conn:
+        conn.execute("set application_name = 'first'")
+        pid = conn.info.backend_pid
+        first = Ingester(conn, "turns", embedder=embedder, chunk_words=20,
+                         batch_documents=40, progress=progress).ingest(records)
+        assert not _run_lock_granted(conn, "turns")
+    thread.join(300)
+    assert "error" not in second, second.get("error")
+    later = second["stats"]
+    # two chunks a page of 26 words at chunk_words 20
+    assert (first.texts_embedded, first.documents_written) == (240, 120)
+    assert (later.texts_embedded, later.documents_written, later.documents_unchanged,
+            later.texts_unused) == (0, 0, 120, 0)
+    assert len(waits) == 1 and waits[0].startswith(
+        f"waiting for another ingest of collection 'turns' to finish: pid {pid} "
+        "(application_name 'first'"), waits
+    assert later.notes[0] == waits[0] and not any(
+        n.startswith("waiting for") for n in first.notes), (first.notes, later.notes)
+
+
+def test_a_python_ingest_waits_for_a_cli_ingest_of_its_collection(
+        db: str, tmp_path: Path) -> None:
+    """`pgfunnel ingest` (a cron job) and Ingester (a web app) on one collection: the
+    library's ingest waits for the command's, then embeds nothing; one of a collection
+    the command does not write does not wait."""
+    from pgfunnel.embedder import Embedder
+    from pgfunnel.ingest import Ingester
+    from pgfunnel.sources import read_path
+    from pgfunnel.tiny_models import build_tiny_bi_encoder
+
+    model = build_tiny_bi_encoder(tmp_path / "bi", dim=32)
+    embedder = Embedder(str(model))
+    folder = _folder(tmp_path, 200)
+    records = list(read_path(folder))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgfunnel.cli.main", "ingest", str(folder), "-c", "shared",
+         "--chunk-words", "20", "--model", str(model), "--dsn", db, "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    said: list[str] = []
+    try:
+        with connect(db, autocommit=True) as conn:
+            # the command takes the lock before it loads its model (seconds)
+            for _ in range(1200):
+                if _run_lock_granted(conn, "shared") or proc.poll() is not None:
+                    break
+                time.sleep(0.05)
+            assert _run_lock_granted(conn, "shared"), proc.communicate()
+            other = Ingester(conn, "elsewhere", embedder=embedder, chunk_words=20,
+                             on_wait=said.append).ingest(records[:2])
+            assert said == [] and other.texts_embedded == 4
+            stats = Ingester(conn, "shared", embedder=embedder, chunk_words=20,
+                             on_wait=said.append).ingest(records)
+    finally:
+        out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    ran = json.loads(out)
+    assert (ran["texts_embedded"], ran["documents_written"]) == (400, 200), ran
+    assert (stats.texts_embedded, stats.documents_written, stats.documents_unchanged) == (
+        0, 0, 200)
+    assert len(said) == 1 and said[0].startswith(
+        "waiting for another ingest of collection 'shared' to finish: pid "), said
+    assert "application_name 'pgfunnel ingest shared'" in said[0], said

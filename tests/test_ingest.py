@@ -2073,11 +2073,14 @@ def test_cli_ingest_beaten_by_another_says_its_texts_were_embedded_for_nothing(
                                           ) -> np.ndarray:
         vectors = real_embed(self, texts, progress)
         if not raced:
-            # the other ingest, on its own connection, commits the same files while this
-            # one is still embedding, before it takes the lock
+            # the other writer, on its own connection, commits the same files while this
+            # one is still embedding, before it takes the lock. Another Ingester.ingest()
+            # would wait for this run's run lock (here: forever, on this thread), so it
+            # is a writer that takes none, as an older release's ingest is
             raced.append(1)
             with connect(db, autocommit=True) as other:
-                Ingester(other, "race", embedder=embedder).ingest(read_path(tmp_path))
+                Ingester(other, "race", embedder=embedder)._ingest(
+                    list(read_path(tmp_path)), None)
         return vectors
 
     monkeypatch.setattr(Embedder, "embed", embed_while_another_ingest_writes)
