@@ -182,7 +182,8 @@ class NotFoundError(PgfunnelError):
     """A named collection, index version or document does not exist.
 
     ``parameter`` names the argument whose value named nothing (``version``, or
-    ``collection`` for a collection that does not exist) where one did, and ``detail`` is
+    ``collection`` for a collection that does not exist or has no active index version)
+    where one did, and ``detail`` is
     then the message without it: a caller that names the argument its own way (the CLI:
     ``VERSION``) says it so. A message that starts with the argument's name
     (``collection 'x' does not exist``) is not prefixed with it again."""
@@ -792,9 +793,12 @@ def _translated(exc: BaseException, *, searching: bool) -> PgfunnelError:
                          if primary.endswith(t)), None)
             if tail is not None:
                 primary = primary[:-len(tail)] + _INGEST_INTO + ingest_target(name)
-    # a collection that does not exist (pgfunnel's SQL says so under no_data_found): the
-    # argument that named it, as a caller tells its arguments apart by
-    err = (NotFoundError(primary, parameter="collection") if missing_collection
-           else cls(primary))
+    # a collection that does not exist, or has no active index version to search (pgfunnel's
+    # SQL says either under no_data_found): the argument that named it, as a caller tells
+    # its arguments apart by
+    versionless = sqlstate == "P0002" and primary.startswith("collection ") \
+        and primary.endswith(" has no active index version")
+    err = (NotFoundError(primary, parameter="collection")
+           if missing_collection or versionless else cls(primary))
     err.__cause__ = exc
     return err

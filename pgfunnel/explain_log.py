@@ -511,7 +511,7 @@ def _replay_version(conn: psycopg.Connection[Any], log: _Logged,
         return int(logged[0]), str(logged[2]), (int(logged[3]), int(logged[0]))
     if active is None:
         raise NotFoundError(f"collection {log.collection!r} has no active index version "
-                            f"to replay search {log.search_id} on")
+                            f"to replay search {log.search_id} on", parameter="collection")
     if logged is None:
         why = "was dropped"
     elif logged[1] == "building":

@@ -1032,7 +1032,7 @@ class Funnel:
             raise NotFoundError(
                 f"collection {shown(collection)} has no active index version (pgfunnel "
                 f"versions list -c {shlex.quote(collection)} shows them; pgfunnel "
-                "versions activate N switches to one)")
+                "versions activate N switches to one)", parameter="collection")
         return str(row[0]), int(row[1])
 
     def _check_params(self, conn: psycopg.Connection[Any], query: str | None,

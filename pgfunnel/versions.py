@@ -1245,7 +1245,7 @@ def rollback(conn: psycopg.Connection[Any], collection: str, *,
             raise NotFoundError(
                 f"collection {collection!r} has no active version, so there is no switch to "
                 "roll back; activate one (pgfunnel versions list shows them: pgfunnel "
-                f"versions activate N -c {shlex.quote(collection)})")
+                f"versions activate N -c {shlex.quote(collection)})", parameter="collection")
         active.append((int(row[1]), int(row[2])))
         last = _last_replaced(row[0] if isinstance(row[0], dict) else {})
         if last is None:

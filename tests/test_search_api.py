@@ -2473,6 +2473,52 @@ def test_a_collection_that_does_not_exist_is_named_as_the_collection_argument(
     assert str(dropped.value) == "collection 'nosuch' does not exist: nothing to drop"
 
 
+def test_a_collection_without_an_active_version_is_named_as_the_collection_argument(
+        sample_db: str, sample_conn: psycopg.Connection[Any]) -> None:
+    """A collection that exists but has no active index version (its versions retired or
+    dropped around pgfunnel) raised NotFoundError with parameter None from every route
+    (a search, explain, eval, a rollback, pgfunnel's SQL through translate), where one
+    that does not exist names 'collection': the argument at fault is the same."""
+    from pgfunnel.errors import NotFoundError, translate
+    from pgfunnel.eval.harness import EvalConfig, Harness
+    from pgfunnel.eval.qrels import JudgedQuery
+    from pgfunnel.explain import explain
+    from pgfunnel.versions import rollback
+
+    sample_conn.execute("insert into pgfunnel.collection (name) values ('bare')")
+    p = SearchParams.build(k=3, principals=[], collection="bare")
+
+    def sql_search() -> None:
+        try:
+            sample_conn.execute("select * from pgfunnel.funnel_search('refund', null, "
+                                "collection => 'bare')")
+        except psycopg.Error as exc:
+            raise translate(exc) from exc
+
+    refused: dict[str, NotFoundError] = {}
+    with Funnel(sample_db, "bare", embedder=None) as f:
+        calls: dict[str, Any] = {
+            "search": lambda: f.search("refund", principals=[]),
+            "candidates": lambda: f.candidates(sample_conn, "refund", None, p),
+            "active_model": lambda: f.active_model("bare"),
+            "explain": lambda: explain(f, "refund", "refunds-annual#0", principals=[]),
+            "sql": sql_search,
+            "eval": lambda: Harness(sample_db, "bare", embedder=None).run(
+                [JudgedQuery("q1", "refund", "all", {"refunds-annual": 1})],
+                [EvalConfig("lexical", {}, legs="lexical")]),
+            "rollback": lambda: rollback(sample_conn, "bare"),
+        }
+        for name, call in calls.items():
+            with pytest.raises(NotFoundError) as err:
+                call()
+            refused[name] = err.value
+    for name, e in refused.items():
+        assert e.parameter == "collection", (name, e)
+        # the message is as it was: it names the collection first, unprefixed
+        assert str(e).startswith("collection 'bare' has no active "), (name, e)
+        assert e.detail == str(e), (name, e)
+
+
 def test_candidates_name_the_version_the_pool_was_drawn_from_across_a_switch(
         sample_db: str) -> None:
     """candidates() read the active version in a statement after the pool's: in a

@@ -820,7 +820,7 @@ class Harness:
             raise NotFoundError(
                 f"collection {self.collection!r} has no active index version (pgfunnel "
                 f"versions list -c {shlex.quote(self.collection)} shows them; pgfunnel "
-                "versions activate N switches to one)")
+                "versions activate N switches to one)", parameter="collection")
         return {"version": row[0], "embedding_model": row[1], "analyzer": row[2],
                 "chunks": row[3]}
 
