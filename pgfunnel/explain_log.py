@@ -104,6 +104,11 @@ class _Logged(NamedTuple):
     #: and those of them its log does not record, defaults standing in for them: a guess
     replayed_with: dict[str, Any] | None = None
     config_guessed: tuple[str, ...] = ()
+    #: the depth each leg read (None: it did not run), as the log row's notes record it;
+    #: where they do not (a row logged before they did, or by a caller of final() that
+    #: did not say), the depth given, the one a search keeps, else None
+    lexical_depth: int | None = None
+    dense_depth: int | None = None
 
 
 def _checked_search_id(search_id: Any) -> int:
@@ -173,7 +178,18 @@ def _read_log(funnel: Funnel, conn: psycopg.Connection[Any], search_id: int,
     return _Logged(search_id, collection, int(version_id), config, query_text, p,
                    bool(reranked), depth if isinstance(depth, int) else None, pool,
                    had_vector, bool(searched), replay.config,
-                   tuple(replay.guessed)), ids
+                   tuple(replay.guessed), *_depths_used(notes, p)), ids
+
+
+def _depths_used(notes: Any, p: SearchParams) -> tuple[int | None, int | None]:
+    """The depth each leg of a logged search read, from its notes; a row that does not
+    record them has the depths given (a search keeps a depth it is given), else None."""
+    notes = notes if isinstance(notes, dict) else {}
+    if "lexical_depth_used" not in notes:
+        return p.lexical_depth, p.dense_depth
+    lexical, dense = notes.get("lexical_depth_used"), notes.get("dense_depth_used")
+    return (lexical if isinstance(lexical, int) else None,
+            dense if isinstance(dense, int) else None)
 
 
 def _as_of(logged: Any, at: dt.datetime) -> dt.datetime:
@@ -222,7 +238,6 @@ def _from_trace(log: _Logged, target: str, cid: int | None) -> Explanation | Non
         reason = (f"the furthest of the {len(mine)} chunks of {target!r} among its "
                   f"candidates ({target}#{chunk.ordinal}, chunk id {chunk.chunk_id}): "
                   f"{reason}")
-    p = log.params
     transforms = log.config.get("transforms")
     # a trace's answer reads a guessed parameter only where the cap or the cut says it
     said_guess = {("capped", "per_source_cap"), ("cut at k", "k")} & {
@@ -230,9 +245,9 @@ def _from_trace(log: _Logged, target: str, cid: int | None) -> Explanation | Non
     return Explanation(
         target=target, chunk_id=chunk.chunk_id, verdict=verdict,
         lexical_rank=chunk.lexical_rank, lexical_score=chunk.lexical_score,
-        lexical_exact_score=None, lexical_depth=p.lexical_depth,
+        lexical_exact_score=None, lexical_depth=log.lexical_depth,
         dense_rank=chunk.dense_rank, dense_score=chunk.dense_score, dense_exact_score=None,
-        dense_depth=p.dense_depth, fused_rank=chunk.fused_rank,
+        dense_depth=log.dense_depth, fused_rank=chunk.fused_rank,
         fused_score=chunk.fused_score, pool_size=len(log.pool),
         final_rank=chunk.final_rank, citekey=chunk.citekey, reason=reason,
         transforms=list(transforms) if isinstance(transforms, list) else [],

@@ -504,6 +504,10 @@ class FusionUsed:
     #: one search has one config hash whichever route ran it. Not part of the public value
     _weights_logged: tuple[float, float] | None = field(default=None, repr=False,
                                                         compare=False)
+    #: the depth each leg read (:func:`depths_used_notes`), which final(fusion_used=...)
+    #: logs as Funnel.search logs it. Not part of the public value
+    _depths_logged: dict[str, int | None] = field(default_factory=dict, repr=False,
+                                                  compare=False)
 
     def as_dict(self) -> dict[str, Any]:
         """As JSON reads it (``pgfunnel search --json``'s ``fusion``)."""
@@ -652,6 +656,20 @@ def fusion_used_of(row: Any) -> tuple[tuple[float, float], str | None, tuple[str
     lexical, dense = (float(w) for w in used["weights"])
     legs = tuple(leg for leg in ("lexical", "dense") if used.get(leg))
     return (lexical, dense), used.get("weights_rule"), legs
+
+
+def depths_used_notes(row: Any) -> dict[str, int | None]:
+    """The depth each leg of a search read, from the row of :data:`FUSION_USED_SQL`, as a
+    traced search logs them in its ``search_log.notes`` (``lexical_depth_used``,
+    ``dense_depth_used``; None for a leg that did not run): a default depth follows the
+    pool as it widens, so the config's depths (those given, null) do not tell it, and
+    ``explain --search-id`` shows it. Empty when the functions did not say (an older
+    release's)."""
+    if row is None or not isinstance(row[0], Mapping) or "lexical_depth" not in row[0]:
+        return {}
+    used = row[0]
+    return {f"{leg}_depth_used": None if used[f"{leg}_depth"] is None
+            else int(used[f"{leg}_depth"]) for leg in ("lexical", "dense")}
 
 
 def weights_used_notes(used: tuple[tuple[float, float], str | None, tuple[str, ...]] | None,
@@ -1434,7 +1452,11 @@ class Funnel:
                                           self._base_args(query, vector, p), prepare=True)
                     used = conn.execute(FUSION_USED_SQL, prepare=True)
                 rows = cursor.fetchall()
-                fusion = _fusion_of(fusion_used_of(used.fetchone()), p)
+                used_row = used.fetchone()
+                fusion = _fusion_of(fusion_used_of(used_row), p)
+                if fusion is not None:
+                    fusion = dataclasses.replace(fusion,
+                                                 _depths_logged=depths_used_notes(used_row))
                 version_id = None if not rows or rows[0][-1] is None else int(rows[0][-1])
                 rows = [row[:-1] for row in rows if row[0] is not None]
         except psycopg.Error as exc:
@@ -1493,7 +1515,8 @@ class Funnel:
             ran = fusion_used._weights_logged or fusion_used.weights
             weights_note: dict[str, Any] = {} if ran is None else {"weights": list(ran)}
             notes = {**(notes or {}), **weights_note} or None
-            log_notes = {**(log_notes or {}), "weights_given": p.weights is not None}
+            log_notes = {**(log_notes or {}), "weights_given": p.weights is not None,
+                         **fusion_used._depths_logged}
         if index_version_id is not None and (
                 isinstance(index_version_id, bool)
                 or not isinstance(index_version_id, (int, np.integer))
@@ -1581,7 +1604,8 @@ class Funnel:
             cursor = self._execute_candidates(conn, query, vector, p)
             used_cursor = conn.execute(FUSION_USED_SQL, prepare=True)
         pool = self._pool_from_rows(cursor.fetchall())
-        used = fusion_used_of(used_cursor.fetchone())
+        used_row = used_cursor.fetchone()
+        used = fusion_used_of(used_row)
         t1 = time.perf_counter()
         timings["candidates"] = (t1 - t0) * 1000
         depth = rerank_head(len(pool), self.rerank_depth, p)
@@ -1611,6 +1635,7 @@ class Funnel:
             weights_note, weights_log = weights_used_notes(used, p.weights is not None)
             notes.update(weights_note)
             log_notes.update(weights_log)
+            log_notes.update(depths_used_notes(used_row))
             cursor = self._execute_final(conn, query, ordered, p, reranked=skipped is None,
                                          notes=notes or None,
                                          index_version_id=seen.get("version_id"),

@@ -797,9 +797,12 @@ begin
     -- of calling this function once more. Transaction-local: no later transaction of a
     -- pooled connection reads one search's as its own. json, not jsonb: 2.7 us a search
     -- against 5.5 (a loop of set_config calls; a search takes 1 - 6 ms)
+    -- the depths too: a default one grows with the pool when it widens, so the config a
+    -- trace logs (the depths given, NULL) does not say what each leg read
     perform pg_catalog.set_config('pgfunnel.fusion_used', pg_catalog.json_build_object(
         'weights', weights_used, 'weights_rule', weights_rule,
-        'lexical', lexical_on, 'dense', dense_on)::text, true);
+        'lexical', lexical_on, 'dense', dense_on,
+        'lexical_depth', lexical_depth_used, 'dense_depth', dense_depth_used)::text, true);
 end
 $$;
 
@@ -1330,9 +1333,13 @@ begin
                           -- so is whether weights were given: the config holds the weights
                           -- used, and a replay (versions compare --last) of a search that
                           -- let them be chosen must let them be chosen again
+                          -- and the depth each leg read (NULL: it did not run), which
+                          -- explain --search-id shows: the config holds the depths given
                           null, jsonb_build_object('query_embedding',
                                                    query_embedding is not null,
-                                                   'weights_given', weights is not null)) f;
+                                                   'weights_given', weights is not null,
+                                                   'lexical_depth_used', p.lexical_depth_used,
+                                                   'dense_depth_used', p.dense_depth_used)) f;
 end
 $$;
 

@@ -1999,6 +1999,54 @@ def test_explain_search_id_answers_from_the_logged_search(sample_db: str) -> Non
     assert res.exit_code == 1 and "give one or more chunks to explain" in res.output
 
 
+def test_explain_search_id_shows_the_depth_each_leg_read(sample_db: str) -> None:
+    """A logged candidate's line read `depth -` for both legs (the config holds the depths
+    given, NULL by default); it shows the depth each leg read, the one explain without
+    --search-id shows for the same search, a depth widened with the pool too."""
+    from pgfunnel.cli.main import app
+
+    env = {"COLUMNS": "300", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    # one chunk a source and a pool of k: too few sources widen the pool and the depths
+    options = ["-k", "10", "--overfetch", "1", "--per-source-cap", "1"]
+    for legs in ([], ["--lexical-only"]):
+        res = CliRunner().invoke(app, ["search", "refund plan", *options, *legs, "--trace",
+                                       "--json", "--dsn", sample_db], env=env)
+        assert res.exit_code == 0, res.output
+        found = json.loads(res.stdout)
+        chunk = str(found["results"][0]["chunk_id"])
+        res = CliRunner().invoke(app, ["explain", "--search-id", str(found["search_id"]),
+                                       chunk, "--json", "--dsn", sample_db], env=env)
+        assert res.exit_code == 0, res.output
+        logged = json.loads(res.stdout)[0]
+        res = CliRunner().invoke(app, ["explain", "refund plan", chunk, *options, *legs,
+                                       "--json", "--dsn", sample_db], env=env)
+        assert res.exit_code == 0, res.output
+        live = json.loads(res.stdout)[0]
+        assert logged["replayed_on"] is None and logged["lexical_depth"] is not None
+        assert (logged["lexical_depth"], logged["dense_depth"]) == (
+            live["lexical_depth"], live["dense_depth"])
+        if legs:
+            assert logged["dense_depth"] is None
+        else:
+            # the pool widened: a depth past the first one (40), which the config cannot tell
+            assert max(logged["lexical_depth"], logged["dense_depth"]) > 40, logged
+        res = CliRunner().invoke(app, ["explain", "--search-id", str(found["search_id"]),
+                                       chunk, "--dsn", sample_db], env=env)
+        assert res.exit_code == 0, res.output
+        assert f"(depth {logged['lexical_depth']}, BM25 " in res.output, res.output
+        dense = "-" if logged["dense_depth"] is None else logged["dense_depth"]
+        assert f"(depth {dense}, cosine " in res.output, res.output
+    # a row logged before the depths were recorded: the depth given, else `-`
+    with psycopg.connect(sample_db, autocommit=True) as conn:
+        conn.execute("update pgfunnel.search_log set notes = notes - 'lexical_depth_used' "
+                     "- 'dense_depth_used' where id = %s", (found["search_id"],))
+    res = CliRunner().invoke(app, ["explain", "--search-id", str(found["search_id"]), chunk,
+                                   "--json", "--dsn", sample_db], env=env)
+    assert res.exit_code == 0, res.output
+    old = json.loads(res.stdout)[0]
+    assert (old["lexical_depth"], old["dense_depth"]) == (None, None)
+
+
 def test_explain_search_id_replay_advises_only_what_can_be_done(sample_db: str) -> None:
     # a chunk the logged search did not log was replayed, and its advice read "raise
     # --dense-depth or rephrase the query": a flag the --search-id form refuses

@@ -1816,6 +1816,10 @@ def test_explain_a_logged_search_from_its_trace(cap_conn: psycopg.Connection[Any
         verdicts.add(logged.verdict)
         assert (logged.verdict, logged.final_rank, logged.rerank_rank, logged.fused_rank) == (
             live.verdict, live.final_rank, live.rerank_rank, live.fused_rank)
+        # the depth each leg read, as the log notes record it (lexical only: no dense
+        # depth); it was None for a depth the search was not given
+        assert (logged.lexical_depth, logged.dense_depth) == (
+            live.lexical_depth, live.dense_depth) == (40, None)
         assert logged.rerank_score == pytest.approx(live.rerank_score)
         assert logged.search_id == sid and logged.replayed_on is None and logged.reranked
         assert logged.reason.startswith(f"search {sid} logged it: {logged.verdict}")
@@ -1873,8 +1877,11 @@ def test_explain_a_logged_search_reranked_by_the_cross_encoder(
                           search_id=resp.search_id)
     live = explain_many(funnel, "glacier backup restore", ids, k=2, principals=[],
                         per_source_cap=2)
-    assert [(e.verdict, e.final_rank, e.rerank_rank) for e in logged] == \
-        [(e.verdict, e.final_rank, e.rerank_rank) for e in live]
+    assert [(e.verdict, e.final_rank, e.rerank_rank, e.lexical_depth, e.dense_depth)
+            for e in logged] == \
+        [(e.verdict, e.final_rank, e.rerank_rank, e.lexical_depth, e.dense_depth)
+         for e in live]
+    assert logged[0].lexical_depth == 40
     below = [e for e in logged if e.verdict == "cut at k"]
     assert below and all("after the rerank" in e.reason for e in below)
 
@@ -2328,6 +2335,9 @@ def test_a_one_leg_final_logs_the_weights_search_logs(
     assert logged[0][0]["weights"] is not None, logged[0]
     assert logged[1][0]["weights"] == logged[0][0]["weights"], logged
     assert logged[1][1]["weights_given"] is logged[0][1]["weights_given"] is False, logged
+    # and the depth each leg read (explain --search-id shows it), the same both ways
+    for _, notes in logged:
+        assert (notes["lexical_depth_used"], notes["dense_depth_used"]) == (40, None), notes
 
 
 @pytest.mark.parametrize(("score", "said"), [

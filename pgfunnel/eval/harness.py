@@ -97,6 +97,7 @@ from pgfunnel.search import (
     Funnel,
     SearchParams,
     _results_of_final,
+    depths_used_notes,
     fusion_used_of,
     refuse_unused_rrf_k,
     rerank_head,
@@ -502,7 +503,8 @@ class Harness:
             cursor = self.funnel._execute_candidates(conn, query_text, vector, p)
             used_cursor = conn.execute(FUSION_USED_SQL, prepare=True)
         pool = self.funnel._pool_from_rows(cursor.fetchall())
-        used = fusion_used_of(used_cursor.fetchone())
+        used_row = used_cursor.fetchone()
+        used = fusion_used_of(used_row)
         ordered = list(pool)
         reranked = False
         if cfg.rerank and pool:
@@ -533,6 +535,7 @@ class Harness:
             weights_note, weights_log = weights_used_notes(used, p.weights is not None)
             notes = {**(notes or {}), **weights_note} or None
             log_notes.update(weights_log)
+            log_notes.update(depths_used_notes(used_row))
             with self.funnel._transaction(conn, cp):
                 cursor = self.funnel._execute_final(conn, text, ordered, cp,
                                                     reranked=reranked, notes=notes,
