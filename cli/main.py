@@ -10,13 +10,16 @@ import warnings
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Annotated, Any, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
 from pgfunnel import defaults as sql_defaults
+
+if TYPE_CHECKING:
+    from pgfunnel.ingest import CitekeyHint
 
 from .common import (
     FUNNEL_FLAGS,
@@ -788,10 +791,13 @@ def delete(
     n, missing, given = report.deleted, report.missing, list(dict.fromkeys(citekeys))
     if json_out:
         # one entry per citekey not found, in their order, both lists always there (empty
-        # where there is no hint), so a script reads one shape
+        # where there is no hint), so a script reads one shape; each list names the first
+        # few, and its *_more says how many more the collection holds
         empty = CitekeyHint()
-        hints = [{"citekey": key, "other_forms": report.hints.get(key, empty).other_forms,
-                  "longer_paths": report.hints.get(key, empty).longer} for key in missing]
+        hints = [{"citekey": key, "other_forms": hint.other_forms,
+                  "other_forms_more": hint.more_other_forms, "longer_paths": hint.longer,
+                  "longer_paths_more": hint.more_longer}
+                 for key in missing for hint in [report.hints.get(key, empty)]]
         emit_json({"collection": collection, "deleted": n,
                    "not_found": len(given) - n, "not_found_citekeys": missing,
                    "not_found_hints": hints})
@@ -800,8 +806,9 @@ def delete(
         if n < len(given):
             count = len(given) - n
             named = ", ".join(
-                repr(key) + "".join(f" (stored {what}: {', '.join(map(repr, keys))})"
-                                    for what, keys in _hint_parts(hint.other_forms, hint.longer))
+                repr(key) + "".join(f" (stored {what}: {', '.join(map(repr, keys))}"
+                                    + (f" and {more:,} more)" if more else ")")
+                                    for what, keys, more in _hint_parts(hint))
                 for key, hint in report.hints.items())
             if len(missing) > _UNREAD_NAMED:
                 named += f" and {len(missing) - _UNREAD_NAMED:,} more"
@@ -811,19 +818,23 @@ def delete(
                       highlight=False, soft_wrap=True)
 
 
-def _hint_parts(forms: list[str], longer: list[str]) -> list[tuple[str, list[str]]]:
+def _hint_parts(hint: CitekeyHint) -> list[tuple[str, list[str], int]]:
     """What the delete's note says of a citekey it did not find: the citekeys stored in
-    another Unicode form of it, then those that are it under a folder."""
-    parts = []
+    another Unicode form of it, then those that are it under a folder, each with how many
+    more the collection holds than are named."""
+    parts: list[tuple[str, list[str], int]] = []
     for form in ("decomposed", "composed"):
         # NFD, as macOS writes file names, is what a citekey from a folder holds; a
         # keyboard types NFC: the two print alike, so the note says which is stored
-        keys = [k for k in forms if (unicodedata.normalize("NFC", k) != k)
+        keys = [k for k in hint.other_forms if (unicodedata.normalize("NFC", k) != k)
                 == (form == "decomposed")]
         if keys:
-            parts.append((f"with {form} accents", keys))
-    if longer:
-        parts.append(("under a longer path", longer))
+            parts.append((f"with {form} accents", keys, 0))
+    if parts and hint.more_other_forms:
+        # the ones not named are of either form: counted after the last named
+        parts[-1] = (*parts[-1][:2], hint.more_other_forms)
+    if hint.longer:
+        parts.append(("under a longer path", hint.longer, hint.more_longer))
     return parts
 
 

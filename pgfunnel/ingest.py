@@ -21,7 +21,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import chain
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -2583,6 +2583,10 @@ class CitekeyHint:
     #: it under a folder (``guides/setup`` for ``setup``): a file ingested from a folder
     #: above has its path from there as its citekey; compared in one Unicode form
     longer: list[str] = field(default_factory=list)
+    #: how many more of each kind the collection holds past the first ``_HINT_KEYS``
+    #: named: a note or a script reading three of 40 took them for all there were
+    more_other_forms: int = 0
+    more_longer: int = 0
 
     def __bool__(self) -> bool:
         return bool(self.other_forms or self.longer)
@@ -2677,9 +2681,10 @@ def _citekey_hints(conn: psycopg.Connection[Any], coll: int,
     # matched to the keys' by a hash, where each key's two hints compared each whole
     # citekey; only the few of that name are then compared whole
     query = sql.SQL(
-        "select i, citekey, same_form from (select k.i, s.citekey, "
+        "select i, citekey, same_form, total from (select k.i, s.citekey, "
         "({other_form}) as same_form, row_number() over (partition by k.i, "
-        "({other_form}) order by s.citekey) as n "
+        "({other_form}) order by s.citekey) as n, count(*) over (partition by k.i, "
+        "({other_form})) as total "
         "from (select citekey, {tail} as tail from pgfunnel.document "
         "where collection_id = %s) s "
         "join unnest(%s::text[], %s::text[], %s::text[]) with ordinality as k(key, form, tail, i) "
@@ -2687,11 +2692,16 @@ def _citekey_hints(conn: psycopg.Connection[Any], coll: int,
         "where ({other_form}) or right({form}, length(k.form) + 1) = '/' || k.form) h "
         "where n <= %s order by i, citekey").format(tail=tail, form=form, other_form=other_form)
     tails = [key.rsplit("/", 1)[-1] for key in forms]
-    for i, stored, same_form in conn.execute(query, (coll, keys, forms, tails,
-                                                     _HINT_KEYS)):
-        hint = found[keys[int(i) - 1]]
+    more: dict[tuple[str, bool], int] = {}
+    for i, stored, same_form, total in conn.execute(query, (coll, keys, forms, tails,
+                                                            _HINT_KEYS)):
+        key = keys[int(i) - 1]
+        hint = found[key]
         (hint.other_forms if same_form else hint.longer).append(str(stored))
-    return found
+        more[key, bool(same_form)] = max(0, int(total) - _HINT_KEYS)
+    return {key: replace(hint, more_other_forms=more.get((key, True), 0),
+                                     more_longer=more.get((key, False), 0))
+            for key, hint in found.items()}
 
 
 @dataclass(frozen=True)

@@ -269,7 +269,41 @@ def test_delete_says_which_citekeys_were_not_there(sample_db: str) -> None:
     assert json.loads(res.stdout) == {"collection": "default", "deleted": 1, "not_found": 1,
                                       "not_found_citekeys": ["gone"],
                                       "not_found_hints": [{"citekey": "gone", "other_forms": [],
-                                                           "longer_paths": []}]}
+                                                           "other_forms_more": 0,
+                                                           "longer_paths": [],
+                                                           "longer_paths_more": 0}]}
+
+
+def test_delete_says_how_many_stored_citekeys_its_hint_does_not_name(
+        sample_db: str, tmp_path: Path) -> None:
+    """A hint names three stored citekeys of each kind: with five `*/setup` stored, the
+    note and `--json` listed three with no word of the other two, as if they were all."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    folder = tmp_path / "guides"
+    for name in "abcde":
+        (folder / name).mkdir(parents=True)
+        (folder / name / "setup.md").write_text(f"# Setup {name}\n\nInstall {name} first.\n")
+    res = CliRunner().invoke(app, ["ingest", str(folder), "-c", "five", "--dsn", sample_db])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(app, ["delete", "setup", "-c", "five", "--dsn", sample_db],
+                             env={"COLUMNS": "300"})
+    assert res.exit_code == 0, res.output
+    assert "'setup' (stored under a longer path: 'a/setup', 'b/setup', 'c/setup' and 2 " \
+        "more)." in res.output, res.output
+    res = CliRunner().invoke(app, ["delete", "setup", "--json", "-c", "five",
+                                   "--dsn", sample_db])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["not_found_hints"] == [
+        {"citekey": "setup", "other_forms": [], "other_forms_more": 0,
+         "longer_paths": ["a/setup", "b/setup", "c/setup"], "longer_paths_more": 2}]
+    # three stored: all named, none more
+    res = CliRunner().invoke(app, ["delete", "a/setup", "b/setup", "-c", "five",
+                                   "--dsn", sample_db])
+    res = CliRunner().invoke(app, ["delete", "setup", "--json", "-c", "five",
+                                   "--dsn", sample_db])
+    assert json.loads(res.stdout)["not_found_hints"][0]["longer_paths_more"] == 0
 
 
 def test_delete_reads_the_collection_and_encoding_once_for_its_hints(
@@ -381,11 +415,12 @@ def test_delete_json_gives_each_citekey_not_found_the_hints_the_text_gives(
     assert res.exit_code == 0, res.output
     got = json.loads(res.stdout)
     assert got["not_found_citekeys"] == [typed, *others, "setup"]
+    none = {"other_forms_more": 0, "longer_paths_more": 0}
     assert got["not_found_hints"] == [
-        {"citekey": typed, "other_forms": [decomposed], "longer_paths": []},
-        *({"citekey": key, "other_forms": [], "longer_paths": []} for key in others),
+        {"citekey": typed, "other_forms": [decomposed], "longer_paths": [], **none},
+        *({"citekey": key, "other_forms": [], "longer_paths": [], **none} for key in others),
         # the seventh citekey not found: past the five the text names, hinted all the same
-        {"citekey": "setup", "other_forms": [], "longer_paths": ["work/setup"]}]
+        {"citekey": "setup", "other_forms": [], "longer_paths": ["work/setup"], **none}]
     # nothing missing: an empty list, not a missing field
     res = CliRunner().invoke(app, ["delete", "work/setup", "--json", "-c", "notes",
                                    "--dsn", sample_db])
