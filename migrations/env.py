@@ -26,6 +26,10 @@ from pgfunnel.models import SCHEMA, Base
 config = context.config
 target_metadata = Base.metadata
 
+def _note_applied(*, step: object, **_: object) -> None:
+    config.attributes.setdefault("applied", []).append(getattr(step, "up_revision_id", None))
+
+
 def run_with(connection: Connection) -> None:
     context.configure(
         connection=connection,
@@ -45,6 +49,9 @@ def run_with(connection: Connection) -> None:
         # revision with an autocommit_block, a COMMIT or CONCURRENTLY (each makes
         # tests/test_concurrent_admin.py's test_a_migration_given_up_leaves_no_revision_*
         # fail)
+        # each revision applied is noted, so that a failed upgrade names the one that
+        # failed (the next): pgfunnel.schema reads config.attributes["applied"]
+        on_version_apply=_note_applied,
     )
     with context.begin_transaction():
         context.run_migrations()

@@ -211,6 +211,12 @@ class ConflictError(PgfunnelError):
     """Another writer holds the lock, or the operation contradicts current state."""
 
 
+class MigrationError(PgfunnelError):
+    """A schema upgrade (``pgfunnel init``/``migrate``) failed and was rolled back whole:
+    the message names the revision or step that failed, its cause, and the revision the
+    schema stays at."""
+
+
 class ReadOnlyError(PgfunnelError):
     """The operation writes, and the connection's transaction is read-only: a hot standby
     (a read replica), ``default_transaction_read_only = on`` for the role or database, or

@@ -36,6 +36,7 @@ from pgfunnel.errors import (
     AccessError,
     ConfigError,
     ConflictError,
+    MigrationError,
     PgfunnelError,
     SchemaOutdatedError,
     translate,
@@ -186,7 +187,9 @@ def _lock_holders(target: str) -> str:
                      f"{age})" for pid, name, state, _, age in rows)
 
 
-def _upgrade_in_short_waits(target: str, revision: str) -> None:
+def _upgrade_in_short_waits(target: str, revision: str,
+                            then: Callable[[psycopg.Connection[Any]], None] | None = None
+                            ) -> None:
     """Run the upgrade with each lock wait cut short, again and again until it gets
     through or MIGRATION_LOCK_GIVE_UP_S pass: searches queue behind a waiting
     migration only for a moment at a time. A failed attempt is rolled back whole.
@@ -200,7 +203,13 @@ def _upgrade_in_short_waits(target: str, revision: str) -> None:
     of that transaction (no ``autocommit_block``, no COMMIT, no CREATE INDEX
     CONCURRENTLY), so none is left half applied to be applied again on top of itself;
     tests/test_concurrent_admin.py checks both. What a failed attempt costs is its time:
-    the revisions it got through are run again by the next."""
+    the revisions it got through are run again by the next.
+
+    ``then``, given the transaction's psycopg connection after the last revision, runs in
+    it too (init and migrate install the functions there): the tables and the functions
+    of a release are committed together or not at all. Any other failure is a
+    MigrationError that names the revision (or ``then``) that failed, its cause, and the
+    revision the schema stays at."""
     from sqlalchemy.exc import DBAPIError
 
     cfg = alembic_config()
@@ -209,14 +218,23 @@ def _upgrade_in_short_waits(target: str, revision: str) -> None:
     attempt = 0
     while True:
         attempt += 1
+        cfg.attributes["applied"] = []
         try:
             with _sa_connection(target, lock_wait_ms=wait_ms) as conn:
                 cfg.attributes["connection"] = conn
                 command.upgrade(cfg, revision)
+                if then is not None:
+                    cfg.attributes["applied"].append(_FUNCTIONS_STEP)
+                    raw = conn.connection.driver_connection
+                    assert isinstance(raw, psycopg.Connection)
+                    try_register_vector(raw)
+                    then(raw)
             return
         except DBAPIError as exc:
-            if not isinstance(exc.orig, psycopg.errors.LockNotAvailable) \
-                    or time.monotonic() > deadline:
+            if not isinstance(exc.orig, psycopg.errors.LockNotAvailable):
+                raise _failed_upgrade(target, cfg.attributes["applied"],
+                                      exc.orig if exc.orig is not None else exc) from exc
+            if time.monotonic() > deadline:
                 if isinstance(exc.orig, psycopg.errors.LockNotAvailable):
                     holders = _lock_holders(target)
                     raise ConflictError(
@@ -226,7 +244,45 @@ def _upgrade_in_short_waits(target: str, revision: str) -> None:
                         + (f", the oldest {holders}" if holders else "")
                         + "; nothing was upgraded: run it again when they end") from exc
                 raise
+        except psycopg.Error as exc:
+            # from ``then``, on the driver's connection: not wrapped by SQLAlchemy
+            if not isinstance(exc, psycopg.errors.LockNotAvailable) \
+                    or time.monotonic() > deadline:
+                raise _failed_upgrade(target, cfg.attributes["applied"], exc) from exc
         time.sleep(min(0.05 * attempt, 0.5))
+
+
+#: what ``applied`` notes once the revisions are through and ``then`` runs
+_FUNCTIONS_STEP = "functions"
+
+
+def _failed_upgrade(target: str, applied: list[str | None],
+                    exc: BaseException) -> MigrationError:
+    """The error for an upgrade that failed and was rolled back: which step failed (the
+    revision after the last one ``applied`` noted, or the functions' install), why, and
+    the revision the schema is at now, read again: every step ran in one transaction, so
+    it is the one the upgrade started from."""
+    cause = str(translate(exc)) if isinstance(exc, psycopg.Error) else str(exc)
+    try:
+        with _maintenance_connect(target, autocommit=True, register=False) as conn:
+            now = current_revision(conn)
+        stays = (f"the schema stays at revision {now}" if now is not None
+                 else "the schema has no revision yet")
+    except psycopg.Error:
+        now, stays = None, "the schema stays at the revision it had"
+    if applied and applied[-1] == _FUNCTIONS_STEP:
+        what = "installing this release's SQL functions (after its revisions)"
+    else:
+        last = applied[-1] if applied else now
+        step = next((s for s in ScriptDirectory.from_config(alembic_config()).walk_revisions()
+                     if s.down_revision == last), None)
+        # by its file's name (0014_chunk_heading_level): the first line of its docstring
+        # runs on past a line
+        what = f"migration {Path(step.path).stem}" if step is not None else "a migration"
+    return MigrationError(
+        f"{what} failed: {cause}; nothing was upgraded: every revision and the functions "
+        f"run in one transaction, rolled back whole, so {stays} with its functions as they "
+        "were; fix the cause and run it again")
 
 
 def vector_schema(conn: psycopg.Connection[Any]) -> str | None:
@@ -542,10 +598,13 @@ def _database_errors() -> Iterator[None]:
         raise translate(exc.orig if exc.orig is not None else exc) from exc
 
 
-def upgrade(dsn: str | None = None, revision: str = "head") -> None:
+def upgrade(dsn: str | None = None, revision: str = "head",
+            then: Callable[[psycopg.Connection[Any]], None] | None = None) -> None:
+    """Upgrade the schema to ``revision``, then run ``then`` on the connection, all in one
+    transaction (:func:`_upgrade_in_short_waits`)."""
     target = resolve_dsn(dsn)
     with _database_errors():
-        _upgrade_in_short_waits(target, revision)
+        _upgrade_in_short_waits(target, revision, then)
 
 
 def downgrade(dsn: str | None = None, revision: str = "base") -> None:
@@ -713,16 +772,13 @@ def _init(target: str, *, rls: bool) -> dict[str, Any]:
                 conn.execute(psycopg.sql.SQL("create schema {}").format(
                     psycopg.sql.Identifier(SCHEMA)))
             conn.commit()
-        upgrade(target)
+        # as in migrate: the tables, the functions and the policies commit together; a
+        # database already in RLS mode gets this release's policies and grants too
+        upgrade(target, then=_functions_and_policies(rls=rls))
         with _maintenance_connect(target) as conn:
-            install_functions(conn)
-            from pgfunnel.security import enable_rls, rls_enabled
+            from pgfunnel.security import rls_enabled
 
-            # a database already in RLS mode gets this release's policies and grants too
-            rls_on = rls or rls_enabled(conn)
-            if rls_on:
-                enable_rls(conn)
-            conn.commit()
+            rls_on = rls_enabled(conn)
             after = current_revision(conn)
             # init on an older schema is an upgrade: it says what migrate would
             notes = _upgrade_notes(conn) if before is not None and before != after else []
@@ -776,6 +832,20 @@ def _upgrade_notes(conn: psycopg.Connection[Any]) -> list[str]:
     return notes
 
 
+def _functions_and_policies(*, rls: bool) -> Callable[[psycopg.Connection[Any]], None]:
+    """What init and migrate do after the revisions, in their transaction: install this
+    release's functions and, with ``rls`` or in a database already in RLS mode, its
+    policies and grants."""
+    def install(conn: psycopg.Connection[Any]) -> None:
+        from pgfunnel.security import enable_rls, rls_enabled
+
+        install_functions(conn)
+        if rls or rls_enabled(conn):
+            enable_rls(conn)
+
+    return install
+
+
 def migrate(dsn: str | None = None, *,
             on_wait: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Upgrade an existing installation to this package's head and reinstall functions.
@@ -802,15 +872,11 @@ def _migrate(target: str) -> dict[str, Any]:
             from pgfunnel.errors import SchemaMissingError
 
             raise SchemaMissingError("no alembic revision found")
-        upgrade(target)
+        # the functions, and in RLS mode this release's policies and grants (they change
+        # with releases), in the upgrade's transaction: a failure of either left the
+        # tables at this release and the functions at the last one's
+        upgrade(target, then=_functions_and_policies(rls=False))
         with _maintenance_connect(target) as conn:
-            install_functions(conn)
-            from pgfunnel.security import enable_rls, rls_enabled
-
-            # in RLS mode, this release's policies and grants (they change with releases)
-            if rls_enabled(conn):
-                enable_rls(conn)
-            conn.commit()
             after = current_revision(conn)
             notes = _upgrade_notes(conn)
             if (wrapper := wrapper_problem(conn)) is not None:

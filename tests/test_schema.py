@@ -210,6 +210,64 @@ def test_a_failing_migration_is_a_pgfunnel_error_not_a_traceback(empty_db: str) 
     assert "collection" in res.output
 
 
+def test_a_failed_migrate_leaves_nothing_half_done_and_says_so(sample_db: str) -> None:
+    """A migrate that failed said only its cause (`column "heading_level" ... already
+    exists`): not which revision failed, nor that nothing was applied. And the functions
+    were installed in a transaction after the revisions': a failure there left the tables
+    at this release and the functions at the last one's. Both now say the step that
+    failed and the revision the schema stays at, and a retry once the cause is gone
+    upgrades it whole."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.errors import MigrationError
+
+    head = schema.head_revision()
+
+    def state() -> tuple[str | None, bool, str | None]:
+        with connect(sample_db, autocommit=True, register=False) as conn:
+            column = conn.execute("select exists (select from information_schema.columns "
+                                  "where table_schema = 'pgfunnel' and table_name = 'chunk' "
+                                  "and column_name = 'heading_level')").fetchone()
+            return (schema.current_revision(conn), bool(column and column[0]),
+                    schema.installed_functions_digest(conn))
+
+    schema.downgrade(sample_db, "0013")
+    with connect(sample_db, autocommit=True, register=False) as conn:
+        conn.execute("comment on schema pgfunnel is 'pgfunnel SQL functions older (test)'")
+        # a revision that fails: 0014 adds chunk.heading_level, here already there
+        conn.execute("alter table pgfunnel.chunk add column heading_level text")
+    res = CliRunner().invoke(app, ["migrate", "--dsn", sample_db], env={"COLUMNS": "300"})
+    said = " ".join(res.output.split())
+    assert res.exit_code == 1, res.output
+    assert said.startswith("error: migration 0014_chunk_heading_level failed: column "
+                           '"heading_level" of relation "chunk" already exists; nothing was '
+                           "upgraded:"), said
+    assert "the schema stays at revision 0013 with its functions as they were" in said, said
+    assert state() == ("0013", True, "older")
+    with connect(sample_db, autocommit=True, register=False) as conn:
+        conn.execute("alter table pgfunnel.chunk drop column heading_level")
+        # the functions fail: sql/030 drops this function, which a view depends on
+        conn.execute("create function pgfunnel._visible_sql() returns text language sql "
+                     "as 'select 1::text'")
+        conn.execute("create view public.depends_on_it as select pgfunnel._visible_sql()")
+    with pytest.raises(MigrationError) as failed:
+        schema.migrate(sample_db)
+    assert str(failed.value).startswith("installing this release's SQL functions (after its "
+                                        "revisions) failed: "), failed.value
+    assert "depends_on_it" in str(failed.value) or "depend" in str(failed.value)
+    assert "the schema stays at revision 0013" in str(failed.value), failed.value
+    # not at the head with the older functions: the revisions rolled back with them
+    assert state() == ("0013", False, "older")
+    with connect(sample_db, autocommit=True, register=False) as conn:
+        conn.execute("drop view public.depends_on_it")
+    res = CliRunner().invoke(app, ["migrate", "--dsn", sample_db], env={"COLUMNS": "300"})
+    assert res.exit_code == 0, res.output
+    assert " ".join(res.output.split()).startswith(
+        f"schema upgraded to revision {head} (was 0013); functions refreshed."), res.output
+    assert state() == (head, True, schema.functions_digest())
+
+
 def test_missing_schema_says_run_init(empty_db: str) -> None:
     with connect(empty_db) as conn, pytest.raises(SchemaMissingError, match="pgfunnel init"):
         require_schema(conn)
