@@ -756,7 +756,9 @@ def watch_index_build(conn: psycopg.Connection[Any],
         watcher.close()
 
 
-# what sends a call of the SQL analyzer down its general path (pgfunnel.analyze_each);
+# what sends a call of the SQL analyzer down its general path (pgfunnel._analyze_pass, what
+# analyze_each runs for a document's text, without its limit on a call's length: a batch's
+# distinct words can be more);
 # a Unicode digit this misses only costs that call the longer path, never a term
 _DIGIT_OR_JOINER = re.compile("[0-9._\\-\u2010-\u2013\u2212]")
 
@@ -819,8 +821,8 @@ class TermAnalyzer:
                 "select pg_catalog.string_agg(coalesce(t.terms, ''), E'\\n' order by w.ord) "
                 "  from pg_catalog.generate_series(1, %s) as w(ord) "
                 "  left join (select e.input_ordinal, pg_catalog.string_agg(e.term, ' ') as terms "
-                "               from pgfunnel.analyze_each("
-                "                    pg_catalog.string_to_array(%s, E'\\n'), %s, false) e "
+                "               from pgfunnel._analyze_pass("
+                "                    pg_catalog.string_to_array(%s, E'\\n'), %s, '{}') e "
                 "              where e.term is not null "
                 "              group by e.input_ordinal) t on t.input_ordinal = w.ord",
                 (len(words), "\n".join(words), self.analyzer)).fetchone()

@@ -755,9 +755,32 @@ set search_path = pg_catalog, pgfunnel
 set plan_cache_mode = force_generic_plan
 set jit = off
 as $$
+declare
+    too_long integer;
+    too_long_chars integer;
+    total bigint;
 begin
     if for_query is null then
         perform pgfunnel._bad_parameter('for_query', 'must be true or false, not NULL');
+    end if;
+    -- the limits of analyze's one input, for all of them together: one call analysed a
+    -- megabyte or more (11 s of dotted words). Ingest, which analyses every distinct word
+    -- of a batch whatever their length, calls _analyze_pass itself
+    if for_query then
+        select i.n, length(i.input) into too_long, too_long_chars
+          from unnest(inputs) with ordinality as i(input, n)
+         where length(i.input) > 10000 limit 1;
+        if too_long is not null then
+            perform pgfunnel._bad_parameter(format('inputs[%s]', too_long), format(
+                'is %s characters long; the limit for a query is 10000, as for '
+                'funnel_search''s query_text', too_long_chars));
+        end if;
+    end if;
+    select coalesce(sum(length(i)), 0) into total from unnest(inputs) i;
+    if total > 100000 then
+        perform pgfunnel._bad_parameter('inputs', format(
+            'hold %s characters in all; the limit is 100000, as for analyze''s input '
+            '(split the texts over several calls)', total));
     end if;
     if not for_query then
         return query select * from pgfunnel._analyze_pass(inputs, analyzer, '{}');
@@ -786,8 +809,8 @@ $$;
 -- the length analyze_tokens, analyze and dropped_query_words take, for a caller to look at
 -- one text: a query's limit (funnel_search's query_text) with for_query, ten times it for
 -- a document's text, over any chunk ingest writes. A megabyte took seconds (11 s of
--- dotted words), the most a call a reader may make should cost; ingest's own
--- analyze_each takes any length.
+-- dotted words), the most a call a reader may make should cost; analyze_each takes as
+-- much in all, and ingest calls _analyze_pass, which takes any length.
 create or replace function pgfunnel._check_analyze_input(input text, for_query boolean)
 returns void
 language plpgsql immutable parallel safe

@@ -1123,7 +1123,7 @@ def test_the_one_text_helpers_refuse_text_past_their_limit_quickly(
     """analyze, analyze_tokens and dropped_query_words on a megabyte took seconds (11 s
     for dotted words); each now takes a query of at most 10,000 characters (funnel_search's
     limit) and a document's text of at most 100,000, and names `input` past that.
-    analyze_each, which ingest analyses whole documents with, takes any length."""
+    analyze_each takes as much in all (the test below)."""
     megabyte = "x.y_z " * 170_000
     calls = [("select pgfunnel.analyze(%s)", megabyte, 100_000),
              ("select count(*) from pgfunnel.analyze_tokens(%s)", megabyte, 100_000),
@@ -1149,5 +1149,37 @@ def test_the_one_text_helpers_refuse_text_past_their_limit_quickly(
     assert conn.execute("select pgfunnel.dropped_query_words(%s)",
                         ("the " * 2_500,)).fetchone()[0] == ["the"]
     rows = conn.execute("select count(*) from pgfunnel.analyze_each(array[%s])",
-                        ("refund " * 30_000,)).fetchone()
-    assert rows == (30_000,)
+                        ("refund " * 14_285,)).fetchone()
+    assert rows == (14_285,)
+
+
+def test_analyze_each_refuses_a_call_past_its_limits(conn: psycopg.Connection[Any]) -> None:
+    """analyze_each took any number of texts of any length: one call analysed megabytes
+    (11 s a megabyte of dotted words). It takes what analyze takes for one text, 100,000
+    characters, across all its inputs, and with for_query each input at most 10,000
+    (funnel_search's query_text), naming `inputs` (or the input) past that, before any
+    analysis. Ingest, which analyses a batch's distinct words whatever their length, is
+    not bound by it (test_ingest's long chunk is 198,003 characters)."""
+    calls = [
+        (["x.y_z " * 10_000, "x.y_z " * 10_000], False,
+         "inputs: hold 120000 characters in all; the limit is 100000, as for analyze's "
+         "input (split the texts over several calls)"),
+        (["refund " * 1_000] * 15, True,
+         "inputs: hold 105000 characters in all; the limit is 100000"),
+        (["refund", "a" * 10_001], True,
+         "inputs[2]: is 10001 characters long; the limit for a query is 10000, as for "
+         "funnel_search's query_text"),
+    ]
+    for inputs, for_query, said in calls:
+        with pytest.raises(psycopg.errors.InvalidParameterValue) as err:
+            conn.execute("select count(*) from pgfunnel.analyze_each(%s, 'english_v8', %s)",
+                         (inputs, for_query))
+        conn.rollback()
+        assert str(err.value).splitlines()[0].startswith(said), err.value
+    # at the limits: answered, a NULL input counted as none
+    rows = conn.execute("select count(*) from pgfunnel.analyze_each(%s)",
+                        (["refund " * 10_000, "refund " * 4_285 + "abcd", None],)).fetchone()
+    assert rows == (14_286,)
+    rows = conn.execute("select count(*) from pgfunnel.analyze_each(%s, 'english_v8', true)",
+                        (["refund " * 1_428 + "abcd"] * 2,)).fetchone()
+    assert rows == (2 * 1_429,)

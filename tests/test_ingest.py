@@ -906,11 +906,11 @@ def test_postings_and_lexical_rows_equal_the_analyzers_counts(
           join pgfunnel.index_version v on v.id = l.index_version_id""").fetchall()
     assert sorted(r[0] for r in rows) == sorted(texts)
     for citekey, analyzer, text, length, lexemes, postings in rows:
-        # analyze_each, as analyze() reads one text: analyze() takes at most 100,000
-        # characters, and the long chunk is 198,003
+        # the pass analyze() runs on one text: analyze() and analyze_each take at most
+        # 100,000 characters, and the long chunk is 198,003
         terms = conn.execute(
             "select coalesce(array_agg(e.term order by e.token_position), '{}') "
-            "from pgfunnel.analyze_each(array[%s], %s) e where e.term is not null",
+            "from pgfunnel._analyze_pass(array[%s], %s, '{}') e where e.term is not null",
             (text, analyzer)).fetchone()[0]
         expected = {t: min(n, 32767) for t, n in Counter(terms).items()}
         assert postings == expected, citekey
