@@ -1305,6 +1305,39 @@ begin
             perform pgfunnel._raise_again(err_state, err_message, err_detail, err_hint);
         end;
     end if;
+    -- A traced search's error had this statement below in its context, 40 lines after the
+    -- message in psql and in a driver's error text. What a caller most often gets wrong (a
+    -- parameter's value, the collection, the query vector) is checked first, in a block
+    -- that writes nothing, so it takes no subtransaction id, and raised again with three
+    -- lines of context, as the untraced branch raises it
+    begin
+        perform pgfunnel._check_funnel_params(query_text, k, principals, overfetch,
+                                              per_source_cap, metadata_filter, fusion, rrf_k,
+                                              weights, lexical_depth, dense_depth, ef_search,
+                                              k1, b, as_of);
+        perform pgfunnel._check_scope_params(funnel_search.tenant, funnel_search.language);
+        if query_text is null and query_embedding is null then
+            perform pgfunnel._bad_parameter('query_text',
+                'query_text and query_embedding are both NULL; give at least one');
+        end if;
+        if query_embedding is not null
+           and @vector_schema@.vector_dims(query_embedding) is distinct from
+               (pgfunnel._active_version(pgfunnel._collection_id(collection))).dimensions
+        then
+            -- _pool raises it, with the hint naming the version's model, before any leg
+            perform 1 from pgfunnel._pool(query_text, query_embedding, k, collection,
+                                          principals, funnel_search.tenant,
+                                          funnel_search.language, as_of, metadata_filter,
+                                          fusion, rrf_k, weights, lexical_depth, dense_depth,
+                                          overfetch, per_source_cap, ef_search, k1, b);
+        elsif query_embedding is null then
+            perform pgfunnel._active_version(pgfunnel._collection_id(collection));
+        end if;
+    exception when others then
+        get stacked diagnostics err_state = returned_sqlstate, err_message = message_text,
+                                err_detail = pg_exception_detail, err_hint = pg_exception_hint;
+        perform pgfunnel._raise_again(err_state, err_message, err_detail, err_hint);
+    end;
     -- refused before the search runs, not by final()'s insert after it
     perform pgfunnel._check_trace_writable(principals, funnel_search.tenant);
     -- one statement: the pool and the cap read the same snapshot
@@ -1332,9 +1365,8 @@ begin
                           -- needs it. In the row's notes, outside the config and its hash;
                           -- so is whether weights were given: the config holds the weights
                           -- used, and a replay (versions compare --last) of a search that
-                          -- let them be chosen must let them be chosen again
-                          -- and the depth each leg read (NULL: it did not run), which
-                          -- explain --search-id shows: the config holds the depths given
+                          -- let them be chosen must let them be chosen again; and the depth
+                          -- each leg read (NULL: it did not run): the config holds the ones given
                           null, jsonb_build_object('query_embedding',
                                                    query_embedding is not null,
                                                    'weights_given', weights is not null,
