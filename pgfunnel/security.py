@@ -460,11 +460,23 @@ def _grant_writer_to_owner(conn: psycopg.Connection[Any]) -> None:
 
 @rows_by_position
 def disable_rls(conn: psycopg.Connection[Any]) -> None:
-    """Turn row-level security off again (policies are kept but inactive)."""
+    """Turn row-level security off again (policies are kept but inactive), and take back
+    what ``pgfunnel_reader`` was granted in schema pgfunnel: without the policies its
+    members would read every row (documents they may not see, every reader's logged
+    queries and traces), as without ``--rls`` the role holds nothing here.
+    ``enable_rls`` grants it again. The writer keeps its privileges: its policy reads
+    every row anyway."""
     for table in RLS_TABLES:
         t = _table(table)
         conn.execute(sql.SQL("alter table {} no force row level security").format(t))
         conn.execute(sql.SQL("alter table {} disable row level security").format(t))
+    if conn.execute("select 1 from pg_catalog.pg_roles where rolname = %s",
+                    (READER_ROLE,)).fetchone() is None:
+        return
+    r = _ident(READER_ROLE)
+    conn.execute(sql.SQL("revoke all on all tables in schema pgfunnel from {}").format(r))
+    conn.execute(sql.SQL("revoke all on all sequences in schema pgfunnel from {}").format(r))
+    conn.execute(sql.SQL("revoke usage on schema pgfunnel from {}").format(r))
 
 
 @rows_by_position

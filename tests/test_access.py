@@ -1827,3 +1827,42 @@ def test_translate_with_bind_neither_waits_on_the_apps_pool_nor_raises_on_its_ow
     for name, text in said.items():
         assert for_mode in text and SCHEMA_GRANT_HINT not in text, (name, text)
     assert max(took.values()) < 10, took
+
+
+def test_turning_row_level_security_off_takes_back_what_the_reader_role_reads(
+        app_dsn: str, rls_db: str) -> None:
+    """`disable_rls` switched the policies off and left pgfunnel_reader its grants, so
+    every member of that cluster-wide role read every row with no policy to hold it:
+    the text of documents it may not see, and every other reader's logged query text
+    and trace. Without RLS the group roles hold nothing (docs/security.md); turning it
+    off now takes the reader's table privileges back, and `init --rls` gives them again."""
+    from pgfunnel.doctor import check_privileges
+    from pgfunnel.security import disable_rls, enable_rls
+
+    with connect(app_dsn, autocommit=True) as conn:
+        alice = _funnel(conn).search("refund invoice question alice", query_embedding=QVEC,
+                                     principals=["alice"], k=3, trace=True)
+        assert alice.search_id is not None and _keys(alice)[0] == "secret"
+        # control: under the policies bob reads neither
+        with conn.transaction():
+            conn.execute("select set_config('pgfunnel.principals', '[\"bob\"]', true)")
+            assert conn.execute("select count(*) from pgfunnel.search_log").fetchone() == (0,)
+            assert conn.execute("select count(*) from pgfunnel.document "
+                                "where citekey = 'secret'").fetchone() == (0,)
+    with connect(rls_db, autocommit=True) as owner:
+        with owner.transaction():
+            disable_rls(owner)
+        findings = check_privileges(owner)
+        assert [(f.level, f.message.split(" holds")[0]) for f in findings
+                if "pgfunnel_reader" in f.message] == [("info", "pgfunnel_reader")], findings
+    with connect(app_dsn, autocommit=True) as conn:
+        for table in ("search_log", "search_trace", "document", "chunk"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(sql.SQL("select * from pgfunnel.{}").format(sql.Identifier(table)))
+        with pytest.raises(AccessError, match="not in RLS mode"):
+            _funnel(conn).search(QUERY, principals=["bob"])
+    with connect(rls_db, autocommit=True) as owner, owner.transaction():
+        enable_rls(owner)
+    with connect(app_dsn, autocommit=True) as conn:
+        assert _keys(_funnel(conn).search(QUERY, query_embedding=QVEC, principals=["alice"],
+                                          k=3))[0] == "secret"
