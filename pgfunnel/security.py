@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import psycopg
@@ -840,6 +840,8 @@ class SchemaAccess:
     role: str
     rls: bool
     roles_exist: bool
+    #: ``role`` holds USAGE on the schema: a refusal read after the fact was another role's
+    role_may_use: bool = False
 
     def advice(self) -> str:
         """What gives ``role`` access, for this database's mode, and who runs it."""
@@ -864,7 +866,8 @@ def schema_access(conn: psycopg.Connection[Any]) -> SchemaAccess | None:
         "select pg_catalog.pg_get_userbyid(n.nspowner), current_user, "
         "       coalesce((select bool_or(c.relrowsecurity) from pg_catalog.pg_class c "
         "                  where c.relnamespace = n.oid and c.relname = any(%s)), false), "
-        "       exists (select 1 from pg_catalog.pg_roles where rolname = %s) "
+        "       exists (select 1 from pg_catalog.pg_roles where rolname = %s), "
+        "       pg_catalog.has_schema_privilege(n.oid, 'USAGE') "
         "  from pg_catalog.pg_namespace n where n.nspname = 'pgfunnel'",
         (list(RLS_TABLES), READER_ROLE)).fetchone()
     return None if row is None else SchemaAccess(*row)
@@ -885,6 +888,15 @@ def schema_access_hint(conn: psycopg.Connection[Any], *, role_note: str = "") ->
     access = schema_access(conn)
     if access is None:
         return None
+    if access.role_may_use:
+        # read on another connection (the engine's own) or after a SET ROLE was undone:
+        # the role read here was not the one refused, and granting it changes nothing
+        other = replace(access, role="THAT_ROLE")
+        who = "the engine's login role" if role_note else "this connection's role now"
+        return (f"; role {access.role!r} ({who}) may use schema pgfunnel, "
+                "so the statement refused ran as another role (a SET ROLE or SET SESSION "
+                "AUTHORIZATION in its transaction), granted nothing on pgfunnel: "
+                f"{other.advice()}")
     role = f"role {access.role!r}{role_note}"
     if access.rls and access.roles_exist:
         return f"; {role} was granted nothing on pgfunnel: {access.advice()}"

@@ -1866,3 +1866,48 @@ def test_turning_row_level_security_off_takes_back_what_the_reader_role_reads(
     with connect(app_dsn, autocommit=True) as conn:
         assert _keys(_funnel(conn).search(QUERY, query_embedding=QVEC, principals=["alice"],
                                           k=3))[0] == "secret"
+
+
+def test_translate_with_bind_does_not_say_a_login_role_that_may_use_pgfunnel_has_nothing(
+        db: str) -> None:
+    """A login role that may search (a member of pgfunnel_reader) ran SET ROLE to a role
+    granted nothing on pgfunnel, and was refused as that role: translate(exc, bind=...)
+    read on the engine's own connection said the login role 'was granted nothing on
+    pgfunnel' and told the owner to grant it what it already holds. It now checks the
+    login role's access, and where it holds USAGE says the refused statement ran as
+    another role, the one to grant."""
+    from sqlalchemy import select, text
+    from sqlalchemy.exc import DBAPIError
+    from sqlalchemy.orm import Session
+
+    from pgfunnel.errors import translate
+    from pgfunnel.sqla import engine_from_dsn, funnel_search_tvf
+
+    schema.init(db, rls=True)
+    ingest_docs(db, _corpus(3))
+    login_dsn = create_app_role(db)
+    login = psycopg.conninfo.conninfo_to_dict(login_dsn)["user"]
+    set_to = f"pgf_set_{uuid.uuid4().hex[:8]}"
+    with connect(db, autocommit=True) as su:
+        su.execute(sql.SQL("create role {}").format(sql.Identifier(set_to)))
+        su.execute(sql.SQL("grant {} to {}").format(sql.Identifier(set_to),
+                                                    sql.Identifier(login)))
+    stmt = select(funnel_search_tvf(QUERY, k=3, principals=[]).c.citekey)
+    engine = engine_from_dsn(login_dsn)
+    try:
+        with Session(engine) as session:
+            # control: as itself the login role searches
+            session.execute(stmt).all()
+            session.execute(text("select pg_catalog.set_config('role', :r, false)"),
+                            {"r": set_to})
+            with pytest.raises(DBAPIError) as caught:
+                session.execute(stmt).all()
+            said = str(translate(caught.value, bind=session))
+    finally:
+        engine.dispose()
+    assert said.startswith("permission denied for schema pgfunnel; "), said
+    assert f"role {login!r}{LOGIN_ROLE_NOTE} was granted nothing" not in said, said
+    assert (f"role {login!r} (the engine's login role) may use schema pgfunnel, so the "
+            "statement refused ran as another role") in said, said
+    assert f"grant pgfunnel_reader to {login}`" not in said, said
+    assert "grant pgfunnel_reader to THAT_ROLE`" in said, said
