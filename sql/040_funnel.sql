@@ -230,6 +230,45 @@ $$;
 -- chunks of other pages match `module`. `refill` false keeps the depths and pool as
 -- given (explain, which replays a search at the depths it used). The depths and pool
 -- size used come back with the pool.
+-- found_terms without those of ``terms`` that no chunk a search with these filters may
+-- see holds, for the notice of _pool (the collection-wide df counts hidden chunks too).
+-- A term a row of the lexical leg (``hits``, all visible) holds is seen after one index
+-- probe a row; only a term none of them holds has its postings read, with the visibility
+-- check, until one is visible. Planned per call (EXECUTE): it runs on few searches, and a
+-- cached plan would lock every version's posting partition (see _lexical_hits).
+create or replace function pgfunnel._terms_seen(
+    version_id integer, found_terms text[], terms text[], hits bigint[], principals text[],
+    tenant text, language text, as_of timestamptz, metadata_filter jsonb)
+returns text[]
+language plpgsql stable
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+declare
+    unseen text[];
+begin
+    if coalesce(cardinality(terms), 0) = 0 then
+        return found_terms;
+    end if;
+    execute $q$
+        select coalesce(array_agg(t.term), '{}')
+          from unnest($1::text[]) as t(term)
+         where not exists (select from unnest($2::bigint[]) as h(id)
+                             join pgfunnel.posting p on p.chunk_id = h.id
+                            where p.index_version_id = $3 and p.term = t.term collate "C")
+           and not exists (select from pgfunnel.posting p
+                             join pgfunnel.chunk ch on ch.id = p.chunk_id
+                             join pgfunnel.document d on d.id = ch.document_id
+                            where p.index_version_id = $3 and p.term = t.term collate "C"
+                              and pgfunnel._document_visible(d, $4, $5, $6, $7, $8))$q$
+       into unseen
+      using terms, coalesce(hits, '{}'), version_id, principals, tenant, language, as_of,
+            metadata_filter;
+    return array(select f.term from unnest(found_terms) as f(term)
+                  where f.term <> all (unseen));
+end
+$$;
+
 -- whether a query is one identifier as typed (snake_case, dotted, ::, camelCase or an
 -- acronym run into a word, a trailing "()"): `get_attribute_history`, `os.path.join`,
 -- `DBAPIError`, `BZ2Compressor`, `dumps()`; `unpickle` and two words are not
@@ -398,6 +437,8 @@ declare
     code_words integer[];
     code_parts text[];
     other_held boolean;
+    -- the query terms a chunk the search may see holds (the notice below)
+    seen_terms text[];
 begin
     checked := pgfunnel._check_funnel_params(query_text, k, principals, overfetch, per_source_cap,
                                              metadata_filter, fusion, rrf_k, weights,
@@ -753,11 +794,37 @@ begin
     -- BM25 then ranks the query's other words (`err` finds every error page) and the
     -- results read as matches for the code unless this says so. Terms with a digit only:
     -- an absent plain word (a synonym) is the dense leg's to answer, and common.
-    if lexical_on and cardinality(q_terms) > 0 and not q_terms operator(pg_catalog.<@) lex.found_terms then
+    -- Said of the chunks the search may see: found_terms counts every chunk (the
+    -- collection-wide df), and a notice that went away once a hidden chunk held the code
+    -- told any searcher, an application's end user too, that a chunk they may not see
+    -- holds it. Where some chunk may be hidden, the codes the version holds are looked
+    -- for among the lexical leg's rows first (one index probe a row until one holds it:
+    -- the rare code ranks its chunks first), and in the rest of their postings only when
+    -- no row holds them.
+    seen_terms := lex.found_terms;
+    if lexical_on and not all_visible
+       and exists (select from unnest(q_terms) as q(term)
+                    where q.term ~ '[0-9]' and q.term = any (lex.found_terms)) then
+        seen_terms := pgfunnel._terms_seen(
+            version_id, lex.found_terms,
+            array(select distinct q.term from unnest(q_terms) as q(term)
+                   where q.term ~ '[0-9]' and q.term = any (lex.found_terms)),
+            lex.chunk_ids, principals, tenant, language, as_of, metadata_filter);
+    end if;
+    if lexical_on and cardinality(q_terms) > 0 and not q_terms operator(pg_catalog.<@) seen_terms then
         select array_agg(distinct q.term order by q.term), array_agg(distinct q.word)
           into absent_codes, code_words
           from unnest(q_terms, q_positions) as q(term, word)
-         where q.term ~ '[0-9]' and q.term <> all (lex.found_terms);
+         where q.term ~ '[0-9]' and q.term <> all (seen_terms);
+        if absent_codes is not null and not all_visible then
+            -- the other terms the notice says were ranked: those held by hidden chunks
+            -- alone ranked nothing this search returns, and naming them told of those
+            seen_terms := pgfunnel._terms_seen(
+                version_id, seen_terms,
+                array(select distinct q.term from unnest(q_terms) as q(term)
+                       where q.term !~ '[0-9]' and q.term = any (seen_terms)),
+                lex.chunk_ids, principals, tenant, language, as_of, metadata_filter);
+        end if;
         if absent_codes is not null then
             -- `x9` alone is searched as `x9` and `9`: the rows are the chunks holding `9`,
             -- and "the query's other words" named words the query does not have
@@ -766,7 +833,7 @@ begin
                    coalesce(bool_or(q.word <> all (code_words)), false)
               into code_parts, other_held
               from unnest(q_terms, q_positions) as q(term, word)
-             where q.term = any (lex.found_terms);
+             where q.term = any (seen_terms);
             -- ten at most: a query of 10,000 characters can hold two thousand numbers
             raise notice using message = format(
                 'pgfunnel: no chunk of collection %L holds %s%s; %s', collection,

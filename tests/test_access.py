@@ -1911,3 +1911,37 @@ def test_translate_with_bind_does_not_say_a_login_role_that_may_use_pgfunnel_has
             "statement refused ran as another role") in said, said
     assert f"grant pgfunnel_reader to {login}`" not in said, said
     assert "grant pgfunnel_reader to THAT_ROLE`" in said, said
+
+
+@pytest.mark.parametrize("mode", ["plain", "rls"])
+def test_the_no_chunk_holds_code_notice_counts_only_chunks_the_searcher_may_see(
+        request: pytest.FixtureRequest, rls_db: str, mode: str) -> None:
+    """The notice `no chunk of collection 'C' holds 4029` read the collection-wide
+    document frequency, hidden chunks included: it went away for every searcher once a
+    chunk they may not see held 4029, so an application's end user could test a guessed
+    code (a tenant's project number) through what a search said. It is now said of the
+    chunks the search may see: the same for bob before and after alice's chunk holding
+    the code is ingested, and not for alice (the control)."""
+    if mode == "rls":
+        dsn = request.getfixturevalue("app_dsn")
+    else:
+        from pgfunnel.security import disable_rls
+
+        with connect(rls_db, autocommit=True) as owner, owner.transaction():
+            disable_rls(owner)
+        dsn = rls_db
+
+    def notices(query: str, who: list[str]) -> list[str]:
+        with connect(dsn, autocommit=True) as conn:
+            said = _funnel(conn).search(query, principals=who, k=5).notices
+        return [n for n in said if "holds" in n]
+
+    queries = ("refund 4029", "refund section-4029", "4029")
+    before = {q: notices(q, ["bob"]) for q in queries}
+    assert before["refund 4029"] == ["pgfunnel: no chunk of collection 'default' holds 4029; "
+                                     "the lexical leg ranked the query's other words"]
+    ingest_docs(rls_db, [Doc("codebook", "Project 4029 refund codes, section 4029.",
+                             readers=["alice"])], seed=7)
+    assert notices("refund 4029", ["alice"]) == []  # control: alice's chunk holds it
+    after = {q: notices(q, ["bob"]) for q in queries}
+    assert after == before
