@@ -934,7 +934,11 @@ select w.kind, w.object, w.privilege, w.held from (
          pg_catalog.has_schema_privilege(%(role)s, 'pgfunnel', 'USAGE') as held
   union all
   select 1, 'table', c.oid::regclass::text, t.privilege,
-         pg_catalog.has_table_privilege(%(role)s, c.oid, t.privilege)
+         case when c.relname = 'search_log' and t.privilege = 'INSERT'
+              then (select pg_catalog.bool_and(pg_catalog.has_column_privilege(
+                               %(role)s, c.oid, l.col, 'INSERT'))
+                      from unnest(%(log_columns)s::text[]) as l(col))
+              else pg_catalog.has_table_privilege(%(role)s, c.oid, t.privilege) end
     from unnest(%(tables)s::text[], %(table_privileges)s::text[]) as t(relname, privilege)
     join pg_catalog.pg_class c on c.relname = t.relname
      and c.relnamespace = 'pgfunnel'::regnamespace
@@ -996,7 +1000,10 @@ def _wanted(role: str) -> _Wanted:
 
 def _held_privileges(conn: psycopg.Connection[Any], role: str, wanted: _Wanted
                      ) -> list[tuple[str, str, str, bool]]:
-    """(kind, object, privilege, held) for each privilege ``role`` should hold."""
+    """(kind, object, privilege, held) for each privilege ``role`` should hold (INSERT on
+    search_log: on the columns a traced search writes, as grant_privileges grants it)."""
+    from pgfunnel.security import READER_LOG_COLUMNS
+
     return [(str(k), str(o), str(p), bool(h)) for k, o, p, h in conn.execute(
         _HELD_PRIVILEGES, {"role": role,
                            "tables": [t for t, _ in wanted.tables],
@@ -1005,7 +1012,8 @@ def _held_privileges(conn: psycopg.Connection[Any], role: str, wanted: _Wanted
                            "sequence_privileges": list(wanted.sequences),
                            "sequences": (None if wanted.sequence_names is None
                                          else list(wanted.sequence_names)),
-                           "skip_functions": list(wanted.skip_functions)}).fetchall()]
+                           "skip_functions": list(wanted.skip_functions),
+                           "log_columns": list(READER_LOG_COLUMNS)}).fetchall()]
 
 
 def _grouped(missing: Sequence[tuple[str, str, str, bool]]

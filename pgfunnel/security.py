@@ -4,8 +4,9 @@ checks ``pgfunnel doctor`` runs.
 Two NOLOGIN group roles carry the privileges; application login roles are made
 members of them (see docs/security.md):
 
-- ``pgfunnel_reader``: search. SELECT on the tables, INSERT on search_log/search_trace
-  (traces), EXECUTE on every pgfunnel function except the ones that write index data.
+- ``pgfunnel_reader``: search. SELECT on the tables, INSERT on search_trace and on the
+  search_log columns a traced search writes (traces), EXECUTE on every pgfunnel function
+  except the ones that write index data.
 - ``pgfunnel_writer``: ingest, delete, reindex. Every privilege on the tables.
 
 With RLS on, every row of document, chunk, embedding, lexical, posting, search_log
@@ -172,6 +173,12 @@ READER_TABLE_PRIVILEGES: tuple[tuple[str, str], ...] = (
     tuple((table, "SELECT") for table in RLS_TABLES + SHARED_TABLES)
     + (("search_log", "INSERT"), ("search_trace", "INSERT")))
 READER_SEQUENCE_PRIVILEGES = ("USAGE",)
+#: the search_log columns a reader may write: those a traced search (final()) writes. Not
+#: `at`, `id` or `logged_by`, which take their defaults: with INSERT on the whole table a
+#: reader wrote its rows with an `at` of its choosing, and `versions compare --last`, which
+#: takes the newest by `at`, replayed them before every real search
+READER_LOG_COLUMNS = ("collection_id", "index_version_id", "config_hash", "config",
+                      "query_text", "principals", "tenant", "notes")
 #: the sequences the reader draws from: a traced search's search_log id. No search takes
 #: another value, and nextval on document_id_seq would tell a reader how many documents
 #: were ever written, those it cannot see included (earlier releases granted every one)
@@ -192,6 +199,12 @@ def grant_privileges(conn: psycopg.Connection[Any]) -> None:
     conn.execute(sql.SQL("grant usage on schema pgfunnel to {}, {}").format(r, w))
     for table, privilege in READER_TABLE_PRIVILEGES:
         if not _table_exists(conn, table):
+            continue
+        if (table, privilege) == ("search_log", "INSERT"):
+            # the table-wide grant of earlier releases goes, its columns' with it
+            conn.execute(sql.SQL("revoke insert on {} from {}").format(_table(table), r))
+            conn.execute(sql.SQL("grant insert ({}) on {} to {}").format(
+                sql.SQL(", ").join(_ident(c) for c in READER_LOG_COLUMNS), _table(table), r))
             continue
         conn.execute(sql.SQL("grant {} on {} to {}").format(
             sql.SQL(privilege), _table(table), r))

@@ -366,7 +366,8 @@ def test_a_logged_search_is_explained_to_a_reader_only_as_far_as_its_principals_
 def test_a_reader_cannot_log_under_an_id_ahead_of_the_sequence(rls_db: str) -> None:
     # before, a reader inserted search_log rows under the next ids by hand (the identity
     # column takes an explicit value), and every other reader's traced search then failed
-    # on the primary key until the sequence had passed them
+    # on the primary key until the sequence had passed them. Readers may not write the id
+    # column at all now (the privilege is refused before the policy is checked)
     mallory, victim = create_app_role(rls_db), create_app_role(rls_db)
     with connect(mallory, autocommit=True) as c:
         with c.transaction():
@@ -378,7 +379,8 @@ def test_a_reader_cannot_log_under_an_id_ahead_of_the_sequence(rls_db: str) -> N
                   "config_hash, config, principals) values (%s, %s, %s, 'x', '{}', '{}')")
         for ahead in (1, 2, 3):
             with pytest.raises(psycopg.errors.InsufficientPrivilege,
-                               match="row-level security"), c.transaction():
+                               match="permission denied for table search_log"), \
+                    c.transaction():
                 c.execute("select set_config('pgfunnel.principals', '[]', true)")
                 c.execute(insert, (nxt[0] + ahead, ver[1], ver[0]))
         # control: its own traced search logs as before
@@ -1945,3 +1947,38 @@ def test_the_no_chunk_holds_code_notice_counts_only_chunks_the_searcher_may_see(
     assert notices("refund 4029", ["alice"]) == []  # control: alice's chunk holds it
     after = {q: notices(q, ["bob"]) for q in queries}
     assert after == before
+
+
+def test_a_reader_logs_a_search_only_through_the_columns_a_traced_search_writes(
+        rls_db: str, app_conn: psycopg.Connection[Any]) -> None:
+    """pgfunnel_reader held INSERT on the whole of search_log, so a reader could write its
+    own rows with an `at` of its choosing (2999-01-01): `versions compare --last N`, which
+    takes the newest searches by `at`, then replayed the reader's chosen texts before every
+    real search, for good. INSERT is now granted on the columns a traced search writes;
+    `at`, `id` and `logged_by` take their defaults."""
+    from pgfunnel.doctor import check_privileges
+    from pgfunnel.security import enable_rls
+
+    funnel = _funnel(app_conn)
+    traced = funnel.search(QUERY, query_embedding=QVEC, principals=["bob"], k=3, trace=True)
+    assert traced.search_id is not None  # a traced search still logs itself
+    forged = {"at": "'2999-01-01'", "logged_by": "current_user",
+              "id": "nextval('pgfunnel.search_log_id_seq')"}
+    for column, value in forged.items():
+        with pytest.raises(psycopg.errors.InsufficientPrivilege), app_conn.transaction():
+            app_conn.execute("select set_config('pgfunnel.principals', '[\"bob\"]', true)")
+            app_conn.execute(sql.SQL(
+                "insert into pgfunnel.search_log ({}, collection_id, index_version_id, "
+                "config_hash, config, query_text, principals) select " + value
+                + ", collection_id, index_version_id, 'x', '{{}}', 'forged', '{{bob}}' "
+                "from pgfunnel.search_log where id = %s").format(sql.Identifier(column)),
+                (traced.search_id,))
+    # an earlier release's grant on the whole table is taken back by init and migrate
+    with connect(rls_db, autocommit=True) as owner:
+        owner.execute("grant insert on pgfunnel.search_log to pgfunnel_reader")
+        with owner.transaction():
+            enable_rls(owner)
+        assert owner.execute("select has_table_privilege('pgfunnel_reader', "
+                             "'pgfunnel.search_log', 'INSERT')").fetchone() == (False,)
+        assert [f.level for f in check_privileges(owner)] == ["info"]
+    assert funnel.search(QUERY, principals=["bob"], k=3, trace=True).search_id is not None
