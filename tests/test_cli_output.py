@@ -1017,6 +1017,27 @@ def test_psqls_hint_for_a_missing_collection_ingests_into_the_name_typed(
 
 
 # the documents of collection 'big', which the two tests below ingest
+# `pgfunnel ARGS` as the console script runs it, with SIGINT handled as in a terminal.
+# A child inherits an ignored SIGINT (a test run started in the background, `cmd &` in a
+# script, under nohup, or by a runner that ignores it), and Python installs no
+# KeyboardInterrupt handler over an ignored SIGINT: the Ctrl-C the tests send was lost,
+# the ingest went on waiting for the lock the test holds, and the test failed at its
+# communicate() timeout, 180 s later, depending on how the suite was started.
+_CLI_WITH_CTRL_C = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                    "sys.argv[0] = 'pgfunnel'; from pgfunnel.cli.main import main; main()")
+
+
+def _cli_popen(args: list[str], env: dict[str, str]) -> Any:
+    """`pgfunnel ARGS` in a subprocess whose Ctrl-C (SIGINT) raises KeyboardInterrupt,
+    whatever the test run's own SIGINT disposition; text stdout and stderr piped."""
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-c", _CLI_WITH_CTRL_C, *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+
+
 _BIG_COUNT = ("select count(*) from pgfunnel.document d join pgfunnel.collection c "
               "on c.id = d.collection_id where c.name = 'big'")
 # the backends of an ingest of 'big' waiting for its writer lock
@@ -1034,8 +1055,6 @@ def _ingest_waiting_at_its_second_batch(
     the ingest waiting for it, and the deadline (time.monotonic) the tests keep to. The
     process is killed on the way out if it still runs."""
     import os
-    import subprocess
-    import sys
     import time
 
     from pgfunnel.tiny_models import build_tiny_bi_encoder
@@ -1047,10 +1066,8 @@ def _ingest_waiting_at_its_second_batch(
         (folder / f"page{i:04d}.md").write_text(
             f"# Page {i}\n\n" + " ".join(f"word{i}x{j}" for j in range(24)) + "\n")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pgfunnel.cli.main", "ingest", str(folder), "-c", "big",
-         "--chunk-words", "20", "--model", str(model), "--dsn", db],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = _cli_popen(["ingest", str(folder), "-c", "big", "--chunk-words", "20", "--model",
+                       str(model), "--dsn", db], env)
     # session-level, so that no transaction of the watcher's holds up the ingest's
     # concurrent index build
     lock = "select pg_try_advisory_lock(hashtext('pgfunnel:ingest:' || 'big'))"
@@ -1111,8 +1128,6 @@ def test_ctrl_c_during_the_hnsw_build_says_the_index_is_not_built(
     builds it, which it does."""
     import os
     import signal
-    import subprocess
-    import sys
     import time
 
     from pgfunnel.tiny_models import build_tiny_bi_encoder
@@ -1128,9 +1143,7 @@ def test_ctrl_c_during_the_hnsw_build_says_the_index_is_not_built(
     with psycopg.connect(db) as watcher:
         # the build's SHARE lock waits behind this; the batches' writes do not
         watcher.execute("lock table pgfunnel.embedding in row exclusive mode")
-        proc = subprocess.Popen([sys.executable, "-m", "pgfunnel.cli.main", *args],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=env)
+        proc = _cli_popen(args, env)
         try:
             with psycopg.connect(db, autocommit=True) as seer:
                 deadline = time.monotonic() + 240
@@ -1684,8 +1697,6 @@ def test_ctrl_c_during_an_ingest_with_prune_says_nothing_was_pruned(
     still there (the prune runs only once every batch has committed)."""
     import os
     import signal
-    import subprocess
-    import sys
     import time
 
     from pgfunnel.cli.main import app
@@ -1706,10 +1717,7 @@ def test_ctrl_c_during_an_ingest_with_prune_says_nothing_was_pruned(
     with psycopg.connect(db, autocommit=True) as watcher:
         # the collection's writer lock, held so that the ingest waits at its batch
         watcher.execute("select pg_advisory_lock(hashtext('pgfunnel:ingest:' || 'hb'))")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "pgfunnel.cli.main", "ingest", str(folder), "-c", "hb",
-             "--prune", "--dsn", db],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        proc = _cli_popen(["ingest", str(folder), "-c", "hb", "--prune", "--dsn", db], env)
         try:
             deadline = time.monotonic() + 120
             while not watcher.execute(
