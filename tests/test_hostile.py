@@ -1297,12 +1297,13 @@ def test_a_history_turn_of_a_megabyte_is_refused_quickly_and_logs_nothing(
         before = conn.execute("select count(*) from pgfunnel.search_log").fetchone()
         conn.commit()
         funnel = Funnel(conn, embedder=None)
-        started = time.perf_counter()
+        # this process's CPU time: the refusal's work, not a loaded machine's other processes
+        started = time.process_time()
         with pytest.raises(InvalidInputError, match=r"^history\[0\]: is 1,000,000 characters "
                                                     r"long; a history holds at most 100,000"):
             funnel.search("what about annual?", history=["refund plan " * 83_333 + "refu"],
                           trace=True)
-        assert time.perf_counter() - started < 0.5
+        assert time.process_time() - started < 0.5
         assert conn.execute("select count(*) from pgfunnel.search_log").fetchone() == before
         _usable(conn)
 

@@ -406,11 +406,12 @@ def test_a_plan_refuses_a_text_before_any_of_its_traced_searches_runs(
     with pytest.raises(InvalidInputError,
                        match=r"^query_text \(part 3 of 3 after decomposing it\): is 12,969 "):
         funnel.search_decomposed(many, k=3, trace=True)
-    # a megabyte is refused before the split, which took seconds over it
-    started = time.perf_counter()
+    # a megabyte is refused before the split, which took seconds of CPU over it (this
+    # process's CPU time: a loaded machine's other processes do not count)
+    started = time.process_time()
     with pytest.raises(InvalidInputError, match=r"^query_text: is 1,080,000 characters long"):
         funnel.search_decomposed("refund? and plan? " * 60_000, k=3, trace=True)
-    assert time.perf_counter() - started < 1
+    assert time.process_time() - started < 1
     assert _log_rows(sample_conn) == before
     # the plans still trace what they search
     funnel.search_multi(["refund", "money back"], k=3, trace=True)

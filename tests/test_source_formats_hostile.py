@@ -28,7 +28,8 @@ def test_hostile_file_gives_a_document_or_a_named_error(tmp_path: Path, suffix: 
                                                         name: str) -> None:
     path = tmp_path / f"page{suffix}"
     path.write_bytes(HOSTILE[name])
-    started = time.perf_counter()
+    # this process's CPU time: the reader's work, not a loaded machine's other processes
+    started = time.process_time()
     try:
         docs = list(read_path(path))
     except InvalidDocumentError as exc:
@@ -36,7 +37,7 @@ def test_hostile_file_gives_a_document_or_a_named_error(tmp_path: Path, suffix: 
     else:
         assert all(d.citekey == "page" and d.text.strip() for d in docs) or suffix == ".jsonl"
         assert all("\x00" not in d.text for d in docs) or name == "nul"
-    assert time.perf_counter() - started < 5
+    assert time.process_time() - started < 5
 
 
 def test_judged_queries_nested_too_deeply_are_a_named_error(tmp_path: Path) -> None:

@@ -168,15 +168,19 @@ def test_rewriter_that_raises_falls_back() -> None:
 
 def test_rewriter_that_times_out_falls_back() -> None:
     release = threading.Event()
+    finished = threading.Event()
 
     def slow(q: str) -> str:
-        release.wait(5)
+        release.wait(60)
+        finished.set()
         return "too late ERR-4029"
 
-    start = time.monotonic()
     r = GuardedRewriter(slow, timeout_s=0.2).rewrite("what does ERR-4029 mean")
+    # returned while the rewriter still ran (it ends only once released): it did not
+    # wait for it, which a wall-clock bound checked only as loosely as the machine's load
+    # allowed
+    assert not finished.is_set()
     release.set()
-    assert time.monotonic() - start < 2
     assert not r.used_rewrite and "timed out" in r.reason
 
 
@@ -492,11 +496,13 @@ def test_a_history_past_its_limits_is_refused_naming_the_turn() -> None:
              "(pass the latest turns)"),
             ([""] * 1_001, "history: has 1,001 turns; the limit is 1,000 (pass the latest "
                            "turns)")):
-        started = time.perf_counter()
+        # CPU time of this process: the refusal's own work, not the other processes a
+        # loaded machine runs meanwhile (wall-clock, a busy CI box overran 0.2 s)
+        started = time.process_time()
         with pytest.raises(InvalidInputError) as err:
             r.resolve(history, "what about annual?")
         assert str(err.value) == said
-        assert time.perf_counter() - started < 0.2
+        assert time.process_time() - started < 0.2
     # at the limits a follow-up is resolved as before
     res = r.resolve(["refund plan " * 833] * 10, "what about annual?")
     assert res.carried_terms == ["refund", "plan"]
