@@ -111,7 +111,7 @@ def test_sample_scores_equal_reference(sample_conn: psycopg.Connection[Any], dep
         assert_matches(ref, leg(sample_conn, "default", q, depth), terms, depth)
 
 
-def _zipf_corpus(n_docs: int, seed: int, mean_words: int) -> list[Any]:
+def _zipf_corpus(n_docs: int, seed: int, mean_words: int) -> tuple[list[Any], list[str]]:
     rng = random.Random(seed)
     vocab = ["".join(rng.choice("bcdfghjklmnpqrstvwz") + rng.choice("aeiou")
                      for _ in range(3)) for _ in range(300)]
