@@ -51,9 +51,12 @@ def ingest(conn: psycopg.Connection[Any], records: Sequence[DocumentRecord], *,
 
 
 def wait_for_lock_wait(conn: psycopg.Connection[Any], application_name: str,
-                       statement: str = "", timeout_s: float = 10) -> None:
+                       statement: str = "", timeout_s: float = 60) -> None:
     """Wait until the session named ``application_name`` waits on a lock (in a statement
-    holding ``statement``, when given): the moment a race test lets the other side go."""
+    holding ``statement``, when given): the moment a race test lets the other side go.
+    It returns as soon as it does; ``timeout_s`` only bounds a test that fails, and is
+    wide because a loaded 2-core machine stretches a thread's connect and its work
+    before the wait."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if conn.execute("select 1 from pg_stat_activity where application_name = %s "
