@@ -1027,6 +1027,12 @@ _CLI_WITH_CTRL_C = ("import signal, sys; signal.signal(signal.SIGINT, signal.def
                     "sys.argv[0] = 'pgfunnel'; from pgfunnel.cli.main import main; main()")
 
 
+# how long the Ctrl-C tests give a pgfunnel subprocess to reach the wait where they stop
+# it (it imports torch and the CLI, loads a model, writes a first batch); each wait ends
+# as soon as it is reached. 240 s ran out on a 2-core machine at load average 15.
+_CLI_START_S = 600
+
+
 def _cli_popen(args: list[str], env: dict[str, str]) -> Any:
     """`pgfunnel ARGS` in a subprocess whose Ctrl-C (SIGINT) raises KeyboardInterrupt,
     whatever the test run's own SIGINT disposition; text stdout and stderr piped."""
@@ -1075,7 +1081,7 @@ def _ingest_waiting_at_its_second_batch(
         with psycopg.connect(db, autocommit=True) as watcher:
             # after the first batch commits, hold the collection's writer lock so that
             # the ingest waits at its next batch, where the test stops it
-            deadline = time.monotonic() + 240
+            deadline = time.monotonic() + _CLI_START_S
             while not (watcher.execute(_BIG_COUNT).fetchone() or (0,))[0] or not (
                     watcher.execute(lock).fetchone() or (False,))[0]:
                 assert proc.poll() is None and time.monotonic() < deadline, proc.poll()
@@ -1146,7 +1152,7 @@ def test_ctrl_c_during_the_hnsw_build_says_the_index_is_not_built(
         proc = _cli_popen(args, env)
         try:
             with psycopg.connect(db, autocommit=True) as seer:
-                deadline = time.monotonic() + 240
+                deadline = time.monotonic() + _CLI_START_S
                 while not seer.execute(
                         "select exists (select from pg_stat_activity where wait_event_type "
                         "= 'Lock' and query ilike 'create index%%embedding_hnsw%%')"
@@ -1719,8 +1725,7 @@ def test_ctrl_c_during_an_ingest_with_prune_says_nothing_was_pruned(
         watcher.execute("select pg_advisory_lock(hashtext('pgfunnel:ingest:' || 'hb'))")
         proc = _cli_popen(["ingest", str(folder), "-c", "hb", "--prune", "--dsn", db], env)
         try:
-            # as the other Ctrl-C tests: the subprocess imports torch and the CLI first
-            deadline = time.monotonic() + 240
+            deadline = time.monotonic() + _CLI_START_S
             while not watcher.execute(
                     "select exists (select from pg_stat_activity where wait_event = "
                     "'advisory' and query like '%pgfunnel:ingest:%')").fetchone()[0]:  # type: ignore[index]
