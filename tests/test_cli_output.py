@@ -1016,7 +1016,6 @@ def test_psqls_hint_for_a_missing_collection_ingests_into_the_name_typed(
         "'my docs'", "'it'\"'\"'s'", "NAME", "'x\u200dy'"]
 
 
-# the documents of collection 'big', which the two tests below ingest
 # `pgfunnel ARGS` as the console script runs it, with SIGINT handled as in a terminal.
 # A child inherits an ignored SIGINT (a test run started in the background, `cmd &` in a
 # script, under nohup, or by a runner that ignores it), and Python installs no
@@ -1044,6 +1043,7 @@ def _cli_popen(args: list[str], env: dict[str, str]) -> Any:
                             env=env)
 
 
+# the documents of collection 'big', which the two tests below ingest
 _BIG_COUNT = ("select count(*) from pgfunnel.document d join pgfunnel.collection c "
               "on c.id = d.collection_id where c.name = 'big'")
 # the backends of an ingest of 'big' waiting for its writer lock
