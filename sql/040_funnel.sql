@@ -217,6 +217,80 @@ begin
 end
 $$;
 
+-- found_terms without those of ``terms`` that no chunk a search with these filters may
+-- see holds, for the notice of _pool (the collection-wide df counts hidden chunks too).
+-- A term a row of the lexical leg (``hits``, all visible) holds is seen after one index
+-- probe a row; only a term none of them holds has its postings read, with the visibility
+-- check, until one is visible.
+create or replace function pgfunnel._terms_seen(
+    version_id integer, found_terms text[], terms text[], hits bigint[], principals text[],
+    tenant text, language text, as_of timestamptz, metadata_filter jsonb)
+returns text[]
+language plpgsql stable
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+declare
+    unseen text[] := '{}';
+    t text;
+    held boolean;
+    -- past 8 posting partitions each statement is planned per call, pruned to the
+    -- version's partition before anything is locked (see _lexical_hits)
+    per_search boolean := exists (select from pg_catalog.pg_inherits i
+                                   where i.inhparent = 'pgfunnel.posting'::pg_catalog.regclass
+                                  offset 8);
+begin
+    -- term by term, each read a statement of its own: as one statement with two NOT
+    -- EXISTS, Postgres made both anti-joins and read every posting of every term with
+    -- the visibility check (a common word's thousands) even where the first row held it
+    foreach t in array coalesce(terms, '{}') loop
+        if per_search then
+            execute $q$
+                select exists (select from unnest($1::bigint[]) as h(id)
+                                 join pgfunnel.posting p on p.chunk_id = h.id
+                                where p.index_version_id = $2 and p.term = $3 collate "C")$q$
+               into held using coalesce(hits, '{}'), version_id, t;
+        else
+            select exists (select from unnest(coalesce(hits, '{}')) as h(id)
+                             join pgfunnel.posting p on p.chunk_id = h.id
+                            where p.index_version_id = _terms_seen.version_id
+                              and p.term = t collate "C")
+              into held;
+        end if;
+        if not held then
+            if per_search then
+                execute $q$
+                    select exists (select from pgfunnel.posting p
+                                     join pgfunnel.chunk ch on ch.id = p.chunk_id
+                                     join pgfunnel.document d on d.id = ch.document_id
+                                    where p.index_version_id = $1 and p.term = $2 collate "C"
+                                      and pgfunnel._document_visible(d, $3, $4, $5, $6, $7))$q$
+                   into held using version_id, t, principals, tenant, language, as_of,
+                                   metadata_filter;
+            else
+                select exists (select from pgfunnel.posting p
+                                 join pgfunnel.chunk ch on ch.id = p.chunk_id
+                                 join pgfunnel.document d on d.id = ch.document_id
+                                where p.index_version_id = _terms_seen.version_id
+                                  and p.term = t collate "C"
+                                  and pgfunnel._document_visible(d, principals,
+                                          _terms_seen.tenant, _terms_seen.language,
+                                          as_of, metadata_filter))
+                  into held;
+            end if;
+        end if;
+        if not held then
+            unseen := unseen || t;
+        end if;
+    end loop;
+    if cardinality(unseen) = 0 then
+        return found_terms;
+    end if;
+    return array(select f.term from unnest(found_terms) as f(term)
+                  where f.term <> all (unseen));
+end
+$$;
+
 -- both legs, fused: the pool of k * overfetch chunks as arrays in fused order, with
 -- every per-leg rank and score and each chunk's document. Stable, so both legs read one
 -- snapshot.
@@ -230,45 +304,6 @@ $$;
 -- chunks of other pages match `module`. `refill` false keeps the depths and pool as
 -- given (explain, which replays a search at the depths it used). The depths and pool
 -- size used come back with the pool.
--- found_terms without those of ``terms`` that no chunk a search with these filters may
--- see holds, for the notice of _pool (the collection-wide df counts hidden chunks too).
--- A term a row of the lexical leg (``hits``, all visible) holds is seen after one index
--- probe a row; only a term none of them holds has its postings read, with the visibility
--- check, until one is visible. Planned per call (EXECUTE): it runs on few searches, and a
--- cached plan would lock every version's posting partition (see _lexical_hits).
-create or replace function pgfunnel._terms_seen(
-    version_id integer, found_terms text[], terms text[], hits bigint[], principals text[],
-    tenant text, language text, as_of timestamptz, metadata_filter jsonb)
-returns text[]
-language plpgsql stable
-security invoker
-set search_path = pg_catalog, pgfunnel
-as $$
-declare
-    unseen text[];
-begin
-    if coalesce(cardinality(terms), 0) = 0 then
-        return found_terms;
-    end if;
-    execute $q$
-        select coalesce(array_agg(t.term), '{}')
-          from unnest($1::text[]) as t(term)
-         where not exists (select from unnest($2::bigint[]) as h(id)
-                             join pgfunnel.posting p on p.chunk_id = h.id
-                            where p.index_version_id = $3 and p.term = t.term collate "C")
-           and not exists (select from pgfunnel.posting p
-                             join pgfunnel.chunk ch on ch.id = p.chunk_id
-                             join pgfunnel.document d on d.id = ch.document_id
-                            where p.index_version_id = $3 and p.term = t.term collate "C"
-                              and pgfunnel._document_visible(d, $4, $5, $6, $7, $8))$q$
-       into unseen
-      using terms, coalesce(hits, '{}'), version_id, principals, tenant, language, as_of,
-            metadata_filter;
-    return array(select f.term from unnest(found_terms) as f(term)
-                  where f.term <> all (unseen));
-end
-$$;
-
 -- whether a query is one identifier as typed (snake_case, dotted, ::, camelCase or an
 -- acronym run into a word, a trailing "()"): `get_attribute_history`, `os.path.join`,
 -- `DBAPIError`, `BZ2Compressor`, `dumps()`; `unpickle` and two words are not
