@@ -1982,3 +1982,27 @@ def test_a_reader_logs_a_search_only_through_the_columns_a_traced_search_writes(
                              "'pgfunnel.search_log', 'INSERT')").fetchone() == (False,)
         assert [f.level for f in check_privileges(owner)] == ["info"]
     assert funnel.search(QUERY, principals=["bob"], k=3, trace=True).search_id is not None
+
+
+def test_the_code_notice_counts_visible_chunks_past_eight_posting_partitions(
+        plain_db: str) -> None:
+    """Past 8 posting partitions the notice's check plans each statement per call (the
+    other branch from the test above): bob's notice is the same before and after a chunk
+    hidden from him holds the code, and alice's (the control) goes away."""
+    for i in range(9):
+        ingest_docs(plain_db, [Doc(f"x{i}", "filler text")], collection=f"c{i}")
+    with connect(plain_db, autocommit=True) as conn:
+        assert conn.execute("select count(*) > 8 from pg_inherits where inhparent = "
+                            "'pgfunnel.posting'::regclass").fetchone() == (True,)
+
+    def notices(query: str, who: list[str]) -> list[str]:
+        with connect(plain_db, autocommit=True) as conn:
+            said = _funnel(conn).search(query, principals=who, k=5).notices
+        return [n for n in said if "holds" in n]
+
+    before = [notices(q, ["bob"]) for q in ("refund 4029", "refund section-4029")]
+    assert before[0]
+    ingest_docs(plain_db, [Doc("codebook", "Project 4029 refund codes, section 4029.",
+                               readers=["alice"])], seed=7)
+    assert notices("refund 4029", ["alice"]) == []
+    assert [notices(q, ["bob"]) for q in ("refund 4029", "refund section-4029")] == before
