@@ -220,3 +220,30 @@ def test_a_python_ingest_waits_for_a_cli_ingest_of_its_collection(
     assert len(said) == 1 and said[0].startswith(
         "waiting for another ingest of collection 'shared' to finish: pid "), said
     assert "application_name 'pgfunnel ingest shared'" in said[0], said
+
+
+def test_a_python_ingest_gives_up_at_the_lock_timeout_naming_the_running_one(db: str) -> None:
+    """Under the connection's lock_timeout the library's wait ends as the command's does:
+    a ConflictError naming the running ingest, nothing written, the lock not left held."""
+    from pgfunnel.errors import ConflictError
+    from pgfunnel.ingest import INGEST_RUN_LOCK, Ingester
+    from pgfunnel.sources import DocumentRecord
+
+    said: list[str] = []
+    with connect(db, autocommit=True) as first, connect(db, autocommit=True) as conn:
+        first.execute("set application_name = 'pgfunnel ingest held'")
+        first.execute("select pg_advisory_lock(hashtext(%s))", (INGEST_RUN_LOCK + "held",))
+        conn.execute("set lock_timeout = '300ms'")
+        ingester = Ingester(conn, "held", on_wait=said.append)
+        with pytest.raises(ConflictError) as refused:
+            ingester.ingest([DocumentRecord("a", "a document that waits")])
+        assert conn.execute("select count(*) from pgfunnel.collection where name = 'held'"
+                            ).fetchone() == (0,)
+        assert conn.execute("select count(*) from pg_locks where locktype = 'advisory' "
+                            "and pid = pg_backend_pid()").fetchone() == (0,)
+        pid = first.info.backend_pid
+    assert str(refused.value).startswith(
+        f"another ingest of collection 'held' is running: pid {pid} (application_name "
+        "'pgfunnel ingest held', "), refused.value
+    assert len(said) == 1 and said[0].startswith(
+        "waiting for another ingest of collection 'held' to finish: pid "), said
