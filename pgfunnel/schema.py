@@ -231,6 +231,9 @@ def _upgrade_in_short_waits(target: str, revision: str,
                     then(raw)
             return
         except DBAPIError as exc:
+            if isinstance(exc.orig, psycopg.errors.InsufficientPrivilege):
+                # init and migrate say which role to run them as
+                raise exc.orig from exc
             if not isinstance(exc.orig, psycopg.errors.LockNotAvailable):
                 raise _failed_upgrade(target, cfg.attributes["applied"],
                                       exc.orig if exc.orig is not None else exc) from exc
@@ -246,6 +249,8 @@ def _upgrade_in_short_waits(target: str, revision: str,
                 raise
         except psycopg.Error as exc:
             # from ``then``, on the driver's connection: not wrapped by SQLAlchemy
+            if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+                raise
             if not isinstance(exc, psycopg.errors.LockNotAvailable) \
                     or time.monotonic() > deadline:
                 raise _failed_upgrade(target, cfg.attributes["applied"], exc) from exc
@@ -257,12 +262,15 @@ _FUNCTIONS_STEP = "functions"
 
 
 def _failed_upgrade(target: str, applied: list[str | None],
-                    exc: BaseException) -> MigrationError:
+                    exc: BaseException) -> PgfunnelError:
     """The error for an upgrade that failed and was rolled back: which step failed (the
     revision after the last one ``applied`` noted, or the functions' install), why, and
     the revision the schema is at now, read again: every step ran in one transaction, so
-    it is the one the upgrade started from."""
-    cause = str(translate(exc)) if isinstance(exc, psycopg.Error) else str(exc)
+    it is the one the upgrade started from. Of the cause's class where that is one a
+    caller tells apart and takes a message alone (a ReadOnlyError on a replica, an
+    AccessError, a ConnectionFailedError), else a MigrationError."""
+    translated = translate(exc) if isinstance(exc, psycopg.Error) else None
+    cause = str(translated) if translated is not None else str(exc)
     try:
         with _maintenance_connect(target, autocommit=True, register=False) as conn:
             now = current_revision(conn)
@@ -279,10 +287,13 @@ def _failed_upgrade(target: str, applied: list[str | None],
         # by its file's name (0014_chunk_heading_level): the first line of its docstring
         # runs on past a line
         what = f"migration {Path(step.path).stem}" if step is not None else "a migration"
-    return MigrationError(
-        f"{what} failed: {cause}; nothing was upgraded: every revision and the functions "
-        f"run in one transaction, rolled back whole, so {stays} with its functions as they "
-        "were; fix the cause and run it again")
+    message = (f"{what} failed: {cause}; nothing was upgraded: every revision and the "
+               f"functions run in one transaction, rolled back whole, so {stays} with its "
+               "functions as they were; fix the cause and run it again")
+    cls = type(translated) if translated is not None else PgfunnelError
+    if cls is not PgfunnelError and cls.__init__ is PgfunnelError.__init__:
+        return cls(message)
+    return MigrationError(message)
 
 
 def vector_schema(conn: psycopg.Connection[Any]) -> str | None:
@@ -596,6 +607,10 @@ def _database_errors() -> Iterator[None]:
         yield
     except DBAPIError as exc:
         raise translate(exc.orig if exc.orig is not None else exc) from exc
+    except psycopg.Error as exc:
+        # a privilege the upgrade lacks, raised as the driver's (init and migrate name
+        # the role to run them as)
+        raise translate(exc) from exc
 
 
 def upgrade(dsn: str | None = None, revision: str = "head",
@@ -774,7 +789,7 @@ def _init(target: str, *, rls: bool) -> dict[str, Any]:
             conn.commit()
         # as in migrate: the tables, the functions and the policies commit together; a
         # database already in RLS mode gets this release's policies and grants too
-        upgrade(target, then=_functions_and_policies(rls=rls))
+        _upgrade_in_short_waits(target, "head", _functions_and_policies(rls=rls))
         with _maintenance_connect(target) as conn:
             from pgfunnel.security import rls_enabled
 
@@ -875,7 +890,8 @@ def _migrate(target: str) -> dict[str, Any]:
         # the functions, and in RLS mode this release's policies and grants (they change
         # with releases), in the upgrade's transaction: a failure of either left the
         # tables at this release and the functions at the last one's
-        upgrade(target, then=_functions_and_policies(rls=False))
+        # (an upgrade's refused privilege comes as the driver's error, reworded below)
+        _upgrade_in_short_waits(target, "head", _functions_and_policies(rls=False))
         with _maintenance_connect(target) as conn:
             after = current_revision(conn)
             notes = _upgrade_notes(conn)
