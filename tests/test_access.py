@@ -1741,39 +1741,51 @@ def test_translate_given_where_sqlalchemy_was_refused_says_this_modes_advice(
         assert SCHEMA_GRANT_HINT not in text, (bind, text)
 
 
-def test_translate_with_bind_says_it_names_the_login_role_not_a_set_role(db: str) -> None:
-    """An app that ran SET ROLE in its transaction was refused as the role it set, and
-    translate(exc, bind=session) named the engine's login role as the one granted nothing
-    (it reads on a connection of its own; the refusal names no role): the advice now says
-    the role it names is the login role, and that a SET ROLE's role is the one to grant."""
+def _refused_after_set_role(db: str, login_dsn: str, login: str, control: bool) -> str:
+    """translate(exc, bind=session) of a search refused after the session's SET ROLE to a
+    new role granted to ``login`` and nothing else; ``control``: the login role searches
+    first, as itself."""
     from sqlalchemy import select, text
     from sqlalchemy.exc import DBAPIError
     from sqlalchemy.orm import Session
 
-    from pgfunnel.errors import SCHEMA_GRANT_HINT, translate
+    from pgfunnel.errors import translate
     from pgfunnel.sqla import engine_from_dsn, funnel_search_tvf
 
-    schema.init(db)
-    ingest_docs(db, _corpus(3))
-    login = f"pgf_sa_{uuid.uuid4().hex[:8]}"
     set_to = f"pgf_set_{uuid.uuid4().hex[:8]}"
     with connect(db, autocommit=True) as su:
-        su.execute(sql.SQL("create role {} login").format(sql.Identifier(login)))
         su.execute(sql.SQL("create role {}").format(sql.Identifier(set_to)))
         su.execute(sql.SQL("grant {} to {}").format(sql.Identifier(set_to),
                                                     sql.Identifier(login)))
     stmt = select(funnel_search_tvf(QUERY, k=3, principals=[]).c.citekey)
-    engine = engine_from_dsn(with_user(db, login))
+    engine = engine_from_dsn(login_dsn)
     try:
         with Session(engine) as session:
+            if control:
+                session.execute(stmt).all()
             # SET ROLE, with the role's name a bound value
             session.execute(text("select pg_catalog.set_config('role', :r, false)"),
                             {"r": set_to})
             with pytest.raises(DBAPIError) as caught:
                 session.execute(stmt).all()
-            said = str(translate(caught.value, bind=session))
+            return str(translate(caught.value, bind=session))
     finally:
         engine.dispose()
+
+
+def test_translate_with_bind_says_it_names_the_login_role_not_a_set_role(db: str) -> None:
+    """An app that ran SET ROLE in its transaction was refused as the role it set, and
+    translate(exc, bind=session) named the engine's login role as the one granted nothing
+    (it reads on a connection of its own; the refusal names no role): the advice now says
+    the role it names is the login role, and that a SET ROLE's role is the one to grant."""
+    from pgfunnel.errors import SCHEMA_GRANT_HINT
+
+    schema.init(db)
+    ingest_docs(db, _corpus(3))
+    login = f"pgf_sa_{uuid.uuid4().hex[:8]}"
+    with connect(db, autocommit=True) as su:
+        su.execute(sql.SQL("create role {} login").format(sql.Identifier(login)))
+    said = _refused_after_set_role(db, with_user(db, login), login, control=False)
     assert SCHEMA_GRANT_HINT not in said, said
     assert said.startswith(f"permission denied for schema pgfunnel; role {login!r}"
                            f"{LOGIN_ROLE_NOTE} was granted nothing on pgfunnel"), said
@@ -1878,35 +1890,12 @@ def test_translate_with_bind_does_not_say_a_login_role_that_may_use_pgfunnel_has
     pgfunnel' and told the owner to grant it what it already holds. It now checks the
     login role's access, and where it holds USAGE says the refused statement ran as
     another role, the one to grant."""
-    from sqlalchemy import select, text
-    from sqlalchemy.exc import DBAPIError
-    from sqlalchemy.orm import Session
-
-    from pgfunnel.errors import translate
-    from pgfunnel.sqla import engine_from_dsn, funnel_search_tvf
-
     schema.init(db, rls=True)
     ingest_docs(db, _corpus(3))
     login_dsn = create_app_role(db)
     login = psycopg.conninfo.conninfo_to_dict(login_dsn)["user"]
-    set_to = f"pgf_set_{uuid.uuid4().hex[:8]}"
-    with connect(db, autocommit=True) as su:
-        su.execute(sql.SQL("create role {}").format(sql.Identifier(set_to)))
-        su.execute(sql.SQL("grant {} to {}").format(sql.Identifier(set_to),
-                                                    sql.Identifier(login)))
-    stmt = select(funnel_search_tvf(QUERY, k=3, principals=[]).c.citekey)
-    engine = engine_from_dsn(login_dsn)
-    try:
-        with Session(engine) as session:
-            # control: as itself the login role searches
-            session.execute(stmt).all()
-            session.execute(text("select pg_catalog.set_config('role', :r, false)"),
-                            {"r": set_to})
-            with pytest.raises(DBAPIError) as caught:
-                session.execute(stmt).all()
-            said = str(translate(caught.value, bind=session))
-    finally:
-        engine.dispose()
+    # control: as itself the login role searches
+    said = _refused_after_set_role(db, login_dsn, login, control=True)
     assert said.startswith("permission denied for schema pgfunnel; "), said
     assert f"role {login!r}{LOGIN_ROLE_NOTE} was granted nothing" not in said, said
     assert (f"role {login!r} (the engine's login role) may use schema pgfunnel, so the "
