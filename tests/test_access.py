@@ -1798,9 +1798,9 @@ def test_translate_with_bind_neither_waits_on_the_apps_pool_nor_raises_on_its_ow
     pool: where the pool had none free (the refused SQLAlchemy connection still open on an
     engine of one), the error waited out pool_timeout before it was told, with the
     advice of both modes; and a Session bound to no engine, or a scoped_session, raised
-    SQLAlchemy's UnboundExecutionError from translate() or was not read at all."""
-    import time
-
+    SQLAlchemy's UnboundExecutionError from translate() or was not read at all. A read
+    that waits on the full pool times out and falls back to both modes' advice, which the
+    assertions below refuse: no clock is needed to tell."""
     from sqlalchemy import select
     from sqlalchemy.exc import DBAPIError
     from sqlalchemy.orm import Session, scoped_session, sessionmaker
@@ -1816,19 +1816,17 @@ def test_translate_with_bind_neither_waits_on_the_apps_pool_nor_raises_on_its_ow
     for_mode = (f"role {role!r}{LOGIN_ROLE_NOTE} was granted nothing on pgfunnel, and this "
                 "database is not in RLS mode")
     stmt = select(funnel_search_tvf(QUERY, k=3, principals=[]).c.citekey)
-    # one connection, none in overflow: the refused one is the pool's only connection
+    # one connection, none in overflow: the refused one is the pool's only connection, and
+    # a checkout waiting for it gives up after pool_timeout (then the mode goes unread)
     engine = engine_from_dsn(with_user(db, role), pool_size=1, max_overflow=0,
-                             pool_timeout=20)
+                             pool_timeout=2)
     said: dict[str, str] = {}
-    took: dict[str, float] = {}
     try:
         with engine.connect() as sa_conn:
             with pytest.raises(DBAPIError) as caught:
                 sa_conn.execute(stmt).all()
             for name, bind in (("connection", sa_conn), ("engine", engine)):
-                t0 = time.monotonic()
                 said[name] = str(translate(caught.value, bind=bind))
-                took[name] = time.monotonic() - t0
             sa_conn.rollback()
         scoped = scoped_session(sessionmaker(bind=engine))
         said["scoped_session"] = str(translate(caught.value, bind=scoped))
@@ -1840,7 +1838,6 @@ def test_translate_with_bind_neither_waits_on_the_apps_pool_nor_raises_on_its_ow
     assert isinstance(unbound, AccessError) and SCHEMA_GRANT_HINT in str(unbound), unbound
     for name, text in said.items():
         assert for_mode in text and SCHEMA_GRANT_HINT not in text, (name, text)
-    assert max(took.values()) < 10, took
 
 
 def test_turning_row_level_security_off_takes_back_what_the_reader_role_reads(

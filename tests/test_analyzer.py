@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import random
 import re
-import time
 import unicodedata
 import warnings
 from collections import Counter
@@ -477,18 +476,16 @@ def test_v4_reads_chinese_and_japanese_as_pairs_of_characters(
         assert _terms(conn, text, analyzer) == _terms(conn, text, older), text
 
 
-def test_a_long_run_of_paired_characters_is_paired_in_time_linear_in_its_length(
+def test_a_long_run_of_paired_characters_is_paired_whole(
         conn: psycopg.Connection[Any]) -> None:
     # each pair was cut out with substr(), which walks the run from its start: a query of
     # 10,000 Chinese characters (the most a search takes) analysed in over a second, and
-    # a 40,000-character run of a document took some 16 s
+    # a 40,000-character run of a document took some 16 s. Whether it is linear now is
+    # bench/paired_runs.py's to say (time(40k) / time(10k) against 4x and 16x): here, that
+    # every pair of the longest run comes out, in order, an astral character whole
     rng = random.Random(11)
     run = "".join(rng.choice("数据库索引的性能𠮷") for _ in range(40_000))
-    started = time.perf_counter()
-    terms = _terms(conn, run, "simple_v8")
-    elapsed = time.perf_counter() - started
-    assert terms == [run[i:i + 2] for i in range(len(run) - 1)]
-    assert elapsed < 4, f"{elapsed:.1f} s for a run of 40,000 characters"
+    assert _terms(conn, run, "simple_v8") == [run[i:i + 2] for i in range(len(run) - 1)]
     # Thai and Hangul runs are paired the same way, by code point (a tone mark in two pairs)
     thai = "ข้อมูล" * 500
     assert _terms(conn, thai, "simple_v8") == [thai[i:i + 2] for i in range(len(thai) - 1)]
@@ -1118,11 +1115,13 @@ def test_plain_words_take_a_shorter_path_to_the_same_rows(conn: psycopg.Connecti
     assert any(r[4] == "question word" for r in plain) == for_query
 
 
-def test_the_one_text_helpers_refuse_text_past_their_limit_quickly(
+def test_the_one_text_helpers_refuse_text_past_their_limit_before_analysing_it(
         conn: psycopg.Connection[Any]) -> None:
     """analyze, analyze_tokens and dropped_query_words on a megabyte took seconds (11 s
     for dotted words); each now takes a query of at most 10,000 characters (funnel_search's
-    limit) and a document's text of at most 100,000, and names `input` past that.
+    limit) and a document's text of at most 100,000, and names `input` past that. The
+    refusal comes from the length check, before the text reaches the analysis: the error's
+    context names _check_analyze_input and neither analyze_each nor _analyze_pass.
     analyze_each takes as much in all (the test below)."""
     megabyte = "x.y_z " * 170_000
     calls = [("select pgfunnel.analyze(%s)", megabyte, 100_000),
@@ -1132,11 +1131,13 @@ def test_the_one_text_helpers_refuse_text_past_their_limit_quickly(
               "a" * 10_001, 10_000),
              ("select pgfunnel.dropped_query_words(%s)", "the " * 2_501, 10_000)]
     for stmt, text, limit in calls:
-        started = time.perf_counter()
         with pytest.raises(psycopg.errors.InvalidParameterValue) as err:
             conn.execute(stmt, (text,))
         conn.rollback()
-        assert time.perf_counter() - started < 0.5, stmt
+        context = err.value.diag.context or ""
+        assert "function _check_analyze_input(text,boolean)" in context, context
+        assert "function analyze_each(" not in context, context
+        assert "function _analyze_pass(" not in context, context
         said = str(err.value).splitlines()[0]
         assert said.startswith(f"input: is {len(text)} characters long; the limit "), said
         assert (f"the limit for a query is {limit}," if limit == 10_000

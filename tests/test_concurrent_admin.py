@@ -245,8 +245,13 @@ def test_a_migration_waiting_for_a_long_transaction_does_not_hold_up_searches(
     open on that table (an idle session, a report), `pgfunnel migrate` queued for the
     lock, and every search, which reads the table, queued behind it until that
     transaction ended: searches hung for as long. The upgrade now waits for a lock only
-    briefly and tries again, so searches pass between its tries; and it gives up,
-    naming the oldest holders, rather than wait without end."""
+    briefly (at most 300 ms a try) and tries again, so searches pass between its tries;
+    and it gives up, naming the oldest holders, rather than wait without end.
+
+    Each search runs under a lock_timeout ten times the longest try: one queued behind
+    an upgrade that waits on, as it did, fails with LockNotAvailable (while the report
+    stays open, so does such a wait), one queued behind a try passes when the try gives
+    up. No wall clock is read."""
     from pgfunnel.errors import ConflictError
 
     ingest(conn, [doc("d0", "shared words")])
@@ -258,14 +263,21 @@ def test_a_migration_waiting_for_a_long_transaction_does_not_hold_up_searches(
         report.execute("select count(*) from pgfunnel.collection")  # its transaction stays open
         init = threading.Thread(target=lambda: done.update(result=schema.migrate(db)))
         init.start()
-        time.sleep(1.0)  # the upgrade is trying for its lock by now
         with connect(db, autocommit=True) as search:
-            search.execute("set statement_timeout = '5s'")
+            search.execute("set lock_timeout = '3s'")
+            search.execute("set statement_timeout = '60s'")  # a hang guard only
             for _ in range(5):
-                started = time.monotonic()
-                search.execute("select id from pgfunnel.collection where name = 't'")
-                assert time.monotonic() - started < 2.0
-                time.sleep(0.2)
+                # each search sent while the upgrade's ALTER waits for the report's lock,
+                # so that it queues behind that wait (unless the try just gave up)
+                deadline = time.monotonic() + 60  # a hang guard: ends when the ALTER waits
+                while not _waiting_on_a_lock(conn, "alter table%collection"):
+                    assert init.is_alive() and time.monotonic() < deadline, done
+                    time.sleep(0.01)
+                try:
+                    search.execute("select id from pgfunnel.collection where name = 't'")
+                except psycopg.errors.LockNotAvailable as exc:
+                    raise AssertionError("a search queued behind the waiting upgrade for "
+                                         "all of its lock_timeout (3s)") from exc
         assert init.is_alive()  # still trying: the report's transaction is open
         report.commit()
         init.join(60)

@@ -31,12 +31,10 @@ def test_an_ingest_does_not_wait_for_another_collections_index_build(
     with connect(db) as builder, connect(db, autocommit=True) as writer:
         builder.execute("lock table pgfunnel.embedding in share update exclusive mode")
         # a wait for the builder's lock lasts until the rollback below, so it ends in the
-        # lock timeout's error or runs past the bound; 20 s, not 1, since the ingest's own
-        # work (no wait) on a loaded 2-core machine can take a second
+        # lock timeout's error (LockNotAvailable, or the ConflictError ingest makes of
+        # it): lock_timeout counts the wait alone, not the ingest's own work
         writer.execute("set lock_timeout = '20s'")
-        started = time.monotonic()
         ingest(writer, [doc("b2", "more beta words")], collection="b")
-        assert time.monotonic() - started < 20
         builder.rollback()
     assert conn.execute(
         "select count(*) from pgfunnel.document d join pgfunnel.collection c "

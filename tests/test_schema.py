@@ -1315,7 +1315,11 @@ def test_migrate_runs_past_the_databases_statement_timeout(db: str) -> None:
     meant for queries) cancelled a migration that waited for a long-running search's
     table lock, or rewrote a large table, halfway: `migrate` failed and an upgrade never
     went through. init and migrate now run without it, as index builds do; the setting
-    stays the database's."""
+    stays the database's.
+
+    The report lets go of the table only once the server shows migration 0016's ALTER
+    waiting for it for longer than the 200 ms statement_timeout, uncancelled (each of the
+    upgrade's tries waits up to 300 ms, half of deadlock_timeout)."""
     import threading
     import time
 
@@ -1328,15 +1332,32 @@ def test_migrate_runs_past_the_databases_statement_timeout(db: str) -> None:
     # a report holding the table migration 0016 alters, for longer than the timeout
     holder = connect(db, register=False)
     holder.execute("lock table pgfunnel.collection in access share mode")
-    release = threading.Timer(1.5, holder.rollback)
-    release.start()
+    out: dict[str, Any] = {}
+
+    def run_migrate() -> None:
+        try:
+            out["result"] = schema.migrate(db)
+        except BaseException as exc:  # noqa: BLE001 - asserted below
+            out["error"] = exc
+
+    upgrade = threading.Thread(target=run_migrate)
+    upgrade.start()
     try:
-        started = time.monotonic()
-        result = schema.migrate(db)
-        assert time.monotonic() - started >= 1.0  # it waited for the lock, past 200ms
+        with connect(db, autocommit=True, register=False) as watch:
+            watch.execute("set statement_timeout = 0")
+            deadline = time.monotonic() + 50  # a hang guard, inside the upgrade's 60 s
+            while not watch.execute(
+                    "select exists (select from pg_stat_activity where wait_event_type = "
+                    "'Lock' and query ilike 'alter table%collection%' and "
+                    "clock_timestamp() - query_start > interval '200ms')").fetchone()[0]:
+                assert upgrade.is_alive() and time.monotonic() < deadline, out
+                time.sleep(0.02)
     finally:
-        release.join()
+        holder.rollback()
+        upgrade.join(60)
         holder.close()
+    assert "error" not in out, out
+    result = out["result"]
     assert (result["revision_before"], result["revision"]) == ("0015", "0016")
     assert schema.init(db)["revision"] == "0016"
     with connect(db, autocommit=True) as conn:
