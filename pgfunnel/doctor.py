@@ -216,6 +216,44 @@ def check_public_with_readers(conn: psycopg.Connection[Any]) -> list[Finding]:
 
 
 @rows_by_position
+def check_search_log_readers(conn: psycopg.Connection[Any]) -> list[Finding]:
+    """Roles other than search_log's owner (its members and superusers) that may read its
+    query_text while the table has no row security: every traced search's text,
+    principals and tenant, of every user (docs/security.md, who reads the search log).
+    PUBLIC stands for every role. A traced search needs ``select (id)`` alone, which does
+    not read the texts and is not named."""
+    row = conn.execute("select c.relrowsecurity from pg_catalog.pg_class c "
+                       "where c.oid = 'pgfunnel.search_log'::regclass").fetchone()
+    if row is None or row[0]:
+        # under row-level security the policies hold each reader to its own searches
+        return []
+    if conn.execute("select pg_catalog.has_column_privilege('public', 'pgfunnel.search_log',"
+                    " 'query_text', 'SELECT')").fetchone() == (True,):
+        readers = ["PUBLIC (every role)"]
+    else:
+        readers = [repr(name) for (name,) in conn.execute(
+            "select r.rolname from pg_catalog.pg_roles r, pg_catalog.pg_class c "
+            " where c.oid = 'pgfunnel.search_log'::regclass and not r.rolsuper "
+            # the predefined roles (pg_read_all_data) are named through their members
+            "   and r.rolname !~ '^pg_' "
+            "   and not pg_catalog.pg_has_role(r.oid, c.relowner, 'MEMBER') "
+            "   and pg_catalog.has_column_privilege(r.oid, c.oid, 'query_text', 'SELECT') "
+            " order by 1").fetchall()]
+    if not readers:
+        return []
+    shown_roles = ", ".join(readers[:10]) + (f" and {len(readers) - 10} more"
+                                             if len(readers) > 10 else "")
+    return [Finding(
+        "warning", "search_log_readers",
+        f"roles other than the owner may read pgfunnel.search_log, every traced search's "
+        f"query text, principals and tenant, of every user (no row-level security on it): "
+        f"{shown_roles}; revoke the grant (`revoke select on pgfunnel.search_log from "
+        "ROLE`, from the role it was granted to, or from PUBLIC): a role that traces "
+        "searches needs `grant select (id) on pgfunnel.search_log` alone; or set up RLS "
+        "mode (`pgfunnel init --rls`)")]
+
+
+@rows_by_position
 def check_unfindable_documents(conn: psycopg.Connection[Any]) -> list[Finding]:
     """Documents no search can find because of their own access fields: a tenant or
     language of '', a NULL or '' reader as their only reader, or a validity range that
@@ -1183,13 +1221,14 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("security", check_security),
     ("privileges", check_privileges),
     ("public_with_readers", check_public_with_readers),
+    ("search_log_readers", check_search_log_readers),
     ("unfindable_documents", check_unfindable_documents),
     ("chunking", check_chunking),
 )
 #: checks that need the pgfunnel schema (skipped, not failed, when it is missing)
 NEEDS_SCHEMA = {"invalid_index", "active_index", "statistics", "orphans", "orphan_rows",
                 "index_memory", "row_security", "security", "privileges", "public_with_readers",
-                "unfindable_documents", "chunking"}
+                "search_log_readers", "unfindable_documents", "chunking"}
 #: checks that count rows, which row-level security would hide from the role running them
 COUNTS_ROWS = {"schema", "active_index", "statistics", "orphans", "orphan_rows",
                "public_with_readers", "unfindable_documents", "chunking"}

@@ -1014,3 +1014,63 @@ def test_a_role_granted_nothing_gets_one_finding_saying_what_it_lacks(sample_db:
     assert f"grant pgfunnel_reader to {role}" in message, message
     # the checks that need no privilege on the schema still ran and said what they found
     assert {"pgvector"} <= {f["check"] for f in report["findings"]}, report
+
+
+def test_doctor_names_the_roles_that_may_read_the_search_log_without_rls(db: str) -> None:
+    """Without row-level security a role granted SELECT on search_log reads every traced
+    search's text, principals and tenant (docs/security.md, who reads the search log), and
+    doctor said nothing of it. It warns now, naming each role other than the owner that
+    may read query_text: granted the table, the column, or a group role that holds them,
+    and PUBLIC; not a role holding `select (id)` alone, what a traced search needs. Under
+    row-level security the policies hold readers to their own searches: no warning."""
+    import uuid
+
+    from psycopg import sql
+
+    from pgfunnel.doctor import check_search_log_readers
+    from pgfunnel.security import enable_rls
+
+    table, member, column, logger = (f"pgf_app_{uuid.uuid4().hex[:8]}" for _ in range(4))
+    with connect(db, autocommit=True) as conn:
+        assert check_search_log_readers(conn) == []  # as init leaves it
+        for role in (table, member, column, logger):
+            conn.execute(sql.SQL("create role {} login").format(sql.Identifier(role)))
+        conn.execute(sql.SQL("grant select on pgfunnel.search_log to {}").format(
+            sql.Identifier(table)))
+        conn.execute(sql.SQL("grant {} to {}").format(sql.Identifier(table),
+                                                      sql.Identifier(member)))
+        conn.execute(sql.SQL("grant select (id, query_text) on pgfunnel.search_log to {}")
+                     .format(sql.Identifier(column)))
+        conn.execute(sql.SQL("grant select (id) on pgfunnel.search_log to {}").format(
+            sql.Identifier(logger)))
+        [owner] = conn.execute("select pg_get_userbyid(relowner) from pg_class "
+                               "where oid = 'pgfunnel.search_log'::regclass").fetchone() \
+            or [None]
+    code, report = _doctor(db)
+    assert code == 0, report  # a warning: doctor exits 3 on errors alone
+    [finding] = [f for f in report["findings"] if f["check"] == "search_log_readers"]
+    said = finding["message"]
+    assert finding["level"] == "warning", finding
+    assert said.startswith("roles other than the owner may read pgfunnel.search_log, every "
+                           "traced search's query text"), said
+    named = said.split("(no row-level security on it): ")[1].split("; revoke")[0]
+    assert named == ", ".join(repr(r) for r in sorted((table, member, column))), said
+    assert logger not in said and repr(owner) not in said, said
+    assert "`grant select (id) on pgfunnel.search_log` alone" in said, said
+
+    with connect(db, autocommit=True) as conn:
+        conn.execute("grant select on pgfunnel.search_log to public")
+        [public] = check_search_log_readers(conn)
+        assert "(no row-level security on it): PUBLIC (every role); revoke" \
+            in public.message, public.message
+        conn.execute("revoke select on pgfunnel.search_log from public")
+        conn.execute(sql.SQL("revoke select on pgfunnel.search_log from {}, {}").format(
+            sql.Identifier(table), sql.Identifier(column)))
+        assert check_search_log_readers(conn) == []
+        # RLS mode, with a role still granted the table: the policies read for it
+        conn.execute(sql.SQL("grant select on pgfunnel.search_log to {}").format(
+            sql.Identifier(table)))
+        with connect(db) as owner_conn:
+            enable_rls(owner_conn)
+            owner_conn.commit()
+        assert check_search_log_readers(conn) == []
