@@ -140,7 +140,7 @@ def _read_log(funnel: Funnel, conn: psycopg.Connection[Any], search_id: int,
         raise NotFoundError(f"search {search_id} is not in the search log: no traced search "
                             "has that id (or it is not readable with these principals and "
                             "tenant); a search is logged only with trace=True (search "
-                            "--trace)")
+                            "--trace)", parameter="search_id")
     _, collection, version_id, config, logged, query_text, principals, tenant, at, \
         had_vector, searched, notes = row
     if collection != reader.collection:

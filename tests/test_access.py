@@ -320,8 +320,8 @@ def test_explain_a_logged_search_reads_the_log_as_the_reader(app_dsn: str) -> No
             e = explain(f, None, "secret", search_id=bobs, principals=reader)
             assert e.verdict == "filtered out or does not exist" and said in e.reason, e
         for reader in (["bob"], []):
-            with pytest.raises(NotFoundError,
-                               match=rf"^search {sid} is not in the search log") as hidden:
+            with pytest.raises(NotFoundError, match=rf"^search_id: search {sid} is not in "
+                                                    "the search log") as hidden:
                 explain(f, None, "secret#0", search_id=sid, principals=reader)
         with pytest.raises(NotFoundError) as unknown:
             explain(f, None, "secret#0", search_id=sid + 1000, principals=["alice"])
@@ -352,7 +352,8 @@ def test_a_logged_search_is_explained_to_a_reader_only_as_far_as_its_principals_
         told = explain(f, None, "secret", search_id=bobs, principals=["alice", "bob"])
         assert "is hidden from its reader by its principals ['bob']" in told.reason, told
         for reader in (["bob"], []):
-            with pytest.raises(NotFoundError, match=rf"^search {alices} is not in the search log"):
+            with pytest.raises(NotFoundError, match=rf"^search_id: search {alices} is not in "
+                                                    "the search log"):
                 explain(f, None, "secret#0", search_id=alices, principals=reader)
         for target in ("secret", "secret#0", "nosuch", "nosuch#0"):
             e = explain(f, None, target, search_id=bobs, principals=["bob"])

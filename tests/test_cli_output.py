@@ -2008,7 +2008,9 @@ def test_explain_search_id_answers_from_the_logged_search(sample_db: str) -> Non
             in res.output, res.output
     res = CliRunner().invoke(app, ["explain", "--search-id", "987654", "1", "--dsn",
                                    sample_db], env=env)
-    assert res.exit_code == 1 and "search 987654 is not in the search log" in res.output
+    # the option named as typed, as for its other refusals
+    assert res.exit_code == 1 and "error: --search-id: search 987654 is not in the search " \
+        "log: no traced search has that id" in res.output, res.output
     res = CliRunner().invoke(app, ["explain", "refund plan", "--dsn", sample_db], env=env)
     assert res.exit_code == 1 and "give one or more chunks to explain" in res.output
 

@@ -1896,8 +1896,13 @@ def test_explain_a_logged_search_refuses_what_it_cannot_answer(
     sid = funnel.search("glacier", k=2, principals=[], trace=True).search_id
     untraced = funnel.search("glacier", k=2, principals=[])
     assert untraced.search_id is None
-    with pytest.raises(NotFoundError, match=r"^search 987654 is not in the search log"):
+    # it names the argument whose value named nothing, as an unknown version does
+    with pytest.raises(NotFoundError) as unknown:
         explain(funnel, None, "alpha", search_id=987654)
+    assert unknown.value.parameter == "search_id"
+    assert unknown.value.detail.startswith("search 987654 is not in the search log: no "
+                                           "traced search has that id"), unknown.value.detail
+    assert str(unknown.value) == f"search_id: {unknown.value.detail}"
     cap_conn.execute("insert into pgfunnel.collection (name) values ('other')")
     with pytest.raises(ConfigError, match=r"^search_id: search \d+ searched collection "
                                           r"'default', not 'other'"):
