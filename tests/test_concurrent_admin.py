@@ -251,7 +251,7 @@ def test_a_migration_waiting_for_a_long_transaction_does_not_hold_up_searches(
     Each search runs under a lock_timeout ten times the longest try: one queued behind
     an upgrade that waits on, as it did, fails with LockNotAvailable (while the report
     stays open, so does such a wait), one queued behind a try passes when the try gives
-    up. No wall clock is read."""
+    up. No search is timed: the clock below only bounds a test that hangs."""
     from pgfunnel.errors import ConflictError
 
     ingest(conn, [doc("d0", "shared words")])
