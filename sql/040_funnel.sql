@@ -1352,6 +1352,8 @@ declare
     err_message text;
     err_detail text;
     err_hint text;
+    -- the traced search's pool (_pool's row) and the version it was read from
+    pooled record;
 begin
     if trace is null then
         -- `not null` is null: the traced branch would run and write a trace
@@ -1407,60 +1409,46 @@ begin
             perform pgfunnel._raise_again(err_state, err_message, err_detail, err_hint);
         end;
     end if;
-    -- A traced search's error had this statement below in its context, 40 lines after the
-    -- message in psql and in a driver's error text. What a caller most often gets wrong (a
-    -- parameter's value, the collection, the query vector) is checked first, in a block
-    -- that writes nothing, so it takes no subtransaction id, and raised again with three
-    -- lines of context, as the untraced branch raises it
+    -- A traced search reads its pool in a block of its own, which writes nothing (so it
+    -- takes no subtransaction id), and what the pool refuses (a parameter, the collection,
+    -- the query vector) is raised again with three lines of context, as the untraced
+    -- branch raises it: raised inside the statement that writes the trace, an error had
+    -- that statement's 40 lines of SQL after it. final() reads the next snapshot, as it
+    -- does after a reranker: it checks the pool's chunks again, so one deleted or hidden
+    -- in between is not returned. The version is read in the pool's own statement and
+    -- handed to final(), so a switch that commits in between does not relabel the trace
     begin
-        perform pgfunnel._check_funnel_params(query_text, k, principals, overfetch,
-                                              per_source_cap, metadata_filter, fusion, rrf_k,
-                                              weights, lexical_depth, dense_depth, ef_search,
-                                              k1, b, as_of);
-        perform pgfunnel._check_scope_params(funnel_search.tenant, funnel_search.language);
-        if query_text is null and query_embedding is null then
-            perform pgfunnel._bad_parameter('query_text',
-                'query_text and query_embedding are both NULL; give at least one');
-        end if;
-        if query_embedding is not null
-           and @vector_schema@.vector_dims(query_embedding) is distinct from
-               (pgfunnel._active_version(pgfunnel._collection_id(collection))).dimensions
-        then
-            -- _pool raises it, with the hint naming the version's model, before any leg
-            perform 1 from pgfunnel._pool(query_text, query_embedding, k, collection,
-                                          principals, funnel_search.tenant,
-                                          funnel_search.language, as_of, metadata_filter,
-                                          fusion, rrf_k, weights, lexical_depth, dense_depth,
-                                          overfetch, per_source_cap, ef_search, k1, b);
-        elsif query_embedding is null then
-            perform pgfunnel._active_version(pgfunnel._collection_id(collection));
-        end if;
+        select p.*, (select v.id from pgfunnel.index_version v
+                       join pgfunnel.collection c on c.id = v.collection_id
+                      where c.name = funnel_search.collection and v.state = 'active')
+                    as version_id
+          into pooled
+          from pgfunnel._pool(query_text, query_embedding, k, collection, principals,
+                              funnel_search.tenant, funnel_search.language, as_of,
+                              metadata_filter, fusion, rrf_k, weights, lexical_depth,
+                              dense_depth, overfetch, per_source_cap, ef_search, k1, b) p;
     exception when others then
         get stacked diagnostics err_state = returned_sqlstate, err_message = message_text,
                                 err_detail = pg_exception_detail, err_hint = pg_exception_hint;
         perform pgfunnel._raise_again(err_state, err_message, err_detail, err_hint);
     end;
-    -- refused before the search runs, not by final()'s insert after it
+    -- refused before final() writes, not by its insert
     perform pgfunnel._check_trace_writable(principals, funnel_search.tenant);
-    -- one statement: the pool and the cap read the same snapshot
     return query
     select f.*
-      from pgfunnel._pool(query_text, query_embedding, k, collection, principals, tenant,
-                          language, as_of, metadata_filter, fusion, rrf_k, weights,
-                          lexical_depth, dense_depth, overfetch, per_source_cap, ef_search,
-                          k1, b) p,
-           pgfunnel.final(p.chunk_ids, p.fused_ranks, p.fused_scores, p.lexical_ranks,
-                          p.lexical_scores, p.dense_ranks, p.dense_scores,
-                          null, k, collection, principals, tenant, language, as_of,
-                          metadata_filter, per_source_cap, trace, query_text,
-                          case when trace then jsonb_build_object(
+      from pgfunnel.final(pooled.chunk_ids, pooled.fused_ranks, pooled.fused_scores,
+                          pooled.lexical_ranks, pooled.lexical_scores, pooled.dense_ranks,
+                          pooled.dense_scores, null, k, collection, principals, tenant,
+                          language, as_of, metadata_filter, per_source_cap, trace, query_text,
+                          jsonb_build_object(
                               'fusion', fusion, 'rrf_k', rrf_k,
-                              'weights', p.weights_used,
+                              'weights', pooled.weights_used,
                               'lexical_depth', lexical_depth, 'dense_depth', dense_depth,
                               'overfetch', overfetch, 'per_source_cap', per_source_cap,
                               'ef_search', ef_search, 'k1', k1, 'b', b, 'k', k,
                               'rerank', false, 'metadata_filter', metadata_filter,
-                              'language', language) end,
+                              'language', language),
+                          pooled.version_id,
                           -- whether the search had a query vector, which its trace cannot
                           -- tell when the dense leg found nothing (all filtered out) or a
                           -- reader may not read the trace: a replay of the logged search
@@ -1469,11 +1457,11 @@ begin
                           -- used, and a replay (versions compare --last) of a search that
                           -- let them be chosen must let them be chosen again; and the depth
                           -- each leg read (NULL: it did not run): the config holds the ones given
-                          null, jsonb_build_object('query_embedding',
-                                                   query_embedding is not null,
-                                                   'weights_given', weights is not null,
-                                                   'lexical_depth_used', p.lexical_depth_used,
-                                                   'dense_depth_used', p.dense_depth_used)) f;
+                          jsonb_build_object('query_embedding',
+                                             query_embedding is not null,
+                                             'weights_given', weights is not null,
+                                             'lexical_depth_used', pooled.lexical_depth_used,
+                                             'dense_depth_used', pooled.dense_depth_used)) f;
 end
 $$;
 

@@ -1314,17 +1314,23 @@ def test_a_history_turn_of_a_megabyte_is_refused_quickly_and_logs_nothing(
     ("funnel_search('refund', null, collection => 'nope'", psycopg.errors.NoDataFound),
     ("funnel_search('refund', null, weights => '{0,0}'", psycopg.errors.InvalidParameterValue),
     ("funnel_search('refund', null, k => 0", psycopg.errors.InvalidParameterValue),
-], ids=["fusion", "dimensions", "collection", "weights", "k"])
+    ("funnel_search('refund', %(zero)s", psycopg.errors.MostSpecificTypeMismatch),
+    ("funnel_search('refund', %(huge)s", psycopg.errors.MostSpecificTypeMismatch),
+    ("funnel_search('refund', null, weights => '{0,1}'", psycopg.errors.InvalidParameterValue),
+], ids=["fusion", "dimensions", "collection", "weights", "k", "zero-vector", "norm",
+        "weights-one-leg"])
 def test_a_search_error_in_sql_keeps_what_it_says_without_the_funnels_sql(
         corpus_db: str, call: str, error: type[psycopg.Error]) -> None:
     # psql prints an error's context after it: raised where _pool raised it, that was
     # 20 - 40 lines of the funnel's own SQL after a one-line message
-    vec = np.ones(DIM + 2, dtype=np.float32)
+    vectors = {"vec": np.ones(DIM + 2, dtype=np.float32),
+               "zero": np.zeros(DIM, dtype=np.float32),
+               "huge": np.full(DIM, 1e12, dtype=np.float32)}
 
     def raised(sql_text: str) -> psycopg.Error:
         with connect(corpus_db, autocommit=True) as conn:
             with pytest.raises(error) as caught:
-                conn.execute(sql_text, {"vec": vec})
+                conn.execute(sql_text, vectors)
             _usable(conn)
         return caught.value
 
@@ -1332,8 +1338,8 @@ def test_a_search_error_in_sql_keeps_what_it_says_without_the_funnels_sql(
     from_candidates = raised(f"select * from pgfunnel.candidates{call[len('funnel_search'):]})")
     from_explain = raised(
         f"select * from pgfunnel.explain{call[len('funnel_search'):]}, chunk_id => 1)")
-    # the traced search, which writes its trace, checks these first in a block that
-    # writes nothing: it printed the 40 lines of its statement after the message
+    # the traced search, which writes its trace, reads its pool in a block that writes
+    # nothing: it printed the 40 lines of its statement after the message
     traced = raised(f"select * from {call}, trace => true)")
     for exc in (untraced, from_candidates, from_explain, traced):
         assert exc.sqlstate == traced.sqlstate
