@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -504,7 +504,7 @@ class FusionUsed:
     #: one search has one config hash whichever route ran it. Not part of the public value
     _weights_logged: tuple[float, float] | None = field(default=None, repr=False,
                                                         compare=False)
-    #: the depth each leg read (:func:`depths_used_notes`), which final(fusion_used=...)
+    #: the depth each leg read (:class:`PoolUsed`), which final(fusion_used=...)
     #: logs as Funnel.search logs it. Not part of the public value
     _depths_logged: dict[str, int | None] = field(default_factory=dict, repr=False,
                                                   compare=False)
@@ -647,54 +647,56 @@ _CANDIDATES_WITH_VERSION_SQL = sql.SQL(
         args=_named_args(_ARG_NAMES)).as_string()
 
 
-def fusion_used_of(row: Any) -> tuple[tuple[float, float], str | None, tuple[str, ...]] | None:
-    """The weights a search used, the rule that chose them and the legs that ran, from
-    the row of :data:`FUSION_USED_SQL`; None when the functions did not say."""
+class PoolUsed(NamedTuple):
+    """What ``pgfunnel._pool`` says a search ran, from the row of :data:`FUSION_USED_SQL`:
+    the weights ``(lexical, dense)``, the rule that chose them (None for weights given),
+    the legs that ran, and the depth each leg read as a traced search logs it in its
+    ``search_log.notes`` (``lexical_depth_used``, ``dense_depth_used``; None for a leg
+    that did not run): a default depth follows the pool as it widens, so the config's
+    depths (those given, null) do not tell it, and ``explain --search-id`` shows it.
+    ``depths`` is empty where the functions did not say (an older release's)."""
+
+    weights: tuple[float, float]
+    weights_rule: str | None
+    legs: tuple[str, ...]
+    depths: dict[str, int | None]
+
+
+def fusion_used_of(row: Any) -> PoolUsed | None:
+    """What a search ran (:class:`PoolUsed`), from the row of :data:`FUSION_USED_SQL`;
+    None when the functions did not say."""
     if row is None or not isinstance(row[0], Mapping):
         return None
     used = row[0]
     lexical, dense = (float(w) for w in used["weights"])
     legs = tuple(leg for leg in ("lexical", "dense") if used.get(leg))
-    return (lexical, dense), used.get("weights_rule"), legs
+    depths: dict[str, int | None] = {} if "lexical_depth" not in used else {
+        f"{leg}_depth_used": None if used[f"{leg}_depth"] is None else int(used[f"{leg}_depth"])
+        for leg in ("lexical", "dense")}
+    return PoolUsed((lexical, dense), used.get("weights_rule"), legs, depths)
 
 
-def depths_used_notes(row: Any) -> dict[str, int | None]:
-    """The depth each leg of a search read, from the row of :data:`FUSION_USED_SQL`, as a
-    traced search logs them in its ``search_log.notes`` (``lexical_depth_used``,
-    ``dense_depth_used``; None for a leg that did not run): a default depth follows the
-    pool as it widens, so the config's depths (those given, null) do not tell it, and
-    ``explain --search-id`` shows it. Empty when the functions did not say (an older
-    release's)."""
-    if row is None or not isinstance(row[0], Mapping) or "lexical_depth" not in row[0]:
-        return {}
-    used = row[0]
-    return {f"{leg}_depth_used": None if used[f"{leg}_depth"] is None
-            else int(used[f"{leg}_depth"]) for leg in ("lexical", "dense")}
-
-
-def weights_used_notes(used: tuple[tuple[float, float], str | None, tuple[str, ...]] | None,
-                       weights_given: bool) -> tuple[dict[str, Any], dict[str, Any]]:
-    """What a search reranked in Python logs of its weights, as funnel_search logs them:
-    the config's ``weights`` (the pair the pool used, from :func:`fusion_used_of`) and the
-    log notes' ``weights_given``, so that a replay of a search that let them be chosen
-    chooses again (LOGGED_PARAMS); a config with the weights as given held null for
-    chosen ones, and did not say which pair ran. Both empty when the functions did not
-    say what they used."""
+def pool_used_notes(used: PoolUsed | None,
+                    weights_given: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What a search reranked in Python logs of its pool, as funnel_search logs it: the
+    config's ``weights`` (the pair the pool used) and the log notes' ``weights_given``,
+    so that a replay of a search that let them be chosen chooses again (LOGGED_PARAMS; a
+    config with the weights as given held null for chosen ones, and did not say which
+    pair ran), and the depth each leg read (:class:`PoolUsed`). Both empty when the
+    functions did not say what they used."""
     if used is None:
         return {}, {}
-    return {"weights": list(used[0])}, {"weights_given": weights_given}
+    return {"weights": list(used.weights)}, {"weights_given": weights_given, **used.depths}
 
 
-def _fusion_of(used: tuple[tuple[float, float], str | None, tuple[str, ...]] | None,
-               p: SearchParams) -> FusionUsed | None:
+def _fusion_of(used: PoolUsed | None, p: SearchParams) -> FusionUsed | None:
     if used is None:
         return None
-    weights, rule, legs = used
-    if len(legs) < 2:
+    if len(used.legs) < 2:
         # one leg alone fuses nothing: neither a method nor weights applied
-        return FusionUsed("none", legs, None, None, None, weights)
-    return FusionUsed(p.fusion, legs, p.rrf_k if p.fusion == "rrf" else None, weights, rule,
-                      weights)
+        return FusionUsed("none", used.legs, None, None, None, used.weights, used.depths)
+    return FusionUsed(p.fusion, used.legs, p.rrf_k if p.fusion == "rrf" else None,
+                      used.weights, used.weights_rule, used.weights, used.depths)
 
 
 def _search_id(conn: psycopg.Connection[Any], results: Sequence[Result],
@@ -1452,11 +1454,7 @@ class Funnel:
                                           self._base_args(query, vector, p), prepare=True)
                     used = conn.execute(FUSION_USED_SQL, prepare=True)
                 rows = cursor.fetchall()
-                used_row = used.fetchone()
-                fusion = _fusion_of(fusion_used_of(used_row), p)
-                if fusion is not None:
-                    fusion = dataclasses.replace(fusion,
-                                                 _depths_logged=depths_used_notes(used_row))
+                fusion = _fusion_of(fusion_used_of(used.fetchone()), p)
                 version_id = None if not rows or rows[0][-1] is None else int(rows[0][-1])
                 rows = [row[:-1] for row in rows if row[0] is not None]
         except psycopg.Error as exc:
@@ -1604,8 +1602,7 @@ class Funnel:
             cursor = self._execute_candidates(conn, query, vector, p)
             used_cursor = conn.execute(FUSION_USED_SQL, prepare=True)
         pool = self._pool_from_rows(cursor.fetchall())
-        used_row = used_cursor.fetchone()
-        used = fusion_used_of(used_row)
+        used = fusion_used_of(used_cursor.fetchone())
         t1 = time.perf_counter()
         timings["candidates"] = (t1 - t0) * 1000
         depth = rerank_head(len(pool), self.rerank_depth, p)
@@ -1632,10 +1629,9 @@ class Funnel:
             # whether it had a query vector, for a replay of the logged search: its trace
             # cannot tell when the dense leg found nothing (funnel_search records it too)
             log_notes: dict[str, Any] = {"query_embedding": vector is not None}
-            weights_note, weights_log = weights_used_notes(used, p.weights is not None)
+            weights_note, used_log = pool_used_notes(used, p.weights is not None)
             notes.update(weights_note)
-            log_notes.update(weights_log)
-            log_notes.update(depths_used_notes(used_row))
+            log_notes.update(used_log)
             cursor = self._execute_final(conn, query, ordered, p, reranked=skipped is None,
                                          notes=notes or None,
                                          index_version_id=seen.get("version_id"),

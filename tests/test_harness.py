@@ -1064,7 +1064,12 @@ def test_a_traced_eval_logs_the_weights_its_pool_used(sample_db: str) -> None:
         rows = conn.execute("select config -> 'weights', notes -> 'weights_given' "
                             "from pgfunnel.search_log where id > %s order by id",
                             (start,)).fetchall()
+        # and the depth each leg read, as funnel_search logs it (explain --search-id)
+        depths = conn.execute("select notes ? 'dense_depth_used', notes -> 'lexical_depth_used' "
+                              "from pgfunnel.search_log where id > %s order by id",
+                              (start,)).fetchall()
     pairs = [list(w) for w in defaults.AUTOMATIC_WEIGHTS.values()]
     assert rows and all(w in pairs for w, g in rows if g is False), rows
     assert [1, 0.5] in [w for w, g in rows if g is True], rows
     assert all(w is not None for w, _ in rows), rows
+    assert all(dense is True and lexical >= 40 for dense, lexical in depths), depths

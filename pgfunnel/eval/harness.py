@@ -97,12 +97,11 @@ from pgfunnel.search import (
     Funnel,
     SearchParams,
     _results_of_final,
-    depths_used_notes,
     fusion_used_of,
+    pool_used_notes,
     refuse_unused_rrf_k,
     rerank_head,
     rerank_pool,
-    weights_used_notes,
 )
 
 #: harness keys a configuration may carry besides the search parameters
@@ -503,8 +502,7 @@ class Harness:
             cursor = self.funnel._execute_candidates(conn, query_text, vector, p)
             used_cursor = conn.execute(FUSION_USED_SQL, prepare=True)
         pool = self.funnel._pool_from_rows(cursor.fetchall())
-        used_row = used_cursor.fetchone()
-        used = fusion_used_of(used_row)
+        used = fusion_used_of(used_cursor.fetchone())
         ordered = list(pool)
         reranked = False
         if cfg.rerank and pool:
@@ -530,12 +528,12 @@ class Harness:
                                          "eval_k": self.k}
             if query_text is None:
                 log_notes["query_text_searched"] = False
-            # the weights the pool used and whether they were given, as a search's trace
-            # logs them (config.weights held null where the search chose them)
-            weights_note, weights_log = weights_used_notes(used, p.weights is not None)
+            # the weights the pool used and whether they were given, and the depth each
+            # leg read, as a search's trace logs them (config.weights held null where the
+            # search chose them)
+            weights_note, used_log = pool_used_notes(used, p.weights is not None)
             notes = {**(notes or {}), **weights_note} or None
-            log_notes.update(weights_log)
-            log_notes.update(depths_used_notes(used_row))
+            log_notes.update(used_log)
             with self.funnel._transaction(conn, cp):
                 cursor = self.funnel._execute_final(conn, text, ordered, cp,
                                                     reranked=reranked, notes=notes,
