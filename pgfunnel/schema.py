@@ -36,9 +36,15 @@ from pgfunnel.errors import (
     AccessError,
     ConfigError,
     ConflictError,
+    ConnectionFailedError,
+    InvalidInputError,
     MigrationError,
     PgfunnelError,
+    QueryCancelledError,
+    ReadOnlyError,
     SchemaOutdatedError,
+    SearchTimeoutError,
+    StatementTimeoutError,
     translate,
 )
 
@@ -230,35 +236,41 @@ def _upgrade_in_short_waits(target: str, revision: str,
                     try_register_vector(raw)
                     then(raw)
             return
-        except DBAPIError as exc:
-            if isinstance(exc.orig, psycopg.errors.InsufficientPrivilege):
-                # init and migrate say which role to run them as
-                raise exc.orig from exc
-            if not isinstance(exc.orig, psycopg.errors.LockNotAvailable):
-                raise _failed_upgrade(target, cfg.attributes["applied"],
-                                      exc.orig if exc.orig is not None else exc) from exc
-            if time.monotonic() > deadline:
-                if isinstance(exc.orig, psycopg.errors.LockNotAvailable):
-                    holders = _lock_holders(target)
-                    raise ConflictError(
-                        "could not take the locks the schema upgrade needs in "
-                        f"{MIGRATION_LOCK_GIVE_UP_S:g} s of short tries (searches would have "
-                        "queued behind a longer wait): transactions hold pgfunnel's tables"
-                        + (f", the oldest {holders}" if holders else "")
-                        + "; nothing was upgraded: run it again when they end") from exc
+        except (DBAPIError, psycopg.Error) as exc:
+            # ``then`` runs on the driver's connection, whose errors SQLAlchemy does not wrap
+            wrapped = isinstance(exc, DBAPIError)
+            cause = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+            if isinstance(cause, psycopg.errors.InsufficientPrivilege):
+                # the driver's error: init and migrate say which role to run them as
+                if wrapped:
+                    raise cause from exc
                 raise
-        except psycopg.Error as exc:
-            # from ``then``, on the driver's connection: not wrapped by SQLAlchemy
-            if isinstance(exc, psycopg.errors.InsufficientPrivilege):
-                raise
-            if not isinstance(exc, psycopg.errors.LockNotAvailable) \
-                    or time.monotonic() > deadline:
-                raise _failed_upgrade(target, cfg.attributes["applied"], exc) from exc
+            past = time.monotonic() > deadline
+            # (a lock wait of ``then``'s past the deadline is named as the step it held up)
+            if not isinstance(cause, psycopg.errors.LockNotAvailable) or (past and not wrapped):
+                raise _failed_upgrade(target, cfg.attributes["applied"], cause) from exc
+            if past:
+                holders = _lock_holders(target)
+                raise ConflictError(
+                    "could not take the locks the schema upgrade needs in "
+                    f"{MIGRATION_LOCK_GIVE_UP_S:g} s of short tries (searches would have "
+                    "queued behind a longer wait): transactions hold pgfunnel's tables"
+                    + (f", the oldest {holders}" if holders else "")
+                    + "; nothing was upgraded: run it again when they end") from exc
         time.sleep(min(0.05 * attempt, 0.5))
 
 
 #: what ``applied`` notes once the revisions are through and ``then`` runs
 _FUNCTIONS_STEP = "functions"
+
+
+#: the classes a failed upgrade keeps of its cause (as translate() gives it; each takes a
+#: message alone): those a caller tells apart, a replica's ReadOnlyError or an
+#: AccessError naming the role to run it as. The class itself, not its subclasses
+#: (TraceReadOnlyError, MissingIdentityError, InvalidVectorError say something else)
+_KEPT_CAUSES: tuple[type[PgfunnelError], ...] = (
+    AccessError, ConflictError, ConnectionFailedError, InvalidInputError,
+    QueryCancelledError, ReadOnlyError, SearchTimeoutError, StatementTimeoutError)
 
 
 def _failed_upgrade(target: str, applied: list[str | None],
@@ -290,9 +302,8 @@ def _failed_upgrade(target: str, applied: list[str | None],
     message = (f"{what} failed: {cause}; nothing was upgraded: every revision and the "
                f"functions run in one transaction, rolled back whole, so {stays} with its "
                "functions as they were; fix the cause and run it again")
-    cls = type(translated) if translated is not None else PgfunnelError
-    if cls is not PgfunnelError and cls.__init__ is PgfunnelError.__init__:
-        return cls(message)
+    if translated is not None and type(translated) in _KEPT_CAUSES:
+        return type(translated)(message)
     return MigrationError(message)
 
 
