@@ -41,3 +41,35 @@ def test_many_collections_probes_each_filled_count_once() -> None:
     assert many.checkpoint_counts("0,60,120,170", 3) == [0, 3]
     assert many.checkpoint_counts("0,60,120,170", 170) == [0, 60, 120, 170]
     assert many.checkpoint_counts("60,0", 400) == [0, 60]
+
+
+def test_doc_rank_fusion_gives_each_leg_document_positions() -> None:
+    # bench/doc_rank_fusion.py's variants, against positions worked out by hand: the
+    # lexical leg ranks changelog chunks 1 and 2, then page p (3), then the changelog (4);
+    # the dense leg ranks p first
+    from funnel_util import load_module
+
+    from pgfunnel.search import Candidate
+
+    drf = load_module("bench_doc_rank_fusion", _ROOT / "bench" / "doc_rank_fusion.py")
+
+    def chunk(cid: int, citekey: str, lex: int | None, den: int | None) -> Candidate:
+        return Candidate(cid, citekey, "", "", "", cid, {}, lex, None if lex is None
+                         else 10.0 - lex, den, None if den is None else 1.0 - den / 10,
+                         0, 0.0)
+
+    pool = [chunk(1, "changes", 1, None), chunk(2, "changes", 2, None),
+            chunk(3, "p", 3, 1), chunk(4, "changes", 4, None)]
+    k = drf.RRF_K
+    rrf = {v: drf._contrib(pool, "rrf", 4, v)[:, 0].tolist() for v in ("refit", "A", "B")}
+    assert rrf["refit"] == [1 / (k + 1), 1 / (k + 2), 1 / (k + 3), 1 / (k + 4)]
+    # A: one citekey above chunks 2 and 3 (position 2), two above chunk 4 (position 3)
+    assert rrf["A"] == [1 / (k + 1), 1 / (k + 2), 1 / (k + 2), 1 / (k + 3)]
+    # B: the changelog's later chunks get the leg's fill; p keeps its own rank
+    assert rrf["B"] == [1 / (k + 1), 0.0, 1 / (k + 3), 0.0]
+    # min-max under A reads the leg's own curve at the position: scores 9, 8, 7, 6 over a
+    # full list (depth 4), so (s - 6) / 3 at rows 1, 2, 2, 3
+    minmax_a = drf._contrib(pool, "minmax", 4, "A")[:, 0].tolist()
+    assert minmax_a == pytest.approx([1.0, 2 / 3, 2 / 3, 1 / 3])
+    # the dense leg holds p alone: it scales to 1 under every variant
+    assert drf._contrib(pool, "minmax", 4, "B")[:, 1].tolist() == [0.0, 0.0, 1.0, 0.0]
