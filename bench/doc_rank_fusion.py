@@ -8,7 +8,9 @@ give each leg's chunks a document-level position before fusion:
   one (a changelog's chunks at leg ranks 1 - 10 all sit at position 2 after the first,
   and the next document's chunk at rank 11 at position 2 too);
 - ``B``: only a citekey's best chunk in each leg keeps its leg contribution; its other
-  chunks get the leg's fill (0 under both ``minmax`` and ``rrf``).
+  chunks get the leg's fill (0 under both ``minmax`` and ``rrf``);
+- ``A dense`` / ``B dense`` (``minmax`` only): the variant in the dense leg alone, the
+  lexical leg as the search ranks it.
 
 Under ``rrf`` the position is the rank in ``1 / (rrf_k + rank)``; under ``minmax`` a chunk
 at position p takes the min-max score of the leg's p-th row (the leg's own score curve,
@@ -25,6 +27,10 @@ eval harness as ``pgfunnel eval`` runs them; ``refit`` is the re-fusion with the
 own contributions, the check that the re-fusion reproduces ``default``.
 
     python bench/doc_rank_fusion.py QUERIES.jsonl -c COLLECTION [--split dev|test]
+        [--fusions minmax|minmax,rrf] [--floors pgfunnel/eval/floors_helpcenter.json]
+
+Results (pydocs, the help center) and why neither variant landed: docs/tuning.md, "Which
+fusion".
 """
 
 from __future__ import annotations
@@ -87,9 +93,14 @@ def _contrib(pool: Sequence[Candidate], fusion: str, depth: int, variant: str
             curve = [1.0 if hi == lo else (s - lo) / (hi - lo) for s in scores]
         else:
             curve = [1.0 / (RRF_K + r) for r in range(1, len(rows) + 1)]
-        if variant == "A":
+        # "A dense" / "B dense": the variant in the dense leg alone, the lexical leg as
+        # the search ranks it
+        kind, _, only = variant.partition(" ")
+        if only == "dense" and j == 0:
+            kind = "refit"
+        if kind == "A":
             pos: dict[int, int | None] = dict(_positions_a(rows))
-        elif variant == "B":
+        elif kind == "B":
             pos = {}
             seen: set[str] = set()
             for at, c in enumerate(rows, start=1):
@@ -127,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-c", "--collection", required=True)
     ap.add_argument("--split", choices=("dev", "test"), default=None)
     ap.add_argument("--dsn", default=None)
+    ap.add_argument("--fusions", choices=("minmax", "minmax,rrf"), default="minmax,rrf",
+                    help="the fusions to re-fuse under (minmax: the default's alone)")
     ap.add_argument("--floors", type=Path, default=None,
                     help="a floors JSON (pgfunnel/eval/floors_helpcenter.json): say which "
                          "configurations miss one")
@@ -156,8 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         for q in selected:
             text = standalone_query(q)
             vector = embedder.embed_query(text) if text.strip() else None
-            for fusion, names in (("minmax", ("refit", "A", "B")),
-                                  ("rrf", ("refit", "A", "B"))):
+            for fusion, names in (("minmax", ("refit", "A", "B", "A dense", "B dense")),
+                                  ("rrf", ("refit", "A", "B")))[:len(args.fusions.split(","))]:
                 p = SearchParams.build(collection=args.collection, k=2 * depth, overfetch=1,
                                        lexical_depth=depth, dense_depth=depth,
                                        fusion=fusion)
