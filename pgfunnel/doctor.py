@@ -215,42 +215,69 @@ def check_public_with_readers(conn: psycopg.Connection[Any]) -> list[Finding]:
             for name, n, first in rows]
 
 
+#: the tables a role other than the owner reads every user's searches from when they have no
+#: row security: (table, the column whose SELECT reads them or None for any column, what
+#: reading it shows, what a traced search needs of it instead)
+_SEARCH_LOG_TABLES: tuple[tuple[str, str | None, str, str], ...] = (
+    ("search_log", "query_text",
+     "every traced search's query text, principals and tenant",
+     "a role that traces searches needs `grant select (id) on pgfunnel.search_log` alone"),
+    ("search_trace", None,
+     "the chunk ids and ranks of every traced search's pool",
+     "a role that traces searches needs `grant insert on pgfunnel.search_trace` alone"),
+)
+
+
+# a NULL column asks of any column: each of search_trace's shows what the pool was
+_PUBLIC_READS = (
+    "select case when %(column)s::text is null"
+    "  then pg_catalog.has_any_column_privilege('public'::name, c.oid, 'SELECT')"
+    "  else pg_catalog.has_column_privilege('public'::name, c.oid, %(column)s::text, 'SELECT')"
+    " end from pg_catalog.pg_class c where c.oid = pg_catalog.to_regclass(%(table)s)")
+_ROLES_READING = (
+    "select r.rolname from pg_catalog.pg_roles r, pg_catalog.pg_class c "
+    " where c.oid = pg_catalog.to_regclass(%(table)s) and not r.rolsuper "
+    # the predefined roles (pg_read_all_data) are named through their members
+    "   and r.rolname !~ '^pg_' "
+    "   and not pg_catalog.pg_has_role(r.oid, c.relowner, 'MEMBER') "
+    "   and case when %(column)s::text is null"
+    "     then pg_catalog.has_any_column_privilege(r.oid, c.oid, 'SELECT')"
+    "     else pg_catalog.has_column_privilege(r.oid, c.oid, %(column)s::text, 'SELECT') end"
+    " order by 1")
+
+
 @rows_by_position
 def check_search_log_readers(conn: psycopg.Connection[Any]) -> list[Finding]:
-    """Roles other than search_log's owner (its members and superusers) that may read its
-    query_text while the table has no row security: every traced search's text,
-    principals and tenant, of every user (docs/security.md, who reads the search log).
-    PUBLIC stands for every role. A traced search needs ``select (id)`` alone, which does
-    not read the texts and is not named."""
-    row = conn.execute("select c.relrowsecurity from pg_catalog.pg_class c "
-                       "where c.oid = 'pgfunnel.search_log'::regclass").fetchone()
-    if row is None or row[0]:
-        # under row-level security the policies hold each reader to its own searches
-        return []
-    if conn.execute("select pg_catalog.has_column_privilege('public', 'pgfunnel.search_log',"
-                    " 'query_text', 'SELECT')").fetchone() == (True,):
-        readers = ["PUBLIC (every role)"]
-    else:
-        readers = [repr(name) for (name,) in conn.execute(
-            "select r.rolname from pg_catalog.pg_roles r, pg_catalog.pg_class c "
-            " where c.oid = 'pgfunnel.search_log'::regclass and not r.rolsuper "
-            # the predefined roles (pg_read_all_data) are named through their members
-            "   and r.rolname !~ '^pg_' "
-            "   and not pg_catalog.pg_has_role(r.oid, c.relowner, 'MEMBER') "
-            "   and pg_catalog.has_column_privilege(r.oid, c.oid, 'query_text', 'SELECT') "
-            " order by 1").fetchall()]
-    if not readers:
-        return []
-    shown_roles = ", ".join(readers[:10]) + (f" and {len(readers) - 10} more"
-                                             if len(readers) > 10 else "")
-    return [Finding(
-        "warning", "search_log_readers",
-        f"roles other than the owner may read pgfunnel.search_log, every traced search's "
-        f"query text, principals and tenant, of every user (no row-level security on it): "
-        f"{shown_roles}; revoke the grant (`revoke select on pgfunnel.search_log from "
-        "ROLE`, from the role it was granted to, or from PUBLIC): a role that traces "
-        "searches needs `grant select (id) on pgfunnel.search_log` alone; or set up RLS "
-        "mode (`pgfunnel init --rls`)")]
+    """Roles other than the owner (its members and superusers) that may read search_log's
+    query_text or any column of search_trace while that table has no row security: every
+    traced search's text, principals and tenant, and the chunk ids and ranks of its pool,
+    of every user (docs/security.md, who reads the search log). PUBLIC stands for every
+    role. What a traced search needs (``select (id)`` on search_log, insert on
+    search_trace) reads neither and is not named. One finding per table."""
+    findings = []
+    for table, column, shows, needs in _SEARCH_LOG_TABLES:
+        qualified = f"pgfunnel.{table}"
+        row = conn.execute("select c.relrowsecurity from pg_catalog.pg_class c "
+                           "where c.oid = pg_catalog.to_regclass(%s)", (qualified,)).fetchone()
+        if row is None or row[0]:
+            # under row-level security the policies hold each reader to its own searches
+            continue
+        params = {"table": qualified, "column": column}
+        if conn.execute(_PUBLIC_READS, params).fetchone() == (True,):
+            readers = ["PUBLIC (every role)"]
+        else:
+            readers = [repr(name) for (name,) in conn.execute(_ROLES_READING, params)]
+        if not readers:
+            continue
+        shown_roles = ", ".join(readers[:10]) + (f" and {len(readers) - 10} more"
+                                                 if len(readers) > 10 else "")
+        findings.append(Finding(
+            "warning", "search_log_readers",
+            f"roles other than the owner may read {qualified}, {shows}, of every user (no "
+            f"row-level security on it): {shown_roles}; revoke the grant (`revoke select on "
+            f"{qualified} from ROLE`, from the role it was granted to, or from PUBLIC): "
+            f"{needs}; or set up RLS mode (`pgfunnel init --rls`)"))
+    return findings
 
 
 @rows_by_position

@@ -1074,3 +1074,77 @@ def test_doctor_names_the_roles_that_may_read_the_search_log_without_rls(db: str
             enable_rls(owner_conn)
             owner_conn.commit()
         assert check_search_log_readers(conn) == []
+
+
+def test_doctor_names_the_roles_that_may_read_the_search_trace_without_rls(db: str) -> None:
+    """search_trace holds the chunk ids and ranks of every traced search's pool, of every
+    user: without row-level security a role granted SELECT on it (or on any of its
+    columns, or through a group role, or PUBLIC) reads them, and doctor said nothing of it.
+    The search_log rule covers it now, in a finding of its own naming the table; a role
+    holding only the INSERT a traced search needs is not named, nor a search_log reader.
+    Under row-level security the policies hold readers to their own searches: no warning."""
+    import uuid
+
+    from psycopg import sql
+
+    from pgfunnel.doctor import check_search_log_readers
+    from pgfunnel.security import enable_rls
+
+    table, member, column, tracer, log_reader = (f"pgf_app_{uuid.uuid4().hex[:8]}"
+                                                 for _ in range(5))
+
+    def grant(what: str, role: str) -> None:
+        conn.execute(sql.SQL("grant " + what + " to {}").format(sql.Identifier(role)))
+
+    with connect(db, autocommit=True) as conn:
+        assert check_search_log_readers(conn) == []  # as init leaves it
+        for role in (table, member, column, tracer, log_reader):
+            conn.execute(sql.SQL("create role {} login").format(sql.Identifier(role)))
+        grant("select on pgfunnel.search_trace", table)
+        conn.execute(sql.SQL("grant {} to {}").format(sql.Identifier(table),
+                                                      sql.Identifier(member)))
+        grant("select (fused_rank) on pgfunnel.search_trace", column)
+        grant("insert on pgfunnel.search_trace", tracer)
+        grant("select (id) on pgfunnel.search_log", tracer)
+        grant("select on pgfunnel.search_log", log_reader)
+    code, report = _doctor(db)
+    assert code == 0, report  # warnings: doctor exits 3 on errors alone
+    found = [f for f in report["findings"] if f["check"] == "search_log_readers"]
+    by_table = {f["message"].split(", ")[0]: f for f in found}
+    assert sorted(by_table) == ["roles other than the owner may read pgfunnel.search_log",
+                                "roles other than the owner may read pgfunnel.search_trace"], found
+    trace = by_table["roles other than the owner may read pgfunnel.search_trace"]
+    said = trace["message"]
+    assert trace["level"] == "warning", trace
+    assert said.startswith("roles other than the owner may read pgfunnel.search_trace, the "
+                           "chunk ids and ranks of every traced search's pool"), said
+    named = said.split("(no row-level security on it): ")[1].split("; revoke")[0]
+    assert named == ", ".join(repr(r) for r in sorted((table, member, column))), said
+    assert "`revoke select on pgfunnel.search_trace from ROLE`" in said, said
+    assert "`grant insert on pgfunnel.search_trace` alone" in said, said
+    # each table names its own readers
+    log_said = by_table["roles other than the owner may read pgfunnel.search_log"]["message"]
+    assert repr(log_reader) in log_said and table not in log_said, log_said
+    assert log_reader not in said, said
+
+    with connect(db, autocommit=True) as conn:
+        conn.execute(sql.SQL("revoke select on pgfunnel.search_log from {}").format(
+            sql.Identifier(log_reader)))
+        conn.execute("grant select (chunk_id) on pgfunnel.search_trace to public")
+        [public] = check_search_log_readers(conn)
+        assert public.message.startswith(
+            "roles other than the owner may read pgfunnel.search_trace"), public.message
+        assert "(no row-level security on it): PUBLIC (every role); revoke" \
+            in public.message, public.message
+        conn.execute("revoke select (chunk_id) on pgfunnel.search_trace from public")
+        conn.execute(sql.SQL("revoke select on pgfunnel.search_trace from {}").format(
+            sql.Identifier(table)))
+        conn.execute(sql.SQL("revoke select (fused_rank) on pgfunnel.search_trace from {}")
+                     .format(sql.Identifier(column)))
+        assert check_search_log_readers(conn) == []
+        # RLS mode, with a role still granted the table: the policies read for it
+        grant("select on pgfunnel.search_trace", table)
+        with connect(db) as owner_conn:
+            enable_rls(owner_conn)
+            owner_conn.commit()
+        assert check_search_log_readers(conn) == []
