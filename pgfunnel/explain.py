@@ -327,8 +327,16 @@ def _explain_rows(funnel: Funnel, query: str | None, vector: np.ndarray | None,
                     for cid in ids:
                         args["chunk_id"] = cid if cid is not None else -1
                         row = conn.execute(_EXPLAIN_SQL, args).fetchone()
-                        if row is None:  # pragma: no cover - explain() always returns one row
-                            raise NotFoundError("explain returned nothing")
+                        if row is None:
+                            # every path of this release's pgfunnel.explain returns one row,
+                            # a chunk that is missing or hidden too: no argument the caller
+                            # passed named nothing (parameter None), the installed function
+                            # is not the one this code was written against
+                            raise NotFoundError(
+                                f"pgfunnel.explain returned no row for chunk {target!r} "
+                                f"(id {args['chunk_id']}), where every path of it returns "
+                                "one: the function in the database is not this release's "
+                                "(pgfunnel migrate installs this release's functions)")
                         rows.append((cid, dict(zip(_COLUMNS, row, strict=True))))
                         # a notice per chunk would repeat the analyzer's one for the query
                         del notices[first_sql_notice + 1:]

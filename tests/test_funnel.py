@@ -823,3 +823,33 @@ def test_a_number_no_chunk_holds_is_said_not_answered_by_the_other_words(
     assert notices[-1] == ("pgfunnel: no chunk of collection 't' holds "
                            + ", ".join(str(9000 + i) for i in range(10))
                            + " and 15 more; the lexical leg ranked the query's other words")
+
+
+def test_explain_of_a_function_that_returns_no_row_names_no_parameter(sample_db: str) -> None:
+    """pgfunnel.explain returns one row on every path (a missing or hidden chunk gets its
+    verdict); one that returns none is not this release's function, and no argument the
+    caller passed named nothing: the NotFoundError names no parameter (the CLI then prints
+    no option before it) and says which chunk and what to run."""
+    import re
+
+    from pgfunnel.db import connect
+    from pgfunnel.errors import NotFoundError
+    from pgfunnel.explain import explain
+    from pgfunnel.search import Funnel
+
+    with connect(sample_db, autocommit=True) as conn:
+        [ddl] = conn.execute("select pg_get_functiondef('pgfunnel.explain'::regproc)"
+                             ).fetchone() or [None]
+        # the same signature, its body returning no row: a function this code was not
+        # written against, as a hand edit or another release would leave it
+        emptied = re.sub(r"(?s)AS \$function\$.*\$function\$",
+                         "AS $function$ begin return; end $function$", ddl)
+        assert emptied != ddl
+        conn.execute(emptied)
+        with Funnel(conn, "default", embedder=None) as f, pytest.raises(NotFoundError) as exc:
+            explain(f, "refund", "9" * 5, k=3)
+    assert exc.value.parameter is None, exc.value
+    assert str(exc.value) == exc.value.detail == (
+        "pgfunnel.explain returned no row for chunk '99999' (id 99999), where every path of "
+        "it returns one: the function in the database is not this release's (pgfunnel "
+        "migrate installs this release's functions)")

@@ -565,11 +565,15 @@ def test_stage_recall_in_database_reads_the_configuration_asked_for(sample_db: s
     assert "lexical" not in pools["dense"] and in_db["dense"]["all"]["lexical"] is None
     assert in_db["wide"]["all"]["lexical"] is not None
     assert in_db["wide"]["all"]["dense"] is not None
-    # a name eval never traced read as {}, as if nothing had been searched
-    with connect(sample_db, autocommit=True) as conn, pytest.raises(
-            NotFoundError, match=r"no traced search of configuration 'default' in collection "
-                                 r"'default'; eval traced 'dense', 'narrow', 'wide' there"):
+    # a name eval never traced read as {}, as if nothing had been searched; the error
+    # names the argument that named nothing, as a collection or version that does not
+    # exist does
+    with connect(sample_db, autocommit=True) as conn, pytest.raises(NotFoundError) as exc:
         stage_recall_in_db(conn, "default", config="default")
+    assert exc.value.parameter == "config", exc.value
+    assert exc.value.detail == ("no traced search of configuration 'default' in collection "
+                                "'default'; eval traced 'dense', 'narrow', 'wide' there")
+    assert str(exc.value) == f"config: {exc.value.detail}"
 
 
 def test_stored_judgments_use_the_citekey_a_file_name_was_matched_to(sample_db: str) -> None:

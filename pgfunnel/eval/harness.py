@@ -1122,7 +1122,7 @@ def stage_recall_in_db(conn: psycopg.Connection[Any], collection: str,
                     f"{collection!r}; " + (f"eval traced {shown_names} there" if traced
                                            else "eval has traced none there (pgfunnel eval "
                                                 "--trace records each search's "
-                                                "configuration)"))
+                                                "configuration)"), parameter="config")
     except psycopg.Error as exc:
         raise translate(exc) from exc
     return out
