@@ -235,7 +235,8 @@ class TraceReadOnlyError(ReadOnlyError, ConfigError):
 
 class StatementTimeoutError(PgfunnelError):
     """A statement ran past ``statement_timeout`` (the session's, role's or database's)
-    and was cancelled: an ingest, reindex or version command, or a search."""
+    and was cancelled: an ingest, reindex or version command, an init or migrate, or a
+    search."""
 
 
 class SearchTimeoutError(StatementTimeoutError):

@@ -43,7 +43,6 @@ from pgfunnel.errors import (
     QueryCancelledError,
     ReadOnlyError,
     SchemaOutdatedError,
-    SearchTimeoutError,
     StatementTimeoutError,
     translate,
 )
@@ -270,7 +269,7 @@ _FUNCTIONS_STEP = "functions"
 #: (TraceReadOnlyError, MissingIdentityError, InvalidVectorError say something else)
 _KEPT_CAUSES: tuple[type[PgfunnelError], ...] = (
     AccessError, ConflictError, ConnectionFailedError, InvalidInputError,
-    QueryCancelledError, ReadOnlyError, SearchTimeoutError, StatementTimeoutError)
+    QueryCancelledError, ReadOnlyError, StatementTimeoutError)
 
 
 def _failed_upgrade(target: str, applied: list[str | None],
@@ -281,15 +280,31 @@ def _failed_upgrade(target: str, applied: list[str | None],
     it is the one the upgrade started from. Of the cause's class where that is one a
     caller tells apart and takes a message alone (a ReadOnlyError on a replica, an
     AccessError, a ConnectionFailedError), else a MigrationError."""
-    translated = translate(exc) if isinstance(exc, psycopg.Error) else None
+    # not a search: a statement timeout is a StatementTimeoutError, said below as one
+    translated = translate(exc, searching=False) if isinstance(exc, psycopg.Error) else None
     cause = str(translated) if translated is not None else str(exc)
+    role = None
     try:
         with _maintenance_connect(target, autocommit=True, register=False) as conn:
             now = current_revision(conn)
+            row = conn.execute("select current_user").fetchone()
+            role = str(row[0]) if row else None
         stays = (f"the schema stays at revision {now}" if now is not None
                  else "the schema has no revision yet")
     except psycopg.Error:
         now, stays = None, "the schema stays at the revision it had"
+    if isinstance(exc, psycopg.Error) and type(translated) is StatementTimeoutError:
+        # init and migrate run with statement_timeout 0 (_maintenance_connect): one that
+        # still cut the upgrade short was set inside its transaction, or the session's
+        # setting was lost (a transaction pooler gives each transaction another server
+        # connection); translate's advice, PGOPTIONS for the session, would change nothing
+        cause = (f"{exc.diag.message_primary or cause}: a statement_timeout reached the "
+                 "upgrade's transaction although init and migrate set 0 for their session "
+                 "(a SET LOCAL or a function's own setting in the database, or the session's "
+                 "lost through a transaction pooler); raise it for the role that migrates "
+                 f"(alter role {psycopg.sql.Identifier(role or 'ROLE').as_string()} set "
+                 "statement_timeout = 0, as that role or a superuser) and run it on a direct "
+                 "connection to the server")
     if applied and applied[-1] == _FUNCTIONS_STEP:
         what = "installing this release's SQL functions (after its revisions)"
     else:

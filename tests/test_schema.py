@@ -267,6 +267,46 @@ def test_a_failed_migrate_leaves_nothing_half_done_and_says_so(sample_db: str) -
     assert state() == (head, True, schema.functions_digest())
 
 
+def test_a_statement_timeout_in_a_migration_is_said_as_a_migrations(sample_db: str) -> None:
+    """A statement_timeout that cut an upgrade short was translated as a search's: a
+    SearchTimeoutError, advice for a search. It is a StatementTimeoutError naming the
+    step, with advice for the command that migrates. The timeout comes from inside the
+    upgrade's transaction (init and migrate set 0 for their session): an event trigger
+    sets one for the rest of the transaction at the first DDL and sleeps at each, so the
+    second DDL statement runs past it."""
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    from pgfunnel.errors import SearchTimeoutError, StatementTimeoutError
+
+    schema.downgrade(sample_db, "0013")
+    with connect(sample_db, autocommit=True, register=False) as conn:
+        conn.execute("create function public.slow_ddl() returns event_trigger "
+                     "language plpgsql as $$ begin "
+                     "perform pg_catalog.set_config('statement_timeout', '100ms', true); "
+                     "perform pg_catalog.pg_sleep(0.3); end $$")
+        conn.execute("create event trigger slow_ddl on ddl_command_start "
+                     "execute function public.slow_ddl()")
+        role = conn.execute("select current_user").fetchone()
+    with pytest.raises(StatementTimeoutError) as failed:
+        schema.migrate(sample_db)
+    said = str(failed.value)
+    assert not isinstance(failed.value, SearchTimeoutError), said
+    assert said.startswith("migration 00"), said
+    assert " failed: canceling statement due to statement timeout: a statement_timeout " \
+        "reached the upgrade's transaction although init and migrate set 0" in said, said
+    assert f'(alter role "{role[0] if role else None}" set statement_timeout = 0' in said, said
+    assert "the schema stays at revision 0013" in said, said
+    res = CliRunner().invoke(app, ["migrate", "--dsn", sample_db], env={"COLUMNS": "300"})
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    assert " ".join(res.output.split()).startswith("error: migration 00"), res.output
+    assert "search" not in res.output, res.output
+    with connect(sample_db, autocommit=True, register=False) as conn:
+        conn.execute("drop event trigger slow_ddl")
+        assert schema.current_revision(conn) == "0013"
+    assert schema.migrate(sample_db)["revision"] == schema.head_revision()
+
+
 def test_missing_schema_says_run_init(empty_db: str) -> None:
     with connect(empty_db) as conn, pytest.raises(SchemaMissingError, match="pgfunnel init"):
         require_schema(conn)
