@@ -174,18 +174,32 @@ def _lock_wait_ms(target: str) -> int:
 
 
 def _lock_holders(target: str) -> str:
-    """The oldest transactions holding locks on pgfunnel's tables, for the give-up."""
+    """The oldest transactions holding locks an upgrade waits for, for the give-up: on
+    pgfunnel's tables (the revisions' ALTERs) or functions (the install's DROPs), or the
+    graph walks' advisory lock, which the functions' install takes as a reindex does."""
+    from pgfunnel.ingest import WALKS_LOCK_KEY
+
     try:
         with _maintenance_connect(target, autocommit=True, register=False) as conn:
             rows = conn.execute(
                 "select distinct a.pid, a.application_name, a.state, a.xact_start, "
                 "       pg_catalog.to_char(pg_catalog.now() - a.xact_start, 'HH24:MI:SS') "
                 "  from pg_catalog.pg_locks l "
-                "  join pg_catalog.pg_class c on c.oid = l.relation "
                 "  join pg_catalog.pg_stat_activity a on a.pid = l.pid "
-                " where c.relnamespace = 'pgfunnel'::regnamespace and l.granted "
-                "   and l.pid <> pg_catalog.pg_backend_pid() and a.xact_start is not null "
-                " order by a.xact_start limit 3").fetchall()
+                " where l.granted and l.pid <> pg_catalog.pg_backend_pid() "
+                "   and a.xact_start is not null "
+                "   and l.database = (select d.oid from pg_catalog.pg_database d "
+                "                      where d.datname = pg_catalog.current_database()) "
+                "   and ((l.locktype = 'relation' and exists (select from pg_catalog.pg_class c "
+                "          where c.oid = l.relation "
+                "            and c.relnamespace = 'pgfunnel'::regnamespace)) "
+                "     or (l.locktype = 'object' and l.classid = 'pg_catalog.pg_proc'::regclass "
+                "         and exists (select from pg_catalog.pg_proc p where p.oid = l.objid "
+                "                        and p.pronamespace = 'pgfunnel'::regnamespace)) "
+                # pg_advisory_xact_lock(bigint) keeps its key's high half in classid
+                "     or (l.locktype = 'advisory' and l.objsubid = 1 "
+                "         and ((l.classid::bigint << 32) | l.objid::bigint) = %s::bigint)) "
+                " order by a.xact_start limit 3", (WALKS_LOCK_KEY,)).fetchall()
     except psycopg.Error:
         return ""
     return "; ".join(f"pid {pid} (application_name {name!r}, {state}, in a transaction for "
@@ -244,16 +258,18 @@ def _upgrade_in_short_waits(target: str, revision: str,
                 if wrapped:
                     raise cause from exc
                 raise
-            past = time.monotonic() > deadline
-            # (a lock wait of ``then``'s past the deadline is named as the step it held up)
-            if not isinstance(cause, psycopg.errors.LockNotAvailable) or (past and not wrapped):
+            if not isinstance(cause, psycopg.errors.LockNotAvailable):
                 raise _failed_upgrade(target, cfg.attributes["applied"], cause) from exc
-            if past:
+            # a revision's lock wait or the functions' install's: tried again, and given
+            # up past the deadline naming who holds the locks either waits for
+            if time.monotonic() > deadline:
                 holders = _lock_holders(target)
                 raise ConflictError(
                     "could not take the locks the schema upgrade needs in "
                     f"{MIGRATION_LOCK_GIVE_UP_S:g} s of short tries (searches would have "
-                    "queued behind a longer wait): transactions hold pgfunnel's tables"
+                    "queued behind a longer wait): transactions hold them (pgfunnel's "
+                    "tables or functions, or the lock a reindex takes to rewrite the graph "
+                    "walks)"
                     + (f", the oldest {holders}" if holders else "")
                     + "; nothing was upgraded: run it again when they end") from exc
         time.sleep(min(0.05 * attempt, 0.5))

@@ -302,6 +302,33 @@ def test_a_migration_waiting_for_a_long_transaction_does_not_hold_up_searches(
     assert schema.migrate(db)["revision"] == "0016"
 
 
+def test_the_functions_install_gives_up_naming_who_holds_its_lock(
+        db: str, conn: psycopg.Connection[Any], monkeypatch: Any) -> None:
+    """The functions' install, after the revisions, takes the graph walks' lock that a
+    reindex holds while it rewrites them. Past the upgrade's patience it failed with the
+    generic "installing this release's SQL functions ... failed: canceling statement due
+    to lock timeout", where a revision's lock wait names the transactions that hold the
+    locks: both now give up alike, naming them."""
+    from pgfunnel.errors import ConflictError
+    from pgfunnel.ingest import WALKS_LOCK_KEY
+
+    conn.commit()
+    monkeypatch.setattr(schema, "MIGRATION_LOCK_GIVE_UP_S", 1.0)
+    with connect(db) as reindex:
+        reindex.execute("select set_config('application_name', 'walks-rewrite', false)")
+        # where a reindex's refresh_hnsw_walks stands, its transaction open
+        reindex.execute("select pg_advisory_xact_lock(%s::bigint)", (WALKS_LOCK_KEY,))
+        with pytest.raises(ConflictError) as failed:
+            schema.migrate(db)
+        reindex.rollback()
+    said = str(failed.value)
+    assert said.startswith("could not take the locks the schema upgrade needs in 1 s of "
+                           "short tries"), said
+    assert "application_name 'walks-rewrite', idle in transaction" in said, said
+    assert said.endswith("; nothing was upgraded: run it again when they end"), said
+    assert schema.migrate(db)["revision"] == schema.head_revision()
+
+
 def test_a_migration_given_up_leaves_no_revision_half_applied(
         db: str, conn: psycopg.Connection[Any], monkeypatch: Any) -> None:
     """The upgrade's short tries run it again from the start after a lock wait gives up.
