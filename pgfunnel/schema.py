@@ -8,6 +8,7 @@ functions always match the installed package.
 from __future__ import annotations
 
 import hashlib
+import re
 import shlex
 import time
 from collections.abc import Callable, Iterator
@@ -264,10 +265,12 @@ def _upgrade_in_short_waits(target: str, revision: str,
             # up past the deadline naming who holds the locks either waits for
             if time.monotonic() > deadline:
                 holders = _lock_holders(target)
+                step = _waiting_step(target, cfg.attributes["applied"])
                 raise ConflictError(
                     "could not take the locks the schema upgrade needs in "
                     f"{MIGRATION_LOCK_GIVE_UP_S:g} s of short tries (searches would have "
-                    "queued behind a longer wait): transactions hold them (pgfunnel's "
+                    f"queued behind a longer wait), at {step}: transactions hold them "
+                    "(pgfunnel's "
                     "tables or functions, or the lock a reindex takes to rewrite the graph "
                     "walks)"
                     + (f", the oldest {holders}" if holders else "")
@@ -277,6 +280,41 @@ def _upgrade_in_short_waits(target: str, revision: str,
 
 #: what ``applied`` notes once the revisions are through and ``then`` runs
 _FUNCTIONS_STEP = "functions"
+
+
+def _step_name(applied: list[str | None], now: str | None, *, described: bool) -> str:
+    """The step an upgrade's attempt was in: the functions' install, or the revision after
+    the last one ``applied`` noted (after ``now``, the database's, where it noted none),
+    by its file's name (0014_chunk_heading_level) and, ``described``, the first sentence
+    of its docstring, cut short: some run on for lines."""
+    if applied and applied[-1] == _FUNCTIONS_STEP:
+        return "installing this release's SQL functions (after its revisions)"
+    last = applied[-1] if applied else now
+    step = next((s for s in ScriptDirectory.from_config(alembic_config()).walk_revisions()
+                 if s.down_revision == last), None)
+    if step is None:
+        return "a migration"
+    name = f"migration {Path(step.path).stem}"
+    if not described:
+        return name
+    sentence = re.split(r"(?<=\.)\s", " ".join(str(step.doc or "").split()), maxsplit=1)[0]
+    sentence = sentence.rstrip(".")
+    if len(sentence) > 90:
+        sentence = sentence[:90].rsplit(" ", 1)[0].rstrip(",;:") + " ..."
+    return f"{name} ({sentence})" if sentence else name
+
+
+def _waiting_step(target: str, applied: list[str | None]) -> str:
+    """_step_name, described, for a give-up: where the attempt noted no revision, the
+    database's (read again; the attempt was rolled back) says which one it was in."""
+    now = None
+    if not applied:
+        try:
+            with _maintenance_connect(target, autocommit=True, register=False) as conn:
+                now = current_revision(conn)
+        except psycopg.Error:
+            return "a migration"
+    return _step_name(applied, now, described=True)
 
 
 #: the classes a failed upgrade keeps of its cause (as translate() gives it; each takes a
@@ -321,15 +359,7 @@ def _failed_upgrade(target: str, applied: list[str | None],
                  f"(alter role {psycopg.sql.Identifier(role or 'ROLE').as_string()} set "
                  "statement_timeout = 0, as that role or a superuser) and run it on a direct "
                  "connection to the server")
-    if applied and applied[-1] == _FUNCTIONS_STEP:
-        what = "installing this release's SQL functions (after its revisions)"
-    else:
-        last = applied[-1] if applied else now
-        step = next((s for s in ScriptDirectory.from_config(alembic_config()).walk_revisions()
-                     if s.down_revision == last), None)
-        # by its file's name (0014_chunk_heading_level): the first line of its docstring
-        # runs on past a line
-        what = f"migration {Path(step.path).stem}" if step is not None else "a migration"
+    what = _step_name(applied, now, described=False)
     message = (f"{what} failed: {cause}; nothing was upgraded: every revision and the "
                f"functions run in one transaction, rolled back whole, so {stays} with its "
                "functions as they were; fix the cause and run it again")

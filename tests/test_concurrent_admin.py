@@ -297,6 +297,10 @@ def test_a_migration_waiting_for_a_long_transaction_does_not_hold_up_searches(
         report.rollback()
     assert said.startswith("could not take the locks the schema upgrade needs in 1 s of "
                            "short tries"), said
+    # the revision whose ALTER waited, by id and what it does: the give-up named the
+    # holders alone, not which step of the upgrade it was in
+    assert ("at migration 0016_default_analyzer_v8 (New collections default to analyzer "
+            "english_v8): transactions hold them") in said, said
     assert "application_name 'long-report', idle in transaction" in said, said
     assert said.endswith("; nothing was upgraded: run it again when they end"), said
     assert schema.migrate(db)["revision"] == "0016"
@@ -324,6 +328,8 @@ def test_the_functions_install_gives_up_naming_who_holds_its_lock(
     said = str(failed.value)
     assert said.startswith("could not take the locks the schema upgrade needs in 1 s of "
                            "short tries"), said
+    assert ("at installing this release's SQL functions (after its revisions): "
+            "transactions hold them") in said, said
     assert "application_name 'walks-rewrite', idle in transaction" in said, said
     assert said.endswith("; nothing was upgraded: run it again when they end"), said
     assert schema.migrate(db)["revision"] == schema.head_revision()
@@ -351,9 +357,13 @@ def test_a_migration_given_up_leaves_no_revision_half_applied(
     monkeypatch.setattr(schema, "MIGRATION_LOCK_GIVE_UP_S", 1.0)
     with connect(db) as report:
         report.execute("select count(*) from pgfunnel.collection")  # holds it, open
-        with pytest.raises(ConflictError, match="nothing was upgraded"):
+        with pytest.raises(ConflictError, match="nothing was upgraded") as failed:
             schema.migrate(db)
         report.rollback()
+    # 0014 went through in the last try, 0015 waited: the give-up names 0015, not the
+    # revision the database stays at (0013) nor the one after it
+    assert "at migration 0015_default_analyzer_v7 (New collections default" in str(
+        failed.value), failed.value
     with connect(db) as fresh:
         assert schema.current_revision(fresh) == "0013"
     assert not has_heading_level()
