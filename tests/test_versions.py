@@ -18,6 +18,7 @@ import numpy as np
 import psycopg
 import pytest
 from funnel_util import load_module, wait_for_lock_wait
+from psycopg import sql
 from typer.testing import CliRunner
 
 from pgfunnel import versions
@@ -295,6 +296,100 @@ def test_two_catch_ups_of_one_version_at_once_write_each_chunk_once(sample_db: s
                              "= %s and df > 0", (target,)).fetchone()
         assert recount == terms, (recount, terms)
         assert versions.activate(conn, "default", 2).caught_up == 0
+
+
+def _consistent(conn: psycopg.Connection[Any], version_id: int) -> tuple[int, int]:
+    """A version's BM25 statistics against its postings and lexical rows, recounted: df of
+    every term, chunk_count and total_length; its (chunks, lexical rows)."""
+    stored = {str(t): int(n) for t, n in conn.execute(
+        "select term, df from pgfunnel.term_stat where index_version_id = %s and df > 0",
+        (version_id,))}
+    recount = {str(t): int(n) for t, n in conn.execute(
+        "select term, df from pgfunnel.bm25_recount(%s)", (version_id,))}
+    assert stored == recount, set(stored.items()) ^ set(recount.items())
+    row = conn.execute(
+        "select v.chunk_count, v.total_length, (select count(*) from pgfunnel.lexical l "
+        " where l.index_version_id = v.id), (select coalesce(sum(l.length), 0) "
+        " from pgfunnel.lexical l where l.index_version_id = v.id) "
+        "from pgfunnel.index_version v where v.id = %s", (version_id,)).fetchone()
+    assert row is not None and (row[0], row[1]) == (row[2], row[3]), row
+    cov = conn.execute("select * from pgfunnel.version_coverage(%s)", (version_id,)).fetchone()
+    assert cov is not None
+    return int(cov[0]), int(cov[1])
+
+
+def test_a_delete_and_ingests_while_a_reindex_embeds_a_batch_leave_every_version_whole(
+        sample_db: str, embedder: Any) -> None:
+    """`delete` and `ingest` take no reindex lock, and reindex takes no run lock: a batch
+    of chunks the reindex read, embedded outside any transaction, may be deleted (a
+    document deleted, another re-ingested with new chunks) before it writes them, and a
+    document may arrive that the batch never read. Paused there (holding the advisory
+    lock the batch takes before it writes), the three commit, and then: the new version
+    indexes none of the chunks gone, the re-ingested and new documents' chunks once each
+    (after its activation, which catches up), and each version's statistics match its
+    postings, recounted."""
+    import threading
+
+    from pgfunnel.ingest import Ingester, delete_documents
+    from pgfunnel.sources import DocumentRecord
+
+    with connect(sample_db, autocommit=True) as conn:
+        gone, changed = (str(r[0]) for r in conn.execute(
+            "select citekey from pgfunnel.document order by citekey limit 2").fetchall())
+        last = int(conn.execute("select coalesce(max(id), 0) from pgfunnel.index_version"
+                                ).fetchone()[0])  # type: ignore[index]
+        outcome: list[Any] = []
+
+        def run_reindex() -> None:
+            try:
+                with connect(sample_db, autocommit=True) as other:
+                    outcome.append(versions.reindex(other, "default", analyzer="simple_v1",
+                                                    embedder=embedder, batch_size=100_000))
+            except Exception as exc:  # noqa: BLE001 - the test reports it
+                outcome.append(exc)
+
+        with connect(sample_db) as pause:
+            # the new version's id is one of the next few: its batch waits on one of these
+            for vid in range(last + 1, last + 6):
+                pause.execute("select pg_advisory_xact_lock(hashtext(%s))",
+                              (f"pgfunnel:catch-up:{vid}",))
+            thread = threading.Thread(target=run_reindex)
+            thread.start()
+            wait_for_lock_wait(conn, "pgfunnel reindex default", "pg_advisory_xact_lock")
+            # every chunk was read and embedded: the batch waits to write them
+            assert delete_documents(conn, "default", [gone]) == 1
+            Ingester(conn, "default", embedder=embedder).ingest([
+                DocumentRecord(citekey=changed, title="Changed",
+                               text="Zanzibar quokka rewritten from scratch. " * 5),
+                DocumentRecord(citekey="arrived", title="Arrived",
+                               text="Okapi migration notes for the new release. " * 5)])
+            pause.rollback()
+            thread.join(120)
+        assert len(outcome) == 1 and not isinstance(outcome[0], Exception), outcome
+        built = outcome[0]
+        new_id = int(conn.execute("select id from pgfunnel.index_version where version = %s",
+                                  (built.version,)).fetchone()[0])  # type: ignore[index]
+        versions.activate(conn, "default", built.version)
+        old_id = int(conn.execute(
+            "select id from pgfunnel.index_version where version = 1").fetchone()[0])  # type: ignore[index]
+        for vid in (old_id, new_id):
+            chunks, lexical = _consistent(conn, vid)
+            assert chunks == lexical, (vid, chunks, lexical)
+            # no row of the chunks gone, in any table a version keeps
+            for table in ("lexical", "embedding", "posting"):
+                assert conn.execute(
+                    sql.SQL("select count(*) from pgfunnel.{} t where t.index_version_id = %s "
+                            "and not exists (select from pgfunnel.chunk c "
+                            "where c.id = t.chunk_id)").format(sql.Identifier(table)),
+                    (vid,)).fetchone() == (0,), (table, vid)
+        assert conn.execute("select count(*) from pgfunnel.document where citekey = %s",
+                            (gone,)).fetchone() == (0,)
+        for citekey, word in ((changed, "zanzibar"), ("arrived", "okapi")):
+            assert conn.execute(
+                "select count(*) from pgfunnel.lexical l join pgfunnel.chunk c "
+                "on c.id = l.chunk_id join pgfunnel.document d on d.id = c.document_id "
+                "where l.index_version_id = %s and d.citekey = %s and l.terms @@ %s::tsquery",
+                (new_id, citekey, word)).fetchone() != (0,), citekey
 
 
 def test_activate_version_names_its_own_parameters(conn: psycopg.Connection[Any]) -> None:
