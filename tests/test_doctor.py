@@ -1016,6 +1016,18 @@ def test_a_role_granted_nothing_gets_one_finding_saying_what_it_lacks(sample_db:
     assert {"pgvector"} <= {f["check"] for f in report["findings"]}, report
 
 
+def _warns_of_readers(finding: dict[str, Any], opening: str, roles: tuple[str, ...]) -> str:
+    """A search_log_readers finding, checked: a warning whose message opens with
+    ``opening`` and names exactly ``roles`` (quoted, sorted) as reading the table without
+    row-level security. Its message, for what else a test looks for in it."""
+    said = str(finding["message"])
+    assert finding["level"] == "warning", finding
+    assert said.startswith(opening), said
+    named = said.split("(no row-level security on it): ")[1].split("; revoke")[0]
+    assert named == ", ".join(repr(r) for r in sorted(roles)), said
+    return said
+
+
 def test_doctor_names_the_roles_that_may_read_the_search_log_without_rls(db: str) -> None:
     """Without row-level security a role granted SELECT on search_log reads every traced
     search's text, principals and tenant (docs/security.md, who reads the search log), and
@@ -1049,12 +1061,9 @@ def test_doctor_names_the_roles_that_may_read_the_search_log_without_rls(db: str
     code, report = _doctor(db)
     assert code == 0, report  # a warning: doctor exits 3 on errors alone
     [finding] = [f for f in report["findings"] if f["check"] == "search_log_readers"]
-    said = finding["message"]
-    assert finding["level"] == "warning", finding
-    assert said.startswith("roles other than the owner may read pgfunnel.search_log, every "
-                           "traced search's query text"), said
-    named = said.split("(no row-level security on it): ")[1].split("; revoke")[0]
-    assert named == ", ".join(repr(r) for r in sorted((table, member, column))), said
+    said = _warns_of_readers(finding, "roles other than the owner may read "
+                             "pgfunnel.search_log, every traced search's query text",
+                             (table, member, column))
     assert logger not in said and repr(owner) not in said, said
     assert "`grant select (id) on pgfunnel.search_log` alone" in said, said
 
@@ -1114,12 +1123,9 @@ def test_doctor_names_the_roles_that_may_read_the_search_trace_without_rls(db: s
     assert sorted(by_table) == ["roles other than the owner may read pgfunnel.search_log",
                                 "roles other than the owner may read pgfunnel.search_trace"], found
     trace = by_table["roles other than the owner may read pgfunnel.search_trace"]
-    said = trace["message"]
-    assert trace["level"] == "warning", trace
-    assert said.startswith("roles other than the owner may read pgfunnel.search_trace, the "
-                           "chunk ids and ranks of every traced search's pool"), said
-    named = said.split("(no row-level security on it): ")[1].split("; revoke")[0]
-    assert named == ", ".join(repr(r) for r in sorted((table, member, column))), said
+    said = _warns_of_readers(trace, "roles other than the owner may read "
+                             "pgfunnel.search_trace, the chunk ids and ranks of every "
+                             "traced search's pool", (table, member, column))
     assert "`revoke select on pgfunnel.search_trace from ROLE`" in said, said
     assert "`grant insert on pgfunnel.search_trace` alone" in said, said
     # each table names its own readers
