@@ -145,6 +145,15 @@ def check_schema(conn: psycopg.Connection[Any]) -> list[Finding]:
                if installed else "no release recorded: installed by a pgfunnel before the "
                "record, or the tables moved with `alembic upgrade` alone")
             + "); run `pgfunnel migrate` to install this release's"))
+    elif current == head and (replaced := schema.replaced_functions(conn)):
+        # the digest says which release init or migrate installed, not that the functions
+        # are still those: a `create or replace` by hand leaves it as it was
+        found.append(Finding(
+            "error", "schema",
+            f"{len(replaced)} of pgfunnel's SQL functions differ from this release's although "
+            "the release recorded is this one (replaced by hand?): "
+            + ", ".join(f"{name} (its {what})" for name, what in replaced)
+            + "; run `pgfunnel migrate` to install this release's again"))
     # the wrapper lives in schema public, so a dump of schema pgfunnel alone (pg_dump -n
     # pgfunnel) leaves it out, and `funnel_search(...)` on a default path finds nothing
     # pgfunnel's, told by its body: an application's own funnel_search there passed for it

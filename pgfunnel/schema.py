@@ -497,6 +497,49 @@ def installed_functions_digest(conn: psycopg.Connection[Any]) -> str | None:
     return text[len(FUNCTIONS_MARK):].split()[0] if text.startswith(FUNCTIONS_MARK) else None
 
 
+#: a function sql/ creates: its name, then (after the header, which says whether it is
+#: SECURITY DEFINER) the dollar-quoted body, as Postgres keeps it in pg_proc.prosrc
+_FUNCTION_IN_SQL = re.compile(
+    r"create or replace function\s+(pgfunnel\.\w+)\s*\((.*?)\bas\s+(\$\w*\$)(.*?)\3",
+    re.S | re.I)
+
+#: functions pgfunnel itself rewrites after the install (refresh_hnsw_walks writes each
+#: version's walk into _hnsw_walk): their bodies differ from sql/ by design
+_REWRITTEN_FUNCTIONS = frozenset({"pgfunnel._hnsw_walk"})
+
+
+def replaced_functions(conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
+    """pgfunnel's functions whose body or SECURITY (definer or invoker) differ from what
+    this package's sql/ installs, each with what differs (``body``, ``SECURITY``), by name:
+    replaced by hand (`create or replace function`, `alter function ... security
+    definer`) after init or migrate installed them, which the release digest in the
+    schema's comment does not tell. Meaningful where that digest is this package's."""
+    vector = vector_schema(conn)
+    if vector is None:
+        return []
+    collation = case_collation(conn)
+    expected: dict[str, list[tuple[bool, str]]] = {}
+    for path in sql_files():
+        for m in _FUNCTION_IN_SQL.finditer(render_sql(path.read_text(), vector, collation)):
+            definer = re.search(r"\bsecurity\s+definer\b", m.group(2), re.I) is not None
+            expected.setdefault(m.group(1).lower(), []).append((definer, m.group(4)))
+    installed: dict[str, list[tuple[bool, str]]] = {}
+    for name, definer, body in conn.execute(
+            "select 'pgfunnel.' || p.proname, p.prosecdef, p.prosrc from pg_catalog.pg_proc p "
+            "where p.pronamespace = 'pgfunnel'::regnamespace and p.proname = any(%s)",
+            ([n.removeprefix("pgfunnel.") for n in expected],)).fetchall():
+        installed.setdefault(str(name), []).append((bool(definer), str(body)))
+    found = []
+    for name in sorted(set(expected) - _REWRITTEN_FUNCTIONS):
+        want, have = sorted(expected[name]), sorted(installed.get(name, []))
+        if want == have:
+            continue
+        what = ("body" if sorted(b for _, b in want) != sorted(b for _, b in have)
+                else "SECURITY")
+        found.append((name, what))
+    return found
+
+
 def functions_outdated(conn: psycopg.Connection[Any]) -> bool:
     """Whether a schema at this package's revision holds another release's functions.
     False where the revision differs (outdated_revision's to say), there is no schema

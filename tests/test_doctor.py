@@ -1154,3 +1154,36 @@ def test_doctor_names_the_roles_that_may_read_the_search_trace_without_rls(db: s
             enable_rls(owner_conn)
             owner_conn.commit()
         assert check_search_log_readers(conn) == []
+
+
+def test_doctor_names_a_function_replaced_by_hand(db: str) -> None:
+    """doctor told the installed functions from this release's by the digest init and
+    migrate write in the schema's comment alone: a `create or replace function
+    pgfunnel.explain ...` typed by hand (a hot fix, an experiment) left the comment as
+    it was, and doctor said the schema was this release's. It now reads each function's
+    body and SECURITY (an `alter function ... security definer`) against sql/, naming
+    the ones that differ; `pgfunnel migrate` puts them back."""
+    from pgfunnel import schema
+
+    code, report = _doctor(db)
+    assert "schema" not in _checks(report, "error"), report
+    with connect(db, autocommit=True) as conn:
+        [definition] = conn.execute(
+            "select pg_get_functiondef('pgfunnel.explain'::regproc)").fetchone() or [None]
+        assert definition is not None and "\nbegin\n" in definition
+        conn.execute(definition.replace("\nbegin\n", "\nbegin\n    -- a hot fix\n", 1))
+        conn.execute("alter function pgfunnel._pool_asked(integer, integer, integer, "
+                     "integer) security definer")
+    code, report = _doctor(db)
+    assert code == 3, report
+    [finding] = [f for f in report["findings"]
+                 if f["check"] == "schema" and f["level"] == "error"]
+    said = finding["message"]
+    assert said.startswith("2 of pgfunnel's SQL functions differ from this release's although "
+                           "the release recorded is this one (replaced by hand?): "
+                           "pgfunnel._pool_asked (its SECURITY), pgfunnel.explain (its "
+                           "body)"), said
+    assert said.endswith("run `pgfunnel migrate` to install this release's again"), said
+    schema.migrate(db)
+    code, report = _doctor(db)
+    assert "schema" not in _checks(report, "error"), report
