@@ -492,6 +492,8 @@ declare
     first_do integer[];
     -- `work` closing a question asked with `do`, as `input:position` (see below)
     framing_work text[] := '{}';
+    -- a letter alone after a word's apostrophe, as `input:position` (see below)
+    apostrophe_letters text[] := '{}';
 begin
     select a.stem_dictionary::regdictionary into stem_dict
       from pgfunnel.analyzers() a where a.name = analyzer;
@@ -599,6 +601,24 @@ begin
            and (t.next_tok is null or t.next_tok = any (question_words))
            and (t.inp || ':' || t.tok) <> all (capitalised);
     end if;
+    -- On the query side, a letter alone after a word's apostrophe (`gibt's`, `what's`,
+    -- `don't`, `I'm`, `I'd`) is not searched: the apostrophe splits it off as a word of
+    -- its own, and where the language's stop words lack it (german_v8 keeps `s` and
+    -- `t`; english_v8 `d` and `m`) the query searched a one-letter term that most
+    -- chunks hold. Documents index it as before (an indexed term changes only with a new
+    -- analyzer version); a letter the query writes alone (`vitamin d`, `plan b`) is
+    -- searched. Read over the tokens both paths below read, as the frame above is.
+    if cardinality(question_words) > 0
+       and array_to_string(inputs, ' ') ~ '[^[:space:]][''’][^[:space:]]' then
+        select coalesce(array_agg(i.ord || ':' || m.ord), '{}') into apostrophe_letters
+          from unnest(inputs) with ordinality as i(txt, ord),
+               regexp_matches(case when v6 then coalesce(i.txt, '')
+                                   else lower(coalesce(i.txt, '')) end,
+                              '((?<=[^[:space:]])[''’])?(' || token_run || ')', 'g')
+               with ordinality as m(match, ord)
+         where m.match[1] is not null and m.match[2] ~ ('^' || letter_run || '$')
+           and length(m.match[2]) = 1;
+    end if;
     if not exists (select 1 from unnest(inputs) as i(txt)
                     where i.txt ~ case when v6 then '[0-9._-]' else '[[:digit:]._-]' end) then
         -- No digit and no joiner in any input: every token is a plain word, which is its
@@ -609,6 +629,7 @@ begin
         select i.ord::integer, m.ord::integer, m.match[1],
                case when length(m.match[1]) > 100 then null
                     when lx.is_question then null
+                    when (i.ord || ':' || m.ord) = any (apostrophe_letters) then null
                     when cardinality(lx.lexemes) > 0
                         then case when fold_accents then pgfunnel._fold_accents(lx.lexemes[1])
                                   else lx.lexemes[1] end
@@ -616,6 +637,8 @@ begin
                case when length(m.match[1]) > 100 then 'longer than 100 characters'
                     when lx.is_question then 'question word'
                     when coalesce(cardinality(lx.lexemes), 0) = 0 then 'stop word'
+                    when (i.ord || ':' || m.ord) = any (apostrophe_letters)
+                        then 'letter after an apostrophe'
                end
           from unnest(inputs) with ordinality as i(txt, ord),
                -- v6 lowered its inputs above, under the collation init chose
@@ -723,6 +746,8 @@ begin
     select a.inp, a.pos, a.tok,
            case
                when a.is_question or a.kind = 'too long' then null
+               when a.kind = 'word' and (a.inp || ':' || a.pos) = any (apostrophe_letters)
+                   then null
                when a.kind <> 'word' and fold_accents then pgfunnel._fold_accents(a.piece)
                when a.kind <> 'word' then a.piece
                when a.lexemes is null or cardinality(a.lexemes) = 0 then null
@@ -734,6 +759,8 @@ begin
                when a.kind = 'too long' then 'longer than 100 characters'
                when a.kind = 'word' and (a.lexemes is null or cardinality(a.lexemes) = 0)
                    then 'stop word'
+               when a.kind = 'word' and (a.inp || ':' || a.pos) = any (apostrophe_letters)
+                   then 'letter after an apostrophe'
            end
       from analyzed a
      order by a.inp, a.pos, a.sub, a.run;

@@ -1184,3 +1184,41 @@ def test_analyze_each_refuses_a_call_past_its_limits(conn: psycopg.Connection[An
     rows = conn.execute("select count(*) from pgfunnel.analyze_each(%s, 'english_v8', true)",
                         (["refund " * 1_428 + "abcd"] * 2,)).fetchone()
     assert rows == (2 * 1_429,)
+
+
+def test_a_letter_alone_after_an_apostrophe_is_not_searched(
+        sample_conn: psycopg.Connection[Any]) -> None:
+    """An apostrophe splits `gibt's`, `don't`, `I'm` into a word and a letter. Where the
+    language's stop words lack the letter (german_v8: `s`, `t`; english_v8: `m`, `d`) a
+    query searched it, a one-letter term that most chunks hold. On the query side it is
+    dropped now, and reported as the stop words are; documents index it as before (an
+    indexed term changes only with a new analyzer), and a letter the query writes alone
+    (`Vitamin D`), or one before the apostrophe (`o'reilly`), is searched."""
+    conn = sample_conn
+
+    def analyze(text: str, analyzer: str, for_query: bool = True) -> list[str]:
+        return list(conn.execute("select pgfunnel.analyze(%s, %s, %s)",
+                                 (text, analyzer, for_query)).fetchone()[0])  # type: ignore[index]
+
+    assert analyze("Gibt's eine API für Vitamin D?", "german_v8") == ["api",
+                                                                     "vitamin", "d"]
+    assert analyze("what's new, it's broken, don’t retry", "german_v8") == [
+        "new", "brok", "don", "retry"]
+    assert analyze("I'm locked out, I'd say; o'reilly", "english_v8") == [
+        "lock", "say", "o", "reilli"]
+    # a compound ahead of the apostrophe, and the path that reads compounds
+    assert analyze("s3's bucket", "german_v8") == ["s3", "s", "3", "bucket"]
+    # documents keep the letter
+    assert analyze("Gibt's, don't, I'm", "german_v8", False) == ["gibt", "s", "don", "t",
+                                                                "i", "m"]
+    rows = conn.execute("select token, term, dropped from pgfunnel.analyze_tokens("
+                        "'gibt''s mehr', 'german_v8', true)").fetchall()
+    assert ("s", None, "letter after an apostrophe") in rows, rows
+    dropped = conn.execute("select pgfunnel.dropped_query_words('I''m locked out', "
+                           "'english_v8')").fetchone()[0]  # type: ignore[index]
+    assert set(dropped) == {"i", "m", "out"}, dropped
+
+    seen = _capture(conn)
+    lexical(conn, "I'm locked out of billing")
+    notices = [m for s, m in seen if s == "NOTICE" and "query words not searched" in m]
+    assert notices and "m" in notices[0].split(": ", 1)[1].split(", "), notices
