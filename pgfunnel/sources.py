@@ -1362,6 +1362,12 @@ def _front_matter(raw: str) -> tuple[dict[str, str], str]:
 
 def _lines_outside_code(text: str) -> Iterator[tuple[str, bool]]:
     """Each line, and whether it is markdown (not inside a fenced code block)."""
+    if "```" not in text and "~~~" not in text:
+        # no fence can open (FENCE_OPEN is three backticks or tildes): every line is
+        # markdown, without a pattern matched per line
+        for line in text.splitlines():
+            yield line, True
+        return
     fence = ""
     for line in text.splitlines():
         m = _FENCE.match(line)
@@ -1727,7 +1733,10 @@ def _sections(text: str) -> list[tuple[str, str, tuple[str, ...], int]]:
     sections: list[tuple[str, list[str], tuple[str, ...], int]] = [("", [], (), 0)]
     open_headings: list[tuple[int, str]] = []
     for line, is_markdown in _lines_outside_code(text):
-        m = _HEADING.match(line) if is_markdown else None
+        # the substring tests skip a regular expression call on most lines (neither
+        # pattern can match without its `#`; those calls were about a sixth of chunking's
+        # time on the pydocs corpus)
+        m = _HEADING.match(line) if is_markdown and "#" in line else None
         if m:
             level = len(m.group(1))
             while open_headings and open_headings[-1][0] >= level:
@@ -1738,8 +1747,8 @@ def _sections(text: str) -> list[tuple[str, str, tuple[str, ...], int]]:
         else:
             # `\#` opening a line is a `#` that is not a heading (CommonMark; the reST and
             # AsciiDoc readers write a text line's `#` so): the chunk holds the `#` as read
-            sections[-1][1].append(_ESCAPED_HASH.sub(r"\1#", line, count=1) if is_markdown
-                                   else line)
+            sections[-1][1].append(_ESCAPED_HASH.sub(r"\1#", line, count=1)
+                                   if is_markdown and "\\#" in line else line)
     # blank lines at either end go, the first line's indentation stays (a section may
     # open with an indented code block)
     return [(h, _trim_blank_lines(b), path, level) for h, b, path, level in sections
@@ -2311,6 +2320,9 @@ def _heading_line(heading: str) -> str:
 def _fence_after(text: str, fence: str, opener: str = "") -> tuple[str, str]:
     """The (opening line, fence run) of the fenced block still open after ``text``'s
     lines, given the one open before them (``""`` for none)."""
+    if "```" not in text and "~~~" not in text:
+        # no line opens or closes a fence: as it was, without a pattern per line
+        return opener, fence
     for line in text.split("\n"):
         m = _FENCE.match(line)
         if not fence:
@@ -2389,6 +2401,11 @@ def _fences_closed_per_piece(bodies: list[str]) -> list[str]:
 _LIST_MARKER = re.compile(r"^( *)(?:[-*+]|\d{1,9}[.)])( +|$)")
 
 
+# a line that may open a list item (_LIST_MARKER) or a fence (_FENCE): a superset of
+# both, which only decides whether _list_indentation_removed reads a section's lines
+_MAY_OPEN_ITEM_OR_FENCE = re.compile(r"^ *(?:[-*+]|\d|```|~~~)", re.M)
+
+
 def _spaces_before(line: str) -> int:
     return len(line) - len(line.lstrip(" "))
 
@@ -2406,6 +2423,10 @@ def _list_indentation_removed(bodies: list[str], mid_paragraph: list[bool]) -> l
     pieces loses the same indentation in both, so its fences still pair up.
     ``mid_paragraph`` tells which pieces start inside a paragraph (their first line
     goes on from the piece before)."""
+    if not any(map(_MAY_OPEN_ITEM_OR_FENCE.search, bodies)):
+        # no line opens a list item or a fence, so no item holds a line and nothing is
+        # taken off: most sections of documentation, read without a pattern per line
+        return list(bodies)
     out: list[str] = []
     columns: list[int] = []  # content columns of the list items open, outermost first
     fence = ""  # the fenced block open, and the indentation taken off its opening line
@@ -2485,15 +2506,18 @@ _PARAGRAPH_BREAK = re.compile(r"(\n\s*\n)")
 def _paragraphs(body: str) -> list[tuple[str, int]]:
     """A section's paragraphs (split at blank lines), each with its lines' indentation
     and without trailing spaces, and the number of blank lines above it (at most two)."""
+    # Long runs cut and trailing spaces dropped in the whole section at once, not in a
+    # call per paragraph: the same text, since neither spans a line break, and of the
+    # blank lines between paragraphs only their line breaks are read
+    body = _LONG_BLANK_RUN.sub(lambda run: run.group()[:_MAX_BLANK_RUN], body)
+    body = "\n".join([line.rstrip() for line in body.split("\n")])
     paragraphs = []
     blank = 0
     for i, part in enumerate(_PARAGRAPH_BREAK.split(body)):
         if i % 2:
             blank += part.count("\n") - 1
         elif part.strip():
-            part = _LONG_BLANK_RUN.sub(lambda run: run.group()[:_MAX_BLANK_RUN], part)
-            paragraphs.append(("\n".join(line.rstrip() for line in part.split("\n")),
-                               min(blank, _MAX_BLANK_LINES)))
+            paragraphs.append((part, min(blank, _MAX_BLANK_LINES)))
             blank = 0
     return paragraphs
 
