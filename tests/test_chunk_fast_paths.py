@@ -1,20 +1,23 @@
-"""The chunker's shortcuts give the chunks that the full reading gives.
+"""The chunker's and the posting builder's shortcuts give what the full reading gives.
 
 Chunking skips work where a text cannot need it (no fence, no list item, no `#`), and
-normalises a section's paragraphs in one pass. Each is checked here against the reading
-it stands in for, on random texts made of the pieces those readings react to (fences,
-list markers, headings, escapes, runs of blanks, Unicode spaces and digits).
+normalises a section's paragraphs in one pass; index_rows joins a term's postings in one
+call. Each is checked here against the reading it stands in for, on random texts made
+of the pieces those readings react to (fences, list markers, headings, escapes, runs of
+blanks, Unicode spaces and digits).
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pgfunnel import sources
+from pgfunnel import ingest, sources
 
 PIECES = ["a", "word", "b.c", " ", "  ", "\t", "\n", "\n", "\n\n", "\r", "\u2028", "\xa0",
           "\x0b", "#", "# ", "## H", "\\#", "`", "```", "~~~", "```py", "-", "- ", "* ",
@@ -99,3 +102,38 @@ def test_list_items_and_fences_are_still_read_in_sections_that_hold_them() -> No
     bodies = ["*   one\n\n    two words here", "    three more words"]
     assert sources._list_indentation_removed(bodies, [False, False]) == [
         "*   one\n\n    two words here", "three more words"]
+
+
+class _Cached(ingest.TermAnalyzer):
+    """A TermAnalyzer whose words' terms are given (no database)."""
+
+    def __init__(self, cache: dict[str, tuple[str, ...]]) -> None:
+        self.cache = cache
+        self.analyzer = "english_v8"
+
+
+@pytest.mark.parametrize("version_id", [None, 7])
+def test_posting_rows_are_one_line_per_posting_in_term_then_chunk_order(
+        version_id: int | None) -> None:
+    cache = {"Refunds": ("refund",), "refund": ("refund",), "plan,": ("plan",),
+             "o'k\\t": ("o'k\\t",), "x": (), "monthly-plan": ("monthly-plan", "monthly", "plan")}
+    texts = ["Refunds refund plan, x", "monthly-plan o'k\\t", "x x", "plan, refund"]
+    ids = [12, 10, 11, 13]
+    rows = ingest.index_rows(_Cached(cache), ids, texts, version_id)
+    stamp = ingest._VERSION_MARK if version_id is None else str(version_id)
+    counts: dict[int, Counter[str]] = {
+        cid: Counter(t for w in text.split() for t in cache[w])
+        for cid, text in zip(ids, texts, strict=True)}
+    expected: list[str] = []
+    for term in sorted({t for c in counts.values() for t in c}):
+        for cid in sorted(counts):
+            if term in counts[cid]:
+                expected.append(f"{stamp}\t{ingest._copy_text(term)}\t{cid}\t"
+                                f"{counts[cid][term]}\t{sum(counts[cid].values())}\n")
+    assert "".join(rows.postings) == "".join(expected)
+    assert rows.terms.split("\n") == sorted({t for c in counts.values() for t in c})
+    assert rows.dfs == ",".join(str(sum(t in c for c in counts.values()))
+                                for t in rows.terms.split("\n"))
+    assert rows.total_length == 9
+    lexical: Any = "".join(rows.lexical)
+    assert lexical.startswith(f"{stamp}\t12\t3\t'plan' 'refund'\n")
