@@ -819,6 +819,32 @@ def test_cli_md_capped_line_is_what_search_prints(helpcenter: str) -> None:
     assert capped.startswith(shown[2].removesuffix("...").rstrip()), (capped, shown[2])
 
 
+def test_cli_md_empty_query_is_what_search_does(helpcenter: str) -> None:
+    import json
+
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    text = " ".join((ROOT / "docs" / "cli.md").read_text().split())
+    said = re.search(r"An empty or blank QUERY .*?warning, `([^`]*)`.*?A query of punctuation "
+                     r"alone \(`'(\S+)'`\) is embedded", text)
+    assert said, "docs/cli.md no longer says what search does with an empty query"
+    warning, punctuation = said[1], said[2]
+    for empty in ("", "   "):
+        res = CliRunner().invoke(app, ["search", empty, "--dsn", helpcenter],
+                                 env={"COLUMNS": "200"})
+        assert res.exit_code == 0, res.output
+        assert "no results." in res.stdout.splitlines(), res.stdout
+        assert warning in " ".join(res.stderr.split()), res.stderr
+        res = CliRunner().invoke(app, ["search", empty, "--json", "--dsn", helpcenter])
+        # not embedded: the lexical leg alone ran
+        assert json.loads(res.stdout)["fusion"]["legs"] == ["lexical"], res.stdout
+    res = CliRunner().invoke(app, ["search", punctuation, "--json", "--dsn", helpcenter])
+    found = json.loads(res.stdout)
+    assert "dense" in found["fusion"]["legs"] and found["results"], res.stdout
+    assert all(r["lexical_rank"] is None for r in found["results"]), res.stdout
+
+
 # the commands whose section lists the keys of their --json object, run in this order
 # (the last drops the collection) with the arguments that make each do its work
 _JSON_RUNS = {
