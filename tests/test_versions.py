@@ -392,6 +392,55 @@ def test_a_delete_and_ingests_while_a_reindex_embeds_a_batch_leave_every_version
                 (new_id, citekey, word)).fetchone() != (0,), citekey
 
 
+def test_a_delete_while_an_ingest_batch_waits_leaves_the_document_whole(
+        sample_db: str, embedder: Any) -> None:
+    """`delete` takes no run lock: it commits between an ingest's reading of what is
+    stored (to embed ahead, outside any transaction) and its batch's write. The batch
+    reads again under the collection's ingest lock, so the document it had found stored
+    is written whole as a new one (the ingest's source holds it, and it wrote last), not
+    as a replacement of chunks that are gone; the statistics stay those of the postings."""
+    import threading
+
+    from pgfunnel.ingest import Ingester, delete_documents, ingest_lock
+    from pgfunnel.sources import DocumentRecord, chunk_text
+
+    with connect(sample_db, autocommit=True) as conn:
+        citekey, title = (str(v) for v in conn.execute(
+            "select citekey, title from pgfunnel.document order by citekey limit 1"
+        ).fetchone() or ())
+        text = "Zanzibar quokka guide, rewritten. " * 120
+        outcome: list[Any] = []
+
+        def run_ingest() -> None:
+            try:
+                with connect(sample_db, autocommit=True) as other:
+                    other.execute("set application_name = 'racing ingest'")
+                    outcome.append(Ingester(other, "default", embedder=embedder).ingest(
+                        [DocumentRecord(citekey=citekey, title=title, text=text)]))
+            except Exception as exc:  # noqa: BLE001 - the test reports it
+                outcome.append(exc)
+
+        with connect(sample_db) as delete:
+            # the delete's transaction holds the ingest lock first: the batch, its
+            # vectors made, waits for it, then finds the document gone
+            ingest_lock(delete, "default")
+            thread = threading.Thread(target=run_ingest)
+            thread.start()
+            wait_for_lock_wait(conn, "racing ingest", "pg_advisory_xact_lock")
+            assert delete_documents(delete, "default", [citekey]) == 1
+            delete.commit()
+            thread.join(120)
+        assert len(outcome) == 1 and not isinstance(outcome[0], Exception), outcome
+        stored = conn.execute(
+            "select count(*) from pgfunnel.chunk c join pgfunnel.document d "
+            "on d.id = c.document_id where d.citekey = %s", (citekey,)).fetchone()
+        assert stored == (len(chunk_text(text, 200)),), stored
+        active_id = int(conn.execute(
+            "select id from pgfunnel.index_version where state = 'active'").fetchone()[0])  # type: ignore[index]
+        chunks, lexical = _consistent(conn, active_id)
+        assert chunks == lexical, (chunks, lexical)
+
+
 def test_activate_version_names_its_own_parameters(conn: psycopg.Connection[Any]) -> None:
     """docs/sql.md: errors name the parameter. A NULL version number named `version`,
     which activate_version does not take (its parameter is version_number)."""
