@@ -282,3 +282,11 @@ def _show(found: list[Explanation], query: str | None, turns: list[str] | None,
         reason = reason.replace("without search_id", "without --search-id")
         # one line each, for a log or a pipe to keep whole (the terminal wraps it)
         out.print(f"  {shown(reason)}", highlight=False, soft_wrap=True)
+        if e.capped_chunks:
+            # search's capped: line names the fused ranks it skipped; these are the chunks
+            # behind them, by the name explain takes back
+            named = ", ".join(f"{shown(e.target)}#{c['ordinal']} (fused rank {c['fused_rank']})"
+                              for c in e.capped_chunks[:10])
+            more = (f" and {len(e.capped_chunks) - 10:,} more (--json lists them)"
+                    if len(e.capped_chunks) > 10 else "")
+            out.print(f"  capped: {named}{more}", highlight=False, soft_wrap=True)

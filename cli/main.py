@@ -939,8 +939,8 @@ def _capped_note(results: list[Any], per_source_cap: int) -> str | None:
             f"--per-source-cap {per_source_cap} keeps at most "
             f"{plural(per_source_cap, 'chunk')} per citekey, and {what} of a citekey already "
             f"at the cap{of}; a higher --per-source-cap shows "
-            f"{'them' if many else 'it'}, and `pgfunnel explain QUERY CITEKEY#ORDINAL` "
-            "(ordinal from 0) follows one chunk")
+            f"{'them' if many else 'it'}, and `pgfunnel explain QUERY CITEKEY` (with this "
+            "search's options) names the citekey's capped chunks as CITEKEY#ORDINAL")
 
 
 @app.command(cls=QueryTextCommand)

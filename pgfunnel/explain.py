@@ -85,6 +85,11 @@ class Explanation:
     #: pgfunnel recorded them; the k of a search `pgfunnel eval` logged, whose log holds
     #: the pool it cut, not its k), explained with their defaults: a guess a notice says
     config_guessed: list[str] = field(default_factory=list)
+    #: for a document's ``CITEKEY``: each of its chunks the per-source cap dropped
+    #: (``ordinal``, ``chunk_id``, ``fused_rank``), in the order the cap met them: the fused
+    #: ranks a search skipped for that citekey, which no result shows. Empty for a target
+    #: that names one chunk
+    capped_chunks: list[dict[str, int]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -382,7 +387,11 @@ def _explanation(target: str, explained: list[tuple[int | None, dict[str, Any]]]
         values["reason"] = values["reason"].replace(
             f"chunk {asked} ", f"document {target} " if document else f"chunk {target} ", 1)
         cid = None
+    capped = sorted(((c, v) for c, v in explained if c is not None and v["verdict"] == "capped"),
+                    key=lambda e: _how_far(e[1])) if document else []
     return Explanation(target=target, chunk_id=cid, notices=notices, transforms=transforms,
+                       capped_chunks=[{"ordinal": ordinals[c], "chunk_id": c,
+                                       "fused_rank": v["fused_rank"]} for c, v in capped],
                        **values)
 
 

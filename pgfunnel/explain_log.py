@@ -254,7 +254,12 @@ def _from_trace(log: _Logged, target: str, cid: int | None) -> Explanation | Non
         reranked=log.reranked, rerank_rank=chunk.rerank_rank,
         rerank_score=chunk.rerank_score, search_id=log.search_id, searched=log.query_text,
         search_config=log.replayed_with, config_guessed=list(log.config_guessed),
-        notices=[_guessed_notice(log)] if said_guess else [])
+        notices=[_guessed_notice(log)] if said_guess else [],
+        # the pool is in the order the cap met it (reranked, or fused)
+        capped_chunks=[{"ordinal": t.ordinal, "chunk_id": t.chunk_id,
+                        "fused_rank": t.fused_rank} for t in mine
+                       if t.dropped == "cap" and t.ordinal is not None]
+        if is_document_target(target) else [])
 
 
 def _traced_reason(log: _Logged, chunk: _Traced) -> tuple[str, str]:

@@ -1553,7 +1553,7 @@ def test_search_and_explain_json_hold_every_documented_field(sample_db: str) -> 
         "dense_exact_score", "dense_depth", "fused_rank", "fused_score", "pool_size",
         "final_rank", "citekey", "reason", "notices", "transforms", "reranked",
         "rerank_rank", "rerank_score", "search_id", "replayed_on", "search_config",
-        "config_guessed", "history", "searched", "followup"}, explained
+        "config_guessed", "capped_chunks", "history", "searched", "followup"}, explained
     assert (explained["transforms"], explained["history"], explained["followup"]) == (
         [], [], None)
     assert (explained["search_id"], explained["replayed_on"], explained["search_config"],
@@ -2584,6 +2584,41 @@ def test_search_runs_its_pool_once_for_the_fusion_line(
     while pool_calls() == before and time.monotonic() < deadline:
         time.sleep(0.1)
     assert pool_calls() - before == 1
+
+
+def test_capped_line_points_at_an_explain_that_names_the_capped_chunks(sample_db: str) -> None:
+    """The capped: line said `pgfunnel explain QUERY CITEKEY#ORDINAL` follows one chunk,
+    and nothing search printed gave a capped chunk's ordinal. It points at explain with
+    the citekey alone, whose capped: line names the chunks behind the skipped fused
+    ranks as CITEKEY#ORDINAL, each of which explain then follows to verdict capped."""
+    import re
+
+    from pgfunnel.cli.main import app
+
+    query = "refund on a monthly plan"
+    options = ["--dsn", sample_db, "--lexical-only", "-k", "5", "--per-source-cap", "1"]
+    res = CliRunner().invoke(app, ["search", query, *options], env={"COLUMNS": "300"})
+    assert res.exit_code == 0, res.output
+    flat = " ".join(res.output.split())
+    line = re.search(r"capped: fused ranks? ([0-9, ]+) not shown: .*?already at the cap "
+                     r"\((?:one of )?([^)]*)\)", flat)
+    assert line, flat
+    dropped = {int(r) for r in line[1].split(", ")}
+    assert ("`pgfunnel explain QUERY CITEKEY` (with this search's options) names the "
+            "citekey's capped chunks as CITEKEY#ORDINAL") in flat, flat
+    named: dict[int, str] = {}
+    for citekey in line[2].split(", "):
+        res = CliRunner().invoke(app, ["explain", query, citekey, *options],
+                                 env={"COLUMNS": "300"})
+        assert res.exit_code == 0, res.output
+        for listed in [ln for ln in res.stdout.splitlines() if ln.startswith("  capped: ")]:
+            for chunk, rank in re.findall(r"(\S+#[0-9]+) \(fused rank ([0-9]+)\)", listed):
+                named[int(rank)] = chunk
+    assert set(named) == dropped, (named, dropped)
+    res = CliRunner().invoke(app, ["explain", query, *named.values(), *options, "--json"])
+    assert res.exit_code == 0, res.output
+    assert [(e["verdict"], e["fused_rank"]) for e in json.loads(res.stdout)] == \
+        [("capped", rank) for rank in named]
 
 
 def test_capped_line_names_at_most_five_citekeys() -> None:

@@ -819,6 +819,29 @@ def test_cli_md_capped_line_is_what_search_prints(helpcenter: str) -> None:
     assert capped.startswith(shown[2].removesuffix("...").rstrip()), (capped, shown[2])
 
 
+def test_cli_md_explain_capped_line_is_what_explain_prints(helpcenter: str) -> None:
+    """The chunks behind search's capped: line, as docs/cli.md shows explain naming them."""
+    import shlex
+
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    text = " ".join((ROOT / "docs" / "cli.md").read_text().split())
+    shown = re.search(r"met them, the chunks behind the fused ranks `search`'s `capped:` "
+                      r"line skipped \(`pgfunnel (explain [^`]*)` on the help center: "
+                      r"`(capped: [^`]*)`", text)
+    assert shown, "docs/cli.md no longer shows explain's capped: line with its command"
+    args = shlex.split(shown[1])
+    res = CliRunner().invoke(app, [*args, "--dsn", helpcenter], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert f"  {shown[2]}" in res.stdout.splitlines(), (res.stdout, shown[2])
+    # the search with the same options skips that fused rank
+    search = ["search", *args[1:2], *args[3:]]
+    res = CliRunner().invoke(app, [*search, "--dsn", helpcenter], env={"COLUMNS": "200"})
+    rank = re.search(r"fused rank ([0-9]+)\)", shown[2])
+    assert rank and f"capped: fused rank {rank[1]} not shown" in res.stdout, res.stdout
+
+
 def test_cli_md_empty_query_is_what_search_does(helpcenter: str) -> None:
     import json
 

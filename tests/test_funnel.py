@@ -694,6 +694,35 @@ def test_explain_a_document_follows_its_furthest_chunk(conn: psycopg.Connection[
     assert seen.verdict == "returned" and seen.chunk_id == _ids(conn, "secret")[0]
 
 
+def test_explain_a_document_names_its_capped_chunks(conn: psycopg.Connection[Any],
+                                                   corpus: Any) -> None:
+    """search's capped: line pointed at `explain QUERY CITEKEY#ORDINAL`, but nothing a
+    search shows gives the ordinals of the chunks the cap dropped: explaining the
+    document names them, live and from a logged search's trace."""
+    from pgfunnel.explain import explain
+    from pgfunnel.search import Funnel
+
+    big = _ids(conn, "big")
+    with Funnel(conn, "t", embedder=None) as f:
+        each = [explain(f, "zephyr section", f"big#{i}", k=3, per_source_cap=1)
+                for i in range(len(big))]
+        whole = explain(f, "zephyr section", "big", k=3, per_source_cap=1)
+        sid = f.search("zephyr section", k=3, per_source_cap=1, trace=True).search_id
+        logged = explain(f, None, "big", search_id=sid)
+        # a higher cap drops none of them
+        assert explain(f, "zephyr section", "big", k=3, per_source_cap=10).capped_chunks == []
+    capped = sorted((e for e in each if e.verdict == "capped"),
+                    key=lambda e: e.fused_rank or 0)
+    assert capped, [e.verdict for e in each]  # the cap acts on this document here
+    want = [{"ordinal": big.index(e.chunk_id), "chunk_id": e.chunk_id,
+             "fused_rank": e.fused_rank} for e in capped]
+    assert whole.capped_chunks == want
+    assert whole.as_dict()["capped_chunks"] == want
+    assert logged.search_id == sid and logged.capped_chunks == want
+    # a target that names one chunk lists none, its own verdict says it
+    assert all(e.capped_chunks == [] for e in each)
+
+
 def test_untraced_search_runs_in_a_read_only_transaction(conn: psycopg.Connection[Any],
                                                          corpus: Any) -> None:
     # a hot standby or a read-only role can serve searches: nothing is written unless traced
