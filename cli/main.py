@@ -908,11 +908,14 @@ def _print_results(title: str, results: list[Any], show_rerank: bool = False,
                     _result_lines(results, show_rerank=show_rerank))
 
 
-def _capped_note(results: list[Any], per_source_cap: int) -> str | None:
+def _capped_note(results: list[Any], per_source_cap: int,
+                 explain_with: tuple[str, list[str]] | None = None) -> str | None:
     """The line saying which fused ranks the per-source cap dropped, for a search without
     a rerank: its results are the first k of the pool after the cap, in fused order, so a
     fused rank missing above the last one shown was capped (the pool holds only visible
-    chunks). Without it the cap acted unseen: ranks 1, 3, 4 with nothing to say why."""
+    chunks). Without it the cap acted unseen: ranks 1, 3, 4 with nothing to say why.
+    ``explain_with`` (the query and the options of the search that ran) makes its explain
+    command one to paste, where the caller knows them all (the demo)."""
     if not results:
         return None
     shown_ranks = {r.fused_rank for r in results}
@@ -939,8 +942,20 @@ def _capped_note(results: list[Any], per_source_cap: int) -> str | None:
             f"--per-source-cap {per_source_cap} keeps at most "
             f"{plural(per_source_cap, 'chunk')} per citekey, and {what} of a citekey already "
             f"at the cap{of}; a higher --per-source-cap shows "
-            f"{'them' if many else 'it'}, and `pgfunnel explain QUERY CITEKEY` (with this "
-            "search's options) names the citekey's capped chunks as CITEKEY#ORDINAL")
+            f"{'them' if many else 'it'}, and {_explain_capped(full, explain_with)} "
+            "capped chunks as CITEKEY#ORDINAL")
+
+
+def _explain_capped(full: list[str], explain_with: tuple[str, list[str]] | None) -> str:
+    """The explain command that names a citekey's capped chunks, and whose they are."""
+    if explain_with is None:
+        return "`pgfunnel explain QUERY CITEKEY` (with this search's options) names the citekey's"
+    query, options = explain_with
+    one = len(full) == 1
+    command = shlex.join(["pgfunnel", "explain", query, shown(full[0]) if one else "CITEKEY",
+                          *options])
+    whose = "its" if one else "the citekey's"
+    return f"`{command}` names {whose}"
 
 
 @app.command(cls=QueryTextCommand)
@@ -1236,9 +1251,13 @@ def _demo_cap(funnel: Any, k: int) -> None:
         for notice in resp.notices:
             out.print(f"  [yellow]{escape(notice)}[/yellow]",
                       highlight=False, markup=True, soft_wrap=True)
-        note = _capped_note(resp.results, cap)
+        options = [] if funnel.collection == sql_defaults.COLLECTION \
+            else ["-c", funnel.collection]
+        options += ["-k", str(k)] + ([] if cap == default_cap else ["--per-source-cap", "1"])
+        note = _capped_note(resp.results, cap, (DEMO_CAP_QUERY, options))
         if note:
-            out.print(f"  {note}", highlight=False, soft_wrap=True)
+            # a demo given --dsn names it in the command, which otherwise read another server
+            out.print(f"  {suggest(note)}", highlight=False, soft_wrap=True)
             moved = [f"{shown(r.citekey)} from fused rank {r.fused_rank} to rank {r.final_rank}"
                      for r in resp.results if r.fused_rank > r.final_rank]
             more = f" and {len(moved) - 3:,} more" if len(moved) > 3 else ""

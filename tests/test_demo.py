@@ -156,6 +156,25 @@ def _check_the_cap_step(step: str, dsn: str) -> None:
     assert re.search(rf"^  capped: fused ranks? {ranks} not shown: --per-source-cap 3 keeps "
                      rf"at most 3 chunks per citekey, .*\({re.escape(dominant)}\); a higher "
                      r"--per-source-cap shows", step, re.M), step
+    # the line's explain command, pasted, names the chunks behind the skipped ranks (it
+    # said `pgfunnel explain QUERY CITEKEY#ORDINAL` with no ordinal anywhere to use)
+    command = re.search(r"and `(pgfunnel explain [^`]*)` names its capped chunks as "
+                        r"CITEKEY#ORDINAL", step)
+    assert command, step
+    args = shlex.split(command[1])
+    # the demo was given --dsn: the command names it, or it read another server
+    at = args.index("--dsn")
+    assert args[at + 1] == dsn, args
+    assert args[:at] + args[at + 2:] == ["pgfunnel", "explain", DEMO_CAP_QUERY, dominant,
+                                         "-c", "demo", "-k", "5"], args
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    res = CliRunner().invoke(app, args[1:], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    [listed] = [ln for ln in res.stdout.splitlines() if ln.startswith("  capped: ")]
+    assert [int(r) for r in re.findall(r"#[0-9]+ \(fused rank ([0-9]+)\)", listed)] == \
+        missing, listed
     # the skipped ranks are the dominant guide's chunks: uncapped, they are there
     with Funnel(dsn, "demo") as funnel:
         uncapped = funnel.search(DEMO_CAP_QUERY, k=max(fused), per_source_cap=100)
