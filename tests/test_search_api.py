@@ -1617,6 +1617,17 @@ def test_explain_says_a_rerank_moved_a_chunk_across_the_cap(
     # a whole document: its furthest chunk in the reranked order
     doc = _explained(funnel, "alpha")
     assert doc.chunk_id == alpha3 and doc.verdict == "returned"
+    # and its chunks the cap dropped after the rerank, which are not the fused order's
+    ids = [int(r[0]) for r in cap_conn.execute(
+        "select ch.id from pgfunnel.chunk ch join pgfunnel.document d on d.id = "
+        "ch.document_id where d.citekey = 'alpha' order by ch.ordinal")]
+    for rerank in (True, False):
+        each = {cid: _explained(funnel, cid, rerank=rerank) for cid in ids}
+        capped = _explained(funnel, "alpha", rerank=rerank).capped_chunks
+        assert {c["chunk_id"] for c in capped} == \
+            {cid for cid, e in each.items() if e.verdict == "capped"}
+        assert all(c["ordinal"] == ids.index(c["chunk_id"]) for c in capped)
+        assert (alpha1 in {c["chunk_id"] for c in capped}) is rerank
     # explain without the reranker is asked for as a search asks for it
     with pytest.raises(ConfigError, match="^rerank: must be True, False or None"):
         _explained(funnel, alpha3, rerank="no")
