@@ -504,39 +504,120 @@ _FUNCTION_IN_SQL = re.compile(
     re.S | re.I)
 
 #: functions pgfunnel itself rewrites after the install (refresh_hnsw_walks writes each
-#: version's walk into _hnsw_walk): their bodies differ from sql/ by design
+#: version's walk into _hnsw_walk): their bodies differ from sql/ by design, their headers
+#: do not
 _REWRITTEN_FUNCTIONS = frozenset({"pgfunnel._hnsw_walk"})
+
+#: what a header line that holds the attributes says besides `language <name>`: a line
+#: with any other word (a parameter named `language`, a return type) is not read
+_ATTRIBUTE_WORDS = frozenset({
+    "immutable", "stable", "volatile", "strict", "called", "on", "null", "input",
+    "returns", "parallel", "safe", "restricted", "unsafe", "leakproof", "not",
+    "security", "invoker", "definer", "external"})
+_SET_SEARCH_PATH = re.compile(r"^\s*set\s+search_path\s*(?:=|\bto\b)\s*(.+?)\s*$", re.I)
+
+
+def _path_list(value: str) -> tuple[str, ...] | None:
+    """A search_path setting's schemas as Postgres reads them (unquoted names folded to
+    lower case, quoted ones as written), from sql/'s header or pg_proc.proconfig; None
+    for a form this does not read (a string literal)."""
+    if "'" in value:
+        return None
+    names = []
+    for item in (part.strip() for part in value.split(",")):
+        if len(item) >= 2 and item[0] == item[-1] == '"':
+            names.append(item[1:-1].replace('""', '"'))
+        else:
+            names.append(item.lower())
+    return tuple(names)
+
+
+#: a function's attributes doctor compares, in the words its finding names them by
+_HEADER_ATTRIBUTES = ("SECURITY", "search_path", "volatility", "strictness",
+                      "parallel safety")
+
+
+def _declared_header(header: str) -> dict[str, object]:
+    """What a sql/ header (the text between the name and the body) declares of the
+    attributes in _HEADER_ATTRIBUTES, as pg_proc keeps them; an attribute whose clause
+    this cannot read for sure is left out, so it is not compared (no false alarm)."""
+    lines = [line.split("--", 1)[0].strip() for line in header.splitlines()]
+    attributes: list[list[str]] = []
+    for line in lines:
+        words = line.lower().split()
+        if len(words) >= 2 and words[0] == "language" and set(words[2:]) <= _ATTRIBUTE_WORDS:
+            attributes.append(words[2:])
+        elif words and words[0] in _ATTRIBUTE_WORDS and set(words) <= _ATTRIBUTE_WORDS:
+            attributes.append(words)
+    words = [w for line in attributes for w in line]
+    declared: dict[str, object] = {
+        "SECURITY": re.search(r"\bsecurity\s+definer\b", header, re.I) is not None}
+    if attributes:
+        said = [w for w in words if w in ("immutable", "stable", "volatile")]
+        declared["volatility"] = {"immutable": "i", "stable": "s"}.get(
+            said[-1] if said else "volatile", "v")
+        phrase = " ".join(words)
+        declared["strictness"] = "strict" in words or "returns null on null input" in phrase
+        kind = re.findall(r"\bparallel (safe|restricted|unsafe)\b", phrase)
+        declared["parallel safety"] = {"safe": "s", "restricted": "r"}.get(
+            kind[-1] if kind else "unsafe", "u")
+    paths = [m.group(1) for line in lines if (m := _SET_SEARCH_PATH.match(line))]
+    if len(paths) == 1 and (path := _path_list(paths[0])) is not None:
+        declared["search_path"] = path
+    elif not paths and "search_path" not in header.lower():
+        declared["search_path"] = ()
+    return declared
 
 
 def replaced_functions(conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
-    """pgfunnel's functions whose body or SECURITY (definer or invoker) differ from what
-    this package's sql/ installs, each with what differs (``body``, ``SECURITY``), by name:
+    """pgfunnel's functions whose body or header differ from what this package's sql/
+    installs, each with what differs (``body``, ``SECURITY``, ``search_path``,
+    ``volatility``, ``strictness``, ``parallel safety``, joined by "and"), by name:
     replaced by hand (`create or replace function`, `alter function ... security
-    definer`) after init or migrate installed them, which the release digest in the
-    schema's comment does not tell. Meaningful where that digest is this package's."""
+    definer`, `alter function ... set search_path = ...`) after init or migrate installed
+    them, which the release digest in the schema's comment does not tell. Meaningful
+    where that digest is this package's."""
     vector = vector_schema(conn)
     if vector is None:
         return []
     collation = case_collation(conn)
-    expected: dict[str, list[tuple[bool, str]]] = {}
+    expected: dict[str, list[dict[str, object]]] = {}
     for path in sql_files():
         for m in _FUNCTION_IN_SQL.finditer(render_sql(path.read_text(), vector, collation)):
-            definer = re.search(r"\bsecurity\s+definer\b", m.group(2), re.I) is not None
-            expected.setdefault(m.group(1).lower(), []).append((definer, m.group(4)))
-    installed: dict[str, list[tuple[bool, str]]] = {}
-    for name, definer, body in conn.execute(
-            "select 'pgfunnel.' || p.proname, p.prosecdef, p.prosrc from pg_catalog.pg_proc p "
+            declared = _declared_header(m.group(2))
+            declared["body"] = m.group(4)
+            expected.setdefault(m.group(1).lower(), []).append(declared)
+    installed: dict[str, list[dict[str, object]]] = {}
+    for name, definer, body, config, volatility, strict, parallel in conn.execute(
+            "select 'pgfunnel.' || p.proname, p.prosecdef, p.prosrc, "
+            "       (select substr(s, length('search_path=') + 1) "
+            "          from unnest(p.proconfig) s where s like 'search_path=%%'), "
+            "       p.provolatile, p.proisstrict, p.proparallel "
+            "from pg_catalog.pg_proc p "
             "where p.pronamespace = 'pgfunnel'::regnamespace and p.proname = any(%s)",
             ([n.removeprefix("pgfunnel.") for n in expected],)).fetchall():
-        installed.setdefault(str(name), []).append((bool(definer), str(body)))
+        installed.setdefault(str(name), []).append({
+            "body": str(body), "SECURITY": bool(definer),
+            "search_path": () if config is None else _path_list(str(config)),
+            "volatility": str(volatility), "strictness": bool(strict),
+            "parallel safety": str(parallel)})
     found = []
-    for name in sorted(set(expected) - _REWRITTEN_FUNCTIONS):
-        want, have = sorted(expected[name]), sorted(installed.get(name, []))
-        if want == have:
-            continue
-        what = ("body" if sorted(b for _, b in want) != sorted(b for _, b in have)
-                else "SECURITY")
-        found.append((name, what))
+    for name in sorted(expected):
+        want, have = expected[name], installed.get(name, [])
+        compared = (("body",) if name not in _REWRITTEN_FUNCTIONS else ()) + _HEADER_ATTRIBUTES
+        differ = [
+            what for what in compared
+            # with overloads, each attribute's values as a multiset; one sql/ does not
+            # say for sure is not compared
+            if all(what in w for w in want)
+            and (len(want) != len(have)
+                 or sorted(map(repr, (w[what] for w in want)))
+                 != sorted(map(repr, (h[what] for h in have))))]
+        if len(want) != len(have) and "body" in differ:
+            differ = ["body"]
+        if differ:
+            found.append((name, differ[0] if len(differ) == 1
+                          else ", ".join(differ[:-1]) + " and " + differ[-1]))
     return found
 
 

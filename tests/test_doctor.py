@@ -1187,3 +1187,56 @@ def test_doctor_names_a_function_replaced_by_hand(db: str) -> None:
     schema.migrate(db)
     code, report = _doctor(db)
     assert "schema" not in _checks(report, "error"), report
+
+
+def test_doctor_names_a_function_whose_header_was_altered_by_hand(db: str) -> None:
+    """doctor compared a function's body and SECURITY with sql/, not the rest of its
+    header: an `alter function ... set search_path = public, pgfunnel` (or `reset
+    search_path`) changes what the function's names resolve to, and `alter function ...
+    volatile` / `called on null input` / `parallel unsafe` what the planner may do with
+    it, and doctor said nothing. It now names each of those; the same path written
+    another way (quoted, `to`, no spaces) is not a difference."""
+    from pgfunnel import schema
+
+    with connect(db, autocommit=True) as conn:
+        conn.execute("alter function pgfunnel._pool_asked(integer, integer, integer, "
+                     "integer) set search_path = public, pgfunnel")
+        conn.execute("alter function pgfunnel.version() reset search_path")
+        conn.execute("alter function pgfunnel._bm25_idf(bigint, bigint) volatile")
+        conn.execute("alter function pgfunnel._fold_accents(text) called on null input "
+                     "parallel unsafe")
+        # what sql/ declares (`pg_catalog, pgfunnel`), spelled otherwise
+        conn.execute("alter function pgfunnel.analyzers() "
+                     "set search_path to \"pg_catalog\",PGFUNNEL")
+    code, report = _doctor(db)
+    assert code == 3, report
+    [finding] = [f for f in report["findings"]
+                 if f["check"] == "schema" and f["level"] == "error"]
+    said = finding["message"]
+    assert said.startswith("4 of pgfunnel's SQL functions differ from this release's although "
+                           "the release recorded is this one (replaced by hand?): "
+                           "pgfunnel._bm25_idf (its volatility), "
+                           "pgfunnel._fold_accents (its strictness and parallel safety), "
+                           "pgfunnel._pool_asked (its search_path), "
+                           "pgfunnel.version (its search_path); "), said
+    schema.migrate(db)
+    code, report = _doctor(db)
+    assert "schema" not in _checks(report, "error"), report
+
+
+def test_a_header_form_doctor_cannot_read_is_not_compared() -> None:
+    """What the header comparison leaves out rather than guess (a false alarm on every
+    doctor run would teach users to ignore it): attributes on a line with other words
+    (the return type), a path written as a string literal, two SET search_path lines."""
+    from pgfunnel.schema import _declared_header
+
+    assert _declared_header("x integer)\nreturns integer language sql stable\n"
+                            "set search_path = pg_catalog\n") == {
+        "SECURITY": False, "search_path": ("pg_catalog",)}
+    assert _declared_header("language text)\nreturns text\nlanguage plpgsql stable strict\n"
+                            "security definer\nset search_path = '$user', public\n") == {
+        "SECURITY": True, "volatility": "s", "strictness": True, "parallel safety": "u"}
+    assert "search_path" not in _declared_header(
+        ")\nreturns int\nlanguage sql\nset search_path = a\nset search_path = b\n")
+    assert _declared_header(")\nreturns int\nlanguage sql returns null on null input "
+                            "parallel restricted\n")["search_path"] == ()
