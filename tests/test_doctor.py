@@ -1156,6 +1156,22 @@ def test_doctor_names_the_roles_that_may_read_the_search_trace_without_rls(db: s
         assert check_search_log_readers(conn) == []
 
 
+def _functions_named_replaced(db: str, count: int) -> str:
+    """doctor's one schema error for functions changed by hand, checked whole (exit 3, the
+    opening that counts ``count`` of them, the advice that ends it): the functions it
+    names, each with what differs."""
+    code, report = _doctor(db)
+    assert code == 3, report
+    [finding] = [f for f in report["findings"]
+                 if f["check"] == "schema" and f["level"] == "error"]
+    said = finding["message"]
+    opening = (f"{count} of pgfunnel's SQL functions differ from this release's although the "
+               "release recorded is this one (replaced by hand?): ")
+    advice = "; run `pgfunnel migrate` to install this release's again"
+    assert said.startswith(opening) and said.endswith(advice), said
+    return str(said[len(opening):-len(advice)])
+
+
 def test_doctor_names_a_function_replaced_by_hand(db: str) -> None:
     """doctor told the installed functions from this release's by the digest init and
     migrate write in the schema's comment alone: a `create or replace function
@@ -1174,16 +1190,8 @@ def test_doctor_names_a_function_replaced_by_hand(db: str) -> None:
         conn.execute(definition.replace("\nbegin\n", "\nbegin\n    -- a hot fix\n", 1))
         conn.execute("alter function pgfunnel._pool_asked(integer, integer, integer, "
                      "integer) security definer")
-    code, report = _doctor(db)
-    assert code == 3, report
-    [finding] = [f for f in report["findings"]
-                 if f["check"] == "schema" and f["level"] == "error"]
-    said = finding["message"]
-    assert said.startswith("2 of pgfunnel's SQL functions differ from this release's although "
-                           "the release recorded is this one (replaced by hand?): "
-                           "pgfunnel._pool_asked (its SECURITY), pgfunnel.explain (its "
-                           "body)"), said
-    assert said.endswith("run `pgfunnel migrate` to install this release's again"), said
+    assert _functions_named_replaced(db, 2) == (
+        "pgfunnel._pool_asked (its SECURITY), pgfunnel.explain (its body)")
     schema.migrate(db)
     code, report = _doctor(db)
     assert "schema" not in _checks(report, "error"), report
@@ -1208,17 +1216,10 @@ def test_doctor_names_a_function_whose_header_was_altered_by_hand(db: str) -> No
         # what sql/ declares (`pg_catalog, pgfunnel`), spelled otherwise
         conn.execute("alter function pgfunnel.analyzers() "
                      "set search_path to \"pg_catalog\",PGFUNNEL")
-    code, report = _doctor(db)
-    assert code == 3, report
-    [finding] = [f for f in report["findings"]
-                 if f["check"] == "schema" and f["level"] == "error"]
-    said = finding["message"]
-    assert said.startswith("4 of pgfunnel's SQL functions differ from this release's although "
-                           "the release recorded is this one (replaced by hand?): "
-                           "pgfunnel._bm25_idf (its volatility), "
-                           "pgfunnel._fold_accents (its strictness and parallel safety), "
-                           "pgfunnel._pool_asked (its search_path), "
-                           "pgfunnel.version (its search_path); "), said
+    assert _functions_named_replaced(db, 4) == (
+        "pgfunnel._bm25_idf (its volatility), "
+        "pgfunnel._fold_accents (its strictness and parallel safety), "
+        "pgfunnel._pool_asked (its search_path), pgfunnel.version (its search_path)")
     schema.migrate(db)
     code, report = _doctor(db)
     assert "schema" not in _checks(report, "error"), report
