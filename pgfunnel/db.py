@@ -39,6 +39,59 @@ from pgfunnel.errors import (
 
 SCHEMA = "pgfunnel"
 
+#: what Postgres's identifier-list reader (SplitIdentifierString) skips around a name
+_LIST_SPACE = " \t\n\r\f"
+
+
+def search_path_schemas(value: str) -> tuple[str, ...] | None:
+    """The schemas a search_path setting names, as Postgres reads the list: unquoted
+    names folded to lower case (ASCII only, as Postgres folds them), quoted ones as
+    written with ``""`` for a quote (``"$user"`` reads ``$user``). Reads the setting as
+    pg_proc.proconfig and ``current_setting('search_path')`` hold it, and a sql/ header's
+    `set search_path = ...` list. None for a form this does not read for sure: a single
+    quote (a string literal in SQL, part of a name to Postgres), an unterminated or empty
+    quoted name, an empty item, or text after a name that is not a comma; callers that
+    guard something must treat None as the worst case."""
+    names: list[str] = []
+    at, end = 0, len(value)
+    while at < end and value[at] in _LIST_SPACE:
+        at += 1
+    if at == end:
+        return ()
+    while True:
+        if at < end and value[at] == '"':
+            name, at = [], at + 1
+            while True:
+                close = value.find('"', at)
+                if close < 0:
+                    return None
+                name.append(value[at:close])
+                if value[close + 1:close + 2] != '"':
+                    at = close + 1
+                    break
+                name.append('"')
+                at = close + 2
+            if not "".join(name):
+                return None
+            names.append("".join(name))
+        else:
+            start = at
+            while at < end and value[at] != "," and value[at] not in _LIST_SPACE:
+                at += 1
+            word = value[start:at]
+            if not word or "'" in word or '"' in word:
+                return None
+            names.append("".join(chr(ord(c) + 32) if "A" <= c <= "Z" else c for c in word))
+        while at < end and value[at] in _LIST_SPACE:
+            at += 1
+        if at == end:
+            return tuple(names)
+        if value[at] != ",":
+            return None
+        at += 1
+        while at < end and value[at] in _LIST_SPACE:
+            at += 1
+
 
 def pgfunnel_home() -> Path:
     env = os.environ.get("PGFUNNEL_HOME")

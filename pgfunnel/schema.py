@@ -29,6 +29,7 @@ from pgfunnel.db import (
     connect,
     public_wrappers,
     resolve_dsn,
+    search_path_schemas,
     sql_ascii_problem,
     try_register_vector,
 )
@@ -460,16 +461,9 @@ def vector_path_problem(conn: psycopg.Connection[Any]) -> str | None:
 
 
 def _path_schemas(path: str, user: str) -> set[str]:
-    """The schema names a search_path setting names (``"$user", public, "My Schema"``):
-    unquoted ones folded to lower case as Postgres folds them, ``$user`` the role's."""
-    names = set()
-    for item in (part.strip() for part in path.split(",")):
-        if len(item) >= 2 and item[0] == item[-1] == '"':
-            name = item[1:-1].replace('""', '"')
-        else:
-            name = item.lower()
-        names.add(user if name == "$user" else name)
-    return names
+    """The schema names a search_path setting names (``"$user", public, "My Schema"``),
+    ``$user`` the role's; none for a form search_path_schemas does not read."""
+    return {user if name == "$user" else name for name in search_path_schemas(path) or ()}
 
 
 #: how the schema's comment, which install_functions writes, begins: the digest of the
@@ -517,21 +511,6 @@ _ATTRIBUTE_WORDS = frozenset({
 _SET_SEARCH_PATH = re.compile(r"^\s*set\s+search_path\s*(?:=|\bto\b)\s*(.+?)\s*$", re.I)
 
 
-def _path_list(value: str) -> tuple[str, ...] | None:
-    """A search_path setting's schemas as Postgres reads them (unquoted names folded to
-    lower case, quoted ones as written), from sql/'s header or pg_proc.proconfig; None
-    for a form this does not read (a string literal)."""
-    if "'" in value:
-        return None
-    names = []
-    for item in (part.strip() for part in value.split(",")):
-        if len(item) >= 2 and item[0] == item[-1] == '"':
-            names.append(item[1:-1].replace('""', '"'))
-        else:
-            names.append(item.lower())
-    return tuple(names)
-
-
 #: a function's attributes doctor compares, in the words its finding names them by
 _HEADER_ATTRIBUTES = ("SECURITY", "search_path", "volatility", "strictness",
                       "parallel safety")
@@ -562,7 +541,7 @@ def _declared_header(header: str) -> dict[str, object]:
         declared["parallel safety"] = {"safe": "s", "restricted": "r"}.get(
             kind[-1] if kind else "unsafe", "u")
     paths = [m.group(1) for line in lines if (m := _SET_SEARCH_PATH.match(line))]
-    if len(paths) == 1 and (path := _path_list(paths[0])) is not None:
+    if len(paths) == 1 and (path := search_path_schemas(paths[0])) is not None:
         declared["search_path"] = path
     elif not paths and "search_path" not in header.lower():
         declared["search_path"] = ()
@@ -598,7 +577,7 @@ def replaced_functions(conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
             ([n.removeprefix("pgfunnel.") for n in expected],)).fetchall():
         installed.setdefault(str(name), []).append({
             "body": str(body), "SECURITY": bool(definer),
-            "search_path": () if config is None else _path_list(str(config)),
+            "search_path": () if config is None else search_path_schemas(str(config)),
             "volatility": str(volatility), "strictness": bool(strict),
             "parallel safety": str(parallel)})
     found = []

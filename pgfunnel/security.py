@@ -27,7 +27,13 @@ from typing import Any, Literal
 import psycopg
 from psycopg import sql
 
-from pgfunnel.db import own_transaction, public_wrappers, rows_by_position, tuple_rows
+from pgfunnel.db import (
+    own_transaction,
+    public_wrappers,
+    rows_by_position,
+    search_path_schemas,
+    tuple_rows,
+)
 from pgfunnel.errors import (
     SCHEMA_GRANT_HINT,
     AccessError,
@@ -696,8 +702,16 @@ def security_findings(conn: psycopg.Connection[Any],
             "from pg_proc p, unnest(p.proconfig) s "
             "where p.pronamespace = 'pgfunnel'::regnamespace and s like 'search_path=%%' "
             "order by 1").fetchall():
-        others = [name for name in (part.strip().strip('"') for part in str(path).split(","))
-                  if name not in PINNED_PATH_SCHEMAS]
+        names = search_path_schemas(str(path))
+        if not names:
+            # a path pgfunnel cannot read, or an empty one (Postgres then searches
+            # pg_temp first), pins nothing it can vouch for
+            out.append(SecurityFinding(
+                "warning", "search_path",
+                f"{sig} pins search_path to {path!r}, which pgfunnel cannot read as a list "
+                "of its own schemas (run `pgfunnel migrate` to reinstall the functions)"))
+            continue
+        others = [name for name in names if name not in PINNED_PATH_SCHEMAS]
         if others:
             out.append(SecurityFinding(
                 "warning", "search_path",

@@ -1334,6 +1334,7 @@ def test_an_operator_shadowed_in_public_never_runs_inside_a_search(plain_db: str
 
 
 def test_every_pinned_search_path_names_only_pgfunnel_and_pg_catalog(plain_db: str) -> None:
+    from pgfunnel.db import search_path_schemas
     from pgfunnel.security import PINNED_PATH_SCHEMAS, security_findings
 
     with connect(plain_db, autocommit=True) as conn:
@@ -1343,8 +1344,8 @@ def test_every_pinned_search_path_names_only_pgfunnel_and_pg_catalog(plain_db: s
             "and s like 'search_path=%%'").fetchall()
         assert len(paths) > 40
         for sig, setting in paths:
-            names = {n.strip().strip('"') for n in setting.split("=", 1)[1].split(",")}
-            assert names <= PINNED_PATH_SCHEMAS, (sig, setting)
+            names = search_path_schemas(setting.split("=", 1)[1])
+            assert names and set(names) <= PINNED_PATH_SCHEMAS, (sig, setting)
         assert not [f for f in security_findings(conn) if f.check == "search_path"
                     and f.level == "warning"]
         # one that names public is reported

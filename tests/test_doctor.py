@@ -1241,3 +1241,74 @@ def test_a_header_form_doctor_cannot_read_is_not_compared() -> None:
         ")\nreturns int\nlanguage sql\nset search_path = a\nset search_path = b\n")
     assert _declared_header(")\nreturns int\nlanguage sql returns null on null input "
                             "parallel restricted\n")["search_path"] == ()
+
+
+@pytest.mark.parametrize(("written", "stored", "read"), [
+    # what sql/ declares, spelled otherwise: Postgres folds it to the same setting
+    ('"pg_catalog",  PGFUNNEL', "pg_catalog, pgfunnel", ("pg_catalog", "pgfunnel")),
+    ('"$user", public', '"$user", public', ("$user", "public")),
+    ('"PGFUNNEL", pg_catalog', '"PGFUNNEL", pg_catalog', ("PGFUNNEL", "pg_catalog")),
+    ('pg_catalog, "My ""Schema"""', 'pg_catalog, "My ""Schema"""',
+     ("pg_catalog", 'My "Schema"')),
+    # one schema whose name holds a comma: split at the comma, it read as pgfunnel's own
+    # two, and the security check passed it
+    ("'pg_catalog, pgfunnel'", '"pg_catalog, pgfunnel"', ("pg_catalog, pgfunnel",)),
+])
+def test_doctor_and_the_security_check_read_a_pinned_path_as_postgres_does(
+        db: str, written: str, stored: str, read: tuple[str, ...]) -> None:
+    """doctor's replaced-functions check and the security check's pinned-path check read
+    pg_proc.proconfig's search_path two ways, and the security check's (a split at every
+    comma, quotes stripped) passed a quoted name that holds a comma. One reader now
+    serves both; each form below is what Postgres stores for the path written."""
+    from pgfunnel.db import search_path_schemas
+    from pgfunnel.schema import replaced_functions
+    from pgfunnel.security import PINNED_PATH_SCHEMAS, security_findings
+
+    with connect(db, autocommit=True) as conn:
+        conn.execute(f"alter function pgfunnel.analyzers() set search_path = {written}")
+        [setting] = conn.execute(
+            "select s from pg_proc p, unnest(p.proconfig) s "
+            "where p.oid = 'pgfunnel.analyzers'::regproc and s like 'search_path=%'"
+        ).fetchone() or [None]
+        assert setting == f"search_path={stored}"
+        assert search_path_schemas(stored) == read
+        as_declared = read == ("pg_catalog", "pgfunnel")
+        assert replaced_functions(conn) == (
+            [] if as_declared else [("pgfunnel.analyzers", "search_path")])
+        warned = [f.message for f in security_findings(conn)
+                  if f.check == "search_path" and f.level == "warning"]
+        others = [name for name in read if name not in PINNED_PATH_SCHEMAS]
+        assert warned == ([] if not others else [
+            f"pgfunnel.analyzers() pins search_path to {stored}: {', '.join(others)} "
+            f"{'is' if len(others) == 1 else 'are'} not pgfunnel's own (run `pgfunnel "
+            "migrate` to reinstall the functions)"])
+
+
+def test_a_pinned_path_the_reader_cannot_read_fails_the_security_check(db: str) -> None:
+    """The one reader answers None for a form it does not read for sure; the security
+    check counts that as not pinned (as the split at commas did, or stricter), and doctor
+    names the function's search_path. Postgres stores no such form from `alter function`,
+    so the setting is written into the catalog directly."""
+    from pgfunnel.db import search_path_schemas
+    from pgfunnel.schema import replaced_functions
+    from pgfunnel.security import security_findings
+
+    for value in ('"pgfunnel', "pgfunnel pg_catalog", "pgfunnel,,pg_catalog", '""',
+                  "'pgfunnel'", "pgfunnel,"):
+        assert search_path_schemas(value) is None, value
+    assert search_path_schemas("") == ()
+    assert search_path_schemas(" \tpgfunnel ,pg_catalog\n") == ("pgfunnel", "pg_catalog")
+    # Postgres folds ASCII letters alone in a UTF-8 database
+    assert search_path_schemas("ÉCOLE, Pg_Temp") == ("École", "pg_temp")
+    with connect(db, autocommit=True) as conn:
+        for value in ('"pgfunnel', ""):
+            conn.execute("update pg_catalog.pg_proc set proconfig = array[%s] "
+                         "where oid = 'pgfunnel.analyzers'::regproc",
+                         (f"search_path={value}",))
+            assert replaced_functions(conn) == [("pgfunnel.analyzers", "search_path")]
+            warned = [f.message for f in security_findings(conn)
+                      if f.check == "search_path" and f.level == "warning"]
+            assert warned == [
+                f"pgfunnel.analyzers() pins search_path to {value!r}, which pgfunnel cannot "
+                "read as a list of its own schemas (run `pgfunnel migrate` to reinstall "
+                "the functions)"], value
