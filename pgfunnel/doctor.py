@@ -152,7 +152,7 @@ def check_schema(conn: psycopg.Connection[Any]) -> list[Finding]:
             "error", "schema",
             f"{len(replaced)} of pgfunnel's SQL functions differ from this release's although "
             "the release recorded is this one (replaced by hand?): "
-            + ", ".join(f"{name} (its {what})" for name, what in replaced)
+            + ", ".join(f"{name} ({what})" for name, what in replaced)
             + "; run `pgfunnel migrate` to install this release's again"))
     # the wrapper lives in schema public, so a dump of schema pgfunnel alone (pg_dump -n
     # pgfunnel) leaves it out, and `funnel_search(...)` on a default path finds nothing

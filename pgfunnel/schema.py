@@ -509,11 +509,15 @@ _ATTRIBUTE_WORDS = frozenset({
     "returns", "parallel", "safe", "restricted", "unsafe", "leakproof", "not",
     "security", "invoker", "definer", "external"})
 _SET_SEARCH_PATH = re.compile(r"^\s*set\s+search_path\s*(?:=|\bto\b)\s*(.+?)\s*$", re.I)
+#: a header's other SET clause: a configuration parameter and one value, a word, a number
+#: or a string literal, as pg_proc.proconfig keeps it (`name=value`)
+_SET_OTHER = re.compile(r"^set\s+(\w+)\s*(?:=|\s+to\s+)\s*([a-z_]\w*|-?[0-9]+(?:\.[0-9]+)?"
+                        r"|'(?:[^']|'')*')$", re.I)
 
 
 #: a function's attributes doctor compares, in the words its finding names them by
 _HEADER_ATTRIBUTES = ("SECURITY", "search_path", "volatility", "strictness",
-                      "parallel safety")
+                      "parallel safety", "leakproof")
 
 
 def _declared_header(header: str) -> dict[str, object]:
@@ -540,6 +544,23 @@ def _declared_header(header: str) -> dict[str, object]:
         kind = re.findall(r"\bparallel (safe|restricted|unsafe)\b", phrase)
         declared["parallel safety"] = {"safe": "s", "restricted": "r"}.get(
             kind[-1] if kind else "unsafe", "u")
+        proof = re.findall(r"\b(not )?leakproof\b", phrase)
+        declared["leakproof"] = bool(proof) and not proof[-1]
+    settings = {}
+    for line in lines:
+        if not re.match(r"set\s", line, re.I) or _SET_SEARCH_PATH.match(line):
+            continue
+        if (m := _SET_OTHER.match(line)) is None:
+            # `set x from current`, a list: what proconfig holds for it is not read here,
+            # so none of the function's other settings is compared
+            break
+        value = m.group(2)
+        # in either case: the values sql/ sets (off, force_generic_plan) are Postgres'
+        # words, whose case it ignores
+        settings[m.group(1).lower()] = (value[1:-1].replace("''", "'")
+                                        if value.startswith("'") else value).lower()
+    else:
+        declared["settings"] = settings
     paths = [m.group(1) for line in lines if (m := _SET_SEARCH_PATH.match(line))]
     if len(paths) == 1 and (path := search_path_schemas(paths[0])) is not None:
         declared["search_path"] = path
@@ -548,12 +569,21 @@ def _declared_header(header: str) -> dict[str, object]:
     return declared
 
 
+def _set_clauses(attributes: dict[str, object]) -> dict[str, object]:
+    """A function's SET clauses other than search_path, each as an attribute named
+    ``SET <parameter>``."""
+    settings = attributes.get("settings")
+    return {f"SET {k}": v for k, v in settings.items()} if isinstance(settings, dict) else {}
+
+
 def replaced_functions(conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
     """pgfunnel's functions whose body or header differ from what this package's sql/
-    installs, each with what differs (``body``, ``SECURITY``, ``search_path``,
-    ``volatility``, ``strictness``, ``parallel safety``, joined by "and"), by name:
-    replaced by hand (`create or replace function`, `alter function ... security
-    definer`, `alter function ... set search_path = ...`) after init or migrate installed
+    installs, by name, each with what differs as doctor words it: ``its body``, ``its
+    SECURITY``, ``its search_path``, ``its volatility``, ``its strictness``, ``its
+    parallel safety``, ``its leakproof`` or ``its SET <parameter>`` (another SET clause
+    changed, reset or added), joined by "and"; or ``missing from the database`` (dropped).
+    Changed by hand (`create or replace function`, `alter function ... security definer`,
+    `alter function ... set jit = on`, `drop function`) after init or migrate installed
     them, which the release digest in the schema's comment does not tell. Meaningful
     where that digest is this package's."""
     vector = vector_schema(conn)
@@ -567,23 +597,39 @@ def replaced_functions(conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
             declared["body"] = m.group(4)
             expected.setdefault(m.group(1).lower(), []).append(declared)
     installed: dict[str, list[dict[str, object]]] = {}
-    for name, definer, body, config, volatility, strict, parallel in conn.execute(
-            "select 'pgfunnel.' || p.proname, p.prosecdef, p.prosrc, "
-            "       (select substr(s, length('search_path=') + 1) "
-            "          from unnest(p.proconfig) s where s like 'search_path=%%'), "
-            "       p.provolatile, p.proisstrict, p.proparallel "
+    for name, definer, body, config, volatility, strict, parallel, leakproof in conn.execute(
+            "select 'pgfunnel.' || p.proname, p.prosecdef, p.prosrc, p.proconfig, "
+            "       p.provolatile, p.proisstrict, p.proparallel, p.proleakproof "
             "from pg_catalog.pg_proc p "
             "where p.pronamespace = 'pgfunnel'::regnamespace and p.proname = any(%s)",
             ([n.removeprefix("pgfunnel.") for n in expected],)).fetchall():
+        settings = dict(str(item).partition("=")[::2] for item in config or ())
+        pinned = settings.pop("search_path", None)
         installed.setdefault(str(name), []).append({
             "body": str(body), "SECURITY": bool(definer),
-            "search_path": () if config is None else search_path_schemas(str(config)),
+            "search_path": () if pinned is None else search_path_schemas(pinned),
             "volatility": str(volatility), "strictness": bool(strict),
-            "parallel safety": str(parallel)})
+            "parallel safety": str(parallel), "leakproof": bool(leakproof),
+            "settings": {k.lower(): v.lower() for k, v in settings.items()}})
     found = []
     for name in sorted(expected):
         want, have = expected[name], installed.get(name, [])
+        if len(have) < len(want):
+            # dropped by hand: its body, and all else, read as differing
+            found.append((name, "missing from the database" if not have else
+                          f"{len(want) - len(have)} of its {len(want)} overloads missing "
+                          "from the database"))
+            continue
         compared = (("body",) if name not in _REWRITTEN_FUNCTIONS else ()) + _HEADER_ATTRIBUTES
+        # each SET clause other than search_path as an attribute of its own, named by the
+        # parameter: one sql/ declares, or one added by hand
+        if all("settings" in w for w in want):
+            for each in want + have:
+                each.update(_set_clauses(each))
+            names = sorted({k for each in want + have for k in each if k.startswith("SET ")})
+            for each in want:
+                each.update({k: None for k in names if k not in each})
+            compared += tuple(names)
         differ = [
             what for what in compared
             # with overloads, each attribute's values as a multiset; one sql/ does not
@@ -591,12 +637,12 @@ def replaced_functions(conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
             if all(what in w for w in want)
             and (len(want) != len(have)
                  or sorted(map(repr, (w[what] for w in want)))
-                 != sorted(map(repr, (h[what] for h in have))))]
+                 != sorted(map(repr, (h.get(what) for h in have))))]
         if len(want) != len(have) and "body" in differ:
             differ = ["body"]
         if differ:
-            found.append((name, differ[0] if len(differ) == 1
-                          else ", ".join(differ[:-1]) + " and " + differ[-1]))
+            found.append((name, "its " + (differ[0] if len(differ) == 1
+                                          else ", ".join(differ[:-1]) + " and " + differ[-1])))
     return found
 
 

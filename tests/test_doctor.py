@@ -1225,6 +1225,48 @@ def test_doctor_names_a_function_whose_header_was_altered_by_hand(db: str) -> No
     assert "schema" not in _checks(report, "error"), report
 
 
+def test_doctor_names_a_function_whose_other_settings_were_altered_or_that_was_dropped(
+        db: str) -> None:
+    """doctor compared body, SECURITY, search_path, volatility, strictness and parallel
+    safety, not the other SET clauses sql/ declares (`jit = off`, `plan_cache_mode =
+    force_generic_plan`: what keeps a search's plans generic and uncompiled), leakproof,
+    or one added by hand; and a function dropped by hand read as `(its body)`. It now
+    names each SET clause that differs by its parameter, leakproof, and a dropped
+    function as missing; the same value spelled otherwise is not a difference, and
+    `pgfunnel migrate` puts all back."""
+    from pgfunnel import schema
+
+    with connect(db, autocommit=True) as conn:
+        assert schema.replaced_functions(conn) == []
+        conn.execute("alter function pgfunnel.analyze_each(text[], text, boolean) "
+                     "set jit = on")
+        conn.execute("alter function pgfunnel._analyze_pass(text[], text, text[]) "
+                     "reset plan_cache_mode")
+        conn.execute("alter function pgfunnel.version() set work_mem = '64MB'")
+        conn.execute("alter function pgfunnel._fold_accents(text) leakproof")
+        conn.execute("drop function pgfunnel.dropped_query_words(text, text)")
+        # what sql/ declares (`jit = off`), spelled otherwise
+        conn.execute("alter function pgfunnel._term_df(integer, text[]) set jit to 'OFF'")
+        # a SET clause sql/ declares, written by hand as it was: nothing differs
+        conn.execute("alter function pgfunnel.analyzers() set search_path = pg_catalog, "
+                     "pgfunnel")
+    assert _functions_named_replaced(db, 5) == (
+        "pgfunnel._analyze_pass (its SET plan_cache_mode), "
+        "pgfunnel._fold_accents (its leakproof), "
+        "pgfunnel.analyze_each (its SET jit), "
+        "pgfunnel.dropped_query_words (missing from the database), "
+        "pgfunnel.version (its SET work_mem)")
+    with connect(db, autocommit=True) as conn:
+        # two settings of one function, named together
+        conn.execute("alter function pgfunnel._analyze_pass(text[], text, text[]) "
+                     "set jit = on")
+        assert ("pgfunnel._analyze_pass", "its SET jit and SET plan_cache_mode") in \
+            schema.replaced_functions(conn)
+    schema.migrate(db)
+    code, report = _doctor(db)
+    assert "schema" not in _checks(report, "error"), report
+
+
 def test_a_header_form_doctor_cannot_read_is_not_compared() -> None:
     """What the header comparison leaves out rather than guess (a false alarm on every
     doctor run would teach users to ignore it): attributes on a line with other words
@@ -1233,14 +1275,24 @@ def test_a_header_form_doctor_cannot_read_is_not_compared() -> None:
 
     assert _declared_header("x integer)\nreturns integer language sql stable\n"
                             "set search_path = pg_catalog\n") == {
-        "SECURITY": False, "search_path": ("pg_catalog",)}
+        "SECURITY": False, "search_path": ("pg_catalog",), "settings": {}}
     assert _declared_header("language text)\nreturns text\nlanguage plpgsql stable strict\n"
                             "security definer\nset search_path = '$user', public\n") == {
-        "SECURITY": True, "volatility": "s", "strictness": True, "parallel safety": "u"}
+        "SECURITY": True, "volatility": "s", "strictness": True, "parallel safety": "u",
+        "leakproof": False, "settings": {}}
     assert "search_path" not in _declared_header(
         ")\nreturns int\nlanguage sql\nset search_path = a\nset search_path = b\n")
     assert _declared_header(")\nreturns int\nlanguage sql returns null on null input "
                             "parallel restricted\n")["search_path"] == ()
+    # other SET clauses as proconfig keeps them (`name=value`); one whose value this does
+    # not read (`from current`, a list) leaves all of them out
+    assert _declared_header(")\nreturns int\nlanguage sql leakproof\nset JIT = OFF\n"
+                            "set work_mem to '64MB'\nset join_collapse_limit = 1\n") == {
+        "SECURITY": False, "search_path": (), "volatility": "v", "strictness": False,
+        "parallel safety": "u", "leakproof": True,
+        "settings": {"jit": "off", "work_mem": "64mb", "join_collapse_limit": "1"}}
+    for clause in ("set jit from current", "set datestyle = iso, mdy"):
+        assert "settings" not in _declared_header(f")\nreturns int\nlanguage sql\n{clause}\n")
 
 
 @pytest.mark.parametrize(("written", "stored", "read"), [
@@ -1274,7 +1326,7 @@ def test_doctor_and_the_security_check_read_a_pinned_path_as_postgres_does(
         assert search_path_schemas(stored) == read
         as_declared = read == ("pg_catalog", "pgfunnel")
         assert replaced_functions(conn) == (
-            [] if as_declared else [("pgfunnel.analyzers", "search_path")])
+            [] if as_declared else [("pgfunnel.analyzers", "its search_path")])
         warned = [f.message for f in security_findings(conn)
                   if f.check == "search_path" and f.level == "warning"]
         others = [name for name in read if name not in PINNED_PATH_SCHEMAS]
@@ -1305,7 +1357,7 @@ def test_a_pinned_path_the_reader_cannot_read_fails_the_security_check(db: str) 
             conn.execute("update pg_catalog.pg_proc set proconfig = array[%s] "
                          "where oid = 'pgfunnel.analyzers'::regproc",
                          (f"search_path={value}",))
-            assert replaced_functions(conn) == [("pgfunnel.analyzers", "search_path")]
+            assert replaced_functions(conn) == [("pgfunnel.analyzers", "its search_path")]
             warned = [f.message for f in security_findings(conn)
                       if f.check == "search_path" and f.level == "warning"]
             assert warned == [
