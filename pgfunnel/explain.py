@@ -6,7 +6,7 @@ import re
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import psycopg
@@ -286,13 +286,18 @@ def explain_many(funnel: Funnel, query: str | None, targets: Sequence[str | int]
 _COLUMNS = ("verdict", "lexical_rank", "lexical_score", "lexical_exact_score", "lexical_depth",
             "dense_rank", "dense_score", "dense_exact_score", "dense_depth", "fused_rank",
             "fused_score", "pool_size", "final_rank", "citekey", "reason")
-_EXPLAIN_SQL = ("select verdict, lexical_rank, lexical_score, lexical_exact_score, "
-                "lexical_depth_used, dense_rank, dense_score, dense_exact_score, "
-                "dense_depth_used, fused_rank, fused_score, pool_size, final_rank, "
-                "citekey, reason from pgfunnel.explain(query_text => %(query_text)s, "
-                "query_embedding => %(query_embedding)b, chunk_id => %(chunk_id)s, "
-                "as_of => coalesce(%(as_of)s, now()), "
-                + ", ".join(f"{n} => %({n})s" for n in _ARGS) + ")")
+_SELECTED = ("verdict, lexical_rank, lexical_score, lexical_exact_score, lexical_depth_used, "
+             "dense_rank, dense_score, dense_exact_score, dense_depth_used, fused_rank, "
+             "fused_score, pool_size, final_rank, citekey, reason")
+_NAMED_ARGS = ("query_text => %(query_text)s, query_embedding => %(query_embedding)b, "
+               "as_of => coalesce(%(as_of)s, now()), "
+               + ", ".join(f"{n} => %({n})s" for n in _ARGS))
+_EXPLAIN_SQL = (f"select {_SELECTED} from pgfunnel.explain({_NAMED_ARGS}, "
+                "chunk_id => %(chunk_id)s)")
+# a document's chunks, from one run of the funnel: explain() per chunk reran the search
+# for each (about a second for a document of a hundred chunks)
+_EXPLAIN_CHUNKS_SQL = (f"select chunk_id, {_SELECTED} from pgfunnel._explain_chunks("
+                       f"{_NAMED_ARGS}, chunk_ids => %(chunk_ids)s)")
 
 _Found = tuple[list[tuple[int | None, dict[str, Any]]], dict[int, int]]
 
@@ -328,23 +333,25 @@ def _explain_rows(funnel: Funnel, query: str | None, vector: np.ndarray | None,
                         ids: list[int | None] = list(ordinals) or [None]
                     else:
                         ids = [resolve_target(conn, target, p.collection)]
-                    rows = []
-                    for cid in ids:
-                        args["chunk_id"] = cid if cid is not None else -1
+                    if len(ordinals) > 1:
+                        args["chunk_ids"] = list(ordinals)
+                        with tuple_rows(conn):
+                            got = {int(r[0]): r[1:] for r in
+                                   conn.execute(_EXPLAIN_CHUNKS_SQL, args).fetchall()}
+                        missing = next((c for c in ordinals if c not in got), None)
+                        if missing is not None:
+                            _no_row(target, missing)
+                        rows: list[tuple[int | None, dict[str, Any]]] = [
+                            (cid, dict(zip(_COLUMNS, got[cid], strict=True)))
+                            for cid in ordinals]
+                    else:
+                        args["chunk_id"] = ids[0] if ids[0] is not None else -1
                         row = conn.execute(_EXPLAIN_SQL, args).fetchone()
                         if row is None:
-                            # every path of this release's pgfunnel.explain returns one row,
-                            # a chunk that is missing or hidden too: no argument the caller
-                            # passed named nothing (parameter None), the installed function
-                            # is not the one this code was written against
-                            raise NotFoundError(
-                                f"pgfunnel.explain returned no row for chunk {target!r} "
-                                f"(id {args['chunk_id']}), where every path of it returns "
-                                "one: the function in the database is not this release's "
-                                "(pgfunnel migrate installs this release's functions)")
-                        rows.append((cid, dict(zip(_COLUMNS, row, strict=True))))
-                        # a notice per chunk would repeat the analyzer's one for the query
-                        del notices[first_sql_notice + 1:]
+                            _no_row(target, args["chunk_id"])
+                        rows = [(ids[0], dict(zip(_COLUMNS, row, strict=True)))]
+                    # a notice per chunk would repeat the analyzer's one for the query
+                    del notices[first_sql_notice + 1:]
                     found.append((rows, ordinals))
             if use_rerank:
                 # the pool in the order the cap and the cut saw, read in the same snapshot;
@@ -360,6 +367,16 @@ def _explain_rows(funnel: Funnel, query: str | None, vector: np.ndarray | None,
         finally:
             conn.remove_notice_handler(collect)
     return found, response
+
+
+def _no_row(target: str, chunk_id: int | None) -> NoReturn:
+    # every path of this release's pgfunnel.explain returns one row, a chunk that is
+    # missing or hidden too: no argument the caller passed named nothing (parameter
+    # None), the installed function is not the one this code was written against
+    raise NotFoundError(
+        f"pgfunnel.explain returned no row for chunk {target!r} (id {chunk_id}), where "
+        "every path of it returns one: the function in the database is not this "
+        "release's (pgfunnel migrate installs this release's functions)")
 
 
 def _explanation(target: str, explained: list[tuple[int | None, dict[str, Any]]],

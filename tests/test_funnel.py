@@ -723,6 +723,63 @@ def test_explain_a_document_names_its_capped_chunks(conn: psycopg.Connection[Any
     assert all(e.capped_chunks == [] for e in each)
 
 
+def test_explain_a_document_of_many_chunks_answers_as_each_chunk_does(
+        conn: psycopg.Connection[Any]) -> None:
+    """A document's explain ran the search once per chunk (about a second for a hundred
+    chunks); from one run of the funnel it must give what explaining each chunk gives:
+    every column of every chunk's row, the furthest chunk and the capped ones."""
+    from pgfunnel.explain import _EXPLAIN_CHUNKS_SQL, explain
+    from pgfunnel.search import Funnel
+
+    # chunks that hold the query word 0 - 6 times, among other documents that hold it
+    # too: the cap, the cut, the pool's edge and the legs' depth each meet some of them
+    text = "\n\n".join(f"part {i} " + " ".join(["quasar"] * (i % 7) + ["filler", "words"] * 70)
+                       for i in range(60))
+    others = [doc(f"other{i}", " ".join(["quasar"] * (1 + i % 4) + ["prose"] * (8 + i)))
+              for i in range(30)]
+    vecs = ingest(conn, [doc("long", text), *others], dims=DIMS)
+    long_ids = _ids(conn, "long")
+    assert len(long_ids) == 60
+    params = {"k": 5, "overfetch": 2, "per_source_cap": 2, "lexical_depth": 50,
+              "dense_depth": 12, **PINNED}
+    with Funnel(conn, "t", embedder=None) as f:
+        for v in (None, vecs["long"][5]):
+            each = [explain(f, "quasar part", f"long#{i}", query_embedding=v, **params)
+                    for i in range(60)]
+            whole = explain(f, "quasar part", "long", query_embedding=v, **params)
+            verdicts = {e.verdict for e in each}
+            assert {"returned", "capped", "not in pool", "in no leg at its depth"} <= verdicts, \
+                verdicts
+            furthest = min(each, key=lambda e: (e.final_rank or 10**9, e.fused_rank or 10**9))
+            assert whole.chunk_id == furthest.chunk_id and whole.verdict == furthest.verdict
+            assert whole.reason == (f"the furthest of the 60 chunks of 'long' (long#"
+                                    f"{long_ids.index(furthest.chunk_id)}, chunk id "
+                                    f"{furthest.chunk_id}): {furthest.reason}")
+            plain = {k: val for k, val in whole.as_dict().items()
+                     if k not in ("target", "reason", "capped_chunks")}
+            assert plain == {k: val for k, val in furthest.as_dict().items()
+                             if k not in ("target", "reason", "capped_chunks")}
+            capped = sorted((e for e in each if e.verdict == "capped"),
+                            key=lambda e: e.fused_rank or 0)
+            assert whole.capped_chunks == [
+                {"ordinal": long_ids.index(e.chunk_id), "chunk_id": e.chunk_id,
+                 "fused_rank": e.fused_rank} for e in capped] != []
+            # the SQL itself: each chunk's row, and one for a chunk that does not exist
+            args = {"query_text": "quasar part", "query_embedding": v, "as_of": None,
+                    "collection": "t", "principals": [], "tenant": None, "language": None,
+                    "metadata_filter": None, "rrf_k": 60, "ef_search": 100, "k1": 1.2,
+                    "b": 0.75, **params, "chunk_ids": [*long_ids, -1]}
+            rows = conn.execute(_EXPLAIN_CHUNKS_SQL, args).fetchall()
+            assert [r[0] for r in rows] == [*long_ids, -1]
+            for r, cid in zip(rows, [*long_ids, -1], strict=True):
+                one = conn.execute(
+                    "select * from pgfunnel.explain('quasar part', %s, chunk_id => %s, k => 5, "
+                    "collection => 't', fusion => 'rrf', weights => '{1,1}', overfetch => 2, "
+                    "per_source_cap => 2, lexical_depth => 50, dense_depth => 12)",
+                    (v, cid)).fetchone()
+                assert tuple(r[1:]) == tuple(one), cid
+
+
 def test_untraced_search_runs_in_a_read_only_transaction(conn: psycopg.Connection[Any],
                                                          corpus: Any) -> None:
     # a hot standby or a read-only role can serve searches: nothing is written unless traced
