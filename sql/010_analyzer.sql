@@ -605,19 +605,26 @@ begin
     -- `don't`, `I'm`, `I'd`) is not searched: the apostrophe splits it off as a word of
     -- its own, and where the language's stop words lack it (german_v8 keeps `s` and
     -- `t`; english_v8 `d` and `m`) the query searched a one-letter term that most
-    -- chunks hold. Documents index it as before (an indexed term changes only with a new
-    -- analyzer version); a letter the query writes alone (`vitamin d`, `plan b`) is
-    -- searched. Read over the tokens both paths below read, as the frame above is.
+    -- chunks hold. So are English's two-letter clitics after a letter (`I'll`, `we're`,
+    -- `they've`: `ll`, `re` and `ve`, which no stop word list holds); after anything
+    -- else (`('re')`) the word is the query's own. Documents index them as before (an
+    -- indexed term changes only with a new analyzer version); a letter the query writes
+    -- alone (`vitamin d`, `plan b`) is searched. Read over the tokens both paths below
+    -- read, as the frame above is.
     if cardinality(question_words) > 0
        and array_to_string(inputs, ' ') ~ '[^[:space:]][''’][^[:space:]]' then
         select coalesce(array_agg(i.ord || ':' || m.ord), '{}') into apostrophe_letters
           from unnest(inputs) with ordinality as i(txt, ord),
+               -- 1: an apostrophe after a letter, 2: after another character, 3: the token
                regexp_matches(case when v6 then coalesce(i.txt, '')
                                    else lower(coalesce(i.txt, '')) end,
-                              '((?<=[^[:space:]])[''’])?(' || token_run || ')', 'g')
+                              '(?:((?<=' || left(letter_run, -1) || ')[''’])'
+                              '|((?<=[^[:space:]])[''’]))?(' || token_run || ')', 'g')
                with ordinality as m(match, ord)
-         where m.match[1] is not null and m.match[2] ~ ('^' || letter_run || '$')
-           and length(m.match[2]) = 1;
+         where coalesce(m.match[1], m.match[2]) is not null
+           and m.match[3] ~ ('^' || letter_run || '$')
+           and (length(m.match[3]) = 1
+                or (m.match[1] is not null and m.match[3] in ('ll', 're', 've')));
     end if;
     if not exists (select 1 from unnest(inputs) as i(txt)
                     where i.txt ~ case when v6 then '[0-9._-]' else '[[:digit:]._-]' end) then
@@ -826,9 +833,17 @@ begin
     select f.* from first_pass f
      where f.input_ordinal <> all (array(select b.input_ordinal from bare b))
     union all
-    select b.input_ordinal, w.token_position, w.token, w.term, w.dropped
-      from bare b,
-           lateral pgfunnel._analyze_pass(array[inputs[b.input_ordinal]], analyzer, '{}') w;
+    -- read again without question words; the clitics stay dropped (`Gibt's` alone
+    -- searched `s`, a term most German chunks hold)
+    select b.input_ordinal, w.token_position, w.token,
+           case when c.token_position is null then w.term end,
+           coalesce(c.dropped, w.dropped)
+      from bare b
+     cross join lateral pgfunnel._analyze_pass(array[inputs[b.input_ordinal]], analyzer,
+                                               '{}') w
+      left join first_pass c on c.input_ordinal = b.input_ordinal
+                            and c.token_position = w.token_position
+                            and c.dropped = 'letter after an apostrophe';
 end
 $$;
 

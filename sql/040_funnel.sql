@@ -429,6 +429,9 @@ declare
     -- a query of nothing but question words, read as words (below)
     bare_terms text[];
     bare_positions integer[];
+    -- the clitics the first pass dropped (`gibt's`), which the second drops too
+    clitic_positions integer[];
+    clitics text[];
     n_chunks bigint;
     -- the share of the query's idf the version holds, and the share its best lexical
     -- match holds (see below)
@@ -559,25 +562,31 @@ begin
                                   case when length(t.token) > 100
                                        then format('%s... (%s characters; a term has at most 100)',
                                                    left(t.token, 20), length(t.token))
-                                       else t.token end) filter (where t.unsearched), '{}')
-          into q_terms, q_positions, dropped
-          from (select e.token_position, e.token, e.term,
+                                       else t.token end) filter (where t.unsearched), '{}'),
+               coalesce(array_agg(t.token_position)
+                            filter (where t.dropped = 'letter after an apostrophe'), '{}'),
+               coalesce(array_agg(distinct t.token)
+                            filter (where t.dropped = 'letter after an apostrophe'), '{}')
+          into q_terms, q_positions, dropped, clitic_positions, clitics
+          from (select e.token_position, e.token, e.term, e.dropped,
                        bool_and(e.term is null) over (partition by e.token_position) as unsearched
                   from pgfunnel._analyze_pass(array[query_text], analyzer_name,
                                               pgfunnel._question_words(analyzer_name)) e) t;
         if cardinality(q_terms) = 0 and cardinality(dropped) > 0 then
             -- nothing left: question words (`explain`, `tell`) are then searched as
-            -- words, as analyze_each(..., for_query => true) reads such a text
+            -- words, as analyze_each(..., for_query => true) reads such a text; the
+            -- clitics stay dropped (`Gibt's` alone searched `s`)
             select coalesce(array_agg(w.term order by w.token_position)
                                 filter (where w.term is not null), '{}'),
                    coalesce(array_agg(w.token_position order by w.token_position)
                                 filter (where w.term is not null), '{}')
               into bare_terms, bare_positions
-              from pgfunnel._analyze_pass(array[query_text], analyzer_name, '{}') w;
+              from pgfunnel._analyze_pass(array[query_text], analyzer_name, '{}') w
+             where w.token_position <> all (clitic_positions);
             if cardinality(bare_terms) > 0 then
                 q_terms := bare_terms;
                 q_positions := bare_positions;
-                dropped := '{}';
+                dropped := clitics;
             end if;
         end if;
         if cardinality(q_terms) = 0 then

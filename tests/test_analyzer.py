@@ -1222,3 +1222,56 @@ def test_a_letter_alone_after_an_apostrophe_is_not_searched(
     lexical(conn, "I'm locked out of billing")
     notices = [m for s, m in seen if s == "NOTICE" and "query words not searched" in m]
     assert notices and "m" in notices[0].split(": ", 1)[1].split(", "), notices
+
+
+def test_clitics_are_not_searched_in_a_bare_question_nor_two_letter_ones(
+        conn: psycopg.Connection[Any]) -> None:
+    """Two gaps of the rule above: `Gibt's` as the whole query searched `s` (a query of
+    nothing but question words is read again without them, and that read kept every
+    word), and English's two-letter clitics (`I'll`, `we're`, `they've`) were searched as
+    `ll`, `re`, `ve`. Both are dropped on the query side now, reported as the letters are;
+    a query they leave with no term still warns."""
+    from funnel_util import make_collection
+
+    def analyze(text: str, analyzer: str, for_query: bool = True) -> list[str]:
+        return list(conn.execute("select pgfunnel.analyze(%s, %s, %s)",
+                                 (text, analyzer, for_query)).fetchone()[0])  # type: ignore[index]
+
+    assert analyze("Gibt's", "german_v8") == ["gibt"]
+    assert analyze("Gibt’s?", "german_v8") == ["gibt"]
+    rows = conn.execute("select token, term, dropped from pgfunnel.analyze_tokens("
+                        "'Gibt''s', 'german_v8', true)").fetchall()
+    assert rows == [("gibt", "gibt", None), ("s", None, "letter after an apostrophe")], rows
+    assert analyze("I'll retry; we're locked out, they've paid", "english_v8") == [
+        "retri", "lock", "paid"]
+    assert analyze("They’RE locked", "simple_v8") == ["they", "locked"]
+    # after anything but a letter the word is the query's own (Python's `re`), and a
+    # longer word after an apostrophe is searched (`o'neill`)
+    assert analyze("the ('re') module of o'neill", "english_v8") == ["re", "modul", "o",
+                                                                     "neill"]
+    # documents index them as before
+    assert analyze("I'll, we're, they've", "english_v8", False) == ["ll", "re", "ve"]
+    assert analyze("Gibt's", "german_v8", False) == ["gibt", "s"]
+
+    make_collection(conn, "de", 16, analyzer="german_v8")
+    ingest(conn, [doc("gibt", "Gibt es eine API? Es gibt eine."),
+                  doc("s", "s s s: the letter s, and what's new")], collection="de")
+    seen = _capture(conn)
+    assert [r[1] for r in lexical(conn, "Gibt's", collection="de")] == ["gibt"]
+    notices = [m for s, m in seen if "query words not searched" in m]
+    assert notices == ["pgfunnel: query words not searched: s"], seen
+    seen.clear()
+    # a query left with no term (`wie` is a stop word too; it searched `s`) is said to
+    # be, not answered empty
+    assert lexical(conn, "Wie's?", collection="de") == []
+    [warning] = [m for s, m in seen if s == "WARNING"]
+    assert warning.startswith("pgfunnel: no searchable term left in query_text (dropped: "
+                              "s, wie)"), warning
+    with Funnel(conn, "de", embedder=None) as f, warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        assert [r.citekey for r in f.search("Gibt's", k=3).results] == ["gibt"]
+        assert f.search("Wie's?", k=3).results == []
+    said = [str(w.message) for w in got]
+    assert "pgfunnel: query words not searched: s" in said, said
+    assert any(m.startswith("pgfunnel: no searchable term left in query_text (dropped: s, wie)")
+               for m in said), said
