@@ -495,6 +495,19 @@ declare
     -- a letter alone after a word's apostrophe, as `input:position` (see below)
     apostrophe_letters text[] := '{}';
 begin
+    -- Readers hold EXECUTE on this helper (analyze_each and each search run it as the
+    -- caller), so its own call was a way round analyze_each's limit: a megabyte of dotted
+    -- words took 11 s. A role that may not write the index is held to that limit here;
+    -- ingest and reindex, which analyse a batch's distinct words in one call, write them.
+    -- array_to_string keeps the common case a plpgsql simple expression, and the privilege
+    -- is looked up only past the limit
+    if length(array_to_string(inputs, '')) > 100000
+       and not has_table_privilege('pgfunnel.lexical', 'insert') then
+        perform pgfunnel._bad_parameter('inputs', format(
+            'hold %s characters in all; the limit is 100000 for a role that may not write the '
+            'index (pgfunnel.lexical), as for analyze_each (split the texts over several calls)',
+            length(array_to_string(inputs, ''))));
+    end if;
     select a.stem_dictionary::regdictionary into stem_dict
       from pgfunnel.analyzers() a where a.name = analyzer;
     if stem_dict is null then

@@ -1994,3 +1994,36 @@ def test_the_code_notice_counts_visible_chunks_past_eight_posting_partitions(
                                readers=["alice"])], seed=7)
     assert notices("refund 4029", ["alice"]) == []
     assert [notices(q, ["bob"]) for q in ("refund 4029", "refund section-4029")] == before
+
+
+def test_a_reader_calling_the_analyzer_helper_itself_is_held_to_analyze_eachs_limit(
+        db: str) -> None:
+    """Readers hold EXECUTE on pgfunnel._analyze_pass (analyze_each and every search run
+    it as the caller), so a reader's own `select ... from pgfunnel._analyze_pass(...)`
+    analysed text of any length past analyze_each's 100,000 characters (11 s a megabyte
+    of dotted words). A role that may not write the index (pgfunnel.lexical) is now
+    refused past that limit, naming `inputs`, the limit and the length given (22023,
+    ConfigError in Python); a writer, whose ingest analyses a batch's distinct words in
+    one call, is not."""
+    from pgfunnel.errors import ConfigError, translate
+
+    reader_dsn = create_app_role(db)
+    writer_dsn = create_app_role(db, writer=True)
+    stmt = "select count(*) from pgfunnel._analyze_pass(%s, 'english_v8', '{}')"
+    past = ["refund " * 15_000, "x.y"]
+    with connect(reader_dsn) as reader:
+        with pytest.raises(psycopg.errors.InvalidParameterValue) as err:
+            reader.execute(stmt, (past,))
+        reader.rollback()
+        said = str(err.value).splitlines()[0]
+        assert said == ("inputs: hold 105003 characters in all; the limit is 100000 for a "
+                        "role that may not write the index (pgfunnel.lexical), as for analyze_each "
+                        "(split the texts over several calls)"), said
+        translated = translate(err.value)
+        assert isinstance(translated, ConfigError) and translated.parameter == "inputs"
+        assert "hold 105003 characters in all; the limit is 100000" in str(translated)
+        # at the limit: answered
+        assert reader.execute(stmt, (["refund " * 14_285 + "abcde"],)).fetchone() == (14_286,)
+    with connect(writer_dsn) as writer:
+        [(rows,)] = writer.execute(stmt, (past,)).fetchall()
+        assert rows > 15_000
