@@ -517,7 +517,10 @@ _SET_OTHER = re.compile(r"^set\s+(\w+)\s*(?:=|\s+to\s+)\s*([a-z_]\w*|-?[0-9]+(?:
 
 #: a function's attributes doctor compares, in the words its finding names them by
 _HEADER_ATTRIBUTES = ("SECURITY", "search_path", "volatility", "strictness",
-                      "parallel safety", "leakproof")
+                      "parallel safety", "leakproof", "COST", "ROWS")
+#: the ROWS a set-returning function gets by default (0 for one that is not): a
+#: function's ROWS is compared only where sql/ leaves it to that default
+_DEFAULT_ROWS = "the default"
 
 
 def _declared_header(header: str) -> dict[str, object]:
@@ -546,6 +549,17 @@ def _declared_header(header: str) -> dict[str, object]:
             kind[-1] if kind else "unsafe", "u")
         proof = re.findall(r"\b(not )?leakproof\b", phrase)
         declared["leakproof"] = bool(proof) and not proof[-1]
+    # COST and ROWS: Postgres gives a SQL or PL/pgSQL function COST 100 and, when it
+    # returns a set, ROWS 1000 unless the header says otherwise
+    languages = re.findall(r"\blanguage\s+(\w+)", "\n".join(lines), re.I)
+    clauses = [line.lower().split() for line in lines
+               if line.lower().split()[:1] in (["cost"], ["rows"])]
+    if languages and languages[-1].lower() in ("sql", "plpgsql") and all(
+            len(c) == 2 and re.fullmatch(r"[0-9]+(?:\.[0-9]+)?", c[1]) for c in clauses):
+        said_of = {c[0]: float(c[1]) for c in clauses}
+        declared["COST"] = said_of.get("cost", 100.0)
+        if "rows" not in said_of:
+            declared["ROWS"] = _DEFAULT_ROWS
     settings = {}
     for line in lines:
         if not re.match(r"set\s", line, re.I) or _SET_SEARCH_PATH.match(line):
@@ -580,7 +594,8 @@ def replaced_functions(conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
     """pgfunnel's functions whose body or header differ from what this package's sql/
     installs, by name, each with what differs as doctor words it: ``its body``, ``its
     SECURITY``, ``its search_path``, ``its volatility``, ``its strictness``, ``its
-    parallel safety``, ``its leakproof`` or ``its SET <parameter>`` (another SET clause
+    parallel safety``, ``its leakproof``, ``its COST``, ``its ROWS`` (against Postgres'
+    defaults where sql/ says none) or ``its SET <parameter>`` (another SET clause
     changed, reset or added), joined by "and"; or ``missing from the database`` (dropped).
     Changed by hand (`create or replace function`, `alter function ... security definer`,
     `alter function ... set jit = on`, `drop function`) after init or migrate installed
@@ -597,9 +612,13 @@ def replaced_functions(conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
             declared["body"] = m.group(4)
             expected.setdefault(m.group(1).lower(), []).append(declared)
     installed: dict[str, list[dict[str, object]]] = {}
-    for name, definer, body, config, volatility, strict, parallel, leakproof in conn.execute(
+    for (name, definer, body, config, volatility, strict, parallel, leakproof, cost,
+         rows) in conn.execute(
             "select 'pgfunnel.' || p.proname, p.prosecdef, p.prosrc, p.proconfig, "
-            "       p.provolatile, p.proisstrict, p.proparallel, p.proleakproof "
+            "       p.provolatile, p.proisstrict, p.proparallel, p.proleakproof, "
+            "       p.procost, case when p.prorows = case when p.proretset then 1000 "
+            "                                             else 0 end "
+            "                       then null else p.prorows end "
             "from pg_catalog.pg_proc p "
             "where p.pronamespace = 'pgfunnel'::regnamespace and p.proname = any(%s)",
             ([n.removeprefix("pgfunnel.") for n in expected],)).fetchall():
@@ -610,6 +629,7 @@ def replaced_functions(conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
             "search_path": () if pinned is None else search_path_schemas(pinned),
             "volatility": str(volatility), "strictness": bool(strict),
             "parallel safety": str(parallel), "leakproof": bool(leakproof),
+            "COST": float(cost), "ROWS": _DEFAULT_ROWS if rows is None else float(rows),
             "settings": {k.lower(): v.lower() for k, v in settings.items()}})
     found = []
     for name in sorted(expected):

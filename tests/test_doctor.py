@@ -1230,10 +1230,10 @@ def test_doctor_names_a_function_whose_other_settings_were_altered_or_that_was_d
     """doctor compared body, SECURITY, search_path, volatility, strictness and parallel
     safety, not the other SET clauses sql/ declares (`jit = off`, `plan_cache_mode =
     force_generic_plan`: what keeps a search's plans generic and uncompiled), leakproof,
-    or one added by hand; and a function dropped by hand read as `(its body)`. It now
-    names each SET clause that differs by its parameter, leakproof, and a dropped
-    function as missing; the same value spelled otherwise is not a difference, and
-    `pgfunnel migrate` puts all back."""
+    COST, ROWS, or one added by hand; and a function dropped by hand read as `(its
+    body)`. It now names each SET clause that differs by its parameter, leakproof, COST
+    and ROWS, and a dropped function as missing; the same value spelled otherwise is not
+    a difference, and `pgfunnel migrate` puts all back."""
     from pgfunnel import schema
 
     with connect(db, autocommit=True) as conn:
@@ -1243,6 +1243,10 @@ def test_doctor_names_a_function_whose_other_settings_were_altered_or_that_was_d
         conn.execute("alter function pgfunnel._analyze_pass(text[], text, text[]) "
                      "reset plan_cache_mode")
         conn.execute("alter function pgfunnel.version() set work_mem = '64MB'")
+        conn.execute("alter function pgfunnel.version() cost 5")
+        conn.execute("alter function pgfunnel.analyze_each(text[], text, boolean) rows 10")
+        # ROWS as Postgres gives a set-returning function by default
+        conn.execute("alter function pgfunnel._analyze_pass(text[], text, text[]) rows 1000")
         conn.execute("alter function pgfunnel._fold_accents(text) leakproof")
         conn.execute("drop function pgfunnel.dropped_query_words(text, text)")
         # what sql/ declares (`jit = off`), spelled otherwise
@@ -1253,9 +1257,9 @@ def test_doctor_names_a_function_whose_other_settings_were_altered_or_that_was_d
     assert _functions_named_replaced(db, 5) == (
         "pgfunnel._analyze_pass (its SET plan_cache_mode), "
         "pgfunnel._fold_accents (its leakproof), "
-        "pgfunnel.analyze_each (its SET jit), "
+        "pgfunnel.analyze_each (its ROWS and SET jit), "
         "pgfunnel.dropped_query_words (missing from the database), "
-        "pgfunnel.version (its SET work_mem)")
+        "pgfunnel.version (its COST and SET work_mem)")
     with connect(db, autocommit=True) as conn:
         # two settings of one function, named together
         conn.execute("alter function pgfunnel._analyze_pass(text[], text, text[]) "
@@ -1275,11 +1279,12 @@ def test_a_header_form_doctor_cannot_read_is_not_compared() -> None:
 
     assert _declared_header("x integer)\nreturns integer language sql stable\n"
                             "set search_path = pg_catalog\n") == {
-        "SECURITY": False, "search_path": ("pg_catalog",), "settings": {}}
+        "SECURITY": False, "search_path": ("pg_catalog",), "COST": 100.0,
+        "ROWS": "the default", "settings": {}}
     assert _declared_header("language text)\nreturns text\nlanguage plpgsql stable strict\n"
                             "security definer\nset search_path = '$user', public\n") == {
         "SECURITY": True, "volatility": "s", "strictness": True, "parallel safety": "u",
-        "leakproof": False, "settings": {}}
+        "leakproof": False, "COST": 100.0, "ROWS": "the default", "settings": {}}
     assert "search_path" not in _declared_header(
         ")\nreturns int\nlanguage sql\nset search_path = a\nset search_path = b\n")
     assert _declared_header(")\nreturns int\nlanguage sql returns null on null input "
@@ -1289,10 +1294,16 @@ def test_a_header_form_doctor_cannot_read_is_not_compared() -> None:
     assert _declared_header(")\nreturns int\nlanguage sql leakproof\nset JIT = OFF\n"
                             "set work_mem to '64MB'\nset join_collapse_limit = 1\n") == {
         "SECURITY": False, "search_path": (), "volatility": "v", "strictness": False,
-        "parallel safety": "u", "leakproof": True,
+        "parallel safety": "u", "leakproof": True, "COST": 100.0, "ROWS": "the default",
         "settings": {"jit": "off", "work_mem": "64mb", "join_collapse_limit": "1"}}
     for clause in ("set jit from current", "set datestyle = iso, mdy"):
         assert "settings" not in _declared_header(f")\nreturns int\nlanguage sql\n{clause}\n")
+    # COST and ROWS as said; ROWS said is not compared (its default depends on whether the
+    # function returns a set), nor either where a clause is not read or the language is C
+    said = _declared_header(")\nreturns setof int\nlanguage plpgsql\ncost 5\nrows 10\n")
+    assert said["COST"] == 5.0 and "ROWS" not in said
+    for header in (")\nreturns int\nlanguage sql\ncost 1e3\n", ")\nreturns int\nlanguage c\n"):
+        assert "COST" not in _declared_header(header) and "ROWS" not in _declared_header(header)
 
 
 @pytest.mark.parametrize(("written", "stored", "read"), [
