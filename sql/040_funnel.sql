@@ -429,9 +429,9 @@ declare
     -- a query of nothing but question words, read as words (below)
     bare_terms text[];
     bare_positions integer[];
+    bare_dropped text[];
     -- the clitics the first pass dropped (`gibt's`), which the second drops too
     clitic_positions integer[];
-    clitics text[];
     n_chunks bigint;
     -- the share of the query's idf the version holds, and the share its best lexical
     -- match holds (see below)
@@ -564,10 +564,8 @@ begin
                                                    left(t.token, 20), length(t.token))
                                        else t.token end) filter (where t.unsearched), '{}'),
                coalesce(array_agg(t.token_position)
-                            filter (where t.dropped = 'letter after an apostrophe'), '{}'),
-               coalesce(array_agg(distinct t.token)
                             filter (where t.dropped = 'letter after an apostrophe'), '{}')
-          into q_terms, q_positions, dropped, clitic_positions, clitics
+          into q_terms, q_positions, dropped, clitic_positions
           from (select e.token_position, e.token, e.term, e.dropped,
                        bool_and(e.term is null) over (partition by e.token_position) as unsearched
                   from pgfunnel._analyze_pass(array[query_text], analyzer_name,
@@ -575,18 +573,31 @@ begin
         if cardinality(q_terms) = 0 and cardinality(dropped) > 0 then
             -- nothing left: question words (`explain`, `tell`) are then searched as
             -- words, as analyze_each(..., for_query => true) reads such a text; the
-            -- clitics stay dropped (`Gibt's` alone searched `s`)
+            -- clitics stay dropped (`Gibt's` alone searched `s`). The words this read
+            -- leaves unsearched, stop words with the clitics (`explain it`: `it`), are
+            -- the notice's, as dropped_query_words names them
             select coalesce(array_agg(w.term order by w.token_position)
-                                filter (where w.term is not null), '{}'),
+                                filter (where not w.clitic and w.term is not null), '{}'),
                    coalesce(array_agg(w.token_position order by w.token_position)
-                                filter (where w.term is not null), '{}')
-              into bare_terms, bare_positions
-              from pgfunnel._analyze_pass(array[query_text], analyzer_name, '{}') w
-             where w.token_position <> all (clitic_positions);
+                                filter (where not w.clitic and w.term is not null), '{}'),
+                   coalesce(array_agg(distinct
+                                      case when length(w.token) > 100
+                                           then format('%s... (%s characters; a term has at '
+                                                       'most 100)', left(w.token, 20),
+                                                       length(w.token))
+                                           else w.token end)
+                                filter (where w.unsearched), '{}')
+              into bare_terms, bare_positions, bare_dropped
+              from (select e.token_position, e.token, e.term, c.clitic,
+                           bool_and(c.clitic or e.term is null)
+                               over (partition by e.token_position) as unsearched
+                      from pgfunnel._analyze_pass(array[query_text], analyzer_name, '{}') e,
+                           lateral (select e.token_position = any (clitic_positions)
+                                               as clitic) c) w;
             if cardinality(bare_terms) > 0 then
                 q_terms := bare_terms;
                 q_positions := bare_positions;
-                dropped := clitics;
+                dropped := bare_dropped;
             end if;
         end if;
         if cardinality(q_terms) = 0 then

@@ -1275,3 +1275,42 @@ def test_clitics_are_not_searched_in_a_bare_question_nor_two_letter_ones(
     assert "pgfunnel: query words not searched: s" in said, said
     assert any(m.startswith("pgfunnel: no searchable term left in query_text (dropped: s, wie)")
                for m in said), said
+
+
+def test_a_bare_question_read_again_reports_every_word_not_searched(
+        conn: psycopg.Connection[Any]) -> None:
+    """A query of nothing but question words, stop words and clitics is read again with
+    its question words searched. The notice then named only the clitics (`Gibt's das`:
+    `s`, `explain it`: no notice at all) while dropped_query_words, and the notice of
+    every other query (`I'm locked out`: `i, m, out`), name the stop words too: what
+    docs/sql.md promises, every word not searched."""
+    from funnel_util import make_collection
+
+    make_collection(conn, "de", 16, analyzer="german_v8")
+    ingest(conn, [doc("gibt", "Gibt es eine API? Es gibt eine. Explain it.")],
+           collection="de")
+    ingest(conn, [doc("explain", "Explain it: the explain phase of a test run.")],
+           collection="en")
+    seen = _capture(conn)
+    for query, collection, analyzer in [("Gibt's das?", "de", "german_v8"),
+                                        ("explain it", "en", "english_v1"),
+                                        ("I'm locked out", "en", "english_v1")]:
+        dropped = conn.execute("select pgfunnel.dropped_query_words(%s, %s)",
+                               (query, analyzer)).fetchone()[0]  # type: ignore[index]
+        seen.clear()
+        lexical(conn, query, collection=collection)
+        notices = [m for s, m in seen if "query words not searched" in m]
+        assert notices == ["pgfunnel: query words not searched: " + ", ".join(dropped)], (
+            query, seen)
+    assert set(dropped) == {"i", "m", "out"}
+    assert [r[1] for r in lexical(conn, "Gibt's das?", collection="de")] == ["gibt"]
+    # the search() warning and the CLI's `warning:` line are this notice's text
+    for query, collection, words in [("Gibt's das?", "de", "das, s"),
+                                     ("explain it", "en", "it")]:
+        with Funnel(conn, collection, embedder=None) as f, \
+                warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            assert [r.citekey for r in f.search(query, k=3).results] == [
+                "gibt" if collection == "de" else "explain"]
+        said = [str(w.message) for w in got]
+        assert f"pgfunnel: query words not searched: {words}" in said, said
