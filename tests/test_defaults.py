@@ -428,12 +428,14 @@ def test_python_refuses_where_the_sql_does(conn: psycopg.Connection[Any]) -> Non
 def test_a_replayed_explain_translates_the_advice_the_sql_gives(
         conn: psycopg.Connection[Any]) -> None:
     # the replay finds the SQL explain's advice by its words, bounds among them ("at most
-    # 10000 rows", "at its most (100)"): advice the SQL no longer gives is never translated
+    # 10000 rows", "at its most (100)"): advice the SQL no longer gives is never translated.
+    # explain() is _explain_chunks for one chunk, so the advice is written there
     from pgfunnel.explain_log import _ADVICE
 
     rows = conn.execute(
         "select pg_catalog.pg_get_functiondef(p.oid) from pg_catalog.pg_proc p "
-        "where p.pronamespace = 'pgfunnel'::regnamespace and p.proname = 'explain'").fetchall()
+        "where p.pronamespace = 'pgfunnel'::regnamespace "
+        "and p.proname in ('explain', '_explain_chunks')").fetchall()
     # adjacent string literals on separate lines are one string in SQL
     body = " ".join(re.sub(r"'\s*\n\s*'", "", str(row[0])) for row in rows)
     for asked, _said in _ADVICE:
