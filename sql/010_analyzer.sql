@@ -427,13 +427,31 @@ as $$
            end
 $$;
 
+-- the most characters a reader's call of the analyzer takes: analyze's one text,
+-- analyze_each's inputs in all, and _analyze_pass's for a role that may not write the
+-- index. Written once, here, so the checks and their messages cannot disagree; a
+-- megabyte took seconds (11 s of dotted words)
+create or replace function pgfunnel._text_limit()
+returns integer
+language sql immutable parallel safe
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$ select 100000 $$;
+
+-- the form before _analyze_pass took bound_all: left beside the new one, a call with
+-- three arguments would match both
+drop function if exists pgfunnel._analyze_pass(text[], text, text[]);
+
 -- one pass of the analyzer over each input text, dropping `question_words` ('{}' for
 -- documents): every token, what it became, and why anything was dropped. Ingest
 -- analyses the distinct whitespace-separated words of a batch through analyze_each (the
 -- token pattern never spans whitespace), so indexed terms and query terms come from one
--- implementation.
+-- implementation. `bound_all` holds every role to _text_limit() in all (analyze_each's
+-- limit, counted here so a call counts its inputs once); without it only a role that
+-- may not write the index is held to it: false cannot loosen what a reader may do.
 create or replace function pgfunnel._analyze_pass(inputs text[], analyzer text,
-                                                  question_words text[])
+                                                  question_words text[],
+                                                  bound_all boolean default false)
 returns table (input_ordinal integer, token_position integer, token text, term text, dropped text)
 language plpgsql stable parallel safe
 security invoker
@@ -499,14 +517,21 @@ begin
     -- caller), so its own call was a way round analyze_each's limit: a megabyte of dotted
     -- words took 11 s. A role that may not write the index is held to that limit here;
     -- ingest and reindex, which analyse a batch's distinct words in one call, write them.
-    -- array_to_string keeps the common case a plpgsql simple expression, and the privilege
-    -- is looked up only past the limit
-    if length(array_to_string(inputs, '')) > 100000
-       and not has_table_privilege('pgfunnel.lexical', 'insert') then
-        perform pgfunnel._bad_parameter('inputs', format(
-            'hold %s characters in all; the limit is 100000 for a role that may not write the '
-            'index (pgfunnel.lexical), as for analyze_each (split the texts over several calls)',
-            length(array_to_string(inputs, ''))));
+    -- analyze_each's own limit (bound_all) is checked here too, so its inputs are counted
+    -- once. array_to_string keeps the common case a plpgsql simple expression, and the
+    -- privilege is looked up only past the limit
+    if length(array_to_string(inputs, '')) > pgfunnel._text_limit() then
+        if bound_all then
+            perform pgfunnel._bad_parameter('inputs', format(
+                'hold %s characters in all; the limit is %s, as for analyze''s input '
+                '(split the texts over several calls)',
+                length(array_to_string(inputs, '')), pgfunnel._text_limit()));
+        elsif not has_table_privilege('pgfunnel.lexical', 'insert') then
+            perform pgfunnel._bad_parameter('inputs', format(
+                'hold %s characters in all; the limit is %s for a role that may not write '
+                'the index (pgfunnel.lexical), as for analyze_each (split the texts over '
+                'several calls)', length(array_to_string(inputs, '')), pgfunnel._text_limit()));
+        end if;
     end if;
     select a.stem_dictionary::regdictionary into stem_dict
       from pgfunnel.analyzers() a where a.name = analyzer;
@@ -805,7 +830,6 @@ as $$
 declare
     too_long integer;
     too_long_chars integer;
-    total bigint;
 begin
     if for_query is null then
         perform pgfunnel._bad_parameter('for_query', 'must be true or false, not NULL');
@@ -823,19 +847,16 @@ begin
                 'funnel_search''s query_text', too_long_chars));
         end if;
     end if;
-    select coalesce(sum(length(i)), 0) into total from unnest(inputs) i;
-    if total > 100000 then
-        perform pgfunnel._bad_parameter('inputs', format(
-            'hold %s characters in all; the limit is 100000, as for analyze''s input '
-            '(split the texts over several calls)', total));
-    end if;
+    -- all of them together are held to analyze's limit for one input by _analyze_pass
+    -- (bound_all), which counts them for its own bound on readers anyway
     if not for_query then
-        return query select * from pgfunnel._analyze_pass(inputs, analyzer, '{}');
+        return query select * from pgfunnel._analyze_pass(inputs, analyzer, '{}', true);
         return;
     end if;
     return query
     with first_pass as (
-        select * from pgfunnel._analyze_pass(inputs, analyzer, pgfunnel._question_words(analyzer))
+        select * from pgfunnel._analyze_pass(inputs, analyzer, pgfunnel._question_words(analyzer),
+                                             true)
     ),
     bare as (
         -- inputs of which nothing is left but for question words
@@ -877,10 +898,10 @@ begin
         perform pgfunnel._bad_parameter('input', format(
             'is %s characters long; the limit for a query is 10000, as for funnel_search''s '
             'query_text', length(input)));
-    elsif length(input) > 100000 then
+    elsif length(input) > pgfunnel._text_limit() then
         perform pgfunnel._bad_parameter('input', format(
-            'is %s characters long; the limit is 100000 (analyze_each takes longer text)',
-            length(input)));
+            'is %s characters long; the limit is %s (analyze_each takes longer text)',
+            length(input), pgfunnel._text_limit()));
     end if;
 end
 $$;

@@ -2027,3 +2027,13 @@ def test_a_reader_calling_the_analyzer_helper_itself_is_held_to_analyze_eachs_li
     with connect(writer_dsn) as writer:
         [(rows,)] = writer.execute(stmt, (past,)).fetchall()
         assert rows > 15_000
+        # analyze_each's limit, which it has _analyze_pass check (bound_all) so its inputs
+        # are counted once, binds a writer too; a reader passing false is still bound
+        # (above: false is the default)
+        with pytest.raises(psycopg.errors.InvalidParameterValue) as err:
+            writer.execute("select count(*) from pgfunnel._analyze_pass(%s, 'english_v8', "
+                           "'{}', bound_all => true)", (past,))
+        writer.rollback()
+        assert str(err.value).splitlines()[0] == (
+            "inputs: hold 105003 characters in all; the limit is 100000, as for analyze's "
+            "input (split the texts over several calls)")

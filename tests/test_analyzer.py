@@ -1186,6 +1186,35 @@ def test_analyze_each_refuses_a_call_past_its_limits(conn: psycopg.Connection[An
     assert rows == (2 * 1_429,)
 
 
+def test_the_text_limit_is_written_once_and_the_docs_state_it(
+        conn: psycopg.Connection[Any]) -> None:
+    """analyze's per-input check, analyze_each's total and _analyze_pass's bound on readers
+    each wrote 100000 into their check and message; all read pgfunnel._text_limit() now,
+    and sql/ writes the number nowhere else. The docs state it."""
+    [(limit,)] = conn.execute("select pgfunnel._text_limit()").fetchall()
+    sql_text = (Path(__file__).resolve().parent.parent / "sql" / "010_analyzer.sql").read_text()
+    assert re.findall(r"(?<![0-9a-fA-F\\])100000(?![0-9])", sql_text) == [str(limit)]
+    for name in ("_analyze_pass", "analyze_each", "_check_analyze_input"):
+        [(body,)] = conn.execute(
+            "select p.prosrc from pg_catalog.pg_proc p where p.pronamespace = "
+            "'pgfunnel'::regnamespace and p.proname = %s", (name,)).fetchall()
+        assert str(limit) not in body, name
+    docs = Path(__file__).resolve().parent.parent / "docs"
+    for page in ("sql.md", "security.md"):
+        assert f"{limit:,} characters" in (docs / page).read_text(), page
+    # at the limit, and one past it
+    assert len(conn.execute("select pgfunnel.analyze(%s)",
+                            ("ab " * (limit // 3) + " " * (limit % 3),)).fetchone()[0]) \
+        == limit // 3
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match=f"the limit is {limit} "):
+        conn.execute("select pgfunnel.analyze(%s)", ("a" * (limit + 1),))
+    conn.rollback()
+    with pytest.raises(psycopg.errors.InvalidParameterValue,
+                       match=f"hold {limit + 1} characters in all; the limit is {limit},"):
+        conn.execute("select count(*) from pgfunnel.analyze_each(%s)", (["a" * limit, "b"],))
+    conn.rollback()
+
+
 def test_a_letter_alone_after_an_apostrophe_is_not_searched(
         sample_conn: psycopg.Connection[Any]) -> None:
     """An apostrophe splits `gibt's`, `don't`, `I'm` into a word and a letter. Where the

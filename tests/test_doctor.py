@@ -1240,13 +1240,14 @@ def test_doctor_names_a_function_whose_other_settings_were_altered_or_that_was_d
         assert schema.replaced_functions(conn) == []
         conn.execute("alter function pgfunnel.analyze_each(text[], text, boolean) "
                      "set jit = on")
-        conn.execute("alter function pgfunnel._analyze_pass(text[], text, text[]) "
+        conn.execute("alter function pgfunnel._analyze_pass(text[], text, text[], boolean) "
                      "reset plan_cache_mode")
         conn.execute("alter function pgfunnel.version() set work_mem = '64MB'")
         conn.execute("alter function pgfunnel.version() cost 5")
         conn.execute("alter function pgfunnel.analyze_each(text[], text, boolean) rows 10")
         # ROWS as Postgres gives a set-returning function by default
-        conn.execute("alter function pgfunnel._analyze_pass(text[], text, text[]) rows 1000")
+        conn.execute("alter function pgfunnel._analyze_pass(text[], text, text[], boolean) "
+                     "rows 1000")
         conn.execute("alter function pgfunnel._fold_accents(text) leakproof")
         conn.execute("drop function pgfunnel.dropped_query_words(text, text)")
         # what sql/ declares (`jit = off`), spelled otherwise
@@ -1262,7 +1263,7 @@ def test_doctor_names_a_function_whose_other_settings_were_altered_or_that_was_d
         "pgfunnel.version (its COST and SET work_mem)")
     with connect(db, autocommit=True) as conn:
         # two settings of one function, named together
-        conn.execute("alter function pgfunnel._analyze_pass(text[], text, text[]) "
+        conn.execute("alter function pgfunnel._analyze_pass(text[], text, text[], boolean) "
                      "set jit = on")
         assert ("pgfunnel._analyze_pass", "its SET jit and SET plan_cache_mode") in \
             schema.replaced_functions(conn)
