@@ -726,18 +726,24 @@ def test_explain_a_document_names_its_capped_chunks(conn: psycopg.Connection[Any
 def test_explain_a_document_of_many_chunks_answers_as_each_chunk_does(
         conn: psycopg.Connection[Any]) -> None:
     """A document's explain ran the search once per chunk (about a second for a hundred
-    chunks); from one run of the funnel it must give what explaining each chunk gives:
-    every column of every chunk's row, the furthest chunk and the capped ones."""
-    from pgfunnel.explain import _EXPLAIN_CHUNKS_SQL, explain
+    chunks); from one run of the funnel, and one statement for all its chunks, it must
+    give what explaining each chunk gives: every column of every chunk's row, the furthest
+    chunk and the capped ones, under every verdict and filter."""
+    from pgfunnel.explain import _EXPLAIN_CHUNKS_SQL, _EXPLAIN_SQL, explain
     from pgfunnel.search import Funnel
 
     # chunks that hold the query word 0 - 6 times, among other documents that hold it
-    # too: the cap, the cut, the pool's edge and the legs' depth each meet some of them
+    # too: the cap, the cut, the pool's edge and the legs' depth each meet some of them;
+    # a private document, one in German and a metadata kind for the filters to hide
     text = "\n\n".join(f"part {i} " + " ".join(["quasar"] * (i % 7) + ["filler", "words"] * 70)
                        for i in range(60))
-    others = [doc(f"other{i}", " ".join(["quasar"] * (1 + i % 4) + ["prose"] * (8 + i)))
+    others = [doc(f"other{i}", " ".join(["quasar"] * (1 + i % 4) + ["prose"] * (8 + i)),
+                  language="en", metadata={"kind": "ab"[i % 2]})
               for i in range(30)]
-    vecs = ingest(conn, [doc("long", text), *others], dims=DIMS)
+    hidden = [doc("secret", "quasar part " * 6, readers=["alice"], language="en"),
+              doc("german", "quasar teil quasar part", language="de")]
+    vecs = ingest(conn, [doc("long", text, language="en", metadata={"kind": "a"}), *others,
+                         *hidden], dims=DIMS)
     long_ids = _ids(conn, "long")
     assert len(long_ids) == 60
     params = {"k": 5, "overfetch": 2, "per_source_cap": 2, "lexical_depth": 50,
@@ -764,20 +770,35 @@ def test_explain_a_document_of_many_chunks_answers_as_each_chunk_does(
             assert whole.capped_chunks == [
                 {"ordinal": long_ids.index(e.chunk_id), "chunk_id": e.chunk_id,
                  "fused_rank": e.fused_rank} for e in capped] != []
-            # the SQL itself: each chunk's row, and one for a chunk that does not exist
-            args = {"query_text": "quasar part", "query_embedding": v, "as_of": None,
-                    "collection": "t", "principals": [], "tenant": None, "language": None,
-                    "metadata_filter": None, "rrf_k": 60, "ef_search": 100, "k1": 1.2,
-                    "b": 0.75, **params, "chunk_ids": [*long_ids, -1]}
-            rows = conn.execute(_EXPLAIN_CHUNKS_SQL, args).fetchall()
-            assert [r[0] for r in rows] == [*long_ids, -1]
-            for r, cid in zip(rows, [*long_ids, -1], strict=True):
-                one = conn.execute(
-                    "select * from pgfunnel.explain('quasar part', %s, chunk_id => %s, k => 5, "
-                    "collection => 't', fusion => 'rrf', weights => '{1,1}', overfetch => 2, "
-                    "per_source_cap => 2, lexical_depth => 50, dense_depth => 12)",
-                    (v, cid)).fetchone()
-                assert tuple(r[1:]) == tuple(one), cid
+    # the SQL itself, over the chunks of every document, one that does not exist and one
+    # asked twice: each row is what explaining that chunk alone gives
+    every = [*long_ids, *(i for j in range(30) for i in _ids(conn, f"other{j}")),
+             *_ids(conn, "secret"), *_ids(conn, "german"), -1, long_ids[3]]
+    base = {"query_text": "quasar part", "as_of": None, "collection": "t", "principals": [],
+            "tenant": None, "language": None, "metadata_filter": None, "rrf_k": 60,
+            "ef_search": 100, "k1": 1.2, "b": 0.75, **params}
+    cases = [{}, {"principals": ["alice"]}, {"language": "en"},
+             {"metadata_filter": Jsonb({"kind": "a"})},
+             {"k": 8, "overfetch": 3, "per_source_cap": 3, "lexical_depth": 20,
+              "dense_depth": 20, "fusion": "minmax", "weights": None}]
+    seen: set[str] = set()
+    for case in cases:
+        for v in (None, vecs["long"][5]):
+            args = {**base, **case, "query_embedding": v}
+            rows = conn.execute(_EXPLAIN_CHUNKS_SQL, {**args, "chunk_ids": every}).fetchall()
+            assert [r[0] for r in rows] == every
+            for r, cid in zip(rows, every, strict=True):
+                one = conn.execute(_EXPLAIN_SQL, {**args, "chunk_id": cid}).fetchall()
+                assert [tuple(r[1:])] == [tuple(o) for o in one], (case, cid)
+            verdicts: dict[str, list[int]] = {}
+            for r in rows:
+                verdicts.setdefault(r[1], []).append(r[0])
+            seen |= set(verdicts)
+            hidden_ids = {*([] if case.get("principals") else _ids(conn, "secret")),
+                          *(_ids(conn, "german") if case.get("language") else []), -1}
+            assert hidden_ids <= set(verdicts["filtered out or does not exist"]), case
+    assert seen == {"returned", "capped", "cut at k", "not in pool", "in no leg at its depth",
+                    "filtered out or does not exist"}, seen
 
 
 def test_untraced_search_runs_in_a_read_only_transaction(conn: psycopg.Connection[Any],
