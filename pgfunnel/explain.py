@@ -292,10 +292,9 @@ _SELECTED = ("verdict, lexical_rank, lexical_score, lexical_exact_score, lexical
 _NAMED_ARGS = ("query_text => %(query_text)s, query_embedding => %(query_embedding)b, "
                "as_of => coalesce(%(as_of)s, now()), "
                + ", ".join(f"{n} => %({n})s" for n in _ARGS))
-_EXPLAIN_SQL = (f"select {_SELECTED} from pgfunnel.explain({_NAMED_ARGS}, "
-                "chunk_id => %(chunk_id)s)")
-# a document's chunks, from one run of the funnel: explain() per chunk reran the search
-# for each (about a second for a document of a hundred chunks)
+# every chunk of a target, from one run of the funnel: explain() per chunk of a document
+# reran the search for each (about a second for a hundred chunks); explain() itself is
+# this for one chunk, so a target of one chunk asks the same way
 _EXPLAIN_CHUNKS_SQL = (f"select chunk_id, {_SELECTED} from pgfunnel._explain_chunks("
                        f"{_NAMED_ARGS}, chunk_ids => %(chunk_ids)s)")
 
@@ -333,23 +332,19 @@ def _explain_rows(funnel: Funnel, query: str | None, vector: np.ndarray | None,
                         ids: list[int | None] = list(ordinals) or [None]
                     else:
                         ids = [resolve_target(conn, target, p.collection)]
-                    if len(ordinals) > 1:
-                        args["chunk_ids"] = list(ordinals)
-                        with tuple_rows(conn):
-                            got = {int(r[0]): r[1:] for r in
-                                   conn.execute(_EXPLAIN_CHUNKS_SQL, args).fetchall()}
-                        missing = next((c for c in ordinals if c not in got), None)
-                        if missing is not None:
-                            _no_row(target, missing)
-                        rows: list[tuple[int | None, dict[str, Any]]] = [
-                            (cid, dict(zip(_COLUMNS, got[cid], strict=True)))
-                            for cid in ordinals]
-                    else:
-                        args["chunk_id"] = ids[0] if ids[0] is not None else -1
-                        row = conn.execute(_EXPLAIN_SQL, args).fetchone()
-                        if row is None:
-                            _no_row(target, args["chunk_id"])
-                        rows = [(ids[0], dict(zip(_COLUMNS, row, strict=True)))]
+                    # a document without chunks, or an id past bigint, is asked for as
+                    # -1, which no chunk has: its row says missing or hidden
+                    asked = [-1 if cid is None else cid for cid in ids]
+                    args["chunk_ids"] = asked
+                    with tuple_rows(conn):
+                        got = {int(r[0]): r[1:] for r in
+                               conn.execute(_EXPLAIN_CHUNKS_SQL, args).fetchall()}
+                    missing = next((c for c in asked if c not in got), None)
+                    if missing is not None:
+                        _no_row(target, missing)
+                    rows: list[tuple[int | None, dict[str, Any]]] = [
+                        (cid, dict(zip(_COLUMNS, got[a], strict=True)))
+                        for cid, a in zip(ids, asked, strict=True)]
                     # a notice per chunk would repeat the analyzer's one for the query
                     del notices[first_sql_notice + 1:]
                     found.append((rows, ordinals))
