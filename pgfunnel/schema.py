@@ -518,8 +518,8 @@ _SET_OTHER = re.compile(r"^set\s+(\w+)\s*(?:=|\s+to\s+)\s*([a-z_]\w*|-?[0-9]+(?:
 #: a function's attributes doctor compares, in the words its finding names them by
 _HEADER_ATTRIBUTES = ("SECURITY", "search_path", "volatility", "strictness",
                       "parallel safety", "leakproof", "COST", "ROWS")
-#: the ROWS a set-returning function gets by default (0 for one that is not): a
-#: function's ROWS is compared only where sql/ leaves it to that default
+#: the ROWS a set-returning function gets by default (0 for one that is not), as both
+#: sides of the comparison write it
 _DEFAULT_ROWS = "the default"
 
 
@@ -558,8 +558,10 @@ def _declared_header(header: str) -> dict[str, object]:
             len(c) == 2 and re.fullmatch(r"[0-9]+(?:\.[0-9]+)?", c[1]) for c in clauses):
         said_of = {c[0]: float(c[1]) for c in clauses}
         declared["COST"] = said_of.get("cost", 100.0)
-        if "rows" not in said_of:
-            declared["ROWS"] = _DEFAULT_ROWS
+        # a ROWS written as the default (1000: Postgres takes ROWS of a set-returning
+        # function alone) reads as the installed one does
+        rows = said_of.get("rows", 1000.0)
+        declared["ROWS"] = _DEFAULT_ROWS if rows == 1000.0 else rows
     settings = {}
     for line in lines:
         if not re.match(r"set\s", line, re.I) or _SET_SEARCH_PATH.match(line):
@@ -569,10 +571,10 @@ def _declared_header(header: str) -> dict[str, object]:
             # so none of the function's other settings is compared
             break
         value = m.group(2)
-        # in either case: the values sql/ sets (off, force_generic_plan) are Postgres'
-        # words, whose case it ignores
+        # as Postgres keeps it: a word folded to lower case, a string literal as written
+        # (whether its case matters is the setting's type: _setting_value)
         settings[m.group(1).lower()] = (value[1:-1].replace("''", "'")
-                                        if value.startswith("'") else value).lower()
+                                        if value.startswith("'") else value.lower())
     else:
         declared["settings"] = settings
     paths = [m.group(1) for line in lines if (m := _SET_SEARCH_PATH.match(line))]
@@ -581,6 +583,30 @@ def _declared_header(header: str) -> dict[str, object]:
     elif not paths and "search_path" not in header.lower():
         declared["search_path"] = ()
     return declared
+
+
+#: the spellings Postgres reads as a boolean setting's value, in any case, and any prefix
+#: of the first four long enough to tell them apart (its parse_bool)
+_BOOLEAN_WORDS = (("true", "on"), ("false", "off"), ("yes", "on"), ("no", "off"))
+
+
+def _setting_value(value: str, kind: str | None) -> str:
+    """A SET clause's value as Postgres reads it for a setting of ``kind``
+    (pg_settings.vartype): a boolean's spellings (``OFF``, ``false``, ``0``, ``n``) as
+    ``on`` or ``off``, an enum's in lower case (Postgres matches its names in any case);
+    any other value as written, where case can matter (a string such as a role name or a
+    time zone, a memory unit: ``64MB`` is not ``64mb``) or the setting is unknown."""
+    if kind == "enum":
+        return value.lower()
+    if kind != "bool":
+        return value
+    word = value.lower()
+    if word in ("on", "1"):
+        return "on"
+    if word in ("of", "off", "0"):
+        return "off"
+    return next((meaning for full, meaning in _BOOLEAN_WORDS if word and full.startswith(word)),
+                value)
 
 
 def _set_clauses(attributes: dict[str, object]) -> dict[str, object]:
@@ -596,7 +622,8 @@ def replaced_functions(conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
     SECURITY``, ``its search_path``, ``its volatility``, ``its strictness``, ``its
     parallel safety``, ``its leakproof``, ``its COST``, ``its ROWS`` (against Postgres'
     defaults where sql/ says none) or ``its SET <parameter>`` (another SET clause
-    changed, reset or added), joined by "and"; or ``missing from the database`` (dropped).
+    changed, reset or added; its value read by the setting's type, _setting_value),
+    joined by "and"; or ``missing from the database`` (dropped).
     Changed by hand (`create or replace function`, `alter function ... security definer`,
     `alter function ... set jit = on`, `drop function`) after init or migrate installed
     them, which the release digest in the schema's comment does not tell. Meaningful
@@ -630,7 +657,17 @@ def replaced_functions(conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
             "volatility": str(volatility), "strictness": bool(strict),
             "parallel safety": str(parallel), "leakproof": bool(leakproof),
             "COST": float(cost), "ROWS": _DEFAULT_ROWS if rows is None else float(rows),
-            "settings": {k.lower(): v.lower() for k, v in settings.items()}})
+            "settings": {k.lower(): v for k, v in settings.items()}})
+    # each setting's value read by its type, on both sides
+    every = [said for functions in (*expected.values(), *installed.values())
+             for each in functions if isinstance(said := each.get("settings"), dict)]
+    names = sorted({str(k) for said in every for k in said})
+    kinds = {str(name): str(kind) for name, kind in conn.execute(
+        "select name, vartype from pg_catalog.pg_settings where name = any(%s)",
+        (names,)).fetchall()} if names else {}
+    for said in every:
+        for k, v in said.items():
+            said[k] = _setting_value(str(v), kinds.get(str(k)))
     found = []
     for name in sorted(expected):
         want, have = expected[name], installed.get(name, [])

@@ -705,10 +705,13 @@ def security_findings(conn: psycopg.Connection[Any],
         names = search_path_schemas(str(path))
         if not names:
             # a path pgfunnel cannot read, or an empty one (Postgres then searches
-            # pg_temp first), pins nothing it can vouch for
+            # pg_temp first), pins nothing it can vouch for. Shown as Postgres shows the
+            # setting (SHOW search_path: as stored, an empty list as ""), not in Python's
+            # quotes, which doubled or escaped the ones the setting holds
+            shown = str(path) or '""'
             out.append(SecurityFinding(
                 "warning", "search_path",
-                f"{sig} pins search_path to {path!r}, which pgfunnel cannot read as a list "
+                f"{sig} pins search_path to {shown}, which pgfunnel cannot read as a list "
                 "of its own schemas (run `pgfunnel migrate` to reinstall the functions)"))
             continue
         others = [name for name in names if name not in PINNED_PATH_SCHEMAS]

@@ -1296,15 +1296,60 @@ def test_a_header_form_doctor_cannot_read_is_not_compared() -> None:
                             "set work_mem to '64MB'\nset join_collapse_limit = 1\n") == {
         "SECURITY": False, "search_path": (), "volatility": "v", "strictness": False,
         "parallel safety": "u", "leakproof": True, "COST": 100.0, "ROWS": "the default",
-        "settings": {"jit": "off", "work_mem": "64mb", "join_collapse_limit": "1"}}
+        "settings": {"jit": "off", "work_mem": "64MB", "join_collapse_limit": "1"}}
     for clause in ("set jit from current", "set datestyle = iso, mdy"):
         assert "settings" not in _declared_header(f")\nreturns int\nlanguage sql\n{clause}\n")
-    # COST and ROWS as said; ROWS said is not compared (its default depends on whether the
-    # function returns a set), nor either where a clause is not read or the language is C
+    # COST and ROWS as said, ROWS 1000 as the default it is (only a set-returning function
+    # takes ROWS); neither where a clause is not read or the language is C
     said = _declared_header(")\nreturns setof int\nlanguage plpgsql\ncost 5\nrows 10\n")
-    assert said["COST"] == 5.0 and "ROWS" not in said
+    assert said["COST"] == 5.0 and said["ROWS"] == 10.0
+    assert _declared_header(")\nreturns setof int\nlanguage sql\nrows 1000\n")["ROWS"] \
+        == "the default"
     for header in (")\nreturns int\nlanguage sql\ncost 1e3\n", ")\nreturns int\nlanguage c\n"):
         assert "COST" not in _declared_header(header) and "ROWS" not in _declared_header(header)
+
+
+def test_doctor_reads_a_written_rows_and_each_settings_value_as_postgres_does(
+        db: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ROWS a sql/ header writes was not compared (none writes one today: a copy of sql/
+    whose analyze_each says `rows 50` and `set application_name = 'Pgfunnel'` stands for
+    one), and every setting's value was compared in any case: right for a boolean's or
+    an enum's, which Postgres reads in any case and spelling (`'FALSE'`, `'0'` are
+    `off`), wrong for a string's, where `pgfunnel` is not `Pgfunnel`."""
+    import shutil
+
+    from pgfunnel import schema
+
+    copy = tmp_path / "sql"
+    shutil.copytree(schema.sql_dir(), copy)
+    analyzer = copy / "010_analyzer.sql"
+    text = analyzer.read_text()
+    at = text.index("\nset jit = off\n",
+                    text.index("create or replace function pgfunnel.analyze_each("))
+    analyzer.write_text(text[:at] + "\nrows 50\nset application_name = 'Pgfunnel'" + text[at:])
+    monkeypatch.setattr(schema, "sql_dir", lambda: copy)
+    sig = "pgfunnel.analyze_each(text[], text, boolean)"
+    as_declared = (f"alter function {sig} rows 50 set application_name = 'Pgfunnel' "
+                   "set jit = off set plan_cache_mode = force_generic_plan")
+    with connect(db, autocommit=True) as conn:
+        assert schema.replaced_functions(conn) == [
+            ("pgfunnel.analyze_each", "its ROWS and SET application_name")]
+        conn.execute(as_declared)
+        assert schema.replaced_functions(conn) == []
+        for clause, named in [("rows 10", "its ROWS"), ("rows 1000", "its ROWS"),
+                              ("set application_name = 'pgfunnel'", "its SET application_name"),
+                              ("set jit = 'FALSE'", None), ("set jit = '0'", None),
+                              ("set jit = 'on'", "its SET jit"),
+                              ("set plan_cache_mode = 'Force_Generic_Plan'", None)]:
+            conn.execute(f"alter function {sig} {clause}")
+            assert schema.replaced_functions(conn) == (
+                [] if named is None else [("pgfunnel.analyze_each", named)]), clause
+            conn.execute(as_declared)
+    monkeypatch.undo()
+    with connect(db, autocommit=True) as conn:
+        # against the package's own sql/, which writes neither
+        assert schema.replaced_functions(conn) == [
+            ("pgfunnel.analyze_each", "its ROWS and SET application_name")]
 
 
 @pytest.mark.parametrize(("written", "stored", "read"), [
@@ -1365,14 +1410,20 @@ def test_a_pinned_path_the_reader_cannot_read_fails_the_security_check(db: str) 
     # Postgres folds ASCII letters alone in a UTF-8 database
     assert search_path_schemas("ÉCOLE, Pg_Temp") == ("École", "pg_temp")
     with connect(db, autocommit=True) as conn:
-        for value in ('"pgfunnel', ""):
+        for value in ('"pgfunnel', "", "'pgfunnel'"):
             conn.execute("update pg_catalog.pg_proc set proconfig = array[%s] "
                          "where oid = 'pgfunnel.analyzers'::regproc",
                          (f"search_path={value}",))
             assert replaced_functions(conn) == [("pgfunnel.analyzers", "its search_path")]
             warned = [f.message for f in security_findings(conn)
                       if f.check == "search_path" and f.level == "warning"]
+            # the setting as Postgres shows it (an empty one as SHOW shows it, below), not
+            # in Python's quotes ('"pgfunnel', "''")
+            shown = value or '""'
             assert warned == [
-                f"pgfunnel.analyzers() pins search_path to {value!r}, which pgfunnel cannot "
-                "read as a list of its own schemas (run `pgfunnel migrate` to reinstall "
-                "the functions)"], value
+                f"pgfunnel.analyzers() pins search_path to {shown}, which pgfunnel "
+                "cannot read as a list of its own schemas (run `pgfunnel migrate` to "
+                "reinstall the functions)"], value
+        with conn.transaction():
+            conn.execute("set local search_path = ''")
+            assert conn.execute("show search_path").fetchone() == ('""',)
