@@ -763,6 +763,17 @@ def watch_index_build(conn: psycopg.Connection[Any],
 _DIGIT_OR_JOINER = re.compile("[0-9._\\-\u2010-\u2013\u2212]")
 
 
+def _takes_general_path(word: str) -> bool:
+    """Whether the analyzer reads ``word`` down its general path: a digit or a joiner
+    in the word as v3 analyzers on read it, after Unicode folding (NFKC). A character
+    that folds into one (``…`` is ``...``, ``²`` is ``2``) sent every word of the plain
+    call down the general path, at about twice the cost: in the pydocs corpus, 33 of
+    30,313 plain words, in every batch of 2,000 chunks."""
+    return bool(_DIGIT_OR_JOINER.search(word)) or (
+        not word.isascii()
+        and _DIGIT_OR_JOINER.search(unicodedata.normalize("NFKC", word)) is not None)
+
+
 class TermAnalyzer:
     """Turns chunk text into BM25 terms through the database's own analyzer.
 
@@ -806,7 +817,7 @@ class TermAnalyzer:
         plain: list[str] = []
         general: list[str] = []
         for w in distinct:
-            (general if _DIGIT_OR_JOINER.search(w) else plain).append(w)
+            (general if _takes_general_path(w) else plain).append(w)
         for words in (plain, general):
             if not words:
                 continue
