@@ -266,10 +266,16 @@ begin
     end if;
     -- (written with chr() once the encoding is known: another cannot hold these)
     dash_chars := chr(8208) || chr(8209) || chr(8210) || chr(8211) || chr(8722);
-    return array(select translate(translate(normalize(i.txt, nfkc),
-                                            chr(173) || chr(8203) || chr(8204) || chr(8205)
-                                            || chr(8288) || chr(65279), ''),
-                                  dash_chars, case when dashes then '-----' else dash_chars end)
+    -- A text of ASCII alone (as many bytes as characters) is its own NFKC form and holds
+    -- none of the characters translated: kept as it is, it skips the normalization's
+    -- per-character table lookups and two translates (most words of a batch, in English)
+    return array(select case when octet_length(i.txt) = length(i.txt) then i.txt
+                             else translate(translate(normalize(i.txt, nfkc),
+                                                      chr(173) || chr(8203) || chr(8204)
+                                                      || chr(8205) || chr(8288) || chr(65279), ''),
+                                            dash_chars,
+                                            case when dashes then '-----' else dash_chars end)
+                        end
                    from unnest(inputs) with ordinality as i(txt, ord)
                   order by i.ord);
 end
@@ -297,7 +303,11 @@ set search_path = pg_catalog, pgfunnel
 as $$
 begin
     if getdatabaseencoding() <> 'UTF8'
-       or not exists (select 1 from unnest(inputs) as i(txt) where i.txt ~ ('[' || chars || ']')) then
+       -- (every character passed is past ASCII: a text of ASCII alone, as many bytes as
+       -- characters, is not matched against the bracket, a regular expression per text)
+       or not exists (select 1 from unnest(inputs) as i(txt)
+                       where octet_length(i.txt) <> length(i.txt)
+                         and i.txt ~ ('[' || chars || ']')) then
         return inputs;
     end if;
     return array(
@@ -512,6 +522,9 @@ declare
     framing_work text[] := '{}';
     -- a letter alone after a word's apostrophe, as `input:position` (see below)
     apostrophe_letters text[] := '{}';
+    -- (the queries below test these two for being empty before they build a token's
+    -- `input:position` to look it up: a document's are always empty, and each token
+    -- built the string, twice or three times, to compare with nothing)
 begin
     -- Readers hold EXECUTE on this helper (analyze_each and each search run it as the
     -- caller), so its own call was a way round analyze_each's limit: a megabyte of dotted
@@ -674,7 +687,8 @@ begin
         select i.ord::integer, m.ord::integer, m.match[1],
                case when length(m.match[1]) > 100 then null
                     when lx.is_question then null
-                    when (i.ord || ':' || m.ord) = any (apostrophe_letters) then null
+                    when cardinality(apostrophe_letters) > 0
+                         and (i.ord || ':' || m.ord) = any (apostrophe_letters) then null
                     when cardinality(lx.lexemes) > 0
                         then case when fold_accents then pgfunnel._fold_accents(lx.lexemes[1])
                                   else lx.lexemes[1] end
@@ -682,7 +696,8 @@ begin
                case when length(m.match[1]) > 100 then 'longer than 100 characters'
                     when lx.is_question then 'question word'
                     when coalesce(cardinality(lx.lexemes), 0) = 0 then 'stop word'
-                    when (i.ord || ':' || m.ord) = any (apostrophe_letters)
+                    when cardinality(apostrophe_letters) > 0
+                         and (i.ord || ':' || m.ord) = any (apostrophe_letters)
                         then 'letter after an apostrophe'
                end
           from unnest(inputs) with ordinality as i(txt, ord),
@@ -700,7 +715,8 @@ begin
                                      or pgfunnel._frames_question(
                                             m.match[1], m.ord::integer, first_content[i.ord],
                                             last_content[i.ord], first_do[i.ord])))
-                               or (i.ord || ':' || m.ord) = any (framing_work) as is_question
+                               or (cardinality(framing_work) > 0
+                                   and (i.ord || ':' || m.ord) = any (framing_work)) as is_question
                         offset 0) lx
          order by 1, 2;
         return;
@@ -783,7 +799,8 @@ begin
                           or pgfunnel._frames_question(e.piece, e.pos, first_content[e.inp],
                                                        last_content[e.inp], first_do[e.inp])))
                     -- (the token itself: a compound holding `work` is searched)
-                    or (e.tok = e.piece and (e.inp || ':' || e.pos) = any (framing_work)))
+                    or (e.tok = e.piece and cardinality(framing_work) > 0
+                        and (e.inp || ':' || e.pos) = any (framing_work)))
                as is_question,
                case when e.kind = 'word' then ts_lexize(stem_dict, e.piece) end as lexemes
           from expanded e
@@ -791,7 +808,8 @@ begin
     select a.inp, a.pos, a.tok,
            case
                when a.is_question or a.kind = 'too long' then null
-               when a.kind = 'word' and (a.inp || ':' || a.pos) = any (apostrophe_letters)
+               when a.kind = 'word' and cardinality(apostrophe_letters) > 0
+                    and (a.inp || ':' || a.pos) = any (apostrophe_letters)
                    then null
                when a.kind <> 'word' and fold_accents then pgfunnel._fold_accents(a.piece)
                when a.kind <> 'word' then a.piece
@@ -804,7 +822,8 @@ begin
                when a.kind = 'too long' then 'longer than 100 characters'
                when a.kind = 'word' and (a.lexemes is null or cardinality(a.lexemes) = 0)
                    then 'stop word'
-               when a.kind = 'word' and (a.inp || ':' || a.pos) = any (apostrophe_letters)
+               when a.kind = 'word' and cardinality(apostrophe_letters) > 0
+                    and (a.inp || ':' || a.pos) = any (apostrophe_letters)
                    then 'letter after an apostrophe'
            end
       from analyzed a
