@@ -729,8 +729,13 @@ def test_explain_a_document_of_many_chunks_answers_as_each_chunk_does(
     chunks); from one run of the funnel, and one statement for all its chunks, it must
     give what explaining each chunk gives: every column of every chunk's row, the furthest
     chunk and the capped ones, under every verdict and filter."""
-    from pgfunnel.explain import _EXPLAIN_CHUNKS_SQL, _EXPLAIN_SQL, explain
+    from pgfunnel.explain import _EXPLAIN_CHUNKS_SQL, _NAMED_ARGS, _SELECTED, explain
     from pgfunnel.search import Funnel
+
+    # SQL explain() of one chunk: the answer each chunk's row must equal (the Python
+    # side now asks _explain_chunks for every target)
+    explain_one_sql = (f"select {_SELECTED} from pgfunnel.explain({_NAMED_ARGS}, "
+                       "chunk_id => %(chunk_id)s)")
 
     # chunks that hold the query word 0 - 6 times, among other documents that hold it
     # too: the cap, the cut, the pool's edge and the legs' depth each meet some of them;
@@ -788,7 +793,7 @@ def test_explain_a_document_of_many_chunks_answers_as_each_chunk_does(
             rows = conn.execute(_EXPLAIN_CHUNKS_SQL, {**args, "chunk_ids": every}).fetchall()
             assert [r[0] for r in rows] == every
             for r, cid in zip(rows, every, strict=True):
-                one = conn.execute(_EXPLAIN_SQL, {**args, "chunk_id": cid}).fetchall()
+                one = conn.execute(explain_one_sql, {**args, "chunk_id": cid}).fetchall()
                 assert [tuple(r[1:])] == [tuple(o) for o in one], (case, cid)
             verdicts: dict[str, list[int]] = {}
             for r in rows:
