@@ -919,7 +919,7 @@ begin
             'query_text', length(input)));
     elsif length(input) > pgfunnel._text_limit() then
         perform pgfunnel._bad_parameter('input', format(
-            'is %s characters long; the limit is %s (analyze_each takes longer text)',
+            'is %s characters long; the limit is %s (split the text over several calls)',
             length(input), pgfunnel._text_limit()));
     end if;
 end

@@ -1158,7 +1158,7 @@ def test_the_one_text_helpers_refuse_text_past_their_limit_before_analysing_it(
         said = str(err.value).splitlines()[0]
         assert said.startswith(f"input: is {len(text)} characters long; the limit "), said
         assert (f"the limit for a query is {limit}," if limit == 10_000
-                else f"the limit is {limit} (analyze_each takes longer text)") in said, said
+                else f"the limit is {limit} (split the text over several calls)") in said, said
     # at the limits they answer as before
     assert len(conn.execute("select pgfunnel.analyze(%s)", ("ab " * 33_333,)).fetchone()[0]) \
         == 33_333
