@@ -448,6 +448,17 @@ security invoker
 set search_path = pg_catalog, pgfunnel
 as $$ select 100000 $$;
 
+-- the most characters a search's query_text takes (funnel_search, final), and analyze's
+-- and analyze_each's for a query (for_query): what a traced final() logs and `versions
+-- compare --last` replays. Written once, here, so the checks and their messages cannot
+-- disagree; Python's defaults.QUERY_CHARS_MOST is tested against it
+create or replace function pgfunnel._query_limit()
+returns integer
+language sql immutable parallel safe
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$ select 10000 $$;
+
 -- the form before _analyze_pass took bound_all: left beside the new one, a call with
 -- three arguments would match both
 drop function if exists pgfunnel._analyze_pass(text[], text, text[]);
@@ -859,11 +870,11 @@ begin
     if for_query then
         select i.n, length(i.input) into too_long, too_long_chars
           from unnest(inputs) with ordinality as i(input, n)
-         where length(i.input) > 10000 limit 1;
+         where length(i.input) > pgfunnel._query_limit() limit 1;
         if too_long is not null then
             perform pgfunnel._bad_parameter(format('inputs[%s]', too_long), format(
-                'is %s characters long; the limit for a query is 10000, as for '
-                'funnel_search''s query_text', too_long_chars));
+                'is %s characters long; the limit for a query is %s, as for '
+                'funnel_search''s query_text', too_long_chars, pgfunnel._query_limit()));
         end if;
     end if;
     -- all of them together are held to analyze's limit for one input by _analyze_pass
@@ -913,10 +924,10 @@ security invoker
 set search_path = pg_catalog, pgfunnel
 as $$
 begin
-    if for_query and length(input) > 10000 then
+    if for_query and length(input) > pgfunnel._query_limit() then
         perform pgfunnel._bad_parameter('input', format(
-            'is %s characters long; the limit for a query is 10000, as for funnel_search''s '
-            'query_text', length(input)));
+            'is %s characters long; the limit for a query is %s, as for funnel_search''s '
+            'query_text', length(input), pgfunnel._query_limit()));
     elsif length(input) > pgfunnel._text_limit() then
         perform pgfunnel._bad_parameter('input', format(
             'is %s characters long; the limit is %s (split the text over several calls)',

@@ -118,9 +118,10 @@ as $$
 begin
     perform pgfunnel._check_search_params(k, principals, overfetch, per_source_cap,
                                           metadata_filter);
-    if length(query_text) > 10000 then
+    if length(query_text) > pgfunnel._query_limit() then
         perform pgfunnel._bad_parameter('query_text',
-            format('is %s characters long; the limit is 10000', length(query_text)));
+            format('is %s characters long; the limit is %s', length(query_text),
+                   pgfunnel._query_limit()));
     end if;
     if fusion is null or fusion not in ('rrf', 'minmax', 'zscore') then
         perform pgfunnel._bad_parameter('fusion',
@@ -1125,9 +1126,10 @@ begin
     end if;
     -- the text a search takes, no more: a traced final() logs it, and `versions compare
     -- --last` replays what was logged
-    if length(query_text) > 10000 then
+    if length(query_text) > pgfunnel._query_limit() then
         perform pgfunnel._bad_parameter('query_text',
-            format('is %s characters long; the limit is 10000', length(query_text)));
+            format('is %s characters long; the limit is %s', length(query_text),
+                   pgfunnel._query_limit()));
     end if;
     if log_notes is not null and jsonb_typeof(log_notes) <> 'object' then
         perform pgfunnel._bad_parameter('log_notes',

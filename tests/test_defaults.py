@@ -425,6 +425,43 @@ def test_python_refuses_where_the_sql_does(conn: psycopg.Connection[Any]) -> Non
     assert query_text_problem("x" * (defaults.QUERY_CHARS_MOST + 1)) is not None
 
 
+
+def test_the_query_limit_is_written_once_and_python_holds_the_same(
+        conn: psycopg.Connection[Any]) -> None:
+    """funnel_search's and final()'s query_text check and analyze's and analyze_each's
+    for_query check each wrote 10000 into their test and message; all read
+    pgfunnel._query_limit() now, which is defaults.QUERY_CHARS_MOST, and each message
+    says the number it reads."""
+    [(limit,)] = conn.execute("select pgfunnel._query_limit()").fetchall()
+    assert limit == defaults.QUERY_CHARS_MOST
+    sql_dir = Path(__file__).resolve().parent.parent / "sql"
+    for path in sorted(sql_dir.glob("*.sql")):
+        text = path.read_text()
+        # a depth's 10000 (DEPTH_MOST) is another limit; a text's length is this one
+        assert not re.search(r"length\([\w.]+\) > 10000|limit (for a query )?is 10000",
+                             text), path.name
+    for name in ("_check_funnel_params", "final", "analyze_each", "_check_analyze_input"):
+        [(body,)] = conn.execute(
+            "select p.prosrc from pg_catalog.pg_proc p where p.pronamespace = "
+            "'pgfunnel'::regnamespace and p.proname = %s", (name,)).fetchall()
+        assert "pgfunnel._query_limit()" in body, name
+    past = "x" * (limit + 1)
+    calls = [("select count(*) from pgfunnel.funnel_search(%s)",
+              f"query_text: is {limit + 1} characters long; the limit is {limit}"),
+             ("select count(*) from pgfunnel.final('{}', '{}', '{}', '{}', '{}', '{}', '{}', "
+              "query_text => %s)",
+              f"query_text: is {limit + 1} characters long; the limit is {limit}"),
+             ("select pgfunnel.analyze(%s, for_query => true)",
+              f"input: is {limit + 1} characters long; the limit for a query is {limit}, "),
+             ("select count(*) from pgfunnel.analyze_each(array[%s], for_query => true)",
+              f"inputs[1]: is {limit + 1} characters long; the limit for a query is "
+              f"{limit}, ")]
+    for stmt, said in calls:
+        with pytest.raises(psycopg.errors.InvalidParameterValue) as err:
+            conn.execute(stmt, (past,))
+        conn.rollback()
+        assert str(err.value).splitlines()[0].startswith(said), err.value
+
 def test_a_replayed_explain_translates_the_advice_the_sql_gives(
         conn: psycopg.Connection[Any]) -> None:
     # the replay finds the SQL explain's advice by its words, bounds among them ("at most
