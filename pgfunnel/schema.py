@@ -8,6 +8,7 @@ functions always match the installed package.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import shlex
 import time
@@ -589,15 +590,124 @@ def _declared_header(header: str) -> dict[str, object]:
 #: of the first four long enough to tell them apart (its parse_bool)
 _BOOLEAN_WORDS = (("true", "on"), ("false", "off"), ("yes", "on"), ("no", "off"))
 
+#: Postgres' units, largest first, each as a count of the smallest of its kind (guc.c's
+#: memory_unit_conversion_table and time_unit_conversion_table); matched in this case only
+_MEMORY_UNITS = (("TB", 1 << 40), ("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10), ("B", 1))
+_TIME_UNITS = (("d", 86_400_000_000), ("h", 3_600_000_000), ("min", 60_000_000),
+               ("s", 1_000_000), ("ms", 1_000), ("us", 1))
+#: what C's isspace() takes as white space, which is all Postgres skips around a number
+_C_SPACE = " \t\n\v\f\r"
+#: a number as C's strtol(value, &end, 0) reads it (hex after 0x, octal after a 0) and as
+#: strtod does (hex after 0x, with a binary exponent; else decimal; infinity and NaN,
+#: which Postgres refuses in the end, are not read)
+_STRTOL = re.compile(r"[ \t\n\v\f\r]*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)")
+_STRTOD = re.compile(r"[ \t\n\v\f\r]*([+-]?)(?:(0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*"
+                     r"|\.[0-9a-fA-F]+)(?:[pP][+-]?[0-9]+)?)"
+                     r"|((?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?))")
+_LONG_RANGE = (-(1 << 63), (1 << 63) - 1)
+_INT_RANGE = (-(1 << 31), (1 << 31) - 1)
 
-def _setting_value(value: str, kind: str | None) -> str:
+
+def _to_base_unit(number: float, written: str, base: str) -> float | None:
+    """``number`` ``written`` (a unit) in the setting's ``base`` unit (pg_settings.unit:
+    ``kB``, ``8kB`` for blocks, ``ms``, ``min`` ...), rounded as guc.c's
+    convert_to_base_unit does to a whole number of the next smaller unit; None for a
+    unit Postgres does not know for this setting."""
+    m = re.fullmatch(r"([0-9]*)([A-Za-z]+)", base)
+    table = next((t for t in (_MEMORY_UNITS, _TIME_UNITS)
+                  if m is not None and m.group(2) in dict(t)), None)
+    if m is None or table is None:
+        return None
+    size = int(m.group(1) or 1) * dict(table)[m.group(2)]
+    names = [name for name, _ in table]
+    if written not in names:
+        return None
+
+    def multiplier(unit_size: int) -> float:
+        # as guc.c's tables write each: a whole factor, or one over one
+        return (float(unit_size // size) if unit_size >= size
+                else 1.0 / (size // unit_size))
+
+    at = names.index(written)
+    value = number * multiplier(table[at][1])
+    if at + 1 < len(table) and math.isfinite(value):
+        step = multiplier(table[at + 1][1])
+        value = round(value / step) * step
+    return value
+
+
+def _parsed_number(value: str, kind: str) -> tuple[float, str] | None:
+    """The number ``value`` starts with and what follows it, as parse_int (``kind``
+    integer) or parse_real reads them; None where it starts with none."""
+    if kind == "integer":
+        whole = _STRTOL.match(value)
+        rest = value[whole.end():] if whole else value
+        # parse_int reads again as strtod where strtol stopped at a fraction or an
+        # exponent, or overflowed; strtol's nothing read leaves rest the whole value
+        if rest[:1] not in (".", "e", "E"):
+            if whole is None:
+                return None
+            signed = int(whole.group(1) + _c_integer(whole.group(2)))
+            if _LONG_RANGE[0] <= signed <= _LONG_RANGE[1]:
+                return float(signed), rest
+    real = _STRTOD.match(value)
+    if real is None:
+        return None
+    sign, hexadecimal, decimal = real.groups()
+    try:
+        number = (float.fromhex(sign + hexadecimal) if hexadecimal
+                  else float(sign + decimal))
+    except OverflowError:
+        # strtod's ERANGE, which Postgres refuses
+        number = math.inf
+    return number, value[real.end():]
+
+
+def _number_value(value: str, kind: str, unit: str | None) -> str:
+    """An integer or real setting's value as Postgres reads it (guc.c's parse_int and
+    parse_real): in the setting's base unit, an integer rounded to the nearest, written
+    as a plain number; ``value`` as written where Postgres would refuse it."""
+    parsed = _parsed_number(value, kind)
+    if parsed is None:
+        return value
+    number, rest = parsed
+    written = rest.strip(_C_SPACE)
+    if written:
+        if unit is None or any(c in _C_SPACE for c in written):
+            return value
+        converted = _to_base_unit(number, written, unit)
+        if converted is None:
+            return value
+        number = converted
+    if not math.isfinite(number):
+        return value
+    if kind == "integer":
+        rounded = round(number)
+        return str(rounded) if _INT_RANGE[0] <= rounded <= _INT_RANGE[1] else value
+    # one zero, whatever its sign
+    return repr(number + 0.0)
+
+
+def _c_integer(digits: str) -> str:
+    """Digits as strtol's base 0 reads them, in decimal: ``0x1f`` is 31, ``010`` is 8."""
+    if digits[:2].lower() == "0x":
+        return str(int(digits[2:], 16))
+    return str(int(digits, 8 if digits.startswith("0") else 10))
+
+
+def _setting_value(value: str, kind: str | None, unit: str | None = None) -> str:
     """A SET clause's value as Postgres reads it for a setting of ``kind``
-    (pg_settings.vartype): a boolean's spellings (``OFF``, ``false``, ``0``, ``n``) as
-    ``on`` or ``off``, an enum's in lower case (Postgres matches its names in any case);
+    (pg_settings.vartype) and ``unit`` (pg_settings.unit): a boolean's spellings
+    (``OFF``, ``false``, ``0``, ``n``) as ``on`` or ``off``, an enum's in lower case
+    (Postgres matches its names in any case), an integer's or a real's as a number in
+    the setting's base unit (``64MB``, ``65536kB`` and ``65536`` of work_mem are all
+    ``65536``; units are case-sensitive, so ``64mb`` is refused and stays as written);
     any other value as written, where case can matter (a string such as a role name or a
-    time zone, a memory unit: ``64MB`` is not ``64mb``) or the setting is unknown."""
+    time zone) or the setting is unknown."""
     if kind == "enum":
         return value.lower()
+    if kind in ("integer", "real"):
+        return _number_value(value, kind, unit)
     if kind != "bool":
         return value
     word = value.lower()
@@ -662,12 +772,13 @@ def replaced_functions(conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
     every = [said for functions in (*expected.values(), *installed.values())
              for each in functions if isinstance(said := each.get("settings"), dict)]
     names = sorted({str(k) for said in every for k in said})
-    kinds = {str(name): str(kind) for name, kind in conn.execute(
-        "select name, vartype from pg_catalog.pg_settings where name = any(%s)",
-        (names,)).fetchall()} if names else {}
+    kinds = {str(name): (str(kind), None if unit is None else str(unit))
+             for name, kind, unit in conn.execute(
+                 "select name, vartype, unit from pg_catalog.pg_settings where name = any(%s)",
+                 (names,)).fetchall()} if names else {}
     for said in every:
         for k, v in said.items():
-            said[k] = _setting_value(str(v), kinds.get(str(k)))
+            said[k] = _setting_value(str(v), *kinds.get(str(k), (None, None)))
     found = []
     for name in sorted(expected):
         want, have = expected[name], installed.get(name, [])

@@ -1352,6 +1352,110 @@ def test_doctor_reads_a_written_rows_and_each_settings_value_as_postgres_does(
             ("pgfunnel.analyze_each", "its ROWS and SET application_name")]
 
 
+def test_doctor_reads_a_unit_bearing_settings_value_in_its_base_unit(
+        db: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An integer or real setting's value was compared as written, so `work_mem = '64MB'`
+    in sql/ against `'65536kB'` set by hand read as a changed SET work_mem, though
+    Postgres reads both as 65536 kB. Each is now read in the setting's base unit (a copy
+    of sql/ whose analyze_each sets work_mem and statement_timeout stands for one that
+    does: the package's sql/ sets no such setting today)."""
+    import shutil
+
+    from pgfunnel import schema
+
+    copy = tmp_path / "sql"
+    shutil.copytree(schema.sql_dir(), copy)
+    analyzer = copy / "010_analyzer.sql"
+    text = analyzer.read_text()
+    at = text.index("\nset jit = off\n",
+                    text.index("create or replace function pgfunnel.analyze_each("))
+    analyzer.write_text(text[:at] + "\nset work_mem = '64MB'\nset statement_timeout = 60000"
+                        + text[at:])
+    monkeypatch.setattr(schema, "sql_dir", lambda: copy)
+    sig = "pgfunnel.analyze_each(text[], text, boolean)"
+    as_declared = (f"alter function {sig} set work_mem = '64MB' "
+                   "set statement_timeout = 60000")
+    with connect(db, autocommit=True) as conn:
+        conn.execute(as_declared)
+        assert schema.replaced_functions(conn) == []
+        for clause, named in [("set work_mem = '65536kB'", None),
+                              ("set work_mem = 65536", None),
+                              ("set work_mem = ' 0.0625 GB '", None),
+                              ("set work_mem = '67108864B'", None),
+                              ("set work_mem = '65536.4'", None),
+                              ("set work_mem = '63MB'", "its SET work_mem"),
+                              ("set work_mem = '64GB'", "its SET work_mem"),
+                              ("set statement_timeout = '1min'", None),
+                              ("set statement_timeout = '60s'", None),
+                              ("set statement_timeout = '60000.4ms'", None),
+                              ("set statement_timeout = '1h'", "its SET statement_timeout"),
+                              ("set statement_timeout = '60ms'", "its SET statement_timeout")]:
+            conn.execute(f"alter function {sig} {clause}")
+            assert schema.replaced_functions(conn) == (
+                [] if named is None else [("pgfunnel.analyze_each", named)]), clause
+            conn.execute(as_declared)
+
+
+@pytest.mark.parametrize(("name", "spellings"), [
+    # kB, blocks of 8kB, bytes, milliseconds; a real in milliseconds
+    ("work_mem", ["64MB", "65536kB", "65536", " 64 MB ", "0.0625GB", "64.0001MB", "1e2MB",
+                  "0x10000", "0200000", "65536.5", "65537.5", "100000B", "1TB", "2.5e-3TB",
+                  "64mb", "64 M B", "64MBs", "MB", "", "1e", "08", "+.5MB", " .5MB",
+                  "64MB x", "1e400"]),
+    ("min_parallel_table_scan_size", ["8MB", "1024", "8000kB", "8191B", "0.3kB", "1GB",
+                                      "8 mB"]),
+    ("log_parameter_max_length", ["1kB", "1023", "1.5kB", "0.4kB", "-1", "3B", "2kb"]),
+    ("statement_timeout", ["1min", "60s", "60000", "1.5s", "2500us", "2500.5us", "1d",
+                           "0.001h", "1.0000001s", "1 sec", "1MIN", "1m"]),
+    ("vacuum_cost_delay", ["2", "2ms", "2000us", "0.002s", " 2 ms", "1.5", "1.2345us",
+                           "2MS", "2 msec", "abc", "0x10", "0x1.8p1ms", "1e400"]),
+])
+def test_a_numeric_settings_value_reads_as_postgres_reads_it(
+        db: str, name: str, spellings: list[str]) -> None:
+    """_setting_value against Postgres itself: for each spelling a setting of each kind
+    of unit (pg_settings' vartype and unit) takes, the number Postgres keeps in its base
+    unit (pg_settings.setting), or, for one Postgres refuses, the value as written."""
+    import math
+
+    from pgfunnel.schema import _setting_value
+
+    with connect(db, autocommit=True) as conn:
+        [(kind, unit)] = conn.execute(
+            "select vartype, unit from pg_settings where name = %s", (name,)).fetchall()
+        for spelling in spellings:
+            read = _setting_value(spelling, kind, unit)
+            try:
+                conn.execute("select set_config(%s, %s, false)", (name, spelling))
+            except psycopg.errors.InvalidParameterValue:
+                assert read == spelling, (name, spelling, read)
+                continue
+            [(kept,)] = conn.execute("select setting from pg_settings where name = %s",
+                                     (name,)).fetchall()
+            if kind == "integer":
+                assert read == kept, (name, spelling, read, kept)
+            else:
+                # pg_settings writes a real with six significant digits (%g)
+                assert math.isclose(float(read), float(kept), rel_tol=1e-5), \
+                    (name, spelling, read, kept)
+
+
+def test_a_numeric_settings_value_in_seconds_or_minutes() -> None:
+    """The base units the settings a role may set in a session do not cover (seconds,
+    minutes: checkpoint_timeout, log_rotation_age), rounded as Postgres documents:
+    to the next smaller unit, then to a whole base unit, half to even."""
+    from pgfunnel.schema import _setting_value
+
+    assert [_setting_value(v, "integer", "s") for v in
+            ("1.5min", "1500ms", "2500ms", "1h", "90", "1d", "1.5 min", "1Min")] == [
+        "90", "2", "2", "3600", "90", "86400", "90", "1Min"]
+    assert [_setting_value(v, "integer", "min") for v in ("1h", "90s", "150s", "1d")] == [
+        "60", "2", "2", "1440"]
+    # no unit: any number, but no unit after it
+    assert _setting_value("10", "integer", None) == "10"
+    assert _setting_value("10kB", "integer", None) == "10kB"
+    assert _setting_value("0.5", "real", None) == "0.5"
+
+
 @pytest.mark.parametrize(("written", "stored", "read"), [
     # what sql/ declares, spelled otherwise: Postgres folds it to the same setting
     ('"pg_catalog",  PGFUNNEL', "pg_catalog, pgfunnel", ("pg_catalog", "pgfunnel")),
