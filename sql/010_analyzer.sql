@@ -898,13 +898,14 @@ begin
      where f.input_ordinal <> all (array(select b.input_ordinal from bare b))
     union all
     -- read again without question words; the clitics stay dropped (`Gibt's` alone
-    -- searched `s`, a term most German chunks hold)
+    -- searched `s`, a term most German chunks hold). These inputs were held to the limit
+    -- in all above: bound_all, so that they are not counted a second time for readers
     select b.input_ordinal, w.token_position, w.token,
            case when c.token_position is null then w.term end,
            coalesce(c.dropped, w.dropped)
       from bare b
      cross join lateral pgfunnel._analyze_pass(array[inputs[b.input_ordinal]], analyzer,
-                                               '{}') w
+                                               '{}', true) w
       left join first_pass c on c.input_ordinal = b.input_ordinal
                             and c.token_position = w.token_position
                             and c.dropped = 'letter after an apostrophe';

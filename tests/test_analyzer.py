@@ -1232,6 +1232,25 @@ def test_the_text_limit_is_written_once_and_the_docs_state_it(
     conn.rollback()
 
 
+def test_analyze_each_calls_analyze_pass_with_bound_all_each_time(
+        conn: psycopg.Connection[Any]) -> None:
+    """analyze_each's re-read of a question that is nothing but question words called
+    _analyze_pass without bound_all, so those inputs, already held to the limit in all,
+    were counted again for the bound on readers. Every call passes true now."""
+    [(body,)] = conn.execute(
+        "select p.prosrc from pg_catalog.pg_proc p where p.pronamespace = "
+        "'pgfunnel'::regnamespace and p.proname = 'analyze_each'").fetchall()
+    calls = re.findall(r"pgfunnel\._analyze_pass\(((?:[^()]|\([^()]*\))*)\)", body)
+    assert len(calls) == 3, calls
+    for args in calls:
+        assert re.search(r",\s*true\s*$", args), args
+    # the re-read still reads a bare question's words
+    rows = conn.execute("select input_ordinal, term from pgfunnel.analyze_each(%s, "
+                        "'english_v8', true) where term is not null",
+                        (["what does it mean", "quasar drift"],)).fetchall()
+    assert sorted(rows) == [(1, "mean"), (2, "drift"), (2, "quasar")], rows
+
+
 def test_a_letter_alone_after_an_apostrophe_is_not_searched(
         sample_conn: psycopg.Connection[Any]) -> None:
     """An apostrophe splits `gibt's`, `don't`, `I'm` into a word and a letter. Where the
