@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 warnings.simplefilter("ignore")
@@ -67,6 +68,44 @@ def _baseline_function(path: Path, vector_schema: str) -> str:
     return found.group(0).replace("_explain_chunks", "_explain_chunks_baseline")
 
 
+def search_params(vector: Any, collection: str = "bench") -> dict[str, Any]:
+    """explain's defaults for a search of QUERY and ``vector``, every one named: _pool
+    takes no defaults."""
+    return {"query_text": QUERY, "query_embedding": vector, "k": 10,
+            "collection": collection, "principals": [], "tenant": None, "language": None,
+            "metadata_filter": None, "fusion": "minmax", "rrf_k": 60.0, "weights": None,
+            "lexical_depth": None, "dense_depth": None, "overfetch": 4, "per_source_cap": 3,
+            "ef_search": 100, "k1": 1.2, "b": 0.75}
+
+
+def call(function: str, values: dict[str, Any]) -> sql.Composed:
+    """``select * from pgfunnel.<function>(...)``, each of ``values`` passed by name, and
+    ``as_of => now()``."""
+    return sql.SQL("select * from {}.{}({})").format(
+        sql.Identifier("pgfunnel"), sql.Identifier(function), sql.SQL(", ").join([
+            *(sql.SQL("{} => {}").format(sql.Identifier(k), sql.Placeholder(k))
+              for k in values),
+            sql.SQL("as_of => now()")]))
+
+
+def wide_pool_params(conn: psycopg.Connection[Any],
+                     params: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """The second funnel run _explain_chunks makes for a search of ``params``, as _pool's
+    parameters: the depths the search used, every leg row and no widening, its k and
+    overfetch from pgfunnel._wide_pool as _explain_chunks takes them (so they cannot
+    drift apart); and that k."""
+    used = conn.execute(sql.SQL("select lexical_depth_used, dense_depth_used from ({}) p")
+                        .format(call("_pool", params)), params).fetchone()
+    assert used is not None
+    lex_d, den_d = used
+    row = conn.execute("select k, overfetch from pgfunnel._wide_pool(%s, %s)",
+                       (lex_d, den_d)).fetchone()
+    assert row is not None
+    wide_k, overfetch = row
+    return ({**params, "lexical_depth": lex_d, "dense_depth": den_d, "k": wide_k,
+             "overfetch": overfetch, "refill": False}, wide_k)
+
+
 def main() -> None:
     from funnel_util import doc, ingest
 
@@ -81,7 +120,7 @@ def main() -> None:
     server = resolve_dsn(args.dsn)
     name = f"bench_explain_{uuid.uuid4().hex[:6]}"
     with psycopg.connect(server, autocommit=True) as c:
-        c.execute(psycopg.sql.SQL("create database {}").format(psycopg.sql.Identifier(name)))
+        c.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
     dsn = psycopg.conninfo.make_conninfo(server, dbname=name)
     try:
         schema.init(dsn)
@@ -89,8 +128,7 @@ def main() -> None:
             _run(conn, args, doc, ingest)
     finally:
         with psycopg.connect(server, autocommit=True) as c:
-            c.execute(psycopg.sql.SQL("drop database {} with (force)").format(
-                psycopg.sql.Identifier(name)))
+            c.execute(sql.SQL("drop database {} with (force)").format(sql.Identifier(name)))
 
 
 def _run(conn: psycopg.Connection[Any], args: argparse.Namespace, doc: Any,
@@ -111,38 +149,18 @@ def _run(conn: psycopg.Connection[Any], args: argparse.Namespace, doc: Any,
     if has_baseline:
         conn.execute(_baseline_function(args.baseline_sql, require_vector_schema(conn)))
 
-    # _pool takes every parameter by name; explain's defaults
-    base = {"query_text": QUERY, "query_embedding": vector, "k": 10, "collection": "bench",
-            "principals": [], "tenant": None, "language": None, "metadata_filter": None,
-            "fusion": "minmax", "rrf_k": 60.0, "weights": None, "lexical_depth": None,
-            "dense_depth": None, "overfetch": 4, "per_source_cap": 3, "ef_search": 100,
-            "k1": 1.2, "b": 0.75}
-
-    def named_args(values: dict[str, Any]) -> str:
-        return ", ".join([*(f"{k} => %({k})s" for k in values), "as_of => now()"])
-
     for slice_name, depths in SLICES.items():
-        params = {**base, **depths}
-        named = named_args(params)
-        pool_sql = f"select * from pgfunnel._pool({named})"
-        # the second run explain makes: every leg row, no widening (see _explain_chunks)
-        used = conn.execute(f"select lexical_depth_used, dense_depth_used from "
-                            f"pgfunnel._pool({named})", params).fetchone()
-        assert used is not None
-        lex_d, den_d = used
-        wide_k = min(1000, lex_d + den_d)
-        wide = {**base, "lexical_depth": lex_d, "dense_depth": den_d, "k": wide_k,
-                "overfetch": -(-(lex_d + den_d) // wide_k)}
-        wide_sql = f"select * from pgfunnel._pool({named_args(wide)}, refill => false)"
-        runs: dict[str, tuple[str, dict[str, Any]]] = {
-            "pool": (pool_sql, params), "wide pool": (wide_sql, wide)}
+        params = {**search_params(vector), **depths}
+        wide, wide_k = wide_pool_params(conn, params)
+        lex_d, den_d = wide["lexical_depth"], wide["dense_depth"]
+        runs: dict[str, tuple[sql.Composed, dict[str, Any]]] = {
+            "pool": (call("_pool", params), params), "wide pool": (call("_pool", wide), wide)}
         for key, chunk_ids in ids.items():
             for fn in ("_explain_chunks", *(["_explain_chunks_baseline"] if has_baseline
                                             else [])):
                 label = f"{fn.removeprefix('_explain_chunks').lstrip('_') or 'explain'} {key}"
-                runs[label] = (f"select * from pgfunnel.{fn}({named}, "
-                               f"chunk_ids => %(chunk_ids)s)",
-                               {**params, "chunk_ids": chunk_ids})
+                values = {**params, "chunk_ids": chunk_ids}
+                runs[label] = (call(fn, values), values)
         if has_baseline:
             for key in ids:
                 new = conn.execute(*runs[f"explain {key}"]).fetchall()

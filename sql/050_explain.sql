@@ -25,6 +25,20 @@ begin
 end
 $$;
 
+-- the second search explain runs, which it reads every leg row from: the legs at the
+-- depths lex_d and den_d the search used, fused, in one pool that holds all their rows
+-- (k of at most 1000, as a search's; the overfetch that makes k x overfetch hold them).
+-- bench/explain_cost.py times that run with these, so the two cannot drift apart
+create or replace function pgfunnel._wide_pool(lex_d integer, den_d integer,
+                                               out k integer, out overfetch integer)
+language sql immutable parallel safe
+security invoker
+set search_path = pg_catalog, pgfunnel
+as $$
+    select least(1000, lex_d + den_d),
+           ceil((lex_d + den_d)::numeric / least(1000, lex_d + den_d))::integer
+$$;
+
 -- each chunk's way through the funnel for one query, from one run of it: a verdict, every
 -- stage's rank and score, and a sentence saying why; a row per chunk id, in their order.
 -- explain() is this for one chunk; explaining a document follows each of its chunks,
@@ -73,6 +87,7 @@ declare
     lex_d integer;
     den_d integer;
     wide_k integer;
+    wide_overfetch integer;
     messages text;
     -- the chunks asked about that the caller can see
     visible bigint[];
@@ -150,7 +165,8 @@ begin
         -- the fused list of every leg row: the same depths (so the same leg answers and the
         -- same fused scores) with no widening, in a pool that holds all of them; its first
         -- pool_n rows are exactly the search's pool
-        wide_k := least(1000, lex_d + den_d);
+        select w.k, w.overfetch into wide_k, wide_overfetch
+          from pgfunnel._wide_pool(lex_d, den_d) w;
         -- the first run has said what it had to about the query (dropped words); this one
         -- would say it again
         messages := current_setting('client_min_messages');
@@ -162,7 +178,7 @@ begin
           into w_ids, w_docs, w_lr, w_ls, w_dr, w_ds, w_fr, w_fs
           from pgfunnel._pool(query_text, query_embedding, wide_k, collection, principals, tenant,
                               _explain_chunks.language, as_of, metadata_filter, fusion,
-                              rrf_k, weights, lex_d, den_d, ceil((lex_d + den_d)::numeric / wide_k)::integer,
+                              rrf_k, weights, lex_d, den_d, wide_overfetch,
                               per_source_cap, ef_search, k1, b, false) p;
         perform set_config('client_min_messages', messages, true);
 

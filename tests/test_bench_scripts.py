@@ -6,7 +6,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 
 _ROOT = Path(__file__).resolve().parents[1]
@@ -73,3 +75,30 @@ def test_doc_rank_fusion_gives_each_leg_document_positions() -> None:
     assert minmax_a == pytest.approx([1.0, 2 / 3, 2 / 3, 1 / 3])
     # the dense leg holds p alone: it scales to 1 under every variant
     assert drf._contrib(pool, "minmax", 4, "B")[:, 1].tolist() == [0.0, 0.0, 1.0, 0.0]
+
+
+def test_explain_cost_times_the_wide_pool_explain_reads(conn: psycopg.Connection[Any]) -> None:
+    """bench/explain_cost.py timed the second funnel run of _explain_chunks with that run's
+    k and overfetch worked out again in Python, a copy that could drift from the SQL;
+    both take them from pgfunnel._wide_pool now. The bench's run holds, for each chunk,
+    the fused rank explain reports, past a list of 1,000 rows (k 1000, overfetch 2)."""
+    from funnel_util import doc, ingest, load_module
+
+    bench = load_module("bench_explain_cost", _ROOT / "bench" / "explain_cost.py")
+    vectors = ingest(conn, [doc(f"d{i}", f"a quasar part {i}") for i in range(1200)],
+                     collection="bench", dims=8)
+    params = {**bench.search_params(vectors["d7"][0]), "lexical_depth": 1000,
+              "dense_depth": 1000}
+    wide, wide_k = bench.wide_pool_params(conn, params)
+    assert (wide_k, wide["overfetch"], wide["refill"]) == (1000, 2, False)
+    [(ids, ranks)] = conn.execute(
+        psycopg.sql.SQL("select p.chunk_ids, p.fused_ranks from ({}) p").format(
+            bench.call("_pool", wide)), wide).fetchall()
+    assert len(ids) > 1000 and ranks == list(range(1, len(ids) + 1))
+    every = [r[0] for r in conn.execute("select id from pgfunnel.chunk order by id")]
+    explained = {row[0]: row[1] for row in conn.execute(
+        psycopg.sql.SQL("select e.chunk_id, e.fused_rank from ({}) e").format(
+            bench.call("_explain_chunks", {**params, "chunk_ids": every})),
+        {**params, "chunk_ids": every})}
+    assert {i: r for i, r in explained.items() if r is not None} == dict(
+        zip(ids, ranks, strict=True))
