@@ -70,7 +70,7 @@ def ingest_docs(dsn: str, docs: Sequence[Doc], *, collection: str = "default", s
 def with_user(dsn: str, user: str) -> str:
     info = psycopg.conninfo.conninfo_to_dict(dsn)
     info["user"] = user
-    return psycopg.conninfo.make_conninfo(**{k: v for k, v in info.items() if v is not None})
+    return psycopg.conninfo.make_conninfo("", **{k: v for k, v in info.items() if v is not None})
 
 
 def create_app_role(dsn: str, *, writer: bool = False) -> str:

@@ -49,7 +49,7 @@ def _docker_answers() -> bool:
 def _with_db(dsn: str, dbname: str) -> str:
     info = psycopg.conninfo.conninfo_to_dict(dsn)
     info["dbname"] = dbname
-    return psycopg.conninfo.make_conninfo(**{k: v for k, v in info.items() if v is not None})
+    return psycopg.conninfo.make_conninfo("", **{k: v for k, v in info.items() if v is not None})
 
 
 @pytest.fixture(scope="session")

@@ -15,13 +15,44 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import psycopg
 
 from pgfunnel.ingest import Ingester, create_version, get_or_create_collection
 from pgfunnel.sources import DocumentRecord, chunk_text
+
+_Row = TypeVar("_Row", covariant=True)
+_R = TypeVar("_R")
+
+
+class _FetchOne(Protocol[_Row]):
+    def fetchone(self) -> _Row | None: ...
+
+
+def one_row(cur: _FetchOne[_R]) -> _R:
+    """The row a query that must return one gave back: fetchone(), failing the test
+    by name when no row came back (indexing its None would fail with a TypeError)."""
+    row = cur.fetchone()
+    if row is None:
+        raise AssertionError("the query returned no row")
+    return row
+
+
+def with_conninfo(dsn: str, **parts: str) -> str:
+    """``dsn`` with some connection parameters replaced (``dbname``, ``user``)."""
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    info.update(parts)
+    return psycopg.conninfo.make_conninfo("", **{k: v for k, v in info.items() if v is not None})
+
+
+def conninfo_part(dsn: str, name: str) -> str:
+    """One connection parameter of ``dsn`` (``user``, ``dbname``), which must be set."""
+    value = psycopg.conninfo.conninfo_to_dict(dsn).get(name)
+    if value is None:
+        raise AssertionError(f"the DSN sets no {name}")
+    return str(value)
 
 
 def unit(rng: np.random.Generator, dims: int) -> np.ndarray:
@@ -159,10 +190,8 @@ def c_locale_database(server_dsn: str, encoding: str = "UTF8",
     with psycopg.connect(server_dsn, autocommit=True) as admin:
         admin.execute(sql.SQL("create database {} template template0 locale 'C' "
                               "encoding {}").format(sql.Identifier(name), sql.Literal(encoding)))
-    info = psycopg.conninfo.conninfo_to_dict(server_dsn)
-    info["dbname"] = name
     try:
-        dsn = psycopg.conninfo.make_conninfo(**{k: v for k, v in info.items() if v is not None})
+        dsn = with_conninfo(server_dsn, dbname=name)
         if init:
             schema.init(dsn)
         yield dsn

@@ -26,6 +26,7 @@ from _security_helpers import (
     unit,
     with_user,
 )
+from funnel_util import one_row
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
@@ -203,9 +204,9 @@ def test_hidden_chunk_not_in_trace_rows_read_by_another_reader(app_dsn: str) -> 
         # all meet the same refusal (the policy is checked before the keys)
         with conn.transaction():
             conn.execute("select set_config('pgfunnel.principals', '[\"alice\"]', true)")
-            public_id, secret_id = (conn.execute(
+            public_id, secret_id = (one_row(conn.execute(
                 "select c.id from pgfunnel.chunk c join pgfunnel.document d "
-                "on d.id = c.document_id where d.citekey = %s", (key,)).fetchone()[0]
+                "on d.id = c.document_id where d.citekey = %s", (key,)))[0]
                 for key in ("pub000", "secret"))
         missing = alice.search_id + bob.search_id + 1000
         for search_id, chunk_id in ((alice.search_id, public_id), (alice.search_id, secret_id),
@@ -659,7 +660,7 @@ def test_app_role_cannot_write_or_disable_rls(app_conn: psycopg.Connection[Any])
     # function it could not run
     from pgfunnel.ingest import delete_documents
 
-    collection = app_conn.execute("select min(name) from pgfunnel.collection").fetchone()[0]
+    collection = one_row(app_conn.execute("select min(name) from pgfunnel.collection"))[0]
     with pytest.raises(AccessError, match="may not delete documents: it lacks DELETE on "
                                           "pgfunnel.document") as refused:
         delete_documents(app_conn, collection, ["secret"])
@@ -973,9 +974,9 @@ def test_migrate_in_rls_mode_brings_the_policies_and_grants_up_to_date(rls_db: s
         conn.execute("grant select on pgfunnel.term_stat to pgfunnel_reader")
     schema.migrate(rls_db)
     with connect(rls_db, autocommit=True) as conn:
-        check = conn.execute("select with_check from pg_policies where tablename = "
-                             "'search_trace' and policyname = 'pgfunnel_reader_insert'"
-                             ).fetchone()[0]
+        check = one_row(conn.execute("select with_check from pg_policies where tablename = "
+                                     "'search_trace' and policyname = 'pgfunnel_reader_insert'"
+                                     ))[0]
         assert "search_log" in check and "logged_by" in check
         assert conn.execute("select has_table_privilege('pgfunnel_reader', "
                             "'pgfunnel.term_stat', 'select')").fetchone() == (False,)
@@ -1223,8 +1224,8 @@ def test_a_reader_writing_is_told_which_role_it_needs(rls_db: str, app_dsn: str)
     from pgfunnel.sources import DocumentRecord
 
     with connect(rls_db, autocommit=True) as owner:
-        coll, analyzer = owner.execute(
-            "select id, analyzer from pgfunnel.collection where name = 'default'").fetchone()
+        coll, analyzer = one_row(owner.execute(
+            "select id, analyzer from pgfunnel.collection where name = 'default'"))
         create_version(owner, coll, "random-vectors-16", DIM, str(analyzer), "ready")
         before = owner.execute("select state from pgfunnel.index_version "
                                "order by id").fetchall()

@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from funnel_util import active, doc, ingest
+from funnel_util import active, doc, ingest, one_row
 
 from pgfunnel.errors import ConfigError
 from pgfunnel.ingest import Ingester, create_version, delete_documents, get_or_create_collection
@@ -20,10 +20,10 @@ K1, B = 1.2, 0.75
 
 def _terms(conn: psycopg.Connection[Any], text: str, for_query: bool = False) -> list[str]:
     # every test database here holds one collection: analyse as its active version does
-    return list(conn.execute(
+    return list(one_row(conn.execute(
         "select pgfunnel.analyze(%s, coalesce((select v.analyzer from pgfunnel.index_version v "
         "where v.state = 'active' order by v.id limit 1), 'english_v1'), %s)",
-        (text, for_query)).fetchone()[0])
+        (text, for_query)))[0])
 
 
 class Reference:
@@ -178,10 +178,10 @@ def test_statistics_exact_through_replace_and_delete(conn: psycopg.Connection[An
 
 
 def _orphan_postings(conn: psycopg.Connection[Any]) -> int:
-    return int(conn.execute(
+    return int(one_row(conn.execute(
         "select count(*) from pgfunnel.posting p where not exists (select 1 from "
         "pgfunnel.lexical l where l.index_version_id = p.index_version_id "
-        "and l.chunk_id = p.chunk_id)").fetchone()[0])
+        "and l.chunk_id = p.chunk_id)"))[0])
 
 
 def test_plain_deletes_keep_statistics_exact(conn: psycopg.Connection[Any]) -> None:
@@ -217,8 +217,8 @@ def test_indexed_columns_are_not_updated_in_place(conn: psycopg.Connection[Any])
     docs, _ = _zipf_corpus(20, seed=9, mean_words=30)
     ingest(conn, docs)
     before = _stored(conn, "t")
-    chunk_id, text = conn.execute("select id, text from pgfunnel.chunk order by id limit 1"
-                                  ).fetchone()
+    chunk_id, text = one_row(conn.execute("select id, text from pgfunnel.chunk order by id limit 1"
+                                          ))
     refused = [("update pgfunnel.chunk set text = 'entirely new words' where id = %s",
                 (chunk_id,)),
                ("update pgfunnel.chunk set document_id = (select max(id) from "
@@ -237,22 +237,22 @@ def test_indexed_columns_are_not_updated_in_place(conn: psycopg.Connection[Any])
                  (chunk_id,))
     conn.execute("update pgfunnel.document set title = 'Renamed', readers = '{bob}', "
                  "is_public = false where id = (select min(id) from pgfunnel.document)")
-    assert conn.execute("select text from pgfunnel.chunk where id = %s",
-                        (chunk_id,)).fetchone()[0] == text
+    assert one_row(conn.execute("select text from pgfunnel.chunk where id = %s",
+                                (chunk_id,)))[0] == text
     assert _stored(conn, "t") == before
 
 
 def test_scores_stay_exact_as_the_average_length_drifts(conn: psycopg.Connection[Any]) -> None:
     short, vocab = _zipf_corpus(200, seed=3, mean_words=30)
     ingest(conn, short)
-    before = conn.execute("select total_length::float8 / chunk_count from pgfunnel.index_version"
-                          ).fetchone()[0]
+    before = one_row(conn.execute(
+        "select total_length::float8 / chunk_count from pgfunnel.index_version"))[0]
     # longer documents move the average length up; every score must follow at once
     longer = [doc(f"long-{i}", " ".join(random.Random(i).choices(vocab[:60], k=40)))
               for i in range(120)]
     ingest(conn, longer, seed=4)
-    avg_up = conn.execute("select total_length::float8 / chunk_count from pgfunnel.index_version"
-                          ).fetchone()[0]
+    avg_up = one_row(conn.execute(
+        "select total_length::float8 / chunk_count from pgfunnel.index_version"))[0]
     assert avg_up > before * 1.05
     ref = Reference(conn, "t")
     for q in _queries(vocab):
@@ -261,8 +261,8 @@ def test_scores_stay_exact_as_the_average_length_drifts(conn: psycopg.Connection
 
     # and down again when they are deleted
     delete_documents(conn, "t", [d.citekey for d in longer[:100]])
-    avg_down = conn.execute("select total_length::float8 / chunk_count "
-                            "from pgfunnel.index_version").fetchone()[0]
+    avg_down = one_row(conn.execute("select total_length::float8 / chunk_count "
+                                    "from pgfunnel.index_version"))[0]
     assert avg_down < avg_up * 0.97
     ref = Reference(conn, "t")
     for q in _queries(vocab):
@@ -545,9 +545,9 @@ def _first_by_lexical_input(conn: psycopg.Connection[Any], docs: list[DocumentRe
         [(first, score, _), *_] = leg(conn, mode, query, 40)
         want = Reference(conn, mode).score(first, set(_terms(conn, query, True)))
         assert score == pytest.approx(want, rel=1e-6)
-        winners[mode] = conn.execute(
+        winners[mode] = one_row(conn.execute(
             "select d.citekey from pgfunnel.chunk ch join pgfunnel.document d "
-            "on d.id = ch.document_id where ch.id = %s", (first,)).fetchone()[0]
+            "on d.id = ch.document_id where ch.id = %s", (first,)))[0]
     return winners
 
 
@@ -607,7 +607,7 @@ def test_reindex_counts_a_terms_heading_twice_from_the_stored_level(
     assert conn.execute("select params ->> 'lexical_input' from pgfunnel.index_version "
                         "where id = %s", (res.version_id,)).fetchone() == ("title2_term2",)
     after = leg(conn, "t", "register_profile", 40)
-    term = conn.execute("select id from pgfunnel.chunk where heading_level = 6").fetchone()[0]
+    term = one_row(conn.execute("select id from pgfunnel.chunk where heading_level = 6"))[0]
     assert before[0][0] != term and after[0][0] == term
     # a row stored before levels were kept (0) is indexed as under title2
     conn.execute("update pgfunnel.chunk set heading_level = 0")

@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 import psycopg.sql
 import pytest
+from funnel_util import one_row
 from pgfunnel.cli.main import _results_table
 from rich.console import Console
 from typer.testing import CliRunner
@@ -2534,8 +2535,8 @@ def test_search_says_which_fusion_and_weights_it_used(
     assert said in res.stdout.splitlines(), res.stdout
     assert res.stdout.index("fusion: ") < res.stdout.index(f"'{query}'"), res.stdout
     search_id = int(res.stdout.split("trace: search_id ")[1].split()[0])
-    config, notes = sample_conn.execute(
-        "select config, notes from pgfunnel.search_log where id = %s", (search_id,)).fetchone()
+    config, notes = one_row(sample_conn.execute(
+        "select config, notes from pgfunnel.search_log where id = %s", (search_id,)))
     assert config["fusion"] == said.split()[1].rstrip(";,") or "--lexical-only" in options
     if "weights:" in said:
         lexical, dense = config["weights"]

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from funnel_util import active, doc, ingest, unit
+from funnel_util import active, doc, ingest, one_row, unit
 
 DIMS = 24
 
@@ -91,11 +91,11 @@ def test_metadata_filter_inside_the_leg(conn: psycopg.Connection[Any]) -> None:
 
 def test_search_settings_are_transaction_local(conn: psycopg.Connection[Any]) -> None:
     _corpus(conn, 50)
-    before = [conn.execute(f"show hnsw.{name}").fetchone()[0]
+    before = [one_row(conn.execute(f"show hnsw.{name}"))[0]
               for name in ("ef_search", "iterative_scan")]
     with conn.transaction():
         _dense(conn, unit(np.random.default_rng(1), DIMS), 10, [])
-    after = [conn.execute(f"show hnsw.{name}").fetchone()[0]
+    after = [one_row(conn.execute(f"show hnsw.{name}"))[0]
              for name in ("ef_search", "iterative_scan")]
     assert after == before
     # nor do they outlast the search in the caller's own transaction: its `set local`
@@ -106,12 +106,12 @@ def test_search_settings_are_transaction_local(conn: psycopg.Connection[Any]) ->
         _dense(conn, unit(np.random.default_rng(1), DIMS), 10, [])
         conn.execute("select count(*) from funnel_search(null, %s, 5, collection => 't', "
                      "dense_depth => 2000)", (unit(np.random.default_rng(2), DIMS),))
-        assert [conn.execute(f"show hnsw.{name}").fetchone()[0]
+        assert [one_row(conn.execute(f"show hnsw.{name}"))[0]
                 for name in ("ef_search", "iterative_scan")] == ["400", "strict_order"]
     # and where it set none, pgvector's defaults
     with conn.transaction():
         _dense(conn, unit(np.random.default_rng(1), DIMS), 2000, [])
-        assert [conn.execute(f"show hnsw.{name}").fetchone()[0]
+        assert [one_row(conn.execute(f"show hnsw.{name}"))[0]
                 for name in ("ef_search", "iterative_scan")] == ["40", "off"]
 
 
@@ -153,9 +153,9 @@ def test_expected_share_sizes_the_first_read_not_the_answer(
     vid, cid, _ = active(conn, "t")
 
     def hits(q: np.ndarray) -> list[int]:
-        ids, scores = conn.execute(
+        ids, scores = one_row(conn.execute(
             "select chunk_ids, scores from pgfunnel._dense_hits(%s, %s, 40, 100, '{alice}', "
-            "null, null, now(), null, %s, %s)", (vid, q, cid, share)).fetchone()
+            "null, null, now(), null, %s, %s)", (vid, q, cid, share)))
         assert list(scores) == sorted(scores, reverse=True)
         return [int(i) for i in ids]
 

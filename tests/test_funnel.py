@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from funnel_util import active, doc, ingest, unit
+from funnel_util import active, doc, ingest, one_row, unit
 from psycopg.types.json import Jsonb
 
 DIMS = 16
@@ -227,9 +227,9 @@ def test_a_pool_over_the_leg_limit_keeps_the_default_depth_at_the_limit(
         assert rows and len(rows) == len({r[0] for r in rows})
         assert rows == _search(conn, q, v, k=1000, overfetch=11, lexical_depth=10000,
                                dense_depth=10000)
-    [verdict] = conn.execute(
+    [verdict] = one_row(conn.execute(
         "select verdict from pgfunnel.explain('zephyr', null, %s, k => 1000, overfetch => 11, "
-        "collection => 't')", (rows[0][0],)).fetchone()
+        "collection => 't')", (rows[0][0],)))
     assert verdict == "returned"
     # a depth the caller sets is still checked
     with pytest.raises(psycopg.errors.InvalidParameterValue, match="^lexical_depth:"):
@@ -245,7 +245,7 @@ def test_final_checks_what_funnel_search_checks(conn: psycopg.Connection[Any],
         "from pgfunnel.candidates('zephyr', null, 5, collection => 't')").fetchone()
     final = ("select count(*) from pgfunnel.final(%s, %s, %s, %s, %s, %s, %s, "
              "collection => 't', {})")
-    assert conn.execute(final.format("k => 5"), pool).fetchone()[0] == 5
+    assert one_row(conn.execute(final.format("k => 5"), pool))[0] == 5
     for named, param in (("trace => null", "trace"), ("as_of => null", "as_of"),
                          ("trace => true, query_text => repeat('a', 10001)", "query_text")):
         with pytest.raises(psycopg.errors.InvalidParameterValue, match=f"^{param}:"):
@@ -301,8 +301,8 @@ def test_trace_records_every_pool_candidate(conn: psycopg.Connection[Any], corpu
     log = conn.execute("select collection_id, index_version_id, config_hash, config "
                        "from pgfunnel.search_log where id = %s", (sid,)).fetchone()
     assert log[0] == coll and log[1] == vid
-    assert log[2] == conn.execute("select md5(%s::jsonb::text)",
-                                  (json.dumps(log[3]),)).fetchone()[0]
+    assert log[2] == one_row(conn.execute("select md5(%s::jsonb::text)",
+                                          (json.dumps(log[3]),)))[0]
     assert log[3]["per_source_cap"] == 2 and log[3]["k"] == 4
     trace = conn.execute("select chunk_id, fused_rank, final_rank, dropped from "
                          "pgfunnel.search_trace where search_id = %s order by fused_rank",
@@ -321,9 +321,9 @@ def test_trace_records_every_pool_candidate(conn: psycopg.Connection[Any], corpu
     for (cid, _, key), t in zip(pool, trace, strict=True):
         seen[key] = seen.get(key, 0) + 1
         assert (t[3] == "cap") == (seen[key] > 2), (cid, key, t)
-    assert conn.execute("select count(*) from pgfunnel.search_log").fetchone()[0] == 1
+    assert one_row(conn.execute("select count(*) from pgfunnel.search_log"))[0] == 1
     _search(conn, "zephyr", v)  # no trace: nothing written
-    assert conn.execute("select count(*) from pgfunnel.search_log").fetchone()[0] == 1
+    assert one_row(conn.execute("select count(*) from pgfunnel.search_log"))[0] == 1
 
 
 def test_trace_config_records_as_of_tenant_and_principals(conn: psycopg.Connection[Any],
@@ -336,8 +336,8 @@ def test_trace_config_records_as_of_tenant_and_principals(conn: psycopg.Connecti
         [sid] = {r[16] for r in _search(conn, "zephyr", v, k=3, trace=True, **kw)}
         row = conn.execute("select config_hash, config, principals, tenant from "
                            "pgfunnel.search_log where id = %s", (sid,)).fetchone()
-        assert row is not None and row[0] == conn.execute(
-            "select md5(%s::jsonb::text)", (json.dumps(row[1]),)).fetchone()[0]
+        assert row is not None and row[0] == one_row(conn.execute(
+            "select md5(%s::jsonb::text)", (json.dumps(row[1]),)))[0]
         return row[0], row[1], row[2], row[3]
 
     plain = logged()
@@ -366,7 +366,7 @@ def test_a_traced_search_that_finds_nothing_gives_its_id(conn: psycopg.Connectio
     # logged, but its caller had no way to find which log row was its own
     assert conn.execute("select pgfunnel.last_search_id()").fetchone() == (None,)
     assert _search(conn, "quokka", None, trace=True) == []
-    [sid] = conn.execute("select pgfunnel.last_search_id()").fetchone()
+    [sid] = one_row(conn.execute("select pgfunnel.last_search_id()"))
     assert conn.execute("select query_text from pgfunnel.search_log where id = %s",
                         (sid,)).fetchone() == ("quokka",)
     assert conn.execute("select count(*) from pgfunnel.search_trace where search_id = %s",
@@ -378,7 +378,7 @@ def test_a_traced_search_that_finds_nothing_gives_its_id(conn: psycopg.Connectio
     assert conn.execute("select * from pgfunnel.final('{}', '{}', '{}', '{}', '{}', '{}', "
                         "'{}', collection => 't', trace => true, query_text => 'empty')"
                         ).fetchall() == []
-    [final_id] = conn.execute("select pgfunnel.last_search_id()").fetchone()
+    [final_id] = one_row(conn.execute("select pgfunnel.last_search_id()"))
     assert final_id > rows[0][16]
     # an untraced search leaves it alone; a rolled-back traced one takes it back
     _search(conn, "quokka", None)
@@ -404,8 +404,8 @@ def test_the_public_wrapper_traces_where_it_is_not_inlined(conn: psycopg.Connect
     assert [r[0] for r in rows] == [w[0] for w in want]
     sid = rows[0][1]
     assert sid is not None and all(r[1] == sid for r in rows)
-    assert conn.execute("select count(*) from pgfunnel.search_trace where search_id = %s",
-                        (sid,)).fetchone()[0] >= len(rows)
+    assert one_row(conn.execute("select count(*) from pgfunnel.search_trace where search_id = %s",
+                                (sid,)))[0] >= len(rows)
 
 
 # -- explain ------------------------------------------------------------------------------
@@ -592,7 +592,7 @@ def test_explain_reveals_nothing_about_hidden_chunks(conn: psycopg.Connection[An
                                                      corpus: Any) -> None:
     secret = _ids(conn, "secret")[0]
     v = corpus["secret"][0]
-    missing = conn.execute("select max(id) + 1000 from pgfunnel.chunk").fetchone()[0]
+    missing = one_row(conn.execute("select max(id) + 1000 from pgfunnel.chunk"))[0]
     hidden = _explain(conn, "private zephyr runbook", v, secret, principals=["bob"])
     gone = _explain(conn, "private zephyr runbook", v, missing, principals=["bob"])
     assert hidden["verdict"] == gone["verdict"] == "filtered out or does not exist"

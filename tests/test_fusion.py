@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from funnel_util import doc, ingest, unit
+from funnel_util import doc, ingest, one_row, unit
 
 DIMS = 16
 COLS = "chunk_id, lexical_rank, lexical_score, dense_rank, dense_score, fused_rank, fused_score"
@@ -241,7 +241,7 @@ def test_short_lexical_list_is_scaled_from_zero(corpus: psycopg.Connection[Any],
 def test_default_weights_trust_bm25_more_for_a_query_that_is_one_identifier(
         corpus: psycopg.Connection[Any]) -> None:
     rng = np.random.default_rng(3)
-    shaped = {q: corpus.execute("select pgfunnel._identifier_query(%s)", (q,)).fetchone()[0]
+    shaped = {q: one_row(corpus.execute("select pgfunnel._identifier_query(%s)", (q,)))[0]
               for q in ("kara_lopo", "sune.tevi", "KaraLopo", "DBAPIError", "kara()",
                         "kara lopo", "sune", "ERR-4029", "err4029", "")}
     assert [q for q, yes in shaped.items() if yes] == [
@@ -339,12 +339,12 @@ def test_a_rare_number_leads_from_three_tenths_of_the_query(
     v = unit(np.random.default_rng(24), DIMS)
 
     def number_share(query: str) -> float:
-        share = conn.execute(
+        share = one_row(conn.execute(
             "select max(t.idf) filter (where t.term = '777') / sum(t.idf) "
             "from pgfunnel.index_version iv, lateral (select pgfunnel._bm25_idf(d.df, "
             "iv.chunk_count) as idf, d.term from pgfunnel._term_df(iv.id, "
             "pgfunnel.analyze(%s, iv.analyzer, true)) d) t where iv.state = 'active'",
-            (query,)).fetchone()[0]
+            (query,)))[0]
         return float(share)
 
     three = "alpha beta gamma 777"

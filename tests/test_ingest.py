@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
+from funnel_util import one_row
 
 from pgfunnel.errors import (
     ConfigError,
@@ -908,10 +909,10 @@ def test_postings_and_lexical_rows_equal_the_analyzers_counts(
     for citekey, analyzer, text, length, lexemes, postings in rows:
         # the pass analyze() runs on one text: analyze() and analyze_each take at most
         # 100,000 characters, and the long chunk is 198,003
-        terms = conn.execute(
+        terms = one_row(conn.execute(
             "select coalesce(array_agg(e.term order by e.token_position), '{}') "
             "from pgfunnel._analyze_pass(array[%s], %s, '{}') e where e.term is not null",
-            (text, analyzer)).fetchone()[0]
+            (text, analyzer)))[0]
         expected = {t: min(n, 32767) for t, n in Counter(terms).items()}
         assert postings == expected, citekey
         assert length == len(terms), citekey
@@ -1313,7 +1314,7 @@ def test_index_builds_and_vacuum_outlive_a_statement_timeout(conn: psycopg.Conne
         seen = conn.execute("select setting from public.seen_timeout").fetchall()
         # the version's posting index and its HNSW graph
         assert len(seen) >= 2 and {s[0] for s in seen} == {"0"}
-        assert conn.execute("show statement_timeout").fetchone()[0] == "5min"
+        assert one_row(conn.execute("show statement_timeout"))[0] == "5min"
     finally:
         conn.execute("drop event trigger seen_timeout")
 

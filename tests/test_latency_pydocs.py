@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from funnel_util import doc, load_module
+from funnel_util import doc, load_module, one_row
 
 _BENCH = Path(__file__).resolve().parents[1] / "bench"
 
@@ -50,10 +50,10 @@ def test_the_peer_must_be_there_and_built_from_the_collection(
     rows = peers.build_peer(sample_conn, "default")
     vid, _cid, _analyzer, n_chunks = latency.active_version(sample_conn, "default", data)
     assert n_chunks == rows > 0
-    assert vid == sample_conn.execute(
+    assert vid == one_row(sample_conn.execute(
         "select v.id from pgfunnel.index_version v join pgfunnel.collection c "
         "on c.id = v.collection_id where c.name = 'default' and v.state = 'active'"
-    ).fetchone()[0]
+    ))[0]
     # another collection: the peer holds 'default's chunks, not its own
     Ingester(sample_conn, "other", embedder=embedder).ingest(
         [doc("n1", "a note about refunds in another collection")])

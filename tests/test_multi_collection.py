@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from funnel_util import doc, ingest, unit
+from funnel_util import doc, ingest, one_row, unit
 
 from pgfunnel.db import connect
 
@@ -215,18 +215,20 @@ def test_a_new_small_collection_analyses_its_own_postings_not_every_collections(
     # in a database of 170 collections, growing with their number)
     ingest(conn, [doc(f"a{i}", f"alpha words number {i}") for i in range(60)], collection="a")
     ingest(conn, [doc(f"b{i}", f"beta words number {i}") for i in range(60)], collection="b")
-    a_part = conn.execute("select 'pgfunnel.posting_v' || v.id from pgfunnel.index_version v "
-                          "join pgfunnel.collection c on c.id = v.collection_id "
-                          "where c.name = 'a'").fetchone()[0]
+    a_part = one_row(conn.execute(
+        "select 'pgfunnel.posting_v' || v.id from pgfunnel.index_version v "
+        "join pgfunnel.collection c on c.id = v.collection_id "
+        "where c.name = 'a'"))[0]
     conn.execute("delete from pg_catalog.pg_statistic where starelid = %s::regclass",
                  (a_part,))
     ingest(conn, [doc("c1", "gamma words here")], collection="c")
-    c_part = conn.execute("select 'pgfunnel.posting_v' || v.id from pgfunnel.index_version v "
-                          "join pgfunnel.collection c on c.id = v.collection_id "
-                          "where c.name = 'c'").fetchone()[0]
+    c_part = one_row(conn.execute(
+        "select 'pgfunnel.posting_v' || v.id from pgfunnel.index_version v "
+        "join pgfunnel.collection c on c.id = v.collection_id "
+        "where c.name = 'c'"))[0]
     stats = "select count(*) from pg_catalog.pg_statistic where starelid = %s::regclass"
     assert conn.execute(stats, (a_part,)).fetchone() == (0,)
-    assert conn.execute(stats, (c_part,)).fetchone()[0] > 0
+    assert one_row(conn.execute(stats, (c_part,)))[0] > 0
     # the collection is searchable at once
     assert conn.execute("select count(*) from pgfunnel.funnel_search('gamma', null, "
                         "collection => 'c')").fetchone() == (1,)

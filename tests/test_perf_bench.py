@@ -15,7 +15,7 @@ import perf  # noqa: E402
 
 
 def _key_value(dsn: str) -> str:
-    return make_conninfo(**{k: v for k, v in conninfo_to_dict(dsn).items() if v})
+    return make_conninfo("", **{k: v for k, v in conninfo_to_dict(dsn).items() if v})
 
 
 def test_a_database_dsn_keeps_the_server_and_its_options() -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 from _security_helpers import create_app_role, with_user
-from funnel_util import doc, ingest, make_collection, pg_bin
+from funnel_util import doc, ingest, make_collection, one_row, pg_bin, with_conninfo
 from psycopg import sql
 
 from pgfunnel import schema, versions
@@ -32,9 +32,7 @@ QUERIES = ("refund on a monthly plan", "ERR-4029", "export my data as csv")
 
 
 def _with_db(dsn: str, dbname: str) -> str:
-    info = psycopg.conninfo.conninfo_to_dict(dsn)
-    info["dbname"] = dbname
-    return psycopg.conninfo.make_conninfo(**{k: v for k, v in info.items() if v is not None})
+    return with_conninfo(dsn, dbname=dbname)
 
 
 @contextmanager
@@ -69,14 +67,15 @@ def _answers(dsn: str, embedder: Any) -> list[Any]:
     with connect(dsn, autocommit=True) as conn:
         for q in QUERIES:
             vectors = {"default": embedder.embed_query(q),
-                       "t": conn.execute("select e.embedding from pgfunnel.embedding e "
-                                         "join pgfunnel.index_version v on v.id = "
-                                         "e.index_version_id and v.state = 'active' "
-                                         "join pgfunnel.chunk c on c.id = e.chunk_id "
-                                         "and c.collection_id = v.collection_id "
-                                         "join pgfunnel.collection l on l.id = v.collection_id "
-                                         "and l.name = 't' order by e.chunk_id "
-                                         "limit 1 offset %s", (len(q) % 5,)).fetchone()[0]}
+                       "t": one_row(conn.execute(
+                           "select e.embedding from pgfunnel.embedding e "
+                           "join pgfunnel.index_version v on v.id = "
+                           "e.index_version_id and v.state = 'active' "
+                           "join pgfunnel.chunk c on c.id = e.chunk_id "
+                           "and c.collection_id = v.collection_id "
+                           "join pgfunnel.collection l on l.id = v.collection_id "
+                           "and l.name = 't' order by e.chunk_id "
+                           "limit 1 offset %s", (len(q) % 5,)))[0]}
             for c, v in vectors.items():
                 for f in ("minmax", "rrf", "zscore"):
                     for p, t in (([], None), (["alice"], "acme"), (["bob"], None)):

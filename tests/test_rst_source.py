@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from funnel_util import one_row
 
 from pgfunnel.rst_text import looks_like_rst, rst_to_text
 from pgfunnel.sources import chunk_text, read_path
@@ -262,8 +263,8 @@ def test_an_rst_folder_is_searchable(conn: psycopg.Connection[Any], tmp_path: Pa
         " f join pgfunnel.chunk c on c.id = f.chunk_id").fetchall()
     assert rows[0][0] == "Functions"
     # role names are not indexed: 'func' occurs only as markup
-    assert conn.execute("select count(*) from pgfunnel.posting where term in ('func', 'ref')"
-                        ).fetchone()[0] == 0
+    assert one_row(conn.execute(
+        "select count(*) from pgfunnel.posting where term in ('func', 'ref')"))[0] == 0
 
 
 def test_a_declared_module_is_written_as_the_html_reader_writes_it() -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from funnel_util import one_row
 
 from pgfunnel import schema
 from pgfunnel.db import connect, require_schema
@@ -1386,10 +1387,10 @@ def test_migrate_runs_past_the_databases_statement_timeout(db: str) -> None:
         with connect(db, autocommit=True, register=False) as watch:
             watch.execute("set statement_timeout = 0")
             deadline = time.monotonic() + 50  # a hang guard, inside the upgrade's 60 s
-            while not watch.execute(
+            while not one_row(watch.execute(
                     "select exists (select from pg_stat_activity where wait_event_type = "
                     "'Lock' and query ilike 'alter table%collection%' and "
-                    "clock_timestamp() - query_start > interval '200ms')").fetchone()[0]:
+                    "clock_timestamp() - query_start > interval '200ms')"))[0]:
                 assert upgrade.is_alive() and time.monotonic() < deadline, out
                 time.sleep(0.02)
     finally:

@@ -297,14 +297,12 @@ def test_a_failed_connection_is_the_same_pgfunnel_error_sync_and_async(sample_db
     async_engine_from_dsn's came out as SQLAlchemy's OperationalError with libpq's text."""
     import asyncio
 
-    import psycopg
+    from funnel_util import with_conninfo
 
     from pgfunnel.errors import ConnectionFailedError
     from pgfunnel.sqla import async_engine_from_dsn
 
-    info = psycopg.conninfo.conninfo_to_dict(sample_db)
-    info.update(user="no_such_role_here", password="hunter2")
-    bad = psycopg.conninfo.make_conninfo(**{k: v for k, v in info.items() if v is not None})
+    bad = with_conninfo(sample_db, user="no_such_role_here", password="hunter2")
 
     async def connect() -> None:
         engine = async_engine_from_dsn(bad)

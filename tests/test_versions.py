@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from funnel_util import load_module, wait_for_lock_wait
+from funnel_util import load_module, one_row, wait_for_lock_wait
 from psycopg import sql
 from typer.testing import CliRunner
 
@@ -1062,9 +1062,9 @@ def test_drop_collection_takes_its_tables_and_indexes_too(db: str) -> None:
     with connect(db, autocommit=True) as conn:
         ingest(conn, [doc(f"a{i}", f"alpha text number {i}") for i in range(5)], collection="a")
         ingest(conn, [doc(f"b{i}", f"beta text number {i}") for i in range(5)], collection="b")
-        vid_a, vid_b = (int(conn.execute(
+        vid_a, vid_b = (int(one_row(conn.execute(
             "select v.id from pgfunnel.index_version v join pgfunnel.collection c "
-            "on c.id = v.collection_id where c.name = %s", (name,)).fetchone()[0])
+            "on c.id = v.collection_id where c.name = %s", (name,)))[0])
             for name in ("a", "b"))
         assert len(_relations(conn, vid_a)) == 2
 
@@ -2621,8 +2621,9 @@ def test_an_ingest_follows_a_switch_to_another_model_between_its_batches(
 
     with connect(db, autocommit=True) as conn:
         Ingester(conn, "t", embedder=tiny_model).ingest([record("d0", "refunds of annual plans")])
-        coll, analyzer = conn.execute("select collection_id, analyzer from pgfunnel.index_version "
-                                      "where state = 'active'").fetchone()
+        coll, analyzer = one_row(conn.execute(
+            "select collection_id, analyzer from pgfunnel.index_version "
+            "where state = 'active'"))
 
         def switch_to(model: str) -> Callable[..., None]:
             def tick(stage: str, n: int, total: int | None = None) -> None:
