@@ -18,7 +18,7 @@ import math
 import numbers
 import operator
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
@@ -168,7 +168,7 @@ def _edges(items: list[P]) -> list[P]:
 
 
 def pack_context(
-    passages: Sequence[P],
+    passages: Iterable[P],
     *,
     token_budget: int,
     count_tokens: Callable[[str], int] | None = None,

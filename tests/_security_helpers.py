@@ -34,7 +34,8 @@ class Doc:
 
 
 def unit(v: np.ndarray) -> np.ndarray:
-    return (v / np.linalg.norm(v)).astype(np.float32)
+    scaled: np.ndarray = (v / np.linalg.norm(v)).astype(np.float32)
+    return scaled
 
 
 def random_vectors(n: int, seed: int, dim: int = DIM) -> np.ndarray:

@@ -26,7 +26,7 @@ from _security_helpers import (
     unit,
     with_user,
 )
-from funnel_util import one_row
+from funnel_util import conninfo_part, one_row
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
@@ -630,7 +630,7 @@ def test_security_findings(db: str) -> None:
         assert "public_execute" not in checks and "security_definer" not in checks
     schema.init(db, rls=True)
     app = create_app_role(db)
-    app_user = psycopg.conninfo.conninfo_to_dict(app)["user"]
+    app_user = conninfo_part(app, "user")
     with connect(db, autocommit=True) as conn:
         assert [f for f in security_findings(conn) if f.level == "error"] == []
         conn.execute("alter table pgfunnel.posting no force row level security")
@@ -1130,7 +1130,7 @@ def test_a_role_that_may_not_grant_the_reader_role_is_told_who_may(rls_db: str) 
     from pgfunnel.security import READER_ROLE, grant_app_role
 
     granter_dsn = create_app_role(rls_db, writer=True)
-    granter = psycopg.conninfo.conninfo_to_dict(granter_dsn)["user"]
+    granter = conninfo_part(granter_dsn, "user")
     target = f"pgf_app_{uuid.uuid4().hex[:8]}"
     with connect(rls_db, autocommit=True) as su:
         su.execute(sql.SQL("create role {} login").format(sql.Identifier(target)))
@@ -1154,7 +1154,7 @@ def test_a_writer_that_may_not_create_temporary_tables_is_told_the_grant(
     denied to create temporary tables in database ..." once its first batch was ready.
     It is now refused before anything is written, with the grant that lets it through."""
     writer_dsn = create_app_role(rls_db, writer=True)
-    writer = psycopg.conninfo.conninfo_to_dict(writer_dsn)["user"]
+    writer = conninfo_part(writer_dsn, "user")
     with connect(rls_db, autocommit=True) as su:
         dbname = su.info.dbname
         su.execute(sql.SQL("revoke temporary on database {} from public").format(
@@ -1229,7 +1229,7 @@ def test_a_reader_writing_is_told_which_role_it_needs(rls_db: str, app_dsn: str)
         create_version(owner, coll, "random-vectors-16", DIM, str(analyzer), "ready")
         before = owner.execute("select state from pgfunnel.index_version "
                                "order by id").fetchall()
-    role = psycopg.conninfo.conninfo_to_dict(app_dsn)["user"]
+    role = conninfo_part(app_dsn, "user")
     lacks = f"role '{role}' may not {{}}: it lacks {{}} on pgfunnel.{{}} " \
             f"(members of pgfunnel_writer have it: grant pgfunnel_writer to {role}"
     with connect(app_dsn, autocommit=True) as conn:
@@ -1428,8 +1428,8 @@ def test_doctor_warns_that_another_databases_readers_may_search_this_one(
     # the only database that grants pgfunnel_reader its tables: nothing to say
     assert connect_findings(rls_db) == []
     schema.init(empty_db, rls=True)
-    here = psycopg.conninfo.conninfo_to_dict(rls_db)["dbname"]
-    other = psycopg.conninfo.conninfo_to_dict(empty_db)["dbname"]
+    here = conninfo_part(rls_db, "dbname")
+    other = conninfo_part(empty_db, "dbname")
     # the other database's application role, searching this one
     other_app = psycopg.conninfo.make_conninfo(create_app_role(empty_db), dbname=here)
     with connect(other_app) as c:
@@ -1454,7 +1454,7 @@ def test_doctor_says_an_application_role_that_is_also_a_writer_escapes_the_polic
     too (to delete from an admin screen, say) is no longer held by row-level security."""
     from pgfunnel.security import security_findings
 
-    app_user = str(psycopg.conninfo.conninfo_to_dict(app_dsn)["user"])
+    app_user = conninfo_part(app_dsn, "user")
 
     def writer_findings() -> list[str]:
         with connect(rls_db, autocommit=True) as conn:
@@ -1546,8 +1546,8 @@ def test_doctor_reports_a_reader_setting_given_to_a_role_or_database_by_default(
     start as that reader: a query that sets no reader reads its rows instead of none."""
     from pgfunnel.security import security_findings
 
-    app_user = str(psycopg.conninfo.conninfo_to_dict(app_dsn)["user"])
-    here = str(psycopg.conninfo.conninfo_to_dict(rls_db)["dbname"])
+    app_user = conninfo_part(app_dsn, "user")
+    here = conninfo_part(rls_db, "dbname")
 
     def defaults() -> set[tuple[str, str]]:
         with connect(rls_db, autocommit=True) as conn:
@@ -1893,7 +1893,7 @@ def test_translate_with_bind_does_not_say_a_login_role_that_may_use_pgfunnel_has
     schema.init(db, rls=True)
     ingest_docs(db, _corpus(3))
     login_dsn = create_app_role(db)
-    login = psycopg.conninfo.conninfo_to_dict(login_dsn)["user"]
+    login = conninfo_part(login_dsn, "user")
     # control: as itself the login role searches
     said = _refused_after_set_role(db, login_dsn, login, control=True)
     assert said.startswith("permission denied for schema pgfunnel; "), said

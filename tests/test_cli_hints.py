@@ -163,10 +163,10 @@ def test_a_dsn_with_a_password_is_not_printed(empty_db: str) -> None:
     res = CliRunner().invoke(app, ["doctor", "--dsn", secret, "--json"], env=NO_ENV)
     assert res.exit_code == 3, res.output
     assert "s3cret" not in res.output
-    said = [f["message"] for f in json.loads(res.stdout)["findings"]
-            if "pgfunnel init" in f["message"]]
-    assert said, res.stdout
-    for message in said:
+    messages = [f["message"] for f in json.loads(res.stdout)["findings"]
+                if "pgfunnel init" in f["message"]]
+    assert messages, res.stdout
+    for message in messages:
         assert '`pgfunnel init --dsn "$PGFUNNEL_DSN"`' in message, message
         assert message.endswith("(set PGFUNNEL_DSN to your connection string first: the "
                                 "--dsn given holds a password, which is not printed)"), message

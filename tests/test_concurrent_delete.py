@@ -16,7 +16,8 @@ from test_bm25 import _recount, _stored
 
 from pgfunnel.db import connect
 
-Job = Callable[[psycopg.Connection[Any]], None]
+# what a job returns is not looked at
+Job = Callable[[psycopg.Connection[Any]], object]
 
 
 def _together(db: str, *jobs: Job) -> list[BaseException]:

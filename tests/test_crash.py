@@ -38,8 +38,7 @@ INGEST_SCRIPT = textwrap.dedent("""
 
 
 def _start(pgdata: Path) -> object:
-    import pgserver
-    from pgserver.postgres_server import PostgresServer
+    from pgserver.postgres_server import PostgresServer, get_server
 
     # pgserver caches one handle per pgdata; after a kill -9 that handle is stale
     for key in [k for k in PostgresServer._instances if Path(k).resolve() == pgdata.resolve()]:
@@ -47,7 +46,7 @@ def _start(pgdata: Path) -> object:
     deadline = time.time() + 90
     while True:
         try:
-            return pgserver.get_server(pgdata, cleanup_mode=None)
+            return get_server(pgdata, cleanup_mode=None)
         except Exception:
             if time.time() > deadline:
                 raise
@@ -112,10 +111,11 @@ def test_kill_postmaster_during_ingest(tmp_path: Path) -> None:
             vid = conn.execute("select id from pgfunnel.index_version "
                                "where state = 'active'").fetchone()
             assert vid is not None
-            stored = dict(conn.execute("select term, df from pgfunnel.term_stat "
-                                       "where index_version_id = %s", vid).fetchall())
-            recount = dict(conn.execute("select term, df from pgfunnel.bm25_recount(%s)",
-                                        vid).fetchall())
+            stored: dict[str, int] = dict(conn.execute(
+                "select term, df from pgfunnel.term_stat where index_version_id = %s",
+                vid).fetchall())
+            recount: dict[str, int] = dict(conn.execute(
+                "select term, df from pgfunnel.bm25_recount(%s)", vid).fetchall())
             assert stored == recount
             totals = conn.execute(
                 "select v.chunk_count = (select count(*) from pgfunnel.lexical l "

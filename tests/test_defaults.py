@@ -388,10 +388,11 @@ def test_python_refuses_where_the_sql_does(conn: psycopg.Connection[Any]) -> Non
     from pgfunnel.search import query_text_problem
     from pgfunnel.transform import check_rrf_constant
 
-    past = {"k": defaults.K_MOST + 1, "overfetch": defaults.OVERFETCH_MOST + 1,
-            "rrf_k": defaults.RRF_K_MOST + 1, "lexical_depth": defaults.DEPTH_MOST + 1,
-            "dense_depth": defaults.DEPTH_MOST + 1,
-            "query_text": "x" * (defaults.QUERY_CHARS_MOST + 1)}
+    past: dict[str, int | str] = {
+        "k": defaults.K_MOST + 1, "overfetch": defaults.OVERFETCH_MOST + 1,
+        "rrf_k": defaults.RRF_K_MOST + 1, "lexical_depth": defaults.DEPTH_MOST + 1,
+        "dense_depth": defaults.DEPTH_MOST + 1,
+        "query_text": "x" * (defaults.QUERY_CHARS_MOST + 1)}
     for knob, value in past.items():
         at = value - 1 if isinstance(value, int) else value[:-1]
         assert _sql_refuses(conn, **{knob: at}) is None, knob

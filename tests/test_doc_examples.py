@@ -444,7 +444,10 @@ def _rr_settings(request: pytest.FixtureRequest, code: str) -> None:
     call = ast.parse(code, mode="eval").body
     assert isinstance(call, ast.Call)
     declared = inspect.signature(Reranker).parameters
-    listed = {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords}
+    listed: dict[str, Any] = {}
+    for kw in call.keywords:
+        assert kw.arg is not None, "the documented call spreads a ** mapping"
+        listed[kw.arg] = ast.literal_eval(kw.value)
     assert list(listed) == list(declared)
     for name, value in listed.items():
         assert declared[name].default == value, (name, value, declared[name].default)

@@ -6,7 +6,7 @@ import itertools
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -803,7 +803,9 @@ def test_the_charts_of_one_split_say_which() -> None:
     queries = [jq("q1", "s", {"d1#0": 1}, split="dev"), jq("q2", "s", {"d2#0": 1},
                                                            split="test")]
     runs = {"a": {"q1": ["d1#0"], "q2": []}}
-    for split, said in (("dev", "dev split"), ("test", "test split"), (None, None)):
+    splits: list[tuple[Literal["dev", "test"] | None, str | None]] = [
+        ("dev", "dev split"), ("test", "test split"), (None, None)]
+    for split, said in splits:
         report = build_report(runs, queries, k=10, n_resamples=10, split=split)
         titles = (_slices_figure(report).axes[0].get_title(), pool_recall_title(report))
         for title in titles:

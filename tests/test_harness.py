@@ -355,7 +355,8 @@ def test_the_lexical_preset_never_returns_what_only_the_dense_leg_found(
     # gives the leg's own score instead (BM25; cosine similarity)
     assert lexical["kw"].top_score is not None and lexical["kw"].top_score > 1
     dense_tops = [r.top_score for r in result.runs["dense"].values()]
-    assert len(set(dense_tops)) == 2 and all(0 < t <= 1 for t in dense_tops), dense_tops
+    assert len(set(dense_tops)) == 2 and all(t is not None and 0 < t <= 1
+                                             for t in dense_tops), dense_tops
     assert result.report.configs["lexical"].per_query["q"]["ndcg@10"] == 0.0
     assert result.report.configs["dense"].per_query["q"]["ndcg@10"] == 1.0
     # a query the lexical leg does match returns its hits and nothing else
@@ -514,7 +515,8 @@ def test_queries_are_embedded_in_one_batch_ahead_with_the_vectors_of_one_at_a_ti
     assert set(batches[0]) == searched and len(batches[0]) == len(searched)
     for text in searched:
         alone = embedder.embed_query(text)
-        assert np.allclose(harness._vectors[text], alone, atol=1e-5), text
+        vector = harness._vectors[text]
+        assert vector is not None and np.allclose(vector, alone, atol=1e-5), text
 
 
 def test_stage_recall_in_database_matches_harness(sample_db: str) -> None:
@@ -939,10 +941,10 @@ def test_a_citekey_ending_in_hash_and_digits_is_named_when_read_as_a_chunk_key(
     # judged per chunk, as the message says, they are found
     chunk_level = [JudgedQuery("q1", "export times out", "keyword", {"tickets#42#0": 1})]
     import warnings
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as recorded:
         warnings.simplefilter("always")
         found = Harness(sample_db, "tickets").run(chunk_level, preset_configs("lexical"))
-    assert not [w for w in caught if "judged items" in str(w.message)]
+    assert not [w for w in recorded if "judged items" in str(w.message)]
     assert found.missing_items == []
     assert found.report.configs["lexical"].per_query["q1"]["recall@10"] == 1.0
 
@@ -996,9 +998,10 @@ def test_store_qrels_with_a_split_stores_the_queries_that_split_evaluated(
     from pgfunnel.db import connect
 
     picked = [q for q in _subset(1) if q.relevant_items][:4]
-    rows = [{"query_id": q.query_id, "query": q.query, "slice": q.slice,
-             "relevant": dict(q.relevant), "history": list(q.history),
-             "split": "dev" if i % 2 == 0 else "test"} for i, q in enumerate(picked)]
+    rows: list[dict[str, Any]] = [
+        {"query_id": q.query_id, "query": q.query, "slice": q.slice,
+         "relevant": dict(q.relevant), "history": list(q.history),
+         "split": "dev" if i % 2 == 0 else "test"} for i, q in enumerate(picked)]
     queries = tmp_path / "q.jsonl"
     queries.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     dev = sorted(r["query_id"] for r in rows if r["split"] == "dev")

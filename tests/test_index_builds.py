@@ -29,7 +29,7 @@ from pgfunnel.versions import cleanup_invalid_indexes
 THREAD_SESSION = "index-build-test"
 
 
-def _in_thread(db: str, job: Callable[[psycopg.Connection[Any]], None]
+def _in_thread(db: str, job: Callable[[psycopg.Connection[Any]], object]
                ) -> tuple[threading.Thread, list[BaseException], list[int]]:
     """Start ``job`` on an autocommit connection of its own, named ``THREAD_SESSION``;
     (thread, what it raised, its backend pid once connected)."""

@@ -8,6 +8,7 @@ import json
 import os
 import shlex
 from collections import Counter
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ def _counts(conn: psycopg.Connection[Any]) -> tuple[int, int, int, int]:
         " (select count(*) from pgfunnel.embedding), (select count(*) from pgfunnel.posting)"
     ).fetchone()
     assert row is not None
-    return row
+    return int(row[0]), int(row[1]), int(row[2]), int(row[3])
 
 
 def assert_stats_exact(conn: psycopg.Connection[Any]) -> None:
@@ -829,10 +830,10 @@ def test_a_code_block_cut_between_chunks_is_fenced_in_each() -> None:
     # code themselves) and are fenced again
     items = "\n".join(f"    key_{i}: value {i}" for i in range(30))
     parts = chunk_text(f"1. Set up:\n\n    ```yaml\n{items}\n    ```\n\n2. Run it.", 20)
-    code = [_rendered_blocks(p.text) for p in parts[1:-1]]
+    fenced = [_rendered_blocks(p.text) for p in parts[1:-1]]
     assert [p.text for p in (parts[0], parts[-1])] == ["1. Set up:", "2. Run it."]
-    assert all(len(blocks) == 1 and blocks[0][0] == "fence" for blocks in code)
-    assert "\n".join(blocks[0][1] for blocks in code) == items.replace("    ", "")
+    assert all(len(blocks) == 1 and blocks[0][0] == "fence" for blocks in fenced)
+    assert "\n".join(blocks[0][1] for blocks in fenced) == items.replace("    ", "")
     # one indented less than four spaces is closed where it was cut at its own
     # indentation: at the margin the closing line would end the item and open a second,
     # empty block
@@ -1206,7 +1207,7 @@ def test_batches_analysed_beside_the_rows_of_the_one_before_keep_their_order(
 def test_first_ingest_reports_the_index_build(conn: psycopg.Connection[Any]) -> None:
     stages: list[tuple[str, int, int | None]] = []
     docs = [DocumentRecord(f"d{i}", f"document {i}") for i in range(30)]
-    Ingester(conn, "p", progress=lambda s, n, t=None: stages.append((s, n, t))).ingest(
+    Ingester(conn, "p", progress=lambda s, n, t: stages.append((s, n, t))).ingest(
         docs, vectors=_random_vectors(docs))
     names = [s for s, _, _ in stages]
     # the build is announced with its size before it starts; ANALYZE comes after it
@@ -1216,7 +1217,7 @@ def test_first_ingest_reports_the_index_build(conn: psycopg.Connection[Any]) -> 
     # a later ingest adds to the existing index: nothing to build
     stages.clear()
     more = [DocumentRecord("e0", "one more document")]
-    Ingester(conn, "p", progress=lambda s, n, t=None: stages.append((s, n, t))).ingest(
+    Ingester(conn, "p", progress=lambda s, n, t: stages.append((s, n, t))).ingest(
         more, vectors=_random_vectors(more))
     assert "index" not in [s for s, _, _ in stages]
 
@@ -1264,7 +1265,7 @@ def test_embedding_progress_carries_the_chunks_queued_so_far(
     ticks: list[tuple[int, int | None]] = []
     docs = [DocumentRecord(f"d{i}", f"document {i} about topic {i % 3}") for i in range(5)]
     stats = Ingester(conn, "p", embedder=embedder, batch_documents=2, prepare_ahead=False,
-                     progress=lambda s, n, t=None: ticks.append((n, t)) if s == "embedding"
+                     progress=lambda s, n, t: ticks.append((n, t)) if s == "embedding"
                      else None).ingest(docs)
     # each batch announces its chunks (n = 0) before the model runs, so a bar has a total
     assert ticks[0] == (0, 2)
@@ -1286,12 +1287,16 @@ def test_the_model_runs_outside_the_writing_transaction(conn: psycopg.Connection
     conn.execute("set idle_in_transaction_session_timeout = '300ms'")
     slow = SlowEmbedder(embedder)
     docs = [DocumentRecord(f"d{i}", f"document {i} about topic {i % 3}") for i in range(5)]
-    stats = Ingester(conn, "slow", embedder=slow, batch_documents=2).ingest(docs)
+    # SlowEmbedder stands in for an Embedder (Ingester calls embed, reads model_name and
+    # dimensions) without being one
+    stats = Ingester(conn, "slow", embedder=slow,  # type: ignore[arg-type]
+                     batch_documents=2).ingest(docs)
     assert stats.chunks_embedded == 5 and stats.documents_written == 5
     assert slow.calls == 3  # one call per batch: nothing embedded twice
     # a re-ingest with one changed document embeds only that one, still outside
     docs[1] = DocumentRecord("d1", "document 1, rewritten")
-    again = Ingester(conn, "slow", embedder=slow, batch_documents=2).ingest(docs)
+    again = Ingester(conn, "slow", embedder=slow,  # type: ignore[arg-type]
+                     batch_documents=2).ingest(docs)
     assert again.chunks_embedded == 1 and again.documents_unchanged == 4
     assert_stats_exact(conn)
 
@@ -2125,7 +2130,7 @@ def test_cli_reingest_of_a_file_edited_into_a_copy_keeps_no_old_text(db: str,
         # the --dsn typed is named in the command to paste, in --json as in text
         f"(`pgfunnel delete --dsn {shlex.quote(db)} -c copies notes` takes it out)"]
     with psycopg.connect(db) as conn:
-        stored = dict(conn.execute(
+        stored: dict[str, str] = dict(conn.execute(
             "select d.citekey, string_agg(c.text, ' ') from pgfunnel.document d "
             "join pgfunnel.chunk c on c.document_id = d.id group by d.citekey").fetchall())
     assert stored == {"README": "Readme\n\nThe readme text about widgets.",
@@ -2224,12 +2229,13 @@ def test_an_ingest_does_not_make_again_a_private_collection_dropped_under_it(
     class DropsTheCollectionFirst(Embedder):
         dropped = False
 
-        def embed(self, texts: Any, **kwargs: Any) -> Any:
+        def embed(self, texts: Sequence[str],
+                  progress: Callable[[int], None] | None = None) -> np.ndarray:
             if not self.dropped:
                 self.dropped = True
                 with connect(db, autocommit=True) as other:
                     drop_collection(other, "pv")
-            return super().embed(texts, **kwargs)
+            return super().embed(texts, progress=progress)
 
     dropper = DropsTheCollectionFirst.__new__(DropsTheCollectionFirst)
     dropper.__dict__.update(embedder.__dict__)
@@ -2270,7 +2276,7 @@ def test_ingest_and_delete_on_a_connection_with_another_row_factory(
     # delete_documents with KeyError 0: pgfunnel reads its rows by position
     from psycopg.rows import dict_row
 
-    conn.row_factory = dict_row  # type: ignore[assignment]
+    conn.row_factory = dict_row
     docs = [DocumentRecord(citekey="a", text="refund policy for the annual plan"),
             DocumentRecord(citekey="b", text="how to reset a password")]
     stats = Ingester(conn, "dicts", embedder=embedder).ingest(docs)
@@ -2619,7 +2625,7 @@ def test_cli_ingest_reads_files_that_are_not_utf8_in_the_encoding_given(db: str,
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["documents_written"] == 7
     with psycopg.connect(db) as conn:
-        texts = dict(conn.execute(
+        texts: dict[str, str] = dict(conn.execute(
             "select d.citekey, string_agg(c.text, ' ' order by c.ordinal) "
             "from pgfunnel.document d join pgfunnel.chunk c on c.document_id = d.id "
             "group by d.citekey").fetchall())

@@ -5,6 +5,7 @@ takes its partition along; and migration 0005 both ways with data in the tables.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -345,7 +346,8 @@ def test_with_many_partitions_a_search_locks_and_scores_its_own_partition_only(
     assert all(few.values())
     _add_empty_versions(conn, 12)
     for q in queries:
-        assert _posting_partitions_locked(conn, lambda c, q=q: lexical(c, q, "t", k=20)) == 1
+        search = partial(lexical, query=q, collection="t", k=20)
+        assert _posting_partitions_locked(conn, search) == 1
         # the statement planned per search scores exactly as the cached one did
         assert lexical(conn, q, "t", k=20) == few[q], q
 
@@ -535,7 +537,7 @@ def test_few_visible_chunks_are_scored_by_probes_or_by_hash_as_counts_decide(
     # past 8 partitions each form is planned per search: the same rows, one partition locked
     _add_empty_versions(conn, 12)
     for reader in ("few", "some"):
-        assert _posting_partitions_locked(conn, lambda c, r=reader: hits(c, r)) == 1
+        assert _posting_partitions_locked(conn, partial(hits, reader=reader)) == 1
         assert hits(conn, reader) == found[reader]
 
 

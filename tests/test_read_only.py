@@ -71,8 +71,9 @@ def _sql_searches(conn: psycopg.Connection[Any], embedder: Any) -> list[Any]:
     for q in QUERIES:
         v = embedder.embed_query(q)
         for fusion in ("minmax", "rrf", "zscore"):
-            for who in ({"principals": [], "tenant": None},
-                        {"principals": ["alice"], "tenant": "acme"}):
+            readers: list[dict[str, Any]] = [{"principals": [], "tenant": None},
+                                             {"principals": ["alice"], "tenant": "acme"}]
+            for who in readers:
                 for text, vec in ((q, v), (q, None), (None, v)):
                     answers.append(conn.execute(SQL_SEARCH, {
                         "q": text, "v": vec, "fusion": fusion, "mf": None, **who}).fetchall())

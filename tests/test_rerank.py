@@ -133,18 +133,21 @@ def test_numpy_integers_are_taken_as_search_parameters_take_them(tiny_ce: Path) 
     # a batch size, snippet length, top_k or rerank_depth read from a numpy array (a sweep
     # of settings) was refused as "must be a positive integer, got np.int64(8)", while
     # Funnel.search takes k=np.int64(5)
+    # (numpy integers are not int to mypy: the arguments below are off-type on purpose)
     from pgfunnel.search import Funnel
 
-    r = Reranker(str(tiny_ce), device="cpu", batch_size=np.int64(8),
-                 max_length=np.int32(64), snippet_chars=np.int64(200))
+    r = Reranker(str(tiny_ce), device="cpu", batch_size=np.int64(8),  # type: ignore[arg-type]
+                 max_length=np.int32(64), snippet_chars=np.int64(200))  # type: ignore[arg-type]
     assert (r.batch_size, r.max_length, r.snippet_chars) == (8, 64, 200)
     assert all(type(v) is int for v in (r.batch_size, r.max_length, r.snippet_chars))
-    rows = r.rank("refund", ["a refund", "a password", "an invoice"], top_k=np.int64(2),
-                  batch_size=np.int64(1))
+    rows = r.rank("refund", ["a refund", "a password", "an invoice"],
+                  top_k=np.int64(2), batch_size=np.int64(1))  # type: ignore[arg-type]
     assert len(rows) == 2
-    funnel = Funnel("postgresql:///unused", reranker=r, rerank_depth=np.int64(5))
+    funnel = Funnel("postgresql:///unused", reranker=r,
+                    rerank_depth=np.int64(5))  # type: ignore[arg-type]
     assert funnel.rerank_depth == 5 and type(funnel.rerank_depth) is int
-    for bad in (np.float64(8), np.bool_(True), True):
+    bads: list[Any] = [np.float64(8), np.bool_(True), True]
+    for bad in bads:
         with pytest.raises(ConfigError):
             Reranker(str(tiny_ce), device="cpu", batch_size=bad)
 
@@ -378,7 +381,8 @@ def test_should_skip_gate() -> None:
     assert should_skip([0.2, 0.9, 0.3], 0.5) is True  # unsorted input
     with pytest.raises(ConfigError):
         should_skip([0.9, 0.1], -1.0)
-    assert should_skip([0.9, 0.1], np.float32(0.5)) is True  # numpy numbers, as before
+    # numpy numbers, as before (off-type to mypy on purpose)
+    assert should_skip([0.9, 0.1], np.float32(0.5)) is True  # type: ignore[arg-type]
     # 0 is not a gate: every top score leads the second by at least 0
     for bad in (0, 0.0, float("nan"), True, "0.1"):
         with pytest.raises(ConfigError, match="margin: must be a finite number > 0"):
@@ -498,7 +502,9 @@ def short_ce(tiny_ce: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(tiny_ce, path, dirs_exist_ok=True)
     config = AutoConfig.from_pretrained(str(tiny_ce))
     config.max_position_embeddings = 64
-    AutoModelForSequenceClassification.from_config(config).save_pretrained(str(path))
+    # transformers leaves from_config unannotated
+    model = AutoModelForSequenceClassification.from_config(config)  # type: ignore[no-untyped-call]
+    model.save_pretrained(str(path))
     return path
 
 
@@ -566,7 +572,8 @@ def test_the_embedders_batch_size_must_be_an_integer(batch_size: Any) -> None:
     with pytest.raises(ConfigError, match="^batch_size: must be an integer") as exc:
         Embedder(device="cpu", batch_size=batch_size)
     assert exc.value.parameter == "batch_size"
-    assert Embedder(device="cpu", batch_size=np.int64(8)).batch_size == 8
+    assert Embedder(device="cpu",
+                    batch_size=np.int64(8)).batch_size == 8  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("value", ["no", "false", 0, 1])

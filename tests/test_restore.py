@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 from _security_helpers import create_app_role, with_user
-from funnel_util import doc, ingest, make_collection, one_row, pg_bin, with_conninfo
+from funnel_util import conninfo_part, doc, ingest, make_collection, one_row, pg_bin, with_conninfo
 from psycopg import sql
 
 from pgfunnel import schema, versions
@@ -222,7 +222,7 @@ def test_an_rls_database_restored_with_no_owner_by_another_role(
     with connect(source, autocommit=True) as conn:
         enable_rls(conn)
     app = create_app_role(source)
-    app_role = str(psycopg.conninfo.conninfo_to_dict(app)["user"])
+    app_role = conninfo_part(app, "user")
 
     def app_answers(dsn: str) -> list[Any]:
         with Funnel(dsn, embedder=embedder) as funnel:
@@ -254,7 +254,7 @@ def test_an_rls_database_restored_with_no_owner_by_another_role(
             # the source's application role searches the copy: it may connect, not every
             # role of the cluster (else doctor warns, security.database_connect: a reader
             # of the source may search the copy, and one of the copy the source)
-            copy = sql.Identifier(psycopg.conninfo.conninfo_to_dict(restored)["dbname"])
+            copy = sql.Identifier(conninfo_part(restored, "dbname"))
             su.execute(sql.SQL("revoke connect on database {} from public").format(copy))
             su.execute(sql.SQL("grant connect on database {} to {}").format(
                 copy, sql.Identifier(app_role)))

@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from funnel_util import one_row
+from funnel_util import conninfo_part, one_row
 
 from pgfunnel import schema
 from pgfunnel.db import connect, require_schema
@@ -1212,7 +1212,7 @@ def test_an_owner_that_may_not_create_in_public_gets_every_function_but_the_wrap
 
     as_owner = _dba_made_schema_for(empty_db, create_in_public=False)
     result = schema.init(as_owner)
-    role = psycopg.conninfo.conninfo_to_dict(as_owner)["user"]
+    role = conninfo_part(as_owner, "user")
     assert result["created"] is True
     assert [n for n in result["notes"] if "public.funnel_search" in n] == [
         f"role {role} may not create objects in schema public, so public.funnel_search, the "

@@ -202,6 +202,7 @@ def test_a_jsonl_string_may_hold_line_and_paragraph_separators(tmp_path: Path) -
 def test_a_symbolic_link_loop_or_a_folder_that_cannot_be_listed_is_named(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import os
+    from collections.abc import Iterator
 
     from pgfunnel.sources import read_paths
 
@@ -215,11 +216,11 @@ def test_a_symbolic_link_loop_or_a_folder_that_cannot_be_listed_is_named(
     (docs / "locked" / "b.md").write_text("# B\n\ntext\n")
     real_scandir = os.scandir
 
-    def refusing(path: object = ".") -> object:
+    def refusing(path: str | os.PathLike[str] = ".") -> Iterator[os.DirEntry[str]]:
         # root lists every folder whatever its mode: refuse as Postgres' own user would
         if str(path).endswith("locked"):
             raise PermissionError(13, "Permission denied", str(path))
-        return real_scandir(path)  # type: ignore[arg-type]
+        return real_scandir(path)
 
     monkeypatch.setattr(os, "scandir", refusing)
     with pytest.raises(InvalidDocumentError, match=r"locked: cannot list this folder "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -187,7 +188,10 @@ def test_rewriter_that_times_out_falls_back() -> None:
 def test_a_rewrite_the_search_would_refuse_falls_back() -> None:
     for proposed, why in (("refund\x00policy", "NUL"),
                           ("refund " + "word " * 3000, "at most 10,000")):
-        r = GuardedRewriter(lambda q, p=proposed: p).rewrite("how do refunds work")
+        def propose(q: str, p: str = proposed) -> str:
+            return p
+
+        r = GuardedRewriter(propose).rewrite("how do refunds work")
         assert not r.used_rewrite and r.query == "how do refunds work"
         assert r.reason.startswith("fallback: rewrite is not a usable query") and why in r.reason
 
@@ -461,7 +465,7 @@ def test_a_non_latin_topic_is_carried_and_protected() -> None:
 def test_one_string_where_a_list_is_expected_is_config_error() -> None:
     # iterated, one string was a list of one-character items: a history with no topic,
     # protected terms "m", "o", "n", ..., three phrasings "a", "b", "c"
-    cases = [
+    cases: list[tuple[Callable[[], object], str]] = [
         (lambda: FollowupResolver().resolve("how do refunds work?", "and for annual?"),
          "history"),
         (lambda: FollowupResolver().resolve(None, "and for annual?"), "history"),  # type: ignore[arg-type]

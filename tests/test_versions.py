@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -1549,12 +1549,13 @@ def test_a_version_dropped_while_its_activation_catches_up_is_not_switched_to(
     class DropsTheVersionFirst(Embedder):
         dropped = False
 
-        def embed(self, texts: Any, **kwargs: Any) -> Any:
+        def embed(self, texts: Sequence[str],
+                  progress: Callable[[int], None] | None = None) -> np.ndarray:
             if not self.dropped:
                 self.dropped = True
                 with connect(sample_db, autocommit=True) as other:
                     versions.drop(other, "default", 2)
-            return super().embed(texts, **kwargs)
+            return super().embed(texts, progress=progress)
 
     with connect(sample_db, autocommit=True) as conn:
         versions.reindex(conn, "default", model=tiny_model,
@@ -1919,8 +1920,9 @@ def test_compare_last_replays_each_search_with_the_configuration_it_was_logged_w
         "fusion => 'zscore', overfetch => 2, trace => true)")
     with connect(sample_db, autocommit=True) as conn:
         logged = {s.query_text: s for s in versions.last_searches(conn, "default", 10)}
-        assert logged[rrf].config is not None
-        assert {n: logged[rrf].config[n] for n in ("k", "fusion", "per_source_cap")} == {
+        config = logged[rrf].config
+        assert config is not None
+        assert {n: config[n] for n in ("k", "fusion", "per_source_cap")} == {
             "k": 3, "fusion": "rrf", "per_source_cap": 1}
         sql_logged = logged["invoice address"].config
         assert sql_logged is not None and (sql_logged["k"], sql_logged["fusion"],
@@ -2730,16 +2732,16 @@ def test_compare_lists_a_query_whose_results_only_moved(db: str, tiny_model: str
     # the most moved first
     assert [d["rank_shift"] for d in moved] == sorted(
         (d["rank_shift"] for d in moved), reverse=True)
-    text = runner.invoke(app, args, env={"COLUMNS": "200"})
-    assert text.exit_code == 0, text.output
-    flat = " ".join(text.output.split())
+    shown = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    flat = " ".join(shown.output.split())
     assert (f"{cmp['identical']} identical top-10 ({len(moved)} more with the same results "
-            "in a different order)") in flat, text.output
-    assert "most changed queries" in flat, text.output
-    listed = [line for line in text.output.splitlines()
+            "in a different order)") in flat, shown.output
+    assert "most changed queries" in flat, shown.output
+    listed = [line for line in shown.output.splitlines()
               if any(d["query"] in line for d in moved)]
-    assert len(listed) == len(moved), text.output
-    assert all("same results, different order" in line for line in listed), text.output
+    assert len(listed) == len(moved), shown.output
+    assert all("same results, different order" in line for line in listed), shown.output
 
 
 def test_compare_last_replays_a_lexical_only_search_without_an_embedding(

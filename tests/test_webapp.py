@@ -56,7 +56,7 @@ def test_http_search_returns_ranked_results(client: TestClient) -> None:
 
 
 def test_private_document_only_for_its_readers(client: TestClient) -> None:
-    q = {"q": "zebra audit checklist", "k": 5}
+    q: dict[str, str | int] = {"q": "zebra audit checklist", "k": 5}
     allowed = client.get("/search", params=q, headers={"X-Principals": "alice, team-a"})
     assert allowed.status_code == 200
     assert allowed.json()["results"][0]["citekey"] == "audit-zebra"
@@ -100,7 +100,7 @@ def test_documents_follow_the_search_rules_and_odd_input_is_a_client_error(
         conn.execute("update pgfunnel.document set valid_to = null, readers = '{café}' "
                      "where citekey = 'audit-zebra'")
     ok = client.get("/documents/audit-zebra",
-                    headers={"X-Principals": "café".encode()})
+                    headers={b"X-Principals": "café".encode()})
     assert ok.status_code == 200
 
 
@@ -113,7 +113,7 @@ def test_after_a_model_change_the_app_loads_the_new_model(
     app = _load_app_module().create_app(sample_db)  # loads the active model at startup
     with TestClient(app) as c:
         assert app.state.embedder is not None
-        params = {"q": "refund on an annual plan", "k": 3}
+        params: dict[str, str | int] = {"q": "refund on an annual plan", "k": 3}
         assert c.get("/search", params=params, headers={"X-Principals": ""}).status_code == 200
         with connect(sample_db, autocommit=True) as conn:
             versions.reindex(conn, "default", model=tiny, activate_after=True)
