@@ -218,3 +218,12 @@ def logged(logger_name: str) -> Iterator[list[str]]:
         yield messages
     finally:
         logger.removeHandler(handler)
+
+
+def message_primary(error: psycopg.Error) -> str:
+    """The primary message of an error the server raised (psycopg types it Optional: an
+    error raised on the client side has none)."""
+    message = error.diag.message_primary
+    if message is None:
+        raise AssertionError(f"{type(error).__name__} carries no server message: {error}")
+    return message

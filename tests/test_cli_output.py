@@ -294,11 +294,12 @@ def test_explain_follows_the_weights_and_rrf_k_search_was_given(sample_db: str,
 
     # a chunk the two legs rank apart, so that each setting moves its fused rank
     query, target = "storage quota on the trial plan", "discounts-trial"
-    for flags, params, unlike in (
-            (["--lexical-weight", "0.01"], {"weights": (0.01, 0.7)}, {}),
-            (["--dense-weight", "3"], {"weights": (1.0, 3.0)}, {}),
-            (["--fusion", "rrf", "--rrf-k", "1"], {"fusion": "rrf", "rrf_k": 1.0},
-             {"fusion": "rrf"})):
+    cases: list[tuple[list[str], dict[str, Any], dict[str, Any]]] = [
+        (["--lexical-weight", "0.01"], {"weights": (0.01, 0.7)}, {}),
+        (["--dense-weight", "3"], {"weights": (1.0, 3.0)}, {}),
+        (["--fusion", "rrf", "--rrf-k", "1"], {"fusion": "rrf", "rrf_k": 1.0},
+         {"fusion": "rrf"})]
+    for flags, params, unlike in cases:
         res = CliRunner().invoke(app, ["explain", query, target, *flags, "--json",
                                        "--dsn", sample_db], env={"COLUMNS": "200"})
         assert res.exit_code == 0, res.output
@@ -575,7 +576,7 @@ def test_progress_on_a_log_is_a_line_now_and_then() -> None:
                 progress.advance(task, 10)
             other = progress.add_task("building HNSW index", total=None)
             progress.update(other, completed=7)
-        lines = common.console.file.getvalue().splitlines()  # type: ignore[attr-defined]
+        lines = common.console.file.getvalue().splitlines()
     finally:
         common.console = saved
     # a line once 10 s have passed since the last (at 10.5, 21, ... 52.5 s of 60), then
@@ -619,7 +620,7 @@ def test_ingest_counts_the_documents_it_reads_before_it_embeds(tmp_path: Path,
     monkeypatch.setattr(main, "progress_display", slow_log)
     try:
         plan = main.dry_run([tmp_path], 200, None, None, show_progress=True)
-        lines = common.console.file.getvalue().splitlines()  # type: ignore[attr-defined]
+        lines = common.console.file.getvalue().splitlines()
     finally:
         common.console = saved
     assert [d["citekey"] for d in plan["documents"]] == ["p0", "p1", "p2"]
@@ -631,7 +632,7 @@ def test_ingest_counts_the_documents_it_reads_before_it_embeds(tmp_path: Path,
         with common.LogProgress("ingest", every=10, clock=lambda: 0.0,
                                 end_line=False) as quick:
             quick.advance(quick.add_task("reading files (documents so far)", total=None))
-        assert common.console.file.getvalue() == ""  # type: ignore[attr-defined]
+        assert common.console.file.getvalue() == ""
     finally:
         common.console = saved
 
@@ -776,8 +777,10 @@ def test_a_value_option_says_what_leaving_it_out_does(command: list[str], option
     for name in command:
         cmd = cmd.commands[name]  # type: ignore[attr-defined]
     (param,) = [p for p in cmd.params if option in getattr(p, "opts", [])]
-    text = (param.help or "").lower()
-    assert "default" in text or "none given" in text, (option, param.help)
+    # (help is typer's: click's Parameter has none)
+    shown = getattr(param, "help", None)
+    text = (shown or "").lower()
+    assert "default" in text or "none given" in text, (option, shown)
 
 
 def walk_names(group: Any, prefix: str = "") -> list[str]:

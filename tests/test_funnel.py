@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from funnel_util import active, doc, ingest, one_row, unit
+from funnel_util import active, doc, ingest, message_primary, one_row, unit
 from psycopg.types.json import Jsonb
 
 DIMS = 16
@@ -112,7 +112,7 @@ def test_final_refuses_a_pool_with_a_chunk_twice_or_a_null(conn: psycopg.Connect
                 conn.execute("select * from pgfunnel.final(%s::bigint[], %s, %s, %s, %s, %s, "
                              "%s, collection => 't', trace => %s)",
                              (ids, *arrays, ranks, ones, ranks, ones, trace))
-            assert exc.value.diag.message_primary.startswith(f"{param}: must not contain")
+            assert message_primary(exc.value).startswith(f"{param}: must not contain")
     with pytest.raises(psycopg.errors.InvalidParameterValue) as exc:
         conn.execute("select * from pgfunnel.final(%s::bigint[], %s, %s, %s, %s, %s, %s, "
                      "rerank_scores => %s, collection => 't')",
@@ -122,7 +122,7 @@ def test_final_refuses_a_pool_with_a_chunk_twice_or_a_null(conn: psycopg.Connect
     with pytest.raises(psycopg.errors.InvalidParameterValue) as exc:
         conn.execute("select * from pgfunnel.final(null, null, null, null, null, null, null, "
                      "collection => 't')")
-    assert exc.value.diag.message_primary.startswith("chunk_ids: must not be NULL")
+    assert message_primary(exc.value).startswith("chunk_ids: must not be NULL")
     assert conn.execute("select count(*) from pgfunnel.final('{}', '{}', '{}', '{}', '{}', "
                         "'{}', '{}', collection => 't')").fetchone() == (0,)
 
@@ -153,7 +153,7 @@ def test_final_keeps_log_notes_outside_the_config(conn: psycopg.Connection[Any],
     with pytest.raises(psycopg.errors.InvalidParameterValue) as exc:
         conn.execute("select * from pgfunnel.final(%s::bigint[], %s, %s, null, null, %s, %s, "
                      "collection => 't')", (ids, [1, 2], [1.0, 0.5], [1, 2], [1.0, 0.5]))
-    assert exc.value.diag.message_primary.startswith("lexical_ranks: must not be NULL")
+    assert message_primary(exc.value).startswith("lexical_ranks: must not be NULL")
 
 
 def test_one_leg_searches(conn: psycopg.Connection[Any], corpus: Any) -> None:
@@ -188,34 +188,34 @@ def test_bad_parameter_names_it(conn: psycopg.Connection[Any], corpus: Any, kw: 
                                 param: str) -> None:
     with pytest.raises(psycopg.errors.InvalidParameterValue) as exc:
         _search(conn, "zephyr", corpus["big"][0], **kw)
-    assert exc.value.diag.message_primary.startswith(f"{param}:")
+    assert message_primary(exc.value).startswith(f"{param}:")
 
 
 def test_other_bad_inputs_name_the_problem(conn: psycopg.Connection[Any], corpus: Any) -> None:
     with pytest.raises(psycopg.errors.NoDataFound) as nf:
         _search(conn, "zephyr", None, collection="nope")
-    assert "nope" in nf.value.diag.message_primary
+    assert "nope" in message_primary(nf.value)
     with pytest.raises(psycopg.errors.MostSpecificTypeMismatch) as dim:
         _search(conn, "zephyr", np.ones(DIMS + 1, dtype=np.float32))
-    assert dim.value.diag.message_primary.startswith("query_embedding:")
-    assert str(DIMS) in dim.value.diag.message_primary
+    assert message_primary(dim.value).startswith("query_embedding:")
+    assert str(DIMS) in message_primary(dim.value)
     with pytest.raises(psycopg.errors.MostSpecificTypeMismatch) as zero:
         _search(conn, "zephyr", np.zeros(DIMS, dtype=np.float32))
-    assert zero.value.diag.message_primary.startswith("query_embedding:")
+    assert message_primary(zero.value).startswith("query_embedding:")
     with pytest.raises(psycopg.errors.NullValueNotAllowed) as nul:
         conn.execute("select * from funnel_search('zephyr', null, 5, collection => 't', "
                      "principals => null)")
-    assert nul.value.diag.message_primary.startswith("principals:")
+    assert message_primary(nul.value).startswith("principals:")
     for principals in (["alice", None], [None]):
         with pytest.raises(psycopg.errors.NullValueNotAllowed) as nul_elem:
             _search(conn, "zephyr", None, principals=principals)
-        assert nul_elem.value.diag.message_primary.startswith("principals: must not contain NULL")
+        assert message_primary(nul_elem.value).startswith("principals: must not contain NULL")
     with pytest.raises(psycopg.errors.InvalidParameterValue) as empty:
         _search(conn, "zephyr", None, principals=["alice", ""])
-    assert empty.value.diag.message_primary.startswith("principals: must not contain an empty")
+    assert message_primary(empty.value).startswith("principals: must not contain an empty")
     with pytest.raises(psycopg.errors.InvalidParameterValue) as both:
         _search(conn, None, None)
-    assert both.value.diag.message_primary.startswith("query_text:")
+    assert message_primary(both.value).startswith("query_text:")
 
 
 def test_a_pool_over_the_leg_limit_keeps_the_default_depth_at_the_limit(
@@ -238,11 +238,11 @@ def test_a_pool_over_the_leg_limit_keeps_the_default_depth_at_the_limit(
 
 def test_final_checks_what_funnel_search_checks(conn: psycopg.Connection[Any],
                                                corpus: Any) -> None:
-    pool = conn.execute(
+    pool = one_row(conn.execute(
         "select array_agg(chunk_id order by fused_rank), array_agg(fused_rank), "
         "array_agg(fused_score), array_agg(lexical_rank), array_agg(lexical_score), "
         "array_agg(dense_rank), array_agg(dense_score) "
-        "from pgfunnel.candidates('zephyr', null, 5, collection => 't')").fetchone()
+        "from pgfunnel.candidates('zephyr', null, 5, collection => 't')"))
     final = ("select count(*) from pgfunnel.final(%s, %s, %s, %s, %s, %s, %s, "
              "collection => 't', {})")
     assert one_row(conn.execute(final.format("k => 5"), pool))[0] == 5
@@ -298,8 +298,8 @@ def test_trace_records_every_pool_candidate(conn: psycopg.Connection[Any], corpu
     sid = rows[0][16]
     assert sid is not None and all(r[16] == sid for r in rows)
     vid, coll, _ = active(conn, "t")
-    log = conn.execute("select collection_id, index_version_id, config_hash, config "
-                       "from pgfunnel.search_log where id = %s", (sid,)).fetchone()
+    log = one_row(conn.execute("select collection_id, index_version_id, config_hash, config "
+                               "from pgfunnel.search_log where id = %s", (sid,)))
     assert log[0] == coll and log[1] == vid
     assert log[2] == one_row(conn.execute("select md5(%s::jsonb::text)",
                                           (json.dumps(log[3]),)))[0]
@@ -421,7 +421,7 @@ def _explain(conn: psycopg.Connection[Any], q: str | None, v: Any, chunk: int,
     cur = conn.execute(f"select {EXPLAIN} from pgfunnel.explain(%(q)s, %(v)s, %(c)s{named})",
                        {"q": q, "v": v, "c": chunk, **args})
     rows = cur.fetchall()
-    assert len(rows) == 1
+    assert len(rows) == 1 and cur.description is not None
     return dict(zip([d.name for d in cur.description], rows[0], strict=True))
 
 
@@ -429,6 +429,12 @@ def _ids(conn: psycopg.Connection[Any], key: str) -> list[int]:
     return [int(r[0]) for r in conn.execute(
         "select ch.id from pgfunnel.chunk ch join pgfunnel.document d on d.id = ch.document_id "
         "where d.citekey = %s order by ch.ordinal", (key,)).fetchall()]
+
+
+def _ordinal(ids: list[int], chunk_id: int | None) -> int:
+    """Where an explained chunk is among its document's chunk ids (``_ids``)."""
+    assert chunk_id is not None
+    return ids.index(chunk_id)
 
 
 def test_explain_verdicts(conn: psycopg.Connection[Any], corpus: Any) -> None:
@@ -493,9 +499,9 @@ def test_explain_verdicts(conn: psycopg.Connection[Any], corpus: Any) -> None:
     e = _explain(conn, "zephyr apples", v, noise, lexical_depth=1, dense_depth=1, **PINNED)
     assert e["verdict"] == "in no leg at its depth"
     assert e["lexical_rank"] is None and e["dense_rank"] is None and e["fused_rank"] is None
-    wide = conn.execute("select lexical_score from pgfunnel.candidates('zephyr apples', %s, 40, "
-                        "collection => 't', lexical_depth => 100) where chunk_id = %s",
-                        (v, noise)).fetchone()
+    wide = one_row(conn.execute(
+        "select lexical_score from pgfunnel.candidates('zephyr apples', %s, 40, "
+        "collection => 't', lexical_depth => 100) where chunk_id = %s", (v, noise)))
     assert e["lexical_exact_score"] == pytest.approx(wide[0], rel=1e-9) and wide[0] > 0
     assert e["dense_exact_score"] == pytest.approx(float(corpus["noise4"][0] @ v), abs=1e-5)
     assert e["reason"].endswith("raise lexical_depth/dense_depth or rephrase the query"), e
@@ -675,7 +681,7 @@ def test_explain_a_document_follows_its_furthest_chunk(conn: psycopg.Connection[
     assert len(big) > 1 and whole.target == "big" and whole.chunk_id == furthest.chunk_id
     assert (whole.verdict, whole.final_rank, whole.fused_rank) == \
         (furthest.verdict, furthest.final_rank, furthest.fused_rank)
-    ordinal = big.index(furthest.chunk_id)
+    ordinal = _ordinal(big, furthest.chunk_id)
     assert whole.reason == (f"the furthest of the {len(big)} chunks of 'big' (big#{ordinal}, "
                             f"chunk id {furthest.chunk_id}): {furthest.reason}")
     # a document hidden from the reader answers exactly as one that does not exist
@@ -714,7 +720,7 @@ def test_explain_a_document_names_its_capped_chunks(conn: psycopg.Connection[Any
     capped = sorted((e for e in each if e.verdict == "capped"),
                     key=lambda e: e.fused_rank or 0)
     assert capped, [e.verdict for e in each]  # the cap acts on this document here
-    want = [{"ordinal": big.index(e.chunk_id), "chunk_id": e.chunk_id,
+    want = [{"ordinal": _ordinal(big, e.chunk_id), "chunk_id": e.chunk_id,
              "fused_rank": e.fused_rank} for e in capped]
     assert whole.capped_chunks == want
     assert whole.as_dict()["capped_chunks"] == want
@@ -751,8 +757,8 @@ def test_explain_a_document_of_many_chunks_answers_as_each_chunk_does(
                          *hidden], dims=DIMS)
     long_ids = _ids(conn, "long")
     assert len(long_ids) == 60
-    params = {"k": 5, "overfetch": 2, "per_source_cap": 2, "lexical_depth": 50,
-              "dense_depth": 12, **PINNED}
+    params: dict[str, Any] = {"k": 5, "overfetch": 2, "per_source_cap": 2,
+                              "lexical_depth": 50, "dense_depth": 12, **PINNED}
     with Funnel(conn, "t", embedder=None) as f:
         for v in (None, vecs["long"][5]):
             each = [explain(f, "quasar part", f"long#{i}", query_embedding=v, **params)
@@ -764,7 +770,7 @@ def test_explain_a_document_of_many_chunks_answers_as_each_chunk_does(
             furthest = min(each, key=lambda e: (e.final_rank or 10**9, e.fused_rank or 10**9))
             assert whole.chunk_id == furthest.chunk_id and whole.verdict == furthest.verdict
             assert whole.reason == (f"the furthest of the 60 chunks of 'long' (long#"
-                                    f"{long_ids.index(furthest.chunk_id)}, chunk id "
+                                    f"{_ordinal(long_ids, furthest.chunk_id)}, chunk id "
                                     f"{furthest.chunk_id}): {furthest.reason}")
             plain = {k: val for k, val in whole.as_dict().items()
                      if k not in ("target", "reason", "capped_chunks")}
@@ -773,7 +779,7 @@ def test_explain_a_document_of_many_chunks_answers_as_each_chunk_does(
             capped = sorted((e for e in each if e.verdict == "capped"),
                             key=lambda e: e.fused_rank or 0)
             assert whole.capped_chunks == [
-                {"ordinal": long_ids.index(e.chunk_id), "chunk_id": e.chunk_id,
+                {"ordinal": _ordinal(long_ids, e.chunk_id), "chunk_id": e.chunk_id,
                  "fused_rank": e.fused_rank} for e in capped] != []
     # the SQL itself, over the chunks of every document, one that does not exist and one
     # asked twice: each row is what explaining that chunk alone gives
@@ -782,7 +788,7 @@ def test_explain_a_document_of_many_chunks_answers_as_each_chunk_does(
     base = {"query_text": "quasar part", "as_of": None, "collection": "t", "principals": [],
             "tenant": None, "language": None, "metadata_filter": None, "rrf_k": 60,
             "ef_search": 100, "k1": 1.2, "b": 0.75, **params}
-    cases = [{}, {"principals": ["alice"]}, {"language": "en"},
+    cases: list[dict[str, Any]] = [{}, {"principals": ["alice"]}, {"language": "en"},
              {"metadata_filter": Jsonb({"kind": "a"})},
              {"k": 8, "overfetch": 3, "per_source_cap": 3, "lexical_depth": 20,
               "dense_depth": 20, "fusion": "minmax", "weights": None}]
@@ -795,13 +801,13 @@ def test_explain_a_document_of_many_chunks_answers_as_each_chunk_does(
             for r, cid in zip(rows, every, strict=True):
                 one = conn.execute(explain_one_sql, {**args, "chunk_id": cid}).fetchall()
                 assert [tuple(r[1:])] == [tuple(o) for o in one], (case, cid)
-            verdicts: dict[str, list[int]] = {}
+            by_verdict: dict[str, list[int]] = {}
             for r in rows:
-                verdicts.setdefault(r[1], []).append(r[0])
-            seen |= set(verdicts)
+                by_verdict.setdefault(r[1], []).append(r[0])
+            seen |= set(by_verdict)
             hidden_ids = {*([] if case.get("principals") else _ids(conn, "secret")),
                           *(_ids(conn, "german") if case.get("language") else []), -1}
-            assert hidden_ids <= set(verdicts["filtered out or does not exist"]), case
+            assert hidden_ids <= set(by_verdict["filtered out or does not exist"]), case
     assert seen == {"returned", "capped", "cut at k", "not in pool", "in no leg at its depth",
                     "filtered out or does not exist"}, seen
 

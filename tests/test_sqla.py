@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -104,7 +105,8 @@ def test_named_args_only_for_what_was_passed() -> None:
     from sqlalchemy.dialects import postgresql
 
     fs = funnel_search_tvf("x", [0.1, 0.2, 0.3], k=3, principals=["a"], metadata_filter=None)
-    sql = str(select(fs).compile(dialect=postgresql.dialect()))
+    # SQLAlchemy leaves the dialect class's __init__ unannotated
+    sql = str(select(fs).compile(dialect=postgresql.dialect()))  # type: ignore[no-untyped-call]
     assert "query_text =>" in sql and "k =>" in sql and "principals =>" in sql
     assert "VECTOR(3)" in sql
     # None is left out, to the SQL default (metadata_filter's is NULL too)
@@ -312,8 +314,9 @@ def test_a_failed_connection_is_the_same_pgfunnel_error_sync_and_async(sample_db
         finally:
             await engine.dispose()
 
-    for attempt in (lambda: engine_from_dsn(bad).connect().close(),
-                    lambda: asyncio.run(connect())):
+    attempts: list[Callable[[], None]] = [lambda: engine_from_dsn(bad).connect().close(),
+                                          lambda: asyncio.run(connect())]
+    for attempt in attempts:
         with pytest.raises(ConnectionFailedError, match="no_such_role_here") as caught:
             attempt()
         assert "hunter2" not in str(caught.value)
@@ -389,12 +392,13 @@ def test_the_documented_error_handling_gives_pgfunnel_errors_and_a_usable_sessio
         for stmt, expected, parameter in cases:
             namespace: dict[str, Any] = {"engine": engine, "stmt": stmt, "Session": Session,
                                          "identity_statement": identity_statement}
-            with pytest.raises(expected) as caught:
+            with pytest.raises(expected) as raised:
                 exec(block, namespace)  # noqa: S102 - the docs' own example
-            assert isinstance(caught.value.__cause__, DBAPIError)
-            assert translate(caught.value.__cause__).__class__ is type(caught.value)
+            cause = raised.value.__cause__
+            assert isinstance(cause, DBAPIError)
+            assert translate(cause).__class__ is type(raised.value)
             if parameter is not None:
-                assert getattr(caught.value, "parameter", None) == parameter
+                assert getattr(raised.value, "parameter", None) == parameter
         # without the rollback, the next statement is refused saying what to do
         with Session(engine) as session:
             with pytest.raises(DBAPIError):
@@ -700,6 +704,7 @@ def test_both_engines_read_the_prepare_threshold_setting(
         try:
             async with engine.connect() as conn:
                 raw = await conn.get_raw_connection()
+                assert raw.driver_connection is not None
                 return raw.driver_connection.prepare_threshold
         finally:
             await engine.dispose()
@@ -708,7 +713,9 @@ def test_both_engines_read_the_prepare_threshold_setting(
         engine = engine_from_dsn(sample_db, **kwargs)
         try:
             with engine.connect() as conn:
-                return conn.connection.driver_connection.prepare_threshold
+                driver = conn.connection.driver_connection
+                assert driver is not None
+                return driver.prepare_threshold
         finally:
             engine.dispose()
 
