@@ -486,10 +486,10 @@ def test_weights_or_rrf_k_a_fused_score_underflows_at_are_named(
         _usable(conn)
         with pytest.raises(ConfigError, match=f"^{parameter}:"):
             # (rrf_k only where it is read: with another fusion it is refused itself)
+            rrf_k_given: dict[str, Any] = {"rrf_k": rrf_k} if fusion == "rrf" else {}
             Funnel(conn, embedder=None).search(
                 "refund plan", query_embedding=unit(np.ones(DIM)), fusion=fusion,
-                weights=[float(w) for w in weights.strip("{}").split(",")],
-                **({"rrf_k": rrf_k} if fusion == "rrf" else {}))
+                weights=[float(w) for w in weights.strip("{}").split(",")], **rrf_k_given)
         _usable(conn)
 
 
@@ -542,9 +542,10 @@ def test_a_tenant_or_language_that_no_document_can_have_is_refused_in_python_and
     with connect(corpus_db, autocommit=True) as conn:
         f = Funnel(conn, embedder=None)
         for name, bad in (("tenant", " acme"), ("tenant", "acme\n"), ("language", "en ")):
+            padded: dict[str, Any] = {name: bad}
             with pytest.raises(ConfigError, match=f"^{name}: must not begin or end with "
                                                   "whitespace"):
-                f.search("refund", **{name: bad})
+                f.search("refund", **padded)
             with pytest.raises(psycopg.errors.InvalidParameterValue,
                                match=f"{name}: must not begin or end with whitespace"):
                 conn.execute(f"select * from funnel_search('refund', {name} => %s)", (bad,))
@@ -653,8 +654,9 @@ def test_sql_refuses_the_edge_whitespace_ingest_refuses_whatever_the_collation(
             with pytest.raises(psycopg.errors.InvalidParameterValue,
                                match=f"^{name}: must not begin or end with whitespace"):
                 conn.execute(f"select * from funnel_search('refund', {name} => %s)", (value,))
+            padded: dict[str, Any] = {name: value}
             with pytest.raises(ConfigError, match=f"^{name}: must not begin or end with"):
-                Funnel(conn, embedder=None).search("refund", **{name: value})
+                Funnel(conn, embedder=None).search("refund", **padded)
         # the row-level-security settings are read with the same rule
         for setting, value, said in (
                 ("pgfunnel.principals", f'["alice{space}"]', "pgfunnel.principals: must be"),
@@ -999,7 +1001,7 @@ def test_candidates_and_final_check_their_arguments_as_search_does(corpus_db: st
                 (("re\x00fund", None, p), InvalidInputError, "^query_text: contains a NUL"),
                 (("refund", None, {"k": 5}), ConfigError, "^p: must be a SearchParams")):
             with pytest.raises(error, match=said):
-                f.candidates(conn, *args)  # type: ignore[arg-type]
+                f.candidates(conn, *args)
         pool = f.candidates(conn, "refund", None, p)
         assert pool
         logged = conn.execute("select count(*) from pgfunnel.search_log").fetchone()
@@ -1012,9 +1014,10 @@ def test_candidates_and_final_check_their_arguments_as_search_does(corpus_db: st
                 (pool, {"log_notes": [1]}, "^log_notes: must be a mapping"),
                 (pool, {"notes": {"x": "\x00"}}, "^notes: contains a NUL"),
                 (pool, {"index_version_id": 2**40}, "^index_version_id: must be an index")):
+            final_kwargs: dict[str, Any] = {"reranked": False, **kwargs}
             with pytest.raises(ConfigError, match=said):
                 f.final(conn, "refund", ordered, traced,  # type: ignore[arg-type]
-                        **{"reranked": False, **kwargs})
+                        **final_kwargs)
         assert conn.execute("select count(*) from pgfunnel.search_log").fetchone() == logged
         assert len(f.final(conn, "refund", pool, p, reranked=False)) == 5
         _usable(conn)
@@ -1090,7 +1093,8 @@ def test_final_refuses_an_infinite_fused_or_leg_score_as_it_refuses_nan(corpus_d
         for field, column in (("fused_score", "fused_scores"),
                               ("lexical_score", "lexical_scores")):
             for bad in (math.inf, -math.inf):
-                changed = [dataclasses.replace(c, **{field: bad}) if i == 0 else c
+                change: dict[str, Any] = {field: bad}
+                changed = [dataclasses.replace(c, **change) if i == 0 else c
                            for i, c in enumerate(pool)]
                 with pytest.raises(ConfigError, match=f"^{column}: must not contain "):
                     f.final(conn, "refund", changed, p, reranked=False)
@@ -1215,7 +1219,7 @@ def test_every_error_class_and_sqlstate_is_in_the_error_table() -> None:
         importlib.import_module(module.name)
 
     def subclasses(cls: type) -> set[type]:
-        found = set(cls.__subclasses__())
+        found: set[type] = set(cls.__subclasses__())
         return found.union(*(subclasses(sub) for sub in found)) if found else found
 
     root = Path(__file__).resolve().parent.parent
@@ -1247,7 +1251,7 @@ def test_every_error_class_and_sqlstate_is_in_the_error_table() -> None:
 ])
 def test_a_bad_value_is_refused_before_the_query_is_embedded(
         corpus_db: str, tmp_path: Any, params: dict[str, Any], said: str,
-        as_sql_says: bool) -> None:
+        as_sql_says: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """A Funnel whose model was loaded (a first search, or an Embedder given) embedded
     the query and only then had SQL refuse k=0: the check ran only before a load. The
     refusal comes before anything is embedded, at every search and not only the first;
@@ -1266,7 +1270,7 @@ def test_a_bad_value_is_refused_before_the_query_is_embedded(
     with connect(corpus_db) as conn:
         funnel = Funnel(conn, embedder=emb)
         assert funnel.search("refund plan", k=3).results  # the values that pass
-        emb._model.encode = refuse
+        monkeypatch.setattr(emb._model, "encode", refuse)
         for _ in range(2):  # a second time: a refusal is never remembered as a pass
             with pytest.raises(ConfigError) as err:
                 funnel.search("refund plan", **params)

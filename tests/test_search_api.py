@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
@@ -15,12 +15,13 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
+from funnel_util import one_row
 
 from pgfunnel.db import connect
 from pgfunnel.errors import ConfigError, InvalidInputError, ModelLoadError, RerankError
 from pgfunnel.ingest import Ingester
 from pgfunnel.rerank import Reranker
-from pgfunnel.search import _FINAL_SQL, Funnel, FusionUsed, Result, SearchParams
+from pgfunnel.search import _FINAL_SQL, Funnel, FusionUsed, Result, SearchParams, SearchResponse
 from pgfunnel.sources import DocumentRecord
 from pgfunnel.tiny_models import build_tiny_cross_encoder
 from pgfunnel.transform import GuardedRewriter
@@ -43,7 +44,7 @@ class Counting:
 
     def rank(self, query: str, documents: Sequence[str]) -> list[dict[str, Any]]:
         self.calls += 1
-        rows = self.inner.rank(query, documents)
+        rows: list[dict[str, Any]] = self.inner.rank(query, documents)
         return rows[: len(rows) - self.drop]
 
 
@@ -86,8 +87,9 @@ def test_a_funnel_setting_given_to_one_search_says_where_it_goes(
     it was "rerank_depth: unknown search parameter (known: as_of, b, ...)", as if there
     were no such setting. It is the Funnel's, and the error says so."""
     funnel = Funnel(sample_conn, embedder=embedder, reranker=tiny_reranker)
-    for call in (lambda: funnel.search("refund window", **{name: 20}),
-                 lambda: funnel.check("refund window", **{name: 20})):
+    given: dict[str, Any] = {name: 20}
+    for call in (lambda: funnel.search("refund window", **given),
+                 lambda: funnel.check("refund window", **given)):
         with pytest.raises(ConfigError) as exc:
             call()
         assert exc.value.parameter == name
@@ -604,7 +606,7 @@ def test_a_funnel_refuses_hooks_it_cannot_call_and_searches_no_more_once_closed(
         assert f.search("refund", k=1).results
         # "no" is a true value: it asked for a rerank this Funnel cannot do
         with pytest.raises(ConfigError, match="^rerank: must be True, False or None"):
-            f.search("refund", rerank="no")
+            f.search("refund", rerank="no")  # type: ignore[arg-type]
     # after the with block a search reopened a connection that nothing closed again
     with connect(sample_db, autocommit=True) as watcher:
         before = watcher.execute("select count(*) from pg_stat_activity "
@@ -660,10 +662,10 @@ def test_search_params_made_directly_check_the_readers_identity() -> None:
     from pgfunnel.search import SearchParams
 
     with pytest.raises(ConfigError, match="not one string"):
-        SearchParams(principals="support-staff")  # type: ignore[arg-type]
+        SearchParams(principals="support-staff")
     with pytest.raises(MissingIdentityError):
         SearchParams(principals=None)  # type: ignore[arg-type]
-    assert SearchParams(principals=["a", "b"]).principals == ("a", "b")  # type: ignore[arg-type]
+    assert SearchParams(principals=["a", "b"]).principals == ("a", "b")
 
 
 def test_search_params_accept_numpy_numbers_and_none_where_optional() -> None:
@@ -738,15 +740,15 @@ def test_one_string_where_a_list_belongs_is_refused(sample_db: str) -> None:
     with connect(sample_db, autocommit=True) as conn:
         before = conn.execute("select count(*) from pgfunnel.document").fetchone()
         with pytest.raises(ConfigError, match=r"^citekeys: must be a list of strings"):
-            delete_documents(conn, "default", "kb-ab")  # type: ignore[arg-type]
+            delete_documents(conn, "default", "kb-ab")
         with pytest.raises(ConfigError, match=r"^citekeys: must hold only strings"):
             delete_documents(conn, "default", [1, 2])  # type: ignore[list-item]
         assert conn.execute("select count(*) from pgfunnel.document").fetchone() == before
         f = Funnel(conn, embedder=None)
         with pytest.raises(ConfigError, match=r"^phrasings: must be a list of strings"):
-            f.search_multi("refund")  # type: ignore[arg-type]
+            f.search_multi("refund")
         with pytest.raises(ConfigError, match=r"^history: must be a list of strings"):
-            f.search("and for annual plans?", history="how do refunds work?")  # type: ignore[arg-type]
+            f.search("and for annual plans?", history="how do refunds work?")
         assert f.search("refund", history=["how do refunds work?"]).results
 
 
@@ -785,13 +787,15 @@ def test_a_funnel_on_one_connection_serves_threads_one_search_at_a_time(
 def test_rerank_depth_must_be_a_positive_integer(sample_db: str) -> None:
     from pgfunnel.errors import ConfigError
 
-    for bad in (0, 2.5, "3", True):
+    bads: list[Any] = [0, 2.5, "3", True]
+    for bad in bads:
         with pytest.raises(ConfigError, match=r"^rerank_depth: must be an integer"):
             Funnel(sample_db, embedder=None, rerank_depth=bad)
     # a good value without a reranker would change nothing, silently
     for name, value in (("rerank_depth", 5), ("rerank_gate_margin", 0.1)):
+        setting: dict[str, Any] = {name: value}
         with pytest.raises(ConfigError, match=rf"^{name}: applies only with a reranker"):
-            Funnel(sample_db, embedder=None, **{name: value})
+            Funnel(sample_db, embedder=None, **setting)
 
 
 def test_translate_unwraps_sqlalchemy_errors(sample_db: str) -> None:
@@ -893,14 +897,15 @@ def test_query_hooks_leave_an_applications_connection_idle_with_no_identity(
     with psycopg.connect(sample_db) as conn:
         funnel = Funnel(conn, "default", embedder=None, rewriter=lambda q: q)
         logged = []
-        for search in (
+        searches: list[Callable[[], SearchResponse]] = [
                 lambda: funnel.search("refund annual plan", principals=["alice"], k=2,
                                       trace=True),
                 lambda: funnel.search("and for monthly?", principals=["alice"], k=2,
                                       trace=True, history=["refund annual plan"]),
                 lambda: funnel.search_decomposed(
                     "refund on annual plans and storage on trial plans",
-                    principals=["alice"], k=2, trace=True)):
+                    principals=["alice"], k=2, trace=True)]
+        for search in searches:
             logged.append(search().search_id)
             assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
             assert conn.execute("select current_setting('pgfunnel.principals', true)"
@@ -940,14 +945,19 @@ def test_principals_from_a_generator_are_read_once(sample_db: str) -> None:
 
 def test_a_pool_registers_the_vector_type_once_per_connection(
         sample_db: str, embedder: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the function pgfunnel.db imported (and does not re-export)
+    from pgvector.psycopg import register_vector as real
     from psycopg_pool import ConnectionPool
 
     import pgfunnel.db
 
     registered: list[int] = []
-    real = pgfunnel.db.register_vector
-    monkeypatch.setattr(pgfunnel.db, "register_vector",
-                        lambda conn: (registered.append(id(conn)), real(conn)))
+
+    def counted(conn: psycopg.Connection[Any]) -> None:
+        registered.append(id(conn))
+        real(conn)
+
+    monkeypatch.setattr(pgfunnel.db, "register_vector", counted)
     with ConnectionPool(sample_db, min_size=1, max_size=1, kwargs={"autocommit": True}) as pool:
         funnel = Funnel(pool, "default", embedder=embedder)
         for _ in range(3):
@@ -989,7 +999,8 @@ def test_a_pool_not_open_is_told_as_such(sample_db: str) -> None:
 
 
 def test_rerank_gate_margin_is_checked_when_the_funnel_is_built(sample_db: str) -> None:
-    for bad in ("0.5", -1.0, float("nan"), True):
+    bads: list[Any] = ["0.5", -1.0, float("nan"), True]
+    for bad in bads:
         with pytest.raises(ConfigError, match="rerank_gate_margin"):
             Funnel(sample_db, "default", embedder=None, rerank_gate_margin=bad)
 
@@ -1075,8 +1086,8 @@ def test_a_dense_weight_of_zero_needs_no_query_embedding(sample_db: str) -> None
         lexical = f.search("refund annual plan", weights=[1, 0], k=5)
         assert f._embedder is None
         assert lexical.results and all(r.dense_rank is None for r in lexical.results)
-        assert [r.lexical_rank for r in lexical.results] == sorted(
-            r.lexical_rank for r in lexical.results)
+        ranks = [r.lexical_rank for r in lexical.results if r.lexical_rank is not None]
+        assert len(ranks) == len(lexical.results) and ranks == sorted(ranks)
 
 
 def test_a_bad_value_is_told_before_the_model_loads(sample_db: str) -> None:
@@ -1253,7 +1264,7 @@ def test_connections_and_pools_with_another_row_factory(sample_db: str) -> None:
     expected = [r.chunk_id for r in Funnel(sample_db, embedder=None).search(
         "refund", k=5, principals=[]).results]
     for factory in (dict_row, namedtuple_row):
-        with psycopg.connect(sample_db, row_factory=factory) as conn:  # type: ignore[call-overload]
+        with psycopg.connect(sample_db, row_factory=factory) as conn:
             funnel = Funnel(conn, embedder=None, reranker=_ReversingReranker())
             plain = funnel.search("refund", k=5, principals=[], rerank=False, trace=True)
             assert [r.chunk_id for r in plain.results] == expected
@@ -1272,15 +1283,18 @@ def test_connections_and_pools_with_another_row_factory(sample_db: str) -> None:
                                                      reranked=False)] == expected
             # the application's own statements still get its rows
             assert conn.row_factory is factory
-            row = conn.execute("select 1 as one").fetchone()
+            # (a dict or a namedtuple, as the factory makes it)
+            row: Any = one_row(conn.execute("select 1 as one"))
             assert (row["one"] if factory is dict_row else row.one) == 1
     with ConnectionPool(sample_db, kwargs={"row_factory": dict_row}, min_size=1,
-                        max_size=2) as pool:
-        funnel = Funnel(pool, embedder=None)
+                        max_size=2) as conn_pool:
+        funnel = Funnel(conn_pool, embedder=None)
         assert [r.chunk_id for r in funnel.search("refund", k=5,
                                                   principals=[]).results] == expected
-        with pool.connection() as conn:
-            assert conn.execute("select 1 as one").fetchone() == {"one": 1}
+        with conn_pool.connection() as conn:
+            # (the pool's type does not follow the row_factory its kwargs set)
+            assert conn.execute("select 1 as one").fetchone() == {  # type: ignore[comparison-overlap]
+                "one": 1}
 
 
 def test_candidates_on_a_connection_no_search_has_used(sample_db: str, embedder: Any) -> None:
@@ -1306,7 +1320,8 @@ def test_pgvector_off_the_search_path_leaves_the_applications_transaction_alone(
     # connection's search_path, is a ConfigError naming search_path; it also rolled back
     # the transaction the application had open on the connection, its work with it
     off_path = psycopg.conninfo.make_conninfo(sample_db, options="-c search_path=pgfunnel")
-    vector = [0.1] * 384
+    # a plain list, which candidates() takes as search() does (it is typed for an ndarray)
+    vector: Any = [0.1] * 384
     p = SearchParams.build(k=5, principals=[])
     with psycopg.connect(off_path) as conn:
         funnel = Funnel(conn, embedder=None)
@@ -1551,7 +1566,7 @@ def test_check_tells_a_bad_value_or_collection_without_searching(sample_db: str)
 # -- explain follows the reranker ---------------------------------------------------------
 
 
-def _explained(funnel: Funnel, chunk_id: int, **params: Any) -> Any:
+def _explained(funnel: Funnel, chunk_id: str | int, **params: Any) -> Any:
     from pgfunnel.explain import explain
 
     return explain(funnel, "glacier backup restore", chunk_id, k=4, principals=[],
@@ -1713,7 +1728,7 @@ def test_explain_resolves_the_text_and_reranks_once_for_every_target(
 
     reranker = CountingMarker("lighthouse")
     funnel = Funnel(cap_conn, embedder=None, reranker=reranker, rewriter=rewriter)
-    targets = [_chunk(cap_conn, "gamma", 0), "beta#1", "alpha", "nosuch#0"]
+    targets: list[str | int] = [_chunk(cap_conn, "gamma", 0), "beta#1", "alpha", "nosuch#0"]
     many = explain_many(funnel, "restoring glacier backups", targets, k=4, principals=[],
                         per_source_cap=2)
     assert (len(rewrites), reranker.calls) == (1, 1)
@@ -1918,7 +1933,8 @@ def test_explain_a_logged_search_refuses_what_it_cannot_answer(
     with pytest.raises(ConfigError, match=r"^search_id: search \d+ searched collection "
                                           r"'default', not 'other'"):
         explain(Funnel(cap_conn, "other", embedder=None), None, "alpha", search_id=sid)
-    for bad in (0, -1, "12", True, 2**63):
+    bads: list[Any] = [0, -1, "12", True, 2**63]
+    for bad in bads:
         with pytest.raises(ConfigError, match="^search_id: must be a traced search's id"):
             explain(funnel, None, "alpha", search_id=bad)
     with pytest.raises(ConfigError, match="^query: the logged search is explained with"):
@@ -2250,7 +2266,7 @@ def test_final_takes_the_index_version_id_as_a_numpy_integer(
         pool = f.candidates(sample_conn, "refund", None, p)
         assert pool.index_version_id is not None
         results = f.final(sample_conn, "refund", pool, p, reranked=False,
-                          index_version_id=np.int64(pool.index_version_id))
+                          index_version_id=np.int64(pool.index_version_id))  # type: ignore[arg-type]
     assert results
     logged = sample_conn.execute("select index_version_id from pgfunnel.search_log "
                                  "where id = %s", (results[0].search_id,)).fetchone()
@@ -2345,8 +2361,8 @@ def test_a_one_leg_final_logs_the_weights_search_logs(
         assert pool.fusion == FusionUsed("none", ("lexical",), None, None, None)
         results = f.final(sample_conn, query, searched.pool, p, reranked=True,
                           fusion_used=pool.fusion)
-    logged = [sample_conn.execute("select config, notes from pgfunnel.search_log "
-                                  "where id = %s", (search_id,)).fetchone()
+    logged = [one_row(sample_conn.execute("select config, notes from pgfunnel.search_log "
+                                          "where id = %s", (search_id,)))
               for search_id in (searched.search_id, results[0].search_id)]
     assert logged[0] is not None and logged[1] is not None
     assert logged[0][0]["weights"] is not None, logged[0]
@@ -2422,7 +2438,9 @@ def test_final_takes_any_finite_real_rerank_score(
         results = f.final(sample_conn, "refund", pool, p, reranked=True)
     got = {r.chunk_id: (r.rerank_rank, r.rerank_score) for r in results}
     for rank, (c, score) in enumerate(zip(pool, scores, strict=False), start=1):
-        assert got[c.chunk_id] == (rank, pytest.approx(float(score))), (score, got)
+        # (pytest types approx() as an Approx, not as the float it compares equal to)
+        assert got[c.chunk_id] == (rank, pytest.approx(float(score))), (  # type: ignore[comparison-overlap]
+            score, got)
 
 
 def test_final_refuses_a_scored_candidate_below_an_unscored_one(
@@ -2444,7 +2462,7 @@ def test_final_refuses_a_scored_candidate_below_an_unscored_one(
             c.rerank_score = None
         results = f.final(sample_conn, "refund", pool, p, reranked=True)
     scored = [(r.rerank_rank, r.rerank_score) for r in results if r.rerank_score is not None]
-    assert scored[0] == (1, pytest.approx(0.75))
+    assert scored[0] == (1, pytest.approx(0.75))  # type: ignore[comparison-overlap]
 
 
 def test_a_collection_that_does_not_exist_is_named_as_the_collection_argument(
