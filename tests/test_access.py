@@ -974,9 +974,9 @@ def test_migrate_in_rls_mode_brings_the_policies_and_grants_up_to_date(rls_db: s
         conn.execute("grant select on pgfunnel.term_stat to pgfunnel_reader")
     schema.migrate(rls_db)
     with connect(rls_db, autocommit=True) as conn:
-        check = one_row(conn.execute("select with_check from pg_policies where tablename = "
-                                     "'search_trace' and policyname = 'pgfunnel_reader_insert'"
-                                     ))[0]
+        check = one_row(conn.execute(
+            "select with_check from pg_policies where tablename = "
+            "'search_trace' and policyname = 'pgfunnel_reader_insert'"))[0]
         assert "search_log" in check and "logged_by" in check
         assert conn.execute("select has_table_privilege('pgfunnel_reader', "
                             "'pgfunnel.term_stat', 'select')").fetchone() == (False,)

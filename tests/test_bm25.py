@@ -217,8 +217,8 @@ def test_indexed_columns_are_not_updated_in_place(conn: psycopg.Connection[Any])
     docs, _ = _zipf_corpus(20, seed=9, mean_words=30)
     ingest(conn, docs)
     before = _stored(conn, "t")
-    chunk_id, text = one_row(conn.execute("select id, text from pgfunnel.chunk order by id limit 1"
-                                          ))
+    chunk_id, text = one_row(conn.execute(
+        "select id, text from pgfunnel.chunk order by id limit 1"))
     refused = [("update pgfunnel.chunk set text = 'entirely new words' where id = %s",
                 (chunk_id,)),
                ("update pgfunnel.chunk set document_id = (select max(id) from "
