@@ -7,7 +7,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from funnel_util import doc, ingest
+from funnel_util import conninfo_part, doc, ingest, one_row
 from typer.testing import CliRunner
 
 from pgfunnel.db import connect
@@ -49,8 +49,8 @@ def test_healthy_database_has_no_errors(sample_db: str) -> None:
     assert "security.search_path" not in _checks(report, "warning")
     # below 0.8.3 it warns, except on the embedded server (0.8.2), which has no upgrade
     with connect(sample_db, autocommit=True) as conn:
-        version = conn.execute("select extversion from pg_extension where extname = 'vector'"
-                               ).fetchone()[0]  # type: ignore[index]
+        version = one_row(conn.execute(
+            "select extversion from pg_extension where extname = 'vector'"))[0]
         [finding] = check_pgvector(conn)
         embedded = _is_embedded(conn)
     old = tuple(int(x) for x in version.split(".")[:3]) < (0, 8, 3)
@@ -390,8 +390,8 @@ def test_a_full_precision_graph_is_pointed_to_reindex(sample_db: str) -> None:
 
 def test_invalid_and_missing_indexes_are_errors_with_exit_3(sample_db: str) -> None:
     with connect(sample_db, autocommit=True) as conn:
-        vid = conn.execute("select id from pgfunnel.index_version where state = 'active'"
-                           ).fetchone()[0]  # type: ignore[index]
+        vid = one_row(conn.execute("select id from pgfunnel.index_version where state = 'active'"
+                                   ))[0]
         conn.execute(f"drop index pgfunnel.embedding_hnsw_v{vid}")
         code, report = _doctor(sample_db)
         assert code == 3 and not report["ok"]
@@ -454,7 +454,7 @@ def test_worst_level_order() -> None:
 def test_app_role_option_checks_the_named_role(sample_db: str) -> None:
     # the owner the tests connect as is a superuser: as an application role it fails twice
     with connect(sample_db, autocommit=True) as conn:
-        me = conn.execute("select current_user").fetchone()[0]  # type: ignore[index]
+        me = one_row(conn.execute("select current_user"))[0]
     code, report = _doctor(sample_db, "--app-role", me)
     assert code == 3
     assert {"security.app_role_owner", "security.app_role_superuser"} <= _checks(report, "error")
@@ -489,9 +489,9 @@ def test_public_documents_with_readers_are_refused_and_older_ones_reported(
     from pgfunnel.search import Funnel
 
     with connect(sample_db, autocommit=True) as conn:
-        key, text = conn.execute(
+        key, text = one_row(conn.execute(
             "select d.citekey, c.text from pgfunnel.document d join pgfunnel.chunk c "
-            "on c.document_id = d.id where d.is_public order by d.id limit 1").fetchone()
+            "on c.document_id = d.id where d.is_public order by d.id limit 1"))
         with pytest.raises(psycopg.errors.CheckViolation) as exc:
             conn.execute("update pgfunnel.document set readers = '{hr-only}' "
                          "where citekey = %s", (key,))
@@ -536,7 +536,7 @@ def test_hand_written_values_ingest_refuses_are_refused_and_older_ones_reported(
     update = f"update pgfunnel.document set is_public = false, valid_from = now(), " \
              f"{column} = {value} where citekey = %s"
     with connect(sample_db, autocommit=True) as conn:
-        key = conn.execute("select min(citekey) from pgfunnel.document").fetchone()[0]  # type: ignore[index]
+        key = one_row(conn.execute("select min(citekey) from pgfunnel.document"))[0]
         with pytest.raises(psycopg.errors.CheckViolation) as exc:
             conn.execute(update, (key,))
         err = translate(exc.value)
@@ -544,9 +544,9 @@ def test_hand_written_values_ingest_refuses_are_refused_and_older_ones_reported(
         assert str(err).startswith(f"document: {column} "), err
         assert not [f for f in run_checks(conn) if f.check == "unfindable_documents"]
         # a row written before the constraint (migration 0010 adds it NOT VALID) is found
-        [definition] = conn.execute(
+        [definition] = one_row(conn.execute(
             "select pg_get_constraintdef(oid) from pg_constraint where conname = %s",
-            (constraint,)).fetchone() or ()
+            (constraint,)))
         assert "NOT VALID" in definition
         conn.execute(f"alter table pgfunnel.document drop constraint {constraint}")
         conn.execute(update, (key,))
@@ -593,8 +593,8 @@ def test_a_missing_hnsw_index_names_the_statement_that_rebuilds_it(sample_db: st
     from pgfunnel.ingest import refresh_hnsw_walks
 
     with connect(sample_db, autocommit=True) as conn:
-        vid = conn.execute("select id from pgfunnel.index_version where state = 'active'"
-                           ).fetchone()[0]  # type: ignore[index]
+        vid = one_row(conn.execute("select id from pgfunnel.index_version where state = 'active'"
+                                   ))[0]
         before = conn.execute("select pg_get_indexdef(%s::regclass)",
                               (f"pgfunnel.embedding_hnsw_v{vid}",)).fetchone()
         conn.execute(f"drop index pgfunnel.embedding_hnsw_v{vid}")
@@ -616,14 +616,14 @@ def test_a_missing_hnsw_index_is_built_by_the_ingest_its_finding_names(conn: Any
     # a first ingest stopped before its indexes leaves this; doctor's error and its
     # warning about the postings both name running the ingest again, which builds them
     ingest(conn, [doc("a", "How to rotate an API key.")])
-    vid = conn.execute("select id from pgfunnel.index_version where state = 'active'"
-                       ).fetchone()[0]
+    vid = one_row(conn.execute("select id from pgfunnel.index_version where state = 'active'"
+                               ))[0]
     conn.execute(f"drop index pgfunnel.embedding_hnsw_v{vid}")
     [finding] = [f for f in check_active_indexes(conn) if "missing" in f.message]
     assert finding.level == "error" and "`pgfunnel ingest PATH -c t`" in finding.message
     ingest(conn, [doc("b", "How to revoke an API key.")], seed=1)
-    assert conn.execute("select to_regclass(%s) is not null",
-                        (f"pgfunnel.embedding_hnsw_v{vid}",)).fetchone()[0]
+    assert one_row(conn.execute("select to_regclass(%s) is not null",
+                                (f"pgfunnel.embedding_hnsw_v{vid}",)))[0]
     assert worst(check_active_indexes(conn)) == "info"
 
 
@@ -632,7 +632,7 @@ def test_vectors_of_no_chunk_are_counted_with_their_delete(sample_db: str) -> No
         conn.execute("set session_replication_role = replica")
         conn.execute("delete from pgfunnel.chunk where id = (select min(id) from pgfunnel.chunk)")
         conn.execute("reset session_replication_role")
-        vectors = conn.execute("select count(*) from pgfunnel.embedding").fetchone()[0]  # type: ignore[index]
+        vectors = one_row(conn.execute("select count(*) from pgfunnel.embedding"))[0]
         [finding] = [f for f in check_active_indexes(conn) if f.level == "warning"]
         assert f"1 of its {vectors} vectors belong to no chunk of the collection" in finding.message
         assert "chunks have no rows" not in finding.message
@@ -665,12 +665,12 @@ def test_term_stat_drift_is_found_and_reindex_repairs_it(sample_db: str) -> None
 
     with connect(sample_db, autocommit=True) as conn:
         assert [f.level for f in check_statistics(conn)] == ["info"]
-        vid = conn.execute("select id from pgfunnel.index_version where state = 'active'"
-                           ).fetchone()[0]  # type: ignore[index]
+        vid = one_row(conn.execute("select id from pgfunnel.index_version where state = 'active'"
+                                   ))[0]
         # a word of the corpus, and its most common term
-        gone, skewed = "refund", conn.execute(
+        gone, skewed = "refund", one_row(conn.execute(
             "select term from pgfunnel.term_stat where index_version_id = %s "
-            "order by df desc, term limit 1", (vid,)).fetchone()[0]  # type: ignore[index]
+            "order by df desc, term limit 1", (vid,)))[0]
         conn.execute("delete from pgfunnel.term_stat where index_version_id = %s "
                      "and term = %s", (vid, gone))
         conn.execute("update pgfunnel.term_stat set df = df + 3 where index_version_id = %s "
@@ -719,7 +719,7 @@ def test_lost_privileges_under_rls_are_errors_that_migrate_repairs(sample_db: st
         enable_rls(conn)
         conn.commit()
     reader = create_app_role(sample_db)
-    webapp = psycopg.conninfo.conninfo_to_dict(reader)["user"]
+    webapp = conninfo_part(reader, "user")
     _search_as(reader)
     code, report = _doctor(sample_db, "--app-role", webapp)
     assert code == 0 and _errors(report, "privileges") == [], [
@@ -778,7 +778,7 @@ def test_privileges_without_rls_name_a_fix_that_works(sample_db: str) -> None:
         assert [f.level for f in found] == ["info", "info"], found
         assert all("RLS mode is off" in f.message for f in found)
     reader = create_app_role(sample_db)  # grant_privileges, no policies
-    webapp = psycopg.conninfo.conninfo_to_dict(reader)["user"]
+    webapp = conninfo_part(reader, "user")
     _search_as(reader)
     with connect(sample_db, autocommit=True) as conn:
         assert [f.level for f in check_privileges(conn, webapp)] == ["info"]
@@ -805,8 +805,9 @@ def test_privileges_without_rls_name_a_fix_that_works(sample_db: str) -> None:
     with connect(sample_db, autocommit=True) as conn:
         assert [f.level for f in check_privileges(conn, webapp)] == ["info"]
         conn.execute(f"revoke pgfunnel_reader from {webapp}")
-        [app] = check_privileges(conn, webapp)
-    assert app.level == "error" and app.message.endswith(f"`grant pgfunnel_reader to {webapp}`")
+        [revoked] = check_privileges(conn, webapp)
+    assert revoked.level == "error" and revoked.message.endswith(
+        f"`grant pgfunnel_reader to {webapp}`")
 
 
 def test_an_owner_held_to_forced_rls_is_told_to_join_the_writers(sample_db: str) -> None:
@@ -853,9 +854,9 @@ def test_pgvector_off_the_path_is_one_error_not_an_index_mismatch(sample_db: str
     off_path = psycopg.conninfo.make_conninfo(sample_db, options="-c search_path=public")
     with connect(off_path, autocommit=True) as conn:
         # the index definition now names ext.halfvec: the same index, qualified
-        assert "ext.halfvec" in conn.execute(
+        assert "ext.halfvec" in one_row(conn.execute(
             "select pg_get_indexdef(c.oid) from pg_class c "
-            "where c.relname ~ '^embedding_hnsw_v'").fetchone()[0]  # type: ignore[index]
+            "where c.relname ~ '^embedding_hnsw_v'"))[0]
         assert [f for f in check_active_indexes(conn) if f.level == "error"] == []
         [finding] = check_pgvector(conn)
         assert finding.level == "error" and "search_path" in finding.message
@@ -961,8 +962,8 @@ def test_an_app_role_that_cannot_reach_the_database_is_an_error(sample_db: str) 
         enable_rls(conn)
         conn.commit()
     reader = create_app_role(sample_db)
-    webapp = psycopg.conninfo.conninfo_to_dict(reader)["user"]
-    dbname = psycopg.conninfo.conninfo_to_dict(sample_db)["dbname"]
+    webapp = conninfo_part(reader, "user")
+    dbname = conninfo_part(sample_db, "dbname")
     code, report = _doctor(sample_db, "--app-role", webapp)
     assert code == 0 and _errors(report, "privileges") == []
     with connect(sample_db, autocommit=True) as conn:
