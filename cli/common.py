@@ -35,6 +35,7 @@ from pgfunnel.defaults import (
 from pgfunnel.errors import (
     SCHEMA_GRANT_HINT,
     ConfigError,
+    InvalidInputError,
     ModelLoadError,
     NotFoundError,
     PgfunnelError,
@@ -534,6 +535,11 @@ def handle_errors(flags: Mapping[str, str] | None = None,
             said = f"{flags[exc.parameter]}: {exc.detail}"
         elif isinstance(exc, ModelLoadError) and exc.setting in flags:
             said = f"{flags[exc.setting]}: {str(exc).removeprefix(exc.setting + '=')}"
+        elif isinstance(exc, InvalidInputError) \
+                and (named := str(exc).partition(": "))[0] in flags and named[2]:
+            # a malformed value the user typed, checked before any SQL ran (the query's
+            # length): named by the argument they typed it as (QUERY), not query_text
+            said = f"{flags[named[0]]}: {named[2]}"
         labelled("error", "red", with_kept(str(said)))
         raise typer.Exit(getattr(exc, "exit_code", EXIT_ERROR)) from None
     except UnicodeEncodeError as exc:

@@ -117,7 +117,7 @@ def explain_command(
 
     with handle_errors({**FUNNEL_FLAGS, "chunk": "CHUNKS", "history": "--history",
                         "rerank_depth": "--rerank-depth", "rerank_model": "--rerank-model",
-                        "search_id": "--search-id"}), \
+                        "search_id": "--search-id", "query_text": "QUERY"}), \
             warnings.catch_warnings():
         quiet_search_notices()
         if search_id is not None:

@@ -202,6 +202,23 @@ def test_a_bad_search_option_is_named_by_its_flag(sample_db: str, command: str,
     assert f"error: {said}" in res.output, res.output
 
 
+@pytest.mark.parametrize("command", ["search", "explain"])
+def test_an_overlong_query_is_named_as_the_argument_typed(sample_db: str, command: str) -> None:
+    # the library's length check names its parameter, query_text, which the command line
+    # has no such name for: it said "error: query_text: is 21,000 characters long"
+    from pgfunnel.cli.main import app
+    from typer.testing import CliRunner
+
+    query = "refund " * 3_000
+    target = [query, "refunds-annual#0"] if command == "explain" else [query]
+    res = CliRunner().invoke(app, [command, *target, "--lexical-only", "--dsn", sample_db],
+                             env={"COLUMNS": "200"})
+    assert res.exit_code == 1, res.output
+    assert res.output.startswith(f"error: QUERY: is {len(query):,} characters long; a search "
+                                 "takes at most 10,000"), res.output
+    assert "query_text" not in res.output
+
+
 @pytest.mark.parametrize(("command", "args"), [
     ("search", ["--dense-weight", "1"]), ("search", ["--dense-depth", "50"]),
     ("explain", ["--dense-depth", "50"]),
