@@ -1310,13 +1310,9 @@ def test_a_header_form_doctor_cannot_read_is_not_compared() -> None:
         assert "COST" not in _declared_header(header) and "ROWS" not in _declared_header(header)
 
 
-def test_doctor_reads_a_written_rows_and_each_settings_value_as_postgres_does(
-        db: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A ROWS a sql/ header writes was not compared (none writes one today: a copy of sql/
-    whose analyze_each says `rows 50` and `set application_name = 'Pgfunnel'` stands for
-    one), and every setting's value was compared in any case: right for a boolean's or
-    an enum's, which Postgres reads in any case and spelling (`'FALSE'`, `'0'` are
-    `off`), wrong for a string's, where `pgfunnel` is not `Pgfunnel`."""
+def _sql_declaring(tmp_path: Any, monkeypatch: pytest.MonkeyPatch, clauses: str) -> None:
+    """sql/ as the package's, but analyze_each's header also says ``clauses``: the
+    reference doctor compares with for a clause the package's own sql/ does not write."""
     import shutil
 
     from pgfunnel import schema
@@ -1327,8 +1323,20 @@ def test_doctor_reads_a_written_rows_and_each_settings_value_as_postgres_does(
     text = analyzer.read_text()
     at = text.index("\nset jit = off\n",
                     text.index("create or replace function pgfunnel.analyze_each("))
-    analyzer.write_text(text[:at] + "\nrows 50\nset application_name = 'Pgfunnel'" + text[at:])
+    analyzer.write_text(text[:at] + "\n" + clauses + text[at:])
     monkeypatch.setattr(schema, "sql_dir", lambda: copy)
+
+
+def test_doctor_reads_a_written_rows_and_each_settings_value_as_postgres_does(
+        db: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ROWS a sql/ header writes was not compared (none writes one today: a copy of sql/
+    whose analyze_each says `rows 50` and `set application_name = 'Pgfunnel'` stands for
+    one), and every setting's value was compared in any case: right for a boolean's or
+    an enum's, which Postgres reads in any case and spelling (`'FALSE'`, `'0'` are
+    `off`), wrong for a string's, where `pgfunnel` is not `Pgfunnel`."""
+    from pgfunnel import schema
+
+    _sql_declaring(tmp_path, monkeypatch, "rows 50\nset application_name = 'Pgfunnel'")
     sig = "pgfunnel.analyze_each(text[], text, boolean)"
     as_declared = (f"alter function {sig} rows 50 set application_name = 'Pgfunnel' "
                    "set jit = off set plan_cache_mode = force_generic_plan")
@@ -1360,19 +1368,10 @@ def test_doctor_reads_a_unit_bearing_settings_value_in_its_base_unit(
     Postgres reads both as 65536 kB. Each is now read in the setting's base unit (a copy
     of sql/ whose analyze_each sets work_mem and statement_timeout stands for one that
     does: the package's sql/ sets no such setting today)."""
-    import shutil
-
     from pgfunnel import schema
 
-    copy = tmp_path / "sql"
-    shutil.copytree(schema.sql_dir(), copy)
-    analyzer = copy / "010_analyzer.sql"
-    text = analyzer.read_text()
-    at = text.index("\nset jit = off\n",
-                    text.index("create or replace function pgfunnel.analyze_each("))
-    analyzer.write_text(text[:at] + "\nset work_mem = '64MB'\nset statement_timeout = 60000"
-                        + text[at:])
-    monkeypatch.setattr(schema, "sql_dir", lambda: copy)
+    _sql_declaring(tmp_path, monkeypatch,
+                   "set work_mem = '64MB'\nset statement_timeout = 60000")
     sig = "pgfunnel.analyze_each(text[], text, boolean)"
     as_declared = (f"alter function {sig} set work_mem = '64MB' "
                    "set statement_timeout = 60000")
