@@ -815,6 +815,23 @@ def test_a_bad_eval_option_is_named_by_its_flag_and_configuration(
     assert f"error: {said}" in " ".join(res.output.split()), res.output
 
 
+def test_a_configurations_bad_value_is_refused_before_the_queries_are_embedded(
+        sample_db: str) -> None:
+    """`--config bad='{"rrf_k": -1}'` was refused by the first search, after every query
+    had been embedded (seconds on a large query set)."""
+    queries = [JudgedQuery("q1", "how do I get a refund", "s", {"refunds-annual": 1})]
+    configs = [EvalConfig.from_dict("default", {}),
+               EvalConfig.from_dict("bad", {"fusion": "rrf", "rrf_k": -1})]
+    ticks: list[tuple[str, int, int]] = []
+    harness = Harness(sample_db, "default", progress=lambda *tick: ticks.append(tick))
+    with pytest.raises(ConfigError) as refused:
+        harness.run(queries, configs)
+    assert str(refused.value).startswith("config: bad: rrf_k: must be a positive number"), \
+        refused.value
+    # nothing was embedded or searched: no progress at all, no vector kept
+    assert ticks == [] and harness._vectors == {}
+
+
 def test_an_out_path_that_cannot_be_a_folder_is_refused_before_searching(tmp_path: Path) -> None:
     """It was a FileExistsError traceback, after every search had run; now a one-line error
     before connecting (the DSN here reaches nothing)."""

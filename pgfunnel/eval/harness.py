@@ -631,6 +631,15 @@ class Harness:
             # warning says how it was read, or it looks like a wrong name
             citekeys_read_as_chunks = (sorted(self._present_items(conn, missing, "document"))
                                        if level == "chunk" else [])
+            # every configuration's values, checked as its searches will check them, before
+            # the queries are embedded: a bad rrf_k was told only after the embedding
+            for cfg in configs:
+                try:
+                    self.funnel._check_params(conn, None, self._params(cfg))
+                except ConfigError as exc:
+                    if (named := _named_by_config(cfg, exc)) is None:
+                        raise
+                    raise named from exc
             self._embed_ahead(conn, selected, configs)
             for cfg in configs:
                 for q in selected:
@@ -638,13 +647,10 @@ class Harness:
                         runs[cfg.name][q.query_id] = self.run_query(conn, q, cfg, level)
                     except (psycopg.Error, ConfigError) as exc:
                         err = translate(exc)
-                        if isinstance(err, ConfigError) and err.parameter in cfg.search:
-                            # a value the configuration gave, refused by the search: say
-                            # which configuration gave it
-                            raise ConfigError("config", f"{cfg.name}: {err}") from exc
-                        if err is exc:
+                        named = _named_by_config(cfg, err)
+                        if named is None and err is exc:
                             raise
-                        raise err from exc
+                        raise (named or err) from exc
                     done += 1
                     if self.progress is not None:
                         self.progress(cfg.name, done, total)
@@ -824,6 +830,14 @@ class Harness:
                 "versions activate N switches to one)", parameter="collection")
         return {"version": row[0], "embedding_model": row[1], "analyzer": row[2],
                 "chunks": row[3]}
+
+
+def _named_by_config(cfg: EvalConfig, err: BaseException) -> ConfigError | None:
+    """``err``, raised by ``cfg``'s searches, as an error naming the configuration when it
+    refused a value the configuration gave (else None)."""
+    if isinstance(err, ConfigError) and err.parameter in cfg.search:
+        return ConfigError("config", f"{cfg.name}: {err}")
+    return None
 
 
 def _renamed(relevant: Mapping[str, int], renamed: Mapping[str, str]) -> dict[str, int]:
