@@ -740,7 +740,7 @@ def embed(
                         **({} if model is None else {"embedding_model": "--model"})}):
         if not text.strip():
             # the vector of nothing would search for nothing in particular
-            raise InvalidInputError("empty text: nothing to embed")
+            raise InvalidInputError("TEXT: is empty or only white space: there is nothing to embed")
         if model is None:
             from pgfunnel.search import Funnel
 

@@ -257,7 +257,10 @@ def test_embed_prints_the_vector_funnel_search_is_given(sample_db: str, embedder
     assert res.exit_code == 1 and "'nope' does not exist" in res.output
     for empty in ("", "  \n"):
         res = CliRunner().invoke(app, ["embed", empty, "--dsn", sample_db])
-        assert res.exit_code == 1 and "empty text: nothing to embed" in res.output
+        assert res.exit_code == 1, res.output
+        # it said "empty text: nothing to embed", naming no argument
+        assert "error: TEXT: is empty or only white space: there is nothing to embed" in \
+            " ".join(res.output.split()), res.output
         assert "[" not in res.stdout
 
 
