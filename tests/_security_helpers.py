@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import psycopg
+from funnel_util import with_conninfo
 from psycopg import sql
 
 from pgfunnel.db import connect
@@ -69,9 +69,7 @@ def ingest_docs(dsn: str, docs: Sequence[Doc], *, collection: str = "default", s
 
 
 def with_user(dsn: str, user: str) -> str:
-    info = psycopg.conninfo.conninfo_to_dict(dsn)
-    info["user"] = user
-    return psycopg.conninfo.make_conninfo("", **{k: v for k, v in info.items() if v is not None})
+    return with_conninfo(dsn, user=user)
 
 
 def create_app_role(dsn: str, *, writer: bool = False) -> str:

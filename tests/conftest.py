@@ -20,6 +20,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from funnel_util import with_conninfo
 from psycopg import sql
 
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
@@ -49,9 +50,7 @@ def _docker_answers() -> bool:
 
 
 def _with_db(dsn: str, dbname: str) -> str:
-    info = psycopg.conninfo.conninfo_to_dict(dsn)
-    info["dbname"] = dbname
-    return psycopg.conninfo.make_conninfo("", **{k: v for k, v in info.items() if v is not None})
+    return with_conninfo(dsn, dbname=dbname)
 
 
 @pytest.fixture(scope="session")
